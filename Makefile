@@ -1,0 +1,142 @@
+# dbthrottle - build, test, bench, install.
+#   make            build/libdbthrottle.so
+#   make test       every test (installs missing Debian packages first when run as root)
+#   make bench      benchmarks against a throwaway redis-server
+#   make install    PREFIX=/usr/local DESTDIR=
+
+CC      ?= cc
+PREFIX  ?= /usr/local
+LIBDIR  ?= $(PREFIX)/lib
+DOCDIR  ?= $(PREFIX)/share/doc/dbthrottle
+BUILD   ?= build
+
+PKG_CONFIG ?= pkg-config
+HIREDIS_CFLAGS := $(shell $(PKG_CONFIG) --cflags hiredis 2>/dev/null)
+
+# hiredis is linked statically and its symbols hidden (--exclude-libs), so a host program that
+# uses another hiredis version never has its calls bound to ours, nor ours to its.
+HIREDIS_A := $(shell $(CC) -print-file-name=libhiredis.a)
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -pthread \
+              -Ipreload -I$(BUILD)/gen $(HIREDIS_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS_LIB := $(HIREDIS_A) -ldl -pthread
+
+LIB_SRCS := $(sort $(wildcard preload/*.c))
+LIB_OBJS := $(LIB_SRCS:preload/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/scripts.o
+LUA_SRCS := $(sort $(wildcard lua/*.lua))
+
+UNIT_SRCS := $(sort $(wildcard tests/unit/*.c))
+SEM_SRCS  := $(sort $(wildcard tests/sem/*.c))
+SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
+CRITERION_LIBS := -lcriterion
+
+.PHONY: all test test-unit test-sem bench demo install uninstall clean deps format format-check \
+        check-asan check-tsan check-valgrind
+
+all: $(BUILD)/libdbthrottle.so
+
+$(BUILD)/gen/scripts.c $(BUILD)/gen/scripts.h: $(LUA_SRCS) tools/embed-lua.sh
+	@mkdir -p $(BUILD)/gen
+	sh tools/embed-lua.sh $(BUILD)/gen $(LUA_SRCS)
+
+$(BUILD)/obj/%.o: preload/%.c $(wildcard preload/*.h) $(BUILD)/gen/scripts.h
+	@mkdir -p $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/scripts.o: $(BUILD)/gen/scripts.c
+	@mkdir -p $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/libdbthrottle.so: $(LIB_OBJS) preload/exports.map
+	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=preload/exports.map \
+	    -Wl,--exclude-libs,ALL -Wl,-z,defs -Wl,-z,now $(LDLIBS_LIB)
+
+$(BUILD)/libdbthrottle-core.a: $(LIB_OBJS)
+	rm -f $@ && ar rcs $@ $(LIB_OBJS)
+
+TEST_CFLAGS := $(filter-out -fvisibility=hidden,$(ALL_CFLAGS)) -Itests/support
+
+$(BUILD)/tests/unit: $(UNIT_SRCS) $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a
+	@mkdir -p $(BUILD)/tests
+	$(CC) $(TEST_CFLAGS) -o $@ $(UNIT_SRCS) $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a \
+	    $(CRITERION_LIBS) $(LDLIBS_LIB)
+
+$(BUILD)/tests/sem: $(SEM_SRCS) $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a
+	@mkdir -p $(BUILD)/tests
+	$(CC) $(TEST_CFLAGS) -o $@ $(SEM_SRCS) $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a \
+	    $(CRITERION_LIBS) $(LDLIBS_LIB)
+
+$(BUILD)/bench/sem-bench: bench/sem_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a
+	@mkdir -p $(BUILD)/bench
+	$(CC) $(TEST_CFLAGS) -o $@ bench/sem_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a \
+	    $(LDLIBS_LIB) -lm
+
+# The stress run under each checker. The library's objects are rebuilt with the sanitizer in
+# a build directory of their own.
+STRESS_SRCS := tests/stress/sem_stress.c $(SUPPORT_SRCS)
+SAN_SRCS := $(LIB_SRCS) $(BUILD)/gen/scripts.c $(STRESS_SRCS)
+SAN_CFLAGS := $(filter-out -fvisibility=hidden -O2,$(ALL_CFLAGS)) -O1 -Itests/support -fno-omit-frame-pointer
+
+$(BUILD)/check/stress-asan: $(SAN_SRCS) $(wildcard preload/*.h) $(BUILD)/gen/scripts.h
+	@mkdir -p $(BUILD)/check
+	clang $(SAN_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all -o $@ \
+	    $(SAN_SRCS) $(HIREDIS_A) -ldl
+
+$(BUILD)/check/stress-tsan: $(SAN_SRCS) $(wildcard preload/*.h) $(BUILD)/gen/scripts.h
+	@mkdir -p $(BUILD)/check
+	clang $(SAN_CFLAGS) -fsanitize=thread -o $@ $(SAN_SRCS) $(HIREDIS_A) -ldl
+
+$(BUILD)/check/stress: $(SAN_SRCS) $(wildcard preload/*.h) $(BUILD)/gen/scripts.h
+	@mkdir -p $(BUILD)/check
+	$(CC) $(SAN_CFLAGS) -o $@ $(SAN_SRCS) $(HIREDIS_A) -ldl
+
+check-asan: $(BUILD)/check/stress-asan
+	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/check/stress-asan
+
+check-tsan: $(BUILD)/check/stress-tsan
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/check/stress-tsan
+
+check-valgrind: $(BUILD)/check/stress
+	valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=9 $(BUILD)/check/stress
+
+deps:
+	sh tools/install-deps.sh
+
+test: deps
+	$(MAKE) all $(BUILD)/tests/unit $(BUILD)/tests/sem
+	sh tools/check-exports.sh $(BUILD)/libdbthrottle.so
+	$(BUILD)/tests/unit --jobs 2
+	$(BUILD)/tests/sem --jobs 2
+	$(MAKE) check-asan check-tsan check-valgrind
+
+test-unit: $(BUILD)/tests/unit
+	$(BUILD)/tests/unit
+
+test-sem: $(BUILD)/tests/sem
+	$(BUILD)/tests/sem
+
+bench: $(BUILD)/bench/sem-bench
+	$(BUILD)/bench/sem-bench
+
+demo:
+	@echo "make demo arrives with the libpq interposer (issue 4)"
+
+install: $(BUILD)/libdbthrottle.so
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(DOCDIR)
+	install -m 0644 $(BUILD)/libdbthrottle.so $(DESTDIR)$(LIBDIR)/libdbthrottle.so
+	install -m 0644 README.md docs/*.md config/dbthrottle.conf.example $(DESTDIR)$(DOCDIR)/
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/libdbthrottle.so
+	rm -rf $(DESTDIR)$(DOCDIR)
+
+format:
+	clang-format -i preload/*.c preload/*.h tests/*/*.c tests/*/*.h bench/*.c
+
+format-check:
+	clang-format --dry-run --Werror preload/*.c preload/*.h tests/*/*.c tests/*/*.h bench/*.c
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,243 @@
+/* sem_bench.c - `make bench`: the semaphore's costs, in Redis round trips measured in the same
+ * run against a throwaway redis-server on loopback. */
+#include "redis_server.h"
+#include "sem_client.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(int64_t *v, int n, double p)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_i64);
+    int i = (int)ceil(p / 100.0 * n) - 1;
+    return (double)v[i < 0 ? 0 : i];
+}
+
+static double ping_rtt_ns(const test_redis *r, int n)
+{
+    redisContext *c = test_redis_connect(r);
+    int64_t *v = malloc((size_t)n * sizeof *v);
+    for (int i = 0; i < n; i++) {
+        int64_t t = now_ns();
+        freeReplyObject(redisCommand(c, "PING"));
+        v[i] = now_ns() - t;
+    }
+    double p50 = pct(v, n, 50);
+    free(v);
+    redisFree(c);
+    return p50;
+}
+
+/* ---- handover: one thread releases, the queued one is granted ------------------------- */
+
+typedef struct {
+    dbt_pool *pool;
+    sem_t go, done;
+    atomic_llong released_at;
+    int64_t latency;
+    bool quit;
+} handover;
+
+static void *handover_waiter(void *arg)
+{
+    handover *h = arg;
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 10000};
+    for (;;) {
+        sem_wait(&h->go);
+        if (h->quit)
+            return NULL;
+        dbt_permit *p;
+        if (dbt_acquire(h->pool, DBT_KIND_QUERY, &o, &p) != DBT_ACQ_GRANTED)
+            abort();
+        h->latency = now_ns() - atomic_load(&h->released_at);
+        dbt_release(p);
+        sem_post(&h->done);
+    }
+}
+
+static bool queued_one(void *arg)
+{
+    return test_redis_int(arg, "ZCARD dbthrottle:{bench-handover}:q:queue") == 1;
+}
+
+/* ---- saturation: 16 processes, limit 4, 5 ms holds -------------------------------------- */
+
+typedef struct {
+    atomic_long cycles;
+    atomic_llong held_ns; /* time permits were held, measured by the holders */
+    atomic_int current, max;
+    atomic_int go, stop;
+} sat_shared;
+
+static void saturate_worker(const test_redis *r, sat_shared *sh, int hold_us)
+{
+    dbt_config cfg;
+    test_config(&cfg, r, NULL);
+    dbt_client *c = dbt_client_new(&cfg);
+    dbt_pool *p = dbt_client_pool(c, "bench-sat");
+    dbt_acquire_opts o = {.limit = 4, .wait_ms = 10000};
+    while (atomic_load(&sh->go) == 0)
+        usleep(100);
+    while (!atomic_load(&sh->stop)) {
+        dbt_permit *pm;
+        if (dbt_acquire(p, DBT_KIND_QUERY, &o, &pm) != DBT_ACQ_GRANTED)
+            continue;
+        int64_t t0 = now_ns();
+        int cur = atomic_fetch_add(&sh->current, 1) + 1, m = atomic_load(&sh->max);
+        while (cur > m && !atomic_compare_exchange_weak(&sh->max, &m, cur))
+            ;
+        struct timespec ts = {0, hold_us * 1000L};
+        nanosleep(&ts, NULL);
+        atomic_fetch_sub(&sh->current, 1);
+        if (atomic_load(&sh->go) == 1) { /* count only inside the measured window */
+            atomic_fetch_add(&sh->cycles, 1);
+            atomic_fetch_add(&sh->held_ns, now_ns() - t0);
+        }
+        dbt_release(pm);
+    }
+    dbt_client_free(c);
+    dbt_config_free(&cfg);
+}
+
+int main(void)
+{
+    test_redis r;
+    if (!test_redis_start(&r, NULL)) {
+        fprintf(stderr, "bench: cannot start redis-server\n");
+        return 1;
+    }
+    double rtt = ping_rtt_ns(&r, 5000);
+    printf("dbthrottle semaphore benchmark (redis-server on loopback, one run)\n");
+    printf("%-52s %10.1f us\n", "Redis PING round trip, p50", rtt / 1000);
+
+    dbt_config cfg;
+    test_config(&cfg, &r, NULL);
+    dbt_client *c = dbt_client_new(&cfg);
+
+    /* Uncontended acquire + release. */
+    dbt_pool *p = dbt_client_pool(c, "bench-fast");
+    dbt_acquire_opts o = {.limit = 4, .wait_ms = 10000};
+    enum { FAST = 5000 };
+    int64_t *acq = malloc(FAST * sizeof *acq), *rel = malloc(FAST * sizeof *rel);
+    dbt_permit *pm;
+    dbt_acquire(p, DBT_KIND_QUERY, &o, &pm); /* connect outside the measurement */
+    dbt_release(pm);
+    long long cmd0 = test_redis_commands(&r);
+    for (int i = 0; i < FAST; i++) {
+        int64_t t = now_ns();
+        dbt_acquire(p, DBT_KIND_QUERY, &o, &pm);
+        int64_t t2 = now_ns();
+        dbt_release(pm);
+        rel[i] = now_ns() - t2;
+        acq[i] = t2 - t;
+    }
+    long long cmd1 = test_redis_commands(&r);
+    double acq50 = pct(acq, FAST, 50), rel50 = pct(rel, FAST, 50);
+    printf("%-52s %10.1f us = %.2f RTT\n", "uncontended acquire, p50", acq50 / 1000, acq50 / rtt);
+    printf("%-52s %10.1f us = %.2f RTT\n", "release on the caller's path, p50", rel50 / 1000,
+           rel50 / rtt);
+    printf("%-52s %10.2f\n", "Redis commands per uncontended acquire+release",
+           (double)(cmd1 - cmd0) / FAST);
+    free(acq);
+    free(rel);
+
+    /* Handover. */
+    enum { ROUNDS = 1000 };
+    handover h = {.pool = dbt_client_pool(c, "bench-handover")};
+    sem_init(&h.go, 0, 0);
+    sem_init(&h.done, 0, 0);
+    int64_t *lat = malloc(ROUNDS * sizeof *lat);
+    pthread_t th;
+    pthread_create(&th, NULL, handover_waiter, &h);
+    dbt_acquire_opts hold1 = {.limit = 1, .wait_ms = 10000};
+    for (int i = 0; i < ROUNDS; i++) {
+        dbt_permit *held;
+        if (dbt_acquire(h.pool, DBT_KIND_QUERY, &hold1, &held) != DBT_ACQ_GRANTED)
+            abort();
+        sem_post(&h.go);
+        while (!queued_one(&r))
+            ;
+        atomic_store(&h.released_at, now_ns());
+        dbt_release(held);
+        sem_wait(&h.done);
+        lat[i] = h.latency;
+    }
+    h.quit = true;
+    sem_post(&h.go);
+    pthread_join(th, NULL);
+    double h50 = pct(lat, ROUNDS, 50), h99 = pct(lat, ROUNDS, 99);
+    printf("%-52s %10.1f us = %.2f RTT (target <= 1.5)\n", "handover release -> grant, p50",
+           h50 / 1000, h50 / rtt);
+    printf("%-52s %10.1f us = %.2f RTT\n", "handover release -> grant, p99", h99 / 1000, h99 / rtt);
+    free(lat);
+    dbt_client_free(c);
+    dbt_config_free(&cfg);
+
+    /* Saturation. */
+    enum { PROCS = 16, HOLD_US = 5000, LIMIT = 4 };
+    const double seconds = 5.0;
+    sat_shared *sh =
+        mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset(sh, 0, sizeof *sh);
+    pid_t pids[PROCS];
+    for (int i = 0; i < PROCS; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            saturate_worker(&r, sh, HOLD_US);
+            _exit(0);
+        }
+    }
+    usleep(300000);           /* let the workers connect */
+    atomic_store(&sh->go, 2); /* warm up: queues form */
+    usleep(500000);
+    long long s0 = test_redis_commands(&r);
+    long c0 = atomic_load(&sh->cycles);
+    atomic_store(&sh->go, 1);
+    int64_t start = now_ns();
+    usleep((useconds_t)(seconds * 1e6));
+    atomic_store(&sh->go, 3);
+    int64_t end = now_ns();
+    long c1 = atomic_load(&sh->cycles);
+    long long s1 = test_redis_commands(&r);
+    atomic_store(&sh->stop, 1);
+    for (int i = 0; i < PROCS; i++)
+        waitpid(pids[i], NULL, 0);
+    double wall = (double)(end - start) / 1e9;
+    double rate = (double)(c1 - c0) / wall;
+    double mean_hold = (double)atomic_load(&sh->held_ns) / (double)(c1 - c0);
+    double ideal = LIMIT * 1e9 / mean_hold;
+    printf("%-52s %10.1f /s\n", "saturated: limit 4, 16 processes, 5 ms holds", rate);
+    printf("%-52s %10.1f us (asked 5000: sleep overshoots)\n", "mean hold, measured by holders",
+           mean_hold / 1000);
+    printf("%-52s %10.3f (target >= 0.97)\n", "fraction of the ideal (limit / mean hold)",
+           rate / ideal);
+    printf("%-52s %10.3f\n", "same, against the nominal 800/s", rate / (LIMIT * 1e6 / HOLD_US));
+    printf("%-52s %10d (limit %d)\n", "most holders seen at once", atomic_load(&sh->max), LIMIT);
+    printf("%-52s %10.2f\n", "Redis commands per grant (saturated)",
+           (double)(s1 - s0) / (double)(c1 - c0));
+    munmap(sh, sizeof *sh);
+    test_redis_stop(&r);
+    return 0;
+}

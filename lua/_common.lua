@@ -1,0 +1,80 @@
+-- _common.lua: prepended at build time to every dbthrottle script (see tools/embed-lua.sh).
+--
+-- One semaphore = one pool and one kind (q = queries, c = connections). Its keys share the hash
+-- tag {pool}, so a Redis Cluster keeps them in one slot:
+--   KEYS[1] holders  ZSET  permit id -> lease expiry (ms, Redis clock)
+--   KEYS[2] queue    ZSET  waiter id -> ticket (FIFO order)
+--   KEYS[3] wexp     ZSET  waiter id -> lease expiry (ms, Redis clock)
+--   KEYS[4] seq      STRING ticket counter
+--   KEYS[5] seen     STRING the limit the last acquirer configured (to report disagreement)
+-- ARGV[1] wake prefix: "<prefix>{pool}:wake:"; a grant for id "<cid>.<n>.<limit>" is pushed
+--         to the list wake prefix .. cid, on which that process' listener blocks (BLPOP)
+-- ARGV[2] kind ("q" or "c"), ARGV[3] the caller's lease (ms), ARGV[4] key TTL (ms)
+-- Ids are made by the client: "<cid>.<serial>.<limit>", cid = 16 hex digits per process.
+local H, Q, W, SEQ, SEEN = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local WAKE, KIND = ARGV[1], ARGV[2]
+local LEASE, TTL = tonumber(ARGV[3]), tonumber(ARGV[4])
+
+-- Expired entries are removed a bounded batch per call; each is removed once. Until then they
+-- count as holders, which can only under-admit.
+local REAP_BATCH = 64
+
+local function now_ms()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function reap(now)
+    local dead = redis.call('ZRANGEBYSCORE', H, '-inf', now, 'LIMIT', 0, REAP_BATCH)
+    if #dead > 0 then
+        redis.call('ZREM', H, unpack(dead))
+    end
+    local gone = redis.call('ZRANGEBYSCORE', W, '-inf', now, 'LIMIT', 0, REAP_BATCH)
+    if #gone > 0 then
+        redis.call('ZREM', W, unpack(gone))
+        redis.call('ZREM', Q, unpack(gone))
+    end
+    return #dead
+end
+
+-- The limit a waiter configured travels in its id, so whoever releases grants by the waiter's own
+-- limit: a caller is never admitted beyond what it configured.
+local function limit_of(id)
+    return tonumber(string.match(id, '%.(%d+)$')) or 1
+end
+
+-- Grants the head of the queue while it fits under its own limit. A grant moves the waiter to
+-- the holders with the lease its process last renewed (a dead waiter's grant expires with it),
+-- and pushes "g<kind>:<id>" to its process' wake list.
+local function pump(now)
+    local granted = 0
+    while true do
+        local head = redis.call('ZRANGE', Q, 0, 0)[1]
+        if not head then
+            break
+        end
+        if redis.call('ZCARD', H) >= limit_of(head) then
+            break
+        end
+        local exp = tonumber(redis.call('ZSCORE', W, head)) or (now + LEASE)
+        redis.call('ZREM', Q, head)
+        redis.call('ZREM', W, head)
+        redis.call('ZADD', H, exp, head)
+        local wk = WAKE .. string.match(head, '^[^.]+')
+        redis.call('RPUSH', wk, 'g' .. KIND .. ':' .. head)
+        redis.call('PEXPIRE', wk, TTL)
+        granted = granted + 1
+    end
+    return granted
+end
+
+-- Keys live TTL ms after the last call that touched them; a TTL is only ever extended, so a
+-- client with a short lease cannot expire the keys under a client with a long one.
+local function touch()
+    for _, k in ipairs({H, Q, W, SEQ, SEEN}) do
+        local t = redis.call('PTTL', k)
+        if t ~= -2 and t < TTL then
+            redis.call('PEXPIRE', k, TTL)
+        end
+    end
+end

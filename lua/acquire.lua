@@ -1,0 +1,33 @@
+-- acquire.lua: take a permit now, or join the queue.
+-- ARGV[5] id, ARGV[6] the caller's limit, ARGV[7] "1" = do not queue (try only)
+-- Returns {status, holders, queue length, limit seen from the previous acquirer or false}
+--   status 1 = granted, 2 = queued (a grant will be pushed), 0 = not granted (try only)
+local id, limit, try_only = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1'
+local now = now_ms()
+reap(now)
+pump(now)
+
+local seen = redis.call('GET', SEEN)
+if seen ~= ARGV[6] then
+    redis.call('SET', SEEN, ARGV[6])
+end
+if seen == ARGV[6] then
+    seen = false
+end
+
+-- No barging: a newcomer is admitted only when nobody is queued.
+local holders = redis.call('ZCARD', H)
+if redis.call('ZCARD', Q) == 0 and holders < limit then
+    redis.call('ZADD', H, now + LEASE, id)
+    touch()
+    return {1, holders + 1, 0, seen}
+end
+if try_only then
+    touch()
+    return {0, holders, redis.call('ZCARD', Q), seen}
+end
+local ticket = redis.call('INCR', SEQ)
+redis.call('ZADD', Q, ticket, id)
+redis.call('ZADD', W, now + LEASE, id)
+touch()
+return {2, holders, redis.call('ZCARD', Q), seen}

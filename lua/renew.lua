@@ -1,0 +1,46 @@
+-- renew.lua: extend the leases of one process' holders and waiters of both kinds of a pool in
+-- one call, and keep the queues live (an expired holder is reaped and its permit granted even
+-- when nobody releases). KEYS[1..5] the query semaphore, KEYS[6..10] the connection semaphore.
+-- ARGV[5..8] counts: query holders, query waiters, connection holders, connection waiters;
+-- then the ids in that order.
+-- Returns {lost holders, lost waiters}: ids Redis no longer has (expired, or Redis lost its
+-- data); their owners must not believe they hold or wait any more.
+local now = now_ms()
+local exp = now + LEASE
+local lost_h, lost_w = {}, {}
+local at = 9
+local function renew_holders(n)
+    for i = at, at + n - 1 do
+        if redis.call('ZSCORE', H, ARGV[i]) then
+            redis.call('ZADD', H, 'XX', exp, ARGV[i])
+        else
+            lost_h[#lost_h + 1] = ARGV[i]
+        end
+    end
+    at = at + n
+end
+local function renew_waiters(n)
+    for i = at, at + n - 1 do
+        local id = ARGV[i]
+        if redis.call('ZSCORE', W, id) then
+            redis.call('ZADD', W, 'XX', exp, id)
+        elseif redis.call('ZSCORE', H, id) then
+            -- granted, and the grant is on its way to the listener: renew it as a holder
+            redis.call('ZADD', H, 'XX', exp, id)
+        else
+            lost_w[#lost_w + 1] = id
+        end
+    end
+    at = at + n
+end
+for k = 0, 1 do
+    H, Q, W, SEQ, SEEN = KEYS[5 * k + 1], KEYS[5 * k + 2], KEYS[5 * k + 3], KEYS[5 * k + 4],
+        KEYS[5 * k + 5]
+    KIND = (k == 0) and 'q' or 'c'
+    renew_holders(tonumber(ARGV[5 + 2 * k]))
+    renew_waiters(tonumber(ARGV[6 + 2 * k]))
+    reap(now)
+    pump(now)
+    touch()
+end
+return {lost_h, lost_w}

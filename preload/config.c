@@ -1,0 +1,448 @@
+/* config.c - the settings: defaults, the configuration file, the environment, and where each
+ * value came from. Reads the file named by DBTHROTTLE_CONFIG; prints nothing (callers log). */
+#include "config.h"
+#include "log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+enum {
+    K_REDIS_URL,
+    K_MAX_QUERIES,
+    K_MAX_CONNECTIONS,
+    K_POOL,
+    K_WAIT_TIMEOUT,
+    K_LEASE,
+    K_REDIS_TIMEOUT,
+    K_ON_REDIS_ERROR,
+    K_LOG,
+    K_LOG_LEVEL,
+    K_LOG_FORMAT,
+    K_LOG_QUERY,
+    K_KEY_PREFIX,
+    K_DISABLE,
+    K_CONFIG,
+    NKEYS
+};
+
+static const char *const env_names[NKEYS] = {
+    "DBTHROTTLE_REDIS_URL",     "DBTHROTTLE_MAX_QUERIES",    "DBTHROTTLE_MAX_CONNECTIONS",
+    "DBTHROTTLE_POOL",          "DBTHROTTLE_WAIT_TIMEOUT",   "DBTHROTTLE_LEASE",
+    "DBTHROTTLE_REDIS_TIMEOUT", "DBTHROTTLE_ON_REDIS_ERROR", "DBTHROTTLE_LOG",
+    "DBTHROTTLE_LOG_LEVEL",     "DBTHROTTLE_LOG_FORMAT",     "DBTHROTTLE_LOG_QUERY",
+    "DBTHROTTLE_KEY_PREFIX",    "DBTHROTTLE_DISABLE",        "DBTHROTTLE_CONFIG"};
+
+#define PREFIX_LEN 11 /* strlen("DBTHROTTLE_") */
+
+const char *dbt_log_level_name(dbt_log_level l)
+{
+    static const char *const names[] = {"off", "error", "warn", "info", "debug"};
+    return (unsigned)l < 5 ? names[l] : "?";
+}
+
+static char *redacted_url(const char *url)
+{
+    char buf[1024];
+    dbt_redact_url(url, buf, sizeof buf);
+    return strdup(buf);
+}
+
+void dbt_config_defaults(dbt_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    char err[DBT_ERRLEN];
+    (void)dbt_parse_redis_url("DBTHROTTLE_REDIS_URL", "redis://127.0.0.1:6379", &cfg->redis, err);
+    cfg->redis_url_redacted = strdup("redis://127.0.0.1:6379");
+    cfg->wait_timeout_ms = 120000;
+    cfg->lease_ms = 10000;
+    cfg->redis_timeout_ms = 1000;
+    cfg->on_redis_error = DBT_ON_ERROR_OPEN;
+    cfg->log_level = DBT_LOG_WARN;
+    cfg->log_format = DBT_FMT_LOGFMT;
+    cfg->key_prefix = strdup("dbthrottle:");
+}
+
+void dbt_config_free(dbt_config *cfg)
+{
+    dbt_redis_url_free(&cfg->redis);
+    free(cfg->redis_url_redacted);
+    free(cfg->pool);
+    free(cfg->log_path);
+    free(cfg->key_prefix);
+    free(cfg->config_file);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+/* Which setting a key names: the environment form, or the short form in any case. */
+static int key_index(const char *key)
+{
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(key, env_names[i]) == 0 || strcasecmp(key, env_names[i] + PREFIX_LEN) == 0)
+            return i;
+    return -1;
+}
+
+/* Levenshtein distance, for "did you mean". Names are short, so a small table will do. */
+static size_t distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return 99;
+    size_t d[64][64];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = d[i - 1][j - 1] +
+                         (toupper((unsigned char)a[i - 1]) != toupper((unsigned char)b[j - 1]));
+            size_t del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+    return d[la][lb];
+}
+
+static bool unknown_key(const char *key, char *err)
+{
+    bool env_form = strncmp(key, "DBTHROTTLE_", PREFIX_LEN) == 0;
+    size_t best = 99;
+    int which = -1;
+    for (int i = 0; i < NKEYS; i++) {
+        size_t d =
+            env_form ? distance(key, env_names[i]) : distance(key, env_names[i] + PREFIX_LEN);
+        if (d < best) {
+            best = d;
+            which = i;
+        }
+    }
+    char shown[80];
+    snprintf(shown, sizeof shown, "%.64s%s", key, strlen(key) > 64 ? "..." : "");
+    for (char *p = shown; *p; p++)
+        if ((unsigned char)*p < 0x20)
+            *p = '?';
+    if (which >= 0 && best <= 3) {
+        char lower[40];
+        const char *suggest = env_names[which];
+        if (!env_form) {
+            size_t n = 0;
+            for (const char *p = env_names[which] + PREFIX_LEN; *p && n < sizeof lower - 1; p++)
+                lower[n++] = (char)tolower((unsigned char)*p);
+            lower[n] = '\0';
+            suggest = lower;
+        }
+        snprintf(err, DBT_ERRLEN, "unknown setting %s (did you mean %s?)", shown, suggest);
+    } else {
+        snprintf(err, DBT_ERRLEN, "unknown setting %s", shown);
+    }
+    return false;
+}
+
+static bool set_string(char **field, const char *value)
+{
+    char *copy = strdup(value);
+    if (!copy)
+        return false;
+    free(*field);
+    *field = copy;
+    return true;
+}
+
+static bool one_of(const char *setting, const char *value, const char *const *names, int n,
+                   int *out, const char *expected, char *err)
+{
+    for (int i = 0; i < n; i++)
+        if (strcasecmp(value, names[i]) == 0) {
+            *out = i;
+            return true;
+        }
+    char q[80];
+    snprintf(q, sizeof q, "%.64s", value);
+    for (char *p = q; *p; p++)
+        if ((unsigned char)*p < 0x20)
+            *p = '?';
+    snprintf(err, DBT_ERRLEN, "%s: bad value \"%s\": expected %s", setting, q, expected);
+    return false;
+}
+
+static bool set_value(dbt_config *cfg, int k, const char *value, char *err)
+{
+    const char *name = env_names[k];
+    int64_t ms;
+    int n;
+    if (!value[0]) {
+        snprintf(err, DBT_ERRLEN, "%s: empty value (unset it instead)", name);
+        return false;
+    }
+    switch (k) {
+    case K_REDIS_URL:
+        if (!dbt_parse_redis_url(name, value, &cfg->redis, err))
+            return false;
+        free(cfg->redis_url_redacted);
+        cfg->redis_url_redacted = redacted_url(value);
+        return true;
+    case K_MAX_QUERIES:
+        return dbt_parse_limit(name, value, &cfg->max_queries, err);
+    case K_MAX_CONNECTIONS:
+        return dbt_parse_limit(name, value, &cfg->max_connections, err);
+    case K_POOL:
+        if (strlen(value) > 65536) {
+            snprintf(err, DBT_ERRLEN, "%s: longer than 65536 bytes", name);
+            return false;
+        }
+        return set_string(&cfg->pool, value);
+    case K_WAIT_TIMEOUT:
+        return dbt_parse_duration(name, value, true, true, &cfg->wait_timeout_ms, err);
+    case K_LEASE:
+        if (!dbt_parse_duration(name, value, false, false, &ms, err))
+            return false;
+        if (ms < 200 || ms > 3600000) {
+            snprintf(err, DBT_ERRLEN, "%s: bad value \"%.64s\": must be from 200ms to 1h", name,
+                     value);
+            return false;
+        }
+        cfg->lease_ms = ms;
+        return true;
+    case K_REDIS_TIMEOUT:
+        if (!dbt_parse_duration(name, value, false, false, &ms, err))
+            return false;
+        if (ms < 10 || ms > 60000) {
+            snprintf(err, DBT_ERRLEN, "%s: bad value \"%.64s\": must be from 10ms to 1m", name,
+                     value);
+            return false;
+        }
+        cfg->redis_timeout_ms = ms;
+        return true;
+    case K_ON_REDIS_ERROR: {
+        static const char *const modes[] = {"open", "closed"};
+        if (!one_of(name, value, modes, 2, &n, "open or closed", err))
+            return false;
+        cfg->on_redis_error = (dbt_on_error)n;
+        return true;
+    }
+    case K_LOG:
+        if (strcmp(value, "stderr") == 0) {
+            free(cfg->log_path);
+            cfg->log_path = NULL;
+            return true;
+        }
+        return set_string(&cfg->log_path, value);
+    case K_LOG_LEVEL: {
+        static const char *const levels[] = {"off", "error", "warn", "info", "debug"};
+        if (!one_of(name, value, levels, 5, &n, "off, error, warn, info or debug", err))
+            return false;
+        cfg->log_level = (dbt_log_level)n;
+        return true;
+    }
+    case K_LOG_FORMAT: {
+        static const char *const formats[] = {"logfmt", "json"};
+        if (!one_of(name, value, formats, 2, &n, "logfmt or json", err))
+            return false;
+        cfg->log_format = (dbt_log_format)n;
+        return true;
+    }
+    case K_LOG_QUERY:
+        return dbt_parse_bool(name, value, &cfg->log_query, err);
+    case K_KEY_PREFIX:
+        if (strlen(value) > 256) {
+            snprintf(err, DBT_ERRLEN, "%s: longer than 256 bytes", name);
+            return false;
+        }
+        return set_string(&cfg->key_prefix, value);
+    case K_DISABLE:
+        return dbt_parse_bool(name, value, &cfg->disable, err);
+    case K_CONFIG:
+        return set_string(&cfg->config_file, value);
+    }
+    return false;
+}
+
+bool dbt_config_set(dbt_config *cfg, const char *key, const char *value, dbt_source src, char *err)
+{
+    int k = key_index(key);
+    if (k < 0)
+        return unknown_key(key, err);
+    if (k == K_CONFIG && src == DBT_SRC_FILE) {
+        snprintf(err, DBT_ERRLEN, "DBTHROTTLE_CONFIG cannot be set inside a config file");
+        return false;
+    }
+    if (!set_value(cfg, k, value, err))
+        return false;
+    cfg->sources[k] = src;
+    return true;
+}
+
+dbt_source dbt_config_source(const dbt_config *cfg, const char *short_name)
+{
+    int k = key_index(short_name);
+    return k < 0 ? DBT_SRC_DEFAULT : cfg->sources[k];
+}
+
+/* Trims blanks at both ends, in place. */
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t' || *s == '\r')
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+        *--e = '\0';
+    return s;
+}
+
+/* Reads a value: "quoted" (with \" and \\) or bare up to a " #" comment. */
+static bool file_value(char *v, char **out, const char **why)
+{
+    v = trim(v);
+    if (*v == '"') {
+        char *o = v, *p = v + 1;
+        for (; *p && *p != '"'; p++) {
+            if (*p == '\\' && (p[1] == '"' || p[1] == '\\'))
+                p++;
+            *o++ = *p;
+        }
+        if (*p != '"') {
+            *why = "unterminated quote";
+            return false;
+        }
+        char *rest = trim(p + 1);
+        if (*rest && *rest != '#') {
+            *why = "text after the closing quote";
+            return false;
+        }
+        *o = '\0';
+        *out = v;
+        return true;
+    }
+    for (char *p = v; *p; p++)
+        if (*p == '#' && (p == v || p[-1] == ' ' || p[-1] == '\t')) {
+            *p = '\0';
+            break;
+        }
+    *out = trim(v);
+    return true;
+}
+
+bool dbt_config_parse_text(dbt_config *cfg, const char *name, const char *text, char *err)
+{
+    char *copy = strdup(text);
+    if (!copy) {
+        snprintf(err, DBT_ERRLEN, "%s: out of memory", name);
+        return false;
+    }
+    bool seen[NKEYS] = {false};
+    bool ok = true;
+    int lineno = 0;
+    char *save = NULL;
+    /* strtok_r would skip empty lines and so miscount them: walk the lines by hand. */
+    for (char *line = copy; line && ok; line = save) {
+        char *nl = strchr(line, '\n');
+        save = nl ? nl + 1 : NULL;
+        if (nl)
+            *nl = '\0';
+        lineno++;
+        char *l = trim(line);
+        if (!*l || *l == '#')
+            continue;
+        char *eq = strchr(l, '=');
+        const char *why = NULL;
+        char msg[DBT_ERRLEN];
+        if (!eq) {
+            why = "expected key = value";
+        } else {
+            *eq = '\0';
+            char *key = trim(l), *value = NULL;
+            if (!*key) {
+                why = "missing key before =";
+            } else if (file_value(eq + 1, &value, &why)) {
+                int k = key_index(key);
+                if (k >= 0 && seen[k]) {
+                    snprintf(msg, sizeof msg, "%.100s is set twice", key);
+                    why = msg;
+                } else if (!dbt_config_set(cfg, key, value, DBT_SRC_FILE, msg)) {
+                    why = msg;
+                } else if (k >= 0) {
+                    seen[k] = true;
+                }
+            }
+        }
+        if (why) {
+            snprintf(err, DBT_ERRLEN, "%.200s:%d: %.280s", name, lineno, why);
+            ok = false;
+        }
+    }
+    free(copy);
+    return ok;
+}
+
+static bool read_file(const char *path, char **out, char *err)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(err, DBT_ERRLEN, "DBTHROTTLE_CONFIG: cannot read %.300s: %s", path,
+                 strerror(errno));
+        return false;
+    }
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap + 1);
+    if (buf)
+        n = fread(buf, 1, cap + 1, f);
+    bool too_big = n > cap, failed = !buf || ferror(f);
+    fclose(f);
+    if (failed || too_big) {
+        free(buf);
+        snprintf(err, DBT_ERRLEN, "DBTHROTTLE_CONFIG: cannot read %.300s: %s", path,
+                 too_big ? "larger than 1 MiB" : "read error");
+        return false;
+    }
+    if (memchr(buf, '\0', n)) {
+        free(buf);
+        snprintf(err, DBT_ERRLEN, "DBTHROTTLE_CONFIG: %.300s: contains a NUL byte", path);
+        return false;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    return true;
+}
+
+bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
+{
+    dbt_config_defaults(cfg);
+    const char *file = NULL;
+    for (char *const *e = envp; e && *e; e++)
+        if (strncmp(*e, "DBTHROTTLE_CONFIG=", 18) == 0)
+            file = *e + 18;
+    if (file) {
+        char *text = NULL;
+        if (!file[0]) {
+            snprintf(err, DBT_ERRLEN, "DBTHROTTLE_CONFIG: empty value (unset it instead)");
+            return false;
+        }
+        if (!read_file(file, &text, err))
+            return false;
+        bool ok = dbt_config_parse_text(cfg, file, text, err);
+        free(text);
+        if (!ok)
+            return false;
+    }
+    for (char *const *e = envp; e && *e; e++) {
+        if (strncmp(*e, "DBTHROTTLE_", PREFIX_LEN) != 0)
+            continue;
+        const char *eq = strchr(*e, '=');
+        if (!eq)
+            continue;
+        char key[128];
+        size_t klen = (size_t)(eq - *e);
+        if (klen >= sizeof key)
+            klen = sizeof key - 1;
+        memcpy(key, *e, klen);
+        key[klen] = '\0';
+        /* The short names are for the file: the environment takes only DBTHROTTLE_ names. */
+        if (!dbt_config_set(cfg, key, eq + 1, DBT_SRC_ENV, err))
+            return false;
+    }
+    return true;
+}

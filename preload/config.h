@@ -1,0 +1,96 @@
+/* config.h - dbthrottle settings: their values, defaults and where each came from. */
+#ifndef DBT_CONFIG_H
+#define DBT_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Size of the buffer every parser writes its one-line error into. */
+#define DBT_ERRLEN 512
+
+/* A duration of "forever" (DBTHROTTLE_WAIT_TIMEOUT=infinite). */
+#define DBT_FOREVER INT64_C(-1)
+
+typedef enum { DBT_ON_ERROR_OPEN = 0, DBT_ON_ERROR_CLOSED = 1 } dbt_on_error;
+
+typedef enum {
+    DBT_LOG_OFF = 0,
+    DBT_LOG_ERROR = 1,
+    DBT_LOG_WARN = 2,
+    DBT_LOG_INFO = 3,
+    DBT_LOG_DEBUG = 4
+} dbt_log_level;
+
+typedef enum { DBT_FMT_LOGFMT = 0, DBT_FMT_JSON = 1 } dbt_log_format;
+
+/* Where a setting's value came from (shown by `dbthrottle check` later). */
+typedef enum { DBT_SRC_DEFAULT = 0, DBT_SRC_FILE = 1, DBT_SRC_ENV = 2 } dbt_source;
+
+/* A parsed DBTHROTTLE_REDIS_URL. Strings are owned (malloc'd) and NULL when absent. */
+typedef struct {
+    bool is_unix;   /* unix:///path[?db=N] */
+    char *host;     /* TCP host (IPv6 without brackets) */
+    int port;       /* TCP port, default 6379 */
+    char *path;     /* unix socket path */
+    int db;         /* SELECT db, default 0 */
+    char *user;     /* ACL user (Redis 6+), NULL when only a password is given */
+    char *password; /* AUTH password; never logged */
+} dbt_redis_url;
+
+/* Every setting. Owned strings are freed by dbt_config_free(). */
+typedef struct {
+    dbt_redis_url redis;
+    char *redis_url_redacted; /* the URL with its password replaced by "***", for logs */
+    int max_queries;          /* 0 = unset: queries are not throttled */
+    int max_connections;      /* 0 = unset: connections are not throttled */
+    char *pool;               /* NULL = derive from the connection (host:port/dbname) */
+    int64_t wait_timeout_ms;  /* DBT_FOREVER, or >= 0 (0 = never wait) */
+    int64_t lease_ms;         /* > 0 */
+    int64_t redis_timeout_ms; /* > 0: connect and command timeout */
+    dbt_on_error on_redis_error;
+    char *log_path; /* NULL = stderr */
+    dbt_log_level log_level;
+    dbt_log_format log_format;
+    bool log_query;
+    char *key_prefix; /* never NULL after a successful load */
+    bool disable;
+    char *config_file;      /* DBTHROTTLE_CONFIG, NULL when unset */
+    dbt_source sources[16]; /* where each setting came from, see dbt_config_source */
+} dbt_config;
+
+/* Value parsers: pure functions, no I/O. Each returns true on success; on failure it writes a
+ * one-line message naming `setting` and the bad value into err (DBT_ERRLEN bytes) and leaves
+ * *out untouched. */
+bool dbt_parse_duration(const char *setting, const char *text, bool allow_zero, bool allow_forever,
+                        int64_t *out_ms, char *err);
+bool dbt_parse_limit(const char *setting, const char *text, int *out, char *err);
+bool dbt_parse_bool(const char *setting, const char *text, bool *out, char *err);
+bool dbt_parse_redis_url(const char *setting, const char *text, dbt_redis_url *out, char *err);
+void dbt_redis_url_free(dbt_redis_url *u);
+
+/* Sets every field to its default. */
+void dbt_config_defaults(dbt_config *cfg);
+
+/* Applies one KEY=VALUE. key is either the environment name (DBTHROTTLE_MAX_QUERIES) or the short
+ * file form (max_queries, case-insensitive). Returns false with a one-line message on an unknown
+ * key or a bad value. */
+bool dbt_config_set(dbt_config *cfg, const char *key, const char *value, dbt_source src, char *err);
+
+/* Parses the text of a configuration file (`key = value` lines, '#' comments, blank lines,
+ * optional double quotes around a value). `name` is used in messages ("FILE:LINE: ..."). No I/O. */
+bool dbt_config_parse_text(dbt_config *cfg, const char *name, const char *text, char *err);
+
+/* Loads defaults, then the file named by DBTHROTTLE_CONFIG (if set), then every DBTHROTTLE_*
+ * variable of `envp` (the environment wins). Unknown DBTHROTTLE_* names are errors. On failure
+ * cfg holds defaults plus what was read so far and err says what is wrong. */
+bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err);
+
+/* Where a setting came from, by short name ("max_queries"); DBT_SRC_DEFAULT for unknown names. */
+dbt_source dbt_config_source(const dbt_config *cfg, const char *short_name);
+
+void dbt_config_free(dbt_config *cfg);
+
+const char *dbt_log_level_name(dbt_log_level l);
+
+#endif

@@ -1,0 +1,34 @@
+/* keys.h - Redis key names of a pool: PREFIX{POOL}:..., safe for any pool name or prefix. */
+#ifndef DBT_KEYS_H
+#define DBT_KEYS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum { DBT_KIND_QUERY = 0, DBT_KIND_CONN = 1 } dbt_kind;
+#define DBT_NKINDS 2
+
+/* The five keys of one semaphore, in the order the scripts take them (see lua/_common.lua). */
+enum { DBT_K_HOLDERS, DBT_K_QUEUE, DBT_K_WEXP, DBT_K_SEQ, DBT_K_SEEN, DBT_NKEYS };
+
+typedef struct {
+    char *base;                        /* escaped prefix + "{" + escaped pool + "}" */
+    char *wake_prefix;                 /* base + ":wake:" (a process' list: + its cid) */
+    char *keys[DBT_NKINDS][DBT_NKEYS]; /* base + ":q:holders" ... */
+} dbt_keys;
+
+/* Escapes text so it can stand inside a Redis Cluster hash tag and be told apart from any other
+ * text: bytes other than [A-Za-z0-9._:/@-] become %XX (so '{', '}', '%', spaces and newlines
+ * never appear). Injective: two different names never share an escaped form. Returns a malloc'd
+ * string, or NULL when out of memory. */
+char *dbt_key_escape(const char *text);
+
+/* Builds the key names of pool `pool` under `prefix`. Returns false when out of memory. */
+bool dbt_keys_init(dbt_keys *k, const char *prefix, const char *pool);
+void dbt_keys_free(dbt_keys *k);
+
+/* "query" or "connection", and the one-letter form the scripts use ("q", "c"). */
+const char *dbt_kind_name(dbt_kind kind);
+const char *dbt_kind_letter(dbt_kind kind);
+
+#endif

@@ -1,0 +1,227 @@
+/* listener.c - waiting threads take turns listening for the grants pushed to their process.
+ *
+ * Grants arrive by BLPOP on the process' own wake list ("<prefix>{pool}:wake:<cid>") over one
+ * connection per process and pool. Rather than a dedicated thread that receives each grant and
+ * wakes its waiter (two thread wake-ups between Redis and the waiter), one of the waiting threads
+ * is the leader: it polls that connection and its own eventfd at once, hands other threads'
+ * grants to them, and, when its own grant comes or it gives up, passes the role to another
+ * waiter. A process with a single waiting thread (the common case) thus gets its grant straight
+ * from the socket. A BLPOP in flight outlives leaders: whoever leads next reads its reply. */
+#include "log.h"
+#include "pool_internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* BLPOP's own timeout. Only bounds how long a blocked BLPOP outlives the last waiter. */
+#define BLPOP_SECONDS "30"
+
+struct dbt_slot *dbt_find_slot(dbt_pool *p, const char *id)
+{
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (strcmp(s->id, id) == 0)
+            return s;
+    return NULL;
+}
+
+void dbt_fail_waiters(dbt_pool *p)
+{
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->state == SLOT_QUEUED) {
+            s->state = SLOT_DOWN;
+            p->nqueued--;
+            dbt_slot_wake(s);
+        }
+}
+
+/* A grant "g<kind>:<id>" arrived. Call with p->mu held. A grant for a slot that is no longer
+ * waiting (it timed out and is being cancelled) is ignored: cancel.lua gives it back. */
+static void dispatch(dbt_pool *p, const char *msg)
+{
+    if (msg[0] != 'g' || (msg[1] != 'q' && msg[1] != 'c') || msg[2] != ':')
+        return;
+    struct dbt_slot *s = dbt_find_slot(p, msg + 3);
+    if (!s || (s->state != SLOT_QUEUED && s->state != SLOT_PENDING))
+        return;
+    if (s->state == SLOT_QUEUED) {
+        p->nqueued--;
+        p->nheld++;
+    }
+    s->state = SLOT_HELD;
+    s->t_grant_us = dbt_now_us();
+    dbt_slot_wake(s);
+}
+
+/* The listener connection broke: drop it, and let every waiter decide (open or closed) rather
+ * than hang. Called without p->mu. */
+static void listener_failed(dbt_pool *p, const char *err)
+{
+    dbt_pool_note_error(p, "listen", err);
+    pthread_mutex_lock(&p->mu);
+    dbt_redis *l = p->listener;
+    p->listener = NULL;
+    p->blpop_in_flight = false;
+    dbt_fail_waiters(p);
+    pthread_mutex_unlock(&p->mu);
+    dbt_redis_free(l);
+}
+
+/* Connects the listener if needed and makes sure a BLPOP is in flight. Leader only. */
+static dbt_redis *ready_listener(dbt_pool *p, const char *wake_key, char *err)
+{
+    pthread_mutex_lock(&p->mu);
+    dbt_redis *l = p->listener;
+    bool reset = p->listener_reset || (l && dbt_redis_broken(l));
+    if (reset) {
+        p->listener = NULL;
+        p->blpop_in_flight = false;
+        p->listener_reset = false;
+    }
+    bool in_flight = p->blpop_in_flight;
+    pthread_mutex_unlock(&p->mu);
+    if (reset) {
+        dbt_redis_free(l);
+        l = NULL;
+    }
+    if (!l) {
+        l = dbt_redis_connect(p->client->cfg, err);
+        if (!l)
+            return NULL;
+        pthread_mutex_lock(&p->mu);
+        p->listener = l;
+        pthread_mutex_unlock(&p->mu);
+    }
+    if (!in_flight) {
+        const char *argv[] = {"BLPOP", wake_key, BLPOP_SECONDS};
+        int done = 0;
+        if (redisAppendCommandArgv(l->ctx, 3, argv, NULL) != REDIS_OK)
+            goto io_error;
+        while (!done)
+            if (redisBufferWrite(l->ctx, &done) != REDIS_OK)
+                goto io_error;
+        pthread_mutex_lock(&p->mu);
+        p->blpop_in_flight = true;
+        pthread_mutex_unlock(&p->mu);
+    }
+    return l;
+io_error:
+    snprintf(err, DBT_ERRLEN, "redis: %s", l->ctx->errstr[0] ? l->ctx->errstr : "write failed");
+    return NULL;
+}
+
+/* Reads what the listener socket has and dispatches every complete reply. */
+static bool read_grants(dbt_pool *p, dbt_redis *l, char *err)
+{
+    if (redisBufferRead(l->ctx) != REDIS_OK) {
+        snprintf(err, DBT_ERRLEN, "redis: %s",
+                 l->ctx->errstr[0] ? l->ctx->errstr : "connection lost");
+        return false;
+    }
+    for (;;) {
+        void *v = NULL;
+        if (redisGetReplyFromReader(l->ctx, &v) != REDIS_OK) {
+            snprintf(err, DBT_ERRLEN, "redis: %s", l->ctx->errstr);
+            return false;
+        }
+        if (!v)
+            return true;
+        redisReply *rep = v;
+        pthread_mutex_lock(&p->mu);
+        p->blpop_in_flight = false;
+        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+            rep->element[1]->type == REDIS_REPLY_STRING)
+            dispatch(p, rep->element[1]->str);
+        pthread_mutex_unlock(&p->mu);
+        bool bad = rep->type == REDIS_REPLY_ERROR;
+        if (bad)
+            snprintf(err, DBT_ERRLEN, "redis: %s", rep->str);
+        freeReplyObject(rep);
+        if (bad)
+            return false;
+    }
+}
+
+int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_acquire_opts *o)
+{
+    char wake_key[512], err[DBT_ERRLEN];
+    int klen = snprintf(wake_key, sizeof wake_key, "%s%s", p->keys.wake_prefix, p->client->cid);
+    char *big = NULL;
+    if (klen >= (int)sizeof wake_key) { /* a very long pool name */
+        big = malloc((size_t)klen + 1);
+        if (!big)
+            return 1;
+        snprintf(big, (size_t)klen + 1, "%s%s", p->keys.wake_prefix, p->client->cid);
+    }
+    int result = 1;
+    dbt_redis *l = ready_listener(p, big ? big : wake_key, err);
+    if (!l) {
+        listener_failed(p, err);
+        goto out;
+    }
+    for (;;) {
+        int ms = -1;
+        if (deadline_us >= 0) {
+            int64_t left = deadline_us - dbt_now_us();
+            if (left <= 0) {
+                result = 0;
+                break;
+            }
+            ms = (int)((left + 999) / 1000);
+        }
+        struct pollfd pfd[2] = {{.fd = l->ctx->fd, .events = POLLIN},
+                                {.fd = s->efd, .events = POLLIN}};
+        int n = poll(pfd, 2, ms);
+        if (n < 0 && errno == EINTR) {
+            if (o->interrupted && o->interrupted(o->arg)) {
+                result = -1;
+                break;
+            }
+            continue;
+        }
+        if (n == 0)
+            continue; /* the deadline check above ends it */
+        if (pfd[0].revents) {
+            if (!read_grants(p, l, err)) {
+                listener_failed(p, err);
+                break;
+            }
+            /* Keep a BLPOP in flight for the others, unless our own grant just came. */
+            pthread_mutex_lock(&p->mu);
+            bool mine = s->state == SLOT_HELD;
+            pthread_mutex_unlock(&p->mu);
+            if (!mine && !ready_listener(p, big ? big : wake_key, err))
+                listener_failed(p, err);
+            break;
+        }
+        if (pfd[1].revents) {
+            uint64_t v;
+            ssize_t rd = read(s->efd, &v, sizeof v);
+            (void)rd;
+            break;
+        }
+    }
+out:
+    free(big);
+    return result;
+}
+
+void dbt_listener_pass(dbt_pool *p)
+{
+    /* Any waiter will do: it finds no leader and takes the role. */
+    for (struct dbt_slot *w = p->slots; w; w = w->next)
+        if (w->state == SLOT_QUEUED) {
+            dbt_slot_wake(w);
+            return;
+        }
+}
+
+void dbt_listener_close(dbt_pool *p)
+{
+    dbt_redis_free(p->listener);
+    p->listener = NULL;
+    p->blpop_in_flight = false;
+}

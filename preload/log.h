@@ -1,0 +1,51 @@
+/* log.h - trace and error lines: one write() per line, logfmt or JSON, never a secret. */
+#ifndef DBT_LOG_H
+#define DBT_LOG_H
+
+#include "config.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { DBT_F_STR, DBT_F_INT, DBT_F_MS } dbt_field_type;
+
+/* One key=value of a log line. DBT_F_MS is a duration in milliseconds printed with 3 decimals. */
+typedef struct {
+    const char *key;
+    dbt_field_type type;
+    const char *s; /* DBT_F_STR; NULL prints as empty */
+    int64_t i;     /* DBT_F_INT */
+    double ms;     /* DBT_F_MS */
+} dbt_field;
+
+#define DBT_S(k, v)  ((dbt_field){.key = (k), .type = DBT_F_STR, .s = (v)})
+#define DBT_I(k, v)  ((dbt_field){.key = (k), .type = DBT_F_INT, .i = (int64_t)(v)})
+#define DBT_MS(k, v) ((dbt_field){.key = (k), .type = DBT_F_MS, .ms = (double)(v)})
+
+/* Opens the destination named by cfg (stderr, or a file created 0600 with O_APPEND|O_CLOEXEC).
+ * Returns false with a message in err if the file cannot be opened (the logger then uses stderr).
+ * Safe to call again (re-opens). */
+bool dbt_log_open(const dbt_config *cfg, char *err);
+void dbt_log_close(void);
+
+/* True when a line at `level` would be written: call before building costly fields. */
+bool dbt_log_enabled(dbt_log_level level);
+
+/* Writes one line: ts, level, event, then the fields in order, then pid and tid. */
+void dbt_log(dbt_log_level level, const char *event, const dbt_field *fields, size_t nfields);
+
+/* Formats one line into buf (always NUL-terminated, ends with '\n'); returns its length. Values
+ * longer than 1024 bytes are cut and end in "...". Pure: used by dbt_log and the unit tests. */
+size_t dbt_log_format_line(char *buf, size_t cap, dbt_log_format fmt, const char *ts,
+                           dbt_log_level level, const char *event, const dbt_field *fields,
+                           size_t nfields);
+
+/* Redaction helpers: never let a secret reach a line. */
+/* Copies a redis:// URL with the password replaced by "***". */
+void dbt_redact_url(const char *url, char *out, size_t cap);
+/* Copies a libpq conninfo string ("key=value ..." or a postgres:// URI) with password values
+ * replaced by "***". */
+void dbt_redact_conninfo(const char *conninfo, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,122 @@
+/* pool_internal.h - the state shared by sem_client.c, listener.c, renewer.c and fork.c.
+ * Not a public API. */
+#ifndef DBT_POOL_INTERNAL_H
+#define DBT_POOL_INTERNAL_H
+
+#include "redis_conn.h"
+#include "sem_client.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* Command connections a pool keeps at most. Each is used for one round trip at a time, never
+ * while a lock is held; threads beyond this wait for one to come back. */
+#define DBT_MAX_CONNS 8
+
+/* After a failed Redis call, acquires skip Redis (open: unthrottled; closed: refused) for this
+ * long before trying again, so an outage costs one timeout per second, not one per query. */
+#define DBT_OUTAGE_BACKOFF_US INT64_C(1000000)
+
+typedef enum {
+    SLOT_PENDING,    /* acquire sent, reply not read yet */
+    SLOT_QUEUED,     /* in Redis' queue, waiting for its grant */
+    SLOT_HELD,       /* holds a permit */
+    SLOT_CANCELLING, /* its waiter gave up; a grant that races in is given back by cancel.lua */
+    SLOT_REQUEUE,    /* Redis forgot the waiter (restart, expiry): acquire again */
+    SLOT_DOWN        /* Redis became unreachable while it waited */
+} dbt_slot_state;
+
+struct dbt_slot {
+    dbt_pool *pool;
+    dbt_kind kind;
+    dbt_slot_state state;
+    int limit;
+    int efd;      /* eventfd written when the state changes or the listener role passes; -1 if
+                   * the caller does not wait */
+    bool lost;    /* Redis no longer has it (see dbt_permit_lost) */
+    uint64_t gen; /* pool generation: a permit from before a fork() is the parent's */
+    char id[64];
+    char conn[64];
+    int64_t t_request_us; /* when acquire was first called */
+    int64_t t_grant_us;
+    int64_t t_renewed_us; /* when the last acquire or renewal that Redis accepted was sent */
+    struct dbt_slot *prev, *next;
+};
+
+struct dbt_pool {
+    dbt_client *client;
+    char *name;
+    dbt_keys keys;
+    struct dbt_pool *next;
+
+    pthread_mutex_t mu; /* guards all below; never held across network I/O */
+    pthread_cond_t conn_cv;
+    dbt_redis *free_conns[DBT_MAX_CONNS];
+    dbt_redis *all_conns[DBT_MAX_CONNS]; /* every command connection, to close them in a child */
+    int nfree, nconns;
+
+    struct dbt_slot *slots; /* every pending, queued and held slot of this process */
+    int nqueued, nheld;
+    uint64_t gen;
+
+    /* grants: the waiting threads take turns listening (listener.c) */
+    dbt_redis *listener;  /* the connection that BLPOPs this process' wake list */
+    bool leader_active;   /* a waiting thread is listening */
+    bool blpop_in_flight; /* a BLPOP was sent and its reply not read yet */
+    bool listener_reset;  /* Redis failed: reconnect before listening again */
+
+    /* background thread: renews leases (renewer.c) */
+    bool thread_started, stop;
+    pthread_t thread;
+    pthread_cond_t bg_cv;
+    int64_t last_renew_us;
+
+    int64_t down_until_us; /* outage backoff, see DBT_OUTAGE_BACKOFF_US */
+    bool in_outage;
+    bool disagreement_logged[DBT_NKINDS];
+    bool seen_any_grant;
+    dbt_pool_stats st;
+};
+
+struct dbt_client {
+    const dbt_config *cfg;
+    char cid[17];
+    atomic_uint_fast64_t serial;
+    pthread_mutex_t mu; /* guards pools */
+    dbt_pool *pools;
+    struct dbt_client *next; /* registry of live clients, for fork handling */
+};
+
+int64_t dbt_now_us(void); /* CLOCK_MONOTONIC */
+
+/* sem_client.c */
+dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err);
+void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r);
+void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg);
+void dbt_pool_note_ok(dbt_pool *p);
+void dbt_slot_wake(struct dbt_slot *s); /* call with p->mu held */
+void dbt_script_keys(const dbt_pool *p, dbt_kind kind, const char **keys);
+void dbt_script_base_args(const dbt_pool *p, dbt_kind kind, char *lease, char *ttl,
+                          const char **args);
+
+/* listener.c */
+/* Leads for one step: polls the listener connection and s's eventfd until something happens
+ * (returns 1), the deadline passes (0) or a signal interrupts and o->interrupted says stop (-1).
+ * Only the thread that set p->leader_active calls it, without p->mu. */
+int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_acquire_opts *o);
+void dbt_listener_pass(dbt_pool *p);  /* p->mu held: wake a waiter to take over the role */
+void dbt_listener_close(dbt_pool *p); /* frees the listener connection (no thread uses it) */
+struct dbt_slot *dbt_find_slot(dbt_pool *p, const char *id); /* p->mu held */
+void dbt_fail_waiters(dbt_pool *p); /* p->mu held: every waiter gives up on a Redis that is gone */
+
+/* renewer.c */
+void dbt_renewer_ensure(dbt_pool *p); /* call with p->mu held: starts or wakes the thread */
+void dbt_renewer_stop(dbt_pool *p);   /* call without p->mu: stops and joins it */
+
+/* fork.c */
+void dbt_fork_register(dbt_client *c);
+void dbt_fork_unregister(dbt_client *c);
+void dbt_new_client_id(char cid[17]);
+void dbt_cond_init_mono(pthread_cond_t *cv); /* a condition variable timed by CLOCK_MONOTONIC */
+
+#endif

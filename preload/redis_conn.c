@@ -1,0 +1,433 @@
+/* redis_conn.c - one Redis connection: connect, AUTH, SELECT, timeouts, scripts by EVALSHA. */
+#include "redis_conn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct timeval tv_of(int64_t ms)
+{
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    return tv;
+}
+
+static void set_err(char *err, const char *what, const char *detail)
+{
+    snprintf(err, DBT_ERRLEN, "%.150s: %.300s", what, detail);
+    /* One line, always: a Redis error text could in theory contain a newline. */
+    for (char *p = err; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+}
+
+/* Describes the server without its password. */
+static void where(const dbt_config *cfg, char *buf, size_t cap)
+{
+    if (cfg->redis.is_unix)
+        snprintf(buf, cap, "redis unix:%s", cfg->redis.path);
+    else
+        snprintf(buf, cap, "redis %s:%d", cfg->redis.host, cfg->redis.port);
+}
+
+static const dbt_script *const all_scripts[] = {&dbt_script_acquire, &dbt_script_release,
+                                                &dbt_script_cancel, &dbt_script_renew};
+enum { NSCRIPTS = sizeof all_scripts / sizeof *all_scripts };
+
+static redisReply *read_reply(dbt_redis *r, char *err);
+
+static bool load_all_scripts(dbt_redis *r, char *err)
+{
+    for (int i = 0; i < NSCRIPTS; i++) {
+        const char *argv[] = {"SCRIPT", "LOAD", all_scripts[i]->body};
+        size_t lens[] = {6, 4, all_scripts[i]->len};
+        if (redisAppendCommandArgv(r->ctx, 3, argv, lens) != REDIS_OK) {
+            set_err(err, "redis", r->ctx->errstr);
+            return false;
+        }
+    }
+    bool ok = true;
+    for (int i = 0; i < NSCRIPTS; i++) {
+        redisReply *rep = read_reply(r, err);
+        if (!rep)
+            return false;
+        if (rep->type != REDIS_REPLY_STRING || strcmp(rep->str, all_scripts[i]->sha) != 0) {
+            snprintf(err, DBT_ERRLEN, "redis: SCRIPT LOAD %s returned an unexpected SHA1",
+                     all_scripts[i]->name);
+            ok = false;
+        }
+        freeReplyObject(rep);
+    }
+    return ok;
+}
+
+static redisReply *simple(dbt_redis *r, char *err, int argc, const char **argv)
+{
+    return dbt_redis_command(r, argc, argv, NULL, err);
+}
+
+dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err)
+{
+    char who[300];
+    where(cfg, who, sizeof who);
+    struct timeval tv = tv_of(cfg->redis_timeout_ms);
+    redisContext *c = cfg->redis.is_unix
+                          ? redisConnectUnixWithTimeout(cfg->redis.path, tv)
+                          : redisConnectWithTimeout(cfg->redis.host, cfg->redis.port, tv);
+    if (!c) {
+        set_err(err, who, "out of memory");
+        return NULL;
+    }
+    if (c->err) {
+        set_err(err, who, c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    /* hiredis 0.14 cannot open its socket with SOCK_CLOEXEC: set it now, so a program that
+     * forks and execs never hands our socket to its children. */
+    int fl = fcntl(c->fd, F_GETFD);
+    if (fl >= 0)
+        (void)fcntl(c->fd, F_SETFD, fl | FD_CLOEXEC);
+    if (!cfg->redis.is_unix)
+        (void)redisEnableKeepAlive(c);
+    if (redisSetTimeout(c, tv) != REDIS_OK) {
+        set_err(err, who, "cannot set the socket timeout");
+        redisFree(c);
+        return NULL;
+    }
+    dbt_redis *r = calloc(1, sizeof *r);
+    if (!r) {
+        redisFree(c);
+        set_err(err, who, "out of memory");
+        return NULL;
+    }
+    r->ctx = c;
+    r->timeout_ms = cfg->redis_timeout_ms;
+
+    char msg[DBT_ERRLEN];
+    redisReply *rep;
+    if (cfg->redis.password) {
+        if (cfg->redis.user) {
+            const char *argv[] = {"AUTH", cfg->redis.user, cfg->redis.password};
+            rep = simple(r, msg, 3, argv);
+        } else {
+            const char *argv[] = {"AUTH", cfg->redis.password};
+            rep = simple(r, msg, 2, argv);
+        }
+        if (!rep) {
+            /* Redis' AUTH errors never echo the password; say which step failed. */
+            char m2[DBT_ERRLEN];
+            snprintf(m2, sizeof m2, "AUTH failed: %.300s", msg);
+            set_err(err, who, m2);
+            dbt_redis_free(r);
+            return NULL;
+        }
+        freeReplyObject(rep);
+    }
+    if (cfg->redis.db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", cfg->redis.db);
+        const char *argv[] = {"SELECT", db};
+        rep = simple(r, msg, 2, argv);
+        if (!rep) {
+            char m2[DBT_ERRLEN];
+            snprintf(m2, sizeof m2, "SELECT %d failed: %.300s", cfg->redis.db, msg);
+            set_err(err, who, m2);
+            dbt_redis_free(r);
+            return NULL;
+        }
+        freeReplyObject(rep);
+    }
+    /* Load every script now, in one pipelined round trip: a fire-and-forget release must not
+     * meet a NOSCRIPT that nobody would read until the connection is used again. */
+    if (!load_all_scripts(r, msg)) {
+        set_err(err, who, msg);
+        dbt_redis_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void dbt_redis_free(dbt_redis *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->npending; i++)
+        redisFreeCommand(r->pending[i].cmd);
+    if (r->ctx)
+        redisFree(r->ctx);
+    free(r);
+}
+
+bool dbt_redis_broken(const dbt_redis *r)
+{
+    return !r->ctx || r->ctx->err != 0;
+}
+
+bool dbt_redis_set_timeout(dbt_redis *r, int64_t ms)
+{
+    return redisSetTimeout(r->ctx, tv_of(ms)) == REDIS_OK;
+}
+
+/* Reads one reply. Returns NULL and sets err on I/O errors and on error replies. */
+static redisReply *read_reply(dbt_redis *r, char *err)
+{
+    void *v = NULL;
+    if (redisGetReply(r->ctx, &v) != REDIS_OK || !v) {
+        const char *e = r->ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)
+                            ? "timed out waiting for a reply"
+                            : r->ctx->errstr;
+        set_err(err, "redis", e[0] ? e : "connection lost");
+        /* A reply that never came leaves the connection out of step: never reuse it. */
+        if (!r->ctx->err)
+            r->ctx->err = REDIS_ERR_IO;
+        return NULL;
+    }
+    redisReply *rep = v;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        set_err(err, "redis", rep->str);
+        freeReplyObject(rep);
+        return NULL;
+    }
+    return rep;
+}
+
+static bool is_noscript(const char *err)
+{
+    return strstr(err, "NOSCRIPT") != NULL;
+}
+
+bool dbt_redis_load_script(dbt_redis *r, const dbt_script *s, char *err)
+{
+    const char *argv[] = {"SCRIPT", "LOAD", s->body};
+    size_t lens[] = {6, 4, s->len};
+    redisReply *rep = dbt_redis_command(r, 3, argv, lens, err);
+    if (!rep)
+        return false;
+    bool ok = rep->type == REDIS_REPLY_STRING && strcmp(rep->str, s->sha) == 0;
+    if (!ok)
+        snprintf(err, DBT_ERRLEN, "redis: SCRIPT LOAD %s returned an unexpected SHA1", s->name);
+    freeReplyObject(rep);
+    return ok;
+}
+
+/* Re-sends a formatted EVALSHA after loading its script, and reads the reply. */
+static redisReply *retry_after_load(dbt_redis *r, const dbt_script *s, const char *cmd, size_t len,
+                                    char *err)
+{
+    if (!dbt_redis_load_script(r, s, err))
+        return NULL;
+    if (redisAppendFormattedCommand(r->ctx, cmd, len) != REDIS_OK) {
+        set_err(err, "redis", r->ctx->errstr);
+        return NULL;
+    }
+    return read_reply(r, err);
+}
+
+/* Which script a pending command runs: its SHA1 sits at a fixed place in the formatted text. */
+static const dbt_script *script_of(const char *cmd)
+{
+    for (int i = 0; i < NSCRIPTS; i++)
+        if (strstr(cmd, all_scripts[i]->sha))
+            return all_scripts[i];
+    return NULL;
+}
+
+static void forget_pending(dbt_redis *r)
+{
+    for (int i = 0; i < r->npending; i++)
+        redisFreeCommand(r->pending[i].cmd);
+    r->npending = 0;
+}
+
+/* Adds a command whose reply will be read later; cmd NULL = a reply to skip (SCRIPT LOAD). */
+static void add_pending(dbt_redis *r, char *cmd, size_t len)
+{
+    r->pending[r->npending].cmd = cmd;
+    r->pending[r->npending].len = len;
+    r->npending++;
+}
+
+/* Reads the replies of the first n fire-and-forget commands. One that met NOSCRIPT (SCRIPT
+ * FLUSH, a restart behind a proxy) is sent again after a SCRIPT LOAD, both appended to the
+ * connection: their replies come after anything already sent, and are read later. Returns
+ * false when any of them failed otherwise (message in err). */
+static bool read_pending(dbt_redis *r, int n, char *err)
+{
+    bool ok = true;
+    struct {
+        char *cmd;
+        size_t len;
+    } again[DBT_MAX_PENDING];
+    int nagain = 0;
+    for (int i = 0; i < n; i++) {
+        char *cmd = r->pending[i].cmd;
+        redisReply *rep = read_reply(r, err);
+        if (rep) {
+            freeReplyObject(rep);
+        } else if (cmd && !dbt_redis_broken(r) && is_noscript(err)) {
+            again[nagain].cmd = cmd;
+            again[nagain].len = r->pending[i].len;
+            nagain++;
+            r->pending[i].cmd = NULL; /* now owned by again[] */
+            continue;
+        } else {
+            ok = false;
+        }
+        redisFreeCommand(cmd);
+        r->pending[i].cmd = NULL;
+        if (dbt_redis_broken(r)) {
+            for (int j = 0; j < nagain; j++)
+                redisFreeCommand(again[j].cmd);
+            forget_pending(r);
+            return false;
+        }
+    }
+    r->npending -= n;
+    memmove(&r->pending[0], &r->pending[n], (size_t)r->npending * sizeof r->pending[0]);
+    for (int j = 0; j < nagain; j++) {
+        const dbt_script *s = script_of(again[j].cmd);
+        const char *argv[] = {"SCRIPT", "LOAD", s ? s->body : ""};
+        size_t lens[] = {6, 4, s ? s->len : 0};
+        if (!s || r->npending + 2 > DBT_MAX_PENDING ||
+            redisAppendCommandArgv(r->ctx, 3, argv, lens) != REDIS_OK ||
+            redisAppendFormattedCommand(r->ctx, again[j].cmd, again[j].len) != REDIS_OK) {
+            redisFreeCommand(again[j].cmd);
+            ok = false;
+            continue;
+        }
+        add_pending(r, NULL, 0);
+        add_pending(r, again[j].cmd, again[j].len);
+    }
+    return ok;
+}
+
+bool dbt_redis_drain(dbt_redis *r, char *err)
+{
+    bool ok = true;
+    /* Twice at most: once for the replies, once for what a NOSCRIPT made us send again. */
+    for (int round = 0; round < 2 && r->npending > 0 && !dbt_redis_broken(r); round++)
+        ok = read_pending(r, r->npending, err) && ok;
+    if (r->npending > 0) {
+        forget_pending(r);
+        ok = false;
+    }
+    return ok && !dbt_redis_broken(r);
+}
+
+/* Sends what is appended, reads the replies of earlier fire-and-forget commands (they come
+ * first), then this command's reply. One round trip, even with releases in flight. */
+static redisReply *finish_command(dbt_redis *r, char *err)
+{
+    char derr[DBT_ERRLEN];
+    if (r->npending > 0 && !read_pending(r, r->npending, derr) && dbt_redis_broken(r)) {
+        set_err(err, "redis", derr);
+        return NULL;
+    }
+    /* A release that failed is not this command's failure: the lease covers it. */
+    return read_reply(r, err);
+}
+
+redisReply *dbt_redis_command(dbt_redis *r, int argc, const char **argv, const size_t *lens,
+                              char *err)
+{
+    if (dbt_redis_broken(r)) {
+        set_err(err, "redis", r->ctx->errstr[0] ? r->ctx->errstr : "connection lost");
+        return NULL;
+    }
+    if (redisAppendCommandArgv(r->ctx, argc, argv, lens) != REDIS_OK) {
+        set_err(err, "redis", r->ctx->errstr);
+        return NULL;
+    }
+    return finish_command(r, err);
+}
+
+/* Formats EVALSHA sha nkeys keys... args... (a renewal may carry thousands of ids). */
+static long format_eval(const dbt_script *s, int nkeys, const char *const *keys, int nargs,
+                        const char *const *args, char **out)
+{
+    enum { SMALL = 32 };
+    const char *small[SMALL];
+    int argc = 3 + nkeys + nargs;
+    const char **argv = argc <= SMALL ? small : malloc((size_t)argc * sizeof *argv);
+    if (!argv)
+        return -1;
+    char nk[16];
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    int n = 0;
+    argv[n++] = "EVALSHA";
+    argv[n++] = s->sha;
+    argv[n++] = nk;
+    for (int i = 0; i < nkeys; i++)
+        argv[n++] = keys[i];
+    for (int i = 0; i < nargs; i++)
+        argv[n++] = args[i];
+    int len = redisFormatCommandArgv(out, argc, argv, NULL);
+    if (argv != small)
+        free(argv);
+    return len < 0 ? -1 : len;
+}
+
+redisReply *dbt_redis_eval(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
+                           int nargs, const char *const *args, char *err)
+{
+    if (dbt_redis_broken(r)) {
+        set_err(err, "redis", r->ctx->errstr[0] ? r->ctx->errstr : "connection lost");
+        return NULL;
+    }
+    char *cmd = NULL;
+    long len = format_eval(s, nkeys, keys, nargs, args, &cmd);
+    if (len < 0) {
+        set_err(err, "redis", "cannot format the command");
+        return NULL;
+    }
+    redisReply *rep = NULL;
+    if (redisAppendFormattedCommand(r->ctx, cmd, (size_t)len) != REDIS_OK) {
+        set_err(err, "redis", r->ctx->errstr);
+    } else {
+        rep = finish_command(r, err);
+        if (!rep && !dbt_redis_broken(r) && is_noscript(err)) {
+            /* Whatever a NOSCRIPT among the releases made us send again comes first. */
+            char derr[DBT_ERRLEN];
+            (void)dbt_redis_drain(r, derr);
+            rep = retry_after_load(r, s, cmd, (size_t)len, err);
+        }
+    }
+    redisFreeCommand(cmd);
+    return rep;
+}
+
+bool dbt_redis_eval_nowait(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
+                           int nargs, const char *const *args, char *err)
+{
+    /* Room for this one, and for a SCRIPT LOAD and a resend should it meet NOSCRIPT. */
+    if (r->npending + 3 > DBT_MAX_PENDING)
+        (void)dbt_redis_drain(r, err); /* a failed release is not this one's failure */
+    if (dbt_redis_broken(r)) {
+        set_err(err, "redis", r->ctx->errstr[0] ? r->ctx->errstr : "connection lost");
+        return false;
+    }
+    char *cmd = NULL;
+    long len = format_eval(s, nkeys, keys, nargs, args, &cmd);
+    if (len < 0) {
+        set_err(err, "redis", "cannot format the command");
+        return false;
+    }
+    if (redisAppendFormattedCommand(r->ctx, cmd, (size_t)len) != REDIS_OK) {
+        set_err(err, "redis", r->ctx->errstr);
+        redisFreeCommand(cmd);
+        return false;
+    }
+    /* Push it onto the socket now; only the reply is left for later. */
+    int done = 0;
+    while (!done) {
+        if (redisBufferWrite(r->ctx, &done) != REDIS_OK) {
+            set_err(err, "redis", r->ctx->errstr);
+            redisFreeCommand(cmd);
+            return false;
+        }
+    }
+    add_pending(r, cmd, (size_t)len);
+    return true;
+}

@@ -1,0 +1,59 @@
+/* redis_conn.h - one Redis connection: connect, AUTH, SELECT, timeouts, scripts by EVALSHA. */
+#ifndef DBT_REDIS_CONN_H
+#define DBT_REDIS_CONN_H
+
+#include "config.h"
+#include "scripts.h"
+
+#include <hiredis.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Fire-and-forget commands a connection may have in flight before it must read their replies. */
+#define DBT_MAX_PENDING 32
+
+typedef struct {
+    redisContext *ctx;
+    int64_t timeout_ms; /* command timeout (socket send and receive) */
+    int npending;       /* replies still to read, oldest first */
+    struct {
+        char *cmd; /* the formatted command, kept to re-send it after a NOSCRIPT */
+        size_t len;
+    } pending[DBT_MAX_PENDING];
+} dbt_redis;
+
+/* Connects with cfg's URL and timeout, authenticates, selects the db and marks the socket
+ * close-on-exec. Returns NULL with a one-line message (without the password) in err. */
+dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err);
+void dbt_redis_free(dbt_redis *r);
+
+/* True once an I/O or protocol error has made the connection unusable. */
+bool dbt_redis_broken(const dbt_redis *r);
+
+/* Sets the socket receive timeout (e.g. BLPOP's own timeout plus the command timeout). */
+bool dbt_redis_set_timeout(dbt_redis *r, int64_t ms);
+
+/* Runs a command and returns its reply (free with freeReplyObject), or NULL with a message in
+ * err. An error reply is returned as NULL too, with its text in err. Replies of earlier
+ * fire-and-forget commands are read first. */
+redisReply *dbt_redis_command(dbt_redis *r, int argc, const char **argv, const size_t *lens,
+                              char *err);
+
+/* Runs a script by EVALSHA with the SHA1 computed at build time; on NOSCRIPT (a restarted or
+ * flushed Redis) loads it with SCRIPT LOAD and runs it again. Returns like dbt_redis_command. */
+redisReply *dbt_redis_eval(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
+                           int nargs, const char *const *args, char *err);
+
+/* Sends a script without waiting for its reply: the reply is read (and a NOSCRIPT repaired) by
+ * the next command on this connection, or by dbt_redis_drain. */
+bool dbt_redis_eval_nowait(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
+                           int nargs, const char *const *args, char *err);
+
+/* Reads the replies of fire-and-forget commands. False when one failed (message in err; the
+ * others are still read unless the connection broke). */
+bool dbt_redis_drain(dbt_redis *r, char *err);
+
+/* Loads a script with SCRIPT LOAD and checks that Redis computed the SHA1 we compiled in. */
+bool dbt_redis_load_script(dbt_redis *r, const dbt_script *s, char *err);
+
+#endif

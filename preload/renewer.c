@@ -1,0 +1,273 @@
+/* renewer.c - a pool's background thread: renews the process' leases every lease/3, in one
+ * Redis round trip per pool, and so keeps the queue live (renew.lua reaps expired holders and
+ * grants their permits even when nobody releases).
+ *
+ * It starts when the process first holds or waits on the pool, and it is silent while the
+ * process neither waits nor holds: an idle pool costs no Redis traffic. Grants are not its job:
+ * waiting threads take turns listening for them (listener.c). */
+#include "log.h"
+#include "pool_internal.h"
+#include "scripts.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int64_t renew_period_us(const dbt_pool *p)
+{
+    return p->client->cfg->lease_ms * 1000 / 3;
+}
+
+/* Holders whose lease has surely run out in Redis (no renewal for a whole lease) are lost.
+ * Call with p->mu held. */
+static void expire_unrenewed(dbt_pool *p, int64_t now)
+{
+    int64_t lease_us = p->client->cfg->lease_ms * 1000;
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->state == SLOT_HELD && !s->lost && now - s->t_renewed_us > lease_us) {
+            s->lost = true;
+            p->st.leases_lost++;
+            dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
+                             DBT_S("permit", s->id), DBT_S("conn", s->conn[0] ? s->conn : "-"),
+                             DBT_S("reason", "not renewed for a whole lease: Redis unreachable")};
+            dbt_log(DBT_LOG_ERROR, "lease_lost", f, sizeof f / sizeof *f);
+        }
+}
+
+typedef struct {
+    char **ids;
+    int n, cap;
+} id_list;
+
+static bool push_id(id_list *l, const char *id)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 16;
+        char **ids = realloc(l->ids, (size_t)cap * sizeof *ids);
+        if (!ids)
+            return false;
+        l->ids = ids;
+        l->cap = cap;
+    }
+    l->ids[l->n] = strdup(id);
+    if (!l->ids[l->n])
+        return false;
+    l->n++;
+    return true;
+}
+
+static void free_ids(id_list *l)
+{
+    for (int i = 0; i < l->n; i++)
+        free(l->ids[i]);
+    free(l->ids);
+}
+
+/* Marks what renew.lua said Redis no longer has. Call with p->mu held. */
+static void apply_lost(dbt_pool *p, const redisReply *lost_h, const redisReply *lost_w)
+{
+    for (size_t i = 0; i < lost_h->elements; i++) {
+        struct dbt_slot *s = dbt_find_slot(p, lost_h->element[i]->str);
+        if (s && s->state == SLOT_HELD && !s->lost) {
+            s->lost = true;
+            p->st.leases_lost++;
+            dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
+                             DBT_S("permit", s->id), DBT_S("conn", s->conn[0] ? s->conn : "-"),
+                             DBT_S("reason", "Redis no longer has it (expired or data lost)")};
+            dbt_log(DBT_LOG_ERROR, "lease_lost", f, sizeof f / sizeof *f);
+        }
+    }
+    for (size_t i = 0; i < lost_w->elements; i++) {
+        struct dbt_slot *s = dbt_find_slot(p, lost_w->element[i]->str);
+        if (s && s->state == SLOT_QUEUED) {
+            s->state = SLOT_REQUEUE;
+            p->nqueued--;
+            dbt_slot_wake(s);
+        }
+    }
+}
+
+/* Reads the replies of releases sent on idle connections, so a failed one (a NOSCRIPT after
+ * SCRIPT FLUSH) is repaired within a renewal period rather than at the connection's next use.
+ * Called with p->mu held; releases it meanwhile. */
+static void drain_idle(dbt_pool *p)
+{
+    dbt_redis *mine[DBT_MAX_CONNS];
+    int n = 0;
+    for (int i = p->nfree - 1; i >= 0; i--)
+        if (p->free_conns[i]->npending > 0) {
+            mine[n++] = p->free_conns[i];
+            p->free_conns[i] = p->free_conns[--p->nfree];
+        }
+    if (n == 0)
+        return;
+    pthread_mutex_unlock(&p->mu);
+    char err[DBT_ERRLEN];
+    for (int i = 0; i < n; i++) {
+        if (!dbt_redis_drain(mine[i], err))
+            dbt_pool_note_error(p, "release", err);
+        dbt_pool_put_conn(p, mine[i]);
+    }
+    pthread_mutex_lock(&p->mu);
+}
+
+/* One renewal round trip for both kinds. Called with p->mu held; releases it meanwhile. */
+static void renew(dbt_pool *p)
+{
+    id_list lists[DBT_NKINDS][2] = {{{0}}};
+    bool ok = true;
+    for (struct dbt_slot *s = p->slots; s && ok; s = s->next) {
+        if (s->state == SLOT_HELD && !s->lost)
+            ok = push_id(&lists[s->kind][0], s->id);
+        else if (s->state == SLOT_QUEUED)
+            ok = push_id(&lists[s->kind][1], s->id);
+    }
+    int64_t sent = dbt_now_us();
+    p->last_renew_us = sent;
+    pthread_mutex_unlock(&p->mu);
+
+    char err[DBT_ERRLEN] = "out of memory";
+    redisReply *rep = NULL;
+    int total = 0;
+    for (int k = 0; k < DBT_NKINDS; k++)
+        total += lists[k][0].n + lists[k][1].n;
+    const char **args = ok ? malloc((size_t)(8 + total) * sizeof *args) : NULL;
+    dbt_redis *l = args ? dbt_pool_get_conn(p, err) : NULL;
+    if (l) {
+        const char *keys[2 * DBT_NKEYS];
+        char lease[24], ttl[24], counts[4][16];
+        dbt_script_keys(p, DBT_KIND_QUERY, keys);
+        dbt_script_keys(p, DBT_KIND_CONN, keys + DBT_NKEYS);
+        dbt_script_base_args(p, DBT_KIND_QUERY, lease, ttl, args);
+        int n = 4;
+        for (int k = 0; k < DBT_NKINDS; k++)
+            for (int j = 0; j < 2; j++) {
+                snprintf(counts[2 * k + j], 16, "%d", lists[k][j].n);
+                args[n++] = counts[2 * k + j];
+            }
+        for (int k = 0; k < DBT_NKINDS; k++)
+            for (int j = 0; j < 2; j++)
+                for (int i = 0; i < lists[k][j].n; i++)
+                    args[n++] = lists[k][j].ids[i];
+        rep = dbt_redis_eval(l, &dbt_script_renew, 2 * DBT_NKEYS, keys, n, args, err);
+        if (rep && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+                    rep->element[0]->type != REDIS_REPLY_ARRAY ||
+                    rep->element[1]->type != REDIS_REPLY_ARRAY)) {
+            snprintf(err, sizeof err, "renew.lua returned an unexpected reply");
+            freeReplyObject(rep);
+            rep = NULL;
+        }
+    }
+    dbt_pool_put_conn(p, l);
+    free(args);
+    for (int k = 0; k < DBT_NKINDS; k++)
+        for (int j = 0; j < 2; j++)
+            free_ids(&lists[k][j]);
+
+    if (rep)
+        dbt_pool_note_ok(p);
+    else
+        dbt_pool_note_error(p, "renew", err);
+    pthread_mutex_lock(&p->mu);
+    if (rep) {
+        for (struct dbt_slot *s = p->slots; s; s = s->next)
+            if ((s->state == SLOT_HELD || s->state == SLOT_QUEUED) && s->t_renewed_us < sent)
+                s->t_renewed_us = sent;
+        apply_lost(p, rep->element[0], rep->element[1]);
+        freeReplyObject(rep);
+    } else {
+        /* Waiters learn it at once; the listener connection is suspect too. */
+        dbt_fail_waiters(p);
+        p->listener_reset = true;
+        expire_unrenewed(p, dbt_now_us());
+        /* Try again in a second (or sooner, at the next regular renewal). */
+        int64_t period = renew_period_us(p);
+        if (period > 1000000)
+            p->last_renew_us = sent - period + 1000000;
+    }
+}
+
+static void timed_park(dbt_pool *p, int64_t until_us)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t left = until_us - dbt_now_us();
+    if (left <= 0)
+        return;
+    ts.tv_sec += (time_t)(left / 1000000);
+    ts.tv_nsec += (long)(left % 1000000) * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&p->bg_cv, &p->mu, &ts);
+}
+
+static void *thread_main(void *arg)
+{
+    dbt_pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    bool idle = true;
+    while (!p->stop) {
+        if (p->nqueued == 0 && p->nheld == 0) {
+            /* Nothing to renew: no Redis traffic at all until there is. */
+            idle = true;
+            pthread_cond_wait(&p->bg_cv, &p->mu);
+            continue;
+        }
+        int64_t now = dbt_now_us(), period = renew_period_us(p);
+        if (idle) {
+            /* Leases were just set by the acquire: the first renewal is due a period later. */
+            idle = false;
+            p->last_renew_us = now;
+        }
+        int64_t due = p->last_renew_us + period;
+        if (now >= due) {
+            renew(p);
+            drain_idle(p);
+        } else {
+            timed_park(p, due);
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+void dbt_renewer_ensure(dbt_pool *p)
+{
+    if (p->thread_started) {
+        pthread_cond_signal(&p->bg_cv);
+        return;
+    }
+    /* The thread takes none of the host program's signals: they belong to its own threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    p->stop = false;
+    p->thread_started = pthread_create(&p->thread, NULL, thread_main, p) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!p->thread_started) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("error", "cannot start a thread")};
+        dbt_log(DBT_LOG_ERROR, "renewer_error", f, 2);
+        dbt_fail_waiters(p);
+    }
+}
+
+void dbt_renewer_stop(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    if (!p->thread_started) {
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    p->stop = true;
+    pthread_cond_signal(&p->bg_cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_lock(&p->mu);
+    p->thread_started = false;
+    pthread_mutex_unlock(&p->mu);
+}

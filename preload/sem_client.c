@@ -1,0 +1,695 @@
+/* sem_client.c - acquire, wait, release: the caller's side of the distributed semaphore. */
+#include "log.h"
+#include "pool_internal.h"
+#include "scripts.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t dbt_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Keys live three leases after their last use: long enough that a live holder's renewal
+ * (every lease/3) always finds them, short enough that an idle pool leaves nothing behind. */
+static int64_t key_ttl_ms(const dbt_config *cfg)
+{
+    return 3 * cfg->lease_ms;
+}
+
+void dbt_script_keys(const dbt_pool *p, dbt_kind kind, const char **keys)
+{
+    for (int i = 0; i < DBT_NKEYS; i++)
+        keys[i] = p->keys.keys[kind][i];
+}
+
+/* The four arguments every script takes first (see lua/_common.lua). lease and ttl are
+ * caller buffers of 24 bytes. */
+void dbt_script_base_args(const dbt_pool *p, dbt_kind kind, char *lease, char *ttl,
+                          const char **args)
+{
+    const dbt_config *cfg = p->client->cfg;
+    snprintf(lease, 24, "%" PRId64, cfg->lease_ms);
+    snprintf(ttl, 24, "%" PRId64, key_ttl_ms(cfg));
+    args[0] = p->keys.wake_prefix;
+    args[1] = dbt_kind_letter(kind);
+    args[2] = lease;
+    args[3] = ttl;
+}
+
+/* ---- client and pools ---------------------------------------------------------------- */
+
+dbt_client *dbt_client_new(const dbt_config *cfg)
+{
+    dbt_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->cfg = cfg;
+    dbt_new_client_id(c->cid);
+    atomic_init(&c->serial, 0);
+    pthread_mutex_init(&c->mu, NULL);
+    dbt_fork_register(c);
+    return c;
+}
+
+const char *dbt_client_id(const dbt_client *c)
+{
+    return c->cid;
+}
+
+dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
+{
+    pthread_mutex_lock(&c->mu);
+    dbt_pool *p;
+    for (p = c->pools; p; p = p->next)
+        if (strcmp(p->name, name) == 0)
+            break;
+    if (!p) {
+        p = calloc(1, sizeof *p);
+        if (p && (p->name = strdup(name)) != NULL &&
+            dbt_keys_init(&p->keys, c->cfg->key_prefix, name)) {
+            p->client = c;
+            pthread_mutex_init(&p->mu, NULL);
+            pthread_cond_init(&p->conn_cv, NULL);
+            dbt_cond_init_mono(&p->bg_cv);
+            p->next = c->pools;
+            c->pools = p;
+        } else if (p) {
+            free(p->name);
+            free(p);
+            p = NULL;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return p;
+}
+
+const dbt_keys *dbt_pool_keys(const dbt_pool *p)
+{
+    return &p->keys;
+}
+
+void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out)
+{
+    pthread_mutex_lock(&p->mu);
+    *out = p->st;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- command connections --------------------------------------------------------------- */
+
+dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err)
+{
+    pthread_mutex_lock(&p->mu);
+    while (p->nfree == 0 && p->nconns >= DBT_MAX_CONNS)
+        pthread_cond_wait(&p->conn_cv, &p->mu);
+    if (p->nfree > 0) {
+        dbt_redis *r = p->free_conns[--p->nfree];
+        pthread_mutex_unlock(&p->mu);
+        return r;
+    }
+    p->nconns++;
+    pthread_mutex_unlock(&p->mu);
+
+    dbt_redis *r = dbt_redis_connect(p->client->cfg, err);
+
+    pthread_mutex_lock(&p->mu);
+    if (r) {
+        for (int i = 0; i < DBT_MAX_CONNS; i++)
+            if (!p->all_conns[i]) {
+                p->all_conns[i] = r;
+                break;
+            }
+    } else {
+        p->nconns--;
+        pthread_cond_signal(&p->conn_cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r)
+{
+    if (!r)
+        return;
+    bool drop = dbt_redis_broken(r);
+    pthread_mutex_lock(&p->mu);
+    if (drop) {
+        for (int i = 0; i < DBT_MAX_CONNS; i++)
+            if (p->all_conns[i] == r)
+                p->all_conns[i] = NULL;
+        p->nconns--;
+    } else {
+        p->free_conns[p->nfree++] = r;
+    }
+    pthread_cond_signal(&p->conn_cv);
+    pthread_mutex_unlock(&p->mu);
+    if (drop)
+        dbt_redis_free(r);
+}
+
+/* ---- outages ----------------------------------------------------------------------------- */
+
+void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
+{
+    const dbt_config *cfg = p->client->cfg;
+    pthread_mutex_lock(&p->mu);
+    p->st.redis_errors++;
+    p->down_until_us = dbt_now_us() + DBT_OUTAGE_BACKOFF_US;
+    bool first = !p->in_outage;
+    p->in_outage = true;
+    pthread_mutex_unlock(&p->mu);
+    /* Once per outage: a dead Redis must not flood the host program's stderr. */
+    if (first) {
+        bool open = cfg->on_redis_error == DBT_ON_ERROR_OPEN;
+        dbt_field f[] = {DBT_S("pool", p->name),
+                         DBT_S("during", what),
+                         DBT_S("error", msg),
+                         DBT_S("redis", cfg->redis_url_redacted),
+                         DBT_S("mode", open ? "open" : "closed"),
+                         DBT_S("effect", open ? "running unthrottled until Redis is back"
+                                              : "refusing commands until Redis is back")};
+        dbt_log(open ? DBT_LOG_WARN : DBT_LOG_ERROR, "redis_error", f, sizeof f / sizeof *f);
+    } else if (dbt_log_enabled(DBT_LOG_DEBUG)) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("during", what), DBT_S("error", msg)};
+        dbt_log(DBT_LOG_DEBUG, "redis_error", f, 3);
+    }
+}
+
+void dbt_pool_note_ok(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    bool was = p->in_outage;
+    p->in_outage = false;
+    p->down_until_us = 0;
+    pthread_mutex_unlock(&p->mu);
+    if (was) {
+        dbt_field f[] = {DBT_S("pool", p->name)};
+        dbt_log(DBT_LOG_WARN, "redis_back", f, 1);
+    }
+}
+
+/* What an acquire returns while Redis is unreachable, traced at info level (the outage itself
+ * was logged once as a warning or an error). */
+static dbt_acq_result outage_result(const dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o,
+                                    const char *why)
+{
+    bool open = p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN;
+    if (dbt_log_enabled(DBT_LOG_INFO)) {
+        dbt_field f[] = {DBT_S("pool", p->name),   DBT_S("kind", dbt_kind_name(kind)),
+                         DBT_I("limit", o->limit), DBT_S("conn", o->conn ? o->conn : "-"),
+                         DBT_S("reason", why),     DBT_S("mode", open ? "open" : "closed")};
+        dbt_log(DBT_LOG_INFO, open ? "unthrottled" : "refused", f, sizeof f / sizeof *f);
+    }
+    return open ? DBT_ACQ_UNTHROTTLED : DBT_ACQ_REFUSED;
+}
+
+/* ---- slots ------------------------------------------------------------------------------- */
+
+void dbt_slot_wake(struct dbt_slot *s)
+{
+    if (s->efd >= 0) {
+        uint64_t one = 1;
+        ssize_t n;
+        do
+            n = write(s->efd, &one, sizeof one);
+        while (n < 0 && errno == EINTR);
+    }
+}
+
+static void new_id(dbt_pool *p, struct dbt_slot *s)
+{
+    uint64_t n = atomic_fetch_add(&p->client->serial, 1) + 1;
+    snprintf(s->id, sizeof s->id, "%s.%" PRIu64 ".%d", p->client->cid, n, s->limit);
+}
+
+static void link_slot(dbt_pool *p, struct dbt_slot *s)
+{
+    s->prev = NULL;
+    s->next = p->slots;
+    if (p->slots)
+        p->slots->prev = s;
+    p->slots = s;
+}
+
+static void unlink_slot(dbt_pool *p, struct dbt_slot *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else if (p->slots == s)
+        p->slots = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+    if (s->state == SLOT_QUEUED || s->state == SLOT_CANCELLING)
+        p->nqueued--;
+    else if (s->state == SLOT_HELD)
+        p->nheld--;
+}
+
+static void free_slot(struct dbt_slot *s)
+{
+    if (s->efd >= 0)
+        close(s->efd);
+    free(s);
+}
+
+/* ---- tracing --------------------------------------------------------------------------- */
+
+static void trace(dbt_log_level lvl, const char *event, const struct dbt_slot *s, int64_t waited_us,
+                  int64_t held_us, long long holders, long long queue, const char *extra_key,
+                  const char *extra)
+{
+    if (!dbt_log_enabled(lvl))
+        return;
+    dbt_field f[12];
+    size_t n = 0;
+    f[n++] = DBT_S("pool", s->pool->name);
+    f[n++] = DBT_S("kind", dbt_kind_name(s->kind));
+    f[n++] = DBT_S("permit", s->id);
+    if (waited_us >= 0)
+        f[n++] = DBT_MS("waited_ms", (double)waited_us / 1000.0);
+    if (held_us >= 0)
+        f[n++] = DBT_MS("held_ms", (double)held_us / 1000.0);
+    if (holders >= 0)
+        f[n++] = DBT_I("holders", holders);
+    f[n++] = DBT_I("limit", s->limit);
+    if (queue >= 0)
+        f[n++] = DBT_I("queue", queue);
+    f[n++] = DBT_S("conn", s->conn[0] ? s->conn : "-");
+    if (extra_key)
+        f[n++] = DBT_S(extra_key, extra);
+    dbt_log(lvl, event, f, n);
+}
+
+/* ---- acquire ----------------------------------------------------------------------------- */
+
+/* Reads {status, holders, queue, seen} from acquire.lua. */
+static bool parse_acquire(const redisReply *r, long long *status, long long *holders,
+                          long long *queue, long long *seen)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4)
+        return false;
+    for (int i = 0; i < 3; i++)
+        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+            return false;
+    *status = r->element[0]->integer;
+    *holders = r->element[1]->integer;
+    *queue = r->element[2]->integer;
+    *seen = r->element[3]->type == REDIS_REPLY_STRING ? strtoll(r->element[3]->str, NULL, 10) : 0;
+    return true;
+}
+
+/* Withdraws a waiter that gave up. Runs cancel.lua synchronously: if a grant raced with the
+ * withdrawal, the script gives that permit back and passes it on, so nothing is lost. */
+static void cancel_in_redis(dbt_pool *p, struct dbt_slot *s)
+{
+    char err[DBT_ERRLEN], lease[24], ttl[24];
+    const char *keys[DBT_NKEYS], *args[5];
+    dbt_script_keys(p, s->kind, keys);
+    dbt_script_base_args(p, s->kind, lease, ttl, args);
+    args[4] = s->id;
+    dbt_redis *r = dbt_pool_get_conn(p, err);
+    redisReply *rep =
+        r ? dbt_redis_eval(r, &dbt_script_cancel, DBT_NKEYS, keys, 5, args, err) : NULL;
+    dbt_pool_put_conn(p, r);
+    if (!rep) {
+        /* Not fatal: the waiter stops renewing, so Redis drops it within one lease. */
+        dbt_pool_note_error(p, "cancel", err);
+        return;
+    }
+    if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 1)
+        trace(DBT_LOG_INFO, "grant_returned", s, -1, -1, -1, -1, "reason",
+              "granted as the waiter gave up; passed on");
+    freeReplyObject(rep);
+}
+
+static void note_disagreement(dbt_pool *p, const struct dbt_slot *s, long long seen)
+{
+    pthread_mutex_lock(&p->mu);
+    bool first = !p->disagreement_logged[s->kind];
+    p->disagreement_logged[s->kind] = true;
+    pthread_mutex_unlock(&p->mu);
+    if (first) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
+                         DBT_I("limit", s->limit), DBT_I("other_limit", seen),
+                         DBT_S("effect", "each caller is admitted only below its own limit")};
+        dbt_log(DBT_LOG_WARN, "limit_disagreement", f, sizeof f / sizeof *f);
+    }
+}
+
+/* Sends acquire.lua for s. Returns 1 granted, 2 queued, 0 not granted (try only), -1 error. */
+static int send_acquire(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
+                        long long *queue)
+{
+    char err[DBT_ERRLEN], lease[24], ttl[24], limit[16];
+    const char *keys[DBT_NKEYS], *args[8];
+    dbt_script_keys(p, s->kind, keys);
+    dbt_script_base_args(p, s->kind, lease, ttl, args);
+    snprintf(limit, sizeof limit, "%d", s->limit);
+    args[4] = s->id;
+    args[5] = limit;
+    args[6] = try_only ? "1" : "0";
+    int64_t sent = dbt_now_us();
+    dbt_redis *r = dbt_pool_get_conn(p, err);
+    redisReply *rep =
+        r ? dbt_redis_eval(r, &dbt_script_acquire, DBT_NKEYS, keys, 7, args, err) : NULL;
+    dbt_pool_put_conn(p, r);
+    long long status, seen;
+    if (rep && !parse_acquire(rep, &status, holders, queue, &seen)) {
+        snprintf(err, sizeof err, "acquire.lua returned an unexpected reply");
+        freeReplyObject(rep);
+        rep = NULL;
+    }
+    if (!rep) {
+        dbt_pool_note_error(p, "acquire", err);
+        return -1;
+    }
+    freeReplyObject(rep);
+    dbt_pool_note_ok(p);
+    if (seen > 0 && seen != s->limit)
+        note_disagreement(p, s, seen);
+    pthread_mutex_lock(&p->mu);
+    s->t_renewed_us = sent;
+    pthread_mutex_unlock(&p->mu);
+    return (int)status;
+}
+
+/* Waits on the slot's eventfd until the deadline (-1: none). Returns 1 when woken, 0 on
+ * timeout, -1 when a signal interrupted the wait and opts said to stop. */
+static int wait_wake(struct dbt_slot *s, int64_t deadline_us, const dbt_acquire_opts *o)
+{
+    for (;;) {
+        int ms = -1;
+        if (deadline_us >= 0) {
+            int64_t left = deadline_us - dbt_now_us();
+            if (left <= 0)
+                return 0;
+            ms = (int)((left + 999) / 1000);
+        }
+        struct pollfd pfd = {.fd = s->efd, .events = POLLIN};
+        int n = poll(&pfd, 1, ms);
+        if (n > 0) {
+            uint64_t v;
+            ssize_t rd = read(s->efd, &v, sizeof v);
+            (void)rd;
+            return 1;
+        }
+        if (n < 0 && errno == EINTR && o->interrupted && o->interrupted(o->arg))
+            return -1;
+    }
+}
+
+static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit **out,
+                                     long long holders, long long queue)
+{
+    pthread_mutex_lock(&p->mu);
+    int64_t waited = s->t_grant_us - s->t_request_us;
+    p->st.grants++;
+    if (waited > 0 && s->t_grant_us > 0) {
+        p->st.wait_total_us += waited;
+        if (waited > p->st.wait_max_us)
+            p->st.wait_max_us = waited;
+    }
+    pthread_mutex_unlock(&p->mu);
+    trace(DBT_LOG_INFO, "grant", s, waited, -1, holders, queue, NULL, NULL);
+    *out = s;
+    return DBT_ACQ_GRANTED;
+}
+
+/* Unlinks and frees a slot that ends without a permit, counting why. */
+static void drop_slot(dbt_pool *p, struct dbt_slot *s)
+{
+    pthread_mutex_lock(&p->mu);
+    unlink_slot(p, s);
+    pthread_mutex_unlock(&p->mu);
+    free_slot(s);
+}
+
+dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o, dbt_permit **out)
+{
+    *out = NULL;
+    int64_t start = dbt_now_us();
+
+    pthread_mutex_lock(&p->mu);
+    bool down = p->down_until_us > start;
+    if (down)
+        p->st.refusals++;
+    pthread_mutex_unlock(&p->mu);
+    if (down)
+        return outage_result(p, kind, o, "redis unreachable (retrying within 1s)");
+
+    struct dbt_slot *s = calloc(1, sizeof *s);
+    if (!s)
+        return outage_result(p, kind, o, "out of memory");
+    s->pool = p;
+    s->kind = kind;
+    s->limit = o->limit > 0 ? o->limit : 1;
+    s->efd = -1;
+    s->t_request_us = start;
+    if (o->conn)
+        snprintf(s->conn, sizeof s->conn, "%s", o->conn);
+    bool may_wait = o->wait_ms != 0;
+    if (may_wait && (s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        free(s);
+        return outage_result(p, kind, o, "cannot create an eventfd");
+    }
+    int64_t deadline = o->wait_ms < 0 ? -1 : start + o->wait_ms * 1000;
+
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        new_id(p, s);
+        s->state = SLOT_PENDING;
+        s->gen = p->gen;
+        link_slot(p, s);
+        pthread_mutex_unlock(&p->mu);
+
+        long long holders = -1, queue = -1;
+        int st = send_acquire(p, s, !may_wait, &holders, &queue);
+        if (st < 0) {
+            drop_slot(p, s);
+            pthread_mutex_lock(&p->mu);
+            p->st.refusals++;
+            pthread_mutex_unlock(&p->mu);
+            return outage_result(p, kind, o, "redis error");
+        }
+        if (st == 0) {
+            trace(DBT_LOG_INFO, "timeout", s, dbt_now_us() - start, -1, holders, queue, "reason",
+                  "none free and the caller does not wait");
+            drop_slot(p, s);
+            pthread_mutex_lock(&p->mu);
+            p->st.timeouts++;
+            pthread_mutex_unlock(&p->mu);
+            return DBT_ACQ_TIMEOUT;
+        }
+        pthread_mutex_lock(&p->mu);
+        if (st == 1 || s->state == SLOT_HELD) {
+            /* Granted at once, or queued and granted before we read the reply. */
+            if (s->state != SLOT_HELD) {
+                s->state = SLOT_HELD;
+                s->t_grant_us = dbt_now_us();
+            }
+            p->nheld++;
+            p->seen_any_grant = true;
+            if (st == 2)
+                p->st.waits++;
+            dbt_renewer_ensure(p);
+            pthread_mutex_unlock(&p->mu);
+            return finish_granted(p, s, out, holders, queue);
+        }
+        s->state = SLOT_QUEUED;
+        p->nqueued++;
+        p->st.waits++;
+        dbt_renewer_ensure(p);
+        pthread_mutex_unlock(&p->mu);
+        trace(DBT_LOG_INFO, "wait", s, -1, -1, holders, queue, NULL, NULL);
+
+        bool leader = false;
+        int w = 1;
+        for (;;) {
+            pthread_mutex_lock(&p->mu);
+            dbt_slot_state now = s->state;
+            if (now == SLOT_HELD || now == SLOT_REQUEUE || now == SLOT_DOWN || w != 1) {
+                if (leader) {
+                    p->leader_active = false;
+                    if (now == SLOT_QUEUED) /* we are leaving: no longer a candidate */
+                        s->state = SLOT_CANCELLING;
+                    dbt_listener_pass(p);
+                }
+                leader = false;
+            }
+            if (now == SLOT_HELD) {
+                pthread_mutex_unlock(&p->mu);
+                return finish_granted(p, s, out, -1, -1);
+            }
+            if (now == SLOT_REQUEUE || now == SLOT_DOWN) {
+                unlink_slot(p, s);
+                pthread_mutex_unlock(&p->mu);
+                break;
+            }
+            if (w != 1) {
+                /* Timed out or interrupted: a grant that races in from now on is cancel.lua's
+                 * to give back. */
+                s->state = SLOT_CANCELLING;
+                if (w == 0)
+                    p->st.timeouts++;
+                else
+                    p->st.interrupts++;
+                pthread_mutex_unlock(&p->mu);
+                trace(DBT_LOG_INFO, w == 0 ? "timeout" : "interrupted", s,
+                      dbt_now_us() - s->t_request_us, -1, -1, -1, NULL, NULL);
+                cancel_in_redis(p, s);
+                drop_slot(p, s);
+                return w == 0 ? DBT_ACQ_TIMEOUT : DBT_ACQ_INTERRUPTED;
+            }
+            if (!leader && !p->leader_active)
+                p->leader_active = leader = true;
+            pthread_mutex_unlock(&p->mu);
+            w = leader ? dbt_listen(p, s, deadline, o) : wait_wake(s, deadline, o);
+        }
+        if (s->state == SLOT_DOWN) {
+            free_slot(s);
+            pthread_mutex_lock(&p->mu);
+            p->st.refusals++;
+            pthread_mutex_unlock(&p->mu);
+            return outage_result(p, kind, o, "redis lost while waiting");
+        }
+        /* SLOT_REQUEUE: Redis forgot the waiter (restarted, or its lease ran out while Redis
+         * was unreachable). Its place is gone; join the queue again under a new id. */
+        trace(DBT_LOG_WARN, "requeue", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
+              "Redis no longer had this waiter");
+        if (deadline >= 0 && dbt_now_us() >= deadline) {
+            free_slot(s);
+            pthread_mutex_lock(&p->mu);
+            p->st.timeouts++;
+            pthread_mutex_unlock(&p->mu);
+            return DBT_ACQ_TIMEOUT;
+        }
+    }
+}
+
+/* ---- release ----------------------------------------------------------------------------- */
+
+static void send_release(dbt_pool *p, dbt_kind kind, const char *id)
+{
+    char err[DBT_ERRLEN], lease[24], ttl[24];
+    const char *keys[DBT_NKEYS], *args[5];
+    dbt_script_keys(p, kind, keys);
+    dbt_script_base_args(p, kind, lease, ttl, args);
+    args[4] = id;
+    dbt_redis *r = dbt_pool_get_conn(p, err);
+    bool ok = r && dbt_redis_eval_nowait(r, &dbt_script_release, DBT_NKEYS, keys, 5, args, err);
+    dbt_pool_put_conn(p, r);
+    if (!ok) /* the lease gives it back within one lease: it is no longer renewed */
+        dbt_pool_note_error(p, "release", err);
+}
+
+void dbt_release(dbt_permit *s)
+{
+    if (!s)
+        return;
+    dbt_pool *p = s->pool;
+    pthread_mutex_lock(&p->mu);
+    if (s->gen != p->gen) {
+        /* A permit of the parent process: the child must neither use nor release it. */
+        pthread_mutex_unlock(&p->mu);
+        free_slot(s);
+        return;
+    }
+    unlink_slot(p, s);
+    bool down = p->down_until_us > dbt_now_us();
+    pthread_mutex_unlock(&p->mu);
+    if (!down)
+        send_release(p, s->kind, s->id);
+    trace(DBT_LOG_INFO, "release", s, -1, dbt_now_us() - s->t_grant_us, -1, -1,
+          s->lost ? "lease" : NULL, "lost");
+    free_slot(s);
+}
+
+const char *dbt_permit_id(const dbt_permit *s)
+{
+    return s->id;
+}
+
+bool dbt_permit_lost(const dbt_permit *s)
+{
+    pthread_mutex_lock(&s->pool->mu);
+    bool lost = s->lost;
+    pthread_mutex_unlock(&s->pool->mu);
+    return lost;
+}
+
+/* ---- shutdown ---------------------------------------------------------------------------- */
+
+static void log_summary(dbt_pool *p)
+{
+    const dbt_pool_stats *st = &p->st;
+    if (st->grants == 0 && st->refusals == 0 && st->redis_errors == 0 && st->timeouts == 0)
+        return;
+    dbt_field f[] = {DBT_S("pool", p->name),
+                     DBT_I("grants", st->grants),
+                     DBT_I("waits", st->waits),
+                     DBT_MS("wait_total_ms", (double)st->wait_total_us / 1000.0),
+                     DBT_MS("wait_max_ms", (double)st->wait_max_us / 1000.0),
+                     DBT_I("timeouts", st->timeouts),
+                     DBT_I("refusals", st->refusals),
+                     DBT_I("redis_errors", st->redis_errors),
+                     DBT_I("leases_lost", st->leases_lost)};
+    dbt_log(DBT_LOG_INFO, "summary", f, sizeof f / sizeof *f);
+}
+
+static void free_pool(dbt_pool *p)
+{
+    dbt_renewer_stop(p);
+    dbt_listener_close(p);
+    /* Give back what is still held: a process that exits cleanly should not make others wait
+     * out its leases. Sent without waiting, then the replies are read (bounded by the
+     * Redis timeout) so the commands surely left before the sockets close. */
+    struct dbt_slot *s = p->slots;
+    p->slots = NULL;
+    bool down = p->down_until_us > dbt_now_us();
+    while (s) {
+        struct dbt_slot *next = s->next;
+        if (s->state == SLOT_HELD && s->gen == p->gen && !down)
+            send_release(p, s->kind, s->id);
+        free_slot(s);
+        s = next;
+    }
+    log_summary(p);
+    char err[DBT_ERRLEN];
+    for (int i = 0; i < p->nfree; i++) {
+        (void)dbt_redis_drain(p->free_conns[i], err);
+        dbt_redis_free(p->free_conns[i]);
+    }
+    dbt_keys_free(&p->keys);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->conn_cv);
+    pthread_cond_destroy(&p->bg_cv);
+    free(p->name);
+    free(p);
+}
+
+void dbt_client_free(dbt_client *c)
+{
+    if (!c)
+        return;
+    dbt_fork_unregister(c);
+    dbt_pool *p = c->pools;
+    while (p) {
+        dbt_pool *next = p->next;
+        free_pool(p);
+        p = next;
+    }
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}

@@ -1,0 +1,82 @@
+/* sem_client.h - the client of the distributed semaphore: acquire, wait, release, lease renewal.
+ *
+ * Knows nothing of libpq. One dbt_client per process (tests make several); one dbt_pool per pool
+ * name, created on first use, with a few command connections and, while it waits or holds, one
+ * background thread that listens for grants (BLPOP) and renews the process' leases. */
+#ifndef DBT_SEM_CLIENT_H
+#define DBT_SEM_CLIENT_H
+
+#include "config.h"
+#include "keys.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct dbt_client dbt_client;
+typedef struct dbt_pool dbt_pool;
+typedef struct dbt_slot dbt_permit;
+
+typedef enum {
+    DBT_ACQ_GRANTED = 0, /* *out holds a permit: give it back with dbt_release */
+    DBT_ACQ_TIMEOUT,     /* waited wait_ms (or 0: none was free) and withdrew from the queue */
+    DBT_ACQ_INTERRUPTED, /* a signal interrupted the wait and opts->interrupted said stop */
+    DBT_ACQ_UNTHROTTLED, /* Redis unreachable, on_redis_error=open: go on without a permit */
+    DBT_ACQ_REFUSED      /* Redis unreachable, on_redis_error=closed: fail the command */
+} dbt_acq_result;
+
+typedef struct {
+    int limit;        /* this caller's limit (>= 1) */
+    int64_t wait_ms;  /* DBT_FOREVER, or how long to wait; 0 = only if one is free now */
+    const char *conn; /* connection id for the trace (may be NULL) */
+    /* Asked when a signal interrupts the wait; returning true withdraws and gives
+     * DBT_ACQ_INTERRUPTED. NULL: signals never interrupt. */
+    bool (*interrupted)(void *arg);
+    void *arg;
+} dbt_acquire_opts;
+
+typedef struct {
+    uint64_t grants;       /* permits granted */
+    uint64_t waits;        /* grants that had to queue */
+    uint64_t timeouts;     /* waits that timed out */
+    uint64_t interrupts;   /* waits interrupted */
+    uint64_t refusals;     /* refused or unthrottled because Redis was unreachable */
+    uint64_t redis_errors; /* failed Redis calls */
+    uint64_t leases_lost;  /* permits Redis no longer had at renewal */
+    int64_t wait_total_us; /* total time spent waiting for grants */
+    int64_t wait_max_us;
+} dbt_pool_stats;
+
+/* Makes a client (no I/O, no thread). cfg must outlive the client. NULL when out of memory. */
+dbt_client *dbt_client_new(const dbt_config *cfg);
+
+/* Gives back every permit still held (without waiting for the replies longer than the Redis
+ * timeout), stops the background threads, logs one summary line per pool, frees everything.
+ * No thread may be inside dbt_acquire; permits held become invalid. */
+void dbt_client_free(dbt_client *c);
+
+/* This process' random client id (16 hex digits), which prefixes its permit ids. */
+const char *dbt_client_id(const dbt_client *c);
+
+/* The pool of that name, created on first use (no I/O). NULL when out of memory. */
+dbt_pool *dbt_client_pool(dbt_client *c, const char *name);
+
+/* Takes a permit of `kind` from the pool. The uncontended case is one Redis round trip; a waiter
+ * sleeps until the process' listener hands it the grant. */
+dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *opts,
+                           dbt_permit **out);
+
+/* Gives the permit back: one command whose reply is not waited for. NULL is ignored. In a child
+ * process after fork(), a permit of the parent is only forgotten, never released. */
+void dbt_release(dbt_permit *permit);
+
+/* The permit's id ("<client id>.<serial>.<limit>"), as Redis and the trace know it. */
+const char *dbt_permit_id(const dbt_permit *permit);
+
+/* True when a renewal found that Redis no longer has this permit (its lease ran out while Redis
+ * was unreachable, or Redis lost its data). The holder should not count on it any more. */
+bool dbt_permit_lost(const dbt_permit *permit);
+
+void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out);
+const dbt_keys *dbt_pool_keys(const dbt_pool *p);
+
+#endif

@@ -1,0 +1,99 @@
+/* Safety: never more holders than the limit, with many threads in several processes. */
+#include "redis_server.h"
+#include "sem_client.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { PROCS = 4, THREADS = 16, CYCLES = 20000, LIMIT = 3 };
+
+typedef struct {
+    atomic_int holders;  /* holders right now, counted by the workers themselves */
+    atomic_int max_seen; /* the most ever seen at once */
+    atomic_int grants;
+    atomic_int failures; /* acquires that did not return GRANTED */
+} shared_counts;
+
+typedef struct {
+    dbt_pool *pool;
+    shared_counts *sh;
+    int cycles;
+} worker_arg;
+
+static void *worker(void *arg)
+{
+    worker_arg *w = arg;
+    dbt_acquire_opts o = {.limit = LIMIT, .wait_ms = 30000, .conn = "safety"};
+    for (int i = 0; i < w->cycles; i++) {
+        dbt_permit *p;
+        if (dbt_acquire(w->pool, DBT_KIND_QUERY, &o, &p) != DBT_ACQ_GRANTED) {
+            atomic_fetch_add(&w->sh->failures, 1);
+            continue;
+        }
+        int now = atomic_fetch_add(&w->sh->holders, 1) + 1;
+        int max = atomic_load(&w->sh->max_seen);
+        while (now > max && !atomic_compare_exchange_weak(&w->sh->max_seen, &max, now))
+            ;
+        atomic_fetch_add(&w->sh->grants, 1);
+        if (i % 7 == 0)
+            sched_yield(); /* vary the interleavings */
+        atomic_fetch_sub(&w->sh->holders, 1);
+        dbt_release(p);
+    }
+    return NULL;
+}
+
+static int run_process(const test_redis *r, shared_counts *sh, int cycles_per_thread)
+{
+    dbt_config cfg;
+    test_config(&cfg, r, "DBTHROTTLE_LEASE=5s", NULL);
+    dbt_client *c = dbt_client_new(&cfg);
+    dbt_pool *pool = dbt_client_pool(c, "safety");
+    pthread_t t[THREADS];
+    worker_arg a = {pool, sh, cycles_per_thread};
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&t[i], NULL, worker, &a);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    dbt_client_free(c);
+    dbt_config_free(&cfg);
+    return 0;
+}
+
+Test(safety, never_more_holders_than_the_limit, .timeout = 240)
+{
+    test_redis r;
+    cr_assert(test_redis_start(&r, NULL), "redis-server did not start");
+    shared_counts *sh =
+        mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(sh != MAP_FAILED);
+    memset(sh, 0, sizeof *sh);
+    int per_thread = CYCLES / (PROCS * THREADS);
+    pid_t pids[PROCS];
+    for (int i = 0; i < PROCS; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0)
+            _exit(run_process(&r, sh, per_thread));
+    }
+    for (int i = 0; i < PROCS; i++) {
+        int st;
+        waitpid(pids[i], &st, 0);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker process %d failed", i);
+    }
+    int total = per_thread * PROCS * THREADS;
+    cr_expect_eq(atomic_load(&sh->failures), 0);
+    cr_expect_eq(atomic_load(&sh->grants), total, "grants %d, expected %d",
+                 atomic_load(&sh->grants), total);
+    cr_expect_leq(atomic_load(&sh->max_seen), LIMIT, "saw %d holders at once, limit %d",
+                  atomic_load(&sh->max_seen), LIMIT);
+    cr_expect_eq(atomic_load(&sh->max_seen), LIMIT, "the limit was never reached: no contention");
+    cr_expect_eq(test_redis_int(&r, "ZCARD dbthrottle:{safety}:q:holders"), 0);
+    cr_expect_eq(test_redis_int(&r, "ZCARD dbthrottle:{safety}:q:queue"), 0);
+    munmap(sh, sizeof *sh);
+    test_redis_stop(&r);
+}

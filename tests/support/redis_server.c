@@ -1,0 +1,253 @@
+/* redis_server.c - tests start their own redis-server on a free loopback port in a temp dir. */
+#include "redis_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t test_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static bool pings(const test_redis *r)
+{
+    struct timeval tv = {0, 200000};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    bool ok = false;
+    if (c && !c->err) {
+        redisReply *rep = redisCommand(c, "PING");
+        ok = rep != NULL; /* PONG, or NOAUTH from a server that wants a password */
+        if (rep)
+            freeReplyObject(rep);
+    }
+    if (c)
+        redisFree(c);
+    return ok;
+}
+
+static bool spawn(test_redis *r, const char *extra)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", r->port);
+    char *args[64];
+    int n = 0;
+    args[n++] = "redis-server";
+    args[n++] = "--port";
+    args[n++] = port;
+    args[n++] = "--bind";
+    args[n++] = "127.0.0.1";
+    args[n++] = "--dir";
+    args[n++] = r->dir;
+    args[n++] = "--save";
+    args[n++] = "";
+    args[n++] = "--appendonly";
+    args[n++] = "no";
+    args[n++] = "--loglevel";
+    args[n++] = "warning";
+    args[n++] = "--logfile";
+    args[n++] = "redis.log";
+    char *copy = extra ? strdup(extra) : NULL;
+    for (char *tok = copy ? strtok(copy, " ") : NULL; tok && n < 62; tok = strtok(NULL, " "))
+        args[n++] = tok;
+    args[n] = NULL;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* Never outlive the test, even when it crashes. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) {
+            dup2(devnull, 1);
+            close(devnull);
+        }
+        execvp("redis-server", args);
+        _exit(127);
+    }
+    free(copy);
+    if (pid < 0)
+        return false;
+    r->pid = pid;
+    int64_t deadline = test_now_ms() + 10000;
+    while (test_now_ms() < deadline) {
+        if (pings(r))
+            return true;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            r->pid = 0;
+            return false; /* port taken, most likely: the caller picks another */
+        }
+        usleep(5000);
+    }
+    return false;
+}
+
+bool test_redis_start(test_redis *r, const char *extra)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->dir, sizeof r->dir, "/tmp/dbt-redis-XXXXXX");
+    if (!mkdtemp(r->dir))
+        return false;
+    for (int attempt = 0; attempt < 20; attempt++) {
+        r->port = free_port();
+        if (r->port > 0 && spawn(r, extra))
+            return true;
+    }
+    return false;
+}
+
+bool test_redis_restart(test_redis *r, const char *extra)
+{
+    for (int attempt = 0; attempt < 50; attempt++) {
+        if (spawn(r, extra))
+            return true;
+        usleep(20000); /* the old socket may linger a moment */
+    }
+    return false;
+}
+
+void test_redis_kill(test_redis *r)
+{
+    if (r->pid > 0) {
+        kill(r->pid, SIGCONT);
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, NULL, 0);
+        r->pid = 0;
+    }
+}
+
+void test_redis_stop(test_redis *r)
+{
+    test_redis_kill(r);
+    if (r->dir[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", r->dir);
+        r->dir[0] = '\0';
+    }
+}
+
+redisContext *test_redis_connect(const test_redis *r)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    if (c && c->err) {
+        redisFree(c);
+        return NULL;
+    }
+    if (c)
+        redisSetTimeout(c, tv);
+    return c;
+}
+
+long long test_redis_int(const test_redis *r, const char *fmt, ...)
+{
+    redisContext *c = test_redis_connect(r);
+    if (!c)
+        return -1000;
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    long long v = -1000;
+    if (rep && rep->type == REDIS_REPLY_INTEGER)
+        v = rep->integer;
+    if (rep)
+        freeReplyObject(rep);
+    redisFree(c);
+    return v;
+}
+
+long long test_redis_commands(const test_redis *r)
+{
+    /* INFO counts the commands scripts run too; the client sends only these at top level. */
+    static const char *const top[] = {"evalsha", "eval",   "blpop", "script",
+                                      "auth",    "select", "ping"};
+    redisContext *c = test_redis_connect(r);
+    if (!c)
+        return -1;
+    redisReply *rep = redisCommand(c, "INFO commandstats");
+    long long total = 0;
+    if (rep && rep->type == REDIS_REPLY_STRING) {
+        for (size_t i = 0; i < sizeof top / sizeof *top; i++) {
+            char needle[64];
+            snprintf(needle, sizeof needle, "cmdstat_%s:calls=", top[i]);
+            char *at = strstr(rep->str, needle);
+            if (at)
+                total += strtoll(at + strlen(needle), NULL, 10);
+        }
+    }
+    if (rep)
+        freeReplyObject(rep);
+    redisFree(c);
+    return total;
+}
+
+long long test_redis_dbsize(const test_redis *r)
+{
+    return test_redis_int(r, "DBSIZE");
+}
+
+void test_config(dbt_config *cfg, const test_redis *r, ...)
+{
+    char err[DBT_ERRLEN], url[64];
+    dbt_config_defaults(cfg);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", r->port);
+    if (!dbt_config_set(cfg, "DBTHROTTLE_REDIS_URL", url, DBT_SRC_ENV, err))
+        fprintf(stderr, "test_config: %s\n", err);
+    va_list ap;
+    va_start(ap, r);
+    for (const char *kv = va_arg(ap, const char *); kv; kv = va_arg(ap, const char *)) {
+        char key[128];
+        const char *eq = strchr(kv, '=');
+        if (!eq || (size_t)(eq - kv) >= sizeof key)
+            continue;
+        memcpy(key, kv, (size_t)(eq - kv));
+        key[eq - kv] = '\0';
+        if (!dbt_config_set(cfg, key, eq + 1, DBT_SRC_ENV, err))
+            fprintf(stderr, "test_config: %s\n", err);
+    }
+    va_end(ap);
+}
+
+bool test_wait_until(bool (*cond)(void *), void *arg, int64_t timeout_ms)
+{
+    int64_t deadline = test_now_ms() + timeout_ms;
+    for (;;) {
+        if (cond(arg))
+            return true;
+        if (test_now_ms() >= deadline)
+            return cond(arg);
+        usleep(2000);
+    }
+}

@@ -1,0 +1,46 @@
+/* redis_server.h - tests start their own redis-server on a free loopback port in a temp dir. */
+#ifndef DBT_TEST_REDIS_SERVER_H
+#define DBT_TEST_REDIS_SERVER_H
+
+#include "config.h"
+
+#include <hiredis.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char dir[256];
+} test_redis;
+
+/* Starts redis-server (no persistence unless `extra` asks for it; extra = more "--k v" args,
+ * space separated, may be NULL) and waits until it answers PING. Returns false on failure. */
+bool test_redis_start(test_redis *r, const char *extra);
+/* Starts it again on the same port and dir (after test_redis_kill). */
+bool test_redis_restart(test_redis *r, const char *extra);
+/* SIGKILLs the server and reaps it (its data is gone unless persisted). */
+void test_redis_kill(test_redis *r);
+/* Stops the server and removes its directory. */
+void test_redis_stop(test_redis *r);
+
+redisContext *test_redis_connect(const test_redis *r);
+/* Runs a command (printf-style, hiredis format) and returns its integer reply, or -1000 on an
+ * error or a non-integer reply. */
+long long test_redis_int(const test_redis *r, const char *fmt, ...);
+/* Commands clients sent (INFO commandstats, without the ones scripts ran, without INFO). */
+long long test_redis_commands(const test_redis *r);
+/* Number of keys in the db. */
+long long test_redis_dbsize(const test_redis *r);
+
+/* A config pointing at r: defaults plus the given settings ("KEY=VALUE", NULL-terminated). */
+void test_config(dbt_config *cfg, const test_redis *r, ...);
+
+/* Polls cond until true or timeout_ms passes; returns the final value. For conditions another
+ * process or thread brings about (never used to wait out a fixed delay). */
+bool test_wait_until(bool (*cond)(void *), void *arg, int64_t timeout_ms);
+
+int64_t test_now_ms(void);
+
+#endif

@@ -1,0 +1,27 @@
+#!/bin/sh
+# install-deps.sh - installs the Debian packages that building and testing dbthrottle need, when
+# some are missing. Called by `make test` and `.ci/run`; does nothing when all are present.
+set -eu
+pkgs="gcc clang make pkg-config binutils libhiredis-dev libcriterion-dev redis-server \
+postgresql postgresql-client libpq-dev clang-format valgrind"
+missing=
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "install-deps: missing Debian packages:$missing"
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=sudo
+    else
+        echo "install-deps: run as root: apt-get install -y$missing" >&2
+        exit 1
+    fi
+else
+    SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -q --no-install-recommends $missing
+# The packaged servers must not run as system services for our tests: tests start their own.
