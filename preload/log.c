@@ -68,7 +68,7 @@ bool dbt_log_enabled(dbt_log_level level)
     return level != DBT_LOG_OFF && (int)level <= atomic_load(&log_level);
 }
 
-/* A bounded writer into the line buffer; `room` keeps space for the line's end. */
+/* A bounded writer into the line buffer; `full` says the last field did not fit. */
 typedef struct {
     char *buf;
     size_t cap, len;
@@ -230,7 +230,7 @@ static void field(out_t *o, dbt_log_format fmt, const char *key, const dbt_field
     }
     /* A field that would not fit is left out whole, so the line stays well-formed. */
     size_t mark = o->len;
-    bool was_full = o->full;
+    o->full = false;
     if (fmt == DBT_FMT_JSON) {
         add(o, ",", 1);
         json_string(o, key);
@@ -248,7 +248,7 @@ static void field(out_t *o, dbt_log_format fmt, const char *key, const dbt_field
         else
             logfmt_value(o, text);
     }
-    if (o->full && !was_full)
+    if (o->full)
         o->len = mark;
 }
 

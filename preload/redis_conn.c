@@ -322,7 +322,7 @@ static redisReply *finish_command(dbt_redis *r, char *err)
 {
     char derr[DBT_ERRLEN];
     if (r->npending > 0 && !read_pending(r, r->npending, derr) && dbt_redis_broken(r)) {
-        set_err(err, "redis", derr);
+        snprintf(err, DBT_ERRLEN, "%s", derr);
         return NULL;
     }
     /* A release that failed is not this command's failure: the lease covers it. */

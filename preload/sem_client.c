@@ -555,7 +555,11 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
             if (!leader && !p->leader_active)
                 p->leader_active = leader = true;
             pthread_mutex_unlock(&p->mu);
-            w = leader ? dbt_listen(p, s, deadline, o) : wait_wake(s, deadline, o);
+            /* A signal that came before we sleep is honoured too, not only one that wakes us. */
+            if (o->interrupted && o->interrupted(o->arg))
+                w = -1;
+            else
+                w = leader ? dbt_listen(p, s, deadline, o) : wait_wake(s, deadline, o);
         }
         if (s->state == SLOT_DOWN) {
             free_slot(s);

@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #define P "dbthrottle:{cancel}"
@@ -54,6 +55,7 @@ typedef struct {
     int64_t wait_ms;
     dbt_acq_result res;
     dbt_permit *permit;
+    atomic_bool done;
 } waiter_arg;
 
 static void *waiter(void *arg)
@@ -106,22 +108,26 @@ Test(cancel, grant_racing_a_timeout_is_never_lost, .timeout = 120)
     test_redis_stop(&r);
 }
 
+static volatile sig_atomic_t got_signal;
+
 static void on_sigusr1(int sig)
 {
     (void)sig;
+    got_signal = 1;
 }
 
-static bool always(void *arg)
+static bool signalled(void *arg)
 {
     (void)arg;
-    return true;
+    return got_signal != 0;
 }
 
 static void *interruptible_waiter(void *arg)
 {
     waiter_arg *w = arg;
-    dbt_acquire_opts o = {.limit = 1, .wait_ms = 30000, .interrupted = always};
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 30000, .interrupted = signalled};
     w->res = dbt_acquire(w->pool, DBT_KIND_QUERY, &o, &w->permit);
+    atomic_store(&w->done, true);
     return NULL;
 }
 
@@ -143,7 +149,12 @@ Test(cancel, signal_interrupts_a_wait_and_withdraws, .timeout = 60)
     pthread_create(&t, NULL, interruptible_waiter, &w);
     zcard_is q1 = {&r, "dbthrottle:{cancel}:q:queue", 1};
     cr_assert(test_wait_until(test_zcard_is, &q1, 10000));
-    pthread_kill(t, SIGUSR1);
+    /* Signalled as psql's Ctrl-C would: the handler sets a flag, the wait sees it. Sent again
+     * until the waiter returns, in case the first one landed before it began to sleep. */
+    for (int i = 0; i < 250 && !w.done; i++) {
+        pthread_kill(t, SIGUSR1);
+        usleep(20000);
+    }
     pthread_join(t, NULL);
     cr_expect_eq(w.res, DBT_ACQ_INTERRUPTED);
     cr_expect_eq(test_redis_int(&r, "ZCARD dbthrottle:{cancel}:q:queue"), 0);

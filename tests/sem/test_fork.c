@@ -2,6 +2,7 @@
 #include "sem_helpers.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
