@@ -19,8 +19,9 @@ HIREDIS_A := $(shell $(CC) -print-file-name=libhiredis.a)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla
 CFLAGS  ?= -O2 -g
+LIBPQ_CFLAGS := $(shell $(PKG_CONFIG) --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -pthread \
-              -Ipreload -I$(BUILD)/gen $(HIREDIS_CFLAGS) $(EXTRA_CFLAGS)
+              -Ipreload -I$(BUILD)/gen $(HIREDIS_CFLAGS) $(LIBPQ_CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS_LIB := $(HIREDIS_A) -ldl -pthread
 
 LIB_SRCS := $(sort $(wildcard preload/*.c))
@@ -32,7 +33,7 @@ SEM_SRCS  := $(sort $(wildcard tests/sem/*.c))
 SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
 CRITERION_LIBS := -lcriterion
 
-.PHONY: all test test-unit test-sem bench demo install uninstall clean deps format format-check \
+.PHONY: all test test-unit test-sem test-integration bench demo install uninstall clean deps format format-check \
         check-asan check-tsan check-valgrind
 
 all: $(BUILD)/libdbthrottle.so
@@ -109,6 +110,7 @@ test: deps
 	sh tools/check-exports.sh $(BUILD)/libdbthrottle.so
 	$(BUILD)/tests/unit --jobs 2
 	$(BUILD)/tests/sem --jobs 2
+	sh tests/integration/test_interposer.sh
 	$(MAKE) check-asan check-tsan check-valgrind
 
 test-unit: $(BUILD)/tests/unit
@@ -116,6 +118,9 @@ test-unit: $(BUILD)/tests/unit
 
 test-sem: $(BUILD)/tests/sem
 	$(BUILD)/tests/sem
+
+test-integration: all
+	sh tests/integration/test_interposer.sh
 
 bench: $(BUILD)/bench/sem-bench
 	$(BUILD)/bench/sem-bench

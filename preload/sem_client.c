@@ -99,6 +99,11 @@ const dbt_keys *dbt_pool_keys(const dbt_pool *p)
     return &p->keys;
 }
 
+const char *dbt_pool_name(const dbt_pool *p)
+{
+    return p->name;
+}
+
 void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out)
 {
     pthread_mutex_lock(&p->mu);
@@ -635,12 +640,11 @@ bool dbt_permit_lost(const dbt_permit *s)
 
 /* ---- shutdown ---------------------------------------------------------------------------- */
 
-static void log_summary(dbt_pool *p)
+static void log_summary_of(const char *name, const dbt_pool_stats *st)
 {
-    const dbt_pool_stats *st = &p->st;
     if (st->grants == 0 && st->refusals == 0 && st->redis_errors == 0 && st->timeouts == 0)
         return;
-    dbt_field f[] = {DBT_S("pool", p->name),
+    dbt_field f[] = {DBT_S("pool", name),
                      DBT_I("grants", st->grants),
                      DBT_I("waits", st->waits),
                      DBT_MS("wait_total_ms", (double)st->wait_total_us / 1000.0),
@@ -669,7 +673,7 @@ static void free_pool(dbt_pool *p)
         free_slot(s);
         s = next;
     }
-    log_summary(p);
+    log_summary_of(p->name, &p->st);
     char err[DBT_ERRLEN];
     for (int i = 0; i < p->nfree; i++) {
         (void)dbt_redis_drain(p->free_conns[i], err);
@@ -681,6 +685,32 @@ static void free_pool(dbt_pool *p)
     pthread_cond_destroy(&p->bg_cv);
     free(p->name);
     free(p);
+}
+
+void dbt_client_exit(dbt_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    dbt_pool *pools = c->pools;
+    pthread_mutex_unlock(&c->mu);
+    for (dbt_pool *p = pools; p; p = p->next) {
+        /* Copy the ids first: the network calls happen without the lock. */
+        enum { MAX_EXIT = 256 };
+        char ids[MAX_EXIT][64];
+        dbt_kind kinds[MAX_EXIT];
+        int n = 0;
+        pthread_mutex_lock(&p->mu);
+        bool down = p->down_until_us > dbt_now_us();
+        for (struct dbt_slot *s = p->slots; s && n < MAX_EXIT; s = s->next)
+            if (s->state == SLOT_HELD && s->gen == p->gen) {
+                memcpy(ids[n], s->id, sizeof ids[n]);
+                kinds[n++] = s->kind;
+            }
+        dbt_pool_stats st = p->st;
+        pthread_mutex_unlock(&p->mu);
+        for (int i = 0; i < n && !down; i++)
+            send_release(p, kinds[i], ids[i]);
+        log_summary_of(p->name, &st);
+    }
 }
 
 void dbt_client_free(dbt_client *c)

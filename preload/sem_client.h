@@ -54,6 +54,10 @@ dbt_client *dbt_client_new(const dbt_config *cfg);
  * No thread may be inside dbt_acquire; permits held become invalid. */
 void dbt_client_free(dbt_client *c);
 
+/* At process exit: gives back every permit still held (replies not awaited) and logs one
+ * summary line per pool, but frees nothing: other threads may still be running. */
+void dbt_client_exit(dbt_client *c);
+
 /* This process' random client id (16 hex digits), which prefixes its permit ids. */
 const char *dbt_client_id(const dbt_client *c);
 
@@ -78,5 +82,6 @@ bool dbt_permit_lost(const dbt_permit *permit);
 
 void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out);
 const dbt_keys *dbt_pool_keys(const dbt_pool *p);
+const char *dbt_pool_name(const dbt_pool *p);
 
 #endif

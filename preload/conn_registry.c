@@ -1,0 +1,124 @@
+/* conn_registry.c - what the throttle knows about each PGconn, and the results it made. */
+#include "conn_registry.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BUCKETS 1024
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static dbt_conn *buckets[BUCKETS];
+static atomic_uint_fast64_t next_id;
+
+static size_t bucket_of(const void *p)
+{
+    uintptr_t x = (uintptr_t)p;
+    x ^= x >> 17;
+    x *= 0x9E3779B97F4A7C15ull;
+    return (size_t)(x >> 54) % BUCKETS;
+}
+
+dbt_conn *dbt_conn_find(const void *pg, bool create)
+{
+    size_t b = bucket_of(pg);
+    pthread_mutex_lock(&mu);
+    dbt_conn *c = buckets[b];
+    while (c && c->pg != pg)
+        c = c->next;
+    if (!c && create && (c = calloc(1, sizeof *c)) != NULL) {
+        c->pg = pg;
+        snprintf(c->id, sizeof c->id, "c%llu",
+                 (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
+        c->next = buckets[b];
+        buckets[b] = c;
+    }
+    pthread_mutex_unlock(&mu);
+    return c;
+}
+
+dbt_conn *dbt_conn_take(const void *pg)
+{
+    size_t b = bucket_of(pg);
+    pthread_mutex_lock(&mu);
+    dbt_conn **pp = &buckets[b];
+    while (*pp && (*pp)->pg != pg)
+        pp = &(*pp)->next;
+    dbt_conn *c = *pp;
+    if (c)
+        *pp = c->next;
+    pthread_mutex_unlock(&mu);
+    return c;
+}
+
+void dbt_conn_free(dbt_conn *c)
+{
+    if (c) {
+        free(c->refusal);
+        free(c);
+    }
+}
+
+/* ---- refused results: few and short-lived, so a small list will do ---------------------- */
+
+typedef struct refused {
+    const void *res;
+    char *msg;
+    struct refused *next;
+} refused;
+
+static refused *refused_list;
+static atomic_int refused_count; /* lets PQclear skip the lock in the common case */
+
+void dbt_refused_add(const void *res, const char *msg)
+{
+    refused *r = malloc(sizeof *r);
+    if (!r || !(r->msg = strdup(msg))) {
+        free(r);
+        return;
+    }
+    r->res = res;
+    pthread_mutex_lock(&mu);
+    r->next = refused_list;
+    refused_list = r;
+    atomic_fetch_add(&refused_count, 1);
+    pthread_mutex_unlock(&mu);
+}
+
+const char *dbt_refused_message(const void *res)
+{
+    if (!res || atomic_load(&refused_count) == 0)
+        return NULL;
+    const char *msg = NULL;
+    pthread_mutex_lock(&mu);
+    for (refused *r = refused_list; r; r = r->next)
+        if (r->res == res) {
+            msg = r->msg;
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+    return msg; /* lives until PQclear of that result, which only its owner calls */
+}
+
+void dbt_refused_forget(const void *res)
+{
+    if (!res || atomic_load(&refused_count) == 0)
+        return;
+    refused *gone = NULL;
+    pthread_mutex_lock(&mu);
+    for (refused **pp = &refused_list; *pp; pp = &(*pp)->next)
+        if ((*pp)->res == res) {
+            gone = *pp;
+            *pp = gone->next;
+            atomic_fetch_sub(&refused_count, 1);
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+    if (gone) {
+        free(gone->msg);
+        free(gone);
+    }
+}

@@ -1,0 +1,37 @@
+/* conn_registry.h - what the throttle knows about each PGconn, keyed by its pointer.
+ *
+ * Nothing outlives its PGconn: an entry is made when a connection first needs the throttle and
+ * removed by PQfinish. libpq lets one thread use a PGconn at a time, so an entry's fields need no
+ * lock of their own; only the map does. */
+#ifndef DBT_CONN_REGISTRY_H
+#define DBT_CONN_REGISTRY_H
+
+#include "sem_client.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct dbt_conn {
+    const void *pg;           /* the PGconn */
+    dbt_pool *pool;           /* NULL until the first command */
+    dbt_permit *query_permit; /* held from the first command until the connection is idle */
+    int64_t idle_in_tx_since; /* when a command ended inside a transaction; 0 otherwise */
+    bool idle_in_tx_warned;
+    char id[24];   /* "c<N>": names the connection in the trace */
+    char *refusal; /* PQerrorMessage while a refusal is the last word, else NULL */
+    struct dbt_conn *next;
+} dbt_conn;
+
+/* The entry of pg, made when `create` (NULL when out of memory or not found). */
+dbt_conn *dbt_conn_find(const void *pg, bool create);
+/* Unlinks and returns pg's entry (the caller frees it with dbt_conn_free), or NULL. */
+dbt_conn *dbt_conn_take(const void *pg);
+void dbt_conn_free(dbt_conn *c);
+
+/* Refused results: PGresults we made to carry a refusal, with their message. */
+void dbt_refused_add(const void *res, const char *msg);
+/* The message of a refused result, or NULL for any other result. Cheap when there are none. */
+const char *dbt_refused_message(const void *res);
+void dbt_refused_forget(const void *res);
+
+#endif

@@ -1,0 +1,79 @@
+/* hooks_errors.c - how a refusal reads to the program.
+ *
+ * libpq has no public way to set a connection's or a result's error message. Rather than write
+ * into libpq's private structures (their layout changes between versions), the few functions
+ * that report errors are interposed: for a connection whose last word was a refusal, and for the
+ * PGRES_FATAL_ERROR results we made to carry one, they return our message and SQLSTATE 53300
+ * (too_many_connections, "insufficient resources"); for everything else they are libpq's own. A
+ * refusal is forgotten at the connection's next command, and a refused result at its PQclear. */
+#include "conn_registry.h"
+#include "real.h"
+#include "throttle.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define HOOK __attribute__((visibility("default")))
+
+HOOK char *PQerrorMessage(const PGconn *conn)
+{
+    const char *msg = conn ? dbt_throttle_error(conn) : NULL;
+    if (msg)
+        return (char *)msg;
+    __typeof__(&PQerrorMessage) real = DBT_REAL(PQerrorMessage);
+    return real ? real(conn) : (char *)"";
+}
+
+HOOK char *PQresultErrorMessage(const PGresult *res)
+{
+    const char *msg = dbt_refused_message(res);
+    if (msg)
+        return (char *)msg;
+    __typeof__(&PQresultErrorMessage) real = DBT_REAL(PQresultErrorMessage);
+    return real ? real(res) : (char *)"";
+}
+
+HOOK char *PQresultVerboseErrorMessage(const PGresult *res, PGVerbosity verbosity,
+                                       PGContextVisibility show_context)
+{
+    const char *msg = dbt_refused_message(res);
+    if (msg) {
+        const char *prefix = verbosity == PQERRORS_VERBOSE ? "ERROR:  53300: " : "ERROR:  ";
+        char *out = malloc(strlen(prefix) + strlen(msg) + 1); /* freed by PQfreemem (free) */
+        if (out) {
+            strcpy(out, prefix);
+            strcat(out, msg);
+        }
+        return out;
+    }
+    __typeof__(&PQresultVerboseErrorMessage) real = DBT_REAL(PQresultVerboseErrorMessage);
+    return real ? real(res, verbosity, show_context) : NULL;
+}
+
+HOOK char *PQresultErrorField(const PGresult *res, int fieldcode)
+{
+    const char *msg = dbt_refused_message(res);
+    if (msg) {
+        switch (fieldcode) {
+        case PG_DIAG_SQLSTATE:
+            return (char *)"53300";
+        case PG_DIAG_SEVERITY:
+        case PG_DIAG_SEVERITY_NONLOCALIZED:
+            return (char *)"ERROR";
+        case PG_DIAG_MESSAGE_PRIMARY:
+            return (char *)msg;
+        default:
+            return NULL;
+        }
+    }
+    __typeof__(&PQresultErrorField) real = DBT_REAL(PQresultErrorField);
+    return real ? real(res, fieldcode) : NULL;
+}
+
+HOOK void PQclear(PGresult *res)
+{
+    dbt_refused_forget(res);
+    __typeof__(&PQclear) real = DBT_REAL(PQclear);
+    if (real)
+        real(res);
+}

@@ -1,0 +1,127 @@
+/* hooks_query.c - every way a command reaches the server: the synchronous calls, the PQsend*
+ * calls and PQgetResult. Each hook is thin: it tells throttle.c and forwards to libpq. */
+#include "real.h"
+#include "throttle.h"
+
+#define HOOK __attribute__((visibility("default")))
+
+/* The synchronous calls run a whole command: permit before, maybe give it back after. */
+#define SYNC_HOOK(call, ...)                                                                       \
+    do {                                                                                           \
+        __typeof__(&call) real = DBT_REAL(call);                                                   \
+        if (!real)                                                                                 \
+            return NULL;                                                                           \
+        if (dbt_nested || !conn)                                                                   \
+            return real(__VA_ARGS__);                                                              \
+        if (!dbt_throttle_before(conn))                                                            \
+            return dbt_throttle_refused_result(conn);                                              \
+        dbt_nested++;                                                                              \
+        PGresult *res = real(__VA_ARGS__);                                                         \
+        dbt_nested--;                                                                              \
+        dbt_throttle_after(conn);                                                                  \
+        return res;                                                                                \
+    } while (0)
+
+/* The PQsend* calls start a command: the permit is given back when PQgetResult says it ended
+ * (or at once, when nothing was sent). */
+#define SEND_HOOK(call, ...)                                                                       \
+    do {                                                                                           \
+        __typeof__(&call) real = DBT_REAL(call);                                                   \
+        if (!real)                                                                                 \
+            return 0;                                                                              \
+        if (dbt_nested || !conn)                                                                   \
+            return real(__VA_ARGS__);                                                              \
+        if (!dbt_throttle_before(conn))                                                            \
+            return 0;                                                                              \
+        dbt_nested++;                                                                              \
+        int ok = real(__VA_ARGS__);                                                                \
+        dbt_nested--;                                                                              \
+        if (!ok)                                                                                   \
+            dbt_throttle_after(conn);                                                              \
+        return ok;                                                                                 \
+    } while (0)
+
+HOOK PGresult *PQexec(PGconn *conn, const char *query)
+{
+    SYNC_HOOK(PQexec, conn, query);
+}
+
+HOOK PGresult *PQexecParams(PGconn *conn, const char *command, int nParams, const Oid *paramTypes,
+                            const char *const *paramValues, const int *paramLengths,
+                            const int *paramFormats, int resultFormat)
+{
+    SYNC_HOOK(PQexecParams, conn, command, nParams, paramTypes, paramValues, paramLengths,
+              paramFormats, resultFormat);
+}
+
+HOOK PGresult *PQprepare(PGconn *conn, const char *stmtName, const char *query, int nParams,
+                         const Oid *paramTypes)
+{
+    SYNC_HOOK(PQprepare, conn, stmtName, query, nParams, paramTypes);
+}
+
+HOOK PGresult *PQexecPrepared(PGconn *conn, const char *stmtName, int nParams,
+                              const char *const *paramValues, const int *paramLengths,
+                              const int *paramFormats, int resultFormat)
+{
+    SYNC_HOOK(PQexecPrepared, conn, stmtName, nParams, paramValues, paramLengths, paramFormats,
+              resultFormat);
+}
+
+HOOK PGresult *PQdescribePrepared(PGconn *conn, const char *stmt)
+{
+    SYNC_HOOK(PQdescribePrepared, conn, stmt);
+}
+
+HOOK PGresult *PQdescribePortal(PGconn *conn, const char *portal)
+{
+    SYNC_HOOK(PQdescribePortal, conn, portal);
+}
+
+HOOK int PQsendQuery(PGconn *conn, const char *query)
+{
+    SEND_HOOK(PQsendQuery, conn, query);
+}
+
+HOOK int PQsendQueryParams(PGconn *conn, const char *command, int nParams, const Oid *paramTypes,
+                           const char *const *paramValues, const int *paramLengths,
+                           const int *paramFormats, int resultFormat)
+{
+    SEND_HOOK(PQsendQueryParams, conn, command, nParams, paramTypes, paramValues, paramLengths,
+              paramFormats, resultFormat);
+}
+
+HOOK int PQsendPrepare(PGconn *conn, const char *stmtName, const char *query, int nParams,
+                       const Oid *paramTypes)
+{
+    SEND_HOOK(PQsendPrepare, conn, stmtName, query, nParams, paramTypes);
+}
+
+HOOK int PQsendQueryPrepared(PGconn *conn, const char *stmtName, int nParams,
+                             const char *const *paramValues, const int *paramLengths,
+                             const int *paramFormats, int resultFormat)
+{
+    SEND_HOOK(PQsendQueryPrepared, conn, stmtName, nParams, paramValues, paramLengths, paramFormats,
+              resultFormat);
+}
+
+HOOK int PQsendDescribePrepared(PGconn *conn, const char *stmt)
+{
+    SEND_HOOK(PQsendDescribePrepared, conn, stmt);
+}
+
+HOOK int PQsendDescribePortal(PGconn *conn, const char *portal)
+{
+    SEND_HOOK(PQsendDescribePortal, conn, portal);
+}
+
+HOOK PGresult *PQgetResult(PGconn *conn)
+{
+    __typeof__(&PQgetResult) real = DBT_REAL(PQgetResult);
+    if (!real)
+        return NULL;
+    PGresult *res = real(conn);
+    if (!res && conn && !dbt_nested)
+        dbt_throttle_after(conn); /* the command has ended */
+    return res;
+}

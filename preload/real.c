@@ -1,0 +1,35 @@
+/* real.c - resolves the real libpq functions behind our hooks.
+ *
+ * dlsym(RTLD_NEXT) is not always enough: a libpq loaded with RTLD_LOCAL (psycopg2's extension
+ * module pulls it in that way) is not "next" in the global scope, so RTLD_NEXT finds nothing and a
+ * naive preload crashes Python on its first connection. Then the libpq.so.5 already in the process
+ * is asked directly (RTLD_NOLOAD: never load one ourselves). */
+#include "real.h"
+
+#include "log.h"
+
+#include <dlfcn.h>
+#include <stddef.h>
+
+void *dbt_real_lookup(_Atomic(void *) *slot, const char *name)
+{
+    void *f = atomic_load_explicit(slot, memory_order_acquire);
+    if (f)
+        return f;
+    f = dlsym(RTLD_NEXT, name);
+    if (!f) {
+        void *h = dlopen("libpq.so.5", RTLD_LAZY | RTLD_NOLOAD);
+        if (h) {
+            f = dlsym(h, name);
+            dlclose(h);
+        }
+    }
+    if (f) {
+        atomic_store_explicit(slot, f, memory_order_release);
+    } else {
+        dbt_field fl[] = {DBT_S("function", name),
+                          DBT_S("error", "cannot find the real libpq function")};
+        dbt_log(DBT_LOG_ERROR, "symbol_error", fl, 2);
+    }
+    return f;
+}

@@ -1,0 +1,19 @@
+/* real.h - the real libpq functions behind our hooks, resolved lazily and robustly. */
+#ifndef DBT_REAL_H
+#define DBT_REAL_H
+
+#include <stdatomic.h>
+
+/* Finds the real `name`: the next definition after ours (RTLD_NEXT), or, when libpq is not in the
+ * global scope (Python extension modules load it RTLD_LOCAL), the one in the libpq.so.5 that is
+ * already loaded. NULL when neither exists; the caller then fails the call the libpq way. */
+void *dbt_real_lookup(_Atomic(void *) *slot, const char *name);
+
+/* DBT_REAL(PQexec) is the real PQexec, typed. Each use site keeps its own cache slot. */
+#define DBT_REAL(fn)                                                                               \
+    ({                                                                                             \
+        static _Atomic(void *) dbt_slot_;                                                          \
+        (__typeof__(&fn))dbt_real_lookup(&dbt_slot_, #fn);                                         \
+    })
+
+#endif

@@ -1,0 +1,144 @@
+/* throttle.c - the permit decisions for one connection.
+ *
+ * A query permit is taken when a command is sent on a connection that holds none, and kept while
+ * the connection is in a transaction (INTRANS, INERROR), in pipeline mode, or busy with the
+ * command (COPY included); it goes back when the connection is idle again. So BEGIN ... COMMIT
+ * is one permit, and a transaction never waits for a permit between its statements: releasing
+ * there deadlocks when the holders of every permit wait for a row lock the transaction holds. */
+#include "throttle.h"
+
+#include "conn_registry.h"
+#include "lib.h"
+#include "log.h"
+#include "real.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+__thread int dbt_nested;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* "host:port/dbname" of the server the connection really reaches, as libpq resolved it
+ * (defaults, service files and PG* variables applied). Never a password. */
+static void default_pool(PGconn *conn, char *out, size_t cap)
+{
+    const char *host = DBT_REAL(PQhost)(conn), *port = DBT_REAL(PQport)(conn);
+    const char *db = DBT_REAL(PQdb)(conn);
+    snprintf(out, cap, "%s:%s/%s", host && *host ? host : "localhost",
+             port && *port ? port : "5432", db ? db : "");
+}
+
+static void set_refusal(dbt_conn *c, const char *fmt_pool, int limit, int64_t waited_ms,
+                        const char *why)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg,
+             "dbthrottle: no query permit for pool \"%.300s\" (limit %d) after waiting %" PRId64
+             " ms: %s\n",
+             fmt_pool, limit, waited_ms, why);
+    free(c->refusal);
+    c->refusal = strdup(msg);
+}
+
+bool dbt_throttle_before(PGconn *conn)
+{
+    const dbt_lib *lib = dbt_lib_get();
+    if (!lib->active && !lib->broken)
+        return true;
+    dbt_conn *c = dbt_conn_find(conn, true);
+    if (!c)
+        return true; /* out of memory: better unthrottled than a crash */
+    free(c->refusal);
+    c->refusal = NULL;
+    if (lib->broken) {
+        char msg[DBT_ERRLEN + 64];
+        snprintf(msg, sizeof msg, "dbthrottle: bad configuration: %s\n", lib->error);
+        c->refusal = strdup(msg);
+        return false;
+    }
+    if (c->query_permit || lib->cfg.max_queries == 0)
+        return true;
+    if (!c->pool) {
+        char name[600];
+        if (lib->cfg.pool)
+            snprintf(name, sizeof name, "%s", lib->cfg.pool);
+        else
+            default_pool(conn, name, sizeof name);
+        c->pool = dbt_client_pool(lib->client, lib->cfg.pool ? lib->cfg.pool : name);
+        if (!c->pool)
+            return true;
+    }
+    dbt_acquire_opts o = {
+        .limit = lib->cfg.max_queries, .wait_ms = lib->cfg.wait_timeout_ms, .conn = c->id};
+    int64_t t0 = now_ms();
+    dbt_permit *p = NULL;
+    switch (dbt_acquire(c->pool, DBT_KIND_QUERY, &o, &p)) {
+    case DBT_ACQ_GRANTED:
+        c->query_permit = p;
+        return true;
+    case DBT_ACQ_UNTHROTTLED:
+        return true;
+    case DBT_ACQ_TIMEOUT:
+        set_refusal(c, dbt_pool_name(c->pool), o.limit, now_ms() - t0,
+                    "DBTHROTTLE_WAIT_TIMEOUT reached");
+        return false;
+    case DBT_ACQ_INTERRUPTED:
+        set_refusal(c, dbt_pool_name(c->pool), o.limit, now_ms() - t0, "interrupted");
+        return false;
+    case DBT_ACQ_REFUSED:
+    default:
+        set_refusal(c, dbt_pool_name(c->pool), o.limit, now_ms() - t0,
+                    "Redis is unreachable and DBTHROTTLE_ON_REDIS_ERROR=closed");
+        return false;
+    }
+}
+
+void dbt_throttle_after(PGconn *conn)
+{
+    const dbt_lib *lib = dbt_lib_get();
+    if (!lib->active)
+        return;
+    dbt_conn *c = dbt_conn_find(conn, false);
+    if (!c || !c->query_permit)
+        return;
+    if (DBT_REAL(PQtransactionStatus)(conn) == PQTRANS_IDLE &&
+        DBT_REAL(PQpipelineStatus)(conn) == PQ_PIPELINE_OFF) {
+        dbt_release(c->query_permit);
+        c->query_permit = NULL;
+    }
+}
+
+void dbt_throttle_forget(PGconn *conn)
+{
+    const dbt_lib *lib = dbt_lib_get();
+    if (!lib->active && !lib->broken)
+        return;
+    dbt_conn *c = dbt_conn_take(conn);
+    if (c && c->query_permit)
+        dbt_release(c->query_permit);
+    dbt_conn_free(c);
+}
+
+PGresult *dbt_throttle_refused_result(PGconn *conn)
+{
+    PGresult *r = DBT_REAL(PQmakeEmptyPGresult)(conn, PGRES_FATAL_ERROR);
+    const char *msg = dbt_throttle_error(conn);
+    if (r && msg)
+        dbt_refused_add(r, msg);
+    return r;
+}
+
+const char *dbt_throttle_error(const PGconn *conn)
+{
+    dbt_conn *c = dbt_conn_find(conn, false);
+    return c ? c->refusal : NULL;
+}

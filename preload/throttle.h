@@ -1,0 +1,31 @@
+/* throttle.h - the permit decisions for one connection: when a command takes a query permit and
+ * when the connection gives it back. The hooks only translate libpq calls into these events. */
+#ifndef DBT_THROTTLE_H
+#define DBT_THROTTLE_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+
+/* Set while a hook runs the real function, so that libpq's calls of its own exported functions
+ * (PQexec -> PQsendQuery -> ..., PQexecFinish -> PQgetResult) pass straight through: one logical
+ * command takes exactly one permit. */
+extern __thread int dbt_nested;
+
+/* A command is about to be sent on conn. True: send it (a permit is held, or none is needed).
+ * False: refused; conn's error message says why (see dbt_throttle_error). */
+bool dbt_throttle_before(PGconn *conn);
+
+/* A command on conn has ended (a synchronous call returned, or PQgetResult returned NULL).
+ * The permit goes back once the connection is idle: not inside a transaction or a pipeline. */
+void dbt_throttle_after(PGconn *conn);
+
+/* conn is being closed or reset: whatever it holds goes back, and its entry is forgotten. */
+void dbt_throttle_forget(PGconn *conn);
+
+/* A PGRES_FATAL_ERROR result carrying conn's refusal (SQLSTATE 53300), for PQexec and friends. */
+PGresult *dbt_throttle_refused_result(PGconn *conn);
+
+/* The refusal message of conn, or NULL when the last word on conn was not a refusal. */
+const char *dbt_throttle_error(const PGconn *conn);
+
+#endif

@@ -1,0 +1,152 @@
+#!/bin/sh
+# test_interposer.sh - libdbthrottle.so preloaded into unmodified libpq programs (psql, pgbench),
+# against a redis-server and a PostgreSQL this script starts on free loopback ports and stops.
+# Prints one line per check and "N passed, N failed" at the end; exits non-zero on a failure.
+set -u
+top=$(cd "$(dirname "$0")/../.." && pwd)
+lib=$top/build/libdbthrottle.so
+work=$(mktemp -d /tmp/dbt-it-XXXXXX)
+chmod 755 "$work"
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   - $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL - $*"; }
+check() { # check "what" command...
+    what=$1
+    shift
+    if "$@"; then ok "$what"; else fail "$what"; fi
+}
+
+cleanup() {
+    [ -n "${redis_pid:-}" ] && kill "$redis_pid" 2>/dev/null
+    sh "$top/tools/pgtmp.sh" stop "$work/pg" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# ---- servers ----------------------------------------------------------------------------------
+for attempt in 1 2 3 4 5; do
+    rport=$(( ( $(od -An -N2 -tu2 /dev/urandom) % 30000 ) + 20000 ))
+    redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+        --logfile "$work/redis.log" &
+    redis_pid=$!
+    i=0
+    while [ $i -lt 100 ] && ! redis-cli -p "$rport" ping >/dev/null 2>&1; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    redis-cli -p "$rport" ping >/dev/null 2>&1 && break
+    kill "$redis_pid" 2>/dev/null
+done
+PGPORT=$(sh "$top/tools/pgtmp.sh" start "$work/pg") || { echo "FAIL - PostgreSQL did not start"; exit 1; }
+export PGHOST=127.0.0.1 PGPORT PGUSER=postgres PGDATABASE=postgres
+export DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$rport
+psql -qAt -c "create table r (id int primary key, v int); insert into r values (1, 0)" >/dev/null
+
+throttled() { # throttled ENV... -- command...: runs under the preload
+    env LD_PRELOAD="$lib" "$@"
+}
+
+# ---- 1. the limit holds at the server --------------------------------------------------------
+# Every statement's start and end come from the server's own log; their largest overlap is the
+# most statements that ran at once. The log's clock has millisecond steps, so each interval is
+# shortened by 1 ms: a false overlap is then impossible, and a real one (a statement too many
+# runs a whole 50 ms) is still seen.
+psql -qAt -c "alter system set log_min_duration_statement = 0" \
+    -c "alter system set log_line_prefix = '%m '" -c "select pg_reload_conf()" >/dev/null
+echo "select pg_sleep(0.05);" >"$work/sleep.sql"
+logfile=$work/pg/server.log
+start_line=$(wc -l <"$logfile")
+t0=$(date +%s.%N)
+throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG=$work/trace1.log DBTHROTTLE_LOG_LEVEL=info \
+    pgbench -n -c 32 -j 32 -t 5 -f "$work/sleep.sql" >"$work/pgbench1.out" 2>&1
+rc=$?
+t1=$(date +%s.%N)
+psql -qAt -c "alter system reset log_min_duration_statement" -c "select pg_reload_conf()" >/dev/null
+check "pgbench -c 32 under MAX_QUERIES=4 completes" [ $rc -eq 0 ]
+tail -n +"$((start_line + 1))" "$logfile" | grep 'statement: select pg_sleep(0.05)' >"$work/stmts"
+max=$(awk '{
+    split($2, t, ":"); end = t[1] * 3600 + t[2] * 60 + t[3];
+    for (i = 1; i <= NF; i++) if ($i == "duration:") d = $(i + 1) / 1000;
+    printf "%.6f 1\n%.6f -1\n", end - d, end - 0.001 }' "$work/stmts" | sort -k1,1n -k2,2n |
+    awk '{ cur += $2; if (cur > max) max = cur } END { print max + 0 }')
+n=$(wc -l <"$work/stmts")
+check "160 statements ran (saw $n)" [ "$n" -eq 160 ]
+check "at most 4 statements at once at the server (saw $max)" [ "$max" -le 4 ]
+check "the limit was reached (saw $max)" [ "$max" -eq 4 ]
+rate=$(echo "$t0 $t1" | awk '{ printf "%.1f", 160 / ($2 - $1) }')
+echo "info - 160 x pg_sleep(0.05) at limit 4: $rate statements/s (ideal 80, with 32 connects)"
+grants=$(grep -c 'event=grant' "$work/trace1.log")
+check "one grant per statement (saw $grants)" [ "$grants" -eq 160 ]
+
+# ---- 2. a transaction is one permit ----------------------------------------------------------
+throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG=$work/trace2.log DBTHROTTLE_LOG_LEVEL=info \
+    psql -qAt -c "begin" -c "select 1" -c "update r set v = v where id = 1" -c "commit" >/dev/null
+grants=$(grep -c 'event=grant' "$work/trace2.log")
+releases=$(grep -c 'event=release' "$work/trace2.log")
+check "BEGIN ... COMMIT over four commands takes one grant (saw $grants)" [ "$grants" -eq 1 ]
+check "and gives it back once (saw $releases)" [ "$releases" -eq 1 ]
+grants=$(throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info \
+    psql -qAt -c "select 1" 2>&1 >/dev/null | grep -c 'event=grant')
+check "a single psql -c command takes one grant (saw $grants)" [ "$grants" -eq 1 ]
+
+# ---- 3. no deadlock between a transaction and the lock waiters --------------------------------
+# MAX_QUERIES=2: T1 updates r in a transaction and then sleeps; T2 and T3 want the same row. If T1
+# gave its permit back between statements, T2 and T3 would hold both permits, blocked on T1's row
+# lock, and T1 could never get one to COMMIT.
+psql -qAt -c "update r set v = 0" >/dev/null
+throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=20s psql -qAt -v ON_ERROR_STOP=1 \
+    -c "begin" -c "update r set v = v + 1 where id = 1" -c "select pg_sleep(1)" -c "commit" \
+    >/dev/null 2>"$work/t1.err" &
+p1=$!
+sleep 0.3
+throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=20s psql -qAt -v ON_ERROR_STOP=1 \
+    -c "update r set v = v + 1 where id = 1" >/dev/null 2>"$work/t2.err" &
+p2=$!
+throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=20s psql -qAt -v ON_ERROR_STOP=1 \
+    -c "update r set v = v + 1 where id = 1" >/dev/null 2>"$work/t3.err" &
+p3=$!
+wait $p1; r1=$?
+wait $p2; r2=$?
+wait $p3; r3=$?
+v=$(psql -qAt -c "select v from r where id = 1")
+check "the transaction and both lock waiters complete (rc $r1 $r2 $r3)" [ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ $r3 -eq 0 ]
+check "all three updates applied (v=$v)" [ "$v" = 3 ]
+
+# ---- 4. a refusal reads like a libpq error ---------------------------------------------------
+throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(3)" >/dev/null 2>&1 &
+holder=$!
+i=0
+until [ "$(redis-cli -p "$rport" --raw eval "local n = 0 for _, k in ipairs(redis.call('keys', 'dbthrottle:*:q:holders')) do n = n + redis.call('zcard', k) end return n" 0)" = 1 ] || [ $i -ge 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=200ms psql -qAt -c "select 1" \
+    >"$work/refused.out" 2>"$work/refused.err"
+rc=$?
+check "psql refused: exits non-zero (rc $rc)" [ $rc -ne 0 ]
+check "psql refused: says dbthrottle, the pool and the limit" \
+    grep -q 'dbthrottle: no query permit for pool "127.0.0.1:[0-9]*/postgres" (limit 1) after waiting' "$work/refused.err"
+check "psql refused: nothing reached the server (no output)" [ ! -s "$work/refused.out" ]
+wait $holder
+
+# ---- 5. bad configuration refuses rather than runs unthrottled -------------------------------
+throttled DBTHROTTLE_MAX_QUERIES=abc psql -qAt -c "select 1" >"$work/bad.out" 2>"$work/bad.err"
+rc=$?
+check "bad setting: psql fails (rc $rc)" [ $rc -ne 0 ]
+check "bad setting: one line naming the setting and the value" \
+    grep -q 'DBTHROTTLE_MAX_QUERIES: bad value \\"abc\\"' "$work/bad.err"
+
+# ---- 6. programs that never use libpq are untouched ------------------------------------------
+out=$(throttled DBTHROTTLE_MAX_QUERIES=abc DBTHROTTLE_LOG_LEVEL=debug sh -c 'echo hi; ls / >/dev/null' 2>&1)
+check "a program without libpq prints nothing of ours, even with a bad setting" [ "$out" = hi ]
+threads=$(throttled DBTHROTTLE_MAX_QUERIES=4 sh -c 'ls /proc/self/task | wc -l')
+check "and starts no thread (threads: $threads)" [ "$threads" -eq 1 ]
+
+# ---- 7. throttled pgbench gives the same results -----------------------------------------------
+direct=$(psql -qAt -c "select count(*), sum(v) from r")
+through=$(throttled DBTHROTTLE_MAX_QUERIES=2 psql -qAt -c "select count(*), sum(v) from r")
+check "same result with and without the preload" [ "$direct" = "$through" ]
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
