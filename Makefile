@@ -106,7 +106,7 @@ deps:
 	sh tools/install-deps.sh
 
 test: deps
-	$(MAKE) all $(BUILD)/tests/unit $(BUILD)/tests/sem
+	$(MAKE) all $(BUILD)/tests/unit $(BUILD)/tests/sem $(BUILD)/tests/fork_client
 	sh tools/check-exports.sh $(BUILD)/libdbthrottle.so
 	$(BUILD)/tests/unit --jobs 2
 	$(BUILD)/tests/sem --jobs 2
@@ -119,7 +119,11 @@ test-unit: $(BUILD)/tests/unit
 test-sem: $(BUILD)/tests/sem
 	$(BUILD)/tests/sem
 
-test-integration: all
+$(BUILD)/tests/fork_client: tests/integration/fork_client.c
+	@mkdir -p $(BUILD)/tests
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(LIBPQ_CFLAGS) -o $@ $< -lpq
+
+test-integration: all $(BUILD)/tests/fork_client
 	sh tests/integration/test_interposer.sh
 
 bench: $(BUILD)/bench/sem-bench

@@ -22,8 +22,41 @@ static size_t bucket_of(const void *p)
     return (size_t)(x >> 54) % BUCKETS;
 }
 
+/* fork(): the map's lock is taken around fork() so the child inherits it unlocked and whole; in
+ * the child, the permits the entries hold are the parent's, so each connection starts with none
+ * (its next command takes a permit of the child's own). */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void prepare(void)
+{
+    pthread_mutex_lock(&mu);
+}
+
+static void parent(void)
+{
+    pthread_mutex_unlock(&mu);
+}
+
+static void child(void)
+{
+    pthread_mutex_init(&mu, NULL);
+    for (size_t b = 0; b < BUCKETS; b++)
+        for (dbt_conn *c = buckets[b]; c; c = c->next)
+            if (c->query_permit) {
+                dbt_release(c->query_permit); /* the parent's: only forgotten, see dbt_release */
+                c->query_permit = NULL;
+            }
+}
+
+static void install(void)
+{
+    pthread_atfork(prepare, parent, child);
+}
+
 dbt_conn *dbt_conn_find(const void *pg, bool create)
 {
+    if (create)
+        pthread_once(&atfork_once, install);
     size_t b = bucket_of(pg);
     pthread_mutex_lock(&mu);
     dbt_conn *c = buckets[b];

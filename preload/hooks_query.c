@@ -125,3 +125,15 @@ HOOK PGresult *PQgetResult(PGconn *conn)
         dbt_throttle_after(conn); /* the command has ended */
     return res;
 }
+
+/* Leaving pipeline mode may leave nothing for PQgetResult to report: the connection is idle. */
+HOOK int PQexitPipelineMode(PGconn *conn)
+{
+    __typeof__(&PQexitPipelineMode) real = DBT_REAL(PQexitPipelineMode);
+    if (!real)
+        return 0;
+    int ok = real(conn);
+    if (ok && conn && !dbt_nested)
+        dbt_throttle_after(conn);
+    return ok;
+}

@@ -148,5 +148,47 @@ direct=$(psql -qAt -c "select count(*), sum(v) from r")
 through=$(throttled DBTHROTTLE_MAX_QUERIES=2 psql -qAt -c "select count(*), sum(v) from r")
 check "same result with and without the preload" [ "$direct" = "$through" ]
 
+# ---- 8. pgbench's modes and pipelines: one grant per transaction or pipeline ------------------
+printf 'BEGIN;\nSELECT 1;\nSELECT 2;\nEND;\n' >"$work/tx.sql"
+for mode in simple extended prepared; do
+    rm -f "$work/trace8.log"
+    throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace8.log DBTHROTTLE_LOG_LEVEL=info \
+        pgbench -n -M $mode -c 4 -j 4 -t 20 -f "$work/tx.sql" >/dev/null 2>&1
+    rc=$?
+    grants=$(grep -c 'event=grant' "$work/trace8.log")
+    check "pgbench -M $mode: 80 transactions, 80 grants (rc $rc, saw $grants)" [ $rc -eq 0 ] && [ "$grants" -eq 80 ]
+done
+printf '\\startpipeline\nSELECT 1;\nSELECT 2;\nSELECT 3;\n\\endpipeline\n' >"$work/pipe.sql"
+rm -f "$work/trace8.log"
+throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace8.log DBTHROTTLE_LOG_LEVEL=info \
+    pgbench -n -M extended -c 4 -j 4 -t 20 -f "$work/pipe.sql" >"$work/pipe.out" 2>&1
+rc=$?
+grants=$(grep -c 'event=grant' "$work/trace8.log")
+releases=$(grep -c 'event=release' "$work/trace8.log")
+check "pgbench pipelines: 80 pipelines, 80 grants, 80 releases (rc $rc, saw $grants/$releases)" \
+    [ $rc -eq 0 ] && [ "$grants" -eq 80 ] && [ "$releases" -eq 80 ]
+
+# ---- 9. COPY holds one permit until it ends ----------------------------------------------------
+psql -qAt -c "create table big (n int)" >/dev/null
+seq 1 100000 >"$work/rows"
+rm -f "$work/trace9.log"
+throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_LOG=$work/trace9.log DBTHROTTLE_LOG_LEVEL=info \
+    psql -qAt -c "\\copy big from '$work/rows'" -c "\\copy big to '$work/out'" >/dev/null 2>&1
+rc=$?
+grants=$(grep -c 'event=grant' "$work/trace9.log")
+lines=$(wc -l <"$work/out")
+check "COPY FROM and COPY TO of 100 000 rows: one grant each (rc $rc, saw $grants, $lines rows)" \
+    [ $rc -eq 0 ] && [ "$grants" -eq 2 ] && [ "$lines" -eq 100000 ]
+
+# ---- 10. fork: the child starts with no permit and takes its own --------------------------------
+rm -f "$work/trace10.log"
+out=$(throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG=$work/trace10.log DBTHROTTLE_LOG_LEVEL=info \
+    "$top/build/tests/fork_client" 2>&1)
+rc=$?
+pids=$(grep 'event=grant' "$work/trace10.log" | sed 's/.* pid=\([0-9]*\).*/\1/' | sort -u | wc -l)
+grants=$(grep -c 'event=grant' "$work/trace10.log")
+check "fork: parent and child both run (rc $rc, $out)" [ $rc -eq 0 ] && [ "$out" = "child ok" ]
+check "fork: two grants from two processes (saw $grants from $pids)" [ "$grants" -eq 2 ] && [ "$pids" -eq 2 ]
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
