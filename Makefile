@@ -52,7 +52,7 @@ $(BUILD)/obj/scripts.o: $(BUILD)/gen/scripts.c
 
 $(BUILD)/libdbthrottle.so: $(LIB_OBJS) preload/exports.map
 	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=preload/exports.map \
-	    -Wl,--exclude-libs,ALL -Wl,-z,defs -Wl,-z,now $(LDLIBS_LIB)
+	    -Wl,--exclude-libs,ALL -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,now $(LDLIBS_LIB)
 
 $(BUILD)/libdbthrottle-core.a: $(LIB_OBJS)
 	rm -f $@ && ar rcs $@ $(LIB_OBJS)

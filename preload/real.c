@@ -11,16 +11,34 @@
 #include <dlfcn.h>
 #include <stddef.h>
 
+/* dlsym is interposed too (hooks_dlsym.c): ours must reach glibc's. dlvsym is not interposed.
+ * glibc 2.34 moved dlsym into libc (version GLIBC_2.34); older ones have GLIBC_2.2.5. */
+dbt_dlsym_fn dbt_real_dlsym(void)
+{
+    static _Atomic(void *) real;
+    void *f = atomic_load_explicit(&real, memory_order_acquire);
+    if (!f) {
+        f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+        if (!f)
+            f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+        atomic_store_explicit(&real, f, memory_order_release);
+    }
+    return (dbt_dlsym_fn)f;
+}
+
 void *dbt_real_lookup(_Atomic(void *) *slot, const char *name)
 {
     void *f = atomic_load_explicit(slot, memory_order_acquire);
     if (f)
         return f;
-    f = dlsym(RTLD_NEXT, name);
+    dbt_dlsym_fn real_dlsym = dbt_real_dlsym();
+    if (!real_dlsym)
+        return NULL;
+    f = real_dlsym(RTLD_NEXT, name);
     if (!f) {
         void *h = dlopen("libpq.so.5", RTLD_LAZY | RTLD_NOLOAD);
         if (h) {
-            f = dlsym(h, name);
+            f = real_dlsym(h, name);
             dlclose(h);
         }
     }

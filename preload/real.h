@@ -4,6 +4,11 @@
 
 #include <stdatomic.h>
 
+typedef void *(*dbt_dlsym_fn)(void *, const char *);
+
+/* glibc's own dlsym (ours interposes it). NULL if it cannot be found. */
+dbt_dlsym_fn dbt_real_dlsym(void);
+
 /* Finds the real `name`: the next definition after ours (RTLD_NEXT), or, when libpq is not in the
  * global scope (Python extension modules load it RTLD_LOCAL), the one in the libpq.so.5 that is
  * already loaded. NULL when neither exists; the caller then fails the call the libpq way. */
