@@ -18,7 +18,7 @@ HIREDIS_CFLAGS := $(shell $(PKG_CONFIG) --cflags hiredis 2>/dev/null)
 HIREDIS_A := $(shell $(CC) -print-file-name=libhiredis.a)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla
-CFLAGS  ?= -O2 -g
+CFLAGS  ?= -O2 -g -gdwarf-4
 LIBPQ_CFLAGS := $(shell $(PKG_CONFIG) --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -pthread \
               -Ipreload -I$(BUILD)/gen $(HIREDIS_CFLAGS) $(LIBPQ_CFLAGS) $(EXTRA_CFLAGS)
@@ -26,6 +26,13 @@ LDLIBS_LIB := $(HIREDIS_A) -ldl -pthread
 
 LIB_SRCS := $(sort $(wildcard preload/*.c))
 LIB_OBJS := $(LIB_SRCS:preload/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/scripts.o
+# The interposer proper (hooks and what only they use) stays out of the test binaries: a test
+# linked with our dlsym or PQexec would test the hooks by accident, and sanitizers call dlsym
+# before anything is set up.
+HOOK_SRCS := $(wildcard preload/hooks_*.c) preload/lib.c preload/throttle.c preload/real.c \
+             preload/conn_registry.c
+CORE_SRCS := $(filter-out $(HOOK_SRCS),$(LIB_SRCS))
+CORE_OBJS := $(CORE_SRCS:preload/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/scripts.o
 LUA_SRCS := $(sort $(wildcard lua/*.lua))
 
 UNIT_SRCS := $(sort $(wildcard tests/unit/*.c))
@@ -54,8 +61,8 @@ $(BUILD)/libdbthrottle.so: $(LIB_OBJS) preload/exports.map
 	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=preload/exports.map \
 	    -Wl,--exclude-libs,ALL -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,now $(LDLIBS_LIB)
 
-$(BUILD)/libdbthrottle-core.a: $(LIB_OBJS)
-	rm -f $@ && ar rcs $@ $(LIB_OBJS)
+$(BUILD)/libdbthrottle-core.a: $(CORE_OBJS)
+	rm -f $@ && ar rcs $@ $(CORE_OBJS)
 
 TEST_CFLAGS := $(filter-out -fvisibility=hidden,$(ALL_CFLAGS)) -Itests/support
 
@@ -77,7 +84,7 @@ $(BUILD)/bench/sem-bench: bench/sem_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbthrott
 # The stress run under each checker. The library's objects are rebuilt with the sanitizer in
 # a build directory of their own.
 STRESS_SRCS := tests/stress/sem_stress.c $(SUPPORT_SRCS)
-SAN_SRCS := $(LIB_SRCS) $(BUILD)/gen/scripts.c $(STRESS_SRCS)
+SAN_SRCS := $(CORE_SRCS) $(BUILD)/gen/scripts.c $(STRESS_SRCS)
 SAN_CFLAGS := $(filter-out -fvisibility=hidden -O2,$(ALL_CFLAGS)) -O1 -Itests/support -fno-omit-frame-pointer
 
 $(BUILD)/check/stress-asan: $(SAN_SRCS) $(wildcard preload/*.h) $(BUILD)/gen/scripts.h
