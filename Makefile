@@ -136,8 +136,8 @@ test-integration: all $(BUILD)/tests/fork_client
 bench: $(BUILD)/bench/sem-bench
 	$(BUILD)/bench/sem-bench
 
-demo:
-	@echo "make demo arrives with the libpq interposer (issue 4)"
+demo: deps all
+	sh tools/demo.sh
 
 install: $(BUILD)/libdbthrottle.so
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(DOCDIR)
