@@ -25,16 +25,29 @@ enum {
     K_LOG_QUERY,
     K_KEY_PREFIX,
     K_DISABLE,
+    K_EXEMPT,
+    K_IDLE_IN_TX_WARN,
     K_CONFIG,
     NKEYS
 };
 
-static const char *const env_names[NKEYS] = {
-    "DBTHROTTLE_REDIS_URL",     "DBTHROTTLE_MAX_QUERIES",    "DBTHROTTLE_MAX_CONNECTIONS",
-    "DBTHROTTLE_POOL",          "DBTHROTTLE_WAIT_TIMEOUT",   "DBTHROTTLE_LEASE",
-    "DBTHROTTLE_REDIS_TIMEOUT", "DBTHROTTLE_ON_REDIS_ERROR", "DBTHROTTLE_LOG",
-    "DBTHROTTLE_LOG_LEVEL",     "DBTHROTTLE_LOG_FORMAT",     "DBTHROTTLE_LOG_QUERY",
-    "DBTHROTTLE_KEY_PREFIX",    "DBTHROTTLE_DISABLE",        "DBTHROTTLE_CONFIG"};
+static const char *const env_names[NKEYS] = {"DBTHROTTLE_REDIS_URL",
+                                             "DBTHROTTLE_MAX_QUERIES",
+                                             "DBTHROTTLE_MAX_CONNECTIONS",
+                                             "DBTHROTTLE_POOL",
+                                             "DBTHROTTLE_WAIT_TIMEOUT",
+                                             "DBTHROTTLE_LEASE",
+                                             "DBTHROTTLE_REDIS_TIMEOUT",
+                                             "DBTHROTTLE_ON_REDIS_ERROR",
+                                             "DBTHROTTLE_LOG",
+                                             "DBTHROTTLE_LOG_LEVEL",
+                                             "DBTHROTTLE_LOG_FORMAT",
+                                             "DBTHROTTLE_LOG_QUERY",
+                                             "DBTHROTTLE_KEY_PREFIX",
+                                             "DBTHROTTLE_DISABLE",
+                                             "DBTHROTTLE_EXEMPT",
+                                             "DBTHROTTLE_IDLE_IN_TX_WARN",
+                                             "DBTHROTTLE_CONFIG"};
 
 #define PREFIX_LEN 11 /* strlen("DBTHROTTLE_") */
 
@@ -64,6 +77,7 @@ void dbt_config_defaults(dbt_config *cfg)
     cfg->log_level = DBT_LOG_WARN;
     cfg->log_format = DBT_FMT_LOGFMT;
     cfg->key_prefix = strdup("dbthrottle:");
+    cfg->idle_in_tx_warn_ms = 10000;
 }
 
 void dbt_config_free(dbt_config *cfg)
@@ -74,6 +88,7 @@ void dbt_config_free(dbt_config *cfg)
     free(cfg->log_path);
     free(cfg->key_prefix);
     free(cfg->config_file);
+    dbt_exempt_free(cfg->exempt, cfg->nexempt);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -255,6 +270,10 @@ static bool set_value(dbt_config *cfg, int k, const char *value, char *err)
         return set_string(&cfg->key_prefix, value);
     case K_DISABLE:
         return dbt_parse_bool(name, value, &cfg->disable, err);
+    case K_EXEMPT:
+        return dbt_parse_exempt(name, value, cfg->exempt, &cfg->nexempt, err);
+    case K_IDLE_IN_TX_WARN:
+        return dbt_parse_duration(name, value, false, true, &cfg->idle_in_tx_warn_ms, err);
     case K_CONFIG:
         return set_string(&cfg->config_file, value);
     }

@@ -38,6 +38,14 @@ typedef struct {
     char *password; /* AUTH password; never logged */
 } dbt_redis_url;
 
+/* One DBTHROTTLE_EXEMPT rule: connections whose field matches the glob never take a permit. */
+typedef enum { DBT_EXEMPT_APP = 0, DBT_EXEMPT_USER = 1, DBT_EXEMPT_DATABASE = 2 } dbt_exempt_field;
+#define DBT_MAX_EXEMPT 16
+typedef struct {
+    dbt_exempt_field field;
+    char *pattern; /* fnmatch(3) glob */
+} dbt_exempt_rule;
+
 /* Every setting. Owned strings are freed by dbt_config_free(). */
 typedef struct {
     dbt_redis_url redis;
@@ -56,7 +64,10 @@ typedef struct {
     char *key_prefix; /* never NULL after a successful load */
     bool disable;
     char *config_file;      /* DBTHROTTLE_CONFIG, NULL when unset */
-    dbt_source sources[16]; /* where each setting came from, see dbt_config_source */
+    dbt_source sources[20]; /* where each setting came from, see dbt_config_source */
+    dbt_exempt_rule exempt[DBT_MAX_EXEMPT]; /* DBTHROTTLE_EXEMPT: any rule that matches exempts */
+    int nexempt;
+    int64_t idle_in_tx_warn_ms; /* warn when a permit is held idle in a transaction this long */
 } dbt_config;
 
 /* Value parsers: pure functions, no I/O. Each returns true on success; on failure it writes a
@@ -67,6 +78,10 @@ bool dbt_parse_duration(const char *setting, const char *text, bool allow_zero, 
 bool dbt_parse_limit(const char *setting, const char *text, int *out, char *err);
 bool dbt_parse_bool(const char *setting, const char *text, bool *out, char *err);
 bool dbt_parse_redis_url(const char *setting, const char *text, dbt_redis_url *out, char *err);
+/* "application_name=pg_monitor*,user=admin,database=ops": comma-separated field=glob rules. */
+bool dbt_parse_exempt(const char *setting, const char *text, dbt_exempt_rule *rules, int *n,
+                      char *err);
+void dbt_exempt_free(dbt_exempt_rule *rules, int n);
 void dbt_redis_url_free(dbt_redis_url *u);
 
 /* Sets every field to its default. */

@@ -307,3 +307,54 @@ done:
     *out = u;
     return true;
 }
+
+void dbt_exempt_free(dbt_exempt_rule *rules, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(rules[i].pattern);
+        rules[i].pattern = NULL;
+    }
+}
+
+bool dbt_parse_exempt(const char *setting, const char *text, dbt_exempt_rule *rules, int *n,
+                      char *err)
+{
+    static const char *const fields[] = {"application_name", "user", "database"};
+    dbt_exempt_rule got[DBT_MAX_EXEMPT] = {{0}};
+    int count = 0;
+    const char *p = text;
+    while (*p) {
+        const char *end = p + strcspn(p, ",");
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        char rule[300];
+        snprintf(rule, sizeof rule, "%.*s", (int)(end - p), p);
+        int f = -1;
+        if (eq) {
+            for (int i = 0; i < 3; i++)
+                if ((size_t)(eq - p) == strlen(fields[i]) &&
+                    strncmp(p, fields[i], (size_t)(eq - p)) == 0)
+                    f = i;
+        }
+        if (f < 0 || eq + 1 == end || count == DBT_MAX_EXEMPT) {
+            dbt_exempt_free(got, count);
+            return bad(err, setting, rule,
+                       count == DBT_MAX_EXEMPT
+                           ? "at most 16 rules"
+                           : "expected application_name=GLOB, user=GLOB or database=GLOB");
+        }
+        got[count].field = (dbt_exempt_field)f;
+        got[count].pattern = strndup(eq + 1, (size_t)(end - eq - 1));
+        if (!got[count].pattern) {
+            dbt_exempt_free(got, count);
+            return bad(err, setting, text, "out of memory");
+        }
+        count++;
+        p = *end ? end + 1 : end;
+    }
+    if (count == 0)
+        return bad(err, setting, text, "expected at least one rule");
+    dbt_exempt_free(rules, *n);
+    memcpy(rules, got, sizeof got);
+    *n = count;
+    return true;
+}

@@ -15,10 +15,12 @@ typedef struct dbt_conn {
     const void *pg;           /* the PGconn */
     dbt_pool *pool;           /* NULL until the first command */
     dbt_permit *query_permit; /* held from the first command until the connection is idle */
-    int64_t idle_in_tx_since; /* when a command ended inside a transaction; 0 otherwise */
-    bool idle_in_tx_warned;
-    char id[24];   /* "c<N>": names the connection in the trace */
-    char *refusal; /* PQerrorMessage while a refusal is the last word, else NULL */
+    int64_t idle_in_tx_since; /* non-zero while the permit is kept idle inside a transaction */
+    bool checked_exempt;      /* DBTHROTTLE_EXEMPT was evaluated for this connection */
+    bool exempt;              /* it matched: this connection never takes a permit */
+    const char *exempt_rule;  /* the pattern that matched (owned by the configuration) */
+    char id[24];              /* "c<N>": names the connection in the trace */
+    char *refusal;            /* PQerrorMessage while a refusal is the last word, else NULL */
     struct dbt_conn *next;
 } dbt_conn;
 

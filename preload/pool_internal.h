@@ -39,7 +39,9 @@ struct dbt_slot {
     char conn[64];
     int64_t t_request_us; /* when acquire was first called */
     int64_t t_grant_us;
-    int64_t t_renewed_us; /* when the last acquire or renewal that Redis accepted was sent */
+    int64_t t_renewed_us;  /* when the last acquire or renewal that Redis accepted was sent */
+    int64_t idle_since_us; /* held with nothing running, inside a transaction; 0 otherwise */
+    bool idle_warned;
     struct dbt_slot *prev, *next;
 };
 

@@ -37,6 +37,27 @@ static void expire_unrenewed(dbt_pool *p, int64_t now)
         }
 }
 
+/* A connection that holds a permit idle inside a transaction keeps others waiting: say so once
+ * per stretch. Call with p->mu held. */
+static void warn_idle_in_tx(dbt_pool *p, int64_t now)
+{
+    int64_t limit = p->client->cfg->idle_in_tx_warn_ms;
+    if (limit < 0)
+        return;
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->state == SLOT_HELD && s->idle_since_us && !s->idle_warned &&
+            now - s->idle_since_us > limit * 1000) {
+            s->idle_warned = true;
+            dbt_field f[] = {DBT_S("pool", p->name),
+                             DBT_S("kind", dbt_kind_name(s->kind)),
+                             DBT_S("permit", s->id),
+                             DBT_S("conn", s->conn[0] ? s->conn : "-"),
+                             DBT_MS("idle_ms", (double)(now - s->idle_since_us) / 1000.0),
+                             DBT_S("effect", "holds a permit while idle in a transaction")};
+            dbt_log(DBT_LOG_WARN, "idle_in_transaction", f, sizeof f / sizeof *f);
+        }
+}
+
 typedef struct {
     char **ids;
     int n, cap;
@@ -228,6 +249,7 @@ static void *thread_main(void *arg)
         if (now >= due) {
             renew(p);
             drain_idle(p);
+            warn_idle_in_tx(p, dbt_now_us());
         } else {
             timed_park(p, due);
         }

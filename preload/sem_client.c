@@ -630,6 +630,14 @@ const char *dbt_permit_id(const dbt_permit *s)
     return s->id;
 }
 
+void dbt_permit_note_idle(dbt_permit *s, bool idle)
+{
+    pthread_mutex_lock(&s->pool->mu);
+    s->idle_since_us = idle ? dbt_now_us() : 0;
+    s->idle_warned = false;
+    pthread_mutex_unlock(&s->pool->mu);
+}
+
 bool dbt_permit_lost(const dbt_permit *s)
 {
     pthread_mutex_lock(&s->pool->mu);

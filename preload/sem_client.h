@@ -80,6 +80,10 @@ const char *dbt_permit_id(const dbt_permit *permit);
  * was unreachable, or Redis lost its data). The holder should not count on it any more. */
 bool dbt_permit_lost(const dbt_permit *permit);
 
+/* Marks the permit as held by a connection that sits idle in a transaction (or not any more).
+ * The renewer logs one warning when that lasts longer than DBTHROTTLE_IDLE_IN_TX_WARN. */
+void dbt_permit_note_idle(dbt_permit *permit, bool idle);
+
 void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out);
 const dbt_keys *dbt_pool_keys(const dbt_pool *p);
 const char *dbt_pool_name(const dbt_pool *p);

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "real.h"
 
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,29 @@ static void set_refusal(dbt_conn *c, const char *fmt_pool, int limit, int64_t wa
     c->refusal = strdup(msg);
 }
 
+/* DBTHROTTLE_EXEMPT: monitoring, health checks and operators must get through a saturated pool
+ * (a watchdog that waits for a permit held by sessions blocked on a lock deadlocks them all). */
+static const char *exempt_rule(const dbt_config *cfg, PGconn *conn)
+{
+    for (int i = 0; i < cfg->nexempt; i++) {
+        const char *v = NULL;
+        switch (cfg->exempt[i].field) {
+        case DBT_EXEMPT_APP:
+            v = DBT_REAL(PQparameterStatus)(conn, "application_name");
+            break;
+        case DBT_EXEMPT_USER:
+            v = DBT_REAL(PQuser)(conn);
+            break;
+        case DBT_EXEMPT_DATABASE:
+            v = DBT_REAL(PQdb)(conn);
+            break;
+        }
+        if (v && fnmatch(cfg->exempt[i].pattern, v, 0) == 0)
+            return cfg->exempt[i].pattern;
+    }
+    return NULL;
+}
+
 bool dbt_throttle_before(PGconn *conn)
 {
     const dbt_lib *lib = dbt_lib_get();
@@ -65,8 +89,30 @@ bool dbt_throttle_before(PGconn *conn)
         c->refusal = strdup(msg);
         return false;
     }
-    if (c->query_permit || lib->cfg.max_queries == 0)
+    if (c->query_permit) {
+        if (c->idle_in_tx_since) {
+            dbt_permit_note_idle(c->query_permit, false);
+            c->idle_in_tx_since = 0;
+        }
         return true;
+    }
+    if (lib->cfg.max_queries == 0)
+        return true;
+    if (!c->checked_exempt) {
+        c->checked_exempt = true;
+        const char *rule = exempt_rule(&lib->cfg, conn);
+        if (rule) {
+            c->exempt = true;
+            c->exempt_rule = rule;
+        }
+    }
+    if (c->exempt) {
+        if (dbt_log_enabled(DBT_LOG_INFO)) {
+            dbt_field f[] = {DBT_S("conn", c->id), DBT_S("rule", c->exempt_rule)};
+            dbt_log(DBT_LOG_INFO, "exempt", f, 2);
+        }
+        return true;
+    }
     if (!c->pool) {
         char name[600];
         if (lib->cfg.pool)
@@ -110,10 +156,15 @@ void dbt_throttle_after(PGconn *conn)
     dbt_conn *c = dbt_conn_find(conn, false);
     if (!c || !c->query_permit)
         return;
-    if (DBT_REAL(PQtransactionStatus)(conn) == PQTRANS_IDLE &&
-        DBT_REAL(PQpipelineStatus)(conn) == PQ_PIPELINE_OFF) {
+    PGTransactionStatusType tx = DBT_REAL(PQtransactionStatus)(conn);
+    if (tx == PQTRANS_IDLE && DBT_REAL(PQpipelineStatus)(conn) == PQ_PIPELINE_OFF) {
         dbt_release(c->query_permit);
         c->query_permit = NULL;
+        c->idle_in_tx_since = 0;
+    } else if ((tx == PQTRANS_INTRANS || tx == PQTRANS_INERROR) && !c->idle_in_tx_since) {
+        /* Kept across the transaction: see the comment at the top of this file. */
+        c->idle_in_tx_since = 1;
+        dbt_permit_note_idle(c->query_permit, true);
     }
 }
 

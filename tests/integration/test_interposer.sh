@@ -260,5 +260,48 @@ $d->do("select 1") and exit 1; print $d->state, "\n";' 2>&1)
 check "DBD::Pg refused: SQLSTATE 53300 ($out)" [ "$out" = 53300 ]
 wait $holder
 
+# ---- 12. exempt connections get through a pool blocked on a lock --------------------------------
+# A plain (unthrottled) session holds r's row lock; two throttled sessions take both permits and
+# block on it. A monitoring connection named by DBTHROTTLE_EXEMPT still runs at once; an ordinary
+# one is refused.
+psql -qAt -c "begin" -c "update r set v = v where id = 1" -c "select pg_sleep(4)" -c "commit" \
+    >/dev/null 2>&1 &
+locker=$!
+sleep 0.3
+blocked=
+for i in 1 2; do
+    throttled DBTHROTTLE_MAX_QUERIES=2 psql -qAt -c "update r set v = v where id = 1" \
+        >/dev/null 2>&1 &
+    blocked="$blocked $!"
+done
+i=0
+until [ "$(psql -qAt -c "select count(*) from pg_stat_activity where wait_event_type = 'Lock'")" = 2 ] || [ $i -ge 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+rm -f "$work/trace12.log"
+t0=$(date +%s%N)
+out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_EXEMPT='application_name=pg_monitor*,user=nobody' \
+    DBTHROTTLE_LOG=$work/trace12.log DBTHROTTLE_LOG_LEVEL=info PGAPPNAME=pg_monitor_probe \
+    psql -qAt -c "select 'monitor ok'" 2>&1)
+t1=$(date +%s%N)
+check "exempt monitoring connection runs while the pool is saturated ($out)" [ "$out" = "monitor ok" ]
+check "it took no permit, and the trace says why" \
+    '! grep -q event=grant "$work/trace12.log" && grep -q "event=exempt .*rule=pg_monitor\*" "$work/trace12.log"'
+echo "info - exempt query answered in $(( (t1 - t0) / 1000000 )) ms while the pool was saturated"
+throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=200ms PGAPPNAME=app \
+    psql -qAt -c "select 1" >/dev/null 2>&1
+rc=$?
+check "an ordinary connection is refused meanwhile (rc $rc)" [ $rc -ne 0 ]
+wait $locker $blocked
+
+# ---- 13. a permit held idle in a transaction is reported ----------------------------------------
+rm -f "$work/trace13.log"
+( echo "begin;"; echo "select 1;"; sleep 1.5; echo "commit;" ) |
+    throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_IDLE_IN_TX_WARN=300ms DBTHROTTLE_LEASE=600ms \
+        DBTHROTTLE_LOG=$work/trace13.log psql -qAt >/dev/null 2>&1
+check "idle in transaction longer than DBTHROTTLE_IDLE_IN_TX_WARN: one warning" \
+    '[ "$(grep -c "level=warn event=idle_in_transaction" "$work/trace13.log")" = 1 ]'
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -324,3 +324,32 @@ Test(config_load, environment_wins_over_the_file)
     check_message(err, "DBTHROTTLE_REDIS_URL");
     dbt_config_free(&c);
 }
+
+Test(exempt, rules)
+{
+    dbt_config c;
+    dbt_config_defaults(&c);
+    char err[DBT_ERRLEN];
+    cr_assert(dbt_config_set(&c, "DBTHROTTLE_EXEMPT",
+                             "application_name=pg_monitor*,user=admin,database=ops", DBT_SRC_ENV,
+                             err),
+              "%s", err);
+    cr_expect_eq(c.nexempt, 3);
+    cr_expect_eq(c.exempt[0].field, DBT_EXEMPT_APP);
+    cr_expect_str_eq(c.exempt[0].pattern, "pg_monitor*");
+    cr_expect_eq(c.exempt[1].field, DBT_EXEMPT_USER);
+    cr_expect_str_eq(c.exempt[1].pattern, "admin");
+    cr_expect_eq(c.exempt[2].field, DBT_EXEMPT_DATABASE);
+    const char *bad[] = {"host=x", "user=", "user", "application_name=a,,user=b", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_expect(!dbt_config_set(&c, "DBTHROTTLE_EXEMPT", bad[i], DBT_SRC_ENV, err), "%s", bad[i]);
+        check_message(err, "DBTHROTTLE_EXEMPT");
+    }
+    cr_expect_eq(c.nexempt, 3, "a bad value changed the rules");
+    cr_expect(dbt_config_set(&c, "idle_in_tx_warn", "2s", DBT_SRC_FILE, err), "%s", err);
+    cr_expect_eq(c.idle_in_tx_warn_ms, 2000);
+    cr_expect(dbt_config_set(&c, "idle_in_tx_warn", "off", DBT_SRC_FILE, err) == false);
+    cr_expect(dbt_config_set(&c, "idle_in_tx_warn", "infinite", DBT_SRC_FILE, err), "%s", err);
+    cr_expect_eq(c.idle_in_tx_warn_ms, DBT_FOREVER);
+    dbt_config_free(&c);
+}
