@@ -41,11 +41,12 @@ static void child(void)
 {
     pthread_mutex_init(&mu, NULL);
     for (size_t b = 0; b < BUCKETS; b++)
-        for (dbt_conn *c = buckets[b]; c; c = c->next)
-            if (c->query_permit) {
-                dbt_release(c->query_permit); /* the parent's: only forgotten, see dbt_release */
-                c->query_permit = NULL;
-            }
+        for (dbt_conn *c = buckets[b]; c; c = c->next) {
+            /* The parent's permits: only forgotten, see dbt_release. */
+            dbt_release(c->query_permit);
+            dbt_release(c->conn_permit);
+            c->query_permit = c->conn_permit = NULL;
+        }
 }
 
 static void install(void)

@@ -15,6 +15,7 @@ typedef struct dbt_conn {
     const void *pg;           /* the PGconn */
     dbt_pool *pool;           /* NULL until the first command */
     dbt_permit *query_permit; /* held from the first command until the connection is idle */
+    dbt_permit *conn_permit;  /* DBTHROTTLE_MAX_CONNECTIONS: held from connect to PQfinish */
     int64_t idle_in_tx_since; /* non-zero while the permit is kept idle inside a transaction */
     bool checked_exempt;      /* DBTHROTTLE_EXEMPT was evaluated for this connection */
     bool exempt;              /* it matched: this connection never takes a permit */

@@ -1,4 +1,10 @@
-/* hooks_conn.c - the end of a connection gives back what it holds. */
+/* hooks_conn.c - connections: a connection permit before the socket opens, and everything a
+ * connection holds given back when it ends.
+ *
+ * Every way of connecting (PQconnectdb, PQconnectdbParams, PQsetdbLogin, PQconnectStart(Params)
+ * with PQconnectPoll, PQreset, PQresetStart/PQresetPoll) passes through PQconnectPoll in state
+ * CONNECTION_NEEDED before it opens a socket: libpq calls it through its PLT, so this one hook
+ * sees them all, after libpq has resolved the target (defaults, service file, PG* variables). */
 #include "real.h"
 #include "throttle.h"
 
@@ -28,4 +34,17 @@ HOOK int PQresetStart(PGconn *conn)
         dbt_throttle_forget(conn);
     __typeof__(&PQresetStart) real = DBT_REAL(PQresetStart);
     return real ? real(conn) : 0;
+}
+
+HOOK PostgresPollingStatusType PQconnectPoll(PGconn *conn)
+{
+    __typeof__(&PQconnectPoll) real = DBT_REAL(PQconnectPoll);
+    if (!real)
+        return PGRES_POLLING_FAILED;
+    if (conn && DBT_REAL(PQstatus)(conn) == CONNECTION_NEEDED && !dbt_throttle_connect(conn))
+        return PGRES_POLLING_FAILED; /* libpq marks it CONNECTION_BAD; the message is ours */
+    PostgresPollingStatusType st = real(conn);
+    if (st == PGRES_POLLING_FAILED && conn)
+        dbt_throttle_connect_failed(conn);
+    return st;
 }

@@ -42,6 +42,7 @@ static const hooked table[] = {
     {"PQfinish", (void *)PQfinish},
     {"PQreset", (void *)PQreset},
     {"PQresetStart", (void *)PQresetStart},
+    {"PQconnectPoll", (void *)PQconnectPoll},
 };
 
 HOOK void *dlsym(void *handle, const char *symbol)

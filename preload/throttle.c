@@ -38,27 +38,37 @@ static void default_pool(PGconn *conn, char *out, size_t cap)
              port && *port ? port : "5432", db ? db : "");
 }
 
-static void set_refusal(dbt_conn *c, const char *fmt_pool, int limit, int64_t waited_ms,
-                        const char *why)
-{
-    char msg[1024];
-    snprintf(msg, sizeof msg,
-             "dbthrottle: no query permit for pool \"%.300s\" (limit %d) after waiting %" PRId64
-             " ms: %s\n",
-             fmt_pool, limit, waited_ms, why);
-    free(c->refusal);
-    c->refusal = strdup(msg);
-}
-
 /* DBTHROTTLE_EXEMPT: monitoring, health checks and operators must get through a saturated pool
  * (a watchdog that waits for a permit held by sessions blocked on a lock deadlocks them all). */
+/* application_name as the server reports it, or before the connection exists, as the
+ * connection string, PGAPPNAME or the defaults set it. */
+static bool app_name(PGconn *conn, char *out, size_t cap)
+{
+    const char *v = DBT_REAL(PQparameterStatus)(conn, "application_name");
+    if (v) {
+        snprintf(out, cap, "%s", v);
+        return true;
+    }
+    PQconninfoOption *opts = DBT_REAL(PQconninfo)(conn);
+    bool found = false;
+    for (PQconninfoOption *o = opts; o && o->keyword; o++)
+        if (strcmp(o->keyword, "application_name") == 0 && o->val) {
+            snprintf(out, cap, "%s", o->val);
+            found = true;
+        }
+    if (opts)
+        DBT_REAL(PQconninfoFree)(opts);
+    return found;
+}
+
 static const char *exempt_rule(const dbt_config *cfg, PGconn *conn)
 {
+    char app[256];
     for (int i = 0; i < cfg->nexempt; i++) {
         const char *v = NULL;
         switch (cfg->exempt[i].field) {
         case DBT_EXEMPT_APP:
-            v = DBT_REAL(PQparameterStatus)(conn, "application_name");
+            v = app_name(conn, app, sizeof app) ? app : NULL;
             break;
         case DBT_EXEMPT_USER:
             v = DBT_REAL(PQuser)(conn);
@@ -71,6 +81,111 @@ static const char *exempt_rule(const dbt_config *cfg, PGconn *conn)
             return cfg->exempt[i].pattern;
     }
     return NULL;
+}
+
+static void set_refusal(dbt_conn *c, dbt_kind kind, const char *fmt_pool, int limit,
+                        int64_t waited_ms, const char *why)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg,
+             "dbthrottle: no %s permit for pool \"%.300s\" (limit %d) after waiting %" PRId64
+             " ms: %s\n",
+             dbt_kind_name(kind), fmt_pool, limit, waited_ms, why);
+    free(c->refusal);
+    c->refusal = strdup(msg);
+}
+
+/* The connection's pool, chosen once: DBTHROTTLE_POOL, or where libpq resolved it to go. */
+static dbt_pool *pool_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
+{
+    if (!c->pool) {
+        char name[600];
+        if (lib->cfg.pool)
+            snprintf(name, sizeof name, "%s", lib->cfg.pool);
+        else
+            default_pool(conn, name, sizeof name);
+        c->pool = dbt_client_pool(lib->client, lib->cfg.pool ? lib->cfg.pool : name);
+    }
+    return c->pool;
+}
+
+/* Whether the connection is exempt, decided once per connection. */
+static bool is_exempt(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
+{
+    if (!c->checked_exempt) {
+        c->checked_exempt = true;
+        const char *rule = exempt_rule(&lib->cfg, conn);
+        if (rule) {
+            c->exempt = true;
+            c->exempt_rule = rule;
+        }
+    }
+    if (c->exempt && dbt_log_enabled(DBT_LOG_INFO)) {
+        dbt_field f[] = {DBT_S("conn", c->id), DBT_S("rule", c->exempt_rule)};
+        dbt_log(DBT_LOG_INFO, "exempt", f, 2);
+    }
+    return c->exempt;
+}
+
+/* Takes a permit of `kind` for c; false when refused (message set). */
+static bool take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, int limit,
+                 dbt_permit **slot)
+{
+    dbt_pool *pool = pool_of(lib, c, conn);
+    if (!pool)
+        return true; /* out of memory: better unthrottled than a crash */
+    dbt_acquire_opts o = {.limit = limit, .wait_ms = lib->cfg.wait_timeout_ms, .conn = c->id};
+    int64_t t0 = now_ms();
+    switch (dbt_acquire(pool, kind, &o, slot)) {
+    case DBT_ACQ_GRANTED:
+    case DBT_ACQ_UNTHROTTLED:
+        return true;
+    case DBT_ACQ_TIMEOUT:
+        set_refusal(c, kind, dbt_pool_name(pool), limit, now_ms() - t0,
+                    "DBTHROTTLE_WAIT_TIMEOUT reached");
+        return false;
+    case DBT_ACQ_INTERRUPTED:
+        set_refusal(c, kind, dbt_pool_name(pool), limit, now_ms() - t0, "interrupted");
+        return false;
+    case DBT_ACQ_REFUSED:
+    default:
+        set_refusal(c, kind, dbt_pool_name(pool), limit, now_ms() - t0,
+                    "Redis is unreachable and DBTHROTTLE_ON_REDIS_ERROR=closed");
+        return false;
+    }
+}
+
+bool dbt_throttle_connect(PGconn *conn)
+{
+    const dbt_lib *lib = dbt_lib_get();
+    if (!lib->active && !lib->broken)
+        return true;
+    dbt_conn *c = dbt_conn_find(conn, true);
+    if (!c)
+        return true;
+    free(c->refusal);
+    c->refusal = NULL;
+    if (lib->broken) {
+        char msg[DBT_ERRLEN + 64];
+        snprintf(msg, sizeof msg, "dbthrottle: bad configuration: %s\n", lib->error);
+        c->refusal = strdup(msg);
+        return false;
+    }
+    if (c->conn_permit || lib->cfg.max_connections == 0 || is_exempt(lib, c, conn))
+        return true;
+    return take(lib, c, conn, DBT_KIND_CONN, lib->cfg.max_connections, &c->conn_permit);
+}
+
+void dbt_throttle_connect_failed(PGconn *conn)
+{
+    const dbt_lib *lib = dbt_lib_get();
+    if (!lib->active)
+        return;
+    dbt_conn *c = dbt_conn_find(conn, false);
+    if (c && c->conn_permit) {
+        dbt_release(c->conn_permit);
+        c->conn_permit = NULL;
+    }
 }
 
 bool dbt_throttle_before(PGconn *conn)
@@ -96,56 +211,9 @@ bool dbt_throttle_before(PGconn *conn)
         }
         return true;
     }
-    if (lib->cfg.max_queries == 0)
+    if (lib->cfg.max_queries == 0 || is_exempt(lib, c, conn))
         return true;
-    if (!c->checked_exempt) {
-        c->checked_exempt = true;
-        const char *rule = exempt_rule(&lib->cfg, conn);
-        if (rule) {
-            c->exempt = true;
-            c->exempt_rule = rule;
-        }
-    }
-    if (c->exempt) {
-        if (dbt_log_enabled(DBT_LOG_INFO)) {
-            dbt_field f[] = {DBT_S("conn", c->id), DBT_S("rule", c->exempt_rule)};
-            dbt_log(DBT_LOG_INFO, "exempt", f, 2);
-        }
-        return true;
-    }
-    if (!c->pool) {
-        char name[600];
-        if (lib->cfg.pool)
-            snprintf(name, sizeof name, "%s", lib->cfg.pool);
-        else
-            default_pool(conn, name, sizeof name);
-        c->pool = dbt_client_pool(lib->client, lib->cfg.pool ? lib->cfg.pool : name);
-        if (!c->pool)
-            return true;
-    }
-    dbt_acquire_opts o = {
-        .limit = lib->cfg.max_queries, .wait_ms = lib->cfg.wait_timeout_ms, .conn = c->id};
-    int64_t t0 = now_ms();
-    dbt_permit *p = NULL;
-    switch (dbt_acquire(c->pool, DBT_KIND_QUERY, &o, &p)) {
-    case DBT_ACQ_GRANTED:
-        c->query_permit = p;
-        return true;
-    case DBT_ACQ_UNTHROTTLED:
-        return true;
-    case DBT_ACQ_TIMEOUT:
-        set_refusal(c, dbt_pool_name(c->pool), o.limit, now_ms() - t0,
-                    "DBTHROTTLE_WAIT_TIMEOUT reached");
-        return false;
-    case DBT_ACQ_INTERRUPTED:
-        set_refusal(c, dbt_pool_name(c->pool), o.limit, now_ms() - t0, "interrupted");
-        return false;
-    case DBT_ACQ_REFUSED:
-    default:
-        set_refusal(c, dbt_pool_name(c->pool), o.limit, now_ms() - t0,
-                    "Redis is unreachable and DBTHROTTLE_ON_REDIS_ERROR=closed");
-        return false;
-    }
+    return take(lib, c, conn, DBT_KIND_QUERY, lib->cfg.max_queries, &c->query_permit);
 }
 
 void dbt_throttle_after(PGconn *conn)
@@ -174,8 +242,10 @@ void dbt_throttle_forget(PGconn *conn)
     if (!lib->active && !lib->broken)
         return;
     dbt_conn *c = dbt_conn_take(conn);
-    if (c && c->query_permit)
+    if (c) {
         dbt_release(c->query_permit);
+        dbt_release(c->conn_permit);
+    }
     dbt_conn_free(c);
 }
 

@@ -19,6 +19,13 @@ bool dbt_throttle_before(PGconn *conn);
  * The permit goes back once the connection is idle: not inside a transaction or a pipeline. */
 void dbt_throttle_after(PGconn *conn);
 
+/* conn is about to open its socket (PQconnectPoll in CONNECTION_NEEDED). True: go on (a
+ * connection permit is held, or none is needed). False: refused, with the message set. */
+bool dbt_throttle_connect(PGconn *conn);
+
+/* A connection attempt failed for good: its connection permit goes back. */
+void dbt_throttle_connect_failed(PGconn *conn);
+
 /* conn is being closed or reset: whatever it holds goes back, and its entry is forgotten. */
 void dbt_throttle_forget(PGconn *conn);
 

@@ -303,5 +303,45 @@ rm -f "$work/trace13.log"
 check "idle in transaction longer than DBTHROTTLE_IDLE_IN_TX_WARN: one warning" \
     '[ "$(grep -c "level=warn event=idle_in_transaction" "$work/trace13.log")" = 1 ]'
 
+# ---- 14. connection permits: at most N backends open at once ------------------------------------
+# Each backend's life comes from the server log: "connection authorized" at its start and
+# "disconnection" at its end, by pid; their largest overlap is the most backends open at once.
+psql -qAt -c "alter system set log_connections = on" -c "alter system set log_disconnections = on" \
+    -c "alter system set log_line_prefix = '%m [%p] '" -c "select pg_reload_conf()" >/dev/null
+start_line=$(wc -l <"$logfile")
+pids=
+for i in 1 2 3 4 5; do
+    throttled DBTHROTTLE_MAX_CONNECTIONS=2 DBTHROTTLE_WAIT_TIMEOUT=30s PGAPPNAME=conntest \
+        psql -qAt -c "select pg_sleep(0.3)" >/dev/null 2>&1 &
+    pids="$pids $!"
+done
+rcs=0
+for p in $pids; do wait $p || rcs=$((rcs + 1)); done
+psql -qAt -c "alter system reset log_connections" -c "alter system reset log_disconnections" \
+    -c "select pg_reload_conf()" >/dev/null
+tail -n +"$((start_line + 1))" "$logfile" >"$work/conns"
+maxc=$(awk '
+    function t(s,  a) { split(s, a, ":"); return a[1] * 3600 + a[2] * 60 + a[3] }
+    /connection authorized: .*application_name=conntest/ { gsub(/[][]/, "", $4); start[$4] = t($2) }
+    /disconnection:/ { gsub(/[][]/, "", $4); if ($4 in start) printf "%.6f 1\n%.6f -1\n", start[$4], t($2) - 0.001 }
+    ' "$work/conns" | sort -k1,1n -k2,2n | awk '{ cur += $2; if (cur > max) max = cur } END { print max + 0 }')
+nconn=$(grep -c 'connection authorized: .*application_name=conntest' "$work/conns")
+check "MAX_CONNECTIONS=2, 5 clients: all ran (failures: $rcs, backends: $nconn)" \
+    '[ $rcs -eq 0 ] && [ "$nconn" -eq 5 ]'
+check "never more than 2 backends open at once (saw $maxc)" '[ "$maxc" -le 2 ] && [ "$maxc" -ge 1 ]'
+throttled DBTHROTTLE_MAX_CONNECTIONS=1 psql -qAt -c "select pg_sleep(2)" >/dev/null 2>&1 &
+holder=$!
+i=0
+until [ "$(redis-cli -p "$rport" --raw eval "local n = 0 for _, k in ipairs(redis.call('keys', 'dbthrottle:*:c:holders')) do n = n + redis.call('zcard', k) end return n" 0)" = 1 ] || [ $i -ge 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+throttled DBTHROTTLE_MAX_CONNECTIONS=1 DBTHROTTLE_WAIT_TIMEOUT=200ms psql -qAt -c "select 1" \
+    >/dev/null 2>"$work/connrefused.err"
+rc=$?
+check "a refused connection: psql fails with the dbthrottle message (rc $rc)" \
+    '[ $rc -ne 0 ] && grep -q "dbthrottle: no connection permit for pool" "$work/connrefused.err"'
+wait $holder
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
