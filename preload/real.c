@@ -51,3 +51,15 @@ void *dbt_real_lookup(_Atomic(void *) *slot, const char *name)
     }
     return f;
 }
+
+void *dbt_real_lookup_any(_Atomic(void *) *slot, const char *name)
+{
+    void *f = atomic_load_explicit(slot, memory_order_acquire);
+    if (f)
+        return f;
+    dbt_dlsym_fn real_dlsym = dbt_real_dlsym();
+    f = real_dlsym ? real_dlsym(RTLD_NEXT, name) : NULL;
+    if (f)
+        atomic_store_explicit(slot, f, memory_order_release);
+    return f;
+}

@@ -238,6 +238,12 @@ my $d = DBI->connect("dbi:Pg:", "", "", {RaiseError => 1, AutoCommit => 1});
 $d->begin_work; $d->do("select 1"); $d->do("select 2"); $d->commit;
 $d->do("select 3");')
 check "Perl DBD::Pg: 2 grants (saw $g)" [ "$g" = 2 ]
+# PHP loads pgsql.so with RTLD_DEEPBIND: covered by the dlopen hook.
+g=$(lang_grants php-pgsql php -r '
+$c = pg_connect("host=" . getenv("PGHOST") . " port=" . getenv("PGPORT") . " user=postgres");
+pg_query($c, "begin"); pg_query($c, "select 1"); pg_query($c, "select 2"); pg_query($c, "commit");
+pg_query($c, "select 3");')
+check "PHP pgsql: 2 grants (saw $g)" [ "$g" = 2 ]
 
 throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(3)" >/dev/null 2>&1 &
 holder=$!
@@ -258,6 +264,10 @@ out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms perl -MDB
 my $d = DBI->connect("dbi:Pg:", "", "", {PrintError => 0});
 $d->do("select 1") and exit 1; print $d->state, "\n";' 2>&1)
 check "DBD::Pg refused: SQLSTATE 53300 ($out)" [ "$out" = 53300 ]
+out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms php -r '
+$c = pg_connect("host=" . getenv("PGHOST") . " port=" . getenv("PGPORT") . " user=postgres");
+if (@pg_query($c, "select 1") === false) echo substr(pg_last_error($c), 0, 11);' 2>&1)
+check "PHP refused: pg_query fails with the dbthrottle message ($out)" [ "$out" = "dbthrottle:" ]
 wait $holder
 
 # ---- 12. exempt connections get through a pool blocked on a lock --------------------------------
