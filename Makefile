@@ -133,8 +133,10 @@ $(BUILD)/tests/fork_client: tests/integration/fork_client.c
 test-integration: all $(BUILD)/tests/fork_client
 	sh tests/integration/test_interposer.sh
 
-bench: $(BUILD)/bench/sem-bench
+bench: deps all $(BUILD)/bench/sem-bench
+	@command -v pgbouncer >/dev/null || sh tools/install-deps.sh pgbouncer
 	$(BUILD)/bench/sem-bench
+	sh bench/pg_bench.sh
 
 demo: deps all
 	sh tools/demo.sh

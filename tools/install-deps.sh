@@ -5,6 +5,8 @@ set -eu
 pkgs="gcc clang make pkg-config binutils libhiredis-dev libcriterion-dev redis-server \
 postgresql postgresql-client libpq-dev clang-format valgrind python3 python3-psycopg2 \
 python3-psycopg ruby-pg libdbd-pg-perl php-cli php-pgsql"
+# Extra packages may be named on the command line (make bench asks for pgbouncer).
+pkgs="$pkgs $*"
 missing=
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

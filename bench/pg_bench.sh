@@ -1,0 +1,89 @@
+#!/bin/sh
+# pg_bench.sh - the interposer's costs, in one run against a throwaway Redis, PostgreSQL and
+# PgBouncer on loopback: pgbench -S -c1 direct and throttled (added latency in Redis round trips),
+# -c16 throttled at 4 beside PgBouncer (transaction mode, pool_size 4) and direct -c4, and 32
+# clients of pg_sleep(0.05) at limit 4 against the ideal 80/s.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+lib=$top/build/libdbthrottle.so
+work=$(mktemp -d /tmp/dbt-bench-XXXXXX)
+chmod 755 "$work"
+cleanup() {
+    [ -n "${redis_pid:-}" ] && kill "$redis_pid" 2>/dev/null
+    [ -n "${bouncer_pid:-}" ] && kill "$bouncer_pid" 2>/dev/null
+    sh "$top/tools/pgtmp.sh" stop "$work/pg" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+port() { echo $(( ( $(od -An -N2 -tu2 /dev/urandom) % 30000 ) + 20000 )); }
+rport=$(port)
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --dir "$work" --logfile "$work/redis.log" &
+redis_pid=$!
+until redis-cli -p "$rport" ping >/dev/null 2>&1; do sleep 0.05; done
+PGPORT=$(sh "$top/tools/pgtmp.sh" start "$work/pg")
+export PGHOST=127.0.0.1 PGPORT PGUSER=postgres PGDATABASE=postgres
+pgbench -i -q -s 1 >/dev/null 2>&1
+
+bport=$(port)
+cat >"$work/pgbouncer.ini" <<INI
+[databases]
+postgres = host=127.0.0.1 port=$PGPORT dbname=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bport
+unix_socket_dir =
+auth_type = trust
+auth_file = $work/users.txt
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 100
+logfile = $work/pgbouncer.log
+pidfile = $work/pgbouncer.pid
+INI
+echo '"postgres" ""' >"$work/users.txt"
+chmod 644 "$work/pgbouncer.ini" "$work/users.txt"
+if [ "$(id -u)" -eq 0 ]; then
+    chown postgres "$work"
+    runuser -u postgres -- pgbouncer -q "$work/pgbouncer.ini" 2>"$work/runuser.err" &
+else
+    pgbouncer -q "$work/pgbouncer.ini" &
+fi
+bouncer_pid=$!
+i=0
+until psql -p "$bport" -qAt -c "select 1" >/dev/null 2>&1 || [ $i -ge 100 ]; do sleep 0.05; i=$((i + 1)); done
+
+tps() { sed -n 's/^tps = \([0-9]*\).*/\1/p' | head -1; }
+lat() { sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p' | head -1; }
+throttled() { env LD_PRELOAD="$lib" DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$rport "$@"; }
+
+rtt_us=$(cat <<PY | /usr/bin/python3
+import socket, time
+s = socket.create_connection(("127.0.0.1", $rport)); s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+v = []
+for i in range(3000):
+    t = time.perf_counter(); s.sendall(b"PING\r\n"); s.recv(64); v.append(time.perf_counter() - t)
+v.sort(); print("%.1f" % (v[len(v) // 2] * 1e6))
+PY
+)
+echo "dbthrottle interposer benchmark (loopback; one run)"
+printf "%-58s %10s us\n" "Redis PING round trip, p50" "$rtt_us"
+
+T=10
+d1=$(pgbench -n -S -c 1 -j 1 -T $T 2>&1)
+t1=$(throttled DBTHROTTLE_MAX_QUERIES=1000 pgbench -n -S -c 1 -j 1 -T $T 2>&1)
+dl=$(echo "$d1" | lat); tl=$(echo "$t1" | lat)
+printf "%-58s %10s tps, %s ms\n" "pgbench -S -c1 direct" "$(echo "$d1" | tps)" "$dl"
+printf "%-58s %10s tps, %s ms\n" "pgbench -S -c1 throttled (limit 1000)" "$(echo "$t1" | tps)" "$tl"
+echo "$dl $tl $rtt_us" | awk '{ printf "%-58s %10.1f us = %.2f RTT (target <= 1.2)\n", "added latency per transaction", ($2 - $1) * 1000, ($2 - $1) * 1000 / $3 }'
+
+c16=$(throttled DBTHROTTLE_MAX_QUERIES=4 pgbench -n -S -c 16 -j 16 -T $T 2>&1 | tps)
+b16=$(pgbench -n -S -c 16 -j 16 -T $T -p "$bport" 2>&1 | tps)
+d4=$(pgbench -n -S -c 4 -j 4 -T $T 2>&1 | tps)
+printf "%-58s %10s tps\n" "pgbench -S -c16 throttled to 4" "$c16"
+printf "%-58s %10s tps\n" "pgbench -S -c16 through PgBouncer (transaction, pool 4)" "$b16"
+printf "%-58s %10s tps\n" "pgbench -S -c4 direct" "$d4"
+echo "$c16 $b16" | awk '{ printf "%-58s %10.2f (target >= 1; needs the cached permits of issue 7)\n", "throttled / PgBouncer", $1 / $2 }'
+
+echo "select pg_sleep(0.05);" >"$work/sleep.sql"
+s32=$(throttled DBTHROTTLE_MAX_QUERIES=4 pgbench -n -c 32 -j 32 -T $T -f "$work/sleep.sql" 2>&1 | tps)
+echo "$s32" | awk '{ printf "%-58s %10.1f /s = %.3f of 80 (target >= 0.97)\n", "32 clients of pg_sleep(0.05) at limit 4", $1, $1 / 80 }'
