@@ -26,6 +26,7 @@ static const hooked table[] = {
     {"PQexecPrepared", (void *)PQexecPrepared},
     {"PQdescribePrepared", (void *)PQdescribePrepared},
     {"PQdescribePortal", (void *)PQdescribePortal},
+    {"PQfn", (void *)PQfn},
     {"PQsendQuery", (void *)PQsendQuery},
     {"PQsendQueryParams", (void *)PQsendQueryParams},
     {"PQsendPrepare", (void *)PQsendPrepare},

@@ -78,6 +78,13 @@ HOOK PGresult *PQdescribePortal(PGconn *conn, const char *portal)
     SYNC_HOOK(PQdescribePortal, conn, portal);
 }
 
+/* The fast-path function call: the large-object API (lo_*) runs on it. */
+HOOK PGresult *PQfn(PGconn *conn, int fnid, int *result_buf, int *result_len, int result_is_int,
+                    const PQArgBlock *args, int nargs)
+{
+    SYNC_HOOK(PQfn, conn, fnid, result_buf, result_len, result_is_int, args, nargs);
+}
+
 HOOK int PQsendQuery(PGconn *conn, const char *query)
 {
     SEND_HOOK(PQsendQuery, conn, query);

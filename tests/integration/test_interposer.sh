@@ -145,6 +145,11 @@ out=$(throttled DBTHROTTLE_MAX_QUERIES=abc DBTHROTTLE_LOG_LEVEL=debug sh -c 'ech
 check "a program without libpq prints nothing of ours, even with a bad setting" [ "$out" = hi ]
 threads=$(throttled DBTHROTTLE_MAX_QUERIES=4 sh -c 'ls /proc/self/task | wc -l')
 check "and starts no thread (threads: $threads)" [ "$threads" -eq 1 ]
+out=$(throttled DBTHROTTLE_MAX_QUERIES=4 /usr/bin/python3 -c 'print(1)' 2>&1)
+check "python3 without libpq: unchanged ($out)" [ "$out" = 1 ]
+direct=$(/sbin/ldconfig -p | head -3)
+through=$(throttled DBTHROTTLE_MAX_QUERIES=4 /sbin/ldconfig -p 2>&1 | head -3)
+check "a static binary (ldconfig) runs unchanged" [ "$direct" = "$through" ]
 
 # ---- 7. throttled pgbench gives the same results -----------------------------------------------
 direct=$(psql -qAt -c "select count(*), sum(v) from r")
@@ -352,6 +357,67 @@ rc=$?
 check "a refused connection: psql fails with the dbthrottle message (rc $rc)" \
     '[ $rc -ne 0 ] && grep -q "dbthrottle: no connection permit for pool" "$work/connrefused.err"'
 wait $holder
+
+# ---- 15. large objects (lo_* through PQfn), outside and inside a transaction ---------------------
+printf 'large object payload\n' >"$work/lo.txt"
+chmod 644 "$work/lo.txt"
+rm -f "$work/trace15.log"
+out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace15.log DBTHROTTLE_LOG_LEVEL=info \
+    psql -At -c "\\lo_import '$work/lo.txt'" 2>&1)
+grants=$(grep -c 'event=grant' "$work/trace15.log")
+releases=$(grep -c 'event=release' "$work/trace15.log")
+check "\\lo_import: imported ($out), every grant released ($grants/$releases)" \
+    '[ "${out#lo_import }" != "$out" ] && [ "$grants" -ge 1 ] && [ "$grants" = "$releases" ]'
+
+# ---- 16. psycopg2 asynchronous mode, driven by a select() loop -----------------------------------
+rm -f "$work/trace16.log"
+out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace16.log DBTHROTTLE_LOG_LEVEL=info \
+    $py -c "
+import select, psycopg2, psycopg2.extensions as ext
+def wait(conn):
+    while True:
+        state = conn.poll()
+        if state == ext.POLL_OK:
+            return
+        if state == ext.POLL_READ:
+            select.select([conn.fileno()], [], [])
+        elif state == ext.POLL_WRITE:
+            select.select([], [conn.fileno()], [])
+conn = psycopg2.connect('', async_=True)
+wait(conn)
+cur = conn.cursor()
+for q in ('select 1', 'select 2', 'select pg_sleep(0.1), 3'):
+    cur.execute(q)
+    wait(conn)
+print(cur.fetchone()[1])" 2>&1)
+grants=$(grep -c 'event=grant' "$work/trace16.log")
+releases=$(grep -c 'event=release' "$work/trace16.log")
+check "psycopg2 async: results right ($out), one grant and release per statement ($grants/$releases)" \
+    '[ "$out" = 3 ] && [ "$grants" = 3 ] && [ "$releases" = 3 ]'
+
+# ---- 17. interactive psql, typed at in a terminal (tmux) -----------------------------------------
+if command -v tmux >/dev/null; then
+    rm -f "$work/trace17.log"
+    sock=$work/tmux.sock
+    tmux -S "$sock" new-session -d -x 120 -y 30 \
+        "env LD_PRELOAD=$lib DBTHROTTLE_REDIS_URL=$DBTHROTTLE_REDIS_URL DBTHROTTLE_MAX_QUERIES=2 \
+         DBTHROTTLE_LOG=$work/trace17.log DBTHROTTLE_LOG_LEVEL=info PGHOST=$PGHOST PGPORT=$PGPORT \
+         PGUSER=postgres PGDATABASE=postgres psql -X; sleep 30"
+    i=0
+    until tmux -S "$sock" capture-pane -p | grep -q 'postgres=#' || [ $i -ge 100 ]; do sleep 0.05; i=$((i + 1)); done
+    # tmux reads a trailing ';' as the end of its own command: "\\;" is a literal one
+    for line in "select 'typed' || 'in'" "begin" "select 2" "commit"; do
+        tmux -S "$sock" send-keys -l "$line\\;"
+        tmux -S "$sock" send-keys Enter
+    done
+    i=0
+    until [ "$(grep -c 'event=release' "$work/trace17.log" 2>/dev/null)" = 2 ] || [ $i -ge 100 ]; do sleep 0.05; i=$((i + 1)); done
+    screen=$(tmux -S "$sock" capture-pane -p)
+    tmux -S "$sock" kill-server 2>/dev/null
+    grants=$(grep -c 'event=grant' "$work/trace17.log")
+    check "interactive psql: the screen shows the result, 2 grants for a query and a transaction ($grants)" \
+        'echo "$screen" | grep -q typedin && [ "$grants" = 2 ]'
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
