@@ -94,7 +94,8 @@ static void child_pool(dbt_pool *p)
         p->listener->ctx->fd = -1;
     }
     p->listener = NULL;
-    p->leader_active = p->blpop_in_flight = p->listener_reset = false;
+    p->leader_active = p->listener_reset = false;
+    p->blpop_in_flight = 0;
     p->thread_started = false;
     p->stop = false;
     /* The parent's slots are the parent's: permits it holds stay with it. */

@@ -20,6 +20,11 @@
 /* BLPOP's own timeout. Only bounds how long a blocked BLPOP outlives the last waiter. */
 #define BLPOP_SECONDS "30"
 
+/* BLPOPs kept in flight at most. With several threads of the process waiting, several grants can
+ * be on their way at once: Redis serves the next pipelined BLPOP as soon as it answered the one
+ * before, so each grant is delivered without waiting for the leader to ask again. */
+#define MAX_BLPOPS 8
+
 struct dbt_slot *dbt_find_slot(dbt_pool *p, const char *id)
 {
     for (struct dbt_slot *s = p->slots; s; s = s->next)
@@ -64,7 +69,7 @@ static void listener_failed(dbt_pool *p, const char *err)
     pthread_mutex_lock(&p->mu);
     dbt_redis *l = p->listener;
     p->listener = NULL;
-    p->blpop_in_flight = false;
+    p->blpop_in_flight = 0;
     dbt_fail_waiters(p);
     pthread_mutex_unlock(&p->mu);
     dbt_redis_free(l);
@@ -78,10 +83,12 @@ static dbt_redis *ready_listener(dbt_pool *p, const char *wake_key, char *err)
     bool reset = p->listener_reset || (l && dbt_redis_broken(l));
     if (reset) {
         p->listener = NULL;
-        p->blpop_in_flight = false;
+        p->blpop_in_flight = 0;
         p->listener_reset = false;
     }
-    bool in_flight = p->blpop_in_flight;
+    /* One BLPOP per waiting thread (at least one, at most MAX_BLPOPS). */
+    int want = p->nqueued < 1 ? 1 : p->nqueued > MAX_BLPOPS ? MAX_BLPOPS : p->nqueued;
+    int more = want - p->blpop_in_flight;
     pthread_mutex_unlock(&p->mu);
     if (reset) {
         dbt_redis_free(l);
@@ -95,16 +102,17 @@ static dbt_redis *ready_listener(dbt_pool *p, const char *wake_key, char *err)
         p->listener = l;
         pthread_mutex_unlock(&p->mu);
     }
-    if (!in_flight) {
+    if (more > 0) {
         const char *argv[] = {"BLPOP", wake_key, BLPOP_SECONDS};
         int done = 0;
-        if (redisAppendCommandArgv(l->ctx, 3, argv, NULL) != REDIS_OK)
-            goto io_error;
+        for (int i = 0; i < more; i++)
+            if (redisAppendCommandArgv(l->ctx, 3, argv, NULL) != REDIS_OK)
+                goto io_error;
         while (!done)
             if (redisBufferWrite(l->ctx, &done) != REDIS_OK)
                 goto io_error;
         pthread_mutex_lock(&p->mu);
-        p->blpop_in_flight = true;
+        p->blpop_in_flight += more;
         pthread_mutex_unlock(&p->mu);
     }
     return l;
@@ -131,7 +139,8 @@ static bool read_grants(dbt_pool *p, dbt_redis *l, char *err)
             return true;
         redisReply *rep = v;
         pthread_mutex_lock(&p->mu);
-        p->blpop_in_flight = false;
+        if (p->blpop_in_flight > 0)
+            p->blpop_in_flight--;
         if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
             rep->element[1]->type == REDIS_REPLY_STRING)
             dispatch(p, rep->element[1]->str);
@@ -223,5 +232,5 @@ void dbt_listener_close(dbt_pool *p)
 {
     dbt_redis_free(p->listener);
     p->listener = NULL;
-    p->blpop_in_flight = false;
+    p->blpop_in_flight = 0;
 }

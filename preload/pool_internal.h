@@ -62,10 +62,10 @@ struct dbt_pool {
     uint64_t gen;
 
     /* grants: the waiting threads take turns listening (listener.c) */
-    dbt_redis *listener;  /* the connection that BLPOPs this process' wake list */
-    bool leader_active;   /* a waiting thread is listening */
-    bool blpop_in_flight; /* a BLPOP was sent and its reply not read yet */
-    bool listener_reset;  /* Redis failed: reconnect before listening again */
+    dbt_redis *listener; /* the connection that BLPOPs this process' wake list */
+    bool leader_active;  /* a waiting thread is listening */
+    int blpop_in_flight; /* BLPOPs sent whose replies are not read yet */
+    bool listener_reset; /* Redis failed: reconnect before listening again */
 
     /* background thread: renews leases (renewer.c) */
     bool thread_started, stop;
