@@ -113,7 +113,7 @@ deps:
 	sh tools/install-deps.sh
 
 test: deps
-	$(MAKE) all $(BUILD)/tests/unit $(BUILD)/tests/sem $(BUILD)/tests/fork_client
+	$(MAKE) all $(BUILD)/tests/unit $(BUILD)/tests/sem $(BUILD)/tests/fork_client $(BUILD)/tests/pipeline_client
 	sh tools/check-exports.sh $(BUILD)/libdbthrottle.so
 	$(BUILD)/tests/unit --jobs 2
 	$(BUILD)/tests/sem --jobs 2
@@ -126,11 +126,11 @@ test-unit: $(BUILD)/tests/unit
 test-sem: $(BUILD)/tests/sem
 	$(BUILD)/tests/sem
 
-$(BUILD)/tests/fork_client: tests/integration/fork_client.c
+$(BUILD)/tests/%_client: tests/integration/%_client.c
 	@mkdir -p $(BUILD)/tests
 	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(LIBPQ_CFLAGS) -o $@ $< -lpq
 
-test-integration: all $(BUILD)/tests/fork_client
+test-integration: all $(BUILD)/tests/fork_client $(BUILD)/tests/pipeline_client
 	sh tests/integration/test_interposer.sh
 
 bench: deps all $(BUILD)/bench/sem-bench

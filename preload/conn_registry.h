@@ -16,6 +16,8 @@ typedef struct dbt_conn {
     dbt_pool *pool;           /* NULL until the first command */
     dbt_permit *query_permit; /* held from the first command until the connection is idle */
     dbt_permit *conn_permit;  /* DBTHROTTLE_MAX_CONNECTIONS: held from connect to PQfinish */
+    int pipe_sent;            /* pipeline mode: commands sent since the last PQpipelineSync */
+    int pipe_syncs;           /* pipeline mode: syncs sent whose PGRES_PIPELINE_SYNC is unread */
     int64_t idle_in_tx_since; /* non-zero while the permit is kept idle inside a transaction */
     bool checked_exempt;      /* DBTHROTTLE_EXEMPT was evaluated for this connection */
     bool exempt;              /* it matched: this connection never takes a permit */

@@ -35,6 +35,7 @@ static const hooked table[] = {
     {"PQsendDescribePortal", (void *)PQsendDescribePortal},
     {"PQgetResult", (void *)PQgetResult},
     {"PQexitPipelineMode", (void *)PQexitPipelineMode},
+    {"PQpipelineSync", (void *)PQpipelineSync},
     {"PQerrorMessage", (void *)PQerrorMessage},
     {"PQresultErrorMessage", (void *)PQresultErrorMessage},
     {"PQresultVerboseErrorMessage", (void *)PQresultVerboseErrorMessage},

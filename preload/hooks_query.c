@@ -38,6 +38,8 @@
         dbt_nested--;                                                                              \
         if (!ok)                                                                                   \
             dbt_throttle_after(conn);                                                              \
+        else if (DBT_REAL(PQpipelineStatus)(conn) != PQ_PIPELINE_OFF)                              \
+            dbt_throttle_pipeline_sent(conn);                                                      \
         return ok;                                                                                 \
     } while (0)
 
@@ -128,8 +130,14 @@ HOOK PGresult *PQgetResult(PGconn *conn)
     if (!real)
         return NULL;
     PGresult *res = real(conn);
-    if (!res && conn && !dbt_nested)
-        dbt_throttle_after(conn); /* the command has ended */
+    if (conn && !dbt_nested) {
+        if (!res) {
+            dbt_throttle_after(conn); /* the command has ended */
+        } else if (DBT_REAL(PQresultStatus)(res) == PGRES_PIPELINE_SYNC) {
+            dbt_throttle_pipeline_synced(conn);
+            dbt_throttle_after(conn); /* a pipeline with nothing more in flight is idle */
+        }
+    }
     return res;
 }
 
@@ -142,5 +150,16 @@ HOOK int PQexitPipelineMode(PGconn *conn)
     int ok = real(conn);
     if (ok && conn && !dbt_nested)
         dbt_throttle_after(conn);
+    return ok;
+}
+
+HOOK int PQpipelineSync(PGconn *conn)
+{
+    __typeof__(&PQpipelineSync) real = DBT_REAL(PQpipelineSync);
+    if (!real)
+        return 0;
+    int ok = real(conn);
+    if (ok && conn && !dbt_nested)
+        dbt_throttle_pipeline_sync(conn);
     return ok;
 }

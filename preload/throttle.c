@@ -225,10 +225,13 @@ void dbt_throttle_after(PGconn *conn)
     if (!c || !c->query_permit)
         return;
     PGTransactionStatusType tx = DBT_REAL(PQtransactionStatus)(conn);
-    if (tx == PQTRANS_IDLE && DBT_REAL(PQpipelineStatus)(conn) == PQ_PIPELINE_OFF) {
+    bool pipeline_idle = DBT_REAL(PQpipelineStatus)(conn) == PQ_PIPELINE_OFF ||
+                         (c->pipe_sent == 0 && c->pipe_syncs == 0);
+    if (tx == PQTRANS_IDLE && pipeline_idle) {
         dbt_release(c->query_permit);
         c->query_permit = NULL;
         c->idle_in_tx_since = 0;
+        c->pipe_sent = c->pipe_syncs = 0;
     } else if ((tx == PQTRANS_INTRANS || tx == PQTRANS_INERROR) && !c->idle_in_tx_since) {
         /* Kept across the transaction: see the comment at the top of this file. */
         c->idle_in_tx_since = 1;
@@ -262,4 +265,33 @@ const char *dbt_throttle_error(const PGconn *conn)
 {
     dbt_conn *c = dbt_conn_find(conn, false);
     return c ? c->refusal : NULL;
+}
+
+static dbt_conn *pipeline_conn(PGconn *conn)
+{
+    const dbt_lib *lib = dbt_lib_get();
+    return lib->active ? dbt_conn_find(conn, false) : NULL;
+}
+
+void dbt_throttle_pipeline_sent(PGconn *conn)
+{
+    dbt_conn *c = pipeline_conn(conn);
+    if (c)
+        c->pipe_sent++;
+}
+
+void dbt_throttle_pipeline_sync(PGconn *conn)
+{
+    dbt_conn *c = pipeline_conn(conn);
+    if (c) {
+        c->pipe_syncs++;
+        c->pipe_sent = 0;
+    }
+}
+
+void dbt_throttle_pipeline_synced(PGconn *conn)
+{
+    dbt_conn *c = pipeline_conn(conn);
+    if (c && c->pipe_syncs > 0)
+        c->pipe_syncs--;
 }

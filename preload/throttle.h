@@ -19,6 +19,13 @@ bool dbt_throttle_before(PGconn *conn);
  * The permit goes back once the connection is idle: not inside a transaction or a pipeline. */
 void dbt_throttle_after(PGconn *conn);
 
+/* Pipeline bookkeeping: a command was queued, a sync was sent, a sync's result was read. A
+ * connection that stays in pipeline mode gives its permit back once every sync it sent has been
+ * answered and nothing was queued after the last one. */
+void dbt_throttle_pipeline_sent(PGconn *conn);
+void dbt_throttle_pipeline_sync(PGconn *conn);
+void dbt_throttle_pipeline_synced(PGconn *conn);
+
 /* conn is about to open its socket (PQconnectPoll in CONNECTION_NEEDED). True: go on (a
  * connection permit is held, or none is needed). False: refused, with the message set. */
 bool dbt_throttle_connect(PGconn *conn);

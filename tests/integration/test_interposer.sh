@@ -180,6 +180,14 @@ releases=$(grep -c 'event=release' "$work/trace8.log")
 check "pgbench pipelines: 80 pipelines, 80 grants, 80 releases (rc $rc, saw $grants/$releases)" \
     '[ $rc -eq 0 ] && [ "$grants" -eq 80 ] && [ "$releases" -eq 80 ]'
 
+rm -f "$work/trace8.log"
+out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace8.log DBTHROTTLE_LOG_LEVEL=info \
+    "$top/build/tests/pipeline_client" 2>&1)
+grants=$(grep -c 'event=grant' "$work/trace8.log")
+releases=$(grep -c 'event=release' "$work/trace8.log")
+check "staying in pipeline mode: 3 batches, 3 grants, each back after its sync ($out; $grants/$releases)" \
+    '[ "$out" = "pipeline on sum 69" ] && [ "$grants" = 3 ] && [ "$releases" = 3 ]'
+
 # ---- 9. COPY holds one permit until it ends ----------------------------------------------------
 psql -qAt -c "create table big (n int)" >/dev/null
 seq 1 100000 >"$work/rows"
