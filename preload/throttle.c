@@ -155,22 +155,36 @@ static bool take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, i
     }
 }
 
-bool dbt_throttle_connect(PGconn *conn)
+/* What every permit decision starts with: the connection's entry, its last refusal forgotten,
+ * and a bad configuration refused. Returns NULL when the command needs no decision (`*go` says
+ * whether it may proceed). */
+static dbt_conn *begin(PGconn *conn, const dbt_lib *lib, bool *go)
 {
-    const dbt_lib *lib = dbt_lib_get();
+    *go = true;
     if (!lib->active && !lib->broken)
-        return true;
+        return NULL;
     dbt_conn *c = dbt_conn_find(conn, true);
     if (!c)
-        return true;
+        return NULL; /* out of memory: better unthrottled than a crash */
     free(c->refusal);
     c->refusal = NULL;
     if (lib->broken) {
         char msg[DBT_ERRLEN + 64];
         snprintf(msg, sizeof msg, "dbthrottle: bad configuration: %s\n", lib->error);
         c->refusal = strdup(msg);
-        return false;
+        *go = false;
+        return NULL;
     }
+    return c;
+}
+
+bool dbt_throttle_connect(PGconn *conn)
+{
+    const dbt_lib *lib = dbt_lib_get();
+    bool go;
+    dbt_conn *c = begin(conn, lib, &go);
+    if (!c)
+        return go;
     if (c->conn_permit || lib->cfg.max_connections == 0 || is_exempt(lib, c, conn))
         return true;
     return take(lib, c, conn, DBT_KIND_CONN, lib->cfg.max_connections, &c->conn_permit);
@@ -191,19 +205,10 @@ void dbt_throttle_connect_failed(PGconn *conn)
 bool dbt_throttle_before(PGconn *conn)
 {
     const dbt_lib *lib = dbt_lib_get();
-    if (!lib->active && !lib->broken)
-        return true;
-    dbt_conn *c = dbt_conn_find(conn, true);
+    bool go;
+    dbt_conn *c = begin(conn, lib, &go);
     if (!c)
-        return true; /* out of memory: better unthrottled than a crash */
-    free(c->refusal);
-    c->refusal = NULL;
-    if (lib->broken) {
-        char msg[DBT_ERRLEN + 64];
-        snprintf(msg, sizeof msg, "dbthrottle: bad configuration: %s\n", lib->error);
-        c->refusal = strdup(msg);
-        return false;
-    }
+        return go;
     if (c->query_permit) {
         if (c->idle_in_tx_since) {
             dbt_permit_note_idle(c->query_permit, false);

@@ -49,6 +49,14 @@ throttled() { # throttled ENV... -- command...: runs under the preload
     env LD_PRELOAD="$lib" "$@"
 }
 
+wait_holders() { # wait_holders q|c N: until the pools hold N permits of that kind (10 s at most)
+    i=0
+    until [ "$(redis-cli -p "$rport" --raw eval "local n = 0 for _, k in ipairs(redis.call('keys', 'dbthrottle:*:$1:holders')) do n = n + redis.call('zcard', k) end return n" 0)" = "$2" ] || [ $i -ge 200 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+}
+
 # ---- 1. the limit holds at the server --------------------------------------------------------
 # Every statement's start and end come from the server's own log; their largest overlap is the
 # most statements that ran at once. The log's clock has millisecond steps, so each interval is
@@ -119,11 +127,7 @@ check "all three updates applied (v=$v)" [ "$v" = 3 ]
 # ---- 4. a refusal reads like a libpq error ---------------------------------------------------
 throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(3)" >/dev/null 2>&1 &
 holder=$!
-i=0
-until [ "$(redis-cli -p "$rport" --raw eval "local n = 0 for _, k in ipairs(redis.call('keys', 'dbthrottle:*:q:holders')) do n = n + redis.call('zcard', k) end return n" 0)" = 1 ] || [ $i -ge 100 ]; do
-    sleep 0.05
-    i=$((i + 1))
-done
+wait_holders q 1
 throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=200ms psql -qAt -c "select 1" \
     >"$work/refused.out" 2>"$work/refused.err"
 rc=$?
@@ -260,11 +264,7 @@ check "PHP pgsql: 2 grants (saw $g)" [ "$g" = 2 ]
 
 throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(3)" >/dev/null 2>&1 &
 holder=$!
-i=0
-until [ "$(redis-cli -p "$rport" --raw eval "local n = 0 for _, k in ipairs(redis.call('keys', 'dbthrottle:*:q:holders')) do n = n + redis.call('zcard', k) end return n" 0)" = 1 ] || [ $i -ge 100 ]; do
-    sleep 0.05
-    i=$((i + 1))
-done
+wait_holders q 1
 out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms $py -c "
 import psycopg2
 c = psycopg2.connect('')
@@ -354,11 +354,7 @@ check "MAX_CONNECTIONS=2, 5 clients: all ran (failures: $rcs, backends: $nconn)"
 check "never more than 2 backends open at once (saw $maxc)" '[ "$maxc" -le 2 ] && [ "$maxc" -ge 1 ]'
 throttled DBTHROTTLE_MAX_CONNECTIONS=1 psql -qAt -c "select pg_sleep(2)" >/dev/null 2>&1 &
 holder=$!
-i=0
-until [ "$(redis-cli -p "$rport" --raw eval "local n = 0 for _, k in ipairs(redis.call('keys', 'dbthrottle:*:c:holders')) do n = n + redis.call('zcard', k) end return n" 0)" = 1 ] || [ $i -ge 100 ]; do
-    sleep 0.05
-    i=$((i + 1))
-done
+wait_holders c 1
 throttled DBTHROTTLE_MAX_CONNECTIONS=1 DBTHROTTLE_WAIT_TIMEOUT=200ms psql -qAt -c "select 1" \
     >/dev/null 2>"$work/connrefused.err"
 rc=$?
