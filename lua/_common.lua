@@ -37,6 +37,11 @@ local function reap(now)
     return #dead
 end
 
+-- A key that may have just been created: give it a TTL unless it has one (Redis 7: NX).
+local function expire_new(k)
+    redis.call('PEXPIRE', k, TTL, 'NX')
+end
+
 -- The limit a waiter configured travels in its id, so whoever releases grants by the waiter's own
 -- limit: a caller is never admitted beyond what it configured.
 local function limit_of(id)
@@ -60,6 +65,7 @@ local function pump(now)
         redis.call('ZREM', Q, head)
         redis.call('ZREM', W, head)
         redis.call('ZADD', H, exp, head)
+        expire_new(H)
         local wk = WAKE .. string.match(head, '^[^.]+')
         redis.call('RPUSH', wk, 'g' .. KIND .. ':' .. head)
         redis.call('PEXPIRE', wk, TTL)
@@ -69,12 +75,19 @@ local function pump(now)
 end
 
 -- Keys live TTL ms after the last call that touched them; a TTL is only ever extended, so a
--- client with a short lease cannot expire the keys under a client with a long one.
+-- client with a short lease cannot expire the keys under a client with a long one. The keys are
+-- refreshed together once half of SEEN's TTL has passed, so most calls pay one PTTL; a key
+-- created in between gets its TTL where it is created (expire_new).
 local function touch()
+    local t = redis.call('PTTL', SEEN)
+    if t ~= -2 and t >= TTL / 2 then
+        return
+    end
     for _, k in ipairs({H, Q, W, SEQ, SEEN}) do
-        local t = redis.call('PTTL', k)
-        if t ~= -2 and t < TTL then
+        local kt = redis.call('PTTL', k)
+        if kt ~= -2 and kt < TTL then
             redis.call('PEXPIRE', k, TTL)
         end
     end
 end
+

@@ -9,7 +9,7 @@ pump(now)
 
 local seen = redis.call('GET', SEEN)
 if seen ~= ARGV[6] then
-    redis.call('SET', SEEN, ARGV[6])
+    redis.call('SET', SEEN, ARGV[6], 'PX', TTL)
 end
 if seen == ARGV[6] then
     seen = false
@@ -19,6 +19,7 @@ end
 local holders = redis.call('ZCARD', H)
 if redis.call('ZCARD', Q) == 0 and holders < limit then
     redis.call('ZADD', H, now + LEASE, id)
+    expire_new(H)
     touch()
     return {1, holders + 1, 0, seen}
 end
@@ -29,5 +30,8 @@ end
 local ticket = redis.call('INCR', SEQ)
 redis.call('ZADD', Q, ticket, id)
 redis.call('ZADD', W, now + LEASE, id)
+expire_new(SEQ)
+expire_new(Q)
+expire_new(W)
 touch()
 return {2, holders, redis.call('ZCARD', Q), seen}
