@@ -37,9 +37,19 @@ local function reap(now)
     return #dead
 end
 
+-- The TTL a new key gets: ours, or SEEN's remaining one if longer. So SEEN always expires first
+-- and touch() may judge every key by SEEN alone, whatever leases the clients of a pool use.
+local function floor_ttl()
+    local st = redis.call('PTTL', SEEN)
+    if st > TTL then
+        return st
+    end
+    return TTL
+end
+
 -- A key that may have just been created: give it a TTL unless it has one (Redis 7: NX).
 local function expire_new(k)
-    redis.call('PEXPIRE', k, TTL, 'NX')
+    redis.call('PEXPIRE', k, floor_ttl(), 'NX')
 end
 
 -- The limit a waiter configured travels in its id, so whoever releases grants by the waiter's own
@@ -77,7 +87,7 @@ end
 -- Keys live TTL ms after the last call that touched them; a TTL is only ever extended, so a
 -- client with a short lease cannot expire the keys under a client with a long one. The keys are
 -- refreshed together once half of SEEN's TTL has passed, so most calls pay one PTTL; a key
--- created in between gets its TTL where it is created (expire_new).
+-- created in between gets its TTL where it is created (expire_new), never shorter than SEEN's.
 local function touch()
     local t = redis.call('PTTL', SEEN)
     if t ~= -2 and t >= TTL / 2 then

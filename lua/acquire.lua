@@ -9,7 +9,7 @@ pump(now)
 
 local seen = redis.call('GET', SEEN)
 if seen ~= ARGV[6] then
-    redis.call('SET', SEEN, ARGV[6], 'PX', TTL)
+    redis.call('SET', SEEN, ARGV[6], 'PX', floor_ttl())
 end
 if seen == ARGV[6] then
     seen = false

@@ -6,9 +6,12 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
-#define P "dbthrottle:{cancel}"
+#define P       "dbthrottle:{cancel}"
+#define P_MIXED "dbthrottle:{mixed}"
 
 Test(cancel, timeout_withdraws_and_keys_expire, .timeout = 60)
 {
@@ -163,5 +166,59 @@ Test(cancel, signal_interrupts_a_wait_and_withdraws, .timeout = 60)
     cr_expect(test_wait_until(test_zcard_is, &h0, 5000));
     dbt_client_free(c);
     dbt_config_free(&cfg);
+    test_redis_stop(&r);
+}
+
+static char *queue_head(const test_redis *r)
+{
+    redisContext *c = test_redis_connect(r);
+    redisReply *rep = redisCommand(c, "ZRANGE %s 0 0 WITHSCORES", P_MIXED ":q:queue");
+    char *out = NULL;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+        asprintf(&out, "%s@%s", rep->element[0]->str, rep->element[1]->str) < 0)
+        out = NULL;
+    if (rep)
+        freeReplyObject(rep);
+    redisFree(c);
+    return out;
+}
+
+/* Clients with different leases share a pool: a waiter of a short-lease client keeps its place
+ * (its ticket) for longer than three of its leases while a long-lease client holds the permit, so
+ * no key expires under it. */
+Test(cancel, keys_outlive_short_leases_in_a_mixed_pool, .timeout = 60)
+{
+    test_redis r;
+    cr_assert(test_redis_start(&r, NULL));
+    dbt_config longc, shortc;
+    test_config(&longc, &r, "DBTHROTTLE_LEASE=20s", NULL);
+    test_config(&shortc, &r, "DBTHROTTLE_LEASE=200ms", NULL);
+    dbt_client *lc = dbt_client_new(&longc), *sc = dbt_client_new(&shortc);
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
+    dbt_permit *held;
+    cr_assert_eq(dbt_acquire(dbt_client_pool(lc, "mixed"), DBT_KIND_QUERY, &now, &held),
+                 DBT_ACQ_GRANTED);
+    waiter_arg w = {.pool = dbt_client_pool(sc, "mixed"), .wait_ms = 10000};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter, &w);
+    zcard_is q1 = {&r, P_MIXED ":q:queue", 1};
+    cr_assert(test_wait_until(test_zcard_is, &q1, 10000));
+    char *before = queue_head(&r);
+    /* Three short leases are 600 ms: wait well past them, then the waiter must be where it was
+     * (a waiter that lost its keys would have queued again under a new id). */
+    usleep(1500000);
+    char *after = queue_head(&r);
+    cr_assert(before && after);
+    cr_expect_str_eq(after, before, "the waiter lost its place and queued again");
+    free(before);
+    free(after);
+    dbt_release(held);
+    pthread_join(t, NULL);
+    cr_expect_eq(w.res, DBT_ACQ_GRANTED);
+    dbt_release(w.permit);
+    dbt_client_free(lc);
+    dbt_client_free(sc);
+    dbt_config_free(&longc);
+    dbt_config_free(&shortc);
     test_redis_stop(&r);
 }
