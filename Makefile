@@ -113,7 +113,8 @@ deps:
 	sh tools/install-deps.sh
 
 test: deps
-	$(MAKE) all $(BUILD)/tests/unit $(BUILD)/tests/sem $(BUILD)/tests/fork_client $(BUILD)/tests/pipeline_client
+	$(MAKE) all $(BUILD)/tests/unit $(BUILD)/tests/sem $(BUILD)/tests/fork_client $(BUILD)/tests/pipeline_client \
+	    $(BUILD)/tests/libnext_preload.so
 	sh tools/check-exports.sh $(BUILD)/libdbthrottle.so
 	$(BUILD)/tests/unit --jobs 2
 	$(BUILD)/tests/sem --jobs 2
@@ -130,7 +131,11 @@ $(BUILD)/tests/%_client: tests/integration/%_client.c
 	@mkdir -p $(BUILD)/tests
 	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(LIBPQ_CFLAGS) -o $@ $< -lpq
 
-test-integration: all $(BUILD)/tests/fork_client $(BUILD)/tests/pipeline_client
+$(BUILD)/tests/libnext_preload.so: tests/integration/next_preload.c
+	@mkdir -p $(BUILD)/tests
+	$(CC) -shared -fPIC $(WARN) $(CFLAGS) -o $@ $< -ldl
+
+test-integration: all $(BUILD)/tests/libnext_preload.so $(BUILD)/tests/fork_client $(BUILD)/tests/pipeline_client
 	sh tests/integration/test_interposer.sh
 
 bench: deps all $(BUILD)/bench/sem-bench

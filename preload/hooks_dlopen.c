@@ -86,5 +86,7 @@ HOOK void *dlopen(const char *file, int mode)
         return NULL;
     if (file && (mode & RTLD_DEEPBIND) && strchr(file, '/') && needs_libpq(file))
         mode &= ~RTLD_DEEPBIND;
+    /* A tail call (a jump): glibc resolves a bare name with the RUNPATH of the object that called
+     * dlopen, which it finds from the return address, so that must stay the program's. */
     return real(file, mode);
 }

@@ -52,8 +52,13 @@ HOOK void *dlsym(void *handle, const char *symbol)
     void *(*real)(void *, const char *) = dbt_real_dlsym();
     if (!real)
         return NULL;
+    /* RTLD_NEXT and RTLD_DEFAULT are answered relative to the calling object, which glibc finds
+     * from the return address: these must reach glibc as a tail call (a jump), so that the caller
+     * it sees is the program's code, not ours. Other preloaded interposers rely on this. */
+    if (handle == RTLD_NEXT || handle == RTLD_DEFAULT || symbol[0] != 'P' || symbol[1] != 'Q')
+        return real(handle, symbol);
     void *f = real(handle, symbol);
-    if (!f || symbol[0] != 'P' || symbol[1] != 'Q')
+    if (!f)
         return f;
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (strcmp(symbol, table[i].name) == 0) {
