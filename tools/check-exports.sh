@@ -9,3 +9,13 @@ if [ -n "$bad" ]; then
     exit 1
 fi
 echo "check-exports: $lib exports only interposed symbols"
+# dlsym and dlopen must hand RTLD_NEXT lookups and plain opens to glibc as tail calls (an
+# indirect jmp), so glibc sees the program as the caller (see preload/hooks_dlsym.c). An
+# unoptimized build does not do that: refuse it rather than ship it.
+for fn in dlsym dlopen; do
+    if ! objdump -d --no-show-raw-insn "$lib" | awk "/<$fn>:/,/^\$/" | grep -q 'jmp  *\*%'; then
+        echo "check-exports: $fn in $lib does not tail-call glibc (build with -O2)" >&2
+        exit 1
+    fi
+done
+echo "check-exports: dlsym and dlopen tail-call glibc"
