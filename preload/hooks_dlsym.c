@@ -63,8 +63,7 @@ HOOK void *dlsym(void *handle, const char *symbol)
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (strcmp(symbol, table[i].name) == 0) {
             /* Only the libpq our hooks forward to; never another copy. */
-            _Atomic(void *) slot = NULL;
-            return dbt_real_lookup(&slot, symbol) == f ? table[i].hook : f;
+            return dbt_real_peek(symbol) == f ? table[i].hook : f;
         }
     return f;
 }

@@ -26,15 +26,12 @@ dbt_dlsym_fn dbt_real_dlsym(void)
     return (dbt_dlsym_fn)f;
 }
 
-void *dbt_real_lookup(_Atomic(void *) *slot, const char *name)
+void *dbt_real_peek(const char *name)
 {
-    void *f = atomic_load_explicit(slot, memory_order_acquire);
-    if (f)
-        return f;
     dbt_dlsym_fn real_dlsym = dbt_real_dlsym();
     if (!real_dlsym)
         return NULL;
-    f = real_dlsym(RTLD_NEXT, name);
+    void *f = real_dlsym(RTLD_NEXT, name);
     if (!f) {
         void *h = dlopen("libpq.so.5", RTLD_LAZY | RTLD_NOLOAD);
         if (h) {
@@ -42,6 +39,15 @@ void *dbt_real_lookup(_Atomic(void *) *slot, const char *name)
             dlclose(h);
         }
     }
+    return f;
+}
+
+void *dbt_real_lookup(_Atomic(void *) *slot, const char *name)
+{
+    void *f = atomic_load_explicit(slot, memory_order_acquire);
+    if (f)
+        return f;
+    f = dbt_real_peek(name);
     if (f) {
         atomic_store_explicit(slot, f, memory_order_release);
     } else {

@@ -14,6 +14,9 @@ dbt_dlsym_fn dbt_real_dlsym(void);
  * already loaded. NULL when neither exists; the caller then fails the call the libpq way. */
 void *dbt_real_lookup(_Atomic(void *) *slot, const char *name);
 
+/* The same search, without caching or logging (for dlsym, which asks about any program's PQ*). */
+void *dbt_real_peek(const char *name);
+
 /* The next definition of a libc function we interpose (dlopen): RTLD_NEXT only, quietly. */
 void *dbt_real_lookup_any(_Atomic(void *) *slot, const char *name);
 
