@@ -116,6 +116,7 @@ test: deps
 	$(MAKE) all $(BUILD)/tests/unit $(BUILD)/tests/sem $(BUILD)/tests/fork_client $(BUILD)/tests/pipeline_client \
 	    $(BUILD)/tests/libnext_preload.so
 	sh tools/check-exports.sh $(BUILD)/libdbthrottle.so
+	$(MAKE) format-check
 	$(BUILD)/tests/unit --jobs 2
 	$(BUILD)/tests/sem --jobs 2
 	sh tests/integration/test_interposer.sh
