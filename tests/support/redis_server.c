@@ -111,12 +111,53 @@ static bool spawn(test_redis *r, const char *extra)
     return false;
 }
 
+/* Directories of servers not stopped yet: a test that fails an assertion never reaches its
+ * test_redis_stop, so they are removed when the test process exits. */
+enum { MAX_LEFT = 16 };
+static char left_dirs[MAX_LEFT][256];
+static pid_t left_owner; /* a forked child that exits must not remove its parent's servers */
+
+static void remove_left_dirs(void)
+{
+    if (getpid() != left_owner)
+        return;
+    for (int i = 0; i < MAX_LEFT; i++)
+        if (left_dirs[i][0]) {
+            char cmd[300];
+            snprintf(cmd, sizeof cmd, "rm -rf '%.250s'", left_dirs[i]);
+            if (system(cmd) != 0)
+                fprintf(stderr, "could not remove %s\n", left_dirs[i]);
+            left_dirs[i][0] = '\0';
+        }
+}
+
+static void remember_dir(const char *dir, bool keep)
+{
+    static bool registered;
+    if (!registered) {
+        left_owner = getpid();
+        atexit(remove_left_dirs);
+        registered = true;
+    }
+    for (int i = 0; i < MAX_LEFT; i++) {
+        if (keep && !left_dirs[i][0]) {
+            snprintf(left_dirs[i], sizeof left_dirs[i], "%s", dir);
+            return;
+        }
+        if (!keep && strcmp(left_dirs[i], dir) == 0) {
+            left_dirs[i][0] = '\0';
+            return;
+        }
+    }
+}
+
 bool test_redis_start(test_redis *r, const char *extra)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->dir, sizeof r->dir, "/tmp/dbt-redis-XXXXXX");
     if (!mkdtemp(r->dir))
         return false;
+    remember_dir(r->dir, true);
     for (int attempt = 0; attempt < 20; attempt++) {
         r->port = free_port();
         if (r->port > 0 && spawn(r, extra))
@@ -149,6 +190,7 @@ void test_redis_stop(test_redis *r)
 {
     test_redis_kill(r);
     if (r->dir[0]) {
+        remember_dir(r->dir, false);
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
         if (system(cmd) != 0)
