@@ -88,9 +88,9 @@ end
 -- client with a short lease cannot expire the keys under a client with a long one. The keys are
 -- refreshed together once half of SEEN's TTL has passed, so most calls pay one PTTL; a key
 -- created in between gets its TTL where it is created (expire_new), never shorter than SEEN's.
-local function touch()
+local function touch(force)
     local t = redis.call('PTTL', SEEN)
-    if t ~= -2 and t >= TTL / 2 then
+    if not force and t ~= -2 and t >= TTL / 2 then
         return
     end
     for _, k in ipairs({H, Q, W, SEQ, SEEN}) do

@@ -7,9 +7,16 @@ local now = now_ms()
 reap(now)
 pump(now)
 
+-- limit_seen paces the TTL refresh of every key (see touch): changing its value must not change
+-- its TTL, and when it is new, every key is refreshed at once.
 local seen = redis.call('GET', SEEN)
+local fresh = not seen
 if seen ~= ARGV[6] then
-    redis.call('SET', SEEN, ARGV[6], 'PX', floor_ttl())
+    if seen then
+        redis.call('SET', SEEN, ARGV[6], 'KEEPTTL')
+    else
+        redis.call('SET', SEEN, ARGV[6], 'PX', floor_ttl())
+    end
 end
 if seen == ARGV[6] then
     seen = false
@@ -20,11 +27,11 @@ local holders = redis.call('ZCARD', H)
 if redis.call('ZCARD', Q) == 0 and holders < limit then
     redis.call('ZADD', H, now + LEASE, id)
     expire_new(H)
-    touch()
+    touch(fresh)
     return {1, holders + 1, 0, seen}
 end
 if try_only then
-    touch()
+    touch(fresh)
     return {0, holders, redis.call('ZCARD', Q), seen}
 end
 local ticket = redis.call('INCR', SEQ)
@@ -33,5 +40,5 @@ redis.call('ZADD', W, now + LEASE, id)
 expire_new(SEQ)
 expire_new(Q)
 expire_new(W)
-touch()
+touch(fresh)
 return {2, holders, redis.call('ZCARD', Q), seen}

@@ -3,11 +3,12 @@
 -- when nobody releases). KEYS[1..5] the query semaphore, KEYS[6..10] the connection semaphore.
 -- ARGV[5..8] counts: query holders, query waiters, connection holders, connection waiters;
 -- then the ids in that order.
--- Returns {lost holders, lost waiters}: ids Redis no longer has (expired, or Redis lost its
--- data); their owners must not believe they hold or wait any more.
+-- Returns {lost holders, lost waiters, granted waiters}: ids Redis no longer has (expired, or
+-- Redis lost its data), whose owners must not believe they hold or wait any more; and waiters
+-- Redis already granted, so a grant whose pushed message went astray still reaches its owner.
 local now = now_ms()
 local exp = now + LEASE
-local lost_h, lost_w = {}, {}
+local lost_h, lost_w, granted_w = {}, {}, {}
 local at = 9
 local function renew_holders(n)
     for i = at, at + n - 1 do
@@ -25,8 +26,9 @@ local function renew_waiters(n)
         if redis.call('ZSCORE', W, id) then
             redis.call('ZADD', W, 'XX', exp, id)
         elseif redis.call('ZSCORE', H, id) then
-            -- granted, and the grant is on its way to the listener: renew it as a holder
+            -- granted (the grant is on its way, or was lost): renew it as a holder, and say so
             redis.call('ZADD', H, 'XX', exp, id)
+            granted_w[#granted_w + 1] = id
         else
             lost_w[#lost_w + 1] = id
         end
@@ -43,4 +45,4 @@ for k = 0, 1 do
     pump(now)
     touch()
 end
-return {lost_h, lost_w}
+return {lost_h, lost_w, granted_w}

@@ -52,10 +52,10 @@ static void dispatch(dbt_pool *p, const char *msg)
     struct dbt_slot *s = dbt_find_slot(p, msg + 3);
     if (!s || (s->state != SLOT_QUEUED && s->state != SLOT_PENDING))
         return;
-    if (s->state == SLOT_QUEUED) {
+    /* Counted as held from here, whether the acquirer has read its reply (QUEUED) or not. */
+    if (s->state == SLOT_QUEUED)
         p->nqueued--;
-        p->nheld++;
-    }
+    p->nheld++;
     s->state = SLOT_HELD;
     s->t_grant_us = dbt_now_us();
     dbt_slot_wake(s);
@@ -108,9 +108,13 @@ static dbt_redis *ready_listener(dbt_pool *p, const char *wake_key, char *err)
         for (int i = 0; i < more; i++)
             if (redisAppendCommandArgv(l->ctx, 3, argv, NULL) != REDIS_OK)
                 goto io_error;
-        while (!done)
-            if (redisBufferWrite(l->ctx, &done) != REDIS_OK)
-                goto io_error;
+        dbt_sigpipe_guard g;
+        dbt_sigpipe_block(&g);
+        while (!done && redisBufferWrite(l->ctx, &done) == REDIS_OK)
+            ;
+        dbt_sigpipe_restore(&g);
+        if (!done)
+            goto io_error;
         pthread_mutex_lock(&p->mu);
         p->blpop_in_flight += more;
         pthread_mutex_unlock(&p->mu);

@@ -3,9 +3,38 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* hiredis 0.14 writes with write(2): a write to a socket Redis has closed raises SIGPIPE, whose
+ * default action kills the host program. Around every call that may write, SIGPIPE is blocked in
+ * this thread and, if one was raised (and was not already pending), consumed; the mask is then
+ * restored. The same technique libpq uses. */
+void dbt_sigpipe_block(dbt_sigpipe_guard *g)
+{
+    sigset_t pipe, pending;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    g->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &g->old);
+}
+
+void dbt_sigpipe_restore(dbt_sigpipe_guard *g)
+{
+    sigset_t pipe, pending;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    if (!g->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe, NULL, &zero) < 0 && errno == EINTR)
+            ;
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
 
 static struct timeval tv_of(int64_t ms)
 {
@@ -67,7 +96,7 @@ static redisReply *simple(dbt_redis *r, char *err, int argc, const char **argv)
     return dbt_redis_command(r, argc, argv, NULL, err);
 }
 
-dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err)
+static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
 {
     char who[300];
     where(cfg, who, sizeof who);
@@ -303,7 +332,7 @@ static bool read_pending(dbt_redis *r, int n, char *err)
     return ok;
 }
 
-bool dbt_redis_drain(dbt_redis *r, char *err)
+static bool drain_unguarded(dbt_redis *r, char *err)
 {
     bool ok = true;
     /* Twice at most: once for the replies, once for what a NOSCRIPT made us send again. */
@@ -329,8 +358,8 @@ static redisReply *finish_command(dbt_redis *r, char *err)
     return read_reply(r, err);
 }
 
-redisReply *dbt_redis_command(dbt_redis *r, int argc, const char **argv, const size_t *lens,
-                              char *err)
+static redisReply *command_unguarded(dbt_redis *r, int argc, const char **argv, const size_t *lens,
+                                     char *err)
 {
     if (dbt_redis_broken(r)) {
         set_err(err, "redis", r->ctx->errstr[0] ? r->ctx->errstr : "connection lost");
@@ -369,8 +398,9 @@ static long format_eval(const dbt_script *s, int nkeys, const char *const *keys,
     return len < 0 ? -1 : len;
 }
 
-redisReply *dbt_redis_eval(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
-                           int nargs, const char *const *args, char *err)
+static redisReply *eval_unguarded(dbt_redis *r, const dbt_script *s, int nkeys,
+                                  const char *const *keys, int nargs, const char *const *args,
+                                  char *err)
 {
     if (dbt_redis_broken(r)) {
         set_err(err, "redis", r->ctx->errstr[0] ? r->ctx->errstr : "connection lost");
@@ -398,8 +428,9 @@ redisReply *dbt_redis_eval(dbt_redis *r, const dbt_script *s, int nkeys, const c
     return rep;
 }
 
-bool dbt_redis_eval_nowait(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
-                           int nargs, const char *const *args, char *err)
+static bool eval_nowait_unguarded(dbt_redis *r, const dbt_script *s, int nkeys,
+                                  const char *const *keys, int nargs, const char *const *args,
+                                  char *err)
 {
     /* Room for this one, and for a SCRIPT LOAD and a resend should it meet NOSCRIPT. */
     if (r->npending + 3 > DBT_MAX_PENDING)
@@ -430,4 +461,54 @@ bool dbt_redis_eval_nowait(dbt_redis *r, const dbt_script *s, int nkeys, const c
     }
     add_pending(r, cmd, (size_t)len);
     return true;
+}
+
+/* ---- the public calls: each one guarded against SIGPIPE ------------------------------- */
+
+dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err)
+{
+    dbt_sigpipe_guard g;
+    dbt_sigpipe_block(&g);
+    dbt_redis *r = connect_unguarded(cfg, err);
+    dbt_sigpipe_restore(&g);
+    return r;
+}
+
+bool dbt_redis_drain(dbt_redis *r, char *err)
+{
+    dbt_sigpipe_guard g;
+    dbt_sigpipe_block(&g);
+    bool ok = drain_unguarded(r, err);
+    dbt_sigpipe_restore(&g);
+    return ok;
+}
+
+redisReply *dbt_redis_command(dbt_redis *r, int argc, const char **argv, const size_t *lens,
+                              char *err)
+{
+    dbt_sigpipe_guard g;
+    dbt_sigpipe_block(&g);
+    redisReply *rep = command_unguarded(r, argc, argv, lens, err);
+    dbt_sigpipe_restore(&g);
+    return rep;
+}
+
+redisReply *dbt_redis_eval(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
+                           int nargs, const char *const *args, char *err)
+{
+    dbt_sigpipe_guard g;
+    dbt_sigpipe_block(&g);
+    redisReply *rep = eval_unguarded(r, s, nkeys, keys, nargs, args, err);
+    dbt_sigpipe_restore(&g);
+    return rep;
+}
+
+bool dbt_redis_eval_nowait(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
+                           int nargs, const char *const *args, char *err)
+{
+    dbt_sigpipe_guard g;
+    dbt_sigpipe_block(&g);
+    bool ok = eval_nowait_unguarded(r, s, nkeys, keys, nargs, args, err);
+    dbt_sigpipe_restore(&g);
+    return ok;
 }

@@ -6,6 +6,7 @@
 #include "scripts.h"
 
 #include <hiredis.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -21,6 +22,15 @@ typedef struct {
         size_t len;
     } pending[DBT_MAX_PENDING];
 } dbt_redis;
+
+/* SIGPIPE blocked in this thread across a write to a socket, and consumed if the write raised it
+ * (every dbt_redis_* call below already does this; for direct hiredis writes). */
+typedef struct {
+    sigset_t old;
+    bool was_pending;
+} dbt_sigpipe_guard;
+void dbt_sigpipe_block(dbt_sigpipe_guard *g);
+void dbt_sigpipe_restore(dbt_sigpipe_guard *g);
 
 /* Connects with cfg's URL and timeout, authenticates, selects the db and marks the socket
  * close-on-exec. Returns NULL with a one-line message (without the password) in err. */

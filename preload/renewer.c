@@ -135,6 +135,23 @@ static void drain_idle(dbt_pool *p)
     pthread_mutex_lock(&p->mu);
 }
 
+/* Waiters Redis has already granted: normally their pushed grant arrives first and this finds
+ * them HELD; if that message was lost (a listener connection dropped with it unread), this
+ * delivers the grant. Call with p->mu held. */
+static void apply_granted(dbt_pool *p, const redisReply *ids)
+{
+    for (size_t i = 0; i < ids->elements; i++) {
+        struct dbt_slot *s = dbt_find_slot(p, ids->element[i]->str);
+        if (s && s->state == SLOT_QUEUED) {
+            p->nqueued--;
+            p->nheld++;
+            s->state = SLOT_HELD;
+            s->t_grant_us = dbt_now_us();
+            dbt_slot_wake(s);
+        }
+    }
+}
+
 /* One renewal round trip for both kinds. Called with p->mu held; releases it meanwhile. */
 static void renew(dbt_pool *p)
 {
@@ -174,9 +191,10 @@ static void renew(dbt_pool *p)
                 for (int i = 0; i < lists[k][j].n; i++)
                     args[n++] = lists[k][j].ids[i];
         rep = dbt_redis_eval(l, &dbt_script_renew, 2 * DBT_NKEYS, keys, n, args, err);
-        if (rep && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        if (rep && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
                     rep->element[0]->type != REDIS_REPLY_ARRAY ||
-                    rep->element[1]->type != REDIS_REPLY_ARRAY)) {
+                    rep->element[1]->type != REDIS_REPLY_ARRAY ||
+                    rep->element[2]->type != REDIS_REPLY_ARRAY)) {
             snprintf(err, sizeof err, "renew.lua returned an unexpected reply");
             freeReplyObject(rep);
             rep = NULL;
@@ -198,6 +216,7 @@ static void renew(dbt_pool *p)
             if ((s->state == SLOT_HELD || s->state == SLOT_QUEUED) && s->t_renewed_us < sent)
                 s->t_renewed_us = sent;
         apply_lost(p, rep->element[0], rep->element[1]);
+        apply_granted(p, rep->element[2]);
         freeReplyObject(rep);
     } else {
         /* Waiters learn it at once; the listener connection is suspect too. */

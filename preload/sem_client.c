@@ -482,6 +482,13 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
         long long holders = -1, queue = -1;
         int st = send_acquire(p, s, !may_wait, &holders, &queue);
         if (st < 0) {
+            pthread_mutex_lock(&p->mu);
+            bool granted = s->state == SLOT_HELD; /* the reply was lost, the grant was not */
+            if (granted)
+                dbt_renewer_ensure(p);
+            pthread_mutex_unlock(&p->mu);
+            if (granted)
+                return finish_granted(p, s, out, -1, -1);
             drop_slot(p, s);
             pthread_mutex_lock(&p->mu);
             p->st.refusals++;
@@ -500,11 +507,11 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
         pthread_mutex_lock(&p->mu);
         if (st == 1 || s->state == SLOT_HELD) {
             /* Granted at once, or queued and granted before we read the reply. */
-            if (s->state != SLOT_HELD) {
+            if (s->state != SLOT_HELD) { /* else the listener set and counted it */
                 s->state = SLOT_HELD;
                 s->t_grant_us = dbt_now_us();
+                p->nheld++;
             }
-            p->nheld++;
             p->seen_any_grant = true;
             if (st == 2)
                 p->st.waits++;
@@ -538,6 +545,8 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
                 return finish_granted(p, s, out, -1, -1);
             }
             if (now == SLOT_REQUEUE || now == SLOT_DOWN) {
+                if (!p->leader_active)
+                    dbt_listener_pass(p);
                 unlink_slot(p, s);
                 pthread_mutex_unlock(&p->mu);
                 break;
@@ -546,6 +555,10 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
                 /* Timed out or interrupted: a grant that races in from now on is cancel.lua's
                  * to give back. */
                 s->state = SLOT_CANCELLING;
+                /* A leader that left may have handed its role to us as we gave up: pass it on,
+                 * or the remaining waiters would have nobody reading their grants. */
+                if (!p->leader_active)
+                    dbt_listener_pass(p);
                 if (w == 0)
                     p->st.timeouts++;
                 else
