@@ -186,11 +186,16 @@ void dbt_redis_url_free(dbt_redis_url *u)
 }
 
 /* Error for a malformed URL: the URL is shown with its password masked. */
+/* Error for a malformed URL. A malformed URL cannot be trusted to show where its password is, so
+ * one with an '@' is not echoed at all. */
 static bool bad_url(char *err, const char *setting, const char *text, const char *why)
 {
-    char red[256];
-    dbt_redact_url(text, red, sizeof red);
-    return bad(err, setting, red, why);
+    if (strchr(text, '@')) {
+        snprintf(err, DBT_ERRLEN, "%s: bad value (not shown: it may hold a password): %s", setting,
+                 why);
+        return false;
+    }
+    return bad(err, setting, text, why);
 }
 
 static bool parse_db(const char *s, const char *end, int *db)

@@ -2,6 +2,7 @@
 #include "log.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <string.h>
 #include <strings.h>
 
@@ -14,13 +15,16 @@ static void put(char *out, size_t cap, size_t *o, const char *s, size_t n)
 }
 
 /* scheme://user:password@host... -> scheme://user:***@host... (any scheme). */
-static size_t redact_userinfo(const char *url, char *out, size_t cap, size_t *o)
+/* whole_rest: the userinfo may run to the last '@' of the whole text, as our Redis URL parser
+ * reads it (a password may contain '/'); otherwise it ends before the first '/', '?' or '#', as
+ * libpq reads a postgresql:// URI. Either way the masked span is the one the parser would use. */
+static size_t redact_userinfo(const char *url, bool whole_rest, char *out, size_t cap, size_t *o)
 {
     const char *scheme = strstr(url, "://");
     if (!scheme)
         return 0;
     const char *auth = scheme + 3;
-    const char *end = auth + strcspn(auth, "/?#");
+    const char *end = whole_rest ? auth + strlen(auth) : auth + strcspn(auth, "/?#");
     const char *at = NULL;
     for (const char *p = auth; p < end; p++) /* the last @ ends the userinfo */
         if (*p == '@')
@@ -41,7 +45,7 @@ void dbt_redact_url(const char *url, char *out, size_t cap)
         return;
     size_t o = 0;
     out[0] = '\0';
-    size_t from = redact_userinfo(url, out, cap, &o);
+    size_t from = redact_userinfo(url, true, out, cap, &o);
     put(out, cap, &o, url + from, strlen(url + from));
 }
 
@@ -70,7 +74,7 @@ void dbt_redact_conninfo(const char *ci, char *out, size_t cap)
     size_t o = 0;
     out[0] = '\0';
     if (strncmp(ci, "postgresql://", 13) == 0 || strncmp(ci, "postgres://", 11) == 0) {
-        size_t from = redact_userinfo(ci, out, cap, &o);
+        size_t from = redact_userinfo(ci, false, out, cap, &o);
         const char *rest = ci + from;
         const char *q = strchr(rest, '?');
         if (!q) {

@@ -137,12 +137,13 @@ Test(url, forms)
 
 Test(url, bad_ones_never_show_the_password)
 {
-    const char *bad[] = {"rediss://:hunter2@h",      "http://h",      "redis://",
-                         "redis://user@h",           "redis://h:0",   "redis://h:65536",
-                         "redis://h:port",           "redis://h/-1",  "redis://h/x",
-                         "redis://:hunter2@h:99999", "redis://h/1/2", "unix://",
-                         "unix:///s?db=x",           "redis://:@h",   "redis://u:p%zz@h",
-                         "redis://:hunter2@[::1"};
+    const char *bad[] = {"rediss://:hunter2@h",      "http://h",          "redis://",
+                         "redis://user@h",           "redis://h:0",       "redis://h:65536",
+                         "redis://h:port",           "redis://h/-1",      "redis://h/x",
+                         "redis://:hunter2@h:99999", "redis://h/1/2",     "unix://",
+                         "unix:///s?db=x",           "redis://:@h",       "redis://u:p%zz@h",
+                         "redis://:hunter2@[::1",    "redis:/:hunter2@h", "redis//:hunter2@h",
+                         "redis://:hunter2@h:x/0"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char err[DBT_ERRLEN] = "";
         dbt_redis_url u = {0};
@@ -156,6 +157,19 @@ Test(url, bad_ones_never_show_the_password)
     dbt_redis_url u = {0};
     cr_expect(!dbt_parse_redis_url("DBTHROTTLE_REDIS_URL", "rediss://h", &u, err));
     cr_expect(strstr(err, "TLS") != NULL, "%s", err);
+}
+
+Test(url, a_slash_in_the_password_is_still_redacted)
+{
+    dbt_config c;
+    dbt_config_defaults(&c);
+    char err[DBT_ERRLEN];
+    cr_assert(dbt_config_set(&c, "DBTHROTTLE_REDIS_URL", "redis://app:s3cr/et@10.0.0.5:6379/0",
+                             DBT_SRC_ENV, err),
+              "%s", err);
+    cr_expect_str_eq(c.redis.password, "s3cr/et");
+    cr_expect(strstr(c.redis_url_redacted, "s3cr") == NULL, "%s", c.redis_url_redacted);
+    dbt_config_free(&c);
 }
 
 Test(config, defaults)

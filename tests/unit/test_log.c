@@ -219,6 +219,8 @@ Test(redact, urls)
     cr_expect_str_eq(out, "redis://:***@h");
     dbt_redact_url("redis://:se@cret@h/2", out, sizeof out);
     cr_expect_str_eq(out, "redis://:***@h/2");
+    dbt_redact_url("redis://app:s3cr/et@10.0.0.5:6379/0", out, sizeof out);
+    cr_expect_str_eq(out, "redis://app:***@10.0.0.5:6379/0"); /* as the parser reads it */
     dbt_redact_url("redis://h:6379", out, sizeof out);
     cr_expect_str_eq(out, "redis://h:6379");
     dbt_redact_url("unix:///run/r.sock", out, sizeof out);
