@@ -23,7 +23,7 @@ end
 local function renew_waiters(n)
     for i = at, at + n - 1 do
         local id = ARGV[i]
-        if redis.call('ZSCORE', W, id) then
+        if redis.call('ZSCORE', W, id) and redis.call('ZSCORE', Q, id) then
             redis.call('ZADD', W, 'XX', exp, id)
         elseif redis.call('ZSCORE', H, id) then
             -- granted (the grant is on its way, or was lost): renew it as a holder, and say so

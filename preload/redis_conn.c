@@ -339,7 +339,10 @@ static bool drain_unguarded(dbt_redis *r, char *err)
     for (int round = 0; round < 2 && r->npending > 0 && !dbt_redis_broken(r); round++)
         ok = read_pending(r, r->npending, err) && ok;
     if (r->npending > 0) {
+        /* Replies still owed on a live connection would be read as the answers to later
+         * commands: the connection is out of step, so it is never used again. */
         forget_pending(r);
+        r->ctx->err = REDIS_ERR_OTHER;
         ok = false;
     }
     return ok && !dbt_redis_broken(r);
