@@ -59,9 +59,12 @@ const char *dbt_log_level_name(dbt_log_level l)
 
 static char *redacted_url(const char *url)
 {
-    char buf[1024];
-    dbt_redact_url(url, buf, sizeof buf);
-    return strdup(buf);
+    /* Masking can only add bytes where a lone user becomes "***": +3 covers it. */
+    size_t cap = strlen(url) + 4;
+    char *buf = malloc(cap);
+    if (buf)
+        dbt_redact_url(url, buf, cap);
+    return buf;
 }
 
 void dbt_config_defaults(dbt_config *cfg)
@@ -135,11 +138,8 @@ static bool unknown_key(const char *key, char *err)
             which = i;
         }
     }
-    char shown[80];
-    snprintf(shown, sizeof shown, "%.64s%s", key, strlen(key) > 64 ? "..." : "");
-    for (char *p = shown; *p; p++)
-        if ((unsigned char)*p < 0x20)
-            *p = '?';
+    char shown[300];
+    dbt_escape(key, 64, false, shown, sizeof shown);
     if (which >= 0 && best <= 3) {
         char lower[40];
         const char *suggest = env_names[which];
@@ -175,24 +175,31 @@ static bool one_of(const char *setting, const char *value, const char *const *na
             *out = i;
             return true;
         }
-    char q[80];
-    snprintf(q, sizeof q, "%.64s", value);
-    for (char *p = q; *p; p++)
-        if ((unsigned char)*p < 0x20)
-            *p = '?';
-    snprintf(err, DBT_ERRLEN, "%s: bad value \"%s\": expected %s", setting, q, expected);
-    return false;
+    char why[128];
+    snprintf(why, sizeof why, "expected %s", expected);
+    return dbt_bad_value(setting, value, why, err);
+}
+
+/* A duration within [min_ms, max_ms]; `range` says it in words for the message. */
+static bool duration_in(const char *setting, const char *value, int64_t min_ms, int64_t max_ms,
+                        const char *range, int64_t *out, char *err)
+{
+    int64_t ms;
+    if (!dbt_parse_duration(setting, value, false, false, &ms, err))
+        return false;
+    if (ms < min_ms || ms > max_ms)
+        return dbt_bad_value(setting, value, range, err);
+    *out = ms;
+    return true;
 }
 
 static bool set_value(dbt_config *cfg, int k, const char *value, char *err)
 {
     const char *name = env_names[k];
-    int64_t ms;
-    int n;
-    if (!value[0]) {
-        snprintf(err, DBT_ERRLEN, "%s: empty value (unset it instead)", name);
-        return false;
-    }
+    int n = 0;
+    /* An empty value is a mistake more often than a wish for the default: say so. */
+    if (!value[0])
+        return dbt_bad_value(name, value, "empty: give a value or remove the setting", err);
     switch (k) {
     case K_REDIS_URL:
         if (!dbt_parse_redis_url(name, value, &cfg->redis, err))
@@ -205,33 +212,17 @@ static bool set_value(dbt_config *cfg, int k, const char *value, char *err)
     case K_MAX_CONNECTIONS:
         return dbt_parse_limit(name, value, &cfg->max_connections, err);
     case K_POOL:
-        if (strlen(value) > 65536) {
-            snprintf(err, DBT_ERRLEN, "%s: longer than 65536 bytes", name);
-            return false;
-        }
+        if (strlen(value) > 65536)
+            return dbt_bad_value(name, value, "longer than 65536 bytes", err);
         return set_string(&cfg->pool, value);
     case K_WAIT_TIMEOUT:
         return dbt_parse_duration(name, value, true, true, &cfg->wait_timeout_ms, err);
     case K_LEASE:
-        if (!dbt_parse_duration(name, value, false, false, &ms, err))
-            return false;
-        if (ms < 200 || ms > 3600000) {
-            snprintf(err, DBT_ERRLEN, "%s: bad value \"%.64s\": must be from 200ms to 1h", name,
-                     value);
-            return false;
-        }
-        cfg->lease_ms = ms;
-        return true;
+        return duration_in(name, value, 200, 3600000, "must be from 200ms to 1h", &cfg->lease_ms,
+                           err);
     case K_REDIS_TIMEOUT:
-        if (!dbt_parse_duration(name, value, false, false, &ms, err))
-            return false;
-        if (ms < 10 || ms > 60000) {
-            snprintf(err, DBT_ERRLEN, "%s: bad value \"%.64s\": must be from 10ms to 1m", name,
-                     value);
-            return false;
-        }
-        cfg->redis_timeout_ms = ms;
-        return true;
+        return duration_in(name, value, 10, 60000, "must be from 10ms to 1m",
+                           &cfg->redis_timeout_ms, err);
     case K_ON_REDIS_ERROR: {
         static const char *const modes[] = {"open", "closed"};
         if (!one_of(name, value, modes, 2, &n, "open or closed", err))
@@ -263,10 +254,8 @@ static bool set_value(dbt_config *cfg, int k, const char *value, char *err)
     case K_LOG_QUERY:
         return dbt_parse_bool(name, value, &cfg->log_query, err);
     case K_KEY_PREFIX:
-        if (strlen(value) > 256) {
-            snprintf(err, DBT_ERRLEN, "%s: longer than 256 bytes", name);
-            return false;
-        }
+        if (strlen(value) > 256)
+            return dbt_bad_value(name, value, "longer than 256 bytes", err);
         return set_string(&cfg->key_prefix, value);
     case K_DISABLE:
         return dbt_parse_bool(name, value, &cfg->disable, err);
@@ -336,8 +325,9 @@ static bool file_value(char *v, char **out, const char **why)
         *out = v;
         return true;
     }
+    /* v[-1] is the blank or the (cut) '=' before the value: "pool=#1" keeps its '#'. */
     for (char *p = v; *p; p++)
-        if (*p == '#' && (p == v || p[-1] == ' ' || p[-1] == '\t')) {
+        if (*p == '#' && (p[-1] == ' ' || p[-1] == '\t')) {
             *p = '\0';
             break;
         }
@@ -347,19 +337,25 @@ static bool file_value(char *v, char **out, const char **why)
 
 bool dbt_config_parse_text(dbt_config *cfg, const char *name, const char *text, char *err)
 {
+    /* The file name comes from the environment: escaped, so the message stays one line. */
+    char shown[256];
+    dbt_escape(name, 160, false, shown, sizeof shown);
     char *copy = strdup(text);
     if (!copy) {
-        snprintf(err, DBT_ERRLEN, "%s: out of memory", name);
+        snprintf(err, DBT_ERRLEN, "%s: out of memory", shown);
         return false;
     }
     bool seen[NKEYS] = {false};
     bool ok = true;
     int lineno = 0;
-    char *save = NULL;
+    char *next = copy;
+    /* Editors on some systems start a UTF-8 file with a byte order mark: not part of a key. */
+    if (strncmp(next, "\xef\xbb\xbf", 3) == 0)
+        next += 3;
     /* strtok_r would skip empty lines and so miscount them: walk the lines by hand. */
-    for (char *line = copy; line && ok; line = save) {
+    for (char *line = next; line && ok; line = next) {
         char *nl = strchr(line, '\n');
-        save = nl ? nl + 1 : NULL;
+        next = nl ? nl + 1 : NULL;
         if (nl)
             *nl = '\0';
         lineno++;
@@ -379,7 +375,9 @@ bool dbt_config_parse_text(dbt_config *cfg, const char *name, const char *text, 
             } else if (file_value(eq + 1, &value, &why)) {
                 int k = key_index(key);
                 if (k >= 0 && seen[k]) {
-                    snprintf(msg, sizeof msg, "%.100s is set twice", key);
+                    char key_shown[128];
+                    dbt_escape(key, 64, false, key_shown, sizeof key_shown);
+                    snprintf(msg, sizeof msg, "%s is set twice", key_shown);
                     why = msg;
                 } else if (!dbt_config_set(cfg, key, value, DBT_SRC_FILE, msg)) {
                     why = msg;
@@ -389,7 +387,8 @@ bool dbt_config_parse_text(dbt_config *cfg, const char *name, const char *text, 
             }
         }
         if (why) {
-            snprintf(err, DBT_ERRLEN, "%.200s:%d: %.280s", name, lineno, why);
+            /* Bounded parts: the name, line number and reason always fit in DBT_ERRLEN. */
+            snprintf(err, DBT_ERRLEN, "%.170s:%d: %.320s", shown, lineno, why);
             ok = false;
         }
     }
@@ -397,29 +396,35 @@ bool dbt_config_parse_text(dbt_config *cfg, const char *name, const char *text, 
     return ok;
 }
 
+#define MAX_FILE_BYTES (1 << 20)
+
 static bool read_file(const char *path, char **out, char *err)
 {
+    char shown[256];
+    dbt_escape(path, 160, false, shown, sizeof shown);
     FILE *f = fopen(path, "re");
     if (!f) {
-        snprintf(err, DBT_ERRLEN, "DBTHROTTLE_CONFIG: cannot read %.300s: %s", path,
-                 strerror(errno));
+        snprintf(err, DBT_ERRLEN, "DBTHROTTLE_CONFIG: cannot read %s: %s", shown, strerror(errno));
         return false;
     }
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap + 1);
-    if (buf)
-        n = fread(buf, 1, cap + 1, f);
-    bool too_big = n > cap, failed = !buf || ferror(f);
+    /* Read one byte more than allowed to tell "exactly 1 MiB" from "larger". */
+    char *buf = malloc(MAX_FILE_BYTES + 1);
+    size_t n = 0;
+    int read_errno = 0;
+    if (buf) {
+        n = fread(buf, 1, MAX_FILE_BYTES + 1, f);
+        if (ferror(f))
+            read_errno = errno ? errno : EIO; /* a directory gives EISDIR here */
+    }
     fclose(f);
-    if (failed || too_big) {
+    const char *why = !buf                   ? "out of memory"
+                      : read_errno           ? strerror(read_errno)
+                      : n > MAX_FILE_BYTES   ? "larger than 1 MiB"
+                      : memchr(buf, '\0', n) ? "contains a NUL byte"
+                                             : NULL;
+    if (why) {
         free(buf);
-        snprintf(err, DBT_ERRLEN, "DBTHROTTLE_CONFIG: cannot read %.300s: %s", path,
-                 too_big ? "larger than 1 MiB" : "read error");
-        return false;
-    }
-    if (memchr(buf, '\0', n)) {
-        free(buf);
-        snprintf(err, DBT_ERRLEN, "DBTHROTTLE_CONFIG: %.300s: contains a NUL byte", path);
+        snprintf(err, DBT_ERRLEN, "DBTHROTTLE_CONFIG: cannot read %s: %s", shown, why);
         return false;
     }
     buf[n] = '\0';
@@ -427,19 +432,26 @@ static bool read_file(const char *path, char **out, char *err)
     return true;
 }
 
+/* The DBTHROTTLE_CONFIG entry of envp (the last one, as getenv-style overrides go), or NULL. */
+static const char *config_file_of(char *const *envp)
+{
+    static const char var[] = "DBTHROTTLE_CONFIG=";
+    const char *file = NULL;
+    for (char *const *e = envp; e && *e; e++)
+        if (strncmp(*e, var, sizeof var - 1) == 0)
+            file = *e + sizeof var - 1;
+    return file;
+}
+
 bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
 {
     dbt_config_defaults(cfg);
-    const char *file = NULL;
-    for (char *const *e = envp; e && *e; e++)
-        if (strncmp(*e, "DBTHROTTLE_CONFIG=", 18) == 0)
-            file = *e + 18;
+    const char *file = config_file_of(envp);
     if (file) {
-        char *text = NULL;
-        if (!file[0]) {
-            snprintf(err, DBT_ERRLEN, "DBTHROTTLE_CONFIG: empty value (unset it instead)");
+        /* Recorded first, so a caller reporting a file error can name the file. */
+        if (!dbt_config_set(cfg, "DBTHROTTLE_CONFIG", file, DBT_SRC_ENV, err))
             return false;
-        }
+        char *text = NULL;
         if (!read_file(file, &text, err))
             return false;
         bool ok = dbt_config_parse_text(cfg, file, text, err);
@@ -459,7 +471,6 @@ bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
             klen = sizeof key - 1;
         memcpy(key, *e, klen);
         key[klen] = '\0';
-        /* The short names are for the file: the environment takes only DBTHROTTLE_ names. */
         if (!dbt_config_set(cfg, key, eq + 1, DBT_SRC_ENV, err))
             return false;
     }

@@ -77,6 +77,7 @@ bool dbt_parse_duration(const char *setting, const char *text, bool allow_zero, 
                         int64_t *out_ms, char *err);
 bool dbt_parse_limit(const char *setting, const char *text, int *out, char *err);
 bool dbt_parse_bool(const char *setting, const char *text, bool *out, char *err);
+/* *out must be zeroed or hold an earlier result: on success that one is freed and replaced. */
 bool dbt_parse_redis_url(const char *setting, const char *text, dbt_redis_url *out, char *err);
 /* "application_name=pg_monitor*,user=admin,database=ops": comma-separated field=glob rules. */
 bool dbt_parse_exempt(const char *setting, const char *text, dbt_exempt_rule *rules, int *n,
@@ -107,5 +108,13 @@ dbt_source dbt_config_source(const dbt_config *cfg, const char *short_name);
 void dbt_config_free(dbt_config *cfg);
 
 const char *dbt_log_level_name(dbt_log_level l);
+
+/* Copies text for a one-line message: control bytes escaped (\n, \t, \r, \xNN), cut after `max`
+ * bytes with "...". When `quoted`, wraps it in double quotes and escapes '"' and '\\' too. */
+void dbt_escape(const char *text, size_t max, bool quoted, char *out, size_t cap);
+
+/* Writes `SETTING: bad value "TEXT": EXPECTED` into err (the value escaped and cut at 64 bytes);
+ * returns false so parsers can `return dbt_bad_value(...)`. */
+bool dbt_bad_value(const char *setting, const char *text, const char *expected, char *err);
 
 #endif

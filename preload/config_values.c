@@ -4,58 +4,84 @@
 #include "log.h"
 
 #include <ctype.h>
-#include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-/* Quotes a value for a message: control bytes escaped, cut at 64 bytes, so the message stays
- * one line and short. */
-static void quote(const char *text, char *out, size_t cap)
+/* Values are shown cut at this many bytes, so a message stays short whatever it quotes. */
+#define SHOWN_MAX 64
+
+void dbt_escape(const char *text, size_t max, bool quoted, char *out, size_t cap)
 {
+    if (cap == 0)
+        return;
     size_t o = 0;
-    out[o++] = '"';
-    for (size_t i = 0; text[i] && o + 8 < cap; i++) {
+    /* Each input byte takes at most 4 output bytes; keep room for "...", the quote and NUL. */
+    if (cap < 16) {
+        out[0] = '\0';
+        return;
+    }
+    size_t room = cap - 9;
+    if (quoted)
+        out[o++] = '"';
+    for (size_t i = 0; text[i]; i++) {
         unsigned char c = (unsigned char)text[i];
-        if (i >= 64) {
+        if (i >= max || o + 4 > room) {
             memcpy(out + o, "...", 3);
             o += 3;
             break;
         }
-        if (c == '\n') {
+        if (c == '\n' || c == '\t' || c == '\r') {
             out[o++] = '\\';
-            out[o++] = 'n';
+            out[o++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
         } else if (c < 0x20 || c == 0x7f) {
             o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
-        } else if (c == '"' || c == '\\') {
+        } else if (quoted && (c == '"' || c == '\\')) {
             out[o++] = '\\';
             out[o++] = (char)c;
         } else {
             out[o++] = (char)c;
         }
     }
-    out[o++] = '"';
+    if (quoted)
+        out[o++] = '"';
     out[o] = '\0';
 }
 
-static bool bad(char *err, const char *setting, const char *text, const char *expected)
+bool dbt_bad_value(const char *setting, const char *text, const char *expected, char *err)
 {
-    char q[300];
-    quote(text, q, sizeof q);
-    snprintf(err, DBT_ERRLEN, "%s: bad value %s: %s", setting, q, expected);
+    char shown[SHOWN_MAX * 4 + 16];
+    dbt_escape(text, SHOWN_MAX, true, shown, sizeof shown);
+    snprintf(err, DBT_ERRLEN, "%s: bad value %s: %s", setting, shown, expected);
     return false;
 }
 
-static const char *skip_space(const char *s)
+static bool is_blank(char c)
 {
-    while (*s == ' ' || *s == '\t')
-        s++;
-    return s;
+    return c == ' ' || c == '\t';
 }
 
-/* Parses a whole non-negative decimal number between s and end; false on anything else. */
+/* Narrows [*s, *end) to the text without surrounding blanks. */
+static void trim_span(const char *text, const char **s, const char **end)
+{
+    const char *b = text, *e = text + strlen(text);
+    while (is_blank(*b))
+        b++;
+    while (e > b && is_blank(e[-1]))
+        e--;
+    *s = b;
+    *end = e;
+}
+
+static bool span_is(const char *s, const char *end, const char *word)
+{
+    size_t n = strlen(word);
+    return (size_t)(end - s) == n && strncasecmp(s, word, n) == 0;
+}
+
+/* Parses a whole non-negative decimal number between s and end; false on anything else,
+ * including a value above max (so overflow never happens). */
 static bool whole_number(const char *s, const char *end, long long max, long long *out)
 {
     if (s == end)
@@ -72,66 +98,72 @@ static bool whole_number(const char *s, const char *end, long long max, long lon
     return true;
 }
 
+/* Milliseconds per unit, 0 for an unknown unit. Units are lower case only: "5M" could mean
+ * months to someone, so it is better refused than guessed. */
+static long long unit_ms(const char *u, const char *end)
+{
+    static const struct {
+        const char *name;
+        long long ms;
+    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60 * 1000}, {"h", 3600 * 1000}};
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
+        size_t n = strlen(units[i].name);
+        if ((size_t)(end - u) == n && strncmp(u, units[i].name, n) == 0)
+            return units[i].ms;
+    }
+    return 0;
+}
+
 bool dbt_parse_duration(const char *setting, const char *text, bool allow_zero, bool allow_forever,
                         int64_t *out_ms, char *err)
 {
     static const char expected[] = "expected a duration such as 500ms, 5s or 2m";
-    const char *s = skip_space(text);
-    const char *end = s + strlen(s);
-    while (end > s && (end[-1] == ' ' || end[-1] == '\t'))
-        end--;
-    size_t len = (size_t)(end - s);
-    if (allow_forever) {
-        static const char *const forever[] = {"infinite", "forever", "none"};
-        for (size_t i = 0; i < 3; i++)
-            if (len == strlen(forever[i]) && strncasecmp(s, forever[i], len) == 0) {
-                *out_ms = DBT_FOREVER;
-                return true;
-            }
+    const long long day_ms = 24LL * 3600 * 1000;
+    const char *s, *end;
+    trim_span(text, &s, &end);
+    if (span_is(s, end, "infinite") || span_is(s, end, "forever") || span_is(s, end, "none")) {
+        if (!allow_forever)
+            return dbt_bad_value(setting, text, "must be a finite duration such as 5s", err);
+        *out_ms = DBT_FOREVER;
+        return true;
     }
     const char *unit = s;
     while (unit < end && *unit >= '0' && *unit <= '9')
         unit++;
+    if (unit == s)
+        return dbt_bad_value(setting, text, expected, err);
     long long n;
-    const long long day_ms = 24LL * 3600 * 1000;
+    /* Only digits so far: a failure here is a number too large for any unit. */
     if (!whole_number(s, unit, day_ms, &n))
-        return bad(err, setting, text, expected);
-    size_t ulen = (size_t)(end - unit);
-    long long mult;
-    if (ulen == 0) {
-        if (n == 0 && allow_zero) {
+        return dbt_bad_value(setting, text, "more than 24h", err);
+    if (n == 0 && !allow_zero)
+        return dbt_bad_value(setting, text, "must be more than 0", err);
+    if (unit == end) {
+        /* A bare 0 is the same in every unit; any other bare number is ambiguous. */
+        if (n == 0) {
             *out_ms = 0;
             return true;
         }
-        return bad(err, setting, text, "needs a unit: ms, s, m or h");
-    } else if (ulen == 2 && strncmp(unit, "ms", 2) == 0) {
-        mult = 1;
-    } else if (ulen == 1 && *unit == 's') {
-        mult = 1000;
-    } else if (ulen == 1 && *unit == 'm') {
-        mult = 60 * 1000;
-    } else if (ulen == 1 && *unit == 'h') {
-        mult = 3600 * 1000;
-    } else {
-        return bad(err, setting, text, "unknown unit: use ms, s, m or h");
+        return dbt_bad_value(setting, text, "needs a unit: ms, s, m or h", err);
     }
+    if (*unit == '.' || *unit == ',')
+        return dbt_bad_value(setting, text, "whole numbers only: use a smaller unit (1500ms)", err);
+    long long mult = unit_ms(unit, end);
+    if (mult == 0)
+        return dbt_bad_value(setting, text, "unknown unit: use ms, s, m or h", err);
     if (n > day_ms / mult)
-        return bad(err, setting, text, "more than 24h");
-    if (n == 0 && !allow_zero)
-        return bad(err, setting, text, "must be more than 0");
+        return dbt_bad_value(setting, text, "more than 24h", err);
     *out_ms = n * mult;
     return true;
 }
 
 bool dbt_parse_limit(const char *setting, const char *text, int *out, char *err)
 {
-    const char *s = skip_space(text);
-    const char *end = s + strlen(s);
-    while (end > s && (end[-1] == ' ' || end[-1] == '\t'))
-        end--;
+    const char *s, *end;
+    trim_span(text, &s, &end);
     long long v;
-    if (!whole_number(s, end, 1000000000, &v) || v < 1 || v > 100000)
-        return bad(err, setting, text, "expected a whole number from 1 to 100000");
+    if (!whole_number(s, end, 100000, &v) || v < 1)
+        return dbt_bad_value(setting, text, "expected a whole number from 1 to 100000", err);
     *out = (int)v;
     return true;
 }
@@ -140,40 +172,19 @@ bool dbt_parse_bool(const char *setting, const char *text, bool *out, char *err)
 {
     static const char *const yes[] = {"on", "true", "yes", "1"};
     static const char *const no[] = {"off", "false", "no", "0"};
-    for (size_t i = 0; i < 4; i++) {
-        if (strcasecmp(text, yes[i]) == 0) {
+    const char *s, *end;
+    trim_span(text, &s, &end);
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
+        if (span_is(s, end, yes[i])) {
             *out = true;
             return true;
         }
-        if (strcasecmp(text, no[i]) == 0) {
+        if (span_is(s, end, no[i])) {
             *out = false;
             return true;
         }
     }
-    return bad(err, setting, text, "expected on or off");
-}
-
-/* Percent-decodes [s, end) into a new string; NULL when malformed or out of memory. */
-static char *pct_decode(const char *s, const char *end)
-{
-    char *out = malloc((size_t)(end - s) + 1), *o = out;
-    if (!out)
-        return NULL;
-    for (const char *p = s; p < end; p++) {
-        if (*p == '%') {
-            if (end - p < 3 || !isxdigit((unsigned char)p[1]) || !isxdigit((unsigned char)p[2])) {
-                free(out);
-                return NULL;
-            }
-            char hex[3] = {p[1], p[2], 0};
-            *o++ = (char)strtol(hex, NULL, 16);
-            p += 2;
-        } else {
-            *o++ = *p;
-        }
-    }
-    *o = '\0';
-    return out;
+    return dbt_bad_value(setting, text, "expected on or off (true/false, yes/no, 1/0)", err);
 }
 
 void dbt_redis_url_free(dbt_redis_url *u)
@@ -185,128 +196,174 @@ void dbt_redis_url_free(dbt_redis_url *u)
     memset(u, 0, sizeof *u);
 }
 
-/* Error for a malformed URL: the URL is shown with its password masked. */
-/* Error for a malformed URL. A malformed URL cannot be trusted to show where its password is, so
- * one with an '@' is not echoed at all. */
-static bool bad_url(char *err, const char *setting, const char *text, const char *why)
+static bool has_prefix(const char *s, const char *prefix)
 {
-    if (strchr(text, '@')) {
-        snprintf(err, DBT_ERRLEN, "%s: bad value (not shown: it may hold a password): %s", setting,
-                 why);
-        return false;
-    }
-    return bad(err, setting, text, why);
+    return strncasecmp(s, prefix, strlen(prefix)) == 0; /* URL schemes are case-insensitive */
 }
 
-static bool parse_db(const char *s, const char *end, int *db)
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (char)tolower((unsigned char)c);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Percent-decodes [s, end) into a new string in *out. Returns why it failed, or NULL. %00 is
+ * refused: it would silently cut the password short. */
+static const char *pct_decode(const char *s, const char *end, char **out)
+{
+    char *buf = malloc((size_t)(end - s) + 1), *o = buf;
+    if (!buf)
+        return "out of memory";
+    for (const char *p = s; p < end; p++) {
+        if (*p != '%') {
+            *o++ = *p;
+            continue;
+        }
+        int hi = end - p > 2 ? hex_digit(p[1]) : -1, lo = end - p > 2 ? hex_digit(p[2]) : -1;
+        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+            free(buf);
+            return "bad %-escape in the user or password";
+        }
+        *o++ = (char)(hi * 16 + lo);
+        p += 2;
+    }
+    *o = '\0';
+    *out = buf;
+    return NULL;
+}
+
+static bool host_char(char c, bool bracketed)
+{
+    if (isalnum((unsigned char)c) || c == '-' || c == '.' || c == '_')
+        return true;
+    return bracketed && (c == ':' || c == '%'); /* IPv6 and its zone (fe80::1%eth0) */
+}
+
+static const char *parse_db(const char *s, const char *end, int *db)
 {
     long long v;
     if (!whole_number(s, end, 99999, &v))
-        return false;
+        return "bad db number: expected 0 to 99999";
     *db = (int)v;
-    return true;
+    return NULL;
 }
 
-static bool parse_unix(const char *setting, const char *text, const char *rest, dbt_redis_url *u,
-                       char *err)
+/* unix:///path[?db=N] or unix:/path[?db=N]; rest starts at the path. */
+static const char *parse_unix(const char *rest, dbt_redis_url *u)
 {
     const char *q = strchr(rest, '?');
     const char *end = q ? q : rest + strlen(rest);
     if (end == rest || *rest != '/')
-        return bad_url(err, setting, text, "expected unix:///path/to/redis.sock[?db=N]");
+        return "expected unix:///path/to/redis.sock[?db=N]";
     u->is_unix = true;
-    u->path = strndup(rest, (size_t)(end - rest));
-    if (q) {
-        if (strncmp(q, "?db=", 4) != 0 || !parse_db(q + 4, q + strlen(q), &u->db))
-            return bad_url(err, setting, text, "expected ?db=N (0 to 99999) after the path");
+    if (!(u->path = strndup(rest, (size_t)(end - rest))))
+        return "out of memory";
+    if (q && strncmp(q, "?db=", 4) != 0)
+        return "expected ?db=N after the socket path";
+    return q ? parse_db(q + 4, q + strlen(q), &u->db) : NULL;
+}
+
+/* [[user]:password@]host[:port][/db]; p starts after "redis://". */
+static const char *parse_tcp(const char *p, dbt_redis_url *u)
+{
+    const char *why;
+    /* The last '@' ends the userinfo, so a password holding an unescaped '@' or '/' still
+     * parses (dbt_redact_url splits the same way, so it is masked in messages too). */
+    const char *at = strrchr(p, '@');
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (!colon)
+            return "a user needs a password (redis://user:password@host or "
+                   "redis://:password@host)";
+        if (colon > p && (why = pct_decode(p, colon, &u->user)))
+            return why;
+        if ((why = pct_decode(colon + 1, at, &u->password)))
+            return why;
+        if (!u->password[0])
+            return "empty password";
+        p = at + 1;
     }
-    return u->path != NULL || bad_url(err, setting, text, "out of memory");
+    const char *host = p, *host_end;
+    bool bracketed = *p == '[';
+    if (bracketed) {
+        host++;
+        host_end = strchr(host, ']');
+        if (!host_end)
+            return "unclosed [ in the host";
+        p = host_end + 1;
+    } else {
+        host_end = host + strcspn(host, ":/");
+        p = host_end;
+    }
+    if (host_end == host)
+        return "no host";
+    for (const char *h = host; h < host_end; h++)
+        if (!host_char(*h, bracketed))
+            return "bad character in the host";
+    if (!(u->host = strndup(host, (size_t)(host_end - host))))
+        return "out of memory";
+    if (*p == ':') {
+        const char *port_end = p + 1 + strcspn(p + 1, "/");
+        long long port;
+        if (!whole_number(p + 1, port_end, 65535, &port) || port < 1)
+            return "bad port: expected 1 to 65535";
+        u->port = (int)port;
+        p = port_end;
+    }
+    if (*p == '/')
+        return p[1] ? parse_db(p + 1, p + strlen(p), &u->db) : NULL;
+    return *p ? "unexpected text after the host" : NULL;
+}
+
+/* The message for a URL that did not parse. It is echoed with its password masked: with a
+ * redis:// or unix:// scheme dbt_redact_url masks exactly what parse_tcp reads as the password.
+ * Without one, the text cannot be trusted to show where a password is ("redis:/:pw@h"), so
+ * everything before its last '@' is masked. */
+static bool bad_url(const char *setting, const char *text, const char *why, char *err)
+{
+    const char *at = strrchr(text, '@');
+    if (!at)
+        return dbt_bad_value(setting, text, why, err);
+    if (!has_prefix(text, "redis://") && !has_prefix(text, "unix://")) {
+        char shown[80];
+        snprintf(shown, sizeof shown, "***@%.70s", at + 1);
+        return dbt_bad_value(setting, shown, why, err);
+    }
+    size_t cap = strlen(text) + 8; /* masking a lone user adds at most 3 bytes */
+    char *shown = malloc(cap);
+    if (!shown) {
+        snprintf(err, DBT_ERRLEN, "%s: bad value (not shown): %s", setting, why);
+        return false;
+    }
+    dbt_redact_url(text, shown, cap);
+    dbt_bad_value(setting, shown, why, err);
+    free(shown);
+    return false;
 }
 
 bool dbt_parse_redis_url(const char *setting, const char *text, dbt_redis_url *out, char *err)
 {
-    dbt_redis_url u = {.port = 6379};
-    bool ok = false;
-    if (strncmp(text, "rediss://", 9) == 0) {
+    if (has_prefix(text, "rediss://")) {
         snprintf(err, DBT_ERRLEN,
                  "%s: rediss:// (TLS) is not supported by this build (hiredis 0.14 has no TLS)",
                  setting);
         return false;
     }
-    if (strncmp(text, "unix://", 7) == 0) {
-        ok = parse_unix(setting, text, text + 7, &u, err);
-    } else if (strncmp(text, "unix:", 5) == 0) {
-        ok = parse_unix(setting, text, text + 5, &u, err);
-    } else if (strncmp(text, "redis://", 8) != 0) {
-        ok = bad_url(err, setting, text,
-                     "expected redis://[user:password@]host[:port][/db] or unix:///path");
-    } else {
-        const char *p = text + 8;
-        const char *at = strrchr(p, '@');
-        if (at) {
-            const char *colon = memchr(p, ':', (size_t)(at - p));
-            if (!colon) {
-                ok = bad_url(err, setting, text,
-                             "a user needs a password (redis://user:password@host)");
-                goto done;
-            }
-            if (colon > p && !(u.user = pct_decode(p, colon))) {
-                ok = bad_url(err, setting, text, "bad %-escape in the user");
-                goto done;
-            }
-            if (!(u.password = pct_decode(colon + 1, at))) {
-                ok = bad_url(err, setting, text, "bad %-escape in the password");
-                goto done;
-            }
-            if (!u.password[0]) {
-                ok = bad_url(err, setting, text, "empty password");
-                goto done;
-            }
-            p = at + 1;
-        }
-        const char *host_end;
-        if (*p == '[') {
-            host_end = strchr(p, ']');
-            if (!host_end) {
-                ok = bad_url(err, setting, text, "unclosed [ in the host");
-                goto done;
-            }
-            u.host = strndup(p + 1, (size_t)(host_end - p - 1));
-            host_end++;
-        } else {
-            host_end = p + strcspn(p, ":/");
-            u.host = strndup(p, (size_t)(host_end - p));
-        }
-        if (!u.host || !u.host[0]) {
-            ok = bad_url(err, setting, text, "no host");
-            goto done;
-        }
-        p = host_end;
-        if (*p == ':') {
-            const char *pe = p + 1 + strcspn(p + 1, "/");
-            long long port;
-            if (!whole_number(p + 1, pe, 65535, &port) || port < 1) {
-                ok = bad_url(err, setting, text, "bad port: expected 1 to 65535");
-                goto done;
-            }
-            u.port = (int)port;
-            p = pe;
-        }
-        if (*p == '/' && p[1]) {
-            if (!parse_db(p + 1, p + strlen(p), &u.db)) {
-                ok = bad_url(err, setting, text, "bad db number: expected 0 to 99999");
-                goto done;
-            }
-        } else if (*p && strcmp(p, "/") != 0) {
-            ok = bad_url(err, setting, text, "unexpected text after the host");
-            goto done;
-        }
-        ok = true;
-    }
-done:
-    if (!ok) {
+    dbt_redis_url u = {.port = 6379};
+    const char *why;
+    if (has_prefix(text, "unix://"))
+        why = parse_unix(text + 7, &u);
+    else if (has_prefix(text, "unix:"))
+        why = parse_unix(text + 5, &u);
+    else if (has_prefix(text, "redis://"))
+        why = parse_tcp(text + 8, &u);
+    else
+        why = "expected redis://[[user]:password@]host[:port][/db] or unix:///path";
+    if (why) {
         dbt_redis_url_free(&u);
-        return false;
+        return bad_url(setting, text, why, err);
     }
     dbt_redis_url_free(out);
     *out = u;
@@ -342,22 +399,23 @@ bool dbt_parse_exempt(const char *setting, const char *text, dbt_exempt_rule *ru
         }
         if (f < 0 || eq + 1 == end || count == DBT_MAX_EXEMPT) {
             dbt_exempt_free(got, count);
-            return bad(err, setting, rule,
-                       count == DBT_MAX_EXEMPT
-                           ? "at most 16 rules"
-                           : "expected application_name=GLOB, user=GLOB or database=GLOB");
+            return dbt_bad_value(setting, rule,
+                                 count == DBT_MAX_EXEMPT
+                                     ? "at most 16 rules"
+                                     : "expected application_name=GLOB, user=GLOB or database=GLOB",
+                                 err);
         }
         got[count].field = (dbt_exempt_field)f;
         got[count].pattern = strndup(eq + 1, (size_t)(end - eq - 1));
         if (!got[count].pattern) {
             dbt_exempt_free(got, count);
-            return bad(err, setting, text, "out of memory");
+            return dbt_bad_value(setting, text, "out of memory", err);
         }
         count++;
         p = *end ? end + 1 : end;
     }
     if (count == 0)
-        return bad(err, setting, text, "expected at least one rule");
+        return dbt_bad_value(setting, text, "expected at least one rule", err);
     dbt_exempt_free(rules, *n);
     memcpy(rules, got, sizeof got);
     *n = count;

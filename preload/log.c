@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,34 +26,60 @@ static atomic_int log_fd = 2;
 static atomic_int log_level = DBT_LOG_WARN;
 static atomic_int log_format = DBT_FMT_LOGFMT;
 
+/* Opens the log file: created 0600 whatever the umask; an existing file keeps its mode (its owner
+ * chose it). Returns the fd, or -1 with errno set. */
+static int open_log_file(const char *path)
+{
+    /* Two tries: the file may vanish between the O_EXCL attempt and the plain open. */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            (void)fchmod(fd, 0600); /* created by us: the umask may have cleared nothing */
+            return fd;
+        }
+        if (errno != EEXIST)
+            return -1;
+        fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+        if (fd >= 0 || errno != ENOENT)
+            return fd;
+    }
+    return -1;
+}
+
 bool dbt_log_open(const dbt_config *cfg, char *err)
 {
     bool ok = true;
     pthread_mutex_lock(&log_mu);
     int fd = 2;
     if (cfg->log_path && strcmp(cfg->log_path, "stderr") != 0) {
-        fd = open(cfg->log_path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd >= 0) {
-            (void)fchmod(fd, 0600); /* created by us: 0600 whatever the umask */
-        } else if (errno == EEXIST) {
-            fd = open(cfg->log_path, O_WRONLY | O_APPEND | O_CLOEXEC);
-        }
+        fd = open_log_file(cfg->log_path);
         if (fd < 0) {
-            snprintf(err, DBT_ERRLEN, "DBTHROTTLE_LOG: cannot open %.300s: %s (logging to stderr)",
-                     cfg->log_path, strerror(errno));
+            char shown[256];
+            dbt_escape(cfg->log_path, 160, false, shown, sizeof shown);
+            snprintf(err, DBT_ERRLEN, "DBTHROTTLE_LOG: cannot open %s: %s (logging to stderr)",
+                     shown, strerror(errno));
             fd = 2;
             ok = false;
         }
     }
-    int old = atomic_exchange(&log_fd, fd);
-    if (old != 2 && old != fd)
-        close(old);
+    int old = atomic_load(&log_fd);
+    if (old != 2 && fd != 2 && dup3(fd, old, O_CLOEXEC) == old) {
+        /* Re-opened: the new file takes the old descriptor's number, so a thread that loaded
+         * log_fd just before never writes into a closed, or worse reused, descriptor. */
+        close(fd);
+    } else {
+        atomic_store(&log_fd, fd);
+        if (old != 2)
+            close(old);
+    }
     atomic_store(&log_level, (int)cfg->log_level);
     atomic_store(&log_format, (int)cfg->log_format);
     pthread_mutex_unlock(&log_mu);
     return ok;
 }
 
+/* Back to stderr at the default level. Call it when no other thread is logging (at exit, in
+ * tests): a write racing with it could hit the closed descriptor. */
 void dbt_log_close(void)
 {
     pthread_mutex_lock(&log_mu);
@@ -60,6 +87,7 @@ void dbt_log_close(void)
     if (old != 2)
         close(old);
     atomic_store(&log_level, DBT_LOG_WARN);
+    atomic_store(&log_format, DBT_FMT_LOGFMT);
     pthread_mutex_unlock(&log_mu);
 }
 
@@ -68,16 +96,17 @@ bool dbt_log_enabled(dbt_log_level level)
     return level != DBT_LOG_OFF && (int)level <= atomic_load(&log_level);
 }
 
-/* A bounded writer into the line buffer; `full` says the last field did not fit. */
+/* A bounded writer into the line buffer; `full` says the current field did not fit. */
 typedef struct {
     char *buf;
     size_t cap, len;
     bool full;
+    bool first; /* no field written yet: JSON needs no comma before it */
 } out_t;
 
 static void add(out_t *o, const char *s, size_t n)
 {
-    if (o->len + n > o->cap) {
+    if (o->full || o->len + n > o->cap) {
         o->full = true;
         return;
     }
@@ -90,23 +119,37 @@ static void adds(out_t *o, const char *s)
     add(o, s, strlen(s));
 }
 
-static bool logfmt_needs_quotes(const char *v)
+/* How much of a value to show: at most VALUE_MAX_BYTES, backed off to the start of a UTF-8
+ * character so a cut never leaves half of one. */
+static size_t shown_len(const char *v, bool *cut)
 {
-    if (!*v)
+    size_t n = strlen(v);
+    *cut = n > VALUE_MAX_BYTES;
+    if (!*cut)
+        return n;
+    n = VALUE_MAX_BYTES;
+    for (int back = 0; back < 3 && ((unsigned char)v[n] & 0xc0) == 0x80; back++)
+        n--;
+    return n;
+}
+
+static bool logfmt_needs_quotes(const char *v, size_t n)
+{
+    if (n == 0)
         return true;
-    for (const unsigned char *p = (const unsigned char *)v; *p; p++)
-        if (*p <= ' ' || *p == '=' || *p == '"' || *p == '\\' || *p == 0x7f)
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c <= ' ' || c == '=' || c == '"' || c == '\\' || c == 0x7f)
             return true;
+    }
     return false;
 }
 
 static void logfmt_value(out_t *o, const char *v)
 {
-    size_t n = strlen(v);
-    bool cut = n > VALUE_MAX_BYTES;
-    if (cut)
-        n = VALUE_MAX_BYTES;
-    if (!cut && !logfmt_needs_quotes(v)) {
+    bool cut;
+    size_t n = shown_len(v, &cut);
+    if (!cut && !logfmt_needs_quotes(v, n)) {
         add(o, v, n);
         return;
     }
@@ -135,7 +178,7 @@ static void logfmt_value(out_t *o, const char *v)
                 snprintf(esc, sizeof esc, "\\x%02x", c);
                 adds(o, esc);
             } else {
-                add(o, (const char *)&v[i], 1);
+                add(o, &v[i], 1);
             }
         }
     }
@@ -144,7 +187,21 @@ static void logfmt_value(out_t *o, const char *v)
     add(o, "\"", 1);
 }
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if invalid. */
+/* A logfmt key is a bare word: anything that would break the line's shape becomes '_'. Keys are
+ * constants in our code, so this only guards against a mistake. */
+static void logfmt_key(out_t *o, const char *k)
+{
+    if (!*k)
+        k = "_";
+    for (size_t i = 0; k[i] && i < 64; i++) {
+        unsigned char c = (unsigned char)k[i];
+        char ch = c <= ' ' || c == '=' || c == '"' || c == '\\' || c >= 0x7f ? '_' : (char)c;
+        add(o, &ch, 1);
+    }
+}
+
+/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if invalid (overlong forms,
+ * surrogates and code points past U+10FFFF are invalid too). */
 static size_t utf8_len(const unsigned char *p, size_t n)
 {
     size_t len;
@@ -173,12 +230,11 @@ static size_t utf8_len(const unsigned char *p, size_t n)
     return len;
 }
 
+/* An RFC 8259 string: control bytes as \u00XX, each invalid UTF-8 byte as U+FFFD. */
 static void json_string(out_t *o, const char *v)
 {
-    size_t n = strlen(v);
-    bool cut = n > VALUE_MAX_BYTES;
-    if (cut)
-        n = VALUE_MAX_BYTES;
+    bool cut;
+    size_t n = shown_len(v, &cut);
     add(o, "\"", 1);
     const unsigned char *p = (const unsigned char *)v;
     for (size_t i = 0; i < n;) {
@@ -186,14 +242,11 @@ static void json_string(out_t *o, const char *v)
         char esc[8];
         if (c == '"' || c == '\\') {
             add(o, "\\", 1);
-            add(o, (const char *)&p[i], 1);
+            add(o, &v[i], 1);
             i++;
-        } else if (c == '\n') {
-            add(o, "\\n", 2), i++;
-        } else if (c == '\t') {
-            add(o, "\\t", 2), i++;
-        } else if (c == '\r') {
-            add(o, "\\r", 2), i++;
+        } else if (c == '\n' || c == '\t' || c == '\r') {
+            add(o, c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\r", 2);
+            i++;
         } else if (c < 0x20 || c == 0x7f) {
             snprintf(esc, sizeof esc, "\\u%04x", c);
             adds(o, esc);
@@ -204,7 +257,7 @@ static void json_string(out_t *o, const char *v)
                 add(o, "\\ufffd", 6);
                 i++;
             } else {
-                add(o, (const char *)&p[i], l);
+                add(o, &v[i], l);
                 i += l;
             }
         }
@@ -214,96 +267,123 @@ static void json_string(out_t *o, const char *v)
     add(o, "\"", 1);
 }
 
+/* A number's text; false when it has none (NaN, infinity), which JSON writes as null. */
+static bool number_text(const dbt_field *f, char *num, size_t cap)
+{
+    if (f->type == DBT_F_INT) {
+        snprintf(num, cap, "%lld", (long long)f->i);
+        return true;
+    }
+    if (isnan(f->ms) || isinf(f->ms)) {
+        snprintf(num, cap, "%s", isnan(f->ms) ? "nan" : f->ms > 0 ? "inf" : "-inf");
+        return false;
+    }
+    /* %.3f of a huge value would be hundreds of digits: exponent form past 1e15 ms (31,000
+     * years), which is still a JSON number. */
+    if (f->ms >= 1e15 || f->ms <= -1e15)
+        snprintf(num, cap, "%.3e", f->ms);
+    else
+        snprintf(num, cap, "%.3f", f->ms);
+    return true;
+}
+
+/* Adds one field whole, or not at all, so a cut line stays well-formed. f is NULL for the
+ * string fields every line starts with (ts, level, event); s is their value. */
 static void field(out_t *o, dbt_log_format fmt, const char *key, const dbt_field *f, const char *s)
 {
-    char num[40];
-    const char *text = s;
-    bool is_num = false;
-    if (f && f->type == DBT_F_INT) {
-        snprintf(num, sizeof num, "%lld", (long long)f->i);
-        text = num, is_num = true;
-    } else if (f && f->type == DBT_F_MS) {
-        snprintf(num, sizeof num, "%.3f", f->ms);
-        text = num, is_num = true;
-    } else if (f) {
-        text = f->s ? f->s : "";
-    }
-    /* A field that would not fit is left out whole, so the line stays well-formed. */
+    char num[64];
+    bool is_num = f && f->type != DBT_F_STR;
+    bool finite = is_num && number_text(f, num, sizeof num);
+    const char *text = is_num ? num : f ? f->s : s;
+    if (!text)
+        text = "";
+    if (!key)
+        key = "";
     size_t mark = o->len;
     o->full = false;
     if (fmt == DBT_FMT_JSON) {
-        add(o, ",", 1);
+        if (!o->first)
+            add(o, ",", 1);
         json_string(o, key);
         add(o, ":", 1);
         if (is_num)
-            adds(o, text);
+            adds(o, finite ? num : "null");
         else
             json_string(o, text);
     } else {
-        add(o, " ", 1);
-        adds(o, key);
+        if (!o->first)
+            add(o, " ", 1);
+        logfmt_key(o, key);
         add(o, "=", 1);
         if (is_num)
-            adds(o, text);
+            adds(o, num);
         else
             logfmt_value(o, text);
     }
     if (o->full)
         o->len = mark;
+    else
+        o->first = false;
 }
 
 size_t dbt_log_format_line(char *buf, size_t cap, dbt_log_format fmt, const char *ts,
                            dbt_log_level level, const char *event, const dbt_field *fields,
                            size_t nfields)
 {
-    if (cap < 64) {
+    if (cap < 4) {
         if (cap)
             buf[0] = '\0';
         return 0;
     }
-    /* Keep room for the closing "}\n" and the NUL whatever happens. */
-    out_t o = {.buf = buf, .cap = cap - 3, .len = 0};
-    if (fmt == DBT_FMT_JSON) {
-        adds(&o, "{\"ts\":");
-        json_string(&o, ts);
-        field(&o, fmt, "level", NULL, dbt_log_level_name(level));
-        field(&o, fmt, "event", NULL, event);
-    } else {
-        adds(&o, "ts=");
-        adds(&o, ts);
-        field(&o, fmt, "level", NULL, dbt_log_level_name(level));
-        field(&o, fmt, "event", NULL, event);
-    }
+    bool json = fmt == DBT_FMT_JSON;
+    /* Keep room for the closing "}\n" (or "\n") and the NUL whatever happens. */
+    out_t o = {.buf = buf, .cap = cap - (json ? 3 : 2), .len = 0, .first = true};
+    if (json)
+        add(&o, "{", 1);
+    field(&o, fmt, "ts", NULL, ts);
+    field(&o, fmt, "level", NULL, dbt_log_level_name(level));
+    field(&o, fmt, "event", NULL, event);
     for (size_t i = 0; i < nfields; i++)
         field(&o, fmt, fields[i].key, &fields[i], NULL);
-    if (fmt == DBT_FMT_JSON)
+    if (json)
         buf[o.len++] = '}';
     buf[o.len++] = '\n';
     buf[o.len] = '\0';
     return o.len;
 }
 
-void dbt_log(dbt_log_level level, const char *event, const dbt_field *fields, size_t nfields)
+/* 2026-11-22T11:39:45.123456Z: UTC with microseconds. */
+static void timestamp(char *ts, size_t cap)
 {
-    if (!dbt_log_enabled(level))
-        return;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     struct tm tm;
     gmtime_r(&now.tv_sec, &tm);
+    snprintf(ts, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, now.tv_nsec / 1000);
+}
+
+#define MAX_FIELDS 40
+
+void dbt_log(dbt_log_level level, const char *event, const dbt_field *fields, size_t nfields)
+{
+    if (!dbt_log_enabled(level))
+        return;
     char ts[96];
-    snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, now.tv_nsec / 1000);
+    timestamp(ts, sizeof ts);
     /* pid and tid end every line. */
-    dbt_field all[40];
-    size_t n = nfields < 38 ? nfields : 38;
-    memcpy(all, fields, n * sizeof *fields);
+    dbt_field all[MAX_FIELDS];
+    size_t n = nfields < MAX_FIELDS - 2 ? nfields : MAX_FIELDS - 2;
+    if (n)
+        memcpy(all, fields, n * sizeof *fields);
     all[n++] = DBT_I("pid", getpid());
     all[n++] = DBT_I("tid", syscall(SYS_gettid));
     char line[LINE_MAX_BYTES];
     size_t len = dbt_log_format_line(line, sizeof line, (dbt_log_format)atomic_load(&log_format),
                                      ts, level, event, all, n);
     int fd = atomic_load(&log_fd);
+    /* One write(2) per line: with O_APPEND, lines from threads and processes never interleave.
+     * Errors other than EINTR are ignored: logging must never disturb the program. */
     size_t off = 0;
     while (off < len) {
         ssize_t w = write(fd, line + off, len - off);

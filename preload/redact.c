@@ -1,125 +1,244 @@
-/* redact.c - copies of URLs and conninfo strings with every password replaced by "***". */
+/* redact.c - copies of URLs and conninfo strings with every password replaced by "***".
+ *
+ * The rule throughout: when in doubt, mask more. A copy that hides a little too much only makes a
+ * log line less useful; one that shows a password cannot be taken back. */
 #include "log.h"
 
 #include <ctype.h>
-#include <stdbool.h>
 #include <string.h>
 #include <strings.h>
 
-/* Appends n bytes to out (cap bytes, always NUL-terminated). */
-static void put(char *out, size_t cap, size_t *o, const char *s, size_t n)
+/* A bounded output buffer: writes past cap are dropped, so a long input is truncated. */
+typedef struct {
+    char *buf;
+    size_t cap, len;
+} writer;
+
+static void put(writer *w, const char *s, size_t n)
 {
-    while (n-- && *o + 1 < cap)
-        out[(*o)++] = *s++;
-    out[*o < cap ? *o : cap - 1] = '\0';
+    while (n-- && w->len + 1 < w->cap)
+        w->buf[w->len++] = *s++;
+    w->buf[w->len] = '\0';
 }
 
-/* scheme://user:password@host... -> scheme://user:***@host... (any scheme). */
-/* whole_rest: the userinfo may run to the last '@' of the whole text, as our Redis URL parser
- * reads it (a password may contain '/'); otherwise it ends before the first '/', '?' or '#', as
- * libpq reads a postgresql:// URI. Either way the masked span is the one the parser would use. */
-static size_t redact_userinfo(const char *url, bool whole_rest, char *out, size_t cap, size_t *o)
+static void put_span(writer *w, const char *s, const char *end)
 {
-    const char *scheme = strstr(url, "://");
-    if (!scheme)
-        return 0;
-    const char *auth = scheme + 3;
-    const char *end = whole_rest ? auth + strlen(auth) : auth + strcspn(auth, "/?#");
-    const char *at = NULL;
-    for (const char *p = auth; p < end; p++) /* the last @ ends the userinfo */
-        if (*p == '@')
-            at = p;
+    put(w, s, (size_t)(end - s));
+}
+
+static const char *find_last(const char *s, const char *end, char c)
+{
+    const char *found = NULL;
+    for (const char *p = s; p < end; p++)
+        if (*p == c)
+            found = p;
+    return found;
+}
+
+/* Copies scheme://userinfo@... with the password after the first ':' of the userinfo masked.
+ * The userinfo is what lies before the last '@' in [auth, auth_end). When the userinfo has no
+ * ':' it is masked whole if mask_lone_user (some Redis clients read redis://secret@host as a
+ * password). Returns where the caller should carry on copying. */
+static const char *put_userinfo(writer *w, const char *url, const char *auth, const char *auth_end,
+                                bool mask_lone_user)
+{
+    const char *at = find_last(auth, auth_end, '@');
     if (!at)
-        return 0;
+        return url;
     const char *colon = memchr(auth, ':', (size_t)(at - auth));
-    if (!colon)
-        return 0;
-    put(out, cap, o, url, (size_t)(colon + 1 - url));
-    put(out, cap, o, "***", 3);
-    return (size_t)(at - url);
+    if (colon) {
+        put_span(w, url, colon + 1);
+    } else if (mask_lone_user) {
+        put_span(w, url, auth);
+    } else {
+        return url;
+    }
+    put(w, "***", 3);
+    return at;
+}
+
+static bool writer_init(writer *w, char *out, size_t cap)
+{
+    *w = (writer){.buf = out, .cap = cap, .len = 0};
+    if (cap)
+        out[0] = '\0';
+    return cap > 0;
 }
 
 void dbt_redact_url(const char *url, char *out, size_t cap)
 {
-    if (cap == 0)
+    writer w;
+    if (!writer_init(&w, out, cap))
         return;
-    size_t o = 0;
-    out[0] = '\0';
-    size_t from = redact_userinfo(url, true, out, cap, &o);
-    put(out, cap, &o, url + from, strlen(url + from));
+    const char *scheme = strstr(url, "://");
+    const char *end = url + strlen(url);
+    const char *from = url;
+    /* The whole rest counts as the authority: dbt_parse_redis_url also takes the last '@' as
+     * the end of the userinfo (a password may hold '/' or '@'), so whatever it would read as the
+     * password is masked here. */
+    if (scheme)
+        from = put_userinfo(&w, url, scheme + 3, end, true);
+    put_span(&w, from, end);
 }
 
-/* Redacts password=VALUE in a URI's query string. */
-static void redact_query(const char *s, char *out, size_t cap, size_t *o)
+static int hex_value(char c)
 {
-    while (*s) {
-        size_t seg = strcspn(s, "&");
-        const char *eq = memchr(s, '=', seg);
-        if (eq && (size_t)(eq - s) == 8 && strncasecmp(s, "password", 8) == 0) {
-            put(out, cap, o, s, 9);
-            put(out, cap, o, "***", 3);
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (char)tolower((unsigned char)c);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Whether [s, end), percent-decoded, is "password" in any case (libpq decodes URI keywords). */
+static bool is_password_key(const char *s, const char *end)
+{
+    static const char word[] = "password";
+    size_t i = 0;
+    for (const char *p = s; p < end; p++, i++) {
+        char c = *p;
+        if (c == '%' && end - p > 2 && hex_value(p[1]) >= 0 && hex_value(p[2]) >= 0) {
+            c = (char)(hex_value(p[1]) * 16 + hex_value(p[2]));
+            p += 2;
+        }
+        if (i >= sizeof word - 1 || tolower((unsigned char)c) != word[i])
+            return false;
+    }
+    return i == sizeof word - 1;
+}
+
+/* A dbname may hold a whole connection string, which may hold a dbname...: past this depth the
+ * value is masked whole rather than followed (bounded stack whatever the input). */
+#define MAX_DEPTH 4
+
+static void put_conninfo(writer *w, const char *s, const char *end, int depth);
+
+/* postgresql://[userinfo@]host[:port][/dbname][?param=value&...]. libpq ends the userinfo at
+ * the first '/', but a password holding an unescaped '/' would then show: the last '@' before
+ * the query is taken instead, which masks at least what libpq would read. */
+static void put_uri(writer *w, const char *s, const char *end, int depth)
+{
+    const char *auth = strstr(s, "://") + 3;
+    const char *query = memchr(auth, '?', (size_t)(end - auth));
+    const char *p = put_userinfo(w, s, auth, query ? query : end, false);
+    if (!query) {
+        put_span(w, p, end);
+        return;
+    }
+    put_span(w, p, query + 1);
+    for (p = query + 1; p < end;) {
+        const char *seg_end = memchr(p, '&', (size_t)(end - p));
+        if (!seg_end)
+            seg_end = end;
+        const char *eq = memchr(p, '=', (size_t)(seg_end - p));
+        if (eq && is_password_key(p, eq)) {
+            put_span(w, p, eq + 1);
+            put(w, "***", 3);
+        } else if (eq && eq - p == 6 && strncasecmp(p, "dbname", 6) == 0) {
+            put_span(w, p, eq + 1); /* dbname may itself be a connection string */
+            put_conninfo(w, eq + 1, seg_end, depth + 1);
         } else {
-            put(out, cap, o, s, seg);
+            put_span(w, p, seg_end);
         }
-        s += seg;
-        if (*s == '&')
-            put(out, cap, o, s++, 1);
+        p = seg_end;
+        if (p < end)
+            put(w, p++, 1);
     }
 }
 
-void dbt_redact_conninfo(const char *ci, char *out, size_t cap)
+static bool is_space(char c)
 {
-    if (cap == 0)
-        return;
-    size_t o = 0;
-    out[0] = '\0';
-    if (strncmp(ci, "postgresql://", 13) == 0 || strncmp(ci, "postgres://", 11) == 0) {
-        size_t from = redact_userinfo(ci, false, out, cap, &o);
-        const char *rest = ci + from;
-        const char *q = strchr(rest, '?');
-        if (!q) {
-            put(out, cap, &o, rest, strlen(rest));
-            return;
-        }
-        put(out, cap, &o, rest, (size_t)(q + 1 - rest));
-        redact_query(q + 1, out, cap, &o);
-        return;
+    return isspace((unsigned char)c) != 0;
+}
+
+/* Ends a keyword value the way libpq reads it: 'quoted' with backslash escapes, or bare up to
+ * a blank with backslash escapes too ("se\ cret" is one value). */
+static const char *value_end(const char *p, const char *end)
+{
+    if (p < end && *p == '\'') {
+        for (p++; p < end && *p != '\''; p++)
+            if (*p == '\\' && p + 1 < end)
+                p++;
+        return p < end ? p + 1 : end;
     }
-    /* keyword = value pairs; values may be 'quoted' with \' and \\ escapes. */
-    const char *p = ci;
-    while (*p) {
+    for (; p < end && !is_space(*p); p++)
+        if (*p == '\\' && p + 1 < end)
+            p++;
+    return p;
+}
+
+/* keyword = value pairs separated by blanks. */
+static void put_keywords(writer *w, const char *s, const char *end, int depth)
+{
+    const char *p = s;
+    while (p < end) {
         const char *start = p;
-        while (*p && isspace((unsigned char)*p))
+        while (p < end && is_space(*p))
             p++;
         const char *kw = p;
-        while (*p && *p != '=' && !isspace((unsigned char)*p))
+        while (p < end && *p != '=' && !is_space(*p))
             p++;
-        size_t kwlen = (size_t)(p - kw);
-        while (*p && isspace((unsigned char)*p))
+        const char *kw_end = p;
+        while (p < end && is_space(*p))
             p++;
-        if (*p != '=') { /* not key=value: copy the rest as it is */
-            put(out, cap, &o, start, strlen(start));
-            return;
+        if (p == end || *p != '=') {
+            /* Not a pair: copy the word alone and keep looking, so a stray word never lets a
+             * later password through. */
+            put_span(w, start, kw_end);
+            p = kw_end;
+            continue;
         }
         p++;
-        while (*p && isspace((unsigned char)*p))
+        while (p < end && is_space(*p))
             p++;
         const char *val = p;
-        if (*p == '\'') {
-            for (p++; *p && *p != '\''; p++)
-                if (*p == '\\' && p[1])
-                    p++;
-            if (*p == '\'')
-                p++;
+        p = value_end(p, end);
+        put_span(w, start, val);
+        if (is_password_key(kw, kw_end)) {
+            put(w, "***", 3);
+        } else if (kw_end - kw == 6 && strncasecmp(kw, "dbname", 6) == 0) {
+            /* libpq expands a dbname holding '=' or a URI into a whole connection string. */
+            bool quoted = val < p && *val == '\'';
+            const char *in = quoted ? val + 1 : val;
+            const char *in_end = quoted && p > in && p[-1] == '\'' ? p - 1 : p;
+            if (quoted)
+                put(w, "'", 1);
+            put_conninfo(w, in, in_end, depth + 1);
+            if (in_end < p)
+                put(w, "'", 1);
         } else {
-            while (*p && !isspace((unsigned char)*p))
-                p++;
+            put_span(w, val, p);
         }
-        bool secret = kwlen == 8 && strncasecmp(kw, "password", 8) == 0;
-        put(out, cap, &o, start, (size_t)(val - start));
-        if (secret)
-            put(out, cap, &o, "***", 3);
-        else
-            put(out, cap, &o, val, (size_t)(p - val));
     }
+}
+
+static bool is_uri(const char *s, const char *end)
+{
+    size_t n = (size_t)(end - s);
+    return (n >= 13 && strncasecmp(s, "postgresql://", 13) == 0) ||
+           (n >= 11 && strncasecmp(s, "postgres://", 11) == 0);
+}
+
+static void put_conninfo(writer *w, const char *s, const char *end, int depth)
+{
+    if (depth > MAX_DEPTH) {
+        put(w, "***", 3);
+        return;
+    }
+    const char *p = s;
+    while (p < end && is_space(*p))
+        p++;
+    if (is_uri(p, end)) {
+        put_span(w, s, p);
+        put_uri(w, p, end, depth);
+    } else {
+        put_keywords(w, s, end, depth);
+    }
+}
+
+void dbt_redact_conninfo(const char *conninfo, char *out, size_t cap)
+{
+    writer w;
+    if (!writer_init(&w, out, cap))
+        return;
+    put_conninfo(&w, conninfo, conninfo + strlen(conninfo), 0);
 }

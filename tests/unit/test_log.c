@@ -1,9 +1,15 @@
-/* Logging: logfmt and JSON escaping, truncation, the log file, concurrent writers, redaction. */
+/* Logging: logfmt and JSON escaping, truncation, the log file, concurrent writers, redaction.
+ *
+ * Lines are checked by parsing them back (a small logfmt reader and a strict JSON reader below),
+ * not by looking for substrings: a value must come back byte for byte. */
 #include "log.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,121 +21,486 @@ static const char TS[] = "2026-11-22T11:39:45.123456Z";
 static char *line(dbt_log_format fmt, const dbt_field *f, size_t n)
 {
     static char buf[8192];
-    dbt_log_format_line(buf, sizeof buf, fmt, TS, DBT_LOG_INFO, "grant", f, n);
+    size_t len = dbt_log_format_line(buf, sizeof buf, fmt, TS, DBT_LOG_INFO, "grant", f, n);
+    cr_assert_eq(len, strlen(buf), "returned length %zu, line is %zu", len, strlen(buf));
     return buf;
 }
 
-Test(logfmt, plain_and_quoted_values)
+/* ---- a logfmt reader: key=value pairs separated by one space, the line ends with '\n' ---- */
+
+static int hexval(char c)
 {
-    dbt_field f[] = {DBT_S("pool", "db:5432/app"), DBT_I("holders", 3),
-                     DBT_MS("waited_ms", 1.5),     DBT_S("sp", "a b"),
-                     DBT_S("q", "say \"hi\"\\"),   DBT_S("nl", "x\ny\tz\x01"),
-                     DBT_S("empty", ""),           DBT_S("eq", "a=b")};
-    cr_expect_str_eq(line(DBT_FMT_LOGFMT, f, 8),
-                     "ts=2026-11-22T11:39:45.123456Z level=info event=grant pool=db:5432/app "
-                     "holders=3 waited_ms=1.500 sp=\"a b\" q=\"say \\\"hi\\\"\\\\\" "
-                     "nl=\"x\\ny\\tz\\x01\" empty=\"\" eq=\"a=b\"\n");
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-/* A minimal JSON validator: objects of string keys with string or number values. */
-static const char *json_string_end(const char *p)
+/* Decodes the value of `key` into out; false if the line is malformed or has no such key. */
+static bool logfmt_get(const char *l, const char *key, char *out, size_t cap)
 {
-    if (*p++ != '"')
-        return NULL;
-    while (*p && *p != '"') {
-        if ((unsigned char)*p < 0x20)
-            return NULL;
-        if (*p == '\\') {
+    const char *p = l;
+    bool found = false;
+    for (;;) {
+        const char *k = p;
+        while (*p && *p != '=' && *p != ' ' && *p != '\n')
             p++;
-            if (*p == 'u') {
-                for (int i = 1; i <= 4; i++)
-                    if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i])
-                        return NULL;
-                p += 4;
-            } else if (!strchr("\"\\/bfnrt", *p) || !*p) {
-                return NULL;
+        if (*p != '=' || p == k)
+            return false;
+        bool want = (size_t)(p - k) == strlen(key) && strncmp(k, key, (size_t)(p - k)) == 0;
+        p++;
+        size_t o = 0;
+        if (*p == '"') {
+            for (p++; *p != '"'; p++) {
+                char c = *p;
+                if ((unsigned char)c < 0x20 || c == 0x7f)
+                    return false; /* raw control bytes are never allowed inside quotes */
+                if (c == '\\') {
+                    p++;
+                    if (*p == 'n' || *p == 't' || *p == 'r' || *p == '"' || *p == '\\') {
+                        c = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p == 'r' ? '\r' : *p;
+                    } else if (*p == 'x' && hexval(p[1]) >= 0 && hexval(p[2]) >= 0) {
+                        c = (char)(hexval(p[1]) * 16 + hexval(p[2]));
+                        p += 2;
+                    } else {
+                        return false;
+                    }
+                }
+                if (want && o + 1 < cap)
+                    out[o++] = c;
+            }
+            p++;
+        } else {
+            if (*p == ' ' || *p == '\n' || !*p)
+                return false; /* an empty value must be quoted */
+            for (; *p && *p != ' ' && *p != '\n'; p++) {
+                if ((unsigned char)*p <= ' ' || *p == '"' || *p == '=' || *p == '\\')
+                    return false;
+                if (want && o + 1 < cap)
+                    out[o++] = *p;
             }
         }
+        if (want) {
+            out[o] = '\0';
+            found = true;
+        }
+        if (*p == '\n')
+            return p[1] == '\0' && found;
+        if (*p != ' ')
+            return false;
         p++;
     }
-    return *p == '"' ? p + 1 : NULL;
 }
 
-static bool valid_json_object_line(const char *s)
+/* ---- a strict JSON reader for one flat object: string keys, string/number/null values ---- */
+
+/* Length of a valid UTF-8 sequence at p, 0 if invalid. */
+static size_t utf8_seq(const unsigned char *p)
 {
-    const char *p = s;
+    if (p[0] < 0x80)
+        return 1;
+    size_t n = (p[0] & 0xe0) == 0xc0   ? 2
+               : (p[0] & 0xf0) == 0xe0 ? 3
+               : (p[0] & 0xf8) == 0xf0 ? 4
+                                       : 0;
+    uint32_t cp = n == 2 ? p[0] & 0x1fu : n == 3 ? p[0] & 0x0fu : p[0] & 0x07u;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3fu);
+    }
+    uint32_t min = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+    if (n == 0 || cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+static void put_utf8(uint32_t cp, char *out, size_t *o, size_t cap)
+{
+    char b[4];
+    size_t n;
+    if (cp < 0x80) {
+        b[0] = (char)cp, n = 1;
+    } else if (cp < 0x800) {
+        b[0] = (char)(0xc0 | cp >> 6), b[1] = (char)(0x80 | (cp & 0x3f)), n = 2;
+    } else {
+        b[0] = (char)(0xe0 | cp >> 12), b[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        b[2] = (char)(0x80 | (cp & 0x3f)), n = 3;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (out && *o + 1 < cap)
+            out[(*o)++] = b[i];
+}
+
+/* Reads a JSON string at p, decoding it into out (may be NULL); returns the end or NULL. */
+static const char *json_str(const char *p, char *out, size_t cap)
+{
+    size_t o = 0;
+    if (*p++ != '"')
+        return NULL;
+    while (*p != '"') {
+        unsigned char c = (unsigned char)*p;
+        if (c < 0x20)
+            return NULL;
+        if (c == '\\') {
+            p++;
+            const char *simple = strchr("\"\\/bfnrt", *p);
+            if (*p && simple) {
+                static const char map[] = "\"\\/\b\f\n\r\t";
+                put_utf8((unsigned char)map[simple - "\"\\/bfnrt"], out, &o, cap);
+                p++;
+            } else if (*p == 'u') {
+                uint32_t cp = 0;
+                for (int i = 1; i <= 4; i++) {
+                    int h = hexval((char)(p[i] | 0x20));
+                    if (h < 0 || !p[i])
+                        return NULL;
+                    cp = cp * 16 + (uint32_t)h;
+                }
+                if (cp >= 0xd800 && cp <= 0xdfff)
+                    return NULL; /* we never write surrogate pairs */
+                put_utf8(cp, out, &o, cap);
+                p += 5;
+            } else {
+                return NULL;
+            }
+        } else {
+            size_t n = utf8_seq((const unsigned char *)p);
+            if (n == 0)
+                return NULL;
+            for (size_t i = 0; i < n; i++)
+                if (out && o + 1 < cap)
+                    out[o++] = p[i];
+            p += n;
+        }
+    }
+    if (out)
+        out[o] = '\0';
+    return p + 1;
+}
+
+/* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+static const char *json_number(const char *p)
+{
+    if (*p == '-')
+        p++;
+    if (*p == '0')
+        p++;
+    else if (*p >= '1' && *p <= '9')
+        while (*p >= '0' && *p <= '9')
+            p++;
+    else
+        return NULL;
+    if (*p == '.') {
+        if (!(*++p >= '0' && *p <= '9'))
+            return NULL;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (!(*p >= '0' && *p <= '9'))
+            return NULL;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    return p;
+}
+
+/* Validates a whole line `{...}\n`; when key is given, decodes its value (a string's text, or a
+ * number's or null's spelling) into out. Duplicate keys are invalid. */
+static bool json_line(const char *l, const char *key, char *out, size_t cap)
+{
+    const char *p = l;
+    bool found = false;
+    char keys[64][256];
+    int nkeys = 0;
     if (*p++ != '{')
         return false;
+    if (*p == '}')
+        return p[1] == '\n' && p[2] == '\0' && !key;
     for (;;) {
-        p = json_string_end(p);
+        char k[256];
+        p = json_str(p, k, sizeof k);
         if (!p || *p++ != ':')
             return false;
+        for (int i = 0; i < nkeys; i++)
+            if (strcmp(keys[i], k) == 0)
+                return false;
+        if (nkeys < 64)
+            snprintf(keys[nkeys++], sizeof keys[0], "%s", k);
+        bool want = key && strcmp(k, key) == 0;
+        const char *v = p;
         if (*p == '"') {
-            p = json_string_end(p);
-            if (!p)
-                return false;
+            p = json_str(p, want ? out : NULL, cap);
+        } else if (strncmp(p, "null", 4) == 0) {
+            p += 4;
         } else {
-            const char *start = p;
-            while (strchr("-0123456789.", *p) && *p)
-                p++;
-            if (p == start)
-                return false;
+            p = json_number(p);
         }
+        if (!p)
+            return false;
+        if (want && *v != '"')
+            snprintf(out, cap, "%.*s", (int)(p - v), v);
+        found |= want;
         if (*p == ',') {
             p++;
             continue;
         }
-        return p[0] == '}' && p[1] == '\n' && p[2] == '\0';
+        return p[0] == '}' && p[1] == '\n' && p[2] == '\0' && (found || !key);
     }
 }
 
-Test(json, escaping_and_validity)
+/* ---- logfmt ---- */
+
+Test(logfmt, the_exact_line)
 {
-    dbt_field f[] = {DBT_S("pool", "a\"b\\c"),
-                     DBT_S("ctl", "\x01\x1f\n\r\t"),
-                     DBT_S("utf8", "caf\xc3\xa9"),
-                     DBT_S("bad", "x\xff\xfey"),
-                     DBT_I("n", -7),
-                     DBT_MS("ms", 0.25)};
-    char *l = line(DBT_FMT_JSON, f, 6);
-    cr_expect(valid_json_object_line(l), "not valid JSON: %s", l);
-    cr_expect(strstr(l, "\"pool\":\"a\\\"b\\\\c\"") != NULL, "%s", l);
-    cr_expect(strstr(l, "\"ctl\":\"\\u0001\\u001f\\n\\r\\t\"") != NULL, "%s", l);
-    cr_expect(strstr(l, "\"utf8\":\"caf\xc3\xa9\"") != NULL, "%s", l);
-    cr_expect(strstr(l, "\"bad\":\"x\\ufffd\\ufffdy\"") != NULL, "%s", l);
-    cr_expect(strstr(l, "\"n\":-7,\"ms\":0.250}") != NULL, "%s", l);
+    dbt_field f[] = {DBT_S("pool", "db:5432/app"), DBT_I("holders", 3),
+                     DBT_MS("waited_ms", 12.3456), DBT_S("sp", "a b"),
+                     DBT_S("q", "say \"hi\"\\"),   DBT_S("nl", "x\ny\tz\x01\r\x7f"),
+                     DBT_S("empty", ""),           DBT_S("eq", "a=b")};
+    cr_expect_str_eq(line(DBT_FMT_LOGFMT, f, 8),
+                     "ts=2026-11-22T11:39:45.123456Z level=info event=grant pool=db:5432/app "
+                     "holders=3 waited_ms=12.346 sp=\"a b\" q=\"say \\\"hi\\\"\\\\\" "
+                     "nl=\"x\\ny\\tz\\x01\\r\\x7f\" empty=\"\" eq=\"a=b\"\n");
 }
 
-Test(truncation, long_values_are_cut_and_lines_stay_whole)
+Test(logfmt, every_byte_comes_back)
+{
+    /* Every byte value 1..255 in one value: the reader must get exactly it back. */
+    char all[256];
+    for (int i = 1; i < 256; i++)
+        all[i - 1] = (char)i;
+    all[255] = '\0';
+    dbt_field f[] = {DBT_S("all", all), DBT_S("null", NULL), DBT_I("min", INT64_MIN),
+                     DBT_S("utf8", "caf\xc3\xa9")};
+    char *l = line(DBT_FMT_LOGFMT, f, 4);
+    char got[1024];
+    cr_assert(logfmt_get(l, "all", got, sizeof got), "unreadable: %s", l);
+    cr_expect_str_eq(got, all);
+    cr_assert(logfmt_get(l, "null", got, sizeof got));
+    cr_expect_str_eq(got, "");
+    cr_assert(logfmt_get(l, "min", got, sizeof got));
+    cr_expect_str_eq(got, "-9223372036854775808");
+    cr_assert(logfmt_get(l, "utf8", got, sizeof got));
+    cr_expect_str_eq(got, "caf\xc3\xa9");
+    cr_expect(strstr(l, " utf8=caf\xc3\xa9") != NULL, "UTF-8 alone needs no quotes: %s", l);
+    cr_expect_eq(strchr(l, '\n'), l + strlen(l) - 1, "not one line");
+}
+
+Test(logfmt, odd_keys_and_null_event_keep_the_shape)
+{
+    dbt_field f[] = {DBT_S("a key=\"x\"", "v"), DBT_S(NULL, "w"), DBT_S("k", "v")};
+    char buf[512];
+    dbt_log_format_line(buf, sizeof buf, DBT_FMT_LOGFMT, TS, DBT_LOG_WARN, NULL, f, 3);
+    char got[64];
+    cr_expect(logfmt_get(buf, "k", got, sizeof got), "malformed: %s", buf);
+    cr_expect(logfmt_get(buf, "event", got, sizeof got));
+    cr_expect_str_eq(got, "");
+    cr_expect(logfmt_get(buf, "level", got, sizeof got));
+    cr_expect_str_eq(got, "warn");
+}
+
+/* ---- JSON ---- */
+
+Test(json, values_come_back_exactly)
+{
+    const char *values[] = {
+        "a\"b\\c", "\x01\x1f\n\r\t\x7f", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "",
+        "/slash/", "{\"nested\": [1]}"};
+    dbt_field f[6];
+    char keys[6][16];
+    for (int i = 0; i < 6; i++) {
+        snprintf(keys[i], sizeof keys[i], "k%d", i);
+        f[i] = DBT_S(keys[i], values[i]);
+    }
+    char *l = line(DBT_FMT_JSON, f, 6);
+    char got[256];
+    for (int i = 0; i < 6; i++) {
+        cr_assert(json_line(l, keys[i], got, sizeof got), "invalid JSON or no %s: %s", keys[i], l);
+        cr_expect_str_eq(got, values[i]);
+    }
+    cr_expect(strstr(l, "\\u0001\\u001f\\n\\r\\t\\u007f") != NULL, "control bytes: %s", l);
+    static const char start[] =
+        "{\"ts\":\"2026-11-22T11:39:45.123456Z\",\"level\":\"info\",\"event\":\"grant\",\"k0\":";
+    cr_expect(strncmp(l, start, sizeof start - 1) == 0, "%s", l);
+}
+
+Test(json, invalid_utf8_becomes_replacement_characters)
+{
+    const char *bad[] = {"x\xff\xfey",
+                         "\xc3",
+                         "\xc0\xaf" /* overlong '/' */,
+                         "\xed\xa0\x80" /* surrogate */,
+                         "\xf4\x90\x80\x80" /* > U+10FFFF */,
+                         "ok\xe2\x82"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        dbt_field f[] = {DBT_S("v", bad[i])};
+        char *l = line(DBT_FMT_JSON, f, 1);
+        char got[64];
+        cr_assert(json_line(l, "v", got, sizeof got), "invalid JSON for case %zu: %s", i, l);
+        cr_expect(strstr(got, "\xef\xbf\xbd") != NULL, "no U+FFFD for case %zu", i);
+    }
+    dbt_field f[] = {DBT_S("v", "x\xff\xfey")};
+    char got[64];
+    cr_assert(json_line(line(DBT_FMT_JSON, f, 1), "v", got, sizeof got));
+    cr_expect_str_eq(got, "x\xef\xbf\xbd\xef\xbf\xbdy");
+}
+
+Test(json, numbers)
+{
+    dbt_field f[] = {DBT_I("n", -7),         DBT_MS("ms", 0.25),      DBT_MS("big", 1e300),
+                     DBT_MS("nan", NAN),     DBT_MS("inf", INFINITY), DBT_I("max", INT64_MAX),
+                     DBT_MS("neg", -12.3456)};
+    char *l = line(DBT_FMT_JSON, f, 7);
+    char got[64];
+    struct {
+        const char *key, *text;
+    } want[] = {{"n", "-7"},
+                {"ms", "0.250"},
+                {"nan", "null"},
+                {"inf", "null"},
+                {"max", "9223372036854775807"},
+                {"neg", "-12.346"}};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        cr_assert(json_line(l, want[i].key, got, sizeof got), "invalid: %s", l);
+        cr_expect_str_eq(got, want[i].text);
+    }
+    cr_assert(json_line(l, "big", got, sizeof got), "invalid: %s", l);
+    cr_expect_eq(strtod(got, NULL), 1e300);
+}
+
+/* ---- truncation ---- */
+
+Test(truncation, a_10kb_value_is_cut_at_1024_bytes)
 {
     char *big = malloc(10241);
     memset(big, '{', 10240);
     big[10240] = '\0';
     dbt_field f[] = {DBT_S("pool", big), DBT_S("kind", "query")};
-    for (int fmt = 0; fmt < 2; fmt++) {
-        char *l = line((dbt_log_format)fmt, f, 2);
-        size_t n = strlen(l);
-        cr_expect_lt(n, 1200, "a 10 KB value made a %zu byte line", n);
-        cr_expect(strstr(l, "...") != NULL);
-        cr_expect_eq(l[n - 1], '\n');
-        cr_expect_eq(strchr(l, '\n'), l + n - 1, "more than one line");
-        cr_expect(strstr(l, "kind") != NULL, "the field after the long one is lost");
-        if (fmt == DBT_FMT_JSON)
-            cr_expect(valid_json_object_line(l), "%s", l);
-    }
-    /* Many long fields: the line is cut by whole fields and still ends properly. */
-    dbt_field many[20];
+    char got[2048];
+    char *l = line(DBT_FMT_LOGFMT, f, 2);
+    cr_assert(logfmt_get(l, "pool", got, sizeof got), "%s", l);
+    cr_expect_eq(strlen(got), 1027);
+    cr_expect(strncmp(got, big, 1024) == 0 && strcmp(got + 1024, "...") == 0);
+    cr_assert(logfmt_get(l, "kind", got, sizeof got), "the field after the long one is lost");
+    cr_expect_str_eq(got, "query");
+
+    l = line(DBT_FMT_JSON, f, 2);
+    cr_assert(json_line(l, "pool", got, sizeof got), "%s", l);
+    cr_expect_eq(strlen(got), 1027);
+    cr_assert(json_line(l, "kind", got, sizeof got));
+    cr_expect_str_eq(got, "query");
+    free(big);
+}
+
+Test(truncation, a_cut_never_splits_a_utf8_character)
+{
+    char *big = malloc(3001);
+    for (int i = 0; i < 3000; i += 3)
+        memcpy(big + i, "\xe2\x82\xac", 3); /* the euro sign, 3 bytes: 1024 falls inside one */
+    big[3000] = '\0';
+    dbt_field f[] = {DBT_S("v", big)};
+    char got[2048];
+    cr_assert(json_line(line(DBT_FMT_JSON, f, 1), "v", got, sizeof got));
+    cr_expect(strstr(got, "\xef\xbf\xbd") == NULL, "a cut character became U+FFFD");
+    cr_expect_eq(strlen(got), 1023 + 3, "cut at %zu", strlen(got));
+    cr_assert(logfmt_get(line(DBT_FMT_LOGFMT, f, 1), "v", got, sizeof got));
+    cr_expect_eq(strlen(got), 1023 + 3);
+    free(big);
+}
+
+Test(truncation, a_full_line_drops_whole_fields_and_stays_valid)
+{
+    char *big = malloc(10241);
+    memset(big, '\x01', 10240); /* escapes to 4 (logfmt) or 6 (JSON) bytes each */
+    big[10240] = '\0';
+    dbt_field many[21];
     for (int i = 0; i < 20; i++)
         many[i] = DBT_S("f", big);
+    many[20] = DBT_I("last", 42);
     for (int fmt = 0; fmt < 2; fmt++) {
-        char *l = line((dbt_log_format)fmt, many, 20);
+        char *l = line((dbt_log_format)fmt, many, 21);
         size_t n = strlen(l);
         cr_expect_leq(n, 8191);
-        cr_expect_eq(l[n - 1], '\n');
-        if (fmt == DBT_FMT_JSON)
-            cr_expect(valid_json_object_line(l), "cut JSON is invalid");
+        cr_expect_eq(strchr(l, '\n'), l + n - 1, "not one line");
+        char got[64];
+        if (fmt == DBT_FMT_JSON) {
+            cr_expect(json_line(l, NULL, NULL, 0), "cut JSON is invalid");
+            cr_expect(json_line(l, "last", got, sizeof got), "a small last field was lost");
+        } else {
+            cr_expect(logfmt_get(l, "last", got, sizeof got), "cut logfmt is malformed");
+        }
     }
     free(big);
+}
+
+Test(truncation, every_buffer_size_gives_a_whole_line)
+{
+    dbt_field f[] = {DBT_S("pool", "a \"b\" \xff"), DBT_I("n", 12345), DBT_MS("ms", 1.5)};
+    for (size_t cap = 4; cap < 260; cap++) {
+        for (int fmt = 0; fmt < 2; fmt++) {
+            char *buf = malloc(cap); /* exact size: ASan catches any byte past it */
+            size_t len =
+                dbt_log_format_line(buf, cap, (dbt_log_format)fmt, TS, DBT_LOG_ERROR, "e", f, 3);
+            cr_assert_lt(len, cap);
+            cr_assert_eq(buf[len], '\0');
+            cr_assert_eq(buf[len - 1], '\n', "cap %zu", cap);
+            if (fmt == DBT_FMT_JSON)
+                cr_assert(json_line(buf, NULL, NULL, 0), "cap %zu: %s", cap, buf);
+            free(buf);
+        }
+    }
+    char tiny[3] = "xx";
+    cr_expect_eq(
+        dbt_log_format_line(tiny, sizeof tiny, DBT_FMT_JSON, TS, DBT_LOG_ERROR, "e", NULL, 0), 0);
+    cr_expect_eq(tiny[0], '\0');
+}
+
+/* ---- levels ---- */
+
+Test(levels, default_is_warn_and_off_never_writes)
+{
+    dbt_log_close(); /* back to the defaults */
+    cr_expect(dbt_log_enabled(DBT_LOG_ERROR));
+    cr_expect(dbt_log_enabled(DBT_LOG_WARN));
+    cr_expect(!dbt_log_enabled(DBT_LOG_INFO));
+    cr_expect(!dbt_log_enabled(DBT_LOG_DEBUG));
+    cr_expect(!dbt_log_enabled(DBT_LOG_OFF));
+    dbt_config c;
+    dbt_config_defaults(&c);
+    char err[DBT_ERRLEN];
+    c.log_level = DBT_LOG_OFF;
+    cr_assert(dbt_log_open(&c, err));
+    cr_expect(!dbt_log_enabled(DBT_LOG_ERROR));
+    c.log_level = DBT_LOG_DEBUG;
+    cr_assert(dbt_log_open(&c, err));
+    cr_expect(dbt_log_enabled(DBT_LOG_DEBUG));
+    cr_expect(!dbt_log_enabled(DBT_LOG_OFF));
+    dbt_log_close();
+    dbt_config_free(&c);
+}
+
+/* ---- the log file ---- */
+
+static char *read_all(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    cr_assert_not_null(fp, "%s: %s", path, strerror(errno));
+    char *buf = malloc(4 << 20);
+    size_t n = fread(buf, 1, (4 << 20) - 1, fp);
+    buf[n] = '\0';
+    fclose(fp);
+    return buf;
+}
+
+static void open_log(dbt_config *c, const char *path, dbt_log_format fmt)
+{
+    dbt_config_defaults(c);
+    c->log_path = path ? strdup(path) : NULL;
+    c->log_level = DBT_LOG_INFO;
+    c->log_format = fmt;
+    char err[DBT_ERRLEN];
+    cr_assert(dbt_log_open(c, err), "%s", err);
 }
 
 Test(log_file, created_0600_whatever_the_umask)
@@ -140,29 +511,131 @@ Test(log_file, created_0600_whatever_the_umask)
     snprintf(path, sizeof path, "%s/trace.log", dir);
     mode_t old = umask(0);
     dbt_config c;
-    dbt_config_defaults(&c);
-    c.log_path = strdup(path);
-    c.log_level = DBT_LOG_INFO;
-    char err[DBT_ERRLEN];
-    cr_assert(dbt_log_open(&c, err), "%s", err);
+    open_log(&c, path, DBT_FMT_LOGFMT);
     umask(old);
     dbt_field f[] = {DBT_S("pool", "p")};
     dbt_log(DBT_LOG_INFO, "grant", f, 1);
     dbt_log(DBT_LOG_DEBUG, "hidden", f, 1); /* below the level */
+    dbt_log(DBT_LOG_OFF, "hidden", f, 1);   /* OFF is never a level to write at */
+    dbt_log(DBT_LOG_ERROR, "nofields", NULL, 0);
     dbt_log_close();
     struct stat st;
     cr_assert_eq(stat(path, &st), 0);
     cr_expect_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
-    FILE *fp = fopen(path, "r");
-    char buf[512];
-    cr_assert_not_null(fgets(buf, sizeof buf, fp));
-    cr_expect(strstr(buf, "event=grant pool=p pid=") != NULL, "%s", buf);
-    cr_expect_null(fgets(buf, sizeof buf, fp), "the debug line was written");
-    fclose(fp);
+    char *text = read_all(path);
+    char first[512], second[512];
+    cr_assert_eq(sscanf(text, "%511[^\n]\n%511[^\n]\n", first, second), 2, "%s", text);
+    strcat(first, "\n");
+    char got[64];
+    cr_expect(logfmt_get(first, "event", got, sizeof got), "%s", first);
+    cr_expect_str_eq(got, "grant");
+    cr_expect(logfmt_get(first, "pid", got, sizeof got));
+    cr_expect_eq(atol(got), (long)getpid());
+    cr_expect(strstr(first, " pool=p pid=") != NULL, "pid and tid end the line: %s", first);
+    cr_expect(strstr(second, "level=error event=nofields pid=") != NULL, "%s", second);
+    cr_expect(strstr(text, "hidden") == NULL, "a line below the level was written");
+    free(text);
     unlink(path);
     rmdir(dir);
     dbt_config_free(&c);
 }
+
+Test(log_file, an_existing_file_keeps_its_mode_and_is_appended_to)
+{
+    char path[] = "/tmp/dbt-log-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(write(fd, "before\n", 7) == 7);
+    fchmod(fd, 0640);
+    close(fd);
+    dbt_config c;
+    open_log(&c, path, DBT_FMT_JSON);
+    dbt_log(DBT_LOG_WARN, "w", NULL, 0);
+    dbt_log_close();
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0640);
+    char *text = read_all(path);
+    cr_assert(strncmp(text, "before\n{", 8) == 0, "%s", text);
+    cr_expect(json_line(text + 7, "event", (char[8]){0}, 8), "%s", text + 7);
+    free(text);
+    unlink(path);
+    dbt_config_free(&c);
+}
+
+Test(log_file, reopening_switches_files)
+{
+    char a[] = "/tmp/dbt-log-a-XXXXXX", b[] = "/tmp/dbt-log-b-XXXXXX";
+    close(mkstemp(a));
+    close(mkstemp(b));
+    dbt_config ca, cb;
+    open_log(&ca, a, DBT_FMT_LOGFMT);
+    dbt_log(DBT_LOG_WARN, "one", NULL, 0);
+    open_log(&cb, b, DBT_FMT_LOGFMT);
+    dbt_log(DBT_LOG_WARN, "two", NULL, 0);
+    dbt_log_close();
+    char *ta = read_all(a), *tb = read_all(b);
+    cr_expect(strstr(ta, "event=one") && !strstr(ta, "event=two"), "a: %s", ta);
+    cr_expect(strstr(tb, "event=two") && !strstr(tb, "event=one"), "b: %s", tb);
+    free(ta);
+    free(tb);
+    unlink(a);
+    unlink(b);
+    dbt_config_free(&ca);
+    dbt_config_free(&cb);
+}
+
+/* Runs fn with fd 1 and fd 2 captured in files; returns what went to each. */
+static void capture(void (*fn)(void *), void *arg, char **out, char **errout)
+{
+    char po[] = "/tmp/dbt-out-XXXXXX", pe[] = "/tmp/dbt-err-XXXXXX";
+    int fo = mkstemp(po), fe = mkstemp(pe);
+    fflush(stdout);
+    fflush(stderr);
+    int save1 = dup(1), save2 = dup(2);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    fn(arg);
+    dup2(save1, 1);
+    dup2(save2, 2);
+    close(save1);
+    close(save2);
+    close(fo);
+    close(fe);
+    *out = read_all(po);
+    *errout = read_all(pe);
+    unlink(po);
+    unlink(pe);
+}
+
+static void open_missing_and_log(void *err)
+{
+    dbt_config c;
+    dbt_config_defaults(&c);
+    c.log_path = strdup("/nonexistent-dir/sub\ndir/trace.log");
+    c.log_level = DBT_LOG_INFO;
+    cr_expect(!dbt_log_open(&c, err));
+    dbt_log(DBT_LOG_INFO, "after_failure", NULL, 0);
+    dbt_log_close();
+    dbt_config_free(&c);
+}
+
+Test(log_file, an_unopenable_file_falls_back_to_stderr_never_stdout)
+{
+    char err[DBT_ERRLEN] = "";
+    char *out, *errout;
+    capture(open_missing_and_log, err, &out, &errout);
+    cr_expect_str_eq(out, "", "wrote to stdout: %s", out);
+    cr_expect(strstr(errout, "event=after_failure") != NULL, "stderr: %s", errout);
+    cr_expect(strstr(err, "DBTHROTTLE_LOG: cannot open /nonexistent-dir/sub\\ndir/trace.log") ==
+                  err,
+              "%s", err);
+    cr_expect(strchr(err, '\n') == NULL, "not one line: %s", err);
+    free(out);
+    free(errout);
+}
+
+#define WRITERS 8
+#define LINES   500
 
 static void *writer(void *arg)
 {
@@ -171,7 +644,7 @@ static void *writer(void *arg)
     char pad[300];
     memset(pad, 'x', sizeof pad - 1);
     pad[sizeof pad - 1] = '\0';
-    for (int i = 0; i < 500; i++) {
+    for (int i = 0; i < LINES; i++) {
         dbt_field f[] = {DBT_S("writer", tag), DBT_I("i", i), DBT_S("pad", pad),
                          DBT_S("end", "END")};
         dbt_log(DBT_LOG_INFO, "grant", f, 4);
@@ -179,70 +652,157 @@ static void *writer(void *arg)
     return NULL;
 }
 
-Test(log_file, concurrent_lines_never_interleave)
+static void concurrent_lines(dbt_log_format fmt)
 {
     char path[] = "/tmp/dbt-log-XXXXXX";
     close(mkstemp(path));
     dbt_config c;
-    dbt_config_defaults(&c);
-    c.log_path = strdup(path);
-    c.log_level = DBT_LOG_INFO;
-    char err[DBT_ERRLEN];
-    cr_assert(dbt_log_open(&c, err), "%s", err);
-    pthread_t t[8];
-    for (long i = 0; i < 8; i++)
-        pthread_create(&t[i], NULL, writer, (void *)i);
-    for (int i = 0; i < 8; i++)
+    open_log(&c, path, fmt);
+    pthread_t t[WRITERS];
+    for (long i = 0; i < WRITERS; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, writer, (void *)i), 0);
+    for (int i = 0; i < WRITERS; i++)
         pthread_join(t[i], NULL);
     dbt_log_close();
-    FILE *fp = fopen(path, "r");
-    char buf[2048];
+
+    /* Every (writer, i) exactly once, every line complete and parseable. */
+    static bool seen[WRITERS][LINES];
+    memset(seen, 0, sizeof seen);
+    char *text = read_all(path);
     int lines = 0, intact = 0;
-    while (fgets(buf, sizeof buf, fp)) {
+    for (char *l = text; *l;) {
+        char *nl = strchr(l, '\n');
+        cr_assert_not_null(nl, "the last line has no newline");
+        char save = nl[1];
+        nl[1] = '\0';
         lines++;
-        intact += strncmp(buf, "ts=", 3) == 0 && strstr(buf, " end=END pid=") != NULL &&
-                  buf[strlen(buf) - 1] == '\n';
+        char w[16], i[16], pad[400], end[8];
+        bool ok = fmt == DBT_FMT_JSON
+                      ? json_line(l, "writer", w, sizeof w) && json_line(l, "i", i, sizeof i) &&
+                            json_line(l, "pad", pad, sizeof pad) &&
+                            json_line(l, "end", end, sizeof end)
+                      : logfmt_get(l, "writer", w, sizeof w) && logfmt_get(l, "i", i, sizeof i) &&
+                            logfmt_get(l, "pad", pad, sizeof pad) &&
+                            logfmt_get(l, "end", end, sizeof end);
+        int wi = atoi(w + 1), ii = atoi(i);
+        if (ok && strlen(pad) == 299 && strcmp(end, "END") == 0 && wi >= 0 && wi < WRITERS &&
+            ii >= 0 && ii < LINES && !seen[wi][ii]) {
+            seen[wi][ii] = true;
+            intact++;
+        }
+        nl[1] = save;
+        l = nl + 1;
     }
-    fclose(fp);
-    cr_expect_eq(lines, 4000);
-    cr_expect_eq(intact, 4000);
+    cr_expect_eq(lines, WRITERS * LINES);
+    cr_expect_eq(intact, WRITERS * LINES);
+    free(text);
     unlink(path);
     dbt_config_free(&c);
 }
 
-Test(redact, urls)
+Test(log_file, concurrent_logfmt_lines_never_interleave)
 {
-    char out[256];
-    dbt_redact_url("redis://u:secret@h:1/0", out, sizeof out);
-    cr_expect_str_eq(out, "redis://u:***@h:1/0");
-    dbt_redact_url("redis://:secret@h", out, sizeof out);
-    cr_expect_str_eq(out, "redis://:***@h");
-    dbt_redact_url("redis://:se@cret@h/2", out, sizeof out);
-    cr_expect_str_eq(out, "redis://:***@h/2");
-    dbt_redact_url("redis://app:s3cr/et@10.0.0.5:6379/0", out, sizeof out);
-    cr_expect_str_eq(out, "redis://app:***@10.0.0.5:6379/0"); /* as the parser reads it */
-    dbt_redact_url("redis://h:6379", out, sizeof out);
-    cr_expect_str_eq(out, "redis://h:6379");
-    dbt_redact_url("unix:///run/r.sock", out, sizeof out);
-    cr_expect_str_eq(out, "unix:///run/r.sock");
-    char small[12];
-    dbt_redact_url("redis://:secret@host", small, sizeof small);
-    cr_expect(strstr(small, "secret") == NULL);
-    cr_expect_eq(strlen(small), sizeof small - 1);
+    concurrent_lines(DBT_FMT_LOGFMT);
 }
 
-Test(redact, conninfo)
+Test(log_file, concurrent_json_lines_never_interleave)
 {
-    char out[512];
-    dbt_redact_conninfo("host=db password=s3cret dbname=app", out, sizeof out);
-    cr_expect_str_eq(out, "host=db password=*** dbname=app");
-    dbt_redact_conninfo("host=db PASSWORD = 'se cr\\'et' user=x", out, sizeof out);
-    cr_expect_str_eq(out, "host=db PASSWORD = *** user=x");
-    dbt_redact_conninfo("postgresql://u:s3cret@db:5432/app?sslmode=require&password=two", out,
-                        sizeof out);
-    cr_expect_str_eq(out, "postgresql://u:***@db:5432/app?sslmode=require&password=***");
-    dbt_redact_conninfo("postgres://db/app", out, sizeof out);
-    cr_expect_str_eq(out, "postgres://db/app");
-    dbt_redact_conninfo("dbname=app", out, sizeof out);
-    cr_expect_str_eq(out, "dbname=app");
+    concurrent_lines(DBT_FMT_JSON);
+}
+
+/* ---- redaction ---- */
+
+static const char *redact_url(const char *in)
+{
+    static char out[512];
+    dbt_redact_url(in, out, sizeof out);
+    return out;
+}
+
+static const char *redact_ci(const char *in)
+{
+    static char out[512];
+    dbt_redact_conninfo(in, out, sizeof out);
+    return out;
+}
+
+Test(redact, urls)
+{
+    cr_expect_str_eq(redact_url("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+    cr_expect_str_eq(redact_url("redis://:secret@h"), "redis://:***@h");
+    cr_expect_str_eq(redact_url("redis://:se@cret@h/2"), "redis://:***@h/2");
+    /* As the parser reads it: the last '@' ends the userinfo, '/' and all. */
+    cr_expect_str_eq(redact_url("redis://app:s3cr/et@10.0.0.5:6379/0"),
+                     "redis://app:***@10.0.0.5:6379/0");
+    cr_expect_str_eq(redact_url("redis://:se/cr@t@h:x"), "redis://:***@h:x");
+    cr_expect_str_eq(redact_url("redis://lonesecret@h"), "redis://***@h");
+    cr_expect_str_eq(redact_url("redis://h:6379"), "redis://h:6379");
+    cr_expect_str_eq(redact_url("unix:///run/r.sock"), "unix:///run/r.sock");
+    cr_expect_str_eq(redact_url("not a url: x@y"), "not a url: x@y");
+    cr_expect_str_eq(redact_url(""), "");
+}
+
+Test(redact, truncation_never_overflows_or_leaks)
+{
+    const char *in = "redis://user:secretsecret@host.example:6379/0";
+    for (size_t cap = 1; cap < strlen(in) + 4; cap++) {
+        char *out = malloc(cap); /* exact size: ASan catches any byte past it */
+        dbt_redact_url(in, out, cap);
+        cr_assert_lt(strlen(out), cap);
+        cr_assert(strstr(out, "secret") == NULL, "cap %zu: %s", cap, out);
+        dbt_redact_conninfo("host=x password=secretsecret dbname=y", out, cap);
+        cr_assert_lt(strlen(out), cap);
+        cr_assert(strstr(out, "secret") == NULL, "cap %zu: %s", cap, out);
+        free(out);
+    }
+    dbt_redact_url(in, NULL, 0); /* cap 0 writes nothing */
+}
+
+Test(redact, conninfo_keywords)
+{
+    cr_expect_str_eq(redact_ci("host=db password=s3cret dbname=app"),
+                     "host=db password=*** dbname=app");
+    cr_expect_str_eq(redact_ci("host=db PASSWORD = 'se cr\\'et' user=x"),
+                     "host=db PASSWORD = *** user=x");
+    cr_expect_str_eq(redact_ci("PassWord='a\\\\' user=x"), "PassWord=*** user=x");
+    cr_expect_str_eq(redact_ci("password=se\\ cret dbname=y"), "password=*** dbname=y");
+    cr_expect_str_eq(redact_ci("host=x junk password=secret"), "host=x junk password=***");
+    cr_expect_str_eq(redact_ci("password='unterminated secret"), "password=***");
+    cr_expect_str_eq(redact_ci("passfile=/p user=x"), "passfile=/p user=x");
+    cr_expect_str_eq(redact_ci("dbname=app"), "dbname=app");
+    cr_expect_str_eq(redact_ci("  host=a\tpassword=b  "), "  host=a\tpassword=***  ");
+    /* libpq expands a dbname holding a connection string: its password is masked too. */
+    cr_expect_str_eq(redact_ci("dbname='host=h password=secret' user=u"),
+                     "dbname='host=h password=***' user=u");
+    cr_expect_str_eq(redact_ci("dbname=postgresql://u:secret@h/db"),
+                     "dbname=postgresql://u:***@h/db");
+}
+
+Test(redact, conninfo_uris)
+{
+    cr_expect_str_eq(redact_ci("postgresql://u:s3cret@db:5432/app?sslmode=require&password=two"),
+                     "postgresql://u:***@db:5432/app?sslmode=require&password=***");
+    cr_expect_str_eq(redact_ci("postgres://u:p@ss@db/app"), "postgres://u:***@db/app");
+    cr_expect_str_eq(redact_ci("postgres://u:p/ss@db/app"), "postgres://u:***@db/app");
+    cr_expect_str_eq(redact_ci("postgres://u@db/app"), "postgres://u@db/app");
+    cr_expect_str_eq(redact_ci("postgres://db/app"), "postgres://db/app");
+    cr_expect_str_eq(redact_ci("POSTGRESQL://u:x@h"), "POSTGRESQL://u:***@h");
+    cr_expect_str_eq(redact_ci("postgresql:///app?PASSWORD=x&user=me@corp"),
+                     "postgresql:///app?PASSWORD=***&user=me@corp");
+    cr_expect_str_eq(redact_ci("postgresql://h/db?pass%77ord=secret"),
+                     "postgresql://h/db?pass%77ord=***");
+    cr_expect_str_eq(redact_ci("postgresql://h/db?dbname=postgres://a:secret@b"),
+                     "postgresql://h/db?dbname=postgres://a:***@b");
+}
+
+Test(redact, deep_nesting_is_masked_not_followed)
+{
+    char in[4096] = "";
+    for (int i = 0; i < 400; i++)
+        strcat(in, "dbname=");
+    strcat(in, "'password=secret'");
+    char *out = malloc(8192);
+    dbt_redact_conninfo(in, out, 8192);
+    cr_expect(strstr(out, "secret") == NULL);
+    free(out);
 }
