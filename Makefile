@@ -40,7 +40,7 @@ SEM_SRCS  := $(sort $(wildcard tests/sem/*.c))
 SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
 CRITERION_LIBS := -lcriterion
 
-.PHONY: all test test-unit test-sem test-integration bench demo install uninstall clean deps format format-check \
+.PHONY: all test test-unit test-sem test-integration test-faults bench demo install uninstall clean deps format format-check \
         check-asan check-tsan check-valgrind
 
 all: $(BUILD)/libdbthrottle.so
@@ -120,6 +120,7 @@ test: deps
 	$(BUILD)/tests/unit --jobs 2
 	$(BUILD)/tests/sem --jobs 2
 	sh tests/integration/test_interposer.sh
+	$(MAKE) test-faults
 	$(MAKE) check-asan check-tsan check-valgrind
 
 test-unit: $(BUILD)/tests/unit
@@ -131,6 +132,15 @@ test-sem: $(BUILD)/tests/sem
 $(BUILD)/tests/%_client: tests/integration/%_client.c
 	@mkdir -p $(BUILD)/tests
 	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(LIBPQ_CFLAGS) -o $@ $< -lpq
+
+$(BUILD)/tests/fault_worker: tests/faults/fault_worker.c
+	@mkdir -p $(BUILD)/tests
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(LIBPQ_CFLAGS) -pthread -o $@ $< -lpq
+
+# The fault suite (tests/faults/run.sh): crashes, Redis outages, signals, fork, netns. FAULTS=
+# "1 3" runs only those cases.
+test-faults: all $(BUILD)/tests/fault_worker
+	sh tests/faults/run.sh $(FAULTS)
 
 $(BUILD)/tests/libnext_preload.so: tests/integration/next_preload.c
 	@mkdir -p $(BUILD)/tests

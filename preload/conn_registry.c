@@ -101,13 +101,14 @@ void dbt_conn_free(dbt_conn *c)
 typedef struct refused {
     const void *res;
     char *msg;
+    const char *sqlstate;
     struct refused *next;
 } refused;
 
 static refused *refused_list;
 static atomic_int refused_count; /* lets PQclear skip the lock in the common case */
 
-void dbt_refused_add(const void *res, const char *msg)
+void dbt_refused_add(const void *res, const char *msg, const char *sqlstate)
 {
     refused *r = malloc(sizeof *r);
     if (!r || !(r->msg = strdup(msg))) {
@@ -115,6 +116,7 @@ void dbt_refused_add(const void *res, const char *msg)
         return;
     }
     r->res = res;
+    r->sqlstate = sqlstate;
     pthread_mutex_lock(&mu);
     r->next = refused_list;
     refused_list = r;
@@ -122,7 +124,7 @@ void dbt_refused_add(const void *res, const char *msg)
     pthread_mutex_unlock(&mu);
 }
 
-const char *dbt_refused_message(const void *res)
+const char *dbt_refused_message(const void *res, const char **sqlstate)
 {
     if (!res || atomic_load(&refused_count) == 0)
         return NULL;
@@ -131,6 +133,8 @@ const char *dbt_refused_message(const void *res)
     for (refused *r = refused_list; r; r = r->next)
         if (r->res == res) {
             msg = r->msg;
+            if (sqlstate)
+                *sqlstate = r->sqlstate;
             break;
         }
     pthread_mutex_unlock(&mu);

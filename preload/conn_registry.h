@@ -12,18 +12,20 @@
 #include <stdint.h>
 
 typedef struct dbt_conn {
-    const void *pg;           /* the PGconn */
-    dbt_pool *pool;           /* NULL until the first command */
-    dbt_permit *query_permit; /* held from the first command until the connection is idle */
-    dbt_permit *conn_permit;  /* DBTHROTTLE_MAX_CONNECTIONS: held from connect to PQfinish */
-    int pipe_sent;            /* pipeline mode: commands sent since the last PQpipelineSync */
-    int pipe_syncs;           /* pipeline mode: syncs sent whose PGRES_PIPELINE_SYNC is unread */
-    int64_t idle_in_tx_since; /* non-zero while the permit is kept idle inside a transaction */
-    bool checked_exempt;      /* DBTHROTTLE_EXEMPT was evaluated for this connection */
-    bool exempt;              /* it matched: this connection never takes a permit */
-    const char *exempt_rule;  /* the pattern that matched (owned by the configuration) */
-    char id[24];              /* "c<N>": names the connection in the trace */
-    char *refusal;            /* PQerrorMessage while a refusal is the last word, else NULL */
+    const void *pg;            /* the PGconn */
+    dbt_pool *pool;            /* NULL until the first command */
+    dbt_permit *query_permit;  /* held from the first command until the connection is idle */
+    dbt_permit *conn_permit;   /* DBTHROTTLE_MAX_CONNECTIONS: held from connect to PQfinish */
+    int pipe_sent;             /* pipeline mode: commands sent since the last PQpipelineSync */
+    int pipe_syncs;            /* pipeline mode: syncs sent whose PGRES_PIPELINE_SYNC is unread */
+    int64_t idle_in_tx_since;  /* non-zero while the permit is kept idle inside a transaction */
+    bool had_conn_permit;      /* took a connection permit: one lost is taken again */
+    bool checked_exempt;       /* DBTHROTTLE_EXEMPT was evaluated for this connection */
+    bool exempt;               /* it matched: this connection never takes a permit */
+    const char *exempt_rule;   /* the pattern that matched (owned by the configuration) */
+    char id[24];               /* "c<N>": names the connection in the trace */
+    char *refusal;             /* PQerrorMessage while a refusal is the last word, else NULL */
+    const char *refusal_state; /* its SQLSTATE: 53300, or 57014 when a cancel ended the wait */
     struct dbt_conn *next;
 } dbt_conn;
 
@@ -33,10 +35,12 @@ dbt_conn *dbt_conn_find(const void *pg, bool create);
 dbt_conn *dbt_conn_take(const void *pg);
 void dbt_conn_free(dbt_conn *c);
 
-/* Refused results: PGresults we made to carry a refusal, with their message. */
-void dbt_refused_add(const void *res, const char *msg);
-/* The message of a refused result, or NULL for any other result. Cheap when there are none. */
-const char *dbt_refused_message(const void *res);
+/* Refused results: PGresults we made to carry a refusal, with their message and SQLSTATE
+ * (a static string). */
+void dbt_refused_add(const void *res, const char *msg, const char *sqlstate);
+/* The message of a refused result, or NULL for any other result. Cheap when there are none.
+ * *sqlstate (if not NULL) is set to its SQLSTATE. */
+const char *dbt_refused_message(const void *res, const char **sqlstate);
 void dbt_refused_forget(const void *res);
 
 #endif

@@ -4,12 +4,15 @@
  * into libpq's private structures (their layout changes between versions), the few functions
  * that report errors are interposed: for a connection whose last word was a refusal, and for the
  * PGRES_FATAL_ERROR results we made to carry one, they return our message and SQLSTATE 53300
- * (too_many_connections, "insufficient resources"); for everything else they are libpq's own. A
+ * (too_many_connections, "insufficient resources"), or 57014 (query_canceled) when a cancel ended
+ * the wait, as the server says of a cancelled statement; for everything else they are libpq's
+ * own. A
  * refusal is forgotten at the connection's next command, and a refused result at its PQclear. */
 #include "conn_registry.h"
 #include "real.h"
 #include "throttle.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +29,7 @@ HOOK char *PQerrorMessage(const PGconn *conn)
 
 HOOK char *PQresultErrorMessage(const PGresult *res)
 {
-    const char *msg = dbt_refused_message(res);
+    const char *msg = dbt_refused_message(res, NULL);
     if (msg)
         return (char *)msg;
     __typeof__(&PQresultErrorMessage) real = DBT_REAL(PQresultErrorMessage);
@@ -36,13 +39,16 @@ HOOK char *PQresultErrorMessage(const PGresult *res)
 HOOK char *PQresultVerboseErrorMessage(const PGresult *res, PGVerbosity verbosity,
                                        PGContextVisibility show_context)
 {
-    const char *msg = dbt_refused_message(res);
+    const char *state = NULL;
+    const char *msg = dbt_refused_message(res, &state);
     if (msg) {
-        const char *prefix = verbosity == PQERRORS_VERBOSE ? "ERROR:  53300: " : "ERROR:  ";
-        char *out = malloc(strlen(prefix) + strlen(msg) + 1); /* freed by PQfreemem (free) */
+        size_t cap = strlen(msg) + 32;
+        char *out = malloc(cap); /* freed by PQfreemem (free) */
         if (out) {
-            strcpy(out, prefix);
-            strcat(out, msg);
+            if (verbosity == PQERRORS_VERBOSE)
+                snprintf(out, cap, "ERROR:  %s: %s", state, msg);
+            else
+                snprintf(out, cap, "ERROR:  %s", msg);
         }
         return out;
     }
@@ -52,11 +58,12 @@ HOOK char *PQresultVerboseErrorMessage(const PGresult *res, PGVerbosity verbosit
 
 HOOK char *PQresultErrorField(const PGresult *res, int fieldcode)
 {
-    const char *msg = dbt_refused_message(res);
+    const char *state = NULL;
+    const char *msg = dbt_refused_message(res, &state);
     if (msg) {
         switch (fieldcode) {
         case PG_DIAG_SQLSTATE:
-            return (char *)"53300";
+            return (char *)state;
         case PG_DIAG_SEVERITY:
         case PG_DIAG_SEVERITY_NONLOCALIZED:
             return (char *)"ERROR";

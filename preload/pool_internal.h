@@ -31,10 +31,11 @@ struct dbt_slot {
     dbt_kind kind;
     dbt_slot_state state;
     int limit;
-    int efd;      /* eventfd written when the state changes or the listener role passes; -1 if
-                   * the caller does not wait */
-    bool lost;    /* Redis no longer has it (see dbt_permit_lost) */
-    uint64_t gen; /* pool generation: a permit from before a fork() is the parent's */
+    int efd;          /* eventfd written when the state changes or the listener role passes; -1 if
+                       * the caller does not wait */
+    dbt_waker *waker; /* the caller's, while efd is published in it */
+    bool lost;        /* Redis no longer has it (see dbt_permit_lost) */
+    uint64_t gen;     /* pool generation: a permit from before a fork() is the parent's */
     char id[64];
     char conn[64];
     int64_t t_request_us; /* when acquire was first called */
@@ -100,6 +101,9 @@ void dbt_slot_wake(struct dbt_slot *s); /* call with p->mu held */
 void dbt_script_keys(const dbt_pool *p, dbt_kind kind, const char **keys);
 void dbt_script_base_args(const dbt_pool *p, dbt_kind kind, char *lease, char *ttl,
                           const char **args);
+
+/* Marks s lost if no renewal was accepted for a whole lease (logs it once). p->mu held. */
+bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now);
 
 /* listener.c */
 /* Leads for one step: polls the listener connection and s's eventfd until something happens

@@ -25,16 +25,8 @@ static int64_t renew_period_us(const dbt_pool *p)
  * Call with p->mu held. */
 static void expire_unrenewed(dbt_pool *p, int64_t now)
 {
-    int64_t lease_us = p->client->cfg->lease_ms * 1000;
     for (struct dbt_slot *s = p->slots; s; s = s->next)
-        if (s->state == SLOT_HELD && !s->lost && now - s->t_renewed_us > lease_us) {
-            s->lost = true;
-            p->st.leases_lost++;
-            dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
-                             DBT_S("permit", s->id), DBT_S("conn", s->conn[0] ? s->conn : "-"),
-                             DBT_S("reason", "not renewed for a whole lease: Redis unreachable")};
-            dbt_log(DBT_LOG_ERROR, "lease_lost", f, sizeof f / sizeof *f);
-        }
+        dbt_slot_expire_unrenewed(p, s, now);
 }
 
 /* A connection that holds a permit idle inside a transaction keeps others waiting: say so once

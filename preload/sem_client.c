@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,8 +263,59 @@ static void unlink_slot(dbt_pool *p, struct dbt_slot *s)
         p->nheld--;
 }
 
+/* ---- wakers ----------------------------------------------------------------------------- */
+
+void dbt_waker_fire(dbt_waker *w)
+{
+    atomic_fetch_add(&w->users, 1);
+    int fd = atomic_load(&w->efd_plus1) - 1;
+    if (fd >= 0) {
+        int saved = errno; /* a signal handler must leave errno as it found it */
+        uint64_t one = 1;
+        ssize_t n = write(fd, &one, sizeof one);
+        (void)n; /* EAGAIN: the counter is already non-zero, the waiter wakes anyway */
+        errno = saved;
+    }
+    atomic_fetch_sub(&w->users, 1);
+}
+
+static void waker_publish(struct dbt_slot *s, dbt_waker *w)
+{
+    if (w && s->efd >= 0) {
+        s->waker = w;
+        atomic_store(&w->efd_plus1, s->efd + 1);
+    }
+}
+
+/* After this, no firer can write to s->efd: it may be closed. */
+static void waker_retract(struct dbt_slot *s)
+{
+    if (!s->waker)
+        return;
+    atomic_store(&s->waker->efd_plus1, 0);
+    while (atomic_load(&s->waker->users) > 0)
+        sched_yield(); /* a firer is between its load and its write: a few instructions */
+    s->waker = NULL;
+}
+
+bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now)
+{
+    if (s->state != SLOT_HELD || s->lost)
+        return s->lost;
+    if (now - s->t_renewed_us <= p->client->cfg->lease_ms * 1000)
+        return false;
+    s->lost = true;
+    p->st.leases_lost++;
+    dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
+                     DBT_S("permit", s->id), DBT_S("conn", s->conn[0] ? s->conn : "-"),
+                     DBT_S("reason", "not renewed for a whole lease: Redis unreachable")};
+    dbt_log(DBT_LOG_ERROR, "lease_lost", f, sizeof f / sizeof *f);
+    return true;
+}
+
 static void free_slot(struct dbt_slot *s)
 {
+    waker_retract(s);
     if (s->efd >= 0)
         close(s->efd);
     free(s);
@@ -427,6 +479,7 @@ static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit
             p->st.wait_max_us = waited;
     }
     pthread_mutex_unlock(&p->mu);
+    waker_retract(s);
     trace(DBT_LOG_INFO, "grant", s, waited, -1, holders, queue, NULL, NULL);
     *out = s;
     return DBT_ACQ_GRANTED;
@@ -439,6 +492,36 @@ static void drop_slot(dbt_pool *p, struct dbt_slot *s)
     unlink_slot(p, s);
     pthread_mutex_unlock(&p->mu);
     free_slot(s);
+}
+
+static void send_release(dbt_pool *p, dbt_kind kind, const char *id);
+
+/* A grant that reached a waiter whose last accepted renewal is a whole lease old. p->mu held. */
+static bool stale_grant(const dbt_pool *p, const struct dbt_slot *s)
+{
+    return dbt_now_us() - s->t_renewed_us > p->client->cfg->lease_ms * 1000;
+}
+
+/* Granted while this process could not renew (stopped, or cut off from Redis) for a whole lease:
+ * Redis may have reaped the permit and granted it again. Gives it back so the caller queues anew
+ * rather than run a command on a permit that may be gone. Called with p->mu held; returns without
+ * it. False (and s freed) when the deadline has passed meanwhile. */
+static bool give_back_stale(dbt_pool *p, struct dbt_slot *s, int64_t deadline)
+{
+    unlink_slot(p, s);
+    p->st.leases_lost++;
+    pthread_mutex_unlock(&p->mu);
+    trace(DBT_LOG_WARN, "stale_grant", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
+          "no renewal accepted for a whole lease: queue again");
+    send_release(p, s->kind, s->id);
+    if (deadline >= 0 && dbt_now_us() >= deadline) {
+        free_slot(s);
+        pthread_mutex_lock(&p->mu);
+        p->st.timeouts++;
+        pthread_mutex_unlock(&p->mu);
+        return false;
+    }
+    return true;
 }
 
 dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o, dbt_permit **out)
@@ -469,6 +552,7 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
         free(s);
         return outage_result(p, kind, o, "cannot create an eventfd");
     }
+    waker_publish(s, o->waker);
     int64_t deadline = o->wait_ms < 0 ? -1 : start + o->wait_ms * 1000;
 
     for (;;) {
@@ -512,6 +596,11 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
                 s->t_grant_us = dbt_now_us();
                 p->nheld++;
             }
+            if (stale_grant(p, s)) { /* the reply took a whole lease to read (stopped?) */
+                if (!give_back_stale(p, s, deadline))
+                    return DBT_ACQ_TIMEOUT;
+                continue;
+            }
             p->seen_any_grant = true;
             if (st == 2)
                 p->st.waits++;
@@ -526,7 +615,7 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
         pthread_mutex_unlock(&p->mu);
         trace(DBT_LOG_INFO, "wait", s, -1, -1, holders, queue, NULL, NULL);
 
-        bool leader = false;
+        bool leader = false, requeue = false;
         int w = 1;
         for (;;) {
             pthread_mutex_lock(&p->mu);
@@ -540,9 +629,15 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
                 }
                 leader = false;
             }
-            if (now == SLOT_HELD) {
+            if (now == SLOT_HELD && !stale_grant(p, s)) {
                 pthread_mutex_unlock(&p->mu);
                 return finish_granted(p, s, out, -1, -1);
+            }
+            if (now == SLOT_HELD) {
+                if (!give_back_stale(p, s, deadline))
+                    return DBT_ACQ_TIMEOUT;
+                requeue = true;
+                break;
             }
             if (now == SLOT_REQUEUE || now == SLOT_DOWN) {
                 if (!p->leader_active)
@@ -579,6 +674,8 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
             else
                 w = leader ? dbt_listen(p, s, deadline, o) : wait_wake(s, deadline, o);
         }
+        if (requeue)
+            continue;
         if (s->state == SLOT_DOWN) {
             free_slot(s);
             pthread_mutex_lock(&p->mu);
@@ -651,11 +748,12 @@ void dbt_permit_note_idle(dbt_permit *s, bool idle)
     pthread_mutex_unlock(&s->pool->mu);
 }
 
-bool dbt_permit_lost(const dbt_permit *s)
+bool dbt_permit_lost(dbt_permit *s)
 {
-    pthread_mutex_lock(&s->pool->mu);
-    bool lost = s->lost;
-    pthread_mutex_unlock(&s->pool->mu);
+    dbt_pool *p = s->pool;
+    pthread_mutex_lock(&p->mu);
+    bool lost = s->gen != p->gen || dbt_slot_expire_unrenewed(p, s, dbt_now_us());
+    pthread_mutex_unlock(&p->mu);
     return lost;
 }
 

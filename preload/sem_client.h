@@ -9,6 +9,7 @@
 #include "config.h"
 #include "keys.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -24,6 +25,19 @@ typedef enum {
     DBT_ACQ_REFUSED      /* Redis unreachable, on_redis_error=closed: fail the command */
 } dbt_acq_result;
 
+/* Lets another thread, or a signal handler, wake a waiting dbt_acquire so that it asks
+ * opts->interrupted again (PQcancel is documented as callable from a signal handler). Zeroed is
+ * idle. While a wait runs, efd_plus1 names its eventfd; `users` counts firers inside
+ * dbt_waker_fire, and the waiter does not close the eventfd until none is, so a firer never
+ * writes to a descriptor number that the program has reused. */
+typedef struct {
+    atomic_int efd_plus1;
+    atomic_int users;
+} dbt_waker;
+
+/* Wakes the wait that w belongs to, if one runs. Async-signal-safe: atomics and write(2). */
+void dbt_waker_fire(dbt_waker *w);
+
 typedef struct {
     int limit;        /* this caller's limit (>= 1) */
     int64_t wait_ms;  /* DBT_FOREVER, or how long to wait; 0 = only if one is free now */
@@ -32,6 +46,7 @@ typedef struct {
      * DBT_ACQ_INTERRUPTED. NULL: signals never interrupt. */
     bool (*interrupted)(void *arg);
     void *arg;
+    dbt_waker *waker; /* NULL, or published while the call waits (see dbt_waker) */
 } dbt_acquire_opts;
 
 typedef struct {
@@ -76,9 +91,12 @@ void dbt_release(dbt_permit *permit);
 /* The permit's id ("<client id>.<serial>.<limit>"), as Redis and the trace know it. */
 const char *dbt_permit_id(const dbt_permit *permit);
 
-/* True when a renewal found that Redis no longer has this permit (its lease ran out while Redis
- * was unreachable, or Redis lost its data). The holder should not count on it any more. */
-bool dbt_permit_lost(const dbt_permit *permit);
+/* True when Redis may no longer have this permit: a renewal found it gone (Redis lost its data),
+ * or no acquire or renewal that Redis accepted was sent for a whole lease, so Redis may have
+ * reaped it and granted it to another (checked here against the clock, not only by the renewal
+ * thread, which may itself be stuck). The holder must not count on it any more: give it back and
+ * acquire again. The first time it is found, an error is logged. */
+bool dbt_permit_lost(dbt_permit *permit);
 
 /* Marks the permit as held by a connection that sits idle in a transaction (or not any more).
  * The renewer logs one warning when that lasts longer than DBTHROTTLE_IDLE_IN_TX_WARN. */

@@ -7,6 +7,7 @@
  * there deadlocks when the holders of every permit wait for a row lock the transaction holds. */
 #include "throttle.h"
 
+#include "cancel_map.h"
 #include "conn_registry.h"
 #include "lib.h"
 #include "log.h"
@@ -83,8 +84,11 @@ static const char *exempt_rule(const dbt_config *cfg, PGconn *conn)
     return NULL;
 }
 
+#define SQLSTATE_REFUSED  "53300" /* too_many_connections: "insufficient resources" */
+#define SQLSTATE_CANCELED "57014" /* query_canceled, as the server says it */
+
 static void set_refusal(dbt_conn *c, dbt_kind kind, const char *fmt_pool, int limit,
-                        int64_t waited_ms, const char *why)
+                        int64_t waited_ms, const char *why, const char *sqlstate)
 {
     char msg[1024];
     snprintf(msg, sizeof msg,
@@ -93,6 +97,7 @@ static void set_refusal(dbt_conn *c, dbt_kind kind, const char *fmt_pool, int li
              dbt_kind_name(kind), fmt_pool, limit, waited_ms, why);
     free(c->refusal);
     c->refusal = strdup(msg);
+    c->refusal_state = sqlstate;
 }
 
 /* The connection's pool, chosen once: DBTHROTTLE_POOL, or where libpq resolved it to go. */
@@ -127,32 +132,61 @@ static bool is_exempt(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
     return c->exempt;
 }
 
-/* Takes a permit of `kind` for c; false when refused (message set). */
+/* Takes a permit of `kind` for c; false when refused (message set). A cancel of the connection
+ * (PQcancel, PQrequestCancel) ends the wait as the server would end a statement. */
 static bool take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, int limit,
                  dbt_permit **slot)
 {
     dbt_pool *pool = pool_of(lib, c, conn);
     if (!pool)
         return true; /* out of memory: better unthrottled than a crash */
-    dbt_acquire_opts o = {.limit = limit, .wait_ms = lib->cfg.wait_timeout_ms, .conn = c->id};
+    dbt_cancel_wait *cw = dbt_cancel_wait_begin(conn);
+    dbt_acquire_opts o = {.limit = limit,
+                          .wait_ms = lib->cfg.wait_timeout_ms,
+                          .conn = c->id,
+                          .interrupted = cw ? dbt_cancel_requested : NULL,
+                          .arg = cw,
+                          .waker = dbt_cancel_waker(cw)};
     int64_t t0 = now_ms();
-    switch (dbt_acquire(pool, kind, &o, slot)) {
+    dbt_acq_result r = dbt_acquire(pool, kind, &o, slot);
+    dbt_cancel_wait_end(cw);
+    const char *name = dbt_pool_name(pool);
+    switch (r) {
     case DBT_ACQ_GRANTED:
     case DBT_ACQ_UNTHROTTLED:
         return true;
     case DBT_ACQ_TIMEOUT:
-        set_refusal(c, kind, dbt_pool_name(pool), limit, now_ms() - t0,
-                    "DBTHROTTLE_WAIT_TIMEOUT reached");
+        set_refusal(c, kind, name, limit, now_ms() - t0, "DBTHROTTLE_WAIT_TIMEOUT reached",
+                    SQLSTATE_REFUSED);
         return false;
     case DBT_ACQ_INTERRUPTED:
-        set_refusal(c, kind, dbt_pool_name(pool), limit, now_ms() - t0, "interrupted");
+        set_refusal(c, kind, name, limit, now_ms() - t0, "canceling statement due to user request",
+                    SQLSTATE_CANCELED);
         return false;
     case DBT_ACQ_REFUSED:
     default:
-        set_refusal(c, kind, dbt_pool_name(pool), limit, now_ms() - t0,
-                    "Redis is unreachable and DBTHROTTLE_ON_REDIS_ERROR=closed");
+        set_refusal(c, kind, name, limit, now_ms() - t0,
+                    "Redis is unreachable and DBTHROTTLE_ON_REDIS_ERROR=closed", SQLSTATE_REFUSED);
         return false;
     }
+}
+
+/* A permit Redis may have given to another (its lease ran out unrenewed, or Redis lost it) is
+ * given back, so that the command goes through the queue again rather than run over the limit:
+ * even inside a transaction, where the permit was being kept. */
+static void drop_if_lost(dbt_conn *c, dbt_permit **slot)
+{
+    if (!*slot || !dbt_permit_lost(*slot))
+        return;
+    if (dbt_log_enabled(DBT_LOG_WARN)) {
+        dbt_field f[] = {DBT_S("conn", c->id), DBT_S("permit", dbt_permit_id(*slot)),
+                         DBT_S("effect", "the next command acquires again, through the queue")};
+        dbt_log(DBT_LOG_WARN, "reacquire", f, sizeof f / sizeof *f);
+    }
+    if (*slot == c->query_permit && c->idle_in_tx_since)
+        c->idle_in_tx_since = 0;
+    dbt_release(*slot);
+    *slot = NULL;
 }
 
 /* What every permit decision starts with: the connection's entry, its last refusal forgotten,
@@ -172,6 +206,7 @@ static dbt_conn *begin(PGconn *conn, const dbt_lib *lib, bool *go)
         char msg[DBT_ERRLEN + 64];
         snprintf(msg, sizeof msg, "dbthrottle: bad configuration: %s\n", lib->error);
         c->refusal = strdup(msg);
+        c->refusal_state = SQLSTATE_REFUSED;
         *go = false;
         return NULL;
     }
@@ -187,7 +222,9 @@ bool dbt_throttle_connect(PGconn *conn)
         return go;
     if (c->conn_permit || lib->cfg.max_connections == 0 || is_exempt(lib, c, conn))
         return true;
-    return take(lib, c, conn, DBT_KIND_CONN, lib->cfg.max_connections, &c->conn_permit);
+    c->had_conn_permit =
+        take(lib, c, conn, DBT_KIND_CONN, lib->cfg.max_connections, &c->conn_permit);
+    return c->had_conn_permit;
 }
 
 void dbt_throttle_connect_failed(PGconn *conn)
@@ -209,6 +246,11 @@ bool dbt_throttle_before(PGconn *conn)
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)
         return go;
+    drop_if_lost(c, &c->conn_permit);
+    if (!c->conn_permit && lib->cfg.max_connections > 0 && c->had_conn_permit &&
+        !take(lib, c, conn, DBT_KIND_CONN, lib->cfg.max_connections, &c->conn_permit))
+        return false;
+    drop_if_lost(c, &c->query_permit);
     if (c->query_permit) {
         if (c->idle_in_tx_since) {
             dbt_permit_note_idle(c->query_permit, false);
@@ -249,6 +291,7 @@ void dbt_throttle_forget(PGconn *conn)
     const dbt_lib *lib = dbt_lib_get();
     if (!lib->active && !lib->broken)
         return;
+    dbt_cancel_forget_conn(conn);
     dbt_conn *c = dbt_conn_take(conn);
     if (c) {
         dbt_release(c->query_permit);
@@ -257,12 +300,18 @@ void dbt_throttle_forget(PGconn *conn)
     dbt_conn_free(c);
 }
 
+static const char *c_state(const PGconn *conn)
+{
+    dbt_conn *c = dbt_conn_find(conn, false);
+    return c && c->refusal_state ? c->refusal_state : SQLSTATE_REFUSED;
+}
+
 PGresult *dbt_throttle_refused_result(PGconn *conn)
 {
     PGresult *r = DBT_REAL(PQmakeEmptyPGresult)(conn, PGRES_FATAL_ERROR);
     const char *msg = dbt_throttle_error(conn);
     if (r && msg)
-        dbt_refused_add(r, msg);
+        dbt_refused_add(r, msg, c_state(conn));
     return r;
 }
 

@@ -1,0 +1,256 @@
+/* fault_worker.c - a libpq worker for the fault suite, run with libdbthrottle.so preloaded.
+ *
+ * Runs `SELECT dbt_probe(ms)` (see lib.sh: it logs how many probes of its application_name run
+ * at the server at that moment, the independent counter of the suite) until it has run -n of
+ * them or SIGTERM/SIGINT asks it to stop, and prints one summary line:
+ *   pid=P ok=N err=E max_call_ms=M codes=SQLSTATE:count,...
+ * max_call_ms is the longest single libpq call: how long the throttle ever kept the program.
+ *
+ *   -n N     probes per connection (0: until SIGTERM)      -s MS   server-side sleep per probe
+ *   -x MS    run each probe inside BEGIN ... COMMIT, with MS of client-side pause after it and a
+ *            second probe before COMMIT (a permit kept idle in a transaction)
+ *   -T N     N threads, one connection each                -F N    pre-fork: connect, run one
+ *            probe, then fork N children that each open their own connection (gunicorn-style)
+ *   -K       with -T: once the threads run, fork a child that runs -n probes on a connection of
+ *            its own while they wait for permits, and wait for it
+ *   -W FILE  touch FILE once the first probe has its result (tests wait for it)
+ * The connection comes from the PG* variables. Exit status 0 unless a connection failed. */
+#include <libpq-fe.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int n_probes, sleep_ms, tx_pause_ms = -1;
+static const char *ready_file;
+static volatile sig_atomic_t stop;
+
+#define MAX_CODES 8
+typedef struct {
+    long ok, err;
+    double max_call_ms;
+    char codes[MAX_CODES][6];
+    long code_n[MAX_CODES];
+    int bad_connect;
+} tally;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void count_code(tally *t, const char *code)
+{
+    if (!code)
+        code = "?????";
+    for (int i = 0; i < MAX_CODES; i++) {
+        if (!t->codes[i][0])
+            snprintf(t->codes[i], sizeof t->codes[i], "%.5s", code);
+        if (strncmp(t->codes[i], code, 5) == 0) {
+            t->code_n[i]++;
+            return;
+        }
+    }
+}
+
+/* One libpq call, timed. True when it succeeded. */
+static bool run(PGconn *c, const char *sql, tally *t)
+{
+    double t0 = now_ms();
+    PGresult *r = PQexec(c, sql);
+    double took = now_ms() - t0;
+    if (took > t->max_call_ms)
+        t->max_call_ms = took;
+    ExecStatusType st = PQresultStatus(r);
+    bool ok = st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK;
+    if (!ok) {
+        t->err++;
+        count_code(t, PQresultErrorField(r, PG_DIAG_SQLSTATE));
+    }
+    PQclear(r);
+    return ok;
+}
+
+static void mark_ready(void)
+{
+    static atomic_int done;
+    if (ready_file && atomic_exchange(&done, 1) == 0) {
+        FILE *f = fopen(ready_file, "w");
+        if (f)
+            fclose(f);
+    }
+}
+
+static void work(tally *t)
+{
+    PGconn *c = PQconnectdb("");
+    if (PQstatus(c) != CONNECTION_OK) {
+        fprintf(stderr, "fault_worker %d: connect: %s", (int)getpid(), PQerrorMessage(c));
+        t->bad_connect = 1;
+        PQfinish(c);
+        return;
+    }
+    char sql[64];
+    snprintf(sql, sizeof sql, "SELECT dbt_probe(%d)", sleep_ms);
+    for (int i = 0; (n_probes == 0 || i < n_probes) && !stop; i++) {
+        bool ok;
+        if (tx_pause_ms >= 0) {
+            ok = run(c, "BEGIN", t) && run(c, sql, t);
+            mark_ready();
+            if (ok && tx_pause_ms > 0)
+                usleep((useconds_t)tx_pause_ms * 1000);
+            ok = ok && run(c, sql, t) && run(c, "COMMIT", t);
+            if (!ok && PQtransactionStatus(c) != PQTRANS_IDLE)
+                PQclear(PQexec(c, "ROLLBACK"));
+        } else {
+            ok = run(c, sql, t);
+            mark_ready();
+        }
+        if (ok)
+            t->ok++;
+        if (PQstatus(c) == CONNECTION_BAD)
+            PQreset(c);
+    }
+    PQfinish(c);
+}
+
+static void *thread_main(void *arg)
+{
+    work(arg);
+    return NULL;
+}
+
+static void report(const tally *t)
+{
+    char codes[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < MAX_CODES && t->codes[i][0]; i++)
+        len += (size_t)snprintf(codes + len, sizeof codes - len, "%s%s:%ld", i ? "," : "",
+                                t->codes[i], t->code_n[i]);
+    printf("pid=%d ok=%ld err=%ld max_call_ms=%.0f codes=%s\n", (int)getpid(), t->ok, t->err,
+           t->max_call_ms, codes[0] ? codes : "-");
+    fflush(stdout);
+}
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = 1, children = 0, opt;
+    bool fork_while_waiting = false;
+    while ((opt = getopt(argc, argv, "n:s:x:T:F:KW:")) != -1) {
+        switch (opt) {
+        case 'n':
+            n_probes = atoi(optarg);
+            break;
+        case 's':
+            sleep_ms = atoi(optarg);
+            break;
+        case 'x':
+            tx_pause_ms = atoi(optarg);
+            break;
+        case 'T':
+            threads = atoi(optarg);
+            break;
+        case 'F':
+            children = atoi(optarg);
+            break;
+        case 'K':
+            fork_while_waiting = true;
+            break;
+        case 'W':
+            ready_file = optarg;
+            break;
+        default:
+            fprintf(stderr,
+                    "usage: fault_worker [-n N] [-s MS] [-x MS] [-T N] [-F N] [-K] [-W FILE]\n");
+            return 2;
+        }
+    }
+    struct sigaction sa = {.sa_handler = on_stop};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    tally total = {0};
+    if (children > 0) {
+        /* The parent's connection and permit exist before the fork, as in a pre-fork server. */
+        PGconn *c = PQconnectdb("");
+        if (PQstatus(c) != CONNECTION_OK) {
+            fprintf(stderr, "fault_worker: connect: %s", PQerrorMessage(c));
+            return 1;
+        }
+        char sql[64];
+        snprintf(sql, sizeof sql, "SELECT dbt_probe(%d)", sleep_ms);
+        if (run(c, sql, &total))
+            total.ok++;
+        for (int i = 0; i < children; i++) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                tally t = {0};
+                work(&t);
+                report(&t);
+                _exit(t.bad_connect);
+            }
+        }
+        int st, bad = 0;
+        while (wait(&st) > 0)
+            bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+        if (run(c, sql, &total)) /* the parent's connection still works after its children */
+            total.ok++;
+        PQfinish(c);
+        report(&total);
+        return bad;
+    }
+    if (threads <= 1) {
+        work(&total);
+        report(&total);
+        return total.bad_connect;
+    }
+    pthread_t *tid = calloc((size_t)threads, sizeof *tid);
+    tally *ts = calloc((size_t)threads, sizeof *ts);
+    if (!tid || !ts)
+        return 1;
+    for (int i = 0; i < threads; i++)
+        pthread_create(&tid[i], NULL, thread_main, &ts[i]);
+    int bad = 0;
+    if (fork_while_waiting) {
+        usleep(100 * 1000); /* the threads are queued by now: the pool is saturated */
+        pid_t pid = fork();
+        if (pid == 0) {
+            tally t = {0};
+            work(&t);
+            report(&t);
+            _exit(t.bad_connect || t.ok == 0);
+        }
+        int st;
+        bad |= pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    for (int i = 0; i < threads; i++) {
+        pthread_join(tid[i], NULL);
+        total.ok += ts[i].ok;
+        total.err += ts[i].err;
+        bad |= ts[i].bad_connect;
+        if (ts[i].max_call_ms > total.max_call_ms)
+            total.max_call_ms = ts[i].max_call_ms;
+        for (int k = 0; k < MAX_CODES && ts[i].codes[k][0]; k++)
+            for (long j = 0; j < ts[i].code_n[k]; j++)
+                count_code(&total, ts[i].codes[k]);
+    }
+    free(tid);
+    free(ts);
+    report(&total);
+    return bad;
+}

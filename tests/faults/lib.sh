@@ -1,0 +1,143 @@
+# lib.sh - what every fault case shares (sourced by run.sh): the servers, the independent
+# concurrency counter at the server, Redis' own view of the pools, and check reporting.
+#
+# The counter: dbt_probe(ms) counts, at its start, the probes of its own application_name that
+# are running at the server (itself included), writes "dbt_conc app=A n=N" to the server log and
+# sleeps ms. A backend reports itself idle before it answers a statement, so a permit given back
+# after a statement can never make two probes seem to overlap; the largest N is the most
+# statements that ran at once. It is read from the server, not from anything the throttle says.
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+lib=$top/build/libdbthrottle.so
+worker=$top/build/tests/fault_worker
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   - $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL - $*"; }
+check() { # check "what" "shell condition"
+    if eval "$2"; then ok "$1"; else fail "$1"; fi
+}
+note() { echo "#      $*"; }
+
+free_port() {
+    echo $(( ( $(od -An -N2 -tu2 /dev/urandom) % 30000 ) + 20000 ))
+}
+
+# ---- Redis --------------------------------------------------------------------------------------
+# redis_start [extra options...]: on $rport (chosen once), data in $work/redis, pid in $redis_pid.
+redis_start() {
+    mkdir -p "$work/redis"
+    [ -n "${rport:-}" ] || rport=$(free_port)
+    redis-server --port "$rport" --bind "${redis_bind:-127.0.0.1}" --save "" --appendonly no \
+        --dir "$work/redis" --logfile "$work/redis/redis.log" "$@" &
+    redis_pid=$!
+    i=0
+    until rcli ping >/dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -ge 200 ] || ! kill -0 "$redis_pid" 2>/dev/null; then
+            rport=$(free_port) # taken: try another port once more
+            redis-server --port "$rport" --bind "${redis_bind:-127.0.0.1}" --save "" \
+                --appendonly no --dir "$work/redis" --logfile "$work/redis/redis.log" "$@" &
+            redis_pid=$!
+            i=0
+            until rcli ping >/dev/null 2>&1 || [ $i -ge 200 ]; do sleep 0.05; i=$((i + 1)); done
+            break
+        fi
+        sleep 0.05
+    done
+    export DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$rport
+}
+redis_kill() { kill -9 "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; redis_pid=; }
+redis_stop() { [ -n "${redis_pid:-}" ] && { rcli shutdown nosave >/dev/null 2>&1 || true; wait "$redis_pid" 2>/dev/null; }; redis_pid=; }
+rcli() { redis-cli -p "$rport" "$@"; }
+
+# live_holders [KIND [PREFIX]]: permits whose lease has not run out, over every pool, by Redis'
+# own clock (expired entries that no script has reaped yet do not count).
+live_holders() {
+    rcli --raw eval "local now = redis.call('TIME') now = now[1] * 1000 + math.floor(now[2] / 1000)
+        local n, cur = 0, '0'
+        repeat
+            local r = redis.call('SCAN', cur, 'MATCH', ARGV[2] .. '*:' .. ARGV[1] .. ':holders', 'COUNT', 1000)
+            cur = r[1]
+            for _, k in ipairs(r[2]) do n = n + redis.call('ZCOUNT', k, now, '+inf') end
+        until cur == '0'
+        return n" 0 "${1:-q}" "${2:-dbthrottle:}"
+}
+queued() {
+    rcli --raw eval "local n, cur = 0, '0'
+        repeat
+            local r = redis.call('SCAN', cur, 'MATCH', ARGV[2] .. '*:' .. ARGV[1] .. ':queue', 'COUNT', 1000)
+            cur = r[1]
+            for _, k in ipairs(r[2]) do n = n + redis.call('ZCARD', k) end
+        until cur == '0'
+        return n" 0 "${1:-q}" "${2:-dbthrottle:}"
+}
+
+# wait_until SECONDS "condition": polls every 20 ms; true if it held in time. Prints how long.
+wait_until() {
+    wu_t0=$(date +%s%N)
+    wu_end=$((wu_t0 + $1 * 1000000000))
+    while ! eval "$2"; do
+        [ "$(date +%s%N)" -lt "$wu_end" ] || { waited_ms=-1; return 1; }
+        sleep 0.02
+    done
+    waited_ms=$(( ($(date +%s%N) - wu_t0) / 1000000 ))
+    return 0
+}
+
+# ---- PostgreSQL -------------------------------------------------------------------------------
+pg_start() {
+    PGPORT=$(sh "$top/tools/pgtmp.sh" start "$work/pg") || { echo "FAIL - PostgreSQL did not start"; exit 1; }
+    export PGHOST=127.0.0.1 PGPORT PGUSER=postgres PGDATABASE=postgres
+    psql -qAtX <<'SQL' >/dev/null
+CREATE FUNCTION dbt_probe(ms int) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE n int;
+BEGIN
+    PERFORM pg_stat_clear_snapshot();
+    SELECT count(*) INTO n FROM pg_stat_activity
+     WHERE state = 'active' AND query LIKE 'SELECT dbt_probe(%'
+       AND application_name = current_setting('application_name');
+    RAISE LOG 'dbt_conc app=% n=%', current_setting('application_name'), n;
+    PERFORM pg_sleep(ms / 1000.0);
+    RETURN n;
+END $$;
+SQL
+}
+pg_stop() { sh "$top/tools/pgtmp.sh" stop "$work/pg" 2>/dev/null; }
+
+# mark: remembers where the server log is now; max_conc APP: the most probes of application APP
+# that ran at once since the mark; probes APP: how many ran since the mark.
+mark() { log_mark=$(wc -l <"$work/pg/server.log"); }
+max_conc() {
+    tail -n +"$((log_mark + 1))" "$work/pg/server.log" |
+        awk -v app="app=$1" '$0 ~ "dbt_conc " app " n=" { sub(/.* n=/, ""); if ($1 + 0 > m) m = $1 + 0 } END { print m + 0 }'
+}
+probes() {
+    tail -n +"$((log_mark + 1))" "$work/pg/server.log" | grep -c "dbt_conc app=$1 n="
+}
+
+throttled() { env LD_PRELOAD="$lib" "$@"; }
+
+# sum_field FIELD FILES...: adds up FIELD=N over the workers' summary lines.
+sum_field() {
+    f=$1
+    shift
+    cat "$@" 2>/dev/null | tr ' ' '\n' | awk -F= -v f="$f" '$1 == f { s += $2 } END { print s + 0 }'
+}
+max_field() {
+    f=$1
+    shift
+    cat "$@" 2>/dev/null | tr ' ' '\n' | awk -F= -v f="$f" '$1 == f && $2 + 0 > m { m = $2 + 0 } END { print m + 0 }'
+}
+live_waiters() {
+    rcli --raw eval "local now = redis.call('TIME') now = now[1] * 1000 + math.floor(now[2] / 1000)
+        local n, cur = 0, '0'
+        repeat
+            local r = redis.call('SCAN', cur, 'MATCH', ARGV[2] .. '*:' .. ARGV[1] .. ':wexp', 'COUNT', 1000)
+            cur = r[1]
+            for _, k in ipairs(r[2]) do n = n + redis.call('ZCOUNT', k, now, '+inf') end
+        until cur == '0'
+        return n" 0 "${1:-q}" "${2:-dbthrottle:}"
+}
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+rand() { echo $(( $(od -An -N2 -tu2 /dev/urandom) % $1 )); }
