@@ -71,6 +71,7 @@ static void child_pool(dbt_pool *p)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->conn_cv, NULL);
     init_mono_cond(&p->bg_cv);
+    p->ndeferred = 0; /* the parent's releases: the parent sends them */
     /* Idle connections are freed; connections another thread was using in the parent are only
      * closed (their state is unknown, and that thread does not exist here). */
     for (int i = 0; i < DBT_MAX_CONNS; i++) {

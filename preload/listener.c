@@ -170,6 +170,7 @@ int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_a
         snprintf(big, (size_t)klen + 1, "%s%s", p->keys.wake_prefix, p->client->cid);
     }
     int result = 1;
+    bool reconnected = false;
     dbt_redis *l = ready_listener(p, big ? big : wake_key, err);
     if (!l) {
         listener_failed(p, err);
@@ -199,6 +200,17 @@ int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_a
             continue; /* the deadline check above ends it */
         if (pfd[0].revents) {
             if (!read_grants(p, l, err)) {
+                /* Once per call, a listener that failed (it may have sat on a Redis that has
+                 * restarted since) is replaced before the waiters are told Redis is gone:
+                 * grants pushed meanwhile wait in the wake list for the new BLPOPs. */
+                if (!reconnected) {
+                    reconnected = true;
+                    pthread_mutex_lock(&p->mu);
+                    p->listener_reset = true;
+                    pthread_mutex_unlock(&p->mu);
+                    if ((l = ready_listener(p, big ? big : wake_key, err)) != NULL)
+                        continue;
+                }
                 listener_failed(p, err);
                 break;
             }

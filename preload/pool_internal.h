@@ -17,6 +17,10 @@
  * long before trying again, so an outage costs one timeout per second, not one per query. */
 #define DBT_OUTAGE_BACKOFF_US INT64_C(1000000)
 
+/* Releases that could not be sent (Redis unreachable) are kept, this many at most, and sent once
+ * Redis answers again; beyond that, their leases give them back. */
+#define DBT_MAX_DEFERRED 256
+
 typedef enum {
     SLOT_PENDING,    /* acquire sent, reply not read yet */
     SLOT_QUEUED,     /* in Redis' queue, waiting for its grant */
@@ -75,6 +79,13 @@ struct dbt_pool {
     int64_t last_renew_us;
 
     int64_t down_until_us; /* outage backoff, see DBT_OUTAGE_BACKOFF_US */
+    /* releases owed to Redis (see DBT_MAX_DEFERRED); the renewer sends them */
+    struct {
+        bool cancel; /* cancel.lua (an acquire whose reply was lost), else release.lua */
+        dbt_kind kind;
+        char id[64];
+    } deferred[DBT_MAX_DEFERRED];
+    int ndeferred;
     bool in_outage;
     bool disagreement_logged[DBT_NKINDS];
     bool seen_any_grant;
@@ -104,6 +115,9 @@ void dbt_script_base_args(const dbt_pool *p, dbt_kind kind, char *lease, char *t
 
 /* Marks s lost if no renewal was accepted for a whole lease (logs it once). p->mu held. */
 bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now);
+
+/* Sends the releases and cancels kept during an outage. Call without p->mu. */
+void dbt_flush_deferred(dbt_pool *p);
 
 /* listener.c */
 /* Leads for one step: polls the listener connection and s's eventfd until something happens

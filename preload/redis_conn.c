@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 /* hiredis 0.14 writes with write(2): a write to a socket Redis has closed raises SIGPIPE, whose
@@ -40,6 +41,63 @@ static struct timeval tv_of(int64_t ms)
 {
     struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
     return tv;
+}
+
+/* ---- time budgets ---------------------------------------------------------------------- */
+
+static __thread int64_t budget_deadline_us; /* 0: no budget, each step has the full timeout */
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t dbt_redis_budget_begin(int64_t ms)
+{
+    int64_t saved = budget_deadline_us, d = mono_us() + ms * 1000;
+    if (!saved || d < saved)
+        budget_deadline_us = d;
+    return saved;
+}
+
+void dbt_redis_budget_end(int64_t saved)
+{
+    budget_deadline_us = saved;
+}
+
+/* What the next blocking step may take: the timeout, or what is left of the budget (0: spent). */
+static int64_t step_ms(int64_t timeout_ms)
+{
+    if (!budget_deadline_us)
+        return timeout_ms;
+    int64_t left = (budget_deadline_us - mono_us() + 999) / 1000;
+    return left <= 0 ? 0 : left < timeout_ms ? left : timeout_ms;
+}
+
+static void set_err(char *err, const char *what, const char *detail);
+
+/* Gives the socket the timeout of the next step; false (err set, connection given up) when the
+ * budget is spent. Only re-arms when the change is worth two setsockopt calls, so the common
+ * case, one command well within its budget, costs no system call. */
+static bool arm(dbt_redis *r, char *err)
+{
+    int64_t want = step_ms(r->timeout_ms);
+    if (want == 0) {
+        set_err(err, "redis", "timed out (DBTHROTTLE_REDIS_TIMEOUT spent)");
+        if (!r->ctx->err)
+            r->ctx->err = REDIS_ERR_IO; /* replies may be owed: never reuse it */
+        return false;
+    }
+    int64_t diff = want > r->armed_ms ? want - r->armed_ms : r->armed_ms - want;
+    if (diff > r->armed_ms / 8 + 2) {
+        struct timeval tv = {.tv_sec = (time_t)(want / 1000),
+                             .tv_usec = (suseconds_t)(want % 1000) * 1000};
+        if (redisSetTimeout(r->ctx, tv) == REDIS_OK)
+            r->armed_ms = want;
+    }
+    return true;
 }
 
 static void set_err(char *err, const char *what, const char *detail)
@@ -100,7 +158,12 @@ static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
 {
     char who[300];
     where(cfg, who, sizeof who);
-    struct timeval tv = tv_of(cfg->redis_timeout_ms);
+    int64_t ms = step_ms(cfg->redis_timeout_ms);
+    if (ms == 0) {
+        set_err(err, who, "timed out (DBTHROTTLE_REDIS_TIMEOUT spent)");
+        return NULL;
+    }
+    struct timeval tv = tv_of(ms);
     redisContext *c = cfg->redis.is_unix
                           ? redisConnectUnixWithTimeout(cfg->redis.path, tv)
                           : redisConnectWithTimeout(cfg->redis.host, cfg->redis.port, tv);
@@ -133,6 +196,7 @@ static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
     }
     r->ctx = c;
     r->timeout_ms = cfg->redis_timeout_ms;
+    r->armed_ms = ms;
 
     char msg[DBT_ERRLEN];
     redisReply *rep;
@@ -194,15 +258,34 @@ bool dbt_redis_broken(const dbt_redis *r)
     return !r->ctx || r->ctx->err != 0;
 }
 
+bool dbt_redis_stale(dbt_redis *r)
+{
+    if (dbt_redis_broken(r))
+        return true;
+    if (r->npending > 0)
+        return false; /* replies are owed: data waiting is normal, and read later */
+    char c;
+    ssize_t n = recv(r->ctx->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return false;
+    r->ctx->err = REDIS_ERR_EOF; /* closed (0), unasked-for data (> 0), or a socket error */
+    return true;
+}
+
 bool dbt_redis_set_timeout(dbt_redis *r, int64_t ms)
 {
-    return redisSetTimeout(r->ctx, tv_of(ms)) == REDIS_OK;
+    if (redisSetTimeout(r->ctx, tv_of(ms)) != REDIS_OK)
+        return false;
+    r->armed_ms = ms;
+    return true;
 }
 
 /* Reads one reply. Returns NULL and sets err on I/O errors and on error replies. */
 static redisReply *read_reply(dbt_redis *r, char *err)
 {
     void *v = NULL;
+    if (!arm(r, err))
+        return NULL;
     if (redisGetReply(r->ctx, &v) != REDIS_OK || !v) {
         const char *e = r->ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)
                             ? "timed out waiting for a reply"
@@ -454,6 +537,10 @@ static bool eval_nowait_unguarded(dbt_redis *r, const dbt_script *s, int nkeys,
         return false;
     }
     /* Push it onto the socket now; only the reply is left for later. */
+    if (!arm(r, err)) {
+        redisFreeCommand(cmd);
+        return false;
+    }
     int done = 0;
     while (!done) {
         if (redisBufferWrite(r->ctx, &done) != REDIS_OK) {

@@ -16,6 +16,7 @@
 typedef struct {
     redisContext *ctx;
     int64_t timeout_ms; /* command timeout (socket send and receive) */
+    int64_t armed_ms;   /* the socket's timeout now (a budget may have shortened it) */
     int npending;       /* replies still to read, oldest first */
     struct {
         char *cmd; /* the formatted command, kept to re-send it after a NOSCRIPT */
@@ -39,6 +40,19 @@ void dbt_redis_free(dbt_redis *r);
 
 /* True once an I/O or protocol error has made the connection unusable. */
 bool dbt_redis_broken(const dbt_redis *r);
+
+/* A time budget for this thread's Redis calls until dbt_redis_budget_end: connects, writes and
+ * reads made meanwhile share `ms` in all, so an operation of several steps (a connect, its AUTH
+ * and SCRIPT LOADs, the command, a NOSCRIPT repair) costs at most DBTHROTTLE_REDIS_TIMEOUT when
+ * Redis hangs, not that much per step. Nested budgets keep the earlier deadline. Returns what
+ * dbt_redis_budget_end must restore. */
+int64_t dbt_redis_budget_begin(int64_t ms);
+void dbt_redis_budget_end(int64_t saved);
+
+/* True when the connection cannot be used: broken, or (with no reply owed) closed by the server
+ * while it sat idle, as every pooled connection is after Redis restarts. Costs one recv(2)
+ * that does not block. A stale connection is marked broken. */
+bool dbt_redis_stale(dbt_redis *r);
 
 /* Sets the socket receive timeout (e.g. BLPOP's own timeout plus the command timeout). */
 bool dbt_redis_set_timeout(dbt_redis *r, int64_t ms);

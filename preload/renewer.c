@@ -244,7 +244,14 @@ static void *thread_main(void *arg)
     pthread_mutex_lock(&p->mu);
     bool idle = true;
     while (!p->stop) {
-        if (p->nqueued == 0 && p->nheld == 0) {
+        if (p->ndeferred > 0 && p->down_until_us <= dbt_now_us()) {
+            /* Redis answers again (or never failed): tell it what was given back meanwhile. */
+            pthread_mutex_unlock(&p->mu);
+            dbt_flush_deferred(p);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
+        if (p->nqueued == 0 && p->nheld == 0 && p->ndeferred == 0) {
             /* Nothing to renew: no Redis traffic at all until there is. */
             idle = true;
             pthread_cond_wait(&p->bg_cv, &p->mu);
@@ -258,8 +265,12 @@ static void *thread_main(void *arg)
         }
         int64_t due = p->last_renew_us + period;
         if (now >= due) {
+            /* One timeout for the round: a hung Redis must not hold the waiters' news back by
+             * one timeout per idle connection. */
+            int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
             renew(p);
             drain_idle(p);
+            dbt_redis_budget_end(b);
             warn_idle_in_tx(p, dbt_now_us());
         } else {
             timed_park(p, due);

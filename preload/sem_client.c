@@ -117,12 +117,19 @@ void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out)
 dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err)
 {
     pthread_mutex_lock(&p->mu);
-    while (p->nfree == 0 && p->nconns >= DBT_MAX_CONNS)
-        pthread_cond_wait(&p->conn_cv, &p->mu);
-    if (p->nfree > 0) {
+    for (;;) {
+        while (p->nfree == 0 && p->nconns >= DBT_MAX_CONNS)
+            pthread_cond_wait(&p->conn_cv, &p->mu);
+        if (p->nfree == 0)
+            break;
         dbt_redis *r = p->free_conns[--p->nfree];
         pthread_mutex_unlock(&p->mu);
-        return r;
+        /* An idle connection that Redis closed (a restart) is replaced here, before a command
+         * fails on it and the pool takes a healthy Redis for an outage. */
+        if (!dbt_redis_stale(r))
+            return r;
+        dbt_pool_put_conn(p, r); /* broken now: freed */
+        pthread_mutex_lock(&p->mu);
     }
     p->nconns++;
     pthread_mutex_unlock(&p->mu);
@@ -369,26 +376,46 @@ static bool parse_acquire(const redisReply *r, long long *status, long long *hol
 
 /* Withdraws a waiter that gave up. Runs cancel.lua synchronously: if a grant raced with the
  * withdrawal, the script gives that permit back and passes it on, so nothing is lost. */
-static void cancel_in_redis(dbt_pool *p, struct dbt_slot *s)
+/* Sends cancel.lua for id: true when Redis answered (*returned: it had granted it meanwhile,
+ * and passed it on). */
+static bool cancel_id(dbt_pool *p, dbt_kind kind, const char *id, bool *returned)
 {
     char err[DBT_ERRLEN], lease[24], ttl[24];
     const char *keys[DBT_NKEYS], *args[5];
-    dbt_script_keys(p, s->kind, keys);
-    dbt_script_base_args(p, s->kind, lease, ttl, args);
-    args[4] = s->id;
+    dbt_script_keys(p, kind, keys);
+    dbt_script_base_args(p, kind, lease, ttl, args);
+    args[4] = id;
     dbt_redis *r = dbt_pool_get_conn(p, err);
     redisReply *rep =
         r ? dbt_redis_eval(r, &dbt_script_cancel, DBT_NKEYS, keys, 5, args, err) : NULL;
     dbt_pool_put_conn(p, r);
     if (!rep) {
-        /* Not fatal: the waiter stops renewing, so Redis drops it within one lease. */
         dbt_pool_note_error(p, "cancel", err);
-        return;
+        return false;
     }
-    if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 1)
+    *returned = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+    freeReplyObject(rep);
+    return true;
+}
+
+static void defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
+
+static void cancel_in_redis_io(dbt_pool *p, struct dbt_slot *s)
+{
+    bool returned = false;
+    if (!cancel_id(p, s->kind, s->id, &returned))
+        defer_op(p, true, s->kind, s->id); /* sent when Redis answers again */
+    else if (returned)
         trace(DBT_LOG_INFO, "grant_returned", s, -1, -1, -1, -1, "reason",
               "granted as the waiter gave up; passed on");
-    freeReplyObject(rep);
+}
+
+/* cancel_in_redis_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
+static void cancel_in_redis(dbt_pool *p, struct dbt_slot *s)
+{
+    int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+    cancel_in_redis_io(p, s);
+    dbt_redis_budget_end(b);
 }
 
 static void note_disagreement(dbt_pool *p, const struct dbt_slot *s, long long seen)
@@ -406,8 +433,8 @@ static void note_disagreement(dbt_pool *p, const struct dbt_slot *s, long long s
 }
 
 /* Sends acquire.lua for s. Returns 1 granted, 2 queued, 0 not granted (try only), -1 error. */
-static int send_acquire(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
-                        long long *queue)
+static int send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
+                           long long *queue)
 {
     char err[DBT_ERRLEN], lease[24], ttl[24], limit[16];
     const char *keys[DBT_NKEYS], *args[8];
@@ -440,6 +467,16 @@ static int send_acquire(dbt_pool *p, struct dbt_slot *s, bool try_only, long lon
     s->t_renewed_us = sent;
     pthread_mutex_unlock(&p->mu);
     return (int)status;
+}
+
+/* send_acquire_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
+static int send_acquire(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
+                        long long *queue)
+{
+    int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+    int r = send_acquire_io(p, s, try_only, holders, queue);
+    dbt_redis_budget_end(b);
+    return r;
 }
 
 /* Waits on the slot's eventfd until the deadline (-1: none). Returns 1 when woken, 0 on
@@ -573,6 +610,9 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
             pthread_mutex_unlock(&p->mu);
             if (granted)
                 return finish_granted(p, s, out, -1, -1);
+            /* The reply was lost, not necessarily the command: Redis may hold a permit or a
+             * place under this id that nobody would renew or give back before its lease ends. */
+            defer_op(p, true, kind, s->id);
             drop_slot(p, s);
             pthread_mutex_lock(&p->mu);
             p->st.refusals++;
@@ -699,7 +739,23 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
 
 /* ---- release ----------------------------------------------------------------------------- */
 
-static void send_release(dbt_pool *p, dbt_kind kind, const char *id)
+/* A release (or a cancel) Redis could not be told of: kept and sent when Redis answers again,
+ * so the permit is not lost to the pool for a whole lease after a short outage (a phantom holder
+ * that nobody renews still counts until its lease ends). */
+static void defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->ndeferred < DBT_MAX_DEFERRED) {
+        p->deferred[p->ndeferred].cancel = cancel;
+        p->deferred[p->ndeferred].kind = kind;
+        snprintf(p->deferred[p->ndeferred].id, sizeof p->deferred[0].id, "%s", id);
+        p->ndeferred++;
+        dbt_renewer_ensure(p);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void send_release_io(dbt_pool *p, dbt_kind kind, const char *id)
 {
     char err[DBT_ERRLEN], lease[24], ttl[24];
     const char *keys[DBT_NKEYS], *args[5];
@@ -709,8 +765,18 @@ static void send_release(dbt_pool *p, dbt_kind kind, const char *id)
     dbt_redis *r = dbt_pool_get_conn(p, err);
     bool ok = r && dbt_redis_eval_nowait(r, &dbt_script_release, DBT_NKEYS, keys, 5, args, err);
     dbt_pool_put_conn(p, r);
-    if (!ok) /* the lease gives it back within one lease: it is no longer renewed */
+    if (!ok) {
         dbt_pool_note_error(p, "release", err);
+        defer_op(p, false, kind, id);
+    }
+}
+
+/* send_release_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
+static void send_release(dbt_pool *p, dbt_kind kind, const char *id)
+{
+    int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+    send_release_io(p, kind, id);
+    dbt_redis_budget_end(b);
 }
 
 void dbt_release(dbt_permit *s)
@@ -730,9 +796,39 @@ void dbt_release(dbt_permit *s)
     pthread_mutex_unlock(&p->mu);
     if (!down)
         send_release(p, s->kind, s->id);
+    else
+        defer_op(p, false, s->kind, s->id);
     trace(DBT_LOG_INFO, "release", s, -1, dbt_now_us() - s->t_grant_us, -1, -1,
           s->lost ? "lease" : NULL, "lost");
     free_slot(s);
+}
+
+void dbt_flush_deferred(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int n = p->ndeferred;
+    __typeof__(p->deferred[0]) *todo = n ? malloc((size_t)n * sizeof *todo) : NULL;
+    if (todo) {
+        memcpy(todo, p->deferred, (size_t)n * sizeof *todo);
+        p->ndeferred = 0;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (!todo)
+        return;
+    int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+    for (int i = 0; i < n; i++) { /* one that fails is kept again */
+        bool returned;
+        if (!todo[i].cancel)
+            send_release_io(p, todo[i].kind, todo[i].id);
+        else if (!cancel_id(p, todo[i].kind, todo[i].id, &returned))
+            defer_op(p, true, todo[i].kind, todo[i].id);
+    }
+    dbt_redis_budget_end(b);
+    free(todo);
+    if (dbt_log_enabled(DBT_LOG_INFO)) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_I("releases", n)};
+        dbt_log(DBT_LOG_INFO, "deferred_releases_sent", f, 2);
+    }
 }
 
 const char *dbt_permit_id(const dbt_permit *s)

@@ -70,6 +70,9 @@ static bool run(PGconn *c, const char *sql, tally *t)
     double took = now_ms() - t0;
     if (took > t->max_call_ms)
         t->max_call_ms = took;
+    if (getenv("FAULT_SLOW_MS") && took > atof(getenv("FAULT_SLOW_MS")))
+        fprintf(stderr, "fault_worker %d: slow call %.0f ms ending at %.0f\n", (int)getpid(), took,
+                now_ms());
     ExecStatusType st = PQresultStatus(r);
     bool ok = st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK;
     if (!ok) {
@@ -117,6 +120,8 @@ static void work(tally *t)
         }
         if (ok)
             t->ok++;
+        else
+            usleep(10 * 1000); /* as a real program would, rather than spin on a refusal */
         if (PQstatus(c) == CONNECTION_BAD)
             PQreset(c);
     }

@@ -24,27 +24,30 @@ free_port() {
 }
 
 # ---- Redis --------------------------------------------------------------------------------------
-# redis_start [extra options...]: on $rport (chosen once), data in $work/redis, pid in $redis_pid.
+# redis_start [extra options...]: on $rport (chosen on first start, kept across restarts so the
+# workers find it again), data in $work/redis, pid in $redis_pid.
 redis_start() {
     mkdir -p "$work/redis"
-    [ -n "${rport:-}" ] || rport=$(free_port)
-    redis-server --port "$rport" --bind "${redis_bind:-127.0.0.1}" --save "" --appendonly no \
-        --dir "$work/redis" --logfile "$work/redis/redis.log" "$@" &
-    redis_pid=$!
-    i=0
-    until rcli ping >/dev/null 2>&1; do
-        i=$((i + 1))
-        if [ $i -ge 200 ] || ! kill -0 "$redis_pid" 2>/dev/null; then
-            rport=$(free_port) # taken: try another port once more
-            redis-server --port "$rport" --bind "${redis_bind:-127.0.0.1}" --save "" \
-                --appendonly no --dir "$work/redis" --logfile "$work/redis/redis.log" "$@" &
-            redis_pid=$!
-            i=0
-            until rcli ping >/dev/null 2>&1 || [ $i -ge 200 ]; do sleep 0.05; i=$((i + 1)); done
-            break
-        fi
-        sleep 0.05
+    rs_tries=0
+    while :; do
+        [ -n "${rport:-}" ] || rport=$(free_port)
+        redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
+            --dir "$work/redis" --logfile "$work/redis/redis.log" --enable-debug-command yes "$@" &
+        redis_pid=$!
+        i=0
+        until rcli ping 2>/dev/null | grep -q PONG; do
+            i=$((i + 1))
+            kill -0 "$redis_pid" 2>/dev/null && [ $i -lt 200 ] || break
+            sleep 0.05
+        done
+        rcli ping 2>/dev/null | grep -q PONG && break
+        kill -9 "$redis_pid" 2>/dev/null
+        rs_tries=$((rs_tries + 1))
+        [ $rs_tries -lt 5 ] || { echo "FAIL - redis-server did not start"; exit 1; }
+        [ -n "${redis_started:-}" ] || rport= # the port was taken: another one
+        sleep 0.2
     done
+    redis_started=1
     export DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$rport
 }
 redis_kill() { kill -9 "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; redis_pid=; }
@@ -141,3 +144,8 @@ live_waiters() {
 }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 rand() { echo $(( $(od -An -N2 -tu2 /dev/urandom) % $1 )); }
+# wait_workers: waits for every worker spawned since the last call (not for the servers).
+wait_workers() {
+    for p in ${spawned_list:-}; do wait "$p"; done
+    spawned_list=
+}

@@ -13,7 +13,7 @@ cleanup() {
     [ -n "${redis_pid:-}" ] && kill -9 "$redis_pid" 2>/dev/null
     command -v netns_cleanup >/dev/null && netns_cleanup
     pg_stop
-    rm -rf "$work"
+    if [ -n "${DBT_FAULTS_KEEP:-}" ]; then echo "# kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
@@ -28,10 +28,12 @@ spawn() {
     shift
     env LD_PRELOAD="$lib" "$@" "$worker" ${wargs:-} >"$out" 2>>"$work/workers.err" &
     spawned=$!
+    spawned_list="${spawned_list:-} $spawned"
     echo "$spawned" >>"$work/pids"
 }
 
 for c in ${*:-1 2 3 4 5 6 7 8}; do
+    spawned_list=
     . "$here/case$c.sh"
 done
 

@@ -1,0 +1,36 @@
+# Case 4: a lease that cannot be renewed. Worker A holds the only permit idle inside a transaction
+# (BEGIN; probe; a pause; probe; COMMIT). Then
+#   (a) Redis stalls (SIGSTOP) for 1.5 leases: A cannot renew; when Redis is back, B asks and gets
+#       the permit (A's lease ran out by Redis' clock);
+#   (b) Redis restarts empty: A's permit is gone at once; B asks after one renewal period.
+# Either way A must log the loss as an error and its next statement must queue behind B, never
+# run beside it: the server sees at most one probe at a time. docs/operations.md states the bound.
+echo "# case 4: a lease lost while Redis is stalled or restarted"
+c4="PGAPPNAME=c4 DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_LEASE=1s DBTHROTTLE_REDIS_TIMEOUT=300ms"
+for how in stall restart; do
+    mark
+    rm -f "$work/c4.ready"
+    wargs="-n 1 -x 2500 -W $work/c4.ready" spawn "$work/c4.a.$how" $c4 DBTHROTTLE_LOG="$work/c4.a.$how.log"
+    a=$spawned
+    wait_until 10 '[ -e "$work/c4.ready" ]'
+    if [ $how = stall ]; then
+        kill -STOP "$redis_pid"
+        sleep 1.5
+        kill -CONT "$redis_pid"
+    else
+        redis_kill
+        rm -f "$work/redis/dump.rdb"
+        redis_start
+        sleep 0.4 # one renewal period (lease/3) and a little
+    fi
+    wargs="-n 1 -s 2500" spawn "$work/c4.b.$how" $c4 # holds past the end of A's pause
+    b=$spawned
+    wait "$a" "$b"
+    conc=$(max_conc c4)
+    a_ms=$(max_field max_call_ms "$work/c4.a.$how")
+    check "case 4 ($how): at most one probe at a time at the server (most seen: $conc), 3 probes ran" '[ "$conc" -eq 1 ] && [ "$(probes c4)" -eq 3 ]'
+    check "case 4 ($how): A logged the lost lease as an error" 'grep -q "level=error event=lease_lost" "$work/c4.a.$how.log"'
+    check "case 4 ($how): A's next statement queued behind B ($a_ms ms) and A and B succeeded" '[ "$a_ms" -ge 300 ] && [ "$(sum_field ok "$work/c4.a.$how" "$work/c4.b.$how")" -eq 2 ] && [ "$(sum_field err "$work/c4.a.$how" "$work/c4.b.$how")" -eq 0 ]'
+    check "case 4 ($how): it said it would acquire again" 'grep -q "event=reacquire" "$work/c4.a.$how.log"'
+done
+wargs=

@@ -1,0 +1,57 @@
+# Case 6: fork and threads. A pre-fork server (the parent connects and runs a probe, then forks 8
+# children that each open their own connection, as gunicorn and php-fpm do); fork() while other
+# threads wait for permits; 64 threads with a connection each. Counts must add up, nothing may
+# deadlock (each run has a time limit), no Redis socket may be shared by two processes (ss lists
+# every process that holds a socket), and a process keeps a few Redis connections, not one per
+# thread.
+echo "# case 6: pre-fork server, fork while waiting, 64 threads"
+# shared_sockets PIDFILE: sockets to Redis held by more than one process, sampled until the run ends.
+sample_sockets() {
+    : >"$work/c6.shared"
+    while kill -0 "$1" 2>/dev/null; do
+        ss -Htnp state established "( dport = :$rport )" 2>/dev/null |
+            awk '{ n = gsub(/pid=/, "pid="); if (n > 1) print }' >>"$work/c6.shared"
+        sleep 0.02
+    done
+}
+mark
+c6="PGAPPNAME=c6 DBTHROTTLE_MAX_QUERIES=3"
+wargs="-F 8 -n 20 -s 5" spawn "$work/c6.prefork" $c6
+pf=$spawned
+sample_sockets "$pf"
+wait "$pf"
+rc=$?
+ok6=$(sum_field ok "$work/c6.prefork")
+err6=$(sum_field err "$work/c6.prefork")
+check "case 6: pre-fork: parent + 8 children ran 162 probes ($ok6 ok, $err6 failed, rc $rc)" '[ "$rc" -eq 0 ] && [ "$ok6" -eq 162 ] && [ "$err6" -eq 0 ]'
+check "case 6: pre-fork: no Redis socket shared by two processes ($(wc -l <"$work/c6.shared") seen)" '[ ! -s "$work/c6.shared" ]'
+check "case 6: pre-fork: at most 3 at once at the server (most seen: $(max_conc c6))" '[ "$(max_conc c6)" -le 3 ] && [ "$(max_conc c6)" -ge 2 ]'
+
+mark
+wargs="-T 4 -K -n 5 -s 50" spawn "$work/c6.forkwait" PGAPPNAME=c6k DBTHROTTLE_MAX_QUERIES=2
+fw=$spawned
+sample_sockets "$fw" &
+sampler=$!
+if wait_until 30 '! kill -0 "$fw" 2>/dev/null'; then wait "$fw"; rc=$?; else rc=124; fi
+wait "$sampler"
+okk=$(sum_field ok "$work/c6.forkwait")
+check "case 6: fork() while 2 of 4 threads wait: no deadlock, 4x5 + the child's 5 probes ($okk, rc $rc)" '[ "$rc" -eq 0 ] && [ "$okk" -eq 25 ]'
+check "case 6: fork while waiting: no Redis socket shared, at most 2 at once (most seen: $(max_conc c6k))" '[ ! -s "$work/c6.shared" ] && [ "$(max_conc c6k)" -le 2 ]'
+
+mark
+wargs="-T 64 -n 10 -s 2" spawn "$work/c6.threads" PGAPPNAME=c6t DBTHROTTLE_MAX_QUERIES=4
+th=$spawned
+conns=0
+while kill -0 "$th" 2>/dev/null; do
+    n=$(ss -Htnp state established "( dport = :$rport )" 2>/dev/null | grep -c "pid=$th,")
+    [ "$n" -gt "$conns" ] && conns=$n
+    sleep 0.02
+done
+wait "$th"
+rc=$?
+okt=$(sum_field ok "$work/c6.threads")
+check "case 6: 64 threads x 10 probes: $okt ok, rc $rc" '[ "$rc" -eq 0 ] && [ "$okt" -eq 640 ]'
+check "case 6: 64 threads: at most 4 at once at the server (most seen: $(max_conc c6t))" '[ "$(max_conc c6t)" -le 4 ] && [ "$(max_conc c6t)" -ge 3 ]'
+check "case 6: 64 threads used $conns Redis connections (at most 8 for commands + 1 listener)" '[ "$conns" -ge 1 ] && [ "$conns" -le 9 ]'
+check "case 6: nothing held or queued in the end" '[ "$(live_holders)" -eq 0 ] && [ "$(live_waiters)" -eq 0 ]'
+wargs=
