@@ -35,12 +35,12 @@ redis_start() {
             --dir "$work/redis" --logfile "$work/redis/redis.log" --enable-debug-command yes "$@" &
         redis_pid=$!
         i=0
-        until rcli ping 2>/dev/null | grep -q PONG; do
+        until rcli ping 2>&1 | grep -qE "PONG|NOAUTH"; do
             i=$((i + 1))
             kill -0 "$redis_pid" 2>/dev/null && [ $i -lt 200 ] || break
             sleep 0.05
         done
-        rcli ping 2>/dev/null | grep -q PONG && break
+        rcli ping 2>&1 | grep -qE "PONG|NOAUTH" && break
         kill -9 "$redis_pid" 2>/dev/null
         rs_tries=$((rs_tries + 1))
         [ $rs_tries -lt 5 ] || { echo "FAIL - redis-server did not start"; exit 1; }
@@ -51,7 +51,7 @@ redis_start() {
     export DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$rport
 }
 redis_kill() { kill -9 "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; redis_pid=; }
-redis_stop() { [ -n "${redis_pid:-}" ] && { rcli shutdown nosave >/dev/null 2>&1 || true; wait "$redis_pid" 2>/dev/null; }; redis_pid=; }
+redis_stop() { [ -n "${redis_pid:-}" ] && { kill -TERM "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; }; redis_pid=; }
 rcli() { redis-cli -p "$rport" "$@"; }
 
 # live_holders [KIND [PREFIX]]: permits whose lease has not run out, over every pool, by Redis'

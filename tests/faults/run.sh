@@ -2,7 +2,7 @@
 # run.sh [CASE...] - the fault suite: libdbthrottle.so preloaded into real libpq workers, against a
 # redis-server and a PostgreSQL this script starts (and stops) on free loopback ports, while the
 # test kills, stops, stalls and cuts things. Each case prints what it checked; the last line is
-# "N passed, N failed" and the exit status is non-zero on a failure. Cases: 1-8, default all.
+# "N passed, N failed" and the exit status is non-zero on a failure. Cases: 1-9, default all.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -32,7 +32,7 @@ spawn() {
     echo "$spawned" >>"$work/pids"
 }
 
-for c in ${*:-1 2 3 4 5 6 7 8}; do
+for c in ${*:-1 2 3 4 5 6 7 8 9}; do
     spawned_list=
     . "$here/case$c.sh"
 done

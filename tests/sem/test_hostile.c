@@ -1,0 +1,168 @@
+/* Redis answers that are not what the scripts expect: a key of the wrong type, keys deleted by
+ * hand, a read-only replica. Each gives a clear logged error and the configured fail mode, never
+ * a crash, and the semaphore works again once the data is sane. */
+#include "log.h"
+#include "sem_helpers.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define Q "dbthrottle:{hostile}:q:"
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return strdup("");
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return strdup(buf);
+}
+
+/* A client of r with mode and a log file; *log gets its path. */
+static dbt_client *client(dbt_config *cfg, const test_redis *r, const char *mode, char *log,
+                          size_t cap)
+{
+    char kv[64], lkv[300], err[DBT_ERRLEN];
+    snprintf(kv, sizeof kv, "DBTHROTTLE_ON_REDIS_ERROR=%s", mode);
+    snprintf(log, cap, "%s/client-%s.log", r->dir, mode);
+    snprintf(lkv, sizeof lkv, "DBTHROTTLE_LOG=%s", log);
+    test_config(cfg, r, kv, lkv, "DBTHROTTLE_LOG_LEVEL=warn", "DBTHROTTLE_REDIS_TIMEOUT=500ms",
+                "DBTHROTTLE_LEASE=1s", NULL);
+    cr_assert(dbt_log_open(cfg, err), "%s", err);
+    return dbt_client_new(cfg);
+}
+
+static dbt_acq_result acquire_eventually(dbt_pool *p, dbt_acq_result want, dbt_permit **out)
+{
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 0};
+    int64_t deadline = test_now_ms() + 5000;
+    dbt_acq_result res;
+    while ((res = dbt_acquire(p, DBT_KIND_QUERY, &o, out)) != want && test_now_ms() < deadline) {
+        if (res == DBT_ACQ_GRANTED)
+            dbt_release(*out);
+        usleep(50 * 1000); /* the outage backoff (1 s) must pass */
+    }
+    return res;
+}
+
+static void wrong_type(const char *mode, dbt_acq_result during)
+{
+    test_redis r;
+    cr_assert(test_redis_start(&r, NULL));
+    dbt_config cfg;
+    char log[300];
+    dbt_client *c = client(&cfg, &r, mode, log, sizeof log);
+    dbt_pool *p = dbt_client_pool(c, "hostile");
+    cr_assert_eq(test_redis_int(&r, "SET %s %s", Q "holders", "not-a-zset"), -1000);
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 1000};
+    dbt_permit *a = NULL;
+    cr_expect_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &a), during);
+    cr_expect_null(a);
+    char *text = slurp(log);
+    cr_expect(strstr(text, "event=redis_error") && strstr(text, "WRONGTYPE"),
+              "no clear error logged: %s", text);
+    free(text);
+    /* Sane again: throttling resumes by itself. */
+    test_redis_int(&r, "DEL %s", Q "holders");
+    cr_expect_eq(acquire_eventually(p, DBT_ACQ_GRANTED, &a), DBT_ACQ_GRANTED);
+    dbt_release(a);
+    dbt_client_free(c);
+    dbt_log_close();
+    dbt_config_free(&cfg);
+    test_redis_stop(&r);
+}
+
+Test(hostile, a_key_of_the_wrong_type_open)
+{
+    wrong_type("open", DBT_ACQ_UNTHROTTLED);
+}
+
+Test(hostile, a_key_of_the_wrong_type_closed)
+{
+    wrong_type("closed", DBT_ACQ_REFUSED);
+}
+
+/* Keys deleted by hand while a permit is held and a waiter waits: the holder learns it lost its
+ * permit (within one renewal period), the waiter is granted or queues again, and the limit holds
+ * afterwards. */
+Test(hostile, keys_deleted_by_hand)
+{
+    test_redis r;
+    cr_assert(test_redis_start(&r, NULL));
+    dbt_config cfg;
+    char log[300];
+    dbt_client *c = client(&cfg, &r, "closed", log, sizeof log);
+    dbt_pool *p = dbt_client_pool(c, "hostile");
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
+    dbt_permit *a, *b = NULL, *x = NULL;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &a), DBT_ACQ_GRANTED);
+
+    test_child ch;
+    cr_assert(test_child_start(&ch, &r, "hostile", 1, 10000, "1s"));
+    zcard_is queued = {&r, Q "queue", 1};
+    cr_assert(test_wait_until(test_zcard_is, &queued, 5000));
+    cr_assert_eq(test_redis_int(&r, "DEL %s %s %s", Q "holders", Q "queue", Q "seq"), 3);
+
+    /* The holder is told within a renewal period (lease/3) and a little. */
+    int64_t t0 = test_now_ms();
+    while (!dbt_permit_lost(a) && test_now_ms() - t0 < 2000)
+        usleep(20 * 1000);
+    cr_expect(dbt_permit_lost(a), "the holder still believes it holds a deleted permit");
+    /* The waiter, forgotten by Redis, queued again and was granted: the pool was empty. */
+    cr_expect_eq(test_child_report(&ch, 3000), 'G');
+    /* The limit holds: one holder (the child), so nobody else gets in. */
+    cr_expect_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &b), DBT_ACQ_TIMEOUT);
+    dbt_release(a);
+    test_child_finish(&ch);
+    cr_expect_eq(acquire_eventually(p, DBT_ACQ_GRANTED, &x), DBT_ACQ_GRANTED);
+    cr_expect_eq(test_redis_int(&r, "ZCARD %s", Q "holders"), 1);
+    dbt_release(x);
+    char *text = slurp(log);
+    cr_expect(strstr(text, "event=lease_lost"), "the loss was not logged: %s", text);
+    free(text);
+    dbt_client_free(c);
+    dbt_log_close();
+    dbt_config_free(&cfg);
+    test_redis_stop(&r);
+}
+
+static void replica(const char *mode, dbt_acq_result during)
+{
+    test_redis primary, rep;
+    cr_assert(test_redis_start(&primary, NULL));
+    char extra[64];
+    snprintf(extra, sizeof extra, "--replicaof 127.0.0.1 %d", primary.port);
+    cr_assert(test_redis_start(&rep, extra));
+    dbt_config cfg;
+    char log[300];
+    dbt_client *c = client(&cfg, &rep, mode, log, sizeof log);
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 1000};
+    dbt_permit *a = NULL;
+    cr_expect_eq(dbt_acquire(dbt_client_pool(c, "hostile"), DBT_KIND_QUERY, &o, &a), during);
+    cr_expect_null(a);
+    char *text = slurp(log);
+    cr_expect(strstr(text, "event=redis_error") && strstr(text, "READONLY"),
+              "no clear error logged: %s", text);
+    free(text);
+    dbt_client_free(c);
+    dbt_log_close();
+    dbt_config_free(&cfg);
+    test_redis_stop(&rep);
+    test_redis_stop(&primary);
+}
+
+Test(hostile, a_read_only_replica_open)
+{
+    replica("open", DBT_ACQ_UNTHROTTLED);
+}
+
+Test(hostile, a_read_only_replica_closed)
+{
+    replica("closed", DBT_ACQ_REFUSED);
+}
