@@ -100,14 +100,59 @@ $(BUILD)/check/stress: $(SAN_SRCS) $(wildcard preload/*.h) $(BUILD)/gen/scripts.
 	@mkdir -p $(BUILD)/check
 	$(CC) $(SAN_CFLAGS) -o $@ $(SAN_SRCS) $(HIREDIS_A) -ldl
 
-check-asan: $(BUILD)/check/stress-asan
+# The semaphore suite (Criterion) under ASan+UBSan. (Criterion itself does not run under TSan:
+# the stress program and the preloaded library cover threads there.)
+$(BUILD)/check/sem-asan: $(CORE_SRCS) $(SEM_SRCS) $(SUPPORT_SRCS) $(wildcard preload/*.h) $(BUILD)/gen/scripts.h
+	@mkdir -p $(BUILD)/check
+	clang $(SAN_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all -o $@ \
+	    $(CORE_SRCS) $(BUILD)/gen/scripts.c $(SEM_SRCS) $(SUPPORT_SRCS) $(CRITERION_LIBS) $(HIREDIS_A) -ldl
+
+# The preloaded library itself, built with each sanitizer, for libpq workers of the fault suite.
+SO_SAN_CFLAGS := $(filter-out -O2,$(ALL_CFLAGS)) -O1 -fno-omit-frame-pointer
+SO_SAN_SRCS := $(LIB_SRCS) $(BUILD)/gen/scripts.c
+# The dlsym and dlopen hooks (and the lookups they make) run before a sanitizer's runtime is
+# initialised, since its interceptors call dlsym: they are built without instrumentation.
+SO_RAW_SRCS := preload/hooks_dlsym.c preload/hooks_dlopen.c preload/real.c
+$(BUILD)/check/dlhooks.o: $(SO_RAW_SRCS) $(wildcard preload/*.h)
+	@mkdir -p $(BUILD)/check
+	for f in $(SO_RAW_SRCS); do clang $(SO_SAN_CFLAGS) -c -o $(BUILD)/check/raw-$$(basename $$f .c).o $$f || exit 1; done
+	ld -r -o $@ $(patsubst preload/%.c,$(BUILD)/check/raw-%.o,$(SO_RAW_SRCS))
+$(BUILD)/check/libdbthrottle-%.so: $(SO_SAN_SRCS) $(wildcard preload/*.h) $(BUILD)/gen/scripts.h preload/exports.map $(BUILD)/check/dlhooks.o
+	@mkdir -p $(BUILD)/check
+	clang $(SO_SAN_CFLAGS) -shared -fsanitize=$(if $(filter asan,$*),address$(comma)undefined -fno-sanitize-recover=all -shared-libsan,thread) \
+	    -o $@ $(filter-out $(SO_RAW_SRCS),$(SO_SAN_SRCS)) $(BUILD)/check/dlhooks.o \
+	    -Wl,--version-script=preload/exports.map -Wl,--exclude-libs,ALL \
+	    -Wl,-Bsymbolic-functions $(HIREDIS_A) -ldl -pthread
+
+$(BUILD)/check/fault_worker-tsan: tests/faults/fault_worker.c
+	@mkdir -p $(BUILD)/check
+	clang -std=c11 -D_GNU_SOURCE $(WARN) -O1 -g -fsanitize=thread $(LIBPQ_CFLAGS) -o $@ $< -lpq -pthread
+
+comma := ,
+ASAN_RT = $(shell clang -print-file-name=libclang_rt.asan-x86_64.so)
+SANLOG = $(BUILD)/check/san-$@
+
+check-asan: $(BUILD)/check/stress-asan $(BUILD)/check/sem-asan $(BUILD)/check/libdbthrottle-asan.so all $(BUILD)/tests/fault_worker
 	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/check/stress-asan
+	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=tests/lsan.supp $(BUILD)/check/sem-asan --jobs 2
+	rm -f $(SANLOG)*
+	DBT_LIB=$(CURDIR)/$(BUILD)/check/libdbthrottle-asan.so DBT_PRELOAD_FIRST=$(ASAN_RT) \
+	    DBT_SANITIZER_LOGS=$(CURDIR)/$(SANLOG) \
+	    ASAN_OPTIONS=detect_leaks=0:log_path=$(CURDIR)/$(SANLOG) \
+	    UBSAN_OPTIONS=print_stacktrace=1:log_path=$(CURDIR)/$(SANLOG) FAULT_EXIT_NOW=1 sh tests/faults/run.sh 3 4 6 7 10
 
-check-tsan: $(BUILD)/check/stress-tsan
+check-tsan: $(BUILD)/check/stress-tsan $(BUILD)/check/libdbthrottle-tsan.so $(BUILD)/check/fault_worker-tsan all
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/check/stress-tsan
+	rm -f $(SANLOG)*
+	DBT_LIB=$(CURDIR)/$(BUILD)/check/libdbthrottle-tsan.so DBT_WORKER=$(CURDIR)/$(BUILD)/check/fault_worker-tsan \
+	    DBT_SANITIZER_LOGS=$(CURDIR)/$(SANLOG) TSAN_OPTIONS=log_path=$(CURDIR)/$(SANLOG) \
+	    sh tests/faults/run.sh 3 4 7 10
 
-check-valgrind: $(BUILD)/check/stress
+check-valgrind: $(BUILD)/check/stress all $(BUILD)/tests/fault_worker
 	valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=9 $(BUILD)/check/stress
+	rm -f $(SANLOG)*
+	DBT_WRAP="valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --log-file=$(CURDIR)/$(SANLOG).%p" \
+	    DBT_SANITIZER_LOGS=$(CURDIR)/$(SANLOG) sh tests/faults/run.sh 10
 
 deps:
 	sh tools/install-deps.sh

@@ -9,7 +9,7 @@ holder=$spawned
 wait_until 10 '[ "$(live_holders)" -eq 1 ]'
 # Not through a shell function: $! must be psql itself.
 t0=$(now_ms)
-env LD_PRELOAD="$lib" $c5 psql -X -c "SELECT dbt_probe(0)" >"$work/c5.psql" 2>&1 &
+env LD_PRELOAD="$preload" $c5 psql -X -c "SELECT dbt_probe(0)" >"$work/c5.psql" 2>&1 &
 psql_pid=$!
 wait_until 10 '[ "$(live_waiters)" -eq 1 ]'
 kill -INT "$psql_pid"

@@ -33,7 +33,7 @@ else
     inside() { # inside OUT ARGS...: a worker in the namespace
         out=$1
         shift
-        ip netns exec "$ns" env LD_PRELOAD="$lib" PGHOST="$net.1" DBTHROTTLE_REDIS_URL="redis://$net.1:$rport" \
+        ip netns exec "$ns" env LD_PRELOAD="$preload" PGHOST="$net.1" DBTHROTTLE_REDIS_URL="redis://$net.1:$rport" \
             $c8 "$@" >"$out" 2>>"$work/workers.err" &
         spawned=$!
         spawned_list="${spawned_list:-} $spawned"

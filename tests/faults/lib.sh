@@ -8,8 +8,12 @@
 # statements that ran at once. It is read from the server, not from anything the throttle says.
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
-lib=$top/build/libdbthrottle.so
-worker=$top/build/tests/fault_worker
+# The sanitizer runs (make check-asan, check-tsan, check-valgrind) swap in their own builds:
+# DBT_LIB the library, DBT_PRELOAD_FIRST a runtime to preload before it, DBT_WORKER the worker,
+# DBT_WRAP a command to run each worker under, DBT_SANITIZER_LOGS where reports would go.
+lib=${DBT_LIB:-$top/build/libdbthrottle.so}
+preload=${DBT_PRELOAD_FIRST:+$DBT_PRELOAD_FIRST:}$lib
+worker=${DBT_WORKER:-$top/build/tests/fault_worker}
 passed=0
 failed=0
 ok() { passed=$((passed + 1)); echo "ok   - $*"; }
@@ -119,7 +123,7 @@ probes() {
     tail -n +"$((log_mark + 1))" "$work/pg/server.log" | grep -c "dbt_conc app=$1 n="
 }
 
-throttled() { env LD_PRELOAD="$lib" "$@"; }
+throttled() { env LD_PRELOAD="$preload" "$@"; }
 
 # sum_field FIELD FILES...: adds up FIELD=N over the workers' summary lines.
 sum_field() {

@@ -2,7 +2,7 @@
 # run.sh [CASE...] - the fault suite: libdbthrottle.so preloaded into real libpq workers, against a
 # redis-server and a PostgreSQL this script starts (and stops) on free loopback ports, while the
 # test kills, stops, stalls and cuts things. Each case prints what it checked; the last line is
-# "N passed, N failed" and the exit status is non-zero on a failure. Cases: 1-9, default all.
+# "N passed, N failed" and the exit status is non-zero on a failure. Cases: 1-10, default all.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -26,16 +26,21 @@ pg_start
 spawn() {
     out=$1
     shift
-    env LD_PRELOAD="$lib" "$@" "$worker" ${wargs:-} >"$out" 2>>"$work/workers.err" &
+    env LD_PRELOAD="$preload" "$@" ${DBT_WRAP:-} "$worker" ${wargs:-} >"$out" 2>>"$work/workers.err" &
     spawned=$!
     spawned_list="${spawned_list:-} $spawned"
     echo "$spawned" >>"$work/pids"
 }
 
-for c in ${*:-1 2 3 4 5 6 7 8 9}; do
+for c in ${*:-1 2 3 4 5 6 7 8 9 10}; do
     spawned_list=
     . "$here/case$c.sh"
 done
 
+if [ -n "${DBT_SANITIZER_LOGS:-}" ]; then
+    reports=$(find "$(dirname "$DBT_SANITIZER_LOGS")" -name "$(basename "$DBT_SANITIZER_LOGS")*" -size +0 2>/dev/null)
+    check "no sanitizer report from any preloaded process${reports:+: $reports}" '[ -z "$reports" ]'
+    for f in $reports; do head -40 "$f"; done
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

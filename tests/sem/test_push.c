@@ -22,6 +22,18 @@ static void *waiter(void *arg)
     return NULL;
 }
 
+static bool blpop_blocked(void *arg)
+{
+    redisContext *rc = test_redis_connect(arg);
+    redisReply *rep = rc ? redisCommand(rc, "INFO clients") : NULL;
+    bool yes = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "blocked_clients:1");
+    if (rep)
+        freeReplyObject(rep);
+    if (rc)
+        redisFree(rc);
+    return yes;
+}
+
 Test(push, idle_waiters_send_nothing_and_a_release_wakes_them, .timeout = 60)
 {
     test_redis r;
@@ -43,7 +55,9 @@ Test(push, idle_waiters_send_nothing_and_a_release_wakes_them, .timeout = 60)
     }
     zcard_is q = {&r, "dbthrottle:{push}:q:queue", N};
     cr_assert(test_wait_until(test_zcard_is, &q, 10000));
-    /* Let the listener reach its BLPOP: it is issued right after the first waiter queues. */
+    /* The listener's BLPOP is issued right after the first waiter queues: wait until Redis has
+     * it blocked, so what is counted next is only what idle waiting costs. */
+    cr_assert(test_wait_until(blpop_blocked, &r, 10000));
     long long before = test_redis_commands(&r);
     usleep(1000000);
     long long after = test_redis_commands(&r);
