@@ -40,7 +40,7 @@ SEM_SRCS  := $(sort $(wildcard tests/sem/*.c))
 SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
 CRITERION_LIBS := -lcriterion
 
-.PHONY: all test test-unit test-sem test-integration test-faults bench demo install uninstall clean deps format format-check \
+.PHONY: all test test-unit test-sem test-integration test-faults fuzz soak bench demo install uninstall clean deps format format-check \
         check-asan check-tsan check-valgrind
 
 all: $(BUILD)/libdbthrottle.so
@@ -167,6 +167,7 @@ test: deps
 	sh tests/integration/test_interposer.sh
 	$(MAKE) test-faults
 	$(MAKE) check-asan check-tsan check-valgrind
+	$(MAKE) fuzz FUZZ_SECONDS=15
 
 test-unit: $(BUILD)/tests/unit
 	$(BUILD)/tests/unit
@@ -186,6 +187,12 @@ $(BUILD)/tests/fault_worker: tests/faults/fault_worker.c
 # "1 3" runs only those cases.
 test-faults: all $(BUILD)/tests/fault_worker
 	sh tests/faults/run.sh $(FAULTS)
+
+# libFuzzer over the configuration, value, redaction and key parsers (tests/fuzz/run.sh): 15 s
+# a target in make test, longer by hand: make fuzz FUZZ_SECONDS=600.
+FUZZ_SECONDS ?= 60
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh $(CURDIR)/$(BUILD)/fuzz
 
 $(BUILD)/tests/libnext_preload.so: tests/integration/next_preload.c
 	@mkdir -p $(BUILD)/tests
