@@ -188,6 +188,10 @@ $(BUILD)/tests/fault_worker: tests/faults/fault_worker.c
 test-faults: all $(BUILD)/tests/fault_worker
 	sh tests/faults/run.sh $(FAULTS)
 
+# Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.
+soak: all $(BUILD)/tests/fault_worker
+	SOAK_SECONDS=$${SOAK_SECONDS:-600} sh tests/soak/run.sh
+
 # libFuzzer over the configuration, value, redaction and key parsers (tests/fuzz/run.sh): 15 s
 # a target in make test, longer by hand: make fuzz FUZZ_SECONDS=600.
 FUZZ_SECONDS ?= 60
