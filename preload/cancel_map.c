@@ -57,8 +57,10 @@ void dbt_cancel_forget_conn(const void *conn)
         return;
     for (int i = 0; i < CANCEL_SLOTS; i++) {
         uintptr_t expect = (uintptr_t)conn;
-        /* The PGcancel stays claimed (PQfreeCancel frees it) but no longer names a connection. */
-        atomic_compare_exchange_strong(&cancels[i].conn, &expect, 0);
+        /* The PGcancel stays claimed (PQfreeCancel frees it) but no longer names a connection.
+         * A plain load first: PQfinish should not pay a locked instruction per entry. */
+        if (atomic_load_explicit(&cancels[i].conn, memory_order_relaxed) == expect)
+            atomic_compare_exchange_strong(&cancels[i].conn, &expect, 0);
     }
 }
 

@@ -112,14 +112,20 @@ static bool is_password_key(const char *s, const char *end)
 
 static void put_conninfo(writer *w, const char *s, const char *end, int depth);
 
-/* postgresql://[userinfo@]host[:port][/dbname][?param=value&...]. libpq ends the userinfo at
- * the first '/', but a password holding an unescaped '/' would then show: the last '@' before
- * the query is taken instead, which masks at least what libpq would read. */
+/* postgresql://[userinfo@]host[:port][/dbname][?param=value&...]. libpq reads the userinfo up
+ * to the first '@' met before any '/' (so a password may hold '?'); a password holding an
+ * unescaped '/' would then show. So the userinfo is taken to end at the later of the last '@'
+ * before the first '/' and the last '@' before the first '?': at least what libpq would read. */
 static void put_uri(writer *w, const char *s, const char *end, int depth)
 {
     const char *auth = strstr(s, "://") + 3;
-    const char *query = memchr(auth, '?', (size_t)(end - auth));
-    const char *p = put_userinfo(w, s, auth, query ? query : end, false);
+    const char *slash = memchr(auth, '/', (size_t)(end - auth));
+    const char *first_q = memchr(auth, '?', (size_t)(end - auth));
+    const char *a1 = find_last(auth, slash ? slash : end, '@');
+    const char *a2 = find_last(auth, first_q ? first_q : end, '@');
+    const char *at = !a1 ? a2 : !a2 || a1 > a2 ? a1 : a2;
+    const char *p = at ? put_userinfo(w, s, auth, at + 1, false) : s;
+    const char *query = memchr(at ? at : auth, '?', (size_t)(end - (at ? at : auth)));
     if (!query) {
         put_span(w, p, end);
         return;
@@ -135,7 +141,10 @@ static void put_uri(writer *w, const char *s, const char *end, int depth)
             put(w, "***", 3);
         } else if (eq && eq - p == 6 && strncasecmp(p, "dbname", 6) == 0) {
             put_span(w, p, eq + 1); /* dbname may itself be a connection string */
-            put_conninfo(w, eq + 1, seg_end, depth + 1);
+            if (memchr(eq + 1, '%', (size_t)(seg_end - eq - 1)))
+                put(w, "***", 3); /* libpq decodes it first: too clever to follow, masked */
+            else
+                put_conninfo(w, eq + 1, seg_end, depth + 1);
         } else {
             put_span(w, p, seg_end);
         }
@@ -202,7 +211,10 @@ static void put_keywords(writer *w, const char *s, const char *end, int depth)
             const char *in_end = quoted && p > in && p[-1] == '\'' ? p - 1 : p;
             if (quoted)
                 put(w, "'", 1);
-            put_conninfo(w, in, in_end, depth + 1);
+            if (memchr(in, '\\', (size_t)(in_end - in)))
+                put(w, "***", 3); /* libpq unescapes it before reading it: masked whole */
+            else
+                put_conninfo(w, in, in_end, depth + 1);
             if (in_end < p)
                 put(w, "'", 1);
         } else {

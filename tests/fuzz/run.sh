@@ -10,13 +10,15 @@ secs=${FUZZ_SECONDS:-20}
 mkdir -p "$out"
 cd "$top"
 srcs="preload/config.c preload/config_values.c preload/keys.c preload/log.c preload/redact.c"
-for t in fuzz_config fuzz_values fuzz_keys; do
-    clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-        -fno-sanitize-recover=all -Ipreload -I/usr/include/hiredis -o "$out/$t" \
-        "tests/fuzz/$t.c" $srcs -pthread
+# fuzz_redact checks the redaction against libpq's own conninfo parser, so it links libpq.
+targets="fuzz_config fuzz_values fuzz_redact fuzz_keys"
+for t in $targets; do
+    clang -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
+        -fno-sanitize-recover=all -Ipreload -I/usr/include/hiredis -I/usr/include/postgresql \
+        -o "$out/$t" "tests/fuzz/$t.c" $srcs -pthread -lpq
 done
 fail=0
-for t in fuzz_config fuzz_values fuzz_keys; do
+for t in $targets; do
     scratch=$(mktemp -d)
     if (cd "$out" && "./$t" -max_total_time="$secs" -max_len=4096 -print_final_stats=1 \
         -artifact_prefix="$out/$t-" "$scratch" "$top/tests/fuzz/corpus/$t" >"$out/$t.log" 2>&1); then

@@ -793,6 +793,21 @@ Test(redact, conninfo_uris)
                      "postgresql://h/db?pass%77ord=***");
     cr_expect_str_eq(redact_ci("postgresql://h/db?dbname=postgres://a:secret@b"),
                      "postgresql://h/db?dbname=postgres://a:***@b");
+    /* libpq reads the userinfo up to the first '@' before a '/': a '?' may be in the password
+     * (found by fuzzing). */
+    cr_expect_str_eq(redact_ci("postgresql://u:se?cret@h/db"), "postgresql://u:***@h/db");
+    cr_expect_str_eq(redact_ci("postgresql://u:se?cr@et@h/db?password=x"),
+                     "postgresql://u:***@h/db?password=***");
+    cr_expect_str_eq(redact_ci("postgresql://h/db?dbname=host%3Dh%20password%3Dsecret"),
+                     "postgresql://h/db?dbname=***");
+}
+
+Test(redact, nested_dbname_with_escapes_is_masked_whole)
+{
+    /* libpq unescapes a dbname before it reads it as a connection string (found by fuzzing). */
+    cr_expect_str_eq(redact_ci("dbname=host=h\\ password=secret user=u"), "dbname=*** user=u");
+    cr_expect_str_eq(redact_ci("dbname='host=h password=\\'se cret\\'' user=u"),
+                     "dbname='***' user=u");
 }
 
 Test(redact, deep_nesting_is_masked_not_followed)
