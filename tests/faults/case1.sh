@@ -59,7 +59,8 @@ note "$kills SIGKILLs, $stops SIGSTOPs ($long_stops longer than the lease), $n_p
 check "case 1: at most 3 probes ran at once at the server (most seen: $conc)" '[ "$conc" -le 3 ]'
 check "case 1: the pool was saturated, so the counter was tested (most seen: $conc = 3)" '[ "$conc" -eq 3 ]'
 check "case 1: work went on through the crashes ($n_probes probes)" '[ "$n_probes" -ge 100 ]'
-# Polling adds up to ~50 ms (two redis-cli runs and a 20 ms sleep) to what is measured.
-check "case 1: after all were killed the pool drained in $drain ms (lease 1000 ms)" '[ "$drain" -ge 0 ] && [ "$drain" -le 1050 ]'
+# Polling adds up to ~50 ms (two redis-cli runs and a 20 ms sleep) to what is measured, more on a
+# loaded machine: 100 ms of slack. Without leases the pool would never drain at all.
+check "case 1: after all were killed the pool drained in $drain ms (lease 1000 ms)" '[ "$drain" -ge 0 ] && [ "$drain" -le 1100 ]'
 rcli flushall >/dev/null
 wargs=
