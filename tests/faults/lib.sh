@@ -58,27 +58,20 @@ redis_kill() { kill -9 "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; 
 redis_stop() { [ -n "${redis_pid:-}" ] && { kill -TERM "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; }; redis_pid=; }
 rcli() { redis-cli -p "$rport" "$@"; }
 
-# live_holders [KIND [PREFIX]]: permits whose lease has not run out, over every pool, by Redis'
-# own clock (expired entries that no script has reaped yet do not count).
-live_holders() {
+# live_holders / live_waiters [KIND [PREFIX]]: permits (waiters) whose lease has not run out, over
+# every pool, by Redis' own clock (expired entries that no script has reaped yet do not count).
+live_count() { # live_count ZSET_SUFFIX [KIND [PREFIX]]
     rcli --raw eval "local now = redis.call('TIME') now = now[1] * 1000 + math.floor(now[2] / 1000)
         local n, cur = 0, '0'
         repeat
-            local r = redis.call('SCAN', cur, 'MATCH', ARGV[2] .. '*:' .. ARGV[1] .. ':holders', 'COUNT', 1000)
+            local r = redis.call('SCAN', cur, 'MATCH', ARGV[2] .. '*:' .. ARGV[1] .. ':' .. ARGV[3], 'COUNT', 1000)
             cur = r[1]
             for _, k in ipairs(r[2]) do n = n + redis.call('ZCOUNT', k, now, '+inf') end
         until cur == '0'
-        return n" 0 "${1:-q}" "${2:-dbthrottle:}"
+        return n" 0 "${2:-q}" "${3-dbthrottle:}" "$1"
 }
-queued() {
-    rcli --raw eval "local n, cur = 0, '0'
-        repeat
-            local r = redis.call('SCAN', cur, 'MATCH', ARGV[2] .. '*:' .. ARGV[1] .. ':queue', 'COUNT', 1000)
-            cur = r[1]
-            for _, k in ipairs(r[2]) do n = n + redis.call('ZCARD', k) end
-        until cur == '0'
-        return n" 0 "${1:-q}" "${2:-dbthrottle:}"
-}
+live_holders() { live_count holders "$@"; }
+live_waiters() { live_count wexp "$@"; }
 
 # wait_until SECONDS "condition": polls every 20 ms; true if it held in time. Prints how long.
 wait_until() {
@@ -135,16 +128,6 @@ max_field() {
     f=$1
     shift
     cat "$@" 2>/dev/null | tr ' ' '\n' | awk -F= -v f="$f" '$1 == f && $2 + 0 > m { m = $2 + 0 } END { print m + 0 }'
-}
-live_waiters() {
-    rcli --raw eval "local now = redis.call('TIME') now = now[1] * 1000 + math.floor(now[2] / 1000)
-        local n, cur = 0, '0'
-        repeat
-            local r = redis.call('SCAN', cur, 'MATCH', ARGV[2] .. '*:' .. ARGV[1] .. ':wexp', 'COUNT', 1000)
-            cur = r[1]
-            for _, k in ipairs(r[2]) do n = n + redis.call('ZCOUNT', k, now, '+inf') end
-        until cur == '0'
-        return n" 0 "${1:-q}" "${2:-dbthrottle:}"
 }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 rand() { echo $(( $(od -An -N2 -tu2 /dev/urandom) % $1 )); }
