@@ -7,35 +7,24 @@
 --   KEYS[3] wexp     ZSET  waiter id -> lease expiry (ms, Redis clock)
 --   KEYS[4] seq      STRING ticket counter
 --   KEYS[5] seen     STRING the limit the last acquirer configured (to report disagreement)
+--   KEYS[6] info     HASH   holder or waiter id -> "<since ms> <host> <pid> <conn>": since = when
+--                           it was granted (holder) or queued (waiter), for dbthrottle status
+--   KEYS[7] stats    HASH   counters: grants, queued, refused, cancelled, expired, evicted, wait_ms
+--   KEYS[8] limit    STRING the operator's override of the limit (dbthrottle limit); no TTL
+--   KEYS[9] drain    STRING present while the operator drains the pool: no grants; no TTL
 -- ARGV[1] wake prefix: "<prefix>{pool}:wake:"; a grant for id "<cid>.<n>.<limit>" is pushed
 --         to the list wake prefix .. cid, on which that process' listener blocks (BLPOP)
 -- ARGV[2] kind ("q" or "c"), ARGV[3] the caller's lease (ms), ARGV[4] key TTL (ms)
 -- Ids are made by the client: "<cid>.<serial>.<limit>", cid = 16 hex digits per process.
-local H, Q, W, SEQ, SEEN = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local H, Q, W, SEQ, SEEN, INFO, STATS, LIM, DRAIN
+local function use_keys(base) -- the semaphore whose keys start at KEYS[base + 1]
+    H, Q, W, SEQ, SEEN = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3], KEYS[base + 4], KEYS[base + 5]
+    INFO, STATS, LIM, DRAIN = KEYS[base + 6], KEYS[base + 7], KEYS[base + 8], KEYS[base + 9]
+end
+use_keys(0)
+local NK = 9 -- keys per semaphore
 local WAKE, KIND = ARGV[1], ARGV[2]
 local LEASE, TTL = tonumber(ARGV[3]), tonumber(ARGV[4])
-
--- Expired entries are removed a bounded batch per call; each is removed once. Until then they
--- count as holders, which can only under-admit.
-local REAP_BATCH = 64
-
-local function now_ms()
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function reap(now)
-    local dead = redis.call('ZRANGEBYSCORE', H, '-inf', now, 'LIMIT', 0, REAP_BATCH)
-    if #dead > 0 then
-        redis.call('ZREM', H, unpack(dead))
-    end
-    local gone = redis.call('ZRANGEBYSCORE', W, '-inf', now, 'LIMIT', 0, REAP_BATCH)
-    if #gone > 0 then
-        redis.call('ZREM', W, unpack(gone))
-        redis.call('ZREM', Q, unpack(gone))
-    end
-    return #dead
-end
 
 -- The TTL a new key gets: ours, or SEEN's remaining one if longer. So SEEN always expires first
 -- and touch() may judge every key by SEEN alone, whatever leases the clients of a pool use.
@@ -58,17 +47,68 @@ local function limit_of(id)
     return tonumber(string.match(id, '%.(%d+)$')) or 1
 end
 
+-- The operator's controls: the limit override (nil when none) and whether grants are stopped.
+local function controls()
+    local c = redis.call('MGET', LIM, DRAIN)
+    return tonumber(c[1]), c[2] ~= false
+end
+
+-- Counters for dbthrottle status, in STATS (which expires with the pool's other keys).
+local function count(field, n)
+    n = n or 1
+    if redis.call('HINCRBY', STATS, field, n) == n then -- the field (maybe the key) is new
+        expire_new(STATS)
+    end
+end
+
+-- Records who holds or waits, and since when (now).
+local function note_who(id, now, who)
+    redis.call('HSET', INFO, id, now .. ' ' .. who)
+    if redis.call('HLEN', INFO) == 1 then -- the key is new
+        expire_new(INFO)
+    end
+end
+
+-- Expired entries are removed a bounded batch per call; each is removed once. Until then they
+-- count as holders, which can only under-admit.
+local REAP_BATCH = 64
+
+local function now_ms()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function reap(now)
+    local dead = redis.call('ZRANGEBYSCORE', H, '-inf', now, 'LIMIT', 0, REAP_BATCH)
+    if #dead > 0 then
+        redis.call('ZREM', H, unpack(dead))
+        redis.call('HDEL', INFO, unpack(dead))
+        count('expired', #dead)
+    end
+    local gone = redis.call('ZRANGEBYSCORE', W, '-inf', now, 'LIMIT', 0, REAP_BATCH)
+    if #gone > 0 then
+        redis.call('ZREM', W, unpack(gone))
+        redis.call('ZREM', Q, unpack(gone))
+        redis.call('HDEL', INFO, unpack(gone))
+    end
+    return #dead
+end
+
 -- Grants the head of the queue while it fits under its own limit. A grant moves the waiter to
 -- the holders with the lease its process last renewed (a dead waiter's grant expires with it),
 -- and pushes "g<kind>:<id>" to its process' wake list.
 local function pump(now)
     local granted = 0
+    local override, drained = controls()
+    if drained then
+        return 0
+    end
     while true do
         local head = redis.call('ZRANGE', Q, 0, 0)[1]
         if not head then
             break
         end
-        if redis.call('ZCARD', H) >= limit_of(head) then
+        if redis.call('ZCARD', H) >= (override or limit_of(head)) then
             break
         end
         local exp = tonumber(redis.call('ZSCORE', W, head)) or (now + LEASE)
@@ -76,6 +116,16 @@ local function pump(now)
         redis.call('ZREM', W, head)
         redis.call('ZADD', H, exp, head)
         expire_new(H)
+        -- the wait ends now: count it, and the holder's "since" becomes the grant
+        local info = redis.call('HGET', INFO, head)
+        if info then
+            local since, who = string.match(info, '^(%d+) (.*)$')
+            if since then
+                count('wait_ms', math.max(0, now - tonumber(since)))
+                note_who(head, now, who)
+            end
+        end
+        count('grants')
         local wk = WAKE .. string.match(head, '^[^.]+')
         redis.call('RPUSH', wk, 'g' .. KIND .. ':' .. head)
         redis.call('PEXPIRE', wk, TTL)
@@ -93,7 +143,7 @@ local function touch(force)
     if not force and t ~= -2 and t >= TTL / 2 then
         return
     end
-    for _, k in ipairs({H, Q, W, SEQ, SEEN}) do
+    for _, k in ipairs({H, Q, W, SEQ, SEEN, INFO, STATS}) do
         local kt = redis.call('PTTL', k)
         if kt ~= -2 and kt < TTL then
             redis.call('PEXPIRE', k, TTL)

@@ -10,6 +10,10 @@ elseif redis.call('ZREM', H, id) == 1 then
     result = 1
 end
 redis.call('ZREM', W, id)
+redis.call('HDEL', INFO, id)
+if result == 0 then
+    count('cancelled')
+end
 reap(now)
 pump(now)
 touch()

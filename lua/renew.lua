@@ -1,6 +1,6 @@
 -- renew.lua: extend the leases of one process' holders and waiters of both kinds of a pool in
 -- one call, and keep the queues live (an expired holder is reaped and its permit granted even
--- when nobody releases). KEYS[1..5] the query semaphore, KEYS[6..10] the connection semaphore.
+-- when nobody releases). KEYS[1..NK] the query semaphore, KEYS[NK+1..2NK] the connection one.
 -- ARGV[5..8] counts: query holders, query waiters, connection holders, connection waiters;
 -- then the ids in that order.
 -- Returns {lost holders, lost waiters, granted waiters}: ids Redis no longer has (expired, or
@@ -36,8 +36,7 @@ local function renew_waiters(n)
     at = at + n
 end
 for k = 0, 1 do
-    H, Q, W, SEQ, SEEN = KEYS[5 * k + 1], KEYS[5 * k + 2], KEYS[5 * k + 3], KEYS[5 * k + 4],
-        KEYS[5 * k + 5]
+    use_keys(NK * k)
     KIND = (k == 0) and 'q' or 'c'
     renew_holders(tonumber(ARGV[5 + 2 * k]))
     renew_waiters(tonumber(ARGV[6 + 2 * k]))

@@ -8,8 +8,20 @@
 typedef enum { DBT_KIND_QUERY = 0, DBT_KIND_CONN = 1 } dbt_kind;
 #define DBT_NKINDS 2
 
-/* The five keys of one semaphore, in the order the scripts take them (see lua/_common.lua). */
-enum { DBT_K_HOLDERS, DBT_K_QUEUE, DBT_K_WEXP, DBT_K_SEQ, DBT_K_SEEN, DBT_NKEYS };
+/* The keys of one semaphore, in the order the scripts take them (see lua/_common.lua). The
+ * operator's two (limit override, drain) have no TTL: they last until the operator clears them. */
+enum {
+    DBT_K_HOLDERS,
+    DBT_K_QUEUE,
+    DBT_K_WEXP,
+    DBT_K_SEQ,
+    DBT_K_SEEN,
+    DBT_K_INFO,  /* who holds or waits, and since when */
+    DBT_K_STATS, /* counters kept by the scripts */
+    DBT_K_LIMIT, /* operator override of the limit (dbthrottle limit) */
+    DBT_K_DRAIN, /* set while the operator drains the pool (dbthrottle drain) */
+    DBT_NKEYS
+};
 
 typedef struct {
     char *base;                        /* escaped prefix + "{" + escaped pool + "}" */

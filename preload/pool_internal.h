@@ -95,6 +95,7 @@ struct dbt_pool {
 struct dbt_client {
     const dbt_config *cfg;
     char cid[17];
+    char host[64]; /* this host's name, shown by dbthrottle status */
     atomic_uint_fast64_t serial;
     pthread_mutex_t mu; /* guards pools */
     dbt_pool *pools;

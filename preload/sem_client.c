@@ -57,6 +57,13 @@ dbt_client *dbt_client_new(const dbt_config *cfg)
         return NULL;
     c->cfg = cfg;
     dbt_new_client_id(c->cid);
+    /* No lookup: the kernel's name for this host. A name with a blank would break the one-line
+     * record status reads, so blanks become '_'. */
+    if (gethostname(c->host, sizeof c->host - 1) != 0 || !c->host[0])
+        snprintf(c->host, sizeof c->host, "?");
+    for (char *h = c->host; *h; h++)
+        if (*h == ' ' || (unsigned char)*h < 0x20)
+            *h = '_';
     atomic_init(&c->serial, 0);
     pthread_mutex_init(&c->mu, NULL);
     dbt_fork_register(c);
@@ -436,18 +443,21 @@ static void note_disagreement(dbt_pool *p, const struct dbt_slot *s, long long s
 static int send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
                            long long *queue)
 {
-    char err[DBT_ERRLEN], lease[24], ttl[24], limit[16];
+    char err[DBT_ERRLEN], lease[24], ttl[24], limit[16], who[160];
     const char *keys[DBT_NKEYS], *args[8];
     dbt_script_keys(p, s->kind, keys);
     dbt_script_base_args(p, s->kind, lease, ttl, args);
     snprintf(limit, sizeof limit, "%d", s->limit);
+    snprintf(who, sizeof who, "%s %ld %s", p->client->host, (long)getpid(),
+             s->conn[0] ? s->conn : "-");
     args[4] = s->id;
     args[5] = limit;
     args[6] = try_only ? "1" : "0";
+    args[7] = who;
     int64_t sent = dbt_now_us();
     dbt_redis *r = dbt_pool_get_conn(p, err);
     redisReply *rep =
-        r ? dbt_redis_eval(r, &dbt_script_acquire, DBT_NKEYS, keys, 7, args, err) : NULL;
+        r ? dbt_redis_eval(r, &dbt_script_acquire, DBT_NKEYS, keys, 8, args, err) : NULL;
     dbt_pool_put_conn(p, r);
     long long status, seen;
     if (rep && !parse_acquire(rep, &status, holders, queue, &seen)) {

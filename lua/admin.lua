@@ -1,0 +1,34 @@
+-- admin.lua: the operator's controls of one semaphore (dbthrottle limit, drain, resume, evict).
+-- ARGV[5] operation, ARGV[6] its argument:
+--   limit N  the override becomes every caller's limit; waiters that now fit are granted at once
+--   clear    the override goes; each caller's own limit applies again
+--   drain    no grant is made (waiters wait) until resume
+--   resume   grants again, at once for the waiters that fit
+--   evict ID frees one held permit by hand and passes it on
+-- Returns {granted waiters, holders, evicted (1/0), the evicted permit's info or false}.
+local op, arg = ARGV[5], ARGV[6]
+local now = now_ms()
+local evicted, info = 0, false
+if op == 'limit' then
+    redis.call('SET', LIM, arg)
+elseif op == 'clear' then
+    redis.call('DEL', LIM)
+elseif op == 'drain' then
+    redis.call('SET', DRAIN, '1')
+elseif op == 'resume' then
+    redis.call('DEL', DRAIN)
+elseif op == 'evict' then
+    info = redis.call('HGET', INFO, arg)
+    evicted = redis.call('ZREM', H, arg)
+    if evicted == 1 then
+        redis.call('HDEL', INFO, arg)
+        count('evicted')
+    else
+        info = false
+    end
+else
+    return redis.error_reply('admin.lua: unknown operation ' .. tostring(op))
+end
+reap(now)
+local granted = pump(now)
+return {granted, redis.call('ZCARD', H), evicted, info}
