@@ -9,7 +9,9 @@
 #include "pool_internal.h"
 #include "scripts.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,9 +240,18 @@ static void timed_park(dbt_pool *p, int64_t until_us)
     pthread_cond_timedwait(&p->bg_cv, &p->mu, &ts);
 }
 
+/* What dbt_renewer_ensure hands its new thread: the pool, and a semaphore the thread posts once it
+ * runs our code. */
+typedef struct {
+    dbt_pool *pool;
+    sem_t running;
+} thread_start;
+
 static void *thread_main(void *arg)
 {
-    dbt_pool *p = arg;
+    thread_start *start = arg;
+    dbt_pool *p = start->pool;
+    sem_post(&start->running); /* before taking p->mu, which our creator holds */
     pthread_mutex_lock(&p->mu);
     bool idle = true;
     while (!p->stop) {
@@ -291,8 +302,17 @@ void dbt_renewer_ensure(dbt_pool *p)
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     p->stop = false;
-    p->thread_started = pthread_create(&p->thread, NULL, thread_main, p) == 0;
+    thread_start start = {.pool = p};
+    sem_init(&start.running, 0, 0);
+    p->thread_started = pthread_create(&p->thread, NULL, thread_main, &start) == 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    /* Wait until the thread runs our code: while it starts up, a sanitizer runtime allocates for it
+     * (ASan before LLVM 17 has no fork handler for its allocator's locks), and a fork() the program
+     * makes right after this acquire left the child stuck on a lock no thread of its would free.
+     * glibc's own malloc is fork-safe; the wait costs one thread switch per pool. */
+    while (p->thread_started && sem_wait(&start.running) != 0 && errno == EINTR) {
+    }
+    sem_destroy(&start.running);
     if (!p->thread_started) {
         dbt_field f[] = {DBT_S("pool", p->name), DBT_S("error", "cannot start a thread")};
         dbt_log(DBT_LOG_ERROR, "renewer_error", f, 2);
