@@ -1,5 +1,5 @@
 # dbthrottle - build, test, bench, install.
-#   make            build/libdbthrottle.so
+#   make            build/libdbthrottle.so and the dbthrottle command (build/dbthrottle)
 #   make test       every test (installs missing Debian packages first when run as root)
 #   make bench      benchmarks against a throwaway redis-server
 #   make install    PREFIX=/usr/local DESTDIR=
@@ -7,6 +7,8 @@
 CC      ?= cc
 PREFIX  ?= /usr/local
 LIBDIR  ?= $(PREFIX)/lib
+BINDIR  ?= $(PREFIX)/bin
+MANDIR  ?= $(PREFIX)/share/man
 DOCDIR  ?= $(PREFIX)/share/doc/dbthrottle
 BUILD   ?= build
 
@@ -43,7 +45,7 @@ CRITERION_LIBS := -lcriterion
 .PHONY: all test test-unit test-sem test-integration test-faults fuzz soak bench demo install uninstall clean deps format format-check \
         check-asan check-tsan check-valgrind
 
-all: $(BUILD)/libdbthrottle.so
+all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
 
 $(BUILD)/gen/scripts.c $(BUILD)/gen/scripts.h: $(LUA_SRCS) tools/embed-lua.sh
 	@mkdir -p $(BUILD)/gen
@@ -65,6 +67,13 @@ $(BUILD)/libdbthrottle-core.a: $(CORE_OBJS)
 	rm -f $@ && ar rcs $@ $(CORE_OBJS)
 
 TEST_CFLAGS := $(filter-out -fvisibility=hidden,$(ALL_CFLAGS)) -Itests/support
+
+# The operator's command: the library's own configuration, Redis and script code (the core
+# archive), plus cli/. It finds the library beside itself, in ../lib, or in LIBDIR.
+CLI_SRCS := $(sort $(wildcard cli/*.c))
+$(BUILD)/dbthrottle: $(CLI_SRCS) cli/cli.h $(BUILD)/libdbthrottle-core.a
+	$(CC) $(filter-out -fPIC -fvisibility=hidden,$(ALL_CFLAGS)) -Icli -DDBT_LIBDIR='"$(LIBDIR)"' \
+	    -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDLIBS_LIB)
 
 $(BUILD)/tests/unit: $(UNIT_SRCS) $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a
 	@mkdir -p $(BUILD)/tests
@@ -213,7 +222,7 @@ bench: deps all $(BUILD)/bench/sem-bench
 demo: deps all
 	sh tools/demo.sh
 
-install: $(BUILD)/libdbthrottle.so
+install: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(DOCDIR)
 	install -m 0644 $(BUILD)/libdbthrottle.so $(DESTDIR)$(LIBDIR)/libdbthrottle.so
 	install -m 0644 README.md docs/*.md config/dbthrottle.conf.example $(DESTDIR)$(DOCDIR)/
@@ -223,10 +232,10 @@ uninstall:
 	rm -rf $(DESTDIR)$(DOCDIR)
 
 format:
-	clang-format -i preload/*.c preload/*.h tests/*/*.c tests/*/*.h bench/*.c
+	clang-format -i preload/*.c preload/*.h cli/*.c cli/*.h tests/*/*.c tests/*/*.h bench/*.c
 
 format-check:
-	clang-format --dry-run --Werror preload/*.c preload/*.h tests/*/*.c tests/*/*.h bench/*.c
+	clang-format --dry-run --Werror preload/*.c preload/*.h cli/*.c cli/*.h tests/*/*.c tests/*/*.h bench/*.c
 
 clean:
 	rm -rf $(BUILD)

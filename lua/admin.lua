@@ -5,7 +5,7 @@
 --   drain    no grant is made (waiters wait) until resume
 --   resume   grants again, at once for the waiters that fit
 --   evict ID frees one held permit by hand and passes it on
--- Returns {granted waiters, holders, evicted (1/0), the evicted permit's info or false}.
+-- Returns {granted waiters, holders, evicted (1/0), the evicted permit's info or false, now}.
 local op, arg = ARGV[5], ARGV[6]
 local now = now_ms()
 local evicted, info = 0, false
@@ -31,4 +31,4 @@ else
 end
 reap(now)
 local granted = pump(now)
-return {granted, redis.call('ZCARD', H), evicted, info}
+return {granted, redis.call('ZCARD', H), evicted, info, now}

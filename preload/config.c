@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -475,4 +476,112 @@ bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
             return false;
     }
     return true;
+}
+
+/* ---- the effective settings, for dbthrottle check ------------------------------------------ */
+
+int dbt_config_nsettings(void)
+{
+    return NKEYS;
+}
+
+const char *dbt_config_setting_name(int i)
+{
+    return i >= 0 && i < NKEYS ? env_names[i] : NULL;
+}
+
+dbt_source dbt_config_source_at(const dbt_config *cfg, int i)
+{
+    return i >= 0 && i < NKEYS ? cfg->sources[i] : DBT_SRC_DEFAULT;
+}
+
+const char *dbt_source_name(dbt_source s)
+{
+    return s == DBT_SRC_FILE ? "file" : s == DBT_SRC_ENV ? "environment" : "default";
+}
+
+/* A duration as the parsers accept it back: "infinite", "2m", "1500ms". */
+static void duration_text(int64_t ms, char *out, size_t cap)
+{
+    if (ms == DBT_FOREVER)
+        snprintf(out, cap, "infinite");
+    else if (ms > 0 && ms % 3600000 == 0)
+        snprintf(out, cap, "%" PRId64 "h", ms / 3600000);
+    else if (ms > 0 && ms % 60000 == 0)
+        snprintf(out, cap, "%" PRId64 "m", ms / 60000);
+    else if (ms > 0 && ms % 1000 == 0)
+        snprintf(out, cap, "%" PRId64 "s", ms / 1000);
+    else
+        snprintf(out, cap, "%" PRId64 "ms", ms);
+}
+
+void dbt_config_value_text(const dbt_config *cfg, int i, char *out, size_t cap)
+{
+    static const char *const exempt_fields[] = {"application_name", "user", "database"};
+    static const char *const on_off[] = {"off", "on"};
+    out[0] = '\0';
+    switch (i) {
+    case K_REDIS_URL: /* never the password */
+        snprintf(out, cap, "%s", cfg->redis_url_redacted ? cfg->redis_url_redacted : "");
+        break;
+    case K_MAX_QUERIES:
+    case K_MAX_CONNECTIONS: {
+        int n = i == K_MAX_QUERIES ? cfg->max_queries : cfg->max_connections;
+        if (n)
+            snprintf(out, cap, "%d", n);
+        else
+            snprintf(out, cap, "unset (not throttled)");
+        break;
+    }
+    case K_POOL:
+        dbt_escape(cfg->pool ? cfg->pool : "", 200, cfg->pool != NULL, out, cap);
+        if (!cfg->pool)
+            snprintf(out, cap, "unset (each connection's host:port/dbname)");
+        break;
+    case K_WAIT_TIMEOUT:
+        duration_text(cfg->wait_timeout_ms, out, cap);
+        break;
+    case K_LEASE:
+        duration_text(cfg->lease_ms, out, cap);
+        break;
+    case K_REDIS_TIMEOUT:
+        duration_text(cfg->redis_timeout_ms, out, cap);
+        break;
+    case K_ON_REDIS_ERROR:
+        snprintf(out, cap, "%s", cfg->on_redis_error == DBT_ON_ERROR_CLOSED ? "closed" : "open");
+        break;
+    case K_LOG:
+        dbt_escape(cfg->log_path ? cfg->log_path : "stderr", 200, false, out, cap);
+        break;
+    case K_LOG_LEVEL:
+        snprintf(out, cap, "%s", dbt_log_level_name(cfg->log_level));
+        break;
+    case K_LOG_FORMAT:
+        snprintf(out, cap, "%s", cfg->log_format == DBT_FMT_JSON ? "json" : "logfmt");
+        break;
+    case K_LOG_QUERY:
+        snprintf(out, cap, "%s", on_off[cfg->log_query]);
+        break;
+    case K_KEY_PREFIX:
+        dbt_escape(cfg->key_prefix ? cfg->key_prefix : "", 200, true, out, cap);
+        break;
+    case K_DISABLE:
+        snprintf(out, cap, "%s", on_off[cfg->disable]);
+        break;
+    case K_EXEMPT: {
+        size_t len = 0;
+        for (int r = 0; r < cfg->nexempt && len + 1 < cap; r++)
+            len += (size_t)snprintf(out + len, cap - len, "%s%s=%s", r ? "," : "",
+                                    exempt_fields[cfg->exempt[r].field], cfg->exempt[r].pattern);
+        if (!cfg->nexempt)
+            snprintf(out, cap, "none");
+        break;
+    }
+    case K_IDLE_IN_TX_WARN:
+        duration_text(cfg->idle_in_tx_warn_ms, out, cap);
+        break;
+    case K_CONFIG:
+        dbt_escape(cfg->config_file ? cfg->config_file : "none", 200, false, out, cap);
+        break;
+    }
 }

@@ -107,6 +107,14 @@ dbt_source dbt_config_source(const dbt_config *cfg, const char *short_name);
 
 void dbt_config_free(dbt_config *cfg);
 
+/* The settings one by one, for `dbthrottle check`: how many, the environment name of each, its
+ * effective value as text (the Redis URL without its password), and where it came from. */
+int dbt_config_nsettings(void);
+const char *dbt_config_setting_name(int i);
+void dbt_config_value_text(const dbt_config *cfg, int i, char *out, size_t cap);
+dbt_source dbt_config_source_at(const dbt_config *cfg, int i);
+const char *dbt_source_name(dbt_source s); /* "default", "file", "environment" */
+
 const char *dbt_log_level_name(dbt_log_level l);
 
 /* Copies text for a one-line message: control bytes escaped (\n, \t, \r, \xNN), cut after `max`

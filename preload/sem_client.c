@@ -23,7 +23,7 @@ int64_t dbt_now_us(void)
 
 /* Keys live three leases after their last use: long enough that a live holder's renewal
  * (every lease/3) always finds them, short enough that an idle pool leaves nothing behind. */
-static int64_t key_ttl_ms(const dbt_config *cfg)
+int64_t dbt_key_ttl_ms(const dbt_config *cfg)
 {
     return 3 * cfg->lease_ms;
 }
@@ -34,18 +34,23 @@ void dbt_script_keys(const dbt_pool *p, dbt_kind kind, const char **keys)
         keys[i] = p->keys.keys[kind][i];
 }
 
+void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, char *lease,
+                     char *ttl, const char **args)
+{
+    snprintf(lease, 24, "%" PRId64, cfg->lease_ms);
+    snprintf(ttl, 24, "%" PRId64, dbt_key_ttl_ms(cfg));
+    args[0] = k->wake_prefix;
+    args[1] = dbt_kind_letter(kind);
+    args[2] = lease;
+    args[3] = ttl;
+}
+
 /* The four arguments every script takes first (see lua/_common.lua). lease and ttl are
  * caller buffers of 24 bytes. */
 void dbt_script_base_args(const dbt_pool *p, dbt_kind kind, char *lease, char *ttl,
                           const char **args)
 {
-    const dbt_config *cfg = p->client->cfg;
-    snprintf(lease, 24, "%" PRId64, cfg->lease_ms);
-    snprintf(ttl, 24, "%" PRId64, key_ttl_ms(cfg));
-    args[0] = p->keys.wake_prefix;
-    args[1] = dbt_kind_letter(kind);
-    args[2] = lease;
-    args[3] = ttl;
+    dbt_script_args(&p->keys, kind, p->client->cfg, lease, ttl, args);
 }
 
 /* ---- client and pools ---------------------------------------------------------------- */

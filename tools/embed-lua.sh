@@ -41,7 +41,18 @@ for f in "$@"; do
     echo "extern const dbt_script dbt_script_$base;" >>"$h"
     names="$names $base"
 done
-echo "#endif" >>"$h"
+{
+    echo "/* Every script, for a caller that loads them all (dbthrottle check). */"
+    echo "extern const dbt_script *const dbt_scripts[];"
+    echo "extern const int dbt_nscripts;"
+    echo "#endif"
+} >>"$h"
+{
+    echo "const dbt_script *const dbt_scripts[] = {"
+    for b in $names; do echo "    &dbt_script_$b,"; done
+    echo "};"
+    echo "const int dbt_nscripts = (int)(sizeof dbt_scripts / sizeof dbt_scripts[0]);"
+} >>"$c"
 mkdir -p "$out"
 # Only replace the outputs when they change, so make does not rebuild everything.
 for f in scripts.c scripts.h; do

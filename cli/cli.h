@@ -1,0 +1,131 @@
+/* cli.h - what the subcommands of the dbthrottle command share.
+ *
+ * The command is a client of the same code as the library: the configuration parser, the Redis
+ * connection and the scripts come from preload/ (libdbthrottle-core.a); nothing is written twice.
+ * Exit codes: 0 done, 1 failed (Redis, a bad setting, nothing found), 2 bad usage. */
+#ifndef DBT_CLI_H
+#define DBT_CLI_H
+
+#include "config.h"
+#include "keys.h"
+#include "redis_conn.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define EXIT_USAGE 2
+
+/* A subcommand: argv[0] is its name. */
+typedef int (*dbt_cmd_fn)(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_top(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+int cmd_limit(int argc, char **argv);
+int cmd_drain(int argc, char **argv);
+int cmd_resume(int argc, char **argv);
+int cmd_evict(int argc, char **argv);
+
+/* Prints "dbthrottle CMD: MESSAGE (see dbthrottle CMD --help)" and returns EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "dbthrottle CMD: MESSAGE" to stderr and returns 1. */
+int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The options every command that talks to Redis takes. */
+typedef struct {
+    const char *redis_url;  /* --redis URL */
+    const char *key_prefix; /* --key-prefix P */
+} cli_redis_opts;
+
+/* Handles --redis and --key-prefix in a getopt_long loop: true when `opt` was one of them. */
+#define CLI_OPT_REDIS      1001
+#define CLI_OPT_KEY_PREFIX 1002
+bool cli_redis_opt(cli_redis_opts *o, int opt, const char *arg);
+
+/* Loads the settings exactly as the library does (DBTHROTTLE_CONFIG, then DBTHROTTLE_*), then
+ * the command line's --redis and --key-prefix. Prints the library's message and returns false on
+ * a bad setting. */
+bool cli_load_config(const char *cmd, const cli_redis_opts *o, dbt_config *cfg);
+
+/* Connects as the library does; prints the error and returns NULL on failure. */
+dbt_redis *cli_connect(const char *cmd, const dbt_config *cfg);
+
+/* Every pool with keys under the prefix, found by SCAN (never KEYS), sorted by name. Returns
+ * the count (names in *out, free with cli_free_names), or -1 with a message in err. */
+int cli_list_pools(dbt_redis *r, const dbt_config *cfg, char ***out, char *err);
+void cli_free_names(char **names, int n);
+
+/* Runs a script on one semaphore of a pool (its nine keys), with ARGV[5..]. */
+redisReply *cli_eval_kind(dbt_redis *r, const dbt_config *cfg, const dbt_keys *k, dbt_kind kind,
+                          const dbt_script *s, int nextra, const char *const *extra, char *err);
+
+/* ---- a pool's state, read by status.lua (view.c) ------------------------------------------ */
+
+enum {
+    CTR_GRANTS,
+    CTR_QUEUED,
+    CTR_REFUSED,
+    CTR_CANCELLED,
+    CTR_EXPIRED,
+    CTR_EVICTED,
+    CTR_WAIT_MS,
+    NCOUNTERS
+};
+extern const char *const cli_counter_names[NCOUNTERS]; /* the fields of the stats hash */
+
+typedef struct {
+    char *permit;
+    char host[64];
+    long pid;
+    char conn[64];
+    int64_t since_ms;  /* granted (holder) or queued (waiter), Redis clock */
+    int64_t expiry_ms; /* holder: when its lease runs out; waiter: 0 */
+} cli_entry;
+
+typedef struct {
+    long long limit_seen; /* the limit the last acquirer configured; 0 = none */
+    long long override;   /* the operator's; 0 = none */
+    bool drained;
+    long long nholders, nwaiters; /* live, whole counts */
+    cli_entry *holders;           /* oldest grant first */
+    int nh;
+    cli_entry *waiters; /* queue order */
+    int nw;
+    long long counters[NCOUNTERS];
+    bool used; /* any of the above is there */
+} cli_kind_view;
+
+typedef struct {
+    char *name;
+    int64_t now_ms; /* Redis' clock when read */
+    cli_kind_view kind[DBT_NKINDS];
+} cli_pool_view;
+
+/* Reads a pool's state in one round trip. max_rows: holders and waiters listed per semaphore
+ * (0 = all). False with a message in err. */
+bool cli_view_pool(dbt_redis *r, const dbt_config *cfg, const char *pool, int max_rows,
+                   cli_pool_view *v, char *err);
+void cli_view_free(cli_pool_view *v);
+/* The limit in force: the override, else the last acquirer's; 0 when unknown. */
+long long cli_effective_limit(const cli_kind_view *k);
+
+/* Reads the named pools (or every pool when n == 0). Returns the count, or -1 with a message in
+ * err. */
+int cli_view_pools(dbt_redis *r, const dbt_config *cfg, char **names, int n, int max_rows,
+                   cli_pool_view **out, char *err);
+void cli_views_free(cli_pool_view *v, int n);
+
+/* ---- output (render.c) ---------------------------------------------------------------------- */
+
+/* The table that status prints and top refreshes. max_rows limits the listed holders and
+ * waiters per semaphore (0 = all). */
+void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefix);
+/* status --json: documented in dbthrottle(1), stable (version 1). */
+void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefix);
+/* status --prometheus: the text exposition format. */
+void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n);
+/* "1.2s", "350ms", "3m05s", "2h10m". */
+void cli_duration(int64_t ms, char *out, size_t cap);
+
+#endif

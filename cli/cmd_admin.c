@@ -1,0 +1,282 @@
+/* cmd_admin.c - the operator's controls: dbthrottle limit, drain, resume, evict (admin.lua). */
+#include "cli.h"
+
+#include "scripts.h"
+
+#include <getopt.h>
+#include <string.h>
+
+typedef struct {
+    long long granted, holders, evicted, now_ms;
+    char info[256]; /* the evicted permit's "<since> <host> <pid> <conn>" */
+} admin_result;
+
+/* Runs admin.lua on one semaphore of the pool. */
+static bool admin(dbt_redis *r, const dbt_config *cfg, const char *pool, dbt_kind kind,
+                  const char *op, const char *arg, admin_result *out, char *err)
+{
+    dbt_keys k;
+    memset(out, 0, sizeof *out);
+    if (!dbt_keys_init(&k, cfg->key_prefix, pool)) {
+        snprintf(err, DBT_ERRLEN, "out of memory");
+        return false;
+    }
+    const char *extra[] = {op, arg ? arg : ""};
+    redisReply *rep = cli_eval_kind(r, cfg, &k, kind, &dbt_script_admin, 2, extra, err);
+    dbt_keys_free(&k);
+    if (!rep)
+        return false;
+    bool ok = rep->type == REDIS_REPLY_ARRAY && rep->elements >= 3;
+    if (ok) {
+        out->granted = rep->element[0]->integer;
+        out->holders = rep->element[1]->integer;
+        out->evicted = rep->element[2]->integer;
+        if (rep->elements >= 5) {
+            if (rep->element[3]->type == REDIS_REPLY_STRING)
+                snprintf(out->info, sizeof out->info, "%s", rep->element[3]->str);
+            out->now_ms = rep->element[4]->integer;
+        }
+    } else {
+        snprintf(err, DBT_ERRLEN, "admin.lua returned an unexpected reply");
+    }
+    freeReplyObject(rep);
+    return ok;
+}
+
+/* The parts every control shares: options, settings, connection. */
+typedef struct {
+    const char *cmd;
+    cli_redis_opts ro;
+    bool kinds[DBT_NKINDS]; /* which semaphores to act on */
+    bool clear;
+    int npos;
+    char **pos;
+    dbt_config cfg;
+    dbt_redis *r;
+} admin_ctx;
+
+/* Parses the options; returns -1 to go on, else the exit code. `both_default`: drain and resume
+ * act on both kinds unless told; limit acts on queries unless told. */
+static int parse(admin_ctx *c, int argc, char **argv, const char *usage, bool both_default,
+                 bool allow_clear, int npos_min, int npos_max)
+{
+    static const struct option longopts[] = {
+        {"queries", no_argument, NULL, 'q'},
+        {"connections", no_argument, NULL, 'c'},
+        {"clear", no_argument, NULL, 'x'},
+        {"help", no_argument, NULL, 'h'},
+        {"redis", required_argument, NULL, CLI_OPT_REDIS},
+        {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
+        {NULL, 0, NULL, 0}};
+    int opt;
+    bool q = false, cn = false;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'q':
+            q = true;
+            break;
+        case 'c':
+            cn = true;
+            break;
+        case 'x':
+            if (!allow_clear)
+                return cli_usage_error(c->cmd, "unknown option '%s'", argv[optind - 1]);
+            c->clear = true;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            if (cli_redis_opt(&c->ro, opt, optarg))
+                break;
+            return cli_usage_error(c->cmd, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (!q && !cn) {
+        q = true;
+        cn = both_default;
+    }
+    c->kinds[DBT_KIND_QUERY] = q;
+    c->kinds[DBT_KIND_CONN] = cn;
+    c->pos = argv + optind;
+    c->npos = argc - optind;
+    if (c->clear)
+        npos_min = npos_max = 1;
+    if (c->npos < npos_min)
+        return cli_usage_error(c->cmd, "missing %s", c->npos == 0 ? "POOL" : "an argument");
+    if (c->npos > npos_max)
+        return cli_usage_error(c->cmd, "unexpected argument '%s'", c->pos[npos_max]);
+    if (!cli_load_config(c->cmd, &c->ro, &c->cfg))
+        return 1;
+    c->r = cli_connect(c->cmd, &c->cfg);
+    if (!c->r) {
+        dbt_config_free(&c->cfg);
+        return 1;
+    }
+    return -1;
+}
+
+static void done(admin_ctx *c)
+{
+    dbt_redis_free(c->r);
+    dbt_config_free(&c->cfg);
+}
+
+static void pool_label(const char *pool, char *out, size_t cap)
+{
+    dbt_escape(pool, 200, true, out, cap);
+}
+
+static const char limit_usage[] =
+    "usage: dbthrottle limit POOL N [--connections] [--redis URL] [--key-prefix P]\n"
+    "       dbthrottle limit POOL --clear [--connections]\n"
+    "\n"
+    "Sets the pool's limit for every worker at once: an operator's override, kept in Redis,\n"
+    "that takes precedence over each worker's DBTHROTTLE_MAX_QUERIES until --clear. Raising it\n"
+    "grants the waiters that now fit at once; lowering it admits no one new until the holders\n"
+    "drop below it (nobody is interrupted).\n"
+    "\n"
+    "  --connections   the connection limit (DBTHROTTLE_MAX_CONNECTIONS) instead of queries\n"
+    "  --queries       the query limit (the default)\n"
+    "  --clear         remove the override: each worker's own limit applies again\n";
+
+int cmd_limit(int argc, char **argv)
+{
+    admin_ctx c = {.cmd = "limit"};
+    int rc = parse(&c, argc, argv, limit_usage, false, true, 2, 2);
+    if (rc >= 0)
+        return rc;
+    char err[DBT_ERRLEN], name[256];
+    int n = 0;
+    if (!c.clear && !dbt_parse_limit("N", c.pos[1], &n, err)) {
+        done(&c);
+        return cli_usage_error("limit", "%s", err);
+    }
+    pool_label(c.pos[0], name, sizeof name);
+    rc = 0;
+    for (int kind = 0; kind < DBT_NKINDS && rc == 0; kind++) {
+        if (!c.kinds[kind])
+            continue;
+        admin_result res;
+        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind, c.clear ? "clear" : "limit",
+                   c.clear ? NULL : c.pos[1], &res, err)) {
+            rc = cli_fail("limit", "pool %s: %s", name, err);
+            break;
+        }
+        if (c.clear)
+            printf("pool %s %s: override cleared: each worker's own limit applies", name,
+                   dbt_kind_name((dbt_kind)kind));
+        else
+            printf("pool %s %s: limit %d for every worker", name, dbt_kind_name((dbt_kind)kind), n);
+        printf("; %lld holding", res.holders);
+        if (res.granted)
+            printf(", %lld waiter%s granted at once", res.granted, res.granted == 1 ? "" : "s");
+        if (!c.clear && res.holders > n)
+            printf(" (above the new limit: no one new is admitted until fewer than %d hold)", n);
+        printf("\n");
+    }
+    done(&c);
+    return rc;
+}
+
+static int drain_or_resume(int argc, char **argv, bool drain, const char *usage)
+{
+    admin_ctx c = {.cmd = drain ? "drain" : "resume"};
+    int rc = parse(&c, argc, argv, usage, true, false, 1, 1);
+    if (rc >= 0)
+        return rc;
+    char err[DBT_ERRLEN], name[256];
+    pool_label(c.pos[0], name, sizeof name);
+    rc = 0;
+    for (int kind = 0; kind < DBT_NKINDS && rc == 0; kind++) {
+        if (!c.kinds[kind])
+            continue;
+        admin_result res;
+        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind, drain ? "drain" : "resume", NULL, &res,
+                   err)) {
+            rc = cli_fail(c.cmd, "pool %s: %s", name, err);
+            break;
+        }
+        if (drain)
+            printf("pool %s %s: draining: no new grants (waiters wait); %lld still holding "
+                   "until they finish; undo with: dbthrottle resume\n",
+                   name, dbt_kind_name((dbt_kind)kind), res.holders);
+        else
+            printf("pool %s %s: resumed: %lld waiter%s granted at once; %lld holding\n", name,
+                   dbt_kind_name((dbt_kind)kind), res.granted, res.granted == 1 ? "" : "s",
+                   res.holders);
+    }
+    done(&c);
+    return rc;
+}
+
+static const char drain_usage[] =
+    "usage: dbthrottle drain POOL [--queries | --connections] [--redis URL] [--key-prefix P]\n"
+    "\n"
+    "Stops new grants in the pool (both kinds unless one is named), for a maintenance window:\n"
+    "holders finish normally, newcomers and waiters wait (up to their DBTHROTTLE_WAIT_TIMEOUT)\n"
+    "until dbthrottle resume POOL. Kept in Redis until then.\n";
+
+static const char resume_usage[] =
+    "usage: dbthrottle resume POOL [--queries | --connections] [--redis URL] [--key-prefix P]\n"
+    "\n"
+    "Ends a drain: the waiters that fit under the limit are granted at once.\n";
+
+int cmd_drain(int argc, char **argv)
+{
+    return drain_or_resume(argc, argv, true, drain_usage);
+}
+
+int cmd_resume(int argc, char **argv)
+{
+    return drain_or_resume(argc, argv, false, resume_usage);
+}
+
+static const char evict_usage[] =
+    "usage: dbthrottle evict POOL PERMIT [--redis URL] [--key-prefix P]\n"
+    "\n"
+    "Frees one held permit by hand (a stuck holder: see dbthrottle status for the PERMIT ids)\n"
+    "and passes it on to the first waiter. Says whose it was. The holder's process, if alive,\n"
+    "finds the permit gone at its next renewal and takes a new one for its next command.\n";
+
+int cmd_evict(int argc, char **argv)
+{
+    admin_ctx c = {.cmd = "evict"};
+    int rc = parse(&c, argc, argv, evict_usage, true, false, 2, 2);
+    if (rc >= 0)
+        return rc;
+    char err[DBT_ERRLEN], name[256], permit[160];
+    pool_label(c.pos[0], name, sizeof name);
+    dbt_escape(c.pos[1], 120, true, permit, sizeof permit);
+    rc = 1;
+    bool found = false, failed = false;
+    for (int kind = 0; kind < DBT_NKINDS && !found && !failed; kind++) {
+        if (!c.kinds[kind])
+            continue;
+        admin_result res;
+        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind, "evict", c.pos[1], &res, err)) {
+            cli_fail("evict", "pool %s: %s", name, err);
+            failed = true;
+            break;
+        }
+        if (!res.evicted)
+            continue;
+        found = true;
+        rc = 0;
+        long long since = 0;
+        long pid = 0;
+        char host[64] = "?", conn[64] = "?", held[24] = "?";
+        if (sscanf(res.info, "%lld %63s %ld %63s", &since, host, &pid, conn) >= 1 && since)
+            cli_duration(res.now_ms - since, held, sizeof held);
+        printf("pool %s %s: evicted permit %s, held by host %s pid %ld connection %s for %s; "
+               "%lld waiter%s granted\n",
+               name, dbt_kind_name((dbt_kind)kind), permit, host, pid, conn, held, res.granted,
+               res.granted == 1 ? "" : "s");
+    }
+    if (!found && !failed)
+        cli_fail("evict", "pool %s has no holder %s (see dbthrottle status %s)", name, permit,
+                 name);
+    done(&c);
+    return rc;
+}

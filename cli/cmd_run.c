@@ -1,0 +1,165 @@
+/* cmd_run.c - dbthrottle run: start a program with the library preloaded and the settings set. */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef DBT_LIBDIR
+#define DBT_LIBDIR "/usr/local/lib"
+#endif
+
+extern char **environ;
+
+static const char usage[] =
+    "usage: dbthrottle run [--max-queries N] [--max-connections N] [--pool P] [--redis URL]\n"
+    "                      [--trace] [--library PATH] [--] CMD [ARG...]\n"
+    "\n"
+    "Runs CMD with libdbthrottle.so preloaded and these settings in its environment (each\n"
+    "option sets the DBTHROTTLE_ variable of the same name; the others, and DBTHROTTLE_CONFIG,\n"
+    "are passed on as they are). The settings are checked first, with the library's parser.\n"
+    "\n"
+    "  --max-queries N      at most N queries at once in the pool, across all hosts\n"
+    "  --max-connections N  at most N connections at once in the pool\n"
+    "  --pool P             the pool's name (default: each connection's host:port/dbname)\n"
+    "  --redis URL          the coordinating Redis (redis://[user:pass@]host:port[/db])\n"
+    "  --trace              log every acquisition and release (DBTHROTTLE_LOG_LEVEL=info)\n"
+    "  --library PATH       the library to preload (default: found beside this program, in\n"
+    "                       ../lib, or in " DBT_LIBDIR ")\n";
+
+/* The library: beside this program (the build tree), in ../lib (an installed prefix), or where
+ * make install put it. An absolute path, so the program may change directory. */
+static bool find_library(char *out, size_t cap)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char cand[3][PATH_MAX + 32];
+    int nc = 0;
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(cand[nc++], sizeof cand[0], "%s/libdbthrottle.so", exe);
+            snprintf(cand[nc++], sizeof cand[0], "%s/../lib/libdbthrottle.so", exe);
+        }
+    }
+    snprintf(cand[nc++], sizeof cand[0], "%s/libdbthrottle.so", DBT_LIBDIR);
+    for (int i = 0; i < nc; i++) {
+        char real[PATH_MAX];
+        if (access(cand[i], R_OK) == 0 && realpath(cand[i], real) && strlen(real) < cap) {
+            snprintf(out, cap, "%s", real);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Puts lib first in LD_PRELOAD, keeping what was there (without a second copy of lib). */
+static bool set_preload(const char *lib)
+{
+    const char *old = getenv("LD_PRELOAD");
+    size_t cap = strlen(lib) + (old ? strlen(old) : 0) + 2;
+    char *v = malloc(cap);
+    if (!v)
+        return false;
+    snprintf(v, cap, "%s", lib);
+    if (old) {
+        char *copy = strdup(old), *save = NULL;
+        for (char *t = copy ? strtok_r(copy, ": ", &save) : NULL; t;
+             t = strtok_r(NULL, ": ", &save))
+            if (strcmp(t, lib) != 0) {
+                strcat(v, ":");
+                strcat(v, t);
+            }
+        free(copy);
+    }
+    bool ok = setenv("LD_PRELOAD", v, 1) == 0;
+    free(v);
+    return ok;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"max-queries", required_argument, NULL, 'q'},
+                                             {"max-connections", required_argument, NULL, 'c'},
+                                             {"pool", required_argument, NULL, 'p'},
+                                             {"redis", required_argument, NULL, 'r'},
+                                             {"trace", no_argument, NULL, 't'},
+                                             {"library", required_argument, NULL, 'l'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    /* Each option is checked by the library's own parser before it is exported. */
+    static const struct {
+        int opt;
+        const char *var;
+    } vars[] = {{'q', "DBTHROTTLE_MAX_QUERIES"},
+                {'c', "DBTHROTTLE_MAX_CONNECTIONS"},
+                {'p', "DBTHROTTLE_POOL"},
+                {'r', "DBTHROTTLE_REDIS_URL"}};
+    const char *library = NULL;
+    char err[DBT_ERRLEN];
+    int opt;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        case 't':
+            setenv("DBTHROTTLE_LOG_LEVEL", "info", 1);
+            continue;
+        case 'l':
+            library = optarg;
+            continue;
+        case '?':
+        case ':':
+            return cli_usage_error("run", "bad option '%s'", argv[optind - 1]);
+        }
+        for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+            if (vars[i].opt != opt)
+                continue;
+            dbt_config scratch;
+            dbt_config_defaults(&scratch);
+            bool ok = dbt_config_set(&scratch, vars[i].var, optarg, DBT_SRC_ENV, err);
+            dbt_config_free(&scratch);
+            if (!ok)
+                return cli_usage_error("run", "%s", err);
+            setenv(vars[i].var, optarg, 1);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage_error("run", "no command to run");
+
+    /* The whole configuration, file included, as the worker's library will read it. */
+    dbt_config cfg;
+    bool ok = dbt_config_load(&cfg, environ, err);
+    if (!ok)
+        cli_fail("run", "%s", err);
+    else if (!cfg.disable && !cfg.max_queries && !cfg.max_connections)
+        ok = !cli_fail("run", "nothing to throttle: give --max-queries or --max-connections "
+                              "(or set DBTHROTTLE_MAX_QUERIES or DBTHROTTLE_MAX_CONNECTIONS)");
+    dbt_config_free(&cfg);
+    if (!ok)
+        return 1;
+
+    char lib[PATH_MAX];
+    if (library) {
+        if (access(library, R_OK) != 0 || !realpath(library, lib))
+            return cli_fail("run", "--library %s: %s", library, strerror(errno));
+    } else if (!find_library(lib, sizeof lib)) {
+        return cli_fail("run",
+                        "libdbthrottle.so not found beside this program, in ../lib or in "
+                        "%s: give --library PATH",
+                        DBT_LIBDIR);
+    }
+    if (!set_preload(lib))
+        return cli_fail("run", "out of memory");
+    execvp(argv[optind], argv + optind);
+    int e = errno;
+    cli_fail("run", "cannot run %s: %s", argv[optind], strerror(e));
+    return e == ENOENT ? 127 : 126;
+}

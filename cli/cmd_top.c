@@ -1,0 +1,181 @@
+/* cmd_top.c - dbthrottle top: the status table, refreshed in the terminal until q or Ctrl-C. */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: dbthrottle top [POOL...] [--interval SECONDS] [--redis URL] [--key-prefix P]\n"
+    "\n"
+    "Shows what dbthrottle status shows, refreshed every --interval (default 1s), in the\n"
+    "terminal's alternate screen, until q or Ctrl-C. Reads Redis only.\n";
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+static struct termios saved_tty;
+static bool tty_raw;
+
+static void tty_restore(void)
+{
+    if (tty_raw)
+        tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tty);
+    tty_raw = false;
+    fputs("\033[?25h\033[?1049l", stdout); /* cursor back, main screen back */
+    fflush(stdout);
+}
+
+/* Keys arrive one by one without echo; Ctrl-C still raises SIGINT (ISIG stays). */
+static void tty_setup(void)
+{
+    if (isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &saved_tty) == 0) {
+        struct termios t = saved_tty;
+        t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+        t.c_cc[VMIN] = 0;
+        t.c_cc[VTIME] = 0;
+        tty_raw = tcsetattr(STDIN_FILENO, TCSAFLUSH, &t) == 0;
+    }
+    fputs("\033[?1049h\033[?25l", stdout); /* alternate screen, no cursor */
+}
+
+static int screen_rows(void)
+{
+    struct winsize ws;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 4)
+        return ws.ws_row;
+    return 24;
+}
+
+/* One frame: the header, then the table cut to the screen's height. */
+static void draw(const dbt_config *cfg, const cli_pool_view *v, int n, const char *failure,
+                 int64_t interval_ms)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem)
+        return;
+    time_t t = time(NULL);
+    char when[32];
+    strftime(when, sizeof when, "%H:%M:%S", localtime(&t));
+    char ep[300];
+    dbt_escape(cfg->key_prefix, 256, true, ep, sizeof ep);
+    fprintf(mem, "dbthrottle top - %s - %s prefix %s - %d pool%s - every %.1fs - q quits\n\n", when,
+            cfg->redis_url_redacted, ep, n, n == 1 ? "" : "s", (double)interval_ms / 1000);
+    if (failure)
+        fprintf(mem, "cannot read Redis: %s (retrying)\n", failure);
+    else
+        cli_render_text(mem, v, n, cfg->key_prefix);
+    fclose(mem);
+    /* Home, then each line cleared to its end; below the last line, the rest of the screen. */
+    fputs("\033[H", stdout);
+    int rows = screen_rows(), row = 0;
+    for (char *line = text; line && *line && row < rows - 1; row++) {
+        char *nl = strchr(line, '\n');
+        size_t ll = nl ? (size_t)(nl - line) : strlen(line);
+        fwrite(line, 1, ll, stdout);
+        fputs("\033[K\n", stdout);
+        line = nl ? nl + 1 : NULL;
+    }
+    fputs("\033[J", stdout);
+    fflush(stdout);
+    free(text);
+}
+
+/* Waits up to ms for a key; true when it is time to quit. */
+static bool wait_key(int64_t ms)
+{
+    struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+    int n = poll(&p, tty_raw ? 1 : 0, (int)ms);
+    if (n > 0) {
+        char c;
+        ssize_t got = read(STDIN_FILENO, &c, 1);
+        if (got == 1 && (c == 'q' || c == 'Q'))
+            return true;
+        if (got == 0 && !tty_raw)
+            return false;
+    }
+    return stop != 0;
+}
+
+int cmd_top(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"interval", required_argument, NULL, 'i'},
+        {"help", no_argument, NULL, 'h'},
+        {"redis", required_argument, NULL, CLI_OPT_REDIS},
+        {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
+        {NULL, 0, NULL, 0}};
+    cli_redis_opts ro = {0};
+    int64_t interval_ms = 1000;
+    char err[DBT_ERRLEN];
+    int opt;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'i': /* the library's duration parser: "2", "500ms", "1s" */
+            if (!dbt_parse_duration("--interval", optarg, false, false, &interval_ms, err))
+                return cli_usage_error("top", "%s", err);
+            if (interval_ms < 100)
+                return cli_usage_error("top", "--interval: at least 100ms");
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            if (cli_redis_opt(&ro, opt, optarg))
+                break;
+            return cli_usage_error("top", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    dbt_config cfg;
+    if (!cli_load_config("top", &ro, &cfg))
+        return 1;
+    dbt_redis *r = cli_connect("top", &cfg);
+    if (!r) {
+        dbt_config_free(&cfg);
+        return 1;
+    }
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal; /* no SA_RESTART: poll returns at once */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    tty_setup();
+    while (!stop) {
+        cli_pool_view *v = NULL;
+        int rows = screen_rows(), n;
+        if (!r || dbt_redis_broken(r)) { /* Redis restarted: connect again */
+            if (r)
+                dbt_redis_free(r);
+            r = dbt_redis_connect(&cfg, err);
+        }
+        /* Errors go on the screen, not to stderr, which would tear the frame. */
+        if (!r)
+            n = -1;
+        else
+            n = cli_view_pools(r, &cfg, argv + optind, argc - optind, rows, &v, err);
+        draw(&cfg, v, n < 0 ? 0 : n, n < 0 ? err : NULL, interval_ms);
+        if (n >= 0)
+            cli_views_free(v, n);
+        if (wait_key(interval_ms))
+            break;
+    }
+    tty_restore();
+    if (r)
+        dbt_redis_free(r);
+    dbt_config_free(&cfg);
+    return 0;
+}

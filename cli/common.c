@@ -1,0 +1,200 @@
+/* common.c - settings, the Redis connection and the pool list, for every subcommand. */
+#include "cli.h"
+
+#include "sem_client.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern char **environ;
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "dbthrottle %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see dbthrottle %s --help)\n", cmd);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+int cli_fail(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "dbthrottle %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+bool cli_redis_opt(cli_redis_opts *o, int opt, const char *arg)
+{
+    if (opt == CLI_OPT_REDIS)
+        o->redis_url = arg;
+    else if (opt == CLI_OPT_KEY_PREFIX)
+        o->key_prefix = arg;
+    else
+        return false;
+    return true;
+}
+
+bool cli_load_config(const char *cmd, const cli_redis_opts *o, dbt_config *cfg)
+{
+    char err[DBT_ERRLEN];
+    bool ok = dbt_config_load(cfg, environ, err);
+    if (ok && o && o->redis_url)
+        ok = dbt_config_set(cfg, "DBTHROTTLE_REDIS_URL", o->redis_url, DBT_SRC_ENV, err);
+    if (ok && o && o->key_prefix)
+        ok = dbt_config_set(cfg, "DBTHROTTLE_KEY_PREFIX", o->key_prefix, DBT_SRC_ENV, err);
+    if (!ok) {
+        cli_fail(cmd, "%s", err);
+        dbt_config_free(cfg);
+    }
+    return ok;
+}
+
+dbt_redis *cli_connect(const char *cmd, const dbt_config *cfg)
+{
+    char err[DBT_ERRLEN];
+    dbt_redis *r = dbt_redis_connect(cfg, err);
+    if (!r)
+        cli_fail(cmd, "%s", err);
+    return r;
+}
+
+void cli_free_names(char **names, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The pool name of a key "<escaped prefix>{<escaped pool>}...": the inverse of dbt_key_escape.
+ * NULL when the key is not one of ours. */
+static char *pool_of_key(const char *key, const char *eprefix)
+{
+    size_t lp = strlen(eprefix);
+    if (strncmp(key, eprefix, lp) != 0 || key[lp] != '{')
+        return NULL;
+    const char *s = key + lp + 1, *e = strchr(s, '}');
+    if (!e)
+        return NULL;
+    char *name = malloc((size_t)(e - s) + 1), *o = name;
+    if (!name)
+        return NULL;
+    for (const char *p = s; p < e; p++) {
+        if (*p == '%' && p + 2 < e && hexval(p[1]) >= 0 && hexval(p[2]) >= 0) {
+            *o++ = (char)(hexval(p[1]) << 4 | hexval(p[2]));
+            p += 2;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = '\0';
+    return name;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool add_name(char ***names, int *n, int *cap, char *name)
+{
+    for (int i = 0; i < *n; i++)
+        if (strcmp((*names)[i], name) == 0) {
+            free(name);
+            return true;
+        }
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 16;
+        char **nn = realloc(*names, (size_t)nc * sizeof *nn);
+        if (!nn) {
+            free(name);
+            return false;
+        }
+        *names = nn;
+        *cap = nc;
+    }
+    (*names)[(*n)++] = name;
+    return true;
+}
+
+int cli_list_pools(dbt_redis *r, const dbt_config *cfg, char ***out, char *err)
+{
+    char *eprefix = dbt_key_escape(cfg->key_prefix);
+    if (!eprefix)
+        return snprintf(err, DBT_ERRLEN, "out of memory"), -1;
+    /* The escaped prefix holds none of the glob's special bytes (* ? [ ] \). */
+    size_t lm = strlen(eprefix) + 3;
+    char *match = malloc(lm);
+    if (!match) {
+        free(eprefix);
+        return snprintf(err, DBT_ERRLEN, "out of memory"), -1;
+    }
+    snprintf(match, lm, "%s{*", eprefix);
+    char cursor[32] = "0";
+    char **names = NULL;
+    int n = 0, cap = 0;
+    bool ok = true;
+    do {
+        const char *argv[] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000"};
+        redisReply *rep = dbt_redis_command(r, 6, argv, NULL, err);
+        if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+            rep->element[0]->type != REDIS_REPLY_STRING ||
+            rep->element[1]->type != REDIS_REPLY_ARRAY) {
+            if (rep)
+                snprintf(err, DBT_ERRLEN, "unexpected reply to SCAN");
+            freeReplyObject(rep);
+            ok = false;
+            break;
+        }
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+        for (size_t i = 0; ok && i < rep->element[1]->elements; i++) {
+            const redisReply *k = rep->element[1]->element[i];
+            char *name = k->type == REDIS_REPLY_STRING ? pool_of_key(k->str, eprefix) : NULL;
+            if (name && !add_name(&names, &n, &cap, name)) {
+                snprintf(err, DBT_ERRLEN, "out of memory");
+                ok = false;
+            }
+        }
+        freeReplyObject(rep);
+    } while (ok && strcmp(cursor, "0") != 0);
+    free(match);
+    free(eprefix);
+    if (!ok) {
+        cli_free_names(names, n);
+        return -1;
+    }
+    if (n > 1)
+        qsort(names, (size_t)n, sizeof *names, by_name);
+    *out = names;
+    return n;
+}
+
+redisReply *cli_eval_kind(dbt_redis *r, const dbt_config *cfg, const dbt_keys *k, dbt_kind kind,
+                          const dbt_script *s, int nextra, const char *const *extra, char *err)
+{
+    char lease[24], ttl[24];
+    const char *args[16];
+    const char *keys[DBT_NKEYS];
+    if (nextra > 12) {
+        snprintf(err, DBT_ERRLEN, "too many arguments");
+        return NULL;
+    }
+    dbt_script_args(k, kind, cfg, lease, ttl, args);
+    for (int i = 0; i < nextra; i++)
+        args[4 + i] = extra[i];
+    for (int i = 0; i < DBT_NKEYS; i++)
+        keys[i] = k->keys[kind][i];
+    return dbt_redis_eval(r, s, DBT_NKEYS, keys, 4 + nextra, args, err);
+}

@@ -1,0 +1,335 @@
+#!/bin/sh
+# run.sh - the dbthrottle command against a redis-server and a PostgreSQL this script starts (and
+# stops) on free loopback ports: run, status (table, --json, --prometheus), top (in tmux), check,
+# limit, drain, resume, evict, --help and usage errors, make install. Each check prints one line;
+# the last line is "N passed, N failed", and the exit status is non-zero on a failure.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../faults/lib.sh"
+D=${DBT_CLI:-$top/build/dbthrottle}
+work=$(mktemp -d /tmp/dbt-cli-XXXXXX)
+chmod 755 "$work"
+tmux_sock=dbt-cli-$$
+cleanup() {
+    for p in $(cat "$work"/pids 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+    tmux -L "$tmux_sock" kill-server 2>/dev/null
+    tmux -L "$tmux_sock-2" kill-server 2>/dev/null
+    [ -n "${redis_pid:-}" ] && kill -9 "$redis_pid" 2>/dev/null
+    pg_stop
+    if [ -n "${DBT_CLI_KEEP:-}" ]; then echo "# kept $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+export DBTHROTTLE_LOG_LEVEL=warn
+redis_start
+pg_start
+host=$(hostname)
+
+# bg OUT CMD...: runs CMD in the background, its pid in $bg (killed at the end in any case).
+bg() {
+    out=$1
+    shift
+    "$@" >"$out" 2>&1 &
+    bg=$!
+    echo "$bg" >>"$work/pids"
+}
+# jq-like: js POOL... -- EXPR: evaluates the Python expression EXPR over `status --json`
+# (d = the document, p = the first pool's object, q = its queries).
+js() {
+    pools=
+    while [ "$1" != "--" ]; do pools="$pools $1"; shift; done
+    shift
+    # shellcheck disable=SC2086
+    "$D" status --json $pools | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+p = d["pools"][0] if d["pools"] else {}
+q = p.get("queries", {})
+c = p.get("connections", {})
+print(eval(sys.argv[1]))' "$1"
+}
+
+# ---- usage: --help everywhere, exit code 2 on bad usage ---------------------------------------
+echo "# usage"
+for c in run status top check limit drain resume evict; do
+    out=$("$D" $c --help 2>&1)
+    rc=$?
+    check "$c --help: exit 0 and a usage line" '[ $rc -eq 0 ] && echo "$out" | head -1 | grep -q "^usage: dbthrottle $c"'
+    "$D" $c --no-such-option >/dev/null 2>"$work/err"
+    rc=$?
+    check "$c --no-such-option: exit 2 and a one-line error naming it" '[ $rc -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "no-such-option" "$work/err"'
+done
+"$D" >/dev/null 2>&1; rc=$?
+check "no command: exit 2" '[ $rc -eq 2 ]'
+"$D" frobnicate >/dev/null 2>"$work/err"; rc=$?
+check "unknown command: exit 2, named" '[ $rc -eq 2 ] && grep -q frobnicate "$work/err"'
+"$D" --help | grep -q "^  evict" && ok "dbthrottle --help lists the commands" || fail "dbthrottle --help lists the commands"
+"$D" limit somepool x >/dev/null 2>"$work/err"; rc=$?
+check "limit POOL x: exit 2 with the library's limit parser's message ($(cat "$work/err"))" '[ $rc -eq 2 ] && grep -q "N: bad value \"x\"" "$work/err"'
+"$D" limit >/dev/null 2>&1; rc=$?
+check "limit without POOL: exit 2" '[ $rc -eq 2 ]'
+"$D" evict onlypool >/dev/null 2>&1; rc=$?
+check "evict without PERMIT: exit 2" '[ $rc -eq 2 ]'
+"$D" run --max-queries 0 -- true >/dev/null 2>"$work/err"; rc=$?
+check "run --max-queries 0: exit 2, the library's message ($(cat "$work/err"))" '[ $rc -eq 2 ] && grep -q "DBTHROTTLE_MAX_QUERIES: bad value \"0\"" "$work/err"'
+"$D" run -- true >/dev/null 2>"$work/err"; rc=$?
+check "run without a limit: refused, exit 1 (nothing unthrottled by accident)" '[ $rc -eq 1 ] && grep -q "nothing to throttle" "$work/err"'
+"$D" status --json --prometheus >/dev/null 2>&1; rc=$?
+check "status --json --prometheus: exit 2" '[ $rc -eq 2 ]'
+
+# ---- run: psql throttled -----------------------------------------------------------------------
+echo "# run"
+mark
+for i in 1 2 3 4; do
+    bg "$work/run.$i" env PGAPPNAME=t_run "$D" run --max-queries 1 --pool runpool -- \
+        psql -qAtX -c "SELECT dbt_probe(200)"
+    pids="${pids:-} $bg"
+done
+for p in $pids; do wait "$p"; done
+pids=
+check "run: 4 psql at --max-queries 1 ran one at a time (most at once: $(max_conc t_run), probes: $(probes t_run))" '[ "$(max_conc t_run)" -eq 1 ] && [ "$(probes t_run)" -eq 4 ]'
+out=$("$D" run --max-queries 3 -- sh -c 'echo "$LD_PRELOAD|$DBTHROTTLE_MAX_QUERIES"')
+check "run: LD_PRELOAD is the built library, the setting exported ($out)" '[ "$out" = "$(cd "$top/build" && pwd -P)/libdbthrottle.so|3" ]'
+out=$(LD_PRELOAD=/lib/x86_64-linux-gnu/libc.so.6 "$D" run --max-queries 3 -- sh -c 'echo "$LD_PRELOAD"')
+check "run: an existing LD_PRELOAD is kept after ours ($out)" '[ "$out" = "$(cd "$top/build" && pwd -P)/libdbthrottle.so:/lib/x86_64-linux-gnu/libc.so.6" ]'
+"$D" run --max-queries 1 --pool tracepool --trace -- env DBTHROTTLE_LOG="$work/trace.log" psql -qAtX -c "SELECT 1" >/dev/null
+check "run --trace: the acquisition and release are in the log" 'grep -q "event=grant" "$work/trace.log" && grep -q "event=release" "$work/trace.log"'
+"$D" run --max-queries 1 -- /no/such/program 2>"$work/err"; rc=$?
+check "run: a program that does not exist: exit 127, named" '[ $rc -eq 127 ] && grep -q "/no/such/program" "$work/err"'
+
+# ---- status while pgbench runs ----------------------------------------------------------------
+echo "# status"
+printf 'SELECT pg_sleep(0.3);\n' >"$work/sleep.sql"
+bg "$work/pgbench.out" "$D" run --max-queries 2 --pool pb -- pgbench -n -c 4 -j 4 -T 6 -f "$work/sleep.sql"
+pgb=$bg
+wait_until 10 '[ "$(js pb -- "q[\"holders_count\"], q[\"waiters_count\"]" 2>/dev/null)" = "(2, 2)" ]'
+"$D" status --json pb >"$work/pb.json"
+"$D" status pb >"$work/pb.txt"
+check "status --json while pgbench -c4 runs at a limit of 2: 2 holders, 2 waiters" '[ "$(python3 -c "import json; q = json.load(open(\"$work/pb.json\"))[\"pools\"][0][\"queries\"]; print(q[\"holders_count\"], q[\"waiters_count\"])")" = "2 2" ]'
+check "status --json: each holder and waiter is pgbench (pid $pgb) on this host, with its connection, lease left and queue position" 'python3 - "$work/pb.json" "$pgb" "$host" <<PY
+import json, sys, re
+d = json.load(open(sys.argv[1])); pid = int(sys.argv[2]); host = sys.argv[3]
+assert d["version"] == 1 and d["prefix"] == "dbthrottle:" and d["time_ms"] > 0
+p = d["pools"][0]; q = p["queries"]
+assert p["name"] == "pb" and q["limit"] == 2 and q["limit_seen"] == 2 and q["override"] is None
+assert not q["draining"]
+assert len(q["holders"]) == 2 and len(q["waiters"]) == 2, q
+for e in q["holders"] + q["waiters"]:
+    assert e["pid"] == pid and e["host"] == host and re.match(r"c[0-9]+$", e["conn"]), e
+    assert re.match(r"[0-9a-f]{16}\.[0-9]+\.2$", e["permit"]), e
+for h in q["holders"]:
+    assert 0 < h["lease_left_ms"] <= 10000 and 0 <= h["held_ms"] < 5000, h
+assert [w["position"] for w in q["waiters"]] == [1, 2]
+assert q["waiters"][0]["waited_ms"] >= q["waiters"][1]["waited_ms"] >= 0
+assert q["counters"]["grants"] >= 2 and q["counters"]["queued"] >= 2
+assert set(q["counters"]) == {"grants", "queued", "refused", "cancelled", "expired", "evicted", "wait_ms"}
+assert p["connections"]["holders_count"] == 0
+PY'
+check "status (table): the holders and waiters of pb with pgbench's pid" '[ "$(grep -c " $pgb " "$work/pb.txt")" -eq 4 ] && grep -q "^pool \"pb\" query: limit 2, 2 holding, 2 waiting" "$work/pb.txt"'
+wait "$pgb"
+tps_ok=$(grep -c "^number of transactions actually processed" "$work/pgbench.out")
+"$D" status --json pb >"$work/pb.json"
+"$D" status --prometheus pb >"$work/pb.prom"
+check "pgbench ended normally" '[ "$tps_ok" -eq 1 ]'
+check "status after pgbench: no holders or waiters; grants = queued + immediate ones, wait time counted" 'python3 - "$work/pb.json" <<PY
+import json, sys
+q = json.load(open(sys.argv[1]))["pools"][0]["queries"]
+c = q["counters"]
+assert q["holders_count"] == 0 and q["waiters_count"] == 0, q
+assert c["grants"] >= 20 and c["queued"] >= 10 and c["wait_ms"] > 1000, c
+assert c["refused"] == 0 and c["expired"] == 0 and c["evicted"] == 0, c
+PY'
+check "status --prometheus: every sample well formed, with HELP and TYPE" 'python3 - "$work/pb.prom" <<PY
+import re, sys
+names = set(); typed = set()
+for line in open(sys.argv[1]):
+    line = line.rstrip("\n")
+    m = re.match(r"# (HELP|TYPE) (dbthrottle_[a-z_]+) (.+)$", line)
+    if m:
+        (typed if m.group(1) == "TYPE" else names).add(m.group(2))
+        if m.group(1) == "TYPE": assert m.group(3) in ("gauge", "counter"), line
+        continue
+    m = re.match(r"(dbthrottle_[a-z_]+)\{pool=\"([^\"\\\\]|\\\\.)*\",kind=\"(query|connection)\"\} [0-9.e+-]+$", line)
+    assert m, line
+    assert m.group(1) in typed and m.group(1) in names, line
+assert "dbthrottle_grants_total" in typed
+PY'
+grants_json=$(python3 -c "import json; print(json.load(open('$work/pb.json'))['pools'][0]['queries']['counters']['grants'])")
+grants_prom=$(awk '/^dbthrottle_grants_total\{pool="pb",kind="query"\}/ { print $2 }' "$work/pb.prom")
+wait_json=$(python3 -c "import json; print(json.load(open('$work/pb.json'))['pools'][0]['queries']['counters']['wait_ms'] / 1000)")
+wait_prom=$(awk '/^dbthrottle_wait_seconds_total\{pool="pb",kind="query"\}/ { print $2 }' "$work/pb.prom")
+check "status --prometheus: the same counters as --json (grants $grants_prom = $grants_json, wait $wait_prom s = $wait_json s)" '[ "$grants_prom" = "$grants_json" ] && python3 -c "assert abs($wait_prom - $wait_json) < 1e-9"'
+"$D" status --redis redis://127.0.0.1:1 >/dev/null 2>"$work/err"; rc=$?
+check "status with Redis unreachable: exit 1, one line ($(cat "$work/err"))" '[ $rc -eq 1 ] && [ "$(wc -l <"$work/err")" -eq 1 ]'
+out=$("$D" status --key-prefix other:)
+check "status --key-prefix other: no pools there ($out)" '[ "$out" = "no pools under the key prefix \"other:\"" ]'
+
+# ---- limit raised and lowered mid-run ---------------------------------------------------------
+echo "# limit"
+for i in 1 2 3 4 5 6; do
+    bg "$work/lim.$i" env PGAPPNAME=t_lim "$D" run --max-queries 2 --pool lim -- "$worker" -n 0 -s 100
+    lim_pids="${lim_pids:-} $bg"
+done
+wait_until 15 '[ "$(live_holders q "dbthrottle:{lim}")" -eq 2 ] && [ "$(live_waiters q "dbthrottle:{lim}")" -eq 4 ]'
+mark
+out=$("$D" limit lim 4)
+check "limit lim 4: says so ($out)" 'echo "$out" | grep -q "^pool \"lim\" query: limit 4 for every worker"'
+wait_until 10 '[ "$(probes t_lim)" -ge 20 ]'
+check "limit raised 2 -> 4 mid-run: 4 at once at the server (most seen: $(max_conc t_lim))" '[ "$(max_conc t_lim)" -eq 4 ]'
+check "status shows the override (limit 4, workers ask 2)" '[ "$(js lim -- "q[\"limit\"], q[\"override\"], q[\"limit_seen\"]")" = "(4, 4, 2)" ]'
+"$D" limit lim 1 >/dev/null
+wait_until 10 '[ "$(live_holders q "dbthrottle:{lim}")" -le 1 ]'
+mark
+wait_until 10 '[ "$(probes t_lim)" -ge 10 ]'
+check "limit lowered 4 -> 1 mid-run: once the holders drained, 1 at a time (most seen: $(max_conc t_lim) over $(probes t_lim) probes)" '[ "$(max_conc t_lim)" -eq 1 ]'
+out=$("$D" limit lim --clear)
+check "limit --clear: says so" 'echo "$out" | grep -q "override cleared"'
+mark
+wait_until 10 '[ "$(probes t_lim)" -ge 20 ]'
+check "after --clear the workers' own limit (2) applies again (most seen: $(max_conc t_lim))" '[ "$(max_conc t_lim)" -eq 2 ]'
+
+# ---- drain and resume (same workers) ------------------------------------------------------------
+echo "# drain"
+out=$("$D" drain lim)
+check "drain: both kinds said draining" '[ "$(echo "$out" | grep -c draining)" -eq 2 ]'
+wait_until 10 '[ "$(live_holders q "dbthrottle:{lim}")" -eq 0 ] && [ "$(live_waiters q "dbthrottle:{lim}")" -eq 6 ]'
+check "drain: the holders finished and all 6 workers wait, none granted" '[ "$(live_holders q "dbthrottle:{lim}")" -eq 0 ] && [ "$(live_waiters q "dbthrottle:{lim}")" -eq 6 ]'
+g0=$(js lim -- 'q["counters"]["grants"]')
+mark
+sleep 4 # more than a lease renewal period (lease/3): renewals and new arrivals grant nothing
+g1=$(js lim -- 'q["counters"]["grants"]')
+check "drain: no grant and no probe for 4 s (grants $g0 -> $g1, probes $(probes t_lim)), status says draining" '[ "$g0" = "$g1" ] && [ "$(probes t_lim)" -eq 0 ] && [ "$(js lim -- "q[\"draining\"]")" = True ]'
+out=$("$D" resume lim)
+check "resume: 2 waiters granted at once ($(echo "$out" | head -1))" 'echo "$out" | head -1 | grep -q "resumed: 2 waiters granted at once"'
+wait_until 10 '[ "$(probes t_lim)" -ge 10 ]'
+check "resume: the workers run again, 2 at a time (most seen: $(max_conc t_lim))" '[ "$(max_conc t_lim)" -eq 2 ]'
+kill -TERM $lim_pids 2>/dev/null
+for p in $lim_pids; do wait "$p"; done
+
+# ---- evict ----------------------------------------------------------------------------------------
+echo "# evict"
+bg "$work/ev.long" env PGAPPNAME=t_ev "$D" run --max-queries 1 --pool ev -- psql -qAtX -c "SELECT pg_sleep(60)"
+long=$bg
+wait_until 10 '[ "$(live_holders q "dbthrottle:{ev}")" -eq 1 ]'
+bg "$work/ev.short" env PGAPPNAME=t_ev "$D" run --max-queries 1 --pool ev -- psql -qAtX -c "SELECT 42"
+short=$bg
+wait_until 10 '[ "$(live_waiters q "dbthrottle:{ev}")" -eq 1 ]'
+permit=$(js ev -- 'q["holders"][0]["permit"]')
+out=$("$D" evict ev "$permit"); rc=$?
+check "evict: exit 0 and says whose it was (host $host, pid $long): $out" '[ $rc -eq 0 ] && echo "$out" | grep -q "evicted permit \"$permit\", held by host $host pid $long connection c[0-9]* for" && echo "$out" | grep -q "1 waiter granted"'
+wait_until 10 '! kill -0 "$short" 2>/dev/null'
+check "evict: the waiter got the permit and ran its query" '[ "$(cat "$work/ev.short")" = 42 ]'
+check "evict: counted (evicted 1)" '[ "$(js ev -- "q[\"counters\"][\"evicted\"]")" = 1 ]'
+"$D" evict ev "$permit" >/dev/null 2>"$work/err"; rc=$?
+check "evict of a permit no longer held: exit 1, said ($(cat "$work/err"))" '[ $rc -eq 1 ] && grep -q "has no holder" "$work/err"'
+kill -INT "$long" 2>/dev/null
+
+# ---- top, in a terminal (tmux) ------------------------------------------------------------------
+echo "# top"
+bg "$work/top.hold" env PGAPPNAME=t_top "$D" run --max-queries 1 --pool toppool -- psql -qAtX -c "SELECT pg_sleep(60)"
+tophold=$bg
+wait_until 10 '[ "$(live_holders q "dbthrottle:{toppool}")" -eq 1 ]'
+tmux -L "$tmux_sock" -f /dev/null new-session -d -s top -x 160 -y 40 \
+    "env DBTHROTTLE_REDIS_URL=$DBTHROTTLE_REDIS_URL $D top --interval 200ms; echo top-exited-\$?; sleep 30"
+screen() { tmux -L "$tmux_sock" capture-pane -p -t top; }
+wait_until 10 'screen | grep -q " $tophold "'
+screen >"$work/top.screen"
+check "top: the screen shows the pool and its holder (pid $tophold)" 'grep -q "^dbthrottle top" "$work/top.screen" && grep -q "pool \"toppool\" query: limit 1, 1 holding" "$work/top.screen" && grep -q " $tophold " "$work/top.screen"'
+kill -INT "$tophold" 2>/dev/null
+wait_until 10 '! screen | grep -q " $tophold "'
+check "top: refreshes (the holder left the screen when it ended)" '! screen | grep -q " $tophold "'
+tmux -L "$tmux_sock" send-keys -t top q
+wait_until 5 'screen | grep -q "top-exited-0"'
+check "top: q quits with exit 0 and restores the screen" 'screen | grep -q "top-exited-0" && ! screen | grep -q "^dbthrottle top"'
+tmux -L "$tmux_sock" kill-server 2>/dev/null
+tmux_sock=$tmux_sock-2
+tmux -L "$tmux_sock" -f /dev/null new-session -d -s top -x 160 -y 40 \
+    "env DBTHROTTLE_REDIS_URL=$DBTHROTTLE_REDIS_URL $D top; echo top-exited-\$?; sleep 30"
+wait_until 10 'screen | grep -q "^dbthrottle top"'
+tmux -L "$tmux_sock" send-keys -t top C-c
+wait_until 5 'screen | grep -q "top-exited-0"'
+check "top: Ctrl-C quits with exit 0" 'screen | grep -q "top-exited-0"'
+tmux -L "$tmux_sock" kill-server 2>/dev/null
+
+# ---- check ------------------------------------------------------------------------------------
+echo "# check"
+# Each bad setting: check exits 1 with the very message the library logs when it refuses to work.
+cat >"$work/bad.conf" <<CONF
+max_queries = many
+CONF
+cat >"$work/unknown.conf" <<CONF
+max_querys = 2
+CONF
+while IFS= read -r kv; do
+    out=$(env "$kv" "$D" check 2>"$work/err" >/dev/null); rc=$?
+    mine=$(sed -n 's/^dbthrottle check: //p' "$work/err" | head -1)
+    env "$kv" LD_PRELOAD="$lib" psql -qAtX -c "SELECT 1" >/dev/null 2>"$work/liberr"
+    theirs=$(python3 - "$work/liberr" <<'PY'
+import re, sys
+for line in open(sys.argv[1]):
+    m = re.search(r'event=config_error error="((?:[^"\\]|\\.)*)"', line)
+    if m:
+        print(re.sub(r'\\(.)', r'\1', m.group(1)))
+        break
+PY
+)
+    check "check $kv: exit 1 with the library's message ($mine)" '[ $rc -eq 1 ] && [ -n "$mine" ] && [ "$mine" = "$theirs" ]'
+done <<LIST
+DBTHROTTLE_MAX_QUERIES=0
+DBTHROTTLE_MAX_CONNECTIONS=abc
+DBTHROTTLE_WAIT_TIMEOUT=5x
+DBTHROTTLE_LEASE=10ms
+DBTHROTTLE_REDIS_TIMEOUT=0
+DBTHROTTLE_ON_REDIS_ERROR=maybe
+DBTHROTTLE_LOG_LEVEL=loud
+DBTHROTTLE_LOG_FORMAT=xml
+DBTHROTTLE_LOG_QUERY=perhaps
+DBTHROTTLE_REDIS_URL=http://127.0.0.1:$rport
+DBTHROTTLE_EXEMPT=foo
+DBTHROTTLE_IDLE_IN_TX_WARN=-1
+DBTHROTTLE_MAX_QUERIE=3
+DBTHROTTLE_POOL=
+DBTHROTTLE_DISABLE=2
+DBTHROTTLE_KEY_PREFIX=
+DBTHROTTLE_CONFIG=$work/no-such-file
+DBTHROTTLE_CONFIG=$work/bad.conf
+DBTHROTTLE_CONFIG=$work/unknown.conf
+LIST
+printf 'lease = 5s\n' >"$work/good.conf"
+DBTHROTTLE_CONFIG="$work/good.conf" DBTHROTTLE_MAX_QUERIES=4 "$D" check >"$work/check.out" 2>&1; rc=$?
+check "check, all well: exit 0, ok, Redis reached and the scripts loaded" '[ $rc -eq 0 ] && tail -1 "$work/check.out" | grep -qx ok && grep -q "^redis: .* [0-9]* scripts loaded" "$work/check.out"'
+check "check: each setting with where it came from (file, environment, default)" 'grep -Eq "^  DBTHROTTLE_LEASE +5s +file $work/good.conf\$" "$work/check.out" && grep -Eq "^  DBTHROTTLE_MAX_QUERIES +4 +environment\$" "$work/check.out" && grep -Eq "^  DBTHROTTLE_WAIT_TIMEOUT +2m +default\$" "$work/check.out"'
+DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_REDIS_URL=redis://:sekrit@127.0.0.1:$rport "$D" check >"$work/check.out" 2>&1; rc=$?
+check "check: a Redis that refuses the password: exit 1, and the password is never printed" '[ $rc -eq 1 ] && ! grep -q sekrit "$work/check.out" && grep -q "redis://:\*\*\*@" "$work/check.out"'
+DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_REDIS_URL=redis://127.0.0.1:1 "$D" check >/dev/null 2>"$work/err"; rc=$?
+check "check: Redis unreachable: exit 1 ($(cat "$work/err"))" '[ $rc -eq 1 ] && grep -q "127.0.0.1:1" "$work/err"'
+"$D" check >/dev/null 2>"$work/err"; rc=$?
+check "check: no limit set: exit 1, said" '[ $rc -eq 1 ] && grep -q "not throttled" "$work/err"'
+
+# ---- make install -------------------------------------------------------------------------------
+echo "# install"
+if make -s -C "$top" install DESTDIR="$work/inst" PREFIX=/usr >"$work/install.out" 2>&1; then
+    out=$("$work/inst/usr/bin/dbthrottle" run --max-queries 1 -- sh -c 'echo "$LD_PRELOAD"')
+    check "make install: the installed command preloads the installed library ($out)" '[ "$out" = "$work/inst/usr/lib/libdbthrottle.so" ]'
+    check "make install: the man pages dbthrottle(1) and libdbthrottle(7)" '[ -f "$work/inst/usr/share/man/man1/dbthrottle.1" ] && [ -f "$work/inst/usr/share/man/man7/libdbthrottle.7" ]'
+else
+    fail "make install: $(tail -3 "$work/install.out")"
+fi
+for m in "$top/docs/dbthrottle.1" "$top/docs/libdbthrottle.7"; do
+    warn=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l "$m" 2>&1 >/dev/null)
+    check "man page $(basename "$m") renders without warnings${warn:+: $warn}" '[ -z "$warn" ]'
+done
+missing=
+for v in $(grep -o '"DBTHROTTLE_[A-Z_]*[A-Z]"' "$top/preload/config.c" | tr -d '"' | sort -u); do
+    grep -q "^\.B $v\$" "$top/docs/libdbthrottle.7" || missing="$missing $v"
+done
+check "libdbthrottle(7) documents every variable the parser knows${missing:+ (missing:$missing)}" '[ -z "$missing" ]'
+missing=
+for c in run status top check limit drain resume evict; do
+    grep -q "^\.SS \"\?dbthrottle $c" "$top/docs/dbthrottle.1" || missing="$missing $c"
+done
+check "dbthrottle(1) has a section for every command${missing:+ (missing:$missing)}" '[ -z "$missing" ]'
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
