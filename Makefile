@@ -42,7 +42,7 @@ SEM_SRCS  := $(sort $(wildcard tests/sem/*.c))
 SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
 CRITERION_LIBS := -lcriterion
 
-.PHONY: all test test-unit test-sem test-integration test-faults fuzz soak bench demo install uninstall clean deps format format-check \
+.PHONY: all test test-unit test-sem test-integration test-faults test-cli fuzz soak bench demo install uninstall clean deps format format-check \
         check-asan check-tsan check-valgrind
 
 all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
@@ -175,6 +175,7 @@ test: deps
 	$(BUILD)/tests/sem --jobs 2
 	sh tests/integration/test_interposer.sh
 	$(MAKE) test-faults
+	$(MAKE) test-cli
 	$(MAKE) check-asan check-tsan check-valgrind
 	$(MAKE) fuzz FUZZ_SECONDS=15
 
@@ -191,6 +192,10 @@ $(BUILD)/tests/%_client: tests/integration/%_client.c
 $(BUILD)/tests/fault_worker: tests/faults/fault_worker.c
 	@mkdir -p $(BUILD)/tests
 	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(LIBPQ_CFLAGS) -pthread -o $@ $< -lpq
+
+# The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh).
+test-cli: all $(BUILD)/tests/fault_worker
+	sh tests/cli/run.sh
 
 # The fault suite (tests/faults/run.sh): crashes, Redis outages, signals, fork, netns. FAULTS=
 # "1 3" runs only those cases.
@@ -223,12 +228,17 @@ demo: deps all
 	sh tools/demo.sh
 
 install: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(DOCDIR)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(DOCDIR) \
+	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
 	install -m 0644 $(BUILD)/libdbthrottle.so $(DESTDIR)$(LIBDIR)/libdbthrottle.so
+	install -m 0755 $(BUILD)/dbthrottle $(DESTDIR)$(BINDIR)/dbthrottle
+	install -m 0644 docs/dbthrottle.1 $(DESTDIR)$(MANDIR)/man1/dbthrottle.1
+	install -m 0644 docs/libdbthrottle.7 $(DESTDIR)$(MANDIR)/man7/libdbthrottle.7
 	install -m 0644 README.md docs/*.md config/dbthrottle.conf.example $(DESTDIR)$(DOCDIR)/
 
 uninstall:
-	rm -f $(DESTDIR)$(LIBDIR)/libdbthrottle.so
+	rm -f $(DESTDIR)$(LIBDIR)/libdbthrottle.so $(DESTDIR)$(BINDIR)/dbthrottle \
+	    $(DESTDIR)$(MANDIR)/man1/dbthrottle.1 $(DESTDIR)$(MANDIR)/man7/libdbthrottle.7
 	rm -rf $(DESTDIR)$(DOCDIR)
 
 format:

@@ -4,7 +4,7 @@
 set -eu
 pkgs="gcc clang make pkg-config binutils libhiredis-dev libcriterion-dev redis-server \
 postgresql postgresql-client libpq-dev clang-format valgrind python3 python3-psycopg2 \
-python3-psycopg ruby-pg libdbd-pg-perl php-cli php-pgsql tmux iproute2 libclang-rt-14-dev"
+python3-psycopg ruby-pg libdbd-pg-perl php-cli php-pgsql tmux iproute2 libclang-rt-14-dev groff-base man-db"
 # Extra packages may be named on the command line (make bench asks for pgbouncer).
 pkgs="$pkgs $*"
 missing=

@@ -255,6 +255,30 @@ long long test_redis_commands(const test_redis *r)
     return total;
 }
 
+long long test_redis_script_usec(const test_redis *r)
+{
+    redisContext *c = test_redis_connect(r);
+    if (!c)
+        return -1;
+    redisReply *rep = redisCommand(c, "INFO commandstats");
+    long long total = 0;
+    if (rep && rep->type == REDIS_REPLY_STRING) {
+        static const char *const cmds[] = {"evalsha", "eval"};
+        for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+            char needle[64];
+            snprintf(needle, sizeof needle, "cmdstat_%s:", cmds[i]);
+            char *at = strstr(rep->str, needle);
+            at = at ? strstr(at, ",usec=") : NULL;
+            if (at)
+                total += strtoll(at + strlen(",usec="), NULL, 10);
+        }
+    }
+    if (rep)
+        freeReplyObject(rep);
+    redisFree(c);
+    return total;
+}
+
 long long test_redis_dbsize(const test_redis *r)
 {
     return test_redis_int(r, "DBSIZE");

@@ -31,6 +31,8 @@ redisContext *test_redis_connect(const test_redis *r);
 long long test_redis_int(const test_redis *r, const char *fmt, ...);
 /* Commands clients sent (INFO commandstats, without the ones scripts ran, without INFO). */
 long long test_redis_commands(const test_redis *r);
+/* Microseconds Redis spent in scripts so far (INFO commandstats: EVALSHA and EVAL usec). */
+long long test_redis_script_usec(const test_redis *r);
 /* Number of keys in the db. */
 long long test_redis_dbsize(const test_redis *r);
 
