@@ -5,15 +5,17 @@
 
 #define HOOK __attribute__((visibility("default")))
 
-/* The synchronous calls run a whole command: permit before, maybe give it back after. */
-#define SYNC_HOOK(call, ...)                                                                       \
+/* The synchronous calls run a whole command: permit before, maybe give it back after. `text` is
+ * the command's SQL, for the trace when DBTHROTTLE_LOG_QUERY is on; NULL for the calls that carry
+ * none (prepared statements by name, describes, PQfn). */
+#define SYNC_HOOK(text, call, ...)                                                                 \
     do {                                                                                           \
         __typeof__(&call) real = DBT_REAL(call);                                                   \
         if (!real)                                                                                 \
             return NULL;                                                                           \
         if (dbt_nested || !conn)                                                                   \
             return real(__VA_ARGS__);                                                              \
-        if (!dbt_throttle_before(conn))                                                            \
+        if (!dbt_throttle_before(conn, text))                                                      \
             return dbt_throttle_refused_result(conn);                                              \
         dbt_nested++;                                                                              \
         PGresult *res = real(__VA_ARGS__);                                                         \
@@ -24,14 +26,14 @@
 
 /* The PQsend* calls start a command: the permit is given back when PQgetResult says it ended
  * (or at once, when nothing was sent). */
-#define SEND_HOOK(call, ...)                                                                       \
+#define SEND_HOOK(text, call, ...)                                                                 \
     do {                                                                                           \
         __typeof__(&call) real = DBT_REAL(call);                                                   \
         if (!real)                                                                                 \
             return 0;                                                                              \
         if (dbt_nested || !conn)                                                                   \
             return real(__VA_ARGS__);                                                              \
-        if (!dbt_throttle_before(conn))                                                            \
+        if (!dbt_throttle_before(conn, text))                                                      \
             return 0;                                                                              \
         dbt_nested++;                                                                              \
         int ok = real(__VA_ARGS__);                                                                \
@@ -45,83 +47,83 @@
 
 HOOK PGresult *PQexec(PGconn *conn, const char *query)
 {
-    SYNC_HOOK(PQexec, conn, query);
+    SYNC_HOOK(query, PQexec, conn, query);
 }
 
 HOOK PGresult *PQexecParams(PGconn *conn, const char *command, int nParams, const Oid *paramTypes,
                             const char *const *paramValues, const int *paramLengths,
                             const int *paramFormats, int resultFormat)
 {
-    SYNC_HOOK(PQexecParams, conn, command, nParams, paramTypes, paramValues, paramLengths,
+    SYNC_HOOK(command, PQexecParams, conn, command, nParams, paramTypes, paramValues, paramLengths,
               paramFormats, resultFormat);
 }
 
 HOOK PGresult *PQprepare(PGconn *conn, const char *stmtName, const char *query, int nParams,
                          const Oid *paramTypes)
 {
-    SYNC_HOOK(PQprepare, conn, stmtName, query, nParams, paramTypes);
+    SYNC_HOOK(query, PQprepare, conn, stmtName, query, nParams, paramTypes);
 }
 
 HOOK PGresult *PQexecPrepared(PGconn *conn, const char *stmtName, int nParams,
                               const char *const *paramValues, const int *paramLengths,
                               const int *paramFormats, int resultFormat)
 {
-    SYNC_HOOK(PQexecPrepared, conn, stmtName, nParams, paramValues, paramLengths, paramFormats,
-              resultFormat);
+    SYNC_HOOK(NULL, PQexecPrepared, conn, stmtName, nParams, paramValues, paramLengths,
+              paramFormats, resultFormat);
 }
 
 HOOK PGresult *PQdescribePrepared(PGconn *conn, const char *stmt)
 {
-    SYNC_HOOK(PQdescribePrepared, conn, stmt);
+    SYNC_HOOK(NULL, PQdescribePrepared, conn, stmt);
 }
 
 HOOK PGresult *PQdescribePortal(PGconn *conn, const char *portal)
 {
-    SYNC_HOOK(PQdescribePortal, conn, portal);
+    SYNC_HOOK(NULL, PQdescribePortal, conn, portal);
 }
 
 /* The fast-path function call: the large-object API (lo_*) runs on it. */
 HOOK PGresult *PQfn(PGconn *conn, int fnid, int *result_buf, int *result_len, int result_is_int,
                     const PQArgBlock *args, int nargs)
 {
-    SYNC_HOOK(PQfn, conn, fnid, result_buf, result_len, result_is_int, args, nargs);
+    SYNC_HOOK(NULL, PQfn, conn, fnid, result_buf, result_len, result_is_int, args, nargs);
 }
 
 HOOK int PQsendQuery(PGconn *conn, const char *query)
 {
-    SEND_HOOK(PQsendQuery, conn, query);
+    SEND_HOOK(query, PQsendQuery, conn, query);
 }
 
 HOOK int PQsendQueryParams(PGconn *conn, const char *command, int nParams, const Oid *paramTypes,
                            const char *const *paramValues, const int *paramLengths,
                            const int *paramFormats, int resultFormat)
 {
-    SEND_HOOK(PQsendQueryParams, conn, command, nParams, paramTypes, paramValues, paramLengths,
-              paramFormats, resultFormat);
+    SEND_HOOK(command, PQsendQueryParams, conn, command, nParams, paramTypes, paramValues,
+              paramLengths, paramFormats, resultFormat);
 }
 
 HOOK int PQsendPrepare(PGconn *conn, const char *stmtName, const char *query, int nParams,
                        const Oid *paramTypes)
 {
-    SEND_HOOK(PQsendPrepare, conn, stmtName, query, nParams, paramTypes);
+    SEND_HOOK(query, PQsendPrepare, conn, stmtName, query, nParams, paramTypes);
 }
 
 HOOK int PQsendQueryPrepared(PGconn *conn, const char *stmtName, int nParams,
                              const char *const *paramValues, const int *paramLengths,
                              const int *paramFormats, int resultFormat)
 {
-    SEND_HOOK(PQsendQueryPrepared, conn, stmtName, nParams, paramValues, paramLengths, paramFormats,
-              resultFormat);
+    SEND_HOOK(NULL, PQsendQueryPrepared, conn, stmtName, nParams, paramValues, paramLengths,
+              paramFormats, resultFormat);
 }
 
 HOOK int PQsendDescribePrepared(PGconn *conn, const char *stmt)
 {
-    SEND_HOOK(PQsendDescribePrepared, conn, stmt);
+    SEND_HOOK(NULL, PQsendDescribePrepared, conn, stmt);
 }
 
 HOOK int PQsendDescribePortal(PGconn *conn, const char *portal)
 {
-    SEND_HOOK(PQsendDescribePortal, conn, portal);
+    SEND_HOOK(NULL, PQsendDescribePortal, conn, portal);
 }
 
 HOOK PGresult *PQgetResult(PGconn *conn)

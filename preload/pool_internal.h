@@ -42,6 +42,7 @@ struct dbt_slot {
     uint64_t gen;     /* pool generation: a permit from before a fork() is the parent's */
     char id[64];
     char conn[64];
+    char *query;          /* the start of the command's text, traced with it; NULL if not asked */
     int64_t t_request_us; /* when acquire was first called */
     int64_t t_grant_us;
     int64_t t_renewed_us;  /* when the last acquire or renewal that Redis accepted was sent */

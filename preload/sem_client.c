@@ -337,6 +337,7 @@ static void free_slot(struct dbt_slot *s)
     waker_retract(s);
     if (s->efd >= 0)
         close(s->efd);
+    free(s->query);
     free(s);
 }
 
@@ -363,6 +364,8 @@ static void trace(dbt_log_level lvl, const char *event, const struct dbt_slot *s
     if (queue >= 0)
         f[n++] = DBT_I("queue", queue);
     f[n++] = DBT_S("conn", s->conn[0] ? s->conn : "-");
+    if (s->query)
+        f[n++] = DBT_S("query", s->query);
     if (extra_key)
         f[n++] = DBT_S(extra_key, extra);
     dbt_log(lvl, event, f, n);
@@ -597,6 +600,10 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
     s->limit = o->limit > 0 ? o->limit : 1;
     s->efd = -1;
     s->t_request_us = start;
+    /* A copy: the slot outlives the caller's buffer (the release is traced too). Cut short, as
+     * the log line has a bounded size; a failed copy only leaves the text out. */
+    if (o->query)
+        s->query = strndup(o->query, DBT_QUERY_TRACE_MAX);
     if (o->conn)
         snprintf(s->conn, sizeof s->conn, "%s", o->conn);
     bool may_wait = o->wait_ms != 0;

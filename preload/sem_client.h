@@ -38,10 +38,15 @@ typedef struct {
 /* Wakes the wait that w belongs to, if one runs. Async-signal-safe: atomics and write(2). */
 void dbt_waker_fire(dbt_waker *w);
 
+/* How much of a command's text a slot keeps for the trace: more than the log shows of one value
+ * (1 KiB), so that the log marks the cut with "...". */
+#define DBT_QUERY_TRACE_MAX 1100
+
 typedef struct {
-    int limit;        /* this caller's limit (>= 1) */
-    int64_t wait_ms;  /* DBT_FOREVER, or how long to wait; 0 = only if one is free now */
-    const char *conn; /* connection id for the trace (may be NULL) */
+    int limit;         /* this caller's limit (>= 1) */
+    int64_t wait_ms;   /* DBT_FOREVER, or how long to wait; 0 = only if one is free now */
+    const char *conn;  /* connection id for the trace (may be NULL) */
+    const char *query; /* the command's text for the trace (DBTHROTTLE_LOG_QUERY; may be NULL) */
     /* Asked when a signal interrupts the wait; returning true withdraws and gives
      * DBT_ACQ_INTERRUPTED. NULL: signals never interrupt. */
     bool (*interrupted)(void *arg);

@@ -135,7 +135,7 @@ static bool is_exempt(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
 /* Takes a permit of `kind` for c; false when refused (message set). A cancel of the connection
  * (PQcancel, PQrequestCancel) ends the wait as the server would end a statement. */
 static bool take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, int limit,
-                 dbt_permit **slot)
+                 const char *query, dbt_permit **slot)
 {
     dbt_pool *pool = pool_of(lib, c, conn);
     if (!pool)
@@ -144,6 +144,7 @@ static bool take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, i
     dbt_acquire_opts o = {.limit = limit,
                           .wait_ms = lib->cfg.wait_timeout_ms,
                           .conn = c->id,
+                          .query = lib->cfg.log_query ? query : NULL,
                           .interrupted = cw ? dbt_cancel_requested : NULL,
                           .arg = cw,
                           .waker = dbt_cancel_waker(cw)};
@@ -223,7 +224,7 @@ bool dbt_throttle_connect(PGconn *conn)
     if (c->conn_permit || lib->cfg.max_connections == 0 || is_exempt(lib, c, conn))
         return true;
     c->had_conn_permit =
-        take(lib, c, conn, DBT_KIND_CONN, lib->cfg.max_connections, &c->conn_permit);
+        take(lib, c, conn, DBT_KIND_CONN, lib->cfg.max_connections, NULL, &c->conn_permit);
     return c->had_conn_permit;
 }
 
@@ -239,7 +240,7 @@ void dbt_throttle_connect_failed(PGconn *conn)
     }
 }
 
-bool dbt_throttle_before(PGconn *conn)
+bool dbt_throttle_before(PGconn *conn, const char *query)
 {
     const dbt_lib *lib = dbt_lib_get();
     bool go;
@@ -248,7 +249,7 @@ bool dbt_throttle_before(PGconn *conn)
         return go;
     drop_if_lost(c, &c->conn_permit);
     if (!c->conn_permit && lib->cfg.max_connections > 0 && c->had_conn_permit &&
-        !take(lib, c, conn, DBT_KIND_CONN, lib->cfg.max_connections, &c->conn_permit))
+        !take(lib, c, conn, DBT_KIND_CONN, lib->cfg.max_connections, NULL, &c->conn_permit))
         return false;
     drop_if_lost(c, &c->query_permit);
     if (c->query_permit) {
@@ -260,7 +261,7 @@ bool dbt_throttle_before(PGconn *conn)
     }
     if (lib->cfg.max_queries == 0 || is_exempt(lib, c, conn))
         return true;
-    return take(lib, c, conn, DBT_KIND_QUERY, lib->cfg.max_queries, &c->query_permit);
+    return take(lib, c, conn, DBT_KIND_QUERY, lib->cfg.max_queries, query, &c->query_permit);
 }
 
 void dbt_throttle_after(PGconn *conn)

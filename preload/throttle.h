@@ -13,7 +13,7 @@ extern __thread int dbt_nested;
 
 /* A command is about to be sent on conn. True: send it (a permit is held, or none is needed).
  * False: refused; conn's error message says why (see dbt_throttle_error). */
-bool dbt_throttle_before(PGconn *conn);
+bool dbt_throttle_before(PGconn *conn, const char *query);
 
 /* A command on conn has ended (a synchronous call returned, or PQgetResult returned NULL).
  * The permit goes back once the connection is idle: not inside a transaction or a pipeline. */

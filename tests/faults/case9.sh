@@ -31,6 +31,7 @@ rcli --scan >"$work/c9.keys"
 for k in $(cat "$work/c9.keys"); do
     case $(rcli type "$k") in
     list) rcli lrange "$k" 0 -1 ;; zset) rcli zrange "$k" 0 -1 withscores ;; string) rcli get "$k" ;;
+    hash) rcli hgetall "$k" ;;
     esac
 done >"$work/c9.values" 2>&1
 all="$work/c9.logfmt $work/c9.json $work/c9.pgpass $work/c9.holder.log $work/c9.refused $work/c9.out1 $work/c9.out2 $work/c9.out3 $work/c9.out4 $work/c9.out5 $work/c9.keys $work/c9.values $work/workers.err"
