@@ -42,7 +42,7 @@ SEM_SRCS  := $(sort $(wildcard tests/sem/*.c))
 SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
 CRITERION_LIBS := -lcriterion
 
-.PHONY: all test test-unit test-sem test-integration test-faults test-cli fuzz soak bench demo install uninstall clean deps format format-check \
+.PHONY: all test test-unit test-sem test-integration test-faults test-cli fuzz soak bench bench-scale demo install uninstall clean deps format format-check \
         check-asan check-tsan check-valgrind
 
 all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
@@ -88,6 +88,11 @@ $(BUILD)/tests/sem: $(SEM_SRCS) $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a
 $(BUILD)/bench/sem-bench: bench/sem_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a
 	@mkdir -p $(BUILD)/bench
 	$(CC) $(TEST_CFLAGS) -o $@ bench/sem_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a \
+	    $(LDLIBS_LIB) -lm
+
+$(BUILD)/bench/scale-bench: bench/scale_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a
+	@mkdir -p $(BUILD)/bench
+	$(CC) $(TEST_CFLAGS) -o $@ bench/scale_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a \
 	    $(LDLIBS_LIB) -lm
 
 # The stress run under each checker. The library's objects are rebuilt with the sanitizer in
@@ -219,10 +224,15 @@ $(BUILD)/tests/libnext_preload.so: tests/integration/next_preload.c
 test-integration: all $(BUILD)/tests/libnext_preload.so $(BUILD)/tests/fork_client $(BUILD)/tests/pipeline_client
 	sh tests/integration/test_interposer.sh
 
-bench: deps all $(BUILD)/bench/sem-bench
+bench: deps all $(BUILD)/bench/sem-bench $(BUILD)/bench/scale-bench
 	@command -v pgbouncer >/dev/null || sh tools/install-deps.sh pgbouncer
 	$(BUILD)/bench/sem-bench
+	$(BUILD)/bench/scale-bench
 	sh bench/pg_bench.sh
+
+# How the costs grow with a pool's size (10 to 10 000 waiters), memory, connections per process.
+bench-scale: $(BUILD)/bench/scale-bench
+	$(BUILD)/bench/scale-bench
 
 demo: deps all
 	sh tools/demo.sh
