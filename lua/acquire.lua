@@ -40,6 +40,23 @@ if try_only then
     touch(fresh)
     return {0, holders, redis.call('ZCARD', Q), seen}
 end
+-- The first waiter of a contention asks every process that holds a permit to give back the ones it
+-- keeps idle between commands (DBTHROTTLE_CACHE_PERMITS), and not to keep any until it is granted
+-- again with nobody queued: "r<kind>" on its wake list. Once per transition from an empty queue,
+-- one push per holding process (O(holders), at most the limit); while the queue stays non-empty no
+-- permit is granted to anyone who would keep it (grants from the queue are never kept).
+if redis.call('ZCARD', Q) == 0 and holders > 0 then
+    local told = {}
+    for _, h in ipairs(redis.call('ZRANGE', H, 0, -1)) do
+        local cid = string.match(h, '^[^.]+')
+        if cid and not told[cid] then
+            told[cid] = true
+            local wk = WAKE .. cid
+            redis.call('RPUSH', wk, 'r' .. KIND)
+            redis.call('PEXPIRE', wk, TTL)
+        end
+    end
+end
 local ticket = redis.call('INCR', SEQ)
 redis.call('ZADD', Q, ticket, id)
 redis.call('ZADD', W, now + LEASE, id)

@@ -28,6 +28,8 @@ enum {
     K_DISABLE,
     K_EXEMPT,
     K_IDLE_IN_TX_WARN,
+    K_CACHE_PERMITS,
+    K_CACHE_IDLE,
     K_CONFIG,
     NKEYS
 };
@@ -48,6 +50,8 @@ static const char *const env_names[NKEYS] = {"DBTHROTTLE_REDIS_URL",
                                              "DBTHROTTLE_DISABLE",
                                              "DBTHROTTLE_EXEMPT",
                                              "DBTHROTTLE_IDLE_IN_TX_WARN",
+                                             "DBTHROTTLE_CACHE_PERMITS",
+                                             "DBTHROTTLE_CACHE_IDLE",
                                              "DBTHROTTLE_CONFIG"};
 
 #define PREFIX_LEN 11 /* strlen("DBTHROTTLE_") */
@@ -82,6 +86,8 @@ void dbt_config_defaults(dbt_config *cfg)
     cfg->log_format = DBT_FMT_LOGFMT;
     cfg->key_prefix = strdup("dbthrottle:");
     cfg->idle_in_tx_warn_ms = 10000;
+    cfg->cache_permits = DBT_CACHE_PERMITS_DEFAULT;
+    cfg->cache_idle_ms = 50;
 }
 
 void dbt_config_free(dbt_config *cfg)
@@ -264,6 +270,11 @@ static bool set_value(dbt_config *cfg, int k, const char *value, char *err)
         return dbt_parse_exempt(name, value, cfg->exempt, &cfg->nexempt, err);
     case K_IDLE_IN_TX_WARN:
         return dbt_parse_duration(name, value, false, true, &cfg->idle_in_tx_warn_ms, err);
+    case K_CACHE_PERMITS:
+        return dbt_parse_bool(name, value, &cfg->cache_permits, err);
+    case K_CACHE_IDLE:
+        return duration_in(name, value, 1, 60000, "must be from 1ms to 1m", &cfg->cache_idle_ms,
+                           err);
     case K_CONFIG:
         return set_string(&cfg->config_file, value);
     }
@@ -579,6 +590,12 @@ void dbt_config_value_text(const dbt_config *cfg, int i, char *out, size_t cap)
     }
     case K_IDLE_IN_TX_WARN:
         duration_text(cfg->idle_in_tx_warn_ms, out, cap);
+        break;
+    case K_CACHE_PERMITS:
+        snprintf(out, cap, "%s", on_off[cfg->cache_permits]);
+        break;
+    case K_CACHE_IDLE:
+        duration_text(cfg->cache_idle_ms, out, cap);
         break;
     case K_CONFIG:
         dbt_escape(cfg->config_file ? cfg->config_file : "none", 200, false, out, cap);

@@ -68,7 +68,13 @@ typedef struct {
     dbt_exempt_rule exempt[DBT_MAX_EXEMPT]; /* DBTHROTTLE_EXEMPT: any rule that matches exempts */
     int nexempt;
     int64_t idle_in_tx_warn_ms; /* warn when a permit is held idle in a transaction this long */
+    bool cache_permits;         /* keep a query permit between commands while nobody waits */
+    int64_t cache_idle_ms;      /* a kept permit unused this long goes back by itself */
 } dbt_config;
+
+/* Whether connections keep their query permit between commands unless told otherwise (see
+ * docs/configuration.md for why this is the default). */
+#define DBT_CACHE_PERMITS_DEFAULT false
 
 /* Value parsers: pure functions, no I/O. Each returns true on success; on failure it writes a
  * one-line message naming `setting` and the bad value into err (DBT_ERRLEN bytes) and leaves

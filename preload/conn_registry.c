@@ -46,6 +46,7 @@ static void child(void)
             dbt_release(c->query_permit);
             dbt_release(c->conn_permit);
             c->query_permit = c->conn_permit = NULL;
+            c->query_parked = false;
         }
 }
 

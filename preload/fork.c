@@ -101,7 +101,15 @@ static void child_pool(dbt_pool *p)
     p->stop = false;
     /* The parent's slots are the parent's: permits it holds stay with it. */
     p->slots = NULL;
-    p->nqueued = p->nheld = 0;
+    p->nqueued = p->nheld = p->nparked = 0;
+    memset(p->contended, 0, sizeof p->contended);
+    /* The renewer's eventfd is shared with the parent's: the child makes its own. */
+    if (p->bg_slot) {
+        close(p->bg_slot->efd);
+        free(p->bg_slot);
+        p->bg_slot = NULL;
+    }
+    p->bg_leading = false;
     p->gen++;
     p->in_outage = false;
     p->down_until_us = 0;

@@ -43,10 +43,18 @@ void dbt_fail_waiters(dbt_pool *p)
         }
 }
 
-/* A grant "g<kind>:<id>" arrived. Call with p->mu held. A grant for a slot that is no longer
- * waiting (it timed out and is being cancelled) is ignored: cancel.lua gives it back. */
+/* A grant "g<kind>:<id>" arrived, or "r<kind>": somebody queued, so permits this process keeps
+ * between commands go back (the renewer sends them), and none is kept until a grant with nobody
+ * queued. Call with p->mu held. A grant for a slot that is no longer waiting (it timed out and is
+ * being cancelled) is ignored: cancel.lua gives it back. */
 static void dispatch(dbt_pool *p, const char *msg)
 {
+    if (msg[0] == 'r' && (msg[1] == 'q' || msg[1] == 'c')) {
+        p->contended[msg[1] == 'q' ? DBT_KIND_QUERY : DBT_KIND_CONN] = true;
+        if (p->nparked > 0)
+            dbt_wake_renewer(p);
+        return;
+    }
     if (msg[0] != 'g' || (msg[1] != 'q' && msg[1] != 'c') || msg[2] != ':')
         return;
     struct dbt_slot *s = dbt_find_slot(p, msg + 3);

@@ -27,7 +27,8 @@ typedef enum {
     SLOT_HELD,       /* holds a permit */
     SLOT_CANCELLING, /* its waiter gave up; a grant that races in is given back by cancel.lua */
     SLOT_REQUEUE,    /* Redis forgot the waiter (restart, expiry): acquire again */
-    SLOT_DOWN        /* Redis became unreachable while it waited */
+    SLOT_DOWN,       /* Redis became unreachable while it waited */
+    SLOT_RETURNED    /* a kept permit given back by the renewer: unlinked; its owner frees it */
 } dbt_slot_state;
 
 struct dbt_slot {
@@ -48,6 +49,11 @@ struct dbt_slot {
     int64_t t_renewed_us;  /* when the last acquire or renewal that Redis accepted was sent */
     int64_t idle_since_us; /* held with nothing running, inside a transaction; 0 otherwise */
     bool idle_warned;
+    /* Kept between commands (DBTHROTTLE_CACHE_PERMITS): held, linked and renewed as any held
+     * permit, but its owner runs nothing on it; the renewer gives it back when someone queues
+     * (p->contended) or after DBTHROTTLE_CACHE_IDLE. */
+    bool parked;
+    int64_t parked_us; /* when it was kept */
     struct dbt_slot *prev, *next;
 };
 
@@ -65,6 +71,10 @@ struct dbt_pool {
 
     struct dbt_slot *slots; /* every pending, queued and held slot of this process */
     int nqueued, nheld;
+    int nparked; /* held slots kept between commands (see struct dbt_slot) */
+    /* Per kind: Redis asked this process not to keep permits (someone queued: "r<kind>" on the
+     * wake list), until an acquire is granted with nobody queued. */
+    bool contended[DBT_NKINDS];
     uint64_t gen;
 
     /* grants: the waiting threads take turns listening (listener.c) */
@@ -73,8 +83,11 @@ struct dbt_pool {
     int blpop_in_flight; /* BLPOPs sent whose replies are not read yet */
     bool listener_reset; /* Redis failed: reconnect before listening again */
 
-    /* background thread: renews leases (renewer.c) */
+    /* background thread: renews leases, gives kept permits back, and listens while permits are
+     * kept and no thread waits (renewer.c) */
     bool thread_started, stop;
+    struct dbt_slot *bg_slot; /* not linked: its eventfd wakes the renewer out of dbt_listen */
+    bool bg_leading;          /* the renewer is the listener now */
     pthread_t thread;
     pthread_cond_t bg_cv;
     int64_t last_renew_us;
@@ -120,6 +133,12 @@ bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now);
 
 /* Sends the releases and cancels kept during an outage. Call without p->mu. */
 void dbt_flush_deferred(dbt_pool *p);
+
+/* Kept permits: when the next one is due back (-1: none kept), and giving back those that are
+ * due (revoked by a waiter's arrival, or idle for DBTHROTTLE_CACHE_IDLE). */
+int64_t dbt_parked_due_us(dbt_pool *p); /* p->mu held */
+void dbt_return_parked(dbt_pool *p);    /* without p->mu */
+void dbt_wake_renewer(dbt_pool *p);     /* p->mu held: out of its park or its listening */
 
 /* listener.c */
 /* Leads for one step: polls the listener connection and s's eventfd until something happens

@@ -4,7 +4,10 @@
  *
  * It starts when the process first holds or waits on the pool, and it is silent while the
  * process neither waits nor holds: an idle pool costs no Redis traffic. Grants are not its job:
- * waiting threads take turns listening for them (listener.c). */
+ * waiting threads take turns listening for them (listener.c). Kept permits are (see
+ * DBTHROTTLE_CACHE_PERMITS): it gives them back when a waiter's arrival is pushed, or when they
+ * sat unused for DBTHROTTLE_CACHE_IDLE, and while permits are kept and no thread of the process
+ * waits, it is the one that listens for that push. */
 #include "log.h"
 #include "pool_internal.h"
 #include "scripts.h"
@@ -16,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 static int64_t renew_period_us(const dbt_pool *p)
 {
@@ -240,6 +245,47 @@ static void timed_park(dbt_pool *p, int64_t until_us)
     pthread_cond_timedwait(&p->bg_cv, &p->mu, &ts);
 }
 
+/* The renewer's own eventfd, for dbt_listen. p->mu held. False when it cannot have one (then it
+ * gives kept permits back by DBTHROTTLE_CACHE_IDLE only). */
+static bool listen_ready(dbt_pool *p)
+{
+    if (!p->bg_slot) {
+        struct dbt_slot *s = calloc(1, sizeof *s);
+        if (!s)
+            return false;
+        s->pool = p;
+        s->state = SLOT_PENDING; /* never HELD: dbt_listen returns on any message */
+        s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (s->efd < 0) {
+            free(s);
+            return false;
+        }
+        p->bg_slot = s;
+    }
+    return true;
+}
+
+/* Permits are kept and no thread waits: listen until `until` (or a wake) for the push that says
+ * a waiter queued. Called with p->mu held; returns with it. */
+static void listen_for_revokes(dbt_pool *p, int64_t until)
+{
+    p->leader_active = p->bg_leading = true;
+    pthread_mutex_unlock(&p->mu);
+    dbt_acquire_opts none = {.limit = 1};
+    (void)dbt_listen(p, p->bg_slot, until, &none);
+    pthread_mutex_lock(&p->mu);
+    p->leader_active = p->bg_leading = false;
+    if (p->nqueued > 0)
+        dbt_listener_pass(p); /* a thread began to wait meanwhile: the role is its */
+}
+
+void dbt_wake_renewer(dbt_pool *p)
+{
+    pthread_cond_signal(&p->bg_cv);
+    if (p->bg_leading)
+        dbt_slot_wake(p->bg_slot);
+}
+
 /* What dbt_renewer_ensure hands its new thread: the pool, and a semaphore the thread posts once it
  * runs our code. */
 typedef struct {
@@ -275,7 +321,16 @@ static void *thread_main(void *arg)
             p->last_renew_us = now;
         }
         int64_t due = p->last_renew_us + period;
-        if (now >= due) {
+        int64_t back = dbt_parked_due_us(p);
+        if (back >= 0 && back <= now) {
+            pthread_mutex_unlock(&p->mu);
+            dbt_return_parked(p);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
+        if (back >= 0 && back < due)
+            due = back; /* wake for it, and renew when the renewal is due (checked above) */
+        if (now >= p->last_renew_us + period) {
             /* One timeout for the round: a hung Redis must not hold the waiters' news back by
              * one timeout per idle connection. */
             int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
@@ -283,6 +338,8 @@ static void *thread_main(void *arg)
             drain_idle(p);
             dbt_redis_budget_end(b);
             warn_idle_in_tx(p, dbt_now_us());
+        } else if (p->nparked > 0 && p->nqueued == 0 && !p->leader_active && listen_ready(p)) {
+            listen_for_revokes(p, due);
         } else {
             timed_park(p, due);
         }
@@ -328,7 +385,7 @@ void dbt_renewer_stop(dbt_pool *p)
         return;
     }
     p->stop = true;
-    pthread_cond_signal(&p->bg_cv);
+    dbt_wake_renewer(p);
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->thread, NULL);
     pthread_mutex_lock(&p->mu);

@@ -666,6 +666,8 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
             p->seen_any_grant = true;
             if (st == 2)
                 p->st.waits++;
+            /* Granted with nobody queued: permits may be kept again. From the queue: not. */
+            p->contended[kind] = st == 2;
             dbt_renewer_ensure(p);
             pthread_mutex_unlock(&p->mu);
             return finish_granted(p, s, out, holders, queue);
@@ -673,7 +675,10 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
         s->state = SLOT_QUEUED;
         p->nqueued++;
         p->st.waits++;
+        p->contended[kind] = true;
         dbt_renewer_ensure(p);
+        if (p->bg_leading) /* the renewer listens: it hands the role to a waiting thread */
+            dbt_wake_renewer(p);
         pthread_mutex_unlock(&p->mu);
         trace(DBT_LOG_INFO, "wait", s, -1, -1, holders, queue, NULL, NULL);
 
@@ -807,6 +812,17 @@ void dbt_release(dbt_permit *s)
         return;
     dbt_pool *p = s->pool;
     pthread_mutex_lock(&p->mu);
+    if (s->state == SLOT_RETURNED) {
+        /* A kept permit the renewer already gave back (and traced). */
+        pthread_mutex_unlock(&p->mu);
+        free_slot(s);
+        return;
+    }
+    if (s->parked) {
+        s->parked = false;
+        if (s->gen == p->gen)
+            p->nparked--;
+    }
     if (s->gen != p->gen) {
         /* A permit of the parent process: the child must neither use nor release it. */
         pthread_mutex_unlock(&p->mu);
@@ -823,6 +839,104 @@ void dbt_release(dbt_permit *s)
     trace(DBT_LOG_INFO, "release", s, -1, dbt_now_us() - s->t_grant_us, -1, -1,
           s->lost ? "lease" : NULL, "lost");
     free_slot(s);
+}
+
+/* ---- kept permits (DBTHROTTLE_CACHE_PERMITS) ------------------------------------------------ */
+
+bool dbt_permit_park(dbt_permit *s)
+{
+    if (!s)
+        return false;
+    dbt_pool *p = s->pool;
+    pthread_mutex_lock(&p->mu);
+    int64_t now = dbt_now_us();
+    bool keep = s->state == SLOT_HELD && !s->parked && s->gen == p->gen && !s->lost &&
+                !p->contended[s->kind] && p->down_until_us <= now &&
+                !dbt_slot_expire_unrenewed(p, s, now);
+    if (keep) {
+        s->parked = true;
+        s->parked_us = now;
+        p->nparked++;
+        /* The renewer listens for a waiter's arrival while permits are kept, and gives this
+         * one back after DBTHROTTLE_CACHE_IDLE. */
+        dbt_renewer_ensure(p);
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (keep)
+        trace(DBT_LOG_DEBUG, "keep", s, -1, -1, -1, -1, NULL, NULL);
+    return keep;
+}
+
+bool dbt_permit_unpark(dbt_permit **slot)
+{
+    dbt_permit *s = *slot;
+    if (!s)
+        return false;
+    dbt_pool *p = s->pool;
+    pthread_mutex_lock(&p->mu);
+    bool ours = s->state == SLOT_HELD && s->parked && s->gen == p->gen;
+    if (s->parked) {
+        s->parked = false;
+        if (s->gen == p->gen)
+            p->nparked--;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (ours) {
+        trace(DBT_LOG_DEBUG, "reuse", s, -1, -1, -1, -1, NULL, NULL);
+        return true;
+    }
+    /* Given back meanwhile (a waiter came, or it sat idle too long), or the parent's. */
+    dbt_release(s);
+    *slot = NULL;
+    return false;
+}
+
+int64_t dbt_parked_due_us(dbt_pool *p)
+{
+    if (p->nparked == 0)
+        return -1;
+    int64_t idle = p->client->cfg->cache_idle_ms * 1000, due = -1;
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->parked) {
+            int64_t at = p->contended[s->kind] ? 0 : s->parked_us + idle;
+            if (due < 0 || at < due)
+                due = at;
+        }
+    return due;
+}
+
+void dbt_return_parked(dbt_pool *p)
+{
+    enum { BATCH = 64 };
+    struct dbt_slot copies[BATCH];
+    const char *why[BATCH];
+    int n = 0;
+    pthread_mutex_lock(&p->mu);
+    int64_t now = dbt_now_us(), idle = p->client->cfg->cache_idle_ms * 1000;
+    for (struct dbt_slot *s = p->slots, *next; s && n < BATCH; s = next) {
+        next = s->next;
+        if (!s->parked || (!p->contended[s->kind] && now < s->parked_us + idle))
+            continue;
+        why[n] = p->contended[s->kind] ? "a waiter queued" : "kept idle for DBTHROTTLE_CACHE_IDLE";
+        /* What the trace and the release need, copied: once RETURNED, the owner may free s. */
+        copies[n] = *s;
+        copies[n].query = NULL;
+        n++;
+        s->parked = false;
+        p->nparked--;
+        unlink_slot(p, s); /* no longer renewed, nor counted as held */
+        s->state = SLOT_RETURNED;
+    }
+    bool down = p->down_until_us > now;
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < n; i++) {
+        if (!down)
+            send_release(p, copies[i].kind, copies[i].id);
+        else
+            defer_op(p, false, copies[i].kind, copies[i].id);
+        trace(DBT_LOG_INFO, "release", &copies[i], -1, dbt_now_us() - copies[i].t_grant_us, -1, -1,
+              "reason", why[i]);
+    }
 }
 
 void dbt_flush_deferred(dbt_pool *p)
@@ -897,6 +1011,10 @@ static void free_pool(dbt_pool *p)
 {
     dbt_renewer_stop(p);
     dbt_listener_close(p);
+    if (p->bg_slot) {
+        close(p->bg_slot->efd);
+        free(p->bg_slot);
+    }
     /* Give back what is still held: a process that exits cleanly should not make others wait
      * out its leases. Sent without waiting, then the replies are read (bounded by the
      * Redis timeout) so the commands surely left before the sockets close. */

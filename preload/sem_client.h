@@ -107,6 +107,16 @@ bool dbt_permit_lost(dbt_permit *permit);
  * The renewer logs one warning when that lasts longer than DBTHROTTLE_IDLE_IN_TX_WARN. */
 void dbt_permit_note_idle(dbt_permit *permit, bool idle);
 
+/* Kept permits (DBTHROTTLE_CACHE_PERMITS). After a command, a connection may keep its permit for
+ * its next one while nobody waits: dbt_permit_park returns true when it is kept, false when it
+ * must be given back now (someone queued since it was granted, Redis is unreachable, or the lease
+ * is in doubt): the caller then calls dbt_release. Before the next command, dbt_permit_unpark
+ * takes it back for use: false when it was given back meanwhile (a waiter queued, or it sat
+ * unused for DBTHROTTLE_CACHE_IDLE); it is then freed, *permit set to NULL, and the caller
+ * acquires anew. A kept permit may also simply be released. */
+bool dbt_permit_park(dbt_permit *permit);
+bool dbt_permit_unpark(dbt_permit **permit);
+
 /* For other clients of the scripts (the dbthrottle command): how long a pool's keys live after
  * their last use, and the four arguments every script takes first (see lua/_common.lua), with
  * lease and ttl caller buffers of 24 bytes. */

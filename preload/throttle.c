@@ -251,6 +251,11 @@ bool dbt_throttle_before(PGconn *conn, const char *query)
     if (!c->conn_permit && lib->cfg.max_connections > 0 && c->had_conn_permit &&
         !take(lib, c, conn, DBT_KIND_CONN, lib->cfg.max_connections, NULL, &c->conn_permit))
         return false;
+    if (c->query_parked) {
+        /* Kept since the last command: ours again, unless a waiter took it back meanwhile. */
+        c->query_parked = false;
+        dbt_permit_unpark(&c->query_permit);
+    }
     drop_if_lost(c, &c->query_permit);
     if (c->query_permit) {
         if (c->idle_in_tx_since) {
@@ -270,14 +275,18 @@ void dbt_throttle_after(PGconn *conn)
     if (!lib->active)
         return;
     dbt_conn *c = dbt_conn_find(conn, false);
-    if (!c || !c->query_permit)
+    if (!c || !c->query_permit || c->query_parked)
         return;
     PGTransactionStatusType tx = DBT_REAL(PQtransactionStatus)(conn);
     bool pipeline_idle = DBT_REAL(PQpipelineStatus)(conn) == PQ_PIPELINE_OFF ||
                          (c->pipe_sent == 0 && c->pipe_syncs == 0);
     if (tx == PQTRANS_IDLE && pipeline_idle) {
-        dbt_release(c->query_permit);
-        c->query_permit = NULL;
+        if (lib->cfg.cache_permits && dbt_permit_park(c->query_permit)) {
+            c->query_parked = true; /* for the next command, while nobody waits */
+        } else {
+            dbt_release(c->query_permit);
+            c->query_permit = NULL;
+        }
         c->idle_in_tx_since = 0;
         c->pipe_sent = c->pipe_syncs = 0;
     } else if ((tx == PQTRANS_INTRANS || tx == PQTRANS_INERROR) && !c->idle_in_tx_since) {
