@@ -42,7 +42,7 @@ SEM_SRCS  := $(sort $(wildcard tests/sem/*.c))
 SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
 CRITERION_LIBS := -lcriterion
 
-.PHONY: all test test-unit test-sem test-integration test-faults test-cli fuzz soak bench bench-scale demo install uninstall clean deps format format-check \
+.PHONY: all test test-unit test-sem test-integration test-faults test-faults-cache test-cli fuzz soak bench bench-scale demo install uninstall clean deps format format-check \
         check-asan check-tsan check-valgrind
 
 all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
@@ -161,6 +161,9 @@ check-tsan: $(BUILD)/check/stress-tsan $(BUILD)/check/libdbthrottle-tsan.so $(BU
 	DBT_LIB=$(CURDIR)/$(BUILD)/check/libdbthrottle-tsan.so DBT_WORKER=$(CURDIR)/$(BUILD)/check/fault_worker-tsan \
 	    DBT_SANITIZER_LOGS=$(CURDIR)/$(SANLOG) TSAN_OPTIONS=log_path=$(CURDIR)/$(SANLOG) \
 	    sh tests/faults/run.sh 3 4 7 10
+	DBT_LIB=$(CURDIR)/$(BUILD)/check/libdbthrottle-tsan.so DBT_WORKER=$(CURDIR)/$(BUILD)/check/fault_worker-tsan \
+	    DBT_SANITIZER_LOGS=$(CURDIR)/$(SANLOG) TSAN_OPTIONS=log_path=$(CURDIR)/$(SANLOG) \
+	    DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh 10
 
 check-valgrind: $(BUILD)/check/stress all $(BUILD)/tests/fault_worker
 	valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=9 $(BUILD)/check/stress
@@ -180,6 +183,7 @@ test: deps
 	$(BUILD)/tests/sem --jobs 2
 	sh tests/integration/test_interposer.sh
 	$(MAKE) test-faults
+	$(MAKE) test-faults-cache
 	$(MAKE) test-cli
 	$(MAKE) check-asan check-tsan check-valgrind
 	$(MAKE) fuzz FUZZ_SECONDS=15
@@ -197,6 +201,11 @@ $(BUILD)/tests/%_client: tests/integration/%_client.c
 $(BUILD)/tests/fault_worker: tests/faults/fault_worker.c
 	@mkdir -p $(BUILD)/tests
 	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(LIBPQ_CFLAGS) -pthread -o $@ $< -lpq
+
+# The same fault suite with permits kept between commands (DBTHROTTLE_CACHE_PERMITS=on): every
+# bound on concurrency, recovery and call duration must hold with caching as without.
+test-faults-cache: all $(BUILD)/tests/fault_worker
+	DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh $(FAULTS)
 
 # The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh).
 test-cli: all $(BUILD)/tests/fault_worker

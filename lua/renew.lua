@@ -3,9 +3,12 @@
 -- when nobody releases). KEYS[1..NK] the query semaphore, KEYS[NK+1..2NK] the connection one.
 -- ARGV[5..8] counts: query holders, query waiters, connection holders, connection waiters;
 -- then the ids in that order.
--- Returns {lost holders, lost waiters, granted waiters}: ids Redis no longer has (expired, or
--- Redis lost its data), whose owners must not believe they hold or wait any more; and waiters
--- Redis already granted, so a grant whose pushed message went astray still reaches its owner.
+-- Returns {lost holders, lost waiters, granted waiters, {queue length of each kind}}: ids Redis no
+-- longer has (expired, or Redis lost its data), whose owners must not believe they hold or wait
+-- any more; waiters Redis already granted, so a grant whose pushed message went astray still
+-- reaches its owner; and whether anybody waits, so that a process keeping permits between
+-- commands gives them back even if the push that says so went astray (a connection lost with
+-- the popped message, a Redis restored from a snapshot).
 local now = now_ms()
 local exp = now + LEASE
 local lost_h, lost_w, granted_w = {}, {}, {}
@@ -35,6 +38,7 @@ local function renew_waiters(n)
     end
     at = at + n
 end
+local queued = {}
 for k = 0, 1 do
     use_keys(NK * k)
     KIND = (k == 0) and 'q' or 'c'
@@ -43,5 +47,6 @@ for k = 0, 1 do
     reap(now)
     pump(now)
     touch()
+    queued[k + 1] = redis.call('ZCARD', Q)
 end
-return {lost_h, lost_w, granted_w}
+return {lost_h, lost_w, granted_w, queued}

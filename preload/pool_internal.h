@@ -88,6 +88,7 @@ struct dbt_pool {
     bool thread_started, stop;
     struct dbt_slot *bg_slot; /* not linked: its eventfd wakes the renewer out of dbt_listen */
     bool bg_leading;          /* the renewer is the listener now */
+    int64_t bg_until_us;      /* when the renewer wakes by itself next (0: not asleep) */
     pthread_t thread;
     pthread_cond_t bg_cv;
     int64_t last_renew_us;

@@ -6,8 +6,8 @@
  * process neither waits nor holds: an idle pool costs no Redis traffic. Grants are not its job:
  * waiting threads take turns listening for them (listener.c). Kept permits are (see
  * DBTHROTTLE_CACHE_PERMITS): it gives them back when a waiter's arrival is pushed, or when they
- * sat unused for DBTHROTTLE_CACHE_IDLE, and while permits are kept and no thread of the process
- * waits, it is the one that listens for that push. */
+ * sat unused for DBTHROTTLE_CACHE_IDLE, and while the process holds permits it may keep and no
+ * thread of it waits, it is the one that listens for that push. */
 #include "log.h"
 #include "pool_internal.h"
 #include "scripts.h"
@@ -190,10 +190,12 @@ static void renew(dbt_pool *p)
                 for (int i = 0; i < lists[k][j].n; i++)
                     args[n++] = lists[k][j].ids[i];
         rep = dbt_redis_eval(l, &dbt_script_renew, 2 * DBT_NKEYS, keys, n, args, err);
-        if (rep && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+        if (rep && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 ||
                     rep->element[0]->type != REDIS_REPLY_ARRAY ||
                     rep->element[1]->type != REDIS_REPLY_ARRAY ||
-                    rep->element[2]->type != REDIS_REPLY_ARRAY)) {
+                    rep->element[2]->type != REDIS_REPLY_ARRAY ||
+                    rep->element[3]->type != REDIS_REPLY_ARRAY ||
+                    rep->element[3]->elements != DBT_NKINDS)) {
             snprintf(err, sizeof err, "renew.lua returned an unexpected reply");
             freeReplyObject(rep);
             rep = NULL;
@@ -216,6 +218,12 @@ static void renew(dbt_pool *p)
                 s->t_renewed_us = sent;
         apply_lost(p, rep->element[0], rep->element[1]);
         apply_granted(p, rep->element[2]);
+        for (int k = 0; k < DBT_NKINDS; k++) {
+            const redisReply *q = rep->element[3]->element[k];
+            if (q->type == REDIS_REPLY_INTEGER && q->integer > 0) {
+                p->contended[k] = true; /* kept permits go back (the loop sees them due) */
+            }
+        }
         freeReplyObject(rep);
     } else {
         /* Waiters learn it at once; the listener connection is suspect too. */
@@ -272,7 +280,12 @@ static void listen_for_revokes(dbt_pool *p, int64_t until)
     p->leader_active = p->bg_leading = true;
     pthread_mutex_unlock(&p->mu);
     dbt_acquire_opts none = {.limit = 1};
+    /* (Re)connecting the listener shares one DBTHROTTLE_REDIS_TIMEOUT, all steps together: the
+     * renewals and the kept permits' return wait on this thread (a Redis that accepts connections
+     * but does not answer, as under CLIENT PAUSE, held it up for the whole pause). */
+    int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
     (void)dbt_listen(p, p->bg_slot, until, &none);
+    dbt_redis_budget_end(b);
     pthread_mutex_lock(&p->mu);
     p->leader_active = p->bg_leading = false;
     if (p->nqueued > 0)
@@ -338,10 +351,18 @@ static void *thread_main(void *arg)
             drain_idle(p);
             dbt_redis_budget_end(b);
             warn_idle_in_tx(p, dbt_now_us());
-        } else if (p->nparked > 0 && p->nqueued == 0 && !p->leader_active && listen_ready(p)) {
+        } else if (p->client->cfg->cache_permits && p->nheld > 0 && p->nqueued == 0 &&
+                   !p->leader_active && p->down_until_us <= now && listen_ready(p)) {
+            /* Listening while permits are held, not only while kept: a connection that reuses
+             * its permit back to back is kept only microseconds at a time, and must still learn
+             * that somebody queued, to give it back at the end of its command. */
+            p->bg_until_us = due;
             listen_for_revokes(p, due);
+            p->bg_until_us = 0;
         } else {
+            p->bg_until_us = due;
             timed_park(p, due);
+            p->bg_until_us = 0;
         }
     }
     pthread_mutex_unlock(&p->mu);

@@ -850,16 +850,21 @@ bool dbt_permit_park(dbt_permit *s)
     dbt_pool *p = s->pool;
     pthread_mutex_lock(&p->mu);
     int64_t now = dbt_now_us();
-    bool keep = s->state == SLOT_HELD && !s->parked && s->gen == p->gen && !s->lost &&
-                !p->contended[s->kind] && p->down_until_us <= now &&
+    bool keep = p->client->cfg->cache_permits && s->state == SLOT_HELD && !s->parked &&
+                s->gen == p->gen && !s->lost && !p->contended[s->kind] && p->down_until_us <= now &&
                 !dbt_slot_expire_unrenewed(p, s, now);
     if (keep) {
         s->parked = true;
         s->parked_us = now;
         p->nparked++;
-        /* The renewer listens for a waiter's arrival while permits are kept, and gives this
-         * one back after DBTHROTTLE_CACHE_IDLE. */
-        dbt_renewer_ensure(p);
+        /* The renewer gives it back after DBTHROTTLE_CACHE_IDLE (it listens for a waiter's
+         * arrival already: it does while the process holds permits). Woken only when it would
+         * sleep past that: once per idle period at most, not once per command. */
+        int64_t back = now + p->client->cfg->cache_idle_ms * 1000;
+        if (!p->thread_started)
+            dbt_renewer_ensure(p);
+        else if (p->bg_until_us > back)
+            dbt_wake_renewer(p);
     }
     pthread_mutex_unlock(&p->mu);
     if (keep)

@@ -281,7 +281,7 @@ void dbt_throttle_after(PGconn *conn)
     bool pipeline_idle = DBT_REAL(PQpipelineStatus)(conn) == PQ_PIPELINE_OFF ||
                          (c->pipe_sent == 0 && c->pipe_syncs == 0);
     if (tx == PQTRANS_IDLE && pipeline_idle) {
-        if (lib->cfg.cache_permits && dbt_permit_park(c->query_permit)) {
+        if (dbt_permit_park(c->query_permit)) {
             c->query_parked = true; /* for the next command, while nobody waits */
         } else {
             dbt_release(c->query_permit);

@@ -18,7 +18,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-export DBTHROTTLE_LOG_LEVEL=warn
+export DBTHROTTLE_LOG_LEVEL=${DBT_FAULTS_LOG_LEVEL:-warn}
 redis_start
 pg_start
 

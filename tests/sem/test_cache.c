@@ -1,0 +1,211 @@
+/* Kept permits (DBTHROTTLE_CACHE_PERMITS): reused with no Redis traffic while nobody waits, given
+ * back at once (by push) when somebody queues, and by themselves after DBTHROTTLE_CACHE_IDLE. */
+#include "sem_helpers.h"
+
+#include <criterion/criterion.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define HOLDERS "dbthrottle:{cache}:q:holders"
+
+typedef struct {
+    test_redis r;
+    dbt_config cfg;
+    dbt_client *c;
+    dbt_pool *p;
+} fixture;
+
+static void setup(fixture *f, const char *idle)
+{
+    cr_assert(test_redis_start(&f->r, NULL));
+    /* A long lease: no renewal traffic during a test; the idle setting decides when kept
+     * permits go back by themselves. */
+    test_config(&f->cfg, &f->r, "DBTHROTTLE_LEASE=10m", "DBTHROTTLE_CACHE_PERMITS=on", idle, NULL);
+    f->c = dbt_client_new(&f->cfg);
+    f->p = dbt_client_pool(f->c, "cache");
+}
+
+static void teardown(fixture *f)
+{
+    dbt_client_free(f->c);
+    dbt_config_free(&f->cfg);
+    test_redis_stop(&f->r);
+}
+
+static dbt_permit *take(fixture *f, int limit)
+{
+    dbt_acquire_opts o = {.limit = limit, .wait_ms = 5000};
+    dbt_permit *pm = NULL;
+    cr_assert_eq(dbt_acquire(f->p, DBT_KIND_QUERY, &o, &pm), DBT_ACQ_GRANTED);
+    return pm;
+}
+
+Test(cache, a_kept_permit_is_reused_without_any_redis_command, .timeout = 60)
+{
+    fixture f;
+    setup(&f, "DBTHROTTLE_CACHE_IDLE=1m");
+    dbt_permit *pm = take(&f, 2);
+    const char *id = dbt_permit_id(pm);
+    char first[64];
+    snprintf(first, sizeof first, "%s", id);
+    cr_assert(dbt_permit_park(pm));
+    long long before = test_redis_commands(&f.r);
+    for (int i = 0; i < 200; i++) {
+        cr_assert(dbt_permit_unpark(&pm), "round %d: the kept permit was gone", i);
+        cr_assert(dbt_permit_park(pm));
+    }
+    long long after = test_redis_commands(&f.r);
+    /* The renewer's BLPOP (listening for a waiter) is the only command it may have sent. */
+    cr_expect_leq(after - before, 1, "%lld commands for 200 reuses", after - before);
+    cr_expect_str_eq(dbt_permit_id(pm), first, "the same permit all along");
+    cr_expect_eq(test_redis_int(&f.r, "ZCARD %s", HOLDERS), 1);
+    dbt_release(pm);
+    zcard_is none = {&f.r, HOLDERS, 0};
+    cr_expect(test_wait_until(test_zcard_is, &none, 5000));
+    teardown(&f);
+}
+
+Test(cache, an_idle_kept_permit_goes_back_when_a_waiter_queues, .timeout = 60)
+{
+    fixture f;
+    /* Kept for up to an hour unless revoked: only the push can explain a grant within 5 s. */
+    setup(&f, "DBTHROTTLE_CACHE_IDLE=1m");
+    dbt_permit *pm = take(&f, 1);
+    cr_assert(dbt_permit_park(pm));
+    test_child w;
+    cr_assert(test_child_start(&w, &f.r, "cache", 1, 5000, NULL));
+    cr_expect_eq(test_child_report(&w, 10000), 'G', "the waiter was not granted the kept permit");
+    /* The keeper learns its permit went back, and queues for the next command like anyone. */
+    cr_expect_not(dbt_permit_unpark(&pm));
+    cr_expect_null(pm);
+    test_child_finish(&w);
+    dbt_permit *again = take(&f, 1);
+    cr_expect_eq(test_redis_int(&f.r, "ZCARD %s", HOLDERS), 1);
+    /* Granted with nobody queued: keeping is allowed again. */
+    cr_expect(dbt_permit_park(again));
+    dbt_release(again);
+    teardown(&f);
+}
+
+Test(cache, a_permit_in_use_goes_back_at_the_end_of_its_command, .timeout = 60)
+{
+    fixture f;
+    setup(&f, "DBTHROTTLE_CACHE_IDLE=1m");
+    dbt_permit *pm = take(&f, 1);
+    cr_assert(dbt_permit_park(pm));
+    cr_assert(dbt_permit_unpark(&pm)); /* a command runs on it */
+    test_child w;
+    cr_assert(test_child_start(&w, &f.r, "cache", 1, 10000, NULL));
+    zcard_is queued = {&f.r, "dbthrottle:{cache}:q:queue", 1};
+    cr_assert(test_wait_until(test_zcard_is, &queued, 5000));
+    /* Busy: the waiter waits for the command... */
+    cr_expect_eq(test_child_report(&w, 300), 0, "granted while the permit was in use");
+    /* ...which ends: kept (the push is read once the permit is kept) or given back at once, the
+     * permit reaches the waiter without waiting for the idle time (a minute). */
+    bool kept = dbt_permit_park(pm);
+    if (!kept)
+        dbt_release(pm); /* the push came during the command: not kept at all */
+    cr_expect_eq(test_child_report(&w, 10000), 'G');
+    if (kept)
+        cr_expect_not(dbt_permit_unpark(&pm));
+    test_child_finish(&w);
+    teardown(&f);
+}
+
+Test(cache, a_kept_permit_goes_back_by_itself_after_the_idle_time, .timeout = 60)
+{
+    fixture f;
+    setup(&f, "DBTHROTTLE_CACHE_IDLE=100ms");
+    dbt_permit *pm = take(&f, 3);
+    cr_assert(dbt_permit_park(pm));
+    zcard_is none = {&f.r, HOLDERS, 0};
+    cr_expect(test_wait_until(test_zcard_is, &none, 5000), "the idle permit stayed in Redis");
+    cr_expect_not(dbt_permit_unpark(&pm));
+    teardown(&f);
+}
+
+Test(cache, no_permit_is_kept_when_caching_is_off, .timeout = 60)
+{
+    test_redis r;
+    cr_assert(test_redis_start(&r, NULL));
+    dbt_config cfg;
+    test_config(&cfg, &r, NULL);
+    cr_assert_not(cfg.cache_permits, "the default");
+    dbt_client *c = dbt_client_new(&cfg);
+    dbt_pool *p = dbt_client_pool(c, "cache");
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 1000};
+    dbt_permit *pm;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &pm), DBT_ACQ_GRANTED);
+    cr_expect_not(dbt_permit_park(pm), "kept although DBTHROTTLE_CACHE_PERMITS is off");
+    dbt_release(pm);
+    cr_expect_eq(test_redis_int(&r, "ZCARD %s", HOLDERS), 0);
+    dbt_client_free(c);
+    dbt_config_free(&cfg);
+    test_redis_stop(&r);
+}
+
+Test(cache, a_child_never_uses_its_parents_kept_permit, .timeout = 60)
+{
+    fixture f;
+    setup(&f, "DBTHROTTLE_CACHE_IDLE=1m");
+    dbt_permit *pm = take(&f, 2);
+    cr_assert(dbt_permit_park(pm));
+    pid_t pid = fork();
+    if (pid == 0) {
+        int rc = 0;
+        if (dbt_permit_unpark(&pm) || pm != NULL)
+            rc |= 1; /* the parent's: never the child's */
+        if (test_redis_int(&f.r, "ZCARD %s", HOLDERS) != 1)
+            rc |= 2; /* and not given back by the child either */
+        _exit(rc);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child check failed: %d", WEXITSTATUS(st));
+    cr_expect(dbt_permit_unpark(&pm), "the parent keeps its permit");
+    dbt_release(pm);
+    teardown(&f);
+}
+
+/* The push that says somebody queued can go astray (a listener connection lost with the popped
+ * message; a Redis restored from a snapshot that already holds a queue): the keeper's next
+ * renewal sees the queue and gives its kept permit back all the same. */
+Test(cache, a_kept_permit_goes_back_at_the_next_renewal_if_the_push_is_lost, .timeout = 60)
+{
+    test_redis r;
+    cr_assert(test_redis_start(&r, NULL));
+    dbt_config cfg;
+    test_config(&cfg, &r, "DBTHROTTLE_LEASE=600ms", "DBTHROTTLE_CACHE_PERMITS=on",
+                "DBTHROTTLE_CACHE_IDLE=1m", NULL);
+    dbt_client *c = dbt_client_new(&cfg);
+    dbt_pool *p = dbt_client_pool(c, "cache");
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 1000};
+    dbt_permit *pm;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &pm), DBT_ACQ_GRANTED);
+    cr_assert(dbt_permit_park(pm));
+    /* A waiter appears in the queue without any push, as a restored snapshot would have it. */
+    const char *fake = "ffffffffffffffff.1.1";
+    cr_assert_eq(test_redis_int(&r,
+                                "EVAL %s 2 dbthrottle:{cache}:q:queue dbthrottle:{cache}:q:wexp %s",
+                                "local t = redis.call('TIME') "
+                                "redis.call('ZADD', KEYS[1], 1, ARGV[1]) "
+                                "return redis.call('ZADD', KEYS[2], t[1] * 1000 + 60000, ARGV[1])",
+                                fake),
+                 1);
+    /* Within a renewal or two (200 ms each) the kept permit goes back and the waiter holds it. */
+    zcard_is one = {&r, HOLDERS, 1};
+    bool granted = false;
+    for (int i = 0; i < 250 && !granted; i++) {
+        granted = test_redis_int(&r, "EVAL %s 1 %s %s",
+                                 "return redis.call('ZSCORE', KEYS[1], ARGV[1]) and 1 or 0",
+                                 HOLDERS, fake) == 1 &&
+                  test_zcard_is(&one);
+        if (!granted)
+            usleep(20000);
+    }
+    cr_expect(granted, "the queued waiter never got the kept permit");
+    cr_expect_not(dbt_permit_unpark(&pm));
+    dbt_client_free(c);
+    dbt_config_free(&cfg);
+    test_redis_stop(&r);
+}
