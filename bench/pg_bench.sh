@@ -71,18 +71,23 @@ printf "%-58s %10s us\n" "Redis PING round trip, p50" "$rtt_us"
 T=10
 d1=$(pgbench -n -S -c 1 -j 1 -T $T 2>&1)
 t1=$(throttled DBTHROTTLE_MAX_QUERIES=1000 pgbench -n -S -c 1 -j 1 -T $T 2>&1)
-dl=$(echo "$d1" | lat); tl=$(echo "$t1" | lat)
+k1=$(throttled DBTHROTTLE_MAX_QUERIES=1000 DBTHROTTLE_CACHE_PERMITS=on pgbench -n -S -c 1 -j 1 -T $T 2>&1)
+dl=$(echo "$d1" | lat); tl=$(echo "$t1" | lat); kl=$(echo "$k1" | lat)
 printf "%-58s %10s tps, %s ms\n" "pgbench -S -c1 direct" "$(echo "$d1" | tps)" "$dl"
 printf "%-58s %10s tps, %s ms\n" "pgbench -S -c1 throttled (limit 1000)" "$(echo "$t1" | tps)" "$tl"
+printf "%-58s %10s tps, %s ms\n" "pgbench -S -c1 throttled, permits kept (CACHE_PERMITS)" "$(echo "$k1" | tps)" "$kl"
 echo "$dl $tl $rtt_us" | awk '{ printf "%-58s %10.1f us = %.2f RTT (target <= 1.2)\n", "added latency per transaction", ($2 - $1) * 1000, ($2 - $1) * 1000 / $3 }'
+echo "$(echo "$k1" | tps) $(echo "$d1" | tps)" | awk '{ printf "%-58s %10.2f (target >= 0.9)\n", "kept permits: throttled -c1 / direct", $1 / $2 }'
 
 c16=$(throttled DBTHROTTLE_MAX_QUERIES=4 pgbench -n -S -c 16 -j 16 -T $T 2>&1 | tps)
+k16=$(throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_CACHE_PERMITS=on pgbench -n -S -c 16 -j 16 -T $T 2>&1 | tps)
 b16=$(pgbench -n -S -c 16 -j 16 -T $T -p "$bport" 2>&1 | tps)
 d4=$(pgbench -n -S -c 4 -j 4 -T $T 2>&1 | tps)
 printf "%-58s %10s tps\n" "pgbench -S -c16 throttled to 4" "$c16"
+printf "%-58s %10s tps\n" "pgbench -S -c16 throttled to 4, permits kept" "$k16"
 printf "%-58s %10s tps\n" "pgbench -S -c16 through PgBouncer (transaction, pool 4)" "$b16"
 printf "%-58s %10s tps\n" "pgbench -S -c4 direct" "$d4"
-echo "$c16 $b16" | awk '{ printf "%-58s %10.2f (target >= 1; needs the cached permits of issue 7)\n", "throttled / PgBouncer", $1 / $2 }'
+echo "$c16 $k16 $b16" | awk '{ printf "%-58s %10.2f, kept permits %.2f (target >= 1.2)\n", "throttled / PgBouncer", $1 / $3, $2 / $3 }'
 
 echo "select pg_sleep(0.05);" >"$work/sleep.sql"
 s32=$(throttled DBTHROTTLE_MAX_QUERIES=4 pgbench -n -c 32 -j 32 -T $T -f "$work/sleep.sql" 2>&1 | tps)
