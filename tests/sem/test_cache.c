@@ -70,10 +70,11 @@ Test(cache, an_idle_kept_permit_goes_back_when_a_waiter_queues, .timeout = 60)
     fixture f;
     /* Kept for up to an hour unless revoked: only the push can explain a grant within 5 s. */
     setup(&f, "DBTHROTTLE_CACHE_IDLE=1m");
+    test_child w; /* forked before this process has threads: see test_child_start_paused */
+    cr_assert(test_child_start_paused(&w, &f.r, "cache", 1, 5000, "10s"));
     dbt_permit *pm = take(&f, 1);
     cr_assert(dbt_permit_park(pm));
-    test_child w;
-    cr_assert(test_child_start(&w, &f.r, "cache", 1, 5000, NULL));
+    test_child_go(&w);
     cr_expect_eq(test_child_report(&w, 10000), 'G', "the waiter was not granted the kept permit");
     /* The keeper learns its permit went back, and queues for the next command like anyone. */
     cr_expect_not(dbt_permit_unpark(&pm));
@@ -91,11 +92,12 @@ Test(cache, a_permit_in_use_goes_back_at_the_end_of_its_command, .timeout = 60)
 {
     fixture f;
     setup(&f, "DBTHROTTLE_CACHE_IDLE=1m");
+    test_child w;
+    cr_assert(test_child_start_paused(&w, &f.r, "cache", 1, 10000, "10s"));
     dbt_permit *pm = take(&f, 1);
     cr_assert(dbt_permit_park(pm));
     cr_assert(dbt_permit_unpark(&pm)); /* a command runs on it */
-    test_child w;
-    cr_assert(test_child_start(&w, &f.r, "cache", 1, 10000, NULL));
+    test_child_go(&w);
     zcard_is queued = {&f.r, "dbthrottle:{cache}:q:queue", 1};
     cr_assert(test_wait_until(test_zcard_is, &queued, 5000));
     /* Busy: the waiter waits for the command... */
@@ -208,4 +210,37 @@ Test(cache, a_kept_permit_goes_back_at_the_next_renewal_if_the_push_is_lost, .ti
     dbt_client_free(c);
     dbt_config_free(&cfg);
     test_redis_stop(&r);
+}
+
+/* FIFO holds with a keeper in the way: waiters that queued while it ran a command on its kept
+ * permit are granted in their arrival order once it is done, and the keeper does not keep it. */
+Test(cache, waiters_behind_a_kept_permit_are_granted_in_arrival_order, .timeout = 90)
+{
+    fixture f;
+    setup(&f, "DBTHROTTLE_CACHE_IDLE=1m");
+    enum { N = 4 };
+    test_child w[N];
+    for (int i = 0; i < N; i++)
+        cr_assert(test_child_start_paused(&w[i], &f.r, "cache", 1, 30000, "10s"));
+    dbt_permit *pm = take(&f, 1);
+    cr_assert(dbt_permit_park(pm));
+    cr_assert(dbt_permit_unpark(&pm)); /* a command runs on it while the others arrive */
+    for (int i = 0; i < N; i++) {
+        test_child_go(&w[i]);
+        zcard_is queued = {&f.r, "dbthrottle:{cache}:q:queue", i + 1};
+        cr_assert(test_wait_until(test_zcard_is, &queued, 10000), "waiter %d never queued", i);
+    }
+    /* The command ends: kept only if the push is not read yet, and then revoked. */
+    bool kept = dbt_permit_park(pm);
+    if (!kept)
+        dbt_release(pm);
+    for (int i = 0; i < N; i++) {
+        cr_expect_eq(test_child_report(&w[i], 10000), 'G', "waiter %d was not granted", i);
+        for (int j = i + 1; j < N; j++) /* limit 1: nobody behind it holds meanwhile */
+            cr_expect_eq(test_child_report(&w[j], 0), 0, "waiter %d overtook waiter %d", j, i);
+        test_child_finish(&w[i]);
+    }
+    if (kept)
+        cr_expect_not(dbt_permit_unpark(&pm));
+    teardown(&f);
 }

@@ -37,8 +37,8 @@ static char report_of(dbt_acq_result res)
     }
 }
 
-bool test_child_start(test_child *ch, const test_redis *r, const char *pool, int limit,
-                      int64_t wait_ms, const char *lease)
+static bool start_child(test_child *ch, const test_redis *r, const char *pool, int limit,
+                        int64_t wait_ms, const char *lease, bool paused)
 {
     int down[2], up[2];
     if (pipe(down) != 0 || pipe(up) != 0)
@@ -49,8 +49,11 @@ bool test_child_start(test_child *ch, const test_redis *r, const char *pool, int
     if (ch->pid == 0) {
         close(down[1]);
         close(up[0]);
+        char go;
+        if (paused && (read(down[0], &go, 1) != 1 || go != 'a'))
+            _exit(3);
         char lease_kv[64];
-        snprintf(lease_kv, sizeof lease_kv, "DBTHROTTLE_LEASE=%s", lease);
+        snprintf(lease_kv, sizeof lease_kv, "DBTHROTTLE_LEASE=%s", lease ? lease : "10s");
         dbt_config cfg;
         test_config(&cfg, r, lease_kv, NULL);
         dbt_client *c = dbt_client_new(&cfg);
@@ -72,6 +75,25 @@ bool test_child_start(test_child *ch, const test_redis *r, const char *pool, int
     ch->to_child = down[1];
     ch->from_child = up[0];
     return true;
+}
+
+bool test_child_start(test_child *ch, const test_redis *r, const char *pool, int limit,
+                      int64_t wait_ms, const char *lease)
+{
+    return start_child(ch, r, pool, limit, wait_ms, lease, false);
+}
+
+bool test_child_start_paused(test_child *ch, const test_redis *r, const char *pool, int limit,
+                             int64_t wait_ms, const char *lease)
+{
+    return start_child(ch, r, pool, limit, wait_ms, lease, true);
+}
+
+void test_child_go(test_child *ch)
+{
+    char a = 'a';
+    if (write(ch->to_child, &a, 1) != 1)
+        return;
 }
 
 char test_child_report(test_child *ch, int64_t timeout_ms)

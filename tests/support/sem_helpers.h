@@ -33,6 +33,12 @@ typedef struct {
 
 bool test_child_start(test_child *ch, const test_redis *r, const char *pool, int limit,
                       int64_t wait_ms, const char *lease);
+/* The same, forked now but acquiring only once test_child_go says so: a test whose own process
+ * will have threads (a renewer listening) forks its children before, since a child forked while
+ * another thread is inside the sanitizer allocator (ASan before LLVM 17) can hang in it. */
+bool test_child_start_paused(test_child *ch, const test_redis *r, const char *pool, int limit,
+                             int64_t wait_ms, const char *lease);
+void test_child_go(test_child *ch);
 /* Reads one report (waits up to timeout_ms); returns 0 on timeout. */
 char test_child_report(test_child *ch, int64_t timeout_ms);
 /* Tells it to release and exit, and reaps it. */
