@@ -42,7 +42,7 @@ SEM_SRCS  := $(sort $(wildcard tests/sem/*.c))
 SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
 CRITERION_LIBS := -lcriterion
 
-.PHONY: all test test-unit test-sem test-integration test-faults test-faults-cache test-cli fuzz soak bench bench-scale demo install uninstall clean deps format format-check \
+.PHONY: all test test-unit test-sem test-integration test-faults test-faults-cache test-cli fuzz soak bench bench-scale bench-peers demo install uninstall clean deps format format-check \
         check-asan check-tsan check-valgrind
 
 all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
@@ -94,6 +94,10 @@ $(BUILD)/bench/scale-bench: bench/scale_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbth
 	@mkdir -p $(BUILD)/bench
 	$(CC) $(TEST_CFLAGS) -o $@ bench/scale_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a \
 	    $(LDLIBS_LIB) -lm
+
+$(BUILD)/bench/dbt-peer-worker: bench/peers/dbt_worker.c $(BUILD)/libdbthrottle-core.a
+	@mkdir -p $(BUILD)/bench
+	$(CC) $(TEST_CFLAGS) -o $@ bench/peers/dbt_worker.c $(BUILD)/libdbthrottle-core.a $(LDLIBS_LIB)
 
 # The stress run under each checker. The library's objects are rebuilt with the sanitizer in
 # a build directory of their own.
@@ -239,6 +243,11 @@ bench: deps all $(BUILD)/bench/sem-bench $(BUILD)/bench/scale-bench
 	$(BUILD)/bench/scale-bench
 	sh bench/pg_bench.sh
 
+# dbthrottle beside npm's redis-semaphore (installed into ~/.cache/dbthrottle-bench), same
+# parameters, one run (bench/peers/run.sh).
+bench-peers: deps all $(BUILD)/bench/dbt-peer-worker
+	sh bench/peers/run.sh
+
 # How the costs grow with a pool's size (10 to 10 000 waiters), memory, connections per process.
 bench-scale: $(BUILD)/bench/scale-bench
 	$(BUILD)/bench/scale-bench
@@ -261,10 +270,10 @@ uninstall:
 	rm -rf $(DESTDIR)$(DOCDIR)
 
 format:
-	clang-format -i preload/*.c preload/*.h cli/*.c cli/*.h tests/*/*.c tests/*/*.h bench/*.c
+	clang-format -i preload/*.c preload/*.h cli/*.c cli/*.h tests/*/*.c tests/*/*.h bench/*.c bench/*/*.c
 
 format-check:
-	clang-format --dry-run --Werror preload/*.c preload/*.h cli/*.c cli/*.h tests/*/*.c tests/*/*.h bench/*.c
+	clang-format --dry-run --Werror preload/*.c preload/*.h cli/*.c cli/*.h tests/*/*.c tests/*/*.h bench/*.c bench/*/*.c
 
 clean:
 	rm -rf $(BUILD)

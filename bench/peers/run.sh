@@ -1,0 +1,143 @@
+#!/bin/sh
+# run.sh - `make bench-peers`: dbthrottle's semaphore beside its peers, same parameters, one run.
+# Installs what it needs outside the repo (npm's redis-semaphore and ioredis in
+# ${XDG_CACHE_HOME:-~/.cache}/dbthrottle-bench), starts a throwaway redis-server for the
+# semaphores and another for the independent holder counter, and for each implementation and
+# scenario runs N worker processes with the same loop (acquire, count, hold, uncount, release;
+# see dbt_worker.c), then prints one table: cycles/s, utilization of the ideal, wait p50/p99/max,
+# Jain's fairness index over the workers, Redis commands per grant, most holders seen at once.
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+here=$top/bench/peers
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/dbthrottle-bench
+SECONDS_PER_RUN=${PEERS_SECONDS:-6}
+work=$(mktemp -d /tmp/dbt-peers-XXXXXX)
+cleanup() {
+    for p in ${rpid:-} ${cpid:-}; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# ---- peers ---------------------------------------------------------------------------------
+have_rs=
+if command -v node >/dev/null && command -v npm >/dev/null; then
+    mkdir -p "$cache/node"
+    if [ ! -d "$cache/node/node_modules/redis-semaphore" ] || [ ! -d "$cache/node/node_modules/ioredis" ]; then
+        (cd "$cache/node" && npm install --no-audit --no-fund --silent redis-semaphore ioredis >/dev/null 2>&1) || true
+    fi
+    [ -d "$cache/node/node_modules/redis-semaphore" ] && have_rs=1
+fi
+[ -n "$have_rs" ] || echo "# npm's redis-semaphore could not be installed: its rows are left out"
+
+port() { echo $(( ( $(od -An -N2 -tu2 /dev/urandom) % 30000 ) + 20000 )); }
+rport=$(port)
+cport=$(port)
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --dir "$work" --logfile "$work/r.log" &
+rpid=$!
+redis-server --port "$cport" --bind 127.0.0.1 --save "" --dir "$work" --logfile "$work/c.log" &
+cpid=$!
+until redis-cli -p "$rport" ping >/dev/null 2>&1 && redis-cli -p "$cport" ping >/dev/null 2>&1; do sleep 0.05; done
+
+rtt=$(/usr/bin/python3 - "$rport" <<'PY'
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1]))); s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+v = []
+for i in range(3000):
+    t = time.perf_counter(); s.sendall(b"PING\r\n"); s.recv(64); v.append(time.perf_counter() - t)
+v.sort(); print("%.1f" % (v[len(v) // 2] * 1e6))
+PY
+)
+
+# Grants so far: the counter's count-up calls, one per grant whatever the implementation.
+grants() { redis-cli -p "$cport" info commandstats | sed -n 's/^cmdstat_eval:calls=\([0-9]*\),.*/\1/p' | tr -d '\r'; }
+now_ms() { /usr/bin/python3 -c 'import time; print(int(time.time() * 1000))'; }
+
+# run IMPL LIMIT WORKERS HOLD_MS: one scenario; appends a result line to $work/results
+run() {
+    impl=$1 limit=$2 workers=$3 hold=$4
+    redis-cli -p "$rport" flushall >/dev/null
+    redis-cli -p "$cport" flushall >/dev/null
+    t0=$(now_ms)
+    start=$((t0 + 1500)) # every worker connected and the queue formed
+    end=$((start + SECONDS_PER_RUN * 1000))
+    rm -f "$work"/w.*
+    i=0
+    pids=
+    while [ $i -lt "$workers" ]; do
+        case $impl in
+        dbthrottle) "$top/build/bench/dbt-peer-worker" "$rport" "$cport" "$limit" "$hold" "$start" "$end" "$work/w.$i" & ;;
+        redis-semaphore) NODE_PATH=$cache/node/node_modules node "$here/redis_semaphore_worker.js" "$rport" "$cport" "$limit" "$hold" "$start" "$end" "$work/w.$i" & ;;
+        esac
+        pids="$pids $!"
+        i=$((i + 1))
+    done
+    sleep "$(echo "$start $(now_ms)" | awk '{ d = ($1 - $2) / 1000; printf "%.3f\n", (d > 0 ? d : 0) }')"
+    # Commands the clients send per grant: one second of MONITOR in the middle of the run,
+    # without what scripts run inside Redis ("[db lua]"), over the grants of that second.
+    sleep "$(echo "$SECONDS_PER_RUN" | awk '{ printf "%.3f\n", $1 / 2 - 0.5 }')"
+    g0=$(grants)
+    timeout 1 redis-cli -p "$rport" monitor >"$work/monitor" 2>/dev/null || true
+    g1=$(grants)
+    sent=$(grep -c '^[0-9.]* \[[0-9]* [0-9]' "$work/monitor" || true)
+    sleep "$(echo "$SECONDS_PER_RUN" | awk '{ printf "%.3f\n", $1 / 2 - 0.5 }')"
+    for p in $pids; do wait "$p" || true; done
+    most=$(redis-cli -p "$cport" get most)
+    /usr/bin/python3 - "$impl" "$limit" "$workers" "$hold" "$SECONDS_PER_RUN" "$sent/$((g1 - g0))" "${most:-0}" "$rtt" "$work"/w.* >>"$work/results" <<'PY'
+import sys
+impl, limit, workers, hold, secs, cmds, most, rtt = sys.argv[1:9]
+sent, sampled = (int(x) for x in cmds.split("/"))
+limit, workers, hold, secs, most = int(limit), int(workers), float(hold), float(secs), int(most or 0)
+per, waits, held = [], [], 0.0
+for f in sys.argv[9:]:
+    lines = open(f).read().split()
+    per.append(int(lines[1])); held += float(lines[3]); waits += [float(x) for x in lines[4:]]
+total = sum(per)
+waits.sort()
+pct = lambda p: waits[min(len(waits) - 1, int(p / 100 * len(waits)))] if waits else float("nan")
+rate = total / secs
+mean_hold = held / total if total else float("nan")
+ideal = limit * 1000 / mean_hold if total else float("nan")
+jain = total * total / (len(per) * sum(x * x for x in per)) if total else float("nan")
+cpg = sent / sampled if sampled else float("nan")
+fifo = max(0, workers - limit) / limit * mean_hold  # each waits for (N - L) / L holds, round robin
+print(f"{impl}|{limit}|{workers}|{hold:g}|{rate:.0f}|{rate / ideal:.3f}|{pct(50):.1f}|{pct(99):.1f}|{waits[-1] if waits else 0:.1f}|{fifo:.1f}|{jain:.3f}|{cpg:.2f}|{most}")
+PY
+}
+
+impls=dbthrottle
+[ -n "$have_rs" ] && impls="$impls redis-semaphore"
+for scenario in "4 16 0" "4 16 5" "4 16 50" "1 2 0"; do
+    for impl in $impls; do
+        # shellcheck disable=SC2086
+        run $impl $scenario
+    done
+done
+
+echo "dbthrottle beside its peers: semaphore level (loopback Redis 7.0, RTT p50 $rtt us; ${SECONDS_PER_RUN} s per row)"
+echo "hold includes the independent counter's two round trips; ideal = limit / measured mean hold;"
+echo "FIFO wait = (workers - limit) / limit x mean hold, what a fair queue gives each waiter"
+printf "%-16s %5s %7s %6s %9s %6s %9s %9s %9s %9s %6s %8s %5s\n" impl limit workers hold cycles/s util \
+    "wait p50" "wait p99" "wait max" "FIFO" Jain "cmd/grant" most
+while IFS='|' read -r impl limit workers hold rate util p50 p99 max fifo jain cpg most; do
+    printf "%-16s %5s %7s %4sms %9s %6s %7sms %7sms %7sms %7sms %6s %8s %5s\n" "$impl" "$limit" "$workers" "$hold" "$rate" \
+        "$util" "$p50" "$p99" "$max" "$fifo" "$jain" "$cpg" "$most"
+done <"$work/results"
+/usr/bin/python3 - "$work/results" <<'PY'
+import sys
+rows = {}
+for line in open(sys.argv[1]):
+    f = line.strip().split("|")
+    rows[(f[0], f[1], f[2], f[3])] = f
+def ratio(a, b, i):
+    try: return float(a[i]) / float(b[i])
+    except Exception: return float("nan")
+d0, r0 = rows.get(("dbthrottle", "4", "16", "0")), rows.get(("redis-semaphore", "4", "16", "0"))
+if d0 and r0:
+    print(f"cycles/s at hold 0, dbthrottle / redis-semaphore: {ratio(d0, r0, 4):.1f}x (target >= 10)")
+d5 = rows.get(("dbthrottle", "4", "16", "5"))
+if d5:
+    print(f"dbthrottle utilization at 5 ms holds: {d5[5]} (target >= 0.97)")
+d50 = rows.get(("dbthrottle", "4", "16", "50"))
+if d50:
+    print(f"dbthrottle wait p99 at 50 ms holds / FIFO wait: {float(d50[7]) / float(d50[9]):.2f} (target <= 1.3)")
+PY
