@@ -63,9 +63,8 @@ end
 
 -- Records who holds or waits, and since when (now).
 local function note_who(id, now, who)
-    redis.call('HSET', INFO, id, now .. ' ' .. who)
-    if redis.call('HLEN', INFO) == 1 then -- the key is new
-        expire_new(INFO)
+    if redis.call('HSET', INFO, id, now .. ' ' .. who) == 1 and redis.call('HLEN', INFO) == 1 then
+        expire_new(INFO) -- the key is new
     end
 end
 
@@ -99,23 +98,26 @@ end
 -- and pushes "g<kind>:<id>" to its process' wake list.
 local function pump(now)
     local granted = 0
+    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    if not head then
+        return 0 -- the common case: nobody waits, and the controls need not be read
+    end
     local override, drained = controls()
     if drained then
         return 0
     end
-    while true do
-        local head = redis.call('ZRANGE', Q, 0, 0)[1]
-        if not head then
-            break
-        end
-        if redis.call('ZCARD', H) >= (override or limit_of(head)) then
+    while head do
+        local nh = redis.call('ZCARD', H)
+        if nh >= (override or limit_of(head)) then
             break
         end
         local exp = tonumber(redis.call('ZSCORE', W, head)) or (now + LEASE)
         redis.call('ZREM', Q, head)
         redis.call('ZREM', W, head)
         redis.call('ZADD', H, exp, head)
-        expire_new(H)
+        if nh == 0 then
+            expire_new(H) -- the key is new
+        end
         -- the wait ends now: count it, and the holder's "since" becomes the grant
         local info = redis.call('HGET', INFO, head)
         if info then
@@ -130,6 +132,7 @@ local function pump(now)
         redis.call('RPUSH', wk, 'g' .. KIND .. ':' .. head)
         redis.call('PEXPIRE', wk, TTL)
         granted = granted + 1
+        head = redis.call('ZRANGE', Q, 0, 0)[1]
     end
     return granted
 end

@@ -29,7 +29,9 @@ local override, drained = controls()
 local holders = redis.call('ZCARD', H)
 if not drained and redis.call('ZCARD', Q) == 0 and holders < (override or limit) then
     redis.call('ZADD', H, now + LEASE, id)
-    expire_new(H)
+    if holders == 0 then
+        expire_new(H) -- the key is new
+    end
     note_who(id, now, who)
     count('grants')
     touch(fresh)
