@@ -29,6 +29,12 @@ if command -v node >/dev/null && command -v npm >/dev/null; then
 fi
 [ -n "$have_rs" ] || echo "# npm's redis-semaphore could not be installed: its rows are left out"
 
+# The "Redis in Action" fair semaphore is written in Python against Debian's python3-redis.
+have_ria=
+sh "$top/tools/install-deps.sh" python3-redis >/dev/null 2>&1 || true
+/usr/bin/python3 -c 'import redis' 2>/dev/null && have_ria=1
+[ -n "$have_ria" ] || echo "# python3-redis is missing: the Redis in Action rows are left out"
+
 port() { echo $(( ( $(od -An -N2 -tu2 /dev/urandom) % 30000 ) + 20000 )); }
 rport=$(port)
 cport=$(port)
@@ -49,7 +55,7 @@ PY
 )
 
 # Grants so far: the counter's count-up calls, one per grant whatever the implementation.
-grants() { redis-cli -p "$cport" info commandstats | sed -n 's/^cmdstat_eval:calls=\([0-9]*\),.*/\1/p' | tr -d '\r'; }
+grants() { redis-cli -p "$cport" info commandstats | sed -n 's/^cmdstat_eval\(sha\)\{0,1\}:calls=\([0-9]*\),.*/\2/p' | tr -d '\r' | awk '{ n += $1 } END { print n + 0 }'; }
 now_ms() { /usr/bin/python3 -c 'import time; print(int(time.time() * 1000))'; }
 
 # run IMPL LIMIT WORKERS HOLD_MS: one scenario; appends a result line to $work/results
@@ -66,6 +72,7 @@ run() {
     while [ $i -lt "$workers" ]; do
         case $impl in
         dbthrottle) "$top/build/bench/dbt-peer-worker" "$rport" "$cport" "$limit" "$hold" "$start" "$end" "$work/w.$i" & ;;
+        ria-no-lock) /usr/bin/python3 "$here/ria_worker.py" "$rport" "$cport" "$limit" "$hold" "$start" "$end" "$work/w.$i" & ;;
         redis-semaphore) NODE_PATH=$cache/node/node_modules node "$here/redis_semaphore_worker.js" "$rport" "$cport" "$limit" "$hold" "$start" "$end" "$work/w.$i" & ;;
         esac
         pids="$pids $!"
@@ -106,6 +113,7 @@ PY
 
 impls=dbthrottle
 [ -n "$have_rs" ] && impls="$impls redis-semaphore"
+[ -n "$have_ria" ] && impls="$impls ria-no-lock"
 for scenario in "4 16 0" "4 16 5" "4 16 50" "1 2 0"; do
     for impl in $impls; do
         # shellcheck disable=SC2086
