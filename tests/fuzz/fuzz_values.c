@@ -47,14 +47,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* Only a password that occurs once in the input can be judged (text elsewhere in the
          * URL, a host "ho3cret" for the password "3cret", is not the password and stays), and
          * only on either side of the mask (the user "h:" and the mask make "h:***", which holds
-         * the password "h:*"). */
+         * the password "h:*"). The mask is the "***" right before the last '@', where the
+         * userinfo ends: a user may hold "***" of its own. */
         const char *first = ok && u.password && *u.password ? strstr(text, u.password) : NULL;
         if (first && !strstr(first + 1, u.password)) {
             char red[4096];
             dbt_redact_url(text, red, sizeof red);
-            char *mask = strstr(red, "***");
-            if (!mask)
-                abort();  /* a password, and nothing masked */
+            char *at = strrchr(red, '@');
+            char *mask = at && at - red >= 3 ? at - 3 : NULL;
+            if (!mask || memcmp(mask, "***", 3) != 0)
+                abort();  /* a password, and nothing masked where it was */
             *mask = '\0'; /* what lies wholly left or right of the mask must not hold it */
             if (strstr(red, u.password) || strstr(mask + 3, u.password))
                 abort(); /* the password survived redaction */
