@@ -243,7 +243,7 @@ bench: deps all $(BUILD)/bench/sem-bench $(BUILD)/bench/scale-bench
 	$(BUILD)/bench/scale-bench
 	sh bench/pg_bench.sh
 
-# dbthrottle beside npm's redis-semaphore (installed into ~/.cache/dbthrottle-bench), same
+# dbthrottle beside npm's redis-semaphore, the "Redis in Action" semaphore and Curator on ZooKeeper, same
 # parameters, one run (bench/peers/run.sh).
 bench-peers: deps all $(BUILD)/bench/dbt-peer-worker
 	sh bench/peers/run.sh

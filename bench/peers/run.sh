@@ -1,8 +1,9 @@
 #!/bin/sh
 # run.sh - `make bench-peers`: dbthrottle's semaphore beside its peers, same parameters, one run.
 # Installs what it needs outside the repo (npm's redis-semaphore and ioredis in
-# ${XDG_CACHE_HOME:-~/.cache}/dbthrottle-bench), starts a throwaway redis-server for the
-# semaphores and another for the independent holder counter, and for each implementation and
+# ${XDG_CACHE_HOME:-~/.cache}/dbthrottle-bench; Debian's python3-redis, zookeeper,
+# libcurator-recipes-java and a JDK), starts a throwaway redis-server for the semaphores, another
+# for the independent holder counter, and a ZooKeeper for Curator, and for each implementation and
 # scenario runs N worker processes with the same loop (acquire, count, hold, uncount, release;
 # see dbt_worker.c), then prints one table: cycles/s, utilization of the ideal, wait p50/p99/max,
 # Jain's fairness index over the workers, Redis commands per grant, most holders seen at once.
@@ -13,7 +14,7 @@ cache=${XDG_CACHE_HOME:-$HOME/.cache}/dbthrottle-bench
 SECONDS_PER_RUN=${PEERS_SECONDS:-6}
 work=$(mktemp -d /tmp/dbt-peers-XXXXXX)
 cleanup() {
-    for p in ${rpid:-} ${cpid:-}; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+    for p in ${rpid:-} ${cpid:-} ${zpid:-}; do { kill "$p" && wait "$p"; } 2>/dev/null || true; done
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -35,6 +36,25 @@ sh "$top/tools/install-deps.sh" python3-redis >/dev/null 2>&1 || true
 /usr/bin/python3 -c 'import redis' 2>/dev/null && have_ria=1
 [ -n "$have_ria" ] || echo "# python3-redis is missing: the Redis in Action rows are left out"
 
+# Curator's InterProcessSemaphoreV2 on ZooKeeper: Debian's zookeeper and libcurator-recipes-java,
+# a JDK to compile the worker. PEERS_NO_CURATOR=1 leaves it out.
+have_cur=
+if [ -z "${PEERS_NO_CURATOR:-}" ]; then
+    sh "$top/tools/install-deps.sh" zookeeper libcurator-recipes-java default-jdk-headless >/dev/null 2>&1 || true
+    cp_jars=
+    for j in curator-client curator-framework curator-recipes zookeeper zookeeper-jute guava \
+        slf4j-api slf4j-nop netty-buffer netty-codec netty-common netty-handler netty-resolver \
+        netty-transport metrics-core snappy-java commons-io commons-cli; do
+        if [ -f "/usr/share/java/$j.jar" ]; then cp_jars="$cp_jars${cp_jars:+:}/usr/share/java/$j.jar"; fi
+    done
+    if command -v javac >/dev/null && [ -n "$cp_jars" ] &&
+        mkdir -p "$work/java" && javac -cp "$cp_jars" -d "$work/java" "$here/CuratorWorker.java" 2>"$work/javac.err"; then
+        have_cur=1
+    else
+        echo "# Curator could not be set up ($(head -c 200 "$work/javac.err" 2>/dev/null)): its rows are left out"
+    fi
+fi
+
 port() { echo $(( ( $(od -An -N2 -tu2 /dev/urandom) % 30000 ) + 20000 )); }
 rport=$(port)
 cport=$(port)
@@ -43,6 +63,19 @@ rpid=$!
 redis-server --port "$cport" --bind 127.0.0.1 --save "" --dir "$work" --logfile "$work/c.log" &
 cpid=$!
 until redis-cli -p "$rport" ping >/dev/null 2>&1 && redis-cli -p "$cport" ping >/dev/null 2>&1; do sleep 0.05; done
+if [ -n "$have_cur" ]; then
+    zport=$(port)
+    mkdir -p "$work/zk"
+    printf 'tickTime=2000\ndataDir=%s\nclientPort=%s\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok\n' \
+        "$work/zk" "$zport" >"$work/zoo.cfg"
+    java -cp "$cp_jars" org.apache.zookeeper.server.quorum.QuorumPeerMain "$work/zoo.cfg" >"$work/zk.log" 2>&1 &
+    zpid=$!
+    i=0
+    until echo ruok | timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$zport; cat >&3; cat <&3" 2>/dev/null | grep -q imok || [ $i -ge 100 ]; do
+        sleep 0.1; i=$((i + 1))
+    done
+    [ $i -ge 100 ] && { echo "# ZooKeeper did not start: Curator's rows are left out"; have_cur=; }
+fi
 
 rtt=$(/usr/bin/python3 - "$rport" <<'PY'
 import socket, sys, time
@@ -64,7 +97,10 @@ run() {
     redis-cli -p "$rport" flushall >/dev/null
     redis-cli -p "$cport" flushall >/dev/null
     t0=$(now_ms)
-    start=$((t0 + 1500)) # every worker connected and the queue formed
+    # every worker connected and the queue formed (16 JVMs take seconds to start on 2 cores)
+    warm=1500
+    [ "$impl" = curator ] && warm=10000
+    start=$((t0 + warm))
     end=$((start + SECONDS_PER_RUN * 1000))
     rm -f "$work"/w.*
     i=0
@@ -72,6 +108,7 @@ run() {
     while [ $i -lt "$workers" ]; do
         case $impl in
         dbthrottle) "$top/build/bench/dbt-peer-worker" "$rport" "$cport" "$limit" "$hold" "$start" "$end" "$work/w.$i" & ;;
+        curator) java -cp "$work/java:$cp_jars" CuratorWorker "127.0.0.1:$zport" "$cport" "$limit" "$hold" "$start" "$end" "$work/w.$i" & ;;
         ria-no-lock) /usr/bin/python3 "$here/ria_worker.py" "$rport" "$cport" "$limit" "$hold" "$start" "$end" "$work/w.$i" & ;;
         redis-semaphore) NODE_PATH=$cache/node/node_modules node "$here/redis_semaphore_worker.js" "$rport" "$cport" "$limit" "$hold" "$start" "$end" "$work/w.$i" & ;;
         esac
@@ -105,15 +142,16 @@ rate = total / secs
 mean_hold = held / total if total else float("nan")
 ideal = limit * 1000 / mean_hold if total else float("nan")
 jain = total * total / (len(per) * sum(x * x for x in per)) if total else float("nan")
-cpg = sent / sampled if sampled else float("nan")
+cpg = "%.2f" % (sent / sampled) if sampled and impl != "curator" else "zk" if impl == "curator" else "nan"
 fifo = max(0, workers - limit) / limit * mean_hold  # each waits for (N - L) / L holds, round robin
-print(f"{impl}|{limit}|{workers}|{hold:g}|{rate:.0f}|{rate / ideal:.3f}|{pct(50):.1f}|{pct(99):.1f}|{waits[-1] if waits else 0:.1f}|{fifo:.1f}|{jain:.3f}|{cpg:.2f}|{most}")
+print(f"{impl}|{limit}|{workers}|{hold:g}|{rate:.0f}|{rate / ideal:.3f}|{pct(50):.1f}|{pct(99):.1f}|{waits[-1] if waits else 0:.1f}|{fifo:.1f}|{jain:.3f}|{cpg}|{most}")
 PY
 }
 
 impls=dbthrottle
 [ -n "$have_rs" ] && impls="$impls redis-semaphore"
 [ -n "$have_ria" ] && impls="$impls ria-no-lock"
+[ -n "$have_cur" ] && impls="$impls curator"
 for scenario in "4 16 0" "4 16 5" "4 16 50" "1 2 0"; do
     for impl in $impls; do
         # shellcheck disable=SC2086
