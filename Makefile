@@ -243,10 +243,12 @@ bench: deps all $(BUILD)/bench/sem-bench $(BUILD)/bench/scale-bench
 	$(BUILD)/bench/scale-bench
 	sh bench/pg_bench.sh
 
-# dbthrottle beside npm's redis-semaphore, the "Redis in Action" semaphore and Curator on ZooKeeper, same
-# parameters, one run (bench/peers/run.sh).
+# dbthrottle beside npm's redis-semaphore, the "Redis in Action" semaphore and Curator on ZooKeeper,
+# same parameters, one run (bench/peers/run.sh); then the database level beside PgBouncer.
 bench-peers: deps all $(BUILD)/bench/dbt-peer-worker
+	@command -v pgbouncer >/dev/null || sh tools/install-deps.sh pgbouncer
 	sh bench/peers/run.sh
+	sh bench/pg_bench.sh
 
 # How the costs grow with a pool's size (10 to 10 000 waiters), memory, connections per process.
 bench-scale: $(BUILD)/bench/scale-bench

@@ -72,10 +72,12 @@ T=10
 d1=$(pgbench -n -S -c 1 -j 1 -T $T 2>&1)
 t1=$(throttled DBTHROTTLE_MAX_QUERIES=1000 pgbench -n -S -c 1 -j 1 -T $T 2>&1)
 k1=$(throttled DBTHROTTLE_MAX_QUERIES=1000 DBTHROTTLE_CACHE_PERMITS=on pgbench -n -S -c 1 -j 1 -T $T 2>&1)
+p1=$(pgbench -n -S -c 1 -j 1 -T $T -p "$bport" 2>&1)
 dl=$(echo "$d1" | lat); tl=$(echo "$t1" | lat); kl=$(echo "$k1" | lat)
 printf "%-58s %10s tps, %s ms\n" "pgbench -S -c1 direct" "$(echo "$d1" | tps)" "$dl"
 printf "%-58s %10s tps, %s ms\n" "pgbench -S -c1 throttled (limit 1000)" "$(echo "$t1" | tps)" "$tl"
 printf "%-58s %10s tps, %s ms\n" "pgbench -S -c1 throttled, permits kept (CACHE_PERMITS)" "$(echo "$k1" | tps)" "$kl"
+printf "%-58s %10s tps, %s ms\n" "pgbench -S -c1 through PgBouncer" "$(echo "$p1" | tps)" "$(echo "$p1" | lat)"
 echo "$dl $tl $rtt_us" | awk '{ printf "%-58s %10.1f us = %.2f RTT (target <= 1.2)\n", "added latency per transaction", ($2 - $1) * 1000, ($2 - $1) * 1000 / $3 }'
 echo "$(echo "$k1" | tps) $(echo "$d1" | tps)" | awk '{ printf "%-58s %10.2f (target >= 0.9)\n", "kept permits: throttled -c1 / direct", $1 / $2 }'
 
@@ -90,5 +92,17 @@ printf "%-58s %10s tps\n" "pgbench -S -c4 direct" "$d4"
 echo "$c16 $k16 $b16" | awk '{ printf "%-58s %10.2f, kept permits %.2f (target >= 1.2)\n", "throttled / PgBouncer", $1 / $3, $2 / $3 }'
 
 echo "select pg_sleep(0.05);" >"$work/sleep.sql"
-s32=$(throttled DBTHROTTLE_MAX_QUERIES=4 pgbench -n -c 32 -j 32 -T $T -f "$work/sleep.sql" 2>&1 | tps)
+mkdir -p "$work/log"
+s32=$(cd "$work/log" && throttled DBTHROTTLE_MAX_QUERIES=4 pgbench -n -c 32 -j 32 -T $T -f "$work/sleep.sql" -l 2>&1 | tps)
 echo "$s32" | awk '{ printf "%-58s %10.1f /s = %.3f of 80 (target >= 0.97)\n", "32 clients of pg_sleep(0.05) at limit 4", $1, $1 / 80 }'
+# The wait of each transaction is its latency less the 50 ms it holds; a FIFO queue makes each of
+# the 32 wait (32 - 4) / 4 holds = 350 ms, every time.
+cat "$work"/log/pgbench_log.* | /usr/bin/python3 -c '
+import sys
+rows = [l.split() for l in sys.stdin if len(l.split()) >= 6]
+t0 = min(int(r[4]) for r in rows)
+# the first second fills the queue: steady state only (column 5: the end time, epoch seconds)
+w = sorted(max(0.0, int(r[2]) / 1000 - 50) for r in rows if int(r[4]) >= t0 + 1)
+p = lambda q: w[min(len(w) - 1, int(q / 100 * len(w)))]
+print("%-58s %10.1f ms (p50 %.1f ms; FIFO ideal 350 ms: %.2fx)" % ("  their wait p99", p(99), p(50), p(99) / 350))'
+

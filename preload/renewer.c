@@ -343,6 +343,9 @@ static void *thread_main(void *arg)
         }
         if (back >= 0 && back < due)
             due = back; /* wake for it, and renew when the renewal is due (checked above) */
+        int64_t tick = now + p->client->cfg->cache_idle_ms * 1000;
+        if (p->client->cfg->cache_permits && p->nheld > 0 && tick < due)
+            due = tick; /* a permit in use now may be kept soon: a park then needs no wake-up */
         if (now >= p->last_renew_us + period) {
             /* One timeout for the round: a hung Redis must not hold the waiters' news back by
              * one timeout per idle connection. */
