@@ -158,6 +158,11 @@ check-asan: $(BUILD)/check/stress-asan $(BUILD)/check/sem-asan $(BUILD)/check/li
 	    DBT_SANITIZER_LOGS=$(CURDIR)/$(SANLOG) \
 	    ASAN_OPTIONS=detect_leaks=0:log_path=$(CURDIR)/$(SANLOG) \
 	    UBSAN_OPTIONS=print_stacktrace=1:log_path=$(CURDIR)/$(SANLOG) FAULT_EXIT_NOW=1 sh tests/faults/run.sh 3 4 7 10
+	DBT_LIB=$(CURDIR)/$(BUILD)/check/libdbthrottle-asan.so DBT_PRELOAD_FIRST=$(ASAN_RT) \
+	    DBT_SANITIZER_LOGS=$(CURDIR)/$(SANLOG) \
+	    ASAN_OPTIONS=detect_leaks=0:log_path=$(CURDIR)/$(SANLOG) \
+	    UBSAN_OPTIONS=print_stacktrace=1:log_path=$(CURDIR)/$(SANLOG) FAULT_EXIT_NOW=1 \
+	    DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh 3 4 7 10
 
 check-tsan: $(BUILD)/check/stress-tsan $(BUILD)/check/libdbthrottle-tsan.so $(BUILD)/check/fault_worker-tsan all
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/check/stress-tsan
