@@ -121,6 +121,85 @@ static void saturate_worker(const test_redis *r, sat_shared *sh, int hold_us)
     dbt_config_free(&cfg);
 }
 
+/* ---- a kept permit revoked for a waiter of another process --------------------------------- */
+
+/* The waiter's process: on each 'g' from the pipe, acquires (limit 1), reports how long it
+ * waited (ns), releases. */
+static void revoke_waiter(const test_redis *r, int cmd, int rep)
+{
+    dbt_config cfg;
+    test_config(&cfg, r, NULL);
+    dbt_client *c = dbt_client_new(&cfg);
+    dbt_pool *p = dbt_client_pool(c, "bench-revoke");
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 10000};
+    char g;
+    while (read(cmd, &g, 1) == 1 && g == 'g') {
+        dbt_permit *pm;
+        int64_t t = now_ns();
+        int64_t waited =
+            dbt_acquire(p, DBT_KIND_QUERY, &o, &pm) == DBT_ACQ_GRANTED ? now_ns() - t : -1;
+        dbt_release(pm);
+        if (write(rep, &waited, sizeof waited) != sizeof waited)
+            break;
+    }
+    dbt_client_free(c);
+    dbt_config_free(&cfg);
+}
+
+/* How long a waiter of another process waits for a permit kept idle (DBTHROTTLE_CACHE_IDLE one
+ * minute, so only the revoke push can return it): p50 and p99 in ns; the keeper's process
+ * listens with its renewer thread, as a worker between two commands does. */
+static void revoke_latency(const test_redis *r, double *p50, double *p99)
+{
+    enum { ROUNDS = 300 };
+    int cmd[2], rep[2];
+    *p50 = *p99 = -1;
+    if (pipe(cmd) != 0 || pipe(rep) != 0)
+        return;
+    pid_t pid = fork(); /* before this process has threads */
+    if (pid == 0) {
+        close(cmd[1]);
+        close(rep[0]);
+        revoke_waiter(r, cmd[0], rep[1]);
+        _exit(0);
+    }
+    close(cmd[0]);
+    close(rep[1]);
+    dbt_config cfg;
+    test_config(&cfg, r, "DBTHROTTLE_CACHE_PERMITS=on", "DBTHROTTLE_CACHE_IDLE=1m", NULL);
+    dbt_client *c = dbt_client_new(&cfg);
+    dbt_pool *p = dbt_client_pool(c, "bench-revoke");
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 10000};
+    int64_t *lat = malloc(ROUNDS * sizeof *lat);
+    int n = 0;
+    for (int i = 0; i < ROUNDS + 20; i++) {
+        dbt_permit *pm;
+        if (dbt_acquire(p, DBT_KIND_QUERY, &o, &pm) != DBT_ACQ_GRANTED || !dbt_permit_park(pm)) {
+            dbt_release(pm);
+            usleep(1000);
+            continue;
+        }
+        usleep(2000); /* the keeper idles between commands, its renewer listening */
+        int64_t waited = -1;
+        if (write(cmd[1], "g", 1) != 1 || read(rep[0], &waited, sizeof waited) != sizeof waited)
+            break;
+        if (dbt_permit_unpark(&pm)) /* not revoked: the waiter must have timed out */
+            dbt_release(pm);
+        if (i >= 20 && waited >= 0 && n < ROUNDS)
+            lat[n++] = waited; /* the first rounds warm the connections up */
+    }
+    close(cmd[1]); /* the waiter's read ends: it exits */
+    waitpid(pid, NULL, 0);
+    close(rep[0]);
+    if (n > 0) {
+        *p50 = pct(lat, n, 50);
+        *p99 = pct(lat, n, 99);
+    }
+    free(lat);
+    dbt_client_free(c);
+    dbt_config_free(&cfg);
+}
+
 int main(void)
 {
     test_redis r;
@@ -197,6 +276,14 @@ int main(void)
     free(lat);
     dbt_client_free(c);
     dbt_config_free(&cfg);
+
+    /* A kept permit, revoked for a waiter. */
+    double rv50, rv99;
+    revoke_latency(&r, &rv50, &rv99);
+    printf("%-52s %10.1f us = %.2f RTT (an uncontended acquire: %.2f)\n",
+           "waiter behind a kept idle permit, p50", rv50 / 1000, rv50 / rtt, acq50 / rtt);
+    printf("%-52s %10.1f us = %.2f RTT\n", "waiter behind a kept idle permit, p99", rv99 / 1000,
+           rv99 / rtt);
 
     /* Saturation. */
     enum { PROCS = 16, HOLD_US = 5000, LIMIT = 4 };
