@@ -125,7 +125,7 @@ int cmd_top(int argc, char **argv)
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'i': /* the library's duration parser: "2", "500ms", "1s" */
+        case 'i': /* the library's duration parser: "500ms", "1s" (a bare number is refused) */
             if (!dbt_parse_duration("--interval", optarg, false, false, &interval_ms, err))
                 return cli_usage_error("top", "%s", err);
             if (interval_ms < 100)

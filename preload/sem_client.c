@@ -845,13 +845,13 @@ void dbt_release(dbt_permit *s)
 
 bool dbt_permit_park(dbt_permit *s)
 {
-    if (!s)
-        return false;
+    if (!s || !s->pool->client->cfg->cache_permits)
+        return false; /* caching off: the common query path pays no lock for asking */
     dbt_pool *p = s->pool;
     pthread_mutex_lock(&p->mu);
     int64_t now = dbt_now_us();
-    bool keep = p->client->cfg->cache_permits && s->state == SLOT_HELD && !s->parked &&
-                s->gen == p->gen && !s->lost && !p->contended[s->kind] && p->down_until_us <= now &&
+    bool keep = s->state == SLOT_HELD && !s->parked && s->gen == p->gen && !s->lost &&
+                !p->contended[s->kind] && p->down_until_us <= now &&
                 !dbt_slot_expire_unrenewed(p, s, now);
     if (keep) {
         s->parked = true;

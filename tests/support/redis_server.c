@@ -230,23 +230,26 @@ long long test_redis_int(const test_redis *r, const char *fmt, ...)
     return v;
 }
 
-long long test_redis_commands(const test_redis *r)
+/* Sums one field ("calls" or "usec") of the named commands in INFO commandstats; -1 when Redis
+ * cannot be reached. */
+static long long commandstats_sum(const test_redis *r, const char *const *cmds, size_t n,
+                                  const char *field)
 {
-    /* INFO counts the commands scripts run too; the client sends only these at top level. */
-    static const char *const top[] = {"evalsha", "eval",   "blpop", "script",
-                                      "auth",    "select", "ping"};
     redisContext *c = test_redis_connect(r);
     if (!c)
         return -1;
     redisReply *rep = redisCommand(c, "INFO commandstats");
     long long total = 0;
     if (rep && rep->type == REDIS_REPLY_STRING) {
-        for (size_t i = 0; i < sizeof top / sizeof *top; i++) {
-            char needle[64];
-            snprintf(needle, sizeof needle, "cmdstat_%s:calls=", top[i]);
-            char *at = strstr(rep->str, needle);
-            if (at)
-                total += strtoll(at + strlen(needle), NULL, 10);
+        for (size_t i = 0; i < n; i++) {
+            char line[64], key[16];
+            snprintf(line, sizeof line, "cmdstat_%s:", cmds[i]);
+            snprintf(key, sizeof key, "%s=", field);
+            char *at = strstr(rep->str, line);
+            char *eol = at ? strstr(at, "\r\n") : NULL;
+            char *val = at ? strstr(at, key) : NULL;
+            if (val && (!eol || val < eol))
+                total += strtoll(val + strlen(key), NULL, 10);
         }
     }
     if (rep)
@@ -255,28 +258,18 @@ long long test_redis_commands(const test_redis *r)
     return total;
 }
 
+long long test_redis_commands(const test_redis *r)
+{
+    /* INFO counts the commands scripts run too; the client sends only these at top level. */
+    static const char *const top[] = {"evalsha", "eval",   "blpop", "script",
+                                      "auth",    "select", "ping"};
+    return commandstats_sum(r, top, sizeof top / sizeof *top, "calls");
+}
+
 long long test_redis_script_usec(const test_redis *r)
 {
-    redisContext *c = test_redis_connect(r);
-    if (!c)
-        return -1;
-    redisReply *rep = redisCommand(c, "INFO commandstats");
-    long long total = 0;
-    if (rep && rep->type == REDIS_REPLY_STRING) {
-        static const char *const cmds[] = {"evalsha", "eval"};
-        for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
-            char needle[64];
-            snprintf(needle, sizeof needle, "cmdstat_%s:", cmds[i]);
-            char *at = strstr(rep->str, needle);
-            at = at ? strstr(at, ",usec=") : NULL;
-            if (at)
-                total += strtoll(at + strlen(",usec="), NULL, 10);
-        }
-    }
-    if (rep)
-        freeReplyObject(rep);
-    redisFree(c);
-    return total;
+    static const char *const scripts[] = {"evalsha", "eval"};
+    return commandstats_sum(r, scripts, 2, "usec");
 }
 
 long long test_redis_dbsize(const test_redis *r)
