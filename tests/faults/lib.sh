@@ -1,11 +1,15 @@
 # lib.sh - what every fault case shares (sourced by run.sh): the servers, the independent
 # concurrency counter at the server, Redis' own view of the pools, and check reporting.
 #
-# The counter: dbt_probe(ms) counts, at its start, the probes of its own application_name that
-# are running at the server (itself included), writes "dbt_conc app=A n=N" to the server log and
-# sleeps ms. A backend reports itself idle before it answers a statement, so a permit given back
-# after a statement can never make two probes seem to overlap; the largest N is the most
-# statements that ran at once. It is read from the server, not from anything the throttle says.
+# The counter: dbt_probe(ms), at its start, takes an advisory lock keyed by its own
+# application_name and backend pid, counts the granted locks of that application_name (itself
+# included), writes "dbt_conc app=A n=N" to the server log, sleeps ms and unlocks (on an error or
+# a cancel too; a session that ends loses its locks). Each probe holds its lock within its
+# statement, so within the permit its client held: the largest N is a lower bound of the permits
+# held at once that only a real overlap can raise. (Not a transaction-level lock: a permit kept
+# idle in a transaction may legitimately pass to another once its lease runs out.) It is read from the server, not from anything
+# the throttle says. (pg_stat_activity's count of 'active' backends was used before: it read 5 and
+# 6 where the locks, at the same instants, were 3 and 2, so it cannot bound a limit of 4.)
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
 # The sanitizer runs (make check-asan, check-tsan, check-valgrind) swap in their own builds:
@@ -91,14 +95,19 @@ pg_start() {
     export PGHOST=127.0.0.1 PGPORT PGUSER=postgres PGDATABASE=postgres
     psql -qAtX <<'SQL' >/dev/null
 CREATE FUNCTION dbt_probe(ms int) RETURNS int LANGUAGE plpgsql AS $$
-DECLARE n int;
+DECLARE n int; app text := current_setting('application_name'); k int := hashtext(app);
 BEGIN
-    PERFORM pg_stat_clear_snapshot();
-    SELECT count(*) INTO n FROM pg_stat_activity
-     WHERE state = 'active' AND query LIKE 'SELECT dbt_probe(%'
-       AND application_name = current_setting('application_name');
-    RAISE LOG 'dbt_conc app=% n=%', current_setting('application_name'), n;
-    PERFORM pg_sleep(ms / 1000.0);
+    PERFORM pg_advisory_lock(k, pg_backend_pid());
+    BEGIN
+        SELECT count(*) INTO n FROM pg_locks
+         WHERE locktype = 'advisory' AND classid = k::oid AND objsubid = 2 AND granted;
+        RAISE LOG 'dbt_conc app=% n=%', app, n;
+        PERFORM pg_sleep(ms / 1000.0);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(k, pg_backend_pid());
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(k, pg_backend_pid());
     RETURN n;
 END $$;
 SQL
