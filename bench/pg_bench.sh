@@ -1,8 +1,9 @@
 #!/bin/sh
 # pg_bench.sh - the interposer's costs, in one run against a throwaway Redis, PostgreSQL and
 # PgBouncer on loopback: pgbench -S -c1 direct and throttled (added latency in Redis round trips),
-# -c16 throttled at 4 beside PgBouncer (transaction mode, pool_size 4) and direct -c4, and 32
-# clients of pg_sleep(0.05) at limit 4 against the ideal 80/s.
+# -c16 throttled at 4 (with and without local handover) beside PgBouncer (transaction mode,
+# pool_size 4) and direct -c4, and 32 clients of pg_sleep(0.05) at limit 4 against the ideal
+# 80/s. PG_BENCH_SECONDS sets each run's length (default 10).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 lib=$top/build/libdbthrottle.so
@@ -68,7 +69,7 @@ PY
 echo "dbthrottle interposer benchmark (loopback; one run)"
 printf "%-58s %10s us\n" "Redis PING round trip, p50" "$rtt_us"
 
-T=10
+T=${PG_BENCH_SECONDS:-10}
 d1=$(pgbench -n -S -c 1 -j 1 -T $T 2>&1)
 t1=$(throttled DBTHROTTLE_MAX_QUERIES=1000 pgbench -n -S -c 1 -j 1 -T $T 2>&1)
 k1=$(throttled DBTHROTTLE_MAX_QUERIES=1000 DBTHROTTLE_CACHE_PERMITS=on pgbench -n -S -c 1 -j 1 -T $T 2>&1)
@@ -82,14 +83,16 @@ echo "$dl $tl $rtt_us" | awk '{ printf "%-58s %10.1f us = %.2f RTT (target <= 1.
 echo "$(echo "$k1" | tps) $(echo "$d1" | tps)" | awk '{ printf "%-58s %10.2f (target >= 0.9)\n", "kept permits: throttled -c1 / direct", $1 / $2 }'
 
 c16=$(throttled DBTHROTTLE_MAX_QUERIES=4 pgbench -n -S -c 16 -j 16 -T $T 2>&1 | tps)
+c16r=$(throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOCAL_HANDOVER=off pgbench -n -S -c 16 -j 16 -T $T 2>&1 | tps)
 k16=$(throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_CACHE_PERMITS=on pgbench -n -S -c 16 -j 16 -T $T 2>&1 | tps)
 b16=$(pgbench -n -S -c 16 -j 16 -T $T -p "$bport" 2>&1 | tps)
 d4=$(pgbench -n -S -c 4 -j 4 -T $T 2>&1 | tps)
 printf "%-58s %10s tps\n" "pgbench -S -c16 throttled to 4" "$c16"
+printf "%-58s %10s tps\n" "pgbench -S -c16 throttled to 4, LOCAL_HANDOVER=off" "$c16r"
 printf "%-58s %10s tps\n" "pgbench -S -c16 throttled to 4, permits kept" "$k16"
 printf "%-58s %10s tps\n" "pgbench -S -c16 through PgBouncer (transaction, pool 4)" "$b16"
 printf "%-58s %10s tps\n" "pgbench -S -c4 direct" "$d4"
-echo "$c16 $k16 $b16" | awk '{ printf "%-58s %10.2f, kept permits %.2f (target >= 1.2)\n", "throttled / PgBouncer", $1 / $3, $2 / $3 }'
+echo "$c16 $k16 $b16 $c16r" | awk '{ printf "%-58s %10.2f, kept permits %.2f, handover off %.2f (target >= 1.2)\n", "throttled / PgBouncer", $1 / $3, $2 / $3, $4 / $3 }'
 
 echo "select pg_sleep(0.05);" >"$work/sleep.sql"
 mkdir -p "$work/log"

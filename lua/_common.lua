@@ -12,17 +12,21 @@
 --   KEYS[7] stats    HASH   counters: grants, queued, refused, cancelled, expired, evicted, wait_ms
 --   KEYS[8] limit    STRING the operator's override of the limit (dbthrottle limit); no TTL
 --   KEYS[9] drain    STRING present while the operator drains the pool: no grants; no TTL
+--   KEYS[10] owners  HASH   cid -> how many waiters of that process are queued; field '*' -> the
+--                           cid whose waiters were the whole queue when it last queued one (the
+--                           process may then pass permits between its own threads: see queued())
 -- ARGV[1] wake prefix: "<prefix>{pool}:wake:"; a grant for id "<cid>.<n>.<limit>" is pushed
 --         to the list wake prefix .. cid, on which that process' listener blocks (BLPOP)
 -- ARGV[2] kind ("q" or "c"), ARGV[3] the caller's lease (ms), ARGV[4] key TTL (ms)
 -- Ids are made by the client: "<cid>.<serial>.<limit>", cid = 16 hex digits per process.
-local H, Q, W, SEQ, SEEN, INFO, STATS, LIM, DRAIN
+local H, Q, W, SEQ, SEEN, INFO, STATS, LIM, DRAIN, OWN
 local function use_keys(base) -- the semaphore whose keys start at KEYS[base + 1]
     H, Q, W, SEQ, SEEN = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3], KEYS[base + 4], KEYS[base + 5]
     INFO, STATS, LIM, DRAIN = KEYS[base + 6], KEYS[base + 7], KEYS[base + 8], KEYS[base + 9]
+    OWN = KEYS[base + 10]
 end
 use_keys(0)
-local NK = 9 -- keys per semaphore
+local NK = 10 -- keys per semaphore
 local WAKE, KIND = ARGV[1], ARGV[2]
 local LEASE, TTL = tonumber(ARGV[3]), tonumber(ARGV[4])
 
@@ -68,6 +72,19 @@ local function note_who(id, now, who)
     end
 end
 
+-- The process ("cid") an id belongs to.
+local function cid_of(id)
+    return string.match(id, '^[^.]+')
+end
+
+-- One waiter of id's process left the queue (granted, withdrawn, expired).
+local function unqueued(id)
+    local c = cid_of(id)
+    if c and redis.call('HINCRBY', OWN, c, -1) <= 0 then
+        redis.call('HDEL', OWN, c)
+    end
+end
+
 -- Expired entries are removed a bounded batch per call; each is removed once. Until then they
 -- count as holders, which can only under-admit.
 local REAP_BATCH = 64
@@ -87,7 +104,11 @@ local function reap(now)
     local gone = redis.call('ZRANGEBYSCORE', W, '-inf', now, 'LIMIT', 0, REAP_BATCH)
     if #gone > 0 then
         redis.call('ZREM', W, unpack(gone))
-        redis.call('ZREM', Q, unpack(gone))
+        for _, id in ipairs(gone) do
+            if redis.call('ZREM', Q, id) == 1 then
+                unqueued(id)
+            end
+        end
         redis.call('HDEL', INFO, unpack(gone))
     end
     return #dead
@@ -114,6 +135,7 @@ local function pump(now)
         local exp = tonumber(redis.call('ZSCORE', W, head)) or (now + LEASE)
         redis.call('ZREM', Q, head)
         redis.call('ZREM', W, head)
+        unqueued(head)
         redis.call('ZADD', H, exp, head)
         if nh == 0 then
             expire_new(H) -- the key is new
@@ -146,7 +168,7 @@ local function touch(force)
     if not force and t ~= -2 and t >= TTL / 2 then
         return
     end
-    for _, k in ipairs({H, Q, W, SEQ, SEEN, INFO, STATS}) do
+    for _, k in ipairs({H, Q, W, SEQ, SEEN, INFO, STATS, OWN}) do
         local kt = redis.call('PTTL', k)
         if kt ~= -2 and kt < TTL then
             redis.call('PEXPIRE', k, TTL)

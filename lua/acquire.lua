@@ -1,8 +1,11 @@
 -- acquire.lua: take a permit now, or join the queue.
 -- ARGV[5] id, ARGV[6] the caller's limit, ARGV[7] "1" = do not queue (try only),
 -- ARGV[8] who asks: "<host> <pid> <conn>" (for dbthrottle status)
--- Returns {status, holders, queue length, limit seen from the previous acquirer or false}
+-- Returns {status, holders, queue length, limit seen from the previous acquirer or false, ticket,
+-- sole}
 --   status 1 = granted, 2 = queued (a grant will be pushed), 0 = not granted (try only)
+--   ticket: the waiter's place (queued only, else 0); sole: 1 when the queue holds this process'
+--   waiters only (queued only, else 0): see below
 local id, limit, try_only, who = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1', ARGV[8] or '? ? ?'
 local now = now_ms()
 reap(now)
@@ -35,12 +38,12 @@ if not drained and redis.call('ZCARD', Q) == 0 and holders < (override or limit)
     note_who(id, now, who)
     count('grants')
     touch(fresh)
-    return {1, holders + 1, 0, seen}
+    return {1, holders + 1, 0, seen, 0, 0}
 end
 if try_only then
     count('refused')
     touch(fresh)
-    return {0, holders, redis.call('ZCARD', Q), seen}
+    return {0, holders, redis.call('ZCARD', Q), seen, 0, 0}
 end
 -- The first waiter of a contention asks every process that holds a permit to give back the ones it
 -- keeps idle between commands (DBTHROTTLE_CACHE_PERMITS), and not to keep any until it is granted
@@ -67,5 +70,33 @@ count('queued')
 expire_new(SEQ)
 expire_new(Q)
 expire_new(W)
+-- Local handover. While every queued waiter is of one process, that process may pass a permit one
+-- of its threads gives back straight to another of its waiting threads, and let a thread that
+-- begins to wait take the place of one so served, without telling Redis (holders and places stay
+-- the process'; no other process waits behind them). Its waiters being the whole queue is checked
+-- here, by the count per process in OWN; the process learns it from the reply ("sole"), and the
+-- first waiter of another process to queue after that tells it to stop ("f<kind>:<ticket>" on its
+-- wake list), so the newcomer waits behind the threads that were waiting when it came, not behind
+-- those that come after it. One push per change of owner, O(1) per call.
+local cid = cid_of(id)
+local mine = redis.call('HINCRBY', OWN, cid, 1)
+if mine == 1 then
+    expire_new(OWN)
+end
+local sole = redis.call('HGET', OWN, '*')
+if sole and sole ~= cid then
+    local wk = WAKE .. sole
+    redis.call('RPUSH', wk, 'f' .. KIND .. ':' .. ticket)
+    redis.call('PEXPIRE', wk, TTL)
+    redis.call('HDEL', OWN, '*')
+    sole = false
+end
+local qlen = redis.call('ZCARD', Q)
+local alone = mine == qlen
+if alone and sole ~= cid then
+    redis.call('HSET', OWN, '*', cid)
+elseif not alone and sole == cid then
+    redis.call('HDEL', OWN, '*')
+end
 touch(fresh)
-return {2, holders, redis.call('ZCARD', Q), seen}
+return {2, holders, qlen, seen, ticket, alone and 1 or 0}

@@ -5,6 +5,7 @@ local id = ARGV[5]
 local now = now_ms()
 local result = -1
 if redis.call('ZREM', Q, id) == 1 then
+    unqueued(id)
     result = 0
 elseif redis.call('ZREM', H, id) == 1 then
     result = 1

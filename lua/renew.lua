@@ -2,7 +2,8 @@
 -- one call, and keep the queues live (an expired holder is reaped and its permit granted even
 -- when nobody releases). KEYS[1..NK] the query semaphore, KEYS[NK+1..2NK] the connection one.
 -- ARGV[5..8] counts: query holders, query waiters, connection holders, connection waiters;
--- then the ids in that order.
+-- then the ids in that order; then, optionally, for each kind what the process did without Redis
+-- since its last renewal (local handover): grants, queued, wait_ms, added to the counters.
 -- Returns {lost holders, lost waiters, granted waiters, {queue length of each kind}}: ids Redis no
 -- longer has (expired, or Redis lost its data), whose owners must not believe they hold or wait
 -- any more; waiters Redis already granted, so a grant whose pushed message went astray still
@@ -39,11 +40,22 @@ local function renew_waiters(n)
     at = at + n
 end
 local queued = {}
+local nids = 0
+for i = 5, 8 do
+    nids = nids + tonumber(ARGV[i])
+end
+local local_at = 9 + nids -- the local counts, after the ids
 for k = 0, 1 do
     use_keys(NK * k)
     KIND = (k == 0) and 'q' or 'c'
     renew_holders(tonumber(ARGV[5 + 2 * k]))
     renew_waiters(tonumber(ARGV[6 + 2 * k]))
+    for j, field in ipairs({'grants', 'queued', 'wait_ms'}) do
+        local n = tonumber(ARGV[local_at + 3 * k + j - 1]) or 0
+        if n > 0 then
+            count(field, n)
+        end
+    end
     reap(now)
     pump(now)
     touch()

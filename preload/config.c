@@ -30,6 +30,7 @@ enum {
     K_IDLE_IN_TX_WARN,
     K_CACHE_PERMITS,
     K_CACHE_IDLE,
+    K_LOCAL_HANDOVER,
     K_CONFIG,
     NKEYS
 };
@@ -52,7 +53,11 @@ static const char *const env_names[NKEYS] = {"DBTHROTTLE_REDIS_URL",
                                              "DBTHROTTLE_IDLE_IN_TX_WARN",
                                              "DBTHROTTLE_CACHE_PERMITS",
                                              "DBTHROTTLE_CACHE_IDLE",
+                                             "DBTHROTTLE_LOCAL_HANDOVER",
                                              "DBTHROTTLE_CONFIG"};
+
+_Static_assert(NKEYS <= sizeof((dbt_config *)0)->sources / sizeof(dbt_source),
+               "dbt_config.sources has room for every setting");
 
 #define PREFIX_LEN 11 /* strlen("DBTHROTTLE_") */
 
@@ -88,6 +93,7 @@ void dbt_config_defaults(dbt_config *cfg)
     cfg->idle_in_tx_warn_ms = 10000;
     cfg->cache_permits = DBT_CACHE_PERMITS_DEFAULT;
     cfg->cache_idle_ms = 50;
+    cfg->local_handover = true;
 }
 
 void dbt_config_free(dbt_config *cfg)
@@ -275,6 +281,8 @@ static bool set_value(dbt_config *cfg, int k, const char *value, char *err)
     case K_CACHE_IDLE:
         return duration_in(name, value, 1, 60000, "must be from 1ms to 1m", &cfg->cache_idle_ms,
                            err);
+    case K_LOCAL_HANDOVER:
+        return dbt_parse_bool(name, value, &cfg->local_handover, err);
     case K_CONFIG:
         return set_string(&cfg->config_file, value);
     }
@@ -596,6 +604,9 @@ void dbt_config_value_text(const dbt_config *cfg, int i, char *out, size_t cap)
         break;
     case K_CACHE_IDLE:
         duration_text(cfg->cache_idle_ms, out, cap);
+        break;
+    case K_LOCAL_HANDOVER:
+        snprintf(out, cap, "%s", on_off[cfg->local_handover]);
         break;
     case K_CONFIG:
         dbt_escape(cfg->config_file ? cfg->config_file : "none", 200, false, out, cap);

@@ -64,12 +64,14 @@ typedef struct {
     char *key_prefix; /* never NULL after a successful load */
     bool disable;
     char *config_file;      /* DBTHROTTLE_CONFIG, NULL when unset */
-    dbt_source sources[20]; /* where each setting came from, see dbt_config_source */
+    dbt_source sources[24]; /* where each setting came from, see dbt_config_source */
     dbt_exempt_rule exempt[DBT_MAX_EXEMPT]; /* DBTHROTTLE_EXEMPT: any rule that matches exempts */
     int nexempt;
     int64_t idle_in_tx_warn_ms; /* warn when a permit is held idle in a transaction this long */
     bool cache_permits;         /* keep a query permit between commands while nobody waits */
-    int64_t cache_idle_ms;      /* a kept permit unused this long goes back by itself */
+    /* pass a permit from thread to thread of this process while only its threads wait */
+    bool local_handover;
+    int64_t cache_idle_ms; /* a kept permit unused this long goes back by itself */
 } dbt_config;
 
 /* Whether connections keep their query permit between commands unless told otherwise (see

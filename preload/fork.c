@@ -66,12 +66,25 @@ static void init_mono_cond(pthread_cond_t *cv)
     pthread_condattr_destroy(&a);
 }
 
+void dbt_pool_mutex_init(pthread_mutex_t *mu)
+{
+    /* Adaptive: a thread that finds it taken spins a little before it sleeps. Every critical
+     * section under it is a few list operations, and many threads of one process pass permits
+     * through it (handover.c): sleeping on it cost a futex call and a thread switch per command. */
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(mu, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
 static void child_pool(dbt_pool *p)
 {
-    pthread_mutex_init(&p->mu, NULL);
+    dbt_pool_mutex_init(&p->mu);
     pthread_cond_init(&p->conn_cv, NULL);
     init_mono_cond(&p->bg_cv);
     p->ndeferred = 0; /* the parent's releases: the parent sends them */
+    p->ninflight = 0;
     /* Idle connections are freed; connections another thread was using in the parent are only
      * closed (their state is unknown, and that thread does not exist here). */
     for (int i = 0; i < DBT_MAX_CONNS; i++) {
@@ -99,10 +112,30 @@ static void child_pool(dbt_pool *p)
     p->blpop_in_flight = 0;
     p->thread_started = false;
     p->stop = false;
-    /* The parent's slots are the parent's: permits it holds stay with it. */
+    p->bg_idle = false;
+    p->bg_until_us = 0;
+    /* The parent's slots are the parent's: permits it holds stay with it. Places in the queue
+     * kept for the parent's next waiter (handover.c) are the pool's own copies here: freed. */
+    for (struct dbt_slot *s = p->slots, *next; s; s = next) {
+        next = s->next;
+        /* A wake another thread of the parent was about to write: that thread is not here. */
+        atomic_store(&s->pending_wakes, 0);
+        if (s->orphan) {
+            if (s->efd >= 0)
+                close(s->efd);
+            free(s->query);
+            free(s);
+        }
+    }
     p->slots = NULL;
-    p->nqueued = p->nheld = p->nparked = 0;
+    /* Spare slots' eventfds are the parent's objects too (a fork shares them): closed. */
+    dbt_free_spares(p);
+    p->nqueued = p->nheld = p->nparked = p->norphans = 0;
     memset(p->contended, 0, sizeof p->contended);
+    memset(p->lw_head, 0, sizeof p->lw_head);
+    memset(p->lw_tail, 0, sizeof p->lw_tail);
+    dbt_handover_reset(p);
+    memset(p->unreported, 0, sizeof p->unreported); /* the parent's to report */
     /* The renewer's eventfd is shared with the parent's: the child makes its own. */
     if (p->bg_slot) {
         close(p->bg_slot->efd);

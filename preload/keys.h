@@ -16,10 +16,11 @@ enum {
     DBT_K_WEXP,
     DBT_K_SEQ,
     DBT_K_SEEN,
-    DBT_K_INFO,  /* who holds or waits, and since when */
-    DBT_K_STATS, /* counters kept by the scripts */
-    DBT_K_LIMIT, /* operator override of the limit (dbthrottle limit) */
-    DBT_K_DRAIN, /* set while the operator drains the pool (dbthrottle drain) */
+    DBT_K_INFO,   /* who holds or waits, and since when */
+    DBT_K_STATS,  /* counters kept by the scripts */
+    DBT_K_LIMIT,  /* operator override of the limit (dbthrottle limit) */
+    DBT_K_DRAIN,  /* set while the operator drains the pool (dbthrottle drain) */
+    DBT_K_OWNERS, /* waiters queued per process, and whose alone (local handover) */
     DBT_NKEYS
 };
 

@@ -36,17 +36,21 @@ struct dbt_slot *dbt_find_slot(dbt_pool *p, const char *id)
 void dbt_fail_waiters(dbt_pool *p)
 {
     for (struct dbt_slot *s = p->slots; s; s = s->next)
-        if (s->state == SLOT_QUEUED) {
+        if (s->state == SLOT_QUEUED && !s->orphan) {
+            dbt_lw_remove(p, s);
             s->state = SLOT_DOWN;
             p->nqueued--;
             dbt_slot_wake(s);
         }
+    /* Places no thread waits on: the renewer withdraws them once Redis answers again. */
+    dbt_handover_reset(p);
 }
 
 /* A grant "g<kind>:<id>" arrived, or "r<kind>": somebody queued, so permits this process keeps
  * between commands go back (the renewer sends them), and none is kept until a grant with nobody
- * queued. Call with p->mu held. A grant for a slot that is no longer waiting (it timed out and is
- * being cancelled) is ignored: cancel.lua gives it back. */
+ * queued; or "f<kind>:<ticket>": another process queued behind ours (see handover.c). Call with
+ * p->mu held. A grant for a slot that is no longer waiting (it timed out and is being cancelled) is
+ * ignored: cancel.lua gives it back. */
 static void dispatch(dbt_pool *p, const char *msg)
 {
     if (msg[0] == 'r' && (msg[1] == 'q' || msg[1] == 'c')) {
@@ -55,18 +59,19 @@ static void dispatch(dbt_pool *p, const char *msg)
             dbt_wake_renewer(p);
         return;
     }
+    if (msg[0] == 'f' && (msg[1] == 'q' || msg[1] == 'c') && msg[2] == ':') {
+        /* Another process queued: no more local handover (handover.c). */
+        dbt_handover_foreign(p, msg[1] == 'q' ? DBT_KIND_QUERY : DBT_KIND_CONN,
+                             strtoull(msg + 3, NULL, 10));
+        return;
+    }
     if (msg[0] != 'g' || (msg[1] != 'q' && msg[1] != 'c') || msg[2] != ':')
         return;
     struct dbt_slot *s = dbt_find_slot(p, msg + 3);
     if (!s || (s->state != SLOT_QUEUED && s->state != SLOT_PENDING))
         return;
     /* Counted as held from here, whether the acquirer has read its reply (QUEUED) or not. */
-    if (s->state == SLOT_QUEUED)
-        p->nqueued--;
-    p->nheld++;
-    s->state = SLOT_HELD;
-    s->t_grant_us = dbt_now_us();
-    dbt_slot_wake(s);
+    dbt_handover_granted(p, s);
 }
 
 /* The listener connection broke: drop it, and let every waiter decide (open or closed) rather
@@ -246,7 +251,7 @@ void dbt_listener_pass(dbt_pool *p)
 {
     /* Any waiter will do: it finds no leader and takes the role. */
     for (struct dbt_slot *w = p->slots; w; w = w->next)
-        if (w->state == SLOT_QUEUED) {
+        if (w->state == SLOT_QUEUED && !w->orphan) {
             dbt_slot_wake(w);
             return;
         }

@@ -54,6 +54,17 @@ struct dbt_slot {
      * (p->contended) or after DBTHROTTLE_CACHE_IDLE. */
     bool parked;
     int64_t parked_us; /* when it was kept */
+    /* Local handover (handover.c). A place in Redis' queue that no thread waits on any more: its
+     * thread was served by a permit another thread of the process passed on, and the place is
+     * kept for the process' next waiter (owned by the pool, QUEUED, or HELD if Redis granted it
+     * before anyone took it). */
+    bool orphan;
+    int64_t orphan_us;        /* since when */
+    atomic_int pending_wakes; /* wakes promised under p->mu, done after it: the eventfd
+                               * is not closed until they are */
+    bool in_fifo;             /* on the pool's list of waiting threads (lw_*) */
+    bool adopted;             /* took an orphan's place: queued without a Redis call */
+    struct dbt_slot *lw_prev, *lw_next;
     struct dbt_slot *prev, *next;
 };
 
@@ -75,6 +86,23 @@ struct dbt_pool {
     /* Per kind: Redis asked this process not to keep permits (someone queued: "r<kind>" on the
      * wake list), until an acquire is granted with nobody queued. */
     bool contended[DBT_NKINDS];
+    /* Local handover, per kind (handover.c): the ticket of our latest acquire whose verdict was
+     * "this process' waiters are the whole queue" (0: not alone, or not known), the latest
+     * ticket whose verdict was applied, and the highest ticket of another process' waiter Redis
+     * pushed to us ("f<kind>:<ticket>"). */
+    uint64_t sole[DBT_NKINDS], verdict_ticket[DBT_NKINDS], foreign_ticket[DBT_NKINDS];
+    struct dbt_slot *lw_head[DBT_NKINDS], *lw_tail[DBT_NKINDS]; /* waiting threads, oldest first */
+    int norphans; /* slots with orphan set, queued or held */
+    /* What local handover did since the last renewal, which adds it to Redis' counters (so
+     * dbthrottle status counts every grant). */
+    struct {
+        uint64_t grants, queued;
+        int64_t wait_us;
+    } unreported[DBT_NKINDS];
+    /* Slots no longer used, kept with their eventfd for the next acquire (a command of a busy
+     * thread otherwise paid an eventfd, a close, a calloc and a free). Linked by next. */
+    struct dbt_slot *spare;
+    int nspare;
     uint64_t gen;
 
     /* grants: the waiting threads take turns listening (listener.c) */
@@ -86,6 +114,7 @@ struct dbt_pool {
     /* background thread: renews leases, gives kept permits back, and listens while permits are
      * kept and no thread waits (renewer.c) */
     bool thread_started, stop;
+    bool bg_idle;             /* the renewer waits with nothing to renew until signalled */
     struct dbt_slot *bg_slot; /* not linked: its eventfd wakes the renewer out of dbt_listen */
     bool bg_leading;          /* the renewer is the listener now */
     int64_t bg_until_us;      /* when the renewer wakes by itself next (0: not asleep) */
@@ -101,6 +130,14 @@ struct dbt_pool {
         char id[64];
     } deferred[DBT_MAX_DEFERRED];
     int ndeferred;
+    /* Releases and cancels the renewer is sending right now (kept permits, orphan places), off
+     * every list meanwhile: a process that exits under it sends them too (twice is harmless). */
+    struct {
+        bool cancel;
+        dbt_kind kind;
+        char id[64];
+    } inflight[64];
+    int ninflight;
     bool in_outage;
     bool disagreement_logged[DBT_NKINDS];
     bool seen_any_grant;
@@ -124,7 +161,16 @@ dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err);
 void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r);
 void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg);
 void dbt_pool_note_ok(dbt_pool *p);
-void dbt_slot_wake(struct dbt_slot *s); /* call with p->mu held */
+void dbt_slot_wake(struct dbt_slot *s);                /* call with p->mu held */
+void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s); /* p->mu held: off every list, uncounted */
+void dbt_free_slot(struct dbt_slot *s);                /* an unlinked slot, without p->mu */
+/* An unlinked slot nobody uses any more goes to p->spare when it can (p->mu held); false: the
+ * caller frees it with dbt_free_slot, without the lock. */
+bool dbt_recycle_slot(dbt_pool *p, struct dbt_slot *s);
+void dbt_free_spares(dbt_pool *p); /* p->mu held, or no other thread (fork, free) */
+/* Withdraws id from the queue, or gives it back if Redis granted it (cancel.lua), within one
+ * Redis timeout; kept and sent later if Redis cannot be reached. Without p->mu. */
+void dbt_send_cancel(dbt_pool *p, dbt_kind kind, const char *id);
 void dbt_script_keys(const dbt_pool *p, dbt_kind kind, const char **keys);
 void dbt_script_base_args(const dbt_pool *p, dbt_kind kind, char *lease, char *ttl,
                           const char **args);
@@ -141,6 +187,37 @@ int64_t dbt_parked_due_us(dbt_pool *p); /* p->mu held */
 void dbt_return_parked(dbt_pool *p);    /* without p->mu */
 void dbt_wake_renewer(dbt_pool *p);     /* p->mu held: out of its park or its listening */
 
+/* handover.c: passing permits between the threads of this process (see lua/acquire.lua). All
+ * with p->mu held unless said otherwise. */
+void dbt_lw_push(dbt_pool *p, struct dbt_slot *s);   /* s begins to wait (QUEUED) */
+void dbt_lw_remove(dbt_pool *p, struct dbt_slot *s); /* s waits no more; no-op if not listed */
+/* Redis granted s (QUEUED or PENDING): the permit goes to the process' oldest waiting thread of
+ * its kind and limit, which s may be; a place nobody waits on any more is given back by the
+ * renewer. */
+void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s);
+/* The thread of held slot s gives it back: the waiting thread of this process the permit went
+ * to, or NULL. Then s is an orphan place, owned by the pool (its caller must not free it), and
+ * the caller wakes the returned slot with dbt_slot_wake_later once it has let go of p->mu (a
+ * thread woken under the lock would find it taken, and sleep again). */
+struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s);
+void dbt_slot_wake_later(struct dbt_slot *s); /* without p->mu */
+/* A thread that begins to wait may take an orphan place of its kind and limit rather than queue
+ * anew (no Redis call): the orphan, unlinked, or NULL. Its caller frees it without p->mu. */
+struct dbt_slot *dbt_handover_adopt(dbt_pool *p, dbt_kind kind, int limit);
+/* What acquire.lua said when it queued one of ours (its ticket, and whether our waiters were the
+ * whole queue), and what Redis pushed when another process queued ("f<kind>:<ticket>"; ticket 0:
+ * a renewal found more waiters than ours). */
+void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, uint64_t ticket, bool sole);
+void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket);
+/* Redis may have lost its data (or the process forked): forget what it said. */
+void dbt_handover_reset(dbt_pool *p);
+/* Orphans: when the next is due back (-1: none), and giving back (without p->mu) those that are
+ * due: granted with nobody to take them, kept unused for a while, or while others queue. */
+int64_t dbt_orphans_due_us(dbt_pool *p);
+void dbt_orphans_settle(dbt_pool *p); /* without p->mu */
+/* Adds what local handover did since the last renewal to Redis' counters, now (a renewal
+ * carries it otherwise): at exit, so that nothing done goes uncounted. Without p->mu. */
+void dbt_report_local(dbt_pool *p);
 /* listener.c */
 /* Leads for one step: polls the listener connection and s's eventfd until something happens
  * (returns 1), the deadline passes (0) or a signal interrupts and o->interrupted says stop (-1).
@@ -159,6 +236,7 @@ void dbt_renewer_stop(dbt_pool *p);   /* call without p->mu: stops and joins it 
 void dbt_fork_register(dbt_client *c);
 void dbt_fork_unregister(dbt_client *c);
 void dbt_new_client_id(char cid[17]);
-void dbt_cond_init_mono(pthread_cond_t *cv); /* a condition variable timed by CLOCK_MONOTONIC */
+void dbt_cond_init_mono(pthread_cond_t *cv);   /* a condition variable timed by CLOCK_MONOTONIC */
+void dbt_pool_mutex_init(pthread_mutex_t *mu); /* p->mu's kind (see fork.c) */
 
 #endif

@@ -102,12 +102,30 @@ static void apply_lost(dbt_pool *p, const redisReply *lost_h, const redisReply *
     }
     for (size_t i = 0; i < lost_w->elements; i++) {
         struct dbt_slot *s = dbt_find_slot(p, lost_w->element[i]->str);
-        if (s && s->state == SLOT_QUEUED) {
+        if (s && s->state == SLOT_HELD && !s->lost) {
+            /* Granted since the renewal was sent, and gone from Redis by the time it ran: the
+             * grant outlived its lease (this process was stopped, or cut off), was reaped and may
+             * have gone to another. Its thread must not use it: it gives it back and queues. */
+            s->lost = true;
+            p->st.leases_lost++;
+            dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
+                             DBT_S("permit", s->id), DBT_S("conn", s->conn[0] ? s->conn : "-"),
+                             DBT_S("reason", "granted, then expired before it was renewed")};
+            dbt_log(DBT_LOG_WARN, "lease_lost", f, sizeof f / sizeof *f);
+            dbt_slot_wake(s);
+        } else if (s && s->state == SLOT_QUEUED && s->orphan) {
+            dbt_unlink_slot(p, s); /* a place nobody waited on: forget it */
+            dbt_free_slot(s);
+        } else if (s && s->state == SLOT_QUEUED) {
+            dbt_lw_remove(p, s);
             s->state = SLOT_REQUEUE;
             p->nqueued--;
             dbt_slot_wake(s);
         }
     }
+    /* Redis forgot waiters (restarted, or a lease ran out): what it said of the queue is void. */
+    if (lost_w->elements > 0)
+        dbt_handover_reset(p);
 }
 
 /* Reads the replies of releases sent on idle connections, so a failed one (a NOSCRIPT after
@@ -141,14 +159,53 @@ static void apply_granted(dbt_pool *p, const redisReply *ids)
 {
     for (size_t i = 0; i < ids->elements; i++) {
         struct dbt_slot *s = dbt_find_slot(p, ids->element[i]->str);
-        if (s && s->state == SLOT_QUEUED) {
-            p->nqueued--;
-            p->nheld++;
-            s->state = SLOT_HELD;
-            s->t_grant_us = dbt_now_us();
-            dbt_slot_wake(s);
-        }
+        if (s && s->state == SLOT_QUEUED)
+            dbt_handover_granted(p, s);
     }
+}
+
+/* renew.lua's last arguments: per kind, the grants, queued waits and wait (ms) of local handover
+ * since the last report. */
+static void local_args(const __typeof__(((dbt_pool *)0)->unreported[0]) *local, char out[][24])
+{
+    for (int k = 0; k < DBT_NKINDS; k++) {
+        snprintf(out[3 * k], 24, "%" PRIu64, local[k].grants);
+        snprintf(out[3 * k + 1], 24, "%" PRIu64, local[k].queued);
+        snprintf(out[3 * k + 2], 24, "%" PRId64, local[k].wait_us / 1000);
+    }
+}
+
+void dbt_report_local(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    __typeof__(p->unreported[0]) local[DBT_NKINDS];
+    memcpy(local, p->unreported, sizeof local);
+    memset(p->unreported, 0, sizeof p->unreported);
+    bool down = p->down_until_us > dbt_now_us();
+    pthread_mutex_unlock(&p->mu);
+    bool any = false;
+    for (int k = 0; k < DBT_NKINDS; k++)
+        any = any || local[k].grants || local[k].queued;
+    if (!any || down)
+        return;
+    char counted[DBT_NKINDS * 3][24], err[DBT_ERRLEN], lease[24], ttl[24];
+    local_args(local, counted);
+    const char *keys[2 * DBT_NKEYS], *args[8 + DBT_NKINDS * 3];
+    dbt_script_keys(p, DBT_KIND_QUERY, keys);
+    dbt_script_keys(p, DBT_KIND_CONN, keys + DBT_NKEYS);
+    dbt_script_base_args(p, DBT_KIND_QUERY, lease, ttl, args);
+    int n = 4;
+    for (int i = 0; i < 4; i++)
+        args[n++] = "0"; /* no ids: a renewal of nothing, for its counts */
+    for (int i = 0; i < DBT_NKINDS * 3; i++)
+        args[n++] = counted[i];
+    int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+    dbt_redis *r = dbt_pool_get_conn(p, err);
+    bool ok = r && dbt_redis_eval_nowait(r, &dbt_script_renew, 2 * DBT_NKEYS, keys, n, args, err);
+    dbt_pool_put_conn(p, r);
+    dbt_redis_budget_end(b);
+    if (!ok)
+        dbt_pool_note_error(p, "renew", err);
 }
 
 /* One renewal round trip for both kinds. Called with p->mu held; releases it meanwhile. */
@@ -164,14 +221,21 @@ static void renew(dbt_pool *p)
     }
     int64_t sent = dbt_now_us();
     p->last_renew_us = sent;
+    __typeof__(p->unreported[0]) local[DBT_NKINDS];
+    memcpy(local, p->unreported, sizeof local);
+    memset(p->unreported, 0, sizeof p->unreported);
     pthread_mutex_unlock(&p->mu);
 
     char err[DBT_ERRLEN] = "out of memory";
     redisReply *rep = NULL;
-    int total = 0;
-    for (int k = 0; k < DBT_NKINDS; k++)
+    int total = 0, nmine[DBT_NKINDS];
+    for (int k = 0; k < DBT_NKINDS; k++) {
         total += lists[k][0].n + lists[k][1].n;
-    const char **args = ok ? malloc((size_t)(8 + total) * sizeof *args) : NULL;
+        nmine[k] = lists[k][1].n;
+    }
+    char counted[DBT_NKINDS * 3][24];
+    local_args(local, counted);
+    const char **args = ok ? malloc((size_t)(8 + total + DBT_NKINDS * 3) * sizeof *args) : NULL;
     dbt_redis *l = args ? dbt_pool_get_conn(p, err) : NULL;
     if (l) {
         const char *keys[2 * DBT_NKEYS];
@@ -189,6 +253,8 @@ static void renew(dbt_pool *p)
             for (int j = 0; j < 2; j++)
                 for (int i = 0; i < lists[k][j].n; i++)
                     args[n++] = lists[k][j].ids[i];
+        for (int i = 0; i < DBT_NKINDS * 3; i++)
+            args[n++] = counted[i];
         rep = dbt_redis_eval(l, &dbt_script_renew, 2 * DBT_NKEYS, keys, n, args, err);
         if (rep && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 ||
                     rep->element[0]->type != REDIS_REPLY_ARRAY ||
@@ -212,17 +278,28 @@ static void renew(dbt_pool *p)
     else
         dbt_pool_note_error(p, "renew", err);
     pthread_mutex_lock(&p->mu);
+    if (!rep) /* counted at the next renewal instead */
+        for (int k = 0; k < DBT_NKINDS; k++) {
+            p->unreported[k].grants += local[k].grants;
+            p->unreported[k].queued += local[k].queued;
+            p->unreported[k].wait_us += local[k].wait_us;
+        }
     if (rep) {
-        for (struct dbt_slot *s = p->slots; s; s = s->next)
-            if ((s->state == SLOT_HELD || s->state == SLOT_QUEUED) && s->t_renewed_us < sent)
-                s->t_renewed_us = sent;
+        /* What Redis no longer has first: a lease it did not renew must not look renewed. */
         apply_lost(p, rep->element[0], rep->element[1]);
+        for (struct dbt_slot *s = p->slots; s; s = s->next)
+            if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
+                s->t_renewed_us < sent)
+                s->t_renewed_us = sent;
         apply_granted(p, rep->element[2]);
         for (int k = 0; k < DBT_NKINDS; k++) {
             const redisReply *q = rep->element[3]->element[k];
             if (q->type == REDIS_REPLY_INTEGER && q->integer > 0) {
                 p->contended[k] = true; /* kept permits go back (the loop sees them due) */
             }
+            /* More waiters than ours: another process queued, even if its push went astray. */
+            if (q->type == REDIS_REPLY_INTEGER && q->integer > nmine[k])
+                dbt_handover_foreign(p, (dbt_kind)k, 0);
         }
         freeReplyObject(rep);
     } else {
@@ -324,7 +401,9 @@ static void *thread_main(void *arg)
         if (p->nqueued == 0 && p->nheld == 0 && p->ndeferred == 0) {
             /* Nothing to renew: no Redis traffic at all until there is. */
             idle = true;
+            p->bg_idle = true;
             pthread_cond_wait(&p->bg_cv, &p->mu);
+            p->bg_idle = false;
             continue;
         }
         int64_t now = dbt_now_us(), period = renew_period_us(p);
@@ -343,6 +422,19 @@ static void *thread_main(void *arg)
         }
         if (back >= 0 && back < due)
             due = back; /* wake for it, and renew when the renewal is due (checked above) */
+        int64_t orphans = dbt_orphans_due_us(p);
+        if (orphans >= 0 && orphans <= now) {
+            pthread_mutex_unlock(&p->mu);
+            dbt_orphans_settle(p);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
+        if (orphans >= 0 && orphans < due)
+            due = orphans;
+        /* Places kept for the next waiter, and no thread of ours waits: nobody else listens for
+         * their grants (which must go back at once). */
+        bool orphans_unheard =
+            p->norphans > 0 && !p->lw_head[DBT_KIND_QUERY] && !p->lw_head[DBT_KIND_CONN];
         int64_t tick = now + p->client->cfg->cache_idle_ms * 1000;
         if (p->client->cfg->cache_permits && p->nheld > 0 && tick < due)
             due = tick; /* a permit in use now may be kept soon: a park then needs no wake-up */
@@ -354,7 +446,8 @@ static void *thread_main(void *arg)
             drain_idle(p);
             dbt_redis_budget_end(b);
             warn_idle_in_tx(p, dbt_now_us());
-        } else if (p->client->cfg->cache_permits && p->nheld > 0 && p->nqueued == 0 &&
+        } else if (((p->client->cfg->cache_permits && p->nheld > 0 && p->nqueued == 0) ||
+                    orphans_unheard) &&
                    !p->leader_active && p->down_until_us <= now && listen_ready(p)) {
             /* Listening while permits are held, not only while kept: a connection that reuses
              * its permit back to back is kept only microseconds at a time, and must still learn
@@ -375,7 +468,12 @@ static void *thread_main(void *arg)
 void dbt_renewer_ensure(dbt_pool *p)
 {
     if (p->thread_started) {
-        pthread_cond_signal(&p->bg_cv);
+        /* Woken only when its schedule changes: out of its idle wait (leases to renew now), or
+         * when it would sleep past the next check of kept permits. Not once per acquire: that
+         * was a futex wake and two thread switches per command. */
+        if (p->bg_idle || (p->client->cfg->cache_permits &&
+                           p->bg_until_us > dbt_now_us() + p->client->cfg->cache_idle_ms * 1000))
+            pthread_cond_signal(&p->bg_cv);
         return;
     }
     /* The thread takes none of the host program's signals: they belong to its own threads. */

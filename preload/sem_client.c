@@ -92,7 +92,7 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
         if (p && (p->name = strdup(name)) != NULL &&
             dbt_keys_init(&p->keys, c->cfg->key_prefix, name)) {
             p->client = c;
-            pthread_mutex_init(&p->mu, NULL);
+            dbt_pool_mutex_init(&p->mu);
             pthread_cond_init(&p->conn_cv, NULL);
             dbt_cond_init_mono(&p->bg_cv);
             p->next = c->pools;
@@ -267,8 +267,13 @@ static void link_slot(dbt_pool *p, struct dbt_slot *s)
     p->slots = s;
 }
 
-static void unlink_slot(dbt_pool *p, struct dbt_slot *s)
+void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s)
 {
+    dbt_lw_remove(p, s);
+    if (s->orphan) {
+        s->orphan = false;
+        p->norphans--;
+    }
     if (s->prev)
         s->prev->next = s->next;
     else if (p->slots == s)
@@ -332,8 +337,49 @@ bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now)
     return true;
 }
 
-static void free_slot(struct dbt_slot *s)
+#define MAX_SPARE 64
+
+bool dbt_recycle_slot(dbt_pool *p, struct dbt_slot *s)
 {
+    /* A slot with a wake promised to it is not reused: that write must find it as it was. No
+     * new one can be promised: only waiting slots get them, and nothing refers to s any more. */
+    if (s->efd < 0 || s->waker || p->nspare >= MAX_SPARE || atomic_load(&s->pending_wakes) > 0)
+        return false;
+    int efd = s->efd;
+    free(s->query);
+    memset(s, 0, sizeof *s);
+    s->efd = efd; /* a wake left counted in it only makes a later wait look once more */
+    s->next = p->spare;
+    p->spare = s;
+    p->nspare++;
+    return true;
+}
+
+void dbt_free_spares(dbt_pool *p)
+{
+    while (p->spare) {
+        struct dbt_slot *s = p->spare;
+        p->spare = s->next;
+        close(s->efd);
+        free(s);
+    }
+    p->nspare = 0;
+}
+
+void dbt_slot_wake_later(struct dbt_slot *s)
+{
+    dbt_slot_wake(s);
+    atomic_fetch_sub(&s->pending_wakes, 1);
+}
+
+void dbt_free_slot(struct dbt_slot *s)
+{
+    if (!s)
+        return;
+    /* A thread that passed this slot a permit may not have written to its eventfd yet: a few
+     * instructions away (the owner can see the grant before the wake). */
+    while (atomic_load(&s->pending_wakes) > 0)
+        sched_yield();
     waker_retract(s);
     if (s->efd >= 0)
         close(s->efd);
@@ -342,6 +388,21 @@ static void free_slot(struct dbt_slot *s)
 }
 
 /* ---- tracing --------------------------------------------------------------------------- */
+
+/* What the trace says of a slot, copied (not its links, nor its atomics, which another thread may
+ * be changing): for a trace made once the slot is no longer ours to read. p->mu held. */
+static void trace_copy(struct dbt_slot *to, const struct dbt_slot *s)
+{
+    memset(to, 0, sizeof *to);
+    to->pool = s->pool;
+    to->kind = s->kind;
+    to->limit = s->limit;
+    to->lost = s->lost;
+    memcpy(to->id, s->id, sizeof to->id);
+    memcpy(to->conn, s->conn, sizeof to->conn);
+    to->query = s->query;
+    to->t_grant_us = s->t_grant_us;
+}
 
 static void trace(dbt_log_level lvl, const char *event, const struct dbt_slot *s, int64_t waited_us,
                   int64_t held_us, long long holders, long long queue, const char *extra_key,
@@ -373,19 +434,24 @@ static void trace(dbt_log_level lvl, const char *event, const struct dbt_slot *s
 
 /* ---- acquire ----------------------------------------------------------------------------- */
 
-/* Reads {status, holders, queue, seen} from acquire.lua. */
-static bool parse_acquire(const redisReply *r, long long *status, long long *holders,
-                          long long *queue, long long *seen)
+/* Reads {status, holders, queue, seen, ticket, sole} from acquire.lua. */
+typedef struct {
+    long long status, holders, queue, seen, ticket, sole;
+} acquire_reply;
+
+static bool parse_acquire(const redisReply *r, acquire_reply *a)
 {
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6)
         return false;
-    for (int i = 0; i < 3; i++)
-        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+    for (int i = 0; i < 6; i++)
+        if (i != 3 && r->element[i]->type != REDIS_REPLY_INTEGER)
             return false;
-    *status = r->element[0]->integer;
-    *holders = r->element[1]->integer;
-    *queue = r->element[2]->integer;
-    *seen = r->element[3]->type == REDIS_REPLY_STRING ? strtoll(r->element[3]->str, NULL, 10) : 0;
+    a->status = r->element[0]->integer;
+    a->holders = r->element[1]->integer;
+    a->queue = r->element[2]->integer;
+    a->seen = r->element[3]->type == REDIS_REPLY_STRING ? strtoll(r->element[3]->str, NULL, 10) : 0;
+    a->ticket = r->element[4]->integer;
+    a->sole = r->element[5]->integer;
     return true;
 }
 
@@ -423,6 +489,19 @@ static void cancel_in_redis_io(dbt_pool *p, struct dbt_slot *s)
     else if (returned)
         trace(DBT_LOG_INFO, "grant_returned", s, -1, -1, -1, -1, "reason",
               "granted as the waiter gave up; passed on");
+}
+
+void dbt_send_cancel(dbt_pool *p, dbt_kind kind, const char *id)
+{
+    pthread_mutex_lock(&p->mu);
+    bool down = p->down_until_us > dbt_now_us();
+    pthread_mutex_unlock(&p->mu);
+    bool returned;
+    int64_t b = down ? 0 : dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+    if (down || !cancel_id(p, kind, id, &returned))
+        defer_op(p, true, kind, id);
+    if (!down)
+        dbt_redis_budget_end(b);
 }
 
 /* cancel_in_redis_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
@@ -467,8 +546,8 @@ static int send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, long 
     redisReply *rep =
         r ? dbt_redis_eval(r, &dbt_script_acquire, DBT_NKEYS, keys, 8, args, err) : NULL;
     dbt_pool_put_conn(p, r);
-    long long status, seen;
-    if (rep && !parse_acquire(rep, &status, holders, queue, &seen)) {
+    acquire_reply a;
+    if (rep && !parse_acquire(rep, &a)) {
         snprintf(err, sizeof err, "acquire.lua returned an unexpected reply");
         freeReplyObject(rep);
         rep = NULL;
@@ -479,12 +558,16 @@ static int send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, long 
     }
     freeReplyObject(rep);
     dbt_pool_note_ok(p);
-    if (seen > 0 && seen != s->limit)
-        note_disagreement(p, s, seen);
+    if (a.seen > 0 && a.seen != s->limit)
+        note_disagreement(p, s, a.seen);
+    *holders = a.holders;
+    *queue = a.queue;
     pthread_mutex_lock(&p->mu);
     s->t_renewed_us = sent;
+    if (a.status == 2)
+        dbt_handover_verdict(p, s->kind, (uint64_t)a.ticket, a.sole == 1);
     pthread_mutex_unlock(&p->mu);
-    return (int)status;
+    return (int)a.status;
 }
 
 /* send_acquire_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
@@ -544,17 +627,18 @@ static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit
 static void drop_slot(dbt_pool *p, struct dbt_slot *s)
 {
     pthread_mutex_lock(&p->mu);
-    unlink_slot(p, s);
+    dbt_unlink_slot(p, s);
     pthread_mutex_unlock(&p->mu);
-    free_slot(s);
+    dbt_free_slot(s);
 }
 
 static void send_release(dbt_pool *p, dbt_kind kind, const char *id);
 
-/* A grant that reached a waiter whose last accepted renewal is a whole lease old. p->mu held. */
+/* A grant that reached a waiter whose last accepted renewal is a whole lease old, or that a
+ * renewal found gone from Redis (it expired before it was read). p->mu held. */
 static bool stale_grant(const dbt_pool *p, const struct dbt_slot *s)
 {
-    return dbt_now_us() - s->t_renewed_us > p->client->cfg->lease_ms * 1000;
+    return s->lost || dbt_now_us() - s->t_renewed_us > p->client->cfg->lease_ms * 1000;
 }
 
 /* Granted while this process could not renew (stopped, or cut off from Redis) for a whole lease:
@@ -563,14 +647,17 @@ static bool stale_grant(const dbt_pool *p, const struct dbt_slot *s)
  * it. False (and s freed) when the deadline has passed meanwhile. */
 static bool give_back_stale(dbt_pool *p, struct dbt_slot *s, int64_t deadline)
 {
-    unlink_slot(p, s);
-    p->st.leases_lost++;
+    dbt_unlink_slot(p, s);
+    bool renewal_said = s->lost; /* counted when the renewal found it gone */
+    if (!renewal_said)
+        p->st.leases_lost++;
     pthread_mutex_unlock(&p->mu);
     trace(DBT_LOG_WARN, "stale_grant", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
-          "no renewal accepted for a whole lease: queue again");
+          renewal_said ? "expired in Redis before it was read: queue again"
+                       : "no renewal accepted for a whole lease: queue again");
     send_release(p, s->kind, s->id);
     if (deadline >= 0 && dbt_now_us() >= deadline) {
-        free_slot(s);
+        dbt_free_slot(s);
         pthread_mutex_lock(&p->mu);
         p->st.timeouts++;
         pthread_mutex_unlock(&p->mu);
@@ -584,21 +671,28 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
     *out = NULL;
     int64_t start = dbt_now_us();
 
+    struct dbt_slot *s = NULL;
     pthread_mutex_lock(&p->mu);
     bool down = p->down_until_us > start;
-    if (down)
+    if (down) {
         p->st.refusals++;
+    } else if (p->spare) {
+        s = p->spare;
+        p->spare = s->next;
+        s->next = NULL;
+        p->nspare--;
+    }
     pthread_mutex_unlock(&p->mu);
     if (down)
         return outage_result(p, kind, o, "redis unreachable (retrying within 1s)");
 
-    struct dbt_slot *s = calloc(1, sizeof *s);
+    if (!s && (s = calloc(1, sizeof *s)) != NULL)
+        s->efd = -1;
     if (!s)
         return outage_result(p, kind, o, "out of memory");
     s->pool = p;
     s->kind = kind;
     s->limit = o->limit > 0 ? o->limit : 1;
-    s->efd = -1;
     s->t_request_us = start;
     /* A copy: the slot outlives the caller's buffer (the release is traced too). Cut short, as
      * the log line has a bounded size; a failed copy only leaves the text out. */
@@ -607,7 +701,8 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
     if (o->conn)
         snprintf(s->conn, sizeof s->conn, "%s", o->conn);
     bool may_wait = o->wait_ms != 0;
-    if (may_wait && (s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+    if (may_wait && s->efd < 0 && (s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        free(s->query);
         free(s);
         return outage_result(p, kind, o, "cannot create an eventfd");
     }
@@ -616,14 +711,33 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
 
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        new_id(p, s);
+        /* While only this process' threads wait, take the place of one that was served by a
+         * permit passed on here (handover.c) rather than queue anew: no Redis call. */
+        struct dbt_slot *orphan = may_wait ? dbt_handover_adopt(p, kind, s->limit) : NULL;
+        if (orphan) {
+            memcpy(s->id, orphan->id, sizeof s->id);
+            s->t_renewed_us = orphan->t_renewed_us;
+            if (dbt_recycle_slot(p, orphan))
+                orphan = NULL; /* kept for a later acquire; else freed below, unlocked */
+            s->adopted = true;
+        } else {
+            new_id(p, s);
+        }
         s->state = SLOT_PENDING;
+        s->lost = false; /* a grant given back as stale is behind us */
         s->gen = p->gen;
         link_slot(p, s);
         pthread_mutex_unlock(&p->mu);
 
         long long holders = -1, queue = -1;
-        int st = send_acquire(p, s, !may_wait, &holders, &queue);
+        int st;
+        if (s->adopted) {
+            s->adopted = false;
+            dbt_free_slot(orphan); /* NULL when recycled */
+            st = 2;                /* queued: as if acquire.lua had said so */
+        } else {
+            st = send_acquire(p, s, !may_wait, &holders, &queue);
+        }
         if (st < 0) {
             pthread_mutex_lock(&p->mu);
             bool granted = s->state == SLOT_HELD; /* the reply was lost, the grant was not */
@@ -674,6 +788,7 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
         }
         s->state = SLOT_QUEUED;
         p->nqueued++;
+        dbt_lw_push(p, s);
         p->st.waits++;
         p->contended[kind] = true;
         dbt_renewer_ensure(p);
@@ -690,8 +805,10 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
             if (now == SLOT_HELD || now == SLOT_REQUEUE || now == SLOT_DOWN || w != 1) {
                 if (leader) {
                     p->leader_active = false;
-                    if (now == SLOT_QUEUED) /* we are leaving: no longer a candidate */
+                    if (now == SLOT_QUEUED) { /* we are leaving: no longer a candidate */
+                        dbt_lw_remove(p, s);
                         s->state = SLOT_CANCELLING;
+                    }
                     dbt_listener_pass(p);
                 }
                 leader = false;
@@ -709,13 +826,14 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
             if (now == SLOT_REQUEUE || now == SLOT_DOWN) {
                 if (!p->leader_active)
                     dbt_listener_pass(p);
-                unlink_slot(p, s);
+                dbt_unlink_slot(p, s);
                 pthread_mutex_unlock(&p->mu);
                 break;
             }
             if (w != 1) {
                 /* Timed out or interrupted: a grant that races in from now on is cancel.lua's
                  * to give back. */
+                dbt_lw_remove(p, s);
                 s->state = SLOT_CANCELLING;
                 /* A leader that left may have handed its role to us as we gave up: pass it on,
                  * or the remaining waiters would have nobody reading their grants. */
@@ -744,7 +862,7 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
         if (requeue)
             continue;
         if (s->state == SLOT_DOWN) {
-            free_slot(s);
+            dbt_free_slot(s);
             pthread_mutex_lock(&p->mu);
             p->st.refusals++;
             pthread_mutex_unlock(&p->mu);
@@ -755,7 +873,7 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
         trace(DBT_LOG_WARN, "requeue", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
               "Redis no longer had this waiter");
         if (deadline >= 0 && dbt_now_us() >= deadline) {
-            free_slot(s);
+            dbt_free_slot(s);
             pthread_mutex_lock(&p->mu);
             p->st.timeouts++;
             pthread_mutex_unlock(&p->mu);
@@ -778,6 +896,7 @@ static void defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
         snprintf(p->deferred[p->ndeferred].id, sizeof p->deferred[0].id, "%s", id);
         p->ndeferred++;
         dbt_renewer_ensure(p);
+        pthread_cond_signal(&p->bg_cv); /* it sends them as soon as Redis answers */
     }
     pthread_mutex_unlock(&p->mu);
 }
@@ -815,7 +934,7 @@ void dbt_release(dbt_permit *s)
     if (s->state == SLOT_RETURNED) {
         /* A kept permit the renewer already gave back (and traced). */
         pthread_mutex_unlock(&p->mu);
-        free_slot(s);
+        dbt_free_slot(s);
         return;
     }
     if (s->parked) {
@@ -826,10 +945,25 @@ void dbt_release(dbt_permit *s)
     if (s->gen != p->gen) {
         /* A permit of the parent process: the child must neither use nor release it. */
         pthread_mutex_unlock(&p->mu);
-        free_slot(s);
+        dbt_free_slot(s);
         return;
     }
-    unlink_slot(p, s);
+    /* What the trace says of the permit, before it may move to another thread (handover.c):
+     * then s becomes a place in the queue that the pool keeps, and is not ours to free. */
+    struct dbt_slot before;
+    trace_copy(&before, s);
+    s->query = NULL;
+    struct dbt_slot *to = dbt_handover_release(p, s);
+    if (to) {
+        pthread_mutex_unlock(&p->mu);
+        dbt_slot_wake_later(to);
+        trace(DBT_LOG_INFO, "release", &before, -1, dbt_now_us() - before.t_grant_us, -1, -1, "to",
+              "a waiting thread of this process");
+        free(before.query);
+        return;
+    }
+    s->query = before.query;
+    dbt_unlink_slot(p, s);
     bool down = p->down_until_us > dbt_now_us();
     pthread_mutex_unlock(&p->mu);
     if (!down)
@@ -838,7 +972,7 @@ void dbt_release(dbt_permit *s)
         defer_op(p, false, s->kind, s->id);
     trace(DBT_LOG_INFO, "release", s, -1, dbt_now_us() - s->t_grant_us, -1, -1,
           s->lost ? "lease" : NULL, "lost");
-    free_slot(s);
+    dbt_free_slot(s);
 }
 
 /* ---- kept permits (DBTHROTTLE_CACHE_PERMITS) ------------------------------------------------ */
@@ -922,14 +1056,20 @@ void dbt_return_parked(dbt_pool *p)
         next = s->next;
         if (!s->parked || (!p->contended[s->kind] && now < s->parked_us + idle))
             continue;
+        if (p->ninflight >= (int)(sizeof p->inflight / sizeof p->inflight[0]))
+            break;
+        p->inflight[p->ninflight].cancel = false;
+        p->inflight[p->ninflight].kind = s->kind;
+        memcpy(p->inflight[p->ninflight].id, s->id, sizeof s->id);
+        p->ninflight++;
         why[n] = p->contended[s->kind] ? "a waiter queued" : "kept idle for DBTHROTTLE_CACHE_IDLE";
         /* What the trace and the release need, copied: once RETURNED, the owner may free s. */
-        copies[n] = *s;
+        trace_copy(&copies[n], s);
         copies[n].query = NULL;
         n++;
         s->parked = false;
         p->nparked--;
-        unlink_slot(p, s); /* no longer renewed, nor counted as held */
+        dbt_unlink_slot(p, s); /* no longer renewed, nor counted as held */
         s->state = SLOT_RETURNED;
     }
     bool down = p->down_until_us > now;
@@ -942,6 +1082,9 @@ void dbt_return_parked(dbt_pool *p)
         trace(DBT_LOG_INFO, "release", &copies[i], -1, dbt_now_us() - copies[i].t_grant_us, -1, -1,
               "reason", why[i]);
     }
+    pthread_mutex_lock(&p->mu);
+    p->ninflight = 0; /* only the renewer adds to it */
+    pthread_mutex_unlock(&p->mu);
 }
 
 void dbt_flush_deferred(dbt_pool *p)
@@ -1020,6 +1163,8 @@ static void free_pool(dbt_pool *p)
         close(p->bg_slot->efd);
         free(p->bg_slot);
     }
+    dbt_free_spares(p);
+    dbt_report_local(p);
     /* Give back what is still held: a process that exits cleanly should not make others wait
      * out its leases. Sent without waiting, then the replies are read (bounded by the
      * Redis timeout) so the commands surely left before the sockets close. */
@@ -1030,7 +1175,9 @@ static void free_pool(dbt_pool *p)
         struct dbt_slot *next = s->next;
         if (s->state == SLOT_HELD && s->gen == p->gen && !down)
             send_release(p, s->kind, s->id);
-        free_slot(s);
+        else if (s->orphan && s->gen == p->gen && !down) /* a place kept for a next waiter */
+            cancel_in_redis(p, s);
+        dbt_free_slot(s);
         s = next;
     }
     log_summary_of(p->name, &p->st);
@@ -1057,18 +1204,35 @@ void dbt_client_exit(dbt_client *c)
         enum { MAX_EXIT = 256 };
         char ids[MAX_EXIT][64];
         dbt_kind kinds[MAX_EXIT];
+        bool place[MAX_EXIT];
         int n = 0;
         pthread_mutex_lock(&p->mu);
         bool down = p->down_until_us > dbt_now_us();
         for (struct dbt_slot *s = p->slots; s && n < MAX_EXIT; s = s->next)
-            if (s->state == SLOT_HELD && s->gen == p->gen) {
+            if ((s->state == SLOT_HELD || s->orphan) && s->gen == p->gen) {
                 memcpy(ids[n], s->id, sizeof ids[n]);
+                place[n] = s->state != SLOT_HELD; /* a queued place kept for a next waiter */
                 kinds[n++] = s->kind;
             }
+        /* What the renewer was giving back as the process exits: it may not get to send it. */
+        for (int i = 0; i < p->ninflight && n < MAX_EXIT; i++) {
+            memcpy(ids[n], p->inflight[i].id, sizeof ids[n]);
+            place[n] = p->inflight[i].cancel;
+            kinds[n++] = p->inflight[i].kind;
+        }
         dbt_pool_stats st = p->st;
         pthread_mutex_unlock(&p->mu);
-        for (int i = 0; i < n && !down; i++)
-            send_release(p, kinds[i], ids[i]);
+        dbt_report_local(p);
+        for (int i = 0; i < n && !down; i++) {
+            if (!place[i]) {
+                send_release(p, kinds[i], ids[i]);
+            } else {
+                bool returned;
+                int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+                (void)cancel_id(p, kinds[i], ids[i], &returned);
+                dbt_redis_budget_end(b);
+            }
+        }
         log_summary_of(p->name, &st);
     }
 }

@@ -62,6 +62,8 @@ typedef struct {
     uint64_t refusals;     /* refused or unthrottled because Redis was unreachable */
     uint64_t redis_errors; /* failed Redis calls */
     uint64_t leases_lost;  /* permits Redis no longer had at renewal */
+    uint64_t handovers;    /* grants passed from thread to thread here, without Redis */
+    uint64_t adoptions;    /* waits that took the place of a thread so served */
     int64_t wait_total_us; /* total time spent waiting for grants */
     int64_t wait_max_us;
 } dbt_pool_stats;

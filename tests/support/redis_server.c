@@ -224,6 +224,8 @@ long long test_redis_int(const test_redis *r, const char *fmt, ...)
     long long v = -1000;
     if (rep && rep->type == REDIS_REPLY_INTEGER)
         v = rep->integer;
+    else if (rep && rep->type == REDIS_REPLY_STRING) /* HGET of a counter, GET */
+        v = strtoll(rep->str, NULL, 10);
     if (rep)
         freeReplyObject(rep);
     redisFree(c);

@@ -26,8 +26,8 @@ void test_redis_kill(test_redis *r);
 void test_redis_stop(test_redis *r);
 
 redisContext *test_redis_connect(const test_redis *r);
-/* Runs a command (printf-style, hiredis format) and returns its integer reply, or -1000 on an
- * error or a non-integer reply. */
+/* Runs a command (printf-style, hiredis format) and returns its integer reply (or a string reply
+ * read as an integer: HGET of a counter), or -1000 on an error or any other reply. */
 long long test_redis_int(const test_redis *r, const char *fmt, ...);
 /* Commands clients sent (INFO commandstats, without the ones scripts ran, without INFO). */
 long long test_redis_commands(const test_redis *r);

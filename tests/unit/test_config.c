@@ -470,7 +470,7 @@ Test(config, empty_values_are_errors_for_every_setting)
         "DBTHROTTLE_REDIS_TIMEOUT", "DBTHROTTLE_ON_REDIS_ERROR", "DBTHROTTLE_LOG",
         "DBTHROTTLE_LOG_LEVEL",     "DBTHROTTLE_LOG_FORMAT",     "DBTHROTTLE_LOG_QUERY",
         "DBTHROTTLE_KEY_PREFIX",    "DBTHROTTLE_DISABLE",        "DBTHROTTLE_CONFIG",
-        "DBTHROTTLE_CACHE_PERMITS", "DBTHROTTLE_CACHE_IDLE"};
+        "DBTHROTTLE_CACHE_PERMITS", "DBTHROTTLE_CACHE_IDLE",     "DBTHROTTLE_LOCAL_HANDOVER"};
     dbt_config c;
     dbt_config_defaults(&c);
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {

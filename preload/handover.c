@@ -1,0 +1,266 @@
+/* handover.c - local handover: passing a permit from one thread of the process to another
+ * without a Redis round trip, while only this process' threads wait (DBTHROTTLE_LOCAL_HANDOVER).
+ *
+ * Redis counts permits, not threads: a holder id is this process' permit whichever of its threads
+ * runs a command on it, and a queued id is this process' place in the queue. So when a thread gives
+ * a permit back while another thread of the process waits, the permit (its id, its lease) can move
+ * to the waiting thread here, in microseconds, and the waiting thread's place in the queue becomes
+ * an "orphan": the pool keeps it, still queued and renewed, for the next thread that begins to
+ * wait, which takes it over instead of queuing anew. In a process whose threads contend among
+ * themselves (pgbench -c16 at a limit of 4, a threaded application server), Redis then sees no
+ * command per query at all; the limit is untouched, since no id is ever added.
+ *
+ * Fairness across processes is kept: this is done only while this process' waiters are the whole
+ * queue, which acquire.lua tells us when it queues one of ours ("sole"), and the first waiter of
+ * another process to queue after that is pushed to us ("f<kind>:<ticket>"): from then on permits
+ * go back to Redis and orphans are withdrawn, so the newcomer waits behind the threads that were
+ * waiting when it came, not behind those that come after it. A push that went astray is caught by
+ * the next renewal (renew.lua returns the queue lengths).
+ *
+ * Within the process, a permit always goes to the thread that has waited longest (the lw_ list),
+ * whichever of its places Redis granted: taking over orphans scrambles the order of the places. */
+#include "log.h"
+#include "pool_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* An orphan place not taken over within this time is withdrawn (cancel.lua): the process' demand
+ * has dropped. Long enough to bridge the gap between a thread's two commands, short enough that a
+ * place nobody wants does not delay a permit's grant to another process much. */
+#define ORPHAN_IDLE_US INT64_C(50000)
+
+void dbt_lw_push(dbt_pool *p, struct dbt_slot *s)
+{
+    if (s->in_fifo || s->orphan)
+        return;
+    /* In the order the threads began to wait: nearly always at the tail. */
+    struct dbt_slot *after = p->lw_tail[s->kind];
+    while (after && after->t_request_us > s->t_request_us)
+        after = after->lw_prev;
+    s->in_fifo = true;
+    s->lw_prev = after;
+    s->lw_next = after ? after->lw_next : p->lw_head[s->kind];
+    if (s->lw_next)
+        s->lw_next->lw_prev = s;
+    else
+        p->lw_tail[s->kind] = s;
+    if (after)
+        after->lw_next = s;
+    else
+        p->lw_head[s->kind] = s;
+}
+
+void dbt_lw_remove(dbt_pool *p, struct dbt_slot *s)
+{
+    if (!s->in_fifo)
+        return;
+    if (s->lw_prev)
+        s->lw_prev->lw_next = s->lw_next;
+    else
+        p->lw_head[s->kind] = s->lw_next;
+    if (s->lw_next)
+        s->lw_next->lw_prev = s->lw_prev;
+    else
+        p->lw_tail[s->kind] = s->lw_prev;
+    s->lw_prev = s->lw_next = NULL;
+    s->in_fifo = false;
+}
+
+/* The thread that has waited longest for a permit of this kind and limit (a permit's id carries
+ * its limit, which Redis grants by). */
+static struct dbt_slot *oldest_waiter(dbt_pool *p, dbt_kind kind, int limit)
+{
+    for (struct dbt_slot *w = p->lw_head[kind]; w; w = w->lw_next)
+        if (w->state == SLOT_QUEUED && w->limit == limit)
+            return w;
+    return NULL;
+}
+
+/* Moves the permit of held slot `from` to queued slot `to` (which its thread waits on), and to's
+ * place to `from`: they swap ids and the lease clocks that go with them. Counts do not change: one
+ * held, one queued, before and after. */
+static void swap_permit(dbt_pool *p, struct dbt_slot *from, struct dbt_slot *to, int64_t now)
+{
+    char id[sizeof from->id];
+    memcpy(id, to->id, sizeof id);
+    memcpy(to->id, from->id, sizeof id);
+    memcpy(from->id, id, sizeof id);
+    int64_t held_renewed = from->t_renewed_us;
+    from->t_renewed_us = to->t_renewed_us;
+    to->t_renewed_us = held_renewed;
+    to->lost = from->lost;
+    from->lost = false;
+    dbt_lw_remove(p, to);
+    to->state = SLOT_HELD;
+    to->t_grant_us = now;
+    from->state = SLOT_QUEUED;
+}
+
+static void make_orphan(dbt_pool *p, struct dbt_slot *s, int64_t now)
+{
+    s->orphan = true;
+    s->orphan_us = now;
+    s->parked = false;
+    s->idle_since_us = 0;
+    s->conn[0] = '\0';
+    free(s->query);
+    s->query = NULL;
+    p->norphans++;
+}
+
+void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
+{
+    int64_t now = dbt_now_us();
+    bool was_queued = s->state == SLOT_QUEUED;
+    dbt_lw_remove(p, s);
+    if (was_queued)
+        p->nqueued--;
+    p->nheld++;
+    s->state = SLOT_HELD;
+    s->t_grant_us = now;
+    /* A thread that read its acquire reply may be served out of turn by the place it took over;
+     * one still reading it (PENDING) keeps the grant: it is not on the list yet. */
+    struct dbt_slot *w = oldest_waiter(p, s->kind, s->limit);
+    if (w && (s->orphan || (was_queued && w->t_request_us < s->t_request_us))) {
+        swap_permit(p, s, w, now);
+        dbt_slot_wake(w);
+        if (s->orphan)
+            s->orphan_us = now; /* a fresh place */
+        else
+            dbt_lw_push(p, s); /* its thread waits on, in its turn */
+        return;
+    }
+    if (s->orphan)
+        dbt_wake_renewer(p); /* a permit nobody here waits for: the renewer gives it back */
+    else
+        dbt_slot_wake(s);
+}
+
+struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s)
+{
+    if (!p->client->cfg->local_handover || !p->sole[s->kind] || s->state != SLOT_HELD ||
+        s->orphan || s->gen != p->gen)
+        return NULL;
+    int64_t now = dbt_now_us();
+    if (dbt_slot_expire_unrenewed(p, s, now))
+        return NULL;
+    struct dbt_slot *w = oldest_waiter(p, s->kind, s->limit);
+    if (!w)
+        return NULL;
+    swap_permit(p, s, w, now);
+    atomic_fetch_add(&w->pending_wakes, 1); /* woken by dbt_slot_wake_later, after the unlock */
+    p->unreported[s->kind].grants++;
+    p->unreported[s->kind].wait_us += now - w->t_request_us;
+    make_orphan(p, s, now);
+    p->st.handovers++;
+    /* The renewer withdraws the place if nobody takes it: woken only when it would sleep past
+     * that, so at most once per ORPHAN_IDLE_US, not once per handover. */
+    if (p->bg_until_us > now + ORPHAN_IDLE_US)
+        dbt_wake_renewer(p);
+    return w;
+}
+
+struct dbt_slot *dbt_handover_adopt(dbt_pool *p, dbt_kind kind, int limit)
+{
+    if (!p->client->cfg->local_handover || !p->sole[kind] || p->norphans == 0)
+        return NULL;
+    /* The newest orphan: the older ones are the first to be withdrawn when demand drops. */
+    struct dbt_slot *best = NULL;
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->orphan && s->state == SLOT_QUEUED && s->kind == kind && s->limit == limit &&
+            (!best || s->orphan_us > best->orphan_us))
+            best = s;
+    if (best) {
+        dbt_unlink_slot(p, best);
+        p->st.adoptions++;
+        p->unreported[kind].queued++;
+    }
+    return best;
+}
+
+void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, uint64_t ticket, bool sole)
+{
+    if (ticket == 0 || ticket <= p->verdict_ticket[kind])
+        return; /* a later verdict was applied already */
+    p->verdict_ticket[kind] = ticket;
+    bool was = p->sole[kind] != 0;
+    /* A push about a waiter that queued after this one outran this reply: not alone any more. */
+    p->sole[kind] = sole && ticket > p->foreign_ticket[kind] ? ticket : 0;
+    if (was && !p->sole[kind] && p->norphans > 0)
+        dbt_wake_renewer(p); /* orphans of this kind go */
+}
+
+void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
+{
+    if (ticket > p->foreign_ticket[kind])
+        p->foreign_ticket[kind] = ticket;
+    /* ticket 0: a renewal saw more waiters than ours, with no ticket to order it by */
+    if (p->sole[kind] && (ticket == 0 || p->sole[kind] < ticket)) {
+        p->sole[kind] = 0;
+        if (p->norphans > 0)
+            dbt_wake_renewer(p);
+    }
+}
+
+void dbt_handover_reset(dbt_pool *p)
+{
+    memset(p->sole, 0, sizeof p->sole);
+    memset(p->verdict_ticket, 0, sizeof p->verdict_ticket);
+    memset(p->foreign_ticket, 0, sizeof p->foreign_ticket);
+}
+
+/* Whether orphan s is to go now: granted (a permit nobody here waits for), or while others queue,
+ * or unused for ORPHAN_IDLE_US. */
+static int64_t orphan_due(const dbt_pool *p, const struct dbt_slot *s)
+{
+    if (s->state == SLOT_HELD || !p->sole[s->kind])
+        return 0;
+    return s->orphan_us + ORPHAN_IDLE_US;
+}
+
+int64_t dbt_orphans_due_us(dbt_pool *p)
+{
+    if (p->norphans == 0)
+        return -1;
+    int64_t due = -1;
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->orphan) {
+            int64_t at = orphan_due(p, s);
+            if (due < 0 || at < due)
+                due = at;
+        }
+    return due;
+}
+
+void dbt_orphans_settle(dbt_pool *p)
+{
+    enum { BATCH = 64 };
+    struct dbt_slot *todo[BATCH];
+    int n = 0;
+    pthread_mutex_lock(&p->mu);
+    int64_t now = dbt_now_us();
+    for (struct dbt_slot *s = p->slots, *next; s && n < BATCH; s = next) {
+        next = s->next;
+        if (s->orphan && orphan_due(p, s) <= now &&
+            p->ninflight < (int)(sizeof p->inflight / sizeof p->inflight[0])) {
+            dbt_unlink_slot(p, s);
+            p->inflight[p->ninflight].cancel = true;
+            p->inflight[p->ninflight].kind = s->kind;
+            memcpy(p->inflight[p->ninflight].id, s->id, sizeof s->id);
+            p->ninflight++;
+            todo[n++] = s;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < n; i++) {
+        /* cancel.lua gives a permit back too when Redis granted the place meanwhile: one call
+         * does for both. */
+        dbt_send_cancel(p, todo[i]->kind, todo[i]->id);
+        dbt_free_slot(todo[i]);
+    }
+    pthread_mutex_lock(&p->mu);
+    p->ninflight = 0; /* only the renewer adds to it */
+    pthread_mutex_unlock(&p->mu);
+}

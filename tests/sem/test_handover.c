@@ -1,0 +1,235 @@
+/* Local handover (DBTHROTTLE_LOCAL_HANDOVER): while only one process' threads wait, a permit one
+ * of them gives back goes straight to another with no Redis command; a waiter of another process
+ * stops that at once (by push, or at the next renewal if the push went astray) and is served in
+ * its turn; places nobody takes are withdrawn; off means every grant goes through Redis. */
+#include "sem_helpers.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#define KEY(k) "dbthrottle:{ho}:q:" k
+
+enum { THREADS = 8, LIMIT = 2 };
+
+typedef struct {
+    dbt_pool *pool;
+    atomic_int holders, max_seen, grants, failures;
+    atomic_bool stop;
+    int cycles;  /* per thread; 0 = until stop */
+    int hold_us; /* how long each holds its permit */
+} load;
+
+static void *cycler(void *arg)
+{
+    load *l = arg;
+    dbt_acquire_opts o = {.limit = LIMIT, .wait_ms = 30000, .conn = "ho"};
+    for (int i = 0; (l->cycles == 0 || i < l->cycles) && !atomic_load(&l->stop); i++) {
+        dbt_permit *pm;
+        if (dbt_acquire(l->pool, DBT_KIND_QUERY, &o, &pm) != DBT_ACQ_GRANTED) {
+            atomic_fetch_add(&l->failures, 1);
+            continue;
+        }
+        int now = atomic_fetch_add(&l->holders, 1) + 1;
+        int max = atomic_load(&l->max_seen);
+        while (now > max && !atomic_compare_exchange_weak(&l->max_seen, &max, now))
+            ;
+        atomic_fetch_add(&l->grants, 1);
+        if (l->hold_us)
+            usleep((useconds_t)l->hold_us);
+        atomic_fetch_sub(&l->holders, 1);
+        dbt_release(pm);
+    }
+    return NULL;
+}
+
+typedef struct {
+    test_redis r;
+    dbt_config cfg;
+    dbt_client *c;
+    load l;
+    pthread_t t[THREADS];
+} fixture;
+
+static void setup(fixture *f, const char *lease, const char *handover)
+{
+    cr_assert(test_redis_start(&f->r, NULL));
+    test_config(&f->cfg, &f->r, lease, handover, NULL);
+    f->c = dbt_client_new(&f->cfg);
+    memset(&f->l, 0, sizeof f->l);
+    f->l.pool = dbt_client_pool(f->c, "ho");
+}
+
+static void start(fixture *f, int cycles, int hold_us)
+{
+    f->l.cycles = cycles;
+    f->l.hold_us = hold_us;
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&f->t[i], NULL, cycler, &f->l);
+}
+
+static void join(fixture *f)
+{
+    atomic_store(&f->l.stop, f->l.cycles == 0);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(f->t[i], NULL);
+}
+
+static void teardown(fixture *f)
+{
+    dbt_client_free(f->c);
+    dbt_config_free(&f->cfg);
+    test_redis_stop(&f->r);
+}
+
+static dbt_pool_stats stats(fixture *f)
+{
+    dbt_pool_stats st;
+    dbt_pool_get_stats(f->l.pool, &st);
+    return st;
+}
+
+typedef struct {
+    fixture *f;
+    uint64_t n;
+} handovers_reach;
+
+static bool handovers_reached(void *arg)
+{
+    handovers_reach *h = arg;
+    return stats(h->f).handovers >= h->n;
+}
+
+Test(handover, threads_of_one_process_pass_permits_without_redis, .timeout = 120)
+{
+    fixture f;
+    setup(&f, "DBTHROTTLE_LEASE=10m", NULL);
+    cr_assert(f.cfg.local_handover, "on by default");
+    enum { CYCLES = 300 };
+    /* A first round to queue the threads (each acquire of the first waiters is a script). */
+    long long before = test_redis_commands(&f.r);
+    start(&f, CYCLES, 200);
+    join(&f);
+    long long commands = test_redis_commands(&f.r) - before;
+    dbt_pool_stats st = stats(&f);
+    int total = THREADS * CYCLES;
+    cr_expect_eq(atomic_load(&f.l.failures), 0);
+    cr_expect_eq(atomic_load(&f.l.grants), total);
+    cr_expect_leq(atomic_load(&f.l.max_seen), LIMIT, "%d held at once, limit %d",
+                  atomic_load(&f.l.max_seen), LIMIT);
+    cr_expect_eq(atomic_load(&f.l.max_seen), LIMIT, "never saturated: nothing to hand over");
+    /* Every grant but the first few is a handover here, and each costs Redis nothing. */
+    cr_expect_geq(st.handovers, (uint64_t)total * 9 / 10, "%llu handovers of %d grants",
+                  (unsigned long long)st.handovers, total);
+    cr_expect_lt(commands, total / 10, "%lld Redis commands for %d grants", commands, total);
+    cr_log_info("%d grants, %llu handed over, %llu places taken over, %lld Redis commands", total,
+                (unsigned long long)st.handovers, (unsigned long long)st.adoptions, commands);
+    /* What is left in Redis once the threads are done: the places nobody takes are withdrawn
+     * while the process lives, and no count is left behind for it. */
+    zcard_is none_q = {&f.r, KEY("queue"), 0}, none_h = {&f.r, KEY("holders"), 0};
+    cr_expect(test_wait_until(test_zcard_is, &none_q, 5000), "places left in the queue: %lld",
+              test_redis_int(&f.r, "ZCARD %s", KEY("queue")));
+    cr_expect(test_wait_until(test_zcard_is, &none_h, 5000), "holders left: %lld",
+              test_redis_int(&f.r, "ZCARD %s", KEY("holders")));
+    cr_expect_eq(test_redis_int(&f.r, "HEXISTS %s %s", KEY("owners"), dbt_client_id(f.c)), 0,
+                 "a waiter count was left for this process");
+    /* dbthrottle status counts every grant, local ones too: renewals carry them, and the last
+     * ones go when the client ends. Grants Redis made to places nobody took any more (given
+     * back at once) may add a few. */
+    dbt_client_free(f.c);
+    f.c = NULL;
+    long long grants = test_redis_int(&f.r, "HGET %s grants", KEY("stats"));
+    long long queued = test_redis_int(&f.r, "HGET %s queued", KEY("stats"));
+    cr_expect(grants >= total && grants <= total + 2 * THREADS, "Redis counted %lld grants of %d",
+              grants, total);
+    /* Nearly every grant had to wait (a few found a permit free), and none is counted twice. */
+    cr_expect(queued >= total * 9 / 10 && queued <= grants,
+              "Redis counted %lld queued of %d grants", queued, total);
+    teardown(&f);
+}
+
+Test(handover, a_waiter_of_another_process_is_served_in_its_turn, .timeout = 120)
+{
+    fixture f;
+    setup(&f, "DBTHROTTLE_LEASE=10m", NULL);
+    /* Forked before this process has threads (see test_child_start_paused). */
+    test_child other;
+    cr_assert(test_child_start_paused(&other, &f.r, "ho", LIMIT, 20000, "10m"));
+    start(&f, 0, 2000);
+    handovers_reach busy = {&f, 50};
+    cr_assert(test_wait_until(handovers_reached, &busy, 20000), "no local handover happened");
+    int g0 = atomic_load(&f.l.grants);
+    test_child_go(&other);
+    /* Without the push, this process would pass its permits among its own threads for ever and
+     * the other would wait out its 20 s. In its turn: behind the threads that were waiting when
+     * it came (at most THREADS - LIMIT), the places they had, and the commands in flight. */
+    char rep = test_child_report(&other, 20000);
+    int served = atomic_load(&f.l.grants) - g0;
+    cr_expect_eq(rep, 'G', "the other process was not granted (report %c)", rep ? rep : '0');
+    cr_expect_leq(served, 3 * THREADS, "%d grants here before the other process' one", served);
+    cr_log_info("%d grants here between the other's arrival and its grant", served);
+    test_child_finish(&other);
+    join(&f);
+    cr_expect_eq(atomic_load(&f.l.failures), 0);
+    cr_expect_leq(atomic_load(&f.l.max_seen), LIMIT);
+    teardown(&f);
+}
+
+/* A waiter of another process whose push never came (injected straight into Redis, as if the
+ * message had been lost with a listener connection): the next renewal sees a queue longer than
+ * this process' waiters and stops the handover, so the waiter is granted. */
+Test(handover, a_lost_push_is_caught_by_the_next_renewal, .timeout = 120)
+{
+    fixture f;
+    /* Renewals every 500 ms. */
+    setup(&f, "DBTHROTTLE_LEASE=1500ms", NULL);
+    start(&f, 0, 2000);
+    handovers_reach busy = {&f, 50};
+    cr_assert(test_wait_until(handovers_reached, &busy, 20000), "no local handover happened");
+    const char *ghost = "0123456789abcdef.1.2";
+    redisContext *rc = test_redis_connect(&f.r);
+    redisReply *rep =
+        redisCommand(rc, "EVAL %s 4 %s %s %s %s %s", /* a waiter, queued by hand */
+                     "local t = redis.call('TIME')"
+                     " local seq = redis.call('INCR', KEYS[4])"
+                     " redis.call('ZADD', KEYS[1], seq, ARGV[1])"
+                     " redis.call('ZADD', KEYS[2], t[1] * 1000 + 600000, ARGV[1])"
+                     " redis.call('HINCRBY', KEYS[3], string.match(ARGV[1], '^[^.]+'), 1)"
+                     " return seq",
+                     KEY("queue"), KEY("wexp"), KEY("owners"), KEY("seq"), ghost);
+    cr_assert(rep && rep->type == REDIS_REPLY_INTEGER, "could not queue the ghost waiter");
+    freeReplyObject(rep);
+    int64_t t0 = test_now_ms();
+    bool granted = false;
+    while (!granted && test_now_ms() - t0 < 10000) {
+        rep = redisCommand(rc, "ZSCORE %s %s", KEY("holders"), ghost);
+        granted = rep && rep->type == REDIS_REPLY_STRING;
+        freeReplyObject(rep);
+        usleep(5000);
+    }
+    cr_expect(granted, "the waiter whose push was lost was never granted");
+    cr_log_info("granted %lld ms after it queued", (long long)(test_now_ms() - t0));
+    rep = redisCommand(rc, "ZREM %s %s", KEY("holders"), ghost); /* nobody renews it */
+    freeReplyObject(rep);
+    redisFree(rc);
+    join(&f);
+    cr_expect_eq(atomic_load(&f.l.failures), 0);
+    cr_expect_leq(atomic_load(&f.l.max_seen), LIMIT);
+    teardown(&f);
+}
+
+Test(handover, off_means_every_grant_goes_through_redis, .timeout = 120)
+{
+    fixture f;
+    setup(&f, "DBTHROTTLE_LEASE=10m", "DBTHROTTLE_LOCAL_HANDOVER=off");
+    start(&f, 50, 200);
+    join(&f);
+    dbt_pool_stats st = stats(&f);
+    cr_expect_eq(atomic_load(&f.l.grants), THREADS * 50);
+    cr_expect_eq(st.handovers, 0);
+    cr_expect_eq(st.adoptions, 0);
+    cr_expect_gt(st.waits, 0, "no contention: nothing tested");
+    cr_expect_leq(atomic_load(&f.l.max_seen), LIMIT);
+    teardown(&f);
+}
