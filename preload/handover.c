@@ -234,6 +234,24 @@ int64_t dbt_orphans_due_us(dbt_pool *p)
     return due;
 }
 
+int dbt_orphans_take_if_idle(dbt_pool *p, dbt_kind kind, struct dbt_slot **out, int cap)
+{
+    if (p->norphans == 0)
+        return 0;
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (!s->orphan && s->kind == kind)
+            return 0; /* a thread of ours holds or waits: the places may serve it */
+    int n = 0;
+    for (struct dbt_slot *s = p->slots, *next; s && n < cap; s = next) {
+        next = s->next;
+        if (s->kind == kind) {
+            dbt_unlink_slot(p, s);
+            out[n++] = s;
+        }
+    }
+    return n;
+}
+
 void dbt_orphans_settle(dbt_pool *p)
 {
     enum { BATCH = 64 };

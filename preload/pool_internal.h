@@ -214,6 +214,12 @@ void dbt_handover_reset(dbt_pool *p);
 /* Orphans: when the next is due back (-1: none), and giving back (without p->mu) those that are
  * due: granted with nobody to take them, kept unused for a while, or while others queue. */
 int64_t dbt_orphans_due_us(dbt_pool *p);
+/* When no thread of this process holds or waits for a permit of a kind any more, its orphans of
+ * that kind serve nobody: they are unlinked and returned (at most cap) for the caller to
+ * withdraw at once, without p->mu. A process that ends without running its exit handlers
+ * (_exit, as Python's multiprocessing children do) would otherwise leave them queued in Redis,
+ * to be granted to nobody, until their lease runs out. */
+int dbt_orphans_take_if_idle(dbt_pool *p, dbt_kind kind, struct dbt_slot **out, int cap);
 void dbt_orphans_settle(dbt_pool *p); /* without p->mu */
 /* Adds what local handover did since the last renewal to Redis' counters, now (a renewal
  * carries it otherwise): at exit, so that nothing done goes uncounted. Without p->mu. */

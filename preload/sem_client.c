@@ -964,6 +964,8 @@ void dbt_release(dbt_permit *s)
     }
     s->query = before.query;
     dbt_unlink_slot(p, s);
+    struct dbt_slot *idle_places[16];
+    int nplaces = dbt_orphans_take_if_idle(p, s->kind, idle_places, 16);
     bool down = p->down_until_us > dbt_now_us();
     pthread_mutex_unlock(&p->mu);
     if (!down)
@@ -973,6 +975,10 @@ void dbt_release(dbt_permit *s)
     trace(DBT_LOG_INFO, "release", s, -1, dbt_now_us() - s->t_grant_us, -1, -1,
           s->lost ? "lease" : NULL, "lost");
     dbt_free_slot(s);
+    for (int i = 0; i < nplaces; i++) { /* the process went idle: see dbt_orphans_take_if_idle */
+        dbt_send_cancel(p, idle_places[i]->kind, idle_places[i]->id);
+        dbt_free_slot(idle_places[i]);
+    }
 }
 
 /* ---- kept permits (DBTHROTTLE_CACHE_PERMITS) ------------------------------------------------ */

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define KEY(k) "dbthrottle:{ho}:q:" k
@@ -232,4 +233,34 @@ Test(handover, off_means_every_grant_goes_through_redis, .timeout = 120)
     cr_expect_gt(st.waits, 0, "no contention: nothing tested");
     cr_expect_leq(atomic_load(&f.l.max_seen), LIMIT);
     teardown(&f);
+}
+
+/* A process that ends with _exit (no exit handlers: Python's multiprocessing children do) once
+ * its threads are done leaves nothing in Redis: the last thread to give its permit back withdraws
+ * the places kept for a next waiter before it returns, rather than leave them queued, to be
+ * granted to nobody until their lease (ten minutes here) runs out. */
+Test(handover, a_process_that_ends_with_exit_leaves_nothing_queued, .timeout = 120)
+{
+    test_redis r;
+    cr_assert(test_redis_start(&r, NULL));
+    pid_t pid = fork();
+    if (pid == 0) {
+        fixture f;
+        f.r = r;
+        test_config(&f.cfg, &f.r, "DBTHROTTLE_LEASE=10m", NULL);
+        f.c = dbt_client_new(&f.cfg);
+        memset(&f.l, 0, sizeof f.l);
+        f.l.pool = dbt_client_pool(f.c, "ho");
+        start(&f, 100, 200);
+        join(&f);
+        dbt_pool_stats st = stats(&f);
+        _exit(st.handovers > 0 && atomic_load(&f.l.failures) == 0 ? 0 : 3);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "the child failed (no handover, or a failed acquire): status %d", status);
+    cr_expect_eq(test_redis_int(&r, "ZCARD %s", KEY("queue")), 0, "places left queued");
+    cr_expect_eq(test_redis_int(&r, "ZCARD %s", KEY("holders")), 0, "permits left held");
+    test_redis_stop(&r);
 }
