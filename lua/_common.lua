@@ -77,12 +77,34 @@ local function cid_of(id)
     return string.match(id, '^[^.]+')
 end
 
--- One waiter of id's process left the queue (granted, withdrawn, expired).
+-- One waiter of id's process left the queue (granted, withdrawn, expired). Once the queue is
+-- empty the counts start over: a client of an older version, which removes waiters without
+-- counting, can only make them drift until then.
 local function unqueued(id)
     local c = cid_of(id)
     if c and redis.call('HINCRBY', OWN, c, -1) <= 0 then
         redis.call('HDEL', OWN, c)
     end
+    if redis.call('ZCARD', Q) == 0 then
+        redis.call('DEL', OWN)
+    end
+end
+
+-- Tells the process whose waiters were the whole queue (OWN['*']), if any, to stop passing
+-- permits between its threads (local handover, see acquire.lua): "f<kind>:<ticket>" on its wake
+-- list, the ticket ordering the message against the replies to its own acquires. Unless `except`
+-- is that process.
+local function end_sole(except)
+    local sole = redis.call('HGET', OWN, '*')
+    if not sole or sole == except then
+        return sole
+    end
+    local wk = WAKE .. sole
+    redis.call('RPUSH', wk, 'f' .. KIND .. ':' .. redis.call('INCR', SEQ))
+    redis.call('PEXPIRE', wk, TTL)
+    redis.call('HDEL', OWN, '*')
+    expire_new(SEQ)
+    return false
 end
 
 -- Expired entries are removed a bounded batch per call; each is removed once. Until then they

@@ -83,16 +83,11 @@ local mine = redis.call('HINCRBY', OWN, cid, 1)
 if mine == 1 then
     expire_new(OWN)
 end
-local sole = redis.call('HGET', OWN, '*')
-if sole and sole ~= cid then
-    local wk = WAKE .. sole
-    redis.call('RPUSH', wk, 'f' .. KIND .. ':' .. ticket)
-    redis.call('PEXPIRE', wk, TTL)
-    redis.call('HDEL', OWN, '*')
-    sole = false
-end
+local sole = end_sole(cid)
 local qlen = redis.call('ZCARD', Q)
-local alone = mine == qlen
+-- Not while the operator drains the pool or holds it below what is held now: the permits must
+-- come back to Redis for that (admin.lua ends it for those already alone).
+local alone = mine == qlen and not drained and (not override or holders <= override)
 if alone and sole ~= cid then
     redis.call('HSET', OWN, '*', cid)
 elseif not alone and sole == cid then

@@ -29,6 +29,11 @@ elseif op == 'evict' then
 else
     return redis.error_reply('admin.lua: unknown operation ' .. tostring(op))
 end
+-- A process passing permits between its own threads (local handover) would not see a new
+-- limit, a drain or an eviction: it is told to stop and give its permits back to Redis.
+if op == 'limit' or op == 'drain' or op == 'evict' then
+    end_sole(nil)
+end
 reap(now)
 local granted = pump(now)
 return {granted, redis.call('ZCARD', H), evicted, info, now}

@@ -4,7 +4,8 @@
 -- ARGV[5..8] counts: query holders, query waiters, connection holders, connection waiters;
 -- then the ids in that order; then, optionally, for each kind what the process did without Redis
 -- since its last renewal (local handover): grants, queued, wait_ms, added to the counters.
--- Returns {lost holders, lost waiters, granted waiters, {queue length of each kind}}: ids Redis no
+-- Returns {lost holders, lost waiters, granted waiters, {queue length of each kind}, {whether
+-- local handover may go on, per kind: not while drained or over the operator's limit}}: ids Redis no
 -- longer has (expired, or Redis lost its data), whose owners must not believe they hold or wait
 -- any more; waiters Redis already granted, so a grant whose pushed message went astray still
 -- reaches its owner; and whether anybody waits, so that a process keeping permits between
@@ -39,7 +40,7 @@ local function renew_waiters(n)
     end
     at = at + n
 end
-local queued = {}
+local queued, allowed = {}, {}
 local nids = 0
 for i = 5, 8 do
     nids = nids + tonumber(ARGV[i])
@@ -60,5 +61,9 @@ for k = 0, 1 do
     pump(now)
     touch()
     queued[k + 1] = redis.call('ZCARD', Q)
+    -- whether local handover may go on: not while drained or held above the operator's limit
+    local override, drained = controls()
+    local ok = not drained and (not override or redis.call('ZCARD', H) <= override)
+    allowed[k + 1] = ok and 1 or 0
 end
-return {lost_h, lost_w, granted_w, queued}
+return {lost_h, lost_w, granted_w, queued, allowed}

@@ -141,7 +141,7 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
 struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s)
 {
     if (!p->client->cfg->local_handover || !p->sole[s->kind] || s->state != SLOT_HELD ||
-        s->orphan || s->gen != p->gen)
+        s->orphan || s->gen != p->gen || p->exiting)
         return NULL;
     int64_t now = dbt_now_us();
     if (dbt_slot_expire_unrenewed(p, s, now))
@@ -164,7 +164,7 @@ struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s)
 
 struct dbt_slot *dbt_handover_adopt(dbt_pool *p, dbt_kind kind, int limit)
 {
-    if (!p->client->cfg->local_handover || !p->sole[kind] || p->norphans == 0)
+    if (!p->client->cfg->local_handover || !p->sole[kind] || p->norphans == 0 || p->exiting)
         return NULL;
     /* The newest orphan: the older ones are the first to be withdrawn when demand drops. */
     struct dbt_slot *best = NULL;
@@ -182,9 +182,21 @@ struct dbt_slot *dbt_handover_adopt(dbt_pool *p, dbt_kind kind, int limit)
 
 void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, uint64_t ticket, bool sole)
 {
+    /* Tickets restart from 1 when the pool's keys expire (idle for three leases) or Redis loses
+     * them: what was said more than a lease ago, with no place of ours queued since, is history.
+     * (Not sooner: a push about a later waiter may have overtaken this reply.) */
+    int64_t now = dbt_now_us();
+    if (now - p->verdict_us[kind] > p->client->cfg->lease_ms * 1000) {
+        bool others = false;
+        for (struct dbt_slot *s = p->slots; s && !others; s = s->next)
+            others = s->state == SLOT_QUEUED && s->kind == kind;
+        if (!others)
+            p->sole[kind] = p->verdict_ticket[kind] = p->foreign_ticket[kind] = 0;
+    }
     if (ticket == 0 || ticket <= p->verdict_ticket[kind])
         return; /* a later verdict was applied already */
     p->verdict_ticket[kind] = ticket;
+    p->verdict_us[kind] = now;
     bool was = p->sole[kind] != 0;
     /* A push about a waiter that queued after this one outran this reply: not alone any more. */
     p->sole[kind] = sole && ticket > p->foreign_ticket[kind] ? ticket : 0;

@@ -91,8 +91,10 @@ struct dbt_pool {
      * ticket whose verdict was applied, and the highest ticket of another process' waiter Redis
      * pushed to us ("f<kind>:<ticket>"). */
     uint64_t sole[DBT_NKINDS], verdict_ticket[DBT_NKINDS], foreign_ticket[DBT_NKINDS];
+    int64_t verdict_us[DBT_NKINDS]; /* when the last verdict was applied */
     struct dbt_slot *lw_head[DBT_NKINDS], *lw_tail[DBT_NKINDS]; /* waiting threads, oldest first */
     int norphans; /* slots with orphan set, queued or held */
+    bool exiting; /* dbt_client_exit ran: no more local handover */
     /* What local handover did since the last renewal, which adds it to Redis' counters (so
      * dbthrottle status counts every grant). */
     struct {

@@ -91,6 +91,8 @@ static void apply_lost(dbt_pool *p, const redisReply *lost_h, const redisReply *
 {
     for (size_t i = 0; i < lost_h->elements; i++) {
         struct dbt_slot *s = dbt_find_slot(p, lost_h->element[i]->str);
+        if (s)
+            dbt_handover_foreign(p, s->kind, 0); /* evicted, or Redis lost it: ask Redis again */
         if (s && s->state == SLOT_HELD && !s->lost) {
             s->lost = true;
             p->st.leases_lost++;
@@ -256,7 +258,9 @@ static void renew(dbt_pool *p)
         for (int i = 0; i < DBT_NKINDS * 3; i++)
             args[n++] = counted[i];
         rep = dbt_redis_eval(l, &dbt_script_renew, 2 * DBT_NKEYS, keys, n, args, err);
-        if (rep && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 ||
+        if (rep && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 5 ||
+                    rep->element[4]->type != REDIS_REPLY_ARRAY ||
+                    rep->element[4]->elements != DBT_NKINDS ||
                     rep->element[0]->type != REDIS_REPLY_ARRAY ||
                     rep->element[1]->type != REDIS_REPLY_ARRAY ||
                     rep->element[2]->type != REDIS_REPLY_ARRAY ||
@@ -297,8 +301,12 @@ static void renew(dbt_pool *p)
             if (q->type == REDIS_REPLY_INTEGER && q->integer > 0) {
                 p->contended[k] = true; /* kept permits go back (the loop sees them due) */
             }
-            /* More waiters than ours: another process queued, even if its push went astray. */
-            if (q->type == REDIS_REPLY_INTEGER && q->integer > nmine[k])
+            /* More waiters than ours: another process queued, even if its push went astray;
+             * or the operator drains the pool or holds it below what is held: the permits
+             * must go back through Redis. */
+            const redisReply *a = rep->element[4]->element[k];
+            if ((q->type == REDIS_REPLY_INTEGER && q->integer > nmine[k]) ||
+                (a->type == REDIS_REPLY_INTEGER && a->integer == 0))
                 dbt_handover_foreign(p, (dbt_kind)k, 0);
         }
         freeReplyObject(rep);

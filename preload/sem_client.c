@@ -794,8 +794,12 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
         dbt_renewer_ensure(p);
         if (p->bg_leading) /* the renewer listens: it hands the role to a waiting thread */
             dbt_wake_renewer(p);
+        struct dbt_slot as_queued; /* its place may be swapped from now on (handover.c) */
+        if (dbt_log_enabled(DBT_LOG_INFO))
+            trace_copy(&as_queued, s);
         pthread_mutex_unlock(&p->mu);
-        trace(DBT_LOG_INFO, "wait", s, -1, -1, holders, queue, NULL, NULL);
+        if (dbt_log_enabled(DBT_LOG_INFO))
+            trace(DBT_LOG_INFO, "wait", &as_queued, -1, -1, holders, queue, NULL, NULL);
 
         bool leader = false, requeue = false;
         int w = 1;
@@ -813,6 +817,8 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
                 }
                 leader = false;
             }
+            if (now == SLOT_HELD && !leader && !p->leader_active)
+                dbt_listener_pass(p); /* woken to lead, and served first (a local handover) */
             if (now == SLOT_HELD && !stale_grant(p, s)) {
                 pthread_mutex_unlock(&p->mu);
                 return finish_granted(p, s, out, -1, -1);
@@ -1213,6 +1219,8 @@ void dbt_client_exit(dbt_client *c)
         bool place[MAX_EXIT];
         int n = 0;
         pthread_mutex_lock(&p->mu);
+        /* Threads may still run: none may pass on a permit this gives back. */
+        p->exiting = true;
         bool down = p->down_until_us > dbt_now_us();
         for (struct dbt_slot *s = p->slots; s && n < MAX_EXIT; s = s->next)
             if ((s->state == SLOT_HELD || s->orphan) && s->gen == p->gen) {

@@ -2,6 +2,7 @@
  * of them gives back goes straight to another with no Redis command; a waiter of another process
  * stops that at once (by push, or at the next renewal if the push went astray) and is served in
  * its turn; places nobody takes are withdrawn; off means every grant goes through Redis. */
+#include "scripts.h"
 #include "sem_helpers.h"
 
 #include <criterion/criterion.h>
@@ -263,4 +264,77 @@ Test(handover, a_process_that_ends_with_exit_leaves_nothing_queued, .timeout = 1
     cr_expect_eq(test_redis_int(&r, "ZCARD %s", KEY("queue")), 0, "places left queued");
     cr_expect_eq(test_redis_int(&r, "ZCARD %s", KEY("holders")), 0, "permits left held");
     test_redis_stop(&r);
+}
+
+/* The operator's controls reach a process passing permits between its threads: admin.lua tells it
+ * to stop (the permits must come back to Redis to be held back), as for the queries of anyone. */
+static void admin(fixture *f, const char *op, const char *arg)
+{
+    char lease[24], ttl[24];
+    const char *argv[3 + DBT_NKEYS + 6];
+    char nk[8];
+    snprintf(nk, sizeof nk, "%d", DBT_NKEYS);
+    int n = 0;
+    argv[n++] = "EVAL";
+    argv[n++] = dbt_script_admin.body;
+    argv[n++] = nk;
+    const dbt_keys *k = dbt_pool_keys(f->l.pool);
+    for (int i = 0; i < DBT_NKEYS; i++)
+        argv[n++] = k->keys[DBT_KIND_QUERY][i];
+    dbt_script_args(k, DBT_KIND_QUERY, &f->cfg, lease, ttl, argv + n);
+    n += 4;
+    argv[n++] = op;
+    argv[n++] = arg ? arg : "";
+    redisContext *rc = test_redis_connect(&f->r);
+    redisReply *rep = redisCommandArgv(rc, n, argv, NULL);
+    cr_assert(rep && rep->type == REDIS_REPLY_ARRAY, "admin.lua %s: %s", op,
+              rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no reply");
+    freeReplyObject(rep);
+    redisFree(rc);
+}
+
+Test(handover, a_drain_stops_it, .timeout = 120)
+{
+    fixture f;
+    setup(&f, "DBTHROTTLE_LEASE=10m", NULL);
+    start(&f, 0, 2000);
+    handovers_reach busy = {&f, 50};
+    cr_assert(test_wait_until(handovers_reached, &busy, 20000), "no local handover happened");
+    admin(&f, "drain", NULL);
+    /* Commands in flight when the push arrives may still pass theirs on (at most one each); then
+     * nothing is granted at all for as long as the drain lasts. */
+    usleep(200 * 1000);
+    int g0 = atomic_load(&f.l.grants);
+    usleep(500 * 1000);
+    int during = atomic_load(&f.l.grants) - g0;
+    cr_expect_eq(during, 0, "%d grants in 500 ms of a drain", during);
+    admin(&f, "resume", NULL);
+    busy.n = stats(&f).handovers + 50;
+    cr_expect(test_wait_until(handovers_reached, &busy, 20000), "no handover after the resume");
+    join(&f);
+    cr_expect_eq(atomic_load(&f.l.failures), 0);
+    teardown(&f);
+}
+
+Test(handover, a_lower_limit_applies_to_it, .timeout = 120)
+{
+    fixture f;
+    setup(&f, "DBTHROTTLE_LEASE=10m", NULL);
+    start(&f, 0, 2000);
+    handovers_reach busy = {&f, 50};
+    cr_assert(test_wait_until(handovers_reached, &busy, 20000), "no local handover happened");
+    admin(&f, "limit", "1");
+    /* Once the permits over the new limit have come back (each holder's command ends within a
+     * few ms), never more than one at once. */
+    usleep(300 * 1000);
+    atomic_store(&f.l.max_seen, atomic_load(&f.l.holders));
+    int g0 = atomic_load(&f.l.grants);
+    usleep(500 * 1000);
+    cr_expect_gt(atomic_load(&f.l.grants) - g0, 10, "the pool stopped instead");
+    cr_expect_leq(atomic_load(&f.l.max_seen), 1, "%d held at once under a limit of 1",
+                  atomic_load(&f.l.max_seen));
+    admin(&f, "clear", NULL);
+    join(&f);
+    cr_expect_eq(atomic_load(&f.l.failures), 0);
+    teardown(&f);
 }
