@@ -302,9 +302,17 @@ Test(handover, a_drain_stops_it, .timeout = 120)
     cr_assert(test_wait_until(handovers_reached, &busy, 20000), "no local handover happened");
     admin(&f, "drain", NULL);
     /* Commands in flight when the push arrives may still pass theirs on (at most one each); then
-     * nothing is granted at all for as long as the drain lasts. */
-    usleep(200 * 1000);
+     * nothing is granted at all for as long as the drain lasts. Without the push the threads
+     * would go on passing permits among themselves for ever. */
     int g0 = atomic_load(&f.l.grants);
+    bool stopped = false;
+    for (int i = 0; i < 100 && !stopped; i++) {
+        usleep(100 * 1000);
+        int g = atomic_load(&f.l.grants);
+        stopped = g == g0;
+        g0 = g;
+    }
+    cr_expect(stopped, "grants went on for 10 s of a drain");
     usleep(500 * 1000);
     int during = atomic_load(&f.l.grants) - g0;
     cr_expect_eq(during, 0, "%d grants in 500 ms of a drain", during);
@@ -324,9 +332,10 @@ Test(handover, a_lower_limit_applies_to_it, .timeout = 120)
     handovers_reach busy = {&f, 50};
     cr_assert(test_wait_until(handovers_reached, &busy, 20000), "no local handover happened");
     admin(&f, "limit", "1");
-    /* Once the permits over the new limit have come back (each holder's command ends within a
-     * few ms), never more than one at once. */
-    usleep(300 * 1000);
+    /* Once the permits over the new limit have come back to Redis (each holder's command ends
+     * within a few ms), never more than one at once: one may still pass from thread to thread. */
+    zcard_is one = {&f.r, KEY("holders"), 1};
+    cr_expect(test_wait_until(test_zcard_is, &one, 10000), "the permits over the limit stayed out");
     atomic_store(&f.l.max_seen, atomic_load(&f.l.holders));
     int g0 = atomic_load(&f.l.grants);
     usleep(500 * 1000);
