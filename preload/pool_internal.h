@@ -31,6 +31,12 @@ typedef enum {
     SLOT_RETURNED    /* a kept permit given back by the renewer: unlinked; its owner frees it */
 } dbt_slot_state;
 
+/* What local handover did without Redis, per kind, until a renewal adds it to the counters. */
+typedef struct {
+    uint64_t grants, queued;
+    int64_t wait_us;
+} dbt_local_counts;
+
 struct dbt_slot {
     dbt_pool *pool;
     dbt_kind kind;
@@ -97,10 +103,7 @@ struct dbt_pool {
     bool exiting; /* dbt_client_exit ran: no more local handover */
     /* What local handover did since the last renewal, which adds it to Redis' counters (so
      * dbthrottle status counts every grant). */
-    struct {
-        uint64_t grants, queued;
-        int64_t wait_us;
-    } unreported[DBT_NKINDS];
+    dbt_local_counts unreported[DBT_NKINDS];
     /* Slots no longer used, kept with their eventfd for the next acquire (a command of a busy
      * thread otherwise paid an eventfd, a close, a calloc and a free). Linked by next. */
     struct dbt_slot *spare;
@@ -177,6 +180,9 @@ void dbt_script_keys(const dbt_pool *p, dbt_kind kind, const char **keys);
 void dbt_script_base_args(const dbt_pool *p, dbt_kind kind, char *lease, char *ttl,
                           const char **args);
 
+/* Marks held slot s lost (Redis may have given its permit to another): counted and logged once,
+ * with why. p->mu held. */
+void dbt_slot_mark_lost(dbt_pool *p, struct dbt_slot *s, dbt_log_level lvl, const char *reason);
 /* Marks s lost if no renewal was accepted for a whole lease (logs it once). p->mu held. */
 bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now);
 

@@ -93,14 +93,9 @@ static void apply_lost(dbt_pool *p, const redisReply *lost_h, const redisReply *
         struct dbt_slot *s = dbt_find_slot(p, lost_h->element[i]->str);
         if (s)
             dbt_handover_foreign(p, s->kind, 0); /* evicted, or Redis lost it: ask Redis again */
-        if (s && s->state == SLOT_HELD && !s->lost) {
-            s->lost = true;
-            p->st.leases_lost++;
-            dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
-                             DBT_S("permit", s->id), DBT_S("conn", s->conn[0] ? s->conn : "-"),
-                             DBT_S("reason", "Redis no longer has it (expired or data lost)")};
-            dbt_log(DBT_LOG_ERROR, "lease_lost", f, sizeof f / sizeof *f);
-        }
+        if (s && s->state == SLOT_HELD && !s->lost)
+            dbt_slot_mark_lost(p, s, DBT_LOG_ERROR,
+                               "Redis no longer has it (expired or data lost)");
     }
     for (size_t i = 0; i < lost_w->elements; i++) {
         struct dbt_slot *s = dbt_find_slot(p, lost_w->element[i]->str);
@@ -108,12 +103,7 @@ static void apply_lost(dbt_pool *p, const redisReply *lost_h, const redisReply *
             /* Granted since the renewal was sent, and gone from Redis by the time it ran: the
              * grant outlived its lease (this process was stopped, or cut off), was reaped and may
              * have gone to another. Its thread must not use it: it gives it back and queues. */
-            s->lost = true;
-            p->st.leases_lost++;
-            dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
-                             DBT_S("permit", s->id), DBT_S("conn", s->conn[0] ? s->conn : "-"),
-                             DBT_S("reason", "granted, then expired before it was renewed")};
-            dbt_log(DBT_LOG_WARN, "lease_lost", f, sizeof f / sizeof *f);
+            dbt_slot_mark_lost(p, s, DBT_LOG_WARN, "granted, then expired before it was renewed");
             dbt_slot_wake(s);
         } else if (s && s->state == SLOT_QUEUED && s->orphan) {
             dbt_unlink_slot(p, s); /* a place nobody waited on: forget it */
@@ -168,7 +158,7 @@ static void apply_granted(dbt_pool *p, const redisReply *ids)
 
 /* renew.lua's last arguments: per kind, the grants, queued waits and wait (ms) of local handover
  * since the last report. */
-static void local_args(const __typeof__(((dbt_pool *)0)->unreported[0]) *local, char out[][24])
+static void local_args(const dbt_local_counts *local, char out[][24])
 {
     for (int k = 0; k < DBT_NKINDS; k++) {
         snprintf(out[3 * k], 24, "%" PRIu64, local[k].grants);
@@ -180,7 +170,7 @@ static void local_args(const __typeof__(((dbt_pool *)0)->unreported[0]) *local, 
 void dbt_report_local(dbt_pool *p)
 {
     pthread_mutex_lock(&p->mu);
-    __typeof__(p->unreported[0]) local[DBT_NKINDS];
+    dbt_local_counts local[DBT_NKINDS];
     memcpy(local, p->unreported, sizeof local);
     memset(p->unreported, 0, sizeof p->unreported);
     bool down = p->down_until_us > dbt_now_us();
@@ -223,7 +213,7 @@ static void renew(dbt_pool *p)
     }
     int64_t sent = dbt_now_us();
     p->last_renew_us = sent;
-    __typeof__(p->unreported[0]) local[DBT_NKINDS];
+    dbt_local_counts local[DBT_NKINDS];
     memcpy(local, p->unreported, sizeof local);
     memset(p->unreported, 0, sizeof p->unreported);
     pthread_mutex_unlock(&p->mu);

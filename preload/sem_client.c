@@ -322,18 +322,23 @@ static void waker_retract(struct dbt_slot *s)
     s->waker = NULL;
 }
 
+void dbt_slot_mark_lost(dbt_pool *p, struct dbt_slot *s, dbt_log_level lvl, const char *reason)
+{
+    s->lost = true;
+    p->st.leases_lost++;
+    dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
+                     DBT_S("permit", s->id), DBT_S("conn", s->conn[0] ? s->conn : "-"),
+                     DBT_S("reason", reason)};
+    dbt_log(lvl, "lease_lost", f, sizeof f / sizeof *f);
+}
+
 bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now)
 {
     if (s->state != SLOT_HELD || s->lost)
         return s->lost;
     if (now - s->t_renewed_us <= p->client->cfg->lease_ms * 1000)
         return false;
-    s->lost = true;
-    p->st.leases_lost++;
-    dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
-                     DBT_S("permit", s->id), DBT_S("conn", s->conn[0] ? s->conn : "-"),
-                     DBT_S("reason", "not renewed for a whole lease: Redis unreachable")};
-    dbt_log(DBT_LOG_ERROR, "lease_lost", f, sizeof f / sizeof *f);
+    dbt_slot_mark_lost(p, s, DBT_LOG_ERROR, "not renewed for a whole lease: Redis unreachable");
     return true;
 }
 
@@ -481,14 +486,16 @@ static bool cancel_id(dbt_pool *p, dbt_kind kind, const char *id, bool *returned
 
 static void defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
 
-static void cancel_in_redis_io(dbt_pool *p, struct dbt_slot *s)
+/* cancel.lua for id within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together, or kept and sent
+ * when Redis answers again. True when Redis had granted it meanwhile (and passed it on). */
+static bool cancel_or_defer(dbt_pool *p, dbt_kind kind, const char *id)
 {
     bool returned = false;
-    if (!cancel_id(p, s->kind, s->id, &returned))
-        defer_op(p, true, s->kind, s->id); /* sent when Redis answers again */
-    else if (returned)
-        trace(DBT_LOG_INFO, "grant_returned", s, -1, -1, -1, -1, "reason",
-              "granted as the waiter gave up; passed on");
+    int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+    if (!cancel_id(p, kind, id, &returned))
+        defer_op(p, true, kind, id);
+    dbt_redis_budget_end(b);
+    return returned;
 }
 
 void dbt_send_cancel(dbt_pool *p, dbt_kind kind, const char *id)
@@ -496,20 +503,17 @@ void dbt_send_cancel(dbt_pool *p, dbt_kind kind, const char *id)
     pthread_mutex_lock(&p->mu);
     bool down = p->down_until_us > dbt_now_us();
     pthread_mutex_unlock(&p->mu);
-    bool returned;
-    int64_t b = down ? 0 : dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    if (down || !cancel_id(p, kind, id, &returned))
+    if (down)
         defer_op(p, true, kind, id);
-    if (!down)
-        dbt_redis_budget_end(b);
+    else
+        (void)cancel_or_defer(p, kind, id);
 }
 
-/* cancel_in_redis_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
 static void cancel_in_redis(dbt_pool *p, struct dbt_slot *s)
 {
-    int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    cancel_in_redis_io(p, s);
-    dbt_redis_budget_end(b);
+    if (cancel_or_defer(p, s->kind, s->id))
+        trace(DBT_LOG_INFO, "grant_returned", s, -1, -1, -1, -1, "reason",
+              "granted as the waiter gave up; passed on");
 }
 
 static void note_disagreement(dbt_pool *p, const struct dbt_slot *s, long long seen)
@@ -955,20 +959,27 @@ void dbt_release(dbt_permit *s)
         return;
     }
     /* What the trace says of the permit, before it may move to another thread (handover.c):
-     * then s becomes a place in the queue that the pool keeps, and is not ours to free. */
+     * then s becomes a place in the queue that the pool keeps, and is not ours to free (nor its
+     * query text, which the trace then owns). */
+    bool tracing = dbt_log_enabled(DBT_LOG_INFO);
     struct dbt_slot before;
-    trace_copy(&before, s);
-    s->query = NULL;
+    if (tracing) {
+        trace_copy(&before, s);
+        s->query = NULL;
+    }
     struct dbt_slot *to = dbt_handover_release(p, s);
     if (to) {
         pthread_mutex_unlock(&p->mu);
         dbt_slot_wake_later(to);
-        trace(DBT_LOG_INFO, "release", &before, -1, dbt_now_us() - before.t_grant_us, -1, -1, "to",
-              "a waiting thread of this process");
-        free(before.query);
+        if (tracing) {
+            trace(DBT_LOG_INFO, "release", &before, -1, dbt_now_us() - before.t_grant_us, -1, -1,
+                  "to", "a waiting thread of this process");
+            free(before.query);
+        }
         return;
     }
-    s->query = before.query;
+    if (tracing)
+        s->query = before.query;
     dbt_unlink_slot(p, s);
     struct dbt_slot *idle_places[16];
     int nplaces = dbt_orphans_take_if_idle(p, s->kind, idle_places, 16);

@@ -103,6 +103,14 @@ static bool handovers_reached(void *arg)
     return stats(h->f).handovers >= h->n;
 }
 
+/* The threads cycle until join(), with 2 ms holds, and pass permits among themselves by now. */
+static void start_handing_over(fixture *f)
+{
+    start(f, 0, 2000);
+    handovers_reach busy = {f, 50};
+    cr_assert(test_wait_until(handovers_reached, &busy, 20000), "no local handover happened");
+}
+
 Test(handover, threads_of_one_process_pass_permits_without_redis, .timeout = 120)
 {
     fixture f;
@@ -158,9 +166,7 @@ Test(handover, a_waiter_of_another_process_is_served_in_its_turn, .timeout = 120
     /* Forked before this process has threads (see test_child_start_paused). */
     test_child other;
     cr_assert(test_child_start_paused(&other, &f.r, "ho", LIMIT, 20000, "10m"));
-    start(&f, 0, 2000);
-    handovers_reach busy = {&f, 50};
-    cr_assert(test_wait_until(handovers_reached, &busy, 20000), "no local handover happened");
+    start_handing_over(&f);
     int g0 = atomic_load(&f.l.grants);
     test_child_go(&other);
     /* Without the push, this process would pass its permits among its own threads for ever and
@@ -186,9 +192,7 @@ Test(handover, a_lost_push_is_caught_by_the_next_renewal, .timeout = 120)
     fixture f;
     /* Renewals every 500 ms. */
     setup(&f, "DBTHROTTLE_LEASE=1500ms", NULL);
-    start(&f, 0, 2000);
-    handovers_reach busy = {&f, 50};
-    cr_assert(test_wait_until(handovers_reached, &busy, 20000), "no local handover happened");
+    start_handing_over(&f);
     const char *ghost = "0123456789abcdef.1.2";
     redisContext *rc = test_redis_connect(&f.r);
     redisReply *rep =
@@ -297,9 +301,7 @@ Test(handover, a_drain_stops_it, .timeout = 120)
 {
     fixture f;
     setup(&f, "DBTHROTTLE_LEASE=10m", NULL);
-    start(&f, 0, 2000);
-    handovers_reach busy = {&f, 50};
-    cr_assert(test_wait_until(handovers_reached, &busy, 20000), "no local handover happened");
+    start_handing_over(&f);
     admin(&f, "drain", NULL);
     /* Commands in flight when the push arrives may still pass theirs on (at most one each); then
      * nothing is granted at all for as long as the drain lasts. Without the push the threads
@@ -317,7 +319,7 @@ Test(handover, a_drain_stops_it, .timeout = 120)
     int during = atomic_load(&f.l.grants) - g0;
     cr_expect_eq(during, 0, "%d grants in 500 ms of a drain", during);
     admin(&f, "resume", NULL);
-    busy.n = stats(&f).handovers + 50;
+    handovers_reach busy = {&f, stats(&f).handovers + 50};
     cr_expect(test_wait_until(handovers_reached, &busy, 20000), "no handover after the resume");
     join(&f);
     cr_expect_eq(atomic_load(&f.l.failures), 0);
@@ -328,9 +330,7 @@ Test(handover, a_lower_limit_applies_to_it, .timeout = 120)
 {
     fixture f;
     setup(&f, "DBTHROTTLE_LEASE=10m", NULL);
-    start(&f, 0, 2000);
-    handovers_reach busy = {&f, 50};
-    cr_assert(test_wait_until(handovers_reached, &busy, 20000), "no local handover happened");
+    start_handing_over(&f);
     admin(&f, "limit", "1");
     /* Once the permits over the new limit have come back to Redis (each holder's command ends
      * within a few ms), never more than one at once: one may still pass from thread to thread. */
