@@ -1,8 +1,12 @@
-# dbthrottle - build, test, bench, install.
+# dbthrottle - build, test, bench, install. Every target below works as the first command on a
+# fresh Debian 12: what it needs is installed first (as root, or with sudo).
 #   make            build/libdbthrottle.so and the dbthrottle command (build/dbthrottle)
-#   make test       every test (installs missing Debian packages first when run as root)
-#   make bench      benchmarks against a throwaway redis-server
+#   make check      the fast loop: build, unit, semaphore and integration tests (a few minutes)
+#   make test       everything CI runs: check, both compilers, faults, CLI, sanitizers, fuzzers
+#   make demo       a throwaway Redis and PostgreSQL, 16 pgbench clients throttled to 4
+#   make bench      benchmarks against a throwaway redis-server and PostgreSQL
 #   make install    PREFIX=/usr/local DESTDIR=
+# One fault case or integration case by name: make test-faults T=holder_killed.
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -12,185 +16,214 @@ MANDIR  ?= $(PREFIX)/share/man
 DOCDIR  ?= $(PREFIX)/share/doc/dbthrottle
 BUILD   ?= build
 
-PKG_CONFIG ?= pkg-config
-HIREDIS_CFLAGS := $(shell $(PKG_CONFIG) --cflags hiredis 2>/dev/null)
+.DEFAULT_GOAL := all
+# Prerequisites may name a pattern rule's stem ($$*) inside a function (the sanitizer trees).
+.SECONDEXPANSION:
+# Objects made through pattern rules are kept (make would delete them as intermediates).
+.SECONDARY:
 
-# hiredis is linked statically and its symbols hidden (--exclude-libs), so a host program that
-# uses another hiredis version never has its calls bound to ours, nor ours to its.
-HIREDIS_A := $(shell $(CC) -print-file-name=libhiredis.a)
+# ---- what the build needs from the machine --------------------------------------------------
+# pkg-config and the compiler can only answer once the packages are there, so their answers are
+# not asked while this file is read: $(BUILD)/config.mk first installs the build packages, then
+# records them, and make reads it again (GNU make remakes an included makefile, then restarts).
+# Goals that need no compiler do not make it.
+NO_CONFIG_GOALS := clean uninstall format format-check deps
+ifneq ($(filter-out $(NO_CONFIG_GOALS),$(or $(MAKECMDGOALS),all)),)
+include $(BUILD)/config.mk
+endif
 
+$(BUILD)/config.mk: tools/install-deps.sh tools/configure.sh
+	sh tools/install-deps.sh build
+	@mkdir -p $(BUILD)
+	CC="$(CC)" sh tools/configure.sh > $@.tmp && mv $@.tmp $@
+
+# ---- flags ----------------------------------------------------------------------------------
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla
 CFLAGS  ?= -O2 -g -gdwarf-4
-LIBPQ_CFLAGS := $(shell $(PKG_CONFIG) --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -pthread \
-              -Ipreload -I$(BUILD)/gen $(HIREDIS_CFLAGS) $(LIBPQ_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS_LIB := $(HIREDIS_A) -ldl -pthread
+BASE_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(filter-out -I%,$(HIREDIS_CFLAGS)) -pthread $(EXTRA_CFLAGS)
+LIB_CFLAGS = $(BASE_CFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden
+LDLIBS_LIB = $(HIREDIS_A) -ldl -pthread
 
-LIB_SRCS := $(sort $(wildcard preload/*.c))
-LIB_OBJS := $(LIB_SRCS:preload/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/scripts.o
-# The interposer proper (hooks and what only they use) stays out of the test binaries: a test
-# linked with our dlsym or PQexec would test the hooks by accident, and sanitizers call dlsym
-# before anything is set up.
-HOOK_SRCS := $(wildcard preload/hooks_*.c) preload/lib.c preload/throttle.c preload/real.c \
-             preload/conn_registry.c
-CORE_SRCS := $(filter-out $(HOOK_SRCS),$(LIB_SRCS))
-CORE_OBJS := $(CORE_SRCS:preload/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/scripts.o
-LUA_SRCS := $(sort $(wildcard lua/*.lua))
+# The layers, each seeing only itself and the layers below it: a file of sem/ that includes
+# libpq-fe.h, or one of base/ that includes a sem/ header, does not compile.
+#   interpose -> sem -> redis -> base
+LAYERS        := base redis sem interpose
+INC_base       = -Ipreload/base
+INC_redis      = $(INC_base) -Ipreload/redis -I$(BUILD)/gen $(filter -I%,$(HIREDIS_CFLAGS))
+INC_sem        = $(INC_redis) -Ipreload/sem
+INC_interpose  = $(INC_sem) -Ipreload/interpose $(LIBPQ_CFLAGS)
+# The library's clients below the interposer (the command, tests, benches): sem and below.
+INC_CLIENT     = $(INC_sem)
 
-UNIT_SRCS := $(sort $(wildcard tests/unit/*.c))
-SEM_SRCS  := $(sort $(wildcard tests/sem/*.c))
-SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
-CRITERION_LIBS := -lcriterion
+layer_srcs = $(sort $(wildcard preload/$(1)/*.c))
+CORE_SRCS := $(foreach l,base redis sem,$(call layer_srcs,$(l)))
+HOOK_SRCS := $(call layer_srcs,interpose)
+LIB_SRCS  := $(CORE_SRCS) $(HOOK_SRCS)
+LUA_SRCS  := $(sort $(wildcard lua/*.lua))
+SCRIPTS_H := $(BUILD)/gen/scripts.h
+EXPORTS   := preload/interpose/exports.map
 
-.PHONY: all test test-unit test-sem test-integration test-faults test-faults-cache test-cli fuzz soak bench bench-scale bench-peers demo install uninstall clean deps format format-check \
-        check-asan check-tsan check-valgrind
+# objs DIR, SRCS: the objects of SRCS in the object tree DIR (the generated scripts in redis/).
+objs = $(patsubst preload/%.c,$(1)/%.o,$(2))
+core_objs = $(call objs,$(1),$(CORE_SRCS)) $(1)/redis/scripts.o
 
-all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
+# compile_rules DIR, COMPILER, FLAGS: one object tree, each file compiled with its layer's
+# include path (the first folder of its path under preload/). Written once for the normal build
+# and each sanitizer's. -MMD -MP: each object depends on exactly the headers it includes.
+define compile_rules
+$(1)/%.o: preload/%.c | $(SCRIPTS_H)
+	@mkdir -p $$(@D)
+	$(2) $(3) $$(INC_$$(firstword $$(subst /, ,$$*))) -MMD -MP -c $$< -o $$@
+$(1)/redis/scripts.o: $(BUILD)/gen/scripts.c
+	@mkdir -p $$(@D)
+	$(2) $(3) $$(INC_redis) -MMD -MP -c $$< -o $$@
+endef
 
-$(BUILD)/gen/scripts.c $(BUILD)/gen/scripts.h: $(LUA_SRCS) tools/embed-lua.sh
+$(SCRIPTS_H) $(BUILD)/gen/scripts.c &: $(LUA_SRCS) tools/embed-lua.sh
 	@mkdir -p $(BUILD)/gen
 	sh tools/embed-lua.sh $(BUILD)/gen $(LUA_SRCS)
 
-$(BUILD)/obj/%.o: preload/%.c $(wildcard preload/*.h) $(BUILD)/gen/scripts.h
-	@mkdir -p $(BUILD)/obj
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+$(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-$(BUILD)/obj/scripts.o: $(BUILD)/gen/scripts.c
-	@mkdir -p $(BUILD)/obj
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+.PHONY: all check test test-unit test-sem test-integration test-faults test-faults-cache test-cli \
+        test-compilers check-exports fuzz soak bench bench-scale bench-peers demo install uninstall \
+        clean deps format format-check check-asan check-tsan check-valgrind
 
-$(BUILD)/libdbthrottle.so: $(LIB_OBJS) preload/exports.map
-	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=preload/exports.map \
+all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
+
+$(BUILD)/libdbthrottle.so: $(call objs,$(BUILD)/obj,$(LIB_SRCS)) $(BUILD)/obj/redis/scripts.o $(EXPORTS)
+	$(CC) -shared -o $@ $(filter %.o,$^) -Wl,--version-script=$(EXPORTS) \
 	    -Wl,--exclude-libs,ALL -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,now $(LDLIBS_LIB)
 
-$(BUILD)/libdbthrottle-core.a: $(CORE_OBJS)
-	rm -f $@ && ar rcs $@ $(CORE_OBJS)
+# Everything but the interposer: for the command, the tests and the benches (a test linked with
+# our dlsym or PQexec would test the hooks by accident).
+$(BUILD)/libdbthrottle-core.a: $(call core_objs,$(BUILD)/obj)
+	rm -f $@ && ar rcs $@ $^
 
-TEST_CFLAGS := $(filter-out -fvisibility=hidden,$(ALL_CFLAGS)) -Itests/support
+TEST_CFLAGS = $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Itests/support
+SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
+CRITERION_LIBS := -lcriterion
 
 # The operator's command: the library's own configuration, Redis and script code (the core
 # archive), plus cli/. It finds the library beside itself, in ../lib, or in LIBDIR.
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 $(BUILD)/dbthrottle: $(CLI_SRCS) cli/cli.h $(BUILD)/libdbthrottle-core.a
-	$(CC) $(filter-out -fPIC -fvisibility=hidden,$(ALL_CFLAGS)) -Icli -DDBT_LIBDIR='"$(LIBDIR)"' \
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli -DDBT_LIBDIR='"$(LIBDIR)"' \
 	    -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDLIBS_LIB)
 
-$(BUILD)/tests/unit: $(UNIT_SRCS) $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a
-	@mkdir -p $(BUILD)/tests
-	$(CC) $(TEST_CFLAGS) -o $@ $(UNIT_SRCS) $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a \
-	    $(CRITERION_LIBS) $(LDLIBS_LIB)
+# test_binary NAME, SOURCES, EXTRA LIBS: a program linked with the core archive.
+define test_binary
+$(BUILD)/$(1): $(2) $(wildcard tests/support/*.h) $(BUILD)/libdbthrottle-core.a
+	@mkdir -p $$(@D)
+	$$(CC) $$(TEST_CFLAGS) -o $$@ $(2) $(BUILD)/libdbthrottle-core.a $(3) $$(LDLIBS_LIB)
+endef
+$(eval $(call test_binary,tests/unit,$(sort $(wildcard tests/unit/*.c)) $(SUPPORT_SRCS),$(CRITERION_LIBS)))
+$(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS),$(CRITERION_LIBS)))
+$(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c $(SUPPORT_SRCS),-lm))
+$(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))
+$(eval $(call test_binary,bench/dbt-peer-worker,bench/peers/dbt_worker.c,))
 
-$(BUILD)/tests/sem: $(SEM_SRCS) $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a
-	@mkdir -p $(BUILD)/tests
-	$(CC) $(TEST_CFLAGS) -o $@ $(SEM_SRCS) $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a \
-	    $(CRITERION_LIBS) $(LDLIBS_LIB)
+# Programs that use libpq only (the library is preloaded into them).
+LIBPQ_PROG = $(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(LIBPQ_CFLAGS) -pthread -o $@ $< -lpq
+$(BUILD)/tests/%_client: tests/integration/%_client.c
+	@mkdir -p $(@D)
+	$(LIBPQ_PROG)
+$(BUILD)/tests/fault_worker: tests/faults/fault_worker.c
+	@mkdir -p $(@D)
+	$(LIBPQ_PROG)
+$(BUILD)/tests/libnext_preload.so: tests/integration/next_preload.c
+	@mkdir -p $(@D)
+	$(CC) -shared -fPIC $(WARN) $(CFLAGS) -o $@ $< -ldl
 
-$(BUILD)/bench/sem-bench: bench/sem_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a
-	@mkdir -p $(BUILD)/bench
-	$(CC) $(TEST_CFLAGS) -o $@ bench/sem_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a \
-	    $(LDLIBS_LIB) -lm
+INTEGRATION_BINS := $(BUILD)/tests/libnext_preload.so $(BUILD)/tests/fork_client \
+                    $(BUILD)/tests/pipeline_client
 
-$(BUILD)/bench/scale-bench: bench/scale_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a
-	@mkdir -p $(BUILD)/bench
-	$(CC) $(TEST_CFLAGS) -o $@ bench/scale_bench.c $(SUPPORT_SRCS) $(BUILD)/libdbthrottle-core.a \
-	    $(LDLIBS_LIB) -lm
-
-$(BUILD)/bench/dbt-peer-worker: bench/peers/dbt_worker.c $(BUILD)/libdbthrottle-core.a
-	@mkdir -p $(BUILD)/bench
-	$(CC) $(TEST_CFLAGS) -o $@ bench/peers/dbt_worker.c $(BUILD)/libdbthrottle-core.a $(LDLIBS_LIB)
-
-# The stress run under each checker. The library's objects are rebuilt with the sanitizer in
-# a build directory of their own.
-STRESS_SRCS := tests/stress/sem_stress.c $(SUPPORT_SRCS)
-SAN_SRCS := $(CORE_SRCS) $(BUILD)/gen/scripts.c $(STRESS_SRCS)
-SAN_CFLAGS := $(filter-out -fvisibility=hidden -O2,$(ALL_CFLAGS)) -O1 -Itests/support -fno-omit-frame-pointer
-
-$(BUILD)/check/stress-asan: $(SAN_SRCS) $(wildcard preload/*.h) $(BUILD)/gen/scripts.h
-	@mkdir -p $(BUILD)/check
-	clang $(SAN_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all -o $@ \
-	    $(SAN_SRCS) $(HIREDIS_A) -ldl
-
-$(BUILD)/check/stress-tsan: $(SAN_SRCS) $(wildcard preload/*.h) $(BUILD)/gen/scripts.h
-	@mkdir -p $(BUILD)/check
-	clang $(SAN_CFLAGS) -fsanitize=thread -o $@ $(SAN_SRCS) $(HIREDIS_A) -ldl
-
-$(BUILD)/check/stress: $(SAN_SRCS) $(wildcard preload/*.h) $(BUILD)/gen/scripts.h
-	@mkdir -p $(BUILD)/check
-	$(CC) $(SAN_CFLAGS) -o $@ $(SAN_SRCS) $(HIREDIS_A) -ldl
-
-# The semaphore suite (Criterion) under ASan+UBSan. (Criterion itself does not run under TSan:
-# the stress program and the preloaded library cover threads there.)
-$(BUILD)/check/sem-asan: $(CORE_SRCS) $(SEM_SRCS) $(SUPPORT_SRCS) $(wildcard preload/*.h) $(BUILD)/gen/scripts.h
-	@mkdir -p $(BUILD)/check
-	clang $(SAN_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all -o $@ \
-	    $(CORE_SRCS) $(BUILD)/gen/scripts.c $(SEM_SRCS) $(SUPPORT_SRCS) $(CRITERION_LIBS) $(HIREDIS_A) -ldl
-
-# The preloaded library itself, built with each sanitizer, for libpq workers of the fault suite.
-SO_SAN_CFLAGS := $(filter-out -O2,$(ALL_CFLAGS)) -O1 -fno-omit-frame-pointer
-SO_SAN_SRCS := $(LIB_SRCS) $(BUILD)/gen/scripts.c
+# ---- checkers ---------------------------------------------------------------------------------
+# Each sanitizer gets an object tree of its own, built by the same rules as the library (plain:
+# unsanitized -O1, for valgrind). The stress program and the semaphore suite link its core; the
+# preloaded library is built from all of it, for the libpq workers of the fault suite.
+SAN_KINDS := asan tsan plain
+SAN_OPT   := -O1 -g -fno-omit-frame-pointer
+SAN_asan  := -fsanitize=address,undefined -fno-sanitize-recover=all
+SAN_tsan  := -fsanitize=thread
+SAN_plain :=
+SAN_CC_asan := clang
+SAN_CC_tsan := clang
+SAN_CC_plain = $(CC)
+san_cflags = $(BASE_CFLAGS) $(SAN_OPT) -fPIC -fvisibility=hidden $(SAN_$(1))
+$(foreach k,$(SAN_KINDS),$(eval $(call compile_rules,$(BUILD)/check/$(k),$$(SAN_CC_$(k)),$$(call san_cflags,$(k)))))
 # The dlsym and dlopen hooks (and the lookups they make) run before a sanitizer's runtime is
-# initialised, since its interceptors call dlsym: they are built without instrumentation.
-SO_RAW_SRCS := preload/hooks_dlsym.c preload/hooks_dlopen.c preload/real.c
-$(BUILD)/check/dlhooks.o: $(SO_RAW_SRCS) $(wildcard preload/*.h)
-	@mkdir -p $(BUILD)/check
-	for f in $(SO_RAW_SRCS); do clang $(SO_SAN_CFLAGS) -c -o $(BUILD)/check/raw-$$(basename $$f .c).o $$f || exit 1; done
-	ld -r -o $@ $(patsubst preload/%.c,$(BUILD)/check/raw-%.o,$(SO_RAW_SRCS))
-$(BUILD)/check/libdbthrottle-%.so: $(SO_SAN_SRCS) $(wildcard preload/*.h) $(BUILD)/gen/scripts.h preload/exports.map $(BUILD)/check/dlhooks.o
-	@mkdir -p $(BUILD)/check
-	clang $(SO_SAN_CFLAGS) -shared -fsanitize=$(if $(filter asan,$*),address$(comma)undefined -fno-sanitize-recover=all -shared-libsan,thread) \
-	    -o $@ $(filter-out $(SO_RAW_SRCS),$(SO_SAN_SRCS)) $(BUILD)/check/dlhooks.o \
-	    -Wl,--version-script=preload/exports.map -Wl,--exclude-libs,ALL \
-	    -Wl,-Bsymbolic-functions $(HIREDIS_A) -ldl -pthread
+# initialised, since its interceptors call dlsym: in the sanitized library they are built
+# without instrumentation.
+RAW_SRCS := preload/interpose/hooks_dlsym.c preload/interpose/hooks_dlopen.c preload/interpose/real.c
+$(eval $(call compile_rules,$(BUILD)/check/raw,clang,$$(call san_cflags,none)))
 
+$(BUILD)/check/stress-%: tests/stress/sem_stress.c $(SUPPORT_SRCS) $$(call core_objs,$(BUILD)/check/$$*)
+	$(SAN_CC_$*) $(call san_cflags,$*) $(INC_CLIENT) -Itests/support -o $@ $(filter %.c %.o,$^) $(HIREDIS_A) -ldl
+# The semaphore suite under ASan+UBSan. (Criterion itself does not run under TSan: the stress
+# program and the preloaded library cover threads there.)
+$(BUILD)/check/sem-asan: $(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(call core_objs,$(BUILD)/check/asan)
+	clang $(call san_cflags,asan) $(INC_CLIENT) -Itests/support -o $@ $(filter %.c %.o,$^) \
+	    $(CRITERION_LIBS) $(HIREDIS_A) -ldl
+$(BUILD)/check/libdbthrottle-%.so: $$(call core_objs,$(BUILD)/check/$$*) \
+        $$(call objs,$(BUILD)/check/$$*,$$(filter-out $$(RAW_SRCS),$$(HOOK_SRCS))) \
+        $$(call objs,$(BUILD)/check/raw,$$(RAW_SRCS)) $(EXPORTS)
+	clang -shared $(SAN_OPT) $(SAN_$*) $(if $(filter asan,$*),-shared-libsan) -o $@ $(filter %.o,$^) \
+	    -Wl,--version-script=$(EXPORTS) -Wl,--exclude-libs,ALL -Wl,-Bsymbolic-functions \
+	    $(HIREDIS_A) -ldl -pthread
 $(BUILD)/check/fault_worker-tsan: tests/faults/fault_worker.c
-	@mkdir -p $(BUILD)/check
-	clang -std=c11 -D_GNU_SOURCE $(WARN) -O1 -g -fsanitize=thread $(LIBPQ_CFLAGS) -o $@ $< -lpq -pthread
+	@mkdir -p $(@D)
+	clang -std=c11 -D_GNU_SOURCE $(WARN) $(SAN_OPT) $(SAN_tsan) $(LIBPQ_CFLAGS) -o $@ $< -lpq -pthread
 
-comma := ,
 ASAN_RT = $(shell clang -print-file-name=libclang_rt.asan-x86_64.so)
-SANLOG = $(BUILD)/check/san-$@
+SANLOG = $(CURDIR)/$(BUILD)/check/san-$@
+# faults_under KIND, CASES, ENV: the fault cases with the library built for checker KIND.
+faults_under = rm -f $(SANLOG)* && DBT_LIB=$(CURDIR)/$(BUILD)/check/libdbthrottle-$(1).so \
+    DBT_SANITIZER_LOGS=$(SANLOG) $(3) sh tests/faults/run.sh $(2)
+ASAN_FAULT_ENV = DBT_PRELOAD_FIRST=$(ASAN_RT) ASAN_OPTIONS=detect_leaks=0:log_path=$(SANLOG) \
+    UBSAN_OPTIONS=print_stacktrace=1:log_path=$(SANLOG) FAULT_EXIT_NOW=1
+TSAN_FAULT_ENV = DBT_WORKER=$(CURDIR)/$(BUILD)/check/fault_worker-tsan TSAN_OPTIONS=log_path=$(SANLOG)
+SANITIZED_CASES := 3 4 7 10
 
 check-asan: $(BUILD)/check/stress-asan $(BUILD)/check/sem-asan $(BUILD)/check/libdbthrottle-asan.so all $(BUILD)/tests/fault_worker
 	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/check/stress-asan
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=tests/lsan.supp $(BUILD)/check/sem-asan --jobs 2
-	rm -f $(SANLOG)*
-	DBT_LIB=$(CURDIR)/$(BUILD)/check/libdbthrottle-asan.so DBT_PRELOAD_FIRST=$(ASAN_RT) \
-	    DBT_SANITIZER_LOGS=$(CURDIR)/$(SANLOG) \
-	    ASAN_OPTIONS=detect_leaks=0:log_path=$(CURDIR)/$(SANLOG) \
-	    UBSAN_OPTIONS=print_stacktrace=1:log_path=$(CURDIR)/$(SANLOG) FAULT_EXIT_NOW=1 sh tests/faults/run.sh 3 4 7 10
-	DBT_LIB=$(CURDIR)/$(BUILD)/check/libdbthrottle-asan.so DBT_PRELOAD_FIRST=$(ASAN_RT) \
-	    DBT_SANITIZER_LOGS=$(CURDIR)/$(SANLOG) \
-	    ASAN_OPTIONS=detect_leaks=0:log_path=$(CURDIR)/$(SANLOG) \
-	    UBSAN_OPTIONS=print_stacktrace=1:log_path=$(CURDIR)/$(SANLOG) FAULT_EXIT_NOW=1 \
-	    DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh 3 4 7 10
+	$(call faults_under,asan,$(SANITIZED_CASES),$(ASAN_FAULT_ENV))
+	$(call faults_under,asan,$(SANITIZED_CASES),$(ASAN_FAULT_ENV) DBTHROTTLE_CACHE_PERMITS=on)
 
 check-tsan: $(BUILD)/check/stress-tsan $(BUILD)/check/libdbthrottle-tsan.so $(BUILD)/check/fault_worker-tsan all
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/check/stress-tsan
-	rm -f $(SANLOG)*
-	DBT_LIB=$(CURDIR)/$(BUILD)/check/libdbthrottle-tsan.so DBT_WORKER=$(CURDIR)/$(BUILD)/check/fault_worker-tsan \
-	    DBT_SANITIZER_LOGS=$(CURDIR)/$(SANLOG) TSAN_OPTIONS=log_path=$(CURDIR)/$(SANLOG) \
-	    sh tests/faults/run.sh 3 4 7 10
-	DBT_LIB=$(CURDIR)/$(BUILD)/check/libdbthrottle-tsan.so DBT_WORKER=$(CURDIR)/$(BUILD)/check/fault_worker-tsan \
-	    DBT_SANITIZER_LOGS=$(CURDIR)/$(SANLOG) TSAN_OPTIONS=log_path=$(CURDIR)/$(SANLOG) \
-	    DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh 10
+	$(call faults_under,tsan,$(SANITIZED_CASES),$(TSAN_FAULT_ENV))
+	$(call faults_under,tsan,10,$(TSAN_FAULT_ENV) DBTHROTTLE_CACHE_PERMITS=on)
 
-check-valgrind: $(BUILD)/check/stress all $(BUILD)/tests/fault_worker
-	valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=9 $(BUILD)/check/stress
+check-valgrind: $(BUILD)/check/stress-plain all $(BUILD)/tests/fault_worker
+	valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=9 $(BUILD)/check/stress-plain
 	rm -f $(SANLOG)*
-	DBT_WRAP="valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --log-file=$(CURDIR)/$(SANLOG).%p" \
-	    DBT_SANITIZER_LOGS=$(CURDIR)/$(SANLOG) sh tests/faults/run.sh 10
+	DBT_WRAP="valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --log-file=$(SANLOG).%p" \
+	    DBT_SANITIZER_LOGS=$(SANLOG) sh tests/faults/run.sh 10
 
+# ---- tests ------------------------------------------------------------------------------------
 deps:
-	sh tools/install-deps.sh
+	sh tools/install-deps.sh test
 
-test: deps
-	$(MAKE) all $(BUILD)/tests/unit $(BUILD)/tests/sem $(BUILD)/tests/fork_client $(BUILD)/tests/pipeline_client \
-	    $(BUILD)/tests/libnext_preload.so
-	sh tools/check-exports.sh $(BUILD)/libdbthrottle.so
-	$(MAKE) format-check
+# The exported symbols are exactly the hooks, and dlsym/dlopen tail-call glibc.
+check-exports: $(BUILD)/libdbthrottle.so
+	sh tools/check-exports.sh $<
+
+# Both compilers must build it warning-free (the other one in a build tree of its own).
+test-compilers:
+	$(MAKE) BUILD=$(BUILD)/clang CC=clang all
+
+check: all $(BUILD)/tests/unit $(BUILD)/tests/sem check-exports
+	sh tools/check-layers.sh
 	$(BUILD)/tests/unit --jobs 2
 	$(BUILD)/tests/sem --jobs 2
-	sh tests/integration/test_interposer.sh
+	$(MAKE) test-integration
+
+test: deps
+	$(MAKE) check
+	$(MAKE) format-check test-compilers
 	$(MAKE) test-faults
 	$(MAKE) test-faults-cache
 	$(MAKE) test-cli
@@ -203,27 +236,22 @@ test-unit: $(BUILD)/tests/unit
 test-sem: $(BUILD)/tests/sem
 	$(BUILD)/tests/sem
 
-$(BUILD)/tests/%_client: tests/integration/%_client.c
-	@mkdir -p $(BUILD)/tests
-	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(LIBPQ_CFLAGS) -o $@ $< -lpq
+test-integration: all $(INTEGRATION_BINS)
+	sh tests/integration/test_interposer.sh $(T)
 
-$(BUILD)/tests/fault_worker: tests/faults/fault_worker.c
-	@mkdir -p $(BUILD)/tests
-	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(LIBPQ_CFLAGS) -pthread -o $@ $< -lpq
+# The fault suite (tests/faults/run.sh): crashes, Redis outages, signals, fork, netns. T="a b"
+# runs only those cases (by name: ls tests/faults/*.sh).
+test-faults: all $(BUILD)/tests/fault_worker
+	sh tests/faults/run.sh $(T)
 
 # The same fault suite with permits kept between commands (DBTHROTTLE_CACHE_PERMITS=on): every
 # bound on concurrency, recovery and call duration must hold with caching as without.
 test-faults-cache: all $(BUILD)/tests/fault_worker
-	DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh $(FAULTS)
+	DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh $(T)
 
 # The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh).
 test-cli: all $(BUILD)/tests/fault_worker
 	sh tests/cli/run.sh
-
-# The fault suite (tests/faults/run.sh): crashes, Redis outages, signals, fork, netns. FAULTS=
-# "1 3" runs only those cases.
-test-faults: all $(BUILD)/tests/fault_worker
-	sh tests/faults/run.sh $(FAULTS)
 
 # Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.
 soak: all $(BUILD)/tests/fault_worker
@@ -235,15 +263,9 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh $(CURDIR)/$(BUILD)/fuzz
 
-$(BUILD)/tests/libnext_preload.so: tests/integration/next_preload.c
-	@mkdir -p $(BUILD)/tests
-	$(CC) -shared -fPIC $(WARN) $(CFLAGS) -o $@ $< -ldl
-
-test-integration: all $(BUILD)/tests/libnext_preload.so $(BUILD)/tests/fork_client $(BUILD)/tests/pipeline_client
-	sh tests/integration/test_interposer.sh
-
+# ---- benches, demo, install -----------------------------------------------------------------
 bench: deps all $(BUILD)/bench/sem-bench $(BUILD)/bench/scale-bench
-	@command -v pgbouncer >/dev/null || sh tools/install-deps.sh pgbouncer
+	sh tools/install-deps.sh pgbouncer
 	$(BUILD)/bench/sem-bench
 	$(BUILD)/bench/scale-bench
 	sh bench/pg_bench.sh
@@ -251,12 +273,12 @@ bench: deps all $(BUILD)/bench/sem-bench $(BUILD)/bench/scale-bench
 # dbthrottle beside npm's redis-semaphore, the "Redis in Action" semaphore and Curator on ZooKeeper,
 # same parameters, one run (bench/peers/run.sh); then the database level beside PgBouncer.
 bench-peers: deps all $(BUILD)/bench/dbt-peer-worker
-	@command -v pgbouncer >/dev/null || sh tools/install-deps.sh pgbouncer
+	sh tools/install-deps.sh pgbouncer
 	sh bench/peers/run.sh
 	sh bench/pg_bench.sh
 
 # How the costs grow with a pool's size (10 to 10 000 waiters), memory, connections per process.
-bench-scale: $(BUILD)/bench/scale-bench
+bench-scale: deps $(BUILD)/bench/scale-bench
 	$(BUILD)/bench/scale-bench
 
 demo: deps all
@@ -276,11 +298,13 @@ uninstall:
 	    $(DESTDIR)$(MANDIR)/man1/dbthrottle.1 $(DESTDIR)$(MANDIR)/man7/libdbthrottle.7
 	rm -rf $(DESTDIR)$(DOCDIR)
 
+FORMAT_FILES = $(wildcard preload/*/*.[ch] cli/*.[ch] tests/*/*.[ch] bench/*.c bench/*/*.c)
 format:
-	clang-format -i preload/*.c preload/*.h cli/*.c cli/*.h tests/*/*.c tests/*/*.h bench/*.c bench/*/*.c
+	clang-format -i $(FORMAT_FILES)
 
 format-check:
-	clang-format --dry-run --Werror preload/*.c preload/*.h cli/*.c cli/*.h tests/*/*.c tests/*/*.h bench/*.c bench/*/*.c
+	@command -v clang-format >/dev/null || sh tools/install-deps.sh clang-format
+	clang-format --dry-run --Werror $(FORMAT_FILES)
 
 clean:
 	rm -rf $(BUILD)

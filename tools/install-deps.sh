@@ -1,11 +1,18 @@
 #!/bin/sh
-# install-deps.sh - installs the Debian packages that building and testing dbthrottle need, when
-# some are missing. Called by `make test` and `.ci/run`; does nothing when all are present.
+# install-deps.sh [build|test] [PACKAGE...] - installs the Debian packages that dbthrottle needs,
+# when some are missing; does nothing when all are present. `build`: what `make` needs to compile
+# the library and the command; `test` (the default): also the servers, checkers and clients the
+# tests, the demo and the benches use. Extra packages may follow (make bench asks for pgbouncer).
 set -eu
-pkgs="gcc clang make pkg-config binutils libhiredis-dev libcriterion-dev redis-server \
-postgresql postgresql-client libpq-dev clang-format valgrind python3 python3-psycopg2 \
-python3-psycopg ruby-pg libdbd-pg-perl php-cli php-pgsql tmux iproute2 libclang-rt-14-dev groff-base man-db"
-# Extra packages may be named on the command line (make bench asks for pgbouncer).
+build="gcc make pkg-config binutils libhiredis-dev libpq-dev"
+test="$build clang libcriterion-dev redis-server postgresql postgresql-client clang-format valgrind \
+python3 python3-psycopg2 python3-psycopg ruby-pg libdbd-pg-perl php-cli php-pgsql tmux iproute2 \
+libclang-rt-14-dev groff-base man-db ca-certificates"
+case "${1:-test}" in
+build) pkgs=$build; [ $# -gt 0 ] && shift ;;
+test) pkgs=$test; [ $# -gt 0 ] && shift ;;
+*) pkgs= ;;
+esac
 pkgs="$pkgs $*"
 missing=
 for p in $pkgs; do

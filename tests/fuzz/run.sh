@@ -9,12 +9,12 @@ out=${1:-$top/build/fuzz}
 secs=${FUZZ_SECONDS:-20}
 mkdir -p "$out"
 cd "$top"
-srcs="preload/config.c preload/config_values.c preload/keys.c preload/log.c preload/redact.c"
+srcs="preload/base/config.c preload/base/config_values.c preload/base/log.c preload/base/redact.c preload/redis/keys.c"
 # fuzz_redact checks the redaction against libpq's own conninfo parser, so it links libpq.
 targets="fuzz_config fuzz_values fuzz_redact fuzz_keys"
 for t in $targets; do
     clang -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
-        -fno-sanitize-recover=all -Ipreload -I/usr/include/hiredis -I/usr/include/postgresql \
+        -fno-sanitize-recover=all -Ipreload/base -Ipreload/redis -I/usr/include/postgresql \
         -o "$out/$t" "tests/fuzz/$t.c" $srcs -pthread -lpq
 done
 fail=0

@@ -8,6 +8,7 @@
 #include "throttle.h"
 
 #include "cancel_map.h"
+#include "clock.h"
 #include "conn_registry.h"
 #include "lib.h"
 #include "log.h"
@@ -24,9 +25,7 @@ __thread int dbt_nested;
 
 static int64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return dbt_now_us() / 1000;
 }
 
 /* "host:port/dbname" of the server the connection really reaches, as libpq resolved it

@@ -14,13 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int64_t dbt_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Keys live three leases after their last use: long enough that a live holder's renewal
  * (every lease/3) always finds them, short enough that an idle pool leaves nothing behind. */
 int64_t dbt_key_ttl_ms(const dbt_config *cfg)

@@ -1,6 +1,8 @@
 /* redis_conn.c - one Redis connection: connect, AUTH, SELECT, timeouts, scripts by EVALSHA. */
 #include "redis_conn.h"
 
+#include "clock.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -47,16 +49,9 @@ static struct timeval tv_of(int64_t ms)
 
 static __thread int64_t budget_deadline_us; /* 0: no budget, each step has the full timeout */
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 int64_t dbt_redis_budget_begin(int64_t ms)
 {
-    int64_t saved = budget_deadline_us, d = mono_us() + ms * 1000;
+    int64_t saved = budget_deadline_us, d = dbt_now_us() + ms * 1000;
     if (!saved || d < saved)
         budget_deadline_us = d;
     return saved;
@@ -72,7 +67,7 @@ static int64_t step_ms(int64_t timeout_ms)
 {
     if (!budget_deadline_us)
         return timeout_ms;
-    int64_t left = (budget_deadline_us - mono_us() + 999) / 1000;
+    int64_t left = (budget_deadline_us - dbt_now_us() + 999) / 1000;
     return left <= 0 ? 0 : left < timeout_ms ? left : timeout_ms;
 }
 

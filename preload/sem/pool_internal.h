@@ -3,6 +3,7 @@
 #ifndef DBT_POOL_INTERNAL_H
 #define DBT_POOL_INTERNAL_H
 
+#include "clock.h"
 #include "redis_conn.h"
 #include "sem_client.h"
 
@@ -158,8 +159,6 @@ struct dbt_client {
     dbt_pool *pools;
     struct dbt_client *next; /* registry of live clients, for fork handling */
 };
-
-int64_t dbt_now_us(void); /* CLOCK_MONOTONIC */
 
 /* sem_client.c */
 dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err);
