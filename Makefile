@@ -143,9 +143,13 @@ $(BUILD)/tests/fault_worker: tests/faults/fault_worker.c
 $(BUILD)/tests/libnext_preload.so: tests/integration/next_preload.c
 	@mkdir -p $(@D)
 	$(CC) -shared -fPIC $(WARN) $(CFLAGS) -o $@ $< -ldl
+# Not linked with libpq: it opens libpq itself, as Python's ctypes does.
+$(BUILD)/tests/dlsym_check: tests/integration/dlsym_check.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -o $@ $< -ldl
 
 INTEGRATION_BINS := $(BUILD)/tests/libnext_preload.so $(BUILD)/tests/fork_client \
-                    $(BUILD)/tests/pipeline_client
+                    $(BUILD)/tests/pipeline_client $(BUILD)/tests/dlsym_check $(HOOK_LIST)
 
 # ---- checkers ---------------------------------------------------------------------------------
 # Each sanitizer gets an object tree of its own, built by the same rules as the library (plain:
