@@ -61,7 +61,11 @@ HOOK_SRCS := $(call layer_srcs,interpose)
 LIB_SRCS  := $(CORE_SRCS) $(HOOK_SRCS)
 LUA_SRCS  := $(sort $(wildcard lua/*.lua))
 SCRIPTS_H := $(BUILD)/gen/scripts.h
-EXPORTS   := preload/interpose/exports.map
+# The one list of hooked libpq functions, and what is made from it at build time: the names one a
+# line (for the export check and the integration test) and the version script of the library.
+HOOKS_DEF := preload/interpose/hooks.def
+HOOK_LIST := $(BUILD)/gen/hooks.list
+EXPORTS   := $(BUILD)/gen/exports.map
 
 # objs DIR, SRCS: the objects of SRCS in the object tree DIR (the generated scripts in redis/).
 objs = $(patsubst preload/%.c,$(1)/%.o,$(2))
@@ -82,6 +86,10 @@ endef
 $(SCRIPTS_H) $(BUILD)/gen/scripts.c &: $(LUA_SRCS) tools/embed-lua.sh
 	@mkdir -p $(BUILD)/gen
 	sh tools/embed-lua.sh $(BUILD)/gen $(LUA_SRCS)
+
+$(HOOK_LIST) $(EXPORTS) &: $(HOOKS_DEF) tools/gen-exports.sh
+	@mkdir -p $(BUILD)/gen
+	CC="$(CC)" sh tools/gen-exports.sh $(HOOKS_DEF) $(BUILD)/gen
 
 $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
@@ -135,9 +143,13 @@ $(BUILD)/tests/fault_worker: tests/faults/fault_worker.c
 $(BUILD)/tests/libnext_preload.so: tests/integration/next_preload.c
 	@mkdir -p $(@D)
 	$(CC) -shared -fPIC $(WARN) $(CFLAGS) -o $@ $< -ldl
+# Not linked with libpq: it opens libpq itself, as Python's ctypes does.
+$(BUILD)/tests/dlsym_check: tests/integration/dlsym_check.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -o $@ $< -ldl
 
 INTEGRATION_BINS := $(BUILD)/tests/libnext_preload.so $(BUILD)/tests/fork_client \
-                    $(BUILD)/tests/pipeline_client
+                    $(BUILD)/tests/pipeline_client $(BUILD)/tests/dlsym_check $(HOOK_LIST)
 
 # ---- checkers ---------------------------------------------------------------------------------
 # Each sanitizer gets an object tree of its own, built by the same rules as the library (plain:
@@ -207,9 +219,10 @@ check-valgrind: $(BUILD)/check/stress-plain all $(BUILD)/tests/fault_worker
 deps:
 	sh tools/install-deps.sh test
 
-# The exported symbols are exactly the hooks, and dlsym/dlopen tail-call glibc.
-check-exports: $(BUILD)/libdbthrottle.so
-	sh tools/check-exports.sh $<
+# The exported symbols are exactly the hook list's and dlsym/dlopen, and dlsym/dlopen tail-call
+# glibc.
+check-exports: $(BUILD)/libdbthrottle.so $(HOOK_LIST)
+	sh tools/check-exports.sh $^
 
 # Both compilers must build it warning-free (the other one in a build tree of its own).
 test-compilers:

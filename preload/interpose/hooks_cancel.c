@@ -6,11 +6,10 @@
  * got its permit and reached the server in the meantime. PQcancel may run in a signal handler:
  * its hook only touches atomics, and its real function is resolved beforehand, in PQgetCancel. */
 #include "cancel_map.h"
+#include "hook.h"
 #include "real.h"
 
 #include <libpq-fe.h>
-
-#define HOOK __attribute__((visibility("default")))
 
 static _Atomic(void *) real_cancel;
 

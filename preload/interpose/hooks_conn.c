@@ -5,10 +5,9 @@
  * with PQconnectPoll, PQreset, PQresetStart/PQresetPoll) passes through PQconnectPoll in state
  * CONNECTION_NEEDED before it opens a socket: libpq calls it through its PLT, so this one hook
  * sees them all, after libpq has resolved the target (defaults, service file, PG* variables). */
+#include "hook.h"
 #include "real.h"
 #include "throttle.h"
-
-#define HOOK __attribute__((visibility("default")))
 
 HOOK void PQfinish(PGconn *conn)
 {

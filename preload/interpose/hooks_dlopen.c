@@ -5,6 +5,7 @@
  * When a library asked for with RTLD_DEEPBIND needs libpq itself (DT_NEEDED libpq.so.*), it is
  * opened without that flag, so its libpq calls resolve the usual way, through us. Any other
  * library keeps the flags it was asked with. */
+#include "hook.h"
 #include "real.h"
 
 #include <dlfcn.h>
@@ -15,8 +16,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define HOOK __attribute__((visibility("default")))
 
 /* Maps a virtual address of the file to its offset, through the PT_LOAD segments. */
 static bool vaddr_to_offset(const Elf64_Phdr *ph, int n, Elf64_Addr a, size_t size, size_t *off)

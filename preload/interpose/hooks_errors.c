@@ -9,14 +9,13 @@
  * own. A
  * refusal is forgotten at the connection's next command, and a refused result at its PQclear. */
 #include "conn_registry.h"
+#include "hook.h"
 #include "real.h"
 #include "throttle.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define HOOK __attribute__((visibility("default")))
 
 HOOK char *PQerrorMessage(const PGconn *conn)
 {

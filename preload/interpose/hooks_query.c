@@ -1,9 +1,8 @@
 /* hooks_query.c - every way a command reaches the server: the synchronous calls, the PQsend*
  * calls and PQgetResult. Each hook is thin: it tells throttle.c and forwards to libpq. */
+#include "hook.h"
 #include "real.h"
 #include "throttle.h"
-
-#define HOOK __attribute__((visibility("default")))
 
 /* The synchronous calls run a whole command: permit before, maybe give it back after. `text` is
  * the command's SQL, for the trace when DBTHROTTLE_LOG_QUERY is on; NULL for the calls that carry

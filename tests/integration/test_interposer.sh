@@ -457,5 +457,34 @@ if command -v tmux >/dev/null; then
         'echo "$screen" | grep -q typedin && [ "$grants" = 2 ]'
 fi
 
+# ---- 18. a libpq found through dlsym(handle, name) hands out our hooks ---------------------------
+# ctypes (psycopg 3) dlopen()s libpq and asks the handle for each function: every PQ/lo_ function
+# the library exports must come back as ours, or that program calls libpq unthrottled (its
+# PQcancel would not end a wait for a permit).
+names=$(nm -D --defined-only "$lib" | awk '$3 ~ /^(PQ|lo_)/ {print $3}')
+listed=$(wc -l <"$top/build/gen/hooks.list")
+out=$(throttled DBTHROTTLE_MAX_QUERIES=4 "$top/build/tests/dlsym_check" "$lib" $names 2>&1)
+check "dlsym(dlopen(\"libpq.so.5\"), name) is our hook for each exported libpq function ($out)" \
+    '[ "$out" = "dlsym: $listed of $listed hooks" ]'
+throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(4)" >/dev/null 2>&1 &
+holder=$!
+wait_holders q 1
+out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=20s $py -c "
+import threading, time, psycopg
+assert psycopg.pq.__impl__ == 'python'  # libpq through ctypes: dlopen + dlsym
+c = psycopg.connect('', autocommit=True)
+t = threading.Timer(0.3, c.cancel)
+t.start()
+t0 = time.monotonic()
+try:
+    c.execute('select 1')
+    res = 'ran'
+except psycopg.Error as e:
+    res = 'cancelled' if 'canceling statement due to user request' in str(e) else repr(e)
+print('%s %.1f' % (res, time.monotonic() - t0))" 2>&1)
+check "psycopg 3 through ctypes: cancel() ends a wait for a permit at once, with the cancel's error ($out)" \
+    'echo "$out" | grep -q "^cancelled [01]\."'
+wait $holder
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
