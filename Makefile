@@ -109,7 +109,8 @@ $(BUILD)/libdbthrottle.so: $(call objs,$(BUILD)/obj,$(LIB_SRCS)) $(BUILD)/obj/re
 $(BUILD)/libdbthrottle-core.a: $(call core_objs,$(BUILD)/obj)
 	rm -f $@ && ar rcs $@ $^
 
-TEST_CFLAGS = $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Itests/support
+# DBT_SOURCE_DIR: where a test finds the documents it checks against the code (test_settings.c).
+TEST_CFLAGS = $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Itests/support -DDBT_SOURCE_DIR='"$(CURDIR)"'
 SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
 CRITERION_LIBS := -lcriterion
 

@@ -3,6 +3,7 @@
 
 #include "log.h"
 #include "scripts.h"
+#include "settings.h"
 
 #include <getopt.h>
 #include <stdlib.h>
@@ -75,11 +76,11 @@ int cmd_check(int argc, char **argv)
         return 1;
     }
     printf("settings, as the library reads them:\n");
-    for (int i = 0; i < dbt_config_nsettings(); i++) {
+    for (const dbt_setting *s = dbt_settings; s->key; s++) {
         char value[512];
-        dbt_config_value_text(&cfg, i, value, sizeof value);
-        dbt_source src = dbt_config_source_at(&cfg, i);
-        printf("  %-27s %-44s %s%s%s\n", dbt_config_setting_name(i), value, dbt_source_name(src),
+        s->kind->show(s, &cfg, value, sizeof value);
+        dbt_source src = dbt_setting_source(&cfg, s);
+        printf("  %-27s %-44s %s%s%s\n", s->env, value, dbt_source_name(src),
                src == DBT_SRC_FILE ? " " : "", src == DBT_SRC_FILE ? cfg.config_file : "");
     }
     int rc = 0;

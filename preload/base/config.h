@@ -27,6 +27,9 @@ typedef enum { DBT_FMT_LOGFMT = 0, DBT_FMT_JSON = 1 } dbt_log_format;
 /* Where a setting's value came from (shown by `dbthrottle check` later). */
 typedef enum { DBT_SRC_DEFAULT = 0, DBT_SRC_FILE = 1, DBT_SRC_ENV = 2 } dbt_source;
 
+/* Room for the rows of the settings table (settings.c asserts that they fit). */
+#define DBT_MAX_SETTINGS 24
+
 /* A parsed DBTHROTTLE_REDIS_URL. Strings are owned (malloc'd) and NULL when absent. */
 typedef struct {
     bool is_unix;   /* unix:///path[?db=N] */
@@ -63,8 +66,8 @@ typedef struct {
     bool log_query;
     char *key_prefix; /* never NULL after a successful load */
     bool disable;
-    char *config_file;      /* DBTHROTTLE_CONFIG, NULL when unset */
-    dbt_source sources[24]; /* where each setting came from, see dbt_config_source */
+    char *config_file;                      /* DBTHROTTLE_CONFIG, NULL when unset */
+    dbt_source sources[DBT_MAX_SETTINGS];   /* by row of dbt_settings[], see dbt_config_source */
     dbt_exempt_rule exempt[DBT_MAX_EXEMPT]; /* DBTHROTTLE_EXEMPT: any rule that matches exempts */
     int nexempt;
     int64_t idle_in_tx_warn_ms; /* warn when a permit is held idle in a transaction this long */
@@ -73,10 +76,6 @@ typedef struct {
     bool local_handover;
     int64_t cache_idle_ms; /* a kept permit unused this long goes back by itself */
 } dbt_config;
-
-/* Whether connections keep their query permit between commands unless told otherwise (see
- * docs/configuration.md for why this is the default). */
-#define DBT_CACHE_PERMITS_DEFAULT false
 
 /* Value parsers: pure functions, no I/O. Each returns true on success; on failure it writes a
  * one-line message naming `setting` and the bad value into err (DBT_ERRLEN bytes) and leaves
@@ -93,7 +92,7 @@ bool dbt_parse_exempt(const char *setting, const char *text, dbt_exempt_rule *ru
 void dbt_exempt_free(dbt_exempt_rule *rules, int n);
 void dbt_redis_url_free(dbt_redis_url *u);
 
-/* Sets every field to its default. */
+/* Sets every field to its default (the settings table's, through its parsers). */
 void dbt_config_defaults(dbt_config *cfg);
 
 /* Applies one KEY=VALUE. key is either the environment name (DBTHROTTLE_MAX_QUERIES) or the short
@@ -115,13 +114,8 @@ dbt_source dbt_config_source(const dbt_config *cfg, const char *short_name);
 
 void dbt_config_free(dbt_config *cfg);
 
-/* The settings one by one, for `dbthrottle check`: how many, the environment name of each, its
- * effective value as text (the Redis URL without its password), and where it came from. */
-int dbt_config_nsettings(void);
-const char *dbt_config_setting_name(int i);
-void dbt_config_value_text(const dbt_config *cfg, int i, char *out, size_t cap);
-dbt_source dbt_config_source_at(const dbt_config *cfg, int i);
-const char *dbt_source_name(dbt_source s); /* "default", "file", "environment" */
+/* A source in words, for `dbthrottle check`: "default", "file", "environment". */
+const char *dbt_source_name(dbt_source s);
 
 const char *dbt_log_level_name(dbt_log_level l);
 

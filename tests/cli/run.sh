@@ -321,7 +321,7 @@ for m in "$top/docs/dbthrottle.1" "$top/docs/libdbthrottle.7"; do
     check "man page $(basename "$m") renders without warnings${warn:+: $warn}" '[ -z "$warn" ]'
 done
 missing=
-for v in $(grep -o '"DBTHROTTLE_[A-Z_]*[A-Z]"' "$top/preload/base/config.c" | tr -d '"' | sort -u); do
+for v in $(grep -o '"DBTHROTTLE_[A-Z_]*[A-Z]"' "$top/preload/base/settings.c" | tr -d '"' | sort -u); do
     grep -q "^\.B $v\$" "$top/docs/libdbthrottle.7" || missing="$missing $v"
 done
 check "libdbthrottle(7) documents every variable the parser knows${missing:+ (missing:$missing)}" '[ -z "$missing" ]'

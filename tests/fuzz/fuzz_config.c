@@ -2,6 +2,7 @@
  * dbt_config_set. Whatever the bytes, the parser must not crash, leak or read out of bounds, and a
  * refusal must be one line that fits DBT_ERRLEN. */
 #include "config.h"
+#include "settings.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,27 +32,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_err(err);
     dbt_config_free(&cfg);
 
-    /* The same bytes as the value of one setting, chosen by the first byte. */
-    static const char *const keys[] = {"DBTHROTTLE_REDIS_URL",
-                                       "DBTHROTTLE_MAX_QUERIES",
-                                       "DBTHROTTLE_MAX_CONNECTIONS",
-                                       "DBTHROTTLE_POOL",
-                                       "DBTHROTTLE_WAIT_TIMEOUT",
-                                       "DBTHROTTLE_LEASE",
-                                       "DBTHROTTLE_REDIS_TIMEOUT",
-                                       "DBTHROTTLE_ON_REDIS_ERROR",
-                                       "DBTHROTTLE_LOG_LEVEL",
-                                       "DBTHROTTLE_LOG_FORMAT",
-                                       "DBTHROTTLE_KEY_PREFIX",
-                                       "DBTHROTTLE_EXEMPT",
-                                       "DBTHROTTLE_IDLE_IN_TX_WARN",
-                                       "max_queries",
-                                       "redis_url",
-                                       "exempt"};
+    /* The same bytes as the value of one setting of the table, chosen by the first byte, by its
+     * environment name or its file key. */
+    int nsettings = 0;
+    while (dbt_settings[nsettings].key)
+        nsettings++;
     if (size > 0) {
+        const dbt_setting *s = &dbt_settings[data[0] % nsettings];
+        const char *key = (data[0] / nsettings) % 2 ? s->key : s->env;
         dbt_config_defaults(&cfg);
         memset(err, 0, sizeof err);
-        const char *key = keys[data[0] % (sizeof keys / sizeof *keys)];
         if (!dbt_config_set(&cfg, key, text + 1, DBT_SRC_ENV, err))
             check_err(err);
         dbt_config_free(&cfg);

@@ -1,0 +1,311 @@
+/* settings.c - the table of settings, and the small adapters that let one table row reach the
+ * value parsers of config_values.c (each parser fills the field the row names) and show the
+ * effective value back for `dbthrottle check`. */
+#include "settings.h"
+#include "log.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* The word parser stores the index of the word matched through an int: the enums it fills must
+ * be stored as one. */
+_Static_assert(sizeof(dbt_on_error) == sizeof(int), "dbt_on_error is stored as an int");
+_Static_assert(sizeof(dbt_log_level) == sizeof(int), "dbt_log_level is stored as an int");
+_Static_assert(sizeof(dbt_log_format) == sizeof(int), "dbt_log_format is stored as an int");
+
+static void *field_of(const dbt_setting *s, dbt_config *cfg)
+{
+    return (char *)cfg + s->field;
+}
+
+static const void *const_field_of(const dbt_setting *s, const dbt_config *cfg)
+{
+    return (const char *)cfg + s->field;
+}
+
+/* ---- parsers: a row's value through config_values.c into its field ------------------------ */
+
+static char *redacted_url(const char *url)
+{
+    /* Masking can only add bytes where a lone user becomes "***": +3 covers it. */
+    size_t cap = strlen(url) + 4;
+    char *buf = malloc(cap);
+    if (buf)
+        dbt_redact_url(url, buf, cap);
+    return buf;
+}
+
+static bool parse_redis_url(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    if (!dbt_parse_redis_url(s->env, value, field_of(s, cfg), err))
+        return false;
+    /* The copy for logs and `dbthrottle check`, without the password. */
+    free(cfg->redis_url_redacted);
+    cfg->redis_url_redacted = redacted_url(value);
+    return true;
+}
+
+static bool parse_limit(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    return dbt_parse_limit(s->env, value, field_of(s, cfg), err);
+}
+
+static bool parse_bool(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    return dbt_parse_bool(s->env, value, field_of(s, cfg), err);
+}
+
+static bool parse_duration(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    return dbt_parse_duration(s->env, value, s->rule.duration.allow_zero,
+                              s->rule.duration.allow_forever, field_of(s, cfg), err);
+}
+
+/* A finite, non-zero duration within the row's bounds. */
+static bool parse_duration_in(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    int64_t ms;
+    if (!dbt_parse_duration(s->env, value, false, false, &ms, err))
+        return false;
+    if (ms < s->rule.duration.min_ms || ms > s->rule.duration.max_ms)
+        return dbt_bad_value(s->env, value, s->rule.duration.range, err);
+    *(int64_t *)field_of(s, cfg) = ms;
+    return true;
+}
+
+/* One of the row's words, in any case; the field gets its index. */
+static bool parse_word(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    for (int i = 0; i < s->rule.words.n; i++)
+        if (strcasecmp(value, s->rule.words.names[i]) == 0) {
+            *(int *)field_of(s, cfg) = i;
+            return true;
+        }
+    char why[128];
+    snprintf(why, sizeof why, "expected %s", s->rule.words.expected);
+    return dbt_bad_value(s->env, value, why, err);
+}
+
+static bool parse_text(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    char **field = field_of(s, cfg);
+    if (s->rule.text.max_len && strlen(value) > s->rule.text.max_len) {
+        char why[64];
+        snprintf(why, sizeof why, "longer than %zu bytes", s->rule.text.max_len);
+        return dbt_bad_value(s->env, value, why, err);
+    }
+    if (s->rule.text.null_word && strcmp(value, s->rule.text.null_word) == 0) {
+        free(*field);
+        *field = NULL;
+        return true;
+    }
+    char *copy = strdup(value);
+    if (!copy)
+        return false;
+    free(*field);
+    *field = copy;
+    return true;
+}
+
+static bool parse_exempt(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    return dbt_parse_exempt(s->env, value, field_of(s, cfg), &cfg->nexempt, err);
+}
+
+/* ---- shows: a field back as text ------------------------------------------------------------ */
+
+static void show_redis_url(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
+{
+    (void)s; /* never the parsed URL: it holds the password */
+    snprintf(out, cap, "%s", cfg->redis_url_redacted ? cfg->redis_url_redacted : "");
+}
+
+static void show_limit(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
+{
+    int n = *(const int *)const_field_of(s, cfg);
+    if (n)
+        snprintf(out, cap, "%d", n);
+    else
+        snprintf(out, cap, "unset (not throttled)");
+}
+
+static void show_bool(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", *(const bool *)const_field_of(s, cfg) ? "on" : "off");
+}
+
+/* A duration as the parsers accept it back: "infinite", "2m", "1500ms". */
+static void show_duration(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
+{
+    int64_t ms = *(const int64_t *)const_field_of(s, cfg);
+    if (ms == DBT_FOREVER)
+        snprintf(out, cap, "infinite");
+    else if (ms > 0 && ms % 3600000 == 0)
+        snprintf(out, cap, "%" PRId64 "h", ms / 3600000);
+    else if (ms > 0 && ms % 60000 == 0)
+        snprintf(out, cap, "%" PRId64 "m", ms / 60000);
+    else if (ms > 0 && ms % 1000 == 0)
+        snprintf(out, cap, "%" PRId64 "s", ms / 1000);
+    else
+        snprintf(out, cap, "%" PRId64 "ms", ms);
+}
+
+static void show_word(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
+{
+    int i = *(const int *)const_field_of(s, cfg);
+    snprintf(out, cap, "%s", i >= 0 && i < s->rule.words.n ? s->rule.words.names[i] : "?");
+}
+
+static void show_text(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
+{
+    const char *text = *(char *const *)const_field_of(s, cfg);
+    if (!text && s->rule.text.unset_shown)
+        snprintf(out, cap, "%s", s->rule.text.unset_shown);
+    else
+        dbt_escape(text ? text : "", 200, s->rule.text.quoted, out, cap);
+}
+
+static void show_exempt(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
+{
+    static const char *const fields[] = {"application_name", "user", "database"};
+    const dbt_exempt_rule *rules = const_field_of(s, cfg);
+    size_t len = 0;
+    out[0] = '\0';
+    for (int r = 0; r < cfg->nexempt && len + 1 < cap; r++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%s=%s", r ? "," : "",
+                                fields[rules[r].field], rules[r].pattern);
+    if (!cfg->nexempt)
+        snprintf(out, cap, "none");
+}
+
+/* ---- release: what a field owns ------------------------------------------------------------ */
+
+static void release_redis_url(const dbt_setting *s, dbt_config *cfg)
+{
+    dbt_redis_url_free(field_of(s, cfg));
+    free(cfg->redis_url_redacted);
+    cfg->redis_url_redacted = NULL;
+}
+
+static void release_text(const dbt_setting *s, dbt_config *cfg)
+{
+    char **field = field_of(s, cfg);
+    free(*field);
+    *field = NULL;
+}
+
+static void release_exempt(const dbt_setting *s, dbt_config *cfg)
+{
+    dbt_exempt_free(field_of(s, cfg), cfg->nexempt);
+    cfg->nexempt = 0;
+}
+
+/* ---- the kinds ------------------------------------------------------------------------------ */
+
+static const dbt_setting_kind as_redis_url = {parse_redis_url, show_redis_url, release_redis_url};
+static const dbt_setting_kind as_limit = {parse_limit, show_limit, NULL};
+static const dbt_setting_kind as_bool = {parse_bool, show_bool, NULL};
+static const dbt_setting_kind as_duration = {parse_duration, show_duration, NULL};
+static const dbt_setting_kind as_bounded_duration = {parse_duration_in, show_duration, NULL};
+static const dbt_setting_kind as_word = {parse_word, show_word, NULL};
+static const dbt_setting_kind as_text = {parse_text, show_text, release_text};
+static const dbt_setting_kind as_exempt = {parse_exempt, show_exempt, release_exempt};
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+static const char *const on_redis_error_words[] = {"open", "closed"}; /* dbt_on_error order */
+static const char *const log_level_words[] = {"off", "error", "warn", "info", "debug"};
+static const char *const log_format_words[] = {"logfmt", "json"}; /* dbt_log_format order */
+
+#define WORDS(list, expect) .rule.words = {(list), (int)(sizeof(list) / sizeof *(list)), (expect)}
+#define FIELD(name)         offsetof(dbt_config, name)
+
+const dbt_setting dbt_settings[] = {
+    {"redis_url", "DBTHROTTLE_REDIS_URL", "redis://127.0.0.1:6379", &as_redis_url, FIELD(redis),
+     .doc = "the Redis that holds the semaphores"},
+    {"max_queries", "DBTHROTTLE_MAX_QUERIES", NULL, &as_limit, FIELD(max_queries),
+     .doc = "queries running at once per pool; unset = not throttled"},
+    {"max_connections", "DBTHROTTLE_MAX_CONNECTIONS", NULL, &as_limit, FIELD(max_connections),
+     .doc = "connections open at once per pool; unset = not throttled"},
+    {"pool", "DBTHROTTLE_POOL", NULL, &as_text, FIELD(pool),
+     .rule.text = {.max_len = 65536,
+                   .unset_shown = "unset (each connection's host:port/dbname)",
+                   .quoted = true},
+     .doc = "the name of the shared limit; unset = each connection's host:port/dbname"},
+    {"wait_timeout", "DBTHROTTLE_WAIT_TIMEOUT", "2m", &as_duration, FIELD(wait_timeout_ms),
+     .rule.duration = {.allow_zero = true, .allow_forever = true},
+     .doc = "longest wait for a permit; 0 = never wait"},
+    {"lease", "DBTHROTTLE_LEASE", "10s", &as_bounded_duration, FIELD(lease_ms),
+     .rule.duration = {.min_ms = 200, .max_ms = 3600000, .range = "must be from 200ms to 1h"},
+     .doc = "a dead holder's permit returns within lease + lease/3"},
+    {"redis_timeout", "DBTHROTTLE_REDIS_TIMEOUT", "1s", &as_bounded_duration,
+     FIELD(redis_timeout_ms),
+     .rule.duration = {.min_ms = 10, .max_ms = 60000, .range = "must be from 10ms to 1m"},
+     .doc = "connect and command timeout for Redis"},
+    {"on_redis_error", "DBTHROTTLE_ON_REDIS_ERROR", "open", &as_word, FIELD(on_redis_error),
+     WORDS(on_redis_error_words, "open or closed"),
+     .doc = "while Redis is unreachable: open = run unthrottled, closed = fail"},
+    {"log", "DBTHROTTLE_LOG", "stderr", &as_text, FIELD(log_path),
+     .rule.text = {.null_word = "stderr", .unset_shown = "stderr"},
+     .doc = "stderr, or a file to append the log to"},
+    {"log_level", "DBTHROTTLE_LOG_LEVEL", "warn", &as_word, FIELD(log_level),
+     WORDS(log_level_words, "off, error, warn, info or debug"),
+     .doc = "off, error, warn, info (every acquisition) or debug"},
+    {"log_format", "DBTHROTTLE_LOG_FORMAT", "logfmt", &as_word, FIELD(log_format),
+     WORDS(log_format_words, "logfmt or json"), .doc = "logfmt or json"},
+    {"log_query", "DBTHROTTLE_LOG_QUERY", "off", &as_bool, FIELD(log_query),
+     .doc = "add each command's SQL text to its permit's trace lines"},
+    {"key_prefix", "DBTHROTTLE_KEY_PREFIX", "dbthrottle:", &as_text, FIELD(key_prefix),
+     .rule.text = {.max_len = 256, .quoted = true}, .doc = "prefix of every Redis key"},
+    {"disable", "DBTHROTTLE_DISABLE", "off", &as_bool, FIELD(disable),
+     .doc = "on: load but do nothing"},
+    {"exempt", "DBTHROTTLE_EXEMPT", NULL, &as_exempt, FIELD(exempt),
+     .doc = "connections that never take a permit (application_name=, user=, database= globs)"},
+    {"idle_in_tx_warn", "DBTHROTTLE_IDLE_IN_TX_WARN", "10s", &as_duration,
+     FIELD(idle_in_tx_warn_ms), .rule.duration = {.allow_forever = true},
+     .doc = "warn when a permit is held idle in a transaction this long"},
+    /* Off by default: see docs/configuration.md for why. */
+    {"cache_permits", "DBTHROTTLE_CACHE_PERMITS", "off", &as_bool, FIELD(cache_permits),
+     .doc = "keep a query permit between commands while nobody waits"},
+    {"cache_idle", "DBTHROTTLE_CACHE_IDLE", "50ms", &as_bounded_duration, FIELD(cache_idle_ms),
+     .rule.duration = {.min_ms = 1, .max_ms = 60000, .range = "must be from 1ms to 1m"},
+     .doc = "a kept permit unused this long goes back by itself"},
+    {"local_handover", "DBTHROTTLE_LOCAL_HANDOVER", "on", &as_bool, FIELD(local_handover),
+     .doc = "pass a permit from thread to thread while only this process waits"},
+    {"config", "DBTHROTTLE_CONFIG", NULL, &as_text, FIELD(config_file),
+     .rule.text = {.unset_shown = "none"}, .env_only = true,
+     .doc = "a configuration file with these settings"},
+    {.key = NULL},
+};
+
+#define NSETTINGS (sizeof dbt_settings / sizeof *dbt_settings - 1)
+_Static_assert(NSETTINGS <= DBT_MAX_SETTINGS, "dbt_config.sources has room for every setting");
+
+const dbt_setting *dbt_setting_find(const char *key)
+{
+    for (const dbt_setting *s = dbt_settings; s->key; s++)
+        if (strcmp(key, s->env) == 0 || strcasecmp(key, s->key) == 0)
+            return s;
+    return NULL;
+}
+
+void dbt_settings_release(dbt_config *cfg)
+{
+    for (const dbt_setting *s = dbt_settings; s->key; s++)
+        if (s->kind->release)
+            s->kind->release(s, cfg);
+}
+
+dbt_source dbt_setting_source(const dbt_config *cfg, const dbt_setting *s)
+{
+    return cfg->sources[s - dbt_settings];
+}
+
+const char *dbt_log_level_name(dbt_log_level l)
+{
+    return (unsigned)l < sizeof log_level_words / sizeof *log_level_words ? log_level_words[l]
+                                                                          : "?";
+}
