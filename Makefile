@@ -52,6 +52,9 @@ INC_base       = -Ipreload/base
 INC_redis      = $(INC_base) -Ipreload/redis -I$(BUILD)/gen $(filter -I%,$(HIREDIS_CFLAGS))
 INC_sem        = $(INC_redis) -Ipreload/sem
 INC_interpose  = $(INC_sem) -Ipreload/interpose $(LIBPQ_CFLAGS)
+# The connection state machine is pure: it is compiled without libpq's include path (so that it
+# cannot use libpq), and linked into the unit tests with a fake semaphore.
+INC_interpose/conn_state = $(INC_sem) -Ipreload/interpose
 # The library's clients below the interposer (the command, tests, benches): sem and below.
 INC_CLIENT     = $(INC_sem)
 
@@ -72,12 +75,13 @@ objs = $(patsubst preload/%.c,$(1)/%.o,$(2))
 core_objs = $(call objs,$(1),$(CORE_SRCS)) $(1)/redis/scripts.o
 
 # compile_rules DIR, COMPILER, FLAGS: one object tree, each file compiled with its layer's
-# include path (the first folder of its path under preload/). Written once for the normal build
+# include path (the first folder of its path under preload/, or INC_<folder>/<file> when a file
+# has one of its own). Written once for the normal build
 # and each sanitizer's. -MMD -MP: each object depends on exactly the headers it includes.
 define compile_rules
 $(1)/%.o: preload/%.c | $(SCRIPTS_H)
 	@mkdir -p $$(@D)
-	$(2) $(3) $$(INC_$$(firstword $$(subst /, ,$$*))) -MMD -MP -c $$< -o $$@
+	$(2) $(3) $$(or $$(INC_$$*),$$(INC_$$(firstword $$(subst /, ,$$*)))) -MMD -MP -c $$< -o $$@
 $(1)/redis/scripts.o: $(BUILD)/gen/scripts.c
 	@mkdir -p $$(@D)
 	$(2) $(3) $$(INC_redis) -MMD -MP -c $$< -o $$@
@@ -127,7 +131,10 @@ $(BUILD)/$(1): $(2) $(wildcard tests/support/*.h) $(BUILD)/libdbthrottle-core.a
 	@mkdir -p $$(@D)
 	$$(CC) $$(TEST_CFLAGS) -o $$@ $(2) $(BUILD)/libdbthrottle-core.a $(3) $$(LDLIBS_LIB)
 endef
-$(eval $(call test_binary,tests/unit,$(sort $(wildcard tests/unit/*.c)) $(SUPPORT_SRCS),$(CRITERION_LIBS)))
+# The unit tests also drive the connection state machine (pure: no libpq, no Redis).
+$(eval $(call test_binary,tests/unit,$(sort $(wildcard tests/unit/*.c)) $(SUPPORT_SRCS) \
+    $(BUILD)/obj/interpose/conn_state.o,$(CRITERION_LIBS)))
+$(BUILD)/tests/unit: TEST_CFLAGS += -Ipreload/interpose
 $(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS),$(CRITERION_LIBS)))
 $(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))

@@ -44,13 +44,9 @@ static void child(void)
     pthread_mutex_t fresh = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
     mu = fresh;
     for (size_t b = 0; b < BUCKETS; b++)
-        for (dbt_conn *c = buckets[b]; c; c = c->next) {
+        for (dbt_conn *c = buckets[b]; c; c = c->next)
             /* The parent's permits: only forgotten, see dbt_release. */
-            dbt_release(c->query_permit);
-            dbt_release(c->conn_permit);
-            c->query_permit = c->conn_permit = NULL;
-            c->query_parked = false;
-        }
+            dbt_conn_state_after_fork(&c->state, dbt_release);
 }
 
 static void install(void)

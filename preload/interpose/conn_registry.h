@@ -6,26 +6,21 @@
 #ifndef DBT_CONN_REGISTRY_H
 #define DBT_CONN_REGISTRY_H
 
+#include "conn_state.h"
 #include "sem_client.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
 typedef struct dbt_conn {
-    const void *pg;           /* the PGconn */
-    dbt_pool *pool;           /* NULL until the first command */
-    dbt_permit *query_permit; /* held from the first command until the connection is idle */
-    bool query_parked;        /* query_permit is kept between commands (DBTHROTTLE_CACHE_PERMITS) */
-    dbt_permit *conn_permit;  /* DBTHROTTLE_MAX_CONNECTIONS: held from connect to PQfinish */
-    int pipe_sent;            /* pipeline mode: commands sent since the last PQpipelineSync */
-    int pipe_syncs;           /* pipeline mode: syncs sent whose PGRES_PIPELINE_SYNC is unread */
-    int64_t idle_in_tx_since; /* non-zero while the permit is kept idle inside a transaction */
-    bool had_conn_permit;     /* took a connection permit: one lost is taken again */
-    bool checked_exempt;      /* DBTHROTTLE_EXEMPT was evaluated for this connection */
-    bool exempt;              /* it matched: this connection never takes a permit */
-    const char *exempt_rule;  /* the pattern that matched (owned by the configuration) */
-    char id[24];              /* "c<N>": names the connection in the trace */
-    char *refusal;            /* PQerrorMessage while a refusal is the last word, else NULL */
+    const void *pg;            /* the PGconn */
+    dbt_pool *pool;            /* NULL until the first command */
+    dbt_conn_state state;      /* its permits (conn_state.c) */
+    bool checked_exempt;       /* DBTHROTTLE_EXEMPT was evaluated for this connection */
+    bool exempt;               /* it matched: this connection never takes a permit */
+    const char *exempt_rule;   /* the pattern that matched (owned by the configuration) */
+    char id[24];               /* "c<N>": names the connection in the trace */
+    char *refusal;             /* the last refusal's message (PQerrorMessage while state.refused) */
     const char *refusal_state; /* its SQLSTATE: 53300, or 57014 when a cancel ended the wait */
     struct dbt_conn *next;
 } dbt_conn;

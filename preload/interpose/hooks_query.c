@@ -37,10 +37,7 @@
         dbt_nested++;                                                                              \
         int ok = real(__VA_ARGS__);                                                                \
         dbt_nested--;                                                                              \
-        if (!ok)                                                                                   \
-            dbt_throttle_after(conn);                                                              \
-        else if (DBT_REAL(PQpipelineStatus)(conn) != PQ_PIPELINE_OFF)                              \
-            dbt_throttle_pipeline_sent(conn);                                                      \
+        dbt_throttle_sent(conn, ok);                                                               \
         return ok;                                                                                 \
     } while (0)
 
@@ -135,8 +132,7 @@ HOOK PGresult *PQgetResult(PGconn *conn)
         if (!res) {
             dbt_throttle_after(conn); /* the command has ended */
         } else if (DBT_REAL(PQresultStatus)(res) == PGRES_PIPELINE_SYNC) {
-            dbt_throttle_pipeline_synced(conn);
-            dbt_throttle_after(conn); /* a pipeline with nothing more in flight is idle */
+            dbt_throttle_pipeline_synced(conn); /* with nothing more in flight, it is idle */
         }
     }
     return res;

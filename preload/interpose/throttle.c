@@ -1,10 +1,7 @@
-/* throttle.c - the permit decisions for one connection.
- *
- * A query permit is taken when a command is sent on a connection that holds none, and kept while
- * the connection is in a transaction (INTRANS, INERROR), in pipeline mode, or busy with the
- * command (COPY included); it goes back when the connection is idle again. So BEGIN ... COMMIT
- * is one permit, and a transaction never waits for a permit between its statements: releasing
- * there deadlocks when the holders of every permit wait for a row lock the transaction holds. */
+/* throttle.c - the glue between libpq and the permit state machine (conn_state.c): it finds the
+ * connection's entry, gathers what libpq knows of the connection into dbt_conn_facts, hands the
+ * state machine the permit operations over the semaphore client (the connection's pool, its
+ * exemption, its limits, a cancel that ends a wait), and words its refusals for libpq. */
 #include "throttle.h"
 
 #include "cancel_map.h"
@@ -171,27 +168,117 @@ static bool take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, i
     }
 }
 
-/* A permit Redis may have given to another (its lease ran out unrenewed, or Redis lost it) is
- * given back, so that the command goes through the queue again rather than run over the limit:
- * even inside a transaction, where the permit was being kept. */
-static void drop_if_lost(dbt_conn *c, dbt_permit **slot)
+/* ---- the permit operations the state machine uses: the semaphore client, for one connection */
+
+typedef struct {
+    const dbt_lib *lib;
+    dbt_conn *c;
+    PGconn *conn; /* NULL where no operation needs it (forget, connect failed) */
+} permit_ctx;
+
+static int limit_of(const dbt_lib *lib, dbt_kind kind)
 {
-    if (!*slot || !dbt_permit_lost(*slot))
-        return;
+    return kind == DBT_KIND_CONN ? lib->cfg.max_connections : lib->cfg.max_queries;
+}
+
+static bool op_throttled(void *ctx, dbt_kind kind)
+{
+    permit_ctx *x = ctx;
+    return limit_of(x->lib, kind) != 0 && !is_exempt(x->lib, x->c, x->conn);
+}
+
+static dbt_verdict op_acquire(void *ctx, dbt_kind kind, const char *query, dbt_permit **slot)
+{
+    permit_ctx *x = ctx;
+    return take(x->lib, x->c, x->conn, kind, limit_of(x->lib, kind), query, slot) ? DBT_PROCEED
+                                                                                  : DBT_REFUSE;
+}
+
+static void op_release(void *ctx, dbt_permit *permit)
+{
+    (void)ctx;
+    dbt_release(permit);
+}
+
+static bool op_park(void *ctx, dbt_permit *permit)
+{
+    (void)ctx;
+    return dbt_permit_park(permit);
+}
+
+static void op_unpark(void *ctx, dbt_permit **permit)
+{
+    (void)ctx;
+    dbt_permit_unpark(permit);
+}
+
+static bool op_lost(void *ctx, dbt_permit *permit)
+{
+    permit_ctx *x = ctx;
+    if (!dbt_permit_lost(permit))
+        return false;
     if (dbt_log_enabled(DBT_LOG_WARN)) {
-        dbt_field f[] = {DBT_S("conn", c->id), DBT_S("permit", dbt_permit_id(*slot)),
+        dbt_field f[] = {DBT_S("conn", x->c->id), DBT_S("permit", dbt_permit_id(permit)),
                          DBT_S("effect", "the next command acquires again, through the queue")};
         dbt_log(DBT_LOG_WARN, "reacquire", f, sizeof f / sizeof *f);
     }
-    if (*slot == c->query_permit && c->idle_in_tx_since)
-        c->idle_in_tx_since = 0;
-    dbt_release(*slot);
-    *slot = NULL;
+    return true;
 }
 
-/* What every permit decision starts with: the connection's entry, its last refusal forgotten,
- * and a bad configuration refused. Returns NULL when the command needs no decision (`*go` says
- * whether it may proceed). */
+static void op_note_idle(void *ctx, dbt_permit *permit, bool idle)
+{
+    (void)ctx;
+    dbt_permit_note_idle(permit, idle);
+}
+
+static const dbt_permit_ops sem_ops = {.throttled = op_throttled,
+                                       .acquire = op_acquire,
+                                       .release = op_release,
+                                       .park = op_park,
+                                       .unpark = op_unpark,
+                                       .lost = op_lost,
+                                       .note_idle = op_note_idle};
+
+/* ---- the facts libpq knows ----------------------------------------------------------------- */
+
+static dbt_conn_facts facts_of(PGconn *conn)
+{
+    dbt_conn_facts f = {.tx = DBT_TX_UNKNOWN, .pipeline = DBT_PIPELINE_OFF};
+    switch (DBT_REAL(PQtransactionStatus)(conn)) {
+    case PQTRANS_IDLE:
+        f.tx = DBT_TX_IDLE;
+        break;
+    case PQTRANS_ACTIVE:
+        f.tx = DBT_TX_ACTIVE;
+        break;
+    case PQTRANS_INTRANS:
+        f.tx = DBT_TX_INTRANS;
+        break;
+    case PQTRANS_INERROR:
+        f.tx = DBT_TX_INERROR;
+        break;
+    case PQTRANS_UNKNOWN:
+    default:
+        break;
+    }
+    switch (DBT_REAL(PQpipelineStatus)(conn)) {
+    case PQ_PIPELINE_ON:
+        f.pipeline = DBT_PIPELINE_ON;
+        break;
+    case PQ_PIPELINE_ABORTED:
+        f.pipeline = DBT_PIPELINE_ABORTED;
+        break;
+    case PQ_PIPELINE_OFF:
+    default:
+        break;
+    }
+    return f;
+}
+
+/* ---- the events ------------------------------------------------------------------------------ */
+
+/* What a command or a connect starts with: the connection's entry, and a bad configuration
+ * refused. Returns NULL when the event needs no decision (`*go` says whether it may proceed). */
 static dbt_conn *begin(PGconn *conn, const dbt_lib *lib, bool *go)
 {
     *go = true;
@@ -200,17 +287,23 @@ static dbt_conn *begin(PGconn *conn, const dbt_lib *lib, bool *go)
     dbt_conn *c = dbt_conn_find(conn, true);
     if (!c)
         return NULL; /* out of memory: better unthrottled than a crash */
-    free(c->refusal);
-    c->refusal = NULL;
     if (lib->broken) {
         char msg[DBT_ERRLEN + 64];
         snprintf(msg, sizeof msg, "dbthrottle: bad configuration: %s\n", lib->error);
+        free(c->refusal);
         c->refusal = strdup(msg);
         c->refusal_state = SQLSTATE_REFUSED;
+        dbt_conn_state_refuse(&c->state);
         *go = false;
         return NULL;
     }
     return c;
+}
+
+/* The entry of a connection the throttle already knows, for the events after a command. */
+static dbt_conn *known(PGconn *conn, const dbt_lib *lib)
+{
+    return lib->active ? dbt_conn_find(conn, false) : NULL;
 }
 
 bool dbt_throttle_connect(PGconn *conn)
@@ -220,23 +313,17 @@ bool dbt_throttle_connect(PGconn *conn)
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)
         return go;
-    if (c->conn_permit || lib->cfg.max_connections == 0 || is_exempt(lib, c, conn))
-        return true;
-    c->had_conn_permit =
-        take(lib, c, conn, DBT_KIND_CONN, lib->cfg.max_connections, NULL, &c->conn_permit);
-    return c->had_conn_permit;
+    permit_ctx x = {lib, c, conn};
+    return dbt_conn_state_connect(&c->state, &sem_ops, &x) == DBT_PROCEED;
 }
 
 void dbt_throttle_connect_failed(PGconn *conn)
 {
     const dbt_lib *lib = dbt_lib_get();
-    if (!lib->active)
-        return;
-    dbt_conn *c = dbt_conn_find(conn, false);
-    if (c && c->conn_permit) {
-        dbt_release(c->conn_permit);
-        c->conn_permit = NULL;
-    }
+    dbt_conn *c = known(conn, lib);
+    permit_ctx x = {lib, c, NULL};
+    if (c)
+        dbt_conn_state_connect_failed(&c->state, &sem_ops, &x);
 }
 
 bool dbt_throttle_before(PGconn *conn, const char *query)
@@ -246,53 +333,42 @@ bool dbt_throttle_before(PGconn *conn, const char *query)
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)
         return go;
-    drop_if_lost(c, &c->conn_permit);
-    if (!c->conn_permit && lib->cfg.max_connections > 0 && c->had_conn_permit &&
-        !take(lib, c, conn, DBT_KIND_CONN, lib->cfg.max_connections, NULL, &c->conn_permit))
-        return false;
-    if (c->query_parked) {
-        /* Kept since the last command: ours again, unless a waiter took it back meanwhile. */
-        c->query_parked = false;
-        dbt_permit_unpark(&c->query_permit);
-    }
-    drop_if_lost(c, &c->query_permit);
-    if (c->query_permit) {
-        if (c->idle_in_tx_since) {
-            dbt_permit_note_idle(c->query_permit, false);
-            c->idle_in_tx_since = 0;
-        }
-        return true;
-    }
-    if (lib->cfg.max_queries == 0 || is_exempt(lib, c, conn))
-        return true;
-    return take(lib, c, conn, DBT_KIND_QUERY, lib->cfg.max_queries, query, &c->query_permit);
+    permit_ctx x = {lib, c, conn};
+    return dbt_conn_state_command(&c->state, &sem_ops, &x, query) == DBT_PROCEED;
+}
+
+void dbt_throttle_sent(PGconn *conn, bool sent)
+{
+    const dbt_lib *lib = dbt_lib_get();
+    dbt_conn *c = known(conn, lib);
+    permit_ctx x = {lib, c, conn};
+    if (c)
+        dbt_conn_state_sent(&c->state, &sem_ops, &x, sent, facts_of(conn));
 }
 
 void dbt_throttle_after(PGconn *conn)
 {
     const dbt_lib *lib = dbt_lib_get();
-    if (!lib->active)
-        return;
-    dbt_conn *c = dbt_conn_find(conn, false);
-    if (!c || !c->query_permit || c->query_parked)
-        return;
-    PGTransactionStatusType tx = DBT_REAL(PQtransactionStatus)(conn);
-    bool pipeline_idle = DBT_REAL(PQpipelineStatus)(conn) == PQ_PIPELINE_OFF ||
-                         (c->pipe_sent == 0 && c->pipe_syncs == 0);
-    if (tx == PQTRANS_IDLE && pipeline_idle) {
-        if (dbt_permit_park(c->query_permit)) {
-            c->query_parked = true; /* for the next command, while nobody waits */
-        } else {
-            dbt_release(c->query_permit);
-            c->query_permit = NULL;
-        }
-        c->idle_in_tx_since = 0;
-        c->pipe_sent = c->pipe_syncs = 0;
-    } else if ((tx == PQTRANS_INTRANS || tx == PQTRANS_INERROR) && !c->idle_in_tx_since) {
-        /* Kept across the transaction: see the comment at the top of this file. */
-        c->idle_in_tx_since = 1;
-        dbt_permit_note_idle(c->query_permit, true);
-    }
+    dbt_conn *c = known(conn, lib);
+    permit_ctx x = {lib, c, conn};
+    if (c)
+        dbt_conn_state_ended(&c->state, &sem_ops, &x, facts_of(conn));
+}
+
+void dbt_throttle_pipeline_sync(PGconn *conn)
+{
+    dbt_conn *c = known(conn, dbt_lib_get());
+    if (c)
+        dbt_conn_state_pipeline_sync(&c->state);
+}
+
+void dbt_throttle_pipeline_synced(PGconn *conn)
+{
+    const dbt_lib *lib = dbt_lib_get();
+    dbt_conn *c = known(conn, lib);
+    permit_ctx x = {lib, c, conn};
+    if (c)
+        dbt_conn_state_pipeline_synced(&c->state, &sem_ops, &x, facts_of(conn));
 }
 
 void dbt_throttle_forget(PGconn *conn)
@@ -302,10 +378,9 @@ void dbt_throttle_forget(PGconn *conn)
         return;
     dbt_cancel_forget_conn(conn);
     dbt_conn *c = dbt_conn_take(conn);
-    if (c) {
-        dbt_release(c->query_permit);
-        dbt_release(c->conn_permit);
-    }
+    permit_ctx x = {lib, c, NULL};
+    if (c)
+        dbt_conn_state_forget(&c->state, &sem_ops, &x);
     dbt_conn_free(c);
 }
 
@@ -327,34 +402,5 @@ PGresult *dbt_throttle_refused_result(PGconn *conn)
 const char *dbt_throttle_error(const PGconn *conn)
 {
     dbt_conn *c = dbt_conn_find(conn, false);
-    return c ? c->refusal : NULL;
-}
-
-static dbt_conn *pipeline_conn(PGconn *conn)
-{
-    const dbt_lib *lib = dbt_lib_get();
-    return lib->active ? dbt_conn_find(conn, false) : NULL;
-}
-
-void dbt_throttle_pipeline_sent(PGconn *conn)
-{
-    dbt_conn *c = pipeline_conn(conn);
-    if (c)
-        c->pipe_sent++;
-}
-
-void dbt_throttle_pipeline_sync(PGconn *conn)
-{
-    dbt_conn *c = pipeline_conn(conn);
-    if (c) {
-        c->pipe_syncs++;
-        c->pipe_sent = 0;
-    }
-}
-
-void dbt_throttle_pipeline_synced(PGconn *conn)
-{
-    dbt_conn *c = pipeline_conn(conn);
-    if (c && c->pipe_syncs > 0)
-        c->pipe_syncs--;
+    return c && dbt_conn_state_refused(&c->state) ? c->refusal : NULL;
 }

@@ -1,5 +1,6 @@
-/* throttle.h - the permit decisions for one connection: when a command takes a query permit and
- * when the connection gives it back. The hooks only translate libpq calls into these events. */
+/* throttle.h - the events of a connection, as the hooks see them: each gathers what libpq knows
+ * and hands it to the permit state machine (conn_state.h), which decides when a command takes a
+ * query permit and when the connection gives it back. The hooks only translate libpq calls. */
 #ifndef DBT_THROTTLE_H
 #define DBT_THROTTLE_H
 
@@ -15,14 +16,17 @@ extern __thread int dbt_nested;
  * False: refused; conn's error message says why (see dbt_throttle_error). */
 bool dbt_throttle_before(PGconn *conn, const char *query);
 
-/* A command on conn has ended (a synchronous call returned, or PQgetResult returned NULL).
- * The permit goes back once the connection is idle: not inside a transaction or a pipeline. */
+/* A PQsend* call returned: `sent` false when it sent nothing (the command has ended at once). */
+void dbt_throttle_sent(PGconn *conn, bool sent);
+
+/* A command on conn has ended (a synchronous call returned, PQgetResult returned NULL, the
+ * pipeline was left). The permit goes back once the connection is idle: not inside a
+ * transaction or a pipeline. */
 void dbt_throttle_after(PGconn *conn);
 
-/* Pipeline bookkeeping: a command was queued, a sync was sent, a sync's result was read. A
- * connection that stays in pipeline mode gives its permit back once every sync it sent has been
- * answered and nothing was queued after the last one. */
-void dbt_throttle_pipeline_sent(PGconn *conn);
+/* Pipeline bookkeeping: a sync was sent; a sync's result was read (then as dbt_throttle_after).
+ * A connection that stays in pipeline mode gives its permit back once every sync it sent has
+ * been answered and nothing was queued after the last one. */
 void dbt_throttle_pipeline_sync(PGconn *conn);
 void dbt_throttle_pipeline_synced(PGconn *conn);
 
