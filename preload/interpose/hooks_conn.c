@@ -11,11 +11,13 @@
 
 HOOK void PQfinish(PGconn *conn)
 {
-    if (conn)
-        dbt_throttle_forget(conn);
+    /* Permits go back once the socket is closed: given back first, the next connection they
+     * admit could reach the server while this one is still open there. */
+    struct dbt_conn *taken = conn ? dbt_throttle_take(conn) : NULL;
     __typeof__(&PQfinish) real = DBT_REAL(PQfinish);
     if (real)
         real(conn);
+    dbt_throttle_give_back(taken);
 }
 
 HOOK void PQreset(PGconn *conn)

@@ -371,17 +371,27 @@ void dbt_throttle_pipeline_synced(PGconn *conn)
         dbt_conn_state_pipeline_synced(&c->state, &sem_ops, &x, facts_of(conn));
 }
 
-void dbt_throttle_forget(PGconn *conn)
+dbt_conn *dbt_throttle_take(PGconn *conn)
 {
     const dbt_lib *lib = dbt_lib_get();
     if (!lib->active && !lib->broken)
-        return;
+        return NULL;
     dbt_cancel_forget_conn(conn);
-    dbt_conn *c = dbt_conn_take(conn);
-    permit_ctx x = {lib, c, NULL};
-    if (c)
-        dbt_conn_state_forget(&c->state, &sem_ops, &x);
+    return dbt_conn_take(conn);
+}
+
+void dbt_throttle_give_back(dbt_conn *c)
+{
+    if (!c)
+        return;
+    permit_ctx x = {dbt_lib_get(), c, NULL};
+    dbt_conn_state_forget(&c->state, &sem_ops, &x);
     dbt_conn_free(c);
+}
+
+void dbt_throttle_forget(PGconn *conn)
+{
+    dbt_throttle_give_back(dbt_throttle_take(conn));
 }
 
 static const char *c_state(const PGconn *conn)
