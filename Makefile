@@ -6,7 +6,8 @@
 #   make demo       a throwaway Redis and PostgreSQL, 16 pgbench clients throttled to 4
 #   make bench      benchmarks against a throwaway redis-server and PostgreSQL
 #   make install    PREFIX=/usr/local DESTDIR=
-# One fault case or integration case by name: make test-faults T=holder_killed.
+# One fault case or integration case by name: make test-faults T=holders_killed_or_stopped,
+# make test-integration T=pgbench_modes (the names: ls tests/faults; the integration's $cases).
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -184,7 +185,8 @@ faults_under = rm -f $(SANLOG)* && DBT_LIB=$(CURDIR)/$(BUILD)/check/libdbthrottl
 ASAN_FAULT_ENV = DBT_PRELOAD_FIRST=$(ASAN_RT) ASAN_OPTIONS=detect_leaks=0:log_path=$(SANLOG) \
     UBSAN_OPTIONS=print_stacktrace=1:log_path=$(SANLOG) FAULT_EXIT_NOW=1
 TSAN_FAULT_ENV = DBT_WORKER=$(CURDIR)/$(BUILD)/check/fault_worker-tsan TSAN_OPTIONS=log_path=$(SANLOG)
-SANITIZED_CASES := 3 4 7 10
+SANITIZED_CASES := query_longer_than_lease lease_lost_while_redis_away clients_that_disagree \
+    threads_share_a_pool
 
 check-asan: $(BUILD)/check/stress-asan $(BUILD)/check/sem-asan $(BUILD)/check/libdbthrottle-asan.so all $(BUILD)/tests/fault_worker
 	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/check/stress-asan
@@ -195,13 +197,13 @@ check-asan: $(BUILD)/check/stress-asan $(BUILD)/check/sem-asan $(BUILD)/check/li
 check-tsan: $(BUILD)/check/stress-tsan $(BUILD)/check/libdbthrottle-tsan.so $(BUILD)/check/fault_worker-tsan all
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/check/stress-tsan
 	$(call faults_under,tsan,$(SANITIZED_CASES),$(TSAN_FAULT_ENV))
-	$(call faults_under,tsan,10,$(TSAN_FAULT_ENV) DBTHROTTLE_CACHE_PERMITS=on)
+	$(call faults_under,tsan,threads_share_a_pool,$(TSAN_FAULT_ENV) DBTHROTTLE_CACHE_PERMITS=on)
 
 check-valgrind: $(BUILD)/check/stress-plain all $(BUILD)/tests/fault_worker
 	valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=9 $(BUILD)/check/stress-plain
 	rm -f $(SANLOG)*
 	DBT_WRAP="valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --log-file=$(SANLOG).%p" \
-	    DBT_SANITIZER_LOGS=$(SANLOG) sh tests/faults/run.sh 10
+	    DBT_SANITIZER_LOGS=$(SANLOG) sh tests/faults/run.sh threads_share_a_pool
 
 # ---- tests ------------------------------------------------------------------------------------
 deps:
@@ -240,7 +242,7 @@ test-integration: all $(INTEGRATION_BINS)
 	sh tests/integration/test_interposer.sh $(T)
 
 # The fault suite (tests/faults/run.sh): crashes, Redis outages, signals, fork, netns. T="a b"
-# runs only those cases (by name: ls tests/faults/*.sh).
+# runs only those cases, by name (ls tests/faults; run.sh runs all in its own order).
 test-faults: all $(BUILD)/tests/fault_worker
 	sh tests/faults/run.sh $(T)
 
