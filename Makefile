@@ -103,7 +103,10 @@ $(BUILD)/libdbthrottle-core.a: $(call core_objs,$(BUILD)/obj)
 	rm -f $@ && ar rcs $@ $^
 
 TEST_CFLAGS = $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Itests/support
-SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
+# Helpers for every test program; the *_fixture.c ones are Criterion fixtures, for the suites only
+# (the benches and the stress program do not link Criterion).
+FIXTURE_SRCS := $(sort $(wildcard tests/support/*_fixture.c))
+SUPPORT_SRCS := $(filter-out $(FIXTURE_SRCS),$(sort $(wildcard tests/support/*.c)))
 CRITERION_LIBS := -lcriterion
 
 # The operator's command: the library's own configuration, Redis and script code (the core
@@ -120,7 +123,7 @@ $(BUILD)/$(1): $(2) $(wildcard tests/support/*.h) $(BUILD)/libdbthrottle-core.a
 	$$(CC) $$(TEST_CFLAGS) -o $$@ $(2) $(BUILD)/libdbthrottle-core.a $(3) $$(LDLIBS_LIB)
 endef
 $(eval $(call test_binary,tests/unit,$(sort $(wildcard tests/unit/*.c)) $(SUPPORT_SRCS),$(CRITERION_LIBS)))
-$(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS),$(CRITERION_LIBS)))
+$(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS),$(CRITERION_LIBS)))
 $(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/dbt-peer-worker,bench/peers/dbt_worker.c,))
@@ -164,7 +167,7 @@ $(BUILD)/check/stress-%: tests/stress/sem_stress.c $(SUPPORT_SRCS) $$(call core_
 	$(SAN_CC_$*) $(call san_cflags,$*) $(INC_CLIENT) -Itests/support -o $@ $(filter %.c %.o,$^) $(HIREDIS_A) -ldl
 # The semaphore suite under ASan+UBSan. (Criterion itself does not run under TSan: the stress
 # program and the preloaded library cover threads there.)
-$(BUILD)/check/sem-asan: $(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(call core_objs,$(BUILD)/check/asan)
+$(BUILD)/check/sem-asan: $(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS) $(call core_objs,$(BUILD)/check/asan)
 	clang $(call san_cflags,asan) $(INC_CLIENT) -Itests/support -o $@ $(filter %.c %.o,$^) \
 	    $(CRITERION_LIBS) $(HIREDIS_A) -ldl
 $(BUILD)/check/libdbthrottle-%.so: $$(call core_objs,$(BUILD)/check/$$*) \
