@@ -11,6 +11,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 cases="holders_killed_or_stopped redis_restarts_and_stalls query_longer_than_lease
     lease_lost_while_redis_away cancel_ends_wait fork_and_threads clients_that_disagree
     host_cut_off secrets_stay_hidden threads_share_a_pool"
+# A case file missing from the order would silently never run.
+for f in "$here"/*.sh; do
+    n=$(basename "$f" .sh)
+    [ "$n" = run ] || is_case "$n" || { echo "$f is not in run.sh's cases" >&2; exit 2; }
+done
 pick_cases "$@"
 harness_begin faults
 suite_cleanup() { command -v netns_cleanup >/dev/null && netns_cleanup; }

@@ -52,16 +52,14 @@ summary() {
 # any server starts. The suite runs each with its own run_case NAME.
 pick_cases() {
     for pc_name in "$@"; do
-        case " $(echo $cases) " in
-        *" $pc_name "*) ;;
-        *)
+        is_case "$pc_name" || {
             echo "no case \"$pc_name\"; the cases are:" $cases >&2
             exit 2
-            ;;
-        esac
+        }
     done
     picked=${*:-$cases}
 }
+is_case() { case " $(echo $cases) " in *" $1 "*) return 0 ;; esac; return 1; }
 run_picked() { for rp_name in $picked; do run_case "$rp_name"; done; }
 
 # ---- the work directory and cleanup -------------------------------------------------------------
