@@ -6,7 +6,8 @@
 #   make demo       a throwaway Redis and PostgreSQL, 16 pgbench clients throttled to 4
 #   make bench      benchmarks against a throwaway redis-server and PostgreSQL
 #   make install    PREFIX=/usr/local DESTDIR=
-# One fault case or integration case by name: make test-faults T=holder_killed.
+# One fault case or integration case by name: make test-faults T=holders_killed_or_stopped,
+# make test-integration T=pgbench_modes (the names: ls tests/faults; the integration's $cases).
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -115,7 +116,10 @@ $(BUILD)/libdbthrottle-core.a: $(call core_objs,$(BUILD)/obj)
 
 # DBT_SOURCE_DIR: where a test finds the documents it checks against the code (test_settings.c).
 TEST_CFLAGS = $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Itests/support -DDBT_SOURCE_DIR='"$(CURDIR)"'
-SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
+# Helpers for every test program; the *_fixture.c ones are Criterion fixtures, for the suites only
+# (the benches and the stress program do not link Criterion).
+FIXTURE_SRCS := $(sort $(wildcard tests/support/*_fixture.c))
+SUPPORT_SRCS := $(filter-out $(FIXTURE_SRCS),$(sort $(wildcard tests/support/*.c)))
 CRITERION_LIBS := -lcriterion
 
 # The operator's command: the library's own configuration, Redis and script code (the core
@@ -135,7 +139,7 @@ endef
 $(eval $(call test_binary,tests/unit,$(sort $(wildcard tests/unit/*.c)) $(SUPPORT_SRCS) \
     $(BUILD)/obj/interpose/conn_state.o,$(CRITERION_LIBS)))
 $(BUILD)/tests/unit: TEST_CFLAGS += -Ipreload/interpose
-$(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS),$(CRITERION_LIBS)))
+$(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS),$(CRITERION_LIBS)))
 $(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/dbt-peer-worker,bench/peers/dbt_worker.c,))
@@ -183,7 +187,7 @@ $(BUILD)/check/stress-%: tests/stress/sem_stress.c $(SUPPORT_SRCS) $$(call core_
 	$(SAN_CC_$*) $(call san_cflags,$*) $(INC_CLIENT) -Itests/support -o $@ $(filter %.c %.o,$^) $(HIREDIS_A) -ldl
 # The semaphore suite under ASan+UBSan. (Criterion itself does not run under TSan: the stress
 # program and the preloaded library cover threads there.)
-$(BUILD)/check/sem-asan: $(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(call core_objs,$(BUILD)/check/asan)
+$(BUILD)/check/sem-asan: $(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS) $(call core_objs,$(BUILD)/check/asan)
 	clang $(call san_cflags,asan) $(INC_CLIENT) -Itests/support -o $@ $(filter %.c %.o,$^) \
 	    $(CRITERION_LIBS) $(HIREDIS_A) -ldl
 $(BUILD)/check/libdbthrottle-%.so: $$(call core_objs,$(BUILD)/check/$$*) \
@@ -204,7 +208,8 @@ faults_under = rm -f $(SANLOG)* && DBT_LIB=$(CURDIR)/$(BUILD)/check/libdbthrottl
 ASAN_FAULT_ENV = DBT_PRELOAD_FIRST=$(ASAN_RT) ASAN_OPTIONS=detect_leaks=0:log_path=$(SANLOG) \
     UBSAN_OPTIONS=print_stacktrace=1:log_path=$(SANLOG) FAULT_EXIT_NOW=1
 TSAN_FAULT_ENV = DBT_WORKER=$(CURDIR)/$(BUILD)/check/fault_worker-tsan TSAN_OPTIONS=log_path=$(SANLOG)
-SANITIZED_CASES := 3 4 7 10
+SANITIZED_CASES := query_longer_than_lease lease_lost_while_redis_away clients_that_disagree \
+    threads_share_a_pool
 
 check-asan: $(BUILD)/check/stress-asan $(BUILD)/check/sem-asan $(BUILD)/check/libdbthrottle-asan.so all $(BUILD)/tests/fault_worker
 	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/check/stress-asan
@@ -215,13 +220,13 @@ check-asan: $(BUILD)/check/stress-asan $(BUILD)/check/sem-asan $(BUILD)/check/li
 check-tsan: $(BUILD)/check/stress-tsan $(BUILD)/check/libdbthrottle-tsan.so $(BUILD)/check/fault_worker-tsan all
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/check/stress-tsan
 	$(call faults_under,tsan,$(SANITIZED_CASES),$(TSAN_FAULT_ENV))
-	$(call faults_under,tsan,10,$(TSAN_FAULT_ENV) DBTHROTTLE_CACHE_PERMITS=on)
+	$(call faults_under,tsan,threads_share_a_pool,$(TSAN_FAULT_ENV) DBTHROTTLE_CACHE_PERMITS=on)
 
 check-valgrind: $(BUILD)/check/stress-plain all $(BUILD)/tests/fault_worker
 	valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=9 $(BUILD)/check/stress-plain
 	rm -f $(SANLOG)*
 	DBT_WRAP="valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --log-file=$(SANLOG).%p" \
-	    DBT_SANITIZER_LOGS=$(SANLOG) sh tests/faults/run.sh 10
+	    DBT_SANITIZER_LOGS=$(SANLOG) sh tests/faults/run.sh threads_share_a_pool
 
 # ---- tests ------------------------------------------------------------------------------------
 deps:
@@ -261,7 +266,7 @@ test-integration: all $(INTEGRATION_BINS)
 	sh tests/integration/test_interposer.sh $(T)
 
 # The fault suite (tests/faults/run.sh): crashes, Redis outages, signals, fork, netns. T="a b"
-# runs only those cases (by name: ls tests/faults/*.sh).
+# runs only those cases, by name (ls tests/faults; run.sh runs all in its own order).
 test-faults: all $(BUILD)/tests/fault_worker
 	sh tests/faults/run.sh $(T)
 

@@ -1,6 +1,7 @@
 #!/bin/sh
 # pgtmp.sh start DIR   - initdb + start a throwaway PostgreSQL in DIR on a free loopback port;
 #                        prints the port. Runs the server as the postgres user when root.
+# pgtmp.sh restart DIR - restarts it (on the same port) to apply settings that need a restart.
 # pgtmp.sh stop DIR    - stops it and removes DIR.
 set -eu
 cmd=$1
@@ -39,6 +40,9 @@ CONF
         [ $tries -lt 10 ] || { cat "$dir/server.log" >&2; exit 1; }
     done
     ;;
+restart)
+    as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w restart -m fast
+    ;;
 stop)
     if [ -d "$dir/data" ]; then
         as_pg "$bindir/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
@@ -46,7 +50,7 @@ stop)
     rm -rf "$dir"
     ;;
 *)
-    echo "usage: pgtmp.sh start|stop DIR" >&2
+    echo "usage: pgtmp.sh start|restart|stop DIR" >&2
     exit 2
     ;;
 esac

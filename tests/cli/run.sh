@@ -5,25 +5,19 @@
 # the last line is "N passed, N failed", and the exit status is non-zero on a failure.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../faults/lib.sh"
+. "$here/../support/lib.sh"
 D=${DBT_CLI:-$top/build/dbthrottle}
-work=$(mktemp -d /tmp/dbt-cli-XXXXXX)
-chmod 755 "$work"
+harness_begin cli
 tmux_sock=dbt-cli-$$
-cleanup() {
-    for p in $(cat "$work"/pids 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    tmux -L "$tmux_sock" kill-server 2>/dev/null
-    tmux -L "$tmux_sock-2" kill-server 2>/dev/null
-    [ -n "${redis_pid:-}" ] && kill -9 "$redis_pid" 2>/dev/null
-    pg_stop
-    if [ -n "${DBT_CLI_KEEP:-}" ]; then echo "# kept $work"; else rm -rf "$work"; fi
+suite_cleanup() {
+    tmux -L "dbt-cli-$$" kill-server 2>/dev/null
+    tmux -L "dbt-cli-$$-2" kill-server 2>/dev/null
 }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
 
 export DBTHROTTLE_LOG_LEVEL=warn
 redis_start
 pg_start
+counter_install
 host=$(hostname)
 
 # bg OUT CMD...: runs CMD in the background, its pid in $bg (killed at the end in any case).
@@ -331,5 +325,4 @@ for c in run status top check limit drain resume evict; do
 done
 check "dbthrottle(1) has a section for every command${missing:+ (missing:$missing)}" '[ -z "$missing" ]'
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+summary

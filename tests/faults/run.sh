@@ -1,26 +1,29 @@
 #!/bin/sh
 # run.sh [CASE...] - the fault suite: libdbthrottle.so preloaded into real libpq workers, against a
 # redis-server and a PostgreSQL this script starts (and stops) on free loopback ports, while the
-# test kills, stops, stalls and cuts things. Each case prints what it checked; the last line is
-# "N passed, N failed" and the exit status is non-zero on a failure. Cases: 1-10, default all.
+# test kills, stops, stalls and cuts things. Each case is a file here named for what it tests
+# (make test-faults T=holders_killed_or_stopped runs one); with no names all run, in the order
+# below. Each case prints what it checked; the last line is "N passed, N failed" and the exit
+# status is non-zero on a failure.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/lib.sh"
-work=$(mktemp -d /tmp/dbt-faults-XXXXXX)
-chmod 755 "$work"
-cleanup() {
-    for p in $(cat "$work"/pids 2>/dev/null); do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-    [ -n "${redis_pid:-}" ] && kill -9 "$redis_pid" 2>/dev/null
-    command -v netns_cleanup >/dev/null && netns_cleanup
-    pg_stop
-    if [ -n "${DBT_FAULTS_KEEP:-}" ]; then echo "# kept $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+. "$here/../support/lib.sh"
+cases="holders_killed_or_stopped redis_restarts_and_stalls query_longer_than_lease
+    lease_lost_while_redis_away cancel_ends_wait fork_and_threads clients_that_disagree
+    host_cut_off secrets_stay_hidden threads_share_a_pool"
+# A case file missing from the order would silently never run.
+for f in "$here"/*.sh; do
+    n=$(basename "$f" .sh)
+    [ "$n" = run ] || is_case "$n" || { echo "$f is not in run.sh's cases" >&2; exit 2; }
+done
+pick_cases "$@"
+harness_begin faults
+suite_cleanup() { command -v netns_cleanup >/dev/null && netns_cleanup; }
 
 export DBTHROTTLE_LOG_LEVEL=${DBT_FAULTS_LOG_LEVEL:-warn}
 redis_start
 pg_start
+counter_install
 
 # spawn OUT ENV... : starts a worker in the background with the preload; its pid in $spawned.
 spawn() {
@@ -31,16 +34,33 @@ spawn() {
     spawned_list="${spawned_list:-} $spawned"
     echo "$spawned" >>"$work/pids"
 }
-
-for c in ${*:-1 2 3 4 5 6 7 8 9 10}; do
+# wait_workers: waits for every worker spawned since the last call (not for the servers).
+wait_workers() {
+    for p in ${spawned_list:-}; do wait "$p"; done
     spawned_list=
-    . "$here/case$c.sh"
-done
+}
+# sum_field / max_field FIELD FILES...: the sum (the largest) of FIELD=N over the workers'
+# summary lines.
+sum_field() {
+    f=$1
+    shift
+    cat "$@" 2>/dev/null | tr ' ' '\n' | awk -F= -v f="$f" '$1 == f { s += $2 } END { print s + 0 }'
+}
+max_field() {
+    f=$1
+    shift
+    cat "$@" 2>/dev/null | tr ' ' '\n' | awk -F= -v f="$f" '$1 == f && $2 + 0 > m { m = $2 + 0 } END { print m + 0 }'
+}
+
+run_case() {
+    spawned_list=
+    . "$here/$1.sh"
+}
+run_picked
 
 if [ -n "${DBT_SANITIZER_LOGS:-}" ]; then
     reports=$(find "$(dirname "$DBT_SANITIZER_LOGS")" -name "$(basename "$DBT_SANITIZER_LOGS")*" -size +0 2>/dev/null)
     check "no sanitizer report from any preloaded process${reports:+: $reports}" '[ -z "$reports" ]'
     for f in $reports; do head -40 "$f"; done
 fi
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+summary

@@ -1,113 +1,95 @@
 #!/bin/sh
-# test_interposer.sh - libdbthrottle.so preloaded into unmodified libpq programs (psql, pgbench),
-# against a redis-server and a PostgreSQL this script starts on free loopback ports and stops.
-# Prints one line per check and "N passed, N failed" at the end; exits non-zero on a failure.
+# test_interposer.sh [CASE...] - libdbthrottle.so preloaded into unmodified libpq programs (psql,
+# pgbench, client libraries), against a redis-server and a PostgreSQL this script starts on free
+# loopback ports and stops. Each case is a function it_NAME below; with no names all run, in the
+# order of $cases (make test-integration T=pgbench_modes runs one). Prints one line per check and
+# "N passed, N failed" at the end; exits non-zero on a failure.
 set -u
-top=$(cd "$(dirname "$0")/../.." && pwd)
-lib=$top/build/libdbthrottle.so
-work=$(mktemp -d /tmp/dbt-it-XXXXXX)
-chmod 755 "$work"
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   - $*"; }
-fail() { failed=$((failed + 1)); echo "FAIL - $*"; }
-check() { # check "what" command... (a condition of several parts: one quoted string, eval'ed)
-    what=$1
-    shift
-    if [ $# -eq 1 ]; then
-        if eval "$1"; then ok "$what"; else fail "$what"; fi
-    elif "$@"; then ok "$what"; else fail "$what"; fi
-}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../support/lib.sh"
+cases="limit_holds_at_the_server transaction_is_one_permit log_query cache_permits
+    no_deadlock_with_lock_waiters refusal_reads_like_a_libpq_error bad_setting_refuses
+    programs_without_libpq_untouched same_results_throttled pgbench_modes copy_holds_one_permit
+    fork_child_takes_its_own client_libraries exempt_connections idle_in_transaction_warning
+    connection_permits large_objects psycopg2_async interactive_psql dlsym_returns_our_hooks
+    psycopg3_cancel_ends_wait"
+pick_cases "$@"
+harness_begin it
 
-cleanup() {
-    [ -n "${redis_pid:-}" ] && kill "$redis_pid" 2>/dev/null
-    sh "$top/tools/pgtmp.sh" stop "$work/pg" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-# ---- servers ----------------------------------------------------------------------------------
-for attempt in 1 2 3 4 5; do
-    rport=$(( ( $(od -An -N2 -tu2 /dev/urandom) % 30000 ) + 20000 ))
-    redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
-        --logfile "$work/redis.log" &
-    redis_pid=$!
-    i=0
-    while [ $i -lt 100 ] && ! redis-cli -p "$rport" ping >/dev/null 2>&1; do
-        sleep 0.05
-        i=$((i + 1))
-    done
-    redis-cli -p "$rport" ping >/dev/null 2>&1 && break
-    kill "$redis_pid" 2>/dev/null
-done
-PGPORT=$(sh "$top/tools/pgtmp.sh" start "$work/pg") || { echo "FAIL - PostgreSQL did not start"; exit 1; }
-export PGHOST=127.0.0.1 PGPORT PGUSER=postgres PGDATABASE=postgres
-export DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$rport
+# ---- shared by every case: the servers, a table, helpers -----------------------------------------
+redis_start
+pg_start
 psql -qAt -c "create table r (id int primary key, v int); insert into r values (1, 0)" >/dev/null
-
-throttled() { # throttled ENV... -- command...: runs under the preload
-    env LD_PRELOAD="$lib" "$@"
-}
+logfile=$work/pg/server.log
+# Debian's own interpreters (a PATH may put another python3 first).
+py=/usr/bin/python3
 
 wait_holders() { # wait_holders q|c N: until the pools hold N permits of that kind (10 s at most)
     i=0
-    until [ "$(redis-cli -p "$rport" --raw eval "local n = 0 for _, k in ipairs(redis.call('keys', 'dbthrottle:*:$1:holders')) do n = n + redis.call('zcard', k) end return n" 0)" = "$2" ] || [ $i -ge 200 ]; do
+    until [ "$(rcli --raw eval "local n = 0 for _, k in ipairs(redis.call('keys', 'dbthrottle:*:$1:holders')) do n = n + redis.call('zcard', k) end return n" 0)" = "$2" ] || [ $i -ge 200 ]; do
         sleep 0.05
         i=$((i + 1))
     done
 }
 
-# ---- 1. the limit holds at the server --------------------------------------------------------
-# Every statement's start and end come from the server's own log; their largest overlap is the
-# most statements that ran at once. The log's clock has millisecond steps, so each interval is
-# shortened by 1 ms: a false overlap is then impossible, and a real one (a statement too many
-# runs a whole 50 ms) is still seen.
-psql -qAt -c "alter system set log_min_duration_statement = 0" \
-    -c "alter system set log_line_prefix = '%m '" -c "select pg_reload_conf()" >/dev/null
-echo "select pg_sleep(0.05);" >"$work/sleep.sql"
-logfile=$work/pg/server.log
-start_line=$(wc -l <"$logfile")
-t0=$(date +%s.%N)
-throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG=$work/trace1.log DBTHROTTLE_LOG_LEVEL=info \
-    pgbench -n -c 32 -j 32 -t 5 -f "$work/sleep.sql" >"$work/pgbench1.out" 2>&1
-rc=$?
-t1=$(date +%s.%N)
-psql -qAt -c "alter system reset log_min_duration_statement" -c "select pg_reload_conf()" >/dev/null
-check "pgbench -c 32 under MAX_QUERIES=4 completes" [ $rc -eq 0 ]
-tail -n +"$((start_line + 1))" "$logfile" | grep 'statement: select pg_sleep(0.05)' >"$work/stmts"
-max=$(awk '{
-    split($2, t, ":"); end = t[1] * 3600 + t[2] * 60 + t[3];
-    for (i = 1; i <= NF; i++) if ($i == "duration:") d = $(i + 1) / 1000;
-    printf "%.6f 1\n%.6f -1\n", end - d, end - 0.001 }' "$work/stmts" | sort -k1,1n -k2,2n |
-    awk '{ cur += $2; if (cur > max) max = cur } END { print max + 0 }')
-n=$(wc -l <"$work/stmts")
-check "160 statements ran (saw $n)" [ "$n" -eq 160 ]
-check "at most 4 statements at once at the server (saw $max)" [ "$max" -le 4 ]
-check "the limit was reached (saw $max)" [ "$max" -eq 4 ]
-rate=$(echo "$t0 $t1" | awk '{ printf "%.1f", 160 / ($2 - $1) }')
-echo "info - 160 x pg_sleep(0.05) at limit 4: $rate statements/s (ideal 80, with 32 connects)"
-grants=$(grep -c 'event=grant' "$work/trace1.log")
-check "one grant per statement (saw $grants)" [ "$grants" -eq 160 ]
+# ---- the cases -----------------------------------------------------------------------------------
+# the limit holds at the server
+it_limit_holds_at_the_server() {
+    # Every statement's start and end come from the server's own log; their largest overlap is the
+    # most statements that ran at once. The log's clock has millisecond steps, so each interval is
+    # shortened by 1 ms: a false overlap is then impossible, and a real one (a statement too many
+    # runs a whole 50 ms) is still seen.
+    psql -qAt -c "alter system set log_min_duration_statement = 0" \
+        -c "alter system set log_line_prefix = '%m '" -c "select pg_reload_conf()" >/dev/null
+    echo "select pg_sleep(0.05);" >"$work/sleep.sql"
+    start_line=$(wc -l <"$logfile")
+    t0=$(date +%s.%N)
+    throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG=$work/trace1.log DBTHROTTLE_LOG_LEVEL=info \
+        pgbench -n -c 32 -j 32 -t 5 -f "$work/sleep.sql" >"$work/pgbench1.out" 2>&1
+    rc=$?
+    t1=$(date +%s.%N)
+    psql -qAt -c "alter system reset log_min_duration_statement" -c "select pg_reload_conf()" >/dev/null
+    check "pgbench -c 32 under MAX_QUERIES=4 completes" [ $rc -eq 0 ]
+    tail -n +"$((start_line + 1))" "$logfile" | grep 'statement: select pg_sleep(0.05)' >"$work/stmts"
+    max=$(awk '{
+        split($2, t, ":"); end = t[1] * 3600 + t[2] * 60 + t[3];
+        for (i = 1; i <= NF; i++) if ($i == "duration:") d = $(i + 1) / 1000;
+        printf "%.6f 1\n%.6f -1\n", end - d, end - 0.001 }' "$work/stmts" | sort -k1,1n -k2,2n |
+        awk '{ cur += $2; if (cur > max) max = cur } END { print max + 0 }')
+    n=$(wc -l <"$work/stmts")
+    check "160 statements ran (saw $n)" [ "$n" -eq 160 ]
+    check "at most 4 statements at once at the server (saw $max)" [ "$max" -le 4 ]
+    check "the limit was reached (saw $max)" [ "$max" -eq 4 ]
+    rate=$(echo "$t0 $t1" | awk '{ printf "%.1f", 160 / ($2 - $1) }')
+    info "160 x pg_sleep(0.05) at limit 4: $rate statements/s (ideal 80, with 32 connects)"
+    grants=$(grep -c 'event=grant' "$work/trace1.log")
+    check "one grant per statement (saw $grants)" [ "$grants" -eq 160 ]
+}
 
-# ---- 2. a transaction is one permit ----------------------------------------------------------
-throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG=$work/trace2.log DBTHROTTLE_LOG_LEVEL=info \
-    psql -qAt -c "begin" -c "select 1" -c "update r set v = v where id = 1" -c "commit" >/dev/null
-grants=$(grep -c 'event=grant' "$work/trace2.log")
-releases=$(grep -c 'event=release' "$work/trace2.log")
-check "BEGIN ... COMMIT over four commands takes one grant (saw $grants)" [ "$grants" -eq 1 ]
-check "and gives it back once (saw $releases)" [ "$releases" -eq 1 ]
-grants=$(throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info \
-    psql -qAt -c "select 1" 2>&1 >/dev/null | grep -c 'event=grant')
-check "a single psql -c command takes one grant (saw $grants)" [ "$grants" -eq 1 ]
-# DBTHROTTLE_LOG_QUERY: the command's text in its grant and release lines (quoted, escaped, cut
-# at 1 KiB with "..."), and never when off.
-long=$(python3 -c 'print("select 1 /*" + "x" * 2000 + "*/")')
-throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info DBTHROTTLE_LOG_QUERY=on \
-    DBTHROTTLE_LOG=$work/query_on.log psql -qAt -c 'select '"'"'a "quoted"'"'"' as q' -c "$long" >/dev/null
-throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info DBTHROTTLE_LOG=$work/query_off.log \
-    psql -qAt -c "select 42" >/dev/null
-check "LOG_QUERY=on: grant and release carry the query, escaped; a 2 KB one is cut at 1 KiB with ..." \
-    python3 - "$work/query_on.log" <<'PY'
+# a transaction is one permit, a single command one too
+it_transaction_is_one_permit() {
+    throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG=$work/trace2.log DBTHROTTLE_LOG_LEVEL=info \
+        psql -qAt -c "begin" -c "select 1" -c "update r set v = v where id = 1" -c "commit" >/dev/null
+    grants=$(grep -c 'event=grant' "$work/trace2.log")
+    releases=$(grep -c 'event=release' "$work/trace2.log")
+    check "BEGIN ... COMMIT over four commands takes one grant (saw $grants)" [ "$grants" -eq 1 ]
+    check "and gives it back once (saw $releases)" [ "$releases" -eq 1 ]
+    grants=$(throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info \
+        psql -qAt -c "select 1" 2>&1 >/dev/null | grep -c 'event=grant')
+    check "a single psql -c command takes one grant (saw $grants)" [ "$grants" -eq 1 ]
+}
+
+# DBTHROTTLE_LOG_QUERY puts the query in the trace, or not
+it_log_query() {
+    # DBTHROTTLE_LOG_QUERY: the command's text in its grant and release lines (quoted, escaped, cut
+    # at 1 KiB with "..."), and never when off.
+    long=$(python3 -c 'print("select 1 /*" + "x" * 2000 + "*/")')
+    throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info DBTHROTTLE_LOG_QUERY=on \
+        DBTHROTTLE_LOG=$work/query_on.log psql -qAt -c 'select '"'"'a "quoted"'"'"' as q' -c "$long" >/dev/null
+    throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info DBTHROTTLE_LOG=$work/query_off.log \
+        psql -qAt -c "select 42" >/dev/null
+    check "LOG_QUERY=on: grant and release carry the query, escaped; a 2 KB one is cut at 1 KiB with ..." \
+        python3 - "$work/query_on.log" <<'PY'
 import re, sys
 lines = [l for l in open(sys.argv[1]) if re.search(r"event=(grant|release) ", l)]
 q = [re.search(r' query="((?:[^"\\]|\\.)*)"', l).group(1) for l in lines]
@@ -115,161 +97,181 @@ assert q[0] == q[1] == 'select \'a \\"quoted\\"\' as q', q[:2]
 assert q[2] == q[3] and q[2].startswith("select 1 /*xxx") and q[2].endswith("x..."), q[2][-20:]
 assert 1000 <= len(q[2]) <= 1030, len(q[2])
 PY
-check "LOG_QUERY=off (the default): no query text in the trace" \
-    'grep -q "event=grant" "$work/query_off.log" && ! grep -q "query=" "$work/query_off.log"'
-# DBTHROTTLE_CACHE_PERMITS=on: back-to-back commands of one connection share one grant; the permit
-# goes back by itself once idle, before the program ends.
-throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=debug DBTHROTTLE_CACHE_PERMITS=on \
-    DBTHROTTLE_LOG=$work/cache.log psql -qAt -c "select 1" -c "select 2" -c "select 3" \
-    -c "select pg_sleep(0.3)" -c "select 4" >/dev/null
-grants=$(grep -c 'event=grant' "$work/cache.log")
-reuses=$(grep -c 'event=reuse' "$work/cache.log")
-check "CACHE_PERMITS=on: 5 commands of one psql, 1 grant and 4 reuses (saw $grants, $reuses)" \
-    '[ "$grants" -eq 1 ] && [ "$reuses" -eq 4 ] && [ "$(grep -c "event=release" "$work/cache.log")" -eq 1 ]'
-throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info DBTHROTTLE_CACHE_PERMITS=on \
-    DBTHROTTLE_CACHE_IDLE=100ms DBTHROTTLE_LOG=$work/cache_idle.log \
-    psql -qAt -c "select 1" -c '\! sleep 1' -c "select 2" >/dev/null
-check "CACHE_PERMITS=on, CACHE_IDLE=100ms: a permit idle for 1 s went back by itself, and the next command took a new one" \
-    'grep -q "event=release.*reason=\"kept idle for DBTHROTTLE_CACHE_IDLE\"" "$work/cache_idle.log" && [ "$(grep -c "event=grant" "$work/cache_idle.log")" -eq 2 ]'
+    check "LOG_QUERY=off (the default): no query text in the trace" \
+        'grep -q "event=grant" "$work/query_off.log" && ! grep -q "query=" "$work/query_off.log"'
+}
 
-# ---- 3. no deadlock between a transaction and the lock waiters --------------------------------
-# MAX_QUERIES=2: T1 updates r in a transaction and then sleeps; T2 and T3 want the same row. If T1
-# gave its permit back between statements, T2 and T3 would hold both permits, blocked on T1's row
-# lock, and T1 could never get one to COMMIT.
-psql -qAt -c "update r set v = 0" >/dev/null
-throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=20s psql -qAt -v ON_ERROR_STOP=1 \
-    -c "begin" -c "update r set v = v + 1 where id = 1" -c "select pg_sleep(1)" -c "commit" \
-    >/dev/null 2>"$work/t1.err" &
-p1=$!
-sleep 0.3
-throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=20s psql -qAt -v ON_ERROR_STOP=1 \
-    -c "update r set v = v + 1 where id = 1" >/dev/null 2>"$work/t2.err" &
-p2=$!
-throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=20s psql -qAt -v ON_ERROR_STOP=1 \
-    -c "update r set v = v + 1 where id = 1" >/dev/null 2>"$work/t3.err" &
-p3=$!
-wait $p1; r1=$?
-wait $p2; r2=$?
-wait $p3; r3=$?
-v=$(psql -qAt -c "select v from r where id = 1")
-check "the transaction and both lock waiters complete (rc $r1 $r2 $r3)" \
-    '[ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ $r3 -eq 0 ]'
-check "all three updates applied (v=$v)" [ "$v" = 3 ]
+# DBTHROTTLE_CACHE_PERMITS: one grant for back-to-back commands
+it_cache_permits() {
+    # DBTHROTTLE_CACHE_PERMITS=on: back-to-back commands of one connection share one grant; the permit
+    # goes back by itself once idle, before the program ends.
+    throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=debug DBTHROTTLE_CACHE_PERMITS=on \
+        DBTHROTTLE_LOG=$work/cache.log psql -qAt -c "select 1" -c "select 2" -c "select 3" \
+        -c "select pg_sleep(0.3)" -c "select 4" >/dev/null
+    grants=$(grep -c 'event=grant' "$work/cache.log")
+    reuses=$(grep -c 'event=reuse' "$work/cache.log")
+    check "CACHE_PERMITS=on: 5 commands of one psql, 1 grant and 4 reuses (saw $grants, $reuses)" \
+        '[ "$grants" -eq 1 ] && [ "$reuses" -eq 4 ] && [ "$(grep -c "event=release" "$work/cache.log")" -eq 1 ]'
+    throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info DBTHROTTLE_CACHE_PERMITS=on \
+        DBTHROTTLE_CACHE_IDLE=100ms DBTHROTTLE_LOG=$work/cache_idle.log \
+        psql -qAt -c "select 1" -c '\! sleep 1' -c "select 2" >/dev/null
+    check "CACHE_PERMITS=on, CACHE_IDLE=100ms: a permit idle for 1 s went back by itself, and the next command took a new one" \
+        'grep -q "event=release.*reason=\"kept idle for DBTHROTTLE_CACHE_IDLE\"" "$work/cache_idle.log" && [ "$(grep -c "event=grant" "$work/cache_idle.log")" -eq 2 ]'
+}
 
-# ---- 4. a refusal reads like a libpq error ---------------------------------------------------
-throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(3)" >/dev/null 2>&1 &
-holder=$!
-wait_holders q 1
-throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=200ms psql -qAt -c "select 1" \
-    >"$work/refused.out" 2>"$work/refused.err"
-rc=$?
-check "psql refused: exits non-zero (rc $rc)" [ $rc -ne 0 ]
-check "psql refused: says dbthrottle, the pool and the limit" \
-    grep -q 'dbthrottle: no query permit for pool "127.0.0.1:[0-9]*/postgres" (limit 1) after waiting' "$work/refused.err"
-check "psql refused: nothing reached the server (no output)" [ ! -s "$work/refused.out" ]
-wait $holder
+# no deadlock between a transaction and the lock waiters
+it_no_deadlock_with_lock_waiters() {
+    # MAX_QUERIES=2: T1 updates r in a transaction and then sleeps; T2 and T3 want the same row. If T1
+    # gave its permit back between statements, T2 and T3 would hold both permits, blocked on T1's row
+    # lock, and T1 could never get one to COMMIT.
+    psql -qAt -c "update r set v = 0" >/dev/null
+    throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=20s psql -qAt -v ON_ERROR_STOP=1 \
+        -c "begin" -c "update r set v = v + 1 where id = 1" -c "select pg_sleep(1)" -c "commit" \
+        >/dev/null 2>"$work/t1.err" &
+    p1=$!
+    sleep 0.3
+    throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=20s psql -qAt -v ON_ERROR_STOP=1 \
+        -c "update r set v = v + 1 where id = 1" >/dev/null 2>"$work/t2.err" &
+    p2=$!
+    throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=20s psql -qAt -v ON_ERROR_STOP=1 \
+        -c "update r set v = v + 1 where id = 1" >/dev/null 2>"$work/t3.err" &
+    p3=$!
+    wait $p1; r1=$?
+    wait $p2; r2=$?
+    wait $p3; r3=$?
+    v=$(psql -qAt -c "select v from r where id = 1")
+    check "the transaction and both lock waiters complete (rc $r1 $r2 $r3)" \
+        '[ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ $r3 -eq 0 ]'
+    check "all three updates applied (v=$v)" [ "$v" = 3 ]
+}
 
-# ---- 5. bad configuration refuses rather than runs unthrottled -------------------------------
-throttled DBTHROTTLE_MAX_QUERIES=abc psql -qAt -c "select 1" >"$work/bad.out" 2>"$work/bad.err"
-rc=$?
-check "bad setting: psql fails (rc $rc)" [ $rc -ne 0 ]
-check "bad setting: one line naming the setting and the value" \
-    grep -q 'DBTHROTTLE_MAX_QUERIES: bad value \\"abc\\"' "$work/bad.err"
+# a refusal reads like a libpq error
+it_refusal_reads_like_a_libpq_error() {
+    throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(3)" >/dev/null 2>&1 &
+    holder=$!
+    wait_holders q 1
+    throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=200ms psql -qAt -c "select 1" \
+        >"$work/refused.out" 2>"$work/refused.err"
+    rc=$?
+    check "psql refused: exits non-zero (rc $rc)" [ $rc -ne 0 ]
+    check "psql refused: says dbthrottle, the pool and the limit" \
+        grep -q 'dbthrottle: no query permit for pool "127.0.0.1:[0-9]*/postgres" (limit 1) after waiting' "$work/refused.err"
+    check "psql refused: nothing reached the server (no output)" [ ! -s "$work/refused.out" ]
+    wait $holder
+}
 
-# ---- 6. programs that never use libpq are untouched ------------------------------------------
-out=$(throttled DBTHROTTLE_MAX_QUERIES=abc DBTHROTTLE_LOG_LEVEL=debug sh -c 'echo hi; ls / >/dev/null' 2>&1)
-check "a program without libpq prints nothing of ours, even with a bad setting" [ "$out" = hi ]
-threads=$(throttled DBTHROTTLE_MAX_QUERIES=4 sh -c 'ls /proc/self/task | wc -l')
-check "and starts no thread (threads: $threads)" [ "$threads" -eq 1 ]
-out=$(throttled DBTHROTTLE_MAX_QUERIES=4 /usr/bin/python3 -c 'print(1)' 2>&1)
-check "python3 without libpq: unchanged ($out)" [ "$out" = 1 ]
-out=$(timeout 20 env LD_PRELOAD="$lib $top/build/tests/libnext_preload.so" DBTHROTTLE_MAX_QUERIES=4 id -u 2>&1)
-check "another preload's dlsym(RTLD_NEXT) still finds libc, not itself ($out)" [ "$out" = "$(id -u)" ]
-direct=$(/sbin/ldconfig -p | head -3)
-through=$(throttled DBTHROTTLE_MAX_QUERIES=4 /sbin/ldconfig -p 2>&1 | head -3)
-check "a static binary (ldconfig) runs unchanged" [ "$direct" = "$through" ]
+# bad configuration refuses rather than runs unthrottled
+it_bad_setting_refuses() {
+    throttled DBTHROTTLE_MAX_QUERIES=abc psql -qAt -c "select 1" >"$work/bad.out" 2>"$work/bad.err"
+    rc=$?
+    check "bad setting: psql fails (rc $rc)" [ $rc -ne 0 ]
+    check "bad setting: one line naming the setting and the value" \
+        grep -q 'DBTHROTTLE_MAX_QUERIES: bad value \\"abc\\"' "$work/bad.err"
+}
 
-# ---- 7. throttled pgbench gives the same results -----------------------------------------------
-direct=$(psql -qAt -c "select count(*), sum(v) from r")
-through=$(throttled DBTHROTTLE_MAX_QUERIES=2 psql -qAt -c "select count(*), sum(v) from r")
-check "same result with and without the preload" [ "$direct" = "$through" ]
+# programs that never use libpq are untouched
+it_programs_without_libpq_untouched() {
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=abc DBTHROTTLE_LOG_LEVEL=debug sh -c 'echo hi; ls / >/dev/null' 2>&1)
+    check "a program without libpq prints nothing of ours, even with a bad setting" [ "$out" = hi ]
+    threads=$(throttled DBTHROTTLE_MAX_QUERIES=4 sh -c 'ls /proc/self/task | wc -l')
+    check "and starts no thread (threads: $threads)" [ "$threads" -eq 1 ]
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=4 /usr/bin/python3 -c 'print(1)' 2>&1)
+    check "python3 without libpq: unchanged ($out)" [ "$out" = 1 ]
+    out=$(timeout 20 env LD_PRELOAD="$lib $top/build/tests/libnext_preload.so" DBTHROTTLE_MAX_QUERIES=4 id -u 2>&1)
+    check "another preload's dlsym(RTLD_NEXT) still finds libc, not itself ($out)" [ "$out" = "$(id -u)" ]
+    direct=$(/sbin/ldconfig -p | head -3)
+    through=$(throttled DBTHROTTLE_MAX_QUERIES=4 /sbin/ldconfig -p 2>&1 | head -3)
+    check "a static binary (ldconfig) runs unchanged" [ "$direct" = "$through" ]
+}
 
-# ---- 8. pgbench's modes and pipelines: one grant per transaction or pipeline ------------------
-printf 'BEGIN;\nSELECT 1;\nSELECT 2;\nEND;\n' >"$work/tx.sql"
-for mode in simple extended prepared; do
-    # -M prepared also prepares its statements once per connection: 4 more commands.
-    want=80
-    [ $mode = prepared ] && want=84
+# throttled pgbench gives the same results
+it_same_results_throttled() {
+    direct=$(psql -qAt -c "select count(*), sum(v) from r")
+    through=$(throttled DBTHROTTLE_MAX_QUERIES=2 psql -qAt -c "select count(*), sum(v) from r")
+    check "same result with and without the preload" [ "$direct" = "$through" ]
+}
+
+# pgbench's modes and pipelines: one grant per transaction or pipeline
+it_pgbench_modes() {
+    printf 'BEGIN;\nSELECT 1;\nSELECT 2;\nEND;\n' >"$work/tx.sql"
+    for mode in simple extended prepared; do
+        # -M prepared also prepares its statements once per connection: 4 more commands.
+        want=80
+        [ $mode = prepared ] && want=84
+        rm -f "$work/trace8.log"
+        throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace8.log DBTHROTTLE_LOG_LEVEL=info \
+            pgbench -n -M $mode -c 4 -j 4 -t 20 -f "$work/tx.sql" >/dev/null 2>&1
+        rc=$?
+        grants=$(grep -c 'event=grant' "$work/trace8.log")
+        check "pgbench -M $mode: 80 transactions, $want grants (rc $rc, saw $grants)" \
+            '[ $rc -eq 0 ] && [ "$grants" -eq $want ]'
+    done
+    printf '\\startpipeline\nSELECT 1;\nSELECT 2;\nSELECT 3;\n\\endpipeline\n' >"$work/pipe.sql"
     rm -f "$work/trace8.log"
     throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace8.log DBTHROTTLE_LOG_LEVEL=info \
-        pgbench -n -M $mode -c 4 -j 4 -t 20 -f "$work/tx.sql" >/dev/null 2>&1
+        pgbench -n -M extended -c 4 -j 4 -t 20 -f "$work/pipe.sql" >"$work/pipe.out" 2>&1
     rc=$?
     grants=$(grep -c 'event=grant' "$work/trace8.log")
-    check "pgbench -M $mode: 80 transactions, $want grants (rc $rc, saw $grants)" \
-        '[ $rc -eq 0 ] && [ "$grants" -eq $want ]'
-done
-printf '\\startpipeline\nSELECT 1;\nSELECT 2;\nSELECT 3;\n\\endpipeline\n' >"$work/pipe.sql"
-rm -f "$work/trace8.log"
-throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace8.log DBTHROTTLE_LOG_LEVEL=info \
-    pgbench -n -M extended -c 4 -j 4 -t 20 -f "$work/pipe.sql" >"$work/pipe.out" 2>&1
-rc=$?
-grants=$(grep -c 'event=grant' "$work/trace8.log")
-releases=$(grep -c 'event=release' "$work/trace8.log")
-check "pgbench pipelines: 80 pipelines, 80 grants, 80 releases (rc $rc, saw $grants/$releases)" \
-    '[ $rc -eq 0 ] && [ "$grants" -eq 80 ] && [ "$releases" -eq 80 ]'
+    releases=$(grep -c 'event=release' "$work/trace8.log")
+    check "pgbench pipelines: 80 pipelines, 80 grants, 80 releases (rc $rc, saw $grants/$releases)" \
+        '[ $rc -eq 0 ] && [ "$grants" -eq 80 ] && [ "$releases" -eq 80 ]'
 
-rm -f "$work/trace8.log"
-out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace8.log DBTHROTTLE_LOG_LEVEL=info \
-    "$top/build/tests/pipeline_client" 2>&1)
-grants=$(grep -c 'event=grant' "$work/trace8.log")
-releases=$(grep -c 'event=release' "$work/trace8.log")
-check "staying in pipeline mode: 3 batches, 3 grants, each back after its sync ($out; $grants/$releases)" \
-    '[ "$out" = "pipeline on sum 69" ] && [ "$grants" = 3 ] && [ "$releases" = 3 ]'
-
-# ---- 9. COPY holds one permit until it ends ----------------------------------------------------
-psql -qAt -c "create table big (n int)" >/dev/null
-seq 1 100000 >"$work/rows"
-rm -f "$work/trace9.log"
-throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_LOG=$work/trace9.log DBTHROTTLE_LOG_LEVEL=info \
-    psql -qAt -c "\\copy big from '$work/rows'" -c "\\copy big to '$work/out'" >/dev/null 2>&1
-rc=$?
-grants=$(grep -c 'event=grant' "$work/trace9.log")
-lines=$(wc -l <"$work/out")
-check "COPY FROM and COPY TO of 100 000 rows: one grant each (rc $rc, saw $grants, $lines rows)" \
-    '[ $rc -eq 0 ] && [ "$grants" -eq 2 ] && [ "$lines" -eq 100000 ]'
-
-# ---- 10. fork: the child starts with no permit and takes its own --------------------------------
-rm -f "$work/trace10.log"
-out=$(throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG=$work/trace10.log DBTHROTTLE_LOG_LEVEL=info \
-    "$top/build/tests/fork_client" 2>&1)
-rc=$?
-pids=$(grep 'event=grant' "$work/trace10.log" | sed 's/.* pid=\([0-9]*\).*/\1/' | sort -u | wc -l)
-grants=$(grep -c 'event=grant' "$work/trace10.log")
-check "fork: parent and child both run (rc $rc, $out)" '[ $rc -eq 0 ] && [ "$out" = "child ok" ]'
-check "fork: two grants from two processes (saw $grants from $pids)" \
-    '[ "$grants" -eq 2 ] && [ "$pids" -eq 2 ]'
-
-# ---- 11. client libraries, unmodified: one grant per transaction, refusals with SQLSTATE 53300 --
-# Debian's own interpreters (a PATH may put another python3 first).
-py=/usr/bin/python3
-lang_grants() { # lang_grants NAME command...: runs it throttled, prints its grant count
-    name=$1
-    shift
-    rm -f "$work/lang.log"
-    throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/lang.log DBTHROTTLE_LOG_LEVEL=info \
-        "$@" >"$work/lang.out" 2>&1 || { echo "info - $name failed: $(cat "$work/lang.out")"; echo -1; return; }
-    grep -c 'event=grant' "$work/lang.log"
+    rm -f "$work/trace8.log"
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace8.log DBTHROTTLE_LOG_LEVEL=info \
+        "$top/build/tests/pipeline_client" 2>&1)
+    grants=$(grep -c 'event=grant' "$work/trace8.log")
+    releases=$(grep -c 'event=release' "$work/trace8.log")
+    check "staying in pipeline mode: 3 batches, 3 grants, each back after its sync ($out; $grants/$releases)" \
+        '[ "$out" = "pipeline on sum 69" ] && [ "$grants" = 3 ] && [ "$releases" = 3 ]'
 }
-# Each runs one transaction of two statements, then one statement on its own: two grants.
-g=$(lang_grants psycopg2 $py -c "
+
+# COPY holds one permit until it ends
+it_copy_holds_one_permit() {
+    psql -qAt -c "create table big (n int)" >/dev/null
+    seq 1 100000 >"$work/rows"
+    rm -f "$work/trace9.log"
+    throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_LOG=$work/trace9.log DBTHROTTLE_LOG_LEVEL=info \
+        psql -qAt -c "\\copy big from '$work/rows'" -c "\\copy big to '$work/out'" >/dev/null 2>&1
+    rc=$?
+    grants=$(grep -c 'event=grant' "$work/trace9.log")
+    lines=$(wc -l <"$work/out")
+    check "COPY FROM and COPY TO of 100 000 rows: one grant each (rc $rc, saw $grants, $lines rows)" \
+        '[ $rc -eq 0 ] && [ "$grants" -eq 2 ] && [ "$lines" -eq 100000 ]'
+}
+
+# fork: the child starts with no permit and takes its own
+it_fork_child_takes_its_own() {
+    rm -f "$work/trace10.log"
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG=$work/trace10.log DBTHROTTLE_LOG_LEVEL=info \
+        "$top/build/tests/fork_client" 2>&1)
+    rc=$?
+    pids=$(grep 'event=grant' "$work/trace10.log" | sed 's/.* pid=\([0-9]*\).*/\1/' | sort -u | wc -l)
+    grants=$(grep -c 'event=grant' "$work/trace10.log")
+    check "fork: parent and child both run (rc $rc, $out)" '[ $rc -eq 0 ] && [ "$out" = "child ok" ]'
+    check "fork: two grants from two processes (saw $grants from $pids)" \
+        '[ "$grants" -eq 2 ] && [ "$pids" -eq 2 ]'
+}
+
+# client libraries, unmodified: one grant per transaction, refusals with SQLSTATE 53300
+it_client_libraries() {
+    lang_grants() { # lang_grants NAME command...: runs it throttled, prints its grant count
+        name=$1
+        shift
+        rm -f "$work/lang.log"
+        throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/lang.log DBTHROTTLE_LOG_LEVEL=info \
+            "$@" >"$work/lang.out" 2>&1 || { info "$name failed: $(cat "$work/lang.out")"; echo -1; return; }
+        grep -c 'event=grant' "$work/lang.log"
+    }
+    # Each runs one transaction of two statements, then one statement on its own: two grants.
+    g=$(lang_grants psycopg2 $py -c "
 import psycopg2
 c = psycopg2.connect('')
 cur = c.cursor()
 cur.execute('select 1'); cur.execute('select 2'); c.commit()
 c.autocommit = True
 cur.execute('select 3')")
-check "psycopg2: transaction + statement = 2 grants (saw $g)" [ "$g" = 2 ]
-g=$(lang_grants psycopg3 $py -c "
+    check "psycopg2: transaction + statement = 2 grants (saw $g)" [ "$g" = 2 ]
+    g=$(lang_grants psycopg3 $py -c "
 import psycopg
 assert psycopg.pq.__impl__ == 'python'  # libpq through ctypes: dlopen + dlsym
 with psycopg.connect('') as c:
@@ -277,140 +279,150 @@ with psycopg.connect('') as c:
         c.execute('select 1'); c.execute('select 2')
     c.autocommit = True
     c.execute('select 3')")
-check "psycopg 3 through ctypes: 2 grants (saw $g)" [ "$g" = 2 ]
-g=$(lang_grants ruby-pg ruby -e '
-require "pg"
-c = PG.connect(host: ENV["PGHOST"], port: ENV["PGPORT"], user: "postgres", dbname: "postgres")
-c.transaction { c.exec("select 1"); c.exec("select 2") }
-c.exec("select 3")')
-check "ruby-pg: 2 grants (saw $g)" [ "$g" = 2 ]
-g=$(lang_grants DBD::Pg perl -MDBI -e '
-my $d = DBI->connect("dbi:Pg:", "", "", {RaiseError => 1, AutoCommit => 1});
-$d->begin_work; $d->do("select 1"); $d->do("select 2"); $d->commit;
-$d->do("select 3");')
-check "Perl DBD::Pg: 2 grants (saw $g)" [ "$g" = 2 ]
-# PHP loads pgsql.so with RTLD_DEEPBIND: covered by the dlopen hook.
-g=$(lang_grants php-pgsql php -r '
-$c = pg_connect("host=" . getenv("PGHOST") . " port=" . getenv("PGPORT") . " user=postgres");
-pg_query($c, "begin"); pg_query($c, "select 1"); pg_query($c, "select 2"); pg_query($c, "commit");
-pg_query($c, "select 3");')
-check "PHP pgsql: 2 grants (saw $g)" [ "$g" = 2 ]
+    check "psycopg 3 through ctypes: 2 grants (saw $g)" [ "$g" = 2 ]
+    g=$(lang_grants ruby-pg ruby -e '
+    require "pg"
+    c = PG.connect(host: ENV["PGHOST"], port: ENV["PGPORT"], user: "postgres", dbname: "postgres")
+    c.transaction { c.exec("select 1"); c.exec("select 2") }
+    c.exec("select 3")')
+    check "ruby-pg: 2 grants (saw $g)" [ "$g" = 2 ]
+    g=$(lang_grants DBD::Pg perl -MDBI -e '
+    my $d = DBI->connect("dbi:Pg:", "", "", {RaiseError => 1, AutoCommit => 1});
+    $d->begin_work; $d->do("select 1"); $d->do("select 2"); $d->commit;
+    $d->do("select 3");')
+    check "Perl DBD::Pg: 2 grants (saw $g)" [ "$g" = 2 ]
+    # PHP loads pgsql.so with RTLD_DEEPBIND: covered by the dlopen hook.
+    g=$(lang_grants php-pgsql php -r '
+    $c = pg_connect("host=" . getenv("PGHOST") . " port=" . getenv("PGPORT") . " user=postgres");
+    pg_query($c, "begin"); pg_query($c, "select 1"); pg_query($c, "select 2"); pg_query($c, "commit");
+    pg_query($c, "select 3");')
+    check "PHP pgsql: 2 grants (saw $g)" [ "$g" = 2 ]
 
-throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(3)" >/dev/null 2>&1 &
-holder=$!
-wait_holders q 1
-out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms $py -c "
+    throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(3)" >/dev/null 2>&1 &
+    holder=$!
+    wait_holders q 1
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms $py -c "
 import psycopg2
 c = psycopg2.connect('')
 try:
     c.cursor().execute('select 1')
 except psycopg2.OperationalError as e:
     print(e.pgcode, str(e).split(':')[0])" 2>&1)
-check "psycopg2 refused: OperationalError, SQLSTATE 53300 ($out)" [ "$out" = "53300 dbthrottle" ]
-out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms perl -MDBI -e '
-my $d = DBI->connect("dbi:Pg:", "", "", {PrintError => 0});
-$d->do("select 1") and exit 1; print $d->state, "\n";' 2>&1)
-check "DBD::Pg refused: SQLSTATE 53300 ($out)" [ "$out" = 53300 ]
-out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms php -r '
-$c = pg_connect("host=" . getenv("PGHOST") . " port=" . getenv("PGPORT") . " user=postgres");
-if (@pg_query($c, "select 1") === false) echo substr(pg_last_error($c), 0, 11);' 2>&1)
-check "PHP refused: pg_query fails with the dbthrottle message ($out)" [ "$out" = "dbthrottle:" ]
-wait $holder
+    check "psycopg2 refused: OperationalError, SQLSTATE 53300 ($out)" [ "$out" = "53300 dbthrottle" ]
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms perl -MDBI -e '
+    my $d = DBI->connect("dbi:Pg:", "", "", {PrintError => 0});
+    $d->do("select 1") and exit 1; print $d->state, "\n";' 2>&1)
+    check "DBD::Pg refused: SQLSTATE 53300 ($out)" [ "$out" = 53300 ]
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms php -r '
+    $c = pg_connect("host=" . getenv("PGHOST") . " port=" . getenv("PGPORT") . " user=postgres");
+    if (@pg_query($c, "select 1") === false) echo substr(pg_last_error($c), 0, 11);' 2>&1)
+    check "PHP refused: pg_query fails with the dbthrottle message ($out)" [ "$out" = "dbthrottle:" ]
+    wait $holder
+}
 
-# ---- 12. exempt connections get through a pool blocked on a lock --------------------------------
-# A plain (unthrottled) session holds r's row lock; two throttled sessions take both permits and
-# block on it. A monitoring connection named by DBTHROTTLE_EXEMPT still runs at once; an ordinary
-# one is refused.
-psql -qAt -c "begin" -c "update r set v = v where id = 1" -c "select pg_sleep(4)" -c "commit" \
-    >/dev/null 2>&1 &
-locker=$!
-sleep 0.3
-blocked=
-for i in 1 2; do
-    throttled DBTHROTTLE_MAX_QUERIES=2 psql -qAt -c "update r set v = v where id = 1" \
+# exempt connections get through a pool blocked on a lock
+it_exempt_connections() {
+    # A plain (unthrottled) session holds r's row lock; two throttled sessions take both permits and
+    # block on it. A monitoring connection named by DBTHROTTLE_EXEMPT still runs at once; an ordinary
+    # one is refused.
+    psql -qAt -c "begin" -c "update r set v = v where id = 1" -c "select pg_sleep(4)" -c "commit" \
         >/dev/null 2>&1 &
-    blocked="$blocked $!"
-done
-i=0
-until [ "$(psql -qAt -c "select count(*) from pg_stat_activity where wait_event_type = 'Lock'")" = 2 ] || [ $i -ge 100 ]; do
-    sleep 0.05
-    i=$((i + 1))
-done
-rm -f "$work/trace12.log"
-t0=$(date +%s%N)
-out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_EXEMPT='application_name=pg_monitor*,user=nobody' \
-    DBTHROTTLE_LOG=$work/trace12.log DBTHROTTLE_LOG_LEVEL=info PGAPPNAME=pg_monitor_probe \
-    psql -qAt -c "select 'monitor ok'" 2>&1)
-t1=$(date +%s%N)
-check "exempt monitoring connection runs while the pool is saturated ($out)" [ "$out" = "monitor ok" ]
-check "it took no permit, and the trace says why" \
-    '! grep -q event=grant "$work/trace12.log" && grep -q "event=exempt .*rule=pg_monitor\*" "$work/trace12.log"'
-echo "info - exempt query answered in $(( (t1 - t0) / 1000000 )) ms while the pool was saturated"
-throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=200ms PGAPPNAME=app \
-    psql -qAt -c "select 1" >/dev/null 2>&1
-rc=$?
-check "an ordinary connection is refused meanwhile (rc $rc)" [ $rc -ne 0 ]
-wait $locker $blocked
+    locker=$!
+    sleep 0.3
+    blocked=
+    for i in 1 2; do
+        throttled DBTHROTTLE_MAX_QUERIES=2 psql -qAt -c "update r set v = v where id = 1" \
+            >/dev/null 2>&1 &
+        blocked="$blocked $!"
+    done
+    i=0
+    until [ "$(psql -qAt -c "select count(*) from pg_stat_activity where wait_event_type = 'Lock'")" = 2 ] || [ $i -ge 100 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    rm -f "$work/trace12.log"
+    t0=$(date +%s%N)
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_EXEMPT='application_name=pg_monitor*,user=nobody' \
+        DBTHROTTLE_LOG=$work/trace12.log DBTHROTTLE_LOG_LEVEL=info PGAPPNAME=pg_monitor_probe \
+        psql -qAt -c "select 'monitor ok'" 2>&1)
+    t1=$(date +%s%N)
+    check "exempt monitoring connection runs while the pool is saturated ($out)" [ "$out" = "monitor ok" ]
+    check "it took no permit, and the trace says why" \
+        '! grep -q event=grant "$work/trace12.log" && grep -q "event=exempt .*rule=pg_monitor\*" "$work/trace12.log"'
+    info "exempt query answered in $(( (t1 - t0) / 1000000 )) ms while the pool was saturated"
+    throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=200ms PGAPPNAME=app \
+        psql -qAt -c "select 1" >/dev/null 2>&1
+    rc=$?
+    check "an ordinary connection is refused meanwhile (rc $rc)" [ $rc -ne 0 ]
+    wait $locker $blocked
+}
 
-# ---- 13. a permit held idle in a transaction is reported ----------------------------------------
-rm -f "$work/trace13.log"
-( echo "begin;"; echo "select 1;"; sleep 1.5; echo "commit;" ) |
-    throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_IDLE_IN_TX_WARN=300ms DBTHROTTLE_LEASE=600ms \
-        DBTHROTTLE_LOG=$work/trace13.log psql -qAt >/dev/null 2>&1
-check "idle in transaction longer than DBTHROTTLE_IDLE_IN_TX_WARN: one warning" \
-    '[ "$(grep -c "level=warn event=idle_in_transaction" "$work/trace13.log")" = 1 ]'
+# a permit held idle in a transaction is reported
+it_idle_in_transaction_warning() {
+    rm -f "$work/trace13.log"
+    ( echo "begin;"; echo "select 1;"; sleep 1.5; echo "commit;" ) |
+        throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_IDLE_IN_TX_WARN=300ms DBTHROTTLE_LEASE=600ms \
+            DBTHROTTLE_LOG=$work/trace13.log psql -qAt >/dev/null 2>&1
+    check "idle in transaction longer than DBTHROTTLE_IDLE_IN_TX_WARN: one warning" \
+        '[ "$(grep -c "level=warn event=idle_in_transaction" "$work/trace13.log")" = 1 ]'
+}
 
-# ---- 14. connection permits: at most N backends open at once ------------------------------------
-# Each backend's life comes from the server log: "connection authorized" at its start and
-# "disconnection" at its end, by pid; their largest overlap is the most backends open at once.
-psql -qAt -c "alter system set log_connections = on" -c "alter system set log_disconnections = on" \
-    -c "alter system set log_line_prefix = '%m [%p] '" -c "select pg_reload_conf()" >/dev/null
-start_line=$(wc -l <"$logfile")
-pids=
-for i in 1 2 3 4 5; do
-    throttled DBTHROTTLE_MAX_CONNECTIONS=2 DBTHROTTLE_WAIT_TIMEOUT=30s PGAPPNAME=conntest \
-        psql -qAt -c "select pg_sleep(0.3)" >/dev/null 2>&1 &
-    pids="$pids $!"
-done
-rcs=0
-for p in $pids; do wait $p || rcs=$((rcs + 1)); done
-psql -qAt -c "alter system reset log_connections" -c "alter system reset log_disconnections" \
-    -c "select pg_reload_conf()" >/dev/null
-tail -n +"$((start_line + 1))" "$logfile" >"$work/conns"
-maxc=$(awk '
-    function t(s,  a) { split(s, a, ":"); return a[1] * 3600 + a[2] * 60 + a[3] }
-    /connection authorized: .*application_name=conntest/ { gsub(/[][]/, "", $4); start[$4] = t($2) }
-    /disconnection:/ { gsub(/[][]/, "", $4); if ($4 in start) printf "%.6f 1\n%.6f -1\n", start[$4], t($2) - 0.001 }
-    ' "$work/conns" | sort -k1,1n -k2,2n | awk '{ cur += $2; if (cur > max) max = cur } END { print max + 0 }')
-nconn=$(grep -c 'connection authorized: .*application_name=conntest' "$work/conns")
-check "MAX_CONNECTIONS=2, 5 clients: all ran (failures: $rcs, backends: $nconn)" \
-    '[ $rcs -eq 0 ] && [ "$nconn" -eq 5 ]'
-check "never more than 2 backends open at once (saw $maxc)" '[ "$maxc" -le 2 ] && [ "$maxc" -ge 1 ]'
-throttled DBTHROTTLE_MAX_CONNECTIONS=1 psql -qAt -c "select pg_sleep(2)" >/dev/null 2>&1 &
-holder=$!
-wait_holders c 1
-throttled DBTHROTTLE_MAX_CONNECTIONS=1 DBTHROTTLE_WAIT_TIMEOUT=200ms psql -qAt -c "select 1" \
-    >/dev/null 2>"$work/connrefused.err"
-rc=$?
-check "a refused connection: psql fails with the dbthrottle message (rc $rc)" \
-    '[ $rc -ne 0 ] && grep -q "dbthrottle: no connection permit for pool" "$work/connrefused.err"'
-wait $holder
+# connection permits: at most N backends open at once
+it_connection_permits() {
+    # Each backend's life comes from the server log: "connection authorized" at its start and
+    # "disconnection" at its end, by pid; their largest overlap is the most backends open at once.
+    psql -qAt -c "alter system set log_connections = on" -c "alter system set log_disconnections = on" \
+        -c "alter system set log_line_prefix = '%m [%p] '" -c "select pg_reload_conf()" >/dev/null
+    start_line=$(wc -l <"$logfile")
+    pids=
+    for i in 1 2 3 4 5; do
+        throttled DBTHROTTLE_MAX_CONNECTIONS=2 DBTHROTTLE_WAIT_TIMEOUT=30s PGAPPNAME=conntest \
+            psql -qAt -c "select pg_sleep(0.3)" >/dev/null 2>&1 &
+        pids="$pids $!"
+    done
+    rcs=0
+    for p in $pids; do wait $p || rcs=$((rcs + 1)); done
+    psql -qAt -c "alter system reset log_connections" -c "alter system reset log_disconnections" \
+        -c "select pg_reload_conf()" >/dev/null
+    tail -n +"$((start_line + 1))" "$logfile" >"$work/conns"
+    maxc=$(awk '
+        function t(s,  a) { split(s, a, ":"); return a[1] * 3600 + a[2] * 60 + a[3] }
+        /connection authorized: .*application_name=conntest/ { gsub(/[][]/, "", $4); start[$4] = t($2) }
+        /disconnection:/ { gsub(/[][]/, "", $4); if ($4 in start) printf "%.6f 1\n%.6f -1\n", start[$4], t($2) - 0.001 }
+        ' "$work/conns" | sort -k1,1n -k2,2n | awk '{ cur += $2; if (cur > max) max = cur } END { print max + 0 }')
+    nconn=$(grep -c 'connection authorized: .*application_name=conntest' "$work/conns")
+    check "MAX_CONNECTIONS=2, 5 clients: all ran (failures: $rcs, backends: $nconn)" \
+        '[ $rcs -eq 0 ] && [ "$nconn" -eq 5 ]'
+    check "never more than 2 backends open at once (saw $maxc)" '[ "$maxc" -le 2 ] && [ "$maxc" -ge 1 ]'
+    throttled DBTHROTTLE_MAX_CONNECTIONS=1 psql -qAt -c "select pg_sleep(2)" >/dev/null 2>&1 &
+    holder=$!
+    wait_holders c 1
+    throttled DBTHROTTLE_MAX_CONNECTIONS=1 DBTHROTTLE_WAIT_TIMEOUT=200ms psql -qAt -c "select 1" \
+        >/dev/null 2>"$work/connrefused.err"
+    rc=$?
+    check "a refused connection: psql fails with the dbthrottle message (rc $rc)" \
+        '[ $rc -ne 0 ] && grep -q "dbthrottle: no connection permit for pool" "$work/connrefused.err"'
+    wait $holder
+}
 
-# ---- 15. large objects (lo_* through PQfn), outside and inside a transaction ---------------------
-printf 'large object payload\n' >"$work/lo.txt"
-chmod 644 "$work/lo.txt"
-rm -f "$work/trace15.log"
-out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace15.log DBTHROTTLE_LOG_LEVEL=info \
-    psql -At -c "\\lo_import '$work/lo.txt'" 2>&1)
-grants=$(grep -c 'event=grant' "$work/trace15.log")
-releases=$(grep -c 'event=release' "$work/trace15.log")
-check "\\lo_import: imported ($out), every grant released ($grants/$releases)" \
-    '[ "${out#lo_import }" != "$out" ] && [ "$grants" -ge 1 ] && [ "$grants" = "$releases" ]'
+# large objects (lo_* through PQfn), outside and inside a transaction
+it_large_objects() {
+    printf 'large object payload\n' >"$work/lo.txt"
+    chmod 644 "$work/lo.txt"
+    rm -f "$work/trace15.log"
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace15.log DBTHROTTLE_LOG_LEVEL=info \
+        psql -At -c "\\lo_import '$work/lo.txt'" 2>&1)
+    grants=$(grep -c 'event=grant' "$work/trace15.log")
+    releases=$(grep -c 'event=release' "$work/trace15.log")
+    check "\\lo_import: imported ($out), every grant released ($grants/$releases)" \
+        '[ "${out#lo_import }" != "$out" ] && [ "$grants" -ge 1 ] && [ "$grants" = "$releases" ]'
+}
 
-# ---- 16. psycopg2 asynchronous mode, driven by a select() loop -----------------------------------
-rm -f "$work/trace16.log"
-out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace16.log DBTHROTTLE_LOG_LEVEL=info \
-    $py -c "
+# psycopg2 asynchronous mode, driven by a select() loop
+it_psycopg2_async() {
+    rm -f "$work/trace16.log"
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace16.log DBTHROTTLE_LOG_LEVEL=info \
+        $py -c "
 import select, psycopg2, psycopg2.extensions as ext
 def wait(conn):
     while True:
@@ -428,48 +440,55 @@ for q in ('select 1', 'select 2', 'select pg_sleep(0.1), 3'):
     cur.execute(q)
     wait(conn)
 print(cur.fetchone()[1])" 2>&1)
-grants=$(grep -c 'event=grant' "$work/trace16.log")
-releases=$(grep -c 'event=release' "$work/trace16.log")
-check "psycopg2 async: results right ($out), one grant and release per statement ($grants/$releases)" \
-    '[ "$out" = 3 ] && [ "$grants" = 3 ] && [ "$releases" = 3 ]'
+    grants=$(grep -c 'event=grant' "$work/trace16.log")
+    releases=$(grep -c 'event=release' "$work/trace16.log")
+    check "psycopg2 async: results right ($out), one grant and release per statement ($grants/$releases)" \
+        '[ "$out" = 3 ] && [ "$grants" = 3 ] && [ "$releases" = 3 ]'
+}
 
-# ---- 17. interactive psql, typed at in a terminal (tmux) -----------------------------------------
-if command -v tmux >/dev/null; then
-    rm -f "$work/trace17.log"
-    sock=$work/tmux.sock
-    tmux -S "$sock" new-session -d -x 120 -y 30 \
-        "env LD_PRELOAD=$lib DBTHROTTLE_REDIS_URL=$DBTHROTTLE_REDIS_URL DBTHROTTLE_MAX_QUERIES=2 \
-         DBTHROTTLE_LOG=$work/trace17.log DBTHROTTLE_LOG_LEVEL=info PGHOST=$PGHOST PGPORT=$PGPORT \
-         PGUSER=postgres PGDATABASE=postgres psql -X; sleep 30"
-    i=0
-    until tmux -S "$sock" capture-pane -p | grep -q 'postgres=#' || [ $i -ge 100 ]; do sleep 0.05; i=$((i + 1)); done
-    # tmux reads a trailing ';' as the end of its own command: "\\;" is a literal one
-    for line in "select 'typed' || 'in'" "begin" "select 2" "commit"; do
-        tmux -S "$sock" send-keys -l "$line\\;"
-        tmux -S "$sock" send-keys Enter
-    done
-    i=0
-    until [ "$(grep -c 'event=release' "$work/trace17.log" 2>/dev/null)" = 2 ] || [ $i -ge 100 ]; do sleep 0.05; i=$((i + 1)); done
-    screen=$(tmux -S "$sock" capture-pane -p)
-    tmux -S "$sock" kill-server 2>/dev/null
-    grants=$(grep -c 'event=grant' "$work/trace17.log")
-    check "interactive psql: the screen shows the result, 2 grants for a query and a transaction ($grants)" \
-        'echo "$screen" | grep -q typedin && [ "$grants" = 2 ]'
-fi
+# interactive psql, typed at in a terminal (tmux)
+it_interactive_psql() {
+    if command -v tmux >/dev/null; then
+        rm -f "$work/trace17.log"
+        sock=$work/tmux.sock
+        tmux -S "$sock" new-session -d -x 120 -y 30 \
+            "env LD_PRELOAD=$lib DBTHROTTLE_REDIS_URL=$DBTHROTTLE_REDIS_URL DBTHROTTLE_MAX_QUERIES=2 \
+             DBTHROTTLE_LOG=$work/trace17.log DBTHROTTLE_LOG_LEVEL=info PGHOST=$PGHOST PGPORT=$PGPORT \
+             PGUSER=postgres PGDATABASE=postgres psql -X; sleep 30"
+        i=0
+        until tmux -S "$sock" capture-pane -p | grep -q 'postgres=#' || [ $i -ge 100 ]; do sleep 0.05; i=$((i + 1)); done
+        # tmux reads a trailing ';' as the end of its own command: "\\;" is a literal one
+        for line in "select 'typed' || 'in'" "begin" "select 2" "commit"; do
+            tmux -S "$sock" send-keys -l "$line\\;"
+            tmux -S "$sock" send-keys Enter
+        done
+        i=0
+        until [ "$(grep -c 'event=release' "$work/trace17.log" 2>/dev/null)" = 2 ] || [ $i -ge 100 ]; do sleep 0.05; i=$((i + 1)); done
+        screen=$(tmux -S "$sock" capture-pane -p)
+        tmux -S "$sock" kill-server 2>/dev/null
+        grants=$(grep -c 'event=grant' "$work/trace17.log")
+        check "interactive psql: the screen shows the result, 2 grants for a query and a transaction ($grants)" \
+            'echo "$screen" | grep -q typedin && [ "$grants" = 2 ]'
+    fi
+}
 
-# ---- 18. a libpq found through dlsym(handle, name) hands out our hooks ---------------------------
-# ctypes (psycopg 3) dlopen()s libpq and asks the handle for each function: every PQ/lo_ function
-# the library exports must come back as ours, or that program calls libpq unthrottled (its
-# PQcancel would not end a wait for a permit).
-names=$(nm -D --defined-only "$lib" | awk '$3 ~ /^(PQ|lo_)/ {print $3}')
-listed=$(wc -l <"$top/build/gen/hooks.list")
-out=$(throttled DBTHROTTLE_MAX_QUERIES=4 "$top/build/tests/dlsym_check" "$lib" $names 2>&1)
-check "dlsym(dlopen(\"libpq.so.5\"), name) is our hook for each exported libpq function ($out)" \
-    '[ "$out" = "dlsym: $listed of $listed hooks" ]'
-throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(4)" >/dev/null 2>&1 &
-holder=$!
-wait_holders q 1
-out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=20s $py -c "
+# a libpq found through dlsym(handle, name) hands out our hooks: ctypes (psycopg 3) dlopen()s
+# libpq and asks the handle for each function: every PQ/lo_ function the library exports must
+# come back as ours, or that program calls libpq unthrottled
+it_dlsym_returns_our_hooks() {
+    names=$(nm -D --defined-only "$lib" | awk '$3 ~ /^(PQ|lo_)/ {print $3}')
+    listed=$(wc -l <"$top/build/gen/hooks.list")
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=4 "$top/build/tests/dlsym_check" "$lib" $names 2>&1)
+    check "dlsym(dlopen(\"libpq.so.5\"), name) is our hook for each exported libpq function ($out)" \
+        '[ "$out" = "dlsym: $listed of $listed hooks" ]'
+}
+
+# psycopg 3 calls libpq through ctypes: its cancel() must reach our PQcancel and end the wait
+it_psycopg3_cancel_ends_wait() {
+    throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(4)" >/dev/null 2>&1 &
+    holder=$!
+    wait_holders q 1
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=20s $py -c "
 import threading, time, psycopg
 assert psycopg.pq.__impl__ == 'python'  # libpq through ctypes: dlopen + dlsym
 c = psycopg.connect('', autocommit=True)
@@ -482,9 +501,14 @@ try:
 except psycopg.Error as e:
     res = 'cancelled' if 'canceling statement due to user request' in str(e) else repr(e)
 print('%s %.1f' % (res, time.monotonic() - t0))" 2>&1)
-check "psycopg 3 through ctypes: cancel() ends a wait for a permit at once, with the cancel's error ($out)" \
-    'echo "$out" | grep -q "^cancelled [01]\."'
-wait $holder
+    check "psycopg 3 through ctypes: cancel() ends a wait for a permit at once, with the cancel's error ($out)" \
+        'echo "$out" | grep -q "^cancelled [01]\."'
+    wait $holder
+}
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+run_case() {
+    echo "# $1"
+    "it_$1"
+}
+run_picked
+summary

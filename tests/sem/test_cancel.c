@@ -1,6 +1,6 @@
 /* Wait timeouts and cancel: the waiter withdraws atomically; a grant that races with the
  * withdrawal is passed on, never lost; afterwards the pool drains and its keys expire. */
-#include "sem_helpers.h"
+#include "sem_fixture.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -13,13 +13,12 @@
 #define P       "dbthrottle:{cancel}"
 #define P_MIXED "dbthrottle:{mixed}"
 
+/* Every test here starts with a redis-server of its own and ends with it stopped. */
+TestSuite(cancel, .init = fx_redis_start, .fini = fx_stop);
+
 Test(cancel, timeout_withdraws_and_keys_expire, .timeout = 60)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
-    dbt_config cfg;
-    test_config(&cfg, &r, "DBTHROTTLE_LEASE=500ms", NULL);
-    dbt_client *c = dbt_client_new(&cfg);
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=500ms", NULL);
     dbt_pool *p = dbt_client_pool(c, "cancel");
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
     dbt_permit *held, *never = NULL;
@@ -29,28 +28,26 @@ Test(cancel, timeout_withdraws_and_keys_expire, .timeout = 60)
     cr_expect_eq(dbt_acquire(p, DBT_KIND_QUERY, &brief, &never), DBT_ACQ_TIMEOUT);
     cr_expect_geq(test_now_ms() - t0, 200);
     cr_expect_null(never);
-    cr_expect_eq(test_redis_int(&r, "ZCARD " P ":q:queue"), 0, "the waiter stayed queued");
-    cr_expect_eq(test_redis_int(&r, "ZCARD " P ":q:wexp"), 0);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P ":q:queue"), 0, "the waiter stayed queued");
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P ":q:wexp"), 0);
     dbt_release(held);
-    zcard_is h0 = {&r, P ":q:holders", 0};
+    zcard_is h0 = {&fx_redis, P ":q:holders", 0};
     cr_expect(test_wait_until(test_zcard_is, &h0, 5000));
     dbt_pool_stats st;
     dbt_pool_get_stats(p, &st);
     cr_expect_eq(st.timeouts, 1);
     cr_expect_eq(st.grants, 1);
     /* An idle pool leaves nothing behind: every key has a TTL of three leases. */
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
-    key_gone seq = {&r, P ":q:seq"};
+    fx_client_free(c);
+    key_gone seq = {&fx_redis, P ":q:seq"};
     cr_expect(test_wait_until(test_key_gone, &seq, 5000));
-    redisContext *rc = test_redis_connect(&r);
+    redisContext *rc = test_redis_connect(&fx_redis);
     redisReply *keys = redisCommand(rc, "KEYS *");
     for (size_t i = 0; i < keys->elements; i++)
         cr_log_error("left behind: %s", keys->element[i]->str);
     cr_expect_eq(keys->elements, 0, "keys left behind by an idle pool");
     freeReplyObject(keys);
     redisFree(rc);
-    test_redis_stop(&r);
 }
 
 typedef struct {
@@ -73,11 +70,8 @@ static void *waiter(void *arg)
  * every case the permit ends with exactly one owner: the waiter (granted) or nobody. */
 Test(cancel, grant_racing_a_timeout_is_never_lost, .timeout = 120)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
-    dbt_config cfg;
-    test_config(&cfg, &r, "DBTHROTTLE_LEASE=30s", NULL);
-    dbt_client *holder_c = dbt_client_new(&cfg), *waiter_c = dbt_client_new(&cfg);
+    dbt_client *holder_c = fx_client("DBTHROTTLE_LEASE=30s", NULL),
+               *waiter_c = fx_client("DBTHROTTLE_LEASE=30s", NULL);
     dbt_pool *hp = dbt_client_pool(holder_c, "cancel"), *wp = dbt_client_pool(waiter_c, "cancel");
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
     int granted = 0, timed_out = 0;
@@ -99,16 +93,12 @@ Test(cancel, grant_racing_a_timeout_is_never_lost, .timeout = 120)
             timed_out++;
         }
         /* Whoever ended up with it gave it back: it must be free again. */
-        zcard_is h0 = {&r, "dbthrottle:{cancel}:q:holders", 0};
+        zcard_is h0 = {&fx_redis, "dbthrottle:{cancel}:q:holders", 0};
         cr_assert(test_wait_until(test_zcard_is, &h0, 5000), "round %d: a permit stayed held", i);
-        cr_assert_eq(test_redis_int(&r, "ZCARD dbthrottle:{cancel}:q:queue"), 0);
+        cr_assert_eq(test_redis_int(&fx_redis, "ZCARD dbthrottle:{cancel}:q:queue"), 0);
     }
     cr_log_info("race rounds: %d granted, %d timed out", granted, timed_out);
     cr_expect_gt(timed_out, 0, "no round timed out: the race was not exercised");
-    dbt_client_free(holder_c);
-    dbt_client_free(waiter_c);
-    dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }
 
 static volatile sig_atomic_t got_signal;
@@ -136,13 +126,9 @@ static void *interruptible_waiter(void *arg)
 
 Test(cancel, signal_interrupts_a_wait_and_withdraws, .timeout = 60)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
     struct sigaction sa = {.sa_handler = on_sigusr1}; /* no SA_RESTART, like psql's SIGINT */
     sigaction(SIGUSR1, &sa, NULL);
-    dbt_config cfg;
-    test_config(&cfg, &r, NULL);
-    dbt_client *c = dbt_client_new(&cfg);
+    dbt_client *c = fx_client(NULL);
     dbt_pool *p = dbt_client_pool(c, "cancel");
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
     dbt_permit *held;
@@ -150,7 +136,7 @@ Test(cancel, signal_interrupts_a_wait_and_withdraws, .timeout = 60)
     waiter_arg w = {.pool = p};
     pthread_t t;
     pthread_create(&t, NULL, interruptible_waiter, &w);
-    zcard_is q1 = {&r, "dbthrottle:{cancel}:q:queue", 1};
+    zcard_is q1 = {&fx_redis, "dbthrottle:{cancel}:q:queue", 1};
     cr_assert(test_wait_until(test_zcard_is, &q1, 10000));
     /* Signalled as psql's Ctrl-C would: the handler sets a flag, the wait sees it. Sent again
      * until the waiter returns, in case the first one landed before it began to sleep. */
@@ -160,13 +146,10 @@ Test(cancel, signal_interrupts_a_wait_and_withdraws, .timeout = 60)
     }
     pthread_join(t, NULL);
     cr_expect_eq(w.res, DBT_ACQ_INTERRUPTED);
-    cr_expect_eq(test_redis_int(&r, "ZCARD dbthrottle:{cancel}:q:queue"), 0);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD dbthrottle:{cancel}:q:queue"), 0);
     dbt_release(held);
-    zcard_is h0 = {&r, "dbthrottle:{cancel}:q:holders", 0};
+    zcard_is h0 = {&fx_redis, "dbthrottle:{cancel}:q:holders", 0};
     cr_expect(test_wait_until(test_zcard_is, &h0, 5000));
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }
 
 static char *queue_head(const test_redis *r)
@@ -188,12 +171,8 @@ static char *queue_head(const test_redis *r)
  * no key expires under it. */
 Test(cancel, keys_outlive_short_leases_in_a_mixed_pool, .timeout = 60)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
-    dbt_config longc, shortc;
-    test_config(&longc, &r, "DBTHROTTLE_LEASE=20s", NULL);
-    test_config(&shortc, &r, "DBTHROTTLE_LEASE=200ms", NULL);
-    dbt_client *lc = dbt_client_new(&longc), *sc = dbt_client_new(&shortc);
+    dbt_client *lc = fx_client("DBTHROTTLE_LEASE=20s", NULL),
+               *sc = fx_client("DBTHROTTLE_LEASE=200ms", NULL);
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
     dbt_permit *held;
     cr_assert_eq(dbt_acquire(dbt_client_pool(lc, "mixed"), DBT_KIND_QUERY, &now, &held),
@@ -201,13 +180,13 @@ Test(cancel, keys_outlive_short_leases_in_a_mixed_pool, .timeout = 60)
     waiter_arg w = {.pool = dbt_client_pool(sc, "mixed"), .wait_ms = 10000};
     pthread_t t;
     pthread_create(&t, NULL, waiter, &w);
-    zcard_is q1 = {&r, P_MIXED ":q:queue", 1};
+    zcard_is q1 = {&fx_redis, P_MIXED ":q:queue", 1};
     cr_assert(test_wait_until(test_zcard_is, &q1, 10000));
-    char *before = queue_head(&r);
+    char *before = queue_head(&fx_redis);
     /* Three short leases are 600 ms: wait well past them, then the waiter must be where it was
      * (a waiter that lost its keys would have queued again under a new id). */
     usleep(1500000);
-    char *after = queue_head(&r);
+    char *after = queue_head(&fx_redis);
     cr_assert(before && after);
     cr_expect_str_eq(after, before, "the waiter lost its place and queued again");
     free(before);
@@ -216,9 +195,4 @@ Test(cancel, keys_outlive_short_leases_in_a_mixed_pool, .timeout = 60)
     pthread_join(t, NULL);
     cr_expect_eq(w.res, DBT_ACQ_GRANTED);
     dbt_release(w.permit);
-    dbt_client_free(lc);
-    dbt_client_free(sc);
-    dbt_config_free(&longc);
-    dbt_config_free(&shortc);
-    test_redis_stop(&r);
 }

@@ -1,23 +1,22 @@
 /* Leases: a SIGKILLed holder's permit comes back within lease + lease/3; a dead waiter's place is
  * skipped. Nobody releases anything here: the waiters' own renewals keep the queue live. */
-#include "sem_helpers.h"
+#include "sem_fixture.h"
 
 #include <criterion/criterion.h>
 
 #define HOLDERS "dbthrottle:{crash}:q:holders"
 #define QUEUE   "dbthrottle:{crash}:q:queue"
 
+/* Every test here starts with a redis-server of its own and ends with it stopped. */
+TestSuite(crash, .init = fx_redis_start, .fini = fx_stop);
+
 Test(crash, killed_holder_frees_its_permit_within_the_lease, .timeout = 60)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
     test_child holder;
-    cr_assert(test_child_start(&holder, &r, "crash", 1, 0, "1s"));
+    cr_assert(test_child_start(&holder, &fx_redis, "crash", 1, 0, "1s"));
     cr_assert_eq(test_child_report(&holder, 10000), 'G');
 
-    dbt_config cfg;
-    test_config(&cfg, &r, "DBTHROTTLE_LEASE=1s", NULL);
-    dbt_client *c = dbt_client_new(&cfg);
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=1s", NULL);
     dbt_pool *p = dbt_client_pool(c, "crash");
     test_child_kill(&holder);
     int64_t killed = test_now_ms();
@@ -27,31 +26,24 @@ Test(crash, killed_holder_frees_its_permit_within_the_lease, .timeout = 60)
     int64_t took = test_now_ms() - killed;
     /* lease 1000 ms + renewal period 333 ms + 1 s of slack */
     cr_expect_leq(took, 2333, "granted %lld ms after the holder died", (long long)took);
-    cr_expect_eq(test_redis_int(&r, "ZCARD %s", HOLDERS), 1);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", HOLDERS), 1);
     dbt_release(permit);
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }
 
 Test(crash, killed_waiter_loses_its_place, .timeout = 60)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
-    dbt_config cfg;
-    test_config(&cfg, &r, "DBTHROTTLE_LEASE=1s", NULL);
-    dbt_client *c = dbt_client_new(&cfg);
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=1s", NULL);
     dbt_pool *p = dbt_client_pool(c, "crash");
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
     dbt_permit *held;
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
 
     test_child dead, live;
-    cr_assert(test_child_start(&dead, &r, "crash", 1, 30000, "1s"));
-    zcard_is q1 = {&r, QUEUE, 1};
+    cr_assert(test_child_start(&dead, &fx_redis, "crash", 1, 30000, "1s"));
+    zcard_is q1 = {&fx_redis, QUEUE, 1};
     cr_assert(test_wait_until(test_zcard_is, &q1, 10000));
-    cr_assert(test_child_start(&live, &r, "crash", 1, 30000, "1s"));
-    zcard_is q2 = {&r, QUEUE, 2};
+    cr_assert(test_child_start(&live, &fx_redis, "crash", 1, 30000, "1s"));
+    zcard_is q2 = {&fx_redis, QUEUE, 2};
     cr_assert(test_wait_until(test_zcard_is, &q2, 10000));
 
     test_child_kill(&dead);
@@ -62,12 +54,9 @@ Test(crash, killed_waiter_loses_its_place, .timeout = 60)
     cr_expect_leq(took, 2333, "live waiter granted %lld ms after the first waiter died",
                   (long long)took);
     /* The only holder is the live waiter; the dead one is in neither set. */
-    cr_expect_eq(test_redis_int(&r, "ZCARD %s", HOLDERS), 1);
-    cr_expect_eq(test_redis_int(&r, "ZCARD %s", QUEUE), 0);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", HOLDERS), 1);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", QUEUE), 0);
     test_child_finish(&live);
-    zcard_is h0 = {&r, HOLDERS, 0};
+    zcard_is h0 = {&fx_redis, HOLDERS, 0};
     cr_expect(test_wait_until(test_zcard_is, &h0, 5000));
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }

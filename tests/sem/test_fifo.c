@@ -1,5 +1,5 @@
 /* Fairness: first come, first served across processes; a newcomer never overtakes. */
-#include "sem_helpers.h"
+#include "sem_fixture.h"
 
 #include <criterion/criterion.h>
 #include <stdatomic.h>
@@ -9,6 +9,9 @@
 
 #define HOLDERS "dbthrottle:{fifo}:q:holders"
 #define QUEUE   "dbthrottle:{fifo}:q:queue"
+
+/* Every test here starts with a redis-server of its own and ends with it stopped. */
+TestSuite(fifo, .init = fx_redis_start, .fini = fx_stop);
 
 enum { WAITERS = 8 };
 
@@ -43,14 +46,10 @@ static pid_t start_waiter(const test_redis *r, order_log *log, int me, int limit
 
 Test(fifo, waiters_are_granted_in_arrival_order, .timeout = 60)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
     order_log *log =
         mmap(NULL, sizeof *log, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     memset(log, 0, sizeof *log);
-    dbt_config cfg;
-    test_config(&cfg, &r, NULL);
-    dbt_client *c = dbt_client_new(&cfg);
+    dbt_client *c = fx_client(NULL);
     dbt_pool *p = dbt_client_pool(c, "fifo");
     dbt_acquire_opts o = {.limit = 1, .wait_ms = 0};
     dbt_permit *held;
@@ -58,8 +57,8 @@ Test(fifo, waiters_are_granted_in_arrival_order, .timeout = 60)
 
     pid_t pids[WAITERS];
     for (int i = 0; i < WAITERS; i++) {
-        pids[i] = start_waiter(&r, log, i, 1);
-        zcard_is q = {&r, QUEUE, i + 1};
+        pids[i] = start_waiter(&fx_redis, log, i, 1);
+        zcard_is q = {&fx_redis, QUEUE, i + 1};
         cr_assert(test_wait_until(test_zcard_is, &q, 10000), "waiter %d never queued", i);
     }
     /* A newcomer that will not wait gets nothing while others queue, nor right after the
@@ -77,44 +76,38 @@ Test(fifo, waiters_are_granted_in_arrival_order, .timeout = 60)
     cr_assert_eq(atomic_load(&log->next), WAITERS);
     for (int i = 0; i < WAITERS; i++)
         cr_expect_eq(log->order[i], i, "grant %d went to waiter %d", i, log->order[i]);
-    zcard_is h = {&r, HOLDERS, 0};
+    zcard_is h = {&fx_redis, HOLDERS, 0};
     cr_expect(test_wait_until(test_zcard_is, &h, 5000), "holders did not return to 0");
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
+    fx_client_free(c);
     munmap(log, sizeof *log);
-    test_redis_stop(&r);
 }
 
 /* A newcomer whose own limit would admit it still queues behind a waiter whose smaller limit
  * keeps it waiting: no barging, even when callers disagree on the limit. */
 Test(fifo, no_barging_past_a_waiter_with_a_smaller_limit, .timeout = 60)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
     order_log *log =
         mmap(NULL, sizeof *log, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     memset(log, 0, sizeof *log);
-    dbt_config cfg;
-    test_config(&cfg, &r, NULL);
-    dbt_client *c = dbt_client_new(&cfg);
+    dbt_client *c = fx_client(NULL);
     dbt_pool *p = dbt_client_pool(c, "fifo");
     dbt_acquire_opts one = {.limit = 1, .wait_ms = 0};
     dbt_permit *held;
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &one, &held), DBT_ACQ_GRANTED);
 
-    pid_t w = start_waiter(&r, log, 0, 1); /* limit 1: must wait for `held` */
-    zcard_is q = {&r, QUEUE, 1};
+    pid_t w = start_waiter(&fx_redis, log, 0, 1); /* limit 1: must wait for `held` */
+    zcard_is q = {&fx_redis, QUEUE, 1};
     cr_assert(test_wait_until(test_zcard_is, &q, 10000));
     /* limit 5 would admit a second holder, but the queue is not empty */
     dbt_acquire_opts five = {.limit = 5, .wait_ms = 0};
     dbt_permit *barged = NULL;
     cr_expect_eq(dbt_acquire(p, DBT_KIND_QUERY, &five, &barged), DBT_ACQ_TIMEOUT);
-    pid_t n = start_waiter(&r, log, 1, 5); /* queues behind waiter 0 */
-    zcard_is q2 = {&r, QUEUE, 2};
+    pid_t n = start_waiter(&fx_redis, log, 1, 5); /* queues behind waiter 0 */
+    zcard_is q2 = {&fx_redis, QUEUE, 2};
     cr_assert(test_wait_until(test_zcard_is, &q2, 10000));
     /* Still queued, not admitted: one holder, two waiters. */
-    cr_expect_eq(test_redis_int(&r, "ZCARD %s", HOLDERS), 1);
-    cr_expect_eq(test_redis_int(&r, "ZCARD %s", QUEUE), 2);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", HOLDERS), 1);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", QUEUE), 2);
     dbt_release(held);
     int st;
     waitpid(w, &st, 0);
@@ -123,8 +116,6 @@ Test(fifo, no_barging_past_a_waiter_with_a_smaller_limit, .timeout = 60)
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     /* The release granted both at once (1 < 1 for the head, then 2 < 5 for the newcomer). */
     cr_assert_eq(atomic_load(&log->next), 2);
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
+    fx_client_free(c);
     munmap(log, sizeof *log);
-    test_redis_stop(&r);
 }

@@ -1,5 +1,5 @@
 /* fork(): a child never uses its parent's connections or permits. */
-#include "sem_helpers.h"
+#include "sem_fixture.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -8,13 +8,12 @@
 
 #define HOLDERS "dbthrottle:{fork}:q:holders"
 
+/* Every test here starts with a redis-server of its own and ends with it stopped. */
+TestSuite(fork, .init = fx_redis_start, .fini = fx_stop);
+
 Test(fork, child_neither_releases_nor_shares_the_parents_permits, .timeout = 60)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
-    dbt_config cfg;
-    test_config(&cfg, &r, NULL);
-    dbt_client *c = dbt_client_new(&cfg);
+    dbt_client *c = fx_client(NULL);
     dbt_pool *p = dbt_client_pool(c, "fork");
     dbt_acquire_opts o = {.limit = 3, .wait_ms = 5000};
     dbt_permit *mine;
@@ -27,7 +26,7 @@ Test(fork, child_neither_releases_nor_shares_the_parents_permits, .timeout = 60)
         int rc = 0;
         /* The parent's permit is not the child's: releasing it only forgets it. */
         dbt_release(mine);
-        if (test_redis_int(&r, "ZCARD %s", HOLDERS) != 1)
+        if (test_redis_int(&fx_redis, "ZCARD %s", HOLDERS) != 1)
             rc |= 1;
         if (strcmp(dbt_client_id(c), parent_cid) == 0)
             rc |= 2; /* the child must have a client id (and wake list) of its own */
@@ -36,7 +35,7 @@ Test(fork, child_neither_releases_nor_shares_the_parents_permits, .timeout = 60)
             rc |= 4;
         else if (strncmp(dbt_permit_id(childs), parent_cid, 16) == 0)
             rc |= 8;
-        if (test_redis_int(&r, "ZCARD %s", HOLDERS) != 2)
+        if (test_redis_int(&fx_redis, "ZCARD %s", HOLDERS) != 2)
             rc |= 16;
         dbt_release(childs);
         dbt_client_free(c);
@@ -47,17 +46,14 @@ Test(fork, child_neither_releases_nor_shares_the_parents_permits, .timeout = 60)
     cr_assert(WIFEXITED(st));
     cr_expect_eq(WEXITSTATUS(st), 0, "child check failed: bits %d", WEXITSTATUS(st));
     /* The parent still holds its permit and its connections still work. */
-    zcard_is one = {&r, HOLDERS, 1};
+    zcard_is one = {&fx_redis, HOLDERS, 1};
     cr_expect(test_wait_until(test_zcard_is, &one, 5000));
     dbt_permit *again;
     cr_expect_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &again), DBT_ACQ_GRANTED);
     dbt_release(again);
     dbt_release(mine);
-    zcard_is none = {&r, HOLDERS, 0};
+    zcard_is none = {&fx_redis, HOLDERS, 0};
     cr_expect(test_wait_until(test_zcard_is, &none, 5000));
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }
 
 typedef struct {
@@ -79,11 +75,7 @@ static void *waiter(void *arg)
  * thread held, and the parent's waiter still gets its grant. */
 Test(fork, fork_while_a_thread_waits, .timeout = 60)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
-    dbt_config cfg;
-    test_config(&cfg, &r, NULL);
-    dbt_client *c = dbt_client_new(&cfg);
+    dbt_client *c = fx_client(NULL);
     dbt_pool *p = dbt_client_pool(c, "fork");
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
     dbt_permit *held;
@@ -91,7 +83,7 @@ Test(fork, fork_while_a_thread_waits, .timeout = 60)
     waiter_arg w = {.pool = p};
     pthread_t t;
     pthread_create(&t, NULL, waiter, &w);
-    zcard_is q = {&r, "dbthrottle:{fork}:q:queue", 1};
+    zcard_is q = {&fx_redis, "dbthrottle:{fork}:q:queue", 1};
     cr_assert(test_wait_until(test_zcard_is, &q, 10000));
     pid_t pid = fork();
     if (pid == 0) {
@@ -110,7 +102,4 @@ Test(fork, fork_while_a_thread_waits, .timeout = 60)
     dbt_release(held);
     pthread_join(t, NULL);
     cr_expect_eq(w.res, DBT_ACQ_GRANTED);
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }

@@ -1,7 +1,7 @@
 /* Hostile pool names stay in their own keys and slot; callers that disagree on the limit are
  * each admitted only below their own, and the disagreement is logged once. */
 #include "log.h"
-#include "sem_helpers.h"
+#include "sem_fixture.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -82,18 +82,15 @@ Test(names, every_key_of_a_pool_shares_its_hash_tag)
     free(big_x);
 }
 
-Test(names, hostile_pools_never_touch_each_other, .timeout = 60)
+Test(names, hostile_pools_never_touch_each_other, .timeout = 60, .init = fx_redis_start,
+     .fini = fx_stop)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
     char *big = malloc(10241);
     memset(big, '}', 10240);
     big[10240] = '\0';
     const char *names[] = {"a", "a{b}", "a%7Bb%7D", "a}", "{a", "a b", "a\nb", big};
     enum { N = sizeof names / sizeof *names };
-    dbt_config cfg;
-    test_config(&cfg, &r, NULL);
-    dbt_client *c = dbt_client_new(&cfg);
+    dbt_client *c = fx_client(NULL);
     dbt_permit *held[N];
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
     for (int i = 0; i < N; i++) {
@@ -107,7 +104,8 @@ Test(names, hostile_pools_never_touch_each_other, .timeout = 60)
         cr_expect_eq(dbt_acquire(dbt_client_pool(c, names[i]), DBT_KIND_QUERY, &now, &extra),
                      DBT_ACQ_TIMEOUT);
         const dbt_keys *k = dbt_pool_keys(dbt_client_pool(c, names[i]));
-        cr_expect_eq(test_redis_int(&r, "ZCARD %s", k->keys[DBT_KIND_QUERY][DBT_K_HOLDERS]), 1);
+        cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", k->keys[DBT_KIND_QUERY][DBT_K_HOLDERS]),
+                     1);
         /* The connection semaphore of the same pool is separate. */
         cr_expect_eq(dbt_acquire(dbt_client_pool(c, names[i]), DBT_KIND_CONN, &now, &extra),
                      DBT_ACQ_GRANTED);
@@ -115,10 +113,8 @@ Test(names, hostile_pools_never_touch_each_other, .timeout = 60)
     }
     for (int i = 0; i < N; i++)
         dbt_release(held[i]);
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
+    fx_client_free(c);
     free(big);
-    test_redis_stop(&r);
 }
 
 static int count_lines(const char *path, const char *needle)
@@ -134,17 +130,16 @@ static int count_lines(const char *path, const char *needle)
     return n;
 }
 
-Test(names, disagreeing_limits_admit_each_caller_below_its_own, .timeout = 60)
+Test(names, disagreeing_limits_admit_each_caller_below_its_own, .timeout = 60,
+     .init = fx_redis_start, .fini = fx_stop)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
     char logpath[] = "/tmp/dbt-log-XXXXXX";
     int fd = mkstemp(logpath);
     close(fd);
     char logkv[64];
     snprintf(logkv, sizeof logkv, "DBTHROTTLE_LOG=%s", logpath);
     dbt_config cfg;
-    test_config(&cfg, &r, logkv, NULL);
+    test_config(&cfg, &fx_redis, logkv, NULL);
     char err[DBT_ERRLEN];
     cr_assert(dbt_log_open(&cfg, err), "%s", err);
     dbt_client *c = dbt_client_new(&cfg);
@@ -161,7 +156,7 @@ Test(names, disagreeing_limits_admit_each_caller_below_its_own, .timeout = 60)
     cr_expect_eq(dbt_acquire(p, DBT_KIND_QUERY, &two, &a1), DBT_ACQ_GRANTED); /* 2 of 2 */
     cr_expect_eq(dbt_acquire(p, DBT_KIND_QUERY, &two, &a2), DBT_ACQ_TIMEOUT);
     cr_expect_eq(dbt_acquire(p, DBT_KIND_QUERY, &four, &x), DBT_ACQ_GRANTED); /* 3 of 4 */
-    cr_expect_eq(test_redis_int(&r, "ZCARD dbthrottle:{agree}:q:holders"), 3);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD dbthrottle:{agree}:q:holders"), 3);
     dbt_release(x);
     dbt_release(a1);
     dbt_release(b[2]);
@@ -171,5 +166,4 @@ Test(names, disagreeing_limits_admit_each_caller_below_its_own, .timeout = 60)
                  "the disagreement was not logged exactly once");
     unlink(logpath);
     dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }

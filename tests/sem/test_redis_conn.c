@@ -1,6 +1,6 @@
 /* The Redis connection: AUTH (password, ACL user), SELECT, script loading and NOSCRIPT repair. */
 #include "redis_conn.h"
-#include "sem_helpers.h"
+#include "sem_fixture.h"
 
 #include <criterion/criterion.h>
 
@@ -50,21 +50,19 @@ Test(redis_conn, auth_with_password_and_acl_user)
     test_redis_stop(&r);
 }
 
-Test(redis_conn, select_puts_the_keys_in_that_db)
+Test(redis_conn, select_puts_the_keys_in_that_db, .init = fx_redis_start, .fini = fx_stop)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
     char err[DBT_ERRLEN], url[128];
     dbt_config cfg;
-    test_config(&cfg, &r, NULL);
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d/3", r.port);
+    test_config(&cfg, &fx_redis, NULL);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d/3", fx_redis.port);
     cr_assert(dbt_config_set(&cfg, "DBTHROTTLE_REDIS_URL", url, DBT_SRC_ENV, err), "%s", err);
     dbt_client *cl = dbt_client_new(&cfg);
     dbt_acquire_opts o = {.limit = 1, .wait_ms = 0};
     dbt_permit *p;
     cr_assert_eq(dbt_acquire(dbt_client_pool(cl, "db3"), DBT_KIND_QUERY, &o, &p), DBT_ACQ_GRANTED);
-    cr_expect_eq(test_redis_int(&r, "EXISTS dbthrottle:{db3}:q:holders"), 0, "key in db 0");
-    redisContext *rc = test_redis_connect(&r);
+    cr_expect_eq(test_redis_int(&fx_redis, "EXISTS dbthrottle:{db3}:q:holders"), 0, "key in db 0");
+    redisContext *rc = test_redis_connect(&fx_redis);
     freeReplyObject(redisCommand(rc, "SELECT 3"));
     redisReply *rep = redisCommand(rc, "ZCARD dbthrottle:{db3}:q:holders");
     cr_expect_eq(rep->integer, 1);
@@ -73,47 +71,37 @@ Test(redis_conn, select_puts_the_keys_in_that_db)
     dbt_release(p);
     dbt_client_free(cl);
     dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }
 
 /* A release sent without waiting meets NOSCRIPT after a SCRIPT FLUSH: it is repaired (the
  * script loaded and the release sent again) rather than lost. */
-Test(redis_conn, release_survives_script_flush)
+Test(redis_conn, release_survives_script_flush, .init = fx_redis_start, .fini = fx_stop)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
-    dbt_config cfg;
-    test_config(&cfg, &r, NULL);
-    dbt_client *cl = dbt_client_new(&cfg);
+    dbt_client *cl = fx_client(NULL);
     dbt_pool *pool = dbt_client_pool(cl, "flush");
     dbt_acquire_opts o = {.limit = 2, .wait_ms = 0};
     dbt_permit *p1, *p2;
     cr_assert_eq(dbt_acquire(pool, DBT_KIND_QUERY, &o, &p1), DBT_ACQ_GRANTED);
-    redisContext *rc = test_redis_connect(&r);
+    redisContext *rc = test_redis_connect(&fx_redis);
     freeReplyObject(redisCommand(rc, "SCRIPT FLUSH"));
     redisFree(rc);
     dbt_release(p1); /* meets NOSCRIPT; nobody waits for its reply */
-    cr_expect_eq(test_redis_int(&r, "ZCARD dbthrottle:{flush}:q:holders"), 1);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD dbthrottle:{flush}:q:holders"), 1);
     /* The next command on the connection reads that reply and repairs the release. */
     cr_assert_eq(dbt_acquire(pool, DBT_KIND_QUERY, &o, &p2), DBT_ACQ_GRANTED);
-    zcard_is one = {&r, "dbthrottle:{flush}:q:holders", 1};
+    zcard_is one = {&fx_redis, "dbthrottle:{flush}:q:holders", 1};
     cr_expect(test_wait_until(test_zcard_is, &one, 5000), "the flushed release was lost");
     dbt_release(p2);
-    zcard_is none = {&r, "dbthrottle:{flush}:q:holders", 0};
+    zcard_is none = {&fx_redis, "dbthrottle:{flush}:q:holders", 0};
     cr_expect(test_wait_until(test_zcard_is, &none, 5000));
-    dbt_client_free(cl);
-    dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }
 
 /* SCRIPT LOAD returns the SHA1 that the build computed for every script. */
-Test(redis_conn, compiled_sha1_matches_redis)
+Test(redis_conn, compiled_sha1_matches_redis, .init = fx_redis_start, .fini = fx_stop)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
     char err[DBT_ERRLEN];
     dbt_config cfg;
-    test_config(&cfg, &r, NULL);
+    test_config(&cfg, &fx_redis, NULL);
     dbt_redis *c = dbt_redis_connect(&cfg, err);
     cr_assert_not_null(c, "%s", err);
     const dbt_script *all[] = {&dbt_script_acquire, &dbt_script_release, &dbt_script_cancel,
@@ -122,5 +110,4 @@ Test(redis_conn, compiled_sha1_matches_redis)
         cr_expect(dbt_redis_load_script(c, all[i], err), "%s: %s", all[i]->name, err);
     dbt_redis_free(c);
     dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }

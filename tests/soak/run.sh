@@ -5,22 +5,17 @@
 # and at the end: neither may grow (a leak per query or per reconnect would show in thousands of
 # them). Exit status non-zero if they did.
 set -u
-here=$(cd "$(dirname "$0")/../faults" && pwd)
-. "$here/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../support/lib.sh"
 secs=${SOAK_SECONDS:-600}
-work=$(mktemp -d /tmp/dbt-soak-XXXXXX)
-chmod 755 "$work"
-cleanup() {
+harness_begin soak
+suite_cleanup() {
     [ -n "${obs:-}" ] && kill -9 "$obs" 2>/dev/null
     for p in ${others:-}; do kill -9 "$p" 2>/dev/null; done
-    redis_kill
-    pg_stop
-    rm -rf "$work"
 }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
 redis_start
 pg_start
+counter_install
 export PGAPPNAME=soak DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LEASE=2s DBTHROTTLE_REDIS_TIMEOUT=300ms \
     DBTHROTTLE_LOG_LEVEL=error
 env LD_PRELOAD="$preload" "$worker" -T 32 -n 0 -s 1 >"$work/obs.out" 2>"$work/obs.err" &

@@ -281,14 +281,21 @@ long long test_redis_dbsize(const test_redis *r)
 
 void test_config(dbt_config *cfg, const test_redis *r, ...)
 {
+    va_list ap;
+    va_start(ap, r);
+    const char *first = va_arg(ap, const char *);
+    test_configv(cfg, r, first, ap);
+    va_end(ap);
+}
+
+void test_configv(dbt_config *cfg, const test_redis *r, const char *first, va_list more)
+{
     char err[DBT_ERRLEN], url[64];
     dbt_config_defaults(cfg);
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", r->port);
     if (!dbt_config_set(cfg, "DBTHROTTLE_REDIS_URL", url, DBT_SRC_ENV, err))
         fprintf(stderr, "test_config: %s\n", err);
-    va_list ap;
-    va_start(ap, r);
-    for (const char *kv = va_arg(ap, const char *); kv; kv = va_arg(ap, const char *)) {
+    for (const char *kv = first; kv; kv = va_arg(more, const char *)) {
         char key[128];
         const char *eq = strchr(kv, '=');
         if (!eq || (size_t)(eq - kv) >= sizeof key)
@@ -298,7 +305,6 @@ void test_config(dbt_config *cfg, const test_redis *r, ...)
         if (!dbt_config_set(cfg, key, eq + 1, DBT_SRC_ENV, err))
             fprintf(stderr, "test_config: %s\n", err);
     }
-    va_end(ap);
 }
 
 bool test_wait_until(bool (*cond)(void *), void *arg, int64_t timeout_ms)

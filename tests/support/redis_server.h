@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <hiredis.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -38,6 +39,9 @@ long long test_redis_dbsize(const test_redis *r);
 
 /* A config pointing at r: defaults plus the given settings ("KEY=VALUE", NULL-terminated). */
 void test_config(dbt_config *cfg, const test_redis *r, ...);
+/* The same for helpers that take the settings as their own arguments: the first one, then the
+ * rest of them in a va_list. */
+void test_configv(dbt_config *cfg, const test_redis *r, const char *first, va_list more);
 
 /* Polls cond until true or timeout_ms passes; returns the final value. For conditions another
  * process or thread brings about (never used to wait out a fixed delay). */

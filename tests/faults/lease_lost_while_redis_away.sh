@@ -1,11 +1,11 @@
-# Case 4: a lease that cannot be renewed. Worker A holds the only permit idle inside a transaction
+# lease_lost_while_redis_away.sh - a lease that cannot be renewed. Worker A holds the only permit idle inside a transaction
 # (BEGIN; probe; a pause; probe; COMMIT). Then
 #   (a) Redis stalls (SIGSTOP) for 1.5 leases: A cannot renew; when Redis is back, B asks and gets
 #       the permit (A's lease ran out by Redis' clock);
 #   (b) Redis restarts empty: A's permit is gone at once; B asks after one renewal period.
 # Either way A must log the loss as an error and its next statement must queue behind B, never
 # run beside it: the server sees at most one probe at a time. docs/operations.md states the bound.
-echo "# case 4: a lease lost while Redis is stalled or restarted"
+echo "# lease_lost_while_redis_away: a lease lost while Redis is stalled or restarted"
 c4="PGAPPNAME=c4 DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_LEASE=1s DBTHROTTLE_REDIS_TIMEOUT=300ms"
 for how in stall restart; do
     mark
@@ -28,9 +28,9 @@ for how in stall restart; do
     wait "$a" "$b"
     conc=$(max_conc c4)
     a_ms=$(max_field max_call_ms "$work/c4.a.$how")
-    check "case 4 ($how): at most one probe at a time at the server (most seen: $conc), 3 probes ran" '[ "$conc" -eq 1 ] && [ "$(probes c4)" -eq 3 ]'
-    check "case 4 ($how): A logged the lost lease as an error" 'grep -q "level=error event=lease_lost" "$work/c4.a.$how.log"'
-    check "case 4 ($how): A's next statement queued behind B ($a_ms ms) and A and B succeeded" '[ "$a_ms" -ge 300 ] && [ "$(sum_field ok "$work/c4.a.$how" "$work/c4.b.$how")" -eq 2 ] && [ "$(sum_field err "$work/c4.a.$how" "$work/c4.b.$how")" -eq 0 ]'
-    check "case 4 ($how): it said it would acquire again" 'grep -q "event=reacquire" "$work/c4.a.$how.log"'
+    check "lease_lost_while_redis_away ($how): at most one probe at a time at the server (most seen: $conc), 3 probes ran" '[ "$conc" -eq 1 ] && [ "$(probes c4)" -eq 3 ]'
+    check "lease_lost_while_redis_away ($how): A logged the lost lease as an error" 'grep -q "level=error event=lease_lost" "$work/c4.a.$how.log"'
+    check "lease_lost_while_redis_away ($how): A's next statement queued behind B ($a_ms ms) and A and B succeeded" '[ "$a_ms" -ge 300 ] && [ "$(sum_field ok "$work/c4.a.$how" "$work/c4.b.$how")" -eq 2 ] && [ "$(sum_field err "$work/c4.a.$how" "$work/c4.b.$how")" -eq 0 ]'
+    check "lease_lost_while_redis_away ($how): it said it would acquire again" 'grep -q "event=reacquire" "$work/c4.a.$how.log"'
 done
 wargs=

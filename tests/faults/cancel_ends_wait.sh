@@ -1,8 +1,8 @@
-# Case 5: signals and cancel. While a command waits for a permit the server has nothing to cancel,
+# cancel_ends_wait.sh - signals and cancel. While a command waits for a permit the server has nothing to cancel,
 # so PQcancel must end the wait itself: psql's Ctrl-C (SIGINT, whose handler calls PQcancel),
 # psycopg2's cancel() from another thread. A statement the server cancels (statement_timeout) gives
 # its permit back. Afterwards nothing is held or queued and no descriptor is left behind.
-echo "# case 5: SIGINT, PQcancel from another thread, statement_timeout"
+echo "# cancel_ends_wait: SIGINT, PQcancel from another thread, statement_timeout"
 c5="DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_LEASE=2s"
 wargs="-n 1 -s 4000" spawn "$work/c5.holder" PGAPPNAME=c5 $c5
 holder=$spawned
@@ -16,8 +16,8 @@ kill -INT "$psql_pid"
 wait "$psql_pid"
 rc=$?
 took=$(( $(now_ms) - t0 ))
-check "case 5: Ctrl-C ended psql's wait in $took ms with its error (rc $rc: $(head -c 160 "$work/c5.psql" | tr '\n' ' '))" '[ "$rc" -ne 0 ] && [ "$took" -lt 3000 ] && grep -q "canceling statement due to user request" "$work/c5.psql"'
-check "case 5: its place in the queue was withdrawn" 'wait_until 2 "[ \"\$(live_waiters)\" -eq 0 ]"'
+check "cancel_ends_wait: Ctrl-C ended psql's wait in $took ms with its error (rc $rc: $(head -c 160 "$work/c5.psql" | tr '\n' ' '))" '[ "$rc" -ne 0 ] && [ "$took" -lt 3000 ] && grep -q "canceling statement due to user request" "$work/c5.psql"'
+check "cancel_ends_wait: its place in the queue was withdrawn" 'wait_until 2 "[ \"\$(live_waiters)\" -eq 0 ]"'
 cat >"$work/c5.py" <<'PY'
 import os, sys, threading, time, psycopg2, psycopg2.errors
 def fds(): return len(os.listdir('/proc/self/fd'))
@@ -42,12 +42,12 @@ print('codes=%s max_s=%.2f fds_before=%d fds_after=%d' % (','.join(sorted(set(co
 PY
 throttled $c5 PGAPPNAME=c5py /usr/bin/python3 "$work/c5.py" >"$work/c5.pyout" 2>&1
 res=$(cat "$work/c5.pyout")
-check "case 5: 10 x cancel() from another thread: each wait ended with 57014 in well under the 4 s hold ($res)" 'echo "$res" | grep -q "codes=57014 max_s=0\.[0-9]"'
-check "case 5: no descriptor leaked across those cancels" 'echo "$res" | awk "{ split(\$3, a, \"=\"); split(\$4, b, \"=\"); exit !(a[2] == b[2]) }"'
+check "cancel_ends_wait: 10 x cancel() from another thread: each wait ended with 57014 in well under the 4 s hold ($res)" 'echo "$res" | grep -q "codes=57014 max_s=0\.[0-9]"'
+check "cancel_ends_wait: no descriptor leaked across those cancels" 'echo "$res" | awk "{ split(\$3, a, \"=\"); split(\$4, b, \"=\"); exit !(a[2] == b[2]) }"'
 wait "$holder"
 throttled $c5 psql -X -c "SET statement_timeout = 100" -c "SELECT dbt_probe(2000)" >"$work/c5.st" 2>&1
 st_rc=$?
-check "case 5: statement_timeout cancelled the statement at the server (rc $st_rc)" '[ "$st_rc" -ne 0 ] && grep -q "statement timeout" "$work/c5.st"'
-check "case 5: and its permit went back at once (holders $(live_holders))" '[ "$(live_holders)" -eq 0 ]'
-check "case 5: nothing held or queued in the end" '[ "$(live_holders)" -eq 0 ] && [ "$(live_waiters)" -eq 0 ]'
+check "cancel_ends_wait: statement_timeout cancelled the statement at the server (rc $st_rc)" '[ "$st_rc" -ne 0 ] && grep -q "statement timeout" "$work/c5.st"'
+check "cancel_ends_wait: and its permit went back at once (holders $(live_holders))" '[ "$(live_holders)" -eq 0 ]'
+check "cancel_ends_wait: nothing held or queued in the end" '[ "$(live_holders)" -eq 0 ] && [ "$(live_waiters)" -eq 0 ]'
 wargs=

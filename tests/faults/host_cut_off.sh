@@ -1,10 +1,10 @@
-# Case 8: a host vanishes. Workers in a network namespace of their own reach Redis and PostgreSQL
+# host_cut_off.sh - a host vanishes. Workers in a network namespace of their own reach Redis and PostgreSQL
 # over a veth pair with addresses of this test's own; one holds a permit idle in a transaction,
 # one waits. The link is cut: the workers outside must be granted within lease + lease/3 + 1 s,
 # the cut ones must not crash, and when the link returns the holder must queue again rather than
 # go on with a permit Redis gave away. ON_REDIS_ERROR=closed, so the cut waiter is refused
 # rather than run unthrottled (what open would do, as documented).
-echo "# case 8: a network namespace cut off while holding and waiting"
+echo "# host_cut_off: a network namespace cut off while holding and waiting"
 ns=dbt8$$
 net=10.$(( $$ % 200 + 20 )).$(rand 250)
 netns_cleanup() {
@@ -13,7 +13,7 @@ netns_cleanup() {
     ip link del "v${ns}a" 2>/dev/null
 }
 if ! ip netns add "$ns" 2>"$work/netns.err"; then
-    fail "case 8: cannot make a network namespace: $(cat "$work/netns.err")"
+    fail "host_cut_off: cannot make a network namespace: $(cat "$work/netns.err")"
 else
     ip link add "v${ns}a" type veth peer name "v${ns}b"
     ip link set "v${ns}b" netns "$ns"
@@ -27,8 +27,7 @@ else
     redis_start --bind "127.0.0.1 $net.1" --protected-mode no # the address is this test's own
     echo "host all all $net.0/30 trust" >>"$work/pg/data/pg_hba.conf"
     psql -qAtX -c "ALTER SYSTEM SET listen_addresses = '127.0.0.1,$net.1'" >/dev/null
-    runuser -u postgres -- "$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)/pg_ctl" \
-        -D "$work/pg/data" -l "$work/pg/server.log" -w restart -m fast >/dev/null 2>&1
+    pg_restart
     c8="PGAPPNAME=c8 DBTHROTTLE_POOL=c8 DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LEASE=2s DBTHROTTLE_REDIS_TIMEOUT=300ms DBTHROTTLE_ON_REDIS_ERROR=closed"
     inside() { # inside OUT ARGS...: a worker in the namespace
         out=$1
@@ -63,10 +62,10 @@ else
     conc=$(max_conc c8)
     a_ms=$(max_field max_call_ms "$work/c8.a")
     w_codes=$(cat "$work/c8.w")
-    check "case 8: outside, the waiter was granted $granted_ms ms after the cut (bound 2000 + 667 + 1000)" '[ "$granted_ms" -le 3667 ]'
-    check "case 8: the cut waiter's place was dropped while cut (waiters then: $w_left, the outside one granted)" '[ "$w_left" -eq 0 ]'
-    check "case 8: no worker crashed ($crashed bad exits); the cut waiter was refused, as closed says ($w_codes)" '[ "$crashed" -eq 0 ] && echo "$w_codes" | grep -q "codes=53300:1"'
-    check "case 8: the cut holder logged its lost lease and queued again when the link returned" 'grep -q "event=lease_lost" "$work/c8.a.log" && grep -q "event=reacquire" "$work/c8.a.log" && [ "$a_ms" -ge 1000 ]'
-    check "case 8: never more than 2 at once at the server (most seen: $conc), the holder's work done" '[ "$conc" -le 2 ] && [ "$(sum_field ok "$work/c8.a")" -eq 1 ]'
+    check "host_cut_off: outside, the waiter was granted $granted_ms ms after the cut (bound 2000 + 667 + 1000)" '[ "$granted_ms" -le 3667 ]'
+    check "host_cut_off: the cut waiter's place was dropped while cut (waiters then: $w_left, the outside one granted)" '[ "$w_left" -eq 0 ]'
+    check "host_cut_off: no worker crashed ($crashed bad exits); the cut waiter was refused, as closed says ($w_codes)" '[ "$crashed" -eq 0 ] && echo "$w_codes" | grep -q "codes=53300:1"'
+    check "host_cut_off: the cut holder logged its lost lease and queued again when the link returned" 'grep -q "event=lease_lost" "$work/c8.a.log" && grep -q "event=reacquire" "$work/c8.a.log" && [ "$a_ms" -ge 1000 ]'
+    check "host_cut_off: never more than 2 at once at the server (most seen: $conc), the holder's work done" '[ "$conc" -le 2 ] && [ "$(sum_field ok "$work/c8.a")" -eq 1 ]'
     netns_cleanup
 fi

@@ -1,7 +1,7 @@
-# Case 7: clients that disagree. As docs/design.md says: in one pool each caller is admitted only
+# clients_that_disagree.sh - clients that disagree. As docs/design.md says: in one pool each caller is admitted only
 # below its own limit, so the most holders is the largest limit configured; leases may differ
 # per client; a different key prefix is a different semaphore altogether.
-echo "# case 7: different limits, leases and key prefixes for one pool"
+echo "# clients_that_disagree: different limits, leases and key prefixes for one pool"
 mark
 wargs="-n 30 -s 10"
 i=0
@@ -13,8 +13,8 @@ done
 wait_workers
 c=$(max_conc c7)
 okl=$(sum_field ok "$work"/c7.lim*)
-check "case 7: limits 2 and 4 in one pool: never more than 4 at once (most seen: $c), all $okl of 180 ran" '[ "$c" -le 4 ] && [ "$c" -ge 3 ] && [ "$okl" -eq 180 ]'
-check "case 7: the disagreement was logged" 'grep -q "limit_disagreement" "$work/workers.err"'
+check "clients_that_disagree: limits 2 and 4 in one pool: never more than 4 at once (most seen: $c), all $okl of 180 ran" '[ "$c" -le 4 ] && [ "$c" -ge 3 ] && [ "$okl" -eq 180 ]'
+check "clients_that_disagree: the disagreement was logged" 'grep -q "limit_disagreement" "$work/workers.err"'
 
 mark
 i=0
@@ -26,7 +26,7 @@ done
 wait_workers
 c=$(max_conc c7l)
 okl=$(sum_field ok "$work"/c7.lease*)
-check "case 7: leases of 1 s and 9 s in one pool: at most 3 at once (most seen: $c), all $okl of 240 ran" '[ "$c" -le 3 ] && [ "$c" -ge 2 ] && [ "$okl" -eq 240 ]'
+check "clients_that_disagree: leases of 1 s and 9 s in one pool: at most 3 at once (most seen: $c), all $okl of 240 ran" '[ "$c" -le 3 ] && [ "$c" -ge 2 ] && [ "$okl" -eq 240 ]'
 
 mark
 i=0
@@ -38,7 +38,7 @@ done
 wait_workers
 ca=$(max_conc c7a)
 cb=$(max_conc c7b)
-check "case 7: prefixes a: and b: are two semaphores: at most 2 each at once (most seen: $ca and $cb)" '[ "$ca" -le 2 ] && [ "$cb" -le 2 ] && [ "$ca" -ge 1 ] && [ "$cb" -ge 1 ]'
-check "case 7: each prefix has its own keys" '[ "$(rcli --raw exists "a:{c7p}:q:seq" "b:{c7p}:q:seq")" -eq 2 ]'
-check "case 7: nothing held or queued in the end" '[ "$(live_holders q "")" -eq 0 ] && [ "$(live_waiters q "")" -eq 0 ]'
+check "clients_that_disagree: prefixes a: and b: are two semaphores: at most 2 each at once (most seen: $ca and $cb)" '[ "$ca" -le 2 ] && [ "$cb" -le 2 ] && [ "$ca" -ge 1 ] && [ "$cb" -ge 1 ]'
+check "clients_that_disagree: each prefix has its own keys" '[ "$(rcli --raw exists "a:{c7p}:q:seq" "b:{c7p}:q:seq")" -eq 2 ]'
+check "clients_that_disagree: nothing held or queued in the end" '[ "$(live_holders q "")" -eq 0 ] && [ "$(live_waiters q "")" -eq 0 ]'
 wargs=

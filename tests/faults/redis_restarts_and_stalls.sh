@@ -1,11 +1,11 @@
-# Case 2: Redis restarts and stalls under load. 16 workers (MAX_QUERIES=4, lease 1 s,
+# redis_restarts_and_stalls.sh - Redis restarts and stalls under load. 16 workers (MAX_QUERIES=4, lease 1 s,
 # REDIS_TIMEOUT=300ms) run 5 ms probes while Redis is: killed and restarted empty; killed and
 # restarted from an RDB snapshot, then from an AOF; paused (CLIENT PAUSE) and blocked
 # (DEBUG SLEEP) for 1.5 s, five times the timeout. In each fail mode: no worker crashes or is held
 # longer than the timeout allows; open runs on unthrottled and closed refuses with 53300, as
 # documented; after recovery the limit holds again with no cleanup by hand; and once the workers
 # stop, nothing is held or queued.
-echo "# case 2: Redis killed, restarted (empty, RDB, AOF), paused and blocked, under 16 workers"
+echo "# redis_restarts_and_stalls: Redis killed, restarted (empty, RDB, AOF), paused and blocked, under 16 workers"
 for mode in open closed; do
     app=c2$mode
     c2="PGAPPNAME=$app DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LEASE=1s DBTHROTTLE_REDIS_TIMEOUT=300ms DBTHROTTLE_ON_REDIS_ERROR=$mode"
@@ -58,17 +58,17 @@ for mode in open closed; do
     okn=$(sum_field ok "$work"/c2.$mode.*)
     errn=$(sum_field err "$work"/c2.$mode.*)
     codes=$(cat "$work"/c2.$mode.* | sed 's/.*codes=//' | tr ',' '\n' | grep -v '^-$' | cut -d: -f1 | sort -u | tr '\n' ' ')
-    note "$mode: $okn probes ran, $errn refused (SQLSTATE $codes), snapshots held $rdb_keys (RDB) and $aof_keys (AOF) keys"
-    check "case 2 ($mode): all 16 workers ran to the end and exited cleanly ($lines reports, $crashed bad exits)" '[ "$lines" -eq 16 ] && [ "$crashed" -eq 0 ]'
+    info "$mode: $okn probes ran, $errn refused (SQLSTATE $codes), snapshots held $rdb_keys (RDB) and $aof_keys (AOF) keys"
+    check "redis_restarts_and_stalls ($mode): all 16 workers ran to the end and exited cleanly ($lines reports, $crashed bad exits)" '[ "$lines" -eq 16 ] && [ "$crashed" -eq 0 ]'
     # A wait is ended by the renewal that notices (every lease/3) failing after REDIS_TIMEOUT;
     # then 1 s of backoff costs nothing. Bound: lease/3 + 2 x REDIS_TIMEOUT, plus 300 ms of slack.
-    check "case 2 ($mode): no libpq call was held longer than 333 + 600 + 300 ms (longest: $worst ms)" '[ "$worst" -le 1233 ]'
-    check "case 2 ($mode): after recovery at most 4 ran at once (most seen: $recovered in $recovered_n probes)" '[ "$recovered" -le 4 ] && [ "$recovered" -ge 2 ] && [ "$recovered_n" -ge 100 ]'
+    check "redis_restarts_and_stalls ($mode): no libpq call was held longer than 333 + 600 + 300 ms (longest: $worst ms)" '[ "$worst" -le 1233 ]'
+    check "redis_restarts_and_stalls ($mode): after recovery at most 4 ran at once (most seen: $recovered in $recovered_n probes)" '[ "$recovered" -le 4 ] && [ "$recovered" -ge 2 ] && [ "$recovered_n" -ge 100 ]'
     if [ $mode = open ]; then
-        check "case 2 (open): nothing was refused: commands ran on unthrottled" '[ "$errn" -eq 0 ]'
+        check "redis_restarts_and_stalls (open): nothing was refused: commands ran on unthrottled" '[ "$errn" -eq 0 ]'
     else
-        check "case 2 (closed): commands were refused with 53300 during the outages, and only so" '[ "$errn" -gt 0 ] && [ "$codes" = "53300 " ]'
+        check "redis_restarts_and_stalls (closed): commands were refused with 53300 during the outages, and only so" '[ "$errn" -gt 0 ] && [ "$codes" = "53300 " ]'
     fi
-    check "case 2 ($mode): once the workers stopped nothing was held or queued" 'wait_until 2 "[ \"\$(live_holders)\" -eq 0 ] && [ \"\$(live_waiters)\" -eq 0 ]"'
+    check "redis_restarts_and_stalls ($mode): once the workers stopped nothing was held or queued" 'wait_until 2 "[ \"\$(live_holders)\" -eq 0 ] && [ \"\$(live_waiters)\" -eq 0 ]"'
 done
 wargs=

@@ -1,8 +1,8 @@
-# Case 9: secrets. Passwords given in the connection string, PGPASSWORD, a .pgpass file and the
+# secrets_stay_hidden.sh - secrets. Passwords given in the connection string, PGPASSWORD, a .pgpass file and the
 # Redis URL never appear in a log line (debug level, both formats), an error message, or a Redis
 # key or value; the log file is created mode 0600. The paths that print most are taken: a
 # connection permit, a wait, a refusal, and a wrong Redis password.
-echo "# case 9: secrets stay out of logs, errors and Redis"
+echo "# secrets_stay_hidden: secrets stay out of logs, errors and Redis"
 redis_stop
 redis_start --requirepass redis-Secret-9f3
 rcli() { redis-cli -p "$rport" --no-auth-warning -a redis-Secret-9f3 "$@"; }
@@ -35,10 +35,10 @@ for k in $(cat "$work/c9.keys"); do
     esac
 done >"$work/c9.values" 2>&1
 all="$work/c9.logfmt $work/c9.json $work/c9.pgpass $work/c9.holder.log $work/c9.refused $work/c9.out1 $work/c9.out2 $work/c9.out3 $work/c9.out4 $work/c9.out5 $work/c9.keys $work/c9.values $work/workers.err"
-check "case 9: the logs said something ($(cat "$work"/c9.logfmt "$work"/c9.json | wc -l) lines) and the refusal and the wrong password were reported" 'grep -q "event=grant" "$work/c9.logfmt" && grep -q "\"event\":\"grant\"" "$work/c9.json" && grep -q "no query permit" "$work/c9.out4" && grep -qi "auth" "$work/c9.out5"'
-check "case 9: no password anywhere: logs, messages, Redis keys and values" '! cat $all | grep -E "Secret-(conninfo|env|pgpass|9f3|77)"'
-check "case 9: the Redis URL is shown with its password masked" 'grep -q "redis://:\*\*\*@\|redis://:xxxxx@\|redis://:\[redacted\]@" "$work/c9.out5" || ! grep -q "redis://" "$work/c9.out5"'
-check "case 9: log files are created mode 0600 ($(stat -c %a "$work/c9.logfmt"))" '[ "$(stat -c %a "$work/c9.logfmt")" = 600 ] && [ "$(stat -c %a "$work/c9.json")" = 600 ]'
+check "secrets_stay_hidden: the logs said something ($(cat "$work"/c9.logfmt "$work"/c9.json | wc -l) lines) and the refusal and the wrong password were reported" 'grep -q "event=grant" "$work/c9.logfmt" && grep -q "\"event\":\"grant\"" "$work/c9.json" && grep -q "no query permit" "$work/c9.out4" && grep -qi "auth" "$work/c9.out5"'
+check "secrets_stay_hidden: no password anywhere: logs, messages, Redis keys and values" '! cat $all | grep -E "Secret-(conninfo|env|pgpass|9f3|77)"'
+check "secrets_stay_hidden: the Redis URL is shown with its password masked" 'grep -q "redis://:\*\*\*@\|redis://:xxxxx@\|redis://:\[redacted\]@" "$work/c9.out5" || ! grep -q "redis://" "$work/c9.out5"'
+check "secrets_stay_hidden: log files are created mode 0600 ($(stat -c %a "$work/c9.logfmt"))" '[ "$(stat -c %a "$work/c9.logfmt")" = 600 ] && [ "$(stat -c %a "$work/c9.json")" = 600 ]'
 psql -qAtX -c "ALTER ROLE postgres PASSWORD NULL" >/dev/null
 redis_stop
 unset -f rcli

@@ -1,5 +1,12 @@
-# lib.sh - what every fault case shares (sourced by run.sh): the servers, the independent
-# concurrency counter at the server, Redis' own view of the pools, and check reporting.
+# lib.sh - what every shell suite shares (sourced by tests/integration/test_interposer.sh,
+# tests/faults/run.sh, tests/cli/run.sh and tests/soak/run.sh): a work directory cleaned up at
+# exit, free loopback ports, a redis-server and a PostgreSQL of the suite's own, the independent
+# concurrency counter at the server, Redis' own view of the pools, waiting for a condition, cases
+# picked by name, and check reporting with the final count.
+#
+# A suite: sources this file, calls harness_begin NAME, starts the servers it needs (redis_start,
+# pg_start, counter_install), runs its checks, and ends with summary (its exit status). It may
+# define suite_cleanup, run at exit before the servers stop.
 #
 # The counter: dbt_probe(ms), at its start, takes an advisory lock keyed by its own
 # application_name and backend pid, counts the granted locks of that application_name (itself
@@ -7,9 +14,10 @@
 # a cancel too; a session that ends loses its locks). Each probe holds its lock within its
 # statement, so within the permit its client held: the largest N is a lower bound of the permits
 # held at once that only a real overlap can raise. (Not a transaction-level lock: a permit kept
-# idle in a transaction may legitimately pass to another once its lease runs out.) It is read from the server, not from anything
-# the throttle says. (pg_stat_activity's count of 'active' backends was used before: it read 5 and
-# 6 where the locks, at the same instants, were 3 and 2, so it cannot bound a limit of 4.)
+# idle in a transaction may legitimately pass to another once its lease runs out.) It is read from
+# the server, not from anything the throttle says. (pg_stat_activity's count of 'active' backends
+# was used before: it read 5 and 6 where the locks, at the same instants, were 3 and 2, so it
+# cannot bound a limit of 4.)
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
 # The sanitizer runs (make check-asan, check-tsan, check-valgrind) swap in their own builds:
@@ -18,22 +26,76 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 lib=${DBT_LIB:-$top/build/libdbthrottle.so}
 preload=${DBT_PRELOAD_FIRST:+$DBT_PRELOAD_FIRST:}$lib
 worker=${DBT_WORKER:-$top/build/tests/fault_worker}
+
+# ---- reporting ----------------------------------------------------------------------------------
 passed=0
 failed=0
 ok() { passed=$((passed + 1)); echo "ok   - $*"; }
 fail() { failed=$((failed + 1)); echo "FAIL - $*"; }
-check() { # check "what" "shell condition"
-    if eval "$2"; then ok "$1"; else fail "$1"; fi
+info() { echo "info - $*"; }
+check() { # check "what" "condition" (one string, eval'ed) | check "what" command [args...]
+    what=$1
+    shift
+    if [ $# -eq 1 ]; then
+        if eval "$1"; then ok "$what"; else fail "$what"; fi
+    elif "$@"; then ok "$what"; else fail "$what"; fi
 }
-note() { echo "#      $*"; }
+# summary: the last line of every suite; its status is the suite's.
+summary() {
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+}
 
+# ---- cases by name ------------------------------------------------------------------------------
+# pick_cases NAME...: checks the names against the suite's $cases and sets $picked to them, or to
+# all of $cases (in that order) when none is given. An unknown name ends the suite (exit 2) before
+# any server starts. The suite runs each with its own run_case NAME.
+pick_cases() {
+    for pc_name in "$@"; do
+        is_case "$pc_name" || {
+            echo "no case \"$pc_name\"; the cases are:" $cases >&2
+            exit 2
+        }
+    done
+    picked=${*:-$cases}
+}
+is_case() { case " $(echo $cases) " in *" $1 "*) return 0 ;; esac; return 1; }
+run_picked() { for rp_name in $picked; do run_case "$rp_name"; done; }
+
+# ---- the work directory and cleanup -------------------------------------------------------------
+# harness_begin NAME: makes $work (/tmp/dbt-NAME-XXXXXX, readable by the postgres user) and
+# arranges that at exit every process listed in $work/pids is killed, suite_cleanup runs, the
+# servers stop and $work goes (DBT_KEEP=1 keeps it, and says where).
+harness_begin() {
+    work=$(mktemp -d "/tmp/dbt-$1-XXXXXX")
+    chmod 755 "$work"
+    trap harness_cleanup EXIT
+    trap 'exit 1' INT TERM
+}
+harness_cleanup() {
+    for p in $(cat "$work"/pids 2>/dev/null); do
+        kill -CONT "$p" 2>/dev/null
+        kill -9 "$p" 2>/dev/null
+    done
+    command -v suite_cleanup >/dev/null && suite_cleanup
+    [ -n "${redis_pid:-}" ] && kill -9 "$redis_pid" 2>/dev/null
+    pg_stop
+    if [ -n "${DBT_KEEP:-}" ]; then echo "# kept $work"; else rm -rf "$work"; fi
+}
+
+# free_port: a loopback port nothing listens on or connects from now (a server that then loses
+# the race for it is started again on another one).
 free_port() {
-    echo $(( ( $(od -An -N2 -tu2 /dev/urandom) % 30000 ) + 20000 ))
+    while :; do
+        fp=$(($(od -An -N2 -tu2 /dev/urandom) % 30000 + 20000))
+        ss -Htan "( sport = :$fp )" 2>/dev/null | grep -q . || break
+    done
+    echo "$fp"
 }
 
 # ---- Redis --------------------------------------------------------------------------------------
 # redis_start [extra options...]: on $rport (chosen on first start, kept across restarts so the
-# workers find it again), data in $work/redis, pid in $redis_pid.
+# workers find it again), data in $work/redis, pid in $redis_pid; exports DBTHROTTLE_REDIS_URL.
 redis_start() {
     mkdir -p "$work/redis"
     rs_tries=0
@@ -77,22 +139,18 @@ live_count() { # live_count ZSET_SUFFIX [KIND [PREFIX]]
 live_holders() { live_count holders "$@"; }
 live_waiters() { live_count wexp "$@"; }
 
-# wait_until SECONDS "condition": polls every 20 ms; true if it held in time. Prints how long.
-wait_until() {
-    wu_t0=$(date +%s%N)
-    wu_end=$((wu_t0 + $1 * 1000000000))
-    while ! eval "$2"; do
-        [ "$(date +%s%N)" -lt "$wu_end" ] || { waited_ms=-1; return 1; }
-        sleep 0.02
-    done
-    waited_ms=$(( ($(date +%s%N) - wu_t0) / 1000000 ))
-    return 0
-}
-
-# ---- PostgreSQL -------------------------------------------------------------------------------
+# ---- PostgreSQL ---------------------------------------------------------------------------------
+# pg_start: a throwaway PostgreSQL in $work/pg (tools/pgtmp.sh: initdb and pg_ctl, as the postgres
+# user when root) on a free loopback port; exports PGHOST, PGPORT, PGUSER and PGDATABASE.
 pg_start() {
     PGPORT=$(sh "$top/tools/pgtmp.sh" start "$work/pg") || { echo "FAIL - PostgreSQL did not start"; exit 1; }
     export PGHOST=127.0.0.1 PGPORT PGUSER=postgres PGDATABASE=postgres
+}
+pg_restart() { sh "$top/tools/pgtmp.sh" restart "$work/pg" >/dev/null 2>&1; }
+pg_stop() { sh "$top/tools/pgtmp.sh" stop "$work/pg" 2>/dev/null; }
+
+# counter_install: the counter described at the top, as the function dbt_probe(ms).
+counter_install() {
     psql -qAtX <<'SQL' >/dev/null
 CREATE FUNCTION dbt_probe(ms int) RETURNS int LANGUAGE plpgsql AS $$
 DECLARE n int; app text := current_setting('application_name'); k int := hashtext(app);
@@ -112,8 +170,6 @@ BEGIN
 END $$;
 SQL
 }
-pg_stop() { sh "$top/tools/pgtmp.sh" stop "$work/pg" 2>/dev/null; }
-
 # mark: remembers where the server log is now; max_conc APP: the most probes of application APP
 # that ran at once since the mark; probes APP: how many ran since the mark.
 mark() { log_mark=$(wc -l <"$work/pg/server.log"); }
@@ -125,23 +181,19 @@ probes() {
     tail -n +"$((log_mark + 1))" "$work/pg/server.log" | grep -c "dbt_conc app=$1 n="
 }
 
-throttled() { env LD_PRELOAD="$preload" "$@"; }
+# ---- running things -----------------------------------------------------------------------------
+throttled() { env LD_PRELOAD="$preload" "$@"; } # throttled [ENV=VALUE...] command...
 
-# sum_field FIELD FILES...: adds up FIELD=N over the workers' summary lines.
-sum_field() {
-    f=$1
-    shift
-    cat "$@" 2>/dev/null | tr ' ' '\n' | awk -F= -v f="$f" '$1 == f { s += $2 } END { print s + 0 }'
+# wait_until SECONDS "condition": polls every 20 ms; true if it held in time; how long in $waited_ms.
+wait_until() {
+    wu_t0=$(date +%s%N)
+    wu_end=$((wu_t0 + $1 * 1000000000))
+    while ! eval "$2"; do
+        [ "$(date +%s%N)" -lt "$wu_end" ] || { waited_ms=-1; return 1; }
+        sleep 0.02
+    done
+    waited_ms=$((($(date +%s%N) - wu_t0) / 1000000))
+    return 0
 }
-max_field() {
-    f=$1
-    shift
-    cat "$@" 2>/dev/null | tr ' ' '\n' | awk -F= -v f="$f" '$1 == f && $2 + 0 > m { m = $2 + 0 } END { print m + 0 }'
-}
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-rand() { echo $(( $(od -An -N2 -tu2 /dev/urandom) % $1 )); }
-# wait_workers: waits for every worker spawned since the last call (not for the servers).
-wait_workers() {
-    for p in ${spawned_list:-}; do wait "$p"; done
-    spawned_list=
-}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+rand() { echo $(($(od -An -N2 -tu2 /dev/urandom) % $1)); }

@@ -1,8 +1,8 @@
-# Case 1: holders crash. 8 workers under MAX_QUERIES=3 (lease 1 s) run 20 ms probes; 200 times a
+# holders_killed_or_stopped.sh - holders crash. 8 workers under MAX_QUERIES=3 (lease 1 s) run 20 ms probes; 200 times a
 # random one is SIGKILLed (and replaced) or SIGSTOPped, then SIGCONTed after 50-400 ms, or, one
 # time in ten, after 1.5 s: longer than the lease, so Redis reaps its permit and grants it again.
 # At the end every worker is SIGKILLed at once: the pool must drain within one lease.
-echo "# case 1: holders SIGKILLed and SIGSTOPped, 200 cycles"
+echo "# holders_killed_or_stopped: holders SIGKILLed and SIGSTOPped, 200 cycles"
 mark
 wargs="-s 20"
 c1_env="PGAPPNAME=c1 DBTHROTTLE_MAX_QUERIES=3 DBTHROTTLE_LEASE=1s"
@@ -55,12 +55,12 @@ while [ $i -lt 8 ]; do eval "kill -9 \$c1_pid$i" 2>/dev/null; i=$((i + 1)); done
 wait_until 5 '[ "$(live_holders)" -eq 0 ] && [ "$(live_waiters)" -eq 0 ]'
 drain=$waited_ms
 conc=$(max_conc c1)
-note "$kills SIGKILLs, $stops SIGSTOPs ($long_stops longer than the lease), $n_probes probes ran"
-check "case 1: at most 3 probes ran at once at the server (most seen: $conc)" '[ "$conc" -le 3 ]'
-check "case 1: the pool was saturated, so the counter was tested (most seen: $conc = 3)" '[ "$conc" -eq 3 ]'
-check "case 1: work went on through the crashes ($n_probes probes)" '[ "$n_probes" -ge 100 ]'
+info "$kills SIGKILLs, $stops SIGSTOPs ($long_stops longer than the lease), $n_probes probes ran"
+check "holders_killed_or_stopped: at most 3 probes ran at once at the server (most seen: $conc)" '[ "$conc" -le 3 ]'
+check "holders_killed_or_stopped: the pool was saturated, so the counter was tested (most seen: $conc = 3)" '[ "$conc" -eq 3 ]'
+check "holders_killed_or_stopped: work went on through the crashes ($n_probes probes)" '[ "$n_probes" -ge 100 ]'
 # Polling adds up to ~50 ms (two redis-cli runs and a 20 ms sleep) to what is measured, more on a
 # loaded machine: 100 ms of slack. Without leases the pool would never drain at all.
-check "case 1: after all were killed the pool drained in $drain ms (lease 1000 ms)" '[ "$drain" -ge 0 ] && [ "$drain" -le 1100 ]'
+check "holders_killed_or_stopped: after all were killed the pool drained in $drain ms (lease 1000 ms)" '[ "$drain" -ge 0 ] && [ "$drain" -le 1100 ]'
 rcli flushall >/dev/null
 wargs=

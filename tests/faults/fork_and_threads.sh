@@ -1,10 +1,10 @@
-# Case 6: fork and threads. A pre-fork server (the parent connects and runs a probe, then forks 8
+# fork_and_threads.sh - fork and threads. A pre-fork server (the parent connects and runs a probe, then forks 8
 # children that each open their own connection, as gunicorn and php-fpm do); fork() while other
 # threads wait for permits; 64 threads with a connection each. Counts must add up, nothing may
 # deadlock (each run has a time limit), no Redis socket may be shared by two processes (ss lists
 # every process that holds a socket), and a process keeps a few Redis connections, not one per
 # thread.
-echo "# case 6: pre-fork server, fork while waiting, 64 threads"
+echo "# fork_and_threads: pre-fork server, fork while waiting, 64 threads"
 # shared_sockets PIDFILE: sockets to Redis held by more than one process, sampled until the run ends.
 sample_sockets() {
     : >"$work/c6.shared"
@@ -23,9 +23,9 @@ wait "$pf"
 rc=$?
 ok6=$(sum_field ok "$work/c6.prefork")
 err6=$(sum_field err "$work/c6.prefork")
-check "case 6: pre-fork: parent + 8 children ran 162 probes ($ok6 ok, $err6 failed, rc $rc)" '[ "$rc" -eq 0 ] && [ "$ok6" -eq 162 ] && [ "$err6" -eq 0 ]'
-check "case 6: pre-fork: no Redis socket shared by two processes ($(wc -l <"$work/c6.shared") seen)" '[ ! -s "$work/c6.shared" ]'
-check "case 6: pre-fork: at most 3 at once at the server (most seen: $(max_conc c6))" '[ "$(max_conc c6)" -le 3 ] && [ "$(max_conc c6)" -ge 2 ]'
+check "fork_and_threads: pre-fork: parent + 8 children ran 162 probes ($ok6 ok, $err6 failed, rc $rc)" '[ "$rc" -eq 0 ] && [ "$ok6" -eq 162 ] && [ "$err6" -eq 0 ]'
+check "fork_and_threads: pre-fork: no Redis socket shared by two processes ($(wc -l <"$work/c6.shared") seen)" '[ ! -s "$work/c6.shared" ]'
+check "fork_and_threads: pre-fork: at most 3 at once at the server (most seen: $(max_conc c6))" '[ "$(max_conc c6)" -le 3 ] && [ "$(max_conc c6)" -ge 2 ]'
 # Evidence for a failure: what the workers said (Redis errors run them unthrottled in open mode).
 [ "$(max_conc c6)" -le 3 ] || grep -v "slow call" "$work/workers.err" | tail -20
 
@@ -37,8 +37,8 @@ sampler=$!
 if wait_until 30 '! kill -0 "$fw" 2>/dev/null'; then wait "$fw"; rc=$?; else rc=124; fi
 wait "$sampler"
 okk=$(sum_field ok "$work/c6.forkwait")
-check "case 6: fork() while 2 of 4 threads wait: no deadlock, 4x5 + the child's 5 probes ($okk, rc $rc)" '[ "$rc" -eq 0 ] && [ "$okk" -eq 25 ]'
-check "case 6: fork while waiting: no Redis socket shared, at most 2 at once (most seen: $(max_conc c6k))" '[ ! -s "$work/c6.shared" ] && [ "$(max_conc c6k)" -le 2 ]'
+check "fork_and_threads: fork() while 2 of 4 threads wait: no deadlock, 4x5 + the child's 5 probes ($okk, rc $rc)" '[ "$rc" -eq 0 ] && [ "$okk" -eq 25 ]'
+check "fork_and_threads: fork while waiting: no Redis socket shared, at most 2 at once (most seen: $(max_conc c6k))" '[ ! -s "$work/c6.shared" ] && [ "$(max_conc c6k)" -le 2 ]'
 
 mark
 wargs="-T 64 -n 10 -s 2" spawn "$work/c6.threads" PGAPPNAME=c6t DBTHROTTLE_MAX_QUERIES=4 \
@@ -53,8 +53,8 @@ done
 wait "$th"
 rc=$?
 okt=$(sum_field ok "$work/c6.threads")
-check "case 6: 64 threads x 10 probes: $okt ok, rc $rc" '[ "$rc" -eq 0 ] && [ "$okt" -eq 640 ]'
-check "case 6: 64 threads: at most 4 at once at the server (most seen: $(max_conc c6t))" '[ "$(max_conc c6t)" -le 4 ] && [ "$(max_conc c6t)" -ge 3 ]'
+check "fork_and_threads: 64 threads x 10 probes: $okt ok, rc $rc" '[ "$rc" -eq 0 ] && [ "$okt" -eq 640 ]'
+check "fork_and_threads: 64 threads: at most 4 at once at the server (most seen: $(max_conc c6t))" '[ "$(max_conc c6t)" -le 4 ] && [ "$(max_conc c6t)" -ge 3 ]'
 # Evidence for a failure: the workers' warnings (a Redis error runs a command unthrottled in open
 # mode) and the server's lines where too many ran.
 if [ "$(max_conc c6t)" -gt 4 ]; then
@@ -62,6 +62,6 @@ if [ "$(max_conc c6t)" -gt 4 ]; then
     grep -v "event=grant\|event=release\|event=wait" "$work/c6t.log" | tail -20
     tail -n +"$((log_mark + 1))" "$work/pg/server.log" | grep -E "dbt_conc app=c6t n=([5-9]|[1-9][0-9])" | head -5
 fi
-check "case 6: 64 threads used $conns Redis connections (at most 8 for commands + 1 listener)" '[ "$conns" -ge 1 ] && [ "$conns" -le 9 ]'
-check "case 6: nothing held or queued in the end" '[ "$(live_holders)" -eq 0 ] && [ "$(live_waiters)" -eq 0 ]'
+check "fork_and_threads: 64 threads used $conns Redis connections (at most 8 for commands + 1 listener)" '[ "$conns" -ge 1 ] && [ "$conns" -le 9 ]'
+check "fork_and_threads: nothing held or queued in the end" '[ "$(live_holders)" -eq 0 ] && [ "$(live_waiters)" -eq 0 ]'
 wargs=
