@@ -171,7 +171,8 @@ static bool read_grants(dbt_pool *p, dbt_redis *l, char *err)
     }
 }
 
-int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_acquire_opts *o)
+dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
+                           const dbt_acquire_opts *o)
 {
     char wake_key[512], err[DBT_ERRLEN];
     int klen = snprintf(wake_key, sizeof wake_key, "%s%s", p->keys.wake_prefix, p->client->cid);
@@ -179,10 +180,10 @@ int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_a
     if (klen >= (int)sizeof wake_key) { /* a very long pool name */
         big = malloc((size_t)klen + 1);
         if (!big)
-            return 1;
+            return DBT_WAIT_WOKEN;
         snprintf(big, (size_t)klen + 1, "%s%s", p->keys.wake_prefix, p->client->cid);
     }
-    int result = 1;
+    dbt_wait_result result = DBT_WAIT_WOKEN;
     bool reconnected = false;
     dbt_redis *l = ready_listener(p, big ? big : wake_key, err);
     if (!l) {
@@ -194,7 +195,7 @@ int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_a
         if (deadline_us >= 0) {
             int64_t left = deadline_us - dbt_now_us();
             if (left <= 0) {
-                result = 0;
+                result = DBT_WAIT_TIMED_OUT;
                 break;
             }
             ms = (int)((left + 999) / 1000);
@@ -204,7 +205,7 @@ int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_a
         int n = poll(pfd, 2, ms);
         if (n < 0 && errno == EINTR) {
             if (o->interrupted && o->interrupted(o->arg)) {
-                result = -1;
+                result = DBT_WAIT_INTERRUPTED;
                 break;
             }
             continue;

@@ -5,6 +5,7 @@
 
 #include "clock.h"
 #include "redis_conn.h"
+#include "script_protocol.h"
 #include "sem_client.h"
 
 #include <pthread.h>
@@ -31,12 +32,6 @@ typedef enum {
     SLOT_DOWN,       /* Redis became unreachable while it waited */
     SLOT_RETURNED    /* a kept permit given back by the renewer: unlinked; its owner frees it */
 } dbt_slot_state;
-
-/* What local handover did without Redis, per kind, until a renewal adds it to the counters. */
-typedef struct {
-    uint64_t grants, queued;
-    int64_t wait_us;
-} dbt_local_counts;
 
 struct dbt_slot {
     dbt_pool *pool;
@@ -175,9 +170,6 @@ void dbt_free_spares(dbt_pool *p); /* p->mu held, or no other thread (fork, free
 /* Withdraws id from the queue, or gives it back if Redis granted it (cancel.lua), within one
  * Redis timeout; kept and sent later if Redis cannot be reached. Without p->mu. */
 void dbt_send_cancel(dbt_pool *p, dbt_kind kind, const char *id);
-void dbt_script_keys(const dbt_pool *p, dbt_kind kind, const char **keys);
-void dbt_script_base_args(const dbt_pool *p, dbt_kind kind, char *lease, char *ttl,
-                          const char **args);
 
 /* Marks held slot s lost (Redis may have given its permit to another): counted and logged once,
  * with why. p->mu held. */
@@ -232,10 +224,18 @@ void dbt_orphans_settle(dbt_pool *p); /* without p->mu */
  * carries it otherwise): at exit, so that nothing done goes uncounted. Without p->mu. */
 void dbt_report_local(dbt_pool *p);
 /* listener.c */
-/* Leads for one step: polls the listener connection and s's eventfd until something happens
- * (returns 1), the deadline passes (0) or a signal interrupts and o->interrupted says stop (-1).
- * Only the thread that set p->leader_active calls it, without p->mu. */
-int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_acquire_opts *o);
+/* How a wait for a grant ended: on the slot's eventfd (acquire's wait_wake) or as the listener
+ * (dbt_listen). */
+typedef enum {
+    DBT_WAIT_WOKEN,      /* something happened: look at the slot's state */
+    DBT_WAIT_TIMED_OUT,  /* the deadline passed */
+    DBT_WAIT_INTERRUPTED /* a signal interrupted it and o->interrupted said stop */
+} dbt_wait_result;
+/* Leads for one step: polls the listener connection and s's eventfd until something happens,
+ * the deadline passes or a signal interrupts and o->interrupted says stop. Only the thread that
+ * set p->leader_active calls it, without p->mu. */
+dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
+                           const dbt_acquire_opts *o);
 void dbt_listener_pass(dbt_pool *p);  /* p->mu held: wake a waiter to take over the role */
 void dbt_listener_close(dbt_pool *p); /* frees the listener connection (no thread uses it) */
 struct dbt_slot *dbt_find_slot(dbt_pool *p, const char *id); /* p->mu held */

@@ -1,7 +1,7 @@
 /* sem_client.c - acquire, wait, release: the caller's side of the distributed semaphore. */
 #include "log.h"
 #include "pool_internal.h"
-#include "scripts.h"
+#include "script_call.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,38 +13,6 @@
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
-
-/* Keys live three leases after their last use: long enough that a live holder's renewal
- * (every lease/3) always finds them, short enough that an idle pool leaves nothing behind. */
-int64_t dbt_key_ttl_ms(const dbt_config *cfg)
-{
-    return 3 * cfg->lease_ms;
-}
-
-void dbt_script_keys(const dbt_pool *p, dbt_kind kind, const char **keys)
-{
-    for (int i = 0; i < DBT_NKEYS; i++)
-        keys[i] = p->keys.keys[kind][i];
-}
-
-void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, char *lease,
-                     char *ttl, const char **args)
-{
-    snprintf(lease, 24, "%" PRId64, cfg->lease_ms);
-    snprintf(ttl, 24, "%" PRId64, dbt_key_ttl_ms(cfg));
-    args[0] = k->wake_prefix;
-    args[1] = dbt_kind_letter(kind);
-    args[2] = lease;
-    args[3] = ttl;
-}
-
-/* The four arguments every script takes first (see lua/_common.lua). lease and ttl are
- * caller buffers of 24 bytes. */
-void dbt_script_base_args(const dbt_pool *p, dbt_kind kind, char *lease, char *ttl,
-                          const char **args)
-{
-    dbt_script_args(&p->keys, kind, p->client->cfg, lease, ttl, args);
-}
 
 /* ---- client and pools ---------------------------------------------------------------- */
 
@@ -432,47 +400,20 @@ static void trace(dbt_log_level lvl, const char *event, const struct dbt_slot *s
 
 /* ---- acquire ----------------------------------------------------------------------------- */
 
-/* Reads {status, holders, queue, seen, ticket, sole} from acquire.lua. */
-typedef struct {
-    long long status, holders, queue, seen, ticket, sole;
-} acquire_reply;
-
-static bool parse_acquire(const redisReply *r, acquire_reply *a)
-{
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6)
-        return false;
-    for (int i = 0; i < 6; i++)
-        if (i != 3 && r->element[i]->type != REDIS_REPLY_INTEGER)
-            return false;
-    a->status = r->element[0]->integer;
-    a->holders = r->element[1]->integer;
-    a->queue = r->element[2]->integer;
-    a->seen = r->element[3]->type == REDIS_REPLY_STRING ? strtoll(r->element[3]->str, NULL, 10) : 0;
-    a->ticket = r->element[4]->integer;
-    a->sole = r->element[5]->integer;
-    return true;
-}
-
 /* Withdraws a waiter that gave up. Runs cancel.lua synchronously: if a grant raced with the
  * withdrawal, the script gives that permit back and passes it on, so nothing is lost. */
 /* Sends cancel.lua for id: true when Redis answered (*returned: it had granted it meanwhile,
  * and passed it on). */
 static bool cancel_id(dbt_pool *p, dbt_kind kind, const char *id, bool *returned)
 {
-    char err[DBT_ERRLEN], lease[24], ttl[24];
-    const char *keys[DBT_NKEYS], *args[5];
-    dbt_script_keys(p, kind, keys);
-    dbt_script_base_args(p, kind, lease, ttl, args);
-    args[4] = id;
-    dbt_redis *r = dbt_pool_get_conn(p, err);
-    redisReply *rep =
-        r ? dbt_redis_eval(r, &dbt_script_cancel, DBT_NKEYS, keys, 5, args, err) : NULL;
-    dbt_pool_put_conn(p, r);
-    if (!rep) {
-        dbt_pool_note_error(p, "cancel", err);
+    char err[DBT_ERRLEN];
+    dbt_script_call call;
+    dbt_build_cancel(&call, &p->keys, kind, p->client->cfg, id);
+    dbt_cancel_outcome outcome;
+    redisReply *rep = dbt_pool_run(p, "cancel", &call, dbt_parse_cancel, &outcome, err);
+    if (!rep)
         return false;
-    }
-    *returned = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+    *returned = outcome == DBT_CANCEL_RETURNED;
     freeReplyObject(rep);
     return true;
 }
@@ -523,70 +464,71 @@ static void note_disagreement(dbt_pool *p, const struct dbt_slot *s, long long s
     }
 }
 
-/* Sends acquire.lua for s. Returns 1 granted, 2 queued, 0 not granted (try only), -1 error. */
-static int send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
-                           long long *queue)
+/* What sending acquire.lua came to. */
+typedef enum {
+    ACQ_SENT_FAILED,     /* Redis failed, or answered what acquire.lua does not */
+    ACQ_SENT_GRANTED,    /* granted at once */
+    ACQ_SENT_QUEUED,     /* in the queue (or took an orphan's place there: no call) */
+    ACQ_SENT_NOT_GRANTED /* none free, and the caller does not wait */
+} acq_sent;
+
+/* Sends acquire.lua for s. */
+static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
+                                long long *queue)
 {
-    char err[DBT_ERRLEN], lease[24], ttl[24], limit[16], who[160];
-    const char *keys[DBT_NKEYS], *args[8];
-    dbt_script_keys(p, s->kind, keys);
-    dbt_script_base_args(p, s->kind, lease, ttl, args);
-    snprintf(limit, sizeof limit, "%d", s->limit);
+    char err[DBT_ERRLEN], who[160];
     snprintf(who, sizeof who, "%s %ld %s", p->client->host, (long)getpid(),
              s->conn[0] ? s->conn : "-");
-    args[4] = s->id;
-    args[5] = limit;
-    args[6] = try_only ? "1" : "0";
-    args[7] = who;
+    dbt_acquire_call a = {.id = s->id, .limit = s->limit, .try_only = try_only, .who = who};
+    dbt_script_call call;
+    dbt_build_acquire(&call, &p->keys, s->kind, p->client->cfg, &a);
     int64_t sent = dbt_now_us();
-    dbt_redis *r = dbt_pool_get_conn(p, err);
-    redisReply *rep =
-        r ? dbt_redis_eval(r, &dbt_script_acquire, DBT_NKEYS, keys, 8, args, err) : NULL;
-    dbt_pool_put_conn(p, r);
-    acquire_reply a;
-    if (rep && !parse_acquire(rep, &a)) {
-        snprintf(err, sizeof err, "acquire.lua returned an unexpected reply");
-        freeReplyObject(rep);
-        rep = NULL;
-    }
-    if (!rep) {
-        dbt_pool_note_error(p, "acquire", err);
-        return -1;
-    }
+    dbt_acquire_reply reply;
+    redisReply *rep = dbt_pool_run(p, "acquire", &call, dbt_parse_acquire, &reply, err);
+    if (!rep)
+        return ACQ_SENT_FAILED;
     freeReplyObject(rep);
     dbt_pool_note_ok(p);
-    if (a.seen > 0 && a.seen != s->limit)
-        note_disagreement(p, s, a.seen);
-    *holders = a.holders;
-    *queue = a.queue;
+    if (reply.limit_seen > 0 && reply.limit_seen != s->limit)
+        note_disagreement(p, s, reply.limit_seen);
+    *holders = reply.holders;
+    *queue = reply.queue;
     pthread_mutex_lock(&p->mu);
     s->t_renewed_us = sent;
-    if (a.status == 2)
-        dbt_handover_verdict(p, s->kind, (uint64_t)a.ticket, a.sole == 1);
+    if (reply.status == DBT_ACQUIRE_QUEUED)
+        dbt_handover_verdict(p, s->kind, (uint64_t)reply.ticket, reply.sole);
     pthread_mutex_unlock(&p->mu);
-    return (int)a.status;
+    switch (reply.status) {
+    case DBT_ACQUIRE_GRANTED:
+        return ACQ_SENT_GRANTED;
+    case DBT_ACQUIRE_QUEUED:
+        return ACQ_SENT_QUEUED;
+    case DBT_ACQUIRE_NOT_GRANTED:
+        break;
+    }
+    return ACQ_SENT_NOT_GRANTED;
 }
 
 /* send_acquire_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
-static int send_acquire(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
-                        long long *queue)
+static acq_sent send_acquire(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
+                             long long *queue)
 {
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    int r = send_acquire_io(p, s, try_only, holders, queue);
+    acq_sent r = send_acquire_io(p, s, try_only, holders, queue);
     dbt_redis_budget_end(b);
     return r;
 }
 
-/* Waits on the slot's eventfd until the deadline (-1: none). Returns 1 when woken, 0 on
- * timeout, -1 when a signal interrupted the wait and opts said to stop. */
-static int wait_wake(struct dbt_slot *s, int64_t deadline_us, const dbt_acquire_opts *o)
+/* Waits on the slot's eventfd until the deadline (-1: none), or a signal interrupts the wait
+ * and opts say to stop. */
+static dbt_wait_result wait_wake(struct dbt_slot *s, int64_t deadline_us, const dbt_acquire_opts *o)
 {
     for (;;) {
         int ms = -1;
         if (deadline_us >= 0) {
             int64_t left = deadline_us - dbt_now_us();
             if (left <= 0)
-                return 0;
+                return DBT_WAIT_TIMED_OUT;
             ms = (int)((left + 999) / 1000);
         }
         struct pollfd pfd = {.fd = s->efd, .events = POLLIN};
@@ -595,10 +537,10 @@ static int wait_wake(struct dbt_slot *s, int64_t deadline_us, const dbt_acquire_
             uint64_t v;
             ssize_t rd = read(s->efd, &v, sizeof v);
             (void)rd;
-            return 1;
+            return DBT_WAIT_WOKEN;
         }
         if (n < 0 && errno == EINTR && o->interrupted && o->interrupted(o->arg))
-            return -1;
+            return DBT_WAIT_INTERRUPTED;
     }
 }
 
@@ -727,15 +669,15 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
         pthread_mutex_unlock(&p->mu);
 
         long long holders = -1, queue = -1;
-        int st;
+        acq_sent st;
         if (s->adopted) {
             s->adopted = false;
             dbt_free_slot(orphan); /* NULL when recycled */
-            st = 2;                /* queued: as if acquire.lua had said so */
+            st = ACQ_SENT_QUEUED;  /* as if acquire.lua had said so */
         } else {
             st = send_acquire(p, s, !may_wait, &holders, &queue);
         }
-        if (st < 0) {
+        if (st == ACQ_SENT_FAILED) {
             pthread_mutex_lock(&p->mu);
             bool granted = s->state == SLOT_HELD; /* the reply was lost, the grant was not */
             if (granted)
@@ -752,7 +694,7 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
             pthread_mutex_unlock(&p->mu);
             return outage_result(p, kind, o, "redis error");
         }
-        if (st == 0) {
+        if (st == ACQ_SENT_NOT_GRANTED) {
             trace(DBT_LOG_INFO, "timeout", s, dbt_now_us() - start, -1, holders, queue, "reason",
                   "none free and the caller does not wait");
             drop_slot(p, s);
@@ -762,7 +704,7 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
             return DBT_ACQ_TIMEOUT;
         }
         pthread_mutex_lock(&p->mu);
-        if (st == 1 || s->state == SLOT_HELD) {
+        if (st == ACQ_SENT_GRANTED || s->state == SLOT_HELD) {
             /* Granted at once, or queued and granted before we read the reply. */
             if (s->state != SLOT_HELD) { /* else the listener set and counted it */
                 s->state = SLOT_HELD;
@@ -775,10 +717,10 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
                 continue;
             }
             p->seen_any_grant = true;
-            if (st == 2)
+            if (st == ACQ_SENT_QUEUED)
                 p->st.waits++;
             /* Granted with nobody queued: permits may be kept again. From the queue: not. */
-            p->contended[kind] = st == 2;
+            p->contended[kind] = st == ACQ_SENT_QUEUED;
             dbt_renewer_ensure(p);
             pthread_mutex_unlock(&p->mu);
             return finish_granted(p, s, out, holders, queue);
@@ -799,11 +741,12 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
             trace(DBT_LOG_INFO, "wait", &as_queued, -1, -1, holders, queue, NULL, NULL);
 
         bool leader = false, requeue = false;
-        int w = 1;
+        dbt_wait_result w = DBT_WAIT_WOKEN;
         for (;;) {
             pthread_mutex_lock(&p->mu);
             dbt_slot_state now = s->state;
-            if (now == SLOT_HELD || now == SLOT_REQUEUE || now == SLOT_DOWN || w != 1) {
+            if (now == SLOT_HELD || now == SLOT_REQUEUE || now == SLOT_DOWN ||
+                w != DBT_WAIT_WOKEN) {
                 if (leader) {
                     p->leader_active = false;
                     if (now == SLOT_QUEUED) { /* we are leaving: no longer a candidate */
@@ -833,7 +776,7 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
                 pthread_mutex_unlock(&p->mu);
                 break;
             }
-            if (w != 1) {
+            if (w != DBT_WAIT_WOKEN) {
                 /* Timed out or interrupted: a grant that races in from now on is cancel.lua's
                  * to give back. */
                 dbt_lw_remove(p, s);
@@ -842,23 +785,23 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
                  * or the remaining waiters would have nobody reading their grants. */
                 if (!p->leader_active)
                     dbt_listener_pass(p);
-                if (w == 0)
+                if (w == DBT_WAIT_TIMED_OUT)
                     p->st.timeouts++;
                 else
                     p->st.interrupts++;
                 pthread_mutex_unlock(&p->mu);
-                trace(DBT_LOG_INFO, w == 0 ? "timeout" : "interrupted", s,
+                trace(DBT_LOG_INFO, w == DBT_WAIT_TIMED_OUT ? "timeout" : "interrupted", s,
                       dbt_now_us() - s->t_request_us, -1, -1, -1, NULL, NULL);
                 cancel_in_redis(p, s);
                 drop_slot(p, s);
-                return w == 0 ? DBT_ACQ_TIMEOUT : DBT_ACQ_INTERRUPTED;
+                return w == DBT_WAIT_TIMED_OUT ? DBT_ACQ_TIMEOUT : DBT_ACQ_INTERRUPTED;
             }
             if (!leader && !p->leader_active)
                 p->leader_active = leader = true;
             pthread_mutex_unlock(&p->mu);
             /* A signal that came before we sleep is honoured too, not only one that wakes us. */
             if (o->interrupted && o->interrupted(o->arg))
-                w = -1;
+                w = DBT_WAIT_INTERRUPTED;
             else
                 w = leader ? dbt_listen(p, s, deadline, o) : wait_wake(s, deadline, o);
         }
@@ -906,18 +849,11 @@ static void defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
 
 static void send_release_io(dbt_pool *p, dbt_kind kind, const char *id)
 {
-    char err[DBT_ERRLEN], lease[24], ttl[24];
-    const char *keys[DBT_NKEYS], *args[5];
-    dbt_script_keys(p, kind, keys);
-    dbt_script_base_args(p, kind, lease, ttl, args);
-    args[4] = id;
-    dbt_redis *r = dbt_pool_get_conn(p, err);
-    bool ok = r && dbt_redis_eval_nowait(r, &dbt_script_release, DBT_NKEYS, keys, 5, args, err);
-    dbt_pool_put_conn(p, r);
-    if (!ok) {
-        dbt_pool_note_error(p, "release", err);
+    char err[DBT_ERRLEN];
+    dbt_script_call call;
+    dbt_build_release(&call, &p->keys, kind, p->client->cfg, id);
+    if (!dbt_pool_send(p, "release", &call, err))
         defer_op(p, false, kind, id);
-    }
 }
 
 /* send_release_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
