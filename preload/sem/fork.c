@@ -4,7 +4,10 @@
  * ever held for short, I/O-free sections) so the child inherits them in a known state. In the
  * child each pool forgets its parent's slots (the parent still holds and renews those permits),
  * closes the inherited sockets, and starts over with a new client id, hence its own wake list. */
-#include "pool_internal.h"
+#include "fork.h"
+#include "clock.h"
+#include "handover.h"
+#include "pool.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -19,8 +19,11 @@
  *
  * Within the process, a permit always goes to the thread that has waited longest (the lw_ list),
  * whichever of its places Redis granted: taking over orphans scrambles the order of the places. */
-#include "log.h"
-#include "pool_internal.h"
+#include "handover.h"
+#include "clock.h"
+#include "pool.h"
+#include "release.h"
+#include "renewer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,8 +7,11 @@
  * grants to them, and, when its own grant comes or it gives up, passes the role to another
  * waiter. A process with a single waiting thread (the common case) thus gets its grant straight
  * from the socket. A BLPOP in flight outlives leaders: whoever leads next reads its reply. */
-#include "log.h"
-#include "pool_internal.h"
+#include "listener.h"
+#include "clock.h"
+#include "handover.h"
+#include "pool.h"
+#include "renewer.h"
 
 #include <errno.h>
 #include <poll.h>

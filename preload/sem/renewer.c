@@ -8,8 +8,14 @@
  * DBTHROTTLE_CACHE_PERMITS): it gives them back when a waiter's arrival is pushed, or when they
  * sat unused for DBTHROTTLE_CACHE_IDLE, and while the process holds permits it may keep and no
  * thread of it waits, it is the one that listens for that push. */
+#include "renewer.h"
+#include "clock.h"
+#include "handover.h"
+#include "kept.h"
+#include "listener.h"
 #include "log.h"
-#include "pool_internal.h"
+#include "pool.h"
+#include "release.h"
 #include "script_call.h"
 
 #include <errno.h>

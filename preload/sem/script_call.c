@@ -1,7 +1,6 @@
 /* script_call.c - one way to run a script call, for every caller (see script_call.h). */
 #include "script_call.h"
-
-#include "pool_internal.h"
+#include "pool.h"
 
 redisReply *dbt_script_run(dbt_redis *r, const dbt_script_call *c, dbt_reply_parser parse,
                            void *out, char *err)
