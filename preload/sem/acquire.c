@@ -161,13 +161,59 @@ static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit
     return DBT_ACQ_GRANTED;
 }
 
-/* Unlinks and frees a slot that ends without a permit, counting why. */
+/* One call of dbt_acquire, as its steps pass it on. */
+typedef struct {
+    dbt_pool *p;
+    dbt_kind kind;
+    const dbt_acquire_opts *o;
+    struct dbt_slot *s;
+    bool may_wait;
+    int64_t start;
+    int64_t deadline;         /* -1: none */
+    long long holders, queue; /* what acquire.lua said, for the grant's trace; -1: not known */
+    dbt_acq_result result;    /* how it ended, once a step returns NEXT_DONE */
+} acquire_run;
+
+/* What a step says comes next. */
+typedef enum {
+    NEXT_SEND,    /* (again) take an id, or an orphan's place, and ask Redis */
+    NEXT_WAIT,    /* queued: wait for the grant */
+    NEXT_GRANTED, /* s holds a permit */
+    NEXT_DONE     /* ended without a permit: see result */
+} acquire_next;
+
+static bool deadline_passed(const acquire_run *a)
+{
+    return a->deadline >= 0 && dbt_now_us() >= a->deadline;
+}
+
+/* Unlinks and frees a slot that ends without a permit. */
 static void drop_slot(dbt_pool *p, struct dbt_slot *s)
 {
     pthread_mutex_lock(&p->mu);
     dbt_unlink_slot(p, s);
     pthread_mutex_unlock(&p->mu);
     dbt_free_slot(s);
+}
+
+/* The end without a permit: s is unlinked (if `linked`) and freed, and the outcome counted: a
+ * timeout, or, with `outage` saying why, what an outage gives (see outage_result). Without p->mu
+ * on entry and exit. */
+static acquire_next give_up(acquire_run *a, bool linked, const char *outage)
+{
+    dbt_pool *p = a->p;
+    if (linked)
+        drop_slot(p, a->s);
+    else
+        dbt_free_slot(a->s);
+    pthread_mutex_lock(&p->mu);
+    if (outage)
+        p->st.refusals++;
+    else
+        p->st.timeouts++;
+    pthread_mutex_unlock(&p->mu);
+    a->result = outage ? outage_result(p, a->kind, a->o, outage) : DBT_ACQ_TIMEOUT;
+    return NEXT_DONE;
 }
 
 /* A grant that reached a waiter whose last accepted renewal is a whole lease old, or that a
@@ -179,10 +225,12 @@ static bool stale_grant(const dbt_pool *p, const struct dbt_slot *s)
 
 /* Granted while this process could not renew (stopped, or cut off from Redis) for a whole lease:
  * Redis may have reaped the permit and granted it again. Gives it back so the caller queues anew
- * rather than run a command on a permit that may be gone. Called with p->mu held; returns without
- * it. False (and s freed) when the deadline has passed meanwhile. */
-static bool give_back_stale(dbt_pool *p, struct dbt_slot *s, int64_t deadline)
+ * rather than run a command on a permit that may be gone, unless the deadline has passed
+ * meanwhile. With p->mu on entry, without on exit. */
+static acquire_next give_back_stale(acquire_run *a)
 {
+    dbt_pool *p = a->p;
+    struct dbt_slot *s = a->s;
     dbt_unlink_slot(p, s);
     bool renewal_said = s->lost; /* counted when the renewal found it gone */
     if (!renewal_said)
@@ -192,24 +240,21 @@ static bool give_back_stale(dbt_pool *p, struct dbt_slot *s, int64_t deadline)
               renewal_said ? "expired in Redis before it was read: queue again"
                            : "no renewal accepted for a whole lease: queue again");
     dbt_send_release(p, s->kind, s->id);
-    if (deadline >= 0 && dbt_now_us() >= deadline) {
-        dbt_free_slot(s);
-        pthread_mutex_lock(&p->mu);
-        p->st.timeouts++;
-        pthread_mutex_unlock(&p->mu);
-        return false;
-    }
-    return true;
+    if (deadline_passed(a))
+        return give_up(a, false, NULL);
+    return NEXT_SEND;
 }
 
-dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o, dbt_permit **out)
+/* A slot for this call: a spare one, or a new one (with an eventfd if the caller may wait),
+ * filled with what the call asks. NULL, with a->result set, when Redis is known to be
+ * unreachable or the slot cannot be made. Without p->mu on entry and exit. */
+static struct dbt_slot *new_slot(acquire_run *a)
 {
-    *out = NULL;
-    int64_t start = dbt_now_us();
-
+    dbt_pool *p = a->p;
+    const dbt_acquire_opts *o = a->o;
     struct dbt_slot *s = NULL;
     pthread_mutex_lock(&p->mu);
-    bool down = p->down_until_us > start;
+    bool down = p->down_until_us > a->start;
     if (down) {
         p->st.refusals++;
     } else if (p->spare) {
@@ -219,208 +264,239 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
         p->nspare--;
     }
     pthread_mutex_unlock(&p->mu);
-    if (down)
-        return outage_result(p, kind, o, "redis unreachable (retrying within 1s)");
+    if (down) {
+        a->result = outage_result(p, a->kind, o, "redis unreachable (retrying within 1s)");
+        return NULL;
+    }
 
     if (!s && (s = calloc(1, sizeof *s)) != NULL)
         s->efd = -1;
-    if (!s)
-        return outage_result(p, kind, o, "out of memory");
+    if (!s) {
+        a->result = outage_result(p, a->kind, o, "out of memory");
+        return NULL;
+    }
     s->pool = p;
-    s->kind = kind;
+    s->kind = a->kind;
     s->limit = o->limit > 0 ? o->limit : 1;
-    s->t_request_us = start;
+    s->t_request_us = a->start;
     /* A copy: the slot outlives the caller's buffer (the release is traced too). Cut short, as
      * the log line has a bounded size; a failed copy only leaves the text out. */
     if (o->query)
         s->query = strndup(o->query, DBT_QUERY_TRACE_MAX);
     if (o->conn)
         snprintf(s->conn, sizeof s->conn, "%s", o->conn);
-    bool may_wait = o->wait_ms != 0;
-    if (may_wait && s->efd < 0 && (s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+    if (a->may_wait && s->efd < 0 && (s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
         free(s->query);
         free(s);
-        return outage_result(p, kind, o, "cannot create an eventfd");
+        a->result = outage_result(p, a->kind, o, "cannot create an eventfd");
+        return NULL;
     }
     dbt_waker_publish(s, o->waker);
-    int64_t deadline = o->wait_ms < 0 ? -1 : start + o->wait_ms * 1000;
+    return s;
+}
 
+/* Gives s a new id, or the place of an orphan it adopts, and links it PENDING. Returns the orphan
+ * for the caller to free (NULL: none, or recycled). Without p->mu on entry and exit. */
+static struct dbt_slot *begin_slot(acquire_run *a)
+{
+    dbt_pool *p = a->p;
+    struct dbt_slot *s = a->s;
+    pthread_mutex_lock(&p->mu);
+    /* While only this process' threads wait, take the place of one that was served by a
+     * permit passed on here (handover.c) rather than queue anew: no Redis call. */
+    struct dbt_slot *orphan = a->may_wait ? dbt_handover_adopt(p, a->kind, s->limit) : NULL;
+    if (orphan) {
+        memcpy(s->id, orphan->id, sizeof s->id);
+        s->t_renewed_us = orphan->t_renewed_us;
+        if (dbt_recycle_slot(p, orphan))
+            orphan = NULL; /* kept for a later acquire; else freed by the caller, unlocked */
+        s->adopted = true;
+    } else {
+        new_id(p, s);
+    }
+    s->state = SLOT_PENDING;
+    s->lost = false; /* a grant given back as stale is behind us */
+    s->gen = p->gen;
+    link_slot(p, s);
+    pthread_mutex_unlock(&p->mu);
+    return orphan;
+}
+
+/* begin_slot, then acquire.lua, unless s adopted an orphan's place (queued: as if acquire.lua had
+ * said so). Without p->mu on entry and exit. */
+static acq_sent send_or_adopt(acquire_run *a)
+{
+    a->holders = a->queue = -1;
+    struct dbt_slot *orphan = begin_slot(a);
+    if (a->s->adopted) {
+        a->s->adopted = false;
+        dbt_free_slot(orphan); /* NULL when recycled */
+        return ACQ_SENT_QUEUED;
+    }
+    return send_acquire(a->p, a->s, !a->may_wait, &a->holders, &a->queue);
+}
+
+/* What acquire.lua's answer (or its absence) means for s: granted, queued, or the end. Without
+ * p->mu on entry and exit. */
+static acquire_next read_reply(acquire_run *a, acq_sent st)
+{
+    dbt_pool *p = a->p;
+    struct dbt_slot *s = a->s;
+    if (st == ACQ_SENT_FAILED) {
+        pthread_mutex_lock(&p->mu);
+        bool granted = s->state == SLOT_HELD; /* the reply was lost, the grant was not */
+        if (granted)
+            dbt_renewer_ensure(p);
+        pthread_mutex_unlock(&p->mu);
+        if (granted)
+            return NEXT_GRANTED;
+        /* The reply was lost, not necessarily the command: Redis may hold a permit or a
+         * place under this id that nobody would renew or give back before its lease ends. */
+        dbt_defer_op(p, true, a->kind, s->id);
+        return give_up(a, true, "redis error");
+    }
+    if (st == ACQ_SENT_NOT_GRANTED) {
+        dbt_trace(DBT_LOG_INFO, "timeout", s, dbt_now_us() - a->start, -1, a->holders, a->queue,
+                  "reason", "none free and the caller does not wait");
+        return give_up(a, true, NULL);
+    }
+    pthread_mutex_lock(&p->mu);
+    if (st == ACQ_SENT_GRANTED || s->state == SLOT_HELD) {
+        /* Granted at once, or queued and granted before we read the reply. */
+        if (s->state != SLOT_HELD) { /* else the listener set and counted it */
+            s->state = SLOT_HELD;
+            s->t_grant_us = dbt_now_us();
+            p->nheld++;
+        }
+        if (stale_grant(p, s)) /* the reply took a whole lease to read (stopped?) */
+            return give_back_stale(a);
+        p->seen_any_grant = true;
+        if (st == ACQ_SENT_QUEUED)
+            p->st.waits++;
+        /* Granted with nobody queued: permits may be kept again. From the queue: not. */
+        p->contended[a->kind] = st == ACQ_SENT_QUEUED;
+        dbt_renewer_ensure(p);
+        pthread_mutex_unlock(&p->mu);
+        return NEXT_GRANTED;
+    }
+    s->state = SLOT_QUEUED;
+    p->nqueued++;
+    dbt_lw_push(p, s);
+    p->st.waits++;
+    p->contended[a->kind] = true;
+    dbt_renewer_ensure(p);
+    if (p->bg_leading) /* the renewer listens: it hands the role to a waiting thread */
+        dbt_wake_renewer(p);
+    struct dbt_slot as_queued; /* its place may be swapped from now on (handover.c) */
+    if (dbt_log_enabled(DBT_LOG_INFO))
+        dbt_trace_copy(&as_queued, s);
+    pthread_mutex_unlock(&p->mu);
+    if (dbt_log_enabled(DBT_LOG_INFO))
+        dbt_trace(DBT_LOG_INFO, "wait", &as_queued, -1, -1, a->holders, a->queue, NULL, NULL);
+    return NEXT_WAIT;
+}
+
+/* Waits in the queue, as the listener or on s's eventfd, until s is granted, Redis forgets it or
+ * goes away, or the caller gives up (deadline, signal). Without p->mu on entry and exit. */
+static acquire_next wait_turn(acquire_run *a)
+{
+    dbt_pool *p = a->p;
+    struct dbt_slot *s = a->s;
+    const dbt_acquire_opts *o = a->o;
+    bool leader = false;
+    dbt_wait_result w = DBT_WAIT_WOKEN;
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        /* While only this process' threads wait, take the place of one that was served by a
-         * permit passed on here (handover.c) rather than queue anew: no Redis call. */
-        struct dbt_slot *orphan = may_wait ? dbt_handover_adopt(p, kind, s->limit) : NULL;
-        if (orphan) {
-            memcpy(s->id, orphan->id, sizeof s->id);
-            s->t_renewed_us = orphan->t_renewed_us;
-            if (dbt_recycle_slot(p, orphan))
-                orphan = NULL; /* kept for a later acquire; else freed below, unlocked */
-            s->adopted = true;
-        } else {
-            new_id(p, s);
-        }
-        s->state = SLOT_PENDING;
-        s->lost = false; /* a grant given back as stale is behind us */
-        s->gen = p->gen;
-        link_slot(p, s);
-        pthread_mutex_unlock(&p->mu);
-
-        long long holders = -1, queue = -1;
-        acq_sent st;
-        if (s->adopted) {
-            s->adopted = false;
-            dbt_free_slot(orphan); /* NULL when recycled */
-            st = ACQ_SENT_QUEUED;  /* as if acquire.lua had said so */
-        } else {
-            st = send_acquire(p, s, !may_wait, &holders, &queue);
-        }
-        if (st == ACQ_SENT_FAILED) {
-            pthread_mutex_lock(&p->mu);
-            bool granted = s->state == SLOT_HELD; /* the reply was lost, the grant was not */
-            if (granted)
-                dbt_renewer_ensure(p);
-            pthread_mutex_unlock(&p->mu);
-            if (granted)
-                return finish_granted(p, s, out, -1, -1);
-            /* The reply was lost, not necessarily the command: Redis may hold a permit or a
-             * place under this id that nobody would renew or give back before its lease ends. */
-            dbt_defer_op(p, true, kind, s->id);
-            drop_slot(p, s);
-            pthread_mutex_lock(&p->mu);
-            p->st.refusals++;
-            pthread_mutex_unlock(&p->mu);
-            return outage_result(p, kind, o, "redis error");
-        }
-        if (st == ACQ_SENT_NOT_GRANTED) {
-            dbt_trace(DBT_LOG_INFO, "timeout", s, dbt_now_us() - start, -1, holders, queue,
-                      "reason", "none free and the caller does not wait");
-            drop_slot(p, s);
-            pthread_mutex_lock(&p->mu);
-            p->st.timeouts++;
-            pthread_mutex_unlock(&p->mu);
-            return DBT_ACQ_TIMEOUT;
-        }
-        pthread_mutex_lock(&p->mu);
-        if (st == ACQ_SENT_GRANTED || s->state == SLOT_HELD) {
-            /* Granted at once, or queued and granted before we read the reply. */
-            if (s->state != SLOT_HELD) { /* else the listener set and counted it */
-                s->state = SLOT_HELD;
-                s->t_grant_us = dbt_now_us();
-                p->nheld++;
-            }
-            if (stale_grant(p, s)) { /* the reply took a whole lease to read (stopped?) */
-                if (!give_back_stale(p, s, deadline))
-                    return DBT_ACQ_TIMEOUT;
-                continue;
-            }
-            p->seen_any_grant = true;
-            if (st == ACQ_SENT_QUEUED)
-                p->st.waits++;
-            /* Granted with nobody queued: permits may be kept again. From the queue: not. */
-            p->contended[kind] = st == ACQ_SENT_QUEUED;
-            dbt_renewer_ensure(p);
-            pthread_mutex_unlock(&p->mu);
-            return finish_granted(p, s, out, holders, queue);
-        }
-        s->state = SLOT_QUEUED;
-        p->nqueued++;
-        dbt_lw_push(p, s);
-        p->st.waits++;
-        p->contended[kind] = true;
-        dbt_renewer_ensure(p);
-        if (p->bg_leading) /* the renewer listens: it hands the role to a waiting thread */
-            dbt_wake_renewer(p);
-        struct dbt_slot as_queued; /* its place may be swapped from now on (handover.c) */
-        if (dbt_log_enabled(DBT_LOG_INFO))
-            dbt_trace_copy(&as_queued, s);
-        pthread_mutex_unlock(&p->mu);
-        if (dbt_log_enabled(DBT_LOG_INFO))
-            dbt_trace(DBT_LOG_INFO, "wait", &as_queued, -1, -1, holders, queue, NULL, NULL);
-
-        bool leader = false, requeue = false;
-        dbt_wait_result w = DBT_WAIT_WOKEN;
-        for (;;) {
-            pthread_mutex_lock(&p->mu);
-            dbt_slot_state now = s->state;
-            if (now == SLOT_HELD || now == SLOT_REQUEUE || now == SLOT_DOWN ||
-                w != DBT_WAIT_WOKEN) {
-                if (leader) {
-                    p->leader_active = false;
-                    if (now == SLOT_QUEUED) { /* we are leaving: no longer a candidate */
-                        dbt_lw_remove(p, s);
-                        s->state = SLOT_CANCELLING;
-                    }
-                    dbt_listener_pass(p);
+        dbt_slot_state now = s->state;
+        if (now == SLOT_HELD || now == SLOT_REQUEUE || now == SLOT_DOWN || w != DBT_WAIT_WOKEN) {
+            if (leader) {
+                p->leader_active = false;
+                if (now == SLOT_QUEUED) { /* we are leaving: no longer a candidate */
+                    dbt_lw_remove(p, s);
+                    s->state = SLOT_CANCELLING;
                 }
-                leader = false;
+                dbt_listener_pass(p);
             }
-            if (now == SLOT_HELD && !leader && !p->leader_active)
-                dbt_listener_pass(p); /* woken to lead, and served first (a local handover) */
-            if (now == SLOT_HELD && !stale_grant(p, s)) {
-                pthread_mutex_unlock(&p->mu);
-                return finish_granted(p, s, out, -1, -1);
-            }
-            if (now == SLOT_HELD) {
-                if (!give_back_stale(p, s, deadline))
-                    return DBT_ACQ_TIMEOUT;
-                requeue = true;
-                break;
-            }
-            if (now == SLOT_REQUEUE || now == SLOT_DOWN) {
-                if (!p->leader_active)
-                    dbt_listener_pass(p);
-                dbt_unlink_slot(p, s);
-                pthread_mutex_unlock(&p->mu);
-                break;
-            }
-            if (w != DBT_WAIT_WOKEN) {
-                /* Timed out or interrupted: a grant that races in from now on is cancel.lua's
-                 * to give back. */
-                dbt_lw_remove(p, s);
-                s->state = SLOT_CANCELLING;
-                /* A leader that left may have handed its role to us as we gave up: pass it on,
-                 * or the remaining waiters would have nobody reading their grants. */
-                if (!p->leader_active)
-                    dbt_listener_pass(p);
-                if (w == DBT_WAIT_TIMED_OUT)
-                    p->st.timeouts++;
-                else
-                    p->st.interrupts++;
-                pthread_mutex_unlock(&p->mu);
-                dbt_trace(DBT_LOG_INFO, w == DBT_WAIT_TIMED_OUT ? "timeout" : "interrupted", s,
-                          dbt_now_us() - s->t_request_us, -1, -1, -1, NULL, NULL);
-                dbt_cancel_in_redis(p, s);
-                drop_slot(p, s);
-                return w == DBT_WAIT_TIMED_OUT ? DBT_ACQ_TIMEOUT : DBT_ACQ_INTERRUPTED;
-            }
-            if (!leader && !p->leader_active)
-                p->leader_active = leader = true;
+            leader = false;
+        }
+        if (now == SLOT_HELD && !leader && !p->leader_active)
+            dbt_listener_pass(p); /* woken to lead, and served first (a local handover) */
+        if (now == SLOT_HELD && !stale_grant(p, s)) {
             pthread_mutex_unlock(&p->mu);
-            /* A signal that came before we sleep is honoured too, not only one that wakes us. */
-            if (o->interrupted && o->interrupted(o->arg))
-                w = DBT_WAIT_INTERRUPTED;
+            a->holders = a->queue = -1; /* the grant came by push: no counts */
+            return NEXT_GRANTED;
+        }
+        if (now == SLOT_HELD)
+            return give_back_stale(a);
+        if (now == SLOT_REQUEUE || now == SLOT_DOWN) {
+            if (!p->leader_active)
+                dbt_listener_pass(p);
+            dbt_unlink_slot(p, s);
+            pthread_mutex_unlock(&p->mu);
+            break;
+        }
+        if (w != DBT_WAIT_WOKEN) {
+            /* Timed out or interrupted: a grant that races in from now on is cancel.lua's
+             * to give back. */
+            dbt_lw_remove(p, s);
+            s->state = SLOT_CANCELLING;
+            /* A leader that left may have handed its role to us as we gave up: pass it on,
+             * or the remaining waiters would have nobody reading their grants. */
+            if (!p->leader_active)
+                dbt_listener_pass(p);
+            if (w == DBT_WAIT_TIMED_OUT)
+                p->st.timeouts++;
             else
-                w = leader ? dbt_listen(p, s, deadline, o) : wait_wake(s, deadline, o);
-        }
-        if (requeue)
-            continue;
-        if (s->state == SLOT_DOWN) {
-            dbt_free_slot(s);
-            pthread_mutex_lock(&p->mu);
-            p->st.refusals++;
+                p->st.interrupts++;
             pthread_mutex_unlock(&p->mu);
-            return outage_result(p, kind, o, "redis lost while waiting");
+            dbt_trace(DBT_LOG_INFO, w == DBT_WAIT_TIMED_OUT ? "timeout" : "interrupted", s,
+                      dbt_now_us() - s->t_request_us, -1, -1, -1, NULL, NULL);
+            dbt_cancel_in_redis(p, s);
+            drop_slot(p, s);
+            a->result = w == DBT_WAIT_TIMED_OUT ? DBT_ACQ_TIMEOUT : DBT_ACQ_INTERRUPTED;
+            return NEXT_DONE;
         }
-        /* SLOT_REQUEUE: Redis forgot the waiter (restarted, or its lease ran out while Redis
-         * was unreachable). Its place is gone; join the queue again under a new id. */
-        dbt_trace(DBT_LOG_WARN, "requeue", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
-                  "Redis no longer had this waiter");
-        if (deadline >= 0 && dbt_now_us() >= deadline) {
-            dbt_free_slot(s);
-            pthread_mutex_lock(&p->mu);
-            p->st.timeouts++;
-            pthread_mutex_unlock(&p->mu);
-            return DBT_ACQ_TIMEOUT;
+        if (!leader && !p->leader_active)
+            p->leader_active = leader = true;
+        pthread_mutex_unlock(&p->mu);
+        /* A signal that came before we sleep is honoured too, not only one that wakes us. */
+        if (o->interrupted && o->interrupted(o->arg))
+            w = DBT_WAIT_INTERRUPTED;
+        else
+            w = leader ? dbt_listen(p, s, a->deadline, o) : wait_wake(s, a->deadline, o);
+    }
+    if (s->state == SLOT_DOWN)
+        return give_up(a, false, "redis lost while waiting");
+    /* SLOT_REQUEUE: Redis forgot the waiter (restarted, or its lease ran out while Redis
+     * was unreachable). Its place is gone; join the queue again under a new id. */
+    dbt_trace(DBT_LOG_WARN, "requeue", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
+              "Redis no longer had this waiter");
+    if (deadline_passed(a))
+        return give_up(a, false, NULL);
+    return NEXT_SEND;
+}
+
+dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o, dbt_permit **out)
+{
+    *out = NULL;
+    acquire_run a = {.p = p, .kind = kind, .o = o, .may_wait = o->wait_ms != 0};
+    a.start = dbt_now_us();
+    a.deadline = o->wait_ms < 0 ? -1 : a.start + o->wait_ms * 1000;
+    if (!(a.s = new_slot(&a)))
+        return a.result;
+    acquire_next next = NEXT_SEND;
+    for (;;) {
+        switch (next) {
+        case NEXT_SEND:
+            next = read_reply(&a, send_or_adopt(&a));
+            break;
+        case NEXT_WAIT:
+            next = wait_turn(&a);
+            break;
+        case NEXT_GRANTED:
+            return finish_granted(p, a.s, out, a.holders, a.queue);
+        case NEXT_DONE:
+            return a.result;
         }
     }
 }

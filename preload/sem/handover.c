@@ -297,3 +297,12 @@ void dbt_orphans_settle(dbt_pool *p)
     p->ninflight = 0; /* only the renewer adds to it */
     pthread_mutex_unlock(&p->mu);
 }
+
+void dbt_handover_after_fork(dbt_pool *p)
+{
+    p->norphans = 0;
+    memset(p->lw_head, 0, sizeof p->lw_head);
+    memset(p->lw_tail, 0, sizeof p->lw_tail);
+    dbt_handover_reset(p);
+    memset(p->unreported, 0, sizeof p->unreported); /* the parent's to report */
+}

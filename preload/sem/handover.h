@@ -41,4 +41,8 @@ void dbt_orphans_settle(dbt_pool *p); /* without p->mu */
  * carries it otherwise): at exit, so that nothing done goes uncounted. Without p->mu. */
 void dbt_report_local(dbt_pool *p);
 
+/* In a fork()ed child: no waiting thread, no orphan, no verdict, nothing to report (the
+ * parent's to report). */
+void dbt_handover_after_fork(dbt_pool *p);
+
 #endif

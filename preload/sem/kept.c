@@ -120,3 +120,10 @@ void dbt_return_parked(dbt_pool *p)
     p->ninflight = 0; /* only the renewer adds to it */
     pthread_mutex_unlock(&p->mu);
 }
+
+void dbt_kept_after_fork(dbt_pool *p)
+{
+    p->ninflight = 0;
+    p->nparked = 0;
+    memset(p->contended, 0, sizeof p->contended);
+}

@@ -267,3 +267,14 @@ void dbt_listener_close(dbt_pool *p)
     p->listener = NULL;
     p->blpop_in_flight = 0;
 }
+
+void dbt_listener_after_fork(dbt_pool *p)
+{
+    if (p->listener && p->listener->ctx && p->listener->ctx->fd >= 0) {
+        close(p->listener->ctx->fd);
+        p->listener->ctx->fd = -1;
+    }
+    p->listener = NULL;
+    p->leader_active = p->listener_reset = false;
+    p->blpop_in_flight = 0;
+}

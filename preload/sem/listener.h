@@ -21,4 +21,7 @@ void dbt_listener_close(dbt_pool *p); /* frees the listener connection (no threa
 struct dbt_slot *dbt_find_slot(dbt_pool *p, const char *id); /* p->mu held */
 void dbt_fail_waiters(dbt_pool *p); /* p->mu held: every waiter gives up on a Redis that is gone */
 
+/* In a fork()ed child: the parent's listener connection closed, nobody listening. */
+void dbt_listener_after_fork(dbt_pool *p);
+
 #endif

@@ -2,6 +2,7 @@
  * slots (linking, waking, recycling, freeing), wakers, deferred operations, a permit's state. */
 #include "pool.h"
 #include "clock.h"
+#include "fork.h"
 #include "handover.h"
 #include "log.h"
 #include "renewer.h"
@@ -292,4 +293,50 @@ bool dbt_permit_lost(dbt_permit *s)
     bool lost = s->gen != p->gen || dbt_slot_expire_unrenewed(p, s, dbt_now_us());
     pthread_mutex_unlock(&p->mu);
     return lost;
+}
+
+void dbt_pool_after_fork(dbt_pool *p)
+{
+    dbt_pool_mutex_init(&p->mu);
+    pthread_cond_init(&p->conn_cv, NULL);
+    p->ndeferred = 0; /* the parent's releases: the parent sends them */
+    /* Idle connections are freed; connections another thread was using in the parent are only
+     * closed (their state is unknown, and that thread does not exist here). */
+    for (int i = 0; i < DBT_MAX_CONNS; i++) {
+        dbt_redis *r = p->all_conns[i];
+        if (!r)
+            continue;
+        bool idle = false;
+        for (int j = 0; j < p->nfree; j++)
+            idle = idle || p->free_conns[j] == r;
+        if (idle) {
+            dbt_redis_free(r);
+        } else if (r->ctx && r->ctx->fd >= 0) {
+            close(r->ctx->fd);
+            r->ctx->fd = -1;
+        }
+        p->all_conns[i] = NULL;
+    }
+    p->nfree = p->nconns = 0;
+    /* The parent's slots are the parent's: permits it holds stay with it. Places in the queue
+     * kept for the parent's next waiter (handover.c) are the pool's own copies here: freed. */
+    for (struct dbt_slot *s = p->slots, *next; s; s = next) {
+        next = s->next;
+        /* A wake another thread of the parent was about to write: that thread is not here. */
+        atomic_store(&s->pending_wakes, 0);
+        if (s->orphan) {
+            if (s->efd >= 0)
+                close(s->efd);
+            free(s->query);
+            free(s);
+        }
+    }
+    p->slots = NULL;
+    /* Spare slots' eventfds are the parent's objects too (a fork shares them): closed. */
+    dbt_free_spares(p);
+    p->nqueued = p->nheld = 0;
+    p->gen++;
+    p->in_outage = false;
+    p->down_until_us = 0;
+    memset(&p->st, 0, sizeof p->st);
 }

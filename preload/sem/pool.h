@@ -43,4 +43,8 @@ void dbt_waker_retract(struct dbt_slot *s);
  * renewer to send once Redis answers. Without p->mu. */
 void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
 
+/* In a fork()ed child (fork.c): a new lock; the parent's connections closed, its slots and
+ * deferred operations forgotten (they stay the parent's), a new generation, no outage. */
+void dbt_pool_after_fork(dbt_pool *p);
+
 #endif

@@ -10,6 +10,7 @@
  * thread of it waits, it is the one that listens for that push. */
 #include "renewer.h"
 #include "clock.h"
+#include "fork.h"
 #include "handover.h"
 #include "kept.h"
 #include "listener.h"
@@ -456,4 +457,20 @@ void dbt_renewer_stop(dbt_pool *p)
     pthread_mutex_lock(&p->mu);
     p->thread_started = false;
     pthread_mutex_unlock(&p->mu);
+}
+
+void dbt_renewer_after_fork(dbt_pool *p)
+{
+    dbt_cond_init_mono(&p->bg_cv);
+    p->thread_started = false;
+    p->stop = false;
+    p->bg_idle = false;
+    p->bg_until_us = 0;
+    /* The renewer's eventfd is shared with the parent's: the child makes its own. */
+    if (p->bg_slot) {
+        close(p->bg_slot->efd);
+        free(p->bg_slot);
+        p->bg_slot = NULL;
+    }
+    p->bg_leading = false;
 }

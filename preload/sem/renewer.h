@@ -9,4 +9,8 @@ void dbt_renewer_stop(dbt_pool *p);   /* call without p->mu: stops and joins it 
 
 void dbt_wake_renewer(dbt_pool *p); /* p->mu held: out of its park or its listening */
 
+/* In a fork()ed child: no renewer thread (threads do not survive fork); it starts anew when
+ * needed. */
+void dbt_renewer_after_fork(dbt_pool *p);
+
 #endif
