@@ -12,10 +12,7 @@
 #include "pool.h"
 #include "renewer.h"
 
-#include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
