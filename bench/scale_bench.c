@@ -16,6 +16,7 @@
 #include "config.h"
 #include "keys.h"
 #include "redis_server.h"
+#include "script_protocol.h"
 #include "scripts.h"
 #include "sem_client.h"
 

@@ -9,6 +9,7 @@
 #include "config.h"
 #include "keys.h"
 #include "redis_conn.h"
+#include "script_call.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -56,50 +57,12 @@ dbt_redis *cli_connect(const char *cmd, const dbt_config *cfg);
 int cli_list_pools(dbt_redis *r, const dbt_config *cfg, char ***out, char *err);
 void cli_free_names(char **names, int n);
 
-/* Runs a script on one semaphore of a pool (its nine keys), with ARGV[5..]. */
-redisReply *cli_eval_kind(dbt_redis *r, const dbt_config *cfg, const dbt_keys *k, dbt_kind kind,
-                          const dbt_script *s, int nextra, const char *const *extra, char *err);
-
 /* ---- a pool's state, read by status.lua (view.c) ------------------------------------------ */
-
-enum {
-    CTR_GRANTS,
-    CTR_QUEUED,
-    CTR_REFUSED,
-    CTR_CANCELLED,
-    CTR_EXPIRED,
-    CTR_EVICTED,
-    CTR_WAIT_MS,
-    NCOUNTERS
-};
-extern const char *const cli_counter_names[NCOUNTERS]; /* the fields of the stats hash */
-
-typedef struct {
-    char *permit;
-    char host[64];
-    long pid;
-    char conn[64];
-    int64_t since_ms;  /* granted (holder) or queued (waiter), Redis clock */
-    int64_t expiry_ms; /* holder: when its lease runs out; waiter: 0 */
-} cli_entry;
-
-typedef struct {
-    long long limit_seen; /* the limit the last acquirer configured; 0 = none */
-    long long override;   /* the operator's; 0 = none */
-    bool drained;
-    long long nholders, nwaiters; /* live, whole counts */
-    cli_entry *holders;           /* oldest grant first */
-    int nh;
-    cli_entry *waiters; /* queue order */
-    int nw;
-    long long counters[NCOUNTERS];
-    bool used; /* any of the above is there */
-} cli_kind_view;
 
 typedef struct {
     char *name;
-    int64_t now_ms; /* Redis' clock when read */
-    cli_kind_view kind[DBT_NKINDS];
+    int64_t now_ms;                   /* Redis' clock when read */
+    dbt_status_kind kind[DBT_NKINDS]; /* see script_protocol.h */
 } cli_pool_view;
 
 /* Reads a pool's state in one round trip. max_rows: holders and waiters listed per semaphore
@@ -108,7 +71,7 @@ bool cli_view_pool(dbt_redis *r, const dbt_config *cfg, const char *pool, int ma
                    cli_pool_view *v, char *err);
 void cli_view_free(cli_pool_view *v);
 /* The limit in force: the override, else the last acquirer's; 0 when unknown. */
-long long cli_effective_limit(const cli_kind_view *k);
+long long cli_effective_limit(const dbt_status_kind *k);
 
 /* Reads the named pools (or every pool when n == 0). Returns the count, or -1 with a message in
  * err. */

@@ -1,19 +1,12 @@
 /* cmd_admin.c - the operator's controls: dbthrottle limit, drain, resume, evict (admin.lua). */
 #include "cli.h"
 
-#include "scripts.h"
-
 #include <getopt.h>
 #include <string.h>
 
-typedef struct {
-    long long granted, holders, evicted, now_ms;
-    char info[256]; /* the evicted permit's "<since> <host> <pid> <conn>" */
-} admin_result;
-
 /* Runs admin.lua on one semaphore of the pool. */
 static bool admin(dbt_redis *r, const dbt_config *cfg, const char *pool, dbt_kind kind,
-                  const char *op, const char *arg, admin_result *out, char *err)
+                  dbt_admin_op op, const char *arg, dbt_admin_reply *out, char *err)
 {
     dbt_keys k;
     memset(out, 0, sizeof *out);
@@ -21,26 +14,14 @@ static bool admin(dbt_redis *r, const dbt_config *cfg, const char *pool, dbt_kin
         snprintf(err, DBT_ERRLEN, "out of memory");
         return false;
     }
-    const char *extra[] = {op, arg ? arg : ""};
-    redisReply *rep = cli_eval_kind(r, cfg, &k, kind, &dbt_script_admin, 2, extra, err);
+    dbt_script_call call;
+    dbt_build_admin(&call, &k, kind, cfg, op, arg);
+    redisReply *rep = dbt_script_run(r, &call, dbt_parse_admin, out, err);
     dbt_keys_free(&k);
     if (!rep)
         return false;
-    bool ok = rep->type == REDIS_REPLY_ARRAY && rep->elements >= 3;
-    if (ok) {
-        out->granted = rep->element[0]->integer;
-        out->holders = rep->element[1]->integer;
-        out->evicted = rep->element[2]->integer;
-        if (rep->elements >= 5) {
-            if (rep->element[3]->type == REDIS_REPLY_STRING)
-                snprintf(out->info, sizeof out->info, "%s", rep->element[3]->str);
-            out->now_ms = rep->element[4]->integer;
-        }
-    } else {
-        snprintf(err, DBT_ERRLEN, "admin.lua returned an unexpected reply");
-    }
     freeReplyObject(rep);
-    return ok;
+    return true;
 }
 
 /* The parts every control shares: options, settings, connection. */
@@ -158,9 +139,10 @@ int cmd_limit(int argc, char **argv)
     for (int kind = 0; kind < DBT_NKINDS && rc == 0; kind++) {
         if (!c.kinds[kind])
             continue;
-        admin_result res;
-        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind, c.clear ? "clear" : "limit",
-                   c.clear ? NULL : c.pos[1], &res, err)) {
+        dbt_admin_reply res;
+        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind,
+                   c.clear ? DBT_ADMIN_CLEAR : DBT_ADMIN_LIMIT, c.clear ? NULL : c.pos[1], &res,
+                   err)) {
             rc = cli_fail("limit", "pool %s: %s", name, err);
             break;
         }
@@ -192,9 +174,9 @@ static int drain_or_resume(int argc, char **argv, bool drain, const char *usage)
     for (int kind = 0; kind < DBT_NKINDS && rc == 0; kind++) {
         if (!c.kinds[kind])
             continue;
-        admin_result res;
-        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind, drain ? "drain" : "resume", NULL, &res,
-                   err)) {
+        dbt_admin_reply res;
+        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind,
+                   drain ? DBT_ADMIN_DRAIN : DBT_ADMIN_RESUME, NULL, &res, err)) {
             rc = cli_fail(c.cmd, "pool %s: %s", name, err);
             break;
         }
@@ -254,8 +236,8 @@ int cmd_evict(int argc, char **argv)
     for (int kind = 0; kind < DBT_NKINDS && !found && !failed; kind++) {
         if (!c.kinds[kind])
             continue;
-        admin_result res;
-        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind, "evict", c.pos[1], &res, err)) {
+        dbt_admin_reply res;
+        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind, DBT_ADMIN_EVICT, c.pos[1], &res, err)) {
             cli_fail("evict", "pool %s: %s", name, err);
             failed = true;
             break;

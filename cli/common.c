@@ -180,21 +180,3 @@ int cli_list_pools(dbt_redis *r, const dbt_config *cfg, char ***out, char *err)
     *out = names;
     return n;
 }
-
-redisReply *cli_eval_kind(dbt_redis *r, const dbt_config *cfg, const dbt_keys *k, dbt_kind kind,
-                          const dbt_script *s, int nextra, const char *const *extra, char *err)
-{
-    char lease[24], ttl[24];
-    const char *args[16];
-    const char *keys[DBT_NKEYS];
-    if (nextra > 12) {
-        snprintf(err, DBT_ERRLEN, "too many arguments");
-        return NULL;
-    }
-    dbt_script_args(k, kind, cfg, lease, ttl, args);
-    for (int i = 0; i < nextra; i++)
-        args[4 + i] = extra[i];
-    for (int i = 0; i < DBT_NKEYS; i++)
-        keys[i] = k->keys[kind][i];
-    return dbt_redis_eval(r, s, DBT_NKEYS, keys, 4 + nextra, args, err);
-}

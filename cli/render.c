@@ -26,7 +26,7 @@ void cli_duration(int64_t ms, char *out, size_t cap)
 
 static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const char *name)
 {
-    const cli_kind_view *k = &v->kind[kind];
+    const dbt_status_kind *k = &v->kind[kind];
     char lim[96] = "unknown", d1[24], d2[24];
     if (k->override && k->limit_seen && k->override != k->limit_seen)
         snprintf(lim, sizeof lim, "%lld (operator override; workers ask %lld)", k->override,
@@ -37,17 +37,18 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
         snprintf(lim, sizeof lim, "%lld", k->limit_seen);
     fprintf(out, "pool %s %s: limit %s, %lld holding, %lld waiting%s\n", name, dbt_kind_name(kind),
             lim, k->nholders, k->nwaiters, k->drained ? ", DRAINING (no new grants)" : "");
-    cli_duration(k->counters[CTR_WAIT_MS], d1, sizeof d1);
+    cli_duration(k->counters[DBT_CTR_WAIT_MS], d1, sizeof d1);
     fprintf(out,
             "  grants %lld  queued %lld  refused %lld  cancelled %lld  expired %lld  "
             "evicted %lld  waited %s in all\n",
-            k->counters[CTR_GRANTS], k->counters[CTR_QUEUED], k->counters[CTR_REFUSED],
-            k->counters[CTR_CANCELLED], k->counters[CTR_EXPIRED], k->counters[CTR_EVICTED], d1);
+            k->counters[DBT_CTR_GRANTS], k->counters[DBT_CTR_QUEUED], k->counters[DBT_CTR_REFUSED],
+            k->counters[DBT_CTR_CANCELLED], k->counters[DBT_CTR_EXPIRED],
+            k->counters[DBT_CTR_EVICTED], d1);
     if (k->nh) {
         fprintf(out, "  %-6s %-4s %-28s %-20s %8s %-8s %9s %10s\n", "HOLDER", "", "PERMIT", "HOST",
                 "PID", "CONN", "HELD", "LEASE LEFT");
         for (int i = 0; i < k->nh; i++) {
-            const cli_entry *e = &k->holders[i];
+            const dbt_status_entry *e = &k->holders[i];
             cli_duration(v->now_ms - e->since_ms, d1, sizeof d1);
             cli_duration(e->expiry_ms - v->now_ms, d2, sizeof d2);
             fprintf(out, "  %-6s %-4s %-28s %-20s %8ld %-8s %9s %10s\n", "", "", e->permit,
@@ -61,7 +62,7 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
         fprintf(out, "  %-6s %-4s %-28s %-20s %8s %-8s %9s\n", "WAITER", "POS", "PERMIT", "HOST",
                 "PID", "CONN", "WAITED");
         for (int i = 0; i < k->nw; i++) {
-            const cli_entry *e = &k->waiters[i];
+            const dbt_status_entry *e = &k->waiters[i];
             cli_duration(v->now_ms - e->since_ms, d1, sizeof d1);
             fprintf(out, "  %-6s %-4d %-28s %-20s %8ld %-8s %9s\n", "", i + 1, e->permit,
                     e->host[0] ? e->host : "?", e->pid, e->conn[0] ? e->conn : "?",
@@ -142,7 +143,7 @@ static void json_int_or_null(FILE *out, long long v)
         fputs("null", out);
 }
 
-static void json_entry(FILE *out, const cli_entry *e)
+static void json_entry(FILE *out, const dbt_status_entry *e)
 {
     fputs("\"permit\":", out);
     json_str(out, e->permit);
@@ -153,7 +154,7 @@ static void json_entry(FILE *out, const cli_entry *e)
     fprintf(out, ",\"since_ms\":%" PRId64, e->since_ms);
 }
 
-static void json_kind(FILE *out, const cli_pool_view *v, const cli_kind_view *k)
+static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *k)
 {
     fputs("{\"limit\":", out);
     json_int_or_null(out, cli_effective_limit(k));
@@ -176,8 +177,8 @@ static void json_kind(FILE *out, const cli_pool_view *v, const cli_kind_view *k)
         fprintf(out, ",\"waited_ms\":%" PRId64 "}", v->now_ms - k->waiters[i].since_ms);
     }
     fputs("],\"counters\":{", out);
-    for (int c = 0; c < NCOUNTERS; c++)
-        fprintf(out, "%s\"%s\":%lld", c ? "," : "", cli_counter_names[c], k->counters[c]);
+    for (int c = 0; c < DBT_NCOUNTERS; c++)
+        fprintf(out, "%s\"%s\":%lld", c ? "," : "", dbt_counter_names[c], k->counters[c]);
     fputs("}}", out);
 }
 
@@ -221,7 +222,7 @@ static void prom_metric(FILE *out, const cli_pool_view *v, int n, const char *na
     fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
     for (int i = 0; i < n; i++)
         for (int kind = 0; kind < DBT_NKINDS; kind++) {
-            const cli_kind_view *k = &v[i].kind[kind];
+            const dbt_status_kind *k = &v[i].kind[kind];
             if (!k->used)
                 continue;
             double val = 0;
@@ -247,7 +248,7 @@ static void prom_metric(FILE *out, const cli_pool_view *v, int n, const char *na
                 break;
             case M_COUNTER:
                 val = (double)k->counters[counter];
-                if (counter == CTR_WAIT_MS)
+                if (counter == DBT_CTR_WAIT_MS)
                     val /= 1000.0;
                 break;
             }
@@ -273,16 +274,16 @@ void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n)
         const char *name, *help;
         int counter;
     } counters[] = {
-        {"dbthrottle_grants_total", "Permits granted.", CTR_GRANTS},
-        {"dbthrottle_queued_total", "Acquires that had to queue.", CTR_QUEUED},
+        {"dbthrottle_grants_total", "Permits granted.", DBT_CTR_GRANTS},
+        {"dbthrottle_queued_total", "Acquires that had to queue.", DBT_CTR_QUEUED},
         {"dbthrottle_refused_total", "Acquires refused at once (wait timeout 0, none free).",
-         CTR_REFUSED},
+         DBT_CTR_REFUSED},
         {"dbthrottle_cancelled_total", "Waiters that gave up (timeout, cancel, interrupt).",
-         CTR_CANCELLED},
+         DBT_CTR_CANCELLED},
         {"dbthrottle_expired_total", "Permits whose lease ran out (holder died or was cut off).",
-         CTR_EXPIRED},
-        {"dbthrottle_evicted_total", "Permits freed by hand (dbthrottle evict).", CTR_EVICTED},
-        {"dbthrottle_wait_seconds_total", "Time granted waiters spent queued.", CTR_WAIT_MS},
+         DBT_CTR_EXPIRED},
+        {"dbthrottle_evicted_total", "Permits freed by hand (dbthrottle evict).", DBT_CTR_EVICTED},
+        {"dbthrottle_wait_seconds_total", "Time granted waiters spent queued.", DBT_CTR_WAIT_MS},
     };
     for (size_t c = 0; c < sizeof counters / sizeof *counters; c++)
         prom_metric(out, v, n, counters[c].name, "counter", counters[c].help, M_COUNTER,

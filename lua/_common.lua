@@ -19,21 +19,28 @@
 --         to the list wake prefix .. cid, on which that process' listener blocks (BLPOP)
 -- ARGV[2] kind ("q" or "c"), ARGV[3] the caller's lease (ms), ARGV[4] key TTL (ms)
 -- Ids are made by the client: "<cid>.<serial>.<limit>", cid = 16 hex digits per process.
-local H, Q, W, SEQ, SEEN, INFO, STATS, LIM, DRAIN, OWN
-local function use_keys(base) -- the semaphore whose keys start at KEYS[base + 1]
-    H, Q, W, SEQ, SEEN = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3], KEYS[base + 4], KEYS[base + 5]
-    INFO, STATS, LIM, DRAIN = KEYS[base + 6], KEYS[base + 7], KEYS[base + 8], KEYS[base + 9]
-    OWN = KEYS[base + 10]
-end
-use_keys(0)
 local NK = 10 -- keys per semaphore
-local WAKE, KIND = ARGV[1], ARGV[2]
+local WAKE = ARGV[1]
 local LEASE, TTL = tonumber(ARGV[3]), tonumber(ARGV[4])
+
+-- One semaphore: its keys, the NK from KEYS[base + 1] in the order above, and its kind letter.
+-- Every helper below takes the semaphore it works on, so that a script over both kinds
+-- (renew.lua, status.lua) says which one each call is about.
+local function semaphore(base, kind)
+    return {
+        H = KEYS[base + 1], Q = KEYS[base + 2], W = KEYS[base + 3], SEQ = KEYS[base + 4],
+        SEEN = KEYS[base + 5], INFO = KEYS[base + 6], STATS = KEYS[base + 7], LIM = KEYS[base + 8],
+        DRAIN = KEYS[base + 9], OWN = KEYS[base + 10], kind = kind,
+    }
+end
+
+-- The semaphore of a script that works on one: KEYS[1..NK], of kind ARGV[2].
+local S = semaphore(0, ARGV[2])
 
 -- The TTL a new key gets: ours, or SEEN's remaining one if longer. So SEEN always expires first
 -- and touch() may judge every key by SEEN alone, whatever leases the clients of a pool use.
-local function floor_ttl()
-    local st = redis.call('PTTL', SEEN)
+local function floor_ttl(s)
+    local st = redis.call('PTTL', s.SEEN)
     if st > TTL then
         return st
     end
@@ -41,8 +48,8 @@ local function floor_ttl()
 end
 
 -- A key that may have just been created: give it a TTL unless it has one (Redis 7: NX).
-local function expire_new(k)
-    redis.call('PEXPIRE', k, floor_ttl(), 'NX')
+local function expire_new(s, k)
+    redis.call('PEXPIRE', k, floor_ttl(s), 'NX')
 end
 
 -- The limit a waiter configured travels in its id, so whoever releases grants by the waiter's own
@@ -52,23 +59,23 @@ local function limit_of(id)
 end
 
 -- The operator's controls: the limit override (nil when none) and whether grants are stopped.
-local function controls()
-    local c = redis.call('MGET', LIM, DRAIN)
+local function controls(s)
+    local c = redis.call('MGET', s.LIM, s.DRAIN)
     return tonumber(c[1]), c[2] ~= false
 end
 
 -- Counters for dbthrottle status, in STATS (which expires with the pool's other keys).
-local function count(field, n)
+local function count(s, field, n)
     n = n or 1
-    if redis.call('HINCRBY', STATS, field, n) == n then -- the field (maybe the key) is new
-        expire_new(STATS)
+    if redis.call('HINCRBY', s.STATS, field, n) == n then -- the field (maybe the key) is new
+        expire_new(s, s.STATS)
     end
 end
 
 -- Records who holds or waits, and since when (now).
-local function note_who(id, now, who)
-    if redis.call('HSET', INFO, id, now .. ' ' .. who) == 1 and redis.call('HLEN', INFO) == 1 then
-        expire_new(INFO) -- the key is new
+local function note_who(s, id, now, who)
+    if redis.call('HSET', s.INFO, id, now .. ' ' .. who) == 1 and redis.call('HLEN', s.INFO) == 1 then
+        expire_new(s, s.INFO) -- the key is new
     end
 end
 
@@ -77,16 +84,24 @@ local function cid_of(id)
     return string.match(id, '^[^.]+')
 end
 
+-- Pushes msg to the wake list of process cid, on which its listener blocks (BLPOP); the list
+-- lives TTL ms after its last push.
+local function wake(cid, msg)
+    local wk = WAKE .. cid
+    redis.call('RPUSH', wk, msg)
+    redis.call('PEXPIRE', wk, TTL)
+end
+
 -- One waiter of id's process left the queue (granted, withdrawn, expired). Once the queue is
 -- empty the counts start over: a client of an older version, which removes waiters without
 -- counting, can only make them drift until then.
-local function unqueued(id)
+local function unqueued(s, id)
     local c = cid_of(id)
-    if c and redis.call('HINCRBY', OWN, c, -1) <= 0 then
-        redis.call('HDEL', OWN, c)
+    if c and redis.call('HINCRBY', s.OWN, c, -1) <= 0 then
+        redis.call('HDEL', s.OWN, c)
     end
-    if redis.call('ZCARD', Q) == 0 then
-        redis.call('DEL', OWN)
+    if redis.call('ZCARD', s.Q) == 0 then
+        redis.call('DEL', s.OWN)
     end
 end
 
@@ -94,16 +109,14 @@ end
 -- permits between its threads (local handover, see acquire.lua): "f<kind>:<ticket>" on its wake
 -- list, the ticket ordering the message against the replies to its own acquires. Unless `except`
 -- is that process.
-local function end_sole(except)
-    local sole = redis.call('HGET', OWN, '*')
+local function end_sole(s, except)
+    local sole = redis.call('HGET', s.OWN, '*')
     if not sole or sole == except then
         return sole
     end
-    local wk = WAKE .. sole
-    redis.call('RPUSH', wk, 'f' .. KIND .. ':' .. redis.call('INCR', SEQ))
-    redis.call('PEXPIRE', wk, TTL)
-    redis.call('HDEL', OWN, '*')
-    expire_new(SEQ)
+    wake(sole, 'f' .. s.kind .. ':' .. redis.call('INCR', s.SEQ))
+    redis.call('HDEL', s.OWN, '*')
+    expire_new(s, s.SEQ)
     return false
 end
 
@@ -116,22 +129,22 @@ local function now_ms()
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function reap(now)
-    local dead = redis.call('ZRANGEBYSCORE', H, '-inf', now, 'LIMIT', 0, REAP_BATCH)
+local function reap(s, now)
+    local dead = redis.call('ZRANGEBYSCORE', s.H, '-inf', now, 'LIMIT', 0, REAP_BATCH)
     if #dead > 0 then
-        redis.call('ZREM', H, unpack(dead))
-        redis.call('HDEL', INFO, unpack(dead))
-        count('expired', #dead)
+        redis.call('ZREM', s.H, unpack(dead))
+        redis.call('HDEL', s.INFO, unpack(dead))
+        count(s, 'expired', #dead)
     end
-    local gone = redis.call('ZRANGEBYSCORE', W, '-inf', now, 'LIMIT', 0, REAP_BATCH)
+    local gone = redis.call('ZRANGEBYSCORE', s.W, '-inf', now, 'LIMIT', 0, REAP_BATCH)
     if #gone > 0 then
-        redis.call('ZREM', W, unpack(gone))
+        redis.call('ZREM', s.W, unpack(gone))
         for _, id in ipairs(gone) do
-            if redis.call('ZREM', Q, id) == 1 then
-                unqueued(id)
+            if redis.call('ZREM', s.Q, id) == 1 then
+                unqueued(s, id)
             end
         end
-        redis.call('HDEL', INFO, unpack(gone))
+        redis.call('HDEL', s.INFO, unpack(gone))
     end
     return #dead
 end
@@ -139,44 +152,42 @@ end
 -- Grants the head of the queue while it fits under its own limit. A grant moves the waiter to
 -- the holders with the lease its process last renewed (a dead waiter's grant expires with it),
 -- and pushes "g<kind>:<id>" to its process' wake list.
-local function pump(now)
+local function pump(s, now)
     local granted = 0
-    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    local head = redis.call('ZRANGE', s.Q, 0, 0)[1]
     if not head then
         return 0 -- the common case: nobody waits, and the controls need not be read
     end
-    local override, drained = controls()
+    local override, drained = controls(s)
     if drained then
         return 0
     end
     while head do
-        local nh = redis.call('ZCARD', H)
+        local nh = redis.call('ZCARD', s.H)
         if nh >= (override or limit_of(head)) then
             break
         end
-        local exp = tonumber(redis.call('ZSCORE', W, head)) or (now + LEASE)
-        redis.call('ZREM', Q, head)
-        redis.call('ZREM', W, head)
-        unqueued(head)
-        redis.call('ZADD', H, exp, head)
+        local exp = tonumber(redis.call('ZSCORE', s.W, head)) or (now + LEASE)
+        redis.call('ZREM', s.Q, head)
+        redis.call('ZREM', s.W, head)
+        unqueued(s, head)
+        redis.call('ZADD', s.H, exp, head)
         if nh == 0 then
-            expire_new(H) -- the key is new
+            expire_new(s, s.H) -- the key is new
         end
         -- the wait ends now: count it, and the holder's "since" becomes the grant
-        local info = redis.call('HGET', INFO, head)
+        local info = redis.call('HGET', s.INFO, head)
         if info then
             local since, who = string.match(info, '^(%d+) (.*)$')
             if since then
-                count('wait_ms', math.max(0, now - tonumber(since)))
-                note_who(head, now, who)
+                count(s, 'wait_ms', math.max(0, now - tonumber(since)))
+                note_who(s, head, now, who)
             end
         end
-        count('grants')
-        local wk = WAKE .. string.match(head, '^[^.]+')
-        redis.call('RPUSH', wk, 'g' .. KIND .. ':' .. head)
-        redis.call('PEXPIRE', wk, TTL)
+        count(s, 'grants')
+        wake(string.match(head, '^[^.]+'), 'g' .. s.kind .. ':' .. head)
         granted = granted + 1
-        head = redis.call('ZRANGE', Q, 0, 0)[1]
+        head = redis.call('ZRANGE', s.Q, 0, 0)[1]
     end
     return granted
 end
@@ -185,12 +196,12 @@ end
 -- client with a short lease cannot expire the keys under a client with a long one. The keys are
 -- refreshed together once half of SEEN's TTL has passed, so most calls pay one PTTL; a key
 -- created in between gets its TTL where it is created (expire_new), never shorter than SEEN's.
-local function touch(force)
-    local t = redis.call('PTTL', SEEN)
+local function touch(s, force)
+    local t = redis.call('PTTL', s.SEEN)
     if not force and t ~= -2 and t >= TTL / 2 then
         return
     end
-    for _, k in ipairs({H, Q, W, SEQ, SEEN, INFO, STATS, OWN}) do
+    for _, k in ipairs({s.H, s.Q, s.W, s.SEQ, s.SEEN, s.INFO, s.STATS, s.OWN}) do
         local kt = redis.call('PTTL', k)
         if kt ~= -2 and kt < TTL then
             redis.call('PEXPIRE', k, TTL)

@@ -8,18 +8,18 @@
 --   waiters only (queued only, else 0): see below
 local id, limit, try_only, who = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1', ARGV[8] or '? ? ?'
 local now = now_ms()
-reap(now)
-pump(now)
+reap(S, now)
+pump(S, now)
 
 -- limit_seen paces the TTL refresh of every key (see touch): changing its value must not change
 -- its TTL, and when it is new, every key is refreshed at once.
-local seen = redis.call('GET', SEEN)
+local seen = redis.call('GET', S.SEEN)
 local fresh = not seen
 if seen ~= ARGV[6] then
     if seen then
-        redis.call('SET', SEEN, ARGV[6], 'KEEPTTL')
+        redis.call('SET', S.SEEN, ARGV[6], 'KEEPTTL')
     else
-        redis.call('SET', SEEN, ARGV[6], 'PX', floor_ttl())
+        redis.call('SET', S.SEEN, ARGV[6], 'PX', floor_ttl(S))
     end
 end
 if seen == ARGV[6] then
@@ -28,48 +28,46 @@ end
 
 -- No barging: a newcomer is admitted only when nobody is queued. The operator's override, when
 -- set, is every caller's limit; while the pool is drained, everyone queues.
-local override, drained = controls()
-local holders = redis.call('ZCARD', H)
-if not drained and redis.call('ZCARD', Q) == 0 and holders < (override or limit) then
-    redis.call('ZADD', H, now + LEASE, id)
+local override, drained = controls(S)
+local holders = redis.call('ZCARD', S.H)
+if not drained and redis.call('ZCARD', S.Q) == 0 and holders < (override or limit) then
+    redis.call('ZADD', S.H, now + LEASE, id)
     if holders == 0 then
-        expire_new(H) -- the key is new
+        expire_new(S, S.H) -- the key is new
     end
-    note_who(id, now, who)
-    count('grants')
-    touch(fresh)
+    note_who(S, id, now, who)
+    count(S, 'grants')
+    touch(S, fresh)
     return {1, holders + 1, 0, seen, 0, 0}
 end
 if try_only then
-    count('refused')
-    touch(fresh)
-    return {0, holders, redis.call('ZCARD', Q), seen, 0, 0}
+    count(S, 'refused')
+    touch(S, fresh)
+    return {0, holders, redis.call('ZCARD', S.Q), seen, 0, 0}
 end
 -- The first waiter of a contention asks every process that holds a permit to give back the ones it
 -- keeps idle between commands (DBTHROTTLE_CACHE_PERMITS), and not to keep any until it is granted
 -- again with nobody queued: "r<kind>" on its wake list. Once per transition from an empty queue,
 -- one push per holding process (O(holders), at most the limit); while the queue stays non-empty no
 -- permit is granted to anyone who would keep it (grants from the queue are never kept).
-if redis.call('ZCARD', Q) == 0 and holders > 0 then
+if redis.call('ZCARD', S.Q) == 0 and holders > 0 then
     local told = {}
-    for _, h in ipairs(redis.call('ZRANGE', H, 0, -1)) do
+    for _, h in ipairs(redis.call('ZRANGE', S.H, 0, -1)) do
         local cid = string.match(h, '^[^.]+')
         if cid and not told[cid] then
             told[cid] = true
-            local wk = WAKE .. cid
-            redis.call('RPUSH', wk, 'r' .. KIND)
-            redis.call('PEXPIRE', wk, TTL)
+            wake(cid, 'r' .. S.kind)
         end
     end
 end
-local ticket = redis.call('INCR', SEQ)
-redis.call('ZADD', Q, ticket, id)
-redis.call('ZADD', W, now + LEASE, id)
-note_who(id, now, who)
-count('queued')
-expire_new(SEQ)
-expire_new(Q)
-expire_new(W)
+local ticket = redis.call('INCR', S.SEQ)
+redis.call('ZADD', S.Q, ticket, id)
+redis.call('ZADD', S.W, now + LEASE, id)
+note_who(S, id, now, who)
+count(S, 'queued')
+expire_new(S, S.SEQ)
+expire_new(S, S.Q)
+expire_new(S, S.W)
 -- Local handover. While every queued waiter is of one process, that process may pass a permit one
 -- of its threads gives back straight to another of its waiting threads, and let a thread that
 -- begins to wait take the place of one so served, without telling Redis (holders and places stay
@@ -79,19 +77,19 @@ expire_new(W)
 -- wake list), so the newcomer waits behind the threads that were waiting when it came, not behind
 -- those that come after it. One push per change of owner, O(1) per call.
 local cid = cid_of(id)
-local mine = redis.call('HINCRBY', OWN, cid, 1)
+local mine = redis.call('HINCRBY', S.OWN, cid, 1)
 if mine == 1 then
-    expire_new(OWN)
+    expire_new(S, S.OWN)
 end
-local sole = end_sole(cid)
-local qlen = redis.call('ZCARD', Q)
+local sole = end_sole(S, cid)
+local qlen = redis.call('ZCARD', S.Q)
 -- Not while the operator drains the pool or holds it below what is held now: the permits must
 -- come back to Redis for that (admin.lua ends it for those already alone).
 local alone = mine == qlen and not drained and (not override or holders <= override)
 if alone and sole ~= cid then
-    redis.call('HSET', OWN, '*', cid)
+    redis.call('HSET', S.OWN, '*', cid)
 elseif not alone and sole == cid then
-    redis.call('HDEL', OWN, '*')
+    redis.call('HDEL', S.OWN, '*')
 end
-touch(fresh)
+touch(S, fresh)
 return {2, holders, qlen, seen, ticket, alone and 1 or 0}

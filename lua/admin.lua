@@ -10,19 +10,19 @@ local op, arg = ARGV[5], ARGV[6]
 local now = now_ms()
 local evicted, info = 0, false
 if op == 'limit' then
-    redis.call('SET', LIM, arg)
+    redis.call('SET', S.LIM, arg)
 elseif op == 'clear' then
-    redis.call('DEL', LIM)
+    redis.call('DEL', S.LIM)
 elseif op == 'drain' then
-    redis.call('SET', DRAIN, '1')
+    redis.call('SET', S.DRAIN, '1')
 elseif op == 'resume' then
-    redis.call('DEL', DRAIN)
+    redis.call('DEL', S.DRAIN)
 elseif op == 'evict' then
-    info = redis.call('HGET', INFO, arg)
-    evicted = redis.call('ZREM', H, arg)
+    info = redis.call('HGET', S.INFO, arg)
+    evicted = redis.call('ZREM', S.H, arg)
     if evicted == 1 then
-        redis.call('HDEL', INFO, arg)
-        count('evicted')
+        redis.call('HDEL', S.INFO, arg)
+        count(S, 'evicted')
     else
         info = false
     end
@@ -32,8 +32,8 @@ end
 -- A process passing permits between its own threads (local handover) would not see a new
 -- limit, a drain or an eviction: it is told to stop and give its permits back to Redis.
 if op == 'limit' or op == 'drain' or op == 'evict' then
-    end_sole(nil)
+    end_sole(S, nil)
 end
-reap(now)
-local granted = pump(now)
-return {granted, redis.call('ZCARD', H), evicted, info, now}
+reap(S, now)
+local granted = pump(S, now)
+return {granted, redis.call('ZCARD', S.H), evicted, info, now}

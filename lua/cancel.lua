@@ -4,18 +4,18 @@
 local id = ARGV[5]
 local now = now_ms()
 local result = -1
-if redis.call('ZREM', Q, id) == 1 then
-    unqueued(id)
+if redis.call('ZREM', S.Q, id) == 1 then
+    unqueued(S, id)
     result = 0
-elseif redis.call('ZREM', H, id) == 1 then
+elseif redis.call('ZREM', S.H, id) == 1 then
     result = 1
 end
-redis.call('ZREM', W, id)
-redis.call('HDEL', INFO, id)
+redis.call('ZREM', S.W, id)
+redis.call('HDEL', S.INFO, id)
 if result == 0 then
-    count('cancelled')
+    count(S, 'cancelled')
 end
-reap(now)
-pump(now)
-touch()
+reap(S, now)
+pump(S, now)
+touch(S)
 return result

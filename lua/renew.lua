@@ -11,28 +11,31 @@
 -- reaches its owner; and whether anybody waits, so that a process keeping permits between
 -- commands gives them back even if the push that says so went astray (a connection lost with
 -- the popped message, a Redis restored from a snapshot).
+-- Where the arguments after the four common ones start: the four counts, then the ids.
+local COUNTS_AT = 5 -- ARGV[5..8]: query holders, query waiters, connection holders, waiters
+local IDS_AT = COUNTS_AT + 4
 local now = now_ms()
 local exp = now + LEASE
 local lost_h, lost_w, granted_w = {}, {}, {}
-local at = 9
-local function renew_holders(n)
+local at = IDS_AT
+local function renew_holders(s, n)
     for i = at, at + n - 1 do
-        if redis.call('ZSCORE', H, ARGV[i]) then
-            redis.call('ZADD', H, 'XX', exp, ARGV[i])
+        if redis.call('ZSCORE', s.H, ARGV[i]) then
+            redis.call('ZADD', s.H, 'XX', exp, ARGV[i])
         else
             lost_h[#lost_h + 1] = ARGV[i]
         end
     end
     at = at + n
 end
-local function renew_waiters(n)
+local function renew_waiters(s, n)
     for i = at, at + n - 1 do
         local id = ARGV[i]
-        if redis.call('ZSCORE', W, id) and redis.call('ZSCORE', Q, id) then
-            redis.call('ZADD', W, 'XX', exp, id)
-        elseif redis.call('ZSCORE', H, id) then
+        if redis.call('ZSCORE', s.W, id) and redis.call('ZSCORE', s.Q, id) then
+            redis.call('ZADD', s.W, 'XX', exp, id)
+        elseif redis.call('ZSCORE', s.H, id) then
             -- granted (the grant is on its way, or was lost): renew it as a holder, and say so
-            redis.call('ZADD', H, 'XX', exp, id)
+            redis.call('ZADD', s.H, 'XX', exp, id)
             granted_w[#granted_w + 1] = id
         else
             lost_w[#lost_w + 1] = id
@@ -42,28 +45,27 @@ local function renew_waiters(n)
 end
 local queued, allowed = {}, {}
 local nids = 0
-for i = 5, 8 do
+for i = COUNTS_AT, COUNTS_AT + 3 do
     nids = nids + tonumber(ARGV[i])
 end
-local local_at = 9 + nids -- the local counts, after the ids
+local local_at = IDS_AT + nids -- the local counts, after the ids
 for k = 0, 1 do
-    use_keys(NK * k)
-    KIND = (k == 0) and 'q' or 'c'
-    renew_holders(tonumber(ARGV[5 + 2 * k]))
-    renew_waiters(tonumber(ARGV[6 + 2 * k]))
+    local s = semaphore(NK * k, (k == 0) and 'q' or 'c')
+    renew_holders(s, tonumber(ARGV[COUNTS_AT + 2 * k]))
+    renew_waiters(s, tonumber(ARGV[COUNTS_AT + 1 + 2 * k]))
     for j, field in ipairs({'grants', 'queued', 'wait_ms'}) do
         local n = tonumber(ARGV[local_at + 3 * k + j - 1]) or 0
         if n > 0 then
-            count(field, n)
+            count(s, field, n)
         end
     end
-    reap(now)
-    pump(now)
-    touch()
-    queued[k + 1] = redis.call('ZCARD', Q)
+    reap(s, now)
+    pump(s, now)
+    touch(s)
+    queued[k + 1] = redis.call('ZCARD', s.Q)
     -- whether local handover may go on: not while drained or held above the operator's limit
-    local override, drained = controls()
-    local ok = not drained and (not override or redis.call('ZCARD', H) <= override)
+    local override, drained = controls(s)
+    local ok = not drained and (not override or redis.call('ZCARD', s.H) <= override)
     allowed[k + 1] = ok and 1 or 0
 end
 return {lost_h, lost_w, granted_w, queued, allowed}

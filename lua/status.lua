@@ -7,44 +7,43 @@
 -- waiters in queue order, {counter, value, ...}}. Entries whose lease ran out are left out.
 local max = tonumber(ARGV[5]) or 0
 local now = now_ms()
-local function info_of(id)
-    return redis.call('HGET', INFO, id) or ''
+local function info_of(s, id)
+    return redis.call('HGET', s.INFO, id) or ''
 end
-local function snapshot()
-    local c = redis.call('MGET', SEEN, LIM, DRAIN)
+local function snapshot(s)
+    local c = redis.call('MGET', s.SEEN, s.LIM, s.DRAIN)
     local holders = {}
     local hl
     if max > 0 then
-        hl = redis.call('ZRANGEBYSCORE', H, now, '+inf', 'WITHSCORES', 'LIMIT', 0, max)
+        hl = redis.call('ZRANGEBYSCORE', s.H, now, '+inf', 'WITHSCORES', 'LIMIT', 0, max)
     else
-        hl = redis.call('ZRANGEBYSCORE', H, now, '+inf', 'WITHSCORES')
+        hl = redis.call('ZRANGEBYSCORE', s.H, now, '+inf', 'WITHSCORES')
     end
     for i = 1, #hl, 2 do
         holders[#holders + 1] = hl[i]
         holders[#holders + 1] = hl[i + 1]
-        holders[#holders + 1] = info_of(hl[i])
+        holders[#holders + 1] = info_of(s, hl[i])
     end
     -- the queue in ticket order, skipping waiters whose lease ran out, a chunk at a time
     local waiters, listed, from = {}, 0, 0
     local chunk = (max > 0) and math.max(max, 16) or 1024
     while max == 0 or listed < max do
-        local q = redis.call('ZRANGE', Q, from, from + chunk - 1)
+        local q = redis.call('ZRANGE', s.Q, from, from + chunk - 1)
         if #q == 0 then
             break
         end
         for _, id in ipairs(q) do
-            local e = tonumber(redis.call('ZSCORE', W, id))
+            local e = tonumber(redis.call('ZSCORE', s.W, id))
             if e and e >= now and (max == 0 or listed < max) then
                 waiters[#waiters + 1] = id
-                waiters[#waiters + 1] = info_of(id)
+                waiters[#waiters + 1] = info_of(s, id)
                 listed = listed + 1
             end
         end
         from = from + chunk
     end
-    return {c[1] or false, c[2] or false, c[3] and 1 or 0, redis.call('ZCOUNT', H, now, '+inf'),
-        redis.call('ZCOUNT', W, now, '+inf'), holders, waiters, redis.call('HGETALL', STATS)}
+    return {c[1] or false, c[2] or false, c[3] and 1 or 0, redis.call('ZCOUNT', s.H, now, '+inf'),
+        redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS)}
 end
-local q = snapshot()
-use_keys(NK)
-return {now, q, snapshot()}
+local q = snapshot(semaphore(0, 'q'))
+return {now, q, snapshot(semaphore(NK, 'c'))}

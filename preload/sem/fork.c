@@ -4,12 +4,15 @@
  * ever held for short, I/O-free sections) so the child inherits them in a known state. In the
  * child each pool forgets its parent's slots (the parent still holds and renews those permits),
  * closes the inherited sockets, and starts over with a new client id, hence its own wake list. */
-#include "pool_internal.h"
+#include "fork.h"
+#include "clock.h"
+#include "handover.h"
+#include "kept.h"
+#include "listener.h"
+#include "pool.h"
+#include "renewer.h"
 
-#include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -78,75 +81,15 @@ void dbt_pool_mutex_init(pthread_mutex_t *mu)
     pthread_mutexattr_destroy(&a);
 }
 
+/* Each module resets what it owns (its after-fork function); the pool's first, as it makes the
+ * lock anew. */
 static void child_pool(dbt_pool *p)
 {
-    dbt_pool_mutex_init(&p->mu);
-    pthread_cond_init(&p->conn_cv, NULL);
-    init_mono_cond(&p->bg_cv);
-    p->ndeferred = 0; /* the parent's releases: the parent sends them */
-    p->ninflight = 0;
-    /* Idle connections are freed; connections another thread was using in the parent are only
-     * closed (their state is unknown, and that thread does not exist here). */
-    for (int i = 0; i < DBT_MAX_CONNS; i++) {
-        dbt_redis *r = p->all_conns[i];
-        if (!r)
-            continue;
-        bool idle = false;
-        for (int j = 0; j < p->nfree; j++)
-            idle = idle || p->free_conns[j] == r;
-        if (idle) {
-            dbt_redis_free(r);
-        } else if (r->ctx && r->ctx->fd >= 0) {
-            close(r->ctx->fd);
-            r->ctx->fd = -1;
-        }
-        p->all_conns[i] = NULL;
-    }
-    p->nfree = p->nconns = 0;
-    if (p->listener && p->listener->ctx && p->listener->ctx->fd >= 0) {
-        close(p->listener->ctx->fd);
-        p->listener->ctx->fd = -1;
-    }
-    p->listener = NULL;
-    p->leader_active = p->listener_reset = false;
-    p->blpop_in_flight = 0;
-    p->thread_started = false;
-    p->stop = false;
-    p->bg_idle = false;
-    p->bg_until_us = 0;
-    /* The parent's slots are the parent's: permits it holds stay with it. Places in the queue
-     * kept for the parent's next waiter (handover.c) are the pool's own copies here: freed. */
-    for (struct dbt_slot *s = p->slots, *next; s; s = next) {
-        next = s->next;
-        /* A wake another thread of the parent was about to write: that thread is not here. */
-        atomic_store(&s->pending_wakes, 0);
-        if (s->orphan) {
-            if (s->efd >= 0)
-                close(s->efd);
-            free(s->query);
-            free(s);
-        }
-    }
-    p->slots = NULL;
-    /* Spare slots' eventfds are the parent's objects too (a fork shares them): closed. */
-    dbt_free_spares(p);
-    p->nqueued = p->nheld = p->nparked = p->norphans = 0;
-    memset(p->contended, 0, sizeof p->contended);
-    memset(p->lw_head, 0, sizeof p->lw_head);
-    memset(p->lw_tail, 0, sizeof p->lw_tail);
-    dbt_handover_reset(p);
-    memset(p->unreported, 0, sizeof p->unreported); /* the parent's to report */
-    /* The renewer's eventfd is shared with the parent's: the child makes its own. */
-    if (p->bg_slot) {
-        close(p->bg_slot->efd);
-        free(p->bg_slot);
-        p->bg_slot = NULL;
-    }
-    p->bg_leading = false;
-    p->gen++;
-    p->in_outage = false;
-    p->down_until_us = 0;
-    memset(&p->st, 0, sizeof p->st);
+    dbt_pool_after_fork(p);
+    dbt_listener_after_fork(p);
+    dbt_renewer_after_fork(p);
+    dbt_kept_after_fork(p);
+    dbt_handover_after_fork(p);
 }
 
 static void child(void)

@@ -19,8 +19,11 @@
  *
  * Within the process, a permit always goes to the thread that has waited longest (the lw_ list),
  * whichever of its places Redis granted: taking over orphans scrambles the order of the places. */
-#include "log.h"
-#include "pool_internal.h"
+#include "handover.h"
+#include "clock.h"
+#include "pool.h"
+#include "release.h"
+#include "renewer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,4 +296,13 @@ void dbt_orphans_settle(dbt_pool *p)
     pthread_mutex_lock(&p->mu);
     p->ninflight = 0; /* only the renewer adds to it */
     pthread_mutex_unlock(&p->mu);
+}
+
+void dbt_handover_after_fork(dbt_pool *p)
+{
+    p->norphans = 0;
+    memset(p->lw_head, 0, sizeof p->lw_head);
+    memset(p->lw_tail, 0, sizeof p->lw_tail);
+    dbt_handover_reset(p);
+    memset(p->unreported, 0, sizeof p->unreported); /* the parent's to report */
 }

@@ -7,8 +7,11 @@
  * grants to them, and, when its own grant comes or it gives up, passes the role to another
  * waiter. A process with a single waiting thread (the common case) thus gets its grant straight
  * from the socket. A BLPOP in flight outlives leaders: whoever leads next reads its reply. */
-#include "log.h"
-#include "pool_internal.h"
+#include "listener.h"
+#include "clock.h"
+#include "handover.h"
+#include "pool.h"
+#include "renewer.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -171,7 +174,8 @@ static bool read_grants(dbt_pool *p, dbt_redis *l, char *err)
     }
 }
 
-int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_acquire_opts *o)
+dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
+                           const dbt_acquire_opts *o)
 {
     char wake_key[512], err[DBT_ERRLEN];
     int klen = snprintf(wake_key, sizeof wake_key, "%s%s", p->keys.wake_prefix, p->client->cid);
@@ -179,10 +183,10 @@ int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_a
     if (klen >= (int)sizeof wake_key) { /* a very long pool name */
         big = malloc((size_t)klen + 1);
         if (!big)
-            return 1;
+            return DBT_WAIT_WOKEN;
         snprintf(big, (size_t)klen + 1, "%s%s", p->keys.wake_prefix, p->client->cid);
     }
-    int result = 1;
+    dbt_wait_result result = DBT_WAIT_WOKEN;
     bool reconnected = false;
     dbt_redis *l = ready_listener(p, big ? big : wake_key, err);
     if (!l) {
@@ -194,7 +198,7 @@ int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_a
         if (deadline_us >= 0) {
             int64_t left = deadline_us - dbt_now_us();
             if (left <= 0) {
-                result = 0;
+                result = DBT_WAIT_TIMED_OUT;
                 break;
             }
             ms = (int)((left + 999) / 1000);
@@ -204,7 +208,7 @@ int dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us, const dbt_a
         int n = poll(pfd, 2, ms);
         if (n < 0 && errno == EINTR) {
             if (o->interrupted && o->interrupted(o->arg)) {
-                result = -1;
+                result = DBT_WAIT_INTERRUPTED;
                 break;
             }
             continue;
@@ -261,5 +265,16 @@ void dbt_listener_close(dbt_pool *p)
 {
     dbt_redis_free(p->listener);
     p->listener = NULL;
+    p->blpop_in_flight = 0;
+}
+
+void dbt_listener_after_fork(dbt_pool *p)
+{
+    if (p->listener && p->listener->ctx && p->listener->ctx->fd >= 0) {
+        close(p->listener->ctx->fd);
+        p->listener->ctx->fd = -1;
+    }
+    p->listener = NULL;
+    p->leader_active = p->listener_reset = false;
     p->blpop_in_flight = 0;
 }

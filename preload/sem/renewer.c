@@ -8,9 +8,16 @@
  * DBTHROTTLE_CACHE_PERMITS): it gives them back when a waiter's arrival is pushed, or when they
  * sat unused for DBTHROTTLE_CACHE_IDLE, and while the process holds permits it may keep and no
  * thread of it waits, it is the one that listens for that push. */
+#include "renewer.h"
+#include "clock.h"
+#include "fork.h"
+#include "handover.h"
+#include "kept.h"
+#include "listener.h"
 #include "log.h"
-#include "pool_internal.h"
-#include "scripts.h"
+#include "pool.h"
+#include "release.h"
+#include "script_call.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -57,12 +64,7 @@ static void warn_idle_in_tx(dbt_pool *p, int64_t now)
         }
 }
 
-typedef struct {
-    char **ids;
-    int n, cap;
-} id_list;
-
-static bool push_id(id_list *l, const char *id)
+static bool push_id(dbt_id_list *l, const char *id)
 {
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 16;
@@ -79,7 +81,7 @@ static bool push_id(id_list *l, const char *id)
     return true;
 }
 
-static void free_ids(id_list *l)
+static void free_ids(dbt_id_list *l)
 {
     for (int i = 0; i < l->n; i++)
         free(l->ids[i]);
@@ -87,18 +89,18 @@ static void free_ids(id_list *l)
 }
 
 /* Marks what renew.lua said Redis no longer has. Call with p->mu held. */
-static void apply_lost(dbt_pool *p, const redisReply *lost_h, const redisReply *lost_w)
+static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply)
 {
-    for (size_t i = 0; i < lost_h->elements; i++) {
-        struct dbt_slot *s = dbt_find_slot(p, lost_h->element[i]->str);
+    for (size_t i = 0; i < reply->lost_holders.n; i++) {
+        struct dbt_slot *s = dbt_find_slot(p, dbt_reply_id(&reply->lost_holders, i));
         if (s)
             dbt_handover_foreign(p, s->kind, 0); /* evicted, or Redis lost it: ask Redis again */
         if (s && s->state == SLOT_HELD && !s->lost)
             dbt_slot_mark_lost(p, s, DBT_LOG_ERROR,
                                "Redis no longer has it (expired or data lost)");
     }
-    for (size_t i = 0; i < lost_w->elements; i++) {
-        struct dbt_slot *s = dbt_find_slot(p, lost_w->element[i]->str);
+    for (size_t i = 0; i < reply->lost_waiters.n; i++) {
+        struct dbt_slot *s = dbt_find_slot(p, dbt_reply_id(&reply->lost_waiters, i));
         if (s && s->state == SLOT_HELD && !s->lost) {
             /* Granted since the renewal was sent, and gone from Redis by the time it ran: the
              * grant outlived its lease (this process was stopped, or cut off), was reaped and may
@@ -116,7 +118,7 @@ static void apply_lost(dbt_pool *p, const redisReply *lost_h, const redisReply *
         }
     }
     /* Redis forgot waiters (restarted, or a lease ran out): what it said of the queue is void. */
-    if (lost_w->elements > 0)
+    if (reply->lost_waiters.n > 0)
         dbt_handover_reset(p);
 }
 
@@ -147,23 +149,12 @@ static void drain_idle(dbt_pool *p)
 /* Waiters Redis has already granted: normally their pushed grant arrives first and this finds
  * them HELD; if that message was lost (a listener connection dropped with it unread), this
  * delivers the grant. Call with p->mu held. */
-static void apply_granted(dbt_pool *p, const redisReply *ids)
+static void apply_granted(dbt_pool *p, const dbt_reply_ids *ids)
 {
-    for (size_t i = 0; i < ids->elements; i++) {
-        struct dbt_slot *s = dbt_find_slot(p, ids->element[i]->str);
+    for (size_t i = 0; i < ids->n; i++) {
+        struct dbt_slot *s = dbt_find_slot(p, dbt_reply_id(ids, i));
         if (s && s->state == SLOT_QUEUED)
             dbt_handover_granted(p, s);
-    }
-}
-
-/* renew.lua's last arguments: per kind, the grants, queued waits and wait (ms) of local handover
- * since the last report. */
-static void local_args(const dbt_local_counts *local, char out[][24])
-{
-    for (int k = 0; k < DBT_NKINDS; k++) {
-        snprintf(out[3 * k], 24, "%" PRIu64, local[k].grants);
-        snprintf(out[3 * k + 1], 24, "%" PRIu64, local[k].queued);
-        snprintf(out[3 * k + 2], 24, "%" PRId64, local[k].wait_us / 1000);
     }
 }
 
@@ -180,36 +171,25 @@ void dbt_report_local(dbt_pool *p)
         any = any || local[k].grants || local[k].queued;
     if (!any || down)
         return;
-    char counted[DBT_NKINDS * 3][24], err[DBT_ERRLEN], lease[24], ttl[24];
-    local_args(local, counted);
-    const char *keys[2 * DBT_NKEYS], *args[8 + DBT_NKINDS * 3];
-    dbt_script_keys(p, DBT_KIND_QUERY, keys);
-    dbt_script_keys(p, DBT_KIND_CONN, keys + DBT_NKEYS);
-    dbt_script_base_args(p, DBT_KIND_QUERY, lease, ttl, args);
-    int n = 4;
-    for (int i = 0; i < 4; i++)
-        args[n++] = "0"; /* no ids: a renewal of nothing, for its counts */
-    for (int i = 0; i < DBT_NKINDS * 3; i++)
-        args[n++] = counted[i];
+    char err[DBT_ERRLEN];
+    const char *args[DBT_RENEW_NARGS(0)];
+    dbt_script_call call; /* a renewal of no ids, for its counts */
+    dbt_build_renew(&call, &p->keys, p->client->cfg, NULL, local, args);
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    dbt_redis *r = dbt_pool_get_conn(p, err);
-    bool ok = r && dbt_redis_eval_nowait(r, &dbt_script_renew, 2 * DBT_NKEYS, keys, n, args, err);
-    dbt_pool_put_conn(p, r);
+    (void)dbt_pool_send(p, "renew", &call, err);
     dbt_redis_budget_end(b);
-    if (!ok)
-        dbt_pool_note_error(p, "renew", err);
 }
 
 /* One renewal round trip for both kinds. Called with p->mu held; releases it meanwhile. */
 static void renew(dbt_pool *p)
 {
-    id_list lists[DBT_NKINDS][2] = {{{0}}};
+    dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS] = {{{0}}};
     bool ok = true;
     for (struct dbt_slot *s = p->slots; s && ok; s = s->next) {
         if (s->state == SLOT_HELD && !s->lost)
-            ok = push_id(&lists[s->kind][0], s->id);
+            ok = push_id(&lists[s->kind][DBT_RENEW_HELD], s->id);
         else if (s->state == SLOT_QUEUED)
-            ok = push_id(&lists[s->kind][1], s->id);
+            ok = push_id(&lists[s->kind][DBT_RENEW_QUEUED], s->id);
     }
     int64_t sent = dbt_now_us();
     p->last_renew_us = sent;
@@ -218,59 +198,29 @@ static void renew(dbt_pool *p)
     memset(p->unreported, 0, sizeof p->unreported);
     pthread_mutex_unlock(&p->mu);
 
-    char err[DBT_ERRLEN] = "out of memory";
+    char err[DBT_ERRLEN];
     redisReply *rep = NULL;
+    dbt_renew_reply reply;
     int total = 0, nmine[DBT_NKINDS];
     for (int k = 0; k < DBT_NKINDS; k++) {
-        total += lists[k][0].n + lists[k][1].n;
-        nmine[k] = lists[k][1].n;
+        total += lists[k][DBT_RENEW_HELD].n + lists[k][DBT_RENEW_QUEUED].n;
+        nmine[k] = lists[k][DBT_RENEW_QUEUED].n;
     }
-    char counted[DBT_NKINDS * 3][24];
-    local_args(local, counted);
-    const char **args = ok ? malloc((size_t)(8 + total + DBT_NKINDS * 3) * sizeof *args) : NULL;
-    dbt_redis *l = args ? dbt_pool_get_conn(p, err) : NULL;
-    if (l) {
-        const char *keys[2 * DBT_NKEYS];
-        char lease[24], ttl[24], counts[4][16];
-        dbt_script_keys(p, DBT_KIND_QUERY, keys);
-        dbt_script_keys(p, DBT_KIND_CONN, keys + DBT_NKEYS);
-        dbt_script_base_args(p, DBT_KIND_QUERY, lease, ttl, args);
-        int n = 4;
-        for (int k = 0; k < DBT_NKINDS; k++)
-            for (int j = 0; j < 2; j++) {
-                snprintf(counts[2 * k + j], 16, "%d", lists[k][j].n);
-                args[n++] = counts[2 * k + j];
-            }
-        for (int k = 0; k < DBT_NKINDS; k++)
-            for (int j = 0; j < 2; j++)
-                for (int i = 0; i < lists[k][j].n; i++)
-                    args[n++] = lists[k][j].ids[i];
-        for (int i = 0; i < DBT_NKINDS * 3; i++)
-            args[n++] = counted[i];
-        rep = dbt_redis_eval(l, &dbt_script_renew, 2 * DBT_NKEYS, keys, n, args, err);
-        if (rep && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 5 ||
-                    rep->element[4]->type != REDIS_REPLY_ARRAY ||
-                    rep->element[4]->elements != DBT_NKINDS ||
-                    rep->element[0]->type != REDIS_REPLY_ARRAY ||
-                    rep->element[1]->type != REDIS_REPLY_ARRAY ||
-                    rep->element[2]->type != REDIS_REPLY_ARRAY ||
-                    rep->element[3]->type != REDIS_REPLY_ARRAY ||
-                    rep->element[3]->elements != DBT_NKINDS)) {
-            snprintf(err, sizeof err, "renew.lua returned an unexpected reply");
-            freeReplyObject(rep);
-            rep = NULL;
-        }
+    const char **args = ok ? malloc(DBT_RENEW_NARGS((size_t)total) * sizeof *args) : NULL;
+    if (args) {
+        dbt_script_call call;
+        dbt_build_renew(&call, &p->keys, p->client->cfg, lists, local, args);
+        rep = dbt_pool_run(p, "renew", &call, dbt_parse_renew, &reply, err);
+    } else {
+        dbt_pool_note_error(p, "renew", "out of memory");
     }
-    dbt_pool_put_conn(p, l);
     free(args);
     for (int k = 0; k < DBT_NKINDS; k++)
-        for (int j = 0; j < 2; j++)
+        for (int j = 0; j < DBT_RENEW_LISTS; j++)
             free_ids(&lists[k][j]);
 
     if (rep)
         dbt_pool_note_ok(p);
-    else
-        dbt_pool_note_error(p, "renew", err);
     pthread_mutex_lock(&p->mu);
     if (!rep) /* counted at the next renewal instead */
         for (int k = 0; k < DBT_NKINDS; k++) {
@@ -280,23 +230,19 @@ static void renew(dbt_pool *p)
         }
     if (rep) {
         /* What Redis no longer has first: a lease it did not renew must not look renewed. */
-        apply_lost(p, rep->element[0], rep->element[1]);
+        apply_lost(p, &reply);
         for (struct dbt_slot *s = p->slots; s; s = s->next)
             if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
                 s->t_renewed_us < sent)
                 s->t_renewed_us = sent;
-        apply_granted(p, rep->element[2]);
+        apply_granted(p, &reply.granted_waiters);
         for (int k = 0; k < DBT_NKINDS; k++) {
-            const redisReply *q = rep->element[3]->element[k];
-            if (q->type == REDIS_REPLY_INTEGER && q->integer > 0) {
+            if (reply.queue[k] > 0)
                 p->contended[k] = true; /* kept permits go back (the loop sees them due) */
-            }
             /* More waiters than ours: another process queued, even if its push went astray;
              * or the operator drains the pool or holds it below what is held: the permits
              * must go back through Redis. */
-            const redisReply *a = rep->element[4]->element[k];
-            if ((q->type == REDIS_REPLY_INTEGER && q->integer > nmine[k]) ||
-                (a->type == REDIS_REPLY_INTEGER && a->integer == 0))
+            if (reply.queue[k] > nmine[k] || !reply.handover_allowed[k])
                 dbt_handover_foreign(p, (dbt_kind)k, 0);
         }
         freeReplyObject(rep);
@@ -511,4 +457,20 @@ void dbt_renewer_stop(dbt_pool *p)
     pthread_mutex_lock(&p->mu);
     p->thread_started = false;
     pthread_mutex_unlock(&p->mu);
+}
+
+void dbt_renewer_after_fork(dbt_pool *p)
+{
+    dbt_cond_init_mono(&p->bg_cv);
+    p->thread_started = false;
+    p->stop = false;
+    p->bg_idle = false;
+    p->bg_until_us = 0;
+    /* The renewer's eventfd is shared with the parent's: the child makes its own. */
+    if (p->bg_slot) {
+        close(p->bg_slot->efd);
+        free(p->bg_slot);
+        p->bg_slot = NULL;
+    }
+    p->bg_leading = false;
 }

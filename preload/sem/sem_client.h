@@ -119,13 +119,6 @@ void dbt_permit_note_idle(dbt_permit *permit, bool idle);
 bool dbt_permit_park(dbt_permit *permit);
 bool dbt_permit_unpark(dbt_permit **permit);
 
-/* For other clients of the scripts (the dbthrottle command): how long a pool's keys live after
- * their last use, and the four arguments every script takes first (see lua/_common.lua), with
- * lease and ttl caller buffers of 24 bytes. */
-int64_t dbt_key_ttl_ms(const dbt_config *cfg);
-void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, char *lease,
-                     char *ttl, const char **args);
-
 void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out);
 const dbt_keys *dbt_pool_keys(const dbt_pool *p);
 const char *dbt_pool_name(const dbt_pool *p);

@@ -2,7 +2,7 @@
  * of them gives back goes straight to another with no Redis command; a waiter of another process
  * stops that at once (by push, or at the next renewal if the push went astray) and is served in
  * its turn; places nobody takes are withdrawn; off means every grant goes through Redis. */
-#include "scripts.h"
+#include "script_protocol.h"
 #include "sem_helpers.h"
 
 #include <criterion/criterion.h>

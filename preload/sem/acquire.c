@@ -1,0 +1,502 @@
+/* acquire.c - dbt_acquire: take a permit at once, or queue and wait for one (as a waiting thread
+ * or as the listener), or give up (deadline, signal, Redis gone). */
+#include "clock.h"
+#include "handover.h"
+#include "listener.h"
+#include "log.h"
+#include "pool.h"
+#include "release.h"
+#include "renewer.h"
+#include "script_call.h"
+#include "trace.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* What an acquire returns while Redis is unreachable, traced at info level (the outage itself
+ * was logged once as a warning or an error). */
+static dbt_acq_result outage_result(const dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o,
+                                    const char *why)
+{
+    bool open = p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN;
+    if (dbt_log_enabled(DBT_LOG_INFO)) {
+        dbt_field f[] = {DBT_S("pool", p->name),   DBT_S("kind", dbt_kind_name(kind)),
+                         DBT_I("limit", o->limit), DBT_S("conn", o->conn ? o->conn : "-"),
+                         DBT_S("reason", why),     DBT_S("mode", open ? "open" : "closed")};
+        dbt_log(DBT_LOG_INFO, open ? "unthrottled" : "refused", f, sizeof f / sizeof *f);
+    }
+    return open ? DBT_ACQ_UNTHROTTLED : DBT_ACQ_REFUSED;
+}
+
+static void new_id(dbt_pool *p, struct dbt_slot *s)
+{
+    uint64_t n = atomic_fetch_add(&p->client->serial, 1) + 1;
+    snprintf(s->id, sizeof s->id, "%s.%" PRIu64 ".%d", p->client->cid, n, s->limit);
+}
+
+static void link_slot(dbt_pool *p, struct dbt_slot *s)
+{
+    s->prev = NULL;
+    s->next = p->slots;
+    if (p->slots)
+        p->slots->prev = s;
+    p->slots = s;
+}
+
+static void note_disagreement(dbt_pool *p, const struct dbt_slot *s, long long seen)
+{
+    pthread_mutex_lock(&p->mu);
+    bool first = !p->disagreement_logged[s->kind];
+    p->disagreement_logged[s->kind] = true;
+    pthread_mutex_unlock(&p->mu);
+    if (first) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
+                         DBT_I("limit", s->limit), DBT_I("other_limit", seen),
+                         DBT_S("effect", "each caller is admitted only below its own limit")};
+        dbt_log(DBT_LOG_WARN, "limit_disagreement", f, sizeof f / sizeof *f);
+    }
+}
+
+/* What sending acquire.lua came to. */
+typedef enum {
+    ACQ_SENT_FAILED,     /* Redis failed, or answered what acquire.lua does not */
+    ACQ_SENT_GRANTED,    /* granted at once */
+    ACQ_SENT_QUEUED,     /* in the queue (or took an orphan's place there: no call) */
+    ACQ_SENT_NOT_GRANTED /* none free, and the caller does not wait */
+} acq_sent;
+
+/* Sends acquire.lua for s. */
+static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
+                                long long *queue)
+{
+    char err[DBT_ERRLEN], who[160];
+    snprintf(who, sizeof who, "%s %ld %s", p->client->host, (long)getpid(),
+             s->conn[0] ? s->conn : "-");
+    dbt_acquire_call a = {.id = s->id, .limit = s->limit, .try_only = try_only, .who = who};
+    dbt_script_call call;
+    dbt_build_acquire(&call, &p->keys, s->kind, p->client->cfg, &a);
+    int64_t sent = dbt_now_us();
+    dbt_acquire_reply reply;
+    redisReply *rep = dbt_pool_run(p, "acquire", &call, dbt_parse_acquire, &reply, err);
+    if (!rep)
+        return ACQ_SENT_FAILED;
+    freeReplyObject(rep);
+    dbt_pool_note_ok(p);
+    if (reply.limit_seen > 0 && reply.limit_seen != s->limit)
+        note_disagreement(p, s, reply.limit_seen);
+    *holders = reply.holders;
+    *queue = reply.queue;
+    pthread_mutex_lock(&p->mu);
+    s->t_renewed_us = sent;
+    if (reply.status == DBT_ACQUIRE_QUEUED)
+        dbt_handover_verdict(p, s->kind, (uint64_t)reply.ticket, reply.sole);
+    pthread_mutex_unlock(&p->mu);
+    switch (reply.status) {
+    case DBT_ACQUIRE_GRANTED:
+        return ACQ_SENT_GRANTED;
+    case DBT_ACQUIRE_QUEUED:
+        return ACQ_SENT_QUEUED;
+    case DBT_ACQUIRE_NOT_GRANTED:
+        break;
+    }
+    return ACQ_SENT_NOT_GRANTED;
+}
+
+/* send_acquire_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
+static acq_sent send_acquire(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
+                             long long *queue)
+{
+    int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+    acq_sent r = send_acquire_io(p, s, try_only, holders, queue);
+    dbt_redis_budget_end(b);
+    return r;
+}
+
+/* Waits on the slot's eventfd until the deadline (-1: none), or a signal interrupts the wait
+ * and opts say to stop. */
+static dbt_wait_result wait_wake(struct dbt_slot *s, int64_t deadline_us, const dbt_acquire_opts *o)
+{
+    for (;;) {
+        int ms = -1;
+        if (deadline_us >= 0) {
+            int64_t left = deadline_us - dbt_now_us();
+            if (left <= 0)
+                return DBT_WAIT_TIMED_OUT;
+            ms = (int)((left + 999) / 1000);
+        }
+        struct pollfd pfd = {.fd = s->efd, .events = POLLIN};
+        int n = poll(&pfd, 1, ms);
+        if (n > 0) {
+            uint64_t v;
+            ssize_t rd = read(s->efd, &v, sizeof v);
+            (void)rd;
+            return DBT_WAIT_WOKEN;
+        }
+        if (n < 0 && errno == EINTR && o->interrupted && o->interrupted(o->arg))
+            return DBT_WAIT_INTERRUPTED;
+    }
+}
+
+static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit **out,
+                                     long long holders, long long queue)
+{
+    pthread_mutex_lock(&p->mu);
+    int64_t waited = s->t_grant_us - s->t_request_us;
+    p->st.grants++;
+    if (waited > 0 && s->t_grant_us > 0) {
+        p->st.wait_total_us += waited;
+        if (waited > p->st.wait_max_us)
+            p->st.wait_max_us = waited;
+    }
+    pthread_mutex_unlock(&p->mu);
+    dbt_waker_retract(s);
+    dbt_trace(DBT_LOG_INFO, "grant", s, waited, -1, holders, queue, NULL, NULL);
+    *out = s;
+    return DBT_ACQ_GRANTED;
+}
+
+/* One call of dbt_acquire, as its steps pass it on. */
+typedef struct {
+    dbt_pool *p;
+    dbt_kind kind;
+    const dbt_acquire_opts *o;
+    struct dbt_slot *s;
+    bool may_wait;
+    int64_t start;
+    int64_t deadline;         /* -1: none */
+    long long holders, queue; /* what acquire.lua said, for the grant's trace; -1: not known */
+    dbt_acq_result result;    /* how it ended, once a step returns NEXT_DONE */
+} acquire_run;
+
+/* What a step says comes next. */
+typedef enum {
+    NEXT_SEND,    /* (again) take an id, or an orphan's place, and ask Redis */
+    NEXT_WAIT,    /* queued: wait for the grant */
+    NEXT_GRANTED, /* s holds a permit */
+    NEXT_DONE     /* ended without a permit: see result */
+} acquire_next;
+
+static bool deadline_passed(const acquire_run *a)
+{
+    return a->deadline >= 0 && dbt_now_us() >= a->deadline;
+}
+
+/* Unlinks and frees a slot that ends without a permit. */
+static void drop_slot(dbt_pool *p, struct dbt_slot *s)
+{
+    pthread_mutex_lock(&p->mu);
+    dbt_unlink_slot(p, s);
+    pthread_mutex_unlock(&p->mu);
+    dbt_free_slot(s);
+}
+
+/* The end without a permit: s is unlinked (if `linked`) and freed, and the outcome counted: a
+ * timeout, or, with `outage` saying why, what an outage gives (see outage_result). Without p->mu
+ * on entry and exit. */
+static acquire_next give_up(acquire_run *a, bool linked, const char *outage)
+{
+    dbt_pool *p = a->p;
+    if (linked)
+        drop_slot(p, a->s);
+    else
+        dbt_free_slot(a->s);
+    pthread_mutex_lock(&p->mu);
+    if (outage)
+        p->st.refusals++;
+    else
+        p->st.timeouts++;
+    pthread_mutex_unlock(&p->mu);
+    a->result = outage ? outage_result(p, a->kind, a->o, outage) : DBT_ACQ_TIMEOUT;
+    return NEXT_DONE;
+}
+
+/* A grant that reached a waiter whose last accepted renewal is a whole lease old, or that a
+ * renewal found gone from Redis (it expired before it was read). p->mu held. */
+static bool stale_grant(const dbt_pool *p, const struct dbt_slot *s)
+{
+    return s->lost || dbt_now_us() - s->t_renewed_us > p->client->cfg->lease_ms * 1000;
+}
+
+/* Granted while this process could not renew (stopped, or cut off from Redis) for a whole lease:
+ * Redis may have reaped the permit and granted it again. Gives it back so the caller queues anew
+ * rather than run a command on a permit that may be gone, unless the deadline has passed
+ * meanwhile. With p->mu on entry, without on exit. */
+static acquire_next give_back_stale(acquire_run *a)
+{
+    dbt_pool *p = a->p;
+    struct dbt_slot *s = a->s;
+    dbt_unlink_slot(p, s);
+    bool renewal_said = s->lost; /* counted when the renewal found it gone */
+    if (!renewal_said)
+        p->st.leases_lost++;
+    pthread_mutex_unlock(&p->mu);
+    dbt_trace(DBT_LOG_WARN, "stale_grant", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
+              renewal_said ? "expired in Redis before it was read: queue again"
+                           : "no renewal accepted for a whole lease: queue again");
+    dbt_send_release(p, s->kind, s->id);
+    if (deadline_passed(a))
+        return give_up(a, false, NULL);
+    return NEXT_SEND;
+}
+
+/* A slot for this call: a spare one, or a new one (with an eventfd if the caller may wait),
+ * filled with what the call asks. NULL, with a->result set, when Redis is known to be
+ * unreachable or the slot cannot be made. Without p->mu on entry and exit. */
+static struct dbt_slot *new_slot(acquire_run *a)
+{
+    dbt_pool *p = a->p;
+    const dbt_acquire_opts *o = a->o;
+    struct dbt_slot *s = NULL;
+    pthread_mutex_lock(&p->mu);
+    bool down = p->down_until_us > a->start;
+    if (down) {
+        p->st.refusals++;
+    } else if (p->spare) {
+        s = p->spare;
+        p->spare = s->next;
+        s->next = NULL;
+        p->nspare--;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (down) {
+        a->result = outage_result(p, a->kind, o, "redis unreachable (retrying within 1s)");
+        return NULL;
+    }
+
+    if (!s && (s = calloc(1, sizeof *s)) != NULL)
+        s->efd = -1;
+    if (!s) {
+        a->result = outage_result(p, a->kind, o, "out of memory");
+        return NULL;
+    }
+    s->pool = p;
+    s->kind = a->kind;
+    s->limit = o->limit > 0 ? o->limit : 1;
+    s->t_request_us = a->start;
+    /* A copy: the slot outlives the caller's buffer (the release is traced too). Cut short, as
+     * the log line has a bounded size; a failed copy only leaves the text out. */
+    if (o->query)
+        s->query = strndup(o->query, DBT_QUERY_TRACE_MAX);
+    if (o->conn)
+        snprintf(s->conn, sizeof s->conn, "%s", o->conn);
+    if (a->may_wait && s->efd < 0 && (s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        free(s->query);
+        free(s);
+        a->result = outage_result(p, a->kind, o, "cannot create an eventfd");
+        return NULL;
+    }
+    dbt_waker_publish(s, o->waker);
+    return s;
+}
+
+/* Gives s a new id, or the place of an orphan it adopts, and links it PENDING. Returns the orphan
+ * for the caller to free (NULL: none, or recycled). Without p->mu on entry and exit. */
+static struct dbt_slot *begin_slot(acquire_run *a)
+{
+    dbt_pool *p = a->p;
+    struct dbt_slot *s = a->s;
+    pthread_mutex_lock(&p->mu);
+    /* While only this process' threads wait, take the place of one that was served by a
+     * permit passed on here (handover.c) rather than queue anew: no Redis call. */
+    struct dbt_slot *orphan = a->may_wait ? dbt_handover_adopt(p, a->kind, s->limit) : NULL;
+    if (orphan) {
+        memcpy(s->id, orphan->id, sizeof s->id);
+        s->t_renewed_us = orphan->t_renewed_us;
+        if (dbt_recycle_slot(p, orphan))
+            orphan = NULL; /* kept for a later acquire; else freed by the caller, unlocked */
+        s->adopted = true;
+    } else {
+        new_id(p, s);
+    }
+    s->state = SLOT_PENDING;
+    s->lost = false; /* a grant given back as stale is behind us */
+    s->gen = p->gen;
+    link_slot(p, s);
+    pthread_mutex_unlock(&p->mu);
+    return orphan;
+}
+
+/* begin_slot, then acquire.lua, unless s adopted an orphan's place (queued: as if acquire.lua had
+ * said so). Without p->mu on entry and exit. */
+static acq_sent send_or_adopt(acquire_run *a)
+{
+    a->holders = a->queue = -1;
+    struct dbt_slot *orphan = begin_slot(a);
+    if (a->s->adopted) {
+        a->s->adopted = false;
+        dbt_free_slot(orphan); /* NULL when recycled */
+        return ACQ_SENT_QUEUED;
+    }
+    return send_acquire(a->p, a->s, !a->may_wait, &a->holders, &a->queue);
+}
+
+/* What acquire.lua's answer (or its absence) means for s: granted, queued, or the end. Without
+ * p->mu on entry and exit. */
+static acquire_next read_reply(acquire_run *a, acq_sent st)
+{
+    dbt_pool *p = a->p;
+    struct dbt_slot *s = a->s;
+    if (st == ACQ_SENT_FAILED) {
+        pthread_mutex_lock(&p->mu);
+        bool granted = s->state == SLOT_HELD; /* the reply was lost, the grant was not */
+        if (granted)
+            dbt_renewer_ensure(p);
+        pthread_mutex_unlock(&p->mu);
+        if (granted)
+            return NEXT_GRANTED;
+        /* The reply was lost, not necessarily the command: Redis may hold a permit or a
+         * place under this id that nobody would renew or give back before its lease ends. */
+        dbt_defer_op(p, true, a->kind, s->id);
+        return give_up(a, true, "redis error");
+    }
+    if (st == ACQ_SENT_NOT_GRANTED) {
+        dbt_trace(DBT_LOG_INFO, "timeout", s, dbt_now_us() - a->start, -1, a->holders, a->queue,
+                  "reason", "none free and the caller does not wait");
+        return give_up(a, true, NULL);
+    }
+    pthread_mutex_lock(&p->mu);
+    if (st == ACQ_SENT_GRANTED || s->state == SLOT_HELD) {
+        /* Granted at once, or queued and granted before we read the reply. */
+        if (s->state != SLOT_HELD) { /* else the listener set and counted it */
+            s->state = SLOT_HELD;
+            s->t_grant_us = dbt_now_us();
+            p->nheld++;
+        }
+        if (stale_grant(p, s)) /* the reply took a whole lease to read (stopped?) */
+            return give_back_stale(a);
+        p->seen_any_grant = true;
+        if (st == ACQ_SENT_QUEUED)
+            p->st.waits++;
+        /* Granted with nobody queued: permits may be kept again. From the queue: not. */
+        p->contended[a->kind] = st == ACQ_SENT_QUEUED;
+        dbt_renewer_ensure(p);
+        pthread_mutex_unlock(&p->mu);
+        return NEXT_GRANTED;
+    }
+    s->state = SLOT_QUEUED;
+    p->nqueued++;
+    dbt_lw_push(p, s);
+    p->st.waits++;
+    p->contended[a->kind] = true;
+    dbt_renewer_ensure(p);
+    if (p->bg_leading) /* the renewer listens: it hands the role to a waiting thread */
+        dbt_wake_renewer(p);
+    struct dbt_slot as_queued; /* its place may be swapped from now on (handover.c) */
+    if (dbt_log_enabled(DBT_LOG_INFO))
+        dbt_trace_copy(&as_queued, s);
+    pthread_mutex_unlock(&p->mu);
+    if (dbt_log_enabled(DBT_LOG_INFO))
+        dbt_trace(DBT_LOG_INFO, "wait", &as_queued, -1, -1, a->holders, a->queue, NULL, NULL);
+    return NEXT_WAIT;
+}
+
+/* Waits in the queue, as the listener or on s's eventfd, until s is granted, Redis forgets it or
+ * goes away, or the caller gives up (deadline, signal). Without p->mu on entry and exit. */
+static acquire_next wait_turn(acquire_run *a)
+{
+    dbt_pool *p = a->p;
+    struct dbt_slot *s = a->s;
+    const dbt_acquire_opts *o = a->o;
+    bool leader = false;
+    dbt_wait_result w = DBT_WAIT_WOKEN;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        dbt_slot_state now = s->state;
+        if (now == SLOT_HELD || now == SLOT_REQUEUE || now == SLOT_DOWN || w != DBT_WAIT_WOKEN) {
+            if (leader) {
+                p->leader_active = false;
+                if (now == SLOT_QUEUED) { /* we are leaving: no longer a candidate */
+                    dbt_lw_remove(p, s);
+                    s->state = SLOT_CANCELLING;
+                }
+                dbt_listener_pass(p);
+            }
+            leader = false;
+        }
+        if (now == SLOT_HELD && !leader && !p->leader_active)
+            dbt_listener_pass(p); /* woken to lead, and served first (a local handover) */
+        if (now == SLOT_HELD && !stale_grant(p, s)) {
+            pthread_mutex_unlock(&p->mu);
+            a->holders = a->queue = -1; /* the grant came by push: no counts */
+            return NEXT_GRANTED;
+        }
+        if (now == SLOT_HELD)
+            return give_back_stale(a);
+        if (now == SLOT_REQUEUE || now == SLOT_DOWN) {
+            if (!p->leader_active)
+                dbt_listener_pass(p);
+            dbt_unlink_slot(p, s);
+            pthread_mutex_unlock(&p->mu);
+            break;
+        }
+        if (w != DBT_WAIT_WOKEN) {
+            /* Timed out or interrupted: a grant that races in from now on is cancel.lua's
+             * to give back. */
+            dbt_lw_remove(p, s);
+            s->state = SLOT_CANCELLING;
+            /* A leader that left may have handed its role to us as we gave up: pass it on,
+             * or the remaining waiters would have nobody reading their grants. */
+            if (!p->leader_active)
+                dbt_listener_pass(p);
+            if (w == DBT_WAIT_TIMED_OUT)
+                p->st.timeouts++;
+            else
+                p->st.interrupts++;
+            pthread_mutex_unlock(&p->mu);
+            dbt_trace(DBT_LOG_INFO, w == DBT_WAIT_TIMED_OUT ? "timeout" : "interrupted", s,
+                      dbt_now_us() - s->t_request_us, -1, -1, -1, NULL, NULL);
+            dbt_cancel_in_redis(p, s);
+            drop_slot(p, s);
+            a->result = w == DBT_WAIT_TIMED_OUT ? DBT_ACQ_TIMEOUT : DBT_ACQ_INTERRUPTED;
+            return NEXT_DONE;
+        }
+        if (!leader && !p->leader_active)
+            p->leader_active = leader = true;
+        pthread_mutex_unlock(&p->mu);
+        /* A signal that came before we sleep is honoured too, not only one that wakes us. */
+        if (o->interrupted && o->interrupted(o->arg))
+            w = DBT_WAIT_INTERRUPTED;
+        else
+            w = leader ? dbt_listen(p, s, a->deadline, o) : wait_wake(s, a->deadline, o);
+    }
+    if (s->state == SLOT_DOWN)
+        return give_up(a, false, "redis lost while waiting");
+    /* SLOT_REQUEUE: Redis forgot the waiter (restarted, or its lease ran out while Redis
+     * was unreachable). Its place is gone; join the queue again under a new id. */
+    dbt_trace(DBT_LOG_WARN, "requeue", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
+              "Redis no longer had this waiter");
+    if (deadline_passed(a))
+        return give_up(a, false, NULL);
+    return NEXT_SEND;
+}
+
+dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o, dbt_permit **out)
+{
+    *out = NULL;
+    acquire_run a = {.p = p, .kind = kind, .o = o, .may_wait = o->wait_ms != 0};
+    a.start = dbt_now_us();
+    a.deadline = o->wait_ms < 0 ? -1 : a.start + o->wait_ms * 1000;
+    if (!(a.s = new_slot(&a)))
+        return a.result;
+    acquire_next next = NEXT_SEND;
+    for (;;) {
+        switch (next) {
+        case NEXT_SEND:
+            next = read_reply(&a, send_or_adopt(&a));
+            break;
+        case NEXT_WAIT:
+            next = wait_turn(&a);
+            break;
+        case NEXT_GRANTED:
+            return finish_granted(p, a.s, out, a.holders, a.queue);
+        case NEXT_DONE:
+            return a.result;
+        }
+    }
+}

@@ -1,0 +1,203 @@
+/* client.c - a client's life: the client and its pools, created on first use; giving back what
+ * the process holds at exit; freeing it all. */
+#include "clock.h"
+#include "fork.h"
+#include "handover.h"
+#include "listener.h"
+#include "log.h"
+#include "pool.h"
+#include "release.h"
+#include "renewer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- client and pools ---------------------------------------------------------------- */
+
+dbt_client *dbt_client_new(const dbt_config *cfg)
+{
+    dbt_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->cfg = cfg;
+    dbt_new_client_id(c->cid);
+    /* No lookup: the kernel's name for this host. A name with a blank would break the one-line
+     * record status reads, so blanks become '_'. */
+    if (gethostname(c->host, sizeof c->host - 1) != 0 || !c->host[0])
+        snprintf(c->host, sizeof c->host, "?");
+    for (char *h = c->host; *h; h++)
+        if (*h == ' ' || (unsigned char)*h < 0x20)
+            *h = '_';
+    atomic_init(&c->serial, 0);
+    pthread_mutex_init(&c->mu, NULL);
+    dbt_fork_register(c);
+    return c;
+}
+
+const char *dbt_client_id(const dbt_client *c)
+{
+    return c->cid;
+}
+
+dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
+{
+    pthread_mutex_lock(&c->mu);
+    dbt_pool *p;
+    for (p = c->pools; p; p = p->next)
+        if (strcmp(p->name, name) == 0)
+            break;
+    if (!p) {
+        p = calloc(1, sizeof *p);
+        if (p && (p->name = strdup(name)) != NULL &&
+            dbt_keys_init(&p->keys, c->cfg->key_prefix, name)) {
+            p->client = c;
+            dbt_pool_mutex_init(&p->mu);
+            pthread_cond_init(&p->conn_cv, NULL);
+            dbt_cond_init_mono(&p->bg_cv);
+            p->next = c->pools;
+            c->pools = p;
+        } else if (p) {
+            free(p->name);
+            free(p);
+            p = NULL;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return p;
+}
+
+const dbt_keys *dbt_pool_keys(const dbt_pool *p)
+{
+    return &p->keys;
+}
+
+const char *dbt_pool_name(const dbt_pool *p)
+{
+    return p->name;
+}
+
+void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out)
+{
+    pthread_mutex_lock(&p->mu);
+    *out = p->st;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- shutdown ---------------------------------------------------------------------------- */
+
+static void log_summary_of(const char *name, const dbt_pool_stats *st)
+{
+    if (st->grants == 0 && st->refusals == 0 && st->redis_errors == 0 && st->timeouts == 0)
+        return;
+    dbt_field f[] = {DBT_S("pool", name),
+                     DBT_I("grants", st->grants),
+                     DBT_I("waits", st->waits),
+                     DBT_MS("wait_total_ms", (double)st->wait_total_us / 1000.0),
+                     DBT_MS("wait_max_ms", (double)st->wait_max_us / 1000.0),
+                     DBT_I("timeouts", st->timeouts),
+                     DBT_I("refusals", st->refusals),
+                     DBT_I("redis_errors", st->redis_errors),
+                     DBT_I("leases_lost", st->leases_lost)};
+    dbt_log(DBT_LOG_INFO, "summary", f, sizeof f / sizeof *f);
+}
+
+static void free_pool(dbt_pool *p)
+{
+    dbt_renewer_stop(p);
+    dbt_listener_close(p);
+    if (p->bg_slot) {
+        close(p->bg_slot->efd);
+        free(p->bg_slot);
+    }
+    dbt_free_spares(p);
+    dbt_report_local(p);
+    /* Give back what is still held: a process that exits cleanly should not make others wait
+     * out its leases. Sent without waiting, then the replies are read (bounded by the
+     * Redis timeout) so the commands surely left before the sockets close. */
+    struct dbt_slot *s = p->slots;
+    p->slots = NULL;
+    bool down = p->down_until_us > dbt_now_us();
+    while (s) {
+        struct dbt_slot *next = s->next;
+        if (s->state == SLOT_HELD && s->gen == p->gen && !down)
+            dbt_send_release(p, s->kind, s->id);
+        else if (s->orphan && s->gen == p->gen && !down) /* a place kept for a next waiter */
+            dbt_cancel_in_redis(p, s);
+        dbt_free_slot(s);
+        s = next;
+    }
+    log_summary_of(p->name, &p->st);
+    char err[DBT_ERRLEN];
+    for (int i = 0; i < p->nfree; i++) {
+        (void)dbt_redis_drain(p->free_conns[i], err);
+        dbt_redis_free(p->free_conns[i]);
+    }
+    dbt_keys_free(&p->keys);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->conn_cv);
+    pthread_cond_destroy(&p->bg_cv);
+    free(p->name);
+    free(p);
+}
+
+void dbt_client_exit(dbt_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    dbt_pool *pools = c->pools;
+    pthread_mutex_unlock(&c->mu);
+    for (dbt_pool *p = pools; p; p = p->next) {
+        /* Copy the ids first: the network calls happen without the lock. */
+        enum { MAX_EXIT = 256 };
+        char ids[MAX_EXIT][64];
+        dbt_kind kinds[MAX_EXIT];
+        bool place[MAX_EXIT];
+        int n = 0;
+        pthread_mutex_lock(&p->mu);
+        /* Threads may still run: none may pass on a permit this gives back. */
+        p->exiting = true;
+        bool down = p->down_until_us > dbt_now_us();
+        for (struct dbt_slot *s = p->slots; s && n < MAX_EXIT; s = s->next)
+            if ((s->state == SLOT_HELD || s->orphan) && s->gen == p->gen) {
+                memcpy(ids[n], s->id, sizeof ids[n]);
+                place[n] = s->state != SLOT_HELD; /* a queued place kept for a next waiter */
+                kinds[n++] = s->kind;
+            }
+        /* What the renewer was giving back as the process exits: it may not get to send it. */
+        for (int i = 0; i < p->ninflight && n < MAX_EXIT; i++) {
+            memcpy(ids[n], p->inflight[i].id, sizeof ids[n]);
+            place[n] = p->inflight[i].cancel;
+            kinds[n++] = p->inflight[i].kind;
+        }
+        dbt_pool_stats st = p->st;
+        pthread_mutex_unlock(&p->mu);
+        dbt_report_local(p);
+        for (int i = 0; i < n && !down; i++) {
+            if (!place[i]) {
+                dbt_send_release(p, kinds[i], ids[i]);
+            } else {
+                bool returned;
+                int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+                (void)dbt_cancel_id(p, kinds[i], ids[i], &returned);
+                dbt_redis_budget_end(b);
+            }
+        }
+        log_summary_of(p->name, &st);
+    }
+}
+
+void dbt_client_free(dbt_client *c)
+{
+    if (!c)
+        return;
+    dbt_fork_unregister(c);
+    dbt_pool *p = c->pools;
+    while (p) {
+        dbt_pool *next = p->next;
+        free_pool(p);
+        p = next;
+    }
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}

@@ -1,0 +1,48 @@
+/* handover.h - local handover (handover.c). */
+#ifndef DBT_HANDOVER_H
+#define DBT_HANDOVER_H
+
+#include "pool_types.h"
+
+/* handover.c: passing permits between the threads of this process (see lua/acquire.lua). All
+ * with p->mu held unless said otherwise. */
+void dbt_lw_push(dbt_pool *p, struct dbt_slot *s);   /* s begins to wait (QUEUED) */
+void dbt_lw_remove(dbt_pool *p, struct dbt_slot *s); /* s waits no more; no-op if not listed */
+/* Redis granted s (QUEUED or PENDING): the permit goes to the process' oldest waiting thread of
+ * its kind and limit, which s may be; a place nobody waits on any more is given back by the
+ * renewer. */
+void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s);
+/* The thread of held slot s gives it back: the waiting thread of this process the permit went
+ * to, or NULL. Then s is an orphan place, owned by the pool (its caller must not free it), and
+ * the caller wakes the returned slot with dbt_slot_wake_later once it has let go of p->mu (a
+ * thread woken under the lock would find it taken, and sleep again). */
+struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s);
+/* A thread that begins to wait may take an orphan place of its kind and limit rather than queue
+ * anew (no Redis call): the orphan, unlinked, or NULL. Its caller frees it without p->mu. */
+struct dbt_slot *dbt_handover_adopt(dbt_pool *p, dbt_kind kind, int limit);
+/* What acquire.lua said when it queued one of ours (its ticket, and whether our waiters were the
+ * whole queue), and what Redis pushed when another process queued ("f<kind>:<ticket>"; ticket 0:
+ * a renewal found more waiters than ours). */
+void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, uint64_t ticket, bool sole);
+void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket);
+/* Redis may have lost its data (or the process forked): forget what it said. */
+void dbt_handover_reset(dbt_pool *p);
+/* Orphans: when the next is due back (-1: none), and giving back (without p->mu) those that are
+ * due: granted with nobody to take them, kept unused for a while, or while others queue. */
+int64_t dbt_orphans_due_us(dbt_pool *p);
+/* When no thread of this process holds or waits for a permit of a kind any more, its orphans of
+ * that kind serve nobody: they are unlinked and returned (at most cap) for the caller to
+ * withdraw at once, without p->mu. A process that ends without running its exit handlers
+ * (_exit, as Python's multiprocessing children do) would otherwise leave them queued in Redis,
+ * to be granted to nobody, until their lease runs out. */
+int dbt_orphans_take_if_idle(dbt_pool *p, dbt_kind kind, struct dbt_slot **out, int cap);
+void dbt_orphans_settle(dbt_pool *p); /* without p->mu */
+/* Adds what local handover did since the last renewal to Redis' counters, now (a renewal
+ * carries it otherwise): at exit, so that nothing done goes uncounted. Without p->mu. */
+void dbt_report_local(dbt_pool *p);
+
+/* In a fork()ed child: no waiting thread, no orphan, no verdict, nothing to report (the
+ * parent's to report). */
+void dbt_handover_after_fork(dbt_pool *p);
+
+#endif

@@ -1,0 +1,342 @@
+/* pool.c - the primitives every module of a pool uses: command connections, the outage backoff,
+ * slots (linking, waking, recycling, freeing), wakers, deferred operations, a permit's state. */
+#include "pool.h"
+#include "clock.h"
+#include "fork.h"
+#include "handover.h"
+#include "log.h"
+#include "renewer.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- command connections --------------------------------------------------------------- */
+
+dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err)
+{
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->nfree == 0 && p->nconns >= DBT_MAX_CONNS)
+            pthread_cond_wait(&p->conn_cv, &p->mu);
+        if (p->nfree == 0)
+            break;
+        dbt_redis *r = p->free_conns[--p->nfree];
+        pthread_mutex_unlock(&p->mu);
+        /* An idle connection that Redis closed (a restart) is replaced here, before a command
+         * fails on it and the pool takes a healthy Redis for an outage. */
+        if (!dbt_redis_stale(r))
+            return r;
+        dbt_pool_put_conn(p, r); /* broken now: freed */
+        pthread_mutex_lock(&p->mu);
+    }
+    p->nconns++;
+    pthread_mutex_unlock(&p->mu);
+
+    dbt_redis *r = dbt_redis_connect(p->client->cfg, err);
+
+    pthread_mutex_lock(&p->mu);
+    if (r) {
+        for (int i = 0; i < DBT_MAX_CONNS; i++)
+            if (!p->all_conns[i]) {
+                p->all_conns[i] = r;
+                break;
+            }
+    } else {
+        p->nconns--;
+        pthread_cond_signal(&p->conn_cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r)
+{
+    if (!r)
+        return;
+    bool drop = dbt_redis_broken(r);
+    pthread_mutex_lock(&p->mu);
+    if (drop) {
+        for (int i = 0; i < DBT_MAX_CONNS; i++)
+            if (p->all_conns[i] == r)
+                p->all_conns[i] = NULL;
+        p->nconns--;
+    } else {
+        p->free_conns[p->nfree++] = r;
+    }
+    pthread_cond_signal(&p->conn_cv);
+    pthread_mutex_unlock(&p->mu);
+    if (drop)
+        dbt_redis_free(r);
+}
+
+/* ---- outages ----------------------------------------------------------------------------- */
+
+void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
+{
+    const dbt_config *cfg = p->client->cfg;
+    pthread_mutex_lock(&p->mu);
+    p->st.redis_errors++;
+    p->down_until_us = dbt_now_us() + DBT_OUTAGE_BACKOFF_US;
+    bool first = !p->in_outage;
+    p->in_outage = true;
+    pthread_mutex_unlock(&p->mu);
+    /* Once per outage: a dead Redis must not flood the host program's stderr. */
+    if (first) {
+        bool open = cfg->on_redis_error == DBT_ON_ERROR_OPEN;
+        dbt_field f[] = {DBT_S("pool", p->name),
+                         DBT_S("during", what),
+                         DBT_S("error", msg),
+                         DBT_S("redis", cfg->redis_url_redacted),
+                         DBT_S("mode", open ? "open" : "closed"),
+                         DBT_S("effect", open ? "running unthrottled until Redis is back"
+                                              : "refusing commands until Redis is back")};
+        dbt_log(open ? DBT_LOG_WARN : DBT_LOG_ERROR, "redis_error", f, sizeof f / sizeof *f);
+    } else if (dbt_log_enabled(DBT_LOG_DEBUG)) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("during", what), DBT_S("error", msg)};
+        dbt_log(DBT_LOG_DEBUG, "redis_error", f, 3);
+    }
+}
+
+void dbt_pool_note_ok(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    bool was = p->in_outage;
+    p->in_outage = false;
+    p->down_until_us = 0;
+    pthread_mutex_unlock(&p->mu);
+    if (was) {
+        dbt_field f[] = {DBT_S("pool", p->name)};
+        dbt_log(DBT_LOG_WARN, "redis_back", f, 1);
+    }
+}
+
+/* ---- slots ------------------------------------------------------------------------------- */
+
+void dbt_slot_wake(struct dbt_slot *s)
+{
+    if (s->efd >= 0) {
+        uint64_t one = 1;
+        ssize_t n;
+        do
+            n = write(s->efd, &one, sizeof one);
+        while (n < 0 && errno == EINTR);
+    }
+}
+
+void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s)
+{
+    dbt_lw_remove(p, s);
+    if (s->orphan) {
+        s->orphan = false;
+        p->norphans--;
+    }
+    if (s->prev)
+        s->prev->next = s->next;
+    else if (p->slots == s)
+        p->slots = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+    if (s->state == SLOT_QUEUED || s->state == SLOT_CANCELLING)
+        p->nqueued--;
+    else if (s->state == SLOT_HELD)
+        p->nheld--;
+}
+
+/* ---- wakers ----------------------------------------------------------------------------- */
+
+void dbt_waker_fire(dbt_waker *w)
+{
+    atomic_fetch_add(&w->users, 1);
+    int fd = atomic_load(&w->efd_plus1) - 1;
+    if (fd >= 0) {
+        int saved = errno; /* a signal handler must leave errno as it found it */
+        uint64_t one = 1;
+        ssize_t n = write(fd, &one, sizeof one);
+        (void)n; /* EAGAIN: the counter is already non-zero, the waiter wakes anyway */
+        errno = saved;
+    }
+    atomic_fetch_sub(&w->users, 1);
+}
+
+void dbt_waker_publish(struct dbt_slot *s, dbt_waker *w)
+{
+    if (w && s->efd >= 0) {
+        s->waker = w;
+        atomic_store(&w->efd_plus1, s->efd + 1);
+    }
+}
+
+/* After this, no firer can write to s->efd: it may be closed. */
+void dbt_waker_retract(struct dbt_slot *s)
+{
+    if (!s->waker)
+        return;
+    atomic_store(&s->waker->efd_plus1, 0);
+    while (atomic_load(&s->waker->users) > 0)
+        sched_yield(); /* a firer is between its load and its write: a few instructions */
+    s->waker = NULL;
+}
+
+void dbt_slot_mark_lost(dbt_pool *p, struct dbt_slot *s, dbt_log_level lvl, const char *reason)
+{
+    s->lost = true;
+    p->st.leases_lost++;
+    dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
+                     DBT_S("permit", s->id), DBT_S("conn", s->conn[0] ? s->conn : "-"),
+                     DBT_S("reason", reason)};
+    dbt_log(lvl, "lease_lost", f, sizeof f / sizeof *f);
+}
+
+bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now)
+{
+    if (s->state != SLOT_HELD || s->lost)
+        return s->lost;
+    if (now - s->t_renewed_us <= p->client->cfg->lease_ms * 1000)
+        return false;
+    dbt_slot_mark_lost(p, s, DBT_LOG_ERROR, "not renewed for a whole lease: Redis unreachable");
+    return true;
+}
+
+#define MAX_SPARE 64
+
+bool dbt_recycle_slot(dbt_pool *p, struct dbt_slot *s)
+{
+    /* A slot with a wake promised to it is not reused: that write must find it as it was. No
+     * new one can be promised: only waiting slots get them, and nothing refers to s any more. */
+    if (s->efd < 0 || s->waker || p->nspare >= MAX_SPARE || atomic_load(&s->pending_wakes) > 0)
+        return false;
+    int efd = s->efd;
+    free(s->query);
+    memset(s, 0, sizeof *s);
+    s->efd = efd; /* a wake left counted in it only makes a later wait look once more */
+    s->next = p->spare;
+    p->spare = s;
+    p->nspare++;
+    return true;
+}
+
+void dbt_free_spares(dbt_pool *p)
+{
+    while (p->spare) {
+        struct dbt_slot *s = p->spare;
+        p->spare = s->next;
+        close(s->efd);
+        free(s);
+    }
+    p->nspare = 0;
+}
+
+void dbt_slot_wake_later(struct dbt_slot *s)
+{
+    dbt_slot_wake(s);
+    atomic_fetch_sub(&s->pending_wakes, 1);
+}
+
+void dbt_free_slot(struct dbt_slot *s)
+{
+    if (!s)
+        return;
+    /* A thread that passed this slot a permit may not have written to its eventfd yet: a few
+     * instructions away (the owner can see the grant before the wake). */
+    while (atomic_load(&s->pending_wakes) > 0)
+        sched_yield();
+    dbt_waker_retract(s);
+    if (s->efd >= 0)
+        close(s->efd);
+    free(s->query);
+    free(s);
+}
+
+/* ---- deferred operations ------------------------------------------------------------------ */
+
+/* A release (or a cancel) Redis could not be told of: kept and sent when Redis answers again,
+ * so the permit is not lost to the pool for a whole lease after a short outage (a phantom holder
+ * that nobody renews still counts until its lease ends). */
+void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->ndeferred < DBT_MAX_DEFERRED) {
+        p->deferred[p->ndeferred].cancel = cancel;
+        p->deferred[p->ndeferred].kind = kind;
+        snprintf(p->deferred[p->ndeferred].id, sizeof p->deferred[0].id, "%s", id);
+        p->ndeferred++;
+        dbt_renewer_ensure(p);
+        pthread_cond_signal(&p->bg_cv); /* it sends them as soon as Redis answers */
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- a permit's state ------------------------------------------------------------------ */
+
+const char *dbt_permit_id(const dbt_permit *s)
+{
+    return s->id;
+}
+
+void dbt_permit_note_idle(dbt_permit *s, bool idle)
+{
+    pthread_mutex_lock(&s->pool->mu);
+    s->idle_since_us = idle ? dbt_now_us() : 0;
+    s->idle_warned = false;
+    pthread_mutex_unlock(&s->pool->mu);
+}
+
+bool dbt_permit_lost(dbt_permit *s)
+{
+    dbt_pool *p = s->pool;
+    pthread_mutex_lock(&p->mu);
+    bool lost = s->gen != p->gen || dbt_slot_expire_unrenewed(p, s, dbt_now_us());
+    pthread_mutex_unlock(&p->mu);
+    return lost;
+}
+
+void dbt_pool_after_fork(dbt_pool *p)
+{
+    dbt_pool_mutex_init(&p->mu);
+    pthread_cond_init(&p->conn_cv, NULL);
+    p->ndeferred = 0; /* the parent's releases: the parent sends them */
+    /* Idle connections are freed; connections another thread was using in the parent are only
+     * closed (their state is unknown, and that thread does not exist here). */
+    for (int i = 0; i < DBT_MAX_CONNS; i++) {
+        dbt_redis *r = p->all_conns[i];
+        if (!r)
+            continue;
+        bool idle = false;
+        for (int j = 0; j < p->nfree; j++)
+            idle = idle || p->free_conns[j] == r;
+        if (idle) {
+            dbt_redis_free(r);
+        } else if (r->ctx && r->ctx->fd >= 0) {
+            close(r->ctx->fd);
+            r->ctx->fd = -1;
+        }
+        p->all_conns[i] = NULL;
+    }
+    p->nfree = p->nconns = 0;
+    /* The parent's slots are the parent's: permits it holds stay with it. Places in the queue
+     * kept for the parent's next waiter (handover.c) are the pool's own copies here: freed. */
+    for (struct dbt_slot *s = p->slots, *next; s; s = next) {
+        next = s->next;
+        /* A wake another thread of the parent was about to write: that thread is not here. */
+        atomic_store(&s->pending_wakes, 0);
+        if (s->orphan) {
+            if (s->efd >= 0)
+                close(s->efd);
+            free(s->query);
+            free(s);
+        }
+    }
+    p->slots = NULL;
+    /* Spare slots' eventfds are the parent's objects too (a fork shares them): closed. */
+    dbt_free_spares(p);
+    p->nqueued = p->nheld = 0;
+    p->gen++;
+    p->in_outage = false;
+    p->down_until_us = 0;
+    memset(&p->st, 0, sizeof p->st);
+}

@@ -1,0 +1,50 @@
+/* pool.h - a pool's primitives (pool.c): command connections, the outage backoff, slots, wakers,
+ * deferred operations. Every other module of sem/ uses them.
+ *
+ * Two calls go "up" from here, both named: dbt_unlink_slot takes the slot off local handover's
+ * list of waiting threads (dbt_lw_remove, handover.c), and dbt_defer_op starts the renewer
+ * (dbt_renewer_ensure, renewer.c), which sends what was deferred once Redis answers. */
+#ifndef DBT_POOL_H
+#define DBT_POOL_H
+
+#include "log.h"
+#include "pool_types.h"
+
+/* Command connections: one round trip at a time each, never under p->mu. */
+dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err);
+void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r);
+
+/* The outage backoff: a failed Redis call makes acquires skip Redis for DBT_OUTAGE_BACKOFF_US
+ * (logged once per outage); a call that succeeds ends the outage. Without p->mu. */
+void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg);
+void dbt_pool_note_ok(dbt_pool *p);
+
+void dbt_slot_wake(struct dbt_slot *s);                /* call with p->mu held */
+void dbt_slot_wake_later(struct dbt_slot *s);          /* a promised wake, without p->mu */
+void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s); /* p->mu held: off every list, uncounted */
+void dbt_free_slot(struct dbt_slot *s);                /* an unlinked slot, without p->mu */
+/* An unlinked slot nobody uses any more goes to p->spare when it can (p->mu held); false: the
+ * caller frees it with dbt_free_slot, without the lock. */
+bool dbt_recycle_slot(dbt_pool *p, struct dbt_slot *s);
+void dbt_free_spares(dbt_pool *p); /* p->mu held, or no other thread (fork, free) */
+
+/* Marks held slot s lost (Redis may have given its permit to another): counted and logged once,
+ * with why. p->mu held. */
+void dbt_slot_mark_lost(dbt_pool *p, struct dbt_slot *s, dbt_log_level lvl, const char *reason);
+/* Marks s lost if no renewal was accepted for a whole lease (logs it once). p->mu held. */
+bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now);
+
+/* Publishes s's eventfd in the caller's waker while it waits; after dbt_waker_retract no firer
+ * can write to it any more (it may be closed). */
+void dbt_waker_publish(struct dbt_slot *s, dbt_waker *w);
+void dbt_waker_retract(struct dbt_slot *s);
+
+/* A release (or a cancel) Redis could not be told of, kept (DBT_MAX_DEFERRED at most) for the
+ * renewer to send once Redis answers. Without p->mu. */
+void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
+
+/* In a fork()ed child (fork.c): a new lock; the parent's connections closed, its slots and
+ * deferred operations forgotten (they stay the parent's), a new generation, no outage. */
+void dbt_pool_after_fork(dbt_pool *p);
+
+#endif

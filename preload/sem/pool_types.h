@@ -1,0 +1,185 @@
+/* pool_types.h - the types a pool's modules share (private; no prototypes: each module's are in
+ * its own header, so that an include line says who uses whom).
+ *
+ * Glossary
+ *   slot     one acquire's state (struct dbt_slot): pending, queued, held, ...; a held slot is the
+ *            permit the caller gets (dbt_permit). Linked on p->slots while Redis knows its id.
+ *   place    a waiter's entry in Redis' queue (a queued id); a thread waits on its place.
+ *   kept     a permit held between commands (DBTHROTTLE_CACHE_PERMITS, "parked"): held and
+ *            renewed, but nothing runs on it; the renewer gives it back when someone queues.
+ *   orphan   a place no thread waits on any more: its thread was served by a permit another
+ *            thread of the process passed on (local handover); the pool keeps it for the next
+ *            waiter, who adopts it instead of queuing anew, or withdraws it.
+ *   sole     acquire.lua's verdict that this process' waiters are the whole queue: while it
+ *            holds, permits pass between the process' threads without Redis (handover.c).
+ *   verdict ticket  the ticket of the acquire whose verdict was last applied; orders it against
+ *            pushes.
+ *   foreign ticket  the ticket of another process' waiter that Redis pushed ("f<kind>:<ticket>"):
+ *            it ends the sole verdicts given before it.
+ *   leader   the waiting thread that listens on the process' wake list for everyone (listener.c)
+ *            and hands the role on when it leaves.
+ *   renewer  the pool's background thread: renews leases, sends deferred operations, gives kept
+ *            permits and orphans back, and listens while permits are kept and nobody waits.
+ *
+ * Lock order: the fork registry, then a client's mu, then its pools' mu (fork.c). p->mu is
+ * never held across network I/O. */
+#ifndef DBT_POOL_TYPES_H
+#define DBT_POOL_TYPES_H
+
+#include "redis_conn.h"
+#include "script_protocol.h"
+#include "sem_client.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* Command connections a pool keeps at most. Each is used for one round trip at a time, never
+ * while a lock is held; threads beyond this wait for one to come back. */
+#define DBT_MAX_CONNS 8
+
+/* After a failed Redis call, acquires skip Redis (open: unthrottled; closed: refused) for this
+ * long before trying again, so an outage costs one timeout per second, not one per query. */
+#define DBT_OUTAGE_BACKOFF_US INT64_C(1000000)
+
+/* Releases that could not be sent (Redis unreachable) are kept, this many at most, and sent once
+ * Redis answers again; beyond that, their leases give them back. */
+#define DBT_MAX_DEFERRED 256
+
+typedef enum {
+    SLOT_PENDING,    /* acquire sent, reply not read yet */
+    SLOT_QUEUED,     /* in Redis' queue, waiting for its grant */
+    SLOT_HELD,       /* holds a permit */
+    SLOT_CANCELLING, /* its waiter gave up; a grant that races in is given back by cancel.lua */
+    SLOT_REQUEUE,    /* Redis forgot the waiter (restart, expiry): acquire again */
+    SLOT_DOWN,       /* Redis became unreachable while it waited */
+    SLOT_RETURNED    /* a kept permit given back by the renewer: unlinked; its owner frees it */
+} dbt_slot_state;
+
+struct dbt_slot {
+    dbt_pool *pool;
+    dbt_kind kind;
+    dbt_slot_state state;
+    int limit;
+    int efd;          /* eventfd written when the state changes or the listener role passes; -1 if
+                       * the caller does not wait */
+    dbt_waker *waker; /* the caller's, while efd is published in it */
+    bool lost;        /* Redis no longer has it (see dbt_permit_lost) */
+    uint64_t gen;     /* pool generation: a permit from before a fork() is the parent's */
+    char id[64];
+    char conn[64];
+    char *query;          /* the start of the command's text, traced with it; NULL if not asked */
+    int64_t t_request_us; /* when acquire was first called */
+    int64_t t_grant_us;
+    int64_t t_renewed_us;  /* when the last acquire or renewal that Redis accepted was sent */
+    int64_t idle_since_us; /* held with nothing running, inside a transaction; 0 otherwise */
+    bool idle_warned;
+    /* Kept between commands (DBTHROTTLE_CACHE_PERMITS): held, linked and renewed as any held
+     * permit, but its owner runs nothing on it; the renewer gives it back when someone queues
+     * (p->contended) or after DBTHROTTLE_CACHE_IDLE. */
+    bool parked;
+    int64_t parked_us; /* when it was kept */
+    /* Local handover (handover.c). A place in Redis' queue that no thread waits on any more: its
+     * thread was served by a permit another thread of the process passed on, and the place is
+     * kept for the process' next waiter (owned by the pool, QUEUED, or HELD if Redis granted it
+     * before anyone took it). */
+    bool orphan;
+    int64_t orphan_us;        /* since when */
+    atomic_int pending_wakes; /* wakes promised under p->mu, done after it: the eventfd
+                               * is not closed until they are */
+    bool in_fifo;             /* on the pool's list of waiting threads (lw_*) */
+    bool adopted;             /* took an orphan's place: queued without a Redis call */
+    struct dbt_slot *lw_prev, *lw_next;
+    struct dbt_slot *prev, *next;
+};
+
+struct dbt_pool {
+    /* client.c: what the pool is, set once by dbt_client_pool */
+    dbt_client *client;
+    char *name;
+    dbt_keys keys;
+    struct dbt_pool *next;
+
+    /* pool.c: the lock, command connections, slots, outage backoff, deferred operations */
+    pthread_mutex_t mu; /* guards all below; never held across network I/O */
+    pthread_cond_t conn_cv;
+    dbt_redis *free_conns[DBT_MAX_CONNS];
+    dbt_redis *all_conns[DBT_MAX_CONNS]; /* every command connection, to close them in a child */
+    int nfree, nconns;
+    struct dbt_slot *slots; /* every pending, queued and held slot of this process */
+    int nqueued, nheld;
+    /* Slots no longer used, kept with their eventfd for the next acquire (a command of a busy
+     * thread otherwise paid an eventfd, a close, a calloc and a free). Linked by next. */
+    struct dbt_slot *spare;
+    int nspare;
+    uint64_t gen;
+    int64_t down_until_us; /* outage backoff, see DBT_OUTAGE_BACKOFF_US */
+    bool in_outage;
+    /* releases owed to Redis (see DBT_MAX_DEFERRED); the renewer sends them */
+    struct {
+        bool cancel; /* cancel.lua (an acquire whose reply was lost), else release.lua */
+        dbt_kind kind;
+        char id[64];
+    } deferred[DBT_MAX_DEFERRED];
+    int ndeferred;
+    dbt_pool_stats st;
+
+    /* acquire.c */
+    bool disagreement_logged[DBT_NKINDS];
+    bool seen_any_grant;
+
+    /* kept.c: kept permits (see struct dbt_slot) */
+    int nparked; /* held slots kept between commands */
+    /* Per kind: Redis asked this process not to keep permits (someone queued: "r<kind>" on the
+     * wake list), until an acquire is granted with nobody queued. */
+    bool contended[DBT_NKINDS];
+    /* Releases and cancels the renewer is sending right now (kept permits, orphan places), off
+     * every list meanwhile: a process that exits under it sends them too (twice is harmless). */
+    struct {
+        bool cancel;
+        dbt_kind kind;
+        char id[64];
+    } inflight[64];
+    int ninflight;
+
+    /* handover.c: local handover, per kind: the ticket of our latest acquire whose verdict was
+     * "this process' waiters are the whole queue" (0: not alone, or not known), the latest
+     * ticket whose verdict was applied, and the highest ticket of another process' waiter Redis
+     * pushed to us ("f<kind>:<ticket>"). */
+    uint64_t sole[DBT_NKINDS], verdict_ticket[DBT_NKINDS], foreign_ticket[DBT_NKINDS];
+    int64_t verdict_us[DBT_NKINDS]; /* when the last verdict was applied */
+    struct dbt_slot *lw_head[DBT_NKINDS], *lw_tail[DBT_NKINDS]; /* waiting threads, oldest first */
+    int norphans; /* slots with orphan set, queued or held */
+    bool exiting; /* dbt_client_exit ran: no more local handover */
+    /* What local handover did since the last renewal, which adds it to Redis' counters (so
+     * dbthrottle status counts every grant). */
+    dbt_local_counts unreported[DBT_NKINDS];
+
+    /* listener.c: grants: the waiting threads take turns listening */
+    dbt_redis *listener; /* the connection that BLPOPs this process' wake list */
+    bool leader_active;  /* a waiting thread is listening */
+    int blpop_in_flight; /* BLPOPs sent whose replies are not read yet */
+    bool listener_reset; /* Redis failed: reconnect before listening again */
+
+    /* renewer.c: background thread: renews leases, gives kept permits back, and listens while
+     * permits are kept and no thread waits */
+    bool thread_started, stop;
+    bool bg_idle;             /* the renewer waits with nothing to renew until signalled */
+    struct dbt_slot *bg_slot; /* not linked: its eventfd wakes the renewer out of dbt_listen */
+    bool bg_leading;          /* the renewer is the listener now */
+    int64_t bg_until_us;      /* when the renewer wakes by itself next (0: not asleep) */
+    pthread_t thread;
+    pthread_cond_t bg_cv;
+    int64_t last_renew_us;
+};
+
+struct dbt_client {
+    const dbt_config *cfg;
+    char cid[17];
+    char host[64]; /* this host's name, shown by dbthrottle status */
+    atomic_uint_fast64_t serial;
+    pthread_mutex_t mu; /* guards pools */
+    dbt_pool *pools;
+    struct dbt_client *next; /* registry of live clients, for fork handling */
+};
+
+#endif

@@ -1,0 +1,22 @@
+/* release.h - giving permits and places back to Redis (release.c). All without p->mu. */
+#ifndef DBT_RELEASE_H
+#define DBT_RELEASE_H
+
+#include "pool_types.h"
+
+/* release.lua for id within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together; deferred if it
+ * cannot be sent. */
+void dbt_send_release(dbt_pool *p, dbt_kind kind, const char *id);
+/* Sends cancel.lua for id: true when Redis answered (*returned: it had granted it meanwhile,
+ * and passed it on). */
+bool dbt_cancel_id(dbt_pool *p, dbt_kind kind, const char *id, bool *returned);
+/* Withdraws id from the queue, or gives it back if Redis granted it (cancel.lua), within one
+ * Redis timeout; kept and sent later if Redis cannot be reached. */
+void dbt_send_cancel(dbt_pool *p, dbt_kind kind, const char *id);
+/* cancel.lua for slot s within one Redis timeout, or deferred if it fails; traces a grant it
+ * gave back (one Redis had granted as its waiter gave up). */
+void dbt_cancel_in_redis(dbt_pool *p, struct dbt_slot *s);
+/* Sends the releases and cancels kept during an outage. */
+void dbt_flush_deferred(dbt_pool *p);
+
+#endif

@@ -1,0 +1,35 @@
+/* script_call.c - one way to run a script call, for every caller (see script_call.h). */
+#include "script_call.h"
+#include "pool.h"
+
+redisReply *dbt_script_run(dbt_redis *r, const dbt_script_call *c, dbt_reply_parser parse,
+                           void *out, char *err)
+{
+    redisReply *rep = dbt_redis_eval(r, c->script, c->nkeys, c->keys, c->nargs, c->args, err);
+    if (rep && !parse(rep, out, err)) {
+        freeReplyObject(rep);
+        rep = NULL;
+    }
+    return rep;
+}
+
+redisReply *dbt_pool_run(dbt_pool *p, const char *what, const dbt_script_call *c,
+                         dbt_reply_parser parse, void *out, char *err)
+{
+    dbt_redis *r = dbt_pool_get_conn(p, err);
+    redisReply *rep = r ? dbt_script_run(r, c, parse, out, err) : NULL;
+    dbt_pool_put_conn(p, r);
+    if (!rep)
+        dbt_pool_note_error(p, what, err);
+    return rep;
+}
+
+bool dbt_pool_send(dbt_pool *p, const char *what, const dbt_script_call *c, char *err)
+{
+    dbt_redis *r = dbt_pool_get_conn(p, err);
+    bool ok = r && dbt_redis_eval_nowait(r, c->script, c->nkeys, c->keys, c->nargs, c->args, err);
+    dbt_pool_put_conn(p, r);
+    if (!ok)
+        dbt_pool_note_error(p, what, err);
+    return ok;
+}

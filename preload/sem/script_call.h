@@ -1,0 +1,28 @@
+/* script_call.h - running a built script call (script_protocol.h): on a connection the caller
+ * holds (the dbthrottle command), or on one of a pool's command connections, which is where the
+ * library's every script call goes through. */
+#ifndef DBT_SCRIPT_CALL_H
+#define DBT_SCRIPT_CALL_H
+
+#include "redis_conn.h"
+#include "script_protocol.h"
+#include "sem_client.h"
+
+/* Runs c on r by EVALSHA and reads the reply into out with parse. Returns the reply (free it with
+ * freeReplyObject once done with out, which may point into it), or NULL with a message in err
+ * when Redis failed or the reply is not what the script answers. */
+redisReply *dbt_script_run(dbt_redis *r, const dbt_script_call *c, dbt_reply_parser parse,
+                           void *out, char *err);
+
+/* The same on one of p's command connections, taken and given back around it; a failure is
+ * noted (dbt_pool_note_error, `what` naming the operation in the log) for the outage backoff.
+ * Call without p->mu. */
+redisReply *dbt_pool_run(dbt_pool *p, const char *what, const dbt_script_call *c,
+                         dbt_reply_parser parse, void *out, char *err);
+
+/* Sends c on one of p's command connections without waiting: its reply is read by the next
+ * command on that connection (or the renewer's drain). False, noted, when it could not be sent.
+ * Call without p->mu. */
+bool dbt_pool_send(dbt_pool *p, const char *what, const dbt_script_call *c, char *err);
+
+#endif

@@ -1,0 +1,451 @@
+/* script_protocol.c - the scripts' arguments and replies by name (see script_protocol.h). */
+#include "script_protocol.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- arguments ------------------------------------------------------------------------------ */
+
+int64_t dbt_key_ttl_ms(const dbt_config *cfg)
+{
+    return 3 * cfg->lease_ms;
+}
+
+void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, char *lease,
+                     char *ttl, const char **args)
+{
+    snprintf(lease, 24, "%" PRId64, cfg->lease_ms);
+    snprintf(ttl, 24, "%" PRId64, dbt_key_ttl_ms(cfg));
+    args[DBT_ARG_WAKE_PREFIX] = k->wake_prefix;
+    args[DBT_ARG_KIND] = dbt_kind_letter(kind);
+    args[DBT_ARG_LEASE] = lease;
+    args[DBT_ARG_TTL] = ttl;
+}
+
+/* The keys of one semaphore, in the order the scripts take them, after those already set. */
+static void add_keys(dbt_script_call *c, const dbt_keys *k, dbt_kind kind)
+{
+    for (int i = 0; i < DBT_NKEYS; i++)
+        c->keys[c->nkeys++] = k->keys[kind][i];
+}
+
+/* A call on one semaphore: its keys and the four base arguments. */
+static void begin_call(dbt_script_call *c, const dbt_script *s, const dbt_keys *k, dbt_kind kind,
+                       const dbt_config *cfg)
+{
+    memset(c, 0, sizeof *c);
+    c->script = s;
+    add_keys(c, k, kind);
+    c->args = c->fixed_args;
+    dbt_script_args(k, kind, cfg, c->lease, c->ttl, c->args);
+    c->nargs = DBT_BASE_ARGS;
+}
+
+void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
+                       const dbt_acquire_call *a)
+{
+    begin_call(c, &dbt_script_acquire, k, kind, cfg);
+    snprintf(c->number[0], sizeof c->number[0], "%d", a->limit);
+    c->args[c->nargs++] = a->id;                   /* ARGV[5] */
+    c->args[c->nargs++] = c->number[0];            /* ARGV[6] the caller's limit */
+    c->args[c->nargs++] = a->try_only ? "1" : "0"; /* ARGV[7] */
+    c->args[c->nargs++] = a->who;                  /* ARGV[8] */
+}
+
+void dbt_build_release(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
+                       const char *id)
+{
+    begin_call(c, &dbt_script_release, k, kind, cfg);
+    c->args[c->nargs++] = id;
+}
+
+void dbt_build_cancel(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
+                      const char *id)
+{
+    begin_call(c, &dbt_script_cancel, k, kind, cfg);
+    c->args[c->nargs++] = id;
+}
+
+void dbt_build_renew(dbt_script_call *c, const dbt_keys *k, const dbt_config *cfg,
+                     dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS],
+                     const dbt_local_counts local[DBT_NKINDS], const char **args)
+{
+    memset(c, 0, sizeof *c);
+    c->script = &dbt_script_renew;
+    add_keys(c, k, DBT_KIND_QUERY);
+    add_keys(c, k, DBT_KIND_CONN);
+    c->args = args;
+    /* The base arguments of the query semaphore: renew.lua sets the kind per semaphore itself. */
+    dbt_script_args(k, DBT_KIND_QUERY, cfg, c->lease, c->ttl, args);
+    c->nargs = DBT_BASE_ARGS;
+    /* ARGV[5..8]: how many ids of each list, then the ids in that order. */
+    for (int kind = 0; kind < DBT_NKINDS; kind++)
+        for (int l = 0; l < DBT_RENEW_LISTS; l++) {
+            char *count = c->id_count[kind * DBT_RENEW_LISTS + l];
+            snprintf(count, sizeof c->id_count[0], "%d", lists ? lists[kind][l].n : 0);
+            args[c->nargs++] = count;
+        }
+    for (int kind = 0; kind < DBT_NKINDS && lists; kind++)
+        for (int l = 0; l < DBT_RENEW_LISTS; l++)
+            for (int i = 0; i < lists[kind][l].n; i++)
+                args[c->nargs++] = lists[kind][l].ids[i];
+    /* Per kind: the grants, queued waits and wait (ms) of local handover since the last report. */
+    for (int kind = 0; kind < DBT_NKINDS; kind++) {
+        snprintf(c->number[3 * kind], 24, "%" PRIu64, local[kind].grants);
+        snprintf(c->number[3 * kind + 1], 24, "%" PRIu64, local[kind].queued);
+        snprintf(c->number[3 * kind + 2], 24, "%" PRId64, local[kind].wait_us / 1000);
+    }
+    for (int i = 0; i < DBT_NKINDS * 3; i++)
+        args[c->nargs++] = c->number[i];
+}
+
+void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows)
+{
+    memset(c, 0, sizeof *c);
+    c->script = &dbt_script_status;
+    add_keys(c, k, DBT_KIND_QUERY);
+    add_keys(c, k, DBT_KIND_CONN);
+    c->args = c->fixed_args;
+    /* status.lua reads, never writes: no lease, no TTL. */
+    snprintf(c->number[0], sizeof c->number[0], "%d", max_rows);
+    c->args[c->nargs++] = k->wake_prefix;
+    c->args[c->nargs++] = dbt_kind_letter(DBT_KIND_QUERY);
+    c->args[c->nargs++] = "0";
+    c->args[c->nargs++] = "0";
+    c->args[c->nargs++] = c->number[0]; /* ARGV[5] */
+}
+
+void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
+                     dbt_admin_op op, const char *arg)
+{
+    static const char *const names[] = {[DBT_ADMIN_LIMIT] = "limit",
+                                        [DBT_ADMIN_CLEAR] = "clear",
+                                        [DBT_ADMIN_DRAIN] = "drain",
+                                        [DBT_ADMIN_RESUME] = "resume",
+                                        [DBT_ADMIN_EVICT] = "evict"};
+    begin_call(c, &dbt_script_admin, k, kind, cfg);
+    c->args[c->nargs++] = names[op];
+    c->args[c->nargs++] = arg ? arg : "";
+}
+
+/* ---- replies -------------------------------------------------------------------------------- */
+
+const char *const dbt_counter_names[DBT_NCOUNTERS] = {"grants",  "queued",  "refused", "cancelled",
+                                                      "expired", "evicted", "wait_ms"};
+
+static const char *type_name(int type)
+{
+    switch (type) {
+    case REDIS_REPLY_STRING:
+        return "a string";
+    case REDIS_REPLY_ARRAY:
+        return "an array";
+    case REDIS_REPLY_INTEGER:
+        return "an integer";
+    case REDIS_REPLY_NIL:
+        return "nil";
+    case REDIS_REPLY_STATUS:
+        return "a status";
+    case REDIS_REPLY_ERROR:
+        return "an error";
+    default:
+        return "an unknown type";
+    }
+}
+
+/* "<script> returned an unexpected reply: <why>"; returns false. */
+__attribute__((format(printf, 3, 4))) static bool unexpected(char *err, const char *script,
+                                                             const char *fmt, ...)
+{
+    char why[DBT_ERRLEN / 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    snprintf(err, DBT_ERRLEN, "%s returned an unexpected reply: %s", script, why);
+    return false;
+}
+
+/* r is an array of exactly n elements (n < 0: any count). */
+static bool is_array(const redisReply *r, long n, const char *script, const char *what, char *err)
+{
+    if (!r)
+        return unexpected(err, script, "%s missing", what);
+    if (r->type == REDIS_REPLY_ERROR)
+        return unexpected(err, script, "%s is an error (%s)", what, r->str ? r->str : "");
+    if (r->type != REDIS_REPLY_ARRAY)
+        return unexpected(err, script, "%s is %s, not an array", what, type_name(r->type));
+    if (n >= 0 && r->elements != (size_t)n)
+        return unexpected(err, script, "%s has %zu elements, not %ld", what, r->elements, n);
+    return true;
+}
+
+static bool is_type(const redisReply *r, int type, const char *script, const char *what, char *err)
+{
+    if (r->type == type)
+        return true;
+    return unexpected(err, script, "%s is %s, not %s", what, type_name(r->type), type_name(type));
+}
+
+/* A bare integer reply (release.lua, cancel.lua). */
+static bool is_integer(const redisReply *r, const char *script, char *err)
+{
+    if (!r)
+        return unexpected(err, script, "no reply");
+    if (r->type == REDIS_REPLY_ERROR)
+        return unexpected(err, script, "an error (%s)", r->str ? r->str : "");
+    return is_type(r, REDIS_REPLY_INTEGER, script, "the reply", err);
+}
+
+/* Every element of list r is a string (an id). */
+static bool ids_of(const redisReply *r, const char *script, const char *what, dbt_reply_ids *out,
+                   char *err)
+{
+    if (!is_array(r, -1, script, what, err))
+        return false;
+    for (size_t i = 0; i < r->elements; i++)
+        if (!is_type(r->element[i], REDIS_REPLY_STRING, script, what, err))
+            return false;
+    out->items = r->element;
+    out->n = r->elements;
+    return true;
+}
+
+bool dbt_parse_acquire(const redisReply *r, void *out, char *err)
+{
+    static const char script[] = "acquire.lua";
+    enum { STATUS, HOLDERS, QUEUE, SEEN, TICKET, SOLE, NFIELDS };
+    static const char *const names[NFIELDS] = {"status", "holders", "queue",
+                                               "seen",   "ticket",  "sole"};
+    dbt_acquire_reply *a = out;
+    if (!is_array(r, NFIELDS, script, "the reply", err))
+        return false;
+    for (int i = 0; i < NFIELDS; i++)
+        if (i != SEEN && !is_type(r->element[i], REDIS_REPLY_INTEGER, script, names[i], err))
+            return false;
+    const redisReply *seen = r->element[SEEN]; /* the previous limit, or false (nil) */
+    if (seen->type != REDIS_REPLY_STRING && seen->type != REDIS_REPLY_NIL)
+        return unexpected(err, script, "seen is %s, not a string or nil", type_name(seen->type));
+    long long status = r->element[STATUS]->integer;
+    if (status != DBT_ACQUIRE_NOT_GRANTED && status != DBT_ACQUIRE_GRANTED &&
+        status != DBT_ACQUIRE_QUEUED)
+        return unexpected(err, script, "status %lld", status);
+    a->status = (dbt_acquire_status)status;
+    a->holders = r->element[HOLDERS]->integer;
+    a->queue = r->element[QUEUE]->integer;
+    a->limit_seen = seen->type == REDIS_REPLY_STRING ? strtoll(seen->str, NULL, 10) : 0;
+    a->ticket = r->element[TICKET]->integer;
+    a->sole = r->element[SOLE]->integer == 1;
+    return true;
+}
+
+bool dbt_parse_release(const redisReply *r, void *out, char *err)
+{
+    if (!is_integer(r, "release.lua", err))
+        return false;
+    *(bool *)out = r->integer == 1;
+    return true;
+}
+
+bool dbt_parse_cancel(const redisReply *r, void *out, char *err)
+{
+    if (!is_integer(r, "cancel.lua", err))
+        return false;
+    if (r->integer < DBT_CANCEL_UNKNOWN || r->integer > DBT_CANCEL_RETURNED)
+        return unexpected(err, "cancel.lua", "outcome %lld", r->integer);
+    *(dbt_cancel_outcome *)out = (dbt_cancel_outcome)r->integer;
+    return true;
+}
+
+bool dbt_parse_renew(const redisReply *r, void *out, char *err)
+{
+    static const char script[] = "renew.lua";
+    enum { LOST_HOLDERS, LOST_WAITERS, GRANTED_WAITERS, QUEUE, ALLOWED, NFIELDS };
+    dbt_renew_reply *rr = out;
+    if (!is_array(r, NFIELDS, script, "the reply", err) ||
+        !ids_of(r->element[LOST_HOLDERS], script, "lost holders", &rr->lost_holders, err) ||
+        !ids_of(r->element[LOST_WAITERS], script, "lost waiters", &rr->lost_waiters, err) ||
+        !ids_of(r->element[GRANTED_WAITERS], script, "granted waiters", &rr->granted_waiters,
+                err) ||
+        !is_array(r->element[QUEUE], DBT_NKINDS, script, "queue lengths", err) ||
+        !is_array(r->element[ALLOWED], DBT_NKINDS, script, "handover allowed", err))
+        return false;
+    for (int k = 0; k < DBT_NKINDS; k++) {
+        const redisReply *q = r->element[QUEUE]->element[k];
+        const redisReply *a = r->element[ALLOWED]->element[k];
+        if (!is_type(q, REDIS_REPLY_INTEGER, script, "a queue length", err) ||
+            !is_type(a, REDIS_REPLY_INTEGER, script, "handover allowed", err))
+            return false;
+        rr->queue[k] = q->integer;
+        rr->handover_allowed[k] = a->integer != 0;
+    }
+    return true;
+}
+
+/* A number status.lua reads from a key: an integer, its text, or nil (0). */
+static bool number_of(const redisReply *r, const char *what, long long *out, char *err)
+{
+    if (r->type == REDIS_REPLY_INTEGER)
+        *out = r->integer;
+    else if (r->type == REDIS_REPLY_STRING)
+        *out = strtoll(r->str, NULL, 10);
+    else if (r->type == REDIS_REPLY_NIL)
+        *out = 0;
+    else
+        return unexpected(err, "status.lua", "%s is %s", what, type_name(r->type));
+    return true;
+}
+
+/* A holder's or waiter's id and its info (see dbt_status_entry). */
+static bool parse_entry(const redisReply *id, const redisReply *info, dbt_status_entry *e,
+                        char *err)
+{
+    memset(e, 0, sizeof *e);
+    if (!is_type(id, REDIS_REPLY_STRING, "status.lua", "an id", err))
+        return false;
+    if (!(e->permit = strdup(id->str))) {
+        snprintf(err, DBT_ERRLEN, "out of memory");
+        return false;
+    }
+    if (info->type == REDIS_REPLY_STRING) {
+        long long since = 0;
+        if (sscanf(info->str, "%lld %63s %ld %63s", &since, e->host, &e->pid, e->conn) >= 1)
+            e->since_ms = since;
+    }
+    return true;
+}
+
+static int by_since(const void *a, const void *b)
+{
+    const dbt_status_entry *x = a, *y = b;
+    return (x->since_ms > y->since_ms) - (x->since_ms < y->since_ms);
+}
+
+static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err)
+{
+    static const char script[] = "status.lua";
+    enum { SEEN, OVERRIDE, DRAINED, NHOLDERS, NWAITERS, HOLDERS, WAITERS, STATS, NFIELDS };
+    enum { HOLDER_ID, HOLDER_EXPIRY, HOLDER_INFO, PER_HOLDER };
+    enum { WAITER_ID, WAITER_INFO, PER_WAITER };
+    if (!is_array(r, NFIELDS, script, "a semaphore", err))
+        return false;
+    const redisReply *const *e = (const redisReply *const *)r->element;
+    long long drained = 0;
+    if (!number_of(e[SEEN], "the limit seen", &k->limit_seen, err) ||
+        !number_of(e[OVERRIDE], "the override", &k->override, err) ||
+        !number_of(e[DRAINED], "drained", &drained, err) ||
+        !number_of(e[NHOLDERS], "the holders", &k->nholders, err) ||
+        !number_of(e[NWAITERS], "the waiters", &k->nwaiters, err))
+        return false;
+    k->drained = drained != 0;
+    const redisReply *h = e[HOLDERS], *w = e[WAITERS], *st = e[STATS];
+    if (!is_array(h, -1, script, "holders", err) || !is_array(w, -1, script, "waiters", err) ||
+        !is_array(st, -1, script, "counters", err))
+        return false;
+    if (h->elements % PER_HOLDER || w->elements % PER_WAITER || st->elements % 2)
+        return unexpected(err, script, "%zu, %zu, %zu elements in holders, waiters, counters",
+                          h->elements, w->elements, st->elements);
+    if (h->elements) {
+        k->holders = calloc(h->elements / PER_HOLDER, sizeof *k->holders);
+        if (!k->holders)
+            return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+        for (size_t i = 0; i < h->elements; i += PER_HOLDER) {
+            long long expiry;
+            if (!parse_entry(h->element[i + HOLDER_ID], h->element[i + HOLDER_INFO],
+                             &k->holders[k->nh], err))
+                return false;
+            k->nh++;
+            if (!number_of(h->element[i + HOLDER_EXPIRY], "a lease expiry", &expiry, err))
+                return false;
+            k->holders[k->nh - 1].expiry_ms = expiry;
+        }
+        qsort(k->holders, (size_t)k->nh, sizeof *k->holders, by_since);
+    }
+    if (w->elements) {
+        k->waiters = calloc(w->elements / PER_WAITER, sizeof *k->waiters);
+        if (!k->waiters)
+            return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+        for (size_t i = 0; i < w->elements; i += PER_WAITER) {
+            if (!parse_entry(w->element[i + WAITER_ID], w->element[i + WAITER_INFO],
+                             &k->waiters[k->nw], err))
+                return false;
+            k->nw++;
+        }
+    }
+    bool any_counter = false;
+    for (size_t i = 0; i < st->elements; i += 2)
+        for (int c = 0; c < DBT_NCOUNTERS; c++)
+            if (st->element[i]->type == REDIS_REPLY_STRING &&
+                strcmp(st->element[i]->str, dbt_counter_names[c]) == 0) {
+                if (!number_of(st->element[i + 1], "a counter", &k->counters[c], err))
+                    return false;
+                any_counter = true;
+            }
+    k->used =
+        k->limit_seen || k->override || k->drained || k->nholders || k->nwaiters || any_counter;
+    return true;
+}
+
+bool dbt_parse_status(const redisReply *r, void *out, char *err)
+{
+    enum { NOW, QUERY, CONNECTION, NFIELDS };
+    dbt_status_reply *s = out;
+    memset(s, 0, sizeof *s);
+    long long now = 0;
+    bool ok = is_array(r, NFIELDS, "status.lua", "the reply", err) &&
+              number_of(r->element[NOW], "now", &now, err) &&
+              parse_status_kind(r->element[QUERY], &s->kind[DBT_KIND_QUERY], err) &&
+              parse_status_kind(r->element[CONNECTION], &s->kind[DBT_KIND_CONN], err);
+    s->now_ms = now;
+    if (!ok)
+        dbt_status_free(s);
+    return ok;
+}
+
+static void free_entries(dbt_status_entry *e, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(e[i].permit);
+    free(e);
+}
+
+void dbt_status_free(dbt_status_reply *s)
+{
+    for (int k = 0; k < DBT_NKINDS; k++) {
+        free_entries(s->kind[k].holders, s->kind[k].nh);
+        free_entries(s->kind[k].waiters, s->kind[k].nw);
+    }
+    memset(s, 0, sizeof *s);
+}
+
+bool dbt_parse_admin(const redisReply *r, void *out, char *err)
+{
+    static const char script[] = "admin.lua";
+    enum { GRANTED, HOLDERS, EVICTED, INFO, NOW, NFIELDS };
+    static const char *const names[NFIELDS] = {"granted", "holders", "evicted", "info", "now"};
+    dbt_admin_reply *a = out;
+    memset(a, 0, sizeof *a);
+    if (!is_array(r, -1, script, "the reply", err))
+        return false;
+    /* Three elements are taken too, as they always were: the info and the clock stay unknown. */
+    if (r->elements != NFIELDS && r->elements != INFO)
+        return unexpected(err, script, "%zu elements, not %d", r->elements, NFIELDS);
+    for (size_t i = 0; i < r->elements; i++)
+        if (i != INFO && !is_type(r->element[i], REDIS_REPLY_INTEGER, script, names[i], err))
+            return false;
+    a->granted = r->element[GRANTED]->integer;
+    a->holders = r->element[HOLDERS]->integer;
+    a->evicted = r->element[EVICTED]->integer != 0;
+    if (r->elements == NFIELDS) {
+        const redisReply *info = r->element[INFO]; /* or false (nil) when nothing was evicted */
+        if (info->type == REDIS_REPLY_STRING)
+            snprintf(a->info, sizeof a->info, "%s", info->str);
+        else if (info->type != REDIS_REPLY_NIL)
+            return unexpected(err, script, "info is %s", type_name(info->type));
+        a->now_ms = r->element[NOW]->integer;
+    }
+    return true;
+}

@@ -1,0 +1,215 @@
+/* script_protocol.h - the C side of the Lua scripts' protocol (the scripts in lua/), in one place:
+ * what each script takes (argument builders) and what it answers (reply parsers), by name rather
+ * than by position.
+ *
+ * Pure: no I/O, no locks. A builder fills a dbt_script_call that dbt_script_run (script_call.h)
+ * sends; a parser reads a redisReply into a struct, and on a reply of the wrong shape (element
+ * count, element type, nil, an error reply) returns false with a one-line message in err (at
+ * least DBT_ERRLEN bytes) rather than reading past what is there. The library and the dbthrottle
+ * command use the same builders and parsers, so the two cannot drift apart. */
+#ifndef DBT_SCRIPT_PROTOCOL_H
+#define DBT_SCRIPT_PROTOCOL_H
+
+#include "config.h"
+#include "keys.h"
+#include "scripts.h"
+
+#include <hiredis.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- arguments ------------------------------------------------------------------------------ */
+
+/* ARGV[1..4], the same for every script (see lua/_common.lua); a script's own come after. */
+enum { DBT_ARG_WAKE_PREFIX, DBT_ARG_KIND, DBT_ARG_LEASE, DBT_ARG_TTL, DBT_BASE_ARGS };
+
+/* The most arguments of a script call with a fixed count (admin.lua's and acquire.lua's fit). */
+#define DBT_CALL_MAX_FIXED_ARGS (DBT_BASE_ARGS + 8)
+
+/* One script call, ready to send: the script, its keys (one semaphore, or both kinds' for
+ * renew.lua and status.lua) and its arguments, with the text of the numbers it formats. Points
+ * into the dbt_keys and strings it was built from, which must outlive it. */
+typedef struct {
+    const dbt_script *script;
+    const char *keys[2 * DBT_NKEYS];
+    int nkeys;
+    const char **args; /* fixed_args, or the caller's array (renew.lua: one per id) */
+    int nargs;
+    const char *fixed_args[DBT_CALL_MAX_FIXED_ARGS];
+    char lease[24], ttl[24], number[DBT_NKINDS * 3][24];
+    char id_count[DBT_NKINDS * 2][16]; /* renew.lua: how many ids of each list */
+} dbt_script_call;
+
+/* Keys live three leases after their last use: long enough that a live holder's renewal
+ * (every lease/3) always finds them, short enough that an idle pool leaves nothing behind. */
+int64_t dbt_key_ttl_ms(const dbt_config *cfg);
+
+/* The four arguments every script takes first, into args[0..3]; lease and ttl are caller buffers
+ * of 24 bytes. */
+void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, char *lease,
+                     char *ttl, const char **args);
+
+/* acquire.lua: take a permit now, or join the queue (try_only: never queue). who: "<host> <pid>
+ * <conn>", for dbthrottle status. */
+typedef struct {
+    const char *id;
+    int limit;
+    bool try_only;
+    const char *who;
+} dbt_acquire_call;
+void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
+                       const dbt_acquire_call *a);
+
+/* release.lua and cancel.lua take the permit's (or the waiter's) id. */
+void dbt_build_release(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
+                       const char *id);
+void dbt_build_cancel(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
+                      const char *id);
+
+/* What local handover did without Redis, per kind, until a renewal adds it to the counters
+ * (renew.lua's last arguments). */
+typedef struct {
+    uint64_t grants, queued;
+    int64_t wait_us;
+} dbt_local_counts;
+
+/* The ids a renewal names, per kind: held permits, then queued waiters. */
+typedef struct {
+    char **ids;
+    int n, cap;
+} dbt_id_list;
+enum { DBT_RENEW_HELD, DBT_RENEW_QUEUED, DBT_RENEW_LISTS };
+
+/* How many arguments renew.lua takes for `nids` ids in all: the array dbt_build_renew fills. */
+#define DBT_RENEW_NARGS(nids)                                                                      \
+    (DBT_BASE_ARGS + DBT_NKINDS * DBT_RENEW_LISTS + (nids) + DBT_NKINDS * 3)
+
+/* renew.lua: renews the ids of both kinds (lists NULL: none, a renewal of nothing for its counts)
+ * and adds local[] to the counters. args: DBT_RENEW_NARGS(total ids) entries, kept by c. */
+void dbt_build_renew(dbt_script_call *c, const dbt_keys *k, const dbt_config *cfg,
+                     dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS],
+                     const dbt_local_counts local[DBT_NKINDS], const char **args);
+
+/* status.lua: both kinds' state, at most max_rows holders and waiters each (0: all). */
+void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows);
+
+/* admin.lua: the operator's controls; arg NULL for those that take none. */
+typedef enum {
+    DBT_ADMIN_LIMIT,  /* arg: the new limit for every caller */
+    DBT_ADMIN_CLEAR,  /* the override goes */
+    DBT_ADMIN_DRAIN,  /* no grants until resume */
+    DBT_ADMIN_RESUME, /* grants again */
+    DBT_ADMIN_EVICT   /* arg: the permit to free */
+} dbt_admin_op;
+void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
+                     dbt_admin_op op, const char *arg);
+
+/* ---- replies -------------------------------------------------------------------------------- */
+
+/* A parser: reads r into *out; false with a message in err when r is not what the script
+ * answers. */
+typedef bool (*dbt_reply_parser)(const redisReply *r, void *out, char *err);
+
+/* acquire.lua's {status, holders, queue length, limit seen or false, ticket, sole}. */
+typedef enum {
+    DBT_ACQUIRE_NOT_GRANTED = 0, /* none free, and the caller does not queue */
+    DBT_ACQUIRE_GRANTED = 1,     /* granted at once */
+    DBT_ACQUIRE_QUEUED = 2       /* in the queue: the grant will be pushed to the wake list */
+} dbt_acquire_status;
+typedef struct {
+    dbt_acquire_status status;
+    long long holders, queue;
+    long long limit_seen; /* the previous acquirer's limit when it differs from ours, else 0 */
+    long long ticket;     /* queued: its place in the queue, else 0 */
+    bool sole;            /* queued: the queue holds this process' waiters only */
+} dbt_acquire_reply;
+bool dbt_parse_acquire(const redisReply *r, void *out /* dbt_acquire_reply */, char *err);
+
+/* release.lua: whether the permit was still held (else it had expired, or was released). */
+bool dbt_parse_release(const redisReply *r, void *out /* bool */, char *err);
+
+/* cancel.lua's outcome. */
+typedef enum {
+    DBT_CANCEL_UNKNOWN = -1,  /* Redis had neither (expired, or done) */
+    DBT_CANCEL_WITHDRAWN = 0, /* taken out of the queue */
+    DBT_CANCEL_RETURNED = 1   /* it had been granted meanwhile: given back and passed on */
+} dbt_cancel_outcome;
+bool dbt_parse_cancel(const redisReply *r, void *out /* dbt_cancel_outcome */, char *err);
+
+/* A list of ids inside a reply (valid while the reply is): every element is a string. */
+typedef struct {
+    redisReply *const *items;
+    size_t n;
+} dbt_reply_ids;
+static inline const char *dbt_reply_id(const dbt_reply_ids *l, size_t i)
+{
+    return l->items[i]->str;
+}
+
+/* renew.lua's {lost holders, lost waiters, granted waiters, {queue length per kind}, {local
+ * handover allowed per kind}}. Points into the reply: free the reply after using it. */
+typedef struct {
+    dbt_reply_ids lost_holders;        /* ids Redis no longer holds */
+    dbt_reply_ids lost_waiters;        /* ids Redis no longer has queued nor granted */
+    dbt_reply_ids granted_waiters;     /* waiters Redis already granted */
+    long long queue[DBT_NKINDS];       /* queue length */
+    bool handover_allowed[DBT_NKINDS]; /* not while drained or held above the override */
+} dbt_renew_reply;
+bool dbt_parse_renew(const redisReply *r, void *out /* dbt_renew_reply */, char *err);
+
+/* The counters of one semaphore's stats hash, as status.lua reports them. */
+enum {
+    DBT_CTR_GRANTS,
+    DBT_CTR_QUEUED,
+    DBT_CTR_REFUSED,
+    DBT_CTR_CANCELLED,
+    DBT_CTR_EXPIRED,
+    DBT_CTR_EVICTED,
+    DBT_CTR_WAIT_MS,
+    DBT_NCOUNTERS
+};
+extern const char *const dbt_counter_names[DBT_NCOUNTERS]; /* the fields of the stats hash */
+
+/* A holder or a waiter: "<since> <host> <pid> <conn>" as the scripts record it; fields stay
+ * empty when absent. */
+typedef struct {
+    char *permit;
+    char host[64];
+    long pid;
+    char conn[64];
+    int64_t since_ms;  /* granted (holder) or queued (waiter), Redis clock */
+    int64_t expiry_ms; /* holder: when its lease runs out; waiter: 0 */
+} dbt_status_entry;
+
+typedef struct {
+    long long limit_seen; /* the limit the last acquirer configured; 0 = none */
+    long long override;   /* the operator's; 0 = none */
+    bool drained;
+    long long nholders, nwaiters; /* live, whole counts */
+    dbt_status_entry *holders;    /* oldest grant first */
+    int nh;
+    dbt_status_entry *waiters; /* queue order */
+    int nw;
+    long long counters[DBT_NCOUNTERS];
+    bool used; /* any of the above is there */
+} dbt_status_kind;
+
+/* status.lua's {now, query semaphore, connection semaphore}. Owns its entries (copied out of the
+ * reply): free with dbt_status_free, also after a failed parse. */
+typedef struct {
+    int64_t now_ms; /* Redis' clock when read */
+    dbt_status_kind kind[DBT_NKINDS];
+} dbt_status_reply;
+bool dbt_parse_status(const redisReply *r, void *out /* dbt_status_reply */, char *err);
+void dbt_status_free(dbt_status_reply *s);
+
+/* admin.lua's {granted waiters, holders, evicted 1/0, the evicted permit's info or false, now}. */
+typedef struct {
+    long long granted, holders;
+    bool evicted;
+    char info[256]; /* the evicted permit's "<since> <host> <pid> <conn>", else "" */
+    long long now_ms;
+} dbt_admin_reply;
+bool dbt_parse_admin(const redisReply *r, void *out /* dbt_admin_reply */, char *err);
+
+#endif

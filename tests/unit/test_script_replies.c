@@ -1,0 +1,411 @@
+/* The scripts' protocol without Redis (sem/script_protocol.c): each reply parser is fed RESP
+ * bytes through hiredis' own reader, as a connection would deliver them, and each argument
+ * builder is checked against the positions the scripts read (the scripts in lua/). A reply of the
+ * wrong shape (element count, element type, nil, an error reply) gives a clear message naming the
+ * script, never a crash. */
+#include "script_protocol.h"
+
+#include <criterion/criterion.h>
+#include <hiredis.h>
+#include <string.h>
+
+/* The reply RESP bytes make, as a connection would read it. */
+static redisReply *reply_of(const char *resp)
+{
+    redisReader *rd = redisReaderCreate();
+    cr_assert_not_null(rd);
+    cr_assert_eq(redisReaderFeed(rd, resp, strlen(resp)), REDIS_OK);
+    void *r = NULL;
+    cr_assert_eq(redisReaderGetReply(rd, &r), REDIS_OK, "bad RESP in the test: %s", resp);
+    cr_assert_not_null(r, "incomplete RESP in the test: %s", resp);
+    redisReaderFree(rd);
+    return r;
+}
+
+/* Feeds each malformed reply to parse: false, with a message naming the script. */
+static void assert_rejects(dbt_reply_parser parse, const char *script, const char *const *bad,
+                           size_t n, size_t out_size)
+{
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r = reply_of(bad[i]);
+        char err[DBT_ERRLEN] = "";
+        unsigned char out[1024];
+        cr_assert(out_size <= sizeof out);
+        memset(out, 0xa5, sizeof out);
+        cr_expect_not(parse(r, out, err), "%s accepted %s", script, bad[i]);
+        cr_expect_not_null(strstr(err, script), "message for %s: \"%s\"", bad[i], err);
+        cr_expect_not_null(strstr(err, "unexpected reply"), "message for %s: \"%s\"", bad[i], err);
+        freeReplyObject(r);
+    }
+}
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- acquire.lua ----------------------------------------------------------------------------- */
+
+Test(acquire_reply, granted_at_once)
+{
+    redisReply *r = reply_of("*6\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n");
+    dbt_acquire_reply a;
+    char err[DBT_ERRLEN];
+    cr_assert(dbt_parse_acquire(r, &a, err), "%s", err);
+    cr_expect_eq(a.status, DBT_ACQUIRE_GRANTED);
+    cr_expect_eq(a.holders, 3);
+    cr_expect_eq(a.queue, 0);
+    cr_expect_eq(a.limit_seen, 0, "nil: the limit did not change");
+    cr_expect_eq(a.ticket, 0);
+    cr_expect_not(a.sole);
+    freeReplyObject(r);
+}
+
+Test(acquire_reply, queued_with_a_verdict_and_another_limit)
+{
+    redisReply *r = reply_of("*6\r\n:2\r\n:5\r\n:7\r\n$2\r\n10\r\n:42\r\n:1\r\n");
+    dbt_acquire_reply a;
+    char err[DBT_ERRLEN];
+    cr_assert(dbt_parse_acquire(r, &a, err), "%s", err);
+    cr_expect_eq(a.status, DBT_ACQUIRE_QUEUED);
+    cr_expect_eq(a.holders, 5);
+    cr_expect_eq(a.queue, 7);
+    cr_expect_eq(a.limit_seen, 10);
+    cr_expect_eq(a.ticket, 42);
+    cr_expect(a.sole);
+    freeReplyObject(r);
+}
+
+Test(acquire_reply, not_granted)
+{
+    redisReply *r = reply_of("*6\r\n:0\r\n:5\r\n:2\r\n$-1\r\n:0\r\n:0\r\n");
+    dbt_acquire_reply a;
+    char err[DBT_ERRLEN];
+    cr_assert(dbt_parse_acquire(r, &a, err), "%s", err);
+    cr_expect_eq(a.status, DBT_ACQUIRE_NOT_GRANTED);
+    freeReplyObject(r);
+}
+
+Test(acquire_reply, malformed)
+{
+    static const char *const bad[] = {
+        "*5\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n",                  /* one short */
+        "*7\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n",      /* one more */
+        "*0\r\n",                                                 /* empty */
+        "*-1\r\n",                                                /* nil array */
+        "$-1\r\n",                                                /* nil */
+        ":1\r\n",                                                 /* an integer */
+        "$2\r\nok\r\n",                                           /* a string */
+        "-ERR something\r\n",                                     /* an error reply */
+        "*6\r\n$1\r\n1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n",       /* status as text */
+        "*6\r\n:1\r\n$-1\r\n:0\r\n$-1\r\n:0\r\n:0\r\n",           /* holders nil */
+        "*6\r\n:1\r\n:3\r\n:0\r\n*0\r\n:0\r\n:0\r\n",             /* seen an array */
+        "*6\r\n:1\r\n:3\r\n:0\r\n:5\r\n:0\r\n:0\r\n",             /* seen an integer */
+        "*6\r\n:1\r\n:3\r\n:0\r\n$-1\r\n*1\r\n:0\r\n:0\r\n",      /* ticket an array */
+        "*6\r\n:9\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n",            /* unknown status */
+        "*6\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n-ERR in place\r\n", /* an error element */
+    };
+    assert_rejects(dbt_parse_acquire, "acquire.lua", bad, N(bad), sizeof(dbt_acquire_reply));
+}
+
+/* ---- release.lua, cancel.lua ----------------------------------------------------------------- */
+
+Test(release_reply, held_or_not)
+{
+    char err[DBT_ERRLEN];
+    bool held = false;
+    redisReply *r = reply_of(":1\r\n");
+    cr_assert(dbt_parse_release(r, &held, err), "%s", err);
+    cr_expect(held);
+    freeReplyObject(r);
+    r = reply_of(":0\r\n");
+    cr_assert(dbt_parse_release(r, &held, err), "%s", err);
+    cr_expect_not(held);
+    freeReplyObject(r);
+}
+
+Test(release_reply, malformed)
+{
+    static const char *const bad[] = {"$-1\r\n", "$1\r\n1\r\n", "*1\r\n:1\r\n", "-ERR x\r\n",
+                                      "+OK\r\n"};
+    assert_rejects(dbt_parse_release, "release.lua", bad, N(bad), sizeof(bool));
+}
+
+Test(cancel_reply, each_outcome)
+{
+    static const struct {
+        const char *resp;
+        dbt_cancel_outcome want;
+    } cases[] = {{":0\r\n", DBT_CANCEL_WITHDRAWN},
+                 {":1\r\n", DBT_CANCEL_RETURNED},
+                 {":-1\r\n", DBT_CANCEL_UNKNOWN}};
+    for (size_t i = 0; i < N(cases); i++) {
+        char err[DBT_ERRLEN];
+        dbt_cancel_outcome got;
+        redisReply *r = reply_of(cases[i].resp);
+        cr_assert(dbt_parse_cancel(r, &got, err), "%s", err);
+        cr_expect_eq(got, cases[i].want, "%s", cases[i].resp);
+        freeReplyObject(r);
+    }
+}
+
+Test(cancel_reply, malformed)
+{
+    static const char *const bad[] = {":2\r\n",       ":-2\r\n",         "$-1\r\n", "$1\r\n1\r\n",
+                                      "*1\r\n:1\r\n", "-NOSCRIPT x\r\n", "*-1\r\n"};
+    assert_rejects(dbt_parse_cancel, "cancel.lua", bad, N(bad), sizeof(dbt_cancel_outcome));
+}
+
+/* ---- renew.lua ------------------------------------------------------------------------------- */
+
+Test(renew_reply, named_lists_and_counts)
+{
+    redisReply *r = reply_of("*5\r\n"
+                             "*2\r\n$3\r\nh.1\r\n$3\r\nh.2\r\n"
+                             "*1\r\n$3\r\nw.1\r\n"
+                             "*0\r\n"
+                             "*2\r\n:4\r\n:0\r\n"
+                             "*2\r\n:1\r\n:0\r\n");
+    dbt_renew_reply rr;
+    char err[DBT_ERRLEN];
+    cr_assert(dbt_parse_renew(r, &rr, err), "%s", err);
+    cr_expect_eq(rr.lost_holders.n, 2);
+    cr_expect_str_eq(dbt_reply_id(&rr.lost_holders, 0), "h.1");
+    cr_expect_str_eq(dbt_reply_id(&rr.lost_holders, 1), "h.2");
+    cr_expect_eq(rr.lost_waiters.n, 1);
+    cr_expect_str_eq(dbt_reply_id(&rr.lost_waiters, 0), "w.1");
+    cr_expect_eq(rr.granted_waiters.n, 0);
+    cr_expect_eq(rr.queue[DBT_KIND_QUERY], 4);
+    cr_expect_eq(rr.queue[DBT_KIND_CONN], 0);
+    cr_expect(rr.handover_allowed[DBT_KIND_QUERY]);
+    cr_expect_not(rr.handover_allowed[DBT_KIND_CONN]);
+    freeReplyObject(r);
+}
+
+Test(renew_reply, malformed)
+{
+    static const char *const bad[] = {
+        "*4\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n",                          /* one short */
+        "*5\r\n*0\r\n*0\r\n*0\r\n*1\r\n:0\r\n*2\r\n:1\r\n:1\r\n",              /* one kind */
+        "*5\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*3\r\n:1\r\n:1\r\n:1\r\n",  /* three kinds */
+        "*5\r\n*1\r\n:7\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n",  /* an id integer */
+        "*5\r\n*0\r\n*1\r\n$-1\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n", /* an id nil */
+        "*5\r\n*0\r\n*0\r\n*1\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n",  /* an id array */
+        "*5\r\n$-1\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n",       /* a list nil */
+        "*5\r\n*0\r\n*0\r\n*0\r\n*2\r\n$1\r\n0\r\n:0\r\n*2\r\n:1\r\n:1\r\n",   /* a length text */
+        "*5\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n:1\r\n",       /* allowed nil */
+        "*5\r\n*0\r\n*0\r\n*0\r\n:2\r\n*2\r\n:1\r\n:1\r\n",                    /* lengths integer */
+        "-ERR oom\r\n",
+        "$-1\r\n",
+        "*0\r\n",
+    };
+    assert_rejects(dbt_parse_renew, "renew.lua", bad, N(bad), sizeof(dbt_renew_reply));
+}
+
+/* ---- status.lua ------------------------------------------------------------------------------ */
+
+/* A semaphore as status.lua reports it: limit seen "4", no override, not drained, 2 holders
+ * (listed oldest last, to see them sorted), 1 waiter, two counters and an unknown field. */
+#define STATUS_KIND                                                                                \
+    "*8\r\n$1\r\n4\r\n$-1\r\n:0\r\n:2\r\n:1\r\n"                                                   \
+    "*6\r\n"                                                                                       \
+    "$3\r\nb.2\r\n$4\r\n9000\r\n$20\r\n2000 hostb 22 conn-b\r\n"                                   \
+    "$3\r\na.1\r\n$4\r\n8000\r\n$20\r\n1000 hosta 11 conn-a\r\n"                                   \
+    "*2\r\n$3\r\nc.3\r\n$0\r\n\r\n"                                                                \
+    "*6\r\n$6\r\ngrants\r\n$2\r\n12\r\n$7\r\nwait_ms\r\n$3\r\n345\r\n$5\r\nother\r\n$1\r\n9\r\n"
+
+#define EMPTY_KIND "*8\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n"
+
+Test(status_reply, a_snapshot_by_name)
+{
+    redisReply *r = reply_of("*3\r\n:5000\r\n" STATUS_KIND EMPTY_KIND);
+    dbt_status_reply s;
+    char err[DBT_ERRLEN];
+    cr_assert(dbt_parse_status(r, &s, err), "%s", err);
+    freeReplyObject(r); /* the entries are copies */
+    cr_expect_eq(s.now_ms, 5000);
+    const dbt_status_kind *q = &s.kind[DBT_KIND_QUERY];
+    cr_expect_eq(q->limit_seen, 4);
+    cr_expect_eq(q->override, 0);
+    cr_expect_not(q->drained);
+    cr_expect_eq(q->nholders, 2);
+    cr_expect_eq(q->nwaiters, 1);
+    cr_assert_eq(q->nh, 2);
+    cr_expect_str_eq(q->holders[0].permit, "a.1", "oldest grant first");
+    cr_expect_str_eq(q->holders[0].host, "hosta");
+    cr_expect_eq(q->holders[0].pid, 11);
+    cr_expect_str_eq(q->holders[0].conn, "conn-a");
+    cr_expect_eq(q->holders[0].since_ms, 1000);
+    cr_expect_eq(q->holders[0].expiry_ms, 8000);
+    cr_expect_str_eq(q->holders[1].permit, "b.2");
+    cr_assert_eq(q->nw, 1);
+    cr_expect_str_eq(q->waiters[0].permit, "c.3");
+    cr_expect_str_eq(q->waiters[0].host, "", "no info: fields stay empty");
+    cr_expect_eq(q->counters[DBT_CTR_GRANTS], 12);
+    cr_expect_eq(q->counters[DBT_CTR_WAIT_MS], 345);
+    cr_expect_eq(q->counters[DBT_CTR_QUEUED], 0);
+    cr_expect(q->used);
+    cr_expect_not(s.kind[DBT_KIND_CONN].used);
+    dbt_status_free(&s);
+}
+
+Test(status_reply, malformed)
+{
+    static const char *const bad[] = {
+        "*2\r\n:5000\r\n" EMPTY_KIND,                       /* one kind */
+        "*4\r\n:5000\r\n" EMPTY_KIND EMPTY_KIND EMPTY_KIND, /* three kinds */
+        "*3\r\n*0\r\n" EMPTY_KIND EMPTY_KIND,               /* now an array */
+        "*3\r\n:5000\r\n:1\r\n" EMPTY_KIND,                 /* a kind an integer */
+        "*3\r\n:5000\r\n*7\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n" EMPTY_KIND,
+        "*3\r\n:5000\r\n" STATUS_KIND "*8\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n$-1\r\n",
+        /* holders not in threes (the query kind's entries must be freed, not leaked) */
+        "*3\r\n:5000\r\n" STATUS_KIND
+        "*8\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*2\r\n$1\r\na\r\n:1\r\n*0\r\n*0\r\n",
+        /* a holder's id an integer */
+        "*3\r\n:5000\r\n*8\r\n$-1\r\n$-1\r\n:0\r\n:1\r\n:0\r\n*3\r\n:1\r\n:2\r\n$0\r\n\r\n*0\r\n*"
+        "0\r\n" EMPTY_KIND,
+        /* a waiter's id nil */
+        "*3\r\n:5000\r\n*8\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:1\r\n*0\r\n*2\r\n$-1\r\n$0\r\n\r\n*"
+        "0\r\n" EMPTY_KIND,
+        /* the holders' count an array */
+        "*3\r\n:5000\r\n*8\r\n$-1\r\n$-1\r\n:0\r\n*0\r\n:0\r\n*0\r\n*0\r\n*0\r\n" EMPTY_KIND,
+        "-ERR busy\r\n",
+        "$-1\r\n",
+    };
+    assert_rejects(dbt_parse_status, "status.lua", bad, N(bad), sizeof(dbt_status_reply));
+}
+
+/* ---- admin.lua ------------------------------------------------------------------------------- */
+
+Test(admin_reply, evicted_and_not)
+{
+    char err[DBT_ERRLEN];
+    dbt_admin_reply a;
+    redisReply *r = reply_of("*5\r\n:1\r\n:3\r\n:1\r\n$16\r\n1000 h 42 conn-7\r\n:2500\r\n");
+    cr_assert(dbt_parse_admin(r, &a, err), "%s", err);
+    cr_expect_eq(a.granted, 1);
+    cr_expect_eq(a.holders, 3);
+    cr_expect(a.evicted);
+    cr_expect_str_eq(a.info, "1000 h 42 conn-7");
+    cr_expect_eq(a.now_ms, 2500);
+    freeReplyObject(r);
+    r = reply_of("*5\r\n:0\r\n:2\r\n:0\r\n$-1\r\n:2600\r\n");
+    cr_assert(dbt_parse_admin(r, &a, err), "%s", err);
+    cr_expect_not(a.evicted);
+    cr_expect_str_eq(a.info, "");
+    cr_expect_eq(a.now_ms, 2600);
+    freeReplyObject(r);
+}
+
+Test(admin_reply, malformed)
+{
+    static const char *const bad[] = {
+        "*2\r\n:1\r\n:3\r\n",
+        "*4\r\n:1\r\n:3\r\n:0\r\n$-1\r\n",
+        "*6\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:1\r\n:1\r\n",
+        "*5\r\n$1\r\n1\r\n:3\r\n:0\r\n$-1\r\n:1\r\n",
+        "*5\r\n:1\r\n:3\r\n:0\r\n*0\r\n:1\r\n",
+        "*5\r\n:1\r\n:3\r\n:0\r\n$-1\r\n$-1\r\n",
+        "-ERR admin.lua: unknown operation x\r\n",
+        ":1\r\n",
+    };
+    assert_rejects(dbt_parse_admin, "admin.lua", bad, N(bad), sizeof(dbt_admin_reply));
+}
+
+/* ---- argument builders ----------------------------------------------------------------------- */
+
+static dbt_keys keys;
+static const dbt_config cfg = {.lease_ms = 3000};
+
+static void make_keys(void)
+{
+    cr_assert(dbt_keys_init(&keys, "dbt:", "p"));
+}
+
+static void free_keys(void)
+{
+    dbt_keys_free(&keys);
+}
+
+static void expect_base(const dbt_script_call *c, const char *kind)
+{
+    cr_expect_str_eq(c->args[DBT_ARG_WAKE_PREFIX], keys.wake_prefix);
+    cr_expect_str_eq(c->args[DBT_ARG_KIND], kind);
+    cr_expect_str_eq(c->args[DBT_ARG_LEASE], "3000");
+    cr_expect_str_eq(c->args[DBT_ARG_TTL], "9000", "three leases");
+}
+
+Test(script_args, acquire_in_the_order_acquire_lua_reads, .init = make_keys, .fini = free_keys)
+{
+    dbt_script_call c;
+    dbt_acquire_call a = {.id = "cid.1.5", .limit = 5, .try_only = true, .who = "h 1 -"};
+    dbt_build_acquire(&c, &keys, DBT_KIND_CONN, &cfg, &a);
+    cr_expect_eq(c.script, &dbt_script_acquire);
+    cr_expect_eq(c.nkeys, DBT_NKEYS);
+    cr_expect_str_eq(c.keys[DBT_K_HOLDERS], keys.keys[DBT_KIND_CONN][DBT_K_HOLDERS]);
+    cr_expect_str_eq(c.keys[DBT_K_OWNERS], keys.keys[DBT_KIND_CONN][DBT_K_OWNERS]);
+    cr_assert_eq(c.nargs, 8);
+    expect_base(&c, "c");
+    cr_expect_str_eq(c.args[4], "cid.1.5");
+    cr_expect_str_eq(c.args[5], "5");
+    cr_expect_str_eq(c.args[6], "1");
+    cr_expect_str_eq(c.args[7], "h 1 -");
+}
+
+Test(script_args, release_cancel_admin, .init = make_keys, .fini = free_keys)
+{
+    dbt_script_call c;
+    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, "x.1.1");
+    cr_expect_eq(c.script, &dbt_script_release);
+    cr_assert_eq(c.nargs, 5);
+    expect_base(&c, "q");
+    cr_expect_str_eq(c.args[4], "x.1.1");
+    dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, "x.2.1");
+    cr_expect_eq(c.script, &dbt_script_cancel);
+    cr_assert_eq(c.nargs, 5);
+    cr_expect_str_eq(c.args[4], "x.2.1");
+    dbt_build_admin(&c, &keys, DBT_KIND_QUERY, &cfg, DBT_ADMIN_EVICT, "x.3.1");
+    cr_expect_eq(c.script, &dbt_script_admin);
+    cr_assert_eq(c.nargs, 6);
+    cr_expect_str_eq(c.args[4], "evict");
+    cr_expect_str_eq(c.args[5], "x.3.1");
+    dbt_build_admin(&c, &keys, DBT_KIND_CONN, &cfg, DBT_ADMIN_DRAIN, NULL);
+    cr_expect_str_eq(c.args[4], "drain");
+    cr_expect_str_eq(c.args[5], "");
+}
+
+Test(script_args, renew_counts_ids_then_local_counts, .init = make_keys, .fini = free_keys)
+{
+    char *held_q[] = {"q.1.1", "q.2.1"}, *queued_c[] = {"c.3.1"};
+    dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS] = {
+        [DBT_KIND_QUERY] = {[DBT_RENEW_HELD] = {.ids = held_q, .n = 2}},
+        [DBT_KIND_CONN] = {[DBT_RENEW_QUEUED] = {.ids = queued_c, .n = 1}}};
+    dbt_local_counts local[DBT_NKINDS] = {{.grants = 7, .queued = 2, .wait_us = 45678}, {0}};
+    const char *args[DBT_RENEW_NARGS(3)];
+    dbt_script_call c;
+    dbt_build_renew(&c, &keys, &cfg, lists, local, args);
+    cr_expect_eq(c.script, &dbt_script_renew);
+    cr_expect_eq(c.nkeys, 2 * DBT_NKEYS);
+    cr_expect_str_eq(c.keys[DBT_NKEYS + DBT_K_QUEUE], keys.keys[DBT_KIND_CONN][DBT_K_QUEUE]);
+    cr_assert_eq(c.nargs, (int)DBT_RENEW_NARGS(3));
+    expect_base(&c, "q");
+    const char *want[] = {"2", "0", "0",  "1", "q.1.1", "q.2.1", "c.3.1",
+                          "7", "2", "45", "0", "0",     "0"};
+    for (size_t i = 0; i < N(want); i++)
+        cr_expect_str_eq(c.args[4 + i], want[i], "ARGV[%zu]", 5 + i);
+    dbt_build_renew(&c, &keys, &cfg, NULL, local, args);
+    cr_assert_eq(c.nargs, (int)DBT_RENEW_NARGS(0), "a renewal of nothing, for its counts");
+    cr_expect_str_eq(c.args[4], "0");
+    cr_expect_str_eq(c.args[8], "7");
+}
+
+Test(script_args, status_reads_without_lease, .init = make_keys, .fini = free_keys)
+{
+    dbt_script_call c;
+    dbt_build_status(&c, &keys, 25);
+    cr_expect_eq(c.script, &dbt_script_status);
+    cr_expect_eq(c.nkeys, 2 * DBT_NKEYS);
+    cr_assert_eq(c.nargs, 5);
+    cr_expect_str_eq(c.args[0], keys.wake_prefix);
+    cr_expect_str_eq(c.args[1], "q");
+    cr_expect_str_eq(c.args[2], "0");
+    cr_expect_str_eq(c.args[3], "0");
+    cr_expect_str_eq(c.args[4], "25");
+}
