@@ -88,9 +88,13 @@ $(1)/redis/scripts.o: $(BUILD)/gen/scripts.c
 	$(2) $(3) $$(INC_redis) -MMD -MP -c $$< -o $$@
 endef
 
-$(SCRIPTS_H) $(BUILD)/gen/scripts.c &: $(LUA_SRCS) tools/embed-lua.sh
+# embed-lua.sh rewrites scripts.c and scripts.h only when they change (so that a comment in a
+# script does not rebuild every object): a stamp records that they are up to date.
+$(BUILD)/gen/scripts.stamp: $(LUA_SRCS) tools/embed-lua.sh
 	@mkdir -p $(BUILD)/gen
 	sh tools/embed-lua.sh $(BUILD)/gen $(LUA_SRCS)
+	@touch $@
+$(SCRIPTS_H) $(BUILD)/gen/scripts.c: $(BUILD)/gen/scripts.stamp ;
 
 $(HOOK_LIST) $(EXPORTS) &: $(HOOKS_DEF) tools/gen-exports.sh
 	@mkdir -p $(BUILD)/gen
