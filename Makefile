@@ -94,7 +94,8 @@ $(BUILD)/gen/scripts.stamp: $(LUA_SRCS) tools/embed-lua.sh
 	@mkdir -p $(BUILD)/gen
 	sh tools/embed-lua.sh $(BUILD)/gen $(LUA_SRCS)
 	@touch $@
-$(SCRIPTS_H) $(BUILD)/gen/scripts.c: $(BUILD)/gen/scripts.stamp ;
+$(SCRIPTS_H) $(BUILD)/gen/scripts.c: $(BUILD)/gen/scripts.stamp
+	@test -f $@ || sh tools/embed-lua.sh $(BUILD)/gen $(LUA_SRCS)
 
 $(HOOK_LIST) $(EXPORTS) &: $(HOOKS_DEF) tools/gen-exports.sh
 	@mkdir -p $(BUILD)/gen
