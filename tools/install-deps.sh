@@ -7,7 +7,7 @@ set -eu
 build="gcc make pkg-config binutils libhiredis-dev libpq-dev"
 test="$build clang libcriterion-dev redis-server postgresql postgresql-client clang-format valgrind \
 python3 python3-psycopg2 python3-psycopg ruby-pg libdbd-pg-perl php-cli php-pgsql tmux iproute2 \
-libclang-rt-14-dev groff-base man-db ca-certificates"
+libclang-rt-14-dev groff-base man-db ca-certificates strace"
 case "${1:-test}" in
 build) pkgs=$build; [ $# -gt 0 ] && shift ;;
 test) pkgs=$test; [ $# -gt 0 ] && shift ;;

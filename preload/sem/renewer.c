@@ -180,6 +180,42 @@ void dbt_report_local(dbt_pool *p)
     dbt_redis_budget_end(b);
 }
 
+/* What a renewal sent at `sent` found, applied with p->mu held. nmine: this process' waiters of
+ * each kind that it renewed. */
+static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sent,
+                          const int nmine[DBT_NKINDS])
+{
+    /* What Redis no longer has first: a lease it did not renew must not look renewed. */
+    apply_lost(p, reply);
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
+            s->t_renewed_us < sent)
+            s->t_renewed_us = sent;
+    apply_granted(p, &reply->granted_waiters);
+    for (int k = 0; k < DBT_NKINDS; k++) {
+        if (reply->queue[k] > 0)
+            p->contended[k] = true; /* kept permits go back (the loop sees them due) */
+        /* More waiters than ours: another process queued, even if its push went astray;
+         * or the operator drains the pool or holds it below what is held: the permits
+         * must go back through Redis. */
+        if (reply->queue[k] > nmine[k] || !reply->handover_allowed[k])
+            dbt_handover_foreign(p, (dbt_kind)k, 0);
+    }
+}
+
+/* A renewal sent at `sent` got no usable answer, with p->mu held. */
+static void renewal_failed(dbt_pool *p, int64_t sent)
+{
+    /* Waiters learn it at once; the listener connection is suspect too. */
+    dbt_fail_waiters(p);
+    p->listener_reset = true;
+    expire_unrenewed(p, dbt_now_us());
+    /* Try again in a second (or sooner, at the next regular renewal). */
+    int64_t period = renew_period_us(p);
+    if (period > 1000000)
+        p->last_renew_us = sent - period + 1000000;
+}
+
 /* One renewal round trip for both kinds. Called with p->mu held; releases it meanwhile. */
 static void renew(dbt_pool *p)
 {
@@ -229,32 +265,10 @@ static void renew(dbt_pool *p)
             p->unreported[k].wait_us += local[k].wait_us;
         }
     if (rep) {
-        /* What Redis no longer has first: a lease it did not renew must not look renewed. */
-        apply_lost(p, &reply);
-        for (struct dbt_slot *s = p->slots; s; s = s->next)
-            if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
-                s->t_renewed_us < sent)
-                s->t_renewed_us = sent;
-        apply_granted(p, &reply.granted_waiters);
-        for (int k = 0; k < DBT_NKINDS; k++) {
-            if (reply.queue[k] > 0)
-                p->contended[k] = true; /* kept permits go back (the loop sees them due) */
-            /* More waiters than ours: another process queued, even if its push went astray;
-             * or the operator drains the pool or holds it below what is held: the permits
-             * must go back through Redis. */
-            if (reply.queue[k] > nmine[k] || !reply.handover_allowed[k])
-                dbt_handover_foreign(p, (dbt_kind)k, 0);
-        }
+        apply_renewal(p, &reply, sent, nmine);
         freeReplyObject(rep);
     } else {
-        /* Waiters learn it at once; the listener connection is suspect too. */
-        dbt_fail_waiters(p);
-        p->listener_reset = true;
-        expire_unrenewed(p, dbt_now_us());
-        /* Try again in a second (or sooner, at the next regular renewal). */
-        int64_t period = renew_period_us(p);
-        if (period > 1000000)
-            p->last_renew_us = sent - period + 1000000;
+        renewal_failed(p, sent);
     }
 }
 

@@ -1,5 +1,5 @@
-/* fuzz_redact.c - libFuzzer target for the setting value parsers (preload/config_values.c) and
- * the redaction of URLs and conninfo strings (preload/redact.c, declared in preload/log.h).
+/* fuzz_redact.c - libFuzzer target for the setting value parsers (preload/base/config_values.c) and
+ * the redaction of URLs and conninfo strings (preload/base/redact.c, declared in log.h).
  *
  * The low 4 bits of the first input byte pick what is fuzzed, the high 4 bits are flags; the
  * rest of the input is the text. Besides memory and UB errors, it checks what config.h, log.h and

@@ -394,6 +394,21 @@ it_connection_permits() {
     check "MAX_CONNECTIONS=2, 5 clients: all ran (failures: $rcs, backends: $nconn)" \
         '[ $rcs -eq 0 ] && [ "$nconn" -eq 5 ]'
     check "never more than 2 backends open at once (saw $maxc)" '[ "$maxc" -le 2 ] && [ "$maxc" -ge 1 ]'
+    # The permit goes back once the connection is closed, not before: in the client's own system
+    # calls, the close of its PostgreSQL socket comes before the release.lua sent for the permit
+    # (the other way round, the connection it admits could open while this one still is).
+    throttled DBTHROTTLE_MAX_CONNECTIONS=1 strace -f -qq -s 512 -o "$work/finish.strace" \
+        -e trace=connect,close,write,writev,sendto,sendmsg psql -qAt -c "select 1" >/dev/null 2>&1
+    release_sha=$(sed -n 's/.*dbt_script_release = {"release", body_release, [0-9]*, "\([0-9a-f]*\)"};/\1/p' \
+        "$top/build/gen/scripts.c")
+    order=$(awk -v port="$PGPORT" -v sha="$release_sha" '
+        /connect\(/ && index($0, "htons(" port ")") && !fd { match($0, /connect\([0-9]+/); fd = substr($0, RSTART + 8, RLENGTH - 8) }
+        fd && !closed && index($0, "close(" fd ")") { closed = NR }
+        sha && index($0, sha) && /:c:holders/ { release = NR }
+        END { if (closed && release > closed) print "closed, then released"
+              else print "released at line " release ", closed at line " closed }' "$work/finish.strace")
+    check "a connection permit goes back after its socket is closed ($order)" \
+        '[ "$order" = "closed, then released" ]'
     throttled DBTHROTTLE_MAX_CONNECTIONS=1 psql -qAt -c "select pg_sleep(2)" >/dev/null 2>&1 &
     holder=$!
     wait_holders c 1
