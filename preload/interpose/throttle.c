@@ -10,6 +10,7 @@
 #include "lib.h"
 #include "log.h"
 #include "real.h"
+#include "server_name.h"
 
 #include <fnmatch.h>
 #include <inttypes.h>
@@ -25,14 +26,15 @@ static int64_t now_ms(void)
     return dbt_now_us() / 1000;
 }
 
-/* "host:port/dbname" of the server the connection really reaches, as libpq resolved it
- * (defaults, service files and PG* variables applied). Never a password. */
+/* "<server>/dbname": the server as server_name.c names it (one name for every spelling of one
+ * address and port), and the database libpq resolved (defaults, service files and PG* variables
+ * applied). Never a password. */
 static void default_pool(PGconn *conn, char *out, size_t cap)
 {
-    const char *host = DBT_REAL(PQhost)(conn), *port = DBT_REAL(PQport)(conn);
+    char server[400];
+    dbt_server_name(conn, server, sizeof server);
     const char *db = DBT_REAL(PQdb)(conn);
-    snprintf(out, cap, "%s:%s/%s", host && *host ? host : "localhost",
-             port && *port ? port : "5432", db ? db : "");
+    snprintf(out, cap, "%s/%s", server, db ? db : "");
 }
 
 /* DBTHROTTLE_EXEMPT: monitoring, health checks and operators must get through a saturated pool
