@@ -156,7 +156,7 @@ it_refusal_reads_like_a_libpq_error() {
     rc=$?
     check "psql refused: exits non-zero (rc $rc)" [ $rc -ne 0 ]
     check "psql refused: says dbthrottle, the pool and the limit" \
-        grep -q 'dbthrottle: no query permit for pool "127.0.0.1:[0-9]*/postgres" (limit 1) after waiting' "$work/refused.err"
+        grep -q 'dbthrottle: no query permit for pool "localhost@[^"]*:[0-9]*/postgres" (limit 1) after waiting' "$work/refused.err"
     check "psql refused: nothing reached the server (no output)" [ ! -s "$work/refused.out" ]
     wait $holder
 }
