@@ -21,10 +21,11 @@
 -- Ids are made by the client: "<cid>.<serial>.<limit>", cid = 16 hex digits per process.
 -- A dry run (dbthrottle check and run, before a worker starts; cli/preflight.c): the command loads
 -- each script with the next line changed to `local DRY_RUN = true`, and calls it on the pool's
--- keys as a worker would. Reads then run, every other command is only checked against the caller's
--- ACL (redis.acl_check_cmd, Redis 7) with the keys and arguments it would have, and answers as if
--- it had done its work (so the script goes on to the commands after it): nothing changes, and a
--- command the user may not run fails with NOPERM, naming the command and its key.
+-- keys as a worker would. Every command is first checked against the caller's ACL
+-- (redis.acl_check_cmd, Redis 7) with the keys and arguments it would have; then reads run, and
+-- every other command answers as if it had done its work (so the script goes on to the commands
+-- after it): nothing changes, and a command the user may not run fails with NOPERM, naming the
+-- command and its key.
 local DRY_RUN = false
 local redis = redis
 if DRY_RUN then
