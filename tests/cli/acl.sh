@@ -183,7 +183,7 @@ rcli CONFIG SET save "" >/dev/null
 DBTHROTTLE_REDIS_URL=redis://127.0.0.1:1 DBTHROTTLE_MAX_QUERIES=1 "$D" check --redis "$wurl" >"$work/out" 2>"$work/err"; rc=$?
 check "check --redis URL: the option wins over the environment ($(cat "$work/err"))" '[ $rc -eq 0 ] && grep -q "dbthrottle-worker:\*\*\*@" "$work/out"'
 DBTHROTTLE_MAX_QUERIES=1 "$D" check --redis "$wurl" --key-prefix acltest: >"$work/out" 2>"$work/err"; rc=$?
-check "check --key-prefix P: the dry run is on P's keys, which the worker user may not touch: exit 1 ($(cat "$work/err"))" '[ $rc -eq 1 ] && grep -Eq "^  DBTHROTTLE_KEY_PREFIX +acltest: +environment" "$work/out" && grep -q "NOPERM.*keys" "$work/err"'
+check "check --key-prefix P: the dry run is on P's keys, which the worker user may not touch: exit 1 ($(cat "$work/err"))" '[ $rc -eq 1 ] && grep -Eq "^  DBTHROTTLE_KEY_PREFIX +\"acltest:\" +environment" "$work/out" && grep -q "NOPERM.*keys" "$work/err"'
 DBTHROTTLE_MAX_QUERIES=1 "$D" check --key-prefix acltest: >"$work/out" 2>"$work/err"; rc=$?
 check "check --key-prefix P as the admin: exit 0" '[ $rc -eq 0 ]'
 DBTHROTTLE_MAX_QUERIES=1 "$D" check --redis "redis://dbthrottle-worker:nope@127.0.0.1:$rport" >/dev/null 2>"$work/err"; rc=$?
