@@ -280,9 +280,10 @@ test-faults: all $(BUILD)/tests/fault_worker
 test-faults-cache: all $(BUILD)/tests/fault_worker
 	DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh $(T)
 
-# The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh).
+# The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh), and the documented
+# Redis ACLs with what run and check verify before a worker starts (tests/cli/acl.sh).
 test-cli: all $(BUILD)/tests/fault_worker
-	sh tests/cli/run.sh
+	sh tests/cli/run.sh; rc=$$?; sh tests/cli/acl.sh && exit $$rc
 
 # Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.
 soak: all $(BUILD)/tests/fault_worker
@@ -323,6 +324,10 @@ install: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
 	install -m 0644 docs/dbthrottle.1 $(DESTDIR)$(MANDIR)/man1/dbthrottle.1
 	install -m 0644 docs/libdbthrottle.7 $(DESTDIR)$(MANDIR)/man7/libdbthrottle.7
 	install -m 0644 README.md docs/*.md config/dbthrottle.conf.example $(DESTDIR)$(DOCDIR)/
+	@# Into the system itself (not a DESTDIR staging tree): refresh ld.so's cache, so the library
+	@# is found where LIBDIR is in its search path. Preload it by its absolute path all the same:
+	@# ld.so ignores a bare LD_PRELOAD name it cannot find, and the program runs unthrottled.
+	if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then ldconfig; fi
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libdbthrottle.so $(DESTDIR)$(BINDIR)/dbthrottle \

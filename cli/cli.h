@@ -57,6 +57,27 @@ dbt_redis *cli_connect(const char *cmd, const dbt_config *cfg);
 int cli_list_pools(dbt_redis *r, const dbt_config *cfg, char ***out, char *err);
 void cli_free_names(char **names, int n);
 
+/* ---- before a worker starts (preflight.c) ---------------------------------------------------- */
+
+/* The library dbthrottle run preloads: beside this program (the build tree), in ../lib (an
+ * installed prefix), or where make install put it. An absolute path (ld.so ignores a bare name
+ * that is not in its search path), so the program may also change directory. */
+bool cli_find_library(char *out, size_t cap);
+/* True when the library at path loads (dlopen in a child: nothing it does reaches this process);
+ * else a one-line reason in err. */
+bool cli_check_library(const char *path, char *err);
+/* True when Redis answers with cfg's credentials, is 7.0 or newer (its version in version), will
+ * not evict the pools' keys, and lets this user run every command a worker sends, the scripts'
+ * own included: a dry run on pool's keys that changes nothing. Else a one-line reason naming what
+ * to fix in err. */
+bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, size_t vcap,
+                     char *err);
+/* 1 when Redis persists its data (RDB save points or the append-only file), 0 when a restart
+ * loses it, -1 when it cannot tell (message in err). */
+int cli_redis_persists(const dbt_config *cfg, char *err);
+/* The pool a check's dry run uses when DBTHROTTLE_POOL is not set. */
+#define CLI_CHECK_POOL "dbthrottle-check"
+
 /* ---- a pool's state, read by status.lua (view.c) ------------------------------------------ */
 
 typedef struct {

@@ -5,20 +5,29 @@
 #include "scripts.h"
 #include "settings.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-extern char **environ;
-
 static const char usage[] =
-    "usage: dbthrottle check\n"
+    "usage: dbthrottle check [--redis URL] [--key-prefix P] [--library PATH]\n"
     "\n"
     "Validates the configuration exactly as the library would (DBTHROTTLE_CONFIG's file, then\n"
-    "the DBTHROTTLE_* variables; same parser, same messages), opens the log, connects to Redis,\n"
-    "loads the scripts, and prints every effective setting with where it came from (default,\n"
-    "file, environment). Exit code 0 only when all is well.\n";
+    "the DBTHROTTLE_* variables; same parser, same messages), opens the log, and prints every\n"
+    "effective setting with where it came from (default, file, environment). Then it makes the\n"
+    "checks dbthrottle run makes before it starts a worker: the library loads; Redis answers with\n"
+    "these credentials, is 7.0 or newer and has no maxmemory-policy that evicts keys; and this\n"
+    "Redis user may run every command a worker sends, the scripts' own included (a dry run on the\n"
+    "keys of DBTHROTTLE_POOL, or of the pool \"" CLI_CHECK_POOL "\" when none is set: nothing\n"
+    "changes). It warns when Redis persists nothing (a restart would lose drains and overrides).\n"
+    "Exit code 0 only when all is well.\n"
+    "\n"
+    "  --redis URL       the coordinating Redis (as DBTHROTTLE_REDIS_URL)\n"
+    "  --key-prefix P    the prefix of dbthrottle's keys (as DBTHROTTLE_KEY_PREFIX)\n"
+    "  --library PATH    the library to try (default: the one dbthrottle run would preload)\n";
 
 static double now_ms(void)
 {
@@ -27,34 +36,16 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* "7.0.15" from INFO server; true when it is at least 7 (the scripts use PEXPIRE ... NX). */
-static bool redis_version(dbt_redis *r, char *out, size_t cap, char *err)
-{
-    const char *argv[] = {"INFO", "server"};
-    redisReply *rep = dbt_redis_command(r, 2, argv, NULL, err);
-    if (!rep)
-        return false;
-    snprintf(out, cap, "unknown");
-    const char *v = rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS
-                        ? strstr(rep->str, "redis_version:")
-                        : NULL;
-    if (v) {
-        v += strlen("redis_version:");
-        size_t n = strcspn(v, "\r\n");
-        snprintf(out, cap, "%.*s", (int)(n < 30 ? n : 30), v);
-    }
-    freeReplyObject(rep);
-    if (atoi(out) < 7) {
-        snprintf(err, DBT_ERRLEN,
-                 "Redis %s is too old: dbthrottle's scripts need Redis 7.0 or later", out);
-        return false;
-    }
-    return true;
-}
-
 int cmd_check(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"redis", required_argument, NULL, CLI_OPT_REDIS},
+        {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
+        {"library", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    cli_redis_opts ro = {0};
+    const char *library = NULL;
     int opt;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -62,19 +53,22 @@ int cmd_check(int argc, char **argv)
             fputs(usage, stdout);
             return 0;
         }
-        return cli_usage_error("check", "unknown option '%s'", argv[optind - 1]);
+        if (opt == 'l') {
+            library = optarg;
+            continue;
+        }
+        if (opt != '?' && opt != ':' && cli_redis_opt(&ro, opt, optarg))
+            continue;
+        return cli_usage_error("check", "bad option '%s'", argv[optind - 1]);
     }
     if (optind < argc)
         return cli_usage_error("check", "unexpected argument '%s'", argv[optind]);
 
     dbt_config cfg;
     char err[DBT_ERRLEN];
-    if (!dbt_config_load(&cfg, environ, err)) {
-        /* The library's own message, as it would log it before refusing every command. */
-        cli_fail("check", "%s", err);
-        dbt_config_free(&cfg);
+    /* The library's own message, as it would log it before refusing every command. */
+    if (!cli_load_config("check", &ro, &cfg))
         return 1;
-    }
     printf("settings, as the library reads them:\n");
     for (const dbt_setting *s = dbt_settings; s->key; s++) {
         char value[512];
@@ -90,29 +84,38 @@ int cmd_check(int argc, char **argv)
     }
     dbt_log_close();
 
+    char lib[PATH_MAX];
+    if (library ? !realpath(library, lib) : !cli_find_library(lib, sizeof lib)) {
+        rc = cli_fail("check", "%s: %s", library ? library : "libdbthrottle.so",
+                      library ? strerror(errno) : "not found (give --library PATH)");
+    } else if (!cli_check_library(lib, err)) {
+        rc = cli_fail("check", "%s: %s", lib, err);
+    } else {
+        printf("library: %s loads\n", lib);
+    }
+
     double t0 = now_ms();
-    dbt_redis *r = dbt_redis_connect(&cfg, err);
-    double t1 = now_ms();
     char version[32] = "";
-    if (!r) {
-        rc = cli_fail("check", "%s", err);
-    } else if (!redis_version(r, version, sizeof version, err)) {
+    if (!cli_check_redis(&cfg, cfg.pool ? cfg.pool : CLI_CHECK_POOL, version, sizeof version,
+                         err)) {
         rc = cli_fail("check", "%s", err);
     } else {
-        int loaded = 0;
-        for (int i = 0; i < dbt_nscripts; i++) {
-            if (!dbt_redis_load_script(r, dbt_scripts[i], err)) {
-                rc = cli_fail("check", "script %s: %s", dbt_scripts[i]->name, err);
-                break;
-            }
-            loaded++;
-        }
-        if (loaded == dbt_nscripts)
-            printf("redis: %s: connected in %.1f ms, Redis %s, %d scripts loaded\n",
-                   cfg.redis_url_redacted, t1 - t0, version, loaded);
+        printf("redis: %s: connected and checked in %.1f ms, Redis %s, %d scripts loaded, "
+               "every command a worker sends allowed (dry run on pool %s)\n",
+               cfg.redis_url_redacted, now_ms() - t0, version, dbt_nscripts,
+               cfg.pool ? cfg.pool : CLI_CHECK_POOL);
+        int persists = cli_redis_persists(&cfg, err);
+        if (persists == 0)
+            fprintf(stderr,
+                    "dbthrottle check: warning: Redis persists nothing (no RDB save points, "
+                    "appendonly no): a restart loses every drain and limit override (dbthrottle "
+                    "drain, limit); set save or appendonly yes in that Redis\n");
+        else if (persists < 0)
+            fprintf(stderr,
+                    "dbthrottle check: warning: cannot tell whether Redis persists drains and "
+                    "overrides (%s)\n",
+                    err);
     }
-    if (r)
-        dbt_redis_free(r);
 
     if (cfg.disable) {
         printf("DBTHROTTLE_DISABLE is on: the library would do nothing\n");

@@ -16,11 +16,14 @@ extern char **environ;
 
 static const char usage[] =
     "usage: dbthrottle run [--max-queries N] [--max-connections N] [--pool P] [--redis URL]\n"
-    "                      [--trace] [--library PATH] [--] CMD [ARG...]\n"
+    "                      [--trace] [--library PATH] [--no-check] [--] CMD [ARG...]\n"
     "\n"
     "Runs CMD with libdbthrottle.so preloaded and these settings in its environment (each\n"
     "option sets the DBTHROTTLE_ variable of the same name; the others, and DBTHROTTLE_CONFIG,\n"
-    "are passed on as they are). The settings are checked first, with the library's parser.\n"
+    "are passed on as they are). Before it starts CMD it checks, and refuses with exit code 2 and\n"
+    "the reason: the settings (the library's parser), that the library loads, that Redis answers\n"
+    "with these credentials and will not evict the pool's keys, and that this Redis user may run\n"
+    "every command a worker sends (a dry run of the scripts on the pool's keys: nothing changes).\n"
     "\n"
     "  --max-queries N      at most N queries at once in the pool, across all hosts\n"
     "  --max-connections N  at most N connections at once in the pool\n"
@@ -28,11 +31,10 @@ static const char usage[] =
     "  --redis URL          the coordinating Redis (redis://[user:pass@]host:port[/db])\n"
     "  --trace              log every acquisition and release (DBTHROTTLE_LOG_LEVEL=info)\n"
     "  --library PATH       the library to preload (default: found beside this program, in\n"
-    "                       ../lib, or in " DBT_LIBDIR ")\n";
+    "                       ../lib, or in " DBT_LIBDIR "); always preloaded by its absolute path\n"
+    "  --no-check           start CMD without checking the library and Redis first\n";
 
-/* The library: beside this program (the build tree), in ../lib (an installed prefix), or where
- * make install put it. An absolute path, so the program may change directory. */
-static bool find_library(char *out, size_t cap)
+bool cli_find_library(char *out, size_t cap)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -90,6 +92,7 @@ int cmd_run(int argc, char **argv)
                                              {"redis", required_argument, NULL, 'r'},
                                              {"trace", no_argument, NULL, 't'},
                                              {"library", required_argument, NULL, 'l'},
+                                             {"no-check", no_argument, NULL, 'n'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     /* Each option is checked by the library's own parser before it is exported. */
@@ -101,6 +104,7 @@ int cmd_run(int argc, char **argv)
                 {'p', "DBTHROTTLE_POOL"},
                 {'r', "DBTHROTTLE_REDIS_URL"}};
     const char *library = NULL;
+    bool preflight = true;
     char err[DBT_ERRLEN];
     int opt;
     opterr = 0;
@@ -114,6 +118,9 @@ int cmd_run(int argc, char **argv)
             continue;
         case 'l':
             library = optarg;
+            continue;
+        case 'n':
+            preflight = false;
             continue;
         case '?':
         case ':':
@@ -134,28 +141,49 @@ int cmd_run(int argc, char **argv)
     if (optind >= argc)
         return cli_usage_error("run", "no command to run");
 
-    /* The whole configuration, file included, as the worker's library will read it. */
+    /* The whole configuration, file included, as the worker's library will read it. A worker
+     * that would start unthrottled (a bad setting, no limit, a library that does not load, a
+     * Redis it cannot use) is refused here, before it runs, rather than found out later. */
     dbt_config cfg;
     bool ok = dbt_config_load(&cfg, environ, err);
-    if (!ok)
+    if (!ok) {
         cli_fail("run", "%s", err);
-    else if (!cfg.disable && !cfg.max_queries && !cfg.max_connections)
-        ok = !cli_fail("run", "nothing to throttle: give --max-queries or --max-connections "
-                              "(or set DBTHROTTLE_MAX_QUERIES or DBTHROTTLE_MAX_CONNECTIONS)");
-    dbt_config_free(&cfg);
-    if (!ok)
-        return 1;
+        return EXIT_USAGE;
+    }
+    if (!cfg.disable && !cfg.max_queries && !cfg.max_connections) {
+        dbt_config_free(&cfg);
+        cli_fail("run", "nothing to throttle: give --max-queries or --max-connections "
+                        "(or set DBTHROTTLE_MAX_QUERIES or DBTHROTTLE_MAX_CONNECTIONS)");
+        return EXIT_USAGE;
+    }
 
     char lib[PATH_MAX];
     if (library) {
-        if (access(library, R_OK) != 0 || !realpath(library, lib))
-            return cli_fail("run", "--library %s: %s", library, strerror(errno));
-    } else if (!find_library(lib, sizeof lib)) {
-        return cli_fail("run",
-                        "libdbthrottle.so not found beside this program, in ../lib or in "
-                        "%s: give --library PATH",
-                        DBT_LIBDIR);
+        if (access(library, R_OK) != 0 || !realpath(library, lib)) {
+            dbt_config_free(&cfg);
+            cli_fail("run", "--library %s: %s", library, strerror(errno));
+            return EXIT_USAGE;
+        }
+    } else if (!cli_find_library(lib, sizeof lib)) {
+        dbt_config_free(&cfg);
+        cli_fail("run",
+                 "libdbthrottle.so not found beside this program, in ../lib or in %s: give "
+                 "--library PATH",
+                 DBT_LIBDIR);
+        return EXIT_USAGE;
     }
+    if (preflight && !cfg.disable) {
+        char version[32];
+        ok = cli_check_library(lib, err);
+        if (!ok)
+            cli_fail("run", "%s: %s", lib, err);
+        else if (!(ok = cli_check_redis(&cfg, cfg.pool ? cfg.pool : CLI_CHECK_POOL, version,
+                                        sizeof version, err)))
+            cli_fail("run", "%s (or --no-check to start anyway)", err);
+    }
+    dbt_config_free(&cfg);
+    if (!ok)
+        return EXIT_USAGE;
     if (!set_preload(lib))
         return cli_fail("run", "out of memory");
     execvp(argv[optind], argv + optind);

@@ -19,6 +19,49 @@
 --         to the list wake prefix .. cid, on which that process' listener blocks (BLPOP)
 -- ARGV[2] kind ("q" or "c"), ARGV[3] the caller's lease (ms), ARGV[4] key TTL (ms)
 -- Ids are made by the client: "<cid>.<serial>.<limit>", cid = 16 hex digits per process.
+-- A dry run (dbthrottle check and run, before a worker starts; cli/preflight.c): the command loads
+-- each script with the next line changed to `local DRY_RUN = true`, and calls it on the pool's
+-- keys as a worker would. Every command is first checked against the caller's ACL
+-- (redis.acl_check_cmd, Redis 7) with the keys and arguments it would have; then reads run, and
+-- every other command answers as if it had done its work (so the script goes on to the commands
+-- after it): nothing changes, and a command the user may not run fails with NOPERM, naming the
+-- command and its key.
+local DRY_RUN = false
+local redis = redis
+if DRY_RUN then
+    local real = redis
+    local READS = {
+        GET = true, MGET = true, PTTL = true, TIME = true, HGET = true, HLEN = true,
+        HGETALL = true, ZCARD = true, ZCOUNT = true, ZRANGE = true, ZRANGEBYSCORE = true,
+        ZSCORE = true,
+    }
+    -- What a write answers had it run: enough for the script to take its longer paths (a member
+    -- removed, a counter or a field new).
+    local function pretend(cmd, ...)
+        local args = {...}
+        if cmd == 'HINCRBY' or cmd == 'INCRBY' then
+            return tonumber(args[3] or args[2]) or 1
+        elseif cmd == 'ZREM' or cmd == 'HDEL' or cmd == 'DEL' then
+            return #args - ((cmd == 'DEL') and 0 or 1)
+        elseif cmd == 'SET' then
+            return {ok = 'OK'}
+        end
+        return 1
+    end
+    local function dry_call(cmd, ...)
+        local c = string.upper(cmd)
+        -- checked first, reads too: Redis' own refusal inside a script does not name the command
+        if not real.acl_check_cmd(cmd, ...) then
+            error({err = 'NOPERM dry run: this user may not run ' .. c .. ' on ' ..
+                tostring((...)) .. ' (see the Redis ACLs in docs/operations.md)'})
+        end
+        if READS[c] then
+            return real.call(cmd, ...)
+        end
+        return pretend(c, ...)
+    end
+    redis = setmetatable({call = dry_call}, {__index = real})
+end
 local NK = 10 -- keys per semaphore
 local WAKE = ARGV[1]
 local LEASE, TTL = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -209,3 +252,10 @@ local function touch(s, force)
     end
 end
 
+
+-- A dry run also checks the wake lists, which a script writes only when it grants or asks for kept
+-- permits back: an idle pool's dry run would not reach those pushes.
+if DRY_RUN and WAKE and TTL then
+    redis.call('RPUSH', WAKE .. '0000000000000000', 'x')
+    redis.call('PEXPIRE', WAKE .. '0000000000000000', TTL)
+end

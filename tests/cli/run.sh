@@ -68,7 +68,7 @@ check "evict without PERMIT: exit 2" '[ $rc -eq 2 ]'
 "$D" run --max-queries 0 -- true >/dev/null 2>"$work/err"; rc=$?
 check "run --max-queries 0: exit 2, the library's message ($(cat "$work/err"))" '[ $rc -eq 2 ] && grep -q "DBTHROTTLE_MAX_QUERIES: bad value \"0\"" "$work/err"'
 "$D" run -- true >/dev/null 2>"$work/err"; rc=$?
-check "run without a limit: refused, exit 1 (nothing unthrottled by accident)" '[ $rc -eq 1 ] && grep -q "nothing to throttle" "$work/err"'
+check "run without a limit: refused, exit 2 (nothing unthrottled by accident)" '[ $rc -eq 2 ] && grep -q "nothing to throttle" "$work/err"'
 "$D" status --json --prometheus >/dev/null 2>&1; rc=$?
 check "status --json --prometheus: exit 2" '[ $rc -eq 2 ]'
 

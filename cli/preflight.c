@@ -1,0 +1,305 @@
+/* preflight.c - what must hold before a worker starts (dbthrottle run and check): the library
+ * loads, Redis answers with the worker's credentials, Redis will not evict the pool's keys, and
+ * every command the worker sends, the scripts' own included, is allowed by its Redis user (a dry
+ * run that changes nothing: see lua/_common.lua). Each failure is one line naming what to fix. */
+#include "cli.h"
+
+#include "scripts.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+bool cli_check_library(const char *path, char *err)
+{
+    /* In a child, so that nothing the library does when loaded (constructors, threads, the
+     * symbols it interposes) can reach this process; with DBTHROTTLE_DISABLE on, so that it does
+     * nothing there but load. dlerror() comes back through a pipe. */
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return snprintf(err, DBT_ERRLEN, "pipe: %s", strerror(errno)), false;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return snprintf(err, DBT_ERRLEN, "fork: %s", strerror(errno)), false;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        int null = open("/dev/null", O_RDWR);
+        if (null >= 0) {
+            dup2(null, STDOUT_FILENO);
+            dup2(null, STDERR_FILENO);
+        }
+        setenv("DBTHROTTLE_DISABLE", "on", 1);
+        if (dlopen(path, RTLD_NOW | RTLD_LOCAL))
+            _exit(0);
+        const char *e = dlerror();
+        ssize_t w = write(fds[1], e ? e : "dlopen failed", strlen(e ? e : "dlopen failed"));
+        (void)w;
+        _exit(1);
+    }
+    close(fds[1]);
+    char msg[DBT_ERRLEN - 64];
+    ssize_t n = 0, got;
+    while (n < (ssize_t)sizeof msg - 1 &&
+           (got = read(fds[0], msg + n, sizeof msg - 1 - (size_t)n)) != 0) {
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            break;
+        n += got;
+    }
+    msg[n] = '\0';
+    close(fds[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return true;
+    snprintf(err, DBT_ERRLEN, "the library does not load (%s): give --library PATH",
+             n > 0 ? msg : "the loader died");
+    return false;
+}
+
+/* Names the setting to fix for a Redis error, after Redis' own words. */
+static void redis_advice(const char *what, const char *detail, char *err)
+{
+    const char *fix;
+    if (strstr(detail, "NOPERM"))
+        fix = "the Redis user of DBTHROTTLE_REDIS_URL lacks a permission: give it the worker ACL "
+              "of docs/operations.md";
+    else if (strstr(detail, "WRONGPASS") || strstr(detail, "NOAUTH") || strstr(detail, "AUTH"))
+        fix = "fix the user or password in DBTHROTTLE_REDIS_URL";
+    else if (strstr(detail, "SELECT"))
+        fix = "fix the database index in DBTHROTTLE_REDIS_URL";
+    else
+        fix = "check DBTHROTTLE_REDIS_URL";
+    snprintf(err, DBT_ERRLEN, "%.40s%s%.300s: %s", what, *what ? ": " : "", detail, fix);
+}
+
+/* One field of an INFO section, or "" (out: cap bytes). */
+static bool info_field(dbt_redis *r, const char *section, const char *field, char *out, size_t cap,
+                       char *err)
+{
+    const char *argv[] = {"INFO", section};
+    redisReply *rep = dbt_redis_command(r, 2, argv, NULL, err);
+    if (!rep)
+        return false;
+    out[0] = '\0';
+    if (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS) {
+        char key[64];
+        snprintf(key, sizeof key, "%s:", field);
+        const char *v = strstr(rep->str, key);
+        if (v) {
+            v += strlen(key);
+            size_t n = strcspn(v, "\r\n");
+            snprintf(out, cap, "%.*s", (int)(n < cap - 1 ? n : cap - 1), v);
+        }
+    }
+    freeReplyObject(rep);
+    return true;
+}
+
+/* The dry-run form of a script: its body with `local DRY_RUN = false` made true, loaded by
+ * SCRIPT LOAD (as a worker loads the real ones), its SHA1 from Redis. */
+typedef struct {
+    dbt_script s;
+    char *body;
+    char sha[48];
+} dry_script;
+
+static bool dry_load(dbt_redis *r, const dbt_script *real, dry_script *d, char *err)
+{
+    static const char flag[] = "local DRY_RUN = false";
+    memset(d, 0, sizeof *d);
+    d->body = malloc(real->len + 1);
+    if (!d->body)
+        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    memcpy(d->body, real->body, real->len);
+    d->body[real->len] = '\0';
+    char *at = strstr(d->body, flag);
+    if (!at) {
+        snprintf(err, DBT_ERRLEN, "script %s has no dry-run switch", real->name);
+        return false;
+    }
+    memcpy(at + strlen("local DRY_RUN = "), "true ", 5); /* same length */
+    const char *argv[] = {"SCRIPT", "LOAD", d->body};
+    size_t lens[] = {6, 4, real->len};
+    redisReply *rep = dbt_redis_command(r, 3, argv, lens, err);
+    if (!rep)
+        return false;
+    bool ok = rep->type == REDIS_REPLY_STRING && rep->len < sizeof d->sha;
+    if (ok)
+        snprintf(d->sha, sizeof d->sha, "%s", rep->str);
+    else
+        snprintf(err, DBT_ERRLEN, "SCRIPT LOAD: unexpected reply");
+    freeReplyObject(rep);
+    d->s = (dbt_script){real->name, d->body, real->len, d->sha};
+    return ok;
+}
+
+static bool any_reply(const redisReply *r, void *out, char *err)
+{
+    (void)r, (void)out, (void)err;
+    return true;
+}
+
+/* Runs c's script in its dry-run form. */
+static bool dry_call(dbt_redis *r, dbt_script_call *c, char *err)
+{
+    const char *name = c->script->name;
+    dry_script d;
+    char e[DBT_ERRLEN];
+    bool ok = dry_load(r, c->script, &d, e);
+    if (ok) {
+        c->script = &d.s;
+        redisReply *rep = dbt_script_run(r, c, any_reply, NULL, e);
+        ok = rep != NULL;
+        freeReplyObject(rep);
+    }
+    if (!ok)
+        redis_advice(name, e, err);
+    free(d.body);
+    return ok;
+}
+
+/* Every script a worker runs, along the paths it takes (granted at once; queued; refused; a
+ * release; a cancel; a renewal of a holder and a waiter of each kind), on pool's keys. */
+static bool dry_run_scripts(dbt_redis *r, const dbt_config *cfg, const char *pool, char *err)
+{
+    dbt_keys k;
+    if (!dbt_keys_init(&k, cfg->key_prefix, pool)) {
+        dbt_keys_free(&k);
+        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    }
+    static const char id[] = "0000000000000000.1.1";
+    bool ok = true;
+    dbt_script_call c;
+    for (int kind = 0; ok && kind < DBT_NKINDS; kind++) {
+        const dbt_acquire_call paths[] = {{id, 1000000, false, "dbthrottle-check 0 c0"},
+                                          {id, 0, false, "dbthrottle-check 0 c0"},
+                                          {id, 0, true, "dbthrottle-check 0 c0"}};
+        for (size_t i = 0; ok && i < sizeof paths / sizeof *paths; i++) {
+            dbt_build_acquire(&c, &k, (dbt_kind)kind, cfg, &paths[i]);
+            ok = dry_call(r, &c, err);
+        }
+        if (ok) {
+            dbt_build_release(&c, &k, (dbt_kind)kind, cfg, id);
+            ok = dry_call(r, &c, err);
+        }
+        if (ok) {
+            dbt_build_cancel(&c, &k, (dbt_kind)kind, cfg, id);
+            ok = dry_call(r, &c, err);
+        }
+    }
+    if (ok) {
+        char *one[] = {(char *)id};
+        dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS];
+        for (int kind = 0; kind < DBT_NKINDS; kind++)
+            for (int l = 0; l < DBT_RENEW_LISTS; l++)
+                lists[kind][l] = (dbt_id_list){one, 1, 1};
+        dbt_local_counts local[DBT_NKINDS] = {{1, 1, 1000}, {1, 1, 1000}};
+        const char *args[DBT_RENEW_NARGS(DBT_NKINDS * DBT_RENEW_LISTS)];
+        dbt_build_renew(&c, &k, cfg, lists, local, args);
+        ok = dry_call(r, &c, err);
+    }
+    if (ok) {
+        /* The listener's wait for its grants: a BLPOP on a wake list nobody pushes to. */
+        size_t n = strlen(k.wake_prefix) + 17;
+        char *wake = malloc(n);
+        if (!wake) {
+            ok = false;
+            snprintf(err, DBT_ERRLEN, "out of memory");
+        } else {
+            snprintf(wake, n, "%s0000000000000000", k.wake_prefix);
+            const char *argv[] = {"BLPOP", wake, "0.01"};
+            char e[DBT_ERRLEN];
+            redisReply *rep = dbt_redis_command(r, 3, argv, NULL, e);
+            ok = rep != NULL;
+            freeReplyObject(rep);
+            if (!ok)
+                redis_advice("BLPOP", e, err);
+            free(wake);
+        }
+    }
+    dbt_keys_free(&k);
+    return ok;
+}
+
+bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, size_t vcap, char *err)
+{
+    char e[DBT_ERRLEN];
+    /* The connect sends what a worker's does: AUTH, SELECT, SCRIPT LOAD of every script. */
+    dbt_redis *r = dbt_redis_connect(cfg, e);
+    if (!r) {
+        redis_advice("", e, err);
+        return false;
+    }
+    bool ok = info_field(r, "server", "redis_version", version, vcap, e);
+    if (!ok) {
+        redis_advice("INFO", e, err);
+    } else if (atoi(version) < 7) {
+        snprintf(err, DBT_ERRLEN,
+                 "Redis %s is too old: dbthrottle's scripts need Redis 7.0 or later: point "
+                 "DBTHROTTLE_REDIS_URL at a newer one",
+                 version[0] ? version : "(unknown version)");
+        ok = false;
+    }
+    char policy[64];
+    if (ok && !(ok = info_field(r, "memory", "maxmemory_policy", policy, sizeof policy, e)))
+        redis_advice("INFO", e, err);
+    if (ok && (strncmp(policy, "volatile-", 9) == 0 || strncmp(policy, "allkeys-", 8) == 0)) {
+        /* Every key of a pool has a TTL: eviction can drop holders, and admit beyond the limit. */
+        snprintf(err, DBT_ERRLEN,
+                 "Redis' maxmemory-policy is %s, which may evict the pools' keys (and admit "
+                 "beyond the limit): set maxmemory-policy noeviction in that Redis",
+                 policy);
+        ok = false;
+    }
+    if (ok)
+        ok = dry_run_scripts(r, cfg, pool, err);
+    dbt_redis_free(r);
+    return ok;
+}
+
+/* CONFIG GET name's value into out ("" when unset); NULL with err when unreadable. */
+static const char *config_value(dbt_redis *r, const char *name, char *out, size_t cap, char *err)
+{
+    const char *argv[] = {"CONFIG", "GET", name};
+    redisReply *rep = dbt_redis_command(r, 3, argv, NULL, err);
+    if (!rep)
+        return NULL;
+    out[0] = '\0';
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+        rep->element[1]->type == REDIS_REPLY_STRING)
+        snprintf(out, cap, "%s", rep->element[1]->str);
+    freeReplyObject(rep);
+    return out;
+}
+
+int cli_redis_persists(const dbt_config *cfg, char *err)
+{
+    char e[DBT_ERRLEN];
+    dbt_redis *r = dbt_redis_connect(cfg, e);
+    if (!r) {
+        snprintf(err, DBT_ERRLEN, "%s", e);
+        return -1;
+    }
+    char save[256], aof[16];
+    int rc;
+    if (!config_value(r, "save", save, sizeof save, e) ||
+        !config_value(r, "appendonly", aof, sizeof aof, e)) {
+        snprintf(err, DBT_ERRLEN, "CONFIG GET: %.400s", e);
+        rc = -1;
+    } else {
+        rc = save[0] != '\0' || strcmp(aof, "yes") == 0;
+    }
+    dbt_redis_free(r);
+    return rc;
+}

@@ -1,0 +1,213 @@
+#!/bin/sh
+# acl.sh - the Redis ACLs of docs/operations.md, and what dbthrottle run and check verify before a
+# worker starts. The users are parsed out of docs/operations.md (its "ACL SETUSER" lines), so the
+# documentation and this test cannot drift apart. With them: throttled workers (the preload, real
+# PostgreSQL) and every dbthrottle subcommand, with no command denied (Redis' own ACL LOG) and the
+# limit held (PostgreSQL's advisory-lock counter). Then each permission the worker user needs,
+# taken away in turn: dbthrottle run refuses to start the worker (exit 2, naming the command), so
+# the dry run covers every command the scripts send. Then the other checks: a library that does
+# not load, a wrong password, an evicting maxmemory-policy, Redis without persistence, check's
+# --redis and --key-prefix, a dry run that changes nothing, no bare LD_PRELOAD in the docs.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../support/lib.sh"
+D=${DBT_CLI:-$top/build/dbthrottle}
+harness_begin cli-acl
+tmux_sock=dbt-acl-$$
+suite_cleanup() { tmux -L "$tmux_sock" kill-server 2>/dev/null; }
+
+export DBTHROTTLE_LOG_LEVEL=warn
+redis_start
+pg_start
+counter_install
+admin_url=$DBTHROTTLE_REDIS_URL
+bg() {
+    out=$1
+    shift
+    "$@" >"$out" 2>&1 &
+    bg=$!
+    echo "$bg" >>"$work/pids"
+}
+# acl_denials USER: how many commands Redis refused that user (its ACL LOG, read as the admin).
+acl_denials() { rcli ACL LOG 128 | grep -cx "$1"; }
+
+# ---- the documented users ---------------------------------------------------------------------
+echo "# the ACL users of docs/operations.md"
+doc=$top/docs/operations.md
+grep '^ACL SETUSER dbthrottle-' "$doc" >"$work/acl.doc"
+check "docs/operations.md documents a worker and an operator user ($(wc -l <"$work/acl.doc") ACL SETUSER lines)" 'grep -q "^ACL SETUSER dbthrottle-worker " "$work/acl.doc" && grep -q "^ACL SETUSER dbthrottle-operator " "$work/acl.doc"'
+# setuser LINE [PERMISSION]: runs the documented line (passwords "wpw" and "opw"), without the
+# word "+PERMISSION" when one is given.
+setuser() {
+    # shellcheck disable=SC2046
+    rcli $(echo "$1" | sed -e 's/>CHANGE-ME-worker/>wpw/; s/>CHANGE-ME-operator/>opw/' |
+        tr ' ' '\n' | grep -vxF -- "+${2:-}")
+}
+worker_line=$(grep '^ACL SETUSER dbthrottle-worker ' "$work/acl.doc")
+operator_line=$(grep '^ACL SETUSER dbthrottle-operator ' "$work/acl.doc")
+out=$(setuser "$worker_line"; setuser "$operator_line")
+check "the documented lines are accepted by Redis ($(echo $out))" '[ "$(echo $out)" = "OK OK" ]'
+wurl=redis://dbthrottle-worker:wpw@127.0.0.1:$rport
+ourl=redis://dbthrottle-operator:opw@127.0.0.1:$rport
+
+# Every command the scripts call is granted: the workers' scripts to both users, the operator's
+# (status.lua, admin.lua) to the operator (a command new in a script must be added to the doc).
+calls() { grep -oh "redis.call('[A-Za-z]*'" "$@" | sed "s/.*('//; s/'//" | tr A-Z a-z | sort -u; }
+granted() { echo "$1" | tr ' ' '\n' | grep -qxF "+$2"; }
+missing=
+for c in $(calls "$top"/lua/_common.lua "$top"/lua/acquire.lua "$top"/lua/release.lua "$top"/lua/cancel.lua "$top"/lua/renew.lua); do
+    granted "$worker_line" "$c" || missing="$missing worker:$c"
+done
+for c in $(calls "$top"/lua/*.lua); do
+    granted "$operator_line" "$c" || missing="$missing operator:$c"
+done
+check "every command the scripts call is granted to the users that run them${missing:+ (missing:$missing)}" '[ -z "$missing" ]'
+
+# ---- workers with the worker user -------------------------------------------------------------
+echo "# workers as dbthrottle-worker"
+rcli ACL LOG RESET >/dev/null
+mark
+pids=
+for i in 1 2 3 4; do
+    bg "$work/w.$i" env PGAPPNAME=t_aclw DBTHROTTLE_REDIS_URL="$wurl" DBTHROTTLE_ON_REDIS_ERROR=closed \
+        "$D" run --max-queries 1 --pool aclpool -- psql -qAtX -c "SELECT dbt_probe(300)" -c "SELECT dbt_probe(100)"
+    pids="$pids $bg"
+done
+# Two more preloaded directly (no dbthrottle run, so no check before): the library's own commands.
+for i in 5 6; do
+    bg "$work/w.$i" env PGAPPNAME=t_aclw DBTHROTTLE_REDIS_URL="$wurl" DBTHROTTLE_ON_REDIS_ERROR=closed \
+        DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=aclpool LD_PRELOAD="$preload" \
+        psql -qAtX -c "SELECT dbt_probe(300)" -c "SELECT dbt_probe(100)"
+    pids="$pids $bg"
+done
+wrc=0
+for p in $pids; do wait "$p" || wrc=1; done
+grants=$(rcli HGET "dbthrottle:{aclpool}:q:stats" grants)
+check "6 workers as dbthrottle-worker at a limit of 1: all succeeded, 12 probes, at most 1 at once at the server (most: $(max_conc t_aclw), probes: $(probes t_aclw)), $grants grants in Redis" '[ $wrc -eq 0 ] && [ "$(probes t_aclw)" -eq 12 ] && [ "$(max_conc t_aclw)" -eq 1 ] && [ "${grants:-0}" -ge 12 ]'
+check "workers: Redis denied dbthrottle-worker nothing ($(acl_denials dbthrottle-worker) in its ACL LOG)" '[ "$(acl_denials dbthrottle-worker)" -eq 0 ] && ! grep -q NOPERM "$work"/w.*'
+check "workers: their keys are under the documented pattern (none outside dbthrottle:*)" '[ -z "$(rcli --scan | grep -v "^dbthrottle:")" ]'
+
+# ---- every subcommand with the operator user --------------------------------------------------
+echo "# dbthrottle as dbthrottle-operator"
+rcli ACL LOG RESET >/dev/null
+export DBTHROTTLE_REDIS_URL="$ourl"
+bg "$work/hold" env PGAPPNAME=t_aclo "$D" run --max-queries 1 --pool aclop -- psql -qAtX -c "SELECT dbt_probe(30000)"
+hold=$bg
+wait_until 15 '[ "$(live_holders q "dbthrottle:{aclop}")" -eq 1 ]'
+check "run as dbthrottle-operator: the worker holds its permit" '[ "$(live_holders q "dbthrottle:{aclop}")" -eq 1 ]'
+DBTHROTTLE_MAX_QUERIES=1 "$D" check >"$work/o.check" 2>&1; rc=$?
+check "check as dbthrottle-operator: exit 0, no warning it cannot read the persistence settings" '[ $rc -eq 0 ] && tail -1 "$work/o.check" | grep -qx ok && ! grep -q "cannot tell" "$work/o.check"'
+"$D" status aclop >"$work/o.status" 2>&1; rc=$?
+check "status as dbthrottle-operator: exit 0, the holder listed" '[ $rc -eq 0 ] && grep -q " $hold " "$work/o.status"'
+"$D" status --json >"$work/o.json" 2>&1; rc=$?
+check "status --json (every pool: SCAN) as dbthrottle-operator: exit 0, both pools" '[ $rc -eq 0 ] && grep -q "\"aclop\"" "$work/o.json" && grep -q "\"aclpool\"" "$work/o.json"'
+"$D" status --prometheus >"$work/o.prom" 2>&1; rc=$?
+check "status --prometheus as dbthrottle-operator: exit 0" '[ $rc -eq 0 ] && grep -q "^dbthrottle_holders" "$work/o.prom"'
+tmux -L "$tmux_sock" -f /dev/null new-session -d -s top -x 160 -y 40 \
+    "env DBTHROTTLE_REDIS_URL=$ourl $D top --interval 200ms; echo top-exited-\$?; sleep 30"
+screen() { tmux -L "$tmux_sock" capture-pane -p -t top; }
+wait_until 10 'screen | grep -q " $hold "'
+check "top as dbthrottle-operator: shows the holder" 'screen | grep -q " $hold "'
+tmux -L "$tmux_sock" send-keys -t top q
+wait_until 5 'screen | grep -q "top-exited-0"'
+check "top as dbthrottle-operator: exit 0" 'screen | grep -q "top-exited-0"'
+"$D" limit aclop 3 >/dev/null 2>&1 && [ "$(rcli GET "dbthrottle:{aclop}:q:limit")" = 3 ]; rc=$?
+check "limit as dbthrottle-operator: the override is in Redis" '[ $rc -eq 0 ]'
+"$D" limit aclop --clear >/dev/null 2>&1 && [ "$(rcli EXISTS "dbthrottle:{aclop}:q:limit")" = 0 ]; rc=$?
+check "limit --clear as dbthrottle-operator: the override is gone" '[ $rc -eq 0 ]'
+"$D" drain aclop >/dev/null 2>&1 && [ "$(rcli EXISTS "dbthrottle:{aclop}:q:drain")" = 1 ]; rc=$?
+check "drain as dbthrottle-operator: the drain is in Redis" '[ $rc -eq 0 ]'
+"$D" resume aclop >/dev/null 2>&1 && [ "$(rcli EXISTS "dbthrottle:{aclop}:q:drain")" = 0 ]; rc=$?
+check "resume as dbthrottle-operator: the drain is gone" '[ $rc -eq 0 ]'
+permit=$(rcli ZRANGE "dbthrottle:{aclop}:q:holders" 0 0)
+"$D" evict aclop "$permit" >"$work/o.evict" 2>&1; rc=$?
+check "evict as dbthrottle-operator: exit 0, the permit ($permit) gone from Redis" '[ $rc -eq 0 ] && [ -n "$permit" ] && [ -z "$(rcli ZSCORE "dbthrottle:{aclop}:q:holders" "$permit")" ]'
+kill -INT "$hold" 2>/dev/null
+check "operator: Redis denied dbthrottle-operator nothing ($(acl_denials dbthrottle-operator) in its ACL LOG)" '[ "$(acl_denials dbthrottle-operator)" -eq 0 ] && ! grep -q NOPERM "$work"/o.*'
+export DBTHROTTLE_REDIS_URL="$admin_url"
+
+# ---- each permission of the worker taken away: the dry run finds it ----------------------------
+echo "# dbthrottle run refuses a user that lacks a permission"
+lacking=
+for c in $(echo "$worker_line" | tr ' ' '\n' | sed -n 's/^+//p'); do
+    case $c in select) continue ;; esac # sent only for a database index other than 0: below
+    setuser "$worker_line" "$c" >/dev/null
+    DBTHROTTLE_REDIS_URL="$wurl" "$D" run --max-queries 1 -- true 2>"$work/err"
+    rc=$?
+    name=$(echo "$c" | sed 's/|.*//')
+    [ $rc -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -qi "$name" "$work/err" &&
+        grep -q DBTHROTTLE_REDIS_URL "$work/err" || lacking="$lacking $c(rc=$rc: $(head -c 200 "$work/err"))"
+done
+setuser "$worker_line" >/dev/null
+check "run: a worker user without any one of its permissions is refused with exit 2, one line naming the command and DBTHROTTLE_REDIS_URL${lacking:+ (not so:$lacking)}" '[ -z "$lacking" ]'
+setuser "$worker_line" select >/dev/null
+DBTHROTTLE_REDIS_URL="$wurl/1" "$D" run --max-queries 1 -- true 2>"$work/err"; rc=$?
+check "run: a database index without SELECT: exit 2 ($(cat "$work/err"))" '[ $rc -eq 2 ] && grep -qi select "$work/err"'
+setuser "$worker_line" >/dev/null
+DBTHROTTLE_REDIS_URL="$wurl/1" "$D" run --max-queries 1 -- true 2>"$work/err"; rc=$?
+check "run: the documented worker user with a database index: starts ($(cat "$work/err"))" '[ $rc -eq 0 ]'
+setuser "$worker_line" rpush >/dev/null
+DBTHROTTLE_REDIS_URL="$wurl" DBTHROTTLE_MAX_QUERIES=1 "$D" check >/dev/null 2>"$work/err"; rc=$?
+check "check: the same refusal (exit 1, the command named)" '[ $rc -eq 1 ] && grep -qi rpush "$work/err"'
+setuser "$worker_line" >/dev/null
+
+# ---- the other checks ---------------------------------------------------------------------------
+echo "# the other checks before a worker starts"
+"$D" run --max-queries 1 -- sh -c 'echo started' >"$work/out" 2>"$work/err"; rc=$?
+check "run, all well: the program starts" '[ $rc -eq 0 ] && grep -qx started "$work/out"'
+DBTHROTTLE_REDIS_URL=redis://dbthrottle-worker:nope@127.0.0.1:$rport "$D" run --max-queries 1 -- sh -c 'echo started' >"$work/out" 2>"$work/err"; rc=$?
+check "run: a wrong password: exit 2, not started, one line naming DBTHROTTLE_REDIS_URL, no password ($(cat "$work/err"))" '[ $rc -eq 2 ] && ! grep -q started "$work/out" && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q DBTHROTTLE_REDIS_URL "$work/err" && ! grep -q nope "$work/err"'
+DBTHROTTLE_REDIS_URL=redis://dbthrottle-worker:nope@127.0.0.1:$rport "$D" run --no-check --max-queries 1 -- sh -c 'echo started' >"$work/out" 2>&1; rc=$?
+check "run --no-check: starts anyway" '[ $rc -eq 0 ] && grep -qx started "$work/out"'
+DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$rport/99 "$D" run --max-queries 1 -- true 2>"$work/err"; rc=$?
+check "run: a database index out of range: exit 2 ($(cat "$work/err"))" '[ $rc -eq 2 ] && grep -q DBTHROTTLE_REDIS_URL "$work/err"'
+DBTHROTTLE_REDIS_URL=redis://no-such-host.invalid:6379 "$D" run --max-queries 1 -- true 2>"$work/err"; rc=$?
+check "run: an unknown Redis host: exit 2 ($(cat "$work/err"))" '[ $rc -eq 2 ] && grep -q DBTHROTTLE_REDIS_URL "$work/err"'
+echo "not a library" >"$work/libfake.so"
+"$D" run --library "$work/libfake.so" --max-queries 1 -- sh -c 'echo started' >"$work/out" 2>"$work/err"; rc=$?
+check "run: a --library that does not load: exit 2, not started, named ($(cat "$work/err"))" '[ $rc -eq 2 ] && ! grep -q started "$work/out" && grep -q "libfake.so" "$work/err" && grep -q -- --library "$work/err"'
+rcli CONFIG SET maxmemory-policy allkeys-lru >/dev/null
+"$D" run --max-queries 1 -- true 2>"$work/err"; rc=$?
+check "run: Redis with maxmemory-policy allkeys-lru: exit 2, said ($(cat "$work/err"))" '[ $rc -eq 2 ] && grep -q "maxmemory-policy is allkeys-lru" "$work/err"'
+rcli CONFIG SET maxmemory-policy volatile-ttl >/dev/null
+DBTHROTTLE_MAX_QUERIES=1 "$D" check >/dev/null 2>"$work/err"; rc=$?
+check "check: maxmemory-policy volatile-ttl is an error (exit 1)" '[ $rc -eq 1 ] && grep -q "maxmemory-policy is volatile-ttl" "$work/err"'
+rcli CONFIG SET maxmemory-policy noeviction >/dev/null
+DBTHROTTLE_MAX_QUERIES=1 "$D" check >/dev/null 2>"$work/err"; rc=$?
+check "check: Redis without persistence: exit 0 with a warning that drains and overrides would be lost ($(cat "$work/err"))" '[ $rc -eq 0 ] && grep -q "persists nothing" "$work/err" && grep -q drain "$work/err"'
+rcli CONFIG SET save "3600 1" >/dev/null
+DBTHROTTLE_MAX_QUERIES=1 "$D" check >/dev/null 2>"$work/err"; rc=$?
+check "check: Redis with RDB save points: no warning" '[ $rc -eq 0 ] && ! grep -q "persists nothing" "$work/err"'
+rcli CONFIG SET save "" >/dev/null
+
+DBTHROTTLE_REDIS_URL=redis://127.0.0.1:1 DBTHROTTLE_MAX_QUERIES=1 "$D" check --redis "$wurl" >"$work/out" 2>"$work/err"; rc=$?
+check "check --redis URL: the option wins over the environment ($(cat "$work/err"))" '[ $rc -eq 0 ] && grep -q "dbthrottle-worker:\*\*\*@" "$work/out"'
+DBTHROTTLE_MAX_QUERIES=1 "$D" check --redis "$wurl" --key-prefix acltest: >"$work/out" 2>"$work/err"; rc=$?
+check "check --key-prefix P: the dry run is on P's keys, which the worker user may not touch: exit 1 ($(cat "$work/err"))" '[ $rc -eq 1 ] && grep -Eq "^  DBTHROTTLE_KEY_PREFIX +\"acltest:\" +environment" "$work/out" && grep -q "NOPERM.*keys" "$work/err"'
+DBTHROTTLE_MAX_QUERIES=1 "$D" check --key-prefix acltest: >"$work/out" 2>"$work/err"; rc=$?
+check "check --key-prefix P as the admin: exit 0" '[ $rc -eq 0 ]'
+DBTHROTTLE_MAX_QUERIES=1 "$D" check --redis "redis://dbthrottle-worker:nope@127.0.0.1:$rport" >/dev/null 2>"$work/err"; rc=$?
+check "check --redis with a wrong password: exit 1, naming DBTHROTTLE_REDIS_URL, no password" '[ $rc -eq 1 ] && grep -q DBTHROTTLE_REDIS_URL "$work/err" && ! grep -q nope "$work/err"'
+
+# A dry run on a pool in use changes nothing: its keys' contents are the same before and after.
+bg "$work/busy" env PGAPPNAME=t_aclb "$D" run --max-queries 1 --pool busy -- psql -qAtX -c "SELECT dbt_probe(30000)"
+busy=$bg
+wait_until 15 '[ "$(live_holders q "dbthrottle:{busy}")" -eq 1 ]'
+bg "$work/busy2" env PGAPPNAME=t_aclb "$D" run --max-queries 1 --pool busy -- psql -qAtX -c "SELECT 1"
+wait_until 15 '[ "$(live_waiters q "dbthrottle:{busy}")" -eq 1 ]'
+dump() { for k in $(rcli --scan --pattern 'dbthrottle:{busy}*' | sort); do echo "$k $(rcli --no-raw DUMP "$k" | md5sum)"; done; }
+dump >"$work/before"
+DBTHROTTLE_POOL=busy DBTHROTTLE_MAX_QUERIES=1 "$D" check >/dev/null 2>&1; rc=$?
+dump >"$work/after"
+check "check's dry run on a pool with a holder and a waiter: exit 0, its keys unchanged ($(wc -l <"$work/before") keys)" '[ $rc -eq 0 ] && [ "$(wc -l <"$work/before")" -ge 5 ] && cmp -s "$work/before" "$work/after"'
+kill -INT "$busy" 2>/dev/null
+
+# ---- the docs and make install ----------------------------------------------------------------
+echo "# docs, make install"
+bare=$(grep -n 'LD_PRELOAD=["'"'"']\?[^/$"'"'"' ]' "$top/README.md" "$top"/docs/*.md "$top"/docs/*.1 "$top"/docs/*.7 | grep -v 'LD_PRELOAD=\$' || true)
+check "README and docs never preload the library by a bare name${bare:+ ($bare)}" '[ -z "$bare" ]'
+make -s -n -C "$top" install PREFIX=/usr >"$work/install.n" 2>&1
+make -s -n -C "$top" install PREFIX=/usr DESTDIR="$work/stage" >"$work/install.staged" 2>&1
+check "make install runs ldconfig when it installs into the system (not into a DESTDIR staging tree)" 'grep -q ldconfig "$work/install.n" && ! grep -q "^ *ldconfig" "$work/install.staged"'
+
+summary
