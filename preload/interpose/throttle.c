@@ -287,6 +287,8 @@ static dbt_conn *begin(PGconn *conn, const dbt_lib *lib, bool *go)
     dbt_conn *c = dbt_conn_find(conn, true);
     if (!c)
         return NULL; /* out of memory: better unthrottled than a crash */
+    if (lib->broken && lib->exempt_known && exempt_rule(&lib->cfg, conn))
+        return NULL; /* exempt: the bad setting is not one an exempt connection reads */
     if (lib->broken) {
         char msg[DBT_ERRLEN + 64];
         snprintf(msg, sizeof msg, "dbthrottle: bad configuration: %s\n", lib->error);
