@@ -160,6 +160,16 @@ static bool take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, i
         set_refusal(c, kind, name, limit, now_ms() - t0, "canceling statement due to user request",
                     SQLSTATE_CANCELED);
         return false;
+    case DBT_ACQ_MISCONFIGURED: {
+        /* A configuration error, refused as a bad setting is: the message names the cause and
+         * what to fix. */
+        char why[256], msg[600];
+        dbt_pool_misconfig(pool, why, sizeof why);
+        snprintf(msg, sizeof msg, "Redis refuses this configuration: %s",
+                 why[0] ? why : "see the log");
+        set_refusal(c, kind, name, limit, now_ms() - t0, msg, SQLSTATE_REFUSED);
+        return false;
+    }
     case DBT_ACQ_REFUSED:
     default:
         set_refusal(c, kind, name, limit, now_ms() - t0,
