@@ -112,6 +112,9 @@ static void note_misconfig(dbt_pool *p, const char *what, const char *msg, const
     snprintf(p->misconfig, sizeof p->misconfig, "%s", why);
     if (p->misconfig_probe_us <= now)
         p->misconfig_probe_us = now + DBT_MISCONFIG_PROBE_US;
+    /* The renewer holds its deferred operations back as in an outage, until the next probe:
+     * a broken Redis costs no round trip but that one. */
+    p->down_until_us = p->misconfig_probe_us;
     bool log = strcmp(p->misconfig_logged, why) != 0 ||
                now - p->misconfig_logged_us >= DBT_MISCONFIG_RELOG_US;
     if (log) {

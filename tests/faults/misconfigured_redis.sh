@@ -32,11 +32,16 @@ mr_worker_stop() { kill -TERM "$mr_pid" 2>/dev/null; wait "$mr_pid" 2>/dev/null;
 mr_case() {
     mr_name=$1 mr_url=$2 mr_cause=$3 mr_fix=$4 mr_secret=$5
     mark
+    rcli CONFIG RESETSTAT >/dev/null
     mr_psql "$mr_name" "$mr_url"
     mr_worker "$mr_name" "$mr_url"
-    # Refused at least once (its error logged), then a second more of refusals.
+    # Refused at least once (its error logged), then a few seconds more of refusals.
     wait_until 20 'grep -q "event=redis_misconfigured" "$work/mr.$mr_name.err"'
     wait_until 3 'false'
+    mr_conns=$(rcli INFO stats | tr -d '\r' | sed -n 's/^total_connections_received://p')
+    mr_cmds=$(rcli INFO stats | tr -d '\r' | sed -n 's/^total_commands_processed://p')
+    check "misconfigured_redis $mr_name: no round trip per refused command (Redis saw $mr_conns connections, $mr_cmds commands)" \
+        '[ "$mr_conns" -le 25 ] && [ "$mr_cmds" -le 150 ]'
     check "misconfigured_redis $mr_name: psql's command was refused, naming the cause and the setting: $(grep -m1 "^dbthrottle:" "$work/mr.$mr_name.psql")" \
         'grep "^dbthrottle: no query permit" "$work/mr.$mr_name.psql" | grep -E "$mr_cause" | grep -Eq "DBTHROTTLE_REDIS_URL|maxmemory-policy"'
     check "misconfigured_redis $mr_name: nothing ran at the server while it lasted ($(probes "mr_$mr_name") + $(probes "mr_${mr_name}_w") probes)" \
