@@ -23,6 +23,8 @@ static void setup(void)
     char err[DBT_ERRLEN];
     bool ok = dbt_config_load(&lib.cfg, environ, err);
     if (lib.cfg.disable && dbt_config_value_ok(&lib.cfg, "disable")) {
+        char log_err[DBT_ERRLEN]; /* the log goes where its settings say, or to stderr */
+        (void)dbt_log_open(&lib.cfg, log_err);
         /* Said at warn when it is what keeps a broken configuration from refusing. */
         dbt_field f[] = {DBT_S("ignored", err)};
         dbt_log(ok ? DBT_LOG_INFO : DBT_LOG_WARN, "disabled", f, ok ? 0 : 1);

@@ -115,8 +115,7 @@ static void note_misconfig(dbt_pool *p, const char *what, const char *msg, const
     /* The renewer holds its deferred operations back as in an outage, until the next probe:
      * a broken Redis costs no round trip but that one. */
     p->down_until_us = p->misconfig_probe_us;
-    bool log = strcmp(p->misconfig_logged, why) != 0 ||
-               now - p->misconfig_logged_us >= DBT_MISCONFIG_RELOG_US;
+    bool log = dbt_misconfig_log_due(p->misconfig_logged, p->misconfig_logged_us, why, now);
     if (log) {
         snprintf(p->misconfig_logged, sizeof p->misconfig_logged, "%s", why);
         p->misconfig_logged_us = now;
@@ -132,6 +131,11 @@ static void note_misconfig(dbt_pool *p, const char *what, const char *msg, const
                                          "every 2s), whatever DBTHROTTLE_ON_REDIS_ERROR says")};
         dbt_log(DBT_LOG_ERROR, "redis_misconfigured", f, sizeof f / sizeof *f);
     }
+}
+
+bool dbt_misconfig_log_due(const char *last, int64_t last_us, const char *why, int64_t now)
+{
+    return strcmp(last, why) != 0 || now - last_us >= DBT_MISCONFIG_RELOG_US;
 }
 
 bool dbt_pool_misconfigured(dbt_pool *p, int64_t now)
@@ -184,6 +188,8 @@ void dbt_pool_note_ok(dbt_pool *p)
     char fixed[sizeof p->misconfig];
     snprintf(fixed, sizeof fixed, "%s", p->misconfig);
     p->misconfig[0] = '\0';
+    if (fixed[0])
+        p->misconfig_logged[0] = '\0'; /* a new episode is logged at once */
     pthread_mutex_unlock(&p->mu);
     if (was) {
         dbt_field f[] = {DBT_S("pool", p->name)};

@@ -26,6 +26,10 @@ void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r);
 void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg);
 void dbt_pool_note_ok(dbt_pool *p);
 
+/* Whether a permanent error `why` found at `now` is logged, the one last logged being `last`
+ * (at last_us): a new cause at once, the same one again once DBT_MISCONFIG_RELOG_US has passed. */
+bool dbt_misconfig_log_due(const char *last, int64_t last_us, const char *why, int64_t now);
+
 /* Whether an acquire starting at `now` is refused for a permanent error: true while p->misconfig
  * is set, but for one acquire every DBT_MISCONFIG_PROBE_US, which tries Redis. p->mu held. */
 bool dbt_pool_misconfigured(dbt_pool *p, int64_t now);
