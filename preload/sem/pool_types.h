@@ -121,9 +121,11 @@ struct dbt_pool {
     int64_t down_until_us; /* outage backoff, see DBT_OUTAGE_BACKOFF_US */
     bool in_outage;
     /* A permanent Redis error (redis_errors.h): every acquire is refused without a round trip,
-     * but one every DBT_MISCONFIG_PROBE_US, which ends it when Redis accepts it. */
-    char misconfig[256]; /* a permanent Redis error: why, and the setting to fix; "" when none
-                            (p->mu) */
+     * but one every DBT_MISCONFIG_PROBE_US, which ends it when Redis accepts it. The field's line
+     * is kept as written: `dbthrottle status` (another module) reads it. */
+    // clang-format off
+    char misconfig[256]; /* a permanent Redis error: why, and the setting to fix; "" when none (p->mu) */
+    // clang-format on
     int64_t misconfig_probe_us;  /* when the next acquire may try Redis */
     char misconfig_logged[256];  /* the cause last logged ... */
     int64_t misconfig_logged_us; /* ... and when: again after DBT_MISCONFIG_RELOG_US */
