@@ -42,19 +42,24 @@ bool cli_redis_opt(cli_redis_opts *o, int opt, const char *arg)
     return true;
 }
 
+/* The operator's commands read only the settings not marked worker_only (settings.c): a stray
+ * DBTHROTTLE_MAX_QUERIES=abc in the operator's shell is the workers' business, not theirs. An
+ * option given here replaces the setting's value, refused or not. */
 bool cli_load_config(const char *cmd, const cli_redis_opts *o, dbt_config *cfg)
 {
     char err[DBT_ERRLEN];
-    bool ok = dbt_config_load(cfg, environ, err);
-    if (ok && o && o->redis_url)
+    (void)dbt_config_load(cfg, environ, err);
+    bool ok = true;
+    if (o && o->redis_url)
         ok = dbt_config_set(cfg, "DBTHROTTLE_REDIS_URL", o->redis_url, DBT_SRC_ENV, err);
     if (ok && o && o->key_prefix)
         ok = dbt_config_set(cfg, "DBTHROTTLE_KEY_PREFIX", o->key_prefix, DBT_SRC_ENV, err);
-    if (!ok) {
-        cli_fail(cmd, "%s", err);
+    const char *bad = ok ? dbt_config_error_for(cfg, DBT_READER_OPERATOR) : err;
+    if (bad) {
+        cli_fail(cmd, "%s", bad);
         dbt_config_free(cfg);
     }
-    return ok;
+    return !bad;
 }
 
 dbt_redis *cli_connect(const char *cmd, const dbt_config *cfg)

@@ -13,6 +13,36 @@
 
 #define PREFIX_LEN 11 /* strlen("DBTHROTTLE_") */
 
+/* A refused value of row `row` (-1: no one setting's): the row keeps its latest refusal, the
+ * other errors their first. A failed copy only loses the message, never the refusal: the load
+ * still fails. */
+static void note_error(dbt_config *cfg, int row, const char *msg)
+{
+    char **slot = row >= 0 ? &cfg->row_error[row] : &cfg->other_error;
+    if (row < 0 && *slot)
+        return;
+    free(*slot);
+    *slot = strdup(msg);
+}
+
+const char *dbt_config_error_for(const dbt_config *cfg, dbt_config_reader reader)
+{
+    if (cfg->other_error)
+        return cfg->other_error;
+    for (const dbt_setting *s = dbt_settings; s->key; s++) {
+        const char *e = cfg->row_error[s - dbt_settings];
+        if (e && !(reader == DBT_READER_OPERATOR && s->worker_only))
+            return e;
+    }
+    return NULL;
+}
+
+bool dbt_config_value_ok(const dbt_config *cfg, const char *key)
+{
+    const dbt_setting *s = dbt_setting_find(key);
+    return s && !cfg->row_error[s - dbt_settings];
+}
+
 void dbt_config_defaults(dbt_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -24,8 +54,19 @@ void dbt_config_defaults(dbt_config *cfg)
             (void)s->kind->parse(s, cfg, s->default_value, err);
 }
 
+static void forget_errors(dbt_config *cfg)
+{
+    for (int i = 0; i < DBT_MAX_SETTINGS; i++) {
+        free(cfg->row_error[i]);
+        cfg->row_error[i] = NULL;
+    }
+    free(cfg->other_error);
+    cfg->other_error = NULL;
+}
+
 void dbt_config_free(dbt_config *cfg)
 {
+    forget_errors(cfg);
     dbt_settings_release(cfg);
     memset(cfg, 0, sizeof *cfg);
 }
@@ -51,7 +92,7 @@ static size_t distance(const char *a, const char *b)
     return d[la][lb];
 }
 
-static bool unknown_key(const char *key, char *err)
+static bool unknown_key(dbt_config *cfg, const char *key, char *err)
 {
     bool env_form = strncmp(key, "DBTHROTTLE_", PREFIX_LEN) == 0;
     size_t best = 99;
@@ -70,6 +111,7 @@ static bool unknown_key(const char *key, char *err)
                  env_form ? nearest->env : nearest->key);
     else
         snprintf(err, DBT_ERRLEN, "unknown setting %s", shown);
+    note_error(cfg, -1, err);
     return false;
 }
 
@@ -77,17 +119,26 @@ bool dbt_config_set(dbt_config *cfg, const char *key, const char *value, dbt_sou
 {
     const dbt_setting *s = dbt_setting_find(key);
     if (!s)
-        return unknown_key(key, err);
+        return unknown_key(cfg, key, err);
+    int row = (int)(s - dbt_settings);
+    bool ok;
     if (s->env_only && src == DBT_SRC_FILE) {
         snprintf(err, DBT_ERRLEN, "%s cannot be set inside a config file", s->env);
+        ok = false;
+    } else if (!value[0]) {
+        /* An empty value is a mistake more often than a wish for the default: say so. */
+        ok = dbt_bad_value(s->env, value, "empty: give a value or remove the setting", err);
+    } else {
+        ok = s->kind->parse(s, cfg, value, err);
+    }
+    if (!ok) {
+        note_error(cfg, row, err);
         return false;
     }
-    /* An empty value is a mistake more often than a wish for the default: say so. */
-    if (!value[0])
-        return dbt_bad_value(s->env, value, "empty: give a value or remove the setting", err);
-    if (!s->kind->parse(s, cfg, value, err))
-        return false;
-    cfg->sources[s - dbt_settings] = src;
+    /* A good value replaces a refused one: the setting is what this source says. */
+    free(cfg->row_error[row]);
+    cfg->row_error[row] = NULL;
+    cfg->sources[row] = src;
     return true;
 }
 
@@ -156,11 +207,12 @@ bool dbt_config_parse_text(dbt_config *cfg, const char *name, const char *text, 
     bool ok = true;
     int lineno = 0;
     char *next = copy;
+    char line_err[DBT_ERRLEN];
     /* Editors on some systems start a UTF-8 file with a byte order mark: not part of a key. */
     if (strncmp(next, "\xef\xbb\xbf", 3) == 0)
         next += 3;
     /* strtok_r would skip empty lines and so miscount them: walk the lines by hand. */
-    for (char *line = next; line && ok; line = next) {
+    for (char *line = next; line; line = next) {
         char *nl = strchr(line, '\n');
         next = nl ? nl + 1 : NULL;
         if (nl)
@@ -172,6 +224,8 @@ bool dbt_config_parse_text(dbt_config *cfg, const char *name, const char *text, 
         char *eq = strchr(l, '=');
         const char *why = NULL;
         char msg[DBT_ERRLEN];
+        const dbt_setting *s = NULL;
+        bool twice = false, had_other = cfg->other_error != NULL;
         if (!eq) {
             why = "expected key = value";
         } else {
@@ -180,12 +234,13 @@ bool dbt_config_parse_text(dbt_config *cfg, const char *name, const char *text, 
             if (!*key) {
                 why = "missing key before =";
             } else if (file_value(eq + 1, &value, &why)) {
-                const dbt_setting *s = dbt_setting_find(key);
+                s = dbt_setting_find(key);
                 if (s && seen[s - dbt_settings]) {
                     char key_shown[128];
                     dbt_escape(key, 64, false, key_shown, sizeof key_shown);
                     snprintf(msg, sizeof msg, "%s is set twice", key_shown);
                     why = msg;
+                    twice = true;
                 } else if (!dbt_config_set(cfg, key, value, DBT_SRC_FILE, msg)) {
                     why = msg;
                 } else if (s) {
@@ -195,7 +250,21 @@ bool dbt_config_parse_text(dbt_config *cfg, const char *name, const char *text, 
         }
         if (why) {
             /* Bounded parts: the name, line number and reason always fit in DBT_ERRLEN. */
-            snprintf(err, DBT_ERRLEN, "%.170s:%d: %.320s", shown, lineno, why);
+            snprintf(line_err, sizeof line_err, "%.170s:%d: %.320s", shown, lineno, why);
+            /* A value refused is its setting's error, now with its place in the file; a line
+             * that names no setting, or one set twice, is the file's (and replaces what
+             * dbt_config_set noted of it, which did not say where). */
+            if (s && !twice) {
+                note_error(cfg, (int)(s - dbt_settings), line_err);
+            } else {
+                if (!had_other) {
+                    free(cfg->other_error);
+                    cfg->other_error = NULL;
+                }
+                note_error(cfg, -1, line_err);
+            }
+            if (ok)
+                snprintf(err, DBT_ERRLEN, "%s", line_err);
             ok = false;
         }
     }
@@ -253,18 +322,21 @@ static const char *config_file_of(char *const *envp)
 bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
 {
     dbt_config_defaults(cfg);
+    bool ok = true;
+    char msg[DBT_ERRLEN];
     const char *file = config_file_of(envp);
-    if (file) {
-        /* Recorded first, so a caller reporting a file error can name the file. */
-        if (!dbt_config_set(cfg, "DBTHROTTLE_CONFIG", file, DBT_SRC_ENV, err))
-            return false;
+    /* Recorded first, so a caller reporting a file error can name the file. */
+    if (file && !dbt_config_set(cfg, "DBTHROTTLE_CONFIG", file, DBT_SRC_ENV, err))
+        ok = false;
+    else if (file) {
         char *text = NULL;
-        if (!read_file(file, &text, err))
-            return false;
-        bool ok = dbt_config_parse_text(cfg, file, text, err);
-        free(text);
-        if (!ok)
-            return false;
+        if (!read_file(file, &text, err)) {
+            note_error(cfg, -1, err);
+            ok = false;
+        } else {
+            ok = dbt_config_parse_text(cfg, file, text, err);
+            free(text);
+        }
     }
     for (char *const *e = envp; e && *e; e++) {
         if (strncmp(*e, "DBTHROTTLE_", PREFIX_LEN) != 0)
@@ -278,10 +350,13 @@ bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
             klen = sizeof key - 1;
         memcpy(key, *e, klen);
         key[klen] = '\0';
-        if (!dbt_config_set(cfg, key, eq + 1, DBT_SRC_ENV, err))
-            return false;
+        if (!dbt_config_set(cfg, key, eq + 1, DBT_SRC_ENV, msg)) {
+            if (ok)
+                snprintf(err, DBT_ERRLEN, "%s", msg);
+            ok = false;
+        }
     }
-    return true;
+    return ok;
 }
 
 const char *dbt_source_name(dbt_source s)

@@ -75,6 +75,13 @@ typedef struct {
     /* pass a permit from thread to thread of this process while only its threads wait */
     bool local_handover;
     int64_t cache_idle_ms; /* a kept permit unused this long goes back by itself */
+    /* What dbt_config_load refused, kept so that each reader can ignore what it does not read:
+     * by row of dbt_settings[], the message of a refused value whose setting has no good value
+     * in effect since (the default, or an earlier source's, stands in the field); and the first
+     * error no one setting owns (an unknown name, an unreadable file, a line that is not
+     * key = value). Owned; NULL when none. */
+    char *row_error[DBT_MAX_SETTINGS];
+    char *other_error;
 } dbt_config;
 
 /* Value parsers: pure functions, no I/O. Each returns true on success; on failure it writes a
@@ -101,13 +108,28 @@ void dbt_config_defaults(dbt_config *cfg);
 bool dbt_config_set(dbt_config *cfg, const char *key, const char *value, dbt_source src, char *err);
 
 /* Parses the text of a configuration file (`key = value` lines, '#' comments, blank lines,
- * optional double quotes around a value). `name` is used in messages ("FILE:LINE: ..."). No I/O. */
+ * optional double quotes around a value). `name` is used in messages ("FILE:LINE: ..."). No I/O.
+ * Reads every line: on failure err holds the first error. */
 bool dbt_config_parse_text(dbt_config *cfg, const char *name, const char *text, char *err);
 
 /* Loads defaults, then the file named by DBTHROTTLE_CONFIG (if set), then every DBTHROTTLE_*
- * variable of `envp` (the environment wins). Unknown DBTHROTTLE_* names are errors. On failure
- * cfg holds defaults plus what was read so far and err says what is wrong. */
+ * variable of `envp` (the environment wins). Unknown DBTHROTTLE_* names are errors. Reads on
+ * past an error, so that every good value is in cfg (DBTHROTTLE_DISABLE must work whatever else
+ * is wrong): on failure err holds the first error, and cfg's row_error/other_error each one (see
+ * dbt_config_error_for). */
 bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err);
+
+/* Who reads a configuration: a worker (the library) reads every setting; the operator's commands
+ * (dbthrottle status, top, drain, ...) only those not marked worker_only in the table. */
+typedef enum { DBT_READER_WORKER = 0, DBT_READER_OPERATOR = 1 } dbt_config_reader;
+
+/* The message of the first error of cfg that matters to `reader` (the error no setting owns
+ * first, then by row), or NULL when its settings are all good. */
+const char *dbt_config_error_for(const dbt_config *cfg, dbt_config_reader reader);
+
+/* True when the value in effect for the setting named `key` (either form) parsed: it is the
+ * default or a value that was accepted, and no later value of it was refused. */
+bool dbt_config_value_ok(const dbt_config *cfg, const char *key);
 
 /* Where a setting came from, by short name ("max_queries"); DBT_SRC_DEFAULT for unknown names. */
 dbt_source dbt_config_source(const dbt_config *cfg, const char *short_name);

@@ -343,8 +343,44 @@ static bool bad_url(const char *setting, const char *text, const char *why, char
     return false;
 }
 
+/* Where a query string starts ("?password=..."), or NULL. Only after the userinfo, which ends at
+ * the last '@' (a password may hold a '?'); a unix socket's one "?db=N" is not one. */
+static const char *query_of(const char *text)
+{
+    bool is_unix = has_prefix(text, "unix:");
+    const char *at = strrchr(text, '@');
+    const char *q = strchr(at && !is_unix ? at : text, '?');
+    if (q && is_unix && strncmp(q, "?db=", 4) == 0 && !strpbrk(q + 4, "?&;=#"))
+        return NULL;
+    return q;
+}
+
+/* A URL with a query string is refused without echoing that part: it is where other clients
+ * take a password from (?password=), and it may hold one. What comes before it is shown with its
+ * own password masked. */
+static bool query_refused(const char *setting, const char *text, const char *q, char *err)
+{
+    size_t n = (size_t)(q - text);
+    char *head = strndup(text, n), *shown = malloc(n + 8);
+    const char *at = head ? strrchr(head, '@') : NULL;
+    if (head && shown && (has_prefix(head, "redis://") || has_prefix(head, "unix:")))
+        dbt_redact_url(head, shown, n + 8);
+    else if (head && shown) /* no scheme to tell where a password is: all before '@' masked */
+        snprintf(shown, n + 8, "%s%s", at ? "***" : "", at ? at : head);
+    snprintf(err, DBT_ERRLEN,
+             "%s: a query string is not supported (\"%.200s?...\", the rest not shown: it may hold "
+             "a secret): give the password as redis://[user]:password@host[:port][/db]",
+             setting, head && shown ? shown : "");
+    free(head);
+    free(shown);
+    return false;
+}
+
 bool dbt_parse_redis_url(const char *setting, const char *text, dbt_redis_url *out, char *err)
 {
+    const char *q = query_of(text);
+    if (q)
+        return query_refused(setting, text, q, err);
     if (has_prefix(text, "rediss://")) {
         snprintf(err, DBT_ERRLEN,
                  "%s: rediss:// (TLS) is not supported by this build (hiredis 0.14 has no TLS)",

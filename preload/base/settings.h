@@ -56,7 +56,8 @@ struct dbt_setting {
     const dbt_setting_kind *kind; /* its parser (over config_values.c), show and release */
     size_t field;                 /* offsetof(dbt_config, the field kind->parse fills) */
     dbt_setting_rule rule;
-    bool env_only; /* refused in a configuration file */
+    bool env_only;    /* refused in a configuration file */
+    bool worker_only; /* read by the library only: the operator's commands ignore its errors */
     const char *doc;
 };
 

@@ -2,7 +2,9 @@
  *
  * Nothing happens when the library is merely loaded: the first libpq call that needs the throttle
  * reads the settings. A bad setting is reported once, on one line, and from then on every command
- * is refused: never run unthrottled by accident. */
+ * is refused: never run unthrottled by accident. Two ways out stay open whatever else is wrong:
+ * DBTHROTTLE_DISABLE=on (the escape hatch must not be locked by what it escapes), and the
+ * connections DBTHROTTLE_EXEMPT names, when that setting itself parsed. */
 #include "lib.h"
 
 #include "log.h"
@@ -19,10 +21,23 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void setup(void)
 {
     char err[DBT_ERRLEN];
-    if (!dbt_config_load(&lib.cfg, environ, err)) {
+    bool ok = dbt_config_load(&lib.cfg, environ, err);
+    if (lib.cfg.disable && dbt_config_value_ok(&lib.cfg, "disable")) {
+        char log_err[DBT_ERRLEN]; /* the log goes where its settings say, or to stderr */
+        (void)dbt_log_open(&lib.cfg, log_err);
+        /* Said at warn when it is what keeps a broken configuration from refusing. */
+        dbt_field f[] = {DBT_S("ignored", err)};
+        dbt_log(ok ? DBT_LOG_INFO : DBT_LOG_WARN, "disabled", f, ok ? 0 : 1);
+        return;
+    }
+    if (!ok) {
         lib.broken = true;
+        lib.exempt_known = lib.cfg.nexempt > 0 && dbt_config_value_ok(&lib.cfg, "exempt");
         snprintf(lib.error, sizeof lib.error, "%s", err);
-        dbt_field f[] = {DBT_S("error", err), DBT_S("effect", "refusing every command")};
+        dbt_field f[] = {DBT_S("error", err),
+                         DBT_S("effect", lib.exempt_known
+                                             ? "refusing every command but exempt connections'"
+                                             : "refusing every command")};
         dbt_log(DBT_LOG_ERROR, "config_error", f, 2);
         return;
     }
@@ -30,14 +45,13 @@ static void setup(void)
         dbt_field f[] = {DBT_S("error", err)};
         dbt_log(DBT_LOG_ERROR, "log_error", f, 1);
     }
-    if (lib.cfg.disable) {
-        dbt_log(DBT_LOG_INFO, "disabled", NULL, 0);
-        return;
-    }
     if (lib.cfg.max_queries == 0 && lib.cfg.max_connections == 0) {
+        /* A warning, once per process: loaded into a libpq program to throttle it, and doing
+         * nothing, is a mistake the operator must see at the default level. */
         dbt_field f[] = {DBT_S("reason", "neither DBTHROTTLE_MAX_QUERIES nor "
-                                         "DBTHROTTLE_MAX_CONNECTIONS is set")};
-        dbt_log(DBT_LOG_INFO, "not_throttled", f, 1);
+                                         "DBTHROTTLE_MAX_CONNECTIONS is set"),
+                         DBT_S("effect", "this process runs unthrottled")};
+        dbt_log(DBT_LOG_WARN, "not_throttled", f, 2);
         return;
     }
     lib.client = dbt_client_new(&lib.cfg);

@@ -9,7 +9,8 @@
 
 typedef struct {
     dbt_config cfg;
-    bool broken;            /* a bad setting: every command is refused with `error` */
+    bool broken;            /* a bad setting: every command is refused with `error`... */
+    bool exempt_known;      /* ... but an exempt connection's, when DBTHROTTLE_EXEMPT parsed */
     char error[DBT_ERRLEN]; /* the one-line message of a bad setting */
     bool active;            /* a limit is set, the throttle is not disabled */
     dbt_client *client;     /* NULL unless active */

@@ -162,6 +162,16 @@ static bool take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, i
         set_refusal(c, kind, name, limit, now_ms() - t0, "canceling statement due to user request",
                     SQLSTATE_CANCELED);
         return false;
+    case DBT_ACQ_MISCONFIGURED: {
+        /* A configuration error, refused as a bad setting is: the message names the cause and
+         * what to fix. */
+        char why[256], msg[600];
+        dbt_pool_misconfig(pool, why, sizeof why);
+        snprintf(msg, sizeof msg, "Redis refuses this configuration: %s",
+                 why[0] ? why : "see the log");
+        set_refusal(c, kind, name, limit, now_ms() - t0, msg, SQLSTATE_REFUSED);
+        return false;
+    }
     case DBT_ACQ_REFUSED:
     default:
         set_refusal(c, kind, name, limit, now_ms() - t0,
@@ -289,6 +299,8 @@ static dbt_conn *begin(PGconn *conn, const dbt_lib *lib, bool *go)
     dbt_conn *c = dbt_conn_find(conn, true);
     if (!c)
         return NULL; /* out of memory: better unthrottled than a crash */
+    if (lib->broken && lib->exempt_known && exempt_rule(&lib->cfg, conn))
+        return NULL; /* exempt: the bad setting is not one an exempt connection reads */
     if (lib->broken) {
         char msg[DBT_ERRLEN + 64];
         snprintf(msg, sizeof msg, "dbthrottle: bad configuration: %s\n", lib->error);

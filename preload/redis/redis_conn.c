@@ -119,8 +119,51 @@ enum { NSCRIPTS = sizeof all_scripts / sizeof *all_scripts };
 
 static redisReply *read_reply(dbt_redis *r, char *err);
 
+/* The minimum Redis the scripts run on: PEXPIRE ... NX came with 7.0. */
+#define MIN_REDIS_MAJOR 7
+
+/* INFO's "name:value" line, copied into out (cap bytes); false when absent. */
+static bool info_field(const char *info, const char *name, char *out, size_t cap)
+{
+    size_t n = strlen(name);
+    for (const char *p = info; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && p[n] == ':') {
+            size_t len = strcspn(p + n + 1, "\r\n");
+            snprintf(out, cap, "%.*s", (int)(len < cap ? len : cap - 1), p + n + 1);
+            return true;
+        }
+    return false;
+}
+
+/* What INFO says that makes the server unfit for the pool's keys: a maxmemory-policy that may
+ * evict keys with a TTL (every dbthrottle key has one, so an evicted holders set over-admits),
+ * or a version older than the scripts need. */
+static void check_info(dbt_redis *r, const char *info)
+{
+    char v[64];
+    if (info_field(info, "maxmemory_policy", v, sizeof v) &&
+        (strncmp(v, "allkeys-", 8) == 0 || strncmp(v, "volatile-", 9) == 0)) {
+        snprintf(r->server_problem, sizeof r->server_problem,
+                 "Redis' maxmemory-policy is %.40s, which may evict the pool's keys (each has a "
+                 "TTL) and over-admit: set maxmemory-policy noeviction in Redis",
+                 v);
+        return;
+    }
+    if (info_field(info, "redis_version", v, sizeof v) && atoi(v) < MIN_REDIS_MAJOR)
+        snprintf(r->server_problem, sizeof r->server_problem,
+                 "Redis %.20s is older than 7.0, which the scripts need: upgrade Redis or fix "
+                 "DBTHROTTLE_REDIS_URL",
+                 v);
+}
+
+/* INFO and every script, in one pipelined round trip. */
 static bool load_all_scripts(dbt_redis *r, char *err)
 {
+    const char *info_argv[] = {"INFO"};
+    if (redisAppendCommandArgv(r->ctx, 1, info_argv, NULL) != REDIS_OK) {
+        set_err(err, "redis", r->ctx->errstr);
+        return false;
+    }
     for (int i = 0; i < NSCRIPTS; i++) {
         const char *argv[] = {"SCRIPT", "LOAD", all_scripts[i]->body};
         size_t lens[] = {6, 4, all_scripts[i]->len};
@@ -129,6 +172,14 @@ static bool load_all_scripts(dbt_redis *r, char *err)
             return false;
         }
     }
+    redisReply *info = read_reply(r, err);
+    if (info && info->type == REDIS_REPLY_STRING)
+        check_info(r, info->str);
+    else if (dbt_redis_broken(r))
+        return false;
+    else /* an error reply: INFO is not allowed to this user, or this is not Redis */
+        r->info_refused = true;
+    freeReplyObject(info);
     bool ok = true;
     for (int i = 0; i < NSCRIPTS; i++) {
         redisReply *rep = read_reply(r, err);

@@ -18,6 +18,11 @@ typedef struct {
     int64_t timeout_ms; /* command timeout (socket send and receive) */
     int64_t armed_ms;   /* the socket's timeout now (a budget may have shortened it) */
     int npending;       /* replies still to read, oldest first */
+    /* What the connect read in INFO: a server that may evict the pool's keys or cannot run the
+     * scripts ("" when none; the library refuses such a server, the operator's commands only
+     * show it), and whether INFO was refused (an ACL without +info: nothing could be checked). */
+    char server_problem[200];
+    bool info_refused;
     struct {
         char *cmd; /* the formatted command, kept to re-send it after a NOSCRIPT */
         size_t len;
@@ -33,8 +38,10 @@ typedef struct {
 void dbt_sigpipe_block(dbt_sigpipe_guard *g);
 void dbt_sigpipe_restore(dbt_sigpipe_guard *g);
 
-/* Connects with cfg's URL and timeout, authenticates, selects the db and marks the socket
- * close-on-exec. Returns NULL with a one-line message (without the password) in err. */
+/* Connects with cfg's URL and timeout, authenticates, selects the db, marks the socket
+ * close-on-exec, loads the scripts and reads INFO (see server_problem). Returns NULL with a
+ * one-line message (without the password) in err; dbt_redis_error_permanent (redis_errors.h)
+ * tells a configuration error from an outage by it. */
 dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err);
 void dbt_redis_free(dbt_redis *r);
 

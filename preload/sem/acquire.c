@@ -20,18 +20,27 @@
 #include <unistd.h>
 
 /* What an acquire returns while Redis is unreachable, traced at info level (the outage itself
- * was logged once as a warning or an error). */
-static dbt_acq_result outage_result(const dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o,
+ * was logged once as a warning or an error): open or closed as configured, but refused whatever
+ * the mode while the pool's Redis is misconfigured (a permanent error: it will not pass). */
+static dbt_acq_result outage_result(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o,
                                     const char *why)
 {
-    bool open = p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN;
+    pthread_mutex_lock(&p->mu);
+    bool misconfigured = p->misconfig[0] != '\0';
+    pthread_mutex_unlock(&p->mu);
+    bool open = !misconfigured && p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN;
     if (dbt_log_enabled(DBT_LOG_INFO)) {
-        dbt_field f[] = {DBT_S("pool", p->name),   DBT_S("kind", dbt_kind_name(kind)),
-                         DBT_I("limit", o->limit), DBT_S("conn", o->conn ? o->conn : "-"),
-                         DBT_S("reason", why),     DBT_S("mode", open ? "open" : "closed")};
+        dbt_field f[] = {DBT_S("pool", p->name),
+                         DBT_S("kind", dbt_kind_name(kind)),
+                         DBT_I("limit", o->limit),
+                         DBT_S("conn", o->conn ? o->conn : "-"),
+                         DBT_S("reason", misconfigured ? "redis misconfigured" : why),
+                         DBT_S("mode", misconfigured ? "misconfigured"
+                                       : open        ? "open"
+                                                     : "closed")};
         dbt_log(DBT_LOG_INFO, open ? "unthrottled" : "refused", f, sizeof f / sizeof *f);
     }
-    return open ? DBT_ACQ_UNTHROTTLED : DBT_ACQ_REFUSED;
+    return misconfigured ? DBT_ACQ_MISCONFIGURED : open ? DBT_ACQ_UNTHROTTLED : DBT_ACQ_REFUSED;
 }
 
 static void new_id(dbt_pool *p, struct dbt_slot *s)
@@ -254,7 +263,10 @@ static struct dbt_slot *new_slot(acquire_run *a)
     const dbt_acquire_opts *o = a->o;
     struct dbt_slot *s = NULL;
     pthread_mutex_lock(&p->mu);
-    bool down = p->down_until_us > a->start;
+    /* Misconfigured: refused without a round trip, but for the one acquire that probes (which
+     * tries Redis even within an outage's backoff). */
+    bool probing = p->misconfig[0] != '\0';
+    bool down = dbt_pool_misconfigured(p, a->start) || (!probing && p->down_until_us > a->start);
     if (down) {
         p->st.refusals++;
     } else if (p->spare) {

@@ -78,6 +78,14 @@ const char *dbt_pool_name(const dbt_pool *p)
     return p->name;
 }
 
+bool dbt_pool_misconfig(dbt_pool *p, char *out, size_t cap)
+{
+    pthread_mutex_lock(&p->mu);
+    snprintf(out, cap, "%s", p->misconfig);
+    pthread_mutex_unlock(&p->mu);
+    return out[0] != '\0';
+}
+
 void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out)
 {
     pthread_mutex_lock(&p->mu);

@@ -111,7 +111,7 @@ static dbt_redis *ready_listener(dbt_pool *p, const char *wake_key, char *err)
         l = NULL;
     }
     if (!l) {
-        l = dbt_redis_connect(p->client->cfg, err);
+        l = dbt_pool_connect(p, err);
         if (!l)
             return NULL;
         pthread_mutex_lock(&p->mu);

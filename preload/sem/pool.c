@@ -5,6 +5,7 @@
 #include "fork.h"
 #include "handover.h"
 #include "log.h"
+#include "redis_errors.h"
 #include "renewer.h"
 
 #include <errno.h>
@@ -15,6 +16,31 @@
 #include <unistd.h>
 
 /* ---- command connections --------------------------------------------------------------- */
+
+dbt_redis *dbt_pool_connect(dbt_pool *p, char *err)
+{
+    dbt_redis *r = dbt_redis_connect(p->client->cfg, err);
+    if (r && r->server_problem[0]) {
+        snprintf(err, DBT_ERRLEN, "%s", r->server_problem);
+        dbt_redis_free(r);
+        return NULL;
+    }
+    if (r && r->info_refused) {
+        pthread_mutex_lock(&p->mu);
+        bool first = !p->info_warned;
+        p->info_warned = true;
+        pthread_mutex_unlock(&p->mu);
+        if (first) {
+            dbt_field f[] = {DBT_S("pool", p->name),
+                             DBT_S("redis", p->client->cfg->redis_url_redacted),
+                             DBT_S("effect", "cannot verify Redis' maxmemory-policy nor its "
+                                             "version: grant +info to the Redis user "
+                                             "(docs/operations.md)")};
+            dbt_log(DBT_LOG_WARN, "redis_unverified", f, sizeof f / sizeof *f);
+        }
+    }
+    return r;
+}
 
 dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err)
 {
@@ -36,7 +62,7 @@ dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err)
     p->nconns++;
     pthread_mutex_unlock(&p->mu);
 
-    dbt_redis *r = dbt_redis_connect(p->client->cfg, err);
+    dbt_redis *r = dbt_pool_connect(p, err);
 
     pthread_mutex_lock(&p->mu);
     if (r) {
@@ -75,8 +101,60 @@ void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r)
 
 /* ---- outages ----------------------------------------------------------------------------- */
 
+/* A configuration error: refused like a bad setting whatever DBTHROTTLE_ON_REDIS_ERROR says, and
+ * logged at error level when it is new or has lasted another minute (one line a minute, not one
+ * per process: the operator must see it while it lasts). */
+static void note_misconfig(dbt_pool *p, const char *what, const char *msg, const char *why)
+{
+    int64_t now = dbt_now_us();
+    pthread_mutex_lock(&p->mu);
+    p->st.redis_errors++;
+    snprintf(p->misconfig, sizeof p->misconfig, "%s", why);
+    if (p->misconfig_probe_us <= now)
+        p->misconfig_probe_us = now + DBT_MISCONFIG_PROBE_US;
+    /* The renewer holds its deferred operations back as in an outage, until the next probe:
+     * a broken Redis costs no round trip but that one. */
+    p->down_until_us = p->misconfig_probe_us;
+    bool log = dbt_misconfig_log_due(p->misconfig_logged, p->misconfig_logged_us, why, now);
+    if (log) {
+        snprintf(p->misconfig_logged, sizeof p->misconfig_logged, "%s", why);
+        p->misconfig_logged_us = now;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (log) {
+        dbt_field f[] = {DBT_S("pool", p->name),
+                         DBT_S("during", what),
+                         DBT_S("error", msg),
+                         DBT_S("cause", why),
+                         DBT_S("redis", p->client->cfg->redis_url_redacted),
+                         DBT_S("effect", "refusing every command until it is fixed (checked "
+                                         "every 2s), whatever DBTHROTTLE_ON_REDIS_ERROR says")};
+        dbt_log(DBT_LOG_ERROR, "redis_misconfigured", f, sizeof f / sizeof *f);
+    }
+}
+
+bool dbt_misconfig_log_due(const char *last, int64_t last_us, const char *why, int64_t now)
+{
+    return strcmp(last, why) != 0 || now - last_us >= DBT_MISCONFIG_RELOG_US;
+}
+
+bool dbt_pool_misconfigured(dbt_pool *p, int64_t now)
+{
+    if (!p->misconfig[0])
+        return false;
+    if (now < p->misconfig_probe_us)
+        return true;
+    p->misconfig_probe_us = now + DBT_MISCONFIG_PROBE_US; /* this one tries; the others not */
+    return false;
+}
+
 void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
 {
+    char why[DBT_MISCONFIG_LEN];
+    if (dbt_redis_error_permanent(msg, why, sizeof why)) {
+        note_misconfig(p, what, msg, why);
+        return;
+    }
     const dbt_config *cfg = p->client->cfg;
     pthread_mutex_lock(&p->mu);
     p->st.redis_errors++;
@@ -107,10 +185,20 @@ void dbt_pool_note_ok(dbt_pool *p)
     bool was = p->in_outage;
     p->in_outage = false;
     p->down_until_us = 0;
+    char fixed[sizeof p->misconfig];
+    snprintf(fixed, sizeof fixed, "%s", p->misconfig);
+    p->misconfig[0] = '\0';
+    if (fixed[0])
+        p->misconfig_logged[0] = '\0'; /* a new episode is logged at once */
     pthread_mutex_unlock(&p->mu);
     if (was) {
         dbt_field f[] = {DBT_S("pool", p->name)};
         dbt_log(DBT_LOG_WARN, "redis_back", f, 1);
+    }
+    if (fixed[0]) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("was", fixed),
+                         DBT_S("effect", "throttling again")};
+        dbt_log(DBT_LOG_WARN, "redis_fixed", f, sizeof f / sizeof *f);
     }
 }
 
@@ -338,5 +426,6 @@ void dbt_pool_after_fork(dbt_pool *p)
     p->gen++;
     p->in_outage = false;
     p->down_until_us = 0;
+    p->misconfig_probe_us = 0; /* the child checks for itself at its first acquire */
     memset(&p->st, 0, sizeof p->st);
 }

@@ -10,14 +10,29 @@
 #include "log.h"
 #include "pool_types.h"
 
+/* A new connection to the pool's Redis (dbt_redis_connect) that the library may use: a server
+ * that may evict the pool's keys or cannot run the scripts is refused (a permanent error, in
+ * err); one whose INFO was refused is used, with a warning once per pool. Without p->mu. */
+dbt_redis *dbt_pool_connect(dbt_pool *p, char *err);
+
 /* Command connections: one round trip at a time each, never under p->mu. */
 dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err);
 void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r);
 
 /* The outage backoff: a failed Redis call makes acquires skip Redis for DBT_OUTAGE_BACKOFF_US
- * (logged once per outage); a call that succeeds ends the outage. Without p->mu. */
+ * (logged once per outage); a call that succeeds ends the outage. A permanent error
+ * (redis_errors.h) sets p->misconfig instead: logged at error level, again every minute while
+ * it lasts; acquires are refused meanwhile (dbt_pool_misconfigured). Without p->mu. */
 void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg);
 void dbt_pool_note_ok(dbt_pool *p);
+
+/* Whether a permanent error `why` found at `now` is logged, the one last logged being `last`
+ * (at last_us): a new cause at once, the same one again once DBT_MISCONFIG_RELOG_US has passed. */
+bool dbt_misconfig_log_due(const char *last, int64_t last_us, const char *why, int64_t now);
+
+/* Whether an acquire starting at `now` is refused for a permanent error: true while p->misconfig
+ * is set, but for one acquire every DBT_MISCONFIG_PROBE_US, which tries Redis. p->mu held. */
+bool dbt_pool_misconfigured(dbt_pool *p, int64_t now);
 
 void dbt_slot_wake(struct dbt_slot *s);                /* call with p->mu held */
 void dbt_slot_wake_later(struct dbt_slot *s);          /* a promised wake, without p->mu */

@@ -41,6 +41,12 @@
  * long before trying again, so an outage costs one timeout per second, not one per query. */
 #define DBT_OUTAGE_BACKOFF_US INT64_C(1000000)
 
+/* While Redis is misconfigured (a permanent error), one acquire tries Redis this often: the
+ * fix is noticed within it, and a broken pool costs no round trip per command. */
+#define DBT_MISCONFIG_PROBE_US INT64_C(2000000)
+/* ... and its error is logged again this often while it lasts. */
+#define DBT_MISCONFIG_RELOG_US INT64_C(60000000)
+
 /* Releases that could not be sent (Redis unreachable) are kept, this many at most, and sent once
  * Redis answers again; beyond that, their leases give them back. */
 #define DBT_MAX_DEFERRED 256
@@ -114,6 +120,16 @@ struct dbt_pool {
     uint64_t gen;
     int64_t down_until_us; /* outage backoff, see DBT_OUTAGE_BACKOFF_US */
     bool in_outage;
+    /* A permanent Redis error (redis_errors.h): every acquire is refused without a round trip,
+     * but one every DBT_MISCONFIG_PROBE_US, which ends it when Redis accepts it. The field's line
+     * is kept as written: `dbthrottle status` (another module) reads it. */
+    // clang-format off
+    char misconfig[256]; /* a permanent Redis error: why, and the setting to fix; "" when none (p->mu) */
+    // clang-format on
+    int64_t misconfig_probe_us;  /* when the next acquire may try Redis */
+    char misconfig_logged[256];  /* the cause last logged ... */
+    int64_t misconfig_logged_us; /* ... and when: again after DBT_MISCONFIG_RELOG_US */
+    bool info_warned;            /* INFO refused: warned once */
     /* releases owed to Redis (see DBT_MAX_DEFERRED); the renewer sends them */
     struct {
         bool cancel; /* cancel.lua (an acquire whose reply was lost), else release.lua */

@@ -18,11 +18,13 @@ typedef struct dbt_pool dbt_pool;
 typedef struct dbt_slot dbt_permit;
 
 typedef enum {
-    DBT_ACQ_GRANTED = 0, /* *out holds a permit: give it back with dbt_release */
-    DBT_ACQ_TIMEOUT,     /* waited wait_ms (or 0: none was free) and withdrew from the queue */
-    DBT_ACQ_INTERRUPTED, /* a signal interrupted the wait and opts->interrupted said stop */
-    DBT_ACQ_UNTHROTTLED, /* Redis unreachable, on_redis_error=open: go on without a permit */
-    DBT_ACQ_REFUSED      /* Redis unreachable, on_redis_error=closed: fail the command */
+    DBT_ACQ_GRANTED = 0,  /* *out holds a permit: give it back with dbt_release */
+    DBT_ACQ_TIMEOUT,      /* waited wait_ms (or 0: none was free) and withdrew from the queue */
+    DBT_ACQ_INTERRUPTED,  /* a signal interrupted the wait and opts->interrupted said stop */
+    DBT_ACQ_UNTHROTTLED,  /* Redis unreachable, on_redis_error=open: go on without a permit */
+    DBT_ACQ_REFUSED,      /* Redis unreachable, on_redis_error=closed: fail the command */
+    DBT_ACQ_MISCONFIGURED /* Redis refuses this configuration (a permanent error, whatever
+                           * on_redis_error says): fail the command; dbt_pool_misconfig says why */
 } dbt_acq_result;
 
 /* Lets another thread, or a signal handler, wake a waiting dbt_acquire so that it asks
@@ -118,6 +120,10 @@ void dbt_permit_note_idle(dbt_permit *permit, bool idle);
  * acquires anew. A kept permit may also simply be released. */
 bool dbt_permit_park(dbt_permit *permit);
 bool dbt_permit_unpark(dbt_permit **permit);
+
+/* Copies why the pool's Redis is misconfigured (the cause and the setting to fix) into out;
+ * false, out "", when it is not. */
+bool dbt_pool_misconfig(dbt_pool *p, char *out, size_t cap);
 
 void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out);
 const dbt_keys *dbt_pool_keys(const dbt_pool *p);
