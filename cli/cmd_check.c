@@ -69,6 +69,14 @@ int cmd_check(int argc, char **argv)
     /* The library's own message, as it would log it before refusing every command. */
     if (!cli_load_config("check", &ro, &cfg))
         return 1;
+    /* The operator commands ignore errors in the settings only workers read; check reads as a
+     * worker does. */
+    const char *bad = dbt_config_error_for(&cfg, DBT_READER_WORKER);
+    if (bad) {
+        cli_fail("check", "%s", bad);
+        dbt_config_free(&cfg);
+        return 1;
+    }
     printf("settings, as the library reads them:\n");
     for (const dbt_setting *s = dbt_settings; s->key; s++) {
         char value[512];
