@@ -30,11 +30,16 @@ static void setup(void)
         dbt_field f[] = {DBT_S("error", err)};
         dbt_log(DBT_LOG_ERROR, "log_error", f, 1);
     }
+    bool limited = lib.cfg.max_queries != 0 || lib.cfg.max_connections != 0;
     if (lib.cfg.disable) {
         dbt_log(DBT_LOG_INFO, "disabled", NULL, 0);
+        /* Disabled where a limit is set: listed by dbthrottle status as "disabled" (one
+         * background report a lease per pool), so that nobody takes it for throttled. */
+        lib.client = limited ? dbt_client_new(&lib.cfg) : NULL;
+        lib.announce_only = lib.client != NULL;
         return;
     }
-    if (lib.cfg.max_queries == 0 && lib.cfg.max_connections == 0) {
+    if (!limited) {
         dbt_field f[] = {DBT_S("reason", "neither DBTHROTTLE_MAX_QUERIES nor "
                                          "DBTHROTTLE_MAX_CONNECTIONS is set")};
         dbt_log(DBT_LOG_INFO, "not_throttled", f, 1);

@@ -19,6 +19,12 @@ void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r);
 void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg);
 void dbt_pool_note_ok(dbt_pool *p);
 
+/* Warn-level lines that an outage or a saturated pool could repeat once per command. */
+typedef enum { DBT_WARN_UNTHROTTLED, DBT_WARN_REFUSED, DBT_WARN_TIMEOUT } dbt_warn_kind;
+/* With p->mu held: whether a line of this kind is due now (the first of a stretch, then one per
+ * DBT_WARN_EVERY_US); when it is, *quiet is how many were not logged since the last one. */
+bool dbt_pool_warn_due(dbt_pool *p, dbt_warn_kind k, uint64_t *quiet);
+
 void dbt_slot_wake(struct dbt_slot *s);                /* call with p->mu held */
 void dbt_slot_wake_later(struct dbt_slot *s);          /* a promised wake, without p->mu */
 void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s); /* p->mu held: off every list, uncounted */
