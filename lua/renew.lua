@@ -61,7 +61,11 @@ for k = 0, 1 do
     end
     reap(s, now)
     pump(s, now)
-    touch(s)
+    -- A renewal of nothing (an idle process' heartbeat, which keeps its record) does not keep
+    -- an idle pool's keys alive.
+    if nids > 0 then
+        touch(s)
+    end
     queued[k + 1] = redis.call('ZCARD', s.Q)
     -- whether local handover may go on: not while drained or held above the operator's limit
     local override, drained = controls(s)
