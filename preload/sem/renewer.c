@@ -2,8 +2,9 @@
  * Redis round trip per pool, and so keeps the queue live (renew.lua reaps expired holders and
  * grants their permits even when nobody releases).
  *
- * It starts when the process first holds or waits on the pool, and it is silent while the
- * process neither waits nor holds: an idle pool costs no Redis traffic. Grants are not its job:
+ * It starts when the process first uses the pool (or announces itself, disabled). While the
+ * process neither waits nor holds, it only sends the process' record once a lease (registry.c):
+ * an idle pool costs one small script per lease. Grants are not its job:
  * waiting threads take turns listening for them (listener.c). Kept permits are (see
  * DBTHROTTLE_CACHE_PERMITS): it gives them back when a waiter's arrival is pushed, or when they
  * sat unused for DBTHROTTLE_CACHE_IDLE, and while the process holds permits it may keep and no

@@ -82,8 +82,10 @@ for p in $thr $dis $opn $cls; do kill -TERM "$p" 2>/dev/null; done
 wait_workers
 opn_lines=$(grep -c "level=warn event=unthrottled" "$work/fl.open.log")
 cls_lines=$(grep -c "level=warn event=refused" "$work/fl.closed.log")
-check "fleet_state_visible: the cut is in the workers' logs at warn level, a few lines not one per command (open: $opn_lines unthrottled lines for $reported commands; closed: $cls_lines refused lines)" \
-    '[ "$opn_lines" -ge 1 ] && [ "$opn_lines" -le 3 ] && [ "$cls_lines" -ge 1 ] && [ "$cls_lines" -le 3 ]'
+# One line, then at most one per 10 s while it lasts (plus the second of backoff after it).
+most=$((2 + (back_ms - cut_ms) / 10000))
+check "fleet_state_visible: the cut is in the workers' logs at warn level, at most $most lines, not one per command (open: $opn_lines unthrottled lines for $reported commands; closed: $cls_lines refused lines)" \
+    '[ "$opn_lines" -ge 1 ] && [ "$opn_lines" -le "$most" ] && [ "$cls_lines" -ge 1 ] && [ "$cls_lines" -le "$most" ]'
 check "fleet_state_visible: the exit summaries count apart: open unthrottled=N refusals=0, closed refusals=N unthrottled=0 ($(grep -h event=summary "$work/fl.open.log" "$work/fl.closed.log" | sed 's/.*\(refusals=[0-9]* unthrottled=[0-9]*\).*/\1/' | tr '\n' ' '))" \
     'grep "event=summary" "$work/fl.open.log" | grep -q "refusals=0 unthrottled=[1-9]" && grep "event=summary" "$work/fl.closed.log" | grep -q "refusals=[1-9][0-9]* unthrottled=0"'
 check "fleet_state_visible: the workers that exited are no longer listed" \
