@@ -53,7 +53,8 @@ Test(fleet, a_permanent_error_is_listed_as_refusing_with_its_reason, .timeout = 
     dbt_acquire_opts now = {.limit = 2, .wait_ms = 0};
     dbt_permit *a;
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &a), DBT_ACQ_GRANTED);
-    const char *cid = dbt_client_id(c);
+    char cid[17]; /* a copy: it outlives the client */
+    snprintf(cid, sizeof cid, "%s", dbt_client_id(c));
     record_has thr = {cid, "\tthrottling\topen\t\t"};
     cr_assert(test_wait_until(has, &thr, 5000), "not listed as throttling");
     dbt_release(a);
@@ -64,7 +65,7 @@ Test(fleet, a_permanent_error_is_listed_as_refusing_with_its_reason, .timeout = 
     record_has refusing = {cid, "\trefusing\topen\tNOPERM: the ACL user may not run EVALSHA\t"};
     cr_expect(test_wait_until(has, &refusing, 5000), "the heartbeat did not report it");
     fx_client_free(c);
-    cr_expect(test_wait_until(record_gone, (void *)cid, 2000), "the record outlived the client");
+    cr_expect(test_wait_until(record_gone, cid, 2000), "the record outlived the client");
 }
 
 Test(fleet, an_idle_process_stays_listed_while_the_pool_keys_expire, .timeout = 60)
