@@ -84,6 +84,8 @@ typedef struct {
     char *name;
     int64_t now_ms;                   /* Redis' clock when read */
     dbt_status_kind kind[DBT_NKINDS]; /* see script_protocol.h */
+    dbt_proc_record *procs;           /* the processes that use it (their live records) */
+    int nprocs;
 } cli_pool_view;
 
 /* Reads a pool's state in one round trip. max_rows: holders and waiters listed per semaphore
@@ -109,6 +111,23 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
 void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefix);
 /* status --prometheus: the text exposition format. */
 void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n);
+/* One process of the fleet, over every pool it uses (render.c): its records joined by client id,
+ * its state as the records and their age say. */
+typedef struct {
+    const dbt_proc_record *rec; /* the most recently seen of its records */
+    const char *pools[64];      /* the pools it uses (views' names) */
+    int npools;
+    const char *state; /* throttling, unthrottled, refusing, disabled */
+    char reason[320];
+    int64_t silent_ms; /* since its last report, by Redis' clock */
+    unsigned long long unthrottled, refused, timeouts, outage_unthrottled, outage_refused;
+    long long outage_since_ms, outage_until_ms;
+    long held, waiting, idle_in_tx;
+} cli_process;
+/* The processes of the views, in host and pid order (free with free()); the count, -1 when out
+ * of memory. */
+int cli_processes(const cli_pool_view *v, int n, cli_process **out);
+
 /* "1.2s", "350ms", "3m05s", "2h10m". */
 void cli_duration(int64_t ms, char *out, size_t cap);
 

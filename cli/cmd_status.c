@@ -1,4 +1,5 @@
-/* cmd_status.c - dbthrottle status: every pool's limit, holders, waiters and counters. */
+/* cmd_status.c - dbthrottle status: every pool's limit, holders, waiters and counters, and the
+ * processes that use them. */
 #include "cli.h"
 
 #include <getopt.h>
@@ -11,7 +12,10 @@ static const char usage[] =
     "Shows each pool (all pools under the key prefix when none is named): its limit, the\n"
     "holders (host, pid, connection, held for, lease left), the waiters in queue order (host,\n"
     "pid, connection, waited so far) and the counters the scripts keep (grants, queued,\n"
-    "refused, cancelled, expired, evicted, total wait). Reads Redis only, by SCAN and one\n"
+    "refused, cancelled, expired, evicted, total wait). Then the processes that use them\n"
+    "(host, pid, program, version, pools) and their state: throttling, unthrottled (cut off\n"
+    "from Redis in open mode), refusing (a permanent error, or cut off in closed mode) or\n"
+    "disabled, with what their last Redis outage cost. Reads Redis only, by SCAN and one\n"
     "script call per pool: safe on a production coordinator.\n"
     "\n"
     "  --json          one JSON document (format in dbthrottle(1): stable, version 1)\n"

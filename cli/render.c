@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -73,6 +74,151 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
     }
 }
 
+/* ---- the processes -------------------------------------------------------------------------- */
+
+/* How bad a state is: a process listed in several pools shows its worst. */
+static int severity(const char *state)
+{
+    return strcmp(state, "refusing") == 0      ? 3
+           : strcmp(state, "unthrottled") == 0 ? 2
+           : strcmp(state, "disabled") == 0    ? 1
+                                               : 0;
+}
+
+/* One record's state, as it says, or, when the process has not reported for longer than it
+ * promised, what its mode makes it do if it runs on cut off from Redis. */
+static const char *state_of(const dbt_proc_record *r, int64_t now_ms, char *reason, size_t cap)
+{
+    int64_t silent = now_ms - r->seen_ms;
+    if (r->silent_after_ms > 0 && silent > r->silent_after_ms && strcmp(r->state, "disabled")) {
+        char d[24];
+        cli_duration(silent, d, sizeof d);
+        bool open = strcmp(r->mode, "closed") != 0;
+        snprintf(reason, cap,
+                 "not heard from for %s: cut off from Redis (or stopped, or gone); "
+                 "on_redis_error=%s: %s",
+                 d, open ? "open" : "closed",
+                 open ? "its commands run unthrottled" : "its commands are refused");
+        return open ? "unthrottled" : "refusing";
+    }
+    snprintf(reason, cap, "%s", r->reason);
+    return strcmp(r->state, "refusing") == 0   ? "refusing"
+           : strcmp(r->state, "disabled") == 0 ? "disabled"
+                                               : "throttling";
+}
+
+static int by_host_pid(const void *a, const void *b)
+{
+    const cli_process *x = a, *y = b;
+    int c = strcmp(x->rec->host, y->rec->host);
+    return c ? c : (x->rec->pid > y->rec->pid) - (x->rec->pid < y->rec->pid);
+}
+
+int cli_processes(const cli_pool_view *v, int n, cli_process **out)
+{
+    int total = 0, np = 0;
+    for (int i = 0; i < n; i++)
+        total += v[i].nprocs;
+    cli_process *ps = calloc((size_t)(total ? total : 1), sizeof *ps);
+    if (!ps)
+        return -1;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < v[i].nprocs; j++) {
+            const dbt_proc_record *r = &v[i].procs[j];
+            cli_process *p = NULL;
+            for (int k = 0; k < np && !p; k++)
+                if (strcmp(ps[k].rec->cid, r->cid) == 0)
+                    p = &ps[k];
+            if (!p) {
+                p = &ps[np++];
+                p->rec = r;
+                p->state = "throttling";
+            } else if (r->seen_ms > p->rec->seen_ms) {
+                p->rec = r;
+            }
+            if (p->npools < (int)(sizeof p->pools / sizeof *p->pools))
+                p->pools[p->npools++] = v[i].name;
+            char reason[320];
+            const char *st = state_of(r, v[i].now_ms, reason, sizeof reason);
+            if (severity(st) > severity(p->state) || (p->npools == 1)) {
+                p->state = st;
+                snprintf(p->reason, sizeof p->reason, "%s", reason);
+            }
+            int64_t silent = v[i].now_ms - r->seen_ms;
+            if (p->npools == 1 || silent < p->silent_ms)
+                p->silent_ms = silent;
+            p->unthrottled += r->unthrottled;
+            p->refused += r->refused;
+            p->timeouts += r->timeouts;
+            p->held += r->held;
+            p->waiting += r->waiting;
+            p->idle_in_tx += r->idle_in_tx;
+            if (r->outage_since_ms > p->outage_since_ms) {
+                p->outage_since_ms = r->outage_since_ms;
+                p->outage_until_ms = r->outage_until_ms;
+                p->outage_unthrottled = r->outage_unthrottled;
+                p->outage_refused = r->outage_refused;
+            }
+        }
+    if (np > 1)
+        qsort(ps, (size_t)np, sizeof *ps, by_host_pid);
+    *out = ps;
+    return np;
+}
+
+/* "2026-11-24T01:02:03Z" of a wall-clock time in ms. */
+static void utc(long long ms, char *out, size_t cap)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static void text_processes(FILE *out, const cli_pool_view *v, int n)
+{
+    cli_process *ps;
+    int np = cli_processes(v, n, &ps);
+    if (np <= 0) {
+        if (np == 0)
+            free(ps);
+        return;
+    }
+    fprintf(out, "\nprocesses: %d\n  %-20s %8s %-16s %-8s %-11s %5s %5s %s\n", np, "HOST", "PID",
+            "PROGRAM", "VERSION", "STATE", "HELD", "WAIT", "POOLS / DETAIL");
+    for (int i = 0; i < np; i++) {
+        const cli_process *p = &ps[i];
+        char pools[300] = "";
+        size_t len = 0;
+        for (int k = 0; k < p->npools && len < sizeof pools; k++) {
+            char name[300];
+            dbt_escape(p->pools[k], 100, true, name, sizeof name);
+            len += (size_t)snprintf(pools + len, sizeof pools - len, "%s%s", k ? "," : "", name);
+        }
+        char prog[64], host[64];
+        dbt_escape(p->rec->program, 16, false, prog, sizeof prog);
+        dbt_escape(p->rec->host, 20, false, host, sizeof host);
+        fprintf(out, "  %-20s %8ld %-16s %-8s %-11s %5ld %5ld %s\n", host, p->rec->pid, prog,
+                p->rec->version, p->state, p->held, p->waiting, pools);
+        if (p->reason[0])
+            fprintf(out, "  %-20s %8s %s\n", "", "", p->reason);
+        if (p->idle_in_tx)
+            fprintf(out, "  %-20s %8s holds %ld permit%s idle in a transaction\n", "", "",
+                    p->idle_in_tx, p->idle_in_tx == 1 ? "" : "s");
+        if (p->outage_since_ms) {
+            char since[32], until[32] = "now";
+            utc(p->outage_since_ms, since, sizeof since);
+            if (p->outage_until_ms)
+                utc(p->outage_until_ms, until, sizeof until);
+            fprintf(out,
+                    "  %-20s %8s last Redis outage %s to %s: %llu commands unthrottled, %llu "
+                    "refused\n",
+                    "", "", since, until, p->outage_unthrottled, p->outage_refused);
+        }
+    }
+    free(ps);
+}
+
 void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefix)
 {
     char ep[300];
@@ -92,10 +238,14 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
                 text_kind(out, &v[i], (dbt_kind)kind, name);
                 any = true;
             }
-        if (!any)
+        if (!any && v[i].nprocs)
+            fprintf(out, "%spool %s: idle (%d processes use it)\n", i ? "\n" : "", name,
+                    v[i].nprocs);
+        else if (!any)
             fprintf(out, "%spool %s: no holders, waiters or counters (its keys are expiring)\n",
                     i ? "\n" : "", name);
     }
+    text_processes(out, v, n);
 }
 
 /* ---- JSON ----------------------------------------------------------------------------------- */
@@ -182,6 +332,55 @@ static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *
     fputs("}}", out);
 }
 
+static void json_processes(FILE *out, const cli_pool_view *v, int n)
+{
+    cli_process *ps;
+    int np = cli_processes(v, n, &ps);
+    fputs(",\"processes\":[", out);
+    for (int i = 0; i < np; i++) {
+        const cli_process *p = &ps[i];
+        const dbt_proc_record *r = p->rec;
+        fputs(i ? ",{\"id\":" : "{\"id\":", out);
+        json_str(out, r->cid);
+        fputs(",\"host\":", out);
+        json_str(out, r->host);
+        fprintf(out, ",\"pid\":%ld,\"ppid\":%ld,\"program\":", r->pid, r->ppid);
+        json_str(out, r->program);
+        fputs(",\"version\":", out);
+        json_str(out, r->version);
+        fputs(",\"state\":", out);
+        json_str(out, p->state);
+        fputs(",\"reason\":", out);
+        json_str(out, p->reason);
+        fputs(",\"on_redis_error\":", out);
+        json_str(out, r->mode);
+        fputs(",\"pools\":[", out);
+        for (int k = 0; k < p->npools; k++) {
+            if (k)
+                fputc(',', out);
+            json_str(out, p->pools[k]);
+        }
+        fprintf(out,
+                "],\"last_seen_ms\":%lld,\"silent_ms\":%" PRId64 ",\"report_every_ms\":%lld,"
+                "\"held\":%ld,\"waiting\":%ld,\"idle_in_transaction\":%ld,"
+                "\"unthrottled_commands\":%llu,\"refused_commands\":%llu,\"timeouts\":%llu,"
+                "\"last_outage\":",
+                r->seen_ms, p->silent_ms, r->every_ms, p->held, p->waiting, p->idle_in_tx,
+                p->unthrottled, p->refused, p->timeouts);
+        if (p->outage_since_ms) {
+            fprintf(out, "{\"since_ms\":%lld,\"until_ms\":", p->outage_since_ms);
+            json_int_or_null(out, p->outage_until_ms);
+            fprintf(out, ",\"unthrottled_commands\":%llu,\"refused_commands\":%llu}}",
+                    p->outage_unthrottled, p->outage_refused);
+        } else {
+            fputs("null}", out);
+        }
+    }
+    fputc(']', out);
+    if (np >= 0)
+        free(ps);
+}
+
 void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefix)
 {
     int64_t now = n ? v[0].now_ms : 0;
@@ -197,7 +396,9 @@ void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefi
         }
         fputc('}', out);
     }
-    fputs("]}\n", out);
+    fputc(']', out);
+    json_processes(out, v, n);
+    fputs("}\n", out);
 }
 
 /* ---- Prometheus ----------------------------------------------------------------------------- */
@@ -258,6 +459,40 @@ static void prom_metric(FILE *out, const cli_pool_view *v, int n, const char *na
         }
 }
 
+/* The processes per pool and state, and what their outages cost (a sum over the live processes:
+ * a gauge, as processes come and go). */
+static void prom_processes(FILE *out, const cli_pool_view *v, int n)
+{
+    static const char *const states[] = {"throttling", "unthrottled", "refusing", "disabled"};
+    fputs("# HELP dbthrottle_processes Processes that use the pool, by state (unthrottled and "
+          "refusing include those not heard from).\n# TYPE dbthrottle_processes gauge\n",
+          out);
+    for (int i = 0; i < n; i++)
+        for (size_t st = 0; st < sizeof states / sizeof *states; st++) {
+            int count = 0;
+            for (int j = 0; j < v[i].nprocs; j++) {
+                char reason[320];
+                count += strcmp(state_of(&v[i].procs[j], v[i].now_ms, reason, sizeof reason),
+                                states[st]) == 0;
+            }
+            fputs("dbthrottle_processes{pool=\"", out);
+            prom_label(out, v[i].name);
+            fprintf(out, "\",state=\"%s\"} %d\n", states[st], count);
+        }
+    fputs("# HELP dbthrottle_processes_unthrottled_commands Commands the live processes ran "
+          "unthrottled (Redis unreachable, on_redis_error=open).\n"
+          "# TYPE dbthrottle_processes_unthrottled_commands gauge\n",
+          out);
+    for (int i = 0; i < n; i++) {
+        unsigned long long sum = 0;
+        for (int j = 0; j < v[i].nprocs; j++)
+            sum += v[i].procs[j].unthrottled;
+        fputs("dbthrottle_processes_unthrottled_commands{pool=\"", out);
+        prom_label(out, v[i].name);
+        fprintf(out, "\"} %llu\n", sum);
+    }
+}
+
 void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n)
 {
     prom_metric(out, v, n, "dbthrottle_limit", "gauge",
@@ -288,4 +523,5 @@ void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n)
     for (size_t c = 0; c < sizeof counters / sizeof *counters; c++)
         prom_metric(out, v, n, counters[c].name, "counter", counters[c].help, M_COUNTER,
                     counters[c].counter);
+    prom_processes(out, v, n);
 }

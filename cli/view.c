@@ -12,7 +12,7 @@ long long cli_effective_limit(const dbt_status_kind *k)
 void cli_view_free(cli_pool_view *v)
 {
     free(v->name);
-    dbt_status_reply state = {.now_ms = v->now_ms};
+    dbt_status_reply state = {.now_ms = v->now_ms, .procs = v->procs, .nprocs = v->nprocs};
     memcpy(state.kind, v->kind, sizeof state.kind);
     dbt_status_free(&state);
     memset(v, 0, sizeof *v);
@@ -40,6 +40,8 @@ bool cli_view_pool(dbt_redis *r, const dbt_config *cfg, const char *pool, int ma
     freeReplyObject(rep);
     v->now_ms = state.now_ms; /* the entries are the view's now */
     memcpy(v->kind, state.kind, sizeof v->kind);
+    v->procs = state.procs;
+    v->nprocs = state.nprocs;
     return true;
 }
 

@@ -61,11 +61,42 @@ for k = 0, 1 do
     end
     reap(s, now)
     pump(s, now)
-    touch(s)
+    -- A renewal of nothing (an idle process' heartbeat, which keeps its record) does not keep
+    -- an idle pool's keys alive.
+    if nids > 0 then
+        touch(s)
+    end
     queued[k + 1] = redis.call('ZCARD', s.Q)
     -- whether local handover may go on: not while drained or held above the operator's limit
     local override, drained = controls(s)
     local ok = not drained and (not override or redis.call('ZCARD', s.H) <= override)
     allowed[k + 1] = ok and 1 or 0
+end
+-- The process record (dbthrottle status lists the processes of a pool): KEYS[2NK+1] a ZSET of
+-- client id -> when its record expires, KEYS[2NK+2] a HASH of client id -> "<seen ms>\t<record>"
+-- (the record's fields: script_protocol.h). ARGV after the local counts: the client id, the
+-- record, how long it lives (ms), and "1" when the process leaves (the record goes). Expired
+-- records are removed a batch at a time; the two keys live as long as their longest record.
+local PROCS, PINFO = KEYS[2 * NK + 1], KEYS[2 * NK + 2]
+local rec_at = local_at + 6
+if PROCS and PINFO and ARGV[rec_at + 3] then
+    local cid, rttl = ARGV[rec_at], tonumber(ARGV[rec_at + 2])
+    if ARGV[rec_at + 3] == '1' then
+        redis.call('ZREM', PROCS, cid)
+        redis.call('HDEL', PINFO, cid)
+    else
+        redis.call('ZADD', PROCS, now + rttl, cid)
+        redis.call('HSET', PINFO, cid, now .. '\t' .. ARGV[rec_at + 1])
+        for _, k in ipairs({PROCS, PINFO}) do
+            if redis.call('PTTL', k) < rttl then
+                redis.call('PEXPIRE', k, rttl)
+            end
+        end
+    end
+    local gone = redis.call('ZRANGEBYSCORE', PROCS, '-inf', now, 'LIMIT', 0, REAP_BATCH)
+    if #gone > 0 then
+        redis.call('ZREM', PROCS, unpack(gone))
+        redis.call('HDEL', PINFO, unpack(gone))
+    end
 end
 return {lost_h, lost_w, granted_w, queued, allowed}

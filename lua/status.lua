@@ -2,7 +2,7 @@
 -- by Redis' clock. Reads only: no reaping, no granting, no TTL refresh. KEYS[1..NK] the query
 -- semaphore, KEYS[NK+1..2NK] the connection one. ARGV[5] the most holders and waiters listed
 -- per semaphore (0 = all); the counts are always whole.
--- Returns {now, query, connection}, each {limit seen or false, override or false, drained 0/1,
+-- Returns {now, query, connection[, processes]}, each of the first two {limit seen or false, override or false, drained 0/1,
 -- live holders, live waiters, {id, lease expiry, info, ...} of holders, {id, info, ...} of
 -- waiters in queue order, {counter, value, ...}}. Entries whose lease ran out are left out.
 local max = tonumber(ARGV[5]) or 0
@@ -45,5 +45,21 @@ local function snapshot(s)
     return {c[1] or false, c[2] or false, c[3] and 1 or 0, redis.call('ZCOUNT', s.H, now, '+inf'),
         redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS)}
 end
+-- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
+-- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).
+local function processes(procs, pinfo)
+    local out = {}
+    local live = redis.call('ZRANGEBYSCORE', procs, now, '+inf', 'WITHSCORES')
+    for i = 1, #live, 2 do
+        out[#out + 1] = live[i]
+        out[#out + 1] = live[i + 1]
+        out[#out + 1] = redis.call('HGET', pinfo, live[i]) or ''
+    end
+    return out
+end
 local q = snapshot(semaphore(0, 'q'))
-return {now, q, snapshot(semaphore(NK, 'c'))}
+local c = snapshot(semaphore(NK, 'c'))
+if KEYS[2 * NK + 2] then
+    return {now, q, c, processes(KEYS[2 * NK + 1], KEYS[2 * NK + 2])}
+end
+return {now, q, c}

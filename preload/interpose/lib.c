@@ -28,6 +28,13 @@ static void setup(void)
         /* Said at warn when it is what keeps a broken configuration from refusing. */
         dbt_field f[] = {DBT_S("ignored", err)};
         dbt_log(ok ? DBT_LOG_INFO : DBT_LOG_WARN, "disabled", f, ok ? 0 : 1);
+        /* Disabled where a limit is set (and the settings are sound enough to reach Redis):
+         * listed by dbthrottle status as "disabled" (one background report a lease per pool),
+         * so that nobody takes it for throttled. */
+        if (ok && (lib.cfg.max_queries != 0 || lib.cfg.max_connections != 0)) {
+            lib.client = dbt_client_new(&lib.cfg);
+            lib.announce_only = lib.client != NULL;
+        }
         return;
     }
     if (!ok) {

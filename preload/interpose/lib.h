@@ -13,7 +13,8 @@ typedef struct {
     bool exempt_known;      /* ... but an exempt connection's, when DBTHROTTLE_EXEMPT parsed */
     char error[DBT_ERRLEN]; /* the one-line message of a bad setting */
     bool active;            /* a limit is set, the throttle is not disabled */
-    dbt_client *client;     /* NULL unless active */
+    bool announce_only;     /* disabled with a limit set: takes no permit, but reports itself */
+    dbt_client *client;     /* NULL unless active or announce_only */
 } dbt_lib;
 
 /* The process' throttle, set up on first use (never before libpq is used). */

@@ -88,7 +88,7 @@ static const char *exempt_rule(const dbt_config *cfg, PGconn *conn)
 static void set_refusal(dbt_conn *c, dbt_kind kind, const char *fmt_pool, int limit,
                         int64_t waited_ms, const char *why, const char *sqlstate)
 {
-    char msg[1024];
+    char msg[2048];
     snprintf(msg, sizeof msg,
              "dbthrottle: no %s permit for pool \"%.300s\" (limit %d) after waiting %" PRId64
              " ms: %s\n",
@@ -154,10 +154,16 @@ static bool take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, i
     case DBT_ACQ_GRANTED:
     case DBT_ACQ_UNTHROTTLED:
         return true;
-    case DBT_ACQ_TIMEOUT:
-        set_refusal(c, kind, name, limit, now_ms() - t0, "DBTHROTTLE_WAIT_TIMEOUT reached",
-                    SQLSTATE_REFUSED);
+    case DBT_ACQ_TIMEOUT: {
+        /* A wait that timed out may be one this process' own family could never end (a
+         * transaction idle on its workers or on a full pipe holds the permit): say so. */
+        int64_t waited = now_ms() - t0;
+        char why[1200] = "DBTHROTTLE_WAIT_TIMEOUT reached", deadlock[1000];
+        if (o.wait_ms != 0 && dbt_pool_explain_wait(pool, deadlock, sizeof deadlock))
+            snprintf(why, sizeof why, "DBTHROTTLE_WAIT_TIMEOUT reached; %s", deadlock);
+        set_refusal(c, kind, name, limit, waited, why, SQLSTATE_REFUSED);
         return false;
+    }
     case DBT_ACQ_INTERRUPTED:
         set_refusal(c, kind, name, limit, now_ms() - t0, "canceling statement due to user request",
                     SQLSTATE_CANCELED);
@@ -320,9 +326,27 @@ static dbt_conn *known(PGconn *conn, const dbt_lib *lib)
     return lib->active ? dbt_conn_find(conn, false) : NULL;
 }
 
+/* A disabled process with a limit set takes no permit, but reports itself in the pool of each
+ * connection it opens (dbthrottle status lists it as disabled). */
+static void announce(const dbt_lib *lib, PGconn *conn)
+{
+    char name[600];
+    if (lib->cfg.pool)
+        snprintf(name, sizeof name, "%s", lib->cfg.pool);
+    else
+        default_pool(conn, name, sizeof name);
+    dbt_pool *p = dbt_client_pool(lib->client, name);
+    if (p)
+        dbt_pool_announce(p);
+}
+
 bool dbt_throttle_connect(PGconn *conn)
 {
     const dbt_lib *lib = dbt_lib_get();
+    if (lib->announce_only) {
+        announce(lib, conn);
+        return true;
+    }
     bool go;
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)

@@ -63,7 +63,9 @@ bool dbt_keys_init(dbt_keys *k, const char *prefix, const char *pool)
     if (!k->base)
         return false;
     k->wake_prefix = join(k->base, ":wake:");
-    if (!k->wake_prefix)
+    k->procs = join(k->base, ":procs");
+    k->procinfo = join(k->base, ":procinfo");
+    if (!k->wake_prefix || !k->procs || !k->procinfo)
         goto fail;
     for (int kind = 0; kind < DBT_NKINDS; kind++) {
         char *kb = join(k->base, kind == DBT_KIND_QUERY ? ":q" : ":c");
@@ -88,6 +90,8 @@ void dbt_keys_free(dbt_keys *k)
 {
     free(k->base);
     free(k->wake_prefix);
+    free(k->procs);
+    free(k->procinfo);
     for (int kind = 0; kind < DBT_NKINDS; kind++)
         for (int i = 0; i < DBT_NKEYS; i++)
             free(k->keys[kind][i]);

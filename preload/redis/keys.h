@@ -28,6 +28,9 @@ typedef struct {
     char *base;                        /* escaped prefix + "{" + escaped pool + "}" */
     char *wake_prefix;                 /* base + ":wake:" (a process' list: + its cid) */
     char *keys[DBT_NKINDS][DBT_NKEYS]; /* base + ":q:holders" ... */
+    /* The processes that use the pool (dbthrottle status): base + ":procs", a ZSET of client id
+     * -> when its record expires, and base + ":procinfo", a HASH of client id -> its record. */
+    char *procs, *procinfo;
 } dbt_keys;
 
 /* Escapes text so it can stand inside a Redis Cluster hash tag and be told apart from any other

@@ -19,28 +19,78 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-/* What an acquire returns while Redis is unreachable, traced at info level (the outage itself
- * was logged once as a warning or an error): open or closed as configured, but refused whatever
- * the mode while the pool's Redis is misconfigured (a permanent error: it will not pass). */
+/* What an acquire returns while Redis is unreachable: counted apart (unthrottled in open mode,
+ * refused in closed), and a warn-level line, the first of a stretch and then one summary per
+ * DBT_WARN_EVERY_US, so that an outage is visible at the default level without flooding stderr.
+ * Refused whatever the mode while the pool's Redis is misconfigured (a permanent error: it will
+ * not pass; logged at error level by pool.c, once a minute). */
 static dbt_acq_result outage_result(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o,
                                     const char *why)
 {
+    uint64_t quiet = 0, total;
     pthread_mutex_lock(&p->mu);
     bool misconfigured = p->misconfig[0] != '\0';
-    pthread_mutex_unlock(&p->mu);
     bool open = !misconfigured && p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN;
-    if (dbt_log_enabled(DBT_LOG_INFO)) {
+    if (open) {
+        p->st.unthrottled++;
+        p->outage_unthrottled++;
+        total = p->st.unthrottled;
+    } else {
+        p->st.refusals++;
+        p->outage_refused++;
+        total = p->st.refusals;
+    }
+    bool due = !misconfigured &&
+               dbt_pool_warn_due(p, open ? DBT_WARN_UNTHROTTLED : DBT_WARN_REFUSED, &quiet);
+    pthread_mutex_unlock(&p->mu);
+    if (due) {
+        dbt_field f[] = {DBT_S("pool", p->name),     DBT_S("kind", dbt_kind_name(kind)),
+                         DBT_I("limit", o->limit),   DBT_S("conn", o->conn ? o->conn : "-"),
+                         DBT_S("reason", why),       DBT_S("mode", open ? "open" : "closed"),
+                         DBT_I("not_logged", quiet), DBT_I("total", total)};
+        dbt_log(DBT_LOG_WARN, open ? "unthrottled" : "refused", f, sizeof f / sizeof *f);
+    } else if (misconfigured && dbt_log_enabled(DBT_LOG_INFO)) {
         dbt_field f[] = {DBT_S("pool", p->name),
                          DBT_S("kind", dbt_kind_name(kind)),
                          DBT_I("limit", o->limit),
                          DBT_S("conn", o->conn ? o->conn : "-"),
-                         DBT_S("reason", misconfigured ? "redis misconfigured" : why),
-                         DBT_S("mode", misconfigured ? "misconfigured"
-                                       : open        ? "open"
-                                                     : "closed")};
-        dbt_log(DBT_LOG_INFO, open ? "unthrottled" : "refused", f, sizeof f / sizeof *f);
+                         DBT_S("reason", "redis misconfigured"),
+                         DBT_S("mode", "misconfigured")};
+        dbt_log(DBT_LOG_INFO, "refused", f, sizeof f / sizeof *f);
     }
     return misconfigured ? DBT_ACQ_MISCONFIGURED : open ? DBT_ACQ_UNTHROTTLED : DBT_ACQ_REFUSED;
+}
+
+/* A wait that ended without a permit at its deadline (or at once, for a caller that does not
+ * wait): counted, its time added to the wait totals, and a warn-level line, rate-limited as
+ * outage_result's (those not logged at warn are still traced at info). Without p->mu. */
+static void note_timeout(dbt_pool *p, const struct dbt_slot *s, int64_t waited_us,
+                         long long holders, long long queue, const char *why)
+{
+    uint64_t quiet = 0;
+    pthread_mutex_lock(&p->mu);
+    p->st.timeouts++;
+    p->st.wait_total_us += waited_us;
+    if (waited_us > p->st.wait_max_us)
+        p->st.wait_max_us = waited_us;
+    uint64_t total = p->st.timeouts;
+    bool due = dbt_pool_warn_due(p, DBT_WARN_TIMEOUT, &quiet);
+    pthread_mutex_unlock(&p->mu);
+    if (due) {
+        dbt_field f[] = {DBT_S("pool", p->name),
+                         DBT_S("kind", dbt_kind_name(s->kind)),
+                         DBT_S("permit", s->id),
+                         DBT_MS("waited_ms", (double)waited_us / 1000.0),
+                         DBT_I("limit", s->limit),
+                         DBT_S("conn", s->conn[0] ? s->conn : "-"),
+                         DBT_S("reason", why ? why : "DBTHROTTLE_WAIT_TIMEOUT reached"),
+                         DBT_I("not_logged", quiet),
+                         DBT_I("total", total)};
+        dbt_log(DBT_LOG_WARN, "timeout", f, sizeof f / sizeof *f);
+    } else {
+        dbt_trace(DBT_LOG_INFO, "timeout", s, waited_us, -1, holders, queue, why ? "reason" : NULL,
+                  why);
+    }
 }
 
 static void new_id(dbt_pool *p, struct dbt_slot *s)
@@ -208,19 +258,16 @@ static void drop_slot(dbt_pool *p, struct dbt_slot *s)
 /* The end without a permit: s is unlinked (if `linked`) and freed, and the outcome counted: a
  * timeout, or, with `outage` saying why, what an outage gives (see outage_result). Without p->mu
  * on entry and exit. */
-static acquire_next give_up(acquire_run *a, bool linked, const char *outage)
+static acquire_next give_up(acquire_run *a, bool linked, const char *outage,
+                            const char *why_timeout)
 {
     dbt_pool *p = a->p;
+    if (!outage)
+        note_timeout(p, a->s, dbt_now_us() - a->start, a->holders, a->queue, why_timeout);
     if (linked)
         drop_slot(p, a->s);
     else
         dbt_free_slot(a->s);
-    pthread_mutex_lock(&p->mu);
-    if (outage)
-        p->st.refusals++;
-    else
-        p->st.timeouts++;
-    pthread_mutex_unlock(&p->mu);
     a->result = outage ? outage_result(p, a->kind, a->o, outage) : DBT_ACQ_TIMEOUT;
     return NEXT_DONE;
 }
@@ -250,7 +297,7 @@ static acquire_next give_back_stale(acquire_run *a)
                            : "no renewal accepted for a whole lease: queue again");
     dbt_send_release(p, s->kind, s->id);
     if (deadline_passed(a))
-        return give_up(a, false, NULL);
+        return give_up(a, false, NULL, NULL);
     return NEXT_SEND;
 }
 
@@ -267,9 +314,11 @@ static struct dbt_slot *new_slot(acquire_run *a)
      * tries Redis even within an outage's backoff). */
     bool probing = p->misconfig[0] != '\0';
     bool down = dbt_pool_misconfigured(p, a->start) || (!probing && p->down_until_us > a->start);
-    if (down) {
-        p->st.refusals++;
-    } else if (p->spare) {
+    /* The renewer also reports the process (registry.c): from its first command on, even one
+     * that Redis never answered. */
+    if (!p->thread_started)
+        dbt_renewer_ensure(p);
+    if (!down && p->spare) {
         s = p->spare;
         p->spare = s->next;
         s->next = NULL;
@@ -365,12 +414,10 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
         /* The reply was lost, not necessarily the command: Redis may hold a permit or a
          * place under this id that nobody would renew or give back before its lease ends. */
         dbt_defer_op(p, true, a->kind, s->id);
-        return give_up(a, true, "redis error");
+        return give_up(a, true, "redis error", NULL);
     }
     if (st == ACQ_SENT_NOT_GRANTED) {
-        dbt_trace(DBT_LOG_INFO, "timeout", s, dbt_now_us() - a->start, -1, a->holders, a->queue,
-                  "reason", "none free and the caller does not wait");
-        return give_up(a, true, NULL);
+        return give_up(a, true, NULL, "none free and the caller does not wait");
     }
     pthread_mutex_lock(&p->mu);
     if (st == ACQ_SENT_GRANTED || s->state == SLOT_HELD) {
@@ -456,13 +503,14 @@ static acquire_next wait_turn(acquire_run *a)
              * or the remaining waiters would have nobody reading their grants. */
             if (!p->leader_active)
                 dbt_listener_pass(p);
-            if (w == DBT_WAIT_TIMED_OUT)
-                p->st.timeouts++;
-            else
+            if (w != DBT_WAIT_TIMED_OUT)
                 p->st.interrupts++;
             pthread_mutex_unlock(&p->mu);
-            dbt_trace(DBT_LOG_INFO, w == DBT_WAIT_TIMED_OUT ? "timeout" : "interrupted", s,
-                      dbt_now_us() - s->t_request_us, -1, -1, -1, NULL, NULL);
+            if (w == DBT_WAIT_TIMED_OUT)
+                note_timeout(p, s, dbt_now_us() - s->t_request_us, -1, -1, NULL);
+            else
+                dbt_trace(DBT_LOG_INFO, "interrupted", s, dbt_now_us() - s->t_request_us, -1, -1,
+                          -1, NULL, NULL);
             dbt_cancel_in_redis(p, s);
             drop_slot(p, s);
             a->result = w == DBT_WAIT_TIMED_OUT ? DBT_ACQ_TIMEOUT : DBT_ACQ_INTERRUPTED;
@@ -478,13 +526,13 @@ static acquire_next wait_turn(acquire_run *a)
             w = leader ? dbt_listen(p, s, a->deadline, o) : wait_wake(s, a->deadline, o);
     }
     if (s->state == SLOT_DOWN)
-        return give_up(a, false, "redis lost while waiting");
+        return give_up(a, false, "redis lost while waiting", NULL);
     /* SLOT_REQUEUE: Redis forgot the waiter (restarted, or its lease ran out while Redis
      * was unreachable). Its place is gone; join the queue again under a new id. */
     dbt_trace(DBT_LOG_WARN, "requeue", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
               "Redis no longer had this waiter");
     if (deadline_passed(a))
-        return give_up(a, false, NULL);
+        return give_up(a, false, NULL, NULL);
     return NEXT_SEND;
 }
 

@@ -95,9 +95,12 @@ void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out)
 
 /* ---- shutdown ---------------------------------------------------------------------------- */
 
+/* One line per pool at exit: at warn level when commands were refused, timed out or ran
+ * unthrottled (each counted apart), so that the default level shows what the throttle cost. */
 static void log_summary_of(const char *name, const dbt_pool_stats *st)
 {
-    if (st->grants == 0 && st->refusals == 0 && st->redis_errors == 0 && st->timeouts == 0)
+    if (st->grants == 0 && st->refusals == 0 && st->unthrottled == 0 && st->redis_errors == 0 &&
+        st->timeouts == 0)
         return;
     dbt_field f[] = {DBT_S("pool", name),
                      DBT_I("grants", st->grants),
@@ -106,9 +109,11 @@ static void log_summary_of(const char *name, const dbt_pool_stats *st)
                      DBT_MS("wait_max_ms", (double)st->wait_max_us / 1000.0),
                      DBT_I("timeouts", st->timeouts),
                      DBT_I("refusals", st->refusals),
+                     DBT_I("unthrottled", st->unthrottled),
                      DBT_I("redis_errors", st->redis_errors),
                      DBT_I("leases_lost", st->leases_lost)};
-    dbt_log(DBT_LOG_INFO, "summary", f, sizeof f / sizeof *f);
+    bool costly = st->refusals || st->unthrottled || st->timeouts;
+    dbt_log(costly ? DBT_LOG_WARN : DBT_LOG_INFO, "summary", f, sizeof f / sizeof *f);
 }
 
 static void free_pool(dbt_pool *p)

@@ -38,7 +38,8 @@ int64_t dbt_orphans_due_us(dbt_pool *p);
 int dbt_orphans_take_if_idle(dbt_pool *p, dbt_kind kind, struct dbt_slot **out, int cap);
 void dbt_orphans_settle(dbt_pool *p); /* without p->mu */
 /* Adds what local handover did since the last renewal to Redis' counters, now (a renewal
- * carries it otherwise): at exit, so that nothing done goes uncounted. Without p->mu. */
+ * carries it otherwise): at exit, so that nothing done goes uncounted; the same renewal removes
+ * the process' record from the registry (registry.c). Without p->mu. */
 void dbt_report_local(dbt_pool *p);
 
 /* In a fork()ed child: no waiting thread, no orphan, no verdict, nothing to report (the

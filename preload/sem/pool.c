@@ -121,7 +121,9 @@ static void note_misconfig(dbt_pool *p, const char *what, const char *msg, const
         p->misconfig_logged_us = now;
     }
     pthread_mutex_unlock(&p->mu);
-    if (log) {
+    /* A disabled process only reports itself (registry.c): its commands never depend on Redis,
+     * and dbthrottle status shows the cause. */
+    if (log && !p->client->cfg->disable) {
         dbt_field f[] = {DBT_S("pool", p->name),
                          DBT_S("during", what),
                          DBT_S("error", msg),
@@ -161,9 +163,15 @@ void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
     p->down_until_us = dbt_now_us() + DBT_OUTAGE_BACKOFF_US;
     bool first = !p->in_outage;
     p->in_outage = true;
+    if (first) { /* a new outage: what it costs is counted from here (registry.c reports it) */
+        p->outage_since_ms = dbt_wall_ms();
+        p->outage_until_ms = 0;
+        p->outage_unthrottled = p->outage_refused = 0;
+    }
     pthread_mutex_unlock(&p->mu);
-    /* Once per outage: a dead Redis must not flood the host program's stderr. */
-    if (first) {
+    /* Once per outage: a dead Redis must not flood the host program's stderr. A disabled
+     * process only reports itself (registry.c): its commands never depend on Redis. */
+    if (first && !cfg->disable) {
         bool open = cfg->on_redis_error == DBT_ON_ERROR_OPEN;
         dbt_field f[] = {DBT_S("pool", p->name),
                          DBT_S("during", what),
@@ -190,16 +198,36 @@ void dbt_pool_note_ok(dbt_pool *p)
     p->misconfig[0] = '\0';
     if (fixed[0])
         p->misconfig_logged[0] = '\0'; /* a new episode is logged at once */
+    uint64_t unthrottled = p->outage_unthrottled, refused = p->outage_refused;
+    int64_t since = p->outage_since_ms;
+    if (was)
+        p->outage_until_ms = dbt_wall_ms();
     pthread_mutex_unlock(&p->mu);
     if (was) {
-        dbt_field f[] = {DBT_S("pool", p->name)};
-        dbt_log(DBT_LOG_WARN, "redis_back", f, 1);
+        /* What the outage cost, in the line that ends it: also in dbthrottle status. */
+        dbt_field f[] = {DBT_S("pool", p->name),
+                         DBT_MS("outage_ms", (double)(dbt_wall_ms() - since)),
+                         DBT_I("unthrottled", unthrottled), DBT_I("refused", refused)};
+        dbt_log(DBT_LOG_WARN, "redis_back", f, sizeof f / sizeof *f);
     }
     if (fixed[0]) {
         dbt_field f[] = {DBT_S("pool", p->name), DBT_S("was", fixed),
                          DBT_S("effect", "throttling again")};
         dbt_log(DBT_LOG_WARN, "redis_fixed", f, sizeof f / sizeof *f);
     }
+}
+
+bool dbt_pool_warn_due(dbt_pool *p, dbt_warn_kind k, uint64_t *quiet)
+{
+    int64_t now = dbt_now_us();
+    if (now < p->warn_next_us[k]) {
+        p->warn_quiet[k]++;
+        return false;
+    }
+    *quiet = p->warn_quiet[k];
+    p->warn_quiet[k] = 0;
+    p->warn_next_us[k] = now + DBT_WARN_EVERY_US;
+    return true;
 }
 
 /* ---- slots ------------------------------------------------------------------------------- */
@@ -428,4 +456,8 @@ void dbt_pool_after_fork(dbt_pool *p)
     p->down_until_us = 0;
     p->misconfig_probe_us = 0; /* the child checks for itself at its first acquire */
     memset(&p->st, 0, sizeof p->st);
+    p->outage_since_ms = p->outage_until_ms = 0;
+    p->outage_unthrottled = p->outage_refused = 0;
+    memset(p->warn_next_us, 0, sizeof p->warn_next_us);
+    memset(p->warn_quiet, 0, sizeof p->warn_quiet);
 }

@@ -34,6 +34,12 @@ bool dbt_misconfig_log_due(const char *last, int64_t last_us, const char *why, i
  * is set, but for one acquire every DBT_MISCONFIG_PROBE_US, which tries Redis. p->mu held. */
 bool dbt_pool_misconfigured(dbt_pool *p, int64_t now);
 
+/* Warn-level lines that an outage or a saturated pool could repeat once per command. */
+typedef enum { DBT_WARN_UNTHROTTLED, DBT_WARN_REFUSED, DBT_WARN_TIMEOUT } dbt_warn_kind;
+/* With p->mu held: whether a line of this kind is due now (the first of a stretch, then one per
+ * DBT_WARN_EVERY_US); when it is, *quiet is how many were not logged since the last one. */
+bool dbt_pool_warn_due(dbt_pool *p, dbt_warn_kind k, uint64_t *quiet);
+
 void dbt_slot_wake(struct dbt_slot *s);                /* call with p->mu held */
 void dbt_slot_wake_later(struct dbt_slot *s);          /* a promised wake, without p->mu */
 void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s); /* p->mu held: off every list, uncounted */

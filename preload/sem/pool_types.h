@@ -51,6 +51,10 @@
  * Redis answers again; beyond that, their leases give them back. */
 #define DBT_MAX_DEFERRED 256
 
+/* The least time between two warn-level lines of one kind (unthrottled, refused, timed out) of a
+ * pool: an outage must not flood the program's stderr; the lines between are counted. */
+#define DBT_WARN_EVERY_US INT64_C(10000000)
+
 typedef enum {
     SLOT_PENDING,    /* acquire sent, reply not read yet */
     SLOT_QUEUED,     /* in Redis' queue, waiting for its grant */
@@ -130,6 +134,14 @@ struct dbt_pool {
     char misconfig_logged[256];  /* the cause last logged ... */
     int64_t misconfig_logged_us; /* ... and when: again after DBT_MISCONFIG_RELOG_US */
     bool info_warned;            /* INFO refused: warned once */
+    /* The last (or current) outage, as the process registry reports it (registry.c): since when
+     * (wall clock, ms), until when (0 while it lasts), and what it cost. */
+    int64_t outage_since_ms, outage_until_ms;
+    uint64_t outage_unthrottled, outage_refused;
+    /* Warn-level lines about commands that ran unthrottled, were refused or timed out: the first
+     * of a stretch, then one summary per DBT_WARN_EVERY_US with how many were not logged. */
+    int64_t warn_next_us[3];
+    uint64_t warn_quiet[3];
     /* releases owed to Redis (see DBT_MAX_DEFERRED); the renewer sends them */
     struct {
         bool cancel; /* cancel.lua (an acquire whose reply was lost), else release.lua */
@@ -186,6 +198,8 @@ struct dbt_pool {
     pthread_t thread;
     pthread_cond_t bg_cv;
     int64_t last_renew_us;
+    int64_t last_report_us; /* the last renewal or heartbeat sent (the process record) */
+    bool reported;          /* one was accepted: the exit removes the record */
 };
 
 struct dbt_client {

@@ -2,8 +2,9 @@
  * Redis round trip per pool, and so keeps the queue live (renew.lua reaps expired holders and
  * grants their permits even when nobody releases).
  *
- * It starts when the process first holds or waits on the pool, and it is silent while the
- * process neither waits nor holds: an idle pool costs no Redis traffic. Grants are not its job:
+ * It starts when the process first uses the pool (or announces itself, disabled). While the
+ * process neither waits nor holds, it only sends the process' record once a lease (registry.c):
+ * an idle pool costs one small script per lease. Grants are not its job:
  * waiting threads take turns listening for them (listener.c). Kept permits are (see
  * DBTHROTTLE_CACHE_PERMITS): it gives them back when a waiter's arrival is pushed, or when they
  * sat unused for DBTHROTTLE_CACHE_IDLE, and while the process holds permits it may keep and no
@@ -16,6 +17,7 @@
 #include "listener.h"
 #include "log.h"
 #include "pool.h"
+#include "registry.h"
 #include "release.h"
 #include "script_call.h"
 
@@ -165,16 +167,21 @@ void dbt_report_local(dbt_pool *p)
     memcpy(local, p->unreported, sizeof local);
     memset(p->unreported, 0, sizeof p->unreported);
     bool down = p->down_until_us > dbt_now_us();
+    bool listed = p->reported;
+    char record[DBT_RECORD_MAX];
+    int64_t ttl;
+    dbt_registry_record(p, record, &ttl);
     pthread_mutex_unlock(&p->mu);
-    bool any = false;
+    bool any = listed;
     for (int k = 0; k < DBT_NKINDS; k++)
         any = any || local[k].grants || local[k].queued;
     if (!any || down)
         return;
     char err[DBT_ERRLEN];
-    const char *args[DBT_RENEW_NARGS(0)];
-    dbt_script_call call; /* a renewal of no ids, for its counts */
+    const char *args[DBT_RENEW_NARGS(0) + DBT_RENEW_RECORD_ARGS];
+    dbt_script_call call; /* a renewal of no ids, for its counts, that takes the record away */
     dbt_build_renew(&call, &p->keys, p->client->cfg, NULL, local, args);
+    dbt_renew_add_record(&call, &p->keys, p->client->cid, record, ttl, true);
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
     (void)dbt_pool_send(p, "renew", &call, err);
     dbt_redis_budget_end(b);
@@ -228,7 +235,13 @@ static void renew(dbt_pool *p)
             ok = push_id(&lists[s->kind][DBT_RENEW_QUEUED], s->id);
     }
     int64_t sent = dbt_now_us();
-    p->last_renew_us = sent;
+    p->last_renew_us = p->last_report_us = sent;
+    /* The process' record rides on the renewal (registry.c); a process that exits takes it away
+     * even if this renewal arrives after its farewell. */
+    char record[DBT_RECORD_MAX];
+    int64_t record_ttl;
+    dbt_registry_record(p, record, &record_ttl);
+    bool goodbye = p->exiting;
     dbt_local_counts local[DBT_NKINDS];
     memcpy(local, p->unreported, sizeof local);
     memset(p->unreported, 0, sizeof p->unreported);
@@ -242,10 +255,12 @@ static void renew(dbt_pool *p)
         total += lists[k][DBT_RENEW_HELD].n + lists[k][DBT_RENEW_QUEUED].n;
         nmine[k] = lists[k][DBT_RENEW_QUEUED].n;
     }
-    const char **args = ok ? malloc(DBT_RENEW_NARGS((size_t)total) * sizeof *args) : NULL;
+    const char **args =
+        ok ? malloc((DBT_RENEW_NARGS((size_t)total) + DBT_RENEW_RECORD_ARGS) * sizeof *args) : NULL;
     if (args) {
         dbt_script_call call;
         dbt_build_renew(&call, &p->keys, p->client->cfg, lists, local, args);
+        dbt_renew_add_record(&call, &p->keys, p->client->cid, record, record_ttl, goodbye);
         rep = dbt_pool_run(p, "renew", &call, dbt_parse_renew, &reply, err);
     } else {
         dbt_pool_note_error(p, "renew", "out of memory");
@@ -265,6 +280,7 @@ static void renew(dbt_pool *p)
             p->unreported[k].wait_us += local[k].wait_us;
         }
     if (rep) {
+        p->reported = !goodbye;
         apply_renewal(p, &reply, sent, nmine);
         freeReplyObject(rep);
     } else {
@@ -357,10 +373,23 @@ static void *thread_main(void *arg)
             continue;
         }
         if (p->nqueued == 0 && p->nheld == 0 && p->ndeferred == 0) {
-            /* Nothing to renew: no Redis traffic at all until there is. */
+            /* Nothing to renew: only the process' record, once a lease (its heartbeat, so that
+             * dbthrottle status lists an idle or disabled process too), or a second after a
+             * heartbeat that failed. */
             idle = true;
+            int64_t beat = p->last_report_us + dbt_registry_heartbeat_us(p);
+            if (p->down_until_us > 0 && p->down_until_us < beat)
+                beat = p->down_until_us;
+            if (!p->last_report_us || dbt_now_us() >= beat) {
+                int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+                renew(p);
+                dbt_redis_budget_end(b);
+                continue;
+            }
             p->bg_idle = true;
-            pthread_cond_wait(&p->bg_cv, &p->mu);
+            p->bg_until_us = beat;
+            timed_park(p, beat);
+            p->bg_until_us = 0;
             p->bg_idle = false;
             continue;
         }
@@ -487,4 +516,6 @@ void dbt_renewer_after_fork(dbt_pool *p)
         p->bg_slot = NULL;
     }
     p->bg_leading = false;
+    p->last_report_us = 0; /* the child reports itself, under its own id, from its first use */
+    p->reported = false;
 }

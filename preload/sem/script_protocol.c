@@ -102,12 +102,107 @@ void dbt_build_renew(dbt_script_call *c, const dbt_keys *k, const dbt_config *cf
         args[c->nargs++] = c->number[i];
 }
 
+void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid,
+                          const char *record, int64_t ttl_ms, bool goodbye)
+{
+    c->keys[c->nkeys++] = k->procs;
+    c->keys[c->nkeys++] = k->procinfo;
+    snprintf(c->record_ttl, sizeof c->record_ttl, "%" PRId64, ttl_ms);
+    c->args[c->nargs++] = cid;
+    c->args[c->nargs++] = record;
+    c->args[c->nargs++] = c->record_ttl;
+    c->args[c->nargs++] = goodbye ? "1" : "0";
+}
+
+/* ---- the process record ------------------------------------------------------------------ */
+
+/* A field of the record: what would break the line (a tab, a newline) becomes '_'. */
+static void put_text(char *out, size_t cap, size_t *len, const char *v)
+{
+    for (const unsigned char *q = (const unsigned char *)v; *q && *len + 1 < cap; q++)
+        out[(*len)++] = *q < 0x20 || *q == 0x7f ? '_' : (char)*q;
+}
+
+bool dbt_format_record(const dbt_proc_record *r, char *out, size_t cap)
+{
+    char nums[512];
+    int n =
+        snprintf(nums, sizeof nums,
+                 "%ld\t%ld\t%ld\t%llu\t%llu\t%llu\t%lld\t%lld\t%llu\t%llu\t%lld\t%lld\t%ld\t%"
+                 "ld\t%ld",
+                 r->pid, r->ppid, r->pgid, r->unthrottled, r->refused, r->timeouts,
+                 r->outage_since_ms, r->outage_until_ms, r->outage_unthrottled, r->outage_refused,
+                 r->every_ms, r->silent_after_ms, r->held, r->waiting, r->idle_in_tx);
+    if (n < 0 || (size_t)n >= sizeof nums)
+        return false;
+    const char *text[] = {"v1", r->host, r->program, r->version, r->state, r->mode, r->reason};
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof text / sizeof *text; i++) {
+        put_text(out, cap, &len, text[i]);
+        if (len + 1 >= cap)
+            return false;
+        out[len++] = '\t';
+    }
+    if (len + (size_t)n + 1 > cap)
+        return false;
+    memcpy(out + len, nums, (size_t)n + 1);
+    return true;
+}
+
+/* The next tab-separated field of *p into out (cut to cap); false when there is none. */
+static bool next_field(const char **p, char *out, size_t cap)
+{
+    if (!*p)
+        return false;
+    const char *tab = strchr(*p, '\t');
+    size_t n = tab ? (size_t)(tab - *p) : strlen(*p);
+    snprintf(out, cap, "%.*s", (int)n, *p);
+    *p = tab ? tab + 1 : NULL;
+    return true;
+}
+
+bool dbt_parse_record(const char *text, dbt_proc_record *r)
+{
+    memset(r, 0, sizeof *r);
+    const char *p = text;
+    char seen[32], ver[8], nums[15][32];
+    if (!next_field(&p, seen, sizeof seen) || !next_field(&p, ver, sizeof ver) ||
+        strcmp(ver, "v1") != 0 || !next_field(&p, r->host, sizeof r->host) ||
+        !next_field(&p, r->program, sizeof r->program) ||
+        !next_field(&p, r->version, sizeof r->version) ||
+        !next_field(&p, r->state, sizeof r->state) || !next_field(&p, r->mode, sizeof r->mode) ||
+        !next_field(&p, r->reason, sizeof r->reason))
+        return false;
+    for (int i = 0; i < 15; i++)
+        if (!next_field(&p, nums[i], sizeof nums[i]))
+            return false;
+    r->seen_ms = strtoll(seen, NULL, 10);
+    r->pid = strtol(nums[0], NULL, 10);
+    r->ppid = strtol(nums[1], NULL, 10);
+    r->pgid = strtol(nums[2], NULL, 10);
+    r->unthrottled = strtoull(nums[3], NULL, 10);
+    r->refused = strtoull(nums[4], NULL, 10);
+    r->timeouts = strtoull(nums[5], NULL, 10);
+    r->outage_since_ms = strtoll(nums[6], NULL, 10);
+    r->outage_until_ms = strtoll(nums[7], NULL, 10);
+    r->outage_unthrottled = strtoull(nums[8], NULL, 10);
+    r->outage_refused = strtoull(nums[9], NULL, 10);
+    r->every_ms = strtoll(nums[10], NULL, 10);
+    r->silent_after_ms = strtoll(nums[11], NULL, 10);
+    r->held = strtol(nums[12], NULL, 10);
+    r->waiting = strtol(nums[13], NULL, 10);
+    r->idle_in_tx = strtol(nums[14], NULL, 10);
+    return true;
+}
+
 void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows)
 {
     memset(c, 0, sizeof *c);
     c->script = &dbt_script_status;
     add_keys(c, k, DBT_KIND_QUERY);
     add_keys(c, k, DBT_KIND_CONN);
+    c->keys[c->nkeys++] = k->procs;
+    c->keys[c->nkeys++] = k->procinfo;
     c->args = c->fixed_args;
     /* status.lua reads, never writes: no lease, no TTL. */
     snprintf(c->number[0], sizeof c->number[0], "%d", max_rows);
@@ -389,16 +484,50 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
     return true;
 }
 
+/* The processes' records: {cid, expiry, record, ...}; a record this version cannot read is left
+ * out (a newer or older client's). */
+static bool parse_procs(const redisReply *r, dbt_status_reply *s, char *err)
+{
+    static const char script[] = "status.lua";
+    if (!is_array(r, -1, script, "processes", err))
+        return false;
+    if (r->elements % 3)
+        return unexpected(err, script, "%zu elements in processes", r->elements);
+    if (!r->elements)
+        return true;
+    s->procs = calloc(r->elements / 3, sizeof *s->procs);
+    if (!s->procs)
+        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    for (size_t i = 0; i < r->elements; i += 3) {
+        const redisReply *cid = r->element[i], *info = r->element[i + 2];
+        long long expiry;
+        if (!is_type(cid, REDIS_REPLY_STRING, script, "a client id", err) ||
+            !number_of(r->element[i + 1], "a record's expiry", &expiry, err))
+            return false;
+        dbt_proc_record *rec = &s->procs[s->nprocs];
+        if (info->type != REDIS_REPLY_STRING || !dbt_parse_record(info->str, rec))
+            continue;
+        snprintf(rec->cid, sizeof rec->cid, "%s", cid->str);
+        rec->expiry_ms = expiry;
+        s->nprocs++;
+    }
+    return true;
+}
+
 bool dbt_parse_status(const redisReply *r, void *out, char *err)
 {
-    enum { NOW, QUERY, CONNECTION, NFIELDS };
+    enum { NOW, QUERY, CONNECTION, PROCS, NFIELDS };
     dbt_status_reply *s = out;
     memset(s, 0, sizeof *s);
     long long now = 0;
-    bool ok = is_array(r, NFIELDS, "status.lua", "the reply", err) &&
+    /* Without the processes: a reply of the scripts before the registry. */
+    bool ok = (r && r->type == REDIS_REPLY_ARRAY && r->elements == PROCS
+                   ? true
+                   : is_array(r, NFIELDS, "status.lua", "the reply", err)) &&
               number_of(r->element[NOW], "now", &now, err) &&
               parse_status_kind(r->element[QUERY], &s->kind[DBT_KIND_QUERY], err) &&
-              parse_status_kind(r->element[CONNECTION], &s->kind[DBT_KIND_CONN], err);
+              parse_status_kind(r->element[CONNECTION], &s->kind[DBT_KIND_CONN], err) &&
+              (r->elements == PROCS || parse_procs(r->element[PROCS], s, err));
     s->now_ms = now;
     if (!ok)
         dbt_status_free(s);
@@ -418,6 +547,7 @@ void dbt_status_free(dbt_status_reply *s)
         free_entries(s->kind[k].holders, s->kind[k].nh);
         free_entries(s->kind[k].waiters, s->kind[k].nw);
     }
+    free(s->procs);
     memset(s, 0, sizeof *s);
 }
 

@@ -31,13 +31,14 @@ enum { DBT_ARG_WAKE_PREFIX, DBT_ARG_KIND, DBT_ARG_LEASE, DBT_ARG_TTL, DBT_BASE_A
  * into the dbt_keys and strings it was built from, which must outlive it. */
 typedef struct {
     const dbt_script *script;
-    const char *keys[2 * DBT_NKEYS];
+    const char *keys[2 * DBT_NKEYS + 2]; /* + the process registry's two (renew, status) */
     int nkeys;
     const char **args; /* fixed_args, or the caller's array (renew.lua: one per id) */
     int nargs;
     const char *fixed_args[DBT_CALL_MAX_FIXED_ARGS];
     char lease[24], ttl[24], number[DBT_NKINDS * 3][24];
     char id_count[DBT_NKINDS * 2][16]; /* renew.lua: how many ids of each list */
+    char record_ttl[24];
 } dbt_script_call;
 
 /* Keys live three leases after their last use: long enough that a live holder's renewal
@@ -89,6 +90,43 @@ enum { DBT_RENEW_HELD, DBT_RENEW_QUEUED, DBT_RENEW_LISTS };
 void dbt_build_renew(dbt_script_call *c, const dbt_keys *k, const dbt_config *cfg,
                      dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS],
                      const dbt_local_counts local[DBT_NKINDS], const char **args);
+
+/* A process' record in the pool's registry (renew.lua writes it, status.lua reads it): who it
+ * is, and whether it throttles. Sent as one line of tab-separated fields (dbt_format_record);
+ * renew.lua puts Redis' clock in front ("<seen ms>\t<record>"). */
+typedef struct {
+    char host[64];
+    long pid, ppid, pgid;
+    char program[64];
+    char version[32];
+    char state[16];   /* "throttling", "refusing" (a permanent error) or "disabled" */
+    char mode[8];     /* on_redis_error: "open" or "closed" */
+    char reason[256]; /* why it refuses; "" */
+    unsigned long long unthrottled, refused, timeouts; /* since the process began */
+    long long outage_since_ms, outage_until_ms; /* the last outage, wall clock; 0: none; until
+                                                 * 0: it lasts */
+    unsigned long long outage_unthrottled, outage_refused;
+    long long every_ms;             /* how often the process reports */
+    long long silent_after_ms;      /* not heard from this long: cut off from Redis, or gone */
+    long held, waiting, idle_in_tx; /* permits held, waiting, held idle in a transaction */
+    long long seen_ms;              /* Redis' clock when last reported (read back only) */
+    long long expiry_ms;            /* when the record expires (read back only) */
+    char cid[17];                   /* read back only */
+} dbt_proc_record;
+
+/* The record's text (without seen_ms), fields made safe (a tab or a control byte becomes '_').
+ * Returns false when out is too small. */
+bool dbt_format_record(const dbt_proc_record *r, char *out, size_t cap);
+/* Reads "<seen ms>\t<record>" back; false when it is not one (an older or newer format). */
+bool dbt_parse_record(const char *text, dbt_proc_record *r);
+
+/* How many arguments renew.lua takes with a record: DBT_RENEW_NARGS(nids) + these. */
+#define DBT_RENEW_RECORD_ARGS 4
+/* Adds the process record to a built renewal (its args array must have room for
+ * DBT_RENEW_RECORD_ARGS more): the registry's keys, the client id, the record's text, how long
+ * it lives (ms), and whether the process leaves (goodbye: the record is removed). */
+void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid,
+                          const char *record, int64_t ttl_ms, bool goodbye);
 
 /* status.lua: both kinds' state, at most max_rows holders and waiters each (0: all). */
 void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows);
@@ -194,11 +232,13 @@ typedef struct {
     bool used; /* any of the above is there */
 } dbt_status_kind;
 
-/* status.lua's {now, query semaphore, connection semaphore}. Owns its entries (copied out of the
- * reply): free with dbt_status_free, also after a failed parse. */
+/* status.lua's {now, query semaphore, connection semaphore, processes}. Owns its entries (copied
+ * out of the reply): free with dbt_status_free, also after a failed parse. */
 typedef struct {
     int64_t now_ms; /* Redis' clock when read */
     dbt_status_kind kind[DBT_NKINDS];
+    dbt_proc_record *procs; /* the processes whose record has not expired */
+    int nprocs;
 } dbt_status_reply;
 bool dbt_parse_status(const redisReply *r, void *out /* dbt_status_reply */, char *err);
 void dbt_status_free(dbt_status_reply *s);

@@ -61,12 +61,13 @@ typedef struct {
     uint64_t waits;        /* grants that had to queue */
     uint64_t timeouts;     /* waits that timed out */
     uint64_t interrupts;   /* waits interrupted */
-    uint64_t refusals;     /* refused or unthrottled because Redis was unreachable */
+    uint64_t refusals;     /* refused because Redis was unreachable (on_redis_error=closed) */
+    uint64_t unthrottled;  /* run without a permit because Redis was unreachable (open) */
     uint64_t redis_errors; /* failed Redis calls */
     uint64_t leases_lost;  /* permits Redis no longer had at renewal */
     uint64_t handovers;    /* grants passed from thread to thread here, without Redis */
     uint64_t adoptions;    /* waits that took the place of a thread so served */
-    int64_t wait_total_us; /* total time spent waiting for grants */
+    int64_t wait_total_us; /* total time spent waiting: for grants, and by waits that timed out */
     int64_t wait_max_us;
 } dbt_pool_stats;
 
@@ -126,6 +127,19 @@ bool dbt_permit_unpark(dbt_permit **permit);
 bool dbt_pool_misconfig(dbt_pool *p, char *out, size_t cap);
 
 void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out);
+
+/* A process that uses the pool without taking permits (DBTHROTTLE_DISABLE=on with a limit set)
+ * still reports itself in the pool's registry, for dbthrottle status: this starts its heartbeat
+ * (the pool's background thread, once a lease). No I/O here. */
+void dbt_pool_announce(dbt_pool *p);
+
+/* Why a wait for a permit of this pool may never have ended: this process, its parent or a
+ * process of its process group on this host holds permits of the pool idle in a transaction (the
+ * waiter may be the one they wait for: pg_dump -j, a pipeline of throttled programs). Writes a
+ * sentence that names them and the fixes into out and returns true; false (out empty) when none
+ * is known. Reads the registry in Redis (one command, within DBTHROTTLE_REDIS_TIMEOUT): call it
+ * after a wait timed out, never on the way of a command that may proceed. */
+bool dbt_pool_explain_wait(dbt_pool *p, char *out, size_t cap);
 const dbt_keys *dbt_pool_keys(const dbt_pool *p);
 const char *dbt_pool_name(const dbt_pool *p);
 

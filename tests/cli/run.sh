@@ -120,7 +120,8 @@ assert q["counters"]["grants"] >= 2 and q["counters"]["queued"] >= 2
 assert set(q["counters"]) == {"grants", "queued", "refused", "cancelled", "expired", "evicted", "wait_ms"}
 assert p["connections"]["holders_count"] == 0
 PY'
-check "status (table): the holders and waiters of pb with pgbench's pid" '[ "$(grep -c " $pgb " "$work/pb.txt")" -eq 4 ] && grep -q "^pool \"pb\" query: limit 2, 2 holding, 2 waiting" "$work/pb.txt"'
+check "status (table): the holders and waiters of pb with pgbench's pid" '[ "$(sed "/^processes:/,\$d" "$work/pb.txt" | grep -c " $pgb ")" -eq 4 ] && grep -q "^pool \"pb\" query: limit 2, 2 holding, 2 waiting" "$work/pb.txt"'
+check "status (table): pgbench is listed once among the processes, throttling" '[ "$(sed -n "/^processes:/,\$p" "$work/pb.txt" | grep " $pgb " | grep -c " pgbench .* throttling ")" -eq 1 ]'
 wait "$pgb"
 tps_ok=$(grep -c "^number of transactions actually processed" "$work/pgbench.out")
 "$D" status --json pb >"$work/pb.json"
@@ -144,7 +145,7 @@ for line in open(sys.argv[1]):
         (typed if m.group(1) == "TYPE" else names).add(m.group(2))
         if m.group(1) == "TYPE": assert m.group(3) in ("gauge", "counter"), line
         continue
-    m = re.match(r"(dbthrottle_[a-z_]+)\{pool=\"([^\"\\\\]|\\\\.)*\",kind=\"(query|connection)\"\} [0-9.e+-]+$", line)
+    m = re.match(r"(dbthrottle_[a-z_]+)\{pool=\"([^\"\\\\]|\\\\.)*\"(,kind=\"(query|connection)\"|,state=\"[a-z]+\")?\} [0-9.e+-]+$", line)
     assert m, line
     assert m.group(1) in typed and m.group(1) in names, line
 assert "dbthrottle_grants_total" in typed

@@ -302,7 +302,7 @@ with psycopg.connect('') as c:
     throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(3)" >/dev/null 2>&1 &
     holder=$!
     wait_holders q 1
-    out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms $py -c "
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms DBTHROTTLE_LOG_LEVEL=error $py -c "
 import psycopg2
 c = psycopg2.connect('')
 try:
@@ -310,11 +310,11 @@ try:
 except psycopg2.OperationalError as e:
     print(e.pgcode, str(e).split(':')[0])" 2>&1)
     check "psycopg2 refused: OperationalError, SQLSTATE 53300 ($out)" [ "$out" = "53300 dbthrottle" ]
-    out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms perl -MDBI -e '
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms DBTHROTTLE_LOG_LEVEL=error perl -MDBI -e '
     my $d = DBI->connect("dbi:Pg:", "", "", {PrintError => 0});
     $d->do("select 1") and exit 1; print $d->state, "\n";' 2>&1)
     check "DBD::Pg refused: SQLSTATE 53300 ($out)" [ "$out" = 53300 ]
-    out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms php -r '
+    out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms DBTHROTTLE_LOG_LEVEL=error php -r '
     $c = pg_connect("host=" . getenv("PGHOST") . " port=" . getenv("PGPORT") . " user=postgres");
     if (@pg_query($c, "select 1") === false) echo substr(pg_last_error($c), 0, 11);' 2>&1)
     check "PHP refused: pg_query fails with the dbthrottle message ($out)" [ "$out" = "dbthrottle:" ]

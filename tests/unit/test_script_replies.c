@@ -401,7 +401,9 @@ Test(script_args, status_reads_without_lease, .init = make_keys, .fini = free_ke
     dbt_script_call c;
     dbt_build_status(&c, &keys, 25);
     cr_expect_eq(c.script, &dbt_script_status);
-    cr_expect_eq(c.nkeys, 2 * DBT_NKEYS);
+    cr_expect_eq(c.nkeys, 2 * DBT_NKEYS + 2, "both kinds' keys, then the process registry's");
+    cr_expect_str_eq(c.keys[2 * DBT_NKEYS], keys.procs);
+    cr_expect_str_eq(c.keys[2 * DBT_NKEYS + 1], keys.procinfo);
     cr_assert_eq(c.nargs, 5);
     cr_expect_str_eq(c.args[0], keys.wake_prefix);
     cr_expect_str_eq(c.args[1], "q");

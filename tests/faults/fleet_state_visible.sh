@@ -1,0 +1,94 @@
+# fleet_state_visible.sh - every process that uses the library with a limit is listed by
+# `dbthrottle status --json`, read from Redis by the command, in the state it is really in. Four
+# real workers on one pool (lease 3 s): one throttling, one disabled (DBTHROTTLE_DISABLE=on with a
+# limit set), and two cut off from Redis (the Unix socket they reach it through is taken away,
+# their connections killed) while the command still reads Redis over TCP: the one in open mode is
+# listed as running unthrottled, the one in closed mode as refusing. Once the socket is back, the
+# open one reports how many commands it ran unthrottled, which the PostgreSQL log bounds from
+# outside (the probes it ran during the cut), and the closed one how many it refused. Their logs
+# say so at warn level, a line per stretch rather than per command, and their exit summaries count
+# refusals and unthrottled commands apart.
+echo "# fleet_state_visible: throttling, unthrottled, refusing and disabled workers in status --json"
+D=$top/build/dbthrottle
+fport=$(free_port)
+fsock=$work/fleet.sock
+redis-server --port "$fport" --bind 127.0.0.1 --unixsocket "$fsock" --unixsocketperm 700 \
+    --save "" --appendonly no --dir "$work" --logfile "$work/fleet-redis.log" &
+fpid=$!
+echo "$fpid" >>"$work/pids"
+wait_until 10 "redis-cli -p $fport ping 2>/dev/null | grep -q PONG" || fail "fleet_state_visible: its Redis did not start"
+fcli() { redis-cli -p "$fport" "$@"; }
+# fleet_json > FILE: the fleet's state as the command reads it, over TCP.
+fleet_json() { "$D" status --json --redis "redis://127.0.0.1:$fport"; }
+# fleet STATE_OF... : python over the last status (d = the document, by_pid = processes by pid).
+fleet() {
+    fleet_json >"$work/fleet.json" 2>"$work/fleet.err" || return 1
+    python3 - "$work/fleet.json" "$@" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+by_pid = {p["pid"]: p for p in d.get("processes", [])}
+sys.exit(0 if eval(sys.argv[2]) else 1)
+PY
+}
+common="DBTHROTTLE_LEASE=3s DBTHROTTLE_REDIS_TIMEOUT=500ms DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_POOL=fleet DBTHROTTLE_LOG_LEVEL=warn"
+tcp=DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$fport
+sock=DBTHROTTLE_REDIS_URL=unix://$fsock
+wargs="-n 0 -s 50"
+spawn "$work/fl.thr" PGAPPNAME=fl_thr $common $tcp DBTHROTTLE_LOG="$work/fl.thr.log"
+thr=$spawned
+spawn "$work/fl.dis" PGAPPNAME=fl_dis $common $tcp DBTHROTTLE_DISABLE=on DBTHROTTLE_LOG="$work/fl.dis.log"
+dis=$spawned
+spawn "$work/fl.open" PGAPPNAME=fl_open $common $sock DBTHROTTLE_ON_REDIS_ERROR=open DBTHROTTLE_LOG="$work/fl.open.log"
+opn=$spawned
+spawn "$work/fl.closed" PGAPPNAME=fl_closed $common $sock DBTHROTTLE_ON_REDIS_ERROR=closed DBTHROTTLE_LOG="$work/fl.closed.log"
+cls=$spawned
+wargs=
+
+all4="all(p in by_pid for p in ($thr, $dis, $opn, $cls))"
+states="[by_pid[p]['state'] for p in ($thr, $dis, $opn, $cls)]"
+check "fleet_state_visible: the four workers are listed, three throttling and one disabled" \
+    wait_until 20 "fleet \"$all4 and $states == ['throttling', 'disabled', 'throttling', 'throttling']\""
+check "fleet_state_visible: each is listed with host, pid, program, version and pool" 'python3 - "$work/fleet.json" "$thr" "$(hostname)" <<PY
+import json, sys
+d = json.load(open(sys.argv[1])); pid = int(sys.argv[2]); host = sys.argv[3]
+p = [p for p in d["processes"] if p["pid"] == pid][0]
+assert p["host"] == host and p["program"] == "fault_worker" and p["version"] and p["pools"] == ["fleet"], p
+assert p["on_redis_error"] == "open" and p["last_outage"] is None and p["unthrottled_commands"] == 0, p
+PY'
+grep -q '"state":"disabled","reason":"DBTHROTTLE_DISABLE=on"' "$work/fleet.json" && ok "fleet_state_visible: the disabled worker says why" || fail "fleet_state_visible: the disabled worker says why ($(cat "$work/fleet.json"))"
+
+# The cut: the socket goes (no reconnect can succeed), and its connections are killed.
+mv "$fsock" "$fsock.away"
+cut_ms=$(now_ms)
+mark
+for id in $(fcli client list | grep "laddr=$fsock" | sed 's/^id=\([0-9]*\) .*/\1/'); do
+    fcli client kill id "$id" >/dev/null
+done
+check "fleet_state_visible: cut off, the open-mode worker is listed as running unthrottled and the closed-mode one as refusing, the others unchanged" \
+    wait_until 20 "fleet \"$states == ['throttling', 'disabled', 'unthrottled', 'refusing'] and 'cut off from Redis' in by_pid[$opn]['reason']\""
+sleep 1
+cut_probes=$(probes fl_open)
+mv "$fsock.away" "$fsock"
+back_ms=$(now_ms)
+check "fleet_state_visible: Redis back, both report the outage: the open one its unthrottled commands, the closed one its refusals" \
+    wait_until 20 "fleet \"$states == ['throttling', 'disabled', 'throttling', 'throttling'] and by_pid[$opn]['last_outage'] and by_pid[$opn]['last_outage']['until_ms'] and by_pid[$cls]['last_outage'] and by_pid[$cls]['last_outage']['refused_commands'] > 0\""
+reported=$(python3 -c "import json, sys; print([p for p in json.load(open('$work/fleet.json'))['processes'] if p['pid'] == $opn][0]['last_outage']['unthrottled_commands'])")
+since_cut=$(probes fl_open)
+info "open worker: $reported commands reported unthrottled; the server ran $cut_probes of its probes in the $((back_ms - cut_ms)) ms cut, $since_cut since the cut began"
+check "fleet_state_visible: the unthrottled count it reports ($reported) covers the probes the server ran during the cut ($cut_probes) and no more than it ran since ($since_cut)" \
+    '[ "$reported" -ge $((cut_probes - 2)) ] && [ "$reported" -le "$since_cut" ] && [ "$cut_probes" -ge 10 ]'
+
+for p in $thr $dis $opn $cls; do kill -TERM "$p" 2>/dev/null; done
+wait_workers
+opn_lines=$(grep -c "level=warn event=unthrottled" "$work/fl.open.log")
+cls_lines=$(grep -c "level=warn event=refused" "$work/fl.closed.log")
+# One line, then at most one per 10 s while it lasts (plus the second of backoff after it).
+most=$((2 + (back_ms - cut_ms) / 10000))
+check "fleet_state_visible: the cut is in the workers' logs at warn level, at most $most lines, not one per command (open: $opn_lines unthrottled lines for $reported commands; closed: $cls_lines refused lines)" \
+    '[ "$opn_lines" -ge 1 ] && [ "$opn_lines" -le "$most" ] && [ "$cls_lines" -ge 1 ] && [ "$cls_lines" -le "$most" ]'
+check "fleet_state_visible: the exit summaries count apart: open unthrottled=N refusals=0, closed refusals=N unthrottled=0 ($(grep -h event=summary "$work/fl.open.log" "$work/fl.closed.log" | sed 's/.*\(refusals=[0-9]* unthrottled=[0-9]*\).*/\1/' | tr '\n' ' '))" \
+    'grep "event=summary" "$work/fl.open.log" | grep -q "refusals=0 unthrottled=[1-9]" && grep "event=summary" "$work/fl.closed.log" | grep -q "refusals=[1-9][0-9]* unthrottled=0"'
+check "fleet_state_visible: the workers that exited are no longer listed" \
+    wait_until 10 "fleet \"not any(p in by_pid for p in ($thr, $dis, $opn, $cls))\""
+kill -9 "$fpid" 2>/dev/null
+wait "$fpid" 2>/dev/null

@@ -1,0 +1,104 @@
+/* The process registry (registry.c) and what a process counts of its waits: a process is listed
+ * in its pool's registry in Redis with its state, a permanent error as "refusing" with its reason;
+ * an idle process stays listed by its heartbeat while the pool's own keys expire; the record goes
+ * when the client does; a wait that timed out counts in the wait totals. */
+#include "sem_fixture.h"
+
+#include "pool_types.h"
+
+#include <criterion/criterion.h>
+#include <hiredis.h>
+#include <stdio.h>
+#include <string.h>
+
+#define P "dbthrottle:{fleet}"
+
+TestSuite(fleet, .init = fx_redis_start, .fini = fx_stop);
+
+/* The record Redis has of a client ("" when none). */
+static void record_of(const char *cid, char *out, size_t cap)
+{
+    redisContext *ctx = test_redis_connect(&fx_redis);
+    cr_assert_not_null(ctx);
+    redisReply *r = redisCommand(ctx, "HGET " P ":procinfo %s", cid);
+    snprintf(out, cap, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
+    if (r)
+        freeReplyObject(r);
+    redisFree(ctx);
+}
+
+typedef struct {
+    const char *cid, *needle;
+} record_has;
+
+static bool has(void *arg)
+{
+    const record_has *h = arg;
+    char rec[1024];
+    record_of(h->cid, rec, sizeof rec);
+    return strstr(rec, h->needle) != NULL;
+}
+
+static bool record_gone(void *arg)
+{
+    char rec[1024];
+    record_of(arg, rec, sizeof rec);
+    return rec[0] == '\0';
+}
+
+Test(fleet, a_permanent_error_is_listed_as_refusing_with_its_reason, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=600ms", NULL);
+    dbt_pool *p = dbt_client_pool(c, "fleet");
+    dbt_acquire_opts now = {.limit = 2, .wait_ms = 0};
+    dbt_permit *a;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &a), DBT_ACQ_GRANTED);
+    char cid[17]; /* a copy: it outlives the client */
+    snprintf(cid, sizeof cid, "%s", dbt_client_id(c));
+    record_has thr = {cid, "\tthrottling\topen\t\t"};
+    cr_assert(test_wait_until(has, &thr, 5000), "not listed as throttling");
+    dbt_release(a);
+    /* As the permanent-error detection stores it. */
+    pthread_mutex_lock(&p->mu);
+    snprintf(p->misconfig, sizeof p->misconfig, "NOPERM: the ACL user may not run EVALSHA");
+    pthread_mutex_unlock(&p->mu);
+    record_has refusing = {cid, "\trefusing\topen\tNOPERM: the ACL user may not run EVALSHA\t"};
+    cr_expect(test_wait_until(has, &refusing, 5000), "the heartbeat did not report it");
+    fx_client_free(c);
+    cr_expect(test_wait_until(record_gone, cid, 2000), "the record outlived the client");
+}
+
+Test(fleet, an_idle_process_stays_listed_while_the_pool_keys_expire, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=500ms", NULL);
+    dbt_pool *p = dbt_client_pool(c, "fleet");
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
+    dbt_permit *a;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &a), DBT_ACQ_GRANTED);
+    dbt_release(a);
+    /* Its record lives 500 + 1000 + 1000 + 500 ms after a report: 5 s is well past that. */
+    key_gone seen = {&fx_redis, P ":q:limit_seen"};
+    cr_expect(test_wait_until(test_key_gone, &seen, 8000), "the heartbeat kept the pool's keys");
+    usleep(3500 * 1000);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P ":procs"), 1, "the idle process vanished");
+    char rec[1024];
+    record_of(dbt_client_id(c), rec, sizeof rec);
+    cr_expect(strstr(rec, "\tthrottling\t") != NULL, "%s", rec);
+}
+
+Test(fleet, a_timed_out_wait_counts_in_the_wait_totals, .timeout = 30)
+{
+    dbt_client *c = fx_client(NULL);
+    dbt_pool *p = dbt_client_pool(c, "fleet");
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0}, brief = {.limit = 1, .wait_ms = 300};
+    dbt_permit *a, *b = NULL;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &a), DBT_ACQ_GRANTED);
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &brief, &b), DBT_ACQ_TIMEOUT);
+    dbt_release(a);
+    dbt_pool_stats st;
+    dbt_pool_get_stats(p, &st);
+    cr_expect_eq(st.timeouts, 1);
+    cr_expect_geq(st.wait_total_us, 300000, "the wait that timed out is not in the totals");
+    cr_expect_geq(st.wait_max_us, 300000);
+    cr_expect_eq(st.unthrottled + st.refusals, 0);
+}
