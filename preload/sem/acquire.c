@@ -465,8 +465,12 @@ static acquire_next wait_turn(acquire_run *a)
         else
             w = leader ? dbt_listen(p, s, a->deadline, o) : wait_wake(s, a->deadline, o);
     }
-    if (s->state == SLOT_DOWN)
+    if (s->state == SLOT_DOWN) {
+        /* Its place may still be queued in Redis: left there, it would reach the head and be
+         * granted to nobody for a whole lease. Withdrawn as soon as Redis answers. */
+        dbt_defer_op(p, true, s->kind, s->id);
         return give_up(a, false, "redis lost while waiting");
+    }
     /* SLOT_REQUEUE: Redis forgot the waiter (restarted, or its lease ran out while Redis
      * was unreachable). Its place is gone; join the queue again under a new id. */
     dbt_trace(DBT_LOG_WARN, "requeue", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",

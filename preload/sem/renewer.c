@@ -203,13 +203,29 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
     }
 }
 
-/* A renewal sent at `sent` got no usable answer, with p->mu held. */
+/* Waiters whose place no renewal was accepted for a whole lease: Redis may have reaped it, so
+ * they give up (open or closed), and withdraw it once Redis answers. Call with p->mu held. */
+static void expire_unrenewed_places(dbt_pool *p, int64_t now)
+{
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->state == SLOT_QUEUED && !s->orphan &&
+            now - s->t_renewed_us > p->client->cfg->lease_ms * 1000) {
+            dbt_lw_remove(p, s);
+            s->state = SLOT_DOWN;
+            p->nqueued--;
+            dbt_slot_wake(s);
+        }
+}
+
+/* A renewal sent at `sent` got no usable answer, with p->mu held. One slow or failed renewal
+ * does not end the waits: each waiter's place is still valid in Redis until its lease runs out,
+ * and a blip must not let every waiter run unthrottled at once (nor leave their places to be
+ * granted to nobody). The listener's own connection tells the leader when it breaks. */
 static void renewal_failed(dbt_pool *p, int64_t sent)
 {
-    /* Waiters learn it at once; the listener connection is suspect too. */
-    dbt_fail_waiters(p);
-    p->listener_reset = true;
-    expire_unrenewed(p, dbt_now_us());
+    int64_t now = dbt_now_us();
+    expire_unrenewed(p, now);
+    expire_unrenewed_places(p, now);
     /* Try again in a second (or sooner, at the next regular renewal). */
     int64_t period = renew_period_us(p);
     if (period > 1000000)
@@ -389,6 +405,8 @@ static void *thread_main(void *arg)
         }
         if (orphans >= 0 && orphans < due)
             due = orphans;
+        if (p->ndeferred > 0 && p->down_until_us > now && p->down_until_us < due)
+            due = p->down_until_us; /* what is owed goes as soon as Redis may answer again */
         /* Places kept for the next waiter, and no thread of ours waits: nobody else listens for
          * their grants (which must go back at once). */
         bool orphans_unheard =
