@@ -57,7 +57,13 @@ void dbt_fail_waiters(dbt_pool *p)
 static void dispatch(dbt_pool *p, const char *msg)
 {
     if (msg[0] == 'r' && (msg[1] == 'q' || msg[1] == 'c')) {
-        p->contended[msg[1] == 'q' ? DBT_KIND_QUERY : DBT_KIND_CONN] = true;
+        dbt_kind k = msg[1] == 'q' ? DBT_KIND_QUERY : DBT_KIND_CONN;
+        p->contended[k] = true;
+        uint64_t ticket = msg[2] == ':' ? strtoull(msg + 3, NULL, 10) : 0;
+        if (ticket > p->revoke_ticket[k] ||
+            dbt_now_us() - p->revoke_us[k] > p->client->cfg->lease_ms * 1000)
+            p->revoke_ticket[k] = ticket;
+        p->revoke_us[k] = dbt_now_us();
         if (p->nparked > 0)
             dbt_wake_renewer(p);
         return;

@@ -132,6 +132,11 @@ struct dbt_pool {
     /* Per kind: Redis asked this process not to keep permits (someone queued: "r<kind>" on the
      * wake list), until an acquire is granted with nobody queued. */
     bool contended[DBT_NKINDS];
+    /* Per kind: the highest ticket a revoke ("r<kind>:<ticket>") carried, and when it came. A
+     * grant whose reply is read after it but that Redis gave before it (a lower ticket counter)
+     * must not clear contended: the revoke would be undone, and the waiter wait for a renewal. */
+    uint64_t revoke_ticket[DBT_NKINDS];
+    int64_t revoke_us[DBT_NKINDS];
     /* Releases and cancels the renewer is sending right now (kept permits, orphan places), off
      * every list meanwhile: a process that exits under it sends them too (twice is harmless). */
     struct {

@@ -2,11 +2,17 @@
  * as Redis' own state shows (a holder of the newcomer's client in the holders set), timed by the
  * test's clock. Each fault here once left places or permits in Redis that nobody would use or
  * give back before their lease ran out. */
+#include "pool_types.h"
 #include "sem_fixture.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define HOLDERS "dbthrottle:{recovery}:q:holders"
@@ -108,4 +114,251 @@ Test(recovery, redis_blip_stalls_nobody, .timeout = 90)
     cr_expect_eq(w[1].res, DBT_ACQ_GRANTED, "a waiter with a valid place gave up (%d)", w[1].res);
     cr_expect_leq(ms, 1000, "the newcomer was granted %lld ms after Redis answered again",
                   (long long)ms);
+}
+
+/* ---- a revoke is never undone --------------------------------------------------------- */
+
+/* A TCP relay between one client and the test's redis-server that can hold back what Redis
+ * answers on command connections (not on the listener's, which sends BLPOP), so that a reply is
+ * read after a push that Redis sent later. */
+enum { RELAY_MAX = 16 };
+typedef struct {
+    int lfd, port;
+    atomic_bool hold, stop;
+    atomic_int rounds; /* polls begun: one begun after `hold` changed obeys it */
+    int cfd[RELAY_MAX], sfd[RELAY_MAX];
+    bool listener[RELAY_MAX];
+    int n;
+    pthread_t thread;
+} relay;
+
+static void relay_accept(relay *r)
+{
+    int c = accept(r->lfd, NULL, NULL);
+    if (c < 0)
+        return;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)fx_redis.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (r->n == RELAY_MAX || s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(c);
+        if (s >= 0)
+            close(s);
+        return;
+    }
+    r->cfd[r->n] = c;
+    r->sfd[r->n] = s;
+    r->listener[r->n] = false;
+    r->n++;
+}
+
+/* Copies what `from` has to `to`; false when `from` closed. */
+static bool relay_copy(int from, int to, bool *saw_blpop)
+{
+    char buf[65536];
+    ssize_t n = read(from, buf, sizeof buf);
+    if (n <= 0)
+        return false;
+    if (saw_blpop && memmem(buf, (size_t)n, "\r\n$5\r\nBLPOP\r\n", 13))
+        *saw_blpop = true;
+    for (ssize_t off = 0; off < n;) {
+        ssize_t w = write(to, buf + off, (size_t)(n - off));
+        if (w <= 0)
+            return false;
+        off += w;
+    }
+    return true;
+}
+
+static void *relay_main(void *arg)
+{
+    relay *r = arg;
+    while (!atomic_load(&r->stop)) {
+        struct pollfd pfd[1 + 2 * RELAY_MAX];
+        int map[1 + 2 * RELAY_MAX], n = 0;
+        pfd[n].fd = r->lfd;
+        pfd[n].events = POLLIN;
+        map[n++] = -1;
+        bool hold = atomic_load(&r->hold);
+        atomic_fetch_add(&r->rounds, 1);
+        for (int i = 0; i < r->n; i++) {
+            if (r->cfd[i] < 0)
+                continue;
+            pfd[n].fd = r->cfd[i];
+            pfd[n].events = POLLIN;
+            map[n++] = i;
+            if (hold && !r->listener[i])
+                continue; /* Redis' answers wait in the socket */
+            pfd[n].fd = r->sfd[i];
+            pfd[n].events = POLLIN;
+            map[n++] = RELAY_MAX + i;
+        }
+        if (poll(pfd, (nfds_t)n, 5) <= 0)
+            continue;
+        for (int j = 0; j < n; j++) {
+            if (!pfd[j].revents)
+                continue;
+            if (map[j] < 0) {
+                relay_accept(r);
+                continue;
+            }
+            int i = map[j] % RELAY_MAX;
+            bool ok = map[j] < RELAY_MAX ? relay_copy(r->cfd[i], r->sfd[i], &r->listener[i])
+                                         : relay_copy(r->sfd[i], r->cfd[i], NULL);
+            if (!ok) {
+                close(r->cfd[i]);
+                close(r->sfd[i]);
+                r->cfd[i] = r->sfd[i] = -1;
+            }
+        }
+    }
+    return NULL;
+}
+
+static void relay_start(relay *r)
+{
+    memset(r, 0, sizeof *r);
+    r->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    cr_assert(bind(r->lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(r->lfd, 16) == 0 &&
+              getsockname(r->lfd, (struct sockaddr *)&a, &len) == 0);
+    r->port = ntohs(a.sin_port);
+    pthread_create(&r->thread, NULL, relay_main, r);
+}
+
+/* Holds back (or lets through) Redis' answers on command connections from the next poll on. */
+static void relay_hold(relay *r, bool hold)
+{
+    atomic_store(&r->hold, hold);
+    int from = atomic_load(&r->rounds);
+    while (atomic_load(&r->rounds) < from + 2)
+        usleep(1000);
+}
+
+static void relay_stop(relay *r)
+{
+    atomic_store(&r->stop, true);
+    pthread_join(r->thread, NULL);
+    for (int i = 0; i < r->n; i++)
+        if (r->cfd[i] >= 0) {
+            close(r->cfd[i]);
+            close(r->sfd[i]);
+        }
+    close(r->lfd);
+}
+
+/* A connection that runs command after command and keeps its permit between them
+ * (DBTHROTTLE_CACHE_PERMITS): never idle for DBTHROTTLE_CACHE_IDLE, so only a revoke takes the
+ * permit back. */
+typedef struct {
+    dbt_pool *pool;
+    dbt_acq_result res;
+    atomic_bool stop;
+} busy_arg;
+
+static void *busy_connection(void *arg)
+{
+    busy_arg *b = arg;
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 30000};
+    dbt_permit *permit = NULL;
+    b->res = dbt_acquire(b->pool, DBT_KIND_QUERY, &o, &permit);
+    int64_t until = test_now_ms() + 8000;
+    while (permit && !atomic_load(&b->stop) && test_now_ms() < until) {
+        if (!dbt_permit_park(permit)) {
+            dbt_release(permit);
+            return NULL;
+        }
+        usleep(2000); /* between two commands */
+        if (!dbt_permit_unpark(&permit))
+            return NULL; /* given back: the next command would queue */
+    }
+    dbt_release(permit);
+    return NULL;
+}
+
+typedef struct {
+    dbt_pool *pool;
+} pool_ref;
+
+static bool revoked(void *arg)
+{
+    dbt_pool *p = ((pool_ref *)arg)->pool;
+    pthread_mutex_lock(&p->mu);
+    bool r = p->contended[DBT_KIND_QUERY];
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+/* A's renewer is done with its renewal's reply and listens for revokes. */
+static bool listening(void *arg)
+{
+    dbt_pool *p = ((pool_ref *)arg)->pool;
+    pthread_mutex_lock(&p->mu);
+    bool r = p->bg_leading;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+typedef struct {
+    const char *key, *member;
+    long long was;
+} score_moved;
+
+static bool score_changed(void *arg)
+{
+    score_moved *m = arg;
+    return test_redis_int(&fx_redis, "ZSCORE %s %s", m->key, m->member) != m->was;
+}
+
+/* A waiter queues while a kept-permit connection's fast grant is on its way: the revoke pushed
+ * for the waiter is read first, the grant's reply after it. Before, the late reply cleared the
+ * revoke, the connection kept its permit command after command, and the waiter waited for the
+ * next renewal (lease/3); now it is granted as soon as the command ends. */
+Test(recovery, late_grant_does_not_undo_a_revoke, .timeout = 90)
+{
+    relay r;
+    relay_start(&r);
+    char url[80];
+    snprintf(url, sizeof url, "DBTHROTTLE_REDIS_URL=redis://127.0.0.1:%d", r.port);
+    const char *lease = "DBTHROTTLE_LEASE=6s", *timeout = "DBTHROTTLE_REDIS_TIMEOUT=5s";
+    dbt_client *ac = fx_client(url, lease, timeout, "DBTHROTTLE_CACHE_PERMITS=on", NULL),
+               *bc = fx_client(lease, timeout, NULL);
+    dbt_pool *ap = dbt_client_pool(ac, "recovery"), *bp = dbt_client_pool(bc, "recovery");
+    /* A holds a connection permit: its renewer listens for revokes from now on. */
+    dbt_acquire_opts conn = {.limit = 10, .wait_ms = 0};
+    dbt_permit *c;
+    cr_assert_eq(dbt_acquire(ap, DBT_KIND_CONN, &conn, &c), DBT_ACQ_GRANTED);
+    /* Right after one of A's renewals (its permit's expiry moves), so the next is 2 s away. */
+    score_moved m = {"dbthrottle:{recovery}:c:holders", dbt_permit_id(c), 0};
+    m.was = test_redis_int(&fx_redis, "ZSCORE %s %s", m.key, m.member);
+    cr_assert(test_wait_until(score_changed, &m, 10000), "A's renewal never came");
+    pool_ref ar = {ap};
+    cr_assert(test_wait_until(listening, &ar, 10000), "A's renewer does not listen");
+
+    relay_hold(&r, true);
+    busy_arg a = {.pool = ap};
+    pthread_t ta;
+    pthread_create(&ta, NULL, busy_connection, &a);
+    zcard_is h1 = {&fx_redis, HOLDERS, 1};
+    cr_assert(test_wait_until(test_zcard_is, &h1, 10000)); /* granted in Redis, reply held */
+    worker_arg w = {.pool = bp, .wait_ms = 30000};
+    pthread_t tw;
+    pthread_create(&tw, NULL, worker, &w);
+    cr_assert(test_wait_until(revoked, &ar, 10000), "A never read the revoke");
+    relay_hold(&r, false);
+    int64_t t_end = test_now_ms();
+
+    int64_t ms = granted_after(dbt_client_id(bc), t_end);
+    atomic_store(&w.go, true);
+    atomic_store(&a.stop, true);
+    pthread_join(ta, NULL);
+    pthread_join(tw, NULL);
+    dbt_release(c);
+    cr_expect_eq(a.res, DBT_ACQ_GRANTED);
+    cr_expect_leq(ms, 1000, "the waiter was granted %lld ms after the late reply was let through",
+                  (long long)ms);
+    fx_client_free(ac);
+    relay_stop(&r);
 }
