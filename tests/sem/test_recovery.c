@@ -362,3 +362,75 @@ Test(recovery, late_grant_does_not_undo_a_revoke, .timeout = 90)
     fx_client_free(ac);
     relay_stop(&r);
 }
+
+/* ---- exit takes one Redis timeout at most ---------------------------------------------- */
+
+/* One of the threads waiting in one process: the permit passes from thread to thread here
+ * (local handover), each served thread leaving its place in Redis' queue to the pool; the last
+ * one served keeps the permit until told. */
+typedef struct {
+    dbt_pool *pool;
+    atomic_int granted;
+    int keep_at; /* the grant that is kept */
+    atomic_bool go;
+} chain_arg;
+
+static void *chain_waiter(void *arg)
+{
+    chain_arg *c = arg;
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 30000};
+    dbt_permit *permit = NULL;
+    if (dbt_acquire(c->pool, DBT_KIND_QUERY, &o, &permit) != DBT_ACQ_GRANTED)
+        return NULL;
+    if (atomic_fetch_add(&c->granted, 1) + 1 == c->keep_at)
+        while (!atomic_load(&c->go))
+            usleep(10000);
+    dbt_release(permit);
+    return NULL;
+}
+
+/* Redis hangs as a process exits holding a permit and five places in the queue (its threads were
+ * served by local handover): exit gives them all back in one DBTHROTTLE_REDIS_TIMEOUT at most
+ * (before: one timeout per place, ~5 s), written at once, so that once Redis answers again a
+ * newcomer is granted without waiting out their leases. */
+Test(recovery, exit_takes_one_timeout_in_all, .timeout = 90)
+{
+    const char *lease = "DBTHROTTLE_LEASE=30s", *timeout = "DBTHROTTLE_REDIS_TIMEOUT=1s";
+    dbt_client *xc = fx_client(lease, timeout, NULL), *nc = fx_client(lease, timeout, NULL);
+    dbt_pool *xp = dbt_client_pool(xc, "recovery"), *np = dbt_client_pool(nc, "recovery");
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
+    dbt_permit *held;
+    cr_assert_eq(dbt_acquire(xp, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
+    enum { WAITERS = 5 };
+    chain_arg c = {.pool = xp, .keep_at = WAITERS};
+    pthread_t t[WAITERS];
+    for (int i = 0; i < WAITERS; i++)
+        pthread_create(&t[i], NULL, chain_waiter, &c);
+    zcard_is q = {&fx_redis, QUEUE, WAITERS};
+    cr_assert(test_wait_until(test_zcard_is, &q, 10000));
+
+    kill(fx_redis.pid, SIGSTOP);
+    dbt_release(held); /* passed on from thread to thread, without Redis */
+    int64_t deadline = test_now_ms() + 10000;
+    while (atomic_load(&c.granted) < WAITERS && test_now_ms() < deadline)
+        usleep(2000);
+    cr_assert_eq(atomic_load(&c.granted), WAITERS, "the permit was not passed on locally");
+    int64_t t0 = test_now_ms();
+    dbt_client_exit(xc);
+    int64_t exit_ms = test_now_ms() - t0;
+    kill(fx_redis.pid, SIGCONT);
+    int64_t t_end = test_now_ms();
+
+    worker_arg n = {.pool = np, .wait_ms = 30000};
+    pthread_t tn;
+    pthread_create(&tn, NULL, worker, &n);
+    int64_t ms = granted_after(dbt_client_id(nc), t_end);
+    atomic_store(&n.go, true);
+    atomic_store(&c.go, true);
+    pthread_join(tn, NULL);
+    for (int i = 0; i < WAITERS; i++)
+        pthread_join(t[i], NULL);
+    cr_expect_leq(exit_ms, 1500, "exit took %lld ms with a 1 s Redis timeout", (long long)exit_ms);
+    cr_expect_leq(ms, 1000, "the newcomer was granted %lld ms after Redis answered again",
+                  (long long)ms);
+}
