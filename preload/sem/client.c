@@ -105,6 +105,9 @@ static void log_summary_of(const char *name, const dbt_pool_stats *st)
 
 static void free_pool(dbt_pool *p)
 {
+    pthread_mutex_lock(&p->mu);
+    p->exiting = true; /* nothing owed starts the renewer again once it is stopped */
+    pthread_mutex_unlock(&p->mu);
     dbt_renewer_stop(p);
     dbt_listener_close(p);
     if (p->bg_slot) {

@@ -172,6 +172,7 @@ struct dbt_pool {
     struct dbt_slot *bg_slot; /* not linked: its eventfd wakes the renewer out of dbt_listen */
     bool bg_leading;          /* the renewer is the listener now */
     int64_t bg_until_us;      /* when the renewer wakes by itself next (0: not asleep) */
+    int64_t drain_due_us;     /* when it reads the replies of releases sent (0: none owed) */
     pthread_t thread;
     pthread_cond_t bg_cv;
     int64_t last_renew_us;

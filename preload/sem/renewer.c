@@ -30,6 +30,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* How soon after a release sent without waiting the renewer reads its reply, if nothing else
+ * has: a batch of releases costs one wake-up, and a failed one is sent again well within a
+ * second. */
+#define DRAIN_DELAY_US INT64_C(200000)
+
 static int64_t renew_period_us(const dbt_pool *p)
 {
     return p->client->cfg->lease_ms * 1000 / 3;
@@ -122,9 +127,11 @@ static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply)
         dbt_handover_reset(p);
 }
 
-/* Reads the replies of releases sent on idle connections, so a failed one (a NOSCRIPT after
- * SCRIPT FLUSH) is repaired within a renewal period rather than at the connection's next use.
- * Called with p->mu held; releases it meanwhile. */
+/* Reads the replies of releases sent on idle connections, so a failed one is repaired (a
+ * NOSCRIPT after SCRIPT FLUSH) or owed again (an error reply: OOM, BUSY; a reset) soon, rather
+ * than at the connection's next use, which may never come. An error reply from a Redis that
+ * answers is no outage: acquires go on, and the release is sent again at once. Called with p->mu
+ * held; releases it meanwhile. */
 static void drain_idle(dbt_pool *p)
 {
     dbt_redis *mine[DBT_MAX_CONNS];
@@ -137,10 +144,15 @@ static void drain_idle(dbt_pool *p)
     if (n == 0)
         return;
     pthread_mutex_unlock(&p->mu);
-    char err[DBT_ERRLEN];
+    char err[DBT_ERRLEN] = "";
     for (int i = 0; i < n; i++) {
-        if (!dbt_redis_drain(mine[i], err))
+        if (!dbt_redis_drain(mine[i], err) && dbt_redis_broken(mine[i])) {
             dbt_pool_note_error(p, "release", err);
+        } else if (mine[i]->nfailed > 0 && dbt_log_enabled(DBT_LOG_DEBUG)) {
+            dbt_field f[] = {DBT_S("pool", p->name), DBT_S("error", err),
+                             DBT_S("effect", "sent again")};
+            dbt_log(DBT_LOG_DEBUG, "release_failed", f, 3);
+        }
         dbt_pool_put_conn(p, mine[i]);
     }
     pthread_mutex_lock(&p->mu);
@@ -176,7 +188,7 @@ void dbt_report_local(dbt_pool *p)
     dbt_script_call call; /* a renewal of no ids, for its counts */
     dbt_build_renew(&call, &p->keys, p->client->cfg, NULL, local, args);
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    (void)dbt_pool_send(p, "renew", &call, err);
+    (void)dbt_pool_send(p, "renew", &call, NULL, err);
     dbt_redis_budget_end(b);
 }
 
@@ -343,6 +355,18 @@ static void listen_for_revokes(dbt_pool *p, int64_t until)
         dbt_listener_pass(p); /* a thread began to wait meanwhile: the role is its */
 }
 
+void dbt_renewer_drain_soon(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    /* No renewer (stopped, as the pool is freed): the next command on the connection reads it. */
+    if (!p->drain_due_us && p->thread_started) {
+        p->drain_due_us = dbt_now_us() + DRAIN_DELAY_US;
+        if (p->bg_idle || p->bg_until_us > p->drain_due_us)
+            dbt_wake_renewer(p);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
 void dbt_wake_renewer(dbt_pool *p)
 {
     pthread_cond_signal(&p->bg_cv);
@@ -372,7 +396,14 @@ static void *thread_main(void *arg)
             pthread_mutex_lock(&p->mu);
             continue;
         }
-        if (p->nqueued == 0 && p->nheld == 0 && p->ndeferred == 0) {
+        if (p->drain_due_us && p->drain_due_us <= dbt_now_us()) {
+            p->drain_due_us = 0;
+            int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+            drain_idle(p);
+            dbt_redis_budget_end(b);
+            continue;
+        }
+        if (p->nqueued == 0 && p->nheld == 0 && p->ndeferred == 0 && !p->drain_due_us) {
             /* Nothing to renew: no Redis traffic at all until there is. */
             idle = true;
             p->bg_idle = true;
@@ -407,6 +438,8 @@ static void *thread_main(void *arg)
             due = orphans;
         if (p->ndeferred > 0 && p->down_until_us > now && p->down_until_us < due)
             due = p->down_until_us; /* what is owed goes as soon as Redis may answer again */
+        if (p->drain_due_us && p->drain_due_us < due)
+            due = p->drain_due_us;
         /* Places kept for the next waiter, and no thread of ours waits: nobody else listens for
          * their grants (which must go back at once). */
         bool orphans_unheard =
@@ -498,6 +531,7 @@ void dbt_renewer_after_fork(dbt_pool *p)
     p->stop = false;
     p->bg_idle = false;
     p->bg_until_us = 0;
+    p->drain_due_us = 0;
     /* The renewer's eventfd is shared with the parent's: the child makes its own. */
     if (p->bg_slot) {
         close(p->bg_slot->efd);

@@ -375,6 +375,15 @@ typedef struct {
     atomic_bool go;
 } chain_arg;
 
+static bool all_waiting(void *arg)
+{
+    dbt_pool *p = ((pool_ref *)arg)->pool;
+    pthread_mutex_lock(&p->mu);
+    bool r = p->nqueued == 5 && p->sole[DBT_KIND_QUERY] != 0;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
 static void *chain_waiter(void *arg)
 {
     chain_arg *c = arg;
@@ -408,6 +417,8 @@ Test(recovery, exit_takes_one_timeout_in_all, .timeout = 90)
         pthread_create(&t[i], NULL, chain_waiter, &c);
     zcard_is q = {&fx_redis, QUEUE, WAITERS};
     cr_assert(test_wait_until(test_zcard_is, &q, 10000));
+    pool_ref xr = {xp}; /* and each thread has read that it waits, and whether alone */
+    cr_assert(test_wait_until(all_waiting, &xr, 10000));
 
     kill(fx_redis.pid, SIGSTOP);
     dbt_release(held); /* passed on from thread to thread, without Redis */
@@ -432,5 +443,86 @@ Test(recovery, exit_takes_one_timeout_in_all, .timeout = 90)
         pthread_join(t[i], NULL);
     cr_expect_leq(exit_ms, 1500, "exit took %lld ms with a 1 s Redis timeout", (long long)exit_ms);
     cr_expect_leq(ms, 1000, "the newcomer was granted %lld ms after Redis answered again",
+                  (long long)ms);
+}
+
+/* ---- a release that failed is sent again --------------------------------------------- */
+
+/* A release sent without waiting meets NOSCRIPT (SCRIPT FLUSH), and the process then goes idle:
+ * nobody would read that reply, and the permit stayed held for a lease. Now its reply is read
+ * soon and the release repaired (or owed and sent again until it lands): a newcomer is granted
+ * within a second of the release. */
+Test(recovery, failed_release_is_sent_again_when_idle, .timeout = 90)
+{
+    const char *lease = "DBTHROTTLE_LEASE=6s";
+    dbt_client *xc = fx_client(lease, NULL), *nc = fx_client(lease, NULL);
+    dbt_pool *xp = dbt_client_pool(xc, "recovery"), *np = dbt_client_pool(nc, "recovery");
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
+    dbt_permit *held;
+    cr_assert_eq(dbt_acquire(xp, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
+    worker_arg n = {.pool = np, .wait_ms = 30000};
+    pthread_t tn;
+    pthread_create(&tn, NULL, worker, &n);
+    zcard_is q1 = {&fx_redis, QUEUE, 1};
+    cr_assert(test_wait_until(test_zcard_is, &q1, 10000));
+
+    test_redis_int(&fx_redis, "SCRIPT FLUSH");
+    int64_t t_end = test_now_ms();
+    dbt_release(held); /* then this process does nothing more */
+    int64_t ms = granted_after(dbt_client_id(nc), t_end);
+    atomic_store(&n.go, true);
+    pthread_join(tn, NULL);
+    cr_expect_eq(n.res, DBT_ACQ_GRANTED);
+    cr_expect_leq(ms, 1000, "the newcomer was granted %lld ms after the release", (long long)ms);
+}
+
+/* A script that never ends, until SCRIPT KILL: meanwhile Redis answers BUSY to everyone else. */
+static void *busy_script(void *arg)
+{
+    (void)arg;
+    redisContext *c = test_redis_connect(&fx_redis);
+    redisReply *rep =
+        c ? redisCommand(c, "EVAL %s 0", "local i = 0 while true do i = i + 1 end") : NULL;
+    freeReplyObject(rep);
+    redisFree(c);
+    return NULL;
+}
+
+static bool busy(void *arg)
+{
+    (void)arg;
+    return test_redis_int(&fx_redis, "PING") == -1000; /* a BUSY error, not PONG */
+}
+
+/* The same when the release's reply is an error a SCRIPT LOAD does not repair (BUSY: another
+ * client's script runs too long): it is owed, and sent again until Redis takes it. */
+Test(recovery, release_refused_as_busy_is_sent_again, .timeout = 90)
+{
+    const char *lease = "DBTHROTTLE_LEASE=60s"; /* no renewal pumps the queue meanwhile */
+    dbt_client *xc = fx_client(lease, NULL), *nc = fx_client(lease, NULL);
+    dbt_pool *xp = dbt_client_pool(xc, "recovery"), *np = dbt_client_pool(nc, "recovery");
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
+    dbt_permit *held;
+    cr_assert_eq(dbt_acquire(xp, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
+    worker_arg n = {.pool = np, .wait_ms = 40000};
+    pthread_t tn;
+    pthread_create(&tn, NULL, worker, &n);
+    zcard_is q1 = {&fx_redis, QUEUE, 1};
+    cr_assert(test_wait_until(test_zcard_is, &q1, 10000));
+
+    test_redis_int(&fx_redis, "CONFIG SET busy-reply-threshold 100");
+    pthread_t tb;
+    pthread_create(&tb, NULL, busy_script, NULL);
+    cr_assert(test_wait_until(busy, NULL, 10000), "Redis never got busy");
+    dbt_release(held);
+    usleep(1500000); /* the fault lasts: the release meets it at least once */
+    test_redis_int(&fx_redis, "SCRIPT KILL");
+    pthread_join(tb, NULL);
+    int64_t t_end = test_now_ms();
+    int64_t ms = granted_after(dbt_client_id(nc), t_end);
+    atomic_store(&n.go, true);
+    pthread_join(tn, NULL);
+    cr_expect_eq(n.res, DBT_ACQ_GRANTED);
+    cr_expect_leq(ms, 1000, "the newcomer was granted %lld ms after Redis was free again",
                   (long long)ms);
 }
