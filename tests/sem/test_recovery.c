@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -62,6 +63,20 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* Redis has a client blocked (a listener's BLPOP). */
+static bool someone_blocked(void *arg)
+{
+    (void)arg;
+    redisContext *c = test_redis_connect(&fx_redis);
+    redisReply *rep = c ? redisCommand(c, "INFO clients") : NULL;
+    const char *b =
+        rep && rep->type == REDIS_REPLY_STRING ? strstr(rep->str, "blocked_clients:") : NULL;
+    bool yes = b && atoi(b + strlen("blocked_clients:")) > 0;
+    freeReplyObject(rep);
+    redisFree(c);
+    return yes;
+}
+
 /* Polls until the newcomer's client holds, and returns how long after `since` that was seen. */
 static int64_t granted_after(const char *cid, int64_t since)
 {
@@ -91,6 +106,9 @@ Test(recovery, redis_blip_stalls_nobody, .timeout = 90)
         pthread_create(&t[i], NULL, worker, &w[i]);
     zcard_is q2 = {&fx_redis, QUEUE, 2};
     cr_assert(test_wait_until(test_zcard_is, &q2, 10000));
+    /* Their listener is connected and blocked in BLPOP: a leader whose own connect to a hung Redis
+     * fails does give up, as documented; this test is about the waits a blip must not end. */
+    cr_assert(test_wait_until(someone_blocked, NULL, 10000));
 
     /* 3.5 s: a renewal (every 2 s) is sure to be sent and to time out (1 s) meanwhile. */
     kill(fx_redis.pid, SIGSTOP);
