@@ -4,8 +4,9 @@
 -- Returns {status, holders, queue length, limit seen from the previous acquirer or false, ticket,
 -- sole}
 --   status 1 = granted, 2 = queued (a grant will be pushed), 0 = not granted (try only)
---   ticket: the waiter's place (queued only, else 0); sole: 1 when the queue holds this process'
---   waiters only (queued only, else 0): see below
+--   ticket: the waiter's place (queued); granted: the ticket counter now, which orders the grant
+--   against the revokes ("r<kind>:<ticket>") pushed to its process (see below); else 0
+--   sole: 1 when the queue holds this process' waiters only (queued only, else 0): see below
 local id, limit, try_only, who = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1', ARGV[8] or '? ? ?'
 local now = now_ms()
 reap(S, now)
@@ -38,7 +39,7 @@ if not drained and redis.call('ZCARD', S.Q) == 0 and holders < (override or limi
     note_who(S, id, now, who)
     count(S, 'grants')
     touch(S, fresh)
-    return {1, holders + 1, 0, seen, 0, 0}
+    return {1, holders + 1, 0, seen, tonumber(redis.call('GET', S.SEQ) or '0'), 0}
 end
 if try_only then
     count(S, 'refused')
@@ -47,16 +48,19 @@ if try_only then
 end
 -- The first waiter of a contention asks every process that holds a permit to give back the ones it
 -- keeps idle between commands (DBTHROTTLE_CACHE_PERMITS), and not to keep any until it is granted
--- again with nobody queued: "r<kind>" on its wake list. Once per transition from an empty queue,
--- one push per holding process (O(holders), at most the limit); while the queue stays non-empty no
--- permit is granted to anyone who would keep it (grants from the queue are never kept).
+-- again with nobody queued: "r<kind>:<ticket>" on its wake list, with the ticket this waiter
+-- takes, so that a grant's reply read after it (whose ticket is lower: it was granted before) does
+-- not undo it. Once per transition from an empty queue, one push per holding process
+-- (O(holders), at most the limit); while the queue stays non-empty no permit is granted to anyone
+-- who would keep it (grants from the queue are never kept).
 if redis.call('ZCARD', S.Q) == 0 and holders > 0 then
+    local next_ticket = tonumber(redis.call('GET', S.SEQ) or '0') + 1
     local told = {}
     for _, h in ipairs(redis.call('ZRANGE', S.H, 0, -1)) do
         local cid = string.match(h, '^[^.]+')
         if cid and not told[cid] then
             told[cid] = true
-            wake(cid, 'r' .. S.kind)
+            wake(cid, 'r' .. S.kind .. ':' .. next_ticket)
         end
     end
 end

@@ -392,18 +392,38 @@ static const dbt_script *script_of(const char *cmd)
     return NULL;
 }
 
+/* A fire-and-forget command failed, or may not have run: its caller learns it by its tag. */
+static void note_failed(dbt_redis *r, char *tag)
+{
+    if (tag[0] && r->nfailed < DBT_MAX_PENDING)
+        memcpy(r->failed[r->nfailed++], tag, DBT_REDIS_TAG_LEN);
+    tag[0] = '\0';
+}
+
+int dbt_redis_take_failed(dbt_redis *r, char (*tags)[DBT_REDIS_TAG_LEN], int cap)
+{
+    int n = r->nfailed < cap ? r->nfailed : cap;
+    memcpy(tags, r->failed, (size_t)n * sizeof r->failed[0]);
+    r->nfailed = 0;
+    return n;
+}
+
+/* The connection is given up with replies owed: their commands may not have run. */
 static void forget_pending(dbt_redis *r)
 {
-    for (int i = 0; i < r->npending; i++)
+    for (int i = 0; i < r->npending; i++) {
         redisFreeCommand(r->pending[i].cmd);
+        note_failed(r, r->pending[i].tag);
+    }
     r->npending = 0;
 }
 
 /* Adds a command whose reply will be read later; cmd NULL = a reply to skip (SCRIPT LOAD). */
-static void add_pending(dbt_redis *r, char *cmd, size_t len)
+static void add_pending(dbt_redis *r, char *cmd, size_t len, const char *tag)
 {
     r->pending[r->npending].cmd = cmd;
     r->pending[r->npending].len = len;
+    snprintf(r->pending[r->npending].tag, DBT_REDIS_TAG_LEN, "%s", tag ? tag : "");
     r->npending++;
 }
 
@@ -417,6 +437,7 @@ static bool read_pending(dbt_redis *r, int n, char *err)
     struct {
         char *cmd;
         size_t len;
+        char tag[DBT_REDIS_TAG_LEN];
     } again[DBT_MAX_PENDING];
     int nagain = 0;
     for (int i = 0; i < n; i++) {
@@ -424,20 +445,26 @@ static bool read_pending(dbt_redis *r, int n, char *err)
         redisReply *rep = read_reply(r, err);
         if (rep) {
             freeReplyObject(rep);
+            r->pending[i].tag[0] = '\0';
         } else if (cmd && !dbt_redis_broken(r) && is_noscript(err)) {
             again[nagain].cmd = cmd;
             again[nagain].len = r->pending[i].len;
+            memcpy(again[nagain].tag, r->pending[i].tag, DBT_REDIS_TAG_LEN);
+            r->pending[i].tag[0] = '\0';
             nagain++;
             r->pending[i].cmd = NULL; /* now owned by again[] */
             continue;
         } else {
             ok = false;
+            note_failed(r, r->pending[i].tag); /* an error reply (OOM, BUSY, ...), or none */
         }
         redisFreeCommand(cmd);
         r->pending[i].cmd = NULL;
         if (dbt_redis_broken(r)) {
-            for (int j = 0; j < nagain; j++)
+            for (int j = 0; j < nagain; j++) {
                 redisFreeCommand(again[j].cmd);
+                note_failed(r, again[j].tag);
+            }
             forget_pending(r);
             return false;
         }
@@ -452,11 +479,12 @@ static bool read_pending(dbt_redis *r, int n, char *err)
             redisAppendCommandArgv(r->ctx, 3, argv, lens) != REDIS_OK ||
             redisAppendFormattedCommand(r->ctx, again[j].cmd, again[j].len) != REDIS_OK) {
             redisFreeCommand(again[j].cmd);
+            note_failed(r, again[j].tag);
             ok = false;
             continue;
         }
-        add_pending(r, NULL, 0);
-        add_pending(r, again[j].cmd, again[j].len);
+        add_pending(r, NULL, 0, NULL);
+        add_pending(r, again[j].cmd, again[j].len, again[j].tag);
     }
     return ok;
 }
@@ -562,7 +590,7 @@ static redisReply *eval_unguarded(dbt_redis *r, const dbt_script *s, int nkeys,
 
 static bool eval_nowait_unguarded(dbt_redis *r, const dbt_script *s, int nkeys,
                                   const char *const *keys, int nargs, const char *const *args,
-                                  char *err)
+                                  const char *tag, char *err)
 {
     /* Room for this one, and for a SCRIPT LOAD and a resend should it meet NOSCRIPT. */
     if (r->npending + 3 > DBT_MAX_PENDING)
@@ -595,7 +623,7 @@ static bool eval_nowait_unguarded(dbt_redis *r, const dbt_script *s, int nkeys,
             return false;
         }
     }
-    add_pending(r, cmd, (size_t)len);
+    add_pending(r, cmd, (size_t)len, tag);
     return true;
 }
 
@@ -640,11 +668,11 @@ redisReply *dbt_redis_eval(dbt_redis *r, const dbt_script *s, int nkeys, const c
 }
 
 bool dbt_redis_eval_nowait(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
-                           int nargs, const char *const *args, char *err)
+                           int nargs, const char *const *args, const char *tag, char *err)
 {
     dbt_sigpipe_guard g;
     dbt_sigpipe_block(&g);
-    bool ok = eval_nowait_unguarded(r, s, nkeys, keys, nargs, args, err);
+    bool ok = eval_nowait_unguarded(r, s, nkeys, keys, nargs, args, tag, err);
     dbt_sigpipe_restore(&g);
     return ok;
 }

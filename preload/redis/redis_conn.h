@@ -13,6 +13,9 @@
 /* Fire-and-forget commands a connection may have in flight before it must read their replies. */
 #define DBT_MAX_PENDING 32
 
+/* What the caller of a fire-and-forget command names it by, to learn that it failed. */
+#define DBT_REDIS_TAG_LEN 80
+
 typedef struct {
     redisContext *ctx;
     int64_t timeout_ms; /* command timeout (socket send and receive) */
@@ -26,7 +29,12 @@ typedef struct {
     struct {
         char *cmd; /* the formatted command, kept to re-send it after a NOSCRIPT */
         size_t len;
+        char tag[DBT_REDIS_TAG_LEN]; /* the caller's name for it; "" if none */
     } pending[DBT_MAX_PENDING];
+    /* Tags of fire-and-forget commands that failed (an error reply, or a connection that broke
+     * before their reply was read: they may not have run), until dbt_redis_take_failed. */
+    char failed[DBT_MAX_PENDING][DBT_REDIS_TAG_LEN];
+    int nfailed;
 } dbt_redis;
 
 /* SIGPIPE blocked in this thread across a write to a socket, and consumed if the write raised it
@@ -76,9 +84,13 @@ redisReply *dbt_redis_eval(dbt_redis *r, const dbt_script *s, int nkeys, const c
                            int nargs, const char *const *args, char *err);
 
 /* Sends a script without waiting for its reply: the reply is read (and a NOSCRIPT repaired) by
- * the next command on this connection, or by dbt_redis_drain. */
+ * the next command on this connection, or by dbt_redis_drain. If it then fails, `tag` (NULL: not
+ * wanted) is kept for dbt_redis_take_failed. */
 bool dbt_redis_eval_nowait(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
-                           int nargs, const char *const *args, char *err);
+                           int nargs, const char *const *args, const char *tag, char *err);
+
+/* Copies out (at most cap) and forgets the tags of the fire-and-forget commands found failed. */
+int dbt_redis_take_failed(dbt_redis *r, char (*tags)[DBT_REDIS_TAG_LEN], int cap);
 
 /* Reads the replies of fire-and-forget commands. False when one failed (message in err; the
  * others are still read unless the connection broke). */

@@ -132,7 +132,7 @@ typedef enum {
 
 /* Sends acquire.lua for s. */
 static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
-                                long long *queue)
+                                long long *queue, long long *ticket)
 {
     char err[DBT_ERRLEN], who[160];
     snprintf(who, sizeof who, "%s %ld %s", p->client->host, (long)getpid(),
@@ -151,6 +151,7 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
         note_disagreement(p, s, reply.limit_seen);
     *holders = reply.holders;
     *queue = reply.queue;
+    *ticket = reply.ticket;
     pthread_mutex_lock(&p->mu);
     s->t_renewed_us = sent;
     if (reply.status == DBT_ACQUIRE_QUEUED)
@@ -169,10 +170,10 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
 
 /* send_acquire_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
 static acq_sent send_acquire(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
-                             long long *queue)
+                             long long *queue, long long *ticket)
 {
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    acq_sent r = send_acquire_io(p, s, try_only, holders, queue);
+    acq_sent r = send_acquire_io(p, s, try_only, holders, queue, ticket);
     dbt_redis_budget_end(b);
     return r;
 }
@@ -230,6 +231,7 @@ typedef struct {
     int64_t start;
     int64_t deadline;         /* -1: none */
     long long holders, queue; /* what acquire.lua said, for the grant's trace; -1: not known */
+    long long ticket;         /* acquire.lua's ticket (granted: the ticket counter then) */
     dbt_acq_result result;    /* how it ended, once a step returns NEXT_DONE */
 } acquire_run;
 
@@ -277,6 +279,15 @@ static acquire_next give_up(acquire_run *a, bool linked, const char *outage,
 static bool stale_grant(const dbt_pool *p, const struct dbt_slot *s)
 {
     return s->lost || dbt_now_us() - s->t_renewed_us > p->client->cfg->lease_ms * 1000;
+}
+
+/* A revoke ("r<kind>:<ticket>") came that Redis pushed after it granted at ticket counter
+ * `granted_at`: its reply was read after the push. A revoke older than a lease cannot race a
+ * reply (and Redis may have restarted its counter since). p->mu held. */
+static bool revoked_since(const dbt_pool *p, dbt_kind kind, long long granted_at)
+{
+    return p->revoke_ticket[kind] > (uint64_t)(granted_at > 0 ? granted_at : 0) &&
+           dbt_now_us() - p->revoke_us[kind] <= p->client->cfg->lease_ms * 1000;
 }
 
 /* Granted while this process could not renew (stopped, or cut off from Redis) for a whole lease:
@@ -394,7 +405,7 @@ static acq_sent send_or_adopt(acquire_run *a)
         dbt_free_slot(orphan); /* NULL when recycled */
         return ACQ_SENT_QUEUED;
     }
-    return send_acquire(a->p, a->s, !a->may_wait, &a->holders, &a->queue);
+    return send_acquire(a->p, a->s, !a->may_wait, &a->holders, &a->queue, &a->ticket);
 }
 
 /* What acquire.lua's answer (or its absence) means for s: granted, queued, or the end. Without
@@ -432,8 +443,9 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
         p->seen_any_grant = true;
         if (st == ACQ_SENT_QUEUED)
             p->st.waits++;
-        /* Granted with nobody queued: permits may be kept again. From the queue: not. */
-        p->contended[a->kind] = st == ACQ_SENT_QUEUED;
+        /* Granted with nobody queued: permits may be kept again, unless a revoke given after
+         * this grant was read first (never undone). From the queue: not. */
+        p->contended[a->kind] = st == ACQ_SENT_QUEUED || revoked_since(p, a->kind, a->ticket);
         dbt_renewer_ensure(p);
         pthread_mutex_unlock(&p->mu);
         return NEXT_GRANTED;
@@ -525,8 +537,12 @@ static acquire_next wait_turn(acquire_run *a)
         else
             w = leader ? dbt_listen(p, s, a->deadline, o) : wait_wake(s, a->deadline, o);
     }
-    if (s->state == SLOT_DOWN)
+    if (s->state == SLOT_DOWN) {
+        /* Its place may still be queued in Redis: left there, it would reach the head and be
+         * granted to nobody for a whole lease. Withdrawn as soon as Redis answers. */
+        dbt_defer_op(p, true, s->kind, s->id);
         return give_up(a, false, "redis lost while waiting", NULL);
+    }
     /* SLOT_REQUEUE: Redis forgot the waiter (restarted, or its lease ran out while Redis
      * was unreachable). Its place is gone; join the queue again under a new id. */
     dbt_trace(DBT_LOG_WARN, "requeue", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",

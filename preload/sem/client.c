@@ -118,6 +118,9 @@ static void log_summary_of(const char *name, const dbt_pool_stats *st)
 
 static void free_pool(dbt_pool *p)
 {
+    pthread_mutex_lock(&p->mu);
+    p->exiting = true; /* nothing owed starts the renewer again once it is stopped */
+    pthread_mutex_unlock(&p->mu);
     dbt_renewer_stop(p);
     dbt_listener_close(p);
     if (p->bg_slot) {
@@ -160,6 +163,11 @@ void dbt_client_exit(dbt_client *c)
     pthread_mutex_lock(&c->mu);
     dbt_pool *pools = c->pools;
     pthread_mutex_unlock(&c->mu);
+    /* One DBTHROTTLE_REDIS_TIMEOUT for the whole exit, every pool and call together: a hung Redis
+     * must not hold the process' end by one timeout per permit or place. Every release and
+     * withdrawal is written without waiting for its reply (pipelined on the connections), so a
+     * Redis that was only slow still gets them all. */
+    int64_t budget = dbt_redis_budget_begin(c->cfg->redis_timeout_ms);
     for (dbt_pool *p = pools; p; p = p->next) {
         /* Copy the ids first: the network calls happen without the lock. */
         enum { MAX_EXIT = 256 };
@@ -183,21 +191,20 @@ void dbt_client_exit(dbt_client *c)
             place[n] = p->inflight[i].cancel;
             kinds[n++] = p->inflight[i].kind;
         }
+        /* And what it owes Redis from an outage: the lease would give it back only much later. */
+        for (int i = 0; i < p->ndeferred && n < MAX_EXIT; i++) {
+            memcpy(ids[n], p->deferred[i].id, sizeof ids[n]);
+            place[n] = p->deferred[i].cancel;
+            kinds[n++] = p->deferred[i].kind;
+        }
         dbt_pool_stats st = p->st;
         pthread_mutex_unlock(&p->mu);
         dbt_report_local(p);
-        for (int i = 0; i < n && !down; i++) {
-            if (!place[i]) {
-                dbt_send_release(p, kinds[i], ids[i]);
-            } else {
-                bool returned;
-                int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-                (void)dbt_cancel_id(p, kinds[i], ids[i], &returned);
-                dbt_redis_budget_end(b);
-            }
-        }
+        for (int i = 0; i < n && !down; i++)
+            down = !dbt_send_at_exit(p, place[i], kinds[i], ids[i]);
         log_summary_of(p->name, &st);
     }
+    dbt_redis_budget_end(budget);
 }
 
 void dbt_client_free(dbt_client *c)

@@ -126,4 +126,6 @@ void dbt_kept_after_fork(dbt_pool *p)
     p->ninflight = 0;
     p->nparked = 0;
     memset(p->contended, 0, sizeof p->contended);
+    memset(p->revoke_ticket, 0, sizeof p->revoke_ticket);
+    memset(p->revoke_us, 0, sizeof p->revoke_us);
 }

@@ -57,7 +57,13 @@ void dbt_fail_waiters(dbt_pool *p)
 static void dispatch(dbt_pool *p, const char *msg)
 {
     if (msg[0] == 'r' && (msg[1] == 'q' || msg[1] == 'c')) {
-        p->contended[msg[1] == 'q' ? DBT_KIND_QUERY : DBT_KIND_CONN] = true;
+        dbt_kind k = msg[1] == 'q' ? DBT_KIND_QUERY : DBT_KIND_CONN;
+        p->contended[k] = true;
+        uint64_t ticket = msg[2] == ':' ? strtoull(msg + 3, NULL, 10) : 0;
+        if (ticket > p->revoke_ticket[k] ||
+            dbt_now_us() - p->revoke_us[k] > p->client->cfg->lease_ms * 1000)
+            p->revoke_ticket[k] = ticket;
+        p->revoke_us[k] = dbt_now_us();
         if (p->nparked > 0)
             dbt_wake_renewer(p);
         return;
@@ -77,16 +83,24 @@ static void dispatch(dbt_pool *p, const char *msg)
     dbt_handover_granted(p, s);
 }
 
-/* The listener connection broke: drop it, and let every waiter decide (open or closed) rather
- * than hang. Called without p->mu. */
-static void listener_failed(dbt_pool *p, const char *err)
+/* The listener connection broke and could not be replaced: drop it. The leader's own call to
+ * Redis failed, so it gives up (open or closed) rather than hang; the other waiters' places are
+ * still valid in Redis, so they keep waiting (the next one to lead connects anew). Pushes may
+ * have been lost with the connection: what Redis said of the queue is forgotten. Called without
+ * p->mu; s is the leader's slot. */
+static void listener_failed(dbt_pool *p, struct dbt_slot *s, const char *err)
 {
     dbt_pool_note_error(p, "listen", err);
     pthread_mutex_lock(&p->mu);
     dbt_redis *l = p->listener;
     p->listener = NULL;
     p->blpop_in_flight = 0;
-    dbt_fail_waiters(p);
+    if (s->state == SLOT_QUEUED && !s->orphan) {
+        dbt_lw_remove(p, s);
+        s->state = SLOT_DOWN;
+        p->nqueued--;
+    }
+    dbt_handover_reset(p);
     pthread_mutex_unlock(&p->mu);
     dbt_redis_free(l);
 }
@@ -190,7 +204,7 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
     bool reconnected = false;
     dbt_redis *l = ready_listener(p, big ? big : wake_key, err);
     if (!l) {
-        listener_failed(p, err);
+        listener_failed(p, s, err);
         goto out;
     }
     for (;;) {
@@ -228,7 +242,7 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
                     if ((l = ready_listener(p, big ? big : wake_key, err)) != NULL)
                         continue;
                 }
-                listener_failed(p, err);
+                listener_failed(p, s, err);
                 break;
             }
             /* Keep a BLPOP in flight for the others, unless our own grant just came. */
@@ -236,7 +250,7 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
             bool mine = s->state == SLOT_HELD;
             pthread_mutex_unlock(&p->mu);
             if (!mine && !ready_listener(p, big ? big : wake_key, err))
-                listener_failed(p, err);
+                listener_failed(p, s, err);
             break;
         }
         if (pfd[1].revents) {

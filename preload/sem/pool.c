@@ -79,10 +79,32 @@ dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err)
     return r;
 }
 
+void dbt_op_tag(char *tag, bool cancel, dbt_kind kind, const char *id)
+{
+    snprintf(tag, DBT_REDIS_TAG_LEN, "%c%c%s", cancel ? 'C' : 'R',
+             kind == DBT_KIND_QUERY ? 'q' : 'c', id);
+}
+
+/* Releases and cancels sent without waiting whose reply said they failed (NOSCRIPT that could
+ * not be repaired, OOM, BUSY), or whose connection broke first: owed again, so the renewer sends
+ * them until they land (a permit left held would keep others waiting for its whole lease).
+ * Without p->mu. */
+static void owe_failed(dbt_pool *p, dbt_redis *r)
+{
+    char tags[DBT_MAX_PENDING][DBT_REDIS_TAG_LEN];
+    int n = dbt_redis_take_failed(r, tags, DBT_MAX_PENDING);
+    for (int i = 0; i < n; i++)
+        if ((tags[i][0] == 'C' || tags[i][0] == 'R') && (tags[i][1] == 'q' || tags[i][1] == 'c'))
+            dbt_defer_op(p, tags[i][0] == 'C', tags[i][1] == 'q' ? DBT_KIND_QUERY : DBT_KIND_CONN,
+                         tags[i] + 2);
+}
+
 void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r)
 {
     if (!r)
         return;
+    if (r->nfailed > 0)
+        owe_failed(p, r);
     bool drop = dbt_redis_broken(r);
     pthread_mutex_lock(&p->mu);
     if (drop) {
@@ -381,7 +403,8 @@ void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
         p->deferred[p->ndeferred].kind = kind;
         snprintf(p->deferred[p->ndeferred].id, sizeof p->deferred[0].id, "%s", id);
         p->ndeferred++;
-        dbt_renewer_ensure(p);
+        if (!p->exiting) /* a pool being freed has stopped its renewer for good */
+            dbt_renewer_ensure(p);
         pthread_cond_signal(&p->bg_cv); /* it sends them as soon as Redis answers */
     }
     pthread_mutex_unlock(&p->mu);

@@ -60,6 +60,10 @@ bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now);
 void dbt_waker_publish(struct dbt_slot *s, dbt_waker *w);
 void dbt_waker_retract(struct dbt_slot *s);
 
+/* The tag a release (or cancel) sent without waiting carries (dbt_pool_send): if its reply says
+ * it failed, dbt_pool_put_conn makes it owed (dbt_defer_op). tag: DBT_REDIS_TAG_LEN bytes. */
+void dbt_op_tag(char *tag, bool cancel, dbt_kind kind, const char *id);
+
 /* A release (or a cancel) Redis could not be told of, kept (DBT_MAX_DEFERRED at most) for the
  * renewer to send once Redis answers. Without p->mu. */
 void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);

@@ -160,6 +160,11 @@ struct dbt_pool {
     /* Per kind: Redis asked this process not to keep permits (someone queued: "r<kind>" on the
      * wake list), until an acquire is granted with nobody queued. */
     bool contended[DBT_NKINDS];
+    /* Per kind: the highest ticket a revoke ("r<kind>:<ticket>") carried, and when it came. A
+     * grant whose reply is read after it but that Redis gave before it (a lower ticket counter)
+     * must not clear contended: the revoke would be undone, and the waiter wait for a renewal. */
+    uint64_t revoke_ticket[DBT_NKINDS];
+    int64_t revoke_us[DBT_NKINDS];
     /* Releases and cancels the renewer is sending right now (kept permits, orphan places), off
      * every list meanwhile: a process that exits under it sends them too (twice is harmless). */
     struct {
@@ -195,6 +200,7 @@ struct dbt_pool {
     struct dbt_slot *bg_slot; /* not linked: its eventfd wakes the renewer out of dbt_listen */
     bool bg_leading;          /* the renewer is the listener now */
     int64_t bg_until_us;      /* when the renewer wakes by itself next (0: not asleep) */
+    int64_t drain_due_us;     /* when it reads the replies of releases sent (0: none owed) */
     pthread_t thread;
     pthread_cond_t bg_cv;
     int64_t last_renew_us;

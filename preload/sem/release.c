@@ -64,8 +64,21 @@ static void send_release_io(dbt_pool *p, dbt_kind kind, const char *id)
     char err[DBT_ERRLEN];
     dbt_script_call call;
     dbt_build_release(&call, &p->keys, kind, p->client->cfg, id);
-    if (!dbt_pool_send(p, "release", &call, err))
+    char tag[DBT_REDIS_TAG_LEN];
+    dbt_op_tag(tag, false, kind, id);
+    if (!dbt_pool_send(p, "release", &call, tag, err))
         dbt_defer_op(p, false, kind, id);
+}
+
+bool dbt_send_at_exit(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
+{
+    char err[DBT_ERRLEN];
+    dbt_script_call call;
+    if (cancel)
+        dbt_build_cancel(&call, &p->keys, kind, p->client->cfg, id);
+    else
+        dbt_build_release(&call, &p->keys, kind, p->client->cfg, id);
+    return dbt_pool_send(p, cancel ? "cancel" : "release", &call, NULL, err);
 }
 
 /* send_release_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */

@@ -32,6 +32,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* How soon after a release sent without waiting the renewer reads its reply, if nothing else
+ * has: a batch of releases costs one wake-up, and a failed one is sent again well within a
+ * second. */
+#define DRAIN_DELAY_US INT64_C(200000)
+
 static int64_t renew_period_us(const dbt_pool *p)
 {
     return p->client->cfg->lease_ms * 1000 / 3;
@@ -124,9 +129,11 @@ static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply)
         dbt_handover_reset(p);
 }
 
-/* Reads the replies of releases sent on idle connections, so a failed one (a NOSCRIPT after
- * SCRIPT FLUSH) is repaired within a renewal period rather than at the connection's next use.
- * Called with p->mu held; releases it meanwhile. */
+/* Reads the replies of releases sent on idle connections, so a failed one is repaired (a
+ * NOSCRIPT after SCRIPT FLUSH) or owed again (an error reply: OOM, BUSY; a reset) soon, rather
+ * than at the connection's next use, which may never come. An error reply from a Redis that
+ * answers is no outage: acquires go on, and the release is sent again at once. Called with p->mu
+ * held; releases it meanwhile. */
 static void drain_idle(dbt_pool *p)
 {
     dbt_redis *mine[DBT_MAX_CONNS];
@@ -139,10 +146,15 @@ static void drain_idle(dbt_pool *p)
     if (n == 0)
         return;
     pthread_mutex_unlock(&p->mu);
-    char err[DBT_ERRLEN];
+    char err[DBT_ERRLEN] = "";
     for (int i = 0; i < n; i++) {
-        if (!dbt_redis_drain(mine[i], err))
+        if (!dbt_redis_drain(mine[i], err) && dbt_redis_broken(mine[i])) {
             dbt_pool_note_error(p, "release", err);
+        } else if (mine[i]->nfailed > 0 && dbt_log_enabled(DBT_LOG_DEBUG)) {
+            dbt_field f[] = {DBT_S("pool", p->name), DBT_S("error", err),
+                             DBT_S("effect", "sent again")};
+            dbt_log(DBT_LOG_DEBUG, "release_failed", f, 3);
+        }
         dbt_pool_put_conn(p, mine[i]);
     }
     pthread_mutex_lock(&p->mu);
@@ -183,7 +195,7 @@ void dbt_report_local(dbt_pool *p)
     dbt_build_renew(&call, &p->keys, p->client->cfg, NULL, local, args);
     dbt_renew_add_record(&call, &p->keys, p->client->cid, record, ttl, true);
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    (void)dbt_pool_send(p, "renew", &call, err);
+    (void)dbt_pool_send(p, "renew", &call, NULL, err);
     dbt_redis_budget_end(b);
 }
 
@@ -210,13 +222,29 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
     }
 }
 
-/* A renewal sent at `sent` got no usable answer, with p->mu held. */
+/* Waiters whose place no renewal was accepted for a whole lease: Redis may have reaped it, so
+ * they give up (open or closed), and withdraw it once Redis answers. Call with p->mu held. */
+static void expire_unrenewed_places(dbt_pool *p, int64_t now)
+{
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->state == SLOT_QUEUED && !s->orphan &&
+            now - s->t_renewed_us > p->client->cfg->lease_ms * 1000) {
+            dbt_lw_remove(p, s);
+            s->state = SLOT_DOWN;
+            p->nqueued--;
+            dbt_slot_wake(s);
+        }
+}
+
+/* A renewal sent at `sent` got no usable answer, with p->mu held. One slow or failed renewal
+ * does not end the waits: each waiter's place is still valid in Redis until its lease runs out,
+ * and a blip must not let every waiter run unthrottled at once (nor leave their places to be
+ * granted to nobody). The listener's own connection tells the leader when it breaks. */
 static void renewal_failed(dbt_pool *p, int64_t sent)
 {
-    /* Waiters learn it at once; the listener connection is suspect too. */
-    dbt_fail_waiters(p);
-    p->listener_reset = true;
-    expire_unrenewed(p, dbt_now_us());
+    int64_t now = dbt_now_us();
+    expire_unrenewed(p, now);
+    expire_unrenewed_places(p, now);
     /* Try again in a second (or sooner, at the next regular renewal). */
     int64_t period = renew_period_us(p);
     if (period > 1000000)
@@ -343,6 +371,18 @@ static void listen_for_revokes(dbt_pool *p, int64_t until)
         dbt_listener_pass(p); /* a thread began to wait meanwhile: the role is its */
 }
 
+void dbt_renewer_drain_soon(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    /* No renewer (stopped, as the pool is freed): the next command on the connection reads it. */
+    if (!p->drain_due_us && p->thread_started) {
+        p->drain_due_us = dbt_now_us() + DRAIN_DELAY_US;
+        if (p->bg_idle || p->bg_until_us > p->drain_due_us)
+            dbt_wake_renewer(p);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
 void dbt_wake_renewer(dbt_pool *p)
 {
     pthread_cond_signal(&p->bg_cv);
@@ -372,7 +412,14 @@ static void *thread_main(void *arg)
             pthread_mutex_lock(&p->mu);
             continue;
         }
-        if (p->nqueued == 0 && p->nheld == 0 && p->ndeferred == 0) {
+        if (p->drain_due_us && p->drain_due_us <= dbt_now_us()) {
+            p->drain_due_us = 0;
+            int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+            drain_idle(p);
+            dbt_redis_budget_end(b);
+            continue;
+        }
+        if (p->nqueued == 0 && p->nheld == 0 && p->ndeferred == 0 && !p->drain_due_us) {
             /* Nothing to renew: only the process' record, once a lease (its heartbeat, so that
              * dbthrottle status lists an idle or disabled process too), or a second after a
              * heartbeat that failed. */
@@ -418,6 +465,10 @@ static void *thread_main(void *arg)
         }
         if (orphans >= 0 && orphans < due)
             due = orphans;
+        if (p->ndeferred > 0 && p->down_until_us > now && p->down_until_us < due)
+            due = p->down_until_us; /* what is owed goes as soon as Redis may answer again */
+        if (p->drain_due_us && p->drain_due_us < due)
+            due = p->drain_due_us;
         /* Places kept for the next waiter, and no thread of ours waits: nobody else listens for
          * their grants (which must go back at once). */
         bool orphans_unheard =
@@ -509,6 +560,7 @@ void dbt_renewer_after_fork(dbt_pool *p)
     p->stop = false;
     p->bg_idle = false;
     p->bg_until_us = 0;
+    p->drain_due_us = 0;
     /* The renewer's eventfd is shared with the parent's: the child makes its own. */
     if (p->bg_slot) {
         close(p->bg_slot->efd);

@@ -1,6 +1,7 @@
 /* script_call.c - one way to run a script call, for every caller (see script_call.h). */
 #include "script_call.h"
 #include "pool.h"
+#include "renewer.h"
 
 redisReply *dbt_script_run(dbt_redis *r, const dbt_script_call *c, dbt_reply_parser parse,
                            void *out, char *err)
@@ -24,12 +25,16 @@ redisReply *dbt_pool_run(dbt_pool *p, const char *what, const dbt_script_call *c
     return rep;
 }
 
-bool dbt_pool_send(dbt_pool *p, const char *what, const dbt_script_call *c, char *err)
+bool dbt_pool_send(dbt_pool *p, const char *what, const dbt_script_call *c, const char *tag,
+                   char *err)
 {
     dbt_redis *r = dbt_pool_get_conn(p, err);
-    bool ok = r && dbt_redis_eval_nowait(r, c->script, c->nkeys, c->keys, c->nargs, c->args, err);
+    bool ok =
+        r && dbt_redis_eval_nowait(r, c->script, c->nkeys, c->keys, c->nargs, c->args, tag, err);
     dbt_pool_put_conn(p, r);
     if (!ok)
         dbt_pool_note_error(p, what, err);
+    else if (tag)
+        dbt_renewer_drain_soon(p); /* its reply is read soon, even if the process goes idle */
     return ok;
 }

@@ -21,8 +21,10 @@ redisReply *dbt_pool_run(dbt_pool *p, const char *what, const dbt_script_call *c
                          dbt_reply_parser parse, void *out, char *err);
 
 /* Sends c on one of p's command connections without waiting: its reply is read by the next
- * command on that connection (or the renewer's drain). False, noted, when it could not be sent.
- * Call without p->mu. */
-bool dbt_pool_send(dbt_pool *p, const char *what, const dbt_script_call *c, char *err);
+ * command on that connection, or by the renewer soon after. False, noted, when it could not be
+ * sent. With a tag (dbt_op_tag), a failure found in its reply later (an error, or a connection
+ * lost before it) makes it an owed operation, sent again until it lands. Call without p->mu. */
+bool dbt_pool_send(dbt_pool *p, const char *what, const dbt_script_call *c, const char *tag,
+                   char *err);
 
 #endif

@@ -158,7 +158,7 @@ typedef struct {
     dbt_acquire_status status;
     long long holders, queue;
     long long limit_seen; /* the previous acquirer's limit when it differs from ours, else 0 */
-    long long ticket;     /* queued: its place in the queue, else 0 */
+    long long ticket;     /* queued: its place in the queue; granted: the ticket counter then */
     bool sole;            /* queued: the queue holds this process' waiters only */
 } dbt_acquire_reply;
 bool dbt_parse_acquire(const redisReply *r, void *out /* dbt_acquire_reply */, char *err);
