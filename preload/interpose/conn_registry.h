@@ -20,6 +20,7 @@ typedef struct dbt_conn {
     bool exempt;               /* it matched: this connection never takes a permit */
     const char *exempt_rule;   /* the pattern that matched (owned by the configuration) */
     char id[24];               /* "c<N>": names the connection in the trace */
+    int watch_cell;            /* session_watch.c's cell while it has one (0: none) */
     char *refusal;             /* the last refusal's message (PQerrorMessage while state.refused) */
     const char *refusal_state; /* its SQLSTATE: 53300, or 57014 when a cancel ended the wait */
     struct dbt_conn *next;

@@ -47,5 +47,7 @@ HOOK PostgresPollingStatusType PQconnectPoll(PGconn *conn)
     PostgresPollingStatusType st = real(conn);
     if (st == PGRES_POLLING_FAILED && conn)
         dbt_throttle_connect_failed(conn);
+    else if (st == PGRES_POLLING_OK && conn)
+        dbt_throttle_connected(conn);
     return st;
 }

@@ -34,6 +34,10 @@ void dbt_throttle_pipeline_synced(PGconn *conn);
  * connection permit is held, or none is needed). False: refused, with the message set. */
 bool dbt_throttle_connect(PGconn *conn);
 
+/* conn is connected (PQconnectPoll said so): idle, holding its connection permit if it took one,
+ * so watched for the server closing the session. */
+void dbt_throttle_connected(PGconn *conn);
+
 /* A connection attempt failed for good: its connection permit goes back. */
 void dbt_throttle_connect_failed(PGconn *conn);
 

@@ -295,6 +295,13 @@ bool dbt_permit_lost(dbt_permit *s)
     return lost;
 }
 
+void dbt_pool_count_unthrottled(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->st.refusals++;
+    pthread_mutex_unlock(&p->mu);
+}
+
 void dbt_pool_after_fork(dbt_pool *p)
 {
     dbt_pool_mutex_init(&p->mu);

@@ -120,6 +120,9 @@ bool dbt_permit_park(dbt_permit *permit);
 bool dbt_permit_unpark(dbt_permit **permit);
 
 void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out);
+/* Counts a command that ran without a permit, not through dbt_acquire: one inside a transaction
+ * that began unthrottled (Redis unreachable, open mode), which must not queue mid-way. */
+void dbt_pool_count_unthrottled(dbt_pool *p);
 const dbt_keys *dbt_pool_keys(const dbt_pool *p);
 const char *dbt_pool_name(const dbt_pool *p);
 
