@@ -336,6 +336,35 @@ static void watch_if_idle(dbt_conn *c, PGconn *conn, dbt_conn_facts f)
     dbt_session_watch(&c->watch_cell, DBT_REAL(PQsocket)(conn), c);
 }
 
+/* ---- dbthrottle evict --cancel ------------------------------------------------------------- */
+
+static void make_cancel(const void *pg, void *arg)
+{
+    __typeof__(&PQgetCancel) get = DBT_REAL(PQgetCancel);
+    *(PGcancel **)arg = get ? get((PGconn *)pg) : NULL; /* a copy of the connection's keys */
+}
+
+/* The operator evicted this connection's permit and asked that its command stop: the server
+ * cancels it, as PQcancel would from the program (so the eviction does not leave the limit + 1
+ * statements running). On the renewer's thread. */
+void dbt_throttle_evict_cancel(const char *conn_id)
+{
+    PGcancel *cancel = NULL;
+    if (!dbt_conn_with_id(conn_id, make_cancel, &cancel) || !cancel)
+        return;
+    char err[256] = "";
+    __typeof__(&PQcancel) send = DBT_REAL(PQcancel);
+    bool sent = send && send(cancel, err, sizeof err);
+    __typeof__(&PQfreeCancel) free_cancel = DBT_REAL(PQfreeCancel);
+    if (free_cancel)
+        free_cancel(cancel);
+    dbt_field f[] = {DBT_S("conn", conn_id),
+                     DBT_S("effect", sent ? "its command was cancelled at the server"
+                                          : "the cancel could not be sent"),
+                     DBT_S("error", sent ? "-" : err)};
+    dbt_log(sent ? DBT_LOG_WARN : DBT_LOG_ERROR, "evict_cancel", f, sizeof f / sizeof *f);
+}
+
 /* ---- the events ------------------------------------------------------------------------------ */
 
 /* What a command or a connect starts with: the connection's entry, and a bad configuration

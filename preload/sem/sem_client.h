@@ -123,6 +123,11 @@ void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out);
 /* Counts a command that ran without a permit, not through dbt_acquire: one inside a transaction
  * that began unthrottled (Redis unreachable, open mode), which must not queue mid-way. */
 void dbt_pool_count_unthrottled(dbt_pool *p);
+
+/* `dbthrottle evict --cancel`: when a renewal learns that the operator evicted a permit and asked
+ * for its command's cancel, `cancel` is called (on the renewer's thread, no lock held) with the
+ * connection id the permit was acquired for (dbt_acquire_opts.conn). Set once, process-wide. */
+void dbt_on_evict_cancel(void (*cancel)(const char *conn));
 const dbt_keys *dbt_pool_keys(const dbt_pool *p);
 const char *dbt_pool_name(const dbt_pool *p);
 
