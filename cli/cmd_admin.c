@@ -30,6 +30,7 @@ typedef struct {
     cli_redis_opts ro;
     bool kinds[DBT_NKINDS]; /* which semaphores to act on */
     bool clear;
+    bool cancel; /* evict --cancel */
     int npos;
     char **pos;
     dbt_config cfg;
@@ -45,6 +46,7 @@ static int parse(admin_ctx *c, int argc, char **argv, const char *usage, bool bo
         {"queries", no_argument, NULL, 'q'},
         {"connections", no_argument, NULL, 'c'},
         {"clear", no_argument, NULL, 'x'},
+        {"cancel", no_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},
         {"redis", required_argument, NULL, CLI_OPT_REDIS},
         {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
@@ -64,6 +66,11 @@ static int parse(admin_ctx *c, int argc, char **argv, const char *usage, bool bo
             if (!allow_clear)
                 return cli_usage_error(c->cmd, "unknown option '%s'", argv[optind - 1]);
             c->clear = true;
+            break;
+        case 'C':
+            if (strcmp(c->cmd, "evict") != 0)
+                return cli_usage_error(c->cmd, "unknown option '%s'", argv[optind - 1]);
+            c->cancel = true;
             break;
         case 'h':
             fputs(usage, stdout);
@@ -216,11 +223,14 @@ int cmd_resume(int argc, char **argv)
 }
 
 static const char evict_usage[] =
-    "usage: dbthrottle evict POOL PERMIT [--redis URL] [--key-prefix P]\n"
+    "usage: dbthrottle evict POOL PERMIT [--cancel] [--redis URL] [--key-prefix P]\n"
     "\n"
     "Frees one held permit by hand (a stuck holder: see dbthrottle status for the PERMIT ids)\n"
     "and passes it on to the first waiter. Says whose it was. The holder's process, if alive,\n"
-    "finds the permit gone at its next renewal and takes a new one for its next command.\n";
+    "learns at its next renewal (within a third of its lease) that the permit was evicted, logs\n"
+    "'evicted', and takes a new one for its next command. With --cancel it also cancels the\n"
+    "command running on that permit (as PQcancel would), so that the eviction does not leave\n"
+    "one statement more than the limit running.\n";
 
 int cmd_evict(int argc, char **argv)
 {
@@ -237,7 +247,8 @@ int cmd_evict(int argc, char **argv)
         if (!c.kinds[kind])
             continue;
         dbt_admin_reply res;
-        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind, DBT_ADMIN_EVICT, c.pos[1], &res, err)) {
+        dbt_admin_op op = c.cancel ? DBT_ADMIN_EVICT_CANCEL : DBT_ADMIN_EVICT;
+        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind, op, c.pos[1], &res, err)) {
             cli_fail("evict", "pool %s: %s", name, err);
             failed = true;
             break;

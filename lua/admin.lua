@@ -4,7 +4,10 @@
 --   clear    the override goes; each caller's own limit applies again
 --   drain    no grant is made (waiters wait) until resume
 --   resume   grants again, at once for the waiters that fit
---   evict ID frees one held permit by hand and passes it on
+--   evict ID frees one held permit by hand and passes it on; its process, at its next renewal,
+--            learns that it was evicted (the field "evicted:ID" of info, 'e', which renew.lua
+--            reports and deletes)
+--   evict_cancel ID  the same, marked 'x': the process also cancels the command running on it
 -- Returns {granted waiters, holders, evicted (1/0), the evicted permit's info or false, now}.
 local op, arg = ARGV[5], ARGV[6]
 local now = now_ms()
@@ -17,11 +20,13 @@ elseif op == 'drain' then
     redis.call('SET', S.DRAIN, '1')
 elseif op == 'resume' then
     redis.call('DEL', S.DRAIN)
-elseif op == 'evict' then
+elseif op == 'evict' or op == 'evict_cancel' then
     info = redis.call('HGET', S.INFO, arg)
     evicted = redis.call('ZREM', S.H, arg)
     if evicted == 1 then
         redis.call('HDEL', S.INFO, arg)
+        redis.call('HSET', S.INFO, 'evicted:' .. arg, (op == 'evict') and 'e' or 'x')
+        expire_new(S, S.INFO)
         count(S, 'evicted')
     else
         info = false
@@ -31,7 +36,7 @@ else
 end
 -- A process passing permits between its own threads (local handover) would not see a new
 -- limit, a drain or an eviction: it is told to stop and give its permits back to Redis.
-if op == 'limit' or op == 'drain' or op == 'evict' then
+if op == 'limit' or op == 'drain' or op == 'evict' or op == 'evict_cancel' then
     end_sole(S, nil)
 end
 reap(S, now)

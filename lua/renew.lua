@@ -4,7 +4,7 @@
 -- ARGV[5..8] counts: query holders, query waiters, connection holders, connection waiters;
 -- then the ids in that order; then, optionally, for each kind what the process did without Redis
 -- since its last renewal (local handover): grants, queued, wait_ms, added to the counters.
--- Returns {lost holders, lost waiters, granted waiters, {queue length of each kind}, {whether
+-- Returns {lost holders ("e:ID" or "x:ID" for one evicted by hand, see admin.lua), lost waiters, granted waiters, {queue length of each kind}, {whether
 -- local handover may go on, per kind: not while drained or over the operator's limit}}: ids Redis no
 -- longer has (expired, or Redis lost its data), whose owners must not believe they hold or wait
 -- any more; waiters Redis already granted, so a grant whose pushed message went astray still
@@ -23,7 +23,14 @@ local function renew_holders(s, n)
         if redis.call('ZSCORE', s.H, ARGV[i]) then
             redis.call('ZADD', s.H, 'XX', exp, ARGV[i])
         else
-            lost_h[#lost_h + 1] = ARGV[i]
+            -- "e:ID" / "x:ID" when the operator evicted it (and asked for its command's cancel)
+            local ev = redis.call('HGET', s.INFO, 'evicted:' .. ARGV[i])
+            if ev then
+                redis.call('HDEL', s.INFO, 'evicted:' .. ARGV[i])
+                lost_h[#lost_h + 1] = ev .. ':' .. ARGV[i]
+            else
+                lost_h[#lost_h + 1] = ARGV[i]
+            end
         end
     end
     at = at + n

@@ -4,6 +4,7 @@
  * server), never to a crash. */
 #include "cancel_map.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #define CANCEL_SLOTS 1024
@@ -102,8 +103,28 @@ void dbt_cancel_fire(const void *cancel)
         }
 }
 
+/* In a child of fork() no wait runs: the waits were the parent's other threads', whose slots and
+ * eventfds the child frees (sem/pool.c). Their cells are cleared, so that a cancel in the child
+ * writes to no descriptor number the child may reuse, and the cells are not lost for good. */
+static void child_after_fork(void)
+{
+    for (int i = 0; i < WAIT_SLOTS; i++) {
+        atomic_store(&waits[i].waker.efd_plus1, 0);
+        atomic_store(&waits[i].waker.users, 0);
+        atomic_store(&waits[i].conn, 0);
+    }
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void install(void)
+{
+    pthread_atfork(NULL, NULL, child_after_fork);
+}
+
 dbt_cancel_wait *dbt_cancel_wait_begin(const void *conn)
 {
+    pthread_once(&atfork_once, install);
     for (int i = 0; i < WAIT_SLOTS; i++) {
         uintptr_t free_ = 0;
         if (atomic_compare_exchange_strong(&waits[i].conn, &free_, BUSY)) {

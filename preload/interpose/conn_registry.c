@@ -74,6 +74,20 @@ dbt_conn *dbt_conn_find(const void *pg, bool create)
     return c;
 }
 
+bool dbt_conn_with_id(const char *id, void (*fn)(const void *pg, void *arg), void *arg)
+{
+    bool found = false;
+    pthread_mutex_lock(&mu);
+    for (size_t b = 0; b < BUCKETS && !found; b++)
+        for (dbt_conn *c = buckets[b]; c && !found; c = c->next)
+            if (strcmp(c->id, id) == 0) {
+                fn(c->pg, arg);
+                found = true;
+            }
+    pthread_mutex_unlock(&mu);
+    return found;
+}
+
 dbt_conn *dbt_conn_take(const void *pg)
 {
     size_t b = bucket_of(pg);

@@ -20,6 +20,7 @@ typedef struct dbt_conn {
     bool exempt;               /* it matched: this connection never takes a permit */
     const char *exempt_rule;   /* the pattern that matched (owned by the configuration) */
     char id[24];               /* "c<N>": names the connection in the trace */
+    int watch_cell;            /* session_watch.c's cell while it has one (0: none) */
     char *refusal;             /* the last refusal's message (PQerrorMessage while state.refused) */
     const char *refusal_state; /* its SQLSTATE: 53300, or 57014 when a cancel ended the wait */
     struct dbt_conn *next;
@@ -27,6 +28,9 @@ typedef struct dbt_conn {
 
 /* The entry of pg, made when `create` (NULL when out of memory or not found). */
 dbt_conn *dbt_conn_find(const void *pg, bool create);
+/* Calls fn with the PGconn of the connection named `id` ("c<N>"), under the map's lock (so that
+ * PQfinish cannot free it meanwhile: fn must do no I/O). False when there is none. */
+bool dbt_conn_with_id(const char *id, void (*fn)(const void *pg, void *arg), void *arg);
 /* Unlinks and returns pg's entry (the caller frees it with dbt_conn_free), or NULL. */
 dbt_conn *dbt_conn_take(const void *pg);
 void dbt_conn_free(dbt_conn *c);

@@ -5,6 +5,12 @@
  * command (COPY included); it goes back when the connection is idle again. So BEGIN ... COMMIT
  * is one permit, and a transaction never waits for a permit between its statements: releasing
  * there deadlocks when the holders of every permit wait for a row lock the transaction holds.
+ * For the same reason a transaction that began without a permit (Redis was unreachable and the
+ * setting let it through) runs to its end without one: queueing at its next statement would
+ * wait while it holds its locks.
+ *
+ * A connection whose session the server ended (libpq: CONNECTION_BAD, PQTRANS_UNKNOWN) holds
+ * nothing: its permits go back at once rather than at PQfinish, whenever that comes.
  *
  * Compiled without libpq's include path (see INC_interpose/conn_state in the Makefile): the
  * facts come in as our enums, the semaphore is reached through dbt_permit_ops. */
@@ -37,6 +43,7 @@ static void drop_if_lost(dbt_conn_state *s, const dbt_permit_ops *ops, void *ctx
 dbt_verdict dbt_conn_state_connect(dbt_conn_state *s, const dbt_permit_ops *ops, void *ctx)
 {
     s->refused = false;
+    s->session_gone = false;
     if (s->conn_permit || !ops->throttled(ctx, DBT_KIND_CONN))
         return DBT_PROCEED;
     dbt_verdict v = take(s, ops, ctx, DBT_KIND_CONN, NULL, &s->conn_permit);
@@ -56,6 +63,9 @@ dbt_verdict dbt_conn_state_command(dbt_conn_state *s, const dbt_permit_ops *ops,
                                    const char *query)
 {
     s->refused = false;
+    s->ran_unthrottled = false;
+    if (s->session_gone)
+        return DBT_PROCEED; /* libpq fails it: a dead connection takes no permit */
     drop_if_lost(s, ops, ctx, &s->conn_permit);
     if (!s->conn_permit && s->had_conn_permit && ops->throttled(ctx, DBT_KIND_CONN) &&
         take(s, ops, ctx, DBT_KIND_CONN, NULL, &s->conn_permit) == DBT_REFUSE)
@@ -73,9 +83,18 @@ dbt_verdict dbt_conn_state_command(dbt_conn_state *s, const dbt_permit_ops *ops,
         }
         return DBT_PROCEED;
     }
+    if (s->tx_unthrottled) {
+        /* See the top of this file: the transaction ends as it began, without a permit. */
+        s->ran_unthrottled = true;
+        if (ops->unthrottled)
+            ops->unthrottled(ctx);
+        return DBT_PROCEED;
+    }
     if (!ops->throttled(ctx, DBT_KIND_QUERY))
         return DBT_PROCEED;
-    return take(s, ops, ctx, DBT_KIND_QUERY, query, &s->query_permit);
+    dbt_verdict v = take(s, ops, ctx, DBT_KIND_QUERY, query, &s->query_permit);
+    s->ran_unthrottled = v == DBT_PROCEED && !s->query_permit;
+    return v;
 }
 
 void dbt_conn_state_sent(dbt_conn_state *s, const dbt_permit_ops *ops, void *ctx, bool sent,
@@ -90,6 +109,13 @@ void dbt_conn_state_sent(dbt_conn_state *s, const dbt_permit_ops *ops, void *ctx
 void dbt_conn_state_ended(dbt_conn_state *s, const dbt_permit_ops *ops, void *ctx,
                           dbt_conn_facts facts)
 {
+    if (facts.dead) {
+        dbt_conn_state_session_ended(s, ops, ctx);
+        return;
+    }
+    bool in_tx = facts.tx == DBT_TX_INTRANS || facts.tx == DBT_TX_INERROR;
+    if (s->ran_unthrottled)
+        s->tx_unthrottled = in_tx || (s->tx_unthrottled && facts.tx == DBT_TX_ACTIVE);
     if (!s->query_permit || s->query_kept)
         return;
     bool pipeline_idle =
@@ -122,6 +148,20 @@ void dbt_conn_state_pipeline_synced(dbt_conn_state *s, const dbt_permit_ops *ops
     if (s->pipe_syncs > 0)
         s->pipe_syncs--;
     dbt_conn_state_ended(s, ops, ctx, facts); /* a pipeline with nothing more in flight is idle */
+}
+
+void dbt_conn_state_session_ended(dbt_conn_state *s, const dbt_permit_ops *ops, void *ctx)
+{
+    if (s->query_permit)
+        ops->release(ctx, s->query_permit); /* a kept one too: dbt_release takes either */
+    if (s->conn_permit)
+        ops->release(ctx, s->conn_permit);
+    *s = (dbt_conn_state){.session_gone = true, .refused = s->refused};
+}
+
+bool dbt_conn_state_holds(const dbt_conn_state *s)
+{
+    return s->query_permit || s->conn_permit;
 }
 
 void dbt_conn_state_refuse(dbt_conn_state *s)

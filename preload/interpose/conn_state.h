@@ -32,6 +32,8 @@ typedef enum { DBT_PIPELINE_OFF, DBT_PIPELINE_ON, DBT_PIPELINE_ABORTED } dbt_pip
 typedef struct {
     dbt_tx_status tx;
     dbt_pipeline_status pipeline;
+    bool dead; /* CONNECTION_BAD: the session is gone (tx is then UNKNOWN; it is while connecting
+                  too) */
 } dbt_conn_facts;
 
 typedef enum {
@@ -57,6 +59,9 @@ typedef struct {
     bool (*lost)(void *ctx, dbt_permit *permit);
     /* Marks the permit as held idle inside a transaction (for the renewer's warning), or not. */
     void (*note_idle)(void *ctx, dbt_permit *permit, bool idle);
+    /* A command runs without a permit inside a transaction that began without one (Redis was
+     * unreachable, open mode): counted as unthrottled. NULL: not counted. */
+    void (*unthrottled)(void *ctx);
 } dbt_permit_ops;
 
 /* Zeroed is a connection that holds nothing. */
@@ -69,6 +74,9 @@ typedef struct {
     int pipe_sent;            /* pipeline mode: commands sent since the last sync */
     int pipe_syncs;           /* pipeline mode: syncs sent whose result is unread */
     bool refused;             /* the last word on the connection was a refusal */
+    bool ran_unthrottled;     /* the command running went ahead without a permit (Redis down) */
+    bool tx_unthrottled;      /* in a transaction that began without a permit: runs to its end so */
+    bool session_gone;        /* the server ended the session: nothing is taken until a reconnect */
 } dbt_conn_state;
 
 /* The connection is about to open its socket: take a connection permit unless one is held. */
@@ -98,6 +106,15 @@ void dbt_conn_state_ended(dbt_conn_state *s, const dbt_permit_ops *ops, void *ct
 void dbt_conn_state_pipeline_sync(dbt_conn_state *s);
 void dbt_conn_state_pipeline_synced(dbt_conn_state *s, const dbt_permit_ops *ops, void *ctx,
                                     dbt_conn_facts facts);
+
+/* The connection's session is gone (the server closed it: a restart, pg_terminate_backend,
+ * idle_in_transaction_session_timeout; libpq reports CONNECTION_BAD). Its permits, query and
+ * connection alike, go back at once, and no command takes one until the connection is made anew
+ * (libpq fails such commands itself). */
+void dbt_conn_state_session_ended(dbt_conn_state *s, const dbt_permit_ops *ops, void *ctx);
+
+/* Whether the connection holds a permit of either kind (used or kept). */
+bool dbt_conn_state_holds(const dbt_conn_state *s);
 
 /* The caller refused the event itself, before any permit decision (a bad configuration). */
 void dbt_conn_state_refuse(dbt_conn_state *s);

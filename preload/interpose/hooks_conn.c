@@ -5,6 +5,7 @@
  * with PQconnectPoll, PQreset, PQresetStart/PQresetPoll) passes through PQconnectPoll in state
  * CONNECTION_NEEDED before it opens a socket: libpq calls it through its PLT, so this one hook
  * sees them all, after libpq has resolved the target (defaults, service file, PG* variables). */
+#include "cancel_map.h"
 #include "hook.h"
 #include "real.h"
 #include "throttle.h"
@@ -42,10 +43,13 @@ HOOK PostgresPollingStatusType PQconnectPoll(PGconn *conn)
     __typeof__(&PQconnectPoll) real = DBT_REAL(PQconnectPoll);
     if (!real)
         return PGRES_POLLING_FAILED;
+    dbt_cancel_resolve_real(); /* before any cancel, which may come from a signal handler */
     if (conn && DBT_REAL(PQstatus)(conn) == CONNECTION_NEEDED && !dbt_throttle_connect(conn))
         return PGRES_POLLING_FAILED; /* libpq marks it CONNECTION_BAD; the message is ours */
     PostgresPollingStatusType st = real(conn);
     if (st == PGRES_POLLING_FAILED && conn)
         dbt_throttle_connect_failed(conn);
+    else if (st == PGRES_POLLING_OK && conn)
+        dbt_throttle_connected(conn);
     return st;
 }

@@ -5,6 +5,7 @@
  * interposed: when the answer is exactly the libpq function our hook forwards to, the hook is
  * returned instead. A different libpq (a private copy bundled with a wheel or gem) is left alone,
  * since our hooks forward to the global one and a PGconn must go back to the libpq that made it. */
+#include "cancel_map.h"
 #include "hook.h"
 #include "real.h"
 
@@ -42,7 +43,12 @@ HOOK void *dlsym(void *handle, const char *symbol)
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (strcmp(symbol, table[i].name) == 0) {
             /* Only the libpq our hooks forward to; never another copy. */
-            return dbt_real_peek(symbol) == f ? table[i].hook : f;
+            if (dbt_real_peek(symbol) != f)
+                return f;
+            /* A program that resolves libpq through a handle (ctypes) may cancel from a signal
+             * handler later, where nothing may be looked up: resolved now. */
+            dbt_cancel_resolve_real();
+            return table[i].hook;
         }
     return f;
 }

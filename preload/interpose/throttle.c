@@ -11,9 +11,11 @@
 #include "log.h"
 #include "real.h"
 #include "server_name.h"
+#include "session_watch.h"
 
 #include <fnmatch.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,19 +251,35 @@ static void op_note_idle(void *ctx, dbt_permit *permit, bool idle)
     dbt_permit_note_idle(permit, idle);
 }
 
+static void op_unthrottled(void *ctx)
+{
+    permit_ctx *x = ctx;
+    if (x->c->pool)
+        dbt_pool_count_unthrottled(x->c->pool);
+    if (dbt_log_enabled(DBT_LOG_INFO)) {
+        dbt_field f[] = {DBT_S("conn", x->c->id),
+                         DBT_S("reason", "the transaction began without a permit (Redis was "
+                                         "unreachable): it runs to its end without one")};
+        dbt_log(DBT_LOG_INFO, "unthrottled", f, sizeof f / sizeof *f);
+    }
+}
+
 static const dbt_permit_ops sem_ops = {.throttled = op_throttled,
                                        .acquire = op_acquire,
                                        .release = op_release,
                                        .park = op_park,
                                        .unpark = op_unpark,
                                        .lost = op_lost,
-                                       .note_idle = op_note_idle};
+                                       .note_idle = op_note_idle,
+                                       .unthrottled = op_unthrottled};
 
 /* ---- the facts libpq knows ----------------------------------------------------------------- */
 
 static dbt_conn_facts facts_of(PGconn *conn)
 {
-    dbt_conn_facts f = {.tx = DBT_TX_UNKNOWN, .pipeline = DBT_PIPELINE_OFF};
+    dbt_conn_facts f = {.tx = DBT_TX_UNKNOWN,
+                        .pipeline = DBT_PIPELINE_OFF,
+                        .dead = DBT_REAL(PQstatus)(conn) == CONNECTION_BAD};
     switch (DBT_REAL(PQtransactionStatus)(conn)) {
     case PQTRANS_IDLE:
         f.tx = DBT_TX_IDLE;
@@ -293,6 +311,78 @@ static dbt_conn_facts facts_of(PGconn *conn)
     return f;
 }
 
+/* ---- a session the server ended ------------------------------------------------------------ */
+
+/* On the watcher's thread (session_watch.c), while the connection's own thread leaves it alone. */
+static void session_gone(void *owner)
+{
+    dbt_conn *c = owner;
+    if (!dbt_conn_state_holds(&c->state))
+        return;
+    permit_ctx x = {dbt_lib_get(), c, NULL};
+    dbt_conn_state_session_ended(&c->state, &sem_ops, &x);
+    dbt_field f[] = {DBT_S("conn", c->id),
+                     DBT_S("reason", "the server closed the connection (restart, "
+                                     "pg_terminate_backend, idle_in_transaction_session_timeout)"),
+                     DBT_S("effect", "its permits went back")};
+    dbt_log(DBT_LOG_WARN, "session_ended", f, sizeof f / sizeof *f);
+}
+
+static pthread_once_t watch_once = PTHREAD_ONCE_INIT;
+
+static void watch_init(void)
+{
+    dbt_session_watch_init(session_gone);
+}
+
+/* The connection's own thread takes its state back from the watcher before each event. */
+static dbt_conn *mine(dbt_conn *c)
+{
+    if (c)
+        dbt_session_unwatch(c->watch_cell);
+    return c;
+}
+
+/* Idle between commands with a permit (in a transaction, kept, a connection permit): watched, so
+ * that a session the server ends gives its permits back at once. */
+static void watch_if_idle(dbt_conn *c, PGconn *conn, dbt_conn_facts f)
+{
+    if (!dbt_conn_state_holds(&c->state) || f.tx == DBT_TX_ACTIVE || f.tx == DBT_TX_UNKNOWN ||
+        f.dead || f.pipeline != DBT_PIPELINE_OFF)
+        return;
+    pthread_once(&watch_once, watch_init);
+    dbt_session_watch(&c->watch_cell, DBT_REAL(PQsocket)(conn), c);
+}
+
+/* ---- dbthrottle evict --cancel ------------------------------------------------------------- */
+
+static void make_cancel(const void *pg, void *arg)
+{
+    __typeof__(&PQgetCancel) get = DBT_REAL(PQgetCancel);
+    *(PGcancel **)arg = get ? get((PGconn *)pg) : NULL; /* a copy of the connection's keys */
+}
+
+/* The operator evicted this connection's permit and asked that its command stop: the server
+ * cancels it, as PQcancel would from the program (so the eviction does not leave the limit + 1
+ * statements running). On the renewer's thread. */
+void dbt_throttle_evict_cancel(const char *conn_id)
+{
+    PGcancel *cancel = NULL;
+    if (!dbt_conn_with_id(conn_id, make_cancel, &cancel) || !cancel)
+        return;
+    char err[256] = "";
+    __typeof__(&PQcancel) send = DBT_REAL(PQcancel);
+    bool sent = send && send(cancel, err, sizeof err);
+    __typeof__(&PQfreeCancel) free_cancel = DBT_REAL(PQfreeCancel);
+    if (free_cancel)
+        free_cancel(cancel);
+    dbt_field f[] = {DBT_S("conn", conn_id),
+                     DBT_S("effect", sent ? "its command was cancelled at the server"
+                                          : "the cancel could not be sent"),
+                     DBT_S("error", sent ? "-" : err)};
+    dbt_log(sent ? DBT_LOG_WARN : DBT_LOG_ERROR, "evict_cancel", f, sizeof f / sizeof *f);
+}
+
 /* ---- the events ------------------------------------------------------------------------------ */
 
 /* What a command or a connect starts with: the connection's entry, and a bad configuration
@@ -302,7 +392,7 @@ static dbt_conn *begin(PGconn *conn, const dbt_lib *lib, bool *go)
     *go = true;
     if (!lib->active && !lib->broken)
         return NULL;
-    dbt_conn *c = dbt_conn_find(conn, true);
+    dbt_conn *c = mine(dbt_conn_find(conn, true));
     if (!c)
         return NULL; /* out of memory: better unthrottled than a crash */
     if (lib->broken && lib->exempt_known && exempt_rule(&lib->cfg, conn))
@@ -323,7 +413,7 @@ static dbt_conn *begin(PGconn *conn, const dbt_lib *lib, bool *go)
 /* The entry of a connection the throttle already knows, for the events after a command. */
 static dbt_conn *known(PGconn *conn, const dbt_lib *lib)
 {
-    return lib->active ? dbt_conn_find(conn, false) : NULL;
+    return lib->active ? mine(dbt_conn_find(conn, false)) : NULL;
 }
 
 /* A disabled process with a limit set takes no permit, but reports itself in the pool of each
@@ -372,6 +462,8 @@ bool dbt_throttle_before(PGconn *conn, const char *query)
     if (!c)
         return go;
     permit_ctx x = {lib, c, conn};
+    if (DBT_REAL(PQstatus)(conn) == CONNECTION_BAD)
+        dbt_conn_state_session_ended(&c->state, &sem_ops, &x); /* libpq fails the command */
     return dbt_conn_state_command(&c->state, &sem_ops, &x, query) == DBT_PROCEED;
 }
 
@@ -389,8 +481,18 @@ void dbt_throttle_after(PGconn *conn)
     const dbt_lib *lib = dbt_lib_get();
     dbt_conn *c = known(conn, lib);
     permit_ctx x = {lib, c, conn};
+    if (!c)
+        return;
+    dbt_conn_facts f = facts_of(conn);
+    dbt_conn_state_ended(&c->state, &sem_ops, &x, f);
+    watch_if_idle(c, conn, f);
+}
+
+void dbt_throttle_connected(PGconn *conn)
+{
+    dbt_conn *c = known(conn, dbt_lib_get());
     if (c)
-        dbt_conn_state_ended(&c->state, &sem_ops, &x, facts_of(conn));
+        watch_if_idle(c, conn, facts_of(conn));
 }
 
 void dbt_throttle_pipeline_sync(PGconn *conn)
@@ -405,8 +507,11 @@ void dbt_throttle_pipeline_synced(PGconn *conn)
     const dbt_lib *lib = dbt_lib_get();
     dbt_conn *c = known(conn, lib);
     permit_ctx x = {lib, c, conn};
-    if (c)
-        dbt_conn_state_pipeline_synced(&c->state, &sem_ops, &x, facts_of(conn));
+    if (!c)
+        return;
+    dbt_conn_facts f = facts_of(conn);
+    dbt_conn_state_pipeline_synced(&c->state, &sem_ops, &x, f);
+    watch_if_idle(c, conn, f);
 }
 
 dbt_conn *dbt_throttle_take(PGconn *conn)
@@ -415,7 +520,10 @@ dbt_conn *dbt_throttle_take(PGconn *conn)
     if (!lib->active && !lib->broken)
         return NULL;
     dbt_cancel_forget_conn(conn);
-    return dbt_conn_take(conn);
+    dbt_conn *c = dbt_conn_take(conn);
+    if (c)
+        dbt_session_forget(&c->watch_cell); /* before libpq closes the socket */
+    return c;
 }
 
 void dbt_throttle_give_back(dbt_conn *c)

@@ -34,6 +34,10 @@ void dbt_throttle_pipeline_synced(PGconn *conn);
  * connection permit is held, or none is needed). False: refused, with the message set. */
 bool dbt_throttle_connect(PGconn *conn);
 
+/* conn is connected (PQconnectPoll said so): idle, holding its connection permit if it took one,
+ * so watched for the server closing the session. */
+void dbt_throttle_connected(PGconn *conn);
+
 /* A connection attempt failed for good: its connection permit goes back. */
 void dbt_throttle_connect_failed(PGconn *conn);
 
@@ -45,6 +49,10 @@ void dbt_throttle_forget(PGconn *conn);
  * connection the freed permit admits does not open while this one still is. */
 struct dbt_conn *dbt_throttle_take(PGconn *conn);
 void dbt_throttle_give_back(struct dbt_conn *taken);
+
+/* dbthrottle evict --cancel reached this process: the command running on connection conn_id
+ * ("c<N>") is cancelled at the server (dbt_on_evict_cancel's callback). */
+void dbt_throttle_evict_cancel(const char *conn_id);
 
 /* A PGRES_FATAL_ERROR result carrying conn's refusal (SQLSTATE 53300), for PQexec and friends. */
 PGresult *dbt_throttle_refused_result(PGconn *conn);

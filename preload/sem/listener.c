@@ -284,10 +284,7 @@ void dbt_listener_close(dbt_pool *p)
 
 void dbt_listener_after_fork(dbt_pool *p)
 {
-    if (p->listener && p->listener->ctx && p->listener->ctx->fd >= 0) {
-        close(p->listener->ctx->fd);
-        p->listener->ctx->fd = -1;
-    }
+    dbt_redis_free(p->listener); /* closes the socket, sends nothing (its leader is not here) */
     p->listener = NULL;
     p->leader_active = p->listener_reset = false;
     p->blpop_in_flight = 0;

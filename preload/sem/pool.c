@@ -434,26 +434,25 @@ bool dbt_permit_lost(dbt_permit *s)
     return lost;
 }
 
+void dbt_pool_count_unthrottled(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->st.unthrottled++;
+    if (p->in_outage)
+        p->outage_unthrottled++; /* what the outage cost, as dbthrottle status reports it */
+    pthread_mutex_unlock(&p->mu);
+}
+
 void dbt_pool_after_fork(dbt_pool *p)
 {
     dbt_pool_mutex_init(&p->mu);
     pthread_cond_init(&p->conn_cv, NULL);
     p->ndeferred = 0; /* the parent's releases: the parent sends them */
-    /* Idle connections are freed; connections another thread was using in the parent are only
-     * closed (their state is unknown, and that thread does not exist here). */
+    /* Every connection is freed, those another thread of the parent was using too: that thread
+     * does not exist here, and a process that forks again and again (a pre-fork server whose
+     * parent waits) must not pile them up. Freeing sends nothing: the socket is only closed. */
     for (int i = 0; i < DBT_MAX_CONNS; i++) {
-        dbt_redis *r = p->all_conns[i];
-        if (!r)
-            continue;
-        bool idle = false;
-        for (int j = 0; j < p->nfree; j++)
-            idle = idle || p->free_conns[j] == r;
-        if (idle) {
-            dbt_redis_free(r);
-        } else if (r->ctx && r->ctx->fd >= 0) {
-            close(r->ctx->fd);
-            r->ctx->fd = -1;
-        }
+        dbt_redis_free(p->all_conns[i]);
         p->all_conns[i] = NULL;
     }
     p->nfree = p->nconns = 0;
@@ -463,7 +462,11 @@ void dbt_pool_after_fork(dbt_pool *p)
         next = s->next;
         /* A wake another thread of the parent was about to write: that thread is not here. */
         atomic_store(&s->pending_wakes, 0);
-        if (s->orphan) {
+        /* So are the waits of the parent's other threads (their threads are not here): their
+         * slots and eventfds are freed. A held permit is left to its connection, which forgets
+         * it (dbt_release of a permit from before the fork only frees it). */
+        bool waiting = s->state != SLOT_HELD && s->state != SLOT_RETURNED;
+        if (s->orphan || waiting) {
             if (s->efd >= 0)
                 close(s->efd);
             free(s->query);

@@ -95,16 +95,53 @@ static void free_ids(dbt_id_list *l)
     free(l->ids);
 }
 
+/* dbthrottle evict --cancel: the interposer cancels the command running on the connection. */
+static void (*evict_cancel_hook)(const char *conn);
+
+void dbt_on_evict_cancel(void (*cancel)(const char *conn))
+{
+    evict_cancel_hook = cancel;
+}
+
+/* Connections whose command the operator asked to cancel, found by apply_lost and cancelled by
+ * renew() once p->mu is let go (a cancel is network I/O). */
+#define MAX_EVICT_CANCELS 8
+typedef struct {
+    char conn[MAX_EVICT_CANCELS][64];
+    int n;
+} evict_cancels;
+
+/* A permit the operator evicted (dbthrottle evict): said so, not taken for a lost lease. */
+static void mark_evicted(dbt_pool *p, struct dbt_slot *s, bool cancel, evict_cancels *out)
+{
+    s->lost = true;
+    p->st.leases_lost++;
+    dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(s->kind)),
+                     DBT_S("permit", s->id), DBT_S("conn", s->conn[0] ? s->conn : "-"),
+                     DBT_S("effect", cancel
+                                         ? "its command is cancelled; the next one acquires again"
+                                         : "the next command acquires again")};
+    dbt_log(DBT_LOG_WARN, "evicted", f, sizeof f / sizeof *f);
+    if (cancel && s->conn[0] && out->n < MAX_EVICT_CANCELS)
+        snprintf(out->conn[out->n++], sizeof out->conn[0], "%s", s->conn);
+}
+
 /* Marks what renew.lua said Redis no longer has. Call with p->mu held. */
-static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply)
+static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, evict_cancels *cancels)
 {
     for (size_t i = 0; i < reply->lost_holders.n; i++) {
-        struct dbt_slot *s = dbt_find_slot(p, dbt_reply_id(&reply->lost_holders, i));
+        const char *id = dbt_reply_id(&reply->lost_holders, i);
+        bool evicted = (id[0] == 'e' || id[0] == 'x') && id[1] == ':';
+        struct dbt_slot *s = dbt_find_slot(p, evicted ? id + 2 : id);
         if (s)
             dbt_handover_foreign(p, s->kind, 0); /* evicted, or Redis lost it: ask Redis again */
-        if (s && s->state == SLOT_HELD && !s->lost)
-            dbt_slot_mark_lost(p, s, DBT_LOG_ERROR,
-                               "Redis no longer has it (expired or data lost)");
+        if (s && s->state == SLOT_HELD && !s->lost) {
+            if (evicted)
+                mark_evicted(p, s, id[0] == 'x', cancels);
+            else
+                dbt_slot_mark_lost(p, s, DBT_LOG_ERROR,
+                                   "Redis no longer has it (expired or data lost)");
+        }
     }
     for (size_t i = 0; i < reply->lost_waiters.n; i++) {
         struct dbt_slot *s = dbt_find_slot(p, dbt_reply_id(&reply->lost_waiters, i));
@@ -202,10 +239,10 @@ void dbt_report_local(dbt_pool *p)
 /* What a renewal sent at `sent` found, applied with p->mu held. nmine: this process' waiters of
  * each kind that it renewed. */
 static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sent,
-                          const int nmine[DBT_NKINDS])
+                          const int nmine[DBT_NKINDS], evict_cancels *cancels)
 {
     /* What Redis no longer has first: a lease it did not renew must not look renewed. */
-    apply_lost(p, reply);
+    apply_lost(p, reply, cancels);
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
             s->t_renewed_us < sent)
@@ -307,12 +344,19 @@ static void renew(dbt_pool *p)
             p->unreported[k].queued += local[k].queued;
             p->unreported[k].wait_us += local[k].wait_us;
         }
+    evict_cancels cancels = {.n = 0};
     if (rep) {
         p->reported = !goodbye;
-        apply_renewal(p, &reply, sent, nmine);
+        apply_renewal(p, &reply, sent, nmine, &cancels);
         freeReplyObject(rep);
     } else {
         renewal_failed(p, sent);
+    }
+    if (cancels.n > 0 && evict_cancel_hook) {
+        pthread_mutex_unlock(&p->mu);
+        for (int i = 0; i < cancels.n; i++)
+            evict_cancel_hook(cancels.conn[i]);
+        pthread_mutex_lock(&p->mu);
     }
 }
 

@@ -216,11 +216,10 @@ void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows)
 void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                      dbt_admin_op op, const char *arg)
 {
-    static const char *const names[] = {[DBT_ADMIN_LIMIT] = "limit",
-                                        [DBT_ADMIN_CLEAR] = "clear",
-                                        [DBT_ADMIN_DRAIN] = "drain",
-                                        [DBT_ADMIN_RESUME] = "resume",
-                                        [DBT_ADMIN_EVICT] = "evict"};
+    static const char *const names[] = {
+        [DBT_ADMIN_LIMIT] = "limit", [DBT_ADMIN_CLEAR] = "clear",
+        [DBT_ADMIN_DRAIN] = "drain", [DBT_ADMIN_RESUME] = "resume",
+        [DBT_ADMIN_EVICT] = "evict", [DBT_ADMIN_EVICT_CANCEL] = "evict_cancel"};
     begin_call(c, &dbt_script_admin, k, kind, cfg);
     c->args[c->nargs++] = names[op];
     c->args[c->nargs++] = arg ? arg : "";

@@ -133,11 +133,12 @@ void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows);
 
 /* admin.lua: the operator's controls; arg NULL for those that take none. */
 typedef enum {
-    DBT_ADMIN_LIMIT,  /* arg: the new limit for every caller */
-    DBT_ADMIN_CLEAR,  /* the override goes */
-    DBT_ADMIN_DRAIN,  /* no grants until resume */
-    DBT_ADMIN_RESUME, /* grants again */
-    DBT_ADMIN_EVICT   /* arg: the permit to free */
+    DBT_ADMIN_LIMIT,       /* arg: the new limit for every caller */
+    DBT_ADMIN_CLEAR,       /* the override goes */
+    DBT_ADMIN_DRAIN,       /* no grants until resume */
+    DBT_ADMIN_RESUME,      /* grants again */
+    DBT_ADMIN_EVICT,       /* arg: the permit to free */
+    DBT_ADMIN_EVICT_CANCEL /* the same, and its process cancels the command running on it */
 } dbt_admin_op;
 void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                      dbt_admin_op op, const char *arg);

@@ -140,6 +140,15 @@ void dbt_pool_announce(dbt_pool *p);
  * is known. Reads the registry in Redis (one command, within DBTHROTTLE_REDIS_TIMEOUT): call it
  * after a wait timed out, never on the way of a command that may proceed. */
 bool dbt_pool_explain_wait(dbt_pool *p, char *out, size_t cap);
+
+/* Counts a command that ran without a permit, not through dbt_acquire: one inside a transaction
+ * that began unthrottled (Redis unreachable, open mode), which must not queue mid-way. */
+void dbt_pool_count_unthrottled(dbt_pool *p);
+
+/* `dbthrottle evict --cancel`: when a renewal learns that the operator evicted a permit and asked
+ * for its command's cancel, `cancel` is called (on the renewer's thread, no lock held) with the
+ * connection id the permit was acquired for (dbt_acquire_opts.conn). Set once, process-wide. */
+void dbt_on_evict_cancel(void (*cancel)(const char *conn));
 const dbt_keys *dbt_pool_keys(const dbt_pool *p);
 const char *dbt_pool_name(const dbt_pool *p);
 

@@ -113,13 +113,21 @@ static void fake_note_idle(void *ctx, dbt_permit *p, bool idle)
     record(idle ? "idle" : "busy", p);
 }
 
+static void fake_unthrottled(void *ctx)
+{
+    cr_assert_eq(ctx, &fake);
+    size_t n = strlen(fake.calls);
+    snprintf(fake.calls + n, sizeof fake.calls - n, "%sran unthrottled", n ? "; " : "");
+}
+
 static const dbt_permit_ops fake_ops = {.throttled = fake_throttled,
                                         .acquire = fake_acquire,
                                         .release = fake_release,
                                         .park = fake_park,
                                         .unpark = fake_unpark,
                                         .lost = fake_lost,
-                                        .note_idle = fake_note_idle};
+                                        .note_idle = fake_note_idle,
+                                        .unthrottled = fake_unthrottled};
 
 static void setup(void)
 {
@@ -133,15 +141,16 @@ static void setup(void)
 TestSuite(conn_state, .init = setup);
 
 /* The facts libpq reports when a command ends. */
-static const dbt_conn_facts IDLE = {DBT_TX_IDLE, DBT_PIPELINE_OFF};
-static const dbt_conn_facts ACTIVE = {DBT_TX_ACTIVE, DBT_PIPELINE_OFF}; /* COPY in progress */
-static const dbt_conn_facts INTRANS = {DBT_TX_INTRANS, DBT_PIPELINE_OFF};
-static const dbt_conn_facts INERROR = {DBT_TX_INERROR, DBT_PIPELINE_OFF};
-static const dbt_conn_facts UNKNOWN = {DBT_TX_UNKNOWN, DBT_PIPELINE_OFF};
-static const dbt_conn_facts PIPE_BUSY = {DBT_TX_ACTIVE, DBT_PIPELINE_ON};
-static const dbt_conn_facts PIPE_IDLE = {DBT_TX_IDLE, DBT_PIPELINE_ON};
-static const dbt_conn_facts PIPE_ABORTED = {DBT_TX_IDLE, DBT_PIPELINE_ABORTED};
-static const dbt_conn_facts PIPE_INTRANS = {DBT_TX_INTRANS, DBT_PIPELINE_ON};
+static const dbt_conn_facts IDLE = {DBT_TX_IDLE, DBT_PIPELINE_OFF, false};
+static const dbt_conn_facts ACTIVE = {DBT_TX_ACTIVE, DBT_PIPELINE_OFF,
+                                      false}; /* COPY in progress */
+static const dbt_conn_facts INTRANS = {DBT_TX_INTRANS, DBT_PIPELINE_OFF, false};
+static const dbt_conn_facts INERROR = {DBT_TX_INERROR, DBT_PIPELINE_OFF, false};
+static const dbt_conn_facts UNKNOWN = {DBT_TX_UNKNOWN, DBT_PIPELINE_OFF, false};
+static const dbt_conn_facts PIPE_BUSY = {DBT_TX_ACTIVE, DBT_PIPELINE_ON, false};
+static const dbt_conn_facts PIPE_IDLE = {DBT_TX_IDLE, DBT_PIPELINE_ON, false};
+static const dbt_conn_facts PIPE_ABORTED = {DBT_TX_IDLE, DBT_PIPELINE_ABORTED, false};
+static const dbt_conn_facts PIPE_INTRANS = {DBT_TX_INTRANS, DBT_PIPELINE_ON, false};
 
 /* The events, as the hooks send them. */
 static dbt_verdict command(void)
@@ -298,13 +307,61 @@ Test(conn_state, copy_holds_its_permit_to_the_end)
     expect_calls("park refused q1; release q1");
 }
 
-Test(conn_state, a_bad_connection_keeps_its_permit_until_closed)
+Test(conn_state, a_connection_still_connecting_keeps_its_permits)
 {
     command();
     ended(UNKNOWN);
     expect_calls("acquire q1");
     dbt_conn_state_forget(&st, ops, &fake);
     expect_calls("release q1");
+}
+
+/* ---- a session the server ended (CONNECTION_BAD) -------------------------------------------- */
+
+static const dbt_conn_facts DEAD = {DBT_TX_UNKNOWN, DBT_PIPELINE_OFF, true};
+
+Test(conn_state, a_dead_connection_gives_both_permits_back_at_once_and_takes_none_after)
+{
+    cr_assert_eq(dbt_conn_state_connect(&st, ops, &fake), DBT_PROCEED);
+    command(); /* BEGIN */
+    ended(INTRANS);
+    expect_calls("acquire c1; acquire q2; idle q2");
+    ended(DEAD);
+    expect_calls("release q2; release c1");
+    cr_assert_eq(command(), DBT_PROCEED); /* libpq fails it */
+    ended(DEAD);
+    expect_calls("");
+    dbt_conn_state_forget(&st, ops, &fake);
+    expect_calls("");
+}
+
+Test(conn_state, a_session_ended_while_idle_gives_a_kept_permit_back)
+{
+    fake.keeps = true;
+    command();
+    ended(IDLE);
+    expect_calls("acquire q1; park q1");
+    dbt_conn_state_session_ended(&st, ops, &fake);
+    expect_calls("release q1");
+    cr_assert_not(dbt_conn_state_holds(&st));
+}
+
+/* ---- a transaction that began without a permit ------------------------------------------------
+ */
+
+Test(conn_state, a_transaction_begun_unthrottled_runs_to_its_end_without_queueing)
+{
+    fake.unthrottled = true;
+    command(); /* BEGIN, Redis unreachable */
+    ended(INTRANS);
+    fake.unthrottled = false;             /* Redis answers again */
+    cr_assert_eq(command(), DBT_PROCEED); /* UPDATE: no acquire */
+    ended(INTRANS);
+    cr_assert_eq(command(), DBT_PROCEED); /* COMMIT */
+    ended(IDLE);
+    expect_calls("unthrottled q; ran unthrottled; ran unthrottled");
+    command(); /* the next transaction takes a permit again */
+    expect_calls("acquire q1");
 }
 
 /* ---- in transaction -------------------------------------------------------------------------- */
