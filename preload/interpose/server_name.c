@@ -3,22 +3,26 @@
  * The default pool is "<server>/<dbname>". A pool named by the connection string's host as typed
  * split one database into as many limits as it had spellings (localhost, 127.0.0.1, the Unix
  * socket, a service file's name...): each spelling its own full limit. The server is therefore
- * named by where libpq really goes:
- *   - TCP to an address that is not loopback: that address and port ("10.1.2.3:5432",
- *     "[2001:db8::5]:5432"): every host name, service entry or PG* variable that resolves to it
- *     names the same server;
- *   - a Unix socket or a loopback address: this machine's server on that port
- *     ("localhost@<hostname>:5432"): the socket and the loopback TCP address beside it are one
- *     server, and the same spelling on another machine is another server.
- * Once the connection is made, the address is the one libpq connected to (PQhostaddr). Before
- * (a connection permit is taken before the socket opens), the first host of the connection's
- * list is named the way libpq is about to reach it: its hostaddr= if given, else the first
- * address getaddrinfo returns for its name.
+ * named by where libpq goes, and where that is uncertain the name errs towards one limit for
+ * more clients (too strict), never towards several limits for one server (no limit at all):
+ *   - a Unix socket or a loopback address: "localhost:<port>". The socket and the loopback
+ *     address beside it are one server. It carries no machine name: clients on many machines
+ *     that reach one database through a local proxy, tunnel or sidecar (cloud-sql-proxy,
+ *     PgBouncer beside each pod) share one limit, as they did when pools were named as typed;
+ *   - a host name: resolved, and named by the lowest of all its addresses (IPv4 before IPv6), not
+ *     by the one libpq happened to connect to: a round-robin name, a load balancer with an address
+ *     per zone, a dual-stack host stay one pool. A name with any loopback address is local;
+ *   - an address (hostaddr=, or a numeric host): itself, in canonical text ("10.1.2.3:5432",
+ *     "[2001:db8::5]:5432").
+ * The name is made from the connection's options (the first host of its list: the one libpq tries
+ * first), the same before the socket opens (a connection permit) and after (a query permit), so
+ * that one connection never names two pools. Resolutions are remembered for a minute, and the last
+ * good one is used when the resolver fails meanwhile: a DNS hiccup must not move a connection to
+ * another pool.
  *
- * What this cannot unify (docs/configuration.md, "Pools"): the same server reached through
- * different addresses (NAT, a proxy, another interface of the database host, a client on the
- * database host using the socket while others use its network address). DBTHROTTLE_POOL names
- * the pool explicitly for those. */
+ * What this cannot unify (docs/configuration.md, "Pools"): one server reached through addresses
+ * the client cannot relate (NAT, a proxy, two of the database host's interfaces, its socket on the
+ * database host and its network address elsewhere). DBTHROTTLE_POOL names the pool for those. */
 #include "server_name.h"
 
 #include "real.h"
@@ -26,11 +30,15 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <unistd.h>
+#include <time.h>
+
+#define LOCAL_SERVER "localhost"
 
 static bool is_loopback(int family, const void *addr)
 {
@@ -44,38 +52,148 @@ static bool is_loopback(int family, const void *addr)
     return false;
 }
 
-/* "addr:port" or "[addr6]:port" for a numeric address, in its canonical text (so that
- * "2001:db8::0:5" and "2001:db8::5" agree). False when addr is not numeric. */
-static bool name_numeric(const char *addr, const char *port, char *out, size_t cap)
+/* One address of a resolution, comparable: IPv4 before IPv6, then by bytes. */
+typedef struct {
+    int family;
+    unsigned char bytes[sizeof(struct in6_addr)];
+} address;
+
+static int address_cmp(const address *a, const address *b)
 {
-    unsigned char buf[sizeof(struct in6_addr)];
-    char text[INET6_ADDRSTRLEN];
-    int family = inet_pton(AF_INET, addr, buf) == 1    ? AF_INET
-                 : inet_pton(AF_INET6, addr, buf) == 1 ? AF_INET6
-                                                       : 0;
-    if (!family || !inet_ntop(family, buf, text, sizeof text))
+    if (a->family != b->family)
+        return a->family == AF_INET ? -1 : 1;
+    return memcmp(a->bytes, b->bytes, a->family == AF_INET ? 4 : 16);
+}
+
+/* "<addr>:<port>", "[<addr6>]:<port>", or LOCAL_SERVER ":<port>" for a loopback address. */
+static void name_address(const address *a, const char *port, char *out, size_t cap)
+{
+    char text[INET6_ADDRSTRLEN] = "?";
+    if (is_loopback(a->family, a->bytes)) {
+        snprintf(out, cap, "%s:%s", LOCAL_SERVER, port);
+        return;
+    }
+    inet_ntop(a->family, a->bytes, text, sizeof text);
+    snprintf(out, cap, a->family == AF_INET6 ? "[%s]:%s" : "%s:%s", text, port);
+}
+
+static bool parse_numeric(const char *text, address *a)
+{
+    memset(a, 0, sizeof *a);
+    if (inet_pton(AF_INET, text, a->bytes) == 1)
+        a->family = AF_INET;
+    else if (inet_pton(AF_INET6, text, a->bytes) == 1)
+        a->family = AF_INET6;
+    return a->family != 0;
+}
+
+/* The address a host name stands for: a loopback one if it has any, else its lowest. */
+static bool resolve(const char *host, address *out)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0)
         return false;
-    snprintf(out, cap, family == AF_INET6 ? "[%s]:%s" : "%s:%s", text, port);
+    bool found = false;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        address a = {.family = ai->ai_family};
+        if (ai->ai_family == AF_INET)
+            memcpy(a.bytes, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, 4);
+        else if (ai->ai_family == AF_INET6)
+            memcpy(a.bytes, &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, 16);
+        else
+            continue;
+        bool loop = is_loopback(a.family, a.bytes);
+        if (!found || loop || (!is_loopback(out->family, out->bytes) && address_cmp(&a, out) < 0))
+            *out = a;
+        found = true;
+        if (loop)
+            break;
+    }
+    freeaddrinfo(res);
+    return found;
+}
+
+/* ---- resolutions remembered: one lookup a minute per name, and the last good one through a
+ * resolver failure ---------------------------------------------------------------------------- */
+
+#define REMEMBERED  16
+#define REMEMBER_NS (INT64_C(60) * 1000000000)
+
+static struct {
+    char host[256];
+    address addr;
+    int64_t until_ns;
+    int64_t used_ns;
+} remembered[REMEMBERED];
+static pthread_mutex_t remembered_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t remembered_once = PTHREAD_ONCE_INIT;
+
+/* A child of fork() may have been forked while another thread held the lock (for a few
+ * instructions: never across a lookup): it starts with a fresh one. */
+static void remembered_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    remembered_mu = fresh;
+}
+
+static void remembered_init(void)
+{
+    pthread_atfork(NULL, NULL, remembered_child);
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The entry of host, or -1. remembered_mu held. */
+static int find(const char *host)
+{
+    for (int i = 0; i < REMEMBERED; i++)
+        if (remembered[i].host[0] && strcmp(remembered[i].host, host) == 0)
+            return i;
+    return -1;
+}
+
+static bool lookup(const char *host, address *out)
+{
+    pthread_once(&remembered_once, remembered_init);
+    int64_t now = mono_ns();
+    pthread_mutex_lock(&remembered_mu);
+    int i = find(host);
+    bool fresh = i >= 0 && remembered[i].until_ns > now;
+    if (i >= 0) {
+        *out = remembered[i].addr;
+        remembered[i].used_ns = now;
+    }
+    pthread_mutex_unlock(&remembered_mu);
+    if (fresh)
+        return true;
+    address a;
+    if (!resolve(host, &a)) /* the resolver failed: the last good answer, if there was one */
+        return i >= 0;
+    *out = a;
+    if (strlen(host) >= sizeof remembered[0].host)
+        return true;
+    pthread_mutex_lock(&remembered_mu);
+    if ((i = find(host)) < 0) { /* a free entry, or the least recently used */
+        i = 0;
+        for (int k = 1; k < REMEMBERED; k++)
+            if (remembered[k].used_ns < remembered[i].used_ns)
+                i = k;
+        snprintf(remembered[i].host, sizeof remembered[i].host, "%s", host);
+    }
+    remembered[i].addr = a;
+    remembered[i].until_ns = now + REMEMBER_NS;
+    remembered[i].used_ns = now;
+    pthread_mutex_unlock(&remembered_mu);
     return true;
 }
 
-static bool numeric_is_loopback(const char *addr)
-{
-    unsigned char buf[sizeof(struct in6_addr)];
-    if (inet_pton(AF_INET, addr, buf) == 1)
-        return is_loopback(AF_INET, buf);
-    if (inet_pton(AF_INET6, addr, buf) == 1)
-        return is_loopback(AF_INET6, buf);
-    return false;
-}
-
-static void name_local(const char *port, char *out, size_t cap)
-{
-    char me[256] = "";
-    if (gethostname(me, sizeof me - 1) != 0 || !*me)
-        snprintf(me, sizeof me, "unknown");
-    snprintf(out, cap, "localhost@%s:%s", me, port);
-}
+/* ---- the connection's options -----------------------------------------------------------------
+ */
 
 /* The first element of a conninfo option's comma-separated list ("" when unset). */
 static void first_of(PQconninfoOption *opts, const char *keyword, char *out, size_t cap)
@@ -86,55 +204,28 @@ static void first_of(PQconninfoOption *opts, const char *keyword, char *out, siz
             snprintf(out, cap, "%.*s", (int)strcspn(o->val, ","), o->val);
 }
 
-/* The first address libpq would try for host (AF_UNSPEC, stream, as libpq asks), as text. */
-static bool resolve_first(const char *host, const char *port, char *out, size_t cap)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host, port, &hints, &res) != 0 || !res)
-        return false;
-    const void *a = res->ai_family == AF_INET
-                        ? (const void *)&((struct sockaddr_in *)res->ai_addr)->sin_addr
-                        : (const void *)&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr;
-    bool ok = (res->ai_family == AF_INET || res->ai_family == AF_INET6) &&
-              inet_ntop(res->ai_family, a, out, cap);
-    freeaddrinfo(res);
-    return ok;
-}
-
 void dbt_server_name(PGconn *conn, char *out, size_t cap)
 {
-    char host[256], addr[256], port[32];
-    if (DBT_REAL(PQstatus)(conn) == CONNECTION_OK) {
-        /* libpq's index of the host it connected to is valid: ask it */
-        __typeof__(&PQhostaddr) hostaddr_of = DBT_REAL(PQhostaddr);
-        const char *h = DBT_REAL(PQhost)(conn), *p = DBT_REAL(PQport)(conn);
-        const char *a = hostaddr_of ? hostaddr_of(conn) : NULL;
-        snprintf(host, sizeof host, "%s", h ? h : "");
-        snprintf(addr, sizeof addr, "%s", a ? a : "");
-        snprintf(port, sizeof port, "%s", p ? p : "");
-    } else {
-        /* Before the socket opens libpq has not chosen a host yet (PQhost and PQport would read
-         * its index of -1): the first of each list, which it tries first, from the options it
-         * resolved (service file, PG* variables and defaults applied). */
-        PQconninfoOption *opts = DBT_REAL(PQconninfo)(conn);
-        first_of(opts, "host", host, sizeof host);
-        first_of(opts, "hostaddr", addr, sizeof addr);
-        first_of(opts, "port", port, sizeof port);
-        if (opts)
-            DBT_REAL(PQconninfoFree)(opts);
-    }
+    /* From the options libpq resolved (service file, PG* variables and defaults applied), never
+     * PQhost/PQport: before the socket opens libpq has not chosen a host yet, and they would read
+     * its index of -1. */
+    char host[256], hostaddr[256], port[32];
+    PQconninfoOption *opts = DBT_REAL(PQconninfo)(conn);
+    first_of(opts, "host", host, sizeof host);
+    first_of(opts, "hostaddr", hostaddr, sizeof hostaddr);
+    first_of(opts, "port", port, sizeof port);
+    if (opts)
+        DBT_REAL(PQconninfoFree)(opts);
     if (!*port)
         snprintf(port, sizeof port, "5432");
-    if (!*addr) {
-        if (!*host || host[0] == '/' || host[0] == '@') {
-            name_local(port, out, cap); /* a Unix socket (libpq's default without a host) */
-            return;
-        }
-        if (!resolve_first(host, port, addr, sizeof addr))
-            snprintf(addr, sizeof addr, "%s", host); /* libpq will fail to resolve it too */
+    address a;
+    if ((*hostaddr && parse_numeric(hostaddr, &a)) || (*host && parse_numeric(host, &a))) {
+        name_address(&a, port, out, cap);
+    } else if (!*host || host[0] == '/' || host[0] == '@') {
+        snprintf(out, cap, "%s:%s", LOCAL_SERVER, port); /* a Unix socket (libpq's default) */
+    } else if (lookup(host, &a)) {
+        name_address(&a, port, out, cap);
+    } else {
+        snprintf(out, cap, "%s:%s", host, port); /* never resolved: libpq cannot connect either */
     }
-    if (numeric_is_loopback(addr))
-        name_local(port, out, cap);
-    else if (!name_numeric(addr, port, out, cap))
-        snprintf(out, cap, "%s:%s", addr, port);
 }

@@ -6,9 +6,10 @@
 
 #include <stddef.h>
 
-/* "addr:port" of the server libpq connects (or is about to connect) conn to, or
- * "localhost@<this host>:port" for a Unix socket or a loopback address (server_name.c says why).
- * Resolves the host name when the connection is not made yet. Never a password. */
+/* "addr:port" of the server conn's options lead to (the first host of its list), or
+ * "localhost:port" for a Unix socket or a loopback address (server_name.c says why); the same
+ * before and after the connection is made. May resolve a host name (remembered for a minute).
+ * Never a password. */
 void dbt_server_name(PGconn *conn, char *out, size_t cap);
 
 #endif
