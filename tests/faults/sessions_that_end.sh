@@ -103,8 +103,8 @@ held_after=$(live_holders)
 took=$(sed -n 's/^took_ms=//p' "$work/se_tx.out")
 check "sessions_that_end: a transaction begun unthrottled ended without queueing behind the holder (${took:-?} ms; holders still $held_after)" \
     '[ -n "$took" ] && [ "$took" -lt 2000 ] && [ "$held_after" -eq 1 ]'
-check "sessions_that_end: its statements were counted as unthrottled ($(grep -o 'refusals=[0-9]*' "$work/se_tx.log" | tail -1))" \
-    'grep -q "unthrottled.*runs to its end" "$work/se_tx.log" && [ "$(grep -o "refusals=[0-9]*" "$work/se_tx.log" | tail -1 | cut -d= -f2)" -ge 3 ]'
+check "sessions_that_end: its statements were counted as unthrottled ($(grep -o 'unthrottled=[0-9]*' "$work/se_tx.log" | tail -1))" \
+    'grep -q "unthrottled.*runs to its end" "$work/se_tx.log" && [ "$(grep -o "unthrottled=[0-9]*" "$work/se_tx.log" | tail -1 | cut -d= -f2)" -ge 3 ]'
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
 wait_until 10 '[ "$(live_holders)" -eq 0 ] && [ "$(live_waiters)" -eq 0 ]'
