@@ -4,6 +4,7 @@
  * run that changes nothing: see lua/_common.lua). Each failure is one line naming what to fix. */
 #include "cli.h"
 
+#include "redis_errors.h"
 #include "scripts.h"
 
 #include <dlfcn.h>
@@ -232,13 +233,19 @@ static bool dry_run_scripts(dbt_redis *r, const dbt_config *cfg, const char *poo
     return ok;
 }
 
-bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, size_t vcap, char *err)
+bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, size_t vcap, char *err,
+                     bool *permanent)
 {
     char e[DBT_ERRLEN];
+    /* What cli_check_redis itself finds wrong (a Redis too old, an evicting policy, a dry run
+     * that cannot be built) is permanent; what Redis said is classified as the library does. */
+    bool found_here = false;
     /* The connect sends what a worker's does: AUTH, SELECT, SCRIPT LOAD of every script. */
     dbt_redis *r = dbt_redis_connect(cfg, e);
     if (!r) {
         redis_advice("", e, err);
+        char why[DBT_MISCONFIG_LEN];
+        *permanent = dbt_redis_error_permanent(e, why, sizeof why);
         return false;
     }
     bool ok = info_field(r, "server", "redis_version", version, vcap, e);
@@ -250,6 +257,7 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
                  "DBTHROTTLE_REDIS_URL at a newer one",
                  version[0] ? version : "(unknown version)");
         ok = false;
+        found_here = true;
     }
     char policy[64];
     if (ok && !(ok = info_field(r, "memory", "maxmemory_policy", policy, sizeof policy, e)))
@@ -261,10 +269,16 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
                  "beyond the limit): set maxmemory-policy noeviction in that Redis",
                  policy);
         ok = false;
+        found_here = true;
     }
     if (ok)
         ok = dry_run_scripts(r, cfg, pool, err);
     dbt_redis_free(r);
+    if (!ok) {
+        char why[DBT_MISCONFIG_LEN];
+        *permanent = found_here || strstr(err, "dry-run switch") ||
+                     dbt_redis_error_permanent(err, why, sizeof why);
+    }
     return ok;
 }
 

@@ -150,3 +150,31 @@ Test(config_readers, a_query_string_in_the_redis_url_is_refused_unseen)
     cr_expect_eq(u.db, 3);
     dbt_redis_url_free(&u);
 }
+
+/* The rule the library, dbthrottle run and check share (dbt_config_error_for): the value in
+ * effect counts, but an unknown name or an unreadable file always does. */
+Test(config_readers, the_environment_fixing_a_file_value_leaves_no_error)
+{
+    char path[] = "/tmp/dbt-readers-XXXXXX";
+    write_conf(path, "max_queries = abc\n");
+    char var[64];
+    snprintf(var, sizeof var, "DBTHROTTLE_CONFIG=%s", path);
+    char *fixed[] = {var, "DBTHROTTLE_MAX_QUERIES=5", NULL};
+    dbt_config c;
+    char err[DBT_ERRLEN];
+    (void)dbt_config_load(&c, fixed, err);
+    cr_expect_null(dbt_config_error_for(&c, DBT_READER_WORKER));
+    cr_expect_eq(c.max_queries, 5);
+    dbt_config_free(&c);
+    char *unknown[] = {var, "DBTHROTTLE_MAX_QUERIES=5", "DBTHROTTLE_MAX_QUERIE=5", NULL};
+    (void)dbt_config_load(&c, unknown, err);
+    cr_expect_not_null(dbt_config_error_for(&c, DBT_READER_WORKER));
+    dbt_config_free(&c);
+    unlink(path);
+    char *unreadable[] = {var, "DBTHROTTLE_MAX_QUERIES=5", NULL};
+    (void)dbt_config_load(&c, unreadable, err);
+    const char *e = dbt_config_error_for(&c, DBT_READER_WORKER);
+    cr_assert_not_null(e);
+    cr_expect(strstr(e, "cannot read") != NULL, "%s", e);
+    dbt_config_free(&c);
+}
