@@ -69,9 +69,11 @@ bool cli_check_library(const char *path, char *err);
 /* True when Redis answers with cfg's credentials, is 7.0 or newer (its version in version), will
  * not evict the pools' keys, and lets this user run every command a worker sends, the scripts'
  * own included: a dry run on pool's keys that changes nothing. Else a one-line reason naming what
- * to fix in err. */
-bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, size_t vcap,
-                     char *err);
+ * to fix in err, and *permanent says whether it is a configuration error (the library's table,
+ * dbt_redis_error_permanent) or an outage that may pass (a refused connection, a timeout,
+ * LOADING, BUSY, ...). */
+bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, size_t vcap, char *err,
+                     bool *permanent);
 /* 1 when Redis persists its data (RDB save points or the append-only file), 0 when a restart
  * loses it, -1 when it cannot tell (message in err). */
 int cli_redis_persists(const dbt_config *cfg, char *err);

@@ -104,8 +104,9 @@ int cmd_check(int argc, char **argv)
 
     double t0 = now_ms();
     char version[32] = "";
-    if (!cli_check_redis(&cfg, cfg.pool ? cfg.pool : CLI_CHECK_POOL, version, sizeof version,
-                         err)) {
+    bool permanent; /* a check fails on an outage too: dbthrottle run starts workers through it */
+    if (!cli_check_redis(&cfg, cfg.pool ? cfg.pool : CLI_CHECK_POOL, version, sizeof version, err,
+                         &permanent)) {
         rc = cli_fail("check", "%s", err);
     } else {
         printf("redis: %s: connected and checked in %.1f ms, Redis %s, %d scripts loaded, "

@@ -24,6 +24,9 @@ static const char usage[] =
     "the reason: the settings (the library's parser), that the library loads, that Redis answers\n"
     "with these credentials and will not evict the pool's keys, and that this Redis user may run\n"
     "every command a worker sends (a dry run of the scripts on the pool's keys: nothing changes).\n"
+    "A Redis only unreachable now (refused, timed out, LOADING, BUSY) is no reason to refuse: a\n"
+    "warning, and CMD starts (it follows DBTHROTTLE_ON_REDIS_ERROR until Redis answers). With\n"
+    "DBTHROTTLE_DISABLE=on nothing is checked: the library would do nothing.\n"
     "\n"
     "  --max-queries N      at most N queries at once in the pool, across all hosts\n"
     "  --max-connections N  at most N connections at once in the pool\n"
@@ -141,16 +144,23 @@ int cmd_run(int argc, char **argv)
     if (optind >= argc)
         return cli_usage_error("run", "no command to run");
 
-    /* The whole configuration, file included, as the worker's library will read it. A worker
-     * that would start unthrottled (a bad setting, no limit, a library that does not load, a
-     * Redis it cannot use) is refused here, before it runs, rather than found out later. */
+    /* The whole configuration, file included, as the worker's library will read it, judged by
+     * the library's own rule (dbt_config_error_for: the value in effect counts). A worker that
+     * would start refusing or unthrottled (a bad setting, no limit, a library that does not
+     * load, a Redis it can never use) is refused here, before it runs, rather than found out
+     * later. */
     dbt_config cfg;
-    bool ok = dbt_config_load(&cfg, environ, err);
-    if (!ok) {
-        cli_fail("run", "%s", err);
+    (void)dbt_config_load(&cfg, environ, err);
+    /* DBTHROTTLE_DISABLE=on, itself well formed, is the way out whatever else is wrong: the
+     * library would do nothing but load, so nothing else is checked. */
+    bool disabled = cfg.disable && dbt_config_value_ok(&cfg, "disable");
+    const char *bad = disabled ? NULL : dbt_config_error_for(&cfg, DBT_READER_WORKER);
+    if (bad) {
+        cli_fail("run", "%s", bad);
+        dbt_config_free(&cfg);
         return EXIT_USAGE;
     }
-    if (!cfg.disable && !cfg.max_queries && !cfg.max_connections) {
+    if (!disabled && !cfg.max_queries && !cfg.max_connections) {
         dbt_config_free(&cfg);
         cli_fail("run", "nothing to throttle: give --max-queries or --max-connections "
                         "(or set DBTHROTTLE_MAX_QUERIES or DBTHROTTLE_MAX_CONNECTIONS)");
@@ -172,14 +182,32 @@ int cmd_run(int argc, char **argv)
                  DBT_LIBDIR);
         return EXIT_USAGE;
     }
-    if (preflight && !cfg.disable) {
+    bool ok = true;
+    if (disabled) {
+        fprintf(stderr,
+                "dbthrottle run: note: DBTHROTTLE_DISABLE is on: %s runs unthrottled, "
+                "nothing checked\n",
+                argv[optind]);
+    } else if (preflight) {
         char version[32];
+        bool permanent = false;
         ok = cli_check_library(lib, err);
-        if (!ok)
+        if (!ok) {
             cli_fail("run", "%s: %s", lib, err);
-        else if (!(ok = cli_check_redis(&cfg, cfg.pool ? cfg.pool : CLI_CHECK_POOL, version,
-                                        sizeof version, err)))
-            cli_fail("run", "%s (or --no-check to start anyway)", err);
+        } else if (!cli_check_redis(&cfg, cfg.pool ? cfg.pool : CLI_CHECK_POOL, version,
+                                    sizeof version, err, &permanent)) {
+            /* An outage is not a mistake in the configuration: the worker meets it as it meets
+             * any outage (DBTHROTTLE_ON_REDIS_ERROR), and starts throttled once Redis is back. */
+            if (permanent)
+                ok = !cli_fail("run", "%s (or --no-check to start anyway)", err);
+            else
+                fprintf(stderr,
+                        "dbthrottle run: warning: Redis unreachable now (%s): starting %s, which "
+                        "runs per DBTHROTTLE_ON_REDIS_ERROR=%s until Redis answers\n",
+                        err, argv[optind],
+                        cfg.on_redis_error == DBT_ON_ERROR_CLOSED ? "closed (refusing)"
+                                                                  : "open (unthrottled)");
+        }
     }
     dbt_config_free(&cfg);
     if (!ok)

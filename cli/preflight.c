@@ -4,6 +4,7 @@
  * run that changes nothing: see lua/_common.lua). Each failure is one line naming what to fix. */
 #include "cli.h"
 
+#include "redis_errors.h"
 #include "scripts.h"
 
 #include <dlfcn.h>
@@ -232,13 +233,19 @@ static bool dry_run_scripts(dbt_redis *r, const dbt_config *cfg, const char *poo
     return ok;
 }
 
-bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, size_t vcap, char *err)
+bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, size_t vcap, char *err,
+                     bool *permanent)
 {
     char e[DBT_ERRLEN];
+    /* What cli_check_redis itself finds wrong (a Redis too old, an evicting policy, a dry run
+     * that cannot be built) is permanent; what Redis said is classified as the library does. */
+    bool found_here = false;
     /* The connect sends what a worker's does: AUTH, SELECT, SCRIPT LOAD of every script. */
     dbt_redis *r = dbt_redis_connect(cfg, e);
     if (!r) {
         redis_advice("", e, err);
+        char why[DBT_MISCONFIG_LEN];
+        *permanent = dbt_redis_error_permanent(e, why, sizeof why);
         return false;
     }
     bool ok = info_field(r, "server", "redis_version", version, vcap, e);
@@ -250,6 +257,7 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
                  "DBTHROTTLE_REDIS_URL at a newer one",
                  version[0] ? version : "(unknown version)");
         ok = false;
+        found_here = true;
     }
     char policy[64];
     if (ok && !(ok = info_field(r, "memory", "maxmemory_policy", policy, sizeof policy, e)))
@@ -261,10 +269,16 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
                  "beyond the limit): set maxmemory-policy noeviction in that Redis",
                  policy);
         ok = false;
+        found_here = true;
     }
     if (ok)
         ok = dry_run_scripts(r, cfg, pool, err);
     dbt_redis_free(r);
+    if (!ok) {
+        char why[DBT_MISCONFIG_LEN];
+        *permanent = found_here || strstr(err, "dry-run switch") ||
+                     dbt_redis_error_permanent(err, why, sizeof why);
+    }
     return ok;
 }
 
@@ -283,6 +297,30 @@ static const char *config_value(dbt_redis *r, const char *name, char *out, size_
     return out;
 }
 
+/* What INFO persistence (which every dbthrottle user may run) tells: 1 when the append-only file
+ * is on; else -1, since RDB save points are not in INFO (rdb_saves only counts the saves since
+ * start, which a manual SAVE also makes), so "persists nothing" cannot be concluded from it. */
+static int persists_by_info(dbt_redis *r, const char *config_err, char *err)
+{
+    char aof[8], saves[24], bgsave[16], e[DBT_ERRLEN];
+    if (!info_field(r, "persistence", "aof_enabled", aof, sizeof aof, e) ||
+        !info_field(r, "persistence", "rdb_saves", saves, sizeof saves, e) ||
+        !info_field(r, "persistence", "rdb_last_bgsave_status", bgsave, sizeof bgsave, e)) {
+        snprintf(err, DBT_ERRLEN, "CONFIG GET: %.150s; INFO persistence: %.150s", config_err, e);
+        return -1;
+    }
+    if (strcmp(aof, "1") == 0)
+        return 1;
+    snprintf(err, DBT_ERRLEN,
+             "this user may not read Redis' save and appendonly settings (CONFIG GET: %.120s); "
+             "INFO shows no append-only file, %s RDB save%s since start, last one %s, but not "
+             "whether save points are set: verify as an admin user with CONFIG GET save and "
+             "CONFIG GET appendonly",
+             config_err, saves[0] ? saves : "no count of", strcmp(saves, "1") == 0 ? "" : "s",
+             bgsave[0] ? bgsave : "unknown");
+    return -1;
+}
+
 int cli_redis_persists(const dbt_config *cfg, char *err)
 {
     char e[DBT_ERRLEN];
@@ -291,15 +329,19 @@ int cli_redis_persists(const dbt_config *cfg, char *err)
         snprintf(err, DBT_ERRLEN, "%s", e);
         return -1;
     }
-    char save[256], aof[16];
+    /* INFO first: the append-only file on answers it for every user. Else CONFIG GET, which
+     * answers for sure but may also read requirepass and masterauth, so the documented users
+     * lack it (docs/operations.md: one ACL LOG entry per check): for them INFO says what it can. */
+    char aof_info[8], save[256], aof[16];
     int rc;
-    if (!config_value(r, "save", save, sizeof save, e) ||
-        !config_value(r, "appendonly", aof, sizeof aof, e)) {
-        snprintf(err, DBT_ERRLEN, "CONFIG GET: %.400s", e);
-        rc = -1;
-    } else {
+    if (info_field(r, "persistence", "aof_enabled", aof_info, sizeof aof_info, e) &&
+        strcmp(aof_info, "1") == 0)
+        rc = 1;
+    else if (!config_value(r, "save", save, sizeof save, e) ||
+             !config_value(r, "appendonly", aof, sizeof aof, e))
+        rc = persists_by_info(r, e, err);
+    else
         rc = save[0] != '\0' || strcmp(aof, "yes") == 0;
-    }
     dbt_redis_free(r);
     return rc;
 }

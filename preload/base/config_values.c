@@ -270,7 +270,8 @@ static const char *parse_tcp(const char *p, dbt_redis_url *u)
 {
     const char *why;
     /* The last '@' ends the userinfo, so a password holding an unescaped '@' or '/' still
-     * parses (dbt_redact_url splits the same way, so it is masked in messages too). */
+     * parses (dbt_redact_url splits the same way, so it is masked in messages too); a '?' never
+     * reaches here (query_of). */
     const char *at = strrchr(p, '@');
     if (at) {
         const char *colon = memchr(p, ':', (size_t)(at - p));
@@ -343,36 +344,35 @@ static bool bad_url(const char *setting, const char *text, const char *why, char
     return false;
 }
 
-/* Where a query string starts ("?password=..."), or NULL. Only after the userinfo, which ends at
- * the last '@' (a password may hold a '?'); a unix socket's one "?db=N" is not one. */
+/* Where a query string starts ("?password=..."), or NULL: the first '?' anywhere. Where the
+ * userinfo ends cannot be told from where a query starts ("redis://h:1/0?password=a@b" reads as
+ * the user "h" with the password "1/0?password=a" at the host "b"), so no '?' is taken for part
+ * of a password: one is written %3F. The one exception is a unix socket's documented "?db=N",
+ * digits to the end. */
 static const char *query_of(const char *text)
 {
-    bool is_unix = has_prefix(text, "unix:");
-    const char *at = strrchr(text, '@');
-    const char *q = strchr(at && !is_unix ? at : text, '?');
-    if (q && is_unix && strncmp(q, "?db=", 4) == 0 && !strpbrk(q + 4, "?&;=#"))
+    const char *q = strchr(text, '?');
+    if (q && has_prefix(text, "unix:") && strncmp(q, "?db=", 4) == 0 && q[4] &&
+        strspn(q + 4, "0123456789") == strlen(q + 4))
         return NULL;
     return q;
 }
 
-/* A URL with a query string is refused without echoing that part: it is where other clients
- * take a password from (?password=), and it may hold one. What comes before it is shown with its
- * own password masked. */
+/* A URL with a query string is refused without echoing any of it past the scheme: the query is
+ * where other clients take a password from (?password=), and since it may also hold an '@', no
+ * part of the rest can be trusted not to be a piece of a secret. */
 static bool query_refused(const char *setting, const char *text, const char *q, char *err)
 {
-    size_t n = (size_t)(q - text);
-    char *head = strndup(text, n), *shown = malloc(n + 8);
-    const char *at = head ? strrchr(head, '@') : NULL;
-    if (head && shown && (has_prefix(head, "redis://") || has_prefix(head, "unix:")))
-        dbt_redact_url(head, shown, n + 8);
-    else if (head && shown) /* no scheme to tell where a password is: all before '@' masked */
-        snprintf(shown, n + 8, "%s%s", at ? "***" : "", at ? at : head);
+    const char *sep = strstr(text, "://");
+    size_t scheme =
+        sep && sep < q && strspn(text, "abcdefghijklmnopqrstuvwxyz") == (size_t)(sep - text)
+            ? (size_t)(sep - text) + 3
+            : 0;
     snprintf(err, DBT_ERRLEN,
-             "%s: a query string is not supported (\"%.200s?...\", the rest not shown: it may hold "
-             "a secret): give the password as redis://[user]:password@host[:port][/db]",
-             setting, head && shown ? shown : "");
-    free(head);
-    free(shown);
+             "%s: a query string is not supported (\"%.*s...?...\", the rest not shown: it may "
+             "hold a secret): give the password as redis://[user]:password@host[:port][/db], "
+             "a '?' in it written %%3F",
+             setting, (int)scheme, text);
     return false;
 }
 

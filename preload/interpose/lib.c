@@ -22,7 +22,14 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void setup(void)
 {
     char err[DBT_ERRLEN];
-    bool ok = dbt_config_load(&lib.cfg, environ, err);
+    (void)dbt_config_load(&lib.cfg, environ, err);
+    /* The one rule of `dbthrottle check` and `run`: the configuration in effect counts. A refused
+     * value that a later source replaced with a good one is no error; an unknown name, a file
+     * that cannot be read, or a value still refused in effect is. */
+    const char *bad = dbt_config_error_for(&lib.cfg, DBT_READER_WORKER);
+    bool ok = bad == NULL;
+    if (bad)
+        snprintf(err, sizeof err, "%s", bad);
     if (lib.cfg.disable && dbt_config_value_ok(&lib.cfg, "disable")) {
         char log_err[DBT_ERRLEN]; /* the log goes where its settings say, or to stderr */
         (void)dbt_log_open(&lib.cfg, log_err);

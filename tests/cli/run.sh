@@ -302,6 +302,66 @@ check "check: Redis unreachable: exit 1 ($(cat "$work/err"))" '[ $rc -eq 1 ] && 
 "$D" check >/dev/null 2>"$work/err"; rc=$?
 check "check: no limit set: exit 1, said" '[ $rc -eq 1 ] && grep -q "not throttled" "$work/err"'
 
+# ---- one rule: check, run and the library judge a configuration alike --------------------------
+echo "# one rule for check, run and the library"
+# The configuration in effect counts: a bad file value that the environment replaces is no error;
+# an unknown name, an unreadable file, a value set twice, or a bad value still in effect is.
+printf 'max_queries = abc\n' >"$work/rule-badval.conf"
+printf 'max_querys = 2\n' >"$work/rule-unknown.conf"
+printf 'lease = 5s\nlease = 6s\n' >"$work/rule-twice.conf"
+printf 'max_queries = 5\n' >"$work/rule-good.conf"
+while read -r want conf envs; do
+    [ "$conf" = - ] && conf= || conf="DBTHROTTLE_CONFIG=$work/$conf"
+    # shellcheck disable=SC2086
+    env $conf $envs "$D" check >/dev/null 2>&1; check_rc=$?
+    # shellcheck disable=SC2086
+    got_run=$(env $conf $envs PGAPPNAME=t_rule "$D" run -- psql -qAtX -c "SELECT 41 + 1" 2>"$work/rule.run"); run_rc=$?
+    # shellcheck disable=SC2086
+    got_lib=$(env $conf $envs LD_PRELOAD="$lib" psql -qAtX -c "SELECT 41 + 1" 2>"$work/rule.lib"); lib_rc=$?
+    v_check=refuses; [ $check_rc -eq 0 ] && v_check=works
+    v_run=refuses; [ $run_rc -eq 0 ] && [ "$got_run" = 42 ] && v_run=works
+    [ $run_rc -ne 0 ] && [ $run_rc -ne 2 ] && v_run="rc $run_rc"
+    v_lib=refuses; [ $lib_rc -eq 0 ] && [ "$got_lib" = 42 ] && ! grep -q config_error "$work/rule.lib" && v_lib=works
+    [ "$v_lib" = refuses ] && ! grep -q "event=config_error" "$work/rule.lib" && v_lib="fails otherwise ($(head -1 "$work/rule.lib"))"
+    check "${conf:+${conf##*/} }$envs: check $v_check, run $v_run, library $v_lib (all must: $want)" '[ "$v_check" = "$want" ] && [ "$v_run" = "$want" ] && [ "$v_lib" = "$want" ]'
+done <<LIST
+works rule-badval.conf DBTHROTTLE_MAX_QUERIES=5
+refuses rule-badval.conf DBTHROTTLE_MAX_CONNECTIONS=5
+refuses rule-unknown.conf DBTHROTTLE_MAX_QUERIES=5
+refuses no-such-file.conf DBTHROTTLE_MAX_QUERIES=5
+refuses rule-twice.conf DBTHROTTLE_MAX_QUERIES=5
+refuses rule-good.conf DBTHROTTLE_MAX_QUERIES=abc
+refuses - DBTHROTTLE_MAX_QUERIES=5 DBTHROTTLE_MAX_QUERIE=3
+works rule-good.conf DBTHROTTLE_LEASE=9s
+LIST
+
+# ---- run through an outage: transient Redis errors do not stop a start ------------------------
+echo "# run during a Redis outage"
+# A Redis that is down now is an outage the worker rides out per DBTHROTTLE_ON_REDIS_ERROR (and
+# throttles once Redis is back), not a mistake in its configuration: run warns and starts it.
+out=$(DBTHROTTLE_REDIS_URL=redis://127.0.0.1:1 "$D" run --max-queries 1 -- sh -c 'echo started' 2>"$work/err"); rc=$?
+check "run, Redis refusing connections: starts the program with rc 0 and one warning line ($(cat "$work/err"))" '[ $rc -eq 0 ] && [ "$out" = started ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "Redis unreachable now.*DBTHROTTLE_ON_REDIS_ERROR=open" "$work/err"'
+out=$(DBTHROTTLE_ON_REDIS_ERROR=closed DBTHROTTLE_REDIS_URL=redis://127.0.0.1:1 "$D" run --max-queries 1 -- sh -c 'echo started' 2>"$work/err"); rc=$?
+check "run, Redis refusing connections, closed mode: starts it too, the warning says it refuses meanwhile" '[ $rc -eq 0 ] && [ "$out" = started ] && grep -q "Redis unreachable now.*DBTHROTTLE_ON_REDIS_ERROR=closed" "$work/err"'
+# A server that accepts the connection and never answers: the check times out (transient).
+python3 -c '
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(16)
+open(sys.argv[1], "w").write("%d\n" % s.getsockname()[1])
+time.sleep(120)' "$work/hang.port" &
+echo $! >>"$work/pids"
+wait_until 10 '[ -s "$work/hang.port" ]'
+hport=$(cat "$work/hang.port")
+out=$(DBTHROTTLE_REDIS_TIMEOUT=300ms DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$hport "$D" run --max-queries 1 -- sh -c 'echo started' 2>"$work/err"); rc=$?
+check "run, Redis accepting but not answering (timeout): starts it, warned ($(cat "$work/err"))" '[ $rc -eq 0 ] && [ "$out" = started ] && grep -q "Redis unreachable now" "$work/err"'
+DBTHROTTLE_REDIS_TIMEOUT=300ms DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$hport "$D" check >/dev/null 2>&1; rc=$?
+check "check, the same unanswering Redis: still fails (rc $rc)" '[ $rc -ne 0 ]'
+# Permanent errors still refuse the start.
+out=$(DBTHROTTLE_REDIS_URL=redis://:wrong@127.0.0.1:$rport "$D" run --max-queries 1 -- sh -c 'echo started' 2>"$work/err"); rc=$?
+check "run, a password Redis does not expect (permanent): exit 2, not started ($(cat "$work/err"))" '[ $rc -eq 2 ] && [ -z "$out" ]'
+
 # ---- make install -------------------------------------------------------------------------------
 echo "# install"
 if make -s -C "$top" install DESTDIR="$work/inst" PREFIX=/usr >"$work/install.out" 2>&1; then

@@ -17,6 +17,23 @@ bs_run disabled_file DBTHROTTLE_CONFIG="$work/bs.conf" DBTHROTTLE_DISABLE=on
 bs_run disabled_env DBTHROTTLE_MAX_QUERIES=abc DBTHROTTLE_DISABLE=on
 check "bad_settings: DBTHROTTLE_DISABLE=on disables whatever else is bad (a bad file, a bad variable): both ran" \
     '[ "$(probes bs_disabled_file)" -eq 1 ] && [ "$(probes bs_disabled_env)" -eq 1 ]'
+# dbthrottle run with DISABLE on: the library would only disable, so run starts the program
+# without further checks (with or without --no-check); a DISABLE that did not parse is no way out.
+bs_cli_run() { # bs_cli_run NAME ENV... -- RUN-OPTIONS...: dbthrottle run of one psql probe
+    bs_name=$1
+    shift
+    env PGAPPNAME="bs_$bs_name" DBTHROTTLE_LOG_LEVEL=warn "$@" psql -X -c "SELECT dbt_probe(0)" \
+        >"$work/bs.$bs_name" 2>&1
+    echo $? >"$work/bs.$bs_name.rc"
+}
+bs_cli_run run_disabled DBTHROTTLE_MAX_QUERIES=abc DBTHROTTLE_DISABLE=on "$top/build/dbthrottle" run --
+bs_cli_run run_disabled_nc DBTHROTTLE_MAX_QUERIES=abc DBTHROTTLE_DISABLE=on "$top/build/dbthrottle" run --no-check --
+bs_cli_run run_disabled_file DBTHROTTLE_CONFIG="$work/bs.conf" DBTHROTTLE_DISABLE=on "$top/build/dbthrottle" run --
+bs_cli_run run_bad_disable DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_DISABLE=maybe "$top/build/dbthrottle" run --
+check "bad_settings: dbthrottle run with DISABLE on starts the program whatever else is bad (rc $(cat "$work/bs.run_disabled.rc") $(cat "$work/bs.run_disabled_nc.rc") $(cat "$work/bs.run_disabled_file.rc"), probes $(probes bs_run_disabled) $(probes bs_run_disabled_nc) $(probes bs_run_disabled_file))" \
+    '[ "$(cat "$work/bs.run_disabled.rc")$(cat "$work/bs.run_disabled_nc.rc")$(cat "$work/bs.run_disabled_file.rc")" = 000 ] && [ "$(probes bs_run_disabled)$(probes bs_run_disabled_nc)$(probes bs_run_disabled_file)" = 111 ]'
+check "bad_settings: dbthrottle run with a DISABLE that does not parse refuses (rc $(cat "$work/bs.run_bad_disable.rc"), probes $(probes bs_run_bad_disable))" \
+    '[ "$(cat "$work/bs.run_bad_disable.rc")" -eq 2 ] && [ "$(probes bs_run_bad_disable)" -eq 0 ] && grep -q DBTHROTTLE_DISABLE "$work/bs.run_bad_disable"'
 bs_run broken DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=soon
 check "bad_settings: a bad setting refuses the command, naming it: $(grep -m1 "error: dbthrottle" "$work/bs.broken")" \
     '[ "$(probes bs_broken)" -eq 0 ] && grep -q "dbthrottle: bad configuration: DBTHROTTLE_WAIT_TIMEOUT" "$work/bs.broken"'
@@ -30,6 +47,14 @@ check "bad_settings: loaded with no limit, the library warns at the default leve
 bs_run query_url DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_REDIS_URL="redis://127.0.0.1:$rport/0?password=bs-Query-Secret"
 check "bad_settings: a Redis URL with a query string is refused without showing it: $(grep -m1 "dbthrottle" "$work/bs.query_url")" \
     '[ "$(probes bs_query_url)" -eq 0 ] && grep -q "query string" "$work/bs.query_url" && ! grep -q "bs-Query-Secret" "$work/bs.query_url"'
+# An '@' in the query string once passed for the end of a userinfo (check showed
+# redis://127.0.0.1:***@ret1): refused all the same, in the library and in check, nothing shown.
+bs_run query_at DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_REDIS_URL="redis://127.0.0.1:$rport/0?password=Sec@bsQueryAt1"
+DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_REDIS_URL="redis://127.0.0.1:$rport/0?password=Sec@bsQueryAt1" \
+    "$top/build/dbthrottle" check >"$work/bs.query_at_check" 2>&1
+bs_query_at_rc=$?
+check "bad_settings: a query string holding an '@' is refused by the library and check (rc $bs_query_at_rc), nothing of it shown: $(grep -m1 "query string" "$work/bs.query_at_check")" \
+    '[ "$(probes bs_query_at)" -eq 0 ] && [ "$bs_query_at_rc" -ne 0 ] && grep -q "query string" "$work/bs.query_at" && grep -q "query string" "$work/bs.query_at_check" && ! grep -q "QueryAt1\|Sec@\|:$rport/0" "$work/bs.query_at" "$work/bs.query_at_check"'
 # The operator's shell with a worker's stray bad setting: status still works; a bad Redis URL
 # (which status reads) still stops it.
 DBTHROTTLE_MAX_QUERIES=abc DBTHROTTLE_LOG_LEVEL=loud "$top/build/dbthrottle" status >"$work/bs.status" 2>&1

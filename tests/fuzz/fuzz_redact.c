@@ -11,7 +11,9 @@
  *     otherwise); a TCP URL redacted with dbt_redact_url parses again to the same host, port, db
  *     and user with the password "***"; "a password never appears in a message": a secret planted
  *     just before the URL's last '@' (where the parser reads the password, or a lone user that
- *     some clients read as one) never shows in err nor in the redacted URL;
+ *     some clients read as one) never shows in err nor in the redacted URL; a URL with a query
+ *     string holding an '@' then a secret ("?password=x@SECRET", where the userinfo seemed to
+ *     end) is refused, the secret not in err;
  *   - dbt_parse_exempt: the rules, joined back with ',', give the text again;
  *   - dbt_redact_url / dbt_redact_conninfo: a small buffer gets a prefix of the whole copy (so
  *     truncation cannot uncover a password), the buffer sizes config.c uses are large enough, and
@@ -287,6 +289,28 @@ static void fuzz_redis_url_secret(const char *text)
     free(url);
 }
 
+/* Whatever comes before it, a query string is refused and none of it shown: its '@' is not
+ * where a userinfo ends. */
+static void fuzz_redis_url_query_secret(const char *text)
+{
+    static const char query[] = "?password=x@" SECRET;
+    size_t n = strcspn(text, "?");
+    char *url = malloc(n + sizeof query);
+    CHECK(url);
+    memcpy(url, text, n);
+    memcpy(url + n, query, sizeof query);
+    if (count_of(url, SECRET) == 1) {
+        char *err = new_err();
+        dbt_redis_url u = {0};
+        CHECK(!dbt_parse_redis_url(setting, url, &u, err));
+        check_err(err);
+        CHECK(!strstr(err, SECRET));
+        dbt_redis_url_free(&u);
+        free(err);
+    }
+    free(url);
+}
+
 /* ---- DBTHROTTLE_EXEMPT ---- */
 
 static void fuzz_exempt(const char *text)
@@ -496,6 +520,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     case 4:
         fuzz_redis_url_secret(text);
+        fuzz_redis_url_query_secret(text);
         break;
     case 5:
         fuzz_exempt(text);

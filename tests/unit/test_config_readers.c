@@ -117,26 +117,64 @@ Test(config_readers, the_table_marks_what_only_workers_read)
 Test(config_readers, a_query_string_in_the_redis_url_is_refused_unseen)
 {
     const char *urls[] = {
-        "redis://h:6379/0?password=sekrit",        "redis://h?password=sekrit",
-        "redis://:pw@h/1?password=sekrit",         "redis://h:6379?sekrit",
+        "redis://h:6379/0?password=sekrit", "redis://h?password=sekrit",
+        "redis://:pw@h/1?password=sekrit", "redis://h:6379?sekrit",
         "unix:///tmp/r.sock?db=1&password=sekrit", "unix:///tmp/r.sock?password=sekrit",
-        "nope://user:sekrit@h?password=sekrit"};
+        "nope://user:sekrit@h?password=sekrit",
+        /* An '@' in the query made it look like the end of a userinfo. */
+        "redis://127.0.0.1:16399/0?password=Sec@sekrit1", "redis://h/0?password=se@krit",
+        "redis://u:pw@h/0?password=sekrit@x", "unix:///tmp/r.sock?db=1@sekrit",
+        "unix:///tmp/r.sock?db=@sekrit", "redis://u:sek?rit@h/1"};
     for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
         dbt_redis_url u = {0};
         char err[DBT_ERRLEN];
         cr_expect(!dbt_parse_redis_url("DBTHROTTLE_REDIS_URL", urls[i], &u, err), "%s", urls[i]);
         cr_expect(strstr(err, "sekrit") == NULL, "shows the secret: %s", err);
+        cr_expect(strstr(err, "krit") == NULL && strstr(err, "Sec") == NULL, "%s", err);
+        /* Nothing after the scheme is shown: any of it may be a piece of a secret. */
+        const char *shown = strstr(err, "...?...\"");
+        cr_expect(shown && (shown[-1] == '"' || (shown - err > 3 && !strncmp(shown - 3, "://", 3))),
+                  "shows part of the URL: %s", err);
         cr_expect(strstr(err, "DBTHROTTLE_REDIS_URL") != NULL, "%s", err);
         cr_expect(strstr(err, "query string") != NULL || strstr(err, "expected") != NULL, "%s",
                   err);
         dbt_redis_url_free(&u);
     }
-    /* What is not a query string still parses: a password holding '?', a socket's ?db=N. */
+    /* What is not a query string still parses: a password holding '?' written %3F, a socket's
+     * ?db=N. */
     dbt_redis_url u = {0};
     char err[DBT_ERRLEN];
-    cr_expect(dbt_parse_redis_url("X", "redis://u:p?w@h/1", &u, err), "%s", err);
+    cr_expect(dbt_parse_redis_url("X", "redis://u:p%3Fw@h/1", &u, err), "%s", err);
     cr_expect_str_eq(u.password, "p?w");
     cr_expect(dbt_parse_redis_url("X", "unix:///tmp/r.sock?db=3", &u, err), "%s", err);
     cr_expect_eq(u.db, 3);
     dbt_redis_url_free(&u);
+}
+
+/* The rule the library, dbthrottle run and check share (dbt_config_error_for): the value in
+ * effect counts, but an unknown name or an unreadable file always does. */
+Test(config_readers, the_environment_fixing_a_file_value_leaves_no_error)
+{
+    char path[] = "/tmp/dbt-readers-XXXXXX";
+    write_conf(path, "max_queries = abc\n");
+    char var[64];
+    snprintf(var, sizeof var, "DBTHROTTLE_CONFIG=%s", path);
+    char *fixed[] = {var, "DBTHROTTLE_MAX_QUERIES=5", NULL};
+    dbt_config c;
+    char err[DBT_ERRLEN];
+    (void)dbt_config_load(&c, fixed, err);
+    cr_expect_null(dbt_config_error_for(&c, DBT_READER_WORKER));
+    cr_expect_eq(c.max_queries, 5);
+    dbt_config_free(&c);
+    char *unknown[] = {var, "DBTHROTTLE_MAX_QUERIES=5", "DBTHROTTLE_MAX_QUERIE=5", NULL};
+    (void)dbt_config_load(&c, unknown, err);
+    cr_expect_not_null(dbt_config_error_for(&c, DBT_READER_WORKER));
+    dbt_config_free(&c);
+    unlink(path);
+    char *unreadable[] = {var, "DBTHROTTLE_MAX_QUERIES=5", NULL};
+    (void)dbt_config_load(&c, unreadable, err);
+    const char *e = dbt_config_error_for(&c, DBT_READER_WORKER);
+    cr_assert_not_null(e);
+    cr_expect(strstr(e, "cannot read") != NULL, "%s", e);
+    dbt_config_free(&c);
 }
