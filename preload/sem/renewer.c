@@ -486,9 +486,11 @@ static void *thread_main(void *arg)
         }
         int64_t now = dbt_now_us(), period = renew_period_us(p);
         if (idle) {
-            /* Leases were just set by the acquire: the first renewal is due a period later. */
+            /* Leases were just set by the acquire: the first renewal is due a period later. But
+             * a process not listed yet (its first use of the pool) reports itself at once:
+             * dbthrottle status must list it while it holds, not a renewal period later. */
             idle = false;
-            p->last_renew_us = now;
+            p->last_renew_us = p->last_report_us ? now : now - period;
         }
         int64_t due = p->last_renew_us + period;
         int64_t back = dbt_parked_due_us(p);
