@@ -20,6 +20,11 @@
 dbt_redis *dbt_pool_connect(dbt_pool *p, char *err)
 {
     dbt_redis *r = dbt_redis_connect(p->client->cfg, err);
+    if (r) {
+        pthread_mutex_lock(&p->mu);
+        p->reached_redis = true; /* its name resolved: from now on, not resolving is an outage */
+        pthread_mutex_unlock(&p->mu);
+    }
     if (r && r->server_problem[0]) {
         snprintf(err, DBT_ERRLEN, "%s", r->server_problem);
         dbt_redis_free(r);
@@ -35,7 +40,7 @@ dbt_redis *dbt_pool_connect(dbt_pool *p, char *err)
                              DBT_S("redis", p->client->cfg->redis_url_redacted),
                              DBT_S("effect", "cannot verify Redis' maxmemory-policy nor its "
                                              "version: grant +info to the Redis user "
-                                             "(docs/operations.md)")};
+                                             "(docs/operations.md), or un-rename INFO")};
             dbt_log(DBT_LOG_WARN, "redis_unverified", f, sizeof f / sizeof *f);
         }
     }
@@ -175,7 +180,10 @@ bool dbt_pool_misconfigured(dbt_pool *p, int64_t now)
 void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
 {
     char why[DBT_MISCONFIG_LEN];
-    if (dbt_redis_error_permanent(msg, why, sizeof why)) {
+    pthread_mutex_lock(&p->mu);
+    bool reached = p->reached_redis;
+    pthread_mutex_unlock(&p->mu);
+    if (dbt_redis_error_permanent(msg, reached, why, sizeof why)) {
         note_misconfig(p, what, msg, why);
         return;
     }
