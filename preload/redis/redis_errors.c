@@ -94,8 +94,9 @@ static const permanent_error permanent[] = {
 
 /* After a prefix that dbt_redis_* adds: "redis: ", "redis HOST:PORT: " or "redis unix:PATH: "
  * (redis_conn.c's set_err; a unix path with ": " in it is not parsed), then at connect the step
- * that failed, "AUTH failed: " or "SELECT N failed: ". What follows is a Redis error reply, or
- * hiredis' own message. NULL when err has no such prefix. */
+ * that failed, "AUTH failed: " or "SELECT N failed: ", and the step's own "redis: " (a connect
+ * wraps the message of the command it ran). What follows is a Redis error reply, or hiredis' own
+ * message. NULL when err has no such prefix. */
 const char *dbt_redis_error_reply(const char *err)
 {
     if (!err || strncmp(err, "redis", 5) != 0)
@@ -115,6 +116,9 @@ const char *dbt_redis_error_reply(const char *err)
         if (q > p + 7 && strncmp(q, " failed: ", 9) == 0)
             p = q + 9;
     }
+    /* The step's own message, as read_reply wrote it, has its "redis: " too. */
+    if (strncmp(p, "redis: ", 7) == 0)
+        p += 7;
     return p;
 }
 

@@ -26,6 +26,18 @@ Test(redis_errors, configuration_errors_are_permanent_and_name_the_fix)
          "bcb6, on @user_script:1.",
          "may not run"},
         {"redis 127.0.0.1:6379: SELECT 99 failed: ERR DB index is out of range", "database"},
+        /* As dbt_redis_connect really writes them: the step's message keeps its "redis: ". */
+        {"redis 127.0.0.1:6379: AUTH failed: redis: WRONGPASS invalid username-password pair or "
+         "user is disabled.",
+         "WRONGPASS"},
+        {"redis 127.0.0.1:6379: AUTH failed: redis: ERR AUTH <password> called without any "
+         "password configured for the default user. Are you sure your configuration is "
+         "correct?",
+         "none configured"},
+        {"redis 127.0.0.1:6379: SELECT 99 failed: redis: ERR DB index is out of range", "database"},
+        {"redis 127.0.0.1:6379: redis: NOPERM this user has no permissions to run the 'script' "
+         "command",
+         "NOPERM"},
         {"redis no-such-host.invalid:6379: Name or service not known", "does not resolve"},
         {"redis h:6379: No address associated with hostname", "no address"},
         {"redis 127.0.0.1:6379: ERR unknown command 'EVALSHA', with args beginning with: ",
@@ -153,6 +165,7 @@ Test(redis_errors, only_the_code_that_starts_the_reply_counts)
                      "WRONGPASS x");
     cr_expect_str_eq(dbt_redis_error_reply("redis h:1: SELECT 12 failed: ERR DB index is out"),
                      "ERR DB index is out");
+    cr_expect_str_eq(dbt_redis_error_reply("redis h:1: AUTH failed: redis: NOAUTH x"), "NOAUTH x");
     cr_expect_str_eq(dbt_redis_error_reply("redis unix:/tmp/r.sock: Connection refused"),
                      "Connection refused");
     cr_expect_null(dbt_redis_error_reply("out of memory"));
