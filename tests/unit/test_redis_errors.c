@@ -86,8 +86,8 @@ Test(redis_errors, outages_are_transient)
         "redis: Server closed the connection",
         "redis: connection lost",
         "redis: LOADING Redis is loading the dataset in memory",
-        "redis: BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN "
-        "NOSCRIPT.",
+        ("redis: BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN "
+         "NOSCRIPT."),
         "redis: MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
         "redis: READONLY You can't write against a read only replica.",
         "redis: OOM command not allowed when used memory > 'maxmemory'.",
@@ -146,8 +146,8 @@ Test(redis_errors, only_the_code_that_starts_the_reply_counts)
         "redis NOPERM.internal:6379: Connection refused",
         "redis unix:/run/NOAUTH/redis.sock: Connection refused",
         "redis wrongpass-cache.example:6379: timed out waiting for a reply",
-        "redis: ERR user_script:1: NOPERM fake script: 2a86aa8d0ecfbd983e5a4550fc6600c4ced67316, "
-        "on @user_script:1.",
+        ("redis: ERR user_script:1: NOPERM fake script: 2a86aa8d0ecfbd983e5a4550fc6600c4ced67316, "
+         "on @user_script:1."),
         "redis: LOADING Redis is loading the dataset in memory (NOAUTH clients wait)",
         "redis: BUSY Redis is busy running a script (WRONGTYPE keys, MOVED slots)",
         "redis h:6379: Name or service not known, or so a proxy says",
