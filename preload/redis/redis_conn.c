@@ -2,6 +2,7 @@
 #include "redis_conn.h"
 
 #include "clock.h"
+#include "redis_errors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -156,6 +157,16 @@ static void check_info(dbt_redis *r, const char *info)
                  v);
 }
 
+/* Whether INFO's error reply (err, from read_reply) says INFO is not available to this user:
+ * the ACL denies it, or Redis' rename-command took it away. */
+static bool info_unavailable(const char *err)
+{
+    const char *reply = dbt_redis_error_reply(err);
+    return reply && (strncmp(reply, "NOPERM ", 7) == 0 ||
+                     strncmp(reply, "ERR unknown command 'INFO'", 26) == 0 ||
+                     strncmp(reply, "ERR unknown command 'info'", 26) == 0);
+}
+
 /* INFO and every script, in one pipelined round trip. */
 static bool load_all_scripts(dbt_redis *r, char *err)
 {
@@ -173,12 +184,20 @@ static bool load_all_scripts(dbt_redis *r, char *err)
         }
     }
     redisReply *info = read_reply(r, err);
-    if (info && info->type == REDIS_REPLY_STRING)
+    if (info && info->type == REDIS_REPLY_STRING) {
         check_info(r, info->str);
-    else if (dbt_redis_broken(r))
+    } else if (dbt_redis_broken(r)) {
+        freeReplyObject(info);
         return false;
-    else /* an error reply: INFO is not allowed to this user, or this is not Redis */
+    } else if (!info) {
+        /* An error reply. Only a user who may not run INFO (NOPERM) or a Redis that renamed it
+         * away goes on unverified; any other error (LOADING, BUSY, ...) is this connect's
+         * failure, an outage like any other, classified by the caller: never skip the policy
+         * check for it. */
+        if (!info_unavailable(err))
+            return false;
         r->info_refused = true;
+    }
     freeReplyObject(info);
     bool ok = true;
     for (int i = 0; i < NSCRIPTS; i++) {

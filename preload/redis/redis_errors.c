@@ -1,67 +1,167 @@
 /* redis_errors.c - telling a configuration error from an outage by what Redis (or the resolver)
- * said. Redis starts each error reply with a code (WRONGPASS, NOAUTH, NOPERM, ...); some older
- * ones, and errors from inside a script, only have words: both are matched. */
+ * said. Messages are parsed by their structure, never searched: a needle found anywhere could
+ * match the host name of the "redis HOST:PORT" prefix or the text a Lua error quotes. */
 #include "redis_errors.h"
 
 #include <stdio.h>
 #include <string.h>
 
+typedef enum {
+    CODE,           /* a Redis error reply whose code (the word that starts it) is `text` */
+    REPLY,          /* a Redis error reply that starts with `text` (ERR is too general a code) */
+    HIREDIS,        /* hiredis' (or the resolver's) own message: exactly `text` */
+    HIREDIS_PREFIX, /* hiredis' own message, which starts with `text` and goes on with data */
+    OWN,            /* a message dbt_redis_connect wrote itself (no prefix): starts with `text` */
+} match_kind;
+
 typedef struct {
-    const char *needle; /* found anywhere in the message */
-    const char *why;    /* the cause, and the setting or server setting to fix */
+    match_kind kind;
+    const char *text;
+    bool first_connect_only; /* permanent only while the pool has never reached Redis */
+    const char *why;         /* the cause, and the setting or server setting to fix; NULL: the
+                              * message itself says it */
 } permanent_error;
 
+#define CLUSTER_FIX                                                                                \
+    "dbthrottle does not follow cluster redirections: point DBTHROTTLE_REDIS_URL at a "            \
+    "standalone Redis (or at the cluster node that holds the pool's slot, or a cluster-aware "     \
+    "proxy)"
+
 static const permanent_error permanent[] = {
-    {"WRONGPASS", "Redis refused the user or password (WRONGPASS): fix the credentials in "
-                  "DBTHROTTLE_REDIS_URL"},
-    {"invalid password", "Redis refused the password: fix it in DBTHROTTLE_REDIS_URL"},
-    {"NOAUTH", "Redis requires a password and DBTHROTTLE_REDIS_URL gives none (NOAUTH): add "
-               "it, redis://[user]:password@host"},
-    {"without any password configured",
+    {CODE, "WRONGPASS", false,
+     "Redis refused the user or password (WRONGPASS): fix the credentials in "
+     "DBTHROTTLE_REDIS_URL"},
+    /* Redis before 6 */
+    {REPLY, "ERR invalid password", false,
+     "Redis refused the password: fix it in DBTHROTTLE_REDIS_URL"},
+    {CODE, "NOAUTH", false,
+     "Redis requires a password and DBTHROTTLE_REDIS_URL gives none (NOAUTH): add it, "
+     "redis://[user]:password@host"},
+    {REPLY, "ERR AUTH <password> called without any password configured", false,
      "DBTHROTTLE_REDIS_URL gives a password but Redis has none configured: remove it from "
      "DBTHROTTLE_REDIS_URL or set one in Redis"},
-    {"NOPERM", "the Redis user of DBTHROTTLE_REDIS_URL lacks a permission the scripts need "
-               "(NOPERM): grant the worker ACL of docs/operations.md"},
-    {"user executing the script can't",
+    /* Redis before 6 */
+    {REPLY, "ERR Client sent AUTH, but no password is set", false,
+     "DBTHROTTLE_REDIS_URL gives a password but Redis has none configured: remove it from "
+     "DBTHROTTLE_REDIS_URL or set one in Redis"},
+    {CODE, "NOPERM", false,
+     "the Redis user of DBTHROTTLE_REDIS_URL lacks a permission the scripts need (NOPERM): "
+     "grant the worker ACL of docs/operations.md"},
+    {REPLY, "ERR The user executing the script can't", false,
      "the Redis user of DBTHROTTLE_REDIS_URL may not run a command or key the scripts use: "
      "grant the worker ACL of docs/operations.md"},
-    {"DB index is out of range", "the database number in DBTHROTTLE_REDIS_URL does not exist "
-                                 "in Redis (its `databases` setting): fix DBTHROTTLE_REDIS_URL"},
-    {"invalid DB index", "the database number in DBTHROTTLE_REDIS_URL is not valid in this "
-                         "Redis: fix DBTHROTTLE_REDIS_URL"},
-    /* getaddrinfo's EAI_NONAME and EAI_NODATA (EAI_AGAIN, "Temporary failure in name
-     * resolution", is a resolver that may come back: transient). */
-    {"Name or service not known", "the host name in DBTHROTTLE_REDIS_URL does not resolve: fix "
-                                  "DBTHROTTLE_REDIS_URL"},
-    {"No address associated with hostname", "the host name in DBTHROTTLE_REDIS_URL has no "
-                                            "address: fix DBTHROTTLE_REDIS_URL"},
-    {"unknown command", "the server of DBTHROTTLE_REDIS_URL is not Redis, or too old for the "
-                        "scripts (Redis 7.0 or newer): fix DBTHROTTLE_REDIS_URL or upgrade"},
-    {"Protocol error", "the server of DBTHROTTLE_REDIS_URL does not speak the Redis protocol: "
-                       "fix DBTHROTTLE_REDIS_URL"},
+    {REPLY, "ERR DB index is out of range", false,
+     "the database number in DBTHROTTLE_REDIS_URL does not exist in Redis (its `databases` "
+     "setting): fix DBTHROTTLE_REDIS_URL"},
+    {REPLY, "ERR invalid DB index", false,
+     "the database number in DBTHROTTLE_REDIS_URL is not valid in this Redis: fix "
+     "DBTHROTTLE_REDIS_URL"},
+    {REPLY, "ERR SELECT is not allowed in cluster mode", false,
+     "DBTHROTTLE_REDIS_URL selects a database but Redis runs in cluster mode, which only has "
+     "database 0: remove the /N from DBTHROTTLE_REDIS_URL"},
+    /* A Redis Cluster node that does not hold the pool's slot: it never will by itself (ASK,
+     * a slot being migrated, is an outage: the migration ends in MOVED, or is rolled back). */
+    {CODE, "MOVED", false,
+     "Redis of DBTHROTTLE_REDIS_URL is a Redis Cluster node without the pool's keys (MOVED): "
+     "" CLUSTER_FIX},
+    {CODE, "CROSSSLOT", false,
+     "Redis of DBTHROTTLE_REDIS_URL is a Redis Cluster that spreads a script's keys over slots "
+     "(CROSSSLOT): " CLUSTER_FIX},
+    /* Every dbthrottle key has one type; another type under its name is another program's. */
+    {CODE, "WRONGTYPE", false,
+     "a key under DBTHROTTLE_KEY_PREFIX holds another type of value (WRONGTYPE): the prefix "
+     "collides with another application's keys; set DBTHROTTLE_KEY_PREFIX to a prefix of its "
+     "own"},
+    {REPLY, "ERR unknown command", false,
+     "the server of DBTHROTTLE_REDIS_URL is not Redis, or too old for the scripts (Redis 7.0 "
+     "or newer): fix DBTHROTTLE_REDIS_URL or upgrade"},
+    /* getaddrinfo's EAI_NONAME and EAI_NODATA, which hiredis passes on as gai_strerror says
+     * them (EAI_AGAIN, "Temporary failure in name resolution", is a resolver that may come
+     * back: transient). A name that resolved once in this process and no longer does is a
+     * restart behind Docker's or Kubernetes' DNS (NXDOMAIN while the container is away): an
+     * outage, not a typo. */
+    {HIREDIS, "Name or service not known", true,
+     "the host name in DBTHROTTLE_REDIS_URL does not resolve: fix DBTHROTTLE_REDIS_URL"},
+    {HIREDIS, "No address associated with hostname", true,
+     "the host name in DBTHROTTLE_REDIS_URL has no address: fix DBTHROTTLE_REDIS_URL"},
+    {HIREDIS_PREFIX, "Protocol error, got ", false,
+     "the server of DBTHROTTLE_REDIS_URL does not speak the Redis protocol: fix "
+     "DBTHROTTLE_REDIS_URL"},
     /* What dbt_redis_connect found in INFO (its message says it all). */
-    {"maxmemory-policy", NULL},
-    {"older than 7.0", NULL},
+    {OWN, "Redis' maxmemory-policy is ", false, NULL},
+    {OWN, "Redis ", false, NULL}, /* "Redis V is older than 7.0, ..." (checked below) */
 };
 
-bool dbt_redis_error_permanent(const char *err, char *why, size_t cap)
+/* After a prefix that dbt_redis_* adds: "redis: ", "redis HOST:PORT: " or "redis unix:PATH: "
+ * (redis_conn.c's set_err; a unix path with ": " in it is not parsed), then at connect the step
+ * that failed, "AUTH failed: " or "SELECT N failed: ", and the step's own "redis: " (a connect
+ * wraps the message of the command it ran). What follows is a Redis error reply, or hiredis' own
+ * message. NULL when err has no such prefix. */
+const char *dbt_redis_error_reply(const char *err)
+{
+    if (!err || strncmp(err, "redis", 5) != 0)
+        return NULL;
+    const char *p = err + 5;
+    if (*p == ' ')
+        p = strstr(p, ": ");
+    if (!p || p[0] != ':' || p[1] != ' ')
+        return NULL;
+    p += 2;
+    if (strncmp(p, "AUTH failed: ", 13) == 0) {
+        p += 13;
+    } else if (strncmp(p, "SELECT ", 7) == 0) {
+        const char *q = p + 7;
+        while (*q >= '0' && *q <= '9')
+            q++;
+        if (q > p + 7 && strncmp(q, " failed: ", 9) == 0)
+            p = q + 9;
+    }
+    /* The step's own message, as read_reply wrote it, has its "redis: " too. */
+    if (strncmp(p, "redis: ", 7) == 0)
+        p += 7;
+    return p;
+}
+
+/* The code that starts a Redis error reply: capitals up to a space or the end (0: none). */
+static size_t code_len(const char *reply)
+{
+    size_t n = 0;
+    while (reply[n] >= 'A' && reply[n] <= 'Z')
+        n++;
+    return n >= 2 && (reply[n] == ' ' || reply[n] == '\0') ? n : 0;
+}
+
+static bool matches(const permanent_error *e, const char *err, const char *reply)
+{
+    size_t n = strlen(e->text);
+    switch (e->kind) {
+    case CODE:
+        return reply && code_len(reply) == n && strncmp(reply, e->text, n) == 0;
+    case REPLY:
+        return reply && strncmp(reply, e->text, n) == 0;
+    case HIREDIS:
+        return reply && strcmp(reply, e->text) == 0;
+    case HIREDIS_PREFIX:
+        return reply && strncmp(reply, e->text, n) == 0;
+    case OWN:
+        if (strncmp(err, e->text, n) != 0)
+            return false;
+        return strcmp(e->text, "Redis ") != 0 || strstr(err + n, " is older than 7.0") != NULL;
+    }
+    return false;
+}
+
+bool dbt_redis_error_permanent(const char *err, bool reached_before, char *why, size_t cap)
 {
     if (!err)
         return false;
-    for (size_t i = 0; i < sizeof permanent / sizeof *permanent; i++)
-        if (strstr(err, permanent[i].needle)) {
-            if (permanent[i].why) {
-                snprintf(why, cap, "%s", permanent[i].why);
-            } else {
-                /* The connect's own message, after its "redis HOST:PORT: " prefix. */
-                const char *own = strstr(err, permanent[i].needle);
-                const char *start = err;
-                for (const char *p = err; p < own; p++)
-                    if (p[0] == ':' && p[1] == ' ')
-                        start = p + 2;
-                snprintf(why, cap, "%s", start);
-            }
-            return true;
-        }
+    const char *reply = dbt_redis_error_reply(err);
+    for (size_t i = 0; i < sizeof permanent / sizeof *permanent; i++) {
+        const permanent_error *e = &permanent[i];
+        if (!matches(e, err, reply) || (e->first_connect_only && reached_before))
+            continue;
+        snprintf(why, cap, "%s", e->why ? e->why : err);
+        return true;
+    }
     return false;
 }

@@ -20,6 +20,11 @@
 dbt_redis *dbt_pool_connect(dbt_pool *p, char *err)
 {
     dbt_redis *r = dbt_redis_connect(p->client->cfg, err);
+    if (r) {
+        pthread_mutex_lock(&p->mu);
+        p->reached_redis = true; /* its name resolved: from now on, not resolving is an outage */
+        pthread_mutex_unlock(&p->mu);
+    }
     if (r && r->server_problem[0]) {
         snprintf(err, DBT_ERRLEN, "%s", r->server_problem);
         dbt_redis_free(r);
@@ -35,7 +40,7 @@ dbt_redis *dbt_pool_connect(dbt_pool *p, char *err)
                              DBT_S("redis", p->client->cfg->redis_url_redacted),
                              DBT_S("effect", "cannot verify Redis' maxmemory-policy nor its "
                                              "version: grant +info to the Redis user "
-                                             "(docs/operations.md)")};
+                                             "(docs/operations.md), or un-rename INFO")};
             dbt_log(DBT_LOG_WARN, "redis_unverified", f, sizeof f / sizeof *f);
         }
     }
@@ -137,10 +142,14 @@ static void note_misconfig(dbt_pool *p, const char *what, const char *msg, const
     /* The renewer holds its deferred operations back as in an outage, until the next probe:
      * a broken Redis costs no round trip but that one. */
     p->down_until_us = p->misconfig_probe_us;
+    /* The last line logged is remembered across a fix: a cause that only some operations meet
+     * (an ACL without BLPOP) is fixed by every other call and back at the next, and must still
+     * be one line a minute. */
     bool log = dbt_misconfig_log_due(p->misconfig_logged, p->misconfig_logged_us, why, now);
     if (log) {
         snprintf(p->misconfig_logged, sizeof p->misconfig_logged, "%s", why);
         p->misconfig_logged_us = now;
+        p->misconfig_fix_owed = !p->client->cfg->disable; /* its line is logged */
     }
     pthread_mutex_unlock(&p->mu);
     /* A disabled process only reports itself (registry.c): its commands never depend on Redis,
@@ -175,7 +184,10 @@ bool dbt_pool_misconfigured(dbt_pool *p, int64_t now)
 void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
 {
     char why[DBT_MISCONFIG_LEN];
-    if (dbt_redis_error_permanent(msg, why, sizeof why)) {
+    pthread_mutex_lock(&p->mu);
+    bool reached = p->reached_redis;
+    pthread_mutex_unlock(&p->mu);
+    if (dbt_redis_error_permanent(msg, reached, why, sizeof why)) {
         note_misconfig(p, what, msg, why);
         return;
     }
@@ -218,8 +230,11 @@ void dbt_pool_note_ok(dbt_pool *p)
     char fixed[sizeof p->misconfig];
     snprintf(fixed, sizeof fixed, "%s", p->misconfig);
     p->misconfig[0] = '\0';
+    /* One redis_fixed line per redis_misconfigured line: a cause that comes back within the
+     * minute is not logged again (note_misconfig), so neither is its next fix. */
+    bool log_fixed = fixed[0] && p->misconfig_fix_owed;
     if (fixed[0])
-        p->misconfig_logged[0] = '\0'; /* a new episode is logged at once */
+        p->misconfig_fix_owed = false;
     uint64_t unthrottled = p->outage_unthrottled, refused = p->outage_refused;
     int64_t since = p->outage_since_ms;
     if (was)
@@ -232,7 +247,7 @@ void dbt_pool_note_ok(dbt_pool *p)
                          DBT_I("unthrottled", unthrottled), DBT_I("refused", refused)};
         dbt_log(DBT_LOG_WARN, "redis_back", f, sizeof f / sizeof *f);
     }
-    if (fixed[0]) {
+    if (log_fixed) {
         dbt_field f[] = {DBT_S("pool", p->name), DBT_S("was", fixed),
                          DBT_S("effect", "throttling again")};
         dbt_log(DBT_LOG_WARN, "redis_fixed", f, sizeof f / sizeof *f);

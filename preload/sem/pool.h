@@ -22,7 +22,10 @@ void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r);
 /* The outage backoff: a failed Redis call makes acquires skip Redis for DBT_OUTAGE_BACKOFF_US
  * (logged once per outage); a call that succeeds ends the outage. A permanent error
  * (redis_errors.h) sets p->misconfig instead: logged at error level, again every minute while
- * it lasts; acquires are refused meanwhile (dbt_pool_misconfigured). Without p->mu. */
+ * it lasts; acquires are refused meanwhile (dbt_pool_misconfigured). A call that succeeds ends
+ * it too, but the last line logged is remembered: a cause that only some calls meet comes and
+ * goes with them and is still logged once a minute, its redis_fixed once per line. Without
+ * p->mu. */
 void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg);
 void dbt_pool_note_ok(dbt_pool *p);
 

@@ -133,6 +133,8 @@ struct dbt_pool {
     int64_t misconfig_probe_us;  /* when the next acquire may try Redis */
     char misconfig_logged[256];  /* the cause last logged ... */
     int64_t misconfig_logged_us; /* ... and when: again after DBT_MISCONFIG_RELOG_US */
+    bool misconfig_fix_owed;     /* that line's redis_fixed is yet to be logged */
+    bool reached_redis;          /* a connection ever opened: its host name resolved */
     bool info_warned;            /* INFO refused: warned once */
     /* The last (or current) outage, as the process registry reports it (registry.c): since when
      * (wall clock, ms), until when (0 while it lasts), and what it cost. */

@@ -100,6 +100,29 @@ mr_case unknown_host "redis://mr-no-such-host.invalid:$rport" "does not resolve"
 rcli CONFIG SET maxmemory-policy allkeys-lru >/dev/null
 mr_case eviction "$mr_url_plain" "maxmemory-policy is allkeys-lru" \
     'rcli CONFIG SET maxmemory-policy noeviction >/dev/null' "no-secret-here"
+# A permanent error that only one operation meets: an ACL without BLPOP refuses the waiters'
+# listener while every uncontended acquire succeeds, so the pool is misconfigured, then fixed by
+# the next success, then misconfigured again. Logged once a minute all the same (the flapping
+# logged 7 error and 6 redis_fixed lines in 12 s), and the limit holds throughout.
+rcli ACL SETUSER mr_noblpop on ">mr-Blpop-Secret-7" "~*" "+@all" "-blpop" >/dev/null
+mark
+PGAPPNAME=mr_noblpop env LD_PRELOAD="$preload" DBTHROTTLE_MAX_QUERIES=1 \
+    DBTHROTTLE_REDIS_URL="redis://mr_noblpop:mr-Blpop-Secret-7@127.0.0.1:$rport" \
+    DBTHROTTLE_REDIS_TIMEOUT=500ms "$worker" -T 4 -n 0 -s 20 \
+    >"$work/mr.noblpop.w" 2>"$work/mr.noblpop.err" &
+mr_pid=$!
+echo "$mr_pid" >>"$work/pids"
+wait_until 20 'grep -q "event=redis_misconfigured" "$work/mr.noblpop.err"'
+wait_until 8 'false' # a window of 8 s in which it comes and goes
+mr_worker_stop
+mr_errs=$(grep -c "event=redis_misconfigured" "$work/mr.noblpop.err")
+mr_fixes=$(grep -c "event=redis_fixed" "$work/mr.noblpop.err")
+check "misconfigured_redis noblpop: a cause that comes and goes is logged once, its fix once ($mr_errs error, $mr_fixes redis_fixed lines in 8 s)" \
+    '[ "$mr_errs" -eq 1 ] && [ "$mr_fixes" -le 1 ]'
+check "misconfigured_redis noblpop: the limit of 1 held ($(probes mr_noblpop) probes ran, at most $(max_conc mr_noblpop) at once)" \
+    '[ "$(probes mr_noblpop)" -ge 1 ] && [ "$(max_conc mr_noblpop)" -le 1 ]'
+check "misconfigured_redis noblpop: no secret in any output" \
+    '! grep -q -- "Secret" "$work/mr.noblpop.err" "$work/mr.noblpop.w"'
 # A transient error keeps its mode: Redis gone, open mode, the command runs unthrottled.
 mark
 redis_stop
