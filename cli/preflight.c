@@ -245,7 +245,7 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
     if (!r) {
         redis_advice("", e, err);
         char why[DBT_MISCONFIG_LEN];
-        *permanent = dbt_redis_error_permanent(e, why, sizeof why);
+        *permanent = dbt_redis_error_permanent(e, false, why, sizeof why);
         return false;
     }
     bool ok = info_field(r, "server", "redis_version", version, vcap, e);
@@ -277,7 +277,7 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
     if (!ok) {
         char why[DBT_MISCONFIG_LEN];
         *permanent = found_here || strstr(err, "dry-run switch") ||
-                     dbt_redis_error_permanent(err, why, sizeof why);
+                     dbt_redis_error_permanent(err, false, why, sizeof why);
     }
     return ok;
 }
