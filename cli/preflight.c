@@ -275,9 +275,13 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
         ok = dry_run_scripts(r, cfg, pool, err);
     dbt_redis_free(r);
     if (!ok) {
+        /* redis_advice put the step in front ("acquire: redis: NOPERM ..."): the library's
+         * rule reads the message as dbt_redis_* wrote it. */
+        const char *raw = strstr(err, ": redis");
+        raw = raw && raw - err <= 40 ? raw + 2 : err;
         char why[DBT_MISCONFIG_LEN];
         *permanent = found_here || strstr(err, "dry-run switch") ||
-                     dbt_redis_error_permanent(err, false, why, sizeof why);
+                     dbt_redis_error_permanent(raw, false, why, sizeof why);
     }
     return ok;
 }
