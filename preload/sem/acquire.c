@@ -29,7 +29,7 @@ static dbt_acq_result outage_result(dbt_pool *p, dbt_kind kind, const dbt_acquir
 {
     uint64_t quiet = 0, total;
     pthread_mutex_lock(&p->mu);
-    bool misconfigured = p->misconfig[0] != '\0';
+    bool misconfigured = p->misconfig[0] != '\0' || dbt_pool_thread_failed_permanently();
     bool open = !misconfigured && p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN;
     if (open) {
         p->st.unthrottled++;
@@ -557,6 +557,7 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
     *out = NULL;
     acquire_run a = {.p = p, .kind = kind, .o = o, .may_wait = o->wait_ms != 0};
     a.start = dbt_now_us();
+    dbt_pool_thread_clear_failure();
     a.deadline = o->wait_ms < 0 ? -1 : a.start + o->wait_ms * 1000;
     if (!(a.s = new_slot(&a)))
         return a.result;

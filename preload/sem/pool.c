@@ -181,13 +181,30 @@ bool dbt_pool_misconfigured(dbt_pool *p, int64_t now)
     return false;
 }
 
+/* Whether the calling thread's last failed Redis call failed for a permanent cause. Its own
+ * verdict, not the pool's state: another thread's call that succeeds meanwhile (one command
+ * allowed, another denied by the ACL) clears p->misconfig, and a waiter whose BLPOP was just
+ * refused must still be refused, not run unthrottled beside the holder. */
+static __thread bool thread_failed_permanently;
+
+bool dbt_pool_thread_failed_permanently(void)
+{
+    return thread_failed_permanently;
+}
+
+void dbt_pool_thread_clear_failure(void)
+{
+    thread_failed_permanently = false;
+}
+
 void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
 {
     char why[DBT_MISCONFIG_LEN];
     pthread_mutex_lock(&p->mu);
     bool reached = p->reached_redis;
     pthread_mutex_unlock(&p->mu);
-    if (dbt_redis_error_permanent(msg, reached, why, sizeof why)) {
+    thread_failed_permanently = dbt_redis_error_permanent(msg, reached, why, sizeof why);
+    if (thread_failed_permanently) {
         note_misconfig(p, what, msg, why);
         return;
     }

@@ -27,6 +27,10 @@ void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r);
  * goes with them and is still logged once a minute, its redis_fixed once per line. Without
  * p->mu. */
 void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg);
+/* Whether this thread's last dbt_pool_note_error was for a permanent cause (cleared by
+ * dbt_pool_thread_clear_failure, at the start of each acquire). */
+bool dbt_pool_thread_failed_permanently(void);
+void dbt_pool_thread_clear_failure(void);
 void dbt_pool_note_ok(dbt_pool *p);
 
 /* Whether a permanent error `why` found at `now` is logged, the one last logged being `last`
