@@ -93,16 +93,8 @@ static bool info_field(dbt_redis *r, const char *section, const char *field, cha
     if (!rep)
         return false;
     out[0] = '\0';
-    if (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS) {
-        char key[64];
-        snprintf(key, sizeof key, "%s:", field);
-        const char *v = strstr(rep->str, key);
-        if (v) {
-            v += strlen(key);
-            size_t n = strcspn(v, "\r\n");
-            snprintf(out, cap, "%.*s", (int)(n < cap - 1 ? n : cap - 1), v);
-        }
-    }
+    if (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS)
+        (void)dbt_redis_info_field(rep->str, field, out, cap);
     freeReplyObject(rep);
     return true;
 }
@@ -248,26 +240,18 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
         *permanent = dbt_redis_error_permanent(e, false, why, sizeof why);
         return false;
     }
-    bool ok = info_field(r, "server", "redis_version", version, vcap, e);
-    if (!ok) {
-        redis_advice("INFO", e, err);
-    } else if (atoi(version) < 7) {
-        snprintf(err, DBT_ERRLEN,
-                 "Redis %s is too old: dbthrottle's scripts need Redis 7.0 or later: point "
-                 "DBTHROTTLE_REDIS_URL at a newer one",
-                 version[0] ? version : "(unknown version)");
+    /* The connect read INFO as a worker's does, and judged the version and the policy by the
+     * library's own rule (redis_conn.c): the same verdict, no second look. */
+    snprintf(version, vcap, "%s", r->version);
+    bool ok = true;
+    if (r->server_problem[0]) {
+        snprintf(err, DBT_ERRLEN, "%s", r->server_problem);
         ok = false;
         found_here = true;
-    }
-    char policy[64];
-    if (ok && !(ok = info_field(r, "memory", "maxmemory_policy", policy, sizeof policy, e)))
-        redis_advice("INFO", e, err);
-    if (ok && (strncmp(policy, "volatile-", 9) == 0 || strncmp(policy, "allkeys-", 8) == 0)) {
-        /* Every key of a pool has a TTL: eviction can drop holders, and admit beyond the limit. */
-        snprintf(err, DBT_ERRLEN,
-                 "Redis' maxmemory-policy is %s, which may evict the pools' keys (and admit "
-                 "beyond the limit): set maxmemory-policy noeviction in that Redis",
-                 policy);
+    } else if (r->info_refused) {
+        /* The library would go on unverified (and warn); a pre-flight check refuses: nobody
+         * can tell whether this Redis may evict the pool's keys. */
+        redis_advice("INFO", "redis: NOPERM this user may not run INFO", err);
         ok = false;
         found_here = true;
     }

@@ -123,8 +123,7 @@ static redisReply *read_reply(dbt_redis *r, char *err);
 /* The minimum Redis the scripts run on: PEXPIRE ... NX came with 7.0. */
 #define MIN_REDIS_MAJOR 7
 
-/* INFO's "name:value" line, copied into out (cap bytes); false when absent. */
-static bool info_field(const char *info, const char *name, char *out, size_t cap)
+bool dbt_redis_info_field(const char *info, const char *name, char *out, size_t cap)
 {
     size_t n = strlen(name);
     for (const char *p = info; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
@@ -142,19 +141,18 @@ static bool info_field(const char *info, const char *name, char *out, size_t cap
 static void check_info(dbt_redis *r, const char *info)
 {
     char v[64];
-    if (info_field(info, "maxmemory_policy", v, sizeof v) &&
-        (strncmp(v, "allkeys-", 8) == 0 || strncmp(v, "volatile-", 9) == 0)) {
+    (void)dbt_redis_info_field(info, "redis_version", r->version, sizeof r->version);
+    if (dbt_redis_info_field(info, "maxmemory_policy", v, sizeof v) &&
+        (strncmp(v, "allkeys-", 8) == 0 || strncmp(v, "volatile-", 9) == 0))
         snprintf(r->server_problem, sizeof r->server_problem,
                  "Redis' maxmemory-policy is %.40s, which may evict the pool's keys (each has a "
                  "TTL) and over-admit: set maxmemory-policy noeviction in Redis",
                  v);
-        return;
-    }
-    if (info_field(info, "redis_version", v, sizeof v) && atoi(v) < MIN_REDIS_MAJOR)
+    else if (atoi(r->version) < MIN_REDIS_MAJOR)
         snprintf(r->server_problem, sizeof r->server_problem,
                  "Redis %.20s is older than 7.0, which the scripts need: upgrade Redis or fix "
                  "DBTHROTTLE_REDIS_URL",
-                 v);
+                 r->version[0] ? r->version : "(version unknown)");
 }
 
 /* Whether INFO's error reply (err, from read_reply) says INFO is not available to this user:

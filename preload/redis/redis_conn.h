@@ -13,6 +13,9 @@
 /* Fire-and-forget commands a connection may have in flight before it must read their replies. */
 #define DBT_MAX_PENDING 32
 
+/* INFO's "name:value" line's value, copied into out (cap bytes); false when absent. */
+bool dbt_redis_info_field(const char *info, const char *name, char *out, size_t cap);
+
 /* What the caller of a fire-and-forget command names it by, to learn that it failed. */
 #define DBT_REDIS_TAG_LEN 80
 
@@ -26,6 +29,7 @@ typedef struct {
      * show it), and whether INFO was refused (an ACL without +info: nothing could be checked). */
     char server_problem[200];
     bool info_refused;
+    char version[32]; /* redis_version, as INFO said it ("" when INFO was refused) */
     struct {
         char *cmd; /* the formatted command, kept to re-send it after a NOSCRIPT */
         size_t len;
