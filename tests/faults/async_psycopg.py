@@ -83,6 +83,10 @@ async def probe(conn, ms):
 async def phase1():
     global measuring, phase
     conns = await asyncio.gather(*(connect() for _ in range(TASKS)))
+    # psycopg's first statement loads and builds what it needs (adapters, the pool in the
+    # library): once per connection, one at a time, before the loop is timed
+    for c in conns:
+        await (await c.execute("SELECT 1")).fetchone()
 
     async def task(conn):
         for _ in range(QUERIES):
