@@ -166,6 +166,7 @@ $(BUILD)/tests/dlsym_check: tests/integration/dlsym_check.c
 	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -o $@ $< -ldl
 
 INTEGRATION_BINS := $(BUILD)/tests/libnext_preload.so $(BUILD)/tests/fork_client \
+                    $(BUILD)/tests/held_client \
                     $(BUILD)/tests/pipeline_client $(BUILD)/tests/dlsym_check $(HOOK_LIST)
 
 # ---- checkers ---------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ cases="limit_holds_at_the_server transaction_is_one_permit log_query cache_permi
     fork_child_takes_its_own client_libraries exempt_connections idle_in_transaction_warning
     connection_permits large_objects psycopg2_async interactive_psql dlsym_returns_our_hooks
     psycopg3_cancel_ends_wait one_server_one_pool"
+cases="$cases held_send_returns_at_once held_refused_at_timeout held_refused_in_transaction
+    held_cancelled held_drained held_pipeline held_pipeline_refused held_finish held_reset held_fork"
 pick_cases "$@"
 harness_begin it
 
@@ -578,6 +580,280 @@ print(cur.fetchone()[0])" 2>&1)
     pools=$(rcli --scan --pattern 'onepoolc:*' | sed 's/^onepoolc:{\([^}]*\)}.*/\1/' | sort -u)
     check "connection permits: one pool for the 5 spellings ($(echo $pools))" \
         '[ "$pools" = "localhost:$PGPORT/postgres" ]'
+}
+
+# ---- issue 15: held commands ---------------------------------------------------------------------
+# A PQsend* call that finds no permit free returns at once; the library holds the command until it
+# gets one (and sends it then) or is refused (the application then reads a 53300 or 57014 result).
+# held_client (tests/integration/held_client.c) drives one connection through an event loop while a
+# throttled psql holds the pool's only permit (a probe of the counter, so the server's log says
+# when each statement ran and whether it ran beside another); each case has a pool of its own.
+
+# hc_hold POOL APP MS: a throttled psql holds POOL's only permit for a MS ms probe ($hc_holder);
+# returns once Redis has it holding and its probe runs at the server. Call mark first.
+hc_hold() {
+    throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=$1 PGAPPNAME=$2 DBTHROTTLE_WAIT_TIMEOUT=60s \
+        psql -qAtX -c "select dbt_probe($3)" >/dev/null 2>&1 &
+    hc_holder=$!
+    echo "$hc_holder" >>"$work/pids"
+    wait_until 10 "[ \"\$(hc_card $1 holders)\" = 1 ] && [ \"\$(probes $2)\" = 1 ]"
+}
+hc_card() { rcli zcard "dbthrottle:{$1}:q:$2"; } # hc_card POOL holders|queue
+# hc_run POOL MODE [ENV=VALUE...]: held_client MODE in the background ($hc_pid) on POOL (its
+# application_name is the pool's name too) at a limit of 1; its lines in $hc_out; hc_go STEP lets
+# it pass step STEP. $HC_WRAP runs it under a tool (valgrind).
+hc_run() {
+    hc_pool=$1
+    hc_mode=$2
+    shift 2
+    hc_out=$work/hc.$hc_pool.out
+    rm -f "$hc_out" "$work/hc.$hc_pool.go".*
+    throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=$hc_pool PGAPPNAME=$hc_pool \
+        HELD_GO=$work/hc.$hc_pool.go "$@" timeout 120 ${HC_WRAP:-} "$top/build/tests/held_client" \
+        "$hc_mode" >"$hc_out" 2>"$work/hc.$hc_pool.err" &
+    hc_pid=$!
+    echo "$hc_pid" >>"$work/pids"
+}
+hc_go() { touch "$work/hc.$hc_pool.go.$1"; }
+hc_line() { wait_until 60 "grep -q '^$1=' \"\$hc_out\""; } # hc_line KEY: until held_client said KEY
+hc_val() { # hc_val KEY: what held_client said of KEY (its first line with it)
+    awk -v k="$1=" '{ for (i = 1; i <= NF; i++) if (index($i, k) == 1) { print substr($i, length(k) + 1); exit } }' "$hc_out"
+}
+hc_ms() { hc_ms_v=$(hc_val "$1"); echo "${hc_ms_v:-999999}"; } # a number held_client said (or 999999)
+hc_said() { tr '\n' ' ' <"$hc_out" | cut -c 1-400; } # for the check lines
+# hc_sent_at_once: the PQsendQuery returned 1 within 1 s (the holder holds for seconds), and the
+# connection then reads as busy with nothing to flush, and stays busy after PQconsumeInput.
+hc_sent_at_once() {
+    check "$hc_pool: PQsendQuery returns 1 at once while the permit is held elsewhere ($(hc_said))" \
+        '[ "$(hc_val send)" = 1 ] && [ "$(hc_ms send_ms)" -lt 1000 ]'
+    check "$hc_pool: then PQisBusy 1, PQflush 0, PQconsumeInput 1 and still busy" \
+        '[ "$(hc_val busy)" = 1 ] && [ "$(hc_val flush)" = 0 ] && [ "$(hc_val consume)" = 1 ] && [ "$(hc_val busy_after_consume)" = 1 ]'
+}
+hc_not_run() { case $1 in PIPELINE_ABORTED,NULL | FATAL_ERROR*,NULL) return 0 ;; esac; return 1; }
+hc_loop_ran() { # the event loop never stopped for 500 ms (10 ms ticks), the send included
+    check "$hc_pool: the event loop never stalled (longest gap between ticks: $(hc_val maxgap_ms) ms)" \
+        '[ -n "$(hc_val maxgap_ms)" ] && [ "$(hc_ms maxgap_ms)" -lt 500 ]'
+}
+
+# a. the permit held elsewhere: the send returns at once, the result comes once the holder is done
+it_held_send_returns_at_once() {
+    mark
+    hc_hold held_a held_a 3000
+    hc_run held_a wait DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    hc_loop_ran
+    check "held_a: the socket became readable when the holder ended ($(hc_val ready_ms) ms after the send): the real result, then NULL ($(hc_val result); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val result)" = "TUPLES_OK:1,NULL" ] && [ "$(hc_ms ready_ms)" -ge 1000 ]'
+    check "held_a: at the server, the held statement ran once, after the holder's ended (probes: $(probes held_a); it saw itself alone: $(hc_val result))" \
+        '[ "$(probes held_a)" = 2 ] && [ "$(hc_val result)" = "TUPLES_OK:1,NULL" ]'
+}
+
+# b. refused at the wait timeout: the loop wakes, 53300 then NULL, the connection usable after
+it_held_refused_at_timeout() {
+    mark
+    hc_hold held_b held_b 6000
+    hc_run held_b refuse DBTHROTTLE_WAIT_TIMEOUT=1500ms
+    hc_line tx
+    queue=$(hc_card held_b queue)
+    holders=$(hc_card held_b holders)
+    hc_sent_at_once
+    hc_loop_ran
+    check "held_b: poll() woke at the 1.5 s wait timeout, not at the holder's end at 6 s (after $(hc_val ready_ms) ms)" \
+        '[ "$(hc_ms ready_ms)" -ge 1400 ] && [ "$(hc_ms ready_ms)" -le 4500 ]'
+    check "held_b: PQgetResult gives PGRES_FATAL_ERROR with SQLSTATE 53300 and the dbthrottle message, then NULL ($(hc_val result))" \
+        '[ "$(hc_val result)" = "FATAL_ERROR:53300,NULL" ] && grep -q "^result_error=\"dbthrottle: no query permit" "$hc_out"'
+    check "held_b: the transaction status is unchanged ($(hc_val tx))" '[ "$(hc_val tx)" = IDLE ]'
+    check "held_b: after the refusal, Redis has it neither queued nor holding (queue $queue, holders $holders: the holder's)" \
+        '[ "$queue" = 0 ] && [ "$holders" = 1 ]'
+    wait "$hc_holder"
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    check "held_b: the connection is usable for the next command ($(hc_val next); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val next)" = "TUPLES_OK:next" ]'
+    check "held_b: the refused statement never reached the server (probes: $(probes held_b), the holder's)" \
+        '[ "$(probes held_b)" = 1 ]'
+    cancelled=$(rcli hget "dbthrottle:{held_b}:q:stats" cancelled)
+    check "held_b: Redis counts the refused wait as cancelled ($cancelled), and nothing is held or queued in the end" \
+        '[ "$cancelled" = 1 ] && [ "$(hc_card held_b queue)" = 0 ] && [ "$(hc_card held_b holders)" = 0 ]'
+}
+
+# b. the same inside a transaction block: the transaction's permit is evicted (the next command
+# then queues again, design.md), the holder takes it, the held command is refused: still INTRANS
+it_held_refused_in_transaction() {
+    mark
+    hc_run held_btx refuse_in_tx DBTHROTTLE_WAIT_TIMEOUT=1500ms DBTHROTTLE_LEASE=600ms
+    hc_line tx_before
+    permit=$(rcli zrange "dbthrottle:{held_btx}:q:holders" 0 -1 | head -1)
+    throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=held_btx PGAPPNAME=held_btx DBTHROTTLE_LEASE=600ms \
+        DBTHROTTLE_WAIT_TIMEOUT=60s psql -qAtX -c "select dbt_probe(6000)" >/dev/null 2>&1 &
+    hc_holder=$!
+    echo "$hc_holder" >>"$work/pids"
+    wait_until 10 '[ "$(hc_card held_btx queue)" = 1 ]'
+    "$top/build/dbthrottle" evict held_btx "$permit" >"$work/hc.evict.out" 2>&1
+    # the holder runs; the transaction's process heard of the eviction (its renewal took the mark)
+    wait_until 10 '[ "$(probes held_btx)" = 1 ] && [ -z "$(rcli hget "dbthrottle:{held_btx}:q:info" "evicted:$permit")" ]'
+    check "held_btx: in a transaction (${permit:-no permit}), evicted, the holder runs ($(probes held_btx) probe)" \
+        '[ -n "$permit" ] && [ "$(hc_val tx_before)" = INTRANS ] && [ "$(probes held_btx)" = 1 ]'
+    hc_go evicted
+    hc_line tx
+    hc_sent_at_once
+    check "held_btx: 53300 then NULL ($(hc_val result)), and still INTRANS ($(hc_val tx))" \
+        '[ "$(hc_val result)" = "FATAL_ERROR:53300,NULL" ] && [ "$(hc_val tx)" = INTRANS ]'
+    wait "$hc_holder"
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    check "held_btx: the transaction goes on and commits ($(hc_val next) $(hc_val tx_next), $(hc_val commit) $(hc_val tx_end); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val next)" = TUPLES_OK:next ] && [ "$(hc_val tx_next)" = INTRANS ] && [ "$(hc_val commit)" = COMMAND_OK ] && [ "$(hc_val tx_end)" = IDLE ]'
+    check "held_btx: the refused statement never reached the server (probes: $(probes held_btx), the holder's)" \
+        '[ "$(probes held_btx)" = 1 ]'
+}
+
+# c. a cancel (PQcancel from another thread) ends the hold with 57014
+it_held_cancelled() {
+    mark
+    hc_hold held_c held_c 4000
+    hc_run held_c cancel DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    hc_loop_ran
+    check "held_c: PQcancel 300 ms after the send woke the loop before the holder's end ($(hc_val ready_ms) ms): 57014 then NULL ($(hc_val result))" \
+        '[ "$(hc_val cancel_sent)" = 1 ] && [ "$(hc_val result)" = "FATAL_ERROR:57014,NULL" ] && [ "$(hc_ms ready_ms)" -lt 3000 ]'
+    check "held_c: the status unchanged ($(hc_val tx)); the next command runs ($(hc_val next); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val tx)" = IDLE ] && [ "$(hc_val next)" = TUPLES_OK:next ]'
+    check "held_c: the cancelled statement never reached the server (probes: $(probes held_c)); nothing held or queued after" \
+        '[ "$(probes held_c)" = 1 ] && [ "$(hc_card held_c queue)" = 0 ] && [ "$(hc_card held_c holders)" = 0 ]'
+}
+
+# c. a drain: no grant for the held command (docs/operations.md), which waits until its timeout
+it_held_drained() {
+    mark
+    hc_hold held_d held_d 3000
+    hc_run held_d refuse DBTHROTTLE_WAIT_TIMEOUT=6s
+    hc_line send
+    "$top/build/dbthrottle" drain held_d >"$work/hc.drain.out" 2>&1
+    drained=$?
+    hc_line tx
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_d: drained while held (rc $drained): no grant when the holder ended; refused at the 6 s timeout ($(hc_val ready_ms) ms): 53300 then NULL ($(hc_val result))" \
+        '[ $drained -eq 0 ] && [ "$(hc_val result)" = "FATAL_ERROR:53300,NULL" ] && [ "$(hc_ms ready_ms)" -ge 5500 ]'
+    "$top/build/dbthrottle" resume held_d >/dev/null 2>&1
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    check "held_d: resumed, the connection runs the next command ($(hc_val next); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val next)" = TUPLES_OK:next ]'
+    check "held_d: the refused statement never reached the server (probes: $(probes held_d))" '[ "$(probes held_d)" = 1 ]'
+}
+
+# d. pipeline mode: three commands and a sync, all held, sent in order once the holder is done
+it_held_pipeline() {
+    mark
+    hc_hold held_p held_p 3000
+    hc_run held_p pipeline DBTHROTTLE_WAIT_TIMEOUT=30s
+    hc_line pipeline
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    check "held_p: 3 PQsendQueryParams and PQpipelineSync return 1 at once ($(hc_said))" \
+        '[ "$(hc_val batch_sent)" = 1 ] && [ "$(hc_ms send_ms)" -lt 1000 ] && [ "$(hc_val busy)" = 1 ] && [ "$(hc_val flush)" = 0 ]'
+    hc_loop_ran
+    check "held_p: then the results in order, each followed by NULL, then the sync" \
+        '[ "$(hc_val batch_r1)" = TUPLES_OK:1,NULL ] && [ "$(hc_val batch_r2)" = TUPLES_OK:2,NULL ] && [ "$(hc_val batch_r3)" = TUPLES_OK:3,NULL ] && [ "$(hc_val batch_sync)" = PIPELINE_SYNC ]'
+    check "held_p: the first ran at the server once, alone, after the holder (probes: $(probes held_p))" \
+        '[ "$(probes held_p)" = 2 ]'
+    check "held_p: the next batch and leaving pipeline mode work (rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val next_r3)" = TUPLES_OK:3,NULL ] && [ "$(hc_val next_sync)" = PIPELINE_SYNC ] && [ "$(hc_val exit_pipeline)" = 1 ]'
+}
+
+# d. pipeline mode, refused at the timeout: 53300 first, then the others, then the sync
+it_held_pipeline_refused() {
+    mark
+    hc_hold held_pr held_pr 6000
+    hc_run held_pr pipeline DBTHROTTLE_WAIT_TIMEOUT=1500ms
+    hc_line pipeline
+    queue=$(hc_card held_pr queue)
+    wait "$hc_holder"
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    check "held_pr: the pipeline's calls return 1 at once ($(hc_said))" \
+        '[ "$(hc_val batch_sent)" = 1 ] && [ "$(hc_ms send_ms)" -lt 1000 ]'
+    check "held_pr: refused at the timeout: 53300 first, the two others not run, each then NULL, then the sync" \
+        '[ "$(hc_val batch_r1)" = FATAL_ERROR:53300,NULL ] && hc_not_run "$(hc_val batch_r2)" && hc_not_run "$(hc_val batch_r3)" && [ "$(hc_val batch_sync)" = PIPELINE_SYNC ]'
+    check "held_pr: nothing queued after the refusal ($queue); none of it reached the server (probes: $(probes held_pr))" \
+        '[ "$queue" = 0 ] && [ "$(probes held_pr)" = 1 ]'
+    check "held_pr: the connection is usable after: the next batch runs (rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val next_r1)" = TUPLES_OK:1,NULL ] && [ "$(hc_val next_r3)" = TUPLES_OK:3,NULL ] && [ "$(hc_val next_sync)" = PIPELINE_SYNC ]'
+}
+
+# e. PQfinish with a held command: withdrawn, never sent, no permit left behind
+it_held_finish() {
+    for hc_wrap in "" valgrind; do
+        [ "$hc_wrap" = valgrind ] && ! command -v valgrind >/dev/null && continue
+        pool=held_f${hc_wrap:+_vg}
+        mark
+        # valgrind takes seconds to start the program: the holder holds for longer there
+        hc_hold $pool $pool $([ -n "$hc_wrap" ] && echo 10000 || echo 3000)
+        HC_WRAP=${hc_wrap:+valgrind -q --error-exitcode=9 --log-file=$work/hc.valgrind.%p}
+        hc_run $pool finish DBTHROTTLE_WAIT_TIMEOUT=30s
+        HC_WRAP=
+        hc_line finished
+        [ -z "$hc_wrap" ] && hc_sent_at_once
+        wait_until 10 '[ "$(hc_card $pool queue)" = 0 ]'
+        check "$pool: PQfinish withdrew the held command from Redis' queue (queue: $(hc_card $pool queue))" \
+            '[ "$(hc_card $pool queue)" = 0 ]'
+        wait "$hc_holder"
+        # the pool's permit is free once the holder is done: nothing of the finished connection has it
+        after=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=$pool DBTHROTTLE_WAIT_TIMEOUT=5s \
+            psql -qAtX -c "select 'free'" 2>&1)
+        check "$pool: after the holder, the permit is free for another client ($after; holders $(hc_card $pool holders))" \
+            '[ "$after" = free ] && [ "$(hc_card $pool holders)" = 0 ]'
+        hc_go exit
+        wait "$hc_pid"
+        rc=$?
+        check "$pool: the program lived on and ended cleanly${hc_wrap:+ under valgrind} (rc $rc; $(hc_said); $(cat "$work"/hc.valgrind.* 2>/dev/null | head -5))" \
+            '[ $rc -eq 0 ] && [ "$(hc_val alive)" = 1 ]'
+        check "$pool: the held command never reached the server (probes: $(probes $pool))" '[ "$(probes $pool)" = 1 ]'
+    done
+}
+
+# e. PQreset with a held command: never sent; the connection works after the reset
+it_held_reset() {
+    mark
+    hc_hold held_r held_r 3000
+    hc_run held_r reset DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_r: PQreset with a held command: the connection works after it ($(hc_val reset_status), $(hc_val next); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val reset_status)" = OK ] && [ "$(hc_val next)" = TUPLES_OK:next ]'
+    check "held_r: the held command never reached the server (probes: $(probes held_r)); nothing held or queued after" \
+        '[ "$(probes held_r)" = 1 ] && [ "$(hc_card held_r queue)" = 0 ] && [ "$(hc_card held_r holders)" = 0 ]'
+}
+
+# f. fork with a held command: the child never sends it, the parent's completes
+it_held_fork() {
+    mark
+    hc_hold held_k held_k 3000
+    hc_run held_k fork DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_k: the parent's held command completes after the fork ($(hc_val result)), the child exits 0 ($(hc_val child_exit)), the next command runs (rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val result)" = TUPLES_OK:1,NULL ] && [ "$(hc_val child_exit)" = 0 ] && [ "$(hc_val next)" = TUPLES_OK:next ]'
+    check "held_k: at the server it ran once, not also from the child (probes: $(probes held_k), the holder's and the parent's)" \
+        '[ "$(probes held_k)" = 2 ]'
 }
 
 run_case() {

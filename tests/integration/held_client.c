@@ -1,0 +1,311 @@
+/* held_client.c - drives one connection through the asynchronous API while the pool's only permit
+ * is held elsewhere (issue 15: a PQsend* call that finds no permit free returns at once and the
+ * command is held by the library until it gets one, or is refused). The program is an event loop
+ * as an application's would be: it poll()s the connection's socket with a 10 ms tick and notes the
+ * longest gap between ticks (a stalled loop shows there).
+ *
+ * held_client MODE, one of:
+ *   wait          send one command; wait for its result in the loop
+ *   refuse        the same, refused; then (after step "next") one more command
+ *   refuse_in_tx  BEGIN and a command first; then (after "evicted") a held command, refused;
+ *                 then (after "next") one more command and COMMIT
+ *   cancel        send one command; another thread cancels it 300 ms later; then one more command
+ *   pipeline      three commands and a sync in pipeline mode; then (after "next") one more batch
+ *   finish        send one command; PQfinish; stays alive until step "exit"
+ *   reset         send one command; PQreset; then one more command
+ *   fork          send one command; fork: the child lives until the parent has its result
+ * The held command is $HELD_SQL (default "select dbt_probe(10)": the test counts it at the
+ * server); the connection is libpq's defaults (PG* variables). A step S waits (30 s at most) for
+ * the file "$HELD_GO.S", which the test creates. Prints key=value facts the test checks, one line
+ * per stage, flushed at once; never blocks in a libpq call the test expects to return at once. */
+#include <libpq-fe.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static PGconn *conn;
+static const char *held_sql;
+/* The loop's last tick: set before each send, so that a send that blocks counts as a stall. */
+static long long last_tick;
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+/* await_step: the test's go-ahead (a file), polled; 0 if it never came. */
+static int await_step(const char *step)
+{
+    const char *base = getenv("HELD_GO");
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%s", base ? base : "/nonexistent", step);
+    for (int i = 0; i < 1500; i++) {
+        if (access(path, F_OK) == 0)
+            return 1;
+        usleep(20000);
+    }
+    say("step %s never came", step);
+    return 0;
+}
+
+/* send_held: PQsendQuery with the time the call took and what the connection says right after. */
+static int send_held(const char *sql)
+{
+    long long t0 = now_ms();
+    last_tick = t0;
+    int sent = PQsendQuery(conn, sql);
+    long long took = now_ms() - t0;
+    int busy = PQisBusy(conn);
+    int flush = PQflush(conn);
+    int consume = PQconsumeInput(conn);
+    int busy_after = PQisBusy(conn);
+    say("send=%d send_ms=%lld busy=%d flush=%d consume=%d busy_after_consume=%d", sent, took, busy,
+        flush, consume, busy_after);
+    if (!sent)
+        say("send_error=\"%s\"", strtok(PQerrorMessage(conn), "\n"));
+    return sent;
+}
+
+/* event_loop: until a result can be read without blocking (PQisBusy 0), or the connection fails,
+ * or 60 s: poll()s the socket with a 10 ms tick, as an application's loop would. Prints how long
+ * it took and the longest gap between two ticks (the first from the send before it). */
+static void event_loop(void)
+{
+    long long t0 = now_ms(), last = last_tick ? last_tick : t0, maxgap = 0;
+    int wakeups = 0, consume_failed = 0;
+    while (now_ms() - t0 < 60000) {
+        struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
+        int n = poll(&pfd, 1, 10);
+        long long t = now_ms();
+        if (t - last > maxgap)
+            maxgap = t - last;
+        last = t;
+        if (n > 0) {
+            wakeups++;
+            if (!PQconsumeInput(conn)) {
+                consume_failed = 1;
+                break;
+            }
+            if (!PQisBusy(conn))
+                break;
+        }
+    }
+    say("ready_ms=%lld maxgap_ms=%lld wakeups=%d consume_failed=%d", now_ms() - t0, maxgap, wakeups,
+        consume_failed);
+}
+
+static const char *status_name(ExecStatusType st)
+{
+    return PQresStatus(st) + strlen("PGRES_");
+}
+
+/* results: one command's results: PQgetResult until NULL (or a pipeline's sync result; at most
+ * 8), each as STATUS[:SQLSTATE][:first value], joined by ","; the ending NULL is "NULL". */
+static void results(const char *label)
+{
+    char out[1024] = "";
+    for (int i = 0; i < 8; i++) {
+        PGresult *r = PQgetResult(conn);
+        ExecStatusType st = r ? PQresultStatus(r) : PGRES_EMPTY_QUERY;
+        char one[160];
+        if (!r) {
+            snprintf(one, sizeof one, "NULL");
+        } else {
+            const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+            snprintf(one, sizeof one, "%s%s%s%s%s", status_name(st), state ? ":" : "",
+                     state ? state : "", st == PGRES_TUPLES_OK ? ":" : "",
+                     st == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "");
+            if (st == PGRES_FATAL_ERROR)
+                say("%s_error=\"%s\"", label, strtok(PQresultErrorMessage(r), "\n"));
+            PQclear(r);
+        }
+        if (out[0])
+            strncat(out, ",", sizeof out - strlen(out) - 1);
+        strncat(out, one, sizeof out - strlen(out) - 1);
+        if (!r || st == PGRES_PIPELINE_SYNC)
+            break;
+    }
+    say("%s=%s", label, out);
+}
+
+static const char *tx_name(void)
+{
+    switch (PQtransactionStatus(conn)) {
+    case PQTRANS_IDLE:
+        return "IDLE";
+    case PQTRANS_ACTIVE:
+        return "ACTIVE";
+    case PQTRANS_INTRANS:
+        return "INTRANS";
+    case PQTRANS_INERROR:
+        return "INERROR";
+    default:
+        return "UNKNOWN";
+    }
+}
+
+/* exec_value: a synchronous command, its first value or its error. */
+static void exec_value(const char *label, const char *sql)
+{
+    PGresult *r = PQexec(conn, sql);
+    ExecStatusType st = PQresultStatus(r);
+    say("%s=%s%s%s", label, status_name(st), st == PGRES_TUPLES_OK ? ":" : "",
+        st == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "");
+    PQclear(r);
+}
+
+static void *cancel_later(void *arg)
+{
+    (void)arg;
+    usleep(300000);
+    char err[256];
+    PGcancel *cancel = PQgetCancel(conn);
+    int done = cancel && PQcancel(cancel, err, sizeof err);
+    PQfreeCancel(cancel);
+    say("cancel_sent=%d", done);
+    return NULL;
+}
+
+/* pipeline: three commands (the held one first) and a sync, each call timed. */
+static void send_pipeline(const char *label)
+{
+    const char *sql[3] = {held_sql, "select 2", "select 3"};
+    long long t0 = now_ms();
+    last_tick = t0;
+    int ok = 1;
+    for (int i = 0; i < 3; i++)
+        ok &= PQsendQueryParams(conn, sql[i], 0, NULL, NULL, NULL, NULL, 0);
+    ok &= PQpipelineSync(conn);
+    long long took = now_ms() - t0;
+    say("%s_sent=%d send_ms=%lld busy=%d flush=%d", label, ok, took, PQisBusy(conn), PQflush(conn));
+}
+
+static void pipeline_results(const char *label)
+{
+    char name[64];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "%s_r%d", label, i + 1);
+        results(name);
+    }
+    snprintf(name, sizeof name, "%s_sync", label);
+    results(name);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "wait";
+    held_sql = getenv("HELD_SQL") ? getenv("HELD_SQL") : "select dbt_probe(10)";
+    conn = PQconnectdb("");
+    if (PQstatus(conn) != CONNECTION_OK) {
+        say("connect failed: %s", PQerrorMessage(conn));
+        return 1;
+    }
+    if (!strcmp(mode, "wait") || !strcmp(mode, "refuse")) {
+        if (send_held(held_sql))
+            event_loop();
+        results("result");
+        say("tx=%s", tx_name());
+        if (!strcmp(mode, "refuse") && await_step("next"))
+            exec_value("next", "select 'next'");
+    } else if (!strcmp(mode, "refuse_in_tx")) {
+        exec_value("begin", "begin");
+        exec_value("first", "select 'first'");
+        say("tx_before=%s", tx_name());
+        if (!await_step("evicted"))
+            return 1;
+        if (send_held(held_sql))
+            event_loop();
+        results("result");
+        say("tx=%s", tx_name());
+        if (await_step("next")) {
+            exec_value("next", "select 'next'");
+            say("tx_next=%s", tx_name());
+            exec_value("commit", "commit");
+            say("tx_end=%s", tx_name());
+        }
+    } else if (!strcmp(mode, "cancel")) {
+        pthread_t t;
+        if (send_held(held_sql)) {
+            pthread_create(&t, NULL, cancel_later, NULL);
+            event_loop();
+            pthread_join(t, NULL);
+        }
+        results("result");
+        say("tx=%s", tx_name());
+        exec_value("next", "select 'next'");
+    } else if (!strcmp(mode, "pipeline")) {
+        if (!PQenterPipelineMode(conn))
+            return 1;
+        send_pipeline("batch");
+        event_loop();
+        pipeline_results("batch");
+        say("pipeline=%s", PQpipelineStatus(conn) == PQ_PIPELINE_ON ? "on" : "off");
+        if (await_step("next")) {
+            held_sql = "select 1";
+            send_pipeline("next");
+            event_loop();
+            pipeline_results("next");
+        }
+        say("exit_pipeline=%d", PQexitPipelineMode(conn));
+    } else if (!strcmp(mode, "finish")) {
+        send_held(held_sql);
+        PQfinish(conn);
+        say("finished=1");
+        await_step("exit");
+        say("alive=1");
+        return 0;
+    } else if (!strcmp(mode, "reset")) {
+        send_held(held_sql);
+        PQreset(conn);
+        say("reset_status=%s", PQstatus(conn) == CONNECTION_OK ? "OK" : "BAD");
+        exec_value("next", "select 'next'");
+    } else if (!strcmp(mode, "fork")) {
+        int gate[2];
+        if (pipe(gate) != 0 || !send_held(held_sql))
+            return 1;
+        pid_t pid = fork();
+        if (pid == 0) {
+            char c;
+            close(gate[1]);
+            /* The child only outlives the grant: the parent closes the pipe once it has its
+             * result. It never touches the connection (nor PQfinish: that would send a
+             * Terminate on the parent's socket). */
+            while (read(gate[0], &c, 1) > 0) {
+            }
+            _exit(0);
+        }
+        close(gate[0]);
+        say("forked=%d", pid > 0);
+        event_loop();
+        results("result");
+        close(gate[1]);
+        int st = 0;
+        waitpid(pid, &st, 0);
+        say("child_exit=%d", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+        exec_value("next", "select 'next'");
+    } else {
+        say("unknown mode %s", mode);
+        return 2;
+    }
+    PQfinish(conn);
+    return 0;
+}
