@@ -13,7 +13,8 @@
  *   pipeline      three commands and a sync in pipeline mode; then (after "next") one more batch
  *   finish        send one command; PQfinish; stays alive until step "exit"
  *   reset         send one command; PQreset; then one more command
- *   fork          send one command; fork: the child lives until the parent has its result
+ *   fork          send one command; fork: the child runs a command on a connection of its own
+ *                 and lives until the parent has its result
  * The held command is $HELD_SQL (default "select dbt_probe(10)": the test counts it at the
  * server); the connection is libpq's defaults (PG* variables). A step S waits (30 s at most) for
  * the file "$HELD_GO.S", which the test creates. Prints key=value facts the test checks, one line
@@ -286,12 +287,18 @@ int main(int argc, char **argv)
         if (pid == 0) {
             char c;
             close(gate[1]);
-            /* The child only outlives the grant: the parent closes the pipe once it has its
-             * result. It never touches the connection (nor PQfinish: that would send a
-             * Terminate on the parent's socket). */
+            /* The child uses the library on a connection of its own (it queues behind the
+             * parent's held command) and outlives the grant: the parent closes the pipe once it
+             * has its result. It never touches the parent's connection (nor PQfinish: that
+             * would send a Terminate on the parent's socket). */
+            PGconn *own = PQconnectdb("");
+            PGresult *r = PQexec(own, "select 'child'");
+            int ok = PQresultStatus(r) == PGRES_TUPLES_OK;
+            PQclear(r);
+            PQfinish(own);
             while (read(gate[0], &c, 1) > 0) {
             }
-            _exit(0);
+            _exit(ok ? 0 : 1);
         }
         close(gate[0]);
         say("forked=%d", pid > 0);

@@ -850,7 +850,7 @@ it_held_fork() {
     rc=$?
     wait "$hc_holder"
     hc_sent_at_once
-    check "held_k: the parent's held command completes after the fork ($(hc_val result)), the child exits 0 ($(hc_val child_exit)), the next command runs (rc $rc)" \
+    check "held_k: the parent's held command completes after the fork ($(hc_val result)), the child ran its own command and exits 0 ($(hc_val child_exit)), the next command runs (rc $rc)" \
         '[ $rc -eq 0 ] && [ "$(hc_val result)" = TUPLES_OK:1,NULL ] && [ "$(hc_val child_exit)" = 0 ] && [ "$(hc_val next)" = TUPLES_OK:next ]'
     check "held_k: at the server it ran once, not also from the child (probes: $(probes held_k), the holder's and the parent's)" \
         '[ "$(probes held_k)" = 2 ]'
