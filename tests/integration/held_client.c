@@ -10,6 +10,8 @@
  *   refuse_in_tx  BEGIN and a command first; then (after "evicted") a held command, refused;
  *                 then (after "next") one more command and COMMIT
  *   cancel        send one command; another thread cancels it 300 ms later; then one more command
+ *   prepared      PQsendPrepare, then (after step "query_prepared") PQsendQueryPrepared, then
+ *                 (after "describe_prepared") PQsendDescribePrepared, each while held
  *   pipeline      three commands and a sync in pipeline mode; then (after "next") one more batch
  *   finish        send one command; PQfinish; stays alive until step "exit"
  *   reset         send one command; PQreset; then one more command
@@ -68,28 +70,53 @@ static int await_step(const char *step)
     return 0;
 }
 
-/* send_held: PQsendQuery with the time the call took and what the connection says right after. */
-static int send_held(const char *sql)
+enum send_kind { SEND_QUERY, SEND_PREPARE, SEND_QUERY_PREPARED, SEND_DESCRIBE_PREPARED };
+
+static int send_one(enum send_kind kind, const char *sql)
+{
+    switch (kind) {
+    case SEND_QUERY:
+        return PQsendQuery(conn, sql);
+    case SEND_PREPARE:
+        return PQsendPrepare(conn, "held", sql, 0, NULL);
+    case SEND_QUERY_PREPARED:
+        return PQsendQueryPrepared(conn, "held", 0, NULL, NULL, NULL, 0);
+    case SEND_DESCRIBE_PREPARED:
+        return PQsendDescribePrepared(conn, "held");
+    }
+    return 0;
+}
+
+/* send_as: one PQsend* call, with the time it took and what the connection says right after;
+ * each fact's name begins with prefix. */
+static int send_as(const char *prefix, enum send_kind kind, const char *sql)
 {
     long long t0 = now_ms();
     last_tick = t0;
-    int sent = PQsendQuery(conn, sql);
+    int sent = send_one(kind, sql);
     long long took = now_ms() - t0;
     int busy = PQisBusy(conn);
     int flush = PQflush(conn);
     int consume = PQconsumeInput(conn);
     int busy_after = PQisBusy(conn);
-    say("send=%d send_ms=%lld busy=%d flush=%d consume=%d busy_after_consume=%d", sent, took, busy,
-        flush, consume, busy_after);
+    say("%ssend=%d %ssend_ms=%lld %sbusy=%d %sflush=%d %sconsume=%d %sbusy_after_consume=%d",
+        prefix, sent, prefix, took, prefix, busy, prefix, flush, prefix, consume, prefix,
+        busy_after);
     if (!sent)
-        say("send_error=\"%s\"", strtok(PQerrorMessage(conn), "\n"));
+        say("%ssend_error=\"%s\"", prefix, strtok(PQerrorMessage(conn), "\n"));
     return sent;
+}
+
+static int send_held(const char *sql)
+{
+    return send_as("", SEND_QUERY, sql);
 }
 
 /* event_loop: until a result can be read without blocking (PQisBusy 0), or the connection fails,
  * or 60 s: poll()s the socket with a 10 ms tick, as an application's loop would. Prints how long
- * it took and the longest gap between two ticks (the first from the send before it). */
-static void event_loop(void)
+ * it took and the longest gap between two ticks (the first from the send before it); each fact's
+ * name begins with prefix. */
+static void event_loop_as(const char *prefix)
 {
     long long t0 = now_ms(), last = last_tick ? last_tick : t0, maxgap = 0;
     int wakeups = 0, consume_failed = 0;
@@ -110,8 +137,13 @@ static void event_loop(void)
                 break;
         }
     }
-    say("ready_ms=%lld maxgap_ms=%lld wakeups=%d consume_failed=%d", now_ms() - t0, maxgap, wakeups,
-        consume_failed);
+    say("%sready_ms=%lld %smaxgap_ms=%lld %swakeups=%d %sconsume_failed=%d", prefix, now_ms() - t0,
+        prefix, maxgap, prefix, wakeups, prefix, consume_failed);
+}
+
+static void event_loop(void)
+{
+    event_loop_as("");
 }
 
 static const char *status_name(ExecStatusType st)
@@ -267,6 +299,24 @@ int main(int argc, char **argv)
             pipeline_results("next");
         }
         say("exit_pipeline=%d", PQexitPipelineMode(conn));
+    } else if (!strcmp(mode, "prepared")) {
+        /* Each step waits for the test to have the permit held anew. */
+        static const struct {
+            const char *name;
+            enum send_kind kind;
+        } steps[] = {{"prepare", SEND_PREPARE},
+                     {"query_prepared", SEND_QUERY_PREPARED},
+                     {"describe_prepared", SEND_DESCRIBE_PREPARED}};
+        for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "%s_", steps[i].name);
+            if (i > 0 && !await_step(steps[i].name))
+                return 1;
+            if (send_as(prefix, steps[i].kind, held_sql))
+                event_loop_as(prefix);
+            snprintf(prefix, sizeof prefix, "%s_result", steps[i].name);
+            results(prefix);
+        }
     } else if (!strcmp(mode, "finish")) {
         send_held(held_sql);
         PQfinish(conn);

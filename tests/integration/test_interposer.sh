@@ -14,7 +14,8 @@ cases="limit_holds_at_the_server transaction_is_one_permit log_query cache_permi
     connection_permits large_objects psycopg2_async interactive_psql dlsym_returns_our_hooks
     psycopg3_cancel_ends_wait one_server_one_pool"
 cases="$cases held_send_returns_at_once held_refused_at_timeout held_refused_in_transaction
-    held_cancelled held_drained held_pipeline held_pipeline_refused held_finish held_reset held_fork"
+    held_cancelled held_drained held_prepared held_pipeline held_pipeline_refused held_finish held_reset
+    held_fork"
 pick_cases "$@"
 harness_begin it
 
@@ -751,6 +752,27 @@ it_held_drained() {
     check "held_d: resumed, the connection runs the next command ($(hc_val next); rc $rc)" \
         '[ $rc -eq 0 ] && [ "$(hc_val next)" = TUPLES_OK:next ]'
     check "held_d: the refused statement never reached the server (probes: $(probes held_d))" '[ "$(probes held_d)" = 1 ]'
+}
+
+# the rest of the family: PQsendPrepare, PQsendQueryPrepared, PQsendDescribePrepared, each held
+# behind a holder of its own
+it_held_prepared() {
+    for step in prepare query_prepared describe_prepared; do
+        mark
+        hc_hold held_s held_s 2500
+        if [ $step = prepare ]; then hc_run held_s prepared DBTHROTTLE_WAIT_TIMEOUT=30s; else hc_go $step; fi
+        hc_line ${step}_result
+        wait "$hc_holder"
+        case $step in
+        query_prepared) want=TUPLES_OK:1,NULL ;; # the probe ran alone: after the holder's
+        *) want=COMMAND_OK,NULL ;;
+        esac
+        check "held_s: PQsend_$step returns 1 at once, busy, nothing to flush; its result once the holder is done ($(grep "^${step}_" "$hc_out" | tr '\n' ' '))" \
+            '[ "$(hc_val ${step}_send)" = 1 ] && [ "$(hc_ms ${step}_send_ms)" -lt 1000 ] && [ "$(hc_val ${step}_busy)" = 1 ] && [ "$(hc_val ${step}_flush)" = 0 ] && [ "$(hc_val ${step}_ready_ms)" -ge 1000 ] && [ "$(hc_val ${step}_result)" = "$want" ]'
+    done
+    wait "$hc_pid"
+    rc=$?
+    check "held_s: the program ends cleanly (rc $rc)" '[ $rc -eq 0 ]'
 }
 
 # d. pipeline mode: three commands and a sync, all held, sent in order once the holder is done
