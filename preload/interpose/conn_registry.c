@@ -1,6 +1,8 @@
 /* conn_registry.c - what the throttle knows about each PGconn, and the results it made. */
 #include "conn_registry.h"
 
+#include "held.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -44,9 +46,11 @@ static void child(void)
     pthread_mutex_t fresh = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
     mu = fresh;
     for (size_t b = 0; b < BUCKETS; b++)
-        for (dbt_conn *c = buckets[b]; c; c = c->next)
+        for (dbt_conn *c = buckets[b]; c; c = c->next) {
             /* The parent's permits: only forgotten, see dbt_release. */
             dbt_conn_state_after_fork(&c->state, dbt_release);
+            dbt_held_after_fork(c->held); /* never sent here */
+        }
 }
 
 static void install(void)
@@ -105,6 +109,7 @@ dbt_conn *dbt_conn_take(const void *pg)
 void dbt_conn_free(dbt_conn *c)
 {
     if (c) {
+        dbt_held_free(c->held);
         free(c->refusal);
         free(c);
     }

@@ -23,6 +23,7 @@ typedef struct dbt_conn {
     int watch_cell;            /* session_watch.c's cell while it has one (0: none) */
     char *refusal;             /* the last refusal's message (PQerrorMessage while state.refused) */
     const char *refusal_state; /* its SQLSTATE: 53300, or 57014 when a cancel ended the wait */
+    struct dbt_held *held;     /* commands held while their permit is awaited (held.c), or NULL */
     struct dbt_conn *next;
 } dbt_conn;
 

@@ -97,6 +97,13 @@ dbt_verdict dbt_conn_state_command(dbt_conn_state *s, const dbt_permit_ops *ops,
     return v;
 }
 
+void dbt_conn_state_deferred_end(dbt_conn_state *s, dbt_verdict v, dbt_permit *permit)
+{
+    s->query_permit = v == DBT_PROCEED ? permit : NULL;
+    s->refused = v == DBT_REFUSE;
+    s->ran_unthrottled = v == DBT_PROCEED && !permit;
+}
+
 void dbt_conn_state_sent(dbt_conn_state *s, const dbt_permit_ops *ops, void *ctx, bool sent,
                          dbt_conn_facts facts)
 {

@@ -38,7 +38,9 @@ typedef struct {
 
 typedef enum {
     DBT_PROCEED, /* go on: a permit is held, or none is needed */
-    DBT_REFUSE   /* refused: the connection's last word is a refusal until its next command */
+    DBT_REFUSE,  /* refused: the connection's last word is a refusal until its next command */
+    DBT_DEFER    /* queued for a query permit that another thread waits for: the command is held
+                    until dbt_conn_state_deferred_end (only when the acquire op defers) */
 } dbt_verdict;
 
 /* The semaphore, as the state machine sees it. `ctx` is the caller's, passed to every call. */
@@ -47,7 +49,8 @@ typedef struct {
     bool (*throttled)(void *ctx, dbt_kind kind);
     /* Waits for a permit of `kind` into *slot. DBT_PROCEED may leave *slot NULL (Redis is
      * unreachable and the setting lets commands through). On DBT_REFUSE the table has recorded
-     * why, for the program. `query` is the command's text (NULL for none). */
+     * why, for the program. `query` is the command's text (NULL for none). DBT_DEFER (a query
+     * permit only): queued, the wait is the caller's to run elsewhere. */
     dbt_verdict (*acquire)(void *ctx, dbt_kind kind, const char *query, dbt_permit **slot);
     /* Gives the permit back. */
     void (*release)(void *ctx, dbt_permit *permit);
@@ -89,6 +92,10 @@ void dbt_conn_state_connect_failed(dbt_conn_state *s, const dbt_permit_ops *ops,
  * again; takes a kept query permit back, or a new one, unless one is held. */
 dbt_verdict dbt_conn_state_command(dbt_conn_state *s, const dbt_permit_ops *ops, void *ctx,
                                    const char *query);
+
+/* The wait of a command that dbt_conn_state_command deferred has ended: `v` DBT_PROCEED with
+ * `permit` (NULL: it goes ahead unthrottled, Redis being unreachable) or DBT_REFUSE. */
+void dbt_conn_state_deferred_end(dbt_conn_state *s, dbt_verdict v, dbt_permit *permit);
 
 /* An asynchronous command was handed to libpq: `sent` false when libpq sent nothing (the command
  * has ended), else counted when the connection is in pipeline mode. */

@@ -6,6 +6,7 @@
  * CONNECTION_NEEDED before it opens a socket: libpq calls it through its PLT, so this one hook
  * sees them all, after libpq has resolved the target (defaults, service file, PG* variables). */
 #include "cancel_map.h"
+#include "held.h"
 #include "hook.h"
 #include "real.h"
 #include "throttle.h"
@@ -14,6 +15,7 @@ HOOK void PQfinish(PGconn *conn)
 {
     /* Permits go back once the socket is closed: given back first, the next connection they
      * admit could reach the server while this one is still open there. */
+    dbt_held_withdraw(conn); /* a held command is never sent */
     struct dbt_conn *taken = conn ? dbt_throttle_take(conn) : NULL;
     __typeof__(&PQfinish) real = DBT_REAL(PQfinish);
     if (real)
@@ -23,6 +25,7 @@ HOOK void PQfinish(PGconn *conn)
 
 HOOK void PQreset(PGconn *conn)
 {
+    dbt_held_withdraw(conn);
     if (conn)
         dbt_throttle_forget(conn);
     __typeof__(&PQreset) real = DBT_REAL(PQreset);
@@ -32,6 +35,7 @@ HOOK void PQreset(PGconn *conn)
 
 HOOK int PQresetStart(PGconn *conn)
 {
+    dbt_held_withdraw(conn);
     if (conn)
         dbt_throttle_forget(conn);
     __typeof__(&PQresetStart) real = DBT_REAL(PQresetStart);

@@ -1,5 +1,7 @@
 /* hooks_query.c - every way a command reaches the server: the synchronous calls, the PQsend*
- * calls and PQgetResult. Each hook is thin: it tells throttle.c and forwards to libpq. */
+ * calls and PQgetResult. Each hook is thin: it tells throttle.c (and held.c, for a command held
+ * while its permit is awaited) and forwards to libpq. */
+#include "held.h"
 #include "hook.h"
 #include "real.h"
 #include "throttle.h"
@@ -14,6 +16,7 @@
             return NULL;                                                                           \
         if (dbt_nested || !conn)                                                                   \
             return real(__VA_ARGS__);                                                              \
+        dbt_held_settle(conn); /* a command held before this one is sent or refused first */       \
         if (!dbt_throttle_before(conn, text))                                                      \
             return dbt_throttle_refused_result(conn);                                              \
         dbt_nested++;                                                                              \
@@ -24,22 +27,30 @@
     } while (0)
 
 /* The PQsend* calls start a command: the permit is given back when PQgetResult says it ended
- * (or at once, when nothing was sent). */
-#define SEND_HOOK(text, call, ...)                                                                 \
-    do {                                                                                           \
-        __typeof__(&call) real = DBT_REAL(call);                                                   \
-        if (!real)                                                                                 \
-            return 0;                                                                              \
-        if (dbt_nested || !conn)                                                                   \
-            return real(__VA_ARGS__);                                                              \
-        if (!dbt_throttle_before(conn, text))                                                      \
-            return 0;                                                                              \
-        dbt_nested++;                                                                              \
-        int ok = real(__VA_ARGS__);                                                                \
-        dbt_nested--;                                                                              \
-        dbt_throttle_sent(conn, ok);                                                               \
-        return ok;                                                                                 \
-    } while (0)
+ * (or at once, when nothing was sent). They never wait for it: a command whose permit is not
+ * free at once is held (held.h) and the call returns 1. */
+static int send_command(PGconn *conn, const dbt_send_op *op)
+{
+    if (dbt_nested || !conn)
+        return dbt_send_op_real(conn, op);
+    int rc;
+    if (dbt_held_enqueue(conn, op, &rc))
+        return rc; /* behind the commands held on conn */
+    dbt_acquire_wait *pending;
+    switch (dbt_throttle_before_send(conn, op->text, &pending)) {
+    case DBT_REFUSE:
+        return 0;
+    case DBT_DEFER:
+        return dbt_held_start(conn, op, pending);
+    case DBT_PROCEED:
+        break;
+    }
+    dbt_nested++;
+    int ok = dbt_send_op_real(conn, op);
+    dbt_nested--;
+    dbt_throttle_sent(conn, ok);
+    return ok;
+}
 
 HOOK PGresult *PQexec(PGconn *conn, const char *query)
 {
@@ -87,39 +98,60 @@ HOOK PGresult *PQfn(PGconn *conn, int fnid, int *result_buf, int *result_len, in
 
 HOOK int PQsendQuery(PGconn *conn, const char *query)
 {
-    SEND_HOOK(query, PQsendQuery, conn, query);
+    dbt_send_op op = {.type = DBT_OP_QUERY, .text = query};
+    return send_command(conn, &op);
 }
 
 HOOK int PQsendQueryParams(PGconn *conn, const char *command, int nParams, const Oid *paramTypes,
                            const char *const *paramValues, const int *paramLengths,
                            const int *paramFormats, int resultFormat)
 {
-    SEND_HOOK(command, PQsendQueryParams, conn, command, nParams, paramTypes, paramValues,
-              paramLengths, paramFormats, resultFormat);
+    dbt_send_op op = {.type = DBT_OP_QUERY_PARAMS,
+                      .text = command,
+                      .nparams = nParams,
+                      .types = paramTypes,
+                      .values = paramValues,
+                      .lengths = paramLengths,
+                      .formats = paramFormats,
+                      .result_format = resultFormat};
+    return send_command(conn, &op);
 }
 
 HOOK int PQsendPrepare(PGconn *conn, const char *stmtName, const char *query, int nParams,
                        const Oid *paramTypes)
 {
-    SEND_HOOK(query, PQsendPrepare, conn, stmtName, query, nParams, paramTypes);
+    dbt_send_op op = {.type = DBT_OP_PREPARE,
+                      .text = query,
+                      .name = stmtName,
+                      .nparams = nParams,
+                      .types = paramTypes};
+    return send_command(conn, &op);
 }
 
 HOOK int PQsendQueryPrepared(PGconn *conn, const char *stmtName, int nParams,
                              const char *const *paramValues, const int *paramLengths,
                              const int *paramFormats, int resultFormat)
 {
-    SEND_HOOK(NULL, PQsendQueryPrepared, conn, stmtName, nParams, paramValues, paramLengths,
-              paramFormats, resultFormat);
+    dbt_send_op op = {.type = DBT_OP_QUERY_PREPARED,
+                      .name = stmtName,
+                      .nparams = nParams,
+                      .values = paramValues,
+                      .lengths = paramLengths,
+                      .formats = paramFormats,
+                      .result_format = resultFormat};
+    return send_command(conn, &op);
 }
 
 HOOK int PQsendDescribePrepared(PGconn *conn, const char *stmt)
 {
-    SEND_HOOK(NULL, PQsendDescribePrepared, conn, stmt);
+    dbt_send_op op = {.type = DBT_OP_DESCRIBE_PREPARED, .name = stmt};
+    return send_command(conn, &op);
 }
 
 HOOK int PQsendDescribePortal(PGconn *conn, const char *portal)
 {
-    SEND_HOOK(NULL, PQsendDescribePortal, conn, portal);
+    dbt_send_op op = {.type = DBT_OP_DESCRIBE_PORTAL, .name = portal};
+    return send_command(conn, &op);
 }
 
 HOOK PGresult *PQgetResult(PGconn *conn)
@@ -127,7 +159,8 @@ HOOK PGresult *PQgetResult(PGconn *conn)
     __typeof__(&PQgetResult) real = DBT_REAL(PQgetResult);
     if (!real)
         return NULL;
-    PGresult *res = real(conn);
+    dbt_held *h = dbt_nested ? NULL : dbt_held_lock(conn);
+    PGresult *res = h ? dbt_held_get_result(h, conn) : real(conn);
     if (conn && !dbt_nested) {
         if (!res) {
             dbt_throttle_after(conn); /* the command has ended */
@@ -144,6 +177,15 @@ HOOK int PQexitPipelineMode(PGconn *conn)
     __typeof__(&PQexitPipelineMode) real = DBT_REAL(PQexitPipelineMode);
     if (!real)
         return 0;
+    dbt_held *h = dbt_nested ? NULL : dbt_held_lock(conn);
+    if (h) {
+        bool held = dbt_held_waiting(h);
+        if (held) /* libpq's answer while commands are in flight */
+            dbt_held_set_error(h, "cannot exit pipeline mode with uncollected results\n");
+        dbt_held_unlock(h);
+        if (held)
+            return 0;
+    }
     int ok = real(conn);
     if (ok && conn && !dbt_nested)
         dbt_throttle_after(conn);
@@ -155,7 +197,11 @@ HOOK int PQpipelineSync(PGconn *conn)
     __typeof__(&PQpipelineSync) real = DBT_REAL(PQpipelineSync);
     if (!real)
         return 0;
-    int ok = real(conn);
+    dbt_send_op op = {.type = DBT_OP_PIPELINE_SYNC};
+    int ok;
+    if (!dbt_nested && conn && dbt_held_enqueue(conn, &op, &ok))
+        return ok; /* behind the commands held on conn */
+    ok = real(conn);
     if (ok && conn && !dbt_nested)
         dbt_throttle_pipeline_sync(conn);
     return ok;

@@ -7,6 +7,7 @@
 #include "cancel_map.h"
 #include "clock.h"
 #include "conn_registry.h"
+#include "held.h"
 #include "lib.h"
 #include "log.h"
 #include "real.h"
@@ -132,25 +133,11 @@ static bool is_exempt(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
     return c->exempt;
 }
 
-/* Takes a permit of `kind` for c; false when refused (message set). A cancel of the connection
- * (PQcancel, PQrequestCancel) ends the wait as the server would end a statement. */
-static bool take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, int limit,
-                 const char *query, dbt_permit **slot)
+/* How an acquire for c ended, in libpq's words: true when the command goes ahead; else the
+ * refusal is set on c. `t0` is when the command asked (ms), `waited` whether it could wait. */
+static bool outcome(dbt_conn *c, dbt_pool *pool, dbt_kind kind, int limit, bool waited, int64_t t0,
+                    dbt_acq_result r)
 {
-    dbt_pool *pool = pool_of(lib, c, conn);
-    if (!pool)
-        return true; /* out of memory: better unthrottled than a crash */
-    dbt_cancel_wait *cw = dbt_cancel_wait_begin(conn);
-    dbt_acquire_opts o = {.limit = limit,
-                          .wait_ms = lib->cfg.wait_timeout_ms,
-                          .conn = c->id,
-                          .query = lib->cfg.log_query ? query : NULL,
-                          .interrupted = cw ? dbt_cancel_requested : NULL,
-                          .arg = cw,
-                          .waker = dbt_cancel_waker(cw)};
-    int64_t t0 = now_ms();
-    dbt_acq_result r = dbt_acquire(pool, kind, &o, slot);
-    dbt_cancel_wait_end(cw);
     const char *name = dbt_pool_name(pool);
     switch (r) {
     case DBT_ACQ_GRANTED:
@@ -159,11 +146,11 @@ static bool take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, i
     case DBT_ACQ_TIMEOUT: {
         /* A wait that timed out may be one this process' own family could never end (a
          * transaction idle on its workers or on a full pipe holds the permit): say so. */
-        int64_t waited = now_ms() - t0;
+        int64_t waited_ms = now_ms() - t0;
         char why[1200] = "DBTHROTTLE_WAIT_TIMEOUT reached", deadlock[1000];
-        if (o.wait_ms != 0 && dbt_pool_explain_wait(pool, deadlock, sizeof deadlock))
+        if (waited && dbt_pool_explain_wait(pool, deadlock, sizeof deadlock))
             snprintf(why, sizeof why, "DBTHROTTLE_WAIT_TIMEOUT reached; %s", deadlock);
-        set_refusal(c, kind, name, limit, waited, why, SQLSTATE_REFUSED);
+        set_refusal(c, kind, name, limit, waited_ms, why, SQLSTATE_REFUSED);
         return false;
     }
     case DBT_ACQ_INTERRUPTED:
@@ -181,11 +168,43 @@ static bool take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, i
         return false;
     }
     case DBT_ACQ_REFUSED:
+    case DBT_ACQ_QUEUED: /* never here: dbt_acquire_start's callers handle it */
     default:
         set_refusal(c, kind, name, limit, now_ms() - t0,
                     "Redis is unreachable and DBTHROTTLE_ON_REDIS_ERROR=closed", SQLSTATE_REFUSED);
         return false;
     }
+}
+
+/* Takes a permit of `kind` for c; false when refused (message set). A cancel of the connection
+ * (PQcancel, PQrequestCancel) ends the wait as the server would end a statement. With `pending`
+ * (a PQsend* call, which must not wait), a query permit that is not free at once is queued for
+ * and *pending set: the wait is held.c's (dbt_throttle_held_wait). */
+static dbt_verdict take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, int limit,
+                        const char *query, dbt_permit **slot, dbt_acquire_wait **pending)
+{
+    dbt_pool *pool = pool_of(lib, c, conn);
+    if (!pool)
+        return DBT_PROCEED; /* out of memory: better unthrottled than a crash */
+    dbt_acquire_opts o = {.limit = limit,
+                          .wait_ms = lib->cfg.wait_timeout_ms,
+                          .conn = c->id,
+                          .query = lib->cfg.log_query ? query : NULL};
+    int64_t t0 = now_ms();
+    dbt_acq_result r;
+    if (pending && kind == DBT_KIND_QUERY) {
+        r = dbt_acquire_start(pool, kind, &o, slot, pending);
+        if (r == DBT_ACQ_QUEUED)
+            return DBT_DEFER;
+    } else {
+        dbt_cancel_wait *cw = dbt_cancel_wait_begin(conn);
+        o.interrupted = cw ? dbt_cancel_requested : NULL;
+        o.arg = cw;
+        o.waker = dbt_cancel_waker(cw);
+        r = dbt_acquire(pool, kind, &o, slot);
+        dbt_cancel_wait_end(cw);
+    }
+    return outcome(c, pool, kind, limit, o.wait_ms != 0, t0, r) ? DBT_PROCEED : DBT_REFUSE;
 }
 
 /* ---- the permit operations the state machine uses: the semaphore client, for one connection */
@@ -194,6 +213,9 @@ typedef struct {
     const dbt_lib *lib;
     dbt_conn *c;
     PGconn *conn; /* NULL where no operation needs it (forget, connect failed) */
+    /* A PQsend* call: a query permit not free at once is queued for, and the wait handed to the
+     * caller here (NULL: the acquire waits in the call). */
+    dbt_acquire_wait **pending;
 } permit_ctx;
 
 static int limit_of(const dbt_lib *lib, dbt_kind kind)
@@ -210,8 +232,7 @@ static bool op_throttled(void *ctx, dbt_kind kind)
 static dbt_verdict op_acquire(void *ctx, dbt_kind kind, const char *query, dbt_permit **slot)
 {
     permit_ctx *x = ctx;
-    return take(x->lib, x->c, x->conn, kind, limit_of(x->lib, kind), query, slot) ? DBT_PROCEED
-                                                                                  : DBT_REFUSE;
+    return take(x->lib, x->c, x->conn, kind, limit_of(x->lib, kind), query, slot, x->pending);
 }
 
 static void op_release(void *ctx, dbt_permit *permit)
@@ -319,7 +340,7 @@ static void session_gone(void *owner)
     dbt_conn *c = owner;
     if (!dbt_conn_state_holds(&c->state))
         return;
-    permit_ctx x = {dbt_lib_get(), c, NULL};
+    permit_ctx x = {.lib = dbt_lib_get(), .c = c, .conn = NULL};
     dbt_conn_state_session_ended(&c->state, &sem_ops, &x);
     dbt_field f[] = {DBT_S("conn", c->id),
                      DBT_S("reason", "the server closed the connection (restart, "
@@ -441,7 +462,7 @@ bool dbt_throttle_connect(PGconn *conn)
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)
         return go;
-    permit_ctx x = {lib, c, conn};
+    permit_ctx x = {.lib = lib, .c = c, .conn = conn};
     return dbt_conn_state_connect(&c->state, &sem_ops, &x) == DBT_PROCEED;
 }
 
@@ -449,7 +470,7 @@ void dbt_throttle_connect_failed(PGconn *conn)
 {
     const dbt_lib *lib = dbt_lib_get();
     dbt_conn *c = known(conn, lib);
-    permit_ctx x = {lib, c, NULL};
+    permit_ctx x = {.lib = lib, .c = c, .conn = NULL};
     if (c)
         dbt_conn_state_connect_failed(&c->state, &sem_ops, &x);
 }
@@ -461,17 +482,53 @@ bool dbt_throttle_before(PGconn *conn, const char *query)
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)
         return go;
-    permit_ctx x = {lib, c, conn};
+    permit_ctx x = {.lib = lib, .c = c, .conn = conn};
     if (DBT_REAL(PQstatus)(conn) == CONNECTION_BAD)
         dbt_conn_state_session_ended(&c->state, &sem_ops, &x); /* libpq fails the command */
     return dbt_conn_state_command(&c->state, &sem_ops, &x, query) == DBT_PROCEED;
+}
+
+dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_acquire_wait **pending)
+{
+    *pending = NULL;
+    const dbt_lib *lib = dbt_lib_get();
+    bool go;
+    dbt_conn *c = begin(conn, lib, &go);
+    if (!c)
+        return go ? DBT_PROCEED : DBT_REFUSE;
+    permit_ctx x = {.lib = lib, .c = c, .conn = conn, .pending = pending};
+    if (DBT_REAL(PQstatus)(conn) == CONNECTION_BAD)
+        dbt_conn_state_session_ended(&c->state, &sem_ops, &x); /* libpq fails the command */
+    return dbt_conn_state_command(&c->state, &sem_ops, &x, query);
+}
+
+dbt_verdict dbt_throttle_held_wait(PGconn *conn, dbt_acquire_wait *pending, int64_t t0_ms,
+                                   bool (*interrupted)(void *), void *arg, dbt_waker *waker)
+{
+    const dbt_lib *lib = dbt_lib_get();
+    dbt_conn *c = dbt_conn_find(conn, false);
+    if (!c || !c->pool)
+        return DBT_PROCEED; /* never: the send that queued made both */
+    int limit = limit_of(lib, DBT_KIND_QUERY);
+    dbt_acquire_opts o = {.limit = limit,
+                          .wait_ms = lib->cfg.wait_timeout_ms,
+                          .conn = c->id,
+                          .interrupted = interrupted,
+                          .arg = arg,
+                          .waker = waker};
+    dbt_permit *permit = NULL;
+    dbt_acq_result r = dbt_acquire_wait_for(pending, &o, &permit);
+    dbt_verdict v =
+        outcome(c, c->pool, DBT_KIND_QUERY, limit, true, t0_ms, r) ? DBT_PROCEED : DBT_REFUSE;
+    dbt_conn_state_deferred_end(&c->state, v, permit);
+    return v;
 }
 
 void dbt_throttle_sent(PGconn *conn, bool sent)
 {
     const dbt_lib *lib = dbt_lib_get();
     dbt_conn *c = known(conn, lib);
-    permit_ctx x = {lib, c, conn};
+    permit_ctx x = {.lib = lib, .c = c, .conn = conn};
     if (c)
         dbt_conn_state_sent(&c->state, &sem_ops, &x, sent, facts_of(conn));
 }
@@ -480,7 +537,7 @@ void dbt_throttle_after(PGconn *conn)
 {
     const dbt_lib *lib = dbt_lib_get();
     dbt_conn *c = known(conn, lib);
-    permit_ctx x = {lib, c, conn};
+    permit_ctx x = {.lib = lib, .c = c, .conn = conn};
     if (!c)
         return;
     dbt_conn_facts f = facts_of(conn);
@@ -506,7 +563,7 @@ void dbt_throttle_pipeline_synced(PGconn *conn)
 {
     const dbt_lib *lib = dbt_lib_get();
     dbt_conn *c = known(conn, lib);
-    permit_ctx x = {lib, c, conn};
+    permit_ctx x = {.lib = lib, .c = c, .conn = conn};
     if (!c)
         return;
     dbt_conn_facts f = facts_of(conn);
@@ -530,7 +587,7 @@ void dbt_throttle_give_back(dbt_conn *c)
 {
     if (!c)
         return;
-    permit_ctx x = {dbt_lib_get(), c, NULL};
+    permit_ctx x = {.lib = dbt_lib_get(), .c = c, .conn = NULL};
     dbt_conn_state_forget(&c->state, &sem_ops, &x);
     dbt_conn_free(c);
 }
@@ -555,8 +612,18 @@ PGresult *dbt_throttle_refused_result(PGconn *conn)
     return r;
 }
 
+const char *dbt_throttle_refusal(const PGconn *conn, const char **sqlstate)
+{
+    dbt_conn *c = dbt_conn_find(conn, false);
+    *sqlstate = c && c->refusal_state ? c->refusal_state : SQLSTATE_REFUSED;
+    return c ? c->refusal : NULL;
+}
+
 const char *dbt_throttle_error(const PGconn *conn)
 {
+    const char *held = dbt_held_error(conn);
+    if (held)
+        return held;
     dbt_conn *c = dbt_conn_find(conn, false);
     return c && dbt_conn_state_refused(&c->state) ? c->refusal : NULL;
 }

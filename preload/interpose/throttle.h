@@ -4,8 +4,12 @@
 #ifndef DBT_THROTTLE_H
 #define DBT_THROTTLE_H
 
+#include "conn_state.h"
+#include "sem_client.h"
+
 #include <libpq-fe.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Set while a hook runs the real function, so that libpq's calls of its own exported functions
  * (PQexec -> PQsendQuery -> ..., PQexecFinish -> PQgetResult) pass straight through: one logical
@@ -15,6 +19,20 @@ extern __thread int dbt_nested;
 /* A command is about to be sent on conn. True: send it (a permit is held, or none is needed).
  * False: refused; conn's error message says why (see dbt_throttle_error). */
 bool dbt_throttle_before(PGconn *conn, const char *query);
+
+/* The same for a PQsend* call, which must not wait in the program's thread: DBT_PROCEED (send
+ * it), DBT_REFUSE (as dbt_throttle_before's false), or DBT_DEFER: no permit was free at once,
+ * the connection is queued for one and *pending set; the command is to be held and the wait
+ * run by dbt_throttle_held_wait (held.c). */
+dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_acquire_wait **pending);
+
+/* The wait of a deferred command, in held.c's thread: ends `pending` (granted, timed out,
+ * interrupted when `interrupted(arg)` says so after `waker` fired, Redis gone) and records the
+ * outcome in the connection's state: DBT_PROCEED (send the held commands; the permit is the
+ * connection's) or DBT_REFUSE (the refusal is set, as dbt_throttle_before's). `t0_ms` is when
+ * the command was sent (dbt_now_us() / 1000), for the refusal's message. */
+dbt_verdict dbt_throttle_held_wait(PGconn *conn, dbt_acquire_wait *pending, int64_t t0_ms,
+                                   bool (*interrupted)(void *), void *arg, dbt_waker *waker);
 
 /* A PQsend* call returned: `sent` false when it sent nothing (the command has ended at once). */
 void dbt_throttle_sent(PGconn *conn, bool sent);
@@ -56,6 +74,10 @@ void dbt_throttle_evict_cancel(const char *conn_id);
 
 /* A PGRES_FATAL_ERROR result carrying conn's refusal (SQLSTATE 53300), for PQexec and friends. */
 PGresult *dbt_throttle_refused_result(PGconn *conn);
+
+/* The message of conn's last refusal (NULL: none yet) and its SQLSTATE, whether or not it is
+ * still conn's last word (held.c presents it later). */
+const char *dbt_throttle_refusal(const PGconn *conn, const char **sqlstate);
 
 /* The refusal message of conn, or NULL when the last word on conn was not a refusal. */
 const char *dbt_throttle_error(const PGconn *conn);

@@ -552,7 +552,40 @@ static acquire_next wait_turn(acquire_run *a)
     return NEXT_SEND;
 }
 
-dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o, dbt_permit **out)
+/* A queued acquire whose wait another thread runs (dbt_acquire_start). */
+struct dbt_acquire_wait {
+    acquire_run a;
+};
+
+/* Runs an acquire from step `next` to its end. With `park` set, a run that must wait stops
+ * there instead: *park receives it (to be finished by dbt_acquire_wait_for) and the result is
+ * DBT_ACQ_QUEUED; without memory for it, it waits here after all. */
+static dbt_acq_result run(acquire_run *a, acquire_next next, dbt_permit **out,
+                          dbt_acquire_wait **park)
+{
+    for (;;) {
+        switch (next) {
+        case NEXT_SEND:
+            next = read_reply(a, send_or_adopt(a));
+            break;
+        case NEXT_WAIT:
+            if (park && (*park = malloc(sizeof **park))) {
+                (*park)->a = *a;
+                return DBT_ACQ_QUEUED;
+            }
+            park = NULL;
+            next = wait_turn(a);
+            break;
+        case NEXT_GRANTED:
+            return finish_granted(a->p, a->s, out, a->holders, a->queue);
+        case NEXT_DONE:
+            return a->result;
+        }
+    }
+}
+
+static dbt_acq_result start(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o, dbt_permit **out,
+                            dbt_acquire_wait **park)
 {
     *out = NULL;
     acquire_run a = {.p = p, .kind = kind, .o = o, .may_wait = o->wait_ms != 0};
@@ -561,19 +594,29 @@ dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o
     a.deadline = o->wait_ms < 0 ? -1 : a.start + o->wait_ms * 1000;
     if (!(a.s = new_slot(&a)))
         return a.result;
-    acquire_next next = NEXT_SEND;
-    for (;;) {
-        switch (next) {
-        case NEXT_SEND:
-            next = read_reply(&a, send_or_adopt(&a));
-            break;
-        case NEXT_WAIT:
-            next = wait_turn(&a);
-            break;
-        case NEXT_GRANTED:
-            return finish_granted(p, a.s, out, a.holders, a.queue);
-        case NEXT_DONE:
-            return a.result;
-        }
-    }
+    return run(&a, NEXT_SEND, out, park);
+}
+
+dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o, dbt_permit **out)
+{
+    return start(p, kind, o, out, NULL);
+}
+
+dbt_acq_result dbt_acquire_start(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o,
+                                 dbt_permit **out, dbt_acquire_wait **pending)
+{
+    *pending = NULL;
+    return start(p, kind, o, out, pending);
+}
+
+dbt_acq_result dbt_acquire_wait_for(dbt_acquire_wait *w, const dbt_acquire_opts *o,
+                                    dbt_permit **out)
+{
+    *out = NULL;
+    acquire_run a = w->a;
+    free(w);
+    a.o = o; /* the waiter's own: its signal test and waker; the limit and ids are the same */
+    dbt_waker_publish(a.s, o->waker);
+    dbt_pool_thread_clear_failure();
+    return run(&a, NEXT_WAIT, out, NULL);
 }

@@ -18,13 +18,14 @@ typedef struct dbt_pool dbt_pool;
 typedef struct dbt_slot dbt_permit;
 
 typedef enum {
-    DBT_ACQ_GRANTED = 0,  /* *out holds a permit: give it back with dbt_release */
-    DBT_ACQ_TIMEOUT,      /* waited wait_ms (or 0: none was free) and withdrew from the queue */
-    DBT_ACQ_INTERRUPTED,  /* a signal interrupted the wait and opts->interrupted said stop */
-    DBT_ACQ_UNTHROTTLED,  /* Redis unreachable, on_redis_error=open: go on without a permit */
-    DBT_ACQ_REFUSED,      /* Redis unreachable, on_redis_error=closed: fail the command */
-    DBT_ACQ_MISCONFIGURED /* Redis refuses this configuration (a permanent error, whatever
-                           * on_redis_error says): fail the command; dbt_pool_misconfig says why */
+    DBT_ACQ_GRANTED = 0,   /* *out holds a permit: give it back with dbt_release */
+    DBT_ACQ_TIMEOUT,       /* waited wait_ms (or 0: none was free) and withdrew from the queue */
+    DBT_ACQ_INTERRUPTED,   /* a signal interrupted the wait and opts->interrupted said stop */
+    DBT_ACQ_UNTHROTTLED,   /* Redis unreachable, on_redis_error=open: go on without a permit */
+    DBT_ACQ_REFUSED,       /* Redis unreachable, on_redis_error=closed: fail the command */
+    DBT_ACQ_MISCONFIGURED, /* Redis refuses this configuration (a permanent error, whatever
+                            * on_redis_error says): fail the command; dbt_pool_misconfig says why */
+    DBT_ACQ_QUEUED         /* dbt_acquire_start only: queued, to be waited for elsewhere */
 } dbt_acq_result;
 
 /* Lets another thread, or a signal handler, wake a waiting dbt_acquire so that it asks
@@ -93,6 +94,26 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name);
  * sleeps until the process' listener hands it the grant. */
 dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *opts,
                            dbt_permit **out);
+
+/* An acquire that queued and whose wait another thread runs: an event loop must not wait in
+ * its own thread (interpose/held.c). */
+typedef struct dbt_acquire_wait dbt_acquire_wait;
+
+/* As dbt_acquire, up to the wait: when no permit is free at once and opts->wait_ms allows a
+ * wait, the caller is queued in Redis (its place taken now, in order, by the same one round
+ * trip) and DBT_ACQ_QUEUED is returned with *pending set; any other result is final, as
+ * dbt_acquire's. The queued acquire must then be finished, exactly once, from any thread, by
+ * dbt_acquire_wait_for: until then its place waits in the queue (and is renewed) and a grant to
+ * it is kept for it. */
+dbt_acq_result dbt_acquire_start(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *opts,
+                                 dbt_permit **out, dbt_acquire_wait **pending);
+
+/* Waits for a queued acquire as dbt_acquire would have (the deadline counts from the start),
+ * with `opts` for the wait: its interrupted/arg/waker are used; its limit, conn and query must be
+ * the start's (query may be NULL: the slot kept its text). Frees `pending`. Never
+ * DBT_ACQ_QUEUED. */
+dbt_acq_result dbt_acquire_wait_for(dbt_acquire_wait *pending, const dbt_acquire_opts *opts,
+                                    dbt_permit **out);
 
 /* Gives the permit back: one command whose reply is not waited for. NULL is ignored. In a child
  * process after fork(), a permit of the parent is only forgotten, never released. */

@@ -1,0 +1,67 @@
+/* held.h - commands that an event loop sends while no permit is free: held by the library, not
+ * waited for in the program's thread.
+ *
+ * A PQsend* call whose permit is not free at once is queued for in Redis by the call's one
+ * round trip (dbt_acquire_start) and returns 1 at once. The command is kept here, and a thread
+ * of ours waits for the permit and then makes the real call, so that the server's answer makes
+ * the socket readable and the program's poll() wakes as it always does. Until then the
+ * connection reads busy (PQisBusy 1, PQtransactionStatus ACTIVE, no result). A wait that ends
+ * without a permit sends an empty query in the command's place, and its answer is presented as
+ * the refusal (SQLSTATE 53300, or 57014 for a cancel): an empty query runs no statement and
+ * leaves the transaction as it was. docs/design.md ("Asynchronous commands") says why this is
+ * safe. Calls that need the library's help on such a connection come here (hooks_async.c,
+ * hooks_query.c, hooks_conn.c); on any other connection, and whenever no connection of the
+ * process holds anything, they cost one atomic load. */
+#ifndef DBT_HELD_H
+#define DBT_HELD_H
+
+#include "sem_client.h"
+#include "send_op.h"
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+
+typedef struct dbt_held dbt_held;
+
+/* A PQsend* command was deferred (dbt_throttle_before_send said DBT_DEFER, `pending` is its
+ * queued acquire): a copy is held, and a thread waits and sends it. Returns what the PQsend*
+ * call returns: 1 (without memory or a thread, it waits and sends in this call, as before). */
+int dbt_held_start(PGconn *conn, const dbt_send_op *op, dbt_acquire_wait *pending);
+
+/* Before a PQsend* call, PQpipelineSync or PQsendFlushRequest: true when conn holds commands and
+ * the call was dealt with, *rc being its return (in pipeline mode it is held behind them, in
+ * order; otherwise refused, as libpq refuses a second command on a busy connection). False: go
+ * on as usual (after the library's own send on conn, if one runs, has ended). */
+bool dbt_held_enqueue(PGconn *conn, const dbt_send_op *op, int *rc);
+
+/* conn's held state, locked, while the library holds, sends or answers for a command on conn;
+ * NULL (nothing locked) otherwise: go to libpq as usual. */
+dbt_held *dbt_held_lock(const PGconn *conn);
+void dbt_held_unlock(dbt_held *h);
+
+/* Locked: the command is still held (libpq itself sees an idle connection). */
+bool dbt_held_waiting(const dbt_held *h);
+
+/* PQgetResult on a locked h (unlocked on return): waits while the held commands are not yet
+ * sent, then libpq's result, a refusal's stand-in answer translated. */
+PGresult *dbt_held_get_result(dbt_held *h, PGconn *conn);
+
+/* Before a synchronous call: waits until held commands are sent or refused, and reads away a
+ * refusal not yet read (as PQexec discards results the program left unread). */
+void dbt_held_settle(PGconn *conn);
+
+/* PQfinish, PQreset: held commands are withdrawn, never sent, their wait ended; returns once our
+ * thread has let go of conn. */
+void dbt_held_withdraw(PGconn *conn);
+
+/* Sets conn's error message for a call refused while commands are held (as libpq words it). */
+void dbt_held_set_error(dbt_held *h, const char *msg);
+/* The message of such a call, or NULL. */
+const char *dbt_held_error(const PGconn *conn);
+
+/* conn_registry.c: frees an entry's held state (nothing runs on it any more); in a child after
+ * fork(), forgets its parent's (never sent here: the thread that would is the parent's). */
+void dbt_held_free(dbt_held *h);
+void dbt_held_after_fork(dbt_held *h);
+
+#endif
