@@ -1,4 +1,4 @@
-/* held_client.c - drives one connection through the asynchronous API while the pool's only permit
+/* held_client.c - drives a connection through the asynchronous API while the pool's only permit
  * is held elsewhere (issue 15: a PQsend* call that finds no permit free returns at once and the
  * command is held by the library until it gets one, or is refused). The program is an event loop
  * as an application's would be: it poll()s the connection's socket with a 10 ms tick and notes the
@@ -10,6 +10,12 @@
  *   refuse_in_tx  BEGIN and a command first; then (after "evicted") a held command, refused;
  *                 then (after "next") one more command and COMMIT
  *   cancel        send one command; another thread cancels it 300 ms later; then one more command
+ *   request_cancel  as cancel, with PQrequestCancel from the loop's own thread
+ *   blocking      send one command; read its result with a blocking PQgetResult (no loop); then
+ *                 (after "next") one more command
+ *   double_send   send one command, then a second while the first is held (libpq refuses it)
+ *   exec_after    send one command, then PQexec while it is held
+ *   two           two connections in one loop: the first holds the permit, the second is held
  *   prepared      PQsendPrepare, then (after step "query_prepared") PQsendQueryPrepared, then
  *                 (after "describe_prepared") PQsendDescribePrepared, each while held
  *   pipeline      three commands and a sync in pipeline mode; then (after "next") one more batch
@@ -36,6 +42,8 @@ static PGconn *conn;
 static const char *held_sql;
 /* The loop's last tick: set before each send, so that a send that blocks counts as a stall. */
 static long long last_tick;
+/* When set, the event loop itself calls PQrequestCancel this long after it began. */
+static long long request_cancel_after_ms;
 
 static long long now_ms(void)
 {
@@ -127,6 +135,10 @@ static void event_loop_as(const char *prefix)
         if (t - last > maxgap)
             maxgap = t - last;
         last = t;
+        if (request_cancel_after_ms && t - t0 >= request_cancel_after_ms) {
+            request_cancel_after_ms = 0;
+            say("%srequest_cancel=%d", prefix, PQrequestCancel(conn));
+        }
         if (n > 0) {
             wakeups++;
             if (!PQconsumeInput(conn)) {
@@ -243,6 +255,47 @@ static void pipeline_results(const char *label)
     results(name);
 }
 
+/* two_connections: one thread, two connections, one event loop (pgbench -j's shape). The first
+ * takes the pool's only permit and keeps it until its result is read; the second's command is
+ * held meanwhile. Reading the first's result frees the permit for the second. */
+static void two_connections(void)
+{
+    PGconn *both[2] = {conn, PQconnectdb("")};
+    static const char *name[2] = {"first", "second"};
+    if (PQstatus(both[1]) != CONNECTION_OK) {
+        say("second connect failed");
+        return;
+    }
+    say("first_send=%d", PQsendQuery(both[0], "select dbt_probe(500)"));
+    conn = both[1];
+    int done[2] = {0, !send_as("second_", SEND_QUERY, held_sql)};
+    long long t0 = now_ms(), last = last_tick, maxgap = 0;
+    while ((!done[0] || !done[1]) && now_ms() - t0 < 60000) {
+        struct pollfd pfd[2] = {{.fd = PQsocket(both[0]), .events = POLLIN},
+                                {.fd = PQsocket(both[1]), .events = POLLIN}};
+        poll(pfd, 2, 10);
+        long long t = now_ms();
+        if (t - last > maxgap)
+            maxgap = t - last;
+        last = t;
+        for (int i = 0; i < 2; i++) {
+            if (done[i] || !pfd[i].revents)
+                continue;
+            conn = both[i];
+            if (PQconsumeInput(conn) && PQisBusy(conn))
+                continue;
+            char label[32];
+            snprintf(label, sizeof label, "%s_result", name[i]);
+            results(label);
+            say("%s_done_ms=%lld", name[i], now_ms() - t0);
+            done[i] = 1;
+        }
+    }
+    say("maxgap_ms=%lld", maxgap);
+    PQfinish(both[0]);
+    conn = both[1];
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "wait";
@@ -259,6 +312,41 @@ int main(int argc, char **argv)
         say("tx=%s", tx_name());
         if (!strcmp(mode, "refuse") && await_step("next"))
             exec_value("next", "select 'next'");
+    } else if (!strcmp(mode, "request_cancel")) {
+        request_cancel_after_ms = 300;
+        if (send_held(held_sql))
+            event_loop();
+        results("result");
+        say("tx=%s", tx_name());
+        exec_value("next", "select 'next'");
+    } else if (!strcmp(mode, "blocking")) {
+        /* No loop: PQgetResult itself waits for the held command to be sent, or refused. */
+        if (send_held(held_sql)) {
+            long long t0 = now_ms();
+            results("result");
+            say("blocked_ms=%lld", now_ms() - t0);
+        }
+        if (await_step("next"))
+            exec_value("next", "select 'next'");
+    } else if (!strcmp(mode, "double_send")) {
+        /* libpq refuses a second command while one is in progress; a held one is in progress. */
+        if (send_held(held_sql)) {
+            int again = PQsendQuery(conn, "select dbt_probe(11)");
+            say("second_send=%d", again);
+            if (!again)
+                say("second_error=\"%s\"", strtok(PQerrorMessage(conn), "\n"));
+            event_loop();
+        }
+        results("result");
+        exec_value("next", "select 'next'");
+    } else if (!strcmp(mode, "exec_after")) {
+        /* PQexec on a connection with a command in progress first reads (and drops) that
+         * command's results: the held one is sent first, then the PQexec's. */
+        if (send_held(held_sql))
+            exec_value("exec", "select 'exec'");
+        say("busy_end=%d", PQisBusy(conn));
+    } else if (!strcmp(mode, "two")) {
+        two_connections();
     } else if (!strcmp(mode, "refuse_in_tx")) {
         exec_value("begin", "begin");
         exec_value("first", "select 'first'");

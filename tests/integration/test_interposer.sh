@@ -14,8 +14,9 @@ cases="limit_holds_at_the_server transaction_is_one_permit log_query cache_permi
     connection_permits large_objects psycopg2_async interactive_psql dlsym_returns_our_hooks
     psycopg3_cancel_ends_wait one_server_one_pool"
 cases="$cases held_send_returns_at_once held_refused_at_timeout held_refused_in_transaction
-    held_cancelled held_drained held_prepared held_pipeline held_pipeline_refused held_finish held_reset
-    held_fork"
+    held_cancelled held_request_cancel held_drained held_blocking_get_result held_second_send_refused
+    held_exec_after held_two_connections_one_loop held_prepared held_pipeline held_pipeline_refused
+    held_finish held_reset held_fork"
 pick_cases "$@"
 harness_begin it
 
@@ -616,7 +617,7 @@ hc_run() {
     echo "$hc_pid" >>"$work/pids"
 }
 hc_go() { touch "$work/hc.$hc_pool.go.$1"; }
-hc_line() { wait_until 60 "grep -q '^$1=' \"\$hc_out\""; } # hc_line KEY: until held_client said KEY
+hc_line() { wait_until 60 "grep -q '^$1=' \"\$hc_out\" 2>/dev/null"; } # hc_line KEY: until held_client said KEY
 hc_val() { # hc_val KEY: what held_client said of KEY (its first line with it)
     awk -v k="$1=" '{ for (i = 1; i <= NF; i++) if (index($i, k) == 1) { print substr($i, length(k) + 1); exit } }' "$hc_out"
 }
@@ -732,6 +733,21 @@ it_held_cancelled() {
         '[ "$(probes held_c)" = 1 ] && [ "$(hc_card held_c queue)" = 0 ] && [ "$(hc_card held_c holders)" = 0 ]'
 }
 
+# c. the same with PQrequestCancel, from the event loop's own thread
+it_held_request_cancel() {
+    mark
+    hc_hold held_rc held_rc 4000
+    hc_run held_rc request_cancel DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_rc: PQrequestCancel 300 ms into the loop ended the hold before the holder's end ($(hc_val ready_ms) ms): 57014 then NULL ($(hc_val result))" \
+        '[ "$(hc_val request_cancel)" = 1 ] && [ "$(hc_val result)" = "FATAL_ERROR:57014,NULL" ] && [ "$(hc_ms ready_ms)" -lt 3000 ]'
+    check "held_rc: the next command runs ($(hc_val next); rc $rc); the cancelled one never reached the server (probes: $(probes held_rc))" \
+        '[ $rc -eq 0 ] && [ "$(hc_val next)" = TUPLES_OK:next ] && [ "$(probes held_rc)" = 1 ]'
+}
+
 # c. a drain: no grant for the held command (docs/operations.md), which waits until its timeout
 it_held_drained() {
     mark
@@ -752,6 +768,73 @@ it_held_drained() {
     check "held_d: resumed, the connection runs the next command ($(hc_val next); rc $rc)" \
         '[ $rc -eq 0 ] && [ "$(hc_val next)" = TUPLES_OK:next ]'
     check "held_d: the refused statement never reached the server (probes: $(probes held_d))" '[ "$(probes held_d)" = 1 ]'
+}
+
+# a blocking PQgetResult on a held command waits for it to be sent (or refused), then as usual
+it_held_blocking_get_result() {
+    mark
+    hc_hold held_g held_g 3000
+    hc_run held_g blocking DBTHROTTLE_WAIT_TIMEOUT=30s
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_g: PQgetResult blocked until the holder was done ($(hc_val blocked_ms) ms), then the result and NULL ($(hc_val result)); next: $(hc_val next) (rc $rc); probes $(probes held_g)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val result)" = TUPLES_OK:1,NULL ] && [ "$(hc_ms blocked_ms)" -ge 1000 ] && [ "$(hc_val next)" = TUPLES_OK:next ] && [ "$(probes held_g)" = 2 ]'
+    mark
+    hc_hold held_g2 held_g2 6000
+    hc_run held_g2 blocking DBTHROTTLE_WAIT_TIMEOUT=1500ms
+    hc_line result
+    wait "$hc_holder"
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    check "held_g2: refused at the 1.5 s timeout, PQgetResult returned then ($(hc_val blocked_ms) ms): 53300 and NULL ($(hc_val result)); next: $(hc_val next) (rc $rc); probes $(probes held_g2)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val result)" = FATAL_ERROR:53300,NULL ] && [ "$(hc_ms blocked_ms)" -ge 1000 ] && [ "$(hc_ms blocked_ms)" -le 4500 ] && [ "$(hc_val next)" = TUPLES_OK:next ] && [ "$(probes held_g2)" = 1 ]'
+}
+
+# a command in progress is in progress while held: libpq's own rule refuses a second one
+it_held_second_send_refused() {
+    mark
+    hc_hold held_2s held_2s 3000
+    hc_run held_2s double_send DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_2s: a second PQsendQuery while the first is held returns 0, another command in progress ($(hc_val second_send) $(grep -o 'second_error=.*' "$hc_out"))" \
+        '[ "$(hc_val second_send)" = 0 ] && grep -q "^second_error=\"another command is already in progress" "$hc_out"'
+    check "held_2s: the first completes ($(hc_val result)), the next runs ($(hc_val next); rc $rc); the second never reached the server (probes: $(probes held_2s))" \
+        '[ $rc -eq 0 ] && [ "$(hc_val result)" = TUPLES_OK:1,NULL ] && [ "$(hc_val next)" = TUPLES_OK:next ] && [ "$(probes held_2s)" = 2 ]'
+}
+
+# PQexec while a command is held: libpq reads the earlier command's results first (dropping them)
+it_held_exec_after() {
+    mark
+    hc_hold held_x held_x 3000
+    hc_run held_x exec_after DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_x: PQexec after a held PQsendQuery: its own result ($(hc_val exec)), not busy after ($(hc_val busy_end)); rc $rc" \
+        '[ $rc -eq 0 ] && [ "$(hc_val exec)" = TUPLES_OK:exec ] && [ "$(hc_val busy_end)" = 0 ]'
+    check "held_x: the held command ran once at the server, alone (probes: $(probes held_x); max at once $(max_conc held_x))" \
+        '[ "$(probes held_x)" = 2 ] && [ "$(max_conc held_x)" = 1 ]'
+}
+
+# one thread, two connections, limit 1 (pgbench -j's shape; a deadlock when the send waited)
+it_held_two_connections_one_loop() {
+    mark
+    hc_run held_two two DBTHROTTLE_WAIT_TIMEOUT=10s
+    wait "$hc_pid"
+    rc=$?
+    check "held_two: the second connection's PQsendQuery returns 1 at once while the first holds the permit ($(hc_said))" \
+        '[ "$(hc_val first_send)" = 1 ] && [ "$(hc_val second_send)" = 1 ] && [ "$(hc_ms second_send_ms)" -lt 1000 ] && [ "$(hc_val second_busy)" = 1 ]'
+    check "held_two: both complete in the one loop, each alone at the server, the second after the first (rc $rc; probes $(probes held_two))" \
+        '[ $rc -eq 0 ] && [ "$(hc_val first_result)" = TUPLES_OK:1,NULL ] && [ "$(hc_val second_result)" = TUPLES_OK:1,NULL ] && [ "$(hc_ms second_done_ms)" -ge "$(hc_ms first_done_ms)" ] && [ "$(probes held_two)" = 2 ]'
+    hc_loop_ran
 }
 
 # the rest of the family: PQsendPrepare, PQsendQueryPrepared, PQsendDescribePrepared, each held
