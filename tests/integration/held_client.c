@@ -10,6 +10,10 @@
  *   refuse_in_tx  BEGIN and a command first; then (after "evicted") a held command, refused;
  *                 then (after "next") one more command and COMMIT
  *   cancel        send one command; another thread cancels it 300 ms later; then one more command
+ *   nonblocking   as wait, in nonblocking mode (PQsetnonblocking)
+ *   notify        LISTEN; then (after "send") a held command: notifications arrive while held
+ *   exit_held     send one command; return from main without PQfinish
+ *   pipeline_finish  three commands and a sync in pipeline mode, held; PQfinish; alive until "exit"
  *   request_cancel  as cancel, with PQrequestCancel from the loop's own thread
  *   blocking      send one command; read its result with a blocking PQgetResult (no loop); then
  *                 (after "next") one more command
@@ -127,7 +131,8 @@ static int send_held(const char *sql)
 static void event_loop_as(const char *prefix)
 {
     long long t0 = now_ms(), last = last_tick ? last_tick : t0, maxgap = 0;
-    int wakeups = 0, consume_failed = 0;
+    int wakeups = 0, consume_failed = 0, notifies = 0;
+    long long first_notify_ms = -1;
     while (now_ms() - t0 < 60000) {
         struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
         int n = poll(&pfd, 1, 10);
@@ -145,12 +150,18 @@ static void event_loop_as(const char *prefix)
                 consume_failed = 1;
                 break;
             }
+            for (PGnotify *note; (note = PQnotifies(conn)) != NULL; PQfreemem(note)) {
+                if (notifies++ == 0)
+                    first_notify_ms = now_ms() - t0;
+            }
             if (!PQisBusy(conn))
                 break;
         }
     }
-    say("%sready_ms=%lld %smaxgap_ms=%lld %swakeups=%d %sconsume_failed=%d", prefix, now_ms() - t0,
-        prefix, maxgap, prefix, wakeups, prefix, consume_failed);
+    say("%sready_ms=%lld %smaxgap_ms=%lld %swakeups=%d %sconsume_failed=%d %snotifies=%d "
+        "%sfirst_notify_ms=%lld",
+        prefix, now_ms() - t0, prefix, maxgap, prefix, wakeups, prefix, consume_failed, prefix,
+        notifies, prefix, first_notify_ms);
 }
 
 static void event_loop(void)
@@ -215,6 +226,8 @@ static void exec_value(const char *label, const char *sql)
     ExecStatusType st = PQresultStatus(r);
     say("%s=%s%s%s", label, status_name(st), st == PGRES_TUPLES_OK ? ":" : "",
         st == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "");
+    if (st == PGRES_FATAL_ERROR)
+        say("%s_error=\"%s\"", label, strtok(PQerrorMessage(conn), "\n"));
     PQclear(r);
 }
 
@@ -309,9 +322,35 @@ int main(int argc, char **argv)
         if (send_held(held_sql))
             event_loop();
         results("result");
-        say("tx=%s", tx_name());
+        say("tx=%s conn=%s", tx_name(), PQstatus(conn) == CONNECTION_OK ? "OK" : "BAD");
         if (!strcmp(mode, "refuse") && await_step("next"))
             exec_value("next", "select 'next'");
+    } else if (!strcmp(mode, "nonblocking")) {
+        say("nonblocking=%d", PQsetnonblocking(conn, 1) == 0 && PQisnonblocking(conn));
+        if (send_held(held_sql))
+            event_loop();
+        results("result");
+        say("still_nonblocking=%d", PQisnonblocking(conn));
+    } else if (!strcmp(mode, "notify")) {
+        exec_value("listen", "listen held_chan");
+        if (!await_step("send"))
+            return 1;
+        if (send_held(held_sql))
+            event_loop();
+        results("result");
+    } else if (!strcmp(mode, "exit_held")) {
+        send_held(held_sql);
+        say("exiting=1");
+        return 0; /* no PQfinish: the process ends with the command held */
+    } else if (!strcmp(mode, "pipeline_finish")) {
+        if (!PQenterPipelineMode(conn))
+            return 1;
+        send_pipeline("batch");
+        PQfinish(conn);
+        say("finished=1");
+        await_step("exit");
+        say("alive=1");
+        return 0;
     } else if (!strcmp(mode, "request_cancel")) {
         request_cancel_after_ms = 300;
         if (send_held(held_sql))

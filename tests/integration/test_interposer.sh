@@ -16,7 +16,8 @@ cases="limit_holds_at_the_server transaction_is_one_permit log_query cache_permi
 cases="$cases held_send_returns_at_once held_refused_at_timeout held_refused_in_transaction
     held_cancelled held_request_cancel held_drained held_blocking_get_result held_second_send_refused
     held_exec_after held_two_connections_one_loop held_prepared held_pipeline held_pipeline_refused
-    held_finish held_reset held_fork"
+    held_finish held_reset held_fork held_nonblocking held_notifications_while_held
+    held_pipeline_finish held_backend_terminated"
 pick_cases "$@"
 harness_begin it
 
@@ -959,6 +960,75 @@ it_held_fork() {
         '[ $rc -eq 0 ] && [ "$(hc_val result)" = TUPLES_OK:1,NULL ] && [ "$(hc_val child_exit)" = 0 ] && [ "$(hc_val next)" = TUPLES_OK:next ]'
     check "held_k: at the server it ran once, not also from the child (probes: $(probes held_k), the holder's and the parent's)" \
         '[ "$(probes held_k)" = 2 ]'
+}
+
+# nonblocking mode (PQsetnonblocking 1): the same
+it_held_nonblocking() {
+    mark
+    hc_hold held_nb held_nb 3000
+    hc_run held_nb nonblocking DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_nb: in nonblocking mode, the result once the holder is done ($(hc_val ready_ms) ms: $(hc_val result)), still nonblocking (rc $rc; probes $(probes held_nb))" \
+        '[ $rc -eq 0 ] && [ "$(hc_val nonblocking)" = 1 ] && [ "$(hc_val result)" = TUPLES_OK:1,NULL ] && [ "$(hc_ms ready_ms)" -ge 1000 ] && [ "$(hc_val still_nonblocking)" = 1 ] && [ "$(probes held_nb)" = 2 ]'
+}
+
+# a LISTENing connection gets its notifications while its command is held
+it_held_notifications_while_held() {
+    mark
+    hc_run held_n notify DBTHROTTLE_WAIT_TIMEOUT=30s
+    hc_line listen
+    hc_hold held_n held_n 3000
+    hc_go send
+    hc_line send
+    psql -qAtX -c "notify held_chan, 'while held'" >/dev/null
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_n: the NOTIFY reached the loop while the command was held ($(hc_val notifies) at $(hc_val first_notify_ms) ms; result at $(hc_val ready_ms) ms: $(hc_val result); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val listen)" = COMMAND_OK ] && [ "$(hc_ms notifies)" -ge 1 ] && [ "$(hc_ms first_notify_ms)" -ge 0 ] && [ "$(hc_ms first_notify_ms)" -lt "$(hc_ms ready_ms)" ] && [ "$(hc_val result)" = TUPLES_OK:1,NULL ]'
+}
+
+# PQfinish in pipeline mode with three held commands and a sync
+it_held_pipeline_finish() {
+    mark
+    hc_hold held_pf held_pf 3000
+    hc_run held_pf pipeline_finish DBTHROTTLE_WAIT_TIMEOUT=30s
+    hc_line finished
+    wait_until 10 '[ "$(hc_card held_pf queue)" = 0 ]'
+    check "held_pf: PQfinish of a pipeline of held commands withdrew them ($(hc_said); queue $(hc_card held_pf queue))" \
+        '[ "$(hc_val batch_sent)" = 1 ] && [ "$(hc_ms send_ms)" -lt 1000 ] && [ "$(hc_card held_pf queue)" = 0 ]'
+    wait "$hc_holder"
+    after=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=held_pf DBTHROTTLE_WAIT_TIMEOUT=5s psql -qAtX -c "select 'free'" 2>&1)
+    hc_go exit
+    wait "$hc_pid"
+    rc=$?
+    check "held_pf: the permit is free after the holder ($after), the program lives on (rc $rc), none reached the server (probes $(probes held_pf))" \
+        '[ "$after" = free ] && [ $rc -eq 0 ] && [ "$(hc_val alive)" = 1 ] && [ "$(probes held_pf)" = 1 ]'
+}
+
+# the server ends the session of a connection whose command is held: the loop learns it at once
+# (not at the grant), the place in the queue goes, and nothing is held or sent
+it_held_backend_terminated() {
+    mark
+    hc_hold held_t held_t 4000
+    hc_run held_t wait DBTHROTTLE_WAIT_TIMEOUT=30s
+    hc_line send
+    killed=$(psql -qAtX -c "select count(pg_terminate_backend(pid)) from pg_stat_activity where application_name = 'held_t' and state = 'idle'")
+    hc_line conn
+    wait_until 5 '[ "$(hc_card held_t queue)" = 0 ]'
+    queue=$(hc_card held_t queue)
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    check "held_t: its backend terminated while held ($killed): the loop woke before the holder's end ($(hc_val ready_ms) ms), with the failure ($(hc_val result), consume_failed $(hc_val consume_failed), $(hc_val conn))" \
+        '[ "$killed" = 1 ] && [ "$(hc_ms ready_ms)" -lt 3000 ] && [ "$(hc_val conn)" = BAD ] && { [ "$(hc_val consume_failed)" = 1 ] || [ "${hc_v=$(hc_val result)}" != "${hc_v#FATAL_ERROR}" ]; }'
+    after=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=held_t DBTHROTTLE_WAIT_TIMEOUT=5s psql -qAtX -c "select 'free'" 2>&1)
+    check "held_t: its place left the queue ($queue), the permit is free after the holder ($after), nothing reached the server (probes $(probes held_t); rc $rc)" \
+        '[ "$queue" = 0 ] && [ "$after" = free ] && [ "$(probes held_t)" = 1 ]'
 }
 
 run_case() {
