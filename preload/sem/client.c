@@ -180,9 +180,11 @@ void dbt_client_exit(dbt_client *c)
         p->exiting = true;
         bool down = p->down_until_us > dbt_now_us();
         for (struct dbt_slot *s = p->slots; s && n < MAX_EXIT; s = s->next)
-            if ((s->state == SLOT_HELD || s->orphan) && s->gen == p->gen) {
+            if ((s->state == SLOT_HELD || s->state == SLOT_QUEUED || s->orphan) &&
+                s->gen == p->gen) {
                 memcpy(ids[n], s->id, sizeof ids[n]);
-                place[n] = s->state != SLOT_HELD; /* a queued place kept for a next waiter */
+                /* a place: a waiting thread's or a held command's, or one kept for a next waiter */
+                place[n] = s->state != SLOT_HELD;
                 kinds[n++] = s->kind;
             }
         /* What the renewer was giving back as the process exits: it may not get to send it. */
