@@ -33,10 +33,13 @@ struct dbt_held {
     bool waiting;              /* held, not yet sent: libpq sees an idle connection */
     bool thread_alive;         /* our thread has not let go of the connection */
     atomic_bool withdrawn;     /* PQfinish/PQreset: send nothing, end the wait */
+    atomic_bool conn_lost;     /* libpq found the session gone while held: end the wait */
     dbt_waker own_waker;       /* ends the wait when no cancel cell could be had */
     dbt_waker *waker;          /* the wait's waker while it runs (withdraw fires it) */
     dbt_cancel_wait *cell;     /* a cancel of the connection ends the wait (cancel_map.h) */
     int stand_ins;             /* a refusal's empty queries whose answers are not yet read */
+    int owed;                  /* failures to present that no answer will bring (the session
+                                  is gone): PQgetResult gives them first */
     bool segment_start;        /* the next stand-in begins a pipeline segment: the refusal */
     char *refusal;             /* what the stand-ins present, and its SQLSTATE */
     const char *refusal_state;
@@ -50,7 +53,7 @@ static atomic_int live;
 /* h->mu held. */
 static void recount(dbt_held *h)
 {
-    bool now = h->thread_alive || h->stand_ins > 0;
+    bool now = h->thread_alive || h->stand_ins > 0 || h->owed > 0;
     if (now != h->counted) {
         atomic_fetch_add(&live, now ? 1 : -1);
         h->counted = now;
@@ -112,7 +115,8 @@ bool dbt_held_waiting(const dbt_held *h)
 static bool stop_waiting(void *arg)
 {
     dbt_held *h = arg;
-    return atomic_load(&h->withdrawn) || (h->cell && dbt_cancel_requested(h->cell));
+    return atomic_load(&h->withdrawn) || atomic_load(&h->conn_lost) ||
+           (h->cell && dbt_cancel_requested(h->cell));
 }
 
 /* Stand-in for a refused call: an empty query (the server answers EmptyQueryResponse and runs
@@ -143,8 +147,13 @@ static bool send_all(dbt_held *h, dbt_send_op *ops, bool granted)
         /* Refused, or after a failure: stand-ins, so that the program's socket wakes and each
          * of its calls gets an answer. */
         op->rc = -1;
-        if (send_stand_in(conn, op, h->pipeline) && dbt_op_is_command(op->type))
-            h->stand_ins++;
+        bool out = send_stand_in(conn, op, h->pipeline);
+        if (dbt_op_is_command(op->type)) {
+            if (out)
+                h->stand_ins++;
+            else
+                h->owed++; /* libpq cannot send: nothing will answer it */
+        }
     }
     __typeof__(&PQflush) flush = DBT_REAL(PQflush);
     __typeof__(&PQsocket) sock = DBT_REAL(PQsocket);
@@ -170,6 +179,17 @@ static void account(PGconn *conn, const dbt_send_op *ops)
     }
 }
 
+/* What the commands that could not be sent present: libpq's own message. h->mu held. */
+static void set_failure(dbt_held *h, PGconn *conn)
+{
+    __typeof__(&PQerrorMessage) err = DBT_REAL(PQerrorMessage);
+    const char *msg = err ? err(conn) : NULL;
+    free(h->refusal);
+    h->refusal = strdup(msg && *msg ? msg : "dbthrottle: the held command could not be sent\n");
+    h->refusal_state = "08006"; /* connection_failure */
+    h->segment_start = true;
+}
+
 static void serve(dbt_held *h)
 {
     PGconn *conn = h->pg;
@@ -190,7 +210,6 @@ static void serve(dbt_held *h)
 
     pthread_mutex_lock(&h->mu);
     dbt_send_op *ops = NULL;
-    bool failed = false;
     if (!atomic_load(&h->withdrawn)) {
         if (v == DBT_REFUSE) {
             const char *state = NULL;
@@ -204,12 +223,16 @@ static void serve(dbt_held *h)
         h->head = NULL;
         h->tail = &h->head;
         h->waiting = false; /* from here the program's calls go to libpq (under h->mu) */
-        failed = send_all(h, ops, v == DBT_PROCEED);
-        if (failed && !h->refusal) {
-            __typeof__(&PQerrorMessage) err = DBT_REAL(PQerrorMessage);
-            h->refusal = strdup(err ? err(conn) : "dbthrottle: the held command was not sent\n");
-            h->refusal_state = "08006"; /* connection_failure: libpq could not send it */
-            h->segment_start = true;
+        __typeof__(&PQstatus) status = DBT_REAL(PQstatus);
+        if (status && status(conn) == CONNECTION_BAD) {
+            /* The session went while the command was held: nothing can be sent, and no answer
+             * will come. Each command gets libpq's failure, as a command in flight would. */
+            set_failure(h, conn);
+            for (dbt_send_op *op = ops; op; op = op->next)
+                if ((op->rc = -1, dbt_op_is_command(op->type)))
+                    h->owed++;
+        } else if (send_all(h, ops, v == DBT_PROCEED) && !h->refusal) {
+            set_failure(h, conn);
         }
     }
     pthread_mutex_unlock(&h->mu);
@@ -276,6 +299,7 @@ int dbt_held_start(PGconn *conn, const dbt_send_op *op, dbt_acquire_wait *pendin
     h->waiting = true;
     h->thread_alive = true;
     atomic_store(&h->withdrawn, false);
+    atomic_store(&h->conn_lost, false);
     /* Here, not in the thread: a cancel that comes as soon as this call returns ends the wait. */
     h->cell = dbt_cancel_wait_begin(conn);
     h->waker = h->cell ? dbt_cancel_waker(h->cell) : &h->own_waker;
@@ -286,6 +310,16 @@ int dbt_held_start(PGconn *conn, const dbt_send_op *op, dbt_acquire_wait *pendin
     if (!spawn(h))
         serve(h); /* no thread to be had: wait here, as before */
     return 1;
+}
+
+void dbt_held_consumed(dbt_held *h, int rc)
+{
+    if (rc == 0 && h->waiting && h->waker) {
+        /* libpq found the session gone (or unreadable): no permit can make the held command
+         * run; end the wait now rather than at its timeout. */
+        atomic_store(&h->conn_lost, true);
+        dbt_waker_fire(h->waker);
+    }
 }
 
 void dbt_held_set_error(dbt_held *h, const char *msg)
@@ -359,6 +393,13 @@ PGresult *dbt_held_get_result(dbt_held *h, PGconn *conn)
 {
     while (h->thread_alive) /* a blocking read of a held command: wait for it to be sent */
         pthread_cond_wait(&h->cv, &h->mu);
+    if (h->owed > 0) {
+        h->owed--;
+        PGresult *mine = stand_in_result(h, conn);
+        recount(h);
+        dbt_held_unlock(h);
+        return mine;
+    }
     __typeof__(&PQgetResult) real = DBT_REAL(PQgetResult);
     PGresult *res = real ? real(conn) : NULL;
     __typeof__(&PQresultStatus) status = DBT_REAL(PQresultStatus);
@@ -414,7 +455,7 @@ void dbt_held_withdraw(PGconn *conn)
     h->head = NULL;
     h->tail = &h->head;
     h->waiting = false;
-    h->stand_ins = 0;
+    h->stand_ins = h->owed = 0;
     recount(h);
     dbt_held_unlock(h);
 }
@@ -445,7 +486,7 @@ void dbt_held_after_fork(dbt_held *h)
     h->waiting = h->thread_alive = false;
     h->waker = NULL;
     h->cell = NULL;
-    h->stand_ins = 0;
+    h->stand_ins = h->owed = 0;
     if (h->counted)
         atomic_fetch_sub(&live, 1);
     h->counted = false;

@@ -42,6 +42,10 @@ void dbt_held_unlock(dbt_held *h);
 /* Locked: the command is still held (libpq itself sees an idle connection). */
 bool dbt_held_waiting(const dbt_held *h);
 
+/* Locked: PQconsumeInput returned rc on conn while its command is held: 0 (the session is gone)
+ * ends the wait at once, and the command then reads as failed with libpq's message. */
+void dbt_held_consumed(dbt_held *h, int rc);
+
 /* PQgetResult on a locked h (unlocked on return): waits while the held commands are not yet
  * sent, then libpq's result, a refusal's stand-in answer translated. */
 PGresult *dbt_held_get_result(dbt_held *h, PGconn *conn);

@@ -29,10 +29,20 @@ HOOK int PQisBusy(PGconn *conn)
     HELD_OR_REAL(0, 1, PQisBusy, conn);
 }
 
-/* Notifications and notices may still arrive while a command is held: libpq reads them. */
+/* Notifications and notices may still arrive while a command is held: libpq reads them. A
+ * session found gone ends the wait at once. */
 HOOK int PQconsumeInput(PGconn *conn)
 {
-    HELD_OR_REAL(0, real(conn), PQconsumeInput, conn);
+    __typeof__(&PQconsumeInput) real = DBT_REAL(PQconsumeInput);
+    if (!real)
+        return 0;
+    dbt_held *h = dbt_nested ? NULL : dbt_held_lock(conn);
+    if (!h)
+        return real(conn);
+    int r = real(conn);
+    dbt_held_consumed(h, r);
+    dbt_held_unlock(h);
+    return r;
 }
 
 HOOK PGnotify *PQnotifies(PGconn *conn)

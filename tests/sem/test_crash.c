@@ -36,13 +36,16 @@ Test(crash, killed_waiter_loses_its_place, .timeout = 60)
     dbt_pool *p = dbt_client_pool(c, "crash");
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
     dbt_permit *held;
+    /* Forked before this process has threads (see test_child_start_paused). */
+    test_child dead, live;
+    cr_assert(test_child_start_paused(&dead, &fx_redis, "crash", 1, 30000, "1s"));
+    cr_assert(test_child_start_paused(&live, &fx_redis, "crash", 1, 30000, "1s"));
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
 
-    test_child dead, live;
-    cr_assert(test_child_start(&dead, &fx_redis, "crash", 1, 30000, "1s"));
+    test_child_go(&dead);
     zcard_is q1 = {&fx_redis, QUEUE, 1};
     cr_assert(test_wait_until(test_zcard_is, &q1, 10000));
-    cr_assert(test_child_start(&live, &fx_redis, "crash", 1, 30000, "1s"));
+    test_child_go(&live);
     zcard_is q2 = {&fx_redis, QUEUE, 2};
     cr_assert(test_wait_until(test_zcard_is, &q2, 10000));
 

@@ -159,6 +159,30 @@ Test(handover, threads_of_one_process_pass_permits_without_redis, .timeout = 120
     teardown(&f);
 }
 
+/* A condition: a process other than `mine` has a waiter in the pool's queue (owners: cid ->
+ * its waiters queued; '*' is the total). */
+typedef struct {
+    const test_redis *r;
+    const char *mine;
+} queued_elsewhere;
+
+static bool other_queued(void *arg)
+{
+    queued_elsewhere *q = arg;
+    redisContext *rc = test_redis_connect(q->r);
+    redisReply *rep = rc ? redisCommand(rc, "HGETALL %s", KEY("owners")) : NULL;
+    bool found = false;
+    for (size_t i = 0; rep && rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2) {
+        const char *cid = rep->element[i]->str, *n = rep->element[i + 1]->str;
+        if (strcmp(cid, "*") != 0 && strcmp(cid, q->mine) != 0 && atoi(n) > 0)
+            found = true;
+    }
+    freeReplyObject(rep);
+    if (rc)
+        redisFree(rc);
+    return found;
+}
+
 Test(handover, a_waiter_of_another_process_is_served_in_its_turn, .timeout = 120)
 {
     fixture f;
@@ -167,8 +191,12 @@ Test(handover, a_waiter_of_another_process_is_served_in_its_turn, .timeout = 120
     test_child other;
     cr_assert(test_child_start_paused(&other, &f.r, "ho", LIMIT, 20000, "10m"));
     start_handing_over(&f);
-    int g0 = atomic_load(&f.l.grants);
     test_child_go(&other);
+    /* Counted from its arrival in Redis' queue, not from its start (a slow start, under load or
+     * ASan, let this process' threads pass 42 grants before the child had even asked). */
+    queued_elsewhere q = {&f.r, dbt_client_id(f.c)};
+    cr_assert(test_wait_until(other_queued, &q, 20000), "the other process never queued");
+    int g0 = atomic_load(&f.l.grants);
     /* Without the push, this process would pass its permits among its own threads for ever and
      * the other would wait out its 20 s. In its turn: behind the threads that were waiting when
      * it came (at most THREADS - LIMIT), the places they had, and the commands in flight. */

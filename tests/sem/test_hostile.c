@@ -117,10 +117,11 @@ Test(hostile, keys_deleted_by_hand)
     dbt_pool *p = dbt_client_pool(c, "hostile");
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
     dbt_permit *a, *b = NULL, *x = NULL;
-    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &a), DBT_ACQ_GRANTED);
-
+    /* Forked before this process has threads (see test_child_start_paused). */
     test_child ch;
-    cr_assert(test_child_start(&ch, &r, "hostile", 1, 10000, "1s"));
+    cr_assert(test_child_start_paused(&ch, &r, "hostile", 1, 10000, "1s"));
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &a), DBT_ACQ_GRANTED);
+    test_child_go(&ch);
     zcard_is queued = {&r, Q "queue", 1};
     cr_assert(test_wait_until(test_zcard_is, &queued, 5000));
     cr_assert_eq(test_redis_int(&r, "DEL %s %s %s", Q "holders", Q "queue", Q "seq"), 3);

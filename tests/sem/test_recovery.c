@@ -527,6 +527,9 @@ Test(recovery, release_refused_as_busy_is_sent_again, .timeout = 90)
     pthread_create(&tn, NULL, worker, &n);
     zcard_is q1 = {&fx_redis, QUEUE, 1};
     cr_assert(test_wait_until(test_zcard_is, &q1, 10000));
+    /* Its listener's BLPOP is in before Redis gets busy: one sent during the script would be
+     * answered BUSY, an outage (the waiter would run unthrottled, as it should then). */
+    cr_assert(test_wait_until(someone_blocked, NULL, 10000), "the waiter never listened");
 
     test_redis_int(&fx_redis, "CONFIG SET busy-reply-threshold 100");
     pthread_t tb;

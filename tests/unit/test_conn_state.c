@@ -66,6 +66,12 @@ static dbt_verdict fake_acquire(void *ctx, dbt_kind kind, const char *query, dbt
                  kind == DBT_KIND_QUERY ? 'q' : 'c');
         return DBT_REFUSE;
     }
+    if (fake.answer == DBT_DEFER) {
+        size_t n = strlen(fake.calls);
+        snprintf(fake.calls + n, sizeof fake.calls - n, "%squeued %c", n ? "; " : "",
+                 kind == DBT_KIND_QUERY ? 'q' : 'c');
+        return DBT_DEFER;
+    }
     if (fake.unthrottled) {
         size_t n = strlen(fake.calls);
         snprintf(fake.calls + n, sizeof fake.calls - n, "%sunthrottled %c", n ? "; " : "",
@@ -688,4 +694,51 @@ Test(conn_state, a_child_forgets_the_parents_permits_and_takes_its_own)
     cr_expect_not(st.query_kept);
     command(); /* the child's own permits, nothing released or unparked of the parent's */
     expect_calls("acquire c3; acquire q4");
+}
+
+/* ---- a PQsend* command whose wait another thread runs (held.c) ------------------------------ */
+
+Test(conn_state, a_deferred_command_holds_the_permit_its_wait_brings)
+{
+    fake.answer = DBT_DEFER;
+    cr_assert_eq(command(), DBT_DEFER);
+    expect_calls("queued q");
+    cr_expect_null(st.query_permit);
+    cr_expect_not(dbt_conn_state_refused(&st));
+    fake.kinds[fake.issued++] = 'q'; /* the permit the wait brought, as the fake names them */
+    dbt_conn_state_deferred_end(&st, DBT_PROCEED, permit(1));
+    cr_expect_eq(st.query_permit, permit(1));
+    sent(true, ACTIVE);
+    ended(INTRANS); /* BEGIN: kept to the transaction's end */
+    expect_calls("idle q1");
+    fake.answer = DBT_PROCEED;
+    cr_assert_eq(command(), DBT_PROCEED);
+    ended(IDLE);
+    expect_calls("busy q1; park refused q1; release q1");
+}
+
+Test(conn_state, a_deferred_command_refused_at_the_end_of_its_wait_is_the_last_word)
+{
+    fake.answer = DBT_DEFER;
+    cr_assert_eq(command(), DBT_DEFER);
+    dbt_conn_state_deferred_end(&st, DBT_REFUSE, NULL);
+    cr_expect(dbt_conn_state_refused(&st));
+    cr_expect_null(st.query_permit);
+    ended(IDLE); /* the stand-in's answer was read: nothing to give back */
+    cr_expect(dbt_conn_state_refused(&st));
+    fake.answer = DBT_PROCEED;
+    cr_assert_eq(command(), DBT_PROCEED);
+    cr_expect_not(dbt_conn_state_refused(&st));
+    expect_calls("queued q; acquire q1");
+}
+
+Test(conn_state, a_deferred_command_let_through_unthrottled_keeps_its_transaction_so)
+{
+    fake.answer = DBT_DEFER;
+    cr_assert_eq(command(), DBT_DEFER);
+    dbt_conn_state_deferred_end(&st, DBT_PROCEED, NULL); /* Redis unreachable, open mode */
+    ended(INTRANS);
+    fake.answer = DBT_PROCEED;
+    cr_assert_eq(command(), DBT_PROCEED); /* no permit taken mid-transaction */
+    expect_calls("queued q; ran unthrottled");
 }
