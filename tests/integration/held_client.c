@@ -20,6 +20,7 @@
  *   double_send   send one command, then a second while the first is held (libpq refuses it)
  *   exec_after    send one command, then PQexec while it is held
  *   two           two connections in one loop: the first holds the permit, the second is held
+ *   many          $HELD_CONNS connections in one loop, $HELD_ROUNDS commands each
  *   prepared      PQsendPrepare, then (after step "query_prepared") PQsendQueryPrepared, then
  *                 (after "describe_prepared") PQsendDescribePrepared, each while held
  *   pipeline      three commands and a sync in pipeline mode; then (after "next") one more batch
@@ -309,6 +310,70 @@ static void two_connections(void)
     conn = both[1];
 }
 
+/* many_connections: $HELD_CONNS connections (8) in one loop, each running $HELD_ROUNDS (3)
+ * commands one after another: a command is sent as soon as the connection's previous result is
+ * read. Prints how many results were right, the longest PQsendQuery and the longest loop gap. */
+static void many_connections(void)
+{
+    enum { MAX_CONNS = 64 };
+    int nconns = getenv("HELD_CONNS") ? atoi(getenv("HELD_CONNS")) : 8;
+    int rounds = getenv("HELD_ROUNDS") ? atoi(getenv("HELD_ROUNDS")) : 3;
+    if (nconns < 1 || nconns > MAX_CONNS)
+        nconns = 8;
+    PGconn *c[MAX_CONNS];
+    int left[MAX_CONNS], ok = 0, bad = 0, active = 0;
+    long long longest_send = 0, t0 = now_ms();
+    for (int i = 0; i < nconns; i++) {
+        c[i] = i == 0 ? conn : PQconnectdb("");
+        left[i] = rounds;
+    }
+    for (int i = 0; i < nconns; i++) {
+        long long t = now_ms();
+        if (PQstatus(c[i]) == CONNECTION_OK && PQsendQuery(c[i], held_sql))
+            active++;
+        else
+            left[i] = 0, bad++;
+        if (now_ms() - t > longest_send)
+            longest_send = now_ms() - t;
+    }
+    long long last = t0, maxgap = 0;
+    while (active > 0 && now_ms() - t0 < 120000) {
+        struct pollfd pfd[MAX_CONNS];
+        for (int i = 0; i < nconns; i++)
+            pfd[i] = (struct pollfd){.fd = left[i] ? PQsocket(c[i]) : -1, .events = POLLIN};
+        poll(pfd, (nfds_t)nconns, 10);
+        long long t = now_ms();
+        if (t - last > maxgap)
+            maxgap = t - last;
+        last = t;
+        for (int i = 0; i < nconns; i++) {
+            if (!left[i] || !pfd[i].revents)
+                continue;
+            if (PQconsumeInput(c[i]) && PQisBusy(c[i]))
+                continue;
+            for (PGresult *r; (r = PQgetResult(c[i])) != NULL; PQclear(r)) {
+                if (PQresultStatus(r) == PGRES_TUPLES_OK)
+                    ok++;
+                else
+                    bad++;
+            }
+            if (--left[i] == 0) {
+                active--;
+                continue;
+            }
+            long long ts = now_ms();
+            if (!PQsendQuery(c[i], held_sql))
+                left[i] = 0, active--, bad++;
+            if (now_ms() - ts > longest_send)
+                longest_send = now_ms() - ts;
+        }
+    }
+    say("many_ok=%d many_bad=%d longest_send_ms=%lld maxgap_ms=%lld total_ms=%lld", ok, bad,
+        longest_send, maxgap, now_ms() - t0);
+    for (int i = 1; i < nconns; i++)
+        PQfinish(c[i]);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "wait";
@@ -384,6 +449,8 @@ int main(int argc, char **argv)
         if (send_held(held_sql))
             exec_value("exec", "select 'exec'");
         say("busy_end=%d", PQisBusy(conn));
+    } else if (!strcmp(mode, "many")) {
+        many_connections();
     } else if (!strcmp(mode, "two")) {
         two_connections();
     } else if (!strcmp(mode, "refuse_in_tx")) {

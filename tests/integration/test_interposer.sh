@@ -17,7 +17,7 @@ cases="$cases held_send_returns_at_once held_refused_at_timeout held_refused_in_
     held_cancelled held_request_cancel held_drained held_blocking_get_result held_second_send_refused
     held_exec_after held_two_connections_one_loop held_prepared held_pipeline held_pipeline_refused
     held_finish held_reset held_fork held_nonblocking held_notifications_while_held
-    held_pipeline_finish held_backend_terminated"
+    held_pipeline_finish held_backend_terminated held_many_connections_one_loop"
 pick_cases "$@"
 harness_begin it
 
@@ -1029,6 +1029,19 @@ it_held_backend_terminated() {
     after=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=held_t DBTHROTTLE_WAIT_TIMEOUT=5s psql -qAtX -c "select 'free'" 2>&1)
     check "held_t: its place left the queue ($queue), the permit is free after the holder ($after), nothing reached the server (probes $(probes held_t); rc $rc)" \
         '[ "$queue" = 0 ] && [ "$after" = free ] && [ "$(probes held_t)" = 1 ]'
+}
+
+# 8 connections in one loop at a limit of 2, 3 probes each, each sent once the connection's last
+# result is read: none waits in the call, the loop never stalls, the limit holds at the server
+it_held_many_connections_one_loop() {
+    mark
+    hc_run held_many many DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=20s HELD_SQL="select dbt_probe(50)"
+    wait "$hc_pid"
+    rc=$?
+    check "held_many: 8 connections x 3 commands in one loop at limit 2: all ran, no send waited, no stall ($(hc_said); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val many_ok)" = 24 ] && [ "$(hc_val many_bad)" = 0 ] && [ "$(hc_ms longest_send_ms)" -lt 500 ] && [ "$(hc_ms maxgap_ms)" -lt 500 ]'
+    check "held_many: at the server 24 probes, never more than 2 at once, the limit reached (saw $(max_conc held_many) at once, $(probes held_many) probes)" \
+        '[ "$(probes held_many)" = 24 ] && [ "$(max_conc held_many)" = 2 ]'
 }
 
 run_case() {
