@@ -20,6 +20,7 @@
  *   double_send   send one command, then a second while the first is held (libpq refuses it)
  *   exec_after    send one command, then PQexec while it is held
  *   two           two connections in one loop: the first holds the permit, the second is held
+ *   race          $HELD_ROUNDS rounds of PQfinish/PQreset/PQcancel ($HELD_RACE) racing the grant
  *   many          $HELD_CONNS connections in one loop, $HELD_ROUNDS commands each
  *   prepared      PQsendPrepare, then (after step "query_prepared") PQsendQueryPrepared, then
  *                 (after "describe_prepared") PQsendDescribePrepared, each while held
@@ -374,6 +375,70 @@ static void many_connections(void)
         PQfinish(c[i]);
 }
 
+static void *drain_results(void *arg)
+{
+    PGconn *c = arg;
+    for (PGresult *r; (r = PQgetResult(c)) != NULL;)
+        PQclear(r);
+    return NULL;
+}
+
+/* race: $HELD_ROUNDS (100) times, a connection of this process takes the permit, another's
+ * command is held behind it; a thread reads the first's result (which frees the permit for the
+ * held command) while this thread, after 0-20 ms, ends the held command by $HELD_RACE: finish
+ * (PQfinish), reset (PQreset, then a command) or cancel (PQcancel, then its result and a
+ * command). Whichever wins, nothing may crash, hang or stay held. Prints the outcomes. */
+static void race(void)
+{
+    const char *how = getenv("HELD_RACE") ? getenv("HELD_RACE") : "finish";
+    int rounds = getenv("HELD_ROUNDS") ? atoi(getenv("HELD_ROUNDS")) : 100;
+    int done = 0, ran = 0, refused = 0, next_ok = 0, other = 0;
+    PGconn *holder = conn;
+    srand((unsigned)getpid());
+    for (int i = 0; i < rounds; i++) {
+        PGconn *held = PQconnectdb("");
+        if (PQstatus(held) != CONNECTION_OK || !PQsendQuery(holder, "select pg_sleep(0.01)") ||
+            !PQsendQuery(held, held_sql)) {
+            say("round %d: setup failed: %s", i, PQerrorMessage(held));
+            PQfinish(held);
+            break;
+        }
+        pthread_t t;
+        pthread_create(&t, NULL, drain_results, holder);
+        usleep((useconds_t)(rand() % 20000));
+        if (!strcmp(how, "finish")) {
+            PQfinish(held);
+            held = NULL;
+        } else if (!strcmp(how, "reset")) {
+            PQreset(held);
+        } else {
+            char err[256];
+            PGcancel *cancel = PQgetCancel(held);
+            PQcancel(cancel, err, sizeof err);
+            PQfreeCancel(cancel);
+            for (PGresult *r; (r = PQgetResult(held)) != NULL; PQclear(r)) {
+                const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+                if (PQresultStatus(r) == PGRES_TUPLES_OK)
+                    ran++;
+                else if (state && !strcmp(state, "57014"))
+                    refused++;
+                else
+                    other++;
+            }
+        }
+        pthread_join(t, NULL);
+        if (held) {
+            PGresult *r = PQexec(held, "select 1");
+            next_ok += PQresultStatus(r) == PGRES_TUPLES_OK;
+            PQclear(r);
+            PQfinish(held);
+        }
+        done++;
+    }
+    say("race=%s rounds=%d ran=%d cancelled=%d other=%d next_ok=%d", how, done, ran, refused, other,
+        next_ok);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "wait";
@@ -449,6 +514,8 @@ int main(int argc, char **argv)
         if (send_held(held_sql))
             exec_value("exec", "select 'exec'");
         say("busy_end=%d", PQisBusy(conn));
+    } else if (!strcmp(mode, "race")) {
+        race();
     } else if (!strcmp(mode, "many")) {
         many_connections();
     } else if (!strcmp(mode, "two")) {
