@@ -105,7 +105,7 @@ $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 .PHONY: all check test test-unit test-sem test-integration test-faults test-faults-cache test-cli \
-        test-compilers check-exports fuzz soak bench bench-scale bench-peers demo install uninstall \
+        test-compilers check-exports fuzz soak bench bench-async bench-scale bench-peers demo install uninstall \
         clean deps format format-check check-asan check-tsan check-valgrind
 
 all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
@@ -309,6 +309,12 @@ bench: deps all $(BUILD)/bench/sem-bench $(BUILD)/bench/scale-bench
 	$(BUILD)/bench/sem-bench
 	$(BUILD)/bench/scale-bench
 	sh bench/pg_bench.sh
+	sh bench/async_bench.sh
+
+# pgbench -c 8 at a limit of 4 with several connections per thread (an event loop's shape) beside
+# one per thread: the ratios (bench/async_bench.sh).
+bench-async: deps all
+	sh bench/async_bench.sh
 
 # dbthrottle beside npm's redis-semaphore, the "Redis in Action" semaphore and Curator on ZooKeeper,
 # same parameters, one run (bench/peers/run.sh); then the database level beside PgBouncer.

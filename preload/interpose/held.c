@@ -5,7 +5,12 @@
  * are made under h->mu then, and so are ours). The connection's permit state is the thread's
  * alone while it lives: the program's calls that would touch it (PQgetResult, the synchronous
  * calls, PQfinish) first wait for the thread to end. No network call is made under h->mu but
- * libpq's own non-blocking sends and flushes. */
+ * libpq's own non-blocking sends and flushes (our thread sets the connection non-blocking while
+ * it sends, and restores it) and a release's fire-and-forget write to Redis.
+ *
+ * libpq calls back into the program (notice processors, event procedures), and a callback may
+ * call libpq on the same connection: a thread that holds h->mu marks it (`owned`), and its
+ * re-entrant calls on that connection go straight to libpq rather than wait for itself. */
 #include "held.h"
 
 #include "cancel_map.h"
@@ -38,10 +43,14 @@ struct dbt_held {
     dbt_waker *waker;          /* the wait's waker while it runs (withdraw fires it) */
     dbt_cancel_wait *cell;     /* a cancel of the connection ends the wait (cancel_map.h) */
     int stand_ins;             /* a refusal's empty queries whose answers are not yet read */
+    bool in_stand_in;          /* the results being read are a stand-in's (until its NULL) */
+    int sent_before;           /* commands of a batch sent for real before its first stand-in:
+                                  their results come first, untouched */
     int owed;                  /* failures to present that no answer will bring (the session
                                   is gone): PQgetResult gives them first */
     bool segment_start;        /* the next stand-in begins a pipeline segment: the refusal */
-    char *refusal;             /* what the stand-ins present, and its SQLSTATE */
+    char *refusal;             /* what the stand-ins present, and its SQLSTATE (NULL: none, a
+                                  failure of libpq's own) */
     const char *refusal_state;
     char *error;  /* a call refused while held (PQerrorMessage) */
     bool counted; /* counted in `live` */
@@ -49,6 +58,29 @@ struct dbt_held {
 
 /* Connections whose held state is in use: while 0, the hooks go straight to libpq. */
 static atomic_int live;
+
+/* The held state this thread has locked (see the top). */
+static __thread dbt_held *owned;
+
+static void lock(dbt_held *h)
+{
+    pthread_mutex_lock(&h->mu);
+    owned = h;
+}
+
+static void unlock(dbt_held *h)
+{
+    owned = NULL;
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* pthread_cond_wait that keeps `owned` right while the lock is given up. */
+static void wait_cv(dbt_held *h)
+{
+    owned = NULL;
+    pthread_cond_wait(&h->cv, &h->mu);
+    owned = h;
+}
 
 /* h->mu held. */
 static void recount(dbt_held *h)
@@ -91,18 +123,18 @@ dbt_held *dbt_held_lock(const PGconn *conn)
         return NULL;
     dbt_conn *c = dbt_conn_find(conn, false);
     dbt_held *h = c ? c->held : NULL;
-    if (!h)
-        return NULL;
-    pthread_mutex_lock(&h->mu);
+    if (!h || h == owned)
+        return NULL; /* none, or a callback of libpq inside our own call on it */
+    lock(h);
     if (h->counted)
         return h;
-    pthread_mutex_unlock(&h->mu);
+    unlock(h);
     return NULL;
 }
 
 void dbt_held_unlock(dbt_held *h)
 {
-    pthread_mutex_unlock(&h->mu);
+    unlock(h);
 }
 
 bool dbt_held_waiting(const dbt_held *h)
@@ -129,20 +161,52 @@ static int send_stand_in(PGconn *conn, const dbt_send_op *op, bool pipeline)
     return dbt_send_op_real(conn, &empty);
 }
 
-/* Makes the held calls (or their stand-ins) and flushes them all out, even on a non-blocking
- * connection: the program has been told nothing is left to flush. h->mu held; dropped while
- * the socket is full. Returns true when a held command could not be sent (libpq's error). */
-static bool send_all(dbt_held *h, dbt_send_op *ops, bool granted)
+/* What the commands that could not be sent present: libpq's own message, read right after the
+ * call that failed, with no SQLSTATE (a failure of libpq's, as its own results have none). */
+static void set_failure(dbt_held *h, const char *libpq_message)
+{
+    free(h->refusal);
+    h->refusal = strdup(libpq_message && *libpq_message
+                            ? libpq_message
+                            : "dbthrottle: the held command could not be sent\n");
+    h->refusal_state = NULL;
+    h->segment_start = true;
+}
+
+static const char *libpq_error(PGconn *conn)
+{
+    __typeof__(&PQerrorMessage) err = DBT_REAL(PQerrorMessage);
+    return err ? err(conn) : NULL;
+}
+
+/* Makes the held calls (or their stand-ins) and flushes them all out, on a connection set
+ * non-blocking meanwhile (the program has been told nothing is left to flush; a full socket
+ * must not keep h->mu). h->mu held; dropped while the socket is full. */
+static void send_all(dbt_held *h, dbt_send_op *ops, bool granted)
 {
     PGconn *conn = h->pg;
+    __typeof__(&PQisnonblocking) is_nonblocking = DBT_REAL(PQisnonblocking);
+    __typeof__(&PQsetnonblocking) set_nonblocking = DBT_REAL(PQsetnonblocking);
+    __typeof__(&PQsetSingleRowMode) single_row = DBT_REAL(PQsetSingleRowMode);
+    bool was_blocking = is_nonblocking && set_nonblocking && !is_nonblocking(conn);
+    if (was_blocking)
+        set_nonblocking(conn, 1);
     bool failed = false;
+    int sent = 0;
+    bool first_batch = h->stand_ins == 0 && h->owed == 0;
     dbt_nested++;
     for (dbt_send_op *op = ops; op; op = op->next) {
         if (granted && !failed) {
             op->rc = dbt_send_op_real(conn, op);
-            if (op->rc)
+            if (op->rc && op->single_row && single_row)
+                single_row(conn); /* asked for while it was held */
+            sent += op->rc && dbt_op_is_command(op->type);
+            if (op->rc || !dbt_op_is_command(op->type))
                 continue;
-            failed = dbt_op_is_command(op->type);
+            if (first_batch)
+                h->sent_before = sent;
+            failed = true;
+            set_failure(h, libpq_error(conn)); /* before a stand-in resets the message */
         }
         /* Refused, or after a failure: stand-ins, so that the program's socket wakes and each
          * of its calls gets an answer. */
@@ -159,16 +223,17 @@ static bool send_all(dbt_held *h, dbt_send_op *ops, bool granted)
     __typeof__(&PQsocket) sock = DBT_REAL(PQsocket);
     while (flush && sock && !atomic_load(&h->withdrawn) && flush(conn) == 1) {
         struct pollfd p = {.fd = sock(conn), .events = POLLOUT | POLLIN};
-        pthread_mutex_unlock(&h->mu);
-        (void)poll(&p, 1, 1000);
-        pthread_mutex_lock(&h->mu);
+        unlock(h);
+        (void)poll(&p, 1, 100);
+        lock(h);
     }
+    if (was_blocking)
+        set_nonblocking(conn, 0);
     dbt_nested--;
-    return failed;
 }
 
-/* The permit state, told what was sent (as the PQsend* hooks tell it). Without h->mu: the state
- * is this thread's while it lives. */
+/* The permit state, told what was sent (as the PQsend* hooks tell it). h->mu held: the facts are
+ * read from libpq, which the program's thread may be using meanwhile. */
 static void account(PGconn *conn, const dbt_send_op *ops)
 {
     for (const dbt_send_op *op = ops; op; op = op->next) {
@@ -179,36 +244,25 @@ static void account(PGconn *conn, const dbt_send_op *ops)
     }
 }
 
-/* What the commands that could not be sent present: libpq's own message. h->mu held. */
-static void set_failure(dbt_held *h, PGconn *conn)
-{
-    __typeof__(&PQerrorMessage) err = DBT_REAL(PQerrorMessage);
-    const char *msg = err ? err(conn) : NULL;
-    free(h->refusal);
-    h->refusal = strdup(msg && *msg ? msg : "dbthrottle: the held command could not be sent\n");
-    h->refusal_state = "08006"; /* connection_failure */
-    h->segment_start = true;
-}
-
 static void serve(dbt_held *h)
 {
     PGconn *conn = h->pg;
-    pthread_mutex_lock(&h->mu);
+    lock(h);
     dbt_waker *waker = h->waker;
     dbt_acquire_wait *pending = h->pending;
     h->pending = NULL;
-    pthread_mutex_unlock(&h->mu);
+    unlock(h);
 
     dbt_verdict v = dbt_throttle_held_wait(conn, pending, h->t0_ms, stop_waiting, h, waker);
 
-    pthread_mutex_lock(&h->mu);
+    lock(h);
     h->waker = NULL; /* withdraw fires it under h->mu: not once the cell is someone else's */
     dbt_cancel_wait *cell = h->cell;
     h->cell = NULL;
-    pthread_mutex_unlock(&h->mu);
+    unlock(h);
     dbt_cancel_wait_end(cell);
 
-    pthread_mutex_lock(&h->mu);
+    lock(h);
     dbt_send_op *ops = NULL;
     if (!atomic_load(&h->withdrawn)) {
         if (v == DBT_REFUSE) {
@@ -227,25 +281,21 @@ static void serve(dbt_held *h)
         if (status && status(conn) == CONNECTION_BAD) {
             /* The session went while the command was held: nothing can be sent, and no answer
              * will come. Each command gets libpq's failure, as a command in flight would. */
-            set_failure(h, conn);
+            set_failure(h, libpq_error(conn));
             for (dbt_send_op *op = ops; op; op = op->next)
                 if ((op->rc = -1, dbt_op_is_command(op->type)))
                     h->owed++;
-        } else if (send_all(h, ops, v == DBT_PROCEED) && !h->refusal) {
-            set_failure(h, conn);
+        } else {
+            send_all(h, ops, v == DBT_PROCEED);
         }
+        account(conn, ops);
     }
-    pthread_mutex_unlock(&h->mu);
-
-    account(conn, ops);
     free_ops(ops);
-
-    pthread_mutex_lock(&h->mu);
     h->thread_alive = false;
     h->waiting = false;
     recount(h);
     pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu); /* h may be freed from here on (PQfinish) */
+    unlock(h); /* h may be freed from here on (PQfinish) */
 }
 
 static void *serve_thread(void *arg)
@@ -289,13 +339,22 @@ int dbt_held_start(PGconn *conn, const dbt_send_op *op, dbt_acquire_wait *pendin
         return ok;
     }
     __typeof__(&PQpipelineStatus) pipeline_status = DBT_REAL(PQpipelineStatus);
-    pthread_mutex_lock(&h->mu);
+    lock(h);
     free_ops(h->head); /* none: a withdrawal or the last send emptied it */
     h->head = copy;
     h->tail = &copy->next;
     h->pending = pending;
     h->t0_ms = dbt_now_us() / 1000;
-    h->pipeline = pipeline_status && pipeline_status(conn) != PQ_PIPELINE_OFF;
+    if (h->stand_ins == 0 && h->owed == 0) {
+        /* Nothing of an earlier refusal is left to present: start afresh. */
+        h->pipeline = pipeline_status && pipeline_status(conn) != PQ_PIPELINE_OFF;
+        free(h->refusal);
+        h->refusal = NULL;
+        h->refusal_state = NULL;
+        h->in_stand_in = false;
+        h->sent_before = 0;
+    }
+    h->segment_start = true;
     h->waiting = true;
     h->thread_alive = true;
     atomic_store(&h->withdrawn, false);
@@ -306,20 +365,27 @@ int dbt_held_start(PGconn *conn, const dbt_send_op *op, dbt_acquire_wait *pendin
     free(h->error);
     h->error = NULL;
     recount(h);
-    pthread_mutex_unlock(&h->mu);
+    unlock(h);
     if (!spawn(h))
         serve(h); /* no thread to be had: wait here, as before */
     return 1;
 }
 
-void dbt_held_consumed(dbt_held *h, int rc)
+/* h->mu held: the held command can never be sent on a session libpq found gone: its wait ends
+ * now rather than at its timeout, and it then reads as failed with libpq's message. */
+static void end_wait_if_gone(dbt_held *h)
 {
-    if (rc == 0 && h->waiting && h->waker) {
-        /* libpq found the session gone (or unreadable): no permit can make the held command
-         * run; end the wait now rather than at its timeout. */
+    __typeof__(&PQstatus) status = DBT_REAL(PQstatus);
+    if (h->waiting && h->waker && status && status(h->pg) == CONNECTION_BAD) {
         atomic_store(&h->conn_lost, true);
         dbt_waker_fire(h->waker);
     }
+}
+
+bool dbt_held_gone(dbt_held *h)
+{
+    end_wait_if_gone(h);
+    return atomic_load(&h->conn_lost);
 }
 
 void dbt_held_set_error(dbt_held *h, const char *msg)
@@ -337,17 +403,21 @@ bool dbt_held_enqueue(PGconn *conn, const dbt_send_op *op, int *rc)
         /* A refusal not yet read: libpq's connection is busy with its stand-in. */
         dbt_held_set_error(h, "another command is already in progress\n");
         *rc = 0;
-        dbt_held_unlock(h);
+        unlock(h);
         return true;
     }
     if (!h->waiting) {
         while (h->thread_alive) /* our send is being flushed: then the program's */
-            pthread_cond_wait(&h->cv, &h->mu);
-        dbt_held_unlock(h);
+            wait_cv(h);
+        free(h->error);
+        h->error = NULL;
+        unlock(h);
         return false;
     }
     if (!h->pipeline) {
-        dbt_held_set_error(h, "another command is already in progress\n");
+        dbt_held_set_error(h, op->type == DBT_OP_PIPELINE_SYNC || op->type == DBT_OP_FLUSH_REQUEST
+                                  ? "cannot send pipeline when not in pipeline mode\n"
+                                  : "another command is already in progress\n");
         *rc = 0;
     } else {
         dbt_send_op *copy = dbt_send_op_copy(op);
@@ -359,8 +429,42 @@ bool dbt_held_enqueue(PGconn *conn, const dbt_send_op *op, int *rc)
         }
         *rc = copy != NULL;
     }
-    dbt_held_unlock(h);
+    unlock(h);
     return true;
+}
+
+int dbt_held_single_row(dbt_held *h, PGconn *conn)
+{
+    if (h->waiting) {
+        /* libpq allows it right after the command is sent: it is, as far as the program can
+         * tell. Made on the real connection right after our real send. */
+        dbt_send_op *last = h->head;
+        while (last && last->next)
+            last = last->next;
+        if (!last || !dbt_op_is_command(last->type) || last->single_row)
+            return 0;
+        last->single_row = true;
+        return 1;
+    }
+    while (h->thread_alive)
+        wait_cv(h);
+    __typeof__(&PQsetSingleRowMode) real = DBT_REAL(PQsetSingleRowMode);
+    return real ? real(conn) : 0;
+}
+
+int dbt_held_exit_pipeline(dbt_held *h, PGconn *conn)
+{
+    int ok = 0;
+    if (h->waiting) {
+        dbt_held_set_error(h, "cannot exit pipeline mode with uncollected results\n");
+    } else {
+        while (h->thread_alive)
+            wait_cv(h);
+        __typeof__(&PQexitPipelineMode) real = DBT_REAL(PQexitPipelineMode);
+        ok = real ? real(conn) : 0;
+    }
+    unlock(h);
+    return ok;
 }
 
 const char *dbt_held_error(const PGconn *conn)
@@ -369,7 +473,7 @@ const char *dbt_held_error(const PGconn *conn)
     if (!h)
         return NULL;
     const char *e = h->error; /* freed only by the connection's own thread (its next calls) */
-    dbt_held_unlock(h);
+    unlock(h);
     return e;
 }
 
@@ -384,42 +488,68 @@ static PGresult *stand_in_result(dbt_held *h, PGconn *conn)
     h->segment_start = false;
     PGresult *r = make(conn, first ? PGRES_FATAL_ERROR : PGRES_PIPELINE_ABORTED);
     if (r && first)
-        dbt_refused_add(r, h->refusal ? h->refusal : "dbthrottle: refused\n",
-                        h->refusal_state ? h->refusal_state : "53300");
+        dbt_refused_add(r, h->refusal ? h->refusal : "dbthrottle: refused\n", h->refusal_state);
     return r;
+}
+
+/* A result libpq read while stand-ins are owed answers: the stand-ins' answers come first, in
+ * order, one command's results and its NULL each (whatever the server said: an empty query's
+ * answer, or a pipeline segment already aborted); syncs between them are the program's own. */
+static PGresult *translate(dbt_held *h, PGconn *conn, PGresult *res)
+{
+    if (h->sent_before > 0) {
+        if (!res)
+            h->sent_before--; /* the end of a command sent for real */
+        return res;
+    }
+    if (!res) {
+        if (h->in_stand_in) {
+            h->in_stand_in = false;
+            h->stand_ins--;
+            recount(h);
+        }
+        return NULL;
+    }
+    __typeof__(&PQresultStatus) status = DBT_REAL(PQresultStatus);
+    ExecStatusType st = status ? status(res) : PGRES_FATAL_ERROR;
+    if (st == PGRES_PIPELINE_SYNC) {
+        h->segment_start = true;
+        return res;
+    }
+    if (h->in_stand_in)
+        return res; /* never: a stand-in has one result */
+    h->in_stand_in = true;
+    if (st == PGRES_PIPELINE_ABORTED) {
+        h->segment_start = false; /* libpq's own word for it is right */
+        return res;
+    }
+    PGresult *mine = stand_in_result(h, conn);
+    if (mine) {
+        __typeof__(&PQclear) clear = DBT_REAL(PQclear);
+        if (clear)
+            clear(res);
+        res = mine;
+    }
+    return res;
 }
 
 PGresult *dbt_held_get_result(dbt_held *h, PGconn *conn)
 {
+    end_wait_if_gone(h);
     while (h->thread_alive) /* a blocking read of a held command: wait for it to be sent */
-        pthread_cond_wait(&h->cv, &h->mu);
+        wait_cv(h);
     if (h->owed > 0) {
         h->owed--;
         PGresult *mine = stand_in_result(h, conn);
         recount(h);
-        dbt_held_unlock(h);
+        unlock(h);
         return mine;
     }
     __typeof__(&PQgetResult) real = DBT_REAL(PQgetResult);
     PGresult *res = real ? real(conn) : NULL;
-    __typeof__(&PQresultStatus) status = DBT_REAL(PQresultStatus);
-    if (res && status && h->stand_ins > 0) {
-        ExecStatusType st = status(res);
-        if (st == PGRES_PIPELINE_SYNC) {
-            h->segment_start = true;
-        } else if (st == PGRES_EMPTY_QUERY) {
-            PGresult *mine = stand_in_result(h, conn);
-            if (mine) {
-                __typeof__(&PQclear) clear = DBT_REAL(PQclear);
-                if (clear)
-                    clear(res);
-                res = mine;
-            }
-            h->stand_ins--;
-            recount(h);
-        }
-    }
-    dbt_held_unlock(h);
+    if (h->stand_ins > 0)
+        res = translate(h, conn, res);
+    unlock(h);
     return res;
 }
 
@@ -428,10 +558,11 @@ void dbt_held_settle(PGconn *conn)
     dbt_held *h = dbt_held_lock(conn);
     if (!h)
         return;
+    end_wait_if_gone(h);
     while (h->thread_alive)
-        pthread_cond_wait(&h->cv, &h->mu);
-    bool unread = h->stand_ins > 0 && !h->pipeline;
-    dbt_held_unlock(h);
+        wait_cv(h);
+    bool unread = (h->stand_ins > 0 || h->owed > 0) && !h->pipeline;
+    unlock(h);
     if (!unread)
         return;
     /* PQexec would discard them itself, but through libpq alone: read through our PQgetResult,
@@ -450,14 +581,15 @@ void dbt_held_withdraw(PGconn *conn)
     if (h->waker)
         dbt_waker_fire(h->waker);
     while (h->thread_alive)
-        pthread_cond_wait(&h->cv, &h->mu);
+        wait_cv(h);
     free_ops(h->head);
     h->head = NULL;
     h->tail = &h->head;
     h->waiting = false;
-    h->stand_ins = h->owed = 0;
+    h->stand_ins = h->owed = h->sent_before = 0;
+    h->in_stand_in = false;
     recount(h);
-    dbt_held_unlock(h);
+    unlock(h);
 }
 
 void dbt_held_free(dbt_held *h)
@@ -482,11 +614,13 @@ void dbt_held_after_fork(dbt_held *h)
     free_ops(h->head);
     h->head = NULL;
     h->tail = &h->head;
-    h->pending = NULL; /* the parent's queued acquire, its thread's to finish */
+    free(h->pending); /* the parent's queued acquire: its thread's, which the child lacks */
+    h->pending = NULL;
     h->waiting = h->thread_alive = false;
     h->waker = NULL;
     h->cell = NULL;
-    h->stand_ins = h->owed = 0;
+    h->stand_ins = h->owed = h->sent_before = 0;
+    h->in_stand_in = false;
     if (h->counted)
         atomic_fetch_sub(&live, 1);
     h->counted = false;

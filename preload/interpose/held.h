@@ -42,9 +42,18 @@ void dbt_held_unlock(dbt_held *h);
 /* Locked: the command is still held (libpq itself sees an idle connection). */
 bool dbt_held_waiting(const dbt_held *h);
 
-/* Locked: PQconsumeInput returned rc on conn while its command is held: 0 (the session is gone)
- * ends the wait at once, and the command then reads as failed with libpq's message. */
-void dbt_held_consumed(dbt_held *h, int rc);
+/* Locked: whether libpq has found the session gone while the command is held (PQstatus
+ * CONNECTION_BAD): its wait is then ended at once, and the command reads as failed with libpq's
+ * message; the connection no longer reads busy. */
+bool dbt_held_gone(dbt_held *h);
+
+/* PQsetSingleRowMode on a locked h: for a held command, asked for now and made right after our
+ * send of it (libpq's call then would find an idle connection, and our send would undo it). */
+int dbt_held_single_row(dbt_held *h, PGconn *conn);
+
+/* PQexitPipelineMode on a locked h (unlocked on return): refused while commands are held, as
+ * libpq refuses with results pending; else libpq's, once our send has ended. */
+int dbt_held_exit_pipeline(dbt_held *h, PGconn *conn);
 
 /* PQgetResult on a locked h (unlocked on return): waits while the held commands are not yet
  * sent, then libpq's result, a refusal's stand-in answer translated. */

@@ -18,7 +18,8 @@
         dbt_held *h = dbt_nested ? NULL : dbt_held_lock(conn);                                     \
         if (!h)                                                                                    \
             return real(__VA_ARGS__);                                                              \
-        __typeof__(real(__VA_ARGS__)) r = dbt_held_waiting(h) ? (held_value) : real(__VA_ARGS__);  \
+        __typeof__(real(__VA_ARGS__)) r =                                                          \
+            dbt_held_waiting(h) && !dbt_held_gone(h) ? (held_value) : real(__VA_ARGS__);           \
         dbt_held_unlock(h);                                                                        \
         return r;                                                                                  \
     } while (0)
@@ -40,7 +41,22 @@ HOOK int PQconsumeInput(PGconn *conn)
     if (!h)
         return real(conn);
     int r = real(conn);
-    dbt_held_consumed(h, r);
+    if (r == 0)
+        (void)dbt_held_gone(h);
+    dbt_held_unlock(h);
+    return r;
+}
+
+/* Asked for a held command: made right after our thread sends it. */
+HOOK int PQsetSingleRowMode(PGconn *conn)
+{
+    __typeof__(&PQsetSingleRowMode) real = DBT_REAL(PQsetSingleRowMode);
+    if (!real)
+        return 0;
+    dbt_held *h = dbt_nested ? NULL : dbt_held_lock(conn);
+    if (!h)
+        return real(conn);
+    int r = dbt_held_single_row(h, conn);
     dbt_held_unlock(h);
     return r;
 }

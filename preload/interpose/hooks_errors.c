@@ -45,7 +45,7 @@ HOOK char *PQresultVerboseErrorMessage(const PGresult *res, PGVerbosity verbosit
         char *out = malloc(cap); /* freed by PQfreemem (free) */
         if (out) {
             if (verbosity == PQERRORS_VERBOSE)
-                snprintf(out, cap, "ERROR:  %s: %s", state, msg);
+                snprintf(out, cap, "ERROR:  %s: %s", state ? state : "", msg);
             else
                 snprintf(out, cap, "ERROR:  %s", msg);
         }

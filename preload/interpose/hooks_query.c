@@ -29,6 +29,26 @@
 /* The PQsend* calls start a command: the permit is given back when PQgetResult says it ended
  * (or at once, when nothing was sent). They never wait for it: a command whose permit is not
  * free at once is held (held.h) and the call returns 1. */
+/* Whether libpq refuses the call at once, by its arguments or because a command is in progress
+ * outside pipeline mode (its PQsendQueryStart and argument checks, in every libpq since 9.0):
+ * such a call goes straight to libpq, which returns 0 with its own message, rather than be held
+ * and fail later. */
+static bool libpq_refuses(PGconn *conn, const dbt_send_op *op)
+{
+    bool needs_text =
+        op->type == DBT_OP_QUERY || op->type == DBT_OP_QUERY_PARAMS || op->type == DBT_OP_PREPARE;
+    bool needs_name = op->type == DBT_OP_PREPARE || op->type == DBT_OP_QUERY_PREPARED;
+    if ((needs_text && !op->text) || (needs_name && !op->name) || op->nparams < 0 ||
+        op->nparams > 65535)
+        return true;
+    for (int i = 0; op->values && op->formats && !op->lengths && i < op->nparams; i++)
+        if (op->formats[i] && op->values[i])
+            return true; /* a binary parameter needs a length */
+    __typeof__(&PQpipelineStatus) pipeline = DBT_REAL(PQpipelineStatus);
+    __typeof__(&PQtransactionStatus) tx = DBT_REAL(PQtransactionStatus);
+    return pipeline && tx && pipeline(conn) == PQ_PIPELINE_OFF && tx(conn) == PQTRANS_ACTIVE;
+}
+
 static int send_command(PGconn *conn, const dbt_send_op *op)
 {
     if (dbt_nested || !conn)
@@ -36,6 +56,8 @@ static int send_command(PGconn *conn, const dbt_send_op *op)
     int rc;
     if (dbt_held_enqueue(conn, op, &rc))
         return rc; /* behind the commands held on conn */
+    if (libpq_refuses(conn, op))
+        return dbt_send_op_real(conn, op); /* 0, libpq's message; no permit involved */
     dbt_acquire_wait *pending;
     switch (dbt_throttle_before_send(conn, op->text, &pending)) {
     case DBT_REFUSE:
@@ -178,15 +200,7 @@ HOOK int PQexitPipelineMode(PGconn *conn)
     if (!real)
         return 0;
     dbt_held *h = dbt_nested ? NULL : dbt_held_lock(conn);
-    if (h) {
-        bool held = dbt_held_waiting(h);
-        if (held) /* libpq's answer while commands are in flight */
-            dbt_held_set_error(h, "cannot exit pipeline mode with uncollected results\n");
-        dbt_held_unlock(h);
-        if (held)
-            return 0;
-    }
-    int ok = real(conn);
+    int ok = h ? dbt_held_exit_pipeline(h, conn) : real(conn);
     if (ok && conn && !dbt_nested)
         dbt_throttle_after(conn);
     return ok;

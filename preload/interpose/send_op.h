@@ -30,6 +30,7 @@ typedef struct dbt_send_op {
     int result_format;
     struct dbt_send_op *next; /* in a held queue */
     int rc;                   /* held: what the real call returned when it was made */
+    bool single_row;          /* held: PQsetSingleRowMode was asked for it */
 } dbt_send_op;
 
 /* Whether the op sends a command (one result set, then NULL), rather than a sync or a flush. */

@@ -179,12 +179,14 @@ void dbt_client_exit(dbt_client *c)
         /* Threads may still run: none may pass on a permit this gives back. */
         p->exiting = true;
         bool down = p->down_until_us > dbt_now_us();
+        /* Places still queued too: a waiter's (an event loop's held commands wait in threads of
+         * ours, and a program may exit with some), or one kept for a next waiter. Left queued,
+         * each would reach the head and be granted to nobody for a whole lease. */
         for (struct dbt_slot *s = p->slots; s && n < MAX_EXIT; s = s->next)
             if ((s->state == SLOT_HELD || s->state == SLOT_QUEUED || s->orphan) &&
                 s->gen == p->gen) {
                 memcpy(ids[n], s->id, sizeof ids[n]);
-                /* a place: a waiting thread's or a held command's, or one kept for a next waiter */
-                place[n] = s->state != SLOT_HELD;
+                place[n] = s->state != SLOT_HELD; /* withdrawn, or given back if granted */
                 kinds[n++] = s->kind;
             }
         /* What the renewer was giving back as the process exits: it may not get to send it. */

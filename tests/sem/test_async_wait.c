@@ -116,3 +116,30 @@ Test(async_wait, a_waker_ends_the_wait, .timeout = 60)
     zcard_is gone = {&fx_redis, HOLDERS, 0};
     cr_expect(test_wait_until(test_zcard_is, &gone, 5000));
 }
+
+/* A process that exits while an acquire it started is still queued (an event loop's held command)
+ * withdraws the place: left queued, it would reach the head and be granted to nobody for a lease.
+ */
+Test(async_wait, exit_withdraws_a_queued_start, .timeout = 60)
+{
+    dbt_client *hc = fx_client("DBTHROTTLE_LEASE=30s", NULL),
+               *wc = fx_client("DBTHROTTLE_LEASE=30s", NULL);
+    dbt_pool *hp = dbt_client_pool(hc, "async"), *wp = dbt_client_pool(wc, "async");
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
+    dbt_acquire_opts brief = {.limit = 1, .wait_ms = 1500};
+    dbt_permit *held, *none;
+    cr_assert_eq(dbt_acquire(hp, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
+    waiter w = {.opts = brief};
+    cr_assert_eq(dbt_acquire_start(wp, DBT_KIND_QUERY, &brief, &none, &w.pending), DBT_ACQ_QUEUED);
+    cr_assert_eq(test_redis_int(&fx_redis, "ZCARD %s", QUEUE), 1);
+    dbt_client_exit(wc);
+    zcard_is empty = {&fx_redis, QUEUE, 0};
+    cr_expect(test_wait_until(test_zcard_is, &empty, 5000), "the place stayed queued");
+    dbt_release(held);
+    zcard_is gone = {&fx_redis, HOLDERS, 0};
+    cr_expect(test_wait_until(test_zcard_is, &gone, 5000), "the permit went to the exited place");
+    /* (A process that goes on after its exit handler, as this one, finds its place gone and
+     * queues again: whatever it gets, it gives back.) */
+    wait_elsewhere(&w);
+    dbt_release(w.permit);
+}

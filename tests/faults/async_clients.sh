@@ -1,0 +1,86 @@
+# async_clients.sh - event-loop applications are throttled without their loop ever waiting for a
+# permit (issue 15): one thread drives several connections with the PQsend* family, so a send that
+# waited in the caller for a permit would stop the loop that reads the results that give permits
+# back (pgbench -c 8 -j 4 at a limit of 4 deadlocked until the wait timeout, clients aborted).
+# - pgbench -c 8 -j 4 and -c 8 -j 1 at a limit of 4, with pg_sleep(0.002) and with pgbench's own
+#   TPC-B script, each with the counter's probe (dbt_probe, tests/support/lib.sh) so the server
+#   says how many ran at once: every client finishes, the run lasts its -T (the 20 s wait timeout
+#   would show a deadlock), at most 4 at once, nothing left in Redis.
+# - psycopg 3 on asyncio (async_psycopg.py): 20 tasks at a limit of 2 beside a 10 ms timer: the
+#   timer's largest gap, against the same application unthrottled in the same run (what this
+#   machine's load alone does to a Python loop); every query done; at most 2 at once; a task
+#   cancelled while its query waits gets CancelledError and Redis keeps exact accounting.
+echo "# async_clients: pgbench's threads and an asyncio application at a limit, their loops never blocked"
+mark
+ac_pool=ac_pgbench
+ac_env="DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_WAIT_TIMEOUT=20s DBTHROTTLE_POOL=$ac_pool"
+ac_T=4
+pgbench -i -q -s 1 >"$work/ac_init.out" 2>&1 || { cat "$work/ac_init.out"; fail "async_clients: pgbench -i"; }
+echo "SELECT dbt_probe(2);" >"$work/ac_sleep.sql"
+# pgbench's built-in TPC-B as it prints it, the probe first in its transaction (a probe after
+# the branch update would see one at a time whatever the limit: scale 1 has one branch row).
+pgbench --show-script=tpcb-like 2>&1 | sed '1d; s/^BEGIN;$/BEGIN;\nSELECT dbt_probe(1);/' >"$work/ac_tpcb.sql"
+
+ac_pool_empty() {
+    [ "$(rcli zcard "dbthrottle:{$ac_pool}:q:holders")" -eq 0 ] && [ "$(rcli zcard "dbthrottle:{$ac_pool}:q:queue")" -eq 0 ]
+}
+# ac_pgbench NAME SCRIPT THREADS: 8 clients on THREADS threads for $ac_T s, preloaded.
+ac_pgbench() {
+    ac_name=$1
+    ac_t0=$(now_ms)
+    throttled $ac_env PGAPPNAME="$ac_name" pgbench -n -c 8 -j "$3" -T $ac_T -f "$2" >"$work/$ac_name.out" 2>&1
+    ac_rc=$?
+    ac_ms=$(($(now_ms) - ac_t0))
+    ac_tx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$work/$ac_name.out")
+    ac_aborted=$(grep -c "aborted" "$work/$ac_name.out")
+    check "async_clients: $ac_name: pgbench -c 8 -j $3 exited 0 with no aborted client and no failed transaction (rc $ac_rc, ${ac_tx:-no} transactions, $ac_aborted lines of aborts)" \
+        '[ "$ac_rc" -eq 0 ] && [ "$ac_aborted" -eq 0 ] && [ "${ac_tx:-0}" -gt 0 ] && grep -q "^number of failed transactions: 0 " "$work/$ac_name.out"'
+    [ "$ac_rc" -eq 0 ] && [ "$ac_aborted" -eq 0 ] || grep "aborted" "$work/$ac_name.out" | head -4
+    check "async_clients: $ac_name: the run lasted its -T $ac_T s, no deadlock ($ac_ms ms; a wait for a permit ends at 20 s)" \
+        '[ "$ac_ms" -ge $((ac_T * 1000)) ] && [ "$ac_ms" -lt $((ac_T * 1000 + 8000)) ]'
+    check "async_clients: $ac_name: at most 4 at once at the server (most seen $(max_conc "$ac_name") in $(probes "$ac_name") probes)" \
+        '[ "$(probes "$ac_name")" -gt 0 ] && [ "$(max_conc "$ac_name")" -le 4 ]'
+    check "async_clients: $ac_name: nothing held or queued in Redis afterwards" \
+        'wait_until 5 ac_pool_empty'
+}
+ac_pgbench ac_sleep_j4 "$work/ac_sleep.sql" 4
+ac_pgbench ac_sleep_j1 "$work/ac_sleep.sql" 1
+ac_pgbench ac_tpcb_j4 "$work/ac_tpcb.sql" 4
+ac_pgbench ac_tpcb_j1 "$work/ac_tpcb.sql" 1
+
+# The asyncio application: unthrottled first (this machine's own stalls), then at a limit of 2.
+PGAPPNAME=ac_py_plain timeout 120 /usr/bin/python3 "$here/async_psycopg.py" plain "$rport" ac_py \
+    >"$work/ac_py_plain.out" 2>"$work/ac_py_plain.err"
+throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=20s DBTHROTTLE_POOL=ac_py PGAPPNAME=ac_py \
+    timeout 120 /usr/bin/python3 "$here/async_psycopg.py" throttled "$rport" ac_py \
+    >"$work/ac_py.out" 2>"$work/ac_py.err"
+ac_rc=$?
+ac_plain=$(grep "^phase1 " "$work/ac_py_plain.out")
+ac_p1=$(grep "^phase1 " "$work/ac_py.out")
+ac_p2=$(grep "^phase2 " "$work/ac_py.out")
+# field NAME LINE: the value of NAME=... in LINE
+ac_field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+ac_gap0=$(ac_field max_gap_ms "$ac_plain")
+ac_gap=$(ac_field max_gap_ms "$ac_p1")
+ac_bound=$(echo "${ac_gap0:-0}" | awk '{ b = 2 * $1 + 20; print (b > 50 ? b : 50) }')
+info "async_clients: asyncio unthrottled: $ac_plain"
+info "async_clients: asyncio at a limit of 2 (exit $ac_rc): $(tr "\n" " " <"$work/ac_py.out")"
+[ -s "$work/ac_py.err" ] && info "async_clients: its stderr: $(head -c 600 "$work/ac_py.err")"
+check "async_clients: asyncio unthrottled: the 60 queries ran, and the counter saw more than 2 at once ($(max_conc ac_py_plain))" \
+    '[ "$(ac_field queries "$ac_plain")" = 60 ] && [ "$(max_conc ac_py_plain)" -gt 2 ]'
+check "async_clients: asyncio at a limit of 2: the timer never stopped longer than max(50 ms, 2 x unthrottled + 20 ms) = $ac_bound ms (largest gap ${ac_gap:-none} ms; unthrottled ${ac_gap0:-none} ms)" \
+    '[ -n "$ac_gap" ] && awk -v g="$ac_gap" -v b="$ac_bound" "BEGIN { exit !(g <= b) }"'
+check "async_clients: asyncio at a limit of 2: every query completed ($(ac_field queries "$ac_p1") of 60, $(ac_field errors "$ac_p1") errors)" \
+    '[ "$(ac_field queries "$ac_p1")" = 60 ] && [ "$(ac_field errors "$ac_p1")" = 0 ]'
+check "async_clients: asyncio at a limit of 2: at most 2 at once at the server (most seen $(max_conc ac_py) in $(probes ac_py) probes)" \
+    '[ "$(probes ac_py)" -ge 64 ] && [ "$(max_conc ac_py)" -le 2 ]'
+check "async_clients: asyncio: two holders, then three waiters queued one by one in Redis ($(ac_field queued_seen "$ac_p2"))" \
+    '[ "$(ac_field queued_seen "$ac_p2")" = 1111 ]'
+check "async_clients: asyncio: the task cancelled while its query waited got CancelledError ($(ac_field cancel "$ac_p2") after $(ac_field cancel_ms "$ac_p2") ms)" \
+    '[ "$(ac_field cancel "$ac_p2")" = CancelledError ]'
+check "async_clients: asyncio: after the cancel Redis held exactly the 2 holders and the 2 other waiters (holders/queue $(ac_field holders_queue_after_cancel "$ac_p2"))" \
+    '[ "$(ac_field exact_after_cancel "$ac_p2")" = True ]'
+check "async_clients: asyncio: the other 4 tasks completed ($(ac_field others_done "$ac_p2"))" \
+    '[ "$(ac_field others_done "$ac_p2")" = 4 ]'
+check "async_clients: asyncio: in the end the pool's holders and queue were empty in Redis ($(ac_field holders_queue_at_end "$ac_p2"))" \
+    '[ "$(ac_field empty_at_end "$ac_p2")" = True ]'
