@@ -166,6 +166,7 @@ $(BUILD)/tests/dlsym_check: tests/integration/dlsym_check.c
 	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -o $@ $< -ldl
 
 INTEGRATION_BINS := $(BUILD)/tests/libnext_preload.so $(BUILD)/tests/fork_client \
+                    $(BUILD)/tests/held_client \
                     $(BUILD)/tests/pipeline_client $(BUILD)/tests/dlsym_check $(HOOK_LIST)
 
 # ---- checkers ---------------------------------------------------------------------------------
@@ -279,12 +280,12 @@ test-integration: all $(INTEGRATION_BINS)
 
 # The fault suite (tests/faults/run.sh): crashes, Redis outages, signals, fork, netns. T="a b"
 # runs only those cases, by name (ls tests/faults; run.sh runs all in its own order).
-test-faults: all $(BUILD)/tests/fault_worker
+test-faults: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 	sh tests/faults/run.sh $(T)
 
 # The same fault suite with permits kept between commands (DBTHROTTLE_CACHE_PERMITS=on): every
 # bound on concurrency, recovery and call duration must hold with caching as without.
-test-faults-cache: all $(BUILD)/tests/fault_worker
+test-faults-cache: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 	DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh $(T)
 
 # The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh), and the documented

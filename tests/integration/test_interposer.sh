@@ -13,6 +13,11 @@ cases="limit_holds_at_the_server transaction_is_one_permit log_query cache_permi
     fork_child_takes_its_own client_libraries exempt_connections idle_in_transaction_warning
     connection_permits large_objects psycopg2_async interactive_psql dlsym_returns_our_hooks
     psycopg3_cancel_ends_wait one_server_one_pool"
+cases="$cases held_send_returns_at_once held_refused_at_timeout held_refused_in_transaction
+    held_cancelled held_request_cancel held_drained held_blocking_get_result held_second_send_refused
+    held_exec_after held_two_connections_one_loop held_prepared held_pipeline held_pipeline_refused
+    held_finish held_reset held_fork held_nonblocking held_notifications_while_held
+    held_pipeline_finish held_backend_terminated held_many_connections_one_loop held_races_with_the_grant"
 pick_cases "$@"
 harness_begin it
 
@@ -578,6 +583,494 @@ print(cur.fetchone()[0])" 2>&1)
     pools=$(rcli --scan --pattern 'onepoolc:*' | sed 's/^onepoolc:{\([^}]*\)}.*/\1/' | sort -u)
     check "connection permits: one pool for the 5 spellings ($(echo $pools))" \
         '[ "$pools" = "localhost:$PGPORT/postgres" ]'
+}
+
+# ---- issue 15: held commands ---------------------------------------------------------------------
+# A PQsend* call that finds no permit free returns at once; the library holds the command until it
+# gets one (and sends it then) or is refused (the application then reads a 53300 or 57014 result).
+# held_client (tests/integration/held_client.c) drives one connection through an event loop while a
+# throttled psql holds the pool's only permit (a probe of the counter, so the server's log says
+# when each statement ran and whether it ran beside another); each case has a pool of its own.
+
+# hc_hold POOL APP MS: a throttled psql holds POOL's only permit for a MS ms probe ($hc_holder);
+# returns once Redis has it holding and its probe runs at the server. Call mark first.
+hc_hold() {
+    throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=$1 PGAPPNAME=$2 DBTHROTTLE_WAIT_TIMEOUT=60s \
+        psql -qAtX -c "select dbt_probe($3)" >/dev/null 2>&1 &
+    hc_holder=$!
+    echo "$hc_holder" >>"$work/pids"
+    wait_until 10 "[ \"\$(hc_card $1 holders)\" = 1 ] && [ \"\$(probes $2)\" = 1 ]"
+}
+hc_card() { rcli zcard "dbthrottle:{$1}:q:$2"; } # hc_card POOL holders|queue
+# hc_run POOL MODE [ENV=VALUE...]: held_client MODE in the background ($hc_pid) on POOL (its
+# application_name is the pool's name too) at a limit of 1; its lines in $hc_out; hc_go STEP lets
+# it pass step STEP. $HC_WRAP runs it under a tool (valgrind).
+hc_run() {
+    hc_pool=$1
+    hc_mode=$2
+    shift 2
+    hc_out=$work/hc.$hc_pool.out
+    rm -f "$hc_out" "$work/hc.$hc_pool.go".*
+    throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=$hc_pool PGAPPNAME=$hc_pool \
+        HELD_GO=$work/hc.$hc_pool.go "$@" timeout 120 ${HC_WRAP:-} "$top/build/tests/held_client" \
+        "$hc_mode" >"$hc_out" 2>"$work/hc.$hc_pool.err" &
+    hc_pid=$!
+    echo "$hc_pid" >>"$work/pids"
+}
+hc_go() { touch "$work/hc.$hc_pool.go.$1"; }
+hc_line() { wait_until 60 "grep -q '^$1=' \"\$hc_out\" 2>/dev/null"; } # hc_line KEY: until held_client said KEY
+hc_val() { # hc_val KEY: what held_client said of KEY (its first line with it)
+    awk -v k="$1=" '{ for (i = 1; i <= NF; i++) if (index($i, k) == 1) { print substr($i, length(k) + 1); exit } }' "$hc_out"
+}
+hc_ms() { hc_ms_v=$(hc_val "$1"); echo "${hc_ms_v:-999999}"; } # a number held_client said (or 999999)
+hc_said() { tr '\n' ' ' <"$hc_out" | cut -c 1-400; } # for the check lines
+# hc_sent_at_once: the PQsendQuery returned 1 within 1 s (the holder holds for seconds), and the
+# connection then reads as busy with nothing to flush, and stays busy after PQconsumeInput.
+hc_sent_at_once() {
+    check "$hc_pool: PQsendQuery returns 1 at once while the permit is held elsewhere ($(hc_said))" \
+        '[ "$(hc_val send)" = 1 ] && [ "$(hc_ms send_ms)" -lt 1000 ]'
+    check "$hc_pool: then PQisBusy 1, PQflush 0, PQconsumeInput 1 and still busy" \
+        '[ "$(hc_val busy)" = 1 ] && [ "$(hc_val flush)" = 0 ] && [ "$(hc_val consume)" = 1 ] && [ "$(hc_val busy_after_consume)" = 1 ]'
+}
+hc_not_run() { case $1 in PIPELINE_ABORTED,NULL | FATAL_ERROR*,NULL) return 0 ;; esac; return 1; }
+hc_loop_ran() { # the event loop never stopped for 500 ms (10 ms ticks), the send included
+    check "$hc_pool: the event loop never stalled (longest gap between ticks: $(hc_val maxgap_ms) ms)" \
+        '[ -n "$(hc_val maxgap_ms)" ] && [ "$(hc_ms maxgap_ms)" -lt 500 ]'
+}
+
+# a. the permit held elsewhere: the send returns at once, the result comes once the holder is done
+it_held_send_returns_at_once() {
+    mark
+    hc_hold held_a held_a 3000
+    hc_run held_a wait DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    hc_loop_ran
+    check "held_a: the socket became readable when the holder ended ($(hc_val ready_ms) ms after the send): the real result, then NULL ($(hc_val result); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val result)" = "TUPLES_OK:1,NULL" ] && [ "$(hc_ms ready_ms)" -ge 1000 ]'
+    check "held_a: at the server, the held statement ran once, after the holder's ended (probes: $(probes held_a); it saw itself alone: $(hc_val result))" \
+        '[ "$(probes held_a)" = 2 ] && [ "$(hc_val result)" = "TUPLES_OK:1,NULL" ]'
+}
+
+# b. refused at the wait timeout: the loop wakes, 53300 then NULL, the connection usable after
+it_held_refused_at_timeout() {
+    mark
+    hc_hold held_b held_b 6000
+    hc_run held_b refuse DBTHROTTLE_WAIT_TIMEOUT=1500ms
+    hc_line tx
+    queue=$(hc_card held_b queue)
+    holders=$(hc_card held_b holders)
+    hc_sent_at_once
+    hc_loop_ran
+    check "held_b: poll() woke at the 1.5 s wait timeout, not at the holder's end at 6 s (after $(hc_val ready_ms) ms)" \
+        '[ "$(hc_ms ready_ms)" -ge 1400 ] && [ "$(hc_ms ready_ms)" -le 4500 ]'
+    check "held_b: PQgetResult gives PGRES_FATAL_ERROR with SQLSTATE 53300 and the dbthrottle message, then NULL ($(hc_val result))" \
+        '[ "$(hc_val result)" = "FATAL_ERROR:53300,NULL" ] && grep -q "^result_error=\"dbthrottle: no query permit" "$hc_out"'
+    check "held_b: the transaction status is unchanged ($(hc_val tx))" '[ "$(hc_val tx)" = IDLE ]'
+    check "held_b: after the refusal, Redis has it neither queued nor holding (queue $queue, holders $holders: the holder's)" \
+        '[ "$queue" = 0 ] && [ "$holders" = 1 ]'
+    wait "$hc_holder"
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    check "held_b: the connection is usable for the next command ($(hc_val next); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val next)" = "TUPLES_OK:next" ]'
+    check "held_b: the refused statement never reached the server (probes: $(probes held_b), the holder's)" \
+        '[ "$(probes held_b)" = 1 ]'
+    cancelled=$(rcli hget "dbthrottle:{held_b}:q:stats" cancelled)
+    check "held_b: Redis counts the refused wait as cancelled ($cancelled), and nothing is held or queued in the end" \
+        '[ "$cancelled" = 1 ] && [ "$(hc_card held_b queue)" = 0 ] && [ "$(hc_card held_b holders)" = 0 ]'
+}
+
+# b. the same inside a transaction block: the transaction's permit is evicted (the next command
+# then queues again, design.md), the holder takes it, the held command is refused: still INTRANS
+it_held_refused_in_transaction() {
+    mark
+    hc_run held_btx refuse_in_tx DBTHROTTLE_WAIT_TIMEOUT=1500ms DBTHROTTLE_LEASE=600ms
+    hc_line tx_before
+    permit=$(rcli zrange "dbthrottle:{held_btx}:q:holders" 0 -1 | head -1)
+    throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=held_btx PGAPPNAME=held_btx DBTHROTTLE_LEASE=600ms \
+        DBTHROTTLE_WAIT_TIMEOUT=60s psql -qAtX -c "select dbt_probe(6000)" >/dev/null 2>&1 &
+    hc_holder=$!
+    echo "$hc_holder" >>"$work/pids"
+    wait_until 10 '[ "$(hc_card held_btx queue)" = 1 ]'
+    "$top/build/dbthrottle" evict held_btx "$permit" >"$work/hc.evict.out" 2>&1
+    # the holder runs; the transaction's process heard of the eviction (its renewal took the mark)
+    wait_until 10 '[ "$(probes held_btx)" = 1 ] && [ -z "$(rcli hget "dbthrottle:{held_btx}:q:info" "evicted:$permit")" ]'
+    check "held_btx: in a transaction (${permit:-no permit}), evicted, the holder runs ($(probes held_btx) probe)" \
+        '[ -n "$permit" ] && [ "$(hc_val tx_before)" = INTRANS ] && [ "$(probes held_btx)" = 1 ]'
+    hc_go evicted
+    hc_line tx
+    hc_sent_at_once
+    check "held_btx: 53300 then NULL ($(hc_val result)), and still INTRANS ($(hc_val tx))" \
+        '[ "$(hc_val result)" = "FATAL_ERROR:53300,NULL" ] && [ "$(hc_val tx)" = INTRANS ]'
+    wait "$hc_holder"
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    check "held_btx: the transaction goes on and commits ($(hc_val next) $(hc_val tx_next), $(hc_val commit) $(hc_val tx_end); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val next)" = TUPLES_OK:next ] && [ "$(hc_val tx_next)" = INTRANS ] && [ "$(hc_val commit)" = COMMAND_OK ] && [ "$(hc_val tx_end)" = IDLE ]'
+    check "held_btx: the refused statement never reached the server (probes: $(probes held_btx), the holder's)" \
+        '[ "$(probes held_btx)" = 1 ]'
+}
+
+# c. a cancel (PQcancel from another thread) ends the hold with 57014
+it_held_cancelled() {
+    mark
+    hc_hold held_c held_c 4000
+    hc_run held_c cancel DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    hc_loop_ran
+    check "held_c: PQcancel 300 ms after the send woke the loop before the holder's end ($(hc_val ready_ms) ms): 57014 then NULL ($(hc_val result))" \
+        '[ "$(hc_val cancel_sent)" = 1 ] && [ "$(hc_val result)" = "FATAL_ERROR:57014,NULL" ] && [ "$(hc_ms ready_ms)" -lt 3000 ]'
+    check "held_c: the status unchanged ($(hc_val tx)); the next command runs ($(hc_val next); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val tx)" = IDLE ] && [ "$(hc_val next)" = TUPLES_OK:next ]'
+    check "held_c: the cancelled statement never reached the server (probes: $(probes held_c)); nothing held or queued after" \
+        '[ "$(probes held_c)" = 1 ] && [ "$(hc_card held_c queue)" = 0 ] && [ "$(hc_card held_c holders)" = 0 ]'
+}
+
+# c. the same with PQrequestCancel, from the event loop's own thread
+it_held_request_cancel() {
+    mark
+    hc_hold held_rc held_rc 4000
+    hc_run held_rc request_cancel DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_rc: PQrequestCancel 300 ms into the loop ended the hold before the holder's end ($(hc_val ready_ms) ms): 57014 then NULL ($(hc_val result))" \
+        '[ "$(hc_val request_cancel)" = 1 ] && [ "$(hc_val result)" = "FATAL_ERROR:57014,NULL" ] && [ "$(hc_ms ready_ms)" -lt 3000 ]'
+    check "held_rc: the next command runs ($(hc_val next); rc $rc); the cancelled one never reached the server (probes: $(probes held_rc))" \
+        '[ $rc -eq 0 ] && [ "$(hc_val next)" = TUPLES_OK:next ] && [ "$(probes held_rc)" = 1 ]'
+}
+
+# c. a drain: no grant for the held command (docs/operations.md), which waits until its timeout
+it_held_drained() {
+    mark
+    hc_hold held_d held_d 3000
+    hc_run held_d refuse DBTHROTTLE_WAIT_TIMEOUT=6s
+    hc_line send
+    "$top/build/dbthrottle" drain held_d >"$work/hc.drain.out" 2>&1
+    drained=$?
+    hc_line tx
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_d: drained while held (rc $drained): no grant when the holder ended; refused at the 6 s timeout ($(hc_val ready_ms) ms): 53300 then NULL ($(hc_val result))" \
+        '[ $drained -eq 0 ] && [ "$(hc_val result)" = "FATAL_ERROR:53300,NULL" ] && [ "$(hc_ms ready_ms)" -ge 5500 ]'
+    "$top/build/dbthrottle" resume held_d >/dev/null 2>&1
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    check "held_d: resumed, the connection runs the next command ($(hc_val next); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val next)" = TUPLES_OK:next ]'
+    check "held_d: the refused statement never reached the server (probes: $(probes held_d))" '[ "$(probes held_d)" = 1 ]'
+}
+
+# a blocking PQgetResult on a held command waits for it to be sent (or refused), then as usual
+it_held_blocking_get_result() {
+    mark
+    hc_hold held_g held_g 3000
+    hc_run held_g blocking DBTHROTTLE_WAIT_TIMEOUT=30s
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_g: PQgetResult blocked until the holder was done ($(hc_val blocked_ms) ms), then the result and NULL ($(hc_val result)); next: $(hc_val next) (rc $rc); probes $(probes held_g)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val result)" = TUPLES_OK:1,NULL ] && [ "$(hc_ms blocked_ms)" -ge 1000 ] && [ "$(hc_val next)" = TUPLES_OK:next ] && [ "$(probes held_g)" = 2 ]'
+    mark
+    hc_hold held_g2 held_g2 6000
+    hc_run held_g2 blocking DBTHROTTLE_WAIT_TIMEOUT=1500ms
+    hc_line result
+    wait "$hc_holder"
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    check "held_g2: refused at the 1.5 s timeout, PQgetResult returned then ($(hc_val blocked_ms) ms): 53300 and NULL ($(hc_val result)); next: $(hc_val next) (rc $rc); probes $(probes held_g2)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val result)" = FATAL_ERROR:53300,NULL ] && [ "$(hc_ms blocked_ms)" -ge 1000 ] && [ "$(hc_ms blocked_ms)" -le 4500 ] && [ "$(hc_val next)" = TUPLES_OK:next ] && [ "$(probes held_g2)" = 1 ]'
+}
+
+# a command in progress is in progress while held: libpq's own rule refuses a second one
+it_held_second_send_refused() {
+    mark
+    hc_hold held_2s held_2s 3000
+    hc_run held_2s double_send DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_2s: a second PQsendQuery while the first is held returns 0, another command in progress ($(hc_val second_send) $(grep -o 'second_error=.*' "$hc_out"))" \
+        '[ "$(hc_val second_send)" = 0 ] && grep -q "^second_error=\"another command is already in progress" "$hc_out"'
+    check "held_2s: the first completes ($(hc_val result)), the next runs ($(hc_val next); rc $rc); the second never reached the server (probes: $(probes held_2s))" \
+        '[ $rc -eq 0 ] && [ "$(hc_val result)" = TUPLES_OK:1,NULL ] && [ "$(hc_val next)" = TUPLES_OK:next ] && [ "$(probes held_2s)" = 2 ]'
+}
+
+# PQexec while a command is held: libpq reads the earlier command's results first (dropping them)
+it_held_exec_after() {
+    mark
+    hc_hold held_x held_x 3000
+    hc_run held_x exec_after DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_x: PQexec after a held PQsendQuery: its own result ($(hc_val exec)), not busy after ($(hc_val busy_end)); rc $rc" \
+        '[ $rc -eq 0 ] && [ "$(hc_val exec)" = TUPLES_OK:exec ] && [ "$(hc_val busy_end)" = 0 ]'
+    check "held_x: the held command ran once at the server, alone (probes: $(probes held_x); max at once $(max_conc held_x))" \
+        '[ "$(probes held_x)" = 2 ] && [ "$(max_conc held_x)" = 1 ]'
+}
+
+# one thread, two connections, limit 1 (pgbench -j's shape; a deadlock when the send waited)
+it_held_two_connections_one_loop() {
+    mark
+    hc_run held_two two DBTHROTTLE_WAIT_TIMEOUT=10s
+    wait "$hc_pid"
+    rc=$?
+    check "held_two: the second connection's PQsendQuery returns 1 at once while the first holds the permit ($(hc_said))" \
+        '[ "$(hc_val first_send)" = 1 ] && [ "$(hc_val second_send)" = 1 ] && [ "$(hc_ms second_send_ms)" -lt 1000 ] && [ "$(hc_val second_busy)" = 1 ]'
+    check "held_two: both complete in the one loop, each alone at the server, the second after the first (rc $rc; probes $(probes held_two))" \
+        '[ $rc -eq 0 ] && [ "$(hc_val first_result)" = TUPLES_OK:1,NULL ] && [ "$(hc_val second_result)" = TUPLES_OK:1,NULL ] && [ "$(hc_ms second_done_ms)" -ge "$(hc_ms first_done_ms)" ] && [ "$(probes held_two)" = 2 ]'
+    hc_loop_ran
+}
+
+# the rest of the family: PQsendPrepare, PQsendQueryPrepared, PQsendDescribePrepared, each held
+# behind a holder of its own
+it_held_prepared() {
+    for step in prepare query_prepared describe_prepared; do
+        mark
+        hc_hold held_s held_s 2500
+        if [ $step = prepare ]; then hc_run held_s prepared DBTHROTTLE_WAIT_TIMEOUT=30s; else hc_go $step; fi
+        hc_line ${step}_result
+        wait "$hc_holder"
+        case $step in
+        query_prepared) want=TUPLES_OK:1,NULL ;; # the probe ran alone: after the holder's
+        *) want=COMMAND_OK,NULL ;;
+        esac
+        check "held_s: PQsend_$step returns 1 at once, busy, nothing to flush; its result once the holder is done ($(grep "^${step}_" "$hc_out" | tr '\n' ' '))" \
+            '[ "$(hc_val ${step}_send)" = 1 ] && [ "$(hc_ms ${step}_send_ms)" -lt 1000 ] && [ "$(hc_val ${step}_busy)" = 1 ] && [ "$(hc_val ${step}_flush)" = 0 ] && [ "$(hc_val ${step}_ready_ms)" -ge 1000 ] && [ "$(hc_val ${step}_result)" = "$want" ]'
+    done
+    wait "$hc_pid"
+    rc=$?
+    check "held_s: the program ends cleanly (rc $rc)" '[ $rc -eq 0 ]'
+}
+
+# d. pipeline mode: three commands and a sync, all held, sent in order once the holder is done
+it_held_pipeline() {
+    mark
+    hc_hold held_p held_p 3000
+    hc_run held_p pipeline DBTHROTTLE_WAIT_TIMEOUT=30s
+    hc_line pipeline
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    check "held_p: 3 PQsendQueryParams and PQpipelineSync return 1 at once ($(hc_said))" \
+        '[ "$(hc_val batch_sent)" = 1 ] && [ "$(hc_ms send_ms)" -lt 1000 ] && [ "$(hc_val busy)" = 1 ] && [ "$(hc_val flush)" = 0 ]'
+    hc_loop_ran
+    check "held_p: then the results in order, each followed by NULL, then the sync" \
+        '[ "$(hc_val batch_r1)" = TUPLES_OK:1,NULL ] && [ "$(hc_val batch_r2)" = TUPLES_OK:2,NULL ] && [ "$(hc_val batch_r3)" = TUPLES_OK:3,NULL ] && [ "$(hc_val batch_sync)" = PIPELINE_SYNC ]'
+    check "held_p: the first ran at the server once, alone, after the holder (probes: $(probes held_p))" \
+        '[ "$(probes held_p)" = 2 ]'
+    check "held_p: the next batch and leaving pipeline mode work (rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val next_r3)" = TUPLES_OK:3,NULL ] && [ "$(hc_val next_sync)" = PIPELINE_SYNC ] && [ "$(hc_val exit_pipeline)" = 1 ]'
+}
+
+# d. pipeline mode, refused at the timeout: 53300 first, then the others, then the sync
+it_held_pipeline_refused() {
+    mark
+    hc_hold held_pr held_pr 6000
+    hc_run held_pr pipeline DBTHROTTLE_WAIT_TIMEOUT=1500ms
+    hc_line pipeline
+    queue=$(hc_card held_pr queue)
+    wait "$hc_holder"
+    hc_go next
+    wait "$hc_pid"
+    rc=$?
+    check "held_pr: the pipeline's calls return 1 at once ($(hc_said))" \
+        '[ "$(hc_val batch_sent)" = 1 ] && [ "$(hc_ms send_ms)" -lt 1000 ]'
+    check "held_pr: refused at the timeout: 53300 first, the two others not run, each then NULL, then the sync" \
+        '[ "$(hc_val batch_r1)" = FATAL_ERROR:53300,NULL ] && hc_not_run "$(hc_val batch_r2)" && hc_not_run "$(hc_val batch_r3)" && [ "$(hc_val batch_sync)" = PIPELINE_SYNC ]'
+    check "held_pr: nothing queued after the refusal ($queue); none of it reached the server (probes: $(probes held_pr))" \
+        '[ "$queue" = 0 ] && [ "$(probes held_pr)" = 1 ]'
+    check "held_pr: the connection is usable after: the next batch runs (rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val next_r1)" = TUPLES_OK:1,NULL ] && [ "$(hc_val next_r3)" = TUPLES_OK:3,NULL ] && [ "$(hc_val next_sync)" = PIPELINE_SYNC ]'
+}
+
+# e. PQfinish with a held command: withdrawn, never sent, no permit left behind
+it_held_finish() {
+    for hc_wrap in "" valgrind; do
+        [ "$hc_wrap" = valgrind ] && ! command -v valgrind >/dev/null && continue
+        pool=held_f${hc_wrap:+_vg}
+        mark
+        # valgrind takes seconds to start the program: the holder holds for longer there
+        hc_hold $pool $pool $([ -n "$hc_wrap" ] && echo 10000 || echo 3000)
+        HC_WRAP=${hc_wrap:+valgrind -q --error-exitcode=9 --log-file=$work/hc.valgrind.%p}
+        hc_run $pool finish DBTHROTTLE_WAIT_TIMEOUT=30s
+        HC_WRAP=
+        hc_line finished
+        [ -z "$hc_wrap" ] && hc_sent_at_once
+        wait_until 10 '[ "$(hc_card $pool queue)" = 0 ]'
+        check "$pool: PQfinish withdrew the held command from Redis' queue (queue: $(hc_card $pool queue))" \
+            '[ "$(hc_card $pool queue)" = 0 ]'
+        wait "$hc_holder"
+        # the pool's permit is free once the holder is done: nothing of the finished connection has it
+        after=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=$pool DBTHROTTLE_WAIT_TIMEOUT=5s \
+            psql -qAtX -c "select 'free'" 2>&1)
+        check "$pool: after the holder, the permit is free for another client ($after; holders $(hc_card $pool holders))" \
+            '[ "$after" = free ] && [ "$(hc_card $pool holders)" = 0 ]'
+        hc_go exit
+        wait "$hc_pid"
+        rc=$?
+        check "$pool: the program lived on and ended cleanly${hc_wrap:+ under valgrind} (rc $rc; $(hc_said); $(cat "$work"/hc.valgrind.* 2>/dev/null | head -5))" \
+            '[ $rc -eq 0 ] && [ "$(hc_val alive)" = 1 ]'
+        check "$pool: the held command never reached the server (probes: $(probes $pool))" '[ "$(probes $pool)" = 1 ]'
+    done
+}
+
+# e. PQreset with a held command: never sent; the connection works after the reset
+it_held_reset() {
+    mark
+    hc_hold held_r held_r 3000
+    hc_run held_r reset DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_r: PQreset with a held command: the connection works after it ($(hc_val reset_status), $(hc_val next); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val reset_status)" = OK ] && [ "$(hc_val next)" = TUPLES_OK:next ]'
+    check "held_r: the held command never reached the server (probes: $(probes held_r)); nothing held or queued after" \
+        '[ "$(probes held_r)" = 1 ] && [ "$(hc_card held_r queue)" = 0 ] && [ "$(hc_card held_r holders)" = 0 ]'
+}
+
+# f. fork with a held command: the child never sends it, the parent's completes
+it_held_fork() {
+    mark
+    hc_hold held_k held_k 3000
+    hc_run held_k fork DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_k: the parent's held command completes after the fork ($(hc_val result)), the child ran its own command and exits 0 ($(hc_val child_exit)), the next command runs (rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val result)" = TUPLES_OK:1,NULL ] && [ "$(hc_val child_exit)" = 0 ] && [ "$(hc_val next)" = TUPLES_OK:next ]'
+    check "held_k: at the server it ran once, not also from the child (probes: $(probes held_k), the holder's and the parent's)" \
+        '[ "$(probes held_k)" = 2 ]'
+}
+
+# nonblocking mode (PQsetnonblocking 1): the same
+it_held_nonblocking() {
+    mark
+    hc_hold held_nb held_nb 3000
+    hc_run held_nb nonblocking DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_nb: in nonblocking mode, the result once the holder is done ($(hc_val ready_ms) ms: $(hc_val result)), still nonblocking (rc $rc; probes $(probes held_nb))" \
+        '[ $rc -eq 0 ] && [ "$(hc_val nonblocking)" = 1 ] && [ "$(hc_val result)" = TUPLES_OK:1,NULL ] && [ "$(hc_ms ready_ms)" -ge 1000 ] && [ "$(hc_val still_nonblocking)" = 1 ] && [ "$(probes held_nb)" = 2 ]'
+}
+
+# a LISTENing connection gets its notifications while its command is held
+it_held_notifications_while_held() {
+    mark
+    hc_run held_n notify DBTHROTTLE_WAIT_TIMEOUT=30s
+    hc_line listen
+    hc_hold held_n held_n 3000
+    hc_go send
+    hc_line send
+    psql -qAtX -c "notify held_chan, 'while held'" >/dev/null
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_n: the NOTIFY reached the loop while the command was held ($(hc_val notifies) at $(hc_val first_notify_ms) ms; result at $(hc_val ready_ms) ms: $(hc_val result); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val listen)" = COMMAND_OK ] && [ "$(hc_ms notifies)" -ge 1 ] && [ "$(hc_ms first_notify_ms)" -ge 0 ] && [ "$(hc_ms first_notify_ms)" -lt "$(hc_ms ready_ms)" ] && [ "$(hc_val result)" = TUPLES_OK:1,NULL ]'
+}
+
+# PQfinish in pipeline mode with three held commands and a sync
+it_held_pipeline_finish() {
+    mark
+    hc_hold held_pf held_pf 3000
+    hc_run held_pf pipeline_finish DBTHROTTLE_WAIT_TIMEOUT=30s
+    hc_line finished
+    wait_until 10 '[ "$(hc_card held_pf queue)" = 0 ]'
+    check "held_pf: PQfinish of a pipeline of held commands withdrew them ($(hc_said); queue $(hc_card held_pf queue))" \
+        '[ "$(hc_val batch_sent)" = 1 ] && [ "$(hc_ms send_ms)" -lt 1000 ] && [ "$(hc_card held_pf queue)" = 0 ]'
+    wait "$hc_holder"
+    after=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=held_pf DBTHROTTLE_WAIT_TIMEOUT=5s psql -qAtX -c "select 'free'" 2>&1)
+    hc_go exit
+    wait "$hc_pid"
+    rc=$?
+    check "held_pf: the permit is free after the holder ($after), the program lives on (rc $rc), none reached the server (probes $(probes held_pf))" \
+        '[ "$after" = free ] && [ $rc -eq 0 ] && [ "$(hc_val alive)" = 1 ] && [ "$(probes held_pf)" = 1 ]'
+}
+
+# the server ends the session of a connection whose command is held: the loop learns it at once
+# (not at the grant), the place in the queue goes, and nothing is held or sent
+it_held_backend_terminated() {
+    mark
+    hc_hold held_t held_t 4000
+    hc_run held_t wait DBTHROTTLE_WAIT_TIMEOUT=30s
+    hc_line send
+    killed=$(psql -qAtX -c "select count(pg_terminate_backend(pid)) from pg_stat_activity where application_name = 'held_t' and state = 'idle'")
+    hc_line conn
+    wait_until 5 '[ "$(hc_card held_t queue)" = 0 ]'
+    queue=$(hc_card held_t queue)
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    check "held_t: its backend terminated while held ($killed): the loop woke before the holder's end ($(hc_val ready_ms) ms), with the failure ($(hc_val result), consume_failed $(hc_val consume_failed), $(hc_val conn))" \
+        '[ "$killed" = 1 ] && [ "$(hc_ms ready_ms)" -lt 3000 ] && [ "$(hc_val conn)" = BAD ] && { [ "$(hc_val consume_failed)" = 1 ] || [ "${hc_v=$(hc_val result)}" != "${hc_v#FATAL_ERROR}" ]; }'
+    after=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=held_t DBTHROTTLE_WAIT_TIMEOUT=5s psql -qAtX -c "select 'free'" 2>&1)
+    check "held_t: its place left the queue ($queue), the permit is free after the holder ($after), nothing reached the server (probes $(probes held_t); rc $rc)" \
+        '[ "$queue" = 0 ] && [ "$after" = free ] && [ "$(probes held_t)" = 1 ]'
+}
+
+# 8 connections in one loop at a limit of 2, 3 probes each, each sent once the connection's last
+# result is read: none waits in the call, the loop never stalls, the limit holds at the server
+it_held_many_connections_one_loop() {
+    mark
+    hc_run held_many many DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=20s HELD_SQL="select dbt_probe(50)"
+    wait "$hc_pid"
+    rc=$?
+    check "held_many: 8 connections x 3 commands in one loop at limit 2: all ran, no send waited, no stall ($(hc_said); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val many_ok)" = 24 ] && [ "$(hc_val many_bad)" = 0 ] && [ "$(hc_ms longest_send_ms)" -lt 500 ] && [ "$(hc_ms maxgap_ms)" -lt 500 ]'
+    check "held_many: at the server 24 probes, never more than 2 at once, the limit reached (saw $(max_conc held_many) at once, $(probes held_many) probes)" \
+        '[ "$(probes held_many)" = 24 ] && [ "$(max_conc held_many)" = 2 ]'
+}
+
+# PQfinish, PQreset and PQcancel racing the grant of the held command (60 rounds each; a thread of
+# the program reads the holder's result, which frees the permit, while the main thread ends the
+# held command 0-20 ms later), and PQfinish's race again under valgrind: no crash, no hang,
+# every round accounted for, nothing held or queued in Redis afterwards
+it_held_races_with_the_grant() {
+    for how in finish reset cancel valgrind; do
+        pool=held_race_$how
+        rounds=60
+        [ $how = valgrind ] && ! command -v valgrind >/dev/null && continue
+        [ $how = valgrind ] && rounds=15
+        HC_WRAP=
+        [ $how = valgrind ] && HC_WRAP="valgrind -q --error-exitcode=9 --log-file=$work/hc.race.valgrind.%p"
+        race=$how
+        [ $how = valgrind ] && race=finish
+        hc_run $pool race HELD_RACE=$race HELD_ROUNDS=$rounds DBTHROTTLE_WAIT_TIMEOUT=20s
+        HC_WRAP=
+        wait "$hc_pid"
+        rc=$?
+        wait_until 10 '[ "$(hc_card $pool holders)" = 0 ] && [ "$(hc_card $pool queue)" = 0 ]'
+        case $how in
+        finish | valgrind) outcome='true' ;;
+        reset) outcome='[ "$(hc_val next_ok)" = $rounds ]' ;;
+        cancel) outcome='[ "$(hc_val next_ok)" = $rounds ] && [ "$(hc_val other)" = 0 ] && [ $(($(hc_val ran) + $(hc_val cancelled))) = $rounds ]' ;;
+        esac
+        check "$pool: $rounds rounds, no crash or hang (rc $rc; $(hc_said); $(cat "$work"/hc.race.valgrind.* 2>/dev/null | head -5)), nothing held or queued after (holders $(hc_card $pool holders), queue $(hc_card $pool queue))" \
+            '[ $rc -eq 0 ] && [ "$(hc_val rounds)" = $rounds ] && '"$outcome"' && [ "$(hc_card $pool holders)" = 0 ] && [ "$(hc_card $pool queue)" = 0 ]'
+    done
 }
 
 run_case() {
