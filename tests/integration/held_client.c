@@ -29,6 +29,13 @@
  *   reset         send one command; PQreset; then one more command
  *   fork          send one command; fork: the child runs a command on a connection of its own
  *                 and lives until the parent has its result
+ *   single_row    send a three-row query, ask PQsetSingleRowMode while it is held; read its rows
+ *   notice        a notice processor that asks libpq about the connection; a held command that
+ *                 raises a NOTICE, read with a blocking PQgetResult while a second connection
+ *                 holds a command too; then the second's result
+ *   pipeline_abort  in pipeline mode, held: a failing command, a PQsendQuery (refused by libpq in
+ *                 pipeline mode once sent), a sync; read all; leave pipeline mode; then (after
+ *                 "again") a held command outside pipeline mode, and one more command
  * The held command is $HELD_SQL (default "select dbt_probe(10)": the test counts it at the
  * server); the connection is libpq's defaults (PG* variables). A step S waits (30 s at most) for
  * the file "$HELD_GO.S", which the test creates. Prints key=value facts the test checks, one line
@@ -439,6 +446,69 @@ static void race(void)
         next_ok);
 }
 
+/* The notice processor of mode notice: it asks libpq about the connection the notice came on,
+ * as a program's logging might (the library must not deadlock on itself there). Not PQisBusy:
+ * that would parse the same notice again, in libpq itself. */
+static int notices, notice_tx = -1, notice_error = -1;
+
+static void note_notice(void *arg, const char *message)
+{
+    (void)message;
+    PGconn *c = arg;
+    notices++;
+    notice_tx = PQtransactionStatus(c);
+    notice_error = PQerrorMessage(c)[0] != '\0';
+}
+
+static void notice_mode(void)
+{
+    PGconn *second = PQconnectdb("");
+    if (PQstatus(second) != CONNECTION_OK) {
+        say("second connect failed");
+        return;
+    }
+    PQsetNoticeProcessor(conn, note_notice, conn);
+    if (!send_held("do $$ begin perform dbt_probe(10); raise notice 'held notice'; end $$"))
+        return;
+    int second_sent = PQsendQuery(second, "select dbt_probe(10)");
+    say("second_sent=%d", second_sent);
+    long long t0 = now_ms();
+    results("result"); /* blocking: waits for the grant, reads the NOTICE on the way */
+    say("notices=%d notice_tx=%d notice_error=%d blocked_ms=%lld", notices, notice_tx, notice_error,
+        now_ms() - t0);
+    PGconn *first = conn;
+    conn = second;
+    results("second");
+    conn = first;
+    PQfinish(second);
+}
+
+static void pipeline_abort_mode(void)
+{
+    if (!PQenterPipelineMode(conn))
+        return;
+    last_tick = now_ms();
+    int ok = PQsendQueryParams(conn, "select 1/0", 0, NULL, NULL, NULL, NULL, 0);
+    int refused_later = PQsendQuery(conn, "select 2"); /* libpq's refusal comes when it is sent */
+    ok &= PQpipelineSync(conn);
+    say("batch_sent=%d second=%d busy=%d", ok, refused_later, PQisBusy(conn));
+    event_loop();
+    results("r1");
+    results("r2");
+    results("sync");
+    say("exit=%d", PQexitPipelineMode(conn));
+    if (!await_step("again"))
+        return;
+    if (send_as("again_", SEND_QUERY, held_sql))
+        event_loop_as("again_");
+    results("again");
+    int next = PQsendQuery(conn, "select 'next'");
+    say("next_send=%d", next);
+    if (!next)
+        say("next_error=\"%s\"", strtok(PQerrorMessage(conn), "\n"));
+    results("next");
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "wait";
@@ -497,6 +567,16 @@ int main(int argc, char **argv)
         }
         if (await_step("next"))
             exec_value("next", "select 'next'");
+    } else if (!strcmp(mode, "single_row")) {
+        if (send_held("select g from generate_series(1, 3) g")) {
+            say("single_row=%d", PQsetSingleRowMode(conn));
+            event_loop();
+        }
+        results("rows");
+    } else if (!strcmp(mode, "notice")) {
+        notice_mode();
+    } else if (!strcmp(mode, "pipeline_abort")) {
+        pipeline_abort_mode();
     } else if (!strcmp(mode, "double_send")) {
         /* libpq refuses a second command while one is in progress; a held one is in progress. */
         if (send_held(held_sql)) {

@@ -17,7 +17,8 @@ cases="$cases held_send_returns_at_once held_refused_at_timeout held_refused_in_
     held_cancelled held_request_cancel held_drained held_blocking_get_result held_second_send_refused
     held_exec_after held_two_connections_one_loop held_prepared held_pipeline held_pipeline_refused
     held_finish held_reset held_fork held_nonblocking held_notifications_while_held
-    held_pipeline_finish held_backend_terminated held_many_connections_one_loop held_races_with_the_grant"
+    held_pipeline_finish held_backend_terminated held_many_connections_one_loop held_races_with_the_grant
+    held_single_row_mode held_notice_processor_asks_libpq held_pipeline_abort_then_more"
 pick_cases "$@"
 harness_begin it
 
@@ -1071,6 +1072,49 @@ it_held_races_with_the_grant() {
         check "$pool: $rounds rounds, no crash or hang (rc $rc; $(hc_said); $(cat "$work"/hc.race.valgrind.* 2>/dev/null | head -5)), nothing held or queued after (holders $(hc_card $pool holders), queue $(hc_card $pool queue))" \
             '[ $rc -eq 0 ] && [ "$(hc_val rounds)" = $rounds ] && '"$outcome"' && [ "$(hc_card $pool holders)" = 0 ] && [ "$(hc_card $pool queue)" = 0 ]'
     done
+}
+
+# review findings: PQsetSingleRowMode on a held command (psycopg 3's stream()), a notice processor
+# that asks libpq about its connection while the library reads it, and a pipeline whose refused
+# stand-in is answered as aborted
+it_held_single_row_mode() {
+    mark
+    hc_hold held_sr held_sr 3000
+    hc_run held_sr single_row DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    hc_sent_at_once
+    check "held_sr: PQsetSingleRowMode asked while held returns 1 ($(hc_val single_row)) and the rows come one by one ($(hc_val rows); rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val single_row)" = 1 ] && [ "$(hc_val rows)" = SINGLE_TUPLE,SINGLE_TUPLE,SINGLE_TUPLE,TUPLES_OK:,NULL ]'
+}
+
+it_held_notice_processor_asks_libpq() {
+    mark
+    hc_hold held_np held_np 2000
+    hc_run held_np notice DBTHROTTLE_WAIT_TIMEOUT=30s
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    check "held_np: a notice processor asking libpq about its connection during a held command's read does not hang it (rc $rc; $(hc_said))" \
+        '[ $rc -eq 0 ] && [ "$(hc_val notices)" = 1 ] && [ "$(hc_val result)" = COMMAND_OK,NULL ] && [ "$(hc_val second)" = TUPLES_OK:1,NULL ] && [ "$(probes held_np)" = 3 ]'
+}
+
+it_held_pipeline_abort_then_more() {
+    mark
+    hc_hold held_pa held_pa 2000
+    hc_run held_pa pipeline_abort DBTHROTTLE_WAIT_TIMEOUT=30s
+    hc_line exit
+    wait "$hc_holder"
+    hc_hold held_pa held_pa 2000
+    hc_go again
+    wait "$hc_pid"
+    rc=$?
+    wait "$hc_holder"
+    check "held_pa: a held pipeline's error and the command libpq refused once sent read as the server's error then aborted ($(hc_val r1) $(hc_val r2) $(hc_val sync)), pipeline left ($(hc_val exit))" \
+        '[ "$(hc_val r1)" = FATAL_ERROR:22012,NULL ] && [ "$(hc_val exit)" = 1 ]'
+    check "held_pa: afterwards a held command ($(hc_val again)) and the next ($(hc_val next_send) $(hc_val next)) run (rc $rc)" \
+        '[ $rc -eq 0 ] && [ "$(hc_val again)" = TUPLES_OK:1,NULL ] && [ "$(hc_val next_send)" = 1 ] && [ "$(hc_val next)" = TUPLES_OK:next,NULL ]'
 }
 
 run_case() {
