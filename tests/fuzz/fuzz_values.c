@@ -49,7 +49,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * only on either side of the mask (the user "h:" and the mask make "h:***", which holds
          * the password "h:*"). The mask is the "***" right before the last '@', where the
          * userinfo ends: a user may hold "***" of its own. */
-        const char *first = ok && u.password && *u.password ? strstr(text, u.password) : NULL;
+        /* And only a password spelt as it is in the input: a percent-encoded one ("p%40ss") is
+         * another text once decoded ("p@ss"), which may stand elsewhere, in the user "up@ss". */
+        bool verbatim = !strchr(text, '%');
+        const char *first =
+            ok && verbatim && u.password && *u.password ? strstr(text, u.password) : NULL;
         if (first && !strstr(first + 1, u.password)) {
             char red[4096];
             dbt_redact_url(text, red, sizeof red);
