@@ -43,7 +43,9 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototyp
 CFLAGS  ?= -O2 -g -gdwarf-4
 BASE_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(filter-out -I%,$(HIREDIS_CFLAGS)) -pthread $(EXTRA_CFLAGS)
 LIB_CFLAGS = $(BASE_CFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden
-LDLIBS_LIB = $(HIREDIS_A) -ldl -pthread
+# OpenSSL for rediss:// (transport.c): the host program's own libssl, if it has one, is the same.
+SSL_LIBS   = -lssl -lcrypto
+LDLIBS_LIB = $(HIREDIS_A) $(SSL_LIBS) -ldl -pthread
 
 # The layers, each seeing only itself and the layers below it: a file of sem/ that includes
 # libpq-fe.h, or one of base/ that includes a sem/ header, does not compile.
@@ -190,18 +192,18 @@ RAW_SRCS := preload/interpose/hooks_dlsym.c preload/interpose/hooks_dlopen.c pre
 $(eval $(call compile_rules,$(BUILD)/check/raw,clang,$$(call san_cflags,none)))
 
 $(BUILD)/check/stress-%: tests/stress/sem_stress.c $(SUPPORT_SRCS) $$(call core_objs,$(BUILD)/check/$$*)
-	$(SAN_CC_$*) $(call san_cflags,$*) $(INC_CLIENT) -Itests/support -o $@ $(filter %.c %.o,$^) $(HIREDIS_A) -ldl
+	$(SAN_CC_$*) $(call san_cflags,$*) $(INC_CLIENT) -Itests/support -o $@ $(filter %.c %.o,$^) $(HIREDIS_A) $(SSL_LIBS) -ldl
 # The semaphore suite under ASan+UBSan. (Criterion itself does not run under TSan: the stress
 # program and the preloaded library cover threads there.)
 $(BUILD)/check/sem-asan: $(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS) $(call core_objs,$(BUILD)/check/asan)
 	clang $(call san_cflags,asan) $(INC_CLIENT) -Itests/support -o $@ $(filter %.c %.o,$^) \
-	    $(CRITERION_LIBS) $(HIREDIS_A) -ldl
+	    $(CRITERION_LIBS) $(HIREDIS_A) $(SSL_LIBS) -ldl
 $(BUILD)/check/libdbthrottle-%.so: $$(call core_objs,$(BUILD)/check/$$*) \
         $$(call objs,$(BUILD)/check/$$*,$$(filter-out $$(RAW_SRCS),$$(HOOK_SRCS))) \
         $$(call objs,$(BUILD)/check/raw,$$(RAW_SRCS)) $(EXPORTS)
 	clang -shared $(SAN_OPT) $(SAN_$*) $(if $(filter asan,$*),-shared-libsan) -o $@ $(filter %.o,$^) \
 	    -Wl,--version-script=$(EXPORTS) -Wl,--exclude-libs,ALL -Wl,-Bsymbolic-functions \
-	    $(HIREDIS_A) -ldl -pthread
+	    $(HIREDIS_A) $(SSL_LIBS) -ldl -pthread
 $(BUILD)/check/fault_worker-tsan: tests/faults/fault_worker.c
 	@mkdir -p $(@D)
 	clang -std=c11 -D_GNU_SOURCE $(WARN) $(SAN_OPT) $(SAN_tsan) $(LIBPQ_CFLAGS) -o $@ $< -lpq -pthread

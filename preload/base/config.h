@@ -28,11 +28,12 @@ typedef enum { DBT_FMT_LOGFMT = 0, DBT_FMT_JSON = 1 } dbt_log_format;
 typedef enum { DBT_SRC_DEFAULT = 0, DBT_SRC_FILE = 1, DBT_SRC_ENV = 2 } dbt_source;
 
 /* Room for the rows of the settings table (settings.c asserts that they fit). */
-#define DBT_MAX_SETTINGS 24
+#define DBT_MAX_SETTINGS 32
 
 /* A parsed DBTHROTTLE_REDIS_URL. Strings are owned (malloc'd) and NULL when absent. */
 typedef struct {
     bool is_unix;   /* unix:///path[?db=N] */
+    bool tls;       /* rediss://: TLS, the server's certificate verified */
     char *host;     /* TCP host (IPv6 without brackets) */
     int port;       /* TCP port, default 6379 */
     char *path;     /* unix socket path */
@@ -53,6 +54,9 @@ typedef struct {
 typedef struct {
     dbt_redis_url redis;
     char *redis_url_redacted; /* the URL with its password replaced by "***", for logs */
+    char *redis_ca;           /* rediss://: CA file or directory; NULL = the system's store */
+    char *redis_cert;         /* rediss://: client certificate and its key, both or neither */
+    char *redis_key;
     int max_queries;          /* 0 = unset: queries are not throttled */
     int max_connections;      /* 0 = unset: connections are not throttled */
     char *pool;               /* NULL = derive from the connection (host:port/dbname) */

@@ -1,50 +1,18 @@
-/* redis_conn.c - one Redis connection: connect, AUTH, SELECT, timeouts, scripts by EVALSHA. */
+/* redis_conn.c - one Redis connection: connect, AUTH, SELECT, timeouts, scripts by EVALSHA.
+ *
+ * hiredis 0.14 has no TLS, so its redisContext is not used: commands are formatted by
+ * redisFormatCommandArgv into an output buffer, written by transport.c (plain or TLS), and what
+ * comes back is parsed by hiredis' own reply reader. */
 #include "redis_conn.h"
 
 #include "clock.h"
 #include "redis_errors.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
-
-/* hiredis 0.14 writes with write(2): a write to a socket Redis has closed raises SIGPIPE, whose
- * default action kills the host program. Around every call that may write, SIGPIPE is blocked in
- * this thread and, if one was raised (and was not already pending), consumed; the mask is then
- * restored. The same technique libpq uses. */
-void dbt_sigpipe_block(dbt_sigpipe_guard *g)
-{
-    sigset_t pipe, pending;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    g->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, &g->old);
-}
-
-void dbt_sigpipe_restore(dbt_sigpipe_guard *g)
-{
-    sigset_t pipe, pending;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    if (!g->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&pipe, NULL, &zero) < 0 && errno == EINTR)
-            ;
-    }
-    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
-}
-
-static struct timeval tv_of(int64_t ms)
-{
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-    return tv;
-}
 
 /* ---- time budgets ---------------------------------------------------------------------- */
 
@@ -74,24 +42,106 @@ static int64_t step_ms(int64_t timeout_ms)
 
 static void set_err(char *err, const char *what, const char *detail);
 
-/* Gives the socket the timeout of the next step; false (err set, connection given up) when the
- * budget is spent. Only re-arms when the change is worth two setsockopt calls, so the common
- * case, one command well within its budget, costs no system call. */
-static bool arm(dbt_redis *r, char *err)
+/* The connection can no longer be used; why is kept for later calls. */
+static void mark_broken(dbt_redis *r, const char *why)
 {
-    int64_t want = step_ms(r->timeout_ms);
-    if (want == 0) {
+    if (!r->broken)
+        snprintf(r->errstr, sizeof r->errstr, "%s", why && why[0] ? why : "connection lost");
+    r->broken = true;
+}
+
+/* What the next wait for the socket may take; 0 (err set, connection given up: replies may be
+ * owed) when the budget is spent. */
+static int64_t step(dbt_redis *r, char *err)
+{
+    int64_t ms = step_ms(r->timeout_ms);
+    if (ms == 0) {
         set_err(err, "redis", "timed out (DBTHROTTLE_REDIS_TIMEOUT spent)");
-        if (!r->ctx->err)
-            r->ctx->err = REDIS_ERR_IO; /* replies may be owed: never reuse it */
+        mark_broken(r, "timed out (DBTHROTTLE_REDIS_TIMEOUT spent)");
+    }
+    return ms;
+}
+
+/* Writes what is appended. */
+static bool flush_out(dbt_redis *r, char *err)
+{
+    if (r->outlen == 0)
+        return true;
+    int64_t ms = step(r, err);
+    if (ms == 0)
+        return false;
+    char e[160];
+    if (!dbt_transport_write(&r->t, r->out, r->outlen, ms, e, sizeof e)) {
+        mark_broken(r, e);
+        set_err(err, "redis", e);
         return false;
     }
-    int64_t diff = want > r->armed_ms ? want - r->armed_ms : r->armed_ms - want;
-    if (diff > r->armed_ms / 8 + 2) {
-        struct timeval tv = {.tv_sec = (time_t)(want / 1000),
-                             .tv_usec = (suseconds_t)(want % 1000) * 1000};
-        if (redisSetTimeout(r->ctx, tv) == REDIS_OK)
-            r->armed_ms = want;
+    r->outlen = 0;
+    return true;
+}
+
+static bool append_raw(dbt_redis *r, const char *cmd, size_t len)
+{
+    if (r->outlen + len > r->outcap) {
+        size_t cap = r->outcap ? r->outcap : 1024;
+        while (cap < r->outlen + len)
+            cap *= 2;
+        char *p = realloc(r->out, cap);
+        if (!p)
+            return false;
+        r->out = p;
+        r->outcap = cap;
+    }
+    memcpy(r->out + r->outlen, cmd, len);
+    r->outlen += len;
+    return true;
+}
+
+static bool append_argv(dbt_redis *r, int argc, const char **argv, const size_t *lens)
+{
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    bool ok = len >= 0 && append_raw(r, cmd, (size_t)len);
+    redisFreeCommand(cmd);
+    return ok;
+}
+
+/* The next reply the reader has complete: 1 (*out set), 0 none yet, -1 a protocol error. */
+static int parsed_reply(dbt_redis *r, redisReply **out)
+{
+    if (r->early) {
+        *out = r->early;
+        r->early = NULL;
+        return 1;
+    }
+    void *v = NULL;
+    if (redisReaderGetReply(r->reader, &v) != REDIS_OK) {
+        mark_broken(r, r->reader->errstr);
+        return -1;
+    }
+    *out = v;
+    return v ? 1 : 0;
+}
+
+/* Reads from the socket into the reader, waiting at most ms: false when the connection broke
+ * or nothing came (err set either way). */
+static bool fill(dbt_redis *r, int64_t ms, char *err)
+{
+    char buf[16 * 1024], e[160];
+    ssize_t n = dbt_transport_read(&r->t, buf, sizeof buf, ms, e, sizeof e);
+    if (n == 0 && ms > 0)
+        snprintf(e, sizeof e, "timed out waiting for a reply");
+    if (n <= 0) {
+        if (ms > 0 || n < 0) {
+            mark_broken(r, e); /* a reply that never came leaves it out of step */
+            set_err(err, "redis", e);
+        }
+        return false;
+    }
+    if (redisReaderFeed(r->reader, buf, (size_t)n) != REDIS_OK) {
+        mark_broken(r, r->reader->errstr);
+        set_err(err, "redis", r->errstr);
+        return false;
     }
     return true;
 }
@@ -106,12 +156,12 @@ static void set_err(char *err, const char *what, const char *detail)
 }
 
 /* Describes the server without its password. */
-static void where(const dbt_config *cfg, char *buf, size_t cap)
+static void where(const dbt_endpoint *ep, char *buf, size_t cap)
 {
-    if (cfg->redis.is_unix)
-        snprintf(buf, cap, "redis unix:%s", cfg->redis.path);
+    if (ep->is_unix)
+        snprintf(buf, cap, "redis unix:%s", ep->path);
     else
-        snprintf(buf, cap, "redis %s:%d", cfg->redis.host, cfg->redis.port);
+        snprintf(buf, cap, "redis %s:%d", ep->host, ep->port);
 }
 
 static const dbt_script *const all_scripts[] = {&dbt_script_acquire, &dbt_script_release,
@@ -169,15 +219,15 @@ static bool info_unavailable(const char *err)
 static bool load_all_scripts(dbt_redis *r, char *err)
 {
     const char *info_argv[] = {"INFO"};
-    if (redisAppendCommandArgv(r->ctx, 1, info_argv, NULL) != REDIS_OK) {
-        set_err(err, "redis", r->ctx->errstr);
+    if (!append_argv(r, 1, info_argv, NULL)) {
+        set_err(err, "redis", "out of memory");
         return false;
     }
     for (int i = 0; i < NSCRIPTS; i++) {
         const char *argv[] = {"SCRIPT", "LOAD", all_scripts[i]->body};
         size_t lens[] = {6, 4, all_scripts[i]->len};
-        if (redisAppendCommandArgv(r->ctx, 3, argv, lens) != REDIS_OK) {
-            set_err(err, "redis", r->ctx->errstr);
+        if (!append_argv(r, 3, argv, lens)) {
+            set_err(err, "redis", "out of memory");
             return false;
         }
     }
@@ -212,64 +262,41 @@ static bool load_all_scripts(dbt_redis *r, char *err)
     return ok;
 }
 
-static redisReply *simple(dbt_redis *r, char *err, int argc, const char **argv)
-{
-    return dbt_redis_command(r, argc, argv, NULL, err);
-}
-
-static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
+dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const char *user,
+                          const char *password, char *err)
 {
     char who[300];
-    where(cfg, who, sizeof who);
+    where(ep, who, sizeof who);
     int64_t ms = step_ms(cfg->redis_timeout_ms);
     if (ms == 0) {
         set_err(err, who, "timed out (DBTHROTTLE_REDIS_TIMEOUT spent)");
         return NULL;
     }
-    struct timeval tv = tv_of(ms);
-    redisContext *c = cfg->redis.is_unix
-                          ? redisConnectUnixWithTimeout(cfg->redis.path, tv)
-                          : redisConnectWithTimeout(cfg->redis.host, cfg->redis.port, tv);
-    if (!c) {
-        set_err(err, who, "out of memory");
-        return NULL;
-    }
-    if (c->err) {
-        set_err(err, who, c->errstr);
-        redisFree(c);
-        return NULL;
-    }
-    /* hiredis 0.14 cannot open its socket with SOCK_CLOEXEC: set it now, so a program that
-     * forks and execs never hands our socket to its children. */
-    int fl = fcntl(c->fd, F_GETFD);
-    if (fl >= 0)
-        (void)fcntl(c->fd, F_SETFD, fl | FD_CLOEXEC);
-    if (!cfg->redis.is_unix)
-        (void)redisEnableKeepAlive(c);
-    if (redisSetTimeout(c, tv) != REDIS_OK) {
-        set_err(err, who, "cannot set the socket timeout");
-        redisFree(c);
-        return NULL;
-    }
     dbt_redis *r = calloc(1, sizeof *r);
-    if (!r) {
-        redisFree(c);
+    if (!r || !(r->reader = redisReaderCreate())) {
+        free(r);
         set_err(err, who, "out of memory");
         return NULL;
     }
-    r->ctx = c;
+    r->t.fd = -1;
     r->timeout_ms = cfg->redis_timeout_ms;
-    r->armed_ms = ms;
-
-    char msg[DBT_ERRLEN];
-    redisReply *rep;
-    if (cfg->redis.password) {
-        if (cfg->redis.user) {
-            const char *argv[] = {"AUTH", cfg->redis.user, cfg->redis.password};
-            rep = simple(r, msg, 3, argv);
+    dbt_tls_files tls = {cfg->redis_ca, cfg->redis_cert, cfg->redis_key};
+    char e[DBT_ERRLEN];
+    if (!dbt_transport_connect(&r->t, ep->is_unix, ep->host, ep->port, ep->path,
+                               cfg->redis.tls ? &tls : NULL, ms, e, sizeof e)) {
+        set_err(err, who, e);
+        dbt_redis_free(r);
+        return NULL;
+    }
+    if (password) {
+        char msg[DBT_ERRLEN];
+        redisReply *rep;
+        if (user) {
+            const char *argv[] = {"AUTH", user, password};
+            rep = dbt_redis_command(r, 3, argv, NULL, msg);
         } else {
-            const char *argv[] = {"AUTH", cfg->redis.password};
-            rep = simple(r, msg, 2, argv);
+            const char *argv[] = {"AUTH", password};
+            rep = dbt_redis_command(r, 2, argv, NULL, msg);
         }
         if (!rep) {
             /* Redis' AUTH errors never echo the password; say which step failed. */
@@ -281,11 +308,25 @@ static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
         }
         freeReplyObject(rep);
     }
+    return r;
+}
+
+dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err)
+{
+    dbt_endpoint ep = {.is_unix = cfg->redis.is_unix,
+                       .host = cfg->redis.host,
+                       .port = cfg->redis.port,
+                       .path = cfg->redis.path};
+    dbt_redis *r = dbt_redis_open(cfg, &ep, cfg->redis.user, cfg->redis.password, err);
+    if (!r)
+        return NULL;
+    char who[300], msg[DBT_ERRLEN];
+    where(&ep, who, sizeof who);
     if (cfg->redis.db != 0) {
         char db[16];
         snprintf(db, sizeof db, "%d", cfg->redis.db);
         const char *argv[] = {"SELECT", db};
-        rep = simple(r, msg, 2, argv);
+        redisReply *rep = dbt_redis_command(r, 2, argv, NULL, msg);
         if (!rep) {
             char m2[DBT_ERRLEN];
             snprintf(m2, sizeof m2, "SELECT %d failed: %.300s", cfg->redis.db, msg);
@@ -311,14 +352,17 @@ void dbt_redis_free(dbt_redis *r)
         return;
     for (int i = 0; i < r->npending; i++)
         redisFreeCommand(r->pending[i].cmd);
-    if (r->ctx)
-        redisFree(r->ctx);
+    dbt_transport_close(&r->t);
+    if (r->reader)
+        redisReaderFree(r->reader);
+    freeReplyObject(r->early);
+    free(r->out);
     free(r);
 }
 
 bool dbt_redis_broken(const dbt_redis *r)
 {
-    return !r->ctx || r->ctx->err != 0;
+    return r->broken;
 }
 
 bool dbt_redis_stale(dbt_redis *r)
@@ -327,39 +371,48 @@ bool dbt_redis_stale(dbt_redis *r)
         return true;
     if (r->npending > 0)
         return false; /* replies are owed: data waiting is normal, and read later */
+    if (r->early || dbt_transport_buffered(&r->t) || r->reader->pos < r->reader->len) {
+        mark_broken(r, "unexpected data from Redis");
+        return true;
+    }
     char c;
-    ssize_t n = recv(r->ctx->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    ssize_t n = recv(r->t.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return false;
-    r->ctx->err = REDIS_ERR_EOF; /* closed (0), unasked-for data (> 0), or a socket error */
+    /* closed (0), unasked-for data (> 0), or a socket error */
+    mark_broken(r, "Server closed the connection");
     return true;
 }
 
 bool dbt_redis_set_timeout(dbt_redis *r, int64_t ms)
 {
-    if (redisSetTimeout(r->ctx, tv_of(ms)) != REDIS_OK)
-        return false;
-    r->armed_ms = ms;
+    r->timeout_ms = ms;
     return true;
 }
 
-/* Reads one reply. Returns NULL and sets err on I/O errors and on error replies. */
+/* Reads one reply (writing what is appended first). Returns NULL and sets err on I/O errors
+ * and on error replies. */
 static redisReply *read_reply(dbt_redis *r, char *err)
 {
-    void *v = NULL;
-    if (!arm(r, err))
-        return NULL;
-    if (redisGetReply(r->ctx, &v) != REDIS_OK || !v) {
-        const char *e = r->ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)
-                            ? "timed out waiting for a reply"
-                            : r->ctx->errstr;
-        set_err(err, "redis", e[0] ? e : "connection lost");
-        /* A reply that never came leaves the connection out of step: never reuse it. */
-        if (!r->ctx->err)
-            r->ctx->err = REDIS_ERR_IO;
+    if (r->broken) {
+        set_err(err, "redis", r->errstr);
         return NULL;
     }
-    redisReply *rep = v;
+    if (!flush_out(r, err))
+        return NULL;
+    redisReply *rep = NULL;
+    for (;;) {
+        int got = parsed_reply(r, &rep);
+        if (got < 0) {
+            set_err(err, "redis", r->errstr);
+            return NULL;
+        }
+        if (got > 0)
+            break;
+        int64_t ms = step(r, err);
+        if (ms == 0 || !fill(r, ms, err))
+            return NULL;
+    }
     if (rep->type == REDIS_REPLY_ERROR) {
         set_err(err, "redis", rep->str);
         freeReplyObject(rep);
@@ -393,8 +446,8 @@ static redisReply *retry_after_load(dbt_redis *r, const dbt_script *s, const cha
 {
     if (!dbt_redis_load_script(r, s, err))
         return NULL;
-    if (redisAppendFormattedCommand(r->ctx, cmd, len) != REDIS_OK) {
-        set_err(err, "redis", r->ctx->errstr);
+    if (!append_raw(r, cmd, len)) {
+        set_err(err, "redis", "out of memory");
         return NULL;
     }
     return read_reply(r, err);
@@ -492,9 +545,8 @@ static bool read_pending(dbt_redis *r, int n, char *err)
         const dbt_script *s = script_of(again[j].cmd);
         const char *argv[] = {"SCRIPT", "LOAD", s ? s->body : ""};
         size_t lens[] = {6, 4, s ? s->len : 0};
-        if (!s || r->npending + 2 > DBT_MAX_PENDING ||
-            redisAppendCommandArgv(r->ctx, 3, argv, lens) != REDIS_OK ||
-            redisAppendFormattedCommand(r->ctx, again[j].cmd, again[j].len) != REDIS_OK) {
+        if (!s || r->npending + 2 > DBT_MAX_PENDING || !append_argv(r, 3, argv, lens) ||
+            !append_raw(r, again[j].cmd, again[j].len)) {
             redisFreeCommand(again[j].cmd);
             note_failed(r, again[j].tag);
             ok = false;
@@ -516,7 +568,7 @@ static bool drain_unguarded(dbt_redis *r, char *err)
         /* Replies still owed on a live connection would be read as the answers to later
          * commands: the connection is out of step, so it is never used again. */
         forget_pending(r);
-        r->ctx->err = REDIS_ERR_OTHER;
+        mark_broken(r, "replies still owed");
         ok = false;
     }
     return ok && !dbt_redis_broken(r);
@@ -535,15 +587,15 @@ static redisReply *finish_command(dbt_redis *r, char *err)
     return read_reply(r, err);
 }
 
-static redisReply *command_unguarded(dbt_redis *r, int argc, const char **argv, const size_t *lens,
-                                     char *err)
+redisReply *dbt_redis_command(dbt_redis *r, int argc, const char **argv, const size_t *lens,
+                              char *err)
 {
     if (dbt_redis_broken(r)) {
-        set_err(err, "redis", r->ctx->errstr[0] ? r->ctx->errstr : "connection lost");
+        set_err(err, "redis", r->errstr);
         return NULL;
     }
-    if (redisAppendCommandArgv(r->ctx, argc, argv, lens) != REDIS_OK) {
-        set_err(err, "redis", r->ctx->errstr);
+    if (!append_argv(r, argc, argv, lens)) {
+        set_err(err, "redis", "out of memory");
         return NULL;
     }
     return finish_command(r, err);
@@ -575,12 +627,11 @@ static long format_eval(const dbt_script *s, int nkeys, const char *const *keys,
     return len < 0 ? -1 : len;
 }
 
-static redisReply *eval_unguarded(dbt_redis *r, const dbt_script *s, int nkeys,
-                                  const char *const *keys, int nargs, const char *const *args,
-                                  char *err)
+redisReply *dbt_redis_eval(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
+                           int nargs, const char *const *args, char *err)
 {
     if (dbt_redis_broken(r)) {
-        set_err(err, "redis", r->ctx->errstr[0] ? r->ctx->errstr : "connection lost");
+        set_err(err, "redis", r->errstr);
         return NULL;
     }
     char *cmd = NULL;
@@ -590,8 +641,8 @@ static redisReply *eval_unguarded(dbt_redis *r, const dbt_script *s, int nkeys,
         return NULL;
     }
     redisReply *rep = NULL;
-    if (redisAppendFormattedCommand(r->ctx, cmd, (size_t)len) != REDIS_OK) {
-        set_err(err, "redis", r->ctx->errstr);
+    if (!append_raw(r, cmd, (size_t)len)) {
+        set_err(err, "redis", "out of memory");
     } else {
         rep = finish_command(r, err);
         if (!rep && !dbt_redis_broken(r) && is_noscript(err)) {
@@ -605,15 +656,14 @@ static redisReply *eval_unguarded(dbt_redis *r, const dbt_script *s, int nkeys,
     return rep;
 }
 
-static bool eval_nowait_unguarded(dbt_redis *r, const dbt_script *s, int nkeys,
-                                  const char *const *keys, int nargs, const char *const *args,
-                                  const char *tag, char *err)
+bool dbt_redis_eval_nowait(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
+                           int nargs, const char *const *args, const char *tag, char *err)
 {
     /* Room for this one, and for a SCRIPT LOAD and a resend should it meet NOSCRIPT. */
     if (r->npending + 3 > DBT_MAX_PENDING)
         (void)dbt_redis_drain(r, err); /* a failed release is not this one's failure */
     if (dbt_redis_broken(r)) {
-        set_err(err, "redis", r->ctx->errstr[0] ? r->ctx->errstr : "connection lost");
+        set_err(err, "redis", r->errstr);
         return false;
     }
     char *cmd = NULL;
@@ -622,74 +672,86 @@ static bool eval_nowait_unguarded(dbt_redis *r, const dbt_script *s, int nkeys,
         set_err(err, "redis", "cannot format the command");
         return false;
     }
-    if (redisAppendFormattedCommand(r->ctx, cmd, (size_t)len) != REDIS_OK) {
-        set_err(err, "redis", r->ctx->errstr);
+    if (!append_raw(r, cmd, (size_t)len)) {
+        set_err(err, "redis", "out of memory");
         redisFreeCommand(cmd);
         return false;
     }
     /* Push it onto the socket now; only the reply is left for later. */
-    if (!arm(r, err)) {
+    if (!flush_out(r, err)) {
         redisFreeCommand(cmd);
         return false;
-    }
-    int done = 0;
-    while (!done) {
-        if (redisBufferWrite(r->ctx, &done) != REDIS_OK) {
-            set_err(err, "redis", r->ctx->errstr);
-            redisFreeCommand(cmd);
-            return false;
-        }
     }
     add_pending(r, cmd, (size_t)len, tag);
     return true;
 }
 
-/* ---- the public calls: each one guarded against SIGPIPE ------------------------------- */
-
-dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err)
-{
-    dbt_sigpipe_guard g;
-    dbt_sigpipe_block(&g);
-    dbt_redis *r = connect_unguarded(cfg, err);
-    dbt_sigpipe_restore(&g);
-    return r;
-}
-
 bool dbt_redis_drain(dbt_redis *r, char *err)
 {
-    dbt_sigpipe_guard g;
-    dbt_sigpipe_block(&g);
-    bool ok = drain_unguarded(r, err);
-    dbt_sigpipe_restore(&g);
-    return ok;
+    return drain_unguarded(r, err);
 }
 
-redisReply *dbt_redis_command(dbt_redis *r, int argc, const char **argv, const size_t *lens,
-                              char *err)
+/* ---- for the listener ------------------------------------------------------------------- */
+
+int dbt_redis_fd(const dbt_redis *r)
 {
-    dbt_sigpipe_guard g;
-    dbt_sigpipe_block(&g);
-    redisReply *rep = command_unguarded(r, argc, argv, lens, err);
-    dbt_sigpipe_restore(&g);
-    return rep;
+    return r->t.fd;
 }
 
-redisReply *dbt_redis_eval(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
-                           int nargs, const char *const *args, char *err)
+bool dbt_redis_readable_now(dbt_redis *r)
 {
-    dbt_sigpipe_guard g;
-    dbt_sigpipe_block(&g);
-    redisReply *rep = eval_unguarded(r, s, nkeys, keys, nargs, args, err);
-    dbt_sigpipe_restore(&g);
-    return rep;
+    if (r->early || dbt_transport_buffered(&r->t))
+        return true;
+    /* Bytes the reader holds may be a whole reply, or only part of one (then poll waits for
+     * the rest): parse to know. */
+    if (r->reader->pos < r->reader->len) {
+        void *v = NULL;
+        if (redisReaderGetReply(r->reader, &v) != REDIS_OK)
+            return true; /* the protocol error is for dbt_redis_next_reply to report */
+        r->early = v;
+    }
+    return r->early != NULL;
 }
 
-bool dbt_redis_eval_nowait(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
-                           int nargs, const char *const *args, const char *tag, char *err)
+bool dbt_redis_append(dbt_redis *r, int argc, const char **argv, const size_t *lens, char *err)
 {
-    dbt_sigpipe_guard g;
-    dbt_sigpipe_block(&g);
-    bool ok = eval_nowait_unguarded(r, s, nkeys, keys, nargs, args, tag, err);
-    dbt_sigpipe_restore(&g);
-    return ok;
+    if (dbt_redis_broken(r)) {
+        set_err(err, "redis", r->errstr);
+        return false;
+    }
+    if (!append_argv(r, argc, argv, lens)) {
+        set_err(err, "redis", "out of memory");
+        return false;
+    }
+    return true;
+}
+
+bool dbt_redis_flush(dbt_redis *r, char *err)
+{
+    if (dbt_redis_broken(r)) {
+        set_err(err, "redis", r->errstr);
+        return false;
+    }
+    return flush_out(r, err);
+}
+
+bool dbt_redis_read_available(dbt_redis *r, char *err)
+{
+    if (dbt_redis_broken(r)) {
+        set_err(err, "redis", r->errstr);
+        return false;
+    }
+    /* Until the socket (and TLS) has nothing more: a TLS record holds at most 16 kB. */
+    while (fill(r, 0, err))
+        ;
+    return !dbt_redis_broken(r);
+}
+
+int dbt_redis_next_reply(dbt_redis *r, redisReply **out, char *err)
+{
+    *out = NULL;
+    int got = parsed_reply(r, out);
+    if (got < 0)
+        set_err(err, "redis", r->errstr);
+    return got;
 }

@@ -1,12 +1,13 @@
-/* redis_conn.h - one Redis connection: connect, AUTH, SELECT, timeouts, scripts by EVALSHA. */
+/* redis_conn.h - one Redis connection: connect, AUTH, SELECT, timeouts, scripts by EVALSHA.
+ * hiredis' reply reader and command formatter over transport.c's socket (plain or TLS). */
 #ifndef DBT_REDIS_CONN_H
 #define DBT_REDIS_CONN_H
 
 #include "config.h"
 #include "scripts.h"
+#include "transport.h"
 
 #include <hiredis.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -20,9 +21,14 @@ bool dbt_redis_info_field(const char *info, const char *name, char *out, size_t 
 #define DBT_REDIS_TAG_LEN 80
 
 typedef struct {
-    redisContext *ctx;
-    int64_t timeout_ms; /* command timeout (socket send and receive) */
-    int64_t armed_ms;   /* the socket's timeout now (a budget may have shortened it) */
+    dbt_transport t;
+    redisReader *reader; /* hiredis' reply parser, fed with what the transport reads */
+    redisReply *early;   /* a reply dbt_redis_readable_now parsed, for dbt_redis_next_reply */
+    char *out;           /* commands appended, not written yet */
+    size_t outlen, outcap;
+    int64_t timeout_ms; /* command timeout: each wait for the socket, within a budget */
+    bool broken;        /* an I/O or protocol error: never used again */
+    char errstr[160];   /* why it broke */
     int npending;       /* replies still to read, oldest first */
     /* What the connect read in INFO: a server that may evict the pool's keys or cannot run the
      * scripts ("" when none; the library refuses such a server, the operator's commands only
@@ -41,20 +47,28 @@ typedef struct {
     int nfailed;
 } dbt_redis;
 
-/* SIGPIPE blocked in this thread across a write to a socket, and consumed if the write raised it
- * (every dbt_redis_* call below already does this; for direct hiredis writes). */
+/* Where to connect: a TCP host and port, or a unix socket path. */
 typedef struct {
-    sigset_t old;
-    bool was_pending;
-} dbt_sigpipe_guard;
-void dbt_sigpipe_block(dbt_sigpipe_guard *g);
-void dbt_sigpipe_restore(dbt_sigpipe_guard *g);
+    bool is_unix;
+    const char *host;
+    int port;
+    const char *path;
+} dbt_endpoint;
 
-/* Connects with cfg's URL and timeout, authenticates, selects the db, marks the socket
- * close-on-exec, loads the scripts and reads INFO (see server_problem). Returns NULL with a
+/* Connects to ep with cfg's timeout, TLS when cfg's URL is rediss:// (the certificate verified
+ * against ep->host), and AUTH with user/password when password is given; no SELECT, no INFO, no
+ * scripts. For sentinels and cluster probes; dbt_redis_connect builds on it. Returns NULL with a
+ * one-line message like dbt_redis_connect's. */
+dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const char *user,
+                          const char *password, char *err);
+
+/* Connects with cfg's URL and timeout (dbt_redis_open), selects the db, loads the scripts and
+ * reads INFO (see server_problem). Returns NULL with a
  * one-line message (without the password) in err; dbt_redis_error_permanent (redis_errors.h)
  * tells a configuration error from an outage by it. */
 dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err);
+/* Closes the connection. Sends nothing (not even TLS' close_notify): safe in a fork child for
+ * its parent's connections. */
 void dbt_redis_free(dbt_redis *r);
 
 /* True once an I/O or protocol error has made the connection unusable. */
@@ -73,7 +87,7 @@ void dbt_redis_budget_end(int64_t saved);
  * that does not block. A stale connection is marked broken. */
 bool dbt_redis_stale(dbt_redis *r);
 
-/* Sets the socket receive timeout (e.g. BLPOP's own timeout plus the command timeout). */
+/* Sets the command timeout: what each later wait for the socket may take, within a budget. */
 bool dbt_redis_set_timeout(dbt_redis *r, int64_t ms);
 
 /* Runs a command and returns its reply (free with freeReplyObject), or NULL with a message in
@@ -102,5 +116,22 @@ bool dbt_redis_drain(dbt_redis *r, char *err);
 
 /* Loads a script with SCRIPT LOAD and checks that Redis computed the SHA1 we compiled in. */
 bool dbt_redis_load_script(dbt_redis *r, const dbt_script *s, char *err);
+
+/* ---- for a listener that polls the socket itself (a pipeline of BLPOPs) ------------------ */
+
+/* The socket, for poll(2). */
+int dbt_redis_fd(const dbt_redis *r);
+/* True when a reply, or TLS bytes that poll(2) cannot see, are already here: read them before
+ * polling. */
+bool dbt_redis_readable_now(dbt_redis *r);
+/* Appends a command to send (dbt_redis_flush writes it); its reply is the caller's to read. */
+bool dbt_redis_append(dbt_redis *r, int argc, const char **argv, const size_t *lens, char *err);
+/* Writes every appended command (waits for the socket within the command timeout). */
+bool dbt_redis_flush(dbt_redis *r, char *err);
+/* Reads what the socket has, without waiting. False when the connection closed or failed. */
+bool dbt_redis_read_available(dbt_redis *r, char *err);
+/* The next complete reply already read (no I/O): 1 with *out set (free with freeReplyObject;
+ * error replies too), 0 when none is complete yet, -1 on a protocol error (err). */
+int dbt_redis_next_reply(dbt_redis *r, redisReply **out, char *err);
 
 #endif

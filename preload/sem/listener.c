@@ -134,44 +134,30 @@ static dbt_redis *ready_listener(dbt_pool *p, const char *wake_key, char *err)
     }
     if (more > 0) {
         const char *argv[] = {"BLPOP", wake_key, BLPOP_SECONDS};
-        int done = 0;
         for (int i = 0; i < more; i++)
-            if (redisAppendCommandArgv(l->ctx, 3, argv, NULL) != REDIS_OK)
-                goto io_error;
-        dbt_sigpipe_guard g;
-        dbt_sigpipe_block(&g);
-        while (!done && redisBufferWrite(l->ctx, &done) == REDIS_OK)
-            ;
-        dbt_sigpipe_restore(&g);
-        if (!done)
-            goto io_error;
+            if (!dbt_redis_append(l, 3, argv, NULL, err))
+                return NULL;
+        if (!dbt_redis_flush(l, err))
+            return NULL;
         pthread_mutex_lock(&p->mu);
         p->blpop_in_flight += more;
         pthread_mutex_unlock(&p->mu);
     }
     return l;
-io_error:
-    snprintf(err, DBT_ERRLEN, "redis: %s", l->ctx->errstr[0] ? l->ctx->errstr : "write failed");
-    return NULL;
 }
 
 /* Reads what the listener socket has and dispatches every complete reply. */
 static bool read_grants(dbt_pool *p, dbt_redis *l, char *err)
 {
-    if (redisBufferRead(l->ctx) != REDIS_OK) {
-        snprintf(err, DBT_ERRLEN, "redis: %s",
-                 l->ctx->errstr[0] ? l->ctx->errstr : "connection lost");
+    if (!dbt_redis_read_available(l, err))
         return false;
-    }
     for (;;) {
-        void *v = NULL;
-        if (redisGetReplyFromReader(l->ctx, &v) != REDIS_OK) {
-            snprintf(err, DBT_ERRLEN, "redis: %s", l->ctx->errstr);
+        redisReply *rep = NULL;
+        int got = dbt_redis_next_reply(l, &rep, err);
+        if (got < 0)
             return false;
-        }
-        if (!v)
+        if (got == 0)
             return true;
-        redisReply *rep = v;
         pthread_mutex_lock(&p->mu);
         if (p->blpop_in_flight > 0)
             p->blpop_in_flight--;
@@ -217,9 +203,17 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
             }
             ms = (int)((left + 999) / 1000);
         }
-        struct pollfd pfd[2] = {{.fd = l->ctx->fd, .events = POLLIN},
+        struct pollfd pfd[2] = {{.fd = dbt_redis_fd(l), .events = POLLIN},
                                 {.fd = s->efd, .events = POLLIN}};
-        int n = poll(pfd, 2, ms);
+        /* Replies (or TLS bytes) already read are invisible to poll: take them first. */
+        int n;
+        if (dbt_redis_readable_now(l)) {
+            pfd[0].revents = POLLIN;
+            pfd[1].revents = 0;
+            n = 1;
+        } else {
+            n = poll(pfd, 2, ms);
+        }
         if (n < 0 && errno == EINTR) {
             if (o->interrupted && o->interrupted(o->arg)) {
                 result = DBT_WAIT_INTERRUPTED;

@@ -1,0 +1,571 @@
+/* transport.c - the bytes under one Redis connection: a socket, plain or TLS (OpenSSL). */
+#include "transport.h"
+
+#include "clock.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- SIGPIPE ------------------------------------------------------------------------------ */
+
+/* A write to a socket the peer has closed raises SIGPIPE, whose default action kills the host
+ * program. Plain writes say MSG_NOSIGNAL; OpenSSL writes with write(2), so around its calls
+ * SIGPIPE is blocked in this thread and, if one was raised (and was not already pending),
+ * consumed; the mask is then restored. The same technique libpq uses. */
+void dbt_sigpipe_block(dbt_sigpipe_guard *g)
+{
+    sigset_t pipe, pending;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    g->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &g->old);
+}
+
+void dbt_sigpipe_restore(dbt_sigpipe_guard *g)
+{
+    sigset_t pipe, pending;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    if (!g->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe, NULL, &zero) < 0 && errno == EINTR)
+            ;
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+/* ---- waiting ------------------------------------------------------------------------------ */
+
+/* Waits until fd is ready for `events` or deadline_us passes: 1 ready, 0 timed out, -1 error. */
+static int wait_fd(int fd, short events, int64_t deadline_us)
+{
+    for (;;) {
+        int64_t left = deadline_us - dbt_now_us();
+        int ms = left <= 0 ? 0 : (int)((left + 999) / 1000);
+        struct pollfd pfd = {.fd = fd, .events = events};
+        int n = poll(&pfd, 1, ms);
+        if (n > 0)
+            return 1; /* ready, or an error condition the next call reports */
+        if (n == 0)
+            return 0;
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
+static void say(char *err, size_t cap, const char *what)
+{
+    snprintf(err, cap, "%s", what);
+}
+
+/* ---- TLS contexts: one per process and setting of CA, certificate and key ------------------- */
+
+typedef struct tls_ctx {
+    struct tls_ctx *next;
+    char *ca, *cert, *key;
+    SSL_CTX *ctx;
+} tls_ctx;
+
+/* Held only to look up or add to the list (no I/O): a fork in another thread meanwhile is
+ * covered by the atfork handlers below. Contexts live as long as the process. */
+static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
+static tls_ctx *ctxs;
+static pthread_once_t ctx_atfork_once = PTHREAD_ONCE_INIT;
+
+static void ctx_lock(void)
+{
+    pthread_mutex_lock(&ctx_mu);
+}
+
+static void ctx_unlock(void)
+{
+    pthread_mutex_unlock(&ctx_mu);
+}
+
+static void ctx_atfork(void)
+{
+    pthread_atfork(ctx_lock, ctx_unlock, ctx_unlock);
+}
+
+static bool same(const char *a, const char *b)
+{
+    return a ? b && strcmp(a, b) == 0 : !b;
+}
+
+static SSL_CTX *find_ctx(const dbt_tls_files *f)
+{
+    for (tls_ctx *c = ctxs; c; c = c->next)
+        if (same(c->ca, f->ca) && same(c->cert, f->cert) && same(c->key, f->key))
+            return c->ctx;
+    return NULL;
+}
+
+/* OpenSSL's reason for the last error of this thread, in words. */
+static const char *ssl_reason(void)
+{
+    unsigned long e = ERR_peek_last_error();
+    const char *r = e ? ERR_reason_error_string(e) : NULL;
+    return r ? r : "unknown error";
+}
+
+static SSL_CTX *make_ctx(const dbt_tls_files *f, char *err, size_t cap)
+{
+    if (!f->cert != !f->key) {
+        say(err, cap,
+            "TLS: DBTHROTTLE_REDIS_CERT and DBTHROTTLE_REDIS_KEY go together: set both or "
+            "neither");
+        return NULL;
+    }
+    ERR_clear_error();
+    SSL_CTX *c = SSL_CTX_new(TLS_client_method());
+    if (!c) {
+        snprintf(err, cap, "TLS: cannot make a context: %s", ssl_reason());
+        return NULL;
+    }
+    (void)SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION);
+    /* Always verified: a throttle whose coordinator can be impersonated is no throttle. */
+    SSL_CTX_set_verify(c, SSL_VERIFY_PEER, NULL);
+    /* A write that must wait is retried with the same bytes, not always at the same address. */
+    SSL_CTX_set_mode(c, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    if (f->ca) {
+        struct stat st;
+        int ok = 0;
+        if (stat(f->ca, &st) != 0) {
+            snprintf(err, cap, "TLS: cannot read DBTHROTTLE_REDIS_CA %.200s: %s", f->ca,
+                     strerror(errno));
+            goto fail;
+        }
+        ok = S_ISDIR(st.st_mode) ? SSL_CTX_load_verify_locations(c, NULL, f->ca)
+                                 : SSL_CTX_load_verify_locations(c, f->ca, NULL);
+        if (ok != 1) {
+            snprintf(err, cap, "TLS: cannot load DBTHROTTLE_REDIS_CA %.200s: %s", f->ca,
+                     ssl_reason());
+            goto fail;
+        }
+    } else if (SSL_CTX_set_default_verify_paths(c) != 1) {
+        snprintf(err, cap, "TLS: cannot load the system's CA store: %s", ssl_reason());
+        goto fail;
+    }
+    if (f->cert) {
+        if (SSL_CTX_use_certificate_chain_file(c, f->cert) != 1) {
+            snprintf(err, cap, "TLS: cannot load DBTHROTTLE_REDIS_CERT %.200s: %s", f->cert,
+                     ssl_reason());
+            goto fail;
+        }
+        if (SSL_CTX_use_PrivateKey_file(c, f->key, SSL_FILETYPE_PEM) != 1 ||
+            SSL_CTX_check_private_key(c) != 1) {
+            snprintf(err, cap, "TLS: cannot load DBTHROTTLE_REDIS_KEY %.200s: %s", f->key,
+                     ssl_reason());
+            goto fail;
+        }
+    }
+    return c;
+fail:
+    SSL_CTX_free(c);
+    return NULL;
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* The context for f, made at its first use. Made outside the lock (it reads files); when two
+ * threads race, the second one's is dropped. A context that cannot be made is not remembered:
+ * the next connect reads the files again. */
+static SSL_CTX *ctx_for(const dbt_tls_files *f, char *err, size_t cap)
+{
+    pthread_once(&ctx_atfork_once, ctx_atfork);
+    pthread_mutex_lock(&ctx_mu);
+    SSL_CTX *c = find_ctx(f);
+    pthread_mutex_unlock(&ctx_mu);
+    if (c)
+        return c;
+    SSL_CTX *made = make_ctx(f, err, cap);
+    if (!made)
+        return NULL;
+    tls_ctx *e = calloc(1, sizeof *e);
+    if (e) {
+        e->ca = dup_or_null(f->ca);
+        e->cert = dup_or_null(f->cert);
+        e->key = dup_or_null(f->key);
+    }
+    if (!e || (f->ca && !e->ca) || (f->cert && !e->cert) || (f->key && !e->key)) {
+        if (e) {
+            free(e->ca);
+            free(e->cert);
+            free(e->key);
+        }
+        free(e);
+        SSL_CTX_free(made);
+        say(err, cap, "TLS: out of memory");
+        return NULL;
+    }
+    e->ctx = made;
+    pthread_mutex_lock(&ctx_mu);
+    c = find_ctx(f);
+    if (!c) {
+        e->next = ctxs;
+        ctxs = e;
+        c = made;
+        e = NULL;
+    }
+    pthread_mutex_unlock(&ctx_mu);
+    if (e) {
+        SSL_CTX_free(e->ctx);
+        free(e->ca);
+        free(e->cert);
+        free(e->key);
+        free(e);
+    }
+    return c;
+}
+
+/* What a failed SSL call means, as one line. Verification failures and the server's refusal of
+ * our certificate say so in words redis_errors.c knows (configuration errors); a connection that
+ * closes or resets keeps the plain socket's words (outages). */
+static void ssl_failure(SSL *s, int rc, char *err, size_t cap)
+{
+    int e = SSL_get_error(s, rc);
+    if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0)) {
+        say(err, cap, "Server closed the connection");
+        return;
+    }
+    if (e == SSL_ERROR_SYSCALL) {
+        say(err, cap, strerror(errno));
+        return;
+    }
+    unsigned long code = ERR_peek_last_error();
+    int reason = ERR_GET_REASON(code);
+    if (reason == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+        say(err, cap, "Server closed the connection");
+    } else if (reason == SSL_R_CERTIFICATE_VERIFY_FAILED) {
+        snprintf(err, cap, "TLS: certificate verify failed: %s",
+                 X509_verify_cert_error_string(SSL_get_verify_result(s)));
+    } else if (reason == SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED) {
+        say(err, cap, "TLS: the server requires a client certificate (alert certificate required)");
+    } else if (reason == SSL_R_TLSV1_ALERT_UNKNOWN_CA ||
+               reason == SSL_R_SSLV3_ALERT_BAD_CERTIFICATE ||
+               reason == SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED ||
+               reason == SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN) {
+        snprintf(err, cap, "TLS: the server refused our client certificate (%s)", ssl_reason());
+    } else if (reason == SSL_R_WRONG_VERSION_NUMBER || reason == SSL_R_PACKET_LENGTH_TOO_LONG ||
+               reason == SSL_R_UNKNOWN_PROTOCOL) {
+        snprintf(err, cap, "TLS: the server does not speak TLS on this port (%s)", ssl_reason());
+    } else {
+        snprintf(err, cap, "TLS: %s", ssl_reason());
+    }
+}
+
+/* Waits for what SSL call's result e asks for; false with a message when it is a failure or the
+ * time is up. */
+static bool ssl_wait(dbt_transport *t, int rc, int64_t deadline_us, const char *timeout_msg,
+                     char *err, size_t cap)
+{
+    int e = SSL_get_error(t->ssl, rc);
+    if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+        ssl_failure(t->ssl, rc, err, cap);
+        return false;
+    }
+    int w = wait_fd(t->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline_us);
+    if (w <= 0) {
+        say(err, cap, w == 0 ? timeout_msg : strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+static bool is_ip_literal(const char *host)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+static bool handshake(dbt_transport *t, const char *host, const dbt_tls_files *tls,
+                      int64_t deadline_us, char *err, size_t cap)
+{
+    SSL_CTX *ctx = ctx_for(tls, err, cap);
+    if (!ctx)
+        return false;
+    ERR_clear_error();
+    t->ssl = SSL_new(ctx);
+    if (!t->ssl || SSL_set_fd(t->ssl, t->fd) != 1) {
+        snprintf(err, cap, "TLS: %s", ssl_reason());
+        return false;
+    }
+    /* The certificate must name the host of the URL: an IP address as an IP SAN, a name as a DNS
+     * SAN (also sent as SNI, for servers behind a TLS proxy). */
+    bool ok = is_ip_literal(host)
+                  ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), host) == 1
+                  : SSL_set_tlsext_host_name(t->ssl, host) == 1 && SSL_set1_host(t->ssl, host) == 1;
+    if (!ok) {
+        snprintf(err, cap, "TLS: cannot check the name %.200s: %s", host, ssl_reason());
+        return false;
+    }
+    dbt_sigpipe_guard g;
+    dbt_sigpipe_block(&g);
+    for (;;) {
+        ERR_clear_error();
+        int rc = SSL_connect(t->ssl);
+        if (rc == 1)
+            break;
+        if (!ssl_wait(t, rc, deadline_us, "TLS: handshake timed out", err, cap)) {
+            dbt_sigpipe_restore(&g);
+            return false;
+        }
+    }
+    dbt_sigpipe_restore(&g);
+    return true;
+}
+
+/* ---- connecting ---------------------------------------------------------------------------- */
+
+/* A non-blocking connect to one address within the deadline: the socket, or -1 (errno set). */
+static int connect_one(int family, const struct sockaddr *sa, socklen_t len, int64_t deadline_us)
+{
+    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, sa, len) != 0) {
+        if (errno != EINPROGRESS) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            return -1;
+        }
+        int w = wait_fd(fd, POLLOUT, deadline_us);
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        if (w == 0)
+            soerr = ETIMEDOUT;
+        else if (w < 0)
+            soerr = errno;
+        else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
+            soerr = errno;
+        if (soerr) {
+            close(fd);
+            errno = soerr;
+            return -1;
+        }
+    }
+    return fd;
+}
+
+/* Probes a peer that went away without a word (a host cut off): the kernel gives up on the
+ * connection after about 30 s of silence instead of never. */
+static void keep_alive(int fd)
+{
+    int on = 1, idle = 15, intvl = 5, cnt = 3;
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+}
+
+/* IPv4 first, then IPv6 (as hiredis 0.14 did); every address in turn, within the deadline. */
+static int connect_tcp(const char *host, int port, int64_t deadline_us, char *err, size_t cap)
+{
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rv = getaddrinfo(host, service, &hints, &res);
+    if (rv != 0) {
+        hints.ai_family = AF_INET6;
+        rv = getaddrinfo(host, service, &hints, &res);
+    }
+    if (rv != 0) {
+        say(err, cap, rv == EAI_SYSTEM ? strerror(errno) : gai_strerror(rv));
+        return -1;
+    }
+    int fd = -1, last = ECONNREFUSED;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = connect_one(a->ai_family, a->ai_addr, a->ai_addrlen, deadline_us);
+        if (fd < 0)
+            last = errno;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        say(err, cap, strerror(last));
+        return -1;
+    }
+    keep_alive(fd);
+    return fd;
+}
+
+static int connect_unix(const char *path, int64_t deadline_us, char *err, size_t cap)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof a.sun_path) {
+        say(err, cap, "the unix socket path is too long");
+        return -1;
+    }
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int fd = connect_one(AF_UNIX, (struct sockaddr *)&a, sizeof a, deadline_us);
+    if (fd < 0)
+        say(err, cap, strerror(errno));
+    return fd;
+}
+
+bool dbt_transport_connect(dbt_transport *t, bool is_unix, const char *host, int port,
+                           const char *path, const dbt_tls_files *tls, int64_t timeout_ms,
+                           char *err, size_t cap)
+{
+    *t = (dbt_transport){.fd = -1, .ssl = NULL};
+    int64_t deadline_us = dbt_now_us() + timeout_ms * 1000;
+    t->fd = is_unix ? connect_unix(path, deadline_us, err, cap)
+                    : connect_tcp(host, port, deadline_us, err, cap);
+    if (t->fd < 0)
+        return false;
+    if (tls && !handshake(t, is_unix ? "localhost" : host, tls, deadline_us, err, cap)) {
+        dbt_transport_close(t);
+        return false;
+    }
+    return true;
+}
+
+/* ---- moving bytes --------------------------------------------------------------------------- */
+
+#define WRITE_TIMED_OUT "timed out sending a command"
+#define READ_TIMED_OUT  "timed out waiting for a reply"
+
+bool dbt_transport_write(dbt_transport *t, const char *buf, size_t len, int64_t timeout_ms,
+                         char *err, size_t cap)
+{
+    if (t->ssl) {
+        bool ok = true;
+        dbt_sigpipe_guard g;
+        dbt_sigpipe_block(&g);
+        int64_t deadline_us = dbt_now_us() + timeout_ms * 1000;
+        size_t off = 0;
+        while (ok && off < len) {
+            size_t n = len - off > INT32_MAX ? INT32_MAX : len - off;
+            ERR_clear_error();
+            int rc = SSL_write(t->ssl, buf + off, (int)n);
+            if (rc > 0) {
+                off += (size_t)rc;
+                deadline_us = dbt_now_us() + timeout_ms * 1000;
+            } else {
+                ok = ssl_wait(t, rc, deadline_us, WRITE_TIMED_OUT, err, cap);
+            }
+        }
+        dbt_sigpipe_restore(&g);
+        return ok;
+    }
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(t->fd, buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int w = wait_fd(t->fd, POLLOUT, dbt_now_us() + timeout_ms * 1000);
+            if (w > 0)
+                continue;
+            say(err, cap, w == 0 ? WRITE_TIMED_OUT : strerror(errno));
+            return false;
+        }
+        say(err, cap, n == 0 ? "Server closed the connection" : strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+ssize_t dbt_transport_read(dbt_transport *t, char *buf, size_t len, int64_t timeout_ms, char *err,
+                           size_t cap)
+{
+    int64_t deadline_us = dbt_now_us() + timeout_ms * 1000;
+    if (t->ssl) {
+        dbt_sigpipe_guard g; /* a TLS read may write: a key update's answer, an alert */
+        dbt_sigpipe_block(&g);
+        ssize_t got = -1;
+        for (;;) {
+            ERR_clear_error();
+            int rc = SSL_read(t->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+            if (rc > 0) {
+                got = rc;
+                break;
+            }
+            int e = SSL_get_error(t->ssl, rc);
+            if (timeout_ms == 0 && (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)) {
+                got = 0;
+                break;
+            }
+            if (!ssl_wait(t, rc, deadline_us, READ_TIMED_OUT, err, cap)) {
+                /* Timed out: nothing came in time (0); anything else broke the connection. */
+                got = strcmp(err, READ_TIMED_OUT) == 0 ? 0 : -1;
+                break;
+            }
+        }
+        dbt_sigpipe_restore(&g);
+        return got;
+    }
+    /* With time to wait, poll first: right after a command its reply is seldom there yet. */
+    bool polled = timeout_ms == 0;
+    for (;;) {
+        if (!polled) {
+            int w = wait_fd(t->fd, POLLIN, deadline_us);
+            if (w == 0)
+                return 0;
+            if (w < 0) {
+                say(err, cap, strerror(errno));
+                return -1;
+            }
+            polled = true;
+        }
+        ssize_t n = recv(t->fd, buf, len, MSG_DONTWAIT);
+        if (n > 0)
+            return n;
+        if (n == 0) {
+            say(err, cap, "Server closed the connection");
+            return -1;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (timeout_ms == 0)
+                return 0;
+            polled = false;
+            continue;
+        }
+        say(err, cap, strerror(errno));
+        return -1;
+    }
+}
+
+bool dbt_transport_buffered(const dbt_transport *t)
+{
+    return t->ssl && SSL_pending(t->ssl) > 0;
+}
+
+void dbt_transport_close(dbt_transport *t)
+{
+    if (t->ssl) {
+        /* No SSL_shutdown: it would write close_notify, and the session may be a fork parent's.
+         * Redis takes a connection closed without one as any other close. */
+        SSL_free(t->ssl);
+        t->ssl = NULL;
+    }
+    if (t->fd >= 0)
+        close(t->fd);
+    t->fd = -1;
+}
