@@ -238,6 +238,10 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
         redis_advice("", e, err);
         char why[DBT_MISCONFIG_LEN];
         *permanent = dbt_redis_error_permanent(e, false, why, sizeof why);
+        /* A TLS refusal's line names its own fix (DBTHROTTLE_REDIS_CA, _CERT, ...). */
+        const char *reply = dbt_redis_error_reply(e);
+        if (*permanent && reply && strncmp(reply, "TLS: ", 5) == 0)
+            snprintf(err, DBT_ERRLEN, "%.*s%s", (int)(reply - e), e, why);
         return false;
     }
     /* The connect read INFO as a worker's does, and judged the version and the policy by the

@@ -356,6 +356,19 @@ bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
             ok = false;
         }
     }
+    /* A client certificate without its key (or the reverse) cannot be used: refused as the
+     * setting given alone, rather than found at the first TLS connect. */
+    if (!cfg->redis_cert != !cfg->redis_key) {
+        const char *given = cfg->redis_cert ? "DBTHROTTLE_REDIS_CERT" : "DBTHROTTLE_REDIS_KEY";
+        snprintf(msg, sizeof msg,
+                 "%s is set without %s: a client certificate needs both DBTHROTTLE_REDIS_CERT "
+                 "and DBTHROTTLE_REDIS_KEY",
+                 given, cfg->redis_cert ? "DBTHROTTLE_REDIS_KEY" : "DBTHROTTLE_REDIS_CERT");
+        note_error(cfg, (int)(dbt_setting_find(given) - dbt_settings), msg);
+        if (ok)
+            snprintf(err, DBT_ERRLEN, "%s", msg);
+        ok = false;
+    }
     return ok;
 }
 

@@ -265,7 +265,7 @@ static const char *parse_unix(const char *rest, dbt_redis_url *u)
     return q ? parse_db(q + 4, q + strlen(q), &u->db) : NULL;
 }
 
-/* [[user]:password@]host[:port][/db]; p starts after "redis://". */
+/* [[user]:password@]host[:port][/db]; p starts after "redis://" or "rediss://". */
 static const char *parse_tcp(const char *p, dbt_redis_url *u)
 {
     const char *why;
@@ -327,7 +327,8 @@ static bool bad_url(const char *setting, const char *text, const char *why, char
     const char *at = strrchr(text, '@');
     if (!at)
         return dbt_bad_value(setting, text, why, err);
-    if (!has_prefix(text, "redis://") && !has_prefix(text, "unix://")) {
+    if (!has_prefix(text, "redis://") && !has_prefix(text, "rediss://") &&
+        !has_prefix(text, "unix://")) {
         char shown[80];
         snprintf(shown, sizeof shown, "***@%.70s", at + 1);
         return dbt_bad_value(setting, shown, why, err);
@@ -381,12 +382,6 @@ bool dbt_parse_redis_url(const char *setting, const char *text, dbt_redis_url *o
     const char *q = query_of(text);
     if (q)
         return query_refused(setting, text, q, err);
-    if (has_prefix(text, "rediss://")) {
-        snprintf(err, DBT_ERRLEN,
-                 "%s: rediss:// (TLS) is not supported by this build (hiredis 0.14 has no TLS)",
-                 setting);
-        return false;
-    }
     dbt_redis_url u = {.port = 6379};
     const char *why;
     if (has_prefix(text, "unix://"))
@@ -395,8 +390,11 @@ bool dbt_parse_redis_url(const char *setting, const char *text, dbt_redis_url *o
         why = parse_unix(text + 5, &u);
     else if (has_prefix(text, "redis://"))
         why = parse_tcp(text + 8, &u);
+    else if ((u.tls = has_prefix(text, "rediss://")))
+        why = parse_tcp(text + 9, &u);
     else
-        why = "expected redis://[[user]:password@]host[:port][/db] or unix:///path";
+        why = "expected redis://[[user]:password@]host[:port][/db], rediss://... (TLS) or "
+              "unix:///path";
     if (why) {
         dbt_redis_url_free(&u);
         return bad_url(setting, text, why, err);

@@ -229,6 +229,15 @@ static const char *const log_format_words[] = {"logfmt", "json"}; /* dbt_log_for
 const dbt_setting dbt_settings[] = {
     {"redis_url", "DBTHROTTLE_REDIS_URL", "redis://127.0.0.1:6379", &as_redis_url, FIELD(redis),
      .doc = "the Redis that holds the semaphores"},
+    /* rediss:// only. Read by the operator's commands too: they connect as the library does. */
+    {"redis_ca", "DBTHROTTLE_REDIS_CA", NULL, &as_text, FIELD(redis_ca),
+     .rule.text = {.unset_shown = "the system's CA store"},
+     .doc = "rediss://: the CA (a PEM file or a directory) that signed Redis' certificate"},
+    {"redis_cert", "DBTHROTTLE_REDIS_CERT", NULL, &as_text, FIELD(redis_cert),
+     .rule.text = {.unset_shown = "none"},
+     .doc = "rediss://: a client certificate (PEM) for a Redis with tls-auth-clients"},
+    {"redis_key", "DBTHROTTLE_REDIS_KEY", NULL, &as_text, FIELD(redis_key),
+     .rule.text = {.unset_shown = "none"}, .doc = "rediss://: the client certificate's key (PEM)"},
     {"max_queries", "DBTHROTTLE_MAX_QUERIES", NULL, &as_limit, FIELD(max_queries),
      .worker_only = true, .doc = "queries running at once per pool; unset = not throttled"},
     {"max_connections", "DBTHROTTLE_MAX_CONNECTIONS", NULL, &as_limit, FIELD(max_connections),

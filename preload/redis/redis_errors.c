@@ -87,6 +87,43 @@ static const permanent_error permanent[] = {
     {HIREDIS_PREFIX, "Protocol error, got ", false,
      "the server of DBTHROTTLE_REDIS_URL does not speak the Redis protocol: fix "
      "DBTHROTTLE_REDIS_URL"},
+    /* rediss://: transport.c's words for a certificate that does not verify, or a server that
+     * refuses ours. Each stays wrong until a certificate or a setting changes. (A TLS connection
+     * that closes, resets or times out keeps the plain socket's words: an outage.) */
+    {HIREDIS_PREFIX, "TLS: certificate verify failed: unable to get local issuer certificate",
+     false,
+     "TLS: certificate verify failed: unable to get local issuer certificate: Redis' certificate "
+     "is not signed by a CA we trust: set DBTHROTTLE_REDIS_CA to the CA that signed it"},
+    {HIREDIS_PREFIX, "TLS: certificate verify failed: self-signed certificate", false,
+     "TLS: certificate verify failed: self-signed certificate: Redis' certificate is not signed "
+     "by a CA we trust: set DBTHROTTLE_REDIS_CA to the CA that signed it"},
+    {HIREDIS_PREFIX, "TLS: certificate verify failed: certificate has expired", false,
+     "TLS: certificate verify failed: certificate has expired: renew Redis' certificate "
+     "(tls-cert-file), signed by the CA of DBTHROTTLE_REDIS_CA"},
+    {HIREDIS_PREFIX, "TLS: certificate verify failed: certificate is not yet valid", false,
+     "TLS: certificate verify failed: certificate is not yet valid: check Redis' certificate "
+     "(tls-cert-file) and this host's clock"},
+    {HIREDIS_PREFIX, "TLS: certificate verify failed: hostname mismatch", false,
+     "TLS: certificate verify failed: hostname mismatch: Redis' certificate is not for the host "
+     "of DBTHROTTLE_REDIS_URL: use a name the certificate gives, or fix tls-cert-file in Redis"},
+    {HIREDIS_PREFIX, "TLS: certificate verify failed: IP address mismatch", false,
+     "TLS: certificate verify failed: IP address mismatch: Redis' certificate is not for the "
+     "address of DBTHROTTLE_REDIS_URL: use a name or address the certificate gives, or fix "
+     "tls-cert-file in Redis"},
+    {HIREDIS_PREFIX, "TLS: certificate verify failed: ", false,
+     "TLS: Redis' certificate does not verify: check DBTHROTTLE_REDIS_CA and Redis' "
+     "tls-cert-file"},
+    {HIREDIS_PREFIX, "TLS: the server requires a client certificate", false,
+     "TLS: Redis requires a client certificate (tls-auth-clients): set DBTHROTTLE_REDIS_CERT "
+     "and DBTHROTTLE_REDIS_KEY"},
+    {HIREDIS_PREFIX, "TLS: the server refused our client certificate", false,
+     "TLS: Redis refused our client certificate: set DBTHROTTLE_REDIS_CERT and "
+     "DBTHROTTLE_REDIS_KEY to a certificate signed by a CA of Redis' tls-ca-cert-file"},
+    {HIREDIS_PREFIX, "TLS: the server does not speak TLS on this port", false,
+     "TLS: the server of DBTHROTTLE_REDIS_URL does not speak TLS on that port: use redis:// or "
+     "Redis' tls-port"},
+    {HIREDIS_PREFIX, "TLS: cannot ", false, NULL}, /* a CA, certificate or key not loaded */
+    {HIREDIS_PREFIX, "TLS: DBTHROTTLE_REDIS_CERT and DBTHROTTLE_REDIS_KEY", false, NULL},
     /* What dbt_redis_connect found in INFO (its message says it all). */
     {OWN, "Redis' maxmemory-policy is ", false, NULL},
     {OWN, "Redis ", false, NULL}, /* "Redis V is older than 7.0, ..." (checked below) */

@@ -268,8 +268,8 @@ Test(url, a_failed_parse_leaves_the_old_value)
 
 Test(url, bad_ones_never_show_the_password)
 {
-    const char *bad[] = {"rediss://:hunter2@h",
-                         "REDISS://h",
+    const char *bad[] = {"rediss://:hunter2@h:0",
+                         "REDISS://h:0",
                          "http://h",
                          "redis:/h",
                          "",
@@ -339,9 +339,14 @@ Test(url, messages)
 {
     char err[DBT_ERRLEN];
     dbt_redis_url u = {0};
-    cr_expect(!dbt_parse_redis_url("DBTHROTTLE_REDIS_URL", "rediss://:pw@h", &u, err));
-    cr_expect_str_eq(err, "DBTHROTTLE_REDIS_URL: rediss:// (TLS) is not supported by this build "
-                          "(hiredis 0.14 has no TLS)");
+    cr_expect(dbt_parse_redis_url("DBTHROTTLE_REDIS_URL", "rediss://u:pw@h:6380/2", &u, err));
+    cr_expect(u.tls && !u.is_unix && u.port == 6380 && u.db == 2);
+    cr_expect_str_eq(u.host, "h");
+    cr_expect_str_eq(u.user, "u");
+    cr_expect_str_eq(u.password, "pw");
+    cr_expect(dbt_parse_redis_url("DBTHROTTLE_REDIS_URL", "redis://h", &u, err));
+    cr_expect(!u.tls);
+    dbt_redis_url_free(&u);
     cr_expect(!dbt_parse_redis_url("DBTHROTTLE_REDIS_URL", "redis://:secret@h:0/1", &u, err));
     cr_expect(strstr(err, "bad value \"redis://:***@h:0/1\": bad port") != NULL, "%s", err);
     cr_expect(!dbt_parse_redis_url("DBTHROTTLE_REDIS_URL", "redis://user@h", &u, err));
@@ -588,7 +593,7 @@ Test(config, passwords_never_reach_a_message_or_the_redacted_url)
               err);
     cr_expect_str_eq(c.redis.password, "s3cr3t");
     cr_expect_str_eq(c.redis_url_redacted, "redis://:***@h:1/2");
-    const char *bad[] = {"redis://:s3cr3t@h:0",  "redis://s3cr3t@h",     "rediss://:s3cr3t@h",
+    const char *bad[] = {"redis://:s3cr3t@h:0",  "redis://s3cr3t@h",     "rediss://:s3cr3t@h:0",
                          "redis://:s3c/r3t@h:x", "redis://u:s3cr3t@h/x", "ftp://:s3cr3t@h",
                          "redis:/:s3cr3t@h:x"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
