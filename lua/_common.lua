@@ -45,7 +45,7 @@ if DRY_RUN then
     local READS = {
         GET = true, MGET = true, PTTL = true, TIME = true, HGET = true, HLEN = true,
         HGETALL = true, ZCARD = true, ZCOUNT = true, ZRANGE = true, ZRANGEBYSCORE = true,
-        ZSCORE = true, EXISTS = true,
+        ZSCORE = true,
     }
     -- What a write answers had it run: enough for the script to take its longer paths (a member
     -- removed, a counter or a field new).
