@@ -39,8 +39,9 @@ dbt_redis *dbt_pool_connect(dbt_pool *p, char *err)
             dbt_field f[] = {DBT_S("pool", p->name),
                              DBT_S("redis", p->client->cfg->redis_url_redacted),
                              DBT_S("effect", "cannot verify Redis' maxmemory-policy nor its "
-                                             "version: grant +info to the Redis user "
-                                             "(docs/operations.md), or un-rename INFO")};
+                                             "version, nor detect failovers and restarts: grant "
+                                             "+info to the Redis user (docs/operations.md), or "
+                                             "un-rename INFO")};
             dbt_log(DBT_LOG_WARN, "redis_unverified", f, sizeof f / sizeof *f);
         }
     }
