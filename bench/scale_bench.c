@@ -68,7 +68,7 @@ static double p50_us(int64_t *v, int n)
 typedef struct {
     redisContext *c;
     const dbt_keys *keys;
-    const char *base[4]; /* wake prefix, kind, lease, key TTL */
+    const char *base[DBT_BASE_ARGS]; /* wake prefix, kind, lease, key TTL, the era (none) */
     char lease[24], ttl[24];
 } caller;
 
@@ -94,7 +94,7 @@ static int build_argv(const caller *k, const dbt_script *s, bool both, const cha
     for (int kind = 0; kind < (both ? 2 : 1); kind++)
         for (int i = 0; i < DBT_NKEYS; i++)
             argv[n++] = k->keys->keys[kind][i];
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < DBT_BASE_ARGS; i++)
         argv[n++] = k->base[i];
     for (int i = 0; i < nextra; i++)
         argv[n++] = extra[i];
@@ -103,14 +103,14 @@ static int build_argv(const caller *k, const dbt_script *s, bool both, const cha
 
 static void append(caller *k, const dbt_script *s, const char **extra, int nextra)
 {
-    const char *argv[2 * DBT_NKEYS + 8 + 2 * RENEW_IDS];
+    const char *argv[2 * DBT_NKEYS + DBT_BASE_ARGS + 8 + 2 * RENEW_IDS];
     int n = build_argv(k, s, false, extra, nextra, argv);
     redisAppendCommandArgv(k->c, n, argv, NULL);
 }
 
 static redisReply *call(caller *k, const dbt_script *s, bool both, const char **extra, int nextra)
 {
-    const char *argv[2 * DBT_NKEYS + 8 + 2 * RENEW_IDS];
+    const char *argv[2 * DBT_NKEYS + DBT_BASE_ARGS + 8 + 2 * RENEW_IDS];
     int n = build_argv(k, s, both, extra, nextra, argv);
     redisReply *rep = redisCommandArgv(k->c, n, argv, NULL);
     if (!rep || rep->type == REDIS_REPLY_ERROR) {

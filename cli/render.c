@@ -25,6 +25,16 @@ void cli_duration(int64_t ms, char *out, size_t cap)
 
 /* ---- text ----------------------------------------------------------------------------------- */
 
+/* Why a semaphore is in quarantine (docs/design.md, "Failover and data loss"), in words. */
+static const char *quarantine_why(const char *why)
+{
+    if (strcmp(why, "lost") == 0)
+        return "data lost";
+    if (strcmp(why, "restarted") == 0)
+        return "server restarted without the pool's state";
+    return "server changed";
+}
+
 static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const char *name)
 {
     const dbt_status_kind *k = &v->kind[kind];
@@ -45,6 +55,16 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
             k->counters[DBT_CTR_GRANTS], k->counters[DBT_CTR_QUEUED], k->counters[DBT_CTR_REFUSED],
             k->counters[DBT_CTR_CANCELLED], k->counters[DBT_CTR_EXPIRED],
             k->counters[DBT_CTR_EVICTED], d1);
+    if (k->quarantine_ms > 0)
+        fprintf(out,
+                "  QUARANTINE: %lld ms left (%s): no new grants until the holders re-assert their "
+                "permits\n",
+                k->quarantine_ms, quarantine_why(k->why));
+    if (k->counters[DBT_CTR_QUARANTINES] || k->counters[DBT_CTR_REASSERTED] ||
+        k->counters[DBT_CTR_REQUEUED])
+        fprintf(out, "  quarantines %lld  reasserted %lld  requeued %lld\n",
+                k->counters[DBT_CTR_QUARANTINES], k->counters[DBT_CTR_REASSERTED],
+                k->counters[DBT_CTR_REQUEUED]);
     if (k->nh) {
         fprintf(out, "  %-6s %-4s %-28s %-20s %8s %-8s %9s %10s\n", "HOLDER", "", "PERMIT", "HOST",
                 "PID", "CONN", "HELD", "LEASE LEFT");
@@ -312,8 +332,14 @@ static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *
     json_int_or_null(out, k->limit_seen);
     fputs(",\"override\":", out);
     json_int_or_null(out, k->override);
-    fprintf(out, ",\"draining\":%s,\"holders_count\":%lld,\"waiters_count\":%lld,\"holders\":[",
-            k->drained ? "true" : "false", k->nholders, k->nwaiters);
+    fprintf(out, ",\"draining\":%s,\"quarantine_ms\":%lld,\"quarantine_why\":",
+            k->drained ? "true" : "false", k->quarantine_ms);
+    if (k->quarantine_ms > 0)
+        json_str(out, k->why);
+    else
+        fputs("null", out);
+    fprintf(out, ",\"holders_count\":%lld,\"waiters_count\":%lld,\"holders\":[", k->nholders,
+            k->nwaiters);
     for (int i = 0; i < k->nh; i++) {
         fputs(i ? ",{" : "{", out);
         json_entry(out, &k->holders[i]);
@@ -415,7 +441,15 @@ static void prom_label(FILE *out, const char *s)
     }
 }
 
-typedef enum { M_LIMIT, M_OVERRIDE, M_DRAINING, M_HOLDERS, M_WAITERS, M_COUNTER } metric_src;
+typedef enum {
+    M_LIMIT,
+    M_OVERRIDE,
+    M_DRAINING,
+    M_QUARANTINE,
+    M_HOLDERS,
+    M_WAITERS,
+    M_COUNTER
+} metric_src;
 
 static void prom_metric(FILE *out, const cli_pool_view *v, int n, const char *name,
                         const char *type, const char *help, metric_src src, int counter)
@@ -440,6 +474,9 @@ static void prom_metric(FILE *out, const cli_pool_view *v, int n, const char *na
                 break;
             case M_DRAINING:
                 val = k->drained;
+                break;
+            case M_QUARANTINE:
+                val = (double)k->quarantine_ms / 1000.0;
                 break;
             case M_HOLDERS:
                 val = (double)k->nholders;
@@ -501,6 +538,10 @@ void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n)
                 "Operator's override of the limit (dbthrottle limit), when set.", M_OVERRIDE, 0);
     prom_metric(out, v, n, "dbthrottle_draining", "gauge",
                 "1 while the pool is drained (dbthrottle drain): no new grants.", M_DRAINING, 0);
+    prom_metric(out, v, n, "dbthrottle_quarantine_seconds", "gauge",
+                "Seconds the pool's quarantine still lasts (a failover, restart or data loss): no "
+                "new grants.",
+                M_QUARANTINE, 0);
     prom_metric(out, v, n, "dbthrottle_holders", "gauge", "Permits held (live leases).", M_HOLDERS,
                 0);
     prom_metric(out, v, n, "dbthrottle_waiters", "gauge", "Callers queued for a permit.", M_WAITERS,
@@ -519,6 +560,13 @@ void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n)
          DBT_CTR_EXPIRED},
         {"dbthrottle_evicted_total", "Permits freed by hand (dbthrottle evict).", DBT_CTR_EVICTED},
         {"dbthrottle_wait_seconds_total", "Time granted waiters spent queued.", DBT_CTR_WAIT_MS},
+        {"dbthrottle_quarantines_total",
+         "Quarantines entered (the pool's state met on another server, or found lost).",
+         DBT_CTR_QUARANTINES},
+        {"dbthrottle_reasserted_total",
+         "Held permits Redis had lost that their holders re-asserted.", DBT_CTR_REASSERTED},
+        {"dbthrottle_requeued_total", "Waiters Redis had lost that were queued again.",
+         DBT_CTR_REQUEUED},
     };
     for (size_t c = 0; c < sizeof counters / sizeof *counters; c++)
         prom_metric(out, v, n, counters[c].name, "counter", counters[c].help, M_COUNTER,

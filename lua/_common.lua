@@ -15,9 +15,21 @@
 --   KEYS[10] owners  HASH   cid -> how many waiters of that process are queued; field '*' -> the
 --                           cid whose waiters were the whole queue when it last queued one (the
 --                           process may then pass permits between its own threads: see queued())
+--   KEYS[11] era     STRING "<token> <quarantine until ms> <why>": the server (run_id) the state
+--                           belongs to, and until when no grant is made (see era()); 7 days TTL
+--   KEYS[12] gone    ZSET   id -> when it is forgotten: ids that left the holders lawfully of
+--                           late (reaped as expired, released, cancelled), so that a renewal of
+--                           one that is missing and NOT among them proves data was lost
 -- ARGV[1] wake prefix: "<prefix>{pool}:wake:"; a grant for id "<cid>.<n>.<limit>" is pushed
 --         to the list wake prefix .. cid, on which that process' listener blocks (BLPOP)
 -- ARGV[2] kind ("q" or "c"), ARGV[3] the caller's lease (ms), ARGV[4] key TTL (ms)
+-- ARGV[5..9] the era (docs/design.md, "Failover and data loss"): the run_id of the server the
+--         caller's connection reached ("" when INFO was refused: no era check), when that server
+--         started (ms, its clock), Q (ms: how long a quarantine lasts, the longest a live holder
+--         takes to re-assert), the adopt token (a cluster slot migrated whole from that server:
+--         its state is the same, no quarantine; "" none), and the run_id the caller's process
+--         last saw for the pool ("" none: a process new to the pool)
+-- A script's own arguments start at ARGV[10].
 -- Ids are made by the client: "<cid>.<serial>.<limit>", cid = 16 hex digits per process.
 -- A dry run (dbthrottle check and run, before a worker starts; cli/preflight.c): the command loads
 -- each script with the next line changed to `local DRY_RUN = true`, and calls it on the pool's
@@ -62,9 +74,12 @@ if DRY_RUN then
     end
     redis = setmetatable({call = dry_call}, {__index = real})
 end
-local NK = 10 -- keys per semaphore
+local NK = 12 -- keys per semaphore
 local WAKE = ARGV[1]
 local LEASE, TTL = tonumber(ARGV[3]), tonumber(ARGV[4])
+local TOKEN, STARTED, QMS = ARGV[5] or '', tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
+local ADOPT, PREV = ARGV[8] or '', ARGV[9] or ''
+local ERA_TTL = 7 * 24 * 3600 * 1000 -- outlives idleness, not forever
 
 -- One semaphore: its keys, the NK from KEYS[base + 1] in the order above, and its kind letter.
 -- Every helper below takes the semaphore it works on, so that a script over both kinds
@@ -73,7 +88,8 @@ local function semaphore(base, kind)
     return {
         H = KEYS[base + 1], Q = KEYS[base + 2], W = KEYS[base + 3], SEQ = KEYS[base + 4],
         SEEN = KEYS[base + 5], INFO = KEYS[base + 6], STATS = KEYS[base + 7], LIM = KEYS[base + 8],
-        DRAIN = KEYS[base + 9], OWN = KEYS[base + 10], kind = kind,
+        DRAIN = KEYS[base + 9], OWN = KEYS[base + 10], ERA = KEYS[base + 11],
+        GONE = KEYS[base + 12], kind = kind,
     }
 end
 
@@ -101,11 +117,6 @@ local function limit_of(id)
     return tonumber(string.match(id, '%.(%d+)$')) or 1
 end
 
--- The operator's controls: the limit override (nil when none) and whether grants are stopped.
-local function controls(s)
-    local c = redis.call('MGET', s.LIM, s.DRAIN)
-    return tonumber(c[1]), c[2] ~= false
-end
 
 -- Counters for dbthrottle status, in STATS (which expires with the pool's other keys).
 local function count(s, field, n)
@@ -120,6 +131,109 @@ local function note_who(s, id, now, who)
     if redis.call('HSET', s.INFO, id, now .. ' ' .. who) == 1 and redis.call('HLEN', s.INFO) == 1 then
         expire_new(s, s.INFO) -- the key is new
     end
+end
+
+-- ---- Eras and quarantine (docs/design.md, "Failover and data loss") ----
+-- Redis' holders may lack permits that processes still hold and use: after a failover (the new
+-- primary lacks the last writes), a restart (without persistence: everything), keys deleted by
+-- hand. Redis would grant them again. So each semaphore remembers the server its state belongs
+-- to (ERA); when a call finds another server, or the state missing on a server that started
+-- while beliefs from before may live, the semaphore enters a quarantine: no grant until every
+-- live holder has had the time (Q) to re-assert its permits by renewing (renew.lua).
+
+-- Starts (or lengthens) a quarantine of Q from now: until then no grant is made.
+local function quarantine(s, now, why)
+    local till = now + QMS
+    if s.qleft and s.qleft > 0 and now + s.qleft > till then
+        till = now + s.qleft
+    end
+    redis.call('SET', s.ERA, TOKEN .. ' ' .. till .. ' ' .. why, 'PX', ERA_TTL)
+    count(s, 'quarantines')
+    s.qleft, s.why = till - now, why
+end
+
+-- What ERA (its value raw, or false) says of semaphore s now: how long its quarantine still lasts
+-- (ms; 0 = none), after starting one if the state is not the caller's server's. Sets s.qleft and
+-- s.why ("changed": another server, or a restart; "restarted": the state is missing on a server
+-- that just started or the caller knew on another; "lost": a holder was missing, see renew.lua).
+local function era(s, raw, now)
+    s.qleft, s.why = 0, false
+    if TOKEN == '' then
+        return 0 -- INFO refused: nothing can be told (the client warns redis_unverified)
+    end
+    local tok, till, why
+    if raw then
+        tok, till, why = string.match(raw, '^(%S+) (%d+) (%S+)$')
+        till = tonumber(till) or 0
+        if tok == TOKEN then
+            if till > now then
+                s.qleft, s.why = till - now, why
+            end
+            return s.qleft
+        end
+        -- A quarantine running when the state moved is carried over, but never beyond what one
+        -- could last (another server's clock may be ahead).
+        if till > now + LEASE + QMS then
+            till = now + LEASE + QMS
+        end
+        if ADOPT ~= '' and tok == ADOPT then
+            -- the whole state moved with its server's token (a cluster slot migrated): the same
+            -- state, no quarantine; the era becomes this server's
+            redis.call('SET', s.ERA, TOKEN .. ' ' .. till .. ' ' .. (why or '-'), 'PX', ERA_TTL)
+            if till > now then
+                s.qleft, s.why = till - now, why
+            end
+            return s.qleft
+        end
+        s.qleft = till > now and till - now or 0
+        quarantine(s, now, 'changed')
+        return s.qleft
+    end
+    -- Missing: a new pool, a pool idle for 7 days, or the state lost. Beliefs from before can
+    -- only live in a process that knew the pool on another server (or before this one's restart):
+    -- a process new to the pool, on a pool new to this server, is not made to wait.
+    if PREV ~= '' and PREV ~= TOKEN then
+        quarantine(s, now, (now < STARTED + LEASE + QMS) and 'restarted' or 'changed')
+        return s.qleft
+    end
+    redis.call('SET', s.ERA, TOKEN .. ' 0 -', 'PX', ERA_TTL)
+    return 0
+end
+
+-- The operator's controls of s (the limit override, nil when none; whether grants are stopped)
+-- and its quarantine (ms left, 0 = none), read once per call: one MGET.
+local function controls(s, now)
+    if s.drained == nil then
+        local c = redis.call('MGET', s.LIM, s.DRAIN, s.ERA)
+        s.override, s.drained = tonumber(c[1]) or false, c[2] ~= false
+        era(s, c[3], now)
+    end
+    return s.override or nil, s.drained, s.qleft
+end
+
+-- The operator's controls alone, without the era (a call that grants nothing need not start
+-- the era of a pool it only looks at).
+local function operator_controls(s)
+    if s.drained == nil then
+        local c = redis.call('MGET', s.LIM, s.DRAIN)
+        return tonumber(c[1]), c[2] ~= false
+    end
+    return s.override or nil, s.drained
+end
+
+-- Id left the holders (or the queue) lawfully: remembered until `forget` (ms), so that a renewal
+-- of it that races its leaving is not taken for data lost.
+local function note_gone(s, now, ids, forget)
+    if TOKEN == '' or #ids == 0 then
+        return
+    end
+    local args = {}
+    for _, id in ipairs(ids) do
+        args[#args + 1] = forget
+        args[#args + 1] = id
+    end
+    redis.call('ZADD', s.GONE, unpack(args))
+    redis.call('PEXPIRE', s.GONE, 2 * LEASE + QMS)
 end
 
 -- The process ("cid") an id belongs to.
@@ -178,10 +292,13 @@ local function reap(s, now)
         redis.call('ZREM', s.H, unpack(dead))
         redis.call('HDEL', s.INFO, unpack(dead))
         count(s, 'expired', #dead)
+        -- expired, not lost: its process stops renewing within a lease (two, to be sure)
+        note_gone(s, now, dead, now + 2 * LEASE)
     end
     local gone = redis.call('ZRANGEBYSCORE', s.W, '-inf', now, 'LIMIT', 0, REAP_BATCH)
     if #gone > 0 then
         redis.call('ZREM', s.W, unpack(gone))
+        note_gone(s, now, gone, now + 2 * LEASE)
         for _, id in ipairs(gone) do
             if redis.call('ZREM', s.Q, id) == 1 then
                 unqueued(s, id)
@@ -201,9 +318,9 @@ local function pump(s, now)
     if not head then
         return 0 -- the common case: nobody waits, and the controls need not be read
     end
-    local override, drained = controls(s)
-    if drained then
-        return 0
+    local override, drained, q = controls(s, now)
+    if drained or q > 0 then
+        return 0 -- in quarantine no grant is made
     end
     while head do
         local nh = redis.call('ZCARD', s.H)
@@ -250,6 +367,7 @@ local function touch(s, force)
             redis.call('PEXPIRE', k, TTL)
         end
     end
+    redis.call('PEXPIRE', s.ERA, ERA_TTL)
 end
 
 

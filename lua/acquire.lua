@@ -1,13 +1,14 @@
 -- acquire.lua: take a permit now, or join the queue.
--- ARGV[5] id, ARGV[6] the caller's limit, ARGV[7] "1" = do not queue (try only),
--- ARGV[8] who asks: "<host> <pid> <conn>" (for dbthrottle status)
+-- ARGV[10] id, ARGV[11] the caller's limit, ARGV[12] "1" = do not queue (try only),
+-- ARGV[13] who asks: "<host> <pid> <conn>" (for dbthrottle status)
 -- Returns {status, holders, queue length, limit seen from the previous acquirer or false, ticket,
--- sole}
+-- sole, quarantine (ms left, 0 = none), why (see era()) or false}
+--   In quarantine nothing is granted: the caller queues (try only: is refused).
 --   status 1 = granted, 2 = queued (a grant will be pushed), 0 = not granted (try only)
 --   ticket: the waiter's place (queued); granted: the ticket counter now, which orders the grant
 --   against the revokes ("r<kind>:<ticket>") pushed to its process (see below); else 0
 --   sole: 1 when the queue holds this process' waiters only (queued only, else 0): see below
-local id, limit, try_only, who = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1', ARGV[8] or '? ? ?'
+local id, limit, try_only, who = ARGV[10], tonumber(ARGV[11]), ARGV[12] == '1', ARGV[13] or '? ? ?'
 local now = now_ms()
 reap(S, now)
 pump(S, now)
@@ -16,22 +17,22 @@ pump(S, now)
 -- its TTL, and when it is new, every key is refreshed at once.
 local seen = redis.call('GET', S.SEEN)
 local fresh = not seen
-if seen ~= ARGV[6] then
+if seen ~= ARGV[11] then
     if seen then
-        redis.call('SET', S.SEEN, ARGV[6], 'KEEPTTL')
+        redis.call('SET', S.SEEN, ARGV[11], 'KEEPTTL')
     else
-        redis.call('SET', S.SEEN, ARGV[6], 'PX', floor_ttl(S))
+        redis.call('SET', S.SEEN, ARGV[11], 'PX', floor_ttl(S))
     end
 end
-if seen == ARGV[6] then
+if seen == ARGV[11] then
     seen = false
 end
 
 -- No barging: a newcomer is admitted only when nobody is queued. The operator's override, when
 -- set, is every caller's limit; while the pool is drained, everyone queues.
-local override, drained = controls(S)
+local override, drained, q = controls(S, now)
 local holders = redis.call('ZCARD', S.H)
-if not drained and redis.call('ZCARD', S.Q) == 0 and holders < (override or limit) then
+if not drained and q == 0 and redis.call('ZCARD', S.Q) == 0 and holders < (override or limit) then
     redis.call('ZADD', S.H, now + LEASE, id)
     if holders == 0 then
         expire_new(S, S.H) -- the key is new
@@ -39,12 +40,12 @@ if not drained and redis.call('ZCARD', S.Q) == 0 and holders < (override or limi
     note_who(S, id, now, who)
     count(S, 'grants')
     touch(S, fresh)
-    return {1, holders + 1, 0, seen, tonumber(redis.call('GET', S.SEQ) or '0'), 0}
+    return {1, holders + 1, 0, seen, tonumber(redis.call('GET', S.SEQ) or '0'), 0, 0, false}
 end
 if try_only then
     count(S, 'refused')
     touch(S, fresh)
-    return {0, holders, redis.call('ZCARD', S.Q), seen, 0, 0}
+    return {0, holders, redis.call('ZCARD', S.Q), seen, 0, 0, q, S.why}
 end
 -- The first waiter of a contention asks every process that holds a permit to give back the ones it
 -- keeps idle between commands (DBTHROTTLE_CACHE_PERMITS), and not to keep any until it is granted
@@ -96,4 +97,4 @@ elseif not alone and sole == cid then
     redis.call('HDEL', S.OWN, '*')
 end
 touch(S, fresh)
-return {2, holders, qlen, seen, ticket, alone and 1 or 0}
+return {2, holders, qlen, seen, ticket, alone and 1 or 0, q, S.why}

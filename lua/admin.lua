@@ -1,5 +1,5 @@
 -- admin.lua: the operator's controls of one semaphore (dbthrottle limit, drain, resume, evict).
--- ARGV[5] operation, ARGV[6] its argument:
+-- ARGV[10] operation, ARGV[11] its argument:
 --   limit N  the override becomes every caller's limit; waiters that now fit are granted at once
 --   clear    the override goes; each caller's own limit applies again
 --   drain    no grant is made (waiters wait) until resume
@@ -9,7 +9,7 @@
 --            reports and deletes)
 --   evict_cancel ID  the same, marked 'x': the process also cancels the command running on it
 -- Returns {granted waiters, holders, evicted (1/0), the evicted permit's info or false, now}.
-local op, arg = ARGV[5], ARGV[6]
+local op, arg = ARGV[10], ARGV[11]
 local now = now_ms()
 local evicted, info = 0, false
 if op == 'limit' then

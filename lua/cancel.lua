@@ -1,8 +1,9 @@
 -- cancel.lua: withdraw a waiter (timeout, interrupt, lost reply).
--- ARGV[5] id. Returns 0 = withdrawn from the queue, 1 = it had been granted in the meantime: the
+-- ARGV[10] id. Returns 0 = withdrawn from the queue, 1 = it had been granted in the meantime: the
 -- permit is given back and passed on to the next waiter, -1 = unknown (expired or done).
-local id = ARGV[5]
+local id = ARGV[10]
 local now = now_ms()
+note_gone(S, now, {id}, now + QMS) -- as release.lua
 local result = -1
 if redis.call('ZREM', S.Q, id) == 1 then
     unqueued(S, id)

@@ -1,8 +1,10 @@
 -- release.lua: give a permit back and grant the head of the queue.
--- ARGV[5] id. Returns 1 if the permit was held, 0 if it was not (expired, or already released).
+-- ARGV[10] id. Returns 1 if the permit was held, 0 if it was not (expired, or already released).
 local now = now_ms()
-local removed = redis.call('ZREM', S.H, ARGV[5])
-redis.call('HDEL', S.INFO, ARGV[5])
+local removed = redis.call('ZREM', S.H, ARGV[10])
+redis.call('HDEL', S.INFO, ARGV[10])
+-- a renewal sent before this release may arrive after it: not a loss (see renew.lua)
+note_gone(S, now, {ARGV[10]}, now + QMS)
 reap(S, now)
 pump(S, now)
 touch(S)

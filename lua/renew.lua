@@ -1,41 +1,71 @@
 -- renew.lua: extend the leases of one process' holders and waiters of both kinds of a pool in
 -- one call, and keep the queues live (an expired holder is reaped and its permit granted even
 -- when nobody releases). KEYS[1..NK] the query semaphore, KEYS[NK+1..2NK] the connection one.
--- ARGV[5..8] counts: query holders, query waiters, connection holders, connection waiters;
+-- ARGV[10..13] counts: query holders, query waiters, connection holders, connection waiters;
 -- then the ids in that order; then, optionally, for each kind what the process did without Redis
 -- since its last renewal (local handover): grants, queued, wait_ms, added to the counters.
--- Returns {lost holders ("e:ID" or "x:ID" for one evicted by hand, see admin.lua), lost waiters, granted waiters, {queue length of each kind}, {whether
--- local handover may go on, per kind: not while drained or over the operator's limit}}: ids Redis no
--- longer has (expired, or Redis lost its data), whose owners must not believe they hold or wait
--- any more; waiters Redis already granted, so a grant whose pushed message went astray still
--- reaches its owner; and whether anybody waits, so that a process keeping permits between
--- commands gives them back even if the push that says so went astray (a connection lost with
--- the popped message, a Redis restored from a snapshot).
--- Where the arguments after the four common ones start: the four counts, then the ids.
-local COUNTS_AT = 5 -- ARGV[5..8]: query holders, query waiters, connection holders, waiters
+-- Returns {lost holders ("e:ID" or "x:ID" for one evicted by hand, see admin.lua), lost waiters,
+-- granted waiters, {queue length of each kind}, {whether local handover may go on, per kind: not
+-- while drained or over the operator's limit}, {quarantine ms left per kind}, {why per kind, or
+-- false}, {ids re-asserted or re-queued per kind}}: ids Redis no longer has (expired), whose
+-- owners must not believe they hold or wait any more; waiters Redis already granted, so a grant
+-- whose pushed message went astray still reaches its owner; and whether anybody waits, so that a
+-- process keeping permits between commands gives them back even if the push that says so went
+-- astray (a connection lost with the popped message, a Redis restored from a snapshot).
+-- Re-assertion (docs/design.md, "Failover and data loss"): during a quarantine, a holder Redis
+-- lacks is added back with a fresh lease (it counts against the limit when grants resume), and a
+-- waiter Redis lacks is queued again at the end of the queue; outside one, a holder or waiter
+-- that is missing although it neither expired nor left lately (GONE) nor was evicted proves that
+-- data was lost: the semaphore enters a quarantine, and the id is re-asserted.
+-- Where the arguments after the common ones start: the four counts, then the ids.
+local COUNTS_AT = 10 -- ARGV[10..13]: query holders, query waiters, connection holders, waiters
 local IDS_AT = COUNTS_AT + 4
 local now = now_ms()
 local exp = now + LEASE
 local lost_h, lost_w, granted_w = {}, {}, {}
 local at = IDS_AT
+-- Who re-asserts, for dbthrottle status: the host and pid of the process' record, if it came.
+local function reasserter()
+    local rec = ARGV[#ARGV - 2]
+    local host, pid = string.match(rec or '', '^v1\t([^\t]*)\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t(%d+)')
+    return (host or '?') .. ' ' .. (pid or '?') .. ' -'
+end
+local function left_lately(s, id)
+    return redis.call('ZSCORE', s.GONE, id) ~= false
+end
 local function renew_holders(s, n)
+    local back = 0
     for i = at, at + n - 1 do
-        if redis.call('ZSCORE', s.H, ARGV[i]) then
-            redis.call('ZADD', s.H, 'XX', exp, ARGV[i])
+        local id = ARGV[i]
+        if redis.call('ZSCORE', s.H, id) then
+            redis.call('ZADD', s.H, 'XX', exp, id)
         else
             -- "e:ID" / "x:ID" when the operator evicted it (and asked for its command's cancel)
-            local ev = redis.call('HGET', s.INFO, 'evicted:' .. ARGV[i])
+            local ev = redis.call('HGET', s.INFO, 'evicted:' .. id)
             if ev then
-                redis.call('HDEL', s.INFO, 'evicted:' .. ARGV[i])
-                lost_h[#lost_h + 1] = ev .. ':' .. ARGV[i]
+                redis.call('HDEL', s.INFO, 'evicted:' .. id)
+                lost_h[#lost_h + 1] = ev .. ':' .. id
+            elseif TOKEN ~= '' and not left_lately(s, id) then
+                if s.qleft == 0 then
+                    quarantine(s, now, 'lost') -- neither expired nor given back: data was lost
+                end
+                redis.call('ZADD', s.H, exp, id)
+                note_who(s, id, now, reasserter())
+                back = back + 1
             else
-                lost_h[#lost_h + 1] = ARGV[i]
+                lost_h[#lost_h + 1] = id
             end
         end
     end
+    if back > 0 then
+        expire_new(s, s.H)
+        count(s, 'reasserted', back)
+    end
     at = at + n
+    return back
 end
 local function renew_waiters(s, n)
+    local back = 0
     for i = at, at + n - 1 do
         local id = ARGV[i]
         if redis.call('ZSCORE', s.W, id) and redis.call('ZSCORE', s.Q, id) then
@@ -44,13 +74,36 @@ local function renew_waiters(s, n)
             -- granted (the grant is on its way, or was lost): renew it as a holder, and say so
             redis.call('ZADD', s.H, 'XX', exp, id)
             granted_w[#granted_w + 1] = id
+        elseif TOKEN ~= '' and not left_lately(s, id) then
+            -- its place was lost with the state (it neither expired nor left): queued again, at
+            -- the end, and no grant until the holders have re-asserted theirs
+            if s.qleft == 0 then
+                quarantine(s, now, 'lost')
+            end
+            local ticket = redis.call('INCR', s.SEQ)
+            redis.call('ZADD', s.Q, ticket, id)
+            redis.call('ZADD', s.W, exp, id)
+            local cid = cid_of(id)
+            if cid and redis.call('HINCRBY', s.OWN, cid, 1) == 1 then
+                expire_new(s, s.OWN)
+            end
+            end_sole(s, cid)
+            note_who(s, id, now, reasserter())
+            for _, k in ipairs({s.SEQ, s.Q, s.W}) do
+                expire_new(s, k)
+            end
+            back = back + 1
         else
             lost_w[#lost_w + 1] = id
         end
     end
+    if back > 0 then
+        count(s, 'requeued', back)
+    end
     at = at + n
+    return back
 end
-local queued, allowed = {}, {}
+local queued, allowed, quarantined, why, back = {}, {}, {}, {}, {}
 local nids = 0
 for i = COUNTS_AT, COUNTS_AT + 3 do
     nids = nids + tonumber(ARGV[i])
@@ -58,8 +111,12 @@ end
 local local_at = IDS_AT + nids -- the local counts, after the ids
 for k = 0, 1 do
     local s = semaphore(NK * k, (k == 0) and 'q' or 'c')
-    renew_holders(s, tonumber(ARGV[COUNTS_AT + 2 * k]))
-    renew_waiters(s, tonumber(ARGV[COUNTS_AT + 1 + 2 * k]))
+    local nh, nw = tonumber(ARGV[COUNTS_AT + 2 * k]), tonumber(ARGV[COUNTS_AT + 1 + 2 * k])
+    s.qleft = 0
+    if nh + nw > 0 then
+        controls(s, now) -- the era first: it decides what a missing id means
+    end
+    back[k + 1] = renew_holders(s, nh) + renew_waiters(s, nw)
     for j, field in ipairs({'grants', 'queued', 'wait_ms'}) do
         local n = tonumber(ARGV[local_at + 3 * k + j - 1]) or 0
         if n > 0 then
@@ -73,11 +130,20 @@ for k = 0, 1 do
     if nids > 0 then
         touch(s)
     end
+    if TOKEN ~= '' then
+        -- forgotten a batch at a time (with the commands the documented ACLs allow)
+        local old = redis.call('ZRANGEBYSCORE', s.GONE, '-inf', now, 'LIMIT', 0, REAP_BATCH)
+        if #old > 0 then
+            redis.call('ZREM', s.GONE, unpack(old))
+        end
+    end
     queued[k + 1] = redis.call('ZCARD', s.Q)
     -- whether local handover may go on: not while drained or held above the operator's limit
-    local override, drained = controls(s)
+    local override, drained = operator_controls(s)
     local ok = not drained and (not override or redis.call('ZCARD', s.H) <= override)
     allowed[k + 1] = ok and 1 or 0
+    quarantined[k + 1] = s.qleft or 0
+    why[k + 1] = s.why or false
 end
 -- The process record (dbthrottle status lists the processes of a pool): KEYS[2NK+1] a ZSET of
 -- client id -> when its record expires, KEYS[2NK+2] a HASH of client id -> "<seen ms>\t<record>"
@@ -106,4 +172,4 @@ if PROCS and PINFO and ARGV[rec_at + 3] then
         redis.call('HDEL', PINFO, unpack(gone))
     end
 end
-return {lost_h, lost_w, granted_w, queued, allowed}
+return {lost_h, lost_w, granted_w, queued, allowed, quarantined, why, back}

@@ -1,17 +1,25 @@
 -- status.lua: one consistent snapshot of a pool's two semaphores for dbthrottle status and top,
 -- by Redis' clock. Reads only: no reaping, no granting, no TTL refresh. KEYS[1..NK] the query
--- semaphore, KEYS[NK+1..2NK] the connection one. ARGV[5] the most holders and waiters listed
+-- semaphore, KEYS[NK+1..2NK] the connection one. ARGV[10] the most holders and waiters listed
 -- per semaphore (0 = all); the counts are always whole.
 -- Returns {now, query, connection[, processes]}, each of the first two {limit seen or false, override or false, drained 0/1,
 -- live holders, live waiters, {id, lease expiry, info, ...} of holders, {id, info, ...} of
--- waiters in queue order, {counter, value, ...}}. Entries whose lease ran out are left out.
-local max = tonumber(ARGV[5]) or 0
+-- waiters in queue order, {counter, value, ...}, quarantine ms left (0 = none), why or false}.
+-- Entries whose lease ran out are left out.
+local max = tonumber(ARGV[10]) or 0
 local now = now_ms()
 local function info_of(s, id)
     return redis.call('HGET', s.INFO, id) or ''
 end
 local function snapshot(s)
-    local c = redis.call('MGET', s.SEEN, s.LIM, s.DRAIN)
+    local c = redis.call('MGET', s.SEEN, s.LIM, s.DRAIN, s.ERA)
+    local qleft, why = 0, false
+    if c[4] then
+        local till, w = string.match(c[4], '^%S+ (%d+) (%S+)$')
+        if till and tonumber(till) > now then
+            qleft, why = tonumber(till) - now, w
+        end
+    end
     local holders = {}
     local hl
     if max > 0 then
@@ -43,7 +51,8 @@ local function snapshot(s)
         from = from + chunk
     end
     return {c[1] or false, c[2] or false, c[3] and 1 or 0, redis.call('ZCOUNT', s.H, now, '+inf'),
-        redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS)}
+        redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS),
+        qleft, why}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).

@@ -21,6 +21,8 @@ enum {
     DBT_K_LIMIT,  /* operator override of the limit (dbthrottle limit) */
     DBT_K_DRAIN,  /* set while the operator drains the pool (dbthrottle drain) */
     DBT_K_OWNERS, /* waiters queued per process, and whose alone (local handover) */
+    DBT_K_ERA,    /* the server the pool's state belongs to, and its quarantine (design.md) */
+    DBT_K_GONE,   /* ids that left the holders lawfully lately (expired, released, cancelled) */
     DBT_NKEYS
 };
 

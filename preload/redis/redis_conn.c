@@ -192,6 +192,11 @@ static void check_info(dbt_redis *r, const char *info)
 {
     char v[64];
     (void)dbt_redis_info_field(info, "redis_version", r->version, sizeof r->version);
+    char now_us[32], uptime_s[32];
+    if (dbt_redis_info_field(info, "run_id", r->run_id, sizeof r->run_id) &&
+        dbt_redis_info_field(info, "server_time_usec", now_us, sizeof now_us) &&
+        dbt_redis_info_field(info, "uptime_in_seconds", uptime_s, sizeof uptime_s))
+        r->started_ms = strtoll(now_us, NULL, 10) / 1000 - strtoll(uptime_s, NULL, 10) * 1000;
     if (dbt_redis_info_field(info, "maxmemory_policy", v, sizeof v) &&
         (strncmp(v, "allkeys-", 8) == 0 || strncmp(v, "volatile-", 9) == 0))
         snprintf(r->server_problem, sizeof r->server_problem,

@@ -36,6 +36,11 @@ typedef struct {
     char server_problem[200];
     bool info_refused;
     char version[32]; /* redis_version, as INFO said it ("" when INFO was refused) */
+    /* The server's era (docs/design.md, "Failover and data loss"): run_id, new at every start of
+     * a server, and when it started (ms, Redis' clock: server_time_usec - uptime). "" and 0 when
+     * INFO was refused: then no failover or restart can be told. */
+    char run_id[41];
+    int64_t started_ms;
     struct {
         char *cmd; /* the formatted command, kept to re-send it after a NOSCRIPT */
         size_t len;

@@ -33,7 +33,18 @@ dbt_client *dbt_client_new(const dbt_config *cfg)
     atomic_init(&c->serial, 0);
     pthread_mutex_init(&c->mu, NULL);
     dbt_fork_register(c);
+    /* TODO(issue 16, lead): once part S lands, dbt_sentinel_on_switch(dbt_client_renew_all_now, c)
+     * here (unregistered in dbt_client_free). */
     return c;
+}
+
+void dbt_client_renew_all_now(void *client)
+{
+    dbt_client *c = client;
+    pthread_mutex_lock(&c->mu);
+    for (dbt_pool *p = c->pools; p; p = p->next)
+        dbt_pool_renew_now(p);
+    pthread_mutex_unlock(&c->mu);
 }
 
 const char *dbt_client_id(const dbt_client *c)

@@ -39,8 +39,9 @@ dbt_redis *dbt_pool_connect(dbt_pool *p, char *err)
             dbt_field f[] = {DBT_S("pool", p->name),
                              DBT_S("redis", p->client->cfg->redis_url_redacted),
                              DBT_S("effect", "cannot verify Redis' maxmemory-policy nor its "
-                                             "version: grant +info to the Redis user "
-                                             "(docs/operations.md), or un-rename INFO")};
+                                             "version, nor detect failovers and restarts: grant "
+                                             "+info to the Redis user (docs/operations.md), or "
+                                             "un-rename INFO")};
             dbt_log(DBT_LOG_WARN, "redis_unverified", f, sizeof f / sizeof *f);
         }
     }
@@ -76,6 +77,14 @@ dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err)
                 p->all_conns[i] = r;
                 break;
             }
+        /* Another server than the one the pool's state was last met on (a restart, a failover):
+         * the holders re-assert their permits at once, not at the next renewal. */
+        if (r->run_id[0] && p->era_seen[0] && strcmp(r->run_id, p->era_seen) != 0 &&
+            !p->renew_now) {
+            p->renew_now = true;
+            if (p->thread_started)
+                dbt_wake_renewer(p);
+        }
     } else {
         p->nconns--;
         pthread_cond_signal(&p->conn_cv);
@@ -124,6 +133,64 @@ void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r)
     pthread_mutex_unlock(&p->mu);
     if (drop)
         dbt_redis_free(r);
+}
+
+/* ---- eras ---------------------------------------------------------------------------------- */
+
+void dbt_pool_era_prev(dbt_pool *p, char *out)
+{
+    pthread_mutex_lock(&p->mu);
+    snprintf(out, 41, "%s", p->era_seen);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void dbt_pool_era_seen(dbt_pool *p, const char *run_id)
+{
+    if (!run_id[0])
+        return;
+    pthread_mutex_lock(&p->mu);
+    snprintf(p->era_seen, sizeof p->era_seen, "%s", run_id);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void dbt_pool_renew_now(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->renew_now = true;
+    if (p->thread_started)
+        dbt_wake_renewer(p);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* A quarantine heard of again, with an end this much later than the one known, is another. */
+#define QUARANTINE_SAME_US INT64_C(1500000)
+
+void dbt_pool_note_quarantine(dbt_pool *p, dbt_kind kind, long long ms, const char *why)
+{
+    if (ms <= 0)
+        return;
+    int64_t now = dbt_now_us(), until = now + (int64_t)ms * 1000;
+    pthread_mutex_lock(&p->mu);
+    int64_t known = p->quarantine_until_us[kind];
+    bool fresh = known <= now || until > known + QUARANTINE_SAME_US;
+    if (until > known)
+        p->quarantine_until_us[kind] = until;
+    /* Whoever then waits is granted by the pump of the renewal at its end. */
+    if (!p->renew_at_us || p->renew_at_us > until)
+        p->renew_at_us = until;
+    if (p->thread_started)
+        dbt_wake_renewer(p);
+    pthread_mutex_unlock(&p->mu);
+    if (fresh) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(kind)),
+                         DBT_S("why", strcmp(why, "lost") == 0 ? "data lost"
+                                      : strcmp(why, "restarted") == 0
+                                          ? "server restarted without the pool's state"
+                                          : "server changed"),
+                         DBT_MS("ms", (double)ms),
+                         DBT_S("effect", "no grant until the holders re-assert their permits")};
+        dbt_log(DBT_LOG_WARN, "quarantine", f, sizeof f / sizeof *f);
+    }
 }
 
 /* ---- outages ----------------------------------------------------------------------------- */
@@ -518,4 +585,7 @@ void dbt_pool_after_fork(dbt_pool *p)
     p->outage_unthrottled = p->outage_refused = 0;
     memset(p->warn_next_us, 0, sizeof p->warn_next_us);
     memset(p->warn_quiet, 0, sizeof p->warn_quiet);
+    memset(p->quarantine_until_us, 0, sizeof p->quarantine_until_us);
+    p->renew_now = false;
+    p->renew_at_us = 0;
 }

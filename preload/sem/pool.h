@@ -33,6 +33,18 @@ bool dbt_pool_thread_failed_permanently(void);
 void dbt_pool_thread_clear_failure(void);
 void dbt_pool_note_ok(dbt_pool *p);
 
+/* Eras (docs/design.md, "Failover and data loss"), without p->mu. The run_id the process last
+ * met the pool's state on, into out (41 bytes; "" none), for a script call's era arguments; and
+ * the one a call that checked the era ran on (acquire, or a renewal of ids). */
+void dbt_pool_era_prev(dbt_pool *p, char *out);
+void dbt_pool_era_seen(dbt_pool *p, const char *run_id);
+/* A reply said the semaphore of `kind` is in quarantine for `ms` more (why: "changed",
+ * "restarted", "lost"): one warn line `quarantine` per quarantine met, and a renewal when it
+ * ends (for the waiters: grants resume at its end, not a renewal period later). */
+void dbt_pool_note_quarantine(dbt_pool *p, dbt_kind kind, long long ms, const char *why);
+/* Renew at once (the pool reached another server; Sentinel announced a failover). */
+void dbt_pool_renew_now(dbt_pool *p);
+
 /* Whether a permanent error `why` found at `now` is logged, the one last logged being `last`
  * (at last_us): a new cause at once, the same one again once DBT_MISCONFIG_RELOG_US has passed. */
 bool dbt_misconfig_log_due(const char *last, int64_t last_us, const char *why, int64_t now);

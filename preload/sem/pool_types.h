@@ -152,6 +152,15 @@ struct dbt_pool {
     } deferred[DBT_MAX_DEFERRED];
     int ndeferred;
     dbt_pool_stats st;
+    /* Eras (docs/design.md, "Failover and data loss"): the run_id of the server the process last
+     * met the pool's state on ("" none yet), and per kind the quarantine last heard of: until
+     * when (monotonic us) and why. renew_now: a connection reached another server (or Sentinel
+     * announced a failover): renew at once, so that the holders re-assert early; renew_at_us: a
+     * renewal due when a quarantine ends, for the waiters (0: none). */
+    char era_seen[41];
+    int64_t quarantine_until_us[DBT_NKINDS];
+    bool renew_now;
+    int64_t renew_at_us;
 
     /* acquire.c */
     bool disagreement_logged[DBT_NKINDS];

@@ -37,6 +37,10 @@
  * second. */
 #define DRAIN_DELAY_US INT64_C(200000)
 
+/* The renewal at a quarantine's end comes this long after it, so that Redis (whose clock the
+ * reply's "ms left" was counted by) has surely ended it. */
+#define QUARANTINE_MARGIN_US INT64_C(30000)
+
 static int64_t renew_period_us(const dbt_pool *p)
 {
     return p->client->cfg->lease_ms * 1000 / 3;
@@ -243,6 +247,10 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
 {
     /* What Redis no longer has first: a lease it did not renew must not look renewed. */
     apply_lost(p, reply, cancels);
+    /* Places Redis had lost were queued again, behind whoever queued meanwhile: what it said of
+     * the queue before is void. */
+    if (reply->reasserted[DBT_KIND_QUERY] > 0 || reply->reasserted[DBT_KIND_CONN] > 0)
+        dbt_handover_reset(p);
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
             s->t_renewed_us < sent)
@@ -293,6 +301,12 @@ static void renew(dbt_pool *p)
 {
     dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS] = {{{0}}};
     bool ok = true;
+    /* A holder no renewal was accepted for during a whole lease is lost before it is named: a
+     * renewal may re-assert what Redis lacks (docs/design.md, "Failover and data loss"), and
+     * only a belief younger than a lease may be re-asserted (an older one's permit may have
+     * expired and gone to another long since, beyond what Redis remembers of it). */
+    expire_unrenewed(p, dbt_now_us());
+    p->renew_now = false;
     for (struct dbt_slot *s = p->slots; s && ok; s = s->next) {
         if (s->state == SLOT_HELD && !s->lost)
             ok = push_id(&lists[s->kind][DBT_RENEW_HELD], s->id);
@@ -327,6 +341,8 @@ static void renew(dbt_pool *p)
         dbt_build_renew(&call, &p->keys, p->client->cfg, lists, local, args);
         dbt_renew_add_record(&call, &p->keys, p->client->cid, record, record_ttl, goodbye);
         rep = dbt_pool_run(p, "renew", &call, dbt_parse_renew, &reply, err);
+        if (rep && total > 0) /* it checked the era of both kinds */
+            dbt_pool_era_seen(p, call.era_token);
     } else {
         dbt_pool_note_error(p, "renew", "out of memory");
     }
@@ -335,8 +351,11 @@ static void renew(dbt_pool *p)
         for (int j = 0; j < DBT_RENEW_LISTS; j++)
             free_ids(&lists[k][j]);
 
-    if (rep)
+    if (rep) {
         dbt_pool_note_ok(p);
+        for (int k = 0; k < DBT_NKINDS; k++)
+            dbt_pool_note_quarantine(p, (dbt_kind)k, reply.quarantine_ms[k], reply.why[k]);
+    }
     pthread_mutex_lock(&p->mu);
     if (!rep) /* counted at the next renewal instead */
         for (int k = 0; k < DBT_NKINDS; k++) {
@@ -466,8 +485,10 @@ static void *thread_main(void *arg)
         if (p->nqueued == 0 && p->nheld == 0 && p->ndeferred == 0 && !p->drain_due_us) {
             /* Nothing to renew: only the process' record, once a lease (its heartbeat, so that
              * dbthrottle status lists an idle or disabled process too), or a second after a
-             * heartbeat that failed. */
+             * heartbeat that failed. Nothing to re-assert either. */
             idle = true;
+            p->renew_now = false;
+            p->renew_at_us = 0;
             int64_t beat = p->last_report_us + dbt_registry_heartbeat_us(p);
             if (p->down_until_us > 0 && p->down_until_us < beat)
                 beat = p->down_until_us;
@@ -515,6 +536,12 @@ static void *thread_main(void *arg)
             due = p->down_until_us; /* what is owed goes as soon as Redis may answer again */
         if (p->drain_due_us && p->drain_due_us < due)
             due = p->drain_due_us;
+        /* A quarantine ends: its waiters are granted by a renewal's pump, at once. */
+        if (p->renew_at_us && p->nqueued == 0 && p->renew_at_us <= now)
+            p->renew_at_us = 0;
+        bool quarantine_over = p->renew_at_us && p->renew_at_us + QUARANTINE_MARGIN_US <= now;
+        if (p->renew_at_us && p->renew_at_us + QUARANTINE_MARGIN_US < due)
+            due = p->renew_at_us + QUARANTINE_MARGIN_US;
         /* Places kept for the next waiter, and no thread of ours waits: nobody else listens for
          * their grants (which must go back at once). */
         bool orphans_unheard =
@@ -522,7 +549,9 @@ static void *thread_main(void *arg)
         int64_t tick = now + p->client->cfg->cache_idle_ms * 1000;
         if (p->client->cfg->cache_permits && p->nheld > 0 && tick < due)
             due = tick; /* a permit in use now may be kept soon: a park then needs no wake-up */
-        if (now >= p->last_renew_us + period) {
+        if (now >= p->last_renew_us + period || p->renew_now || quarantine_over) {
+            if (quarantine_over)
+                p->renew_at_us = 0;
             /* One timeout for the round: a hung Redis must not hold the waiters' news back by
              * one timeout per idle connection. */
             int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);

@@ -10,21 +10,21 @@
 
 /* Runs c on r by EVALSHA and reads the reply into out with parse. Returns the reply (free it with
  * freeReplyObject once done with out, which may point into it), or NULL with a message in err
- * when Redis failed or the reply is not what the script answers. */
-redisReply *dbt_script_run(dbt_redis *r, const dbt_script_call *c, dbt_reply_parser parse,
-                           void *out, char *err);
+ * when Redis failed or the reply is not what the script answers. c's era arguments become r's
+ * server's (dbt_script_bind_era). */
+redisReply *dbt_script_run(dbt_redis *r, dbt_script_call *c, dbt_reply_parser parse, void *out,
+                           char *err);
 
 /* The same on one of p's command connections, taken and given back around it; a failure is
  * noted (dbt_pool_note_error, `what` naming the operation in the log) for the outage backoff.
  * Call without p->mu. */
-redisReply *dbt_pool_run(dbt_pool *p, const char *what, const dbt_script_call *c,
-                         dbt_reply_parser parse, void *out, char *err);
+redisReply *dbt_pool_run(dbt_pool *p, const char *what, dbt_script_call *c, dbt_reply_parser parse,
+                         void *out, char *err);
 
 /* Sends c on one of p's command connections without waiting: its reply is read by the next
  * command on that connection, or by the renewer soon after. False, noted, when it could not be
  * sent. With a tag (dbt_op_tag), a failure found in its reply later (an error, or a connection
  * lost before it) makes it an owed operation, sent again until it lands. Call without p->mu. */
-bool dbt_pool_send(dbt_pool *p, const char *what, const dbt_script_call *c, const char *tag,
-                   char *err);
+bool dbt_pool_send(dbt_pool *p, const char *what, dbt_script_call *c, const char *tag, char *err);
 
 #endif

@@ -14,6 +14,21 @@ int64_t dbt_key_ttl_ms(const dbt_config *cfg)
     return 3 * cfg->lease_ms;
 }
 
+int64_t dbt_quarantine_ms(const dbt_config *cfg)
+{
+    return cfg->lease_ms / 3 + cfg->redis_timeout_ms + 1000;
+}
+
+/* The era's arguments before a connection is known: no era check. */
+static void no_era(const char **args)
+{
+    args[DBT_ARG_ERA_TOKEN] = "";
+    args[DBT_ARG_ERA_STARTED] = "0";
+    args[DBT_ARG_QUARANTINE] = "0";
+    args[DBT_ARG_ADOPT] = "";
+    args[DBT_ARG_ERA_PREV] = "";
+}
+
 void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, char *lease,
                      char *ttl, const char **args)
 {
@@ -23,6 +38,25 @@ void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, ch
     args[DBT_ARG_KIND] = dbt_kind_letter(kind);
     args[DBT_ARG_LEASE] = lease;
     args[DBT_ARG_TTL] = ttl;
+    no_era(args);
+}
+
+/* The script's Q, in c's own buffer. */
+static void set_quarantine(dbt_script_call *c, const dbt_config *cfg)
+{
+    snprintf(c->quarantine, sizeof c->quarantine, "%" PRId64, dbt_quarantine_ms(cfg));
+    c->args[DBT_ARG_QUARANTINE] = c->quarantine;
+}
+
+void dbt_script_bind_era(dbt_script_call *c, const char *run_id, int64_t started_ms)
+{
+    if (c->nargs < DBT_BASE_ARGS)
+        return;
+    snprintf(c->era_started, sizeof c->era_started, "%" PRId64, started_ms);
+    snprintf(c->era_token, sizeof c->era_token, "%s", run_id);
+    c->args[DBT_ARG_ERA_TOKEN] = c->era_token;
+    c->args[DBT_ARG_ERA_STARTED] = c->era_started;
+    c->args[DBT_ARG_ERA_PREV] = c->era_prev;
 }
 
 /* The keys of one semaphore, in the order the scripts take them, after those already set. */
@@ -42,6 +76,7 @@ static void begin_call(dbt_script_call *c, const dbt_script *s, const dbt_keys *
     c->args = c->fixed_args;
     dbt_script_args(k, kind, cfg, c->lease, c->ttl, c->args);
     c->nargs = DBT_BASE_ARGS;
+    set_quarantine(c, cfg);
 }
 
 void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
@@ -81,7 +116,8 @@ void dbt_build_renew(dbt_script_call *c, const dbt_keys *k, const dbt_config *cf
     /* The base arguments of the query semaphore: renew.lua sets the kind per semaphore itself. */
     dbt_script_args(k, DBT_KIND_QUERY, cfg, c->lease, c->ttl, args);
     c->nargs = DBT_BASE_ARGS;
-    /* ARGV[5..8]: how many ids of each list, then the ids in that order. */
+    set_quarantine(c, cfg);
+    /* ARGV[10..13]: how many ids of each list, then the ids in that order. */
     for (int kind = 0; kind < DBT_NKINDS; kind++)
         for (int l = 0; l < DBT_RENEW_LISTS; l++) {
             char *count = c->id_count[kind * DBT_RENEW_LISTS + l];
@@ -210,7 +246,9 @@ void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows)
     c->args[c->nargs++] = dbt_kind_letter(DBT_KIND_QUERY);
     c->args[c->nargs++] = "0";
     c->args[c->nargs++] = "0";
-    c->args[c->nargs++] = c->number[0]; /* ARGV[5] */
+    no_era(c->args); /* it reads the era, never starts one */
+    c->nargs = DBT_BASE_ARGS;
+    c->args[c->nargs++] = c->number[0]; /* ARGV[10] */
 }
 
 void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
@@ -227,8 +265,9 @@ void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const
 
 /* ---- replies -------------------------------------------------------------------------------- */
 
-const char *const dbt_counter_names[DBT_NCOUNTERS] = {"grants",  "queued",  "refused", "cancelled",
-                                                      "expired", "evicted", "wait_ms"};
+const char *const dbt_counter_names[DBT_NCOUNTERS] = {
+    "grants",  "queued",  "refused",     "cancelled",  "expired",
+    "evicted", "wait_ms", "quarantines", "reasserted", "requeued"};
 
 static const char *type_name(int type)
 {
@@ -308,17 +347,29 @@ static bool ids_of(const redisReply *r, const char *script, const char *what, db
     return true;
 }
 
+/* The why of a quarantine: a string, or false (nil) when there is none. */
+static bool why_of(const redisReply *r, const char *script, char *out, char *err)
+{
+    out[0] = '\0';
+    if (r->type == REDIS_REPLY_STRING)
+        snprintf(out, 16, "%s", r->str);
+    else if (r->type != REDIS_REPLY_NIL)
+        return unexpected(err, script, "why is %s, not a string or nil", type_name(r->type));
+    return true;
+}
+
 bool dbt_parse_acquire(const redisReply *r, void *out, char *err)
 {
     static const char script[] = "acquire.lua";
-    enum { STATUS, HOLDERS, QUEUE, SEEN, TICKET, SOLE, NFIELDS };
-    static const char *const names[NFIELDS] = {"status", "holders", "queue",
-                                               "seen",   "ticket",  "sole"};
+    enum { STATUS, HOLDERS, QUEUE, SEEN, TICKET, SOLE, QUARANTINE, WHY, NFIELDS };
+    static const char *const names[NFIELDS] = {"status", "holders", "queue",      "seen",
+                                               "ticket", "sole",    "quarantine", "why"};
     dbt_acquire_reply *a = out;
     if (!is_array(r, NFIELDS, script, "the reply", err))
         return false;
     for (int i = 0; i < NFIELDS; i++)
-        if (i != SEEN && !is_type(r->element[i], REDIS_REPLY_INTEGER, script, names[i], err))
+        if (i != SEEN && i != WHY &&
+            !is_type(r->element[i], REDIS_REPLY_INTEGER, script, names[i], err))
             return false;
     const redisReply *seen = r->element[SEEN]; /* the previous limit, or false (nil) */
     if (seen->type != REDIS_REPLY_STRING && seen->type != REDIS_REPLY_NIL)
@@ -333,6 +384,9 @@ bool dbt_parse_acquire(const redisReply *r, void *out, char *err)
     a->limit_seen = seen->type == REDIS_REPLY_STRING ? strtoll(seen->str, NULL, 10) : 0;
     a->ticket = r->element[TICKET]->integer;
     a->sole = r->element[SOLE]->integer == 1;
+    a->quarantine_ms = r->element[QUARANTINE]->integer;
+    if (!why_of(r->element[WHY], script, a->why, err))
+        return false;
     return true;
 }
 
@@ -357,7 +411,17 @@ bool dbt_parse_cancel(const redisReply *r, void *out, char *err)
 bool dbt_parse_renew(const redisReply *r, void *out, char *err)
 {
     static const char script[] = "renew.lua";
-    enum { LOST_HOLDERS, LOST_WAITERS, GRANTED_WAITERS, QUEUE, ALLOWED, NFIELDS };
+    enum {
+        LOST_HOLDERS,
+        LOST_WAITERS,
+        GRANTED_WAITERS,
+        QUEUE,
+        ALLOWED,
+        QUARANTINE,
+        WHY,
+        REASSERTED,
+        NFIELDS
+    };
     dbt_renew_reply *rr = out;
     if (!is_array(r, NFIELDS, script, "the reply", err) ||
         !ids_of(r->element[LOST_HOLDERS], script, "lost holders", &rr->lost_holders, err) ||
@@ -365,7 +429,10 @@ bool dbt_parse_renew(const redisReply *r, void *out, char *err)
         !ids_of(r->element[GRANTED_WAITERS], script, "granted waiters", &rr->granted_waiters,
                 err) ||
         !is_array(r->element[QUEUE], DBT_NKINDS, script, "queue lengths", err) ||
-        !is_array(r->element[ALLOWED], DBT_NKINDS, script, "handover allowed", err))
+        !is_array(r->element[ALLOWED], DBT_NKINDS, script, "handover allowed", err) ||
+        !is_array(r->element[QUARANTINE], DBT_NKINDS, script, "quarantines", err) ||
+        !is_array(r->element[WHY], DBT_NKINDS, script, "why", err) ||
+        !is_array(r->element[REASSERTED], DBT_NKINDS, script, "re-asserted", err))
         return false;
     for (int k = 0; k < DBT_NKINDS; k++) {
         const redisReply *q = r->element[QUEUE]->element[k];
@@ -375,6 +442,14 @@ bool dbt_parse_renew(const redisReply *r, void *out, char *err)
             return false;
         rr->queue[k] = q->integer;
         rr->handover_allowed[k] = a->integer != 0;
+        const redisReply *qt = r->element[QUARANTINE]->element[k];
+        const redisReply *back = r->element[REASSERTED]->element[k];
+        if (!is_type(qt, REDIS_REPLY_INTEGER, script, "a quarantine", err) ||
+            !is_type(back, REDIS_REPLY_INTEGER, script, "re-asserted", err) ||
+            !why_of(r->element[WHY]->element[k], script, rr->why[k], err))
+            return false;
+        rr->quarantine_ms[k] = qt->integer;
+        rr->reasserted[k] = back->integer;
     }
     return true;
 }
@@ -421,7 +496,19 @@ static int by_since(const void *a, const void *b)
 static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err)
 {
     static const char script[] = "status.lua";
-    enum { SEEN, OVERRIDE, DRAINED, NHOLDERS, NWAITERS, HOLDERS, WAITERS, STATS, NFIELDS };
+    enum {
+        SEEN,
+        OVERRIDE,
+        DRAINED,
+        NHOLDERS,
+        NWAITERS,
+        HOLDERS,
+        WAITERS,
+        STATS,
+        QUARANTINE,
+        WHY,
+        NFIELDS
+    };
     enum { HOLDER_ID, HOLDER_EXPIRY, HOLDER_INFO, PER_HOLDER };
     enum { WAITER_ID, WAITER_INFO, PER_WAITER };
     if (!is_array(r, NFIELDS, script, "a semaphore", err))
@@ -432,7 +519,9 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         !number_of(e[OVERRIDE], "the override", &k->override, err) ||
         !number_of(e[DRAINED], "drained", &drained, err) ||
         !number_of(e[NHOLDERS], "the holders", &k->nholders, err) ||
-        !number_of(e[NWAITERS], "the waiters", &k->nwaiters, err))
+        !number_of(e[NWAITERS], "the waiters", &k->nwaiters, err) ||
+        !number_of(e[QUARANTINE], "the quarantine", &k->quarantine_ms, err) ||
+        !why_of(e[WHY], script, k->why, err))
         return false;
     k->drained = drained != 0;
     const redisReply *h = e[HOLDERS], *w = e[WAITERS], *st = e[STATS];
@@ -478,8 +567,8 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
                     return false;
                 any_counter = true;
             }
-    k->used =
-        k->limit_seen || k->override || k->drained || k->nholders || k->nwaiters || any_counter;
+    k->used = k->limit_seen || k->override || k->drained || k->nholders || k->nwaiters ||
+              any_counter || k->quarantine_ms;
     return true;
 }
 

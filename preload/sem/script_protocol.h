@@ -20,8 +20,21 @@
 
 /* ---- arguments ------------------------------------------------------------------------------ */
 
-/* ARGV[1..4], the same for every script (see lua/_common.lua); a script's own come after. */
-enum { DBT_ARG_WAKE_PREFIX, DBT_ARG_KIND, DBT_ARG_LEASE, DBT_ARG_TTL, DBT_BASE_ARGS };
+/* ARGV[1..9], the same for every script (see lua/_common.lua); a script's own come after. The
+ * era's five (docs/design.md, "Failover and data loss") are set when the call is sent on a
+ * connection (dbt_script_bind_era): until then they say "no era check". */
+enum {
+    DBT_ARG_WAKE_PREFIX,
+    DBT_ARG_KIND,
+    DBT_ARG_LEASE,
+    DBT_ARG_TTL,
+    DBT_ARG_ERA_TOKEN,   /* the run_id of the server the connection reached; "" unknown */
+    DBT_ARG_ERA_STARTED, /* when that server started (ms, its clock) */
+    DBT_ARG_QUARANTINE,  /* Q (ms): dbt_quarantine_ms */
+    DBT_ARG_ADOPT,       /* a server whose state this one took over whole (cluster); "" */
+    DBT_ARG_ERA_PREV,    /* the run_id the process last saw for the pool; "" */
+    DBT_BASE_ARGS
+};
 
 /* The most arguments of a script call with a fixed count (admin.lua's and acquire.lua's fit). */
 #define DBT_CALL_MAX_FIXED_ARGS (DBT_BASE_ARGS + 8)
@@ -39,16 +52,29 @@ typedef struct {
     char lease[24], ttl[24], number[DBT_NKINDS * 3][24];
     char id_count[DBT_NKINDS * 2][16]; /* renew.lua: how many ids of each list */
     char record_ttl[24];
+    char quarantine[24], era_started[24]; /* the era's numbers, as text */
+    char era_prev[41];                    /* the pool's last run_id (the caller sets it) */
+    char era_token[41];                   /* the run_id it was sent with (dbt_script_bind_era) */
 } dbt_script_call;
 
 /* Keys live three leases after their last use: long enough that a live holder's renewal
  * (every lease/3) always finds them, short enough that an idle pool leaves nothing behind. */
 int64_t dbt_key_ttl_ms(const dbt_config *cfg);
 
-/* The four arguments every script takes first, into args[0..3]; lease and ttl are caller buffers
- * of 24 bytes. */
+/* Q, a quarantine (docs/design.md, "Failover and data loss"): the longest a live holder may
+ * take to re-assert its permits once a new server answers, one renewal period plus one failed
+ * attempt: lease/3 + DBTHROTTLE_REDIS_TIMEOUT + 1 s (the renewer's retry). */
+int64_t dbt_quarantine_ms(const dbt_config *cfg);
+
+/* The DBT_BASE_ARGS arguments every script takes first, into args[0..DBT_BASE_ARGS-1]; lease and
+ * ttl are caller buffers of 24 bytes. The era's are "no era check" (see dbt_script_bind_era). */
 void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, char *lease,
                      char *ttl, const char **args);
+
+/* The era of the server c is sent to (called just before sending, on the connection's values):
+ * its run_id (copied into c->era_token) and start (ms); the process' last run_id for the pool
+ * is c->era_prev. */
+void dbt_script_bind_era(dbt_script_call *c, const char *run_id, int64_t started_ms);
 
 /* acquire.lua: take a permit now, or join the queue (try_only: never queue). who: "<host> <pid>
  * <conn>", for dbthrottle status. */
@@ -158,9 +184,11 @@ typedef enum {
 typedef struct {
     dbt_acquire_status status;
     long long holders, queue;
-    long long limit_seen; /* the previous acquirer's limit when it differs from ours, else 0 */
-    long long ticket;     /* queued: its place in the queue; granted: the ticket counter then */
-    bool sole;            /* queued: the queue holds this process' waiters only */
+    long long limit_seen;    /* the previous acquirer's limit when it differs from ours, else 0 */
+    long long ticket;        /* queued: its place in the queue; granted: the ticket counter then */
+    bool sole;               /* queued: the queue holds this process' waiters only */
+    long long quarantine_ms; /* the semaphore's quarantine: ms left (0: none) */
+    char why[16];            /* and why: "changed", "restarted", "lost" ("" none) */
 } dbt_acquire_reply;
 bool dbt_parse_acquire(const redisReply *r, void *out /* dbt_acquire_reply */, char *err);
 
@@ -188,11 +216,15 @@ static inline const char *dbt_reply_id(const dbt_reply_ids *l, size_t i)
 /* renew.lua's {lost holders, lost waiters, granted waiters, {queue length per kind}, {local
  * handover allowed per kind}}. Points into the reply: free the reply after using it. */
 typedef struct {
-    dbt_reply_ids lost_holders;        /* ids Redis no longer holds */
-    dbt_reply_ids lost_waiters;        /* ids Redis no longer has queued nor granted */
-    dbt_reply_ids granted_waiters;     /* waiters Redis already granted */
-    long long queue[DBT_NKINDS];       /* queue length */
-    bool handover_allowed[DBT_NKINDS]; /* not while drained or held above the override */
+    dbt_reply_ids lost_holders;          /* ids Redis no longer holds */
+    dbt_reply_ids lost_waiters;          /* ids Redis no longer has queued nor granted */
+    dbt_reply_ids granted_waiters;       /* waiters Redis already granted */
+    long long queue[DBT_NKINDS];         /* queue length */
+    bool handover_allowed[DBT_NKINDS];   /* not while drained or held above the override */
+    long long quarantine_ms[DBT_NKINDS]; /* quarantine: ms left (0: none) */
+    char why[DBT_NKINDS][16];            /* and why (see dbt_acquire_reply) */
+    long long reasserted[DBT_NKINDS];    /* ids Redis lacked, added back (holders) or queued
+                                          * again (waiters) */
 } dbt_renew_reply;
 bool dbt_parse_renew(const redisReply *r, void *out /* dbt_renew_reply */, char *err);
 
@@ -205,6 +237,9 @@ enum {
     DBT_CTR_EXPIRED,
     DBT_CTR_EVICTED,
     DBT_CTR_WAIT_MS,
+    DBT_CTR_QUARANTINES, /* quarantines entered (docs/design.md, "Failover and data loss") */
+    DBT_CTR_REASSERTED,  /* holders Redis lacked that their process re-asserted */
+    DBT_CTR_REQUEUED,    /* waiters Redis lacked that were queued again */
     DBT_NCOUNTERS
 };
 extern const char *const dbt_counter_names[DBT_NCOUNTERS]; /* the fields of the stats hash */
@@ -230,7 +265,9 @@ typedef struct {
     dbt_status_entry *waiters; /* queue order */
     int nw;
     long long counters[DBT_NCOUNTERS];
-    bool used; /* any of the above is there */
+    long long quarantine_ms; /* in quarantine: ms left (0: none) */
+    char why[16];            /* and why: "changed", "restarted", "lost" */
+    bool used;               /* any of the above is there */
 } dbt_status_kind;
 
 /* status.lua's {now, query semaphore, connection semaphore, processes}. Owns its entries (copied

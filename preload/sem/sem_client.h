@@ -87,6 +87,11 @@ void dbt_client_exit(dbt_client *c);
 /* This process' random client id (16 hex digits), which prefixes its permit ids. */
 const char *dbt_client_id(const dbt_client *c);
 
+/* Every pool of the client renews at once, so that its holders re-assert their permits early
+ * (docs/design.md, "Failover and data loss"): a Sentinel failover announcement's callback (its
+ * argument: the client). No I/O here: the renewers do it. */
+void dbt_client_renew_all_now(void *client);
+
 /* The pool of that name, created on first use (no I/O). NULL when out of memory. */
 dbt_pool *dbt_client_pool(dbt_client *c, const char *name);
 

@@ -117,7 +117,8 @@ for h in q["holders"]:
 assert [w["position"] for w in q["waiters"]] == [1, 2]
 assert q["waiters"][0]["waited_ms"] >= q["waiters"][1]["waited_ms"] >= 0
 assert q["counters"]["grants"] >= 2 and q["counters"]["queued"] >= 2
-assert set(q["counters"]) == {"grants", "queued", "refused", "cancelled", "expired", "evicted", "wait_ms"}
+assert set(q["counters"]) == {"grants", "queued", "refused", "cancelled", "expired", "evicted", "wait_ms", "quarantines", "reasserted", "requeued"}
+assert q["quarantine_ms"] == 0 and q["quarantine_why"] is None
 assert p["connections"]["holders_count"] == 0
 PY'
 check "status (table): the holders and waiters of pb with pgbench's pid" '[ "$(sed "/^processes:/,\$d" "$work/pb.txt" | grep -c " $pgb ")" -eq 4 ] && grep -q "^pool \"pb\" query: limit 2, 2 holding, 2 waiting" "$work/pb.txt"'
@@ -385,5 +386,17 @@ for c in run status top check limit drain resume evict; do
     grep -q "^\.SS \"\?dbthrottle $c" "$top/docs/dbthrottle.1" || missing="$missing $c"
 done
 check "dbthrottle(1) has a section for every command${missing:+ (missing:$missing)}" '[ -z "$missing" ]'
+
+# ---- a pool in quarantine (docs/design.md, "Failover and data loss") ---------------------------
+echo "# quarantine"
+qnow=$(rcli --raw time | head -1)
+rcli set "dbthrottle:{qp}:q:era" "0123456789abcdef0123456789abcdef01234567 $((qnow * 1000 + 60000)) lost" px 60000 >/dev/null
+rcli hset "dbthrottle:{qp}:q:stats" quarantines 1 reasserted 2 requeued 1 >/dev/null
+rcli pexpire "dbthrottle:{qp}:q:stats" 60000 >/dev/null
+"$D" status qp >"$work/qp.txt" 2>&1
+check "status (table): a pool in quarantine says so, how long and why, and counts quarantines and re-assertions" 'grep -Eq "^  QUARANTINE: [0-9]+ ms left \(data lost\): no new grants" "$work/qp.txt" && grep -q "^  quarantines 1  reasserted 2  requeued 1" "$work/qp.txt"'
+check "status --json: quarantine_ms, quarantine_why and the counters" '[ "$(js qp -- "(q[\"quarantine_ms\"] > 50000, q[\"quarantine_why\"], q[\"counters\"][\"quarantines\"], q[\"counters\"][\"reasserted\"], c[\"quarantine_why\"])")" = "(True, '"'"'lost'"'"', 1, 2, None)" ]'
+"$D" status --prometheus qp >"$work/qp.prom"
+check "status --prometheus: the quarantine's seconds left and the counters" 'grep -Eq "^dbthrottle_quarantine_seconds\{pool=\"qp\",kind=\"query\"\} [1-9]" "$work/qp.prom" && grep -q "^dbthrottle_reasserted_total{pool=\"qp\",kind=\"query\"} 2" "$work/qp.prom"'
 
 summary

@@ -303,7 +303,7 @@ Test(handover, a_process_that_ends_with_exit_leaves_nothing_queued, .timeout = 1
 static void admin(fixture *f, const char *op, const char *arg)
 {
     char lease[24], ttl[24];
-    const char *argv[3 + DBT_NKEYS + 6];
+    const char *argv[3 + DBT_NKEYS + DBT_BASE_ARGS + 2];
     char nk[8];
     snprintf(nk, sizeof nk, "%d", DBT_NKEYS);
     int n = 0;
@@ -314,7 +314,7 @@ static void admin(fixture *f, const char *op, const char *arg)
     for (int i = 0; i < DBT_NKEYS; i++)
         argv[n++] = k->keys[DBT_KIND_QUERY][i];
     dbt_script_args(k, DBT_KIND_QUERY, &f->cfg, lease, ttl, argv + n);
-    n += 4;
+    n += DBT_BASE_ARGS;
     argv[n++] = op;
     argv[n++] = arg ? arg : "";
     redisContext *rc = test_redis_connect(&f->r);

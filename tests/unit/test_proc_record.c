@@ -65,7 +65,7 @@ static redisReply *reply_of(const char *resp)
     return r;
 }
 
-#define EMPTY_KIND "*8\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n"
+#define EMPTY_KIND "*10\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n:0\r\n$-1\r\n"
 
 Test(proc_record, status_lists_the_readable_records)
 {

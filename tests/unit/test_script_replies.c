@@ -45,7 +45,7 @@ static void assert_rejects(dbt_reply_parser parse, const char *script, const cha
 
 Test(acquire_reply, granted_at_once)
 {
-    redisReply *r = reply_of("*6\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n");
+    redisReply *r = reply_of("*8\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n");
     dbt_acquire_reply a;
     char err[DBT_ERRLEN];
     cr_assert(dbt_parse_acquire(r, &a, err), "%s", err);
@@ -60,7 +60,7 @@ Test(acquire_reply, granted_at_once)
 
 Test(acquire_reply, queued_with_a_verdict_and_another_limit)
 {
-    redisReply *r = reply_of("*6\r\n:2\r\n:5\r\n:7\r\n$2\r\n10\r\n:42\r\n:1\r\n");
+    redisReply *r = reply_of("*8\r\n:2\r\n:5\r\n:7\r\n$2\r\n10\r\n:42\r\n:1\r\n:0\r\n$-1\r\n");
     dbt_acquire_reply a;
     char err[DBT_ERRLEN];
     cr_assert(dbt_parse_acquire(r, &a, err), "%s", err);
@@ -75,7 +75,7 @@ Test(acquire_reply, queued_with_a_verdict_and_another_limit)
 
 Test(acquire_reply, not_granted)
 {
-    redisReply *r = reply_of("*6\r\n:0\r\n:5\r\n:2\r\n$-1\r\n:0\r\n:0\r\n");
+    redisReply *r = reply_of("*8\r\n:0\r\n:5\r\n:2\r\n$-1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n");
     dbt_acquire_reply a;
     char err[DBT_ERRLEN];
     cr_assert(dbt_parse_acquire(r, &a, err), "%s", err);
@@ -86,21 +86,22 @@ Test(acquire_reply, not_granted)
 Test(acquire_reply, malformed)
 {
     static const char *const bad[] = {
-        "*5\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n",                  /* one short */
-        "*7\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n",      /* one more */
-        "*0\r\n",                                                 /* empty */
-        "*-1\r\n",                                                /* nil array */
-        "$-1\r\n",                                                /* nil */
-        ":1\r\n",                                                 /* an integer */
-        "$2\r\nok\r\n",                                           /* a string */
-        "-ERR something\r\n",                                     /* an error reply */
-        "*6\r\n$1\r\n1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n",       /* status as text */
-        "*6\r\n:1\r\n$-1\r\n:0\r\n$-1\r\n:0\r\n:0\r\n",           /* holders nil */
-        "*6\r\n:1\r\n:3\r\n:0\r\n*0\r\n:0\r\n:0\r\n",             /* seen an array */
-        "*6\r\n:1\r\n:3\r\n:0\r\n:5\r\n:0\r\n:0\r\n",             /* seen an integer */
-        "*6\r\n:1\r\n:3\r\n:0\r\n$-1\r\n*1\r\n:0\r\n:0\r\n",      /* ticket an array */
-        "*6\r\n:9\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n",            /* unknown status */
-        "*6\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n-ERR in place\r\n", /* an error element */
+        "*7\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n$-1\r\n",                  /* one short */
+        "*9\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n$-1\r\n",      /* one more */
+        "*0\r\n",                                                              /* empty */
+        "*-1\r\n",                                                             /* nil array */
+        "$-1\r\n",                                                             /* nil */
+        ":1\r\n",                                                              /* an integer */
+        "$2\r\nok\r\n",                                                        /* a string */
+        "-ERR something\r\n",                                                  /* an error reply */
+        "*8\r\n$1\r\n1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n",       /* status as text */
+        "*8\r\n:1\r\n$-1\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n",           /* holders nil */
+        "*8\r\n:1\r\n:3\r\n:0\r\n*0\r\n:0\r\n:0\r\n:0\r\n$-1\r\n",             /* seen an array */
+        "*8\r\n:1\r\n:3\r\n:0\r\n:5\r\n:0\r\n:0\r\n:0\r\n$-1\r\n",             /* seen an integer */
+        "*8\r\n:1\r\n:3\r\n:0\r\n$-1\r\n*1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n",      /* ticket an array */
+        "*8\r\n:9\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n",            /* unknown status */
+        "*8\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n-ERR in place\r\n:0\r\n$-1\r\n", /* an error element
+                                                                                */
     };
     assert_rejects(dbt_parse_acquire, "acquire.lua", bad, N(bad), sizeof(dbt_acquire_reply));
 }
@@ -157,12 +158,15 @@ Test(cancel_reply, malformed)
 
 Test(renew_reply, named_lists_and_counts)
 {
-    redisReply *r = reply_of("*5\r\n"
+    redisReply *r = reply_of("*8\r\n"
                              "*2\r\n$3\r\nh.1\r\n$3\r\nh.2\r\n"
                              "*1\r\n$3\r\nw.1\r\n"
                              "*0\r\n"
                              "*2\r\n:4\r\n:0\r\n"
-                             "*2\r\n:1\r\n:0\r\n");
+                             "*2\r\n:1\r\n:0\r\n"
+                             "*2\r\n:2500\r\n:0\r\n"
+                             "*2\r\n$4\r\nlost\r\n$-1\r\n"
+                             "*2\r\n:3\r\n:0\r\n");
     dbt_renew_reply rr;
     char err[DBT_ERRLEN];
     cr_assert(dbt_parse_renew(r, &rr, err), "%s", err);
@@ -176,22 +180,36 @@ Test(renew_reply, named_lists_and_counts)
     cr_expect_eq(rr.queue[DBT_KIND_CONN], 0);
     cr_expect(rr.handover_allowed[DBT_KIND_QUERY]);
     cr_expect_not(rr.handover_allowed[DBT_KIND_CONN]);
+    cr_expect_eq(rr.quarantine_ms[DBT_KIND_QUERY], 2500);
+    cr_expect_str_eq(rr.why[DBT_KIND_QUERY], "lost");
+    cr_expect_str_eq(rr.why[DBT_KIND_CONN], "", "none");
+    cr_expect_eq(rr.reasserted[DBT_KIND_QUERY], 3);
     freeReplyObject(r);
 }
 
 Test(renew_reply, malformed)
 {
     static const char *const bad[] = {
-        "*4\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n",                          /* one short */
-        "*5\r\n*0\r\n*0\r\n*0\r\n*1\r\n:0\r\n*2\r\n:1\r\n:1\r\n",              /* one kind */
-        "*5\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*3\r\n:1\r\n:1\r\n:1\r\n",  /* three kinds */
-        "*5\r\n*1\r\n:7\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n",  /* an id integer */
-        "*5\r\n*0\r\n*1\r\n$-1\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n", /* an id nil */
-        "*5\r\n*0\r\n*0\r\n*1\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n",  /* an id array */
-        "*5\r\n$-1\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n",       /* a list nil */
-        "*5\r\n*0\r\n*0\r\n*0\r\n*2\r\n$1\r\n0\r\n:0\r\n*2\r\n:1\r\n:1\r\n",   /* a length text */
-        "*5\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n:1\r\n",       /* allowed nil */
-        "*5\r\n*0\r\n*0\r\n*0\r\n:2\r\n*2\r\n:1\r\n:1\r\n",                    /* lengths integer */
+        "*7\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n*2\r\n:"
+        "0\r\n:0\r\n", /* one short */
+        "*8\r\n*0\r\n*0\r\n*0\r\n*1\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-"
+        "1\r\n*2\r\n:0\r\n:0\r\n", /* one kind */
+        "*8\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*3\r\n:1\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*"
+        "2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* three kinds */
+        "*8\r\n*1\r\n:7\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*"
+        "2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* an id integer */
+        "*8\r\n*0\r\n*1\r\n$-1\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*"
+        "2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* an id nil */
+        "*8\r\n*0\r\n*0\r\n*1\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*"
+        "2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* an id array */
+        "*8\r\n$-1\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-"
+        "1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* a list nil */
+        "*8\r\n*0\r\n*0\r\n*0\r\n*2\r\n$1\r\n0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$"
+        "-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* a length text */
+        "*8\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-"
+        "1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* allowed nil */
+        "*8\r\n*0\r\n*0\r\n*0\r\n:2\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n*"
+        "2\r\n:0\r\n:0\r\n", /* lengths integer */
         "-ERR oom\r\n",
         "$-1\r\n",
         "*0\r\n",
@@ -204,14 +222,15 @@ Test(renew_reply, malformed)
 /* A semaphore as status.lua reports it: limit seen "4", no override, not drained, 2 holders
  * (listed oldest last, to see them sorted), 1 waiter, two counters and an unknown field. */
 #define STATUS_KIND                                                                                \
-    "*8\r\n$1\r\n4\r\n$-1\r\n:0\r\n:2\r\n:1\r\n"                                                   \
+    "*10\r\n$1\r\n4\r\n$-1\r\n:0\r\n:2\r\n:1\r\n"                                                  \
     "*6\r\n"                                                                                       \
     "$3\r\nb.2\r\n$4\r\n9000\r\n$20\r\n2000 hostb 22 conn-b\r\n"                                   \
     "$3\r\na.1\r\n$4\r\n8000\r\n$20\r\n1000 hosta 11 conn-a\r\n"                                   \
     "*2\r\n$3\r\nc.3\r\n$0\r\n\r\n"                                                                \
-    "*6\r\n$6\r\ngrants\r\n$2\r\n12\r\n$7\r\nwait_ms\r\n$3\r\n345\r\n$5\r\nother\r\n$1\r\n9\r\n"
+    "*6\r\n$6\r\ngrants\r\n$2\r\n12\r\n$7\r\nwait_ms\r\n$3\r\n345\r\n$5\r\nother\r\n$1\r\n9\r\n"   \
+    ":1200\r\n$7\r\nchanged\r\n"
 
-#define EMPTY_KIND "*8\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n"
+#define EMPTY_KIND "*10\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n:0\r\n$-1\r\n"
 
 Test(status_reply, a_snapshot_by_name)
 {
@@ -241,6 +260,8 @@ Test(status_reply, a_snapshot_by_name)
     cr_expect_eq(q->counters[DBT_CTR_GRANTS], 12);
     cr_expect_eq(q->counters[DBT_CTR_WAIT_MS], 345);
     cr_expect_eq(q->counters[DBT_CTR_QUEUED], 0);
+    cr_expect_eq(q->quarantine_ms, 1200);
+    cr_expect_str_eq(q->why, "changed");
     cr_expect(q->used);
     cr_expect_not(s.kind[DBT_KIND_CONN].used);
     dbt_status_free(&s);
@@ -253,11 +274,15 @@ Test(status_reply, malformed)
         "*4\r\n:5000\r\n" EMPTY_KIND EMPTY_KIND EMPTY_KIND, /* three kinds */
         "*3\r\n*0\r\n" EMPTY_KIND EMPTY_KIND,               /* now an array */
         "*3\r\n:5000\r\n:1\r\n" EMPTY_KIND,                 /* a kind an integer */
-        "*3\r\n:5000\r\n*7\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n" EMPTY_KIND,
-        "*3\r\n:5000\r\n" STATUS_KIND "*8\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n$-1\r\n",
+        "*3\r\n:5000\r\n*9\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n:0\r\n" EMPTY_KIND,
+        "*3\r\n:5000\r\n" STATUS_KIND
+        "*10\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n$-1\r\n:0\r\n$-1\r\n",
+        /* why an integer */
+        "*3\r\n:5000\r\n" EMPTY_KIND
+        "*10\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n:0\r\n:1\r\n",
         /* holders not in threes (the query kind's entries must be freed, not leaked) */
         "*3\r\n:5000\r\n" STATUS_KIND
-        "*8\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*2\r\n$1\r\na\r\n:1\r\n*0\r\n*0\r\n",
+        "*10\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*2\r\n$1\r\na\r\n:1\r\n*0\r\n*0\r\n:0\r\n$-1\r\n",
         /* a holder's id an integer */
         "*3\r\n:5000\r\n*8\r\n$-1\r\n$-1\r\n:0\r\n:1\r\n:0\r\n*3\r\n:1\r\n:2\r\n$0\r\n\r\n*0\r\n*"
         "0\r\n" EMPTY_KIND,
@@ -312,7 +337,7 @@ Test(admin_reply, malformed)
 /* ---- argument builders ----------------------------------------------------------------------- */
 
 static dbt_keys keys;
-static const dbt_config cfg = {.lease_ms = 3000};
+static const dbt_config cfg = {.lease_ms = 3000, .redis_timeout_ms = 1000};
 
 static void make_keys(void)
 {
@@ -330,6 +355,8 @@ static void expect_base(const dbt_script_call *c, const char *kind)
     cr_expect_str_eq(c->args[DBT_ARG_KIND], kind);
     cr_expect_str_eq(c->args[DBT_ARG_LEASE], "3000");
     cr_expect_str_eq(c->args[DBT_ARG_TTL], "9000", "three leases");
+    cr_expect_str_eq(c->args[DBT_ARG_ERA_TOKEN], "", "no era check until bound to a connection");
+    cr_expect_str_eq(c->args[DBT_ARG_QUARANTINE], "3000", "lease/3 + redis timeout + 1 s");
 }
 
 Test(script_args, acquire_in_the_order_acquire_lua_reads, .init = make_keys, .fini = free_keys)
@@ -341,12 +368,12 @@ Test(script_args, acquire_in_the_order_acquire_lua_reads, .init = make_keys, .fi
     cr_expect_eq(c.nkeys, DBT_NKEYS);
     cr_expect_str_eq(c.keys[DBT_K_HOLDERS], keys.keys[DBT_KIND_CONN][DBT_K_HOLDERS]);
     cr_expect_str_eq(c.keys[DBT_K_OWNERS], keys.keys[DBT_KIND_CONN][DBT_K_OWNERS]);
-    cr_assert_eq(c.nargs, 8);
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 4);
     expect_base(&c, "c");
-    cr_expect_str_eq(c.args[4], "cid.1.5");
-    cr_expect_str_eq(c.args[5], "5");
-    cr_expect_str_eq(c.args[6], "1");
-    cr_expect_str_eq(c.args[7], "h 1 -");
+    cr_expect_str_eq(c.args[9], "cid.1.5");
+    cr_expect_str_eq(c.args[10], "5");
+    cr_expect_str_eq(c.args[11], "1");
+    cr_expect_str_eq(c.args[12], "h 1 -");
 }
 
 Test(script_args, release_cancel_admin, .init = make_keys, .fini = free_keys)
@@ -354,21 +381,21 @@ Test(script_args, release_cancel_admin, .init = make_keys, .fini = free_keys)
     dbt_script_call c;
     dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, "x.1.1");
     cr_expect_eq(c.script, &dbt_script_release);
-    cr_assert_eq(c.nargs, 5);
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 1);
     expect_base(&c, "q");
-    cr_expect_str_eq(c.args[4], "x.1.1");
+    cr_expect_str_eq(c.args[9], "x.1.1");
     dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, "x.2.1");
     cr_expect_eq(c.script, &dbt_script_cancel);
-    cr_assert_eq(c.nargs, 5);
-    cr_expect_str_eq(c.args[4], "x.2.1");
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 1);
+    cr_expect_str_eq(c.args[9], "x.2.1");
     dbt_build_admin(&c, &keys, DBT_KIND_QUERY, &cfg, DBT_ADMIN_EVICT, "x.3.1");
     cr_expect_eq(c.script, &dbt_script_admin);
-    cr_assert_eq(c.nargs, 6);
-    cr_expect_str_eq(c.args[4], "evict");
-    cr_expect_str_eq(c.args[5], "x.3.1");
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 2);
+    cr_expect_str_eq(c.args[9], "evict");
+    cr_expect_str_eq(c.args[10], "x.3.1");
     dbt_build_admin(&c, &keys, DBT_KIND_CONN, &cfg, DBT_ADMIN_DRAIN, NULL);
-    cr_expect_str_eq(c.args[4], "drain");
-    cr_expect_str_eq(c.args[5], "");
+    cr_expect_str_eq(c.args[9], "drain");
+    cr_expect_str_eq(c.args[10], "");
 }
 
 Test(script_args, renew_counts_ids_then_local_counts, .init = make_keys, .fini = free_keys)
@@ -389,11 +416,11 @@ Test(script_args, renew_counts_ids_then_local_counts, .init = make_keys, .fini =
     const char *want[] = {"2", "0", "0",  "1", "q.1.1", "q.2.1", "c.3.1",
                           "7", "2", "45", "0", "0",     "0"};
     for (size_t i = 0; i < N(want); i++)
-        cr_expect_str_eq(c.args[4 + i], want[i], "ARGV[%zu]", 5 + i);
+        cr_expect_str_eq(c.args[DBT_BASE_ARGS + i], want[i], "ARGV[%zu]", DBT_BASE_ARGS + 1 + i);
     dbt_build_renew(&c, &keys, &cfg, NULL, local, args);
     cr_assert_eq(c.nargs, (int)DBT_RENEW_NARGS(0), "a renewal of nothing, for its counts");
-    cr_expect_str_eq(c.args[4], "0");
-    cr_expect_str_eq(c.args[8], "7");
+    cr_expect_str_eq(c.args[DBT_BASE_ARGS], "0");
+    cr_expect_str_eq(c.args[DBT_BASE_ARGS + 4], "7");
 }
 
 Test(script_args, status_reads_without_lease, .init = make_keys, .fini = free_keys)
@@ -404,10 +431,10 @@ Test(script_args, status_reads_without_lease, .init = make_keys, .fini = free_ke
     cr_expect_eq(c.nkeys, 2 * DBT_NKEYS + 2, "both kinds' keys, then the process registry's");
     cr_expect_str_eq(c.keys[2 * DBT_NKEYS], keys.procs);
     cr_expect_str_eq(c.keys[2 * DBT_NKEYS + 1], keys.procinfo);
-    cr_assert_eq(c.nargs, 5);
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 1);
     cr_expect_str_eq(c.args[0], keys.wake_prefix);
     cr_expect_str_eq(c.args[1], "q");
     cr_expect_str_eq(c.args[2], "0");
     cr_expect_str_eq(c.args[3], "0");
-    cr_expect_str_eq(c.args[4], "25");
+    cr_expect_str_eq(c.args[DBT_BASE_ARGS], "25");
 }

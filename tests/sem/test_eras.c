@@ -1,0 +1,349 @@
+/* Eras and quarantine (docs/design.md, "Failover and data loss"): when Redis' state is not the
+ * state the holders believe in (a restart without persistence, another server, keys deleted by
+ * hand), no grant is made until the holders have re-asserted their permits, and those count
+ * against the limit. Judged from Redis' own keys, never from the library's view of itself. */
+#include "redis_conn.h"
+#include "script_call.h"
+#include "sem_fixture.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define P "dbthrottle:{era}:q:"
+
+/* Every test here starts with a redis-server of its own and ends with it stopped. */
+TestSuite(eras, .init = fx_redis_start, .fini = fx_stop);
+
+/* A lease of 3 s renews every second; with a 500 ms Redis timeout Q is 1 + 0.5 + 1 = 2.5 s. */
+#define LEASE       "DBTHROTTLE_LEASE=3s"
+#define TIMEOUT     "DBTHROTTLE_REDIS_TIMEOUT=500ms"
+#define Q_MS        2500
+#define RENEWAL_MS  1000
+#define FOREIGN_RUN "0123456789abcdef0123456789abcdef01234567"
+
+static dbt_acquire_opts try_only(int limit)
+{
+    return (dbt_acquire_opts){.limit = limit, .wait_ms = 0};
+}
+
+/* The era key's text ("" when absent), for the assertions' messages and checks. */
+static void era_of(char *out, size_t cap)
+{
+    out[0] = '\0';
+    redisContext *rc = test_redis_connect(&fx_redis);
+    redisReply *rep = rc ? redisCommand(rc, "GET " P "era") : NULL;
+    if (rep && rep->type == REDIS_REPLY_STRING)
+        snprintf(out, cap, "%s", rep->str);
+    freeReplyObject(rep);
+    if (rc)
+        redisFree(rc);
+}
+
+/* Milliseconds the semaphore's quarantine still lasts, by Redis' clock (0: none). */
+static long long quarantine_left(void)
+{
+    char era[128];
+    era_of(era, sizeof era);
+    long long till = 0;
+    if (sscanf(era, "%*s %lld", &till) != 1 || till == 0)
+        return 0;
+    redisContext *rc = test_redis_connect(&fx_redis);
+    redisReply *t = redisCommand(rc, "TIME");
+    long long now =
+        strtoll(t->element[0]->str, NULL, 10) * 1000 + strtoll(t->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(t);
+    redisFree(rc);
+    return till > now ? till - now : 0;
+}
+
+static long long stat_of(const char *field)
+{
+    long long v = test_redis_int(&fx_redis, "HGET " P "stats %s", field);
+    return v < 0 ? 0 : v;
+}
+
+/* Kills Redis (no persistence: everything is lost) and starts it again, empty, on its port. */
+static void restart_empty(void)
+{
+    test_redis_kill(&fx_redis);
+    cr_assert(test_redis_restart(&fx_redis, NULL), "redis-server did not start again");
+}
+
+/* A thread that waits for a permit (up to 30 s). */
+typedef struct {
+    dbt_pool *pool;
+    int limit;
+    dbt_acq_result res;
+    dbt_permit *permit;
+    atomic_llong granted_at;
+} waiter_arg;
+
+static void *waiter(void *arg)
+{
+    waiter_arg *w = arg;
+    dbt_acquire_opts o = {.limit = w->limit, .wait_ms = 30000};
+    w->res = dbt_acquire(w->pool, DBT_KIND_QUERY, &o, &w->permit);
+    atomic_store(&w->granted_at, test_now_ms());
+    return NULL;
+}
+
+static bool member_is(void *arg)
+{
+    const char **km = arg;
+    return test_redis_int(&fx_redis, "ZSCORE %s %s", km[0], km[1]) > 0;
+}
+
+/* Redis restarted empty while two permits are held: the holders' next renewal (at once: their
+ * connection reached another run_id) re-asserts them, a quarantine of Q starts, in which nobody
+ * is granted although a permit is free; then the free one is granted and no more.
+ * On the code before eras the permits were lost: Redis' holders stayed empty. */
+Test(eras, restart_empty_holders_reassert_and_count, .timeout = 90)
+{
+    dbt_client *hc = fx_client(LEASE, TIMEOUT, "DBTHROTTLE_ON_REDIS_ERROR=closed", NULL);
+    dbt_client *nc = fx_client(LEASE, TIMEOUT, "DBTHROTTLE_ON_REDIS_ERROR=closed", NULL);
+    dbt_pool *hp = dbt_client_pool(hc, "era"), *np = dbt_client_pool(nc, "era");
+    dbt_acquire_opts three = try_only(3);
+    dbt_permit *a, *b, *x = NULL, *y = NULL;
+    cr_assert_eq(dbt_acquire(hp, DBT_KIND_QUERY, &three, &a), DBT_ACQ_GRANTED);
+    cr_assert_eq(dbt_acquire(hp, DBT_KIND_QUERY, &three, &b), DBT_ACQ_GRANTED);
+    cr_expect_eq(quarantine_left(), 0, "a new pool was quarantined");
+
+    restart_empty();
+    int64_t back = test_now_ms();
+    zcard_is two = {&fx_redis, P "holders", 2};
+    cr_assert(test_wait_until(test_zcard_is, &two, 2 * RENEWAL_MS + 2000),
+              "the holders were not re-asserted (holders %lld)",
+              test_redis_int(&fx_redis, "ZCARD " P "holders"));
+    cr_log_info("re-asserted %lld ms after Redis was back", (long long)(test_now_ms() - back));
+    cr_expect_eq(stat_of("reasserted"), 2);
+    cr_expect_eq(stat_of("quarantines"), 1);
+    cr_expect_gt(quarantine_left(), 0, "no quarantine after a restart");
+    cr_expect_not(dbt_permit_lost(a));
+    cr_expect_not(dbt_permit_lost(b));
+    /* In quarantine: refused although a permit is free (3 - 2). */
+    dbt_acq_result r = DBT_ACQ_TIMEOUT;
+    while (quarantine_left() > 300 &&
+           (r = dbt_acquire(np, DBT_KIND_QUERY, &three, &x)) == DBT_ACQ_TIMEOUT)
+        usleep(100 * 1000);
+    cr_expect_neq(r, DBT_ACQ_GRANTED, "granted during the quarantine");
+    /* Once it is over, the free one is granted, and the re-asserted ones still count. */
+    int64_t deadline = test_now_ms() + Q_MS + RENEWAL_MS + 3000;
+    while ((r = dbt_acquire(np, DBT_KIND_QUERY, &three, &x)) != DBT_ACQ_GRANTED &&
+           test_now_ms() < deadline)
+        usleep(50 * 1000);
+    cr_assert_eq(r, DBT_ACQ_GRANTED, "no grant after the quarantine");
+    cr_expect_eq(dbt_acquire(np, DBT_KIND_QUERY, &three, &y), DBT_ACQ_TIMEOUT,
+                 "a fourth permit at a limit of 3");
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "holders"), 3);
+    dbt_release(x);
+    dbt_release(a);
+    dbt_release(b);
+}
+
+/* The pool's state now on a server that lacks the last writes (as after a failover to a replica
+ * that lagged: another run_id in the era, the holder and the waiter missing), while the
+ * connections live on. The holder re-asserts; the waiter's place is queued again under its own
+ * id; the holder gives its permit back during the quarantine, and the waiter is granted when the
+ * quarantine ends, within Q and a renewal of the change, not before. (A waiter whose own
+ * listener connection broke, as in a restart, gives up as in any outage: refused when closed.)
+ * On the code before eras the holder was lost and the waiter granted beside it at once. */
+Test(eras, lagging_state_waiter_requeued_and_granted_after_quarantine, .timeout = 90)
+{
+    dbt_client *hc = fx_client(LEASE, TIMEOUT, "DBTHROTTLE_ON_REDIS_ERROR=closed", NULL);
+    dbt_client *wc = fx_client(LEASE, TIMEOUT, "DBTHROTTLE_ON_REDIS_ERROR=closed", NULL);
+    dbt_pool *hp = dbt_client_pool(hc, "era"), *wp = dbt_client_pool(wc, "era");
+    dbt_acquire_opts one = try_only(1);
+    dbt_permit *a;
+    cr_assert_eq(dbt_acquire(hp, DBT_KIND_QUERY, &one, &a), DBT_ACQ_GRANTED);
+    waiter_arg w = {.pool = wp, .limit = 1};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter, &w);
+    zcard_is queued = {&fx_redis, P "queue", 1};
+    cr_assert(test_wait_until(test_zcard_is, &queued, 10000));
+
+    cr_assert_eq(test_redis_int(&fx_redis, "SET " P "era %s", FOREIGN_RUN " 0 -"), -1000);
+    cr_assert_eq(test_redis_int(&fx_redis, "DEL " P "holders " P "queue " P "wexp"), 3);
+    int64_t changed = test_now_ms();
+    const char *holder[] = {P "holders", dbt_permit_id(a)};
+    cr_assert(test_wait_until(member_is, holder, 2 * RENEWAL_MS + 2000),
+              "the holder was not re-asserted");
+    /* The waiter's place, under its own id (its process' cid), is in the queue again. */
+    cr_expect(test_wait_until(test_zcard_is, &queued, 2 * RENEWAL_MS + 2000),
+              "the waiter was not queued again");
+    redisContext *rc = test_redis_connect(&fx_redis);
+    redisReply *q = redisCommand(rc, "ZRANGE " P "queue 0 -1");
+    cr_assert(q && q->type == REDIS_REPLY_ARRAY && q->elements == 1);
+    cr_expect_eq(strncmp(q->element[0]->str, dbt_client_id(wc), 16), 0, "queued: %s",
+                 q->element[0]->str);
+    freeReplyObject(q);
+    redisFree(rc);
+    cr_expect_eq(stat_of("requeued"), 1);
+    cr_expect_eq(stat_of("reasserted"), 1);
+    /* The permit given back in the quarantine waits for its end. */
+    dbt_release(a);
+    while (quarantine_left() > 200)
+        usleep(20 * 1000);
+    cr_expect_eq(atomic_load(&w.granted_at), 0, "granted during the quarantine");
+    pthread_join(t, NULL);
+    cr_assert_eq(w.res, DBT_ACQ_GRANTED);
+    long long after = (long long)(atomic_load(&w.granted_at) - changed);
+    cr_log_info("waiter granted %lld ms after the change (Q %d ms)", after, Q_MS);
+    cr_expect_leq(after, Q_MS + RENEWAL_MS + 1500, "grants resumed late: %lld ms", after);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "holders"), 1);
+    dbt_release(w.permit);
+}
+
+/* A pool new to Redis and to the process is granted at once: no quarantine, none counted.
+ * (Passes on the code before eras too: it guards against a quarantine for nothing.) */
+Test(eras, a_new_pool_is_not_quarantined, .timeout = 60)
+{
+    dbt_client *c = fx_client(LEASE, TIMEOUT, NULL);
+    dbt_pool *p = dbt_client_pool(c, "era");
+    dbt_acquire_opts one = try_only(1);
+    dbt_permit *a;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &one, &a), DBT_ACQ_GRANTED);
+    dbt_release(a);
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &one, &a), DBT_ACQ_GRANTED);
+    dbt_release(a);
+    cr_expect_eq(stat_of("quarantines"), 0);
+    cr_expect_eq(quarantine_left(), 0);
+}
+
+/* The pool's state comes from another server (its era names another run_id: a failover, a
+ * restore): a quarantine starts, and nobody is granted until it ends.
+ * On the code before eras the acquire was granted at once. */
+Test(eras, another_servers_state_is_quarantined, .timeout = 60)
+{
+    dbt_client *c = fx_client(LEASE, TIMEOUT, NULL);
+    dbt_pool *p = dbt_client_pool(c, "era");
+    cr_assert_eq(test_redis_int(&fx_redis, "SET " P "era %s", FOREIGN_RUN " 0 -"), -1000);
+    dbt_acquire_opts one = try_only(1);
+    dbt_permit *a = NULL;
+    cr_expect_eq(dbt_acquire(p, DBT_KIND_QUERY, &one, &a), DBT_ACQ_TIMEOUT,
+                 "granted on another server's state");
+    char era[128];
+    era_of(era, sizeof era);
+    cr_expect_neq(strncmp(era, FOREIGN_RUN, 40), 0, "the era is still the other server's: %s", era);
+    cr_expect_gt(quarantine_left(), Q_MS - 1000);
+    cr_expect_eq(stat_of("quarantines"), 1);
+    int64_t deadline = test_now_ms() + Q_MS + 3000;
+    dbt_acq_result r;
+    while ((r = dbt_acquire(p, DBT_KIND_QUERY, &one, &a)) != DBT_ACQ_GRANTED &&
+           test_now_ms() < deadline)
+        usleep(50 * 1000);
+    cr_expect_eq(r, DBT_ACQ_GRANTED, "no grant after the quarantine");
+    if (r == DBT_ACQ_GRANTED)
+        dbt_release(a);
+}
+
+/* The same, but the caller names that server as one whose whole state this one took over (a
+ * cluster slot migrated: the adopt token): no quarantine, the era becomes this server's. */
+Test(eras, an_adopted_state_is_not_quarantined, .timeout = 60)
+{
+    dbt_config cfg;
+    test_config(&cfg, &fx_redis, LEASE, TIMEOUT, NULL);
+    char err[DBT_ERRLEN];
+    dbt_redis *r = dbt_redis_connect(&cfg, err);
+    cr_assert_not_null(r, "%s", err);
+    cr_assert_eq(strlen(r->run_id), 40, "INFO gave no run_id");
+    dbt_keys k;
+    cr_assert(dbt_keys_init(&k, cfg.key_prefix, "era"));
+    cr_assert_eq(test_redis_int(&fx_redis, "SET " P "era %s", FOREIGN_RUN " 0 -"), -1000);
+    dbt_acquire_call a = {.id = "00000000000000aa.1.1", .limit = 1, .who = "h 1 c"};
+    dbt_script_call c;
+    dbt_build_acquire(&c, &k, DBT_KIND_QUERY, &cfg, &a);
+    c.args[DBT_ARG_ADOPT] = FOREIGN_RUN;
+    dbt_acquire_reply reply;
+    redisReply *rep = dbt_script_run(r, &c, dbt_parse_acquire, &reply, err);
+    cr_assert_not_null(rep, "%s", err);
+    freeReplyObject(rep);
+    cr_expect_eq(reply.status, DBT_ACQUIRE_GRANTED);
+    cr_expect_eq(reply.quarantine_ms, 0);
+    char era[128];
+    era_of(era, sizeof era);
+    cr_expect_eq(strncmp(era, r->run_id, 40), 0, "the era is not this server's: %s", era);
+    cr_expect_eq(stat_of("quarantines"), 0);
+    dbt_keys_free(&k);
+    dbt_redis_free(r);
+    dbt_config_free(&cfg);
+}
+
+/* On a server that runs on (no restart), the holders key deleted by hand: the holder's next
+ * renewal finds its permit missing although it neither expired nor was given back, which proves
+ * data was lost: a quarantine, and the permit re-asserted. A permit that really expired (reaped,
+ * so remembered as gone) stays lost when its owner renews it late, and starts nothing.
+ * On the code before eras the deleted holder was lost and a newcomer granted beside it. */
+Test(eras, lost_holders_are_reasserted_expired_ones_are_not, .timeout = 60)
+{
+    dbt_client *hc = fx_client(LEASE, TIMEOUT, NULL), *nc = fx_client(LEASE, TIMEOUT, NULL);
+    dbt_pool *hp = dbt_client_pool(hc, "era"), *np = dbt_client_pool(nc, "era");
+    dbt_acquire_opts one = try_only(1);
+    dbt_permit *a, *x = NULL;
+    cr_assert_eq(dbt_acquire(hp, DBT_KIND_QUERY, &one, &a), DBT_ACQ_GRANTED);
+    cr_assert_eq(test_redis_int(&fx_redis, "DEL " P "holders"), 1);
+    const char *holder[] = {P "holders", dbt_permit_id(a)};
+    cr_assert(test_wait_until(member_is, holder, 2 * RENEWAL_MS + 2000),
+              "the deleted holder was not re-asserted");
+    cr_expect_eq(stat_of("reasserted"), 1);
+    cr_expect_eq(stat_of("quarantines"), 1);
+    char era[128];
+    era_of(era, sizeof era);
+    cr_expect(strstr(era, " lost"), "era: %s", era);
+    cr_expect_not(dbt_permit_lost(a), "the holder lost a permit it re-asserted");
+    cr_expect_eq(dbt_acquire(np, DBT_KIND_QUERY, &one, &x), DBT_ACQ_TIMEOUT,
+                 "a newcomer was granted beside the re-asserted holder");
+    dbt_release(a);
+
+    /* An id that expired and was reaped, renewed late by hand: lost, no quarantine. */
+    int64_t wait_q = test_now_ms() + Q_MS + 2000;
+    while (quarantine_left() > 0 && test_now_ms() < wait_q)
+        usleep(50 * 1000);
+    dbt_config cfg;
+    test_config(&cfg, &fx_redis, "DBTHROTTLE_LEASE=300ms", TIMEOUT, NULL);
+    char err[DBT_ERRLEN];
+    dbt_redis *r = dbt_redis_connect(&cfg, err);
+    cr_assert_not_null(r, "%s", err);
+    dbt_keys k;
+    cr_assert(dbt_keys_init(&k, cfg.key_prefix, "era"));
+    static const char id[] = "00000000000000bb.1.1";
+    dbt_acquire_call ac = {.id = id, .limit = 1, .who = "h 1 c"};
+    dbt_script_call c;
+    dbt_build_acquire(&c, &k, DBT_KIND_QUERY, &cfg, &ac);
+    dbt_acquire_reply areply;
+    redisReply *rep = dbt_script_run(r, &c, dbt_parse_acquire, &areply, err);
+    cr_assert_not_null(rep, "%s", err);
+    freeReplyObject(rep);
+    cr_assert_eq(areply.status, DBT_ACQUIRE_GRANTED);
+    usleep(500 * 1000); /* its 300 ms lease runs out (no renewal) */
+    char *held[] = {(char *)id};
+    dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS] = {
+        [DBT_KIND_QUERY] = {[DBT_RENEW_HELD] = {.ids = NULL, .n = 0}}};
+    dbt_local_counts local[DBT_NKINDS] = {{0}, {0}};
+    const char *args[DBT_RENEW_NARGS(1)];
+    dbt_renew_reply rr;
+    /* A renewal of nothing reaps it (and records it gone), then the late one names it. */
+    dbt_build_renew(&c, &k, &cfg, lists, local, args);
+    rep = dbt_script_run(r, &c, dbt_parse_renew, &rr, err);
+    cr_assert_not_null(rep, "%s", err);
+    freeReplyObject(rep);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "holders"), 0, "not reaped");
+    cr_expect_gt(test_redis_int(&fx_redis, "ZSCORE " P "gone %s", id), 0, "not remembered gone");
+    lists[DBT_KIND_QUERY][DBT_RENEW_HELD] = (dbt_id_list){.ids = held, .n = 1, .cap = 1};
+    long long quarantines = stat_of("quarantines");
+    dbt_build_renew(&c, &k, &cfg, lists, local, args);
+    rep = dbt_script_run(r, &c, dbt_parse_renew, &rr, err);
+    cr_assert_not_null(rep, "%s", err);
+    cr_expect_eq(rr.lost_holders.n, 1, "an expired permit was not reported lost");
+    cr_expect_eq(rr.quarantine_ms[DBT_KIND_QUERY], 0, "an expired permit started a quarantine");
+    freeReplyObject(rep);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "holders"), 0, "an expired one came back");
+    cr_expect_eq(stat_of("quarantines"), quarantines);
+    dbt_keys_free(&k);
+    dbt_redis_free(r);
+    dbt_config_free(&cfg);
+}
