@@ -3,6 +3,7 @@
 
 #include "clock.h"
 #include "redis_errors.h"
+#include "sentinel.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -106,12 +107,12 @@ static void set_err(char *err, const char *what, const char *detail)
 }
 
 /* Describes the server without its password. */
-static void where(const dbt_config *cfg, char *buf, size_t cap)
+static void where(const dbt_endpoint *ep, char *buf, size_t cap)
 {
-    if (cfg->redis.is_unix)
-        snprintf(buf, cap, "redis unix:%s", cfg->redis.path);
+    if (ep->is_unix)
+        snprintf(buf, cap, "redis unix:%s", ep->path);
     else
-        snprintf(buf, cap, "redis %s:%d", cfg->redis.host, cfg->redis.port);
+        snprintf(buf, cap, "redis %s:%d", ep->host, ep->port);
 }
 
 static const dbt_script *const all_scripts[] = {&dbt_script_acquire, &dbt_script_release,
@@ -217,19 +218,21 @@ static redisReply *simple(dbt_redis *r, char *err, int argc, const char **argv)
     return dbt_redis_command(r, argc, argv, NULL, err);
 }
 
-static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
+void dbt_redis_free(dbt_redis *r);
+
+static dbt_redis *open_unguarded(const dbt_config *cfg, const dbt_endpoint *ep, const char *user,
+                                 const char *password, char *err)
 {
     char who[300];
-    where(cfg, who, sizeof who);
+    where(ep, who, sizeof who);
     int64_t ms = step_ms(cfg->redis_timeout_ms);
     if (ms == 0) {
         set_err(err, who, "timed out (DBTHROTTLE_REDIS_TIMEOUT spent)");
         return NULL;
     }
     struct timeval tv = tv_of(ms);
-    redisContext *c = cfg->redis.is_unix
-                          ? redisConnectUnixWithTimeout(cfg->redis.path, tv)
-                          : redisConnectWithTimeout(cfg->redis.host, cfg->redis.port, tv);
+    redisContext *c = ep->is_unix ? redisConnectUnixWithTimeout(ep->path, tv)
+                                  : redisConnectWithTimeout(ep->host, ep->port, tv);
     if (!c) {
         set_err(err, who, "out of memory");
         return NULL;
@@ -244,7 +247,7 @@ static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
     int fl = fcntl(c->fd, F_GETFD);
     if (fl >= 0)
         (void)fcntl(c->fd, F_SETFD, fl | FD_CLOEXEC);
-    if (!cfg->redis.is_unix)
+    if (!ep->is_unix)
         (void)redisEnableKeepAlive(c);
     if (redisSetTimeout(c, tv) != REDIS_OK) {
         set_err(err, who, "cannot set the socket timeout");
@@ -253,8 +256,8 @@ static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
     }
     dbt_redis *r = calloc(1, sizeof *r);
     if (!r) {
-        redisFree(c);
         set_err(err, who, "out of memory");
+        redisFree(c);
         return NULL;
     }
     r->ctx = c;
@@ -263,12 +266,12 @@ static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
 
     char msg[DBT_ERRLEN];
     redisReply *rep;
-    if (cfg->redis.password) {
-        if (cfg->redis.user) {
-            const char *argv[] = {"AUTH", cfg->redis.user, cfg->redis.password};
+    if (password) {
+        if (user) {
+            const char *argv[] = {"AUTH", user, password};
             rep = simple(r, msg, 3, argv);
         } else {
-            const char *argv[] = {"AUTH", cfg->redis.password};
+            const char *argv[] = {"AUTH", password};
             rep = simple(r, msg, 2, argv);
         }
         if (!rep) {
@@ -281,6 +284,29 @@ static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
         }
         freeReplyObject(rep);
     }
+    return r;
+}
+
+static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
+{
+    dbt_endpoint ep = {.is_unix = cfg->redis.is_unix,
+                       .host = cfg->redis.host,
+                       .port = cfg->redis.port,
+                       .path = cfg->redis.path};
+    /* A Sentinel URL names no server: its sentinels find the master, ROLE checked. */
+    dbt_redis *r = cfg->redis.nsentinels > 0
+                       ? dbt_sentinel_connect_master(cfg, err)
+                       : open_unguarded(cfg, &ep, cfg->redis.user, cfg->redis.password, err);
+    if (!r)
+        return NULL;
+    char who[300];
+    if (r->sentinel_gen)
+        snprintf(who, sizeof who, "redis %s:%d", r->ctx->tcp.host ? r->ctx->tcp.host : "?",
+                 r->ctx->tcp.port);
+    else
+        where(&ep, who, sizeof who);
+    char msg[DBT_ERRLEN];
+    redisReply *rep;
     if (cfg->redis.db != 0) {
         char db[16];
         snprintf(db, sizeof db, "%d", cfg->redis.db);
@@ -325,6 +351,10 @@ bool dbt_redis_stale(dbt_redis *r)
 {
     if (dbt_redis_broken(r))
         return true;
+    if (dbt_redis_outdated(r)) {
+        r->ctx->err = REDIS_ERR_OTHER; /* to a Sentinel master that has changed since */
+        return true;
+    }
     if (r->npending > 0)
         return false; /* replies are owed: data waiting is normal, and read later */
     char c;
@@ -343,6 +373,19 @@ bool dbt_redis_set_timeout(dbt_redis *r, int64_t ms)
     return true;
 }
 
+/* The one place a connection to a Sentinel-found master tells sentinel.c that the master may
+ * be wrong now (an I/O error, a timeout, READONLY): the next connect asks the sentinels again. */
+static void master_suspect(const dbt_redis *r)
+{
+    if (r->sentinel_gen)
+        dbt_sentinel_master_failed(r->sentinel_gen);
+}
+
+bool dbt_redis_outdated(const dbt_redis *r)
+{
+    return r->sentinel_gen && r->sentinel_gen != dbt_sentinel_generation();
+}
+
 /* Reads one reply. Returns NULL and sets err on I/O errors and on error replies. */
 static redisReply *read_reply(dbt_redis *r, char *err)
 {
@@ -357,11 +400,18 @@ static redisReply *read_reply(dbt_redis *r, char *err)
         /* A reply that never came leaves the connection out of step: never reuse it. */
         if (!r->ctx->err)
             r->ctx->err = REDIS_ERR_IO;
+        master_suspect(r);
         return NULL;
     }
     redisReply *rep = v;
     if (rep->type == REDIS_REPLY_ERROR) {
         set_err(err, "redis", rep->str);
+        if (strncmp(rep->str, "READONLY", 8) == 0) {
+            /* Writing to a replica: the master moved. The connection is given up (READONLY stays
+             * an outage: redis_errors.c), and a Sentinel URL's master found again. */
+            r->ctx->err = REDIS_ERR_OTHER;
+            master_suspect(r);
+        }
         freeReplyObject(rep);
         return NULL;
     }
@@ -692,4 +742,63 @@ bool dbt_redis_eval_nowait(dbt_redis *r, const dbt_script *s, int nkeys, const c
     bool ok = eval_nowait_unguarded(r, s, nkeys, keys, nargs, args, tag, err);
     dbt_sigpipe_restore(&g);
     return ok;
+}
+
+dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const char *user,
+                          const char *password, char *err)
+{
+    dbt_sigpipe_guard g;
+    dbt_sigpipe_block(&g);
+    dbt_redis *r = open_unguarded(cfg, ep, user, password, err);
+    dbt_sigpipe_restore(&g);
+    return r;
+}
+
+/* ---- raw I/O, for a connection that receives what it did not ask for ------------------- */
+
+int dbt_redis_fd(const dbt_redis *r)
+{
+    return r->ctx ? r->ctx->fd : -1;
+}
+
+bool dbt_redis_append(dbt_redis *r, int argc, const char **argv, const size_t *lens, char *err)
+{
+    if (dbt_redis_broken(r) || redisAppendCommandArgv(r->ctx, argc, argv, lens) != REDIS_OK) {
+        set_err(err, "redis", r->ctx->errstr[0] ? r->ctx->errstr : "connection lost");
+        return false;
+    }
+    return true;
+}
+
+bool dbt_redis_flush(dbt_redis *r, char *err)
+{
+    dbt_sigpipe_guard g;
+    dbt_sigpipe_block(&g);
+    int done = 0;
+    while (!done && redisBufferWrite(r->ctx, &done) == REDIS_OK)
+        ;
+    dbt_sigpipe_restore(&g);
+    if (!done)
+        set_err(err, "redis", r->ctx->errstr[0] ? r->ctx->errstr : "write failed");
+    return done;
+}
+
+bool dbt_redis_read_available(dbt_redis *r, char *err)
+{
+    if (redisBufferRead(r->ctx) != REDIS_OK) {
+        set_err(err, "redis", r->ctx->errstr[0] ? r->ctx->errstr : "connection lost");
+        return false;
+    }
+    return true;
+}
+
+int dbt_redis_next_reply(dbt_redis *r, redisReply **out, char *err)
+{
+    void *v = NULL;
+    if (redisGetReplyFromReader(r->ctx, &v) != REDIS_OK) {
+        set_err(err, "redis", r->ctx->errstr[0] ? r->ctx->errstr : "protocol error");
+        return -1;
+    }
+    *out = v;
+    return v ? 1 : 0;
 }

@@ -30,6 +30,8 @@ typedef struct {
     char server_problem[200];
     bool info_refused;
     char version[32]; /* redis_version, as INFO said it ("" when INFO was refused) */
+    /* The Sentinel generation (sentinel.h) the master was found at; 0: not through Sentinel. */
+    uint64_t sentinel_gen;
     struct {
         char *cmd; /* the formatted command, kept to re-send it after a NOSCRIPT */
         size_t len;
@@ -57,6 +59,33 @@ void dbt_sigpipe_restore(dbt_sigpipe_guard *g);
 dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err);
 void dbt_redis_free(dbt_redis *r);
 
+/* One server to open a connection to, for sentinels (and cluster probes). */
+typedef struct {
+    bool is_unix;
+    const char *host;
+    int port;
+    const char *path;
+} dbt_endpoint;
+
+/* Connects to ep with cfg's timeout (within the thread's budget), close-on-exec, AUTH with
+ * user/password when given; no SELECT, no scripts, no INFO. NULL with a message in err. */
+dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const char *user,
+                          const char *password, char *err);
+
+/* True when the connection was made to a Sentinel master that has since changed or been found
+ * wrong (a newer generation): pools drop it rather than use it. */
+bool dbt_redis_outdated(const dbt_redis *r);
+
+/* For a connection that receives what it did not ask for (the Sentinel subscriber): the socket
+ * to poll; commands appended and written out; what the socket has read (call it when poll says
+ * it is readable: it reads once, and may block otherwise); the complete replies read so far, one
+ * by one (1 one in *out, 0 none complete yet, -1 error; no I/O). */
+int dbt_redis_fd(const dbt_redis *r);
+bool dbt_redis_append(dbt_redis *r, int argc, const char **argv, const size_t *lens, char *err);
+bool dbt_redis_flush(dbt_redis *r, char *err);
+bool dbt_redis_read_available(dbt_redis *r, char *err);
+int dbt_redis_next_reply(dbt_redis *r, redisReply **out, char *err);
+
 /* True once an I/O or protocol error has made the connection unusable. */
 bool dbt_redis_broken(const dbt_redis *r);
 
@@ -68,9 +97,10 @@ bool dbt_redis_broken(const dbt_redis *r);
 int64_t dbt_redis_budget_begin(int64_t ms);
 void dbt_redis_budget_end(int64_t saved);
 
-/* True when the connection cannot be used: broken, or (with no reply owed) closed by the server
- * while it sat idle, as every pooled connection is after Redis restarts. Costs one recv(2)
- * that does not block. A stale connection is marked broken. */
+/* True when the connection cannot be used: broken, made to a Sentinel master that has changed
+ * since (dbt_redis_outdated), or (with no reply owed) closed by the server while it sat idle, as
+ * every pooled connection is after Redis restarts. Costs one recv(2) that does not block. A stale
+ * connection is marked broken. */
 bool dbt_redis_stale(dbt_redis *r);
 
 /* Sets the socket receive timeout (e.g. BLPOP's own timeout plus the command timeout). */

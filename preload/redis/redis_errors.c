@@ -87,6 +87,9 @@ static const permanent_error permanent[] = {
     {HIREDIS_PREFIX, "Protocol error, got ", false,
      "the server of DBTHROTTLE_REDIS_URL does not speak the Redis protocol: fix "
      "DBTHROTTLE_REDIS_URL"},
+    /* sentinel.c's configuration errors: the master name unknown to every sentinel that
+     * answered, the sentinels' credentials refused (its message names the setting). */
+    {OWN, "Redis Sentinel ", false, NULL},
     /* What dbt_redis_connect found in INFO (its message says it all). */
     {OWN, "Redis' maxmemory-policy is ", false, NULL},
     {OWN, "Redis ", false, NULL}, /* "Redis V is older than 7.0, ..." (checked below) */
