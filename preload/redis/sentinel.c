@@ -7,7 +7,8 @@
  * a demoted old master) is given up and the sentinels are asked again.
  *
  * The subscriber: one thread and one connection per process, started at the first connect to a
- * master, SUBSCRIBEd to +switch-master on the first sentinel that answers (another, after a
+ * master, SUBSCRIBEd to +switch-master (and +promoted-slave, see on_message) on the first
+ * sentinel that answers (another, after a
  * bounded back-off, when that connection breaks or stops answering its PINGs). It runs with every
  * signal blocked, is detached (a process exits without waiting for it), and a forked child forgets
  * it: the child's first connect starts its own. */
@@ -314,16 +315,15 @@ out:
 
 /* ---- the subscriber ---------------------------------------------------------------------- */
 
-/* "+switch-master NAME OLDIP OLDPORT NEWIP NEWPORT": for our master, the new address becomes the
- * one to connect to, the generation goes up (pools drop what they hold), callbacks run. */
-static void on_switch_message(const char *text)
+/* A master of ours is now at new_host:new_port: it becomes the one to connect to, the generation
+ * goes up unless a connect found it first (pools drop what they hold), and once per failover
+ * heard the line is logged and the callbacks run. `from` is for the log line. */
+static void master_moved(const char *event, const char *from, const char *new_host, int new_port)
 {
-    char name[HOST_LEN], old_host[HOST_LEN], new_host[HOST_LEN];
-    int old_port, new_port;
-    if (sscanf(text, "%255s %255s %d %255s %d", name, old_host, &old_port, new_host, &new_port) !=
-            5 ||
-        strcmp(name, sub.master_name) != 0 || new_port < 1 || new_port > 65535)
-        return;
+    static address announced; /* the subscriber's thread only */
+    bool news = announced.port != new_port || strcmp(announced.host, new_host) != 0;
+    snprintf(announced.host, HOST_LEN, "%s", new_host);
+    announced.port = new_port;
     pthread_mutex_lock(&mu);
     bool changed = !master_known || master.port != new_port || strcmp(master.host, new_host) != 0;
     snprintf(master.host, HOST_LEN, "%s", new_host);
@@ -335,13 +335,43 @@ static void on_switch_message(const char *text)
     switch_callback cbs[MAX_CALLBACKS];
     memcpy(cbs, callbacks, sizeof cbs);
     pthread_mutex_unlock(&mu);
-    char from[HOST_LEN + 8], to[HOST_LEN + 8];
-    snprintf(from, sizeof from, "%s:%d", old_host, old_port);
+    if (!news)
+        return; /* the other announcement of the same failover: already followed */
+    char to[HOST_LEN + 8];
     snprintf(to, sizeof to, "%s:%d", new_host, new_port);
-    dbt_field f[] = {DBT_S("master", name), DBT_S("from", from), DBT_S("to", to)};
-    dbt_log(DBT_LOG_WARN, "sentinel_switch", f, 3);
+    dbt_field f[] = {DBT_S("master", sub.master_name), DBT_S("from", from), DBT_S("to", to),
+                     DBT_S("heard", event)};
+    dbt_log(DBT_LOG_WARN, "sentinel_switch", f, 4);
     for (int i = 0; i < n; i++)
         cbs[i].fn(cbs[i].arg);
+}
+
+/* Two announcements of a failover, whichever comes first:
+ *   +switch-master NAME OLDIP OLDPORT NEWIP NEWPORT: every sentinel, once it has the new
+ *     configuration: the leader only at the end of the failover (after the other replicas are
+ *     reconfigured, up to failover-timeout later), the others a hello period after promotion;
+ *   +promoted-slave slave IP:PORT IP PORT @ NAME OLDIP OLDPORT: the leader, as soon as the replica
+ *     it chose says it is the master (past that point a failover is never aborted).
+ * Until then the old master may still accept writes: following early keeps this process off it. */
+static void on_message(const char *channel, const char *text)
+{
+    char name[HOST_LEN], old_host[HOST_LEN], new_host[HOST_LEN], from[HOST_LEN + 8];
+    int old_port, new_port;
+    if (strcmp(channel, "+switch-master") == 0) {
+        if (sscanf(text, "%255s %255s %d %255s %d", name, old_host, &old_port, new_host,
+                   &new_port) != 5)
+            return;
+    } else if (strcmp(channel, "+promoted-slave") == 0) {
+        if (sscanf(text, "%*s %*s %255s %d @ %255s %255s %d", new_host, &new_port, name, old_host,
+                   &old_port) != 5)
+            return;
+    } else {
+        return;
+    }
+    if (strcmp(name, sub.master_name) != 0 || new_port < 1 || new_port > 65535)
+        return;
+    snprintf(from, sizeof from, "%s:%d", old_host, old_port);
+    master_moved(channel, from, new_host, new_port);
 }
 
 /* Handles what the subscription delivered; false when the connection is unusable. */
@@ -357,8 +387,9 @@ static bool read_messages(dbt_redis *s, int64_t *last_rx_ms)
         if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
             rep->element[0]->type == REDIS_REPLY_STRING &&
             strcmp(rep->element[0]->str, "message") == 0 &&
+            rep->element[1]->type == REDIS_REPLY_STRING &&
             rep->element[2]->type == REDIS_REPLY_STRING)
-            on_switch_message(rep->element[2]->str);
+            on_message(rep->element[1]->str, rep->element[2]->str);
         bool error = rep->type == REDIS_REPLY_ERROR;
         freeReplyObject(rep);
         if (error)
@@ -374,9 +405,9 @@ static bool subscribe_once(const address *a)
     dbt_redis *s = open_sentinel(&sub.cfg, sub.user, sub.password, a, err);
     if (!s)
         return false;
-    const char *argv[] = {"SUBSCRIBE", "+switch-master"};
+    const char *argv[] = {"SUBSCRIBE", "+switch-master", "+promoted-slave"};
     bool subscribed = false;
-    if (dbt_redis_append(s, 2, argv, NULL, err) && dbt_redis_flush(s, err)) {
+    if (dbt_redis_append(s, 3, argv, NULL, err) && dbt_redis_flush(s, err)) {
         __atomic_store_n(&sub_fd, dbt_redis_fd(s), __ATOMIC_RELEASE);
         answered(a);
         subscribed = true;

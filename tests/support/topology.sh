@@ -26,6 +26,7 @@ topo_spawn() {
         tp_port=$(free_port)
         "$@" --port "$tp_port" >"$ts_dir/$ts_name.out" 2>&1 &
         echo $! >"$ts_dir/$ts_name.pid"
+        echo "$tp_port" >"$ts_dir/$ts_name.port"
         ts_i=0
         while [ $ts_i -lt 200 ]; do
             [ "$($ts_ping "$tp_port" ping)" = PONG ] && return 0
@@ -123,6 +124,14 @@ topology_master_port() {
     for sp in $topo_sentinel_ports; do
         tm=$(topo_scli "$sp" sentinel get-master-addr-by-name "$topo_master_name" | tail -1)
         [ -n "$tm" ] && { echo "$tm"; return 0; }
+    done
+    return 1
+}
+
+# topology_pid_of DIR PORT: the pid of the server of DIR on PORT.
+topology_pid_of() {
+    for pf in "$1"/*.port; do
+        [ "$(cat "$pf")" = "$2" ] && { cat "${pf%.port}.pid"; return 0; }
     done
     return 1
 }
