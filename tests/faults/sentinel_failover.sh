@@ -75,6 +75,13 @@ if [ -n "$sf_up" ]; then
     sf_url="redis-sentinel://127.0.0.1:$(free_port),$topo_sentinels/mymaster"
     sf_env="PGAPPNAME=sf DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LEASE=2s DBTHROTTLE_REDIS_TIMEOUT=300ms DBTHROTTLE_ON_REDIS_ERROR=closed DBTHROTTLE_REDIS_URL=$sf_url"
     : >"$work/workers.err"
+    # A pre-fork server beside them (its own pool): a parent that reached Redis, then 2 children.
+    wargs="-n 0 -s 20 -F 2"
+    spawn "$work/sff.out" PGAPPNAME=sff DBTHROTTLE_POOL=sff DBTHROTTLE_MAX_QUERIES=4 \
+        DBTHROTTLE_LEASE=2s DBTHROTTLE_REDIS_TIMEOUT=300ms DBTHROTTLE_LOG="$work/sff.log" \
+        DBTHROTTLE_REDIS_URL="$sf_url"
+    sf_fork_pid=$spawned
+    spawned_list=
     wargs="-n 0 -s 20"
     i=0
     while [ $i -lt 16 ]; do spawn "$work/sf.$i" $sf_env; i=$((i + 1)); done
@@ -91,12 +98,21 @@ if [ -n "$sf_up" ]; then
     sf_switches=$(grep -c "event=sentinel_switch" "$work/workers.err")
     sf_heard=$(grep "event=sentinel_switch" "$work/workers.err" | sed 's/.*heard=//; s/ .*//' | sort | uniq -c | tr -s ' ' | tr '\n' ';')
     check "sentinel_failover (failover): each worker's subscriber heard the failover ($sf_switches sentinel_switch lines: $sf_heard)" '[ "$sf_switches" -ge 16 ]'
+    # The pre-fork server's parent and each child followed it on a subscriber of its own.
+    sf_fork_pids() { grep "event=sentinel_switch" "$work/sff.log" 2>/dev/null | sed 's/.* pid=//; s/ .*//' | sort -u | wc -l; }
+    wait_until 30 '[ "$(sf_fork_pids)" -ge 3 ]'
+    check "sentinel_failover (failover): a pre-fork server's parent and its 2 forked children each heard it ($(sf_fork_pids) processes logged sentinel_switch)" '[ "$(sf_fork_pids)" -ge 3 ]'
     # The sentinels agree again (the old master a replica of the new) before the next fault.
     topology_sentinel_ready 60 "$(topology_master_port)" >/dev/null
 
     sf_kill_pid=$(topology_pid_of "$sf_dir" "$(topology_master_port)")
     sf_fault kill 'kill -9 $sf_kill_pid'
 
+    for p in $(pgrep -P "$sf_fork_pid") $sf_fork_pid; do kill -TERM "$p" 2>/dev/null; done
+    wait "$sf_fork_pid"
+    sf_fork_rc=$?
+    wait_until 10 '[ "$(grep -c "^pid=" "$work/sff.out")" -eq 3 ]'
+    check "sentinel_failover: the pre-fork server and its children exited cleanly (exit $sf_fork_rc, $(grep -c '^pid=' "$work/sff.out") reports)" '[ "$sf_fork_rc" -eq 0 ] && [ "$(grep -c "^pid=" "$work/sff.out")" -eq 3 ]'
     for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
     sf_crashed=0
     for p in $spawned_list; do wait "$p" || sf_crashed=$((sf_crashed + 1)); done
