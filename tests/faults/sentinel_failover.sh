@@ -155,6 +155,15 @@ if [ -n "$sf_up" ]; then
     sf_rc=$?
     check "sentinel_failover: without the sentinels' password: refused (psql exit $sf_rc), naming DBTHROTTLE_SENTINEL_PASSWORD_FILE, never ran ($(probes sf_noauth) probes), no secret shown" \
         '[ "$sf_rc" -ne 0 ] && grep -q DBTHROTTLE_SENTINEL_PASSWORD_FILE "$work/sf.noauth.out" && [ "$(probes sf_noauth)" -eq 0 ] && ! grep -q s3cret "$work/sf.noauth.out" "$work/sf.auth.out"'
+    # A password file others may read: used, and warned about once, naming setting and mode.
+    chmod 644 "$work/sf.dpw"
+    mark
+    PGAPPNAME=sf_open throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_REDIS_URL="redis-sentinel://$topo_sentinels/mymaster" \
+        DBTHROTTLE_SENTINEL_PASSWORD_FILE="$work/sf.spw" DBTHROTTLE_REDIS_PASSWORD_FILE="$work/sf.dpw" \
+        psql -X -c "SELECT dbt_probe(0)" >"$work/sf.open.out" 2>&1
+    sf_rc=$?
+    check "sentinel_failover: a password file group or others may read is used (psql exit $sf_rc, $(probes sf_open) probe ran) with one password_file_open warning naming the setting and mode 0644" \
+        '[ "$sf_rc" -eq 0 ] && [ "$(probes sf_open)" -eq 1 ] && [ "$(grep -c "event=password_file_open" "$work/sf.open.out")" -eq 1 ] && grep "event=password_file_open" "$work/sf.open.out" | grep -q "DBTHROTTLE_REDIS_PASSWORD_FILE.*0644" && ! grep -q s3cret "$work/sf.open.out"'
     topology_stop "$sf_pdir"
 fi
 wargs=
