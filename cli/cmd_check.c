@@ -85,6 +85,8 @@ int cmd_check(int argc, char **argv)
         printf("  %-27s %-44s %s%s%s\n", s->env, value, dbt_source_name(src),
                src == DBT_SRC_FILE ? " " : "", src == DBT_SRC_FILE ? cfg.config_file : "");
     }
+    if (cfg.password_file_warning)
+        fprintf(stderr, "dbthrottle check: warning: %s\n", cfg.password_file_warning);
     int rc = 0;
     if (cfg.log_path && !dbt_log_open(&cfg, err)) {
         cli_fail("check", "DBTHROTTLE_LOG: %s", err);

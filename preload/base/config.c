@@ -6,10 +6,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define PREFIX_LEN 11 /* strlen("DBTHROTTLE_") */
 
@@ -67,6 +70,8 @@ static void forget_errors(dbt_config *cfg)
 void dbt_config_free(dbt_config *cfg)
 {
     forget_errors(cfg);
+    free(cfg->sentinel_password);
+    free(cfg->password_file_warning);
     dbt_settings_release(cfg);
     memset(cfg, 0, sizeof *cfg);
 }
@@ -319,6 +324,117 @@ static const char *config_file_of(char *const *envp)
     return file;
 }
 
+/* ---- password files -------------------------------------------------------------------- */
+
+#define MAX_PASSWORD_BYTES 4096
+
+/* Refuses the setting `key` (its row's error, and err when it is the load's first) with a
+ * message naming it and the file, never the file's content. Returns false. */
+static bool password_file_bad(dbt_config *cfg, const char *key, const char *path, const char *why,
+                              char *err, bool first)
+{
+    char shown[256], msg[DBT_ERRLEN];
+    dbt_escape(path, 160, false, shown, sizeof shown);
+    snprintf(msg, sizeof msg, "%s: %s: %s", key, shown, why);
+    note_error(cfg, (int)(dbt_setting_find(key) - dbt_settings), msg);
+    if (first)
+        snprintf(err, DBT_ERRLEN, "%s", msg);
+    return false;
+}
+
+/* The first line of the file at `path` (newline and CR removed) into *out, as .pgpass is read:
+ * a file that group or others may read is used, with a warning kept in cfg. */
+static bool read_password_file(dbt_config *cfg, const char *key, const char *path, char **out,
+                               char *err, bool first)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        char why[128];
+        snprintf(why, sizeof why, "cannot read it: %s", strerror(e));
+        return password_file_bad(cfg, key, path, why, err, first);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return password_file_bad(cfg, key, path, "not a regular file", err, first);
+    }
+    char buf[MAX_PASSWORD_BYTES + 1];
+    size_t n = 0;
+    ssize_t got;
+    while (n < sizeof buf - 1 &&
+           ((got = read(fd, buf + n, sizeof buf - 1 - n)) > 0 || (got < 0 && errno == EINTR)))
+        n += got > 0 ? (size_t)got : 0;
+    int read_errno = got < 0 ? errno : 0;
+    close(fd);
+    buf[n] = '\0';
+    size_t line = strcspn(buf, "\n");
+    while (line > 0 && buf[line - 1] == '\r')
+        line--;
+    const char *why = read_errno                   ? strerror(read_errno)
+                      : memchr(buf, '\0', line)    ? "its first line holds a NUL byte"
+                      : line == 0                  ? "its first line is empty"
+                      : line >= MAX_PASSWORD_BYTES ? "its first line is longer than 4 KiB"
+                                                   : NULL;
+    if (why) {
+        explicit_bzero(buf, sizeof buf);
+        return password_file_bad(cfg, key, path, why, err, first);
+    }
+    char *pw = strndup(buf, line);
+    explicit_bzero(buf, sizeof buf);
+    if (!pw)
+        return password_file_bad(cfg, key, path, "out of memory", err, first);
+    free(*out);
+    *out = pw;
+    if ((st.st_mode & 077) && !cfg->password_file_warning) {
+        char shown[256], msg[DBT_ERRLEN];
+        dbt_escape(path, 160, false, shown, sizeof shown);
+        snprintf(msg, sizeof msg,
+                 "%s: %s is readable by group or others (mode %04o): chmod 600 it, as for "
+                 ".pgpass",
+                 key, shown, (unsigned)(st.st_mode & 07777));
+        cfg->password_file_warning = strdup(msg);
+    }
+    return true;
+}
+
+/* Reads the password files the settings name (once, at the end of the load, when every setting
+ * is known). A password given both in the URL and in a file is refused: which one would win is
+ * not something an operator should have to guess. */
+static bool load_password_files(dbt_config *cfg, char *err, bool first)
+{
+    bool ok = true;
+    if (cfg->redis_password_file && dbt_config_value_ok(cfg, "redis_url") &&
+        dbt_config_value_ok(cfg, "redis_password_file")) {
+        if (cfg->redis.password)
+            ok = password_file_bad(cfg, "DBTHROTTLE_REDIS_PASSWORD_FILE", cfg->redis_password_file,
+                                   "DBTHROTTLE_REDIS_URL carries a password too: give it in one "
+                                   "place only",
+                                   err, first);
+        else
+            ok = read_password_file(cfg, "DBTHROTTLE_REDIS_PASSWORD_FILE", cfg->redis_password_file,
+                                    &cfg->redis.password, err, first);
+    }
+    if (cfg->sentinel_password_file && dbt_config_value_ok(cfg, "sentinel_password_file") &&
+        !read_password_file(cfg, "DBTHROTTLE_SENTINEL_PASSWORD_FILE", cfg->sentinel_password_file,
+                            &cfg->sentinel_password, err, first && ok))
+        ok = false;
+    if (cfg->sentinel_user && !cfg->sentinel_password_file &&
+        dbt_config_value_ok(cfg, "sentinel_user")) {
+        char msg[DBT_ERRLEN];
+        snprintf(msg, sizeof msg,
+                 "DBTHROTTLE_SENTINEL_USER: needs DBTHROTTLE_SENTINEL_PASSWORD_FILE (the "
+                 "sentinels' password)");
+        note_error(cfg, (int)(dbt_setting_find("sentinel_user") - dbt_settings), msg);
+        if (first && ok)
+            snprintf(err, DBT_ERRLEN, "%s", msg);
+        ok = false;
+    }
+    return ok;
+}
+
 bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
 {
     dbt_config_defaults(cfg);
@@ -369,6 +485,8 @@ bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
             snprintf(err, DBT_ERRLEN, "%s", msg);
         ok = false;
     }
+    if (!load_password_files(cfg, err, ok))
+        ok = false;
     return ok;
 }
 

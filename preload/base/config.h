@@ -30,6 +30,13 @@ typedef enum { DBT_SRC_DEFAULT = 0, DBT_SRC_FILE = 1, DBT_SRC_ENV = 2 } dbt_sour
 /* Room for the rows of the settings table (settings.c asserts that they fit). */
 #define DBT_MAX_SETTINGS 32
 
+/* One server of a list ("host1:26379,host2:26379"); host owned (malloc'd). */
+typedef struct {
+    char *host; /* IPv6 without brackets */
+    int port;
+} dbt_host_port;
+#define DBT_MAX_HOSTS 16
+
 /* A parsed DBTHROTTLE_REDIS_URL. Strings are owned (malloc'd) and NULL when absent. */
 typedef struct {
     bool is_unix;   /* unix:///path[?db=N] */
@@ -40,6 +47,12 @@ typedef struct {
     int db;         /* SELECT db, default 0 */
     char *user;     /* ACL user (Redis 6+), NULL when only a password is given */
     char *password; /* AUTH password; never logged */
+    /* redis-sentinel://[user:password@]host1[:port1],.../MASTERNAME[/db]: the master is found
+     * through these sentinels (host and port above stay unset); user and password are the
+     * master's. nsentinels is 0 for every other form. */
+    char *master_name;
+    int nsentinels;
+    dbt_host_port sentinels[DBT_MAX_HOSTS];
 } dbt_redis_url;
 
 /* One DBTHROTTLE_EXEMPT rule: connections whose field matches the glob never take a permit. */
@@ -79,6 +92,14 @@ typedef struct {
     /* pass a permit from thread to thread of this process while only its threads wait */
     bool local_handover;
     int64_t cache_idle_ms; /* a kept permit unused this long goes back by itself */
+    /* Secrets outside the URL: the files' paths as set, and what dbt_config_load read from them
+     * (the Redis one into redis.password; the sentinels' own into sentinel_password). */
+    char *redis_password_file;
+    char *sentinel_user;
+    char *sentinel_password_file;
+    char *sentinel_password; /* never logged */
+    /* A password file readable by group or others: what to warn about (owned; NULL: none). */
+    char *password_file_warning;
     /* What dbt_config_load refused, kept so that each reader can ignore what it does not read:
      * by row of dbt_settings[], the message of a refused value whose setting has no good value
      * in effect since (the default, or an earlier source's, stands in the field); and the first
@@ -95,6 +116,12 @@ bool dbt_parse_duration(const char *setting, const char *text, bool allow_zero, 
                         int64_t *out_ms, char *err);
 bool dbt_parse_limit(const char *setting, const char *text, int *out, char *err);
 bool dbt_parse_bool(const char *setting, const char *text, bool *out, char *err);
+/* "host1[:port1],host2[:port2],..." (IPv6 in brackets) in [text, end): fills hosts (at most
+ * DBT_MAX_HOSTS, each host malloc'd) and *n, the port default_port where none is given. Returns
+ * NULL, or why it failed (then nothing is left allocated). For the Sentinel and Cluster forms. */
+const char *dbt_parse_host_list(const char *text, const char *end, int default_port,
+                                dbt_host_port *hosts, int *n);
+void dbt_host_list_free(dbt_host_port *hosts, int *n);
 /* *out must be zeroed or hold an earlier result: on success that one is freed and replaced. */
 bool dbt_parse_redis_url(const char *setting, const char *text, dbt_redis_url *out, char *err);
 /* "application_name=pg_monitor*,user=admin,database=ops": comma-separated field=glob rules. */

@@ -193,6 +193,8 @@ void dbt_redis_url_free(dbt_redis_url *u)
     free(u->path);
     free(u->user);
     free(u->password);
+    free(u->master_name);
+    dbt_host_list_free(u->sentinels, &u->nsentinels);
     memset(u, 0, sizeof *u);
 }
 
@@ -265,37 +267,47 @@ static const char *parse_unix(const char *rest, dbt_redis_url *u)
     return q ? parse_db(q + 4, q + strlen(q), &u->db) : NULL;
 }
 
-/* [[user]:password@]host[:port][/db]; p starts after "redis://" or "rediss://". */
-static const char *parse_tcp(const char *p, dbt_redis_url *u)
+/* Reads [[user]:password@] from the start of p into u (the last '@' ends it, so a password
+ * holding an unescaped '@' or '/' still parses: dbt_redact_url splits the same way, so it is
+ * masked in messages too; a '?' never reaches here, see query_of). *rest: what follows. */
+static const char *parse_userinfo(const char *p, dbt_redis_url *u, const char **rest)
 {
     const char *why;
-    /* The last '@' ends the userinfo, so a password holding an unescaped '@' or '/' still
-     * parses (dbt_redact_url splits the same way, so it is masked in messages too); a '?' never
-     * reaches here (query_of). */
     const char *at = strrchr(p, '@');
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        if (!colon)
-            return "a user needs a password (redis://user:password@host or "
-                   "redis://:password@host)";
-        if (colon > p && (why = pct_decode(p, colon, &u->user)))
-            return why;
-        if ((why = pct_decode(colon + 1, at, &u->password)))
-            return why;
-        if (!u->password[0])
-            return "empty password";
-        p = at + 1;
-    }
-    const char *host = p, *host_end;
+    *rest = p;
+    if (!at)
+        return NULL;
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    if (!colon)
+        return "a user needs a password (redis://user:password@host or "
+               "redis://:password@host)";
+    if (colon > p && (why = pct_decode(p, colon, &u->user)))
+        return why;
+    if ((why = pct_decode(colon + 1, at, &u->password)))
+        return why;
+    if (!u->password[0])
+        return "empty password";
+    *rest = at + 1;
+    return NULL;
+}
+
+/* host[:port] or [v6]host[:port] from *pp, up to `end` or the first of `stops` after it; *pp
+ * moves past it. The port stays as it was when none is given. */
+static const char *parse_host_port(const char **pp, const char *end, const char *stops,
+                                   char **host_out, int *port)
+{
+    const char *p = *pp, *host = p, *host_end;
     bool bracketed = *p == '[';
     if (bracketed) {
         host++;
-        host_end = strchr(host, ']');
+        host_end = memchr(host, ']', (size_t)(end - host));
         if (!host_end)
             return "unclosed [ in the host";
         p = host_end + 1;
     } else {
-        host_end = host + strcspn(host, ":/");
+        host_end = host;
+        while (host_end < end && *host_end != ':' && !strchr(stops, *host_end))
+            host_end++;
         p = host_end;
     }
     if (host_end == host)
@@ -303,19 +315,105 @@ static const char *parse_tcp(const char *p, dbt_redis_url *u)
     for (const char *h = host; h < host_end; h++)
         if (!host_char(*h, bracketed))
             return "bad character in the host";
-    if (!(u->host = strndup(host, (size_t)(host_end - host))))
-        return "out of memory";
-    if (*p == ':') {
-        const char *port_end = p + 1 + strcspn(p + 1, "/");
-        long long port;
-        if (!whole_number(p + 1, port_end, 65535, &port) || port < 1)
+    if (p < end && *p == ':') {
+        const char *port_end = p + 1;
+        while (port_end < end && !strchr(stops, *port_end))
+            port_end++;
+        long long v;
+        if (!whole_number(p + 1, port_end, 65535, &v) || v < 1)
             return "bad port: expected 1 to 65535";
-        u->port = (int)port;
+        *port = (int)v;
         p = port_end;
     }
+    if (!(*host_out = strndup(host, (size_t)(host_end - host))))
+        return "out of memory";
+    *pp = p;
+    return NULL;
+}
+
+/* [[user]:password@]host[:port][/db]; p starts after "redis://" or "rediss://". */
+static const char *parse_tcp(const char *p, dbt_redis_url *u)
+{
+    const char *why = parse_userinfo(p, u, &p);
+    const char *end = p + strlen(p);
+    if (why || (why = parse_host_port(&p, end, "/", &u->host, &u->port)))
+        return why;
     if (*p == '/')
-        return p[1] ? parse_db(p + 1, p + strlen(p), &u->db) : NULL;
+        return p[1] ? parse_db(p + 1, end, &u->db) : NULL;
     return *p ? "unexpected text after the host" : NULL;
+}
+
+void dbt_host_list_free(dbt_host_port *hosts, int *n)
+{
+    for (int i = 0; i < *n; i++) {
+        free(hosts[i].host);
+        hosts[i].host = NULL;
+    }
+    *n = 0;
+}
+
+const char *dbt_parse_host_list(const char *text, const char *end, int default_port,
+                                dbt_host_port *hosts, int *n)
+{
+    dbt_host_port got[DBT_MAX_HOSTS];
+    int count = 0;
+    const char *p = text, *why = NULL;
+    for (;;) {
+        if (count == DBT_MAX_HOSTS) {
+            why = "more than 16 hosts";
+            break;
+        }
+        got[count].port = default_port;
+        if ((why = parse_host_port(&p, end, ",", &got[count].host, &got[count].port)))
+            break;
+        count++;
+        if (p == end)
+            break;
+        if (*p != ',') {
+            why = "unexpected text after a host";
+            break;
+        }
+        p++;
+    }
+    if (why) {
+        dbt_host_list_free(got, &count);
+        return why;
+    }
+    memcpy(hosts, got, (size_t)count * sizeof *got);
+    *n = count;
+    return NULL;
+}
+
+/* A Sentinel's name for a master: what `sentinel monitor NAME` takes in practice. */
+static bool master_name_char(char c)
+{
+    return isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.';
+}
+
+/* [[user]:password@]host1[:port1],host2[:port2],.../MASTERNAME[/db]; p starts after
+ * "redis-sentinel://". */
+static const char *parse_sentinel(const char *p, dbt_redis_url *u)
+{
+    const char *why = parse_userinfo(p, u, &p);
+    if (why)
+        return why;
+    const char *slash = strchr(p, '/');
+    if (!slash)
+        return "no master name: expected redis-sentinel://host1[:port1],host2[:port2],.../"
+               "MASTERNAME[/db]";
+    if ((why = dbt_parse_host_list(p, slash, 26379, u->sentinels, &u->nsentinels)))
+        return why;
+    const char *name = slash + 1, *name_end = name + strcspn(name, "/");
+    if (name_end == name)
+        return "no master name after the sentinels";
+    for (const char *c = name; c < name_end; c++)
+        if (!master_name_char(*c))
+            return "bad character in the master name";
+    if (!(u->master_name = strndup(name, (size_t)(name_end - name))))
+        return "out of memory";
+    if (*name_end == '/' && name_end[1])
+        return parse_db(name_end + 1, name_end + strlen(name_end), &u->db);
+    return NULL;
 }
 
 /* The message for a URL that did not parse. It is echoed with its password masked: with a
@@ -328,7 +426,8 @@ static bool bad_url(const char *setting, const char *text, const char *why, char
     if (!at)
         return dbt_bad_value(setting, text, why, err);
     if (!has_prefix(text, "redis://") && !has_prefix(text, "rediss://") &&
-        !has_prefix(text, "unix://")) {
+        !has_prefix(text, "unix://") && !has_prefix(text, "redis-sentinel://") &&
+        !has_prefix(text, "rediss-sentinel://")) {
         char shown[80];
         snprintf(shown, sizeof shown, "***@%.70s", at + 1);
         return dbt_bad_value(setting, shown, why, err);
@@ -392,9 +491,13 @@ bool dbt_parse_redis_url(const char *setting, const char *text, dbt_redis_url *o
         why = parse_tcp(text + 8, &u);
     else if ((u.tls = has_prefix(text, "rediss://")))
         why = parse_tcp(text + 9, &u);
+    else if (has_prefix(text, "redis-sentinel://"))
+        why = parse_sentinel(text + 17, &u);
+    else if ((u.tls = has_prefix(text, "rediss-sentinel://")))
+        why = parse_sentinel(text + 18, &u);
     else
-        why = "expected redis://[[user]:password@]host[:port][/db], rediss://... (TLS) or "
-              "unix:///path";
+        why = "expected redis://[[user]:password@]host[:port][/db], rediss://... (TLS), "
+              "unix:///path or redis-sentinel://host1[:port1],.../MASTERNAME[/db]";
     if (why) {
         dbt_redis_url_free(&u);
         return bad_url(setting, text, why, err);

@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "redis_errors.h"
+#include "sentinel.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -42,11 +43,27 @@ static int64_t step_ms(int64_t timeout_ms)
 
 static void set_err(char *err, const char *what, const char *detail);
 
+/* The one place a connection to a Sentinel-found master tells sentinel.c that the master may
+ * be wrong now (an I/O error, a timeout, READONLY, closed by the server): the next connect asks
+ * the sentinels again. */
+static void master_suspect(const dbt_redis *r)
+{
+    if (r->sentinel_gen)
+        dbt_sentinel_master_failed(r->sentinel_gen);
+}
+
+bool dbt_redis_outdated(const dbt_redis *r)
+{
+    return r->sentinel_gen && r->sentinel_gen != dbt_sentinel_generation();
+}
+
 /* The connection can no longer be used; why is kept for later calls. */
 static void mark_broken(dbt_redis *r, const char *why)
 {
-    if (!r->broken)
+    if (!r->broken) {
         snprintf(r->errstr, sizeof r->errstr, "%s", why && why[0] ? why : "connection lost");
+        master_suspect(r);
+    }
     r->broken = true;
 }
 
@@ -285,6 +302,7 @@ dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const c
     }
     r->t.fd = -1;
     r->timeout_ms = cfg->redis_timeout_ms;
+    snprintf(r->who, sizeof r->who, "%s", who);
     dbt_tls_files tls = {cfg->redis_ca, cfg->redis_cert, cfg->redis_key};
     char e[DBT_ERRLEN];
     if (!dbt_transport_connect(&r->t, ep->is_unix, ep->host, ep->port, ep->path,
@@ -322,11 +340,14 @@ dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err)
                        .host = cfg->redis.host,
                        .port = cfg->redis.port,
                        .path = cfg->redis.path};
-    dbt_redis *r = dbt_redis_open(cfg, &ep, cfg->redis.user, cfg->redis.password, err);
+    /* A Sentinel URL names no server: its sentinels find the master, ROLE checked. */
+    dbt_redis *r = cfg->redis.nsentinels > 0
+                       ? dbt_sentinel_connect_master(cfg, err)
+                       : dbt_redis_open(cfg, &ep, cfg->redis.user, cfg->redis.password, err);
     if (!r)
         return NULL;
-    char who[300], msg[DBT_ERRLEN];
-    where(&ep, who, sizeof who);
+    const char *who = r->who;
+    char msg[DBT_ERRLEN];
     if (cfg->redis.db != 0) {
         char db[16];
         snprintf(db, sizeof db, "%d", cfg->redis.db);
@@ -374,6 +395,10 @@ bool dbt_redis_stale(dbt_redis *r)
 {
     if (dbt_redis_broken(r))
         return true;
+    if (dbt_redis_outdated(r)) {
+        mark_broken(r, "the Sentinel master has changed since");
+        return true;
+    }
     if (r->npending > 0)
         return false; /* replies are owed: data waiting is normal, and read later */
     if (r->early || dbt_transport_buffered(&r->t) || r->reader->pos < r->reader->len) {
@@ -420,6 +445,11 @@ static redisReply *read_reply(dbt_redis *r, char *err)
     }
     if (rep->type == REDIS_REPLY_ERROR) {
         set_err(err, "redis", rep->str);
+        if (strncmp(rep->str, "READONLY", 8) == 0) {
+            /* Writing to a replica: the master moved. The connection is given up (READONLY stays
+             * an outage: redis_errors.c), and a Sentinel URL's master found again. */
+            mark_broken(r, rep->str);
+        }
         freeReplyObject(rep);
         return NULL;
     }

@@ -29,6 +29,7 @@ typedef struct {
     int64_t timeout_ms; /* command timeout: each wait for the socket, within a budget */
     bool broken;        /* an I/O or protocol error: never used again */
     char errstr[160];   /* why it broke */
+    char who[300];      /* "redis HOST:PORT" (or unix:PATH): the server, for messages */
     int npending;       /* replies still to read, oldest first */
     /* What the connect read in INFO: a server that may evict the pool's keys or cannot run the
      * scripts ("" when none; the library refuses such a server, the operator's commands only
@@ -41,6 +42,8 @@ typedef struct {
      * INFO was refused: then no failover or restart can be told. */
     char run_id[41];
     int64_t started_ms;
+    /* The Sentinel generation (sentinel.h) the master was found at; 0: not through Sentinel. */
+    uint64_t sentinel_gen;
     struct {
         char *cmd; /* the formatted command, kept to re-send it after a NOSCRIPT */
         size_t len;
@@ -76,6 +79,10 @@ dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err);
  * its parent's connections. */
 void dbt_redis_free(dbt_redis *r);
 
+/* True when the connection was made to a Sentinel master that has since changed or been found
+ * wrong (a newer generation): pools drop it rather than use it. */
+bool dbt_redis_outdated(const dbt_redis *r);
+
 /* True once an I/O or protocol error has made the connection unusable. */
 bool dbt_redis_broken(const dbt_redis *r);
 
@@ -87,9 +94,10 @@ bool dbt_redis_broken(const dbt_redis *r);
 int64_t dbt_redis_budget_begin(int64_t ms);
 void dbt_redis_budget_end(int64_t saved);
 
-/* True when the connection cannot be used: broken, or (with no reply owed) closed by the server
- * while it sat idle, as every pooled connection is after Redis restarts. Costs one recv(2)
- * that does not block. A stale connection is marked broken. */
+/* True when the connection cannot be used: broken, made to a Sentinel master that has changed
+ * since (dbt_redis_outdated), or (with no reply owed) closed by the server while it sat idle, as
+ * every pooled connection is after Redis restarts. Costs one recv(2) that does not block. A stale
+ * connection is marked broken. */
 bool dbt_redis_stale(dbt_redis *r);
 
 /* Sets the command timeout: what each later wait for the socket may take, within a budget. */

@@ -30,13 +30,14 @@ typedef struct {
 static const permanent_error permanent[] = {
     {CODE, "WRONGPASS", false,
      "Redis refused the user or password (WRONGPASS): fix the credentials in "
-     "DBTHROTTLE_REDIS_URL"},
+     "DBTHROTTLE_REDIS_URL (or DBTHROTTLE_REDIS_PASSWORD_FILE)"},
     /* Redis before 6 */
     {REPLY, "ERR invalid password", false,
-     "Redis refused the password: fix it in DBTHROTTLE_REDIS_URL"},
+     "Redis refused the password: fix it in DBTHROTTLE_REDIS_URL (or "
+     "DBTHROTTLE_REDIS_PASSWORD_FILE)"},
     {CODE, "NOAUTH", false,
      "Redis requires a password and DBTHROTTLE_REDIS_URL gives none (NOAUTH): add it, "
-     "redis://[user]:password@host"},
+     "redis://[user]:password@host, or in a file named by DBTHROTTLE_REDIS_PASSWORD_FILE"},
     {REPLY, "ERR AUTH <password> called without any password configured", false,
      "DBTHROTTLE_REDIS_URL gives a password but Redis has none configured: remove it from "
      "DBTHROTTLE_REDIS_URL or set one in Redis"},
@@ -124,6 +125,9 @@ static const permanent_error permanent[] = {
      "Redis' tls-port"},
     {HIREDIS_PREFIX, "TLS: cannot ", false, NULL}, /* a CA, certificate or key not loaded */
     {HIREDIS_PREFIX, "TLS: DBTHROTTLE_REDIS_CERT and DBTHROTTLE_REDIS_KEY", false, NULL},
+    /* sentinel.c's configuration errors: the master name unknown to every sentinel that
+     * answered, the sentinels' credentials refused (its message names the setting). */
+    {OWN, "Redis Sentinel ", false, NULL},
     /* What dbt_redis_connect found in INFO (its message says it all). */
     {OWN, "Redis' maxmemory-policy is ", false, NULL},
     {OWN, "Redis ", false, NULL}, /* "Redis V is older than 7.0, ..." (checked below) */

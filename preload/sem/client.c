@@ -8,6 +8,7 @@
 #include "pool.h"
 #include "release.h"
 #include "renewer.h"
+#include "sentinel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,9 @@ dbt_client *dbt_client_new(const dbt_config *cfg)
     atomic_init(&c->serial, 0);
     pthread_mutex_init(&c->mu, NULL);
     dbt_fork_register(c);
-    /* TODO(issue 16, lead): once part S lands, dbt_sentinel_on_switch(dbt_client_renew_all_now, c)
-     * here (unregistered in dbt_client_free). */
+    /* Sentinel's +switch-master: every pool renews at once, so its holders re-assert their
+     * permits on the new master before the quarantine there ends. */
+    dbt_sentinel_on_switch(dbt_client_renew_all_now, c);
     return c;
 }
 
@@ -227,6 +229,7 @@ void dbt_client_free(dbt_client *c)
     if (!c)
         return;
     dbt_fork_unregister(c);
+    dbt_sentinel_off_switch(dbt_client_renew_all_now, c);
     dbt_pool *p = c->pools;
     while (p) {
         dbt_pool *next = p->next;

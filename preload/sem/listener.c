@@ -110,7 +110,7 @@ static dbt_redis *ready_listener(dbt_pool *p, const char *wake_key, char *err)
 {
     pthread_mutex_lock(&p->mu);
     dbt_redis *l = p->listener;
-    bool reset = p->listener_reset || (l && dbt_redis_broken(l));
+    bool reset = p->listener_reset || (l && (dbt_redis_broken(l) || dbt_redis_outdated(l)));
     if (reset) {
         p->listener = NULL;
         p->blpop_in_flight = 0;

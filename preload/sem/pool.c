@@ -58,7 +58,8 @@ dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err)
             break;
         dbt_redis *r = p->free_conns[--p->nfree];
         pthread_mutex_unlock(&p->mu);
-        /* An idle connection that Redis closed (a restart) is replaced here, before a command
+        /* An idle connection that Redis closed (a restart), or one to a Sentinel master that has
+         * changed since (dbt_redis_stale says both), is replaced here, before a command
          * fails on it and the pool takes a healthy Redis for an outage. */
         if (!dbt_redis_stale(r))
             return r;

@@ -204,6 +204,13 @@ static void check_url(const dbt_redis_url *u)
 {
     if (u->is_unix) {
         CHECK(u->path && u->path[0] == '/' && !u->host && !u->user && !u->password);
+    } else if (u->nsentinels > 0) {
+        CHECK(!u->host && !u->path && u->master_name && u->master_name[0]);
+        CHECK(u->nsentinels <= DBT_MAX_HOSTS);
+        for (int i = 0; i < u->nsentinels; i++)
+            CHECK(u->sentinels[i].host && u->sentinels[i].host[0] && u->sentinels[i].port >= 1 &&
+                  u->sentinels[i].port <= 65535);
+        CHECK(!u->user || u->password);
     } else {
         CHECK(u->host && u->host[0] && !u->path);
         CHECK(u->port >= 1 && u->port <= 65535);
@@ -244,6 +251,10 @@ static void fuzz_redis_url(const char *text)
             dbt_redis_url r = {0};
             CHECK(dbt_parse_redis_url(setting, red, &r, err));
             CHECK(!r.is_unix && same_str(r.host, u.host) && r.port == u.port && r.db == u.db);
+            CHECK(r.nsentinels == u.nsentinels && same_str(r.master_name, u.master_name));
+            for (int i = 0; i < u.nsentinels; i++)
+                CHECK(same_str(r.sentinels[i].host, u.sentinels[i].host) &&
+                      r.sentinels[i].port == u.sentinels[i].port);
             CHECK(same_str(r.user, u.user));
             CHECK(u.password ? same_str(r.password, "***") : !r.password && !strcmp(red, text));
             dbt_redis_url_free(&r);

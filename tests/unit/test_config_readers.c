@@ -105,8 +105,9 @@ Test(config_readers, operators_read_the_redis_settings)
 /* The operator's commands connect with these and nothing else (cli/): the table says so. */
 Test(config_readers, the_table_marks_what_only_workers_read)
 {
-    const char *common[] = {"redis_url",     "redis_ca",   "redis_cert", "redis_key",
-                            "redis_timeout", "key_prefix", "config"};
+    const char *common[] = {
+        "redis_url",  "redis_ca", "redis_cert",          "redis_key",     "redis_timeout",
+        "key_prefix", "config",   "redis_password_file", "sentinel_user", "sentinel_password_file"};
     for (const dbt_setting *s = dbt_settings; s->key; s++) {
         bool is_common = false;
         for (size_t i = 0; i < sizeof common / sizeof *common; i++)
