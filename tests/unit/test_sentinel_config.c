@@ -34,6 +34,12 @@ Test(sentinel_url, forms)
     cr_assert(dbt_parse_redis_url("U", "redis-sentinel://:pw@h:1/m/", &u, err), "%s", err);
     cr_expect_null(u.user);
     cr_expect_str_eq(u.password, "pw");
+    cr_expect(!u.tls);
+    /* Over TLS, to the sentinels and the master. */
+    cr_assert(dbt_parse_redis_url("U", "rediss-sentinel://:pw@h:1/m", &u, err), "%s", err);
+    cr_expect(u.tls);
+    cr_expect_eq(u.nsentinels, 1);
+    cr_expect_str_eq(u.master_name, "m");
     /* A plain URL after a Sentinel one leaves no sentinel behind. */
     cr_assert(dbt_parse_redis_url("U", "redis://h:6380", &u, err), "%s", err);
     cr_expect_eq(u.nsentinels, 0);
@@ -60,7 +66,6 @@ Test(sentinel_url, bad_ones_name_the_setting_and_never_show_the_password)
         "redis-sentinel://:hunter2@[::1]x/m", /* text after a host */
         "redis-sentinel://hunter2@h/m",       /* a lone user */
         "redis-sentinel://:@h/m",             /* empty password */
-        "rediss-sentinel://:hunter2@h/m",     /* TLS: not in this build */
         "redis-sentinel://:hunter2@a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q/m", /* 17 sentinels */
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
