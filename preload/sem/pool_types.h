@@ -215,6 +215,7 @@ struct dbt_pool {
     pthread_t thread;
     pthread_cond_t bg_cv;
     int64_t last_renew_us;
+    int renew_failures; /* renewals failed in a row: the next is tried sooner (renewal_failed) */
     int64_t last_report_us; /* the last renewal or heartbeat sent (the process record) */
     bool reported;          /* one was accepted: the exit removes the record */
 };

@@ -290,10 +290,18 @@ static void renewal_failed(dbt_pool *p, int64_t sent)
     int64_t now = dbt_now_us();
     expire_unrenewed(p, now);
     expire_unrenewed_places(p, now);
-    /* Try again in a second (or sooner, at the next regular renewal). */
+    /* Try again soon, then less often: 100 ms, 200, 400, 800, then every second (or sooner, at
+     * the next regular renewal). A Redis that restarted or failed over is back within a few
+     * hundred ms, and the holders' permits must be re-asserted in its quarantine while their
+     * commands still run (docs/design.md, "Failover and data loss"); a Redis that stays away
+     * costs this thread one attempt per second, never the application's threads. */
+    (void)sent;
     int64_t period = renew_period_us(p);
-    if (period > 1000000)
-        p->last_renew_us = sent - period + 1000000;
+    int shift = p->renew_failures < 4 ? p->renew_failures : 4;
+    p->renew_failures++;
+    int64_t delay = shift < 4 ? (INT64_C(100000) << shift) : INT64_C(1000000);
+    if (delay < period)
+        p->last_renew_us = now - period + delay;
 }
 
 /* One renewal round trip for both kinds. Called with p->mu held; releases it meanwhile. */
@@ -365,6 +373,7 @@ static void renew(dbt_pool *p)
         }
     evict_cancels cancels = {.n = 0};
     if (rep) {
+        p->renew_failures = 0;
         p->reported = !goodbye;
         apply_renewal(p, &reply, sent, nmine, &cancels);
         freeReplyObject(rep);
