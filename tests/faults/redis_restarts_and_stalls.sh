@@ -62,8 +62,10 @@ for mode in open closed; do
     check "redis_restarts_and_stalls ($mode): all 16 workers ran to the end and exited cleanly ($lines reports, $crashed bad exits)" '[ "$lines" -eq 16 ] && [ "$crashed" -eq 0 ]'
     # A wait outlives failed renewals while its place is valid in Redis: it ends at the first
     # renewal that fails (after REDIS_TIMEOUT) once no renewal was accepted for a whole lease.
-    # Bound: lease + lease/3 + REDIS_TIMEOUT, plus 300 ms of slack.
-    check "redis_restarts_and_stalls ($mode): no libpq call was held longer than 1000 + 333 + 300 + 300 ms (longest: $worst ms)" '[ "$worst" -le 1933 ]'
+    # Bound: lease + lease/3 + REDIS_TIMEOUT, plus 300 ms of slack. A restart (another run_id)
+    # starts a quarantine in which a waiter is granted nothing (docs/design.md, "Failover and
+    # data loss"): Q = lease/3 + REDIS_TIMEOUT + 1 s = 1633 ms more.
+    check "redis_restarts_and_stalls ($mode): no libpq call was held longer than 1000 + 333 + 300 + 300 + Q 1633 ms (longest: $worst ms)" '[ "$worst" -le 3566 ]'
     check "redis_restarts_and_stalls ($mode): after recovery at most 4 ran at once (most seen: $recovered in $recovered_n probes)" '[ "$recovered" -le 4 ] && [ "$recovered" -ge 2 ] && [ "$recovered_n" -ge 100 ]'
     if [ $mode = open ]; then
         check "redis_restarts_and_stalls (open): nothing was refused: commands ran on unthrottled" '[ "$errn" -eq 0 ]'

@@ -18,7 +18,9 @@ for mode in closed open; do
     wait_until 30 '[ "$(adm_max $app 0)" -ge 8 ]' >/dev/null
     sleep 2
     before=$(adm_now)
-    # Mid-statement for the holders: a 1.5 s probe started at most 1.5 s ago.
+    # Early in the holders' statements (8 at once just started: 1.5 s left, their first renewal
+    # a second after their grant), so that the restart meets them mid-statement.
+    wait_until 10 'adm_full $app 8 $before' >/dev/null
     redis_kill
     rm -f "$work/redis/dump.rdb"
     down=$(adm_now)

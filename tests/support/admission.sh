@@ -14,6 +14,8 @@
 #   adm_over APP LIMIT FROM    how long (ms) probes of APP ran above LIMIT at once since FROM: from
 #                              the first start above it to the last one above it (0: never)
 #   adm_stat FIELD             a counter of the query semaphores' stats in Redis, summed over pools
+#   adm_full APP N FROM        true once a probe of APP started at or after FROM with N at once (the
+#                              limit just filled: its holders are at the start of their statements)
 
 adm_begin() {
     psql -qAtX -c "ALTER SYSTEM SET log_timezone = 'UTC'" -c "SELECT pg_reload_conf()" >/dev/null
@@ -73,4 +75,8 @@ adm_stat() {
             for _, k in ipairs(r[2]) do n = n + (tonumber(redis.call('HGET', k, ARGV[1])) or 0) end
         until cur == '0'
         return n" 0 "$1"
+}
+
+adm_full() {
+    [ "$(adm_probes "$1" | awk -v n="$2" -v from="$3" '$1 >= from && $2 >= n { f = 1 } END { print f + 0 }')" = 1 ]
 }
