@@ -232,6 +232,13 @@ local function note_gone(s, now, ids, forget)
         args[#args + 1] = forget
         args[#args + 1] = id
     end
+    -- Forget as many ids past their time as are added, and a few more: the set never holds more
+    -- than the ids of its window (a release's Q), however fast permits come and go, even when no
+    -- renewal trims it (a busy process renews every lease/3; it may release thousands meanwhile).
+    local old = redis.call('ZRANGEBYSCORE', s.GONE, '-inf', now, 'LIMIT', 0, #ids + 8)
+    if #old > 0 then
+        redis.call('ZREM', s.GONE, unpack(old))
+    end
     redis.call('ZADD', s.GONE, unpack(args))
     redis.call('PEXPIRE', s.GONE, 2 * LEASE + QMS)
 end

@@ -347,3 +347,58 @@ Test(eras, lost_holders_are_reasserted_expired_ones_are_not, .timeout = 60)
     dbt_redis_free(r);
     dbt_config_free(&cfg);
 }
+
+/* Released ids are remembered in GONE for Q, so that a renewal racing a release is not taken for
+ * data lost. A process may release thousands of permits between two renewals: each release forgets
+ * the ids past their time as it adds its own, so GONE holds one window's ids, not every id a busy
+ * pool ever released. Two bursts of releases, the first one's time past before the second: after
+ * the second, GONE holds its ids only (on the code that trimmed GONE in renew.lua alone: both). */
+static void release_burst(dbt_redis *r, const dbt_config *cfg, const dbt_keys *k, int from, int n)
+{
+    char err[DBT_ERRLEN], id[64];
+    for (int i = from; i < from + n; i++) {
+        snprintf(id, sizeof id, "00000000000000bb.%d.1", i);
+        dbt_script_call c;
+        dbt_build_release(&c, k, DBT_KIND_QUERY, cfg, id);
+        bool held;
+        redisReply *rep = dbt_script_run(r, &c, dbt_parse_release, &held, err);
+        cr_assert_not_null(rep, "%s", err);
+        freeReplyObject(rep);
+    }
+}
+
+Test(eras, released_ids_are_forgotten_as_fast_as_they_come, .timeout = 60)
+{
+    dbt_config cfg;
+    test_config(&cfg, &fx_redis, LEASE, TIMEOUT, NULL);
+    char err[DBT_ERRLEN];
+    dbt_redis *r = dbt_redis_connect(&cfg, err);
+    cr_assert_not_null(r, "%s", err);
+    dbt_keys k;
+    cr_assert(dbt_keys_init(&k, cfg.key_prefix, "era"));
+    enum { BURST = 300 };
+    release_burst(r, &cfg, &k, 0, BURST);
+    cr_assert_eq(test_redis_int(&fx_redis, "ZCARD " P "gone"), BURST);
+    /* Until the first burst's ids are past their time by Redis' clock. */
+    redisContext *rc = test_redis_connect(&fx_redis);
+    redisReply *last = redisCommand(rc, "ZRANGE " P "gone -1 -1 WITHSCORES");
+    cr_assert(last && last->type == REDIS_REPLY_ARRAY && last->elements == 2);
+    long long forget = strtoll(last->element[1]->str, NULL, 10);
+    freeReplyObject(last);
+    for (;;) {
+        redisReply *t = redisCommand(rc, "TIME");
+        long long now = strtoll(t->element[0]->str, NULL, 10) * 1000 +
+                        strtoll(t->element[1]->str, NULL, 10) / 1000;
+        freeReplyObject(t);
+        if (now > forget)
+            break;
+        usleep(50 * 1000);
+    }
+    redisFree(rc);
+    release_burst(r, &cfg, &k, BURST, BURST);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "gone"), BURST,
+                 "GONE still holds ids past their time");
+    dbt_keys_free(&k);
+    dbt_redis_free(r);
+    dbt_config_free(&cfg);
+}
