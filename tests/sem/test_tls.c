@@ -119,7 +119,8 @@ Test(tls, acquire_release_and_a_queued_grant_pushed_over_tls)
 {
     tls_start("server", "no");
     dbt_config cfg;
-    tls_config(&cfg, "127.0.0.1", "ca.crt", NULL);
+    /* A generous timeout: this runs under valgrind too. */
+    tls_config(&cfg, "127.0.0.1", "ca.crt", "DBTHROTTLE_REDIS_TIMEOUT=10s", NULL);
     dbt_client *c = dbt_client_new(&cfg);
     dbt_pool *p = dbt_client_pool(c, "tls");
     dbt_acquire_opts o = {.limit = 1, .wait_ms = 20000};
@@ -157,7 +158,8 @@ Test(tls, noscript_is_repaired_over_tls)
 {
     tls_start("server", "no");
     dbt_config cfg;
-    tls_config(&cfg, "127.0.0.1", "ca.crt", NULL);
+    /* A generous timeout: this runs under valgrind too. */
+    tls_config(&cfg, "127.0.0.1", "ca.crt", "DBTHROTTLE_REDIS_TIMEOUT=10s", NULL);
     dbt_client *c = dbt_client_new(&cfg);
     dbt_pool *p = dbt_client_pool(c, "tls");
     dbt_acquire_opts o = {.limit = 2, .wait_ms = 5000};
@@ -319,7 +321,8 @@ Test(tls, a_fork_child_leaves_the_parents_sessions_alone)
 {
     tls_start("server", "no");
     dbt_config cfg;
-    tls_config(&cfg, "127.0.0.1", "ca.crt", NULL);
+    /* A generous timeout: this runs under valgrind too. */
+    tls_config(&cfg, "127.0.0.1", "ca.crt", "DBTHROTTLE_REDIS_TIMEOUT=10s", NULL);
     dbt_client *c = dbt_client_new(&cfg);
     dbt_pool *p = dbt_client_pool(c, "tls");
     dbt_acquire_opts o = {.limit = 3, .wait_ms = 5000};
