@@ -8,6 +8,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -48,6 +49,18 @@ void dbt_sigpipe_restore(dbt_sigpipe_guard *g)
             ;
     }
     pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+/* ---- OpenSSL's exit ---------------------------------------------------------------------- */
+
+/* OpenSSL frees itself in an atexit handler registered by whoever initialises it first (libpq,
+ * when it connects). Our threads and our own exit handler (which gives permits back) may still
+ * use a TLS session after that handler ran: a use after free inside someone else's exit. Taken
+ * first, at load, the initialisation registers no such handler; the process' memory goes back
+ * to the system at exit all the same. */
+__attribute__((constructor)) static void openssl_without_atexit(void)
+{
+    (void)OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
 }
 
 /* ---- waiting ------------------------------------------------------------------------------ */
