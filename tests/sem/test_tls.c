@@ -20,6 +20,12 @@
 
 #define HOLDERS "dbthrottle:{tls}:q:holders"
 
+/* Where tests/support/tls.sh is: the Makefile says so for `make check`; the sanitizer builds run
+ * from the top of the tree. */
+#ifndef DBT_SOURCE_DIR
+#define DBT_SOURCE_DIR "."
+#endif
+
 static test_redis R;
 static bool started;
 static char certs[64];
