@@ -3,7 +3,9 @@
 #include "redis_server.h"
 #include "sem_client.h"
 
+#include <arpa/inet.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
@@ -11,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +51,98 @@ static double ping_rtt_ns(const test_redis *r, int n)
     free(v);
     redisFree(c);
     return p50;
+}
+
+/* ---- uncontended acquire over TLS against plain, same server, same run -------------------- */
+
+/* Acquire latencies of n uncontended acquire+release cycles on pool p, into v; settle_us apart
+ * (0: the next acquire right after the release, whose reply it then reads). */
+static void time_acquires(dbt_pool *p, int64_t *v, int n, int settle_us)
+{
+    dbt_acquire_opts o = {.limit = 4, .wait_ms = 10000};
+    for (int i = 0; i < n; i++) {
+        dbt_permit *pm;
+        int64_t t = now_ns();
+        if (dbt_acquire(p, DBT_KIND_QUERY, &o, &pm) != DBT_ACQ_GRANTED)
+            abort();
+        v[i] = now_ns() - t;
+        dbt_release(pm);
+        if (settle_us)
+            usleep((useconds_t)settle_us);
+    }
+}
+
+static int free_tcp_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* A redis-server of its own with a plain and a TLS port (certificates by tests/support/tls.sh):
+ * blocks of plain and rediss:// acquires take turns, so that the machine's noise falls on both. */
+static void tls_against_plain(void)
+{
+    char dir[] = "/tmp/dbt-bench-tls-XXXXXX", cmd[512], extra[1024];
+    if (!mkdtemp(dir))
+        return;
+    snprintf(cmd, sizeof cmd, "sh %s/tests/support/tls.sh %s", DBT_SOURCE_DIR, dir);
+    test_redis r;
+    int port = free_tcp_port();
+    snprintf(extra, sizeof extra,
+             "--tls-port %d --tls-cert-file %s/server.crt --tls-key-file %s/server.key "
+             "--tls-ca-cert-file %s/ca.crt --tls-auth-clients no",
+             port, dir, dir, dir);
+    if (system(cmd) != 0 || !test_redis_start(&r, extra)) {
+        printf("%-52s %10s\n", "uncontended acquire over TLS", "(no TLS redis-server)");
+        return;
+    }
+    char url[128], ca[300];
+    snprintf(url, sizeof url, "DBTHROTTLE_REDIS_URL=rediss://127.0.0.1:%d", port);
+    snprintf(ca, sizeof ca, "DBTHROTTLE_REDIS_CA=%s/ca.crt", dir);
+    dbt_config plain_cfg, tls_cfg;
+    test_config(&plain_cfg, &r, NULL);
+    test_config(&tls_cfg, &r, url, ca, NULL);
+    dbt_client *pc = dbt_client_new(&plain_cfg), *tc = dbt_client_new(&tls_cfg);
+    dbt_pool *pp = dbt_client_pool(pc, "bench-plain"), *tp = dbt_client_pool(tc, "bench-tls");
+    enum { BLOCK = 500, BLOCKS = 8 };
+    int64_t *pv = malloc(BLOCK * BLOCKS * sizeof *pv), *tv = malloc(BLOCK * BLOCKS * sizeof *tv);
+    time_acquires(pp, pv, 50, 0); /* connect outside the measurement */
+    time_acquires(tp, tv, 50, 0);
+    /* Back to back (each acquire right after the last release, as above), then with the
+     * release's reply already back (Redis reads one TLS record per turn of its event loop: a
+     * release just sent costs the acquire behind it a second turn, which plain TCP does not). */
+    for (int settle = 0; settle <= 300; settle += 300) {
+        for (int b = 0; b < BLOCKS; b++) {
+            time_acquires(pp, pv + b * BLOCK, BLOCK, settle);
+            time_acquires(tp, tv + b * BLOCK, BLOCK, settle);
+        }
+        double p50 = pct(pv, BLOCK * BLOCKS, 50), t50 = pct(tv, BLOCK * BLOCKS, 50);
+        printf("%-52s %10.1f us\n",
+               settle ? "  same, 300 us after the release: plain, p50"
+                      : "uncontended acquire, plain (TLS server's), p50",
+               p50 / 1000);
+        printf("%-52s %10.1f us = %.2f x plain (target <= 1.2)\n",
+               settle ? "  same, 300 us after the release: over TLS, p50"
+                      : "uncontended acquire over TLS, p50",
+               t50 / 1000, t50 / p50);
+    }
+    free(pv);
+    free(tv);
+    dbt_client_free(pc);
+    dbt_client_free(tc);
+    dbt_config_free(&plain_cfg);
+    dbt_config_free(&tls_cfg);
+    test_redis_stop(&r);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    (void)system(cmd);
 }
 
 /* ---- handover: one thread releases, the queued one is granted ------------------------- */
@@ -244,6 +339,7 @@ int main(void)
            (double)(usec1 - usec0) / FAST);
     free(acq);
     free(rel);
+    tls_against_plain();
 
     /* Handover. */
     enum { ROUNDS = 1000 };

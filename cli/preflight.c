@@ -240,8 +240,13 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
         *permanent = dbt_redis_error_permanent(e, false, why, sizeof why);
         /* A TLS refusal's line names its own fix (DBTHROTTLE_REDIS_CA, _CERT, ...). */
         const char *reply = dbt_redis_error_reply(e);
-        if (*permanent && reply && strncmp(reply, "TLS: ", 5) == 0)
-            snprintf(err, DBT_ERRLEN, "%.*s%s", (int)(reply - e), e, why);
+        if (*permanent && reply && strncmp(reply, "TLS: ", 5) == 0) {
+            /* "redis HOST:PORT: " without the step's own "redis: " */
+            int at = (int)(reply - e);
+            if (at >= 9 && strncmp(reply - 7, "redis: ", 7) == 0 && reply - 7 > e)
+                at -= 7;
+            snprintf(err, DBT_ERRLEN, "%.*s%s", at, e, why);
+        }
         return false;
     }
     /* The connect read INFO as a worker's does, and judged the version and the policy by the

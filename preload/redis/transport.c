@@ -8,6 +8,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -25,7 +26,7 @@
 /* ---- SIGPIPE ------------------------------------------------------------------------------ */
 
 /* A write to a socket the peer has closed raises SIGPIPE, whose default action kills the host
- * program. Plain writes say MSG_NOSIGNAL; OpenSSL writes with write(2), so around its calls
+ * program. Our own writes say MSG_NOSIGNAL (OpenSSL's too: sock_bio); for writes that cannot,
  * SIGPIPE is blocked in this thread and, if one was raised (and was not already pending),
  * consumed; the mask is then restored. The same technique libpq uses. */
 void dbt_sigpipe_block(dbt_sigpipe_guard *g)
@@ -50,6 +51,18 @@ void dbt_sigpipe_restore(dbt_sigpipe_guard *g)
     pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 
+/* ---- OpenSSL's exit ---------------------------------------------------------------------- */
+
+/* OpenSSL frees itself in an atexit handler registered by whoever initialises it first (libpq,
+ * when it connects). Our threads and our own exit handler (which gives permits back) may still
+ * use a TLS session after that handler ran: a use after free inside someone else's exit. Taken
+ * first, at load, the initialisation registers no such handler; the process' memory goes back
+ * to the system at exit all the same. */
+__attribute__((constructor)) static void openssl_without_atexit(void)
+{
+    (void)OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
+}
+
 /* ---- waiting ------------------------------------------------------------------------------ */
 
 /* Waits until fd is ready for `events` or deadline_us passes: 1 ready, 0 timed out, -1 error. */
@@ -72,6 +85,66 @@ static int wait_fd(int fd, short events, int64_t deadline_us)
 static void say(char *err, size_t cap, const char *what)
 {
     snprintf(err, cap, "%s", what);
+}
+
+/* ---- the socket under OpenSSL ------------------------------------------------------------ */
+
+/* OpenSSL's own socket BIO writes with write(2), which raises SIGPIPE on a socket the peer has
+ * closed: ours says MSG_NOSIGNAL, as plain writes do, rather than mask the signal around every
+ * SSL call (four system calls each time). The BIO's data is the descriptor. */
+static int sock_write(BIO *b, const char *buf, int len)
+{
+    ssize_t n = send((int)(intptr_t)BIO_get_data(b), buf, (size_t)len, MSG_NOSIGNAL);
+    BIO_clear_retry_flags(b);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        BIO_set_retry_write(b);
+    return (int)n;
+}
+
+static int sock_read(BIO *b, char *buf, int len)
+{
+    ssize_t n = recv((int)(intptr_t)BIO_get_data(b), buf, (size_t)len, 0);
+    BIO_clear_retry_flags(b);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        BIO_set_retry_read(b);
+    return (int)n;
+}
+
+static long sock_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    (void)b;
+    (void)num;
+    (void)ptr;
+    return cmd == BIO_CTRL_FLUSH; /* nothing is buffered here */
+}
+
+static int sock_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static BIO_METHOD *sock_method;
+static pthread_once_t sock_method_once = PTHREAD_ONCE_INIT;
+
+static void make_sock_method(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "dbthrottle socket");
+    if (m && BIO_meth_set_write(m, sock_write) && BIO_meth_set_read(m, sock_read) &&
+        BIO_meth_set_ctrl(m, sock_ctrl) && BIO_meth_set_create(m, sock_create))
+        sock_method = m;
+    else
+        BIO_meth_free(m);
+}
+
+/* A BIO over fd that never raises SIGPIPE; NULL when OpenSSL cannot make one. */
+static BIO *sock_bio(int fd)
+{
+    pthread_once(&sock_method_once, make_sock_method);
+    BIO *b = sock_method ? BIO_new(sock_method) : NULL;
+    if (b)
+        BIO_set_data(b, (void *)(intptr_t)fd);
+    return b;
 }
 
 /* ---- TLS contexts: one per process and setting of CA, certificate and key ------------------- */
@@ -124,6 +197,16 @@ static const char *ssl_reason(void)
     return r ? r : "unknown error";
 }
 
+/* Called by OpenSSL when the server asks for a client certificate and we have none: noted, so
+ * that a connection the server then closes can say why (see cert_refused). */
+static int no_client_cert(SSL *s, X509 **x509, EVP_PKEY **pkey)
+{
+    (void)x509;
+    (void)pkey;
+    SSL_set_app_data(s, (char *)"asked");
+    return 0;
+}
+
 static SSL_CTX *make_ctx(const dbt_tls_files *f, char *err, size_t cap)
 {
     if (!f->cert != !f->key) {
@@ -143,6 +226,10 @@ static SSL_CTX *make_ctx(const dbt_tls_files *f, char *err, size_t cap)
     SSL_CTX_set_verify(c, SSL_VERIFY_PEER, NULL);
     /* A write that must wait is retried with the same bytes, not always at the same address. */
     SSL_CTX_set_mode(c, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* Read what the socket has in one recv(2), not a record's header and body in two: records
+     * left whole in OpenSSL's buffer are not seen by poll(2), so every reader drains it
+     * (dbt_transport_read with no wait reads until the socket is empty). */
+    SSL_CTX_set_read_ahead(c, 1);
     if (f->ca) {
         struct stat st;
         int ok = 0;
@@ -162,6 +249,8 @@ static SSL_CTX *make_ctx(const dbt_tls_files *f, char *err, size_t cap)
         snprintf(err, cap, "TLS: cannot load the system's CA store: %s", ssl_reason());
         goto fail;
     }
+    if (!f->cert)
+        SSL_CTX_set_client_cert_cb(c, no_client_cert);
     if (f->cert) {
         if (SSL_CTX_use_certificate_chain_file(c, f->cert) != 1) {
             snprintf(err, cap, "TLS: cannot load DBTHROTTLE_REDIS_CERT %.200s: %s", f->cert,
@@ -305,10 +394,12 @@ static bool handshake(dbt_transport *t, const char *host, const dbt_tls_files *t
         return false;
     ERR_clear_error();
     t->ssl = SSL_new(ctx);
-    if (!t->ssl || SSL_set_fd(t->ssl, t->fd) != 1) {
+    BIO *bio = t->ssl ? sock_bio(t->fd) : NULL;
+    if (!bio) {
         snprintf(err, cap, "TLS: %s", ssl_reason());
         return false;
     }
+    SSL_set_bio(t->ssl, bio, bio);
     /* The certificate must name the host of the URL: an IP address as an IP SAN, a name as a DNS
      * SAN (also sent as SNI, for servers behind a TLS proxy). */
     bool ok = is_ip_literal(host)
@@ -318,20 +409,31 @@ static bool handshake(dbt_transport *t, const char *host, const dbt_tls_files *t
         snprintf(err, cap, "TLS: cannot check the name %.200s: %s", host, ssl_reason());
         return false;
     }
-    dbt_sigpipe_guard g;
-    dbt_sigpipe_block(&g);
     for (;;) {
         ERR_clear_error();
         int rc = SSL_connect(t->ssl);
         if (rc == 1)
             break;
-        if (!ssl_wait(t, rc, deadline_us, "TLS: handshake timed out", err, cap)) {
-            dbt_sigpipe_restore(&g);
+        if (!ssl_wait(t, rc, deadline_us, "TLS: handshake timed out", err, cap))
             return false;
-        }
     }
-    dbt_sigpipe_restore(&g);
+    t->cert_unanswered = SSL_get_app_data(t->ssl) != NULL;
     return true;
+}
+
+/* TLS 1.3 ends the handshake before the server has checked our certificate: a server that
+ * requires one we did not send says so with an alert right after, then closes. Our first command
+ * may be on its way by then, and the reset it causes can discard the alert: a connection closed
+ * or reset before the first reply, after the server asked for a certificate we lack, is taken
+ * for that refusal. */
+static void cert_refused(dbt_transport *t, char *err, size_t cap)
+{
+    if (t->cert_unanswered &&
+        (strcmp(err, "Server closed the connection") == 0 ||
+         strcmp(err, strerror(ECONNRESET)) == 0 || strcmp(err, strerror(EPIPE)) == 0))
+        snprintf(err, cap,
+                 "TLS: the server requires a client certificate (it asked for one, none is set, "
+                 "and it closed the connection)");
 }
 
 /* ---- connecting ---------------------------------------------------------------------------- */
@@ -427,7 +529,7 @@ bool dbt_transport_connect(dbt_transport *t, bool is_unix, const char *host, int
                            const char *path, const dbt_tls_files *tls, int64_t timeout_ms,
                            char *err, size_t cap)
 {
-    *t = (dbt_transport){.fd = -1, .ssl = NULL};
+    *t = (dbt_transport){.fd = -1, .ssl = NULL, .cert_unanswered = false};
     int64_t deadline_us = dbt_now_us() + timeout_ms * 1000;
     t->fd = is_unix ? connect_unix(path, deadline_us, err, cap)
                     : connect_tcp(host, port, deadline_us, err, cap);
@@ -450,8 +552,6 @@ bool dbt_transport_write(dbt_transport *t, const char *buf, size_t len, int64_t 
 {
     if (t->ssl) {
         bool ok = true;
-        dbt_sigpipe_guard g;
-        dbt_sigpipe_block(&g);
         int64_t deadline_us = dbt_now_us() + timeout_ms * 1000;
         size_t off = 0;
         while (ok && off < len) {
@@ -465,7 +565,8 @@ bool dbt_transport_write(dbt_transport *t, const char *buf, size_t len, int64_t 
                 ok = ssl_wait(t, rc, deadline_us, WRITE_TIMED_OUT, err, cap);
             }
         }
-        dbt_sigpipe_restore(&g);
+        if (!ok)
+            cert_refused(t, err, cap);
         return ok;
     }
     size_t off = 0;
@@ -495,14 +596,23 @@ ssize_t dbt_transport_read(dbt_transport *t, char *buf, size_t len, int64_t time
 {
     int64_t deadline_us = dbt_now_us() + timeout_ms * 1000;
     if (t->ssl) {
-        dbt_sigpipe_guard g; /* a TLS read may write: a key update's answer, an alert */
-        dbt_sigpipe_block(&g);
         ssize_t got = -1;
+        /* As for a plain socket, poll first when nothing is here yet: one recv(2) saved. */
+        if (timeout_ms > 0 && !SSL_has_pending(t->ssl)) {
+            int w = wait_fd(t->fd, POLLIN, deadline_us);
+            if (w == 0)
+                return 0;
+            if (w < 0) {
+                say(err, cap, strerror(errno));
+                return -1;
+            }
+        }
         for (;;) {
             ERR_clear_error();
             int rc = SSL_read(t->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
             if (rc > 0) {
                 got = rc;
+                t->cert_unanswered = false;
                 break;
             }
             int e = SSL_get_error(t->ssl, rc);
@@ -513,10 +623,11 @@ ssize_t dbt_transport_read(dbt_transport *t, char *buf, size_t len, int64_t time
             if (!ssl_wait(t, rc, deadline_us, READ_TIMED_OUT, err, cap)) {
                 /* Timed out: nothing came in time (0); anything else broke the connection. */
                 got = strcmp(err, READ_TIMED_OUT) == 0 ? 0 : -1;
+                if (got < 0)
+                    cert_refused(t, err, cap);
                 break;
             }
         }
-        dbt_sigpipe_restore(&g);
         return got;
     }
     /* With time to wait, poll first: right after a command its reply is seldom there yet. */

@@ -14,7 +14,7 @@
 #include <sys/types.h>
 
 /* SIGPIPE blocked in this thread across a write to a socket, and consumed if the write raised it
- * (for writes that cannot say MSG_NOSIGNAL: OpenSSL's). */
+ * (for writes that cannot say MSG_NOSIGNAL; the transport's own all do). */
 typedef struct {
     sigset_t old;
     bool was_pending;
@@ -32,6 +32,9 @@ typedef struct {
 typedef struct {
     int fd;             /* -1 when closed */
     struct ssl_st *ssl; /* NULL for a plain connection */
+    /* The server asked for a client certificate we do not have, and has not answered since:
+     * with TLS 1.3 it may refuse us only after the handshake, by closing the connection. */
+    bool cert_unanswered;
 } dbt_transport;
 
 /* Messages below are one line without a prefix (the caller adds "redis HOST:PORT: "). The words
