@@ -223,8 +223,8 @@ SANITIZED_CASES := query_longer_than_lease lease_lost_while_redis_away clients_t
 # runs (the fork suite, a child's view of a kept permit, a child of a TLS session): clang 14's
 # ASan can hang such a child inside its allocator, whose lock the thread held at fork() (fixed in
 # LLVM 17; seen in CI: the child stuck in SizeClassAllocator64::GetFromAllocator under malloc).
-# `make check` runs them unsanitized; the other tests fork their children before the process has threads
-# (test_child_start_paused), or from a process of their own.
+# `make check` runs them unsanitized; the other tests fork their children before the process has
+# threads (test_child_start_paused), or from a process of their own.
 check-asan: $(BUILD)/check/stress-asan $(BUILD)/check/sem-asan $(BUILD)/check/libdbthrottle-asan.so all $(BUILD)/tests/fault_worker
 	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/check/stress-asan
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=tests/lsan.supp $(BUILD)/check/sem-asan --jobs 2 \
