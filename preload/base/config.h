@@ -30,6 +30,9 @@ typedef enum { DBT_SRC_DEFAULT = 0, DBT_SRC_FILE = 1, DBT_SRC_ENV = 2 } dbt_sour
 /* Room for the rows of the settings table (settings.c asserts that they fit). */
 #define DBT_MAX_SETTINGS 24
 
+/* Cluster seeds a redis-cluster:// URL may list. */
+#define DBT_MAX_SEEDS 16
+
 /* A parsed DBTHROTTLE_REDIS_URL. Strings are owned (malloc'd) and NULL when absent. */
 typedef struct {
     bool is_unix;   /* unix:///path[?db=N] */
@@ -39,6 +42,17 @@ typedef struct {
     int db;         /* SELECT db, default 0 */
     char *user;     /* ACL user (Redis 6+), NULL when only a password is given */
     char *password; /* AUTH password; never logged */
+    /* redis-cluster://[user:password@]host1[:port1],host2[:port2],... (rediss-cluster:// with
+     * TLS): the seeds asked for CLUSTER SLOTS, the first one also in host and port. A plain
+     * redis:// URL whose server turns out to be a cluster node is routed the same way, with its
+     * host as the only seed (preload/redis/cluster.c). */
+    bool cluster;
+    bool cluster_tls; /* rediss-cluster:// (TLS itself is part T's `tls`) */
+    int nseeds;
+    struct {
+        char *host;
+        int port;
+    } seeds[DBT_MAX_SEEDS];
 } dbt_redis_url;
 
 /* One DBTHROTTLE_EXEMPT rule: connections whose field matches the glob never take a permit. */

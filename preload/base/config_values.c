@@ -193,6 +193,8 @@ void dbt_redis_url_free(dbt_redis_url *u)
     free(u->path);
     free(u->user);
     free(u->password);
+    for (int i = 0; i < u->nseeds; i++)
+        free(u->seeds[i].host);
     memset(u, 0, sizeof *u);
 }
 
@@ -265,27 +267,115 @@ static const char *parse_unix(const char *rest, dbt_redis_url *u)
     return q ? parse_db(q + 4, q + strlen(q), &u->db) : NULL;
 }
 
-/* [[user]:password@]host[:port][/db]; p starts after "redis://". */
-static const char *parse_tcp(const char *p, dbt_redis_url *u)
+/* [[user]:password@]: the userinfo, if any, into u; *p moves past it. */
+static const char *parse_userinfo(const char **p, dbt_redis_url *u)
 {
     const char *why;
     /* The last '@' ends the userinfo, so a password holding an unescaped '@' or '/' still
      * parses (dbt_redact_url splits the same way, so it is masked in messages too); a '?' never
      * reaches here (query_of). */
-    const char *at = strrchr(p, '@');
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        if (!colon)
-            return "a user needs a password (redis://user:password@host or "
-                   "redis://:password@host)";
-        if (colon > p && (why = pct_decode(p, colon, &u->user)))
-            return why;
-        if ((why = pct_decode(colon + 1, at, &u->password)))
-            return why;
-        if (!u->password[0])
-            return "empty password";
-        p = at + 1;
+    const char *at = strrchr(*p, '@');
+    if (!at)
+        return NULL;
+    const char *colon = memchr(*p, ':', (size_t)(at - *p));
+    if (!colon)
+        return "a user needs a password (redis://user:password@host or "
+               "redis://:password@host)";
+    if (colon > *p && (why = pct_decode(*p, colon, &u->user)))
+        return why;
+    if ((why = pct_decode(colon + 1, at, &u->password)))
+        return why;
+    if (!u->password[0])
+        return "empty password";
+    *p = at + 1;
+    return NULL;
+}
+
+/* host[:port] (an IPv6 host in brackets) up to one of `stops` or the end: a new string in *host,
+ * the port in *port (left as it is when absent); *p moves past it. */
+static const char *parse_host_port(const char **p, const char *stops, char **host, int *port)
+{
+    const char *s = *p, *h = s, *h_end;
+    bool bracketed = *s == '[';
+    if (bracketed) {
+        h++;
+        h_end = strchr(h, ']');
+        if (!h_end)
+            return "unclosed [ in the host";
+        s = h_end + 1;
+    } else {
+        h_end = h + strcspn(h, stops);
+        if (memchr(h, ':', (size_t)(h_end - h)))
+            h_end = memchr(h, ':', (size_t)(h_end - h));
+        s = h_end;
     }
+    if (h_end == h)
+        return "no host";
+    for (const char *c = h; c < h_end; c++)
+        if (!host_char(*c, bracketed))
+            return "bad character in the host";
+    if (*s == ':') {
+        const char *port_end = s + 1 + strcspn(s + 1, stops);
+        long long v;
+        if (!whole_number(s + 1, port_end, 65535, &v) || v < 1)
+            return "bad port: expected 1 to 65535";
+        *port = (int)v;
+        s = port_end;
+    }
+    if (*s && !strchr(stops, *s))
+        return "unexpected text after the host";
+    if (!(*host = strndup(h, (size_t)(h_end - h))))
+        return "out of memory";
+    *p = s;
+    return NULL;
+}
+
+/* host1[:port1],host2[:port2],... (default port 6379) up to a '/' or the end, into u's seeds.
+ * Private to this file until the Sentinel URLs' shared dbt_parse_host_list lands (issue 16,
+ * part S): the two are then one. */
+static const char *parse_seed_list(const char **p, dbt_redis_url *u)
+{
+    for (;;) {
+        if (u->nseeds == DBT_MAX_SEEDS)
+            return "too many hosts (at most 16)";
+        int port = 6379;
+        char *host = NULL;
+        const char *why = parse_host_port(p, ",/", &host, &port);
+        if (why)
+            return why;
+        u->seeds[u->nseeds].host = host;
+        u->seeds[u->nseeds].port = port;
+        u->nseeds++;
+        if (**p != ',')
+            return NULL;
+        (*p)++;
+    }
+}
+
+/* [user:password@]host1[:port1],host2[:port2],...[/0]; p starts after "redis-cluster://". A
+ * cluster has database 0 only. */
+static const char *parse_cluster(const char *p, dbt_redis_url *u)
+{
+    const char *why = parse_userinfo(&p, u);
+    if (why || (why = parse_seed_list(&p, u)))
+        return why;
+    if (*p == '/' && p[1]) {
+        if ((why = parse_db(p + 1, p + strlen(p), &u->db)))
+            return why;
+        if (u->db != 0)
+            return "a Redis Cluster has database 0 only: remove the /N";
+    }
+    u->cluster = true;
+    u->port = u->seeds[0].port;
+    return (u->host = strdup(u->seeds[0].host)) ? NULL : "out of memory";
+}
+
+/* [[user]:password@]host[:port][/db]; p starts after "redis://". */
+static const char *parse_tcp(const char *p, dbt_redis_url *u)
+{
+    const char *why = parse_userinfo(&p, u);
+    if (why)
+        return why;
     const char *host = p, *host_end;
     bool bracketed = *p == '[';
     if (bracketed) {
@@ -327,7 +417,8 @@ static bool bad_url(const char *setting, const char *text, const char *why, char
     const char *at = strrchr(text, '@');
     if (!at)
         return dbt_bad_value(setting, text, why, err);
-    if (!has_prefix(text, "redis://") && !has_prefix(text, "unix://")) {
+    if (!has_prefix(text, "redis://") && !has_prefix(text, "unix://") &&
+        !has_prefix(text, "redis-cluster://") && !has_prefix(text, "rediss-cluster://")) {
         char shown[80];
         snprintf(shown, sizeof shown, "***@%.70s", at + 1);
         return dbt_bad_value(setting, shown, why, err);
@@ -395,11 +486,25 @@ bool dbt_parse_redis_url(const char *setting, const char *text, dbt_redis_url *o
         why = parse_unix(text + 5, &u);
     else if (has_prefix(text, "redis://"))
         why = parse_tcp(text + 8, &u);
+    else if (has_prefix(text, "redis-cluster://"))
+        why = parse_cluster(text + 16, &u);
+    else if (has_prefix(text, "rediss-cluster://"))
+        why = (u.cluster_tls = true, parse_cluster(text + 17, &u));
     else
-        why = "expected redis://[[user]:password@]host[:port][/db] or unix:///path";
+        why = "expected redis://[[user]:password@]host[:port][/db], "
+              "redis-cluster://[[user]:password@]host1[:port1],host2[:port2],... or "
+              "unix:///path";
     if (why) {
         dbt_redis_url_free(&u);
         return bad_url(setting, text, why, err);
+    }
+    if (u.cluster_tls) { /* parsed, so the form is checked; the transport has no TLS yet */
+        dbt_redis_url_free(&u);
+        snprintf(err, DBT_ERRLEN,
+                 "%s: rediss-cluster:// (TLS) is not supported by this build (hiredis 0.14 has no "
+                 "TLS)",
+                 setting);
+        return false;
     }
     dbt_redis_url_free(out);
     *out = u;

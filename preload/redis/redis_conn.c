@@ -2,6 +2,7 @@
 #include "redis_conn.h"
 
 #include "clock.h"
+#include "cluster.h"
 #include "redis_errors.h"
 
 #include <errno.h>
@@ -106,12 +107,12 @@ static void set_err(char *err, const char *what, const char *detail)
 }
 
 /* Describes the server without its password. */
-static void where(const dbt_config *cfg, char *buf, size_t cap)
+static void where(const dbt_endpoint *ep, char *buf, size_t cap)
 {
-    if (cfg->redis.is_unix)
-        snprintf(buf, cap, "redis unix:%s", cfg->redis.path);
+    if (ep->is_unix)
+        snprintf(buf, cap, "redis unix:%s", ep->path);
     else
-        snprintf(buf, cap, "redis %s:%d", cfg->redis.host, cfg->redis.port);
+        snprintf(buf, cap, "redis %s:%d", ep->host, ep->port);
 }
 
 static const dbt_script *const all_scripts[] = {&dbt_script_acquire, &dbt_script_release,
@@ -153,6 +154,7 @@ static void check_info(dbt_redis *r, const char *info)
                  "Redis %.20s is older than 7.0, which the scripts need: upgrade Redis or fix "
                  "DBTHROTTLE_REDIS_URL",
                  r->version[0] ? r->version : "(version unknown)");
+    r->cluster_node = dbt_redis_info_field(info, "cluster_enabled", v, sizeof v) && v[0] == '1';
 }
 
 /* Whether INFO's error reply (err, from read_reply) says INFO is not available to this user:
@@ -217,19 +219,20 @@ static redisReply *simple(dbt_redis *r, char *err, int argc, const char **argv)
     return dbt_redis_command(r, argc, argv, NULL, err);
 }
 
-static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
+/* Connects to ep; `full`: SELECT, INFO and the scripts too (else a probe: AUTH only). */
+static dbt_redis *connect_unguarded(const dbt_config *cfg, const dbt_endpoint *ep, const char *user,
+                                    const char *password, bool full, char *err)
 {
     char who[300];
-    where(cfg, who, sizeof who);
+    where(ep, who, sizeof who);
     int64_t ms = step_ms(cfg->redis_timeout_ms);
     if (ms == 0) {
         set_err(err, who, "timed out (DBTHROTTLE_REDIS_TIMEOUT spent)");
         return NULL;
     }
     struct timeval tv = tv_of(ms);
-    redisContext *c = cfg->redis.is_unix
-                          ? redisConnectUnixWithTimeout(cfg->redis.path, tv)
-                          : redisConnectWithTimeout(cfg->redis.host, cfg->redis.port, tv);
+    redisContext *c = ep->is_unix ? redisConnectUnixWithTimeout(ep->path, tv)
+                                  : redisConnectWithTimeout(ep->host, ep->port, tv);
     if (!c) {
         set_err(err, who, "out of memory");
         return NULL;
@@ -244,7 +247,7 @@ static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
     int fl = fcntl(c->fd, F_GETFD);
     if (fl >= 0)
         (void)fcntl(c->fd, F_SETFD, fl | FD_CLOEXEC);
-    if (!cfg->redis.is_unix)
+    if (!ep->is_unix)
         (void)redisEnableKeepAlive(c);
     if (redisSetTimeout(c, tv) != REDIS_OK) {
         set_err(err, who, "cannot set the socket timeout");
@@ -260,15 +263,20 @@ static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
     r->ctx = c;
     r->timeout_ms = cfg->redis_timeout_ms;
     r->armed_ms = ms;
+    r->slot = -1;
+    if (!ep->is_unix) {
+        snprintf(r->node_host, sizeof r->node_host, "%s", ep->host);
+        r->node_port = ep->port;
+    }
 
     char msg[DBT_ERRLEN];
     redisReply *rep;
-    if (cfg->redis.password) {
-        if (cfg->redis.user) {
-            const char *argv[] = {"AUTH", cfg->redis.user, cfg->redis.password};
+    if (password) {
+        if (user) {
+            const char *argv[] = {"AUTH", user, password};
             rep = simple(r, msg, 3, argv);
         } else {
-            const char *argv[] = {"AUTH", cfg->redis.password};
+            const char *argv[] = {"AUTH", password};
             rep = simple(r, msg, 2, argv);
         }
         if (!rep) {
@@ -281,6 +289,8 @@ static dbt_redis *connect_unguarded(const dbt_config *cfg, char *err)
         }
         freeReplyObject(rep);
     }
+    if (!full)
+        return r;
     if (cfg->redis.db != 0) {
         char db[16];
         snprintf(db, sizeof db, "%d", cfg->redis.db);
@@ -325,6 +335,11 @@ bool dbt_redis_stale(dbt_redis *r)
 {
     if (dbt_redis_broken(r))
         return true;
+    if (r->slot >= 0 && r->cluster_gen != dbt_cluster_generation() &&
+        !dbt_cluster_serves(r->slot, r->node_host, r->node_port)) {
+        r->ctx->err = REDIS_ERR_OTHER; /* its node no longer serves the pool's slot */
+        return true;
+    }
     if (r->npending > 0)
         return false; /* replies are owed: data waiting is normal, and read later */
     char c;
@@ -362,6 +377,10 @@ static redisReply *read_reply(dbt_redis *r, char *err)
     redisReply *rep = v;
     if (rep->type == REDIS_REPLY_ERROR) {
         set_err(err, "redis", rep->str);
+        /* A cluster node that no longer serves the slot: the map learns where it went, and the
+         * connection is never used again (the pool's next one goes to the new node). */
+        if (dbt_cluster_note_moved(rep->str, r->node_host, r->node_port) && !r->ctx->err)
+            r->ctx->err = REDIS_ERR_OTHER;
         freeReplyObject(rep);
         return NULL;
     }
@@ -646,12 +665,77 @@ static bool eval_nowait_unguarded(dbt_redis *r, const dbt_script *s, int nkeys,
 
 /* ---- the public calls: each one guarded against SIGPIPE ------------------------------- */
 
+static dbt_endpoint url_endpoint(const dbt_config *cfg)
+{
+    dbt_endpoint ep = {.is_unix = cfg->redis.is_unix,
+                       .host = cfg->redis.host,
+                       .port = cfg->redis.port,
+                       .path = cfg->redis.path};
+    return ep;
+}
+
 dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err)
+{
+    return dbt_redis_connect_for(cfg, NULL, err);
+}
+
+dbt_redis *dbt_redis_connect_at(const dbt_config *cfg, const dbt_endpoint *ep, char *err)
 {
     dbt_sigpipe_guard g;
     dbt_sigpipe_block(&g);
-    dbt_redis *r = connect_unguarded(cfg, err);
+    dbt_redis *r = connect_unguarded(cfg, ep, cfg->redis.user, cfg->redis.password, true, err);
     dbt_sigpipe_restore(&g);
+    return r;
+}
+
+dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const char *user,
+                          const char *password, char *err)
+{
+    dbt_sigpipe_guard g;
+    dbt_sigpipe_block(&g);
+    dbt_redis *r = connect_unguarded(cfg, ep, user, password, false, err);
+    dbt_sigpipe_restore(&g);
+    return r;
+}
+
+/* Redis Cluster (cluster.c): the slot's primary, and the era token a migrated slot adopts. A
+ * redis:// URL's server that says cluster_enabled:1 turns routing on; a connection it made to a
+ * node that does not serve the route's slot is then made again, to the one that does. */
+dbt_redis *dbt_redis_connect_for(const dbt_config *cfg, const char *route, char *err)
+{
+    int slot = route ? dbt_cluster_slot(route, strlen(route)) : -1;
+    dbt_cluster_node node;
+    bool routed = slot >= 0 && dbt_cluster_routing(cfg);
+    if (routed && !dbt_cluster_node_for(cfg, slot, &node, err))
+        return NULL;
+    uint64_t gen = dbt_cluster_generation();
+    dbt_endpoint ep = url_endpoint(cfg);
+    if (routed)
+        ep = (dbt_endpoint){.host = node.host, .port = node.port};
+    dbt_redis *r = dbt_redis_connect_at(cfg, &ep, err);
+    if (!r) {
+        if (routed)
+            dbt_cluster_node_failed(node.host, node.port);
+        return NULL;
+    }
+    r->slot = slot;
+    r->cluster_gen = gen;
+    if (!routed && r->cluster_node && !cfg->redis.is_unix) {
+        dbt_cluster_discovered();
+        char merr[DBT_ERRLEN];
+        routed = slot >= 0 && dbt_cluster_node_for(cfg, slot, &node, merr);
+        if (routed && (node.port != r->node_port || strcmp(node.host, r->node_host) != 0)) {
+            gen = dbt_cluster_generation();
+            ep = (dbt_endpoint){.host = node.host, .port = node.port};
+            dbt_redis_free(r);
+            if (!(r = dbt_redis_connect_at(cfg, &ep, err)))
+                return NULL;
+            r->slot = slot;
+        }
+        r->cluster_gen = gen;
+    }
+    if (routed)
+        dbt_cluster_adopt_token(cfg, slot, r->adopt_token, sizeof r->adopt_token);
     return r;
 }
 
