@@ -24,6 +24,11 @@
 
 /* BLPOP's own timeout. Only bounds how long a blocked BLPOP outlives the last waiter. */
 #define BLPOP_SECONDS "30"
+/* With Redis Cluster, a BLPOP blocked on a node the pool's slot has just left is told MOVED only
+ * when that node's client cron reaches it (up to a second later): meanwhile the grants pushed to
+ * the wake list on the new node wait. A BLPOP that ends every half second is sent again, meets
+ * the MOVED at once, and follows it (follow_redirect). */
+#define BLPOP_SECONDS_CLUSTER "0.5"
 
 /* BLPOPs kept in flight at most. With several threads of the process waiting, several grants can
  * be on their way at once: Redis serves the next pipelined BLPOP as soon as it answered the one
@@ -135,7 +140,10 @@ static dbt_redis *ready_listener(dbt_pool *p, const char *wake_key, char *err)
         pthread_mutex_unlock(&p->mu);
     }
     if (more > 0) {
-        const char *argv[] = {"BLPOP", wake_key, BLPOP_SECONDS};
+        const char *argv[] = {"BLPOP", wake_key,
+                              l->slot >= 0 && dbt_cluster_routing(p->client->cfg)
+                                  ? BLPOP_SECONDS_CLUSTER
+                                  : BLPOP_SECONDS};
         int done = 0;
         for (int i = 0; i < more; i++)
             if (redisAppendCommandArgv(l->ctx, 3, argv, NULL) != REDIS_OK)
