@@ -13,7 +13,7 @@ cases="holders_killed_or_stopped redis_restarts_and_stalls query_longer_than_lea
     host_cut_off secrets_stay_hidden threads_share_a_pool misconfigured_redis bad_settings
     fleet_state_visible waits_on_own_sessions
     recovers_after_fault sessions_that_end forks_while_waiting cancels_reach_waits
-    evictions_reach_holders async_clients held_commands"
+    evictions_reach_holders async_clients held_commands redis_cluster"
 # A case file missing from the order would silently never run.
 for f in "$here"/*.sh; do
     n=$(basename "$f" .sh)
