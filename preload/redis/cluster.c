@@ -45,6 +45,9 @@ static struct {
     bool discovered; /* a redis:// URL's server is a cluster node */
     bool refresh;    /* read CLUSTER SLOTS again at the next lookup */
     bool ever_read;  /* CLUSTER SLOTS was read at least once */
+    /* The node the last MOVED named: asked first for CLUSTER SLOTS, since a node knows its own
+     * new slots before the others learn them by gossip (a seed may still name the old owner). */
+    dbt_cluster_node prefer;
     uint8_t owner[DBT_CLUSTER_NSLOTS];
     dbt_cluster_node nodes[MAX_NODES];
     int nnodes;
@@ -191,6 +194,10 @@ static bool apply_slots(const redisReply *rep, char *err)
 static int candidates(const dbt_config *cfg, dbt_cluster_node *out, int cap)
 {
     int n = 0;
+    lock();
+    if (map.prefer.port && n < cap)
+        out[n++] = map.prefer;
+    unlock();
     if (cfg->redis.nseeds > 0) {
         for (int i = 0; i < cfg->redis.nseeds && n < cap; i++, n++) {
             snprintf(out[n].host, DBT_CLUSTER_HOST_LEN, "%s", cfg->redis.seeds[i].host);
@@ -351,6 +358,7 @@ bool dbt_cluster_note_moved(const char *text, const char *from_host, int from_po
     lock();
     map.discovered = true;
     map.refresh = true;
+    map.prefer = to;
     int n = node_index(to.host, to.port);
     if (n != NO_NODE) {
         if (!map.ever_read) /* a redis:// URL's first MOVED: no other slot is known yet */

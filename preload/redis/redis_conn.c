@@ -335,10 +335,13 @@ bool dbt_redis_stale(dbt_redis *r)
 {
     if (dbt_redis_broken(r))
         return true;
-    if (r->slot >= 0 && r->cluster_gen != dbt_cluster_generation() &&
-        !dbt_cluster_serves(r->slot, r->node_host, r->node_port)) {
-        r->ctx->err = REDIS_ERR_OTHER; /* its node no longer serves the pool's slot */
-        return true;
+    uint64_t gen = dbt_cluster_generation();
+    if (r->slot >= 0 && r->cluster_gen != gen) {
+        if (!dbt_cluster_serves(r->slot, r->node_host, r->node_port)) {
+            r->ctx->err = REDIS_ERR_OTHER; /* its node no longer serves the pool's slot */
+            return true;
+        }
+        r->cluster_gen = gen; /* checked against this map: no lock again until it changes */
     }
     if (r->npending > 0)
         return false; /* replies are owed: data waiting is normal, and read later */
