@@ -10,7 +10,8 @@
 #      its probes starting at the server stays under 1 s, nothing is refused, and its keys now
 #      live on the new node only.
 #      Then the slot is moved back by hand, slowly (300 ms MIGRATING before the first key, then
-#      one key every 20 ms): the same checks, the gap now bounded by the migration's own length.
+#      one key every 20 ms; REDIS_TIMEOUT 2s covers it): the limit holds, nothing is refused,
+#      and the pool stops no longer than the migration lasts, plus 500 ms.
 #   3. A redis:// URL naming one node finds the others: pools whose slots the other nodes serve
 #      get their keys there (a MOVED, or INFO's cluster_enabled, sends each to its slot's node)
 #      and hold their limits.
@@ -52,7 +53,7 @@ else
     mig_slot=$(ccli "$first" cluster keyslot "dbthrottle:{mig2940}")
     check "redis_cluster: the migrated pool's slot is 5461 (CLUSTER KEYSLOT: $mig_slot)" '[ "$mig_slot" = 5461 ]'
 
-    cl_env() { echo "PGAPPNAME=cl$1 DBTHROTTLE_POOL=$1 DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LEASE=3s DBTHROTTLE_REDIS_TIMEOUT=1s DBTHROTTLE_ON_REDIS_ERROR=closed DBTHROTTLE_REDIS_URL=$cl_url"; }
+    cl_env() { echo "PGAPPNAME=cl$1 DBTHROTTLE_POOL=$1 DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LEASE=3s DBTHROTTLE_REDIS_TIMEOUT=2s DBTHROTTLE_ON_REDIS_ERROR=closed DBTHROTTLE_REDIS_URL=$cl_url"; }
     wargs="-n 0 -s 20 -T 3"
     for pool in $pools; do
         spawn "$work/cl.$pool.1" $(cl_env "$pool")
@@ -156,7 +157,9 @@ else
     slow_max=$(max_conc clmig2940) slow_n=$(probes clmig2940) slow_gap=$(longest_gap clmig2940)
     slow_where=$(nodes_with_keys mig2940)
     info "slot $mig_slot moved back by hand ($dst -> $src) in $slow_ms ms; the pool's keys are on [$slow_where]"
-    check "redis_cluster: moved back slowly ($slow_ms ms of migration), the pool held its limit of 2 (most at once: $slow_max in $slow_n probes), longest gap between two of its probes $slow_gap ms" '[ "$slow_where" = "$src " ] && [ "$slow_max" -le 2 ] && [ "$slow_n" -ge 150 ] && [ "$slow_gap" -lt 1000 ]'
+    # No grant can be made while the pool's keys are split between the nodes (TRYAGAIN), so the
+    # gap may last as long as the migration itself, and no longer than it plus half a second.
+    check "redis_cluster: moved back slowly ($slow_ms ms of migration), the pool held its limit of 2 (most at once: $slow_max in $slow_n probes), its longest gap between two probes ($slow_gap ms) no longer than the migration + 500 ms" '[ "$slow_where" = "$src " ] && [ "$slow_max" -le 2 ] && [ "$slow_n" -ge 150 ] && [ "$slow_gap" -lt $((slow_ms + 500)) ]'
     for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
     crashed=0
     for p in $spawned_list; do wait "$p" || crashed=$((crashed + 1)); done
