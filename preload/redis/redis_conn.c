@@ -331,23 +331,27 @@ bool dbt_redis_broken(const dbt_redis *r)
     return !r->ctx || r->ctx->err != 0;
 }
 
+static void forget_pending(dbt_redis *r);
+
 bool dbt_redis_stale(dbt_redis *r)
 {
     if (dbt_redis_broken(r))
         return true;
-    if (r->npending > 0)
-        return false; /* replies are owed: data waiting is normal, and read later */
-    /* Its node no longer serves the pool's slot (only once no reply is owed: a release whose
-     * reply was never read would be lost, neither landed nor owed, and its permit held for a
-     * whole lease; with replies owed, the next command reads them, meets MOVED and is retried). */
+    /* Its node no longer serves the pool's slot: given up, and the releases whose replies are
+     * still owed on it become owed operations (dbt_redis_take_failed), sent again to the new
+     * node; dropped unread, they were neither landed nor owed, and each one's permit stayed held
+     * for a whole lease. */
     uint64_t gen = dbt_cluster_generation();
     if (r->slot >= 0 && r->cluster_gen != gen) {
         if (!dbt_cluster_serves(r->slot, r->node_host, r->node_port)) {
+            forget_pending(r);
             r->ctx->err = REDIS_ERR_OTHER;
             return true;
         }
         r->cluster_gen = gen; /* checked against this map: no lock again until it changes */
     }
+    if (r->npending > 0)
+        return false; /* replies are owed: data waiting is normal, and read later */
     char c;
     ssize_t n = recv(r->ctx->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
