@@ -52,8 +52,15 @@ bool cli_load_config(const char *cmd, const cli_redis_opts *o, dbt_config *cfg);
 /* Connects as the library does; prints the error and returns NULL on failure. */
 dbt_redis *cli_connect(const char *cmd, const dbt_config *cfg);
 
-/* Every pool with keys under the prefix, found by SCAN (never KEYS), sorted by name. Returns
- * the count (names in *out, free with cli_free_names), or -1 with a message in err. */
+/* Runs a script call on one pool's keys `k`: on r, or with Redis Cluster (cluster.h) on a
+ * connection of its own to the primary that serves the pool's slot (a MOVED is followed once).
+ * Returns like dbt_script_run. */
+redisReply *cli_pool_script(dbt_redis *r, const dbt_config *cfg, const dbt_keys *k,
+                            dbt_script_call *c, dbt_reply_parser parse, void *out, char *err);
+
+/* Every pool with keys under the prefix, found by SCAN (never KEYS), sorted by name; with Redis
+ * Cluster, on every primary. Returns the count (names in *out, free with cli_free_names), or -1
+ * with a message in err. */
 int cli_list_pools(dbt_redis *r, const dbt_config *cfg, char ***out, char *err);
 void cli_free_names(char **names, int n);
 

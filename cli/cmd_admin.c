@@ -16,7 +16,7 @@ static bool admin(dbt_redis *r, const dbt_config *cfg, const char *pool, dbt_kin
     }
     dbt_script_call call;
     dbt_build_admin(&call, &k, kind, cfg, op, arg);
-    redisReply *rep = dbt_script_run(r, &call, dbt_parse_admin, out, err);
+    redisReply *rep = cli_pool_script(r, cfg, &k, &call, dbt_parse_admin, out, err);
     dbt_keys_free(&k);
     if (!rep)
         return false;

@@ -1,6 +1,7 @@
 /* common.c - settings, the Redis connection and the pool list, for every subcommand. */
 #include "cli.h"
 
+#include "cluster.h"
 #include "sem_client.h"
 
 #include <stdarg.h>
@@ -134,22 +135,27 @@ static bool add_name(char ***names, int *n, int *cap, char *name)
     return true;
 }
 
-int cli_list_pools(dbt_redis *r, const dbt_config *cfg, char ***out, char *err)
+redisReply *cli_pool_script(dbt_redis *r, const dbt_config *cfg, const dbt_keys *k,
+                            dbt_script_call *c, dbt_reply_parser parse, void *out, char *err)
 {
-    char *eprefix = dbt_key_escape(cfg->key_prefix);
-    if (!eprefix)
-        return snprintf(err, DBT_ERRLEN, "out of memory"), -1;
-    /* The escaped prefix holds none of the glob's special bytes (* ? [ ] \). */
-    size_t lm = strlen(eprefix) + 3;
-    char *match = malloc(lm);
-    if (!match) {
-        free(eprefix);
-        return snprintf(err, DBT_ERRLEN, "out of memory"), -1;
+    if (!dbt_cluster_routing(cfg))
+        return dbt_script_run(r, c, parse, out, err);
+    redisReply *rep = NULL;
+    for (int attempt = 0; attempt < 2 && !rep; attempt++) {
+        dbt_redis *own = dbt_redis_connect_for(cfg, k->base, err);
+        rep = own ? dbt_script_run(own, c, parse, out, err) : NULL;
+        dbt_redis_free(own);
+        if (!rep && dbt_cluster_redirect_of(err, NULL, NULL) != DBT_REDIR_MOVED)
+            break; /* only a MOVED (the map knows the new node now) is worth a second try */
     }
-    snprintf(match, lm, "%s{*", eprefix);
+    return rep;
+}
+
+/* SCANs one server for the pools' keys, adding the pools' names to names. */
+static bool scan_pools(dbt_redis *r, const char *eprefix, const char *match, char ***names, int *n,
+                       int *cap, char *err)
+{
     char cursor[32] = "0";
-    char **names = NULL;
-    int n = 0, cap = 0;
     bool ok = true;
     do {
         const char *argv[] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000"};
@@ -167,13 +173,53 @@ int cli_list_pools(dbt_redis *r, const dbt_config *cfg, char ***out, char *err)
         for (size_t i = 0; ok && i < rep->element[1]->elements; i++) {
             const redisReply *k = rep->element[1]->element[i];
             char *name = k->type == REDIS_REPLY_STRING ? pool_of_key(k->str, eprefix) : NULL;
-            if (name && !add_name(&names, &n, &cap, name)) {
+            if (name && !add_name(names, n, cap, name)) {
                 snprintf(err, DBT_ERRLEN, "out of memory");
                 ok = false;
             }
         }
         freeReplyObject(rep);
     } while (ok && strcmp(cursor, "0") != 0);
+    return ok;
+}
+
+/* With Redis Cluster each primary holds the pools of its slots: every one is scanned. */
+static bool scan_cluster(const dbt_config *cfg, const char *eprefix, const char *match,
+                         char ***names, int *n, int *cap, char *err)
+{
+    enum { MAX_PRIMARIES = 64 };
+    dbt_cluster_node *nodes = malloc(MAX_PRIMARIES * sizeof *nodes);
+    if (!nodes)
+        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    int np = dbt_cluster_primaries(cfg, nodes, MAX_PRIMARIES, err);
+    bool ok = np >= 0;
+    for (int i = 0; ok && i < np; i++) {
+        dbt_endpoint ep = {.host = nodes[i].host, .port = nodes[i].port};
+        dbt_redis *r = dbt_redis_open(cfg, &ep, cfg->redis.user, cfg->redis.password, err);
+        ok = r && scan_pools(r, eprefix, match, names, n, cap, err);
+        dbt_redis_free(r);
+    }
+    free(nodes);
+    return ok;
+}
+
+int cli_list_pools(dbt_redis *r, const dbt_config *cfg, char ***out, char *err)
+{
+    char *eprefix = dbt_key_escape(cfg->key_prefix);
+    if (!eprefix)
+        return snprintf(err, DBT_ERRLEN, "out of memory"), -1;
+    /* The escaped prefix holds none of the glob's special bytes (* ? [ ] \). */
+    size_t lm = strlen(eprefix) + 3;
+    char *match = malloc(lm);
+    if (!match) {
+        free(eprefix);
+        return snprintf(err, DBT_ERRLEN, "out of memory"), -1;
+    }
+    snprintf(match, lm, "%s{*", eprefix);
+    char **names = NULL;
+    int n = 0, cap = 0;
+    bool ok = dbt_cluster_routing(cfg) ? scan_cluster(cfg, eprefix, match, &names, &n, &cap, err)
+                                       : scan_pools(r, eprefix, match, &names, &n, &cap, err);
     free(match);
     free(eprefix);
     if (!ok) {

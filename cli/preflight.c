@@ -232,8 +232,15 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
     /* What cli_check_redis itself finds wrong (a Redis too old, an evicting policy, a dry run
      * that cannot be built) is permanent; what Redis said is classified as the library does. */
     bool found_here = false;
-    /* The connect sends what a worker's does: AUTH, SELECT, SCRIPT LOAD of every script. */
-    dbt_redis *r = dbt_redis_connect(cfg, e);
+    /* The connect sends what a worker's does: AUTH, SELECT, SCRIPT LOAD of every script; to the
+     * node that serves the pool's slot with Redis Cluster. */
+    dbt_keys route;
+    dbt_redis *r = NULL;
+    if (!dbt_keys_init(&route, cfg->key_prefix, pool))
+        snprintf(e, sizeof e, "out of memory");
+    else
+        r = dbt_redis_connect_for(cfg, route.base, e);
+    dbt_keys_free(&route);
     if (!r) {
         redis_advice("", e, err);
         char why[DBT_MISCONFIG_LEN];

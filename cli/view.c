@@ -31,7 +31,7 @@ bool cli_view_pool(dbt_redis *r, const dbt_config *cfg, const char *pool, int ma
     dbt_script_call call;
     dbt_build_status(&call, &k, max_rows);
     dbt_status_reply state;
-    redisReply *rep = dbt_script_run(r, &call, dbt_parse_status, &state, err);
+    redisReply *rep = cli_pool_script(r, cfg, &k, &call, dbt_parse_status, &state, err);
     dbt_keys_free(&k);
     if (!rep) {
         cli_view_free(v);

@@ -37,6 +37,9 @@ typedef struct {
 } dbt_host_port;
 #define DBT_MAX_HOSTS 16
 
+/* Cluster seeds a redis-cluster:// URL may list. */
+#define DBT_MAX_SEEDS DBT_MAX_HOSTS
+
 /* A parsed DBTHROTTLE_REDIS_URL. Strings are owned (malloc'd) and NULL when absent. */
 typedef struct {
     bool is_unix;   /* unix:///path[?db=N] */
@@ -53,6 +56,13 @@ typedef struct {
     char *master_name;
     int nsentinels;
     dbt_host_port sentinels[DBT_MAX_HOSTS];
+    /* redis-cluster://[user:password@]host1[:port1],host2[:port2],... (rediss-cluster:// with
+     * TLS): the seeds asked for CLUSTER SLOTS, the first one also in host and port. A plain
+     * redis:// URL whose server turns out to be a cluster node is routed the same way, with its
+     * host as the only seed (preload/redis/cluster.c). */
+    bool cluster;
+    int nseeds;
+    dbt_host_port seeds[DBT_MAX_SEEDS];
 } dbt_redis_url;
 
 /* One DBTHROTTLE_EXEMPT rule: connections whose field matches the glob never take a permit. */

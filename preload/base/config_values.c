@@ -195,6 +195,7 @@ void dbt_redis_url_free(dbt_redis_url *u)
     free(u->password);
     free(u->master_name);
     dbt_host_list_free(u->sentinels, &u->nsentinels);
+    dbt_host_list_free(u->seeds, &u->nseeds);
     memset(u, 0, sizeof *u);
 }
 
@@ -416,6 +417,27 @@ static const char *parse_sentinel(const char *p, dbt_redis_url *u)
     return NULL;
 }
 
+/* [user:password@]host1[:port1],host2[:port2],...[/0]; p starts after "redis-cluster://" or
+ * "rediss-cluster://". A cluster has database 0 only. The first seed is also the URL's host. */
+static const char *parse_cluster(const char *p, dbt_redis_url *u)
+{
+    const char *why = parse_userinfo(p, u, &p);
+    if (why)
+        return why;
+    const char *slash = p + strcspn(p, "/");
+    if ((why = dbt_parse_host_list(p, slash, 6379, u->seeds, &u->nseeds)))
+        return why;
+    if (*slash == '/' && slash[1]) {
+        if ((why = parse_db(slash + 1, slash + strlen(slash), &u->db)))
+            return why;
+        if (u->db != 0)
+            return "a Redis Cluster has database 0 only: remove the /N";
+    }
+    u->cluster = true;
+    u->port = u->seeds[0].port;
+    return (u->host = strdup(u->seeds[0].host)) ? NULL : "out of memory";
+}
+
 /* The message for a URL that did not parse. It is echoed with its password masked: with a
  * redis:// or unix:// scheme dbt_redact_url masks exactly what parse_tcp reads as the password.
  * Without one, the text cannot be trusted to show where a password is ("redis:/:pw@h"), so
@@ -427,7 +449,8 @@ static bool bad_url(const char *setting, const char *text, const char *why, char
         return dbt_bad_value(setting, text, why, err);
     if (!has_prefix(text, "redis://") && !has_prefix(text, "rediss://") &&
         !has_prefix(text, "unix://") && !has_prefix(text, "redis-sentinel://") &&
-        !has_prefix(text, "rediss-sentinel://")) {
+        !has_prefix(text, "rediss-sentinel://") && !has_prefix(text, "redis-cluster://") &&
+        !has_prefix(text, "rediss-cluster://")) {
         char shown[80];
         snprintf(shown, sizeof shown, "***@%.70s", at + 1);
         return dbt_bad_value(setting, shown, why, err);
@@ -495,9 +518,14 @@ bool dbt_parse_redis_url(const char *setting, const char *text, dbt_redis_url *o
         why = parse_sentinel(text + 17, &u);
     else if ((u.tls = has_prefix(text, "rediss-sentinel://")))
         why = parse_sentinel(text + 18, &u);
+    else if (has_prefix(text, "redis-cluster://"))
+        why = parse_cluster(text + 16, &u);
+    else if ((u.tls = has_prefix(text, "rediss-cluster://")))
+        why = parse_cluster(text + 17, &u);
     else
         why = "expected redis://[[user]:password@]host[:port][/db], rediss://... (TLS), "
-              "unix:///path or redis-sentinel://host1[:port1],.../MASTERNAME[/db]";
+              "unix:///path, redis-sentinel://host1[:port1],.../MASTERNAME[/db] or "
+              "redis-cluster://host1[:port1],host2[:port2],...";
     if (why) {
         dbt_redis_url_free(&u);
         return bad_url(setting, text, why, err);

@@ -6,6 +6,7 @@
 #include "redis_conn.h"
 
 #include "clock.h"
+#include "cluster.h"
 #include "redis_errors.h"
 #include "sentinel.h"
 
@@ -225,6 +226,7 @@ static void check_info(dbt_redis *r, const char *info)
                  "Redis %.20s is older than 7.0, which the scripts need: upgrade Redis or fix "
                  "DBTHROTTLE_REDIS_URL",
                  r->version[0] ? r->version : "(version unknown)");
+    r->cluster_node = dbt_redis_info_field(info, "cluster_enabled", v, sizeof v) && v[0] == '1';
 }
 
 /* Whether INFO's error reply (err, from read_reply) says INFO is not available to this user:
@@ -303,6 +305,11 @@ dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const c
     r->t.fd = -1;
     r->timeout_ms = cfg->redis_timeout_ms;
     snprintf(r->who, sizeof r->who, "%s", who);
+    r->slot = -1;
+    if (!ep->is_unix) {
+        snprintf(r->node_host, sizeof r->node_host, "%s", ep->host);
+        r->node_port = ep->port;
+    }
     dbt_tls_files tls = {cfg->redis_ca, cfg->redis_cert, cfg->redis_key};
     char e[DBT_ERRLEN];
     if (!dbt_transport_connect(&r->t, ep->is_unix, ep->host, ep->port, ep->path,
@@ -334,16 +341,10 @@ dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const c
     return r;
 }
 
-dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err)
+/* What a connection to a server of the pool's state does after dbt_redis_open: SELECT, INFO and
+ * every script. Frees r and returns NULL (err set) when a step fails. */
+static dbt_redis *finish_connect(const dbt_config *cfg, dbt_redis *r, char *err)
 {
-    dbt_endpoint ep = {.is_unix = cfg->redis.is_unix,
-                       .host = cfg->redis.host,
-                       .port = cfg->redis.port,
-                       .path = cfg->redis.path};
-    /* A Sentinel URL names no server: its sentinels find the master, ROLE checked. */
-    dbt_redis *r = cfg->redis.nsentinels > 0
-                       ? dbt_sentinel_connect_master(cfg, err)
-                       : dbt_redis_open(cfg, &ep, cfg->redis.user, cfg->redis.password, err);
     if (!r)
         return NULL;
     const char *who = r->who;
@@ -372,6 +373,70 @@ dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err)
     return r;
 }
 
+static dbt_endpoint url_endpoint(const dbt_config *cfg)
+{
+    dbt_endpoint ep = {.is_unix = cfg->redis.is_unix,
+                       .host = cfg->redis.host,
+                       .port = cfg->redis.port,
+                       .path = cfg->redis.path};
+    return ep;
+}
+
+dbt_redis *dbt_redis_connect_at(const dbt_config *cfg, const dbt_endpoint *ep, char *err)
+{
+    return finish_connect(cfg, dbt_redis_open(cfg, ep, cfg->redis.user, cfg->redis.password, err),
+                          err);
+}
+
+dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err)
+{
+    return dbt_redis_connect_for(cfg, NULL, err);
+}
+
+/* Redis Cluster (cluster.c): the slot's primary, and the era token a migrated slot adopts. A
+ * redis:// URL's server that says cluster_enabled:1 turns routing on; a connection it made to a
+ * node that does not serve the route's slot is then made again, to the one that does. A Sentinel
+ * URL names no server: its sentinels find the master, ROLE checked. */
+dbt_redis *dbt_redis_connect_for(const dbt_config *cfg, const char *route, char *err)
+{
+    if (cfg->redis.nsentinels > 0)
+        return finish_connect(cfg, dbt_sentinel_connect_master(cfg, err), err);
+    int slot = route ? dbt_cluster_slot(route, strlen(route)) : -1;
+    dbt_cluster_node node;
+    bool routed = slot >= 0 && dbt_cluster_routing(cfg);
+    if (routed && !dbt_cluster_node_for(cfg, slot, &node, err))
+        return NULL;
+    uint64_t gen = dbt_cluster_generation();
+    dbt_endpoint ep = url_endpoint(cfg);
+    if (routed)
+        ep = (dbt_endpoint){.host = node.host, .port = node.port};
+    dbt_redis *r = dbt_redis_connect_at(cfg, &ep, err);
+    if (!r) {
+        if (routed)
+            dbt_cluster_node_failed(node.host, node.port);
+        return NULL;
+    }
+    r->slot = slot;
+    r->cluster_gen = gen;
+    if (!routed && r->cluster_node && !cfg->redis.is_unix) {
+        dbt_cluster_discovered();
+        char merr[DBT_ERRLEN];
+        routed = slot >= 0 && dbt_cluster_node_for(cfg, slot, &node, merr);
+        if (routed && (node.port != r->node_port || strcmp(node.host, r->node_host) != 0)) {
+            gen = dbt_cluster_generation();
+            ep = (dbt_endpoint){.host = node.host, .port = node.port};
+            dbt_redis_free(r);
+            if (!(r = dbt_redis_connect_at(cfg, &ep, err)))
+                return NULL;
+            r->slot = slot;
+        }
+        r->cluster_gen = gen;
+    }
+    if (routed)
+        dbt_cluster_adopt_token(cfg, slot, r->adopt_token, sizeof r->adopt_token);
+    return r;
+}
+
 void dbt_redis_free(dbt_redis *r)
 {
     if (!r)
@@ -391,6 +456,8 @@ bool dbt_redis_broken(const dbt_redis *r)
     return r->broken;
 }
 
+static void forget_pending(dbt_redis *r);
+
 bool dbt_redis_stale(dbt_redis *r)
 {
     if (dbt_redis_broken(r))
@@ -398,6 +465,19 @@ bool dbt_redis_stale(dbt_redis *r)
     if (dbt_redis_outdated(r)) {
         mark_broken(r, "the Sentinel master has changed since");
         return true;
+    }
+    /* Its node no longer serves the pool's slot: given up, and the releases whose replies are
+     * still owed on it become owed operations (dbt_redis_take_failed), sent again to the new
+     * node; dropped unread, they were neither landed nor owed, and each one's permit stayed held
+     * for a whole lease. */
+    uint64_t gen = dbt_cluster_generation();
+    if (r->slot >= 0 && r->cluster_gen != gen) {
+        if (!dbt_cluster_serves(r->slot, r->node_host, r->node_port)) {
+            forget_pending(r);
+            mark_broken(r, "the cluster node no longer serves the pool's slot");
+            return true;
+        }
+        r->cluster_gen = gen; /* checked against this map: no lock again until it changes */
     }
     if (r->npending > 0)
         return false; /* replies are owed: data waiting is normal, and read later */
@@ -450,6 +530,10 @@ static redisReply *read_reply(dbt_redis *r, char *err)
              * an outage: redis_errors.c), and a Sentinel URL's master found again. */
             mark_broken(r, rep->str);
         }
+        /* A cluster node that no longer serves the slot: the map learns where it went, and the
+         * connection is never used again (the pool's next one goes to the new node). */
+        if (dbt_cluster_note_moved(rep->str, r->node_host, r->node_port))
+            mark_broken(r, rep->str);
         freeReplyObject(rep);
         return NULL;
     }

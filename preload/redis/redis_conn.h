@@ -44,6 +44,15 @@ typedef struct {
     int64_t started_ms;
     /* The Sentinel generation (sentinel.h) the master was found at; 0: not through Sentinel. */
     uint64_t sentinel_gen;
+    /* Redis Cluster (cluster.c): the node this connection reached, the slot it was made for (-1:
+     * none), the slot map's generation then, whether INFO said cluster_enabled:1, and the era
+     * token a slot migrated whole lets its calls adopt (dbt_cluster_adopt_token; "" if none). */
+    char node_host[256];
+    int node_port;
+    int slot;
+    uint64_t cluster_gen;
+    bool cluster_node;
+    char adopt_token[48];
     struct {
         char *cmd; /* the formatted command, kept to re-send it after a NOSCRIPT */
         size_t len;
@@ -82,6 +91,15 @@ void dbt_redis_free(dbt_redis *r);
 /* True when the connection was made to a Sentinel master that has since changed or been found
  * wrong (a newer generation): pools drop it rather than use it. */
 bool dbt_redis_outdated(const dbt_redis *r);
+
+/* The same for the keys of one pool: `route` is the pool's key base (dbt_keys.base, which
+ * carries its {pool} hash tag). With Redis Cluster (cluster.h) the connection goes to the
+ * primary that serves the route's slot; else, as dbt_redis_connect (route NULL: always). */
+dbt_redis *dbt_redis_connect_for(const dbt_config *cfg, const char *route, char *err);
+
+/* A full connect (as dbt_redis_connect) to ep instead of the URL's host: a cluster node an ASK
+ * redirection names. */
+dbt_redis *dbt_redis_connect_at(const dbt_config *cfg, const dbt_endpoint *ep, char *err);
 
 /* True once an I/O or protocol error has made the connection unusable. */
 bool dbt_redis_broken(const dbt_redis *r);

@@ -22,11 +22,6 @@ typedef struct {
                               * message itself says it */
 } permanent_error;
 
-#define CLUSTER_FIX                                                                                \
-    "dbthrottle does not follow cluster redirections: point DBTHROTTLE_REDIS_URL at a "            \
-    "standalone Redis (or at the cluster node that holds the pool's slot, or a cluster-aware "     \
-    "proxy)"
-
 static const permanent_error permanent[] = {
     {CODE, "WRONGPASS", false,
      "Redis refused the user or password (WRONGPASS): fix the credentials in "
@@ -60,14 +55,13 @@ static const permanent_error permanent[] = {
     {REPLY, "ERR SELECT is not allowed in cluster mode", false,
      "DBTHROTTLE_REDIS_URL selects a database but Redis runs in cluster mode, which only has "
      "database 0: remove the /N from DBTHROTTLE_REDIS_URL"},
-    /* A Redis Cluster node that does not hold the pool's slot: it never will by itself (ASK,
-     * a slot being migrated, is an outage: the migration ends in MOVED, or is rolled back). */
-    {CODE, "MOVED", false,
-     "Redis of DBTHROTTLE_REDIS_URL is a Redis Cluster node without the pool's keys (MOVED): "
-     "" CLUSTER_FIX},
+    /* Redis Cluster's redirections (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) are followed
+     * (cluster.c): transient. A pool's keys all share its {pool} hash tag, so CROSSSLOT is a
+     * proxy or server that hashes keys otherwise, which no retry changes. */
     {CODE, "CROSSSLOT", false,
-     "Redis of DBTHROTTLE_REDIS_URL is a Redis Cluster that spreads a script's keys over slots "
-     "(CROSSSLOT): " CLUSTER_FIX},
+     "Redis of DBTHROTTLE_REDIS_URL spreads a script's keys over cluster slots (CROSSSLOT) "
+     "although they share one hash tag: point DBTHROTTLE_REDIS_URL at the cluster itself "
+     "(redis-cluster://) rather than at a proxy that hashes keys otherwise"},
     /* Every dbthrottle key has one type; another type under its name is another program's. */
     {CODE, "WRONGTYPE", false,
      "a key under DBTHROTTLE_KEY_PREFIX holds another type of value (WRONGTYPE): the prefix "

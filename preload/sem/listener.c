@@ -9,6 +9,7 @@
  * from the socket. A BLPOP in flight outlives leaders: whoever leads next reads its reply. */
 #include "listener.h"
 #include "clock.h"
+#include "cluster.h"
 #include "handover.h"
 #include "pool.h"
 #include "renewer.h"
@@ -18,10 +19,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* BLPOP's own timeout. Only bounds how long a blocked BLPOP outlives the last waiter. */
 #define BLPOP_SECONDS "30"
+/* With Redis Cluster, a BLPOP blocked on a node the pool's slot has just left is told MOVED only
+ * when that node's client cron reaches it (up to a second later): meanwhile the grants pushed to
+ * the wake list on the new node wait. A BLPOP that ends every half second is sent again, meets
+ * the MOVED at once, and follows it (follow_redirect). */
+#define BLPOP_SECONDS_CLUSTER "0.5"
 
 /* BLPOPs kept in flight at most. With several threads of the process waiting, several grants can
  * be on their way at once: Redis serves the next pipelined BLPOP as soon as it answered the one
@@ -133,7 +140,10 @@ static dbt_redis *ready_listener(dbt_pool *p, const char *wake_key, char *err)
         pthread_mutex_unlock(&p->mu);
     }
     if (more > 0) {
-        const char *argv[] = {"BLPOP", wake_key, BLPOP_SECONDS};
+        const char *argv[] = {"BLPOP", wake_key,
+                              l->slot >= 0 && dbt_cluster_routing(p->client->cfg)
+                                  ? BLPOP_SECONDS_CLUSTER
+                                  : BLPOP_SECONDS};
         for (int i = 0; i < more; i++)
             if (!dbt_redis_append(l, 3, argv, NULL, err))
                 return NULL;
@@ -144,6 +154,40 @@ static dbt_redis *ready_listener(dbt_pool *p, const char *wake_key, char *err)
         pthread_mutex_unlock(&p->mu);
     }
     return l;
+}
+
+/* Whether the listener's error is a cluster redirection to follow now: MOVED at once (the map
+ * names the new node), ASK, TRYAGAIN and CLUSTERDOWN after a short pause (a migration or a
+ * failover in progress: BLPOP on a wake list that is not there yet is redirected until it ends);
+ * all within one DBTHROTTLE_REDIS_TIMEOUT from the first (*until_us, 0 until then). */
+static bool follow_redirect(dbt_pool *p, const char *err, int64_t *until_us)
+{
+    dbt_redirect k = dbt_cluster_redirect_of(err, NULL, NULL);
+    if (k == DBT_REDIR_NONE)
+        return false;
+    int64_t now = dbt_now_us();
+    if (!*until_us)
+        *until_us = now + p->client->cfg->redis_timeout_ms * 1000;
+    if (now >= *until_us)
+        return false;
+    if (k != DBT_REDIR_MOVED) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 10 * 1000 * 1000};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
+    return true;
+}
+
+void dbt_listener_moved(dbt_pool *p)
+{
+    p->listener_reset = true;
+    /* The leader is one of the waiters, or the renewer (bg_slot): each woken one that is not the
+     * leader goes back to its wait. */
+    for (struct dbt_slot *w = p->slots; w; w = w->next)
+        if (w->state == SLOT_QUEUED && !w->orphan)
+            dbt_slot_wake(w);
+    if (p->bg_leading && p->bg_slot)
+        dbt_slot_wake(p->bg_slot);
 }
 
 /* Reads what the listener socket has and dispatches every complete reply. */
@@ -166,8 +210,10 @@ static bool read_grants(dbt_pool *p, dbt_redis *l, char *err)
             dispatch(p, rep->element[1]->str);
         pthread_mutex_unlock(&p->mu);
         bool bad = rep->type == REDIS_REPLY_ERROR;
-        if (bad)
+        if (bad) {
             snprintf(err, DBT_ERRLEN, "redis: %s", rep->str);
+            (void)dbt_cluster_note_moved(rep->str, l->node_host, l->node_port);
+        }
         freeReplyObject(rep);
         if (bad)
             return false;
@@ -188,6 +234,7 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
     }
     dbt_wait_result result = DBT_WAIT_WOKEN;
     bool reconnected = false;
+    int64_t redirect_until_us = 0;
     dbt_redis *l = ready_listener(p, big ? big : wake_key, err);
     if (!l) {
         listener_failed(p, s, err);
@@ -225,10 +272,19 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
             continue; /* the deadline check above ends it */
         if (pfd[0].revents) {
             if (!read_grants(p, l, err)) {
+                /* A cluster redirection (the slot moved or is moving): connect again, to the
+                 * node the map names now, within one DBTHROTTLE_REDIS_TIMEOUT. */
+                if (follow_redirect(p, err, &redirect_until_us)) {
+                    pthread_mutex_lock(&p->mu);
+                    p->listener_reset = true;
+                    pthread_mutex_unlock(&p->mu);
+                    if ((l = ready_listener(p, big ? big : wake_key, err)) != NULL)
+                        continue;
+                }
                 /* Once per call, a listener that failed (it may have sat on a Redis that has
                  * restarted since) is replaced before the waiters are told Redis is gone:
                  * grants pushed meanwhile wait in the wake list for the new BLPOPs. */
-                if (!reconnected) {
+                else if (!reconnected) {
                     reconnected = true;
                     pthread_mutex_lock(&p->mu);
                     p->listener_reset = true;

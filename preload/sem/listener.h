@@ -18,6 +18,9 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
                            const dbt_acquire_opts *o);
 void dbt_listener_pass(dbt_pool *p);  /* p->mu held: wake a waiter to take over the role */
 void dbt_listener_close(dbt_pool *p); /* frees the listener connection (no thread uses it) */
+/* p->mu held: the pool's slot moved to another cluster node (a MOVED): the leader connects its
+ * listener anew, to the node that has the wake list now. */
+void dbt_listener_moved(dbt_pool *p);
 struct dbt_slot *dbt_find_slot(dbt_pool *p, const char *id); /* p->mu held */
 void dbt_fail_waiters(dbt_pool *p); /* p->mu held: every waiter gives up on a Redis that is gone */
 

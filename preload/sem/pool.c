@@ -19,7 +19,7 @@
 
 dbt_redis *dbt_pool_connect(dbt_pool *p, char *err)
 {
-    dbt_redis *r = dbt_redis_connect(p->client->cfg, err);
+    dbt_redis *r = dbt_redis_connect_for(p->client->cfg, p->keys.base, err);
     if (r) {
         pthread_mutex_lock(&p->mu);
         p->reached_redis = true; /* its name resolved: from now on, not resolving is an outage */

@@ -11,6 +11,7 @@
  * thread of it waits, it is the one that listens for that push. */
 #include "renewer.h"
 #include "clock.h"
+#include "cluster.h"
 #include "fork.h"
 #include "handover.h"
 #include "kept.h"
@@ -190,7 +191,9 @@ static void drain_idle(dbt_pool *p)
     char err[DBT_ERRLEN] = "";
     for (int i = 0; i < n; i++) {
         if (!dbt_redis_drain(mine[i], err) && dbt_redis_broken(mine[i])) {
-            dbt_pool_note_error(p, "release", err);
+            /* A cluster's MOVED is no outage: the releases are owed, sent to the new node. */
+            if (dbt_cluster_redirect_of(err, NULL, NULL) != DBT_REDIR_MOVED)
+                dbt_pool_note_error(p, "release", err);
         } else if (mine[i]->nfailed > 0 && dbt_log_enabled(DBT_LOG_DEBUG)) {
             dbt_field f[] = {DBT_S("pool", p->name), DBT_S("error", err),
                              DBT_S("effect", "sent again")};

@@ -43,10 +43,8 @@ Test(redis_errors, configuration_errors_are_permanent_and_name_the_fix)
         {"redis 127.0.0.1:6379: ERR unknown command 'EVALSHA', with args beginning with: ",
          "not Redis"},
         {"redis: Protocol error, got \"H\" as reply type byte", "protocol"},
-        /* A Redis Cluster node that does not hold the pool's slot, or a cluster that splits a
-         * script's keys, never starts holding them by itself: dbthrottle follows no
-         * redirections. */
-        {"redis: MOVED 3999 127.0.0.1:6381", "MOVED"},
+        /* A cluster (or a proxy) that splits a script's keys, which share one hash tag, never
+         * stops by itself. */
         {"redis: CROSSSLOT Keys in request don't hash to the same slot", "CROSSSLOT"},
         {"redis 127.0.0.1:7000: SELECT 2 failed: ERR SELECT is not allowed in cluster mode",
          "cluster mode"},
@@ -91,7 +89,10 @@ Test(redis_errors, outages_are_transient)
         "redis: MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
         "redis: READONLY You can't write against a read only replica.",
         "redis: OOM command not allowed when used memory > 'maxmemory'.",
-        /* A slot being migrated: the migration ends (then MOVED, permanent) or is rolled back. */
+        /* Redis Cluster's redirections: followed (cluster.c), and while they last (a slot
+         * being migrated, a failover) an outage, never a configuration error. */
+        "redis: MOVED 3999 127.0.0.1:6381",
+        "redis 127.0.0.1:7000: MOVED 3999 127.0.0.1:6381",
         "redis: ASK 3999 127.0.0.1:6381",
         "redis: TRYAGAIN Multiple keys request during rehashing of slot",
         "redis: CLUSTERDOWN The cluster is down",

@@ -1,0 +1,191 @@
+# redis_cluster.sh - Redis Cluster: pools routed to the primary that serves their slot, and a
+# slot migrated under load. A three-primary cluster of the case's own (tests/support/cluster.sh)
+# beside the suite's Redis; its servers join $work/pids, so the suite's cleanup kills them even if
+# the case stops half-way.
+#   1. 8 pools (2 processes x 3 threads each, MAX_QUERIES=2, 20 ms probes) through a
+#      redis-cluster:// URL: each pool's keys are on the node CLUSTER SLOTS names for its slot
+#      and nowhere else, the pools span all three nodes, and each holds its limit at the server.
+#   2. The busiest pool's slot is moved to another node with `redis-cli --cluster reshard`
+#      while its 6 workers run: the limit holds at the server, the longest gap between two of
+#      its probes starting at the server stays under 1 s, nothing is refused, and its keys now
+#      live on the new node only.
+#      Then the slot is moved back by hand, slowly (300 ms MIGRATING before the first key, then
+#      one key every 20 ms; REDIS_TIMEOUT 2s covers it): the limit holds, nothing is refused,
+#      and the pool stops no longer than the migration lasts, plus 500 ms.
+#   3. A redis:// URL naming one node finds the others: pools whose slots the other nodes serve
+#      get their keys there (a MOVED, or INFO's cluster_enabled, sends each to its slot's node)
+#      and hold their limits.
+echo "# redis_cluster: 8 pools over a 3-primary Redis Cluster, a slot migrated under load, a redis:// URL that finds the others"
+. "$here/../support/cluster.sh"
+
+# A pool's probes, in order, as the server logged them: the start of each, in ms since the epoch
+# (the log's "%m" prefix), since the mark.
+probe_times() {
+    tail -n +"$((log_mark + 1))" "$work/pg/server.log" | grep "dbt_conc app=$1 n=" |
+        awk '{ split($2, t, "[:.]"); print ((t[1] * 60 + t[2]) * 60 + t[3]) * 1000 + t[4] }'
+}
+# The longest gap between two successive probes of APP since the mark, or after its last one
+# until the server's clock now (ms).
+longest_gap() {
+    lg_now=$(psql -qAtX -c "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint % 86400000")
+    { probe_times "$1"; echo "$lg_now"; } | awk 'NR > 1 && $1 - p > g { g = $1 - p } { p = $1 } END { print g + 0 }'
+}
+# The ports of the nodes that hold any key of pool POOL (its own state, read on each node).
+nodes_with_keys() {
+    for nk_p in $cluster_ports; do
+        [ "$(ccli "$nk_p" --raw eval "return #redis.call('KEYS', ARGV[1])" 0 "dbthrottle:{$1}*")" -gt 0 ] && printf '%s ' "$nk_p"
+    done
+}
+node_id() { ccli "$1" --raw cluster myid; }
+
+cl_dir=$work/cluster
+if ! topology_cluster_start "$cl_dir"; then
+    fail "redis_cluster: the cluster did not form ($(tail -3 "$cl_dir/create.log" 2>/dev/null | tr '\n' ' '))"
+else
+    cat "$cl_dir"/redis-*.pid >>"$work/pids"
+    cl_url=$DBTHROTTLE_REDIS_URL
+    export DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$rport # the suite's own Redis, for the next cases
+    first=${cluster_ports%% *}
+    # mig2940's slot is 5461, the first of the second node's range (redis-cli --cluster create
+    # gives 0-5460, 5461-10922, 10923-16383 in the order of the nodes): `reshard --cluster-slots 1`
+    # from that node moves exactly it.
+    pools="mig2940 a b c d e f g"
+    mig_slot=$(ccli "$first" cluster keyslot "dbthrottle:{mig2940}")
+    check "redis_cluster: the migrated pool's slot is 5461 (CLUSTER KEYSLOT: $mig_slot)" '[ "$mig_slot" = 5461 ]'
+
+    cl_env() { echo "PGAPPNAME=cl$1 DBTHROTTLE_POOL=$1 DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LEASE=3s DBTHROTTLE_REDIS_TIMEOUT=2s DBTHROTTLE_ON_REDIS_ERROR=closed DBTHROTTLE_REDIS_URL=$cl_url"; }
+    wargs="-n 0 -s 20 -T 3"
+    for pool in $pools; do
+        spawn "$work/cl.$pool.1" $(cl_env "$pool")
+        spawn "$work/cl.$pool.2" $(cl_env "$pool")
+    done
+    wait_until 20 '[ -n "$(nodes_with_keys mig2940)" ]' >/dev/null
+    mark
+    sleep 3
+    # 1. routing: each pool's keys on its slot's owner only; the pools over every node
+    spread_ok=1 used=
+    for pool in $pools; do
+        owner=$(cluster_owner "$(ccli "$first" cluster keyslot "dbthrottle:{$pool}")")
+        where=$(nodes_with_keys "$pool")
+        [ "$where" = "$owner " ] || { spread_ok=0; info "pool $pool: keys on [$where], slot served by $owner"; }
+        used="$used $owner"
+    done
+    nused=$(echo $used | tr ' ' '\n' | sort -u | wc -l)
+    check "redis_cluster: each pool's keys are on the node that serves its slot, and only there; the 8 pools span $nused of 3 nodes" '[ $spread_ok -eq 1 ] && [ "$nused" -eq 3 ]'
+    worst=0 fewest=999999
+    for pool in $pools; do
+        m=$(max_conc "cl$pool") n=$(probes "cl$pool")
+        [ "$m" -gt "$worst" ] && worst=$m
+        [ "$n" -lt "$fewest" ] && fewest=$n
+        per_pool="${per_pool:-}$pool=$m "
+    done
+    check "redis_cluster: under load each of the 8 pools held its limit of 2 at the server (most at once: $per_pool; fewest probes of a pool in 3 s: $fewest)" '[ "$worst" -le 2 ] && [ "$worst" -ge 2 ] && [ "$fewest" -ge 20 ]'
+
+    # the operator's command reaches every node: status lists all pools, limit and drain act
+    # on the node that serves the pool
+    dbt() { env DBTHROTTLE_REDIS_URL="$cl_url" "$top/build/dbthrottle" "$@"; }
+    listed=$(dbt status --json | grep -o '"name":"[^"]*"' | sort -u | grep -c -E '"(mig2940|[a-g])"')
+    far=
+    for pool in a b c d e f g; do
+        [ "$(cluster_owner "$(ccli "$first" cluster keyslot "dbthrottle:{$pool}")")" != "$first" ] && far=$pool && break
+    done
+    dbt limit "$far" 1 >/dev/null
+    lim_rc=$?
+    mark
+    sleep 2
+    lim_max=$(max_conc "cl$far") lim_n=$(probes "cl$far")
+    dbt limit --clear "$far" >/dev/null
+    dbt drain "$far" >/dev/null
+    drain_rc=$?
+    sleep 0.5
+    mark
+    sleep 1.5
+    drained_n=$(probes "cl$far")
+    dbt resume "$far" >/dev/null
+    check "redis_cluster: dbthrottle status lists the 8 pools of the 3 nodes ($listed)" '[ "$listed" -eq 8 ]'
+    check "redis_cluster: dbthrottle limit $far 1 (a pool on another node than the URL's first) held it to 1 at the server (most at once: $lim_max in $lim_n probes; exit $lim_rc)" '[ "$lim_rc" -eq 0 ] && [ "$lim_max" -eq 1 ] && [ "$lim_n" -ge 10 ]'
+    check "redis_cluster: dbthrottle drain $far stopped its grants ($drained_n probes in 1.5 s of drain; exit $drain_rc)" '[ "$drain_rc" -eq 0 ] && [ "$drained_n" -eq 0 ]'
+    sleep 1
+
+    # 2. the migrated pool's slot moves to another node under load
+    src=$(cluster_owner "$mig_slot")
+    for p in $cluster_ports; do [ "$p" != "$src" ] && dst=$p && break; done
+    mark
+    sleep 1
+    t0=$(now_ms)
+    redis-cli --cluster reshard "127.0.0.1:$src" --cluster-from "$(node_id "$src")" \
+        --cluster-to "$(node_id "$dst")" --cluster-slots 1 --cluster-yes >"$work/reshard.log" 2>&1
+    reshard_rc=$?
+    reshard_ms=$(($(now_ms) - t0))
+    wait_until 10 "[ \"\$(cluster_owner $mig_slot)\" = $dst ]" >/dev/null
+    sleep 3
+    mig_max=$(max_conc clmig2940)
+    mig_n=$(probes clmig2940)
+    mig_gap=$(longest_gap clmig2940)
+    mig_where=$(nodes_with_keys mig2940)
+    others=0
+    for pool in $pools; do [ "$pool" = mig2940 ] || { m=$(max_conc "cl$pool"); [ "$m" -gt "$others" ] && others=$m; }; done
+    info "reshard of slot $mig_slot from $src to $dst: exit $reshard_rc in $reshard_ms ms; after it the slot is served by $(cluster_owner "$mig_slot"), the pool's keys are on [$mig_where]"
+    check "redis_cluster: the slot moved ($src -> $dst, redis-cli --cluster reshard exit $reshard_rc) and the pool's keys followed it" '[ "$reshard_rc" -eq 0 ] && [ "$mig_where" = "$dst " ]'
+    check "redis_cluster: through the migration the pool held its limit of 2 at the server (most at once: $mig_max in $mig_n probes; other pools: $others)" '[ "$mig_max" -le 2 ] && [ "$others" -le 2 ] && [ "$mig_n" -ge 150 ]'
+    check "redis_cluster: no stall over 1 s: the longest gap between two of its probes at the server was $mig_gap ms ($mig_n probes)" '[ "$mig_gap" -lt 1000 ] && [ "$mig_n" -ge 150 ]'
+    # 2b. and back by hand, slowly: the slot stays MIGRATING/IMPORTING for 300 ms before its
+    # first key moves, then its keys move one at a time, so scripts meet TRYAGAIN (keys half
+    # moved) and the listener ASK for a while; the third node learns the new owner by gossip.
+    mark
+    sleep 1
+    t0=$(now_ms)
+    ccli "$src" cluster setslot "$mig_slot" importing "$(node_id "$dst")" >/dev/null
+    ccli "$dst" cluster setslot "$mig_slot" migrating "$(node_id "$src")" >/dev/null
+    sleep 0.3
+    for key in $(ccli "$dst" --raw cluster getkeysinslot "$mig_slot" 100); do
+        ccli "$dst" migrate 127.0.0.1 "$src" "$key" 0 5000 >/dev/null
+        sleep 0.02
+    done
+    # keys created meanwhile (on the old node, by scripts that found every key they named)
+    rounds=0
+    while [ -n "$(ccli "$dst" --raw cluster getkeysinslot "$mig_slot" 100)" ] && [ $rounds -lt 50 ]; do
+        rounds=$((rounds + 1))
+        for key in $(ccli "$dst" --raw cluster getkeysinslot "$mig_slot" 100); do
+            ccli "$dst" migrate 127.0.0.1 "$src" "$key" 0 5000 >/dev/null
+        done
+    done
+    for p in $src $dst; do ccli "$p" cluster setslot "$mig_slot" node "$(node_id "$src")" >/dev/null; done
+    slow_ms=$(($(now_ms) - t0))
+    wait_until 10 "[ \"\$(cluster_owner $mig_slot)\" = $src ]" >/dev/null
+    sleep 3
+    slow_max=$(max_conc clmig2940) slow_n=$(probes clmig2940) slow_gap=$(longest_gap clmig2940)
+    slow_where=$(nodes_with_keys mig2940)
+    info "slot $mig_slot moved back by hand ($dst -> $src) in $slow_ms ms; the pool's keys are on [$slow_where]"
+    # No grant can be made while the pool's keys are split between the nodes (TRYAGAIN), so the
+    # gap may last as long as the migration itself, and no longer than it plus half a second.
+    check "redis_cluster: moved back slowly ($slow_ms ms of migration), the pool held its limit of 2 (most at once: $slow_max in $slow_n probes), its longest gap between two probes ($slow_gap ms) no longer than the migration + 500 ms" '[ "$slow_where" = "$src " ] && [ "$slow_max" -le 2 ] && [ "$slow_n" -ge 150 ] && [ "$slow_gap" -lt $((slow_ms + 500)) ]'
+    for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
+    crashed=0
+    for p in $spawned_list; do wait "$p" || crashed=$((crashed + 1)); done
+    spawned_list=
+    errn=$(sum_field err "$work"/cl.*)
+    worst_call=$(max_field max_call_ms "$work"/cl.*)
+    check "redis_cluster: every worker ran on and exited cleanly, none refused ($crashed bad exits, $errn refused, longest libpq call $worst_call ms)" '[ "$crashed" -eq 0 ] && [ "$errn" -eq 0 ]'
+
+    # 3. a redis:// URL naming one node finds the others
+    one_env() { echo "PGAPPNAME=one$1 DBTHROTTLE_POOL=one$1 DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_REDIS_TIMEOUT=1s DBTHROTTLE_ON_REDIS_ERROR=closed DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$first"; }
+    wargs="-n 15 -s 10 -T 3"
+    mark
+    for pool in a b c d e f; do spawn "$work/one.$pool" $(one_env "$pool"); done
+    wait_workers
+    one_ok=1 one_nodes= one_worst=0
+    for pool in a b c d e f; do
+        owner=$(cluster_owner "$(ccli "$first" cluster keyslot "dbthrottle:{one$pool}")")
+        where=$(nodes_with_keys "one$pool")
+        [ "$where" = "$owner " ] || { one_ok=0; info "pool one$pool: keys on [$where], slot served by $owner"; }
+        one_nodes="$one_nodes $owner"
+        m=$(max_conc "one$pool")
+        [ "$m" -gt "$one_worst" ] && one_worst=$m
+    done
+    one_n=$(echo $one_nodes | tr ' ' '\n' | sort -u | wc -l)
+    one_err=$(sum_field err "$work"/one.*)
+    check "redis_cluster: redis://127.0.0.1:$first found the other nodes: each pool's keys on its slot's node ($one_n nodes used), none refused ($one_err), limit held (most at once: $one_worst)" '[ $one_ok -eq 1 ] && [ "$one_n" -ge 2 ] && [ "$one_err" -eq 0 ] && [ "$one_worst" -le 2 ]'
+    topology_cluster_stop "$cl_dir"
+fi
+wargs=
