@@ -7,6 +7,7 @@
 #include "renewer.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <time.h>
 
 /* c's era arguments become those of r's server (dbt_script_bind_era), and a slot r's node took
@@ -37,13 +38,17 @@ redisReply *dbt_script_run(dbt_redis *r, dbt_script_call *c, dbt_reply_parser pa
 
 /* ASK: this one call goes to the node that imports the slot, after ASKING, on a connection of its
  * own (the pool's connections stay with the slot's owner until a MOVED says otherwise). */
-static redisReply *run_asking(dbt_pool *p, const dbt_cluster_node *to, dbt_script_call *c,
-                              dbt_reply_parser parse, void *out, char *err)
+static redisReply *run_asking(dbt_pool *p, const dbt_cluster_node *to, const char *from_run_id,
+                              dbt_script_call *c, dbt_reply_parser parse, void *out, char *err)
 {
     dbt_endpoint ep = {.host = to->host, .port = to->port};
     dbt_redis *r = dbt_redis_connect_at(p->client->cfg, &ep, err);
     if (!r)
         return NULL;
+    /* The node that said ASK is the slot's owner, still a primary, migrating it: the keys that
+     * reached the importing node came whole, with that owner's era, so they are adopted rather
+     * than taken for a failover (a quarantine for every call of a slow migration). */
+    snprintf(r->adopt_token, sizeof r->adopt_token, "%s", from_run_id);
     const char *argv[] = {"ASKING"};
     redisReply *ok = dbt_redis_command(r, 1, argv, NULL, err);
     redisReply *rep = ok ? dbt_script_run(r, c, parse, out, err) : NULL;
@@ -95,6 +100,9 @@ redisReply *dbt_pool_run(dbt_pool *p, const char *what, dbt_script_call *c, dbt_
         if (r)
             dbt_pool_era_prev(p, c->era_prev);
         rep = r ? dbt_script_run(r, c, parse, out, err) : NULL;
+        char from_run_id[sizeof r->run_id] = "";
+        if (r)
+            snprintf(from_run_id, sizeof from_run_id, "%s", r->run_id);
         dbt_pool_put_conn(p, r);
         dbt_cluster_node ask;
         bool asking;
@@ -102,7 +110,7 @@ redisReply *dbt_pool_run(dbt_pool *p, const char *what, dbt_script_call *c, dbt_
             break;
         if (!asking)
             continue;
-        rep = run_asking(p, &ask, c, parse, out, err);
+        rep = run_asking(p, &ask, from_run_id, c, parse, out, err);
         if (rep || !redirected(p, err, &moves, until_us, &ask, &asking))
             break;
     }

@@ -160,6 +160,10 @@ else
     # No grant can be made while the pool's keys are split between the nodes (TRYAGAIN), so the
     # gap may last as long as the migration itself, and no longer than it plus half a second.
     check "redis_cluster: moved back slowly ($slow_ms ms of migration), the pool held its limit of 2 (most at once: $slow_max in $slow_n probes), its longest gap between two probes ($slow_gap ms) no longer than the migration + 500 ms" '[ "$slow_where" = "$src " ] && [ "$slow_max" -le 2 ] && [ "$slow_n" -ge 150 ] && [ "$slow_gap" -lt $((slow_ms + 500)) ]'
+    # Both moves carried the pool's state whole (the keys, its era among them): adopted by the
+    # node that took them, never a quarantine (a failover's answer: Q without grants).
+    mig_q=$(ccli "$src" --raw hget "dbthrottle:{mig2940}:q:stats" quarantines)
+    check "redis_cluster: the migrated pool never entered a quarantine (quarantines: ${mig_q:-0})" '[ "${mig_q:-0}" -eq 0 ]'
     for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
     crashed=0
     for p in $spawned_list; do wait "$p" || crashed=$((crashed + 1)); done
