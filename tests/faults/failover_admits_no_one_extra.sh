@@ -146,7 +146,7 @@ fa_fault() {
     fa_over=$(fa_above "$fa_app" "$fa_before")
     fa_full_ms=$(fa_full "$fa_app" "$fa_named")
     [ "$fa_full_ms" -ge 0 ] && fa_full_ms=$((fa_named - fa_down + fa_full_ms))
-    fa_blind=$(fa_started "$fa_app" $((fa_down + 100)) "$fa_named")
+    fa_blind=$(fa_started "$fa_app" "$fa_down" "$fa_named")
     # The first and the last statement started above 8 at once, in ms after the kill.
     fa_span=$(adm_probes "$fa_app" | awk -v from="$fa_before" -v k="$fa_down" \
         '$1 >= from && $2 > 8 { if (!a) a = $1; b = $1 } END { print (a ? "from " (a - k) " to " (b - k) " ms after the kill" : "none") }')
@@ -159,7 +159,7 @@ fa_fault() {
             fa_drained=$(($(adm_now) - fa_stopped))
     fi
     fa_bound=$((fa_detect + fa_q_ms + fa_renew_ms + fa_slack_ms))
-    info "$fa_kind, $fa_mode: the sentinels named the new master ${fa_new:-(none)} ${fa_detect} ms after the kill (detection); first statement ${fa_resume} ms after the kill (bound: detection + Q $fa_q_ms + renewal $fa_renew_ms + $fa_slack_ms = $fa_bound); 8 at once again $fa_full_ms ms after the kill; most at once $fa_most across the fault and after ($fa_after once the new master was named); above 8 for $fa_over ms (statements started above 8 at once: $fa_span); $fa_blind statements started while no master was named; on the new master ${fa_reasserted:-0} permits re-asserted in ${fa_quarantines:-0} quarantine(s); nothing held or queued there $fa_drained ms after the workers stopped$fa_lagnote"
+    info "$fa_kind, $fa_mode: the sentinels named the new master ${fa_new:-(none)} ${fa_detect} ms after the kill (detection); first statement ${fa_resume} ms after the kill (bound: detection + Q $fa_q_ms + renewal $fa_renew_ms + $fa_slack_ms = $fa_bound); 8 at once again $fa_full_ms ms after the kill; most at once $fa_most across the fault and after ($fa_after once the new master was named); above 8 for $fa_over ms (statements started while more than 8 ran: $fa_span); $fa_blind statements started between the kill and the naming of the new master; on the new master ${fa_reasserted:-0} permits re-asserted in ${fa_quarantines:-0} quarantine(s); nothing held or queued there $fa_drained ms after the workers stopped$fa_lagnote"
     check "$fa_name: the 64 workers exited cleanly ($adm_bad bad exits)" '[ "$adm_bad" -eq 0 ]'
     check "$fa_name: the only candidate replica $fa_cand became master (${fa_new:-none})" '[ "$fa_new" = "$fa_cand" ]'
     if [ "$fa_kind" != kill ]; then
