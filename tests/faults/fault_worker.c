@@ -14,6 +14,8 @@
  *   -K       with -T: once the threads run, fork a child that runs -n probes on a connection of
  *            its own while they wait for permits, and wait for it
  *   -W FILE  touch FILE once the first probe has its result (tests wait for it)
+ *   -C       SIGTERM/SIGINT also cancel what the connection is doing (PQcancel from the handler, as
+ *            psql's Ctrl-C): a fleet queued for permits stops at once (one connection: no -T/-F)
  * The connection comes from the PG* variables. Exit status 0 unless a connection failed. */
 #include <libpq-fe.h>
 
@@ -31,6 +33,9 @@
 static int n_probes, sleep_ms, tx_pause_ms = -1;
 static const char *ready_file;
 static volatile sig_atomic_t stop;
+static bool cancel_on_stop;
+/* The connection's cancel object for the signal handler (-C), swapped whole, never changed. */
+static _Atomic(PGcancel *) stop_cancel;
 
 #define MAX_CODES 8
 typedef struct {
@@ -93,6 +98,13 @@ static void mark_ready(void)
     }
 }
 
+/* Points the handler at C's current backend (-C); frees the object it replaces. */
+static void arm_cancel(PGconn *c)
+{
+    if (cancel_on_stop)
+        PQfreeCancel(atomic_exchange(&stop_cancel, c ? PQgetCancel(c) : NULL));
+}
+
 static void work(tally *t)
 {
     PGconn *c = PQconnectdb("");
@@ -102,6 +114,7 @@ static void work(tally *t)
         PQfinish(c);
         return;
     }
+    arm_cancel(c);
     char sql[64];
     snprintf(sql, sizeof sql, "SELECT dbt_probe(%d)", sleep_ms);
     for (int i = 0; (n_probes == 0 || i < n_probes) && !stop; i++) {
@@ -122,9 +135,12 @@ static void work(tally *t)
             t->ok++;
         else
             usleep(10 * 1000); /* as a real program would, rather than spin on a refusal */
-        if (PQstatus(c) == CONNECTION_BAD)
+        if (PQstatus(c) == CONNECTION_BAD) {
             PQreset(c);
+            arm_cancel(c);
+        }
     }
+    arm_cancel(NULL);
     PQfinish(c);
 }
 
@@ -161,13 +177,18 @@ static void on_stop(int sig)
 {
     (void)sig;
     stop = 1;
+    PGcancel *pc = atomic_load(&stop_cancel);
+    if (pc) {
+        char err[256];
+        PQcancel(pc, err, sizeof err);
+    }
 }
 
 int main(int argc, char **argv)
 {
     int threads = 1, children = 0, opt;
     bool fork_while_waiting = false;
-    while ((opt = getopt(argc, argv, "n:s:x:T:F:KW:")) != -1) {
+    while ((opt = getopt(argc, argv, "n:s:x:T:F:KW:C")) != -1) {
         switch (opt) {
         case 'n':
             n_probes = atoi(optarg);
@@ -190,9 +211,13 @@ int main(int argc, char **argv)
         case 'W':
             ready_file = optarg;
             break;
+        case 'C':
+            cancel_on_stop = true;
+            break;
         default:
-            fprintf(stderr,
-                    "usage: fault_worker [-n N] [-s MS] [-x MS] [-T N] [-F N] [-K] [-W FILE]\n");
+            fprintf(
+                stderr,
+                "usage: fault_worker [-n N] [-s MS] [-x MS] [-T N] [-F N] [-K] [-W FILE] [-C]\n");
             return 2;
         }
     }

@@ -10,7 +10,10 @@
 #   takes), topo_master_name (mymaster).
 # Optional, set before the call: TOPO_DATA_PASS (requirepass and masterauth of the data servers,
 # and the sentinels' auth-pass), TOPO_SENTINEL_PASS (the sentinels' own requirepass, and their
-# sentinel-pass to each other). Returns non-zero (with a line saying what) when it did not come up.
+# sentinel-pass to each other), TOPO_REPLICA_PRIORITIES (the two replicas' replica-priority, in
+# order, from their start: "100 0" makes the first replica the only one Sentinel may promote, for a
+# case that needs to know which; default 100 each). Returns non-zero (with a line saying what)
+# when it did not come up.
 # topo_cli PORT ARGS...: redis-cli to a data server (with TOPO_DATA_PASS); topo_scli PORT ARGS...:
 # to a sentinel (with TOPO_SENTINEL_PASS).
 topo_cli() { tc_p=$1; shift; REDISCLI_AUTH=${TOPO_DATA_PASS:-} redis-cli -p "$tc_p" "$@" 2>/dev/null; }
@@ -56,10 +59,11 @@ topology_sentinel_start() {
     topo_replica_ports=
     for r in 1 2; do
         mkdir -p "$td/replica$r"
+        ts_prio=$(echo "${TOPO_REPLICA_PRIORITIES:-}" | awk -v r=$r '{ print ($r == "" ? 100 : $r) }')
         # shellcheck disable=SC2086
         topo_spawn "$td" "replica$r" topo_cli redis-server --bind 127.0.0.1 --save "" \
             --appendonly no --dir "$td/replica$r" --enable-debug-command yes \
-            --replicaof 127.0.0.1 "$topo_primary_port" $ts_pass || return 1
+            --replica-priority "$ts_prio" --replicaof 127.0.0.1 "$topo_primary_port" $ts_pass || return 1
         topo_replica_ports="$topo_replica_ports${topo_replica_ports:+ }$tp_port"
     done
     topo_sentinel_ports=
