@@ -158,10 +158,19 @@ end
 -- that just started or the caller knew on another; "lost": a holder was missing, see renew.lua).
 local function era(s, raw, now)
     s.qleft, s.why = 0, false
-    if TOKEN == '' then
-        return 0 -- INFO refused: nothing can be told (the client warns redis_unverified)
-    end
     local tok, till, why
+    if TOKEN == '' then
+        -- INFO refused: this caller cannot tell servers apart (the client warns
+        -- redis_unverified), but a quarantine another caller started holds for it too
+        if raw then
+            tok, till, why = string.match(raw, '^(%S+) (%d+) (%S+)$')
+            till = tonumber(till) or 0
+            if till > now then
+                s.qleft, s.why = math.min(till - now, LEASE + QMS), why
+            end
+        end
+        return s.qleft
+    end
     if raw then
         tok, till, why = string.match(raw, '^(%S+) (%d+) (%S+)$')
         till = tonumber(till) or 0
@@ -191,7 +200,10 @@ local function era(s, raw, now)
     end
     -- Missing: a new pool, a pool idle for 7 days, or the state lost. Beliefs from before can
     -- only live in a process that knew the pool on another server (or before this one's restart):
-    -- a process new to the pool, on a pool new to this server, is not made to wait.
+    -- a process new to the pool, on a pool new to this server, is not made to wait. (PREV is the
+    -- pool's, both kinds': a process's first use of the other kind finds that one's era missing,
+    -- which is no loss. So a deletion on the same server (FLUSHALL) is left to the evidence rule:
+    -- the survivors' next renewal, see renew.lua.)
     if PREV ~= '' and PREV ~= TOKEN then
         quarantine(s, now, (now < STARTED + LEASE + QMS) and 'restarted' or 'changed')
         return s.qleft

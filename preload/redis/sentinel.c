@@ -187,13 +187,18 @@ typedef enum { ASK_FOUND, ASK_UNKNOWN, ASK_AUTH, ASK_FAILED } ask_result;
 
 /* SENTINEL get-master-addr-by-name on one sentinel. */
 static ask_result ask_one(const dbt_config *cfg, const address *a, address *found, char *why,
-                          size_t cap)
+                          size_t cap, char *permanent)
 {
-    char err[DBT_ERRLEN];
+    char err[DBT_ERRLEN], fix[DBT_ERRLEN];
     dbt_redis *s = open_sentinel(cfg, cfg->sentinel_user, cfg->sentinel_password, a, err);
     if (!s) {
         snprintf(why, cap, "%.190s", err);
-        return auth_refused(err) ? ASK_AUTH : ASK_FAILED;
+        if (auth_refused(err))
+            return ASK_AUTH;
+        /* A certificate that does not verify, say: the first such error, whole. */
+        if (!permanent[0] && dbt_redis_error_permanent(err, true, fix, sizeof fix))
+            snprintf(permanent, DBT_ERRLEN, "%s", err);
+        return ASK_FAILED;
     }
     const char *argv[] = {"SENTINEL", "get-master-addr-by-name", cfg->redis.master_name};
     int64_t saved = dbt_redis_budget_begin(ask_ms(cfg));
@@ -230,9 +235,10 @@ static bool discover(const dbt_config *cfg, address *found, char *err)
     char tried[DBT_ERRLEN] = "";
     size_t len = 0;
     int unknown = 0, auth = 0;
+    char permanent[DBT_ERRLEN] = "";
     for (int i = 0; i < n; i++) {
         char why[200];
-        ask_result r = ask_one(cfg, &list[i], found, why, sizeof why);
+        ask_result r = ask_one(cfg, &list[i], found, why, sizeof why, permanent);
         if (r == ASK_FOUND) {
             answered(&list[i]);
             return true;
@@ -254,6 +260,8 @@ static bool discover(const dbt_config *cfg, address *found, char *err)
                  "in DBTHROTTLE_SENTINEL_PASSWORD_FILE (and their user in "
                  "DBTHROTTLE_SENTINEL_USER)",
                  tried);
+    else if (permanent[0])
+        snprintf(err, DBT_ERRLEN, "%s", permanent); /* classified by its own words */
     else
         snprintf(err, DBT_ERRLEN,
                  "redis-sentinel: no sentinel answered for master %.64s (tried %.380s)",
@@ -294,12 +302,16 @@ dbt_redis *dbt_sentinel_connect_master(const dbt_config *cfg, char *err)
             if (!discover(cfg, &m, err))
                 goto out; /* its message says it all */
             pthread_mutex_lock(&mu);
-            if (generation == gen) {
+            bool moved = generation != gen;
+            if (!moved) {
                 master = m;
                 master_known = true;
             }
-            gen = generation;
             pthread_mutex_unlock(&mu);
+            /* The master changed while the sentinels were asked (the subscriber heard it): the
+             * answer may name the old one, which must not pass for the new generation's. */
+            if (moved)
+                continue;
         }
         dbt_endpoint ep = {.host = m.host, .port = m.port};
         r = dbt_redis_open(cfg, &ep, cfg->redis.user, cfg->redis.password, why);
@@ -310,8 +322,12 @@ dbt_redis *dbt_sentinel_connect_master(const dbt_config *cfg, char *err)
         if (r) {
             r->sentinel_gen = gen;
         } else {
-            /* The master's own AUTH refusal is a configuration error: no other address helps. */
-            if (dbt_redis_error_reply(why) && auth_refused(why)) {
+            /* A configuration error on the master (its AUTH refused, ROLE denied by the ACL, a
+             * TLS certificate that does not verify) stays one whatever address the sentinels
+             * give: said as it is, so that it is classified permanent, not as an outage. */
+            char fix[DBT_ERRLEN];
+            if ((dbt_redis_error_reply(why) && auth_refused(why)) ||
+                dbt_redis_error_permanent(why, true, fix, sizeof fix)) {
                 snprintf(err, DBT_ERRLEN, "%s", why);
                 goto out;
             }

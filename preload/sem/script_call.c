@@ -15,8 +15,12 @@
 static void bind_server(dbt_script_call *c, const dbt_redis *r)
 {
     dbt_script_bind_era(c, r->run_id, r->started_ms);
-    if (r->adopt_token[0])
-        c->args[DBT_ARG_ADOPT] = r->adopt_token;
+    /* Copied into the call: the connection may be gone by its next try (an ASK's one-off
+     * connection, one given up after MOVED), and a try on another connection must not carry it. */
+    if (r->adopt_token[0] || c->args[DBT_ARG_ADOPT] == c->adopt) {
+        snprintf(c->adopt, sizeof c->adopt, "%s", r->adopt_token);
+        c->args[DBT_ARG_ADOPT] = c->adopt;
+    }
 }
 
 redisReply *dbt_script_run(dbt_redis *r, dbt_script_call *c, dbt_reply_parser parse, void *out,

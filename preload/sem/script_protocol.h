@@ -55,6 +55,7 @@ typedef struct {
     char quarantine[24], era_started[24]; /* the era's numbers, as text */
     char era_prev[41];                    /* the pool's last run_id (the caller sets it) */
     char era_token[41];                   /* the run_id it was sent with (dbt_script_bind_era) */
+    char adopt[48]; /* the adopt token it was sent with, when its connection had one */
 } dbt_script_call;
 
 /* Keys live three leases after their last use: long enough that a live holder's renewal

@@ -108,7 +108,9 @@ if [ -n "$sf_up" ]; then
     sf_kill_pid=$(topology_pid_of "$sf_dir" "$(topology_master_port)")
     sf_fault kill 'kill -9 $sf_kill_pid'
 
-    for p in $(pgrep -P "$sf_fork_pid") $sf_fork_pid; do kill -TERM "$p" 2>/dev/null; done
+    # Its children by their parent pid in /proc (procps' pgrep is not on a minimal Debian).
+    sf_children=$(awk -v pp="$sf_fork_pid" '$4 == pp { print $1 }' /proc/[0-9]*/stat 2>/dev/null)
+    for p in $sf_children $sf_fork_pid; do kill -TERM "$p" 2>/dev/null; done
     wait "$sf_fork_pid"
     sf_fork_rc=$?
     wait_until 10 '[ "$(grep -c "^pid=" "$work/sff.out")" -eq 3 ]'

@@ -402,3 +402,41 @@ Test(eras, released_ids_are_forgotten_as_fast_as_they_come, .timeout = 60)
     dbt_redis_free(r);
     dbt_config_free(&cfg);
 }
+
+/* A caller whose INFO the ACL refuses cannot tell servers apart, but a quarantine another caller
+ * started holds for it too: its acquire is not granted meanwhile. */
+Test(eras, a_caller_without_info_respects_a_running_quarantine, .timeout = 60)
+{
+    dbt_config cfg;
+    test_config(&cfg, &fx_redis, LEASE, TIMEOUT, NULL);
+    char err[DBT_ERRLEN];
+    dbt_redis *r = dbt_redis_connect(&cfg, err);
+    cr_assert_not_null(r, "%s", err);
+    dbt_keys k;
+    cr_assert(dbt_keys_init(&k, cfg.key_prefix, "era"));
+    redisContext *rc = test_redis_connect(&fx_redis);
+    redisReply *t = redisCommand(rc, "TIME");
+    long long now =
+        strtoll(t->element[0]->str, NULL, 10) * 1000 + strtoll(t->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(t);
+    char era[128];
+    snprintf(era, sizeof era, "%s %lld changed", FOREIGN_RUN, now + 20000);
+    redisReply *set = redisCommand(rc, "SET " P "era %s", era);
+    cr_assert(set && set->type == REDIS_REPLY_STATUS);
+    freeReplyObject(set);
+    redisFree(rc);
+    r->run_id[0] = '\0'; /* as when INFO was refused */
+    dbt_acquire_call a = {
+        .id = "00000000000000cc.1.1", .limit = 1, .try_only = true, .who = "h 1 c"};
+    dbt_script_call c;
+    dbt_build_acquire(&c, &k, DBT_KIND_QUERY, &cfg, &a);
+    dbt_acquire_reply reply;
+    redisReply *rep = dbt_script_run(r, &c, dbt_parse_acquire, &reply, err);
+    cr_assert_not_null(rep, "%s", err);
+    freeReplyObject(rep);
+    cr_expect_neq(reply.status, DBT_ACQUIRE_GRANTED, "granted in another caller's quarantine");
+    cr_expect_gt(reply.quarantine_ms, 0);
+    dbt_keys_free(&k);
+    dbt_redis_free(r);
+    dbt_config_free(&cfg);
+}
