@@ -74,7 +74,7 @@ if DRY_RUN then
     end
     redis = setmetatable({call = dry_call}, {__index = real})
 end
-local NK = 12 -- keys per semaphore
+local NK = 15 -- keys per semaphore
 local WAKE = ARGV[1]
 local LEASE, TTL = tonumber(ARGV[3]), tonumber(ARGV[4])
 local TOKEN, STARTED, QMS = ARGV[5] or '', tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
@@ -89,7 +89,8 @@ local function semaphore(base, kind)
         H = KEYS[base + 1], Q = KEYS[base + 2], W = KEYS[base + 3], SEQ = KEYS[base + 4],
         SEEN = KEYS[base + 5], INFO = KEYS[base + 6], STATS = KEYS[base + 7], LIM = KEYS[base + 8],
         DRAIN = KEYS[base + 9], OWN = KEYS[base + 10], ERA = KEYS[base + 11],
-        GONE = KEYS[base + 12], kind = kind,
+        GONE = KEYS[base + 12], CLASSES = KEYS[base + 13], CLASSES_SEEN = KEYS[base + 14],
+        TAGS = KEYS[base + 15], kind = kind,
     }
 end
 
@@ -389,6 +390,50 @@ local function touch(s, force)
     redis.call('PEXPIRE', s.ERA, ERA_TTL)
 end
 
+
+-- Class definitions (docs/design.md, "Classes"), one string per semaphore:
+-- "aging=<ms>;default=<name>;<name>:<share>:<priority>:<wait ms or ->:<cap or ->;...".
+-- Returns {aging, default, list = {{name, share, priority, wait, cap}...}}, or nil for none.
+local function parse_classes(text)
+    if not text or text == '' then
+        return nil
+    end
+    local d = {aging = 0, default = '', list = {}}
+    for part in string.gmatch(text, '[^;]+') do
+        local aging = string.match(part, '^aging=(%d+)$')
+        local dflt = string.match(part, '^default=(.*)$')
+        if aging then
+            d.aging = tonumber(aging)
+        elseif dflt then
+            d.default = dflt
+        else
+            local n, sh, pr, w, c = string.match(part,
+                '^([a-z0-9_-]+):(%d+):(-?%d+):([%d-]+):([%d-]+)$')
+            if n then
+                d.list[#d.list + 1] = {name = n, share = tonumber(sh), priority = tonumber(pr),
+                    wait = w, cap = c}
+            end
+        end
+    end
+    return d
+end
+
+local function format_classes(d)
+    local parts = {'aging=' .. d.aging, 'default=' .. d.default}
+    for _, c in ipairs(d.list) do
+        parts[#parts + 1] = table.concat({c.name, c.share, c.priority, c.wait, c.cap}, ':')
+    end
+    return table.concat(parts, ';')
+end
+
+-- The definitions in force: the operator's, else those a worker shipped; and whether shipped.
+local function effective_classes(s)
+    local t = redis.call('GET', s.CLASSES)
+    if t then
+        return parse_classes(t), false
+    end
+    return parse_classes(redis.call('GET', s.CLASSES_SEEN)), true
+end
 
 -- A dry run also checks the wake lists, which a script writes only when it grants or asks for kept
 -- permits back: an idle pool's dry run would not reach those pushes.

@@ -4,12 +4,71 @@
 -- per semaphore (0 = all); the counts are always whole.
 -- Returns {now, query, connection[, processes]}, each of the first two {limit seen or false, override or false, drained 0/1,
 -- live holders, live waiters, {id, lease expiry, info, ...} of holders, {id, info, ...} of
--- waiters in queue order, {counter, value, ...}, quarantine ms left (0 = none), why or false}.
+-- waiters in queue order, {counter, value, ...}, quarantine ms left (0 = none), why or false,
+-- classes}: classes is {aging ms, shipped 0/1, {name, share, priority, wait ms or -1, cap or -1,
+-- guarantee, held units, waiters, oldest wait ms, is default 0/1}...} ({0, 0} without
+-- definitions). The units of a weighted permit (id#2..id#w) are counted, never listed.
 -- Entries whose lease ran out are left out.
 local max = tonumber(ARGV[10]) or 0
 local now = now_ms()
 local function info_of(s, id)
     return redis.call('HGET', s.INFO, id) or ''
+end
+-- The oldest waiter of a per-tag queue: when it queued (INFO "since"), or nil.
+local function oldest_since(s, tag)
+    local head = redis.call('ZRANGE', s.Q .. ':' .. tag, 0, 0)
+    if head[1] then
+        return tonumber(string.match(info_of(s, head[1]), '^(%d+)'))
+    end
+end
+-- Per class: its definition and what it holds and waits for. A tag no definition names, the
+-- untagged ids and the tag '-' are the default class', which counts what the others do not.
+local function classes(s, limit, nh, nw)
+    local d, shipped = effective_classes(s)
+    if not d then
+        return {0, 0}
+    end
+    local list = {}
+    for _, cl in ipairs(d.list) do
+        list[#list + 1] = cl
+    end
+    local dflt = d.default
+    if dflt == '' then
+        list[#list + 1] = {name = 'default', share = 0, priority = 0, wait = '-', cap = '-'}
+        dflt = 'default'
+    end
+    local named, held, waiting, since = {}, {}, {}, {}
+    for _, cl in ipairs(list) do
+        named[cl.name] = cl.name ~= dflt
+    end
+    local other_h, other_w = 0, 0
+    local tags = redis.call('ZRANGE', s.TAGS, 0, -1)
+    tags[#tags + 1] = '-'
+    for _, tag in ipairs(tags) do
+        local cls = named[tag] and tag or dflt
+        if named[tag] then
+            held[cls] = redis.call('ZCOUNT', s.H .. ':' .. tag, now, '+inf')
+            waiting[cls] = redis.call('ZCARD', s.Q .. ':' .. tag)
+            other_h, other_w = other_h + held[cls], other_w + waiting[cls]
+        end
+        local t = oldest_since(s, tag)
+        if t and (not since[cls] or t < since[cls]) then
+            since[cls] = t
+        end
+    end
+    held[dflt] = math.max(nh - other_h, 0)
+    waiting[dflt] = math.max(nw - other_w, 0)
+    local out = {d.aging, shipped and 1 or 0}
+    for _, cl in ipairs(list) do
+        local g = math.floor(limit * cl.share / 100)
+        if cl.share > 0 and g < 1 then
+            g = 1
+        end
+        out[#out + 1] = {cl.name, cl.share, cl.priority, tonumber(cl.wait) or -1,
+            tonumber(cl.cap) or -1, g, held[cl.name] or 0, waiting[cl.name] or 0,
+            since[cl.name] and (now - since[cl.name]) or 0, cl.name == dflt and 1 or 0}
+    end
+    return out
 end
 local function snapshot(s)
     local c = redis.call('MGET', s.SEEN, s.LIM, s.DRAIN, s.ERA)
@@ -28,9 +87,11 @@ local function snapshot(s)
         hl = redis.call('ZRANGEBYSCORE', s.H, now, '+inf', 'WITHSCORES')
     end
     for i = 1, #hl, 2 do
+        if not string.find(hl[i], '#', 1, true) then
         holders[#holders + 1] = hl[i]
         holders[#holders + 1] = hl[i + 1]
         holders[#holders + 1] = info_of(s, hl[i])
+        end
     end
     -- the queue in ticket order, skipping waiters whose lease ran out, a chunk at a time
     local waiters, listed, from = {}, 0, 0
@@ -50,9 +111,9 @@ local function snapshot(s)
         end
         from = from + chunk
     end
-    return {c[1] or false, c[2] or false, c[3] and 1 or 0, redis.call('ZCOUNT', s.H, now, '+inf'),
-        redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS),
-        qleft, why}
+    local nh, nw = redis.call('ZCOUNT', s.H, now, '+inf'), redis.call('ZCOUNT', s.W, now, '+inf')
+    return {c[1] or false, c[2] or false, c[3] and 1 or 0, nh, nw, holders, waiters,
+        redis.call('HGETALL', s.STATS), qleft, why, classes(s, tonumber(c[2] or c[1]) or 0, nh, nw)}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).

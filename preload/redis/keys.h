@@ -16,13 +16,16 @@ enum {
     DBT_K_WEXP,
     DBT_K_SEQ,
     DBT_K_SEEN,
-    DBT_K_INFO,   /* who holds or waits, and since when */
-    DBT_K_STATS,  /* counters kept by the scripts */
-    DBT_K_LIMIT,  /* operator override of the limit (dbthrottle limit) */
-    DBT_K_DRAIN,  /* set while the operator drains the pool (dbthrottle drain) */
-    DBT_K_OWNERS, /* waiters queued per process, and whose alone (local handover) */
-    DBT_K_ERA,    /* the server the pool's state belongs to, and its quarantine (design.md) */
-    DBT_K_GONE,   /* ids that left the holders lawfully lately (expired, released, cancelled) */
+    DBT_K_INFO,    /* who holds or waits, and since when */
+    DBT_K_STATS,   /* counters kept by the scripts */
+    DBT_K_LIMIT,   /* operator override of the limit (dbthrottle limit) */
+    DBT_K_DRAIN,   /* set while the operator drains the pool (dbthrottle drain) */
+    DBT_K_OWNERS,  /* waiters queued per process, and whose alone (local handover) */
+    DBT_K_ERA,     /* the server the pool's state belongs to, and its quarantine (design.md) */
+    DBT_K_GONE,    /* ids that left the holders lawfully lately (expired, released, cancelled) */
+    DBT_K_CLASSES, /* the operator's class definitions (dbthrottle class), no TTL */
+    DBT_K_CLASSES_SEEN, /* the definitions a worker ships (DBTHROTTLE_CLASSES) */
+    DBT_K_TAGS,         /* the class tags with a per-tag queue or holders key in use */
     DBT_NKEYS
 };
 

@@ -255,9 +255,11 @@ void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const
                      dbt_admin_op op, const char *arg)
 {
     static const char *const names[] = {
-        [DBT_ADMIN_LIMIT] = "limit", [DBT_ADMIN_CLEAR] = "clear",
-        [DBT_ADMIN_DRAIN] = "drain", [DBT_ADMIN_RESUME] = "resume",
-        [DBT_ADMIN_EVICT] = "evict", [DBT_ADMIN_EVICT_CANCEL] = "evict_cancel"};
+        [DBT_ADMIN_LIMIT] = "limit",         [DBT_ADMIN_CLEAR] = "clear",
+        [DBT_ADMIN_DRAIN] = "drain",         [DBT_ADMIN_RESUME] = "resume",
+        [DBT_ADMIN_EVICT] = "evict",         [DBT_ADMIN_EVICT_CANCEL] = "evict_cancel",
+        [DBT_ADMIN_CLASS_SET] = "class_set", [DBT_ADMIN_CLASS_CLEAR] = "class_clear",
+        [DBT_ADMIN_AGING] = "aging"};
     begin_call(c, &dbt_script_admin, k, kind, cfg);
     c->args[c->nargs++] = names[op];
     c->args[c->nargs++] = arg ? arg : "";
@@ -266,8 +268,62 @@ void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const
 /* ---- replies -------------------------------------------------------------------------------- */
 
 const char *const dbt_counter_names[DBT_NCOUNTERS] = {
-    "grants",  "queued",  "refused",     "cancelled",  "expired",
-    "evicted", "wait_ms", "quarantines", "reasserted", "requeued"};
+    "grants",      "queued",     "refused",  "cancelled", "expired", "evicted", "wait_ms",
+    "quarantines", "reasserted", "requeued", "clamped",   "capped",  "aged"};
+
+bool dbt_class_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > 32)
+        return false;
+    return strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_-") == n;
+}
+
+/* A whole positive decimal number in [s, end). */
+static bool decimal(const char *s, const char *end, long long max, long long *out)
+{
+    long long v = 0;
+    if (s == end)
+        return false;
+    for (; s < end; s++) {
+        if (*s < '0' || *s > '9' || v > (max - (*s - '0')) / 10)
+            return false;
+        v = v * 10 + (*s - '0');
+    }
+    *out = v;
+    return true;
+}
+
+bool dbt_parse_id_shape(const char *id, char *klass, int *weight, int *limit)
+{
+    const char *dot[5];
+    int n = 0;
+    for (const char *p = id; *p; p++)
+        if (*p == '.') {
+            if (n == 4)
+                return false;
+            dot[n++] = p;
+        }
+    long long lim, w = 1;
+    const char *end = id + strlen(id);
+    if (n == 2) {
+        if (!decimal(dot[1] + 1, end, 1000000000, &lim))
+            return false;
+        klass[0] = '\0';
+    } else if (n == 4) {
+        size_t len = (size_t)(dot[2] - dot[1] - 1);
+        if (len < 1 || len > 32 || !decimal(dot[2] + 1, dot[3], 1000000000, &w) ||
+            !decimal(dot[3] + 1, end, 1000000000, &lim))
+            return false;
+        memcpy(klass, dot[1] + 1, len);
+        klass[len] = '\0';
+    } else {
+        return false;
+    }
+    *weight = (int)w;
+    *limit = (int)lim;
+    return true;
+}
 
 static const char *type_name(int type)
 {
@@ -479,6 +535,11 @@ static bool parse_entry(const redisReply *id, const redisReply *info, dbt_status
         snprintf(err, DBT_ERRLEN, "out of memory");
         return false;
     }
+    int limit;
+    if (!dbt_parse_id_shape(e->permit, e->klass, &e->weight, &limit)) {
+        e->klass[0] = '\0';
+        e->weight = 1;
+    }
     if (info->type == REDIS_REPLY_STRING) {
         long long since = 0;
         if (sscanf(info->str, "%lld %63s %ld %63s", &since, e->host, &e->pid, e->conn) >= 1)
@@ -491,6 +552,72 @@ static int by_since(const void *a, const void *b)
 {
     const dbt_status_entry *x = a, *y = b;
     return (x->since_ms > y->since_ms) - (x->since_ms < y->since_ms);
+}
+
+/* A class' wait or cap: a number, or -1 for none ("-", nil, or a negative number). */
+static bool none_or_number(const redisReply *r, const char *what, long long *out, char *err)
+{
+    if (r->type == REDIS_REPLY_STRING && strcmp(r->str, "-") == 0) {
+        *out = -1;
+        return true;
+    }
+    if (r->type == REDIS_REPLY_NIL) {
+        *out = -1;
+        return true;
+    }
+    if (!number_of(r, what, out, err))
+        return false;
+    if (*out < 0)
+        *out = -1;
+    return true;
+}
+
+/* The classes element: {aging, shipped 0/1, {name, share, priority, wait, cap, guarantee, held,
+ * waiters, oldest wait, is default}...}. */
+static bool parse_classes(const redisReply *r, dbt_status_kind *k, char *err)
+{
+    static const char script[] = "status.lua";
+    enum { NAME, SHARE, PRIO, WAIT, CAP, GUARANTEE, HELD, WAITERS, OLDEST, IS_DEFAULT, PER_CLASS };
+    long long shipped = 0, v;
+    if (!is_array(r, -1, script, "the classes", err))
+        return false;
+    if (r->elements < 2)
+        return unexpected(err, script, "%zu elements in the classes", r->elements);
+    if (!number_of(r->element[0], "the aging bound", &k->aging_ms, err) ||
+        !number_of(r->element[1], "shipped", &shipped, err))
+        return false;
+    k->classes_shipped = shipped != 0;
+    size_t n = r->elements - 2;
+    if (!n)
+        return true;
+    if (!(k->classes = calloc(n, sizeof *k->classes)))
+        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *c = r->element[i + 2];
+        dbt_status_class *cl = &k->classes[k->nclasses];
+        if (!is_array(c, PER_CLASS, script, "a class", err) ||
+            !is_type(c->element[NAME], REDIS_REPLY_STRING, script, "a class name", err))
+            return false;
+        snprintf(cl->name, sizeof cl->name, "%s", c->element[NAME]->str);
+        if (!number_of(c->element[SHARE], "a share", &v, err))
+            return false;
+        cl->share = (int)v;
+        if (!number_of(c->element[PRIO], "a priority", &v, err))
+            return false;
+        cl->priority = (int)v;
+        if (!none_or_number(c->element[WAIT], "a wait", &cl->wait_ms, err) ||
+            !none_or_number(c->element[CAP], "a queue cap", &cl->cap, err) ||
+            !number_of(c->element[GUARANTEE], "a guarantee", &cl->guarantee, err) ||
+            !number_of(c->element[HELD], "held", &cl->held, err) ||
+            !number_of(c->element[WAITERS], "waiters", &cl->waiters, err) ||
+            !number_of(c->element[OLDEST], "the oldest wait", &cl->oldest_wait_ms, err) ||
+            !number_of(c->element[IS_DEFAULT], "is default", &v, err))
+            return false;
+        cl->is_default = v != 0;
+        cl->borrowed = cl->held > cl->guarantee ? cl->held - cl->guarantee : 0;
+        k->nclasses++;
+    }
+    return true;
 }
 
 static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err)
@@ -507,11 +634,15 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         STATS,
         QUARANTINE,
         WHY,
+        CLASSES, /* from issue 17 on; older scripts answer without it */
         NFIELDS
     };
     enum { HOLDER_ID, HOLDER_EXPIRY, HOLDER_INFO, PER_HOLDER };
     enum { WAITER_ID, WAITER_INFO, PER_WAITER };
-    if (!is_array(r, NFIELDS, script, "a semaphore", err))
+    if (!(r && r->type == REDIS_REPLY_ARRAY && r->elements == CLASSES) &&
+        !is_array(r, NFIELDS, script, "a semaphore", err))
+        return false;
+    if (r->elements == NFIELDS && !parse_classes(r->element[CLASSES], k, err))
         return false;
     const redisReply *const *e = (const redisReply *const *)r->element;
     long long drained = 0;
@@ -568,7 +699,7 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
                 any_counter = true;
             }
     k->used = k->limit_seen || k->override || k->drained || k->nholders || k->nwaiters ||
-              any_counter || k->quarantine_ms;
+              any_counter || k->quarantine_ms || k->nclasses;
     return true;
 }
 
@@ -634,6 +765,7 @@ void dbt_status_free(dbt_status_reply *s)
     for (int k = 0; k < DBT_NKINDS; k++) {
         free_entries(s->kind[k].holders, s->kind[k].nh);
         free_entries(s->kind[k].waiters, s->kind[k].nw);
+        free(s->kind[k].classes);
     }
     free(s->procs);
     memset(s, 0, sizeof *s);

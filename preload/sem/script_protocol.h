@@ -160,15 +160,24 @@ void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows);
 
 /* admin.lua: the operator's controls; arg NULL for those that take none. */
 typedef enum {
-    DBT_ADMIN_LIMIT,       /* arg: the new limit for every caller */
-    DBT_ADMIN_CLEAR,       /* the override goes */
-    DBT_ADMIN_DRAIN,       /* no grants until resume */
-    DBT_ADMIN_RESUME,      /* grants again */
-    DBT_ADMIN_EVICT,       /* arg: the permit to free */
-    DBT_ADMIN_EVICT_CANCEL /* the same, and its process cancels the command running on it */
+    DBT_ADMIN_LIMIT,        /* arg: the new limit for every caller */
+    DBT_ADMIN_CLEAR,        /* the override goes */
+    DBT_ADMIN_DRAIN,        /* no grants until resume */
+    DBT_ADMIN_RESUME,       /* grants again */
+    DBT_ADMIN_EVICT,        /* arg: the permit to free */
+    DBT_ADMIN_EVICT_CANCEL, /* the same, and its process cancels the command running on it */
+    DBT_ADMIN_CLASS_SET,    /* arg: "name:share:priority:wait:cap" [":default"] */
+    DBT_ADMIN_CLASS_CLEAR,  /* arg: a class name, or "*" for all (the aging bound too) */
+    DBT_ADMIN_AGING         /* arg: the aging bound in ms (0: none) */
 } dbt_admin_op;
 void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                      dbt_admin_op op, const char *arg);
+
+/* A class name: [a-z0-9_-]{1,32}. */
+bool dbt_class_name_ok(const char *s);
+/* The shape of a permit's id: "<cid>.<serial>.<limit>" (untagged: klass "", weight 1) or
+ * "<cid>.<serial>.<class>.<weight>.<limit>". False when it is neither. */
+bool dbt_parse_id_shape(const char *id, char *klass /* 33 */, int *weight, int *limit);
 
 /* ---- replies -------------------------------------------------------------------------------- */
 
@@ -241,6 +250,9 @@ enum {
     DBT_CTR_QUARANTINES, /* quarantines entered (docs/design.md, "Failover and data loss") */
     DBT_CTR_REASSERTED,  /* holders Redis lacked that their process re-asserted */
     DBT_CTR_REQUEUED,    /* waiters Redis lacked that were queued again */
+    DBT_CTR_CLAMPED,     /* grants of a weight above the limit, clamped to it */
+    DBT_CTR_CAPPED,      /* acquires refused by their class' queue cap */
+    DBT_CTR_AGED,        /* grants made by the aging rule */
     DBT_NCOUNTERS
 };
 extern const char *const dbt_counter_names[DBT_NCOUNTERS]; /* the fields of the stats hash */
@@ -254,7 +266,19 @@ typedef struct {
     char conn[64];
     int64_t since_ms;  /* granted (holder) or queued (waiter), Redis clock */
     int64_t expiry_ms; /* holder: when its lease runs out; waiter: 0 */
+    int weight;        /* from the id: 1 when untagged */
+    char klass[33];    /* from the id: "" when untagged, "-" the default class */
 } dbt_status_entry;
+
+/* One class of a semaphore with definitions (status.lua). */
+typedef struct {
+    char name[33];
+    int share;
+    int priority;
+    long long wait_ms, cap; /* -1: none */
+    long long guarantee, held, waiters, borrowed, oldest_wait_ms;
+    bool is_default;
+} dbt_status_class;
 
 typedef struct {
     long long limit_seen; /* the limit the last acquirer configured; 0 = none */
@@ -266,9 +290,13 @@ typedef struct {
     dbt_status_entry *waiters; /* queue order */
     int nw;
     long long counters[DBT_NCOUNTERS];
-    long long quarantine_ms; /* in quarantine: ms left (0: none) */
-    char why[16];            /* and why: "changed", "restarted", "lost" */
-    bool used;               /* any of the above is there */
+    long long quarantine_ms;   /* in quarantine: ms left (0: none) */
+    char why[16];              /* and why: "changed", "restarted", "lost" */
+    bool used;                 /* any of the above is there */
+    dbt_status_class *classes; /* the effective class definitions (none: one FIFO queue) */
+    int nclasses;
+    long long aging_ms;   /* the aging bound, 0: none */
+    bool classes_shipped; /* from a worker's DBTHROTTLE_CLASSES, not the operator's */
 } dbt_status_kind;
 
 /* status.lua's {now, query semaphore, connection semaphore, processes}. Owns its entries (copied
