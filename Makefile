@@ -290,10 +290,11 @@ test-faults: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 test-faults-cache: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 	DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh $(T)
 
-# The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh), and the documented
-# Redis ACLs with what run and check verify before a worker starts (tests/cli/acl.sh).
+# The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh), its classes
+# (tests/cli/classes.sh), and the documented Redis ACLs with what run and check verify before a
+# worker starts (tests/cli/acl.sh).
 test-cli: all $(BUILD)/tests/fault_worker
-	sh tests/cli/run.sh; rc=$$?; sh tests/cli/acl.sh && exit $$rc
+	sh tests/cli/run.sh; rc=$$?; sh tests/cli/classes.sh || rc=1; sh tests/cli/acl.sh && exit $$rc
 
 # Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.
 soak: all $(BUILD)/tests/fault_worker
