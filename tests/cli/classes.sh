@@ -10,6 +10,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../support/lib.sh"
 D=${DBT_CLI:-$top/build/dbthrottle}
 harness_begin cli-classes
+tmux_sock=dbt-classes-$$
+suite_cleanup() { tmux -L "$tmux_sock" kill-server 2>/dev/null; }
 
 export DBTHROTTLE_LOG_LEVEL=warn
 redis_start
@@ -210,5 +212,11 @@ for t in ("dbthrottle_clamped_total", "dbthrottle_capped_total", "dbthrottle_age
 PY'
 "$D" class hp --queries >"$work/list"
 check "class hp lists the same table as status" 'grep -Eq "^  batch +25% +1 +2 +1 +1 " "$work/list" && [ "$(grep -c "^  [a-z]" "$work/list")" -eq 3 ]'
+tmux -L "$tmux_sock" -f /dev/null new-session -d -s top -x 160 -y 40 \
+    "env DBTHROTTLE_REDIS_URL=$DBTHROTTLE_REDIS_URL $D top hp --interval 200ms; sleep 30"
+screen() { tmux -L "$tmux_sock" capture-pane -p -t top; }
+wait_until 10 'screen | grep -Eq "^  batch +25% +1 +2 +1 +1 "'
+check "top shows the same class table" 'screen | grep -q "^dbthrottle top" && screen | grep -Eq "^  interactive +75% +3 +2 +0 +1 " && screen | grep -Eq "^  batch +25% +1 +2 +1 +1 "'
+tmux -L "$tmux_sock" kill-server 2>/dev/null
 
 summary
