@@ -56,6 +56,14 @@ local function classes(s, limit, nh, nw)
             since[cls] = t
         end
     end
+    -- an untagged waiter at the main queue's head (a client before classes) is the default's
+    local head = redis.call('ZRANGE', s.Q, 0, 0)[1]
+    if head and not string.match(head, '^[^.]*%.[^.]*%.[^.]*%.') then
+        local t = tonumber(string.match(info_of(s, head), '^(%d+)'))
+        if t and (not since[dflt] or t < since[dflt]) then
+            since[dflt] = t
+        end
+    end
     held[dflt] = math.max(nh - other_h, 0)
     waiting[dflt] = math.max(nw - other_w, 0)
     local out = {d.aging, shipped and 1 or 0}
