@@ -8,22 +8,17 @@
 --            learns that it was evicted (the field "evicted:ID" of info, 'e', which renew.lua
 --            reports and deletes)
 --   evict_cancel ID  the same, marked 'x': the process also cancels the command running on it
---   class_set NAME:SHARE:PRIORITY:WAIT:CAP[:default]  defines (or redefines) a class in the
---            operator's definitions (S.CLASSES); WAIT and CAP '-' for none
---   class_clear NAME  removes one class; '*' removes every definition (the aging bound too)
---   aging MS the aging bound of the operator's definitions (0: none)
--- A bad value is refused with an error reply "ERR dbthrottle: ..." naming it.
+--   class_set NAME:SHARE:PRIORITY:WAIT_MS:CAP[:default]  defines (or redefines) a class in the
+--            operator's definitions (":default": it becomes the default class); the shares of all
+--            must sum to 100 at most
+--   class_clear NAME  removes a class (its waiters and holders are served as the default class);
+--            "*": every class and the aging bound (the workers' shipped definitions apply again)
+--   aging MS the aging bound: a waiter queued MS ago is served next whatever its class; 0 = none
+-- A bad value is refused with an error reply "ERR dbthrottle: ..." naming it; nothing changes.
 -- Returns {granted waiters, holders, evicted (1/0), the evicted permit's info or false, now}.
 local op, arg = ARGV[10], ARGV[11]
 local now = now_ms()
 local evicted, info = 0, false
-local function refuse(fmt, ...)
-    return redis.error_reply('ERR dbthrottle: ' .. string.format(fmt, ...))
-end
-local function int_in(text, lo, hi)
-    local v = string.match(text or '', '^-?%d+$') and tonumber(text)
-    return v and v >= lo and v <= hi and v
-end
 if op == 'limit' then
     redis.call('SET', S.LIM, arg)
 elseif op == 'clear' then
@@ -34,7 +29,7 @@ elseif op == 'resume' then
     redis.call('DEL', S.DRAIN)
 elseif op == 'evict' or op == 'evict_cancel' then
     info = redis.call('HGET', S.INFO, arg)
-    evicted = redis.call('ZREM', S.H, arg)
+    evicted = unhold(S, arg)
     if evicted == 1 then
         redis.call('HDEL', S.INFO, arg)
         redis.call('HSET', S.INFO, 'evicted:' .. arg, (op == 'evict') and 'e' or 'x')
@@ -43,88 +38,74 @@ elseif op == 'evict' or op == 'evict_cancel' then
     else
         info = false
     end
-elseif op == 'class_set' then
-    local n, sh, pr, w, c, dflt = string.match(arg, '^([^:]*):([^:]*):([^:]*):([^:]*):([^:]*)(.*)$')
-    if not n then
-        return refuse('class definition "%s": expected name:share:priority:wait:cap', arg)
+elseif op == 'class_set' or op == 'class_clear' or op == 'aging' then
+    local function refuse(why)
+        return redis.error_reply('ERR dbthrottle: ' .. why)
     end
-    if #n < 1 or #n > 32 or not string.match(n, '^[a-z0-9_-]+$') or n == '-' then
-        return refuse('class name "%s": 1 to 32 of a-z, 0-9, _ and - (not "-" alone)', n)
-    end
-    local share, prio = int_in(sh, 0, 100), int_in(pr, -1000, 1000)
-    if not share then
-        return refuse('share "%s" of class %s: an integer percent from 0 to 100', sh, n)
-    end
-    if not prio then
-        return refuse('priority "%s" of class %s: an integer from -1000 to 1000', pr, n)
-    end
-    if w ~= '-' and not int_in(w, 0, 86400000) then
-        return refuse('wait "%s" of class %s: milliseconds from 0 to 86400000, or -', w, n)
-    end
-    if c ~= '-' and not int_in(c, 0, 1000000000) then
-        return refuse('queue cap "%s" of class %s: an integer >= 0, or -', c, n)
-    end
-    if dflt ~= '' and dflt ~= ':default' then
-        return refuse('class definition "%s": unexpected "%s"', arg, dflt)
-    end
-    local d = parse_classes(redis.call('GET', S.CLASSES)) or {aging = 0, default = '', list = {}}
-    local def = {name = n, share = share, priority = prio, wait = w, cap = c}
-    local sum, found = share, false
-    for i, cl in ipairs(d.list) do
-        if cl.name == n then
-            d.list[i], found = def, true
-        else
-            sum = sum + cl.share
+    -- the operator's own definitions (not a worker's shipped ones), started afresh if unreadable
+    local d = parse_defs(redis.call('GET', S.CLASSES) or '') or parse_defs('')
+    if op == 'class_set' then
+        local text, is_default = string.match(arg, '^(.*):default$')
+        is_default = text ~= nil
+        local c, err = parse_class(text or arg)
+        if not c then
+            return refuse(err)
         end
-    end
-    if sum > 100 then
-        return refuse('shares would sum to %d%% with class %s at %d%%: at most 100%%', sum, n, share)
-    end
-    if not found then
-        d.list[#d.list + 1] = def
-    end
-    if dflt == ':default' then
-        d.default = n
-    end
-    redis.call('SET', S.CLASSES, format_classes(d))
-elseif op == 'class_clear' then
-    local d = parse_classes(redis.call('GET', S.CLASSES))
-    if arg == '*' or not d then
-        redis.call('DEL', S.CLASSES)
-    else
-        local kept = {}
-        for _, cl in ipairs(d.list) do
-            if cl.name ~= arg then
-                kept[#kept + 1] = cl
+        if not d.by[c.name] then
+            d.list[#d.list + 1] = c
+        end
+        for i, old in ipairs(d.list) do
+            if old.name == c.name then
+                d.list[i] = c
             end
         end
-        d.list = kept
+        if is_default then
+            d.default = c.name
+        end
+    elseif op == 'class_clear' and arg == '*' then
+        d = parse_defs('')
+    elseif op == 'class_clear' then
+        if not d.by[arg] then
+            return refuse('no class "' .. tostring(arg) .. '" is defined by the operator')
+        end
+        for i, old in ipairs(d.list) do
+            if old.name == arg then
+                table.remove(d.list, i)
+                break
+            end
+        end
         if d.default == arg then
             d.default = ''
         end
-        if #kept == 0 and d.aging == 0 then
-            redis.call('DEL', S.CLASSES)
-        else
-            redis.call('SET', S.CLASSES, format_classes(d))
+    else
+        d.aging = int_in(arg, 0, 2 ^ 52)
+        if not d.aging then
+            return refuse('aging "' .. tostring(arg) .. '" is not ms >= 0')
         end
     end
-elseif op == 'aging' then
-    local ms = int_in(arg, 0, 86400000)
-    if not ms then
-        return refuse('aging "%s": milliseconds from 0 to 86400000', arg)
+    local parts = {'aging=' .. d.aging, 'default=' .. d.default}
+    local function none(v)
+        return (v < 0) and '-' or string.format('%d', v)
     end
-    local d = parse_classes(redis.call('GET', S.CLASSES)) or {aging = 0, default = '', list = {}}
-    d.aging = ms
-    if ms == 0 and #d.list == 0 then
+    for _, c in ipairs(d.list) do
+        parts[#parts + 1] = c.name .. ':' .. c.share .. ':' .. c.priority .. ':' .. none(c.wait) ..
+            ':' .. none(c.cap)
+    end
+    local text = table.concat(parts, ';')
+    local ok, err = parse_defs(text)
+    if not ok then
+        return refuse(err)
+    end
+    if #d.list == 0 and d.aging == 0 then
         redis.call('DEL', S.CLASSES)
     else
-        redis.call('SET', S.CLASSES, format_classes(d))
+        redis.call('SET', S.CLASSES, text)
     end
 else
     return redis.error_reply('admin.lua: unknown operation ' .. tostring(op))
 end
 -- A process passing permits between its own threads (local handover) would not see a new
--- limit, a drain or an eviction: it is told to stop and give its permits back to Redis.
+-- limit, a drain, an eviction or new classes: it is told to stop and give its permits back to Redis.
 if op ~= 'clear' and op ~= 'resume' then
     end_sole(S, nil)
 end

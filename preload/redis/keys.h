@@ -9,7 +9,8 @@ typedef enum { DBT_KIND_QUERY = 0, DBT_KIND_CONN = 1 } dbt_kind;
 #define DBT_NKINDS 2
 
 /* The keys of one semaphore, in the order the scripts take them (see lua/_common.lua). The
- * operator's two (limit override, drain) have no TTL: they last until the operator clears them. */
+ * operator's three (limit override, drain, classes) have no TTL: they last until the operator
+ * clears them. */
 enum {
     DBT_K_HOLDERS,
     DBT_K_QUEUE,
@@ -23,9 +24,10 @@ enum {
     DBT_K_OWNERS,  /* waiters queued per process, and whose alone (local handover) */
     DBT_K_ERA,     /* the server the pool's state belongs to, and its quarantine (design.md) */
     DBT_K_GONE,    /* ids that left the holders lawfully lately (expired, released, cancelled) */
-    DBT_K_CLASSES, /* the operator's class definitions (dbthrottle class), no TTL */
-    DBT_K_CLASSES_SEEN, /* the definitions a worker ships (DBTHROTTLE_CLASSES) */
-    DBT_K_TAGS,         /* the class tags with a per-tag queue or holders key in use */
+    DBT_K_CLASSES, /* the operator's class definitions (dbthrottle class); no TTL */
+    DBT_K_CLASSES_SEEN, /* the definitions a worker ships (DBTHROTTLE_CLASSES), while the operator
+                         * has none */
+    DBT_K_TAGS,         /* the tags whose per-tag keys (queue:TAG, holders:TAG) are in use */
     DBT_NKEYS
 };
 
