@@ -322,7 +322,8 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
         dbt_escape(v[i].name, 256, true, name, sizeof name);
         bool any = false;
         for (int kind = 0; kind < DBT_NKINDS; kind++)
-            if (v[i].kind[kind].used) {
+            /* A kind with class definitions only is shown too: the operator set them. */
+            if (v[i].kind[kind].used || v[i].kind[kind].nclasses) {
                 if (any || i)
                     fputc('\n', out);
                 text_kind(out, &v[i], (dbt_kind)kind, name);

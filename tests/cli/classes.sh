@@ -112,6 +112,9 @@ check "--wait none and --queue-cap none: written as - ($(defs cp q))" 'defs cp q
 "$D" class cp >"$work/list" 2>&1; rc=$?
 check "class cp lists both kinds: the operator's, the aging bound, each class, batch the default" '[ $rc -eq 0 ] && grep -q "^pool \"cp\" query: limit unknown, 0 holding, 0 waiting" "$work/list" && grep -q "^  classes (operator'"'"'s), aging bound 30.0s:" "$work/list" && grep -Eq "^  interactive +75% +\? +0 +0 +0 +- +1 +- +-\$" "$work/list" && grep -Eq "^  batch +25% +\? +0 +0 +0 +- +0 +- +- +\(default\)\$" "$work/list" && grep -Eq "^  interactive +75% +\? +0 +0 +0 +- +3 +5.0s +100\$" "$work/list"'
 
+"$D" status cp >"$work/cp.txt" 2>&1; rc=$?
+check "status of a pool with definitions only (no holder yet): both kinds and their class tables" '[ $rc -eq 0 ] && grep -q "^pool \"cp\" query: limit unknown, 0 holding, 0 waiting" "$work/cp.txt" && grep -q "^pool \"cp\" connection: limit unknown, 0 holding, 0 waiting" "$work/cp.txt" && [ "$(grep -c "^  batch .*(default)\$" "$work/cp.txt")" -eq 2 ]'
+
 echo "# shipped"
 rcli set "dbthrottle:{sp}:q:classes_seen" "aging=0;default=;reports:40:0:-:-" px 60000 >/dev/null
 rcli set "dbthrottle:{sp}:q:limit_seen" 10 px 60000 >/dev/null
