@@ -281,9 +281,11 @@ static int clear_one(dbt_redis *r, const dbt_config *cfg, const class_args *a, d
     const char *kn = dbt_kind_name(kind);
     char err[DBT_ERRLEN];
     dbt_admin_reply res;
-    if (a->name && !defined(k, a->name))
-        return cli_fail("class", "pool %s %s: no class %s is defined (see dbthrottle class %s)",
-                        pool_name, kn, a->name, pool_name);
+    if (a->name && !defined(k, a->name)) {
+        /* defined on the other kind only: that one is cleared (cmd_class checked) */
+        printf("pool %s %s: no class %s defined: nothing to remove\n", pool_name, kn, a->name);
+        return 0;
+    }
     if (!cli_admin(r, cfg, a->pool, kind, DBT_ADMIN_CLASS_CLEAR, a->name ? a->name : "*", &res,
                    err))
         return cli_fail("class", "pool %s %s: %s", pool_name, kn, err);
@@ -370,6 +372,16 @@ int cmd_class(int argc, char **argv)
         rc = cli_fail("class", "pool %s: %s", pool_name, err);
     } else {
         bool changes = a.name || a.clear || a.has_aging;
+        bool anywhere = false; /* the class to clear is the operator's on some kind asked for */
+        for (int kind = 0; kind < DBT_NKINDS; kind++)
+            anywhere |= a.kinds[kind] && a.name && defined(&v.kind[kind], a.name);
+        if (a.clear && a.name && !anywhere) {
+            rc = cli_fail("class",
+                          "pool %s: no class %s is defined by the operator (see dbthrottle "
+                          "class %s)",
+                          pool_name, a.name, pool_name);
+            changes = false;
+        }
         for (int kind = 0; kind < DBT_NKINDS && rc == 0 && changes; kind++) {
             if (!a.kinds[kind])
                 continue;
@@ -381,7 +393,7 @@ int cmd_class(int argc, char **argv)
             if (rc == 0 && a.has_aging)
                 rc = aging_one(r, &cfg, &a, (dbt_kind)kind, pool_name);
         }
-        if (!changes)
+        if (!changes && rc == 0)
             list(&a, &v, pool_name);
         cli_view_free(&v);
     }

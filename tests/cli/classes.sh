@@ -125,7 +125,10 @@ check "an operator's definition over shipped ones is written to the operator's k
 
 echo "# clear"
 out=$("$D" class cp extra --clear 2>&1); rc=$?
-check "class cp extra --clear, not defined: exit 1, said ($out)" '[ $rc -eq 1 ] && echo "$out" | grep -q "no class extra is defined"'
+check "class cp extra --clear, not defined: exit 1, said ($out)" '[ $rc -eq 1 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "no class extra is defined"'
+"$D" class cp only --share 0 --queries >/dev/null
+out=$("$D" class cp only --clear); rc=$?
+check "class cp only --clear, defined on the query kind only: removed there, the other said ($out)" '[ $rc -eq 0 ] && echo "$out" | grep -q "^pool \"cp\" query: class only removed" && echo "$out" | grep -q "^pool \"cp\" connection: no class only defined: nothing to remove" && ! defs cp q | grep -q only'
 out=$("$D" class cp interactive --clear); rc=$?
 check "class cp interactive --clear: gone from both kinds, batch kept ($(defs cp c))" '[ $rc -eq 0 ] && [ "$(echo "$out" | grep -c "class interactive removed")" -eq 2 ] && [ "$(defs cp c)" = "(0, '"'"'batch'"'"', [('"'"'batch'"'"', '"'"'25'"'"', '"'"'0'"'"', '"'"'-'"'"', '"'"'-'"'"')])" ]'
 out=$("$D" class cp --clear); rc=$?
