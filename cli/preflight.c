@@ -175,9 +175,9 @@ static bool dry_run_scripts(dbt_redis *r, const dbt_config *cfg, const char *poo
     bool ok = true;
     dbt_script_call c;
     for (int kind = 0; ok && kind < DBT_NKINDS; kind++) {
-        const dbt_acquire_call paths[] = {{id, 1000000, false, "dbthrottle-check 0 c0"},
-                                          {id, 0, false, "dbthrottle-check 0 c0"},
-                                          {id, 0, true, "dbthrottle-check 0 c0"}};
+        const dbt_acquire_call paths[] = {{id, 1000000, false, "dbthrottle-check 0 c0", NULL},
+                                          {id, 0, false, "dbthrottle-check 0 c0", NULL},
+                                          {id, 0, true, "dbthrottle-check 0 c0", NULL}};
         for (size_t i = 0; ok && i < sizeof paths / sizeof *paths; i++) {
             dbt_build_acquire(&c, &k, (dbt_kind)kind, cfg, &paths[i]);
             ok = dry_call(r, &c, err);

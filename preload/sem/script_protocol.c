@@ -88,6 +88,7 @@ void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, con
     c->args[c->nargs++] = c->number[0];            /* ARGV[6] the caller's limit */
     c->args[c->nargs++] = a->try_only ? "1" : "0"; /* ARGV[7] */
     c->args[c->nargs++] = a->who;                  /* ARGV[8] */
+    c->args[c->nargs++] = a->shipped_classes ? a->shipped_classes : "";
 }
 
 void dbt_build_release(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
@@ -362,11 +363,24 @@ bool dbt_parse_acquire(const redisReply *r, void *out, char *err)
 {
     static const char script[] = "acquire.lua";
     enum { STATUS, HOLDERS, QUEUE, SEEN, TICKET, SOLE, QUARANTINE, WHY, NFIELDS };
+    enum { CLASS = NFIELDS, CLASS_WAIT, CLASS_CAP, NFIELDS_CLASSES };
     static const char *const names[NFIELDS] = {"status", "holders", "queue",      "seen",
                                                "ticket", "sole",    "quarantine", "why"};
     dbt_acquire_reply *a = out;
-    if (!is_array(r, NFIELDS, script, "the reply", err))
+    a->class_name[0] = '\0';
+    a->class_wait_ms = a->class_cap = -1;
+    bool classes = r && r->type == REDIS_REPLY_ARRAY && r->elements == NFIELDS_CLASSES;
+    if (!classes && !is_array(r, NFIELDS, script, "the reply", err))
         return false;
+    if (classes) {
+        const redisReply *cl = r->element[CLASS];
+        if (cl->type == REDIS_REPLY_STRING)
+            snprintf(a->class_name, sizeof a->class_name, "%s", cl->str);
+        if (r->element[CLASS_WAIT]->type == REDIS_REPLY_INTEGER)
+            a->class_wait_ms = r->element[CLASS_WAIT]->integer;
+        if (r->element[CLASS_CAP]->type == REDIS_REPLY_INTEGER)
+            a->class_cap = r->element[CLASS_CAP]->integer;
+    }
     for (int i = 0; i < NFIELDS; i++)
         if (i != SEEN && i != WHY &&
             !is_type(r->element[i], REDIS_REPLY_INTEGER, script, names[i], err))
@@ -376,7 +390,7 @@ bool dbt_parse_acquire(const redisReply *r, void *out, char *err)
         return unexpected(err, script, "seen is %s, not a string or nil", type_name(seen->type));
     long long status = r->element[STATUS]->integer;
     if (status != DBT_ACQUIRE_NOT_GRANTED && status != DBT_ACQUIRE_GRANTED &&
-        status != DBT_ACQUIRE_QUEUED)
+        status != DBT_ACQUIRE_QUEUED && status != DBT_ACQUIRE_QUEUE_FULL)
         return unexpected(err, script, "status %lld", status);
     a->status = (dbt_acquire_status)status;
     a->holders = r->element[HOLDERS]->integer;

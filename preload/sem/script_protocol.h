@@ -84,6 +84,7 @@ typedef struct {
     int limit;
     bool try_only;
     const char *who;
+    const char *shipped_classes; /* DBTHROTTLE_CLASSES' definition text, or NULL/"": none */
 } dbt_acquire_call;
 void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                        const dbt_acquire_call *a);
@@ -180,7 +181,8 @@ typedef bool (*dbt_reply_parser)(const redisReply *r, void *out, char *err);
 typedef enum {
     DBT_ACQUIRE_NOT_GRANTED = 0, /* none free, and the caller does not queue */
     DBT_ACQUIRE_GRANTED = 1,     /* granted at once */
-    DBT_ACQUIRE_QUEUED = 2       /* in the queue: the grant will be pushed to the wake list */
+    DBT_ACQUIRE_QUEUED = 2,      /* in the queue: the grant will be pushed to the wake list */
+    DBT_ACQUIRE_QUEUE_FULL = 3   /* refused at once: its class's queue cap is reached */
 } dbt_acquire_status;
 typedef struct {
     dbt_acquire_status status;
@@ -190,6 +192,9 @@ typedef struct {
     bool sole;               /* queued: the queue holds this process' waiters only */
     long long quarantine_ms; /* the semaphore's quarantine: ms left (0: none) */
     char why[16];            /* and why: "changed", "restarted", "lost" ("" none) */
+    char class_name[33];     /* the class the caller was served as; "" when no definitions */
+    long long class_wait_ms; /* that class's wait (replaces DBTHROTTLE_WAIT_TIMEOUT); -1 none */
+    long long class_cap;     /* that class's queue cap; -1 none */
 } dbt_acquire_reply;
 bool dbt_parse_acquire(const redisReply *r, void *out /* dbt_acquire_reply */, char *err);
 
