@@ -166,13 +166,13 @@ static bool parse_rules(const char *setting, const char *text, bool weights, dbt
             why = "the weight before ':' must be a whole number from 1 to 100000";
         else if (!weights && !dbt_class_name_valid(part))
             why = "the class name before ':' must be 1 to 32 of a-z, 0-9, '_' and '-'";
+        *colon = ':'; /* the rule is shown whole */
         if (why)
             break;
         if (weights)
             r->weight = (int)w;
         else
-            snprintf(r->klass, sizeof r->klass, "%s", part);
-        *colon = ':';
+            snprintf(r->klass, sizeof r->klass, "%.*s", (int)(colon - part), part);
         why = parse_conds(colon + 1, weights, r);
     }
     if (!why && n == 0) {
@@ -236,9 +236,17 @@ void dbt_rules_show(const dbt_rule_list *l, bool weights, char *out, size_t cap)
             len += (size_t)snprintf(out + len, cap - len, "%s%d:", i ? ";" : "", r->weight);
         else
             len += (size_t)snprintf(out + len, cap - len, "%s%s:", i ? ";" : "", r->klass);
-        for (int k = 0; k < r->ncond && len + 1 < cap; k++)
-            len += (size_t)snprintf(out + len, cap - len, "%s%s=%s", k ? "," : "",
-                                    field_names[r->cond[k].field], r->cond[k].pattern);
+        for (int k = 0; k < r->ncond && len + 1 < cap; k++) {
+            len += (size_t)snprintf(out + len, cap - len, "%s%s=", k ? "," : "",
+                                    field_names[r->cond[k].field]);
+            /* As it is written: a ';' of the pattern escaped, so that the text reads back. */
+            for (const char *c = r->cond[k].pattern; *c && len + 3 < cap; c++) {
+                if (*c == ';')
+                    out[len++] = '\\';
+                out[len++] = *c;
+            }
+            out[len < cap ? len : cap - 1] = '\0';
+        }
     }
     if (!l->n)
         snprintf(out, cap, "none");

@@ -368,12 +368,13 @@ Test(script_args, acquire_in_the_order_acquire_lua_reads, .init = make_keys, .fi
     cr_expect_eq(c.nkeys, DBT_NKEYS);
     cr_expect_str_eq(c.keys[DBT_K_HOLDERS], keys.keys[DBT_KIND_CONN][DBT_K_HOLDERS]);
     cr_expect_str_eq(c.keys[DBT_K_OWNERS], keys.keys[DBT_KIND_CONN][DBT_K_OWNERS]);
-    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 4);
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 5);
     expect_base(&c, "c");
     cr_expect_str_eq(c.args[9], "cid.1.5");
     cr_expect_str_eq(c.args[10], "5");
     cr_expect_str_eq(c.args[11], "1");
     cr_expect_str_eq(c.args[12], "h 1 -");
+    cr_expect_str_eq(c.args[13], ""); /* no shipped class definitions */
 }
 
 Test(script_args, release_cancel_admin, .init = make_keys, .fini = free_keys)
