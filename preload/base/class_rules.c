@@ -217,8 +217,16 @@ const dbt_rule *dbt_rules_match(const dbt_rule_list *l, const dbt_rule_values *v
         for (int k = 0; k < r->ncond && all; k++) {
             const dbt_rule_cond *c = &r->cond[k];
             const char *value = v->value[c->field];
-            all = value && (c->regex ? regexec(c->regex, value, 0, NULL, 0) == 0
-                                     : fnmatch(c->pattern, value, 0) == 0);
+            if (!value) {
+                all = false;
+            } else if (c->regex) {
+                /* Only the text's first DBT_RULE_SQL_MAX bytes: an unanchored expression is
+                 * tried at every offset, and a command must not pay for its text's length. */
+                regmatch_t span = {.rm_so = 0, .rm_eo = (regoff_t)strnlen(value, DBT_RULE_SQL_MAX)};
+                all = regexec(c->regex, value, 1, &span, REG_STARTEND) == 0;
+            } else {
+                all = fnmatch(c->pattern, value, 0) == 0;
+            }
         }
         if (all)
             return r;

@@ -87,6 +87,8 @@ typedef enum {
 #define DBT_MAX_RULE_CONDS 4
 #define DBT_CLASS_NAME_MAX 32
 #define DBT_MAX_CLASSES    16
+/* sql= is matched against the first this many bytes of a command's text (a bound on its cost). */
+#define DBT_RULE_SQL_MAX 512
 typedef struct {
     dbt_rule_field field;
     char *pattern; /* the glob or the regular expression as written (`\;` unescaped) */

@@ -95,6 +95,18 @@ Test(weights, sql_regex_is_extended_case_insensitive_with_gnu_escapes)
         cr_expect_eq(r ? r->weight : 0, cases[i].weight, "case %zu (%s)", i,
                      cases[i].sql ? cases[i].sql : "no text");
     }
+    /* Only the first DBT_RULE_SQL_MAX bytes are matched (a bound on the cost per command). */
+    char late[DBT_RULE_SQL_MAX + 64];
+    memset(late, ' ', sizeof late);
+    snprintf(late + DBT_RULE_SQL_MAX, sizeof late - DBT_RULE_SQL_MAX, "x");
+    dbt_rule_list loose = {0};
+    cr_assert(dbt_parse_weights("W", "5:sql=x", &loose, err), "%s", err);
+    dbt_rule_values v = values("a", "b", "c", late);
+    cr_expect_null(dbt_rules_match(&loose, &v), "matched past the first %d bytes",
+                   DBT_RULE_SQL_MAX);
+    late[DBT_RULE_SQL_MAX - 1] = 'x';
+    cr_expect_not_null(dbt_rules_match(&loose, &v));
+    dbt_rule_list_free(&loose);
     char shown[512];
     dbt_rules_show(&l, true, shown, sizeof shown);
     cr_expect_str_eq(shown, "4:sql=^\\s*(COPY|CREATE INDEX|REFRESH);"
