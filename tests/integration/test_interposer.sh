@@ -20,7 +20,7 @@ cases="$cases held_send_returns_at_once held_refused_at_timeout held_refused_in_
     held_pipeline_finish held_backend_terminated held_many_connections_one_loop held_races_with_the_grant
     held_single_row_mode held_notice_processor_asks_libpq held_pipeline_abort_then_more"
 cases="$cases class_ids_name_the_class weights_take_units_at_the_server prepared_weighed_by_its_text
-    class_queue_cap_refuses_at_once class_wait_replaces_wait_timeout"
+    class_queue_cap_refuses_at_once class_wait_replaces_wait_timeout kept_permit_serves_its_weight_only"
 pick_cases "$@"
 harness_begin it
 
@@ -1256,6 +1256,20 @@ it_class_wait_replaces_wait_timeout() {
         '[ $rc -ne 0 ] && [ $ms -ge 250 ] && [ $ms -lt 2500 ] && grep -q "no query permit" "$work/cwait.err"'
     check "nothing reached the server" [ ! -s "$work/cwait.out" ]
     wait $cls_pids
+}
+
+# a kept permit (DBTHROTTLE_CACHE_PERMITS) serves a next command of its own weight only: another
+# weight takes a permit of its own through Redis (its grants counter)
+it_kept_permit_serves_its_weight_only() {
+    throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_POOL=cls_k DBTHROTTLE_CACHE_PERMITS=on \
+        DBTHROTTLE_CACHE_IDLE=1m DBTHROTTLE_WEIGHTS='2:sql=/\* heavy \*/' \
+        psql -qAt -c "select 1" -c "select 2" -c "select 3 /* heavy */" -c "select 4 /* heavy */" \
+        >"$work/kept.out" 2>&1
+    rc=$?
+    grants=$(rcli hget "dbthrottle:{cls_k}:q:stats" grants)
+    check "4 commands ran (rc $rc: $(tr '\n' ' ' <"$work/kept.out"))" '[ $rc -eq 0 ] && [ "$(wc -l <"$work/kept.out")" -eq 4 ]'
+    check "2 grants in Redis (saw $grants): one light, kept for the next light; one heavy, kept for the next heavy" \
+        '[ "$grants" = 2 ]'
 }
 
 run_case() {
