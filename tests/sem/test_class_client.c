@@ -72,6 +72,13 @@ static void *wait_for_one(void *arg)
     return NULL;
 }
 
+static bool waits_counted(void *arg)
+{
+    dbt_pool_stats st;
+    dbt_pool_get_stats(arg, &st);
+    return st.waits >= 1;
+}
+
 /* One thread holds the only permit, another of the same process waits; the holder gives it back.
  * Same shape: the permit passes to the waiter here (a handover, the holder's id). Another class:
  * it goes back to Redis, which grants the waiter's own place (its own id): a permit of class x
@@ -90,6 +97,8 @@ static void pass_on(const char *holder_class, const char *waiter_class, bool han
     pthread_create(&t, NULL, wait_for_one, &w);
     zcard_is queued = {&fx_redis, "dbthrottle:{cl}:q:queue", 1};
     cr_assert(test_wait_until(test_zcard_is, &queued, 10000), "the waiter never queued");
+    /* ... and its thread read acquire.lua's reply (its verdict applied, then the wait counted). */
+    cr_assert(test_wait_until(waits_counted, p, 10000), "the waiter never read its reply");
     dbt_release(held);
     pthread_join(t, NULL);
     cr_assert_eq(w.r, DBT_ACQ_GRANTED);
