@@ -92,6 +92,11 @@ static void pass_on(const char *holder_class, const char *waiter_class, bool han
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &held), DBT_ACQ_GRANTED);
     char held_id[64];
     snprintf(held_id, sizeof held_id, "%s", dbt_permit_id(held));
+    /* The renewer's first report (it starts with the first permit) is in: a renewal in flight
+     * while the waiter queues would count a waiter it did not renew as another process' and end
+     * local handover (rightly, as far as it can tell); the next one is a third of a lease away. */
+    zcard_is reported = {&fx_redis, "dbthrottle:{cl}:procs", 1};
+    cr_assert(test_wait_until(test_zcard_is, &reported, 10000), "the process never reported");
     waiter w = {.p = p, .klass = waiter_class};
     pthread_t t;
     pthread_create(&t, NULL, wait_for_one, &w);
