@@ -1,9 +1,10 @@
 #!/bin/sh
-# classes.sh - dbthrottle class against a redis-server this script starts (and stops) on a free
-# loopback port: defining, changing, listing and clearing a pool's classes (read back from Redis'
-# own keys, in the definition text of docs/design.md), every bad value refused with one line and
-# nothing written, and status (table, --json, --prometheus) showing the class table once holders
-# and waiters exist. Each check prints one line; the last line is "N passed, N failed", and the
+# classes.sh - dbthrottle class against a redis-server and a PostgreSQL this script starts (and
+# stops) on free loopback ports: defining, changing, listing and clearing a pool's classes (read
+# back from Redis' own keys, in the definition text of docs/design.md), every bad value refused
+# with one line and nothing written, status (table, --json, --prometheus) and top showing the
+# class table once holders and waiters exist (acquire.lua called as a worker would), and psql
+# workers under the library shown with the class their DBTHROTTLE_CLASS gives them. Each check prints one line; the last line is "N passed, N failed", and the
 # exit status is non-zero on a failure.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -214,5 +215,49 @@ screen() { tmux -L "$tmux_sock" capture-pane -p -t top; }
 wait_until 10 'screen | grep -Eq "^  batch +25% +1 +2 +1 +1 "'
 check "top shows the same class table" 'screen | grep -q "^dbthrottle top" && screen | grep -Eq "^  interactive +75% +3 +2 +0 +1 " && screen | grep -Eq "^  batch +25% +1 +2 +1 +1 "'
 tmux -L "$tmux_sock" kill-server 2>/dev/null
+
+# ---- workers under the library: their connections' class -----------------------------------------
+# Limit 2, interactive 50% (priority 1) and batch 50% (the default): a psql of class interactive
+# (DBTHROTTLE_CLASS) and one without a class setting hold; one of class batch waits.
+echo "# workers"
+pg_start
+"$D" class rcl interactive --share 50% --priority 1 --queries >/dev/null
+"$D" class rcl batch --share 50% --default --queries >/dev/null
+bgrun() { # bgrun OUT ENV... -- the command, in the background; its pid in $bg
+    out=$1
+    shift
+    env "$@" >"$out" 2>&1 &
+    bg=$!
+    echo "$bg" >>"$work/pids"
+}
+bgrun "$work/w.i" DBTHROTTLE_CLASS=interactive "$D" run --max-queries 2 --pool rcl -- psql -qAtX -c "SELECT pg_sleep(60)"
+pi=$bg
+wait_until 15 '[ "$(live_holders q "dbthrottle:{rcl}")" -eq 1 ]'
+bgrun "$work/w.u" "$D" run --max-queries 2 --pool rcl -- psql -qAtX -c "SELECT pg_sleep(60)"
+pu=$bg
+wait_until 15 '[ "$(live_holders q "dbthrottle:{rcl}")" -eq 2 ]'
+bgrun "$work/w.b" DBTHROTTLE_CLASS=batch "$D" run --max-queries 2 --pool rcl -- psql -qAtX -c "SELECT 1"
+pb=$bg
+wait_until 15 '[ "$(live_waiters q "dbthrottle:{rcl}")" -eq 1 ]'
+"$D" status --json rcl >"$work/rcl.json"
+"$D" status rcl >"$work/rcl.txt"
+check "workers: status --json shows each psql's class from its setting (interactive pid $pi, untagged pid $pu, batch waiter pid $pb) and the class table" 'python3 - "$work/rcl.json" "$pi" "$pu" "$pb" <<PY
+import json, sys
+q = json.load(open(sys.argv[1]))["pools"][0]["queries"]
+pi, pu, pb = map(int, sys.argv[2:5])
+h = {e["pid"]: e for e in q["holders"]}
+w = {e["pid"]: e for e in q["waiters"]}
+assert sorted(h) == sorted([pi, pu]) and list(w) == [pb], (h, w)
+assert h[pi]["class"] == "interactive" and h[pi]["weight"] == 1, h[pi]
+assert h[pu]["class"] in (None, "-"), h[pu]
+assert w[pb]["class"] == "batch", w[pb]
+cl = {c["name"]: c for c in q["classes"]}
+assert (cl["interactive"]["held"], cl["interactive"]["waiters"], cl["interactive"]["guarantee"]) == (1, 0, 1), cl
+assert (cl["batch"]["held"], cl["batch"]["waiters"], cl["batch"]["guarantee"]) == (1, 1, 1), cl
+PY'
+check "workers: the table shows the class table and each psql's class" 'grep -Eq "^  interactive +50% +1 +1 +0 +0 " "$work/rcl.txt" && grep -Eq "^  batch +50% +1 +1 +0 +1 " "$work/rcl.txt" && grep -Eq " $pi c[0-9]+ .* interactive +1\$" "$work/rcl.txt" && grep -Eq " $pb c[0-9]+ .* batch +1\$" "$work/rcl.txt"'
+kill -INT "$pi" "$pu" 2>/dev/null
+wait_until 15 '! kill -0 "$pb" 2>/dev/null'
+check "workers: once the holders ended, the batch waiter ran" '[ "$(cat "$work/w.b")" = 1 ]'
 
 summary
