@@ -107,7 +107,7 @@ $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 .PHONY: all check test test-unit test-sem test-integration test-faults test-faults-cache test-cli \
-        test-compilers check-exports fuzz soak bench bench-async bench-scale bench-peers demo install uninstall \
+        test-compilers check-exports fuzz soak bench bench-async bench-scale bench-classes bench-peers demo install uninstall \
         clean deps format format-check check-asan check-tsan check-valgrind
 
 all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
@@ -324,6 +324,12 @@ bench-peers: deps all $(BUILD)/bench/dbt-peer-worker
 	sh tools/install-deps.sh pgbouncer
 	sh bench/peers/run.sh
 	sh bench/pg_bench.sh
+
+# Classes and weights, measured from outside the library (bench/classes_bench.sh): 200 batch and
+# 20 interactive clients at a limit of 20, one FIFO class against interactive 75 % / batch 25 %;
+# heavy statements of weight 4 at a limit of 8. About 2 minutes.
+bench-classes: deps all
+	sh bench/classes_bench.sh
 
 # How the costs grow with a pool's size (10 to 10 000 waiters), memory, connections per process.
 bench-scale: deps $(BUILD)/bench/scale-bench
