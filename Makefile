@@ -106,7 +106,7 @@ $(HOOK_LIST) $(EXPORTS) &: $(HOOKS_DEF) tools/gen-exports.sh
 $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-.PHONY: all check test test-unit test-sem test-integration test-faults test-faults-cache test-cli \
+.PHONY: all check test test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes test-cli \
         test-compilers check-exports fuzz soak bench bench-async bench-scale bench-classes bench-peers demo install uninstall \
         clean deps format format-check check-asan check-tsan check-valgrind
 
@@ -289,6 +289,15 @@ test-faults: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 # bound on concurrency, recovery and call duration must hold with caching as without.
 test-faults-cache: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 	DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh $(T)
+
+# The same fault suite with classes defined: every process ships interactive 60 % (priority 1) /
+# batch 40 % with an aging bound of 2 s (DBTHROTTLE_CLASSES), the workers take the two classes in
+# turn, and the rest stays untagged (the default class, batch): limits, recovery and refusals must
+# hold with classes as without.
+FAULT_CLASSES = DBTHROTTLE_CLASSES='interactive=60%,priority=1;batch=40%;aging=2s;default=batch' \
+    DBT_FAULTS_CLASSES='interactive batch'
+test-faults-classes: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
+	$(FAULT_CLASSES) sh tests/faults/run.sh $(T)
 
 # The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh), and the documented
 # Redis ACLs with what run and check verify before a worker starts (tests/cli/acl.sh).

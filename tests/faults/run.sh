@@ -5,6 +5,10 @@
 # (make test-faults T=holders_killed_or_stopped runs one); with no names all run, in the order
 # below. Each case prints what it checked; the last line is "N passed, N failed" and the exit
 # status is non-zero on a failure.
+# With classes (make test-faults-classes): DBTHROTTLE_CLASSES, exported, ships a definition from
+# every process, and DBT_FAULTS_CLASSES="A B ..." gives the workers spawned here those classes in
+# turn (DBTHROTTLE_CLASS; a case's own setting wins); processes started otherwise (throttled, the
+# command) stay untagged: the pool's default class. Every bound the cases check must hold so.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../support/lib.sh"
@@ -25,6 +29,7 @@ harness_begin faults
 suite_cleanup() { command -v netns_cleanup >/dev/null && netns_cleanup; }
 
 export DBTHROTTLE_LOG_LEVEL=${DBT_FAULTS_LOG_LEVEL:-warn}
+[ -n "${DBTHROTTLE_CLASSES:-}" ] && info "classes: DBTHROTTLE_CLASSES=$DBTHROTTLE_CLASSES; workers in turn: ${DBT_FAULTS_CLASSES:-(untagged)}"
 redis_start
 pg_start
 counter_install
@@ -33,10 +38,19 @@ counter_install
 spawn() {
     out=$1
     shift
-    env LD_PRELOAD="$preload" "$@" ${DBT_WRAP:-} "$worker" ${wargs:-} >"$out" 2>>"$work/workers.err" &
+    env LD_PRELOAD="$preload" $(next_class) "$@" ${DBT_WRAP:-} "$worker" ${wargs:-} >"$out" 2>>"$work/workers.err" &
     spawned=$!
+    spawns=$((spawns + 1))
     spawned_list="${spawned_list:-} $spawned"
     echo "$spawned" >>"$work/pids"
+}
+# next_class: DBTHROTTLE_CLASS=<the next of $DBT_FAULTS_CLASSES, in turn>, or nothing.
+spawns=0
+next_class() {
+    [ -n "${DBT_FAULTS_CLASSES:-}" ] || return 0
+    set -- $DBT_FAULTS_CLASSES
+    shift $((spawns % $#))
+    echo "DBTHROTTLE_CLASS=$1"
 }
 # wait_workers: waits for every worker spawned since the last call (not for the servers).
 wait_workers() {
