@@ -16,6 +16,7 @@
 # `SELECT bench_units(1, 20)`, with DBTHROTTLE_WEIGHTS giving the heavy ones weight 4, then without
 # weights: the units running at once at the server (each statement holds one advisory lock per unit
 # of its weight while it runs, and counts them all).
+# DBT_KEEP=1 keeps the logs and samples (and says where).
 # A library built without class settings (DBTHROTTLE_CLASS_RULES) runs the FIFO mix only.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +31,7 @@ cleanup() {
     for p in $(cat "$work/pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
     [ -n "${redis_pid:-}" ] && kill "$redis_pid" 2>/dev/null
     sh "$top/tools/pgtmp.sh" stop "$work/pg" 2>/dev/null || true
-    rm -rf "$work"
+    if [ -n "${DBT_KEEP:-}" ]; then echo "# kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM

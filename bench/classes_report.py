@@ -84,7 +84,15 @@ def mix(d, label, limit, aging_ms, rtt_ms):
     line("batch permits max, interactive idle (Redis holders)",
          "%8d" % max(s[1] for s in ridle) if ridle else "     n/a", "target %d" % limit)
     line("units held max, whole run (Redis holders)", "%8d" % max(s[7] for s in rs), "<= %d" % limit)
-    line("oldest waiter seen (Redis INFO; batch, interactive)",
+    # What the scripts hand out: a permit is held from its grant in Redis to its release, so what
+    # this misses of the limit is the scheduling's loss; what the throughput below misses beyond it
+    # is the time a granted permit takes to reach its thread and its statement the server.
+    if rmix:
+        line("units held, mean over the mixed phase (Redis holders)",
+             "%8.2f of %d" % (sum(s[7] for s in rmix) / len(rmix), limit))
+    # A process' place in the queue may serve several of its threads in turn (local handover), so
+    # the oldest place can be older than any one statement's wait.
+    line("oldest place in Redis' queue (batch, interactive)",
          "%8.0f ms, %.0f ms" % (max([s[5] for s in rmix] or [0]), max([s[6] for s in rmix] or [0])))
 
     # pg_stat_activity: <ms> <batch active> <interactive active>: what runs at the server. A
@@ -100,6 +108,9 @@ def mix(d, label, limit, aging_ms, rtt_ms):
     if pidle:
         line("batch statements running, interactive idle (max, p50)", "%8d, %d" % (max(pidle), pct(pidle, 50)))
 
+    ends = sorted(r[0] for r in batch + inter if within(r[0], mixed))
+    gap = max((b - a for a, b in zip(ends, ends[1:])), default=0)
+    line("longest time without a statement ending (a stall)", "%8.1f ms" % gap)
     secs = (mixed[1] - mixed[0]) / 1000.0
     nb = sum(1 for r in batch if within(r[0], mixed))
     ni = sum(1 for r in inter if within(r[0], mixed))
