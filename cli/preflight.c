@@ -172,18 +172,22 @@ static bool dry_run_scripts(dbt_redis *r, const dbt_config *cfg, const char *poo
         return snprintf(err, DBT_ERRLEN, "out of memory"), false;
     }
     static const char id[] = "0000000000000000.1.1";
+    /* a tagged, weighted id shipping class definitions: the per-tag keys and classes_seen */
+    static const char tagged[] = "0000000000000000.2.-.2.1";
+    static const char shipped[] = "aging=0;default=;dbthrottle-check:50:0:-:-";
     bool ok = true;
     dbt_script_call c;
     for (int kind = 0; ok && kind < DBT_NKINDS; kind++) {
-        const dbt_acquire_call paths[] = {{id, 1000000, false, "dbthrottle-check 0 c0"},
-                                          {id, 0, false, "dbthrottle-check 0 c0"},
-                                          {id, 0, true, "dbthrottle-check 0 c0"}};
+        const dbt_acquire_call paths[] = {{id, 1000000, false, "dbthrottle-check 0 c0", NULL},
+                                          {id, 0, false, "dbthrottle-check 0 c0", NULL},
+                                          {id, 0, true, "dbthrottle-check 0 c0", NULL},
+                                          {tagged, 0, false, "dbthrottle-check 0 c0", shipped}};
         for (size_t i = 0; ok && i < sizeof paths / sizeof *paths; i++) {
             dbt_build_acquire(&c, &k, (dbt_kind)kind, cfg, &paths[i]);
             ok = dry_call(r, &c, err);
         }
-        if (ok) {
-            dbt_build_release(&c, &k, (dbt_kind)kind, cfg, id);
+        for (int i = 0; ok && i < 2; i++) {
+            dbt_build_release(&c, &k, (dbt_kind)kind, cfg, i ? tagged : id);
             ok = dry_call(r, &c, err);
         }
         if (ok) {

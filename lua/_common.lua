@@ -20,6 +20,19 @@
 --   KEYS[12] gone    ZSET   id -> when it is forgotten: ids that left the holders lawfully of
 --                           late (reaped as expired, released, cancelled), so that a renewal of
 --                           one that is missing and NOT among them proves data was lost
+--   KEYS[13] classes STRING the operator's class definitions (dbthrottle class); no TTL
+--   KEYS[14] classes_seen STRING the definitions a worker ships (DBTHROTTLE_CLASSES), used while
+--                           the operator has none; TTL like seen
+--   KEYS[15] tags    ZSET   tag -> 0: the tags whose per-tag keys are in use (below)
+-- Per-tag keys (not declared: the same hash tag, so the same slot, like the wake lists):
+--   <queue>:<tag>    ZSET   that tag's waiters, id -> ticket (a tagged id's, or any waiter's while
+--                           classes are defined: untagged ones under the tag "-")
+--   <holders>:<tag>  ZSET   that tag's held units, member -> lease expiry (tagged ids only: the
+--                           untagged ones' units are ZCARD(holders) minus all the tagged ones)
+-- Classes and weights (docs/design.md, "Classes and weights"): a tagged id
+-- "<cid>.<serial>.<class>.<weight>.<limit>" names its class ("-": the default class) and its
+-- weight w; a permit of weight w is w members of the holders, "id", "id#2" .. "id#w", so that the
+-- units in use are ZCARD(holders) for every script and client version alike.
 -- ARGV[1] wake prefix: "<prefix>{pool}:wake:"; a grant for id "<cid>.<n>.<limit>" is pushed
 --         to the list wake prefix .. cid, on which that process' listener blocks (BLPOP)
 -- ARGV[2] kind ("q" or "c"), ARGV[3] the caller's lease (ms), ARGV[4] key TTL (ms)
@@ -74,7 +87,7 @@ if DRY_RUN then
     end
     redis = setmetatable({call = dry_call}, {__index = real})
 end
-local NK = 12 -- keys per semaphore
+local NK = 15 -- keys per semaphore
 local WAKE = ARGV[1]
 local LEASE, TTL = tonumber(ARGV[3]), tonumber(ARGV[4])
 local TOKEN, STARTED, QMS = ARGV[5] or '', tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
@@ -89,7 +102,8 @@ local function semaphore(base, kind)
         H = KEYS[base + 1], Q = KEYS[base + 2], W = KEYS[base + 3], SEQ = KEYS[base + 4],
         SEEN = KEYS[base + 5], INFO = KEYS[base + 6], STATS = KEYS[base + 7], LIM = KEYS[base + 8],
         DRAIN = KEYS[base + 9], OWN = KEYS[base + 10], ERA = KEYS[base + 11],
-        GONE = KEYS[base + 12], kind = kind,
+        GONE = KEYS[base + 12], CLASSES = KEYS[base + 13], CLASSES_SEEN = KEYS[base + 14],
+        TAGS = KEYS[base + 15], kind = kind,
     }
 end
 
@@ -114,7 +128,58 @@ end
 -- The limit a waiter configured travels in its id, so whoever releases grants by the waiter's own
 -- limit: a caller is never admitted beyond what it configured.
 local function limit_of(id)
-    return tonumber(string.match(id, '%.(%d+)$')) or 1
+    return tonumber(string.match(id, '^[^#]*%.(%d+)')) or 1
+end
+
+-- A weight beyond any sane limit is cut here, so that a forged id cannot make a script loop on
+-- millions of unit members.
+local MAX_WEIGHT = 100000
+
+-- The shape of an id or of one of its unit members ("id#k"): its tag (the class it names, "-" =
+-- the default class) and weight when it is tagged, else nil and 1.
+local function shape_of(id)
+    local tag, w = string.match(id, '^[^.#]+%.[^.#]+%.([^.#]+)%.(%d+)%.%d+')
+    if not tag then
+        return nil, 1
+    end
+    w = tonumber(w)
+    if w < 1 then
+        w = 1
+    elseif w > MAX_WEIGHT then
+        w = MAX_WEIGHT
+    end
+    return tag, w
+end
+
+-- The per-tag keys of s (see the top).
+local function tag_queue(s, tag)
+    return s.Q .. ':' .. tag
+end
+local function tag_holders(s, tag)
+    return s.H .. ':' .. tag
+end
+
+-- Runs `cmd key [flag] score member ...` (ZADD) or `cmd key member ...` (ZREM) over the members
+-- of a permit of weight w: id, id#2 .. id#w, a batch at a time (unpack's stack is bounded).
+-- Returns how many the command counted (added, removed).
+local UNIT_BATCH = 512
+local function on_units(cmd, key, id, w, score, flag)
+    local n, k = 0, 1
+    while k <= w do
+        local args = {key}
+        if flag then
+            args[#args + 1] = flag
+        end
+        for j = k, math.min(w, k + UNIT_BATCH - 1) do
+            if score then
+                args[#args + 1] = score
+            end
+            args[#args + 1] = (j == 1) and id or (id .. '#' .. j)
+        end
+        n = n + redis.call(cmd, unpack(args))
+        k = k + UNIT_BATCH
+    end
+    return n
 end
 
 
@@ -212,12 +277,132 @@ local function era(s, raw, now)
     return 0
 end
 
--- The operator's controls of s (the limit override, nil when none; whether grants are stopped)
--- and its quarantine (ms left, 0 = none), read once per call: one MGET.
+-- ---- Classes (docs/design.md, "Classes and weights") ----
+-- The definition text: "aging=<ms>;default=<name>;<name>:<share>:<priority>:<wait_ms>:<cap>;...",
+-- share in percent of the limit, larger priority first, wait_ms and cap "-" for none.
+
+local function class_name_ok(n)
+    return n ~= nil and #n >= 1 and #n <= 32 and n ~= '-' and string.match(n, '^[a-z0-9_%-]+$') ~= nil
+end
+
+-- An integer in [lo, hi] from text, or nil; "-" is `none` when given.
+local function int_in(text, lo, hi, none)
+    if none and text == '-' then
+        return none
+    end
+    local v = string.match(text or '', '^%-?%d+$') and tonumber(text)
+    if v and v >= lo and v <= hi then
+        return v
+    end
+    return nil
+end
+
+-- One class, "name:share:priority:wait_ms:cap": its record, or nil and what is wrong with it.
+local function parse_class(text)
+    local name, share, prio, wait, cap = string.match(text, '^([^:]*):([^:]*):([^:]*):([^:]*):([^:]*)$')
+    if not name then
+        return nil, 'a class is name:share:priority:wait_ms:cap, not "' .. text .. '"'
+    end
+    if not class_name_ok(name) then
+        return nil, 'class name "' .. name .. '" is not 1 to 32 of [a-z0-9_-] (and not "-")'
+    end
+    local c = {name = name, share = int_in(share, 0, 100), priority = int_in(prio, -1000, 1000),
+        wait = int_in(wait, 0, 2 ^ 52, -1), cap = int_in(cap, 0, 2 ^ 52, -1)}
+    if not c.share then
+        return nil, 'share "' .. share .. '" of class ' .. name .. ' is not an integer percent 0..100'
+    elseif not c.priority then
+        return nil, 'priority "' .. prio .. '" of class ' .. name .. ' is not an integer -1000..1000'
+    elseif not c.wait then
+        return nil, 'wait "' .. wait .. '" of class ' .. name .. ' is not "-" or ms >= 0'
+    elseif not c.cap then
+        return nil, 'queue cap "' .. cap .. '" of class ' .. name .. ' is not "-" or an integer >= 0'
+    end
+    return c
+end
+
+-- The implicit default class: what no defined class names is served as, share 0.
+local function implicit_default()
+    return {name = 'default', share = 0, priority = 0, wait = -1, cap = -1, implicit = true}
+end
+
+-- A definition text: {aging, default (its name or ""), list (in order), by (name -> class), dflt
+-- (the default class)}, or nil and what is wrong with it.
+local function parse_defs(text)
+    local d = {aging = 0, default = '', list = {}, by = {}}
+    local sum = 0
+    for part in string.gmatch(text or '', '[^;]+') do
+        local k, v = string.match(part, '^(%l+)=(.*)$')
+        if k == 'aging' then
+            d.aging = int_in(v, 0, 2 ^ 52)
+            if not d.aging then
+                return nil, 'aging "' .. v .. '" is not ms >= 0'
+            end
+        elseif k == 'default' then
+            if v ~= '' and not class_name_ok(v) then
+                return nil, 'default class "' .. v .. '" is not a class name'
+            end
+            d.default = v
+        elseif k then
+            return nil, 'unknown field "' .. k .. '"'
+        else
+            local c, err = parse_class(part)
+            if not c then
+                return nil, err
+            end
+            if d.by[c.name] then
+                return nil, 'class ' .. c.name .. ' is defined twice'
+            end
+            sum = sum + c.share
+            d.list[#d.list + 1] = c
+            d.by[c.name] = c
+        end
+    end
+    if sum > 100 then
+        return nil, 'the shares sum to ' .. sum .. '%, over 100%'
+    end
+    d.dflt = d.by[d.default] or d.by['default'] or implicit_default()
+    return d
+end
+
+-- The definitions in force: the operator's if any, else those a worker shipped; nil when there
+-- are none (no class and no aging bound: the semaphore behaves as it always did).
+local function effective_defs(operator, shipped)
+    local d = operator and parse_defs(operator)
+    local from_worker = false
+    if not d and shipped then
+        d, from_worker = parse_defs(shipped), true
+    end
+    if not d or (#d.list == 0 and d.aging == 0) then
+        return nil
+    end
+    d.shipped = from_worker
+    return d
+end
+
+-- The class a tag is served as: the one it names, else (the tag "-", an untagged id, a class
+-- since removed or never defined) the default class.
+local function class_of(d, tag)
+    return (tag and d.by[tag]) or d.dflt
+end
+
+-- Class c's guarantee at limit L: floor(L * share / 100), at least 1 when its share is not 0.
+local function guarantee(c, L)
+    if c.share <= 0 then
+        return 0
+    end
+    return math.max(1, math.floor(L * c.share / 100))
+end
+
+-- The operator's controls of s (the limit override, nil when none; whether grants are stopped),
+-- its quarantine (ms left, 0 = none) and its class definitions (s.defs, nil when none), read once
+-- per call: one MGET.
 local function controls(s, now)
     if s.drained == nil then
-        local c = redis.call('MGET', s.LIM, s.DRAIN, s.ERA)
+        local c = redis.call('MGET', s.LIM, s.DRAIN, s.ERA, s.CLASSES, s.CLASSES_SEEN)
         s.override, s.drained = tonumber(c[1]) or false, c[2] ~= false
+        if c[4] or c[5] then
+            s.defs = effective_defs(c[4], c[5])
+        end
         era(s, c[3], now)
     end
     return s.override or nil, s.drained, s.qleft
@@ -255,9 +440,21 @@ local function note_gone(s, now, ids, forget)
     redis.call('PEXPIRE', s.GONE, 2 * LEASE + QMS)
 end
 
--- The process ("cid") an id belongs to.
+-- The process ("cid") an id belongs to (also of an owner, below).
 local function cid_of(id)
-    return string.match(id, '^[^.]+')
+    return string.match(id, '^[^./#]+')
+end
+
+-- Who may pass a waiter's permits between its threads (local handover, see acquire.lua): the
+-- process for an untagged id, the process and the shape "<cid>/<class>.<weight>" for a tagged one
+-- (threads pass permits only to threads of the same class and weight).
+local function owner_of(id)
+    local tag, w = shape_of(id)
+    local cid = cid_of(id)
+    if tag and cid then
+        return cid .. '/' .. tag .. '.' .. w
+    end
+    return cid
 end
 
 -- Pushes msg to the wake list of process cid, on which its listener blocks (BLPOP); the list
@@ -272,7 +469,7 @@ end
 -- empty the counts start over: a client of an older version, which removes waiters without
 -- counting, can only make them drift until then.
 local function unqueued(s, id)
-    local c = cid_of(id)
+    local c = owner_of(id)
     if c and redis.call('HINCRBY', s.OWN, c, -1) <= 0 then
         redis.call('HDEL', s.OWN, c)
     end
@@ -290,7 +487,7 @@ local function end_sole(s, except)
     if not sole or sole == except then
         return sole
     end
-    wake(sole, 'f' .. s.kind .. ':' .. redis.call('INCR', s.SEQ))
+    wake(cid_of(sole), 'f' .. s.kind .. ':' .. redis.call('INCR', s.SEQ))
     redis.call('HDEL', s.OWN, '*')
     expire_new(s, s.SEQ)
     return false
@@ -305,14 +502,100 @@ local function now_ms()
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A key that an add of `added` members may have just created: give it a TTL unless it has one.
+local function expire_if_new(s, key, added)
+    if added > 0 and redis.call('ZCARD', key) == added then
+        expire_new(s, key)
+    end
+end
+
+-- The tag's keys are in use: it joins the tags set (whose iteration finds them).
+local function note_tag(s, tag)
+    if redis.call('ZADD', s.TAGS, 0, tag) == 1 then
+        expire_new(s, s.TAGS)
+    end
+end
+
+-- Id holds a permit of w units until exp: w members of the holders (and of its tag's holders
+-- when tagged). units_before: ZCARD(holders) before, when the caller knows it.
+local function hold(s, id, w, exp, units_before)
+    on_units('ZADD', s.H, id, w, exp)
+    if units_before == 0 then
+        expire_new(s, s.H) -- the key is new
+    end
+    local tag = shape_of(id)
+    if tag then
+        local hk = tag_holders(s, tag)
+        expire_if_new(s, hk, on_units('ZADD', hk, id, w, exp))
+        note_tag(s, tag)
+    end
+end
+
+-- Id's permit leaves the holders, all its units. Returns 1 if it was held, else 0.
+local function unhold(s, id)
+    local tag, w = shape_of(id)
+    local n = on_units('ZREM', s.H, id, w)
+    if tag then
+        on_units('ZREM', tag_holders(s, tag), id, w)
+    end
+    return n > 0 and 1 or 0
+end
+
+-- Id's permit is renewed until exp (only the units still held: XX).
+local function renew_units(s, id, exp)
+    local tag, w = shape_of(id)
+    on_units('ZADD', s.H, id, w, exp, 'XX')
+    if tag then
+        on_units('ZADD', tag_holders(s, tag), id, w, exp, 'XX')
+    end
+end
+
+-- Waiter id joins its tag's queue (a tagged id always; an untagged one, under "-", while classes
+-- are defined), so that selection finds the head of each class in O(tags).
+local function queue_tag(s, id, ticket)
+    local tag = shape_of(id)
+    if tag or s.defs then
+        tag = tag or '-'
+        local qk = tag_queue(s, tag)
+        expire_if_new(s, qk, redis.call('ZADD', qk, ticket, id))
+        note_tag(s, tag)
+    end
+end
+
+-- Waiter id left the queue: it leaves its tag's queue too (where it may never have been: one
+-- that queued untagged before classes were defined).
+local function unqueue_tag(s, id)
+    local tag = shape_of(id)
+    if tag or s.defs then
+        redis.call('ZREM', tag_queue(s, tag or '-'), id)
+    end
+end
+
 local function reap(s, now)
     local dead = redis.call('ZRANGEBYSCORE', s.H, '-inf', now, 'LIMIT', 0, REAP_BATCH)
     if #dead > 0 then
         redis.call('ZREM', s.H, unpack(dead))
-        redis.call('HDEL', s.INFO, unpack(dead))
-        count(s, 'expired', #dead)
-        -- expired, not lost: its process stops renewing within a lease (two, to be sure)
-        note_gone(s, now, dead, now + 2 * LEASE)
+        -- the permits themselves (not their other units) are counted and remembered
+        local permits, by_tag = {}, {}
+        for _, m in ipairs(dead) do
+            if not string.find(m, '#', 1, true) then
+                permits[#permits + 1] = m
+            end
+            local tag = shape_of(m)
+            if tag then
+                by_tag[tag] = by_tag[tag] or {}
+                table.insert(by_tag[tag], m)
+            end
+        end
+        for tag, members in pairs(by_tag) do
+            redis.call('ZREM', tag_holders(s, tag), unpack(members))
+        end
+        if #permits > 0 then
+            redis.call('HDEL', s.INFO, unpack(permits))
+            count(s, 'expired', #permits)
+            -- expired, not lost: its process stops renewing within a lease (two, to be sure)
+            note_gone(s, now, permits, now + 2 * LEASE)
+        end
     end
     local gone = redis.call('ZRANGEBYSCORE', s.W, '-inf', now, 'LIMIT', 0, REAP_BATCH)
     if #gone > 0 then
@@ -322,37 +605,139 @@ local function reap(s, now)
             if redis.call('ZREM', s.Q, id) == 1 then
                 unqueued(s, id)
             end
+            redis.call('ZREM', tag_queue(s, shape_of(id) or '-'), id)
         end
         redis.call('HDEL', s.INFO, unpack(gone))
     end
     return #dead
 end
 
--- Grants the head of the queue while it fits under its own limit. A grant moves the waiter to
--- the holders with the lease its process last renewed (a dead waiter's grant expires with it),
--- and pushes "g<kind>:<id>" to its process' wake list.
+-- What selection needs of s with classes defined: the units in use, and per class (by name) the
+-- units held and the waiters queued, from the per-tag keys: O(tags). A tag whose keys are both
+-- empty leaves the tags set.
+local function class_state(s, d)
+    local st = {units = redis.call('ZCARD', s.H), held = {}, waiting = {}, tags = {}}
+    local tagged, others_waiting = 0, 0
+    for _, t in ipairs(redis.call('ZRANGE', s.TAGS, 0, -1)) do
+        local nh = redis.call('ZCARD', tag_holders(s, t))
+        local nq = redis.call('ZCARD', tag_queue(s, t))
+        if nh + nq == 0 then
+            redis.call('ZREM', s.TAGS, t)
+        else
+            st.tags[#st.tags + 1] = t
+            local c = class_of(d, t)
+            st.held[c.name] = (st.held[c.name] or 0) + nh
+            st.waiting[c.name] = (st.waiting[c.name] or 0) + nq
+            tagged = tagged + nh
+            if c ~= d.dflt then
+                others_waiting = others_waiting + nq
+            end
+        end
+    end
+    -- untagged holders are the default class's, and so are waiters no tag queue has (queued
+    -- untagged before classes were defined)
+    local dn = d.dflt.name
+    st.held[dn] = (st.held[dn] or 0) + math.max(0, st.units - tagged)
+    st.waiting[dn] = math.max(st.waiting[dn] or 0, redis.call('ZCARD', s.Q) - others_waiting)
+    return st
+end
+
+-- The waiter to serve next (docs/design.md, "Classes and weights"): {id, cls, aged}, or nil.
+-- Without classes: the head of the queue. With them: the head if it has waited the aging bound,
+-- else among the head of each tag's queue, the main queue's head and the newcomer (acquire.lua:
+-- {id}, ranked last in its class), the one that minimises (tier, -priority, ticket), tier 0 when
+-- its class holds fewer units than its guarantee.
+local function choose(s, d, st, now, newcomer)
+    local mh = redis.call('ZRANGE', s.Q, 0, 0, 'WITHSCORES')
+    if not d then
+        if mh[1] then
+            return {id = mh[1]}
+        end
+        return newcomer
+    end
+    if mh[1] and d.aging > 0 then
+        local info = redis.call('HGET', s.INFO, mh[1])
+        local since = tonumber(info and string.match(info, '^(%d+) ') or '')
+        if since and now - since >= d.aging then
+            return {id = mh[1], cls = class_of(d, (shape_of(mh[1]))), aged = true}
+        end
+    end
+    local best, bt, bp, bk
+    local function consider(id, ticket)
+        local c = class_of(d, (shape_of(id)))
+        local tier = ((st.held[c.name] or 0) < guarantee(c, s.override or limit_of(id))) and 0 or 1
+        if not best or tier < bt or (tier == bt and (c.priority > bp or (c.priority == bp and ticket < bk))) then
+            best, bt, bp, bk = {id = id, cls = c}, tier, c.priority, ticket
+        end
+    end
+    if mh[1] then
+        consider(mh[1], tonumber(mh[2]))
+    end
+    for _, t in ipairs(st.tags) do
+        local qk = tag_queue(s, t)
+        for _ = 1, 8 do
+            local h = redis.call('ZRANGE', qk, 0, 0, 'WITHSCORES')
+            if not h[1] then
+                break
+            end
+            if redis.call('ZSCORE', s.Q, h[1]) then
+                consider(h[1], tonumber(h[2]))
+                break
+            end
+            redis.call('ZREM', qk, h[1]) -- a ghost: it left the queue by a path that missed this
+        end
+    end
+    if newcomer then
+        consider(newcomer.id, math.huge)
+    end
+    return best
+end
+
+-- The units a permit of id takes at limit L: its weight, cut to L (the command then runs alone);
+-- and whether it was cut.
+local function units_at(id, L)
+    local _, w = shape_of(id)
+    if w > L then
+        return math.max(L, 1), true
+    end
+    return w, false
+end
+
+-- Grants the waiters selection picks while the one picked fits under its limit (the override,
+-- else its own): strict, a heavy waiter picked is not overtaken by lighter ones. A grant moves
+-- the waiter to the holders with the lease its process last renewed (a dead waiter's grant
+-- expires with it), and pushes "g<kind>:<id>" to its process' wake list.
 local function pump(s, now)
     local granted = 0
-    local head = redis.call('ZRANGE', s.Q, 0, 0)[1]
-    if not head then
+    if not redis.call('ZRANGE', s.Q, 0, 0)[1] then
         return 0 -- the common case: nobody waits, and the controls need not be read
     end
     local override, drained, q = controls(s, now)
     if drained or q > 0 then
         return 0 -- in quarantine no grant is made
     end
-    while head do
-        local nh = redis.call('ZCARD', s.H)
-        if nh >= (override or limit_of(head)) then
+    local d = s.defs
+    local st = d and class_state(s, d) or {units = redis.call('ZCARD', s.H)}
+    while true do
+        local pick = choose(s, d, st, now, nil)
+        if not pick then
+            break
+        end
+        local head = pick.id
+        local w, clamped = units_at(head, override or limit_of(head))
+        if st.units + w > (override or limit_of(head)) then
             break
         end
         local exp = tonumber(redis.call('ZSCORE', s.W, head)) or (now + LEASE)
         redis.call('ZREM', s.Q, head)
         redis.call('ZREM', s.W, head)
+        unqueue_tag(s, head)
         unqueued(s, head)
-        redis.call('ZADD', s.H, exp, head)
-        if nh == 0 then
-            expire_new(s, s.H) -- the key is new
+        hold(s, head, w, exp, st.units)
+        st.units = st.units + w
+        if d then
+            st.held[pick.cls.name] = (st.held[pick.cls.name] or 0) + w
+            st.waiting[pick.cls.name] = (st.waiting[pick.cls.name] or 1) - 1
         end
         -- the wait ends now: count it, and the holder's "since" becomes the grant
         local info = redis.call('HGET', s.INFO, head)
@@ -364,9 +749,14 @@ local function pump(s, now)
             end
         end
         count(s, 'grants')
-        wake(string.match(head, '^[^.]+'), 'g' .. s.kind .. ':' .. head)
+        if clamped then
+            count(s, 'clamped')
+        end
+        if pick.aged then
+            count(s, 'aged')
+        end
+        wake(cid_of(head), 'g' .. s.kind .. ':' .. head)
         granted = granted + 1
-        head = redis.call('ZRANGE', s.Q, 0, 0)[1]
     end
     return granted
 end
@@ -380,7 +770,12 @@ local function touch(s, force)
     if not force and t ~= -2 and t >= TTL / 2 then
         return
     end
-    for _, k in ipairs({s.H, s.Q, s.W, s.SEQ, s.SEEN, s.INFO, s.STATS, s.OWN}) do
+    local keys = {s.H, s.Q, s.W, s.SEQ, s.SEEN, s.INFO, s.STATS, s.OWN, s.CLASSES_SEEN, s.TAGS}
+    for _, t in ipairs(redis.call('ZRANGE', s.TAGS, 0, -1)) do
+        keys[#keys + 1] = tag_queue(s, t)
+        keys[#keys + 1] = tag_holders(s, t)
+    end
+    for _, k in ipairs(keys) do
         local kt = redis.call('PTTL', k)
         if kt ~= -2 and kt < TTL then
             redis.call('PEXPIRE', k, TTL)

@@ -1,15 +1,25 @@
 -- acquire.lua: take a permit now, or join the queue.
 -- ARGV[10] id, ARGV[11] the caller's limit, ARGV[12] "1" = do not queue (try only),
--- ARGV[13] who asks: "<host> <pid> <conn>" (for dbthrottle status)
--- Returns {status, holders, queue length, limit seen from the previous acquirer or false, ticket,
--- sole, quarantine (ms left, 0 = none), why (see era()) or false}
+-- ARGV[13] who asks: "<host> <pid> <conn>" (for dbthrottle status), ARGV[14] the class
+-- definitions the caller ships (DBTHROTTLE_CLASSES, the definition text; "" none): kept in
+-- classes_seen, in force while the operator has defined none
+-- Returns {status, holders (units in use), queue length, limit seen from the previous acquirer or
+-- false, ticket, sole, quarantine (ms left, 0 = none), why (see era()) or false, the class the
+-- caller is served as or false (no classes defined), its wait_ms or -1, its queue cap or -1}
 --   In quarantine nothing is granted: the caller queues (try only: is refused).
---   status 1 = granted, 2 = queued (a grant will be pushed), 0 = not granted (try only)
+--   status 1 = granted, 2 = queued (a grant will be pushed), 0 = not granted (try only),
+--   3 = refused: its class has as many waiters as its queue cap
 --   ticket: the waiter's place (queued); granted: the ticket counter now, which orders the grant
 --   against the revokes ("r<kind>:<ticket>") pushed to its process (see below); else 0
 --   sole: 1 when the queue holds this process' waiters only (queued only, else 0): see below
 local id, limit, try_only, who = ARGV[10], tonumber(ARGV[11]), ARGV[12] == '1', ARGV[13] or '? ? ?'
+local shipped = ARGV[14] or ''
 local now = now_ms()
+-- A worker's default definitions become every worker's while the operator has none: written when
+-- they differ from what is there (and are valid), with the TTL of the pool's other keys.
+if shipped ~= '' and redis.call('GET', S.CLASSES_SEEN) ~= shipped and parse_defs(shipped) then
+    redis.call('SET', S.CLASSES_SEEN, shipped, 'PX', floor_ttl(S))
+end
 reap(S, now)
 pump(S, now)
 
@@ -28,24 +38,55 @@ if seen == ARGV[11] then
     seen = false
 end
 
--- No barging: a newcomer is admitted only when nobody is queued. The operator's override, when
--- set, is every caller's limit; while the pool is drained, everyone queues.
+-- No barging: a newcomer is admitted only when nobody is queued (or, with classes, when selection
+-- would pick it before every waiter). The operator's override, when set, is every caller's limit;
+-- while the pool is drained, everyone queues. Its permit takes its weight in units, cut to the
+-- limit (it then runs alone).
 local override, drained, q = controls(S, now)
+local d = S.defs
+local cls = d and class_of(d, (shape_of(id)))
+local klass, cwait, ccap = cls and cls.name or false, cls and cls.wait or -1, cls and cls.cap or -1
+local L = override or limit
+local w, clamped = units_at(id, L)
 local holders = redis.call('ZCARD', S.H)
-if not drained and q == 0 and redis.call('ZCARD', S.Q) == 0 and holders < (override or limit) then
-    redis.call('ZADD', S.H, now + LEASE, id)
-    if holders == 0 then
-        expire_new(S, S.H) -- the key is new
-    end
+local function grant_now()
+    hold(S, id, w, now + LEASE, holders)
     note_who(S, id, now, who)
     count(S, 'grants')
+    if clamped then
+        count(S, 'clamped')
+    end
     touch(S, fresh)
-    return {1, holders + 1, 0, seen, tonumber(redis.call('GET', S.SEQ) or '0'), 0, 0, false}
+    return {1, holders + w, 0, seen, tonumber(redis.call('GET', S.SEQ) or '0'), 0, 0, false, klass,
+        cwait, ccap}
+end
+local waiting = redis.call('ZCARD', S.Q)
+if not drained and q == 0 and waiting == 0 and holders + w <= L then
+    return grant_now()
+end
+local st
+if d and waiting > 0 then
+    st = class_state(S, d)
+    if not drained and q == 0 and holders + w <= L then
+        local pick = choose(S, d, st, now, {id = id})
+        if pick and pick.id == id then
+            return grant_now()
+        end
+    end
 end
 if try_only then
     count(S, 'refused')
     touch(S, fresh)
-    return {0, holders, redis.call('ZCARD', S.Q), seen, 0, 0, q, S.why}
+    return {0, holders, waiting, seen, 0, 0, q, S.why, klass, cwait, ccap}
+end
+-- A class's queue cap: a command that would queue past it is refused at once.
+if cls and cls.cap >= 0 then
+    local mine = st and (st.waiting[cls.name] or 0) or 0
+    if mine >= cls.cap then
+        count(S, 'capped')
+        touch(S, fresh)
+        return {3, holders, waiting, seen, 0, 0, q, S.why, klass, cwait, ccap}
+    end
 end
 -- The first waiter of a contention asks every process that holds a permit to give back the ones it
 -- keeps idle between commands (DBTHROTTLE_CACHE_PERMITS), and not to keep any until it is granted
@@ -67,6 +108,7 @@ if redis.call('ZCARD', S.Q) == 0 and holders > 0 then
 end
 local ticket = redis.call('INCR', S.SEQ)
 redis.call('ZADD', S.Q, ticket, id)
+queue_tag(S, id, ticket)
 redis.call('ZADD', S.W, now + LEASE, id)
 note_who(S, id, now, who)
 count(S, 'queued')
@@ -81,20 +123,22 @@ expire_new(S, S.W)
 -- first waiter of another process to queue after that tells it to stop ("f<kind>:<ticket>" on its
 -- wake list), so the newcomer waits behind the threads that were waiting when it came, not behind
 -- those that come after it. One push per change of owner, O(1) per call.
-local cid = cid_of(id)
-local mine = redis.call('HINCRBY', S.OWN, cid, 1)
+-- With classes or weights the owner is the process and the waiter's shape (owner_of): a waiter of
+-- another class or weight, of the same process too, ends it like a foreign one.
+local owner = owner_of(id)
+local mine = redis.call('HINCRBY', S.OWN, owner, 1)
 if mine == 1 then
     expire_new(S, S.OWN)
 end
-local sole = end_sole(S, cid)
+local sole = end_sole(S, owner)
 local qlen = redis.call('ZCARD', S.Q)
 -- Not while the operator drains the pool or holds it below what is held now: the permits must
 -- come back to Redis for that (admin.lua ends it for those already alone).
 local alone = mine == qlen and not drained and (not override or holders <= override)
-if alone and sole ~= cid then
-    redis.call('HSET', S.OWN, '*', cid)
-elseif not alone and sole == cid then
+if alone and sole ~= owner then
+    redis.call('HSET', S.OWN, '*', owner)
+elseif not alone and sole == owner then
     redis.call('HDEL', S.OWN, '*')
 end
 touch(S, fresh)
-return {2, holders, qlen, seen, ticket, alone and 1 or 0, q, S.why}
+return {2, holders, qlen, seen, ticket, alone and 1 or 0, q, S.why, klass, cwait, ccap}

@@ -8,6 +8,13 @@
 --            learns that it was evicted (the field "evicted:ID" of info, 'e', which renew.lua
 --            reports and deletes)
 --   evict_cancel ID  the same, marked 'x': the process also cancels the command running on it
+--   class_set NAME:SHARE:PRIORITY:WAIT_MS:CAP[:default]  defines (or redefines) a class in the
+--            operator's definitions (":default": it becomes the default class); the shares of all
+--            must sum to 100 at most
+--   class_clear NAME  removes a class (its waiters and holders are served as the default class);
+--            "*": every class and the aging bound (the workers' shipped definitions apply again)
+--   aging MS the aging bound: a waiter queued MS ago is served next whatever its class; 0 = none
+-- A bad value is refused with an error reply "ERR dbthrottle: ..." naming it; nothing changes.
 -- Returns {granted waiters, holders, evicted (1/0), the evicted permit's info or false, now}.
 local op, arg = ARGV[10], ARGV[11]
 local now = now_ms()
@@ -22,7 +29,7 @@ elseif op == 'resume' then
     redis.call('DEL', S.DRAIN)
 elseif op == 'evict' or op == 'evict_cancel' then
     info = redis.call('HGET', S.INFO, arg)
-    evicted = redis.call('ZREM', S.H, arg)
+    evicted = unhold(S, arg)
     if evicted == 1 then
         redis.call('HDEL', S.INFO, arg)
         redis.call('HSET', S.INFO, 'evicted:' .. arg, (op == 'evict') and 'e' or 'x')
@@ -31,12 +38,75 @@ elseif op == 'evict' or op == 'evict_cancel' then
     else
         info = false
     end
+elseif op == 'class_set' or op == 'class_clear' or op == 'aging' then
+    local function refuse(why)
+        return redis.error_reply('ERR dbthrottle: ' .. why)
+    end
+    -- the operator's own definitions (not a worker's shipped ones), started afresh if unreadable
+    local d = parse_defs(redis.call('GET', S.CLASSES) or '') or parse_defs('')
+    if op == 'class_set' then
+        local text, is_default = string.match(arg, '^(.*):default$')
+        is_default = text ~= nil
+        local c, err = parse_class(text or arg)
+        if not c then
+            return refuse(err)
+        end
+        if not d.by[c.name] then
+            d.list[#d.list + 1] = c
+        end
+        for i, old in ipairs(d.list) do
+            if old.name == c.name then
+                d.list[i] = c
+            end
+        end
+        if is_default then
+            d.default = c.name
+        end
+    elseif op == 'class_clear' and arg == '*' then
+        d = parse_defs('')
+    elseif op == 'class_clear' then
+        if not d.by[arg] then
+            return refuse('no class "' .. tostring(arg) .. '" is defined by the operator')
+        end
+        for i, old in ipairs(d.list) do
+            if old.name == arg then
+                table.remove(d.list, i)
+                break
+            end
+        end
+        if d.default == arg then
+            d.default = ''
+        end
+    else
+        d.aging = int_in(arg, 0, 2 ^ 52)
+        if not d.aging then
+            return refuse('aging "' .. tostring(arg) .. '" is not ms >= 0')
+        end
+    end
+    local parts = {'aging=' .. d.aging, 'default=' .. d.default}
+    local function none(v)
+        return (v < 0) and '-' or string.format('%d', v)
+    end
+    for _, c in ipairs(d.list) do
+        parts[#parts + 1] = c.name .. ':' .. c.share .. ':' .. c.priority .. ':' .. none(c.wait) ..
+            ':' .. none(c.cap)
+    end
+    local text = table.concat(parts, ';')
+    local ok, err = parse_defs(text)
+    if not ok then
+        return refuse(err)
+    end
+    if #d.list == 0 and d.aging == 0 then
+        redis.call('DEL', S.CLASSES)
+    else
+        redis.call('SET', S.CLASSES, text)
+    end
 else
     return redis.error_reply('admin.lua: unknown operation ' .. tostring(op))
 end
 -- A process passing permits between its own threads (local handover) would not see a new
--- limit, a drain or an eviction: it is told to stop and give its permits back to Redis.
-if op == 'limit' or op == 'drain' or op == 'evict' or op == 'evict_cancel' then
+-- limit, a drain, an eviction or new classes: it is told to stop and give its permits back to Redis.
+if op ~= 'clear' and op ~= 'resume' then
     end_sole(S, nil)
 end
 reap(S, now)

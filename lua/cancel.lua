@@ -8,8 +8,12 @@ local result = -1
 if redis.call('ZREM', S.Q, id) == 1 then
     unqueued(S, id)
     result = 0
-elseif redis.call('ZREM', S.H, id) == 1 then
+elseif unhold(S, id) == 1 then
     result = 1
+end
+if result ~= 1 then
+    -- and its tag's queue ("-" for an untagged one: it queued there if classes were defined)
+    redis.call('ZREM', tag_queue(S, shape_of(id) or '-'), id)
 end
 redis.call('ZREM', S.W, id)
 redis.call('HDEL', S.INFO, id)

@@ -1,7 +1,8 @@
 -- release.lua: give a permit back and grant the head of the queue.
 -- ARGV[10] id. Returns 1 if the permit was held, 0 if it was not (expired, or already released).
+-- All its units go (a weighted permit's "id#k" members too).
 local now = now_ms()
-local removed = redis.call('ZREM', S.H, ARGV[10])
+local removed = unhold(S, ARGV[10])
 redis.call('HDEL', S.INFO, ARGV[10])
 -- a renewal sent before this release may arrive after it: not a loss (see renew.lua)
 note_gone(S, now, {ARGV[10]}, now + QMS)

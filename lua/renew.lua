@@ -46,7 +46,7 @@ local function renew_holders(s, n)
     for i = at, at + n - 1 do
         local id = ARGV[i]
         if redis.call('ZSCORE', s.H, id) then
-            redis.call('ZADD', s.H, 'XX', exp, id)
+            renew_units(s, id, exp)
         else
             -- "e:ID" / "x:ID" when the operator evicted it (and asked for its command's cancel)
             local ev = redis.call('HGET', s.INFO, 'evicted:' .. id)
@@ -57,7 +57,8 @@ local function renew_holders(s, n)
                 if s.qleft == 0 then
                     quarantine(s, now, 'lost') -- neither expired nor given back: data was lost
                 end
-                redis.call('ZADD', s.H, exp, id)
+                -- all its units, as many as a grant at its limit gives
+                hold(s, id, (units_at(id, s.override or limit_of(id))), exp)
                 note_who(s, id, now, reasserter())
                 back = back + 1
             else
@@ -80,7 +81,7 @@ local function renew_waiters(s, n)
             redis.call('ZADD', s.W, 'XX', exp, id)
         elseif redis.call('ZSCORE', s.H, id) then
             -- granted (the grant is on its way, or was lost): renew it as a holder, and say so
-            redis.call('ZADD', s.H, 'XX', exp, id)
+            renew_units(s, id, exp)
             granted_w[#granted_w + 1] = id
         elseif TOKEN ~= '' and not left_lately(s, id) then
             -- its place was lost with the state (it neither expired nor left): queued again, at
@@ -90,12 +91,13 @@ local function renew_waiters(s, n)
             end
             local ticket = redis.call('INCR', s.SEQ)
             redis.call('ZADD', s.Q, ticket, id)
+            queue_tag(s, id, ticket)
             redis.call('ZADD', s.W, exp, id)
-            local cid = cid_of(id)
-            if cid and redis.call('HINCRBY', s.OWN, cid, 1) == 1 then
+            local owner = owner_of(id)
+            if owner and redis.call('HINCRBY', s.OWN, owner, 1) == 1 then
                 expire_new(s, s.OWN)
             end
-            end_sole(s, cid)
+            end_sole(s, owner)
             note_who(s, id, now, reasserter())
             for _, k in ipairs({s.SEQ, s.Q, s.W}) do
                 expire_new(s, k)

@@ -4,15 +4,66 @@
 -- per semaphore (0 = all); the counts are always whole.
 -- Returns {now, query, connection[, processes]}, each of the first two {limit seen or false, override or false, drained 0/1,
 -- live holders, live waiters, {id, lease expiry, info, ...} of holders, {id, info, ...} of
--- waiters in queue order, {counter, value, ...}, quarantine ms left (0 = none), why or false}.
+-- waiters in queue order, {counter, value, ...}, quarantine ms left (0 = none), why or false,
+-- classes}. Live holders counts units (a weighted permit's members "id#k" too); the list names
+-- permits. classes: {aging ms, 1 when the definitions are a worker's shipped ones, then per class
+-- {name, share, priority, wait_ms or -1, cap or -1, guarantee (at the override, else the limit
+-- seen), units held, waiters, oldest wait ms, 1 for the default class}}; {0, 0} without classes.
 -- Entries whose lease ran out are left out.
 local max = tonumber(ARGV[10]) or 0
 local now = now_ms()
 local function info_of(s, id)
     return redis.call('HGET', s.INFO, id) or ''
 end
+-- How long the head of queue key k has waited (ms), 0 when it is empty.
+local function head_wait(s, k)
+    local h = redis.call('ZRANGE', k, 0, 0)[1]
+    local since = h and tonumber(string.match(info_of(s, h), '^(%d+) ') or '')
+    return since and math.max(0, now - since) or 0
+end
+-- The class table of s (see the top), the guarantees at limit L.
+local function classes(s, d, L)
+    if not d then
+        return {0, 0}
+    end
+    local st = {units = redis.call('ZCARD', s.H), held = {}, waiting = {}, oldest = {}}
+    local tagged, others_waiting = 0, 0
+    for _, t in ipairs(redis.call('ZRANGE', s.TAGS, 0, -1)) do
+        local c = class_of(d, t).name
+        local nh = redis.call('ZCARD', tag_holders(s, t))
+        local nq = redis.call('ZCARD', tag_queue(s, t))
+        st.held[c] = (st.held[c] or 0) + nh
+        st.waiting[c] = (st.waiting[c] or 0) + nq
+        st.oldest[c] = math.max(st.oldest[c] or 0, head_wait(s, tag_queue(s, t)))
+        tagged = tagged + nh
+        if c ~= d.dflt.name then
+            others_waiting = others_waiting + nq
+        end
+    end
+    local dn = d.dflt.name
+    st.held[dn] = (st.held[dn] or 0) + math.max(0, st.units - tagged)
+    st.waiting[dn] = math.max(st.waiting[dn] or 0, redis.call('ZCARD', s.Q) - others_waiting)
+    local main = redis.call('ZRANGE', s.Q, 0, 0)[1]
+    if main and class_of(d, (shape_of(main))) == d.dflt then
+        st.oldest[dn] = math.max(st.oldest[dn] or 0, head_wait(s, s.Q))
+    end
+    local out = {d.aging, d.shipped and 1 or 0}
+    local list = {}
+    for _, c in ipairs(d.list) do
+        list[#list + 1] = c
+    end
+    if d.dflt.implicit then
+        list[#list + 1] = d.dflt
+    end
+    for _, c in ipairs(list) do
+        out[#out + 1] = {c.name, c.share, c.priority, c.wait, c.cap, guarantee(c, L),
+            st.held[c.name] or 0, st.waiting[c.name] or 0, st.oldest[c.name] or 0,
+            (c == d.dflt) and 1 or 0}
+    end
+    return out
+end
 local function snapshot(s)
-    local c = redis.call('MGET', s.SEEN, s.LIM, s.DRAIN, s.ERA)
+    local c = redis.call('MGET', s.SEEN, s.LIM, s.DRAIN, s.ERA, s.CLASSES, s.CLASSES_SEEN)
     local qleft, why = 0, false
     if c[4] then
         local till, w = string.match(c[4], '^%S+ (%d+) (%S+)$')
@@ -20,17 +71,23 @@ local function snapshot(s)
             qleft, why = tonumber(till) - now, w
         end
     end
-    local holders = {}
-    local hl
-    if max > 0 then
-        hl = redis.call('ZRANGEBYSCORE', s.H, now, '+inf', 'WITHSCORES', 'LIMIT', 0, max)
-    else
-        hl = redis.call('ZRANGEBYSCORE', s.H, now, '+inf', 'WITHSCORES')
-    end
-    for i = 1, #hl, 2 do
-        holders[#holders + 1] = hl[i]
-        holders[#holders + 1] = hl[i + 1]
-        holders[#holders + 1] = info_of(s, hl[i])
+    -- the permits, not their other units ("id#k"), a chunk at a time
+    local holders, nheld, at = {}, 0, 0
+    local hchunk = (max > 0) and math.max(2 * max, 16) or 1024
+    while max == 0 or nheld < max do
+        local hl = redis.call('ZRANGEBYSCORE', s.H, now, '+inf', 'WITHSCORES', 'LIMIT', at, hchunk)
+        if #hl == 0 then
+            break
+        end
+        for i = 1, #hl, 2 do
+            if not string.find(hl[i], '#', 1, true) and (max == 0 or nheld < max) then
+                holders[#holders + 1] = hl[i]
+                holders[#holders + 1] = hl[i + 1]
+                holders[#holders + 1] = info_of(s, hl[i])
+                nheld = nheld + 1
+            end
+        end
+        at = at + hchunk
     end
     -- the queue in ticket order, skipping waiters whose lease ran out, a chunk at a time
     local waiters, listed, from = {}, 0, 0
@@ -52,7 +109,7 @@ local function snapshot(s)
     end
     return {c[1] or false, c[2] or false, c[3] and 1 or 0, redis.call('ZCOUNT', s.H, now, '+inf'),
         redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS),
-        qleft, why}
+        qleft, why, classes(s, effective_defs(c[5], c[6]), tonumber(c[2]) or tonumber(c[1]) or 0)}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).

@@ -166,6 +166,7 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
     case DBT_ACQUIRE_QUEUED:
         return ACQ_SENT_QUEUED;
     case DBT_ACQUIRE_NOT_GRANTED:
+    case DBT_ACQUIRE_QUEUE_FULL: /* a class' queue cap: only tagged ids meet one (part B) */
         break;
     }
     return ACQ_SENT_NOT_GRANTED;

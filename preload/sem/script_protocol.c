@@ -84,10 +84,11 @@ void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, con
 {
     begin_call(c, &dbt_script_acquire, k, kind, cfg);
     snprintf(c->number[0], sizeof c->number[0], "%d", a->limit);
-    c->args[c->nargs++] = a->id;                   /* ARGV[5] */
-    c->args[c->nargs++] = c->number[0];            /* ARGV[6] the caller's limit */
-    c->args[c->nargs++] = a->try_only ? "1" : "0"; /* ARGV[7] */
-    c->args[c->nargs++] = a->who;                  /* ARGV[8] */
+    c->args[c->nargs++] = a->id;                   /* ARGV[10] */
+    c->args[c->nargs++] = c->number[0];            /* ARGV[11] the caller's limit */
+    c->args[c->nargs++] = a->try_only ? "1" : "0"; /* ARGV[12] */
+    c->args[c->nargs++] = a->who;                  /* ARGV[13] */
+    c->args[c->nargs++] = a->shipped_classes ? a->shipped_classes : ""; /* ARGV[14] */
 }
 
 void dbt_build_release(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
@@ -255,9 +256,11 @@ void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const
                      dbt_admin_op op, const char *arg)
 {
     static const char *const names[] = {
-        [DBT_ADMIN_LIMIT] = "limit", [DBT_ADMIN_CLEAR] = "clear",
-        [DBT_ADMIN_DRAIN] = "drain", [DBT_ADMIN_RESUME] = "resume",
-        [DBT_ADMIN_EVICT] = "evict", [DBT_ADMIN_EVICT_CANCEL] = "evict_cancel"};
+        [DBT_ADMIN_LIMIT] = "limit",         [DBT_ADMIN_CLEAR] = "clear",
+        [DBT_ADMIN_DRAIN] = "drain",         [DBT_ADMIN_RESUME] = "resume",
+        [DBT_ADMIN_EVICT] = "evict",         [DBT_ADMIN_EVICT_CANCEL] = "evict_cancel",
+        [DBT_ADMIN_CLASS_SET] = "class_set", [DBT_ADMIN_CLASS_CLEAR] = "class_clear",
+        [DBT_ADMIN_AGING] = "aging"};
     begin_call(c, &dbt_script_admin, k, kind, cfg);
     c->args[c->nargs++] = names[op];
     c->args[c->nargs++] = arg ? arg : "";
@@ -266,8 +269,8 @@ void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const
 /* ---- replies -------------------------------------------------------------------------------- */
 
 const char *const dbt_counter_names[DBT_NCOUNTERS] = {
-    "grants",  "queued",  "refused",     "cancelled",  "expired",
-    "evicted", "wait_ms", "quarantines", "reasserted", "requeued"};
+    "grants",      "queued",     "refused",  "cancelled", "expired", "evicted", "wait_ms",
+    "quarantines", "reasserted", "requeued", "clamped",   "capped",  "aged"};
 
 static const char *type_name(int type)
 {
@@ -361,14 +364,31 @@ static bool why_of(const redisReply *r, const char *script, char *out, char *err
 bool dbt_parse_acquire(const redisReply *r, void *out, char *err)
 {
     static const char script[] = "acquire.lua";
-    enum { STATUS, HOLDERS, QUEUE, SEEN, TICKET, SOLE, QUARANTINE, WHY, NFIELDS };
-    static const char *const names[NFIELDS] = {"status", "holders", "queue",      "seen",
-                                               "ticket", "sole",    "quarantine", "why"};
+    enum {
+        STATUS,
+        HOLDERS,
+        QUEUE,
+        SEEN,
+        TICKET,
+        SOLE,
+        QUARANTINE,
+        WHY,
+        CLASS,
+        CLASS_WAIT,
+        CLASS_CAP,
+        NFIELDS
+    };
+    static const char *const names[NFIELDS] = {"status", "holders",    "queue",      "seen",
+                                               "ticket", "sole",       "quarantine", "why",
+                                               "class",  "class wait", "class cap"};
     dbt_acquire_reply *a = out;
-    if (!is_array(r, NFIELDS, script, "the reply", err))
+    /* Eight elements are taken too: a reply of the scripts before classes (no class). */
+    if (!is_array(r, -1, script, "the reply", err))
         return false;
-    for (int i = 0; i < NFIELDS; i++)
-        if (i != SEEN && i != WHY &&
+    if (r->elements != NFIELDS && r->elements != CLASS)
+        return unexpected(err, script, "the reply has %zu elements, not %d", r->elements, NFIELDS);
+    for (int i = 0; i < (int)r->elements; i++)
+        if (i != SEEN && i != WHY && i != CLASS &&
             !is_type(r->element[i], REDIS_REPLY_INTEGER, script, names[i], err))
             return false;
     const redisReply *seen = r->element[SEEN]; /* the previous limit, or false (nil) */
@@ -376,7 +396,7 @@ bool dbt_parse_acquire(const redisReply *r, void *out, char *err)
         return unexpected(err, script, "seen is %s, not a string or nil", type_name(seen->type));
     long long status = r->element[STATUS]->integer;
     if (status != DBT_ACQUIRE_NOT_GRANTED && status != DBT_ACQUIRE_GRANTED &&
-        status != DBT_ACQUIRE_QUEUED)
+        status != DBT_ACQUIRE_QUEUED && status != DBT_ACQUIRE_QUEUE_FULL)
         return unexpected(err, script, "status %lld", status);
     a->status = (dbt_acquire_status)status;
     a->holders = r->element[HOLDERS]->integer;
@@ -387,6 +407,18 @@ bool dbt_parse_acquire(const redisReply *r, void *out, char *err)
     a->quarantine_ms = r->element[QUARANTINE]->integer;
     if (!why_of(r->element[WHY], script, a->why, err))
         return false;
+    a->class_name[0] = '\0';
+    a->class_wait_ms = a->class_cap = -1;
+    if (r->elements == NFIELDS) {
+        const redisReply *klass = r->element[CLASS]; /* the class name, or false (nil) */
+        if (klass->type == REDIS_REPLY_STRING)
+            snprintf(a->class_name, sizeof a->class_name, "%s", klass->str);
+        else if (klass->type != REDIS_REPLY_NIL)
+            return unexpected(err, script, "class is %s, not a string or nil",
+                              type_name(klass->type));
+        a->class_wait_ms = r->element[CLASS_WAIT]->integer;
+        a->class_cap = r->element[CLASS_CAP]->integer;
+    }
     return true;
 }
 
@@ -479,6 +511,10 @@ static bool parse_entry(const redisReply *id, const redisReply *info, dbt_status
         snprintf(err, DBT_ERRLEN, "out of memory");
         return false;
     }
+    if (!dbt_parse_id_shape(e->permit, e->klass, &e->weight, NULL)) {
+        e->klass[0] = '\0';
+        e->weight = 1;
+    }
     if (info->type == REDIS_REPLY_STRING) {
         long long since = 0;
         if (sscanf(info->str, "%lld %63s %ld %63s", &since, e->host, &e->pid, e->conn) >= 1)
@@ -491,6 +527,56 @@ static int by_since(const void *a, const void *b)
 {
     const dbt_status_entry *x = a, *y = b;
     return (x->since_ms > y->since_ms) - (x->since_ms < y->since_ms);
+}
+
+/* The class table of a semaphore: {aging, shipped, {name, share, priority, wait, cap, guarantee,
+ * held, waiters, oldest wait, is default}...}. */
+static bool parse_classes(const redisReply *r, dbt_status_kind *k, char *err)
+{
+    static const char script[] = "status.lua";
+    enum { AGING, SHIPPED, FIRST };
+    enum { NAME, SHARE, PRIORITY, WAIT, CAP, GUARANTEE, HELD, WAITERS, OLDEST, IS_DEFAULT, N };
+    if (!is_array(r, -1, script, "classes", err))
+        return false;
+    if (r->elements < FIRST)
+        return unexpected(err, script, "classes has %zu elements", r->elements);
+    long long shipped = 0;
+    if (!number_of(r->element[AGING], "the aging bound", &k->aging_ms, err) ||
+        !number_of(r->element[SHIPPED], "shipped", &shipped, err))
+        return false;
+    k->classes_shipped = shipped != 0;
+    size_t n = r->elements - FIRST;
+    if (!n)
+        return true;
+    k->classes = calloc(n, sizeof *k->classes);
+    if (!k->classes)
+        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *c = r->element[FIRST + i];
+        if (!is_array(c, N, script, "a class", err) ||
+            !is_type(c->element[NAME], REDIS_REPLY_STRING, script, "a class name", err))
+            return false;
+        dbt_status_class *o = &k->classes[k->nclasses++];
+        long long v[N];
+        static const char *const what[N] = {
+            "",     "a share", "a priority",  "a wait",    "a cap", "a guarantee",
+            "held", "waiters", "oldest wait", "is default"};
+        for (int f = SHARE; f < N; f++)
+            if (!number_of(c->element[f], what[f], &v[f], err))
+                return false;
+        snprintf(o->name, sizeof o->name, "%s", c->element[NAME]->str);
+        o->share = (int)v[SHARE];
+        o->priority = (int)v[PRIORITY];
+        o->wait_ms = v[WAIT];
+        o->cap = v[CAP];
+        o->guarantee = v[GUARANTEE];
+        o->held = v[HELD];
+        o->waiters = v[WAITERS];
+        o->borrowed = v[HELD] > v[GUARANTEE] ? v[HELD] - v[GUARANTEE] : 0;
+        o->oldest_wait_ms = v[OLDEST];
+        o->is_default = v[IS_DEFAULT] != 0;
+    }
+    return true;
 }
 
 static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err)
@@ -507,11 +593,18 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         STATS,
         QUARANTINE,
         WHY,
+        CLASSES,
         NFIELDS
     };
     enum { HOLDER_ID, HOLDER_EXPIRY, HOLDER_INFO, PER_HOLDER };
     enum { WAITER_ID, WAITER_INFO, PER_WAITER };
-    if (!is_array(r, NFIELDS, script, "a semaphore", err))
+    /* Without the classes: a reply of the scripts before them. */
+    if (!is_array(r, -1, script, "a semaphore", err))
+        return false;
+    if (r->elements != NFIELDS && r->elements != CLASSES)
+        return unexpected(err, script, "a semaphore has %zu elements, not %d", r->elements,
+                          NFIELDS);
+    if (r->elements == NFIELDS && !parse_classes(r->element[CLASSES], k, err))
         return false;
     const redisReply *const *e = (const redisReply *const *)r->element;
     long long drained = 0;
@@ -634,6 +727,7 @@ void dbt_status_free(dbt_status_reply *s)
     for (int k = 0; k < DBT_NKINDS; k++) {
         free_entries(s->kind[k].holders, s->kind[k].nh);
         free_entries(s->kind[k].waiters, s->kind[k].nw);
+        free(s->kind[k].classes);
     }
     free(s->procs);
     memset(s, 0, sizeof *s);
@@ -665,5 +759,78 @@ bool dbt_parse_admin(const redisReply *r, void *out, char *err)
             return unexpected(err, script, "info is %s", type_name(info->type));
         a->now_ms = r->element[NOW]->integer;
     }
+    return true;
+}
+
+/* ---- classes and ids --------------------------------------------------------------------------
+ */
+
+bool dbt_class_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > 32 || strcmp(s, "-") == 0)
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'))
+            return false;
+    return true;
+}
+
+/* A run of decimal digits at *p, up to '.' or the end: its value (capped), p moved past it. */
+static bool digits(const char **p, long long *out)
+{
+    const char *q = *p;
+    long long v = 0;
+    if (*q < '0' || *q > '9')
+        return false;
+    for (; *q >= '0' && *q <= '9'; q++)
+        v = v < 1000000000LL ? v * 10 + (*q - '0') : v;
+    *p = q;
+    *out = v;
+    return true;
+}
+
+bool dbt_parse_id_shape(const char *id, char *klass, int *weight, int *limit)
+{
+    /* the dot-separated parts: 3 (untagged) or 5 (tagged) */
+    const char *part[6];
+    size_t len[6];
+    int n = 0;
+    for (const char *p = id;; p++) {
+        const char *dot = strchr(p, '.');
+        if (n == 6)
+            return false;
+        part[n] = p;
+        len[n] = dot ? (size_t)(dot - p) : strlen(p);
+        if (!len[n])
+            return false;
+        n++;
+        if (!dot)
+            break;
+        p = dot;
+    }
+    if (n != 3 && n != 5)
+        return false;
+    long long lim, w = 1;
+    const char *q = part[n - 1];
+    if (!digits(&q, &lim) || *q)
+        return false;
+    char name[33] = "";
+    if (n == 5) {
+        if (len[2] >= sizeof name)
+            return false;
+        memcpy(name, part[2], len[2]);
+        name[len[2]] = '\0';
+        q = part[3];
+        if ((strcmp(name, "-") != 0 && !dbt_class_name_ok(name)) || !digits(&q, &w) || *q != '.' ||
+            w < 1)
+            return false;
+    }
+    if (klass)
+        snprintf(klass, 33, "%s", name);
+    if (weight)
+        *weight = (int)(w > 1000000 ? 1000000 : w);
+    if (limit)
+        *limit = (int)(lim > 1000000000 ? 1000000000 : lim);
     return true;
 }

@@ -78,12 +78,15 @@ void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, ch
 void dbt_script_bind_era(dbt_script_call *c, const char *run_id, int64_t started_ms);
 
 /* acquire.lua: take a permit now, or join the queue (try_only: never queue). who: "<host> <pid>
- * <conn>", for dbthrottle status. */
+ * <conn>", for dbthrottle status. shipped_classes: the class definitions the process ships
+ * (DBTHROTTLE_CLASSES as definition text, "aging=<ms>;default=<name>;<name>:<share>:<priority>:
+ * <wait_ms>:<cap>;..."), in force while the operator has defined none; NULL or "": none. */
 typedef struct {
     const char *id;
     int limit;
     bool try_only;
     const char *who;
+    const char *shipped_classes;
 } dbt_acquire_call;
 void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                        const dbt_acquire_call *a);
@@ -160,12 +163,16 @@ void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows);
 
 /* admin.lua: the operator's controls; arg NULL for those that take none. */
 typedef enum {
-    DBT_ADMIN_LIMIT,       /* arg: the new limit for every caller */
-    DBT_ADMIN_CLEAR,       /* the override goes */
-    DBT_ADMIN_DRAIN,       /* no grants until resume */
-    DBT_ADMIN_RESUME,      /* grants again */
-    DBT_ADMIN_EVICT,       /* arg: the permit to free */
-    DBT_ADMIN_EVICT_CANCEL /* the same, and its process cancels the command running on it */
+    DBT_ADMIN_LIMIT,        /* arg: the new limit for every caller */
+    DBT_ADMIN_CLEAR,        /* the override goes */
+    DBT_ADMIN_DRAIN,        /* no grants until resume */
+    DBT_ADMIN_RESUME,       /* grants again */
+    DBT_ADMIN_EVICT,        /* arg: the permit to free */
+    DBT_ADMIN_EVICT_CANCEL, /* the same, and its process cancels the command running on it */
+    DBT_ADMIN_CLASS_SET,    /* arg: "name:share:priority:wait_ms:cap" ("-": none for the last two),
+                             * ":default" after it makes it the default class */
+    DBT_ADMIN_CLASS_CLEAR,  /* arg: a class name, or "*" for every class and the aging bound */
+    DBT_ADMIN_AGING         /* arg: the aging bound in ms (0: none) */
 } dbt_admin_op;
 void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                      dbt_admin_op op, const char *arg);
@@ -176,11 +183,13 @@ void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const
  * answers. */
 typedef bool (*dbt_reply_parser)(const redisReply *r, void *out, char *err);
 
-/* acquire.lua's {status, holders, queue length, limit seen or false, ticket, sole}. */
+/* acquire.lua's {status, holders, queue length, limit seen or false, ticket, sole, quarantine,
+ * why, class or false, class wait_ms or -1, class queue cap or -1}. */
 typedef enum {
     DBT_ACQUIRE_NOT_GRANTED = 0, /* none free, and the caller does not queue */
     DBT_ACQUIRE_GRANTED = 1,     /* granted at once */
-    DBT_ACQUIRE_QUEUED = 2       /* in the queue: the grant will be pushed to the wake list */
+    DBT_ACQUIRE_QUEUED = 2,      /* in the queue: the grant will be pushed to the wake list */
+    DBT_ACQUIRE_QUEUE_FULL = 3   /* refused: its class has as many waiters as its queue cap */
 } dbt_acquire_status;
 typedef struct {
     dbt_acquire_status status;
@@ -190,6 +199,9 @@ typedef struct {
     bool sole;               /* queued: the queue holds this process' waiters only */
     long long quarantine_ms; /* the semaphore's quarantine: ms left (0: none) */
     char why[16];            /* and why: "changed", "restarted", "lost" ("" none) */
+    char class_name[33];     /* the class the caller was served as; "" when none is defined */
+    long long class_wait_ms; /* its wait timeout (replaces DBTHROTTLE_WAIT_TIMEOUT); -1 none */
+    long long class_cap;     /* its queue cap; -1 none */
 } dbt_acquire_reply;
 bool dbt_parse_acquire(const redisReply *r, void *out /* dbt_acquire_reply */, char *err);
 
@@ -241,6 +253,9 @@ enum {
     DBT_CTR_QUARANTINES, /* quarantines entered (docs/design.md, "Failover and data loss") */
     DBT_CTR_REASSERTED,  /* holders Redis lacked that their process re-asserted */
     DBT_CTR_REQUEUED,    /* waiters Redis lacked that were queued again */
+    DBT_CTR_CLAMPED,     /* grants of a weight above the limit, cut to the limit (ran alone) */
+    DBT_CTR_CAPPED,      /* refused by their class' queue cap */
+    DBT_CTR_AGED,        /* grants made by the aging rule, whatever the waiter's class */
     DBT_NCOUNTERS
 };
 extern const char *const dbt_counter_names[DBT_NCOUNTERS]; /* the fields of the stats hash */
@@ -254,7 +269,22 @@ typedef struct {
     char conn[64];
     int64_t since_ms;  /* granted (holder) or queued (waiter), Redis clock */
     int64_t expiry_ms; /* holder: when its lease runs out; waiter: 0 */
+    int weight;        /* from the id: its units (1 for an untagged id) */
+    char klass[33];    /* from the id: the class it names ("-" the default one; "" untagged) */
 } dbt_status_entry;
+
+/* One class of a semaphore's definitions, and its state. */
+typedef struct {
+    char name[33];
+    int share, priority;
+    long long wait_ms, cap;   /* -1: none */
+    long long guarantee;      /* units, at the override, else the limit seen */
+    long long held;           /* units its permits hold */
+    long long waiters;        /* queued */
+    long long borrowed;       /* units held beyond its guarantee */
+    long long oldest_wait_ms; /* how long its first waiter has waited; 0: none waits */
+    bool is_default;          /* what no defined class names is served as */
+} dbt_status_class;
 
 typedef struct {
     long long limit_seen; /* the limit the last acquirer configured; 0 = none */
@@ -266,9 +296,13 @@ typedef struct {
     dbt_status_entry *waiters; /* queue order */
     int nw;
     long long counters[DBT_NCOUNTERS];
-    long long quarantine_ms; /* in quarantine: ms left (0: none) */
-    char why[16];            /* and why: "changed", "restarted", "lost" */
-    bool used;               /* any of the above is there */
+    long long quarantine_ms;   /* in quarantine: ms left (0: none) */
+    char why[16];              /* and why: "changed", "restarted", "lost" */
+    bool used;                 /* any of the above is there */
+    dbt_status_class *classes; /* the class definitions in force (none: NULL, 0) */
+    int nclasses;
+    long long aging_ms;   /* the aging bound; 0: none */
+    bool classes_shipped; /* from a worker's DBTHROTTLE_CLASSES, not the operator's */
 } dbt_status_kind;
 
 /* status.lua's {now, query semaphore, connection semaphore, processes}. Owns its entries (copied
@@ -290,5 +324,16 @@ typedef struct {
     long long now_ms;
 } dbt_admin_reply;
 bool dbt_parse_admin(const redisReply *r, void *out /* dbt_admin_reply */, char *err);
+
+/* ---- classes and ids --------------------------------------------------------------------------
+ */
+
+/* A class name: 1 to 32 of [a-z0-9_-], and not "-" alone (the default class' tag). */
+bool dbt_class_name_ok(const char *s);
+
+/* The shape of a permit id: "<cid>.<serial>.<limit>" (untagged: klass "", weight 1) or
+ * "<cid>.<serial>.<class>.<weight>.<limit>" (tagged; class "-" = the default class). klass has
+ * 33 bytes; any out pointer may be NULL. False when id is neither form. */
+bool dbt_parse_id_shape(const char *id, char *klass, int *weight, int *limit);
 
 #endif

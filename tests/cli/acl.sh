@@ -213,7 +213,7 @@ busy2=$bg
 # stopped (SIGSTOP) around the two dumps, so that only the check can change a key, and continued
 # after, whatever happened (harness_cleanup continues them too).
 dump() { for k in $(rcli --scan --pattern 'dbthrottle:{busy}*' | sort); do echo "$k $(rcli --no-raw DUMP "$k" | md5sum | cut -c1-32) $(rcli PTTL "$k")"; done; }
-stopped() { [ "$(ps -o stat= -p "$1" | cut -c1)" = T ]; }
+stopped() { [ "$(sed "s/.*) //" "/proc/$1/stat" 2>/dev/null | cut -c1)" = T ]; } # /proc: a minimal Debian may lack ps
 kill -STOP "$busy" "$busy2"
 wait_until 10 'stopped "$busy" && stopped "$busy2"'
 # A renewal sent just before the stop has run in Redis by the time two dumps agree.

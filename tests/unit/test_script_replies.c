@@ -83,6 +83,27 @@ Test(acquire_reply, not_granted)
     freeReplyObject(r);
 }
 
+Test(acquire_reply, refused_by_a_class_queue_cap)
+{
+    redisReply *r = reply_of("*11\r\n:3\r\n:4\r\n:9\r\n$-1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n"
+                             "$5\r\nbatch\r\n:5000\r\n:100\r\n");
+    dbt_acquire_reply a;
+    char err[DBT_ERRLEN];
+    cr_assert(dbt_parse_acquire(r, &a, err), "%s", err);
+    cr_expect_eq(a.status, DBT_ACQUIRE_QUEUE_FULL);
+    cr_expect_str_eq(a.class_name, "batch");
+    cr_expect_eq(a.class_wait_ms, 5000);
+    cr_expect_eq(a.class_cap, 100);
+    freeReplyObject(r);
+    /* without classes: no name, no wait, no cap */
+    r = reply_of("*11\r\n:1\r\n:1\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n$-1\r\n:-1\r\n:-1\r\n");
+    cr_assert(dbt_parse_acquire(r, &a, err), "%s", err);
+    cr_expect_str_eq(a.class_name, "");
+    cr_expect_eq(a.class_wait_ms, -1);
+    cr_expect_eq(a.class_cap, -1);
+    freeReplyObject(r);
+}
+
 Test(acquire_reply, malformed)
 {
     static const char *const bad[] = {
@@ -102,6 +123,10 @@ Test(acquire_reply, malformed)
         "*8\r\n:9\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n",            /* unknown status */
         "*8\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n-ERR in place\r\n:0\r\n$-1\r\n", /* an error element
                                                                                 */
+        "*11\r\n:1\r\n:1\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n:7\r\n:-1\r\n:-1\r\n", /* class
+                                                                                   an integer */
+        "*11\r\n:1\r\n:1\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n$-1\r\n$1\r\n5\r\n:-1\r\n", /* wait
+                                                                                   text */
     };
     assert_rejects(dbt_parse_acquire, "acquire.lua", bad, N(bad), sizeof(dbt_acquire_reply));
 }
@@ -368,12 +393,17 @@ Test(script_args, acquire_in_the_order_acquire_lua_reads, .init = make_keys, .fi
     cr_expect_eq(c.nkeys, DBT_NKEYS);
     cr_expect_str_eq(c.keys[DBT_K_HOLDERS], keys.keys[DBT_KIND_CONN][DBT_K_HOLDERS]);
     cr_expect_str_eq(c.keys[DBT_K_OWNERS], keys.keys[DBT_KIND_CONN][DBT_K_OWNERS]);
-    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 4);
+    cr_expect_str_eq(c.keys[DBT_K_TAGS], keys.keys[DBT_KIND_CONN][DBT_K_TAGS]);
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 5);
     expect_base(&c, "c");
     cr_expect_str_eq(c.args[9], "cid.1.5");
     cr_expect_str_eq(c.args[10], "5");
     cr_expect_str_eq(c.args[11], "1");
     cr_expect_str_eq(c.args[12], "h 1 -");
+    cr_expect_str_eq(c.args[13], "", "no shipped class definitions");
+    a.shipped_classes = "aging=0;default=;web:50:1:-:-";
+    dbt_build_acquire(&c, &keys, DBT_KIND_CONN, &cfg, &a);
+    cr_expect_str_eq(c.args[13], "aging=0;default=;web:50:1:-:-");
 }
 
 Test(script_args, release_cancel_admin, .init = make_keys, .fini = free_keys)
