@@ -75,6 +75,12 @@ run_case() {
     . "$here/$1.sh"
 }
 run_picked
+# With classes: they were in force (not a vacuous run): pools on the suite's own Redis carry the
+# definitions the workers shipped.
+if [ -n "${DBTHROTTLE_CLASSES:-}" ]; then
+    shipped=$(rcli --scan --pattern '*:classes_seen' 2>/dev/null | wc -l)
+    check "classes were in force: $shipped semaphores in Redis carry the workers' shipped definitions" '[ "$shipped" -gt 0 ]'
+fi
 
 if [ -n "${DBT_SANITIZER_LOGS:-}" ]; then
     reports=$(find "$(dirname "$DBT_SANITIZER_LOGS")" -name "$(basename "$DBT_SANITIZER_LOGS")*" -size +0 2>/dev/null)
