@@ -149,6 +149,7 @@ $(BUILD)/tests/unit: TEST_CFLAGS += -Ipreload/interpose
 $(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS),$(CRITERION_LIBS)))
 $(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))
+$(eval $(call test_binary,bench/rules-bench,bench/rules_bench.c,))
 $(eval $(call test_binary,bench/dbt-peer-worker,bench/peers/dbt_worker.c,))
 
 # Programs that use libpq only (the library is preloaded into them).
@@ -321,8 +322,9 @@ fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh $(CURDIR)/$(BUILD)/fuzz
 
 # ---- benches, demo, install -----------------------------------------------------------------
-bench: deps all $(BUILD)/bench/sem-bench $(BUILD)/bench/scale-bench
+bench: deps all $(BUILD)/bench/sem-bench $(BUILD)/bench/scale-bench $(BUILD)/bench/rules-bench
 	sh tools/install-deps.sh pgbouncer
+	$(BUILD)/bench/rules-bench
 	$(BUILD)/bench/sem-bench
 	$(BUILD)/bench/scale-bench
 	sh bench/pg_bench.sh
