@@ -134,7 +134,7 @@ def weights(d, label, limit):
     rs = samples(d + "/redis.samples", 9)
     print("-- %s" % label)
     line("units running at once at the server, max (advisory locks)",
-         "%8d" % (max(units) if units else -1), "target <= %d" % limit if "weights" in label else "")
+         "%8d" % (max(units) if units else -1), "target <= %d" % limit if "without" not in label else "the measure sees past the limit")
     line("units held at once in Redis, max (holders ZSET)", "%8d" % max(s[7] for s in rs))
     heavy = [r for r in rows if r[2] == 0]
     light = [r for r in rows if r[2] == 1]
