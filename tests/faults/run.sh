@@ -86,7 +86,7 @@ for c in $picked; do
     case $c in sentinel_failover | failover_admits_no_one_extra | redis_over_tls | redis_cluster) ;; *) own=1 ;; esac
 done
 [ -z "${DBTHROTTLE_CLASSES:-}" ] || [ -z "$own" ] ||
-    check "classes were in force: $shipped semaphores carried the workers' shipped definitions after the cases" '[ "$shipped" -gt 0 ]'
+    check "classes were in force: $shipped semaphores carried the workers' shipped definitions after the cases (summed over them)" '[ "$shipped" -gt 0 ]'
 
 if [ -n "${DBT_SANITIZER_LOGS:-}" ]; then
     reports=$(find "$(dirname "$DBT_SANITIZER_LOGS")" -name "$(basename "$DBT_SANITIZER_LOGS")*" -size +0 2>/dev/null)
