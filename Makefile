@@ -106,8 +106,8 @@ $(HOOK_LIST) $(EXPORTS) &: $(HOOKS_DEF) tools/gen-exports.sh
 $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-.PHONY: all check test test-unit test-sem test-integration test-faults test-faults-cache test-cli \
-        test-compilers check-exports fuzz soak bench bench-async bench-scale bench-peers demo install uninstall \
+.PHONY: all check test test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes test-cli \
+        test-compilers check-exports fuzz soak bench bench-async bench-scale bench-classes bench-peers demo install uninstall \
         clean deps format format-check check-asan check-tsan check-valgrind
 
 all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
@@ -268,6 +268,7 @@ test: deps
 	$(MAKE) format-check test-compilers
 	$(MAKE) test-faults
 	$(MAKE) test-faults-cache
+	$(MAKE) test-faults-classes T="$(FAULTS_WITH_CLASSES)"
 	$(MAKE) test-cli
 	$(MAKE) check-asan check-tsan check-valgrind
 	$(MAKE) fuzz FUZZ_SECONDS=15
@@ -290,6 +291,20 @@ test-faults: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 # bound on concurrency, recovery and call duration must hold with caching as without.
 test-faults-cache: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 	DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh $(T)
+
+# The same fault suite with classes defined: every process ships interactive 60 % (priority 1) /
+# batch 40 % with an aging bound of 2 s (DBTHROTTLE_CLASSES), the workers take the two classes in
+# turn, and the rest stays untagged (the default class, batch): limits, recovery and refusals must
+# hold with classes as without.
+FAULT_CLASSES = DBTHROTTLE_CLASSES='interactive=60%,priority=1;batch=40%;aging=2s;default=batch' \
+    DBT_FAULTS_CLASSES='interactive batch'
+test-faults-classes: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
+	$(FAULT_CLASSES) sh tests/faults/run.sh $(T)
+# What make test runs with classes (the whole suite takes 7 minutes with them, too long beside the
+# rest): the cases that bound concurrency at the server through kills, handovers, disagreeing
+# clients, evictions, an empty restart and a Sentinel failover. About 3 minutes.
+FAULTS_WITH_CLASSES := holders_killed_or_stopped threads_share_a_pool clients_that_disagree \
+    evictions_reach_holders restart_empty_admits_no_one_extra failover_admits_no_one_extra
 
 # The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh), its classes
 # (tests/cli/classes.sh), and the documented Redis ACLs with what run and check verify before a
@@ -327,6 +342,12 @@ bench-peers: deps all $(BUILD)/bench/dbt-peer-worker
 	sh tools/install-deps.sh pgbouncer
 	sh bench/peers/run.sh
 	sh bench/pg_bench.sh
+
+# Classes and weights, measured from outside the library (bench/classes_bench.sh): 200 batch and
+# 20 interactive clients at a limit of 20, one FIFO class against interactive 75 % / batch 25 %;
+# heavy statements of weight 4 at a limit of 8. About 2 minutes.
+bench-classes: deps all
+	sh bench/classes_bench.sh
 
 # How the costs grow with a pool's size (10 to 10 000 waiters), memory, connections per process.
 bench-scale: deps $(BUILD)/bench/scale-bench

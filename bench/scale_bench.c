@@ -12,7 +12,12 @@
  *
  * The scripts are driven directly, with the argument layout the library uses (dbt_script_args),
  * so that 10 000 waiters need no 10 000 threads; the connections are measured with the library
- * itself. */
+ * itself.
+ *
+ * The same sizes are then measured with 4 classes defined (the pool's `classes` key, as
+ * `dbthrottle class` writes it) and every holder and waiter tagged with one of them (the 5-part
+ * ids `<cid>.<serial>.<class>.<weight>.<limit>`): selection looks at each class' head, so its cost
+ * must grow with the classes, not with the waiters. */
 #include "config.h"
 #include "keys.h"
 #include "redis_server.h"
@@ -43,6 +48,13 @@ enum {
 
 static const int sizes[] = {10, 100, 1000, 10000};
 #define NSIZES ((int)(sizeof sizes / sizeof *sizes))
+
+/* The classes of the second run: shares 40/30/20/10 % (guarantees 400/300/200/100 of the 1 000
+ * holders), each its own priority, an aging bound no waiter reaches while a size is measured. */
+enum { NCLASSES = 4 }; /* == FILLERS: one filler process per class */
+static const char *const class_names[NCLASSES] = {"web", "api", "report", "batch"};
+static const char class_defs[] =
+    "aging=600000;default=batch;web:40:3:-:-;api:30:2:-:-;report:20:1:-:-;batch:10:0:-:-";
 
 static int64_t now_ns(void)
 {
@@ -136,26 +148,33 @@ static void acquire_id(caller *k, const char *id, bool pipelined)
         run(k, &dbt_script_acquire, false, extra, 4);
 }
 
-static void make_id(char *out, int owner, long serial)
+/* The id of serial `serial`: untagged (today's 3-part form) when nclasses is 0, else tagged with
+ * class serial % nclasses, weight 1. */
+static void make_id(char *out, int owner, long serial, int nclasses)
 {
-    snprintf(out, MAX_ID, "%016x.%ld.%d", 0xbe000000u + (unsigned)owner, serial, HOLDERS);
+    if (nclasses == 0)
+        snprintf(out, MAX_ID, "%016x.%ld.%d", 0xbe000000u + (unsigned)owner, serial, HOLDERS);
+    else
+        snprintf(out, MAX_ID, "%016x.%ld.%s.1.%d", 0xbe000000u + (unsigned)owner, serial,
+                 class_names[serial % nclasses], HOLDERS);
 }
 
-/* A filler process: acquires ids [from, to) of owner `owner`, pipelined in batches. */
+/* A filler process: acquires the ids from, from + step, ... below to, of owner `owner`,
+ * pipelined in batches. */
 static void fill(const test_redis *r, const dbt_keys *keys, const dbt_config *cfg, int owner,
-                 long from, long to)
+                 long from, long to, long step, int nclasses)
 {
     caller k;
     caller_init(&k, r, keys, cfg);
     enum { BATCH = 500 };
-    for (long i = from; i < to; i += BATCH) {
-        long end = i + BATCH < to ? i + BATCH : to;
+    for (long i = from; i < to; i += BATCH * step) {
+        long end = i + BATCH * step < to ? i + BATCH * step : to;
         char id[MAX_ID];
-        for (long j = i; j < end; j++) {
-            make_id(id, owner, j);
+        for (long j = i; j < end; j += step) {
+            make_id(id, owner, j, nclasses);
             acquire_id(&k, id, true);
         }
-        for (long j = i; j < end; j++) {
+        for (long j = i; j < end; j += step) {
             void *rep;
             if (redisGetReply(k.c, &rep) != REDIS_OK)
                 exit(1);
@@ -165,17 +184,22 @@ static void fill(const test_redis *r, const dbt_keys *keys, const dbt_config *cf
     redisFree(k.c);
 }
 
-/* Fills with `count` ids from FILLERS processes at once: owner o gets serials base + [..). The
- * holders must all be in before the waiters, so each phase waits for its processes. */
+/* Fills with `count` ids from FILLERS processes at once: process o gets serials base + [..), or,
+ * with classes, the serials of class o (serial % NCLASSES == o), so that each class' ids queue in
+ * the order of their serials. The holders must all be in before the waiters, so each phase waits
+ * for its processes. */
 static void fill_parallel(const test_redis *r, const dbt_keys *keys, const dbt_config *cfg,
-                          long base, long count)
+                          long base, long count, int nclasses)
 {
     pid_t pids[FILLERS];
     for (int o = 0; o < FILLERS; o++) {
-        long from = base + count * o / FILLERS, to = base + count * (o + 1) / FILLERS;
+        long from = base + count * o / FILLERS, to = base + count * (o + 1) / FILLERS, step = 1;
+        if (nclasses)
+            from = base + ((o - base) % nclasses + nclasses) % nclasses, to = base + count,
+            step = nclasses;
         pids[o] = fork();
         if (pids[o] == 0) {
-            fill(r, keys, cfg, 0, from, to);
+            fill(r, keys, cfg, 0, from, to, step, nclasses);
             _exit(0);
         }
     }
@@ -224,30 +248,88 @@ static long fifo_at(const fifo *f, long i)
 {
     return f->v[(f->head + i) % f->cap];
 }
+static long fifo_len(const fifo *f)
+{
+    return f->tail - f->head;
+}
 
-static void measure(const test_redis *r, const dbt_config *cfg, int n, size_result *out)
+/* The waiters of a pool, one FIFO per class (one in all without classes): within a class the
+ * scripts grant in order of arrival, across classes by their rules, so which class a release
+ * served is read back from Redis (granted_of). */
+typedef struct {
+    fifo q[NCLASSES];
+    int nq;
+} waiters;
+
+static void waiters_push(waiters *w, long serial)
+{
+    fifo_push(&w->q[serial % w->nq], serial);
+}
+
+/* The waiter a release granted: the head of one class' queue that Redis now counts as a holder. */
+static long granted_of(caller *k, waiters *w, int nclasses)
+{
+    if (w->nq == 1)
+        return fifo_pop(&w->q[0]);
+    for (int c = 0; c < w->nq; c++) {
+        if (fifo_len(&w->q[c]) == 0)
+            continue;
+        char id[MAX_ID];
+        make_id(id, 0, fifo_at(&w->q[c], 0), nclasses);
+        redisReply *rep =
+            redisCommand(k->c, "ZSCORE %s %s", k->keys->keys[DBT_KIND_QUERY][DBT_K_HOLDERS], id);
+        bool held = rep && rep->type == REDIS_REPLY_STRING;
+        freeReplyObject(rep);
+        if (held)
+            return fifo_pop(&w->q[c]);
+    }
+    redisReply *h = redisCommand(k->c, "ZCARD %s", k->keys->keys[DBT_KIND_QUERY][DBT_K_HOLDERS]);
+    redisReply *q = redisCommand(k->c, "ZCARD %s", k->keys->keys[DBT_KIND_QUERY][DBT_K_QUEUE]);
+    fprintf(stderr,
+            "scale-bench: a release granted no class' head (%lld units held, %lld queued)\n",
+            h ? h->integer : -1, q ? q->integer : -1);
+    exit(1);
+}
+
+/* The i-th of `count` waiters spread over the whole queue (each class' in turn). */
+static long waiter_sample(const waiters *w, int i, int count)
+{
+    const fifo *f = &w->q[i % w->nq];
+    for (int c = 1; fifo_len(f) == 0 && c < w->nq; c++) /* a class whose waiters were all served */
+        f = &w->q[(i + c) % w->nq];
+    long per = (count + w->nq - 1) / w->nq;
+    return fifo_at(f, (long)(i / w->nq) * (fifo_len(f) / per));
+}
+
+static void measure(const test_redis *r, const dbt_config *cfg, int n, int nclasses,
+                    size_result *out)
 {
     char pool[32];
-    snprintf(pool, sizeof pool, "scale-%d", n);
+    snprintf(pool, sizeof pool, "scale-%d-%d", nclasses, n);
     dbt_keys keys;
     if (!dbt_keys_init(&keys, cfg->key_prefix, pool))
         exit(1);
     caller k;
     caller_init(&k, r, &keys, cfg);
+    if (nclasses)
+        freeReplyObject(
+            redisCommand(k.c, "SET %s %s", keys.keys[DBT_KIND_QUERY][DBT_K_CLASSES], class_defs));
     long long m0 = info_number(k.c, "memory", "used_memory");
-    fill_parallel(r, &keys, cfg, 0, HOLDERS);
+    fill_parallel(r, &keys, cfg, 0, HOLDERS, nclasses);
     long long m1 = info_number(k.c, "memory", "used_memory");
-    fill_parallel(r, &keys, cfg, HOLDERS, n);
+    fill_parallel(r, &keys, cfg, HOLDERS, n, nclasses);
     long long m2 = info_number(k.c, "memory", "used_memory");
     out->mem_holder = (double)(m1 - m0) / HOLDERS;
     out->mem_waiter = (double)(m2 - m1) / n;
 
     fifo held = {calloc(HOLDERS + OPS + 1, sizeof(long)), 0, 0, HOLDERS + OPS + 1};
-    fifo waiting = {calloc((size_t)n + OPS + 1, sizeof(long)), 0, 0, n + OPS + 1};
+    waiters waiting = {.nq = nclasses ? nclasses : 1};
+    for (int c = 0; c < waiting.nq; c++)
+        waiting.q[c] = (fifo){calloc((size_t)n + OPS + 1, sizeof(long)), 0, 0, n + OPS + 1};
     for (long i = 0; i < HOLDERS; i++)
         fifo_push(&held, i);
     for (long i = 0; i < n; i++)
-        fifo_push(&waiting, HOLDERS + i);
+        waiters_push(&waiting, HOLDERS + i);
     long next = HOLDERS + n;
     int64_t *lat = malloc(OPS * sizeof *lat), *lat2 = malloc(OPS * sizeof *lat2);
     char id[MAX_ID];
@@ -255,7 +337,7 @@ static void measure(const test_redis *r, const dbt_config *cfg, int n, size_resu
     /* A newcomer queues at the tail, then withdraws (a wait timeout): the size stays n. */
     long long u0 = test_redis_script_usec(r);
     for (int i = 0; i < OPS; i++) {
-        make_id(id, 0, next++);
+        make_id(id, 0, next++, nclasses);
         int64_t t = now_ns();
         acquire_id(&k, id, false);
         int64_t t2 = now_ns();
@@ -272,15 +354,15 @@ static void measure(const test_redis *r, const dbt_config *cfg, int n, size_resu
      * queues, so the size stays n. */
     u0 = test_redis_script_usec(r);
     for (int i = 0; i < OPS; i++) {
-        make_id(id, 0, fifo_pop(&held));
+        make_id(id, 0, fifo_pop(&held), nclasses);
         const char *extra[] = {id};
         int64_t t = now_ns();
         run(&k, &dbt_script_release, false, extra, 1);
         lat[i] = now_ns() - t;
-        fifo_push(&held, fifo_pop(&waiting));
-        make_id(id, 0, next);
+        fifo_push(&held, granted_of(&k, &waiting, nclasses));
+        make_id(id, 0, next, nclasses);
         acquire_id(&k, id, false);
-        fifo_push(&waiting, next++);
+        waiters_push(&waiting, next++);
     }
     out->cpu[1] = (double)(test_redis_script_usec(r) - u0) / OPS;
     out->lat[2] = p50_us(lat, OPS);
@@ -294,11 +376,11 @@ static void measure(const test_redis *r, const dbt_config *cfg, int n, size_resu
     snprintf(c_w, sizeof c_w, "%d", nw);
     extra[0] = c_h, extra[1] = c_w, extra[2] = "0", extra[3] = "0";
     for (int i = 0; i < nh; i++) {
-        make_id(ids[i], 0, fifo_at(&held, i * (HOLDERS / nh)));
+        make_id(ids[i], 0, fifo_at(&held, i * (HOLDERS / nh)), nclasses);
         extra[4 + i] = ids[i];
     }
     for (int i = 0; i < nw; i++) {
-        make_id(ids[nh + i], 0, fifo_at(&waiting, (long)i * (n / nw)));
+        make_id(ids[nh + i], 0, waiter_sample(&waiting, i, nw), nclasses);
         extra[4 + nh + i] = ids[nh + i];
     }
     u0 = test_redis_script_usec(r);
@@ -328,7 +410,8 @@ static void measure(const test_redis *r, const dbt_config *cfg, int n, size_resu
     out->queued = test_redis_int(r, "ZCARD %s", keys.keys[DBT_KIND_QUERY][DBT_K_QUEUE]);
     freeReplyObject(redisCommand(k.c, "FLUSHALL"));
     free(held.v);
-    free(waiting.v);
+    for (int c = 0; c < waiting.nq; c++)
+        free(waiting.q[c].v);
     free(lat);
     free(lat2);
     redisFree(k.c);
@@ -407,23 +490,10 @@ static long long connections_of(const test_redis *r, int threads, int npools)
     return most;
 }
 
-int main(void)
+/* The table of one run over every size: untagged ids in a pool without classes (nclasses 0), or
+ * ids tagged with nclasses classes in a pool that defines them. */
+static void run_sizes(const test_redis *r, const dbt_config *cfg, int nclasses)
 {
-    test_redis r;
-    if (!test_redis_start(&r, NULL)) {
-        fprintf(stderr, "scale-bench: cannot start redis-server\n");
-        return 1;
-    }
-    dbt_config cfg;
-    /* Leases long enough that nothing expires while a size is measured. */
-    test_config(&cfg, &r, "DBTHROTTLE_LEASE=30m", NULL);
-    redisContext *c = test_redis_connect(&r);
-    for (int i = 0; i < dbt_nscripts; i++)
-        freeReplyObject(
-            redisCommand(c, "SCRIPT LOAD %b", dbt_scripts[i]->body, dbt_scripts[i]->len));
-
-    printf("dbthrottle scale benchmark: one pool, %d holders and N queued waiters (one run)\n",
-           HOLDERS);
     printf("client round trip p50 (us) | Redis script CPU (us, INFO commandstats)\n");
     printf("%8s %8s %8s %8s %8s %8s | %10s %10s %8s %8s\n", "waiters", "queue", "cancel", "release",
            "renew", "status", "queue+", "release+", "renew", "status");
@@ -432,7 +502,7 @@ int main(void)
     size_result res[NSIZES];
     bool drift = false;
     for (int s = 0; s < NSIZES; s++) {
-        measure(&r, &cfg, sizes[s], &res[s]);
+        measure(r, cfg, sizes[s], nclasses, &res[s]);
         const size_result *x = &res[s];
         printf("%8d %8.1f %8.1f %8.1f %8.1f %8.1f | %10.1f %10.1f %8.2f %8.1f\n", sizes[s],
                x->lat[0], x->lat[1], x->lat[2], x->lat[3], x->lat[4], x->cpu[0], x->cpu[1],
@@ -454,6 +524,35 @@ int main(void)
            hi->mem_holder, hi->mem_waiter, sizes[NSIZES - 1]);
     printf("grants one Redis core carries at %d waiters: %.0f /s (1e6 / release+grant+queue)\n",
            sizes[NSIZES - 1], 1e6 / hi->cpu[1]);
+    printf("growth from %d to %d waiters (O(log n) <= %.2fx): queue+cancel %.2fx, "
+           "release->grant+queue %.2fx, renew per id %.2fx, status %.2fx\n",
+           sizes[NSIZES - 2], sizes[NSIZES - 1],
+           log2((double)sizes[NSIZES - 1]) / log2((double)sizes[NSIZES - 2]),
+           hi->cpu[0] / res[NSIZES - 2].cpu[0], hi->cpu[1] / res[NSIZES - 2].cpu[1],
+           hi->cpu[2] / res[NSIZES - 2].cpu[2], hi->cpu[3] / res[NSIZES - 2].cpu[3]);
+}
+
+int main(void)
+{
+    test_redis r;
+    if (!test_redis_start(&r, NULL)) {
+        fprintf(stderr, "scale-bench: cannot start redis-server\n");
+        return 1;
+    }
+    dbt_config cfg;
+    /* Leases long enough that nothing expires while a size is measured. */
+    test_config(&cfg, &r, "DBTHROTTLE_LEASE=30m", NULL);
+    redisContext *c = test_redis_connect(&r);
+    for (int i = 0; i < dbt_nscripts; i++)
+        freeReplyObject(
+            redisCommand(c, "SCRIPT LOAD %b", dbt_scripts[i]->body, dbt_scripts[i]->len));
+
+    printf("dbthrottle scale benchmark: one pool, %d holders and N queued waiters (one run)\n",
+           HOLDERS);
+    run_sizes(&r, &cfg, 0);
+    printf("\nthe same with %d classes defined (%s) and every holder and waiter tagged:\n",
+           NCLASSES, class_defs);
+    run_sizes(&r, &cfg, NCLASSES);
 
     static const int threads[] = {1, 8, 64};
     printf("Redis connections of one worker process (limit 4, most threads waiting):\n ");

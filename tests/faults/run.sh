@@ -5,6 +5,10 @@
 # (make test-faults T=holders_killed_or_stopped runs one); with no names all run, in the order
 # below. Each case prints what it checked; the last line is "N passed, N failed" and the exit
 # status is non-zero on a failure.
+# With classes (make test-faults-classes): DBTHROTTLE_CLASSES, exported, ships a definition from
+# every process, and DBT_FAULTS_CLASSES="A B ..." gives the workers spawned here those classes in
+# turn (DBTHROTTLE_CLASS; a case's own setting wins); processes started otherwise (throttled, the
+# command) stay untagged: the pool's default class. Every bound the cases check must hold so.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../support/lib.sh"
@@ -25,6 +29,7 @@ harness_begin faults
 suite_cleanup() { command -v netns_cleanup >/dev/null && netns_cleanup; }
 
 export DBTHROTTLE_LOG_LEVEL=${DBT_FAULTS_LOG_LEVEL:-warn}
+[ -n "${DBTHROTTLE_CLASSES:-}" ] && info "classes: DBTHROTTLE_CLASSES=$DBTHROTTLE_CLASSES; workers in turn: ${DBT_FAULTS_CLASSES:-(untagged)}"
 redis_start
 pg_start
 counter_install
@@ -33,10 +38,19 @@ counter_install
 spawn() {
     out=$1
     shift
-    env LD_PRELOAD="$preload" "$@" ${DBT_WRAP:-} "$worker" ${wargs:-} >"$out" 2>>"$work/workers.err" &
+    env LD_PRELOAD="$preload" $(next_class) "$@" ${DBT_WRAP:-} "$worker" ${wargs:-} >"$out" 2>>"$work/workers.err" &
     spawned=$!
+    spawns=$((spawns + 1))
     spawned_list="${spawned_list:-} $spawned"
     echo "$spawned" >>"$work/pids"
+}
+# next_class: DBTHROTTLE_CLASS=<the next of $DBT_FAULTS_CLASSES, in turn>, or nothing.
+spawns=0
+next_class() {
+    [ -n "${DBT_FAULTS_CLASSES:-}" ] || return 0
+    set -- $DBT_FAULTS_CLASSES
+    shift $((spawns % $#))
+    echo "DBTHROTTLE_CLASS=$1"
 }
 # wait_workers: waits for every worker spawned since the last call (not for the servers).
 wait_workers() {
@@ -56,11 +70,23 @@ max_field() {
     cat "$@" 2>/dev/null | tr ' ' '\n' | awk -F= -v f="$f" '$1 == f && $2 + 0 > m { m = $2 + 0 } END { print m + 0 }'
 }
 
+# With classes, how many semaphores on the suite's own Redis carried the workers' shipped
+# definitions right after each case (read then: keys expire, and cases restart Redis empty).
+shipped=0
 run_case() {
     spawned_list=
     . "$here/$1.sh"
+    [ -z "${DBTHROTTLE_CLASSES:-}" ] || shipped=$((shipped + $(rcli --scan --pattern '*:classes_seen' 2>/dev/null | wc -l)))
 }
 run_picked
+# With classes: they were in force (not a vacuous run), seen on the suite's own Redis (the
+# topology cases start servers of their own and stop them).
+own=
+for c in $picked; do
+    case $c in sentinel_failover | failover_admits_no_one_extra | redis_over_tls | redis_cluster) ;; *) own=1 ;; esac
+done
+[ -z "${DBTHROTTLE_CLASSES:-}" ] || [ -z "$own" ] ||
+    check "classes were in force: $shipped semaphores carried the workers' shipped definitions after the cases (summed over them)" '[ "$shipped" -gt 0 ]'
 
 if [ -n "${DBT_SANITIZER_LOGS:-}" ]; then
     reports=$(find "$(dirname "$DBT_SANITIZER_LOGS")" -name "$(basename "$DBT_SANITIZER_LOGS")*" -size +0 2>/dev/null)
