@@ -71,8 +71,10 @@ if grant then
         count(S, 'clamped')
     end
     touch(S, fresh)
-    return {1, holders + w, 0, seen, tonumber(redis.call('GET', S.SEQ) or '0'), 0, 0, false, klass,
-        cwait, ccap}
+    -- the queue length: 0, or the waiters a class under its guarantee was granted past (its
+    -- process must not keep the permit idle while they wait)
+    return {1, holders + w, waiting, seen, tonumber(redis.call('GET', S.SEQ) or '0'), 0, 0, false,
+        klass, cwait, ccap}
 end
 if try_only then
     count(S, 'refused')
