@@ -149,6 +149,7 @@ $(BUILD)/tests/unit: TEST_CFLAGS += -Ipreload/interpose
 $(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS),$(CRITERION_LIBS)))
 $(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))
+$(eval $(call test_binary,bench/rules-bench,bench/rules_bench.c,))
 $(eval $(call test_binary,bench/dbt-peer-worker,bench/peers/dbt_worker.c,))
 
 # Programs that use libpq only (the library is preloaded into them).
@@ -290,10 +291,11 @@ test-faults: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 test-faults-cache: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 	DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh $(T)
 
-# The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh), and the documented
-# Redis ACLs with what run and check verify before a worker starts (tests/cli/acl.sh).
+# The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh), its classes
+# (tests/cli/classes.sh), and the documented Redis ACLs with what run and check verify before a
+# worker starts (tests/cli/acl.sh).
 test-cli: all $(BUILD)/tests/fault_worker
-	sh tests/cli/run.sh; rc=$$?; sh tests/cli/acl.sh && exit $$rc
+	sh tests/cli/run.sh; rc=$$?; sh tests/cli/classes.sh || rc=1; sh tests/cli/acl.sh && exit $$rc
 
 # Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.
 soak: all $(BUILD)/tests/fault_worker
@@ -306,8 +308,9 @@ fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh $(CURDIR)/$(BUILD)/fuzz
 
 # ---- benches, demo, install -----------------------------------------------------------------
-bench: deps all $(BUILD)/bench/sem-bench $(BUILD)/bench/scale-bench
+bench: deps all $(BUILD)/bench/sem-bench $(BUILD)/bench/scale-bench $(BUILD)/bench/rules-bench
 	sh tools/install-deps.sh pgbouncer
+	$(BUILD)/bench/rules-bench
 	$(BUILD)/bench/sem-bench
 	$(BUILD)/bench/scale-bench
 	sh bench/pg_bench.sh

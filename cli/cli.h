@@ -27,6 +27,7 @@ int cmd_limit(int argc, char **argv);
 int cmd_drain(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_evict(int argc, char **argv);
+int cmd_class(int argc, char **argv);
 
 /* Prints "dbthrottle CMD: MESSAGE (see dbthrottle CMD --help)" and returns EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -57,6 +58,11 @@ dbt_redis *cli_connect(const char *cmd, const dbt_config *cfg);
  * Returns like dbt_script_run. */
 redisReply *cli_pool_script(dbt_redis *r, const dbt_config *cfg, const dbt_keys *k,
                             dbt_script_call *c, dbt_reply_parser parse, void *out, char *err);
+
+/* Runs admin.lua (an operator's control) on one semaphore of the pool: false with a message in
+ * err, the script's own refusal included. */
+bool cli_admin(dbt_redis *r, const dbt_config *cfg, const char *pool, dbt_kind kind,
+               dbt_admin_op op, const char *arg, dbt_admin_reply *out, char *err);
 
 /* Every pool with keys under the prefix, found by SCAN (never KEYS), sorted by name; with Redis
  * Cluster, on every primary. Returns the count (names in *out, free with cli_free_names), or -1
@@ -116,6 +122,9 @@ void cli_views_free(cli_pool_view *v, int n);
 /* The table that status prints and top refreshes. max_rows limits the listed holders and
  * waiters per semaphore (0 = all). */
 void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefix);
+/* One semaphore's classes (definitions and use), as status, top and dbthrottle class print
+ * them; nothing when it has no definitions. */
+void cli_render_classes(FILE *out, const dbt_status_kind *k);
 /* status --json: documented in dbthrottle(1), stable (version 1). */
 void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefix);
 /* status --prometheus: the text exposition format. */

@@ -4,9 +4,8 @@
 #include <getopt.h>
 #include <string.h>
 
-/* Runs admin.lua on one semaphore of the pool. */
-static bool admin(dbt_redis *r, const dbt_config *cfg, const char *pool, dbt_kind kind,
-                  dbt_admin_op op, const char *arg, dbt_admin_reply *out, char *err)
+bool cli_admin(dbt_redis *r, const dbt_config *cfg, const char *pool, dbt_kind kind,
+               dbt_admin_op op, const char *arg, dbt_admin_reply *out, char *err)
 {
     dbt_keys k;
     memset(out, 0, sizeof *out);
@@ -147,9 +146,9 @@ int cmd_limit(int argc, char **argv)
         if (!c.kinds[kind])
             continue;
         dbt_admin_reply res;
-        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind,
-                   c.clear ? DBT_ADMIN_CLEAR : DBT_ADMIN_LIMIT, c.clear ? NULL : c.pos[1], &res,
-                   err)) {
+        if (!cli_admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind,
+                       c.clear ? DBT_ADMIN_CLEAR : DBT_ADMIN_LIMIT, c.clear ? NULL : c.pos[1], &res,
+                       err)) {
             rc = cli_fail("limit", "pool %s: %s", name, err);
             break;
         }
@@ -182,8 +181,8 @@ static int drain_or_resume(int argc, char **argv, bool drain, const char *usage)
         if (!c.kinds[kind])
             continue;
         dbt_admin_reply res;
-        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind,
-                   drain ? DBT_ADMIN_DRAIN : DBT_ADMIN_RESUME, NULL, &res, err)) {
+        if (!cli_admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind,
+                       drain ? DBT_ADMIN_DRAIN : DBT_ADMIN_RESUME, NULL, &res, err)) {
             rc = cli_fail(c.cmd, "pool %s: %s", name, err);
             break;
         }
@@ -248,7 +247,7 @@ int cmd_evict(int argc, char **argv)
             continue;
         dbt_admin_reply res;
         dbt_admin_op op = c.cancel ? DBT_ADMIN_EVICT_CANCEL : DBT_ADMIN_EVICT;
-        if (!admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind, op, c.pos[1], &res, err)) {
+        if (!cli_admin(c.r, &c.cfg, c.pos[0], (dbt_kind)kind, op, c.pos[1], &res, err)) {
             cli_fail("evict", "pool %s: %s", name, err);
             failed = true;
             break;

@@ -17,6 +17,7 @@ static const struct {
     {"drain", cmd_drain, "stop new grants in a pool (maintenance)"},
     {"resume", cmd_resume, "grant again after a drain"},
     {"evict", cmd_evict, "free one stuck permit by hand"},
+    {"class", cmd_class, "define a pool's classes: guaranteed shares, priority, waits"},
 };
 
 static void usage(FILE *out)

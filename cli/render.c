@@ -35,6 +35,56 @@ static const char *quarantine_why(const char *why)
     return "server changed";
 }
 
+void cli_render_classes(FILE *out, const dbt_status_kind *k)
+{
+    if (!k->nclasses)
+        return;
+    char aging[40] = "no aging bound", d[24];
+    if (k->aging_ms > 0) {
+        cli_duration(k->aging_ms, d, sizeof d);
+        snprintf(aging, sizeof aging, "aging bound %s", d);
+    }
+    fprintf(out, "  classes (%s), %s:\n",
+            k->classes_shipped ? "shipped: a worker's DBTHROTTLE_CLASSES" : "operator's", aging);
+    fprintf(out, "  %-20s %5s %9s %5s %8s %7s %11s %8s %8s %9s\n", "CLASS", "SHARE", "GUARANTEE",
+            "HELD", "BORROWED", "WAITING", "OLDEST WAIT", "PRIORITY", "WAIT", "QUEUE CAP");
+    bool limit_known = cli_effective_limit(k) > 0;
+    for (int i = 0; i < k->nclasses; i++) {
+        const dbt_status_class *c = &k->classes[i];
+        char name[80], share[8], g[24] = "?", oldest[24] = "-", wait[24] = "-", cap[24] = "-";
+        dbt_escape(c->name, 32, false, name, sizeof name);
+        snprintf(share, sizeof share, "%d%%", c->share);
+        if (limit_known)
+            snprintf(g, sizeof g, "%lld", c->guarantee);
+        if (c->waiters && c->oldest_wait_ms > 0)
+            cli_duration(c->oldest_wait_ms, oldest, sizeof oldest);
+        if (c->wait_ms >= 0)
+            cli_duration(c->wait_ms, wait, sizeof wait);
+        if (c->cap >= 0)
+            snprintf(cap, sizeof cap, "%lld", c->cap);
+        fprintf(out, "  %-20s %5s %9s %5lld %8lld %7lld %11s %8d %8s %9s%s\n", name, share, g,
+                c->held, c->borrowed, c->waiters, oldest, c->priority, wait, cap,
+                c->is_default ? "  (default)" : "");
+    }
+}
+
+/* Whether any listed entry carries a class tag or a weight (then the table shows both). */
+static bool any_tagged(const dbt_status_entry *e, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (e[i].klass[0] || e[i].weight > 1)
+            return true;
+    return false;
+}
+
+/* The class and weight of a tagged entry, after its row; nothing for a table without tags. */
+static void text_tag(FILE *out, const dbt_status_entry *e, bool tagged)
+{
+    if (tagged)
+        fprintf(out, " %-12s %6d", e->klass[0] ? e->klass : "-", e->weight > 0 ? e->weight : 1);
+    fputc('\n', out);
+}
+
 static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const char *name)
 {
     const dbt_status_kind *k = &v->kind[kind];
@@ -65,29 +115,49 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
         fprintf(out, "  quarantines %lld  reasserted %lld  requeued %lld\n",
                 k->counters[DBT_CTR_QUARANTINES], k->counters[DBT_CTR_REASSERTED],
                 k->counters[DBT_CTR_REQUEUED]);
+    if (k->counters[DBT_CTR_CLAMPED] || k->counters[DBT_CTR_CAPPED] || k->counters[DBT_CTR_AGED])
+        fprintf(out, "  clamped %lld  capped %lld  aged %lld\n", k->counters[DBT_CTR_CLAMPED],
+                k->counters[DBT_CTR_CAPPED], k->counters[DBT_CTR_AGED]);
+    cli_render_classes(out, k);
+    bool tagged = any_tagged(k->holders, k->nh) || any_tagged(k->waiters, k->nw);
     if (k->nh) {
-        fprintf(out, "  %-6s %-4s %-28s %-20s %8s %-8s %9s %10s\n", "HOLDER", "", "PERMIT", "HOST",
+        fprintf(out, "  %-6s %-4s %-28s %-20s %8s %-8s %9s %10s", "HOLDER", "", "PERMIT", "HOST",
                 "PID", "CONN", "HELD", "LEASE LEFT");
+        if (tagged)
+            fprintf(out, " %-12s %6s", "CLASS", "WEIGHT");
+        fputc('\n', out);
         for (int i = 0; i < k->nh; i++) {
             const dbt_status_entry *e = &k->holders[i];
             cli_duration(v->now_ms - e->since_ms, d1, sizeof d1);
             cli_duration(e->expiry_ms - v->now_ms, d2, sizeof d2);
-            fprintf(out, "  %-6s %-4s %-28s %-20s %8ld %-8s %9s %10s\n", "", "", e->permit,
+            fprintf(out, "  %-6s %-4s %-28s %-20s %8ld %-8s %9s %10s", "", "", e->permit,
                     e->host[0] ? e->host : "?", e->pid, e->conn[0] ? e->conn : "?",
                     e->since_ms ? d1 : "?", d2);
+            text_tag(out, e, tagged);
         }
-        if (k->nh < k->nholders)
-            fprintf(out, "  ... and %lld more holders\n", k->nholders - k->nh);
+        /* nholders counts units: a weight-w permit is w of them. */
+        long long listed = 0;
+        for (int i = 0; i < k->nh; i++)
+            listed += k->holders[i].weight > 1 ? k->holders[i].weight : 1;
+        if (listed < k->nholders)
+            fprintf(out, "  ... and %lld more %s\n", k->nholders - listed,
+                    tagged ? "units held" : "holders");
     }
     if (k->nw) {
-        fprintf(out, "  %-6s %-4s %-28s %-20s %8s %-8s %9s\n", "WAITER", "POS", "PERMIT", "HOST",
+        fprintf(out, "  %-6s %-4s %-28s %-20s %8s %-8s %9s", "WAITER", "POS", "PERMIT", "HOST",
                 "PID", "CONN", "WAITED");
+        if (tagged)
+            fprintf(out, " %10s %-12s %6s", "", "CLASS", "WEIGHT");
+        fputc('\n', out);
         for (int i = 0; i < k->nw; i++) {
             const dbt_status_entry *e = &k->waiters[i];
             cli_duration(v->now_ms - e->since_ms, d1, sizeof d1);
-            fprintf(out, "  %-6s %-4d %-28s %-20s %8ld %-8s %9s\n", "", i + 1, e->permit,
+            fprintf(out, "  %-6s %-4d %-28s %-20s %8ld %-8s %9s", "", i + 1, e->permit,
                     e->host[0] ? e->host : "?", e->pid, e->conn[0] ? e->conn : "?",
                     e->since_ms ? d1 : "?");
+            if (tagged)
+                fprintf(out, " %10s", "");
+            text_tag(out, e, tagged);
         }
         if (k->nw < k->nwaiters)
             fprintf(out, "  ... and %lld more waiters\n", k->nwaiters - k->nw);
@@ -252,7 +322,8 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
         dbt_escape(v[i].name, 256, true, name, sizeof name);
         bool any = false;
         for (int kind = 0; kind < DBT_NKINDS; kind++)
-            if (v[i].kind[kind].used) {
+            /* A kind with class definitions only is shown too: the operator set them. */
+            if (v[i].kind[kind].used || v[i].kind[kind].nclasses) {
                 if (any || i)
                     fputc('\n', out);
                 text_kind(out, &v[i], (dbt_kind)kind, name);
@@ -321,7 +392,12 @@ static void json_entry(FILE *out, const dbt_status_entry *e)
     json_str(out, e->host);
     fprintf(out, ",\"pid\":%ld,\"conn\":", e->pid);
     json_str(out, e->conn);
-    fprintf(out, ",\"since_ms\":%" PRId64, e->since_ms);
+    fprintf(out, ",\"since_ms\":%" PRId64 ",\"class\":", e->since_ms);
+    if (e->klass[0])
+        json_str(out, e->klass);
+    else
+        fputs("null", out);
+    fprintf(out, ",\"weight\":%d", e->weight > 0 ? e->weight : 1);
 }
 
 static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *k)
@@ -355,7 +431,29 @@ static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *
     fputs("],\"counters\":{", out);
     for (int c = 0; c < DBT_NCOUNTERS; c++)
         fprintf(out, "%s\"%s\":%lld", c ? "," : "", dbt_counter_names[c], k->counters[c]);
-    fputs("}}", out);
+    fprintf(out, "},\"aging_ms\":%lld,\"classes_shipped\":%s,\"classes\":[", k->aging_ms,
+            k->classes_shipped ? "true" : "false");
+    for (int i = 0; i < k->nclasses; i++) {
+        const dbt_status_class *c = &k->classes[i];
+        fputs(i ? ",{\"name\":" : "{\"name\":", out);
+        json_str(out, c->name);
+        fprintf(out, ",\"share\":%d,\"priority\":%d,\"wait_ms\":", c->share, c->priority);
+        if (c->wait_ms >= 0)
+            fprintf(out, "%lld", c->wait_ms);
+        else
+            fputs("null", out);
+        fputs(",\"queue_cap\":", out);
+        if (c->cap >= 0)
+            fprintf(out, "%lld", c->cap);
+        else
+            fputs("null", out);
+        fprintf(out,
+                ",\"guarantee\":%lld,\"held\":%lld,\"borrowed\":%lld,\"waiters\":%lld,"
+                "\"oldest_wait_ms\":%lld,\"default\":%s}",
+                c->guarantee, c->held, c->borrowed, c->waiters, c->oldest_wait_ms,
+                c->is_default ? "true" : "false");
+    }
+    fputs("]}", out);
 }
 
 static void json_processes(FILE *out, const cli_pool_view *v, int n)
@@ -496,6 +594,53 @@ static void prom_metric(FILE *out, const cli_pool_view *v, int n, const char *na
         }
 }
 
+/* One gauge per class: {pool, kind, class}. */
+typedef enum { C_SHARE, C_GUARANTEE, C_HELD, C_BORROWED, C_WAITERS, C_OLDEST } class_metric;
+
+static void prom_class_metric(FILE *out, const cli_pool_view *v, int n, const char *name,
+                              const char *help, class_metric m)
+{
+    fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    for (int i = 0; i < n; i++)
+        for (int kind = 0; kind < DBT_NKINDS; kind++) {
+            const dbt_status_kind *k = &v[i].kind[kind];
+            if (m == C_GUARANTEE && !cli_effective_limit(k))
+                continue; /* no limit known yet: no guarantee to state */
+            for (int j = 0; j < k->nclasses; j++) {
+                const dbt_status_class *c = &k->classes[j];
+                double val = m == C_SHARE       ? c->share / 100.0
+                             : m == C_GUARANTEE ? (double)c->guarantee
+                             : m == C_HELD      ? (double)c->held
+                             : m == C_BORROWED  ? (double)c->borrowed
+                             : m == C_WAITERS   ? (double)c->waiters
+                                                : (c->waiters ? c->oldest_wait_ms / 1000.0 : 0);
+                fprintf(out, "%s{pool=\"", name);
+                prom_label(out, v[i].name);
+                fprintf(out, "\",kind=\"%s\",class=\"", dbt_kind_name((dbt_kind)kind));
+                prom_label(out, c->name);
+                fprintf(out, "\"} %.17g\n", val);
+            }
+        }
+}
+
+static void prom_classes(FILE *out, const cli_pool_view *v, int n)
+{
+    prom_class_metric(out, v, n, "dbthrottle_class_share",
+                      "Class' guaranteed share of the limit (0 to 1), from its definition.",
+                      C_SHARE);
+    prom_class_metric(out, v, n, "dbthrottle_class_guarantee",
+                      "Permits guaranteed to the class at the limit in force.", C_GUARANTEE);
+    prom_class_metric(out, v, n, "dbthrottle_class_held",
+                      "Permit units the class holds (a weight-w permit counts w).", C_HELD);
+    prom_class_metric(out, v, n, "dbthrottle_class_borrowed",
+                      "Units the class holds beyond its guarantee (idle capacity it borrowed).",
+                      C_BORROWED);
+    prom_class_metric(out, v, n, "dbthrottle_class_waiters", "Callers of the class queued.",
+                      C_WAITERS);
+    prom_class_metric(out, v, n, "dbthrottle_class_oldest_wait_seconds",
+                      "How long the class' oldest waiter has waited (0: none waits).", C_OLDEST);
+}
+
 /* The processes per pool and state, and what their outages cost (a sum over the live processes:
  * a gauge, as processes come and go). */
 static void prom_processes(FILE *out, const cli_pool_view *v, int n)
@@ -567,9 +712,18 @@ void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n)
          "Held permits Redis had lost that their holders re-asserted.", DBT_CTR_REASSERTED},
         {"dbthrottle_requeued_total", "Waiters Redis had lost that were queued again.",
          DBT_CTR_REQUEUED},
+        {"dbthrottle_clamped_total",
+         "Grants of a weight above the limit, clamped to the limit (the command ran alone).",
+         DBT_CTR_CLAMPED},
+        {"dbthrottle_capped_total", "Acquires refused at once by their class' queue cap.",
+         DBT_CTR_CAPPED},
+        {"dbthrottle_aged_total",
+         "Grants made by the aging bound (a waiter served ahead of its class' turn).",
+         DBT_CTR_AGED},
     };
     for (size_t c = 0; c < sizeof counters / sizeof *counters; c++)
         prom_metric(out, v, n, counters[c].name, "counter", counters[c].help, M_COUNTER,
                     counters[c].counter);
+    prom_classes(out, v, n);
     prom_processes(out, v, n);
 }

@@ -485,6 +485,20 @@ bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
             snprintf(err, DBT_ERRLEN, "%s", msg);
         ok = false;
     }
+    /* A weight above the limit could never be granted whole (the scripts would clamp it: the
+     * command would run alone): a configuration error, said where it is made. */
+    for (int i = 0; cfg->max_queries && i < cfg->weights.n; i++)
+        if (cfg->weights.rules[i].weight > cfg->max_queries) {
+            snprintf(msg, sizeof msg,
+                     "DBTHROTTLE_WEIGHTS: bad value: weight %d is above DBTHROTTLE_MAX_QUERIES=%d "
+                     "(a command of that weight could never run)",
+                     cfg->weights.rules[i].weight, cfg->max_queries);
+            note_error(cfg, (int)(dbt_setting_find("weights") - dbt_settings), msg);
+            if (ok)
+                snprintf(err, DBT_ERRLEN, "%s", msg);
+            ok = false;
+            break;
+        }
     if (!load_password_files(cfg, err, ok))
         ok = false;
     return ok;

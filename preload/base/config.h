@@ -73,6 +73,43 @@ typedef struct {
     char *pattern; /* fnmatch(3) glob */
 } dbt_exempt_rule;
 
+/* Classes and weights (docs/configuration.md, "Classes and weights"). A rule is a list of
+ * conditions that must all match: a field's glob (fnmatch(3)), or for weights a POSIX extended
+ * regular expression on the command's text, compiled once when the setting is read. */
+typedef enum {
+    DBT_RULE_APP = 0,
+    DBT_RULE_USER = 1,
+    DBT_RULE_DATABASE = 2,
+    DBT_RULE_SQL = 3 /* DBTHROTTLE_WEIGHTS only */
+} dbt_rule_field;
+#define DBT_RULE_NFIELDS   4
+#define DBT_MAX_RULES      16
+#define DBT_MAX_RULE_CONDS 4
+#define DBT_CLASS_NAME_MAX 32
+#define DBT_MAX_CLASSES    16
+/* sql= is matched against the first this many bytes of a command's text (a bound on its cost). */
+#define DBT_RULE_SQL_MAX 512
+typedef struct {
+    dbt_rule_field field;
+    char *pattern; /* the glob or the regular expression as written (`\;` unescaped) */
+    void *regex;   /* DBT_RULE_SQL: its compiled regex_t (owned); NULL otherwise */
+} dbt_rule_cond;
+typedef struct {
+    char klass[DBT_CLASS_NAME_MAX + 1]; /* DBTHROTTLE_CLASS_RULES: the class a match gives */
+    int weight;                         /* DBTHROTTLE_WEIGHTS: the weight a match gives */
+    int ncond;
+    dbt_rule_cond cond[DBT_MAX_RULE_CONDS];
+} dbt_rule;
+typedef struct {
+    dbt_rule *rules; /* owned; NULL when none */
+    int n;
+} dbt_rule_list;
+/* What a connection (and a command) is matched on; NULL: not known (no condition on it
+ * matches). */
+typedef struct {
+    const char *value[DBT_RULE_NFIELDS];
+} dbt_rule_values;
+
 /* Every setting. Owned strings are freed by dbt_config_free(). */
 typedef struct {
     dbt_redis_url redis;
@@ -108,6 +145,13 @@ typedef struct {
     char *sentinel_user;
     char *sentinel_password_file;
     char *sentinel_password; /* never logged */
+    /* DBTHROTTLE_CLASS: this process' class for every connection (NULL: by class_rules) */
+    char *klass;
+    dbt_rule_list class_rules; /* DBTHROTTLE_CLASS_RULES: first match gives the class */
+    /* DBTHROTTLE_CLASSES: the shipped definition, as the definition text Redis keeps
+     * ("aging=<ms>;default=<name>;<name>:<share>:<priority>:<wait_ms>:<cap>;..."); NULL none */
+    char *classes;
+    dbt_rule_list weights; /* DBTHROTTLE_WEIGHTS: first match gives the weight */
     /* A password file readable by group or others: what to warn about (owned; NULL: none). */
     char *password_file_warning;
     /* What dbt_config_load refused, kept so that each reader can ignore what it does not read:
@@ -139,6 +183,24 @@ bool dbt_parse_exempt(const char *setting, const char *text, dbt_exempt_rule *ru
                       char *err);
 void dbt_exempt_free(dbt_exempt_rule *rules, int n);
 void dbt_redis_url_free(dbt_redis_url *u);
+
+/* Classes and weights (class_rules.c). A class name: [a-z0-9_-]{1,32}, but not "-" alone (the
+ * default class's tag). */
+bool dbt_class_name_valid(const char *name);
+/* DBTHROTTLE_CLASS_RULES: "name:field=glob[,field=glob...][;name:...]". */
+bool dbt_parse_class_rules(const char *setting, const char *text, dbt_rule_list *out, char *err);
+/* DBTHROTTLE_WEIGHTS: "N:field=pattern[,field=pattern...][;N:...]", sql= a regex (`\;` for a
+ * `;` in it). */
+bool dbt_parse_weights(const char *setting, const char *text, dbt_rule_list *out, char *err);
+/* DBTHROTTLE_CLASSES: "interactive=75%,priority=1,wait=5s,queue_cap=100;batch=25%;aging=30s;
+ * default=batch" into the definition text (malloc'd, into *out, an earlier one freed). */
+bool dbt_parse_classes(const char *setting, const char *text, char **out, char *err);
+void dbt_rule_list_free(dbt_rule_list *l);
+/* The first rule of l whose conditions all match v, or NULL. Thread-safe (regexec on a shared
+ * compiled regex is). */
+const dbt_rule *dbt_rules_match(const dbt_rule_list *l, const dbt_rule_values *v);
+/* The rules back as text (as `dbthrottle check` shows them). */
+void dbt_rules_show(const dbt_rule_list *l, bool weights, char *out, size_t cap);
 
 /* Sets every field to its default (the settings table's, through its parsers). */
 void dbt_config_defaults(dbt_config *cfg);

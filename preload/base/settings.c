@@ -115,6 +115,29 @@ static bool parse_exempt(const dbt_setting *s, dbt_config *cfg, const char *valu
     return dbt_parse_exempt(s->env, value, field_of(s, cfg), &cfg->nexempt, err);
 }
 
+static bool parse_class_name(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    if (!dbt_class_name_valid(value))
+        return dbt_bad_value(s->env, value,
+                             "expected a class name: 1 to 32 of a-z, 0-9, '_' and '-'", err);
+    return parse_text(s, cfg, value, err);
+}
+
+static bool parse_class_rules(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    return dbt_parse_class_rules(s->env, value, field_of(s, cfg), err);
+}
+
+static bool parse_weights(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    return dbt_parse_weights(s->env, value, field_of(s, cfg), err);
+}
+
+static bool parse_classes(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    return dbt_parse_classes(s->env, value, field_of(s, cfg), err);
+}
+
 /* ---- shows: a field back as text ------------------------------------------------------------ */
 
 static void show_redis_url(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
@@ -181,6 +204,11 @@ static void show_exempt(const dbt_setting *s, const dbt_config *cfg, char *out, 
         snprintf(out, cap, "none");
 }
 
+static void show_rules(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
+{
+    dbt_rules_show(const_field_of(s, cfg), s->rule.rules.weights, out, cap);
+}
+
 /* ---- release: what a field owns ------------------------------------------------------------ */
 
 static void release_redis_url(const dbt_setting *s, dbt_config *cfg)
@@ -203,6 +231,11 @@ static void release_exempt(const dbt_setting *s, dbt_config *cfg)
     cfg->nexempt = 0;
 }
 
+static void release_rules(const dbt_setting *s, dbt_config *cfg)
+{
+    dbt_rule_list_free(field_of(s, cfg));
+}
+
 /* ---- the kinds ------------------------------------------------------------------------------ */
 
 static const dbt_setting_kind as_redis_url = {parse_redis_url, show_redis_url, release_redis_url};
@@ -213,6 +246,10 @@ static const dbt_setting_kind as_bounded_duration = {parse_duration_in, show_dur
 static const dbt_setting_kind as_word = {parse_word, show_word, NULL};
 static const dbt_setting_kind as_text = {parse_text, show_text, release_text};
 static const dbt_setting_kind as_exempt = {parse_exempt, show_exempt, release_exempt};
+static const dbt_setting_kind as_class_name = {parse_class_name, show_text, release_text};
+static const dbt_setting_kind as_class_rules = {parse_class_rules, show_rules, release_rules};
+static const dbt_setting_kind as_weights = {parse_weights, show_rules, release_rules};
+static const dbt_setting_kind as_classes = {parse_classes, show_text, release_text};
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
@@ -277,6 +314,19 @@ const dbt_setting dbt_settings[] = {
      .doc = "on: load but do nothing"},
     {"exempt", "DBTHROTTLE_EXEMPT", NULL, &as_exempt, FIELD(exempt), .worker_only = true,
      .doc = "connections that never take a permit (application_name=, user=, database= globs)"},
+    /* Classes and weights (docs/configuration.md, "Classes and weights"). */
+    {"class", "DBTHROTTLE_CLASS", NULL, &as_class_name, FIELD(klass),
+     .rule.text = {.unset_shown = "unset (by DBTHROTTLE_CLASS_RULES)"}, .worker_only = true,
+     .doc = "this process' class for every connection (wins over DBTHROTTLE_CLASS_RULES)"},
+    {"class_rules", "DBTHROTTLE_CLASS_RULES", NULL, &as_class_rules, FIELD(class_rules),
+     .worker_only = true,
+     .doc = "NAME:field=glob[,field=glob...][;...]: a connection's class, first match wins"},
+    {"classes", "DBTHROTTLE_CLASSES", NULL, &as_classes, FIELD(classes),
+     .rule.text = {.unset_shown = "none"}, .worker_only = true,
+     .doc = "class definitions that apply while Redis has none (name=75%,priority=1,...;...)"},
+    {"weights", "DBTHROTTLE_WEIGHTS", NULL, &as_weights, FIELD(weights),
+     .rule.rules = {.weights = true}, .worker_only = true,
+     .doc = "N:field=pattern[,...][;...]: a command's weight in permits (sql= a regex)"},
     {"idle_in_tx_warn", "DBTHROTTLE_IDLE_IN_TX_WARN", "10s", &as_duration,
      FIELD(idle_in_tx_warn_ms), .rule.duration = {.allow_forever = true}, .worker_only = true,
      .doc = "warn when a permit is held idle in a transaction this long"},

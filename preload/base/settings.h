@@ -47,6 +47,9 @@ typedef union {
         const char *unset_shown; /* shown while the field is NULL, or NULL for "" */
         bool quoted;             /* shown in double quotes */
     } text;
+    struct {
+        bool weights; /* DBTHROTTLE_WEIGHTS (a weight before ':'), else class rules */
+    } rules;
 } dbt_setting_rule;
 
 struct dbt_setting {

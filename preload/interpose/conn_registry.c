@@ -2,6 +2,7 @@
 #include "conn_registry.h"
 
 #include "held.h"
+#include "prepared.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -110,6 +111,7 @@ void dbt_conn_free(dbt_conn *c)
 {
     if (c) {
         dbt_held_free(c->held);
+        dbt_prepared_free(c->prepared);
         free(c->refusal);
         free(c);
     }

@@ -24,6 +24,15 @@ typedef struct dbt_conn {
     char *refusal;             /* the last refusal's message (PQerrorMessage while state.refused) */
     const char *refusal_state; /* its SQLSTATE: 53300, or 57014 when a cancel ended the wait */
     struct dbt_held *held;     /* commands held while their permit is awaited (held.c), or NULL */
+    /* Classes and weights (throttle.c): the connection's class, decided once as the exemption
+     * is (a name owned by the configuration, "-" the default class; NULL: the process has no
+     * class setting), and what DBTHROTTLE_WEIGHTS matches a command's connection on. */
+    bool checked_class;
+    const char *klass;
+    bool ident_known;
+    char app[256]; /* application_name when first needed ("" none) */
+    bool has_app;
+    struct dbt_prepared *prepared; /* prepared statements' texts (prepared.c), or NULL */
     struct dbt_conn *next;
 } dbt_conn;
 

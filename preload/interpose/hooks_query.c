@@ -59,7 +59,12 @@ static int send_command(PGconn *conn, const dbt_send_op *op)
     if (libpq_refuses(conn, op))
         return dbt_send_op_real(conn, op); /* 0, libpq's message; no permit involved */
     dbt_acquire_wait *pending;
-    switch (dbt_throttle_before_send(conn, op->text, &pending)) {
+    if (op->type == DBT_OP_PREPARE)
+        dbt_throttle_note_prepare(conn, op->name, op->text);
+    const char *text = op->type == DBT_OP_QUERY_PREPARED
+                           ? dbt_throttle_prepared_text(conn, op->name)
+                           : op->text; /* a statement run by name is weighed by its text */
+    switch (dbt_throttle_before_send(conn, text, &pending)) {
     case DBT_REFUSE:
         return 0;
     case DBT_DEFER:
@@ -90,6 +95,8 @@ HOOK PGresult *PQexecParams(PGconn *conn, const char *command, int nParams, cons
 HOOK PGresult *PQprepare(PGconn *conn, const char *stmtName, const char *query, int nParams,
                          const Oid *paramTypes)
 {
+    if (!dbt_nested && conn)
+        dbt_throttle_note_prepare(conn, stmtName, query);
     SYNC_HOOK(query, PQprepare, conn, stmtName, query, nParams, paramTypes);
 }
 
@@ -97,8 +104,9 @@ HOOK PGresult *PQexecPrepared(PGconn *conn, const char *stmtName, int nParams,
                               const char *const *paramValues, const int *paramLengths,
                               const int *paramFormats, int resultFormat)
 {
-    SYNC_HOOK(NULL, PQexecPrepared, conn, stmtName, nParams, paramValues, paramLengths,
-              paramFormats, resultFormat);
+    /* Weighed (DBTHROTTLE_WEIGHTS) and traced by the text it was prepared with, when known. */
+    SYNC_HOOK(conn ? dbt_throttle_prepared_text(conn, stmtName) : NULL, PQexecPrepared, conn,
+              stmtName, nParams, paramValues, paramLengths, paramFormats, resultFormat);
 }
 
 HOOK PGresult *PQdescribePrepared(PGconn *conn, const char *stmt)

@@ -10,6 +10,7 @@
 #include "held.h"
 #include "lib.h"
 #include "log.h"
+#include "prepared.h"
 #include "real.h"
 #include "server_name.h"
 #include "session_watch.h"
@@ -133,6 +134,89 @@ static bool is_exempt(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
     return c->exempt;
 }
 
+/* ---- classes and weights (docs/configuration.md, "Classes and weights") ------------------- */
+
+/* What the rules match a connection on: its application_name (read once, as the exemption
+ * reads it), user and database; sql stays NULL. */
+static dbt_rule_values ident_of(dbt_conn *c, PGconn *conn)
+{
+    if (!c->ident_known) {
+        c->ident_known = true;
+        c->has_app = app_name(conn, c->app, sizeof c->app);
+    }
+    dbt_rule_values v = {{NULL}};
+    v.value[DBT_RULE_APP] = c->has_app ? c->app : NULL;
+    v.value[DBT_RULE_USER] = DBT_REAL(PQuser)(conn);
+    v.value[DBT_RULE_DATABASE] = DBT_REAL(PQdb)(conn);
+    return v;
+}
+
+/* The connection's class, decided once: DBTHROTTLE_CLASS, else the first DBTHROTTLE_CLASS_RULES
+ * rule that matches, else "-" (the pool's default class). NULL when the process sets neither:
+ * its ids stay untagged, as before classes. */
+static const char *class_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
+{
+    const dbt_config *cfg = &lib->cfg;
+    if (!cfg->klass && !cfg->class_rules.n)
+        return NULL;
+    if (!c->checked_class) {
+        c->checked_class = true;
+        if (cfg->klass) {
+            c->klass = cfg->klass;
+        } else {
+            dbt_rule_values v = ident_of(c, conn);
+            const dbt_rule *r = dbt_rules_match(&cfg->class_rules, &v);
+            c->klass = r ? r->klass : "-";
+        }
+        if (dbt_log_enabled(DBT_LOG_DEBUG)) {
+            dbt_field f[] = {DBT_S("conn", c->id), DBT_S("class", c->klass)};
+            dbt_log(DBT_LOG_DEBUG, "class", f, 2);
+        }
+    }
+    return c->klass;
+}
+
+/* A command's weight: the first DBTHROTTLE_WEIGHTS rule its connection and its text match; 1
+ * when none does (or the process has no rules). */
+static int weight_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn, const char *query)
+{
+    if (!lib->cfg.weights.n || !conn)
+        return 1;
+    dbt_rule_values v = ident_of(c, conn);
+    v.value[DBT_RULE_SQL] = query;
+    const dbt_rule *r = dbt_rules_match(&lib->cfg.weights, &v);
+    return r ? r->weight : 1;
+}
+
+/* Whether a weight rule reads the SQL text (then prepared statements' texts are kept). */
+static bool weights_read_sql(const dbt_config *cfg)
+{
+    for (int i = 0; i < cfg->weights.n; i++)
+        for (int k = 0; k < cfg->weights.rules[i].ncond; k++)
+            if (cfg->weights.rules[i].cond[k].field == DBT_RULE_SQL)
+                return true;
+    return false;
+}
+
+void dbt_throttle_note_prepare(PGconn *conn, const char *name, const char *query)
+{
+    const dbt_lib *lib = dbt_lib_get();
+    if (!lib->active || !conn || !weights_read_sql(&lib->cfg))
+        return;
+    dbt_conn *c = dbt_conn_find(conn, true);
+    if (c)
+        dbt_prepared_note(&c->prepared, name, query);
+}
+
+const char *dbt_throttle_prepared_text(const PGconn *conn, const char *name)
+{
+    const dbt_lib *lib = dbt_lib_get();
+    if (!lib->active || !conn || !lib->cfg.weights.n)
+        return NULL;
+    dbt_conn *c = dbt_conn_find(conn, false);
+    return c ? dbt_prepared_text(c->prepared, name) : NULL;
+}
+
 /* How an acquire for c ended, in libpq's words: true when the command goes ahead; else the
  * refusal is set on c. `t0` is when the command asked (ms), `waited` whether it could wait. */
 static bool outcome(dbt_conn *c, dbt_pool *pool, dbt_kind kind, int limit, bool waited, int64_t t0,
@@ -167,6 +251,18 @@ static bool outcome(dbt_conn *c, dbt_pool *pool, dbt_kind kind, int limit, bool 
         set_refusal(c, kind, name, limit, now_ms() - t0, msg, SQLSTATE_REFUSED);
         return false;
     }
+    case DBT_ACQ_QUEUE_FULL: {
+        /* Refused at once, as a cap asks: waiting longer would not have helped this command. */
+        char klass[40] = "-", why[300];
+        long long cap = -1;
+        dbt_last_queue_full(klass, sizeof klass, &cap);
+        snprintf(why, sizeof why,
+                 "class \"%s\" has its queue cap of %lld waiters (dbthrottle class %.100s %s "
+                 "--queue-cap N)",
+                 klass, cap, name, klass);
+        set_refusal(c, kind, name, limit, now_ms() - t0, why, SQLSTATE_REFUSED);
+        return false;
+    }
     case DBT_ACQ_REFUSED:
     case DBT_ACQ_QUEUED: /* never here: dbt_acquire_start's callers handle it */
     default:
@@ -181,7 +277,8 @@ static bool outcome(dbt_conn *c, dbt_pool *pool, dbt_kind kind, int limit, bool 
  * (a PQsend* call, which must not wait), a query permit that is not free at once is queued for
  * and *pending set: the wait is held.c's (dbt_throttle_held_wait). */
 static dbt_verdict take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, int limit,
-                        const char *query, dbt_permit **slot, dbt_acquire_wait **pending)
+                        int weight, const char *query, dbt_permit **slot,
+                        dbt_acquire_wait **pending)
 {
     dbt_pool *pool = pool_of(lib, c, conn);
     if (!pool)
@@ -189,7 +286,9 @@ static dbt_verdict take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind 
     dbt_acquire_opts o = {.limit = limit,
                           .wait_ms = lib->cfg.wait_timeout_ms,
                           .conn = c->id,
-                          .query = lib->cfg.log_query ? query : NULL};
+                          .query = lib->cfg.log_query ? query : NULL,
+                          .klass = class_of(lib, c, conn),
+                          .weight = kind == DBT_KIND_QUERY ? weight : 1};
     int64_t t0 = now_ms();
     dbt_acq_result r;
     if (pending && kind == DBT_KIND_QUERY) {
@@ -216,7 +315,17 @@ typedef struct {
     /* A PQsend* call: a query permit not free at once is queued for, and the wait handed to the
      * caller here (NULL: the acquire waits in the call). */
     dbt_acquire_wait **pending;
+    const char *query; /* the command's text (NULL: none, or not a command) */
+    int weight;        /* its weight, once weight_for has worked it out (0: not yet) */
 } permit_ctx;
+
+/* The command's weight, worked out once per command and only when a permit is at stake. */
+static int weight_for(permit_ctx *x)
+{
+    if (!x->weight)
+        x->weight = weight_of(x->lib, x->c, x->conn, x->query);
+    return x->weight;
+}
 
 static int limit_of(const dbt_lib *lib, dbt_kind kind)
 {
@@ -232,7 +341,9 @@ static bool op_throttled(void *ctx, dbt_kind kind)
 static dbt_verdict op_acquire(void *ctx, dbt_kind kind, const char *query, dbt_permit **slot)
 {
     permit_ctx *x = ctx;
-    return take(x->lib, x->c, x->conn, kind, limit_of(x->lib, kind), query, slot, x->pending);
+    int weight = kind == DBT_KIND_QUERY ? weight_for(x) : 1;
+    return take(x->lib, x->c, x->conn, kind, limit_of(x->lib, kind), weight, query, slot,
+                x->pending);
 }
 
 static void op_release(void *ctx, dbt_permit *permit)
@@ -249,7 +360,14 @@ static bool op_park(void *ctx, dbt_permit *permit)
 
 static void op_unpark(void *ctx, dbt_permit **permit)
 {
-    (void)ctx;
+    permit_ctx *x = ctx;
+    /* A kept permit serves only a command of its own weight (its class is the connection's):
+     * another takes a permit of its own shape, through the queue. */
+    if (*permit && x->conn && dbt_permit_weight(*permit) != weight_for(x)) {
+        dbt_release(*permit);
+        *permit = NULL;
+        return;
+    }
     dbt_permit_unpark(permit);
 }
 
@@ -482,7 +600,7 @@ bool dbt_throttle_before(PGconn *conn, const char *query)
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)
         return go;
-    permit_ctx x = {.lib = lib, .c = c, .conn = conn};
+    permit_ctx x = {.lib = lib, .c = c, .conn = conn, .query = query};
     if (DBT_REAL(PQstatus)(conn) == CONNECTION_BAD)
         dbt_conn_state_session_ended(&c->state, &sem_ops, &x); /* libpq fails the command */
     return dbt_conn_state_command(&c->state, &sem_ops, &x, query) == DBT_PROCEED;
@@ -496,7 +614,7 @@ dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_acquir
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)
         return go ? DBT_PROCEED : DBT_REFUSE;
-    permit_ctx x = {.lib = lib, .c = c, .conn = conn, .pending = pending};
+    permit_ctx x = {.lib = lib, .c = c, .conn = conn, .pending = pending, .query = query};
     if (DBT_REAL(PQstatus)(conn) == CONNECTION_BAD)
         dbt_conn_state_session_ended(&c->state, &sem_ops, &x); /* libpq fails the command */
     return dbt_conn_state_command(&c->state, &sem_ops, &x, query);

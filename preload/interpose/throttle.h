@@ -34,6 +34,13 @@ dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_acquir
 dbt_verdict dbt_throttle_held_wait(PGconn *conn, dbt_acquire_wait *pending, int64_t t0_ms,
                                    bool (*interrupted)(void *), void *arg, dbt_waker *waker);
 
+/* PQprepare/PQsendPrepare of `query` under `name`: kept while DBTHROTTLE_WEIGHTS has sql= rules,
+ * so that running it by name is weighed by its text. */
+void dbt_throttle_note_prepare(PGconn *conn, const char *name, const char *query);
+
+/* The text prepared under `name` on conn (NULL: not known), for weighing a PQexecPrepared. */
+const char *dbt_throttle_prepared_text(const PGconn *conn, const char *name);
+
 /* A PQsend* call returned: `sent` false when it sent nothing (the command has ended at once). */
 void dbt_throttle_sent(PGconn *conn, bool sent);
 

@@ -93,10 +93,37 @@ static void note_timeout(dbt_pool *p, const struct dbt_slot *s, int64_t waited_u
     }
 }
 
+/* The id's 5-part form names the class and the weight, which the scripts count units by; the
+ * 3-part form (no class, weight 1) is what clients without classes send. */
 static void new_id(dbt_pool *p, struct dbt_slot *s)
 {
     uint64_t n = atomic_fetch_add(&p->client->serial, 1) + 1;
-    snprintf(s->id, sizeof s->id, "%s.%" PRIu64 ".%d", p->client->cid, n, s->limit);
+    if (s->klass[0])
+        snprintf(s->id, sizeof s->id, "%s.%" PRIu64 ".%s.%d.%d", p->client->cid, n, s->klass,
+                 s->weight, s->limit);
+    else
+        snprintf(s->id, sizeof s->id, "%s.%" PRIu64 ".%d", p->client->cid, n, s->limit);
+}
+
+/* The calling thread's last refusal by a queue cap (dbt_last_queue_full). */
+static __thread struct {
+    bool set;
+    char klass[33];
+    long long cap;
+} last_full;
+
+bool dbt_last_queue_full(char *klass, size_t cap, long long *queue_cap)
+{
+    if (!last_full.set)
+        return false;
+    snprintf(klass, cap, "%s", last_full.klass);
+    *queue_cap = last_full.cap;
+    return true;
+}
+
+int dbt_permit_weight(const dbt_permit *permit)
+{
+    return permit ? permit->weight : 1;
 }
 
 static void link_slot(dbt_pool *p, struct dbt_slot *s)
@@ -124,20 +151,25 @@ static void note_disagreement(dbt_pool *p, const struct dbt_slot *s, long long s
 
 /* What sending acquire.lua came to. */
 typedef enum {
-    ACQ_SENT_FAILED,     /* Redis failed, or answered what acquire.lua does not */
-    ACQ_SENT_GRANTED,    /* granted at once */
-    ACQ_SENT_QUEUED,     /* in the queue (or took an orphan's place there: no call) */
-    ACQ_SENT_NOT_GRANTED /* none free, and the caller does not wait */
+    ACQ_SENT_FAILED,      /* Redis failed, or answered what acquire.lua does not */
+    ACQ_SENT_GRANTED,     /* granted at once */
+    ACQ_SENT_QUEUED,      /* in the queue (or took an orphan's place there: no call) */
+    ACQ_SENT_NOT_GRANTED, /* none free, and the caller does not wait */
+    ACQ_SENT_QUEUE_FULL   /* refused: its class's queue cap is reached */
 } acq_sent;
 
 /* Sends acquire.lua for s. */
 static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
-                                long long *queue, long long *ticket)
+                                long long *queue, long long *ticket, long long *class_wait_ms)
 {
     char err[DBT_ERRLEN], who[160];
     snprintf(who, sizeof who, "%s %ld %s", p->client->host, (long)getpid(),
              s->conn[0] ? s->conn : "-");
-    dbt_acquire_call a = {.id = s->id, .limit = s->limit, .try_only = try_only, .who = who};
+    dbt_acquire_call a = {.id = s->id,
+                          .limit = s->limit,
+                          .try_only = try_only,
+                          .who = who,
+                          .shipped_classes = p->client->cfg->classes};
     dbt_script_call call;
     dbt_build_acquire(&call, &p->keys, s->kind, p->client->cfg, &a);
     int64_t sent = dbt_now_us();
@@ -155,6 +187,13 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
     *holders = reply.holders;
     *queue = reply.queue;
     *ticket = reply.ticket;
+    *class_wait_ms = reply.class_wait_ms;
+    if (reply.status == DBT_ACQUIRE_QUEUE_FULL) {
+        last_full.set = true;
+        snprintf(last_full.klass, sizeof last_full.klass, "%s",
+                 reply.class_name[0] ? reply.class_name : (s->klass[0] ? s->klass : "-"));
+        last_full.cap = reply.class_cap;
+    }
     pthread_mutex_lock(&p->mu);
     s->t_renewed_us = sent;
     if (reply.status == DBT_ACQUIRE_QUEUED)
@@ -165,8 +204,9 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
         return ACQ_SENT_GRANTED;
     case DBT_ACQUIRE_QUEUED:
         return ACQ_SENT_QUEUED;
+    case DBT_ACQUIRE_QUEUE_FULL:
+        return ACQ_SENT_QUEUE_FULL;
     case DBT_ACQUIRE_NOT_GRANTED:
-    case DBT_ACQUIRE_QUEUE_FULL: /* a class' queue cap: only tagged ids meet one (part B) */
         break;
     }
     return ACQ_SENT_NOT_GRANTED;
@@ -174,10 +214,10 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
 
 /* send_acquire_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
 static acq_sent send_acquire(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
-                             long long *queue, long long *ticket)
+                             long long *queue, long long *ticket, long long *class_wait_ms)
 {
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    acq_sent r = send_acquire_io(p, s, try_only, holders, queue, ticket);
+    acq_sent r = send_acquire_io(p, s, try_only, holders, queue, ticket, class_wait_ms);
     dbt_redis_budget_end(b);
     return r;
 }
@@ -236,6 +276,7 @@ typedef struct {
     int64_t deadline;         /* -1: none */
     long long holders, queue; /* what acquire.lua said, for the grant's trace; -1: not known */
     long long ticket;         /* acquire.lua's ticket (granted: the ticket counter then) */
+    long long class_wait_ms;  /* the caller's class's wait, from acquire.lua; -1: none */
     dbt_acq_result result;    /* how it ended, once a step returns NEXT_DONE */
 } acquire_run;
 
@@ -354,6 +395,11 @@ static struct dbt_slot *new_slot(acquire_run *a)
     s->pool = p;
     s->kind = a->kind;
     s->limit = o->limit > 0 ? o->limit : 1;
+    s->weight = o->weight > 1 ? o->weight : 1;
+    snprintf(s->klass, sizeof s->klass, "%s",
+             o->klass && o->klass[0] ? o->klass
+             : s->weight > 1         ? "-"
+                                     : "");
     s->t_request_us = a->start;
     /* A copy: the slot outlives the caller's buffer (the release is traced too). Cut short, as
      * the log line has a bounded size; a failed copy only leaves the text out. */
@@ -380,7 +426,7 @@ static struct dbt_slot *begin_slot(acquire_run *a)
     pthread_mutex_lock(&p->mu);
     /* While only this process' threads wait, take the place of one that was served by a
      * permit passed on here (handover.c) rather than queue anew: no Redis call. */
-    struct dbt_slot *orphan = a->may_wait ? dbt_handover_adopt(p, a->kind, s->limit) : NULL;
+    struct dbt_slot *orphan = a->may_wait ? dbt_handover_adopt(p, s) : NULL;
     if (orphan) {
         memcpy(s->id, orphan->id, sizeof s->id);
         s->t_renewed_us = orphan->t_renewed_us;
@@ -409,7 +455,14 @@ static acq_sent send_or_adopt(acquire_run *a)
         dbt_free_slot(orphan); /* NULL when recycled */
         return ACQ_SENT_QUEUED;
     }
-    return send_acquire(a->p, a->s, !a->may_wait, &a->holders, &a->queue, &a->ticket);
+    a->class_wait_ms = -1;
+    acq_sent st = send_acquire(a->p, a->s, !a->may_wait, &a->holders, &a->queue, &a->ticket,
+                               &a->class_wait_ms);
+    /* A class's wait replaces DBTHROTTLE_WAIT_TIMEOUT for its commands, counted from the
+     * command's start as that one is. */
+    if (st == ACQ_SENT_QUEUED && a->class_wait_ms >= 0)
+        a->deadline = a->start + a->class_wait_ms * 1000;
+    return st;
 }
 
 /* What acquire.lua's answer (or its absence) means for s: granted, queued, or the end. Without
@@ -433,6 +486,15 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
     }
     if (st == ACQ_SENT_NOT_GRANTED) {
         return give_up(a, true, NULL, "none free and the caller does not wait");
+    }
+    if (st == ACQ_SENT_QUEUE_FULL) {
+        /* Redis queued nothing: the slot just goes. Traced, and counted with the timeouts'
+         * warn-level line's rate limit (a full queue is a burst of these). */
+        note_timeout(p, s, dbt_now_us() - a->start, a->holders, a->queue,
+                     "the class's queue cap of waiters is reached");
+        drop_slot(p, s);
+        a->result = DBT_ACQ_QUEUE_FULL;
+        return NEXT_DONE;
     }
     pthread_mutex_lock(&p->mu);
     if (st == ACQ_SENT_GRANTED || s->state == SLOT_HELD) {
@@ -594,6 +656,7 @@ static dbt_acq_result start(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *
                             dbt_acquire_wait **park)
 {
     *out = NULL;
+    last_full.set = false;
     acquire_run a = {.p = p, .kind = kind, .o = o, .may_wait = o->wait_ms != 0};
     a.start = dbt_now_us();
     dbt_pool_thread_clear_failure();

@@ -71,12 +71,19 @@ void dbt_lw_remove(dbt_pool *p, struct dbt_slot *s)
     s->in_fifo = false;
 }
 
-/* The thread that has waited longest for a permit of this kind and limit (a permit's id carries
- * its limit, which Redis grants by). */
-static struct dbt_slot *oldest_waiter(dbt_pool *p, dbt_kind kind, int limit)
+bool dbt_same_shape(const struct dbt_slot *a, const struct dbt_slot *b)
 {
-    for (struct dbt_slot *w = p->lw_head[kind]; w; w = w->lw_next)
-        if (w->state == SLOT_QUEUED && w->limit == limit)
+    return a->kind == b->kind && a->limit == b->limit && a->weight == b->weight &&
+           strcmp(a->klass, b->klass) == 0;
+}
+
+/* The thread that has waited longest for a permit of the shape of `like`: a permit's id carries
+ * its limit, class and weight, which Redis grants and counts by (a permit of another class would
+ * leave its own class's count; a lighter one would put more units to work than Redis granted). */
+static struct dbt_slot *oldest_waiter(dbt_pool *p, const struct dbt_slot *like)
+{
+    for (struct dbt_slot *w = p->lw_head[like->kind]; w; w = w->lw_next)
+        if (w->state == SLOT_QUEUED && dbt_same_shape(w, like))
             return w;
     return NULL;
 }
@@ -125,7 +132,7 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
     s->t_grant_us = now;
     /* A thread that read its acquire reply may be served out of turn by the place it took over;
      * one still reading it (PENDING) keeps the grant: it is not on the list yet. */
-    struct dbt_slot *w = oldest_waiter(p, s->kind, s->limit);
+    struct dbt_slot *w = oldest_waiter(p, s);
     if (w && (s->orphan || (was_queued && w->t_request_us < s->t_request_us))) {
         swap_permit(p, s, w, now);
         dbt_slot_wake(w);
@@ -149,7 +156,7 @@ struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s)
     int64_t now = dbt_now_us();
     if (dbt_slot_expire_unrenewed(p, s, now))
         return NULL;
-    struct dbt_slot *w = oldest_waiter(p, s->kind, s->limit);
+    struct dbt_slot *w = oldest_waiter(p, s);
     if (!w)
         return NULL;
     swap_permit(p, s, w, now);
@@ -165,14 +172,15 @@ struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s)
     return w;
 }
 
-struct dbt_slot *dbt_handover_adopt(dbt_pool *p, dbt_kind kind, int limit)
+struct dbt_slot *dbt_handover_adopt(dbt_pool *p, const struct dbt_slot *like)
 {
+    dbt_kind kind = like->kind;
     if (!p->client->cfg->local_handover || !p->sole[kind] || p->norphans == 0 || p->exiting)
         return NULL;
     /* The newest orphan: the older ones are the first to be withdrawn when demand drops. */
     struct dbt_slot *best = NULL;
     for (struct dbt_slot *s = p->slots; s; s = s->next)
-        if (s->orphan && s->state == SLOT_QUEUED && s->kind == kind && s->limit == limit &&
+        if (s->orphan && s->state == SLOT_QUEUED && dbt_same_shape(s, like) &&
             (!best || s->orphan_us > best->orphan_us))
             best = s;
     if (best) {

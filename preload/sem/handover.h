@@ -17,9 +17,12 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s);
  * the caller wakes the returned slot with dbt_slot_wake_later once it has let go of p->mu (a
  * thread woken under the lock would find it taken, and sleep again). */
 struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s);
-/* A thread that begins to wait may take an orphan place of its kind and limit rather than queue
- * anew (no Redis call): the orphan, unlinked, or NULL. Its caller frees it without p->mu. */
-struct dbt_slot *dbt_handover_adopt(dbt_pool *p, dbt_kind kind, int limit);
+/* A thread that begins to wait may take an orphan place of the shape of `like` (kind, limit,
+ * class, weight) rather than queue anew (no Redis call): the orphan, unlinked, or NULL. Its
+ * caller frees it without p->mu. */
+struct dbt_slot *dbt_handover_adopt(dbt_pool *p, const struct dbt_slot *like);
+/* Whether a permit may pass between the two slots: same kind, limit, class and weight. */
+bool dbt_same_shape(const struct dbt_slot *a, const struct dbt_slot *b);
 /* What acquire.lua said when it queued one of ours (its ticket, and whether our waiters were the
  * whole queue), and what Redis pushed when another process queued ("f<kind>:<ticket>"; ticket 0:
  * a renewal found more waiters than ours). */

@@ -70,6 +70,10 @@ struct dbt_slot {
     dbt_kind kind;
     dbt_slot_state state;
     int limit;
+    /* Its shape beside the limit: the class tag ("" untagged, "-" the default class) and the
+     * units it takes. Local handover and kept permits pass a permit only to the same shape. */
+    char klass[33];
+    int weight;
     int efd;          /* eventfd written when the state changes or the listener role passes; -1 if
                        * the caller does not wait */
     dbt_waker *waker; /* the caller's, while efd is published in it */

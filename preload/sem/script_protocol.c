@@ -767,13 +767,7 @@ bool dbt_parse_admin(const redisReply *r, void *out, char *err)
 
 bool dbt_class_name_ok(const char *s)
 {
-    size_t n = strlen(s);
-    if (n < 1 || n > 32 || strcmp(s, "-") == 0)
-        return false;
-    for (const char *p = s; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'))
-            return false;
-    return true;
+    return dbt_class_name_valid(s); /* the settings' rule (base/class_rules.c): one rule */
 }
 
 /* A run of decimal digits at *p, up to '.' or the end: its value (capped), p moved past it. */

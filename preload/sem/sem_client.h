@@ -25,7 +25,9 @@ typedef enum {
     DBT_ACQ_REFUSED,       /* Redis unreachable, on_redis_error=closed: fail the command */
     DBT_ACQ_MISCONFIGURED, /* Redis refuses this configuration (a permanent error, whatever
                             * on_redis_error says): fail the command; dbt_pool_misconfig says why */
-    DBT_ACQ_QUEUED         /* dbt_acquire_start only: queued, to be waited for elsewhere */
+    DBT_ACQ_QUEUED,        /* dbt_acquire_start only: queued, to be waited for elsewhere */
+    DBT_ACQ_QUEUE_FULL     /* refused at once: the caller's class has its queue cap of waiters
+                            * (dbt_last_queue_full says which class and cap) */
 } dbt_acq_result;
 
 /* Lets another thread, or a signal handler, wake a waiting dbt_acquire so that it asks
@@ -55,6 +57,12 @@ typedef struct {
     bool (*interrupted)(void *arg);
     void *arg;
     dbt_waker *waker; /* NULL, or published while the call waits (see dbt_waker) */
+    /* Classes and weights: the class the permit is for (a name, or "-" for the pool's default
+     * class; NULL: untagged, unless weight > 1, then "-"), and how many units it takes (0 or 1:
+     * one). A tagged permit's id has the 5-part form <cid>.<serial>.<class>.<weight>.<limit>. A
+     * class's wait (from Redis' definitions), when it has one, replaces wait_ms. */
+    const char *klass;
+    int weight;
 } dbt_acquire_opts;
 
 typedef struct {
@@ -120,11 +128,19 @@ dbt_acq_result dbt_acquire_start(dbt_pool *p, dbt_kind kind, const dbt_acquire_o
 dbt_acq_result dbt_acquire_wait_for(dbt_acquire_wait *pending, const dbt_acquire_opts *opts,
                                     dbt_permit **out);
 
+/* After DBT_ACQ_QUEUE_FULL, on the same thread: the class that refused and its queue cap (true);
+ * false when this thread's last acquire was not refused so. */
+bool dbt_last_queue_full(char *klass, size_t cap, long long *queue_cap);
+
+/* The units the permit takes (its weight, 1 for an untagged one). */
+int dbt_permit_weight(const dbt_permit *permit);
+
 /* Gives the permit back: one command whose reply is not waited for. NULL is ignored. In a child
  * process after fork(), a permit of the parent is only forgotten, never released. */
 void dbt_release(dbt_permit *permit);
 
-/* The permit's id ("<client id>.<serial>.<limit>"), as Redis and the trace know it. */
+/* The permit's id ("<client id>.<serial>.<limit>", or "<client id>.<serial>.<class>.<weight>.
+ * <limit>" for a permit of a class or a weight), as Redis and the trace know it. */
 const char *dbt_permit_id(const dbt_permit *permit);
 
 /* True when Redis may no longer have this permit: a renewal found it gone (Redis lost its data),

@@ -132,6 +132,12 @@ check "limit --clear as dbthrottle-operator: the override is gone" '[ $rc -eq 0 
 check "drain as dbthrottle-operator: the drain is in Redis" '[ $rc -eq 0 ]'
 "$D" resume aclop >/dev/null 2>&1 && [ "$(rcli EXISTS "dbthrottle:{aclop}:q:drain")" = 0 ]; rc=$?
 check "resume as dbthrottle-operator: the drain is gone" '[ $rc -eq 0 ]'
+"$D" class aclop interactive --share 75% --priority 1 --wait 5s --queue-cap 10 >"$work/o.class" 2>&1 && "$D" class aclop --aging 30s >>"$work/o.class" 2>&1 && [ -n "$(rcli GET "dbthrottle:{aclop}:q:classes")" ]; rc=$?
+check "class as dbthrottle-operator: the definitions are in Redis" '[ $rc -eq 0 ]'
+"$D" class aclop >>"$work/o.class" 2>&1 && "$D" status aclop >>"$work/o.class" 2>&1 && [ "$(grep -c "^  interactive " "$work/o.class")" -ge 4 ]; rc=$?
+check "class (the list) and status as dbthrottle-operator: the class table" '[ $rc -eq 0 ]'
+"$D" class aclop --clear >>"$work/o.class" 2>&1 && [ "$(rcli EXISTS "dbthrottle:{aclop}:q:classes")" = 0 ]; rc=$?
+check "class --clear as dbthrottle-operator: the definitions are gone" '[ $rc -eq 0 ]'
 permit=$(rcli ZRANGE "dbthrottle:{aclop}:q:holders" 0 0)
 "$D" evict aclop "$permit" >"$work/o.evict" 2>&1; rc=$?
 check "evict as dbthrottle-operator: exit 0, the permit ($permit) gone from Redis" '[ $rc -eq 0 ] && [ -n "$permit" ] && [ -z "$(rcli ZSCORE "dbthrottle:{aclop}:q:holders" "$permit")" ]'
@@ -213,7 +219,7 @@ busy2=$bg
 # stopped (SIGSTOP) around the two dumps, so that only the check can change a key, and continued
 # after, whatever happened (harness_cleanup continues them too).
 dump() { for k in $(rcli --scan --pattern 'dbthrottle:{busy}*' | sort); do echo "$k $(rcli --no-raw DUMP "$k" | md5sum | cut -c1-32) $(rcli PTTL "$k")"; done; }
-stopped() { [ "$(ps -o stat= -p "$1" | cut -c1)" = T ]; }
+stopped() { [ "$(sed "s/.*) //" "/proc/$1/stat" 2>/dev/null | cut -c1)" = T ]; } # /proc: a minimal Debian may lack ps
 kill -STOP "$busy" "$busy2"
 wait_until 10 'stopped "$busy" && stopped "$busy2"'
 # A renewal sent just before the stop has run in Redis by the time two dumps agree.

@@ -46,7 +46,7 @@ print(eval(sys.argv[1]))' "$1"
 
 # ---- usage: --help everywhere, exit code 2 on bad usage ---------------------------------------
 echo "# usage"
-for c in run status top check limit drain resume evict; do
+for c in run status top check limit drain resume evict class; do
     out=$("$D" $c --help 2>&1)
     rc=$?
     check "$c --help: exit 0 and a usage line" '[ $rc -eq 0 ] && echo "$out" | head -1 | grep -q "^usage: dbthrottle $c"'
@@ -117,7 +117,7 @@ for h in q["holders"]:
 assert [w["position"] for w in q["waiters"]] == [1, 2]
 assert q["waiters"][0]["waited_ms"] >= q["waiters"][1]["waited_ms"] >= 0
 assert q["counters"]["grants"] >= 2 and q["counters"]["queued"] >= 2
-assert set(q["counters"]) == {"grants", "queued", "refused", "cancelled", "expired", "evicted", "wait_ms", "quarantines", "reasserted", "requeued"}
+assert set(q["counters"]) == {"grants", "queued", "refused", "cancelled", "expired", "evicted", "wait_ms", "quarantines", "reasserted", "requeued", "clamped", "capped", "aged"}
 assert q["quarantine_ms"] == 0 and q["quarantine_why"] is None
 assert p["connections"]["holders_count"] == 0
 PY'
@@ -146,7 +146,7 @@ for line in open(sys.argv[1]):
         (typed if m.group(1) == "TYPE" else names).add(m.group(2))
         if m.group(1) == "TYPE": assert m.group(3) in ("gauge", "counter"), line
         continue
-    m = re.match(r"(dbthrottle_[a-z_]+)\{pool=\"([^\"\\\\]|\\\\.)*\"(,kind=\"(query|connection)\"|,state=\"[a-z]+\")?\} [0-9.e+-]+$", line)
+    m = re.match(r"(dbthrottle_[a-z_]+)\{pool=\"([^\"\\\\]|\\\\.)*\"(,kind=\"(query|connection)\"(,class=\"[a-z0-9_-]+\")?|,state=\"[a-z]+\")?\} [0-9.e+-]+$", line)
     assert m, line
     assert m.group(1) in typed and m.group(1) in names, line
 assert "dbthrottle_grants_total" in typed
@@ -382,7 +382,7 @@ for v in $(grep -o '"DBTHROTTLE_[A-Z_]*[A-Z]"' "$top/preload/base/settings.c" | 
 done
 check "libdbthrottle(7) documents every variable the parser knows${missing:+ (missing:$missing)}" '[ -z "$missing" ]'
 missing=
-for c in run status top check limit drain resume evict; do
+for c in run status top check limit drain resume evict class; do
     grep -q "^\.SS \"\?dbthrottle $c" "$top/docs/dbthrottle.1" || missing="$missing $c"
 done
 check "dbthrottle(1) has a section for every command${missing:+ (missing:$missing)}" '[ -z "$missing" ]'

@@ -19,6 +19,8 @@ cases="$cases held_send_returns_at_once held_refused_at_timeout held_refused_in_
     held_finish held_reset held_fork held_nonblocking held_notifications_while_held
     held_pipeline_finish held_backend_terminated held_many_connections_one_loop held_races_with_the_grant
     held_single_row_mode held_notice_processor_asks_libpq held_pipeline_abort_then_more"
+cases="$cases class_ids_name_the_class weights_take_units_at_the_server prepared_weighed_by_its_text
+    class_queue_cap_refuses_at_once class_wait_replaces_wait_timeout kept_permit_serves_its_weight_only"
 pick_cases "$@"
 harness_begin it
 
@@ -1116,6 +1118,167 @@ it_held_pipeline_abort_then_more() {
         '[ "$(hc_val r1)" = FATAL_ERROR:22012,NULL ] && [ "$(hc_val exit)" = 1 ]'
     check "held_pa: afterwards a held command (sent in $(hc_val again_send_ms) ms, busy $(hc_val again_busy): $(hc_val again)) and the next ($(hc_val next_send) $(hc_val next)) run (rc $rc)" \
         '[ $rc -eq 0 ] && [ "$(hc_val again_busy)" = 1 ] && [ "$(hc_val again)" = TUPLES_OK:1,NULL ] && [ "$(hc_val next_send)" = 1 ] && [ "$(hc_val next)" = TUPLES_OK:next,NULL ]'
+}
+
+# ---- classes and weights (issue 17): ids, units and refusals, read from Redis and the server ----
+cls_ids() { rcli zrange "dbthrottle:{$1}:q:holders" 0 -1 | tr '\n' ' '; } # cls_ids POOL: held members
+cls_bg() { # cls_bg SQL ENV=VALUE...: a throttled psql in the background, its pid in $cls_pids
+    cls_sql=$1
+    shift
+    throttled "$@" psql -qAt -c "$cls_sql" >/dev/null 2>&1 &
+    echo $! >>"$work/pids"
+    cls_pids="$cls_pids $!"
+}
+
+# the class of each connection (rules, decided once; or the process' DBTHROTTLE_CLASS) is named in
+# the permit ids Redis holds; a process with no class setting keeps the 3-part id
+it_class_ids_name_the_class() {
+    cls_pids=
+    rules='interactive:application_name=web*;batch:user=nobody'
+    cls_bg "select pg_sleep(2)" DBTHROTTLE_MAX_QUERIES=8 DBTHROTTLE_POOL=cls_ids DBTHROTTLE_CLASS_RULES="$rules" PGAPPNAME=web-1
+    cls_bg "select pg_sleep(2)" DBTHROTTLE_MAX_QUERIES=8 DBTHROTTLE_POOL=cls_ids DBTHROTTLE_CLASS_RULES="$rules" PGAPPNAME=other
+    cls_bg "select pg_sleep(2)" DBTHROTTLE_MAX_QUERIES=8 DBTHROTTLE_POOL=cls_ids DBTHROTTLE_CLASS=batch
+    cls_bg "select pg_sleep(2)" DBTHROTTLE_MAX_QUERIES=8 DBTHROTTLE_POOL=cls_ids
+    wait_until 20 '[ "$(rcli zcard "dbthrottle:{cls_ids}:q:holders")" -ge 4 ]'
+    ids=$(cls_ids cls_ids)
+    running=$(psql -qAt -c "select count(*) from pg_stat_activity where query = 'select pg_sleep(2)' and state = 'active'")
+    check "4 statements run at the server ($running) and Redis holds 4 permits: $ids" \
+        '[ "$running" -eq 4 ] && [ "$(echo $ids | wc -w)" -eq 4 ]'
+    check "application_name=web-1 matched the interactive rule: <cid>.<serial>.interactive.1.8" \
+        'echo "$ids" | grep -Eq "(^| )[0-9a-f]{16}\.[0-9]+\.interactive\.1\.8( |$)"'
+    check "a connection no rule matches is in the default class: <cid>.<serial>.-.1.8" \
+        'echo "$ids" | grep -Eq "(^| )[0-9a-f]{16}\.[0-9]+\.-\.1\.8( |$)"'
+    check "DBTHROTTLE_CLASS=batch: <cid>.<serial>.batch.1.8" \
+        'echo "$ids" | grep -Eq "(^| )[0-9a-f]{16}\.[0-9]+\.batch\.1\.8( |$)"'
+    check "no class setting: the 3-part id <cid>.<serial>.8, as before classes" \
+        'echo "$ids" | grep -Eq "(^| )[0-9a-f]{16}\.[0-9]+\.8( |$)"'
+    wait $cls_pids
+}
+
+# a weight-3 command takes 3 of the limit's 4 units: Redis holds id, id#2 and id#3, and two heavy
+# statements never run at once at the server (sampled in pg_stat_activity) while a light one runs
+# beside a heavy one
+it_weights_take_units_at_the_server() {
+    cls_pids=
+    weights='3:sql=^\s*select pg_sleep\(0\.8\) /\* heavy \*/'
+    rm -f "$work/heavy.stop"
+    ( max=0 light=0
+      while [ ! -e "$work/heavy.stop" ]; do
+          set -- $(psql -qAt -F ' ' -c "select count(*) filter (where query like '%/* heavy */'), count(*) filter (where query like '%/* light */') from pg_stat_activity where state = 'active' and pid <> pg_backend_pid()")
+          [ "$1" -gt "$max" ] && max=$1
+          [ "$1" -ge 1 ] && [ "$2" -ge 1 ] && light=1
+          echo "$max $light" >"$work/heavy.max"
+      done ) &
+    sampler=$!
+    echo $sampler >>"$work/pids"
+    t0=$(date +%s%N)
+    for i in 1 2 3; do
+        cls_bg "select pg_sleep(0.8) /* heavy */" DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_POOL=cls_w DBTHROTTLE_WEIGHTS="$weights"
+    done
+    wait_until 20 '[ "$(rcli zcard "dbthrottle:{cls_w}:q:holders")" -ge 3 ]'
+    ids=$(cls_ids cls_w)
+    cls_bg "select pg_sleep(0.3) /* light */" DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_POOL=cls_w DBTHROTTLE_WEIGHTS="$weights"
+    wait $cls_pids
+    t1=$(date +%s%N)
+    touch "$work/heavy.stop"
+    wait $sampler
+    read max light <"$work/heavy.max"
+    check "a heavy one holds 3 units in Redis: <cid>.<serial>.-.3.4, its #2 and #3 ($ids)" \
+        'id=$(echo "$ids" | grep -Eo "[0-9a-f]{16}\.[0-9]+\.-\.3\.4( |$)" | head -1 | tr -d " ") && [ -n "$id" ] && echo " $ids " | grep -q " $id#2 " && echo " $ids " | grep -q " $id#3 "'
+    check "at most one of 3 heavy statements ran at once at the server (saw $max)" '[ "$max" -eq 1 ]'
+    check "a light one ran beside a heavy one (1 + 3 units = the limit 4)" '[ "$light" -eq 1 ]'
+    check "the 3 heavy ones ran one after another: $(( (t1 - t0) / 1000000 )) ms >= 2400" \
+        '[ $(( (t1 - t0) / 1000000 )) -ge 2400 ]'
+}
+
+# a statement run by name (psycopg 3's prepare=True: PQsendPrepare, then PQsendQueryPrepared) is
+# weighed by the text it was prepared with
+it_prepared_weighed_by_its_text() {
+    rm -f "$work/prepared.ids"
+    throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_POOL=cls_p DBTHROTTLE_WEIGHTS='2:sql=/\* heavy \*/' \
+        $py -c "
+import psycopg, subprocess, threading
+c = psycopg.connect('', autocommit=True)
+c.execute('select 1 /* heavy */', prepare=True)  # prepared: the next runs by name
+def look():
+    import time
+    time.sleep(0.4)
+    out = subprocess.run(['redis-cli', '-p', '$rport', 'zrange', 'dbthrottle:{cls_p}:q:holders', '0', '-1'], capture_output=True, text=True).stdout
+    open('$work/prepared.ids', 'w').write(out.replace(chr(10), ' '))
+t = threading.Thread(target=look)
+t.start()
+c.execute('select pg_sleep(1) /* heavy */', prepare=True)
+c.execute('select pg_sleep(1) /* heavy */', prepare=True)
+t.join()
+" >"$work/prepared.out" 2>&1
+    rc=$?
+    ids=$(cat "$work/prepared.ids" 2>/dev/null)
+    check "psycopg 3 prepare=True ran (rc $rc: $(head -c 200 "$work/prepared.out"))" [ $rc -eq 0 ]
+    check "the prepared statement run by name holds 2 units: <cid>.<serial>.-.2.4 and its #2 ($ids)" \
+        'echo "$ids" | grep -Eq "[0-9a-f]{16}\.[0-9]+\.-\.2\.4 " && echo "$ids" | grep -Eq "[0-9a-f]{16}\.[0-9]+\.-\.2\.4#2"'
+}
+
+# a class with a queue cap of 0 never queues: its command is refused at once, with 53300 and a
+# message naming the class and its cap, and never reaches the server
+it_class_queue_cap_refuses_at_once() {
+    cls_pids=
+    classes='interactive=50%;batch=50%,queue_cap=0'
+    cls_bg "select pg_sleep(2)" DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=cls_cap DBTHROTTLE_CLASSES="$classes" DBTHROTTLE_CLASS=batch
+    wait_until 20 '[ "$(rcli zcard "dbthrottle:{cls_cap}:q:holders")" -ge 1 ]'
+    t0=$(date +%s%N)
+    throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=cls_cap DBTHROTTLE_CLASSES="$classes" \
+        DBTHROTTLE_CLASS=batch DBTHROTTLE_WAIT_TIMEOUT=1m DBTHROTTLE_LOG_LEVEL=error $py -c "
+import psycopg2, sys
+c = psycopg2.connect('')
+c.autocommit = True
+cur = c.cursor()
+try:
+    cur.execute(\"select 'capped ran'\")
+    print(cur.fetchone()[0])
+except psycopg2.OperationalError as e:
+    sys.stderr.write('%s %s' % (e.pgcode, e))
+    sys.exit(1)" >"$work/cap.out" 2>"$work/cap.err"
+    rc=$?
+    t1=$(date +%s%N)
+    ms=$(( (t1 - t0) / 1000000 ))
+    check "refused (rc $rc) in $ms ms, not after DBTHROTTLE_WAIT_TIMEOUT=1m" '[ $rc -ne 0 ] && [ $ms -lt 5000 ]'
+    check "the message names the class and its cap, SQLSTATE 53300: $(head -c 300 "$work/cap.err")" \
+        'grep -q "^53300 dbthrottle: no query permit" "$work/cap.err" && grep -q "class \"batch\" has its queue cap of 0 waiters" "$work/cap.err"'
+    check "nothing reached the server" [ ! -s "$work/cap.out" ]
+    wait $cls_pids
+}
+
+# a class's wait (from the definitions) replaces DBTHROTTLE_WAIT_TIMEOUT for its commands
+it_class_wait_replaces_wait_timeout() {
+    cls_pids=
+    classes='interactive=50%;batch=50%,wait=300ms'
+    cls_bg "select pg_sleep(3)" DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=cls_wait DBTHROTTLE_CLASSES="$classes" DBTHROTTLE_CLASS=interactive
+    wait_until 20 '[ "$(rcli zcard "dbthrottle:{cls_wait}:q:holders")" -ge 1 ]'
+    t0=$(date +%s%N)
+    throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=cls_wait DBTHROTTLE_CLASSES="$classes" \
+        DBTHROTTLE_CLASS=batch DBTHROTTLE_WAIT_TIMEOUT=1m \
+        psql -qAt -c "select 'waited ran'" >"$work/cwait.out" 2>"$work/cwait.err"
+    rc=$?
+    t1=$(date +%s%N)
+    ms=$(( (t1 - t0) / 1000000 ))
+    check "batch's wait=300ms, not WAIT_TIMEOUT=1m: refused (rc $rc) after $ms ms (250 .. 2500)" \
+        '[ $rc -ne 0 ] && [ $ms -ge 250 ] && [ $ms -lt 2500 ] && grep -q "no query permit" "$work/cwait.err"'
+    check "nothing reached the server" [ ! -s "$work/cwait.out" ]
+    wait $cls_pids
+}
+
+# a kept permit (DBTHROTTLE_CACHE_PERMITS) serves a next command of its own weight only: another
+# weight takes a permit of its own through Redis (its grants counter)
+it_kept_permit_serves_its_weight_only() {
+    throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_POOL=cls_k DBTHROTTLE_CACHE_PERMITS=on \
+        DBTHROTTLE_CACHE_IDLE=1m DBTHROTTLE_WEIGHTS='2:sql=/\* heavy \*/' \
+        psql -qAt -c "select 1" -c "select 2" -c "select 3 /* heavy */" -c "select 4 /* heavy */" \
+        >"$work/kept.out" 2>&1
+    rc=$?
+    grants=$(rcli hget "dbthrottle:{cls_k}:q:stats" grants)
+    check "4 commands ran (rc $rc: $(tr '\n' ' ' <"$work/kept.out"))" '[ $rc -eq 0 ] && [ "$(wc -l <"$work/kept.out")" -eq 4 ]'
+    check "2 grants in Redis (saw $grants): one light, kept for the next light; one heavy, kept for the next heavy" \
+        '[ "$grants" = 2 ]'
 }
 
 run_case() {
