@@ -138,6 +138,12 @@ local MAX_WEIGHT = 100000
 -- The shape of an id or of one of its unit members ("id#k"): its tag (the class it names, "-" =
 -- the default class) and weight when it is tagged, else nil and 1.
 local function shape_of(id)
+    -- an untagged id has two dots: three plain finds tell it, cheaper than the pattern below
+    local dot = string.find(id, '.', 1, true)
+    dot = dot and string.find(id, '.', dot + 1, true)
+    if not (dot and string.find(id, '.', dot + 1, true)) then
+        return nil, 1
+    end
     local tag, w = string.match(id, '^[^.#]+%.[^.#]+%.([^.#]+)%.(%d+)%.%d+')
     if not tag then
         return nil, 1
@@ -149,14 +155,6 @@ local function shape_of(id)
         w = MAX_WEIGHT
     end
     return tag, w
-end
-
--- The per-tag keys of s (see the top).
-local function tag_queue(s, tag)
-    return s.Q .. ':' .. tag
-end
-local function tag_holders(s, tag)
-    return s.H .. ':' .. tag
 end
 
 -- Runs `cmd key [flag] score member ...` (ZADD) or `cmd key member ...` (ZREM) over the members
@@ -281,117 +279,14 @@ end
 -- The definition text: "aging=<ms>;default=<name>;<name>:<share>:<priority>:<wait_ms>:<cap>;...",
 -- share in percent of the limit, larger priority first, wait_ms and cap "-" for none.
 
-local function class_name_ok(n)
-    return n ~= nil and #n >= 1 and #n <= 32 and n ~= '-' and string.match(n, '^[a-z0-9_%-]+$') ~= nil
-end
-
--- An integer in [lo, hi] from text, or nil; "-" is `none` when given.
-local function int_in(text, lo, hi, none)
-    if none and text == '-' then
-        return none
-    end
-    local v = string.match(text or '', '^%-?%d+$') and tonumber(text)
-    if v and v >= lo and v <= hi then
-        return v
-    end
-    return nil
-end
-
--- One class, "name:share:priority:wait_ms:cap": its record, or nil and what is wrong with it.
-local function parse_class(text)
-    local name, share, prio, wait, cap = string.match(text, '^([^:]*):([^:]*):([^:]*):([^:]*):([^:]*)$')
-    if not name then
-        return nil, 'a class is name:share:priority:wait_ms:cap, not "' .. text .. '"'
-    end
-    if not class_name_ok(name) then
-        return nil, 'class name "' .. name .. '" is not 1 to 32 of [a-z0-9_-] (and not "-")'
-    end
-    local c = {name = name, share = int_in(share, 0, 100), priority = int_in(prio, -1000, 1000),
-        wait = int_in(wait, 0, 2 ^ 52, -1), cap = int_in(cap, 0, 2 ^ 52, -1)}
-    if not c.share then
-        return nil, 'share "' .. share .. '" of class ' .. name .. ' is not an integer percent 0..100'
-    elseif not c.priority then
-        return nil, 'priority "' .. prio .. '" of class ' .. name .. ' is not an integer -1000..1000'
-    elseif not c.wait then
-        return nil, 'wait "' .. wait .. '" of class ' .. name .. ' is not "-" or ms >= 0'
-    elseif not c.cap then
-        return nil, 'queue cap "' .. cap .. '" of class ' .. name .. ' is not "-" or an integer >= 0'
-    end
-    return c
-end
-
--- The implicit default class: what no defined class names is served as, share 0.
-local function implicit_default()
-    return {name = 'default', share = 0, priority = 0, wait = -1, cap = -1, implicit = true}
-end
-
--- A definition text: {aging, default (its name or ""), list (in order), by (name -> class), dflt
--- (the default class)}, or nil and what is wrong with it.
-local function parse_defs(text)
-    local d = {aging = 0, default = '', list = {}, by = {}}
-    local sum = 0
-    for part in string.gmatch(text or '', '[^;]+') do
-        local k, v = string.match(part, '^(%l+)=(.*)$')
-        if k == 'aging' then
-            d.aging = int_in(v, 0, 2 ^ 52)
-            if not d.aging then
-                return nil, 'aging "' .. v .. '" is not ms >= 0'
-            end
-        elseif k == 'default' then
-            if v ~= '' and not class_name_ok(v) then
-                return nil, 'default class "' .. v .. '" is not a class name'
-            end
-            d.default = v
-        elseif k then
-            return nil, 'unknown field "' .. k .. '"'
-        else
-            local c, err = parse_class(part)
-            if not c then
-                return nil, err
-            end
-            if d.by[c.name] then
-                return nil, 'class ' .. c.name .. ' is defined twice'
-            end
-            sum = sum + c.share
-            d.list[#d.list + 1] = c
-            d.by[c.name] = c
-        end
-    end
-    if sum > 100 then
-        return nil, 'the shares sum to ' .. sum .. '%, over 100%'
-    end
-    d.dflt = d.by[d.default] or d.by['default'] or implicit_default()
-    return d
-end
-
--- The definitions in force: the operator's if any, else those a worker shipped; nil when there
--- are none (no class and no aging bound: the semaphore behaves as it always did).
-local function effective_defs(operator, shipped)
-    local d = operator and parse_defs(operator)
-    local from_worker = false
-    if not d and shipped then
-        d, from_worker = parse_defs(shipped), true
-    end
-    if not d or (#d.list == 0 and d.aging == 0) then
-        return nil
-    end
-    d.shipped = from_worker
-    return d
-end
-
--- The class a tag is served as: the one it names, else (the tag "-", an untagged id, a class
--- since removed or never defined) the default class.
-local function class_of(d, tag)
-    return (tag and d.by[tag]) or d.dflt
-end
-
--- Class c's guarantee at limit L: floor(L * share / 100), at least 1 when its share is not 0.
-local function guarantee(c, L)
-    if c.share <= 0 then
-        return 0
-    end
-    return math.max(1, math.floor(L * c.share / 100))
-end
+-- Defined on first use, by load_classes (below): a script defines every function of its text on
+-- each call (a closure each, and garbage to collect), which the uncontended path (nobody queued,
+-- no classes defined, untagged ids) need not pay: 24 functions more cost about 4 us of script
+-- CPU per call. The paths that queue, grant from the queue, or meet classes or tags load them.
+-- One table, not a local each: every local a function uses is an upvalue its closure links at
+-- each call, and many cost as much as the functions themselves.
+local K = {}
+local load_classes
 
 -- The operator's controls of s (the limit override, nil when none; whether grants are stopped),
 -- its quarantine (ms left, 0 = none) and its class definitions (s.defs, nil when none), read once
@@ -401,7 +296,8 @@ local function controls(s, now)
         local c = redis.call('MGET', s.LIM, s.DRAIN, s.ERA, s.CLASSES, s.CLASSES_SEEN)
         s.override, s.drained = tonumber(c[1]) or false, c[2] ~= false
         if c[4] or c[5] then
-            s.defs = effective_defs(c[4], c[5])
+            load_classes()
+            s.defs = K.effective_defs(c[4], c[5])
         end
         era(s, c[3], now)
     end
@@ -445,18 +341,6 @@ local function cid_of(id)
     return string.match(id, '^[^./#]+')
 end
 
--- Who may pass a waiter's permits between its threads (local handover, see acquire.lua): the
--- process for an untagged id, the process and the shape "<cid>/<class>.<weight>" for a tagged one
--- (threads pass permits only to threads of the same class and weight).
-local function owner_of(id)
-    local tag, w = shape_of(id)
-    local cid = cid_of(id)
-    if tag and cid then
-        return cid .. '/' .. tag .. '.' .. w
-    end
-    return cid
-end
-
 -- Pushes msg to the wake list of process cid, on which its listener blocks (BLPOP); the list
 -- lives TTL ms after its last push.
 local function wake(cid, msg)
@@ -469,7 +353,8 @@ end
 -- empty the counts start over: a client of an older version, which removes waiters without
 -- counting, can only make them drift until then.
 local function unqueued(s, id)
-    local c = owner_of(id)
+    load_classes()
+    local c = K.owner_of(id)
     if c and redis.call('HINCRBY', s.OWN, c, -1) <= 0 then
         redis.call('HDEL', s.OWN, c)
     end
@@ -502,78 +387,304 @@ local function now_ms()
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- A key that an add of `added` members may have just created: give it a TTL unless it has one.
-local function expire_if_new(s, key, added)
-    if added > 0 and redis.call('ZCARD', key) == added then
-        expire_new(s, key)
-    end
-end
-
--- The tag's keys are in use: it joins the tags set (whose iteration finds them).
-local function note_tag(s, tag)
-    if redis.call('ZADD', s.TAGS, 0, tag) == 1 then
-        expire_new(s, s.TAGS)
-    end
-end
-
 -- Id holds a permit of w units until exp: w members of the holders (and of its tag's holders
 -- when tagged). units_before: ZCARD(holders) before, when the caller knows it.
 local function hold(s, id, w, exp, units_before)
-    on_units('ZADD', s.H, id, w, exp)
+    if w == 1 then
+        redis.call('ZADD', s.H, exp, id) -- the common case, without on_units' tables
+    else
+        on_units('ZADD', s.H, id, w, exp)
+    end
     if units_before == 0 then
         expire_new(s, s.H) -- the key is new
     end
     local tag = shape_of(id)
     if tag then
-        local hk = tag_holders(s, tag)
-        expire_if_new(s, hk, on_units('ZADD', hk, id, w, exp))
-        note_tag(s, tag)
+        load_classes()
+        local hk = K.tag_holders(s, tag)
+        K.expire_if_new(s, hk, on_units('ZADD', hk, id, w, exp))
+        K.note_tag(s, tag)
     end
 end
 
 -- Id's permit leaves the holders, all its units. Returns 1 if it was held, else 0.
 local function unhold(s, id)
     local tag, w = shape_of(id)
-    local n = on_units('ZREM', s.H, id, w)
+    local n = (w == 1) and redis.call('ZREM', s.H, id) or on_units('ZREM', s.H, id, w)
     if tag then
-        on_units('ZREM', tag_holders(s, tag), id, w)
+        load_classes()
+        on_units('ZREM', K.tag_holders(s, tag), id, w)
     end
     return n > 0 and 1 or 0
 end
 
--- Id's permit is renewed until exp (only the units still held: XX).
-local function renew_units(s, id, exp)
-    local tag, w = shape_of(id)
-    on_units('ZADD', s.H, id, w, exp, 'XX')
-    if tag then
-        on_units('ZADD', tag_holders(s, tag), id, w, exp, 'XX')
+-- The class machinery (see the declarations above controls()).
+load_classes = function()
+    if K.parse_defs then
+        return
     end
-end
-
--- Waiter id joins its tag's queue (a tagged id always; an untagged one, under "-", while classes
--- are defined), so that selection finds the head of each class in O(tags).
-local function queue_tag(s, id, ticket)
-    local tag = shape_of(id)
-    if tag or s.defs then
-        tag = tag or '-'
-        local qk = tag_queue(s, tag)
-        expire_if_new(s, qk, redis.call('ZADD', qk, ticket, id))
-        note_tag(s, tag)
+    K.class_name_ok = function(n)
+        return n ~= nil and #n >= 1 and #n <= 32 and n ~= '-' and string.match(n, '^[a-z0-9_%-]+$') ~= nil
     end
-end
 
--- Waiter id left the queue: it leaves its tag's queue too (where it may never have been: one
--- that queued untagged before classes were defined).
-local function unqueue_tag(s, id)
-    local tag = shape_of(id)
-    if tag or s.defs then
-        redis.call('ZREM', tag_queue(s, tag or '-'), id)
+    -- An integer in [lo, hi] from text, or nil; "-" is `none` when given.
+    K.int_in = function(text, lo, hi, none)
+        if none and text == '-' then
+            return none
+        end
+        local v = string.match(text or '', '^%-?%d+$') and tonumber(text)
+        if v and v >= lo and v <= hi then
+            return v
+        end
+        return nil
+    end
+
+    -- One class, "name:share:priority:wait_ms:cap": its record, or nil and what is wrong with it.
+    K.parse_class = function(text)
+        local name, share, prio, wait, cap = string.match(text, '^([^:]*):([^:]*):([^:]*):([^:]*):([^:]*)$')
+        if not name then
+            return nil, 'a class is name:share:priority:wait_ms:cap, not "' .. text .. '"'
+        end
+        if not K.class_name_ok(name) then
+            return nil, 'class name "' .. name .. '" is not 1 to 32 of [a-z0-9_-] (and not "-")'
+        end
+        local c = {name = name, share = K.int_in(share, 0, 100), priority = K.int_in(prio, -1000, 1000),
+            wait = K.int_in(wait, 0, 2 ^ 52, -1), cap = K.int_in(cap, 0, 2 ^ 52, -1)}
+        if not c.share then
+            return nil, 'share "' .. share .. '" of class ' .. name .. ' is not an integer percent 0..100'
+        elseif not c.priority then
+            return nil, 'priority "' .. prio .. '" of class ' .. name .. ' is not an integer -1000..1000'
+        elseif not c.wait then
+            return nil, 'wait "' .. wait .. '" of class ' .. name .. ' is not "-" or ms >= 0'
+        elseif not c.cap then
+            return nil, 'queue cap "' .. cap .. '" of class ' .. name .. ' is not "-" or an integer >= 0'
+        end
+        return c
+    end
+
+    -- The implicit default class: what no defined class names is served as, share 0.
+    K.implicit_default = function()
+        return {name = 'default', share = 0, priority = 0, wait = -1, cap = -1, implicit = true}
+    end
+
+    -- A definition text: {aging, default (its name or ""), list (in order), by (name -> class), dflt
+    -- (the default class)}, or nil and what is wrong with it.
+    K.parse_defs = function(text)
+        local d = {aging = 0, default = '', list = {}, by = {}}
+        local sum = 0
+        for part in string.gmatch(text or '', '[^;]+') do
+            local k, v = string.match(part, '^(%l+)=(.*)$')
+            if k == 'aging' then
+                d.aging = K.int_in(v, 0, 2 ^ 52)
+                if not d.aging then
+                    return nil, 'aging "' .. v .. '" is not ms >= 0'
+                end
+            elseif k == 'default' then
+                if v ~= '' and not K.class_name_ok(v) then
+                    return nil, 'default class "' .. v .. '" is not a class name'
+                end
+                d.default = v
+            elseif k then
+                return nil, 'unknown field "' .. k .. '"'
+            else
+                local c, err = K.parse_class(part)
+                if not c then
+                    return nil, err
+                end
+                if d.by[c.name] then
+                    return nil, 'class ' .. c.name .. ' is defined twice'
+                end
+                sum = sum + c.share
+                d.list[#d.list + 1] = c
+                d.by[c.name] = c
+            end
+        end
+        if sum > 100 then
+            return nil, 'the shares sum to ' .. sum .. '%, over 100%'
+        end
+        d.dflt = d.by[d.default] or d.by['default'] or K.implicit_default()
+        return d
+    end
+
+    -- The definitions in force: the operator's if any, else those a worker shipped; nil when there
+    -- are none (no class and no aging bound: the semaphore behaves as it always did).
+    K.effective_defs = function(operator, shipped)
+        local d = operator and K.parse_defs(operator)
+        local from_worker = false
+        if not d and shipped then
+            d, from_worker = K.parse_defs(shipped), true
+        end
+        if not d or (#d.list == 0 and d.aging == 0) then
+            return nil
+        end
+        d.shipped = from_worker
+        return d
+    end
+
+    -- The class a tag is served as: the one it names, else (the tag "-", an untagged id, a class
+    -- since removed or never defined) the default class.
+    K.class_of = function(d, tag)
+        return (tag and d.by[tag]) or d.dflt
+    end
+
+    -- Class c's guarantee at limit L: floor(L * share / 100), at least 1 when its share is not 0.
+    K.guarantee = function(c, L)
+        if c.share <= 0 then
+            return 0
+        end
+        return math.max(1, math.floor(L * c.share / 100))
+    end
+
+    -- A key that an add of `added` members may have just created: give it a TTL unless it has one.
+    K.expire_if_new = function(s, key, added)
+        if added > 0 and redis.call('ZCARD', key) == added then
+            expire_new(s, key)
+        end
+    end
+
+    -- The tag's keys are in use: it joins the tags set (whose iteration finds them).
+    K.note_tag = function(s, tag)
+        if redis.call('ZADD', s.TAGS, 0, tag) == 1 then
+            expire_new(s, s.TAGS)
+        end
+    end
+
+    -- Id's permit is renewed until exp (only the units still held: XX).
+    K.renew_units = function(s, id, exp)
+        local tag, w = shape_of(id)
+        on_units('ZADD', s.H, id, w, exp, 'XX')
+        if tag then
+            on_units('ZADD', K.tag_holders(s, tag), id, w, exp, 'XX')
+        end
+    end
+
+    -- What selection needs of s with classes defined: the units in use, and per class (by name) the
+    -- units held and the waiters queued, from the per-tag keys: O(tags). A tag whose keys are both
+    -- empty leaves the tags set.
+    K.class_state = function(s, d)
+        local st = {units = redis.call('ZCARD', s.H), held = {}, waiting = {}, tags = {}}
+        local tagged, others_waiting = 0, 0
+        for _, t in ipairs(redis.call('ZRANGE', s.TAGS, 0, -1)) do
+            local nh = redis.call('ZCARD', K.tag_holders(s, t))
+            local nq = redis.call('ZCARD', K.tag_queue(s, t))
+            if nh + nq == 0 then
+                redis.call('ZREM', s.TAGS, t)
+            else
+                st.tags[#st.tags + 1] = t
+                local c = K.class_of(d, t)
+                st.held[c.name] = (st.held[c.name] or 0) + nh
+                st.waiting[c.name] = (st.waiting[c.name] or 0) + nq
+                tagged = tagged + nh
+                if c ~= d.dflt then
+                    others_waiting = others_waiting + nq
+                end
+            end
+        end
+        -- untagged holders are the default class's, and so are waiters no tag queue has (queued
+        -- untagged before classes were defined)
+        local dn = d.dflt.name
+        st.held[dn] = (st.held[dn] or 0) + math.max(0, st.units - tagged)
+        st.waiting[dn] = math.max(st.waiting[dn] or 0, redis.call('ZCARD', s.Q) - others_waiting)
+        return st
+    end
+
+    -- The per-tag keys of s (see the top).
+    K.tag_queue = function(s, tag)
+        return s.Q .. ':' .. tag
+    end
+    K.tag_holders = function(s, tag)
+        return s.H .. ':' .. tag
+    end
+
+    -- Who may pass a waiter's permits between its threads (local handover, see acquire.lua): the
+    -- process for an untagged id, the process and the shape "<cid>/<class>.<weight>" for a tagged one
+    -- (threads pass permits only to threads of the same class and weight).
+    K.owner_of = function(id)
+        local tag, w = shape_of(id)
+        local cid = cid_of(id)
+        if tag and cid then
+            return cid .. '/' .. tag .. '.' .. w
+        end
+        return cid
+    end
+
+    -- Waiter id joins its tag's queue (a tagged id always; an untagged one, under "-", while classes
+    -- are defined), so that selection finds the head of each class in O(tags).
+    K.queue_tag = function(s, id, ticket)
+        local tag = shape_of(id)
+        if tag or s.defs then
+            tag = tag or '-'
+            local qk = K.tag_queue(s, tag)
+            K.expire_if_new(s, qk, redis.call('ZADD', qk, ticket, id))
+            K.note_tag(s, tag)
+        end
+    end
+
+    -- Waiter id left the queue: it leaves its tag's queue too (where it may never have been: one
+    -- that queued untagged before classes were defined).
+    K.unqueue_tag = function(s, id)
+        local tag = shape_of(id)
+        if tag or s.defs then
+            redis.call('ZREM', K.tag_queue(s, tag or '-'), id)
+        end
+    end
+
+    -- The waiter to serve next (docs/design.md, "Classes and weights"): {id, cls, aged}, or nil.
+    -- Without classes: the head of the queue. With them: the head if it has waited the aging bound,
+    -- else among the head of each tag's queue, the main queue's head and the newcomer (acquire.lua:
+    -- {id}, ranked last in its class), the one that minimises (tier, -priority, ticket), tier 0 when
+    -- its class holds fewer units than its guarantee.
+    K.choose = function(s, d, st, now, newcomer)
+        local mh = redis.call('ZRANGE', s.Q, 0, 0, 'WITHSCORES')
+        if not d then
+            if mh[1] then
+                return {id = mh[1]}
+            end
+            return newcomer
+        end
+        if mh[1] and d.aging > 0 then
+            local info = redis.call('HGET', s.INFO, mh[1])
+            local since = tonumber(info and string.match(info, '^(%d+) ') or '')
+            if since and now - since >= d.aging then
+                return {id = mh[1], cls = K.class_of(d, (shape_of(mh[1]))), aged = true}
+            end
+        end
+        local best, bt, bp, bk
+        local function consider(id, ticket)
+            local c = K.class_of(d, (shape_of(id)))
+            local tier = ((st.held[c.name] or 0) < K.guarantee(c, s.override or limit_of(id))) and 0 or 1
+            if not best or tier < bt or (tier == bt and (c.priority > bp or (c.priority == bp and ticket < bk))) then
+                best, bt, bp, bk = {id = id, cls = c}, tier, c.priority, ticket
+            end
+        end
+        if mh[1] then
+            consider(mh[1], tonumber(mh[2]))
+        end
+        for _, t in ipairs(st.tags) do
+            local qk = K.tag_queue(s, t)
+            for _ = 1, 8 do
+                local h = redis.call('ZRANGE', qk, 0, 0, 'WITHSCORES')
+                if not h[1] then
+                    break
+                end
+                if redis.call('ZSCORE', s.Q, h[1]) then
+                    consider(h[1], tonumber(h[2]))
+                    break
+                end
+                redis.call('ZREM', qk, h[1]) -- a ghost: it left the queue by a path that missed this
+            end
+        end
+        if newcomer then
+            consider(newcomer.id, math.huge)
+        end
+        return best
     end
 end
 
 local function reap(s, now)
     local dead = redis.call('ZRANGEBYSCORE', s.H, '-inf', now, 'LIMIT', 0, REAP_BATCH)
     if #dead > 0 then
+        load_classes()
         redis.call('ZREM', s.H, unpack(dead))
         -- the permits themselves (not their other units) are counted and remembered
         local permits, by_tag = {}, {}
@@ -588,7 +699,7 @@ local function reap(s, now)
             end
         end
         for tag, members in pairs(by_tag) do
-            redis.call('ZREM', tag_holders(s, tag), unpack(members))
+            redis.call('ZREM', K.tag_holders(s, tag), unpack(members))
         end
         if #permits > 0 then
             redis.call('HDEL', s.INFO, unpack(permits))
@@ -599,98 +710,18 @@ local function reap(s, now)
     end
     local gone = redis.call('ZRANGEBYSCORE', s.W, '-inf', now, 'LIMIT', 0, REAP_BATCH)
     if #gone > 0 then
+        load_classes()
         redis.call('ZREM', s.W, unpack(gone))
         note_gone(s, now, gone, now + 2 * LEASE)
         for _, id in ipairs(gone) do
             if redis.call('ZREM', s.Q, id) == 1 then
                 unqueued(s, id)
             end
-            redis.call('ZREM', tag_queue(s, shape_of(id) or '-'), id)
+            redis.call('ZREM', K.tag_queue(s, shape_of(id) or '-'), id)
         end
         redis.call('HDEL', s.INFO, unpack(gone))
     end
     return #dead
-end
-
--- What selection needs of s with classes defined: the units in use, and per class (by name) the
--- units held and the waiters queued, from the per-tag keys: O(tags). A tag whose keys are both
--- empty leaves the tags set.
-local function class_state(s, d)
-    local st = {units = redis.call('ZCARD', s.H), held = {}, waiting = {}, tags = {}}
-    local tagged, others_waiting = 0, 0
-    for _, t in ipairs(redis.call('ZRANGE', s.TAGS, 0, -1)) do
-        local nh = redis.call('ZCARD', tag_holders(s, t))
-        local nq = redis.call('ZCARD', tag_queue(s, t))
-        if nh + nq == 0 then
-            redis.call('ZREM', s.TAGS, t)
-        else
-            st.tags[#st.tags + 1] = t
-            local c = class_of(d, t)
-            st.held[c.name] = (st.held[c.name] or 0) + nh
-            st.waiting[c.name] = (st.waiting[c.name] or 0) + nq
-            tagged = tagged + nh
-            if c ~= d.dflt then
-                others_waiting = others_waiting + nq
-            end
-        end
-    end
-    -- untagged holders are the default class's, and so are waiters no tag queue has (queued
-    -- untagged before classes were defined)
-    local dn = d.dflt.name
-    st.held[dn] = (st.held[dn] or 0) + math.max(0, st.units - tagged)
-    st.waiting[dn] = math.max(st.waiting[dn] or 0, redis.call('ZCARD', s.Q) - others_waiting)
-    return st
-end
-
--- The waiter to serve next (docs/design.md, "Classes and weights"): {id, cls, aged}, or nil.
--- Without classes: the head of the queue. With them: the head if it has waited the aging bound,
--- else among the head of each tag's queue, the main queue's head and the newcomer (acquire.lua:
--- {id}, ranked last in its class), the one that minimises (tier, -priority, ticket), tier 0 when
--- its class holds fewer units than its guarantee.
-local function choose(s, d, st, now, newcomer)
-    local mh = redis.call('ZRANGE', s.Q, 0, 0, 'WITHSCORES')
-    if not d then
-        if mh[1] then
-            return {id = mh[1]}
-        end
-        return newcomer
-    end
-    if mh[1] and d.aging > 0 then
-        local info = redis.call('HGET', s.INFO, mh[1])
-        local since = tonumber(info and string.match(info, '^(%d+) ') or '')
-        if since and now - since >= d.aging then
-            return {id = mh[1], cls = class_of(d, (shape_of(mh[1]))), aged = true}
-        end
-    end
-    local best, bt, bp, bk
-    local function consider(id, ticket)
-        local c = class_of(d, (shape_of(id)))
-        local tier = ((st.held[c.name] or 0) < guarantee(c, s.override or limit_of(id))) and 0 or 1
-        if not best or tier < bt or (tier == bt and (c.priority > bp or (c.priority == bp and ticket < bk))) then
-            best, bt, bp, bk = {id = id, cls = c}, tier, c.priority, ticket
-        end
-    end
-    if mh[1] then
-        consider(mh[1], tonumber(mh[2]))
-    end
-    for _, t in ipairs(st.tags) do
-        local qk = tag_queue(s, t)
-        for _ = 1, 8 do
-            local h = redis.call('ZRANGE', qk, 0, 0, 'WITHSCORES')
-            if not h[1] then
-                break
-            end
-            if redis.call('ZSCORE', s.Q, h[1]) then
-                consider(h[1], tonumber(h[2]))
-                break
-            end
-            redis.call('ZREM', qk, h[1]) -- a ghost: it left the queue by a path that missed this
-        end
-    end
-    if newcomer then
-        consider(newcomer.id, math.huge)
-    end
-    return best
 end
 
 -- The units a permit of id takes at limit L: its weight, cut to L (the command then runs alone);
@@ -716,10 +747,11 @@ local function pump(s, now)
     if drained or q > 0 then
         return 0 -- in quarantine no grant is made
     end
+    load_classes()
     local d = s.defs
-    local st = d and class_state(s, d) or {units = redis.call('ZCARD', s.H)}
+    local st = d and K.class_state(s, d) or {units = redis.call('ZCARD', s.H)}
     while true do
-        local pick = choose(s, d, st, now, nil)
+        local pick = K.choose(s, d, st, now, nil)
         if not pick then
             break
         end
@@ -731,7 +763,7 @@ local function pump(s, now)
         local exp = tonumber(redis.call('ZSCORE', s.W, head)) or (now + LEASE)
         redis.call('ZREM', s.Q, head)
         redis.call('ZREM', s.W, head)
-        unqueue_tag(s, head)
+        K.unqueue_tag(s, head)
         unqueued(s, head)
         hold(s, head, w, exp, st.units)
         st.units = st.units + w
@@ -770,16 +802,30 @@ local function touch(s, force)
     if not force and t ~= -2 and t >= TTL / 2 then
         return
     end
+    load_classes()
     local keys = {s.H, s.Q, s.W, s.SEQ, s.SEEN, s.INFO, s.STATS, s.OWN, s.CLASSES_SEEN, s.TAGS}
+    local per_tag_at = #keys + 1
     for _, t in ipairs(redis.call('ZRANGE', s.TAGS, 0, -1)) do
-        keys[#keys + 1] = tag_queue(s, t)
-        keys[#keys + 1] = tag_holders(s, t)
+        keys[#keys + 1] = K.tag_queue(s, t)
+        keys[#keys + 1] = K.tag_holders(s, t)
     end
+    -- (a tag whose two keys are gone leaves the tags set below: PTTL -2 for both)
+    local gone_tags = {}
+    local missing = {}
     for _, k in ipairs(keys) do
         local kt = redis.call('PTTL', k)
         if kt ~= -2 and kt < TTL then
             redis.call('PEXPIRE', k, TTL)
         end
+        missing[k] = kt == -2
+    end
+    for i = per_tag_at, #keys, 2 do
+        if missing[keys[i]] and missing[keys[i + 1]] then
+            gone_tags[#gone_tags + 1] = string.sub(keys[i], #s.Q + 2)
+        end
+    end
+    if #gone_tags > 0 then
+        redis.call('ZREM', s.TAGS, unpack(gone_tags))
     end
     redis.call('PEXPIRE', s.ERA, ERA_TTL)
 end

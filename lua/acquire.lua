@@ -17,8 +17,11 @@ local shipped = ARGV[14] or ''
 local now = now_ms()
 -- A worker's default definitions become every worker's while the operator has none: written when
 -- they differ from what is there (and are valid), with the TTL of the pool's other keys.
-if shipped ~= '' and redis.call('GET', S.CLASSES_SEEN) ~= shipped and parse_defs(shipped) then
-    redis.call('SET', S.CLASSES_SEEN, shipped, 'PX', floor_ttl(S))
+if shipped ~= '' and redis.call('GET', S.CLASSES_SEEN) ~= shipped then
+    load_classes()
+    if K.parse_defs(shipped) then
+        redis.call('SET', S.CLASSES_SEEN, shipped, 'PX', floor_ttl(S))
+    end
 end
 reap(S, now)
 pump(S, now)
@@ -44,12 +47,23 @@ end
 -- limit (it then runs alone).
 local override, drained, q = controls(S, now)
 local d = S.defs
-local cls = d and class_of(d, (shape_of(id)))
+local cls = d and K.class_of(d, (shape_of(id)))
 local klass, cwait, ccap = cls and cls.name or false, cls and cls.wait or -1, cls and cls.cap or -1
 local L = override or limit
 local w, clamped = units_at(id, L)
 local holders = redis.call('ZCARD', S.H)
-local function grant_now()
+local waiting = redis.call('ZCARD', S.Q)
+local fits = not drained and q == 0 and holders + w <= L
+local grant = fits and waiting == 0
+local st
+if d and waiting > 0 then
+    st = K.class_state(S, d)
+    if fits then
+        local pick = K.choose(S, d, st, now, {id = id})
+        grant = pick ~= nil and pick.id == id
+    end
+end
+if grant then
     hold(S, id, w, now + LEASE, holders)
     note_who(S, id, now, who)
     count(S, 'grants')
@@ -57,22 +71,10 @@ local function grant_now()
         count(S, 'clamped')
     end
     touch(S, fresh)
-    return {1, holders + w, 0, seen, tonumber(redis.call('GET', S.SEQ) or '0'), 0, 0, false, klass,
-        cwait, ccap}
-end
-local waiting = redis.call('ZCARD', S.Q)
-if not drained and q == 0 and waiting == 0 and holders + w <= L then
-    return grant_now()
-end
-local st
-if d and waiting > 0 then
-    st = class_state(S, d)
-    if not drained and q == 0 and holders + w <= L then
-        local pick = choose(S, d, st, now, {id = id})
-        if pick and pick.id == id then
-            return grant_now()
-        end
-    end
+    -- the queue length: 0, or the waiters a class under its guarantee was granted past (its
+    -- process must not keep the permit idle while they wait)
+    return {1, holders + w, waiting, seen, tonumber(redis.call('GET', S.SEQ) or '0'), 0, 0, false,
+        klass, cwait, ccap}
 end
 if try_only then
     count(S, 'refused')
@@ -106,9 +108,10 @@ if redis.call('ZCARD', S.Q) == 0 and holders > 0 then
         end
     end
 end
+load_classes() -- the queueing path's functions
 local ticket = redis.call('INCR', S.SEQ)
 redis.call('ZADD', S.Q, ticket, id)
-queue_tag(S, id, ticket)
+K.queue_tag(S, id, ticket)
 redis.call('ZADD', S.W, now + LEASE, id)
 note_who(S, id, now, who)
 count(S, 'queued')
@@ -125,7 +128,7 @@ expire_new(S, S.W)
 -- those that come after it. One push per change of owner, O(1) per call.
 -- With classes or weights the owner is the process and the waiter's shape (owner_of): a waiter of
 -- another class or weight, of the same process too, ends it like a foreign one.
-local owner = owner_of(id)
+local owner = K.owner_of(id)
 local mine = redis.call('HINCRBY', S.OWN, owner, 1)
 if mine == 1 then
     expire_new(S, S.OWN)

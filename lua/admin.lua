@@ -42,12 +42,13 @@ elseif op == 'class_set' or op == 'class_clear' or op == 'aging' then
     local function refuse(why)
         return redis.error_reply('ERR dbthrottle: ' .. why)
     end
+    load_classes()
     -- the operator's own definitions (not a worker's shipped ones), started afresh if unreadable
-    local d = parse_defs(redis.call('GET', S.CLASSES) or '') or parse_defs('')
+    local d = K.parse_defs(redis.call('GET', S.CLASSES) or '') or K.parse_defs('')
     if op == 'class_set' then
         local text, is_default = string.match(arg, '^(.*):default$')
         is_default = text ~= nil
-        local c, err = parse_class(text or arg)
+        local c, err = K.parse_class(text or arg)
         if not c then
             return refuse(err)
         end
@@ -63,7 +64,7 @@ elseif op == 'class_set' or op == 'class_clear' or op == 'aging' then
             d.default = c.name
         end
     elseif op == 'class_clear' and arg == '*' then
-        d = parse_defs('')
+        d = K.parse_defs('')
     elseif op == 'class_clear' then
         if not d.by[arg] then
             return refuse('no class "' .. tostring(arg) .. '" is defined by the operator')
@@ -78,7 +79,7 @@ elseif op == 'class_set' or op == 'class_clear' or op == 'aging' then
             d.default = ''
         end
     else
-        d.aging = int_in(arg, 0, 2 ^ 52)
+        d.aging = K.int_in(arg, 0, 2 ^ 52)
         if not d.aging then
             return refuse('aging "' .. tostring(arg) .. '" is not ms >= 0')
         end
@@ -92,7 +93,7 @@ elseif op == 'class_set' or op == 'class_clear' or op == 'aging' then
             ':' .. none(c.cap)
     end
     local text = table.concat(parts, ';')
-    local ok, err = parse_defs(text)
+    local ok, err = K.parse_defs(text)
     if not ok then
         return refuse(err)
     end

@@ -3,6 +3,7 @@
 -- permit is given back and passed on to the next waiter, -1 = unknown (expired or done).
 local id = ARGV[10]
 local now = now_ms()
+load_classes() -- tag_queue, owner_of
 note_gone(S, now, {id}, now + QMS) -- as release.lua
 local result = -1
 if redis.call('ZREM', S.Q, id) == 1 then
@@ -13,7 +14,7 @@ elseif unhold(S, id) == 1 then
 end
 if result ~= 1 then
     -- and its tag's queue ("-" for an untagged one: it queued there if classes were defined)
-    redis.call('ZREM', tag_queue(S, shape_of(id) or '-'), id)
+    redis.call('ZREM', K.tag_queue(S, shape_of(id) or '-'), id)
 end
 redis.call('ZREM', S.W, id)
 redis.call('HDEL', S.INFO, id)

@@ -19,6 +19,7 @@
 -- data was lost: the semaphore enters a quarantine, and the id is re-asserted.
 -- Where the arguments after the common ones start: the four counts, then the ids.
 local COUNTS_AT = 10 -- ARGV[10..13]: query holders, query waiters, connection holders, waiters
+load_classes() -- renew_units
 local IDS_AT = COUNTS_AT + 4
 local now = now_ms()
 local exp = now + LEASE
@@ -46,7 +47,7 @@ local function renew_holders(s, n)
     for i = at, at + n - 1 do
         local id = ARGV[i]
         if redis.call('ZSCORE', s.H, id) then
-            renew_units(s, id, exp)
+            K.renew_units(s, id, exp)
         else
             -- "e:ID" / "x:ID" when the operator evicted it (and asked for its command's cancel)
             local ev = redis.call('HGET', s.INFO, 'evicted:' .. id)
@@ -81,7 +82,7 @@ local function renew_waiters(s, n)
             redis.call('ZADD', s.W, 'XX', exp, id)
         elseif redis.call('ZSCORE', s.H, id) then
             -- granted (the grant is on its way, or was lost): renew it as a holder, and say so
-            renew_units(s, id, exp)
+            K.renew_units(s, id, exp)
             granted_w[#granted_w + 1] = id
         elseif TOKEN ~= '' and not left_lately(s, id) then
             -- its place was lost with the state (it neither expired nor left): queued again, at
@@ -91,9 +92,9 @@ local function renew_waiters(s, n)
             end
             local ticket = redis.call('INCR', s.SEQ)
             redis.call('ZADD', s.Q, ticket, id)
-            queue_tag(s, id, ticket)
+            K.queue_tag(s, id, ticket)
             redis.call('ZADD', s.W, exp, id)
-            local owner = owner_of(id)
+            local owner = K.owner_of(id)
             if owner and redis.call('HINCRBY', s.OWN, owner, 1) == 1 then
                 expire_new(s, s.OWN)
             end

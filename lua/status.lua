@@ -11,6 +11,7 @@
 -- seen), units held, waiters, oldest wait ms, 1 for the default class}}; {0, 0} without classes.
 -- Entries whose lease ran out are left out.
 local max = tonumber(ARGV[10]) or 0
+load_classes()
 local now = now_ms()
 local function info_of(s, id)
     return redis.call('HGET', s.INFO, id) or ''
@@ -29,12 +30,12 @@ local function classes(s, d, L)
     local st = {units = redis.call('ZCARD', s.H), held = {}, waiting = {}, oldest = {}}
     local tagged, others_waiting = 0, 0
     for _, t in ipairs(redis.call('ZRANGE', s.TAGS, 0, -1)) do
-        local c = class_of(d, t).name
-        local nh = redis.call('ZCARD', tag_holders(s, t))
-        local nq = redis.call('ZCARD', tag_queue(s, t))
+        local c = K.class_of(d, t).name
+        local nh = redis.call('ZCARD', K.tag_holders(s, t))
+        local nq = redis.call('ZCARD', K.tag_queue(s, t))
         st.held[c] = (st.held[c] or 0) + nh
         st.waiting[c] = (st.waiting[c] or 0) + nq
-        st.oldest[c] = math.max(st.oldest[c] or 0, head_wait(s, tag_queue(s, t)))
+        st.oldest[c] = math.max(st.oldest[c] or 0, head_wait(s, K.tag_queue(s, t)))
         tagged = tagged + nh
         if c ~= d.dflt.name then
             others_waiting = others_waiting + nq
@@ -44,7 +45,7 @@ local function classes(s, d, L)
     st.held[dn] = (st.held[dn] or 0) + math.max(0, st.units - tagged)
     st.waiting[dn] = math.max(st.waiting[dn] or 0, redis.call('ZCARD', s.Q) - others_waiting)
     local main = redis.call('ZRANGE', s.Q, 0, 0)[1]
-    if main and class_of(d, (shape_of(main))) == d.dflt then
+    if main and K.class_of(d, (shape_of(main))) == d.dflt then
         st.oldest[dn] = math.max(st.oldest[dn] or 0, head_wait(s, s.Q))
     end
     local out = {d.aging, d.shipped and 1 or 0}
@@ -56,7 +57,7 @@ local function classes(s, d, L)
         list[#list + 1] = d.dflt
     end
     for _, c in ipairs(list) do
-        out[#out + 1] = {c.name, c.share, c.priority, c.wait, c.cap, guarantee(c, L),
+        out[#out + 1] = {c.name, c.share, c.priority, c.wait, c.cap, K.guarantee(c, L),
             st.held[c.name] or 0, st.waiting[c.name] or 0, st.oldest[c.name] or 0,
             (c == d.dflt) and 1 or 0}
     end
@@ -109,7 +110,7 @@ local function snapshot(s)
     end
     return {c[1] or false, c[2] or false, c[3] and 1 or 0, redis.call('ZCOUNT', s.H, now, '+inf'),
         redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS),
-        qleft, why, classes(s, effective_defs(c[5], c[6]), tonumber(c[2]) or tonumber(c[1]) or 0)}
+        qleft, why, classes(s, K.effective_defs(c[5], c[6]), tonumber(c[2]) or tonumber(c[1]) or 0)}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).

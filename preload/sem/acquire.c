@@ -510,8 +510,10 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
         if (st == ACQ_SENT_QUEUED)
             p->st.waits++;
         /* Granted with nobody queued: permits may be kept again, unless a revoke given after
-         * this grant was read first (never undone). From the queue: not. */
-        p->contended[a->kind] = st == ACQ_SENT_QUEUED || revoked_since(p, a->kind, a->ticket);
+         * this grant was read first (never undone). From the queue: not; nor granted at once past
+         * waiters (a class under its guarantee: acquire.lua's queue length is theirs). */
+        p->contended[a->kind] =
+            st == ACQ_SENT_QUEUED || a->queue > 0 || revoked_since(p, a->kind, a->ticket);
         dbt_renewer_ensure(p);
         pthread_mutex_unlock(&p->mu);
         return NEXT_GRANTED;

@@ -389,7 +389,9 @@ Test(classes, a_newcomer_under_its_guarantee_passes_a_heavy_waiter_that_does_not
     for (int i = 1; i <= 3; i++)
         cr_assert_eq(acq(tid(i, "batch", 1, 4), 4), DBT_ACQUIRE_GRANTED);
     cr_assert_eq(acq(tid(4, "batch", 4, 4), 4), DBT_ACQUIRE_QUEUED);
-    cr_expect_eq(acq(tid(5, "interactive", 1, 4), 4), DBT_ACQUIRE_GRANTED);
+    dbt_acquire_reply r = acquire_with(tid(5, "interactive", 1, 4), 4, false, NULL);
+    cr_expect_eq(r.status, DBT_ACQUIRE_GRANTED);
+    cr_expect_eq(r.queue, 1, "granted past a waiter: the reply must say one waits (%lld)", r.queue);
     cr_expect_eq(units(), 4);
     /* another batch newcomer ranks behind the heavy batch waiter: it queues */
     cr_expect_eq(acq(tid(6, "batch", 1, 4), 4), DBT_ACQUIRE_QUEUED);
