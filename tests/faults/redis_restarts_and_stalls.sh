@@ -50,8 +50,15 @@ for mode in open closed; do
     recovered=$(max_conc $app)
     recovered_n=$(probes $app)
     for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
-    crashed=0
-    for p in $spawned_list; do wait "$p" || crashed=$((crashed + 1)); done
+    crashed=0 how=
+    for p in $spawned_list; do
+        wait "$p" && continue
+        st=$?
+        crashed=$((crashed + 1))
+        # a status over 128 is a signal's: say which, and what the worker wrote last
+        how="$how pid $p exit $st$([ $st -gt 128 ] && echo " (signal $((st - 128)))");"
+        grep "pid=$p " "$work/workers.err" | tail -3 | sed 's/^/# worker: /'
+    done
     spawned_list=
     lines=$(cat "$work"/c2.$mode.* | grep -c "^pid=")
     worst=$(max_field max_call_ms "$work"/c2.$mode.*)
@@ -59,7 +66,7 @@ for mode in open closed; do
     errn=$(sum_field err "$work"/c2.$mode.*)
     codes=$(cat "$work"/c2.$mode.* | sed 's/.*codes=//' | tr ',' '\n' | grep -v '^-$' | cut -d: -f1 | sort -u | tr '\n' ' ')
     info "$mode: $okn probes ran, $errn refused (SQLSTATE $codes), snapshots held $rdb_keys (RDB) and $aof_keys (AOF) keys"
-    check "redis_restarts_and_stalls ($mode): all 16 workers ran to the end and exited cleanly ($lines reports, $crashed bad exits)" '[ "$lines" -eq 16 ] && [ "$crashed" -eq 0 ]'
+    check "redis_restarts_and_stalls ($mode): all 16 workers ran to the end and exited cleanly ($lines reports, $crashed bad exits$how)" '[ "$lines" -eq 16 ] && [ "$crashed" -eq 0 ]'
     # A wait outlives failed renewals while its place is valid in Redis: it ends at the first
     # renewal that fails (after REDIS_TIMEOUT) once no renewal was accepted for a whole lease.
     # Bound: lease + lease/3 + REDIS_TIMEOUT, plus 300 ms of slack. A restart (another run_id)
