@@ -596,3 +596,30 @@ Test(classes, status_reports_each_class)
     cr_expect_eq(ba->cap, 10);
     dbt_status_free(&s);
 }
+
+/* ---- found in review ------------------------------------------------------------------------ */
+
+/* Untagged waiters queued while classes were defined sit in the "-" tag queue too; granted after
+ * the operator cleared every class (FIFO, no definitions), they must leave it as well: else,
+ * once classes are defined again, they count as waiters of the default class (its queue cap
+ * refuses a command although one waiter waits, and status shows them). */
+Test(classes, untagged_waiters_granted_without_classes_leave_the_tag_queue)
+{
+    define("aging=0;default=;interactive:50:0:-:-");
+    cr_assert_eq(acq(tid(1, NULL, 1, 1), 1), DBT_ACQUIRE_GRANTED);
+    for (int i = 2; i <= 21; i++)
+        cr_assert_eq(acq(tid(i, NULL, 1, 1), 1), DBT_ACQUIRE_QUEUED, "waiter %d", i);
+    cr_assert_eq(test_redis_int(&fx_redis, "ZCARD " P "queue:-"), 20);
+    must_admin(DBT_ADMIN_CLASS_CLEAR, "*");
+    for (int i = 1; i <= 20; i++)
+        rel(tid(i, NULL, 1, 1)); /* each release grants the next, FIFO */
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "queue"), 0);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "queue:-"), 0,
+                 "granted waiters left behind in the tag queue: %lld",
+                 test_redis_int(&fx_redis, "ZCARD " P "queue:-"));
+    /* classes again, the default class capped at 5: one waiter queued, a second must queue too */
+    must_admin(DBT_ADMIN_CLASS_SET, "web:50:0:-:5:default");
+    cr_assert_eq(acq(tid(30, NULL, 1, 1), 1), DBT_ACQUIRE_QUEUED);
+    cr_expect_eq(acq(tid(31, NULL, 1, 1), 1), DBT_ACQUIRE_QUEUED,
+                 "refused by a cap of 5 with one waiter queued");
+}
