@@ -2,6 +2,7 @@
  * class and the weight (the 5-part form Redis holds), and a permit passes from thread to thread
  * of a process (local handover) only to a waiter of the same shape. Read from Redis' holders and
  * from the ids the waiters end up with. */
+#include "pool_types.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>
@@ -131,4 +132,27 @@ Test(class_client, handover_only_to_a_waiter_of_the_same_class, .init = fx_redis
 Test(class_client, handover_within_a_class_still_works, .init = fx_redis_start, .fini = fx_stop)
 {
     pass_on("x", "x", true);
+}
+
+/* The 5-part id is whole whatever its parts' lengths: a class name of 32 characters, a serial of
+ * a long-lived process, a two-digit weight and a three-digit limit. Cut short, the id would name
+ * another limit (or none), and Redis would count the permit by the wrong weight. */
+Test(class_client, a_long_id_is_not_cut, .init = fx_redis_start, .fini = fx_stop)
+{
+    dbt_client *c = fx_client(NULL);
+    dbt_pool *p = dbt_client_pool(c, "cl");
+    atomic_store(&c->serial, 123456789); /* as after 123 million commands */
+    const char *klass = "abcdefghijklmnopqrstuvwxyz012345";
+    dbt_acquire_opts heavy = {.limit = 500, .wait_ms = 5000, .klass = klass, .weight = 12};
+    dbt_permit *a;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &heavy, &a), DBT_ACQ_GRANTED);
+    char k[33];
+    int w = 0, l = 0;
+    cr_expect(dbt_parse_id_shape(dbt_permit_id(a), k, &w, &l), "%s", dbt_permit_id(a));
+    cr_expect_str_eq(k, klass);
+    cr_expect_eq(w, 12, "weight %d in %s", w, dbt_permit_id(a));
+    cr_expect_eq(l, 500, "limit %d in %s", l, dbt_permit_id(a));
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", HOLDERS), 12, "Redis holds %lld units",
+                 test_redis_int(&fx_redis, "ZCARD %s", HOLDERS));
+    dbt_release(a);
 }
