@@ -196,6 +196,7 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
     }
     pthread_mutex_lock(&p->mu);
     s->t_renewed_us = sent;
+    s->class_wait_ms = reply.class_wait_ms;
     if (reply.status == DBT_ACQUIRE_QUEUED)
         dbt_handover_verdict(p, s->kind, (uint64_t)reply.ticket, reply.sole);
     pthread_mutex_unlock(&p->mu);
@@ -396,6 +397,7 @@ static struct dbt_slot *new_slot(acquire_run *a)
     s->kind = a->kind;
     s->limit = o->limit > 0 ? o->limit : 1;
     s->weight = o->weight > 1 ? o->weight : 1;
+    s->class_wait_ms = -1;
     snprintf(s->klass, sizeof s->klass, "%s",
              o->klass && o->klass[0] ? o->klass
              : s->weight > 1         ? "-"
@@ -430,6 +432,7 @@ static struct dbt_slot *begin_slot(acquire_run *a)
     if (orphan) {
         memcpy(s->id, orphan->id, sizeof s->id);
         s->t_renewed_us = orphan->t_renewed_us;
+        s->class_wait_ms = orphan->class_wait_ms;
         if (dbt_recycle_slot(p, orphan))
             orphan = NULL; /* kept for a later acquire; else freed by the caller, unlocked */
         s->adopted = true;
@@ -453,6 +456,9 @@ static acq_sent send_or_adopt(acquire_run *a)
     if (a->s->adopted) {
         a->s->adopted = false;
         dbt_free_slot(orphan); /* NULL when recycled */
+        /* the class's wait, as the place's acquire reply said it (see below) */
+        if (a->s->class_wait_ms >= 0)
+            a->deadline = a->start + a->s->class_wait_ms * 1000;
         return ACQ_SENT_QUEUED;
     }
     a->class_wait_ms = -1;

@@ -78,6 +78,9 @@ struct dbt_slot {
      * units it takes. Local handover and kept permits pass a permit only to the same shape. */
     char klass[33];
     int weight;
+    /* Its class's wait (ms; -1 none), from acquire.lua's reply: a thread that adopts this place
+     * (no reply of its own) waits by it too (same shape, same class). */
+    long long class_wait_ms;
     int efd;          /* eventfd written when the state changes or the listener role passes; -1 if
                        * the caller does not wait */
     dbt_waker *waker; /* the caller's, while efd is published in it */
