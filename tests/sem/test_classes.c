@@ -623,3 +623,19 @@ Test(classes, untagged_waiters_granted_without_classes_leave_the_tag_queue)
     cr_expect_eq(acq(tid(31, NULL, 1, 1), 1), DBT_ACQUIRE_QUEUED,
                  "refused by a cap of 5 with one waiter queued");
 }
+
+/* An evict naming one of a weighted permit's unit members ("id#2", as ZRANGE of the holders
+ * shows them) evicts the permit, all its units: never a unit alone (the permit would run on with
+ * fewer units counted than it takes, and its process would never learn of the eviction). */
+Test(classes, evict_of_a_unit_member_evicts_the_whole_permit)
+{
+    const char *big = tid(1, "batch", 3, 3);
+    cr_assert_eq(acq(big, 3), DBT_ACQUIRE_GRANTED);
+    char unit[96];
+    snprintf(unit, sizeof unit, "%s#2", big);
+    must_admin(DBT_ADMIN_EVICT, unit);
+    cr_expect_eq(units(), 0, "%lld units left held", units());
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "holders:batch"), 0);
+    cr_expect_eq(acq(tid(2, "batch", 1, 3), 3), DBT_ACQUIRE_GRANTED);
+    cr_expect_eq(units(), 1);
+}
