@@ -621,12 +621,11 @@ load_classes = function()
     end
 
     -- Waiter id left the queue: it leaves its tag's queue too (where it may never have been: one
-    -- that queued untagged before classes were defined).
+    -- that queued untagged before classes were defined). An untagged one whatever the definitions
+    -- now: one that queued while classes were defined is under "-" even after they were cleared
+    -- (left there, it would count as a waiter of the default class once they are defined again).
     K.unqueue_tag = function(s, id)
-        local tag = shape_of(id)
-        if tag or s.defs then
-            redis.call('ZREM', K.tag_queue(s, tag or '-'), id)
-        end
+        redis.call('ZREM', K.tag_queue(s, shape_of(id) or '-'), id)
     end
 
     -- The waiter to serve next (docs/design.md, "Classes and weights"): {id, cls, aged}, or nil.

@@ -4,7 +4,8 @@
 --   clear    the override goes; each caller's own limit applies again
 --   drain    no grant is made (waiters wait) until resume
 --   resume   grants again, at once for the waiters that fit
---   evict ID frees one held permit by hand and passes it on; its process, at its next renewal,
+--   evict ID frees one held permit by hand (all its units; ID may name one, "id#k") and passes
+--            it on; its process, at its next renewal,
 --            learns that it was evicted (the field "evicted:ID" of info, 'e', which renew.lua
 --            reports and deletes)
 --   evict_cancel ID  the same, marked 'x': the process also cancels the command running on it
@@ -28,6 +29,9 @@ elseif op == 'drain' then
 elseif op == 'resume' then
     redis.call('DEL', S.DRAIN)
 elseif op == 'evict' or op == 'evict_cancel' then
+    -- a weighted permit's unit member ("id#k", as the holders list it) names its permit: the
+    -- permit goes, all its units (a unit alone would leave it running, under-counted)
+    arg = string.match(arg, '^[^#]*')
     info = redis.call('HGET', S.INFO, arg)
     evicted = unhold(S, arg)
     if evicted == 1 then

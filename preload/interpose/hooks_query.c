@@ -54,13 +54,15 @@ static int send_command(PGconn *conn, const dbt_send_op *op)
     if (dbt_nested || !conn)
         return dbt_send_op_real(conn, op);
     int rc;
+    /* Noted before it may be queued behind held commands (sent later without this path): a
+     * statement later run by name is weighed by this text whichever way it went out. */
+    if (op->type == DBT_OP_PREPARE)
+        dbt_throttle_note_prepare(conn, op->name, op->text);
     if (dbt_held_enqueue(conn, op, &rc))
         return rc; /* behind the commands held on conn */
     if (libpq_refuses(conn, op))
         return dbt_send_op_real(conn, op); /* 0, libpq's message; no permit involved */
     dbt_acquire_wait *pending;
-    if (op->type == DBT_OP_PREPARE)
-        dbt_throttle_note_prepare(conn, op->name, op->text);
     const char *text = op->type == DBT_OP_QUERY_PREPARED
                            ? dbt_throttle_prepared_text(conn, op->name)
                            : op->text; /* a statement run by name is weighed by its text */

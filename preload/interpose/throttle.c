@@ -232,8 +232,16 @@ static bool outcome(dbt_conn *c, dbt_pool *pool, dbt_kind kind, int limit, bool 
          * transaction idle on its workers or on a full pipe holds the permit): say so. */
         int64_t waited_ms = now_ms() - t0;
         char why[1200] = "DBTHROTTLE_WAIT_TIMEOUT reached", deadlock[1000];
-        if (waited && dbt_pool_explain_wait(pool, deadlock, sizeof deadlock))
-            snprintf(why, sizeof why, "DBTHROTTLE_WAIT_TIMEOUT reached; %s", deadlock);
+        long long class_wait;
+        if (dbt_last_class_wait(&class_wait))
+            snprintf(why, sizeof why,
+                     "the wait of class \"%s\" (%lld ms) reached (dbthrottle class %.100s %s "
+                     "--wait)",
+                     c->klass ? c->klass : "-", class_wait, name, c->klass ? c->klass : "-");
+        if (waited && dbt_pool_explain_wait(pool, deadlock, sizeof deadlock)) {
+            size_t n = strlen(why);
+            snprintf(why + n, sizeof why - n, "; %s", deadlock);
+        }
         set_refusal(c, kind, name, limit, waited_ms, why, SQLSTATE_REFUSED);
         return false;
     }

@@ -112,6 +112,16 @@ static __thread struct {
     long long cap;
 } last_full;
 
+/* The calling thread's last timeout: the class's wait that ended it (ms), -1 when it was
+ * DBTHROTTLE_WAIT_TIMEOUT's (dbt_last_class_wait). */
+static __thread long long last_class_wait_ms = -1;
+
+bool dbt_last_class_wait(long long *wait_ms)
+{
+    *wait_ms = last_class_wait_ms;
+    return last_class_wait_ms >= 0;
+}
+
 bool dbt_last_queue_full(char *klass, size_t cap, long long *queue_cap)
 {
     if (!last_full.set)
@@ -196,6 +206,7 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
     }
     pthread_mutex_lock(&p->mu);
     s->t_renewed_us = sent;
+    s->class_wait_ms = reply.class_wait_ms;
     if (reply.status == DBT_ACQUIRE_QUEUED)
         dbt_handover_verdict(p, s->kind, (uint64_t)reply.ticket, reply.sole);
     pthread_mutex_unlock(&p->mu);
@@ -302,6 +313,12 @@ static void drop_slot(dbt_pool *p, struct dbt_slot *s)
     dbt_free_slot(s);
 }
 
+/* Why a wait of s timed out when its class's wait ended it (NULL: DBTHROTTLE_WAIT_TIMEOUT). */
+static const char *class_wait_reason(const struct dbt_slot *s)
+{
+    return s->class_wait_ms >= 0 ? "the class's wait reached" : NULL;
+}
+
 /* The end without a permit: s is unlinked (if `linked`) and freed, and the outcome counted: a
  * timeout, or, with `outage` saying why, what an outage gives (see outage_result). Without p->mu
  * on entry and exit. */
@@ -309,8 +326,11 @@ static acquire_next give_up(acquire_run *a, bool linked, const char *outage,
                             const char *why_timeout)
 {
     dbt_pool *p = a->p;
-    if (!outage)
-        note_timeout(p, a->s, dbt_now_us() - a->start, a->holders, a->queue, why_timeout);
+    if (!outage) {
+        last_class_wait_ms = why_timeout ? -1 : a->s->class_wait_ms;
+        note_timeout(p, a->s, dbt_now_us() - a->start, a->holders, a->queue,
+                     why_timeout ? why_timeout : class_wait_reason(a->s));
+    }
     if (linked)
         drop_slot(p, a->s);
     else
@@ -396,6 +416,7 @@ static struct dbt_slot *new_slot(acquire_run *a)
     s->kind = a->kind;
     s->limit = o->limit > 0 ? o->limit : 1;
     s->weight = o->weight > 1 ? o->weight : 1;
+    s->class_wait_ms = -1;
     snprintf(s->klass, sizeof s->klass, "%s",
              o->klass && o->klass[0] ? o->klass
              : s->weight > 1         ? "-"
@@ -430,6 +451,7 @@ static struct dbt_slot *begin_slot(acquire_run *a)
     if (orphan) {
         memcpy(s->id, orphan->id, sizeof s->id);
         s->t_renewed_us = orphan->t_renewed_us;
+        s->class_wait_ms = orphan->class_wait_ms;
         if (dbt_recycle_slot(p, orphan))
             orphan = NULL; /* kept for a later acquire; else freed by the caller, unlocked */
         s->adopted = true;
@@ -453,6 +475,9 @@ static acq_sent send_or_adopt(acquire_run *a)
     if (a->s->adopted) {
         a->s->adopted = false;
         dbt_free_slot(orphan); /* NULL when recycled */
+        /* the class's wait, as the place's acquire reply said it (see below) */
+        if (a->s->class_wait_ms >= 0)
+            a->deadline = a->start + a->s->class_wait_ms * 1000;
         return ACQ_SENT_QUEUED;
     }
     a->class_wait_ms = -1;
@@ -586,9 +611,10 @@ static acquire_next wait_turn(acquire_run *a)
             if (w != DBT_WAIT_TIMED_OUT)
                 p->st.interrupts++;
             pthread_mutex_unlock(&p->mu);
-            if (w == DBT_WAIT_TIMED_OUT)
-                note_timeout(p, s, dbt_now_us() - s->t_request_us, -1, -1, NULL);
-            else
+            if (w == DBT_WAIT_TIMED_OUT) {
+                last_class_wait_ms = s->class_wait_ms;
+                note_timeout(p, s, dbt_now_us() - s->t_request_us, -1, -1, class_wait_reason(s));
+            } else
                 dbt_trace(DBT_LOG_INFO, "interrupted", s, dbt_now_us() - s->t_request_us, -1, -1,
                           -1, NULL, NULL);
             dbt_cancel_in_redis(p, s);
@@ -657,6 +683,7 @@ static dbt_acq_result start(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *
 {
     *out = NULL;
     last_full.set = false;
+    last_class_wait_ms = -1;
     acquire_run a = {.p = p, .kind = kind, .o = o, .may_wait = o->wait_ms != 0};
     a.start = dbt_now_us();
     dbt_pool_thread_clear_failure();
@@ -685,6 +712,7 @@ dbt_acq_result dbt_acquire_wait_for(dbt_acquire_wait *w, const dbt_acquire_opts 
     acquire_run a = w->a;
     free(w);
     a.o = o; /* the waiter's own: its signal test and waker; the limit and ids are the same */
+    last_class_wait_ms = -1;
     dbt_waker_publish(a.s, o->waker);
     dbt_pool_thread_clear_failure();
     return run(&a, NEXT_WAIT, out, NULL);

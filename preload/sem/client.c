@@ -184,7 +184,7 @@ void dbt_client_exit(dbt_client *c)
     for (dbt_pool *p = pools; p; p = p->next) {
         /* Copy the ids first: the network calls happen without the lock. */
         enum { MAX_EXIT = 256 };
-        char ids[MAX_EXIT][64];
+        char ids[MAX_EXIT][DBT_ID_MAX];
         dbt_kind kinds[MAX_EXIT];
         bool place[MAX_EXIT];
         int n = 0;

@@ -50,6 +50,10 @@
 /* Releases that could not be sent (Redis unreachable) are kept, this many at most, and sent once
  * Redis answers again; beyond that, their leases give them back. */
 #define DBT_MAX_DEFERRED 256
+/* A permit id's room: "<cid>.<serial>.<class>.<weight>.<limit>" at its longest (16 hex digits, a
+ * 64-bit serial, a 32-character class, two ints) and its NUL. Never cut: a cut id names another
+ * limit, or no weight, and Redis would count it by those. */
+#define DBT_ID_MAX 96
 
 /* The least time between two warn-level lines of one kind (unthrottled, refused, timed out) of a
  * pool: an outage must not flood the program's stderr; the lines between are counted. */
@@ -74,12 +78,15 @@ struct dbt_slot {
      * units it takes. Local handover and kept permits pass a permit only to the same shape. */
     char klass[33];
     int weight;
+    /* Its class's wait (ms; -1 none), from acquire.lua's reply: a thread that adopts this place
+     * (no reply of its own) waits by it too (same shape, same class). */
+    long long class_wait_ms;
     int efd;          /* eventfd written when the state changes or the listener role passes; -1 if
                        * the caller does not wait */
     dbt_waker *waker; /* the caller's, while efd is published in it */
     bool lost;        /* Redis no longer has it (see dbt_permit_lost) */
     uint64_t gen;     /* pool generation: a permit from before a fork() is the parent's */
-    char id[64];
+    char id[DBT_ID_MAX];
     char conn[64];
     char *query;          /* the start of the command's text, traced with it; NULL if not asked */
     int64_t t_request_us; /* when acquire was first called */
@@ -152,7 +159,7 @@ struct dbt_pool {
     struct {
         bool cancel; /* cancel.lua (an acquire whose reply was lost), else release.lua */
         dbt_kind kind;
-        char id[64];
+        char id[DBT_ID_MAX];
     } deferred[DBT_MAX_DEFERRED];
     int ndeferred;
     dbt_pool_stats st;
@@ -185,7 +192,7 @@ struct dbt_pool {
     struct {
         bool cancel;
         dbt_kind kind;
-        char id[64];
+        char id[DBT_ID_MAX];
     } inflight[64];
     int ninflight;
 

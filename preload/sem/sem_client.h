@@ -132,6 +132,10 @@ dbt_acq_result dbt_acquire_wait_for(dbt_acquire_wait *pending, const dbt_acquire
  * false when this thread's last acquire was not refused so. */
 bool dbt_last_queue_full(char *klass, size_t cap, long long *queue_cap);
 
+/* After DBT_ACQ_TIMEOUT, on the same thread: whether the wait its class set (acquire.lua's
+ * reply: it replaces DBTHROTTLE_WAIT_TIMEOUT) ended it, and that wait (ms). */
+bool dbt_last_class_wait(long long *wait_ms);
+
 /* The units the permit takes (its weight, 1 for an untagged one). */
 int dbt_permit_weight(const dbt_permit *permit);
 

@@ -19,8 +19,9 @@ cases="$cases held_send_returns_at_once held_refused_at_timeout held_refused_in_
     held_finish held_reset held_fork held_nonblocking held_notifications_while_held
     held_pipeline_finish held_backend_terminated held_many_connections_one_loop held_races_with_the_grant
     held_single_row_mode held_notice_processor_asks_libpq held_pipeline_abort_then_more"
-cases="$cases class_ids_name_the_class weights_take_units_at_the_server prepared_weighed_by_its_text
-    class_queue_cap_refuses_at_once class_wait_replaces_wait_timeout kept_permit_serves_its_weight_only"
+cases="$cases class_ids_name_the_class weights_take_units_at_the_server prepared_weighed_by_its_text prepared_behind_a_held_command_weighed_by_its_text
+    class_queue_cap_refuses_at_once class_wait_replaces_wait_timeout kept_permit_serves_its_weight_only
+    class_wait_refusal_names_the_class_wait"
 pick_cases "$@"
 harness_begin it
 
@@ -1279,6 +1280,54 @@ it_kept_permit_serves_its_weight_only() {
     check "4 commands ran (rc $rc: $(tr '\n' ' ' <"$work/kept.out"))" '[ $rc -eq 0 ] && [ "$(wc -l <"$work/kept.out")" -eq 4 ]'
     check "2 grants in Redis (saw $grants): one light, kept for the next light; one heavy, kept for the next heavy" \
         '[ "$grants" = 2 ]'
+}
+
+# a statement prepared in a pipeline behind a held command (PQsendPrepare queued behind it, not
+# sent through the permit path) is weighed by its text when it later runs by name
+it_prepared_behind_a_held_command_weighed_by_its_text() {
+    cls_pids=
+    rm -f "$work/hprep.ids"
+    weights='4:sql=/\* full \*/;2:sql=/\* heavy \*/'
+    cls_bg "select pg_sleep(1.5) /* full */" DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_POOL=cls_hp DBTHROTTLE_WEIGHTS="$weights"
+    wait_until 20 '[ "$(rcli zcard "dbthrottle:{cls_hp}:q:holders")" -ge 4 ]'
+    throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_POOL=cls_hp DBTHROTTLE_WEIGHTS="$weights" \
+        DBTHROTTLE_WAIT_TIMEOUT=30s $py -c "
+import psycopg, subprocess, threading, time
+c = psycopg.connect('', autocommit=True)
+with c.pipeline():
+    c.execute('select 1')  # held: the pool is full
+    c.execute('select pg_sleep(1) /* heavy */', prepare=True)  # its PQsendPrepare queued behind
+def look():
+    time.sleep(0.4)
+    out = subprocess.run(['redis-cli', '-p', '$rport', 'zrange', 'dbthrottle:{cls_hp}:q:holders', '0', '-1'], capture_output=True, text=True).stdout
+    open('$work/hprep.ids', 'w').write(out.replace(chr(10), ' '))
+t = threading.Thread(target=look)
+t.start()
+c.execute('select pg_sleep(1) /* heavy */', prepare=True)  # by name now
+t.join()
+" >"$work/hprep.out" 2>&1
+    rc=$?
+    wait $cls_pids
+    ids=$(cat "$work/hprep.ids" 2>/dev/null)
+    check "psycopg 3 pipeline with prepare=True ran (rc $rc: $(head -c 200 "$work/hprep.out"))" [ $rc -eq 0 ]
+    check "the statement prepared behind a held command, run by name, holds 2 units ($ids)" \
+        'echo "$ids" | grep -Eq "[0-9a-f]{16}\.[0-9]+\.-\.2\.4#2"'
+}
+
+# a wait the class's wait ended says so in the refusal (not DBTHROTTLE_WAIT_TIMEOUT, which the
+# operator would raise in vain)
+it_class_wait_refusal_names_the_class_wait() {
+    cls_pids=
+    classes='interactive=50%;batch=50%,wait=300ms'
+    cls_bg "select pg_sleep(3)" DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=cls_wmsg DBTHROTTLE_CLASSES="$classes" DBTHROTTLE_CLASS=interactive
+    wait_until 20 '[ "$(rcli zcard "dbthrottle:{cls_wmsg}:q:holders")" -ge 1 ]'
+    throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=cls_wmsg DBTHROTTLE_CLASSES="$classes" \
+        DBTHROTTLE_CLASS=batch DBTHROTTLE_WAIT_TIMEOUT=1m DBTHROTTLE_LOG_LEVEL=error \
+        psql -qAt -c "select 'waited ran'" >"$work/cwmsg.out" 2>"$work/cwmsg.err"
+    rc=$?
+    check "refused by the class's wait, and the message says so ($(tr '\n' ' ' <"$work/cwmsg.err"))" \
+        '[ $rc -ne 0 ] && grep -q "wait of class \"batch\" (300 ms)" "$work/cwmsg.err" && ! grep -q DBTHROTTLE_WAIT_TIMEOUT "$work/cwmsg.err"'
+    wait $cls_pids
 }
 
 run_case() {

@@ -2,6 +2,8 @@
  * class and the weight (the 5-part form Redis holds), and a permit passes from thread to thread
  * of a process (local handover) only to a waiter of the same shape. Read from Redis' holders and
  * from the ids the waiters end up with. */
+#include "clock.h"
+#include "pool_types.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>
@@ -131,4 +133,76 @@ Test(class_client, handover_only_to_a_waiter_of_the_same_class, .init = fx_redis
 Test(class_client, handover_within_a_class_still_works, .init = fx_redis_start, .fini = fx_stop)
 {
     pass_on("x", "x", true);
+}
+
+/* The 5-part id is whole whatever its parts' lengths: a class name of 32 characters, a serial of
+ * a long-lived process, a two-digit weight and a three-digit limit. Cut short, the id would name
+ * another limit (or none), and Redis would count the permit by the wrong weight. */
+Test(class_client, a_long_id_is_not_cut, .init = fx_redis_start, .fini = fx_stop)
+{
+    dbt_client *c = fx_client(NULL);
+    dbt_pool *p = dbt_client_pool(c, "cl");
+    atomic_store(&c->serial, 123456789); /* as after 123 million commands */
+    const char *klass = "abcdefghijklmnopqrstuvwxyz012345";
+    dbt_acquire_opts heavy = {.limit = 500, .wait_ms = 5000, .klass = klass, .weight = 12};
+    dbt_permit *a;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &heavy, &a), DBT_ACQ_GRANTED);
+    char k[33];
+    int w = 0, l = 0;
+    cr_expect(dbt_parse_id_shape(dbt_permit_id(a), k, &w, &l), "%s", dbt_permit_id(a));
+    cr_expect_str_eq(k, klass);
+    cr_expect_eq(w, 12, "weight %d in %s", w, dbt_permit_id(a));
+    cr_expect_eq(l, 500, "limit %d in %s", l, dbt_permit_id(a));
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", HOLDERS), 12, "Redis holds %lld units",
+                 test_redis_int(&fx_redis, "ZCARD %s", HOLDERS));
+    dbt_release(a);
+}
+
+/* The holder's release, once the main thread waits. */
+static void *release_when_queued(void *arg)
+{
+    dbt_permit *held = arg;
+    zcard_is queued = {&fx_redis, "dbthrottle:{cl}:q:queue", 1};
+    if (test_wait_until(test_zcard_is, &queued, 10000))
+        test_wait_until(waits_counted, held->pool, 10000);
+    dbt_release(held);
+    return NULL;
+}
+
+/* A class's wait replaces DBTHROTTLE_WAIT_TIMEOUT for a thread that takes the queued place of one
+ * served by local handover (an orphan: no Redis call, so no acquire reply to read the class's
+ * wait from) as for one that queues. */
+Test(class_client, an_adopted_place_keeps_the_class_wait, .init = fx_redis_start, .fini = fx_stop,
+     .timeout = 60)
+{
+    redisContext *rc = test_redis_connect(&fx_redis);
+    freeReplyObject(
+        redisCommand(rc, "SET dbthrottle:{cl}:q:classes aging=0;default=;x:0:0:1500:-"));
+    redisFree(rc);
+    dbt_client *c = fx_client(NULL);
+    dbt_pool *p = dbt_client_pool(c, "cl");
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 20000, .klass = "x"};
+    dbt_permit *a, *b, *d = NULL;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &a), DBT_ACQ_GRANTED);
+    zcard_is reported = {&fx_redis, "dbthrottle:{cl}:procs", 1};
+    cr_assert(test_wait_until(test_zcard_is, &reported, 10000), "the process never reported");
+    pthread_t t;
+    pthread_create(&t, NULL, release_when_queued, a);
+    /* queued (class wait 1.5 s), then served by a's permit passed on here: its place an orphan */
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &b), DBT_ACQ_GRANTED);
+    pthread_join(t, NULL);
+    /* the next waiter of the class takes that place (within the orphan's 50 ms, usually) */
+    int64_t t0 = dbt_now_us();
+    dbt_acq_result r = dbt_acquire(p, DBT_KIND_QUERY, &o, &d);
+    int64_t waited_ms = (dbt_now_us() - t0) / 1000;
+    dbt_pool_stats st;
+    dbt_pool_get_stats(p, &st);
+    cr_log_info("adoptions %llu, waited %lld ms", (unsigned long long)st.adoptions,
+                (long long)waited_ms);
+    cr_expect_eq(r, DBT_ACQ_TIMEOUT, "result %d", r);
+    cr_expect_lt(waited_ms, 10000, "waited %lld ms: the class's wait is 1500 ms",
+                 (long long)waited_ms);
+    if (d)
+        dbt_release(d);
+    dbt_release(b);
 }

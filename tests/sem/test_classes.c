@@ -596,3 +596,191 @@ Test(classes, status_reports_each_class)
     cr_expect_eq(ba->cap, 10);
     dbt_status_free(&s);
 }
+
+/* ---- found in review ------------------------------------------------------------------------ */
+
+/* Untagged waiters queued while classes were defined sit in the "-" tag queue too; granted after
+ * the operator cleared every class (FIFO, no definitions), they must leave it as well: else,
+ * once classes are defined again, they count as waiters of the default class (its queue cap
+ * refuses a command although one waiter waits, and status shows them). */
+Test(classes, untagged_waiters_granted_without_classes_leave_the_tag_queue)
+{
+    define("aging=0;default=;interactive:50:0:-:-");
+    cr_assert_eq(acq(tid(1, NULL, 1, 1), 1), DBT_ACQUIRE_GRANTED);
+    for (int i = 2; i <= 21; i++)
+        cr_assert_eq(acq(tid(i, NULL, 1, 1), 1), DBT_ACQUIRE_QUEUED, "waiter %d", i);
+    cr_assert_eq(test_redis_int(&fx_redis, "ZCARD " P "queue:-"), 20);
+    must_admin(DBT_ADMIN_CLASS_CLEAR, "*");
+    for (int i = 1; i <= 20; i++)
+        rel(tid(i, NULL, 1, 1)); /* each release grants the next, FIFO */
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "queue"), 0);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "queue:-"), 0,
+                 "granted waiters left behind in the tag queue: %lld",
+                 test_redis_int(&fx_redis, "ZCARD " P "queue:-"));
+    /* classes again, the default class capped at 5: one waiter queued, a second must queue too */
+    must_admin(DBT_ADMIN_CLASS_SET, "web:50:0:-:5:default");
+    cr_assert_eq(acq(tid(30, NULL, 1, 1), 1), DBT_ACQUIRE_QUEUED);
+    cr_expect_eq(acq(tid(31, NULL, 1, 1), 1), DBT_ACQUIRE_QUEUED,
+                 "refused by a cap of 5 with one waiter queued");
+}
+
+/* An evict naming one of a weighted permit's unit members ("id#2", as ZRANGE of the holders
+ * shows them) evicts the permit, all its units: never a unit alone (the permit would run on with
+ * fewer units counted than it takes, and its process would never learn of the eviction). */
+Test(classes, evict_of_a_unit_member_evicts_the_whole_permit)
+{
+    const char *big = tid(1, "batch", 3, 3);
+    cr_assert_eq(acq(big, 3), DBT_ACQUIRE_GRANTED);
+    char unit[96];
+    snprintf(unit, sizeof unit, "%s#2", big);
+    must_admin(DBT_ADMIN_EVICT, unit);
+    cr_expect_eq(units(), 0, "%lld units left held", units());
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "holders:batch"), 0);
+    cr_expect_eq(acq(tid(2, "batch", 1, 3), 3), DBT_ACQUIRE_GRANTED);
+    cr_expect_eq(units(), 1);
+}
+
+/* ---- a random walk over the scripts, the invariants checked after each step ---------------- */
+
+/* The members of a ZSET key, as a reply (freed by the caller). */
+static redisReply *members(redisContext *rc, const char *key)
+{
+    redisReply *r = redisCommand(rc, "ZRANGE %s 0 -1", key);
+    cr_assert(r && r->type == REDIS_REPLY_ARRAY);
+    return r;
+}
+
+/* A random permit id of the pool's ids (base ids only), from key; NULL when empty. */
+static const char *pick_of(redisContext *rc, const char *key, unsigned *seed, char *out)
+{
+    redisReply *r = members(rc, key);
+    const char *got = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < r->elements; i++)
+        if (!strchr(r->element[i]->str, '#'))
+            n++;
+    if (n) {
+        size_t k = (size_t)rand_r(seed) % n;
+        for (size_t i = 0; i < r->elements; i++)
+            if (!strchr(r->element[i]->str, '#') && k-- == 0) {
+                snprintf(out, 96, "%s", r->element[i]->str);
+                got = out;
+                break;
+            }
+    }
+    freeReplyObject(r);
+    return got;
+}
+
+/* Units never above the limit; no waiter left queued while nothing is held (every weight fits
+ * an empty pool); every tag queue's member queued; the tag holders' units held. */
+static void check_invariants(redisContext *rc, int limit, int step)
+{
+    long long u = units(), q = test_redis_int(&fx_redis, "ZCARD " P "queue");
+    bool drained = test_redis_int(&fx_redis, "EXISTS " P "drain") == 1;
+    cr_assert_leq(u, limit, "step %d: %lld units held, limit %d", step, u, limit);
+    cr_assert(drained || stat("quarantines") > 0 || !(q > 0 && u == 0),
+              "step %d: %lld queued, nothing held", step, q);
+    redisReply *tags = members(rc, P "tags");
+    for (size_t t = 0; t < tags->elements; t++) {
+        char key[160];
+        snprintf(key, sizeof key, P "queue:%s", tags->element[t]->str);
+        redisReply *tq = members(rc, key);
+        for (size_t i = 0; i < tq->elements; i++)
+            cr_assert_neq(test_redis_int(&fx_redis, "ZSCORE " P "queue %s", tq->element[i]->str),
+                          -1000, "step %d: %s in %s, not queued", step, tq->element[i]->str, key);
+        freeReplyObject(tq);
+        snprintf(key, sizeof key, P "holders:%s", tags->element[t]->str);
+        redisReply *th = members(rc, key);
+        for (size_t i = 0; i < th->elements; i++)
+            cr_assert(holds(th->element[i]->str), "step %d: %s in %s, not held", step,
+                      th->element[i]->str, key);
+        freeReplyObject(th);
+    }
+    freeReplyObject(tags);
+    /* OWN: per owner ("<cid>" or "<cid>/<tag>.<w>"), its waiters queued */
+    redisReply *own = redisCommand(rc, "HGETALL " P "owners");
+    cr_assert(own && own->type == REDIS_REPLY_ARRAY);
+    redisReply *qm = members(rc, P "queue");
+    long long total = 0;
+    for (size_t i = 0; i + 1 < own->elements; i += 2) {
+        const char *owner = own->element[i]->str;
+        if (strcmp(owner, "*") == 0)
+            continue;
+        long long n = 0;
+        for (size_t j = 0; j < qm->elements; j++) {
+            char k[33], o[96];
+            int w, l;
+            cr_assert(dbt_parse_id_shape(qm->element[j]->str, k, &w, &l));
+            if (k[0])
+                snprintf(o, sizeof o, CID "/%s.%d", k, w);
+            else
+                snprintf(o, sizeof o, CID);
+            n += strcmp(o, owner) == 0;
+        }
+        cr_assert_eq(atoll(own->element[i + 1]->str), n, "step %d: owners[%s] = %s, %lld queued",
+                     step, owner, own->element[i + 1]->str, n);
+        total += n;
+    }
+    cr_assert_eq(total, (long long)qm->elements, "step %d: owners count %lld of %zu waiters", step,
+                 total, qm->elements);
+    freeReplyObject(qm);
+    freeReplyObject(own);
+}
+
+Test(classes, a_random_walk_keeps_the_limit_and_never_stalls, .timeout = 120)
+{
+    static const char *const klass[] = {NULL, "a", "b", "zz", "-"};
+    static const char *const defs[] = {"aging=0;default=;a:50:1:-:-;b:25:0:-:-",
+                                       "aging=0;default=b;a:75:0:-:3;b:25:1:-:-",
+                                       "aging=1;default=a;a:10:0:-:-", ""};
+    const int limit = 4;
+    unsigned seed = getenv("WALK_SEED") ? (unsigned)atoi(getenv("WALK_SEED")) : 17;
+    redisContext *rc = test_redis_connect(&fx_redis);
+    int serial = 0;
+    for (int step = 0; step < 600; step++) {
+        int op = rand_r(&seed) % 100;
+        char id[96];
+        if (op < 45) {
+            const char *k = klass[rand_r(&seed) % 5];
+            int w = k ? 1 + rand_r(&seed) % (limit + 1) : 1; /* limit + 1: clamped */
+            int l = rand_r(&seed) % 3 ? limit : limit / 2;
+            acq(tid(++serial, k, w, l), l);
+        } else if (op < 75) {
+            if (pick_of(rc, P "holders", &seed, id))
+                rel(id);
+        } else if (op < 85) {
+            if (pick_of(rc, P "queue", &seed, id))
+                cancel(id);
+        } else if (op < 89) {
+            if (pick_of(rc, P "holders", &seed, id))
+                must_admin(DBT_ADMIN_EVICT, id);
+        } else if (op < 97) {
+            const char *d = defs[rand_r(&seed) % 4];
+            if (d[0])
+                define(d);
+            else
+                must_admin(DBT_ADMIN_CLASS_CLEAR, "*");
+            /* a pump, as the next call would make */
+            if (pick_of(rc, P "holders", &seed, id))
+                rel(id);
+        } else if (op < 98) {
+            must_admin(rand_r(&seed) % 2 ? DBT_ADMIN_DRAIN : DBT_ADMIN_RESUME, NULL);
+        } else if (op < 99) {
+            if (rand_r(&seed) % 2)
+                must_admin(DBT_ADMIN_LIMIT, rand_r(&seed) % 2 ? "2" : "3");
+            else
+                must_admin(DBT_ADMIN_CLEAR, NULL);
+        } else {
+            char h[96], w[96];
+            char *hp = (char *)pick_of(rc, P "holders", &seed, h);
+            char *wp = (char *)pick_of(rc, P "queue", &seed, w);
+            renew(hp ? &hp : NULL, hp ? 1 : 0, wp ? &wp : NULL, wp ? 1 : 0);
+        }
+        check_invariants(rc, limit, step);
+    }
+    cr_log_info("queued %lld, granted %lld, clamped %lld, capped %lld, aged %lld, evicted %lld",
+                stat("queued"), stat("grants"), stat("clamped"), stat("capped"), stat("aged"),
+                stat("evicted"));
+    redisFree(rc);
+}
