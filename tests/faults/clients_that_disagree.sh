@@ -40,5 +40,5 @@ ca=$(max_conc c7a)
 cb=$(max_conc c7b)
 check "clients_that_disagree: prefixes a: and b: are two semaphores: at most 2 each at once (most seen: $ca and $cb)" '[ "$ca" -le 2 ] && [ "$cb" -le 2 ] && [ "$ca" -ge 1 ] && [ "$cb" -ge 1 ]'
 check "clients_that_disagree: each prefix has its own keys" '[ "$(rcli --raw exists "a:{c7p}:q:seq" "b:{c7p}:q:seq")" -eq 2 ]'
-check "clients_that_disagree: nothing held or queued in the end" '[ "$(live_holders q "")" -eq 0 ] && [ "$(live_waiters q "")" -eq 0 ]'
+check "clients_that_disagree: nothing held or queued in the end" 'nothing_left q ""'
 wargs=

@@ -63,5 +63,5 @@ if [ "$(max_conc c6t)" -gt 4 ]; then
     tail -n +"$((log_mark + 1))" "$work/pg/server.log" | grep -E "dbt_conc app=c6t n=([5-9]|[1-9][0-9])" | head -5
 fi
 check "fork_and_threads: 64 threads used $conns Redis connections (at most 8 for commands + 1 listener)" '[ "$conns" -ge 1 ] && [ "$conns" -le 9 ]'
-check "fork_and_threads: nothing held or queued in the end" '[ "$(live_holders)" -eq 0 ] && [ "$(live_waiters)" -eq 0 ]'
+check "fork_and_threads: nothing held or queued in the end" 'nothing_left'
 wargs=
