@@ -271,7 +271,27 @@ typedef struct {
     int64_t expiry_ms; /* holder: when its lease runs out; waiter: 0 */
     int weight;        /* from the id: its units (1 for an untagged id) */
     char klass[33];    /* from the id: the class it names ("-" the default one; "" untagged) */
+    /* The session behind it (issue 18; empty/0 when an older worker or a connection permit taken
+     * before the session existed does not say): what it does now, as of its process' last
+     * renewal ("running" a command, "idle_tx" idle in a transaction, "kept" between commands;
+     * waiters: ""), and what joins it with pg_stat_activity. */
+    char state[12];
+    long backend_pid;
+    char app[64], user[64], db[64];
 } dbt_status_entry;
+
+/* One histogram of a semaphore (issue 18), kept by the scripts in Redis: how long waiters waited
+ * for a grant ('w', from queued to granted by Redis' clock; 0 for a grant at once) or permits
+ * were held ('h', from grant to release, cancel, eviction or expiry), per class ("" when the pool
+ * has no classes). Buckets are NOT cumulative; their bounds are the kind's hist_bound_ms. */
+#define DBT_HIST_MAX 24
+typedef struct {
+    char series; /* 'w' or 'h' */
+    char klass[33];
+    long long bucket[DBT_HIST_MAX]; /* bucket[i]: bound_ms[i-1] < value <= bound_ms[i]; the
+                                     * last (index nbounds) is above every bound (+Inf) */
+    long long sum_ms, count;
+} dbt_status_hist;
 
 /* One class of a semaphore's definitions, and its state. */
 typedef struct {
@@ -303,6 +323,11 @@ typedef struct {
     int nclasses;
     long long aging_ms;   /* the aging bound; 0: none */
     bool classes_shipped; /* from a worker's DBTHROTTLE_CLASSES, not the operator's */
+    long long oldest_wait_ms; /* the longest current wait (any class); 0: none waits */
+    int nbounds;              /* the histograms' bucket bounds, as status.lua states them */
+    double hist_bound_ms[DBT_HIST_MAX];
+    dbt_status_hist *hists; /* the histograms with data (none: NULL, 0) */
+    int nhists;
 } dbt_status_kind;
 
 /* status.lua's {now, query semaphore, connection semaphore, processes}. Owns its entries (copied
