@@ -139,7 +139,8 @@ SUPPORT_SRCS := $(filter-out $(FIXTURE_SRCS),$(sort $(wildcard tests/support/*.c
 CRITERION_LIBS := -lcriterion
 
 # The operator's command: the library's own configuration, Redis and script code (the core
-# archive), plus cli/. It finds the library beside itself, in ../lib, or in LIBDIR.
+# archive), plus cli/. It finds the library beside itself, in ../lib or ../lib/$(MULTIARCH), or in
+# LIBDIR.
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 $(BUILD)/dbthrottle: $(CLI_SRCS) cli/cli.h $(BUILD)/libdbthrottle-core.a $(BUILD)/gen/install-paths
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli -DDBT_LIBDIR='"$(LIBDIR)"' \
@@ -403,7 +404,7 @@ install: all $(BUILD)/dbthrottle.conf
 	if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then ldconfig; fi
 
 # The installed configuration file: the example's text, every setting commented out.
-$(BUILD)/dbthrottle.conf: config/dbthrottle.conf.example tools/etc-conf.sh
+$(BUILD)/dbthrottle.conf: config/dbthrottle.conf.example tools/etc-conf.sh $(BUILD)/gen/install-paths
 	@mkdir -p $(@D)
 	sh tools/etc-conf.sh $(SYSCONFDIR)/dbthrottle.conf < $< > $@.tmp && mv $@.tmp $@
 
