@@ -93,6 +93,10 @@ int cli_redis_persists(const dbt_config *cfg, char *err);
 /* The pool a check's dry run uses when DBTHROTTLE_POOL is not set. */
 #define CLI_CHECK_POOL "dbthrottle-check"
 
+/* The version of the library file at path, read from the marker in its text (libversion.c): true
+ * with it in out; false with a reason in err (not readable, or no marker: older than 0.15.0). */
+bool cli_library_version(const char *path, char *out, size_t cap, char *err, size_t errcap);
+
 /* ---- a pool's state, read by status.lua (view.c) ------------------------------------------ */
 
 typedef struct {
