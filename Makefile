@@ -336,10 +336,11 @@ FAULTS_WITH_CLASSES := holders_killed_or_stopped threads_share_a_pool clients_th
 
 # The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh), its classes
 # (tests/cli/classes.sh), the documented Redis ACLs with what run and check verify before a
-# worker starts (tests/cli/acl.sh), and the version everywhere it is shown (tests/cli/version.sh).
+# worker starts (tests/cli/acl.sh), dbthrottle acquire (tests/cli/acquire.sh), and the version
+# everywhere it is shown (tests/cli/version.sh).
 test-cli: all $(BUILD)/tests/fault_worker
 	sh tests/cli/run.sh; rc=$$?; sh tests/cli/classes.sh || rc=1; sh tests/cli/acl.sh || rc=1; \
-	    sh tests/cli/version.sh && exit $$rc
+	    sh tests/cli/acquire.sh || rc=1; sh tests/cli/version.sh && exit $$rc
 
 # Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.
 soak: all $(BUILD)/tests/fault_worker

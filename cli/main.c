@@ -19,6 +19,7 @@ static const struct {
     {"resume", cmd_resume, "grant again after a drain"},
     {"evict", cmd_evict, "free one stuck permit by hand"},
     {"class", cmd_class, "define a pool's classes: guaranteed shares, priority, waits"},
+    {"acquire", cmd_acquire, "run any command while it holds a permit of a pool"},
 };
 
 static void usage(FILE *out)

@@ -40,6 +40,16 @@ check "check with LD_PRELOAD naming a library of another version: warns ($(grep 
 DBTHROTTLE_MAX_QUERIES=1 LD_PRELOAD="$work/gone/libdbthrottle.so" "$D" check >"$work/check.out" 2>"$work/check.err"
 check "check with LD_PRELOAD naming a library that is not there: warns that ld.so skips it ($(grep -m1 "LD_PRELOAD" "$work/check.err"))" 'grep -q "LD_PRELOAD names $work/gone/libdbthrottle.so: .*runs unthrottled" "$work/check.err"'
 
+# A process' record in Redis, written by the library's client (here acquire's).
+DBTHROTTLE_LEASE=3s "$D" acquire vp --limit 1 -- sleep 60 >/dev/null 2>&1 &
+acq=$!
+echo "$acq" >>"$work/pids"
+procs() { "$D" status --json vp | python3 -c 'import json, sys; print(" ".join("%d=%s" % (p["pid"], p["version"]) for p in json.load(sys.stdin)["processes"]))'; }
+wait_until 15 'procs | grep -q "$acq="'
+check "a process' record in Redis (status --json) carries the version ($(procs))" 'procs | grep -qw "$acq=$V"'
+kill -TERM "$acq"
+wait "$acq"
+
 for m in dbthrottle.1 libdbthrottle.7; do
     th=$(grep -m1 '^\.TH' "$top/build/man/$m")
     warn=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l "$top/build/man/$m" 2>&1 >/dev/null)
