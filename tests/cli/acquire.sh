@@ -79,10 +79,12 @@ check "after them, nothing held or queued in Redis" nothing_left q
 # ---- refusals: exit 75 after --wait --------------------------------------------------------------
 echo "# --wait"
 export DBTHROTTLE_LEASE=30s
-bg "$work/hold" "$D" acquire wt --limit 1 -- sleep 60
+# CMD says when it runs (its pid): a signal that comes before CMD started ends acquire instead.
+bg "$work/hold" "$D" acquire wt --limit 1 -- sh -c 'echo $$ >"$1"; exec sleep 60' sh "$work/wt.cmd"
 hold=$bg
-wait_until 15 '[ "$(live_holders q "dbthrottle:{wt}")" -eq 1 ]'
+wait_until 15 '[ "$(live_holders q "dbthrottle:{wt}")" -eq 1 ] && [ -s "$work/wt.cmd" ]'
 hold_seen=$?
+hold_cmd=$(cat "$work/wt.cmd" 2>/dev/null)
 t0=$(now_ms)
 "$D" acquire wt --limit 1 --wait 500ms -- touch "$work/wt.ran" 2>"$work/err"; rc=$?
 el=$(($(now_ms) - t0))
@@ -100,22 +102,22 @@ waiter_seen=$?
 kill -TERM "$waiter"
 wait "$waiter"; rc=$?
 check "SIGTERM to a waiting acquire: exit 143, CMD not run" '[ $rc -eq 143 ] && [ ! -e "$work/wt.ran" ]'
-check "and its place left the queue at once (Redis: no waiter within 2 s; the lease is 30 s)" '[ $waiter_seen -eq 0 ] && wait_until 2 "[ \$(live_waiters q \"dbthrottle:{wt}\") -eq 0 ]"'
+check "and its place left the queue at once (Redis: no waiter within 5 s; the lease is 30 s)" '[ $waiter_seen -eq 0 ] && wait_until 5 "[ \$(live_waiters q \"dbthrottle:{wt}\") -eq 0 ]"'
 kill -TERM "$hold"
 wait "$hold"; rc=$?
-check "SIGTERM to the holding acquire: passed on to CMD (sleep), exit 143" '[ $rc -eq 143 ]'
-check "its permit is back at once (Redis: no holder within 2 s; the lease is 30 s)" '[ $hold_seen -eq 0 ] && wait_until 2 "[ \$(live_holders q \"dbthrottle:{wt}\") -eq 0 ]"'
+check "SIGTERM to the holding acquire: passed on to CMD (sleep, gone), exit 143" '[ $rc -eq 143 ] && [ -n "$hold_cmd" ] && exited "$hold_cmd"'
+check "its permit is back at once (Redis: no holder within 5 s; the lease is 30 s)" '[ $hold_seen -eq 0 ] && wait_until 5 "[ \$(live_holders q \"dbthrottle:{wt}\") -eq 0 ]"'
 
 # CMD that handles SIGTERM: it decides when to end, and the permit is held until then.
-bg "$work/trap" "$D" acquire tr --limit 1 -- sh -c 'trap "echo term >\"$1\"; sleep 0.5; kill \$!; exit 9" TERM; sleep 60 & wait' sh "$work/tr.got"
+bg "$work/trap" "$D" acquire tr --limit 1 -- sh -c 'trap "echo term >\"$1\"; sleep 2; kill \$!; exit 9" TERM; echo ready >"$1.ready"; sleep 60 & wait' sh "$work/tr.got"
 trap_acq=$bg
-wait_until 15 '[ "$(live_holders q "dbthrottle:{tr}")" -eq 1 ]'
+wait_until 15 '[ "$(live_holders q "dbthrottle:{tr}")" -eq 1 ] && [ -s "$work/tr.got.ready" ]'
 kill -TERM "$trap_acq"
 wait_until 10 '[ -s "$work/tr.got" ]'
 held_meanwhile=$(live_holders q "dbthrottle:{tr}")
 wait "$trap_acq"; rc=$?
 check "SIGTERM to acquire, CMD traps it: CMD got it once, ran its handler (held meanwhile: $held_meanwhile), acquire exits with CMD's 9" '[ "$(cat "$work/tr.got")" = term ] && [ "$held_meanwhile" -eq 1 ] && [ $rc -eq 9 ]'
-check "its permit is back once CMD ended" '[ "$held_meanwhile" -eq 1 ] && wait_until 2 "[ \$(live_holders q \"dbthrottle:{tr}\") -eq 0 ]"'
+check "its permit is back once CMD ended" '[ "$held_meanwhile" -eq 1 ] && wait_until 5 "[ \$(live_holders q \"dbthrottle:{tr}\") -eq 0 ]"'
 
 # The terminal's ^C reaches the whole foreground process group (acquire and CMD): acquire does not
 # send CMD a second one. CMD counts the SIGINTs it gets, in a pseudo-terminal of python's.
