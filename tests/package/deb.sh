@@ -37,6 +37,9 @@ check "dbthrottle: the command, dbthrottle(1), /etc/dbthrottle.conf, docs and ex
      grep -q "doc/dbthrottle/examples/prometheus/dbthrottle.rules.yml" "$work/cmd.list"'
 check "dbthrottle: /etc/dbthrottle.conf is a conffile" \
     '[ "$(dpkg-deb -I "$cmddeb" conffiles 2>/dev/null)" = /etc/dbthrottle.conf ]'
+check "the packaged man pages' headers and dbthrottle --version name $version" \
+    '[ "$(dpkg-deb --fsys-tarfile "$cmddeb" | tar -xO ./usr/share/man/man1/dbthrottle.1.gz | zcat | grep -c "^\.TH .*$version")" -eq 1 ] &&
+     [ "$(dpkg-deb --fsys-tarfile "$libdeb" | tar -xO ./usr/share/man/man7/libdbthrottle.7.gz | zcat | grep -c "^\.TH .*$version")" -eq 1 ]'
 check "dbthrottle depends on libdbthrottle of the same version" \
     'dpkg-deb -f "$cmddeb" Depends | grep -q "libdbthrottle (= $version)"'
 check "the work tree has no package build files left in it" \
@@ -53,6 +56,8 @@ counter_install
 
 # ---- the root's command and library ----------------------------------------------------------------
 echo "# the unpacked packages"
+out=$("$root/usr/bin/dbthrottle" --version 2>&1)
+check "the root's dbthrottle --version: $out" '[ "$out" = "dbthrottle $version" ]'
 out=$("$root/usr/bin/dbthrottle" run --max-queries 1 -- sh -c 'echo "$LD_PRELOAD"' 2>&1)
 check "the root's dbthrottle preloads the root's library ($out)" '[ "$out" = "$rootlib" ]'
 mark
