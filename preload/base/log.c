@@ -129,6 +129,10 @@ static bool reconnect_syslog(void)
     return fd >= 0;
 }
 
+/* Learned once, by the first to open the log or write a line (a program using the semaphore
+ * without opening a log, as the tests do, still names itself). */
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
 /* The program's name as syslog and the lines give it: no blank, ':' or '[' (syslog's ident ends
  * at them). */
 static void learn_names(void)
@@ -148,9 +152,9 @@ static void learn_names(void)
 bool dbt_log_open(const dbt_config *cfg, char *err)
 {
     pthread_once(&atfork_once, register_atfork);
+    pthread_once(&names_once, learn_names);
     bool ok = true;
     pthread_mutex_lock(&log_mu);
-    learn_names();
     const char *path = cfg->log_path;
     log_dest dest = !path || strcmp(path, "stderr") == 0                              ? DEST_STDERR
                     : strcmp(path, "syslog") == 0 || strncmp(path, "syslog:", 7) == 0 ? DEST_SYSLOG
@@ -571,6 +575,7 @@ static void emit(dbt_log_level level, const char *event, const dbt_field *fields
     if (n)
         memcpy(all, fields, n * sizeof *fields);
     long tid = syscall(SYS_gettid);
+    pthread_once(&names_once, learn_names);
     int dest = atomic_load(&log_dest_kind);
     if (dest == DEST_SYSLOG) {
         all[n++] = DBT_I("tid", tid);
