@@ -10,6 +10,7 @@
 # the version the process reports in Redis.
 echo "# logs_operators_expect: rotation, syslog, host and program, config errors in json, stats lines"
 lo_host=$(hostname)
+lo_prog=$(basename "$worker")
 lo_count() { cat "$2" 2>/dev/null | grep -c "$1"; } # lo_count PATTERN FILE: 0 when no file
 
 # ---- rotation ------------------------------------------------------------------------------------
@@ -41,8 +42,8 @@ print([p for p in d["processes"] if p["pid"] == int(sys.argv[2])][0]["version"])
 check "logs: the exit summary names the version the process reported in Redis ($lo_reported), and counts every probe ($(probes lo_rot))" \
     '[ -n "$lo_reported" ] && grep "event=summary" "$work/lo.rot.log" | grep -q " version=$lo_reported " &&
      [ "$(grep "event=summary" "$work/lo.rot.log" | tr " " "\n" | grep "^grants=" | cut -d= -f2)" -eq "$(probes lo_rot)" ]'
-check "logs: every line of the file carries host=$lo_host and prog=fault_worker" \
-    '[ "$(cat "$work/lo.rot.log.1" "$work/lo.rot.log" | grep -vc " host=$lo_host prog=fault_worker pid=")" -eq 0 ]'
+check "logs: every line of the file carries host=$lo_host and prog=$lo_prog" \
+    '[ "$(cat "$work/lo.rot.log.1" "$work/lo.rot.log" | grep -vc " host=$lo_host prog=$lo_prog pid=")" -eq 0 ]'
 
 # ---- syslog --------------------------------------------------------------------------------------
 # The receiver: a unix datagram socket that writes each message it gets as a line.
