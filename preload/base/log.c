@@ -91,11 +91,12 @@ static int open_log_file(const char *path)
 static void install_fd(int fd)
 {
     int old = atomic_load(&log_fd);
-    if (old > 2 && fd > 2 && dup3(fd, old, O_CLOEXEC) == old) {
+    bool old_ours = old >= 0 && old != 2; /* stderr is the program's */
+    if (old_ours && fd >= 0 && fd != 2 && dup3(fd, old, O_CLOEXEC) == old) {
         close(fd);
     } else {
         atomic_store(&log_fd, fd);
-        if (old > 2)
+        if (old_ours)
             close(old);
     }
 }
@@ -540,12 +541,12 @@ static void write_all(int fd, const char *line, size_t len)
 
 /* One line to syslog; false when it did not go (the caller writes it to stderr). A daemon that
  * restarted refuses the old connection: it is made again, at most once a second. */
-static bool to_syslog(dbt_log_level level, const char *event, const dbt_field *fields, size_t n)
+static bool to_syslog(char *msg, size_t cap, dbt_log_level level, const char *event,
+                      const dbt_field *fields, size_t n)
 {
-    char msg[LINE_MAX_BYTES + 160];
-    size_t h = dbt_syslog_header(msg, sizeof msg,
-                                 dbt_syslog_priority(atomic_load(&syslog_facility), level),
-                                 prog_name, (long)getpid());
+    size_t h =
+        dbt_syslog_header(msg, cap, dbt_syslog_priority(atomic_load(&syslog_facility), level),
+                          prog_name, (long)getpid());
     size_t len =
         h + dbt_log_format_line(msg + h, sizeof msg - h, (dbt_log_format)atomic_load(&log_format),
                                 NULL, level, event, fields, n);
@@ -577,9 +578,11 @@ static void emit(dbt_log_level level, const char *event, const dbt_field *fields
     long tid = syscall(SYS_gettid);
     pthread_once(&names_once, learn_names);
     int dest = atomic_load(&log_dest_kind);
+    /* One buffer for either form: a host program's thread may have a small stack. */
+    char line[LINE_MAX_BYTES + 160];
     if (dest == DEST_SYSLOG) {
         all[n++] = DBT_I("tid", tid);
-        if (to_syslog(level, event, all, n))
+        if (to_syslog(line, sizeof line, level, event, all, n))
             return;
         n--;
     }
@@ -589,8 +592,7 @@ static void emit(dbt_log_level level, const char *event, const dbt_field *fields
     all[n++] = DBT_I("tid", tid);
     char ts[96];
     timestamp(ts, sizeof ts);
-    char line[LINE_MAX_BYTES];
-    size_t len = dbt_log_format_line(line, sizeof line, (dbt_log_format)atomic_load(&log_format),
+    size_t len = dbt_log_format_line(line, LINE_MAX_BYTES, (dbt_log_format)atomic_load(&log_format),
                                      ts, level, event, all, n);
     if (dest == DEST_FILE)
         follow_rotation();
