@@ -446,7 +446,6 @@ uninstall:
 # The Debian packages libdbthrottle and dbthrottle (debian/), built from a copy of the tree by
 # dpkg-buildpackage -us -uc -b without the test suite; the .debs land in $(BUILD)/deb.
 deb:
-	sh tools/install-deps.sh build debhelper dpkg-dev fakeroot
 	sh tools/build-deb.sh $(BUILD)/deb
 
 # The .debs built and unpacked into a throwaway root, their command running psql throttled by

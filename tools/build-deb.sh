@@ -9,6 +9,14 @@ out=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
 version=$(sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' "$top/debian/changelog")
 [ -n "$version" ] || { echo "build-deb: no version on debian/changelog's first line" >&2; exit 1; }
+# What debian/control's Build-Depends names (debhelper-compat is debhelper's), installed when
+# missing, as make installs the build packages: dpkg-buildpackage refuses to start without them.
+build_deps=$(awk '/^Build-Depends:/ { on = 1; sub(/^Build-Depends:/, "") }
+    on && /^[A-Za-z-]+:/ && !/^Build-Depends:/ { on = 0 }
+    on { print }' "$top/debian/control" | tr ',' '\n' |
+    sed -e 's/(.*)//' -e 's/\[.*\]//' -e 's/[[:space:]]//g' -e 's/^debhelper-compat$/debhelper/' | grep .)
+# shellcheck disable=SC2086
+sh "$top/tools/install-deps.sh" build dpkg-dev fakeroot $build_deps
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 src=$out/src/dbthrottle-$version
