@@ -449,9 +449,10 @@ deb:
 	sh tools/build-deb.sh $(BUILD)/deb
 
 # The .debs built and unpacked into a throwaway root, their command running psql throttled by
-# their library; make install after a plain make finding its library (tests/package/deb.sh).
+# their library; make install after a plain make finding its library; the example alert rules
+# checked by promtool (Debian's prometheus package) (tests/package/deb.sh).
 test-package: all
-	sh tools/install-deps.sh test debhelper dpkg-dev fakeroot
+	sh tools/install-deps.sh test debhelper dpkg-dev fakeroot prometheus
 	sh tests/package/deb.sh
 
 FORMAT_FILES = $(wildcard preload/*/*.[ch] cli/*.[ch] tests/*/*.[ch] bench/*.c bench/*/*.c)
