@@ -78,16 +78,28 @@ void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, ch
 void dbt_script_bind_era(dbt_script_call *c, const char *run_id, int64_t started_ms);
 
 /* acquire.lua: take a permit now, or join the queue (try_only: never queue). who: "<host> <pid>
- * <conn>", for dbthrottle status. shipped_classes: the class definitions the process ships
- * (DBTHROTTLE_CLASSES as definition text, "aging=<ms>;default=<name>;<name>:<share>:<priority>:
- * <wait_ms>:<cap>;..."), in force while the operator has defined none; NULL or "": none. */
+ * <conn>", for dbthrottle status. session: the database session the permit is for, as
+ * dbt_format_session makes it (NULL or "": none). shipped_classes: the class definitions the
+ * process ships (DBTHROTTLE_CLASSES as definition text,
+ * "aging=<ms>;default=<name>;<name>:<share>:<priority>: <wait_ms>:<cap>;..."), in force while the
+ * operator has defined none; NULL or "": none. */
 typedef struct {
     const char *id;
     int limit;
     bool try_only;
     const char *who;
     const char *shipped_classes;
+    const char *session;
 } dbt_acquire_call;
+
+/* The session a permit is for (the holders' list joins with pg_stat_activity by it), as
+ * acquire.lua keeps it in info: "<backend pid>\x1f<application_name>\x1f<user>\x1f<database>",
+ * each name cut to 63 bytes and its control bytes made '_' (so the separator stays one). NULL
+ * names are "". Returns false when out (DBT_SESSION_LEN bytes) is too small (never at that
+ * size). */
+#define DBT_SESSION_LEN (24 + 4 * 64)
+bool dbt_format_session(long backend_pid, const char *app, const char *user, const char *db,
+                        char *out, size_t cap);
 void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                        const dbt_acquire_call *a);
 
@@ -260,7 +272,8 @@ enum {
 };
 extern const char *const dbt_counter_names[DBT_NCOUNTERS]; /* the fields of the stats hash */
 
-/* A holder or a waiter: "<since> <host> <pid> <conn>" as the scripts record it; fields stay
+/* A holder or a waiter: "<since> <host> <pid> <conn>" then "\x1f"-separated state, class and
+ * session (backend pid, application_name, user, database) as the scripts record it; fields stay
  * empty when absent. */
 typedef struct {
     char *permit;
@@ -321,8 +334,8 @@ typedef struct {
     bool used;                 /* any of the above is there */
     dbt_status_class *classes; /* the class definitions in force (none: NULL, 0) */
     int nclasses;
-    long long aging_ms;   /* the aging bound; 0: none */
-    bool classes_shipped; /* from a worker's DBTHROTTLE_CLASSES, not the operator's */
+    long long aging_ms;       /* the aging bound; 0: none */
+    bool classes_shipped;     /* from a worker's DBTHROTTLE_CLASSES, not the operator's */
     long long oldest_wait_ms; /* the longest current wait (any class); 0: none waits */
     int nbounds;              /* the histograms' bucket bounds, as status.lua states them */
     double hist_bound_ms[DBT_HIST_MAX];
