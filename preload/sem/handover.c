@@ -115,6 +115,7 @@ static void make_orphan(dbt_pool *p, struct dbt_slot *s, int64_t now)
     s->parked = false;
     s->idle_since_us = 0;
     s->conn[0] = '\0';
+    s->session[0] = '\0';
     free(s->query);
     s->query = NULL;
     p->norphans++;

@@ -88,6 +88,10 @@ struct dbt_slot {
     uint64_t gen;     /* pool generation: a permit from before a fork() is the parent's */
     char id[DBT_ID_MAX];
     char conn[64];
+    /* The session it is for (dbt_acquire_opts.session; "" none): sent with the acquire, and with
+     * each renewal, which rewrites what Redis shows when it changed (a local handover passes the
+     * permit to another connection). */
+    char session[DBT_SESSION_LEN];
     char *query;          /* the start of the command's text, traced with it; NULL if not asked */
     int64_t t_request_us; /* when acquire was first called */
     int64_t t_grant_us;

@@ -93,6 +93,17 @@ static bool push_id(dbt_id_list *l, const char *id)
     return true;
 }
 
+/* What a held permit does now, for its holder's entry in Redis (dbt_format_doing): kept between
+ * commands, idle in a transaction, or running one; a connection permit's state is left as it was
+ * granted. With p->mu held. */
+static bool push_doing(dbt_id_list *l, const struct dbt_slot *s)
+{
+    char doing[DBT_DOING_LEN];
+    char state = s->kind != DBT_KIND_QUERY ? '-' : s->parked ? 'k' : s->idle_since_us ? 'i' : 'r';
+    dbt_format_doing(state, s->session, doing, sizeof doing);
+    return push_id(l, doing);
+}
+
 static void free_ids(dbt_id_list *l)
 {
     for (int i = 0; i < l->n; i++)
@@ -311,6 +322,7 @@ static void renewal_failed(dbt_pool *p, int64_t sent)
 static void renew(dbt_pool *p)
 {
     dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS] = {{{0}}};
+    dbt_id_list doing[DBT_NKINDS] = {{0}}; /* per held id, in the same order */
     bool ok = true;
     /* A holder no renewal was accepted for during a whole lease is lost before it is named: a
      * renewal may re-assert what Redis lacks (docs/design.md, "Failover and data loss"), and
@@ -320,7 +332,7 @@ static void renew(dbt_pool *p)
     p->renew_now = false;
     for (struct dbt_slot *s = p->slots; s && ok; s = s->next) {
         if (s->state == SLOT_HELD && !s->lost)
-            ok = push_id(&lists[s->kind][DBT_RENEW_HELD], s->id);
+            ok = push_id(&lists[s->kind][DBT_RENEW_HELD], s->id) && push_doing(&doing[s->kind], s);
         else if (s->state == SLOT_QUEUED)
             ok = push_id(&lists[s->kind][DBT_RENEW_QUEUED], s->id);
     }
@@ -345,12 +357,16 @@ static void renew(dbt_pool *p)
         total += lists[k][DBT_RENEW_HELD].n + lists[k][DBT_RENEW_QUEUED].n;
         nmine[k] = lists[k][DBT_RENEW_QUEUED].n;
     }
-    const char **args =
-        ok ? malloc((DBT_RENEW_NARGS((size_t)total) + DBT_RENEW_RECORD_ARGS) * sizeof *args) : NULL;
+    const char **args = ok ? malloc((DBT_RENEW_NARGS((size_t)total) + DBT_RENEW_RECORD_ARGS +
+                                     (size_t)(doing[0].n + doing[1].n)) *
+                                    sizeof *args)
+                           : NULL;
     if (args) {
         dbt_script_call call;
         dbt_build_renew(&call, &p->keys, p->client->cfg, lists, local, args);
         dbt_renew_add_record(&call, &p->keys, p->client->cid, record, record_ttl, goodbye);
+        for (int k = 0; k < DBT_NKINDS; k++)
+            dbt_renew_add_doing(&call, doing[k].ids, doing[k].n);
         rep = dbt_pool_run(p, "renew", &call, dbt_parse_renew, &reply, err);
         if (rep && total > 0) /* it checked the era of both kinds */
             dbt_pool_era_seen(p, call.era_token);
@@ -358,9 +374,11 @@ static void renew(dbt_pool *p)
         dbt_pool_note_error(p, "renew", "out of memory");
     }
     free(args);
-    for (int k = 0; k < DBT_NKINDS; k++)
+    for (int k = 0; k < DBT_NKINDS; k++) {
         for (int j = 0; j < DBT_RENEW_LISTS; j++)
             free_ids(&lists[k][j]);
+        free_ids(&doing[k]);
+    }
 
     if (rep) {
         dbt_pool_note_ok(p);

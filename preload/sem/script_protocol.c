@@ -1,6 +1,8 @@
 /* script_protocol.c - the scripts' arguments and replies by name (see script_protocol.h). */
 #include "script_protocol.h"
 
+#include "sem_client.h"
+
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -175,6 +177,17 @@ void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid
     c->args[c->nargs++] = record;
     c->args[c->nargs++] = c->record_ttl;
     c->args[c->nargs++] = goodbye ? "1" : "0";
+}
+
+void dbt_format_doing(char state, const char *session, char *out, size_t cap)
+{
+    snprintf(out, cap, "%c\x1f%s", state, session ? session : "");
+}
+
+void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n)
+{
+    for (int i = 0; i < n; i++)
+        c->args[c->nargs++] = doing[i];
 }
 
 /* ---- the process record ------------------------------------------------------------------ */

@@ -92,14 +92,6 @@ typedef struct {
     const char *session;
 } dbt_acquire_call;
 
-/* The session a permit is for (the holders' list joins with pg_stat_activity by it), as
- * acquire.lua keeps it in info: "<backend pid>\x1f<application_name>\x1f<user>\x1f<database>",
- * each name cut to 63 bytes and its control bytes made '_' (so the separator stays one). NULL
- * names are "". Returns false when out (DBT_SESSION_LEN bytes) is too small (never at that
- * size). */
-#define DBT_SESSION_LEN (24 + 4 * 64)
-bool dbt_format_session(long backend_pid, const char *app, const char *user, const char *db,
-                        char *out, size_t cap);
 void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                        const dbt_acquire_call *a);
 
@@ -169,6 +161,17 @@ bool dbt_parse_record(const char *text, dbt_proc_record *r);
  * it lives (ms), and whether the process leaves (goodbye: the record is removed). */
 void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid,
                           const char *record, int64_t ttl_ms, bool goodbye);
+
+/* What the holders named by a renewal do now, one argument per held id, in the order of the
+ * renewal's held ids (the query kind's, then the connection kind's), made by dbt_format_doing:
+ * "<state letter>\x1f<session>", the letter 'r' running a command, 'i' idle in a transaction,
+ * 'k' kept between commands, '-' unchanged; session "" leaves the one Redis has. renew.lua
+ * rewrites a holder's info only when they differ from it. */
+#define DBT_DOING_LEN (2 + DBT_SESSION_LEN)
+void dbt_format_doing(char state, const char *session, char *out, size_t cap);
+/* Adds them to a renewal that has its record (dbt_renew_add_record): its args array must have
+ * room for n more. */
+void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n);
 
 /* status.lua: both kinds' state, at most max_rows holders and waiters each (0: all). */
 void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows);

@@ -414,3 +414,130 @@ Test(metrics, counters_outlive_the_pool_transient_keys, .timeout = 60)
     cr_expect_eq(hist_count('w', ""), 2);
     cr_expect_gt(test_redis_int(&fx_redis, "PTTL " P "stats"), six_days);
 }
+
+/* ---- the holders' sessions ------------------------------------------------------------------- */
+
+/* The pool's query holders as status.lua reports them (a connection of the test's own). */
+static void status_now(dbt_status_reply *s)
+{
+    dbt_config c;
+    test_config(&c, &fx_redis, NULL);
+    char err[DBT_ERRLEN];
+    dbt_redis *r = dbt_redis_connect(&c, err);
+    cr_assert_not_null(r, "%s", err);
+    dbt_keys k;
+    cr_assert(dbt_keys_init(&k, c.key_prefix, "metrics"));
+    dbt_script_call call;
+    dbt_build_status(&call, &k, 0);
+    redisReply *rep = dbt_script_run(r, &call, dbt_parse_status, s, err);
+    cr_assert_not_null(rep, "status: %s", err);
+    freeReplyObject(rep);
+    dbt_keys_free(&k);
+    dbt_redis_free(r);
+    dbt_config_free(&c);
+}
+
+typedef struct {
+    const char *state;
+    long backend_pid;
+} holder_is;
+
+/* The one query holder is in that state (NULL: any) with that backend pid (0: any). */
+static bool holder_is_now(void *arg)
+{
+    const holder_is *want = arg;
+    dbt_status_reply s;
+    status_now(&s);
+    const dbt_status_kind *q = &s.kind[DBT_KIND_QUERY];
+    bool ok = q->nh == 1 && (!want->state || strcmp(q->holders[0].state, want->state) == 0) &&
+              (!want->backend_pid || q->holders[0].backend_pid == want->backend_pid);
+    dbt_status_free(&s);
+    return ok;
+}
+
+/* A holder's entry names the session its acquire gave (names with spaces whole, a separator in
+ * one made '_', each cut to 63 bytes), and its state follows the permit: running, idle in a
+ * transaction, kept between commands, running again (each by the next renewal, lease/3). */
+Test(metrics, holders_show_their_session_and_state, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=600ms", "DBTHROTTLE_CACHE_PERMITS=on",
+                              "DBTHROTTLE_CACHE_IDLE=60s", NULL);
+    dbt_pool *p = dbt_client_pool(c, "metrics");
+    char user[100], session[DBT_SESSION_LEN];
+    memset(user, 'u', 80);
+    user[80] = '\0';
+    cr_assert(dbt_format_session(4242, "app\x1fname with spaces", user, "the db", session,
+                                 sizeof session));
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0, .session = session};
+    dbt_permit *held;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
+    dbt_status_reply s;
+    status_now(&s);
+    const dbt_status_kind *q = &s.kind[DBT_KIND_QUERY];
+    cr_assert_eq(q->nh, 1);
+    cr_expect_str_eq(q->holders[0].state, "running");
+    cr_expect_eq(q->holders[0].backend_pid, 4242);
+    cr_expect_str_eq(q->holders[0].app, "app_name with spaces");
+    cr_expect_eq(strlen(q->holders[0].user), 63);
+    cr_expect_str_eq(q->holders[0].db, "the db");
+    cr_expect_gt(q->holders[0].pid, 0, "the first part is read as before");
+    dbt_status_free(&s);
+
+    dbt_permit_note_idle(held, true);
+    holder_is idle = {"idle_tx", 4242};
+    cr_expect(test_wait_until(holder_is_now, &idle, 10000), "never idle_tx");
+    dbt_permit_note_idle(held, false);
+    cr_assert(dbt_permit_park(held), "not kept");
+    holder_is kept = {"kept", 4242};
+    cr_expect(test_wait_until(holder_is_now, &kept, 10000), "never kept");
+    cr_assert(dbt_permit_unpark(&held), "given back meanwhile");
+    holder_is running = {"running", 4242};
+    cr_expect(test_wait_until(holder_is_now, &running, 10000), "never running again");
+    dbt_release(held);
+}
+
+typedef struct {
+    dbt_pool *pool;
+    const char *session;
+    dbt_permit *permit;
+    dbt_acq_result res;
+} session_waiter;
+
+static void *wait_with_session(void *arg)
+{
+    session_waiter *w = arg;
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = DBT_FOREVER, .session = w->session};
+    w->res = dbt_acquire(w->pool, DBT_KIND_QUERY, &o, &w->permit);
+    return NULL;
+}
+
+/* A waiter's entry names its session too, and a permit passed to another thread of the process
+ * (local handover, no Redis call) comes to name the new holder's session by the next renewal. */
+Test(metrics, a_permit_passed_on_names_its_new_session, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=600ms", NULL);
+    dbt_pool *p = dbt_client_pool(c, "metrics");
+    char s1[DBT_SESSION_LEN], s2[DBT_SESSION_LEN];
+    cr_assert(dbt_format_session(1111, "first", "u", "d", s1, sizeof s1));
+    cr_assert(dbt_format_session(2222, "second", "u", "d", s2, sizeof s2));
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0, .session = s1};
+    dbt_permit *held;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
+    session_waiter w = {.pool = p, .session = s2};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, wait_with_session, &w), 0);
+    zcard_is queued = {&fx_redis, P "queue", 1};
+    cr_assert(test_wait_until(test_zcard_is, &queued, 10000), "the waiter never queued");
+    dbt_status_reply s;
+    status_now(&s);
+    cr_assert_eq(s.kind[DBT_KIND_QUERY].nw, 1);
+    cr_expect_eq(s.kind[DBT_KIND_QUERY].waiters[0].backend_pid, 2222);
+    cr_expect_str_eq(s.kind[DBT_KIND_QUERY].waiters[0].state, "");
+    dbt_status_free(&s);
+    dbt_release(held);
+    pthread_join(t, NULL);
+    cr_assert_eq(w.res, DBT_ACQ_GRANTED);
+    holder_is second = {"running", 2222};
+    cr_expect(test_wait_until(holder_is_now, &second, 10000), "the holder still names the first");
+    dbt_release(w.permit);
+}
