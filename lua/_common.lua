@@ -106,9 +106,12 @@ local ERA_TTL = 7 * 24 * 3600 * 1000 -- outlives idleness, not forever
 -- Prometheus reads of them stays monotonic across idle periods of up to a week.
 local COUNTER_TTL = ERA_TTL
 -- The histograms' bucket upper bounds (ms), the one list (status.lua states it to the command):
--- bucket i holds the values v with HIST_BOUNDS[i] < v <= HIST_BOUNDS[i + 1] (0-based i), the last
--- one (#HIST_BOUNDS) those above every bound.
-local HIST_BOUNDS = {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
+-- bucket i holds the values v with bounds[i] < v <= bounds[i + 1] (0-based i), the last one
+-- (#bounds) those above every bound. A function, so that a call that needs no list (most values
+-- are in the first bucket) does not build the table.
+local function HIST_BOUNDS()
+    return {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
+end
 local US = '\31' -- separates the info fields that may hold spaces
 
 -- One semaphore: its keys, the NK from KEYS[base + 1] in the order above, and its kind letter.
@@ -211,8 +214,12 @@ end
 -- permit is one value.
 local function observe(s, series, klass, ms)
     local i = 0
-    while HIST_BOUNDS[i + 1] and ms > HIST_BOUNDS[i + 1] do
-        i = i + 1
+    if ms > 1 then
+        local b = HIST_BOUNDS()
+        i = 1
+        while b[i + 1] and ms > b[i + 1] do
+            i = i + 1
+        end
     end
     klass = klass or ''
     if redis.call('HINCRBY', s.HIST, series .. ':' .. i .. ':' .. klass, 1) == 1 then
@@ -235,20 +242,15 @@ local function note_who(s, id, now, who, state, klass, session)
     end
 end
 
--- An info value's parts: since (ms, or nil), the base "<host> <pid> <conn>", state, class and
--- session (the rest, "" none). A value of an older version has the base alone.
-local function info_parts(info)
-    local since, base, tail = string.match(info or '', '^(%d+) ([^\31]*)(.*)$')
-    local state, klass, session = string.match(tail or '', '^\31([^\31]*)\31([^\31]*)\31?(.*)$')
-    return tonumber(since), base, state or '', klass or '', session or ''
-end
-
 -- A permit left the holders (released, cancelled after its grant, evicted, expired): how long it
--- was held, from its info (read before it goes), into the hold histogram.
+-- was held, from its info (read before it goes: "<since> ...", the class it was granted as after
+-- the second \31), into the hold histogram. Plain finds: this is every release's cost.
 local function observe_hold(s, info, now)
-    local since, _, _, klass = info_parts(info)
+    local sp = info and string.find(info, ' ', 1, true)
+    local since = sp and tonumber(string.sub(info, 1, sp - 1))
     if since then
-        observe(s, 'h', klass, math.max(0, now - since))
+        observe(s, 'h', string.match(info, '^[^\31]*\31[^\31]*\31([^\31]*)', sp) or '',
+            math.max(0, now - since))
     end
 end
 
@@ -516,6 +518,14 @@ load_classes = function()
             return nil, 'queue cap "' .. cap .. '" of class ' .. name .. ' is not "-" or an integer >= 0'
         end
         return c
+    end
+
+    -- An info value's parts: since (ms, or nil), the base "<host> <pid> <conn>", state, class and
+    -- session (the rest, "" none). A value of an older version has the base alone.
+    K.info_parts = function(info)
+        local since, base, tail = string.match(info or '', '^(%d+) ([^\31]*)(.*)$')
+        local state, klass, session = string.match(tail or '', '^\31([^\31]*)\31([^\31]*)\31?(.*)$')
+        return tonumber(since), base, state or '', klass or '', session or ''
     end
 
     -- The implicit default class: what no defined class names is served as, share 0.
@@ -831,7 +841,7 @@ local function pump(s, now)
         end
         -- the wait ends now: count it, and the holder's "since" becomes the grant
         local klass = d and pick.cls.name or ''
-        local since, base, _, _, session = info_parts(redis.call('HGET', s.INFO, head))
+        local since, base, _, _, session = K.info_parts(redis.call('HGET', s.INFO, head))
         if since then
             local waited = math.max(0, now - since)
             count(s, 'wait_ms', waited)

@@ -116,7 +116,7 @@ local function snapshot(s)
         oldest = math.max(oldest, head_wait(s, K.tag_queue(s, t)))
     end
     local bounds = {}
-    for i, b in ipairs(HIST_BOUNDS) do
+    for i, b in ipairs(HIST_BOUNDS()) do
         bounds[i] = tostring(b) -- as text: a Lua number becomes an integer in the reply
     end
     return {c[1] or false, c[2] or false, c[3] and 1 or 0, redis.call('ZCOUNT', s.H, now, '+inf'),
