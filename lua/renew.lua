@@ -37,6 +37,25 @@ local rec_at = local_at + 6 -- the process record's four (see the end)
 -- session "" when the process has none to give. Absent: nothing to update.
 local DOING_AT = rec_at + 4
 local STATE_OF = {r = 'running', i = 'idle_tx', k = 'kept'}
+-- After those, per kind, the waits local handover granted without Redis since the last renewal,
+-- for the wait histogram: "<tag> <sum ms> <i>:<n> ...", ';' between tags ("." untagged).
+local LOCAL_WAITS_AT = DOING_AT + tonumber(ARGV[COUNTS_AT]) + tonumber(ARGV[COUNTS_AT + 2])
+local function local_waits(s, text)
+    local c = redis.call('MGET', s.CLASSES, s.CLASSES_SEEN)
+    local d = (c[1] or c[2]) and K.effective_defs(c[1], c[2])
+    for tag, sum, buckets in string.gmatch(text, '([^ ;]+) (%d+)([^;]*)') do
+        local klass = d and K.class_of(d, (tag ~= '.') and tag or nil).name or ''
+        for i, n in string.gmatch(buckets, ' (%d+):(%d+)') do
+            n = tonumber(n)
+            if redis.call('HINCRBY', s.HIST, 'w:' .. i .. ':' .. klass, n) == n then
+                redis.call('PEXPIRE', s.HIST, COUNTER_TTL, 'NX')
+            end
+        end
+        if tonumber(sum) > 0 then
+            redis.call('HINCRBY', s.HIST, 'w:s:' .. klass, sum)
+        end
+    end
+end
 local held_before = 0 -- the held ids of the kinds before this one (their doing args come first)
 -- Rewrites id's info only when what its process says it does differs from what is there: its
 -- state, or its session (a local handover passed the permit to another connection).
@@ -162,6 +181,10 @@ for k = 0, 1 do
         if n > 0 then
             count(s, field, n)
         end
+    end
+    local waits = ARGV[LOCAL_WAITS_AT + k]
+    if waits and waits ~= '' then
+        local_waits(s, waits)
     end
     reap(s, now)
     pump(s, now)

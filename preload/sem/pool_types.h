@@ -212,6 +212,9 @@ struct dbt_pool {
     /* What local handover did since the last renewal, which adds it to Redis' counters (so
      * dbthrottle status counts every grant). */
     dbt_local_counts unreported[DBT_NKINDS];
+    dbt_local_hist unreported_hist[DBT_NKINDS]; /* their waits, for the wait histogram */
+    double hist_bounds[DBT_HIST_MAX];           /* the scripts' bucket bounds (set once) */
+    int nbounds;
 
     /* listener.c: grants: the waiting threads take turns listening */
     dbt_redis *listener; /* the connection that BLPOPs this process' wake list */

@@ -227,12 +227,33 @@ static void apply_granted(dbt_pool *p, const dbt_reply_ids *ids)
     }
 }
 
+/* The waits local handover granted since the last renewal, for the wait histogram, as renew.lua
+ * reads them (taken out of the pool: with p->mu held). */
+typedef struct {
+    dbt_local_hist hist[DBT_NKINDS];
+    char text[DBT_NKINDS][DBT_LOCAL_HIST_TEXT];
+    const char *args[DBT_NKINDS];
+} local_waits;
+
+static void take_local_waits(dbt_pool *p, local_waits *w)
+{
+    memcpy(w->hist, p->unreported_hist, sizeof w->hist);
+    memset(p->unreported_hist, 0, sizeof p->unreported_hist);
+    for (int k = 0; k < DBT_NKINDS; k++) {
+        if (!dbt_format_local_hist(&w->hist[k], w->text[k], sizeof w->text[k]))
+            w->text[k][0] = '\0'; /* never at that size */
+        w->args[k] = w->text[k];
+    }
+}
+
 void dbt_report_local(dbt_pool *p)
 {
     pthread_mutex_lock(&p->mu);
     dbt_local_counts local[DBT_NKINDS];
     memcpy(local, p->unreported, sizeof local);
     memset(p->unreported, 0, sizeof p->unreported);
+    local_waits waits;
+    take_local_waits(p, &waits);
     bool down = p->down_until_us > dbt_now_us();
     bool listed = p->reported;
     char record[DBT_RECORD_MAX];
@@ -245,10 +266,11 @@ void dbt_report_local(dbt_pool *p)
     if (!any || down)
         return;
     char err[DBT_ERRLEN];
-    const char *args[DBT_RENEW_NARGS(0) + DBT_RENEW_RECORD_ARGS];
+    const char *args[DBT_RENEW_NARGS(0) + DBT_RENEW_RECORD_ARGS + DBT_NKINDS];
     dbt_script_call call; /* a renewal of no ids, for its counts, that takes the record away */
     dbt_build_renew(&call, &p->keys, p->client->cfg, NULL, local, args);
     dbt_renew_add_record(&call, &p->keys, p->client->cid, record, ttl, true);
+    dbt_renew_add_local_hist(&call, waits.args); /* after the doing args, of which it has none */
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
     (void)dbt_pool_send(p, "renew", &call, NULL, err);
     dbt_redis_budget_end(b);
@@ -347,6 +369,10 @@ static void renew(dbt_pool *p)
     dbt_local_counts local[DBT_NKINDS];
     memcpy(local, p->unreported, sizeof local);
     memset(p->unreported, 0, sizeof p->unreported);
+    local_waits *waits = malloc(sizeof *waits);
+    if (waits)
+        take_local_waits(p, waits);
+    ok = ok && waits;
     pthread_mutex_unlock(&p->mu);
 
     char err[DBT_ERRLEN];
@@ -358,7 +384,7 @@ static void renew(dbt_pool *p)
         nmine[k] = lists[k][DBT_RENEW_QUEUED].n;
     }
     const char **args = ok ? malloc((DBT_RENEW_NARGS((size_t)total) + DBT_RENEW_RECORD_ARGS +
-                                     (size_t)(doing[0].n + doing[1].n)) *
+                                     (size_t)(doing[0].n + doing[1].n) + DBT_NKINDS) *
                                     sizeof *args)
                            : NULL;
     if (args) {
@@ -367,6 +393,7 @@ static void renew(dbt_pool *p)
         dbt_renew_add_record(&call, &p->keys, p->client->cid, record, record_ttl, goodbye);
         for (int k = 0; k < DBT_NKINDS; k++)
             dbt_renew_add_doing(&call, doing[k].ids, doing[k].n);
+        dbt_renew_add_local_hist(&call, waits->args);
         rep = dbt_pool_run(p, "renew", &call, dbt_parse_renew, &reply, err);
         if (rep && total > 0) /* it checked the era of both kinds */
             dbt_pool_era_seen(p, call.era_token);
@@ -391,7 +418,10 @@ static void renew(dbt_pool *p)
             p->unreported[k].grants += local[k].grants;
             p->unreported[k].queued += local[k].queued;
             p->unreported[k].wait_us += local[k].wait_us;
+            if (waits)
+                dbt_local_hist_merge(&p->unreported_hist[k], &waits->hist[k]);
         }
+    free(waits);
     evict_cancels cancels = {.n = 0};
     if (rep) {
         p->renew_failures = 0;

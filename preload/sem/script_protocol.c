@@ -190,6 +190,95 @@ void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n)
         c->args[c->nargs++] = doing[i];
 }
 
+int dbt_hist_bounds(double *out, int cap)
+{
+    /* every script's text begins with lua/_common.lua: its one list */
+    const char *at = strstr(dbt_script_status.body, "local function HIST_BOUNDS()");
+    at = at ? strchr(at, '{') : NULL;
+    int n = 0;
+    while (at && *at != '}' && n < cap) {
+        char *end;
+        double v = strtod(at + 1, &end);
+        if (end == at + 1)
+            break;
+        out[n++] = v;
+        at = end;
+        while (*at == ' ')
+            at++;
+        if (*at != ',' && *at != '}')
+            break;
+    }
+    return n;
+}
+
+bool dbt_local_hist_add(dbt_local_hist *h, const double *bounds, int nbounds, const char *tag,
+                        int64_t ms)
+{
+    int t = 0;
+    while (t < h->ntags && strcmp(h->tag[t].tag, tag) != 0)
+        t++;
+    if (t == h->ntags) {
+        if (t == DBT_LOCAL_HIST_TAGS)
+            return false;
+        memset(&h->tag[t], 0, sizeof h->tag[t]);
+        snprintf(h->tag[t].tag, sizeof h->tag[t].tag, "%s", tag);
+        h->ntags++;
+    }
+    int i = 0;
+    while (i < nbounds && i + 1 < DBT_HIST_MAX && (double)ms > bounds[i])
+        i++;
+    h->tag[t].bucket[i]++;
+    h->tag[t].sum_ms += ms > 0 ? ms : 0;
+    return true;
+}
+
+void dbt_local_hist_merge(dbt_local_hist *a, const dbt_local_hist *b)
+{
+    for (int t = 0; t < b->ntags; t++) {
+        int u = 0;
+        while (u < a->ntags && strcmp(a->tag[u].tag, b->tag[t].tag) != 0)
+            u++;
+        if (u == a->ntags) {
+            if (u == DBT_LOCAL_HIST_TAGS)
+                continue;
+            a->tag[u] = b->tag[t];
+            a->ntags++;
+            continue;
+        }
+        for (int i = 0; i < DBT_HIST_MAX; i++)
+            a->tag[u].bucket[i] += b->tag[t].bucket[i];
+        a->tag[u].sum_ms += b->tag[t].sum_ms;
+    }
+}
+
+bool dbt_format_local_hist(const dbt_local_hist *h, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int t = 0; t < h->ntags; t++) {
+        int n = snprintf(out + len, cap - len, "%s%s %" PRId64, t ? ";" : "",
+                         h->tag[t].tag[0] ? h->tag[t].tag : ".", h->tag[t].sum_ms);
+        if (n < 0 || (size_t)n >= cap - len)
+            return false;
+        len += (size_t)n;
+        for (int i = 0; i < DBT_HIST_MAX; i++) {
+            if (!h->tag[t].bucket[i])
+                continue;
+            n = snprintf(out + len, cap - len, " %d:%" PRIu32, i, h->tag[t].bucket[i]);
+            if (n < 0 || (size_t)n >= cap - len)
+                return false;
+            len += (size_t)n;
+        }
+    }
+    return true;
+}
+
+void dbt_renew_add_local_hist(dbt_script_call *c, const char *const text[DBT_NKINDS])
+{
+    for (int k = 0; k < DBT_NKINDS; k++)
+        c->args[c->nargs++] = text[k];
+}
+
 /* ---- the process record ------------------------------------------------------------------ */
 
 /* A field of the record: what would break the line (a tab, a newline) becomes '_'. */

@@ -356,6 +356,11 @@ Test(metrics_scripts, status_reports_the_oldest_wait_and_the_histograms, .timeou
     cr_assert_eq(k->nbounds, NBOUNDS);
     for (int i = 0; i < NBOUNDS; i++)
         cr_expect_eq(k->hist_bound_ms[i], bounds[i], "bound %d: %g", i, k->hist_bound_ms[i]);
+    /* the client buckets local handover's waits by the same list, read from the scripts' text */
+    double client[DBT_HIST_MAX];
+    cr_assert_eq(dbt_hist_bounds(client, DBT_HIST_MAX), NBOUNDS);
+    for (int i = 0; i < NBOUNDS; i++)
+        cr_expect_eq(client[i], bounds[i], "the client's bound %d: %g", i, client[i]);
     cr_assert_eq(k->nhists, 1, "only the wait has values yet");
     cr_expect_eq(k->hists[0].series, 'w');
     cr_expect_str_eq(k->hists[0].klass, "");
@@ -539,5 +544,58 @@ Test(metrics, a_permit_passed_on_names_its_new_session, .timeout = 60)
     cr_assert_eq(w.res, DBT_ACQ_GRANTED);
     holder_is second = {"running", 2222};
     cr_expect(test_wait_until(holder_is_now, &second, 10000), "the holder still names the first");
+    dbt_release(w.permit);
+}
+
+/* ---- waits granted by local handover ------------------------------------------------------------
+ */
+
+static bool handed_over(void *arg)
+{
+    dbt_pool_stats st;
+    dbt_pool_get_stats(arg, &st);
+    return st.handovers >= 1;
+}
+
+typedef struct {
+    long long grants;
+} grants_counted;
+
+/* Both grants are counted, and the wait histogram counts every one: its count equals grants. */
+static bool hist_counts_every_grant(void *arg)
+{
+    grants_counted *g = arg;
+    g->grants = test_redis_int(&fx_redis, "HGET " P "stats grants");
+    return g->grants >= 2 && hist_count('w', "") == g->grants;
+}
+
+/* A permit one thread passes to another of its process without Redis (local handover) is counted
+ * in the wait histogram by the next renewal, as in grants and wait_ms: the histogram's count stays
+ * the number of grants, and its sum the waits' (within the clocks' rounding). */
+Test(metrics, waits_granted_by_local_handover_reach_the_histogram, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=600ms", NULL);
+    dbt_pool *p = dbt_client_pool(c, "metrics");
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
+    dbt_permit *held;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
+    waiter_arg w = {.pool = p};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, waiter, &w), 0);
+    zcard_is queued = {&fx_redis, P "queue", 1};
+    cr_assert(test_wait_until(test_zcard_is, &queued, 10000), "the waiter never queued");
+    sleep_ms(300);
+    dbt_release(held);
+    pthread_join(t, NULL);
+    cr_assert_eq(w.res, DBT_ACQ_GRANTED);
+    cr_assert(handed_over(p), "the permit went through Redis: no local handover to judge");
+    grants_counted g = {0};
+    cr_expect(test_wait_until(hist_counts_every_grant, &g, 10000),
+              "the histogram counts %lld of %lld grants", hist_count('w', ""), g.grants);
+    cr_expect_eq(g.grants, 2);
+    long long sum = hist_sum('w', "");
+    cr_expect_geq(sum, 300 - 2, "the handed-over wait %lld ms", sum);
+    cr_expect_leq(sum, w.returned_ms - w.started_ms + 2, "the handed-over wait %lld ms", sum);
+    cr_expect_eq(bucket_count('w', bucket_of(sum), ""), 1, "wait %lld ms not in its bucket", sum);
     dbt_release(w.permit);
 }
