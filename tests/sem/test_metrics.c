@@ -447,6 +447,9 @@ typedef struct {
     long backend_pid;
 } holder_is;
 
+/* What holder_is_now saw last, for the message of a check that failed. */
+static char last_seen[128];
+
 /* The one query holder is in that state (NULL: any) with that backend pid (0: any). */
 static bool holder_is_now(void *arg)
 {
@@ -454,6 +457,8 @@ static bool holder_is_now(void *arg)
     dbt_status_reply s;
     status_now(&s);
     const dbt_status_kind *q = &s.kind[DBT_KIND_QUERY];
+    snprintf(last_seen, sizeof last_seen, "%d holders, the first %s of pid %ld", q->nh,
+             q->nh ? q->holders[0].state : "-", q->nh ? q->holders[0].backend_pid : 0L);
     bool ok = q->nh == 1 && (!want->state || strcmp(q->holders[0].state, want->state) == 0) &&
               (!want->backend_pid || q->holders[0].backend_pid == want->backend_pid);
     dbt_status_free(&s);
@@ -465,7 +470,7 @@ static bool holder_is_now(void *arg)
  * transaction, kept between commands, running again (each by the next renewal, lease/3). */
 Test(metrics, holders_show_their_session_and_state, .timeout = 60)
 {
-    dbt_client *c = fx_client("DBTHROTTLE_LEASE=600ms", "DBTHROTTLE_CACHE_PERMITS=on",
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=1500ms", "DBTHROTTLE_CACHE_PERMITS=on",
                               "DBTHROTTLE_CACHE_IDLE=60s", NULL);
     dbt_pool *p = dbt_client_pool(c, "metrics");
     char user[100], session[DBT_SESSION_LEN];
@@ -490,14 +495,15 @@ Test(metrics, holders_show_their_session_and_state, .timeout = 60)
 
     dbt_permit_note_idle(held, true);
     holder_is idle = {"idle_tx", 4242};
-    cr_expect(test_wait_until(holder_is_now, &idle, 10000), "never idle_tx");
+    cr_expect(test_wait_until(holder_is_now, &idle, 10000), "never idle_tx: %s", last_seen);
     dbt_permit_note_idle(held, false);
     cr_assert(dbt_permit_park(held), "not kept");
     holder_is kept = {"kept", 4242};
-    cr_expect(test_wait_until(holder_is_now, &kept, 10000), "never kept");
+    cr_expect(test_wait_until(holder_is_now, &kept, 10000), "never kept: %s", last_seen);
     cr_assert(dbt_permit_unpark(&held), "given back meanwhile");
     holder_is running = {"running", 4242};
-    cr_expect(test_wait_until(holder_is_now, &running, 10000), "never running again");
+    cr_expect(test_wait_until(holder_is_now, &running, 10000), "never running again: %s",
+              last_seen);
     dbt_release(held);
 }
 
@@ -520,7 +526,7 @@ static void *wait_with_session(void *arg)
  * (local handover, no Redis call) comes to name the new holder's session by the next renewal. */
 Test(metrics, a_permit_passed_on_names_its_new_session, .timeout = 60)
 {
-    dbt_client *c = fx_client("DBTHROTTLE_LEASE=600ms", NULL);
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=1500ms", NULL);
     dbt_pool *p = dbt_client_pool(c, "metrics");
     char s1[DBT_SESSION_LEN], s2[DBT_SESSION_LEN];
     cr_assert(dbt_format_session(1111, "first", "u", "d", s1, sizeof s1));
@@ -543,7 +549,8 @@ Test(metrics, a_permit_passed_on_names_its_new_session, .timeout = 60)
     pthread_join(t, NULL);
     cr_assert_eq(w.res, DBT_ACQ_GRANTED);
     holder_is second = {"running", 2222};
-    cr_expect(test_wait_until(holder_is_now, &second, 10000), "the holder still names the first");
+    cr_expect(test_wait_until(holder_is_now, &second, 10000),
+              "the holder still names the first: %s", last_seen);
     dbt_release(w.permit);
 }
 
@@ -558,7 +565,7 @@ static bool handed_over(void *arg)
 }
 
 typedef struct {
-    long long grants;
+    long long want, grants;
 } grants_counted;
 
 /* Both grants are counted, and the wait histogram counts every one: its count equals grants. */
@@ -566,36 +573,47 @@ static bool hist_counts_every_grant(void *arg)
 {
     grants_counted *g = arg;
     g->grants = test_redis_int(&fx_redis, "HGET " P "stats grants");
-    return g->grants >= 2 && hist_count('w', "") == g->grants;
+    return g->grants >= g->want && hist_count('w', "") == g->grants;
 }
 
 /* A permit one thread passes to another of its process without Redis (local handover) is counted
  * in the wait histogram by the next renewal, as in grants and wait_ms: the histogram's count stays
  * the number of grants, and its sum the waits' (within the clocks' rounding). */
-Test(metrics, waits_granted_by_local_handover_reach_the_histogram, .timeout = 60)
+Test(metrics, waits_granted_by_local_handover_reach_the_histogram, .timeout = 120)
 {
-    dbt_client *c = fx_client("DBTHROTTLE_LEASE=600ms", NULL);
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=1500ms", NULL);
     dbt_pool *p = dbt_client_pool(c, "metrics");
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
-    dbt_permit *held;
-    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
-    waiter_arg w = {.pool = p};
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, waiter, &w), 0);
-    zcard_is queued = {&fx_redis, P "queue", 1};
-    cr_assert(test_wait_until(test_zcard_is, &queued, 10000), "the waiter never queued");
-    sleep_ms(300);
-    dbt_release(held);
-    pthread_join(t, NULL);
-    cr_assert_eq(w.res, DBT_ACQ_GRANTED);
-    cr_assert(handed_over(p), "the permit went through Redis: no local handover to judge");
-    grants_counted g = {0};
+    /* A round: one thread holds for 300 ms while another of the process waits. Whether the
+     * release goes to the waiter without Redis depends on the process' verdict of the moment:
+     * rounds until one did (each round's grants count alike). */
+    int rounds = 0;
+    int64_t waited_ms = 0; /* the waiters' own measure, an upper bound of each wait */
+    for (; rounds < 8 && !handed_over(p); rounds++) {
+        dbt_permit *held;
+        cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
+        waiter_arg w = {.pool = p};
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, waiter, &w), 0);
+        zcard_is queued = {&fx_redis, P "queue", 1};
+        cr_assert(test_wait_until(test_zcard_is, &queued, 10000), "the waiter never queued");
+        sleep_ms(300);
+        dbt_release(held);
+        pthread_join(t, NULL);
+        cr_assert_eq(w.res, DBT_ACQ_GRANTED);
+        waited_ms += w.returned_ms - w.started_ms;
+        dbt_release(w.permit);
+    }
+    cr_assert(handed_over(p), "no local handover in %d rounds: nothing to judge", rounds);
+    grants_counted g = {.want = 2LL * rounds};
     cr_expect(test_wait_until(hist_counts_every_grant, &g, 10000),
               "the histogram counts %lld of %lld grants", hist_count('w', ""), g.grants);
-    cr_expect_eq(g.grants, 2);
+    cr_expect_eq(bucket_count('w', 0, ""), rounds, "the grants at once");
     long long sum = hist_sum('w', "");
-    cr_expect_geq(sum, 300 - 2, "the handed-over wait %lld ms", sum);
-    cr_expect_leq(sum, w.returned_ms - w.started_ms + 2, "the handed-over wait %lld ms", sum);
-    cr_expect_eq(bucket_count('w', bucket_of(sum), ""), 1, "wait %lld ms not in its bucket", sum);
-    dbt_release(w.permit);
+    cr_expect_geq(sum, rounds * (300LL - 2), "the waits %lld ms", sum);
+    cr_expect_leq(sum, waited_ms + 2LL * rounds, "the waits %lld ms", sum);
+    long long above = 0; /* the waits of 300 ms or more, in the buckets above 250 ms */
+    for (int i = bucket_of(251); i <= NBOUNDS; i++)
+        above += bucket_count('w', i, "");
+    cr_expect_eq(above, rounds, "the waits of 300 ms or more");
 }
