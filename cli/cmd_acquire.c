@@ -469,12 +469,17 @@ int cmd_acquire(int argc, char **argv)
 
     /* Before any thread exists, so that every thread inherits the mask (see the top). A SIGCHLD
      * ignored by whoever started us would reap CMD before we see its status. */
+    /* A signal whoever started us ignores (nohup's SIGHUP, SIGINT of a job an sh script puts in
+     * the background) is not taken: it stays ignored here and in CMD, as exec keeps it, since a
+     * blocked signal is queued for sigwaitinfo even when it is ignored. */
     sigset_t mask;
     sigemptyset(&sg.set);
-    sigaddset(&sg.set, SIGINT);
-    sigaddset(&sg.set, SIGTERM);
-    sigaddset(&sg.set, SIGHUP);
-    sigaddset(&sg.set, SIGQUIT);
+    const int taken[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < sizeof taken / sizeof taken[0]; i++) {
+        struct sigaction was;
+        if (sigaction(taken[i], NULL, &was) != 0 || was.sa_handler != SIG_IGN)
+            sigaddset(&sg.set, taken[i]);
+    }
     signal(SIGCHLD, SIG_DFL);
     pthread_sigmask(SIG_BLOCK, &sg.set, &mask);
     pthread_t t;

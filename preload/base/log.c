@@ -85,6 +85,20 @@ static int open_log_file(const char *path)
     return -1;
 }
 
+/* fd moved above 2 (a host program that closed stdin, stdout or stderr would otherwise find our
+ * log on the number it reopens as one of them, and install_fd treats 2 as the program's), or -1
+ * with fd closed. */
+static int above_stdio(int fd)
+{
+    if (fd < 0 || fd > 2)
+        return fd;
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return moved;
+}
+
 /* Makes fd the log's descriptor. A descriptor replaced keeps its number (the new one is dup'ed
  * onto it), so a thread that loaded log_fd just before never writes into a closed, or worse
  * reused, descriptor. log_mu held. */
@@ -104,7 +118,7 @@ static void install_fd(int fd)
 /* (Re)opens dest_path as the log file. log_mu held. False with errno set when it cannot. */
 static bool reopen_file(void)
 {
-    int fd = open_log_file(dest_path);
+    int fd = above_stdio(open_log_file(dest_path));
     if (fd < 0)
         return false;
     struct stat st;
@@ -116,16 +130,19 @@ static bool reopen_file(void)
     return true;
 }
 
-/* (Re)connects to the syslog socket. log_mu held. False with errno set when it cannot (the
- * socket is then -1: lines go to stderr until a reconnect works). */
+/* (Re)connects to the syslog socket. log_mu held. False with errno set when it cannot: the old
+ * socket, dead, stays installed (sends on it fail, so lines go to stderr until a reconnect is
+ * dup'ed onto its number). Closing it would free its number while another thread may be about to
+ * send on it, and the host program could get that number for a socket of its own. */
 static bool reconnect_syslog(void)
 {
     bool stream = false;
-    int fd = dbt_syslog_connect(dest_path, &stream);
+    int fd = above_stdio(dbt_syslog_connect(dest_path, &stream));
     int saved = errno;
-    if (fd >= 0)
+    if (fd >= 0) {
         atomic_store(&syslog_stream, stream);
-    install_fd(fd);
+        install_fd(fd);
+    }
     errno = saved;
     return fd >= 0;
 }
@@ -547,9 +564,8 @@ static bool to_syslog(char *msg, size_t cap, dbt_log_level level, const char *ev
     size_t h =
         dbt_syslog_header(msg, cap, dbt_syslog_priority(atomic_load(&syslog_facility), level),
                           prog_name, (long)getpid());
-    size_t len =
-        h + dbt_log_format_line(msg + h, sizeof msg - h, (dbt_log_format)atomic_load(&log_format),
-                                NULL, level, event, fields, n);
+    size_t len = h + dbt_log_format_line(msg + h, cap - h, (dbt_log_format)atomic_load(&log_format),
+                                         NULL, level, event, fields, n);
     if (len > h && msg[len - 1] == '\n')
         msg[--len] = '\0'; /* a syslog message carries no newline */
     for (int attempt = 0; attempt < 2; attempt++) {

@@ -27,7 +27,9 @@ int dbt_syslog_connect(const char *path, bool *stream)
      * what the path is (EPROTOTYPE), its messages ended by a NUL. */
     const int types[] = {SOCK_DGRAM, SOCK_STREAM};
     for (int i = 0; i < 2; i++) {
-        int fd = socket(AF_UNIX, types[i] | SOCK_CLOEXEC, 0);
+        /* Non-blocking: this runs under the log lock in the host program's thread, and a full
+         * backlog must be EAGAIN (a line to stderr), not a wait. */
+        int fd = socket(AF_UNIX, types[i] | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
             return -1;
         if (connect(fd, (const struct sockaddr *)&addr, sizeof addr) == 0) {

@@ -582,6 +582,11 @@ void dbt_pool_after_fork(dbt_pool *p)
     p->down_until_us = 0;
     p->misconfig_probe_us = 0; /* the child checks for itself at its first acquire */
     memset(&p->st, 0, sizeof p->st);
+    /* and the periodic summary's marks with them (DBTHROTTLE_LOG_STATS): the child's first line
+     * covers the child alone, never its counters minus the parent's */
+    memset(&p->stats_shown, 0, sizeof p->stats_shown);
+    p->stats_wait_max_us = 0;
+    p->stats_line_us = 0;
     p->outage_since_ms = p->outage_until_ms = 0;
     p->outage_unthrottled = p->outage_refused = 0;
     memset(p->warn_next_us, 0, sizeof p->warn_next_us);
