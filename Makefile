@@ -134,7 +134,7 @@ CRITERION_LIBS := -lcriterion
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 $(BUILD)/dbthrottle: $(CLI_SRCS) cli/cli.h $(BUILD)/libdbthrottle-core.a
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli -DDBT_LIBDIR='"$(LIBDIR)"' \
-	    -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDLIBS_LIB)
+	    -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDLIBS_LIB) $(MICROHTTPD_LIBS)
 
 # test_binary NAME, SOURCES, EXTRA LIBS: a program linked with the core archive.
 define test_binary
@@ -307,10 +307,12 @@ FAULTS_WITH_CLASSES := holders_killed_or_stopped threads_share_a_pool clients_th
     evictions_reach_holders restart_empty_admits_no_one_extra failover_admits_no_one_extra
 
 # The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh), its classes
-# (tests/cli/classes.sh), and the documented Redis ACLs with what run and check verify before a
+# (tests/cli/classes.sh), the exporter scraped over HTTP with status's other forms, top -b and drain
+# --wait (tests/cli/exporter.sh), and the documented Redis ACLs with what run and check verify before a
 # worker starts (tests/cli/acl.sh).
 test-cli: all $(BUILD)/tests/fault_worker
-	sh tests/cli/run.sh; rc=$$?; sh tests/cli/classes.sh || rc=1; sh tests/cli/acl.sh && exit $$rc
+	sh tests/cli/run.sh; rc=$$?; sh tests/cli/classes.sh || rc=1; sh tests/cli/exporter.sh || rc=1; \
+	sh tests/cli/acl.sh && exit $$rc
 
 # Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.
 soak: all $(BUILD)/tests/fault_worker

@@ -112,7 +112,7 @@ static void done(admin_ctx *c)
 
 static void pool_label(const char *pool, char *out, size_t cap)
 {
-    dbt_escape(pool, 200, true, out, cap);
+    cli_escape_name(pool, 200, true, out, cap);
 }
 
 static const char limit_usage[] =

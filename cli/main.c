@@ -18,6 +18,7 @@ static const struct {
     {"resume", cmd_resume, "grant again after a drain"},
     {"evict", cmd_evict, "free one stuck permit by hand"},
     {"class", cmd_class, "define a pool's classes: guaranteed shares, priority, waits"},
+    {"exporter", cmd_exporter, "serve /metrics for Prometheus (each scrape reads Redis)"},
 };
 
 static void usage(FILE *out)
