@@ -36,7 +36,7 @@ scrape() {
     took_ms=$(($(now_ms) - sc_t0))
 }
 # sample FILE NAME{LABELS}: the value of that sample ("" when absent).
-sample() { awk -v s="$2" '$1 == s { print $2 }' "$1"; }
+sample() { [ -f "$1" ] && awk -v s="$2" '$1 == s { print $2 }' "$1"; }
 # exposition FILE: every line is a HELP, a TYPE or a well-formed sample of a HELPed and TYPEd
 # family; the text is UTF-8; values carry no float noise (the shortest text that reads back).
 exposition() {
@@ -117,16 +117,16 @@ assert hsum is not None and hsum >= 0.15, hsum
 PY'
 # A known value: 1061 ms of waiting in all reads 1.061, not 1.0609999999999999.
 rcli hset "dbthrottle:{fp}:q:stats" grants 1 wait_ms 1061 >/dev/null
-scrape "$url" "$work/m2"
-check "values without float noise: wait_seconds_total of 1061 ms is $(sample "$work/m2" 'dbthrottle_wait_seconds_total{pool="fp",kind="query"}')" '[ "$(sample "$work/m2" "dbthrottle_wait_seconds_total{pool=\"fp\",kind=\"query\"}")" = 1.061 ]'
 "$D" status --prometheus fp >"$work/fp.prom"
-check "status --prometheus prints the same samples (but the scrape duration)" '[ "$(grep -v "^dbthrottle_scrape_duration" "$work/fp.prom" | grep "{pool=\"fp\"" )" = "$(grep "{pool=\"fp\"" "$work/m2")" ] && grep -q "^dbthrottle_up 1$" "$work/fp.prom"'
+check "values without float noise: wait_seconds_total of 1061 ms is $(sample "$work/fp.prom" 'dbthrottle_wait_seconds_total{pool="fp",kind="query"}')" '[ "$(sample "$work/fp.prom" "dbthrottle_wait_seconds_total{pool=\"fp\",kind=\"query\"}")" = 1.061 ]'
+scrape "$url" "$work/m2"
+check "status --prometheus and the exporter print the same samples (but the scrape duration)" '[ "$(grep -v "^dbthrottle_scrape_duration" "$work/fp.prom" | grep "{pool=\"fp\"" )" = "$(grep "{pool=\"fp\"" "$work/m2")" ] && grep -q "^dbthrottle_up 1$" "$work/fp.prom"'
 
 # ---- a pool name that is not UTF-8 ----------------------------------------------------------------
 echo "# names"
 raw=$(printf 'n\377x')
 env PGAPPNAME=t_raw "$D" run --max-queries 1 --pool "$raw" -- psql -qAtX -c "SELECT 1" >/dev/null
-scrape "$url" "$work/m3"
+"$D" status --prometheus >"$work/m3"
 check "a pool name that is not UTF-8: its label is n\\xffx, the exposition UTF-8 and well formed" 'grep -q "^dbthrottle_grants_total{pool=\"n\\\\\\\\xffx\",kind=\"query\"} 1$" "$work/m3" && exposition "$work/m3"'
 "$D" status "$raw" >"$work/raw.txt"; rc=$?
 check "status RAW: the raw name is usable (exit $rc), shown as \"n\\xffx\"" '[ $rc -eq 0 ] && grep -q "^pool \"n\\\\xffx\" query: limit 1" "$work/raw.txt"'
