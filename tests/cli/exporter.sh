@@ -69,6 +69,12 @@ PY
 
 # ---- the exporter, up -----------------------------------------------------------------------------
 echo "# exporter"
+out=$("$D" exporter --help); rc=$?
+check "exporter --help: exit 0 and a usage line" '[ $rc -eq 0 ] && echo "$out" | head -1 | grep -q "^usage: dbthrottle exporter"'
+"$D" exporter --no-such-option >/dev/null 2>"$work/err"; rc=$?
+check "exporter --no-such-option: exit 2, one line naming it" '[ $rc -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "no-such-option" "$work/err"'
+"$D" exporter --listen nonsense >/dev/null 2>"$work/err"; rc=$?
+check "exporter --listen nonsense: exit 1, said ($(cat "$work/err"))" '[ $rc -eq 1 ] && grep -q "HOST:PORT or unix:/PATH" "$work/err"'
 bg "$work/exp.err" "$D" exporter --listen 127.0.0.1:0 --timeout 1s
 exp=$bg
 wait_until 10 'grep -q "listening on" "$work/exp.err"'
