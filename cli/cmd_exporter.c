@@ -256,6 +256,8 @@ int cmd_exporter(int argc, char **argv)
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    /* A scraper that hangs up mid-answer must not end the service. */
+    signal(SIGPIPE, SIG_IGN);
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL, on_request, &e,
         MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
