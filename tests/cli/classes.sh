@@ -192,7 +192,7 @@ for line in open(sys.argv[1]):
     if m:
         (typed if m.group(1) == "TYPE" else helped).add(m.group(2))
         continue
-    # The series without a pool (exporter.sh checks them) and the histograms' samples.
+    # The series without a pool (exporter.sh checks them) and the samples of the histograms.
     if re.match(r"dbthrottle_(up|scrape_duration_seconds) |dbthrottle_build_info\{|dbthrottle_(wait|hold)_seconds_(bucket|sum|count)\{", line):
         continue
     m = re.match(r"(dbthrottle_[a-z_]+)\{pool=\"hp\"(,kind=\"(query|connection)\"(,class=\"([a-z0-9_-]+)\")?|,state=\"[a-z]+\")?\} ([0-9.e+-]+)$", line)

@@ -36,7 +36,7 @@ scrape() {
     took_ms=$(($(now_ms) - sc_t0))
 }
 # sample FILE NAME{LABELS}: the value of that sample ("" when absent).
-sample() { [ -f "$1" ] && awk -v s="$2" '$1 == s { print $2 }' "$1"; }
+sample() { [ -e "$1" ] && awk -v s="$2" '$1 == s { print $2 }' "$1"; }
 # exposition FILE: every line is a HELP, a TYPE or a well-formed sample of a HELPed and TYPEd
 # family; the text is UTF-8; values carry no float noise (the shortest text that reads back).
 exposition() {
