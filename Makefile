@@ -38,6 +38,19 @@ $(BUILD)/config.mk: tools/install-deps.sh tools/configure.sh
 	@mkdir -p $(BUILD)
 	CC="$(CC)" sh tools/configure.sh > $@.tmp && mv $@.tmp $@
 
+# ---- the version ----------------------------------------------------------------------------
+# debian/changelog's first line ("dbthrottle (0.15.0) unstable; ...") is the one source of the
+# version: the header that the library and the command include, and the man pages' headers, are
+# made from it (again when it changes). Its first entry's date dates the man pages. sed and
+# coreutils' date read it: no dpkg-dev needed to build.
+VERSION := $(shell sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' debian/changelog)
+VERSION_DATE := $(shell date -u -d "$$(sed -n 's/^ -- .*>  //p' debian/changelog | head -1)" +%F)
+ifeq ($(VERSION),)
+$(error debian/changelog: no version on its first line)
+endif
+VERSION_H := $(BUILD)/gen/base/version.h
+MAN_PAGES := $(BUILD)/man/dbthrottle.1 $(BUILD)/man/libdbthrottle.7
+
 # ---- flags ----------------------------------------------------------------------------------
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla
 CFLAGS  ?= -O2 -g -gdwarf-4
@@ -51,7 +64,7 @@ LDLIBS_LIB = $(HIREDIS_A) $(SSL_LIBS) -ldl -pthread
 # libpq-fe.h, or one of base/ that includes a sem/ header, does not compile.
 #   interpose -> sem -> redis -> base
 LAYERS        := base redis sem interpose
-INC_base       = -Ipreload/base
+INC_base       = -Ipreload/base -I$(BUILD)/gen/base
 INC_redis      = $(INC_base) -Ipreload/redis -I$(BUILD)/gen $(filter -I%,$(HIREDIS_CFLAGS))
 INC_sem        = $(INC_redis) -Ipreload/sem
 INC_interpose  = $(INC_sem) -Ipreload/interpose $(LIBPQ_CFLAGS)
@@ -80,9 +93,10 @@ core_objs = $(call objs,$(1),$(CORE_SRCS)) $(1)/redis/scripts.o
 # compile_rules DIR, COMPILER, FLAGS: one object tree, each file compiled with its layer's
 # include path (the first folder of its path under preload/, or INC_<folder>/<file> when a file
 # has one of its own). Written once for the normal build
-# and each sanitizer's. -MMD -MP: each object depends on exactly the headers it includes.
+# and each sanitizer's. -MMD -MP: each object depends on exactly the headers it includes; and all
+# on the version's header, so that a new version (rare) rebuilds all, whatever included it before.
 define compile_rules
-$(1)/%.o: preload/%.c | $(SCRIPTS_H)
+$(1)/%.o: preload/%.c $(VERSION_H) | $(SCRIPTS_H)
 	@mkdir -p $$(@D)
 	$(2) $(3) $$(or $$(INC_$$*),$$(INC_$$(firstword $$(subst /, ,$$*)))) -MMD -MP -c $$< -o $$@
 $(1)/redis/scripts.o: $(BUILD)/gen/scripts.c
@@ -99,6 +113,20 @@ $(BUILD)/gen/scripts.stamp: $(LUA_SRCS) tools/embed-lua.sh
 $(SCRIPTS_H) $(BUILD)/gen/scripts.c: $(BUILD)/gen/scripts.stamp
 	@test -f $@ || sh tools/embed-lua.sh $(BUILD)/gen $(LUA_SRCS)
 
+$(VERSION_H): debian/changelog
+	@mkdir -p $(@D)
+	printf '%s\n' '/* Made by the Makefile from debian/changelog, the one source of the version. */' \
+	    '#ifndef DBT_VERSION_H' '#define DBT_VERSION_H' '#define DBT_VERSION "$(VERSION)"' \
+	    '/* Prefixes the version in the text of the library (base/version.c), where dbthrottle check' \
+	    ' * reads it without running any of its code. */' \
+	    '#define DBT_VERSION_MARKER "dbthrottle-version="' '#endif' >$@
+
+# The man pages, their .TH lines made from the sources' @VERSION@ and @DATE@.
+$(BUILD)/man/%: docs/% debian/changelog
+	@mkdir -p $(@D)
+	sed -e 's/@VERSION@/$(VERSION)/g' -e 's/@DATE@/$(VERSION_DATE)/g' $< >$@
+man: $(MAN_PAGES)
+
 $(HOOK_LIST) $(EXPORTS) &: $(HOOKS_DEF) tools/gen-exports.sh
 	@mkdir -p $(BUILD)/gen
 	CC="$(CC)" sh tools/gen-exports.sh $(HOOKS_DEF) $(BUILD)/gen
@@ -106,11 +134,11 @@ $(HOOK_LIST) $(EXPORTS) &: $(HOOKS_DEF) tools/gen-exports.sh
 $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-.PHONY: all check test test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes test-cli \
+.PHONY: all man check test test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes test-cli \
         test-compilers check-exports fuzz soak bench bench-async bench-scale bench-classes bench-peers demo install uninstall \
         clean deps format format-check check-asan check-tsan check-valgrind
 
-all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
+all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle $(MAN_PAGES)
 
 $(BUILD)/libdbthrottle.so: $(call objs,$(BUILD)/obj,$(LIB_SRCS)) $(BUILD)/obj/redis/scripts.o $(EXPORTS)
 	$(CC) -shared -o $@ $(filter %.o,$^) -Wl,--version-script=$(EXPORTS) \
@@ -132,7 +160,7 @@ CRITERION_LIBS := -lcriterion
 # The operator's command: the library's own configuration, Redis and script code (the core
 # archive), plus cli/. It finds the library beside itself, in ../lib, or in LIBDIR.
 CLI_SRCS := $(sort $(wildcard cli/*.c))
-$(BUILD)/dbthrottle: $(CLI_SRCS) cli/cli.h $(BUILD)/libdbthrottle-core.a
+$(BUILD)/dbthrottle: $(CLI_SRCS) cli/cli.h $(VERSION_H) $(BUILD)/libdbthrottle-core.a
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli -DDBT_LIBDIR='"$(LIBDIR)"' \
 	    -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDLIBS_LIB) $(MICROHTTPD_LIBS)
 
@@ -307,12 +335,14 @@ FAULTS_WITH_CLASSES := holders_killed_or_stopped threads_share_a_pool clients_th
     evictions_reach_holders restart_empty_admits_no_one_extra failover_admits_no_one_extra
 
 # The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh), its classes
-# (tests/cli/classes.sh), the exporter scraped over HTTP with status's other forms, top -b and drain
-# --wait (tests/cli/exporter.sh), and the documented Redis ACLs with what run and check verify before a
-# worker starts (tests/cli/acl.sh).
+# (tests/cli/classes.sh), the documented Redis ACLs with what run and check verify before a
+# worker starts (tests/cli/acl.sh), dbthrottle acquire (tests/cli/acquire.sh), the version
+# everywhere it is shown (tests/cli/version.sh), and the exporter scraped over HTTP with status'
+# other forms, top -b and drain --wait (tests/cli/exporter.sh).
 test-cli: all $(BUILD)/tests/fault_worker
-	sh tests/cli/run.sh; rc=$$?; sh tests/cli/classes.sh || rc=1; sh tests/cli/exporter.sh || rc=1; \
-	sh tests/cli/acl.sh && exit $$rc
+	sh tests/cli/run.sh; rc=$$?; sh tests/cli/classes.sh || rc=1; sh tests/cli/acl.sh || rc=1; \
+	    sh tests/cli/acquire.sh || rc=1; sh tests/cli/exporter.sh || rc=1; \
+	    sh tests/cli/version.sh && exit $$rc
 
 # Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.
 soak: all $(BUILD)/tests/fault_worker
@@ -358,13 +388,13 @@ bench-scale: deps $(BUILD)/bench/scale-bench
 demo: deps all
 	sh tools/demo.sh
 
-install: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle
+install: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle $(MAN_PAGES)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(DOCDIR) \
 	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
 	install -m 0644 $(BUILD)/libdbthrottle.so $(DESTDIR)$(LIBDIR)/libdbthrottle.so
 	install -m 0755 $(BUILD)/dbthrottle $(DESTDIR)$(BINDIR)/dbthrottle
-	install -m 0644 docs/dbthrottle.1 $(DESTDIR)$(MANDIR)/man1/dbthrottle.1
-	install -m 0644 docs/libdbthrottle.7 $(DESTDIR)$(MANDIR)/man7/libdbthrottle.7
+	install -m 0644 $(BUILD)/man/dbthrottle.1 $(DESTDIR)$(MANDIR)/man1/dbthrottle.1
+	install -m 0644 $(BUILD)/man/libdbthrottle.7 $(DESTDIR)$(MANDIR)/man7/libdbthrottle.7
 	install -m 0644 README.md docs/*.md config/dbthrottle.conf.example $(DESTDIR)$(DOCDIR)/
 	@# Into the system itself (not a DESTDIR staging tree): refresh ld.so's cache, so the library
 	@# is found where LIBDIR is in its search path. Preload it by its absolute path all the same:

@@ -28,6 +28,7 @@ int cmd_drain(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_evict(int argc, char **argv);
 int cmd_class(int argc, char **argv);
+int cmd_acquire(int argc, char **argv);
 int cmd_exporter(int argc, char **argv);
 
 /* Prints "dbthrottle CMD: MESSAGE (see dbthrottle CMD --help)" and returns EXIT_USAGE. */
@@ -93,6 +94,10 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
 int cli_redis_persists(const dbt_config *cfg, char *err);
 /* The pool a check's dry run uses when DBTHROTTLE_POOL is not set. */
 #define CLI_CHECK_POOL "dbthrottle-check"
+
+/* The version of the library file at path, read from the marker in its text (libversion.c): true
+ * with it in out; false with a reason in err (not readable, or no marker: older than 0.15.0). */
+bool cli_library_version(const char *path, char *out, size_t cap, char *err, size_t errcap);
 
 /* ---- a pool's state, read by status.lua (view.c) ------------------------------------------ */
 

@@ -4,6 +4,7 @@
 #include "log.h"
 #include "scripts.h"
 #include "settings.h"
+#include "version.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: dbthrottle check [--redis URL] [--key-prefix P] [--library PATH]\n"
@@ -23,11 +25,55 @@ static const char usage[] =
     "Redis user may run every command a worker sends, the scripts' own included (a dry run on the\n"
     "keys of DBTHROTTLE_POOL, or of the pool \"" CLI_CHECK_POOL "\" when none is set: nothing\n"
     "changes). It warns when Redis persists nothing (a restart would lose drains and overrides).\n"
+    "It prints this command's version and the library's, and warns when the library, or one\n"
+    "that LD_PRELOAD names, is of another version.\n"
     "Exit code 0 only when all is well.\n"
     "\n"
     "  --redis URL       the coordinating Redis (as DBTHROTTLE_REDIS_URL)\n"
     "  --key-prefix P    the prefix of dbthrottle's keys (as DBTHROTTLE_KEY_PREFIX)\n"
     "  --library PATH    the library to try (default: the one dbthrottle run would preload)\n";
+
+/* Warns when the library at path is not of this command's version (or its version cannot be
+ * read); `what` names where it came from. Fills version ("" when unknown). */
+static void compare_version(const char *what, const char *path, char *version, size_t cap)
+{
+    char err[200];
+    version[0] = '\0';
+    if (!cli_library_version(path, version, cap, err, sizeof err))
+        fprintf(stderr, "dbthrottle check: warning: %s %s: cannot tell its version: %s\n", what,
+                path, err);
+    else if (strcmp(version, DBT_VERSION) != 0)
+        fprintf(stderr,
+                "dbthrottle check: warning: %s %s is version %s, this command %s: install "
+                "both of one version\n",
+                what, path, version, DBT_VERSION);
+}
+
+/* The libdbthrottle libraries LD_PRELOAD names (a drop-in that preloads the library also runs
+ * check with it): each must exist (ld.so skips a missing one, and the program runs unthrottled)
+ * and be of this command's version. */
+static void check_preloaded(void)
+{
+    const char *pre = getenv("LD_PRELOAD");
+    char *copy = pre ? strdup(pre) : NULL, *save = NULL;
+    for (char *t = copy ? strtok_r(copy, ": ", &save) : NULL; t; t = strtok_r(NULL, ": ", &save)) {
+        const char *base = strrchr(t, '/');
+        if (strncmp(base ? base + 1 : t, "libdbthrottle", 13) != 0)
+            continue;
+        char version[40];
+        if (access(t, R_OK) != 0) {
+            fprintf(stderr,
+                    "dbthrottle check: warning: LD_PRELOAD names %s: %s (ld.so skips it: the "
+                    "program runs unthrottled)\n",
+                    t, strerror(errno));
+            continue;
+        }
+        compare_version("LD_PRELOAD's", t, version, sizeof version);
+        if (version[0])
+            printf("preloaded: %s, version %s\n", t, version);
+    }
+    free(copy);
+}
 
 static double now_ms(void)
 {
@@ -77,6 +123,7 @@ int cmd_check(int argc, char **argv)
         dbt_config_free(&cfg);
         return 1;
     }
+    printf("dbthrottle %s\n", DBT_VERSION);
     printf("settings, as the library reads them:\n");
     for (const dbt_setting *s = dbt_settings; s->key; s++) {
         char value[512];
@@ -101,8 +148,11 @@ int cmd_check(int argc, char **argv)
     } else if (!cli_check_library(lib, err)) {
         rc = cli_fail("check", "%s: %s", lib, err);
     } else {
-        printf("library: %s loads\n", lib);
+        char version[40];
+        compare_version("the library", lib, version, sizeof version);
+        printf("library: %s loads, version %s\n", lib, version[0] ? version : "unknown");
     }
+    check_preloaded();
 
     double t0 = now_ms();
     char version[32] = "";

@@ -1,5 +1,6 @@
 /* main.c - the dbthrottle command: runs, inspects, explains and steers the throttle. */
 #include "cli.h"
+#include "version.h"
 
 #include <string.h>
 
@@ -18,12 +19,14 @@ static const struct {
     {"resume", cmd_resume, "grant again after a drain"},
     {"evict", cmd_evict, "free one stuck permit by hand"},
     {"class", cmd_class, "define a pool's classes: guaranteed shares, priority, waits"},
+    {"acquire", cmd_acquire, "run any command while it holds a permit of a pool"},
     {"exporter", cmd_exporter, "serve /metrics for Prometheus (each scrape reads Redis)"},
 };
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: dbthrottle COMMAND [OPTIONS] (dbthrottle COMMAND --help for each)\n\n");
+    fprintf(out, "usage: dbthrottle COMMAND [OPTIONS] (dbthrottle COMMAND --help for each)\n"
+                 "       dbthrottle --version\n\n");
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].what);
     fprintf(out, "\nSettings come from the environment as for the library (see libdbthrottle(7));\n"
@@ -37,6 +40,10 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("dbthrottle %s\n", DBT_VERSION);
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)

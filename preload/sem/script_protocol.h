@@ -321,8 +321,8 @@ typedef struct {
     bool used;                 /* any of the above is there */
     dbt_status_class *classes; /* the class definitions in force (none: NULL, 0) */
     int nclasses;
-    long long aging_ms;   /* the aging bound; 0: none */
-    bool classes_shipped; /* from a worker's DBTHROTTLE_CLASSES, not the operator's */
+    long long aging_ms;       /* the aging bound; 0: none */
+    bool classes_shipped;     /* from a worker's DBTHROTTLE_CLASSES, not the operator's */
     long long oldest_wait_ms; /* the longest current wait (any class); 0: none waits */
     int nbounds;              /* the histograms' bucket bounds, as status.lua states them */
     double hist_bound_ms[DBT_HIST_MAX];
