@@ -81,6 +81,11 @@ static void *take_signals(void *arg)
         int sig = sigwaitinfo(&sg.set, &si);
         if (sig < 0)
             continue;
+        /* logrotate's SIGHUP: our own log file is opened again (here, not in a handler: it takes
+         * the log's lock), and the signal goes on to CMD or ends the wait as any other. */
+        char err[DBT_ERRLEN];
+        if (sig == SIGHUP && !dbt_log_reopen(err))
+            dbt_log(DBT_LOG_WARN, "log_error", (dbt_field[]){DBT_S("error", err)}, 1);
         pthread_mutex_lock(&sg.mu);
         if (sg.child > 0) {
             if (si.si_code != SI_KERNEL)

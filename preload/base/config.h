@@ -24,11 +24,22 @@ typedef enum {
 
 typedef enum { DBT_FMT_LOGFMT = 0, DBT_FMT_JSON = 1 } dbt_log_format;
 
+/* DBTHROTTLE_LOG_FACILITY, in the order of its words (settings.c); log.c maps each to syslog's
+ * facility code. */
+typedef enum {
+    DBT_FACILITY_USER = 0,
+    DBT_FACILITY_DAEMON = 1,
+    DBT_FACILITY_LOCAL0 = 2 /* ... local7 = 9 */
+} dbt_log_facility;
+#define DBT_NFACILITIES 10
+/* DBTHROTTLE_LOG=syslog:PATH: room for PATH in a sockaddr_un, with its NUL. */
+#define DBT_SYSLOG_PATH_MAX 108
+
 /* Where a setting's value came from (shown by `dbthrottle check` later). */
 typedef enum { DBT_SRC_DEFAULT = 0, DBT_SRC_FILE = 1, DBT_SRC_ENV = 2 } dbt_source;
 
 /* Room for the rows of the settings table (settings.c asserts that they fit). */
-#define DBT_MAX_SETTINGS 32
+#define DBT_MAX_SETTINGS 40
 
 /* One server of a list ("host1:26379,host2:26379"); host owned (malloc'd). */
 typedef struct {
@@ -124,11 +135,13 @@ typedef struct {
     int64_t lease_ms;         /* > 0 */
     int64_t redis_timeout_ms; /* > 0: connect and command timeout */
     dbt_on_error on_redis_error;
-    char *log_path; /* NULL = stderr */
+    char *log_path; /* NULL = stderr; "syslog" or "syslog:/socket/path" = syslog */
     dbt_log_level log_level;
     dbt_log_format log_format;
     bool log_query;
-    char *key_prefix; /* never NULL after a successful load */
+    dbt_log_facility log_facility; /* syslog's facility */
+    int64_t log_stats_ms;          /* period of the stats line per pool; 0 = off */
+    char *key_prefix;              /* never NULL after a successful load */
     bool disable;
     char *config_file;                      /* DBTHROTTLE_CONFIG, NULL when unset */
     dbt_source sources[DBT_MAX_SETTINGS];   /* by row of dbt_settings[], see dbt_config_source */

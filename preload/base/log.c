@@ -2,11 +2,19 @@
  *
  * A line is built whole in a local buffer and written with a single write(2), so lines from
  * concurrent threads and processes sharing a file (O_APPEND) never interleave. Secrets never get
- * here: callers pass redacted values (see redact.c). */
+ * here: callers pass redacted values (see redact.c).
+ *
+ * Rotation: an interposer may not take SIGHUP from the program it lives in (a handler would stop
+ * SIG_DFL from ending it, or fight the program's own). So the writer notices it instead: at most
+ * once a second a line's writer compares the path with the file it writes to, and reopens the
+ * path when it names another file or none (logrotate renamed it). The dbthrottle command's
+ * long-running subcommands call dbt_log_reopen() on their own SIGHUP. */
 #include "log.h"
+#include "log_syslog.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -20,14 +28,45 @@
 
 #define LINE_MAX_BYTES  8192
 #define VALUE_MAX_BYTES 1024
+#define SYSLOG_DEFAULT  "/dev/log"
 
+typedef enum { DEST_STDERR = 0, DEST_FILE = 1, DEST_SYSLOG = 2 } log_dest;
+
+/* log_mu guards the destination's description (dest_path, file_dev/ino, syslog_stream) and every
+ * change of log_fd. Writers never wait for it: they only try it, to reopen or reconnect. */
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
-static atomic_int log_fd = 2;
+static atomic_int log_fd = 2; /* the file, stderr, or the syslog socket (-1: not connected) */
 static atomic_int log_level = DBT_LOG_WARN;
 static atomic_int log_format = DBT_FMT_LOGFMT;
+static atomic_int log_dest_kind = DEST_STDERR;
+static atomic_int syslog_facility = DBT_FACILITY_USER;
+static char dest_path[PATH_MAX];
+static dev_t file_dev;
+static ino_t file_ino;
+static atomic_bool syslog_stream;
+/* The second (CLOCK_MONOTONIC_COARSE) of the last look at the path, or at a syslog reconnect. */
+static atomic_llong checked_s = -1;
+/* Named on every line: the host, and the program the library lives in. */
+static char host_name[256] = "?";
+static char prog_name[64] = "?";
+
+/* A fork while a thread holds log_mu (reopening) must not leave the child's copy locked. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&log_mu);
+}
+static void fork_release(void)
+{
+    pthread_mutex_unlock(&log_mu);
+}
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void)
+{
+    (void)pthread_atfork(fork_prepare, fork_release, fork_release);
+}
 
 /* Opens the log file: created 0600 whatever the umask; an existing file keeps its mode (its owner
- * chose it). Returns the fd, or -1 with errno set. */
+ * chose it; logrotate's `create` sets it). Returns the fd, or -1 with errno set. */
 static int open_log_file(const char *path)
 {
     /* Two tries: the file may vanish between the O_EXCL attempt and the plain open. */
@@ -46,34 +85,124 @@ static int open_log_file(const char *path)
     return -1;
 }
 
-bool dbt_log_open(const dbt_config *cfg, char *err)
+/* Makes fd the log's descriptor. A descriptor replaced keeps its number (the new one is dup'ed
+ * onto it), so a thread that loaded log_fd just before never writes into a closed, or worse
+ * reused, descriptor. log_mu held. */
+static void install_fd(int fd)
 {
-    bool ok = true;
-    pthread_mutex_lock(&log_mu);
-    int fd = 2;
-    if (cfg->log_path && strcmp(cfg->log_path, "stderr") != 0) {
-        fd = open_log_file(cfg->log_path);
-        if (fd < 0) {
-            char shown[256];
-            dbt_escape(cfg->log_path, 160, false, shown, sizeof shown);
-            snprintf(err, DBT_ERRLEN, "DBTHROTTLE_LOG: cannot open %s: %s (logging to stderr)",
-                     shown, strerror(errno));
-            fd = 2;
-            ok = false;
-        }
-    }
     int old = atomic_load(&log_fd);
-    if (old != 2 && fd != 2 && dup3(fd, old, O_CLOEXEC) == old) {
-        /* Re-opened: the new file takes the old descriptor's number, so a thread that loaded
-         * log_fd just before never writes into a closed, or worse reused, descriptor. */
+    bool old_ours = old >= 0 && old != 2; /* stderr is the program's */
+    if (old_ours && fd >= 0 && fd != 2 && dup3(fd, old, O_CLOEXEC) == old) {
         close(fd);
     } else {
         atomic_store(&log_fd, fd);
-        if (old != 2)
+        if (old_ours)
             close(old);
     }
+}
+
+/* (Re)opens dest_path as the log file. log_mu held. False with errno set when it cannot. */
+static bool reopen_file(void)
+{
+    int fd = open_log_file(dest_path);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        file_dev = st.st_dev;
+        file_ino = st.st_ino;
+    }
+    install_fd(fd);
+    return true;
+}
+
+/* (Re)connects to the syslog socket. log_mu held. False with errno set when it cannot (the
+ * socket is then -1: lines go to stderr until a reconnect works). */
+static bool reconnect_syslog(void)
+{
+    bool stream = false;
+    int fd = dbt_syslog_connect(dest_path, &stream);
+    int saved = errno;
+    if (fd >= 0)
+        atomic_store(&syslog_stream, stream);
+    install_fd(fd);
+    errno = saved;
+    return fd >= 0;
+}
+
+/* Learned once, by the first to open the log or write a line (a program using the semaphore
+ * without opening a log, as the tests do, still names itself). */
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+/* The program's name as syslog and the lines give it: no blank, ':' or '[' (syslog's ident ends
+ * at them). */
+static void learn_names(void)
+{
+    char h[sizeof host_name];
+    if (gethostname(h, sizeof h - 1) == 0 && h[0]) {
+        h[sizeof h - 1] = '\0';
+        snprintf(host_name, sizeof host_name, "%s", h);
+    }
+    const char *p = program_invocation_short_name;
+    snprintf(prog_name, sizeof prog_name, "%s", p && *p ? p : "?");
+    for (char *c = prog_name; *c; c++)
+        if ((unsigned char)*c <= ' ' || *c == ':' || *c == '[' || *c == ']')
+            *c = '_';
+}
+
+bool dbt_log_open(const dbt_config *cfg, char *err)
+{
+    pthread_once(&atfork_once, register_atfork);
+    pthread_once(&names_once, learn_names);
+    bool ok = true;
+    pthread_mutex_lock(&log_mu);
+    const char *path = cfg->log_path;
+    log_dest dest = !path || strcmp(path, "stderr") == 0                              ? DEST_STDERR
+                    : strcmp(path, "syslog") == 0 || strncmp(path, "syslog:", 7) == 0 ? DEST_SYSLOG
+                                                                                      : DEST_FILE;
+    if (dest == DEST_SYSLOG)
+        path = path[6] == ':' ? path + 7 : SYSLOG_DEFAULT;
+    snprintf(dest_path, sizeof dest_path, "%s", dest == DEST_STDERR ? "" : path);
+    atomic_store(&syslog_facility, (int)cfg->log_facility);
+    atomic_store(&checked_s, -1);
+    char shown[256];
+    dbt_escape(dest_path, 160, false, shown, sizeof shown);
+    if (dest == DEST_FILE && !reopen_file()) {
+        snprintf(err, DBT_ERRLEN, "DBTHROTTLE_LOG: cannot open %s: %s (logging to stderr)", shown,
+                 strerror(errno));
+        dest = DEST_STDERR;
+        ok = false;
+    } else if (dest == DEST_SYSLOG && !reconnect_syslog()) {
+        /* Kept as the destination: the daemon may start later; lines go to stderr meanwhile. */
+        snprintf(err, DBT_ERRLEN,
+                 "DBTHROTTLE_LOG: cannot reach syslog at %s: %s (logging to stderr until it "
+                 "answers)",
+                 shown, strerror(errno));
+        ok = false;
+    }
+    if (dest == DEST_STDERR)
+        install_fd(2);
+    atomic_store(&log_dest_kind, (int)dest);
     atomic_store(&log_level, (int)cfg->log_level);
     atomic_store(&log_format, (int)cfg->log_format);
+    pthread_mutex_unlock(&log_mu);
+    return ok;
+}
+
+bool dbt_log_reopen(char *err)
+{
+    bool ok = true;
+    pthread_mutex_lock(&log_mu);
+    int dest = atomic_load(&log_dest_kind);
+    if ((dest == DEST_FILE && !reopen_file()) || (dest == DEST_SYSLOG && !reconnect_syslog())) {
+        char shown[256];
+        dbt_escape(dest_path, 160, false, shown, sizeof shown);
+        snprintf(err, DBT_ERRLEN,
+                 "DBTHROTTLE_LOG: cannot reopen %s: %s (still writing to the "
+                 "file it had open)",
+                 shown, strerror(errno));
+        ok = false;
+    }
     pthread_mutex_unlock(&log_mu);
     return ok;
 }
@@ -83,9 +212,8 @@ bool dbt_log_open(const dbt_config *cfg, char *err)
 void dbt_log_close(void)
 {
     pthread_mutex_lock(&log_mu);
-    int old = atomic_exchange(&log_fd, 2);
-    if (old != 2)
-        close(old);
+    install_fd(2);
+    atomic_store(&log_dest_kind, DEST_STDERR);
     atomic_store(&log_level, DBT_LOG_WARN);
     atomic_store(&log_format, DBT_FMT_LOGFMT);
     pthread_mutex_unlock(&log_mu);
@@ -340,7 +468,8 @@ size_t dbt_log_format_line(char *buf, size_t cap, dbt_log_format fmt, const char
     out_t o = {.buf = buf, .cap = cap - (json ? 3 : 2), .len = 0, .first = true};
     if (json)
         add(&o, "{", 1);
-    field(&o, fmt, "ts", NULL, ts);
+    if (ts) /* none in syslog's lines: its header has the time */
+        field(&o, fmt, "ts", NULL, ts);
     field(&o, fmt, "level", NULL, dbt_log_level_name(level));
     field(&o, fmt, "event", NULL, event);
     for (size_t i = 0; i < nfields; i++)
@@ -365,25 +494,40 @@ static void timestamp(char *ts, size_t cap)
 
 #define MAX_FIELDS 40
 
-void dbt_log(dbt_log_level level, const char *event, const dbt_field *fields, size_t nfields)
+static int64_t coarse_seconds(void)
 {
-    if (!dbt_log_enabled(level))
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    return (int64_t)now.tv_sec;
+}
+
+/* True for the one caller per second that gets to look (at the path, or at syslog again). */
+static bool my_turn_this_second(void)
+{
+    long long now = coarse_seconds();
+    long long last = atomic_load(&checked_s);
+    return now != last && atomic_compare_exchange_strong(&checked_s, &last, now);
+}
+
+/* The file was renamed or removed under us (logrotate): the path is opened again, so lines land
+ * in the file the path names now. Checked at most once a second, by one writer, which skips it if
+ * someone else is changing the destination. */
+static void follow_rotation(void)
+{
+    if (!my_turn_this_second() || pthread_mutex_trylock(&log_mu) != 0)
         return;
-    char ts[96];
-    timestamp(ts, sizeof ts);
-    /* pid and tid end every line. */
-    dbt_field all[MAX_FIELDS];
-    size_t n = nfields < MAX_FIELDS - 2 ? nfields : MAX_FIELDS - 2;
-    if (n)
-        memcpy(all, fields, n * sizeof *fields);
-    all[n++] = DBT_I("pid", getpid());
-    all[n++] = DBT_I("tid", syscall(SYS_gettid));
-    char line[LINE_MAX_BYTES];
-    size_t len = dbt_log_format_line(line, sizeof line, (dbt_log_format)atomic_load(&log_format),
-                                     ts, level, event, all, n);
-    int fd = atomic_load(&log_fd);
-    /* One write(2) per line: with O_APPEND, lines from threads and processes never interleave.
-     * Errors other than EINTR are ignored: logging must never disturb the program. */
+    struct stat st;
+    if (atomic_load(&log_dest_kind) == DEST_FILE &&
+        (stat(dest_path, &st) != 0 ? errno == ENOENT
+                                   : st.st_dev != file_dev || st.st_ino != file_ino))
+        (void)
+            reopen_file(); /* if it cannot, the old file gets the lines: tried again next second */
+    pthread_mutex_unlock(&log_mu);
+}
+
+static void write_all(int fd, const char *line, size_t len)
+{
+    /* Errors other than EINTR are ignored: logging must never disturb the program. */
     size_t off = 0;
     while (off < len) {
         ssize_t w = write(fd, line + off, len - off);
@@ -393,4 +537,78 @@ void dbt_log(dbt_log_level level, const char *event, const dbt_field *fields, si
             break;
         off += (size_t)w;
     }
+}
+
+/* One line to syslog; false when it did not go (the caller writes it to stderr). A daemon that
+ * restarted refuses the old connection: it is made again, at most once a second. */
+static bool to_syslog(char *msg, size_t cap, dbt_log_level level, const char *event,
+                      const dbt_field *fields, size_t n)
+{
+    size_t h =
+        dbt_syslog_header(msg, cap, dbt_syslog_priority(atomic_load(&syslog_facility), level),
+                          prog_name, (long)getpid());
+    size_t len =
+        h + dbt_log_format_line(msg + h, sizeof msg - h, (dbt_log_format)atomic_load(&log_format),
+                                NULL, level, event, fields, n);
+    if (len > h && msg[len - 1] == '\n')
+        msg[--len] = '\0'; /* a syslog message carries no newline */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = atomic_load(&log_fd);
+        if (fd >= 0 && dbt_syslog_send(fd, atomic_load(&syslog_stream), msg, len))
+            return true;
+        /* Not reading (EAGAIN: its queue is full) is no reason to reconnect. */
+        bool busy = fd >= 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+        if (attempt > 0 || busy || !my_turn_this_second() || pthread_mutex_trylock(&log_mu) != 0)
+            break;
+        bool again = reconnect_syslog();
+        pthread_mutex_unlock(&log_mu);
+        if (!again)
+            break;
+    }
+    return false;
+}
+
+static void emit(dbt_log_level level, const char *event, const dbt_field *fields, size_t nfields)
+{
+    /* host, program, pid and tid end every line (syslog's header has all but tid). */
+    dbt_field all[MAX_FIELDS];
+    size_t n = nfields < MAX_FIELDS - 4 ? nfields : MAX_FIELDS - 4;
+    if (n)
+        memcpy(all, fields, n * sizeof *fields);
+    long tid = syscall(SYS_gettid);
+    pthread_once(&names_once, learn_names);
+    int dest = atomic_load(&log_dest_kind);
+    /* One buffer for either form: a host program's thread may have a small stack. */
+    char line[LINE_MAX_BYTES + 160];
+    if (dest == DEST_SYSLOG) {
+        all[n++] = DBT_I("tid", tid);
+        if (to_syslog(line, sizeof line, level, event, all, n))
+            return;
+        n--;
+    }
+    all[n++] = DBT_S("host", host_name);
+    all[n++] = DBT_S("prog", prog_name);
+    all[n++] = DBT_I("pid", getpid());
+    all[n++] = DBT_I("tid", tid);
+    char ts[96];
+    timestamp(ts, sizeof ts);
+    size_t len = dbt_log_format_line(line, LINE_MAX_BYTES, (dbt_log_format)atomic_load(&log_format),
+                                     ts, level, event, all, n);
+    if (dest == DEST_FILE)
+        follow_rotation();
+    /* One write(2) per line: with O_APPEND, lines from threads and processes never interleave. */
+    write_all(dest == DEST_SYSLOG ? 2 : atomic_load(&log_fd), line, len);
+}
+
+void dbt_log(dbt_log_level level, const char *event, const dbt_field *fields, size_t nfields)
+{
+    if (dbt_log_enabled(level))
+        emit(level, event, fields, nfields);
+}
+
+void dbt_log_requested(dbt_log_level level, const char *event, const dbt_field *fields,
+                       size_t nfields)
+{
+    if (atomic_load(&log_level) != DBT_LOG_OFF)
+        emit(level, event, fields, nfields);
 }

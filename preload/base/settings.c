@@ -15,6 +15,7 @@
 _Static_assert(sizeof(dbt_on_error) == sizeof(int), "dbt_on_error is stored as an int");
 _Static_assert(sizeof(dbt_log_level) == sizeof(int), "dbt_log_level is stored as an int");
 _Static_assert(sizeof(dbt_log_format) == sizeof(int), "dbt_log_format is stored as an int");
+_Static_assert(sizeof(dbt_log_facility) == sizeof(int), "dbt_log_facility is stored as an int");
 
 static void *field_of(const dbt_setting *s, dbt_config *cfg)
 {
@@ -110,6 +111,27 @@ static bool parse_text(const dbt_setting *s, dbt_config *cfg, const char *value,
     return true;
 }
 
+/* DBTHROTTLE_LOG: stderr, a file, "syslog" (/dev/log) or "syslog:/path" (another socket, such
+ * as a container's or a test's): the socket path must be one a sockaddr_un can hold. */
+static bool parse_log_dest(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    if (strncmp(value, "syslog:", 7) == 0 &&
+        (value[7] != '/' || strlen(value + 7) >= DBT_SYSLOG_PATH_MAX))
+        return dbt_bad_value(s->env, value,
+                             "expected syslog:/absolute/socket/path (under 108 bytes)", err);
+    return parse_text(s, cfg, value, err);
+}
+
+/* "off" (0), or a finite duration within the row's bounds. */
+static bool parse_period(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    if (strcasecmp(value, "off") == 0) {
+        *(int64_t *)field_of(s, cfg) = 0;
+        return true;
+    }
+    return parse_duration_in(s, cfg, value, err);
+}
+
 static bool parse_exempt(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
 {
     return dbt_parse_exempt(s->env, value, field_of(s, cfg), &cfg->nexempt, err);
@@ -174,6 +196,14 @@ static void show_duration(const dbt_setting *s, const dbt_config *cfg, char *out
         snprintf(out, cap, "%" PRId64 "s", ms / 1000);
     else
         snprintf(out, cap, "%" PRId64 "ms", ms);
+}
+
+static void show_period(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
+{
+    if (*(const int64_t *)const_field_of(s, cfg) == 0)
+        snprintf(out, cap, "off");
+    else
+        show_duration(s, cfg, out, cap);
 }
 
 static void show_word(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
@@ -245,6 +275,8 @@ static const dbt_setting_kind as_duration = {parse_duration, show_duration, NULL
 static const dbt_setting_kind as_bounded_duration = {parse_duration_in, show_duration, NULL};
 static const dbt_setting_kind as_word = {parse_word, show_word, NULL};
 static const dbt_setting_kind as_text = {parse_text, show_text, release_text};
+static const dbt_setting_kind as_log_dest = {parse_log_dest, show_text, release_text};
+static const dbt_setting_kind as_period = {parse_period, show_period, NULL};
 static const dbt_setting_kind as_exempt = {parse_exempt, show_exempt, release_exempt};
 static const dbt_setting_kind as_class_name = {parse_class_name, show_text, release_text};
 static const dbt_setting_kind as_class_rules = {parse_class_rules, show_rules, release_rules};
@@ -256,6 +288,10 @@ static const dbt_setting_kind as_classes = {parse_classes, show_text, release_te
 static const char *const on_redis_error_words[] = {"open", "closed"}; /* dbt_on_error order */
 static const char *const log_level_words[] = {"off", "error", "warn", "info", "debug"};
 static const char *const log_format_words[] = {"logfmt", "json"}; /* dbt_log_format order */
+static const char *const log_facility_words[] = {"user",   "daemon", "local0", "local1", "local2",
+                                                 "local3", "local4", "local5", "local6", "local7"};
+_Static_assert(sizeof log_facility_words / sizeof *log_facility_words == DBT_NFACILITIES,
+               "a word per dbt_log_facility");
 
 /* Rows marked worker_only are read by the library alone: `dbthrottle status` and the other
  * operator's commands connect with redis_url, redis_timeout, key_prefix and config, and ignore a
@@ -298,9 +334,9 @@ const dbt_setting dbt_settings[] = {
     {"on_redis_error", "DBTHROTTLE_ON_REDIS_ERROR", "open", &as_word, FIELD(on_redis_error),
      WORDS(on_redis_error_words, "open or closed"), .worker_only = true,
      .doc = "while Redis is unreachable: open = run unthrottled, closed = fail"},
-    {"log", "DBTHROTTLE_LOG", "stderr", &as_text, FIELD(log_path),
+    {"log", "DBTHROTTLE_LOG", "stderr", &as_log_dest, FIELD(log_path),
      .rule.text = {.null_word = "stderr", .unset_shown = "stderr"}, .worker_only = true,
-     .doc = "stderr, or a file to append the log to"},
+     .doc = "stderr, a file to append the log to, or syslog (syslog:/path: another socket)"},
     {"log_level", "DBTHROTTLE_LOG_LEVEL", "warn", &as_word, FIELD(log_level),
      WORDS(log_level_words, "off, error, warn, info or debug"), .worker_only = true,
      .doc = "off, error, warn, info (every acquisition) or debug"},
@@ -308,6 +344,14 @@ const dbt_setting dbt_settings[] = {
      WORDS(log_format_words, "logfmt or json"), .worker_only = true, .doc = "logfmt or json"},
     {"log_query", "DBTHROTTLE_LOG_QUERY", "off", &as_bool, FIELD(log_query), .worker_only = true,
      .doc = "add each command's SQL text to its permit's trace lines"},
+    {"log_facility", "DBTHROTTLE_LOG_FACILITY", "user", &as_word, FIELD(log_facility),
+     WORDS(log_facility_words, "user, daemon or local0 to local7"), .worker_only = true,
+     .doc = "with DBTHROTTLE_LOG=syslog: the facility (user, daemon, local0 ... local7)"},
+    {"log_stats", "DBTHROTTLE_LOG_STATS", "off", &as_period, FIELD(log_stats_ms),
+     .rule.duration = {.min_ms = 1000,
+                       .max_ms = 86400000,
+                       .range = "must be off or from 1s to 24h"},
+     .worker_only = true, .doc = "log each pool's counters this often (a line per pool); off"},
     {"key_prefix", "DBTHROTTLE_KEY_PREFIX", "dbthrottle:", &as_text, FIELD(key_prefix),
      .rule.text = {.max_len = 256, .quoted = true}, .doc = "prefix of every Redis key"},
     {"disable", "DBTHROTTLE_DISABLE", "off", &as_bool, FIELD(disable), .worker_only = true,

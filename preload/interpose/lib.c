@@ -30,9 +30,12 @@ static void setup(void)
     bool ok = bad == NULL;
     if (bad)
         snprintf(err, sizeof err, "%s", bad);
+    /* The log first, so that every line below (a configuration error too) is in the format and
+     * at the place its settings say: each log setting that parsed counts, a refused one stays at
+     * its default. */
+    char log_err[DBT_ERRLEN];
+    bool log_ok = dbt_log_open(&lib.cfg, log_err);
     if (lib.cfg.disable && dbt_config_value_ok(&lib.cfg, "disable")) {
-        char log_err[DBT_ERRLEN]; /* the log goes where its settings say, or to stderr */
-        (void)dbt_log_open(&lib.cfg, log_err);
         /* Said at warn when it is what keeps a broken configuration from refusing. */
         dbt_field f[] = {DBT_S("ignored", err)};
         dbt_log(ok ? DBT_LOG_INFO : DBT_LOG_WARN, "disabled", f, ok ? 0 : 1);
@@ -45,6 +48,10 @@ static void setup(void)
         }
         return;
     }
+    if (!log_ok) {
+        dbt_field f[] = {DBT_S("error", log_err)};
+        dbt_log(DBT_LOG_ERROR, "log_error", f, 1);
+    }
     if (!ok) {
         lib.broken = true;
         lib.exempt_known = lib.cfg.nexempt > 0 && dbt_config_value_ok(&lib.cfg, "exempt");
@@ -55,10 +62,6 @@ static void setup(void)
                                              : "refusing every command")};
         dbt_log(DBT_LOG_ERROR, "config_error", f, 2);
         return;
-    }
-    if (!dbt_log_open(&lib.cfg, err)) {
-        dbt_field f[] = {DBT_S("error", err)};
-        dbt_log(DBT_LOG_ERROR, "log_error", f, 1);
     }
     if (lib.cfg.password_file_warning) {
         dbt_field f[] = {DBT_S("warning", lib.cfg.password_file_warning)};

@@ -73,6 +73,8 @@ static void note_timeout(dbt_pool *p, const struct dbt_slot *s, int64_t waited_u
     p->st.wait_total_us += waited_us;
     if (waited_us > p->st.wait_max_us)
         p->st.wait_max_us = waited_us;
+    if (waited_us > p->stats_wait_max_us)
+        p->stats_wait_max_us = waited_us;
     uint64_t total = p->st.timeouts;
     bool due = dbt_pool_warn_due(p, DBT_WARN_TIMEOUT, &quiet);
     pthread_mutex_unlock(&p->mu);
@@ -268,6 +270,8 @@ static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit
         p->st.wait_total_us += waited;
         if (waited > p->st.wait_max_us)
             p->st.wait_max_us = waited;
+        if (waited > p->stats_wait_max_us)
+            p->stats_wait_max_us = waited;
     }
     pthread_mutex_unlock(&p->mu);
     dbt_waker_retract(s);

@@ -9,6 +9,7 @@
 #include "release.h"
 #include "renewer.h"
 #include "sentinel.h"
+#include "summary.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,27 +109,6 @@ void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out)
 
 /* ---- shutdown ---------------------------------------------------------------------------- */
 
-/* One line per pool at exit: at warn level when commands were refused, timed out or ran
- * unthrottled (each counted apart), so that the default level shows what the throttle cost. */
-static void log_summary_of(const char *name, const dbt_pool_stats *st)
-{
-    if (st->grants == 0 && st->refusals == 0 && st->unthrottled == 0 && st->redis_errors == 0 &&
-        st->timeouts == 0)
-        return;
-    dbt_field f[] = {DBT_S("pool", name),
-                     DBT_I("grants", st->grants),
-                     DBT_I("waits", st->waits),
-                     DBT_MS("wait_total_ms", (double)st->wait_total_us / 1000.0),
-                     DBT_MS("wait_max_ms", (double)st->wait_max_us / 1000.0),
-                     DBT_I("timeouts", st->timeouts),
-                     DBT_I("refusals", st->refusals),
-                     DBT_I("unthrottled", st->unthrottled),
-                     DBT_I("redis_errors", st->redis_errors),
-                     DBT_I("leases_lost", st->leases_lost)};
-    bool costly = st->refusals || st->unthrottled || st->timeouts;
-    dbt_log(costly ? DBT_LOG_WARN : DBT_LOG_INFO, "summary", f, sizeof f / sizeof *f);
-}
-
 static void free_pool(dbt_pool *p)
 {
     pthread_mutex_lock(&p->mu);
@@ -157,7 +137,7 @@ static void free_pool(dbt_pool *p)
         dbt_free_slot(s);
         s = next;
     }
-    log_summary_of(p->name, &p->st);
+    dbt_summary_at_exit(p->name, &p->st);
     char err[DBT_ERRLEN];
     for (int i = 0; i < p->nfree; i++) {
         (void)dbt_redis_drain(p->free_conns[i], err);
@@ -219,7 +199,7 @@ void dbt_client_exit(dbt_client *c)
         dbt_report_local(p);
         for (int i = 0; i < n && !down; i++)
             down = !dbt_send_at_exit(p, place[i], kinds[i], ids[i]);
-        log_summary_of(p->name, &st);
+        dbt_summary_at_exit(p->name, &st);
     }
     dbt_redis_budget_end(budget);
 }

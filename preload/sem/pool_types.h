@@ -163,6 +163,11 @@ struct dbt_pool {
     } deferred[DBT_MAX_DEFERRED];
     int ndeferred;
     dbt_pool_stats st;
+    /* summary.c (DBTHROTTLE_LOG_STATS): when the last periodic line was due (0: not started),
+     * the counters it showed, and the longest wait since (acquire.c keeps it with st's). */
+    int64_t stats_line_us;
+    dbt_pool_stats stats_shown;
+    int64_t stats_wait_max_us;
     /* Eras (docs/design.md, "Failover and data loss"): the run_id of the server the process last
      * met the pool's state on ("" none yet), and per kind the quarantine last heard of: until
      * when (monotonic us) and why. renew_now: a connection reached another server (or Sentinel

@@ -21,6 +21,7 @@
 #include "registry.h"
 #include "release.h"
 #include "script_call.h"
+#include "summary.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -480,6 +481,8 @@ static void *thread_main(void *arg)
     pthread_mutex_lock(&p->mu);
     bool idle = true;
     while (!p->stop) {
+        if (dbt_summary_periodic(p)) /* DBTHROTTLE_LOG_STATS */
+            continue;
         if (p->ndeferred > 0 && p->down_until_us <= dbt_now_us()) {
             /* Redis answers again (or never failed): tell it what was given back meanwhile. */
             pthread_mutex_unlock(&p->mu);
@@ -511,8 +514,8 @@ static void *thread_main(void *arg)
                 continue;
             }
             p->bg_idle = true;
-            p->bg_until_us = beat;
-            timed_park(p, beat);
+            p->bg_until_us = dbt_summary_sooner(p, beat);
+            timed_park(p, p->bg_until_us);
             p->bg_until_us = 0;
             p->bg_idle = false;
             continue;
@@ -561,6 +564,7 @@ static void *thread_main(void *arg)
         int64_t tick = now + p->client->cfg->cache_idle_ms * 1000;
         if (p->client->cfg->cache_permits && p->nheld > 0 && tick < due)
             due = tick; /* a permit in use now may be kept soon: a park then needs no wake-up */
+        due = dbt_summary_sooner(p, due);
         if (now >= p->last_renew_us + period || p->renew_now || quarantine_over) {
             if (quarantine_over)
                 p->renew_at_us = 0;

@@ -531,8 +531,9 @@ Test(log_file, created_0600_whatever_the_umask)
     cr_expect_str_eq(got, "grant");
     cr_expect(logfmt_get(first, "pid", got, sizeof got));
     cr_expect_eq(atol(got), (long)getpid());
-    cr_expect(strstr(first, " pool=p pid=") != NULL, "pid and tid end the line: %s", first);
-    cr_expect(strstr(second, "level=error event=nofields pid=") != NULL, "%s", second);
+    cr_expect(strstr(first, " pool=p host=") != NULL && strstr(first, " prog=") != NULL,
+              "host, prog, pid and tid end the line: %s", first);
+    cr_expect(strstr(second, "level=error event=nofields host=") != NULL, "%s", second);
     cr_expect(strstr(text, "hidden") == NULL, "a line below the level was written");
     free(text);
     unlink(path);
