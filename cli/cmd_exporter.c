@@ -1,6 +1,7 @@
 /* cmd_exporter.c - dbthrottle exporter: serves /metrics for Prometheus, reading Redis afresh for
  * each scrape. HTTP is libmicrohttpd's; what it serves is status --prometheus's text. */
 #include "cli.h"
+#include "log.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -24,7 +25,8 @@ static const char usage[] =
     "prefix, or the --pool ones), one scrape at a time, each within --timeout. When Redis cannot\n"
     "be read the scrape still answers: dbthrottle_up 0, dbthrottle_build_info and\n"
     "dbthrottle_scrape_duration_seconds, without the pools' series. Other paths answer 404.\n"
-    "Runs in the foreground (a service) until SIGTERM or SIGINT.\n"
+    "Runs in the foreground (a service) until SIGTERM or SIGINT; SIGHUP opens DBTHROTTLE_LOG's\n"
+    "file again (logrotate).\n"
     "\n"
     "  --listen ADDRESS  HOST:PORT (default 127.0.0.1:9187; [::1]:PORT for IPv6; port 0: any\n"
     "                    free one) or unix:/PATH (a Unix socket, made anew); the address bound\n"
@@ -101,8 +103,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     FILE *mem = open_memstream(&text, &len);
     if (!mem)
         return MHD_NO;
+    /* Into the log the settings name (DBTHROTTLE_LOG: stderr, a file, syslog), as a service's. */
     if (!cli_read_pools(&e->cfg, &e->r, e->pools, e->npools, 0, &v, &n, &seconds, err))
-        cli_fail("exporter", "scrape: cannot read Redis: %s", err);
+        dbt_log(DBT_LOG_WARN, "scrape_failed",
+                (dbt_field[]){DBT_S("error", err), DBT_MS("took_ms", seconds * 1000)}, 2);
     cli_render_prometheus(mem, v, n, seconds);
     if (n >= 0)
         cli_views_free(v, n);
@@ -241,6 +245,8 @@ int cmd_exporter(int argc, char **argv)
         free(e.pools);
         return cli_usage_error("exporter", "--timeout: %s", err);
     }
+    if (!dbt_log_open(&e.cfg, err))
+        cli_fail("exporter", "%s (logging to stderr)", err);
     char shown[300];
     int fd = listen_on(address, shown, sizeof shown, err);
     if (fd < 0) {
@@ -271,8 +277,11 @@ int cmd_exporter(int argc, char **argv)
                 "dbthrottle exporter: listening on %s (GET /metrics; Redis %s, prefix %s)\n", shown,
                 e.cfg.redis_url_redacted, ep);
         int sig = 0;
+        /* logrotate's SIGHUP: the library's log file (DBTHROTTLE_LOG) is opened again here, in
+         * the main loop, not in a handler (it takes the log's lock). */
         while (sigwait(&stop, &sig) == 0 && sig == SIGHUP)
-            ; /* SIGHUP: nothing to reopen (the exporter logs to stderr) */
+            if (!dbt_log_reopen(err))
+                cli_fail("exporter", "SIGHUP: cannot open the log again: %s", err);
         fprintf(stderr, "dbthrottle exporter: stopping (%s)\n", strsignal(sig));
         MHD_stop_daemon(d); /* waits for a scrape under way, then closes the socket (fd) */
         rc = 0;

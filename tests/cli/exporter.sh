@@ -75,7 +75,7 @@ check "exporter --help: exit 0 and a usage line" '[ $rc -eq 0 ] && echo "$out" |
 check "exporter --no-such-option: exit 2, one line naming it" '[ $rc -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "no-such-option" "$work/err"'
 "$D" exporter --listen nonsense >/dev/null 2>"$work/err"; rc=$?
 check "exporter --listen nonsense: exit 1, said ($(cat "$work/err"))" '[ $rc -eq 1 ] && grep -q "HOST:PORT or unix:/PATH" "$work/err"'
-bg "$work/exp.err" "$D" exporter --listen 127.0.0.1:0 --timeout 1s
+bg "$work/exp.err" env DBTHROTTLE_LOG="$work/exp.log" "$D" exporter --listen 127.0.0.1:0 --timeout 1s
 exp=$bg
 wait_until 10 'grep -q "listening on" "$work/exp.err"'
 port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$work/exp.err")
@@ -172,6 +172,10 @@ redis_kill
 scrape "$url" "$work/m4"
 check "Redis killed: 200, dbthrottle_up 0, build_info and the scrape duration still there (http $code)" '[ "$code" = 200 ] && [ "$(sample "$work/m4" dbthrottle_up)" = 0 ] && grep -q "^dbthrottle_build_info{" "$work/m4" && grep -q "^dbthrottle_scrape_duration_seconds " "$work/m4"'
 check "Redis killed: no pool series at all" '! grep -q "{pool=" "$work/m4" && exposition "$work/m4"'
+check "Redis killed: the failed scrape is in DBTHROTTLE_LOG's file ($(grep -c scrape_failed "$work/exp.log" 2>/dev/null) lines)" 'grep -q "level=warn event=scrape_failed error=" "$work/exp.log"'
+kill -HUP "$exp"
+scrape "$url" "$work/m4b"
+check "SIGHUP (logrotate) does not end the exporter: it answers on" '[ "$code" = 200 ] && kill -0 "$exp"'
 redis_start
 wait_until 10 'scrape "$url" "$work/m5"; [ "$(sample "$work/m5" dbthrottle_up)" = 1 ]'
 check "Redis back: dbthrottle_up 1 again, without restarting the exporter" '[ "$(sample "$work/m5" dbthrottle_up)" = 1 ]'
