@@ -5,16 +5,22 @@
 #   make test       everything CI runs: check, both compilers, faults, CLI, sanitizers, fuzzers
 #   make demo       a throwaway Redis and PostgreSQL, 16 pgbench clients throttled to 4
 #   make bench      benchmarks against a throwaway redis-server and PostgreSQL
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    PREFIX=/usr/local DESTDIR= (PREFIX=/usr: the library in /usr/lib/<multiarch>)
+#   make deb        the Debian packages libdbthrottle and dbthrottle, into build/deb
 # One fault case or integration case by name: make test-faults T=holders_killed_or_stopped,
 # make test-integration T=pgbench_modes (the names: ls tests/faults; the integration's $cases).
 
 CC      ?= cc
 PREFIX  ?= /usr/local
-LIBDIR  ?= $(PREFIX)/lib
+# Debian's multiarch directory (x86_64-linux-gnu), asked once: the library goes there under /usr.
+MULTIARCH ?= $(eval MULTIARCH := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || \
+    $(CC) -print-multiarch 2>/dev/null))$(MULTIARCH)
+LIBDIR  ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/$(MULTIARCH),$(PREFIX)/lib)
 BINDIR  ?= $(PREFIX)/bin
 MANDIR  ?= $(PREFIX)/share/man
 DOCDIR  ?= $(PREFIX)/share/doc/dbthrottle
+# /etc/dbthrottle.conf: read by every process when DBTHROTTLE_CONFIG is unset (config.c).
+SYSCONFDIR ?= /etc
 BUILD   ?= build
 
 .DEFAULT_GOAL := all
@@ -28,7 +34,7 @@ BUILD   ?= build
 # not asked while this file is read: $(BUILD)/config.mk first installs the build packages, then
 # records them, and make reads it again (GNU make remakes an included makefile, then restarts).
 # Goals that need no compiler do not make it.
-NO_CONFIG_GOALS := clean uninstall format format-check deps
+NO_CONFIG_GOALS := clean uninstall format format-check deps deb
 ifneq ($(filter-out $(NO_CONFIG_GOALS),$(or $(MAKECMDGOALS),all)),)
 include $(BUILD)/config.mk
 endif
@@ -68,6 +74,8 @@ INC_base       = -Ipreload/base -I$(BUILD)/gen/base
 INC_redis      = $(INC_base) -Ipreload/redis -I$(BUILD)/gen $(filter -I%,$(HIREDIS_CFLAGS))
 INC_sem        = $(INC_redis) -Ipreload/sem
 INC_interpose  = $(INC_sem) -Ipreload/interpose $(LIBPQ_CFLAGS)
+# The default configuration file, as installed (SYSCONFDIR).
+INC_base/config = $(INC_base) -DDBT_DEFAULT_CONFIG='"$(SYSCONFDIR)/dbthrottle.conf"'
 # The connection state machine is pure: it is compiled without libpq's include path (so that it
 # cannot use libpq), and linked into the unit tests with a fake semaphore.
 INC_interpose/conn_state = $(INC_sem) -Ipreload/interpose
@@ -136,13 +144,14 @@ $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 
 .PHONY: all man check test test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes test-cli \
         test-compilers check-exports fuzz soak bench bench-async bench-scale bench-classes bench-peers demo install uninstall \
+        deb test-package FORCE \
         clean deps format format-check check-asan check-tsan check-valgrind
 
 all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle $(MAN_PAGES)
 
 $(BUILD)/libdbthrottle.so: $(call objs,$(BUILD)/obj,$(LIB_SRCS)) $(BUILD)/obj/redis/scripts.o $(EXPORTS)
-	$(CC) -shared -o $@ $(filter %.o,$^) -Wl,--version-script=$(EXPORTS) \
-	    -Wl,--exclude-libs,ALL -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,now $(LDLIBS_LIB)
+	$(CC) -shared -Wl,-soname,libdbthrottle.so -o $@ $(filter %.o,$^) -Wl,--version-script=$(EXPORTS) \
+	    -Wl,--exclude-libs,ALL -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,now $(LDFLAGS) $(LDLIBS_LIB)
 
 # Everything but the interposer: for the command, the tests and the benches (a test linked with
 # our dlsym or PQexec would test the hooks by accident).
@@ -158,11 +167,23 @@ SUPPORT_SRCS := $(filter-out $(FIXTURE_SRCS),$(sort $(wildcard tests/support/*.c
 CRITERION_LIBS := -lcriterion
 
 # The operator's command: the library's own configuration, Redis and script code (the core
-# archive), plus cli/. It finds the library beside itself, in ../lib, or in LIBDIR.
+# archive), plus cli/. It finds the library beside itself, in ../lib or ../lib/$(MULTIARCH), or in
+# LIBDIR.
 CLI_SRCS := $(sort $(wildcard cli/*.c))
-$(BUILD)/dbthrottle: $(CLI_SRCS) cli/cli.h $(VERSION_H) $(BUILD)/libdbthrottle-core.a
+$(BUILD)/dbthrottle: $(CLI_SRCS) cli/cli.h $(VERSION_H) $(BUILD)/libdbthrottle-core.a $(BUILD)/gen/install-paths
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli -DDBT_LIBDIR='"$(LIBDIR)"' \
-	    -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDLIBS_LIB) $(MICROHTTPD_LIBS)
+	    -DDBT_MULTIARCH='"$(MULTIARCH)"' -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDFLAGS) $(LDLIBS_LIB) \
+	    $(MICROHTTPD_LIBS)
+
+# The paths compiled in (the command's LIBDIR, the library's default configuration file), rewritten
+# only when they change: `make` then `make install PREFIX=/usr` rebuilds what names them, so the
+# installed command looks for the library where it was installed, not where the first make said.
+$(BUILD)/gen/install-paths: FORCE
+	@mkdir -p $(@D)
+	@printf 'LIBDIR=%s\nMULTIARCH=%s\nSYSCONFDIR=%s\n' '$(LIBDIR)' '$(MULTIARCH)' '$(SYSCONFDIR)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/obj/base/config.o: $(BUILD)/gen/install-paths
+FORCE:
 
 # test_binary NAME, SOURCES, EXTRA LIBS: a program linked with the core archive.
 define test_binary
@@ -298,6 +319,7 @@ test: deps
 	$(MAKE) test-faults-cache
 	$(MAKE) test-faults-classes T="$(FAULTS_WITH_CLASSES)"
 	$(MAKE) test-cli
+	$(MAKE) test-package
 	$(MAKE) check-asan check-tsan check-valgrind
 	$(MAKE) fuzz FUZZ_SECONDS=15
 
@@ -388,23 +410,53 @@ bench-scale: deps $(BUILD)/bench/scale-bench
 demo: deps all
 	sh tools/demo.sh
 
-install: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle $(MAN_PAGES)
+# make install [PREFIX=/usr/local] [DESTDIR=]: the library (into Debian's multiarch directory
+# under /usr), the command (rebuilt first when LIBDIR differs from the one it was built with), the
+# man pages (generated, with the version), the docs and examples, and $(SYSCONFDIR)/dbthrottle.conf
+# with every setting commented out (installing it changes nothing; an existing one is kept).
+DOC_FILES := README.md $(wildcard docs/*.md) config/dbthrottle.conf.example
+EXAMPLE_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard examples/*/*))))
+install: all $(BUILD)/dbthrottle.conf
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(DOCDIR) \
-	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
+	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(SYSCONFDIR) \
+	    $(addprefix $(DESTDIR)$(DOCDIR)/,$(EXAMPLE_DIRS))
 	install -m 0644 $(BUILD)/libdbthrottle.so $(DESTDIR)$(LIBDIR)/libdbthrottle.so
 	install -m 0755 $(BUILD)/dbthrottle $(DESTDIR)$(BINDIR)/dbthrottle
-	install -m 0644 $(BUILD)/man/dbthrottle.1 $(DESTDIR)$(MANDIR)/man1/dbthrottle.1
-	install -m 0644 $(BUILD)/man/libdbthrottle.7 $(DESTDIR)$(MANDIR)/man7/libdbthrottle.7
-	install -m 0644 README.md docs/*.md config/dbthrottle.conf.example $(DESTDIR)$(DOCDIR)/
+	install -m 0644 $(filter %.1,$(MAN_PAGES)) $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 $(filter %.7,$(MAN_PAGES)) $(DESTDIR)$(MANDIR)/man7/
+	install -m 0644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
+	$(foreach d,$(EXAMPLE_DIRS),install -m 0644 $(wildcard $(d)/*) $(DESTDIR)$(DOCDIR)/$(d)/ &&) true
+	@# The operator's own settings stay as they are on a reinstall.
+	if [ -e $(DESTDIR)$(SYSCONFDIR)/dbthrottle.conf ]; then \
+	    echo "install: kept $(DESTDIR)$(SYSCONFDIR)/dbthrottle.conf"; \
+	else install -m 0644 $(BUILD)/dbthrottle.conf $(DESTDIR)$(SYSCONFDIR)/dbthrottle.conf; fi
 	@# Into the system itself (not a DESTDIR staging tree): refresh ld.so's cache, so the library
 	@# is found where LIBDIR is in its search path. Preload it by its absolute path all the same:
 	@# ld.so ignores a bare LD_PRELOAD name it cannot find, and the program runs unthrottled.
 	if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then ldconfig; fi
 
+# The installed configuration file: the example's text, every setting commented out.
+$(BUILD)/dbthrottle.conf: config/dbthrottle.conf.example tools/etc-conf.sh $(BUILD)/gen/install-paths
+	@mkdir -p $(@D)
+	sh tools/etc-conf.sh $(SYSCONFDIR)/dbthrottle.conf < $< > $@.tmp && mv $@.tmp $@
+
+# The configuration file is left in place (as dpkg does on remove, not purge).
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libdbthrottle.so $(DESTDIR)$(BINDIR)/dbthrottle \
 	    $(DESTDIR)$(MANDIR)/man1/dbthrottle.1 $(DESTDIR)$(MANDIR)/man7/libdbthrottle.7
 	rm -rf $(DESTDIR)$(DOCDIR)
+
+# The Debian packages libdbthrottle and dbthrottle (debian/), built from a copy of the tree by
+# dpkg-buildpackage -us -uc -b without the test suite; the .debs land in $(BUILD)/deb.
+deb:
+	sh tools/build-deb.sh $(BUILD)/deb
+
+# The .debs built and unpacked into a throwaway root, their command running psql throttled by
+# their library; make install after a plain make finding its library; the example alert rules
+# checked by promtool (Debian's prometheus package) (tests/package/deb.sh).
+test-package: all
+	sh tools/install-deps.sh test debhelper dpkg-dev fakeroot prometheus
+	sh tests/package/deb.sh
 
 FORMAT_FILES = $(wildcard preload/*/*.[ch] cli/*.[ch] tests/*/*.[ch] bench/*.c bench/*/*.c)
 format:

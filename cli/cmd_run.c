@@ -11,6 +11,11 @@
 #ifndef DBT_LIBDIR
 #define DBT_LIBDIR "/usr/local/lib"
 #endif
+/* Debian's multiarch directory name (x86_64-linux-gnu): the package's and a PREFIX=/usr install's
+ * library is in ../lib/<multiarch> beside the command, also in a tree unpacked elsewhere. */
+#ifndef DBT_MULTIARCH
+#define DBT_MULTIARCH ""
+#endif
 
 extern char **environ;
 
@@ -34,14 +39,15 @@ static const char usage[] =
     "  --redis URL          the coordinating Redis (redis://[user:pass@]host:port[/db])\n"
     "  --trace              log every acquisition and release (DBTHROTTLE_LOG_LEVEL=info)\n"
     "  --library PATH       the library to preload (default: found beside this program, in\n"
-    "                       ../lib, or in " DBT_LIBDIR "); always preloaded by its absolute path\n"
+    "                       ../lib or ../lib/<multiarch>, or in " DBT_LIBDIR "); always\n"
+    "                       preloaded by its absolute path\n"
     "  --no-check           start CMD without checking the library and Redis first\n";
 
 bool cli_find_library(char *out, size_t cap)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    char cand[3][PATH_MAX + 32];
+    char cand[4][PATH_MAX + 64];
     int nc = 0;
     if (n > 0) {
         exe[n] = '\0';
@@ -50,6 +56,9 @@ bool cli_find_library(char *out, size_t cap)
             *slash = '\0';
             snprintf(cand[nc++], sizeof cand[0], "%s/libdbthrottle.so", exe);
             snprintf(cand[nc++], sizeof cand[0], "%s/../lib/libdbthrottle.so", exe);
+            if (DBT_MULTIARCH[0])
+                snprintf(cand[nc++], sizeof cand[0], "%s/../lib/%s/libdbthrottle.so", exe,
+                         DBT_MULTIARCH);
         }
     }
     snprintf(cand[nc++], sizeof cand[0], "%s/libdbthrottle.so", DBT_LIBDIR);
@@ -177,7 +186,8 @@ int cmd_run(int argc, char **argv)
     } else if (!cli_find_library(lib, sizeof lib)) {
         dbt_config_free(&cfg);
         cli_fail("run",
-                 "libdbthrottle.so not found beside this program, in ../lib or in %s: give "
+                 "libdbthrottle.so not found beside this program, in ../lib, ../lib/<multiarch> "
+                 "or in %s: give "
                  "--library PATH",
                  DBT_LIBDIR);
         return EXIT_USAGE;

@@ -1,5 +1,6 @@
 /* config.c - the settings: defaults, the configuration file, the environment, and where each
- * value came from. Reads the file named by DBTHROTTLE_CONFIG; prints nothing (callers log). */
+ * value came from. Reads the file named by DBTHROTTLE_CONFIG (or the installed default file);
+ * prints nothing (callers log). */
 #include "config.h"
 #include "log.h"
 #include "settings.h"
@@ -15,6 +16,12 @@
 #include <unistd.h>
 
 #define PREFIX_LEN 11 /* strlen("DBTHROTTLE_") */
+
+/* The configuration file every process reads when DBTHROTTLE_CONFIG is unset: the Makefile
+ * passes $(SYSCONFDIR)/dbthrottle.conf (the Debian package's conffile). */
+#ifndef DBT_DEFAULT_CONFIG
+#define DBT_DEFAULT_CONFIG "/etc/dbthrottle.conf"
+#endif
 
 /* A refused value of row `row` (-1: no one setting's): the row keeps its latest refusal, the
  * other errors their first. A failed copy only loses the message, never the refusal: the load
@@ -437,12 +444,29 @@ static bool load_password_files(dbt_config *cfg, char *err, bool first)
 
 bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
 {
+    return dbt_config_load_with_default(cfg, envp, DBT_DEFAULT_CONFIG, err);
+}
+
+bool dbt_config_load_with_default(dbt_config *cfg, char *const *envp, const char *default_file,
+                                  char *err)
+{
     dbt_config_defaults(cfg);
     bool ok = true;
     char msg[DBT_ERRLEN];
     const char *file = config_file_of(envp);
+    dbt_source file_src = DBT_SRC_ENV;
+    /* The installed file applies to every process that has not named one; an operator opts a
+     * process out with DBTHROTTLE_CONFIG= (empty). A file that exists but cannot be read is an
+     * error, as for a named one: silently running with the defaults instead of the operator's
+     * limits would be the worst outcome. */
+    if (!file && default_file && access(default_file, F_OK) == 0) {
+        file = default_file;
+        file_src = DBT_SRC_DEFAULT;
+    } else if (file && !*file) {
+        file = NULL;
+    }
     /* Recorded first, so a caller reporting a file error can name the file. */
-    if (file && !dbt_config_set(cfg, "DBTHROTTLE_CONFIG", file, DBT_SRC_ENV, err))
+    if (file && !dbt_config_set(cfg, "DBTHROTTLE_CONFIG", file, file_src, err))
         ok = false;
     else if (file) {
         char *text = NULL;
@@ -456,6 +480,9 @@ bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
     }
     for (char *const *e = envp; e && *e; e++) {
         if (strncmp(*e, "DBTHROTTLE_", PREFIX_LEN) != 0)
+            continue;
+        /* Applied above, before the file (an empty one: no file at all). */
+        if (strncmp(*e, "DBTHROTTLE_CONFIG=", 18) == 0)
             continue;
         const char *eq = strchr(*e, '=');
         if (!eq)

@@ -232,8 +232,12 @@ bool dbt_config_parse_text(dbt_config *cfg, const char *name, const char *text, 
  * variable of `envp` (the environment wins). Unknown DBTHROTTLE_* names are errors. Reads on
  * past an error, so that every good value is in cfg (DBTHROTTLE_DISABLE must work whatever else
  * is wrong): on failure err holds the first error, and cfg's row_error/other_error each one (see
- * dbt_config_error_for). */
+ * dbt_config_error_for). With DBTHROTTLE_CONFIG unset, the file is DBT_DEFAULT_CONFIG when it
+ * exists (an installed /etc/dbthrottle.conf); set but empty, no file is read. */
 bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err);
+/* dbt_config_load with another default file (the tests' own; NULL: none). */
+bool dbt_config_load_with_default(dbt_config *cfg, char *const *envp, const char *default_file,
+                                  char *err);
 
 /* Who reads a configuration: a worker (the library) reads every setting; the operator's commands
  * (dbthrottle status, top, drain, ...) only those not marked worker_only in the table. */

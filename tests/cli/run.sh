@@ -369,7 +369,7 @@ check "run, a password Redis does not expect (permanent): exit 2, not started ($
 echo "# install"
 if make -s -C "$top" install DESTDIR="$work/inst" PREFIX=/usr >"$work/install.out" 2>&1; then
     out=$("$work/inst/usr/bin/dbthrottle" run --max-queries 1 -- sh -c 'echo "$LD_PRELOAD"')
-    check "make install: the installed command preloads the installed library ($out)" '[ "$out" = "$work/inst/usr/lib/libdbthrottle.so" ]'
+    check "make install: the installed command preloads the installed library ($out)" '[ "$out" = "$work/inst/usr/lib/$(gcc -print-multiarch)/libdbthrottle.so" ]'
     check "make install: the man pages dbthrottle(1) and libdbthrottle(7)" '[ -f "$work/inst/usr/share/man/man1/dbthrottle.1" ] && [ -f "$work/inst/usr/share/man/man7/libdbthrottle.7" ]'
 else
     fail "make install: $(tail -3 "$work/install.out")"

@@ -1,0 +1,184 @@
+#!/bin/sh
+# deb.sh - the Debian packages and make install, checked from outside: `make deb` builds
+# libdbthrottle and dbthrottle; unpacked into a throwaway root (dpkg -x, never into this
+# machine's own), the root's dbthrottle runs psql throttled by the root's library (concurrency
+# counted by PostgreSQL, the pool read from Redis); the installed /etc/dbthrottle.conf changes
+# nothing, and a real one is read without DBTHROTTLE_CONFIG (in a private mount namespace, /etc
+# overlaid); `make install DESTDIR=... PREFIX=/usr` after a plain `make` puts the library in the
+# multiarch directory and the command looks for it there; the examples pass promtool and
+# python3's JSON parser. The last line is "N passed, N failed".
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../support/lib.sh"
+harness_begin package
+export DBTHROTTLE_LOG_LEVEL=warn
+ma=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+version=$(sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' "$top/debian/changelog")
+
+# ---- the packages ----------------------------------------------------------------------------------
+echo "# make deb"
+if make -s -C "$top" deb BUILD="$work/b" >"$work/deb.out" 2>&1; then
+    ok "make deb"
+else
+    fail "make deb: $(tail -5 "$work/deb.out")"
+    summary
+    exit 1
+fi
+libdeb=$work/b/deb/libdbthrottle_${version}_$(dpkg --print-architecture).deb
+cmddeb=$work/b/deb/dbthrottle_${version}_$(dpkg --print-architecture).deb
+check "both packages, named for debian/changelog's version $version" '[ -f "$libdeb" ] && [ -f "$cmddeb" ]'
+dpkg-deb -c "$libdeb" >"$work/lib.list" 2>&1
+dpkg-deb -c "$cmddeb" >"$work/cmd.list" 2>&1
+check "libdbthrottle: the library in /usr/lib/$ma, libdbthrottle(7)" \
+    'grep -q " ./usr/lib/$ma/libdbthrottle.so$" "$work/lib.list" && grep -q "man7/libdbthrottle.7" "$work/lib.list"'
+check "dbthrottle: the command, dbthrottle(1), /etc/dbthrottle.conf, docs and examples" \
+    'grep -q " ./usr/bin/dbthrottle$" "$work/cmd.list" && grep -q "man1/dbthrottle.1" "$work/cmd.list" &&
+     grep -q " ./etc/dbthrottle.conf$" "$work/cmd.list" && grep -q "doc/dbthrottle/README.md" "$work/cmd.list" &&
+     grep -q "doc/dbthrottle/examples/prometheus/dbthrottle.rules.yml" "$work/cmd.list"'
+check "dbthrottle: /etc/dbthrottle.conf is a conffile" \
+    '[ "$(dpkg-deb -I "$cmddeb" conffiles 2>/dev/null)" = /etc/dbthrottle.conf ]'
+check "the packaged man pages' headers and dbthrottle --version name $version" \
+    '[ "$(dpkg-deb --fsys-tarfile "$cmddeb" | tar -xO ./usr/share/man/man1/dbthrottle.1.gz | zcat | grep -c "^\.TH .*$version")" -eq 1 ] &&
+     [ "$(dpkg-deb --fsys-tarfile "$libdeb" | tar -xO ./usr/share/man/man7/libdbthrottle.7.gz | zcat | grep -c "^\.TH .*$version")" -eq 1 ]'
+check "dbthrottle depends on libdbthrottle of the same version" \
+    'dpkg-deb -f "$cmddeb" Depends | grep -q "libdbthrottle (= $version)"'
+check "the work tree has no package build files left in it" \
+    '[ ! -e "$top/debian/build" ] && [ ! -e "$top/debian/files" ] && [ ! -e "$top/debian/tmp" ]'
+
+root=$work/root
+mkdir -p "$root"
+dpkg -x "$libdeb" "$root" && dpkg -x "$cmddeb" "$root"
+rootlib=$root/usr/lib/$ma/libdbthrottle.so
+
+redis_start
+pg_start
+counter_install
+
+# ---- the root's command and library ----------------------------------------------------------------
+echo "# the unpacked packages"
+out=$("$root/usr/bin/dbthrottle" --version 2>&1)
+check "the root's dbthrottle --version: $out" '[ "$out" = "dbthrottle $version" ]'
+out=$("$root/usr/bin/dbthrottle" run --max-queries 1 -- sh -c 'echo "$LD_PRELOAD"' 2>&1)
+check "the root's dbthrottle preloads the root's library ($out)" '[ "$out" = "$rootlib" ]'
+mark
+runs=
+for i in 1 2 3; do
+    env PGAPPNAME=t_pkg "$root/usr/bin/dbthrottle" run --max-queries 1 --pool pkgpool -- \
+        psql -qAtX -c "SELECT dbt_probe(300)" >"$work/pkg.$i" 2>&1 &
+    echo $! >>"$work/pids"
+    runs="$runs $!"
+done
+# shellcheck disable=SC2086
+wait $runs # (not a bare wait: redis-server is a child of this shell too)
+n=$(probes t_pkg) m=$(max_conc t_pkg)
+check "3 psql through the root's dbthrottle run at a limit of 1: $n ran, at most $m at once (PostgreSQL's count)" \
+    '[ "$n" -eq 3 ] && [ "$m" -eq 1 ]'
+grants=$(rcli --raw hget "dbthrottle:{pkgpool}:q:stats" grants 2>/dev/null)
+keys=$(rcli --raw --scan --pattern 'dbthrottle:{pkgpool}:*' | wc -l)
+check "Redis holds the pool pkgpool's keys ($keys; grants ${grants:-?})" '[ "$keys" -gt 0 ]'
+
+# The file the package installs: every setting commented out, so nothing comes from it.
+DBTHROTTLE_CONFIG=$root/etc/dbthrottle.conf DBTHROTTLE_MAX_QUERIES=1 \
+    "$root/usr/bin/dbthrottle" check >"$work/conf.check" 2>&1
+rc=$?
+from_file=$(grep -c " file $root/etc/dbthrottle.conf" "$work/conf.check")
+check "the installed /etc/dbthrottle.conf parses and sets nothing (check rc $rc, $from_file settings from it)" \
+    '[ $rc -eq 0 ] && [ "$from_file" -eq 0 ] && grep -q "DBTHROTTLE_CONFIG  *$root/etc/dbthrottle.conf" "$work/conf.check"'
+check "the installed /etc/dbthrottle.conf names every setting of the example, commented out" \
+    '[ "$(grep -c "^#\{0,1\}[a-z_][a-z_]* *=" "$top/config/dbthrottle.conf.example")" -eq "$(grep -c "^#[a-z_][a-z_]* *=" "$root/etc/dbthrottle.conf")" ] &&
+     ! grep -q "^[a-z_]" "$root/etc/dbthrottle.conf"'
+
+# /etc/dbthrottle.conf read with no DBTHROTTLE_CONFIG: in a mount namespace of its own, /etc is
+# an overlay whose upper layer (a tmpfs) holds the test's file; this machine's /etc is untouched.
+echo "# /etc/dbthrottle.conf"
+if [ "$(id -u)" -eq 0 ]; then ns="unshare -m --propagation private"; else ns="unshare -rm --propagation private"; fi
+cat >"$work/etc.conf" <<CONF
+redis_url = redis://127.0.0.1:$rport
+max_queries = 1
+pool = etcpool
+CONF
+cat >"$work/in-ns.sh" <<'NS'
+set -u
+mkdir -p "$work/ovl" && mount -t tmpfs tmpfs "$work/ovl" && mkdir "$work/ovl/up" "$work/ovl/wk" &&
+    mount -t overlay overlay -o "lowerdir=/etc,upperdir=$work/ovl/up,workdir=$work/ovl/wk" /etc || exit 77
+cp "$work/etc.conf" /etc/dbthrottle.conf
+unset DBTHROTTLE_REDIS_URL DBTHROTTLE_CONFIG
+"$root/usr/bin/dbthrottle" check >"$work/etc.check" 2>&1
+for i in 1 2 3; do
+    env PGAPPNAME=t_etc LD_PRELOAD="$rootlib" psql -qAtX -c "SELECT dbt_probe(300)" >"$work/etc.$i" 2>&1 &
+done
+wait
+NS
+mark
+work=$work root=$root rootlib=$rootlib $ns sh "$work/in-ns.sh"
+rc=$?
+if [ $rc -eq 77 ]; then
+    info "no mount namespace with an overlay here: the installed library reading /etc/dbthrottle.conf is not checked (tests/unit/test_default_config.c checks the rule)"
+else
+    n=$(probes t_etc) m=$(max_conc t_etc)
+    check "3 psql with only LD_PRELOAD, /etc/dbthrottle.conf saying max_queries = 1: $n ran, at most $m at once" \
+        '[ "$n" -eq 3 ] && [ "$m" -eq 1 ]'
+    keys=$(rcli --raw --scan --pattern 'dbthrottle:{etcpool}:*' | wc -l)
+    check "Redis holds the pool named in /etc/dbthrottle.conf ($keys keys of etcpool)" '[ "$keys" -gt 0 ]'
+    check "dbthrottle check names /etc/dbthrottle.conf as where max_queries came from" \
+        'grep -q "DBTHROTTLE_MAX_QUERIES  *1  *file /etc/dbthrottle.conf" "$work/etc.check"'
+fi
+[ -e /etc/dbthrottle.conf ] && info "this machine has an /etc/dbthrottle.conf of its own"
+
+# ---- make install after a plain make ---------------------------------------------------------------
+echo "# make install"
+inst=$work/inst
+if make -s -C "$top" all >"$work/make.out" 2>&1 &&
+    make -s -C "$top" install DESTDIR="$inst" PREFIX=/usr >"$work/install.out" 2>&1; then
+    check "make install PREFIX=/usr: the library in /usr/lib/$ma" '[ -f "$inst/usr/lib/$ma/libdbthrottle.so" ]'
+    check "the installed command looks in /usr/lib/$ma, not the first make's /usr/local/lib" \
+        '"$inst/usr/bin/dbthrottle" run --help | grep -q "or in /usr/lib/$ma)"'
+    out=$("$inst/usr/bin/dbthrottle" run --max-queries 1 -- sh -c 'echo "$LD_PRELOAD"' 2>&1)
+    check "the installed command preloads the installed library ($out)" '[ "$out" = "$inst/usr/lib/$ma/libdbthrottle.so" ]'
+    check "make install: /etc/dbthrottle.conf with every setting commented out, docs, examples, man pages" \
+        '! grep -q "^[a-z_]" "$inst/etc/dbthrottle.conf" && [ -f "$inst/usr/share/doc/dbthrottle/README.md" ] &&
+         [ -f "$inst/usr/share/doc/dbthrottle/examples/systemd/dbthrottle.conf" ] &&
+         [ -f "$inst/usr/share/man/man1/dbthrottle.1" ] && [ -f "$inst/usr/share/man/man7/libdbthrottle.7" ]'
+    echo "max_queries = 2" >>"$inst/etc/dbthrottle.conf"
+    make -s -C "$top" install DESTDIR="$inst" PREFIX=/usr >"$work/install2.out" 2>&1
+    check "a second make install keeps the operator's /etc/dbthrottle.conf" \
+        '[ "$(tail -1 "$inst/etc/dbthrottle.conf")" = "max_queries = 2" ]'
+    make -s -C "$top" uninstall DESTDIR="$inst" PREFIX=/usr >/dev/null 2>&1
+    check "make uninstall removes the library and the command, keeps /etc/dbthrottle.conf" \
+        '[ ! -e "$inst/usr/lib/$ma/libdbthrottle.so" ] && [ ! -e "$inst/usr/bin/dbthrottle" ] && [ -f "$inst/etc/dbthrottle.conf" ]'
+else
+    fail "make install: $(tail -3 "$work/make.out" "$work/install.out")"
+fi
+
+# ---- examples --------------------------------------------------------------------------------------
+echo "# examples"
+if command -v promtool >/dev/null 2>&1; then
+    check "promtool check rules examples/prometheus/dbthrottle.rules.yml" \
+        promtool check rules "$top/examples/prometheus/dbthrottle.rules.yml"
+else
+    fail "no promtool (Debian's prometheus package; make test-package installs it): the alert rules are not checked"
+fi
+check "examples/grafana/dbthrottle.json is JSON" python3 -m json.tool "$top/examples/grafana/dbthrottle.json" /dev/null
+# Every metric the examples use is one the command serves (its name in cli/; a histogram by its
+# base name): a rename there cannot leave the alerts silently matching nothing.
+served=$(grep -ho 'dbthrottle_[a-z_]*' "$top"/cli/*.c | sort -u)
+# Until the exporter (issue 18's part B) is in cli/, the names its interface fixes are taken as
+# served; once it is there, only what cli/ really prints counts.
+if ! grep -qs dbthrottle_up "$top"/cli/*.c; then
+    info "no exporter in cli/ yet: its names (dbthrottle_up, _build_info, _wait/_hold_seconds, _oldest_wait_seconds, _scrape_duration_seconds) taken as served"
+    served="$served
+dbthrottle_up
+dbthrottle_build_info
+dbthrottle_wait_seconds
+dbthrottle_hold_seconds
+dbthrottle_oldest_wait_seconds
+dbthrottle_scrape_duration_seconds"
+fi
+unknown=
+for name in $(grep -ho 'dbthrottle_[a-z_]*' "$top/examples/prometheus/dbthrottle.rules.yml" "$top/examples/grafana/dbthrottle.json" | sort -u); do
+    base=$(echo "$name" | sed 's/_\(bucket\|sum\|count\)$//')
+    echo "$served" | grep -qx "$name\|$base" || unknown="$unknown $name"
+done
+check "the examples use only metrics the command serves${unknown:+ (unknown:$unknown)}" '[ -z "$unknown" ]'
+
+summary
