@@ -312,7 +312,10 @@ int main(void)
 
     /* Uncontended acquire + release. */
     dbt_pool *p = dbt_client_pool(c, "bench-fast");
-    dbt_acquire_opts o = {.limit = 4, .wait_ms = 10000};
+    /* with a session, as the interposer sends one (its bytes ride on every acquire) */
+    char session[DBT_SESSION_LEN];
+    dbt_format_session(123456, "report_worker", "reports", "reports_db", session, sizeof session);
+    dbt_acquire_opts o = {.limit = 4, .wait_ms = 10000, .session = session};
     enum { FAST = 5000 };
     int64_t *acq = malloc(FAST * sizeof *acq), *rel = malloc(FAST * sizeof *rel);
     dbt_permit *pm;

@@ -175,13 +175,16 @@ static bool dry_run_scripts(dbt_redis *r, const dbt_config *cfg, const char *poo
     /* a tagged, weighted id shipping class definitions: the per-tag keys and classes_seen */
     static const char tagged[] = "0000000000000000.2.-.2.1";
     static const char shipped[] = "aging=0;default=;dbthrottle-check:50:0:-:-";
+    static const char session[] = "0\x1f"
+                                  "dbthrottle-check\x1f\x1f";
     bool ok = true;
     dbt_script_call c;
     for (int kind = 0; ok && kind < DBT_NKINDS; kind++) {
-        const dbt_acquire_call paths[] = {{id, 1000000, false, "dbthrottle-check 0 c0", NULL},
-                                          {id, 0, false, "dbthrottle-check 0 c0", NULL},
-                                          {id, 0, true, "dbthrottle-check 0 c0", NULL},
-                                          {tagged, 0, false, "dbthrottle-check 0 c0", shipped}};
+        const dbt_acquire_call paths[] = {
+            {id, 1000000, false, "dbthrottle-check 0 c0", NULL, session},
+            {id, 0, false, "dbthrottle-check 0 c0", NULL, NULL},
+            {id, 0, true, "dbthrottle-check 0 c0", NULL, NULL},
+            {tagged, 0, false, "dbthrottle-check 0 c0", shipped, session}};
         for (size_t i = 0; ok && i < sizeof paths / sizeof *paths; i++) {
             dbt_build_acquire(&c, &k, (dbt_kind)kind, cfg, &paths[i]);
             ok = dry_call(r, &c, err);

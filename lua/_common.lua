@@ -7,9 +7,14 @@
 --   KEYS[3] wexp     ZSET  waiter id -> lease expiry (ms, Redis clock)
 --   KEYS[4] seq      STRING ticket counter
 --   KEYS[5] seen     STRING the limit the last acquirer configured (to report disagreement)
---   KEYS[6] info     HASH   holder or waiter id -> "<since ms> <host> <pid> <conn>": since = when
---                           it was granted (holder) or queued (waiter), for dbthrottle status
---   KEYS[7] stats    HASH   counters: grants, queued, refused, cancelled, expired, evicted, wait_ms
+--   KEYS[6] info     HASH   holder or waiter id -> "<since ms> <host> <pid> <conn>" then, each
+--                           after a \31 (unit separator: names may hold spaces), its state
+--                           ("running", "idle_tx", "kept"; "" for a waiter), the class it was
+--                           granted as ("" none), and the session its process gave (backend pid,
+--                           application_name, user, database; absent when none): since = when it
+--                           was granted (holder) or queued (waiter), for dbthrottle status
+--   KEYS[7] stats    HASH   counters: grants, queued, refused, cancelled, expired, evicted, wait_ms;
+--                           7 days TTL (COUNTER_TTL), so that they stay monotonic across idle hours
 --   KEYS[8] limit    STRING the operator's override of the limit (dbthrottle limit); no TTL
 --   KEYS[9] drain    STRING present while the operator drains the pool: no grants; no TTL
 --   KEYS[10] owners  HASH   cid -> how many waiters of that process are queued; field '*' -> the
@@ -24,6 +29,10 @@
 --   KEYS[14] classes_seen STRING the definitions a worker ships (DBTHROTTLE_CLASSES), used while
 --                           the operator has none; TTL like seen
 --   KEYS[15] tags    ZSET   tag -> 0: the tags whose per-tag keys are in use (below)
+--   KEYS[16] hist    HASH   the wait ('w') and hold ('h') histograms: field "<series>:<i>:<class>"
+--                           counts the values in bucket i (0-based, not cumulative; bounds in
+--                           HIST_BOUNDS), "<series>:s:<class>" their sum (ms); class "" when none
+--                           is defined. 7 days TTL, as stats
 -- Per-tag keys (not declared: the same hash tag, so the same slot, like the wake lists):
 --   <queue>:<tag>    ZSET   that tag's waiters, id -> ticket (a tagged id's, or any waiter's while
 --                           classes are defined: untagged ones under the tag "-")
@@ -87,12 +96,23 @@ if DRY_RUN then
     end
     redis = setmetatable({call = dry_call}, {__index = real})
 end
-local NK = 15 -- keys per semaphore
+local NK = 16 -- keys per semaphore
 local WAKE = ARGV[1]
 local LEASE, TTL = tonumber(ARGV[3]), tonumber(ARGV[4])
 local TOKEN, STARTED, QMS = ARGV[5] or '', tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local ADOPT, PREV = ARGV[8] or '', ARGV[9] or ''
 local ERA_TTL = 7 * 24 * 3600 * 1000 -- outlives idleness, not forever
+-- The counters and histograms outlive the pool's transient keys (three leases), so that what
+-- Prometheus reads of them stays monotonic across idle periods of up to a week.
+local COUNTER_TTL = ERA_TTL
+-- The histograms' bucket upper bounds (ms), the one list (status.lua states it to the command):
+-- bucket i holds the values v with bounds[i] < v <= bounds[i + 1] (0-based i), the last one
+-- (#bounds) those above every bound. A function, so that a call that needs no list (most values
+-- are in the first bucket) does not build the table.
+local function HIST_BOUNDS()
+    return {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
+end
+local US = '\31' -- separates the info fields that may hold spaces
 
 -- One semaphore: its keys, the NK from KEYS[base + 1] in the order above, and its kind letter.
 -- Every helper below takes the semaphore it works on, so that a script over both kinds
@@ -103,7 +123,7 @@ local function semaphore(base, kind)
         SEEN = KEYS[base + 5], INFO = KEYS[base + 6], STATS = KEYS[base + 7], LIM = KEYS[base + 8],
         DRAIN = KEYS[base + 9], OWN = KEYS[base + 10], ERA = KEYS[base + 11],
         GONE = KEYS[base + 12], CLASSES = KEYS[base + 13], CLASSES_SEEN = KEYS[base + 14],
-        TAGS = KEYS[base + 15], kind = kind,
+        TAGS = KEYS[base + 15], HIST = KEYS[base + 16], kind = kind,
     }
 end
 
@@ -181,18 +201,56 @@ local function on_units(cmd, key, id, w, score, flag)
 end
 
 
--- Counters for dbthrottle status, in STATS (which expires with the pool's other keys).
+-- Counters for dbthrottle status, in STATS (7 days TTL, refreshed by touch).
 local function count(s, field, n)
     n = n or 1
     if redis.call('HINCRBY', s.STATS, field, n) == n then -- the field (maybe the key) is new
-        expire_new(s, s.STATS)
+        redis.call('PEXPIRE', s.STATS, COUNTER_TTL, 'NX')
     end
 end
 
--- Records who holds or waits, and since when (now).
-local function note_who(s, id, now, who)
-    if redis.call('HSET', s.INFO, id, now .. ' ' .. who) == 1 and redis.call('HLEN', s.INFO) == 1 then
+-- One value (ms) into series 'w' (wait) or 'h' (hold) of class klass ("" none): its bucket's
+-- count and the series' sum, two HINCRBY (one for a 0, the common grant at once). A weighted
+-- permit is one value.
+local function observe(s, series, klass, ms)
+    local i = 0
+    if ms > 1 then
+        local b = HIST_BOUNDS()
+        i = 1
+        while b[i + 1] and ms > b[i + 1] do
+            i = i + 1
+        end
+    end
+    klass = klass or ''
+    if redis.call('HINCRBY', s.HIST, series .. ':' .. i .. ':' .. klass, 1) == 1 then
+        redis.call('PEXPIRE', s.HIST, COUNTER_TTL, 'NX') -- the field (maybe the key) is new
+    end
+    if ms > 0 then
+        redis.call('HINCRBY', s.HIST, series .. ':s:' .. klass, ms)
+    end
+end
+
+-- Records who holds or waits, since when (now), in what state, granted as which class, and the
+-- session its process gave (see KEYS[6]).
+local function note_who(s, id, now, who, state, klass, session)
+    local v = now .. ' ' .. who .. US .. (state or '') .. US .. (klass or '')
+    if session and session ~= '' then
+        v = v .. US .. session
+    end
+    if redis.call('HSET', s.INFO, id, v) == 1 and redis.call('HLEN', s.INFO) == 1 then
         expire_new(s, s.INFO) -- the key is new
+    end
+end
+
+-- A permit left the holders (released, cancelled after its grant, evicted, expired): how long it
+-- was held, from its info (read before it goes: "<since> ...", the class it was granted as after
+-- the second \31), into the hold histogram. Plain finds: this is every release's cost.
+local function observe_hold(s, info, now)
+    local sp = info and string.find(info, ' ', 1, true)
+    local since = sp and tonumber(string.sub(info, 1, sp - 1))
+    if since then
+        observe(s, 'h', string.match(info, '^[^\31]*\31[^\31]*\31([^\31]*)', sp) or '',
+            math.max(0, now - since))
     end
 end
 
@@ -462,6 +520,14 @@ load_classes = function()
         return c
     end
 
+    -- An info value's parts: since (ms, or nil), the base "<host> <pid> <conn>", state, class and
+    -- session (the rest, "" none). A value of an older version has the base alone.
+    K.info_parts = function(info)
+        local since, base, tail = string.match(info or '', '^(%d+) ([^\31]*)(.*)$')
+        local state, klass, session = string.match(tail or '', '^\31([^\31]*)\31([^\31]*)\31?(.*)$')
+        return tonumber(since), base, state or '', klass or '', session or ''
+    end
+
     -- The implicit default class: what no defined class names is served as, share 0.
     K.implicit_default = function()
         return {name = 'default', share = 0, priority = 0, wait = -1, cap = -1, implicit = true}
@@ -701,6 +767,9 @@ local function reap(s, now)
             redis.call('ZREM', K.tag_holders(s, tag), unpack(members))
         end
         if #permits > 0 then
+            for _, m in ipairs(permits) do
+                observe_hold(s, redis.call('HGET', s.INFO, m), now)
+            end
             redis.call('HDEL', s.INFO, unpack(permits))
             count(s, 'expired', #permits)
             -- expired, not lost: its process stops renewing within a lease (two, to be sure)
@@ -771,13 +840,13 @@ local function pump(s, now)
             st.waiting[pick.cls.name] = (st.waiting[pick.cls.name] or 1) - 1
         end
         -- the wait ends now: count it, and the holder's "since" becomes the grant
-        local info = redis.call('HGET', s.INFO, head)
-        if info then
-            local since, who = string.match(info, '^(%d+) (.*)$')
-            if since then
-                count(s, 'wait_ms', math.max(0, now - tonumber(since)))
-                note_who(s, head, now, who)
-            end
+        local klass = d and pick.cls.name or ''
+        local since, base, _, _, session = K.info_parts(redis.call('HGET', s.INFO, head))
+        if since then
+            local waited = math.max(0, now - since)
+            count(s, 'wait_ms', waited)
+            observe(s, 'w', klass, waited)
+            note_who(s, head, now, base, 'running', klass, session)
         end
         count(s, 'grants')
         if clamped then
@@ -802,7 +871,7 @@ local function touch(s, force)
         return
     end
     load_classes()
-    local keys = {s.H, s.Q, s.W, s.SEQ, s.SEEN, s.INFO, s.STATS, s.OWN, s.CLASSES_SEEN, s.TAGS}
+    local keys = {s.H, s.Q, s.W, s.SEQ, s.SEEN, s.INFO, s.OWN, s.CLASSES_SEEN, s.TAGS}
     local per_tag_at = #keys + 1
     for _, t in ipairs(redis.call('ZRANGE', s.TAGS, 0, -1)) do
         keys[#keys + 1] = K.tag_queue(s, t)
@@ -827,6 +896,12 @@ local function touch(s, force)
         redis.call('ZREM', s.TAGS, unpack(gone_tags))
     end
     redis.call('PEXPIRE', s.ERA, ERA_TTL)
+    -- the counters and histograms: a week from now (never shorter: COUNTER_TTL is their longest)
+    for _, k in ipairs({s.STATS, s.HIST}) do
+        if redis.call('PTTL', k) ~= -2 then
+            redis.call('PEXPIRE', k, COUNTER_TTL)
+        end
+    end
 end
 
 

@@ -2,7 +2,8 @@
 -- ARGV[10] id, ARGV[11] the caller's limit, ARGV[12] "1" = do not queue (try only),
 -- ARGV[13] who asks: "<host> <pid> <conn>" (for dbthrottle status), ARGV[14] the class
 -- definitions the caller ships (DBTHROTTLE_CLASSES, the definition text; "" none): kept in
--- classes_seen, in force while the operator has defined none
+-- classes_seen, in force while the operator has defined none, ARGV[15] the session the command
+-- runs on: "<backend pid>\31<application_name>\31<user>\31<database>" ("" none), kept in info
 -- Returns {status, holders (units in use), queue length, limit seen from the previous acquirer or
 -- false, ticket, sole, quarantine (ms left, 0 = none), why (see era()) or false, the class the
 -- caller is served as or false (no classes defined), its wait_ms or -1, its queue cap or -1}
@@ -14,6 +15,7 @@
 --   sole: 1 when the queue holds this process' waiters only (queued only, else 0): see below
 local id, limit, try_only, who = ARGV[10], tonumber(ARGV[11]), ARGV[12] == '1', ARGV[13] or '? ? ?'
 local shipped = ARGV[14] or ''
+local session = ARGV[15] or ''
 local now = now_ms()
 -- A worker's default definitions become every worker's while the operator has none: written when
 -- they differ from what is there (and are valid), with the TTL of the pool's other keys.
@@ -65,8 +67,9 @@ if d and waiting > 0 then
 end
 if grant then
     hold(S, id, w, now + LEASE, holders)
-    note_who(S, id, now, who)
+    note_who(S, id, now, who, 'running', klass or '', session)
     count(S, 'grants')
+    observe(S, 'w', klass or '', 0)
     if clamped then
         count(S, 'clamped')
     end
@@ -113,7 +116,7 @@ local ticket = redis.call('INCR', S.SEQ)
 redis.call('ZADD', S.Q, ticket, id)
 K.queue_tag(S, id, ticket)
 redis.call('ZADD', S.W, now + LEASE, id)
-note_who(S, id, now, who)
+note_who(S, id, now, who, '', '', session)
 count(S, 'queued')
 expire_new(S, S.SEQ)
 expire_new(S, S.Q)

@@ -35,6 +35,9 @@ elseif op == 'evict' or op == 'evict_cancel' then
     info = redis.call('HGET', S.INFO, arg)
     evicted = unhold(S, arg)
     if evicted == 1 then
+        observe_hold(S, info, now)
+        -- the reply names whose it was: "<since> <host> <pid> <conn>", as it always did
+        info = info and string.match(info, '^[^\31]*')
         redis.call('HDEL', S.INFO, arg)
         redis.call('HSET', S.INFO, 'evicted:' .. arg, (op == 'evict') and 'e' or 'x')
         expire_new(S, S.INFO)

@@ -11,6 +11,7 @@ if redis.call('ZREM', S.Q, id) == 1 then
     result = 0
 elseif unhold(S, id) == 1 then
     result = 1
+    observe_hold(S, redis.call('HGET', S.INFO, id), now)
 end
 if result ~= 1 then
     -- and its tag's queue ("-" for an untagged one: it queued there if classes were defined)

@@ -3,6 +3,9 @@
 -- All its units go (a weighted permit's "id#k" members too).
 local now = now_ms()
 local removed = unhold(S, ARGV[10])
+if removed == 1 then
+    observe_hold(S, redis.call('HGET', S.INFO, ARGV[10]), now)
+end
 redis.call('HDEL', S.INFO, ARGV[10])
 -- a renewal sent before this release may arrive after it: not a loss (see renew.lua)
 note_gone(S, now, {ARGV[10]}, now + QMS)

@@ -25,9 +25,59 @@ local now = now_ms()
 local exp = now + LEASE
 local lost_h, lost_w, granted_w = {}, {}, {}
 local at = IDS_AT
+local nids = 0
+for i = COUNTS_AT, COUNTS_AT + 3 do
+    nids = nids + tonumber(ARGV[i])
+end
+local local_at = IDS_AT + nids -- the local counts, after the ids
+local rec_at = local_at + 6 -- the process record's four (see the end)
+-- After the record, what each held id does now, one argument per held id in the order of the
+-- held ids (the query kind's, then the connection kind's): "<letter>\31<session>", the letter
+-- r(unning a command), i(dle in a transaction), k(ept between commands) or '-' (unchanged), the
+-- session "" when the process has none to give. Absent: nothing to update.
+local DOING_AT = rec_at + 4
+local STATE_OF = {r = 'running', i = 'idle_tx', k = 'kept'}
+-- After those, per kind, the waits local handover granted without Redis since the last renewal,
+-- for the wait histogram: "<tag> <sum ms> <i>:<n> ...", ';' between tags ("." untagged).
+local LOCAL_WAITS_AT = DOING_AT + tonumber(ARGV[COUNTS_AT]) + tonumber(ARGV[COUNTS_AT + 2])
+local function local_waits(s, text)
+    local c = redis.call('MGET', s.CLASSES, s.CLASSES_SEEN)
+    local d = (c[1] or c[2]) and K.effective_defs(c[1], c[2])
+    for tag, sum, buckets in string.gmatch(text, '([^ ;]+) (%d+)([^;]*)') do
+        local klass = d and K.class_of(d, (tag ~= '.') and tag or nil).name or ''
+        for i, n in string.gmatch(buckets, ' (%d+):(%d+)') do
+            n = tonumber(n)
+            if redis.call('HINCRBY', s.HIST, 'w:' .. i .. ':' .. klass, n) == n then
+                redis.call('PEXPIRE', s.HIST, COUNTER_TTL, 'NX')
+            end
+        end
+        if tonumber(sum) > 0 then
+            redis.call('HINCRBY', s.HIST, 'w:s:' .. klass, sum)
+        end
+    end
+end
+local held_before = 0 -- the held ids of the kinds before this one (their doing args come first)
+-- Rewrites id's info only when what its process says it does differs from what is there: its
+-- state, or its session (a local handover passed the permit to another connection).
+local function note_doing(s, id, doing)
+    local letter, session = string.match(doing or '', '^(.)\31(.*)$')
+    if not letter then
+        return
+    end
+    local info = redis.call('HGET', s.INFO, id)
+    local head, state, klass, rest = string.match(info or '', '^([^\31]*)\31([^\31]*)\31([^\31]*)(.*)$')
+    if not head then
+        return
+    end
+    local new_state = STATE_OF[letter] or state
+    local new_rest = (session ~= '') and (US .. session) or rest
+    if new_state ~= state or new_rest ~= rest then
+        redis.call('HSET', s.INFO, id, head .. US .. new_state .. US .. klass .. new_rest)
+    end
+end
 -- Who re-asserts, for dbthrottle status: the host and pid of the process' record, if it came.
 local function reasserter()
-    local rec = ARGV[#ARGV - 2]
+    local rec = ARGV[rec_at + 1]
     local host, pid = string.match(rec or '', '^v1\t([^\t]*)\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t(%d+)')
     return (host or '?') .. ' ' .. (pid or '?') .. ' -'
 end
@@ -48,6 +98,7 @@ local function renew_holders(s, n)
         local id = ARGV[i]
         if redis.call('ZSCORE', s.H, id) then
             K.renew_units(s, id, exp)
+            note_doing(s, id, ARGV[DOING_AT + held_before + i - at])
         else
             -- "e:ID" / "x:ID" when the operator evicted it (and asked for its command's cancel)
             local ev = redis.call('HGET', s.INFO, 'evicted:' .. id)
@@ -61,6 +112,7 @@ local function renew_holders(s, n)
                 -- all its units, as many as a grant at its limit gives
                 hold(s, id, (units_at(id, s.override or limit_of(id))), exp)
                 note_who(s, id, now, reasserter())
+                note_doing(s, id, ARGV[DOING_AT + held_before + i - at])
                 back = back + 1
             else
                 lost_h[#lost_h + 1] = id
@@ -72,6 +124,7 @@ local function renew_holders(s, n)
         count(s, 'reasserted', back)
     end
     at = at + n
+    held_before = held_before + n
     return back
 end
 local function renew_waiters(s, n)
@@ -115,11 +168,6 @@ local function renew_waiters(s, n)
     return back
 end
 local queued, allowed, quarantined, why, back = {}, {}, {}, {}, {}
-local nids = 0
-for i = COUNTS_AT, COUNTS_AT + 3 do
-    nids = nids + tonumber(ARGV[i])
-end
-local local_at = IDS_AT + nids -- the local counts, after the ids
 for k = 0, 1 do
     local s = semaphore(NK * k, (k == 0) and 'q' or 'c')
     local nh, nw = tonumber(ARGV[COUNTS_AT + 2 * k]), tonumber(ARGV[COUNTS_AT + 1 + 2 * k])
@@ -133,6 +181,10 @@ for k = 0, 1 do
         if n > 0 then
             count(s, field, n)
         end
+    end
+    local waits = ARGV[LOCAL_WAITS_AT + k]
+    if waits and waits ~= '' then
+        local_waits(s, waits)
     end
     reap(s, now)
     pump(s, now)
@@ -162,7 +214,6 @@ end
 -- record, how long it lives (ms), and "1" when the process leaves (the record goes). Expired
 -- records are removed a batch at a time; the two keys live as long as their longest record.
 local PROCS, PINFO = KEYS[2 * NK + 1], KEYS[2 * NK + 2]
-local rec_at = local_at + 6
 if PROCS and PINFO and ARGV[rec_at + 3] then
     local cid, rttl = ARGV[rec_at], tonumber(ARGV[rec_at + 2])
     if ARGV[rec_at + 3] == '1' then

@@ -9,6 +9,9 @@
 -- permits. classes: {aging ms, 1 when the definitions are a worker's shipped ones, then per class
 -- {name, share, priority, wait_ms or -1, cap or -1, guarantee (at the override, else the limit
 -- seen), units held, waiters, oldest wait ms, 1 for the default class}}; {0, 0} without classes.
+-- Then the oldest current wait (ms: the longest waiting head of the main queue and of each tag's
+-- queue; 0 none), the histograms' bucket bounds (ms, as text: HIST_BOUNDS) and the histograms
+-- (HGETALL of hist: {"<series>:<i>:<class>" or "<series>:s:<class>", value, ...}).
 -- Entries whose lease ran out are left out.
 local max = tonumber(ARGV[10]) or 0
 load_classes()
@@ -108,9 +111,18 @@ local function snapshot(s)
         end
         from = from + chunk
     end
+    local oldest = head_wait(s, s.Q)
+    for _, t in ipairs(redis.call('ZRANGE', s.TAGS, 0, -1)) do
+        oldest = math.max(oldest, head_wait(s, K.tag_queue(s, t)))
+    end
+    local bounds = {}
+    for i, b in ipairs(HIST_BOUNDS()) do
+        bounds[i] = tostring(b) -- as text: a Lua number becomes an integer in the reply
+    end
     return {c[1] or false, c[2] or false, c[3] and 1 or 0, redis.call('ZCOUNT', s.H, now, '+inf'),
         redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS),
-        qleft, why, classes(s, K.effective_defs(c[5], c[6]), tonumber(c[2]) or tonumber(c[1]) or 0)}
+        qleft, why, classes(s, K.effective_defs(c[5], c[6]), tonumber(c[2]) or tonumber(c[1]) or 0),
+        oldest, bounds, redis.call('HGETALL', s.HIST)}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).

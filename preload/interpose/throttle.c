@@ -12,6 +12,7 @@
 #include "log.h"
 #include "prepared.h"
 #include "real.h"
+#include "sem_client.h"
 #include "server_name.h"
 #include "session_watch.h"
 
@@ -280,6 +281,21 @@ static bool outcome(dbt_conn *c, dbt_pool *pool, dbt_kind kind, int limit, bool 
     }
 }
 
+/* The session a permit is for, for the holders' list that joins with pg_stat_activity (backend
+ * pid, application_name as the server reports it, user, database), into out; NULL before the
+ * connection is made (a connection permit taken at connect: it has none yet). No round trip:
+ * libpq keeps all four. */
+static const char *session_of(PGconn *conn, char *out, size_t cap)
+{
+    if (!conn || DBT_REAL(PQstatus)(conn) != CONNECTION_OK)
+        return NULL;
+    int pid = DBT_REAL(PQbackendPID)(conn);
+    if (pid <= 0 || !dbt_format_session(pid, DBT_REAL(PQparameterStatus)(conn, "application_name"),
+                                        DBT_REAL(PQuser)(conn), DBT_REAL(PQdb)(conn), out, cap))
+        return NULL;
+    return out;
+}
+
 /* Takes a permit of `kind` for c; false when refused (message set). A cancel of the connection
  * (PQcancel, PQrequestCancel) ends the wait as the server would end a statement. With `pending`
  * (a PQsend* call, which must not wait), a query permit that is not free at once is queued for
@@ -297,6 +313,8 @@ static dbt_verdict take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind 
                           .query = lib->cfg.log_query ? query : NULL,
                           .klass = class_of(lib, c, conn),
                           .weight = kind == DBT_KIND_QUERY ? weight : 1};
+    char session[DBT_SESSION_LEN];
+    o.session = session_of(conn, session, sizeof session);
     int64_t t0 = now_ms();
     dbt_acq_result r;
     if (pending && kind == DBT_KIND_QUERY) {

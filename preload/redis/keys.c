@@ -49,7 +49,7 @@ bool dbt_keys_init(dbt_keys *k, const char *prefix, const char *pool)
 {
     static const char *const suffix[DBT_NKEYS] = {
         ":holders", ":queue",  ":wexp", ":seq",  ":limit_seen", ":info",         ":stats", ":limit",
-        ":drain",   ":owners", ":era",  ":gone", ":classes",    ":classes_seen", ":tags"};
+        ":drain",   ":owners", ":era",  ":gone", ":classes",    ":classes_seen", ":tags",  ":hist"};
     memset(k, 0, sizeof *k);
     char *ep = dbt_key_escape(prefix), *en = dbt_key_escape(pool);
     if (ep && en) {

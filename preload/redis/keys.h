@@ -18,7 +18,7 @@ enum {
     DBT_K_SEQ,
     DBT_K_SEEN,
     DBT_K_INFO,    /* who holds or waits, and since when */
-    DBT_K_STATS,   /* counters kept by the scripts */
+    DBT_K_STATS,   /* counters kept by the scripts (7 days TTL: they outlive idle periods) */
     DBT_K_LIMIT,   /* operator override of the limit (dbthrottle limit) */
     DBT_K_DRAIN,   /* set while the operator drains the pool (dbthrottle drain) */
     DBT_K_OWNERS,  /* waiters queued per process, and whose alone (local handover) */
@@ -28,6 +28,7 @@ enum {
     DBT_K_CLASSES_SEEN, /* the definitions a worker ships (DBTHROTTLE_CLASSES), while the operator
                          * has none */
     DBT_K_TAGS,         /* the tags whose per-tag keys (queue:TAG, holders:TAG) are in use */
+    DBT_K_HIST,         /* the wait and hold histograms (7 days TTL, as stats) */
     DBT_NKEYS
 };
 

@@ -181,7 +181,8 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
                           .limit = s->limit,
                           .try_only = try_only,
                           .who = who,
-                          .shipped_classes = p->client->cfg->classes};
+                          .shipped_classes = p->client->cfg->classes,
+                          .session = s->session};
     dbt_script_call call;
     dbt_build_acquire(&call, &p->keys, s->kind, p->client->cfg, &a);
     int64_t sent = dbt_now_us();
@@ -432,6 +433,8 @@ static struct dbt_slot *new_slot(acquire_run *a)
         s->query = strndup(o->query, DBT_QUERY_TRACE_MAX);
     if (o->conn)
         snprintf(s->conn, sizeof s->conn, "%s", o->conn);
+    if (o->session)
+        snprintf(s->session, sizeof s->session, "%s", o->session);
     if (a->may_wait && s->efd < 0 && (s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
         free(s->query);
         free(s);

@@ -115,6 +115,7 @@ static void make_orphan(dbt_pool *p, struct dbt_slot *s, int64_t now)
     s->parked = false;
     s->idle_since_us = 0;
     s->conn[0] = '\0';
+    s->session[0] = '\0';
     free(s->query);
     s->query = NULL;
     p->norphans++;
@@ -163,6 +164,8 @@ struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s)
     atomic_fetch_add(&w->pending_wakes, 1); /* woken by dbt_slot_wake_later, after the unlock */
     p->unreported[s->kind].grants++;
     p->unreported[s->kind].wait_us += now - w->t_request_us;
+    dbt_local_hist_add(&p->unreported_hist[s->kind], p->hist_bounds, p->nbounds, w->klass,
+                       (now - w->t_request_us) / 1000);
     make_orphan(p, s, now);
     p->st.handovers++;
     /* The renewer withdraws the place if nobody takes it: woken only when it would sleep past
@@ -313,4 +316,5 @@ void dbt_handover_after_fork(dbt_pool *p)
     memset(p->lw_tail, 0, sizeof p->lw_tail);
     dbt_handover_reset(p);
     memset(p->unreported, 0, sizeof p->unreported); /* the parent's to report */
+    memset(p->unreported_hist, 0, sizeof p->unreported_hist);
 }

@@ -88,6 +88,10 @@ struct dbt_slot {
     uint64_t gen;     /* pool generation: a permit from before a fork() is the parent's */
     char id[DBT_ID_MAX];
     char conn[64];
+    /* The session it is for (dbt_acquire_opts.session; "" none): sent with the acquire, and with
+     * each renewal, which rewrites what Redis shows when it changed (a local handover passes the
+     * permit to another connection). */
+    char session[DBT_SESSION_LEN];
     char *query;          /* the start of the command's text, traced with it; NULL if not asked */
     int64_t t_request_us; /* when acquire was first called */
     int64_t t_grant_us;
@@ -213,6 +217,9 @@ struct dbt_pool {
     /* What local handover did since the last renewal, which adds it to Redis' counters (so
      * dbthrottle status counts every grant). */
     dbt_local_counts unreported[DBT_NKINDS];
+    dbt_local_hist unreported_hist[DBT_NKINDS]; /* their waits, for the wait histogram */
+    double hist_bounds[DBT_HIST_MAX];           /* the scripts' bucket bounds (set once) */
+    int nbounds;
 
     /* listener.c: grants: the waiting threads take turns listening */
     dbt_redis *listener; /* the connection that BLPOPs this process' wake list */

@@ -94,6 +94,17 @@ static bool push_id(dbt_id_list *l, const char *id)
     return true;
 }
 
+/* What a held permit does now, for its holder's entry in Redis (dbt_format_doing): kept between
+ * commands, idle in a transaction, or running one; a connection permit's state is left as it was
+ * granted. With p->mu held. */
+static bool push_doing(dbt_id_list *l, const struct dbt_slot *s)
+{
+    char doing[DBT_DOING_LEN];
+    char state = s->kind != DBT_KIND_QUERY ? '-' : s->parked ? 'k' : s->idle_since_us ? 'i' : 'r';
+    dbt_format_doing(state, s->session, doing, sizeof doing);
+    return push_id(l, doing);
+}
+
 static void free_ids(dbt_id_list *l)
 {
     for (int i = 0; i < l->n; i++)
@@ -217,12 +228,33 @@ static void apply_granted(dbt_pool *p, const dbt_reply_ids *ids)
     }
 }
 
+/* The waits local handover granted since the last renewal, for the wait histogram, as renew.lua
+ * reads them (taken out of the pool: with p->mu held). */
+typedef struct {
+    dbt_local_hist hist[DBT_NKINDS];
+    char text[DBT_NKINDS][DBT_LOCAL_HIST_TEXT];
+    const char *args[DBT_NKINDS];
+} local_waits;
+
+static void take_local_waits(dbt_pool *p, local_waits *w)
+{
+    memcpy(w->hist, p->unreported_hist, sizeof w->hist);
+    memset(p->unreported_hist, 0, sizeof p->unreported_hist);
+    for (int k = 0; k < DBT_NKINDS; k++) {
+        if (!dbt_format_local_hist(&w->hist[k], w->text[k], sizeof w->text[k]))
+            w->text[k][0] = '\0'; /* never at that size */
+        w->args[k] = w->text[k];
+    }
+}
+
 void dbt_report_local(dbt_pool *p)
 {
     pthread_mutex_lock(&p->mu);
     dbt_local_counts local[DBT_NKINDS];
     memcpy(local, p->unreported, sizeof local);
     memset(p->unreported, 0, sizeof p->unreported);
+    local_waits waits;
+    take_local_waits(p, &waits);
     bool down = p->down_until_us > dbt_now_us();
     bool listed = p->reported;
     char record[DBT_RECORD_MAX];
@@ -235,10 +267,11 @@ void dbt_report_local(dbt_pool *p)
     if (!any || down)
         return;
     char err[DBT_ERRLEN];
-    const char *args[DBT_RENEW_NARGS(0) + DBT_RENEW_RECORD_ARGS];
+    const char *args[DBT_RENEW_NARGS(0) + DBT_RENEW_RECORD_ARGS + DBT_NKINDS];
     dbt_script_call call; /* a renewal of no ids, for its counts, that takes the record away */
     dbt_build_renew(&call, &p->keys, p->client->cfg, NULL, local, args);
     dbt_renew_add_record(&call, &p->keys, p->client->cid, record, ttl, true);
+    dbt_renew_add_local_hist(&call, waits.args); /* after the doing args, of which it has none */
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
     (void)dbt_pool_send(p, "renew", &call, NULL, err);
     dbt_redis_budget_end(b);
@@ -312,6 +345,7 @@ static void renewal_failed(dbt_pool *p, int64_t sent)
 static void renew(dbt_pool *p)
 {
     dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS] = {{{0}}};
+    dbt_id_list doing[DBT_NKINDS] = {{0}}; /* per held id, in the same order */
     bool ok = true;
     /* A holder no renewal was accepted for during a whole lease is lost before it is named: a
      * renewal may re-assert what Redis lacks (docs/design.md, "Failover and data loss"), and
@@ -321,7 +355,7 @@ static void renew(dbt_pool *p)
     p->renew_now = false;
     for (struct dbt_slot *s = p->slots; s && ok; s = s->next) {
         if (s->state == SLOT_HELD && !s->lost)
-            ok = push_id(&lists[s->kind][DBT_RENEW_HELD], s->id);
+            ok = push_id(&lists[s->kind][DBT_RENEW_HELD], s->id) && push_doing(&doing[s->kind], s);
         else if (s->state == SLOT_QUEUED)
             ok = push_id(&lists[s->kind][DBT_RENEW_QUEUED], s->id);
     }
@@ -336,6 +370,10 @@ static void renew(dbt_pool *p)
     dbt_local_counts local[DBT_NKINDS];
     memcpy(local, p->unreported, sizeof local);
     memset(p->unreported, 0, sizeof p->unreported);
+    local_waits *waits = malloc(sizeof *waits);
+    if (waits)
+        take_local_waits(p, waits);
+    ok = ok && waits;
     pthread_mutex_unlock(&p->mu);
 
     char err[DBT_ERRLEN];
@@ -346,12 +384,17 @@ static void renew(dbt_pool *p)
         total += lists[k][DBT_RENEW_HELD].n + lists[k][DBT_RENEW_QUEUED].n;
         nmine[k] = lists[k][DBT_RENEW_QUEUED].n;
     }
-    const char **args =
-        ok ? malloc((DBT_RENEW_NARGS((size_t)total) + DBT_RENEW_RECORD_ARGS) * sizeof *args) : NULL;
+    const char **args = ok ? malloc((DBT_RENEW_NARGS((size_t)total) + DBT_RENEW_RECORD_ARGS +
+                                     (size_t)(doing[0].n + doing[1].n) + DBT_NKINDS) *
+                                    sizeof *args)
+                           : NULL;
     if (args) {
         dbt_script_call call;
         dbt_build_renew(&call, &p->keys, p->client->cfg, lists, local, args);
         dbt_renew_add_record(&call, &p->keys, p->client->cid, record, record_ttl, goodbye);
+        for (int k = 0; k < DBT_NKINDS; k++)
+            dbt_renew_add_doing(&call, doing[k].ids, doing[k].n);
+        dbt_renew_add_local_hist(&call, waits->args);
         rep = dbt_pool_run(p, "renew", &call, dbt_parse_renew, &reply, err);
         if (rep && total > 0) /* it checked the era of both kinds */
             dbt_pool_era_seen(p, call.era_token);
@@ -359,9 +402,11 @@ static void renew(dbt_pool *p)
         dbt_pool_note_error(p, "renew", "out of memory");
     }
     free(args);
-    for (int k = 0; k < DBT_NKINDS; k++)
+    for (int k = 0; k < DBT_NKINDS; k++) {
         for (int j = 0; j < DBT_RENEW_LISTS; j++)
             free_ids(&lists[k][j]);
+        free_ids(&doing[k]);
+    }
 
     if (rep) {
         dbt_pool_note_ok(p);
@@ -374,7 +419,10 @@ static void renew(dbt_pool *p)
             p->unreported[k].grants += local[k].grants;
             p->unreported[k].queued += local[k].queued;
             p->unreported[k].wait_us += local[k].wait_us;
+            if (waits)
+                dbt_local_hist_merge(&p->unreported_hist[k], &waits->hist[k]);
         }
+    free(waits);
     evict_cancels cancels = {.n = 0};
     if (rep) {
         p->renew_failures = 0;

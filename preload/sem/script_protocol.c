@@ -1,6 +1,8 @@
 /* script_protocol.c - the scripts' arguments and replies by name (see script_protocol.h). */
 #include "script_protocol.h"
 
+#include "sem_client.h"
+
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -89,6 +91,32 @@ void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, con
     c->args[c->nargs++] = a->try_only ? "1" : "0"; /* ARGV[12] */
     c->args[c->nargs++] = a->who;                  /* ARGV[13] */
     c->args[c->nargs++] = a->shipped_classes ? a->shipped_classes : ""; /* ARGV[14] */
+    c->args[c->nargs++] = a->session ? a->session : "";                 /* ARGV[15] */
+}
+
+/* A name of the session, cut to 63 bytes, control bytes (the separator among them) made '_'. */
+static void put_name(char *out, size_t cap, size_t *len, const char *v)
+{
+    size_t start = *len;
+    for (const unsigned char *q = (const unsigned char *)(v ? v : "");
+         *q && *len - start < 63 && *len + 1 < cap; q++)
+        out[(*len)++] = *q < 0x20 || *q == 0x7f ? '_' : (char)*q;
+}
+
+bool dbt_format_session(long backend_pid, const char *app, const char *user, const char *db,
+                        char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%ld", backend_pid);
+    if (n < 0 || (size_t)n + 4 * 64 + 1 > cap)
+        return false;
+    size_t len = (size_t)n;
+    const char *names[] = {app, user, db};
+    for (int i = 0; i < 3; i++) {
+        out[len++] = '\x1f';
+        put_name(out, cap, &len, names[i]);
+    }
+    out[len] = '\0';
+    return true;
 }
 
 void dbt_build_release(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
@@ -149,6 +177,106 @@ void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid
     c->args[c->nargs++] = record;
     c->args[c->nargs++] = c->record_ttl;
     c->args[c->nargs++] = goodbye ? "1" : "0";
+}
+
+void dbt_format_doing(char state, const char *session, char *out, size_t cap)
+{
+    snprintf(out, cap, "%c\x1f%s", state, session ? session : "");
+}
+
+void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n)
+{
+    for (int i = 0; i < n; i++)
+        c->args[c->nargs++] = doing[i];
+}
+
+int dbt_hist_bounds(double *out, int cap)
+{
+    /* every script's text begins with lua/_common.lua: its one list */
+    const char *at = strstr(dbt_script_status.body, "local function HIST_BOUNDS()");
+    at = at ? strchr(at, '{') : NULL;
+    int n = 0;
+    while (at && *at != '}' && n < cap) {
+        char *end;
+        double v = strtod(at + 1, &end);
+        if (end == at + 1)
+            break;
+        out[n++] = v;
+        at = end;
+        while (*at == ' ')
+            at++;
+        if (*at != ',' && *at != '}')
+            break;
+    }
+    return n;
+}
+
+bool dbt_local_hist_add(dbt_local_hist *h, const double *bounds, int nbounds, const char *tag,
+                        int64_t ms)
+{
+    int t = 0;
+    while (t < h->ntags && strcmp(h->tag[t].tag, tag) != 0)
+        t++;
+    if (t == h->ntags) {
+        if (t == DBT_LOCAL_HIST_TAGS)
+            return false;
+        memset(&h->tag[t], 0, sizeof h->tag[t]);
+        snprintf(h->tag[t].tag, sizeof h->tag[t].tag, "%s", tag);
+        h->ntags++;
+    }
+    int i = 0;
+    while (i < nbounds && i + 1 < DBT_HIST_MAX && (double)ms > bounds[i])
+        i++;
+    h->tag[t].bucket[i]++;
+    h->tag[t].sum_ms += ms > 0 ? ms : 0;
+    return true;
+}
+
+void dbt_local_hist_merge(dbt_local_hist *a, const dbt_local_hist *b)
+{
+    for (int t = 0; t < b->ntags; t++) {
+        int u = 0;
+        while (u < a->ntags && strcmp(a->tag[u].tag, b->tag[t].tag) != 0)
+            u++;
+        if (u == a->ntags) {
+            if (u == DBT_LOCAL_HIST_TAGS)
+                continue;
+            a->tag[u] = b->tag[t];
+            a->ntags++;
+            continue;
+        }
+        for (int i = 0; i < DBT_HIST_MAX; i++)
+            a->tag[u].bucket[i] += b->tag[t].bucket[i];
+        a->tag[u].sum_ms += b->tag[t].sum_ms;
+    }
+}
+
+bool dbt_format_local_hist(const dbt_local_hist *h, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int t = 0; t < h->ntags; t++) {
+        int n = snprintf(out + len, cap - len, "%s%s %" PRId64, t ? ";" : "",
+                         h->tag[t].tag[0] ? h->tag[t].tag : ".", h->tag[t].sum_ms);
+        if (n < 0 || (size_t)n >= cap - len)
+            return false;
+        len += (size_t)n;
+        for (int i = 0; i < DBT_HIST_MAX; i++) {
+            if (!h->tag[t].bucket[i])
+                continue;
+            n = snprintf(out + len, cap - len, " %d:%" PRIu32, i, h->tag[t].bucket[i]);
+            if (n < 0 || (size_t)n >= cap - len)
+                return false;
+            len += (size_t)n;
+        }
+    }
+    return true;
+}
+
+void dbt_renew_add_local_hist(dbt_script_call *c, const char *const text[DBT_NKINDS])
+{
+    for (int k = 0; k < DBT_NKINDS; k++)
+        c->args[c->nargs++] = text[k];
 }
 
 /* ---- the process record ------------------------------------------------------------------ */
@@ -500,6 +628,37 @@ static bool number_of(const redisReply *r, const char *what, long long *out, cha
     return true;
 }
 
+/* The next "\x1f"-separated field of *p into out (cut to cap); "" when there is none. */
+static void next_unit(const char **p, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (!*p)
+        return;
+    const char *sep = strchr(*p, '\x1f');
+    size_t n = sep ? (size_t)(sep - *p) : strlen(*p);
+    snprintf(out, cap, "%.*s", (int)n, *p);
+    *p = sep ? sep + 1 : NULL;
+}
+
+/* An info value (lua/_common.lua, KEYS[6]): "<since> <host> <pid> <conn>", then state, class
+ * and the session, each after a \x1f; an older script's value has the first part alone. */
+static void parse_info(const char *info, dbt_status_entry *e)
+{
+    char base[256], klass[33], bpid[24];
+    const char *p = info;
+    next_unit(&p, base, sizeof base);
+    long long since = 0;
+    if (sscanf(base, "%lld %63s %ld %63s", &since, e->host, &e->pid, e->conn) >= 1)
+        e->since_ms = since;
+    next_unit(&p, e->state, sizeof e->state);
+    next_unit(&p, klass, sizeof klass); /* the id says the class too */
+    next_unit(&p, bpid, sizeof bpid);
+    e->backend_pid = strtol(bpid, NULL, 10);
+    next_unit(&p, e->app, sizeof e->app);
+    next_unit(&p, e->user, sizeof e->user);
+    next_unit(&p, e->db, sizeof e->db);
+}
+
 /* A holder's or waiter's id and its info (see dbt_status_entry). */
 static bool parse_entry(const redisReply *id, const redisReply *info, dbt_status_entry *e,
                         char *err)
@@ -515,11 +674,8 @@ static bool parse_entry(const redisReply *id, const redisReply *info, dbt_status
         e->klass[0] = '\0';
         e->weight = 1;
     }
-    if (info->type == REDIS_REPLY_STRING) {
-        long long since = 0;
-        if (sscanf(info->str, "%lld %63s %ld %63s", &since, e->host, &e->pid, e->conn) >= 1)
-            e->since_ms = since;
-    }
+    if (info->type == REDIS_REPLY_STRING)
+        parse_info(info->str, e);
     return true;
 }
 
@@ -579,6 +735,82 @@ static bool parse_classes(const redisReply *r, dbt_status_kind *k, char *err)
     return true;
 }
 
+/* The histograms' bucket bounds (ms, as text). */
+static bool parse_bounds(const redisReply *r, dbt_status_kind *k, char *err)
+{
+    static const char script[] = "status.lua";
+    if (!is_array(r, -1, script, "the bucket bounds", err))
+        return false;
+    if (r->elements + 1 > DBT_HIST_MAX)
+        return unexpected(err, script, "%zu bucket bounds, more than %d", r->elements,
+                          DBT_HIST_MAX - 1);
+    for (size_t i = 0; i < r->elements; i++) {
+        if (!is_type(r->element[i], REDIS_REPLY_STRING, script, "a bucket bound", err))
+            return false;
+        k->hist_bound_ms[i] = strtod(r->element[i]->str, NULL);
+    }
+    k->nbounds = (int)r->elements;
+    return true;
+}
+
+/* The histogram of series and class in k, added when new (NULL when out of memory). */
+static dbt_status_hist *hist_of(dbt_status_kind *k, char series, const char *klass, size_t cap)
+{
+    for (int i = 0; i < k->nhists; i++)
+        if (k->hists[i].series == series && strcmp(k->hists[i].klass, klass) == 0)
+            return &k->hists[i];
+    if ((size_t)k->nhists >= cap)
+        return NULL;
+    dbt_status_hist *h = &k->hists[k->nhists++];
+    memset(h, 0, sizeof *h);
+    h->series = series;
+    snprintf(h->klass, sizeof h->klass, "%s", klass);
+    return h;
+}
+
+/* The histograms: the hist hash's {"<series>:<i>:<class>" or "<series>:s:<class>", value, ...}
+ * (lua/_common.lua, KEYS[16]). A field this version does not know (another series, a bucket past
+ * the bounds) is left out. */
+static bool parse_hists(const redisReply *r, dbt_status_kind *k, char *err)
+{
+    static const char script[] = "status.lua";
+    if (!is_array(r, -1, script, "the histograms", err))
+        return false;
+    if (r->elements % 2)
+        return unexpected(err, script, "%zu elements in the histograms", r->elements);
+    if (!r->elements)
+        return true;
+    size_t cap = r->elements / 2; /* at most one histogram per field */
+    k->hists = calloc(cap, sizeof *k->hists);
+    if (!k->hists)
+        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    for (size_t i = 0; i < r->elements; i += 2) {
+        const redisReply *f = r->element[i];
+        long long v;
+        if (!is_type(f, REDIS_REPLY_STRING, script, "a histogram field", err) ||
+            !number_of(r->element[i + 1], "a histogram value", &v, err))
+            return false;
+        const char *s = f->str, *colon = s[0] && s[1] == ':' ? strchr(s + 2, ':') : NULL;
+        if (!colon || (s[0] != 'w' && s[0] != 'h') || strlen(colon + 1) > 32)
+            continue;
+        bool is_sum = colon == s + 3 && s[2] == 's';
+        char *end;
+        long idx = is_sum ? 0 : strtol(s + 2, &end, 10);
+        if (!is_sum && (end != colon || colon == s + 2 || idx < 0 || idx > k->nbounds))
+            continue;
+        dbt_status_hist *h = hist_of(k, s[0], colon + 1, cap);
+        if (!h)
+            continue;
+        if (is_sum) {
+            h->sum_ms = v;
+        } else {
+            h->bucket[idx] = v;
+            h->count += v;
+        }
+    }
+    return true;
+}
+
 static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err)
 {
     static const char script[] = "status.lua";
@@ -594,17 +826,24 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         QUARANTINE,
         WHY,
         CLASSES,
+        OLDEST,
+        BOUNDS,
+        HIST,
         NFIELDS
     };
     enum { HOLDER_ID, HOLDER_EXPIRY, HOLDER_INFO, PER_HOLDER };
     enum { WAITER_ID, WAITER_INFO, PER_WAITER };
-    /* Without the classes: a reply of the scripts before them. */
+    /* Without the histograms, or the classes too: a reply of the scripts before them. */
     if (!is_array(r, -1, script, "a semaphore", err))
         return false;
-    if (r->elements != NFIELDS && r->elements != CLASSES)
+    if (r->elements != NFIELDS && r->elements != OLDEST && r->elements != CLASSES)
         return unexpected(err, script, "a semaphore has %zu elements, not %d", r->elements,
                           NFIELDS);
-    if (r->elements == NFIELDS && !parse_classes(r->element[CLASSES], k, err))
+    if (r->elements > CLASSES && !parse_classes(r->element[CLASSES], k, err))
+        return false;
+    if (r->elements == NFIELDS &&
+        (!number_of(r->element[OLDEST], "the oldest wait", &k->oldest_wait_ms, err) ||
+         !parse_bounds(r->element[BOUNDS], k, err) || !parse_hists(r->element[HIST], k, err)))
         return false;
     const redisReply *const *e = (const redisReply *const *)r->element;
     long long drained = 0;
@@ -661,7 +900,7 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
                 any_counter = true;
             }
     k->used = k->limit_seen || k->override || k->drained || k->nholders || k->nwaiters ||
-              any_counter || k->quarantine_ms;
+              any_counter || k->quarantine_ms || k->nhists;
     return true;
 }
 
@@ -728,6 +967,7 @@ void dbt_status_free(dbt_status_reply *s)
         free_entries(s->kind[k].holders, s->kind[k].nh);
         free_entries(s->kind[k].waiters, s->kind[k].nw);
         free(s->kind[k].classes);
+        free(s->kind[k].hists);
     }
     free(s->procs);
     memset(s, 0, sizeof *s);

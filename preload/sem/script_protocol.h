@@ -78,16 +78,20 @@ void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, ch
 void dbt_script_bind_era(dbt_script_call *c, const char *run_id, int64_t started_ms);
 
 /* acquire.lua: take a permit now, or join the queue (try_only: never queue). who: "<host> <pid>
- * <conn>", for dbthrottle status. shipped_classes: the class definitions the process ships
- * (DBTHROTTLE_CLASSES as definition text, "aging=<ms>;default=<name>;<name>:<share>:<priority>:
- * <wait_ms>:<cap>;..."), in force while the operator has defined none; NULL or "": none. */
+ * <conn>", for dbthrottle status. session: the database session the permit is for, as
+ * dbt_format_session makes it (NULL or "": none). shipped_classes: the class definitions the
+ * process ships (DBTHROTTLE_CLASSES as definition text,
+ * "aging=<ms>;default=<name>;<name>:<share>:<priority>: <wait_ms>:<cap>;..."), in force while the
+ * operator has defined none; NULL or "": none. */
 typedef struct {
     const char *id;
     int limit;
     bool try_only;
     const char *who;
     const char *shipped_classes;
+    const char *session;
 } dbt_acquire_call;
+
 void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                        const dbt_acquire_call *a);
 
@@ -157,6 +161,17 @@ bool dbt_parse_record(const char *text, dbt_proc_record *r);
  * it lives (ms), and whether the process leaves (goodbye: the record is removed). */
 void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid,
                           const char *record, int64_t ttl_ms, bool goodbye);
+
+/* What the holders named by a renewal do now, one argument per held id, in the order of the
+ * renewal's held ids (the query kind's, then the connection kind's), made by dbt_format_doing:
+ * "<state letter>\x1f<session>", the letter 'r' running a command, 'i' idle in a transaction,
+ * 'k' kept between commands, '-' unchanged; session "" leaves the one Redis has. renew.lua
+ * rewrites a holder's info only when they differ from it. */
+#define DBT_DOING_LEN (2 + DBT_SESSION_LEN)
+void dbt_format_doing(char state, const char *session, char *out, size_t cap);
+/* Adds them to a renewal that has its record (dbt_renew_add_record): its args array must have
+ * room for n more. */
+void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n);
 
 /* status.lua: both kinds' state, at most max_rows holders and waiters each (0: all). */
 void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows);
@@ -260,7 +275,8 @@ enum {
 };
 extern const char *const dbt_counter_names[DBT_NCOUNTERS]; /* the fields of the stats hash */
 
-/* A holder or a waiter: "<since> <host> <pid> <conn>" as the scripts record it; fields stay
+/* A holder or a waiter: "<since> <host> <pid> <conn>" then "\x1f"-separated state, class and
+ * session (backend pid, application_name, user, database) as the scripts record it; fields stay
  * empty when absent. */
 typedef struct {
     char *permit;
@@ -292,6 +308,37 @@ typedef struct {
                                      * last (index nbounds) is above every bound (+Inf) */
     long long sum_ms, count;
 } dbt_status_hist;
+
+/* The waits local handover granted without Redis (handover.c), per kind, for the wait histogram:
+ * per class tag of the permits ("" untagged, "-" the default class) the count in each bucket and
+ * the sum (ms). A renewal adds them to Redis' (dbt_renew_add_local_hist); renew.lua names the
+ * class each tag is served as. At most DBT_LOCAL_HIST_TAGS tags per renewal period. */
+#define DBT_LOCAL_HIST_TAGS 4
+typedef struct {
+    struct {
+        char tag[33];
+        uint32_t bucket[DBT_HIST_MAX];
+        int64_t sum_ms;
+    } tag[DBT_LOCAL_HIST_TAGS];
+    int ntags;
+} dbt_local_hist;
+
+/* The histograms' bucket bounds as the scripts have them (lua/_common.lua's HIST_BOUNDS, read from
+ * the compiled-in text: one list): how many, at most cap (0: not found). */
+int dbt_hist_bounds(double *out, int cap);
+/* Adds one wait (ms) of a permit of class tag `tag` to h, bucketed by bounds[0..nbounds-1]; false
+ * when h has no room for another tag (the wait is then counted in grants and wait_ms only). */
+bool dbt_local_hist_add(dbt_local_hist *h, const double *bounds, int nbounds, const char *tag,
+                        int64_t ms);
+/* Adds b to a (a renewal that failed: b is reported with the next). */
+void dbt_local_hist_merge(dbt_local_hist *a, const dbt_local_hist *b);
+/* h as renew.lua reads it: "<tag, or . untagged> <sum> <i>:<n> ...", tags separated by ';'.
+ * False when out is too small (DBT_LOCAL_HIST_TEXT is enough). */
+#define DBT_LOCAL_HIST_TEXT (DBT_LOCAL_HIST_TAGS * (40 + 24 + DBT_HIST_MAX * 16))
+bool dbt_format_local_hist(const dbt_local_hist *h, char *out, size_t cap);
+/* Adds both kinds' texts to a renewal after its doing args (dbt_renew_add_doing): its args array
+ * must have room for DBT_NKINDS more. */
+void dbt_renew_add_local_hist(dbt_script_call *c, const char *const text[DBT_NKINDS]);
 
 /* One class of a semaphore's definitions, and its state. */
 typedef struct {

@@ -47,6 +47,15 @@ void dbt_waker_fire(dbt_waker *w);
  * (1 KiB), so that the log marks the cut with "...". */
 #define DBT_QUERY_TRACE_MAX 1100
 
+/* The session a permit is for (the holders' list joins with pg_stat_activity by it), as
+ * acquire.lua keeps it in info: "<backend pid>\x1f<application_name>\x1f<user>\x1f<database>",
+ * each name cut to 63 bytes and its control bytes made '_' (so the separator stays one). NULL
+ * names are "". Returns false when out (DBT_SESSION_LEN bytes) is too small (never at that
+ * size). */
+#define DBT_SESSION_LEN (24 + 4 * 64)
+bool dbt_format_session(long backend_pid, const char *app, const char *user, const char *db,
+                        char *out, size_t cap);
+
 typedef struct {
     int limit;         /* this caller's limit (>= 1) */
     int64_t wait_ms;   /* DBT_FOREVER, or how long to wait; 0 = only if one is free now */
@@ -63,6 +72,11 @@ typedef struct {
      * class's wait (from Redis' definitions), when it has one, replaces wait_ms. */
     const char *klass;
     int weight;
+    /* The database session the permit is for, as dbt_format_session makes it (backend pid,
+     * application_name, user, database): kept with the holder in Redis for dbthrottle status,
+     * which joins it with pg_stat_activity. NULL: none (a connection permit taken before its
+     * connection exists). */
+    const char *session;
 } dbt_acquire_opts;
 
 typedef struct {

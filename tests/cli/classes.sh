@@ -52,10 +52,10 @@ print(eval(sys.argv[1]))' "$3"
 # semaphore, as a worker would; prints its status (1 granted, 2 queued).
 acq() {
     b="dbthrottle:{$1}:q"
-    rcli --raw eval "$(cat "$top/lua/_common.lua" "$top/lua/acquire.lua")" 15 \
+    rcli --raw eval "$(cat "$top/lua/_common.lua" "$top/lua/acquire.lua")" 16 \
         "$b:holders" "$b:queue" "$b:wexp" "$b:seq" "$b:limit_seen" "$b:info" "$b:stats" \
         "$b:limit" "$b:drain" "$b:owners" "$b:era" "$b:gone" "$b:classes" "$b:classes_seen" \
-        "$b:tags" "dbthrottle:{$1}:wake:" q 60000 180000 "" 0 0 "" "" "$2" "$3" 0 \
+        "$b:tags" "$b:hist" "dbthrottle:{$1}:wake:" q 60000 180000 "" 0 0 "" "" "$2" "$3" 0 \
         "classhost 4242 c$4" | head -1
 }
 

@@ -22,6 +22,7 @@ cases="$cases held_send_returns_at_once held_refused_at_timeout held_refused_in_
 cases="$cases class_ids_name_the_class weights_take_units_at_the_server prepared_weighed_by_its_text prepared_behind_a_held_command_weighed_by_its_text
     class_queue_cap_refuses_at_once class_wait_replaces_wait_timeout kept_permit_serves_its_weight_only
     class_wait_refusal_names_the_class_wait"
+cases="$cases holders_show_their_session"
 pick_cases "$@"
 harness_begin it
 
@@ -1328,6 +1329,35 @@ it_class_wait_refusal_names_the_class_wait() {
     check "refused by the class's wait, and the message says so ($(tr '\n' ' ' <"$work/cwmsg.err"))" \
         '[ $rc -ne 0 ] && grep -q "wait of class \"batch\" (300 ms)" "$work/cwmsg.err" && ! grep -q DBTHROTTLE_WAIT_TIMEOUT "$work/cwmsg.err"'
     wait $cls_pids
+}
+
+# ---- issue 18: the holders' sessions ---------------------------------------------------------------
+
+# field N (1-based) of the \x1f-separated info of the pool's one query holder
+sess_field() { rcli --raw hvals "dbthrottle:{$1}:q:info" | head -n 1 | tr '\037' '\n' | sed -n "$2p"; }
+
+# A holder's entry in Redis names the backend pid, application_name, user and database of its
+# session (so it joins with pg_stat_activity), and its state follows it into a transaction.
+it_holders_show_their_session() {
+    rm -f "$work/sess.pid"
+    ( echo "select pg_backend_pid();"; echo "begin;"; echo "select 1;"; sleep 4; echo "commit;" ) |
+        PGAPPNAME='app with spaces' throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_POOL=sess \
+            DBTHROTTLE_LEASE=900ms psql -qAt >"$work/sess.out" 2>&1 &
+    sess_bg=$!
+    echo $sess_bg >>"$work/pids"
+    wait_until 20 '[ "$(rcli zcard "dbthrottle:{sess}:q:holders")" = 1 ] && [ -s "$work/sess.out" ]'
+    # the client's own pg_backend_pid(), pg_stat_activity's row for that application_name, and Redis'
+    mine=$(head -n 1 "$work/sess.out")
+    activity=$(psql -qAt -c "select pid || '/' || usename || '/' || datname from pg_stat_activity where application_name = 'app with spaces'")
+    check "Redis names the holder's backend pid ($(sess_field sess 4)), the one pg_backend_pid() said ($mine)" \
+        '[ -n "$mine" ] && [ "$(sess_field sess 4)" = "$mine" ]'
+    check "it joins with pg_stat_activity by pid, application_name, user and database ($activity)" \
+        '[ "$(sess_field sess 4)/$(sess_field sess 6)/$(sess_field sess 7)" = "$activity" ] && [ "$(sess_field sess 5)" = "app with spaces" ]'
+    # idle in its transaction: the process' renewal (every lease/3) says so
+    wait_until 10 '[ "$(sess_field sess 2)" = idle_tx ]'
+    check "the state of a permit idle in a transaction is idle_tx ($(sess_field sess 2))" \
+        '[ "$(sess_field sess 2)" = idle_tx ]'
+    wait $sess_bg
 }
 
 run_case() {

@@ -37,15 +37,19 @@ Test(cancel, timeout_withdraws_and_keys_expire, .timeout = 60)
     dbt_pool_get_stats(p, &st);
     cr_expect_eq(st.timeouts, 1);
     cr_expect_eq(st.grants, 1);
-    /* An idle pool leaves nothing behind but its era: every key has a TTL of three leases (the
-     * ids that left lately, two leases and a quarantine); the era's is 7 days (docs/design.md,
-     * "Failover and data loss"). */
+    /* An idle pool leaves nothing behind but its era, counters and histograms: every key has a TTL
+     * of three leases (the ids that left lately, two leases and a quarantine); the era's is 7 days
+     * (docs/design.md, "Failover and data loss"). */
     fx_client_free(c);
     key_gone seq = {&fx_redis, P ":q:seq"}, gone = {&fx_redis, P ":q:gone"};
     cr_expect(test_wait_until(test_key_gone, &seq, 5000));
     cr_expect(test_wait_until(test_key_gone, &gone, 10000));
     cr_expect_gt(test_redis_int(&fx_redis, "PTTL " P ":q:era"), 6LL * 24 * 3600 * 1000);
     cr_expect_eq(test_redis_int(&fx_redis, "DEL " P ":q:era"), 1);
+    /* and its counters and histograms, which outlive idle periods: 7 days too */
+    cr_expect_gt(test_redis_int(&fx_redis, "PTTL " P ":q:stats"), 6LL * 24 * 3600 * 1000);
+    cr_expect_gt(test_redis_int(&fx_redis, "PTTL " P ":q:hist"), 6LL * 24 * 3600 * 1000);
+    cr_expect_eq(test_redis_int(&fx_redis, "DEL " P ":q:stats " P ":q:hist"), 2);
     redisContext *rc = test_redis_connect(&fx_redis);
     redisReply *keys = redisCommand(rc, "KEYS *");
     for (size_t i = 0; i < keys->elements; i++)

@@ -394,7 +394,7 @@ Test(script_args, acquire_in_the_order_acquire_lua_reads, .init = make_keys, .fi
     cr_expect_str_eq(c.keys[DBT_K_HOLDERS], keys.keys[DBT_KIND_CONN][DBT_K_HOLDERS]);
     cr_expect_str_eq(c.keys[DBT_K_OWNERS], keys.keys[DBT_KIND_CONN][DBT_K_OWNERS]);
     cr_expect_str_eq(c.keys[DBT_K_TAGS], keys.keys[DBT_KIND_CONN][DBT_K_TAGS]);
-    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 5);
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 6);
     expect_base(&c, "c");
     cr_expect_str_eq(c.args[9], "cid.1.5");
     cr_expect_str_eq(c.args[10], "5");
@@ -404,6 +404,14 @@ Test(script_args, acquire_in_the_order_acquire_lua_reads, .init = make_keys, .fi
     a.shipped_classes = "aging=0;default=;web:50:1:-:-";
     dbt_build_acquire(&c, &keys, DBT_KIND_CONN, &cfg, &a);
     cr_expect_str_eq(c.args[13], "aging=0;default=;web:50:1:-:-");
+    cr_expect_str_eq(c.args[14], "", "no session");
+    a.session = "42\x1f"
+                "app\x1fuser\x1f"
+                "db";
+    dbt_build_acquire(&c, &keys, DBT_KIND_CONN, &cfg, &a);
+    cr_expect_str_eq(c.args[14], "42\x1f"
+                                 "app\x1fuser\x1f"
+                                 "db");
 }
 
 Test(script_args, release_cancel_admin, .init = make_keys, .fini = free_keys)
