@@ -172,7 +172,8 @@ CRITERION_LIBS := -lcriterion
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 $(BUILD)/dbthrottle: $(CLI_SRCS) cli/cli.h $(VERSION_H) $(BUILD)/libdbthrottle-core.a $(BUILD)/gen/install-paths
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli -DDBT_LIBDIR='"$(LIBDIR)"' \
-	    -DDBT_MULTIARCH='"$(MULTIARCH)"' -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDFLAGS) $(LDLIBS_LIB)
+	    -DDBT_MULTIARCH='"$(MULTIARCH)"' -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDFLAGS) $(LDLIBS_LIB) \
+	    $(MICROHTTPD_LIBS)
 
 # The paths compiled in (the command's LIBDIR, the library's default configuration file), rewritten
 # only when they change: `make` then `make install PREFIX=/usr` rebuilds what names them, so the
@@ -357,11 +358,13 @@ FAULTS_WITH_CLASSES := holders_killed_or_stopped threads_share_a_pool clients_th
 
 # The dbthrottle command against real Redis and PostgreSQL (tests/cli/run.sh), its classes
 # (tests/cli/classes.sh), the documented Redis ACLs with what run and check verify before a
-# worker starts (tests/cli/acl.sh), dbthrottle acquire (tests/cli/acquire.sh), and the version
-# everywhere it is shown (tests/cli/version.sh).
+# worker starts (tests/cli/acl.sh), dbthrottle acquire (tests/cli/acquire.sh), the version
+# everywhere it is shown (tests/cli/version.sh), and the exporter scraped over HTTP with status'
+# other forms, top -b and drain --wait (tests/cli/exporter.sh).
 test-cli: all $(BUILD)/tests/fault_worker
 	sh tests/cli/run.sh; rc=$$?; sh tests/cli/classes.sh || rc=1; sh tests/cli/acl.sh || rc=1; \
-	    sh tests/cli/acquire.sh || rc=1; sh tests/cli/version.sh && exit $$rc
+	    sh tests/cli/acquire.sh || rc=1; sh tests/cli/exporter.sh || rc=1; \
+	    sh tests/cli/version.sh && exit $$rc
 
 # Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.
 soak: all $(BUILD)/tests/fault_worker

@@ -29,6 +29,7 @@ int cmd_resume(int argc, char **argv);
 int cmd_evict(int argc, char **argv);
 int cmd_class(int argc, char **argv);
 int cmd_acquire(int argc, char **argv);
+int cmd_exporter(int argc, char **argv);
 
 /* Prints "dbthrottle CMD: MESSAGE (see dbthrottle CMD --help)" and returns EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -121,6 +122,14 @@ long long cli_effective_limit(const dbt_status_kind *k);
 int cli_view_pools(dbt_redis *r, const dbt_config *cfg, char **names, int n, int max_rows,
                    cli_pool_view **out, char *err);
 void cli_views_free(cli_pool_view *v, int n);
+/* Whether the pool of a view has any key in Redis: 1 yes, 0 none (it never existed, or every
+ * key expired), -1 with a message in err. Asks Redis only when the view shows nothing. */
+int cli_pool_exists(dbt_redis *r, const dbt_config *cfg, const cli_pool_view *v, char *err);
+/* Reads the pools as cli_view_pools, on *r (connected first when NULL or stale; may be left NULL),
+ * all of it within one DBTHROTTLE_REDIS_TIMEOUT budget. How long it took in *seconds. False with
+ * a message in err. */
+bool cli_read_pools(const dbt_config *cfg, dbt_redis **r, char **names, int n, int max_rows,
+                    cli_pool_view **out, int *count, double *seconds, char *err);
 
 /* ---- output (render.c) ---------------------------------------------------------------------- */
 
@@ -132,8 +141,29 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
 void cli_render_classes(FILE *out, const dbt_status_kind *k);
 /* status --json: documented in dbthrottle(1), stable (version 1). */
 void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefix);
-/* status --prometheus: the text exposition format. */
-void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n);
+/* A JSON string, always valid (control bytes as \u00XX, bytes that are not UTF-8 as U+FFFD). */
+void cli_json_str(FILE *out, const char *s);
+/* status --prometheus and exporter (prom.c): the text exposition format. n < 0: Redis could not
+ * be read (dbthrottle_up 0, and only the series that need no Redis). scrape_seconds: how long
+ * reading took. */
+void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n, double scrape_seconds);
+/* A sample value without float noise: the shortest text that reads back as v ("1.061"),
+ * integers without an exponent, "+Inf", "NaN". */
+void cli_prom_number(double v, char *out, size_t cap);
+/* A process record's state: as it says, or, when it has been silent longer than it promised,
+ * what its on_redis_error mode makes it do cut off (reason says why). */
+const char *cli_record_state(const dbt_proc_record *r, int64_t now_ms, char *reason, size_t cap);
+
+/* ---- names (text.c) ----------------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 when the bytes there are not one. */
+int cli_utf8_len(const unsigned char *s);
+bool cli_utf8_valid(const char *s);
+/* A name for a line of text: as dbt_escape (control bytes escaped, cut after max bytes with
+ * "...", quoted on request), and bytes that are not UTF-8 shown as \xNN too. */
+void cli_escape_name(const char *text, size_t max, bool quoted, char *out, size_t cap);
+/* The bytes of text in lowercase hex (JSON's name_raw): cap >= 2 * strlen + 1 for all of it. */
+void cli_hex(const char *text, char *out, size_t cap);
 /* One process of the fleet, over every pool it uses (render.c): its records joined by client id,
  * its state as the records and their age say. */
 typedef struct {

@@ -1,8 +1,11 @@
 /* cmd_admin.c - the operator's controls: dbthrottle limit, drain, resume, evict (admin.lua). */
 #include "cli.h"
 
+#include "clock.h"
+
 #include <getopt.h>
 #include <string.h>
+#include <time.h>
 
 bool cli_admin(dbt_redis *r, const dbt_config *cfg, const char *pool, dbt_kind kind,
                dbt_admin_op op, const char *arg, dbt_admin_reply *out, char *err)
@@ -29,7 +32,9 @@ typedef struct {
     cli_redis_opts ro;
     bool kinds[DBT_NKINDS]; /* which semaphores to act on */
     bool clear;
-    bool cancel; /* evict --cancel */
+    bool cancel;        /* evict --cancel */
+    bool wait;          /* drain --wait */
+    int64_t timeout_ms; /* drain --timeout; DBT_FOREVER: none */
     int npos;
     char **pos;
     dbt_config cfg;
@@ -46,12 +51,16 @@ static int parse(admin_ctx *c, int argc, char **argv, const char *usage, bool bo
         {"connections", no_argument, NULL, 'c'},
         {"clear", no_argument, NULL, 'x'},
         {"cancel", no_argument, NULL, 'C'},
+        {"wait", no_argument, NULL, 'w'},
+        {"timeout", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {"redis", required_argument, NULL, CLI_OPT_REDIS},
         {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
         {NULL, 0, NULL, 0}};
     int opt;
-    bool q = false, cn = false;
+    bool q = false, cn = false, timeout = false;
+    char err[DBT_ERRLEN];
+    c->timeout_ms = DBT_FOREVER;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
@@ -71,6 +80,18 @@ static int parse(admin_ctx *c, int argc, char **argv, const char *usage, bool bo
                 return cli_usage_error(c->cmd, "unknown option '%s'", argv[optind - 1]);
             c->cancel = true;
             break;
+        case 'w':
+            if (strcmp(c->cmd, "drain") != 0)
+                return cli_usage_error(c->cmd, "unknown option '--wait'");
+            c->wait = true;
+            break;
+        case 't':
+            if (strcmp(c->cmd, "drain") != 0)
+                return cli_usage_error(c->cmd, "unknown option '--timeout'");
+            if (!dbt_parse_duration("--timeout", optarg, true, true, &c->timeout_ms, err))
+                return cli_usage_error(c->cmd, "%s", err);
+            timeout = true;
+            break;
         case 'h':
             fputs(usage, stdout);
             return 0;
@@ -80,6 +101,8 @@ static int parse(admin_ctx *c, int argc, char **argv, const char *usage, bool bo
             return cli_usage_error(c->cmd, "unknown option '%s'", argv[optind - 1]);
         }
     }
+    if (timeout && !c->wait)
+        return cli_usage_error(c->cmd, "--timeout goes with --wait");
     if (!q && !cn) {
         q = true;
         cn = both_default;
@@ -112,7 +135,7 @@ static void done(admin_ctx *c)
 
 static void pool_label(const char *pool, char *out, size_t cap)
 {
-    dbt_escape(pool, 200, true, out, cap);
+    cli_escape_name(pool, 200, true, out, cap);
 }
 
 static const char limit_usage[] =
@@ -168,6 +191,62 @@ int cmd_limit(int argc, char **argv)
     return rc;
 }
 
+/* One held permit, as an operator needs it to find the session: where, which process and backend,
+ * what it does. */
+static void print_holder(dbt_kind kind, const dbt_status_entry *e, int64_t now_ms)
+{
+    char held[24], app[200];
+    cli_duration(now_ms - e->since_ms, held, sizeof held);
+    cli_escape_name(e->app, 63, true, app, sizeof app);
+    fprintf(stderr, "  %s permit %s: host %s pid %ld", dbt_kind_name(kind), e->permit,
+            e->host[0] ? e->host : "?", e->pid);
+    if (e->backend_pid > 0)
+        fprintf(stderr, " backend pid %ld", e->backend_pid);
+    fprintf(stderr, " application_name %s state %s, held for %s\n", app,
+            e->state[0] ? e->state : "unknown", e->since_ms ? held : "?");
+}
+
+/* drain --wait: polls the pool until no permit of either kind is held, by Redis' own count of
+ * live leases; at the timeout, names the holders. */
+static int drain_wait(admin_ctx *c, const char *name)
+{
+    int64_t start = dbt_now_us() / 1000, poll_ms = 200;
+    char err[DBT_ERRLEN];
+    for (;;) {
+        cli_pool_view v;
+        if (!cli_view_pool(c->r, &c->cfg, c->pos[0], 0, &v, err))
+            return cli_fail(c->cmd, "pool %s: %s", name, err);
+        long long held = 0;
+        for (int kind = 0; kind < DBT_NKINDS; kind++)
+            held += v.kind[kind].nholders;
+        int64_t waited = dbt_now_us() / 1000 - start;
+        if (held == 0) {
+            cli_view_free(&v);
+            char d[24];
+            cli_duration(waited, d, sizeof d);
+            printf("pool %s: no permit held (waited %s)\n", name, d);
+            return 0;
+        }
+        if (c->timeout_ms != DBT_FOREVER && waited >= c->timeout_ms) {
+            char d[24];
+            cli_duration(c->timeout_ms, d, sizeof d);
+            cli_fail(c->cmd, "pool %s: %lld permit%s still held after %s (still draining):", name,
+                     held, held == 1 ? "" : "s", d);
+            for (int kind = 0; kind < DBT_NKINDS; kind++)
+                for (int i = 0; i < v.kind[kind].nh; i++)
+                    print_holder((dbt_kind)kind, &v.kind[kind].holders[i], v.now_ms);
+            cli_view_free(&v);
+            return 1;
+        }
+        cli_view_free(&v);
+        int64_t sleep_ms = poll_ms;
+        if (c->timeout_ms != DBT_FOREVER && c->timeout_ms - waited < sleep_ms)
+            sleep_ms = c->timeout_ms - waited;
+        struct timespec ts = {.tv_sec = sleep_ms / 1000, .tv_nsec = sleep_ms % 1000 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static int drain_or_resume(int argc, char **argv, bool drain, const char *usage)
 {
     admin_ctx c = {.cmd = drain ? "drain" : "resume"};
@@ -195,16 +274,26 @@ static int drain_or_resume(int argc, char **argv, bool drain, const char *usage)
                    dbt_kind_name((dbt_kind)kind), res.granted, res.granted == 1 ? "" : "s",
                    res.holders);
     }
+    if (rc == 0 && c.wait) {
+        fflush(stdout);
+        rc = drain_wait(&c, name);
+    }
     done(&c);
     return rc;
 }
 
 static const char drain_usage[] =
-    "usage: dbthrottle drain POOL [--queries | --connections] [--redis URL] [--key-prefix P]\n"
+    "usage: dbthrottle drain POOL [--queries | --connections] [--wait [--timeout T]]\n"
+    "                        [--redis URL] [--key-prefix P]\n"
     "\n"
     "Stops new grants in the pool (both kinds unless one is named), for a maintenance window:\n"
     "holders finish normally, newcomers and waiters wait (up to their DBTHROTTLE_WAIT_TIMEOUT)\n"
-    "until dbthrottle resume POOL. Kept in Redis until then.\n";
+    "until dbthrottle resume POOL. Kept in Redis until then.\n"
+    "\n"
+    "  --wait       then return once no permit of the pool (either kind) is held, by Redis'\n"
+    "               count of live leases (as PgBouncer's PAUSE)\n"
+    "  --timeout T  give up waiting after T (30s, 5m): exit 1 naming the holders (host, pid,\n"
+    "               backend pid, application_name, state); the drain stays in force\n";
 
 static const char resume_usage[] =
     "usage: dbthrottle resume POOL [--queries | --connections] [--redis URL] [--key-prefix P]\n"

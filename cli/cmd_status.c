@@ -16,7 +16,9 @@ static const char usage[] =
     "(host, pid, program, version, pools) and their state: throttling, unthrottled (cut off\n"
     "from Redis in open mode), refusing (a permanent error, or cut off in closed mode) or\n"
     "disabled, with what their last Redis outage cost. Reads Redis only, by SCAN and one\n"
-    "script call per pool: safe on a production coordinator.\n"
+    "script call per pool: safe on a production coordinator. A POOL named that has no key in\n"
+    "Redis is an error (exit 1). When Redis cannot be read, --json prints {\"error\": ...} and\n"
+    "--prometheus dbthrottle_up 0 (exit 1).\n"
     "\n"
     "  --json          one JSON document (format in dbthrottle(1): stable, version 1)\n"
     "  --prometheus    the counters and gauges in Prometheus' text format\n"
@@ -24,6 +26,19 @@ static const char usage[] =
     "                  for the table, all for --json; the counts are always whole)\n"
     "  --redis URL     Redis to read (default: DBTHROTTLE_REDIS_URL, as the library)\n"
     "  --key-prefix P  key prefix (default: DBTHROTTLE_KEY_PREFIX, as the library)\n";
+
+/* The error forms: a machine reading --json or --prometheus gets a document that says what went
+ * wrong instead of an empty output (the message also goes to stderr, as ever). */
+static void print_error(bool json, bool prom, const char *err)
+{
+    if (prom) {
+        cli_render_prometheus(stdout, NULL, -1, 0);
+    } else if (json) {
+        fputs("{\"error\":", stdout);
+        cli_json_str(stdout, err);
+        fputs("}\n", stdout);
+    }
+}
 
 int cmd_status(int argc, char **argv)
 {
@@ -66,24 +81,48 @@ int cmd_status(int argc, char **argv)
     if (max_rows < 0)
         max_rows = json || prom ? 0 : 50;
     dbt_config cfg;
-    if (!cli_load_config("status", &ro, &cfg))
+    if (!cli_load_config("status", &ro, &cfg)) {
+        print_error(json, prom, "a bad setting (see the message on stderr)");
         return 1;
-    int rc = 1;
-    dbt_redis *r = cli_connect("status", &cfg);
+    }
+    dbt_redis *r = NULL;
     cli_pool_view *v = NULL;
-    int n = r ? cli_view_pools(r, &cfg, argv + optind, argc - optind, max_rows, &v, err) : -1;
-    if (r && n < 0)
-        cli_fail("status", "%s", err);
-    if (n >= 0) {
+    int n = -1;
+    double seconds = 0;
+    char **names = argv + optind;
+    int nnames = argc - optind;
+    bool read = cli_read_pools(&cfg, &r, names, nnames, max_rows, &v, &n, &seconds, err);
+    /* A pool named on the command line that has no key at all: a typo, or a pool that never
+     * existed (or whose keys all expired), not an empty pool. */
+    for (int i = 0; read && i < nnames; i++) {
+        int found = cli_pool_exists(r, &cfg, &v[i], err);
+        if (found == 0) {
+            char name[220], ep[220];
+            cli_escape_name(names[i], 200, true, name, sizeof name);
+            cli_escape_name(cfg.key_prefix, 200, true, ep, sizeof ep);
+            snprintf(err, sizeof err, "no pool %s under the key prefix %s", name, ep);
+        }
+        read = found == 1;
+    }
+    int rc = 1;
+    if (read) {
         if (json)
             cli_render_json(stdout, v, n, cfg.key_prefix);
         else if (prom)
-            cli_render_prometheus(stdout, v, n);
+            cli_render_prometheus(stdout, v, n, seconds);
         else
             cli_render_text(stdout, v, n, cfg.key_prefix);
         rc = fflush(stdout) == 0 ? 0 : cli_fail("status", "cannot write the output");
-        cli_views_free(v, n);
+    } else {
+        cli_fail("status", "%s", err);
+        if (prom)
+            cli_render_prometheus(stdout, NULL, -1, seconds);
+        else
+            print_error(json, false, err);
+        fflush(stdout);
     }
+    if (n >= 0)
+        cli_views_free(v, n);
     if (r)
         dbt_redis_free(r);
     dbt_config_free(&cfg);

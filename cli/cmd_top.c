@@ -13,10 +13,17 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "usage: dbthrottle top [POOL...] [--interval SECONDS] [--redis URL] [--key-prefix P]\n"
+    "usage: dbthrottle top [POOL...] [-b] [-n N] [-d SECONDS | --interval T] [--redis URL]\n"
+    "                      [--key-prefix P]\n"
     "\n"
     "Shows what dbthrottle status shows, refreshed every --interval (default 1s), in the\n"
-    "terminal's alternate screen, until q or Ctrl-C. Reads Redis only.\n";
+    "terminal's alternate screen, until q or Ctrl-C. Reads Redis only.\n"
+    "\n"
+    "  -b, --batch       batch mode: each refresh printed after the last, as plain text (also\n"
+    "                    whenever the output is not a terminal: never an escape code then)\n"
+    "  -n, --iterations N  stop after N refreshes\n"
+    "  -d, --delay SECONDS  the time between refreshes in seconds (0.5), as --interval\n"
+    "  --interval T      the same as a duration (500ms, 2s)\n";
 
 static volatile sig_atomic_t stop;
 static void on_signal(int sig)
@@ -58,9 +65,10 @@ static int screen_rows(void)
     return 24;
 }
 
-/* One frame: the header, then the table cut to the screen's height. */
+/* One frame: the header, then the table cut to the screen's height; in batch mode, all of it as
+ * plain lines after the previous frame. */
 static void draw(const dbt_config *cfg, const cli_pool_view *v, int n, const char *failure,
-                 int64_t interval_ms)
+                 int64_t interval_ms, bool batch)
 {
     char *text = NULL;
     size_t len = 0;
@@ -71,14 +79,22 @@ static void draw(const dbt_config *cfg, const cli_pool_view *v, int n, const cha
     char when[32];
     strftime(when, sizeof when, "%H:%M:%S", localtime(&t));
     char ep[300];
-    dbt_escape(cfg->key_prefix, 256, true, ep, sizeof ep);
-    fprintf(mem, "dbthrottle top - %s - %s prefix %s - %d pool%s - every %.1fs - q quits\n\n", when,
-            cfg->redis_url_redacted, ep, n, n == 1 ? "" : "s", (double)interval_ms / 1000);
+    cli_escape_name(cfg->key_prefix, 256, true, ep, sizeof ep);
+    fprintf(mem, "dbthrottle top - %s - %s prefix %s - %d pool%s - every %.1fs%s\n\n", when,
+            cfg->redis_url_redacted, ep, n, n == 1 ? "" : "s", (double)interval_ms / 1000,
+            batch ? "" : " - q quits");
     if (failure)
         fprintf(mem, "cannot read Redis: %s (retrying)\n", failure);
     else
         cli_render_text(mem, v, n, cfg->key_prefix);
     fclose(mem);
+    if (batch) {
+        fputs(text, stdout);
+        fputc('\n', stdout);
+        fflush(stdout);
+        free(text);
+        return;
+    }
     /* Home, then each line cleared to its end; below the last line, the rest of the screen. */
     fputs("\033[H", stdout);
     int rows = screen_rows(), row = 0;
@@ -114,6 +130,9 @@ int cmd_top(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"interval", required_argument, NULL, 'i'},
+        {"batch", no_argument, NULL, 'b'},
+        {"iterations", required_argument, NULL, 'n'},
+        {"delay", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
         {"redis", required_argument, NULL, CLI_OPT_REDIS},
         {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
@@ -121,10 +140,26 @@ int cmd_top(int argc, char **argv)
     cli_redis_opts ro = {0};
     int64_t interval_ms = 1000;
     char err[DBT_ERRLEN];
-    int opt;
+    int opt, iterations = 0;
+    bool batch = false;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "hbn:d:", longopts, NULL)) != -1) {
         switch (opt) {
+        case 'b':
+            batch = true;
+            break;
+        case 'n':
+            if (!dbt_parse_limit("-n", optarg, &iterations, err))
+                return cli_usage_error("top", "%s", err);
+            break;
+        case 'd': { /* top(1)'s form: seconds, fractions allowed */
+            char *end;
+            double secs = strtod(optarg, &end);
+            if (end == optarg || *end || !(secs >= 0.1 && secs <= 86400))
+                return cli_usage_error("top", "-d: seconds from 0.1 to 86400, not \"%s\"", optarg);
+            interval_ms = (int64_t)(secs * 1000 + 0.5);
+            break;
+        }
         case 'i': /* the library's duration parser: "500ms", "1s" (a bare number is refused) */
             if (!dbt_parse_duration("--interval", optarg, false, false, &interval_ms, err))
                 return cli_usage_error("top", "%s", err);
@@ -148,15 +183,19 @@ int cmd_top(int argc, char **argv)
         dbt_config_free(&cfg);
         return 1;
     }
+    /* Escape codes go to a terminal only: a pipe or a file gets plain frames. */
+    batch = batch || !isatty(STDOUT_FILENO);
     struct sigaction sa = {0};
     sa.sa_handler = on_signal; /* no SA_RESTART: poll returns at once */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-    tty_setup();
-    while (!stop) {
+    if (!batch)
+        tty_setup();
+    bool failed = false;
+    for (int frame = 1; !stop; frame++) {
         cli_pool_view *v = NULL;
-        int rows = screen_rows(), n;
+        int rows = batch ? 50 : screen_rows(), n;
         if (!r || dbt_redis_broken(r)) { /* Redis restarted: connect again */
             if (r)
                 dbt_redis_free(r);
@@ -167,15 +206,18 @@ int cmd_top(int argc, char **argv)
             n = -1;
         else
             n = cli_view_pools(r, &cfg, argv + optind, argc - optind, rows, &v, err);
-        draw(&cfg, v, n < 0 ? 0 : n, n < 0 ? err : NULL, interval_ms);
+        draw(&cfg, v, n < 0 ? 0 : n, n < 0 ? err : NULL, interval_ms, batch);
+        failed = n < 0;
         if (n >= 0)
             cli_views_free(v, n);
-        if (wait_key(interval_ms))
+        if ((iterations && frame >= iterations) || wait_key(interval_ms))
             break;
     }
-    tty_restore();
+    if (!batch)
+        tty_restore();
     if (r)
         dbt_redis_free(r);
     dbt_config_free(&cfg);
-    return 0;
+    /* A batch run whose last frame could not read Redis says so to a script. */
+    return batch && failed ? 1 : 0;
 }

@@ -20,6 +20,7 @@ static const struct {
     {"evict", cmd_evict, "free one stuck permit by hand"},
     {"class", cmd_class, "define a pool's classes: guaranteed shares, priority, waits"},
     {"acquire", cmd_acquire, "run any command while it holds a permit of a pool"},
+    {"exporter", cmd_exporter, "serve /metrics for Prometheus (each scrape reads Redis)"},
 };
 
 static void usage(FILE *out)

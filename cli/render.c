@@ -77,6 +77,25 @@ static bool any_tagged(const dbt_status_entry *e, int n)
     return false;
 }
 
+/* Whether any listed holder says what session it serves (then the table shows it). */
+static bool any_session(const dbt_status_entry *e, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (e[i].backend_pid > 0 || e[i].app[0] || e[i].user[0] || e[i].db[0])
+            return true;
+    return false;
+}
+
+/* "  APP USER@DB", each escaped (they come from the client and the server: any bytes). */
+static void text_session(FILE *out, const dbt_status_entry *e)
+{
+    char app[200], user[200], db[200];
+    cli_escape_name(e->app[0] ? e->app : "-", 63, false, app, sizeof app);
+    cli_escape_name(e->user[0] ? e->user : "?", 63, false, user, sizeof user);
+    cli_escape_name(e->db[0] ? e->db : "?", 63, false, db, sizeof db);
+    fprintf(out, "  %s %s@%s", app, user, db);
+}
+
 /* The class and weight of a tagged entry, after its row; nothing for a table without tags. */
 static void text_tag(FILE *out, const dbt_status_entry *e, bool tagged)
 {
@@ -96,8 +115,14 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
         snprintf(lim, sizeof lim, "%lld (operator override)", k->override);
     else if (k->limit_seen)
         snprintf(lim, sizeof lim, "%lld", k->limit_seen);
-    fprintf(out, "pool %s %s: limit %s, %lld holding, %lld waiting%s\n", name, dbt_kind_name(kind),
-            lim, k->nholders, k->nwaiters, k->drained ? ", DRAINING (no new grants)" : "");
+    char oldest[48] = "";
+    if (k->oldest_wait_ms > 0) {
+        cli_duration(k->oldest_wait_ms, d1, sizeof d1);
+        snprintf(oldest, sizeof oldest, ", oldest wait %s", d1);
+    }
+    fprintf(out, "pool %s %s: limit %s, %lld holding, %lld waiting%s%s\n", name,
+            dbt_kind_name(kind), lim, k->nholders, k->nwaiters, oldest,
+            k->drained ? ", DRAINING (no new grants)" : "");
     cli_duration(k->counters[DBT_CTR_WAIT_MS], d1, sizeof d1);
     fprintf(out,
             "  grants %lld  queued %lld  refused %lld  cancelled %lld  expired %lld  "
@@ -121,19 +146,28 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
     cli_render_classes(out, k);
     bool tagged = any_tagged(k->holders, k->nh) || any_tagged(k->waiters, k->nw);
     if (k->nh) {
-        fprintf(out, "  %-6s %-4s %-28s %-20s %8s %-8s %9s %10s", "HOLDER", "", "PERMIT", "HOST",
-                "PID", "CONN", "HELD", "LEASE LEFT");
+        bool sessions = any_session(k->holders, k->nh);
+        fprintf(out, "  %-6s %-4s %-28s %-20s %8s %-8s %9s %10s %-7s %8s", "HOLDER", "", "PERMIT",
+                "HOST", "PID", "CONN", "HELD", "LEASE LEFT", "STATE", "BACKEND");
         if (tagged)
             fprintf(out, " %-12s %6s", "CLASS", "WEIGHT");
-        fputc('\n', out);
+        fputs(sessions ? "  APPLICATION USER@DATABASE\n" : "\n", out);
         for (int i = 0; i < k->nh; i++) {
             const dbt_status_entry *e = &k->holders[i];
+            char backend[24] = "-";
+            if (e->backend_pid > 0)
+                snprintf(backend, sizeof backend, "%ld", e->backend_pid);
             cli_duration(v->now_ms - e->since_ms, d1, sizeof d1);
             cli_duration(e->expiry_ms - v->now_ms, d2, sizeof d2);
-            fprintf(out, "  %-6s %-4s %-28s %-20s %8ld %-8s %9s %10s", "", "", e->permit,
+            fprintf(out, "  %-6s %-4s %-28s %-20s %8ld %-8s %9s %10s %-7s %8s", "", "", e->permit,
                     e->host[0] ? e->host : "?", e->pid, e->conn[0] ? e->conn : "?",
-                    e->since_ms ? d1 : "?", d2);
-            text_tag(out, e, tagged);
+                    e->since_ms ? d1 : "?", d2, e->state[0] ? e->state : "-", backend);
+            if (tagged)
+                fprintf(out, " %-12s %6d", e->klass[0] ? e->klass : "-",
+                        e->weight > 0 ? e->weight : 1);
+            if (sessions)
+                text_session(out, e);
+            fputc('\n', out);
         }
         /* nholders counts units: a weight-w permit is w of them. */
         long long listed = 0;
@@ -177,7 +211,7 @@ static int severity(const char *state)
 
 /* One record's state, as it says, or, when the process has not reported for longer than it
  * promised, what its mode makes it do if it runs on cut off from Redis. */
-static const char *state_of(const dbt_proc_record *r, int64_t now_ms, char *reason, size_t cap)
+const char *cli_record_state(const dbt_proc_record *r, int64_t now_ms, char *reason, size_t cap)
 {
     int64_t silent = now_ms - r->seen_ms;
     if (r->silent_after_ms > 0 && silent > r->silent_after_ms && strcmp(r->state, "disabled")) {
@@ -229,7 +263,7 @@ int cli_processes(const cli_pool_view *v, int n, cli_process **out)
             if (p->npools < (int)(sizeof p->pools / sizeof *p->pools))
                 p->pools[p->npools++] = v[i].name;
             char reason[320];
-            const char *st = state_of(r, v[i].now_ms, reason, sizeof reason);
+            const char *st = cli_record_state(r, v[i].now_ms, reason, sizeof reason);
             if (severity(st) > severity(p->state) || (p->npools == 1)) {
                 p->state = st;
                 snprintf(p->reason, sizeof p->reason, "%s", reason);
@@ -282,7 +316,7 @@ static void text_processes(FILE *out, const cli_pool_view *v, int n)
         size_t len = 0;
         for (int k = 0; k < p->npools && len < sizeof pools; k++) {
             char name[300];
-            dbt_escape(p->pools[k], 100, true, name, sizeof name);
+            cli_escape_name(p->pools[k], 100, true, name, sizeof name);
             len += (size_t)snprintf(pools + len, sizeof pools - len, "%s%s", k ? "," : "", name);
         }
         char prog[64], host[64];
@@ -319,7 +353,7 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
     }
     for (int i = 0; i < n; i++) {
         char name[300];
-        dbt_escape(v[i].name, 256, true, name, sizeof name);
+        cli_escape_name(v[i].name, 256, true, name, sizeof name);
         bool any = false;
         for (int kind = 0; kind < DBT_NKINDS; kind++)
             /* A kind with class definitions only is shown too: the operator set them. */
@@ -341,28 +375,12 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
 
 /* ---- JSON ----------------------------------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at s (1-4), or 0 when the bytes there are not one. */
-static int utf8_len(const unsigned char *s)
-{
-    int n = s[0] < 0x80             ? 1
-            : (s[0] & 0xE0) == 0xC0 ? 2
-            : (s[0] & 0xF0) == 0xE0 ? 3
-            : (s[0] & 0xF8) == 0xF0 ? 4
-                                    : 0;
-    if (n == 2 && s[0] < 0xC2)
-        return 0;
-    for (int i = 1; i < n; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return n;
-}
-
 /* A JSON string: always valid (control bytes as \u00XX, bytes that are not UTF-8 as U+FFFD). */
-static void json_str(FILE *out, const char *s)
+void cli_json_str(FILE *out, const char *s)
 {
     fputc('"', out);
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        int n = utf8_len(p);
+        int n = cli_utf8_len(p);
         if (*p == '"' || *p == '\\')
             fprintf(out, "\\%c", *p);
         else if (*p < 0x20)
@@ -376,6 +394,36 @@ static void json_str(FILE *out, const char *s)
     fputc('"', out);
 }
 
+/* A pool's name as a JSON string: shown as text shows it when it is not UTF-8. */
+static void json_pool(FILE *out, const char *name)
+{
+    if (cli_utf8_valid(name)) {
+        cli_json_str(out, name);
+        return;
+    }
+    size_t cap = 4 * strlen(name) + 16;
+    char *shown = malloc(cap);
+    if (shown)
+        cli_escape_name(name, cap, false, shown, cap);
+    cli_json_str(out, shown ? shown : "");
+    free(shown);
+}
+
+/* A pool name: "name" as text shows it (valid UTF-8 as is; other bytes as the text \xNN), and
+ * "name_raw", its bytes in hex, to tell apart names that show alike and to use the raw name. */
+static void json_name(FILE *out, const char *name)
+{
+    fputs("\"name\":", out);
+    json_pool(out, name);
+    size_t cap = 2 * strlen(name) + 1;
+    char *hex = malloc(cap);
+    if (hex)
+        cli_hex(name, hex, cap);
+    fputs(",\"name_raw\":", out);
+    cli_json_str(out, hex ? hex : "");
+    free(hex);
+}
+
 static void json_int_or_null(FILE *out, long long v)
 {
     if (v)
@@ -387,17 +435,63 @@ static void json_int_or_null(FILE *out, long long v)
 static void json_entry(FILE *out, const dbt_status_entry *e)
 {
     fputs("\"permit\":", out);
-    json_str(out, e->permit);
+    cli_json_str(out, e->permit);
     fputs(",\"host\":", out);
-    json_str(out, e->host);
+    cli_json_str(out, e->host);
     fprintf(out, ",\"pid\":%ld,\"conn\":", e->pid);
-    json_str(out, e->conn);
+    cli_json_str(out, e->conn);
     fprintf(out, ",\"since_ms\":%" PRId64 ",\"class\":", e->since_ms);
     if (e->klass[0])
-        json_str(out, e->klass);
+        cli_json_str(out, e->klass);
     else
         fputs("null", out);
     fprintf(out, ",\"weight\":%d", e->weight > 0 ? e->weight : 1);
+}
+
+/* What joins a holder with pg_stat_activity; "" and null when its worker does not say. */
+static void json_session(FILE *out, const dbt_status_entry *e)
+{
+    fputs(",\"state\":", out);
+    if (e->state[0])
+        cli_json_str(out, e->state);
+    else
+        fputs("null", out);
+    fputs(",\"backend_pid\":", out);
+    json_int_or_null(out, e->backend_pid);
+    fputs(",\"application_name\":", out);
+    cli_json_str(out, e->app);
+    fputs(",\"user\":", out);
+    cli_json_str(out, e->user);
+    fputs(",\"database\":", out);
+    cli_json_str(out, e->db);
+}
+
+/* The histograms as the scripts keep them: buckets NOT cumulative, bounds in ms, the last bucket
+ * above every bound. */
+static void json_histograms(FILE *out, const dbt_status_kind *k)
+{
+    int nb = k->nbounds < DBT_HIST_MAX ? k->nbounds : DBT_HIST_MAX - 1;
+    fputs(",\"histogram_bounds_ms\":[", out);
+    for (int b = 0; b < nb; b++) {
+        char num[40];
+        cli_prom_number(k->hist_bound_ms[b], num, sizeof num);
+        fprintf(out, "%s%s", b ? "," : "", num);
+    }
+    fputs("],\"histograms\":[", out);
+    for (int j = 0; j < k->nhists; j++) {
+        const dbt_status_hist *h = &k->hists[j];
+        long long count = 0;
+        fprintf(out, "%s{\"series\":\"%s\",\"class\":", j ? "," : "",
+                h->series == 'w' ? "wait" : "hold");
+        cli_json_str(out, h->klass);
+        fputs(",\"buckets\":[", out);
+        for (int b = 0; b <= nb; b++) {
+            count += h->bucket[b];
+            fprintf(out, "%s%lld", b ? "," : "", h->bucket[b]);
+        }
+        fprintf(out, "],\"sum_ms\":%lld,\"count\":%lld}", h->sum_ms, count);
+    }
+    fputc(']', out);
 }
 
 static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *k)
@@ -411,16 +505,20 @@ static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *
     fprintf(out, ",\"draining\":%s,\"quarantine_ms\":%lld,\"quarantine_why\":",
             k->drained ? "true" : "false", k->quarantine_ms);
     if (k->quarantine_ms > 0)
-        json_str(out, k->why);
+        cli_json_str(out, k->why);
     else
         fputs("null", out);
-    fprintf(out, ",\"holders_count\":%lld,\"waiters_count\":%lld,\"holders\":[", k->nholders,
-            k->nwaiters);
+    fprintf(out,
+            ",\"holders_count\":%lld,\"waiters_count\":%lld,\"oldest_wait_ms\":%lld,"
+            "\"holders\":[",
+            k->nholders, k->nwaiters, k->oldest_wait_ms);
     for (int i = 0; i < k->nh; i++) {
         fputs(i ? ",{" : "{", out);
         json_entry(out, &k->holders[i]);
-        fprintf(out, ",\"held_ms\":%" PRId64 ",\"lease_left_ms\":%" PRId64 "}",
+        fprintf(out, ",\"held_ms\":%" PRId64 ",\"lease_left_ms\":%" PRId64,
                 v->now_ms - k->holders[i].since_ms, k->holders[i].expiry_ms - v->now_ms);
+        json_session(out, &k->holders[i]);
+        fputc('}', out);
     }
     fputs("],\"waiters\":[", out);
     for (int i = 0; i < k->nw; i++) {
@@ -436,7 +534,7 @@ static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *
     for (int i = 0; i < k->nclasses; i++) {
         const dbt_status_class *c = &k->classes[i];
         fputs(i ? ",{\"name\":" : "{\"name\":", out);
-        json_str(out, c->name);
+        cli_json_str(out, c->name);
         fprintf(out, ",\"share\":%d,\"priority\":%d,\"wait_ms\":", c->share, c->priority);
         if (c->wait_ms >= 0)
             fprintf(out, "%lld", c->wait_ms);
@@ -453,7 +551,9 @@ static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *
                 c->guarantee, c->held, c->borrowed, c->waiters, c->oldest_wait_ms,
                 c->is_default ? "true" : "false");
     }
-    fputs("]}", out);
+    fputc(']', out);
+    json_histograms(out, k);
+    fputc('}', out);
 }
 
 static void json_processes(FILE *out, const cli_pool_view *v, int n)
@@ -465,24 +565,24 @@ static void json_processes(FILE *out, const cli_pool_view *v, int n)
         const cli_process *p = &ps[i];
         const dbt_proc_record *r = p->rec;
         fputs(i ? ",{\"id\":" : "{\"id\":", out);
-        json_str(out, r->cid);
+        cli_json_str(out, r->cid);
         fputs(",\"host\":", out);
-        json_str(out, r->host);
+        cli_json_str(out, r->host);
         fprintf(out, ",\"pid\":%ld,\"ppid\":%ld,\"program\":", r->pid, r->ppid);
-        json_str(out, r->program);
+        cli_json_str(out, r->program);
         fputs(",\"version\":", out);
-        json_str(out, r->version);
+        cli_json_str(out, r->version);
         fputs(",\"state\":", out);
-        json_str(out, p->state);
+        cli_json_str(out, p->state);
         fputs(",\"reason\":", out);
-        json_str(out, p->reason);
+        cli_json_str(out, p->reason);
         fputs(",\"on_redis_error\":", out);
-        json_str(out, r->mode);
+        cli_json_str(out, r->mode);
         fputs(",\"pools\":[", out);
         for (int k = 0; k < p->npools; k++) {
             if (k)
                 fputc(',', out);
-            json_str(out, p->pools[k]);
+            json_pool(out, p->pools[k]);
         }
         fprintf(out,
                 "],\"last_seen_ms\":%lld,\"silent_ms\":%" PRId64 ",\"report_every_ms\":%lld,"
@@ -509,11 +609,11 @@ void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefi
 {
     int64_t now = n ? v[0].now_ms : 0;
     fputs("{\"version\":1,\"prefix\":", out);
-    json_str(out, prefix);
+    cli_json_str(out, prefix);
     fprintf(out, ",\"time_ms\":%" PRId64 ",\"pools\":[", now);
     for (int i = 0; i < n; i++) {
-        fputs(i ? ",{\"name\":" : "{\"name\":", out);
-        json_str(out, v[i].name);
+        fputs(i ? ",{" : "{", out);
+        json_name(out, v[i].name);
         for (int kind = 0; kind < DBT_NKINDS; kind++) {
             fprintf(out, ",\"%s\":", kind_json[kind]);
             json_kind(out, &v[i], &v[i].kind[kind]);
@@ -523,207 +623,4 @@ void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefi
     fputc(']', out);
     json_processes(out, v, n);
     fputs("}\n", out);
-}
-
-/* ---- Prometheus ----------------------------------------------------------------------------- */
-
-static void prom_label(FILE *out, const char *s)
-{
-    for (const char *p = s; *p; p++) {
-        if (*p == '\\' || *p == '"')
-            fprintf(out, "\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", out);
-        else
-            fputc(*p, out);
-    }
-}
-
-typedef enum {
-    M_LIMIT,
-    M_OVERRIDE,
-    M_DRAINING,
-    M_QUARANTINE,
-    M_HOLDERS,
-    M_WAITERS,
-    M_COUNTER
-} metric_src;
-
-static void prom_metric(FILE *out, const cli_pool_view *v, int n, const char *name,
-                        const char *type, const char *help, metric_src src, int counter)
-{
-    fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-    for (int i = 0; i < n; i++)
-        for (int kind = 0; kind < DBT_NKINDS; kind++) {
-            const dbt_status_kind *k = &v[i].kind[kind];
-            if (!k->used)
-                continue;
-            double val = 0;
-            switch (src) {
-            case M_LIMIT:
-                if (!cli_effective_limit(k))
-                    continue;
-                val = (double)cli_effective_limit(k);
-                break;
-            case M_OVERRIDE:
-                if (!k->override)
-                    continue;
-                val = (double)k->override;
-                break;
-            case M_DRAINING:
-                val = k->drained;
-                break;
-            case M_QUARANTINE:
-                val = (double)k->quarantine_ms / 1000.0;
-                break;
-            case M_HOLDERS:
-                val = (double)k->nholders;
-                break;
-            case M_WAITERS:
-                val = (double)k->nwaiters;
-                break;
-            case M_COUNTER:
-                val = (double)k->counters[counter];
-                if (counter == DBT_CTR_WAIT_MS)
-                    val /= 1000.0;
-                break;
-            }
-            fprintf(out, "%s{pool=\"", name);
-            prom_label(out, v[i].name);
-            fprintf(out, "\",kind=\"%s\"} %.17g\n", dbt_kind_name((dbt_kind)kind), val);
-        }
-}
-
-/* One gauge per class: {pool, kind, class}. */
-typedef enum { C_SHARE, C_GUARANTEE, C_HELD, C_BORROWED, C_WAITERS, C_OLDEST } class_metric;
-
-static void prom_class_metric(FILE *out, const cli_pool_view *v, int n, const char *name,
-                              const char *help, class_metric m)
-{
-    fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
-    for (int i = 0; i < n; i++)
-        for (int kind = 0; kind < DBT_NKINDS; kind++) {
-            const dbt_status_kind *k = &v[i].kind[kind];
-            if (m == C_GUARANTEE && !cli_effective_limit(k))
-                continue; /* no limit known yet: no guarantee to state */
-            for (int j = 0; j < k->nclasses; j++) {
-                const dbt_status_class *c = &k->classes[j];
-                double val = m == C_SHARE       ? c->share / 100.0
-                             : m == C_GUARANTEE ? (double)c->guarantee
-                             : m == C_HELD      ? (double)c->held
-                             : m == C_BORROWED  ? (double)c->borrowed
-                             : m == C_WAITERS   ? (double)c->waiters
-                                                : (c->waiters ? c->oldest_wait_ms / 1000.0 : 0);
-                fprintf(out, "%s{pool=\"", name);
-                prom_label(out, v[i].name);
-                fprintf(out, "\",kind=\"%s\",class=\"", dbt_kind_name((dbt_kind)kind));
-                prom_label(out, c->name);
-                fprintf(out, "\"} %.17g\n", val);
-            }
-        }
-}
-
-static void prom_classes(FILE *out, const cli_pool_view *v, int n)
-{
-    prom_class_metric(out, v, n, "dbthrottle_class_share",
-                      "Class' guaranteed share of the limit (0 to 1), from its definition.",
-                      C_SHARE);
-    prom_class_metric(out, v, n, "dbthrottle_class_guarantee",
-                      "Permits guaranteed to the class at the limit in force.", C_GUARANTEE);
-    prom_class_metric(out, v, n, "dbthrottle_class_held",
-                      "Permit units the class holds (a weight-w permit counts w).", C_HELD);
-    prom_class_metric(out, v, n, "dbthrottle_class_borrowed",
-                      "Units the class holds beyond its guarantee (idle capacity it borrowed).",
-                      C_BORROWED);
-    prom_class_metric(out, v, n, "dbthrottle_class_waiters", "Callers of the class queued.",
-                      C_WAITERS);
-    prom_class_metric(out, v, n, "dbthrottle_class_oldest_wait_seconds",
-                      "How long the class' oldest waiter has waited (0: none waits).", C_OLDEST);
-}
-
-/* The processes per pool and state, and what their outages cost (a sum over the live processes:
- * a gauge, as processes come and go). */
-static void prom_processes(FILE *out, const cli_pool_view *v, int n)
-{
-    static const char *const states[] = {"throttling", "unthrottled", "refusing", "disabled"};
-    fputs("# HELP dbthrottle_processes Processes that use the pool, by state (unthrottled and "
-          "refusing include those not heard from).\n# TYPE dbthrottle_processes gauge\n",
-          out);
-    for (int i = 0; i < n; i++)
-        for (size_t st = 0; st < sizeof states / sizeof *states; st++) {
-            int count = 0;
-            for (int j = 0; j < v[i].nprocs; j++) {
-                char reason[320];
-                count += strcmp(state_of(&v[i].procs[j], v[i].now_ms, reason, sizeof reason),
-                                states[st]) == 0;
-            }
-            fputs("dbthrottle_processes{pool=\"", out);
-            prom_label(out, v[i].name);
-            fprintf(out, "\",state=\"%s\"} %d\n", states[st], count);
-        }
-    fputs("# HELP dbthrottle_processes_unthrottled_commands Commands the live processes ran "
-          "unthrottled (Redis unreachable, on_redis_error=open).\n"
-          "# TYPE dbthrottle_processes_unthrottled_commands gauge\n",
-          out);
-    for (int i = 0; i < n; i++) {
-        unsigned long long sum = 0;
-        for (int j = 0; j < v[i].nprocs; j++)
-            sum += v[i].procs[j].unthrottled;
-        fputs("dbthrottle_processes_unthrottled_commands{pool=\"", out);
-        prom_label(out, v[i].name);
-        fprintf(out, "\"} %llu\n", sum);
-    }
-}
-
-void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n)
-{
-    prom_metric(out, v, n, "dbthrottle_limit", "gauge",
-                "Limit in force: the operator's override, else the last acquirer's.", M_LIMIT, 0);
-    prom_metric(out, v, n, "dbthrottle_limit_override", "gauge",
-                "Operator's override of the limit (dbthrottle limit), when set.", M_OVERRIDE, 0);
-    prom_metric(out, v, n, "dbthrottle_draining", "gauge",
-                "1 while the pool is drained (dbthrottle drain): no new grants.", M_DRAINING, 0);
-    prom_metric(out, v, n, "dbthrottle_quarantine_seconds", "gauge",
-                "Seconds the pool's quarantine still lasts (a failover, restart or data loss): no "
-                "new grants.",
-                M_QUARANTINE, 0);
-    prom_metric(out, v, n, "dbthrottle_holders", "gauge", "Permits held (live leases).", M_HOLDERS,
-                0);
-    prom_metric(out, v, n, "dbthrottle_waiters", "gauge", "Callers queued for a permit.", M_WAITERS,
-                0);
-    static const struct {
-        const char *name, *help;
-        int counter;
-    } counters[] = {
-        {"dbthrottle_grants_total", "Permits granted.", DBT_CTR_GRANTS},
-        {"dbthrottle_queued_total", "Acquires that had to queue.", DBT_CTR_QUEUED},
-        {"dbthrottle_refused_total", "Acquires refused at once (wait timeout 0, none free).",
-         DBT_CTR_REFUSED},
-        {"dbthrottle_cancelled_total", "Waiters that gave up (timeout, cancel, interrupt).",
-         DBT_CTR_CANCELLED},
-        {"dbthrottle_expired_total", "Permits whose lease ran out (holder died or was cut off).",
-         DBT_CTR_EXPIRED},
-        {"dbthrottle_evicted_total", "Permits freed by hand (dbthrottle evict).", DBT_CTR_EVICTED},
-        {"dbthrottle_wait_seconds_total", "Time granted waiters spent queued.", DBT_CTR_WAIT_MS},
-        {"dbthrottle_quarantines_total",
-         "Quarantines entered (the pool's state met on another server, or found lost).",
-         DBT_CTR_QUARANTINES},
-        {"dbthrottle_reasserted_total",
-         "Held permits Redis had lost that their holders re-asserted.", DBT_CTR_REASSERTED},
-        {"dbthrottle_requeued_total", "Waiters Redis had lost that were queued again.",
-         DBT_CTR_REQUEUED},
-        {"dbthrottle_clamped_total",
-         "Grants of a weight above the limit, clamped to the limit (the command ran alone).",
-         DBT_CTR_CLAMPED},
-        {"dbthrottle_capped_total", "Acquires refused at once by their class' queue cap.",
-         DBT_CTR_CAPPED},
-        {"dbthrottle_aged_total",
-         "Grants made by the aging bound (a waiter served ahead of its class' turn).",
-         DBT_CTR_AGED},
-    };
-    for (size_t c = 0; c < sizeof counters / sizeof *counters; c++)
-        prom_metric(out, v, n, counters[c].name, "counter", counters[c].help, M_COUNTER,
-                    counters[c].counter);
-    prom_classes(out, v, n);
-    prom_processes(out, v, n);
 }

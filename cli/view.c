@@ -1,6 +1,9 @@
 /* view.c - a pool's state as status.lua reports it: holders, waiters, controls, counters. */
 #include "cli.h"
 
+#include "clock.h"
+#include "cluster.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,4 +80,61 @@ int cli_view_pools(dbt_redis *r, const dbt_config *cfg, char **names, int n, int
     cli_free_names(all, all ? n : 0);
     *out = v;
     return n;
+}
+
+/* Whether a view shows nothing at all: then the pool may have no key left (or never had one). */
+static bool view_empty(const cli_pool_view *v)
+{
+    for (int kind = 0; kind < DBT_NKINDS; kind++)
+        if (v->kind[kind].used || v->kind[kind].nclasses || v->kind[kind].nhists)
+            return false;
+    return v->nprocs == 0;
+}
+
+int cli_pool_exists(dbt_redis *r, const dbt_config *cfg, const cli_pool_view *v, char *err)
+{
+    if (!view_empty(v))
+        return 1;
+    dbt_keys k;
+    if (!dbt_keys_init(&k, cfg->key_prefix, v->name))
+        return snprintf(err, DBT_ERRLEN, "out of memory"), -1;
+    /* EXISTS on every key the pool has: they share its hash tag, so one node (with Redis
+     * Cluster, the primary that serves the pool's slot) answers for all of them. */
+    const char *argv[1 + DBT_NKINDS * DBT_NKEYS + 2];
+    int argc = 0;
+    argv[argc++] = "EXISTS";
+    for (int kind = 0; kind < DBT_NKINDS; kind++)
+        for (int i = 0; i < DBT_NKEYS; i++)
+            argv[argc++] = k.keys[kind][i];
+    argv[argc++] = k.procs;
+    argv[argc++] = k.procinfo;
+    dbt_redis *own = NULL;
+    if (dbt_cluster_routing(cfg))
+        r = own = dbt_redis_connect_for(cfg, k.base, err);
+    redisReply *rep = r ? dbt_redis_command(r, argc, argv, NULL, err) : NULL;
+    dbt_redis_free(own);
+    dbt_keys_free(&k);
+    if (!rep)
+        return -1;
+    int found = rep->type == REDIS_REPLY_INTEGER && rep->integer > 0;
+    freeReplyObject(rep);
+    return found;
+}
+
+bool cli_read_pools(const dbt_config *cfg, dbt_redis **r, char **names, int n, int max_rows,
+                    cli_pool_view **out, int *count, double *seconds, char *err)
+{
+    int64_t t0 = dbt_now_us();
+    /* One budget for the whole read: each step's timeout would add up over many pools. */
+    int64_t saved = dbt_redis_budget_begin(cfg->redis_timeout_ms);
+    if (*r && dbt_redis_stale(*r)) { /* Redis restarted, or a timeout broke it: connect again */
+        dbt_redis_free(*r);
+        *r = NULL;
+    }
+    if (!*r)
+        *r = dbt_redis_connect(cfg, err);
+    *count = *r ? cli_view_pools(*r, cfg, names, n, max_rows, out, err) : -1;
+    dbt_redis_budget_end(saved);
+    *seconds = (double)(dbt_now_us() - t0) / 1e6;
+    return *count >= 0;
 }

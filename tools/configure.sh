@@ -15,9 +15,13 @@ hiredis_a=$($CC -print-file-name=libhiredis.a)
 libpq_cflags=$($PKG_CONFIG --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
 [ -f "${libpq_cflags#-I}/libpq-fe.h" ] || [ -f /usr/include/postgresql/libpq-fe.h ] ||
     { echo "configure: libpq-fe.h not found (libpq-dev)" >&2; exit 1; }
+# The HTTP server of dbthrottle exporter (the command only; the library never links it).
+microhttpd_libs=$($PKG_CONFIG --libs libmicrohttpd) ||
+    { echo "configure: pkg-config does not know libmicrohttpd (libmicrohttpd-dev)" >&2; exit 1; }
 cat <<MK
 # Written by tools/configure.sh for CC=$CC; make remakes it when the install script changes.
 HIREDIS_CFLAGS := $hiredis_cflags
 HIREDIS_A := $hiredis_a
 LIBPQ_CFLAGS := $libpq_cflags
+MICROHTTPD_LIBS := $microhttpd_libs
 MK

@@ -4,10 +4,10 @@
 # the library and the command; `test` (the default): also the servers, checkers and clients the
 # tests, the demo and the benches use. Extra packages may follow (make bench asks for pgbouncer).
 set -eu
-build="gcc make pkg-config binutils libhiredis-dev libpq-dev libssl-dev"
+build="gcc make pkg-config binutils libhiredis-dev libpq-dev libssl-dev libmicrohttpd-dev"
 test="$build clang libcriterion-dev redis-server postgresql postgresql-client clang-format valgrind \
 python3 python3-psycopg2 python3-psycopg ruby-pg libdbd-pg-perl php-cli php-pgsql tmux iproute2 \
-libclang-rt-14-dev groff-base man-db ca-certificates strace redis-sentinel openssl"
+libclang-rt-14-dev groff-base man-db ca-certificates strace redis-sentinel openssl curl"
 case "${1:-test}" in
 build) pkgs=$build; [ $# -gt 0 ] && shift ;;
 test) pkgs=$test; [ $# -gt 0 ] && shift ;;

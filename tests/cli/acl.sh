@@ -112,6 +112,8 @@ check "check as dbthrottle-operator, appendonly yes: exit 0, no persistence warn
 check "the operator user may not read Redis' configuration (CONFIG GET requirepass is refused)" '! redis-cli -p "$rport" --user dbthrottle-operator --pass opw --no-auth-warning CONFIG GET requirepass 2>&1 | grep -q "^requirepass\$" && redis-cli -p "$rport" --user dbthrottle-operator --pass opw --no-auth-warning CONFIG GET requirepass 2>&1 | grep -q NOPERM'
 "$D" status aclop >"$work/o.status" 2>&1; rc=$?
 check "status as dbthrottle-operator: exit 0, the holder listed" '[ $rc -eq 0 ] && grep -q " $hold " "$work/o.status"'
+"$D" status never-was >"$work/o.nw" 2>&1; rc=$?
+check "status of a pool that never existed as dbthrottle-operator: exit 1, \"no pool\" (not NOPERM: EXISTS is granted) ($(cat "$work/o.nw"))" '[ $rc -eq 1 ] && grep -q "no pool \"never-was\"" "$work/o.nw"'
 "$D" status --json >"$work/o.json" 2>&1; rc=$?
 check "status --json (every pool: SCAN) as dbthrottle-operator: exit 0, both pools" '[ $rc -eq 0 ] && grep -q "\"aclop\"" "$work/o.json" && grep -q "\"aclpool\"" "$work/o.json"'
 "$D" status --prometheus >"$work/o.prom" 2>&1; rc=$?

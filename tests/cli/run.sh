@@ -144,9 +144,11 @@ for line in open(sys.argv[1]):
     m = re.match(r"# (HELP|TYPE) (dbthrottle_[a-z_]+) (.+)$", line)
     if m:
         (typed if m.group(1) == "TYPE" else names).add(m.group(2))
-        if m.group(1) == "TYPE": assert m.group(3) in ("gauge", "counter"), line
+        if m.group(1) == "TYPE": assert m.group(3) in ("gauge", "counter", "histogram"), line
         continue
-    m = re.match(r"(dbthrottle_[a-z_]+)\{pool=\"([^\"\\\\]|\\\\.)*\"(,kind=\"(query|connection)\"(,class=\"[a-z0-9_-]+\")?|,state=\"[a-z]+\")?\} [0-9.e+-]+$", line)
+    if re.match(r"dbthrottle_(up|scrape_duration_seconds) [0-9.e+-]+$|dbthrottle_build_info\{version=\"[^\"]+\"\} 1$", line):
+        continue
+    m = re.match(r"(dbthrottle_[a-z_]+?)(_bucket|_sum|_count)?\{pool=\"([^\"\\\\]|\\\\.)*\"(,kind=\"(query|connection)\"(,class=\"[a-z0-9_-]*\"(,le=\"([0-9.e+-]+|\+Inf)\")?)?|,state=\"[a-z]+\")?\} [0-9.e+-]+$", line)
     assert m, line
     assert m.group(1) in typed and m.group(1) in names, line
 assert "dbthrottle_grants_total" in typed
