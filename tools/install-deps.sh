@@ -35,3 +35,13 @@ $SUDO apt-get update -q
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -q --no-install-recommends $missing
 # The packaged servers must not run as system services for our tests: tests start their own.
+# Only those installed just now (a server the machine already ran is left as it was).
+for svc in $missing; do
+    case "$svc" in
+    redis-server | redis-sentinel | postgresql | pgbouncer | prometheus)
+        if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
+            $SUDO systemctl disable --now --quiet "$svc" || true
+        fi
+        ;;
+    esac
+done

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define PREFIX_LEN 11 /* strlen("DBTHROTTLE_") */
@@ -459,7 +460,10 @@ bool dbt_config_load_with_default(dbt_config *cfg, char *const *envp, const char
      * process out with DBTHROTTLE_CONFIG= (empty). A file that exists but cannot be read is an
      * error, as for a named one: silently running with the defaults instead of the operator's
      * limits would be the worst outcome. */
-    if (!file && default_file && access(default_file, F_OK) == 0) {
+    struct stat st;
+    /* "Exists": anything but ENOENT, so that a dangling symlink or an unsearchable directory is
+     * read, and fails loudly, instead of counting as no file. */
+    if (!file && default_file && (lstat(default_file, &st) == 0 || errno != ENOENT)) {
         file = default_file;
         file_src = DBT_SRC_DEFAULT;
     } else if (file && !*file) {

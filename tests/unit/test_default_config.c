@@ -117,3 +117,23 @@ Test(default_config, there_but_unreadable_is_an_error)
     dbt_config_free(&c);
     unlink(bad);
 }
+
+Test(default_config, a_dangling_link_is_an_error_not_no_file)
+{
+    /* An /etc/dbthrottle.conf that points at a file removed since (a configuration management
+     * run half done) must refuse, never run with the defaults instead of the operator's limits. */
+    char dir[] = "/tmp/dbt-etc-link-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char link_path[sizeof dir + 32], target[sizeof dir + 32];
+    snprintf(link_path, sizeof link_path, "%s/dbthrottle.conf", dir);
+    snprintf(target, sizeof target, "%s/gone.conf", dir);
+    cr_assert_eq(symlink(target, link_path), 0);
+    dbt_config c;
+    char err[DBT_ERRLEN];
+    char *env[] = {"HOME=/root", NULL};
+    cr_expect_not(dbt_config_load_with_default(&c, env, link_path, err));
+    cr_expect(strstr(err, link_path) != NULL, "the error names the file: %s", err);
+    dbt_config_free(&c);
+    unlink(link_path);
+    rmdir(dir);
+}
