@@ -214,4 +214,26 @@ kill -TERM "$w2"
 wait "$w2"
 check "in the end, nothing held or queued in Redis (queries, connections)" '[ -n "$id" ] && nothing_left q && nothing_left c'
 
+# ---- a signal the caller ignores stays ignored (nohup, trap "" HUP) ----------------------------
+echo "# ignored signals"
+bg "$work/nh.hold" "$D" acquire nh --limit 1 -- sh -c 'echo $$ >"$1"; exec sleep 60' sh "$work/nh.cmd"
+nh_hold=$bg
+wait_until 15 '[ "$(live_holders q "dbthrottle:{nh}")" -eq 1 ] && [ -s "$work/nh.cmd" ]'
+nh_hold_seen=$?
+bg "$work/nh.out" sh -c 'trap "" HUP; exec "$1" acquire nh --limit 1 --wait infinite -- echo job-ran' sh "$D"
+nh=$bg
+wait_until 15 '[ "$(live_waiters q "dbthrottle:{nh}")" -eq 1 ]'
+nh_wait_seen=$?
+kill -HUP "$nh"
+# A SIGHUP taken would end the wait at once (exit 129, its place gone from the queue): 3 s later,
+# Redis still has it waiting.
+wait_until 3 '[ "$(live_waiters q "dbthrottle:{nh}")" -eq 0 ]'
+nh_ended=$?
+nh_waiters=$(live_waiters q "dbthrottle:{nh}")
+kill -TERM "$nh_hold"
+wait "$nh_hold"
+wait "$nh"; rc=$?
+check "SIGHUP ignored by acquire's caller: still waiting 3 s after it (Redis: $nh_waiters waiter), then granted once the holder ended: CMD ran, exit $rc ($(tr '\n' ' ' <"$work/nh.out"))" '[ $nh_hold_seen -eq 0 ] && [ $nh_wait_seen -eq 0 ] && [ $nh_ended -ne 0 ] && [ "$nh_waiters" -eq 1 ] && [ $rc -eq 0 ] && grep -qx job-ran "$work/nh.out"'
+check "and nothing of it is left in Redis" 'nothing_left q "dbthrottle:{nh}"'
+
 summary
