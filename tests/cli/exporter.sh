@@ -6,7 +6,10 @@
 # noise, a pool name that is not UTF-8 (escaped in labels, text and JSON, the raw name usable),
 # a Unix socket, SIGTERM; then status' error forms, status of a pool that never existed, top -b
 # without escape codes, and drain --wait (returns once the holder's permit is released; at its
-# timeout names the holder). Each check prints one line; the last line is "N passed, N failed",
+# timeout names the holder); then names checked by RFC 3629 (promtool accepts the scrape), names
+# that would show alike (a\xff as text and as a byte) kept apart, drain --wait of one kind, drain
+# --wait against a stopped holder whose lease lapsed, status --prometheus of a missing pool, HEAD's
+# Content-Length and the holders' HELP. Each check prints one line; the last line is "N passed, N failed",
 # and the exit status is non-zero on a failure.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
