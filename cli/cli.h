@@ -107,6 +107,7 @@ typedef struct {
     dbt_status_kind kind[DBT_NKINDS]; /* see script_protocol.h */
     dbt_proc_record *procs;           /* the processes that use it (their live records) */
     int nprocs;
+    bool missing; /* named, but no key of it in Redis (status --prometheus leaves it out) */
 } cli_pool_view;
 
 /* Reads a pool's state in one round trip. max_rows: holders and waiters listed per semaphore

@@ -193,48 +193,80 @@ int cmd_limit(int argc, char **argv)
 
 /* One held permit, as an operator needs it to find the session: where, which process and backend,
  * what it does. */
-static void print_holder(dbt_kind kind, const dbt_status_entry *e, int64_t now_ms)
+static void print_holder(dbt_kind kind, const dbt_status_entry *e, int64_t now_ms, bool lapsed)
 {
-    char held[24], app[200];
+    char held[24], app[200], ago[24];
     cli_duration(now_ms - e->since_ms, held, sizeof held);
+    cli_duration(now_ms - e->expiry_ms, ago, sizeof ago);
     cli_escape_name(e->app, 63, true, app, sizeof app);
-    fprintf(stderr, "  %s permit %s: host %s pid %ld", dbt_kind_name(kind), e->permit,
-            e->host[0] ? e->host : "?", e->pid);
+    fprintf(stderr, "  %s permit %s", dbt_kind_name(kind), e->permit);
+    if (lapsed)
+        fprintf(stderr, " (lease lapsed %s ago, never released)", ago);
+    fprintf(stderr, ": host %s pid %ld", e->host[0] ? e->host : "?", e->pid);
     if (e->backend_pid > 0)
         fprintf(stderr, " backend pid %ld", e->backend_pid);
     fprintf(stderr, " application_name %s state %s, held for %s\n", app,
             e->state[0] ? e->state : "unknown", e->since_ms ? held : "?");
 }
 
-/* drain --wait: polls the pool until no permit of either kind is held, by Redis' own count of
- * live leases; at the timeout, names the holders. */
+/* drain --wait: polls the pool until no permit of the drained kinds is held, by Redis' own count
+ * of live leases; at the timeout, names the holders. A lease that lapsed without a release (its
+ * holder stopped or cut off from Redis: still in the holders past its expiry, or reaped as
+ * expired during the wait) is not a drained pool: its command may still run, so that ends the
+ * wait at once with exit 1, naming them (waiting on would hang on a dead holder until the
+ * timeout, and its release may never come; the operator decides: evict, or wait again). */
 static int drain_wait(admin_ctx *c, const char *name)
 {
     int64_t start = dbt_now_us() / 1000, poll_ms = 200;
     char err[DBT_ERRLEN];
-    for (;;) {
+    long long expired_at_start[DBT_NKINDS] = {0};
+    for (bool first = true;; first = false) {
         cli_pool_view v;
         if (!cli_view_pool(c->r, &c->cfg, c->pos[0], 0, &v, err))
             return cli_fail(c->cmd, "pool %s: %s", name, err);
-        long long held = 0;
-        for (int kind = 0; kind < DBT_NKINDS; kind++)
-            held += v.kind[kind].nholders;
+        long long held = 0, lapsed = 0, reaped = 0;
+        for (int kind = 0; kind < DBT_NKINDS; kind++) {
+            if (!c->kinds[kind])
+                continue;
+            const dbt_status_kind *k = &v.kind[kind];
+            if (first)
+                expired_at_start[kind] = k->counters[DBT_CTR_EXPIRED];
+            held += k->nholders;
+            lapsed += k->nlapsed;
+            reaped += k->counters[DBT_CTR_EXPIRED] - expired_at_start[kind];
+        }
         int64_t waited = dbt_now_us() / 1000 - start;
-        if (held == 0) {
+        if (held == 0 && lapsed == 0 && reaped <= 0) {
             cli_view_free(&v);
             char d[24];
             cli_duration(waited, d, sizeof d);
             printf("pool %s: no permit held (waited %s)\n", name, d);
             return 0;
         }
-        if (c->timeout_ms != DBT_FOREVER && waited >= c->timeout_ms) {
+        bool timed_out = c->timeout_ms != DBT_FOREVER && waited >= c->timeout_ms;
+        if (held == 0 || timed_out) {
             char d[24];
-            cli_duration(c->timeout_ms, d, sizeof d);
-            cli_fail(c->cmd, "pool %s: %lld permit%s still held after %s (still draining):", name,
-                     held, held == 1 ? "" : "s", d);
-            for (int kind = 0; kind < DBT_NKINDS; kind++)
+            cli_duration(timed_out ? c->timeout_ms : waited, d, sizeof d);
+            if (held)
+                cli_fail(c->cmd,
+                         "pool %s: %lld unit%s still held after %s (a permit of weight w holds w; "
+                         "still draining):",
+                         name, held, held == 1 ? "" : "s", d);
+            if (lapsed + reaped > 0)
+                cli_fail(c->cmd,
+                         "pool %s: %lld lease%s lapsed without a release (%lld still listed, "
+                         "%lld reaped as expired during the wait); their holders may still run "
+                         "(still draining):",
+                         name, lapsed + reaped, lapsed + reaped == 1 ? "" : "s", lapsed,
+                         reaped > 0 ? reaped : 0);
+            for (int kind = 0; kind < DBT_NKINDS; kind++) {
+                if (!c->kinds[kind])
+                    continue;
                 for (int i = 0; i < v.kind[kind].nh; i++)
-                    print_holder((dbt_kind)kind, &v.kind[kind].holders[i], v.now_ms);
+                    print_holder((dbt_kind)kind, &v.kind[kind].holders[i], v.now_ms, false);
+                for (int i = 0; i < v.kind[kind].nl; i++)
+                    print_holder((dbt_kind)kind, &v.kind[kind].lapsed[i], v.now_ms, true);
+            }
             cli_view_free(&v);
             return 1;
         }
@@ -266,9 +298,9 @@ static int drain_or_resume(int argc, char **argv, bool drain, const char *usage)
             break;
         }
         if (drain)
-            printf("pool %s %s: draining: no new grants (waiters wait); %lld still holding "
-                   "until they finish; undo with: dbthrottle resume\n",
-                   name, dbt_kind_name((dbt_kind)kind), res.holders);
+            printf("pool %s %s: draining: no new grants (waiters wait); %lld unit%s still held "
+                   "until their holders finish; undo with: dbthrottle resume\n",
+                   name, dbt_kind_name((dbt_kind)kind), res.holders, res.holders == 1 ? "" : "s");
         else
             printf("pool %s %s: resumed: %lld waiter%s granted at once; %lld holding\n", name,
                    dbt_kind_name((dbt_kind)kind), res.granted, res.granted == 1 ? "" : "s",
@@ -290,8 +322,10 @@ static const char drain_usage[] =
     "holders finish normally, newcomers and waiters wait (up to their DBTHROTTLE_WAIT_TIMEOUT)\n"
     "until dbthrottle resume POOL. Kept in Redis until then.\n"
     "\n"
-    "  --wait       then return once no permit of the pool (either kind) is held, by Redis'\n"
-    "               count of live leases (as PgBouncer's PAUSE)\n"
+    "  --wait       then return once no permit of the drained kinds is held, by Redis'\n"
+    "               count of live leases (as PgBouncer's PAUSE); a lease that lapsed without\n"
+    "               a release (its holder stopped or cut off: it may still run) ends the wait\n"
+    "               with exit 1, naming it\n"
     "  --timeout T  give up waiting after T (30s, 5m): exit 1 naming the holders (host, pid,\n"
     "               backend pid, application_name, state); the drain stays in force\n";
 

@@ -46,11 +46,11 @@ typedef struct {
     int npools;
 } exporter;
 
-static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, char *text, size_t len,
-                              bool head)
+/* HEAD gets GET's whole response: libmicrohttpd sends its headers (Content-Length the body's
+ * length, as RFC 9110 wants) and leaves the body out itself. */
+static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, char *text, size_t len)
 {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(head ? 0 : len, text, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text);
         return MHD_NO;
@@ -87,14 +87,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     size_t len;
     char *text;
-    bool head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
-    if (!head && strcmp(method, MHD_HTTP_METHOD_GET) != 0)
+    if (strcmp(method, MHD_HTTP_METHOD_HEAD) != 0 && strcmp(method, MHD_HTTP_METHOD_GET) != 0)
         return (text = copy_text("only GET and HEAD\n", &len))
-                   ? answer(conn, MHD_HTTP_METHOD_NOT_ALLOWED, text, len, false)
+                   ? answer(conn, MHD_HTTP_METHOD_NOT_ALLOWED, text, len)
                    : MHD_NO;
     if (strcmp(url, "/metrics") != 0)
         return (text = copy_text("not found: the metrics are at /metrics\n", &len))
-                   ? answer(conn, MHD_HTTP_NOT_FOUND, text, len, head)
+                   ? answer(conn, MHD_HTTP_NOT_FOUND, text, len)
                    : MHD_NO;
     char err[DBT_ERRLEN];
     cli_pool_view *v = NULL;
@@ -114,7 +113,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         free(text);
         return MHD_NO;
     }
-    return answer(conn, MHD_HTTP_OK, text, len, head);
+    return answer(conn, MHD_HTTP_OK, text, len);
 }
 
 /* A listening socket for ADDRESS (see usage), its address as bound in `shown`; -1 with a message

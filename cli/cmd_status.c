@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char usage[] =
@@ -38,6 +39,18 @@ static void print_error(bool json, bool prom, const char *err)
         cli_json_str(stdout, err);
         fputs("}\n", stdout);
     }
+}
+
+/* The pools that exist, in the order named (a missing one's view is empty: left out). */
+static void render_found(const cli_pool_view *v, int n, double seconds)
+{
+    cli_pool_view *found = calloc((size_t)n + 1, sizeof *found);
+    int nf = 0;
+    for (int i = 0; found && i < n; i++)
+        if (!v[i].missing)
+            found[nf++] = v[i];
+    cli_render_prometheus(stdout, found ? found : v, found ? nf : n, seconds);
+    free(found);
 }
 
 int cmd_status(int argc, char **argv)
@@ -93,7 +106,10 @@ int cmd_status(int argc, char **argv)
     int nnames = argc - optind;
     bool read = cli_read_pools(&cfg, &r, names, nnames, max_rows, &v, &n, &seconds, err);
     /* A pool named on the command line that has no key at all: a typo, or a pool that never
-     * existed (or whose keys all expired), not an empty pool. */
+     * existed (or whose keys all expired), not an empty pool. --prometheus still prints the rest
+     * with dbthrottle_up 1 (Redis was read: up 0 would say it could not be) and nothing for the
+     * missing pool; the message goes to stderr and the exit status is 1. */
+    bool missing = false;
     for (int i = 0; read && i < nnames; i++) {
         int found = cli_pool_exists(r, &cfg, &v[i], err);
         if (found == 0) {
@@ -101,6 +117,12 @@ int cmd_status(int argc, char **argv)
             cli_escape_name(names[i], 200, true, name, sizeof name);
             cli_escape_name(cfg.key_prefix, 200, true, ep, sizeof ep);
             snprintf(err, sizeof err, "no pool %s under the key prefix %s", name, ep);
+            if (prom) {
+                cli_fail("status", "%s", err);
+                v[i].missing = true;
+                missing = true;
+                continue;
+            }
         }
         read = found == 1;
     }
@@ -109,10 +131,11 @@ int cmd_status(int argc, char **argv)
         if (json)
             cli_render_json(stdout, v, n, cfg.key_prefix);
         else if (prom)
-            cli_render_prometheus(stdout, v, n, seconds);
+            render_found(v, n, seconds);
         else
             cli_render_text(stdout, v, n, cfg.key_prefix);
-        rc = fflush(stdout) == 0 ? 0 : cli_fail("status", "cannot write the output");
+        rc =
+            fflush(stdout) == 0 ? (missing ? 1 : 0) : cli_fail("status", "cannot write the output");
     } else {
         cli_fail("status", "%s", err);
         if (prom)

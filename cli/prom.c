@@ -37,14 +37,17 @@ static void put_number(FILE *out, double v)
     fputs(text, out);
 }
 
-/* A label value: '\\', '"' and a newline escaped as the format says; bytes that are not UTF-8
- * (a label value must be) shown as the text \xNN, as the table shows them. */
+/* A label value: the name as the table shows it, one-to-one (a backslash doubled, a byte that
+ * is not UTF-8, which a label value must be, as the text \xNN), then the format's own escapes
+ * ('\\', '"', newline) on top. */
 static void prom_label(FILE *out, const char *s)
 {
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
         int n = cli_utf8_len(p);
-        if (*p == '\\' || *p == '"')
-            fprintf(out, "\\%c", *p);
+        if (*p == '\\')
+            fputs("\\\\\\\\", out);
+        else if (*p == '"')
+            fputs("\\\"", out);
         else if (*p == '\n')
             fputs("\\n", out);
         else if (n == 0)
@@ -288,8 +291,8 @@ void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n, double scra
                 "Seconds the pool's quarantine still lasts (a failover, restart or data loss): no "
                 "new grants.",
                 M_QUARANTINE, 0);
-    prom_metric(out, v, n, "dbthrottle_holders", "gauge", "Permits held (live leases).", M_HOLDERS,
-                0);
+    prom_metric(out, v, n, "dbthrottle_holders", "gauge",
+                "Units held by live leases (a permit of weight w counts w).", M_HOLDERS, 0);
     prom_metric(out, v, n, "dbthrottle_waiters", "gauge", "Callers queued for a permit.", M_WAITERS,
                 0);
     prom_metric(out, v, n, "dbthrottle_oldest_wait_seconds", "gauge",

@@ -394,10 +394,11 @@ void cli_json_str(FILE *out, const char *s)
     fputc('"', out);
 }
 
-/* A pool's name as a JSON string: shown as text shows it when it is not UTF-8. */
+/* A pool's name as a JSON string: shown as text shows it when it is not UTF-8 or holds a
+ * backslash (doubled there), so that two names never show alike. */
 static void json_pool(FILE *out, const char *name)
 {
-    if (cli_utf8_valid(name)) {
+    if (cli_utf8_valid(name) && !strchr(name, '\\')) {
         cli_json_str(out, name);
         return;
     }

@@ -4,16 +4,25 @@
 
 #include <string.h>
 
+/* RFC 3629 section 4 exactly: no lead byte C0, C1 or F5-FF, no overlong form (E0 80-9F, F0
+ * 80-8F), no surrogate (ED A0-BF), nothing above U+10FFFF (F4 90-BF). */
 int cli_utf8_len(const unsigned char *s)
 {
-    int n = s[0] < 0x80             ? 1
-            : (s[0] & 0xE0) == 0xC0 ? 2
-            : (s[0] & 0xF0) == 0xE0 ? 3
-            : (s[0] & 0xF8) == 0xF0 ? 4
-                                    : 0;
-    if (n == 2 && s[0] < 0xC2)
-        return 0; /* an overlong form of an ASCII byte */
-    for (int i = 1; i < n; i++)
+    if (s[0] < 0x80)
+        return 1;
+    int n;
+    unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (s[0] >= 0xC2 && s[0] <= 0xDF)
+        n = 2;
+    else if (s[0] >= 0xE0 && s[0] <= 0xEF)
+        n = 3, lo = s[0] == 0xE0 ? 0xA0 : 0x80, hi = s[0] == 0xED ? 0x9F : 0xBF;
+    else if (s[0] >= 0xF0 && s[0] <= 0xF4)
+        n = 4, lo = s[0] == 0xF0 ? 0x90 : 0x80, hi = s[0] == 0xF4 ? 0x8F : 0xBF;
+    else
+        return 0;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (int i = 2; i < n; i++)
         if ((s[i] & 0xC0) != 0x80)
             return 0;
     return n;
@@ -54,7 +63,9 @@ void cli_escape_name(const char *text, size_t max, bool quoted, char *out, size_
         } else if (n == 0 || *p < 0x20 || *p == 0x7f) {
             o += (size_t)snprintf(out + o, cap - o, "\\x%02x", *p);
             n = 1;
-        } else if (quoted && (*p == '"' || *p == '\\')) {
+        } else if (*p == '\\' || (quoted && *p == '"')) {
+            /* A backslash doubled, quoted or not: \xNN then only ever stands for a byte, and
+             * a name of the four characters a\xff does not show as the byte name a<ff>. */
             out[o++] = '\\';
             out[o++] = (char)*p;
         } else {

@@ -12,7 +12,10 @@
 -- Then the oldest current wait (ms: the longest waiting head of the main queue and of each tag's
 -- queue; 0 none), the histograms' bucket bounds (ms, as text: HIST_BOUNDS) and the histograms
 -- (HGETALL of hist: {"<series>:<i>:<class>" or "<series>:s:<class>", value, ...}).
--- Entries whose lease ran out are left out.
+-- Entries whose lease ran out are left out of all that; then the holders whose lease ran out but
+-- who never released (still in the holders ZSET past their expiry: a stopped or cut-off holder
+-- whose command may still run): their count in units and {id, lease expiry, info, ...} of the
+-- permits (drain --wait must not call such a pool drained).
 local max = tonumber(ARGV[10]) or 0
 load_classes()
 local now = now_ms()
@@ -115,6 +118,18 @@ local function snapshot(s)
     for _, t in ipairs(redis.call('ZRANGE', s.TAGS, 0, -1)) do
         oldest = math.max(oldest, head_wait(s, K.tag_queue(s, t)))
     end
+    local lapsed, nlapsed = {}, redis.call('ZCOUNT', s.H, '-inf', '(' .. now)
+    if nlapsed > 0 then
+        local ll = redis.call('ZRANGEBYSCORE', s.H, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0,
+            (max > 0) and math.max(2 * max, 16) or 1024)
+        for i = 1, #ll, 2 do
+            if not string.find(ll[i], '#', 1, true) then
+                lapsed[#lapsed + 1] = ll[i]
+                lapsed[#lapsed + 1] = ll[i + 1]
+                lapsed[#lapsed + 1] = info_of(s, ll[i])
+            end
+        end
+    end
     local bounds = {}
     for i, b in ipairs(HIST_BOUNDS()) do
         bounds[i] = tostring(b) -- as text: a Lua number becomes an integer in the reply
@@ -122,7 +137,7 @@ local function snapshot(s)
     return {c[1] or false, c[2] or false, c[3] and 1 or 0, redis.call('ZCOUNT', s.H, now, '+inf'),
         redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS),
         qleft, why, classes(s, K.effective_defs(c[5], c[6]), tonumber(c[2]) or tonumber(c[1]) or 0),
-        oldest, bounds, redis.call('HGETALL', s.HIST)}
+        oldest, bounds, redis.call('HGETALL', s.HIST), nlapsed, lapsed}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).

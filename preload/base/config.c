@@ -13,7 +13,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define PREFIX_LEN 11 /* strlen("DBTHROTTLE_") */

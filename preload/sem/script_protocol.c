@@ -811,6 +811,33 @@ static bool parse_hists(const redisReply *r, dbt_status_kind *k, char *err)
     return true;
 }
 
+/* {id, lease expiry, info, ...}: the holders listed, oldest grant first. */
+static bool parse_holders(const redisReply *h, dbt_status_entry **out, int *n, char *err)
+{
+    static const char script[] = "status.lua";
+    enum { HOLDER_ID, HOLDER_EXPIRY, HOLDER_INFO, PER_HOLDER };
+    if (!is_array(h, -1, script, "holders", err))
+        return false;
+    if (h->elements % PER_HOLDER)
+        return unexpected(err, script, "%zu elements in a list of holders", h->elements);
+    if (!h->elements)
+        return true;
+    *out = calloc(h->elements / PER_HOLDER, sizeof **out);
+    if (!*out)
+        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    for (size_t i = 0; i < h->elements; i += PER_HOLDER) {
+        long long expiry;
+        if (!parse_entry(h->element[i + HOLDER_ID], h->element[i + HOLDER_INFO], &(*out)[*n], err))
+            return false;
+        (*n)++;
+        if (!number_of(h->element[i + HOLDER_EXPIRY], "a lease expiry", &expiry, err))
+            return false;
+        (*out)[*n - 1].expiry_ms = expiry;
+    }
+    qsort(*out, (size_t)*n, sizeof **out, by_since);
+    return true;
+}
+
 static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err)
 {
     static const char script[] = "status.lua";
@@ -829,21 +856,28 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         OLDEST,
         BOUNDS,
         HIST,
+        NLAPSED,
+        LAPSED,
         NFIELDS
     };
-    enum { HOLDER_ID, HOLDER_EXPIRY, HOLDER_INFO, PER_HOLDER };
     enum { WAITER_ID, WAITER_INFO, PER_WAITER };
-    /* Without the histograms, or the classes too: a reply of the scripts before them. */
+    /* Without the lapsed holders, the histograms, or the classes too: a reply of the scripts
+     * before them. */
     if (!is_array(r, -1, script, "a semaphore", err))
         return false;
-    if (r->elements != NFIELDS && r->elements != OLDEST && r->elements != CLASSES)
+    if (r->elements != NFIELDS && r->elements != NLAPSED && r->elements != OLDEST &&
+        r->elements != CLASSES)
         return unexpected(err, script, "a semaphore has %zu elements, not %d", r->elements,
                           NFIELDS);
     if (r->elements > CLASSES && !parse_classes(r->element[CLASSES], k, err))
         return false;
-    if (r->elements == NFIELDS &&
+    if (r->elements > OLDEST &&
         (!number_of(r->element[OLDEST], "the oldest wait", &k->oldest_wait_ms, err) ||
          !parse_bounds(r->element[BOUNDS], k, err) || !parse_hists(r->element[HIST], k, err)))
+        return false;
+    if (r->elements > NLAPSED &&
+        (!number_of(r->element[NLAPSED], "the lapsed holders", &k->nlapsed, err) ||
+         !parse_holders(r->element[LAPSED], &k->lapsed, &k->nl, err)))
         return false;
     const redisReply *const *e = (const redisReply *const *)r->element;
     long long drained = 0;
@@ -856,29 +890,13 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         !why_of(e[WHY], script, k->why, err))
         return false;
     k->drained = drained != 0;
-    const redisReply *h = e[HOLDERS], *w = e[WAITERS], *st = e[STATS];
-    if (!is_array(h, -1, script, "holders", err) || !is_array(w, -1, script, "waiters", err) ||
-        !is_array(st, -1, script, "counters", err))
+    const redisReply *w = e[WAITERS], *st = e[STATS];
+    if (!parse_holders(e[HOLDERS], &k->holders, &k->nh, err) ||
+        !is_array(w, -1, script, "waiters", err) || !is_array(st, -1, script, "counters", err))
         return false;
-    if (h->elements % PER_HOLDER || w->elements % PER_WAITER || st->elements % 2)
-        return unexpected(err, script, "%zu, %zu, %zu elements in holders, waiters, counters",
-                          h->elements, w->elements, st->elements);
-    if (h->elements) {
-        k->holders = calloc(h->elements / PER_HOLDER, sizeof *k->holders);
-        if (!k->holders)
-            return snprintf(err, DBT_ERRLEN, "out of memory"), false;
-        for (size_t i = 0; i < h->elements; i += PER_HOLDER) {
-            long long expiry;
-            if (!parse_entry(h->element[i + HOLDER_ID], h->element[i + HOLDER_INFO],
-                             &k->holders[k->nh], err))
-                return false;
-            k->nh++;
-            if (!number_of(h->element[i + HOLDER_EXPIRY], "a lease expiry", &expiry, err))
-                return false;
-            k->holders[k->nh - 1].expiry_ms = expiry;
-        }
-        qsort(k->holders, (size_t)k->nh, sizeof *k->holders, by_since);
-    }
+    if (w->elements % PER_WAITER || st->elements % 2)
+        return unexpected(err, script, "%zu, %zu elements in waiters, counters", w->elements,
+                          st->elements);
     if (w->elements) {
         k->waiters = calloc(w->elements / PER_WAITER, sizeof *k->waiters);
         if (!k->waiters)
@@ -966,6 +984,7 @@ void dbt_status_free(dbt_status_reply *s)
     for (int k = 0; k < DBT_NKINDS; k++) {
         free_entries(s->kind[k].holders, s->kind[k].nh);
         free_entries(s->kind[k].waiters, s->kind[k].nw);
+        free_entries(s->kind[k].lapsed, s->kind[k].nl);
         free(s->kind[k].classes);
         free(s->kind[k].hists);
     }

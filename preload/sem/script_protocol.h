@@ -375,6 +375,11 @@ typedef struct {
     double hist_bound_ms[DBT_HIST_MAX];
     dbt_status_hist *hists; /* the histograms with data (none: NULL, 0) */
     int nhists;
+    /* Units whose lease ran out but that were never released (a stopped or cut-off holder that
+     * may still run), and those permits (oldest grant first); 0 from an older status.lua. */
+    long long nlapsed;
+    dbt_status_entry *lapsed;
+    int nl;
 } dbt_status_kind;
 
 /* status.lua's {now, query semaphore, connection semaphore, processes}. Owns its entries (copied

@@ -6,7 +6,10 @@
 # noise, a pool name that is not UTF-8 (escaped in labels, text and JSON, the raw name usable),
 # a Unix socket, SIGTERM; then status' error forms, status of a pool that never existed, top -b
 # without escape codes, and drain --wait (returns once the holder's permit is released; at its
-# timeout names the holder). Each check prints one line; the last line is "N passed, N failed",
+# timeout names the holder); then names checked by RFC 3629 (promtool accepts the scrape), names
+# that would show alike (a\xff as text and as a byte) kept apart, drain --wait of one kind, drain
+# --wait against a stopped holder whose lease lapsed, status --prometheus of a missing pool, HEAD's
+# Content-Length and the holders' HELP. Each check prints one line; the last line is "N passed, N failed",
 # and the exit status is non-zero on a failure.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -210,7 +213,7 @@ holder=$bg
 wait_until 10 '[ "$(live_holders q "dbthrottle:{dw}")" -eq 1 ]'
 backend=$(psql -qAtX -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'dw_app'")
 "$D" drain dw --wait --timeout 1s >"$work/dw1.out" 2>"$work/dw1.err"; rc=$?
-check "drain --wait --timeout 1s while psql (pid $holder) holds: exit 1, names it ($(head -2 "$work/dw1.err" | tail -1))" '[ $rc -eq 1 ] && grep -q "1 permit still held after 1.0s" "$work/dw1.err" && grep -q "host $(hostname) pid $holder" "$work/dw1.err"'
+check "drain --wait --timeout 1s while psql (pid $holder) holds: exit 1, names it ($(head -2 "$work/dw1.err" | tail -1))" '[ $rc -eq 1 ] && grep -q "1 unit still held after 1.0s" "$work/dw1.err" && grep -q "host $(hostname) pid $holder" "$work/dw1.err"'
 check "drain --wait's timeout names the holder's backend pid ($backend), application_name and state" 'grep -q "backend pid $backend application_name \"dw_app\" state running" "$work/dw1.err"'
 # A newcomer queues behind the drain: the oldest wait grows.
 bg "$work/dw.wait" env PGAPPNAME=dw_wait "$D" run --max-queries 1 --pool dw -- psql -qAtX -c "SELECT 7"
@@ -233,5 +236,97 @@ wait_until 20 '! kill -0 "$waiter" 2>/dev/null'
 check "resume: the waiter ran its query" '[ "$(cat "$work/dw.wait")" = 7 ]'
 "$D" drain dw --timeout 1s >/dev/null 2>&1; rc=$?
 check "drain --timeout without --wait: usage error (exit 2)" '[ $rc -eq 2 ]'
+
+
+# ---- names that are not UTF-8 by RFC 3629, and names that show alike -------------------------------
+echo "# strict UTF-8 and one-to-one names"
+# Each is invalid UTF-8 that a lax check takes: a lead byte above F4, a surrogate, overlong forms,
+# a code point above U+10FFFF, the lead bytes C0 and C1. The last name is valid (U+1F600).
+bad_names="b\365\200\200\200 c\355\240\200 d\340\200\200 e\360\200\200\200 f\364\220\200\200 g\300\200 h\301\201 ok\360\237\230\200"
+set --
+for spec in $bad_names; do
+    nm=$(printf "$spec")
+    "$D" limit "$nm" 3 >/dev/null
+    set -- "$@" "$nm"
+done
+"$D" status --prometheus "$@" >"$work/u8.prom"; rc=$?
+check "invalid UTF-8 names: status --prometheus exit $rc, promtool check metrics accepts it ($(promtool check metrics <"$work/u8.prom" 2>&1 | head -1))" '[ $rc -eq 0 ] && promtool check metrics <"$work/u8.prom" >/dev/null 2>&1 && exposition "$work/u8.prom"'
+check "invalid UTF-8 names: each byte of them shown as \\xNN (b\\xf5\\x80\\x80\\x80, c\\xed\\xa0\\x80, g\\xc0\\x80), the valid one as is" 'grep -q "^dbthrottle_limit{pool=\"b\\\\\\\\xf5\\\\\\\\x80\\\\\\\\x80\\\\\\\\x80\",kind=\"query\"} 3$" "$work/u8.prom" && grep -q "^dbthrottle_limit{pool=\"c\\\\\\\\xed\\\\\\\\xa0\\\\\\\\x80\",kind=\"query\"} 3$" "$work/u8.prom" && grep -q "^dbthrottle_limit{pool=\"g\\\\\\\\xc0\\\\\\\\x80\",kind=\"query\"} 3$" "$work/u8.prom" && grep -q "^dbthrottle_limit{pool=\"ok$(printf "\360\237\230\200")\",kind=\"query\"} 3$" "$work/u8.prom"'
+"$D" status --json "$@" >"$work/u8.json"; rc=$?
+check "invalid UTF-8 names: status --json (exit $rc) is UTF-8 JSON (python3 decodes it)" '[ $rc -eq 0 ] && python3 -c "
+import json, sys
+d = json.loads(open(sys.argv[1], \"rb\").read().decode(\"utf-8\"))
+names = [p[\"name\"] for p in d[\"pools\"]]
+assert \"c\\\\xed\\\\xa0\\\\x80\" in names and \"ok\\U0001f600\" in names, names
+" "$work/u8.json"'
+"$D" status "$@" >"$work/u8.txt"; rc=$?
+check "invalid UTF-8 names: the table (exit $rc) is UTF-8 and shows \"c\\xed\\xa0\\x80\"" '[ $rc -eq 0 ] && python3 -c "import sys; open(sys.argv[1], \"rb\").read().decode(\"utf-8\")" "$work/u8.txt" && grep -q "^pool \"c\\\\xed\\\\xa0\\\\x80\" query" "$work/u8.txt"'
+# A pool named with the four characters a\xff and one named with the byte a<ff>.
+lit='a\xff' byte=$(printf 'a\377')
+"$D" limit "$lit" 1 >/dev/null
+"$D" limit "$byte" 2 >/dev/null
+"$D" status --prometheus "$lit" "$byte" >"$work/al.prom"; rc=$?
+dups=$(grep -v '^#' "$work/al.prom" | awk '{print $1}' | sort | uniq -d)
+check "names a\\xff (text) and a<ff> (byte): exit $rc, no duplicate series (dups: '$dups')" '[ $rc -eq 0 ] && [ -z "$dups" ] && promtool check metrics <"$work/al.prom" >/dev/null 2>&1'
+check "names a\\xff and a<ff>: labels a\\\\\\\\xff (a backslash doubled, then escaped) = 1 and a\\\\xff (the byte) = 2" '[ "$(sample "$work/al.prom" "dbthrottle_limit{pool=\"a\\\\\\\\\\\\\\\\xff\",kind=\"query\"}")" = 1 ] && [ "$(sample "$work/al.prom" "dbthrottle_limit{pool=\"a\\\\\\\\xff\",kind=\"query\"}")" = 2 ]'
+"$D" status "$lit" "$byte" >"$work/al.txt"
+"$D" status --json "$lit" "$byte" >"$work/al.json"
+check "names a\\xff and a<ff>: the table shows \"a\\\\\\\\xff\" and \"a\\\\xff\", JSON names differ" 'grep -q "^pool \"a\\\\\\\\xff\" query" "$work/al.txt" && grep -q "^pool \"a\\\\xff\" query" "$work/al.txt" && python3 -c "
+import json, sys
+names = [p[\"name\"] for p in json.load(open(sys.argv[1]))[\"pools\"]]
+assert len(set(names)) == 2, names
+" "$work/al.json"'
+
+# ---- drain --wait counts the drained kinds only ------------------------------------------------
+echo "# drain --wait, one kind"
+bg "$work/dq.hold" "$D" acquire dq --kind connection --limit 1 -- sleep 120
+dqhold=$bg
+wait_until 10 '[ "$(live_holders c "dbthrottle:{dq}")" -eq 1 ]'
+t0=$(now_ms)
+"$D" drain dq --queries --wait --timeout 10s >"$work/dq.out" 2>"$work/dq.err"; rc=$?
+took=$(($(now_ms) - t0))
+check "drain --queries --wait while only a connection permit is held: exit 0 in ${took} ms ($(cat "$work/dq.out" "$work/dq.err" | tail -1))" '[ $rc -eq 0 ] && grep -q "no permit held" "$work/dq.out" && [ "$took" -lt 9000 ] && [ "$(live_holders c "dbthrottle:{dq}")" -eq 1 ]'
+"$D" drain dq --connections --wait --timeout 1s >/dev/null 2>"$work/dq2.err"; rc=$?
+check "drain --connections --wait --timeout 1s: exit 1, names the connection permit only" '[ $rc -eq 1 ] && grep -q "connection permit" "$work/dq2.err" && ! grep -q "query permit" "$work/dq2.err"'
+kill -TERM "$dqhold"
+wait "$dqhold" 2>/dev/null
+"$D" resume dq >/dev/null
+
+# ---- drain --wait and a lease that lapsed without a release ------------------------------------
+echo "# drain --wait, a lapsed lease"
+bg "$work/dl.hold" env DBTHROTTLE_LEASE=1s "$D" acquire dl --limit 1 -- sleep 120
+dlhold=$bg
+wait_until 10 '[ "$(live_holders q "dbthrottle:{dl}")" -eq 1 ]'
+wait_until 10 '[ -n "$(pgrep -P "$dlhold")" ]'
+dlcmd=$(pgrep -P "$dlhold")
+kill -STOP "$dlhold"
+t0=$(now_ms)
+"$D" drain dl --wait --timeout 60s >"$work/dl.out" 2>"$work/dl.err"; rc=$?
+took=$(($(now_ms) - t0))
+lapsed_in_redis=$(rcli --raw eval "local t = redis.call('TIME') return redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. (t[1] * 1000 + math.floor(t[2] / 1000)))" 1 "dbthrottle:{dl}:q:holders")
+check "drain --wait while the holder (pid $dlhold) is stopped, its lease lapsed (Redis: $lapsed_in_redis lapsed, its command pid $dlcmd still runs): exit $rc in $took ms, not drained ($(head -1 "$work/dl.err"))" '[ $rc -eq 1 ] && [ "$took" -lt 50000 ] && [ "$lapsed_in_redis" -ge 1 ] && kill -0 "$dlcmd" && grep -q "1 lease lapsed without a release" "$work/dl.err" && grep -q "their holders may still run" "$work/dl.err" && grep -q "lease lapsed .* ago, never released): host $(hostname) pid $dlhold" "$work/dl.err" && ! grep -q "no permit held" "$work/dl.out"'
+kill -CONT "$dlhold"
+kill -TERM "$dlhold"
+wait "$dlhold" 2>/dev/null
+"$D" resume dl >/dev/null
+
+# ---- status --prometheus of a missing pool, HEAD, HELP ------------------------------------------
+echo "# status --prometheus, HEAD, HELP"
+"$D" status --prometheus never-was-2 >"$work/nw.prom" 2>"$work/nw2.err"; rc=$?
+check "status --prometheus of a pool that never existed: exit 1, up 1 (Redis was read), build_info, no pool series, the message on stderr" '[ $rc -eq 1 ] && [ "$(sample "$work/nw.prom" dbthrottle_up)" = 1 ] && grep -q "^dbthrottle_build_info{" "$work/nw.prom" && ! grep -q "{pool=" "$work/nw.prom" && grep -q "no pool \"never-was-2\"" "$work/nw2.err"'
+"$D" status --prometheus dq never-was-2 >"$work/nw3.prom" 2>/dev/null; rc=$?
+check "status --prometheus of one pool that exists and one that does not: exit 1, the one that exists shown" '[ $rc -eq 1 ] && [ "$(sample "$work/nw3.prom" dbthrottle_up)" = 1 ] && grep -q "{pool=\"dq\"" "$work/nw3.prom" && ! grep -q "never-was-2" "$work/nw3.prom"'
+bg "$work/exp3.err" "$D" exporter --listen 127.0.0.1:0
+exp3=$bg
+wait_until 10 'grep -q "listening on" "$work/exp3.err"'
+port3=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$work/exp3.err")
+scrape "http://127.0.0.1:$port3/metrics" "$work/m9"
+getlen=$(wc -c <"$work/m9")
+headlen=$(curl -s --max-time 30 -I "http://127.0.0.1:$port3/metrics" | tr -d '\r' | sed -n 's/^[Cc]ontent-[Ll]ength: //p')
+check "HEAD /metrics: Content-Length $headlen, GET's body $getlen bytes (within 40: the scrape duration varies)" '[ -n "$headlen" ] && [ "$headlen" -gt 1000 ] && [ $((headlen - getlen)) -lt 40 ] && [ $((getlen - headlen)) -lt 40 ]'
+check "the exporter's scrape with all the names above passes promtool check metrics" 'promtool check metrics <"$work/m9" >/dev/null 2>&1 && exposition "$work/m9"'
+check "dbthrottle_holders' HELP says units (a permit of weight w counts w)" 'grep -q "^# HELP dbthrottle_holders Units held by live leases (a permit of weight w counts w)\.$" "$work/m9"'
+kill -TERM "$exp3"
+wait "$exp3" 2>/dev/null
 
 summary

@@ -322,6 +322,33 @@ Test(status_reply, malformed)
     assert_rejects(dbt_parse_status, "status.lua", bad, N(bad), sizeof(dbt_status_reply));
 }
 
+/* A reply with the lapsed holders (status.lua since drain --wait refuses them): the count in
+ * units and the permits whose lease ran out without a release; a 14-field reply (without them)
+ * still parses, with none. */
+Test(status_reply, lapsed_holders)
+{
+    redisReply *r = reply_of("*3\r\n:5000\r\n"
+                             "*16\r\n$1\r\n1\r\n$-1\r\n:1\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n:0\r\n"
+                             "$-1\r\n*2\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n:2\r\n"
+                             "*3\r\n$3\r\nd.4\r\n$4\r\n4000\r\n$20\r\n3000 hostd 44 conn-d\r\n"
+                             "*14\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n:0\r\n"
+                             "$-1\r\n*2\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n");
+    dbt_status_reply s;
+    char err[DBT_ERRLEN];
+    cr_assert(dbt_parse_status(r, &s, err), "%s", err);
+    freeReplyObject(r);
+    const dbt_status_kind *q = &s.kind[DBT_KIND_QUERY];
+    cr_expect_eq(q->nholders, 0);
+    cr_expect_eq(q->nlapsed, 2, "units, as nholders");
+    cr_assert_eq(q->nl, 1);
+    cr_expect_str_eq(q->lapsed[0].permit, "d.4");
+    cr_expect_eq(q->lapsed[0].pid, 44);
+    cr_expect_eq(q->lapsed[0].expiry_ms, 4000);
+    cr_expect_eq(s.kind[DBT_KIND_CONN].nlapsed, 0);
+    cr_expect_eq(s.kind[DBT_KIND_CONN].nl, 0);
+    dbt_status_free(&s);
+}
+
 /* ---- admin.lua ------------------------------------------------------------------------------- */
 
 Test(admin_reply, evicted_and_not)
