@@ -196,7 +196,7 @@ $(eval $(call test_binary,tests/unit,$(sort $(wildcard tests/unit/*.c)) $(SUPPOR
     $(BUILD)/obj/interpose/conn_state.o,$(CRITERION_LIBS)))
 $(BUILD)/tests/unit: TEST_CFLAGS += -Ipreload/interpose
 $(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS),$(CRITERION_LIBS)))
-$(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c $(SUPPORT_SRCS),-lm))
+$(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c bench/hist_cost.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/rules-bench,bench/rules_bench.c,))
 $(eval $(call test_binary,bench/dbt-peer-worker,bench/peers/dbt_worker.c,))

@@ -1,5 +1,6 @@
 /* sem_bench.c - `make bench`: the semaphore's costs, in Redis round trips measured in the same
  * run against a throwaway redis-server on loopback. */
+#include "hist_cost.h"
 #include "redis_server.h"
 #include "sem_client.h"
 
@@ -342,6 +343,7 @@ int main(void)
            (double)(usec1 - usec0) / FAST);
     free(acq);
     free(rel);
+    hist_cost_report(&r);
     tls_against_plain();
 
     /* Handover. */

@@ -213,16 +213,19 @@ end
 -- count and the series' sum, two HINCRBY (one for a 0, the common grant at once). A weighted
 -- permit is one value.
 local function observe(s, series, klass, ms)
-    local i = 0
+    klass = klass or ''
+    local field
     if ms > 1 then
         local b = HIST_BOUNDS()
-        i = 1
+        local i = 1
         while b[i + 1] and ms > b[i + 1] do
             i = i + 1
         end
+        field = series .. ':' .. i .. ':' .. klass
+    else
+        field = series .. ':0:' .. klass -- the common value: no number formatted
     end
-    klass = klass or ''
-    if redis.call('HINCRBY', s.HIST, series .. ':' .. i .. ':' .. klass, 1) == 1 then
+    if redis.call('HINCRBY', s.HIST, field, 1) == 1 then
         redis.call('PEXPIRE', s.HIST, COUNTER_TTL, 'NX') -- the field (maybe the key) is new
     end
     if ms > 0 then
@@ -244,14 +247,24 @@ end
 
 -- A permit left the holders (released, cancelled after its grant, evicted, expired): how long it
 -- was held, from its info (read before it goes: "<since> ...", the class it was granted as after
--- the second \31), into the hold histogram. Plain finds: this is every release's cost.
+-- the second \31), into the hold histogram. Plain finds, and no copy of an empty class: this is
+-- every release's cost.
 local function observe_hold(s, info, now)
     local sp = info and string.find(info, ' ', 1, true)
     local since = sp and tonumber(string.sub(info, 1, sp - 1))
-    if since then
-        observe(s, 'h', string.match(info, '^[^\31]*\31[^\31]*\31([^\31]*)', sp) or '',
-            math.max(0, now - since))
+    if not since then
+        return
     end
+    local klass = ''
+    local state_at = string.find(info, US, sp, true)
+    local class_at = state_at and string.find(info, US, state_at + 1, true)
+    if class_at then
+        local class_end = string.find(info, US, class_at + 1, true) or #info + 1
+        if class_end > class_at + 1 then
+            klass = string.sub(info, class_at + 1, class_end - 1)
+        end
+    end
+    observe(s, 'h', klass, math.max(0, now - since))
 end
 
 -- ---- Eras and quarantine (docs/design.md, "Failover and data loss") ----
