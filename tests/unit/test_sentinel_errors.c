@@ -31,9 +31,11 @@ Test(sentinel_errors, configuration_errors_are_permanent_and_name_the_setting)
 
 Test(sentinel_errors, outages_are_transient)
 {
+    /* The long message is one string with its parts in parentheses (clang's
+     * -Wstring-concatenation takes two adjacent literals in an array for a missing comma). */
     const char *transient[] = {
-        "redis-sentinel: no sentinel answered for master mymaster (tried 127.0.0.1:1 (redis "
-        "127.0.0.1:1: Connection refused), h:26379 (redis h:26379: Name or service not known))",
+        ("redis-sentinel: no sentinel answered for master mymaster (tried 127.0.0.1:1 (redis "
+         "127.0.0.1:1: Connection refused), h:26379 (redis h:26379: Name or service not known))"),
         "redis-sentinel: master mymaster: redis: ROLE does not say master (a failover under way?)",
         "redis-sentinel: master mymaster: redis 127.0.0.1:6380: Connection refused",
         "redis: READONLY You can't write against a read only replica.",
