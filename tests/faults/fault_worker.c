@@ -19,6 +19,7 @@
  * The connection comes from the PG* variables. Exit status 0 unless a connection failed. */
 #include <libpq-fe.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -246,9 +247,13 @@ int main(int argc, char **argv)
                 _exit(t.bad_connect);
             }
         }
+        /* SIGTERM interrupts wait() (on_stop has no SA_RESTART): keep waiting until no child is
+         * left, so that the parent's exit status covers every child. */
         int st, bad = 0;
-        while (wait(&st) > 0)
-            bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+        pid_t done;
+        while ((done = wait(&st)) > 0 || (done < 0 && errno == EINTR))
+            if (done > 0)
+                bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
         if (run(c, sql, &total)) /* the parent's connection still works after its children */
             total.ok++;
         PQfinish(c);
