@@ -10,7 +10,8 @@
  *   -x MS    run each probe inside BEGIN ... COMMIT, with MS of client-side pause after it and a
  *            second probe before COMMIT (a permit kept idle in a transaction)
  *   -T N     N threads, one connection each                -F N    pre-fork: connect, run one
- *            probe, then fork N children that each open their own connection (gunicorn-style)
+ *            probe, then fork N children that each open their own connection (gunicorn-style);
+ *            SIGTERM/SIGINT to the parent goes on to them, and it exits once they all have
  *   -K       with -T: once the threads run, fork a child that runs -n probes on a connection of
  *            its own while they wait for permits, and wait for it
  *   -W FILE  touch FILE once the first probe has its result (tests wait for it)
@@ -19,6 +20,7 @@
  * The connection comes from the PG* variables. Exit status 0 unless a connection failed. */
 #include <libpq-fe.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -173,10 +175,17 @@ static int finish(int status)
     return status;
 }
 
+/* A pre-fork parent's children (-F): a stop request to the parent goes on to them, as a pre-fork
+ * server's master passes SIGTERM to its workers. Written with the stop signals blocked. */
+#define MAX_CHILDREN 64
+static pid_t child_pids[MAX_CHILDREN];
+static volatile sig_atomic_t n_child_pids;
+
 static void on_stop(int sig)
 {
-    (void)sig;
     stop = 1;
+    for (int i = 0; i < n_child_pids; i++)
+        kill(child_pids[i], sig);
     PGcancel *pc = atomic_load(&stop_cancel);
     if (pc) {
         char err[256];
@@ -237,18 +246,33 @@ int main(int argc, char **argv)
         snprintf(sql, sizeof sql, "SELECT dbt_probe(%d)", sleep_ms);
         if (run(c, sql, &total))
             total.ok++;
-        for (int i = 0; i < children; i++) {
+        /* A stop that comes while the children are forked waits until each one is recorded. */
+        sigset_t stops, before;
+        sigemptyset(&stops);
+        sigaddset(&stops, SIGTERM);
+        sigaddset(&stops, SIGINT);
+        sigprocmask(SIG_BLOCK, &stops, &before);
+        for (int i = 0; i < children && i < MAX_CHILDREN; i++) {
             pid_t pid = fork();
+            if (pid > 0)
+                child_pids[n_child_pids++] = pid;
             if (pid == 0) {
+                n_child_pids = 0;
+                sigprocmask(SIG_SETMASK, &before, NULL);
                 tally t = {0};
                 work(&t);
                 report(&t);
                 _exit(t.bad_connect);
             }
         }
+        sigprocmask(SIG_SETMASK, &before, NULL);
+        /* SIGTERM interrupts wait() (on_stop has no SA_RESTART): keep waiting until no child is
+         * left, so that the parent's exit status covers every child (on_stop told them to stop). */
         int st, bad = 0;
-        while (wait(&st) > 0)
-            bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+        pid_t done;
+        while ((done = wait(&st)) > 0 || (done < 0 && errno == EINTR))
+            if (done > 0)
+                bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
         if (run(c, sql, &total)) /* the parent's connection still works after its children */
             total.ok++;
         PQfinish(c);

@@ -108,12 +108,21 @@ if [ -n "$sf_up" ]; then
     sf_kill_pid=$(topology_pid_of "$sf_dir" "$(topology_master_port)")
     sf_fault kill 'kill -9 $sf_kill_pid'
 
-    # Its children by their parent pid in /proc (procps' pgrep is not on a minimal Debian).
-    sf_children=$(awk -v pp="$sf_fork_pid" '$4 == pp { print $1 }' /proc/[0-9]*/stat 2>/dev/null)
-    for p in $sf_children $sf_fork_pid; do kill -TERM "$p" 2>/dev/null; done
+    # SIGTERM to the parent only: it passes it on to its children, as a pre-fork server's master
+    # does (the test once looked them up with awk over /proc/[0-9]*/stat: mawk stops at the first
+    # file it cannot open, so a process ending meanwhile hid the children, never stopped).
+    kill -TERM "$sf_fork_pid" 2>/dev/null
+    wait_until 20 '[ "$(grep -c "^pid=" "$work/sff.out")" -eq 3 ]'
+    # Bounded: a child that never ends would hold its parent, and this shell's wait, forever.
+    if ! wait_until 20 '! [ -d /proc/$sf_fork_pid ] || [ "$(cut -d" " -f3 /proc/$sf_fork_pid/stat 2>/dev/null)" = Z ]'; then
+        for p in $(cat /proc/$sf_fork_pid/task/*/children 2>/dev/null); do
+            info "pre-fork child $p did not end: $(tail -3 /proc/$p/stack 2>/dev/null | tr '\n' ' ')"
+            grep " pid=$p " "$work/sff.log" | tail -5
+            kill -KILL "$p" 2>/dev/null
+        done
+    fi
     wait "$sf_fork_pid"
     sf_fork_rc=$?
-    wait_until 10 '[ "$(grep -c "^pid=" "$work/sff.out")" -eq 3 ]'
     check "sentinel_failover: the pre-fork server and its children exited cleanly (exit $sf_fork_rc, $(grep -c '^pid=' "$work/sff.out") reports)" '[ "$sf_fork_rc" -eq 0 ] && [ "$(grep -c "^pid=" "$work/sff.out")" -eq 3 ]'
     for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
     sf_crashed=0
