@@ -15,8 +15,10 @@ build_deps=$(awk '/^Build-Depends:/ { on = 1; sub(/^Build-Depends:/, "") }
     on && /^[A-Za-z-]+:/ && !/^Build-Depends:/ { on = 0 }
     on { print }' "$top/debian/control" | tr ',' '\n' |
     sed -e 's/(.*)//' -e 's/\[.*\]//' -e 's/[[:space:]]//g' -e 's/^debhelper-compat$/debhelper/' | grep .)
+# build-essential too: every Debian package build depends on it without naming it, and
+# dpkg-checkbuilddeps refuses to start without it (a fresh machine has gcc and make but not it).
 # shellcheck disable=SC2086
-sh "$top/tools/install-deps.sh" build dpkg-dev fakeroot $build_deps
+sh "$top/tools/install-deps.sh" build build-essential dpkg-dev fakeroot $build_deps
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 src=$out/src/dbthrottle-$version
