@@ -297,8 +297,10 @@ echo "# drain --wait, a lapsed lease"
 bg "$work/dl.hold" env DBTHROTTLE_LEASE=1s "$D" acquire dl --limit 1 -- sleep 120
 dlhold=$bg
 wait_until 10 '[ "$(live_holders q "dbthrottle:{dl}")" -eq 1 ]'
-wait_until 10 '[ -n "$(pgrep -P "$dlhold")" ]'
-dlcmd=$(pgrep -P "$dlhold")
+# Its child by /proc (procps' pgrep is not on a minimal Debian; any thread of acquire may fork).
+dl_child() { cat /proc/"$dlhold"/task/*/children 2>/dev/null | tr -s ' ' '\n' | grep -m1 .; }
+wait_until 10 '[ -n "$(dl_child)" ]'
+dlcmd=$(dl_child)
 kill -STOP "$dlhold"
 t0=$(now_ms)
 "$D" drain dl --wait --timeout 60s >"$work/dl.out" 2>"$work/dl.err"; rc=$?
