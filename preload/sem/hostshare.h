@@ -1,0 +1,148 @@
+/* hostshare.h - the host's segment (hostshare.c): permits passed between the processes of one
+ * host that share a pool, without Redis (docs/design.md, "Host-level sharing").
+ *
+ * One segment per pool and user: a file in <dir>/dbthrottle-<uid>/ (the directory mode 0700, the
+ * file 0600, both owned by the user: anything else, and this process does not share), mapped
+ * shared. It holds a robust process-shared mutex, the host group's id (G: the Redis owner of the
+ * host's waiters, see the cid "<G>~<cid>"), per kind the host's sole state, the processes
+ * attached (each with a wake socket: an abstract AF_UNIX datagram socket whose name carries a
+ * random nonce kept in the segment), and the registrations: each waiting thread of each attached
+ * process, with its shape and since when it waits, and the permit offered to it once a releasing
+ * process chose it.
+ *
+ * Knows nothing of Redis or pools: ids are opaque strings, kinds small ints. Every call but
+ * dbt_share_attach and dbt_share_detach is made with the caller's pool lock held (the attachment
+ * has no lock of its own); the segment's lock is taken inside, with a timeout
+ * (DBT_SHARE_LOCK_TIMEOUT_MS), and never held on return. No call does network I/O (a wake is one
+ * non-blocking datagram on this host). No content of the segment, however damaged, crashes the
+ * caller or makes a call block past the timeout: a call that finds the segment damaged, or
+ * cannot lock it in time, poisons it (every process then moves to a rebuilt one with a new G),
+ * marks this attachment broken (dbt_share_broken) and returns its "nothing happened" value; the
+ * caller then behaves as without sharing. */
+#ifndef DBT_HOSTSHARE_H
+#define DBT_HOSTSHARE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A permit id's room in the segment (the library's DBT_ID_MAX is at most this). */
+#define DBT_SHARE_ID_MAX 128
+/* The longest the segment's lock is waited for. Its holders keep it for microseconds; a holder
+ * stopped (SIGSTOP, a debugger) with it for longer makes the others give the segment up. */
+#define DBT_SHARE_LOCK_TIMEOUT_MS 200
+/* The host group's id: 16 hex digits and a NUL. */
+#define DBT_SHARE_GROUP_LEN 17
+/* Kinds the segment keeps a sole state for (dbt_kind's values 0 .. DBT_SHARE_KINDS-1). */
+#define DBT_SHARE_KINDS 2
+
+typedef struct dbt_share dbt_share;
+
+/* What a permit may pass between: a permit's id carries its limit, class and weight, which Redis
+ * grants and counts by. */
+typedef struct {
+    int kind;
+    int limit;
+    int weight;
+    char klass[33]; /* "" untagged */
+} dbt_share_shape;
+
+/* A held permit in transit: its id, and when its last renewal Redis accepted was sent
+ * (CLOCK_MONOTONIC microseconds, comparable across the host's processes): the receiver's
+ * staleness check (a whole lease without a renewal) goes on from there. */
+typedef struct {
+    char id[DBT_SHARE_ID_MAX];
+    int64_t renewed_us;
+} dbt_share_permit;
+
+/* Attaches this process to the segment of `key` (the pool's identity: the Redis target without
+ * secrets, the key prefix and the pool name; it is hashed into the file's name and kept whole in
+ * the segment, which must match) in directory `dir`, creating it, or rebuilding one that is
+ * damaged, of another layout version or poisoned. NULL, with why (one line naming the directory
+ * or file and the cause) in why[cap], when this process cannot share: the caller goes on without.
+ */
+dbt_share *dbt_share_attach(const char *dir, const char *key, char *why, size_t cap);
+/* Unregisters this process (its registrations go; a permit offered to one of them is lost to its
+ * lease), closes its wake socket, unmaps. NULL is a no-op. */
+void dbt_share_detach(dbt_share *sh);
+/* In a fork()ed child, before anything else: the registrations and the wake socket are the
+ * parent's: forgotten (the socket closed in the child only), not touched in the segment. The
+ * child attaches as a new process at its next call. */
+void dbt_share_after_fork(dbt_share *sh);
+
+/* The host group's id (16 hex digits): the prefix of the cid "<G>~<cid>" of the processes that
+ * share. Changes when the segment was rebuilt (then the caller's new ids use the new one). */
+const char *dbt_share_group(const dbt_share *sh);
+/* The attachment gave up (damaged segment, lock timeout): every call does nothing. The caller
+ * may detach and attach again later (a rebuilt segment). */
+bool dbt_share_broken(const dbt_share *sh);
+/* The wake socket, to poll for POLLIN beside the caller's other descriptors (-1 when broken):
+ * readable when a permit was offered to one of this process' registrations, or the host's sole
+ * state ended. dbt_share_drain reads what is there (non-blocking). */
+int dbt_share_fd(const dbt_share *sh);
+void dbt_share_drain(dbt_share *sh);
+
+/* ---- the host's sole state, per kind (what handover.c keeps per process without sharing) ---- */
+
+/* Whether the host's waiters were the whole queue when Redis last said so, and no other host's
+ * waiter queued since; false too while any live process has an unregistered waiter. */
+bool dbt_share_sole(dbt_share *sh, int kind);
+/* acquire.lua queued one of this host's waiters with `ticket` and said whether the host's waiters
+ * were the whole queue (sole); as dbt_handover_verdict: a verdict older than the latest applied,
+ * or than a foreign ticket, does not count; a verdict more than lease_us old with no registration
+ * of the kind since is history. Returns true when it ended a sole state. */
+bool dbt_share_verdict(dbt_share *sh, int kind, uint64_t ticket, bool sole, int64_t lease_us);
+/* Redis pushed "f<kind>:<ticket>" (another host's waiter queued; ticket 0: a renewal found the
+ * host not the sole owner, or the operator drains/limits the pool). Returns true when it ended a
+ * sole state: the caller then calls dbt_share_wake_all, so every process withdraws its orphans. */
+bool dbt_share_foreign(dbt_share *sh, int kind, uint64_t ticket);
+/* Redis may have lost its data: no kind is sole. */
+void dbt_share_reset(dbt_share *sh);
+/* One datagram to every other attached process' wake socket. */
+void dbt_share_wake_all(dbt_share *sh);
+
+/* ---- registrations: the host's waiting threads ---- */
+
+/* A thread of this process begins to wait (its slot QUEUED, not an orphan) for a permit of
+ * `shape`, since t_request_us (CLOCK_MONOTONIC us). Returns its registration (never 0): when the
+ * table is full it is an "unregistered" one, counted in this process' record, which keeps the
+ * host from being sole until it ends. */
+uint64_t dbt_share_wait_begin(dbt_share *sh, const dbt_share_shape *shape, int64_t t_request_us);
+/* The thread waits no more (granted by Redis or by a local swap, gave up, ...): the registration
+ * goes. Returns true when a permit had been offered to it meanwhile: *offered is then the
+ * caller's, to pass on or give back like any held permit. 0 is a no-op. */
+bool dbt_share_wait_end(dbt_share *sh, uint64_t reg, dbt_share_permit *offered);
+
+/* What dbt_share_offer did. */
+typedef enum {
+    DBT_SHARE_NOBODY,      /* no registration of the shape in another process waits */
+    DBT_SHARE_NOT_SOLE,    /* the host is not sole for the kind: give the permit back to Redis */
+    DBT_SHARE_LOCAL_FIRST, /* this process' own oldest waiter (local_oldest_us) waited longest */
+    DBT_SHARE_OFFERED      /* the segment holds it for another process: the caller forgets it */
+} dbt_share_offer_result;
+
+/* A held permit of `shape` that this process gives back: offered to the host's longest-waiting
+ * registration of the same shape in another process, unless this process' own oldest waiter of
+ * the shape began to wait before it (local_oldest_us; -1: none here). The receiver's wake socket
+ * is sent a datagram; a receiver found gone (its socket refuses) is purged and the next is tried.
+ * On DBT_SHARE_OFFERED, *waited_us (when not NULL) is how long the receiver had waited. */
+dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *shape,
+                                       const dbt_share_permit *permit, int64_t local_oldest_us,
+                                       int64_t *waited_us);
+
+/* A permit another process offered to one of this process' registrations. */
+typedef struct {
+    uint64_t reg;            /* the registration it was offered to (it is gone now) */
+    dbt_share_permit permit; /* the caller's now */
+    int64_t t_request_us;    /* since when that registration waited */
+} dbt_share_taken;
+
+/* Takes the permits offered to this process' registrations, at most cap: each registration so
+ * served is removed, and its permit is the caller's. Returns how many. */
+int dbt_share_take(dbt_share *sh, dbt_share_taken *out, int cap);
+
+/* Removes the records of attached processes that are gone (their wake socket refuses), with their
+ * registrations. Cheap enough for a renewer's period. */
+void dbt_share_purge_dead(dbt_share *sh);
+
+#endif
