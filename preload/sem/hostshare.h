@@ -71,12 +71,18 @@ void dbt_share_detach(dbt_share *sh);
 void dbt_share_after_fork(dbt_share *sh);
 
 /* The host group's id (16 hex digits): the prefix of the cid "<G>~<cid>" of the processes that
- * share. Changes when the segment was rebuilt (then the caller's new ids use the new one). */
+ * share. The same for the life of the attachment: a rebuilt segment has another, which the
+ * caller sees by attaching again once this attachment is broken. */
 const char *dbt_share_group(const dbt_share *sh);
-/* The attachment gave up (damaged segment, lock timeout): every call does nothing. The caller
- * may detach and attach again later (a rebuilt segment). */
+/* The attachment gave up (damaged or poisoned segment, lock timeout, this process' record
+ * removed, the segment's file removed or replaced): every call does nothing. The caller detaches
+ * and may attach again later (which rebuilds a damaged or poisoned segment); meanwhile its ids
+ * must not carry this attachment's G (its waiters would be the host's in Redis, unknown to the
+ * segment). dbt_share_why says why (one line naming the file). */
 bool dbt_share_broken(const dbt_share *sh);
-/* The wake socket, to poll for POLLIN beside the caller's other descriptors (-1 when broken):
+const char *dbt_share_why(const dbt_share *sh);
+/* The wake socket, to poll for POLLIN beside the caller's other descriptors (-1 when broken, and
+ * in a fork()ed child until its first call makes its new one: read it again before each poll):
  * readable when a permit was offered to one of this process' registrations, or the host's sole
  * state ended. dbt_share_drain reads what is there (non-blocking). */
 int dbt_share_fd(const dbt_share *sh);
@@ -106,7 +112,8 @@ void dbt_share_wake_all(dbt_share *sh);
 /* A thread of this process begins to wait (its slot QUEUED, not an orphan) for a permit of
  * `shape`, since t_request_us (CLOCK_MONOTONIC us). Returns its registration (never 0): when the
  * table is full it is an "unregistered" one, counted in this process' record, which keeps the
- * host from being sole until it ends. */
+ * host from being sole until it ends; when the attachment is (or becomes) broken, one that names
+ * nothing (dbt_share_wait_end does nothing with it). */
 uint64_t dbt_share_wait_begin(dbt_share *sh, const dbt_share_shape *shape, int64_t t_request_us);
 /* The thread waits no more (granted by Redis or by a local swap, gave up, ...): the registration
  * goes. Returns true when a permit had been offered to it meanwhile: *offered is then the
@@ -122,10 +129,14 @@ typedef enum {
 } dbt_share_offer_result;
 
 /* A held permit of `shape` that this process gives back: offered to the host's longest-waiting
- * registration of the same shape in another process, unless this process' own oldest waiter of
- * the shape began to wait before it (local_oldest_us; -1: none here). The receiver's wake socket
- * is sent a datagram; a receiver found gone (its socket refuses) is purged and the next is tried.
- * On DBT_SHARE_OFFERED, *waited_us (when not NULL) is how long the receiver had waited. */
+ * registration of the same shape in another process (ties of t_request_us: the first
+ * registered), unless this process' own oldest waiter of the shape began to wait before it or at
+ * the same microsecond (local_oldest_us; -1: none here). The receiver's wake socket is sent a
+ * datagram; a receiver found gone (its socket refuses) is purged and the next is tried. On
+ * DBT_SHARE_OFFERED, *waited_us (when not NULL) is how long the receiver had waited. A broken
+ * attachment answers DBT_SHARE_NOT_SOLE (the permit is the caller's, for Redis), except when
+ * the permit was written into the segment before it broke: then DBT_SHARE_OFFERED (a receiver
+ * may take it; if none does, it is lost to its lease: never given twice). */
 dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *shape,
                                        const dbt_share_permit *permit, int64_t local_oldest_us,
                                        int64_t *waited_us);
