@@ -176,9 +176,8 @@ typedef enum {
 static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
                                 long long *queue, long long *ticket, long long *class_wait_ms)
 {
-    char err[DBT_ERRLEN], who[160];
-    snprintf(who, sizeof who, "%s %ld %s", p->client->host, (long)getpid(),
-             s->conn[0] ? s->conn : "-");
+    char err[DBT_ERRLEN], who[DBT_WHO_LEN];
+    dbt_format_who(p->client->host, (long)getpid(), s->conn, who, sizeof who);
     dbt_acquire_call a = {.id = s->id,
                           .limit = s->limit,
                           .try_only = try_only,
