@@ -307,8 +307,10 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
             s->t_renewed_us = sent;
     apply_granted(p, &reply->granted_waiters);
     for (int k = 0; k < DBT_NKINDS; k++) {
-        if (reply->queue[k] > 0)
-            p->contended[k] = true; /* kept permits go back (the loop sees them due) */
+        /* Kept permits go back (the loop sees them due): somebody waits, or the operator drains
+         * the pool or holds it below what is held (in case admin.lua's revoke push was lost). */
+        if (reply->queue[k] > 0 || !reply->handover_allowed[k])
+            p->contended[k] = true;
         /* More waiters than ours: another process queued, even if its push went astray;
          * or the operator drains the pool or holds it below what is held: the permits
          * must go back through Redis. */
