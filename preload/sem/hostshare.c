@@ -46,6 +46,17 @@
 
 _Static_assert(DBT_SEG_REGS < H_INDEX_MASK, "a registration index fits its handle");
 
+/* ThreadSanitizer before LLVM 15 does not intercept pthread_mutex_clocklock: it would see every
+ * unlock as one of a mutex nobody locked. Built for it, the lock waits with timedlock on the
+ * realtime clock instead (the same, but for a jump of the wall clock during the wait). */
+#if defined(__SANITIZE_THREAD__)
+#define DBT_SHARE_REALTIME_LOCK 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DBT_SHARE_REALTIME_LOCK 1
+#endif
+#endif
+
 struct dbt_share {
     dbt_seg *seg;
     int fd; /* the segment's file */
@@ -278,14 +289,23 @@ int dbt_share_lock(dbt_share *sh)
         return damaged(sh, "header damaged");
     if (!mutex_looks_ours(sh, g))
         return damaged(sh, "lock damaged");
+#ifdef DBT_SHARE_REALTIME_LOCK
+    const clockid_t clock = CLOCK_REALTIME;
+#else
+    const clockid_t clock = CLOCK_MONOTONIC;
+#endif
     struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
+    clock_gettime(clock, &until);
     until.tv_nsec += (long)DBT_SHARE_LOCK_TIMEOUT_MS % 1000 * 1000000L;
     until.tv_sec += DBT_SHARE_LOCK_TIMEOUT_MS / 1000 + until.tv_nsec / 1000000000L;
     until.tv_nsec %= 1000000000L;
     int rc;
     do
-        rc = pthread_mutex_clocklock(&g->mu, CLOCK_MONOTONIC, &until);
+#ifdef DBT_SHARE_REALTIME_LOCK
+        rc = pthread_mutex_timedlock(&g->mu, &until);
+#else
+        rc = pthread_mutex_clocklock(&g->mu, clock, &until);
+#endif
     while (rc == EINTR || rc == EAGAIN);
     if (rc == EOWNERDEAD) {
         repair(sh);
