@@ -427,8 +427,19 @@ Test(hostshare, a_segment_holding_another_pools_key_is_refused)
 {
     dbt_share *sh = attach_or_die(dir);
     dbt_seg *g = dbt_share_segment(sh);
+    /* what a pool whose key's hash collides with ours would have made */
     snprintf(g->key, sizeof g->key, "%s", "redis://elsewhere:6379/0 dbthrottle: other");
+    g->key_sum = dbt_share_key_sum(g->key);
     expect_refused(dir, dbt_share_path(sh), "another pool's key");
+    cr_expect_not(dbt_share_broken(sh), "theirs, not damaged");
+    /* a key that does not match its sum is damage: rebuilt */
+    g->key[0] = 'X';
+    char old_group[DBT_SHARE_GROUP_LEN];
+    snprintf(old_group, sizeof old_group, "%s", dbt_share_group(sh));
+    dbt_share *b = attach_or_die(dir);
+    cr_expect_str_neq(dbt_share_group(b), old_group);
+    cr_expect_str_eq(dbt_share_segment(b)->key, KEY);
+    dbt_share_detach(b);
     dbt_share_detach(sh);
 }
 
@@ -1001,6 +1012,93 @@ Test(hostshare, a_segment_of_the_wrong_size_or_unterminated_key_is_rebuilt)
     cr_expect(strstr(dbt_share_why(b), "replaced") != NULL, "%s", dbt_share_why(b));
     dbt_share_detach(b);
     dbt_share_detach(c);
+}
+
+/* Calls everything for `arg` microseconds, attaching again whenever the attachment breaks: a
+ * process of a host whose segment is being written garbage into. */
+static int busy_process(void *arg, int out, int in)
+{
+    (void)out;
+    (void)in;
+    int64_t until = dbt_now_us() + (int64_t)(intptr_t)arg;
+    dbt_share *sh = NULL;
+    dbt_share_shape a = shape_of(0, 4, "");
+    uint64_t reg = 0, ticket = 1;
+    char id[32];
+    snprintf(id, sizeof id, "storm-%d", (int)getpid());
+    while (dbt_now_us() < until) {
+        if (!sh || dbt_share_broken(sh)) {
+            dbt_share_detach(sh);
+            sh = dbt_share_attach(dir, KEY, NULL, 0);
+            reg = 0;
+            if (!sh)
+                continue;
+        }
+        dbt_share_verdict(sh, 0, ++ticket, true, LEASE);
+        if (!reg)
+            reg = dbt_share_wait_begin(sh, &a, dbt_now_us());
+        dbt_share_permit p = permit_of(id, 1);
+        dbt_share_offer(sh, &a, &p, -1, NULL);
+        dbt_share_drain(sh);
+        dbt_share_taken t[4];
+        if (dbt_share_take(sh, t, 4) > 0)
+            reg = 0;
+        dbt_share_sole(sh, 0);
+        if (ticket % 8 == 0) {
+            dbt_share_wait_end(sh, reg, &p);
+            reg = 0;
+            dbt_share_foreign(sh, 0, ticket);
+            dbt_share_purge_dead(sh);
+            dbt_share_wake_all(sh);
+        }
+    }
+    dbt_share_detach(sh);
+    return 0;
+}
+
+Test(hostshare, garbage_written_while_processes_work_crashes_none, .timeout = 120)
+{
+    enum { WORKERS = 4 };
+    const int64_t storm_us = 1500000;
+    dbt_share *sh = attach_or_die(dir);
+    char path[256];
+    snprintf(path, sizeof path, "%s", dbt_share_path(sh));
+    dbt_share_detach(sh);
+    child kids[WORKERS];
+    for (int i = 0; i < WORKERS; i++)
+        kids[i] = spawn(busy_process, (void *)(intptr_t)(storm_us + 500000));
+    /* a few bytes at a time, anywhere (half of them in the header and the lock), in whichever
+     * segment the name holds now (the workers rebuild it) */
+    unsigned seed = (unsigned)getpid();
+    int writes = 0;
+    for (int64_t until = dbt_now_us() + storm_us; dbt_now_us() < until; writes++) {
+        int fd = open(path, O_WRONLY | O_NOFOLLOW);
+        if (fd >= 0) {
+            unsigned char junk[16];
+            size_t n = 1 + (size_t)rand_r(&seed) % sizeof junk;
+            for (size_t i = 0; i < n; i++)
+                junk[i] = (unsigned char)rand_r(&seed);
+            size_t span = rand_r(&seed) % 2 ? offsetof(dbt_seg, procs) : sizeof(dbt_seg);
+            off_t at = (off_t)((size_t)rand_r(&seed) % (span - n));
+            (void)!pwrite(fd, junk, n, at);
+            close(fd);
+        }
+        poll(NULL, 0, rand_r(&seed) % 2); /* pace: up to a write a millisecond */
+    }
+    for (int i = 0; i < WORKERS; i++) {
+        int st = reap(&kids[i]); /* a signal is 128 + its number */
+        cr_expect_eq(st, 0, "worker %d ended with %d", i, st);
+    }
+    cr_expect_gt(writes, 100);
+    /* the host shares again once the garbage stops */
+    char why[512];
+    dbt_share *fresh = NULL;
+    for (int i = 0; i < 5 && !fresh; i++)
+        fresh = dbt_share_attach(dir, KEY, why, sizeof why);
+    cr_assert_not_null(fresh, "%s", why);
+    make_sole(fresh, 0);
+    cr_expect_not(dbt_share_broken(fresh), "%s", dbt_share_why(fresh));
+    dbt_share_detach(fresh);
 }
 
 /* ---- the table full ---- */
