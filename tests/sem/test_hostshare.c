@@ -1096,6 +1096,9 @@ Test(hostshare, garbage_written_while_processes_work_crashes_none, .timeout = 12
     for (int i = 0; i < 5 && !fresh; i++)
         fresh = dbt_share_attach(dir, KEY, why, sizeof why);
     cr_assert_not_null(fresh, "%s", why);
+    /* what the workers (and the garbage) left: their tickets, records the garbage renamed */
+    dbt_share_reset(fresh);
+    dbt_share_purge_dead(fresh);
     make_sole(fresh, 0);
     cr_expect_not(dbt_share_broken(fresh), "%s", dbt_share_why(fresh));
     dbt_share_detach(fresh);
@@ -1189,6 +1192,65 @@ Test(hostshare, a_forked_child_is_a_process_of_its_own, .timeout = 60)
     cr_expect(readable(parent_fd, 5000), "the parent's socket still wakes it");
     dbt_share_permit got;
     cr_expect(dbt_share_wait_end(sh, r, &got));
+    dbt_share_detach(sh);
+}
+
+Test(hostshare, a_child_forked_while_the_parent_holds_the_lock_does_not_wait_for_it, .timeout = 60)
+{
+    dbt_share *sh = attach_or_die(dir);
+    int up[2];
+    cr_assert_eq(pipe(up), 0);
+    cr_assert_eq(dbt_share_lock(sh), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int64_t t0 = dbt_now_us();
+        dbt_share_after_fork(sh);
+        char c = dbt_now_us() - t0 < 50000 ? 'A' : 'a';
+        (void)!write(up[1], &c, 1);
+        /* its first call waits for the parent's unlock, then makes a record of its own */
+        dbt_share_shape a = shape_of(0, 4, "");
+        uint64_t r = dbt_share_wait_begin(sh, &a, 10);
+        c = !dbt_share_broken(sh) && regs_of_pid(dbt_share_segment(sh), getpid()) == 1 ? 'R' : 'r';
+        dbt_share_wait_end(sh, r, NULL);
+        dbt_share_detach(sh);
+        (void)!write(up[1], &c, 1);
+        _exit(0);
+    }
+    close(up[1]);
+    cr_expect_eq(wait_word(up[0]), 'A', "after_fork returned at once");
+    dbt_share_unlock(sh);
+    cr_expect_eq(wait_word(up[0]), 'R', "the child registered once the lock was free");
+    int st;
+    waitpid(pid, &st, 0);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cr_expect_not(dbt_share_broken(sh));
+    cr_expect_eq(live_procs(dbt_share_segment(sh)), 1);
+    close(up[0]);
+    dbt_share_detach(sh);
+}
+
+Test(hostshare, temp_files_of_dead_creators_are_removed)
+{
+    dbt_share *sh = attach_or_die(dir);
+    char path[256], sub[256], temp[320];
+    snprintf(path, sizeof path, "%s", dbt_share_path(sh));
+    snprintf(sub, sizeof sub, "%s", path);
+    *strrchr(sub, '/') = '\0';
+    dbt_share_detach(sh);
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, NULL, 0);
+    snprintf(temp, sizeof temp, "%s/.tmp.%d.0123456789abcdef", sub, (int)dead);
+    cr_assert_geq(open(temp, O_CREAT | O_RDWR, 0600), 0);
+    char live_temp[320];
+    snprintf(live_temp, sizeof live_temp, "%s/.tmp.%d.0123456789abcdef", sub, (int)getppid());
+    cr_assert_geq(open(live_temp, O_CREAT | O_RDWR, 0600), 0);
+    cr_assert_eq(unlink(path), 0); /* so that the next attach makes one */
+    sh = attach_or_die(dir);
+    cr_expect_neq(access(temp, F_OK), 0, "a dead creator's temp file is gone");
+    cr_expect_eq(access(live_temp, F_OK), 0, "a live one's stays");
+    unlink(live_temp);
     dbt_share_detach(sh);
 }
 
