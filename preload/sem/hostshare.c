@@ -46,6 +46,17 @@
 
 _Static_assert(DBT_SEG_REGS < H_INDEX_MASK, "a registration index fits its handle");
 
+/* ThreadSanitizer before LLVM 15 does not intercept pthread_mutex_clocklock: it would see every
+ * unlock as one of a mutex nobody locked. Built for it, the lock waits with timedlock on the
+ * realtime clock instead (the same, but for a jump of the wall clock during the wait). */
+#if defined(__SANITIZE_THREAD__)
+#define DBT_SHARE_REALTIME_LOCK 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DBT_SHARE_REALTIME_LOCK 1
+#endif
+#endif
+
 struct dbt_share {
     dbt_seg *seg;
     int fd; /* the segment's file */
@@ -72,14 +83,23 @@ struct dbt_share {
 
 /* ---- small helpers ---- */
 
-static uint64_t fnv1a64(const char *s)
+static uint64_t fnv1a64_from(uint64_t h, const char *s)
 {
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
     for (; *s; s++) {
         h ^= (unsigned char)*s;
         h *= UINT64_C(0x100000001b3);
     }
     return h;
+}
+
+static uint64_t fnv1a64(const char *s)
+{
+    return fnv1a64_from(UINT64_C(0xcbf29ce484222325), s);
+}
+
+uint64_t dbt_share_key_sum(const char *key)
+{
+    return fnv1a64_from(UINT64_C(0x6462746872736b79), key); /* another start: another hash */
 }
 
 static uint64_t random64(void)
@@ -178,6 +198,28 @@ static bool header_ok(const dbt_share *sh)
     return header_constant_ok(sh, g) && g->proc_hw <= DBT_SEG_PROCS && g->reg_hw <= DBT_SEG_REGS;
 }
 
+/* A word of the segment read once: another process may write garbage into it while this one
+ * holds the lock, so a value checked and then used as a bound or an index must be the same read
+ * (the compiler may not load it again). */
+static uint32_t once32(const uint32_t *w)
+{
+    return *(const volatile uint32_t *)w;
+}
+
+/* The tables' high-water marks, read once and bounded by the tables' sizes: every loop over a
+ * table runs to these, so no garbage makes one run past its table. */
+static uint32_t regs_used(const dbt_seg *g)
+{
+    uint32_t n = once32(&g->reg_hw);
+    return n < DBT_SEG_REGS ? n : DBT_SEG_REGS;
+}
+
+static uint32_t procs_used(const dbt_seg *g)
+{
+    uint32_t n = once32(&g->proc_hw);
+    return n < DBT_SEG_PROCS ? n : DBT_SEG_PROCS;
+}
+
 static bool proc_ok(const dbt_seg_proc *p)
 {
     return p->pid >= 0 && p->unregistered <= DBT_SEG_UNREG_MAX;
@@ -189,9 +231,10 @@ static bool reg_ok(const dbt_seg *g, const dbt_seg_reg *r)
 {
     if (r->state != REG_WAITING && r->state != REG_OFFERED)
         return false;
-    if (r->proc >= g->proc_hw || r->proc >= DBT_SEG_PROCS)
+    uint32_t owner = once32(&r->proc);
+    if (owner >= procs_used(g))
         return false;
-    const dbt_seg_proc *p = &g->procs[r->proc];
+    const dbt_seg_proc *p = &g->procs[owner];
     if (p->pid <= 0 || p->nonce != r->nonce)
         return false;
     if (bad_kind(r->kind) || !memchr(r->klass, '\0', sizeof r->klass))
@@ -203,14 +246,18 @@ static bool reg_ok(const dbt_seg *g, const dbt_seg_reg *r)
 
 static void shrink_reg_hw(dbt_seg *g)
 {
-    while (g->reg_hw > 0 && g->regs[g->reg_hw - 1].state == REG_FREE)
-        g->reg_hw--;
+    uint32_t n = regs_used(g);
+    while (n > 0 && g->regs[n - 1].state == REG_FREE)
+        n--;
+    g->reg_hw = n;
 }
 
 static void shrink_proc_hw(dbt_seg *g)
 {
-    while (g->proc_hw > 0 && g->procs[g->proc_hw - 1].pid == 0)
-        g->proc_hw--;
+    uint32_t n = procs_used(g);
+    while (n > 0 && g->procs[n - 1].pid == 0)
+        n--;
+    g->proc_hw = n;
 }
 
 static void free_reg(dbt_seg *g, uint32_t i)
@@ -224,7 +271,9 @@ static void free_reg(dbt_seg *g, uint32_t i)
  * then its record; a locker killed half-way leaves a record with fewer registrations. */
 static void purge_proc(dbt_seg *g, uint32_t idx)
 {
-    for (uint32_t i = 0; i < g->reg_hw; i++)
+    if (idx >= DBT_SEG_PROCS)
+        return;
+    for (uint32_t i = 0, n = regs_used(g); i < n; i++)
         if (g->regs[i].state != REG_FREE && g->regs[i].proc == idx)
             g->regs[i].state = REG_FREE;
     shrink_reg_hw(g);
@@ -245,15 +294,15 @@ static void repair(dbt_share *sh)
     uint32_t dirty = g->dirty;
     if (dirty != 0) {
         memset(g->sole, 0, sizeof g->sole);
-        if (dirty != DBT_SEG_DIRTY_NOPROC && dirty - 1 < g->proc_hw)
+        if (dirty != DBT_SEG_DIRTY_NOPROC && dirty - 1 < procs_used(g))
             purge_proc(g, dirty - 1);
     }
-    for (uint32_t i = 0; i < g->proc_hw; i++)
+    for (uint32_t i = 0, n = procs_used(g); i < n; i++)
         if (!proc_ok(&g->procs[i])) {
             g->procs[i].pid = 0;
             g->procs[i].unregistered = 0;
         }
-    for (uint32_t i = 0; i < g->reg_hw; i++)
+    for (uint32_t i = 0, n = regs_used(g); i < n; i++)
         if (g->regs[i].state != REG_FREE && !reg_ok(g, &g->regs[i]))
             g->regs[i].state = REG_FREE;
     shrink_reg_hw(g);
@@ -278,14 +327,23 @@ int dbt_share_lock(dbt_share *sh)
         return damaged(sh, "header damaged");
     if (!mutex_looks_ours(sh, g))
         return damaged(sh, "lock damaged");
+#ifdef DBT_SHARE_REALTIME_LOCK
+    const clockid_t clock = CLOCK_REALTIME;
+#else
+    const clockid_t clock = CLOCK_MONOTONIC;
+#endif
     struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
+    clock_gettime(clock, &until);
     until.tv_nsec += (long)DBT_SHARE_LOCK_TIMEOUT_MS % 1000 * 1000000L;
     until.tv_sec += DBT_SHARE_LOCK_TIMEOUT_MS / 1000 + until.tv_nsec / 1000000000L;
     until.tv_nsec %= 1000000000L;
     int rc;
     do
-        rc = pthread_mutex_clocklock(&g->mu, CLOCK_MONOTONIC, &until);
+#ifdef DBT_SHARE_REALTIME_LOCK
+        rc = pthread_mutex_timedlock(&g->mu, &until);
+#else
+        rc = pthread_mutex_clocklock(&g->mu, clock, &until);
+#endif
     while (rc == EINTR || rc == EAGAIN);
     if (rc == EOWNERDEAD) {
         repair(sh);
@@ -310,8 +368,9 @@ int dbt_share_lock(dbt_share *sh)
         dbt_share_unlock(sh);
         return give_up(sh, "%s: poisoned by another process", sh->path);
     }
-    if (sh->proc >= 0 && ((uint32_t)sh->proc >= g->proc_hw || g->procs[sh->proc].pid != sh->pid ||
-                          g->procs[sh->proc].nonce != sh->nonce)) {
+    if (sh->proc >= 0 &&
+        ((uint32_t)sh->proc >= procs_used(g) || g->procs[sh->proc].pid != sh->pid ||
+         g->procs[sh->proc].nonce != sh->nonce)) {
         dbt_share_unlock(sh);
         return give_up(sh, "%s: this process' record was removed by another", sh->path);
     }
@@ -440,15 +499,15 @@ static bool ensure_process(dbt_share *sh)
         return false;
     }
     dbt_seg *g = sh->seg;
-    uint32_t idx = g->proc_hw;
-    for (uint32_t i = 0; i < g->proc_hw; i++) {
+    uint32_t used = procs_used(g), idx = used;
+    for (uint32_t i = 0; i < used; i++) {
         if (!proc_ok(&g->procs[i])) {
             dbt_share_unlock(sh);
             close(s);
             damaged(sh, "a process record is damaged");
             return false;
         }
-        if (g->procs[i].pid == 0 && idx == g->proc_hw)
+        if (g->procs[i].pid == 0 && idx == used)
             idx = i;
     }
     if (idx == DBT_SEG_PROCS) {
@@ -458,8 +517,8 @@ static bool ensure_process(dbt_share *sh)
         return false;
     }
     begin_update(sh);
-    if (idx == g->proc_hw)
-        g->proc_hw++;
+    if (idx == used)
+        g->proc_hw = used + 1;
     g->procs[idx].nonce = nonce;
     g->procs[idx].unregistered = 0;
     g->procs[idx].pid = me; /* last: the record is live */
@@ -576,9 +635,11 @@ static int open_segment(dbt_share *sh, int dfd, const char *name, const char *ke
         dbt_seg *g = map;
         memcpy(sh->group, g->group, sizeof sh->group);
         bool sound = valid_group(sh->group) && header_constant_ok(sh, g) &&
-                     mutex_looks_ours(sh, g) && memchr(g->key, '\0', sizeof g->key);
+                     mutex_looks_ours(sh, g) && memchr(g->key, '\0', sizeof g->key) &&
+                     dbt_share_key_sum(g->key) == g->key_sum;
         if (sound && !atomic_load(&g->poisoned) && strcmp(g->key, key) != 0) {
-            say(why, cap, "%s holds another pool's key (a hash collision): not shared", sh->path);
+            say(why, cap, "%s holds another pool's key (their hashes collide): not shared",
+                sh->path);
             munmap(map, sizeof(dbt_seg));
             close(fd);
             return -1;
@@ -652,6 +713,7 @@ static int create_segment(dbt_share *sh, int dfd, const char *name, const char *
     g->size = sizeof(dbt_seg);
     g->key_hash = sh->key_hash;
     snprintf(g->key, sizeof g->key, "%s", key);
+    g->key_sum = dbt_share_key_sum(g->key);
     snprintf(g->group, sizeof g->group, "%016" PRIx64, random64());
     pthread_mutexattr_t at;
     pthread_mutexattr_init(&at);
@@ -824,7 +886,7 @@ void dbt_share_drain(dbt_share *sh)
 static int any_unregistered(dbt_share *sh)
 {
     dbt_seg *g = sh->seg;
-    for (uint32_t i = 0; i < g->proc_hw; i++) {
+    for (uint32_t i = 0, n = procs_used(g); i < n; i++) {
         if (!proc_ok(&g->procs[i])) {
             dbt_share_unlock(sh);
             return damaged(sh, "a process record is damaged");
@@ -855,7 +917,7 @@ bool dbt_share_sole(dbt_share *sh, int kind)
 static int any_registration(dbt_share *sh, int kind)
 {
     dbt_seg *g = sh->seg;
-    for (uint32_t i = 0; i < g->reg_hw; i++) {
+    for (uint32_t i = 0, n = regs_used(g); i < n; i++) {
         const dbt_seg_reg *r = &g->regs[i];
         if (r->state == REG_FREE)
             continue;
@@ -941,7 +1003,7 @@ static int other_processes(dbt_share *sh, proc_ref *out)
         return -1;
     dbt_seg *g = sh->seg;
     int n = 0;
-    for (uint32_t i = 0; i < g->proc_hw; i++) {
+    for (uint32_t i = 0, used = procs_used(g); i < used; i++) {
         const dbt_seg_proc *p = &g->procs[i];
         if (!proc_ok(p)) {
             dbt_share_unlock(sh);
@@ -962,7 +1024,7 @@ static void purge_gone(dbt_share *sh, const proc_ref *gone, int n)
     dbt_seg *g = sh->seg;
     begin_update(sh);
     for (int i = 0; i < n; i++)
-        if (gone[i].idx < g->proc_hw && g->procs[gone[i].idx].pid == gone[i].pid &&
+        if (gone[i].idx < procs_used(g) && g->procs[gone[i].idx].pid == gone[i].pid &&
             g->procs[gone[i].idx].nonce == gone[i].nonce)
             purge_proc(g, gone[i].idx);
     dbt_share_unlock(sh);
@@ -1021,11 +1083,11 @@ uint64_t dbt_share_wait_begin(dbt_share *sh, const dbt_share_shape *shape, int64
     if (!sh || !shape || bad_kind(shape->kind) || !ensure_process(sh) || dbt_share_lock(sh) != 0)
         return H_NOTHING;
     dbt_seg *g = sh->seg;
-    uint32_t idx = g->reg_hw;
-    for (uint32_t i = 0; i < g->reg_hw; i++) {
+    uint32_t used = regs_used(g), idx = used;
+    for (uint32_t i = 0; i < used; i++) {
         const dbt_seg_reg *r = &g->regs[i];
         if (r->state == REG_FREE) {
-            if (idx == g->reg_hw)
+            if (idx == used)
                 idx = i;
         } else if (!reg_ok(g, r)) {
             dbt_share_unlock(sh);
@@ -1042,8 +1104,8 @@ uint64_t dbt_share_wait_begin(dbt_share *sh, const dbt_share_shape *shape, int64
             p->unregistered++;
         h = H_UNREG | (uint64_t)(sh->epoch & H_EPOCH_MASK) << H_EPOCH_SHIFT;
     } else {
-        if (idx == g->reg_hw)
-            g->reg_hw++;
+        if (idx == used)
+            g->reg_hw = used + 1;
         dbt_seg_reg *r = &g->regs[idx];
         r->proc = (uint32_t)sh->proc;
         r->nonce = sh->nonce;
@@ -1087,7 +1149,7 @@ bool dbt_share_wait_end(dbt_share *sh, uint64_t reg, dbt_share_permit *offered)
     } else {
         uint32_t idx = (uint32_t)(reg & H_INDEX_MASK) - 1;
         uint32_t serial = (uint32_t)(reg >> H_SERIAL_SHIFT);
-        dbt_seg_reg *r = idx < g->reg_hw ? &g->regs[idx] : NULL;
+        dbt_seg_reg *r = idx < regs_used(g) ? &g->regs[idx] : NULL;
         if (r && r->state != REG_FREE && r->serial == serial && r->proc == (uint32_t)sh->proc &&
             r->nonce == sh->nonce) {
             if (!reg_ok(g, r)) {
@@ -1112,7 +1174,7 @@ int dbt_share_take(dbt_share *sh, dbt_share_taken *out, int cap)
         return 0;
     dbt_seg *g = sh->seg;
     int n = 0;
-    for (uint32_t i = 0; i < g->reg_hw && n < cap; i++) {
+    for (uint32_t i = 0, used = regs_used(g); i < used && n < cap; i++) {
         dbt_seg_reg *r = &g->regs[i];
         if (r->state == REG_FREE)
             continue;
@@ -1146,7 +1208,7 @@ static int oldest_elsewhere(dbt_share *sh, const dbt_share_shape *shape)
 {
     dbt_seg *g = sh->seg;
     int best = -1;
-    for (uint32_t i = 0; i < g->reg_hw; i++) {
+    for (uint32_t i = 0, n = regs_used(g); i < n; i++) {
         const dbt_seg_reg *r = &g->regs[i];
         if (r->state == REG_FREE)
             continue;
@@ -1205,9 +1267,9 @@ dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *sha
         memcpy(r->id, permit->id, idlen + 1);
         r->renewed_us = permit->renewed_us;
         r->state = REG_OFFERED; /* last */
-        uint32_t serial = r->serial, pidx = r->proc;
+        uint32_t serial = r->serial, pidx = once32(&r->proc);
         uint64_t nonce = r->nonce;
-        int32_t pid = g->procs[pidx].pid;
+        int32_t pid = pidx < DBT_SEG_PROCS ? g->procs[pidx].pid : 0;
         int64_t t_request = r->t_request_us;
         dbt_share_unlock(sh);
         if (sh->broken)
@@ -1226,7 +1288,7 @@ dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *sha
             r->state == REG_OFFERED && r->serial == serial && r->proc == pidx && r->nonce == nonce;
         if (back) {
             begin_update(sh);
-            if (sent == 1 && pidx < g->proc_hw && g->procs[pidx].nonce == nonce)
+            if (sent == 1 && pidx < procs_used(g) && g->procs[pidx].nonce == nonce)
                 purge_proc(g, pidx);
             else
                 r->state = REG_WAITING;

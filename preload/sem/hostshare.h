@@ -1,5 +1,5 @@
 /* hostshare.h - the host's segment (hostshare.c): permits passed between the processes of one
- * host that share a pool, without Redis (docs/design.md, "Host-level sharing").
+ * host that share a pool, without Redis (docs/design.md, "Host-level sharing: the segment").
  *
  * One segment per pool and user: a file in <dir>/dbthrottle-<uid>/ (the directory mode 0700, the
  * file 0600, both owned by the user: anything else, and this process does not share), mapped
@@ -15,10 +15,13 @@
  * has no lock of its own); the segment's lock is taken inside, with a timeout
  * (DBT_SHARE_LOCK_TIMEOUT_MS), and never held on return. No call does network I/O (a wake is one
  * non-blocking datagram on this host). No content of the segment, however damaged, crashes the
- * caller or makes a call block past the timeout: a call that finds the segment damaged, or
- * cannot lock it in time, poisons it (every process then moves to a rebuilt one with a new G),
+ * caller or makes a call block past the timeout (dbt_share_attach, which may rebuild, a few
+ * times that): a call that finds the segment damaged, or cannot lock it in time, poisons it,
  * marks this attachment broken (dbt_share_broken) and returns its "nothing happened" value; the
- * caller then behaves as without sharing. */
+ * caller then behaves as without sharing. Every other process' next call finds the segment
+ * poisoned and its attachment broken too; each then attaches again (detach, attach), and the
+ * first to do so rebuilds the segment, with a new G. (Truncating the file under the processes
+ * that map it would fault them: not content, and nothing a mapping can defend against.) */
 #ifndef DBT_HOSTSHARE_H
 #define DBT_HOSTSHARE_H
 
@@ -104,7 +107,7 @@ bool dbt_share_verdict(dbt_share *sh, int kind, uint64_t ticket, bool sole, int6
 bool dbt_share_foreign(dbt_share *sh, int kind, uint64_t ticket);
 /* Redis may have lost its data: no kind is sole. */
 void dbt_share_reset(dbt_share *sh);
-/* One datagram to every other attached process' wake socket. */
+/* One datagram to every other attached process' wake socket; those that refuse are purged. */
 void dbt_share_wake_all(dbt_share *sh);
 
 /* ---- registrations: the host's waiting threads ---- */
@@ -152,8 +155,10 @@ typedef struct {
  * served is removed, and its permit is the caller's. Returns how many. */
 int dbt_share_take(dbt_share *sh, dbt_share_taken *out, int cap);
 
-/* Removes the records of attached processes that are gone (their wake socket refuses), with their
- * registrations. Cheap enough for a renewer's period. */
+/* Removes the records of attached processes that are gone (their wake socket refuses a connect,
+ * which sends nothing), with their registrations; and breaks this attachment when the segment's
+ * file was removed or replaced under it (attach again to join the others). Cheap enough for a
+ * renewer's period: one connect() per attached process. */
 void dbt_share_purge_dead(dbt_share *sh);
 
 #endif

@@ -63,6 +63,9 @@ typedef struct {
      * Read and written without the lock. */
     _Atomic uint32_t poisoned;
     uint64_t key_hash; /* the hash in the file's name */
+    /* dbt_share_key_sum of key: a key that does not match it is damage (rebuilt); a key that
+     * does but is not the attacher's is another pool's, whose hash collides (not shared). */
+    uint64_t key_sum;
     char key[DBT_SEG_KEY_MAX];
     char group[DBT_SHARE_GROUP_LEN];
     char pad[7];
@@ -82,6 +85,8 @@ typedef struct {
 
 #define DBT_SEG_DIRTY_NOPROC UINT32_MAX
 
+/* A second hash of the pool's key, kept beside it in the header. */
+uint64_t dbt_share_key_sum(const char *key);
 /* The segment this attachment maps (for tests to damage), and the file's path. */
 dbt_seg *dbt_share_segment(dbt_share *sh);
 const char *dbt_share_path(const dbt_share *sh);

@@ -427,8 +427,19 @@ Test(hostshare, a_segment_holding_another_pools_key_is_refused)
 {
     dbt_share *sh = attach_or_die(dir);
     dbt_seg *g = dbt_share_segment(sh);
+    /* what a pool whose key's hash collides with ours would have made */
     snprintf(g->key, sizeof g->key, "%s", "redis://elsewhere:6379/0 dbthrottle: other");
+    g->key_sum = dbt_share_key_sum(g->key);
     expect_refused(dir, dbt_share_path(sh), "another pool's key");
+    cr_expect_not(dbt_share_broken(sh), "theirs, not damaged");
+    /* a key that does not match its sum is damage: rebuilt */
+    g->key[0] = 'X';
+    char old_group[DBT_SHARE_GROUP_LEN];
+    snprintf(old_group, sizeof old_group, "%s", dbt_share_group(sh));
+    dbt_share *b = attach_or_die(dir);
+    cr_expect_str_neq(dbt_share_group(b), old_group);
+    cr_expect_str_eq(dbt_share_segment(b)->key, KEY);
+    dbt_share_detach(b);
     dbt_share_detach(sh);
 }
 
@@ -1003,6 +1014,96 @@ Test(hostshare, a_segment_of_the_wrong_size_or_unterminated_key_is_rebuilt)
     dbt_share_detach(c);
 }
 
+/* Calls everything for `arg` microseconds, attaching again whenever the attachment breaks: a
+ * process of a host whose segment is being written garbage into. */
+static int busy_process(void *arg, int out, int in)
+{
+    (void)out;
+    (void)in;
+    int64_t until = dbt_now_us() + (int64_t)(intptr_t)arg;
+    dbt_share *sh = NULL;
+    dbt_share_shape a = shape_of(0, 4, "");
+    uint64_t reg = 0, ticket = 1;
+    char id[32];
+    snprintf(id, sizeof id, "storm-%d", (int)getpid());
+    while (dbt_now_us() < until) {
+        if (!sh || dbt_share_broken(sh)) {
+            dbt_share_detach(sh);
+            sh = dbt_share_attach(dir, KEY, NULL, 0);
+            reg = 0;
+            if (!sh)
+                continue;
+        }
+        dbt_share_verdict(sh, 0, ++ticket, true, LEASE);
+        if (!reg)
+            reg = dbt_share_wait_begin(sh, &a, dbt_now_us());
+        dbt_share_permit p = permit_of(id, 1);
+        dbt_share_offer(sh, &a, &p, -1, NULL);
+        dbt_share_drain(sh);
+        dbt_share_taken t[4];
+        if (dbt_share_take(sh, t, 4) > 0)
+            reg = 0;
+        dbt_share_sole(sh, 0);
+        if (ticket % 8 == 0) {
+            dbt_share_wait_end(sh, reg, &p);
+            reg = 0;
+            dbt_share_foreign(sh, 0, ticket);
+            dbt_share_purge_dead(sh);
+            dbt_share_wake_all(sh);
+        }
+    }
+    dbt_share_detach(sh);
+    return 0;
+}
+
+Test(hostshare, garbage_written_while_processes_work_crashes_none, .timeout = 120)
+{
+    enum { WORKERS = 4 };
+    const int64_t storm_us = 1500000;
+    dbt_share *sh = attach_or_die(dir);
+    char path[256];
+    snprintf(path, sizeof path, "%s", dbt_share_path(sh));
+    dbt_share_detach(sh);
+    child kids[WORKERS];
+    for (int i = 0; i < WORKERS; i++)
+        kids[i] = spawn(busy_process, (void *)(intptr_t)(storm_us + 500000));
+    /* a few bytes at a time, anywhere (half of them in the header and the lock), in whichever
+     * segment the name holds now (the workers rebuild it) */
+    unsigned seed = (unsigned)getpid();
+    int writes = 0;
+    for (int64_t until = dbt_now_us() + storm_us; dbt_now_us() < until; writes++) {
+        int fd = open(path, O_WRONLY | O_NOFOLLOW);
+        if (fd >= 0) {
+            unsigned char junk[16];
+            size_t n = 1 + (size_t)rand_r(&seed) % sizeof junk;
+            for (size_t i = 0; i < n; i++)
+                junk[i] = (unsigned char)rand_r(&seed);
+            size_t span = rand_r(&seed) % 2 ? offsetof(dbt_seg, procs) : sizeof(dbt_seg);
+            off_t at = (off_t)((size_t)rand_r(&seed) % (span - n));
+            (void)!pwrite(fd, junk, n, at);
+            close(fd);
+        }
+        poll(NULL, 0, rand_r(&seed) % 2); /* pace: up to a write a millisecond */
+    }
+    for (int i = 0; i < WORKERS; i++) {
+        int st = reap(&kids[i]); /* a signal is 128 + its number */
+        cr_expect_eq(st, 0, "worker %d ended with %d", i, st);
+    }
+    cr_expect_gt(writes, 100);
+    /* the host shares again once the garbage stops */
+    char why[512];
+    dbt_share *fresh = NULL;
+    for (int i = 0; i < 5 && !fresh; i++)
+        fresh = dbt_share_attach(dir, KEY, why, sizeof why);
+    cr_assert_not_null(fresh, "%s", why);
+    /* what the workers (and the garbage) left: their tickets, records the garbage renamed */
+    dbt_share_reset(fresh);
+    dbt_share_purge_dead(fresh);
+    make_sole(fresh, 0);
+    cr_expect_not(dbt_share_broken(fresh), "%s", dbt_share_why(fresh));
+    dbt_share_detach(fresh);
+}
+
 /* ---- the table full ---- */
 
 Test(hostshare, waiters_the_table_cannot_hold_keep_the_host_from_being_sole, .timeout = 60)
@@ -1091,6 +1192,65 @@ Test(hostshare, a_forked_child_is_a_process_of_its_own, .timeout = 60)
     cr_expect(readable(parent_fd, 5000), "the parent's socket still wakes it");
     dbt_share_permit got;
     cr_expect(dbt_share_wait_end(sh, r, &got));
+    dbt_share_detach(sh);
+}
+
+Test(hostshare, a_child_forked_while_the_parent_holds_the_lock_does_not_wait_for_it, .timeout = 60)
+{
+    dbt_share *sh = attach_or_die(dir);
+    int up[2];
+    cr_assert_eq(pipe(up), 0);
+    cr_assert_eq(dbt_share_lock(sh), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int64_t t0 = dbt_now_us();
+        dbt_share_after_fork(sh);
+        char c = dbt_now_us() - t0 < 50000 ? 'A' : 'a';
+        (void)!write(up[1], &c, 1);
+        /* its first call waits for the parent's unlock, then makes a record of its own */
+        dbt_share_shape a = shape_of(0, 4, "");
+        uint64_t r = dbt_share_wait_begin(sh, &a, 10);
+        c = !dbt_share_broken(sh) && regs_of_pid(dbt_share_segment(sh), getpid()) == 1 ? 'R' : 'r';
+        dbt_share_wait_end(sh, r, NULL);
+        dbt_share_detach(sh);
+        (void)!write(up[1], &c, 1);
+        _exit(0);
+    }
+    close(up[1]);
+    cr_expect_eq(wait_word(up[0]), 'A', "after_fork returned at once");
+    dbt_share_unlock(sh);
+    cr_expect_eq(wait_word(up[0]), 'R', "the child registered once the lock was free");
+    int st;
+    waitpid(pid, &st, 0);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cr_expect_not(dbt_share_broken(sh));
+    cr_expect_eq(live_procs(dbt_share_segment(sh)), 1);
+    close(up[0]);
+    dbt_share_detach(sh);
+}
+
+Test(hostshare, temp_files_of_dead_creators_are_removed)
+{
+    dbt_share *sh = attach_or_die(dir);
+    char path[256], sub[256], temp[320];
+    snprintf(path, sizeof path, "%s", dbt_share_path(sh));
+    snprintf(sub, sizeof sub, "%s", path);
+    *strrchr(sub, '/') = '\0';
+    dbt_share_detach(sh);
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, NULL, 0);
+    snprintf(temp, sizeof temp, "%s/.tmp.%d.0123456789abcdef", sub, (int)dead);
+    cr_assert_geq(open(temp, O_CREAT | O_RDWR, 0600), 0);
+    char live_temp[320];
+    snprintf(live_temp, sizeof live_temp, "%s/.tmp.%d.0123456789abcdef", sub, (int)getppid());
+    cr_assert_geq(open(live_temp, O_CREAT | O_RDWR, 0600), 0);
+    cr_assert_eq(unlink(path), 0); /* so that the next attach makes one */
+    sh = attach_or_die(dir);
+    cr_expect_neq(access(temp, F_OK), 0, "a dead creator's temp file is gone");
+    cr_expect_eq(access(live_temp, F_OK), 0, "a live one's stays");
+    unlink(live_temp);
     dbt_share_detach(sh);
 }
 
