@@ -78,9 +78,11 @@ void dbt_sharing_attach(dbt_pool *p)
     pthread_mutex_unlock(&p->mu);
 
     if (broken) {
+        const char *why_broken = dbt_share_why(broken);
         dbt_field f[] = {DBT_S("pool", p->name),
+                         DBT_S("reason", why_broken && why_broken[0] ? why_broken : "-"),
                          DBT_S("effect", "permits go through Redis until the segment is rebuilt")};
-        dbt_log(DBT_LOG_INFO, "host_share_broken", f, 2);
+        dbt_log(DBT_LOG_INFO, "host_share_broken", f, 3);
         dbt_share_detach(broken);
         /* Attached anew a period later (the renewer's or a command's call): not at once, or a
          * segment that breaks as soon as it is used would cost an attach per command. */
