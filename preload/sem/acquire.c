@@ -472,6 +472,7 @@ static struct dbt_slot *begin_slot(acquire_run *a)
     }
     s->state = SLOT_PENDING;
     s->lost = false; /* a grant given back as stale is behind us */
+    s->share_got_us = 0;
     s->gen = p->gen;
     link_slot(p, s);
     pthread_mutex_unlock(&p->mu);

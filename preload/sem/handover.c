@@ -111,6 +111,8 @@ static void swap_permit(dbt_pool *p, struct dbt_slot *from, struct dbt_slot *to,
     int64_t held_renewed = from->t_renewed_us;
     from->t_renewed_us = to->t_renewed_us;
     to->t_renewed_us = held_renewed;
+    to->share_got_us = from->share_got_us; /* the permit's, as its lease clock */
+    from->share_got_us = 0;
     to->lost = from->lost;
     from->lost = false;
     dbt_lw_remove(p, to);
@@ -162,6 +164,8 @@ static struct dbt_slot *new_orphan(dbt_pool *p, const struct dbt_slot *like, con
     o->t_renewed_us = renewed_us;
     o->t_request_us = o->t_grant_us = now;
     o->state = state;
+    if (state == SLOT_HELD) /* a permit another process passed: see share_got_us */
+        o->share_got_us = now;
     o->next = p->slots;
     if (p->slots)
         p->slots->prev = o;
@@ -187,14 +191,21 @@ void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int6
     dbt_lw_remove(p, s);
     snprintf(s->id, sizeof s->id, "%s", id);
     s->t_renewed_us = renewed_us; /* the stale check goes on from the giver's last renewal */
+    s->share_got_us = now;
     s->lost = false;
     s->state = SLOT_HELD;
     s->t_grant_us = now;
     p->nheld++;
     count_local_grant(p, s, now);
     dbt_slot_wake(s);
-    if (p->bg_until_us > now + ORPHAN_IDLE_US)
+    if (now - renewed_us > p->client->cfg->lease_ms * 1000 / 3) {
+        /* Renewed a while ago by another process: renewed now, while we hold it (passed on and
+         * on, a permit is otherwise renewed only when a renewal finds it held by chance). */
+        p->renew_now = true;
+        dbt_wake_renewer(p);
+    } else if (p->bg_until_us > now + ORPHAN_IDLE_US) {
         dbt_wake_renewer(p); /* the new orphan is withdrawn if nobody takes it */
+    }
 }
 
 void dbt_handover_loose(dbt_pool *p, const struct dbt_slot *like, const char *id,
@@ -240,6 +251,14 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
 static bool offer_to_host(dbt_pool *p, const struct dbt_slot *s, const struct dbt_slot *w,
                           bool *local)
 {
+    /* Only with half a lease left at least: the receivers' renewals name it only while they hold
+     * it, and a permit that passes on every few milliseconds may miss them (then it goes back
+     * through Redis, which its waiter is granted by). */
+    int64_t lease_us = p->client->cfg->lease_ms * 1000;
+    if (dbt_now_us() - s->t_renewed_us > lease_us / 2) {
+        *local = dbt_share_sole(p->share, (int)s->kind);
+        return false;
+    }
     dbt_share_shape shape;
     dbt_sharing_shape(s, &shape);
     dbt_share_permit permit;
@@ -276,6 +295,10 @@ struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s, bool *off
         return NULL;
     struct dbt_slot *w = oldest_waiter(p, s);
     if (p->share) {
+        /* A permit a renewal found gone from Redis goes nowhere but back: passed on, it would
+         * run in another process until its lease ran out, beside the one Redis granted since. */
+        if (s->lost)
+            return NULL;
         bool local = false;
         if (offer_to_host(p, s, w, &local)) {
             *offered = true;

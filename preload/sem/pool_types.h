@@ -118,9 +118,12 @@ struct dbt_slot {
                                * is not closed until they are */
     bool in_fifo;             /* on the pool's list of waiting threads (lw_*) */
     bool adopted;             /* took an orphan's place: queued without a Redis call */
-    /* Host sharing (share.c): its registration in the host's segment while its thread waits
-     * (0: none); a permit another process offers to it comes through it. */
+    /* Host sharing (sharing.c): its registration in the host's segment while its thread waits
+     * (0: none); a permit another process offers to it comes through it. share_got_us: when it
+     * got the permit it holds from another process (0: it did not): a renewal sent before that
+     * did not name it, so its reply does not renew it. */
     uint64_t share_reg;
+    int64_t share_got_us;
     struct dbt_slot *lw_prev, *lw_next;
     struct dbt_slot *prev, *next;
 };

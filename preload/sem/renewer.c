@@ -301,9 +301,11 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
      * the queue before is void. */
     if (reply->reasserted[DBT_KIND_QUERY] > 0 || reply->reasserted[DBT_KIND_CONN] > 0)
         dbt_handover_reset(p);
+    /* Not a permit another process passed here after the renewal was sent: it did not name it
+     * (its lease runs from its last renewal, by whichever process). */
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
-            s->t_renewed_us < sent)
+            s->t_renewed_us < sent && s->share_got_us <= sent)
             s->t_renewed_us = sent;
     apply_granted(p, &reply->granted_waiters);
     for (int k = 0; k < DBT_NKINDS; k++) {
