@@ -99,9 +99,12 @@ static bool push_id(dbt_id_list *l, const char *id)
  * granted. With p->mu held. */
 static bool push_doing(dbt_id_list *l, const struct dbt_slot *s)
 {
-    char doing[DBT_DOING_LEN];
+    char doing[DBT_DOING_LEN], who[DBT_WHO_LEN];
     char state = s->kind != DBT_KIND_QUERY ? '-' : s->parked ? 'k' : s->idle_since_us ? 'i' : 'r';
-    dbt_format_doing(state, s->session, doing, sizeof doing);
+    /* Always who holds it now: Redis rewrites its entry only when it differs, after the permit
+     * moved to another connection (local handover) or process (host-level sharing). */
+    dbt_format_who(s->pool->client->host, (long)getpid(), s->conn, who, sizeof who);
+    dbt_format_doing(state, s->session, who, doing, sizeof doing);
     return push_id(l, doing);
 }
 
