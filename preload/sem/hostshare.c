@@ -30,9 +30,13 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <linux/futex.h>
+#endif
 
 /* A registration handle: bit 63 "unregistered" (the table had no room), 20 bits of the
  * attachment's epoch (a new process record, after fork or in another attachment, makes the old
@@ -76,8 +80,12 @@ struct dbt_share {
     int sock;  /* the wake socket, -1: none (yet) */
     uint32_t epoch;
 #ifdef __GLIBC__
-    int mutex_kind;             /* what glibc keeps in a mutex made as ours is */
-    __pthread_list_t held_list; /* the mutex's robust-list links while this thread holds it */
+    int mutex_kind; /* what glibc keeps in a mutex made as ours is */
+    /* What the mutex's robust-list links are while this thread holds it: glibc writes them when
+     * it locks and unlinks the mutex through them when it unlocks. links_known: computed from
+     * this thread's list head, not read back from the segment. */
+    __pthread_list_t held_list;
+    bool links_known;
 #endif
 };
 
@@ -313,6 +321,25 @@ static void repair(dbt_share *sh)
 
 /* ---- the lock ---- */
 
+#ifdef __GLIBC__
+/* This thread's robust-list head (the kernel's get_robust_list: glibc registers one per thread),
+ * NULL when there is none. */
+static __thread void *robust_head;
+static __thread bool robust_head_asked;
+
+static void *thread_robust_head(void)
+{
+    if (!robust_head_asked) {
+        void *head = NULL;
+        size_t len = 0;
+        if (syscall(SYS_get_robust_list, 0, &head, &len) == 0)
+            robust_head = head;
+        robust_head_asked = true;
+    }
+    return robust_head;
+}
+#endif
+
 int dbt_share_lock(dbt_share *sh)
 {
     if (sh->broken)
@@ -337,6 +364,17 @@ int dbt_share_lock(dbt_share *sh)
     until.tv_nsec += (long)DBT_SHARE_LOCK_TIMEOUT_MS % 1000 * 1000000L;
     until.tv_sec += DBT_SHARE_LOCK_TIMEOUT_MS / 1000 + until.tv_nsec / 1000000000L;
     until.tv_nsec %= 1000000000L;
+#ifdef __GLIBC__
+    /* Locking puts the mutex at the head of this thread's robust list: its links then point to
+     * the head and to what was first before. Known here, not read back from the segment, where
+     * another process may have written garbage over them by then. */
+    void *head = thread_robust_head();
+    sh->links_known = head != NULL;
+    if (head) {
+        sh->held_list.__prev = head;
+        sh->held_list.__next = *(void *volatile *)head;
+    }
+#endif
     int rc;
     do
 #ifdef DBT_SHARE_REALTIME_LOCK
@@ -358,7 +396,14 @@ int dbt_share_lock(dbt_share *sh)
         return damaged(sh, what);
     }
 #ifdef __GLIBC__
-    sh->held_list = g->mu.__data.__list;
+    if (!head) {
+        sh->held_list = g->mu.__data.__list;
+    } else if (*(void *volatile *)head != (void *)&g->mu.__data.__list.__next) {
+        /* Not on this thread's robust list: glibc took another mutex type's path (its kind
+         * changed under it). Unlocking with the links above leaves the list as it is. */
+        dbt_share_unlock(sh);
+        return damaged(sh, "lock damaged");
+    }
 #endif
     if (!header_ok(sh)) {
         dbt_share_unlock(sh);
@@ -377,18 +422,49 @@ int dbt_share_lock(dbt_share *sh)
     return 0;
 }
 
+/* Takes the mutex off this thread's robust list without glibc, which would do it through the
+ * links in the segment: what garbage (or another process let in by garbage in the lock word)
+ * writes there would be written through. Done with the links this thread's lock made, known
+ * here; the mutex itself is not touched, and stays locked: poisoned. Without them (not glibc's
+ * doubly-linked list), the mapping is kept for good instead, as the list goes through it. */
+static void let_go_privately(dbt_share *sh)
+{
+#if defined(__GLIBC__) && __PTHREAD_MUTEX_HAVE_PREV
+    if (sh->links_known) {
+        /* glibc's DEQUEUE_MUTEX: the links point to the neighbours' __next fields */
+        const uintptr_t adjust = offsetof(__pthread_list_t, __next);
+        __pthread_list_t *next =
+            (__pthread_list_t *)(((uintptr_t)sh->held_list.__next & ~(uintptr_t)1) - adjust);
+        __pthread_list_t *prev =
+            (__pthread_list_t *)(((uintptr_t)sh->held_list.__prev & ~(uintptr_t)1) - adjust);
+        next->__prev = sh->held_list.__prev;
+        prev->__next = sh->held_list.__next;
+        return;
+    }
+#endif
+    sh->pinned = true;
+}
+
 void dbt_share_unlock(dbt_share *sh)
 {
     dbt_seg *g = sh->seg;
     g->dirty = 0;
     bool tampered = false;
 #ifdef __GLIBC__
+    /* Garbage in the lock word (zero, or the owner-died bit) lets another process in while this
+     * one holds the lock: then the two would unlink the mutex from their robust lists through
+     * the same links at once. The one whose word it is not lets it go privately. */
+    uint32_t word = *(const volatile uint32_t *)&g->mu.__data.__lock;
+    if ((word & FUTEX_TID_MASK) != (uint32_t)gettid()) { /* (not cached: a fork()ed child) */
+        let_go_privately(sh);
+        damaged(sh, "its lock word was written into while held");
+        return;
+    }
     /* glibc unlinks the mutex from this thread's robust list through these: garbage written
      * into them while we held it would be written through. */
-    if (memcmp(&g->mu.__data.__list, &sh->held_list, sizeof sh->held_list) != 0) {
-        g->mu.__data.__list = sh->held_list;
+    if (memcmp(&g->mu.__data.__list, &sh->held_list, sizeof sh->held_list) != 0)
         tampered = true;
-    }
+    g->mu.__data.__list = sh->held_list;
     if (g->mu.__data.__kind != sh->mutex_kind) {
         g->mu.__data.__kind = sh->mutex_kind;
         tampered = true;
@@ -396,7 +472,7 @@ void dbt_share_unlock(dbt_share *sh)
 #endif
     int rc = pthread_mutex_unlock(&g->mu);
     if (rc != 0) {
-        sh->pinned = true;
+        let_go_privately(sh); /* glibc refuses before it unlinks */
         damaged(sh, "its lock could not be let go (written into while held)");
     } else if (tampered) {
         damaged(sh, "its lock was written into while held");
