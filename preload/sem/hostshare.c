@@ -314,10 +314,24 @@ static void futex_wake_one(_Atomic uint32_t *w)
     (void)syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
-/* Whether the thread `tid` is gone (same user: kill may probe it). */
+/* Whether the thread `tid` is gone (same user: kill may probe it). A process killed but not yet
+ * reaped by its parent is still there to kill() (a zombie): its state in /proc says it is dead. */
 static bool thread_gone(uint32_t tid)
 {
-    return kill((pid_t)tid, 0) != 0 && errno == ESRCH;
+    if (kill((pid_t)tid, 0) != 0)
+        return errno == ESRCH;
+    char path[48], buf[256];
+    snprintf(path, sizeof path, "/proc/%u/stat", (unsigned)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *state = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything */
+    return state && (state[1] == ' ') && (state[2] == 'Z' || state[2] == 'X');
 }
 
 int dbt_share_lock(dbt_share *sh)

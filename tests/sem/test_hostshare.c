@@ -716,11 +716,15 @@ Test(hostshare, a_process_killed_holding_the_lock_leaves_the_segment_usable, .ti
         read_line(h.from_child, line, sizeof line, 30000);
         cr_assert_str_eq(line, "L");
         pid_t hpid = h.pid;
-        kill_child(&h);
-        /* the next locker repairs and goes on */
+        /* dead, but not reaped yet (a zombie: still there to kill(pid, 0)) */
+        kill(hpid, SIGKILL);
+        siginfo_t info;
+        cr_assert_eq(waitid(P_PID, (id_t)hpid, &info, WEXITED | WNOWAIT), 0);
+        /* the next locker takes the lock over, repairs and goes on */
         dbt_share_shape a = shape_of(0, 4, "");
         uint64_t r = dbt_share_wait_begin(sh, &a, 100);
         cr_expect_not(dbt_share_broken(sh), "%s", dbt_share_why(sh));
+        reap(&h);
         cr_expect_eq(live_regs(g), 1);
         if (dirty) {
             /* killed half-way through an update: its record dropped, the sole state reset */
