@@ -1,24 +1,27 @@
 /* hostshare.h - the host's segment (hostshare.c): permits passed between the processes of one
- * host that share a pool, without Redis (docs/design.md, "Host-level sharing").
+ * host that share a pool, without Redis (docs/design.md, "Host-level sharing: the segment").
  *
  * One segment per pool and user: a file in <dir>/dbthrottle-<uid>/ (the directory mode 0700, the
  * file 0600, both owned by the user: anything else, and this process does not share), mapped
- * shared. It holds a robust process-shared mutex, the host group's id (G: the Redis owner of the
- * host's waiters, see the cid "<G>~<cid>"), per kind the host's sole state, the processes
- * attached (each with a wake socket: an abstract AF_UNIX datagram socket whose name carries a
- * random nonce kept in the segment), and the registrations: each waiting thread of each attached
- * process, with its shape and since when it waits, and the permit offered to it once a releasing
- * process chose it.
+ * shared. It holds a lock (a futex word naming its holder's thread; a holder found dead is
+ * taken over from), the host group's id (G: the Redis owner of the host's waiters, see the cid
+ * "<G>~<cid>"), per kind the host's sole state, the processes attached (each with a wake socket:
+ * an abstract AF_UNIX datagram socket whose name carries a random nonce kept in the segment), and
+ * the registrations: each waiting thread of each attached process, with its shape and since when
+ * it waits, and the permit offered to it once a releasing process chose it.
  *
  * Knows nothing of Redis or pools: ids are opaque strings, kinds small ints. Every call but
  * dbt_share_attach and dbt_share_detach is made with the caller's pool lock held (the attachment
  * has no lock of its own); the segment's lock is taken inside, with a timeout
  * (DBT_SHARE_LOCK_TIMEOUT_MS), and never held on return. No call does network I/O (a wake is one
  * non-blocking datagram on this host). No content of the segment, however damaged, crashes the
- * caller or makes a call block past the timeout: a call that finds the segment damaged, or
- * cannot lock it in time, poisons it (every process then moves to a rebuilt one with a new G),
+ * caller or makes a call block past the timeout (dbt_share_attach, which may rebuild, a few
+ * times that): a call that finds the segment damaged, or cannot lock it in time, poisons it,
  * marks this attachment broken (dbt_share_broken) and returns its "nothing happened" value; the
- * caller then behaves as without sharing. */
+ * caller then behaves as without sharing. Every other process' next call finds the segment
+ * poisoned and its attachment broken too; each then attaches again (detach, attach), and the
+ * first to do so rebuilds the segment, with a new G. (Truncating the file under the processes
+ * that map it would fault them: not content, and nothing a mapping can defend against.) */
 #ifndef DBT_HOSTSHARE_H
 #define DBT_HOSTSHARE_H
 
@@ -71,12 +74,18 @@ void dbt_share_detach(dbt_share *sh);
 void dbt_share_after_fork(dbt_share *sh);
 
 /* The host group's id (16 hex digits): the prefix of the cid "<G>~<cid>" of the processes that
- * share. Changes when the segment was rebuilt (then the caller's new ids use the new one). */
+ * share. The same for the life of the attachment: a rebuilt segment has another, which the
+ * caller sees by attaching again once this attachment is broken. */
 const char *dbt_share_group(const dbt_share *sh);
-/* The attachment gave up (damaged segment, lock timeout): every call does nothing. The caller
- * may detach and attach again later (a rebuilt segment). */
+/* The attachment gave up (damaged or poisoned segment, lock timeout, this process' record
+ * removed, the segment's file removed or replaced): every call does nothing. The caller detaches
+ * and may attach again later (which rebuilds a damaged or poisoned segment); meanwhile its ids
+ * must not carry this attachment's G (its waiters would be the host's in Redis, unknown to the
+ * segment). dbt_share_why says why (one line naming the file). */
 bool dbt_share_broken(const dbt_share *sh);
-/* The wake socket, to poll for POLLIN beside the caller's other descriptors (-1 when broken):
+const char *dbt_share_why(const dbt_share *sh);
+/* The wake socket, to poll for POLLIN beside the caller's other descriptors (-1 when broken, and
+ * in a fork()ed child until its first call makes its new one: read it again before each poll):
  * readable when a permit was offered to one of this process' registrations, or the host's sole
  * state ended. dbt_share_drain reads what is there (non-blocking). */
 int dbt_share_fd(const dbt_share *sh);
@@ -98,7 +107,7 @@ bool dbt_share_verdict(dbt_share *sh, int kind, uint64_t ticket, bool sole, int6
 bool dbt_share_foreign(dbt_share *sh, int kind, uint64_t ticket);
 /* Redis may have lost its data: no kind is sole. */
 void dbt_share_reset(dbt_share *sh);
-/* One datagram to every other attached process' wake socket. */
+/* One datagram to every other attached process' wake socket; those that refuse are purged. */
 void dbt_share_wake_all(dbt_share *sh);
 
 /* ---- registrations: the host's waiting threads ---- */
@@ -106,7 +115,8 @@ void dbt_share_wake_all(dbt_share *sh);
 /* A thread of this process begins to wait (its slot QUEUED, not an orphan) for a permit of
  * `shape`, since t_request_us (CLOCK_MONOTONIC us). Returns its registration (never 0): when the
  * table is full it is an "unregistered" one, counted in this process' record, which keeps the
- * host from being sole until it ends. */
+ * host from being sole until it ends; when the attachment is (or becomes) broken, one that names
+ * nothing (dbt_share_wait_end does nothing with it). */
 uint64_t dbt_share_wait_begin(dbt_share *sh, const dbt_share_shape *shape, int64_t t_request_us);
 /* The thread waits no more (granted by Redis or by a local swap, gave up, ...): the registration
  * goes. Returns true when a permit had been offered to it meanwhile: *offered is then the
@@ -122,10 +132,14 @@ typedef enum {
 } dbt_share_offer_result;
 
 /* A held permit of `shape` that this process gives back: offered to the host's longest-waiting
- * registration of the same shape in another process, unless this process' own oldest waiter of
- * the shape began to wait before it (local_oldest_us; -1: none here). The receiver's wake socket
- * is sent a datagram; a receiver found gone (its socket refuses) is purged and the next is tried.
- * On DBT_SHARE_OFFERED, *waited_us (when not NULL) is how long the receiver had waited. */
+ * registration of the same shape in another process (ties of t_request_us: the first
+ * registered), unless this process' own oldest waiter of the shape began to wait before it or at
+ * the same microsecond (local_oldest_us; -1: none here). The receiver's wake socket is sent a
+ * datagram; a receiver found gone (its socket refuses) is purged and the next is tried. On
+ * DBT_SHARE_OFFERED, *waited_us (when not NULL) is how long the receiver had waited. A broken
+ * attachment answers DBT_SHARE_NOT_SOLE (the permit is the caller's, for Redis), except when
+ * the permit was written into the segment before it broke: then DBT_SHARE_OFFERED (a receiver
+ * may take it; if none does, it is lost to its lease: never given twice). */
 dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *shape,
                                        const dbt_share_permit *permit, int64_t local_oldest_us,
                                        int64_t *waited_us);
@@ -141,8 +155,10 @@ typedef struct {
  * served is removed, and its permit is the caller's. Returns how many. */
 int dbt_share_take(dbt_share *sh, dbt_share_taken *out, int cap);
 
-/* Removes the records of attached processes that are gone (their wake socket refuses), with their
- * registrations. Cheap enough for a renewer's period. */
+/* Removes the records of attached processes that are gone (their wake socket refuses a connect,
+ * which sends nothing), with their registrations; and breaks this attachment when the segment's
+ * file was removed or replaced under it (attach again to join the others). Cheap enough for a
+ * renewer's period: one connect() per attached process. */
 void dbt_share_purge_dead(dbt_share *sh);
 
 #endif

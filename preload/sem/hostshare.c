@@ -1,0 +1,1299 @@
+/* hostshare.c - the host's segment: a file per pool and user, mapped shared by the processes of
+ * this host that share the pool, through which a permit given back by one process goes to the
+ * longest-waiting thread of another with no Redis command (hostshare.h; docs/design.md,
+ * "Host-level sharing: the segment").
+ *
+ * Whatever is in the file, a process here must not crash or hang: the segment is written by other
+ * processes, which may die at any instruction, run another version of this library, or be
+ * hostile (same user). So every call re-validates the header under the lock, checks every record
+ * it reads (indexes bounded, strings terminated, states known) before using it, and every write
+ * is ordered so that a writer killed half-way leaves either the old record or a new one
+ * (the record's state, or a process' pid, is stored last): what a dead lock holder may have left
+ * half-done is only the host's sole state, which the next locker resets (not sole: permits go
+ * through Redis, the safe side). A segment that fails a check is poisoned: every process gives it
+ * up, and the next attach rebuilds it. */
+#include "hostshare.h"
+#include "clock.h"
+#include "hostshare_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A registration handle: bit 63 "unregistered" (the table had no room), 20 bits of the
+ * attachment's epoch (a new process record, after fork or in another attachment, makes the old
+ * handles name nothing), 32 bits of the entry's serial (a reused entry is another registration),
+ * 11 bits of the entry's index + 1 (so that no handle is 0). */
+#define H_UNREG        (UINT64_C(1) << 63)
+#define H_EPOCH_SHIFT  43
+#define H_EPOCH_MASK   UINT64_C(0xfffff)
+#define H_SERIAL_SHIFT 11
+#define H_INDEX_MASK   UINT64_C(0x7ff)
+
+_Static_assert(DBT_SEG_REGS < H_INDEX_MASK, "a registration index fits its handle");
+
+struct dbt_share {
+    dbt_seg *seg;
+    int fd; /* the segment's file */
+    dev_t dev;
+    ino_t ino;
+    uid_t uid;
+    uint64_t key_hash;
+    char path[PATH_MAX];
+    char group[DBT_SHARE_GROUP_LEN];
+    char why[256]; /* why it is broken */
+    bool broken;
+    int proc; /* this process' record in procs[], -1: none (yet) */
+    uint64_t nonce;
+    pid_t pid; /* the process the record is for */
+    int sock;  /* the wake socket, -1: none (yet) */
+    uint32_t epoch;
+};
+
+/* ---- small helpers ---- */
+
+static uint64_t fnv1a64_from(uint64_t h, const char *s)
+{
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= UINT64_C(0x100000001b3);
+    }
+    return h;
+}
+
+static uint64_t fnv1a64(const char *s)
+{
+    return fnv1a64_from(UINT64_C(0xcbf29ce484222325), s);
+}
+
+uint64_t dbt_share_key_sum(const char *key)
+{
+    return fnv1a64_from(UINT64_C(0x6462746872736b79), key); /* another start: another hash */
+}
+
+static uint64_t random64(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v && v != 0)
+        return v;
+    /* No entropy to be had (early boot, a seccomp filter): unique enough for a name. */
+    static _Atomic uint64_t counter;
+    v = (uint64_t)dbt_now_us() * UINT64_C(0x9e3779b97f4a7c15) ^ (uint64_t)getpid() << 32 ^
+        (uint64_t)(uintptr_t)&v ^ atomic_fetch_add(&counter, 1);
+    return v ? v : 1;
+}
+
+static void say(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *why, size_t cap, const char *fmt, ...)
+{
+    if (!why || cap == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vsnprintf(why, cap, fmt, ap) < 0)
+        why[0] = '\0';
+    va_end(ap);
+}
+
+static bool valid_group(const char *g)
+{
+    for (int i = 0; i < DBT_SHARE_GROUP_LEN - 1; i++)
+        if (!((g[i] >= '0' && g[i] <= '9') || (g[i] >= 'a' && g[i] <= 'f')))
+            return false;
+    return g[DBT_SHARE_GROUP_LEN - 1] == '\0';
+}
+
+static uint32_t next_epoch(uint32_t e)
+{
+    e = (e + 1) & (uint32_t)H_EPOCH_MASK;
+    return e ? e : 1;
+}
+
+static bool bad_kind(int kind)
+{
+    return kind < 0 || kind >= DBT_SHARE_KINDS;
+}
+
+/* ---- giving up ---- */
+
+static int give_up(dbt_share *sh, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int give_up(dbt_share *sh, const char *fmt, ...)
+{
+    if (!sh->broken) {
+        sh->broken = true;
+        va_list ap;
+        va_start(ap, fmt);
+        if (vsnprintf(sh->why, sizeof sh->why, fmt, ap) < 0)
+            sh->why[0] = '\0';
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* The segment cannot be trusted: every process leaves it (they see `poisoned`), and the next
+ * attach rebuilds it. */
+static int damaged(dbt_share *sh, const char *what)
+{
+    atomic_store(&sh->seg->poisoned, 1);
+    return give_up(sh, "%s: %s: poisoned it", sh->path, what);
+}
+
+/* ---- validation ---- */
+
+/* The fields that never change after creation: read without the lock too. */
+static bool header_constant_ok(const dbt_share *sh, const dbt_seg *g)
+{
+    return g->magic == DBT_SEG_MAGIC && g->version == DBT_SEG_VERSION &&
+           g->size == sizeof(dbt_seg) && g->nprocs == DBT_SEG_PROCS && g->nregs == DBT_SEG_REGS &&
+           g->key_hash == sh->key_hash && memcmp(g->group, sh->group, sizeof g->group) == 0;
+}
+
+static bool header_ok(const dbt_share *sh)
+{
+    const dbt_seg *g = sh->seg;
+    return header_constant_ok(sh, g) && g->proc_hw <= DBT_SEG_PROCS && g->reg_hw <= DBT_SEG_REGS;
+}
+
+/* A word of the segment read once: another process may write garbage into it while this one
+ * holds the lock, so a value checked and then used as a bound or an index must be the same read
+ * (the compiler may not load it again). */
+static uint32_t once32(const uint32_t *w)
+{
+    return *(const volatile uint32_t *)w;
+}
+
+/* The tables' high-water marks, read once and bounded by the tables' sizes: every loop over a
+ * table runs to these, so no garbage makes one run past its table. */
+static uint32_t regs_used(const dbt_seg *g)
+{
+    uint32_t n = once32(&g->reg_hw);
+    return n < DBT_SEG_REGS ? n : DBT_SEG_REGS;
+}
+
+static uint32_t procs_used(const dbt_seg *g)
+{
+    uint32_t n = once32(&g->proc_hw);
+    return n < DBT_SEG_PROCS ? n : DBT_SEG_PROCS;
+}
+
+static bool proc_ok(const dbt_seg_proc *p)
+{
+    return p->pid >= 0 && p->unregistered <= DBT_SEG_UNREG_MAX;
+}
+
+/* A registration that is not free: its state known, its process a live record with its nonce,
+ * its kind in range, its strings terminated. */
+static bool reg_ok(const dbt_seg *g, const dbt_seg_reg *r)
+{
+    if (r->state != REG_WAITING && r->state != REG_OFFERED)
+        return false;
+    uint32_t owner = once32(&r->proc);
+    if (owner >= procs_used(g))
+        return false;
+    const dbt_seg_proc *p = &g->procs[owner];
+    if (p->pid <= 0 || p->nonce != r->nonce)
+        return false;
+    if (bad_kind(r->kind) || !memchr(r->klass, '\0', sizeof r->klass))
+        return false;
+    if (r->state == REG_OFFERED && (!memchr(r->id, '\0', sizeof r->id) || r->id[0] == '\0'))
+        return false;
+    return true;
+}
+
+static void shrink_reg_hw(dbt_seg *g)
+{
+    uint32_t n = regs_used(g);
+    while (n > 0 && g->regs[n - 1].state == REG_FREE)
+        n--;
+    g->reg_hw = n;
+}
+
+static void shrink_proc_hw(dbt_seg *g)
+{
+    uint32_t n = procs_used(g);
+    while (n > 0 && g->procs[n - 1].pid == 0)
+        n--;
+    g->proc_hw = n;
+}
+
+static void free_reg(dbt_seg *g, uint32_t i)
+{
+    g->regs[i].state = REG_FREE;
+    g->generation++;
+    shrink_reg_hw(g);
+}
+
+/* A process gone: its registrations go first (a permit offered to one is lost to its lease),
+ * then its record; a locker killed half-way leaves a record with fewer registrations. */
+static void purge_proc(dbt_seg *g, uint32_t idx)
+{
+    if (idx >= DBT_SEG_PROCS)
+        return;
+    for (uint32_t i = 0, n = regs_used(g); i < n; i++)
+        if (g->regs[i].state != REG_FREE && g->regs[i].proc == idx)
+            g->regs[i].state = REG_FREE;
+    shrink_reg_hw(g);
+    g->procs[idx].pid = 0;
+    g->procs[idx].unregistered = 0;
+    g->generation++;
+    shrink_proc_hw(g);
+}
+
+/* After a lock holder died (its lock taken over): drop whatever does not hold together. The
+ * holder's single-word stores are whole; what it may have left half-done (`dirty`) is the sole
+ * state (reset: not sole is the safe side) and its own records (dropped: it is dead). */
+static void repair(dbt_share *sh)
+{
+    dbt_seg *g = sh->seg;
+    if (!header_ok(sh))
+        return; /* the caller's check poisons it */
+    uint32_t dirty = g->dirty;
+    if (dirty != 0) {
+        memset(g->sole, 0, sizeof g->sole);
+        if (dirty != DBT_SEG_DIRTY_NOPROC && dirty - 1 < procs_used(g))
+            purge_proc(g, dirty - 1);
+    }
+    for (uint32_t i = 0, n = procs_used(g); i < n; i++)
+        if (!proc_ok(&g->procs[i])) {
+            g->procs[i].pid = 0;
+            g->procs[i].unregistered = 0;
+        }
+    for (uint32_t i = 0, n = regs_used(g); i < n; i++)
+        if (g->regs[i].state != REG_FREE && !reg_ok(g, &g->regs[i]))
+            g->regs[i].state = REG_FREE;
+    shrink_reg_hw(g);
+    shrink_proc_hw(g);
+    g->generation++;
+    g->dirty = 0;
+}
+
+/* ---- the lock ---- */
+
+/* The lock is a futex word in the segment: 0 free, else the holder's thread id, with LOCK_WAITERS
+ * when someone may sleep on it. Not a pthread mutex: a robust one links itself into its
+ * holder's robust list through pointers kept inside it, which glibc writes through when it
+ * unlocks; garbage written there by another process would be written through. A word holds
+ * nothing to follow. A holder that died is found by its waiters (its thread id gone: kill(tid, 0)
+ * fails with ESRCH), who take the lock over and repair; one that does not let go in time
+ * (stopped) makes the others poison the segment. */
+#define LOCK_TID     UINT32_C(0x3fffffff)
+#define LOCK_WAITERS UINT32_C(0x80000000)
+/* How long a waiter sleeps before it looks whether the holder is still alive. */
+#define LOCK_SLICE_NS 10000000L
+
+static _Atomic uint32_t *lock_word(dbt_seg *g)
+{
+    return &g->lock;
+}
+
+static void futex_sleep(_Atomic uint32_t *w, uint32_t expect, long ns)
+{
+    struct timespec rel = {ns / 1000000000L, ns % 1000000000L};
+    /* Not FUTEX_PRIVATE_FLAG: the word is in memory other processes map. */
+    (void)syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, expect, &rel, NULL, 0);
+}
+
+static void futex_wake_one(_Atomic uint32_t *w)
+{
+    (void)syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/* Whether the thread `tid` is gone (same user: kill may probe it). A process killed but not yet
+ * reaped by its parent is still there to kill() (a zombie): its state in /proc says it is dead. */
+static bool thread_gone(uint32_t tid)
+{
+    if (kill((pid_t)tid, 0) != 0)
+        return errno == ESRCH;
+    char path[48], buf[256];
+    snprintf(path, sizeof path, "/proc/%u/stat", (unsigned)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *state = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything */
+    return state && (state[1] == ' ') && (state[2] == 'Z' || state[2] == 'X');
+}
+
+int dbt_share_lock(dbt_share *sh)
+{
+    if (sh->broken)
+        return -1;
+    dbt_seg *g = sh->seg;
+    if (atomic_load(&g->poisoned))
+        return give_up(sh,
+                       "%s: poisoned by another process (damaged, or its lock not free in "
+                       "time)",
+                       sh->path);
+    if (!header_constant_ok(sh, g))
+        return damaged(sh, "header damaged");
+    _Atomic uint32_t *w = lock_word(g);
+    uint32_t me = (uint32_t)gettid() & LOCK_TID; /* (not cached: a fork()ed child) */
+    int64_t deadline = dbt_now_us() + DBT_SHARE_LOCK_TIMEOUT_MS * INT64_C(1000);
+    bool waited = false, took_over = false;
+    for (;;) {
+        uint32_t v = 0;
+        /* once it slept, others may sleep too: it keeps the bit, so that its unlock wakes one */
+        if (atomic_compare_exchange_strong(w, &v, waited ? me | LOCK_WAITERS : me))
+            break;
+        uint32_t owner = v & LOCK_TID;
+        if (owner == me)
+            return damaged(sh, "its lock word names this thread");
+        if (owner == 0 || (waited && thread_gone(owner))) {
+            /* free (someone sleeps on it), or its holder died: ours, keeping the waiters bit */
+            if (atomic_compare_exchange_strong(w, &v, me | (v & LOCK_WAITERS))) {
+                took_over = owner != 0;
+                break;
+            }
+            continue;
+        }
+        int64_t left = deadline - dbt_now_us();
+        if (left <= 0) {
+            char what[80];
+            snprintf(what, sizeof what, "its lock was not free within %d ms",
+                     DBT_SHARE_LOCK_TIMEOUT_MS);
+            return damaged(sh, what);
+        }
+        if (!(v & LOCK_WAITERS) && !atomic_compare_exchange_strong(w, &v, v | LOCK_WAITERS))
+            continue;
+        long slice = left * 1000 < LOCK_SLICE_NS ? (long)left * 1000 : LOCK_SLICE_NS;
+        futex_sleep(w, v | LOCK_WAITERS, slice);
+        waited = true;
+    }
+    if (took_over)
+        repair(sh);
+    if (!header_ok(sh)) {
+        dbt_share_unlock(sh);
+        return damaged(sh, "header damaged");
+    }
+    if (atomic_load(&g->poisoned)) {
+        dbt_share_unlock(sh);
+        return give_up(sh, "%s: poisoned by another process", sh->path);
+    }
+    if (sh->proc >= 0 &&
+        ((uint32_t)sh->proc >= procs_used(g) || g->procs[sh->proc].pid != sh->pid ||
+         g->procs[sh->proc].nonce != sh->nonce)) {
+        dbt_share_unlock(sh);
+        return give_up(sh, "%s: this process' record was removed by another", sh->path);
+    }
+    return 0;
+}
+
+void dbt_share_unlock(dbt_share *sh)
+{
+    dbt_seg *g = sh->seg;
+    g->dirty = 0;
+    _Atomic uint32_t *w = lock_word(g);
+    uint32_t me = (uint32_t)gettid() & LOCK_TID;
+    uint32_t v = atomic_load(w);
+    while ((v & LOCK_TID) == me && !atomic_compare_exchange_weak(w, &v, 0))
+        ;
+    if ((v & LOCK_TID) != me) {
+        /* Written into while held (garbage, or another let in by garbage): not ours to free. */
+        damaged(sh, "its lock word was written into while held");
+        return;
+    }
+    if (v & LOCK_WAITERS)
+        futex_wake_one(w);
+}
+
+/* Marks a multi-field update under way: a holder that dies meanwhile leaves it set. */
+static void begin_update(dbt_share *sh)
+{
+    sh->seg->dirty = sh->proc >= 0 ? (uint32_t)sh->proc + 1 : DBT_SEG_DIRTY_NOPROC;
+    sh->seg->generation++;
+}
+
+/* ---- wake sockets ---- */
+
+static socklen_t wake_addr(const dbt_share *sh, int32_t pid, uint64_t nonce, struct sockaddr_un *a)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1,
+                     "dbthrottle/%u/%016" PRIx64 "/%d/%016" PRIx64, (unsigned)sh->uid, sh->key_hash,
+                     (int)pid, nonce);
+    if (n < 0 || (size_t)n >= sizeof a->sun_path - 1)
+        n = (int)sizeof a->sun_path - 2;
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* 0: sent (or its queue is full: it will wake anyway); 1: nobody there (the process is gone);
+ * -1: could not tell. */
+static int send_wake(const dbt_share *sh, int32_t pid, uint64_t nonce)
+{
+    struct sockaddr_un a;
+    socklen_t len = wake_addr(sh, pid, nonce, &a);
+    char byte = 1;
+    for (int i = 0; i < 3; i++) {
+        if (sendto(sh->sock, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len) >=
+            0)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        if (errno == ECONNREFUSED || errno == ENOENT)
+            return 1;
+        return -1;
+    }
+    return -1;
+}
+
+/* Whether a process' wake socket is there, without waking it: a datagram socket connects to a
+ * bound name at once, and is refused when none is bound. 1: gone. */
+static int probe_gone(const dbt_share *sh, int probe, int32_t pid, uint64_t nonce)
+{
+    struct sockaddr_un a;
+    socklen_t len = wake_addr(sh, pid, nonce, &a);
+    if (connect(probe, (struct sockaddr *)&a, len) == 0)
+        return 0;
+    return errno == ECONNREFUSED || errno == ENOENT;
+}
+
+/* ---- this process' record ---- */
+
+static void forget_process(dbt_share *sh)
+{
+    if (sh->sock >= 0)
+        close(sh->sock);
+    sh->sock = -1;
+    sh->proc = -1;
+    sh->pid = getpid();
+    sh->epoch = next_epoch(sh->epoch);
+}
+
+/* Makes this process' record and wake socket if it has none (after attach, or in a fork()ed
+ * child). */
+static bool ensure_process(dbt_share *sh)
+{
+    if (sh->broken)
+        return false;
+    pid_t me = getpid();
+    if (sh->pid != me)
+        forget_process(sh); /* a child that did not say so: the parent's record is not its own */
+    if (sh->proc >= 0)
+        return true;
+    uint64_t nonce = random64();
+    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0) {
+        give_up(sh, "%s: no wake socket: %s", sh->path, strerror(errno));
+        return false;
+    }
+    struct sockaddr_un a;
+    socklen_t len = wake_addr(sh, me, nonce, &a);
+    if (bind(s, (struct sockaddr *)&a, len) != 0) {
+        int e = errno;
+        close(s);
+        give_up(sh, "%s: cannot bind its wake socket: %s", sh->path, strerror(e));
+        return false;
+    }
+    if (dbt_share_lock(sh) != 0) {
+        close(s);
+        return false;
+    }
+    dbt_seg *g = sh->seg;
+    uint32_t used = procs_used(g), idx = used;
+    for (uint32_t i = 0; i < used; i++) {
+        if (!proc_ok(&g->procs[i])) {
+            dbt_share_unlock(sh);
+            close(s);
+            damaged(sh, "a process record is damaged");
+            return false;
+        }
+        if (g->procs[i].pid == 0 && idx == used)
+            idx = i;
+    }
+    if (idx == DBT_SEG_PROCS) {
+        dbt_share_unlock(sh);
+        close(s);
+        give_up(sh, "%s: its table of %d processes is full", sh->path, DBT_SEG_PROCS);
+        return false;
+    }
+    begin_update(sh);
+    if (idx == used)
+        g->proc_hw = used + 1;
+    g->procs[idx].nonce = nonce;
+    g->procs[idx].unregistered = 0;
+    g->procs[idx].pid = me; /* last: the record is live */
+    dbt_share_unlock(sh);
+    sh->proc = (int)idx;
+    sh->nonce = nonce;
+    sh->pid = me;
+    sh->sock = s;
+    return !sh->broken;
+}
+
+/* ---- attach ---- */
+
+/* The directory <dir>/dbthrottle-<uid>, made if missing: an fd of it, or -1 with why. */
+static int open_dir(const char *sub, uid_t uid, char *why, size_t cap)
+{
+    bool made = mkdir(sub, 0700) == 0;
+    if (!made && errno != EEXIST) {
+        say(why, cap, "cannot make %s: %s", sub, strerror(errno));
+        return -1;
+    }
+    int dfd = open(sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) {
+        say(why, cap, "%s: %s", sub,
+            errno == ELOOP || errno == ENOTDIR ? "not a directory (a symlink?)" : strerror(errno));
+        return -1;
+    }
+    if (made)
+        (void)fchmod(dfd, 0700); /* whatever the umask */
+    struct stat st;
+    if (fstat(dfd, &st) != 0) {
+        say(why, cap, "%s: %s", sub, strerror(errno));
+    } else if (st.st_uid != uid) {
+        say(why, cap, "%s is owned by uid %u, not by this process' uid %u", sub,
+            (unsigned)st.st_uid, (unsigned)uid);
+    } else if (st.st_mode & 077) {
+        say(why, cap, "%s has mode %04o: group or others may use it (0700 wanted)", sub,
+            (unsigned)(st.st_mode & 07777));
+    } else {
+        return dfd;
+    }
+    close(dfd);
+    return -1;
+}
+
+/* Removes the segment's name, only if it still names the file judged (another process may have
+ * rebuilt it since). */
+static void unlink_if_same(int dfd, const char *name, const struct stat *judged)
+{
+    struct stat now;
+    if (fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == judged->st_ino &&
+        now.st_dev == judged->st_dev)
+        (void)unlinkat(dfd, name, 0);
+}
+
+/* Opens and maps the segment <name>: 1 attached; 0 there is none, or it was judged damaged (or
+ * poisoned) and unlinked: make one; -1 this process cannot share (why). */
+static int open_segment(dbt_share *sh, int dfd, const char *name, const char *key, char *why,
+                        size_t cap)
+{
+    int fd = openat(dfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 0;
+        say(why, cap, "%s: %s", sh->path,
+            errno == ELOOP ? "a symlink, not the segment" : strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        say(why, cap, "%s: %s", sh->path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        say(why, cap, "%s: not a regular file", sh->path);
+    } else if (st.st_uid != sh->uid) {
+        say(why, cap, "%s is owned by uid %u, not by this process' uid %u", sh->path,
+            (unsigned)st.st_uid, (unsigned)sh->uid);
+    } else if (st.st_mode & 077) {
+        say(why, cap, "%s has mode %04o: group or others may use it (0600 wanted)", sh->path,
+            (unsigned)(st.st_mode & 07777));
+    } else if (st.st_size != (off_t)sizeof(dbt_seg)) {
+        /* Not ours (mapping past its end would fault): rebuilt. */
+        unlink_if_same(dfd, name, &st);
+        close(fd);
+        return 0;
+    } else if (posix_fallocate(fd, 0, (off_t)sizeof(dbt_seg)) != 0) {
+        /* A sparse file on a full tmpfs would fault when a page is first written. */
+        say(why, cap, "%s: no room for the segment", sh->path);
+    } else {
+        void *map = mmap(NULL, sizeof(dbt_seg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED) {
+            say(why, cap, "%s: mmap: %s", sh->path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        dbt_seg *g = map;
+        memcpy(sh->group, g->group, sizeof sh->group);
+        bool sound = valid_group(sh->group) && header_constant_ok(sh, g) &&
+                     memchr(g->key, '\0', sizeof g->key) && dbt_share_key_sum(g->key) == g->key_sum;
+        if (sound && !atomic_load(&g->poisoned) && strcmp(g->key, key) != 0) {
+            say(why, cap, "%s holds another pool's key (their hashes collide): not shared",
+                sh->path);
+            munmap(map, sizeof(dbt_seg));
+            close(fd);
+            return -1;
+        }
+        if (!sound || atomic_load(&g->poisoned)) {
+            atomic_store(&g->poisoned, 1); /* whoever still maps it leaves it */
+            munmap(map, sizeof(dbt_seg));
+            unlink_if_same(dfd, name, &st);
+            close(fd);
+            return 0;
+        }
+        sh->seg = g;
+        sh->fd = fd;
+        sh->dev = st.st_dev;
+        sh->ino = st.st_ino;
+        return 1;
+    }
+    close(fd);
+    return -1;
+}
+
+/* Temp files of creators that died before linking theirs (".tmp.<pid>.<random>"). */
+static void remove_dead_temps(int dfd)
+{
+    int dup_fd = dup(dfd);
+    if (dup_fd < 0)
+        return;
+    DIR *d = fdopendir(dup_fd);
+    if (!d) {
+        close(dup_fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int pid;
+        if (sscanf(e->d_name, ".tmp.%d.", &pid) == 1 && pid > 0 && kill(pid, 0) != 0 &&
+            errno == ESRCH)
+            (void)unlinkat(dfd, e->d_name, 0);
+    }
+    closedir(d);
+}
+
+/* Makes a segment and links it as <name>, initialised before anyone can open it: 1 attached to
+ * it; 0 another process linked one first (open that); -1 cannot (why). */
+static int create_segment(dbt_share *sh, int dfd, const char *name, const char *key, char *why,
+                          size_t cap)
+{
+    remove_dead_temps(dfd);
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, ".tmp.%d.%016" PRIx64, (int)getpid(), random64());
+    int fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        say(why, cap, "cannot create a segment in %s: %s", sh->path, strerror(errno));
+        return -1;
+    }
+    void *map = MAP_FAILED;
+    int e = 0;
+    if (fchmod(fd, 0600) != 0 || (e = posix_fallocate(fd, 0, (off_t)sizeof(dbt_seg))) != 0 ||
+        (map = mmap(NULL, sizeof(dbt_seg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+            MAP_FAILED) {
+        say(why, cap, "cannot create %s: %s", sh->path, strerror(e ? e : errno));
+        (void)unlinkat(dfd, tmp, 0);
+        close(fd);
+        return -1;
+    }
+    dbt_seg *g = map;
+    g->magic = DBT_SEG_MAGIC;
+    g->version = DBT_SEG_VERSION;
+    g->nprocs = DBT_SEG_PROCS;
+    g->nregs = DBT_SEG_REGS;
+    g->size = sizeof(dbt_seg);
+    g->key_hash = sh->key_hash;
+    snprintf(g->key, sizeof g->key, "%s", key);
+    g->key_sum = dbt_share_key_sum(g->key);
+    snprintf(g->group, sizeof g->group, "%016" PRIx64, random64());
+    atomic_store(&g->lock, 0);
+    if (linkat(dfd, tmp, dfd, name, 0) != 0) {
+        int le = errno;
+        (void)unlinkat(dfd, tmp, 0);
+        munmap(map, sizeof(dbt_seg));
+        close(fd);
+        if (le == EEXIST)
+            return 0;
+        say(why, cap, "cannot create %s: %s", sh->path, strerror(le));
+        return -1;
+    }
+    (void)unlinkat(dfd, tmp, 0);
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        sh->dev = st.st_dev;
+        sh->ino = st.st_ino;
+    }
+    memcpy(sh->group, g->group, sizeof sh->group);
+    sh->seg = g;
+    sh->fd = fd;
+    return 1;
+}
+
+static void unmap(dbt_share *sh)
+{
+    if (sh->seg)
+        munmap(sh->seg, sizeof(dbt_seg));
+    sh->seg = NULL;
+    if (sh->fd >= 0)
+        close(sh->fd);
+    sh->fd = -1;
+}
+
+dbt_share *dbt_share_attach(const char *dir, const char *key, char *why, size_t cap)
+{
+    say(why, cap, "%s", "");
+    if (!dir || dir[0] != '/') {
+        say(why, cap, "share directory %s: not an absolute path", dir ? dir : "(none)");
+        return NULL;
+    }
+    if (!key || strlen(key) >= DBT_SEG_KEY_MAX) {
+        say(why, cap, "the pool's key is longer than %d bytes: not shared", DBT_SEG_KEY_MAX - 1);
+        return NULL;
+    }
+    dbt_share *sh = calloc(1, sizeof *sh);
+    if (!sh) {
+        say(why, cap, "out of memory");
+        return NULL;
+    }
+    sh->fd = sh->sock = sh->proc = -1;
+    sh->pid = getpid();
+    sh->uid = geteuid();
+    sh->key_hash = fnv1a64(key);
+    sh->epoch = next_epoch((uint32_t)random64());
+    size_t dlen = strlen(dir);
+    while (dlen > 1 && dir[dlen - 1] == '/')
+        dlen--;
+    char sub[PATH_MAX], name[64];
+    snprintf(name, sizeof name, "%016" PRIx64 ".%d", sh->key_hash, DBT_SEG_VERSION);
+    int n = snprintf(sub, sizeof sub, "%.*s/dbthrottle-%u", (int)dlen, dir, (unsigned)sh->uid);
+    if (n < 0 || (size_t)n >= sizeof sub ||
+        (size_t)snprintf(sh->path, sizeof sh->path, "%s/%s", sub, name) >= sizeof sh->path) {
+        say(why, cap, "share directory %s: path too long", dir);
+        free(sh);
+        return NULL;
+    }
+    int dfd = open_dir(sub, sh->uid, why, cap);
+    if (dfd < 0) {
+        free(sh);
+        return NULL;
+    }
+    /* A few rounds: a segment found damaged is unlinked and made anew, and another process may
+     * win the race to make it. */
+    for (int round = 0; round < 4; round++) {
+        int got = open_segment(sh, dfd, name, key, why, cap);
+        if (got == 0)
+            got = create_segment(sh, dfd, name, key, why, cap);
+        if (got < 0)
+            break;
+        if (got == 0)
+            continue;
+        if (ensure_process(sh)) {
+            close(dfd);
+            say(why, cap, "%s", "");
+            return sh;
+        }
+        bool poisoned = atomic_load(&sh->seg->poisoned) != 0;
+        say(why, cap, "%s", sh->why);
+        unmap(sh);
+        if (!poisoned)
+            break; /* not the segment's fault: a full table, no socket */
+        sh->broken = false;
+        sh->why[0] = '\0';
+    }
+    if (why && cap && !why[0])
+        say(why, cap, "%s: could not attach (rebuilt, and rebuilt again)", sh->path);
+    close(dfd);
+    if (sh->sock >= 0)
+        close(sh->sock);
+    free(sh);
+    return NULL;
+}
+
+void dbt_share_detach(dbt_share *sh)
+{
+    if (!sh)
+        return;
+    if (!sh->broken && sh->proc >= 0 && sh->pid == getpid() && dbt_share_lock(sh) == 0) {
+        begin_update(sh);
+        purge_proc(sh->seg, (uint32_t)sh->proc);
+        sh->proc = -1; /* not this process' record any more */
+        dbt_share_unlock(sh);
+    }
+    if (sh->sock >= 0)
+        close(sh->sock);
+    unmap(sh);
+    free(sh);
+}
+
+void dbt_share_after_fork(dbt_share *sh)
+{
+    if (sh)
+        forget_process(sh);
+}
+
+const char *dbt_share_group(const dbt_share *sh)
+{
+    return sh ? sh->group : "";
+}
+
+bool dbt_share_broken(const dbt_share *sh)
+{
+    return !sh || sh->broken;
+}
+
+const char *dbt_share_why(const dbt_share *sh)
+{
+    return sh ? sh->why : "";
+}
+
+int dbt_share_fd(const dbt_share *sh)
+{
+    return !sh || sh->broken ? -1 : sh->sock;
+}
+
+void dbt_share_drain(dbt_share *sh)
+{
+    if (!sh || sh->sock < 0)
+        return;
+    char buf[64];
+    for (int i = 0; i < 64; i++)
+        if (recv(sh->sock, buf, sizeof buf, MSG_DONTWAIT) < 0 && errno != EINTR)
+            break;
+}
+
+/* ---- the host's sole state ---- */
+
+/* Under the lock: -1 damage (poisoned, unlocked), else whether a live process has a waiter the
+ * registrations do not hold. */
+static int any_unregistered(dbt_share *sh)
+{
+    dbt_seg *g = sh->seg;
+    for (uint32_t i = 0, n = procs_used(g); i < n; i++) {
+        if (!proc_ok(&g->procs[i])) {
+            dbt_share_unlock(sh);
+            return damaged(sh, "a process record is damaged");
+        }
+        if (g->procs[i].pid > 0 && g->procs[i].unregistered > 0)
+            return 1;
+    }
+    return 0;
+}
+
+bool dbt_share_sole(dbt_share *sh, int kind)
+{
+    if (!sh || bad_kind(kind) || dbt_share_lock(sh) != 0)
+        return false;
+    bool sole = sh->seg->sole[kind].sole != 0;
+    if (sole) {
+        int u = any_unregistered(sh);
+        if (u < 0)
+            return false;
+        sole = u == 0;
+    }
+    dbt_share_unlock(sh);
+    return sole && !sh->broken;
+}
+
+/* Under the lock: -1 damage (poisoned, unlocked), else whether a registration of the kind is
+ * there. */
+static int any_registration(dbt_share *sh, int kind)
+{
+    dbt_seg *g = sh->seg;
+    for (uint32_t i = 0, n = regs_used(g); i < n; i++) {
+        const dbt_seg_reg *r = &g->regs[i];
+        if (r->state == REG_FREE)
+            continue;
+        if (!reg_ok(g, r)) {
+            dbt_share_unlock(sh);
+            return damaged(sh, "a registration is damaged");
+        }
+        if (r->kind == kind)
+            return 1;
+    }
+    return 0;
+}
+
+bool dbt_share_verdict(dbt_share *sh, int kind, uint64_t ticket, bool sole, int64_t lease_us)
+{
+    if (!sh || bad_kind(kind) || dbt_share_lock(sh) != 0)
+        return false;
+    dbt_seg_sole *s = &sh->seg->sole[kind];
+    int64_t now = dbt_now_us();
+    begin_update(sh);
+    /* Tickets restart from 1 when the pool's keys expire or Redis loses them: what was said more
+     * than a lease ago, with no waiter of the host registered since, is history. (Not sooner: a
+     * push about a later waiter may have overtaken this reply.) */
+    if (now - s->verdict_us > lease_us) {
+        int others = any_registration(sh, kind);
+        if (others < 0)
+            return false;
+        if (!others)
+            s->sole = s->verdict_ticket = s->foreign_ticket = 0;
+    }
+    bool ended = false;
+    if (ticket != 0 && ticket > s->verdict_ticket) {
+        s->verdict_ticket = ticket;
+        s->verdict_us = now;
+        bool was = s->sole != 0;
+        /* A push about a waiter that queued after this one outran this reply: not alone. */
+        s->sole = sole && ticket > s->foreign_ticket ? ticket : 0;
+        ended = was && s->sole == 0;
+    }
+    dbt_share_unlock(sh);
+    return ended;
+}
+
+bool dbt_share_foreign(dbt_share *sh, int kind, uint64_t ticket)
+{
+    if (!sh || bad_kind(kind) || dbt_share_lock(sh) != 0)
+        return false;
+    dbt_seg_sole *s = &sh->seg->sole[kind];
+    begin_update(sh);
+    if (ticket > s->foreign_ticket)
+        s->foreign_ticket = ticket;
+    bool ended = false;
+    /* ticket 0: a renewal found the host not the sole owner, with no ticket to order it by */
+    if (s->sole != 0 && (ticket == 0 || s->sole < ticket)) {
+        s->sole = 0;
+        ended = true;
+    }
+    dbt_share_unlock(sh);
+    return ended;
+}
+
+void dbt_share_reset(dbt_share *sh)
+{
+    if (!sh || dbt_share_lock(sh) != 0)
+        return;
+    begin_update(sh);
+    memset(sh->seg->sole, 0, sizeof sh->seg->sole);
+    dbt_share_unlock(sh);
+}
+
+/* ---- other processes ---- */
+
+typedef struct {
+    uint32_t idx;
+    int32_t pid;
+    uint64_t nonce;
+} proc_ref;
+
+/* The other processes' records, without the lock held on return: how many (-1: broken). */
+static int other_processes(dbt_share *sh, proc_ref *out)
+{
+    if (dbt_share_lock(sh) != 0)
+        return -1;
+    dbt_seg *g = sh->seg;
+    int n = 0;
+    for (uint32_t i = 0, used = procs_used(g); i < used; i++) {
+        const dbt_seg_proc *p = &g->procs[i];
+        if (!proc_ok(p)) {
+            dbt_share_unlock(sh);
+            return damaged(sh, "a process record is damaged");
+        }
+        if (p->pid > 0 && (int)i != sh->proc)
+            out[n++] = (proc_ref){i, p->pid, p->nonce};
+    }
+    dbt_share_unlock(sh);
+    return n;
+}
+
+/* Purges those of `gone` whose records are still theirs. */
+static void purge_gone(dbt_share *sh, const proc_ref *gone, int n)
+{
+    if (n == 0 || dbt_share_lock(sh) != 0)
+        return;
+    dbt_seg *g = sh->seg;
+    begin_update(sh);
+    for (int i = 0; i < n; i++)
+        if (gone[i].idx < procs_used(g) && g->procs[gone[i].idx].pid == gone[i].pid &&
+            g->procs[gone[i].idx].nonce == gone[i].nonce)
+            purge_proc(g, gone[i].idx);
+    dbt_share_unlock(sh);
+}
+
+void dbt_share_wake_all(dbt_share *sh)
+{
+    if (!sh || !ensure_process(sh))
+        return;
+    proc_ref others[DBT_SEG_PROCS], gone[DBT_SEG_PROCS];
+    int n = other_processes(sh, others), ngone = 0;
+    for (int i = 0; i < n; i++)
+        if (send_wake(sh, others[i].pid, others[i].nonce) == 1)
+            gone[ngone++] = others[i];
+    purge_gone(sh, gone, ngone);
+}
+
+void dbt_share_purge_dead(dbt_share *sh)
+{
+    if (!sh || sh->broken)
+        return;
+    /* A segment whose name was taken from it (a rebuild, an operator's rm) has no newcomers: its
+     * processes go to the new one. */
+    struct stat st;
+    if (fstat(sh->fd, &st) == 0 && st.st_nlink == 0) {
+        give_up(sh, "%s: the segment was removed or replaced", sh->path);
+        return;
+    }
+    proc_ref others[DBT_SEG_PROCS], gone[DBT_SEG_PROCS];
+    int n = other_processes(sh, others), ngone = 0;
+    if (n <= 0)
+        return;
+    int probe = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (probe < 0)
+        return;
+    for (int i = 0; i < n; i++)
+        if (probe_gone(sh, probe, others[i].pid, others[i].nonce))
+            gone[ngone++] = others[i];
+    close(probe);
+    purge_gone(sh, gone, ngone);
+}
+
+/* ---- registrations ---- */
+
+static uint64_t handle_of(const dbt_share *sh, uint32_t idx, uint32_t serial)
+{
+    return (uint64_t)(sh->epoch & H_EPOCH_MASK) << H_EPOCH_SHIFT |
+           (uint64_t)serial << H_SERIAL_SHIFT | (uint64_t)(idx + 1);
+}
+
+/* A handle that names nothing: what wait_begin returns when it cannot register. */
+#define H_NOTHING H_UNREG
+
+uint64_t dbt_share_wait_begin(dbt_share *sh, const dbt_share_shape *shape, int64_t t_request_us)
+{
+    if (!sh || !shape || bad_kind(shape->kind) || !ensure_process(sh) || dbt_share_lock(sh) != 0)
+        return H_NOTHING;
+    dbt_seg *g = sh->seg;
+    uint32_t used = regs_used(g), idx = used;
+    for (uint32_t i = 0; i < used; i++) {
+        const dbt_seg_reg *r = &g->regs[i];
+        if (r->state == REG_FREE) {
+            if (idx == used)
+                idx = i;
+        } else if (!reg_ok(g, r)) {
+            dbt_share_unlock(sh);
+            damaged(sh, "a registration is damaged");
+            return H_NOTHING;
+        }
+    }
+    begin_update(sh);
+    uint64_t h;
+    if (idx == DBT_SEG_REGS) {
+        /* No room: counted, and the host is not sole until it ends. */
+        dbt_seg_proc *p = &g->procs[sh->proc];
+        if (p->unregistered < DBT_SEG_UNREG_MAX)
+            p->unregistered++;
+        h = H_UNREG | (uint64_t)(sh->epoch & H_EPOCH_MASK) << H_EPOCH_SHIFT;
+    } else {
+        if (idx == used)
+            g->reg_hw = used + 1;
+        dbt_seg_reg *r = &g->regs[idx];
+        r->proc = (uint32_t)sh->proc;
+        r->nonce = sh->nonce;
+        r->serial++;
+        r->seq = g->next_seq++;
+        r->kind = shape->kind;
+        r->limit = shape->limit;
+        r->weight = shape->weight;
+        snprintf(r->klass, sizeof r->klass, "%.*s", (int)sizeof r->klass - 1, shape->klass);
+        r->t_request_us = t_request_us;
+        r->id[0] = '\0';
+        r->renewed_us = 0;
+        r->state = REG_WAITING; /* last */
+        h = handle_of(sh, idx, r->serial);
+    }
+    dbt_share_unlock(sh);
+    return sh->broken ? H_NOTHING : h;
+}
+
+static void copy_permit(dbt_share_permit *to, const dbt_seg_reg *r)
+{
+    /* reg_ok checked that the id ends within its room */
+    memcpy(to->id, r->id, sizeof to->id);
+    to->id[sizeof to->id - 1] = '\0';
+    to->renewed_us = r->renewed_us;
+}
+
+bool dbt_share_wait_end(dbt_share *sh, uint64_t reg, dbt_share_permit *offered)
+{
+    if (!sh || reg == 0 || sh->proc < 0 || sh->pid != getpid() ||
+        ((reg >> H_EPOCH_SHIFT) & H_EPOCH_MASK) != sh->epoch || dbt_share_lock(sh) != 0)
+        return false;
+    dbt_seg *g = sh->seg;
+    bool got = false;
+    if (reg & H_UNREG) {
+        dbt_seg_proc *p = &g->procs[sh->proc];
+        if (p->unregistered > 0) {
+            begin_update(sh);
+            p->unregistered--;
+        }
+    } else {
+        uint32_t idx = (uint32_t)(reg & H_INDEX_MASK) - 1;
+        uint32_t serial = (uint32_t)(reg >> H_SERIAL_SHIFT);
+        dbt_seg_reg *r = idx < regs_used(g) ? &g->regs[idx] : NULL;
+        if (r && r->state != REG_FREE && r->serial == serial && r->proc == (uint32_t)sh->proc &&
+            r->nonce == sh->nonce) {
+            if (!reg_ok(g, r)) {
+                dbt_share_unlock(sh);
+                damaged(sh, "a registration is damaged");
+                return false;
+            }
+            got = r->state == REG_OFFERED;
+            if (got && offered)
+                copy_permit(offered, r);
+            begin_update(sh);
+            free_reg(g, idx);
+        }
+    }
+    dbt_share_unlock(sh);
+    return got;
+}
+
+int dbt_share_take(dbt_share *sh, dbt_share_taken *out, int cap)
+{
+    if (!sh || !out || cap <= 0 || sh->proc < 0 || sh->pid != getpid() || dbt_share_lock(sh) != 0)
+        return 0;
+    dbt_seg *g = sh->seg;
+    int n = 0;
+    for (uint32_t i = 0, used = regs_used(g); i < used && n < cap; i++) {
+        dbt_seg_reg *r = &g->regs[i];
+        if (r->state == REG_FREE)
+            continue;
+        if (!reg_ok(g, r)) {
+            dbt_share_unlock(sh);
+            damaged(sh, "a registration is damaged");
+            return n; /* those taken are the caller's: the segment had them whole */
+        }
+        if (r->state != REG_OFFERED || r->proc != (uint32_t)sh->proc || r->nonce != sh->nonce)
+            continue;
+        begin_update(sh);
+        out[n].reg = handle_of(sh, i, r->serial);
+        copy_permit(&out[n].permit, r);
+        out[n].t_request_us = r->t_request_us;
+        n++;
+        free_reg(g, i);
+    }
+    dbt_share_unlock(sh);
+    return n;
+}
+
+static bool same_shape(const dbt_seg_reg *r, const dbt_share_shape *s)
+{
+    return r->kind == s->kind && r->limit == s->limit && r->weight == s->weight &&
+           strncmp(r->klass, s->klass, sizeof r->klass) == 0;
+}
+
+/* Under the lock: the longest-waiting registration of the shape in another process (-1: none;
+ * -2: damage, poisoned and unlocked). */
+static int oldest_elsewhere(dbt_share *sh, const dbt_share_shape *shape)
+{
+    dbt_seg *g = sh->seg;
+    int best = -1;
+    for (uint32_t i = 0, n = regs_used(g); i < n; i++) {
+        const dbt_seg_reg *r = &g->regs[i];
+        if (r->state == REG_FREE)
+            continue;
+        if (!reg_ok(g, r)) {
+            dbt_share_unlock(sh);
+            damaged(sh, "a registration is damaged");
+            return -2;
+        }
+        if (r->state != REG_WAITING || (int)r->proc == sh->proc || !same_shape(r, shape))
+            continue;
+        const dbt_seg_reg *b = best >= 0 ? &g->regs[best] : NULL;
+        if (!b || r->t_request_us < b->t_request_us ||
+            (r->t_request_us == b->t_request_us && r->seq < b->seq))
+            best = (int)i;
+    }
+    return best;
+}
+
+dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *shape,
+                                       const dbt_share_permit *permit, int64_t local_oldest_us,
+                                       int64_t *waited_us)
+{
+    if (!sh || !shape || !permit || bad_kind(shape->kind))
+        return DBT_SHARE_NOT_SOLE;
+    size_t idlen = strnlen(permit->id, sizeof permit->id);
+    if (idlen == 0 || idlen == sizeof permit->id || !ensure_process(sh))
+        return DBT_SHARE_NOT_SOLE;
+    /* Each round that finds its receiver gone purges it: at most one round per process. */
+    for (int round = 0; round <= DBT_SEG_PROCS; round++) {
+        if (dbt_share_lock(sh) != 0)
+            return DBT_SHARE_NOT_SOLE;
+        dbt_seg *g = sh->seg;
+        if (g->sole[shape->kind].sole == 0) {
+            dbt_share_unlock(sh);
+            return DBT_SHARE_NOT_SOLE;
+        }
+        int u = any_unregistered(sh);
+        if (u != 0) {
+            if (u > 0)
+                dbt_share_unlock(sh);
+            return DBT_SHARE_NOT_SOLE;
+        }
+        int best = oldest_elsewhere(sh, shape);
+        if (best == -2)
+            return DBT_SHARE_NOT_SOLE;
+        if (best < 0) {
+            dbt_share_unlock(sh);
+            return sh->broken ? DBT_SHARE_NOT_SOLE : DBT_SHARE_NOBODY;
+        }
+        dbt_seg_reg *r = &g->regs[best];
+        if (local_oldest_us >= 0 && local_oldest_us <= r->t_request_us) {
+            dbt_share_unlock(sh);
+            return sh->broken ? DBT_SHARE_NOT_SOLE : DBT_SHARE_LOCAL_FIRST;
+        }
+        begin_update(sh);
+        memcpy(r->id, permit->id, idlen + 1);
+        r->renewed_us = permit->renewed_us;
+        r->state = REG_OFFERED; /* last */
+        uint32_t serial = r->serial, pidx = once32(&r->proc);
+        uint64_t nonce = r->nonce;
+        int32_t pid = pidx < DBT_SEG_PROCS ? g->procs[pidx].pid : 0;
+        int64_t t_request = r->t_request_us;
+        dbt_share_unlock(sh);
+        if (sh->broken)
+            return DBT_SHARE_OFFERED; /* it may be taken: never give it back twice */
+        int sent = send_wake(sh, pid, nonce);
+        if (sent == 0) {
+            if (waited_us)
+                *waited_us = dbt_now_us() - t_request;
+            return DBT_SHARE_OFFERED;
+        }
+        /* Not delivered: take it back unless its receiver took it meanwhile. Should the segment
+         * fail us now, it stays there, lost to its lease: never given twice. */
+        if (dbt_share_lock(sh) != 0)
+            return DBT_SHARE_OFFERED;
+        bool back =
+            r->state == REG_OFFERED && r->serial == serial && r->proc == pidx && r->nonce == nonce;
+        if (back) {
+            begin_update(sh);
+            if (sent == 1 && pidx < procs_used(g) && g->procs[pidx].nonce == nonce)
+                purge_proc(g, pidx);
+            else
+                r->state = REG_WAITING;
+        }
+        dbt_share_unlock(sh);
+        if (!back)
+            return DBT_SHARE_OFFERED;
+        if (sh->broken)
+            return DBT_SHARE_NOT_SOLE;
+        if (sent != 1)
+            return DBT_SHARE_NOBODY;
+    }
+    return DBT_SHARE_NOBODY;
+}
+
+dbt_seg *dbt_share_segment(dbt_share *sh)
+{
+    return sh ? sh->seg : NULL;
+}
+
+const char *dbt_share_path(const dbt_share *sh)
+{
+    return sh ? sh->path : "";
+}

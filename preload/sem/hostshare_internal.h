@@ -1,0 +1,99 @@
+/* hostshare_internal.h - the layout of the host's segment (hostshare.c), and the segment lock as
+ * a function of its own: for hostshare.c, and for the tests that write damage into a segment or
+ * make a process die holding its lock. Nothing else in the library includes it. */
+#ifndef DBT_HOSTSHARE_INTERNAL_H
+#define DBT_HOSTSHARE_INTERNAL_H
+
+#include "hostshare.h"
+
+#include <stdatomic.h>
+
+/* Layout version: in the file's name (<hash>.<version>) and in the header. A library whose
+ * layout differs uses another file, so versions never read each other's segments; a header of
+ * another version in our file is damage. */
+#define DBT_SEG_VERSION 1
+#define DBT_SEG_MAGIC   UINT64_C(0x314d485354424444) /* "DDBTSHM1" read little-endian */
+#define DBT_SEG_KEY_MAX 1024                         /* the pool's key, with its NUL */
+#define DBT_SEG_PROCS   256
+#define DBT_SEG_REGS    1024
+/* More unregistered waiters than this in one process is not a count, it is damage. */
+#define DBT_SEG_UNREG_MAX (1u << 24)
+
+/* Every field is a fixed-width integer or a char array: no bool or enum, whose garbage values
+ * would be undefined to load. */
+enum { REG_FREE = 0, REG_WAITING = 1, REG_OFFERED = 2 };
+
+typedef struct {
+    int32_t pid;           /* 0: a free record; set last when a record is made */
+    uint32_t unregistered; /* waiters of this process the registration table had no room for */
+    uint64_t nonce;        /* names its wake socket (with the pid) */
+} dbt_seg_proc;
+
+typedef struct {
+    uint32_t state;  /* REG_*; set last when a registration is made or offered */
+    uint32_t proc;   /* its process' index in procs[] ... */
+    uint64_t nonce;  /* ... and that record's nonce (a reused record is another process) */
+    uint32_t serial; /* bumped each time the entry is taken: handles name (index, serial) */
+    uint64_t seq;    /* the order registrations were made in: breaks ties of t_request_us */
+    int32_t kind;
+    int32_t limit;
+    int32_t weight;
+    char klass[33];
+    char pad[3];
+    int64_t t_request_us;
+    char id[DBT_SHARE_ID_MAX]; /* REG_OFFERED: the permit offered to it */
+    int64_t renewed_us;
+} dbt_seg_reg;
+
+typedef struct {
+    uint64_t sole; /* the ticket of the verdict that made the host sole, 0: not sole */
+    uint64_t verdict_ticket;
+    uint64_t foreign_ticket;
+    int64_t verdict_us;
+} dbt_seg_sole;
+
+typedef struct {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t nprocs; /* DBT_SEG_PROCS */
+    uint64_t size;   /* sizeof(dbt_seg) */
+    uint32_t nregs;  /* DBT_SEG_REGS */
+    /* Nonzero: a process found the segment damaged or could not lock it: everyone leaves it.
+     * Read and written without the lock. */
+    _Atomic uint32_t poisoned;
+    uint64_t key_hash; /* the hash in the file's name */
+    /* dbt_share_key_sum of key: a key that does not match it is damage (rebuilt); a key that
+     * does but is not the attacher's is another pool's, whose hash collides (not shared). */
+    uint64_t key_sum;
+    char key[DBT_SEG_KEY_MAX];
+    char group[DBT_SHARE_GROUP_LEN];
+    char pad[7];
+    uint64_t generation; /* bumped by every change of the tables (under the lock) */
+    uint64_t next_seq;   /* under the lock */
+    /* The lock (hostshare.c): 0 free, else the holder's thread id, and a waiters bit. */
+    _Atomic uint32_t lock;
+    /* Under the lock: nonzero while a multi-field update is under way (the locker's proc index +
+     * 1, or DBT_SEG_DIRTY_NOPROC): a locker that takes the lock over from a dead holder then
+     * drops that process' records and resets the sole state. */
+    uint32_t dirty;
+    uint32_t proc_hw; /* procs[proc_hw..] are all free */
+    uint32_t reg_hw;  /* regs[reg_hw..] are all free */
+    dbt_seg_sole sole[DBT_SHARE_KINDS];
+    dbt_seg_proc procs[DBT_SEG_PROCS];
+    dbt_seg_reg regs[DBT_SEG_REGS];
+} dbt_seg;
+
+#define DBT_SEG_DIRTY_NOPROC UINT32_MAX
+
+/* A second hash of the pool's key, kept beside it in the header. */
+uint64_t dbt_share_key_sum(const char *key);
+/* The segment this attachment maps (for tests to damage), and the file's path. */
+dbt_seg *dbt_share_segment(dbt_share *sh);
+const char *dbt_share_path(const dbt_share *sh);
+/* Takes the segment's lock as every call does (validating, repairing after a dead holder, or
+ * poisoning and breaking the attachment): 0 when held. The tests' children hold it on purpose
+ * and die or stop. The same thread unlocks. */
+int dbt_share_lock(dbt_share *sh);
+void dbt_share_unlock(dbt_share *sh);
+
+#endif
