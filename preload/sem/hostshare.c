@@ -338,6 +338,15 @@ int dbt_share_lock(dbt_share *sh)
 {
     if (sh->broken)
         return -1;
+    /* A file cut short under its mapping (truncate(1) by hand or by a hostile process: this
+     * library never shrinks one) makes every access past its new end a SIGBUS in the host
+     * program: its size is checked before the first access. Only a cut made during the
+     * microseconds of one call escapes this. The segment is not written to (no poison): the
+     * others see the size as this process did. */
+    struct stat st;
+    if (fstat(sh->fd, &st) != 0 || st.st_size < (off_t)sizeof(dbt_seg))
+        return give_up(sh, "%s: the segment was cut short (%lld of %zu bytes)", sh->path,
+                       (long long)st.st_size, sizeof(dbt_seg));
     dbt_seg *g = sh->seg;
     if (atomic_load(&g->poisoned))
         return give_up(sh,

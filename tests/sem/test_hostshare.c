@@ -880,6 +880,14 @@ static void random_bytes(dbt_seg *g, const char *path, pid_t peer_pid)
     close(fd);
 }
 
+static void cut_short(dbt_seg *g, const char *path, pid_t peer_pid)
+{
+    (void)g;
+    (void)peer_pid;
+    /* an access past the new end would be a SIGBUS: the calls must see the size first */
+    cr_assert_eq(truncate(path, 0), 0);
+}
+
 static void zeroed_header(dbt_seg *g, const char *path, pid_t peer_pid)
 {
     (void)path;
@@ -948,6 +956,11 @@ static void locked_by_this_thread(dbt_seg *g, const char *path, pid_t peer_pid)
 Test(hostshare, random_bytes_over_the_segment, .timeout = 60)
 {
     damage_case(random_bytes);
+}
+
+Test(hostshare, a_segment_cut_short, .timeout = 60)
+{
+    damage_case(cut_short);
 }
 
 Test(hostshare, a_zeroed_header, .timeout = 60)
