@@ -17,9 +17,11 @@
 --                           7 days TTL (COUNTER_TTL), so that they stay monotonic across idle hours
 --   KEYS[8] limit    STRING the operator's override of the limit (dbthrottle limit); no TTL
 --   KEYS[9] drain    STRING present while the operator drains the pool: no grants; no TTL
---   KEYS[10] owners  HASH   cid -> how many waiters of that process are queued; field '*' -> the
---                           cid whose waiters were the whole queue when it last queued one (the
---                           process may then pass permits between its own threads: see queued())
+--   KEYS[10] owners  HASH   owner -> how many of its waiters are queued; field '*' -> the owner
+--                           whose waiters were the whole queue when it last queued one (it may
+--                           then pass permits between its own threads: see acquire.lua). The
+--                           owner is the process (its cid), or the host group G for the cid
+--                           "<G>~<cid>" of a process that shares with its host (see K.owner_of)
 --   KEYS[11] era     STRING "<token> <quarantine until ms> <why>": the server (run_id) the state
 --                           belongs to, and until when no grant is made (see era()); 7 days TTL
 --   KEYS[12] gone    ZSET   id -> when it is forgotten: ids that left the holders lawfully of
@@ -52,7 +54,9 @@
 --         its state is the same, no quarantine; "" none), and the run_id the caller's process
 --         last saw for the pool ("" none: a process new to the pool)
 -- A script's own arguments start at ARGV[10].
--- Ids are made by the client: "<cid>.<serial>.<limit>", cid = 16 hex digits per process.
+-- Ids are made by the client: "<cid>.<serial>.<limit>", cid = 16 hex digits per process, or
+-- "<G>~<cid>" (G: 16 hex digits, the host group) for a process that shares permits with the other
+-- processes of its host (host-level sharing, docs/design.md): grants still go to that cid's list.
 -- A dry run (dbthrottle check and run, before a worker starts; cli/preflight.c): the command loads
 -- each script with the next line changed to `local DRY_RUN = true`, and calls it on the pool's
 -- keys as a worker would. Every command is first checked against the caller's ACL
@@ -407,7 +411,8 @@ local function note_gone(s, now, ids, forget)
     redis.call('PEXPIRE', s.GONE, 2 * LEASE + QMS)
 end
 
--- The process ("cid") an id belongs to (also of an owner, below).
+-- The process ("cid") an id belongs to, "<G>~<cid>" whole for a process that shares with its
+-- host (grants go to the process that queued); of an owner (below): the process, or the group G.
 local function cid_of(id)
     return string.match(id, '^[^./#]+')
 end
@@ -437,7 +442,8 @@ end
 -- Tells the process whose waiters were the whole queue (OWN['*']), if any, to stop passing
 -- permits between its threads (local handover, see acquire.lua): "f<kind>:<ticket>" on its wake
 -- list, the ticket ordering the message against the replies to its own acquires. Unless `except`
--- is that process.
+-- is that process. An owner that is a host group G: on wake:<G>, which each process of the host
+-- listens on beside its own list.
 local function end_sole(s, except)
     local sole = redis.call('HGET', s.OWN, '*')
     if not sole or sole == except then
@@ -677,10 +683,16 @@ load_classes = function()
 
     -- Who may pass a waiter's permits between its threads (local handover, see acquire.lua): the
     -- process for an untagged id, the process and the shape "<cid>/<class>.<weight>" for a tagged one
-    -- (threads pass permits only to threads of the same class and weight).
+    -- (threads pass permits only to threads of the same class and weight). For a cid "<G>~<rest>"
+    -- (a process that shares with its host) the owner is the host group G in place of the process:
+    -- its verdict is the host's, and end_sole's push goes to wake:<G> (cid_of of the owner), the
+    -- list every process of the host listens on.
     K.owner_of = function(id)
         local tag, w = shape_of(id)
         local cid = cid_of(id)
+        if cid then
+            cid = string.match(cid, '^([^~]+)~') or cid
+        end
         if tag and cid then
             return cid .. '/' .. tag .. '.' .. w
         end

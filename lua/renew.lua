@@ -7,7 +7,9 @@
 -- Returns {lost holders ("e:ID" or "x:ID" for one evicted by hand, see admin.lua), lost waiters,
 -- granted waiters, {queue length of each kind}, {whether local handover may go on, per kind: not
 -- while drained or over the operator's limit}, {quarantine ms left per kind}, {why per kind, or
--- false}, {ids re-asserted or re-queued per kind}}: ids Redis no longer has (expired), whose
+-- false}, {ids re-asserted or re-queued per kind}, {the sole owner per kind (OWN['*']: the process
+-- or host group whose waiters were the whole queue when it last queued one), or false}}: ids Redis
+-- no longer has (expired), whose
 -- owners must not believe they hold or wait any more; waiters Redis already granted, so a grant
 -- whose pushed message went astray still reaches its owner; and whether anybody waits, so that a
 -- process keeping permits between commands gives them back even if the push that says so went
@@ -34,7 +36,11 @@ local rec_at = local_at + 6 -- the process record's four (see the end)
 -- After the record, what each held id does now, one argument per held id in the order of the
 -- held ids (the query kind's, then the connection kind's): "<letter>\31<session>", the letter
 -- r(unning a command), i(dle in a transaction), k(ept between commands) or '-' (unchanged), the
--- session "" when the process has none to give. Absent: nothing to update.
+-- session "" when the process has none to give (else its four fields, "<backend pid>\31<app>\31
+-- <user>\31<database>"); then, optionally, "\31<host> <pid> <conn>": who holds it now (a permit
+-- passed from another process of the host), written over the info's who when it differs (its
+-- since kept). So 2 or 5 fields without who (older clients), 3 or 6 with it. Absent: nothing to
+-- update.
 local DOING_AT = rec_at + 4
 local STATE_OF = {r = 'running', i = 'idle_tx', k = 'kept'}
 -- After those, per kind, the waits local handover granted without Redis since the last renewal,
@@ -58,10 +64,24 @@ local function local_waits(s, text)
 end
 local held_before = 0 -- the held ids of the kinds before this one (their doing args come first)
 -- Rewrites id's info only when what its process says it does differs from what is there: its
--- state, or its session (a local handover passed the permit to another connection).
+-- state, its session (a local handover passed the permit to another connection), or who holds it
+-- (a permit passed to another process of the host).
 local function note_doing(s, id, doing)
-    local letter, session = string.match(doing or '', '^(.)\31(.*)$')
-    if not letter then
+    if not doing then
+        return
+    end
+    local f = {}
+    for field in string.gmatch(doing .. US, '([^\31]*)\31') do
+        f[#f + 1] = field
+    end
+    local letter, session, who = f[1], f[2] or '', nil
+    if #f >= 5 then
+        session = table.concat(f, US, 2, 5)
+        who = f[6]
+    else
+        who = f[3]
+    end
+    if #f < 2 or #letter ~= 1 then
         return
     end
     local info = redis.call('HGET', s.INFO, id)
@@ -69,10 +89,14 @@ local function note_doing(s, id, doing)
     if not head then
         return
     end
+    local new_head = head
+    if who and who ~= '' then
+        new_head = string.match(head, '^%S*') .. ' ' .. who
+    end
     local new_state = STATE_OF[letter] or state
     local new_rest = (session ~= '') and (US .. session) or rest
-    if new_state ~= state or new_rest ~= rest then
-        redis.call('HSET', s.INFO, id, head .. US .. new_state .. US .. klass .. new_rest)
+    if new_head ~= head or new_state ~= state or new_rest ~= rest then
+        redis.call('HSET', s.INFO, id, new_head .. US .. new_state .. US .. klass .. new_rest)
     end
 end
 -- Who re-asserts, for dbthrottle status: the host and pid of the process' record, if it came.
@@ -167,7 +191,7 @@ local function renew_waiters(s, n)
     at = at + n
     return back
 end
-local queued, allowed, quarantined, why, back = {}, {}, {}, {}, {}
+local queued, allowed, quarantined, why, back, sole = {}, {}, {}, {}, {}, {}
 for k = 0, 1 do
     local s = semaphore(NK * k, (k == 0) and 'q' or 'c')
     local nh, nw = tonumber(ARGV[COUNTS_AT + 2 * k]), tonumber(ARGV[COUNTS_AT + 1 + 2 * k])
@@ -207,6 +231,9 @@ for k = 0, 1 do
     allowed[k + 1] = ok and 1 or 0
     quarantined[k + 1] = s.qleft or 0
     why[k + 1] = s.why or false
+    -- whose waiters are the whole queue (a process sharing with its host learns whether it is its
+    -- host: the queue's length alone cannot say, other processes' waiters being its host's)
+    sole[k + 1] = redis.call('HGET', s.OWN, '*')
 end
 -- The process record (dbthrottle status lists the processes of a pool): KEYS[2NK+1] a ZSET of
 -- client id -> when its record expires, KEYS[2NK+2] a HASH of client id -> "<seen ms>\t<record>"
@@ -234,4 +261,4 @@ if PROCS and PINFO and ARGV[rec_at + 3] then
         redis.call('HDEL', PINFO, unpack(gone))
     end
 end
-return {lost_h, lost_w, granted_w, queued, allowed, quarantined, why, back}
+return {lost_h, lost_w, granted_w, queued, allowed, quarantined, why, back, sole}

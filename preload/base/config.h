@@ -152,6 +152,9 @@ typedef struct {
     /* pass a permit from thread to thread of this process while only its threads wait */
     bool local_handover;
     int64_t cache_idle_ms; /* a kept permit unused this long goes back by itself */
+    /* pass a permit between the processes of this host that share a pool (host-level sharing) */
+    bool host_share;
+    char *share_dir; /* an absolute path: where the host's segments live (default /dev/shm) */
     /* Secrets outside the URL: the files' paths as set, and what dbt_config_load read from them
      * (the Redis one into redis.password; the sentinels' own into sentinel_password). */
     char *redis_password_file;

@@ -160,6 +160,15 @@ static bool parse_classes(const dbt_setting *s, dbt_config *cfg, const char *val
     return dbt_parse_classes(s->env, value, field_of(s, cfg), err);
 }
 
+/* DBTHROTTLE_SHARE_DIR: the processes that name the same directory share; a relative one would
+ * make that depend on each process' working directory. */
+static bool parse_abs_path(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    if (value[0] != '/')
+        return dbt_bad_value(s->env, value, "expected an absolute path", err);
+    return parse_text(s, cfg, value, err);
+}
+
 /* ---- shows: a field back as text ------------------------------------------------------------ */
 
 static void show_redis_url(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
@@ -276,6 +285,7 @@ static const dbt_setting_kind as_bounded_duration = {parse_duration_in, show_dur
 static const dbt_setting_kind as_word = {parse_word, show_word, NULL};
 static const dbt_setting_kind as_text = {parse_text, show_text, release_text};
 static const dbt_setting_kind as_log_dest = {parse_log_dest, show_text, release_text};
+static const dbt_setting_kind as_abs_path = {parse_abs_path, show_text, release_text};
 static const dbt_setting_kind as_period = {parse_period, show_period, NULL};
 static const dbt_setting_kind as_exempt = {parse_exempt, show_exempt, release_exempt};
 static const dbt_setting_kind as_class_name = {parse_class_name, show_text, release_text};
@@ -383,6 +393,12 @@ const dbt_setting dbt_settings[] = {
     {"local_handover", "DBTHROTTLE_LOCAL_HANDOVER", "on", &as_bool, FIELD(local_handover),
      .worker_only = true,
      .doc = "pass a permit from thread to thread while only this process waits"},
+    /* Host-level sharing (docs/configuration.md, "Host-level sharing"). */
+    {"host_share", "DBTHROTTLE_HOST_SHARE", "on", &as_bool, FIELD(host_share), .worker_only = true,
+     .doc = "pass a permit between this host's processes while only they wait"},
+    {"share_dir", "DBTHROTTLE_SHARE_DIR", "/dev/shm", &as_abs_path, FIELD(share_dir),
+     .rule.text = {.max_len = 4000}, .worker_only = true,
+     .doc = "where the host's shared segments live; processes share when they name the same"},
     {"redis_password_file", "DBTHROTTLE_REDIS_PASSWORD_FILE", NULL, &as_text,
      FIELD(redis_password_file), .rule.text = {.unset_shown = "none"},
      .doc = "a file whose first line is the Redis password (instead of in the URL)"},

@@ -96,15 +96,17 @@ static void note_timeout(dbt_pool *p, const struct dbt_slot *s, int64_t waited_u
 }
 
 /* The id's 5-part form names the class and the weight, which the scripts count units by; the
- * 3-part form (no class, weight 1) is what clients without classes send. */
+ * 3-part form (no class, weight 1) is what clients without classes send. With p->mu held (the
+ * pool's cid). */
 static void new_id(dbt_pool *p, struct dbt_slot *s)
 {
     uint64_t n = atomic_fetch_add(&p->client->serial, 1) + 1;
+    const char *cid = dbt_pool_cid(p);
     if (s->klass[0])
-        snprintf(s->id, sizeof s->id, "%s.%" PRIu64 ".%s.%d.%d", p->client->cid, n, s->klass,
-                 s->weight, s->limit);
+        snprintf(s->id, sizeof s->id, "%s.%" PRIu64 ".%s.%d.%d", cid, n, s->klass, s->weight,
+                 s->limit);
     else
-        snprintf(s->id, sizeof s->id, "%s.%" PRIu64 ".%d", p->client->cid, n, s->limit);
+        snprintf(s->id, sizeof s->id, "%s.%" PRIu64 ".%d", cid, n, s->limit);
 }
 
 /* The calling thread's last refusal by a queue cap (dbt_last_queue_full). */
@@ -174,9 +176,8 @@ typedef enum {
 static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
                                 long long *queue, long long *ticket, long long *class_wait_ms)
 {
-    char err[DBT_ERRLEN], who[160];
-    snprintf(who, sizeof who, "%s %ld %s", p->client->host, (long)getpid(),
-             s->conn[0] ? s->conn : "-");
+    char err[DBT_ERRLEN], who[DBT_WHO_LEN];
+    dbt_format_who(p->client->host, (long)getpid(), s->conn, who, sizeof who);
     dbt_acquire_call a = {.id = s->id,
                           .limit = s->limit,
                           .try_only = try_only,

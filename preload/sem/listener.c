@@ -112,8 +112,66 @@ static void listener_failed(dbt_pool *p, struct dbt_slot *s, const char *err)
     dbt_redis_free(l);
 }
 
+/* The wake lists the listener pops, one BLPOP for all (the same hash tag as the pool's keys, so
+ * one Cluster slot): the pool's own (dbt_pool_cid), and while it shares with its host the
+ * group's, "<wake prefix><G>" (where end_sole pushes "f<kind>:<ticket>" to the host), and the
+ * previous own list while the pool's cid changed lately (grants of places made under it). */
+enum { MAX_WAKE_KEYS = 3 };
+typedef struct {
+    char *key[MAX_WAKE_KEYS];
+    int n;
+} wake_keys;
+
+static void wake_keys_free(wake_keys *w)
+{
+    for (int i = 0; i < w->n; i++)
+        free(w->key[i]);
+    w->n = 0;
+}
+
+static bool wake_key_add(wake_keys *w, const char *prefix, const char *cid)
+{
+    size_t n = strlen(prefix) + strlen(cid) + 1;
+    char *k = malloc(n);
+    if (!k)
+        return false;
+    snprintf(k, n, "%s%s", prefix, cid);
+    w->key[w->n++] = k;
+    return true;
+}
+
+/* With p->mu held. False when out of memory (err set). */
+static bool wake_keys_of(dbt_pool *p, wake_keys *w, char *err)
+{
+    w->n = 0;
+    const char *cid = dbt_pool_cid(p);
+    bool ok = wake_key_add(w, p->keys.wake_prefix, cid) &&
+              (!p->group[0] || wake_key_add(w, p->keys.wake_prefix, p->group)) &&
+              (!p->prev_cid[0] || strcmp(p->prev_cid, cid) == 0 ||
+               wake_key_add(w, p->keys.wake_prefix, p->prev_cid));
+    if (!ok) {
+        wake_keys_free(w);
+        snprintf(err, DBT_ERRLEN, "listen: out of memory");
+    }
+    return ok;
+}
+
+void dbt_pool_set_group(dbt_pool *p, const char *group)
+{
+    char cid[DBT_POOL_CID_MAX] = "";
+    if (group && group[0])
+        snprintf(cid, sizeof cid, "%.16s~%s", group, p->client->cid);
+    if (strcmp(cid, p->cid) == 0)
+        return;
+    snprintf(p->prev_cid, sizeof p->prev_cid, "%s", dbt_pool_cid(p));
+    snprintf(p->cid, sizeof p->cid, "%s", cid);
+    snprintf(p->group, sizeof p->group, "%.16s", cid[0] ? group : "");
+    /* The BLPOPs in flight name the old lists: the leader sends new ones. */
+    dbt_listener_moved(p);
+}
+
 /* Connects the listener if needed and makes sure a BLPOP is in flight. Leader only. */
-static dbt_redis *ready_listener(dbt_pool *p, const char *wake_key, char *err)
+static dbt_redis *ready_listener(dbt_pool *p, char *err)
 {
     pthread_mutex_lock(&p->mu);
     dbt_redis *l = p->listener;
@@ -140,14 +198,23 @@ static dbt_redis *ready_listener(dbt_pool *p, const char *wake_key, char *err)
         pthread_mutex_unlock(&p->mu);
     }
     if (more > 0) {
-        const char *argv[] = {"BLPOP", wake_key,
-                              l->slot >= 0 && dbt_cluster_routing(p->client->cfg)
-                                  ? BLPOP_SECONDS_CLUSTER
-                                  : BLPOP_SECONDS};
-        for (int i = 0; i < more; i++)
-            if (!dbt_redis_append(l, 3, argv, NULL, err))
-                return NULL;
-        if (!dbt_redis_flush(l, err))
+        wake_keys w;
+        pthread_mutex_lock(&p->mu);
+        bool have = wake_keys_of(p, &w, err);
+        pthread_mutex_unlock(&p->mu);
+        if (!have)
+            return NULL;
+        const char *argv[2 + MAX_WAKE_KEYS] = {"BLPOP"};
+        int argc = 1;
+        for (int i = 0; i < w.n; i++)
+            argv[argc++] = w.key[i];
+        argv[argc++] = l->slot >= 0 && dbt_cluster_routing(p->client->cfg) ? BLPOP_SECONDS_CLUSTER
+                                                                           : BLPOP_SECONDS;
+        bool sent = true;
+        for (int i = 0; i < more && sent; i++)
+            sent = dbt_redis_append(l, argc, argv, NULL, err);
+        wake_keys_free(&w);
+        if (!sent || !dbt_redis_flush(l, err))
             return NULL;
         pthread_mutex_lock(&p->mu);
         p->blpop_in_flight += more;
@@ -223,19 +290,11 @@ static bool read_grants(dbt_pool *p, dbt_redis *l, char *err)
 dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
                            const dbt_acquire_opts *o)
 {
-    char wake_key[512], err[DBT_ERRLEN];
-    int klen = snprintf(wake_key, sizeof wake_key, "%s%s", p->keys.wake_prefix, p->client->cid);
-    char *big = NULL;
-    if (klen >= (int)sizeof wake_key) { /* a very long pool name */
-        big = malloc((size_t)klen + 1);
-        if (!big)
-            return DBT_WAIT_WOKEN;
-        snprintf(big, (size_t)klen + 1, "%s%s", p->keys.wake_prefix, p->client->cid);
-    }
+    char err[DBT_ERRLEN];
     dbt_wait_result result = DBT_WAIT_WOKEN;
     bool reconnected = false;
     int64_t redirect_until_us = 0;
-    dbt_redis *l = ready_listener(p, big ? big : wake_key, err);
+    dbt_redis *l = ready_listener(p, err);
     if (!l) {
         listener_failed(p, s, err);
         goto out;
@@ -278,7 +337,7 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
                     pthread_mutex_lock(&p->mu);
                     p->listener_reset = true;
                     pthread_mutex_unlock(&p->mu);
-                    if ((l = ready_listener(p, big ? big : wake_key, err)) != NULL)
+                    if ((l = ready_listener(p, err)) != NULL)
                         continue;
                 }
                 /* Once per call, a listener that failed (it may have sat on a Redis that has
@@ -289,7 +348,7 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
                     pthread_mutex_lock(&p->mu);
                     p->listener_reset = true;
                     pthread_mutex_unlock(&p->mu);
-                    if ((l = ready_listener(p, big ? big : wake_key, err)) != NULL)
+                    if ((l = ready_listener(p, err)) != NULL)
                         continue;
                 }
                 listener_failed(p, s, err);
@@ -299,7 +358,7 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
             pthread_mutex_lock(&p->mu);
             bool mine = s->state == SLOT_HELD;
             pthread_mutex_unlock(&p->mu);
-            if (!mine && !ready_listener(p, big ? big : wake_key, err))
+            if (!mine && !ready_listener(p, err))
                 listener_failed(p, s, err);
             break;
         }
@@ -311,7 +370,6 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
         }
     }
 out:
-    free(big);
     return result;
 }
 

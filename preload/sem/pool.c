@@ -543,10 +543,17 @@ void dbt_pool_count_unthrottled(dbt_pool *p)
     pthread_mutex_unlock(&p->mu);
 }
 
+const char *dbt_pool_cid(const dbt_pool *p)
+{
+    return p->cid[0] ? p->cid : p->client->cid;
+}
+
 void dbt_pool_after_fork(dbt_pool *p)
 {
     dbt_pool_mutex_init(&p->mu);
     pthread_cond_init(&p->conn_cv, NULL);
+    /* The child has a client cid of its own, and is in no host group until it attaches. */
+    p->cid[0] = p->group[0] = p->prev_cid[0] = '\0';
     p->ndeferred = 0; /* the parent's releases: the parent sends them */
     /* Every connection is freed, those another thread of the parent was using too: that thread
      * does not exist here, and a process that forks again and again (a pre-fork server whose

@@ -15,6 +15,11 @@
  * err); one whose INFO was refused is used, with a warning once per pool. Without p->mu. */
 dbt_redis *dbt_pool_connect(dbt_pool *p, char *err);
 
+/* The cid of the pool's Redis ids ("<cid>.<serial>...") and of its wake list: the client's, or,
+ * while the pool shares with its host (dbt_pool_set_group, listener.h), "<G>~<client cid>".
+ * With p->mu held; the text is valid until p->mu is released. */
+const char *dbt_pool_cid(const dbt_pool *p);
+
 /* Command connections: one round trip at a time each, never under p->mu. */
 dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err);
 void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r);

@@ -26,6 +26,7 @@
 #ifndef DBT_POOL_TYPES_H
 #define DBT_POOL_TYPES_H
 
+#include "hostshare.h"
 #include "redis_conn.h"
 #include "script_protocol.h"
 #include "sem_client.h"
@@ -50,10 +51,14 @@
 /* Releases that could not be sent (Redis unreachable) are kept, this many at most, and sent once
  * Redis answers again; beyond that, their leases give them back. */
 #define DBT_MAX_DEFERRED 256
-/* A permit id's room: "<cid>.<serial>.<class>.<weight>.<limit>" at its longest (16 hex digits, a
- * 64-bit serial, a 32-character class, two ints) and its NUL. Never cut: a cut id names another
- * limit, or no weight, and Redis would count it by those. */
-#define DBT_ID_MAX 96
+/* A permit id's room: "<cid>.<serial>.<class>.<weight>.<limit>" at its longest (the cid
+ * "<G>~<cid>" of a process that shares with its host, 33 bytes; a 64-bit serial, a 32-character
+ * class, two ints: 110 bytes) and its NUL. Never cut: a cut id names another limit, or no weight,
+ * and Redis would count it by those. The host's segment carries ids (DBT_SHARE_ID_MAX). */
+#define DBT_ID_MAX 128
+_Static_assert(DBT_ID_MAX <= DBT_SHARE_ID_MAX, "a permit id fits in the host's segment");
+/* A pool's cid (dbt_pool_cid): the client's 16 hex digits, or "<G>~<cid>" (G 16 hex digits). */
+#define DBT_POOL_CID_MAX 40
 
 /* The least time between two warn-level lines of one kind (unthrottled, refused, timed out) of a
  * pool: an outage must not flood the program's stderr; the lines between are counted. */
@@ -123,6 +128,13 @@ struct dbt_pool {
     char *name;
     dbt_keys keys;
     struct dbt_pool *next;
+    /* The cid of the pool's Redis ids and wake list (dbt_pool_cid), set with p->mu held by
+     * dbt_pool_set_group: "" = the client's; "<G>~<client cid>" while the pool shares with its
+     * host as group G. prev_cid: the one before the last change ("" none), whose places may still
+     * be granted: the listener pops its wake list too. */
+    char cid[DBT_POOL_CID_MAX];
+    char group[DBT_SHARE_GROUP_LEN];
+    char prev_cid[DBT_POOL_CID_MAX];
 
     /* pool.c: the lock, command connections, slots, outage backoff, deferred operations */
     pthread_mutex_t mu; /* guards all below; never held across network I/O */

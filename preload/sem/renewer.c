@@ -99,9 +99,12 @@ static bool push_id(dbt_id_list *l, const char *id)
  * granted. With p->mu held. */
 static bool push_doing(dbt_id_list *l, const struct dbt_slot *s)
 {
-    char doing[DBT_DOING_LEN];
+    char doing[DBT_DOING_LEN], who[DBT_WHO_LEN];
     char state = s->kind != DBT_KIND_QUERY ? '-' : s->parked ? 'k' : s->idle_since_us ? 'i' : 'r';
-    dbt_format_doing(state, s->session, doing, sizeof doing);
+    /* Always who holds it now: Redis rewrites its entry only when it differs, after the permit
+     * moved to another connection (local handover) or process (host-level sharing). */
+    dbt_format_who(s->pool->client->host, (long)getpid(), s->conn, who, sizeof who);
+    dbt_format_doing(state, s->session, who, doing, sizeof doing);
     return push_id(l, doing);
 }
 
@@ -294,8 +297,10 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
             s->t_renewed_us = sent;
     apply_granted(p, &reply->granted_waiters);
     for (int k = 0; k < DBT_NKINDS; k++) {
-        if (reply->queue[k] > 0)
-            p->contended[k] = true; /* kept permits go back (the loop sees them due) */
+        /* Kept permits go back (the loop sees them due): somebody waits, or the operator drains
+         * the pool or holds it below what is held (in case admin.lua's revoke push was lost). */
+        if (reply->queue[k] > 0 || !reply->handover_allowed[k])
+            p->contended[k] = true;
         /* More waiters than ours: another process queued, even if its push went astray;
          * or the operator drains the pool or holds it below what is held: the permits
          * must go back through Redis. */

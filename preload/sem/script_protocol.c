@@ -119,6 +119,14 @@ bool dbt_format_session(long backend_pid, const char *app, const char *user, con
     return true;
 }
 
+void dbt_format_who(const char *host, long pid, const char *conn, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s %ld %s", host ? host : "", pid, conn && conn[0] ? conn : "-");
+    for (char *c = out; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '_';
+}
+
 void dbt_build_release(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                        const char *id)
 {
@@ -179,9 +187,10 @@ void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid
     c->args[c->nargs++] = goodbye ? "1" : "0";
 }
 
-void dbt_format_doing(char state, const char *session, char *out, size_t cap)
+void dbt_format_doing(char state, const char *session, const char *who, char *out, size_t cap)
 {
-    snprintf(out, cap, "%c\x1f%s", state, session ? session : "");
+    snprintf(out, cap, "%c\x1f%s%s%s", state, session ? session : "", who && who[0] ? "\x1f" : "",
+             who ? who : "");
 }
 
 void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n)
@@ -580,6 +589,7 @@ bool dbt_parse_renew(const redisReply *r, void *out, char *err)
         QUARANTINE,
         WHY,
         REASSERTED,
+        SOLE_OWNER,
         NFIELDS
     };
     dbt_renew_reply *rr = out;
@@ -592,7 +602,8 @@ bool dbt_parse_renew(const redisReply *r, void *out, char *err)
         !is_array(r->element[ALLOWED], DBT_NKINDS, script, "handover allowed", err) ||
         !is_array(r->element[QUARANTINE], DBT_NKINDS, script, "quarantines", err) ||
         !is_array(r->element[WHY], DBT_NKINDS, script, "why", err) ||
-        !is_array(r->element[REASSERTED], DBT_NKINDS, script, "re-asserted", err))
+        !is_array(r->element[REASSERTED], DBT_NKINDS, script, "re-asserted", err) ||
+        !is_array(r->element[SOLE_OWNER], DBT_NKINDS, script, "sole owners", err))
         return false;
     for (int k = 0; k < DBT_NKINDS; k++) {
         const redisReply *q = r->element[QUEUE]->element[k];
@@ -610,6 +621,13 @@ bool dbt_parse_renew(const redisReply *r, void *out, char *err)
             return false;
         rr->quarantine_ms[k] = qt->integer;
         rr->reasserted[k] = back->integer;
+        const redisReply *sole = r->element[SOLE_OWNER]->element[k];
+        rr->sole_owner[k][0] = '\0';
+        if (sole->type == REDIS_REPLY_STRING)
+            snprintf(rr->sole_owner[k], sizeof rr->sole_owner[k], "%s", sole->str);
+        else if (sole->type != REDIS_REPLY_NIL)
+            return unexpected(err, script, "a sole owner is %s, not a string or nil",
+                              type_name(sole->type));
     }
     return true;
 }

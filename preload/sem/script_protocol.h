@@ -77,9 +77,14 @@ void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, ch
  * is c->era_prev. */
 void dbt_script_bind_era(dbt_script_call *c, const char *run_id, int64_t started_ms);
 
+/* Who holds or waits, for dbthrottle status: "<host> <pid> <conn>" (conn "-" when NULL or ""),
+ * control bytes made '_' (so that it never holds a separator). DBT_WHO_LEN holds any. */
+#define DBT_WHO_LEN 160
+void dbt_format_who(const char *host, long pid, const char *conn, char *out, size_t cap);
+
 /* acquire.lua: take a permit now, or join the queue (try_only: never queue). who: "<host> <pid>
- * <conn>", for dbthrottle status. session: the database session the permit is for, as
- * dbt_format_session makes it (NULL or "": none). shipped_classes: the class definitions the
+ * <conn>" (dbt_format_who), for dbthrottle status. session: the database session the permit is for,
+ * as dbt_format_session makes it (NULL or "": none). shipped_classes: the class definitions the
  * process ships (DBTHROTTLE_CLASSES as definition text,
  * "aging=<ms>;default=<name>;<name>:<share>:<priority>: <wait_ms>:<cap>;..."), in force while the
  * operator has defined none; NULL or "": none. */
@@ -164,11 +169,13 @@ void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid
 
 /* What the holders named by a renewal do now, one argument per held id, in the order of the
  * renewal's held ids (the query kind's, then the connection kind's), made by dbt_format_doing:
- * "<state letter>\x1f<session>", the letter 'r' running a command, 'i' idle in a transaction,
- * 'k' kept between commands, '-' unchanged; session "" leaves the one Redis has. renew.lua
- * rewrites a holder's info only when they differ from it. */
-#define DBT_DOING_LEN (2 + DBT_SESSION_LEN)
-void dbt_format_doing(char state, const char *session, char *out, size_t cap);
+ * "<state letter>\x1f<session>[\x1f<who>]", the letter 'r' running a command, 'i' idle in a
+ * transaction, 'k' kept between commands, '-' unchanged; session "" leaves the one Redis has; who
+ * (dbt_format_who; NULL or "": not sent) is the holder now, which differs from the acquirer's
+ * when the permit was passed to another connection or process. renew.lua rewrites a holder's
+ * info only when they differ from it (the who keeps its since). */
+#define DBT_DOING_LEN (2 + DBT_SESSION_LEN + 1 + DBT_WHO_LEN)
+void dbt_format_doing(char state, const char *session, const char *who, char *out, size_t cap);
 /* Adds them to a renewal that has its record (dbt_renew_add_record): its args array must have
  * room for n more. */
 void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n);
@@ -241,8 +248,11 @@ static inline const char *dbt_reply_id(const dbt_reply_ids *l, size_t i)
     return l->items[i]->str;
 }
 
+/* The room of renew.lua's sole owner: "<cid or G>/<class>.<weight>" at its longest and a NUL. */
+#define DBT_SOLE_OWNER_MAX 64
 /* renew.lua's {lost holders, lost waiters, granted waiters, {queue length per kind}, {local
- * handover allowed per kind}}. Points into the reply: free the reply after using it. */
+ * handover allowed per kind}, {quarantine ms}, {why}, {re-asserted}, {sole owner per kind}}. Points
+ * into the reply: free the reply after using it. */
 typedef struct {
     dbt_reply_ids lost_holders;          /* ids Redis no longer holds */
     dbt_reply_ids lost_waiters;          /* ids Redis no longer has queued nor granted */
@@ -253,6 +263,10 @@ typedef struct {
     char why[DBT_NKINDS][16];            /* and why (see dbt_acquire_reply) */
     long long reasserted[DBT_NKINDS];    /* ids Redis lacked, added back (holders) or queued
                                           * again (waiters) */
+    /* The owner whose waiters were the whole queue when it last queued one (OWN['*']: a cid, a
+     * host group G, either with "/<class>.<weight>" for a tagged shape), "" none. Longer ones
+     * (not of this library) are cut, so never equal to one of ours. */
+    char sole_owner[DBT_NKINDS][DBT_SOLE_OWNER_MAX];
 } dbt_renew_reply;
 bool dbt_parse_renew(const redisReply *r, void *out /* dbt_renew_reply */, char *err);
 

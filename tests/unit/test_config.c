@@ -450,6 +450,9 @@ Test(config, bad_values_name_setting_and_value)
                {"log_format", "xml", "DBTHROTTLE_LOG_FORMAT"},
                {"log_query", "maybe", "DBTHROTTLE_LOG_QUERY"},
                {"disable", "2", "DBTHROTTLE_DISABLE"},
+               {"host_share", "sometimes", "DBTHROTTLE_HOST_SHARE"},
+               {"DBTHROTTLE_SHARE_DIR", "dev/shm", "DBTHROTTLE_SHARE_DIR"},
+               {"share_dir", "./shm", "DBTHROTTLE_SHARE_DIR"},
                {"redis_url", "redis://h:0", "DBTHROTTLE_REDIS_URL"}};
     dbt_config c;
     dbt_config_defaults(&c);
@@ -463,6 +466,8 @@ Test(config, bad_values_name_setting_and_value)
     }
     cr_expect_eq(c.lease_ms, 10000, "a bad value changed the setting");
     cr_expect_eq(c.redis_timeout_ms, 1000);
+    cr_expect(c.host_share);
+    cr_expect_str_eq(c.share_dir, "/dev/shm");
     cr_expect_str_eq(c.redis.host, "127.0.0.1");
     dbt_config_free(&c);
 }
@@ -475,7 +480,8 @@ Test(config, empty_values_are_errors_for_every_setting)
         "DBTHROTTLE_REDIS_TIMEOUT", "DBTHROTTLE_ON_REDIS_ERROR", "DBTHROTTLE_LOG",
         "DBTHROTTLE_LOG_LEVEL",     "DBTHROTTLE_LOG_FORMAT",     "DBTHROTTLE_LOG_QUERY",
         "DBTHROTTLE_KEY_PREFIX",    "DBTHROTTLE_DISABLE",        "DBTHROTTLE_CONFIG",
-        "DBTHROTTLE_CACHE_PERMITS", "DBTHROTTLE_CACHE_IDLE",     "DBTHROTTLE_LOCAL_HANDOVER"};
+        "DBTHROTTLE_CACHE_PERMITS", "DBTHROTTLE_CACHE_IDLE",     "DBTHROTTLE_LOCAL_HANDOVER",
+        "DBTHROTTLE_HOST_SHARE",    "DBTHROTTLE_SHARE_DIR"};
     dbt_config c;
     dbt_config_defaults(&c);
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
@@ -506,7 +512,9 @@ Test(config, every_setting_by_both_names)
               {"log_format", "json"},
               {"log_query", "on"},
               {"key_prefix", "t:"},
-              {"disable", "yes"}};
+              {"disable", "yes"},
+              {"host_share", "off"},
+              {"DBTHROTTLE_SHARE_DIR", "/run/host-a"}};
     for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
         cr_expect(dbt_config_set(&c, kv[i].key, kv[i].value, DBT_SRC_FILE, err), "%s: %s",
                   kv[i].key, err);
@@ -526,6 +534,8 @@ Test(config, every_setting_by_both_names)
     cr_expect(c.log_query);
     cr_expect_str_eq(c.key_prefix, "t:");
     cr_expect(c.disable);
+    cr_expect(!c.host_share);
+    cr_expect_str_eq(c.share_dir, "/run/host-a");
     const char *shorts[] = {"redis_url",    "max_queries", "max_connections", "pool",
                             "wait_timeout", "lease",       "redis_timeout",   "on_redis_error",
                             "log",          "log_level",   "log_format",      "log_query",

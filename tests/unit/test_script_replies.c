@@ -183,7 +183,7 @@ Test(cancel_reply, malformed)
 
 Test(renew_reply, named_lists_and_counts)
 {
-    redisReply *r = reply_of("*8\r\n"
+    redisReply *r = reply_of("*9\r\n"
                              "*2\r\n$3\r\nh.1\r\n$3\r\nh.2\r\n"
                              "*1\r\n$3\r\nw.1\r\n"
                              "*0\r\n"
@@ -191,7 +191,8 @@ Test(renew_reply, named_lists_and_counts)
                              "*2\r\n:1\r\n:0\r\n"
                              "*2\r\n:2500\r\n:0\r\n"
                              "*2\r\n$4\r\nlost\r\n$-1\r\n"
-                             "*2\r\n:3\r\n:0\r\n");
+                             "*2\r\n:3\r\n:0\r\n"
+                             "*2\r\n$16\r\n0123456789abcdef\r\n$-1\r\n");
     dbt_renew_reply rr;
     char err[DBT_ERRLEN];
     cr_assert(dbt_parse_renew(r, &rr, err), "%s", err);
@@ -209,32 +210,38 @@ Test(renew_reply, named_lists_and_counts)
     cr_expect_str_eq(rr.why[DBT_KIND_QUERY], "lost");
     cr_expect_str_eq(rr.why[DBT_KIND_CONN], "", "none");
     cr_expect_eq(rr.reasserted[DBT_KIND_QUERY], 3);
+    cr_expect_str_eq(rr.sole_owner[DBT_KIND_QUERY], "0123456789abcdef", "a host group's G");
+    cr_expect_str_eq(rr.sole_owner[DBT_KIND_CONN], "", "none");
     freeReplyObject(r);
 }
 
 Test(renew_reply, malformed)
 {
     static const char *const bad[] = {
-        "*7\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n*2\r\n:"
-        "0\r\n:0\r\n", /* one short */
-        "*8\r\n*0\r\n*0\r\n*0\r\n*1\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-"
-        "1\r\n*2\r\n:0\r\n:0\r\n", /* one kind */
-        "*8\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*3\r\n:1\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*"
-        "2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* three kinds */
-        "*8\r\n*1\r\n:7\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*"
-        "2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* an id integer */
-        "*8\r\n*0\r\n*1\r\n$-1\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*"
-        "2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* an id nil */
-        "*8\r\n*0\r\n*0\r\n*1\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*"
-        "2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* an id array */
-        "*8\r\n$-1\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-"
-        "1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* a list nil */
-        "*8\r\n*0\r\n*0\r\n*0\r\n*2\r\n$1\r\n0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$"
-        "-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* a length text */
-        "*8\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-"
-        "1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n", /* allowed nil */
-        "*8\r\n*0\r\n*0\r\n*0\r\n:2\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n*"
-        "2\r\n:0\r\n:0\r\n", /* lengths integer */
+        "*8\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n*2\r\n:"
+        "0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n", /* one short */
+        "*9\r\n*0\r\n*0\r\n*0\r\n*1\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-"
+        "1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n", /* one kind */
+        "*9\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*3\r\n:1\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*"
+        "2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n", /* three kinds */
+        "*9\r\n*1\r\n:7\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*"
+        "2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n", /* an id integer */
+        "*9\r\n*0\r\n*1\r\n$-1\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*"
+        "2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n", /* an id nil */
+        "*9\r\n*0\r\n*0\r\n*1\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*"
+        "2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n", /* an id array */
+        "*9\r\n$-1\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-"
+        "1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n", /* a list nil */
+        "*9\r\n*0\r\n*0\r\n*0\r\n*2\r\n$1\r\n0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$"
+        "-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n", /* a length text */
+        "*9\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-"
+        "1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n", /* allowed nil */
+        "*9\r\n*0\r\n*0\r\n*0\r\n:2\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n*"
+        "2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n", /* lengths integer */
+        "*9\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-"
+        "1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n*2\r\n:7\r\n$-1\r\n", /* a sole owner integer */
+        "*9\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n*2\r\n:0\r\n:0\r\n*2\r\n$-"
+        "1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n*1\r\n$-1\r\n", /* sole owners of one kind */
         "-ERR oom\r\n",
         "$-1\r\n",
         "*0\r\n",
