@@ -21,7 +21,7 @@ hs_known= # the library knows DBTHROTTLE_SHARE_DIR (an unknown DBTHROTTLE_* name
 grep -q DBTHROTTLE_SHARE_DIR "$lib" && hs_known=1
 hs_expect= # the library attaches to the host's segment
 objdump -d --no-show-raw-insn "$lib" 2>/dev/null | grep -q 'call.*<dbt_share_attach' && hs_expect=1
-info "host sharing: setting ${hs_known:+known}${hs_known:-unknown}, segment ${hs_expect:+attached by the library}${hs_expect:-not used by the library yet}"
+info "host sharing: DBTHROTTLE_SHARE_DIR $([ -n "$hs_known" ] && echo known || echo unknown) to the library, segments $([ -n "$hs_expect" ] && echo attached by it || echo not used by it yet)"
 mkdir -p "$work/hs.host0" "$work/hs.host1"
 # hs_spawn SLOT GEN: worker SLOT (host SLOT % 2), generation GEN; touches hs.ready.SLOT.GEN once its
 # first probe has returned.

@@ -19,6 +19,7 @@ sd_known=
 grep -q DBTHROTTLE_SHARE_DIR "$lib" && sd_known=1
 sd_expect=
 objdump -d --no-show-raw-insn "$lib" 2>/dev/null | grep -q 'call.*<dbt_share_attach' && sd_expect=1
+info "host sharing: DBTHROTTLE_SHARE_DIR $([ -n "$sd_known" ] && echo known || echo unknown) to the library, segments $([ -n "$sd_expect" ] && echo attached by it || echo not used by it yet)"
 sd_dir=$work/sd.host
 sd_sub=$sd_dir/dbthrottle-$sd_uid
 mkdir -p "$sd_dir"
