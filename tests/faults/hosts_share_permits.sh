@@ -8,9 +8,9 @@
 # half SIGKILLed, and Redis' holders and queue must be empty within lease + lease/3 of that last
 # kill. Measured at the server (the counter's advisory locks) and in Redis (its own zsets).
 #
-# Sharing is expected to be active when the library calls dbt_share_attach (objdump finds a call
-# to it: the join of issue 19 landed); the case then also asserts that each host's segment file
-# exists under its directory, and reports how many grants went without a Redis script call.
+# Sharing is expected to be active when code outside hostshare.c calls dbt_share_attach (run.sh's
+# library_shares: the join of issue 19 landed); the case then also asserts that each host's segment
+# file exists under its directory, and reports how many grants went without a Redis script call.
 # Before that the two "hosts" are one pool as today, and the case checks the same bounds.
 echo "# hosts_share_permits: 8 workers on two simulated hosts, 60 rounds of SIGKILLs"
 mark
@@ -18,9 +18,9 @@ hs_limit=3
 hs_lease_ms=1000
 hs_uid=$(id -u)
 hs_known= # the library knows DBTHROTTLE_SHARE_DIR (an unknown DBTHROTTLE_* name is an error)
-grep -q DBTHROTTLE_SHARE_DIR "$lib" && hs_known=1
+share_dir_known && hs_known=1
 hs_expect= # the library attaches to the host's segment
-objdump -d --no-show-raw-insn "$lib" 2>/dev/null | grep -q 'call.*<dbt_share_attach' && hs_expect=1
+library_shares && hs_expect=1
 info "host sharing: DBTHROTTLE_SHARE_DIR $([ -n "$hs_known" ] && echo known || echo unknown) to the library, segments $([ -n "$hs_expect" ] && echo attached by it || echo not used by it yet)"
 mkdir -p "$work/hs.host0" "$work/hs.host1"
 # hs_spawn SLOT GEN: worker SLOT (host SLOT % 2), generation GEN; touches hs.ready.SLOT.GEN once its

@@ -79,6 +79,19 @@ max_field() {
     cat "$@" 2>/dev/null | tr ' ' '\n' | awk -F= -v f="$f" '$1 == f && $2 + 0 > m { m = $2 + 0 } END { print m + 0 }'
 }
 
+# Host sharing (issue 19), for the cases that test it: share_dir_known is true when the library
+# knows DBTHROTTLE_SHARE_DIR (an unknown DBTHROTTLE_* name is a configuration error, so the cases
+# set it only then); library_shares when code outside hostshare.c calls dbt_share_attach (by the
+# library's disassembly and line table: the segment is used, not merely compiled in), so that
+# the cases can assert that the segment files exist rather than trust the library to say so.
+share_dir_known() { grep -q DBTHROTTLE_SHARE_DIR "$lib"; }
+library_shares() {
+    objdump -d -l --no-show-raw-insn "$lib" 2>/dev/null | awk '
+        /\.c:[0-9]+/ { src = $1 }
+        /(call|jmp).*<dbt_share_attach(@plt)?>/ && src !~ /hostshare\.c/ { found = 1 }
+        END { exit !found }'
+}
+
 # With classes, how many semaphores on the suite's own Redis carried the workers' shipped
 # definitions right after each case (read then: keys expire, and cases restart Redis empty).
 shipped=0

@@ -9,16 +9,16 @@
 # shares, the fall-back must be visible: the workers' info log speaks of sharing, and after the
 # chmod it names the directory.
 #
-# Before the library attaches to segments (see hosts_share_permits.sh: objdump finds no call to
+# Before the library attaches to segments (run.sh's library_shares finds no call to
 # dbt_share_attach) there is no file to damage: the steps are skipped and the bounds still checked.
 echo "# share_segment_damaged: the host's segment damaged under 6 live workers"
 mark
 sd_limit=3
 sd_uid=$(id -u)
 sd_known=
-grep -q DBTHROTTLE_SHARE_DIR "$lib" && sd_known=1
+share_dir_known && sd_known=1
 sd_expect=
-objdump -d --no-show-raw-insn "$lib" 2>/dev/null | grep -q 'call.*<dbt_share_attach' && sd_expect=1
+library_shares && sd_expect=1
 info "host sharing: DBTHROTTLE_SHARE_DIR $([ -n "$sd_known" ] && echo known || echo unknown) to the library, segments $([ -n "$sd_expect" ] && echo attached by it || echo not used by it yet)"
 sd_dir=$work/sd.host
 sd_sub=$sd_dir/dbthrottle-$sd_uid
