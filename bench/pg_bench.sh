@@ -2,8 +2,9 @@
 # pg_bench.sh - the interposer's costs, in one run against a throwaway Redis, PostgreSQL and
 # PgBouncer on loopback: pgbench -S -c1 direct and throttled (added latency in Redis round trips),
 # -c16 throttled at 4 (with and without local handover) beside PgBouncer (transaction mode,
-# pool_size 4) and direct -c4, and 32 clients of pg_sleep(0.05) at limit 4 against the ideal
-# 80/s. PG_BENCH_SECONDS sets each run's length (default 10).
+# pool_size 4) and direct -c4, 32 clients of pg_sleep(0.05) at limit 4 against the ideal
+# 80/s, and 32 separate psql processes x 10 pg_sleep(0.05) at limit 4 beside PgBouncer pool 4 on
+# the same workload. PG_BENCH_SECONDS sets each pgbench run's length (default 10).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 lib=$top/build/libdbthrottle.so
@@ -81,6 +82,7 @@ printf "%-58s %10s tps, %s ms\n" "pgbench -S -c1 throttled, permits kept (CACHE_
 printf "%-58s %10s tps, %s ms\n" "pgbench -S -c1 through PgBouncer" "$(echo "$p1" | tps)" "$(echo "$p1" | lat)"
 echo "$dl $tl $rtt_us" | awk '{ printf "%-58s %10.1f us = %.2f RTT (target <= 1.2)\n", "added latency per transaction", ($2 - $1) * 1000, ($2 - $1) * 1000 / $3 }'
 echo "$(echo "$k1" | tps) $(echo "$d1" | tps)" | awk '{ printf "%-58s %10.2f (target >= 0.9)\n", "kept permits: throttled -c1 / direct", $1 / $2 }'
+echo "$(echo "$t1" | tps) $(echo "$d1" | tps)" | awk '{ printf "%-58s %10.2f (target >= 0.9)\n", "the defaults: throttled -c1 / direct", $1 / $2 }'
 
 c16=$(throttled DBTHROTTLE_MAX_QUERIES=4 pgbench -n -S -c 16 -j 16 -T $T 2>&1 | tps)
 c16r=$(throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOCAL_HANDOVER=off pgbench -n -S -c 16 -j 16 -T $T 2>&1 | tps)
@@ -109,3 +111,28 @@ w = sorted(max(0.0, int(r[2]) / 1000 - 50) for r in rows if int(r[4]) >= t0 + 1)
 p = lambda q: w[min(len(w) - 1, int(q / 100 * len(w)))]
 print("%-58s %10.1f ms (p50 %.1f ms; FIFO ideal 350 ms: %.2fx)" % ("  their wait p99", p(99), p(50), p(99) / 350))'
 
+# 32 separate psql processes (a fleet of short-lived clients, each its own process: no handover
+# inside a process helps them), each running 10 pg_sleep(0.05) in one session, throttled to 4
+# beside the same through PgBouncer's pool of 4: the rate is 320 statements over the wall time
+# from the first start to the last exit (connection set-up included, alike for both); ideal 80/s.
+i=0
+while [ $i -lt 10 ]; do echo "select pg_sleep(0.05);"; i=$((i + 1)); done >"$work/sleep10.sql"
+# psql32 [ENV...]: the wall time in ms of the 32 processes, with ENV (and PGPORT) for each
+psql32() {
+    p0=$(date +%s%N)
+    pids=
+    i=0
+    while [ $i -lt 32 ]; do
+        env "$@" psql -qAtX -f "$work/sleep10.sql" >/dev/null 2>>"$work/psql32.err" &
+        pids="$pids $!"
+        i=$((i + 1))
+    done
+    for p in $pids; do wait "$p" || echo "psql $p failed" >>"$work/psql32.err"; done
+    echo $((($(date +%s%N) - p0) / 1000000))
+}
+ms_thr=$(psql32 LD_PRELOAD="$lib" DBTHROTTLE_REDIS_URL="redis://127.0.0.1:$rport" DBTHROTTLE_MAX_QUERIES=4)
+ms_pgb=$(psql32 PGPORT="$bport")
+[ ! -s "$work/psql32.err" ] || { echo "# psql errors:"; head -5 "$work/psql32.err"; }
+echo "$ms_thr" | awk '{ printf "%-58s %10.1f /s = %.3f of 80\n", "32 psql processes x 10 pg_sleep(0.05) throttled to 4", 320000 / $1, 4000 / $1 }'
+echo "$ms_pgb" | awk '{ printf "%-58s %10.1f /s = %.3f of 80\n", "32 psql processes x 10 pg_sleep(0.05) through PgBouncer 4", 320000 / $1, 4000 / $1 }'
+echo "$ms_thr $ms_pgb" | awk '{ printf "%-58s %10.2f (target >= 1.0)\n", "  throttled / PgBouncer", $2 / $1 }'

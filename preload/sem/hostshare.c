@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,17 +48,6 @@
 
 _Static_assert(DBT_SEG_REGS < H_INDEX_MASK, "a registration index fits its handle");
 
-/* ThreadSanitizer before LLVM 15 does not intercept pthread_mutex_clocklock: it would see every
- * unlock as one of a mutex nobody locked. Built for it, the lock waits with timedlock on the
- * realtime clock instead (the same, but for a jump of the wall clock during the wait). */
-#if defined(__SANITIZE_THREAD__)
-#define DBT_SHARE_REALTIME_LOCK 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DBT_SHARE_REALTIME_LOCK 1
-#endif
-#endif
-
 struct dbt_share {
     dbt_seg *seg;
     int fd; /* the segment's file */
@@ -68,17 +59,11 @@ struct dbt_share {
     char group[DBT_SHARE_GROUP_LEN];
     char why[256]; /* why it is broken */
     bool broken;
-    bool pinned; /* an unlock failed: the mutex may stay on this thread's robust list, so the
-                  * mapping must stay mapped for good */
-    int proc;    /* this process' record in procs[], -1: none (yet) */
+    int proc; /* this process' record in procs[], -1: none (yet) */
     uint64_t nonce;
     pid_t pid; /* the process the record is for */
     int sock;  /* the wake socket, -1: none (yet) */
     uint32_t epoch;
-#ifdef __GLIBC__
-    int mutex_kind;             /* what glibc keeps in a mutex made as ours is */
-    __pthread_list_t held_list; /* the mutex's robust-list links while this thread holds it */
-#endif
 };
 
 /* ---- small helpers ---- */
@@ -179,19 +164,6 @@ static bool header_constant_ok(const dbt_share *sh, const dbt_seg *g)
            g->key_hash == sh->key_hash && memcmp(g->group, sh->group, sizeof g->group) == 0;
 }
 
-static bool mutex_looks_ours(const dbt_share *sh, const dbt_seg *g)
-{
-#ifdef __GLIBC__
-    /* A mutex of another kind (garbage) would take glibc down other paths (a private futex, a
-     * PI futex with a garbage owner, a recursive count) : not locked at all. */
-    return g->mu.__data.__kind == sh->mutex_kind;
-#else
-    (void)sh;
-    (void)g;
-    return true;
-#endif
-}
-
 static bool header_ok(const dbt_share *sh)
 {
     const dbt_seg *g = sh->seg;
@@ -283,9 +255,9 @@ static void purge_proc(dbt_seg *g, uint32_t idx)
     shrink_proc_hw(g);
 }
 
-/* After a lock holder died (EOWNERDEAD): drop whatever does not hold together. The holder's
- * single-word stores are whole; what it may have left half-done (`dirty`) is the sole state
- * (reset: not sole is the safe side) and its own records (dropped: it is dead). */
+/* After a lock holder died (its lock taken over): drop whatever does not hold together. The
+ * holder's single-word stores are whole; what it may have left half-done (`dirty`) is the sole
+ * state (reset: not sole is the safe side) and its own records (dropped: it is dead). */
 static void repair(dbt_share *sh)
 {
     dbt_seg *g = sh->seg;
@@ -313,10 +285,68 @@ static void repair(dbt_share *sh)
 
 /* ---- the lock ---- */
 
+/* The lock is a futex word in the segment: 0 free, else the holder's thread id, with LOCK_WAITERS
+ * when someone may sleep on it. Not a pthread mutex: a robust one links itself into its
+ * holder's robust list through pointers kept inside it, which glibc writes through when it
+ * unlocks; garbage written there by another process would be written through. A word holds
+ * nothing to follow. A holder that died is found by its waiters (its thread id gone: kill(tid, 0)
+ * fails with ESRCH), who take the lock over and repair; one that does not let go in time
+ * (stopped) makes the others poison the segment. */
+#define LOCK_TID     UINT32_C(0x3fffffff)
+#define LOCK_WAITERS UINT32_C(0x80000000)
+/* How long a waiter sleeps before it looks whether the holder is still alive. */
+#define LOCK_SLICE_NS 10000000L
+
+static _Atomic uint32_t *lock_word(dbt_seg *g)
+{
+    return &g->lock;
+}
+
+static void futex_sleep(_Atomic uint32_t *w, uint32_t expect, long ns)
+{
+    struct timespec rel = {ns / 1000000000L, ns % 1000000000L};
+    /* Not FUTEX_PRIVATE_FLAG: the word is in memory other processes map. */
+    (void)syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, expect, &rel, NULL, 0);
+}
+
+static void futex_wake_one(_Atomic uint32_t *w)
+{
+    (void)syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/* Whether the thread `tid` is gone (same user: kill may probe it). A process killed but not yet
+ * reaped by its parent is still there to kill() (a zombie): its state in /proc says it is dead. */
+static bool thread_gone(uint32_t tid)
+{
+    if (kill((pid_t)tid, 0) != 0)
+        return errno == ESRCH;
+    char path[48], buf[256];
+    snprintf(path, sizeof path, "/proc/%u/stat", (unsigned)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *state = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything */
+    return state && (state[1] == ' ') && (state[2] == 'Z' || state[2] == 'X');
+}
+
 int dbt_share_lock(dbt_share *sh)
 {
     if (sh->broken)
         return -1;
+    /* A file cut short under its mapping (truncate(1) by hand or by a hostile process: this
+     * library never shrinks one) makes every access past its new end a SIGBUS in the host
+     * program: its size is checked before the first access. Only a cut made during the
+     * microseconds of one call escapes this. The segment is not written to (no poison): the
+     * others see the size as this process did. */
+    struct stat st;
+    if (fstat(sh->fd, &st) != 0 || st.st_size < (off_t)sizeof(dbt_seg))
+        return give_up(sh, "%s: the segment was cut short (%lld of %zu bytes)", sh->path,
+                       (long long)st.st_size, sizeof(dbt_seg));
     dbt_seg *g = sh->seg;
     if (atomic_load(&g->poisoned))
         return give_up(sh,
@@ -325,41 +355,41 @@ int dbt_share_lock(dbt_share *sh)
                        sh->path);
     if (!header_constant_ok(sh, g))
         return damaged(sh, "header damaged");
-    if (!mutex_looks_ours(sh, g))
-        return damaged(sh, "lock damaged");
-#ifdef DBT_SHARE_REALTIME_LOCK
-    const clockid_t clock = CLOCK_REALTIME;
-#else
-    const clockid_t clock = CLOCK_MONOTONIC;
-#endif
-    struct timespec until;
-    clock_gettime(clock, &until);
-    until.tv_nsec += (long)DBT_SHARE_LOCK_TIMEOUT_MS % 1000 * 1000000L;
-    until.tv_sec += DBT_SHARE_LOCK_TIMEOUT_MS / 1000 + until.tv_nsec / 1000000000L;
-    until.tv_nsec %= 1000000000L;
-    int rc;
-    do
-#ifdef DBT_SHARE_REALTIME_LOCK
-        rc = pthread_mutex_timedlock(&g->mu, &until);
-#else
-        rc = pthread_mutex_clocklock(&g->mu, clock, &until);
-#endif
-    while (rc == EINTR || rc == EAGAIN);
-    if (rc == EOWNERDEAD) {
-        repair(sh);
-        pthread_mutex_consistent(&g->mu);
-    } else if (rc != 0) {
-        char what[80];
-        if (rc == ETIMEDOUT)
+    _Atomic uint32_t *w = lock_word(g);
+    uint32_t me = (uint32_t)gettid() & LOCK_TID; /* (not cached: a fork()ed child) */
+    int64_t deadline = dbt_now_us() + DBT_SHARE_LOCK_TIMEOUT_MS * INT64_C(1000);
+    bool waited = false, took_over = false;
+    for (;;) {
+        uint32_t v = 0;
+        /* once it slept, others may sleep too: it keeps the bit, so that its unlock wakes one */
+        if (atomic_compare_exchange_strong(w, &v, waited ? me | LOCK_WAITERS : me))
+            break;
+        uint32_t owner = v & LOCK_TID;
+        if (owner == me)
+            return damaged(sh, "its lock word names this thread");
+        if (owner == 0 || (waited && thread_gone(owner))) {
+            /* free (someone sleeps on it), or its holder died: ours, keeping the waiters bit */
+            if (atomic_compare_exchange_strong(w, &v, me | (v & LOCK_WAITERS))) {
+                took_over = owner != 0;
+                break;
+            }
+            continue;
+        }
+        int64_t left = deadline - dbt_now_us();
+        if (left <= 0) {
+            char what[80];
             snprintf(what, sizeof what, "its lock was not free within %d ms",
                      DBT_SHARE_LOCK_TIMEOUT_MS);
-        else
-            snprintf(what, sizeof what, "its lock failed (%s)", strerror(rc));
-        return damaged(sh, what);
+            return damaged(sh, what);
+        }
+        if (!(v & LOCK_WAITERS) && !atomic_compare_exchange_strong(w, &v, v | LOCK_WAITERS))
+            continue;
+        long slice = left * 1000 < LOCK_SLICE_NS ? (long)left * 1000 : LOCK_SLICE_NS;
+        futex_sleep(w, v | LOCK_WAITERS, slice);
+        waited = true;
     }
-#ifdef __GLIBC__
-    sh->held_list = g->mu.__data.__list;
-#endif
+    if (took_over)
+        repair(sh);
     if (!header_ok(sh)) {
         dbt_share_unlock(sh);
         return damaged(sh, "header damaged");
@@ -381,26 +411,18 @@ void dbt_share_unlock(dbt_share *sh)
 {
     dbt_seg *g = sh->seg;
     g->dirty = 0;
-    bool tampered = false;
-#ifdef __GLIBC__
-    /* glibc unlinks the mutex from this thread's robust list through these: garbage written
-     * into them while we held it would be written through. */
-    if (memcmp(&g->mu.__data.__list, &sh->held_list, sizeof sh->held_list) != 0) {
-        g->mu.__data.__list = sh->held_list;
-        tampered = true;
+    _Atomic uint32_t *w = lock_word(g);
+    uint32_t me = (uint32_t)gettid() & LOCK_TID;
+    uint32_t v = atomic_load(w);
+    while ((v & LOCK_TID) == me && !atomic_compare_exchange_weak(w, &v, 0))
+        ;
+    if ((v & LOCK_TID) != me) {
+        /* Written into while held (garbage, or another let in by garbage): not ours to free. */
+        damaged(sh, "its lock word was written into while held");
+        return;
     }
-    if (g->mu.__data.__kind != sh->mutex_kind) {
-        g->mu.__data.__kind = sh->mutex_kind;
-        tampered = true;
-    }
-#endif
-    int rc = pthread_mutex_unlock(&g->mu);
-    if (rc != 0) {
-        sh->pinned = true;
-        damaged(sh, "its lock could not be let go (written into while held)");
-    } else if (tampered) {
-        damaged(sh, "its lock was written into while held");
-    }
+    if (v & LOCK_WAITERS)
+        futex_wake_one(w);
 }
 
 /* Marks a multi-field update under way: a holder that dies meanwhile leaves it set. */
@@ -574,25 +596,6 @@ static void unlink_if_same(int dfd, const char *name, const struct stat *judged)
         (void)unlinkat(dfd, name, 0);
 }
 
-static int expected_mutex_kind(void)
-{
-#ifdef __GLIBC__
-    pthread_mutexattr_t at;
-    pthread_mutex_t m;
-    pthread_mutexattr_init(&at);
-    pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&at, PTHREAD_MUTEX_ROBUST);
-    pthread_mutexattr_settype(&at, PTHREAD_MUTEX_ERRORCHECK);
-    pthread_mutex_init(&m, &at);
-    int kind = m.__data.__kind;
-    pthread_mutex_destroy(&m);
-    pthread_mutexattr_destroy(&at);
-    return kind;
-#else
-    return 0;
-#endif
-}
-
 /* Opens and maps the segment <name>: 1 attached; 0 there is none, or it was judged damaged (or
  * poisoned) and unlinked: make one; -1 this process cannot share (why). */
 static int open_segment(dbt_share *sh, int dfd, const char *name, const char *key, char *why,
@@ -635,8 +638,7 @@ static int open_segment(dbt_share *sh, int dfd, const char *name, const char *ke
         dbt_seg *g = map;
         memcpy(sh->group, g->group, sizeof sh->group);
         bool sound = valid_group(sh->group) && header_constant_ok(sh, g) &&
-                     mutex_looks_ours(sh, g) && memchr(g->key, '\0', sizeof g->key) &&
-                     dbt_share_key_sum(g->key) == g->key_sum;
+                     memchr(g->key, '\0', sizeof g->key) && dbt_share_key_sum(g->key) == g->key_sum;
         if (sound && !atomic_load(&g->poisoned) && strcmp(g->key, key) != 0) {
             say(why, cap, "%s holds another pool's key (their hashes collide): not shared",
                 sh->path);
@@ -715,15 +717,9 @@ static int create_segment(dbt_share *sh, int dfd, const char *name, const char *
     snprintf(g->key, sizeof g->key, "%s", key);
     g->key_sum = dbt_share_key_sum(g->key);
     snprintf(g->group, sizeof g->group, "%016" PRIx64, random64());
-    pthread_mutexattr_t at;
-    pthread_mutexattr_init(&at);
-    pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&at, PTHREAD_MUTEX_ROBUST);
-    pthread_mutexattr_settype(&at, PTHREAD_MUTEX_ERRORCHECK);
-    int rc = pthread_mutex_init(&g->mu, &at);
-    pthread_mutexattr_destroy(&at);
-    if (rc != 0 || linkat(dfd, tmp, dfd, name, 0) != 0) {
-        int le = rc ? rc : errno;
+    atomic_store(&g->lock, 0);
+    if (linkat(dfd, tmp, dfd, name, 0) != 0) {
+        int le = errno;
         (void)unlinkat(dfd, tmp, 0);
         munmap(map, sizeof(dbt_seg));
         close(fd);
@@ -746,7 +742,7 @@ static int create_segment(dbt_share *sh, int dfd, const char *name, const char *
 
 static void unmap(dbt_share *sh)
 {
-    if (sh->seg && !sh->pinned)
+    if (sh->seg)
         munmap(sh->seg, sizeof(dbt_seg));
     sh->seg = NULL;
     if (sh->fd >= 0)
@@ -775,9 +771,6 @@ dbt_share *dbt_share_attach(const char *dir, const char *key, char *why, size_t 
     sh->uid = geteuid();
     sh->key_hash = fnv1a64(key);
     sh->epoch = next_epoch((uint32_t)random64());
-#ifdef __GLIBC__
-    sh->mutex_kind = expected_mutex_kind();
-#endif
     size_t dlen = strlen(dir);
     while (dlen > 1 && dir[dlen - 1] == '/')
         dlen--;

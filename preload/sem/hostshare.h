@@ -3,12 +3,12 @@
  *
  * One segment per pool and user: a file in <dir>/dbthrottle-<uid>/ (the directory mode 0700, the
  * file 0600, both owned by the user: anything else, and this process does not share), mapped
- * shared. It holds a robust process-shared mutex, the host group's id (G: the Redis owner of the
- * host's waiters, see the cid "<G>~<cid>"), per kind the host's sole state, the processes
- * attached (each with a wake socket: an abstract AF_UNIX datagram socket whose name carries a
- * random nonce kept in the segment), and the registrations: each waiting thread of each attached
- * process, with its shape and since when it waits, and the permit offered to it once a releasing
- * process chose it.
+ * shared. It holds a lock (a futex word naming its holder's thread; a holder found dead is
+ * taken over from), the host group's id (G: the Redis owner of the host's waiters, see the cid
+ * "<G>~<cid>"), per kind the host's sole state, the processes attached (each with a wake socket:
+ * an abstract AF_UNIX datagram socket whose name carries a random nonce kept in the segment), and
+ * the registrations: each waiting thread of each attached process, with its shape and since when
+ * it waits, and the permit offered to it once a releasing process chose it.
  *
  * Knows nothing of Redis or pools: ids are opaque strings, kinds small ints. Every call but
  * dbt_share_attach and dbt_share_detach is made with the caller's pool lock held (the attachment

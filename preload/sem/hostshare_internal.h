@@ -6,7 +6,6 @@
 
 #include "hostshare.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 
 /* Layout version: in the file's name (<hash>.<version>) and in the header. A library whose
@@ -69,15 +68,16 @@ typedef struct {
     char key[DBT_SEG_KEY_MAX];
     char group[DBT_SHARE_GROUP_LEN];
     char pad[7];
-    uint64_t generation; /* bumped by every change of the tables (under mu) */
-    uint64_t next_seq;   /* under mu */
-    pthread_mutex_t mu;  /* robust, process-shared, error-checking */
-    /* Under mu: nonzero while a multi-field update is under way (the locker's proc index + 1, or
-     * DBT_SEG_DIRTY_NOPROC): a locker that finds its holder died then repairs. */
+    uint64_t generation; /* bumped by every change of the tables (under the lock) */
+    uint64_t next_seq;   /* under the lock */
+    /* The lock (hostshare.c): 0 free, else the holder's thread id, and a waiters bit. */
+    _Atomic uint32_t lock;
+    /* Under the lock: nonzero while a multi-field update is under way (the locker's proc index +
+     * 1, or DBT_SEG_DIRTY_NOPROC): a locker that takes the lock over from a dead holder then
+     * drops that process' records and resets the sole state. */
     uint32_t dirty;
     uint32_t proc_hw; /* procs[proc_hw..] are all free */
     uint32_t reg_hw;  /* regs[reg_hw..] are all free */
-    uint32_t pad2;
     dbt_seg_sole sole[DBT_SHARE_KINDS];
     dbt_seg_proc procs[DBT_SEG_PROCS];
     dbt_seg_reg regs[DBT_SEG_REGS];
@@ -92,7 +92,7 @@ dbt_seg *dbt_share_segment(dbt_share *sh);
 const char *dbt_share_path(const dbt_share *sh);
 /* Takes the segment's lock as every call does (validating, repairing after a dead holder, or
  * poisoning and breaking the attachment): 0 when held. The tests' children hold it on purpose
- * and die or stop. */
+ * and die or stop. The same thread unlocks. */
 int dbt_share_lock(dbt_share *sh);
 void dbt_share_unlock(dbt_share *sh);
 

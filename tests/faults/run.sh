@@ -19,7 +19,8 @@ cases="holders_killed_or_stopped redis_restarts_and_stalls query_longer_than_lea
     recovers_after_fault sessions_that_end forks_while_waiting cancels_reach_waits
     evictions_reach_holders async_clients held_commands restart_empty_admits_no_one_extra
     sentinel_failover failover_admits_no_one_extra redis_over_tls redis_cluster
-    logs_operators_expect kept_permits_yield_to_operator processes_share_a_host"
+    logs_operators_expect kept_permits_yield_to_operator hosts_share_permits share_segment_damaged
+    processes_share_a_host"
 # A case file missing from the order would silently never run.
 for f in "$here"/*.sh; do
     n=$(basename "$f" .sh)
@@ -77,6 +78,19 @@ max_field() {
     f=$1
     shift
     cat "$@" 2>/dev/null | tr ' ' '\n' | awk -F= -v f="$f" '$1 == f && $2 + 0 > m { m = $2 + 0 } END { print m + 0 }'
+}
+
+# Host sharing (issue 19), for the cases that test it: share_dir_known is true when the library
+# knows DBTHROTTLE_SHARE_DIR (an unknown DBTHROTTLE_* name is a configuration error, so the cases
+# set it only then); library_shares when code outside hostshare.c calls dbt_share_attach (by the
+# library's disassembly and line table: the segment is used, not merely compiled in), so that
+# the cases can assert that the segment files exist rather than trust the library to say so.
+share_dir_known() { grep -q DBTHROTTLE_SHARE_DIR "$lib"; }
+library_shares() {
+    objdump -d -l --no-show-raw-insn "$lib" 2>/dev/null | awk '
+        /\.c:[0-9]+/ { src = $1 }
+        /(call|jmp).*<dbt_share_attach(@plt)?>/ && src !~ /hostshare\.c/ { found = 1 }
+        END { exit !found }'
 }
 
 # With classes, how many semaphores on the suite's own Redis carried the workers' shipped

@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -715,11 +716,15 @@ Test(hostshare, a_process_killed_holding_the_lock_leaves_the_segment_usable, .ti
         read_line(h.from_child, line, sizeof line, 30000);
         cr_assert_str_eq(line, "L");
         pid_t hpid = h.pid;
-        kill_child(&h);
-        /* the next locker repairs and goes on */
+        /* dead, but not reaped yet (a zombie: still there to kill(pid, 0)) */
+        kill(hpid, SIGKILL);
+        siginfo_t info;
+        cr_assert_eq(waitid(P_PID, (id_t)hpid, &info, WEXITED | WNOWAIT), 0);
+        /* the next locker takes the lock over, repairs and goes on */
         dbt_share_shape a = shape_of(0, 4, "");
         uint64_t r = dbt_share_wait_begin(sh, &a, 100);
         cr_expect_not(dbt_share_broken(sh), "%s", dbt_share_why(sh));
+        reap(&h);
         cr_expect_eq(live_regs(g), 1);
         if (dirty) {
             /* killed half-way through an update: its record dropped, the sole state reset */
@@ -875,6 +880,14 @@ static void random_bytes(dbt_seg *g, const char *path, pid_t peer_pid)
     close(fd);
 }
 
+static void cut_short(dbt_seg *g, const char *path, pid_t peer_pid)
+{
+    (void)g;
+    (void)peer_pid;
+    /* an access past the new end would be a SIGBUS: the calls must see the size first */
+    cr_assert_eq(truncate(path, 0), 0);
+}
+
 static void zeroed_header(dbt_seg *g, const char *path, pid_t peer_pid)
 {
     (void)path;
@@ -930,20 +943,24 @@ static void locked_by_a_live_thread(dbt_seg *g, const char *path, pid_t peer_pid
 {
     (void)path;
     /* the peer's main thread: alive, and never to unlock it */
-    g->mu.__data.__lock = peer_pid;
-    g->mu.__data.__owner = peer_pid;
+    atomic_store(&g->lock, (uint32_t)peer_pid);
 }
 
-static void lock_of_another_kind(dbt_seg *g, const char *path, pid_t peer_pid)
+static void locked_by_this_thread(dbt_seg *g, const char *path, pid_t peer_pid)
 {
     (void)path;
     (void)peer_pid;
-    g->mu.__data.__kind = 0; /* a private, non-robust mutex */
+    atomic_store(&g->lock, (uint32_t)getpid() | 0x80000000u);
 }
 
 Test(hostshare, random_bytes_over_the_segment, .timeout = 60)
 {
     damage_case(random_bytes);
+}
+
+Test(hostshare, a_segment_cut_short, .timeout = 60)
+{
+    damage_case(cut_short);
 }
 
 Test(hostshare, a_zeroed_header, .timeout = 60)
@@ -986,9 +1003,30 @@ Test(hostshare, a_lock_word_held_by_a_live_thread, .timeout = 60)
     damage_case(locked_by_a_live_thread);
 }
 
-Test(hostshare, a_lock_of_another_kind, .timeout = 60)
+Test(hostshare, a_lock_word_naming_the_caller, .timeout = 60)
 {
-    damage_case(lock_of_another_kind);
+    damage_case(locked_by_this_thread);
+}
+
+/* A lock word naming a thread that is gone (a holder that died without its waiters seeing it, or
+ * garbage): taken over, repaired, and the call works. */
+Test(hostshare, a_lock_word_naming_a_dead_thread_is_taken_over, .timeout = 60)
+{
+    dbt_share *sh = attach_or_die(dir);
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, NULL, 0);
+    atomic_store(&dbt_share_segment(sh)->lock, (uint32_t)dead);
+    int64_t t0 = dbt_now_us();
+    dbt_share_shape a = shape_of(0, 4, "");
+    uint64_t r = dbt_share_wait_begin(sh, &a, 5);
+    cr_expect_not(dbt_share_broken(sh), "%s", dbt_share_why(sh));
+    cr_expect_lt(dbt_now_us() - t0, DBT_SHARE_LOCK_TIMEOUT_MS * 1000, "not a timeout");
+    cr_expect_eq(live_regs(dbt_share_segment(sh)), 1);
+    cr_expect_eq(atomic_load(&dbt_share_segment(sh)->lock), 0, "let go");
+    cr_expect_not(dbt_share_wait_end(sh, r, NULL));
+    dbt_share_detach(sh);
 }
 
 Test(hostshare, a_segment_of_the_wrong_size_or_unterminated_key_is_rebuilt)
