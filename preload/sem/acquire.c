@@ -8,6 +8,7 @@
 #include "release.h"
 #include "renewer.h"
 #include "script_call.h"
+#include "sharing.h"
 #include "trace.h"
 
 #include <errno.h>
@@ -212,7 +213,7 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
     s->t_renewed_us = sent;
     s->class_wait_ms = reply.class_wait_ms;
     if (reply.status == DBT_ACQUIRE_QUEUED)
-        dbt_handover_verdict(p, s->kind, (uint64_t)reply.ticket, reply.sole);
+        dbt_handover_verdict(p, s->kind, s->id, (uint64_t)reply.ticket, reply.sole);
     pthread_mutex_unlock(&p->mu);
     switch (reply.status) {
     case DBT_ACQUIRE_GRANTED:
@@ -400,6 +401,7 @@ static struct dbt_slot *new_slot(acquire_run *a)
      * that Redis never answered. */
     if (!p->thread_started)
         dbt_renewer_ensure(p);
+    bool attach = !down && dbt_sharing_attach_due(p, a->start);
     if (!down && p->spare) {
         s = p->spare;
         p->spare = s->next;
@@ -411,6 +413,8 @@ static struct dbt_slot *new_slot(acquire_run *a)
         a->result = outage_result(p, a->kind, o, "redis unreachable (retrying within 1s)");
         return NULL;
     }
+    if (attach) /* host sharing (sharing.c): before the pool's first id is made */
+        dbt_sharing_attach(p);
 
     if (!s && (s = calloc(1, sizeof *s)) != NULL)
         s->efd = -1;
@@ -468,6 +472,7 @@ static struct dbt_slot *begin_slot(acquire_run *a)
     }
     s->state = SLOT_PENDING;
     s->lost = false; /* a grant given back as stale is behind us */
+    s->share_got_us = 0;
     s->gen = p->gen;
     link_slot(p, s);
     pthread_mutex_unlock(&p->mu);
@@ -570,7 +575,26 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
 
 /* Waits in the queue, as the listener or on s's eventfd, until s is granted, Redis forgets it or
  * goes away, or the caller gives up (deadline, signal). Without p->mu on entry and exit. */
+static acquire_next wait_turn_counted(acquire_run *a);
+
 static acquire_next wait_turn(acquire_run *a)
+{
+    dbt_pool *p = a->p;
+    pthread_mutex_lock(&p->mu);
+    p->nwait_threads++;
+    /* The renewer listens while waits are parked with nobody listening (renewer.c): the role is
+     * a waiting thread's now. */
+    if (p->bg_leading)
+        dbt_wake_renewer(p);
+    pthread_mutex_unlock(&p->mu);
+    acquire_next next = wait_turn_counted(a);
+    pthread_mutex_lock(&p->mu);
+    p->nwait_threads--;
+    pthread_mutex_unlock(&p->mu);
+    return next;
+}
+
+static acquire_next wait_turn_counted(acquire_run *a)
 {
     dbt_pool *p = a->p;
     struct dbt_slot *s = a->s;

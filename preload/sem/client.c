@@ -9,6 +9,7 @@
 #include "release.h"
 #include "renewer.h"
 #include "sentinel.h"
+#include "sharing.h"
 #include "summary.h"
 
 #include <stdio.h>
@@ -123,6 +124,9 @@ static void free_pool(dbt_pool *p)
     }
     dbt_free_spares(p);
     dbt_report_local(p);
+    pthread_mutex_lock(&p->mu);
+    dbt_sharing_quit(p);
+    pthread_mutex_unlock(&p->mu);
     /* Give back what is still held: a process that exits cleanly should not make others wait
      * out its leases. Sent without waiting, then the replies are read (bounded by the
      * Redis timeout) so the commands surely left before the sockets close. */
@@ -144,6 +148,7 @@ static void free_pool(dbt_pool *p)
         (void)dbt_redis_drain(p->free_conns[i], err);
         dbt_redis_free(p->free_conns[i]);
     }
+    dbt_sharing_free(p);
     dbt_keys_free(&p->keys);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->conn_cv);
@@ -172,6 +177,8 @@ void dbt_client_exit(dbt_client *c)
         pthread_mutex_lock(&p->mu);
         /* Threads may still run: none may pass on a permit this gives back. */
         p->exiting = true;
+        /* Permits other processes passed to our waiters meanwhile are given back with ours. */
+        dbt_sharing_quit(p);
         bool down = p->down_until_us > dbt_now_us();
         /* Places still queued too: a waiter's (an event loop's held commands wait in threads of
          * ours, and a program may exit with some), or one kept for a next waiter. Left queued,

@@ -11,6 +11,7 @@
 #include "listener.h"
 #include "pool.h"
 #include "renewer.h"
+#include "sharing.h"
 
 #include <stdio.h>
 #include <sys/random.h>
@@ -90,6 +91,7 @@ static void child_pool(dbt_pool *p)
     dbt_renewer_after_fork(p);
     dbt_kept_after_fork(p);
     dbt_handover_after_fork(p);
+    dbt_sharing_after_fork(p);
 }
 
 static void child(void)

@@ -24,6 +24,7 @@
 #include "pool.h"
 #include "release.h"
 #include "renewer.h"
+#include "sharing.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +35,19 @@
  * place nobody wants does not delay a permit's grant to another process much. */
 #define ORPHAN_IDLE_US INT64_C(50000)
 
+bool dbt_sole_now(dbt_pool *p, dbt_kind kind)
+{
+    /* Attached: the host's state (a broken segment says no), whatever the process' own. */
+    if (p->share)
+        return dbt_share_sole(p->share, (int)kind);
+    return p->sole[kind] != 0;
+}
+
 void dbt_lw_push(dbt_pool *p, struct dbt_slot *s)
 {
     if (s->in_fifo || s->orphan)
         return;
+    dbt_sharing_wait_begin(p, s); /* the host's other processes may pass it a permit */
     /* In the order the threads began to wait: nearly always at the tail. */
     struct dbt_slot *after = p->lw_tail[s->kind];
     while (after && after->t_request_us > s->t_request_us)
@@ -57,6 +67,7 @@ void dbt_lw_push(dbt_pool *p, struct dbt_slot *s)
 
 void dbt_lw_remove(dbt_pool *p, struct dbt_slot *s)
 {
+    dbt_sharing_wait_end(p, s);
     if (!s->in_fifo)
         return;
     if (s->lw_prev)
@@ -100,6 +111,8 @@ static void swap_permit(dbt_pool *p, struct dbt_slot *from, struct dbt_slot *to,
     int64_t held_renewed = from->t_renewed_us;
     from->t_renewed_us = to->t_renewed_us;
     to->t_renewed_us = held_renewed;
+    to->share_got_us = from->share_got_us; /* the permit's, as its lease clock */
+    from->share_got_us = 0;
     to->lost = from->lost;
     from->lost = false;
     dbt_lw_remove(p, to);
@@ -119,6 +132,88 @@ static void make_orphan(dbt_pool *p, struct dbt_slot *s, int64_t now)
     free(s->query);
     s->query = NULL;
     p->norphans++;
+}
+
+/* Counts a permit passed to waiter w without Redis, for Redis' counters (the next renewal adds
+ * it): once, by the process whose thread got it. */
+static void count_local_grant(dbt_pool *p, const struct dbt_slot *w, int64_t now)
+{
+    p->unreported[w->kind].grants++;
+    p->unreported[w->kind].wait_us += now - w->t_request_us;
+    dbt_local_hist_add(&p->unreported_hist[w->kind], p->hist_bounds, p->nbounds, w->klass,
+                       (now - w->t_request_us) / 1000);
+}
+
+/* A new orphan of the shape of `like`: place (QUEUED) or permit (HELD) `id`, owned by the pool,
+ * linked and counted. NULL without memory (then Redis' lease gives the id back). */
+static struct dbt_slot *new_orphan(dbt_pool *p, const struct dbt_slot *like, const char *id,
+                                   int64_t renewed_us, dbt_slot_state state, int64_t now)
+{
+    struct dbt_slot *o = calloc(1, sizeof *o);
+    if (!o)
+        return NULL;
+    o->pool = p;
+    o->efd = -1;
+    o->kind = like->kind;
+    o->limit = like->limit;
+    o->weight = like->weight;
+    memcpy(o->klass, like->klass, sizeof o->klass);
+    o->class_wait_ms = like->class_wait_ms;
+    o->gen = p->gen;
+    snprintf(o->id, sizeof o->id, "%s", id);
+    o->t_renewed_us = renewed_us;
+    o->t_request_us = o->t_grant_us = now;
+    o->state = state;
+    if (state == SLOT_HELD) /* a permit another process passed: see share_got_us */
+        o->share_got_us = now;
+    o->next = p->slots;
+    if (p->slots)
+        p->slots->prev = o;
+    p->slots = o;
+    if (state == SLOT_HELD)
+        p->nheld++;
+    else
+        p->nqueued++;
+    make_orphan(p, o, now);
+    return o;
+}
+
+void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int64_t renewed_us)
+{
+    int64_t now = dbt_now_us();
+    if (s->state != SLOT_QUEUED || s->orphan || s->gen != p->gen) {
+        dbt_handover_loose(p, s, id, renewed_us); /* never: registered slots wait */
+        return;
+    }
+    /* Its place stays this process': an orphan for the next waiter. */
+    (void)new_orphan(p, s, s->id, s->t_renewed_us, SLOT_QUEUED, now);
+    p->nqueued--; /* counted again as the orphan's */
+    dbt_lw_remove(p, s);
+    snprintf(s->id, sizeof s->id, "%s", id);
+    s->t_renewed_us = renewed_us; /* the stale check goes on from the giver's last renewal */
+    s->share_got_us = now;
+    s->lost = false;
+    s->state = SLOT_HELD;
+    s->t_grant_us = now;
+    p->nheld++;
+    count_local_grant(p, s, now);
+    dbt_slot_wake(s);
+    if (now - renewed_us > p->client->cfg->lease_ms * 1000 / 3) {
+        /* Renewed a while ago by another process: renewed now, while we hold it (passed on and
+         * on, a permit is otherwise renewed only when a renewal finds it held by chance). */
+        p->renew_now = true;
+        dbt_wake_renewer(p);
+    } else if (p->bg_until_us > now + ORPHAN_IDLE_US) {
+        dbt_wake_renewer(p); /* the new orphan is withdrawn if nobody takes it */
+    }
+}
+
+void dbt_handover_loose(dbt_pool *p, const struct dbt_slot *like, const char *id,
+                        int64_t renewed_us)
+{
+    /* Held, by this process now, for nobody: the renewer passes it on or gives it back. */
+    if (new_orphan(p, like, id, renewed_us, SLOT_HELD, dbt_now_us()))
+        dbt_wake_renewer(p);
 }
 
 void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
@@ -149,23 +244,74 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
         dbt_slot_wake(s);
 }
 
-struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s)
+/* With the pool attached to its host's segment: offers held permit s to the host's
+ * longest-waiting thread of its shape in another process, unless w (this process' own, or NULL)
+ * waited longer. True when the segment holds it now (the caller forgets it); else *local says
+ * whether w may have it (the host is sole). p->mu held. */
+static bool offer_to_host(dbt_pool *p, const struct dbt_slot *s, const struct dbt_slot *w,
+                          bool *local)
 {
-    if (!p->client->cfg->local_handover || !p->sole[s->kind] || s->state != SLOT_HELD ||
-        s->orphan || s->gen != p->gen || p->exiting)
+    /* Only with half a lease left at least: the receivers' renewals name it only while they hold
+     * it, and a permit that passes on every few milliseconds may miss them (then it goes back
+     * through Redis, which its waiter is granted by). */
+    int64_t lease_us = p->client->cfg->lease_ms * 1000;
+    if (dbt_now_us() - s->t_renewed_us > lease_us / 2) {
+        *local = dbt_share_sole(p->share, (int)s->kind);
+        return false;
+    }
+    dbt_share_shape shape;
+    dbt_sharing_shape(s, &shape);
+    dbt_share_permit permit;
+    snprintf(permit.id, sizeof permit.id, "%s", s->id);
+    permit.renewed_us = s->t_renewed_us;
+    dbt_share_offer_result r =
+        dbt_share_offer(p->share, &shape, &permit, w ? w->t_request_us : -1, NULL);
+    if (r == DBT_SHARE_OFFERED) {
+        p->st.handovers++; /* the receiver reports the grant (count_local_grant) */
+        *local = false;
+        return true;
+    }
+    *local = r == DBT_SHARE_LOCAL_FIRST ||
+             (r == DBT_SHARE_NOBODY && dbt_share_sole(p->share, (int)s->kind));
+    return false;
+}
+
+bool dbt_handover_offer_host(dbt_pool *p, struct dbt_slot *s)
+{
+    bool local;
+    return p->share && p->client->cfg->local_handover && !p->exiting && !s->lost &&
+           !dbt_slot_expire_unrenewed(p, s, dbt_now_us()) &&
+           offer_to_host(p, s, oldest_waiter(p, s), &local);
+}
+
+struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s, bool *offered)
+{
+    *offered = false;
+    if (!p->client->cfg->local_handover || s->state != SLOT_HELD || s->orphan || s->gen != p->gen ||
+        p->exiting || (!p->share && !p->sole[s->kind]))
         return NULL;
     int64_t now = dbt_now_us();
     if (dbt_slot_expire_unrenewed(p, s, now))
         return NULL;
     struct dbt_slot *w = oldest_waiter(p, s);
+    if (p->share) {
+        /* A permit a renewal found gone from Redis goes nowhere but back: passed on, it would
+         * run in another process until its lease ran out, beside the one Redis granted since. */
+        if (s->lost)
+            return NULL;
+        bool local = false;
+        if (offer_to_host(p, s, w, &local)) {
+            *offered = true;
+            return NULL;
+        }
+        if (!local)
+            return NULL;
+    }
     if (!w)
         return NULL;
     swap_permit(p, s, w, now);
     atomic_fetch_add(&w->pending_wakes, 1); /* woken by dbt_slot_wake_later, after the unlock */
-    p->unreported[s->kind].grants++;
-    p->unreported[s->kind].wait_us += now - w->t_request_us;
-    dbt_local_hist_add(&p->unreported_hist[s->kind], p->hist_bounds, p->nbounds, w->klass,
-                       (now - w->t_request_us) / 1000);
+    count_local_grant(p, w, now);
     make_orphan(p, s, now);
     p->st.handovers++;
     /* The renewer withdraws the place if nobody takes it: woken only when it would sleep past
@@ -178,7 +324,7 @@ struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s)
 struct dbt_slot *dbt_handover_adopt(dbt_pool *p, const struct dbt_slot *like)
 {
     dbt_kind kind = like->kind;
-    if (!p->client->cfg->local_handover || !p->sole[kind] || p->norphans == 0 || p->exiting)
+    if (!p->client->cfg->local_handover || p->norphans == 0 || p->exiting || !dbt_sole_now(p, kind))
         return NULL;
     /* The newest orphan: the older ones are the first to be withdrawn when demand drops. */
     struct dbt_slot *best = NULL;
@@ -194,8 +340,17 @@ struct dbt_slot *dbt_handover_adopt(dbt_pool *p, const struct dbt_slot *like)
     return best;
 }
 
-void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, uint64_t ticket, bool sole)
+void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t ticket, bool sole)
 {
+    if (p->share && dbt_sharing_id_grouped(p, id)) {
+        /* The verdict is the host's (Redis counted the place under the group). */
+        if (dbt_share_verdict(p->share, (int)kind, ticket, sole, p->client->cfg->lease_ms * 1000)) {
+            dbt_share_wake_all(p->share);
+            if (p->norphans > 0)
+                dbt_wake_renewer(p);
+        }
+        return;
+    }
     /* Tickets restart from 1 when the pool's keys expire (idle for three leases) or Redis loses
      * them: what was said more than a lease ago, with no place of ours queued since, is history.
      * (Not sooner: a push about a later waiter may have overtaken this reply.) */
@@ -220,6 +375,13 @@ void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, uint64_t ticket, bool sole
 
 void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
 {
+    /* Another host's waiter queued (or a renewal, the operator or a lost permit says to ask
+     * Redis again): the host's sole state ends, and every process of it withdraws its orphans. */
+    if (p->share && dbt_share_foreign(p->share, (int)kind, ticket)) {
+        dbt_share_wake_all(p->share);
+        if (p->norphans > 0)
+            dbt_wake_renewer(p);
+    }
     if (ticket > p->foreign_ticket[kind])
         p->foreign_ticket[kind] = ticket;
     /* ticket 0: a renewal saw more waiters than ours, with no ticket to order it by */
@@ -232,6 +394,8 @@ void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
 
 void dbt_handover_reset(dbt_pool *p)
 {
+    if (p->share)
+        dbt_share_reset(p->share);
     memset(p->sole, 0, sizeof p->sole);
     memset(p->verdict_ticket, 0, sizeof p->verdict_ticket);
     memset(p->foreign_ticket, 0, sizeof p->foreign_ticket);
@@ -239,9 +403,9 @@ void dbt_handover_reset(dbt_pool *p)
 
 /* Whether orphan s is to go now: granted (a permit nobody here waits for), or while others queue,
  * or unused for ORPHAN_IDLE_US. */
-static int64_t orphan_due(const dbt_pool *p, const struct dbt_slot *s)
+static int64_t orphan_due(dbt_pool *p, const struct dbt_slot *s)
 {
-    if (s->state == SLOT_HELD || !p->sole[s->kind])
+    if (s->state == SLOT_HELD || !dbt_sole_now(p, s->kind))
         return 0;
     return s->orphan_us + ORPHAN_IDLE_US;
 }
@@ -278,22 +442,58 @@ int dbt_orphans_take_if_idle(dbt_pool *p, dbt_kind kind, struct dbt_slot **out, 
     return n;
 }
 
+/* What became of a held orphan (a permit that came with nobody here waiting for it). */
+typedef enum { KEPT, SWAPPED, OFFERED } held_orphan_fate;
+
+/* Passes held orphan s to this process' oldest waiter of its shape, or through the host's
+ * segment to another process' that waited longer. SWAPPED: s is a place now; OFFERED: the
+ * segment holds the permit, the caller unlinks and frees s; KEPT: for Redis (cancel.lua gives
+ * a granted place's permit back). p->mu held. */
+static held_orphan_fate pass_held_orphan(dbt_pool *p, struct dbt_slot *s, int64_t now)
+{
+    if (!p->client->cfg->local_handover || p->exiting || s->lost ||
+        dbt_slot_expire_unrenewed(p, s, now))
+        return KEPT;
+    struct dbt_slot *w = oldest_waiter(p, s);
+    bool local = true;
+    if (p->share && offer_to_host(p, s, w, &local))
+        return OFFERED;
+    if (!w)
+        return KEPT;
+    /* As a grant to an orphan place: its permit goes to our waiter whatever the verdict. */
+    swap_permit(p, s, w, now);
+    dbt_slot_wake(w);
+    count_local_grant(p, w, now);
+    s->orphan_us = now;
+    return SWAPPED;
+}
+
 void dbt_orphans_settle(dbt_pool *p)
 {
     enum { BATCH = 64 };
     struct dbt_slot *todo[BATCH];
+    bool send[BATCH];
     int n = 0;
     pthread_mutex_lock(&p->mu);
     int64_t now = dbt_now_us();
     for (struct dbt_slot *s = p->slots, *next; s && n < BATCH; s = next) {
         next = s->next;
-        if (s->orphan && orphan_due(p, s) <= now &&
+        if (!s->orphan)
+            continue;
+        if (s->state == SLOT_HELD && pass_held_orphan(p, s, now) == OFFERED) {
+            dbt_unlink_slot(p, s);
+            send[n] = false;
+            todo[n++] = s;
+            continue;
+        }
+        if (orphan_due(p, s) <= now &&
             p->ninflight < (int)(sizeof p->inflight / sizeof p->inflight[0])) {
             dbt_unlink_slot(p, s);
             p->inflight[p->ninflight].cancel = true;
             p->inflight[p->ninflight].kind = s->kind;
             memcpy(p->inflight[p->ninflight].id, s->id, sizeof s->id);
             p->ninflight++;
+            send[n] = true;
             todo[n++] = s;
         }
     }
@@ -301,7 +501,8 @@ void dbt_orphans_settle(dbt_pool *p)
     for (int i = 0; i < n; i++) {
         /* cancel.lua gives a permit back too when Redis granted the place meanwhile: one call
          * does for both. */
-        dbt_send_cancel(p, todo[i]->kind, todo[i]->id);
+        if (send[i])
+            dbt_send_cancel(p, todo[i]->kind, todo[i]->id);
         dbt_free_slot(todo[i]);
     }
     pthread_mutex_lock(&p->mu);

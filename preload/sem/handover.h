@@ -16,7 +16,24 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s);
  * to, or NULL. Then s is an orphan place, owned by the pool (its caller must not free it), and
  * the caller wakes the returned slot with dbt_slot_wake_later once it has let go of p->mu (a
  * thread woken under the lock would find it taken, and sleep again). */
-struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s);
+struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s, bool *offered);
+/* (*offered: with host sharing, the permit went to a waiting thread of another process of the
+ * host, through the segment: the caller unlinks and frees s, and gives nothing back to Redis.)
+ *
+ * Whether permits pass without Redis now for `kind`: the host's sole state while the pool is
+ * attached to its segment, else this process'. */
+bool dbt_sole_now(dbt_pool *p, dbt_kind kind);
+/* Held permit s, which its holder gives back (a kept one the renewer returns), goes to a waiting
+ * thread of another process of the host if one waited longest: true when the segment holds it
+ * (the caller forgets s; nothing goes to Redis). */
+bool dbt_handover_offer_host(dbt_pool *p, struct dbt_slot *s);
+/* Another process of the host passed permit `id` (renewed at renewed_us) to waiting slot s
+ * (sharing.c): s holds it now, and s's place becomes an orphan of the pool. */
+void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int64_t renewed_us);
+/* A permit of the shape of `like` that this process now holds for nobody (offered to a thread
+ * that stopped waiting meanwhile): a held orphan, which the renewer passes on or gives back. */
+void dbt_handover_loose(dbt_pool *p, const struct dbt_slot *like, const char *id,
+                        int64_t renewed_us);
 /* A thread that begins to wait may take an orphan place of the shape of `like` (kind, limit,
  * class, weight) rather than queue anew (no Redis call): the orphan, unlinked, or NULL. Its
  * caller frees it without p->mu. */
@@ -26,7 +43,7 @@ bool dbt_same_shape(const struct dbt_slot *a, const struct dbt_slot *b);
 /* What acquire.lua said when it queued one of ours (its ticket, and whether our waiters were the
  * whole queue), and what Redis pushed when another process queued ("f<kind>:<ticket>"; ticket 0:
  * a renewal found more waiters than ours). */
-void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, uint64_t ticket, bool sole);
+void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t ticket, bool sole);
 void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket);
 /* Redis may have lost its data (or the process forked): forget what it said. */
 void dbt_handover_reset(dbt_pool *p);

@@ -2,9 +2,11 @@
  * the renewer giving back those due. */
 #include "kept.h"
 #include "clock.h"
+#include "handover.h"
 #include "pool.h"
 #include "release.h"
 #include "renewer.h"
+#include "sharing.h"
 #include "trace.h"
 
 #include <string.h>
@@ -18,9 +20,11 @@ bool dbt_permit_park(dbt_permit *s)
     dbt_pool *p = s->pool;
     pthread_mutex_lock(&p->mu);
     int64_t now = dbt_now_us();
+    /* A permit another process of the host made and passed here (sharing.c) is not kept: Redis
+     * pushes the revoke that would give it back to its maker, not to us. */
     bool keep = s->state == SLOT_HELD && !s->parked && s->gen == p->gen && !s->lost &&
                 !p->contended[s->kind] && p->down_until_us <= now &&
-                !dbt_slot_expire_unrenewed(p, s, now);
+                dbt_sharing_id_ours(p, s->id) && !dbt_slot_expire_unrenewed(p, s, now);
     if (keep) {
         s->parked = true;
         s->parked_us = now;
@@ -92,6 +96,14 @@ void dbt_return_parked(dbt_pool *p)
             continue;
         if (p->ninflight >= (int)(sizeof p->inflight / sizeof p->inflight[0]))
             break;
+        /* To another process of the host, if one of its threads waited longest: no Redis. */
+        if (dbt_handover_offer_host(p, s)) {
+            s->parked = false;
+            p->nparked--;
+            dbt_unlink_slot(p, s);
+            s->state = SLOT_RETURNED; /* its owner frees it */
+            continue;
+        }
         p->inflight[p->ninflight].cancel = false;
         p->inflight[p->ninflight].kind = s->kind;
         memcpy(p->inflight[p->ninflight].id, s->id, sizeof s->id);

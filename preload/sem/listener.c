@@ -13,6 +13,7 @@
 #include "handover.h"
 #include "pool.h"
 #include "renewer.h"
+#include "sharing.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -299,6 +300,10 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
         listener_failed(p, s, err);
         goto out;
     }
+    /* Permits other processes of the host pass to ours come by the segment's wake socket. */
+    pthread_mutex_lock(&p->mu);
+    int share_fd = dbt_sharing_fd(p);
+    pthread_mutex_unlock(&p->mu);
     for (;;) {
         int ms = -1;
         if (deadline_us >= 0) {
@@ -309,16 +314,17 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
             }
             ms = (int)((left + 999) / 1000);
         }
-        struct pollfd pfd[2] = {{.fd = dbt_redis_fd(l), .events = POLLIN},
-                                {.fd = s->efd, .events = POLLIN}};
+        struct pollfd pfd[3] = {{.fd = dbt_redis_fd(l), .events = POLLIN},
+                                {.fd = s->efd, .events = POLLIN},
+                                {.fd = share_fd, .events = POLLIN}};
         /* Replies (or TLS bytes) already read are invisible to poll: take them first. */
         int n;
         if (dbt_redis_readable_now(l)) {
             pfd[0].revents = POLLIN;
-            pfd[1].revents = 0;
+            pfd[1].revents = pfd[2].revents = 0;
             n = 1;
         } else {
-            n = poll(pfd, 2, ms);
+            n = poll(pfd, share_fd >= 0 ? 3 : 2, ms);
         }
         if (n < 0 && errno == EINTR) {
             if (o->interrupted && o->interrupted(o->arg)) {
@@ -329,6 +335,12 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
         }
         if (n == 0)
             continue; /* the deadline check above ends it */
+        if (share_fd >= 0 && pfd[2].revents) {
+            /* The caller looks at its slot again (it may hold a passed permit now) and leads
+             * on; the socket may have changed meanwhile (a segment given up, or rebuilt). */
+            dbt_sharing_receive(p);
+            break;
+        }
         if (pfd[0].revents) {
             if (!read_grants(p, l, err)) {
                 /* A cluster redirection (the slot moved or is moving): connect again, to the

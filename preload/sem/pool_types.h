@@ -118,6 +118,12 @@ struct dbt_slot {
                                * is not closed until they are */
     bool in_fifo;             /* on the pool's list of waiting threads (lw_*) */
     bool adopted;             /* took an orphan's place: queued without a Redis call */
+    /* Host sharing (sharing.c): its registration in the host's segment while its thread waits
+     * (0: none); a permit another process offers to it comes through it. share_got_us: when it
+     * got the permit it holds from another process (0: it did not): a renewal sent before that
+     * did not name it, so its reply does not renew it. */
+    uint64_t share_reg;
+    int64_t share_got_us;
     struct dbt_slot *lw_prev, *lw_next;
     struct dbt_slot *prev, *next;
 };
@@ -232,6 +238,14 @@ struct dbt_pool {
     dbt_local_hist unreported_hist[DBT_NKINDS]; /* their waits, for the wait histogram */
     double hist_bounds[DBT_HIST_MAX];           /* the scripts' bucket bounds (set once) */
     int nbounds;
+
+    /* share.c: host sharing (DBTHROTTLE_HOST_SHARE): the host's segment once attached (NULL:
+     * not, or not usable), whether an attach is under way, when the next may be tried, and
+     * whether why it could not was logged (once per pool). */
+    struct dbt_share *share;
+    bool share_attaching, share_why_logged;
+    int64_t share_retry_us;
+    int nwait_threads; /* threads in acquire's wait (the others' waits are parked) */
 
     /* listener.c: grants: the waiting threads take turns listening */
     dbt_redis *listener; /* the connection that BLPOPs this process' wake list */

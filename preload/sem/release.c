@@ -121,7 +121,21 @@ void dbt_release(dbt_permit *s)
         dbt_trace_copy(&before, s);
         s->query = NULL;
     }
-    struct dbt_slot *to = dbt_handover_release(p, s);
+    bool offered = false;
+    struct dbt_slot *to = dbt_handover_release(p, s, &offered);
+    if (offered) {
+        /* Another process of the host has it now (its waiting thread takes it from the
+         * segment): nothing goes to Redis, and s is ours to forget. */
+        dbt_unlink_slot(p, s);
+        pthread_mutex_unlock(&p->mu);
+        if (tracing) {
+            dbt_trace(DBT_LOG_INFO, "release", &before, -1, dbt_now_us() - before.t_grant_us, -1,
+                      -1, "to", "a waiting process of this host");
+            free(before.query);
+        }
+        dbt_free_slot(s);
+        return;
+    }
     if (to) {
         pthread_mutex_unlock(&p->mu);
         dbt_slot_wake_later(to);

@@ -21,6 +21,7 @@
 #include "registry.h"
 #include "release.h"
 #include "script_call.h"
+#include "sharing.h"
 #include "summary.h"
 
 #include <errno.h>
@@ -280,6 +281,15 @@ void dbt_report_local(dbt_pool *p)
     dbt_redis_budget_end(b);
 }
 
+/* Whether renew.lua's sole owner of a kind (the one owner whose places are the whole queue, or
+ * NULL) is this host: its group, or the group with a shape's suffix. p->mu held, attached. */
+static bool host_is_sole_owner(const dbt_pool *p, const char *owner)
+{
+    const char *g = dbt_share_group(p->share);
+    size_t n = strlen(g);
+    return owner && strncmp(owner, g, n) == 0 && (owner[n] == '\0' || owner[n] == '/');
+}
+
 /* What a renewal sent at `sent` found, applied with p->mu held. nmine: this process' waiters of
  * each kind that it renewed. */
 static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sent,
@@ -291,9 +301,11 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
      * the queue before is void. */
     if (reply->reasserted[DBT_KIND_QUERY] > 0 || reply->reasserted[DBT_KIND_CONN] > 0)
         dbt_handover_reset(p);
+    /* Not a permit another process passed here after the renewal was sent: it did not name it
+     * (its lease runs from its last renewal, by whichever process). */
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
-            s->t_renewed_us < sent)
+            s->t_renewed_us < sent && s->share_got_us <= sent)
             s->t_renewed_us = sent;
     apply_granted(p, &reply->granted_waiters);
     for (int k = 0; k < DBT_NKINDS; k++) {
@@ -304,7 +316,11 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
         /* More waiters than ours: another process queued, even if its push went astray;
          * or the operator drains the pool or holds it below what is held: the permits
          * must go back through Redis. */
-        if (reply->queue[k] > nmine[k] || !reply->handover_allowed[k])
+        /* Attached to the host's segment, the queue holds the host's other processes' waiters
+         * too: the host is alone when Redis' sole owner is its group. */
+        bool others = p->share ? reply->queue[k] > 0 && !host_is_sole_owner(p, reply->sole_owner[k])
+                               : reply->queue[k] > nmine[k];
+        if (others || !reply->handover_allowed[k])
             dbt_handover_foreign(p, (dbt_kind)k, 0);
     }
 }
@@ -358,6 +374,8 @@ static void renew(dbt_pool *p)
      * expired and gone to another long since, beyond what Redis remembers of it). */
     expire_unrenewed(p, dbt_now_us());
     p->renew_now = false;
+    if (p->share)
+        dbt_share_purge_dead(p->share); /* their registrations must not be offered permits */
     for (struct dbt_slot *s = p->slots; s && ok; s = s->next) {
         if (s->state == SLOT_HELD && !s->lost)
             ok = push_id(&lists[s->kind][DBT_RENEW_HELD], s->id) && push_doing(&doing[s->kind], s);
@@ -574,6 +592,13 @@ static void *thread_main(void *arg)
             continue;
         }
         int64_t now = dbt_now_us(), period = renew_period_us(p);
+        if (dbt_sharing_attach_due(p, now)) {
+            /* The segment broke (or could not be had): let it go, and attach again later. */
+            pthread_mutex_unlock(&p->mu);
+            dbt_sharing_attach(p);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
         if (idle) {
             /* Leases were just set by the acquire: the first renewal is due a period later. But
              * a process not listed yet (its first use of the pool) reports itself at once:
@@ -612,8 +637,11 @@ static void *thread_main(void *arg)
             due = p->renew_at_us + QUARANTINE_MARGIN_US;
         /* Places kept for the next waiter, and no thread of ours waits: nobody else listens for
          * their grants (which must go back at once). */
-        bool orphans_unheard =
-            p->norphans > 0 && !p->lw_head[DBT_KIND_QUERY] && !p->lw_head[DBT_KIND_CONN];
+        bool waiters = p->lw_head[DBT_KIND_QUERY] || p->lw_head[DBT_KIND_CONN];
+        bool orphans_unheard = p->norphans > 0 && !waiters;
+        /* Registered waiters and no thread listening (an event loop's parked wait): permits
+         * other processes pass to them would sit in the segment, renewed by nobody. */
+        bool passes_unheard = p->share && waiters && p->nwait_threads == 0;
         int64_t tick = now + p->client->cfg->cache_idle_ms * 1000;
         if (p->client->cfg->cache_permits && p->nheld > 0 && tick < due)
             due = tick; /* a permit in use now may be kept soon: a park then needs no wake-up */
@@ -629,7 +657,7 @@ static void *thread_main(void *arg)
             dbt_redis_budget_end(b);
             warn_idle_in_tx(p, dbt_now_us());
         } else if (((p->client->cfg->cache_permits && p->nheld > 0 && p->nqueued == 0) ||
-                    orphans_unheard) &&
+                    orphans_unheard || passes_unheard) &&
                    !p->leader_active && p->down_until_us <= now && listen_ready(p)) {
             /* Listening while permits are held, not only while kept: a connection that reuses
              * its permit back to back is kept only microseconds at a time, and must still learn

@@ -111,7 +111,7 @@ assert not q["draining"]
 assert len(q["holders"]) == 2 and len(q["waiters"]) == 2, q
 for e in q["holders"] + q["waiters"]:
     assert e["pid"] == pid and e["host"] == host and re.match(r"c[0-9]+$", e["conn"]), e
-    assert re.match(r"[0-9a-f]{16}\.[0-9]+\.2$", e["permit"]), e
+    assert re.match(r"(?:[0-9a-f]{16}~)?[0-9a-f]{16}\.[0-9]+\.2$", e["permit"]), e
 for h in q["holders"]:
     assert 0 < h["lease_left_ms"] <= 10000 and 0 <= h["held_ms"] < 5000, h
 assert [w["position"] for w in q["waiters"]] == [1, 2]

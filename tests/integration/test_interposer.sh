@@ -1147,13 +1147,13 @@ it_class_ids_name_the_class() {
     check "4 statements run at the server ($running) and Redis holds 4 permits: $ids" \
         '[ "$running" -eq 4 ] && [ "$(echo $ids | wc -w)" -eq 4 ]'
     check "application_name=web-1 matched the interactive rule: <cid>.<serial>.interactive.1.8" \
-        'echo "$ids" | grep -Eq "(^| )[0-9a-f]{16}\.[0-9]+\.interactive\.1\.8( |$)"'
+        'echo "$ids" | grep -Eq "(^| )([0-9a-f]{16}~)?[0-9a-f]{16}\.[0-9]+\.interactive\.1\.8( |$)"'
     check "a connection no rule matches is in the default class: <cid>.<serial>.-.1.8" \
-        'echo "$ids" | grep -Eq "(^| )[0-9a-f]{16}\.[0-9]+\.-\.1\.8( |$)"'
+        'echo "$ids" | grep -Eq "(^| )([0-9a-f]{16}~)?[0-9a-f]{16}\.[0-9]+\.-\.1\.8( |$)"'
     check "DBTHROTTLE_CLASS=batch: <cid>.<serial>.batch.1.8" \
-        'echo "$ids" | grep -Eq "(^| )[0-9a-f]{16}\.[0-9]+\.batch\.1\.8( |$)"'
+        'echo "$ids" | grep -Eq "(^| )([0-9a-f]{16}~)?[0-9a-f]{16}\.[0-9]+\.batch\.1\.8( |$)"'
     check "no class setting: the 3-part id <cid>.<serial>.8, as before classes" \
-        'echo "$ids" | grep -Eq "(^| )[0-9a-f]{16}\.[0-9]+\.8( |$)"'
+        'echo "$ids" | grep -Eq "(^| )([0-9a-f]{16}~)?[0-9a-f]{16}\.[0-9]+\.8( |$)"'
     wait $cls_pids
 }
 
@@ -1186,7 +1186,7 @@ it_weights_take_units_at_the_server() {
     wait $sampler
     read max light <"$work/heavy.max"
     check "a heavy one holds 3 units in Redis: <cid>.<serial>.-.3.4, its #2 and #3 ($ids)" \
-        'id=$(echo "$ids" | grep -Eo "[0-9a-f]{16}\.[0-9]+\.-\.3\.4( |$)" | head -1 | tr -d " ") && [ -n "$id" ] && echo " $ids " | grep -q " $id#2 " && echo " $ids " | grep -q " $id#3 "'
+        'id=$(echo "$ids" | grep -Eo "([0-9a-f]{16}~)?[0-9a-f]{16}\.[0-9]+\.-\.3\.4( |$)" | head -1 | tr -d " ") && [ -n "$id" ] && echo " $ids " | grep -q " $id#2 " && echo " $ids " | grep -q " $id#3 "'
     check "at most one of 3 heavy statements ran at once at the server (saw $max)" '[ "$max" -eq 1 ]'
     check "a light one ran beside a heavy one (1 + 3 units = the limit 4)" '[ "$light" -eq 1 ]'
     check "the 3 heavy ones ran one after another: $(( (t1 - t0) / 1000000 )) ms >= 2400" \

@@ -292,6 +292,11 @@ void test_configv(dbt_config *cfg, const test_redis *r, const char *first, va_li
 {
     char err[DBT_ERRLEN], url[64];
     dbt_config_defaults(cfg);
+    /* The semaphore tests play several processes, and several hosts, inside one test process and
+     * its forks, and match ids by the plain cid: to the host's segment they would all be one
+     * host. Host-level sharing is on only in the tests that ask for it (test_hostshare_pool.c). */
+    if (!dbt_config_set(cfg, "DBTHROTTLE_HOST_SHARE", "off", DBT_SRC_ENV, err))
+        fprintf(stderr, "test_config: %s\n", err);
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", r->port);
     if (!dbt_config_set(cfg, "DBTHROTTLE_REDIS_URL", url, DBT_SRC_ENV, err))
         fprintf(stderr, "test_config: %s\n", err);

@@ -1,0 +1,247 @@
+/* sharing.c - a pool's side of host sharing: the processes of one host that use a pool pass
+ * held permits among themselves without Redis while the host's waiters are the whole queue
+ * (docs/design.md, "Host-level sharing"; the segment itself is hostshare.c's).
+ *
+ * Held permits move between processes; places never do. A waiting thread is registered in the
+ * segment for as long as it waits (dbt_lw_push / dbt_lw_remove call in here); a releasing thread
+ * of another process may write its permit into that registration (handover.c) and wake this
+ * process' socket; whoever polls it here (the leader in dbt_listen, or the renewer) takes the
+ * permit: the waiting thread holds it from then on, and its place in Redis' queue stays this
+ * process', an orphan for its next waiter, as with local handover. */
+#include "sharing.h"
+#include "clock.h"
+#include "handover.h"
+#include "listener.h"
+#include "log.h"
+#include "pool.h"
+#include "renewer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A pool that could not attach tries again this often (a share directory fixed meanwhile), and
+ * one whose segment broke attaches anew no sooner (a segment that keeps breaking costs one
+ * attach per period, not one per command). */
+#define ATTACH_RETRY_US INT64_C(10000000)
+#define REATTACH_US     INT64_C(1000000)
+
+bool dbt_sharing_attach_due(const dbt_pool *p, int64_t now)
+{
+    if (!p->client->cfg->host_share || p->share_attaching || p->exiting)
+        return false;
+    if (p->share)
+        return dbt_share_broken(p->share);
+    return now >= p->share_retry_us;
+}
+
+/* The pool's identity in the segment: the Redis target without secrets, the key prefix and the
+ * pool name (both in keys.base). Processes share only when all three are the same. */
+static char *share_key(const dbt_pool *p)
+{
+    const char *url = p->client->cfg->redis_url_redacted ? p->client->cfg->redis_url_redacted : "";
+    size_t n = strlen(url) + strlen(p->keys.base) + 2;
+    char *key = malloc(n);
+    if (key)
+        snprintf(key, n, "%s %s", url, p->keys.base);
+    return key;
+}
+
+/* p->mu held: the registrations of the segment being let go are forgotten (they go with it),
+ * and the pool's new ids are made with the plain cid again. */
+static dbt_share *let_go(dbt_pool *p)
+{
+    dbt_share *old = p->share;
+    p->share = NULL;
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        s->share_reg = 0;
+    dbt_pool_set_group(p, NULL);
+    /* What the host's sole state allowed is over: ask Redis again. */
+    dbt_handover_reset(p);
+    if (p->norphans > 0)
+        dbt_wake_renewer(p);
+    return old;
+}
+
+void dbt_sharing_attach(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int64_t now = dbt_now_us();
+    if (!dbt_sharing_attach_due(p, now)) {
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    dbt_share *broken = p->share ? let_go(p) : NULL;
+    p->share_attaching = true;
+    p->share_retry_us = now + (broken ? REATTACH_US : ATTACH_RETRY_US);
+    uint64_t gen = p->gen;
+    pthread_mutex_unlock(&p->mu);
+
+    if (broken) {
+        const char *why_broken = dbt_share_why(broken);
+        dbt_field f[] = {DBT_S("pool", p->name),
+                         DBT_S("reason", why_broken && why_broken[0] ? why_broken : "-"),
+                         DBT_S("effect", "permits go through Redis until the segment is rebuilt")};
+        dbt_log(DBT_LOG_INFO, "host_share_broken", f, 3);
+        dbt_share_detach(broken);
+        /* Attached anew a period later (the renewer's or a command's call): not at once, or a
+         * segment that breaks as soon as it is used would cost an attach per command. */
+        pthread_mutex_lock(&p->mu);
+        p->share_attaching = false;
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    char why[256] = "";
+    char *key = share_key(p);
+    dbt_share *sh = key ? dbt_share_attach(p->client->cfg->share_dir, key, why, sizeof why) : NULL;
+    if (!key)
+        snprintf(why, sizeof why, "out of memory");
+    free(key);
+
+    pthread_mutex_lock(&p->mu);
+    p->share_attaching = false;
+    bool keep = sh && p->gen == gen && !p->exiting && !p->share;
+    if (keep) {
+        p->share = sh;
+        dbt_pool_set_group(p, dbt_share_group(sh));
+        sh = NULL;
+    }
+    bool say = !keep && !sh && !p->share_why_logged;
+    if (say)
+        p->share_why_logged = true;
+    pthread_mutex_unlock(&p->mu);
+    dbt_share_detach(sh); /* a fork or an exit came meanwhile */
+    if (say) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("reason", why),
+                         DBT_S("effect", "this process passes permits among its own threads only")};
+        dbt_log(DBT_LOG_INFO, "host_share_unavailable", f, 3);
+    }
+}
+
+void dbt_sharing_shape(const struct dbt_slot *s, dbt_share_shape *out)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = (int)s->kind;
+    out->limit = s->limit;
+    out->weight = s->weight;
+    snprintf(out->klass, sizeof out->klass, "%s", s->klass);
+}
+
+void dbt_sharing_wait_begin(dbt_pool *p, struct dbt_slot *s)
+{
+    if (!p->share || s->share_reg || s->orphan || s->gen != p->gen || p->exiting)
+        return;
+    dbt_share_shape shape;
+    dbt_sharing_shape(s, &shape);
+    s->share_reg = dbt_share_wait_begin(p->share, &shape, s->t_request_us);
+}
+
+void dbt_sharing_wait_end(dbt_pool *p, struct dbt_slot *s)
+{
+    uint64_t reg = s->share_reg;
+    if (!reg)
+        return;
+    s->share_reg = 0;
+    dbt_share_permit offered;
+    if (p->share && dbt_share_wait_end(p->share, reg, &offered))
+        dbt_handover_loose(p, s, offered.id, offered.renewed_us);
+}
+
+int dbt_sharing_fd(const dbt_pool *p)
+{
+    return p->share ? dbt_share_fd(p->share) : -1;
+}
+
+static struct dbt_slot *find_registered(dbt_pool *p, uint64_t reg)
+{
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->share_reg == reg)
+            return s;
+    return NULL;
+}
+
+void dbt_sharing_receive(dbt_pool *p)
+{
+    enum { BATCH = 16 };
+    dbt_share_taken taken[BATCH];
+    pthread_mutex_lock(&p->mu);
+    if (!p->share) {
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    dbt_share_drain(p->share);
+    int n;
+    do {
+        n = dbt_share_take(p->share, taken, BATCH);
+        for (int i = 0; i < n; i++) {
+            struct dbt_slot *s = find_registered(p, taken[i].reg);
+            if (s) {
+                s->share_reg = 0; /* the segment took the registration away */
+                dbt_handover_received(p, s, taken[i].permit.id, taken[i].permit.renewed_us);
+            } else {
+                /* Never: a registration ends (dbt_sharing_wait_end) before its slot leaves
+                 * waiting, and a permit offered to it comes back then. Without its slot its
+                 * kind is not known here: its lease gives it back. */
+                dbt_field f[] = {DBT_S("pool", p->name), DBT_S("permit", taken[i].permit.id),
+                                 DBT_S("effect", "its lease gives it back")};
+                dbt_log(DBT_LOG_WARN, "host_share_unclaimed", f, 3);
+            }
+        }
+    } while (n == BATCH);
+    /* The host's waiters are not the whole queue any more (an "f" another process applied):
+     * the places kept for next waiters go (orphan_due), at once. */
+    if (p->norphans > 0)
+        for (int k = 0; k < DBT_NKINDS; k++)
+            if (!dbt_sole_now(p, (dbt_kind)k)) {
+                dbt_wake_renewer(p);
+                break;
+            }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The cid part of an id (before its first '.'): "<cid>" or "<G>~<cid>". */
+static size_t cid_part(const char *id)
+{
+    const char *dot = strchr(id, '.');
+    return dot ? (size_t)(dot - id) : strlen(id);
+}
+
+bool dbt_sharing_id_ours(const dbt_pool *p, const char *id)
+{
+    size_t n = cid_part(id), mine = strlen(p->client->cid);
+    if (n < mine || memcmp(id + n - mine, p->client->cid, mine) != 0)
+        return false;
+    return n == mine || id[n - mine - 1] == '~';
+}
+
+bool dbt_sharing_id_grouped(const dbt_pool *p, const char *id)
+{
+    if (!p->share)
+        return false;
+    const char *g = dbt_share_group(p->share);
+    size_t glen = strlen(g);
+    return strncmp(id, g, glen) == 0 && id[glen] == '~';
+}
+
+void dbt_sharing_quit(dbt_pool *p)
+{
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        dbt_sharing_wait_end(p, s);
+}
+
+void dbt_sharing_free(dbt_pool *p)
+{
+    dbt_share_detach(p->share);
+    p->share = NULL;
+}
+
+void dbt_sharing_after_fork(dbt_pool *p)
+{
+    p->share_attaching = false;
+    p->nwait_threads = 0; /* the parent's threads are not here */
+    if (!p->share)
+        return;
+    dbt_share_after_fork(p->share);
+    /* The child's cid is new: its ids name it under the same group. */
+    dbt_pool_set_group(p, dbt_share_group(p->share));
+}

@@ -1,0 +1,48 @@
+/* sharing.h - a pool's side of host sharing (sharing.c): attaching to the host's segment
+ * (hostshare.c), registering the pool's waiting threads there, and taking the permits other
+ * processes of the host pass to them (docs/design.md, "Host-level sharing"). */
+#ifndef DBT_SHARING_H
+#define DBT_SHARING_H
+
+#include "hostshare.h"
+#include "pool_types.h"
+
+/* Without p->mu: attaches the pool to its segment when DBTHROTTLE_HOST_SHARE is on and it is not
+ * attached yet (at most once per retry period), and lets go of a segment that broke (the pool's
+ * new ids then use the plain cid again, until a later call attaches anew, with a new group).
+ * File I/O: never with p->mu held. */
+void dbt_sharing_attach(dbt_pool *p);
+/* p->mu held: whether dbt_sharing_attach has something to do now (cheap). */
+bool dbt_sharing_attach_due(const dbt_pool *p, int64_t now);
+
+/* p->mu held: s begins to wait (QUEUED, not an orphan): registered in the segment; s waits no
+ * more: its registration ends, and a permit offered to it meanwhile becomes the pool's (a held
+ * orphan, which the renewer passes on or gives back: dbt_orphans_settle). */
+void dbt_sharing_wait_begin(dbt_pool *p, struct dbt_slot *s);
+void dbt_sharing_wait_end(dbt_pool *p, struct dbt_slot *s);
+
+/* Without p->mu: the segment's wake socket was readable: takes the permits other processes
+ * passed to this process' waiting threads (each such thread holds it from now on, and its place
+ * in the queue becomes an orphan of the pool) and wakes the renewer when the host's sole state
+ * ended while the pool keeps orphans. */
+void dbt_sharing_receive(dbt_pool *p);
+/* p->mu held: the wake socket to poll beside the listener (-1: none). */
+int dbt_sharing_fd(const dbt_pool *p);
+/* p->mu held: whether id was made by this process (its cid part is ours): a permit another
+ * process made is never kept between commands (its revoke is pushed to its maker). */
+bool dbt_sharing_id_ours(const dbt_pool *p, const char *id);
+/* p->mu held: whether id was made under the pool's current host group (its queue entry counts
+ * for the host in Redis' sole verdict). */
+bool dbt_sharing_id_grouped(const dbt_pool *p, const char *id);
+/* p->mu held: the permit's shape, as the segment matches it. */
+void dbt_sharing_shape(const struct dbt_slot *s, dbt_share_shape *out);
+
+/* p->mu held: the process exits: every registration ends (permits offered to them become held
+ * orphans, which the exit gives back). */
+void dbt_sharing_quit(dbt_pool *p);
+/* Without p->mu, no other thread: the pool is freed. */
+void dbt_sharing_free(dbt_pool *p);
+/* In a fork()ed child: the registrations and the wake socket are the parent's. */
+void dbt_sharing_after_fork(dbt_pool *p);
+
+#endif
