@@ -86,8 +86,11 @@ fa_fault() {
     fa_cand=${topo_replica_ports%% *}
     # -C: stopped, a worker cancels its wait or statement, so the queued fleet stops at once.
     wargs="-n 0 -s $fa_stmt_ms -C"
+    # Host sharing off: `lag` needs permits that change hands IN REDIS (new holder ids the
+    # replica lacks); passed between the processes of one host they keep their ids, and the
+    # lagging replica lacks no holder (it printed "lacked 0 live holders" with sharing on).
     adm_fleet 64 "$fa_app" DBTHROTTLE_REDIS_URL="redis-sentinel://$topo_sentinels/$topo_master_name" \
-        DBTHROTTLE_MAX_QUERIES=8 DBTHROTTLE_LEASE=$((fa_lease_ms / 1000))s \
+        DBTHROTTLE_HOST_SHARE=off DBTHROTTLE_MAX_QUERIES=8 DBTHROTTLE_LEASE=$((fa_lease_ms / 1000))s \
         DBTHROTTLE_REDIS_TIMEOUT=${fa_timeout_ms}ms DBTHROTTLE_ON_REDIS_ERROR="$fa_mode" \
         DBTHROTTLE_WAIT_TIMEOUT=2m
     wargs=
