@@ -141,6 +141,24 @@ local qlen = redis.call('ZCARD', S.Q)
 -- Not while the operator drains the pool or holds it below what is held now: the permits must
 -- come back to Redis for that (admin.lua ends it for those already alone).
 local alone = mine == qlen and not drained and (not override or holders <= override)
+-- A client of an older version may take a waiter out counting it under another owner (a grouped
+-- waiter under its whole cid), so an owner's count can drift above its waiters and equal the
+-- queue's length while someone else waits. Every count in OWN is at least 1 (a field is deleted
+-- at 0), so the counts add up to the queue's length with this owner's alone only when OWN has no
+-- other owner: when it has one, they drifted, and are rebuilt from the queue (O(queue), once per
+-- drift). (HLEN, not HGETALL: the workers' documented ACL has the one, not the other.)
+if alone and redis.call('HLEN', S.OWN) ~= (sole and 2 or 1) then
+    alone = false
+    redis.call('DEL', S.OWN)
+    for _, queued_id in ipairs(redis.call('ZRANGE', S.Q, 0, -1)) do
+        local o = K.owner_of(queued_id)
+        if o then
+            redis.call('HINCRBY', S.OWN, o, 1)
+        end
+    end
+    expire_new(S, S.OWN)
+    sole = false
+end
 if alone and sole ~= owner then
     redis.call('HSET', S.OWN, '*', owner)
 elseif not alone and sole == owner then

@@ -6,8 +6,8 @@
 --   resume   grants again, at once for the waiters that fit
 --   evict ID frees one held permit by hand (all its units; ID may name one, "id#k") and passes
 --            it on; its process, at its next renewal,
---            learns that it was evicted (the field "evicted:ID" of info, 'e', which renew.lua
---            reports and deletes)
+--            learns that it was evicted ('e': renew.lua reports "e:ID"; so does every renewal that
+--            names ID within two leases, the permit may be passing between processes of a host)
 --   evict_cancel ID  the same, marked 'x': the process also cancels the command running on it
 --   class_set NAME:SHARE:PRIORITY:WAIT_MS:CAP[:default]  defines (or redefines) a class in the
 --            operator's definitions (":default": it becomes the default class); the shares of all
@@ -39,8 +39,16 @@ elseif op == 'evict' or op == 'evict_cancel' then
         -- the reply names whose it was: "<since> <host> <pid> <conn>", as it always did
         info = info and string.match(info, '^[^\31]*')
         redis.call('HDEL', S.INFO, arg)
-        redis.call('HSET', S.INFO, 'evicted:' .. arg, (op == 'evict') and 'e' or 'x')
+        local mark = (op == 'evict') and 'e' or 'x'
+        redis.call('HSET', S.INFO, 'evicted:' .. arg, mark) -- read once (by older clients' renew.lua)
         expire_new(S, S.INFO)
+        -- The permit may be passing between processes of a host: the giver's renewal and the
+        -- receiver's may both name it. Each one within two leases is answered "e:"/"x:" (the
+        -- marker in GONE, read, never consumed), and the id itself is gone lawfully, so that no
+        -- renewal takes its absence for data lost (a re-assertion and a quarantine).
+        local forget = now + 2 * LEASE
+        redis.call('ZADD', S.GONE, forget, arg, forget, mark .. ':' .. arg)
+        redis.call('PEXPIRE', S.GONE, 2 * LEASE + QMS)
         count(S, 'evicted')
     else
         info = false

@@ -116,6 +116,16 @@ local function left_lately(s, id)
     end
     return redis.call('ZSCORE', s.GONE, id) ~= false
 end
+-- 'e' or 'x' when the operator evicted id within two leases (admin.lua's marker in GONE), else nil.
+local function evicted_mark(s, id)
+    for _, mark in ipairs({'e', 'x'}) do
+        local till = redis.call('ZSCORE', s.GONE, mark .. ':' .. id)
+        if till and tonumber(till) > now then
+            return mark
+        end
+    end
+    return nil
+end
 local function renew_holders(s, n)
     local back = 0
     for i = at, at + n - 1 do
@@ -128,6 +138,12 @@ local function renew_holders(s, n)
             local ev = redis.call('HGET', s.INFO, 'evicted:' .. id)
             if ev then
                 redis.call('HDEL', s.INFO, 'evicted:' .. id)
+            else
+                -- every renewal naming it within two leases (see admin.lua): the giver's and the
+                -- receiver's of a permit passed between processes
+                ev = evicted_mark(s, id)
+            end
+            if ev then
                 lost_h[#lost_h + 1] = ev .. ':' .. id
             elseif TOKEN ~= '' and not left_lately(s, id) then
                 if s.qleft == 0 then

@@ -115,9 +115,12 @@ static void listener_failed(dbt_pool *p, struct dbt_slot *s, const char *err)
 
 /* The wake lists the listener pops, one BLPOP for all (the same hash tag as the pool's keys, so
  * one Cluster slot): the pool's own (dbt_pool_cid), and while it shares with its host the
- * group's, "<wake prefix><G>" (where end_sole pushes "f<kind>:<ticket>" to the host), and the
- * previous own list while the pool's cid changed lately (grants of places made under it). */
-enum { MAX_WAKE_KEYS = 3 };
+ * group's, "<wake prefix><G>" (where end_sole pushes "f<kind>:<ticket>" to the host); and the
+ * lists of the cids the pool had before (attach, a broken segment let go, attach anew) that its
+ * places in flight or queued and its kept permits were made under: their grants and revokes are
+ * pushed there. At most MAX_WAKE_KEYS in all: the grants of places made under still older cids
+ * come with the next renewal (its granted waiters). */
+enum { MAX_WAKE_KEYS = 5 };
 typedef struct {
     char *key[MAX_WAKE_KEYS];
     int n;
@@ -130,26 +133,47 @@ static void wake_keys_free(wake_keys *w)
     w->n = 0;
 }
 
-static bool wake_key_add(wake_keys *w, const char *prefix, const char *cid)
+/* Adds "<prefix><the first len bytes of cid>" unless it is there already or w is full; false when
+ * out of memory. */
+static bool wake_key_add(wake_keys *w, const char *prefix, const char *cid, size_t len)
 {
-    size_t n = strlen(prefix) + strlen(cid) + 1;
-    char *k = malloc(n);
+    if (len == 0 || w->n >= MAX_WAKE_KEYS)
+        return true;
+    size_t plen = strlen(prefix);
+    for (int i = 0; i < w->n; i++)
+        if (strlen(w->key[i]) == plen + len && memcmp(w->key[i] + plen, cid, len) == 0)
+            return true;
+    char *k = malloc(plen + len + 1);
     if (!k)
         return false;
-    snprintf(k, n, "%s%s", prefix, cid);
+    memcpy(k, prefix, plen);
+    memcpy(k + plen, cid, len);
+    k[plen + len] = '\0';
     w->key[w->n++] = k;
     return true;
+}
+
+/* The cid part of an id, as the scripts' cid_of reads it: up to its first '.', '/' or '#'. */
+static size_t cid_len(const char *id)
+{
+    return strcspn(id, "./#");
 }
 
 /* With p->mu held. False when out of memory (err set). */
 static bool wake_keys_of(dbt_pool *p, wake_keys *w, char *err)
 {
     w->n = 0;
-    const char *cid = dbt_pool_cid(p);
-    bool ok = wake_key_add(w, p->keys.wake_prefix, cid) &&
-              (!p->group[0] || wake_key_add(w, p->keys.wake_prefix, p->group)) &&
-              (!p->prev_cid[0] || strcmp(p->prev_cid, cid) == 0 ||
-               wake_key_add(w, p->keys.wake_prefix, p->prev_cid));
+    const char *prefix = p->keys.wake_prefix, *cid = dbt_pool_cid(p);
+    bool ok = wake_key_add(w, prefix, cid, strlen(cid)) &&
+              wake_key_add(w, prefix, p->group, strlen(p->group));
+    for (struct dbt_slot *s = p->slots; ok && s; s = s->next) {
+        bool placed = s->state == SLOT_PENDING || s->state == SLOT_QUEUED;
+        bool kept = s->state == SLOT_HELD && s->parked;
+        if ((placed || kept) && s->gen == p->gen)
+            ok = wake_key_add(w, prefix, s->id, cid_len(s->id));
+    }
+    if (ok)
+        ok = wake_key_add(w, prefix, p->prev_cid, strlen(p->prev_cid));
     if (!ok) {
         wake_keys_free(w);
         snprintf(err, DBT_ERRLEN, "listen: out of memory");
@@ -167,8 +191,13 @@ void dbt_pool_set_group(dbt_pool *p, const char *group)
     snprintf(p->prev_cid, sizeof p->prev_cid, "%s", dbt_pool_cid(p));
     snprintf(p->cid, sizeof p->cid, "%s", cid);
     snprintf(p->group, sizeof p->group, "%.16s", cid[0] ? group : "");
-    /* The BLPOPs in flight name the old lists: the leader sends new ones. */
+    /* The BLPOPs in flight name the old lists: the leader sends new ones. A grant one of them
+     * had popped is lost with the connection they go with: a renewal at once brings it (its
+     * granted waiters), and any grant of a place whose cid the new BLPOPs cannot name too. */
     dbt_listener_moved(p);
+    p->renew_now = true;
+    if (p->thread_started)
+        dbt_wake_renewer(p);
 }
 
 /* Connects the listener if needed and makes sure a BLPOP is in flight. Leader only. */

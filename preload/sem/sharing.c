@@ -16,9 +16,11 @@
 #include "pool.h"
 #include "renewer.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A pool that could not attach tries again this often (a share directory fixed meanwhile), and
  * one whose segment broke attaches anew no sooner (a segment that keeps breaking costs one
@@ -35,15 +37,38 @@ bool dbt_sharing_attach_due(const dbt_pool *p, int64_t now)
     return now >= p->share_retry_us;
 }
 
-/* The pool's identity in the segment: the Redis target without secrets, the key prefix and the
- * pool name (both in keys.base). Processes share only when all three are the same. */
-static char *share_key(const dbt_pool *p)
+/* The namespace `which` of this process ("pid:[4026531836]"), in out; false (why said) when it
+ * cannot be read. */
+static bool namespace_of(const char *which, char *out, size_t cap, char *why, size_t whycap)
 {
+    char path[32];
+    snprintf(path, sizeof path, "/proc/self/ns/%s", which);
+    ssize_t n = readlink(path, out, cap - 1);
+    if (n <= 0 || (size_t)n >= cap - 1) {
+        snprintf(why, whycap, "cannot read %s: %s", path,
+                 n < 0 ? strerror(errno) : "an unexpected link");
+        return false;
+    }
+    out[n] = '\0';
+    return true;
+}
+
+char *dbt_sharing_key(const dbt_pool *p, char *why, size_t whycap)
+{
+    /* The segment judges a process dead by kill(tid, 0) and wakes it through an abstract unix
+     * socket: both mean something only within one pid namespace and one network namespace.
+     * Processes of other namespaces (containers on one /dev/shm) get segments of their own. */
+    char pid_ns[64], net_ns[64];
+    if (!namespace_of("pid", pid_ns, sizeof pid_ns, why, whycap) ||
+        !namespace_of("net", net_ns, sizeof net_ns, why, whycap))
+        return NULL;
     const char *url = p->client->cfg->redis_url_redacted ? p->client->cfg->redis_url_redacted : "";
-    size_t n = strlen(url) + strlen(p->keys.base) + 2;
+    size_t n = strlen(url) + strlen(p->keys.base) + strlen(pid_ns) + strlen(net_ns) + 4;
     char *key = malloc(n);
     if (key)
-        snprintf(key, n, "%s %s", url, p->keys.base);
+        snprintf(key, n, "%s %s %s %s", url, p->keys.base, pid_ns, net_ns);
+    else
+        snprintf(why, whycap, "out of memory");
     return key;
 }
 
@@ -92,10 +117,8 @@ void dbt_sharing_attach(dbt_pool *p)
         return;
     }
     char why[256] = "";
-    char *key = share_key(p);
+    char *key = dbt_sharing_key(p, why, sizeof why);
     dbt_share *sh = key ? dbt_share_attach(p->client->cfg->share_dir, key, why, sizeof why) : NULL;
-    if (!key)
-        snprintf(why, sizeof why, "out of memory");
     free(key);
 
     pthread_mutex_lock(&p->mu);

@@ -15,6 +15,12 @@ void dbt_sharing_attach(dbt_pool *p);
 /* p->mu held: whether dbt_sharing_attach has something to do now (cheap). */
 bool dbt_sharing_attach_due(const dbt_pool *p, int64_t now);
 
+/* The pool's identity in the segment (malloc'd; NULL with why said): the Redis target without
+ * secrets, the key prefix and the pool name, and this process' pid and network namespaces
+ * ("pid:[...]", "net:[...]"): processes share only when all are the same. Reads only the pool's
+ * settings: any thread. */
+char *dbt_sharing_key(const dbt_pool *p, char *why, size_t whycap);
+
 /* p->mu held: s begins to wait (QUEUED, not an orphan): registered in the segment; s waits no
  * more: its registration ends, and a permit offered to it meanwhile becomes the pool's (a held
  * orphan, which the renewer passes on or gives back: dbt_orphans_settle). */

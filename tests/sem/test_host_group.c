@@ -373,3 +373,32 @@ Test(host_group, the_longest_id_is_never_cut)
     cr_expect_lt(n, DBT_ID_MAX);
     cr_expect_leq(DBT_ID_MAX, DBT_SHARE_ID_MAX);
 }
+
+/* A client of an older version on the same Redis takes a grouped waiter out of the queue counting
+ * it under its whole cid ("G~c"), so OWN[G] stays one too high: the host's count then equals the
+ * queue's length while another host's waiter is queued. The counts of OWN must add up to the
+ * queue's length before the host is told it is alone. */
+Test(host_group, drifted_owner_counts_never_make_a_host_sole_beside_a_foreign_waiter)
+{
+    cr_assert_eq(acq("00000000000000aa.1.1", 1).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(G "~00000000000000a1.2.1", 1).status, DBT_ACQUIRE_QUEUED);
+    /* The drift: a G waiter the older client removed without counting it under G. */
+    cr_assert_eq(test_redis_int(&fx_redis, "HINCRBY " P "owners " G " 1"), 2);
+    dbt_acquire_reply f = acq(H "~00000000000000c1.3.1", 1);
+    cr_assert_eq(f.status, DBT_ACQUIRE_QUEUED);
+    cr_assert_not(f.sole);
+    dbt_acquire_reply b = acq(G "~00000000000000b1.4.1", 1);
+    cr_assert_eq(b.status, DBT_ACQUIRE_QUEUED);
+    cr_expect_not(b.sole, "H's waiter is queued: G is not alone, whatever OWN[G] says");
+    char *sole = hget(P "owners", "*");
+    cr_expect_null(sole, "OWN['*'] is %s", sole ? sole : "(nil)");
+    free(sole);
+    char *held[] = {"00000000000000aa.1.1"};
+    char *queued[] = {G "~00000000000000a1.2.1", G "~00000000000000b1.4.1"};
+    dbt_renew_reply rr = renew(held, 1, queued, 2, NULL);
+    cr_expect_str_eq(rr.sole_owner[DBT_KIND_QUERY], "", "renew names no sole owner");
+    /* The counts were rebuilt from the queue: G's two waiters, H's one. */
+    char *own = hget(P "owners", G);
+    cr_expect_str_eq(own ? own : "(nil)", "2");
+    free(own);
+}
