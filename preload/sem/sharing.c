@@ -47,6 +47,23 @@ static char *share_key(const dbt_pool *p)
     return key;
 }
 
+/* The segment's key: the pool's, and the lease. Processes of different DBTHROTTLE_LEASE must not
+ * pass permits to each other: a permit's expiry in Redis follows its renewer's lease, the giver
+ * offers one only with half of its own lease left, and the receiver judges staleness by its own:
+ * with two leases, a permit could outlive its expiry in Redis and run beside its next grant. */
+static char *segment_key(const dbt_pool *p)
+{
+    char *pool_key = share_key(p);
+    if (!pool_key)
+        return NULL;
+    size_t n = strlen(pool_key) + 32;
+    char *key = malloc(n);
+    if (key)
+        snprintf(key, n, "%s lease=%lld", pool_key, (long long)p->client->cfg->lease_ms);
+    free(pool_key);
+    return key;
+}
+
 /* p->mu held: the registrations of the segment being let go are forgotten (they go with it),
  * and the pool's new ids are made with the plain cid again. */
 static dbt_share *let_go(dbt_pool *p)
@@ -92,7 +109,7 @@ void dbt_sharing_attach(dbt_pool *p)
         return;
     }
     char why[256] = "";
-    char *key = share_key(p);
+    char *key = segment_key(p);
     dbt_share *sh = key ? dbt_share_attach(p->client->cfg->share_dir, key, why, sizeof why) : NULL;
     if (!key)
         snprintf(why, sizeof why, "out of memory");
