@@ -107,7 +107,8 @@ bool dbt_share_verdict(dbt_share *sh, int kind, uint64_t ticket, bool sole, int6
 bool dbt_share_foreign(dbt_share *sh, int kind, uint64_t ticket);
 /* Redis may have lost its data: no kind is sole. */
 void dbt_share_reset(dbt_share *sh);
-/* One datagram to every other attached process' wake socket; those that refuse are purged. */
+/* One datagram to every other attached process that has a registration (the others read no
+ * wakes); those that refuse are purged. */
 void dbt_share_wake_all(dbt_share *sh);
 
 /* ---- registrations: the host's waiting threads ---- */
@@ -135,7 +136,8 @@ typedef enum {
  * registration of the same shape in another process (ties of t_request_us: the first
  * registered), unless this process' own oldest waiter of the shape began to wait before it or at
  * the same microsecond (local_oldest_us; -1: none here). The receiver's wake socket is sent a
- * datagram; a receiver found gone (its socket refuses) is purged and the next is tried. On
+ * datagram; a receiver found gone (its socket refuses) is purged and the next is tried, one
+ * that cannot be sent to (no room: EAGAIN) is skipped (its permit taken back) for the next. On
  * DBT_SHARE_OFFERED, *waited_us (when not NULL) is how long the receiver had waited. A broken
  * attachment answers DBT_SHARE_NOT_SOLE (the permit is the caller's, for Redis), except when
  * the permit was written into the segment before it broke: then DBT_SHARE_OFFERED (a receiver
