@@ -551,6 +551,7 @@ static void *thread_main(void *arg)
     sem_post(&start->running); /* before taking p->mu, which our creator holds */
     pthread_mutex_lock(&p->mu);
     bool idle = true;
+    int64_t share_polled_us = 0;
     while (!p->stop) {
         if (dbt_summary_periodic(p)) /* DBTHROTTLE_LOG_STATS */
             continue;
@@ -625,6 +626,19 @@ static void *thread_main(void *arg)
         }
         if (orphans >= 0 && orphans < due)
             due = orphans;
+        if (dbt_sharing_registered(p)) {
+            /* A permit offered to a waiter of ours whose wake was lost would wait for nobody:
+             * taken on this timer too. */
+            if (now >= share_polled_us + DBT_SHARE_POLL_US) {
+                share_polled_us = now;
+                pthread_mutex_unlock(&p->mu);
+                dbt_sharing_receive(p);
+                pthread_mutex_lock(&p->mu);
+                continue;
+            }
+            if (share_polled_us + DBT_SHARE_POLL_US < due)
+                due = share_polled_us + DBT_SHARE_POLL_US;
+        }
         if (p->ndeferred > 0 && p->down_until_us > now && p->down_until_us < due)
             due = p->down_until_us; /* what is owed goes as soon as Redis may answer again */
         if (p->drain_due_us && p->drain_due_us < due)

@@ -164,6 +164,16 @@ void dbt_sharing_wait_end(dbt_pool *p, struct dbt_slot *s)
         dbt_handover_loose(p, s, offered.id, offered.renewed_us);
 }
 
+bool dbt_sharing_registered(const dbt_pool *p)
+{
+    if (!p->share)
+        return false;
+    for (const struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->share_reg)
+            return true;
+    return false;
+}
+
 int dbt_sharing_fd(const dbt_pool *p)
 {
     return p->share ? dbt_share_fd(p->share) : -1;
