@@ -590,6 +590,10 @@ static acquire_next wait_turn(acquire_run *a)
     acquire_next next = wait_turn_counted(a);
     pthread_mutex_lock(&p->mu);
     p->nwait_threads--;
+    /* The last waiting thread leaves BLPOPs in flight that may pop the host's "f": the renewer
+     * reads their replies (renewer.c, blpops_unread). */
+    if (p->nwait_threads == 0 && p->group[0] && p->blpop_in_flight > 0)
+        dbt_wake_renewer(p);
     pthread_mutex_unlock(&p->mu);
     return next;
 }
