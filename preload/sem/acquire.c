@@ -468,6 +468,7 @@ static struct dbt_slot *begin_slot(acquire_run *a)
             orphan = NULL; /* kept for a later acquire; else freed by the caller, unlocked */
         s->adopted = true;
     } else {
+        dbt_sharing_group_ready(p);
         new_id(p, s);
     }
     s->state = SLOT_PENDING;

@@ -844,6 +844,11 @@ void dbt_share_after_fork(dbt_share *sh)
         forget_process(sh);
 }
 
+bool dbt_share_ready(dbt_share *sh)
+{
+    return sh && ensure_process(sh);
+}
+
 const char *dbt_share_group(const dbt_share *sh)
 {
     return sh ? sh->group : "";

@@ -73,6 +73,12 @@ void dbt_share_detach(dbt_share *sh);
  * child attaches as a new process at its next call. */
 void dbt_share_after_fork(dbt_share *sh);
 
+/* Makes this process' record and wake socket if it has none (a fork()ed child's first call
+ * makes them); false when it cannot (the attachment is broken then). A pool's ids name the group
+ * only once this is true: a waiter Redis counts under G must be one the segment can know, or the
+ * host would look sole while it waits, unregistered, behind the permits passed around it. */
+bool dbt_share_ready(dbt_share *sh);
+
 /* The host group's id (16 hex digits): the prefix of the cid "<G>~<cid>" of the processes that
  * share. The same for the life of the attachment: a rebuilt segment has another, which the
  * caller sees by attaching again once this attachment is broken. */

@@ -269,6 +269,14 @@ void dbt_sharing_after_fork(dbt_pool *p)
     if (!p->share)
         return;
     dbt_share_after_fork(p->share);
-    /* The child's cid is new: its ids name it under the same group. */
-    dbt_pool_set_group(p, dbt_share_group(p->share));
+    /* The child's ids name the group only once it has a record of its own in the segment
+     * (dbt_sharing_group_ready, before its first new id): if it cannot make one, its waiters
+     * must not count under G in Redis. Until then its plain (new) cid. */
+    dbt_pool_set_group(p, NULL);
+}
+
+void dbt_sharing_group_ready(dbt_pool *p)
+{
+    if (p->share && !p->group[0] && !p->exiting && dbt_share_ready(p->share))
+        dbt_pool_set_group(p, dbt_share_group(p->share));
 }

@@ -49,7 +49,12 @@ void dbt_sharing_shape(const struct dbt_slot *s, dbt_share_shape *out);
 void dbt_sharing_quit(dbt_pool *p);
 /* Without p->mu, no other thread: the pool is freed. */
 void dbt_sharing_free(dbt_pool *p);
-/* In a fork()ed child: the registrations and the wake socket are the parent's. */
+/* In a fork()ed child: the registrations and the wake socket are the parent's; the child's ids
+ * use its plain cid until dbt_sharing_group_ready. */
 void dbt_sharing_after_fork(dbt_pool *p);
+/* p->mu held, before a new id is made: a pool attached but without its group in its cid (a
+ * fork()ed child) makes its process record in the segment, and names the group from then on;
+ * if it cannot, the attachment is broken (let go, attached anew later) and the ids stay plain. */
+void dbt_sharing_group_ready(dbt_pool *p);
 
 #endif
