@@ -1311,8 +1311,11 @@ dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *sha
         dbt_share_unlock(sh);
         if (!back)
             return DBT_SHARE_OFFERED;
+        /* The unlock found the lock word not ours: another was let in meanwhile and may have
+         * taken the permit as we took it back. Written once, it is never given twice: lost to
+         * its lease rather than released again. */
         if (sh->broken)
-            return DBT_SHARE_NOT_SOLE;
+            return DBT_SHARE_OFFERED;
         if (sent == 2 && pidx < DBT_SEG_PROCS)
             skip[pidx] = true; /* the next one, if there is one */
         else if (sent != 1)

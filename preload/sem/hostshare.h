@@ -146,8 +146,10 @@ typedef enum {
  * that cannot be sent to (no room: EAGAIN) is skipped (its permit taken back) for the next. On
  * DBT_SHARE_OFFERED, *waited_us (when not NULL) is how long the receiver had waited. A broken
  * attachment answers DBT_SHARE_NOT_SOLE (the permit is the caller's, for Redis), except when
- * the permit was written into the segment before it broke: then DBT_SHARE_OFFERED (a receiver
- * may take it; if none does, it is lost to its lease: never given twice). */
+ * the permit was written into the segment before it broke and not taken back under a sound lock
+ * (a take-back whose unlock finds the lock word not ours counts as not taken back): then
+ * DBT_SHARE_OFFERED (a receiver may take it; if none does, it is lost to its lease: never given
+ * twice). */
 dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *shape,
                                        const dbt_share_permit *permit, int64_t local_oldest_us,
                                        int64_t *waited_us);
