@@ -1421,14 +1421,14 @@ Test(hostshare, an_offer_whose_wake_finds_no_room_goes_to_the_next_waiter, .time
     char line[256];
     read_line(deaf.from_child, line, sizeof line, 30000);
     cr_assert_eq(line[0], 'R', "%s", line);
+    /* The deaf process' queue fills (net.unix.max_dgram_qlen is far below this). */
+    for (int i = 0; i < 1000; i++)
+        dbt_share_wake_all(sh);
+    /* A process that reads its socket waits too, behind the deaf one. */
     waiter_args wa = {.t_request_us = dbt_now_us(), .shape = shape_of(0, 4, "")};
     child w = spawn(waiter, &wa);
     read_line(w.from_child, line, sizeof line, 30000);
     cr_assert_eq(line[0], 'R', "%s", line);
-    /* The deaf process' queue fills (net.unix.max_dgram_qlen is far below this); the listening
-     * one drains its own. */
-    for (int i = 0; i < 1000; i++)
-        dbt_share_wake_all(sh);
 
     dbt_share_shape shape = shape_of(0, 4, "");
     dbt_share_permit p = permit_of("0123456789abcdef:q:4:18:beef", 7);
