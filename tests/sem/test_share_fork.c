@@ -8,9 +8,13 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,6 +63,9 @@ Test(share_fork, a_child_without_a_record_does_not_name_the_group, .init = fx_re
     dbt_permit *pm;
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &pm), DBT_ACQ_GRANTED);
     dbt_release(pm);
+    /* Its release may still be on its way to Redis: the child must find no holder but its own. */
+    zcard_is none = {&fx_redis, HOLDERS, 0};
+    cr_assert(test_wait_until(test_zcard_is, &none, 10000), "the parent's permit stays held");
     dbt_seg *g = map_segment(dir);
     cr_assert_not_null(g);
     char group[DBT_SHARE_GROUP_LEN + 1];
@@ -67,10 +74,21 @@ Test(share_fork, a_child_without_a_record_does_not_name_the_group, .init = fx_re
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
-        /* Every record taken by a live process (the parent): no room for the child's. */
+        /* Every record taken by a live process (the parent, with a wake socket bound for each,
+         * so that the parent's purge of the dead leaves them): no room for the child's. */
         for (uint32_t i = 0; i < DBT_SEG_PROCS; i++)
             if (g->procs[i].pid == 0) {
-                g->procs[i].nonce = 1000 + i;
+                uint64_t nonce = 1000 + i;
+                struct sockaddr_un a = {.sun_family = AF_UNIX};
+                int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1,
+                                 "dbthrottle/%u/%016" PRIx64 "/%d/%016" PRIx64, (unsigned)geteuid(),
+                                 g->key_hash, (int)getppid(), nonce);
+                int s = socket(AF_UNIX, SOCK_DGRAM, 0);
+                if (s < 0 ||
+                    bind(s, (struct sockaddr *)&a,
+                         (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) != 0)
+                    _exit(3);
+                g->procs[i].nonce = nonce;
                 g->procs[i].unregistered = 0;
                 g->procs[i].pid = getppid();
             }
@@ -85,6 +103,7 @@ Test(share_fork, a_child_without_a_record_does_not_name_the_group, .init = fx_re
     int st;
     cr_assert_eq(waitpid(pid, &st, 0), pid);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 1, "the child was not granted");
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 3, "the child could not bind a wake socket");
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 2,
               "the child's permit names the group %s, with no record in the segment", group);
     munmap(g, sizeof(dbt_seg));
