@@ -468,6 +468,7 @@ static struct dbt_slot *begin_slot(acquire_run *a)
             orphan = NULL; /* kept for a later acquire; else freed by the caller, unlocked */
         s->adopted = true;
     } else {
+        dbt_sharing_group_ready(p);
         new_id(p, s);
     }
     s->state = SLOT_PENDING;
@@ -590,6 +591,10 @@ static acquire_next wait_turn(acquire_run *a)
     acquire_next next = wait_turn_counted(a);
     pthread_mutex_lock(&p->mu);
     p->nwait_threads--;
+    /* The last waiting thread leaves BLPOPs in flight that may pop the host's "f": the renewer
+     * reads their replies (renewer.c, blpops_unread). */
+    if (p->nwait_threads == 0 && p->group[0] && p->blpop_in_flight > 0)
+        dbt_wake_renewer(p);
     pthread_mutex_unlock(&p->mu);
     return next;
 }

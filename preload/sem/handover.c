@@ -455,10 +455,17 @@ static held_orphan_fate pass_held_orphan(dbt_pool *p, struct dbt_slot *s, int64_
         dbt_slot_expire_unrenewed(p, s, now))
         return KEPT;
     struct dbt_slot *w = oldest_waiter(p, s);
-    bool local = true;
+    /* Unknown without a segment: Redis decides. */
+    bool local = p->share != NULL;
     if (p->share && offer_to_host(p, s, w, &local))
         return OFFERED;
     if (!w)
+        return KEPT;
+    /* A permit another process passed here (offered to a wait that ended meanwhile) did not come
+     * by one of our places reaching the head: swapped to our waiter only while the host is sole
+     * (or ours waited longest of the host's), else back to Redis, or it jumps Redis' queue while
+     * another host waits. */
+    if (!local && !dbt_sharing_id_ours(p, s->id))
         return KEPT;
     /* As a grant to an orphan place: its permit goes to our waiter whatever the verdict. */
     swap_permit(p, s, w, now);

@@ -446,8 +446,10 @@ static socklen_t wake_addr(const dbt_share *sh, int32_t pid, uint64_t nonce, str
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
-/* 0: sent (or its queue is full: it will wake anyway); 1: nobody there (the process is gone);
- * -1: could not tell. */
+/* 0: sent; 1: nobody there (the process is gone); 2: not sent, no room (its queue is full, or
+ * this socket's send buffer is: on AF_UNIX datagram sockets unread datagrams are charged to
+ * their sender, so receivers that never read can fill it): the receiver is not told; -1: could
+ * not tell. */
 static int send_wake(const dbt_share *sh, int32_t pid, uint64_t nonce)
 {
     struct sockaddr_un a;
@@ -459,8 +461,8 @@ static int send_wake(const dbt_share *sh, int32_t pid, uint64_t nonce)
             return 0;
         if (errno == EINTR)
             continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return 0;
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+            return 2;
         if (errno == ECONNREFUSED || errno == ENOENT)
             return 1;
         return -1;
@@ -842,6 +844,11 @@ void dbt_share_after_fork(dbt_share *sh)
         forget_process(sh);
 }
 
+bool dbt_share_ready(dbt_share *sh)
+{
+    return sh && ensure_process(sh);
+}
+
 const char *dbt_share_group(const dbt_share *sh)
 {
     return sh ? sh->group : "";
@@ -989,12 +996,19 @@ typedef struct {
     uint64_t nonce;
 } proc_ref;
 
-/* The other processes' records, without the lock held on return: how many (-1: broken). */
-static int other_processes(dbt_share *sh, proc_ref *out)
+/* The other processes' records (only those with a registration, when waiting_only), without
+ * the lock held on return: how many (-1: broken). */
+static int other_processes(dbt_share *sh, proc_ref *out, bool waiting_only)
 {
     if (dbt_share_lock(sh) != 0)
         return -1;
     dbt_seg *g = sh->seg;
+    bool waits[DBT_SEG_PROCS] = {false};
+    for (uint32_t i = 0, used = regs_used(g); waiting_only && i < used; i++) {
+        uint32_t owner = once32(&g->regs[i].proc);
+        if (once32(&g->regs[i].state) != REG_FREE && owner < DBT_SEG_PROCS)
+            waits[owner] = true;
+    }
     int n = 0;
     for (uint32_t i = 0, used = procs_used(g); i < used; i++) {
         const dbt_seg_proc *p = &g->procs[i];
@@ -1002,7 +1016,7 @@ static int other_processes(dbt_share *sh, proc_ref *out)
             dbt_share_unlock(sh);
             return damaged(sh, "a process record is damaged");
         }
-        if (p->pid > 0 && (int)i != sh->proc)
+        if (p->pid > 0 && (int)i != sh->proc && (!waiting_only || waits[i]))
             out[n++] = (proc_ref){i, p->pid, p->nonce};
     }
     dbt_share_unlock(sh);
@@ -1028,7 +1042,11 @@ void dbt_share_wake_all(dbt_share *sh)
     if (!sh || !ensure_process(sh))
         return;
     proc_ref others[DBT_SEG_PROCS], gone[DBT_SEG_PROCS];
-    int n = other_processes(sh, others), ngone = 0;
+    /* Only processes with waiting threads: they drain their sockets (their leader or renewer
+     * polls it while they wait). A wake to one that waits for nothing would stay unread, charged
+     * to this process' send buffer, until offers could not be sent any more; such a process
+     * withdraws its orphans within ORPHAN_IDLE_US anyway. */
+    int n = other_processes(sh, others, true), ngone = 0;
     for (int i = 0; i < n; i++)
         if (send_wake(sh, others[i].pid, others[i].nonce) == 1)
             gone[ngone++] = others[i];
@@ -1047,7 +1065,7 @@ void dbt_share_purge_dead(dbt_share *sh)
         return;
     }
     proc_ref others[DBT_SEG_PROCS], gone[DBT_SEG_PROCS];
-    int n = other_processes(sh, others), ngone = 0;
+    int n = other_processes(sh, others, false), ngone = 0;
     if (n <= 0)
         return;
     int probe = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -1195,9 +1213,9 @@ static bool same_shape(const dbt_seg_reg *r, const dbt_share_shape *s)
            strncmp(r->klass, s->klass, sizeof r->klass) == 0;
 }
 
-/* Under the lock: the longest-waiting registration of the shape in another process (-1: none;
- * -2: damage, poisoned and unlocked). */
-static int oldest_elsewhere(dbt_share *sh, const dbt_share_shape *shape)
+/* Under the lock: the longest-waiting registration of the shape in another process, not one of
+ * those marked in skip (-1: none; -2: damage, poisoned and unlocked). */
+static int oldest_elsewhere(dbt_share *sh, const dbt_share_shape *shape, const bool *skip)
 {
     dbt_seg *g = sh->seg;
     int best = -1;
@@ -1210,7 +1228,8 @@ static int oldest_elsewhere(dbt_share *sh, const dbt_share_shape *shape)
             damaged(sh, "a registration is damaged");
             return -2;
         }
-        if (r->state != REG_WAITING || (int)r->proc == sh->proc || !same_shape(r, shape))
+        if (r->state != REG_WAITING || (int)r->proc == sh->proc || !same_shape(r, shape) ||
+            skip[r->proc])
             continue;
         const dbt_seg_reg *b = best >= 0 ? &g->regs[best] : NULL;
         if (!b || r->t_request_us < b->t_request_us ||
@@ -1229,7 +1248,9 @@ dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *sha
     size_t idlen = strnlen(permit->id, sizeof permit->id);
     if (idlen == 0 || idlen == sizeof permit->id || !ensure_process(sh))
         return DBT_SHARE_NOT_SOLE;
-    /* Each round that finds its receiver gone purges it: at most one round per process. */
+    /* Each round that finds its receiver gone purges it, or one that cannot be told skips it:
+     * at most one round per process. */
+    bool skip[DBT_SEG_PROCS] = {false};
     for (int round = 0; round <= DBT_SEG_PROCS; round++) {
         if (dbt_share_lock(sh) != 0)
             return DBT_SHARE_NOT_SOLE;
@@ -1244,7 +1265,7 @@ dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *sha
                 dbt_share_unlock(sh);
             return DBT_SHARE_NOT_SOLE;
         }
-        int best = oldest_elsewhere(sh, shape);
+        int best = oldest_elsewhere(sh, shape, skip);
         if (best == -2)
             return DBT_SHARE_NOT_SOLE;
         if (best < 0) {
@@ -1273,8 +1294,9 @@ dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *sha
                 *waited_us = dbt_now_us() - t_request;
             return DBT_SHARE_OFFERED;
         }
-        /* Not delivered: take it back unless its receiver took it meanwhile. Should the segment
-         * fail us now, it stays there, lost to its lease: never given twice. */
+        /* Not delivered (gone, or its wake found no room: nothing would tell it the permit is
+         * there): take it back unless its receiver took it meanwhile. Should the segment fail us
+         * now, it stays there, lost to its lease: never given twice. */
         if (dbt_share_lock(sh) != 0)
             return DBT_SHARE_OFFERED;
         bool back =
@@ -1289,9 +1311,14 @@ dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *sha
         dbt_share_unlock(sh);
         if (!back)
             return DBT_SHARE_OFFERED;
+        /* The unlock found the lock word not ours: another was let in meanwhile and may have
+         * taken the permit as we took it back. Written once, it is never given twice: lost to
+         * its lease rather than released again. */
         if (sh->broken)
-            return DBT_SHARE_NOT_SOLE;
-        if (sent != 1)
+            return DBT_SHARE_OFFERED;
+        if (sent == 2 && pidx < DBT_SEG_PROCS)
+            skip[pidx] = true; /* the next one, if there is one */
+        else if (sent != 1)
             return DBT_SHARE_NOBODY;
     }
     return DBT_SHARE_NOBODY;

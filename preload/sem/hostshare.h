@@ -73,6 +73,12 @@ void dbt_share_detach(dbt_share *sh);
  * child attaches as a new process at its next call. */
 void dbt_share_after_fork(dbt_share *sh);
 
+/* Makes this process' record and wake socket if it has none (a fork()ed child's first call
+ * makes them); false when it cannot (the attachment is broken then). A pool's ids name the group
+ * only once this is true: a waiter Redis counts under G must be one the segment can know, or the
+ * host would look sole while it waits, unregistered, behind the permits passed around it. */
+bool dbt_share_ready(dbt_share *sh);
+
 /* The host group's id (16 hex digits): the prefix of the cid "<G>~<cid>" of the processes that
  * share. The same for the life of the attachment: a rebuilt segment has another, which the
  * caller sees by attaching again once this attachment is broken. */
@@ -107,7 +113,8 @@ bool dbt_share_verdict(dbt_share *sh, int kind, uint64_t ticket, bool sole, int6
 bool dbt_share_foreign(dbt_share *sh, int kind, uint64_t ticket);
 /* Redis may have lost its data: no kind is sole. */
 void dbt_share_reset(dbt_share *sh);
-/* One datagram to every other attached process' wake socket; those that refuse are purged. */
+/* One datagram to every other attached process that has a registration (the others read no
+ * wakes); those that refuse are purged. */
 void dbt_share_wake_all(dbt_share *sh);
 
 /* ---- registrations: the host's waiting threads ---- */
@@ -135,11 +142,14 @@ typedef enum {
  * registration of the same shape in another process (ties of t_request_us: the first
  * registered), unless this process' own oldest waiter of the shape began to wait before it or at
  * the same microsecond (local_oldest_us; -1: none here). The receiver's wake socket is sent a
- * datagram; a receiver found gone (its socket refuses) is purged and the next is tried. On
+ * datagram; a receiver found gone (its socket refuses) is purged and the next is tried, one
+ * that cannot be sent to (no room: EAGAIN) is skipped (its permit taken back) for the next. On
  * DBT_SHARE_OFFERED, *waited_us (when not NULL) is how long the receiver had waited. A broken
  * attachment answers DBT_SHARE_NOT_SOLE (the permit is the caller's, for Redis), except when
- * the permit was written into the segment before it broke: then DBT_SHARE_OFFERED (a receiver
- * may take it; if none does, it is lost to its lease: never given twice). */
+ * the permit was written into the segment before it broke and not taken back under a sound lock
+ * (a take-back whose unlock finds the lock word not ours counts as not taken back): then
+ * DBT_SHARE_OFFERED (a receiver may take it; if none does, it is lost to its lease: never given
+ * twice). */
 dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *shape,
                                        const dbt_share_permit *permit, int64_t local_oldest_us,
                                        int64_t *waited_us);

@@ -213,6 +213,8 @@ static dbt_redis *ready_listener(dbt_pool *p, char *err)
     }
     /* One BLPOP per waiting thread (at least one, at most MAX_BLPOPS). */
     int want = p->nqueued < 1 ? 1 : p->nqueued > MAX_BLPOPS ? MAX_BLPOPS : p->nqueued;
+    if (p->bg_leading && p->bg_reads_only)
+        want = 0;
     int more = want - p->blpop_in_flight;
     pthread_mutex_unlock(&p->mu);
     if (reset) {

@@ -259,6 +259,7 @@ struct dbt_pool {
     bool bg_idle;             /* the renewer waits with nothing to renew until signalled */
     struct dbt_slot *bg_slot; /* not linked: its eventfd wakes the renewer out of dbt_listen */
     bool bg_leading;          /* the renewer is the listener now */
+    bool bg_reads_only;       /* ... only to read the replies of BLPOPs in flight: sends none */
     int64_t bg_until_us;      /* when the renewer wakes by itself next (0: not asleep) */
     int64_t drain_due_us;     /* when it reads the replies of releases sent (0: none owed) */
     pthread_t thread;

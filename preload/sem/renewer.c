@@ -518,6 +518,24 @@ static void listen_for_revokes(dbt_pool *p, int64_t until)
         dbt_listener_pass(p); /* a thread began to wait meanwhile: the role is its */
 }
 
+/* BLPOPs in flight that name the host's list wake:<G>, and no thread of ours waits to read their
+ * replies (its waits ended before the BLPOPs did: they last up to 30 s): an "f" one of them pops
+ * must still reach the segment, or the host's other processes go on passing permits among
+ * themselves while another host waits. p->mu held. */
+static bool blpops_unread(const dbt_pool *p)
+{
+    return p->group[0] && p->blpop_in_flight > 0 && p->nwait_threads == 0 && !p->leader_active &&
+           !p->listener_reset;
+}
+
+/* Reads those replies until `until` (or a wake), sending no new BLPOP. p->mu held. */
+static void read_blpops(dbt_pool *p, int64_t until)
+{
+    p->bg_reads_only = true;
+    listen_for_revokes(p, until);
+    p->bg_reads_only = false;
+}
+
 void dbt_renewer_drain_soon(dbt_pool *p)
 {
     pthread_mutex_lock(&p->mu);
@@ -551,6 +569,7 @@ static void *thread_main(void *arg)
     sem_post(&start->running); /* before taking p->mu, which our creator holds */
     pthread_mutex_lock(&p->mu);
     bool idle = true;
+    int64_t share_polled_us = 0;
     while (!p->stop) {
         if (dbt_summary_periodic(p)) /* DBTHROTTLE_LOG_STATS */
             continue;
@@ -582,6 +601,10 @@ static void *thread_main(void *arg)
                 int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
                 renew(p);
                 dbt_redis_budget_end(b);
+                continue;
+            }
+            if (blpops_unread(p) && p->down_until_us <= dbt_now_us() && listen_ready(p)) {
+                read_blpops(p, dbt_summary_sooner(p, beat));
                 continue;
             }
             p->bg_idle = true;
@@ -625,6 +648,19 @@ static void *thread_main(void *arg)
         }
         if (orphans >= 0 && orphans < due)
             due = orphans;
+        if (dbt_sharing_registered(p)) {
+            /* A permit offered to a waiter of ours whose wake was lost would wait for nobody:
+             * taken on this timer too. */
+            if (now >= share_polled_us + DBT_SHARE_POLL_US) {
+                share_polled_us = now;
+                pthread_mutex_unlock(&p->mu);
+                dbt_sharing_receive(p);
+                pthread_mutex_lock(&p->mu);
+                continue;
+            }
+            if (share_polled_us + DBT_SHARE_POLL_US < due)
+                due = share_polled_us + DBT_SHARE_POLL_US;
+        }
         if (p->ndeferred > 0 && p->down_until_us > now && p->down_until_us < due)
             due = p->down_until_us; /* what is owed goes as soon as Redis may answer again */
         if (p->drain_due_us && p->drain_due_us < due)
@@ -664,6 +700,10 @@ static void *thread_main(void *arg)
              * that somebody queued, to give it back at the end of its command. */
             p->bg_until_us = due;
             listen_for_revokes(p, due);
+            p->bg_until_us = 0;
+        } else if (blpops_unread(p) && p->down_until_us <= now && listen_ready(p)) {
+            p->bg_until_us = due;
+            read_blpops(p, due);
             p->bg_until_us = 0;
         } else {
             /* Holding and awaiting nothing (only a release's reply to read soon): woken by the
@@ -745,7 +785,7 @@ void dbt_renewer_after_fork(dbt_pool *p)
         free(p->bg_slot);
         p->bg_slot = NULL;
     }
-    p->bg_leading = false;
+    p->bg_leading = p->bg_reads_only = false;
     p->last_report_us = 0; /* the child reports itself, under its own id, from its first use */
     p->reported = false;
 }

@@ -62,11 +62,16 @@ char *dbt_sharing_key(const dbt_pool *p, char *why, size_t whycap)
     if (!namespace_of("pid", pid_ns, sizeof pid_ns, why, whycap) ||
         !namespace_of("net", net_ns, sizeof net_ns, why, whycap))
         return NULL;
+    /* And the lease: processes of different DBTHROTTLE_LEASE must not pass permits to each
+     * other. A permit's expiry in Redis follows its renewer's lease, the giver offers one only
+     * with half of its own lease left, and the receiver judges staleness by its own: with two
+     * leases, a permit could outlive its expiry in Redis and run beside its next grant. */
     const char *url = p->client->cfg->redis_url_redacted ? p->client->cfg->redis_url_redacted : "";
-    size_t n = strlen(url) + strlen(p->keys.base) + strlen(pid_ns) + strlen(net_ns) + 4;
+    size_t n = strlen(url) + strlen(p->keys.base) + strlen(pid_ns) + strlen(net_ns) + 40;
     char *key = malloc(n);
     if (key)
-        snprintf(key, n, "%s %s %s %s", url, p->keys.base, pid_ns, net_ns);
+        snprintf(key, n, "%s %s %s %s lease=%lld", url, p->keys.base, pid_ns, net_ns,
+                 (long long)p->client->cfg->lease_ms);
     else
         snprintf(why, whycap, "out of memory");
     return key;
@@ -170,6 +175,16 @@ void dbt_sharing_wait_end(dbt_pool *p, struct dbt_slot *s)
         dbt_handover_loose(p, s, offered.id, offered.renewed_us);
 }
 
+bool dbt_sharing_registered(const dbt_pool *p)
+{
+    if (!p->share)
+        return false;
+    for (const struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->share_reg)
+            return true;
+    return false;
+}
+
 int dbt_sharing_fd(const dbt_pool *p)
 {
     return p->share ? dbt_share_fd(p->share) : -1;
@@ -265,6 +280,14 @@ void dbt_sharing_after_fork(dbt_pool *p)
     if (!p->share)
         return;
     dbt_share_after_fork(p->share);
-    /* The child's cid is new: its ids name it under the same group. */
-    dbt_pool_set_group(p, dbt_share_group(p->share));
+    /* The child's ids name the group only once it has a record of its own in the segment
+     * (dbt_sharing_group_ready, before its first new id): if it cannot make one, its waiters
+     * must not count under G in Redis. Until then its plain (new) cid. */
+    dbt_pool_set_group(p, NULL);
+}
+
+void dbt_sharing_group_ready(dbt_pool *p)
+{
+    if (p->share && !p->group[0] && !p->exiting && dbt_share_ready(p->share))
+        dbt_pool_set_group(p, dbt_share_group(p->share));
 }

@@ -32,6 +32,13 @@ void dbt_sharing_wait_end(dbt_pool *p, struct dbt_slot *s);
  * in the queue becomes an orphan of the pool) and wakes the renewer when the host's sole state
  * ended while the pool keeps orphans. */
 void dbt_sharing_receive(dbt_pool *p);
+/* How often the renewer takes what was offered to the pool's registered waiters without being
+ * told (a wake lost: the giver killed between offering and waking, or a datagram that found no
+ * room): such a permit waits at most this long, as an orphan does before it goes. */
+#define DBT_SHARE_POLL_US INT64_C(50000)
+/* p->mu held: whether a thread of the pool is registered in the segment (permits may be offered
+ * to it). */
+bool dbt_sharing_registered(const dbt_pool *p);
 /* p->mu held: the wake socket to poll beside the listener (-1: none). */
 int dbt_sharing_fd(const dbt_pool *p);
 /* p->mu held: whether id was made by this process (its cid part is ours): a permit another
@@ -48,7 +55,12 @@ void dbt_sharing_shape(const struct dbt_slot *s, dbt_share_shape *out);
 void dbt_sharing_quit(dbt_pool *p);
 /* Without p->mu, no other thread: the pool is freed. */
 void dbt_sharing_free(dbt_pool *p);
-/* In a fork()ed child: the registrations and the wake socket are the parent's. */
+/* In a fork()ed child: the registrations and the wake socket are the parent's; the child's ids
+ * use its plain cid until dbt_sharing_group_ready. */
 void dbt_sharing_after_fork(dbt_pool *p);
+/* p->mu held, before a new id is made: a pool attached but without its group in its cid (a
+ * fork()ed child) makes its process record in the segment, and names the group from then on;
+ * if it cannot, the attachment is broken (let go, attached anew later) and the ids stay plain. */
+void dbt_sharing_group_ready(dbt_pool *p);
 
 #endif

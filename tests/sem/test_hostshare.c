@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <linux/sockios.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1383,5 +1385,96 @@ Test(hostshare, many_processes_pass_permits_and_none_is_lost_or_doubled, .timeou
     cr_expect_eq(live_regs(g), 0);
     cr_expect_eq(live_procs(g), 1);
     cr_expect_not(dbt_share_broken(sh));
+    dbt_share_detach(sh);
+}
+
+/* ---- wakes that find no room ---- */
+
+/* Attaches, registers one waiter of kind 0, limit 4 since `arg` us, says "R", and never reads its
+ * wake socket (a process whose poller is busy elsewhere); on 'q' ends its wait and says "E <1 if
+ * a permit came>". */
+static int deaf_waiter(void *arg, int out, int in)
+{
+    dbt_share *sh = dbt_share_attach(dir, KEY, NULL, 0);
+    if (!sh)
+        return 1;
+    dbt_share_shape shape = shape_of(0, 4, "");
+    uint64_t reg = dbt_share_wait_begin(sh, &shape, *(const int64_t *)arg);
+    say_line(out, "R");
+    char c;
+    (void)!read(in, &c, 1);
+    dbt_share_permit got;
+    say_line(out, "E %d", dbt_share_wait_end(sh, reg, &got));
+    dbt_share_detach(sh);
+    return 0;
+}
+
+/* A wake that cannot be sent (the receiver's queue is full: EAGAIN) does not tell the receiver:
+ * the offer takes its permit back and goes to the next waiter, never reports OFFERED for a
+ * permit nobody will be told of (it would sit there until its lease ran out). */
+Test(hostshare, an_offer_whose_wake_finds_no_room_goes_to_the_next_waiter, .timeout = 60)
+{
+    dbt_share *sh = attach_or_die(dir);
+    make_sole(sh, 0);
+    int64_t older = dbt_now_us() - 1000;
+    child deaf = spawn(deaf_waiter, &older);
+    char line[256];
+    read_line(deaf.from_child, line, sizeof line, 30000);
+    cr_assert_eq(line[0], 'R', "%s", line);
+    /* The deaf process' queue fills (net.unix.max_dgram_qlen is far below this). */
+    for (int i = 0; i < 1000; i++)
+        dbt_share_wake_all(sh);
+    /* A process that reads its socket waits too, behind the deaf one. */
+    waiter_args wa = {.t_request_us = dbt_now_us(), .shape = shape_of(0, 4, "")};
+    child w = spawn(waiter, &wa);
+    read_line(w.from_child, line, sizeof line, 30000);
+    cr_assert_eq(line[0], 'R', "%s", line);
+
+    dbt_share_shape shape = shape_of(0, 4, "");
+    dbt_share_permit p = permit_of("0123456789abcdef:q:4:18:beef", 7);
+    cr_expect_eq(dbt_share_offer(sh, &shape, &p, -1, NULL), DBT_SHARE_OFFERED);
+    read_line(w.from_child, line, sizeof line, 10000);
+    char id[200];
+    cr_expect_eq(sscanf(line, "T %199s", id), 1, "the listening waiter got nothing: '%s'", line);
+    tell(&deaf, 'q');
+    read_line(deaf.from_child, line, sizeof line, 30000);
+    cr_expect_str_eq(line, "E 0", "the deaf waiter was offered the permit");
+    tell(&w, 'q');
+    cr_expect_eq(reap(&w), 0);
+    cr_expect_eq(reap(&deaf), 0);
+    cr_expect_not(dbt_share_broken(sh));
+    dbt_share_detach(sh);
+}
+
+/* Wakes for the end of the host's sole state go only to processes with waiting threads: one that
+ * waits for nothing does not read its socket, and datagrams left unread there are charged to the
+ * sender's send buffer until its offers cannot be sent any more. */
+static int idle_process(void *arg, int out, int in)
+{
+    (void)arg;
+    dbt_share *sh = dbt_share_attach(dir, KEY, NULL, 0);
+    if (!sh)
+        return 1;
+    say_line(out, "A %d", live_procs(dbt_share_segment(sh)));
+    char c;
+    (void)!read(in, &c, 1);
+    dbt_share_detach(sh);
+    return 0;
+}
+
+Test(hostshare, wake_all_leaves_processes_without_waiters_alone, .timeout = 60)
+{
+    dbt_share *sh = attach_or_die(dir);
+    child idle = spawn(idle_process, NULL);
+    char line[256];
+    read_line(idle.from_child, line, sizeof line, 30000);
+    cr_assert_str_eq(line, "A 2");
+    for (int i = 0; i < 1000; i++)
+        dbt_share_wake_all(sh);
+    int outq = -1;
+    cr_assert_eq(ioctl(dbt_share_fd(sh), SIOCOUTQ, &outq), 0);
+    cr_expect_eq(outq, 0, "%d bytes of wakes wait unread in an idle process' socket", outq);
+    tell(&idle, 'q');
+    cr_expect_eq(reap(&idle), 0);
     dbt_share_detach(sh);
 }
