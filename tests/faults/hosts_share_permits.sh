@@ -28,7 +28,7 @@ mkdir -p "$work/hs.host0" "$work/hs.host1"
 hs_spawn() {
     wargs="-s 10 -W $work/hs.ready.$1.$2" spawn "$work/hs.out.$1.$2" PGAPPNAME=hs DBTHROTTLE_POOL=hs \
         DBTHROTTLE_MAX_QUERIES=$hs_limit DBTHROTTLE_LEASE=${hs_lease_ms}ms \
-        ${hs_known:+DBTHROTTLE_SHARE_DIR=$work/hs.host$(($1 % 2))}
+        ${hs_known:+DBTHROTTLE_HOST_SHARE=on DBTHROTTLE_SHARE_DIR=$work/hs.host$(($1 % 2))}
     eval "hs_pid$1=$spawned hs_gen$1=$2"
 }
 # hs_holders: the pids of the workers whose probe runs at the server now (their backends hold the

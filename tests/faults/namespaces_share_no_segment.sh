@@ -14,7 +14,7 @@ else
     ns_dir=$work/ns.host
     ns_sub=$ns_dir/dbthrottle-$(id -u)
     mkdir -p "$ns_dir" && chmod 700 "$ns_dir"
-    ns_env="PGAPPNAME=ns DBTHROTTLE_POOL=ns DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_SHARE_DIR=$ns_dir"
+    ns_env="PGAPPNAME=ns DBTHROTTLE_POOL=ns DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_HOST_SHARE=on DBTHROTTLE_SHARE_DIR=$ns_dir"
     for n in 0 1 2; do
         wargs="-n 40 -s 5" spawn "$work/ns.out.$n" $ns_env
     done

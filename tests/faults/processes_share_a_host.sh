@@ -21,7 +21,7 @@ ps_run() {
     i=0
     while [ $i -lt "$pr_n" ]; do
         wargs="-n $pr_probes -s 5" spawn "$work/$pr_app.out.$i" PGAPPNAME="$pr_app" \
-            DBTHROTTLE_POOL="$pr_app" DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_SHARE_DIR="$pr_dir" "$@"
+            DBTHROTTLE_POOL="$pr_app" DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_HOST_SHARE=on DBTHROTTLE_SHARE_DIR="$pr_dir" "$@"
         i=$((i + 1))
     done
     pr_bad=0
@@ -55,7 +55,7 @@ i=0
 while [ $i -lt 4 ]; do
     for h in A B; do
         wargs="-n 30 -s 5" spawn "$work/ps2$h.out.$i" PGAPPNAME=ps2 DBTHROTTLE_POOL=ps2 \
-            DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_SHARE_DIR="$work/host$h"
+            DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_HOST_SHARE=on DBTHROTTLE_SHARE_DIR="$work/host$h"
     done
     i=$((i + 1))
 done
@@ -76,7 +76,7 @@ mark
 i=0
 while [ $i -lt 6 ]; do
     wargs="-s 30" spawn "$work/psk.out.$i" PGAPPNAME=psk DBTHROTTLE_POOL=psk DBTHROTTLE_MAX_QUERIES=2 \
-        DBTHROTTLE_LEASE=1s DBTHROTTLE_SHARE_DIR="$work/hostA"
+        DBTHROTTLE_LEASE=1s DBTHROTTLE_HOST_SHARE=on DBTHROTTLE_SHARE_DIR="$work/hostA"
     eval "psk_pid$i=$spawned"
     i=$((i + 1))
 done
@@ -105,7 +105,7 @@ for mode in on off; do
     i=0
     while [ $i -lt 6 ]; do
         wargs="-n 10 -s 60" spawn "$work/psd$mode.out.$i" PGAPPNAME=psd$mode DBTHROTTLE_POOL=psd$mode \
-            DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_SHARE_DIR="$work/hostA" DBTHROTTLE_HOST_SHARE=$mode
+            DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_HOST_SHARE=on DBTHROTTLE_SHARE_DIR="$work/hostA" DBTHROTTLE_HOST_SHARE=$mode
         i=$((i + 1))
     done
     wait_until 10 "[ -n \"\$(queue_ids psd$mode)\" ]"
@@ -129,7 +129,7 @@ mark
 i=0
 while [ $i -lt 4 ]; do
     env LD_PRELOAD="$preload" PGAPPNAME=pse DBTHROTTLE_POOL=pse DBTHROTTLE_MAX_QUERIES=2 \
-        DBTHROTTLE_SHARE_DIR="$work/hostbad/" DBTHROTTLE_LOG_LEVEL=info "$worker" -n 10 -s 5 \
+        DBTHROTTLE_HOST_SHARE=on DBTHROTTLE_SHARE_DIR="$work/hostbad/" DBTHROTTLE_LOG_LEVEL=info "$worker" -n 10 -s 5 \
         >"$work/pse.out.$i" 2>"$work/pse.err.$i" &
     eval "pse_pid$i=$!"
     i=$((i + 1))

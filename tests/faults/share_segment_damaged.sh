@@ -28,7 +28,7 @@ sd_log0=$(($(wc -c <"$work/workers.err") + 1))
 sd_spawn() { # sd_spawn N: worker N
     wargs="-s 5 -W $work/sd.ready.$1" spawn "$work/sd.out.$1" PGAPPNAME=sd DBTHROTTLE_POOL=sd \
         DBTHROTTLE_MAX_QUERIES=$sd_limit DBTHROTTLE_LEASE=1s DBTHROTTLE_LOG_LEVEL=info \
-        ${sd_known:+DBTHROTTLE_SHARE_DIR=$sd_dir}
+        ${sd_known:+DBTHROTTLE_HOST_SHARE=on DBTHROTTLE_SHARE_DIR=$sd_dir}
     sd_pids="${sd_pids:-} $spawned"
 }
 sd_pids=
