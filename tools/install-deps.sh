@@ -2,12 +2,13 @@
 # install-deps.sh [build|test] [PACKAGE...] - installs the Debian packages that dbthrottle needs,
 # when some are missing; does nothing when all are present. `build`: what `make` needs to compile
 # the library and the command; `test` (the default): also the servers, checkers and clients the
-# tests, the demo and the benches use. Extra packages may follow (make bench asks for pgbouncer).
+# tests, the demo and the benches use (prometheus for its promtool, which checks what the
+# exporter prints: tests/cli/exporter.sh). Extra packages may follow (make bench asks for pgbouncer).
 set -eu
 build="gcc make pkg-config binutils libhiredis-dev libpq-dev libssl-dev libmicrohttpd-dev"
 test="$build clang libcriterion-dev redis-server postgresql postgresql-client clang-format valgrind \
 python3 python3-psycopg2 python3-psycopg ruby-pg libdbd-pg-perl php-cli php-pgsql tmux iproute2 \
-libclang-rt-14-dev groff-base man-db ca-certificates strace redis-sentinel openssl curl"
+libclang-rt-14-dev groff-base man-db ca-certificates strace redis-sentinel openssl curl prometheus"
 case "${1:-test}" in
 build) pkgs=$build; [ $# -gt 0 ] && shift ;;
 test) pkgs=$test; [ $# -gt 0 ] && shift ;;
