@@ -44,7 +44,7 @@ check "check with LD_PRELOAD naming a library that is not there: warns that ld.s
 DBTHROTTLE_LEASE=3s "$D" acquire vp --limit 1 -- sleep 60 >/dev/null 2>&1 &
 acq=$!
 echo "$acq" >>"$work/pids"
-procs() { "$D" status --json vp | python3 -c 'import json, sys; print(" ".join("%d=%s" % (p["pid"], p["version"]) for p in json.load(sys.stdin)["processes"]))'; }
+procs() { "$D" status --json vp 2>/dev/null | python3 -c 'import json, sys; print(" ".join("%d=%s" % (p["pid"], p["version"]) for p in json.load(sys.stdin).get("processes", [])))' 2>/dev/null; }
 wait_until 15 'procs | grep -q "$acq="'
 check "a process' record in Redis (status --json) carries the version ($(procs))" 'procs | grep -qw "$acq=$V"'
 kill -TERM "$acq"

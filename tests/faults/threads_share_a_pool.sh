@@ -18,4 +18,4 @@ errt=$(sum_field err "$work/c10.timeout")
 check "threads_share_a_pool: every worker exited cleanly ($bad bad exits)" '[ "$bad" -eq 0 ]'
 check "threads_share_a_pool: $okp of $((6 * n)) plain and $okx of $((3 * n)) transactions ran; $okt ran and $errt timed out of $((3 * n)) impatient ones" '[ "$okp" -eq $((6 * n)) ] && [ "$okx" -eq $((3 * n)) ] && [ $((okt + errt)) -ge $((3 * n)) ]'
 check "threads_share_a_pool: at most 3 at once at the server (most seen: $(max_conc c10))" '[ "$(max_conc c10)" -le 3 ]'
-check "threads_share_a_pool: nothing held or queued in the end" 'wait_until 3 "[ \"\$(live_holders)\" -eq 0 ] && [ \"\$(live_waiters)\" -eq 0 ]"'
+check "threads_share_a_pool: nothing held or queued in the end" 'nothing_left q dbthrottle: 3'

@@ -138,16 +138,19 @@ live_count() { # live_count ZSET_SUFFIX [KIND [PREFIX]]
 }
 live_holders() { live_count holders "$@"; }
 live_waiters() { live_count wexp "$@"; }
-# nothing_left [KIND [PREFIX]]: true once no live holder or waiter is left, within 1 s: the
-# workers' last releases are sent as they exit and not waited for, so Redis may apply them just
-# after (a permit left behind lives a lease, 10 s by default: still caught). On failure, prints
-# what is left (the ids and their lease expiries) for the log.
+# nothing_left [KIND [PREFIX [SECONDS]]]: true once no live holder or waiter is left, within
+# SECONDS (1 by default): the workers' last releases are sent as they exit and not waited for, so
+# Redis may apply them just after (a permit left behind lives a lease, 10 s by default: still
+# caught). On failure, prints what is left (the ids and their lease expiries, holders and waiters,
+# and Redis' clock) for the log.
 nothing_left() {
     nl_kind=${1:-q} nl_prefix=${2-dbthrottle:}
-    wait_until 1 nl_none && return 0
-    echo "# still held or queued: $(live_count holders "$nl_kind" "$nl_prefix") holders, $(live_count wexp "$nl_kind" "$nl_prefix") waiters:"
-    rcli --raw --scan --pattern "$nl_prefix*:$nl_kind:holders" | while read -r k; do
-        rcli --raw zrange "$k" 0 9 withscores | sed "s|^|# $k |"
+    wait_until "${3:-1}" nl_none && return 0
+    echo "# still held or queued: $(live_count holders "$nl_kind" "$nl_prefix") holders, $(live_count wexp "$nl_kind" "$nl_prefix") waiters; Redis' clock $(rcli --raw time | tr '\n' ' ')"
+    for z in holders wexp; do
+        rcli --raw --scan --pattern "$nl_prefix*:$nl_kind:$z" | while read -r k; do
+            rcli --raw zrange "$k" 0 9 withscores | paste - - | sed "s|^|# $k |"
+        done
     done
     return 1
 }
