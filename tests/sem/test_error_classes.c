@@ -138,11 +138,11 @@ static bool read_command(FILE *in, char **argv, size_t *lens, int cap, int *argc
         return false;
     for (int i = 0; i < n; i++) {
         size_t len;
-        if (fscanf(in, "$%zu\r\n", &len) != 1)
-            return false;
-        argv[i] = malloc(len + 2);
+        argv[i] = NULL;
+        if (fscanf(in, "$%zu\r\n", &len) == 1)
+            argv[i] = malloc(len + 2);
         if (!argv[i] || fread(argv[i], 1, len + 2, in) != len + 2) { /* with its \r\n */
-            for (int j = 0; j <= i; j++)
+            for (int j = 0; j <= i; j++) /* a client that went mid-command */
                 free(argv[j]);
             return false;
         }
@@ -176,10 +176,11 @@ static void *fake_serve(void *arg)
         } else {
             snprintf(out, sizeof out, "+OK\r\n");
         }
-        if (send(fd, out, strlen(out), MSG_NOSIGNAL) < 0) /* the client may have gone */
-            break;
+        bool sent = send(fd, out, strlen(out), MSG_NOSIGNAL) >= 0;
         for (int i = 0; i < argc; i++)
             free(argv[i]);
+        if (!sent) /* the client may have gone */
+            break;
     }
     if (in)
         fclose(in);
