@@ -474,7 +474,7 @@ deb:
 # their library; make install after a plain make finding its library; the example alert rules
 # checked by promtool (Debian's prometheus package) (tests/package/deb.sh).
 test-package: all
-	sh tools/install-deps.sh test build-essential debhelper dpkg-dev fakeroot prometheus
+	sh tools/install-deps.sh test
 	sh tests/package/deb.sh
 
 FORMAT_FILES = $(wildcard preload/*/*.[ch] cli/*.[ch] tests/*/*.[ch] bench/*.c bench/*/*.c)

@@ -3,12 +3,16 @@
 # when some are missing; does nothing when all are present. `build`: what `make` needs to compile
 # the library and the command; `test` (the default): also the servers, checkers and clients the
 # tests, the demo and the benches use (prometheus for its promtool, which checks what the
-# exporter prints: tests/cli/exporter.sh). Extra packages may follow (make bench asks for pgbouncer).
+# exporter prints: tests/cli/exporter.sh; build-essential, debhelper, dpkg-dev and fakeroot for
+# `make deb`, which tests/package/deb.sh runs). Extra packages may follow (make bench asks for
+# pgbouncer). Everything `make test` needs is in `test`, so it is installed at the start, never
+# in the middle of a run.
 set -eu
 build="gcc make pkg-config binutils libhiredis-dev libpq-dev libssl-dev libmicrohttpd-dev"
 test="$build clang libcriterion-dev redis-server postgresql postgresql-client clang-format valgrind \
 python3 python3-psycopg2 python3-psycopg ruby-pg libdbd-pg-perl php-cli php-pgsql tmux iproute2 \
-libclang-rt-14-dev groff-base man-db ca-certificates strace redis-sentinel openssl curl prometheus"
+libclang-rt-14-dev groff-base man-db ca-certificates strace redis-sentinel openssl curl prometheus \
+build-essential debhelper dpkg-dev fakeroot"
 case "${1:-test}" in
 build) pkgs=$build; [ $# -gt 0 ] && shift ;;
 test) pkgs=$test; [ $# -gt 0 ] && shift ;;
@@ -32,9 +36,17 @@ else
     SUDO=
 fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
+# A machine that just booted may be running its own apt (apt-daily, unattended-upgrades): wait for
+# dpkg's lock instead of failing at once, and try a failed download once more.
+apt_opts="-q -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3"
+try=1
 # shellcheck disable=SC2086
-$SUDO apt-get install -y -q --no-install-recommends $missing
+until $SUDO apt-get $apt_opts update && $SUDO apt-get $apt_opts install -y --no-install-recommends $missing; do
+    [ "$try" -ge 2 ] && { echo "install-deps: apt-get failed twice; install by hand: apt-get install -y$missing" >&2; exit 1; }
+    try=$((try + 1))
+    echo "install-deps: apt-get failed; trying again in 10 s" >&2
+    sleep 10
+done
 # The packaged servers must not run as system services for our tests: tests start their own.
 # Only those installed just now (a server the machine already ran is left as it was).
 for svc in $missing; do
