@@ -732,6 +732,12 @@ void dbt_renewer_ensure(dbt_pool *p)
             pthread_cond_signal(&p->bg_cv);
         return;
     }
+    /* Its eventfd now, not at its first listen: when that comes depends on the scheduler (the
+     * first wait a cancel ends with a BLPOP of the host's list still in flight, the first kept
+     * permit), and a descriptor that appears at a time nobody can predict looks like a leak to a
+     * program that counts its own (cancel_ends_wait saw 12 -> 13 across ten cancels). One per
+     * pool, made once; without one the renewer tries again where it listens. */
+    (void)listen_ready(p);
     /* The thread takes none of the host program's signals: they belong to its own threads. */
     sigset_t all, old;
     sigfillset(&all);
