@@ -451,6 +451,18 @@ void dbt_redis_free(dbt_redis *r)
     free(r);
 }
 
+void dbt_redis_adopt(dbt_redis *r)
+{
+    if (r)
+        dbt_transport_untrack(&r->t);
+}
+
+void dbt_redis_disown(dbt_redis *r)
+{
+    if (r)
+        dbt_transport_track(&r->t);
+}
+
 bool dbt_redis_broken(const dbt_redis *r)
 {
     return r->broken;

@@ -87,6 +87,12 @@ dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err);
 /* Closes the connection. Sends nothing (not even TLS' close_notify): safe in a fork child for
  * its parent's connections. */
 void dbt_redis_free(dbt_redis *r);
+/* r is named (dbt_redis_adopt) or no longer named (dbt_redis_disown) by an owner whose own
+ * after-fork handler closes what it names (a pool's connections and listener): until adopted, and
+ * once disowned, a fork()ed child closes its copy of r's socket by itself (transport.h). Call both
+ * under the lock that a fork waits for and that guards the owner's list. */
+void dbt_redis_adopt(dbt_redis *r);
+void dbt_redis_disown(dbt_redis *r);
 
 /* True when the connection was made to a Sentinel master that has since changed or been found
  * wrong (a newer generation): pools drop it rather than use it. */

@@ -14,6 +14,7 @@
 #include <openssl/x509v3.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,6 +437,68 @@ static void cert_refused(dbt_transport *t, char *err, size_t cap)
                  "and it closed the connection)");
 }
 
+/* ---- sockets a fork()ed child closes ------------------------------------------------------- */
+
+/* The library's sockets that no owner with an after-fork handler names: those being connected
+ * (the handshake runs without any lock, so a fork in another thread may come meanwhile), those
+ * let go and not yet closed, and those of owners that keep none (a Sentinel query). A fork()ed
+ * child closes its copies of them: before, a child forked while its parent's threads connected
+ * kept a copy of each such socket for its whole life, unknown to its code. A pool's connections
+ * (sem/pool.c, listener.c) are closed by the pool's own after-fork handler instead, and taken
+ * out of here once the pool names them (dbt_transport_untrack). Lock-free: the child's handler
+ * must take no lock, and owners untrack under their own. fd + 1 per entry, 0 free. */
+#define TRACKED_MAX 64
+static atomic_int tracked[TRACKED_MAX];
+static pthread_once_t tracked_once = PTHREAD_ONCE_INIT;
+
+static void close_tracked_in_child(void)
+{
+    for (int i = 0; i < TRACKED_MAX; i++) {
+        int v = atomic_exchange(&tracked[i], 0);
+        if (v > 0)
+            close(v - 1);
+    }
+}
+
+static void tracked_atfork(void)
+{
+    pthread_atfork(NULL, NULL, close_tracked_in_child);
+}
+
+static void track_fd(int fd)
+{
+    if (fd < 0)
+        return;
+    pthread_once(&tracked_once, tracked_atfork);
+    for (int i = 0; i < TRACKED_MAX; i++) {
+        int free_entry = 0;
+        if (atomic_compare_exchange_strong(&tracked[i], &free_entry, fd + 1))
+            return;
+    }
+    /* Full (more than 64 connects at once): a fork now leaves the child a copy, as before. */
+}
+
+static void untrack_fd(int fd)
+{
+    if (fd < 0)
+        return;
+    for (int i = 0; i < TRACKED_MAX; i++) {
+        int mine = fd + 1;
+        if (atomic_compare_exchange_strong(&tracked[i], &mine, 0))
+            return;
+    }
+}
+
+void dbt_transport_track(const dbt_transport *t)
+{
+    track_fd(t->fd);
+}
+
+void dbt_transport_untrack(const dbt_transport *t)
+{
+    untrack_fd(t->fd);
+}
+
 /* ---- connecting ---------------------------------------------------------------------------- */
 
 /* A non-blocking connect to one address within the deadline: the socket, or -1 (errno set). */
@@ -444,9 +507,11 @@ static int connect_one(int family, const struct sockaddr *sa, socklen_t len, int
     int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
+    track_fd(fd);
     if (connect(fd, sa, len) != 0) {
         if (errno != EINPROGRESS) {
             int e = errno;
+            untrack_fd(fd);
             close(fd);
             errno = e;
             return -1;
@@ -461,6 +526,7 @@ static int connect_one(int family, const struct sockaddr *sa, socklen_t len, int
         else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
             soerr = errno;
         if (soerr) {
+            untrack_fd(fd);
             close(fd);
             errno = soerr;
             return -1;
@@ -676,7 +742,10 @@ void dbt_transport_close(dbt_transport *t)
         SSL_free(t->ssl);
         t->ssl = NULL;
     }
-    if (t->fd >= 0)
+    if (t->fd >= 0) {
+        /* Before the close: the number, once free, may be another's socket in a fork's child. */
+        untrack_fd(t->fd);
         close(t->fd);
+    }
     t->fd = -1;
 }

@@ -66,4 +66,11 @@ bool dbt_transport_buffered(const dbt_transport *t);
  * connections this way without touching the parent's session. */
 void dbt_transport_close(dbt_transport *t);
 
+/* A fork()ed child closes its copy of every socket of the library that is tracked: each is from
+ * its socket() until its close, unless its owner untracks it while a list of its own, which its
+ * own after-fork handler closes, names it (and tracks it again when it lets it go, before the
+ * close). Lock-free; any thread. */
+void dbt_transport_track(const dbt_transport *t);
+void dbt_transport_untrack(const dbt_transport *t);
+
 #endif

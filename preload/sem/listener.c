@@ -102,6 +102,7 @@ static void listener_failed(dbt_pool *p, struct dbt_slot *s, const char *err)
     pthread_mutex_lock(&p->mu);
     dbt_redis *l = p->listener;
     p->listener = NULL;
+    dbt_redis_disown(l);
     p->blpop_in_flight = 0;
     if (s->state == SLOT_QUEUED && !s->orphan) {
         dbt_lw_remove(p, s);
@@ -208,6 +209,7 @@ static dbt_redis *ready_listener(dbt_pool *p, char *err)
     bool reset = p->listener_reset || (l && (dbt_redis_broken(l) || dbt_redis_outdated(l)));
     if (reset) {
         p->listener = NULL;
+        dbt_redis_disown(l);
         p->blpop_in_flight = 0;
         p->listener_reset = false;
     }
@@ -227,6 +229,7 @@ static dbt_redis *ready_listener(dbt_pool *p, char *err)
             return NULL;
         pthread_mutex_lock(&p->mu);
         p->listener = l;
+        dbt_redis_adopt(l); /* a fork()ed child closes it with the listener now */
         pthread_mutex_unlock(&p->mu);
     }
     if (more > 0) {

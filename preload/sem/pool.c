@@ -76,6 +76,7 @@ dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err)
         for (int i = 0; i < DBT_MAX_CONNS; i++)
             if (!p->all_conns[i]) {
                 p->all_conns[i] = r;
+                dbt_redis_adopt(r); /* a fork()ed child closes it with all_conns now */
                 break;
             }
         /* Another server than the one the pool's state was last met on (a restart, a failover):
@@ -126,6 +127,7 @@ void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r)
         for (int i = 0; i < DBT_MAX_CONNS; i++)
             if (p->all_conns[i] == r)
                 p->all_conns[i] = NULL;
+        dbt_redis_disown(r); /* closed below: until then a fork()ed child closes its copy */
         p->nconns--;
     } else {
         p->free_conns[p->nfree++] = r;

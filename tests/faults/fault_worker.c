@@ -271,8 +271,17 @@ int main(int argc, char **argv)
         int st, bad = 0;
         pid_t done;
         while ((done = wait(&st)) > 0 || (done < 0 && errno == EINTR))
-            if (done > 0)
-                bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+            if (done > 0 && (!WIFEXITED(st) || WEXITSTATUS(st) != 0)) {
+                bad = 1;
+                /* Which child, and how: the test's check only sees the parent's status. */
+                if (WIFSIGNALED(st))
+                    fprintf(stderr, "fault_worker %d: child %d killed by signal %d%s\n",
+                            (int)getpid(), (int)done, WTERMSIG(st),
+                            WCOREDUMP(st) ? " (core dumped)" : "");
+                else
+                    fprintf(stderr, "fault_worker %d: child %d exited %d\n", (int)getpid(),
+                            (int)done, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+            }
         if (run(c, sql, &total)) /* the parent's connection still works after its children */
             total.ok++;
         PQfinish(c);

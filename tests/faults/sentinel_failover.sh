@@ -124,6 +124,8 @@ if [ -n "$sf_up" ]; then
     wait "$sf_fork_pid"
     sf_fork_rc=$?
     check "sentinel_failover: the pre-fork server and its children exited cleanly (exit $sf_fork_rc, $(grep -c '^pid=' "$work/sff.out") reports)" '[ "$sf_fork_rc" -eq 0 ] && [ "$(grep -c "^pid=" "$work/sff.out")" -eq 3 ]'
+    # Evidence for a failure: how each bad child ended (fault_worker says so on stderr).
+    [ "$sf_fork_rc" -eq 0 ] || grep -E "fault_worker $sf_fork_pid: child [0-9]+ (killed|exited)" "$work/workers.err"
     for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
     sf_crashed=0
     for p in $spawned_list; do wait "$p" || sf_crashed=$((sf_crashed + 1)); done

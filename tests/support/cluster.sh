@@ -71,7 +71,7 @@ topology_cluster_stop() {
     for tc_pidfile in "$1"/redis-*.pid; do
         [ -f "$tc_pidfile" ] || continue
         tc_pid=$(cat "$tc_pidfile")
-        [ -n "$tc_pid" ] && kill -9 "$tc_pid" 2>/dev/null
+        [ -n "$tc_pid" ] && ours "$tc_pid" && kill -9 "$tc_pid" 2>/dev/null
         rm -f "$tc_pidfile"
     done
 }

@@ -140,9 +140,14 @@ topology_pid_of() {
     return 1
 }
 
-# topology_stop DIR: kills (TERM, then KILL after 5 s) every server whose pid file is in DIR, and
-# waits for each; removes the pid files.
+# topology_stop DIR: kills (TERM, then KILL after 5 s) every server whose pid file is in DIR and
+# that is still this run's (ours: a server a case killed left its pid file, and the pid may name
+# another program's process by now), and waits for each; removes the pid files.
 topology_stop() {
+    for pf in "$1"/*.pid; do
+        [ -f "$pf" ] || continue
+        ours "$(cat "$pf")" || rm -f "$pf"
+    done
     for pf in "$1"/*.pid; do
         [ -f "$pf" ] || continue
         tsp=$(cat "$pf")
