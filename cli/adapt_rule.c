@@ -356,7 +356,10 @@ static dbt_adapt_decision decide(dbt_adapt_state *s, const dbt_adapt_params *p,
     int L = s->limit;
     if (v->hold_over || v->cpu_over || v->lock_over || v->lag_over) {
         int to = lower_to(s, p, v);
-        say(&l, "%s %d->%d:", to < L ? "lower" : "keep (at min)", L, to);
+        if (to < L)
+            say(&l, "lower %d->%d:", L, to);
+        else
+            say(&l, "keep %d (at min):", L);
         const char *sep = " ";
         if (v->hold_over) {
             say(&l, "%s", sep);

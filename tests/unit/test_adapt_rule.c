@@ -434,3 +434,258 @@ Test(adapt_rule, lock_contention_lowers_the_limit)
         cr_assert(decisions[i].change <= 0, "at %.0f s: %s", samples[i].t_s, decisions[i].reason);
     cr_expect_eq(s.limit, 1);
 }
+
+/* A sample with every value unknown but its time. */
+static dbt_adapt_sample unknown_sample(double t_s)
+{
+    return (dbt_adapt_sample){.t_s = t_s,
+                              .dt_s = 1,
+                              .limit = -1,
+                              .held = -1,
+                              .waiters = -1,
+                              .xacts_per_s = -1,
+                              .grants_per_s = -1,
+                              .hold_ms = -1,
+                              .wait_ms = -1,
+                              .active = -1,
+                              .cpu_active = -1,
+                              .lock_waiting = -1,
+                              .io_waiting = -1,
+                              .repl_lag_s = -1,
+                              .timeouts = -1};
+}
+
+/* Feeds one window (5 samples a second apart from *t) of `x`; returns the last decision. */
+static dbt_adapt_decision one_window(dbt_adapt_state *s, const dbt_adapt_params *p,
+                                     dbt_adapt_sample x, double *t)
+{
+    dbt_adapt_decision d = {0};
+    for (int i = 0; i < 5; i++) {
+        x.t_s = ++*t;
+        d = dbt_adapt_step(s, p, &x);
+        if (i < 4)
+            cr_assert_eq(d.change, 0, "a change before the window's end: %s", d.reason);
+    }
+    return d;
+}
+
+/* The pool's signals of a busy, healthy pool at limit `held`: holders use it, waiters wait. */
+static dbt_adapt_sample busy(int held)
+{
+    dbt_adapt_sample x = unknown_sample(0);
+    x.held = held;
+    x.waiters = 10;
+    x.grants_per_s = held * 100.0;
+    x.hold_ms = 10;
+    return x;
+}
+
+Test(adapt_rule, never_two_changes_within_a_window)
+{
+    /* Erratic signals three times a second, overloaded and healthy by turns of 11.3 s (out of
+     * step with the windows): the rule may change at most once per window. */
+    model noise = {.rng = 12345};
+    dbt_adapt_params p = params(1, 64, 2);
+    dbt_adapt_state s;
+    dbt_adapt_init(&s, &p, 10);
+    int changes = 0;
+    double last = -1, first = -1;
+    for (int i = 1; i <= 3000; i++) {
+        dbt_adapt_sample x = unknown_sample(i * 0.3);
+        int overloaded = (int)(x.t_s / 11.3) % 2;
+        x.dt_s = 0.3;
+        x.held = s.limit * (0.5 + uniform(&noise));
+        x.waiters = (int)(20 * uniform(&noise));
+        x.grants_per_s = 1000 * uniform(&noise);
+        x.xacts_per_s = 1000 * uniform(&noise);
+        x.hold_ms = 1 + 50 * uniform(&noise);
+        x.active = (int)(20 * uniform(&noise));
+        x.cpu_active = overloaded ? 10 : (int)(2 * uniform(&noise));
+        x.lock_waiting = overloaded ? (int)((x.active - x.cpu_active) * uniform(&noise)) : 0;
+        dbt_adapt_decision d = dbt_adapt_step(&s, &p, &x);
+        if (d.change) {
+            cr_assert(last < 0 || x.t_s - last >= p.window_s - 1e-9, "changes at %.1f and %.1f s",
+                      last, x.t_s);
+            if (first < 0)
+                first = x.t_s;
+            last = x.t_s;
+            changes++;
+        }
+    }
+    cr_expect_gt(changes, 20, "only %d changes: the test says little", changes);
+    cr_expect_geq(first, p.window_s, "the first change at %.1f s, before a whole window", first);
+
+    /* The clock goes back 100 s right after a change: a whole window passes before the next. */
+    double elapsed = 0, changed_at = -1;
+    dbt_adapt_init(&s, &p, 10);
+    double t = 1000;
+    for (int i = 0; i < 200; i++) {
+        dbt_adapt_sample x = busy(s.limit);
+        x.cpu_active = 9; /* always over 2 cores */
+        x.t_s = t;
+        dbt_adapt_decision d = dbt_adapt_step(&s, &p, &x);
+        elapsed += 1;
+        if (d.change) {
+            cr_assert(changed_at < 0 || elapsed - changed_at >= p.window_s, "after %.0f s",
+                      elapsed - changed_at);
+            changed_at = elapsed;
+            if (i < 20)
+                t -= 100;
+        }
+        t += 1;
+    }
+    cr_expect_gt(changed_at, 0);
+}
+
+Test(adapt_rule, clamps_at_min_and_max)
+{
+    dbt_adapt_params p = params(3, 6, 2);
+    dbt_adapt_state s;
+    dbt_adapt_init(&s, &p, 0);
+    cr_expect_eq(s.limit, 3);
+    dbt_adapt_init(&s, &p, 100);
+    cr_expect_eq(s.limit, 6);
+
+    /* A database with room for 100: the limit rises to max and no further. */
+    model roomy = knee4(0, 1);
+    roomy.cpu_frac = 0.02;
+    dbt_adapt_init(&s, &p, 3);
+    static trace tr;
+    memset(&tr, 0, sizeof tr);
+    simulate(&roomy, &s, &p, &tr, 300);
+    cr_expect(within(&tr, 0, 300, 3, 6));
+    cr_expect_eq(s.limit, 6);
+    double t = 1000;
+    cr_expect(strncmp(one_window(&s, &p, model_sample(&roomy, 6, 0), &t).reason, "keep 6: at max",
+                      14) == 0);
+
+    /* A database that fits one statement: the limit falls to min and no further. */
+    model narrow = knee4(0, 1);
+    narrow.cpu_frac = 2;
+    dbt_adapt_init(&s, &p, 6);
+    memset(&tr, 0, sizeof tr);
+    simulate(&narrow, &s, &p, &tr, 300);
+    cr_expect(within(&tr, 0, 300, 3, 6));
+    cr_expect_eq(s.limit, 3);
+}
+
+Test(adapt_rule, the_pool_alone_finds_the_knee_when_the_database_says_nothing)
+{
+    /* No PostgreSQL signal at all: the holds and the grants find the knee. */
+    model m = knee4(0, 1);
+    dbt_adapt_params p = params(1, 64, 2);
+    dbt_adapt_state s;
+    dbt_adapt_init(&s, &p, 1);
+    double t = 0;
+    int lo = 64, hi = 0;
+    for (int w = 0; w < 100; w++) {
+        dbt_adapt_sample x = model_sample(&m, s.limit, 0);
+        x.xacts_per_s = -1;
+        x.active = x.cpu_active = x.lock_waiting = x.io_waiting = -1;
+        dbt_adapt_decision d = one_window(&s, &p, x, &t);
+        if (w >= 10) {
+            lo = d.limit < lo ? d.limit : lo;
+            hi = d.limit > hi ? d.limit : hi;
+        }
+        if (d.change < 0)
+            cr_expect(strstr(d.reason, "grants") != NULL, "%s", d.reason);
+    }
+    cr_expect(lo >= 4 && hi <= 6, "between %d and %d", lo, hi);
+}
+
+Test(adapt_rule, unknown_values_are_left_out_not_taken_as_zero)
+{
+    dbt_adapt_params p = params(1, 64, 2);
+    p.lag_max_s = 5;
+    dbt_adapt_state s;
+    double t = 0;
+
+    /* cpu_active known in 2 samples of 5, both 4 on 2 cores: overload (taken as 0, the mean
+     * would be 1.6). */
+    dbt_adapt_init(&s, &p, 8);
+    dbt_adapt_decision d = {0};
+    for (int i = 0; i < 5; i++) {
+        dbt_adapt_sample x = busy(8);
+        x.cpu_active = i % 2 ? 4 : -1;
+        x.t_s = ++t;
+        d = dbt_adapt_step(&s, &p, &x);
+    }
+    cr_expect_eq(d.change, -1, "%s", d.reason);
+    cr_expect(strstr(d.reason, "cpu 4.00") != NULL, "%s", d.reason);
+
+    /* Units held unknown, and no grants to tell them by Little's law: no raise. */
+    dbt_adapt_init(&s, &p, 4);
+    dbt_adapt_sample x = busy(4);
+    x.held = -1;
+    x.grants_per_s = -1;
+    d = one_window(&s, &p, x, &t);
+    cr_expect_eq(d.change, 0, "%s", d.reason);
+    cr_expect(strstr(d.reason, "units held unknown") != NULL, "%s", d.reason);
+    /* ... but with grants: 400/s x 10 ms = 4 units in use. */
+    x.grants_per_s = 400;
+    d = one_window(&s, &p, x, &t);
+    cr_expect_eq(d.change, +1, "%s", d.reason);
+
+    /* Waiters unknown: no raise. */
+    dbt_adapt_init(&s, &p, 4);
+    x = busy(4);
+    x.waiters = -1;
+    d = one_window(&s, &p, x, &t);
+    cr_expect_eq(d.change, 0, "%s", d.reason);
+    cr_expect(strstr(d.reason, "waiters unknown") != NULL, "%s", d.reason);
+
+    /* Replica lag unknown: ignored (raise); above lag_max_s: lower, and the reason says so. */
+    dbt_adapt_init(&s, &p, 4);
+    x = busy(4);
+    d = one_window(&s, &p, x, &t);
+    cr_expect_eq(d.change, +1, "%s", d.reason);
+    x = busy(s.limit);
+    x.repl_lag_s = 10;
+    d = one_window(&s, &p, x, &t);
+    cr_expect_eq(d.change, -1, "%s", d.reason);
+    cr_expect(strstr(d.reason, "lag 10.0s > 5.0s") != NULL, "%s", d.reason);
+
+    /* Windows with no completed hold (unknown, or 0) leave the baseline as it was. */
+    dbt_adapt_init(&s, &p, 4);
+    d = one_window(&s, &p, busy(4), &t);
+    double base = s.base_hold_ms;
+    cr_expect(base > 9.999 && base < 10.001, "%.3f", base);
+    x = busy(s.limit);
+    x.hold_ms = -1;
+    one_window(&s, &p, x, &t);
+    x.hold_ms = 0;
+    one_window(&s, &p, x, &t);
+    cr_expect(s.base_hold_ms == base, "%.3f", s.base_hold_ms);
+}
+
+Test(adapt_rule, a_reason_is_one_line_that_names_what_decided)
+{
+    dbt_adapt_params p = params(1, 64, 2);
+    dbt_adapt_state s;
+    dbt_adapt_init(&s, &p, 4);
+    double t = 0;
+    dbt_adapt_sample x = busy(4);
+    x.xacts_per_s = 400;
+    x.cpu_active = 1;
+    x.active = 4;
+    x.lock_waiting = 0;
+    dbt_adapt_decision d = one_window(&s, &p, x, &t);
+    cr_expect_eq(d.change, +1);
+    cr_expect(strncmp(d.reason, "raise 4->6: held 4.0/4, waiters 10.0", 36) == 0, "%s", d.reason);
+    /* At 6: holds 1.5x, throughput flat, 3.5 statements on 2 cores for two windows. */
+    x = busy(6);
+    x.hold_ms = 15;
+    x.xacts_per_s = 400;
+    x.grants_per_s = 400;
+    x.cpu_active = 3;
+    x.active = 6;
+    x.lock_waiting = 0;
+    x.timeouts = 7;
+    d = one_window(&s, &p, x, &t);
+    cr_expect_eq(d.change, -1);
+    cr_expect_eq(d.limit, 4); /* 6 x 10 / 15: the knee by Little's law */
+    cr_expect(strchr(d.reason, '\n') == NULL);
+    cr_expect(strstr(d.reason, "lower 6->4: hold 15.0ms 1.50x base 10.0ms@4.0, xacts 1x") != NULL,
+              "%s", d.reason);
+    cr_expect(strstr(d.reason, "timeouts 35") != NULL, "%s", d.reason);
+}
