@@ -293,10 +293,10 @@ static void say_signals(line *l, const dbt_adapt_state *s, const window_summary 
 
 static int isqrt(int n)
 {
-    int r = 0;
+    long long r = 0;
     while ((r + 1) * (r + 1) <= n)
         r++;
-    return r;
+    return (int)r;
 }
 
 static int lower_to(const dbt_adapt_state *s, const dbt_adapt_params *p, const verdict *v)
@@ -306,9 +306,8 @@ static int lower_to(const dbt_adapt_state *s, const dbt_adapt_params *p, const v
     for (size_t i = 0; i < sizeof estimates / sizeof *estimates; i++) {
         /* Rounded up: the least concurrency that keeps the database as busy (a noisy signal's
          * estimate, rounded down, would compound with the decrease's own rounding). */
-        int estimate = (int)estimates[i] + (estimates[i] > (int)estimates[i]);
-        if (estimates[i] >= 0 && estimate < to)
-            to = estimate;
+        if (estimates[i] >= 0 && estimates[i] < to)
+            to = (int)estimates[i] + (estimates[i] > (int)estimates[i]);
     }
     int deepest = (int)(s->limit * DECREASE_FLOOR);
     return clamp_limit(p, to < deepest ? deepest : to);
