@@ -689,3 +689,27 @@ Test(adapt_rule, a_reason_is_one_line_that_names_what_decided)
               "%s", d.reason);
     cr_expect(strstr(d.reason, "timeouts 35") != NULL, "%s", d.reason);
 }
+
+/* Closed loop: 50 waits a second time out (callers give up at the knee); the limit goes exactly as
+ * without them, from min and from max, noisy or not. */
+Test(adapt_rule, timeouts_change_nothing_in_a_closed_loop)
+{
+    static trace with, without;
+    dbt_adapt_params p = params(1, 64, 2);
+    for (int start = 1; start <= 64; start += 63)
+        for (int noisy = 0; noisy <= 1; noisy++) {
+            dbt_adapt_state s;
+            model m = knee4(noisy * 0.05, 4242);
+            memset(&without, 0, sizeof without);
+            dbt_adapt_init(&s, &p, start);
+            simulate(&m, &s, &p, &without, 600);
+            m = knee4(noisy * 0.05, 4242);
+            m.timeouts_per_s = 50;
+            memset(&with, 0, sizeof with);
+            dbt_adapt_init(&s, &p, start);
+            simulate(&m, &s, &p, &with, 600);
+            cr_assert(memcmp(with.limit, without.limit, sizeof with.limit) == 0,
+                      "from %d (noise %d): the timeouts changed the limit", start, noisy);
+            cr_assert_gt(with.changes, 2);
+        }
+}
