@@ -191,10 +191,12 @@ $(BUILD)/$(1): $(2) $(wildcard tests/support/*.h) $(BUILD)/libdbthrottle-core.a
 	@mkdir -p $$(@D)
 	$$(CC) $$(TEST_CFLAGS) -o $$@ $(2) $(BUILD)/libdbthrottle-core.a $(3) $$(LDLIBS_LIB)
 endef
-# The unit tests also drive the connection state machine (pure: no libpq, no Redis).
+# The unit tests also drive the connection state machine and the adaptive limit's rule (both
+# pure: no libpq, no Redis, no I/O).
 $(eval $(call test_binary,tests/unit,$(sort $(wildcard tests/unit/*.c)) $(SUPPORT_SRCS) \
-    $(BUILD)/obj/interpose/conn_state.o,$(CRITERION_LIBS)))
-$(BUILD)/tests/unit: TEST_CFLAGS += -Ipreload/interpose
+    $(BUILD)/obj/interpose/conn_state.o cli/adapt_rule.c,$(CRITERION_LIBS)))
+$(BUILD)/tests/unit: TEST_CFLAGS += -Ipreload/interpose -Icli
+$(BUILD)/tests/unit: cli/adapt_rule.h
 $(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS),$(CRITERION_LIBS)))
 $(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c bench/hist_cost.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))
