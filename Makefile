@@ -171,9 +171,9 @@ CRITERION_LIBS := -lcriterion
 # LIBDIR.
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 $(BUILD)/dbthrottle: $(CLI_SRCS) cli/cli.h $(VERSION_H) $(BUILD)/libdbthrottle-core.a $(BUILD)/gen/install-paths
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli -DDBT_LIBDIR='"$(LIBDIR)"' \
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli $(LIBPQ_CFLAGS) -DDBT_LIBDIR='"$(LIBDIR)"' \
 	    -DDBT_MULTIARCH='"$(MULTIARCH)"' -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDFLAGS) $(LDLIBS_LIB) \
-	    $(MICROHTTPD_LIBS)
+	    $(MICROHTTPD_LIBS) -lpq -lm
 
 # The paths compiled in (the command's LIBDIR, the library's default configuration file), rewritten
 # only when they change: `make` then `make install PREFIX=/usr` rebuilds what names them, so the
