@@ -34,8 +34,11 @@ end
 if token == '' then
     return refuse('no token')
 end
-local rec = redis.call('HMGET', R, 'owner', 'lease_until', 'ttl_ms')
-local owner, until_ms = rec[1] or '', tonumber(rec[2]) or 0
+-- HGET, not HMGET: the operator's documented ACL (docs/operations.md) has the one, not the other
+local function field(name)
+    return redis.call('HGET', R, name)
+end
+local owner, until_ms = field('owner') or '', tonumber(field('lease_until')) or 0
 local live = owner ~= '' and until_ms > now
 local status, granted = 'ok', 0
 -- The limit key's TTL: -2 absent, -1 an operator's (no TTL), > 0 the controller's.
@@ -66,7 +69,7 @@ elseif op == 'lease' then
     end
 elseif op == 'set' then
     local limit, reason = whole(ARGV[12], 1), ARGV[13] or ''
-    local ttl_ms = whole(rec[3], 1)
+    local ttl_ms = whole(field('ttl_ms'), 1)
     if not limit then
         return refuse('set: limit "' .. tostring(ARGV[12]) .. '" is not a whole number >= 1')
     end
@@ -97,9 +100,9 @@ elseif op == 'resign' then
 else
     return refuse('unknown operation ' .. tostring(op))
 end
-local who = redis.call('HMGET', R, 'host', 'pid')
-if owner == '' or until_ms <= now then
-    who = {'', ''}
+local who = {'', ''}
+if owner ~= '' and until_ms > now then
+    who = {field('host'), field('pid')}
 end
 local override = tonumber(redis.call('GET', S.LIM) or '') or false
 return {status, (until_ms > now) and owner or '', who[1] or '', tonumber(who[2]) or 0,
