@@ -38,7 +38,7 @@ static const char adapt_usage[] =
     "gives up its lease and exits 0. It logs one logfmt line on stderr per event.\n"
     "\n"
     "  --min N, --max N  the limit's bounds (required)\n"
-    "  --connections     the connection limit instead of the query limit\n"
+    "  --connections     the connection limit instead of the query limit (--queries)\n"
     "  --class NAME      the hold and wait signals of that class only\n"
     "  --start N|min|max the first limit (default: the limit in force, within [min, max]); a\n"
     "                    controller that takes over from another continues from its limit\n"
@@ -223,8 +223,8 @@ static int parse(adapt_opts *o, int argc, char **argv)
         default:
             if (cli_redis_opt(&o->ro, opt, optarg))
                 break;
-            if (optopt && optopt != '?' && optind > 0 && argv[optind - 1][0] == '-' &&
-                strchr(argv[optind - 1], '=') == NULL)
+            /* getopt names in optopt the option whose value is missing (0: an unknown one) */
+            if (optopt >= OPT_MIN || optopt == CLI_OPT_REDIS || optopt == CLI_OPT_KEY_PREFIX)
                 return cli_usage_error("adapt", "option '%s' needs a value", argv[optind - 1]);
             return cli_usage_error("adapt", "unknown option '%s'", argv[optind - 1]);
         }

@@ -99,8 +99,8 @@ check "the leader logged one change, the standby none (and adapt_standby): $(eve
 
 # ---- kill -9 the leader: the standby takes over within one lease ---------------------------------
 echo "# the leader killed"
-kill -9 "$leader"
 killed_at=$(redis_ms)
+kill -9 "$leader"
 wait "$leader" 2>/dev/null
 last_until=$(field two lease_until)
 wait_until 20 '[ "$(field two pid)" = "$standby" ]'
@@ -118,8 +118,8 @@ echo "# the leader stopped"
 ctl "$work/c.log" two --min 1 --max 10 --start 7 $T
 pc=$ctl
 wait_until 10 '[ "$(events "$work/c.log" adapt_standby)" -ge 1 ]'
-kill -TERM "$standby"
 stopped_at=$(redis_ms)
+kill -TERM "$standby"
 wait "$standby"; rc=$?
 wait_until 20 '[ "$(field two pid)" = "$pc" ]'
 since=$(field two since)
@@ -182,7 +182,6 @@ worker=$!
 echo "$worker" >>"$work/pids"
 wait_until 15 '[ "$(live_holders q "dbthrottle:{dry}")" -eq 1 ]'
 # the worker's renewals would change its keys: it is stopped for the dry run (its lease outlasts it)
-sleep 0.5
 kill -STOP "$worker"
 # snapshot: every key (SCAN, not KEYS), its value by DUMP
 snapshot() {
