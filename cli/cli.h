@@ -171,6 +171,7 @@ void cli_hex(const char *text, char *out, size_t cap);
 typedef struct {
     const dbt_proc_record *rec; /* the most recently seen of its records */
     const char *pools[64];      /* the pools it uses (views' names) */
+    const char *groups[64];     /* the host group it shares each of them with (NULL: none) */
     int npools;
     const char *state; /* throttling, unthrottled, refusing, disabled */
     char reason[320];
@@ -182,6 +183,28 @@ typedef struct {
 /* The processes of the views, in host and pid order (free with free()); the count, -1 when out
  * of memory. */
 int cli_processes(const cli_pool_view *v, int n, cli_process **out);
+
+/* ---- host-level sharing as status shows it (host_groups.c) ---------------------------------- */
+
+/* A host group of a pool: processes of one host that pass permits among themselves. */
+typedef struct {
+    const char *group; /* G, 16 hex digits */
+    const char *host;  /* the host of its first process */
+    int processes;     /* how many of the pool's live records name it */
+} cli_host_group;
+/* The host groups the pool's process records name, in the order first named (at most cap). */
+int cli_host_groups(const cli_pool_view *v, cli_host_group *out, int cap);
+
+/* Who a semaphore's sole owner (owners['*']) is: nobody, a host group, a process, or an owner no
+ * record names (a process that has not reported yet). */
+typedef enum { CLI_SOLE_NONE, CLI_SOLE_HOST, CLI_SOLE_PROCESS, CLI_SOLE_UNKNOWN } cli_sole_kind;
+typedef struct {
+    cli_sole_kind kind;
+    char owner[80];             /* the group G or the process' cid, without the shape */
+    char shape[80];             /* "<class>.<weight>" of a tagged shape, "" */
+    const dbt_proc_record *rec; /* the process (PROCESS) or one of the group's (HOST), or NULL */
+} cli_sole;
+void cli_sole_of(const cli_pool_view *v, const dbt_status_kind *k, cli_sole *out);
 
 /* "1.2s", "350ms", "3m05s", "2h10m". */
 void cli_duration(int64_t ms, char *out, size_t cap);

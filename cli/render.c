@@ -104,6 +104,51 @@ static void text_tag(FILE *out, const dbt_status_entry *e, bool tagged)
     fputc('\n', out);
 }
 
+/* The pool's host groups (processes of a host that pass permits among themselves without Redis)
+ * and who is sole now (its waiters are the whole queue: it passes permits without Redis). */
+static void text_host_groups(FILE *out, const cli_pool_view *v)
+{
+    cli_host_group g[16];
+    int n = cli_host_groups(v, g, 16);
+    for (int i = 0; i < n; i++) {
+        char host[64];
+        dbt_escape(g[i].host, 20, false, host, sizeof host);
+        fprintf(out, "  shared on host group %s (host %s): %d process%s\n", g[i].group, host,
+                g[i].processes, g[i].processes == 1 ? "" : "es");
+    }
+}
+
+static void text_sharing(FILE *out, const cli_pool_view *v, const dbt_status_kind *k)
+{
+    text_host_groups(out, v);
+    cli_sole s;
+    cli_sole_of(v, k, &s);
+    if (s.kind == CLI_SOLE_NONE)
+        return;
+    char owner[200], shape[240] = "", host[64] = "?";
+    dbt_escape(s.owner, 40, false, owner, sizeof owner);
+    if (s.shape[0]) {
+        char esc[180];
+        dbt_escape(s.shape, 40, false, esc, sizeof esc);
+        snprintf(shape, sizeof shape, " (its waiters of shape %s)", esc);
+    }
+    if (s.rec)
+        dbt_escape(s.rec->host, 20, false, host, sizeof host);
+    if (s.kind == CLI_SOLE_HOST)
+        fprintf(out,
+                "  sole host: %s (host %s)%s: its waiters are the whole queue, permits pass "
+                "between its processes without Redis\n",
+                owner, host, shape);
+    else if (s.kind == CLI_SOLE_PROCESS)
+        fprintf(out,
+                "  sole process: pid %ld (host %s)%s: its waiters are the whole queue, permits "
+                "pass between its threads without Redis\n",
+                s.rec->pid, host, shape);
+    else
+        fprintf(out, "  sole: %s%s: its waiters are the whole queue, permits pass without Redis\n",
+                owner, shape);
+}
+
 static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const char *name)
 {
     const dbt_status_kind *k = &v->kind[kind];
@@ -143,6 +188,7 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
     if (k->counters[DBT_CTR_CLAMPED] || k->counters[DBT_CTR_CAPPED] || k->counters[DBT_CTR_AGED])
         fprintf(out, "  clamped %lld  capped %lld  aged %lld\n", k->counters[DBT_CTR_CLAMPED],
                 k->counters[DBT_CTR_CAPPED], k->counters[DBT_CTR_AGED]);
+    text_sharing(out, v, k);
     cli_render_classes(out, k);
     bool tagged = any_tagged(k->holders, k->nh) || any_tagged(k->waiters, k->nw);
     if (k->nh) {
@@ -260,8 +306,10 @@ int cli_processes(const cli_pool_view *v, int n, cli_process **out)
             } else if (r->seen_ms > p->rec->seen_ms) {
                 p->rec = r;
             }
-            if (p->npools < (int)(sizeof p->pools / sizeof *p->pools))
+            if (p->npools < (int)(sizeof p->pools / sizeof *p->pools)) {
+                p->groups[p->npools] = r->group[0] ? r->group : NULL;
                 p->pools[p->npools++] = v[i].name;
+            }
             char reason[320];
             const char *st = cli_record_state(r, v[i].now_ms, reason, sizeof reason);
             if (severity(st) > severity(p->state) || (p->npools == 1)) {
@@ -299,6 +347,27 @@ static void utc(long long ms, char *out, size_t cap)
     strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* "host group G" of a process that shares permits with its host: per pool when it uses several. */
+static void text_process_groups(FILE *out, const cli_process *p)
+{
+    bool any = false;
+    for (int k = 0; k < p->npools; k++) {
+        if (!p->groups[k])
+            continue;
+        if (!any)
+            fprintf(out, "  %-20s %8s host group", "", "");
+        fprintf(out, "%s %s", any ? "," : "", p->groups[k]);
+        if (p->npools > 1) {
+            char name[300];
+            cli_escape_name(p->pools[k], 100, true, name, sizeof name);
+            fprintf(out, " (pool %s)", name);
+        }
+        any = true;
+    }
+    if (any)
+        fputc('\n', out);
+}
+
 static void text_processes(FILE *out, const cli_pool_view *v, int n)
 {
     cli_process *ps;
@@ -326,6 +395,7 @@ static void text_processes(FILE *out, const cli_pool_view *v, int n)
                 p->rec->version, p->state, p->held, p->waiting, pools);
         if (p->reason[0])
             fprintf(out, "  %-20s %8s %s\n", "", "", p->reason);
+        text_process_groups(out, p);
         if (p->idle_in_tx)
             fprintf(out, "  %-20s %8s holds %ld permit%s idle in a transaction\n", "", "",
                     p->idle_in_tx, p->idle_in_tx == 1 ? "" : "s");
@@ -363,10 +433,11 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
                 text_kind(out, &v[i], (dbt_kind)kind, name);
                 any = true;
             }
-        if (!any && v[i].nprocs)
+        if (!any && v[i].nprocs) {
             fprintf(out, "%spool %s: idle (%d processes use it)\n", i ? "\n" : "", name,
                     v[i].nprocs);
-        else if (!any)
+            text_host_groups(out, &v[i]);
+        } else if (!any)
             fprintf(out, "%spool %s: no holders, waiters or counters (its keys are expiring)\n",
                     i ? "\n" : "", name);
     }
@@ -554,7 +625,35 @@ static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *
     }
     fputc(']', out);
     json_histograms(out, k);
+    cli_sole s;
+    cli_sole_of(v, k, &s);
+    fputs(",\"sole_owner\":", out);
+    if (k->sole[0])
+        cli_json_str(out, k->sole);
+    else
+        fputs("null", out);
+    fputs(",\"sole_host_group\":", out);
+    if (s.kind == CLI_SOLE_HOST)
+        cli_json_str(out, s.owner);
+    else
+        fputs("null", out);
     fputc('}', out);
+}
+
+/* The pool's host groups: [{"group": G, "host": H, "processes": N}, ...]. */
+static void json_host_groups(FILE *out, const cli_pool_view *v)
+{
+    cli_host_group g[64];
+    int n = cli_host_groups(v, g, 64);
+    fputs(",\"host_groups\":[", out);
+    for (int i = 0; i < n; i++) {
+        fputs(i ? ",{\"group\":" : "{\"group\":", out);
+        cli_json_str(out, g[i].group);
+        fputs(",\"host\":", out);
+        cli_json_str(out, g[i].host);
+        fprintf(out, ",\"processes\":%d}", g[i].processes);
+    }
+    fputc(']', out);
 }
 
 static void json_processes(FILE *out, const cli_pool_view *v, int n)
@@ -584,6 +683,15 @@ static void json_processes(FILE *out, const cli_pool_view *v, int n)
             if (k)
                 fputc(',', out);
             json_pool(out, p->pools[k]);
+        }
+        fputs("],\"host_groups\":[", out);
+        for (int k = 0; k < p->npools; k++) {
+            if (k)
+                fputc(',', out);
+            if (p->groups[k])
+                cli_json_str(out, p->groups[k]);
+            else
+                fputs("null", out);
         }
         fprintf(out,
                 "],\"last_seen_ms\":%lld,\"silent_ms\":%" PRId64 ",\"report_every_ms\":%lld,"
@@ -619,6 +727,7 @@ void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefi
             fprintf(out, ",\"%s\":", kind_json[kind]);
             json_kind(out, &v[i], &v[i].kind[kind]);
         }
+        json_host_groups(out, &v[i]);
         fputc('}', out);
     }
     fputc(']', out);

@@ -15,7 +15,9 @@
 -- Entries whose lease ran out are left out of all that; then the holders whose lease ran out but
 -- who never released (still in the holders ZSET past their expiry: a stopped or cut-off holder
 -- whose command may still run): their count in units and {id, lease expiry, info, ...} of the
--- permits (drain --wait must not call such a pool drained).
+-- permits (drain --wait must not call such a pool drained). Last, the owner whose waiters are the
+-- whole queue (owners['*']: a process' cid, or a host group G, that passes permits without
+-- Redis), or false.
 local max = tonumber(ARGV[10]) or 0
 load_classes()
 local now = now_ms()
@@ -137,7 +139,8 @@ local function snapshot(s)
     return {c[1] or false, c[2] or false, c[3] and 1 or 0, redis.call('ZCOUNT', s.H, now, '+inf'),
         redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS),
         qleft, why, classes(s, K.effective_defs(c[5], c[6]), tonumber(c[2]) or tonumber(c[1]) or 0),
-        oldest, bounds, redis.call('HGETALL', s.HIST), nlapsed, lapsed}
+        oldest, bounds, redis.call('HGETALL', s.HIST), nlapsed, lapsed,
+        redis.call('HGET', s.OWN, '*')}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).

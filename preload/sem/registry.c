@@ -3,7 +3,8 @@
  * Each renewal (renew.lua, every lease/3 while the process holds or waits) carries the process'
  * record: host, pid, program, version, its state (throttling, refusing for a permanent error,
  * disabled), what the last Redis outage cost (commands run unthrottled or refused, since and until
- * when), and how many permits it holds idle in a transaction. A process with nothing to renew
+ * when), how many permits it holds idle in a transaction, and the host group it shares permits
+ * with (host-level sharing), if any. A process with nothing to renew
  * sends an empty renewal once a lease (its heartbeat, from the same thread), so it stays listed;
  * a program that never uses libpq has no pool and sends nothing. The record expires in Redis a
  * little after the process stops reporting, and the exit removes it. A process cut off from Redis
@@ -63,6 +64,8 @@ void dbt_registry_record(dbt_pool *p, char *out, int64_t *ttl_ms)
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (s->state == SLOT_HELD && s->idle_since_us)
             r.idle_in_tx++;
+    /* Which host group it passes permits with, so that status shows who shares with whom. */
+    snprintf(r.group, sizeof r.group, "%s", p->group);
     if (!dbt_format_record(&r, out, DBT_RECORD_MAX))
         out[0] = '\0';
     /* Listed as silent (cut off, stopped) for a lease before it goes. */

@@ -320,6 +320,14 @@ bool dbt_format_record(const dbt_proc_record *r, char *out, size_t cap)
     if (len + (size_t)n + 1 > cap)
         return false;
     memcpy(out + len, nums, (size_t)n + 1);
+    len += (size_t)n;
+    if (r->group[0]) {
+        if (len + 1 + strlen(r->group) + 1 > cap)
+            return false;
+        out[len++] = '\t';
+        put_text(out, cap, &len, r->group);
+        out[len] = '\0';
+    }
     return true;
 }
 
@@ -366,6 +374,11 @@ bool dbt_parse_record(const char *text, dbt_proc_record *r)
     r->held = strtol(nums[12], NULL, 10);
     r->waiting = strtol(nums[13], NULL, 10);
     r->idle_in_tx = strtol(nums[14], NULL, 10);
+    /* The host group, if the process shares: 16 hex digits, anything else is no group. */
+    char group[32];
+    if (next_field(&p, group, sizeof group) && strlen(group) == 16 &&
+        strspn(group, "0123456789abcdef") == 16)
+        memcpy(r->group, group, sizeof r->group);
     return true;
 }
 
@@ -901,15 +914,16 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         HIST,
         NLAPSED,
         LAPSED,
+        SOLE,
         NFIELDS
     };
     enum { WAITER_ID, WAITER_INFO, PER_WAITER };
-    /* Without the lapsed holders, the histograms, or the classes too: a reply of the scripts
-     * before them. */
+    /* Without the sole owner, the lapsed holders, the histograms, or the classes too: a reply of
+     * the scripts before them. */
     if (!is_array(r, -1, script, "a semaphore", err))
         return false;
-    if (r->elements != NFIELDS && r->elements != NLAPSED && r->elements != OLDEST &&
-        r->elements != CLASSES)
+    if (r->elements != NFIELDS && r->elements != SOLE && r->elements != NLAPSED &&
+        r->elements != OLDEST && r->elements != CLASSES)
         return unexpected(err, script, "a semaphore has %zu elements, not %d", r->elements,
                           NFIELDS);
     if (r->elements > CLASSES && !parse_classes(r->element[CLASSES], k, err))
@@ -922,6 +936,9 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         (!number_of(r->element[NLAPSED], "the lapsed holders", &k->nlapsed, err) ||
          !parse_holders(r->element[LAPSED], &k->lapsed, &k->nl, err)))
         return false;
+    /* false (nil) when no owner is sole */
+    if (r->elements > SOLE && r->element[SOLE]->type == REDIS_REPLY_STRING)
+        snprintf(k->sole, sizeof k->sole, "%s", r->element[SOLE]->str);
     const redisReply *const *e = (const redisReply *const *)r->element;
     long long drained = 0;
     if (!number_of(e[SEEN], "the limit seen", &k->limit_seen, err) ||

@@ -151,6 +151,10 @@ typedef struct {
     long long seen_ms;              /* Redis' clock when last reported (read back only) */
     long long expiry_ms;            /* when the record expires (read back only) */
     char cid[17];                   /* read back only */
+    /* The host group G (16 hex digits) whose processes pass permits of this pool among
+     * themselves (host-level sharing), "" when the process does not share. After the numbers, so
+     * that a reader of an older version, which stops at them, still reads the record. */
+    char group[17];
 } dbt_proc_record;
 
 /* The record's text (without seen_ms), fields made safe (a tab or a control byte becomes '_').
@@ -418,6 +422,10 @@ typedef struct {
     long long nlapsed;
     dbt_status_entry *lapsed;
     int nl;
+    /* The owner whose waiters are the whole queue (owners['*']: a process' cid, or a host group
+     * G, with "/<class>.<weight>" for a tagged shape): it passes permits without Redis. "" none,
+     * or from an older status.lua. */
+    char sole[80];
 } dbt_status_kind;
 
 /* status.lua's {now, query semaphore, connection semaphore, processes}. Owns its entries (copied

@@ -97,3 +97,29 @@ Test(proc_record, status_lists_the_readable_records)
     cr_expect_eq(s.nprocs, 0);
     dbt_status_free(&s);
 }
+
+/* The host group rides after the numbers: read back when it is 16 hex digits, nothing else; a
+ * record without it (a process that does not share, or of an older version) has none; and an
+ * older reader, which stops at the numbers, reads the numbers as before. */
+Test(proc_record, host_group_after_the_numbers)
+{
+    dbt_proc_record r = {.pid = 42, .idle_in_tx = 3};
+    snprintf(r.host, sizeof r.host, "web1");
+    snprintf(r.group, sizeof r.group, "0123456789abcdef");
+    char text[768], stored[800];
+    cr_assert(dbt_format_record(&r, text, sizeof text));
+    snprintf(stored, sizeof stored, "5000\t%s", text);
+    dbt_proc_record back;
+    cr_assert(dbt_parse_record(stored, &back));
+    cr_expect_str_eq(back.group, "0123456789abcdef");
+    cr_expect_eq(back.idle_in_tx, 3, "the last number is not taken with the group");
+    r.group[0] = '\0';
+    cr_assert(dbt_format_record(&r, text, sizeof text));
+    cr_expect_eq(text[strlen(text) - 1], '3', "no group: the record ends with its numbers");
+    snprintf(stored, sizeof stored, "5000\t%s", text);
+    cr_assert(dbt_parse_record(stored, &back));
+    cr_expect_str_eq(back.group, "");
+    snprintf(stored, sizeof stored, "5000\t%s\tnot-a-group!", text);
+    cr_assert(dbt_parse_record(stored, &back));
+    cr_expect_str_eq(back.group, "", "what is not 16 hex digits is no group");
+}
