@@ -171,9 +171,9 @@ CRITERION_LIBS := -lcriterion
 # LIBDIR.
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 $(BUILD)/dbthrottle: $(CLI_SRCS) cli/cli.h $(VERSION_H) $(BUILD)/libdbthrottle-core.a $(BUILD)/gen/install-paths
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli -DDBT_LIBDIR='"$(LIBDIR)"' \
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli $(LIBPQ_CFLAGS) -DDBT_LIBDIR='"$(LIBDIR)"' \
 	    -DDBT_MULTIARCH='"$(MULTIARCH)"' -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDFLAGS) $(LDLIBS_LIB) \
-	    $(MICROHTTPD_LIBS)
+	    $(MICROHTTPD_LIBS) -lpq -lm
 
 # The paths compiled in (the command's LIBDIR, the library's default configuration file), rewritten
 # only when they change: `make` then `make install PREFIX=/usr` rebuilds what names them, so the
@@ -374,12 +374,14 @@ FAULTS_WITH_CLASSES := holders_killed_or_stopped threads_share_a_pool clients_th
 # (tests/cli/classes.sh), the documented Redis ACLs with what run and check verify before a
 # worker starts (tests/cli/acl.sh), dbthrottle acquire (tests/cli/acquire.sh), the version
 # everywhere it is shown (tests/cli/version.sh), host sharing as status shows it
-# (tests/cli/host_sharing.sh), and the exporter scraped over HTTP with status' other forms, top -b
-# and drain --wait (tests/cli/exporter.sh).
+# (tests/cli/host_sharing.sh), the exporter scraped over HTTP with status' other forms, top -b
+# and drain --wait (tests/cli/exporter.sh), and dbthrottle adapt's lease, TTL, operator override
+# and dry run (tests/cli/adapt.sh).
 test-cli: all $(BUILD)/tests/fault_worker
 	sh tests/cli/run.sh; rc=$$?; sh tests/cli/classes.sh || rc=1; sh tests/cli/acl.sh || rc=1; \
 	    sh tests/cli/acquire.sh || rc=1; sh tests/cli/exporter.sh || rc=1; \
-	    sh tests/cli/host_sharing.sh || rc=1; sh tests/cli/version.sh && exit $$rc
+	    sh tests/cli/host_sharing.sh || rc=1; sh tests/cli/adapt.sh || rc=1; \
+	    sh tests/cli/version.sh && exit $$rc
 
 # Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.
 soak: all $(BUILD)/tests/fault_worker

@@ -21,6 +21,7 @@ static const struct {
     {"class", cmd_class, "define a pool's classes: guaranteed shares, priority, waits"},
     {"acquire", cmd_acquire, "run any command while it holds a permit of a pool"},
     {"exporter", cmd_exporter, "serve /metrics for Prometheus (each scrape reads Redis)"},
+    {"adapt", cmd_adapt, "run a pool's adaptive limit controller (one leads, others stand by)"},
 };
 
 static void usage(FILE *out)

@@ -40,6 +40,15 @@
 --                           classes are defined: untagged ones under the tag "-")
 --   <holders>:<tag>  ZSET   that tag's held units, member -> lease expiry (tagged ids only: the
 --                           untagged ones' units are ZCARD(holders) minus all the tagged ones)
+-- The adaptive controller's record (not declared either: the same hash tag, the same slot):
+--   <limit>:adapt    HASH   dbthrottle adapt's lease and last change (adapt.lua): owner (the
+--                           leader's token "<host>:<pid>:<16 hex>", "" when it resigned), host,
+--                           pid, lease_until (ms, Redis clock), since (when this owner took the
+--                           lease), min, max, ttl_ms (the TTL it gives the limit key), interval_ms,
+--                           window_ms, limit (the last it set), reason, changed_at (ms, Redis
+--                           clock). 7 days TTL (COUNTER_TTL), so that status can say which
+--                           controller last acted. The limit key itself WITH a TTL is the
+--                           controller's override; without one, the operator's (dbthrottle limit)
 -- Classes and weights (docs/design.md, "Classes and weights"): a tagged id
 -- "<cid>.<serial>.<class>.<weight>.<limit>" names its class ("-": the default class) and its
 -- weight w; a permit of weight w is w members of the holders, "id", "id#2" .. "id#w", so that the
@@ -453,6 +462,24 @@ local function end_sole(s, except)
     redis.call('HDEL', s.OWN, '*')
     expire_new(s, s.SEQ)
     return false
+end
+
+-- A permit kept between commands (DBTHROTTLE_CACHE_PERMITS) serves its connection's next command
+-- without asking Redis: a drain or a new limit would not reach it, and a connection whose commands
+-- come back to back would run on in a drained pool (drain --wait would never end) or above a lower
+-- limit. Every holding process is told to give back what it keeps, as when a waiter queues:
+-- "r<kind>:<ticket>", with a ticket of its own, so that a grant made before it cannot undo it.
+-- (admin.lua's limit and drain, adapt.lua's set.)
+local function recall_kept(s)
+    local ticket, told = redis.call('INCR', s.SEQ), {}
+    expire_new(s, s.SEQ)
+    for _, h in ipairs(redis.call('ZRANGE', s.H, 0, -1)) do
+        local cid = string.match(h, '^[^.]+')
+        if cid and not told[cid] then
+            told[cid] = true
+            wake(cid, 'r' .. s.kind .. ':' .. ticket)
+        end
+    end
 end
 
 -- Expired entries are removed a bounded batch per call; each is removed once. Until then they

@@ -120,21 +120,9 @@ elseif op == 'class_set' or op == 'class_clear' or op == 'aging' then
 else
     return redis.error_reply('admin.lua: unknown operation ' .. tostring(op))
 end
--- A permit kept between commands (DBTHROTTLE_CACHE_PERMITS) serves its connection's next command
--- without asking Redis: a drain or a new limit would not reach it, and a connection whose commands
--- come back to back would run on in a drained pool (drain --wait would never end) or above a lower
--- limit. Every holding process is told to give back what it keeps, as when a waiter queues:
--- "r<kind>:<ticket>", with a ticket of its own, so that a grant made before it cannot undo it.
+-- Permits kept between commands would not see a new limit or a drain (see recall_kept).
 if op == 'drain' or op == 'limit' then
-    local ticket, told = redis.call('INCR', S.SEQ), {}
-    expire_new(S, S.SEQ)
-    for _, h in ipairs(redis.call('ZRANGE', S.H, 0, -1)) do
-        local cid = string.match(h, '^[^.]+')
-        if cid and not told[cid] then
-            told[cid] = true
-            wake(cid, 'r' .. S.kind .. ':' .. ticket)
-        end
-    end
+    recall_kept(S)
 end
 -- A process passing permits between its own threads (local handover) would not see a new
 -- limit, a drain, an eviction or new classes: it is told to stop and give its permits back to Redis.

@@ -416,6 +416,31 @@ void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const
     c->args[c->nargs++] = arg ? arg : "";
 }
 
+void dbt_build_adapt(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
+                     const dbt_adapt_args *a)
+{
+    static const char *const names[] = {
+        [DBT_ADAPT_LEASE] = "lease", [DBT_ADAPT_SET] = "set", [DBT_ADAPT_RESIGN] = "resign"};
+    begin_call(c, &dbt_script_adapt, k, kind, cfg);
+    c->args[c->nargs++] = names[a->op]; /* ARGV[10] */
+    c->args[c->nargs++] = a->token;     /* ARGV[11] */
+    if (a->op == DBT_ADAPT_LEASE) {
+        const int64_t nums[] = {a->lease_ms, a->pid,         a->min,      a->max,
+                                a->ttl_ms,   a->interval_ms, a->window_ms};
+        snprintf(c->number[0], sizeof c->number[0], "%" PRId64, nums[0]);
+        c->args[c->nargs++] = c->number[0];           /* ARGV[12] LEASE_MS */
+        c->args[c->nargs++] = a->host ? a->host : ""; /* ARGV[13] HOST */
+        for (int i = 1; i < 7; i++) {                 /* ARGV[14..19] PID .. WINDOW_MS */
+            snprintf(c->number[i], sizeof c->number[i], "%" PRId64, nums[i]);
+            c->args[c->nargs++] = c->number[i];
+        }
+    } else if (a->op == DBT_ADAPT_SET) {
+        snprintf(c->number[0], sizeof c->number[0], "%d", a->limit);
+        c->args[c->nargs++] = c->number[0];               /* ARGV[12] LIMIT */
+        c->args[c->nargs++] = a->reason ? a->reason : ""; /* ARGV[13] REASON */
+    }
+}
+
 /* ---- replies -------------------------------------------------------------------------------- */
 
 const char *const dbt_counter_names[DBT_NCOUNTERS] = {
@@ -1053,6 +1078,47 @@ bool dbt_parse_admin(const redisReply *r, void *out, char *err)
             return unexpected(err, script, "info is %s", type_name(info->type));
         a->now_ms = r->element[NOW]->integer;
     }
+    return true;
+}
+
+bool dbt_parse_adapt(const redisReply *r, void *out, char *err)
+{
+    static const char script[] = "adapt.lua";
+    enum { STATUS, OWNER, HOST, PID, LEFT, OVERRIDE, PTTL, GRANTED, NOW, NFIELDS };
+    static const char *const names[NFIELDS] = {"status",        "owner",      "owner_host",
+                                               "owner_pid",     "lease_left", "override",
+                                               "override_pttl", "granted",    "now"};
+    dbt_adapt_reply *a = out;
+    memset(a, 0, sizeof *a);
+    if (!is_array(r, NFIELDS, script, "the reply", err))
+        return false;
+    for (int i = STATUS; i <= HOST; i++)
+        if (!is_type(r->element[i], REDIS_REPLY_STRING, script, names[i], err))
+            return false;
+    for (int i = PID; i < NFIELDS; i++)
+        if (i != OVERRIDE && !is_type(r->element[i], REDIS_REPLY_INTEGER, script, names[i], err))
+            return false;
+    const char *st = r->element[STATUS]->str;
+    if (strcmp(st, "ok") == 0)
+        a->status = DBT_ADAPT_OK;
+    else if (strcmp(st, "not_leader") == 0)
+        a->status = DBT_ADAPT_NOT_LEADER;
+    else if (strcmp(st, "operator") == 0)
+        a->status = DBT_ADAPT_OPERATOR;
+    else
+        return unexpected(err, script, "status \"%.32s\"", st);
+    const redisReply *ov = r->element[OVERRIDE]; /* or false (nil) when absent */
+    if (ov->type == REDIS_REPLY_INTEGER)
+        a->override = ov->integer;
+    else if (ov->type != REDIS_REPLY_NIL)
+        return unexpected(err, script, "override is %s", type_name(ov->type));
+    snprintf(a->owner, sizeof a->owner, "%s", r->element[OWNER]->str);
+    snprintf(a->owner_host, sizeof a->owner_host, "%s", r->element[HOST]->str);
+    a->owner_pid = (long)r->element[PID]->integer;
+    a->lease_left_ms = r->element[LEFT]->integer;
+    a->override_pttl = r->element[PTTL]->integer;
+    a->granted = r->element[GRANTED]->integer;
+    a->now_ms = r->element[NOW]->integer;
     return true;
 }
 

@@ -36,8 +36,8 @@ enum {
     DBT_BASE_ARGS
 };
 
-/* The most arguments of a script call with a fixed count (admin.lua's and acquire.lua's fit). */
-#define DBT_CALL_MAX_FIXED_ARGS (DBT_BASE_ARGS + 8)
+/* The most arguments of a script call with a fixed count (adapt.lua's lease, the longest). */
+#define DBT_CALL_MAX_FIXED_ARGS (DBT_BASE_ARGS + 10)
 
 /* One script call, ready to send: the script, its keys (one semaphore, or both kinds' for
  * renew.lua and status.lua) and its arguments, with the text of the numbers it formats. Points
@@ -49,8 +49,8 @@ typedef struct {
     const char **args; /* fixed_args, or the caller's array (renew.lua: one per id) */
     int nargs;
     const char *fixed_args[DBT_CALL_MAX_FIXED_ARGS];
-    char lease[24], ttl[24], number[DBT_NKINDS * 3][24];
-    char id_count[DBT_NKINDS * 2][16]; /* renew.lua: how many ids of each list */
+    char lease[24], ttl[24], number[8][24]; /* adapt.lua's lease formats 7 */
+    char id_count[DBT_NKINDS * 2][16];      /* renew.lua: how many ids of each list */
     char record_ttl[24];
     char quarantine[24], era_started[24]; /* the era's numbers, as text */
     char era_prev[41];                    /* the pool's last run_id (the caller sets it) */
@@ -202,6 +202,30 @@ typedef enum {
 } dbt_admin_op;
 void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                      dbt_admin_op op, const char *arg);
+
+/* adapt.lua: the adaptive controller's (dbthrottle adapt) lease on one semaphore, and the limit it
+ * sets while it holds it (lua/adapt.lua). */
+typedef enum {
+    DBT_ADAPT_LEASE, /* take or renew the lease; refresh the TTL of the controller's limit */
+    DBT_ADAPT_SET,   /* set the limit (with the TTL), while leading and no operator's is set */
+    DBT_ADAPT_RESIGN /* end the lease now (a standby takes over at once) */
+} dbt_adapt_op;
+typedef struct {
+    dbt_adapt_op op;
+    const char *token; /* "<host>:<pid>:<16 hex>", one per controller process */
+    /* lease: what the record says of the controller */
+    int64_t lease_ms;
+    const char *host;
+    long pid;
+    int min, max;
+    int64_t ttl_ms, interval_ms, window_ms;
+    /* set */
+    int limit;
+    const char *reason; /* one line */
+} dbt_adapt_args;
+/* Builds the call for a->op; the strings a names must outlive c. */
+void dbt_build_adapt(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
+                     const dbt_adapt_args *a);
 
 /* ---- replies -------------------------------------------------------------------------------- */
 
@@ -423,6 +447,27 @@ typedef struct {
     long long now_ms;
 } dbt_admin_reply;
 bool dbt_parse_admin(const redisReply *r, void *out /* dbt_admin_reply */, char *err);
+
+/* adapt.lua's {status, owner, owner's host, owner's pid, lease left ms, override or false, its
+ * PTTL, granted, now}. */
+typedef enum {
+    DBT_ADAPT_OK,         /* done */
+    DBT_ADAPT_NOT_LEADER, /* another controller holds a live lease (or ours ran out): nothing done
+                           */
+    DBT_ADAPT_OPERATOR    /* ours, but the limit is an operator's (no TTL): nothing set */
+} dbt_adapt_status;
+typedef struct {
+    dbt_adapt_status status;
+    char owner[128];     /* the live lease's token; "" none */
+    char owner_host[64]; /* and its host, pid; "", 0 none */
+    long owner_pid;
+    long long lease_left_ms; /* 0 none */
+    long long override;      /* the limit key's value; 0 absent */
+    long long override_pttl; /* its PTTL: -2 absent, -1 an operator's (no TTL), else ms left */
+    long long granted;       /* waiters granted by a set */
+    long long now_ms;        /* Redis' clock */
+} dbt_adapt_reply;
+bool dbt_parse_adapt(const redisReply *r, void *out /* dbt_adapt_reply */, char *err);
 
 /* ---- classes and ids --------------------------------------------------------------------------
  */

@@ -510,3 +510,118 @@ Test(script_args, status_reads_without_lease, .init = make_keys, .fini = free_ke
     cr_expect_str_eq(c.args[3], "0");
     cr_expect_str_eq(c.args[DBT_BASE_ARGS], "25");
 }
+
+/* ---- adapt.lua (dbthrottle adapt) -------------------------------------------------------------
+ */
+
+/* adapt.lua's reply: status, owner, host, pid, lease left, override or false, its PTTL, granted,
+ * now. */
+#define ADAPT_REPLY(status, owner, host, pid, left, override, pttl, granted, now)                  \
+    "*9\r\n" status owner host pid left override pttl granted now
+
+Test(adapt_reply, each_status_by_name)
+{
+    char err[DBT_ERRLEN];
+    dbt_adapt_reply a;
+    redisReply *r =
+        reply_of(ADAPT_REPLY("$2\r\nok\r\n", "$9\r\nh:1:00aa1\r\n", "$1\r\nh\r\n", ":1\r\n",
+                             ":9500\r\n", ":12\r\n", ":29000\r\n", ":2\r\n", ":5000\r\n"));
+    cr_assert(dbt_parse_adapt(r, &a, err), "%s", err);
+    cr_expect_eq(a.status, DBT_ADAPT_OK);
+    cr_expect_str_eq(a.owner, "h:1:00aa1");
+    cr_expect_str_eq(a.owner_host, "h");
+    cr_expect_eq(a.owner_pid, 1);
+    cr_expect_eq(a.lease_left_ms, 9500);
+    cr_expect_eq(a.override, 12);
+    cr_expect_eq(a.override_pttl, 29000);
+    cr_expect_eq(a.granted, 2);
+    cr_expect_eq(a.now_ms, 5000);
+    freeReplyObject(r);
+    /* a standby: another leads; no override (false) */
+    r = reply_of(ADAPT_REPLY("$10\r\nnot_leader\r\n", "$3\r\nx:2\r\n", "$1\r\nx\r\n", ":2\r\n",
+                             ":100\r\n", "$-1\r\n", ":-2\r\n", ":0\r\n", ":6000\r\n"));
+    cr_assert(dbt_parse_adapt(r, &a, err), "%s", err);
+    cr_expect_eq(a.status, DBT_ADAPT_NOT_LEADER);
+    cr_expect_str_eq(a.owner, "x:2");
+    cr_expect_eq(a.override, 0, "no override: 0");
+    cr_expect_eq(a.override_pttl, -2);
+    freeReplyObject(r);
+    /* the operator's limit (no TTL); nobody leads after a resignation: "" */
+    r = reply_of(ADAPT_REPLY("$8\r\noperator\r\n", "$0\r\n\r\n", "$0\r\n\r\n", ":0\r\n", ":0\r\n",
+                             ":7\r\n", ":-1\r\n", ":0\r\n", ":7000\r\n"));
+    cr_assert(dbt_parse_adapt(r, &a, err), "%s", err);
+    cr_expect_eq(a.status, DBT_ADAPT_OPERATOR);
+    cr_expect_str_eq(a.owner, "");
+    cr_expect_eq(a.override, 7);
+    cr_expect_eq(a.override_pttl, -1);
+    freeReplyObject(r);
+}
+
+Test(adapt_reply, malformed)
+{
+    static const char *const bad[] = {
+        /* too few, too many */
+        "*8\r\n$2\r\nok\r\n$0\r\n\r\n$0\r\n\r\n:0\r\n:0\r\n$-1\r\n:-2\r\n:0\r\n",
+        "*10\r\n$2\r\nok\r\n$0\r\n\r\n$0\r\n\r\n:0\r\n:0\r\n$-1\r\n:-2\r\n:0\r\n:1\r\n:1\r\n",
+        /* an unknown status */
+        ADAPT_REPLY("$4\r\nboss\r\n", "$0\r\n\r\n", "$0\r\n\r\n", ":0\r\n", ":0\r\n", "$-1\r\n",
+                    ":-2\r\n", ":0\r\n", ":1\r\n"),
+        /* a status that is not a string */
+        ADAPT_REPLY(":1\r\n", "$0\r\n\r\n", "$0\r\n\r\n", ":0\r\n", ":0\r\n", "$-1\r\n", ":-2\r\n",
+                    ":0\r\n", ":1\r\n"),
+        /* nil owner */
+        ADAPT_REPLY("$2\r\nok\r\n", "$-1\r\n", "$0\r\n\r\n", ":0\r\n", ":0\r\n", "$-1\r\n",
+                    ":-2\r\n", ":0\r\n", ":1\r\n"),
+        /* a pid as text */
+        ADAPT_REPLY("$2\r\nok\r\n", "$0\r\n\r\n", "$0\r\n\r\n", "$1\r\n1\r\n", ":0\r\n", "$-1\r\n",
+                    ":-2\r\n", ":0\r\n", ":1\r\n"),
+        /* an override as text, an array */
+        ADAPT_REPLY("$2\r\nok\r\n", "$0\r\n\r\n", "$0\r\n\r\n", ":0\r\n", ":0\r\n", "$1\r\n5\r\n",
+                    ":-2\r\n", ":0\r\n", ":1\r\n"),
+        ADAPT_REPLY("$2\r\nok\r\n", "$0\r\n\r\n", "$0\r\n\r\n", ":0\r\n", ":0\r\n", "*0\r\n",
+                    ":-2\r\n", ":0\r\n", ":1\r\n"),
+        /* nil clock */
+        ADAPT_REPLY("$2\r\nok\r\n", "$0\r\n\r\n", "$0\r\n\r\n", ":0\r\n", ":0\r\n", "$-1\r\n",
+                    ":-2\r\n", ":0\r\n", "$-1\r\n"),
+        "-ERR dbthrottle: adapt.lua: unknown operation x\r\n",
+        ":1\r\n",
+    };
+    assert_rejects(dbt_parse_adapt, "adapt.lua", bad, N(bad), sizeof(dbt_adapt_reply));
+}
+
+Test(script_args, adapt_in_the_order_adapt_lua_reads, .init = make_keys, .fini = free_keys)
+{
+    dbt_script_call c;
+    dbt_adapt_args a = {.op = DBT_ADAPT_LEASE,
+                        .token = "h:1:0123456789abcdef",
+                        .lease_ms = 10000,
+                        .host = "h",
+                        .pid = 1,
+                        .min = 2,
+                        .max = 64,
+                        .ttl_ms = 30000,
+                        .interval_ms = 1000,
+                        .window_ms = 5000};
+    dbt_build_adapt(&c, &keys, DBT_KIND_CONN, &cfg, &a);
+    cr_expect_eq(c.script, &dbt_script_adapt);
+    cr_expect_eq(c.nkeys, DBT_NKEYS);
+    cr_expect_str_eq(c.keys[DBT_K_LIMIT], keys.keys[DBT_KIND_CONN][DBT_K_LIMIT]);
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 10);
+    expect_base(&c, "c");
+    static const char *const want[] = {
+        "lease", "h:1:0123456789abcdef", "10000", "h", "1", "2", "64", "30000", "1000", "5000"};
+    for (int i = 0; i < 10; i++)
+        cr_expect_str_eq(c.args[DBT_BASE_ARGS + i], want[i], "ARGV[%d]", DBT_BASE_ARGS + i + 1);
+    a = (dbt_adapt_args){.op = DBT_ADAPT_SET, .token = "t", .limit = 17, .reason = "why"};
+    dbt_build_adapt(&c, &keys, DBT_KIND_QUERY, &cfg, &a);
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 4);
+    expect_base(&c, "q");
+    cr_expect_str_eq(c.args[DBT_BASE_ARGS], "set");
+    cr_expect_str_eq(c.args[DBT_BASE_ARGS + 1], "t");
+    cr_expect_str_eq(c.args[DBT_BASE_ARGS + 2], "17");
+    cr_expect_str_eq(c.args[DBT_BASE_ARGS + 3], "why");
+    a = (dbt_adapt_args){.op = DBT_ADAPT_RESIGN, .token = "t"};
+    dbt_build_adapt(&c, &keys, DBT_KIND_QUERY, &cfg, &a);
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 2);
+    cr_expect_str_eq(c.args[DBT_BASE_ARGS], "resign");
+}
