@@ -376,6 +376,7 @@ FAULTS_WITH_CLASSES := holders_killed_or_stopped threads_share_a_pool clients_th
 test-cli: all $(BUILD)/tests/fault_worker
 	sh tests/cli/run.sh; rc=$$?; sh tests/cli/classes.sh || rc=1; sh tests/cli/acl.sh || rc=1; \
 	    sh tests/cli/acquire.sh || rc=1; sh tests/cli/exporter.sh || rc=1; \
+	    sh tests/cli/adapt_status.sh || rc=1; \
 	    sh tests/cli/version.sh && exit $$rc
 
 # Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.

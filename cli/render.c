@@ -200,7 +200,7 @@ static void text_adapt(FILE *out, const cli_pool_view *v, dbt_kind kind, const c
     if (!a->unreadable[0])
         return;
     dbt_keys keys;
-    char key[300] = "", bad[400];
+    char key[300] = "", bad[1700];
     if (dbt_keys_init(&keys, prefix, v->name)) {
         char *full = keys.keys[kind][DBT_K_LIMIT];
         snprintf(key, sizeof key, "%.280s:adapt", full);
@@ -208,7 +208,7 @@ static void text_adapt(FILE *out, const cli_pool_view *v, dbt_kind kind, const c
     dbt_keys_free(&keys);
     char shown[400];
     dbt_escape(key, 290, false, shown, sizeof shown);
-    dbt_escape(a->unreadable, 200, false, bad, sizeof bad);
+    dbt_escape(a->unreadable, sizeof a->unreadable, false, bad, sizeof bad);
     fprintf(out, "  adaptive controller's record %s is unreadable: %s\n", shown, bad);
 }
 

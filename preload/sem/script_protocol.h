@@ -384,7 +384,7 @@ typedef struct {
     char reason[200];         /* why, one line; "" none yet */
     long long ttl_ms, interval_ms, window_ms; /* the override's TTL it keeps, its period and its
                                                * window; 0 unknown */
-    char unreadable[160]; /* "pid missing, min not a positive integer (\"x\")": the fields
+    char unreadable[400]; /* "pid missing, min not a positive integer (\"x\")": the fields
                            * missing or malformed, or why the record could not be read at all (a
                            * key of another type); "" all is well */
     bool lease_unknown;   /* owner or lease_until unreadable: whether it leads cannot be told */
