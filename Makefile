@@ -381,6 +381,7 @@ test-cli: all $(BUILD)/tests/fault_worker
 	sh tests/cli/run.sh; rc=$$?; sh tests/cli/classes.sh || rc=1; sh tests/cli/acl.sh || rc=1; \
 	    sh tests/cli/acquire.sh || rc=1; sh tests/cli/exporter.sh || rc=1; \
 	    sh tests/cli/host_sharing.sh || rc=1; sh tests/cli/adapt.sh || rc=1; \
+	    sh tests/cli/adapt_status.sh || rc=1; \
 	    sh tests/cli/version.sh && exit $$rc
 
 # Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.

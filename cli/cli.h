@@ -119,6 +119,22 @@ void cli_view_free(cli_pool_view *v);
 /* The limit in force: the override, else the last acquirer's; 0 when unknown. */
 long long cli_effective_limit(const dbt_status_kind *k);
 
+/* Who sets a semaphore's override, as its PTTL and the adaptive controller's record say
+ * (docs/design.md's "An adaptive limit"): the controller sets the override with a TTL and renews
+ * it while it leads; an operator's (dbthrottle limit) has none. */
+typedef enum {
+    CLI_ADAPT_NONE,     /* no record, no override with a TTL: nothing adaptive to say */
+    CLI_ADAPT_STOPPED,  /* a record of a controller that leads no more, no override of its own */
+    CLI_ADAPT_LEADING,  /* a controller leads and the override is its own (adaptive) */
+    CLI_ADAPT_GONE,     /* the override has a TTL, but no controller leads: it lapses */
+    CLI_ADAPT_OPERATOR, /* a controller leads, but an operator set the override by hand */
+    CLI_ADAPT_WAITING,  /* a controller leads, with no override in force (none set yet) */
+    CLI_ADAPT_UNKNOWN,  /* the record cannot say whether its controller leads (unreadable) */
+} cli_adapt_state;
+cli_adapt_state cli_adapt_of(const dbt_status_kind *k, int64_t now_ms);
+/* The state's name in --json: "adaptive", "gone", "operator", ...; NULL for CLI_ADAPT_NONE. */
+const char *cli_adapt_name(cli_adapt_state s);
+
 /* Reads the named pools (or every pool when n == 0). Returns the count, or -1 with a message in
  * err. */
 int cli_view_pools(dbt_redis *r, const dbt_config *cfg, char **names, int n, int max_rows,

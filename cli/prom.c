@@ -79,8 +79,18 @@ typedef enum {
     M_HOLDERS,
     M_WAITERS,
     M_OLDEST,
+    M_ADAPTIVE,
+    M_ADAPTIVE_MIN,
+    M_ADAPTIVE_MAX,
     M_COUNTER
 } metric_src;
+
+/* The bounds of the adaptive controller that leads the semaphore (acting, or standing by while
+ * an operator's override is in force); NULL when none leads. */
+static const dbt_status_adapt *leading(const dbt_status_kind *k, int64_t now_ms)
+{
+    return dbt_status_adapt_leads(k->adapt, now_ms) && !k->adapt->lease_unknown ? k->adapt : NULL;
+}
 
 static void prom_metric(FILE *out, const cli_pool_view *v, int n, const char *name,
                         const char *type, const char *help, metric_src src, int counter)
@@ -118,6 +128,18 @@ static void prom_metric(FILE *out, const cli_pool_view *v, int n, const char *na
             case M_OLDEST:
                 val = (double)k->oldest_wait_ms / 1000.0;
                 break;
+            case M_ADAPTIVE:
+                val = cli_adapt_of(k, v[i].now_ms) == CLI_ADAPT_LEADING;
+                break;
+            case M_ADAPTIVE_MIN:
+            case M_ADAPTIVE_MAX: {
+                const dbt_status_adapt *a = leading(k, v[i].now_ms);
+                long long bound = !a ? 0 : src == M_ADAPTIVE_MIN ? a->min : a->max;
+                if (!bound)
+                    continue;
+                val = (double)bound;
+                break;
+            }
             case M_COUNTER:
                 val = (double)k->counters[counter];
                 if (counter == DBT_CTR_WAIT_MS)
@@ -282,9 +304,21 @@ void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n, double scra
     if (n < 0)
         return;
     prom_metric(out, v, n, "dbthrottle_limit", "gauge",
-                "Limit in force: the operator's override, else the last acquirer's.", M_LIMIT, 0);
+                "Limit in force: the override (an operator's, or the adaptive controller's), else "
+                "the last acquirer's.",
+                M_LIMIT, 0);
     prom_metric(out, v, n, "dbthrottle_limit_override", "gauge",
-                "Operator's override of the limit (dbthrottle limit), when set.", M_OVERRIDE, 0);
+                "Override of the limit, when set: an operator's (dbthrottle limit) or the adaptive "
+                "controller's (dbthrottle adapt).",
+                M_OVERRIDE, 0);
+    prom_metric(out, v, n, "dbthrottle_adaptive", "gauge",
+                "1 while the limit in force is an adaptive controller's that leads (dbthrottle "
+                "adapt), else 0.",
+                M_ADAPTIVE, 0);
+    prom_metric(out, v, n, "dbthrottle_adaptive_min", "gauge",
+                "Lowest limit the leading adaptive controller may set.", M_ADAPTIVE_MIN, 0);
+    prom_metric(out, v, n, "dbthrottle_adaptive_max", "gauge",
+                "Highest limit the leading adaptive controller may set.", M_ADAPTIVE_MAX, 0);
     prom_metric(out, v, n, "dbthrottle_draining", "gauge",
                 "1 while the pool is drained (dbthrottle drain): no new grants.", M_DRAINING, 0);
     prom_metric(out, v, n, "dbthrottle_quarantine_seconds", "gauge",

@@ -149,17 +149,121 @@ static void text_sharing(FILE *out, const cli_pool_view *v, const dbt_status_kin
                 owner, shape);
 }
 
-static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const char *name)
+/* The limit as the pool's line states it: who set the override (by hand, or the adaptive
+ * controller: its PTTL says which) and what the workers ask when that differs. */
+static void text_limit(const dbt_status_kind *k, cli_adapt_state st, char *out, size_t cap)
+{
+    char ask[48] = "", d[24];
+    if (k->override && k->limit_seen && k->override != k->limit_seen)
+        snprintf(ask, sizeof ask, "; workers ask %lld", k->limit_seen);
+    const dbt_status_adapt *a = k->adapt;
+    if (!k->override) {
+        if (k->limit_seen)
+            snprintf(out, cap, "%lld", k->limit_seen);
+        else
+            snprintf(out, cap, "unknown");
+    } else if (k->override_pttl_ms <= 0) {
+        snprintf(out, cap, "%lld (operator override, set by hand%s)", k->override, ask);
+    } else if (st == CLI_ADAPT_LEADING && a->min && a->max) {
+        snprintf(out, cap, "%lld (adaptive, %lld..%lld%s)", k->override, a->min, a->max, ask);
+    } else if (st == CLI_ADAPT_LEADING) {
+        snprintf(out, cap, "%lld (adaptive%s)", k->override, ask);
+    } else {
+        cli_duration(k->override_pttl_ms, d, sizeof d);
+        if (st == CLI_ADAPT_UNKNOWN)
+            snprintf(out, cap, "%lld (adaptive; lapses in %s unless its controller renews it%s)",
+                     k->override, d, ask);
+        else
+            snprintf(out, cap, "%lld (adaptive controller gone; its limit %lld lapses in %s%s)",
+                     k->override, k->override, d, ask);
+    }
+}
+
+/* "; last change 3.1s ago, to 12: REASON" of the controller's record, or that it made none. */
+static void text_last_change(FILE *out, const cli_pool_view *v, const dbt_status_adapt *a)
+{
+    if (!a->changed_at_ms || !a->limit) {
+        fputs("; no change yet", out);
+        return;
+    }
+    char d[24], why[300];
+    cli_duration(v->now_ms - a->changed_at_ms, d, sizeof d);
+    dbt_escape(a->reason[0] ? a->reason : "no reason given", 199, false, why, sizeof why);
+    fprintf(out, "; last change %s ago, to %lld: %s", d, a->limit, why);
+}
+
+/* The line under the limit on the adaptive controller (nothing when none leads and the override
+ * is not its own), and one naming what of its record is unreadable. */
+static void text_adapt(FILE *out, const cli_pool_view *v, dbt_kind kind, const char *prefix,
+                       cli_adapt_state st)
 {
     const dbt_status_kind *k = &v->kind[kind];
-    char lim[96] = "unknown", d1[24], d2[24];
-    if (k->override && k->limit_seen && k->override != k->limit_seen)
-        snprintf(lim, sizeof lim, "%lld (operator override; workers ask %lld)", k->override,
-                 k->limit_seen);
-    else if (k->override)
-        snprintf(lim, sizeof lim, "%lld (operator override)", k->override);
-    else if (k->limit_seen)
-        snprintf(lim, sizeof lim, "%lld", k->limit_seen);
+    const dbt_status_adapt *a = k->adapt;
+    if (!a)
+        return;
+    /* "web1 pid 4242", "?" for what the record lacks */
+    char who[120], host[80], pid[24] = "?", d[24], range[48] = "unknown";
+    dbt_escape(a->host[0] ? a->host : "?", 63, false, host, sizeof host);
+    if (a->pid)
+        snprintf(pid, sizeof pid, "%lld", a->pid);
+    snprintf(who, sizeof who, "%s pid %s", host, pid);
+    if (a->min && a->max)
+        snprintf(range, sizeof range, "%lld..%lld", a->min, a->max);
+    cli_duration(a->lease_until_ms - v->now_ms, d, sizeof d);
+    switch (st) {
+    case CLI_ADAPT_LEADING:
+    case CLI_ADAPT_WAITING:
+        fprintf(out, "  adaptive controller %s leads (lease %s left, limits %s)", who, d, range);
+        if (st == CLI_ADAPT_WAITING)
+            fputs(", no limit of its own in force", out);
+        text_last_change(out, v, a);
+        fputc('\n', out);
+        break;
+    case CLI_ADAPT_OPERATOR:
+        fprintf(out,
+                "  adaptive controller %s stands by while the limit is set by hand (lease %s "
+                "left; dbthrottle limit --clear hands it back)\n",
+                who, d);
+        break;
+    case CLI_ADAPT_GONE:
+        if (a->owner[0])
+            cli_duration(v->now_ms - a->lease_until_ms, d, sizeof d);
+        fprintf(out, "  adaptive controller %s leads no more (%s%s%s)", who,
+                a->owner[0] ? "its lease ran out " : "it resigned", a->owner[0] ? d : "",
+                a->owner[0] ? " ago" : "");
+        text_last_change(out, v, a);
+        fputc('\n', out);
+        break;
+    case CLI_ADAPT_UNKNOWN:
+        if (a->host[0] || a->pid)
+            fprintf(out, "  adaptive controller %s: whether it leads is unknown\n", who);
+        break;
+    case CLI_ADAPT_NONE:
+    case CLI_ADAPT_STOPPED:
+        break;
+    }
+    if (!a->unreadable[0])
+        return;
+    dbt_keys keys;
+    char key[300] = "", bad[1700];
+    if (dbt_keys_init(&keys, prefix, v->name)) {
+        char *full = keys.keys[kind][DBT_K_LIMIT];
+        snprintf(key, sizeof key, "%.280s:adapt", full);
+    }
+    dbt_keys_free(&keys);
+    char shown[400];
+    dbt_escape(key, 290, false, shown, sizeof shown);
+    dbt_escape(a->unreadable, sizeof a->unreadable, false, bad, sizeof bad);
+    fprintf(out, "  adaptive controller's record %s is unreadable: %s\n", shown, bad);
+}
+
+static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const char *name,
+                      const char *prefix)
+{
+    const dbt_status_kind *k = &v->kind[kind];
+    char lim[200], d1[24], d2[24];
+    cli_adapt_state st = cli_adapt_of(k, v->now_ms);
+    text_limit(k, st, lim, sizeof lim);
     char oldest[48] = "";
     if (k->oldest_wait_ms > 0) {
         cli_duration(k->oldest_wait_ms, d1, sizeof d1);
@@ -168,6 +272,7 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
     fprintf(out, "pool %s %s: limit %s, %lld holding, %lld waiting%s%s\n", name,
             dbt_kind_name(kind), lim, k->nholders, k->nwaiters, oldest,
             k->drained ? ", DRAINING (no new grants)" : "");
+    text_adapt(out, v, kind, prefix, st);
     cli_duration(k->counters[DBT_CTR_WAIT_MS], d1, sizeof d1);
     fprintf(out,
             "  grants %lld  queued %lld  refused %lld  cancelled %lld  expired %lld  "
@@ -430,7 +535,7 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
             if (v[i].kind[kind].used || v[i].kind[kind].nclasses) {
                 if (any || i)
                     fputc('\n', out);
-                text_kind(out, &v[i], (dbt_kind)kind, name);
+                text_kind(out, &v[i], (dbt_kind)kind, name, prefix);
                 any = true;
             }
         if (!any && v[i].nprocs) {
@@ -566,6 +671,64 @@ static void json_histograms(FILE *out, const dbt_status_kind *k)
     fputc(']', out);
 }
 
+/* A number of the controller's record: null when it is unknown (0: missing or unreadable). */
+static void json_known(FILE *out, const char *name, long long v)
+{
+    fprintf(out, ",\"%s\":", name);
+    json_int_or_null(out, v);
+}
+
+/* A text of the controller's record: null when it is empty. */
+static void json_text(FILE *out, const char *name, const char *v)
+{
+    fprintf(out, ",\"%s\":", name);
+    if (v[0])
+        cli_json_str(out, v);
+    else
+        fputs("null", out);
+}
+
+/* The adaptive controller (docs/dbthrottle.1, JSON OUTPUT): null when there is no record of one
+ * and no override with a TTL; the record's fields null when it lacks them (or there is none). */
+static void json_adapt(FILE *out, const cli_pool_view *v, const dbt_status_kind *k)
+{
+    cli_adapt_state st = cli_adapt_of(k, v->now_ms);
+    fputs(",\"adaptive\":", out);
+    if (st == CLI_ADAPT_NONE) {
+        fputs("null", out);
+        return;
+    }
+    static const dbt_status_adapt none;
+    const dbt_status_adapt *a = k->adapt ? k->adapt : &none;
+    fprintf(out, "{\"state\":\"%s\",\"leads\":%s,\"lapses_in_ms\":", cli_adapt_name(st),
+            dbt_status_adapt_leads(k->adapt, v->now_ms) ? "true" : "false");
+    if (k->override && k->override_pttl_ms > 0)
+        fprintf(out, "%lld", k->override_pttl_ms);
+    else
+        fputs("null", out);
+    fprintf(out, ",\"record_found\":%s", k->adapt ? "true" : "false");
+    json_text(out, "owner", a->owner);
+    json_text(out, "host", a->host);
+    json_known(out, "pid", a->pid);
+    json_known(out, "lease_until_ms", a->lease_until_ms);
+    fputs(",\"lease_left_ms\":", out);
+    if (a->lease_until_ms > 0)
+        fprintf(out, "%lld", a->lease_until_ms > v->now_ms ? a->lease_until_ms - v->now_ms : 0);
+    else
+        fputs("null", out);
+    json_known(out, "since_ms", a->since_ms);
+    json_known(out, "min", a->min);
+    json_known(out, "max", a->max);
+    json_known(out, "limit", a->limit);
+    json_known(out, "changed_at_ms", a->changed_at_ms);
+    json_text(out, "reason", a->reason);
+    json_known(out, "ttl_ms", a->ttl_ms);
+    json_known(out, "interval_ms", a->interval_ms);
+    json_known(out, "window_ms", a->window_ms);
+    json_text(out, "unreadable", a->unreadable);
+    fputc('}', out);
+}
+
 static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *k)
 {
     fputs("{\"limit\":", out);
@@ -574,6 +737,12 @@ static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *
     json_int_or_null(out, k->limit_seen);
     fputs(",\"override\":", out);
     json_int_or_null(out, k->override);
+    fputs(",\"override_set_by\":", out);
+    if (k->override)
+        fputs(k->override_pttl_ms > 0 ? "\"adaptive\"" : "\"hand\"", out);
+    else
+        fputs("null", out);
+    json_adapt(out, v, k);
     fprintf(out, ",\"draining\":%s,\"quarantine_ms\":%lld,\"quarantine_why\":",
             k->drained ? "true" : "false", k->quarantine_ms);
     if (k->quarantine_ms > 0)

@@ -12,6 +12,31 @@ long long cli_effective_limit(const dbt_status_kind *k)
     return k->override ? k->override : k->limit_seen;
 }
 
+cli_adapt_state cli_adapt_of(const dbt_status_kind *k, int64_t now_ms)
+{
+    const dbt_status_adapt *a = k->adapt;
+    bool timed = k->override && k->override_pttl_ms > 0;
+    if (!a)
+        return timed ? CLI_ADAPT_GONE : CLI_ADAPT_NONE;
+    if (a->lease_unknown)
+        return CLI_ADAPT_UNKNOWN;
+    if (!dbt_status_adapt_leads(a, now_ms))
+        return timed ? CLI_ADAPT_GONE : CLI_ADAPT_STOPPED;
+    if (timed)
+        return CLI_ADAPT_LEADING;
+    return k->override ? CLI_ADAPT_OPERATOR : CLI_ADAPT_WAITING;
+}
+
+const char *cli_adapt_name(cli_adapt_state s)
+{
+    static const char *const names[] = {
+        [CLI_ADAPT_NONE] = NULL,           [CLI_ADAPT_STOPPED] = "stopped",
+        [CLI_ADAPT_LEADING] = "adaptive",  [CLI_ADAPT_GONE] = "gone",
+        [CLI_ADAPT_OPERATOR] = "operator", [CLI_ADAPT_WAITING] = "waiting",
+        [CLI_ADAPT_UNKNOWN] = "unknown"};
+    return names[s];
+}
+
 void cli_view_free(cli_pool_view *v)
 {
     free(v->name);

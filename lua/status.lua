@@ -15,9 +15,15 @@
 -- Entries whose lease ran out are left out of all that; then the holders whose lease ran out but
 -- who never released (still in the holders ZSET past their expiry: a stopped or cut-off holder
 -- whose command may still run): their count in units and {id, lease expiry, info, ...} of the
--- permits (drain --wait must not call such a pool drained). Last, the owner whose waiters are the
+-- permits (drain --wait must not call such a pool drained). Then the owner whose waiters are the
 -- whole queue (owners['*']: a process' cid, or a host group G, that passes permits without
 -- Redis), or false.
+-- Then the override's PTTL (ms, as PTTL says it: -2 no override, -1 one without a TTL, set by
+-- hand with dbthrottle limit; > 0 one with a TTL, the adaptive controller's) and the adaptive
+-- controller's record (HGETALL of the override's key .. ':adapt', flat {field, value, ...}; {}
+-- when there is none; the error's text when it cannot be read, a key of another type: status
+-- still answers). Both are appended last, so that a parser of an older reply reads the rest as
+-- before.
 local max = tonumber(ARGV[10]) or 0
 load_classes()
 local now = now_ms()
@@ -70,6 +76,15 @@ local function classes(s, d, L)
             (c == d.dflt) and 1 or 0}
     end
     return out
+end
+-- The adaptive controller's record beside the override (see the top): pcall, so that a key of
+-- another type there says what it is instead of failing the whole status.
+local function adapt_record(s)
+    local r = redis.pcall('HGETALL', s.LIM .. ':adapt')
+    if type(r) == 'table' and r.err then
+        return tostring(r.err)
+    end
+    return r
 end
 local function snapshot(s)
     local c = redis.call('MGET', s.SEEN, s.LIM, s.DRAIN, s.ERA, s.CLASSES, s.CLASSES_SEEN)
@@ -140,7 +155,7 @@ local function snapshot(s)
         redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS),
         qleft, why, classes(s, K.effective_defs(c[5], c[6]), tonumber(c[2]) or tonumber(c[1]) or 0),
         oldest, bounds, redis.call('HGETALL', s.HIST), nlapsed, lapsed,
-        redis.call('HGET', s.OWN, '*')}
+        redis.call('HGET', s.OWN, '*'), redis.call('PTTL', s.LIM), adapt_record(s)}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).

@@ -3,6 +3,7 @@
 
 #include "sem_client.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -894,6 +895,134 @@ static bool parse_holders(const redisReply *h, dbt_status_entry **out, int *n, c
     return true;
 }
 
+/* Notes one unreadable field of the controller's record ("pid missing", "min not a number
+ * (\"x\")"), comma-separated, as far as there is room. */
+static void adapt_unreadable(dbt_status_adapt *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void adapt_unreadable(dbt_status_adapt *a, const char *fmt, ...)
+{
+    size_t len = strlen(a->unreadable), cap = sizeof a->unreadable;
+    if (len + 3 >= cap)
+        return;
+    if (len) {
+        memcpy(a->unreadable + len, ", ", 3);
+        len += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->unreadable + len, cap - len, fmt, ap);
+    va_end(ap);
+}
+
+/* A number field of the record: the whole text a decimal integer of at least lo. Missing: 0, and
+ * named when required; malformed: 0, named with (the start of) what it holds. */
+static void adapt_number(dbt_status_adapt *a, const char *name, const char *text, bool required,
+                         long long lo, long long *out)
+{
+    *out = 0;
+    if (!text) {
+        if (required)
+            adapt_unreadable(a, "%s missing", name);
+        return;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end || errno || v < lo) {
+        char shown[40];
+        dbt_escape(text, 16, true, shown, sizeof shown);
+        adapt_unreadable(a, "%s not %s (%s)", name, lo > 0 ? "a positive integer" : "a number",
+                         shown);
+        return;
+    }
+    *out = v;
+}
+
+/* The controller's record: HGETALL's {field, value, ...} (none: NULL), or the text of why
+ * status.lua could not read it. */
+static bool parse_adapt(const redisReply *r, dbt_status_adapt **out, char *err)
+{
+    static const char script[] = "status.lua";
+    enum {
+        OWNER,
+        HOST,
+        PID,
+        LEASE_UNTIL,
+        SINCE,
+        MIN,
+        MAX,
+        LIMIT,
+        CHANGED_AT,
+        REASON,
+        TTL_MS,
+        INTERVAL_MS,
+        WINDOW_MS,
+        NFIELDS
+    };
+    static const char *const names[NFIELDS] = {
+        "owner", "host",       "pid",    "lease_until", "since",       "min",      "max",
+        "limit", "changed_at", "reason", "ttl_ms",      "interval_ms", "window_ms"};
+    *out = NULL;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 0)
+        return true;
+    if (r->type != REDIS_REPLY_ARRAY && r->type != REDIS_REPLY_STRING)
+        return unexpected(err, script, "the adaptive record is %s", type_name(r->type));
+    if (r->type == REDIS_REPLY_ARRAY && r->elements % 2)
+        return unexpected(err, script, "%zu elements in the adaptive record", r->elements);
+    dbt_status_adapt *a = calloc(1, sizeof *a);
+    if (!a)
+        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    *out = a;
+    if (r->type == REDIS_REPLY_STRING) { /* Redis' refusal: a key of another type, say */
+        char why[120];
+        dbt_escape(r->str, 100, false, why, sizeof why);
+        snprintf(a->unreadable, sizeof a->unreadable, "not readable: %s", why);
+        a->lease_unknown = true;
+        return true;
+    }
+    const char *text[NFIELDS] = {NULL};
+    for (size_t i = 0; i < r->elements; i += 2) {
+        const redisReply *f = r->element[i], *v = r->element[i + 1];
+        if (!is_type(f, REDIS_REPLY_STRING, script, "an adaptive record's field", err) ||
+            !is_type(v, REDIS_REPLY_STRING, script, "an adaptive record's value", err))
+            return false;
+        for (int n = 0; n < NFIELDS; n++)
+            if (strcmp(f->str, names[n]) == 0)
+                text[n] = v->str;
+    }
+    if (text[OWNER])
+        snprintf(a->owner, sizeof a->owner, "%s", text[OWNER]);
+    else
+        adapt_unreadable(a, "owner missing");
+    if (text[HOST] && text[HOST][0])
+        snprintf(a->host, sizeof a->host, "%s", text[HOST]);
+    else
+        adapt_unreadable(a, "host missing");
+    adapt_number(a, "pid", text[PID], true, 1, &a->pid);
+    adapt_number(a, "lease_until", text[LEASE_UNTIL], true, 0, &a->lease_until_ms);
+    /* A resign writes owner "" and lease_until 0, nothing else does: an owner with no readable
+     * lease, or no owner field at all, cannot say whether it leads. */
+    a->lease_unknown = !text[OWNER] || (a->owner[0] && a->lease_until_ms <= 0);
+    adapt_number(a, "since", text[SINCE], false, 0, &a->since_ms);
+    adapt_number(a, "min", text[MIN], true, 1, &a->min);
+    adapt_number(a, "max", text[MAX], true, 1, &a->max);
+    if (a->min && a->max && a->min > a->max)
+        adapt_unreadable(a, "min %lld above max %lld", a->min, a->max);
+    adapt_number(a, "limit", text[LIMIT], false, 1, &a->limit);
+    adapt_number(a, "changed_at", text[CHANGED_AT], false, 0, &a->changed_at_ms);
+    if (text[REASON])
+        snprintf(a->reason, sizeof a->reason, "%s", text[REASON]);
+    adapt_number(a, "ttl_ms", text[TTL_MS], false, 1, &a->ttl_ms);
+    adapt_number(a, "interval_ms", text[INTERVAL_MS], false, 1, &a->interval_ms);
+    adapt_number(a, "window_ms", text[WINDOW_MS], false, 1, &a->window_ms);
+    return true;
+}
+
+bool dbt_status_adapt_leads(const dbt_status_adapt *a, int64_t now_ms)
+{
+    return a && a->owner[0] && a->lease_until_ms > now_ms;
+}
+
 static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err)
 {
     static const char script[] = "status.lua";
@@ -915,15 +1044,17 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         NLAPSED,
         LAPSED,
         SOLE,
+        OVERRIDE_PTTL,
+        ADAPT,
         NFIELDS
     };
     enum { WAITER_ID, WAITER_INFO, PER_WAITER };
-    /* Without the sole owner, the lapsed holders, the histograms, or the classes too: a reply of
-     * the scripts before them. */
+    /* Without the override's PTTL and the adaptive record, the sole owner, the lapsed holders,
+     * the histograms, or the classes too: a reply of the scripts before them. */
     if (!is_array(r, -1, script, "a semaphore", err))
         return false;
-    if (r->elements != NFIELDS && r->elements != SOLE && r->elements != NLAPSED &&
-        r->elements != OLDEST && r->elements != CLASSES)
+    if (r->elements != NFIELDS && r->elements != OVERRIDE_PTTL && r->elements != SOLE &&
+        r->elements != NLAPSED && r->elements != OLDEST && r->elements != CLASSES)
         return unexpected(err, script, "a semaphore has %zu elements, not %d", r->elements,
                           NFIELDS);
     if (r->elements > CLASSES && !parse_classes(r->element[CLASSES], k, err))
@@ -939,6 +1070,10 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
     /* false (nil) when no owner is sole */
     if (r->elements > SOLE && r->element[SOLE]->type == REDIS_REPLY_STRING)
         snprintf(k->sole, sizeof k->sole, "%s", r->element[SOLE]->str);
+    if (r->elements > OVERRIDE_PTTL && (!is_type(r->element[OVERRIDE_PTTL], REDIS_REPLY_INTEGER,
+                                                 script, "the override's PTTL", err) ||
+                                        !parse_adapt(r->element[ADAPT], &k->adapt, err)))
+        return false;
     const redisReply *const *e = (const redisReply *const *)r->element;
     long long drained = 0;
     if (!number_of(e[SEEN], "the limit seen", &k->limit_seen, err) ||
@@ -950,6 +1085,10 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         !why_of(e[WHY], script, k->why, err))
         return false;
     k->drained = drained != 0;
+    /* An older script does not say: every override was an operator's then. */
+    k->override_pttl_ms = r->elements > OVERRIDE_PTTL ? r->element[OVERRIDE_PTTL]->integer
+                          : k->override               ? -1
+                                                      : -2;
     const redisReply *w = e[WAITERS], *st = e[STATS];
     if (!parse_holders(e[HOLDERS], &k->holders, &k->nh, err) ||
         !is_array(w, -1, script, "waiters", err) || !is_array(st, -1, script, "counters", err))
@@ -1047,6 +1186,7 @@ void dbt_status_free(dbt_status_reply *s)
         free_entries(s->kind[k].lapsed, s->kind[k].nl);
         free(s->kind[k].classes);
         free(s->kind[k].hists);
+        free(s->kind[k].adapt);
     }
     free(s->procs);
     memset(s, 0, sizeof *s);

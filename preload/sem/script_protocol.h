@@ -395,6 +395,32 @@ typedef struct {
     bool is_default;          /* what no defined class names is served as */
 } dbt_status_class;
 
+/* The adaptive controller's record (dbthrottle adapt; lua/adapt.lua keeps it in the hash beside
+ * the override, "<override key>:adapt", 7 days after its last write), as status.lua reads it.
+ * Every field is text in Redis; a field that is missing or not what it should be is named in
+ * `unreadable` and left 0 or "", so that status says so instead of guessing. limit, reason and
+ * changed_at are absent until the controller first changes the limit: not unreadable then. */
+typedef struct {
+    char owner[96];           /* "<host>:<pid>:<16 hex>" of the lease's holder; "" resigned */
+    char host[64];            /* the controller's */
+    long long pid;            /* the controller's; 0 unknown */
+    long long lease_until_ms; /* Redis clock: it leads while owner != "" and this is ahead */
+    long long since_ms;       /* when this owner took the lease; 0 unknown */
+    long long min, max;       /* the bounds it keeps the limit in; 0 unknown */
+    long long limit;          /* the last limit it set; 0 none yet */
+    long long changed_at_ms;  /* when it set it (Redis clock); 0 none yet */
+    char reason[200];         /* why, one line; "" none yet */
+    long long ttl_ms, interval_ms, window_ms; /* the override's TTL it keeps, its period and its
+                                               * window; 0 unknown */
+    char unreadable[400]; /* "pid missing, min not a positive integer (\"x\")": the fields
+                           * missing or malformed, or why the record could not be read at all (a
+                           * key of another type); "" all is well */
+    bool lease_unknown;   /* owner or lease_until unreadable: whether it leads cannot be told */
+} dbt_status_adapt;
+
+/* Whether the controller of record a leads at now_ms: an owner and a lease not yet run out. */
+bool dbt_status_adapt_leads(const dbt_status_adapt *a, int64_t now_ms);
+
 typedef struct {
     long long limit_seen; /* the limit the last acquirer configured; 0 = none */
     long long override;   /* the operator's; 0 = none */
@@ -426,6 +452,11 @@ typedef struct {
      * G, with "/<class>.<weight>" for a tagged shape): it passes permits without Redis. "" none,
      * or from an older status.lua. */
     char sole[80];
+    /* The override's PTTL (ms): -2 none, -1 without a TTL (an operator's, set by hand), > 0 with
+     * a TTL (an adaptive controller's: it lapses then unless renewed); -2 from an older status.lua
+     * too, as for no override. */
+    long long override_pttl_ms;
+    dbt_status_adapt *adapt; /* the controller's record; NULL when there is none */
 } dbt_status_kind;
 
 /* status.lua's {now, query semaphore, connection semaphore, processes}. Owns its entries (copied
