@@ -23,15 +23,15 @@ static redisReply *reply_of(const char *resp)
 }
 
 /* A semaphore's first 16 fields (limit seen 4, override "12", nothing held, no classes, no
- * histograms, no lapsed holders), then what the test appends. */
-#define KIND18(tail)                                                                               \
-    "*18\r\n$1\r\n4\r\n$2\r\n12\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n:0\r\n$-1\r\n"              \
-    "*2\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n:0\r\n*0\r\n" tail
+ * histograms, no lapsed holders), no sole owner, then what the test appends. */
+#define KIND19(tail)                                                                               \
+    "*19\r\n$1\r\n4\r\n$2\r\n12\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n:0\r\n$-1\r\n"              \
+    "*2\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n:0\r\n*0\r\n$-1\r\n" tail
 /* The same of an older status.lua: 16 fields, no PTTL and no record. */
 #define KIND16                                                                                     \
     "*16\r\n$1\r\n4\r\n$2\r\n12\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n:0\r\n$-1\r\n"              \
     "*2\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n:0\r\n*0\r\n"
-#define NO_ADAPT KIND18(":-2\r\n*0\r\n")
+#define NO_ADAPT KIND19(":-2\r\n*0\r\n")
 
 static dbt_status_reply parse_ok(const char *resp)
 {
@@ -46,7 +46,7 @@ static dbt_status_reply parse_ok(const char *resp)
 Test(status_adapt, a_leading_controller_by_name)
 {
     dbt_status_reply s =
-        parse_ok("*3\r\n:5000\r\n" KIND18(":29000\r\n*26\r\n"
+        parse_ok("*3\r\n:5000\r\n" KIND19(":29000\r\n*26\r\n"
                                           "$5\r\nowner\r\n$26\r\nweb1:4242:0123456789abcdef\r\n"
                                           "$4\r\nhost\r\n$4\r\nweb1\r\n"
                                           "$3\r\npid\r\n$4\r\n4242\r\n"
@@ -91,7 +91,7 @@ Test(status_adapt, a_leading_controller_by_name)
  * not unreadable. Fields only a change writes (limit, reason, changed_at) may be absent. */
 Test(status_adapt, resigned_and_before_any_change)
 {
-    dbt_status_reply s = parse_ok("*3\r\n:5000\r\n" KIND18(":-1\r\n*12\r\n"
+    dbt_status_reply s = parse_ok("*3\r\n:5000\r\n" KIND19(":-1\r\n*12\r\n"
                                                            "$5\r\nowner\r\n$0\r\n\r\n"
                                                            "$4\r\nhost\r\n$2\r\nh1\r\n"
                                                            "$3\r\npid\r\n$2\r\n77\r\n"
@@ -115,7 +115,7 @@ Test(status_adapt, resigned_and_before_any_change)
 Test(status_adapt, garbage_fields_are_named_not_fatal)
 {
     dbt_status_reply s =
-        parse_ok("*3\r\n:5000\r\n" KIND18(":29000\r\n*14\r\n"
+        parse_ok("*3\r\n:5000\r\n" KIND19(":29000\r\n*14\r\n"
                                           "$5\r\nowner\r\n$1\r\nx\r\n"
                                           "$3\r\npid\r\n$3\r\nabc\r\n"
                                           "$11\r\nlease_until\r\n$4\r\nsoon\r\n"
@@ -147,7 +147,7 @@ Test(status_adapt, min_above_max_and_long_values)
     memset(host, 'h', 300);
     host[300] = '\0';
     snprintf(resp, sizeof resp,
-             "*3\r\n:5000\r\n" KIND18(":10\r\n*14\r\n"
+             "*3\r\n:5000\r\n" KIND19(":10\r\n*14\r\n"
                                       "$5\r\nowner\r\n$3\r\na:1\r\n"
                                       "$4\r\nhost\r\n$300\r\n%s\r\n"
                                       "$3\r\npid\r\n$1\r\n9\r\n"
@@ -171,7 +171,7 @@ Test(status_adapt, min_above_max_and_long_values)
 /* The key holds another type: status.lua passes Redis' refusal as text; the record says so. */
 Test(status_adapt, a_key_of_another_type)
 {
-    dbt_status_reply s = parse_ok("*3\r\n:5000\r\n" KIND18(
+    dbt_status_reply s = parse_ok("*3\r\n:5000\r\n" KIND19(
         ":29000\r\n$65\r\nWRONGTYPE Operation against a key holding the wrong kind of value\r\n")
                                       NO_ADAPT);
     const dbt_status_adapt *a = s.kind[DBT_KIND_QUERY].adapt;
@@ -198,18 +198,18 @@ Test(status_adapt, malformed)
 {
     static const char *const bad[] = {
         /* the PTTL as text */
-        "*3\r\n:5000\r\n" KIND18("$2\r\n10\r\n*0\r\n") NO_ADAPT,
+        "*3\r\n:5000\r\n" KIND19("$2\r\n10\r\n*0\r\n") NO_ADAPT,
         /* the record an integer */
-        "*3\r\n:5000\r\n" KIND18(":10\r\n:1\r\n") NO_ADAPT,
+        "*3\r\n:5000\r\n" KIND19(":10\r\n:1\r\n") NO_ADAPT,
         /* the record not in pairs, after a good one in the query kind */
-        "*3\r\n:5000\r\n" KIND18(":10\r\n*2\r\n$3\r\npid\r\n$1\r\n1\r\n")
-            KIND18(":10\r\n*1\r\n$3\r\npid\r\n"),
+        "*3\r\n:5000\r\n" KIND19(":10\r\n*2\r\n$3\r\npid\r\n$1\r\n1\r\n")
+            KIND19(":10\r\n*1\r\n$3\r\npid\r\n"),
         /* a value an array */
-        "*3\r\n:5000\r\n" KIND18(":10\r\n*2\r\n$3\r\npid\r\n*0\r\n") NO_ADAPT,
-        /* 17 fields: the PTTL without the record */
+        "*3\r\n:5000\r\n" KIND19(":10\r\n*2\r\n$3\r\npid\r\n*0\r\n") NO_ADAPT,
+        /* 18 fields: the sole owner and the PTTL without the record */
         "*3\r\n:5000\r\n"
-        "*17\r\n$1\r\n4\r\n$2\r\n12\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n:0\r\n$-1\r\n"
-        "*2\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n:0\r\n*0\r\n:10\r\n" NO_ADAPT,
+        "*18\r\n$1\r\n4\r\n$2\r\n12\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n:0\r\n$-1\r\n"
+        "*2\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n:0\r\n*0\r\n$-1\r\n:10\r\n" NO_ADAPT,
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         redisReply *r = reply_of(bad[i]);
