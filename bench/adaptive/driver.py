@@ -40,9 +40,9 @@ def knob(name, full, quick):
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 LIMITS = [1, 2, 4, 16] if QUICK else [1, 2, 3, 4, 6, 8, 12, 16]
 CLIENTS = [8, 32] if QUICK else [8, 16, 32, 64]
-PHASE_S = knob("ADAPTIVE_PHASE_S", 5, 3)  # each client count of the sweep
+PHASE_S = knob("ADAPTIVE_PHASE_S", 4, 3)  # each client count of the sweep
 WARM_S = knob("ADAPTIVE_WARM_S", 30, 15)  # the controller's warm-up before the sweep
-STEP_PRE_S = knob("ADAPTIVE_STEP_PRE_S", 35, 20)
+STEP_PRE_S = knob("ADAPTIVE_STEP_PRE_S", 30, 20)
 STEP_POST_S = knob("ADAPTIVE_STEP_POST_S", 45, 40)
 STEP_CLIENTS = 32
 SETTLE_HOLD_S = 10  # "settled": within the band for this long, up to the run's end
@@ -266,10 +266,10 @@ class Bench:
                 tr, pr = res["tps"] / ref["tps"], res["p99"] / ref["p99"]
                 note = "" if alive else " (controller exited)"
                 self.rows.append(("adaptive", "%s: throughput / best static (limit %d) >= 0.9" % (what, lim),
-                                  "%.2f (%.0f/%.0f)%s" % (tr, res["tps"], ref["tps"], note),
+                                  "%.3f (%.0f/%.0f)%s" % (tr, res["tps"], ref["tps"], note),
                                   "PASS" if tr >= 0.9 and alive else "MISS"))
                 self.rows.append(("adaptive", "%s: p99 / best static <= 1.5" % what,
-                                  "%.2f (%.1f/%.1f ms)%s" % (pr, res["p99"], ref["p99"], note),
+                                  "%.3f (%.1f/%.1f ms)%s" % (pr, res["p99"], ref["p99"], note),
                                   "PASS" if pr <= 1.5 and alive else "MISS"))
 
     def part_step(self):
