@@ -143,7 +143,7 @@ $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 .PHONY: all man check test test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes test-cli \
-        test-compilers check-exports fuzz soak bench bench-async bench-cache bench-scale bench-classes bench-peers demo install uninstall \
+        test-compilers check-exports fuzz soak bench bench-async bench-cache bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
         deb test-package FORCE \
         clean deps format format-check check-asan check-tsan check-valgrind
 
@@ -427,6 +427,14 @@ bench-classes: deps all
 # pgbench -S -c1 with the defaults against direct. About 3 minutes.
 bench-cache: deps all $(BUILD)/bench/cache-burst
 	sh bench/cache_bench.sh
+
+# The adaptive limit's acceptance (bench/adaptive/run.sh): the best static limit of a CPU-bound
+# and a hot-row workload over 8 .. 64 clients, `dbthrottle adapt` from min and from max against it,
+# a step of the statement's cost, two controllers' lease, --dry-run; plots in build/bench/. About
+# 10 minutes; BENCH_QUICK=1 about 3.
+bench-adaptive: deps all
+	sh tools/install-deps.sh gnuplot-nox
+	sh bench/adaptive/run.sh
 
 # How the costs grow with a pool's size (10 to 10 000 waiters), memory, connections per process.
 bench-scale: deps $(BUILD)/bench/scale-bench
