@@ -23,6 +23,11 @@
  * sustained when two windows running say so, or one says it by this factor. */
 #define CPU_SUSTAINED_SE 2.0
 #define CPU_GROSS        1.5
+/* More concurrency "paid" when, from the lower concurrency of two windows to the higher, throughput
+ * gained more than this share of what proportional scaling would give (a tenth: past the first
+ * few units, a hot row's or a saturating disk's gains are small but real, and above the noise of
+ * a window's mean). */
+#define PAY_SHARE 0.1
 /* Raising needs waiters in at least this share of the window's samples. */
 #define WAITING_SUSTAINED 0.5
 /* Slack for comparing times made of sums of floating seconds. */
@@ -69,6 +74,9 @@ void dbt_adapt_init(dbt_adapt_state *s, const dbt_adapt_params *p, int start_lim
     s->base_xacts_per_s = -1;
     s->base_grants_per_s = -1;
     s->base_held = -1;
+    s->ref_conc = -1;
+    s->ref_xacts_per_s = -1;
+    s->ref_grants_per_s = -1;
     s->last_t_s = -1;
 }
 
@@ -122,7 +130,7 @@ typedef struct {
     double held, waiters, waiting_share;
     double thr, base_thr; /* throughput, and the baseline's from the same source */
     const char *thr_name; /* "xacts" (PostgreSQL's) or "grants" (the pool's) */
-    double grants;
+    double grants, xacts;
     double hold;
     double conc;        /* the concurrency the holds were measured at */
     double cpu, cpu_se; /* the mean of cpu_active, and its standard error (-1: one sample) */
@@ -155,7 +163,7 @@ static window_summary summarize(const dbt_adapt_state *s)
     m.waiters = mean_or_unknown(w->waiters_sum, w->waiters_n);
     m.waiting_share = mean_or_unknown(w->waiting_samples, w->waiters_n);
     m.grants = mean_or_unknown(w->grants_sum, w->grants_s);
-    double xacts = mean_or_unknown(w->xacts_sum, w->xacts_s);
+    double xacts = m.xacts = mean_or_unknown(w->xacts_sum, w->xacts_s);
     /* PostgreSQL's own count when this window and the baseline both have it (it includes what
      * the pool does not see), else the pool's grants. */
     if (xacts >= 0 && (s->base_hold_ms <= 0 || s->base_xacts_per_s >= 0)) {
@@ -186,15 +194,42 @@ static window_summary summarize(const dbt_adapt_state *s)
  * sign that forbids a raise. */
 typedef struct {
     int hold_over, cpu_over, lock_over, lag_over;
-    int cpu_window_over; /* this window's CPUs over the cores (sustained or not yet) */
+    double cpu_mean, cpu_se; /* what the CPU verdict rests on: pooled, or this window's */
+    int cpu_samples;
+    int paid;         /* the last change's concurrency paid (1), did not (0), unknown (-1) */
+    double paid_gain; /* the throughput's gain from the lower concurrency to the higher */
     int hold_sign, cpu_sign, lock_sign, lag_sign;
     double hold_ratio, thr_ratio, thr_expected;
     double hold_estimate, cpu_estimate, lock_estimate;
 } verdict;
 
+/* Whether the higher concurrency of this window and the reference (the window before the last
+ * change) paid: throughput, from the source both know, gained more than PAY_SHARE of proportional
+ * scaling from the lower to the higher. After a raise: the raise paid; after a decrease: the
+ * decrease cost throughput. Unknown (-1) without a reference, throughput or a concurrency apart. */
+static int concurrency_paid(const dbt_adapt_state *s, const window_summary *m, double *gain)
+{
+    double thr = m->xacts >= 0 && s->ref_xacts_per_s >= 0 ? m->xacts : m->grants;
+    double ref =
+        m->xacts >= 0 && s->ref_xacts_per_s >= 0 ? s->ref_xacts_per_s : s->ref_grants_per_s;
+    *gain = 0;
+    if (thr < 0 || ref < 0 || m->conc <= 0 || s->ref_conc <= 0)
+        return -1;
+    int raised = m->conc > s->ref_conc + SAME_CONCURRENCY;
+    if (!raised && m->conc >= s->ref_conc - SAME_CONCURRENCY)
+        return -1;
+    double lo_thr = raised ? ref : thr, hi_thr = raised ? thr : ref;
+    double lo_n = raised ? s->ref_conc : m->conc, hi_n = raised ? m->conc : s->ref_conc;
+    if (lo_thr <= 0)
+        return hi_thr > 0;
+    *gain = hi_thr / lo_thr - 1;
+    return *gain > PAY_SHARE * (hi_n / lo_n - 1);
+}
+
 static verdict judge(const dbt_adapt_state *s, const dbt_adapt_params *p, const window_summary *m)
 {
     verdict v = {.hold_estimate = -1, .cpu_estimate = -1, .lock_estimate = -1, .thr_ratio = -1};
+    v.paid = concurrency_paid(s, m, &v.paid_gain);
     /* Holds: only against a baseline measured at a lower concurrency. A longer hold at the same
      * concurrency is the workload's doing (heavier statements), not ours. */
     if (m->hold > 0 && s->base_hold_ms > 0 && m->conc > s->base_held + SAME_CONCURRENCY) {
@@ -207,8 +242,12 @@ static verdict judge(const dbt_adapt_state *s, const dbt_adapt_params *p, const 
             v.thr_ratio = m->thr / m->base_thr;
             stopped = v.thr_ratio <= v.thr_expected;
         }
+        /* Against the baseline, a gain that slows (a hot row's, a disk's) looks stopped; the
+         * last change, one step away, tells whether the concurrency still pays. */
+        if (v.paid >= 0)
+            stopped = !v.paid;
         v.hold_over = v.hold_ratio > 1 + p->hold_rise && stopped;
-        v.hold_sign = v.hold_ratio > 1 + p->hold_rise / 2;
+        v.hold_sign = v.hold_ratio > 1 + p->hold_rise / 2 && v.paid != 1;
         /* Past a knee throughput is flat, so by Little's law the hold grows with the concurrency:
          * the knee is about concurrency x base hold / hold. */
         if (v.hold_over)
@@ -216,10 +255,28 @@ static verdict judge(const dbt_adapt_state *s, const dbt_adapt_params *p, const 
     }
     if (p->cores > 0 && m->cpu >= 0) {
         double least = m->cpu_se >= 0 ? m->cpu - CPU_SUSTAINED_SE * m->cpu_se : -1;
-        v.cpu_window_over = least > p->cores;
-        v.cpu_over =
-            v.cpu_window_over && (s->cpu_over_windows >= 1 || least > CPU_GROSS * p->cores);
         v.cpu_sign = m->cpu >= p->cores;
+        /* Sustained: this window's samples pooled with those of the last windows at this limit
+         * (every one of them, not only the busy ones: that would bias the mean up), or a gross
+         * excess in this window alone. */
+        double n = s->win.cpu_n, sum = s->win.cpu_sum, sq = s->win.cpu_sq_sum;
+        for (int i = 0; i < s->cpu_past_len; i++) {
+            n += s->cpu_past[i].n;
+            sum += s->cpu_past[i].sum;
+            sq += s->cpu_past[i].sq_sum;
+        }
+        double least_pooled = -1, mean = -1, se = -1;
+        if (s->cpu_past_len >= 1 && n >= 2) {
+            double var = (sq - n * (sum / n) * (sum / n)) / (n - 1);
+            mean = sum / n;
+            se = root(var > 0 ? var / n : 0);
+            least_pooled = mean - CPU_SUSTAINED_SE * se;
+        }
+        v.cpu_over = least_pooled > p->cores || least > CPU_GROSS * p->cores;
+        int pooled = least_pooled > p->cores;
+        v.cpu_mean = pooled ? mean : m->cpu;
+        v.cpu_se = pooled ? se : m->cpu_se;
+        v.cpu_samples = pooled ? (int)n : s->win.cpu_n;
         /* The statements on a CPU grow with the concurrency: the cores fit this many. */
         if (v.cpu_over) {
             double conc = m->conc >= 0 && m->conc < s->limit ? m->conc : s->limit;
@@ -227,8 +284,11 @@ static verdict judge(const dbt_adapt_state *s, const dbt_adapt_params *p, const 
         }
     }
     if (m->locks >= 0) {
-        v.lock_over = m->locks > p->lock_share;
-        v.lock_sign = m->locks > p->lock_share / 2;
+        /* Waits on locks are a cost only when the concurrency that brought them did not pay:
+         * on a few hot rows, throughput may still rise with the concurrency while most
+         * statements wait. Without a comparison, the share alone decides. */
+        v.lock_over = m->locks > p->lock_share && v.paid != 1;
+        v.lock_sign = m->locks > p->lock_share / 2 && v.paid != 1;
         /* The statements the locks let run stay as they are; of the rest, no more than the
          * share allowed to wait. */
         if (v.lock_over && p->lock_share < 1) {
@@ -310,6 +370,10 @@ static int lower_to(const dbt_adapt_state *s, const dbt_adapt_params *p, const v
             to = (int)estimates[i] + (estimates[i] > (int)estimates[i]);
     }
     int deepest = (int)(s->limit * DECREASE_FLOOR);
+    /* Right after a raise that found overload: back to the limit it left, just judged free of
+     * one (an estimate from a single window past a knee would undershoot it). */
+    if (s->good_limit > deepest && s->good_limit < s->limit)
+        deepest = s->good_limit;
     return clamp_limit(p, to < deepest ? deepest : to);
 }
 
@@ -366,11 +430,16 @@ static dbt_adapt_decision decide(dbt_adapt_state *s, const dbt_adapt_params *p,
             sep = "; ";
         }
         if (v->cpu_over) {
-            say(&l, "%scpu %.2f (se %.2f) > %g cores", sep, m->cpu, m->cpu_se, p->cores);
+            say(&l, "%scpu %.2f (se %.2f, %d samples) > %g cores", sep, v->cpu_mean, v->cpu_se,
+                v->cpu_samples, p->cores);
             sep = "; ";
         }
         if (v->lock_over) {
             say(&l, "%slocks %.2f > %.2f of active", sep, m->locks, p->lock_share);
+            if (v->paid == 0)
+                say(&l, " (%+.0f%% %s from %.1f to %.1f)", v->paid_gain * 100, m->thr_name,
+                    m->conc < s->ref_conc ? m->conc : s->ref_conc,
+                    m->conc < s->ref_conc ? s->ref_conc : m->conc);
             sep = "; ";
         }
         if (v->lag_over)
@@ -453,7 +522,23 @@ dbt_adapt_decision dbt_adapt_step(dbt_adapt_state *s, const dbt_adapt_params *p,
     window_summary m = summarize(s);
     verdict v = judge(s, p, &m);
     dbt_adapt_decision d = decide(s, p, &m, &v);
-    s->cpu_over_windows = d.change == 0 && v.cpu_window_over ? s->cpu_over_windows + 1 : 0;
+    if (d.change == 0) {
+        int slots = (int)(sizeof s->cpu_past / sizeof *s->cpu_past);
+        s->cpu_past[s->cpu_past_next].n = s->win.cpu_n;
+        s->cpu_past[s->cpu_past_next].sum = s->win.cpu_sum;
+        s->cpu_past[s->cpu_past_next].sq_sum = s->win.cpu_sq_sum;
+        s->cpu_past_next = (s->cpu_past_next + 1) % slots;
+        if (s->cpu_past_len < slots)
+            s->cpu_past_len++;
+    } else {
+        s->cpu_past_len = s->cpu_past_next = 0;
+    }
+    if (d.change != 0) {
+        s->good_limit = d.change > 0 ? s->limit : 0;
+        s->ref_conc = m.conc;
+        s->ref_xacts_per_s = m.xacts;
+        s->ref_grants_per_s = m.grants;
+    }
     update_baseline(s, &m, &v, mean_or_unknown(s->win.xacts_sum, s->win.xacts_s));
     window_start(&s->win, x->t_s);
     if (d.change != 0) {

@@ -63,9 +63,22 @@ typedef struct {
     double base_grants_per_s; /* the reference window's grants per second (< 0: unknown) */
     double base_held;         /* its concurrency: the units it held */
     int over_limit;           /* the last limit found overloaded, not yet reached again (0: none) */
-    int cpu_over_windows;     /* windows running, at this limit, with the CPUs over the cores */
-    double last_t_s;          /* the last sample's time (< 0: none yet) */
-    int nsamples;             /* samples seen since init */
+    int good_limit; /* the limit a raise left, judged free of overload (0: none); a decrease right
+                       after that raise goes no deeper than it */
+    /* The reference: the window that ended with the last change (at the limit before it): its
+     * concurrency, and its throughput by either source (< 0: unknown). Whether the change paid
+     * is judged against it. */
+    double ref_conc, ref_xacts_per_s, ref_grants_per_s;
+    /* The cpu_active samples of the last windows at this limit (a ring, emptied by a change):
+     * sums, sums of squares and counts, pooled with the window being judged so that a modest
+     * excess over the cores, too noisy for one window's samples, shows in more of them. */
+    struct {
+        int n;
+        double sum, sq_sum;
+    } cpu_past[2];
+    int cpu_past_len, cpu_past_next;
+    double last_t_s; /* the last sample's time (< 0: none yet) */
+    int nsamples;    /* samples seen since init */
     dbt_adapt_window win;
 } dbt_adapt_state;
 
