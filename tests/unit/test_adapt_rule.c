@@ -794,6 +794,13 @@ static void hot_rows_reach_the_best(int start, double noise, unsigned seed)
     simulate(&m, &s, &p, &tr, 600);
     show(&tr, 0, 200);
     double thr = mean_thr(&tr, 120, 600);
+    int lo = 32, hi = 0;
+    for (int t = 120; t < 600; t++) {
+        lo = tr.limit[t] < lo ? tr.limit[t] : lo;
+        hi = tr.limit[t] > hi ? tr.limit[t] : hi;
+    }
+    cr_log_info("hot rows from %d (noise %.2f): limit %d..%d, mean %.1f, %.0f/s (%.2f x 769/s)",
+                start, noise, lo, hi, mean_limit(&tr, 120, 600), thr, thr / 769);
     cr_assert(thr >= 0.9 * 769, "from %d (noise %.2f, seed %u): %.0f/s, below 0.9 x 769/s", start,
               noise, seed, thr);
     cr_assert(within(&tr, 120, 600, 5, 20), "from %d (noise %.2f, seed %u)", start, noise, seed);
@@ -826,6 +833,13 @@ static void mixed_step_lowers(double noise, unsigned seed)
     m.cpu_ms *= 4;
     simulate(&m, &s, &p, &tr, 600);
     show(&tr, 270, 400);
+    int lo = 32, hi = 0;
+    for (int t = 330; t < 600; t++) {
+        lo = tr.limit[t] < lo ? tr.limit[t] : lo;
+        hi = tr.limit[t] > hi ? tr.limit[t] : hi;
+    }
+    cr_log_info("step (noise %.2f, seed %u): %d before, %d..%d from 30 s after", noise, seed,
+                before, lo, hi);
     cr_assert(before >= 24, "before the step: %d (seed %u)", before, seed);
     cr_assert(within(&tr, 330, 600, 6, 16), "30 s after the step (noise %.2f, seed %u)", noise,
               seed);
