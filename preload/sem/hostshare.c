@@ -1239,6 +1239,24 @@ static int oldest_elsewhere(dbt_share *sh, const dbt_share_shape *shape, const b
     return best;
 }
 
+/* Under the lock: whether a registration of the kind but of another shape (limit, weight or
+ * class), in any process, has waited since before t_us. Redis serves the host's waiters in its own
+ * order (FIFO; classes); passing a permit past such a waiter to a younger one of the permit's
+ * shape would let permits go round one shape while the other waits at Redis' head for as long as
+ * they do: a caller of limit 2 at the head holds callers of limit 4 at 2 at once, a waiter of
+ * weight 2 never sees 2 units free. Such a permit goes back to Redis, which decides. */
+static bool other_shape_waited_longer(dbt_share *sh, const dbt_share_shape *shape, int64_t t_us)
+{
+    const dbt_seg *g = sh->seg;
+    for (uint32_t i = 0, n = regs_used(g); i < n; i++) {
+        const dbt_seg_reg *r = &g->regs[i];
+        if (r->state == REG_WAITING && r->kind == shape->kind && !same_shape(r, shape) &&
+            r->t_request_us < t_us)
+            return true;
+    }
+    return false;
+}
+
 dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *shape,
                                        const dbt_share_permit *permit, int64_t local_oldest_us,
                                        int64_t *waited_us)
@@ -1269,11 +1287,19 @@ dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *sha
         if (best == -2)
             return DBT_SHARE_NOT_SOLE;
         if (best < 0) {
+            /* the caller's own waiter of the shape may have it, unless another shape is older */
+            bool older =
+                local_oldest_us >= 0 && other_shape_waited_longer(sh, shape, local_oldest_us);
             dbt_share_unlock(sh);
-            return sh->broken ? DBT_SHARE_NOT_SOLE : DBT_SHARE_NOBODY;
+            return sh->broken || older ? DBT_SHARE_NOT_SOLE : DBT_SHARE_NOBODY;
         }
         dbt_seg_reg *r = &g->regs[best];
-        if (local_oldest_us >= 0 && local_oldest_us <= r->t_request_us) {
+        bool local_first = local_oldest_us >= 0 && local_oldest_us <= r->t_request_us;
+        if (other_shape_waited_longer(sh, shape, local_first ? local_oldest_us : r->t_request_us)) {
+            dbt_share_unlock(sh);
+            return DBT_SHARE_NOT_SOLE;
+        }
+        if (local_first) {
             dbt_share_unlock(sh);
             return sh->broken ? DBT_SHARE_NOT_SOLE : DBT_SHARE_LOCAL_FIRST;
         }

@@ -141,7 +141,9 @@ typedef enum {
 /* A held permit of `shape` that this process gives back: offered to the host's longest-waiting
  * registration of the same shape in another process (ties of t_request_us: the first
  * registered), unless this process' own oldest waiter of the shape began to wait before it or at
- * the same microsecond (local_oldest_us; -1: none here). The receiver's wake socket is sent a
+ * the same microsecond (local_oldest_us; -1: none here). A registration of another shape (limit,
+ * weight, class) that waited longer than the one it would go to makes it DBT_SHARE_NOT_SOLE: the
+ * permit goes back to Redis, whose order decides. The receiver's wake socket is sent a
  * datagram; a receiver found gone (its socket refuses) is purged and the next is tried, one
  * that cannot be sent to (no room: EAGAIN) is skipped (its permit taken back) for the next. On
  * DBT_SHARE_OFFERED, *waited_us (when not NULL) is how long the receiver had waited. A broken

@@ -490,9 +490,11 @@ Test(hostshare, the_oldest_waiter_of_the_shape_is_served_first, .timeout = 60)
     /* this process waits; the children give */
     uint64_t young = dbt_share_wait_begin(sh, &a, 1000);
     uint64_t old = dbt_share_wait_begin(sh, &a, 500);
-    uint64_t oldest_limit = dbt_share_wait_begin(sh, &other_limit, 100);
-    uint64_t oldest_class = dbt_share_wait_begin(sh, &other_class, 100);
-    uint64_t oldest_weight = dbt_share_wait_begin(sh, &other_weight, 100);
+    /* younger than those of shape a: a waiter of another shape that waited longer sends the
+     * permit back to Redis (the next test) */
+    uint64_t oldest_limit = dbt_share_wait_begin(sh, &other_limit, 2000);
+    uint64_t oldest_class = dbt_share_wait_begin(sh, &other_class, 2000);
+    uint64_t oldest_weight = dbt_share_wait_begin(sh, &other_weight, 2000);
     cr_assert(young && old && oldest_limit && oldest_class && oldest_weight);
 
     cr_expect_eq(offer_from_child(a, -1), DBT_SHARE_OFFERED);
@@ -519,6 +521,44 @@ Test(hostshare, the_oldest_waiter_of_the_shape_is_served_first, .timeout = 60)
     cr_expect_eq(offer_from_child(other_class, -1), DBT_SHARE_OFFERED);
     cr_assert_eq(dbt_share_take(sh, t, 8), 1);
     cr_expect_eq(t[0].reg, oldest_class);
+    dbt_share_detach(sh);
+}
+
+/* Redis serves the host's waiters in its own order: a permit passed past an older waiter of
+ * another shape to a younger one of its own would let permits go round one shape while the other
+ * waits at Redis' head (callers of limit 2 at the head held callers of limit 4 at 2 at once, in
+ * clients_that_disagree with sharing on). Such a permit goes back to Redis. */
+Test(hostshare, a_waiter_of_another_shape_that_waited_longer_sends_the_permit_to_redis,
+     .timeout = 60)
+{
+    dbt_share *sh = attach_or_die(dir);
+    make_sole(sh, 0);
+    dbt_share_shape a = shape_of(0, 4, ""), limit2 = shape_of(0, 2, ""), heavy = a;
+    heavy.weight = 2;
+    uint64_t older = dbt_share_wait_begin(sh, &limit2, 100);
+    uint64_t mine = dbt_share_wait_begin(sh, &a, 500);
+    cr_assert(older && mine);
+    dbt_share_taken t[8];
+    dbt_share_permit none;
+    cr_expect_eq(offer_from_child(a, -1), DBT_SHARE_NOT_SOLE, "past the older limit-2 waiter");
+    cr_expect_eq(dbt_share_take(sh, t, 8), 0, "nothing was offered");
+    /* the giver's own waiter of the shape, older than every other: it may have it */
+    cr_expect_eq(offer_from_child(a, 50), DBT_SHARE_LOCAL_FIRST);
+    /* the same with no waiter of the shape elsewhere: its own younger waiter may not */
+    cr_expect_not(dbt_share_wait_end(sh, mine, &none));
+    cr_expect_eq(offer_from_child(a, 300), DBT_SHARE_NOT_SOLE);
+    cr_expect_eq(offer_from_child(a, 50), DBT_SHARE_NOBODY);
+    /* a heavier waiter that waited longer: the same */
+    cr_expect_not(dbt_share_wait_end(sh, older, &none));
+    uint64_t heavy_reg = dbt_share_wait_begin(sh, &heavy, 100);
+    mine = dbt_share_wait_begin(sh, &a, 500);
+    cr_assert(heavy_reg && mine);
+    cr_expect_eq(offer_from_child(a, -1), DBT_SHARE_NOT_SOLE, "past the older weight-2 waiter");
+    /* once it is served, permits of shape a pass again */
+    cr_expect_not(dbt_share_wait_end(sh, heavy_reg, &none));
+    cr_expect_eq(offer_from_child(a, -1), DBT_SHARE_OFFERED);
+    cr_assert_eq(dbt_share_take(sh, t, 8), 1);
+    cr_expect_eq(t[0].reg, mine);
     dbt_share_detach(sh);
 }
 
