@@ -208,6 +208,14 @@ static dbt_redis *ready_listener(dbt_pool *p, char *err)
     dbt_redis *l = p->listener;
     bool reset = p->listener_reset || (l && (dbt_redis_broken(l) || dbt_redis_outdated(l)));
     if (reset) {
+        /* A BLPOP of the connection let go may have popped a grant since the change that asked
+         * for it (a cid change renews at once, but may come before that): lost with it, it would
+         * come back only at the next renewal. A renewal after the loss brings it at once. */
+        if (l && p->blpop_in_flight > 0) {
+            p->renew_now = true;
+            if (p->thread_started)
+                dbt_wake_renewer(p);
+        }
         p->listener = NULL;
         dbt_redis_disown(l);
         p->blpop_in_flight = 0;
