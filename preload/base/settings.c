@@ -394,7 +394,7 @@ const dbt_setting dbt_settings[] = {
      .worker_only = true,
      .doc = "pass a permit from thread to thread while only this process waits"},
     /* Host-level sharing (docs/configuration.md, "Host-level sharing"). */
-    {"host_share", "DBTHROTTLE_HOST_SHARE", "off", &as_bool, FIELD(host_share), .worker_only = true,
+    {"host_share", "DBTHROTTLE_HOST_SHARE", "on", &as_bool, FIELD(host_share), .worker_only = true,
      .doc = "pass a permit between this host's processes while only they wait"},
     {"share_dir", "DBTHROTTLE_SHARE_DIR", "/dev/shm", &as_abs_path, FIELD(share_dir),
      .rule.text = {.max_len = 4000}, .worker_only = true,

@@ -466,7 +466,7 @@ Test(config, bad_values_name_setting_and_value)
     }
     cr_expect_eq(c.lease_ms, 10000, "a bad value changed the setting");
     cr_expect_eq(c.redis_timeout_ms, 1000);
-    cr_expect(!c.host_share); /* off by default until the review's findings are closed */
+    cr_expect(c.host_share); /* on by default: a bad value leaves it so */
     cr_expect_str_eq(c.share_dir, "/dev/shm");
     cr_expect_str_eq(c.redis.host, "127.0.0.1");
     dbt_config_free(&c);
