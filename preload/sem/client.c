@@ -179,6 +179,8 @@ void dbt_client_exit(dbt_client *c)
         p->exiting = true;
         /* Permits other processes passed to our waiters meanwhile are given back with ours. */
         dbt_sharing_quit(p);
+        /* Then no more are passed to us; the host's last process removes the segment's file. */
+        dbt_sharing_leave(p);
         bool down = p->down_until_us > dbt_now_us();
         /* Places still queued too: a waiter's (an event loop's held commands wait in threads of
          * ours, and a program may exit with some), or one kept for a next waiter. Left queued,

@@ -11,7 +11,7 @@
  * (the record's state, or a process' pid, is stored last): what a dead lock holder may have left
  * half-done is only the host's sole state, which the next locker resets (not sole: permits go
  * through Redis, the safe side). A segment that fails a check is poisoned: every process gives it
- * up, and the next attach rebuilds it. */
+ * up, and the next attach rebuilds it. The last process to detach removes the file (retire). */
 #include "hostshare.h"
 #include "clock.h"
 #include "hostshare_internal.h"
@@ -150,7 +150,7 @@ static int give_up(dbt_share *sh, const char *fmt, ...)
  * attach rebuilds it. */
 static int damaged(dbt_share *sh, const char *what)
 {
-    atomic_store(&sh->seg->poisoned, 1);
+    atomic_store(&sh->seg->poisoned, SEG_POISONED);
     return give_up(sh, "%s: %s: poisoned it", sh->path, what);
 }
 
@@ -348,7 +348,10 @@ int dbt_share_lock(dbt_share *sh)
         return give_up(sh, "%s: the segment was cut short (%lld of %zu bytes)", sh->path,
                        (long long)st.st_size, sizeof(dbt_seg));
     dbt_seg *g = sh->seg;
-    if (atomic_load(&g->poisoned))
+    uint32_t poisoned = atomic_load(&g->poisoned);
+    if (poisoned == SEG_RETIRED)
+        return give_up(sh, "%s: retired by the last process that used it", sh->path);
+    if (poisoned)
         return give_up(sh,
                        "%s: poisoned by another process (damaged, or its lock not free in "
                        "time)",
@@ -394,9 +397,11 @@ int dbt_share_lock(dbt_share *sh)
         dbt_share_unlock(sh);
         return damaged(sh, "header damaged");
     }
-    if (atomic_load(&g->poisoned)) {
+    if ((poisoned = atomic_load(&g->poisoned)) != 0) {
         dbt_share_unlock(sh);
-        return give_up(sh, "%s: poisoned by another process", sh->path);
+        return give_up(sh, "%s: %s", sh->path,
+                       poisoned == SEG_RETIRED ? "retired by the last process that used it"
+                                               : "poisoned by another process");
     }
     if (sh->proc >= 0 &&
         ((uint32_t)sh->proc >= procs_used(g) || g->procs[sh->proc].pid != sh->pid ||
@@ -649,7 +654,7 @@ static int open_segment(dbt_share *sh, int dfd, const char *name, const char *ke
             return -1;
         }
         if (!sound || atomic_load(&g->poisoned)) {
-            atomic_store(&g->poisoned, 1); /* whoever still maps it leaves it */
+            atomic_store(&g->poisoned, SEG_POISONED); /* whoever still maps it leaves it */
             munmap(map, sizeof(dbt_seg));
             unlink_if_same(dfd, name, &st);
             close(fd);
@@ -822,16 +827,45 @@ dbt_share *dbt_share_attach(const char *dir, const char *key, char *why, size_t 
     return NULL;
 }
 
+/* Under the lock, by the last process of the segment as it detaches: the file's name goes, so
+ * that a host does not keep a file per pool it ever used (a file is ~234 KB of tmpfs memory).
+ * The name first: nobody else removes the name of a sound segment (only a damaged or poisoned
+ * one's), so it still names this file. Then the mark: a process that opened the file before the
+ * name went (it attaches without the lock) sees it under the lock, as for a poisoned one, and
+ * makes a new segment; a fork()ed child that had no record yet gives it up the same way and
+ * attaches anew. */
+static void retire(dbt_share *sh)
+{
+    struct stat now;
+    if (lstat(sh->path, &now) == 0 && now.st_ino == sh->ino && now.st_dev == sh->dev)
+        (void)unlink(sh->path);
+    atomic_store(&sh->seg->poisoned, SEG_RETIRED);
+}
+
+void dbt_share_leave(dbt_share *sh)
+{
+    if (!sh || sh->broken)
+        return;
+    if (sh->proc >= 0 && sh->pid == getpid()) {
+        /* Records of processes that died without detaching would keep the file for nobody. */
+        dbt_share_purge_dead(sh);
+        if (!sh->broken && dbt_share_lock(sh) == 0) {
+            begin_update(sh);
+            purge_proc(sh->seg, (uint32_t)sh->proc);
+            sh->proc = -1; /* not this process' record any more */
+            if (procs_used(sh->seg) == 0)
+                retire(sh);
+            dbt_share_unlock(sh);
+        }
+    }
+    give_up(sh, "%s: this process left it", sh->path);
+}
+
 void dbt_share_detach(dbt_share *sh)
 {
     if (!sh)
         return;
-    if (!sh->broken && sh->proc >= 0 && sh->pid == getpid() && dbt_share_lock(sh) == 0) {
-        begin_update(sh);
-        purge_proc(sh->seg, (uint32_t)sh->proc);
-        sh->proc = -1; /* not this process' record any more */
-        dbt_share_unlock(sh);
-    }
+    dbt_share_leave(sh);
     if (sh->sock >= 0)
         close(sh->sock);
     unmap(sh);

@@ -68,6 +68,10 @@ dbt_share *dbt_share_attach(const char *dir, const char *key, char *why, size_t 
 /* Unregisters this process (its registrations go; a permit offered to one of them is lost to its
  * lease), closes its wake socket, unmaps. NULL is a no-op. */
 void dbt_share_detach(dbt_share *sh);
+/* What detach does in the segment, without freeing: for a process' exit, while its other threads
+ * may still call (they find the attachment broken and do nothing). The last process to leave
+ * removes the segment's file. NULL is a no-op. */
+void dbt_share_leave(dbt_share *sh);
 /* In a fork()ed child, before anything else: the registrations and the wake socket are the
  * parent's: forgotten (the socket closed in the child only), not touched in the segment. The
  * child attaches as a new process at its next call. */

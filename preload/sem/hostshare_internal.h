@@ -16,6 +16,9 @@
 #define DBT_SEG_KEY_MAX 1024                         /* the pool's key, with its NUL */
 #define DBT_SEG_PROCS   256
 #define DBT_SEG_REGS    1024
+/* dbt_seg.poisoned */
+#define SEG_POISONED 1u
+#define SEG_RETIRED  2u
 /* More unregistered waiters than this in one process is not a count, it is damage. */
 #define DBT_SEG_UNREG_MAX (1u << 24)
 
@@ -58,8 +61,9 @@ typedef struct {
     uint32_t nprocs; /* DBT_SEG_PROCS */
     uint64_t size;   /* sizeof(dbt_seg) */
     uint32_t nregs;  /* DBT_SEG_REGS */
-    /* Nonzero: a process found the segment damaged or could not lock it: everyone leaves it.
-     * Read and written without the lock. */
+    /* Nonzero: everyone leaves it. SEG_POISONED: a process found the segment damaged or could
+     * not lock it; SEG_RETIRED: its last process detached and took its name away (a process that
+     * opened it meanwhile makes a new one). Read and written without the lock. */
     _Atomic uint32_t poisoned;
     uint64_t key_hash; /* the hash in the file's name */
     /* dbt_share_key_sum of key: a key that does not match it is damage (rebuilt); a key that

@@ -267,6 +267,11 @@ void dbt_sharing_quit(dbt_pool *p)
         dbt_sharing_wait_end(p, s);
 }
 
+void dbt_sharing_leave(dbt_pool *p)
+{
+    dbt_share_leave(p->share);
+}
+
 void dbt_sharing_free(dbt_pool *p)
 {
     dbt_share_detach(p->share);

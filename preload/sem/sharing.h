@@ -53,6 +53,10 @@ void dbt_sharing_shape(const struct dbt_slot *s, dbt_share_shape *out);
 /* p->mu held: the process exits: every registration ends (permits offered to them become held
  * orphans, which the exit gives back). */
 void dbt_sharing_quit(dbt_pool *p);
+/* p->mu held, at exit (p->exiting, its waits ended by dbt_sharing_quit): this process' record
+ * leaves the segment (the last one removes its file); the attachment stays, broken, for threads
+ * that still run. */
+void dbt_sharing_leave(dbt_pool *p);
 /* Without p->mu, no other thread: the pool is freed. */
 void dbt_sharing_free(dbt_pool *p);
 /* In a fork()ed child: the registrations and the wake socket are the parent's; the child's ids

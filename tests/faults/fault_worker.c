@@ -34,6 +34,9 @@
 
 static int n_probes, sleep_ms, tx_pause_ms = -1;
 static const char *ready_file;
+/* -E: once done (reported), wait until this file exists before exiting: the library stays
+ * loaded and its pools attached, so that a case can look at them before the exit lets go. */
+static const char *end_file;
 static volatile sig_atomic_t stop;
 static bool cancel_on_stop;
 /* The connection's cancel object for the signal handler (-C), swapped whole, never changed. */
@@ -168,6 +171,8 @@ static void report(const tally *t)
  * libpq) deadlocks in exit() whatever else is loaded; the checks need the workers to end. */
 static int finish(int status)
 {
+    for (int i = 0; end_file && i < 6000 && access(end_file, F_OK) != 0; i++)
+        usleep(20000); /* up to 2 minutes */
     if (getenv("FAULT_EXIT_NOW")) {
         fflush(NULL);
         _exit(status);
@@ -197,7 +202,7 @@ int main(int argc, char **argv)
 {
     int threads = 1, children = 0, opt;
     bool fork_while_waiting = false;
-    while ((opt = getopt(argc, argv, "n:s:x:T:F:KW:C")) != -1) {
+    while ((opt = getopt(argc, argv, "n:s:x:T:F:KW:E:C")) != -1) {
         switch (opt) {
         case 'n':
             n_probes = atoi(optarg);
@@ -220,13 +225,15 @@ int main(int argc, char **argv)
         case 'W':
             ready_file = optarg;
             break;
+        case 'E':
+            end_file = optarg;
+            break;
         case 'C':
             cancel_on_stop = true;
             break;
         default:
-            fprintf(
-                stderr,
-                "usage: fault_worker [-n N] [-s MS] [-x MS] [-T N] [-F N] [-K] [-W FILE] [-C]\n");
+            fprintf(stderr, "usage: fault_worker [-n N] [-s MS] [-x MS] [-T N] [-F N] [-K] [-W "
+                            "FILE] [-E FILE] [-C]\n");
             return 2;
         }
     }

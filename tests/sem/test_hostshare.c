@@ -7,6 +7,7 @@
 #include "hostshare_internal.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -403,10 +404,10 @@ Test(hostshare, a_directory_or_segment_others_may_use_is_refused)
     dbt_share *sh = attach_or_die(dir);
     char path[256];
     snprintf(path, sizeof path, "%s", dbt_share_path(sh));
-    dbt_share_detach(sh);
     cr_assert_eq(chmod(path, 0640), 0);
     expect_refused(dir, path, "mode 0640");
-    cr_assert_eq(unlink(path), 0);
+    dbt_share_detach(sh); /* the last process: the file goes with it */
+    cr_assert_neq(access(path, F_OK), 0);
     char target[256];
     snprintf(target, sizeof target, "%s/elsewhere", dir);
     cr_assert_eq(close(open(target, O_CREAT | O_RDWR, 0600)), 0);
@@ -1309,6 +1310,97 @@ Test(hostshare, a_child_forked_while_the_parent_holds_the_lock_does_not_wait_for
     dbt_share_detach(sh);
 }
 
+/* ---- removal by the last process ---- */
+
+/* The entries of this user's segment directory in d (-1: none). */
+static int entries_in(const char *d)
+{
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s/dbthrottle-%u", d, (unsigned)geteuid());
+    DIR *dd = opendir(sub);
+    if (!dd)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(dd)) != NULL;)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            n++;
+    closedir(dd);
+    return n;
+}
+
+Test(hostshare, the_last_process_to_detach_removes_the_segment, .timeout = 60)
+{
+    dbt_share *sh = attach_or_die(dir);
+    char path[PATH_MAX], line[128];
+    snprintf(path, sizeof path, "%s", dbt_share_path(sh));
+    child c = spawn(report_group, dir); /* attaches and detaches */
+    read_line(c.from_child, line, sizeof line, 30000);
+    cr_assert_eq(reap(&c), 0);
+    cr_expect_eq(access(path, F_OK), 0, "%s went while this process still uses it", path);
+    /* A process killed while attached leaves its record: it must not keep the file for nobody. */
+    waiter_args wa = {.shape = shape_of(0, 4, "")};
+    child w = spawn(waiter, &wa);
+    read_line(w.from_child, line, sizeof line, 30000);
+    cr_assert_eq(line[0], 'R', "the waiter said %s", line);
+    kill_child(&w);
+    cr_expect_eq(live_procs(dbt_share_segment(sh)), 2, "the killed waiter's record is there");
+    dbt_share_detach(sh);
+    cr_expect_neq(access(path, F_OK), 0, "the last process to detach left %s", path);
+    cr_expect_eq(entries_in(dir), 0, "files left in the segment directory");
+    /* The pool's next process makes it anew, and removes it in turn. */
+    dbt_share *again = attach_or_die(dir);
+    cr_expect_eq(access(path, F_OK), 0);
+    dbt_share_detach(again);
+    cr_expect_eq(entries_in(dir), 0);
+}
+
+Test(hostshare, a_child_forked_before_the_last_detach_attaches_anew, .timeout = 60)
+{
+    dbt_share *sh = attach_or_die(dir);
+    char path[PATH_MAX], group[DBT_SHARE_GROUP_LEN];
+    snprintf(path, sizeof path, "%s", dbt_share_path(sh));
+    snprintf(group, sizeof group, "%s", dbt_share_group(sh));
+    int up[2], down[2];
+    cr_assert_eq(pipe(up), 0);
+    cr_assert_eq(pipe(down), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        /* It maps the segment but has no record yet, as a process that opened the file just
+         * before its name went: the last record's detach must not strand it. */
+        dbt_share_after_fork(sh);
+        char c = 0;
+        (void)!read(down[0], &c, 1); /* the parent has detached */
+        bool ready = dbt_share_ready(sh);
+        c = !ready && dbt_share_broken(sh) && strstr(dbt_share_why(sh), "retired") ? 'B' : 'b';
+        (void)!write(up[1], &c, 1);
+        dbt_share_detach(sh);
+        dbt_share *fresh = dbt_share_attach(dir, KEY, NULL, 0);
+        c = fresh && !dbt_share_broken(fresh) && strcmp(dbt_share_group(fresh), group) != 0 &&
+                    access(path, F_OK) == 0
+                ? 'N'
+                : 'n';
+        (void)!write(up[1], &c, 1);
+        dbt_share_detach(fresh);
+        c = access(path, F_OK) != 0 ? 'G' : 'g';
+        (void)!write(up[1], &c, 1);
+        _exit(0);
+    }
+    close(up[1]);
+    close(down[0]);
+    dbt_share_detach(sh); /* the only record: the segment is retired */
+    cr_expect_neq(access(path, F_OK), 0, "the last record's detach left %s", path);
+    cr_assert_eq(write(down[1], "x", 1), 1);
+    cr_expect_eq(wait_word(up[0]), 'B', "the child's next call gave the retired segment up");
+    cr_expect_eq(wait_word(up[0]), 'N', "the child attached to a new segment (a new group)");
+    cr_expect_eq(wait_word(up[0]), 'G', "the child, the new segment's last, removed it");
+    int st;
+    waitpid(pid, &st, 0);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(up[0]);
+    close(down[1]);
+}
+
 Test(hostshare, temp_files_of_dead_creators_are_removed)
 {
     dbt_share *sh = attach_or_die(dir);
@@ -1326,7 +1418,8 @@ Test(hostshare, temp_files_of_dead_creators_are_removed)
     char live_temp[320];
     snprintf(live_temp, sizeof live_temp, "%s/.tmp.%d.0123456789abcdef", sub, (int)getppid());
     cr_assert_geq(open(live_temp, O_CREAT | O_RDWR, 0600), 0);
-    cr_assert_eq(unlink(path), 0); /* so that the next attach makes one */
+    cr_assert_neq(access(path, F_OK),
+                  0); /* gone with its last process: the next attach makes one */
     sh = attach_or_die(dir);
     cr_expect_neq(access(temp, F_OK), 0, "a dead creator's temp file is gone");
     cr_expect_eq(access(live_temp, F_OK), 0, "a live one's stays");
