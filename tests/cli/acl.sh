@@ -143,6 +143,16 @@ check "class --clear as dbthrottle-operator: the definitions are gone" '[ $rc -e
 permit=$(rcli ZRANGE "dbthrottle:{aclop}:q:holders" 0 0)
 "$D" evict aclop "$permit" >"$work/o.evict" 2>&1; rc=$?
 check "evict as dbthrottle-operator: exit 0, the permit ($permit) gone from Redis" '[ $rc -eq 0 ] && [ -n "$permit" ] && [ -z "$(rcli ZSCORE "dbthrottle:{aclop}:q:holders" "$permit")" ]'
+# The adaptive controller (lua/adapt.lua): its lease, its limit, its resignation.
+"$D" adapt acladapt --min 1 --max 4 --start 2 --interval 200ms --window 1s --lease 3s --ttl 6s \
+    >/dev/null 2>"$work/o.adapt" &
+adapt_pid=$!
+echo "$adapt_pid" >>"$work/pids"
+wait_until 20 '[ "$(rcli GET "dbthrottle:{acladapt}:q:limit")" = 2 ] && [ "$(rcli HGET "dbthrottle:{acladapt}:q:limit:adapt" pid)" = "$adapt_pid" ]'; rc=$?
+check "adapt as dbthrottle-operator: it leads (its pid in the record) and its start limit is in Redis" '[ $rc -eq 0 ]'
+kill -TERM "$adapt_pid" 2>/dev/null
+wait "$adapt_pid"; rc=$?
+check "adapt as dbthrottle-operator: SIGTERM resigns (the record's owner emptied), exit 0 ($rc)" '[ $rc -eq 0 ] && [ -z "$(rcli HGET "dbthrottle:{acladapt}:q:limit:adapt" owner)" ]'
 kill -INT "$hold" 2>/dev/null
 check "operator: Redis denied dbthrottle-operator nothing but check's CONFIG GET ($(acl_denials_but_config dbthrottle-operator) others in its ACL LOG)" '[ "$(acl_denials_but_config dbthrottle-operator)" -eq 0 ] && ! grep -v "cannot tell whether Redis persists" "$work"/o.* | grep -q NOPERM'
 export DBTHROTTLE_REDIS_URL="$admin_url"
