@@ -1354,51 +1354,52 @@ Test(hostshare, the_last_process_to_detach_removes_the_segment, .timeout = 60)
     cr_expect_eq(entries_in(dir), 0);
 }
 
+/* A fork()ed child of a process attached to the segment at path (group G): it maps the segment
+ * but has no record yet, as a process that opened the file just before its name went. Once told
+ * (the parent, the only record, has detached) it says 'B' if its next call gave the retired
+ * segment up, 'N' if it then attached to a new segment with another group, 'G' if it removed that
+ * one as its last process. */
+typedef struct {
+    dbt_share *sh;
+    char path[PATH_MAX];
+    char group[DBT_SHARE_GROUP_LEN];
+} retired_args;
+
+static int forked_before_retire(void *arg, int out, int in)
+{
+    retired_args *a = arg;
+    dbt_share_after_fork(a->sh);
+    (void)wait_word(in);
+    bool ready = dbt_share_ready(a->sh);
+    char c =
+        !ready && dbt_share_broken(a->sh) && strstr(dbt_share_why(a->sh), "retired") ? 'B' : 'b';
+    (void)!write(out, &c, 1);
+    dbt_share_detach(a->sh);
+    dbt_share *fresh = dbt_share_attach(dir, KEY, NULL, 0);
+    c = fresh && !dbt_share_broken(fresh) && strcmp(dbt_share_group(fresh), a->group) != 0 &&
+                access(a->path, F_OK) == 0
+            ? 'N'
+            : 'n';
+    (void)!write(out, &c, 1);
+    dbt_share_detach(fresh);
+    c = access(a->path, F_OK) != 0 ? 'G' : 'g';
+    (void)!write(out, &c, 1);
+    return 0;
+}
+
 Test(hostshare, a_child_forked_before_the_last_detach_attaches_anew, .timeout = 60)
 {
-    dbt_share *sh = attach_or_die(dir);
-    char path[PATH_MAX], group[DBT_SHARE_GROUP_LEN];
-    snprintf(path, sizeof path, "%s", dbt_share_path(sh));
-    snprintf(group, sizeof group, "%s", dbt_share_group(sh));
-    int up[2], down[2];
-    cr_assert_eq(pipe(up), 0);
-    cr_assert_eq(pipe(down), 0);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        /* It maps the segment but has no record yet, as a process that opened the file just
-         * before its name went: the last record's detach must not strand it. */
-        dbt_share_after_fork(sh);
-        char c = 0;
-        (void)!read(down[0], &c, 1); /* the parent has detached */
-        bool ready = dbt_share_ready(sh);
-        c = !ready && dbt_share_broken(sh) && strstr(dbt_share_why(sh), "retired") ? 'B' : 'b';
-        (void)!write(up[1], &c, 1);
-        dbt_share_detach(sh);
-        dbt_share *fresh = dbt_share_attach(dir, KEY, NULL, 0);
-        c = fresh && !dbt_share_broken(fresh) && strcmp(dbt_share_group(fresh), group) != 0 &&
-                    access(path, F_OK) == 0
-                ? 'N'
-                : 'n';
-        (void)!write(up[1], &c, 1);
-        dbt_share_detach(fresh);
-        c = access(path, F_OK) != 0 ? 'G' : 'g';
-        (void)!write(up[1], &c, 1);
-        _exit(0);
-    }
-    close(up[1]);
-    close(down[0]);
-    dbt_share_detach(sh); /* the only record: the segment is retired */
-    cr_expect_neq(access(path, F_OK), 0, "the last record's detach left %s", path);
-    cr_assert_eq(write(down[1], "x", 1), 1);
-    cr_expect_eq(wait_word(up[0]), 'B', "the child's next call gave the retired segment up");
-    cr_expect_eq(wait_word(up[0]), 'N', "the child attached to a new segment (a new group)");
-    cr_expect_eq(wait_word(up[0]), 'G', "the child, the new segment's last, removed it");
-    int st;
-    waitpid(pid, &st, 0);
-    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    close(up[0]);
-    close(down[1]);
+    retired_args a = {.sh = attach_or_die(dir)};
+    snprintf(a.path, sizeof a.path, "%s", dbt_share_path(a.sh));
+    snprintf(a.group, sizeof a.group, "%s", dbt_share_group(a.sh));
+    child c = spawn(forked_before_retire, &a);
+    dbt_share_detach(a.sh); /* the only record: the segment is retired */
+    cr_expect_neq(access(a.path, F_OK), 0, "the last record's detach left %s", a.path);
+    tell(&c, 'x');
+    cr_expect_eq(wait_word(c.from_child), 'B', "the child's next call gave the retired segment up");
+    cr_expect_eq(wait_word(c.from_child), 'N', "the child attached to a new segment (a new group)");
+    cr_expect_eq(wait_word(c.from_child), 'G', "the child, the new segment's last, removed it");
+    cr_expect_eq(reap(&c), 0);
 }
 
 Test(hostshare, temp_files_of_dead_creators_are_removed)
