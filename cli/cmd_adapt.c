@@ -420,10 +420,15 @@ static int start_limit(const adapt_opts *o, const dbt_status_kind *k)
 }
 
 /* The next tick: one interval after the last, or from now when a slow tick (Redis or
- * PostgreSQL answering late) left it behind, so that late ticks do not come in a burst. */
-static int64_t next_tick(int64_t tick_us, int64_t interval_ms)
+ * PostgreSQL answering late) left it behind, so that late ticks do not come in a burst; or, for
+ * a standby whose leader's lease runs out before that, just after it runs out (*takeover_us, then
+ * cleared), so that a dead leader is replaced within its lease, not up to an interval later. */
+static int64_t next_tick(int64_t tick_us, int64_t interval_ms, int64_t *takeover_us)
 {
     int64_t next = tick_us + interval_ms * 1000, now = dbt_now_us();
+    if (*takeover_us > 0 && *takeover_us < next)
+        next = *takeover_us;
+    *takeover_us = 0;
     return next < now ? now : next;
 }
 
@@ -466,13 +471,15 @@ static int run(controller *c)
     char pg_err[512] = "", last_pg_err[512] = "";
     totals tot = {0};
     int64_t start_us = dbt_now_us();
+    int64_t takeover_us = 0; /* a standby: when the leader's lease runs out (0: not before the
+                                next interval's tick) */
     SAY(DBT_LOG_INFO, "adapt_start", DBT_S("token", c->token), DBT_I("min", o->min),
         DBT_I("max", o->max), DBT_S("class", o->klass ? o->klass : ""),
         DBT_MS("interval_ms", o->interval_ms), DBT_MS("window_ms", o->window_ms),
         DBT_MS("ttl_ms", o->ttl_ms), DBT_MS("lease_ms", o->lease_ms),
         DBT_I("db_cores", (long long)o->cores), DBT_S("dry_run", o->dry_run ? "true" : "false"));
     for (int64_t tick_us = dbt_now_us(); !stopping;
-         tick_us = next_tick(tick_us, o->interval_ms), sleep_until(tick_us)) {
+         tick_us = next_tick(tick_us, o->interval_ms, &takeover_us), sleep_until(tick_us)) {
         /* 1. the lease (a dry run takes none) */
         dbt_adapt_reply lr = {0};
         role was = now_role;
@@ -511,6 +518,10 @@ static int run(controller *c)
                     DBT_MS("lease_left_ms", lr.lease_left_ms));
             if (now_role != ROLE_LEADER && now_role != ROLE_OPERATOR)
                 started = false; /* a later lease starts afresh from the limit then in force */
+            /* The lease left, by Redis' clock when the script ran: counted from after its reply,
+             * the try comes no earlier than the lapse (1 ms for the clocks' rates). */
+            if (now_role == ROLE_STANDBY && lr.lease_left_ms > 0)
+                takeover_us = dbt_now_us() + (lr.lease_left_ms + 1) * 1000;
         }
         /* 2. one sample: the pool, then PostgreSQL */
         cli_pool_view v;

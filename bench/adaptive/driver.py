@@ -355,16 +355,24 @@ class Bench:
             t_kill = self.r.now_ms()
             procs[pid].kill()
             procs[pid].wait()
+            dead_until = self.r("HGET", self.lim_key(pool) + ":adapt", "lease_until")
+            since = None
             end = time.time() + 3 * LEASE_S
             while time.time() < end:
-                o, opid = self.r("HMGET", self.lim_key(pool) + ":adapt", "owner", "pid")
+                o, opid, osince = self.r("HMGET", self.lim_key(pool) + ":adapt", "owner", "pid", "since")
                 if o and o.decode() != owner and opid and opid.decode() == other:
-                    took = (self.r.now_ms() - t_kill) / 1000.0
+                    since = int(osince)
+                    took = (since - t_kill) / 1000.0
                     break
-                time.sleep(0.05)
+                time.sleep(0.01)
             print("  kill -9 of pid %s (the leader); pid %s leads %s" %
                   (pid, other, "%.2f s later (Redis' clock)" % took if took is not None else
                    "- not within %d s" % (3 * LEASE_S)))
+            if since is not None and dead_until:
+                print("  the dead leader's lease ran out %.2f s after the kill (renewed %.2f s before it);"
+                      " the standby led %d ms after that" %
+                      ((int(dead_until) - t_kill) / 1000.0, LEASE_S - (int(dead_until) - t_kill) / 1000.0,
+                       since - int(dead_until)))
         else:
             print("  (no single leader among our two controllers: no kill)")
             for name in ("lease-a.log", "lease-b.log"):

@@ -129,6 +129,32 @@ check "SIGTERM: the leader exits 0 ($rc) having resigned ($(grep -o 'event=adapt
 check "the standby took over ${took} ms after the SIGTERM by Redis' clock: at once (well under the lease of $LEASE_MS ms)" \
     '[ "$took" -ge 0 ] && [ "$took" -lt $((LEASE_MS / 2)) ]'
 
+# ---- the standby's try comes when the dead leader's lease runs out, not at its next tick ----------
+# An interval of 1 s against a lease of 2 s: a standby that tried only at its ticks would take
+# over up to 1 s after the lapse (uniformly: 0-1000 ms).
+echo "# the standby tries at the lapse"
+SLOW="--interval 1s --window 2s --lease 2s --ttl 4s"
+ctl "$work/la.log" lapse --min 1 --max 10 --start 3 $SLOW
+la=$ctl
+wait_until 20 '[ "$(field lapse pid)" = "$la" ]'
+# The standby starts half an interval after a renewal of the leader's (its ticks then fall half
+# an interval after the lapse), not in step with it.
+u0=$(field lapse lease_until)
+wait_until 5 '[ "$(field lapse lease_until)" != "$u0" ]'
+sleep 0.5
+ctl "$work/lb.log" lapse --min 1 --max 10 --start 3 $SLOW
+lb=$ctl
+wait_until 10 '[ "$(events "$work/lb.log" adapt_standby)" -ge 1 ]'
+kill -9 "$la"
+wait "$la" 2>/dev/null
+dead_until=$(field lapse lease_until)
+wait_until 10 '[ "$(field lapse pid)" = "$lb" ]'
+lag=$(($(field lapse since) - dead_until))
+check "the standby took the lease ${lag} ms after the dead leader's ran out by Redis' clock (not before it; within 150 ms, not at its next tick of 1 s)" \
+    '[ "$lag" -ge 0 ] && [ "$lag" -le 150 ]'
+kill -TERM "$lb"
+wait "$lb" 2>/dev/null
+
 # ---- a dead controller's limit lapses after its TTL: the workers' own limit applies --------------
 echo "# the controller dies"
 "$D" acquire two --limit 1 -- sleep 60 >/dev/null 2>&1 &
