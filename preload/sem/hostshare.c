@@ -356,6 +356,14 @@ int dbt_share_lock(dbt_share *sh)
                        "%s: poisoned by another process (damaged, or its lock not free in "
                        "time)",
                        sh->path);
+    /* Its name gone (an operator's rm; or a retire that, stalled between its check and its
+     * unlink, removed a newer segment's name, or was killed between its unlink and its mark):
+     * nobody new can find it, so whoever still maps it leaves it, and an attach under way makes a
+     * new one. */
+    if (st.st_nlink == 0) {
+        atomic_store(&g->poisoned, SEG_RETIRED);
+        return give_up(sh, "%s: the segment was removed or replaced", sh->path);
+    }
     if (!header_constant_ok(sh, g))
         return damaged(sh, "header damaged");
     _Atomic uint32_t *w = lock_word(g);

@@ -1402,6 +1402,27 @@ Test(hostshare, a_child_forked_before_the_last_detach_attaches_anew, .timeout = 
     cr_expect_eq(reap(&c), 0);
 }
 
+Test(hostshare, a_segment_whose_name_went_is_left_at_the_next_call, .timeout = 60)
+{
+    dbt_share *sh = attach_or_die(dir);
+    char path[PATH_MAX], group[DBT_SHARE_GROUP_LEN];
+    snprintf(path, sizeof path, "%s", dbt_share_path(sh));
+    snprintf(group, sizeof group, "%s", dbt_share_group(sh));
+    cr_assert_eq(unlink(path),
+                 0); /* an operator's rm, or a retire that removed a newer one's name */
+    dbt_share_shape a = shape_of(0, 4, "");
+    uint64_t r = dbt_share_wait_begin(sh, &a, 10);
+    cr_expect(dbt_share_broken(sh), "a call on a segment nobody can find went on");
+    cr_expect(strstr(dbt_share_why(sh), "removed") != NULL, "why: %s", dbt_share_why(sh));
+    dbt_share_wait_end(sh, r, NULL);
+    dbt_share *fresh = attach_or_die(dir);
+    cr_expect_str_neq(dbt_share_group(fresh), group, "the next attach made a new segment");
+    cr_expect_eq(access(path, F_OK), 0);
+    dbt_share_detach(sh);
+    dbt_share_detach(fresh);
+    cr_expect_eq(entries_in(dir), 0);
+}
+
 Test(hostshare, temp_files_of_dead_creators_are_removed)
 {
     dbt_share *sh = attach_or_die(dir);
