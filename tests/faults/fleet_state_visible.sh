@@ -73,13 +73,18 @@ back_ms=$(now_ms)
 check "fleet_state_visible: Redis back, both report the outage: the open one its unthrottled commands, the closed one its refusals" \
     wait_until 20 "fleet \"$states == ['throttling', 'disabled', 'throttling', 'throttling'] and by_pid[$opn]['last_outage'] and by_pid[$opn]['last_outage']['until_ms'] and by_pid[$cls]['last_outage'] and by_pid[$cls]['last_outage']['refused_commands'] > 0\""
 reported=$(python3 -c "import json, sys; print([p for p in json.load(open('$work/fleet.json'))['processes'] if p['pid'] == $opn][0]['last_outage']['unthrottled_commands'])")
-since_cut=$(probes fl_open)
-info "open worker: $reported commands reported unthrottled; the server ran $cut_probes of its probes in the $((back_ms - cut_ms)) ms cut, $since_cut since the cut began"
-check "fleet_state_visible: the unthrottled count it reports ($reported) covers the probes the server ran during the cut ($cut_probes) and no more than it ran since ($since_cut)" \
-    '[ "$reported" -ge $((cut_probes - 2)) ] && [ "$reported" -le "$since_cut" ] && [ "$cut_probes" -ge 10 ]'
+check "fleet_state_visible: the unthrottled count it reports ($reported) covers the probes the server ran during the cut ($cut_probes)" \
+    '[ "$reported" -ge $((cut_probes - 2)) ] && [ "$cut_probes" -ge 10 ]'
 
 for p in $thr $dis $opn $cls; do kill -TERM "$p" 2>/dev/null; done
 wait_workers
+# Counted once the worker has exited: a command is counted unthrottled as it is sent, and the
+# renewal that reports the count can reach Redis before that command's probe starts at the
+# server (one run read 128 reported against 127 probes in the log).
+since_cut=$(probes fl_open)
+info "open worker: $reported commands reported unthrottled; the server ran $cut_probes of its probes in the $((back_ms - cut_ms)) ms cut, $since_cut from the cut to the worker's exit"
+check "fleet_state_visible: the unthrottled count it reports ($reported) is no more than the probes the server ran from the cut to the worker's exit ($since_cut)" \
+    '[ "$reported" -le "$since_cut" ]'
 opn_lines=$(grep -c "level=warn event=unthrottled" "$work/fl.open.log")
 cls_lines=$(grep -c "level=warn event=refused" "$work/fl.closed.log")
 # One line, then at most one per 10 s while it lasts (plus the second of backoff after it).
