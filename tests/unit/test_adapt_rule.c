@@ -41,6 +41,30 @@ static double jitter(model *m)
     return 1 + m->noise * (2 * uniform(m) - 1);
 }
 
+/* One second's sample of the model: n permits held (of limit), thr transactions a second, a
+ * hold of hold_ms, and what the held are doing; throughput and hold get the model's noise (in
+ * that order: the random sequence is the model's). */
+static dbt_adapt_sample sample_of(model *m, int limit, double t_s, int n, double thr, double hold,
+                                  int active, int cpu, int locks, int io)
+{
+    double xacts = thr * jitter(m), hold_ms = hold * jitter(m);
+    return (dbt_adapt_sample){.t_s = t_s,
+                              .dt_s = 1,
+                              .limit = limit,
+                              .held = n,
+                              .waiters = m->clients - n,
+                              .xacts_per_s = xacts,
+                              .grants_per_s = thr,
+                              .hold_ms = hold_ms,
+                              .wait_ms = 0,
+                              .active = active,
+                              .cpu_active = cpu,
+                              .lock_waiting = locks,
+                              .io_waiting = io,
+                              .repl_lag_s = -1,
+                              .timeouts = m->timeouts_per_s};
+}
+
 static dbt_adapt_sample model_sample(model *m, int limit, double t_s)
 {
     int n = limit < m->clients ? limit : m->clients;
@@ -64,21 +88,7 @@ static dbt_adapt_sample model_sample(model *m, int limit, double t_s)
         cpu = (int)m->cpu_carry;
         m->cpu_carry -= cpu;
         int active = (int)(n - outside + 0.5);
-        return (dbt_adapt_sample){.t_s = t_s,
-                                  .dt_s = 1,
-                                  .limit = limit,
-                                  .held = n,
-                                  .waiters = m->clients - n,
-                                  .xacts_per_s = thr * jitter(m),
-                                  .grants_per_s = thr,
-                                  .hold_ms = hold * jitter(m),
-                                  .wait_ms = 0,
-                                  .active = active,
-                                  .cpu_active = cpu,
-                                  .lock_waiting = locks,
-                                  .io_waiting = 0,
-                                  .repl_lag_s = -1,
-                                  .timeouts = m->timeouts_per_s};
+        return sample_of(m, limit, t_s, n, thr, hold, active, cpu, locks, 0);
     }
     if (m->sleep_ms > 0) {
         /* The bench's "mixed": a sleep off the CPU, then cpu_ms on one. Throughput is what the
@@ -93,21 +103,7 @@ static dbt_adapt_sample model_sample(model *m, int limit, double t_s)
         for (int i = 0; i < n; i++)
             cpu += uniform(m) < on_cpu;
         locks = 0;
-        return (dbt_adapt_sample){.t_s = t_s,
-                                  .dt_s = 1,
-                                  .limit = limit,
-                                  .held = n,
-                                  .waiters = m->clients - n,
-                                  .xacts_per_s = thr * jitter(m),
-                                  .grants_per_s = thr,
-                                  .hold_ms = hold * jitter(m),
-                                  .wait_ms = 0,
-                                  .active = n,
-                                  .cpu_active = cpu,
-                                  .lock_waiting = 0,
-                                  .io_waiting = 0,
-                                  .repl_lag_s = -1,
-                                  .timeouts = m->timeouts_per_s};
+        return sample_of(m, limit, t_s, n, thr, hold, n, cpu, 0, 0);
     }
     if (m->hot_row) {
         thr = 1000 / m->cost_ms; /* one update at a time, whatever the concurrency */
@@ -128,21 +124,7 @@ static dbt_adapt_sample model_sample(model *m, int limit, double t_s)
         }
         locks = 0;
     }
-    return (dbt_adapt_sample){.t_s = t_s,
-                              .dt_s = 1,
-                              .limit = limit,
-                              .held = n,
-                              .waiters = m->clients - n,
-                              .xacts_per_s = thr * jitter(m),
-                              .grants_per_s = thr,
-                              .hold_ms = hold * jitter(m),
-                              .wait_ms = 0,
-                              .active = n,
-                              .cpu_active = cpu,
-                              .lock_waiting = locks,
-                              .io_waiting = n - cpu - locks,
-                              .repl_lag_s = -1,
-                              .timeouts = m->timeouts_per_s};
+    return sample_of(m, limit, t_s, n, thr, hold, n, cpu, locks, n - cpu - locks);
 }
 
 /* The limit over time, one entry a second. */
