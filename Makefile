@@ -324,16 +324,21 @@ check: all $(BUILD)/tests/unit $(BUILD)/tests/sem check-exports
 	$(BUILD)/tests/sem --jobs 2
 	$(MAKE) test-integration
 
+# Each stage prints its duration (tools/timed.sh): CI's budget is 25 minutes on 2 cores.
+STAGE = sh tools/timed.sh
 test: deps
-	$(MAKE) check
-	$(MAKE) format-check test-compilers
-	$(MAKE) test-faults
-	DBT_FAULTS_SKIP="$(FAULTS_NOT_WITH_CACHE)" FA_ONLY="$(FAILOVER_FAULTS_AGAIN)" $(MAKE) test-faults-cache
-	FA_ONLY="$(FAILOVER_FAULTS_AGAIN)" $(MAKE) test-faults-classes T="$(FAULTS_WITH_CLASSES)"
-	$(MAKE) test-cli
-	$(MAKE) test-package
-	$(MAKE) check-asan check-tsan check-valgrind
-	$(MAKE) fuzz FUZZ_SECONDS=15
+	$(STAGE) check $(MAKE) check
+	$(STAGE) build-checks $(MAKE) format-check test-compilers
+	$(STAGE) faults $(MAKE) test-faults
+	DBT_FAULTS_SKIP="$(FAULTS_NOT_WITH_CACHE)" FA_ONLY="$(FAILOVER_FAULTS_AGAIN)" \
+	    $(STAGE) faults-cache $(MAKE) test-faults-cache
+	FA_ONLY="$(FAILOVER_FAULTS_AGAIN)" $(STAGE) faults-classes $(MAKE) test-faults-classes T="$(FAULTS_WITH_CLASSES)"
+	$(STAGE) cli $(MAKE) test-cli
+	$(STAGE) package $(MAKE) test-package
+	$(STAGE) asan $(MAKE) check-asan
+	$(STAGE) tsan $(MAKE) check-tsan
+	$(STAGE) valgrind $(MAKE) check-valgrind
+	$(STAGE) fuzz $(MAKE) fuzz FUZZ_SECONDS=15
 
 test-unit: $(BUILD)/tests/unit
 	$(BUILD)/tests/unit
