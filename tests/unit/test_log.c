@@ -735,12 +735,67 @@ Test(redact, urls)
     /* As the parser reads it: the last '@' ends the userinfo, '/' and all. */
     cr_expect_str_eq(redact_url("redis://app:s3cr/et@10.0.0.5:6379/0"),
                      "redis://app:***@10.0.0.5:6379/0");
-    cr_expect_str_eq(redact_url("redis://:se/cr@t@h:x"), "redis://:***@h:x");
+    cr_expect_str_eq(redact_url("redis://:se/cr@t@h:x"), "redis://:***@h:***");
     cr_expect_str_eq(redact_url("redis://lonesecret@h"), "redis://***@h");
     cr_expect_str_eq(redact_url("redis://h:6379"), "redis://h:6379");
     cr_expect_str_eq(redact_url("unix:///run/r.sock"), "unix:///run/r.sock");
-    cr_expect_str_eq(redact_url("not a url: x@y"), "not a url: x@y");
+    cr_expect_str_eq(redact_url("redis://[::1]:6379/0"), "redis://[::1]:6379/0");
+    cr_expect_str_eq(redact_url("redis-sentinel://app:pw@a:1,b:2/mm/1"),
+                     "redis-sentinel://app:***@a:1,b:2/mm/1");
+    cr_expect_str_eq(redact_url("unix:///run/r:1.sock?db=2"), "unix:///run/r:1.sock?db=2");
+    cr_expect_str_eq(redact_url("unix:/run/r.sock"), "unix:/run/r.sock");
+    /* Not a URL: nothing tells where a password may be in it. */
+    cr_expect_str_eq(redact_url("not a url: x@y"), "***");
     cr_expect_str_eq(redact_url(""), "");
+}
+
+/* Malformed URLs, where a password stands where the parser reads none (issue 29: the value of
+ * DBTHROTTLE_REDIS_URL='redis://:S3cret' was echoed whole in every message). */
+Test(redact, a_password_in_a_url_without_its_at_is_masked)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"redis://:S3cret", "redis://:***"},
+        {"redis://user:S3cret", "redis://user:***"},
+        {"rediss://:S3cret/", "rediss://:***"},
+        {"rediss://:S3/cret", "rediss://:***"},
+        {"redis-sentinel://:S3cret", "redis-sentinel://:***"},
+        {"redis-sentinel://a:1,:S3cret,b/mm", "redis-sentinel://a:1,:***"},
+        {"redis-cluster://a:1,b:S3cret", "redis-cluster://a:1,b:***"},
+        {"REDIS://:S3cret", "REDIS://:***"},
+        {"Rediss://u:S3cret@h", "Rediss://u:***@h"},
+        {"unix://:S3cret@", "unix://:***@"},
+        {"unix://:S3cret", "unix://:***"},
+        {"redis://h:6379/0?password=S3cret", "redis://h:6379/0?***"},
+        {"redis://h?auth=S3cret&db=1", "redis://h?***"},
+        {"unix:///r.sock?password=S3cret", "unix:///r.sock?***"},
+        {"redis://:pw@h:S3cret", "redis://:***@h:***"},
+        {"redis://h:70000", "redis://h:70000"}, /* a bad port, shown in its message */
+        {"redis://h:000123", "redis://h:000123"},
+        {"redis://h:123456", "redis://h:***"},
+        {"redis://h:", "redis://h:***"},
+        {"redis://[S3cret", "redis://***"},
+        {"redis://[::1]:S3cret", "redis://[::1]:***"},
+        {"redis://[a b]", "redis://***"},
+        {"redis:/:S3cret@h", "***"},
+        {"redis:S3cret", "***"},
+        {"S3cret", "***"},
+        {":S3cret", "***"},
+        {"re dis://:S3cret", "***"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        cr_expect_str_eq(redact_url(cases[i].in), cases[i].out, "%s", cases[i].in);
+}
+
+/* What strlen + DBT_REDACT_ROOM must hold: a masked empty password and a masked empty port. */
+Test(redact, the_room_promised_is_enough)
+{
+    const char *in = "redis://:@h:";
+    char out[64];
+    dbt_redact_url(in, out, sizeof out);
+    cr_expect_str_eq(out, "redis://:***@h:***");
+    cr_expect_leq(strlen(out) + 1, strlen(in) + DBT_REDACT_ROOM);
 }
 
 Test(redact, truncation_never_overflows_or_leaks)
