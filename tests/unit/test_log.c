@@ -250,6 +250,27 @@ static bool json_line(const char *l, const char *key, char *out, size_t cap)
     }
 }
 
+/* Whether the whole of s is valid UTF-8 holding no C1 control (what a terminal may act on). */
+static bool clean_utf8(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t n = utf8_seq(p);
+        if (n == 0 || (n == 2 && p[0] == 0xc2 && p[1] < 0xa0))
+            return false;
+        p += n;
+    }
+    return true;
+}
+
+static size_t count_in(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
 /* ---- logfmt ---- */
 
 Test(logfmt, the_exact_line)
@@ -285,6 +306,71 @@ Test(logfmt, every_byte_comes_back)
     cr_expect_str_eq(got, "caf\xc3\xa9");
     cr_expect(strstr(l, " utf8=caf\xc3\xa9") != NULL, "UTF-8 alone needs no quotes: %s", l);
     cr_expect_eq(strchr(l, '\n'), l + strlen(l) - 1, "not one line");
+    cr_expect(clean_utf8(l), "bytes 0x80..0xff written raw: %s", l);
+}
+
+/* Issue 29: a pool name ending in a cut character was written raw; JSON replaced it. Each byte of
+ * no valid UTF-8 sequence is written \xNN (where JSON writes one U+FFFD), so the line is valid
+ * UTF-8 and the value reads back exactly. */
+Test(logfmt, invalid_utf8_is_escaped_where_json_replaces_it)
+{
+    static const struct {
+        const char *v;
+        size_t bad; /* bytes of no valid sequence: JSON's U+FFFD count */
+    } cases[] = {
+        {"app\xc3", 1},          /* truncated 2-byte */
+        {"ok\xe2\x82", 2},       /* truncated 3-byte */
+        {"\xf0\x9f\x98", 3},     /* truncated 4-byte */
+        {"\xc0\xaf", 2},         /* overlong '/' */
+        {"\xe0\x80\xaf", 3},     /* overlong, 3 bytes */
+        {"\xed\xa0\x80", 3},     /* a surrogate, U+D800 */
+        {"\xed\xbf\xbf", 3},     /* a surrogate, U+DFFF */
+        {"\xf4\x90\x80\x80", 4}, /* past U+10FFFF */
+        {"a\x80"
+         "b\xbf",
+         2},                         /* lone continuation bytes */
+        {"\xff\xfe", 2},             /* never in UTF-8 */
+        {"caf\xc3\xa9\xc3", 1},      /* valid then cut */
+        {"\xe2\x82\xac\xe2\x82", 2}, /* a euro sign, then half of one */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        dbt_field f[] = {DBT_S("pool", cases[i].v), DBT_S("k", "v")};
+        char *l = line(DBT_FMT_LOGFMT, f, 2);
+        char got[64];
+        cr_expect(clean_utf8(l), "case %zu: not valid UTF-8: %s", i, l);
+        cr_assert(logfmt_get(l, "pool", got, sizeof got), "case %zu: unreadable: %s", i, l);
+        cr_expect_str_eq(got, cases[i].v, "case %zu", i);
+        cr_expect(logfmt_get(l, "k", got, sizeof got), "case %zu: the next field: %s", i, l);
+        size_t escaped = 0;
+        for (const char *p = l; (p = strstr(p, "\\x")); p += 2)
+            escaped += hexval(p[2]) >= 8;
+        char *j = line(DBT_FMT_JSON, f, 2);
+        cr_expect(json_line(j, "pool", got, sizeof got), "case %zu: invalid JSON: %s", i, j);
+        cr_expect_eq(escaped, cases[i].bad, "case %zu: %zu escaped: %s", i, escaped, l);
+        cr_expect_eq(count_in(j, "\\ufffd"), cases[i].bad, "case %zu: %s", i, j);
+    }
+    dbt_field f[] = {DBT_S("pool", "app\xc3")};
+    cr_expect(strstr(line(DBT_FMT_LOGFMT, f, 1), " pool=\"app\\xc3\"\n") != NULL);
+}
+
+/* C1 controls are valid UTF-8, but U+009B is a terminal's CSI: both formats escape them. */
+Test(logfmt, c1_controls_are_escaped_in_both_formats)
+{
+    dbt_field f[] = {DBT_S("v", "a\xc2\x9b"
+                                "31mb\xc2\x85\xc2\xa0")};
+    char *l = line(DBT_FMT_LOGFMT, f, 1);
+    cr_expect(strstr(l, " v=\"a\\xc2\\x9b31mb\\xc2\\x85\xc2\xa0\"\n") != NULL, "%s", l);
+    cr_expect(clean_utf8(l), "%s", l);
+    char got[64];
+    cr_assert(logfmt_get(l, "v", got, sizeof got));
+    cr_expect_str_eq(got, "a\xc2\x9b"
+                          "31mb\xc2\x85\xc2\xa0");
+    char *j = line(DBT_FMT_JSON, f, 1);
+    cr_expect(strstr(j, "\"v\":\"a\\u009b31mb\\u0085\xc2\xa0\"") != NULL, "%s", j);
+    cr_expect(clean_utf8(j), "%s", j);
+    cr_assert(json_line(j, "v", got, sizeof got));
+    cr_expect_str_eq(got, "a\xc2\x9b"
+                          "31mb\xc2\x85\xc2\xa0");
 }
 
 Test(logfmt, odd_keys_and_null_event_keep_the_shape)
