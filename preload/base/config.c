@@ -104,8 +104,16 @@ static size_t distance(const char *a, const char *b)
     return d[la][lb];
 }
 
-static bool unknown_key(dbt_config *cfg, const char *key, char *err)
+/* The characters a setting's name is made of. A "key" holding anything else is a line split at
+ * the wrong '=' ("redis_url: rediss://:pw@h?x=1"): what follows its name may be a secret. */
+#define KEY_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-."
+
+static bool unknown_key(dbt_config *cfg, const char *key_in, char *err)
 {
+    char key[128];
+    size_t n = strspn(key_in, KEY_CHARS);
+    bool cut = key_in[n] != '\0';
+    snprintf(key, sizeof key, "%.*s", (int)(n < 100 ? n : 100), key_in);
     bool env_form = strncmp(key, "DBTHROTTLE_", PREFIX_LEN) == 0;
     size_t best = 99;
     const dbt_setting *nearest = NULL;
@@ -118,11 +126,12 @@ static bool unknown_key(dbt_config *cfg, const char *key, char *err)
     }
     char shown[300];
     dbt_escape(key, 64, false, shown, sizeof shown);
+    const char *rest = cut ? "... (the rest not shown: it may hold a secret)" : "";
     if (nearest && best <= 3)
-        snprintf(err, DBT_ERRLEN, "unknown setting %s (did you mean %s?)", shown,
+        snprintf(err, DBT_ERRLEN, "unknown setting %s%s (did you mean %s?)", shown, rest,
                  env_form ? nearest->env : nearest->key);
     else
-        snprintf(err, DBT_ERRLEN, "unknown setting %s", shown);
+        snprintf(err, DBT_ERRLEN, "unknown setting %s%s", shown, rest);
     note_error(cfg, -1, err);
     return false;
 }

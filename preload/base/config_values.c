@@ -438,24 +438,12 @@ static const char *parse_cluster(const char *p, dbt_redis_url *u)
     return (u->host = strdup(u->seeds[0].host)) ? NULL : "out of memory";
 }
 
-/* The message for a URL that did not parse. It is echoed with its password masked: with a
- * redis:// or unix:// scheme dbt_redact_url masks exactly what parse_tcp reads as the password.
- * Without one, the text cannot be trusted to show where a password is ("redis:/:pw@h"), so
- * everything before its last '@' is masked. */
+/* The message for a URL that did not parse, echoed as dbt_redact_url copies it: the password
+ * the parser would read masked, and also what a malformed URL may hold as one without meaning
+ * to (no '@': "redis://:pw"; no scheme: masked whole). */
 static bool bad_url(const char *setting, const char *text, const char *why, char *err)
 {
-    const char *at = strrchr(text, '@');
-    if (!at)
-        return dbt_bad_value(setting, text, why, err);
-    if (!has_prefix(text, "redis://") && !has_prefix(text, "rediss://") &&
-        !has_prefix(text, "unix://") && !has_prefix(text, "redis-sentinel://") &&
-        !has_prefix(text, "rediss-sentinel://") && !has_prefix(text, "redis-cluster://") &&
-        !has_prefix(text, "rediss-cluster://")) {
-        char shown[80];
-        snprintf(shown, sizeof shown, "***@%.70s", at + 1);
-        return dbt_bad_value(setting, shown, why, err);
-    }
-    size_t cap = strlen(text) + 8; /* masking a lone user adds at most 3 bytes */
+    size_t cap = strlen(text) + DBT_REDACT_ROOM;
     char *shown = malloc(cap);
     if (!shown) {
         snprintf(err, DBT_ERRLEN, "%s: bad value (not shown): %s", setting, why);

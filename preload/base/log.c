@@ -278,14 +278,58 @@ static size_t shown_len(const char *v, bool *cut)
     return n;
 }
 
+/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if invalid (overlong forms,
+ * surrogates and code points past U+10FFFF are invalid too). */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    size_t len;
+    unsigned min;
+    unsigned cp;
+    if (p[0] < 0x80)
+        return 1;
+    if ((p[0] & 0xe0) == 0xc0) {
+        len = 2, min = 0x80, cp = p[0] & 0x1f;
+    } else if ((p[0] & 0xf0) == 0xe0) {
+        len = 3, min = 0x800, cp = p[0] & 0x0f;
+    } else if ((p[0] & 0xf8) == 0xf0) {
+        len = 4, min = 0x10000, cp = p[0] & 0x07;
+    } else {
+        return 0;
+    }
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* A C1 control (U+0080 to U+009F) at p, a sequence of l bytes: valid UTF-8, but a terminal
+ * may act on one as on ESC (U+009B is CSI), so both formats escape it like a C0 control. */
+static bool is_c1(const unsigned char *p, size_t l)
+{
+    return l == 2 && p[0] == 0xc2 && p[1] < 0xa0;
+}
+
+/* Whether a value must be quoted: it is empty, holds a byte that ends a bare value, or one that
+ * is written escaped (a control, or a byte of no valid UTF-8 sequence). */
 static bool logfmt_needs_quotes(const char *v, size_t n)
 {
     if (n == 0)
         return true;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)v[i];
+    const unsigned char *p = (const unsigned char *)v;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
         if (c <= ' ' || c == '=' || c == '"' || c == '\\' || c == 0x7f)
             return true;
+        size_t l = utf8_len(p + i, n - i);
+        if (l == 0 || is_c1(p + i, l))
+            return true;
+        i += l;
     }
     return false;
 }
@@ -299,9 +343,26 @@ static void logfmt_value(out_t *o, const char *v)
         return;
     }
     add(o, "\"", 1);
+    const unsigned char *p = (const unsigned char *)v;
     for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)v[i];
+        unsigned char c = p[i];
         char esc[8];
+        if (c >= 0x80) {
+            /* Where JSON writes U+FFFD for a byte of no valid UTF-8 sequence, logfmt writes the
+             * byte as \xNN: the line stays valid UTF-8 and the value can be read back exactly
+             * (a pool name ending in a cut character). A C1 control is escaped byte by byte. */
+            size_t l = utf8_len(p + i, n - i);
+            if (l == 0 || is_c1(p + i, l)) {
+                for (size_t k = 0; k < (l ? l : 1); k++) {
+                    snprintf(esc, sizeof esc, "\\x%02x", p[i + k]);
+                    adds(o, esc);
+                }
+            } else {
+                add(o, &v[i], l);
+            }
+            i += (l ? l : 1) - 1;
+            continue;
+        }
         switch (c) {
         case '"':
             add(o, "\\\"", 2);
@@ -345,37 +406,7 @@ static void logfmt_key(out_t *o, const char *k)
     }
 }
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if invalid (overlong forms,
- * surrogates and code points past U+10FFFF are invalid too). */
-static size_t utf8_len(const unsigned char *p, size_t n)
-{
-    size_t len;
-    unsigned min;
-    unsigned cp;
-    if (p[0] < 0x80)
-        return 1;
-    if ((p[0] & 0xe0) == 0xc0) {
-        len = 2, min = 0x80, cp = p[0] & 0x1f;
-    } else if ((p[0] & 0xf0) == 0xe0) {
-        len = 3, min = 0x800, cp = p[0] & 0x0f;
-    } else if ((p[0] & 0xf8) == 0xf0) {
-        len = 4, min = 0x10000, cp = p[0] & 0x07;
-    } else {
-        return 0;
-    }
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (p[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
-/* An RFC 8259 string: control bytes as \u00XX, each invalid UTF-8 byte as U+FFFD. */
+/* An RFC 8259 string: control bytes (C0 and C1) as \u00XX, each invalid UTF-8 byte as U+FFFD. */
 static void json_string(out_t *o, const char *v)
 {
     bool cut;
@@ -401,6 +432,10 @@ static void json_string(out_t *o, const char *v)
             if (l == 0) {
                 add(o, "\\ufffd", 6);
                 i++;
+            } else if (is_c1(p + i, l)) {
+                snprintf(esc, sizeof esc, "\\u%04x", (unsigned)(p[i + 1]));
+                adds(o, esc);
+                i += l;
             } else {
                 add(o, &v[i], l);
                 i += l;

@@ -58,7 +58,10 @@ size_t dbt_log_format_line(char *buf, size_t cap, dbt_log_format fmt, const char
                            size_t nfields);
 
 /* Redaction helpers: never let a secret reach a line. */
-/* Copies a redis:// URL with the password replaced by "***". */
+/* Copies a redis:// URL with the password replaced by "***", and with it whatever a malformed
+ * one may hold as a password (see redact.c). strlen(url) + DBT_REDACT_ROOM bytes always hold the
+ * whole copy. */
+#define DBT_REDACT_ROOM 8
 void dbt_redact_url(const char *url, char *out, size_t cap);
 /* Copies a libpq conninfo string ("key=value ..." or a postgres:// URI) with password values
  * replaced by "***". */

@@ -65,20 +65,128 @@ static bool writer_init(writer *w, char *out, size_t cap)
     return cap > 0;
 }
 
+/* Whether [s, end) looks like a port, one the parser takes or not: digits, their value at most
+ * 99999 (leading zeros are allowed; "0" and "65536" are shown in the message that refuses
+ * them). Whatever else follows a host's ':' may be a password. */
+static bool is_port(const char *s, const char *end)
+{
+    long v = 0;
+    for (const char *p = s; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        v = v * 10 + (*p - '0');
+        if (v > 99999)
+            return false;
+    }
+    return s < end;
+}
+
+/* What may stand between [ and ]: an IPv6 address and its zone, as the parser allows. */
+static bool is_bracketed_host(const char *s, const char *end)
+{
+    for (const char *p = s; p < end; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("-._:%", *p))
+            return false;
+    return true;
+}
+
+static bool has_prefix_ci(const char *s, const char *end, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return (size_t)(end - s) >= n && strncasecmp(s, prefix, n) == 0;
+}
+
+/* The rest after the userinfo: host[:port][,host[:port]...] then [/path] then [?query]. Without
+ * an '@' a password may still be here: "redis://:pw" (an "@host" forgotten) reads as an empty
+ * host and the port "pw", "redis://user:pw" as the host "user" and the port "pw". So whatever
+ * follows a ':' that is not a port the parser would take, or a ':' after an empty host, is
+ * masked to the end (the password may hold '/' or ','), as is a bracketed host that does not
+ * look like an address, and any query string except unix's "?db=N" (other clients take a
+ * ?password= there). A valid URL comes out as it went in. */
+static void put_hosts(writer *w, const char *p, const char *end, bool is_unix)
+{
+    for (;;) {
+        const char *seg = p;
+        if (p < end && *p == '[') {
+            const char *close = memchr(p, ']', (size_t)(end - p));
+            if (!close || !is_bracketed_host(p + 1, close)) {
+                put(w, "***", 3);
+                return;
+            }
+            p = close + 1;
+        } else {
+            while (p < end && !strchr(":,/?", *p))
+                p++;
+        }
+        if (p < end && *p == ':') {
+            const char *port = p + 1, *port_end = port;
+            while (port_end < end && !strchr(",/?", *port_end))
+                port_end++;
+            if (p == seg || !is_port(port, port_end)) {
+                put_span(w, seg, port);
+                put(w, "***", 3);
+                return;
+            }
+            p = port_end;
+        }
+        put_span(w, seg, p);
+        if (p == end || *p != ',')
+            break;
+        put(w, p++, 1);
+    }
+    const char *q = memchr(p, '?', (size_t)(end - p));
+    put_span(w, p, q ? q : end);
+    if (!q)
+        return;
+    if (is_unix && has_prefix_ci(q, end, "?db=") && q + 4 < end &&
+        strspn(q + 4, "0123456789") == (size_t)(end - q - 4))
+        put_span(w, q, end);
+    else
+        put(w, "?***", 4);
+}
+
+/* A scheme as RFC 3986 spells it: a letter, then letters, digits, '+', '-' or '.'. */
+static bool is_scheme(const char *s, const char *end)
+{
+    if (s == end || !isalpha((unsigned char)*s))
+        return false;
+    for (const char *p = s; p < end; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("+-.", *p))
+            return false;
+    return true;
+}
+
 void dbt_redact_url(const char *url, char *out, size_t cap)
 {
     writer w;
     if (!writer_init(&w, out, cap))
         return;
-    const char *scheme = strstr(url, "://");
+    const char *sep = strstr(url, "://");
     const char *end = url + strlen(url);
-    const char *from = url;
+    if (!sep || !is_scheme(url, sep)) {
+        /* "unix:/path" is the one spelling the parser takes without "://". Anything else is not a
+         * URL at all, and nothing tells where in it a password might be ("redis:/:pw@h", a
+         * password pasted alone): masked whole. */
+        if (has_prefix_ci(url, end, "unix:/")) {
+            put(&w, url, 5);
+            put_hosts(&w, url + 5, end, true);
+        } else if (*url) {
+            put(&w, "***", 3);
+        }
+        return;
+    }
     /* The whole rest counts as the authority: dbt_parse_redis_url also takes the last '@' as
      * the end of the userinfo (a password may hold '/' or '@'), so whatever it would read as the
      * password is masked here. */
-    if (scheme)
-        from = put_userinfo(&w, url, scheme + 3, end, true);
-    put_span(&w, from, end);
+    const char *from = put_userinfo(&w, url, sep + 3, end, true);
+    if (from == url) {
+        put_span(&w, url, sep + 3);
+        from = sep + 3;
+    } else {
+        put(&w, "@", 1);
+        from++;
+    }
+    put_hosts(&w, from, end, sep - url == 4 && strncasecmp(url, "unix", 4) == 0);
 }
 
 static int hex_value(char c)

@@ -31,8 +31,7 @@ static const void *const_field_of(const dbt_setting *s, const dbt_config *cfg)
 
 static char *redacted_url(const char *url)
 {
-    /* Masking can only add bytes where a lone user becomes "***": +3 covers it. */
-    size_t cap = strlen(url) + 4;
+    size_t cap = strlen(url) + DBT_REDACT_ROOM;
     char *buf = malloc(cap);
     if (buf)
         dbt_redact_url(url, buf, cap);

@@ -240,10 +240,12 @@ struct dbt_pool {
     int nbounds;
 
     /* share.c: host sharing (DBTHROTTLE_HOST_SHARE): the host's segment once attached (NULL:
-     * not, or not usable), whether an attach is under way, when the next may be tried, and
-     * whether why it could not was logged (once per pool). */
+     * not, or not usable), whether an attach is under way, when the next may be tried, and a
+     * hash of the last reason it could not that was logged (0: none since the last attach; a
+     * cause is said once per pool, a new one again). */
     struct dbt_share *share;
-    bool share_attaching, share_why_logged;
+    bool share_attaching;
+    uint64_t share_why_said;
     int64_t share_retry_us;
     int nwait_threads; /* threads in acquire's wait (the others' waits are parked) */
 

@@ -93,6 +93,15 @@ static dbt_share *let_go(dbt_pool *p)
     return old;
 }
 
+/* FNV-1a of a reason, never 0 (0 is "none said"). */
+static uint64_t reason_hash(const char *why)
+{
+    uint64_t h = UINT64_C(14695981039346656037);
+    for (const unsigned char *c = (const unsigned char *)why; *c; c++)
+        h = (h ^ *c) * UINT64_C(1099511628211);
+    return h ? h : 1;
+}
+
 void dbt_sharing_attach(dbt_pool *p)
 {
     pthread_mutex_lock(&p->mu);
@@ -134,15 +143,22 @@ void dbt_sharing_attach(dbt_pool *p)
         dbt_pool_set_group(p, dbt_share_group(sh));
         sh = NULL;
     }
-    bool say = !keep && !sh && !p->share_why_logged;
+    uint64_t why_hash = reason_hash(why);
+    bool say = !keep && !sh && p->share_why_said != why_hash;
     if (say)
-        p->share_why_logged = true;
+        p->share_why_said = why_hash;
+    else if (keep)
+        p->share_why_said = 0; /* a later failure is news again */
     pthread_mutex_unlock(&p->mu);
     dbt_share_detach(sh); /* a fork or an exit came meanwhile */
     if (say) {
-        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("reason", why),
+        /* A warning, not a note: the processes of this host then compete for Redis' permits
+         * one by one instead of passing them among themselves, and an operator who set a share
+         * directory expects it used (a full or read-only /dev/shm, another user's directory). */
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("dir", p->client->cfg->share_dir),
+                         DBT_S("reason", why),
                          DBT_S("effect", "this process passes permits among its own threads only")};
-        dbt_log(DBT_LOG_INFO, "host_share_unavailable", f, 3);
+        dbt_log(DBT_LOG_WARN, "host_share_unavailable", f, 4);
     }
 }
 

@@ -122,7 +122,7 @@ for mode in on off; do
 done
 nothing_left
 
-# (e) a share directory that cannot be used (mode 0777): one info line per process, and the
+# (e) a share directory that cannot be used (mode 0777): one warning per process, and the
 # processes throttle unshared.
 mkdir -p "$work/hostbad/dbthrottle-$(id -u)" && chmod 777 "$work/hostbad" "$work/hostbad/dbthrottle-$(id -u)"
 mark
@@ -137,7 +137,7 @@ done
 bad=0
 for i in 0 1 2 3; do eval "wait \$pse_pid$i" || bad=$((bad + 1)); done
 lines=$(cat "$work"/pse.err.* | grep -c "host_share_unavailable")
-check "processes_share_a_host: a bad share dir: one info line per process ($lines for 4), all ran ($(sum_field ok "$work"/pse.out.*) of 40)" \
+check "processes_share_a_host: a bad share dir: one warning per process ($lines for 4), all ran ($(sum_field ok "$work"/pse.out.*) of 40)" \
     '[ "$lines" -eq 4 ] && [ "$bad" -eq 0 ] && [ "$(sum_field ok "$work"/pse.out.*)" -eq 40 ]'
 check "processes_share_a_host: a bad share dir: at most 2 at once (most seen: $(max_conc pse))" '[ "$(max_conc pse)" -le 2 ]'
 nothing_left

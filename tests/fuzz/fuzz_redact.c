@@ -13,7 +13,9 @@
  *     just before the URL's last '@' (where the parser reads the password, or a lone user that
  *     some clients read as one) never shows in err nor in the redacted URL; a URL with a query
  *     string holding an '@' then a secret ("?password=x@SECRET", where the userinfo seemed to
- *     end) is refused, the secret not in err;
+ *     end) is refused, the secret not in err; with no '@' at all, a secret planted after the
+ *     first host's ':' (or after an added ':' at the hosts' end), where a forgotten "@host"
+ *     leaves a password, never shows in err nor in the redacted URL;
  *   - dbt_parse_exempt: the rules, joined back with ',', give the text again;
  *   - dbt_redact_url / dbt_redact_conninfo: a small buffer gets a prefix of the whole copy (so
  *     truncation cannot uncover a password), the buffer sizes config.c uses are large enough, and
@@ -186,10 +188,11 @@ static bool same_str(const char *a, const char *b)
     return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
 
-/* The copy config.c keeps for logs: its buffer is strlen + 4, said to always be enough. */
+/* The copy config.c keeps for logs: its buffer is strlen + DBT_REDACT_ROOM, said to always be
+ * enough. */
 static char *redact_as_config(const char *url)
 {
-    size_t cap = strlen(url) + 4, big = 2 * strlen(url) + 16;
+    size_t cap = strlen(url) + DBT_REDACT_ROOM, big = 2 * strlen(url) + 16;
     char *out = malloc(cap), *full = malloc(big);
     CHECK(out && full);
     dbt_redact_url(url, out, cap);
@@ -300,6 +303,45 @@ static void fuzz_redis_url_secret(const char *text)
     free(url);
 }
 
+/* No '@' anywhere ("redis://:pw", "redis://user:pw": an "@host" forgotten): SECRET goes right
+ * after the first ':' among the hosts (before any '/', '?' or '['), or after a ':' added at the
+ * hosts' end. The parser reads it as a port (refused: it has letters); no message and no
+ * redacted copy may show it. */
+static void fuzz_redis_url_no_at_secret(const char *text)
+{
+    const char *sep = strstr(text, "://");
+    /* Only where "://" ends a scheme: in "unix:/a://b:c" it is part of a socket's path. */
+    if (strchr(text, '@') || strchr(text, '?') || !sep || sep == text ||
+        strspn(text, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.") !=
+            (size_t)(sep - text))
+        return;
+    const char *hosts = sep + 3;
+    size_t region = strcspn(hosts, "/?[");
+    const char *colon = memchr(hosts, ':', region);
+    size_t cut = colon ? (size_t)(colon + 1 - text) : (size_t)(hosts + region - text);
+    size_t n = strlen(text), ls = strlen(SECRET);
+    char *url = malloc(n + ls + 2);
+    CHECK(url);
+    memcpy(url, text, cut);
+    sprintf(url + cut, "%s%s%s", colon ? "" : ":", SECRET, text + cut);
+    if (count_of(url, SECRET) == 1) {
+        char *err = new_err();
+        dbt_redis_url u = {0};
+        if (dbt_parse_redis_url(setting, url, &u, err)) {
+            check_url(&u);
+        } else {
+            check_err(err);
+            CHECK(!strstr(err, SECRET));
+        }
+        char *red = redact_as_config(url);
+        CHECK(!strstr(red, SECRET));
+        free(red);
+        dbt_redis_url_free(&u);
+        free(err);
+    }
+    free(url);
+}
+
 /* Whatever comes before it, a query string is refused and none of it shown: its '@' is not
  * where a userinfo ends. */
 static void fuzz_redis_url_query_secret(const char *text)
@@ -384,8 +426,8 @@ static void fuzz_redact_url(const char *text, const uint8_t *caps, size_t ncaps)
 {
     char *full = redact_as_config(text);
     check_truncation(dbt_redact_url, text, full, caps, ncaps);
-    /* bad_url's buffer: strlen + 8 */
-    size_t cap = strlen(text) + 8;
+    /* bad_url's buffer: strlen + DBT_REDACT_ROOM too */
+    size_t cap = strlen(text) + DBT_REDACT_ROOM;
     char *out = malloc(cap);
     CHECK(out);
     dbt_redact_url(text, out, cap);
@@ -532,6 +574,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 4:
         fuzz_redis_url_secret(text);
         fuzz_redis_url_query_secret(text);
+        fuzz_redis_url_no_at_secret(text);
         break;
     case 5:
         fuzz_exempt(text);

@@ -353,9 +353,12 @@ Test(url, messages)
     cr_expect(strstr(err, "needs a password") != NULL, "%s", err);
     cr_expect(!dbt_parse_redis_url("DBTHROTTLE_REDIS_URL", "memcached://h", &u, err));
     cr_expect(strstr(err, "bad value \"memcached://h\": expected redis://") != NULL, "%s", err);
-    /* Without a well-formed scheme, everything before the last '@' is hidden. */
+    /* Without a well-formed scheme, nothing tells where a password is: all of it is hidden. */
     cr_expect(!dbt_parse_redis_url("DBTHROTTLE_REDIS_URL", "redis:/:secret@h:1", &u, err));
-    cr_expect(strstr(err, "bad value \"***@h:1\"") != NULL, "%s", err);
+    cr_expect(strstr(err, "bad value \"***\": expected redis://") != NULL, "%s", err);
+    /* Without an '@', what follows a host's ':' and is no port may be a password (issue 29). */
+    cr_expect(!dbt_parse_redis_url("DBTHROTTLE_REDIS_URL", "redis://:S3cret", &u, err));
+    cr_expect(strstr(err, "bad value \"redis://:***\": no host") != NULL, "%s", err);
 }
 
 /* ---- the settings ---- */
@@ -428,6 +431,20 @@ Test(config, unknown_keys_suggest_the_nearest)
     cr_expect(!dbt_config_set(&c, key, "1", DBT_SRC_FILE, err));
     check_message(err, "unknown setting");
     cr_expect_eq(c.max_queries, 0);
+    dbt_config_free(&c);
+}
+
+/* A file line split at a '=' inside a URL: its "key" holds the URL's password (issue 29). */
+Test(config, a_key_holding_a_url_is_not_echoed_past_its_name)
+{
+    dbt_config c;
+    dbt_config_defaults(&c);
+    char err[DBT_ERRLEN];
+    char text[] = "redis_url: rediss://:S3cret@h/0?ssl=none\n";
+    cr_expect(!dbt_config_parse_text(&c, "f.conf", text, err));
+    cr_expect(strstr(err, "S3cret") == NULL, "leak: %s", err);
+    cr_expect_str_eq(err, "f.conf:1: unknown setting redis_url... (the rest not shown: it may hold "
+                          "a secret) (did you mean redis_url?)");
     dbt_config_free(&c);
 }
 
@@ -603,9 +620,14 @@ Test(config, passwords_never_reach_a_message_or_the_redacted_url)
               err);
     cr_expect_str_eq(c.redis.password, "s3cr3t");
     cr_expect_str_eq(c.redis_url_redacted, "redis://:***@h:1/2");
-    const char *bad[] = {"redis://:s3cr3t@h:0",  "redis://s3cr3t@h",     "rediss://:s3cr3t@h:0",
-                         "redis://:s3c/r3t@h:x", "redis://u:s3cr3t@h/x", "ftp://:s3cr3t@h",
-                         "redis:/:s3cr3t@h:x"};
+    const char *bad[] = {"redis://:s3cr3t@h:0",  "redis://s3cr3t@h",
+                         "rediss://:s3cr3t@h:0", "redis://:s3c/r3t@h:x",
+                         "redis://u:s3cr3t@h/x", "ftp://:s3cr3t@h",
+                         "redis:/:s3cr3t@h:x",   "redis://:s3cr3t",
+                         "redis://u:s3cr3t",     "rediss://:s3cr3t/",
+                         "REDIS://:s3cr3t",      "redis-sentinel://:s3cr3t",
+                         "unix://:s3cr3t@",      "s3cr3t",
+                         "redis://h:s3cr3t/0"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         cr_expect(!dbt_config_set(&c, "redis_url", bad[i], DBT_SRC_ENV, err));
         cr_expect(strstr(err, "s3c") == NULL && strstr(err, "r3t") == NULL, "leak: %s", err);

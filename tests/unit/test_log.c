@@ -250,6 +250,27 @@ static bool json_line(const char *l, const char *key, char *out, size_t cap)
     }
 }
 
+/* Whether the whole of s is valid UTF-8 holding no C1 control (what a terminal may act on). */
+static bool clean_utf8(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t n = utf8_seq(p);
+        if (n == 0 || (n == 2 && p[0] == 0xc2 && p[1] < 0xa0))
+            return false;
+        p += n;
+    }
+    return true;
+}
+
+static size_t count_in(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
 /* ---- logfmt ---- */
 
 Test(logfmt, the_exact_line)
@@ -285,6 +306,71 @@ Test(logfmt, every_byte_comes_back)
     cr_expect_str_eq(got, "caf\xc3\xa9");
     cr_expect(strstr(l, " utf8=caf\xc3\xa9") != NULL, "UTF-8 alone needs no quotes: %s", l);
     cr_expect_eq(strchr(l, '\n'), l + strlen(l) - 1, "not one line");
+    cr_expect(clean_utf8(l), "bytes 0x80..0xff written raw: %s", l);
+}
+
+/* Issue 29: a pool name ending in a cut character was written raw; JSON replaced it. Each byte of
+ * no valid UTF-8 sequence is written \xNN (where JSON writes one U+FFFD), so the line is valid
+ * UTF-8 and the value reads back exactly. */
+Test(logfmt, invalid_utf8_is_escaped_where_json_replaces_it)
+{
+    static const struct {
+        const char *v;
+        size_t bad; /* bytes of no valid sequence: JSON's U+FFFD count */
+    } cases[] = {
+        {"app\xc3", 1},          /* truncated 2-byte */
+        {"ok\xe2\x82", 2},       /* truncated 3-byte */
+        {"\xf0\x9f\x98", 3},     /* truncated 4-byte */
+        {"\xc0\xaf", 2},         /* overlong '/' */
+        {"\xe0\x80\xaf", 3},     /* overlong, 3 bytes */
+        {"\xed\xa0\x80", 3},     /* a surrogate, U+D800 */
+        {"\xed\xbf\xbf", 3},     /* a surrogate, U+DFFF */
+        {"\xf4\x90\x80\x80", 4}, /* past U+10FFFF */
+        {"a\x80"
+         "b\xbf",
+         2},                         /* lone continuation bytes */
+        {"\xff\xfe", 2},             /* never in UTF-8 */
+        {"caf\xc3\xa9\xc3", 1},      /* valid then cut */
+        {"\xe2\x82\xac\xe2\x82", 2}, /* a euro sign, then half of one */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        dbt_field f[] = {DBT_S("pool", cases[i].v), DBT_S("k", "v")};
+        char *l = line(DBT_FMT_LOGFMT, f, 2);
+        char got[64];
+        cr_expect(clean_utf8(l), "case %zu: not valid UTF-8: %s", i, l);
+        cr_assert(logfmt_get(l, "pool", got, sizeof got), "case %zu: unreadable: %s", i, l);
+        cr_expect_str_eq(got, cases[i].v, "case %zu", i);
+        cr_expect(logfmt_get(l, "k", got, sizeof got), "case %zu: the next field: %s", i, l);
+        size_t escaped = 0;
+        for (const char *p = l; (p = strstr(p, "\\x")); p += 2)
+            escaped += hexval(p[2]) >= 8;
+        char *j = line(DBT_FMT_JSON, f, 2);
+        cr_expect(json_line(j, "pool", got, sizeof got), "case %zu: invalid JSON: %s", i, j);
+        cr_expect_eq(escaped, cases[i].bad, "case %zu: %zu escaped: %s", i, escaped, l);
+        cr_expect_eq(count_in(j, "\\ufffd"), cases[i].bad, "case %zu: %s", i, j);
+    }
+    dbt_field f[] = {DBT_S("pool", "app\xc3")};
+    cr_expect(strstr(line(DBT_FMT_LOGFMT, f, 1), " pool=\"app\\xc3\"\n") != NULL);
+}
+
+/* C1 controls are valid UTF-8, but U+009B is a terminal's CSI: both formats escape them. */
+Test(logfmt, c1_controls_are_escaped_in_both_formats)
+{
+    dbt_field f[] = {DBT_S("v", "a\xc2\x9b"
+                                "31mb\xc2\x85\xc2\xa0")};
+    char *l = line(DBT_FMT_LOGFMT, f, 1);
+    cr_expect(strstr(l, " v=\"a\\xc2\\x9b31mb\\xc2\\x85\xc2\xa0\"\n") != NULL, "%s", l);
+    cr_expect(clean_utf8(l), "%s", l);
+    char got[64];
+    cr_assert(logfmt_get(l, "v", got, sizeof got));
+    cr_expect_str_eq(got, "a\xc2\x9b"
+                          "31mb\xc2\x85\xc2\xa0");
+    char *j = line(DBT_FMT_JSON, f, 1);
+    cr_expect(strstr(j, "\"v\":\"a\\u009b31mb\\u0085\xc2\xa0\"") != NULL, "%s", j);
+    cr_expect(clean_utf8(j), "%s", j);
+    cr_assert(json_line(j, "v", got, sizeof got));
+    cr_expect_str_eq(got, "a\xc2\x9b"
+                          "31mb\xc2\x85\xc2\xa0");
 }
 
 Test(logfmt, odd_keys_and_null_event_keep_the_shape)
@@ -735,12 +821,67 @@ Test(redact, urls)
     /* As the parser reads it: the last '@' ends the userinfo, '/' and all. */
     cr_expect_str_eq(redact_url("redis://app:s3cr/et@10.0.0.5:6379/0"),
                      "redis://app:***@10.0.0.5:6379/0");
-    cr_expect_str_eq(redact_url("redis://:se/cr@t@h:x"), "redis://:***@h:x");
+    cr_expect_str_eq(redact_url("redis://:se/cr@t@h:x"), "redis://:***@h:***");
     cr_expect_str_eq(redact_url("redis://lonesecret@h"), "redis://***@h");
     cr_expect_str_eq(redact_url("redis://h:6379"), "redis://h:6379");
     cr_expect_str_eq(redact_url("unix:///run/r.sock"), "unix:///run/r.sock");
-    cr_expect_str_eq(redact_url("not a url: x@y"), "not a url: x@y");
+    cr_expect_str_eq(redact_url("redis://[::1]:6379/0"), "redis://[::1]:6379/0");
+    cr_expect_str_eq(redact_url("redis-sentinel://app:pw@a:1,b:2/mm/1"),
+                     "redis-sentinel://app:***@a:1,b:2/mm/1");
+    cr_expect_str_eq(redact_url("unix:///run/r:1.sock?db=2"), "unix:///run/r:1.sock?db=2");
+    cr_expect_str_eq(redact_url("unix:/run/r.sock"), "unix:/run/r.sock");
+    /* Not a URL: nothing tells where a password may be in it. */
+    cr_expect_str_eq(redact_url("not a url: x@y"), "***");
     cr_expect_str_eq(redact_url(""), "");
+}
+
+/* Malformed URLs, where a password stands where the parser reads none (issue 29: the value of
+ * DBTHROTTLE_REDIS_URL='redis://:S3cret' was echoed whole in every message). */
+Test(redact, a_password_in_a_url_without_its_at_is_masked)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"redis://:S3cret", "redis://:***"},
+        {"redis://user:S3cret", "redis://user:***"},
+        {"rediss://:S3cret/", "rediss://:***"},
+        {"rediss://:S3/cret", "rediss://:***"},
+        {"redis-sentinel://:S3cret", "redis-sentinel://:***"},
+        {"redis-sentinel://a:1,:S3cret,b/mm", "redis-sentinel://a:1,:***"},
+        {"redis-cluster://a:1,b:S3cret", "redis-cluster://a:1,b:***"},
+        {"REDIS://:S3cret", "REDIS://:***"},
+        {"Rediss://u:S3cret@h", "Rediss://u:***@h"},
+        {"unix://:S3cret@", "unix://:***@"},
+        {"unix://:S3cret", "unix://:***"},
+        {"redis://h:6379/0?password=S3cret", "redis://h:6379/0?***"},
+        {"redis://h?auth=S3cret&db=1", "redis://h?***"},
+        {"unix:///r.sock?password=S3cret", "unix:///r.sock?***"},
+        {"redis://:pw@h:S3cret", "redis://:***@h:***"},
+        {"redis://h:70000", "redis://h:70000"}, /* a bad port, shown in its message */
+        {"redis://h:000123", "redis://h:000123"},
+        {"redis://h:123456", "redis://h:***"},
+        {"redis://h:", "redis://h:***"},
+        {"redis://[S3cret", "redis://***"},
+        {"redis://[::1]:S3cret", "redis://[::1]:***"},
+        {"redis://[a b]", "redis://***"},
+        {"redis:/:S3cret@h", "***"},
+        {"redis:S3cret", "***"},
+        {"S3cret", "***"},
+        {":S3cret", "***"},
+        {"re dis://:S3cret", "***"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        cr_expect_str_eq(redact_url(cases[i].in), cases[i].out, "%s", cases[i].in);
+}
+
+/* What strlen + DBT_REDACT_ROOM must hold: a masked empty password and a masked empty port. */
+Test(redact, the_room_promised_is_enough)
+{
+    const char *in = "redis://:@h:";
+    char out[64];
+    dbt_redact_url(in, out, sizeof out);
+    cr_expect_str_eq(out, "redis://:***@h:***");
+    cr_expect_leq(strlen(out) + 1, strlen(in) + DBT_REDACT_ROOM);
 }
 
 Test(redact, truncation_never_overflows_or_leaks)
