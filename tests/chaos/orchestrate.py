@@ -1,0 +1,322 @@
+"""orchestrate.py - one chaos run: Redis (behind the delay proxy), the workload on three simulated
+hosts, and the seed's fault schedule applied to them; writes the run's history (what was done and
+when, by this process' clock) for check.py. Judges nothing.
+
+Usage: orchestrate.py SEED SECONDS RUN_DIR REDIS_PORT PROXY_PORT (environment: CHAOS_LIB, the
+library to preload; CHAOS_CLI, the dbthrottle command; CHAOS_PGDIR, the PostgreSQL of run.sh;
+CHAOS_TOP, the source tree; CHAOS_MODE, to force closed or open; CHAOS_NEMESIS=off, no faults;
+PG* as libpq reads them).
+Redis is left running at the end (its pid in RUN_DIR/redis.pid) so that run.sh can read what is
+left in it; every worker has exited, or been killed and said so in the history.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from delay_proxy import DelayProxy
+import schedule
+
+LIMIT, LEASE, REDIS_TIMEOUT = 3, 2.0, 0.2
+HOSTS = 3
+here = os.path.dirname(os.path.abspath(__file__))
+seed, seconds, run_dir = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+redis_port, proxy_port = int(sys.argv[4]), int(sys.argv[5])
+lib, cli, pgdir, top = (os.environ[k] for k in ("CHAOS_LIB", "CHAOS_CLI", "CHAOS_PGDIR", "CHAOS_TOP"))
+mode, faults = schedule.draw(seed, seconds, LEASE, os.environ.get("CHAOS_MODE") or None)
+if os.environ.get("CHAOS_NEMESIS") == "off":
+    faults = []  # the control: the same workload without faults must pass
+pids_file = os.path.join(os.environ.get("DBT_HARNESS_RUN", run_dir), "pids")
+history = {"seed": seed, "mode": mode, "limit": LIMIT, "lease": LEASE,
+           "redis_timeout": REDIS_TIMEOUT, "seconds": seconds, "faults": [], "workers": [],
+           "stuck_workers": []}
+lock = threading.Lock()
+
+
+def note_pid(pid):
+    with open(pids_file, "a") as f:
+        f.write("%d\n" % pid)
+
+
+# ---- Redis -------------------------------------------------------------------------------------
+redis_dir = os.path.join(run_dir, "redis")
+redis = None
+
+
+def redis_ping():
+    r = subprocess.run(["redis-cli", "-p", str(redis_port), "ping"], capture_output=True, text=True)
+    return r.stdout.strip() == "PONG"
+
+
+def redis_start():
+    """Starts Redis on its port with an append-only file fsynced at every write (so that a restart
+    "with persistence" loses nothing), and waits until it answers."""
+    global redis
+    os.makedirs(redis_dir, exist_ok=True)
+    redis = subprocess.Popen(
+        ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "yes", "--appendfsync", "always", "--dir", redis_dir,
+         "--logfile", os.path.join(redis_dir, "redis.log")], cwd=run_dir)
+    note_pid(redis.pid)
+    deadline = time.time() + 20
+    while not redis_ping():
+        if time.time() > deadline or redis.poll() is not None:
+            raise SystemExit("chaos: redis-server did not start on port %d" % redis_port)
+        time.sleep(0.02)
+    with open(os.path.join(run_dir, "redis.pid"), "w") as f:
+        f.write("%d\n" % redis.pid)
+
+
+# ---- the workload ------------------------------------------------------------------------------
+groups = []  # (kind, host, Popen): each worker in a process group of its own
+stop_ns = 0
+
+
+def worker_env(host):
+    env = dict(os.environ)
+    env.update({
+        "LD_PRELOAD": lib, "PGAPPNAME": "chaos", "CHAOS_STOP_NS": str(stop_ns),
+        "DBTHROTTLE_REDIS_URL": "redis://127.0.0.1:%d" % proxy_port, "DBTHROTTLE_POOL": "chaos",
+        "DBTHROTTLE_MAX_QUERIES": str(LIMIT), "DBTHROTTLE_LEASE": "%dms" % (LEASE * 1000),
+        "DBTHROTTLE_REDIS_TIMEOUT": "%dms" % (REDIS_TIMEOUT * 1000),
+        "DBTHROTTLE_ON_REDIS_ERROR": mode, "DBTHROTTLE_WAIT_TIMEOUT": "60s",
+        "DBTHROTTLE_SHARE_DIR": os.path.join(run_dir, "host%d" % host),
+        # The library's own account (events counted as information, never judged): one file for
+        # all, one write() per line.
+        "DBTHROTTLE_LOG": os.path.join(run_dir, "library.log"), "DBTHROTTLE_LOG_LEVEL": "info"})
+    return env
+
+
+def start_workers():
+    py = "/usr/bin/python3"
+    plan = [("psql", 0, ["sh", os.path.join(here, "workers/psql_loop.sh")]),
+            ("psql", 1, ["sh", os.path.join(here, "workers/psql_loop.sh")]),
+            ("acquire", 2, ["sh", os.path.join(here, "workers/psql_loop.sh")]),
+            ("pgbench", 0, ["sh", os.path.join(here, "workers/pgbench_loop.sh")]),
+            ("psycopg2", 1, [py, os.path.join(here, "workers/py_threads.py")]),
+            ("psycopg3", 2, [py, os.path.join(here, "workers/py_async.py")])]
+    for h in range(HOSTS):
+        os.makedirs(os.path.join(run_dir, "host%d" % h), mode=0o700, exist_ok=True)
+    for i, (kind, host, argv) in enumerate(plan):
+        out = os.path.join(run_dir, "w%d.%s" % (i, kind))
+        env = worker_env(host)
+        args = [out]
+        if kind == "acquire":
+            env["CHAOS_ACQUIRE"] = cli
+        if kind == "pgbench":
+            d = os.path.join(run_dir, "w%d.d" % i)
+            os.makedirs(d, exist_ok=True)
+            args.append(d)
+        if kind in ("psycopg2", "psycopg3"):
+            args.append("4")
+        p = subprocess.Popen(argv + args, env=env, start_new_session=True, cwd=run_dir,
+                             stdout=subprocess.DEVNULL, stderr=open(out + ".stderr", "w"))
+        note_pid(p.pid)
+        groups.append((kind, host, p))
+        history["workers"].append({"kind": kind, "host": host, "out": out})
+
+
+def clients():
+    """The workload's client processes now (the ones that hold permits): in the workers' process
+    groups, psql, pgbench, python3 and dbthrottle, not a psql that dbthrottle acquire runs."""
+    pgids = {p.pid for _, _, p in groups}
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+        except OSError:
+            continue
+        comm = st[st.index("(") + 1:st.rindex(")")]
+        fields = st[st.rindex(")") + 2:].split()
+        ppid, pgid = int(fields[1]), int(fields[2])
+        # A stopped one (state T) is already some fault's target.
+        if pgid not in pgids or fields[0] == "T" or comm not in ("psql", "pgbench", "python3",
+                                                                 "dbthrottle"):
+            continue
+        if comm == "psql" and parent_comm(ppid) == "dbthrottle":
+            continue
+        found.append((int(d), comm))
+    return sorted(found)
+
+
+def holder(pick):
+    """A client whose probe runs at the server now (the pick-th of them), found from the server's
+    side: its backend's client port, and the local process that owns that socket (ss). For
+    dbthrottle acquire, the holder is the dbthrottle that runs the psql. None when none runs."""
+    ports = psql("SELECT client_port FROM pg_stat_activity WHERE application_name = 'chaos'"
+                 " AND state = 'active' AND query LIKE '%chaos_probe%' ORDER BY query_start")
+    ports = ports.split()
+    if not ports:
+        return None
+    port = ports[int(pick * len(ports))]
+    r = subprocess.run(["ss", "-Htnp", "state", "established", "( sport = :%s )" % port],
+                       capture_output=True, text=True)
+    m = re.search(r'\("([^"]+)",pid=(\d+)', r.stdout)
+    if not m:
+        return None
+    pid, comm = int(m.group(2)), m.group(1)
+    if comm == "psql" and parent_comm(parent(pid)) == "dbthrottle":
+        pid, comm = parent(pid), "dbthrottle"
+    return pid, comm
+
+
+def parent(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            st = f.read()
+        return int(st[st.rindex(")") + 2:].split()[1])
+    except (OSError, ValueError):
+        return 0
+
+
+def parent_comm(pid):
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+# ---- the faults ----------------------------------------------------------------------------------
+proxy = None
+
+
+def psql(sql):
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    r = subprocess.run(["psql", "-qAtX", "-c", sql], env=env, capture_output=True, text=True)
+    return r.stdout.strip()
+
+
+def apply(f):
+    """Applies one fault; returns the record of what was done and when (epoch seconds)."""
+    rec = {"kind": f["kind"], "planned_at": f["at"]}
+    k = f["kind"]
+    if k == "redis_stop":
+        os.kill(redis.pid, signal.SIGSTOP)
+        rec["start"] = time.time()
+        time.sleep(f["duration"])
+        os.kill(redis.pid, signal.SIGCONT)
+        rec["end"] = time.time()
+    elif k == "redis_kill":
+        with lock:
+            redis.kill()
+            redis.wait()
+            rec["start"] = time.time()
+            rec["persist"] = f["persist"]
+            if not f["persist"]:
+                shutil.rmtree(redis_dir)
+            time.sleep(f["duration"])
+            redis_start()
+            rec["end"] = time.time()
+    elif k == "redis_slow":
+        proxy.set_delay(f["delay"])
+        rec["start"] = time.time()
+        rec["delay"] = f["delay"]
+        time.sleep(f["duration"])
+        proxy.set_delay(0.0)
+        rec["end"] = time.time()
+    elif k in ("client_kill", "client_stop"):
+        target = holder(f["pick"]) if f["holder"] else None
+        rec["holding"] = target is not None
+        if target is None:
+            cs = clients()
+            if not cs:
+                return None
+            target = cs[int(f["pick"] * len(cs))]
+        pid, comm = target
+        rec.update(pid=pid, target=comm)
+        try:
+            os.kill(pid, signal.SIGKILL if k == "client_kill" else signal.SIGSTOP)
+        except ProcessLookupError:
+            return None
+        rec["start"] = time.time()
+        if k == "client_stop":
+            time.sleep(f["duration"])
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        rec["end"] = time.time()
+    elif k == "pg_terminate":
+        # A backend in the middle of a probe, the pick-th of those running; looked for again for
+        # up to a second (a stall of the workload may leave none running at that instant).
+        rec["start"] = time.time()
+        rec["backend"] = ""
+        while not rec["backend"] and time.time() < rec["start"] + 1.0:
+            rec["backend"] = psql(
+                "WITH p AS (SELECT pid FROM pg_stat_activity WHERE application_name = 'chaos'"
+                " AND state = 'active' AND query LIKE '%%chaos_probe%%')"
+                " SELECT pid FROM p ORDER BY pid OFFSET floor(%f * (SELECT count(*) FROM p))::int"
+                " LIMIT 1" % f["pick"])
+            if not rec["backend"]:
+                time.sleep(0.02)
+        if rec["backend"]:
+            rec["start"] = time.time()
+            psql("SELECT pg_terminate_backend(%s)" % rec["backend"])
+        rec["end"] = time.time()
+    elif k == "pg_restart":
+        rec["start"] = time.time()
+        subprocess.run(["sh", os.path.join(top, "tools/pgtmp.sh"), "restart", pgdir],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        rec["end"] = time.time()
+    return rec
+
+
+def run_fault(f, t0):
+    delay = t0 + f["at"] - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    rec = apply(f)
+    if rec:
+        with lock:
+            history["faults"].append(rec)
+
+
+def main():
+    global proxy, stop_ns
+    redis_start()
+    proxy = DelayProxy(proxy_port, redis_port)
+    proxy.start()
+    t0 = time.time()
+    stop_ns = int((t0 + seconds) * 1e9)
+    history["start"] = t0
+    start_workers()
+    threads = [threading.Thread(target=run_fault, args=(f, t0)) for f in faults]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # The workers stop by themselves at the end (CHAOS_STOP_NS), after their statement: one still
+    # running well after that is stuck (a wait that never ends), killed and reported.
+    deadline = t0 + seconds + 20
+    for kind, host, p in groups:
+        try:
+            p.wait(max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            history["stuck_workers"].append(kind)
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    history["end"] = time.time()
+    history["faults"].sort(key=lambda r: r["start"])
+    proxy.stop()
+    with open(os.path.join(run_dir, "history.json"), "w") as f:
+        json.dump(history, f, indent=1)
+
+
+try:
+    main()
+finally:
+    for _, _, p in groups:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
