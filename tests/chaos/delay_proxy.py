@@ -4,10 +4,13 @@ seconds after it arrived, in order (a queue per direction with each chunk's due 
 latency is added without cutting throughput); replies pass at once. A client connection whose
 Redis connection cannot be made, or breaks, is closed, as a dead Redis would close it.
 
-Runs in a thread of the orchestrator: start(), set_delay(seconds), stop().
+A process of its own (the orchestrator's threads and their GIL must not add latency of their own,
+which the library would take for an outage): delay_proxy.py LISTEN_PORT REDIS_PORT prints "ready"
+once it listens, then reads the delay in seconds, one number a line, from its standard input; it
+ends at EOF.
 """
 import asyncio
-import threading
+import sys
 import time
 
 
@@ -16,35 +19,18 @@ class DelayProxy:
         self.listen_port = listen_port
         self.redis_port = redis_port
         self.delay = 0.0
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.ready = threading.Event()
-        self.error = None
 
-    def start(self):
-        self.thread.start()
-        self.ready.wait(10)
-        if self.error:
-            raise self.error
-
-    def set_delay(self, seconds):
-        self.delay = seconds
-
-    def stop(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-
-    def _run(self):
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.server = self.loop.run_until_complete(
-                asyncio.start_server(self._client, "127.0.0.1", self.listen_port))
-        except OSError as e:
-            self.error = e
-            self.ready.set()
-            return
-        self.ready.set()
-        self.loop.run_forever()
+    async def run(self):
+        await asyncio.start_server(self._client, "127.0.0.1", self.listen_port)
+        print("ready", flush=True)
+        loop = asyncio.get_running_loop()
+        commands = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
+        while True:
+            line = await commands.readline()
+            if not line:
+                return
+            self.delay = float(line)
 
     async def _client(self, creader, cwriter):
         try:
@@ -101,3 +87,7 @@ class DelayProxy:
                 await writer.drain()
             except OSError:
                 return
+
+
+if __name__ == "__main__":
+    asyncio.run(DelayProxy(int(sys.argv[1]), int(sys.argv[2])).run())

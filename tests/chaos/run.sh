@@ -72,7 +72,7 @@ for seed in $seeds; do
     else
         sed 's/^/  /' "$run/left"
         fail "chaos seed $seed (replay: make chaos SEED=$seed${CHAOS_MODE:+ CHAOS_MODE=$CHAOS_MODE} CHAOS_SECONDS=$seconds)"
-        [ -n "${DBT_KEEP:-}" ] || cp -r "$run" "/tmp/chaos-failed-$seed" 2>/dev/null
+        [ -n "${DBT_KEEP:-}" ] || { rm -rf "/tmp/chaos-failed-$seed"; cp -r "$run" "/tmp/chaos-failed-$seed"; }
     fi
 done
 summary

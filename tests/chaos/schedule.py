@@ -19,6 +19,9 @@ def tail(lease):
 
 
 def draw(seed, seconds, lease, mode=None):
+    """(mode, faults): each fault a dict with its kind, its offset "at" (seconds into the run), its
+    "duration", and what it needs (persist, delay, holder, pick). A slow Redis' delay is longer
+    than the runs' DBTHROTTLE_REDIS_TIMEOUT (500 ms)."""
     rng = random.Random(seed)
     mode = mode or rng.choice(["closed", "open"])
     last = seconds - tail(lease)
@@ -32,7 +35,7 @@ def draw(seed, seconds, lease, mode=None):
         elif kind == "redis_kill":
             f = {"kind": kind, "duration": rng.uniform(0.1, 2.0), "persist": rng.random() < 0.5}
         else:
-            f = {"kind": kind, "duration": rng.uniform(0.5, 3.0), "delay": rng.uniform(0.3, 0.8)}
+            f = {"kind": kind, "duration": rng.uniform(0.5, 3.0), "delay": rng.uniform(0.7, 1.5)}
         if t + f["duration"] > last:
             break
         f["at"] = t

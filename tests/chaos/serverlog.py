@@ -1,5 +1,5 @@
 """serverlog.py - the statements PostgreSQL ran, read from its log alone: one interval per
-chaos_probe (probe.sql), from its "chaos_start n=N" line to the first of its "chaos_end" line, an
+chaos_probe (probe.sql), from its "chaos_start n=N xact=T" line to the first of its "chaos_end" line, an
 ERROR or FATAL of its backend (a terminated backend logs no end), the backend's disconnection, or
 the server's shutdown. Times are the log's own (log_line_prefix '%m [%p] ', UTC).
 """
@@ -15,10 +15,12 @@ def epoch(date, millis):
 
 
 class Probe:
-    __slots__ = ("pid", "start", "end", "n", "how")
+    __slots__ = ("pid", "start", "end", "n", "admitted", "how")
 
-    def __init__(self, pid, start, n):
+    def __init__(self, pid, start, n, admitted):
         self.pid, self.start, self.n, self.end, self.how = pid, start, n, None, None
+        # When its permit was taken: its transaction's start (at most its own).
+        self.admitted = min(start, admitted)
 
 
 def read(path, run_end):
@@ -34,7 +36,8 @@ def read(path, run_end):
         t = epoch(m.group(1), m.group(2))
         pid, level, msg = int(m.group(3)), m.group(4), m.group(5)
         if level == "LOG" and msg.startswith("chaos_start n="):
-            p = Probe(pid, t, int(msg.split("=", 1)[1]))
+            fields = dict(kv.split("=", 1) for kv in msg.split()[1:])
+            p = Probe(pid, t, int(fields["n"]), float(fields.get("xact", t)))
             running[pid] = p
             probes.append(p)
         elif pid in running and (msg.startswith("chaos_end") or level in ("ERROR", "FATAL")
