@@ -31,7 +31,8 @@ import serverlog
 
 STALL = 1.0  # the issue's bound on a stall past its excuse
 OUTAGE_BACKOFF = 1.0  # design.md, "Redis errors": an outage admits (open) or refuses for 1 s
-REDIS_DOWN = ("redis_stop", "redis_kill", "redis_slow")
+REDIS_DOWN = ("redis_stop", "redis_kill", "redis_slow", "failover")
+RESTARTS = ("redis_kill", "failover")  # another run_id: a quarantine of Q (design.md)
 
 hist_path, log_path, holders_left, waiters_left = sys.argv[1:5]
 h = json.load(open(hist_path))
@@ -44,7 +45,7 @@ faults = h["faults"]
 
 def over_window(f):
     """Where more than the limit at once may be admitted because of fault f (None: nowhere)."""
-    if mode == "closed" and f["kind"] == "redis_kill":
+    if mode == "closed" and f["kind"] in RESTARTS:
         return (f["start"], f["end"] + Q)
     if mode == "open" and f["kind"] in REDIS_DOWN:
         # Redis is back at the fault's end (a slow one once the requests queued in the proxy have
@@ -58,7 +59,7 @@ def over_window(f):
 
 def excuse(f):
     """(from, until, permits): how many permits fault f may keep from use, and when."""
-    if f["kind"] == "redis_kill":
+    if f["kind"] in RESTARTS:
         return (f["start"], f["end"] + Q + lease / 3, limit)
     if f["kind"] in ("client_kill", "client_stop"):
         held = 1 if f["target"] in ("psql", "dbthrottle") else limit
@@ -181,12 +182,14 @@ except OSError:
 
 # ---- the table ---------------------------------------------------------------------------------
 rel = lambda t: t - t0  # noqa: E731
-print("seed %d  mode %s  limit %d  lease %.1fs  redis_timeout %dms  Q %.2fs  %.0fs" %
-      (h["seed"], mode, limit, lease, h["redis_timeout"] * 1000, Q, h["seconds"]))
+print("seed %d  mode %s  %s  limit %d  lease %.1fs  redis_timeout %dms  Q %.2fs  %.0fs" %
+      (h["seed"], mode, "behind Sentinel" if h.get("topology") == "sentinel" else "one Redis",
+       limit, lease, h["redis_timeout"] * 1000, Q, h["seconds"]))
 print("  %-13s %7s %7s  %-26s %-22s %s" % ("fault", "start", "end", "detail",
                                            "excuses (permits)", "at the limit again"))
 for f in faults:
-    detail = {"redis_kill": lambda: "restart %s" % ("from its AOF" if f.get("persist") else "empty"),
+    detail = {"failover": lambda: "primary killed, %s promoted" % f.get("promoted"),
+              "redis_kill": lambda: "restart %s" % ("from its AOF" if f.get("persist") else "empty"),
               "redis_slow": lambda: "+%dms a request" % (f["delay"] * 1000),
               "client_kill": lambda: "%s %d%s" % (f["target"], f["pid"],
                                                    " holding" if f["holding"] else ""),

@@ -6,8 +6,8 @@ Usage: orchestrate.py SEED SECONDS RUN_DIR REDIS_PORT PROXY_PORT (environment: C
 library to preload; CHAOS_CLI, the dbthrottle command; CHAOS_PGDIR, the PostgreSQL of run.sh;
 CHAOS_TOP, the source tree; CHAOS_MODE, to force closed or open; CHAOS_NEMESIS=off, no faults;
 PG* as libpq reads them).
-Redis is left running at the end (its pid in RUN_DIR/redis.pid) so that run.sh can read what is
-left in it; every worker has exited, or been killed and said so in the history.
+Redis is left running at the end (its port in RUN_DIR/redis.port, its pid in RUN_DIR/redis.pid,
+or the Sentinel topology's servers in RUN_DIR/sentinel) so that run.sh can read what is left in it; every worker has exited, or been killed and said so in the history.
 """
 import json
 import os
@@ -27,11 +27,11 @@ here = os.path.dirname(os.path.abspath(__file__))
 seed, seconds, run_dir = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 redis_port, proxy_port = int(sys.argv[4]), int(sys.argv[5])
 lib, cli, pgdir, top = (os.environ[k] for k in ("CHAOS_LIB", "CHAOS_CLI", "CHAOS_PGDIR", "CHAOS_TOP"))
-mode, faults = schedule.draw(seed, seconds, LEASE, os.environ.get("CHAOS_MODE") or None)
+mode, topology, faults = schedule.draw(seed, seconds, LEASE, os.environ.get("CHAOS_MODE") or None)
 if os.environ.get("CHAOS_NEMESIS") == "off":
     faults = []  # the control: the same workload without faults must pass
 pids_file = os.path.join(os.environ.get("DBT_HARNESS_RUN", run_dir), "pids")
-history = {"seed": seed, "mode": mode, "limit": LIMIT, "lease": LEASE,
+history = {"seed": seed, "mode": mode, "topology": topology, "limit": LIMIT, "lease": LEASE,
            "redis_timeout": REDIS_TIMEOUT, "seconds": seconds, "faults": [], "workers": [],
            "stuck_workers": []}
 lock = threading.Lock()
@@ -75,6 +75,43 @@ def redis_start():
         f.write("%d\n" % redis.pid)
 
 
+# ---- Sentinel: a primary, two replicas, three sentinels (sentinel.sh, tests/support/topology.sh)
+sentinel_dir = os.path.join(run_dir, "sentinel")
+sentinels = ""
+
+
+def sentinel_start():
+    global sentinels
+    r = subprocess.run(["sh", os.path.join(here, "sentinel.sh"), "start", sentinel_dir],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit("chaos: the Sentinel topology did not start: %s" % r.stderr.strip())
+    sentinels = r.stdout.split()[1]
+
+
+def sentinel_master():
+    """The primary's port as the first sentinel that answers names it ("" if none does)."""
+    for hp in sentinels.split(","):
+        r = subprocess.run(["redis-cli", "-p", hp.split(":")[1], "sentinel",
+                            "get-master-addr-by-name", "mymaster"], capture_output=True, text=True)
+        lines = r.stdout.split()
+        if len(lines) == 2:
+            return lines[1]
+    return ""
+
+
+def sentinel_pid(port):
+    for name in os.listdir(sentinel_dir):
+        if name.endswith(".port") and open(os.path.join(sentinel_dir, name)).read().strip() == port:
+            return int(open(os.path.join(sentinel_dir, name[:-5] + ".pid")).read())
+    return None
+
+
+def redis_now_pid():
+    """The pid of the Redis the workers use now: ours, or the primary Sentinel names."""
+    return sentinel_pid(sentinel_master()) if topology == "sentinel" else redis.pid
+
+
 # ---- the workload ------------------------------------------------------------------------------
 groups = []  # (kind, host, Popen): each worker in a process group of its own
 stop_ns = 0
@@ -84,7 +121,9 @@ def worker_env(host):
     env = dict(os.environ)
     env.update({
         "LD_PRELOAD": lib, "PGAPPNAME": "chaos", "CHAOS_STOP_NS": str(stop_ns),
-        "DBTHROTTLE_REDIS_URL": "redis://127.0.0.1:%d" % proxy_port, "DBTHROTTLE_POOL": "chaos",
+        "DBTHROTTLE_REDIS_URL": ("redis-sentinel://%s/mymaster" % sentinels if topology == "sentinel"
+                                 else "redis://127.0.0.1:%d" % proxy_port),
+        "DBTHROTTLE_POOL": "chaos",
         "DBTHROTTLE_MAX_QUERIES": str(LIMIT), "DBTHROTTLE_LEASE": "%dms" % (LEASE * 1000),
         "DBTHROTTLE_REDIS_TIMEOUT": "%dms" % (REDIS_TIMEOUT * 1000),
         "DBTHROTTLE_ON_REDIS_ERROR": mode, "DBTHROTTLE_WAIT_TIMEOUT": "60s",
@@ -151,15 +190,17 @@ def clients():
 
 
 def holder(pick):
-    """A client whose probe runs at the server now (the pick-th of them), found from the server's
-    side: its backend's client port, and the local process that owns that socket (ss). For
-    dbthrottle acquire, the holder is the dbthrottle that runs the psql. None when none runs."""
+    """A client whose probe runs at the server now, found from the server's side: its backend's
+    client port, and the local process that owns that socket (ss). Drawn with a bias to the
+    newest statement (the one with most of its run left: a long one killed early outlives the
+    permit's return). For dbthrottle acquire, the holder is the dbthrottle that runs the psql.
+    None when none runs."""
     ports = psql("SELECT client_port FROM pg_stat_activity WHERE application_name = 'chaos'"
-                 " AND state = 'active' AND query LIKE '%chaos_probe%' ORDER BY query_start")
+                 " AND state = 'active' AND query LIKE '%chaos_probe%' ORDER BY query_start DESC")
     ports = ports.split()
     if not ports:
         return None
-    port = ports[int(pick * len(ports))]
+    port = ports[int(pick * pick * len(ports))]
     r = subprocess.run(["ss", "-Htnp", "state", "established", "( sport = :%s )" % port],
                        capture_output=True, text=True)
     m = re.search(r'\("([^"]+)",pid=(\d+)', r.stdout)
@@ -225,11 +266,21 @@ def apply(f):
     rec = {"kind": f["kind"], "planned_at": f["at"]}
     k = f["kind"]
     if k == "redis_stop":
+        pid = redis_now_pid()
         rec["start"] = time.time()
-        os.kill(redis.pid, signal.SIGSTOP)
+        os.kill(pid, signal.SIGSTOP)
         time.sleep(f["duration"])
-        os.kill(redis.pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGCONT)
         rec["end"] = time.time()
+    elif k == "failover":
+        # Its end: the sentinels name another primary.
+        old = sentinel_master()
+        rec["start"] = time.time()
+        os.kill(sentinel_pid(old), signal.SIGKILL)
+        while sentinel_master() in ("", old) and time.time() < rec["start"] + 30:
+            time.sleep(0.05)
+        rec["end"] = time.time()
+        rec["promoted"] = sentinel_master()
     elif k == "redis_kill":
         with lock:
             rec["start"] = time.time()
@@ -307,8 +358,11 @@ def run_fault(f, t0):
 
 def main():
     global proxy, stop_ns
-    redis_start()
-    proxy = Proxy()
+    if topology == "sentinel":
+        sentinel_start()
+    else:
+        redis_start()
+        proxy = Proxy()
     t0 = time.time()
     stop_ns = int((t0 + seconds) * 1e9)
     history["start"] = t0
@@ -330,7 +384,11 @@ def main():
             p.wait()
     history["end"] = time.time()
     history["faults"].sort(key=lambda r: r["start"])
-    proxy.stop()
+    if proxy:
+        proxy.stop()
+    # Where run.sh reads what is left: the primary now.
+    with open(os.path.join(run_dir, "redis.port"), "w") as f:
+        f.write("%s\n" % (sentinel_master() if topology == "sentinel" else redis_port))
     with open(os.path.join(run_dir, "history.json"), "w") as f:
         json.dump(history, f, indent=1)
 

@@ -46,6 +46,16 @@ psql -qAtX -f "$here/probe.sql" >/dev/null || { echo "FAIL - could not install c
 # pg_reload_conf() signals the postmaster; its backends read the new prefix at their next command.
 sleep 0.3
 
+# stop_redis: the run's Redis, or its Sentinel topology.
+stop_redis() {
+    if [ -d "$run/sentinel" ]; then
+        sh "$here/sentinel.sh" stop "$run/sentinel"
+    elif [ -f "$run/redis.pid" ]; then
+        redis_pid=$(cat "$run/redis.pid")
+        redis_kill
+    fi
+}
+
 export CHAOS_LIB="$lib" CHAOS_CLI="$top/build/dbthrottle" CHAOS_PGDIR="$work/pg" CHAOS_TOP="$top"
 for seed in $seeds; do
     run="$work/run.$seed"
@@ -56,15 +66,16 @@ for seed in $seeds; do
     echo "# chaos seed $seed: ${seconds}s"
     if ! (cd "$here" && $py orchestrate.py "$seed" "$seconds" "$run" "$rport" "$pport"); then
         fail "chaos seed $seed: the run did not complete (replay: make chaos SEED=$seed)"
-        [ -f "$run/redis.pid" ] && kill -9 "$(cat "$run/redis.pid")" 2>/dev/null
+        stop_redis
         continue
     fi
-    redis_pid=$(cat "$run/redis.pid")
+    # The primary now (behind Sentinel, the one it promoted).
+    rport=$(cat "$run/redis.port")
     # The workers' last releases are sent as they exit, not waited for: 1 s for Redis to apply them.
     nothing_left q dbthrottle: 1 >"$run/left" 2>&1
     holders=$(live_holders)
     waiters=$(live_waiters)
-    redis_kill
+    stop_redis
     # The run's part of the server log, kept with its history (a failed run is copied whole).
     tail -c +$((offset + 1)) "$work/pg/server.log" >"$run/server.log"
     if (cd "$here" && $py check.py "$run/history.json" "$run/server.log" "$holders" "$waiters"); then

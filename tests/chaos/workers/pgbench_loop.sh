@@ -1,13 +1,13 @@
 #!/bin/sh
 # pgbench_loop.sh OUT DIR - pgbench -c8 -j4 with a custom script (3 single probes to 1
-# transaction of two; one single probe in 30 is 3 s, longer than the lease), in runs of at most
+# transaction of two; one single probe in 40 is 5 s, longer than the lease), in runs of at most
 # 5 s until $CHAOS_STOP_NS: pgbench gives up a client on its first error (a refusal, a broken
 # connection), so a fresh run brings the 8 back. Appends
 # "ok N" / "err N" per run to OUT (transactions done / clients aborted), its output to OUT.err.
 out=$1 dir=$2
 cat >"$dir/single.sql" <<'SQL'
-\set r random(0, 299)
-SELECT chaos_probe(CASE WHEN :r < 10 THEN 3000 ELSE 2 + :r * :r / 300 END);
+\set r random(0, 319)
+SELECT chaos_probe(CASE WHEN :r >= 312 THEN 5000 ELSE 2 + :r * :r / 300 END);
 SQL
 cat >"$dir/tx.sql" <<'SQL'
 \set r random(0, 299)

@@ -6,11 +6,12 @@
 # With CHAOS_ACQUIRE set, each psql runs under `dbthrottle acquire` instead of the preload (the
 # permit is then the command's, taken by the CLI).
 out=$1
-# Mostly a few ms to 300 ms; one in 30 is 3 s, longer than the lease: a holder killed in the middle
-# of one leaves its statement running at the server past its permit's return.
+# Mostly a few ms to 300 ms; one in 40 is 5 s, longer than the lease and its renewal period: a
+# holder killed in the middle of one leaves its statement running at the server past its permit's
+# return.
 ms() {
-    r=$(($(od -An -N2 -tu2 /dev/urandom) % 300))
-    if [ $r -lt 10 ]; then echo 3000; else echo $((2 + r * r / 300)); fi
+    r=$(($(od -An -N2 -tu2 /dev/urandom) % 320))
+    if [ $r -ge 312 ]; then echo 5000; else echo $((2 + r * r / 300)); fi
 }
 while [ "$(date +%s%N)" -lt "$CHAOS_STOP_NS" ]; do
     a=$(ms)

@@ -19,10 +19,11 @@ err_fd = os.open(out + ".err", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
 def ms():
-    # Mostly short, a few hundred ms at most; one in 30 longer than the lease (3 s), so that a
-    # holder killed in the middle of one leaves its statement running past its permit's return.
-    r = random.randrange(300)
-    return 3000 if r < 10 else 2 + r * r // 300
+    # Mostly short, a few hundred ms at most; one in 40 longer than the lease and its renewal
+    # period (5 s), so that a holder killed in the middle of one leaves its statement running past
+    # its permit's return.
+    r = random.randrange(320)
+    return 5000 if r >= 312 else 2 + r * r // 300
 
 
 def record(what, error=None):
