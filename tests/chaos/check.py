@@ -82,7 +82,18 @@ def sweep(ps):
     return segs
 
 
-windows = [w for w in map(over_window, faults) if w]
+def union(spans):
+    """Overlapping (from, to) spans merged, so that a stretch across two of them is inside."""
+    out = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+windows = union(w for w in map(over_window, faults) if w)
 
 
 def inside(a, b):
@@ -143,10 +154,11 @@ bad_short = [s for s in short if s[2] > STALL]
 
 
 def merge(stretches):
-    """Adjacent (from, to, count) stretches as one, with the largest count."""
+    """(from, to, count) stretches less than 0.25 s apart as one, with the largest count (for the
+    table: a permit too many shows as many short stretches between statements)."""
     out = []
     for a, b, c in stretches:
-        if out and out[-1][1] >= a:
+        if out and out[-1][1] + 0.25 >= a:
             out[-1] = (out[-1][0], b, max(out[-1][2], c))
         else:
             out.append((a, b, c))
@@ -166,7 +178,8 @@ def back_to_limit(f):
 outcomes = Counter()
 for w in h["workers"]:
     try:
-        for line in open(w["out"]):
+        # Beside the history (a failed run's directory is judged again where it was copied).
+        for line in open(os.path.join(os.path.dirname(hist_path), os.path.basename(w["out"]))):
             parts = line.split()
             outcomes[parts[0]] += int(parts[1]) if len(parts) > 1 else 1
     except OSError:
@@ -209,8 +222,25 @@ print("  most at once at the server: %d outside the allowed windows, %d inside (
       "advisory locks' count at a start: %d" % (most_out, most_in, limit, locks_most))
 if ran_on:
     print("  statements admitted in an outage that ran on past it (not judged there): %d" % len(ran_on))
+
+
+def orphans(a, b):
+    """The statements running in [a, b) whose client had been killed or stopped before a: the
+    backends the orchestrator recorded for it."""
+    out = []
+    for f in faults:
+        if f["kind"] in ("client_kill", "client_stop") and f["start"] < a:
+            for p in probes:
+                if str(p.pid) in f.get("backends", []) and p.start < f["start"] and p.end > a:
+                    out.append("backend %d (since %.2fs) of %s %d %s at %.2fs" % (
+                        p.pid, rel(p.start), f["target"], f["pid"],
+                        "SIGKILLed" if f["kind"] == "client_kill" else "SIGSTOPped", rel(f["start"])))
+    return out
+
+
 for a, b, c in merge(over_out)[:10]:
-    print("    above the limit: up to %d at once from %.3fs to %.3fs" % (c, rel(a), rel(b)))
+    print("    above the limit: up to %d at once from %.3fs to %.3fs%s" % (
+        c, rel(a), rel(b), "".join("; " + o for o in orphans(a, b))))
 print("  longest with nothing running: %.2fs; longest below the limit unexcused: %.2fs" % (
     max([b - a for a, b in stalls], default=0), max([u for a, b, u in short], default=0)))
 for a, b, u in bad_short[:10]:

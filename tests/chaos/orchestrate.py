@@ -212,6 +212,19 @@ def holder(pick):
     return pid, comm
 
 
+def backends_of(pid):
+    """The PostgreSQL backends of client PID (or of its children: dbthrottle acquire's psql), by
+    the client ports of its connections to the server (ss) as pg_stat_activity lists them."""
+    pids = {str(pid)} | {d for d in os.listdir("/proc") if d.isdigit() and parent(int(d)) == pid}
+    r = subprocess.run(["ss", "-Htnp", "state", "established",
+                        "( dport = :%s )" % os.environ["PGPORT"]], capture_output=True, text=True)
+    ports = [line.split()[2].rsplit(":", 1)[1] for line in r.stdout.splitlines()
+             if any("pid=%s," % p in line for p in pids)]
+    if not ports:
+        return []
+    return psql("SELECT pid FROM pg_stat_activity WHERE client_port IN (%s)" % ",".join(ports)).split()
+
+
 def parent(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -308,7 +321,9 @@ def apply(f):
                 return None
             target = cs[int(f["pick"] * len(cs))]
         pid, comm = target
-        rec.update(pid=pid, target=comm)
+        # Its backends, so that the checker can tell a statement that runs on after its client
+        # was killed or stopped.
+        rec.update(pid=pid, target=comm, backends=backends_of(pid))
         rec["start"] = time.time()
         try:
             os.kill(pid, signal.SIGKILL if k == "client_kill" else signal.SIGSTOP)

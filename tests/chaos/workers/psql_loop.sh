@@ -26,10 +26,17 @@ while [ "$(date +%s%N)" -lt "$CHAOS_STOP_NS" ]; do
     else
         set -- psql -qAtX -v ON_ERROR_STOP=1 "$@"
     fi
-    if "$@" >/dev/null 2>"$out.last"; then
+    "$@" >/dev/null 2>"$out.last"
+    rc=$?
+    if [ $rc -eq 0 ]; then
         echo ok >>"$out"
     else
-        if grep -q "no query permit" "$out.last"; then echo refused >>"$out"; else echo err >>"$out"; fi
+        # The library's refusal in psql's message, or dbthrottle acquire's EX_TEMPFAIL (75).
+        if grep -q "no query permit" "$out.last" || { [ -n "${CHAOS_ACQUIRE:-}" ] && [ $rc -eq 75 ]; }; then
+            echo refused >>"$out"
+        else
+            echo err >>"$out"
+        fi
         cat "$out.last" >>"$out.err"
         sleep 0.05
     fi
