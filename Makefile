@@ -3,6 +3,7 @@
 #   make            build/libdbthrottle.so and the dbthrottle command (build/dbthrottle)
 #   make check      the fast loop: build, unit, semaphore and integration tests (a few minutes)
 #   make test       everything CI runs: check, both compilers, faults, CLI, sanitizers, fuzzers
+#   make chaos      seeded random faults under a mixed workload, judged from outside (docs/chaos.md)
 #   make demo       a throwaway Redis and PostgreSQL, 16 pgbench clients throttled to 4
 #   make bench      benchmarks against a throwaway redis-server and PostgreSQL
 #   make install    PREFIX=/usr/local DESTDIR= (PREFIX=/usr: the library in /usr/lib/<multiarch>)
@@ -143,7 +144,7 @@ $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 .PHONY: all man check test test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes test-cli \
-        test-compilers check-exports fuzz soak bench bench-async bench-cache bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
+        test-compilers check-exports fuzz soak chaos test-chaos bench bench-async bench-cache bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
         deb test-package FORCE \
         clean deps format format-check check-asan check-tsan check-valgrind
 
@@ -394,6 +395,20 @@ test-cli: all $(BUILD)/tests/fault_worker
 	    sh tests/cli/host_sharing.sh || rc=1; sh tests/cli/adapt.sh || rc=1; \
 	    sh tests/cli/adapt_status.sh || rc=1; \
 	    sh tests/cli/version.sh && exit $$rc
+
+# Seeded, randomized faults against real servers, judged from the server's log and Redis' keys
+# (tests/chaos/run.sh, docs/chaos.md): make chaos [CHAOS_RUNS=3] [CHAOS_SECONDS=30] runs that many
+# random seeds; make chaos SEED=N replays one run (its faults at the same offsets; with the
+# CHAOS_SECONDS and CHAOS_MODE it printed). test-chaos: the short fixed set of seeds: both modes,
+# one Redis and Sentinel, every kind of fault; about 2 minutes.
+CHAOS_RUNS ?= 3
+CHAOS_SECONDS ?= 30
+CHAOS_TEST_SEEDS := 1 2 5 12
+chaos: all
+	SEED="$(SEED)" CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_MODE="$(CHAOS_MODE)" \
+	    sh tests/chaos/run.sh
+test-chaos: all
+	CHAOS_SEEDS="$(CHAOS_TEST_SEEDS)" CHAOS_SECONDS=20 sh tests/chaos/run.sh
 
 # Ten minutes of load with Redis restarts; RSS and descriptors of a worker must not grow.
 soak: all $(BUILD)/tests/fault_worker

@@ -1,0 +1,269 @@
+"""check.py - the verdict on one chaos run, from outside the library only: the statements the
+server ran (serverlog.py), the faults the orchestrator applied and when (history.json), and what
+Redis still held at the end (counted by run.sh from Redis' own keys). Prints the run's table and
+exits 1 when a rule is broken. The library's own log is counted as information, never judged.
+
+Usage: check.py HISTORY SERVER_LOG HOLDERS_LEFT WAITERS_LEFT (SERVER_LOG: the run's part of it)
+
+The rules (docs/chaos.md), with Q = lease/3 + DBTHROTTLE_REDIS_TIMEOUT + 1 s, the quarantine by
+which docs/design.md ("Failover and data loss") bounds re-assertion:
+- closed: never more statements at once than the limit, but in a restarted Redis' quarantine
+  window (from the kill to Q after it answers again);
+- open: above the limit only while Redis is unreachable (stopped, killed, slow) and for the 1 s
+  outage backoff after the last request that could fail (its return + DBTHROTTLE_REDIS_TIMEOUT;
+  design.md, "Redis errors"); what was admitted then may run on to its end;
+- no capacity lost for longer than 1 s: the workers are closed loops, more of them than the limit,
+  so the server runs `limit` statements at once but for the instants between one and the next;
+  fewer than that for over 1 s is a stall, unless a fault excuses it: a fault in progress (all the
+  permits), a restarted Redis' Q plus one renewal period (lease/3) after it answers again (all),
+  a killed or stopped client's lease plus one renewal period from the signal (the permits it can
+  hold: 1 for psql and dbthrottle acquire, all for the others). Nothing running at all is the
+  plainest stall and is shown apart;
+- nothing held or queued in Redis at the end; every worker ended by itself.
+"""
+import json
+import os
+import re
+import sys
+from collections import Counter
+
+import serverlog
+
+STALL = 1.0  # the issue's bound on a stall past its excuse
+OUTAGE_BACKOFF = 1.0  # design.md, "Redis errors": an outage admits (open) or refuses for 1 s
+REDIS_DOWN = ("redis_stop", "redis_kill", "redis_slow", "failover")
+RESTARTS = ("redis_kill", "failover")  # another run_id: a quarantine of Q (design.md)
+
+hist_path, log_path, holders_left, waiters_left = sys.argv[1:5]
+h = json.load(open(hist_path))
+limit, lease, mode = h["limit"], h["lease"], h["mode"]
+Q = lease / 3 + h["redis_timeout"] + 1.0
+t0, t_end = h["start"], h["start"] + h["seconds"]
+probes = serverlog.read(log_path, h["end"])
+faults = h["faults"]
+
+
+def over_window(f):
+    """Where more than the limit at once may be admitted because of fault f (None: nowhere)."""
+    if mode == "closed" and f["kind"] in RESTARTS:
+        return (f["start"], f["end"] + Q)
+    if mode == "open" and f["kind"] in REDIS_DOWN:
+        # Redis is back at the fault's end (a slow one once the requests queued in the proxy have
+        # passed, its delay later); a request sent just before fails up to the Redis timeout
+        # after, and an outage admits unthrottled for 1 s after its last failure (design.md,
+        # "Redis errors").
+        back = f["end"] + f.get("delay", 0.0)
+        return (f["start"], back + h["redis_timeout"] + OUTAGE_BACKOFF)
+    return None
+
+
+def excuse(f):
+    """(from, until, permits): how many permits fault f may keep from use, and when."""
+    if f["kind"] in RESTARTS:
+        return (f["start"], f["end"] + Q + lease / 3, limit)
+    if f["kind"] in ("client_kill", "client_stop"):
+        held = 1 if f["target"] in ("psql", "dbthrottle") else limit
+        return (f["start"], max(f["end"], f["start"] + lease + lease / 3), held)
+    return (f["start"], f["end"], limit)
+
+
+# ---- the concurrency the server saw over time (ends sort before starts at the same instant: a
+# statement logs its end before its client can release the permit the next one takes) ----------
+def sweep(ps):
+    events = sorted([(p.start, 1) for p in ps] + [(p.end, -1) for p in ps])
+    segs = []  # (from, to, statements running)
+    n, prev = 0, t0
+    for t, d in events:
+        if t > prev:
+            segs.append((prev, t, n))
+        n += d
+        prev = max(prev, t)
+    segs.append((prev, max(prev, h["end"]), n))
+    return segs
+
+
+def union(spans):
+    """Overlapping (from, to) spans merged, so that a stretch across two of them is inside."""
+    out = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+windows = union(w for w in map(over_window, faults) if w)
+
+
+def inside(a, b):
+    return any(wa <= a and b <= wb for wa, wb in windows)
+
+
+segments = sweep(probes)
+# In open mode a statement, or a transaction, admitted unthrottled while Redis was away runs to its
+# end after Redis is back (the library cannot take it back; a transaction that began without a
+# permit runs to its COMMIT without one): what is judged after a window is what was admitted
+# after it, so those statements are left out there (and counted in the window's own figure).
+outage_admitted = {p for p in probes if mode == "open" and inside(p.admitted, p.admitted)}
+ran_on = [p for p in outage_admitted if not inside(p.end, p.end)]
+judged = sweep([p for p in probes if p not in outage_admitted])
+most_in = max([c for a, b, c in segments if b > a and inside(a, b)], default=0)
+most_out = max([c for a, b, c in judged if b > a and not inside(a, b)], default=0)
+over_out = [(a, b, c) for a, b, c in judged if c > limit and b > a and not inside(a, b)]
+locks_most = max([p.n for p in probes], default=0)
+
+# ---- lost capacity: fewer statements running than the limit less what the faults excuse, from
+# 1 s in until the workers' stop time; stretches of it, and stalls (nothing running) -------------
+excuses = [excuse(f) for f in faults]
+cuts = sorted({t for a, b, _ in segments for t in (a, b)} | {t for a, b, _ in excuses for t in (a, b)}
+              | {t0 + 1.0, t_end})
+cuts = [t for t in cuts if t0 + 1.0 <= t <= t_end]
+seg_i = 0
+# A stretch of lost capacity lasts until the server runs `limit` at once again; only its unexcused
+# time counts (an excuse in its middle, e.g. a backend terminated meanwhile, pauses the count and
+# does not end the stretch).
+short, stalls = [], []  # (from, to, unexcused seconds) of lost capacity; (from, to) of nothing run
+lost_from, lost = None, 0.0
+
+
+def extend(a, b):
+    if stalls and stalls[-1][1] >= a:
+        stalls[-1] = (stalls[-1][0], b)
+    else:
+        stalls.append((a, b))
+
+
+for a, b in zip(cuts, cuts[1:]):
+    mid = (a + b) / 2
+    while seg_i < len(segments) - 1 and segments[seg_i][1] <= mid:
+        seg_i += 1
+    running = segments[seg_i][2]
+    if running == 0:
+        extend(a, b)
+    if running >= limit:
+        if lost_from is not None:
+            short.append((lost_from, a, lost))
+        lost_from, lost = None, 0.0
+    elif running < limit - min(limit, sum(p for ea, eb, p in excuses if ea <= mid < eb)):
+        lost_from = a if lost_from is None else lost_from
+        lost += b - a
+if lost_from is not None:
+    short.append((lost_from, cuts[-1], lost))
+bad_short = [s for s in short if s[2] > STALL]
+
+
+def merge(stretches):
+    """(from, to, count) stretches less than 0.25 s apart as one, with the largest count (for the
+    table: a permit too many shows as many short stretches between statements)."""
+    out = []
+    for a, b, c in stretches:
+        if out and out[-1][1] + 0.25 >= a:
+            out[-1] = (out[-1][0], b, max(out[-1][2], c))
+        else:
+            out.append((a, b, c))
+    return out
+
+
+def back_to_limit(f):
+    """Seconds from fault f's end until the server ran `limit` statements at once again (None:
+    not before the end of the run). Information: other faults may delay it."""
+    for a, b, c in segments:
+        if b > f["end"] and c >= limit:
+            return max(0.0, a - f["end"])
+    return None
+
+
+# ---- what the clients saw, and the library's own account (information) -------------------------
+outcomes = Counter()
+for w in h["workers"]:
+    try:
+        # Beside the history (a failed run's directory is judged again where it was copied).
+        for line in open(os.path.join(os.path.dirname(hist_path), os.path.basename(w["out"]))):
+            parts = line.split()
+            outcomes[parts[0]] += int(parts[1]) if len(parts) > 1 else 1
+    except OSError:
+        pass
+lib_events = Counter()
+try:
+    for line in open(os.path.join(os.path.dirname(hist_path), "library.log"), errors="replace"):
+        m = re.search(r"\bevent=(\S+)", line)
+        if m:
+            lib_events[m.group(1)] += 1
+except OSError:
+    pass
+
+# ---- the table ---------------------------------------------------------------------------------
+rel = lambda t: t - t0  # noqa: E731
+print("seed %d  mode %s  %s  limit %d  lease %.1fs  redis_timeout %dms  Q %.2fs  %.0fs" %
+      (h["seed"], mode, "behind Sentinel" if h.get("topology") == "sentinel" else "one Redis",
+       limit, lease, h["redis_timeout"] * 1000, Q, h["seconds"]))
+print("  %-13s %7s %7s  %-26s %-22s %s" % ("fault", "start", "end", "detail",
+                                           "excuses (permits)", "at the limit again"))
+for f in faults:
+    detail = {"failover": lambda: "primary killed, %s promoted" % f.get("promoted"),
+              "redis_kill": lambda: "restart %s" % ("from its AOF" if f.get("persist") else "empty"),
+              "redis_slow": lambda: "+%dms a request" % (f["delay"] * 1000),
+              "client_kill": lambda: "%s %d%s" % (f["target"], f["pid"],
+                                                   " holding" if f["holding"] else ""),
+              "client_stop": lambda: "%s %d%s" % (f["target"], f["pid"],
+                                                   " holding" if f["holding"] else ""),
+              "pg_terminate": lambda: "backend %s" % (f.get("backend") or "none active")}
+    ea, eb, permits = excuse(f)
+    back = back_to_limit(f)
+    print("  %-13s %6.2fs %6.2fs  %-26s to %6.2fs (%d)        %s" % (
+        f["kind"], rel(f["start"]), rel(f["end"]), detail.get(f["kind"], lambda: "")(), rel(eb),
+        permits, "never" if back is None else "%.2fs after its end" % back))
+print("  statements at the server: %d (%d failed, %d ended with their backend, %d open at the end)"
+      % (len(probes), sum(p.how == "failed" for p in probes),
+         sum(p.how not in ("end", "failed", "open") for p in probes),
+         sum(p.how == "open" for p in probes)))
+print("  most at once at the server: %d outside the allowed windows, %d inside (limit %d); the "
+      "advisory locks' count at a start: %d" % (most_out, most_in, limit, locks_most))
+if ran_on:
+    print("  statements admitted in an outage that ran on past it (not judged there): %d" % len(ran_on))
+
+
+def orphans(a, b):
+    """The statements running in [a, b) whose client had been killed or stopped before a: the
+    backends the orchestrator recorded for it."""
+    out = []
+    for f in faults:
+        if f["kind"] in ("client_kill", "client_stop") and f["start"] < a:
+            for p in probes:
+                if str(p.pid) in f.get("backends", []) and p.start < f["start"] and p.end > a:
+                    out.append("backend %d (since %.2fs) of %s %d %s at %.2fs" % (
+                        p.pid, rel(p.start), f["target"], f["pid"],
+                        "SIGKILLed" if f["kind"] == "client_kill" else "SIGSTOPped", rel(f["start"])))
+    return out
+
+
+for a, b, c in merge(over_out)[:10]:
+    print("    above the limit: up to %d at once from %.3fs to %.3fs%s" % (
+        c, rel(a), rel(b), "".join("; " + o for o in orphans(a, b))))
+print("  longest with nothing running: %.2fs; longest below the limit unexcused: %.2fs" % (
+    max([b - a for a, b in stalls], default=0), max([u for a, b, u in short], default=0)))
+for a, b, u in bad_short[:10]:
+    print("    below the limit from %.3fs to %.3fs, %.2fs of it unexcused; nothing ran for %.2fs of it"
+          % (rel(a), rel(b), u, sum(min(b, sb) - max(a, sa) for sa, sb in stalls if sb > a and sa < b)))
+print("  left in Redis at the end: %s holders, %s waiters" % (holders_left, waiters_left))
+print("  clients saw: %d ok, %d refused, %d other errors; the library logged: %s" % (
+    outcomes["ok"], outcomes["refused"], outcomes["err"],
+    ", ".join("%s %d" % kv for kv in sorted(lib_events.items())
+              if kv[0] not in ("wait", "grant", "release", "summary")) or "nothing"))
+if h["stuck_workers"]:
+    print("  workers that did not end by themselves: %s" % " ".join(h["stuck_workers"]))
+
+broken = []
+if over_out:
+    broken.append("above the limit outside the allowed windows (%d at once)" % most_out)
+if bad_short:
+    broken.append("capacity lost for %.2fs unexcused" % max(u for a, b, u in bad_short))
+if holders_left != "0" or waiters_left != "0":
+    broken.append("left in Redis: %s holders, %s waiters" % (holders_left, waiters_left))
+if h["stuck_workers"]:
+    broken.append("workers stuck")
+if mode == "closed" and outcomes["ok"] == 0:
+    broken.append("no statement succeeded")
+print("  verdict: %s" % ("PASS" if not broken else "FAIL: " + "; ".join(broken)))
+sys.exit(1 if broken else 0)
