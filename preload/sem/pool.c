@@ -500,6 +500,12 @@ void dbt_free_slot(struct dbt_slot *s)
 void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
 {
     pthread_mutex_lock(&p->mu);
+    dbt_defer_op_held(p, cancel, kind, id);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void dbt_defer_op_held(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
+{
     if (p->ndeferred < DBT_MAX_DEFERRED) {
         p->deferred[p->ndeferred].cancel = cancel;
         p->deferred[p->ndeferred].kind = kind;
@@ -509,7 +515,6 @@ void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
             dbt_renewer_ensure(p);
         pthread_cond_signal(&p->bg_cv); /* it sends them as soon as Redis answers */
     }
-    pthread_mutex_unlock(&p->mu);
 }
 
 /* ---- a permit's state ------------------------------------------------------------------ */

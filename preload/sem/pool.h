@@ -91,6 +91,8 @@ void dbt_op_tag(char *tag, bool cancel, dbt_kind kind, const char *id);
 /* A release (or a cancel) Redis could not be told of, kept (DBT_MAX_DEFERRED at most) for the
  * renewer to send once Redis answers. Without p->mu. */
 void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
+/* The same, with p->mu held. */
+void dbt_defer_op_held(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
 
 /* In a fork()ed child (fork.c): a new lock; the parent's connections closed, its slots and
  * deferred operations forgotten (they stay the parent's), a new generation, no outage. */

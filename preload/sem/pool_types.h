@@ -118,6 +118,9 @@ struct dbt_slot {
                                * is not closed until they are */
     bool in_fifo;             /* on the pool's list of waiting threads (lw_*) */
     bool adopted;             /* took an orphan's place: queued without a Redis call */
+    /* Sent back to queue (SLOT_REQUEUE) as no renewal of its place was accepted for a lease
+     * (this process was stopped, or Redis unreachable), not as Redis said it lacked it. */
+    bool unrenewed;
     /* Host sharing (sharing.c): its registration in the host's segment while its thread waits
      * (0: none); a permit another process offers to it comes through it. share_got_us: when it
      * got the permit it holds from another process (0: it did not): a renewal sent before that

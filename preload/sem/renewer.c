@@ -302,10 +302,13 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
     if (reply->reasserted[DBT_KIND_QUERY] > 0 || reply->reasserted[DBT_KIND_CONN] > 0)
         dbt_handover_reset(p);
     /* Not a permit another process passed here after the renewal was sent: it did not name it
-     * (its lease runs from its last renewal, by whichever process). */
+     * (its lease runs from its last renewal, by whichever process). Nor an id renew() left out
+     * as a whole lease old (a stale orphan place, or one taken over since): Redis did not renew
+     * it, and may have forgotten it. */
+    int64_t lease_us = p->client->cfg->lease_ms * 1000;
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
-            s->t_renewed_us < sent && s->share_got_us <= sent)
+            s->t_renewed_us < sent && sent - s->t_renewed_us <= lease_us && s->share_got_us <= sent)
             s->t_renewed_us = sent;
     apply_granted(p, &reply->granted_waiters);
     for (int k = 0; k < DBT_NKINDS; k++) {
@@ -334,6 +337,29 @@ static void expire_unrenewed_places(dbt_pool *p, int64_t now)
             now - s->t_renewed_us > p->client->cfg->lease_ms * 1000) {
             dbt_lw_remove(p, s);
             s->state = SLOT_DOWN;
+            p->nqueued--;
+            dbt_slot_wake(s);
+        }
+}
+
+/* Places no renewal was accepted for during a whole lease are not named in a renewal: Redis may
+ * have reaped them and forgotten them since (it remembers an expired id for two leases), and a
+ * renewal naming an id that neither expired lately nor left is evidence that Redis lost data,
+ * which quarantines the whole pool (renew.lua; docs/design.md, "Failover and data loss"). This
+ * process was stopped (SIGSTOP, a VM freeze) or cut off meanwhile: that must cost it alone. Its
+ * thread queues again under a new id, behind those who kept their places, and the old place is
+ * withdrawn in case Redis still has it (a renewal it accepted whose reply was never read), so
+ * that it is not granted to nobody. An orphan place is left to dbt_orphans_settle, which
+ * withdraws it. Call with p->mu held. */
+static void requeue_unrenewed_places(dbt_pool *p, int64_t now)
+{
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->state == SLOT_QUEUED && !s->orphan &&
+            now - s->t_renewed_us > p->client->cfg->lease_ms * 1000) {
+            dbt_defer_op_held(p, true, s->kind, s->id);
+            dbt_lw_remove(p, s);
+            s->state = SLOT_REQUEUE;
+            s->unrenewed = true;
             p->nqueued--;
             dbt_slot_wake(s);
         }
@@ -372,17 +398,22 @@ static void renew(dbt_pool *p)
      * renewal may re-assert what Redis lacks (docs/design.md, "Failover and data loss"), and
      * only a belief younger than a lease may be re-asserted (an older one's permit may have
      * expired and gone to another long since, beyond what Redis remembers of it). */
-    expire_unrenewed(p, dbt_now_us());
+    int64_t start = dbt_now_us();
+    expire_unrenewed(p, start);
+    requeue_unrenewed_places(p, start);
     p->renew_now = false;
     if (p->share)
         dbt_share_purge_dead(p->share); /* their registrations must not be offered permits */
     for (struct dbt_slot *s = p->slots; s && ok; s = s->next) {
         if (s->state == SLOT_HELD && !s->lost)
             ok = push_id(&lists[s->kind][DBT_RENEW_HELD], s->id) && push_doing(&doing[s->kind], s);
-        else if (s->state == SLOT_QUEUED)
+        else if (s->state == SLOT_QUEUED &&
+                 (!s->orphan || start - s->t_renewed_us <= p->client->cfg->lease_ms * 1000))
             ok = push_id(&lists[s->kind][DBT_RENEW_QUEUED], s->id);
     }
-    int64_t sent = dbt_now_us();
+    /* The ids were chosen by their age at `start` (with p->mu held since): its reply renews
+     * them from then, so that none it named is left unrefreshed at the edge of its lease. */
+    int64_t sent = start;
     p->last_renew_us = p->last_report_us = sent;
     /* The process' record rides on the renewal (registry.c); a process that exits takes it away
      * even if this renewal arrives after its farewell. */
