@@ -473,6 +473,7 @@ static struct dbt_slot *begin_slot(acquire_run *a)
     }
     s->state = SLOT_PENDING;
     s->lost = false; /* a grant given back as stale is behind us */
+    s->unrenewed = false;
     s->share_got_us = 0;
     s->gen = p->gen;
     link_slot(p, s);
@@ -677,7 +678,8 @@ static acquire_next wait_turn_counted(acquire_run *a)
     /* SLOT_REQUEUE: Redis forgot the waiter (restarted, or its lease ran out while Redis
      * was unreachable). Its place is gone; join the queue again under a new id. */
     dbt_trace(DBT_LOG_WARN, "requeue", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
-              "Redis no longer had this waiter");
+              s->unrenewed ? "no renewal of its place accepted for a whole lease: queue again"
+                           : "Redis no longer had this waiter");
     if (deadline_passed(a))
         return give_up(a, false, NULL, NULL);
     return NEXT_SEND;

@@ -326,10 +326,14 @@ struct dbt_slot *dbt_handover_adopt(dbt_pool *p, const struct dbt_slot *like)
     dbt_kind kind = like->kind;
     if (!p->client->cfg->local_handover || p->norphans == 0 || p->exiting || !dbt_sole_now(p, kind))
         return NULL;
-    /* The newest orphan: the older ones are the first to be withdrawn when demand drops. */
+    /* The newest orphan: the older ones are the first to be withdrawn when demand drops. Not one
+     * no renewal was accepted for during a whole lease (this process was stopped): Redis may have
+     * reaped the place, and the renewer withdraws it. */
     struct dbt_slot *best = NULL;
+    int64_t now = dbt_now_us();
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (s->orphan && s->state == SLOT_QUEUED && dbt_same_shape(s, like) &&
+            now - s->t_renewed_us <= p->client->cfg->lease_ms * 1000 &&
             (!best || s->orphan_us > best->orphan_us))
             best = s;
     if (best) {

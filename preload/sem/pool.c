@@ -9,6 +9,7 @@
 #include "renewer.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -432,13 +433,51 @@ void dbt_slot_mark_lost(dbt_pool *p, struct dbt_slot *s, dbt_log_level lvl, cons
     dbt_log(lvl, "lease_lost", f, sizeof f / sizeof *f);
 }
 
+int64_t dbt_renewer_late_us(const dbt_pool *p)
+{
+    int64_t period = p->client->cfg->lease_ms * 1000 / 3;
+    int64_t timeout = p->client->cfg->redis_timeout_ms * 1000;
+    return (period > timeout ? period : timeout) + DBT_STALL_SLACK_US;
+}
+
+/* Why s's lease ran out unrenewed, into why[cap]. The renewer renews every lease/3 and gives up a
+ * renewal after DBTHROTTLE_REDIS_TIMEOUT: if it ran far later than it planned since s's last
+ * renewal (renewer.c, note_ran), this process was stopped or not scheduled, and Redis, which may
+ * have been up all along, is not to blame; if renewals failed in time, Redis is. p->mu held. */
+static void why_unrenewed(const dbt_pool *p, const struct dbt_slot *s, int64_t now, char *why,
+                          size_t cap)
+{
+    int64_t stall = p->stall_seen_us > s->t_renewed_us ? p->stall_us : 0;
+    /* Stalled now: the renewer is not back when it surely would be (this thread runs first). */
+    if (p->bg_back_by_us && now > p->bg_back_by_us && now - p->bg_plan_us > stall)
+        stall = now - p->bg_plan_us;
+    if (stall > 0)
+        snprintf(why, cap,
+                 "not renewed for a whole lease: this process was stopped or not scheduled "
+                 "(its renewer could not run for %" PRId64 " ms); Redis was not the cause",
+                 stall / 1000);
+    else if (p->renew_failed_us > s->t_renewed_us)
+        snprintf(why, cap, "not renewed for a whole lease: Redis unreachable (renewals failed)");
+    else if (p->renew_in_flight_us)
+        snprintf(why, cap,
+                 "not renewed for a whole lease: Redis has not answered a renewal "
+                 "for %" PRId64 " ms",
+                 (now - p->renew_in_flight_us) / 1000);
+    else
+        snprintf(why, cap,
+                 "not renewed for a whole lease (this process was paused, or Redis "
+                 "unreachable)");
+}
+
 bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now)
 {
     if (s->state != SLOT_HELD || s->lost)
         return s->lost;
     if (now - s->t_renewed_us <= p->client->cfg->lease_ms * 1000)
         return false;
-    dbt_slot_mark_lost(p, s, DBT_LOG_ERROR, "not renewed for a whole lease: Redis unreachable");
+    char why[200];
+    why_unrenewed(p, s, now, why, sizeof why);
+    dbt_slot_mark_lost(p, s, DBT_LOG_ERROR, why);
     return true;
 }
 
@@ -500,6 +539,12 @@ void dbt_free_slot(struct dbt_slot *s)
 void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
 {
     pthread_mutex_lock(&p->mu);
+    dbt_defer_op_held(p, cancel, kind, id);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void dbt_defer_op_held(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
+{
     if (p->ndeferred < DBT_MAX_DEFERRED) {
         p->deferred[p->ndeferred].cancel = cancel;
         p->deferred[p->ndeferred].kind = kind;
@@ -509,7 +554,6 @@ void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
             dbt_renewer_ensure(p);
         pthread_cond_signal(&p->bg_cv); /* it sends them as soon as Redis answers */
     }
-    pthread_mutex_unlock(&p->mu);
 }
 
 /* ---- a permit's state ------------------------------------------------------------------ */

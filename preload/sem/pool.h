@@ -76,8 +76,13 @@ void dbt_free_spares(dbt_pool *p); /* p->mu held, or no other thread (fork, free
 /* Marks held slot s lost (Redis may have given its permit to another): counted and logged once,
  * with why. p->mu held. */
 void dbt_slot_mark_lost(dbt_pool *p, struct dbt_slot *s, dbt_log_level lvl, const char *reason);
-/* Marks s lost if no renewal was accepted for a whole lease (logs it once). p->mu held. */
+/* Marks s lost if no renewal was accepted for a whole lease (logs it once, saying whether this
+ * process was stopped or Redis failed its renewals). p->mu held. */
 bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now);
+/* How late the renewer may run, beyond which it was stalled (this process stopped or not
+ * scheduled): the longer of a renewal period and a Redis call's timeout, and a margin. */
+#define DBT_STALL_SLACK_US INT64_C(250000)
+int64_t dbt_renewer_late_us(const dbt_pool *p);
 
 /* Publishes s's eventfd in the caller's waker while it waits; after dbt_waker_retract no firer
  * can write to it any more (it may be closed). */
@@ -91,6 +96,8 @@ void dbt_op_tag(char *tag, bool cancel, dbt_kind kind, const char *id);
 /* A release (or a cancel) Redis could not be told of, kept (DBT_MAX_DEFERRED at most) for the
  * renewer to send once Redis answers. Without p->mu. */
 void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
+/* The same, with p->mu held. */
+void dbt_defer_op_held(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
 
 /* In a fork()ed child (fork.c): a new lock; the parent's connections closed, its slots and
  * deferred operations forgotten (they stay the parent's), a new generation, no outage. */

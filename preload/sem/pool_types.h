@@ -118,6 +118,9 @@ struct dbt_slot {
                                * is not closed until they are */
     bool in_fifo;             /* on the pool's list of waiting threads (lw_*) */
     bool adopted;             /* took an orphan's place: queued without a Redis call */
+    /* Sent back to queue (SLOT_REQUEUE) as no renewal of its place was accepted for a lease
+     * (this process was stopped, or Redis unreachable), not as Redis said it lacked it. */
+    bool unrenewed;
     /* Host sharing (sharing.c): its registration in the host's segment while its thread waits
      * (0: none); a permit another process offers to it comes through it. share_got_us: when it
      * got the permit it holds from another process (0: it did not): a renewal sent before that
@@ -268,6 +271,12 @@ struct dbt_pool {
     pthread_cond_t bg_cv;
     int64_t last_renew_us;
     int renew_failures; /* renewals failed in a row: the next is tried sooner (renewal_failed) */
+    /* What a lease lost for want of renewal says of its cause (dbt_slot_expire_unrenewed): Redis,
+     * or this process stopped (SIGSTOP, a VM freeze) or not scheduled. When the renewer planned
+     * to run its loop again, and by when it surely would have unless stalled (0: not running);
+     * the last stall of its own it saw (when, and how late it ran); when a renewal last failed
+     * (Redis refused, or did not answer in time) and when the one in flight was sent (0: none). */
+    int64_t bg_plan_us, bg_back_by_us, stall_seen_us, stall_us, renew_failed_us, renew_in_flight_us;
     int64_t last_report_us; /* the last renewal or heartbeat sent (the process record) */
     bool reported;          /* one was accepted: the exit removes the record */
 };

@@ -49,6 +49,16 @@ static int64_t renew_period_us(const dbt_pool *p)
     return p->client->cfg->lease_ms * 1000 / 3;
 }
 
+/* The renewer means to be back in its loop at `plan` (at the latest a renewal period or a Redis
+ * call's timeout after it, with a margin, unless this process stalls). p->mu held. */
+static void plan_back(dbt_pool *p, int64_t plan, int64_t now)
+{
+    if (plan < now)
+        plan = now;
+    p->bg_plan_us = plan;
+    p->bg_back_by_us = plan + dbt_renewer_late_us(p);
+}
+
 /* Holders whose lease has surely run out in Redis (no renewal for a whole lease) are lost.
  * Call with p->mu held. */
 static void expire_unrenewed(dbt_pool *p, int64_t now)
@@ -302,10 +312,13 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
     if (reply->reasserted[DBT_KIND_QUERY] > 0 || reply->reasserted[DBT_KIND_CONN] > 0)
         dbt_handover_reset(p);
     /* Not a permit another process passed here after the renewal was sent: it did not name it
-     * (its lease runs from its last renewal, by whichever process). */
+     * (its lease runs from its last renewal, by whichever process). Nor an id renew() left out
+     * as a whole lease old (a stale orphan place, or one taken over since): Redis did not renew
+     * it, and may have forgotten it. */
+    int64_t lease_us = p->client->cfg->lease_ms * 1000;
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
-            s->t_renewed_us < sent && s->share_got_us <= sent)
+            s->t_renewed_us < sent && sent - s->t_renewed_us <= lease_us && s->share_got_us <= sent)
             s->t_renewed_us = sent;
     apply_granted(p, &reply->granted_waiters);
     for (int k = 0; k < DBT_NKINDS; k++) {
@@ -339,6 +352,29 @@ static void expire_unrenewed_places(dbt_pool *p, int64_t now)
         }
 }
 
+/* Places no renewal was accepted for during a whole lease are not named in a renewal: Redis may
+ * have reaped them and forgotten them since (it remembers an expired id for two leases), and a
+ * renewal naming an id that neither expired lately nor left is evidence that Redis lost data,
+ * which quarantines the whole pool (renew.lua; docs/design.md, "Failover and data loss"). This
+ * process was stopped (SIGSTOP, a VM freeze) or cut off meanwhile: that must cost it alone. Its
+ * thread queues again under a new id, behind those who kept their places, and the old place is
+ * withdrawn in case Redis still has it (a renewal it accepted whose reply was never read), so
+ * that it is not granted to nobody. An orphan place is left to dbt_orphans_settle, which
+ * withdraws it. Call with p->mu held. */
+static void requeue_unrenewed_places(dbt_pool *p, int64_t now)
+{
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->state == SLOT_QUEUED && !s->orphan &&
+            now - s->t_renewed_us > p->client->cfg->lease_ms * 1000) {
+            dbt_defer_op_held(p, true, s->kind, s->id);
+            dbt_lw_remove(p, s);
+            s->state = SLOT_REQUEUE;
+            s->unrenewed = true;
+            p->nqueued--;
+            dbt_slot_wake(s);
+        }
+}
+
 /* A renewal sent at `sent` got no usable answer, with p->mu held. One slow or failed renewal
  * does not end the waits: each waiter's place is still valid in Redis until its lease runs out,
  * and a blip must not let every waiter run unthrottled at once (nor leave their places to be
@@ -346,6 +382,14 @@ static void expire_unrenewed_places(dbt_pool *p, int64_t now)
 static void renewal_failed(dbt_pool *p, int64_t sent)
 {
     int64_t now = dbt_now_us();
+    /* Not Redis' failure if it took far longer than a Redis call may: this process was stopped
+     * with the renewal in flight, and its time ran out meanwhile. */
+    if (now - sent > dbt_renewer_late_us(p)) {
+        p->stall_seen_us = now;
+        p->stall_us = now - sent;
+    } else {
+        p->renew_failed_us = now;
+    }
     expire_unrenewed(p, now);
     expire_unrenewed_places(p, now);
     /* Try again soon, then less often: 100 ms, 200, 400, 800, then every second (or sooner, at
@@ -353,7 +397,6 @@ static void renewal_failed(dbt_pool *p, int64_t sent)
      * hundred ms, and the holders' permits must be re-asserted in its quarantine while their
      * commands still run (docs/design.md, "Failover and data loss"); a Redis that stays away
      * costs this thread one attempt per second, never the application's threads. */
-    (void)sent;
     int64_t period = renew_period_us(p);
     int shift = p->renew_failures < 4 ? p->renew_failures : 4;
     p->renew_failures++;
@@ -372,18 +415,24 @@ static void renew(dbt_pool *p)
      * renewal may re-assert what Redis lacks (docs/design.md, "Failover and data loss"), and
      * only a belief younger than a lease may be re-asserted (an older one's permit may have
      * expired and gone to another long since, beyond what Redis remembers of it). */
-    expire_unrenewed(p, dbt_now_us());
+    int64_t start = dbt_now_us();
+    expire_unrenewed(p, start);
+    requeue_unrenewed_places(p, start);
     p->renew_now = false;
     if (p->share)
         dbt_share_purge_dead(p->share); /* their registrations must not be offered permits */
     for (struct dbt_slot *s = p->slots; s && ok; s = s->next) {
         if (s->state == SLOT_HELD && !s->lost)
             ok = push_id(&lists[s->kind][DBT_RENEW_HELD], s->id) && push_doing(&doing[s->kind], s);
-        else if (s->state == SLOT_QUEUED)
+        else if (s->state == SLOT_QUEUED &&
+                 (!s->orphan || start - s->t_renewed_us <= p->client->cfg->lease_ms * 1000))
             ok = push_id(&lists[s->kind][DBT_RENEW_QUEUED], s->id);
     }
-    int64_t sent = dbt_now_us();
+    /* The ids were chosen by their age at `start` (with p->mu held since): its reply renews
+     * them from then, so that none it named is left unrefreshed at the edge of its lease. */
+    int64_t sent = start;
     p->last_renew_us = p->last_report_us = sent;
+    p->renew_in_flight_us = sent;
     /* The process' record rides on the renewal (registry.c); a process that exits takes it away
      * even if this renewal arrives after its farewell. */
     char record[DBT_RECORD_MAX];
@@ -437,6 +486,7 @@ static void renew(dbt_pool *p)
             dbt_pool_note_quarantine(p, (dbt_kind)k, reply.quarantine_ms[k], reply.why[k]);
     }
     pthread_mutex_lock(&p->mu);
+    p->renew_in_flight_us = 0;
     if (!rep) /* counted at the next renewal instead */
         for (int k = 0; k < DBT_NKINDS; k++) {
             p->unreported[k].grants += local[k].grants;
@@ -465,6 +515,7 @@ static void renew(dbt_pool *p)
 
 static void timed_park(dbt_pool *p, int64_t until_us)
 {
+    plan_back(p, until_us, dbt_now_us());
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     int64_t left = until_us - dbt_now_us();
@@ -503,6 +554,7 @@ static bool listen_ready(dbt_pool *p)
  * a waiter queued. Called with p->mu held; returns with it. */
 static void listen_for_revokes(dbt_pool *p, int64_t until)
 {
+    plan_back(p, until, dbt_now_us());
     p->leader_active = p->bg_leading = true;
     pthread_mutex_unlock(&p->mu);
     dbt_acquire_opts none = {.limit = 1};
@@ -562,6 +614,19 @@ typedef struct {
     sem_t running;
 } thread_start;
 
+/* The renewer runs its loop again at `now`: later than it could have unless stalled (after a
+ * park, its end and a margin; after a round of Redis calls, the time they may take), so this
+ * process was stopped or not scheduled meanwhile, which the leases it loses must say
+ * (dbt_slot_expire_unrenewed), not blame Redis. Then plans the next round. p->mu held. */
+static void note_ran(dbt_pool *p, int64_t now)
+{
+    if (p->bg_back_by_us && now > p->bg_back_by_us) {
+        p->stall_seen_us = now;
+        p->stall_us = now - p->bg_plan_us;
+    }
+    plan_back(p, now, now);
+}
+
 static void *thread_main(void *arg)
 {
     thread_start *start = arg;
@@ -571,6 +636,7 @@ static void *thread_main(void *arg)
     bool idle = true;
     int64_t share_polled_us = 0;
     while (!p->stop) {
+        note_ran(p, dbt_now_us());
         if (dbt_summary_periodic(p)) /* DBTHROTTLE_LOG_STATS */
             continue;
         if (p->ndeferred > 0 && p->down_until_us <= dbt_now_us()) {
