@@ -58,7 +58,8 @@ ourl=redis://dbthrottle-operator:opw@127.0.0.1:$rport
 
 # Every command the scripts call is granted: the workers' scripts to both users, the operator's
 # (status.lua, admin.lua) to the operator (a command new in a script must be added to the doc).
-calls() { grep -oh "redis.call('[A-Za-z]*'" "$@" | sed "s/.*('//; s/'//" | tr A-Z a-z | sort -u; }
+# (redis.call('X', redis.pcall('X', and "(... redis.call or redis.pcall)('X'" alike)
+calls() { grep -ohE "redis\.p?call\)?\('[A-Za-z]+'" "$@" | sed "s/.*('//; s/'//" | tr A-Z a-z | sort -u; }
 granted() { echo "$1" | tr ' ' '\n' | grep -qxF "+$2"; }
 missing=
 for c in $(calls "$top"/lua/_common.lua "$top"/lua/acquire.lua "$top"/lua/release.lua "$top"/lua/cancel.lua "$top"/lua/renew.lua); do
