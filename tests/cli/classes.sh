@@ -207,6 +207,8 @@ PY'
 "$D" class many class00001 --priority 3 --queries >/dev/null 2>"$work/err"; rc=$?
 "$D" class many fresh --share 1 --queries >/dev/null 2>"$work/err2"; rc2=$?
 check "over the cap, a change is refused (exit 1, $(cat "$work/err")) and a new class too (exit 2, one line), nothing written" '[ $rc -eq 1 ] && grep -q "hold more than $cap classes.*clear them all first" "$work/err" && [ $rc2 -eq 2 ] && [ "$(wc -l <"$work/err2")" -eq 1 ] && grep -q "class fresh not added: a pool has at most $cap classes, and its definitions in Redis hold more" "$work/err2" && [ "$(rcli strlen "dbthrottle:{many}:q:classes")" -eq "$(wc -c <"$work/many.txt")" ]'
+"$D" status --prometheus many >"$work/many.prom"
+check "status --prometheus: dbthrottle_classes_misconfigured 1 for the query kind, 0 for the other" 'grep -qx "dbthrottle_classes_misconfigured{pool=\"many\",kind=\"query\"} 1" "$work/many.prom" && grep -qx "dbthrottle_classes_misconfigured{pool=\"many\",kind=\"connection\"} 0" "$work/many.prom"'
 "$D" class many --clear --queries >/dev/null; rc=$?
 check "class many --clear removes them all" '[ $rc -eq 0 ] && [ "$(rcli exists "dbthrottle:{many}:q:classes")" = 0 ]'
 rcli set "dbthrottle:{bad}:q:classes" "aging=0;default=;a:150:0:-:-" >/dev/null
