@@ -115,12 +115,12 @@ endef
 
 # embed-lua.sh rewrites scripts.c and scripts.h only when they change (so that a comment in a
 # script does not rebuild every object): a stamp records that they are up to date.
-$(BUILD)/gen/scripts.stamp: $(LUA_SRCS) tools/embed-lua.sh
+$(BUILD)/gen/scripts.stamp: $(LUA_SRCS) tools/embed-lua.sh preload/base/config.h
 	@mkdir -p $(BUILD)/gen
-	sh tools/embed-lua.sh $(BUILD)/gen $(LUA_SRCS)
+	sh tools/embed-lua.sh $(BUILD)/gen preload/base/config.h $(LUA_SRCS)
 	@touch $@
 $(SCRIPTS_H) $(BUILD)/gen/scripts.c: $(BUILD)/gen/scripts.stamp
-	@test -f $@ || sh tools/embed-lua.sh $(BUILD)/gen $(LUA_SRCS)
+	@test -f $@ || sh tools/embed-lua.sh $(BUILD)/gen preload/base/config.h $(LUA_SRCS)
 
 $(VERSION_H): debian/changelog
 	@mkdir -p $(@D)

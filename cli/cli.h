@@ -157,6 +157,9 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
 /* One semaphore's classes (definitions and use), as status, top and dbthrottle class print
  * them; nothing when it has no definitions. */
 void cli_render_classes(FILE *out, const dbt_status_kind *k);
+/* One line, loud, when its stored definitions are not what is in force (not valid, or over
+ * DBT_MAX_CLASSES classes); nothing otherwise. */
+void cli_render_classes_problem(FILE *out, const dbt_status_kind *k);
 /* status --json: documented in dbthrottle(1), stable (version 1). */
 void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefix);
 /* A JSON string, always valid (control bytes as \u00XX, bytes that are not UTF-8 as U+FFFD). */

@@ -213,6 +213,40 @@ static void none_or(long long v, char *out, size_t cap)
         snprintf(out, cap, "%lld", v);
 }
 
+/* How many classes the operator defined on semaphore k (not the implicit default class). */
+static int operator_classes(const dbt_status_kind *k)
+{
+    int n = 0;
+    for (int i = 0; !k->classes_shipped && i < k->nclasses; i++)
+        n += !k->classes[i].implicit;
+    return n;
+}
+
+/* Refuses class a->name beyond DBT_MAX_CLASSES on semaphore k: one line naming the pool, the cap
+ * and the classes defined; returns EXIT_USAGE. */
+static int cap_refused(const class_args *a, const dbt_status_kind *k, const char *pool_name,
+                       const char *kn)
+{
+    if (k->classes_over)
+        return cli_usage_error("class",
+                               "pool %s %s: class %s not added: a pool has at most %d classes, "
+                               "and its definitions in Redis hold more (written by hand or an "
+                               "older version; only the first %d are in force): clear them all "
+                               "first (dbthrottle class %s --clear)",
+                               pool_name, kn, a->name, DBT_MAX_CLASSES, DBT_MAX_CLASSES, pool_name);
+    char names[DBT_MAX_CLASSES * (DBT_CLASS_NAME_MAX + 2) + 1] = "";
+    size_t len = 0;
+    for (int i = 0; i < k->nclasses && len < sizeof names; i++)
+        if (!k->classes[i].implicit)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "",
+                                    k->classes[i].name);
+    fprintf(stderr,
+            "dbthrottle class: pool %s %s: class %s not added: a pool has at most %d classes, "
+            "and these %d are defined: %s (remove one with dbthrottle class %s NAME --clear)\n",
+            pool_name, kn, a->name, DBT_MAX_CLASSES, operator_classes(k), names, pool_name);
+    return EXIT_USAGE;
+}
+
 /* Sets class a->name on one semaphore: the options given, the others kept from its definition.
  * Prints what was set; returns the exit code. */
 static int set_one(dbt_redis *r, const dbt_config *cfg, const class_args *a, dbt_kind kind,
@@ -225,6 +259,10 @@ static int set_one(dbt_redis *r, const dbt_config *cfg, const class_args *a, dbt
                         "pool %s %s: class %s is not defined: --share is needed to "
                         "define it",
                         pool_name, kn, a->name);
+    /* The cap is admin.lua's to refuse too (atomically, whoever writes); said here first, with
+     * the classes there are, as a usage error: nothing is written. */
+    if (!old && (operator_classes(k) >= DBT_MAX_CLASSES || k->classes_over))
+        return cap_refused(a, k, pool_name, kn);
     int share = a->has_share ? a->share : old->share;
     int priority = a->has_priority ? a->priority : old ? old->priority : 0;
     long long wait = a->has_wait ? a->wait_ms : old ? old->wait_ms : -1;
@@ -340,10 +378,12 @@ static void list(const class_args *a, const cli_pool_view *v, const char *pool_n
         if (!k->nclasses) {
             printf("pool %s %s: no classes defined (one FIFO queue)%s\n", pool_name,
                    dbt_kind_name((dbt_kind)kind), k->aging_ms > 0 ? "; an aging bound is set" : "");
+            cli_render_classes_problem(stdout, k);
             continue;
         }
         printf("pool %s %s: limit %s, %lld holding, %lld waiting\n", pool_name,
                dbt_kind_name((dbt_kind)kind), lim, k->nholders, k->nwaiters);
+        cli_render_classes_problem(stdout, k);
         cli_render_classes(stdout, k);
     }
 }

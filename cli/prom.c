@@ -230,6 +230,16 @@ static void prom_class_metric(FILE *out, const cli_pool_view *v, int n, const ch
 
 static void prom_classes(FILE *out, const cli_pool_view *v, int n)
 {
+    /* 1 while the stored definitions are not what is in force (status' CLASSES MISCONFIGURED):
+     * for every semaphore, so that an alert on it sees the 0 too. */
+    help_type(out, "dbthrottle_classes_misconfigured", "gauge",
+              "1 when the class definitions in Redis are not valid or hold more than the cap "
+              "(status says CLASSES MISCONFIGURED).");
+    for (int i = 0; i < n; i++)
+        for (int kind = 0; kind < DBT_NKINDS; kind++) {
+            pool_kind_labels(out, "dbthrottle_classes_misconfigured", &v[i], kind);
+            fprintf(out, "} %d\n", v[i].kind[kind].classes_problem[0] ? 1 : 0);
+        }
     prom_class_metric(out, v, n, "dbthrottle_class_share",
                       "Class' guaranteed share of the limit (0 to 1), from its definition.",
                       C_SHARE);

@@ -35,6 +35,12 @@ static const char *quarantine_why(const char *why)
     return "server changed";
 }
 
+void cli_render_classes_problem(FILE *out, const dbt_status_kind *k)
+{
+    if (k->classes_problem[0])
+        fprintf(out, "  CLASSES MISCONFIGURED: %s\n", k->classes_problem);
+}
+
 void cli_render_classes(FILE *out, const dbt_status_kind *k)
 {
     if (!k->nclasses)
@@ -294,6 +300,7 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
         fprintf(out, "  clamped %lld  capped %lld  aged %lld\n", k->counters[DBT_CTR_CLAMPED],
                 k->counters[DBT_CTR_CAPPED], k->counters[DBT_CTR_AGED]);
     text_sharing(out, v, k);
+    cli_render_classes_problem(out, k);
     cli_render_classes(out, k);
     bool tagged = any_tagged(k->holders, k->nh) || any_tagged(k->waiters, k->nw);
     if (k->nh) {
@@ -532,7 +539,8 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
         bool any = false;
         for (int kind = 0; kind < DBT_NKINDS; kind++)
             /* A kind with class definitions only is shown too: the operator set them. */
-            if (v[i].kind[kind].used || v[i].kind[kind].nclasses) {
+            if (v[i].kind[kind].used || v[i].kind[kind].nclasses ||
+                v[i].kind[kind].classes_problem[0]) {
                 if (any || i)
                     fputc('\n', out);
                 text_kind(out, &v[i], (dbt_kind)kind, name, prefix);
@@ -770,8 +778,13 @@ static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *
     fputs("],\"counters\":{", out);
     for (int c = 0; c < DBT_NCOUNTERS; c++)
         fprintf(out, "%s\"%s\":%lld", c ? "," : "", dbt_counter_names[c], k->counters[c]);
-    fprintf(out, "},\"aging_ms\":%lld,\"classes_shipped\":%s,\"classes\":[", k->aging_ms,
+    fprintf(out, "},\"aging_ms\":%lld,\"classes_shipped\":%s,\"classes_problem\":", k->aging_ms,
             k->classes_shipped ? "true" : "false");
+    if (k->classes_problem[0])
+        cli_json_str(out, k->classes_problem);
+    else
+        fputs("null", out);
+    fputs(",\"classes\":[", out);
     for (int i = 0; i < k->nclasses; i++) {
         const dbt_status_class *c = &k->classes[i];
         fputs(i ? ",{\"name\":" : "{\"name\":", out);

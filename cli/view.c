@@ -111,7 +111,8 @@ int cli_view_pools(dbt_redis *r, const dbt_config *cfg, char **names, int n, int
 static bool view_empty(const cli_pool_view *v)
 {
     for (int kind = 0; kind < DBT_NKINDS; kind++)
-        if (v->kind[kind].used || v->kind[kind].nclasses || v->kind[kind].nhists)
+        if (v->kind[kind].used || v->kind[kind].nclasses || v->kind[kind].nhists ||
+            v->kind[kind].classes_problem[0])
             return false;
     return v->nprocs == 0;
 }

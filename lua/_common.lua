@@ -78,7 +78,7 @@ local redis = redis
 if DRY_RUN then
     local real = redis
     local READS = {
-        GET = true, MGET = true, PTTL = true, TIME = true, HGET = true, HLEN = true,
+        GET = true, GETRANGE = true, MGET = true, PTTL = true, TIME = true, HGET = true, HLEN = true,
         HGETALL = true, ZCARD = true, ZCOUNT = true, ZRANGE = true, ZRANGEBYSCORE = true,
         ZSCORE = true,
     }
@@ -372,16 +372,45 @@ end
 local K = {}
 local load_classes
 
+-- A pool has at most MAX_CLASSES classes (the C side's DBT_MAX_CLASSES, stated before this file
+-- by tools/embed-lua.sh): admin.lua refuses one more, and the workers ship no more. A definition
+-- text written by hand or by an older version may hold more (10 000 cost 52 ms a script: Redis
+-- stalled for every pool): it is read only DEFS_MAX_BYTES + 1 bytes far, more than any valid text
+-- of MAX_CLASSES classes takes (aging=, default= and a class of at most 76 bytes each), and only
+-- its first MAX_CLASSES classes are in force (the definitions are marked `over`: status says so).
+-- So a script's cost stays bounded whatever is stored: GET would copy the whole value (a 150 kB
+-- one cost 300 us a call), GETRANGE copies the bound.
+local DEFS_MAX_BYTES = 128 * (MAX_CLASSES + 2)
+
+-- A definitions key's text (at most DEFS_MAX_BYTES + 1 bytes of it), nil when there is none;
+-- and the error's text when it cannot be read (a key of another type). A user of the ACL the
+-- docs gave before GETRANGE reads it whole, as before (its refusal is in Redis' ACL LOG, and
+-- dbthrottle check names it: the dry run asks for GETRANGE itself).
+local function defs_text(k)
+    local t = (DRY_RUN and redis.call or redis.pcall)('GETRANGE', k, 0, DEFS_MAX_BYTES)
+    if type(t) == 'table' and t.err and string.find(t.err, 'NOPERM', 1, true) then
+        t = redis.pcall('GET', k)
+    end
+    if type(t) == 'table' then
+        return nil, t.err and tostring(t.err) or 'not a string'
+    end
+    if t == '' then
+        return nil -- GETRANGE of no key (a text is never empty: admin.lua deletes it)
+    end
+    return t or nil
+end
+
 -- The operator's controls of s (the limit override, nil when none; whether grants are stopped),
 -- its quarantine (ms left, 0 = none) and its class definitions (s.defs, nil when none), read once
 -- per call: one MGET.
 local function controls(s, now)
     if s.drained == nil then
-        local c = redis.call('MGET', s.LIM, s.DRAIN, s.ERA, s.CLASSES, s.CLASSES_SEEN)
+        local c = redis.call('MGET', s.LIM, s.DRAIN, s.ERA)
         s.override, s.drained = tonumber(c[1]) or false, c[2] ~= false
-        if c[4] or c[5] then
+        local operator, shipped = defs_text(s.CLASSES), defs_text(s.CLASSES_SEEN)
+        if operator or shipped then
             load_classes()
-            s.defs = K.effective_defs(c[4], c[5])
+            s.defs = K.effective_defs(operator, shipped)
         end
         era(s, c[3], now)
     end
@@ -580,11 +609,17 @@ load_classes = function()
     end
 
     -- A definition text: {aging, default (its name or ""), list (in order), by (name -> class), dflt
-    -- (the default class)}, or nil and what is wrong with it.
+    -- (the default class), over}, or nil and what is wrong with it. Over the cap (more than
+    -- MAX_CLASSES classes, or longer than DEFS_MAX_BYTES: see defs_text), only the first
+    -- MAX_CLASSES classes of the whole parts within DEFS_MAX_BYTES are read, and `over` is true.
     K.parse_defs = function(text)
-        local d = {aging = 0, default = '', list = {}, by = {}}
+        local d = {aging = 0, default = '', list = {}, by = {}, over = false}
         local sum = 0
-        for part in string.gmatch(text or '', '[^;]+') do
+        text = text or ''
+        if #text > DEFS_MAX_BYTES then
+            text, d.over = string.match(string.sub(text, 1, DEFS_MAX_BYTES), '^(.*);') or '', true
+        end
+        for part in string.gmatch(text, '[^;]+') do
             local k, v = string.match(part, '^(%l+)=(.*)$')
             if k == 'aging' then
                 d.aging = K.int_in(v, 0, 2 ^ 52)
@@ -598,6 +633,9 @@ load_classes = function()
                 d.default = v
             elseif k then
                 return nil, 'unknown field "' .. k .. '"'
+            elseif #d.list == MAX_CLASSES then
+                d.over = true
+                break
             else
                 local c, err = K.parse_class(part)
                 if not c then

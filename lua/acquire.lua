@@ -19,9 +19,10 @@ local session = ARGV[15] or ''
 local now = now_ms()
 -- A worker's default definitions become every worker's while the operator has none: written when
 -- they differ from what is there (and are valid), with the TTL of the pool's other keys.
-if shipped ~= '' and redis.call('GET', S.CLASSES_SEEN) ~= shipped then
+if shipped ~= '' and defs_text(S.CLASSES_SEEN) ~= shipped then
     load_classes()
-    if K.parse_defs(shipped) then
+    local d = K.parse_defs(shipped) -- (over the cap: not from this version's workers)
+    if d and not d.over then
         redis.call('SET', S.CLASSES_SEEN, shipped, 'PX', floor_ttl(S))
     end
 end

@@ -11,7 +11,8 @@
 --   evict_cancel ID  the same, marked 'x': the process also cancels the command running on it
 --   class_set NAME:SHARE:PRIORITY:WAIT_MS:CAP[:default]  defines (or redefines) a class in the
 --            operator's definitions (":default": it becomes the default class); the shares of all
---            must sum to 100 at most
+--            must sum to 100 at most, and a new class is refused when MAX_CLASSES are defined
+--            (checked here, in the one script that writes them, so that no client exceeds it)
 --   class_clear NAME  removes a class (its waiters and holders are served as the default class);
 --            "*": every class and the aging bound (the workers' shipped definitions apply again)
 --   aging MS the aging bound: a waiter queued MS ago is served next whatever its class; 0 = none
@@ -59,7 +60,14 @@ elseif op == 'class_set' or op == 'class_clear' or op == 'aging' then
     end
     load_classes()
     -- the operator's own definitions (not a worker's shipped ones), started afresh if unreadable
-    local d = K.parse_defs(redis.call('GET', S.CLASSES) or '') or K.parse_defs('')
+    local d = K.parse_defs(defs_text(S.CLASSES) or '') or K.parse_defs('')
+    -- Over the cap (written by hand or by an older version), a change would write back only the
+    -- classes in force and drop the others unsaid: only clearing them all is taken.
+    if d.over and not (op == 'class_clear' and arg == '*') then
+        return refuse('the definitions hold more than ' .. MAX_CLASSES .. ' classes, the most a ' ..
+            'pool may have (only the first ' .. MAX_CLASSES .. ' are in force): clear them all ' ..
+            'first (dbthrottle class POOL --clear)')
+    end
     if op == 'class_set' then
         local text, is_default = string.match(arg, '^(.*):default$')
         is_default = text ~= nil
@@ -68,6 +76,15 @@ elseif op == 'class_set' or op == 'class_clear' or op == 'aging' then
             return refuse(err)
         end
         if not d.by[c.name] then
+            if #d.list >= MAX_CLASSES then
+                local names = {}
+                for i, old in ipairs(d.list) do
+                    names[i] = old.name
+                end
+                return refuse('at most ' .. MAX_CLASSES .. ' classes per pool, and ' .. #d.list ..
+                    ' are defined (' .. table.concat(names, ', ') .. '): class ' .. c.name ..
+                    ' is not added')
+            end
             d.list[#d.list + 1] = c
         end
         for i, old in ipairs(d.list) do

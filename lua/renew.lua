@@ -47,8 +47,8 @@ local STATE_OF = {r = 'running', i = 'idle_tx', k = 'kept'}
 -- for the wait histogram: "<tag> <sum ms> <i>:<n> ...", ';' between tags ("." untagged).
 local LOCAL_WAITS_AT = DOING_AT + tonumber(ARGV[COUNTS_AT]) + tonumber(ARGV[COUNTS_AT + 2])
 local function local_waits(s, text)
-    local c = redis.call('MGET', s.CLASSES, s.CLASSES_SEEN)
-    local d = (c[1] or c[2]) and K.effective_defs(c[1], c[2])
+    local operator, shipped = defs_text(s.CLASSES), defs_text(s.CLASSES_SEEN)
+    local d = (operator or shipped) and K.effective_defs(operator, shipped)
     for tag, sum, buckets in string.gmatch(text, '([^ ;]+) (%d+)([^;]*)') do
         local klass = d and K.class_of(d, (tag ~= '.') and tag or nil).name or ''
         for i, n in string.gmatch(buckets, ' (%d+):(%d+)') do

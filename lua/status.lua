@@ -8,7 +8,8 @@
 -- classes}. Live holders counts units (a weighted permit's members "id#k" too); the list names
 -- permits. classes: {aging ms, 1 when the definitions are a worker's shipped ones, then per class
 -- {name, share, priority, wait_ms or -1, cap or -1, guarantee (at the override, else the limit
--- seen), units held, waiters, oldest wait ms, 1 for the default class}}; {0, 0} without classes.
+-- seen), units held, waiters, oldest wait ms, 1 for the default class (2: the implicit one, which
+-- no definition names)}}; {0, 0} without classes.
 -- Then the oldest current wait (ms: the longest waiting head of the main queue and of each tag's
 -- queue; 0 none), the histograms' bucket bounds (ms, as text: HIST_BOUNDS) and the histograms
 -- (HGETALL of hist: {"<series>:<i>:<class>" or "<series>:s:<class>", value, ...}).
@@ -23,7 +24,10 @@
 -- controller's record (HGETALL of the override's key .. ':adapt', flat {field, value, ...}; {}
 -- when there is none; the error's text when it cannot be read, a key of another type: status
 -- still answers). Both are appended last, so that a parser of an older reply reads the rest as
--- before.
+-- before. Then, last, what is wrong with the stored class definitions, {one line, 1 when the
+-- operator's hold more than MAX_CLASSES classes (only the first are in force: admin.lua takes
+-- only a clear) else 0}, the operator's first (not valid: not in force; over the cap); false
+-- when nothing is.
 local max = tonumber(ARGV[10]) or 0
 load_classes()
 local now = now_ms()
@@ -73,7 +77,7 @@ local function classes(s, d, L)
     for _, c in ipairs(list) do
         out[#out + 1] = {c.name, c.share, c.priority, c.wait, c.cap, K.guarantee(c, L),
             st.held[c.name] or 0, st.waiting[c.name] or 0, st.oldest[c.name] or 0,
-            (c == d.dflt) and 1 or 0}
+            (c == d.dflt) and (c.implicit and 2 or 1) or 0}
     end
     return out
 end
@@ -86,8 +90,35 @@ local function adapt_record(s)
     end
     return r
 end
+-- What is wrong with s' stored definitions (see the top), false when nothing; and the texts.
+local function defs_problem(s)
+    local texts, problem = {}, false
+    for i, k in ipairs({{s.CLASSES, "the operator's"}, {s.CLASSES_SEEN, "a worker's shipped"}}) do
+        local text, err = defs_text(k[1])
+        texts[i] = text
+        local d, bad = K.parse_defs(text)
+        local over = 0
+        if err then
+            bad = 'cannot be read (' .. err .. ')'
+        elseif text and not d then
+            bad = 'are not valid (' .. bad .. '): not in force'
+        elseif text and d.over then
+            bad, over = 'hold more than ' .. MAX_CLASSES .. ' classes, the most a pool may have: ' ..
+                'only the first ' .. #d.list .. ' are in force, the others are served as the ' ..
+                'default class', (i == 1) and 1 or 0
+        else
+            bad = nil
+        end
+        if bad and not problem then
+            problem = {k[2] .. ' class definitions (' .. k[1] .. ') ' .. bad, over}
+        end
+    end
+    return problem, texts[1], texts[2]
+end
 local function snapshot(s)
-    local c = redis.call('MGET', s.SEEN, s.LIM, s.DRAIN, s.ERA, s.CLASSES, s.CLASSES_SEEN)
+    local c = redis.call('MGET', s.SEEN, s.LIM, s.DRAIN, s.ERA)
+    local problem
+    problem, c[5], c[6] = defs_problem(s)
     local qleft, why = 0, false
     if c[4] then
         local till, w = string.match(c[4], '^%S+ (%d+) (%S+)$')
@@ -155,7 +186,7 @@ local function snapshot(s)
         redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS),
         qleft, why, classes(s, K.effective_defs(c[5], c[6]), tonumber(c[2]) or tonumber(c[1]) or 0),
         oldest, bounds, redis.call('HGETALL', s.HIST), nlapsed, lapsed,
-        redis.call('HGET', s.OWN, '*'), redis.call('PTTL', s.LIM), adapt_record(s)}
+        redis.call('HGET', s.OWN, '*'), redis.call('PTTL', s.LIM), adapt_record(s), problem}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).

@@ -322,6 +322,11 @@ static const char *parse_class(const char *setting, char *part, class_def *d, ch
     return NULL;
 }
 
+/* DBT_MAX_CLASSES as text, for the refusal. */
+#define CAP_TEXT(n)  #n
+#define CAP_TEXT2(n) CAP_TEXT(n)
+#define CLASSES_CAP  CAP_TEXT2(DBT_MAX_CLASSES)
+
 bool dbt_parse_classes(const char *setting, const char *text, char **out, char *err)
 {
     class_def defs[DBT_MAX_CLASSES];
@@ -353,7 +358,7 @@ bool dbt_parse_classes(const char *setting, const char *text, char **out, char *
             else
                 snprintf(deflt, sizeof deflt, "%s", part + 8);
         } else if (n == DBT_MAX_CLASSES) {
-            why = "at most 16 classes";
+            why = "at most " CLASSES_CAP " classes";
         } else if (!(why = parse_class(setting, part, &defs[n], err))) {
             for (int i = 0; i < n && !why; i++)
                 if (strcmp(defs[i].name, defs[n].name) == 0)

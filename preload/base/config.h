@@ -97,7 +97,10 @@ typedef enum {
 #define DBT_MAX_RULES      16
 #define DBT_MAX_RULE_CONDS 4
 #define DBT_CLASS_NAME_MAX 32
-#define DBT_MAX_CLASSES    16
+/* The most classes a pool may define, in DBTHROTTLE_CLASSES and by dbthrottle class alike: the
+ * scripts read this very #define (tools/embed-lua.sh makes it their MAX_CLASSES), so a script's
+ * cost stays bounded whatever definitions Redis holds (docs/design.md, "Classes and weights"). */
+#define DBT_MAX_CLASSES 16
 /* sql= is matched against the first this many bytes of a command's text (a bound on its cost). */
 #define DBT_RULE_SQL_MAX 512
 typedef struct {

@@ -788,6 +788,7 @@ static bool parse_classes(const redisReply *r, dbt_status_kind *k, char *err)
         o->borrowed = v[HELD] > v[GUARANTEE] ? v[HELD] - v[GUARANTEE] : 0;
         o->oldest_wait_ms = v[OLDEST];
         o->is_default = v[IS_DEFAULT] != 0;
+        o->implicit = v[IS_DEFAULT] == 2;
     }
     return true;
 }
@@ -1046,6 +1047,7 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         SOLE,
         OVERRIDE_PTTL,
         ADAPT,
+        CLASSES_PROBLEM,
         NFIELDS
     };
     enum { WAITER_ID, WAITER_INFO, PER_WAITER };
@@ -1053,8 +1055,9 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
      * the histograms, or the classes too: a reply of the scripts before them. */
     if (!is_array(r, -1, script, "a semaphore", err))
         return false;
-    if (r->elements != NFIELDS && r->elements != OVERRIDE_PTTL && r->elements != SOLE &&
-        r->elements != NLAPSED && r->elements != OLDEST && r->elements != CLASSES)
+    if (r->elements != NFIELDS && r->elements != CLASSES_PROBLEM && r->elements != OVERRIDE_PTTL &&
+        r->elements != SOLE && r->elements != NLAPSED && r->elements != OLDEST &&
+        r->elements != CLASSES)
         return unexpected(err, script, "a semaphore has %zu elements, not %d", r->elements,
                           NFIELDS);
     if (r->elements > CLASSES && !parse_classes(r->element[CLASSES], k, err))
@@ -1074,6 +1077,17 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
                                                  script, "the override's PTTL", err) ||
                                         !parse_adapt(r->element[ADAPT], &k->adapt, err)))
         return false;
+    /* {line, over}; false (nil) when the definitions are sound */
+    if (r->elements > CLASSES_PROBLEM && r->element[CLASSES_PROBLEM]->type != REDIS_REPLY_NIL) {
+        const redisReply *p = r->element[CLASSES_PROBLEM];
+        long long over = 0;
+        if (!is_array(p, 2, script, "the class definitions' problem", err) ||
+            !is_type(p->element[0], REDIS_REPLY_STRING, script, "its line", err) ||
+            !number_of(p->element[1], "whether they are over the cap", &over, err))
+            return false;
+        dbt_escape(p->element[0]->str, 300, false, k->classes_problem, sizeof k->classes_problem);
+        k->classes_over = over != 0;
+    }
     const redisReply *const *e = (const redisReply *const *)r->element;
     long long drained = 0;
     if (!number_of(e[SEEN], "the limit seen", &k->limit_seen, err) ||

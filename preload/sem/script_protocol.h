@@ -393,6 +393,7 @@ typedef struct {
     long long borrowed;       /* units held beyond its guarantee */
     long long oldest_wait_ms; /* how long its first waiter has waited; 0: none waits */
     bool is_default;          /* what no defined class names is served as */
+    bool implicit;            /* the implicit default class: no definition names it */
 } dbt_status_class;
 
 /* The adaptive controller's record (dbthrottle adapt; lua/adapt.lua keeps it in the hash beside
@@ -457,6 +458,11 @@ typedef struct {
      * too, as for no override. */
     long long override_pttl_ms;
     dbt_status_adapt *adapt; /* the controller's record; NULL when there is none */
+    /* What is wrong with the stored class definitions, one line from status.lua ("" nothing, or
+     * an older status.lua): not valid (not in force), or over DBT_MAX_CLASSES classes (only the
+     * first are in force). */
+    char classes_problem[400];
+    bool classes_over; /* the operator's hold more than DBT_MAX_CLASSES classes */
 } dbt_status_kind;
 
 /* status.lua's {now, query semaphore, connection semaphore, processes}. Owns its entries (copied

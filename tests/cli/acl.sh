@@ -58,7 +58,8 @@ ourl=redis://dbthrottle-operator:opw@127.0.0.1:$rport
 
 # Every command the scripts call is granted: the workers' scripts to both users, the operator's
 # (status.lua, admin.lua) to the operator (a command new in a script must be added to the doc).
-calls() { grep -oh "redis.call('[A-Za-z]*'" "$@" | sed "s/.*('//; s/'//" | tr A-Z a-z | sort -u; }
+# (redis.call('X', redis.pcall('X', and "(... redis.call or redis.pcall)('X'" alike)
+calls() { grep -ohE "redis\.p?call\)?\('[A-Za-z]+'" "$@" | sed "s/.*('//; s/'//" | tr A-Z a-z | sort -u; }
 granted() { echo "$1" | tr ' ' '\n' | grep -qxF "+$2"; }
 missing=
 for c in $(calls "$top"/lua/_common.lua "$top"/lua/acquire.lua "$top"/lua/release.lua "$top"/lua/cancel.lua "$top"/lua/renew.lua); do
@@ -180,6 +181,15 @@ check "run: the documented worker user with a database index: starts ($(cat "$wo
 setuser "$worker_line" rpush >/dev/null
 DBTHROTTLE_REDIS_URL="$wurl" DBTHROTTLE_MAX_QUERIES=1 "$D" check >/dev/null 2>"$work/err"; rc=$?
 check "check: the same refusal (exit 1, the command named)" '[ $rc -eq 1 ] && grep -qi rpush "$work/err"'
+setuser "$worker_line" >/dev/null
+# A user of the worker ACL documented before GETRANGE (the scripts read the class definitions with
+# it, a bounded length: issue 29): the library still takes its permits, reading them whole with
+# GET as before; Redis' ACL LOG shows each refusal.
+setuser "$worker_line" getrange >/dev/null
+rcli ACL LOG RESET >/dev/null
+rcli set "dbthrottle:{oldacl}:q:classes" "aging=0;default=;a:50:0:-:-;b:50:0:-:-" >/dev/null
+DBTHROTTLE_REDIS_URL="$wurl" "$D" acquire oldacl --limit 1 --class a -- true 2>"$work/err"; rc=$?
+check "a worker user without GETRANGE (the ACL documented before it): granted all the same, the refusal in the ACL LOG ($(head -c 200 "$work/err"))" '[ $rc -eq 0 ] && [ "$(rcli hget "dbthrottle:{oldacl}:q:stats" grants)" = 1 ] && rcli ACL LOG | grep -qx getrange'
 setuser "$worker_line" >/dev/null
 
 # ---- the other checks ---------------------------------------------------------------------------

@@ -48,15 +48,25 @@ c = p["connections"]
 cl = {x["name"]: x for x in q["classes"]}
 print(eval(sys.argv[1]))' "$3"
 }
+# script NAME: the text the library embeds for lua/NAME.lua (tools/embed-lua.sh: the limits of
+# preload/base/config.h as Lua locals, then _common.lua and the script).
+script() {
+    sed -n 's/^#define DBT_\(MAX_CLASSES\)  *\([0-9]*\)$/local \1 = \2/p' "$top/preload/base/config.h"
+    cat "$top/lua/_common.lua" "$top/lua/$1.lua"
+}
+# sem POOL: the keys of the pool's query semaphore, the wake prefix and the common arguments.
+sem() {
+    b="dbthrottle:{$1}:q"
+    echo "$b:holders $b:queue $b:wexp $b:seq $b:limit_seen $b:info $b:stats $b:limit $b:drain" \
+        "$b:owners $b:era $b:gone $b:classes $b:classes_seen $b:tags $b:hist" \
+        "dbthrottle:{$1}:wake: q 60000 180000 \"\" 0 0 \"\" \"\""
+}
 # acq POOL ID LIMIT: calls acquire.lua itself (the text the library embeds) on the pool's query
 # semaphore, as a worker would; prints its status (1 granted, 2 queued).
 acq() {
-    b="dbthrottle:{$1}:q"
-    rcli --raw eval "$(cat "$top/lua/_common.lua" "$top/lua/acquire.lua")" 16 \
-        "$b:holders" "$b:queue" "$b:wexp" "$b:seq" "$b:limit_seen" "$b:info" "$b:stats" \
-        "$b:limit" "$b:drain" "$b:owners" "$b:era" "$b:gone" "$b:classes" "$b:classes_seen" \
-        "$b:tags" "$b:hist" "dbthrottle:{$1}:wake:" q 60000 180000 "" 0 0 "" "" "$2" "$3" 0 \
-        "classhost 4242 c$4" | head -1
+    a_id=$2 a_lim=$3 a_n=$4
+    eval "set -- $(sem "$1")"
+    rcli --raw eval "$(script acquire)" 16 "$@" "$a_id" "$a_lim" 0 "classhost 4242 c$a_n" | head -1
 }
 
 # ---- bad values: one line each, exit 2, nothing written ---------------------------------------
@@ -136,6 +146,75 @@ out=$("$D" class cp --clear); rc=$?
 check "class cp --clear: every definition gone, both kinds (the aging bound too)" '[ $rc -eq 0 ] && [ "$(echo "$out" | grep -c "every class definition removed")" -eq 2 ] && [ "$(rcli exists "dbthrottle:{cp}:q:classes" "dbthrottle:{cp}:c:classes")" = 0 ]'
 out=$("$D" class cp)
 check "class cp after --clear: one FIFO queue again" '[ "$(echo "$out" | grep -c "no classes defined (one FIFO queue)")" -eq 2 ]'
+
+# ---- the cap: at most DBT_MAX_CLASSES classes, and bounded scripts whatever Redis holds -------
+echo "# the cap"
+cap=$(sed -n 's/^#define DBT_MAX_CLASSES  *\([0-9]*\)$/\1/p' "$top/preload/base/config.h")
+ndefs() { defs "$1" q | python3 -c 'import ast, sys; t = ast.literal_eval(sys.stdin.read()); print(len(t[2]) if t else 0)'; }
+i=1
+while [ $i -le "$cap" ]; do
+    "$D" class cap c$i --share 1 --queries >/dev/null || echo "class cap c$i: exit $?"
+    i=$((i + 1))
+done
+check "$cap classes defined, the cap (DBT_MAX_CLASSES of preload/base/config.h): $(ndefs cap) in Redis" '[ "$cap" -eq 16 ] && [ "$(ndefs cap)" -eq "$cap" ]'
+"$D" class cap extra --share 1 --queries >"$work/out" 2>"$work/err"; rc=$?
+check "class $((cap + 1)): exit 2, one line naming the pool, the cap and the classes defined ($(cat "$work/err"))" '[ $rc -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && [ ! -s "$work/out" ] && grep -q "pool \"cap\" query: class extra not added: a pool has at most $cap classes, and these $cap are defined: c1, c2, .*, c$cap " "$work/err"'
+check "the refused class was not written: Redis holds $(ndefs cap) classes, extra not among them" '[ "$(ndefs cap)" -eq "$cap" ] && ! defs cap q | grep -q extra'
+"$D" class cap c3 --priority 5 --queries >/dev/null; rc=$?
+check "at the cap, a defined class can still be changed" '[ $rc -eq 0 ] && defs cap q | grep -qF "('"'"'c3'"'"', '"'"'1'"'"', '"'"'5'"'"'"'
+# Another client (or two operators at once) past the CLI's check: admin.lua refuses it itself.
+eval "set -- $(sem cap)"
+rcli --raw eval "$(script admin)" 16 "$@" class_set "extra:1:0:-:-" >"$work/out" 2>&1
+check "admin.lua itself refuses a class past the cap ($(cat "$work/out"))" 'grep -q "ERR dbthrottle: at most $cap classes per pool, and $cap are defined (c1, c2, .*): class extra is not added" "$work/out" && [ "$(ndefs cap)" -eq "$cap" ]'
+
+# Definitions far over the cap, written by hand (or by a version without the cap): 10 000
+# classes. The scripts read only the first ones: an acquire and a release cost about what they
+# cost with 2 classes, as Redis measures its own script time (INFO commandstats, EVALSHA usec per
+# call; dbthrottle acquire runs acquire.lua, renew.lua and release.lua). The least of three
+# rounds of each pool, alternated, so that load on a shared machine weighs on both alike.
+python3 -c '
+print(";".join(["aging=0", "default="] + ["class%05d:0:0:-:-" % i for i in range(10000)]))' >"$work/many.txt"
+rcli -x set "dbthrottle:{many}:q:classes" <"$work/many.txt" >/dev/null
+rcli set "dbthrottle:{two}:q:classes" "aging=0;default=;a:50:0:-:-;b:50:0:-:-" >/dev/null
+usec_per_call() { # usec_per_call POOL: EVALSHA's usec per call over 10 dbthrottle acquire
+    rcli config resetstat >/dev/null
+    j=0
+    while [ $j -lt 10 ]; do
+        "$D" acquire "$1" --limit 2 --class a -- true || echo "acquire $1: exit $?" >&2
+        j=$((j + 1))
+    done
+    rcli info commandstats | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p'
+}
+two= many=
+for round in 1 2 3; do
+    two="$two $(usec_per_call two)"
+    many="$many $(usec_per_call many)"
+done
+least() { echo "$1" | tr ' ' '\n' | grep . | sort -n | head -1; }
+echo "  EVALSHA usec per call, 3 rounds: 2 classes:$two; 10 000 classes:$many"
+check "10 000 classes in Redis: a script call costs less than 4 times one with 2 classes (least of 3 rounds: $(least "$many") against $(least "$two") us)" 'python3 -c "import sys; t, m = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if 0 < m < 4 * t else 1)" "$(least "$two")" "$(least "$many")"'
+check "... and the pool's own keys say the acquires were granted (30 grants)" '[ "$(rcli hget "dbthrottle:{many}:q:stats" grants)" = 30 ]'
+"$D" status many >"$work/many.status" 2>&1; rc=$?
+check "status of the pool over the cap: CLASSES MISCONFIGURED, the first $cap classes in force ($(grep MISCONFIGURED "$work/many.status"))" '[ $rc -eq 0 ] && grep -q "^  CLASSES MISCONFIGURED: the operator'"'"'s class definitions (dbthrottle:{many}:q:classes) hold more than $cap classes, the most a pool may have: only the first $cap are in force" "$work/many.status" && grep -q "^  class00015 " "$work/many.status" && ! grep -q "^  class00016 " "$work/many.status"'
+"$D" status --json many >"$work/many.json"; rc=$?
+check "status --json: classes_problem says so, $cap classes and the implicit default listed" '[ $rc -eq 0 ] && python3 - "$work/many.json" "$cap" <<PY
+import json, sys
+q = json.load(open(sys.argv[1]))["pools"][0]["queries"]
+assert "hold more than %s classes" % sys.argv[2] in q["classes_problem"], q["classes_problem"]
+assert len(q["classes"]) == int(sys.argv[2]) + 1 and q["classes"][-1]["name"] == "default", [c["name"] for c in q["classes"]]
+assert json.load(open(sys.argv[1]))["pools"][0]["connections"]["classes_problem"] is None
+PY'
+"$D" class many class00001 --priority 3 --queries >/dev/null 2>"$work/err"; rc=$?
+"$D" class many fresh --share 1 --queries >/dev/null 2>"$work/err2"; rc2=$?
+check "over the cap, a change is refused (exit 1, $(cat "$work/err")) and a new class too (exit 2, one line), nothing written" '[ $rc -eq 1 ] && grep -q "hold more than $cap classes.*clear them all first" "$work/err" && [ $rc2 -eq 2 ] && [ "$(wc -l <"$work/err2")" -eq 1 ] && grep -q "class fresh not added: a pool has at most $cap classes, and its definitions in Redis hold more" "$work/err2" && [ "$(rcli strlen "dbthrottle:{many}:q:classes")" -eq "$(wc -c <"$work/many.txt")" ]'
+"$D" status --prometheus many >"$work/many.prom"
+check "status --prometheus: dbthrottle_classes_misconfigured 1 for the query kind, 0 for the other" 'grep -qx "dbthrottle_classes_misconfigured{pool=\"many\",kind=\"query\"} 1" "$work/many.prom" && grep -qx "dbthrottle_classes_misconfigured{pool=\"many\",kind=\"connection\"} 0" "$work/many.prom"'
+"$D" class many --clear --queries >/dev/null; rc=$?
+check "class many --clear removes them all" '[ $rc -eq 0 ] && [ "$(rcli exists "dbthrottle:{many}:q:classes")" = 0 ]'
+rcli set "dbthrottle:{bad}:q:classes" "aging=0;default=;a:150:0:-:-" >/dev/null
+"$D" status bad >"$work/bad.status" 2>&1
+check "definitions that are not valid (by hand) are not in force, said in status ($(grep MISCONFIGURED "$work/bad.status"))" 'grep -q "^  CLASSES MISCONFIGURED: the operator'"'"'s class definitions (dbthrottle:{bad}:q:classes) are not valid (share \"150\" of class a is not an integer percent 0..100): not in force" "$work/bad.status"'
+rcli del "dbthrottle:{bad}:q:classes" >/dev/null
 
 # ---- status with holders and waiters ---------------------------------------------------------
 # Limit 4, interactive 75% (guarantee 3, priority 1), batch 25% (guarantee 1, the default),
