@@ -43,8 +43,9 @@ pg_start
 psql -qAtX -c "ALTER SYSTEM SET log_line_prefix = '%m [%p] '" -c "ALTER SYSTEM SET log_timezone = 'UTC'" \
     -c "ALTER SYSTEM SET log_disconnections = on" -c "SELECT pg_reload_conf()" >/dev/null
 psql -qAtX -f "$here/probe.sql" >/dev/null || { echo "FAIL - could not install chaos_probe"; exit 1; }
-# pg_reload_conf() signals the postmaster; its backends read the new prefix at their next command.
-sleep 0.3
+# pg_reload_conf() only signals the postmaster: wait until a new session sees the new prefix.
+wait_until 10 '[ "$(psql -qAtX -c "SHOW log_line_prefix")" = "%m [%p] " ]' ||
+    { echo "FAIL - the server did not take the chaos log settings"; exit 1; }
 
 # stop_redis: the run's Redis, or its Sentinel topology.
 stop_redis() {
