@@ -256,6 +256,27 @@ Test(tls, a_certificate_from_another_ca_is_refused)
     expect_refused(&cfg, "certificate verify failed", "DBTHROTTLE_REDIS_CA");
 }
 
+/* rediss:// at Redis' plain port: a plain Redis never answers a TLS hello (it waits for the line
+ * end of what it takes for an inline command), which looked like an outage and ran unthrottled.
+ * It is a configuration error; the same plain Redis stopped (no answer at all) stays an outage. */
+Test(tls, a_port_that_speaks_no_tls_is_refused)
+{
+    tls_start("server", "no");
+    dbt_config cfg;
+    tls_config(&cfg, "127.0.0.1", "ca.crt", "DBTHROTTLE_REDIS_TIMEOUT=500ms", NULL);
+    char err[DBT_ERRLEN], v[64];
+    snprintf(v, sizeof v, "rediss://127.0.0.1:%d", R.port);
+    cr_assert(dbt_config_set(&cfg, "DBTHROTTLE_REDIS_URL", v, DBT_SRC_ENV, err), "%s", err);
+    kill(R.pid, SIGSTOP);
+    dbt_redis *r = dbt_redis_connect(&cfg, err);
+    kill(R.pid, SIGCONT);
+    cr_expect_null(r);
+    dbt_redis_free(r);
+    cr_expect(strstr(err, "handshake timed out") != NULL, "%s", err);
+    cr_expect(!dbt_redis_error_permanent(err, true, (char[DBT_MISCONFIG_LEN]){0}, 256), "%s", err);
+    expect_refused(&cfg, "does not speak TLS", "DBTHROTTLE_REDIS_URL");
+}
+
 Test(tls, an_expired_certificate_is_refused)
 {
     tls_start("expired", "no");
