@@ -678,7 +678,7 @@ bool dbt_transport_connect(dbt_transport *t, bool is_unix, const char *host, int
                            const char *path, const dbt_tls_files *tls, int64_t timeout_ms,
                            char *err, size_t cap)
 {
-    *t = (dbt_transport){.fd = -1, .ssl = NULL, .cert_unanswered = false};
+    *t = (dbt_transport){.fd = -1, .ssl = NULL, .cert_unanswered = false, .heard = false};
     /* The TLS context first, and outside the time given: it is made once per process, by local
      * work that waits on no server (reading the system's CA store took 0.2 s here, over a
      * second with 8 processes starting at once), and a handshake left no time by it timed out
@@ -695,7 +695,45 @@ bool dbt_transport_connect(dbt_transport *t, bool is_unix, const char *host, int
         dbt_transport_close(t);
         return false;
     }
+    t->peer_len = sizeof t->peer;
+    if (getpeername(t->fd, (struct sockaddr *)&t->peer, &t->peer_len) != 0)
+        t->peer_len = 0;
     return true;
+}
+
+/* A plain connection the server reset or closed before its first word, as a TLS-only port does
+ * to the first command (OpenSSL takes it for a bad record and Redis drops the connection): so
+ * does a server that restarts, or a proxy with no backend. A second connection tells them apart
+ * by a TLS record: a handshake record of 257 bytes of no NUL, ending with a line end. A TLS
+ * server answers it with an alert (or a handshake record); a plain Redis with "-ERR unknown
+ * command" at once (it reads the line as an inline command); anything else with nothing we take
+ * for TLS. When TLS answers, err says so (a configuration error, redis_errors.c); otherwise it
+ * keeps the words of the close (an outage). */
+static void plain_refused(dbt_transport *t, int64_t timeout_ms, char *err, size_t cap)
+{
+    if (t->ssl || t->heard || t->peer_len == 0 || timeout_ms <= 0)
+        return;
+    t->heard = true; /* asked once per connection */
+    int64_t deadline_us = dbt_now_us() + timeout_ms * 1000;
+    int p = connect_one(t->peer.ss_family, (struct sockaddr *)&t->peer, t->peer_len, deadline_us);
+    if (p < 0)
+        return;
+    char hello[5 + 257];
+    memcpy(hello, "\x16\x03\x01\x01\x01", 5);
+    memset(hello + 5, 'A', 255);
+    memcpy(hello + 5 + 255, "\r\n", 2);
+    unsigned char got[2];
+    ssize_t n = 0;
+    if (send(p, hello, sizeof hello, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof hello &&
+        wait_fd(p, POLLIN, deadline_us) > 0)
+        n = recv(p, got, sizeof got, MSG_DONTWAIT);
+    close_probe(p);
+    if (n == 2 && (got[0] == 21 || got[0] == 22) && got[1] == 3) {
+        char was[128];
+        snprintf(was, sizeof was, "%s", err);
+        snprintf(err, cap, "TLS: the server speaks TLS on this port (%s before its first reply)",
+                 was);
+    }
 }
 
 /* ---- moving bytes --------------------------------------------------------------------------- */
@@ -742,6 +780,7 @@ bool dbt_transport_write(dbt_transport *t, const char *buf, size_t len, int64_t 
             return false;
         }
         say(err, cap, n == 0 ? "Server closed the connection" : strerror(errno));
+        plain_refused(t, timeout_ms, err, cap);
         return false;
     }
     return true;
@@ -800,10 +839,13 @@ ssize_t dbt_transport_read(dbt_transport *t, char *buf, size_t len, int64_t time
             polled = true;
         }
         ssize_t n = recv(t->fd, buf, len, MSG_DONTWAIT);
-        if (n > 0)
+        if (n > 0) {
+            t->heard = true;
             return n;
+        }
         if (n == 0) {
             say(err, cap, "Server closed the connection");
+            plain_refused(t, timeout_ms, err, cap);
             return -1;
         }
         if (errno == EINTR)
@@ -815,6 +857,8 @@ ssize_t dbt_transport_read(dbt_transport *t, char *buf, size_t len, int64_t time
             continue;
         }
         say(err, cap, strerror(errno));
+        if (errno == ECONNRESET)
+            plain_refused(t, timeout_ms, err, cap);
         return -1;
     }
 }

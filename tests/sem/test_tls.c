@@ -289,6 +289,20 @@ Test(tls, a_port_that_speaks_no_tls_is_refused)
     expect_refused(&cfg, "does not speak TLS", "DBTHROTTLE_REDIS_URL");
 }
 
+/* The reverse, redis:// at the TLS port: Redis resets the connection on our first command, as a
+ * server that restarts may. A TLS record sent on a second connection is answered with an alert:
+ * a configuration error, refused (before: "Connection reset by peer", an outage, unthrottled). */
+Test(tls, redis_url_at_a_tls_port_is_refused)
+{
+    tls_start("server", "no");
+    dbt_config cfg;
+    tls_config(&cfg, "127.0.0.1", NULL, "DBTHROTTLE_REDIS_TIMEOUT=500ms", NULL);
+    char err[DBT_ERRLEN], v[64];
+    snprintf(v, sizeof v, "redis://127.0.0.1:%d", tls_port);
+    cr_assert(dbt_config_set(&cfg, "DBTHROTTLE_REDIS_URL", v, DBT_SRC_ENV, err), "%s", err);
+    expect_refused(&cfg, "speaks TLS on this port", "rediss://");
+}
+
 Test(tls, an_expired_certificate_is_refused)
 {
     tls_start("expired", "no");
