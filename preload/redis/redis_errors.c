@@ -117,6 +117,10 @@ static const permanent_error permanent[] = {
     {HIREDIS_PREFIX, "TLS: the server does not speak TLS on this port", false,
      "TLS: the server of DBTHROTTLE_REDIS_URL does not speak TLS on that port: use redis:// or "
      "Redis' tls-port"},
+    /* redis:// at a TLS-only port: transport.c's words once a TLS record was answered. */
+    {HIREDIS_PREFIX, "TLS: the server speaks TLS on this port", false,
+     "TLS: the server of DBTHROTTLE_REDIS_URL speaks TLS on that port: use rediss:// (and "
+     "DBTHROTTLE_REDIS_CA for the CA of its certificate), or Redis' plain port"},
     {HIREDIS_PREFIX, "TLS: cannot ", false, NULL}, /* a CA, certificate or key not loaded */
     {HIREDIS_PREFIX, "TLS: DBTHROTTLE_REDIS_CERT and DBTHROTTLE_REDIS_KEY", false, NULL},
     /* sentinel.c's configuration errors: the master name unknown to every sentinel that

@@ -387,12 +387,82 @@ static bool is_ip_literal(const char *host)
     return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
 }
 
-static bool handshake(dbt_transport *t, const char *host, const dbt_tls_files *tls,
-                      int64_t deadline_us, char *err, size_t cap)
+static int connect_one(int family, const struct sockaddr *sa, socklen_t len, int64_t deadline_us);
+static void untrack_fd(int fd);
+
+static void close_probe(int fd)
 {
-    SSL_CTX *ctx = ctx_for(tls, err, cap);
-    if (!ctx)
-        return false;
+    if (fd >= 0) {
+        untrack_fd(fd);
+        close(fd);
+    }
+}
+
+/* A second connection to the server of fd, with a PING on its way: the socket, or -1. */
+static int ping_beside(int fd, int64_t deadline_us)
+{
+    struct sockaddr_storage peer;
+    socklen_t len = sizeof peer;
+    if (getpeername(fd, (struct sockaddr *)&peer, &len) != 0)
+        return -1;
+    int p = connect_one(peer.ss_family, (struct sockaddr *)&peer, len, deadline_us);
+    if (p >= 0 && send(p, "PING\r\n", 6, MSG_NOSIGNAL | MSG_DONTWAIT) != 6) {
+        close_probe(p);
+        p = -1;
+    }
+    return p;
+}
+
+/* Waits for the server's first answer to our ClientHello: 1 when it comes, 0 when the time is
+ * up, -1 on an error (errno), -2 when the server does not speak TLS (err set).
+ *
+ * A plain Redis takes the hello for the start of an inline command and waits, for ever, for its
+ * line end (which it looks for with strchr: the NUL in the hello's length hides any), where a
+ * TLS server answers within a round trip; a stalled server of either kind answers nothing. So a
+ * server silent after probe_at is asked, on a second connection, a plain PING: a Redis that
+ * speaks no TLS on this port answers it (+PONG, -NOAUTH ...): a configuration error. A TLS
+ * server answers it with an alert or a reset, a stalled one not at all: the handshake goes on
+ * waiting until the deadline, an outage if nothing comes. */
+static int first_answer(int fd, int64_t probe_at, int64_t deadline_us, char *err, size_t cap)
+{
+    int w = wait_fd(fd, POLLIN, probe_at);
+    if (w != 0)
+        return w;
+    int probe = ping_beside(fd, deadline_us);
+    for (;;) {
+        int64_t left = deadline_us - dbt_now_us();
+        struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}, {.fd = probe, .events = POLLIN}};
+        int n = poll(pfd, probe >= 0 ? 2 : 1, left <= 0 ? 0 : (int)((left + 999) / 1000));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0 || pfd[0].revents) {
+            int e = errno;
+            close_probe(probe);
+            errno = e;
+            return n < 0 ? -1 : n == 0 ? 0 : 1;
+        }
+        char got[64];
+        ssize_t k = recv(probe, got, sizeof got - 1, MSG_DONTWAIT);
+        close_probe(probe);
+        probe = -1;
+        /* TLS records start with their type, 20 to 24 (an alert: 21); a reset or a close says
+         * nothing either way. */
+        if (k > 0 && !(got[0] >= 20 && got[0] <= 24)) {
+            size_t text = 0; /* what it said, up to the first byte that is not text */
+            while (text < (size_t)k && got[text] >= 0x20 && got[text] < 0x7f)
+                text++;
+            snprintf(err, cap,
+                     "TLS: the server does not speak TLS on this port (it answers a plain PING: "
+                     "\"%.*s\")",
+                     (int)text, got);
+            return -2;
+        }
+    }
+}
+
+static bool handshake(dbt_transport *t, const char *host, SSL_CTX *ctx, int64_t deadline_us,
+                      char *err, size_t cap)
+{
     ERR_clear_error();
     t->ssl = SSL_new(ctx);
     BIO *bio = t->ssl ? sock_bio(t->fd) : NULL;
@@ -410,11 +480,24 @@ static bool handshake(dbt_transport *t, const char *host, const dbt_tls_files *t
         snprintf(err, cap, "TLS: cannot check the name %.200s: %s", host, ssl_reason());
         return false;
     }
+    /* A server still silent after a quarter of the time may be a plain Redis (first_answer). */
+    int64_t now = dbt_now_us();
+    int64_t probe_at = now + (deadline_us - now) / 4;
     for (;;) {
         ERR_clear_error();
         int rc = SSL_connect(t->ssl);
         if (rc == 1)
             break;
+        if (SSL_get_error(t->ssl, rc) == SSL_ERROR_WANT_READ && BIO_number_read(bio) == 0) {
+            int w = first_answer(t->fd, probe_at, deadline_us, err, cap);
+            if (w == 1)
+                continue;
+            if (w == 0)
+                say(err, cap, "TLS: handshake timed out");
+            else if (w == -1)
+                say(err, cap, strerror(errno));
+            return false;
+        }
         if (!ssl_wait(t, rc, deadline_us, "TLS: handshake timed out", err, cap))
             return false;
     }
@@ -595,17 +678,62 @@ bool dbt_transport_connect(dbt_transport *t, bool is_unix, const char *host, int
                            const char *path, const dbt_tls_files *tls, int64_t timeout_ms,
                            char *err, size_t cap)
 {
-    *t = (dbt_transport){.fd = -1, .ssl = NULL, .cert_unanswered = false};
+    *t = (dbt_transport){.fd = -1, .ssl = NULL, .cert_unanswered = false, .heard = false};
+    /* The TLS context first, and outside the time given: it is made once per process, by local
+     * work that waits on no server (reading the system's CA store took 0.2 s here, over a
+     * second with 8 processes starting at once), and a handshake left no time by it timed out
+     * before its first byte was sent: an outage, for a server that was never asked. */
+    SSL_CTX *ctx = NULL;
+    if (tls && !(ctx = ctx_for(tls, err, cap)))
+        return false;
     int64_t deadline_us = dbt_now_us() + timeout_ms * 1000;
     t->fd = is_unix ? connect_unix(path, deadline_us, err, cap)
                     : connect_tcp(host, port, deadline_us, err, cap);
     if (t->fd < 0)
         return false;
-    if (tls && !handshake(t, is_unix ? "localhost" : host, tls, deadline_us, err, cap)) {
+    if (ctx && !handshake(t, is_unix ? "localhost" : host, ctx, deadline_us, err, cap)) {
         dbt_transport_close(t);
         return false;
     }
+    t->peer_len = sizeof t->peer;
+    if (getpeername(t->fd, (struct sockaddr *)&t->peer, &t->peer_len) != 0)
+        t->peer_len = 0;
     return true;
+}
+
+/* A plain connection the server reset or closed before its first word, as a TLS-only port does
+ * to the first command (OpenSSL takes it for a bad record and Redis drops the connection): so
+ * does a server that restarts, or a proxy with no backend. A second connection tells them apart
+ * by a TLS record: a handshake record of 257 bytes of no NUL, ending with a line end. A TLS
+ * server answers it with an alert (or a handshake record); a plain Redis with "-ERR unknown
+ * command" at once (it reads the line as an inline command); anything else with nothing we take
+ * for TLS. When TLS answers, err says so (a configuration error, redis_errors.c); otherwise it
+ * keeps the words of the close (an outage). */
+static void plain_refused(dbt_transport *t, int64_t timeout_ms, char *err, size_t cap)
+{
+    if (t->ssl || t->heard || t->peer_len == 0 || timeout_ms <= 0)
+        return;
+    t->heard = true; /* asked once per connection */
+    int64_t deadline_us = dbt_now_us() + timeout_ms * 1000;
+    int p = connect_one(t->peer.ss_family, (struct sockaddr *)&t->peer, t->peer_len, deadline_us);
+    if (p < 0)
+        return;
+    char hello[5 + 257];
+    memcpy(hello, "\x16\x03\x01\x01\x01", 5);
+    memset(hello + 5, 'A', 255);
+    memcpy(hello + 5 + 255, "\r\n", 2);
+    unsigned char got[2];
+    ssize_t n = 0;
+    if (send(p, hello, sizeof hello, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof hello &&
+        wait_fd(p, POLLIN, deadline_us) > 0)
+        n = recv(p, got, sizeof got, MSG_DONTWAIT);
+    close_probe(p);
+    if (n == 2 && (got[0] == 21 || got[0] == 22) && got[1] == 3) {
+        char was[128];
+        snprintf(was, sizeof was, "%s", err);
+        snprintf(err, cap, "TLS: the server speaks TLS on this port (%s before its first reply)",
+                 was);
+    }
 }
 
 /* ---- moving bytes --------------------------------------------------------------------------- */
@@ -652,6 +780,7 @@ bool dbt_transport_write(dbt_transport *t, const char *buf, size_t len, int64_t 
             return false;
         }
         say(err, cap, n == 0 ? "Server closed the connection" : strerror(errno));
+        plain_refused(t, timeout_ms, err, cap);
         return false;
     }
     return true;
@@ -710,10 +839,13 @@ ssize_t dbt_transport_read(dbt_transport *t, char *buf, size_t len, int64_t time
             polled = true;
         }
         ssize_t n = recv(t->fd, buf, len, MSG_DONTWAIT);
-        if (n > 0)
+        if (n > 0) {
+            t->heard = true;
             return n;
+        }
         if (n == 0) {
             say(err, cap, "Server closed the connection");
+            plain_refused(t, timeout_ms, err, cap);
             return -1;
         }
         if (errno == EINTR)
@@ -725,6 +857,8 @@ ssize_t dbt_transport_read(dbt_transport *t, char *buf, size_t len, int64_t time
             continue;
         }
         say(err, cap, strerror(errno));
+        if (errno == ECONNRESET)
+            plain_refused(t, timeout_ms, err, cap);
         return -1;
     }
 }

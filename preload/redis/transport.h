@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 /* SIGPIPE blocked in this thread across a write to a socket, and consumed if the write raised it
@@ -35,6 +36,11 @@ typedef struct {
     /* The server asked for a client certificate we do not have, and has not answered since:
      * with TLS 1.3 it may refuse us only after the handshake, by closing the connection. */
     bool cert_unanswered;
+    /* Plain connections: whether the server has said anything yet, and its address (a server
+     * that resets the connection before its first word may be a TLS port: plain_refused). */
+    bool heard;
+    socklen_t peer_len;
+    struct sockaddr_storage peer;
 } dbt_transport;
 
 /* Messages below are one line without a prefix (the caller adds "redis HOST:PORT: "). The words

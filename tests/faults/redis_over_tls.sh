@@ -91,3 +91,53 @@ tl_rc=$?
 tl_held=$(tl_cli "$tl_mutual" --raw info commandstats | grep -o 'cmdstat_evalsha:calls=[0-9]*' | cut -d= -f2)
 check "redis_over_tls: with DBTHROTTLE_REDIS_CERT and _KEY the Redis that requires a client certificate throttles (rc $tl_rc, probes $(probes tl_mutual), ${tl_held:-0} EVALSHA)" \
     '[ $tl_rc -eq 0 ] && [ "$(probes tl_mutual)" -eq 1 ] && [ "${tl_held:-0}" -ge 2 ]'
+
+# rediss:// at a port that speaks no TLS (the harness' plain Redis), DBTHROTTLE_ON_REDIS_ERROR
+# left open: a plain Redis never answers a TLS hello (it waits for the line end of what it takes
+# for an inline command), which looked like an outage, so 8 psql at a limit of 2 all ran at once.
+# It is a configuration error: every psql refused, naming DBTHROTTLE_REDIS_URL and saying the
+# server does not speak TLS; nothing at the server; dbthrottle check and run refuse too.
+mark
+tl_i=0
+while [ $tl_i -lt 8 ]; do
+    PGAPPNAME=tl_plain throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_REDIS_URL="rediss://127.0.0.1:$rport" \
+        psql -X -c "SELECT dbt_probe(500)" >"$work/tl.plain.$tl_i" 2>&1 &
+    eval "tl_p$tl_i=\$!"
+    tl_i=$((tl_i + 1))
+done
+tl_i=0 tl_refused_n=0
+while [ $tl_i -lt 8 ]; do
+    eval "wait \$tl_p$tl_i" || true
+    grep -q "DBTHROTTLE_REDIS_URL does not speak TLS" "$work/tl.plain.$tl_i" && tl_refused_n=$((tl_refused_n + 1))
+    tl_i=$((tl_i + 1))
+done
+check "redis_over_tls: rediss:// at a plain Redis, open mode: 8 psql at a limit of 2 all refused ($tl_refused_n of 8: $(grep -h -m1 "^dbthrottle: .*does not speak TLS" "$work"/tl.plain.* | head -1)), $(probes tl_plain) probes ran at the server, at most $(max_conc tl_plain) at once" \
+    '[ $tl_refused_n -eq 8 ] && [ "$(probes tl_plain)" -eq 0 ] && [ "$(max_conc tl_plain)" -le 2 ]'
+env DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_REDIS_URL="rediss://127.0.0.1:$rport" "$top/build/dbthrottle" check \
+    >"$work/tl.plain.check" 2>&1
+tl_crc=$?
+env DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_REDIS_URL="rediss://127.0.0.1:$rport" "$top/build/dbthrottle" run -- true \
+    >"$work/tl.plain.run" 2>&1
+tl_rrc=$?
+check "redis_over_tls: rediss:// at a plain Redis: dbthrottle check fails (rc $tl_crc) and run refuses (rc $tl_rrc) with the same line: $(grep -m1 "speak TLS" "$work/tl.plain.run")" \
+    '[ $tl_crc -ne 0 ] && [ $tl_rrc -eq 2 ] && grep -q "DBTHROTTLE_REDIS_URL does not speak TLS" "$work/tl.plain.check" && grep -q "DBTHROTTLE_REDIS_URL does not speak TLS" "$work/tl.plain.run"'
+
+# The reverse: redis:// at the TLS-only port. Redis resets the connection on the first command,
+# which looked like an outage (all 8 ran at once in open mode); a TLS record sent on a second
+# connection is answered with an alert: a configuration error, every psql refused.
+mark
+tl_i=0
+while [ $tl_i -lt 8 ]; do
+    PGAPPNAME=tl_rev throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_REDIS_URL="redis://127.0.0.1:$tl_good" \
+        psql -X -c "SELECT dbt_probe(500)" >"$work/tl.rev.$tl_i" 2>&1 &
+    eval "tl_p$tl_i=\$!"
+    tl_i=$((tl_i + 1))
+done
+tl_i=0 tl_refused_n=0
+while [ $tl_i -lt 8 ]; do
+    eval "wait \$tl_p$tl_i" || true
+    grep -q "DBTHROTTLE_REDIS_URL speaks TLS on that port" "$work/tl.rev.$tl_i" && tl_refused_n=$((tl_refused_n + 1))
+    tl_i=$((tl_i + 1))
+done
+check "redis_over_tls: redis:// at a TLS-only Redis, open mode: 8 psql at a limit of 2 all refused ($tl_refused_n of 8: $(grep -h -m1 "^dbthrottle: .*speaks TLS" "$work"/tl.rev.* | head -1)), $(probes tl_rev) probes ran at the server, at most $(max_conc tl_rev) at once" \
+    '[ $tl_refused_n -eq 8 ] && [ "$(probes tl_rev)" -eq 0 ] && [ "$(max_conc tl_rev)" -le 2 ]'
