@@ -111,6 +111,36 @@ void dbt_pool_get_stats(dbt_pool *p, dbt_pool_stats *out)
 
 /* ---- shutdown ---------------------------------------------------------------------------- */
 
+/* What fits in one exit's list per pool: beyond it, the leases give the rest back. */
+enum { MAX_EXIT = 256 };
+
+/* Into ops (cap at most), what the process owes Redis for pool p as it ends: its permits and its
+ * places in the queue, what the renewer is giving back right now, and what an outage left owed,
+ * which the exit now sends in its stead. p->mu held. */
+static int owed_at_exit(dbt_pool *p, dbt_owed_op *ops, int cap)
+{
+    int n = 0;
+    /* Places still queued too: a waiter's (an event loop's held commands wait in threads of
+     * ours, and a program may exit with some), or one kept for a next waiter. Left queued, each
+     * would reach the head and be granted to nobody for a whole lease. */
+    for (struct dbt_slot *s = p->slots; s && n < cap; s = s->next)
+        if ((s->state == SLOT_HELD || s->state == SLOT_QUEUED || s->orphan) && s->gen == p->gen) {
+            ops[n].cancel = s->state != SLOT_HELD; /* withdrawn, or given back if granted */
+            ops[n].kind = s->kind;
+            memcpy(ops[n++].id, s->id, sizeof ops[0].id);
+        }
+    /* What the renewer was giving back as the process exits: it may not get to send it. */
+    for (int i = 0; i < p->ninflight && n < cap; i++)
+        ops[n++] = p->inflight[i];
+    /* And what it owes Redis from an outage, though the outage backoff may still run: Redis
+     * may be back since the call that set it (a release just after a stall), and the lease
+     * would give it back only much later. */
+    for (int i = 0; i < p->ndeferred && n < cap; i++)
+        ops[n++] = p->deferred[i];
+    p->ndeferred = 0;
+    return n;
+}
+
 static void free_pool(dbt_pool *p)
 {
     pthread_mutex_lock(&p->mu);
@@ -124,30 +154,28 @@ static void free_pool(dbt_pool *p)
     }
     dbt_free_spares(p);
     dbt_report_local(p);
+    /* Give back what is still held or queued, and what is owed: a process that exits cleanly
+     * should not make others wait out its leases. Written without waiting, then every reply is
+     * read (all within one Redis timeout), so the commands surely landed before the sockets
+     * close. */
+    dbt_owed_op ops[MAX_EXIT];
     pthread_mutex_lock(&p->mu);
     dbt_sharing_quit(p);
+    int n = owed_at_exit(p, ops, MAX_EXIT);
     pthread_mutex_unlock(&p->mu);
-    /* Give back what is still held: a process that exits cleanly should not make others wait
-     * out its leases. Sent without waiting, then the replies are read (bounded by the
-     * Redis timeout) so the commands surely left before the sockets close. */
+    int64_t budget = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+    dbt_settle_at_exit(p, ops, n, MAX_EXIT);
+    dbt_redis_budget_end(budget);
     struct dbt_slot *s = p->slots;
     p->slots = NULL;
-    bool down = p->down_until_us > dbt_now_us();
     while (s) {
         struct dbt_slot *next = s->next;
-        if (s->state == SLOT_HELD && s->gen == p->gen && !down)
-            dbt_send_release(p, s->kind, s->id);
-        else if (s->orphan && s->gen == p->gen && !down) /* a place kept for a next waiter */
-            dbt_cancel_in_redis(p, s);
         dbt_free_slot(s);
         s = next;
     }
     dbt_summary_at_exit(p->name, &p->st);
-    char err[DBT_ERRLEN];
-    for (int i = 0; i < p->nfree; i++) {
-        (void)dbt_redis_drain(p->free_conns[i], err);
-        dbt_redis_free(p->free_conns[i]);
-    }
+    for (int i = 0; i < p->nfree; i++)
+        dbt_redis_free(p->free_conns[i]); /* their replies were read: dbt_settle_at_exit */
     dbt_sharing_free(p);
     dbt_keys_free(&p->keys);
     pthread_mutex_destroy(&p->mu);
@@ -164,16 +192,13 @@ void dbt_client_exit(dbt_client *c)
     pthread_mutex_unlock(&c->mu);
     /* One DBTHROTTLE_REDIS_TIMEOUT for the whole exit, every pool and call together: a hung Redis
      * must not hold the process' end by one timeout per permit or place. Every release and
-     * withdrawal is written without waiting for its reply (pipelined on the connections), so a
-     * Redis that was only slow still gets them all. */
+     * withdrawal is written without waiting for its reply (pipelined on the connections), then
+     * the replies are read: a Redis that was only slow still gets them all, and one that failed
+     * is sent again. */
     int64_t budget = dbt_redis_budget_begin(c->cfg->redis_timeout_ms);
     for (dbt_pool *p = pools; p; p = p->next) {
-        /* Copy the ids first: the network calls happen without the lock. */
-        enum { MAX_EXIT = 256 };
-        char ids[MAX_EXIT][DBT_ID_MAX];
-        dbt_kind kinds[MAX_EXIT];
-        bool place[MAX_EXIT];
-        int n = 0;
+        /* Copied first: the network calls happen without the lock. */
+        dbt_owed_op ops[MAX_EXIT];
         pthread_mutex_lock(&p->mu);
         /* Threads may still run: none may pass on a permit this gives back. */
         p->exiting = true;
@@ -181,34 +206,11 @@ void dbt_client_exit(dbt_client *c)
         dbt_sharing_quit(p);
         /* Then no more are passed to us; the host's last process removes the segment's file. */
         dbt_sharing_leave(p);
-        bool down = p->down_until_us > dbt_now_us();
-        /* Places still queued too: a waiter's (an event loop's held commands wait in threads of
-         * ours, and a program may exit with some), or one kept for a next waiter. Left queued,
-         * each would reach the head and be granted to nobody for a whole lease. */
-        for (struct dbt_slot *s = p->slots; s && n < MAX_EXIT; s = s->next)
-            if ((s->state == SLOT_HELD || s->state == SLOT_QUEUED || s->orphan) &&
-                s->gen == p->gen) {
-                memcpy(ids[n], s->id, sizeof ids[n]);
-                place[n] = s->state != SLOT_HELD; /* withdrawn, or given back if granted */
-                kinds[n++] = s->kind;
-            }
-        /* What the renewer was giving back as the process exits: it may not get to send it. */
-        for (int i = 0; i < p->ninflight && n < MAX_EXIT; i++) {
-            memcpy(ids[n], p->inflight[i].id, sizeof ids[n]);
-            place[n] = p->inflight[i].cancel;
-            kinds[n++] = p->inflight[i].kind;
-        }
-        /* And what it owes Redis from an outage: the lease would give it back only much later. */
-        for (int i = 0; i < p->ndeferred && n < MAX_EXIT; i++) {
-            memcpy(ids[n], p->deferred[i].id, sizeof ids[n]);
-            place[n] = p->deferred[i].cancel;
-            kinds[n++] = p->deferred[i].kind;
-        }
+        int n = owed_at_exit(p, ops, MAX_EXIT);
         dbt_pool_stats st = p->st;
         pthread_mutex_unlock(&p->mu);
         dbt_report_local(p);
-        for (int i = 0; i < n && !down; i++)
-            down = !dbt_send_at_exit(p, place[i], kinds[i], ids[i]);
+        dbt_settle_at_exit(p, ops, n, MAX_EXIT);
         dbt_summary_at_exit(p->name, &st);
     }
     dbt_redis_budget_end(budget);

@@ -2,6 +2,7 @@
  * slots (linking, waking, recycling, freeing), wakers, deferred operations, a permit's state. */
 #include "pool.h"
 #include "clock.h"
+#include "cluster.h"
 #include "fork.h"
 #include "handover.h"
 #include "log.h"
@@ -137,6 +138,34 @@ void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r)
     pthread_mutex_unlock(&p->mu);
     if (drop)
         dbt_redis_free(r);
+}
+
+void dbt_pool_drain_idle(dbt_pool *p)
+{
+    dbt_redis *mine[DBT_MAX_CONNS];
+    int n = 0;
+    for (int i = p->nfree - 1; i >= 0; i--)
+        if (p->free_conns[i]->npending > 0) {
+            mine[n++] = p->free_conns[i];
+            p->free_conns[i] = p->free_conns[--p->nfree];
+        }
+    if (n == 0)
+        return;
+    pthread_mutex_unlock(&p->mu);
+    char err[DBT_ERRLEN] = "";
+    for (int i = 0; i < n; i++) {
+        if (!dbt_redis_drain(mine[i], err) && dbt_redis_broken(mine[i])) {
+            /* A cluster's MOVED is no outage: the releases are owed, sent to the new node. */
+            if (dbt_cluster_redirect_of(err, NULL, NULL) != DBT_REDIR_MOVED)
+                dbt_pool_note_error(p, "release", err);
+        } else if (mine[i]->nfailed > 0 && dbt_log_enabled(DBT_LOG_DEBUG)) {
+            dbt_field f[] = {DBT_S("pool", p->name), DBT_S("error", err),
+                             DBT_S("effect", "sent again")};
+            dbt_log(DBT_LOG_DEBUG, "release_failed", f, 3);
+        }
+        dbt_pool_put_conn(p, mine[i]);
+    }
+    pthread_mutex_lock(&p->mu);
 }
 
 /* ---- eras ---------------------------------------------------------------------------------- */

@@ -89,6 +89,13 @@ int64_t dbt_renewer_late_us(const dbt_pool *p);
 void dbt_waker_publish(struct dbt_slot *s, dbt_waker *w);
 void dbt_waker_retract(struct dbt_slot *s);
 
+/* Reads the replies of releases sent on idle connections, so a failed one is repaired (a
+ * NOSCRIPT after SCRIPT FLUSH) or owed again (an error reply: OOM, BUSY; a reset: dbt_defer_op)
+ * soon, rather than at the connection's next use, which may never come. An error reply from a
+ * Redis that answers is no outage: acquires go on, and the release is sent again at once. Each
+ * wait within the caller's budget. Called with p->mu held; releases it meanwhile. */
+void dbt_pool_drain_idle(dbt_pool *p);
+
 /* The tag a release (or cancel) sent without waiting carries (dbt_pool_send): if its reply says
  * it failed, dbt_pool_put_conn makes it owed (dbt_defer_op). tag: DBT_REDIS_TAG_LEN bytes. */
 void dbt_op_tag(char *tag, bool cancel, dbt_kind kind, const char *id);

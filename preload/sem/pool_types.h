@@ -57,6 +57,13 @@
  * and Redis would count it by those. The host's segment carries ids (DBT_SHARE_ID_MAX). */
 #define DBT_ID_MAX 128
 _Static_assert(DBT_ID_MAX <= DBT_SHARE_ID_MAX, "a permit id fits in the host's segment");
+
+/* A release (release.lua) or a withdrawal (cancel.lua) owed to Redis for id. */
+typedef struct {
+    bool cancel; /* cancel.lua (a place in the queue, or an acquire whose reply was lost) */
+    dbt_kind kind;
+    char id[DBT_ID_MAX];
+} dbt_owed_op;
 /* A pool's cid (dbt_pool_cid): the client's 16 hex digits, or "<G>~<cid>" (G 16 hex digits). */
 #define DBT_POOL_CID_MAX 40
 
@@ -180,12 +187,9 @@ struct dbt_pool {
      * of a stretch, then one summary per DBT_WARN_EVERY_US with how many were not logged. */
     int64_t warn_next_us[3];
     uint64_t warn_quiet[3];
-    /* releases owed to Redis (see DBT_MAX_DEFERRED); the renewer sends them */
-    struct {
-        bool cancel; /* cancel.lua (an acquire whose reply was lost), else release.lua */
-        dbt_kind kind;
-        char id[DBT_ID_MAX];
-    } deferred[DBT_MAX_DEFERRED];
+    /* releases owed to Redis (see DBT_MAX_DEFERRED); the renewer sends them, and takes each
+     * off only once it is written (release.c: a process that exits meanwhile sends it too) */
+    dbt_owed_op deferred[DBT_MAX_DEFERRED];
     int ndeferred;
     dbt_pool_stats st;
     /* summary.c (DBTHROTTLE_LOG_STATS): when the last periodic line was due (0: not started),
@@ -219,11 +223,7 @@ struct dbt_pool {
     int64_t revoke_us[DBT_NKINDS];
     /* Releases and cancels the renewer is sending right now (kept permits, orphan places), off
      * every list meanwhile: a process that exits under it sends them too (twice is harmless). */
-    struct {
-        bool cancel;
-        dbt_kind kind;
-        char id[DBT_ID_MAX];
-    } inflight[64];
+    dbt_owed_op inflight[64];
     int ninflight;
 
     /* handover.c: local handover, per kind: the ticket of our latest acquire whose verdict was

@@ -59,26 +59,50 @@ void dbt_cancel_in_redis(dbt_pool *p, struct dbt_slot *s)
 
 /* ---- release ----------------------------------------------------------------------------- */
 
-static void send_release_io(dbt_pool *p, dbt_kind kind, const char *id)
+/* op (release.lua, or cancel.lua) written without waiting for its reply; its tag makes a reply
+ * that failed, or a connection that broke before it was read, owe it again (dbt_pool_put_conn).
+ * False when it could not be written. */
+static bool send_nowait(dbt_pool *p, const dbt_owed_op *op)
 {
     char err[DBT_ERRLEN];
     dbt_script_call call;
-    dbt_build_release(&call, &p->keys, kind, p->client->cfg, id);
+    if (op->cancel)
+        dbt_build_cancel(&call, &p->keys, op->kind, p->client->cfg, op->id);
+    else
+        dbt_build_release(&call, &p->keys, op->kind, p->client->cfg, op->id);
     char tag[DBT_REDIS_TAG_LEN];
-    dbt_op_tag(tag, false, kind, id);
-    if (!dbt_pool_send(p, "release", &call, tag, err))
+    dbt_op_tag(tag, op->cancel, op->kind, op->id);
+    return dbt_pool_send(p, op->cancel ? "cancel" : "release", &call, tag, err);
+}
+
+static void send_release_io(dbt_pool *p, dbt_kind kind, const char *id)
+{
+    dbt_owed_op op = {.cancel = false, .kind = kind};
+    snprintf(op.id, sizeof op.id, "%s", id);
+    if (!send_nowait(p, &op))
         dbt_defer_op(p, false, kind, id);
 }
 
-bool dbt_send_at_exit(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
+void dbt_settle_at_exit(dbt_pool *p, dbt_owed_op *ops, int n, int cap)
 {
-    char err[DBT_ERRLEN];
-    dbt_script_call call;
-    if (cancel)
-        dbt_build_cancel(&call, &p->keys, kind, p->client->cfg, id);
-    else
-        dbt_build_release(&call, &p->keys, kind, p->client->cfg, id);
-    return dbt_pool_send(p, cancel ? "cancel" : "release", &call, NULL, err);
+    /* Twice at most: what the first round's replies said failed (a reset, OOM, a NOSCRIPT that
+     * could not be repaired) is sent once more, with what other threads owed meanwhile. */
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < n; i++)
+            if (!send_nowait(p, &ops[i]))
+                return; /* Redis unreachable within the budget: the leases give the rest back */
+        pthread_mutex_lock(&p->mu);
+        /* Every reply read: each one landed, or is owed again (p->deferred). Written and left
+         * unread, a command is lost if the socket closes with a late reply unread (a reset
+         * drops what the kernel has not sent yet), or if its connection times out first. */
+        dbt_pool_drain_idle(p);
+        n = p->ndeferred < cap ? p->ndeferred : cap;
+        memcpy(ops, p->deferred, (size_t)n * sizeof *ops);
+        p->ndeferred = 0;
+        pthread_mutex_unlock(&p->mu);
+        if (n == 0)
+            return;
+    }
 }
 
 /* send_release_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
@@ -166,30 +190,56 @@ void dbt_release(dbt_permit *s)
     }
 }
 
+/* Takes one entry equal to op off p->deferred, if there is one. p->mu held. */
+static void forget_owed(dbt_pool *p, const dbt_owed_op *op)
+{
+    for (int i = 0; i < p->ndeferred; i++) {
+        const dbt_owed_op *d = &p->deferred[i];
+        if (d->cancel == op->cancel && d->kind == op->kind && strcmp(d->id, op->id) == 0) {
+            p->ndeferred--;
+            memmove(&p->deferred[i], &p->deferred[i + 1],
+                    (size_t)(p->ndeferred - i) * sizeof p->deferred[0]);
+            return;
+        }
+    }
+}
+
 void dbt_flush_deferred(dbt_pool *p)
 {
+    /* Copied, not taken: each stays owed until it is written, so a process that exits while
+     * this thread sends (its exit does not wait for it) sends it too (twice is harmless: the
+     * second release or cancel of an id finds nothing). */
     pthread_mutex_lock(&p->mu);
     int n = p->ndeferred;
-    __typeof__(p->deferred[0]) *todo = n ? malloc((size_t)n * sizeof *todo) : NULL;
-    if (todo) {
+    dbt_owed_op *todo = n ? malloc((size_t)n * sizeof *todo) : NULL;
+    bool *sent = n ? calloc((size_t)n, sizeof *sent) : NULL;
+    if (todo && sent)
         memcpy(todo, p->deferred, (size_t)n * sizeof *todo);
-        p->ndeferred = 0;
-    }
     pthread_mutex_unlock(&p->mu);
-    if (!todo)
+    if (!todo || !sent) {
+        free(todo);
+        free(sent);
         return;
+    }
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    for (int i = 0; i < n; i++) { /* one that fails is kept again */
+    for (int i = 0; i < n; i++) { /* one that fails stays owed */
         bool returned;
-        if (!todo[i].cancel)
-            send_release_io(p, todo[i].kind, todo[i].id);
-        else if (!dbt_cancel_id(p, todo[i].kind, todo[i].id, &returned))
-            dbt_defer_op(p, true, todo[i].kind, todo[i].id);
+        sent[i] = todo[i].cancel ? dbt_cancel_id(p, todo[i].kind, todo[i].id, &returned)
+                                 : send_nowait(p, &todo[i]);
     }
     dbt_redis_budget_end(b);
+    int nsent = 0;
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < n; i++)
+        if (sent[i]) {
+            forget_owed(p, &todo[i]);
+            nsent++;
+        }
+    pthread_mutex_unlock(&p->mu);
     free(todo);
-    if (dbt_log_enabled(DBT_LOG_INFO)) {
-        dbt_field f[] = {DBT_S("pool", p->name), DBT_I("releases", n)};
+    free(sent);
+    if (nsent > 0 && dbt_log_enabled(DBT_LOG_INFO)) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_I("releases", nsent)};
         dbt_log(DBT_LOG_INFO, "deferred_releases_sent", f, 2);
     }
 }

@@ -16,11 +16,12 @@ void dbt_send_cancel(dbt_pool *p, dbt_kind kind, const char *id);
 /* cancel.lua for slot s within one Redis timeout, or deferred if it fails; traces a grant it
  * gave back (one Redis had granted as its waiter gave up). */
 void dbt_cancel_in_redis(dbt_pool *p, struct dbt_slot *s);
-/* At exit: release.lua (or cancel.lua, for a place) for id, written without waiting for its
- * reply, within the caller's budget; nothing is deferred (the process ends). False when it could
- * not be written (Redis is unreachable: the rest need not be tried). */
-bool dbt_send_at_exit(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
-/* Sends the releases and cancels kept during an outage. */
+/* At exit, within the caller's budget (one DBTHROTTLE_REDIS_TIMEOUT for the whole exit): ops[n]
+ * (cap at most) written without waiting, then every reply owed on the pool's idle connections
+ * read; what failed, and what p->deferred holds then, is sent once more. Tried whatever the
+ * outage backoff says: Redis may be back since the call that set it. Uses ops as room. */
+void dbt_settle_at_exit(dbt_pool *p, dbt_owed_op *ops, int n, int cap);
+/* Sends the releases and cancels kept during an outage; each stays owed until written. */
 void dbt_flush_deferred(dbt_pool *p);
 
 #endif

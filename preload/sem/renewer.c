@@ -11,7 +11,6 @@
  * thread of it waits, it is the one that listens for that push. */
 #include "renewer.h"
 #include "clock.h"
-#include "cluster.h"
 #include "fork.h"
 #include "handover.h"
 #include "kept.h"
@@ -195,39 +194,6 @@ static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, evict_cancels 
     /* Redis forgot waiters (restarted, or a lease ran out): what it said of the queue is void. */
     if (reply->lost_waiters.n > 0)
         dbt_handover_reset(p);
-}
-
-/* Reads the replies of releases sent on idle connections, so a failed one is repaired (a
- * NOSCRIPT after SCRIPT FLUSH) or owed again (an error reply: OOM, BUSY; a reset) soon, rather
- * than at the connection's next use, which may never come. An error reply from a Redis that
- * answers is no outage: acquires go on, and the release is sent again at once. Called with p->mu
- * held; releases it meanwhile. */
-static void drain_idle(dbt_pool *p)
-{
-    dbt_redis *mine[DBT_MAX_CONNS];
-    int n = 0;
-    for (int i = p->nfree - 1; i >= 0; i--)
-        if (p->free_conns[i]->npending > 0) {
-            mine[n++] = p->free_conns[i];
-            p->free_conns[i] = p->free_conns[--p->nfree];
-        }
-    if (n == 0)
-        return;
-    pthread_mutex_unlock(&p->mu);
-    char err[DBT_ERRLEN] = "";
-    for (int i = 0; i < n; i++) {
-        if (!dbt_redis_drain(mine[i], err) && dbt_redis_broken(mine[i])) {
-            /* A cluster's MOVED is no outage: the releases are owed, sent to the new node. */
-            if (dbt_cluster_redirect_of(err, NULL, NULL) != DBT_REDIR_MOVED)
-                dbt_pool_note_error(p, "release", err);
-        } else if (mine[i]->nfailed > 0 && dbt_log_enabled(DBT_LOG_DEBUG)) {
-            dbt_field f[] = {DBT_S("pool", p->name), DBT_S("error", err),
-                             DBT_S("effect", "sent again")};
-            dbt_log(DBT_LOG_DEBUG, "release_failed", f, 3);
-        }
-        dbt_pool_put_conn(p, mine[i]);
-    }
-    pthread_mutex_lock(&p->mu);
 }
 
 /* Waiters Redis has already granted: normally their pushed grant arrives first and this finds
@@ -649,7 +615,7 @@ static void *thread_main(void *arg)
         if (p->drain_due_us && p->drain_due_us <= dbt_now_us()) {
             p->drain_due_us = 0;
             int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-            drain_idle(p);
+            dbt_pool_drain_idle(p);
             dbt_redis_budget_end(b);
             continue;
         }
@@ -755,7 +721,7 @@ static void *thread_main(void *arg)
              * one timeout per idle connection. */
             int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
             renew(p);
-            drain_idle(p);
+            dbt_pool_drain_idle(p);
             dbt_redis_budget_end(b);
             warn_idle_in_tx(p, dbt_now_us());
         } else if (((p->client->cfg->cache_permits && p->nheld > 0 && p->nqueued == 0) ||

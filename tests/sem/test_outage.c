@@ -167,3 +167,47 @@ Test(outage, no_sigpipe_after_a_redis_restart, .timeout = 60)
     cr_expect(!WIFSIGNALED(st), "the program was killed by signal %d", WTERMSIG(st));
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
+
+/* A holder whose release comes just after a stall, while the outage backoff that the stall's
+ * timeout started still runs, and which then exits (or frees its client): the release (and the
+ * cancel of the acquire that timed out) was owed to a renewer the exit does not wait for, and
+ * the exit sent nothing during the backoff, so the permit stayed in Redis for its whole lease
+ * though Redis was back, and the place in its queue (issue 29). The exit reads
+ * the replies of what it sends: once it returns, Redis has applied the release. The lease is
+ * long enough that no renewal runs meanwhile (one that succeeded would end the backoff). */
+static void release_after_a_stall_then_exit(bool free_client)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_REDIS_TIMEOUT=1s", "DBTHROTTLE_LEASE=60s", NULL);
+    dbt_pool *p = dbt_client_pool(c, "outage");
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 5000};
+    dbt_permit *held, *other = NULL;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &held), DBT_ACQ_GRANTED);
+    kill(fx_redis.pid, SIGSTOP);
+    /* Times out: the backoff starts (a second in which acquires and releases skip Redis). Its
+     * command waits in Redis' socket and queues a place once Redis runs again: a cancel of it
+     * is owed too. */
+    dbt_acq_result res = dbt_acquire(p, DBT_KIND_QUERY, &o, &other);
+    kill(fx_redis.pid, SIGCONT);
+    cr_expect_eq(res, DBT_ACQ_UNTHROTTLED);
+    dbt_release(held);
+    if (free_client)
+        fx_client_free(c);
+    else
+        dbt_client_exit(c);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", HOLDERS), 0,
+                 "the release made after the stall was not applied by the %s",
+                 free_client ? "client's free" : "exit");
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD dbthrottle:{outage}:q:queue"), 0,
+                 "the place of the acquire that timed out was not withdrawn by the %s",
+                 free_client ? "client's free" : "exit");
+}
+
+Test(outage, release_after_a_stall_lands_at_exit, .timeout = 60)
+{
+    release_after_a_stall_then_exit(false);
+}
+
+Test(outage, release_after_a_stall_lands_when_the_client_is_freed, .timeout = 60)
+{
+    release_after_a_stall_then_exit(true);
+}
