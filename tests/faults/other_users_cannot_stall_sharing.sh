@@ -19,21 +19,21 @@ ou_env="DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_LEASE=8s DBTHROTTLE_HOST_SHARE=on"
 
 # (a)
 mark
-# ou_psql APP MS: a throttled psql running one probe of MS ms as application APP, in the
-# background; its pid (psql's own: env execs it) in $ou_pid.
-ou_psql() {
+# ou_one APP MS: a worker running one probe of MS ms as application APP, in the background;
+# its pid (the worker's own: env execs it) in $ou_pid.
+ou_one() {
     env LD_PRELOAD="$preload" PGAPPNAME="$1" DBTHROTTLE_POOL=oua DBTHROTTLE_SHARE_DIR="$work/ou.shm" $ou_env \
-        psql -qAtX -c "SELECT dbt_probe($2)" >"$work/ou.$1.out" 2>&1 &
+        ${DBT_WRAP:-} "$worker" -n 1 -s "$2" >"$work/ou.$1.out" 2>&1 &
     ou_pid=$!
     echo "$ou_pid" >>"$work/pids"
 }
-ou_psql ouh 4000
+ou_one ouh 4000
 ou_h=$ou_pid
 wait_until 15 '[ "$(probes ouh)" -ge 1 ]'
-ou_psql ouw1 10
+ou_one ouw1 10
 ou_w1=$ou_pid
 wait_until 15 '[ "$(live_waiters)" -eq 1 ]'
-ou_psql ouw2 10
+ou_one ouw2 10
 ou_w2=$ou_pid
 wait_until 15 '[ "$(live_waiters)" -eq 2 ]'
 # Every name of a socket the first waiter has bound, as any user reads them.
@@ -72,11 +72,15 @@ ou_att=$!
 echo "$ou_att" >>"$work/pids"
 wait_until 10 '[ -s "$work/ou.att/bound" ]'
 info "the dead waiter's socket names: ${ou_names:-none}; the other user: $(cat "$work/ou.att/bound" 2>/dev/null)"
+# (bounded: a holder that never ends fails the case rather than hangs it)
+wait_until 20 '! kill -0 "$ou_h" 2>/dev/null || [ "$(awk "{ print \$3 }" /proc/$ou_h/stat 2>/dev/null)" = Z ]'
 wait "$ou_h"
 wait_until 20 '[ "$(probes ouw2)" -ge 1 ]'
 ou_grant=$waited_ms
 check "other_users_cannot_stall_sharing: the survivor ran within 2 s of the holder's exit ($ou_grant ms; lease 8000 ms)" \
     '[ "$ou_grant" -ge 0 ] && [ "$ou_grant" -le 2000 ]'
+wait_until 20 '! kill -0 "$ou_w2" 2>/dev/null || [ "$(awk "{ print \$3 }" /proc/$ou_w2/stat 2>/dev/null)" = Z ]'
+kill -9 "$ou_w2" 2>/dev/null
 wait "$ou_w2" 2>/dev/null
 kill "$ou_att" 2>/dev/null
 wait "$ou_att" 2>/dev/null
