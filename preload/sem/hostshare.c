@@ -1075,9 +1075,9 @@ static void retire(dbt_share *sh)
 
 void dbt_share_leave(dbt_share *sh)
 {
-    if (!sh || sh->broken)
+    if (!sh)
         return;
-    if (sh->proc >= 0 && sh->pid == getpid()) {
+    if (!sh->broken && sh->proc >= 0 && sh->pid == getpid()) {
         /* Records of processes that died without detaching would keep the file for nobody. */
         dbt_share_purge_dead(sh);
         if (!sh->broken && dbt_share_lock(sh) == 0) {
@@ -1088,12 +1088,12 @@ void dbt_share_leave(dbt_share *sh)
                 retire(sh);
             dbt_share_unlock(sh);
         }
-        /* Its socket's name goes (the socket itself stays open until detach: another thread
-         * may still poll it). */
-        if (sh->proc_bound)
-            unlink_wake(sh, sh->pid, sh->nonce);
-        sh->proc_bound = false;
     }
+    /* Its socket's name goes, broken or not (the socket itself stays open until detach: another
+     * thread may still poll it); a fork()ed child's is its parent's. */
+    if (sh->proc_bound && sh->pid == getpid())
+        unlink_wake(sh, sh->pid, sh->nonce);
+    sh->proc_bound = false;
     give_up(sh, "%s: this process left it", sh->path);
 }
 

@@ -841,6 +841,23 @@ Test(hostshare, a_dead_receiver_stays_dead_whatever_another_user_binds, .timeout
     dbt_share_detach(sh);
 }
 
+/* At exit a process only leaves (its other threads may still call): its socket's file goes then,
+ * even when the attachment had broken (poisoned by another), or it would stay for nobody. */
+Test(hostshare, leaving_a_broken_attachment_removes_its_socket_file)
+{
+    dbt_share *sh = attach_or_die(dir);
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "test -S %s/dbthrottle-%u/w.%d.*", dir, (unsigned)geteuid(),
+             (int)getpid());
+    cr_assert_eq(system(cmd), 0, "its socket file is there");
+    atomic_store(&dbt_share_segment(sh)->poisoned, SEG_POISONED);
+    cr_expect_not(dbt_share_sole(sh, 0));
+    cr_assert(dbt_share_broken(sh));
+    dbt_share_leave(sh);
+    cr_expect_neq(system(cmd), 0, "its socket file went as it left");
+    dbt_share_detach(sh);
+}
+
 Test(hostshare, purge_dead_removes_the_records_of_killed_processes, .timeout = 60)
 {
     dbt_share *sh = attach_or_die(dir);
