@@ -50,19 +50,26 @@ _Static_assert(DBT_SEG_REGS < H_INDEX_MASK, "a registration index fits its handl
 
 struct dbt_share {
     dbt_seg *seg;
-    int fd; /* the segment's file */
-    dev_t dev;
-    ino_t ino;
+    int fd;  /* the segment's file */
+    int dfd; /* its directory, the user's: segments and wake sockets are named relative to it */
+    dev_t dev, ddev;
+    ino_t ino, dino;
     uid_t uid;
     uint64_t key_hash;
     char path[PATH_MAX];
+    char name[64]; /* the segment's file name in dfd */
+    /* What names the directory in a socket address: "/proc/self/fd/<dfd>" (this process' own
+     * descriptor, whatever is renamed above it), or its path when /proc is not ours. */
+    char wake_dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char note[512]; /* what was surprising on the way in (dbt_share_note) */
     char group[DBT_SHARE_GROUP_LEN];
     char why[256]; /* why it is broken */
     bool broken;
     int proc; /* this process' record in procs[], -1: none (yet) */
     uint64_t nonce;
-    pid_t pid; /* the process the record is for */
-    int sock;  /* the wake socket, -1: none (yet) */
+    pid_t pid;       /* the process the record is for */
+    int sock;        /* the wake socket, -1: none (yet) */
+    bool proc_bound; /* sock is bound to this process' name (pid, nonce) */
     uint32_t epoch;
 };
 
@@ -447,16 +454,42 @@ static void begin_update(dbt_share *sh)
 
 /* ---- wake sockets ---- */
 
+/* A process' wake socket is a socket file in the user's directory (mode 0700, owned by the
+ * user): only a process of the user (or root) can bind there, or connect there. Not an abstract
+ * name: any local user can read those in /proc/net/unix and bind one once its process died, which
+ * made a dead record look alive (probes connected, offers "delivered" to nobody: each such
+ * permit lost for a lease). */
 static socklen_t wake_addr(const dbt_share *sh, int32_t pid, uint64_t nonce, struct sockaddr_un *a)
 {
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1,
-                     "dbthrottle/%u/%016" PRIx64 "/%d/%016" PRIx64, (unsigned)sh->uid, sh->key_hash,
+    int n = snprintf(a->sun_path, sizeof a->sun_path, "%s/" DBT_SEG_WAKE_FMT, sh->wake_dir,
                      (int)pid, nonce);
-    if (n < 0 || (size_t)n >= sizeof a->sun_path - 1)
-        n = (int)sizeof a->sun_path - 2;
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    if (n < 0 || (size_t)n >= sizeof a->sun_path)
+        n = 0; /* never: wake_dir was sized for the longest name at attach */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n + 1);
+}
+
+/* Removes the socket file of a process judged gone (its socket refused: closed with it). The
+ * name is its pid's and a random nonce's: no other process binds it. */
+static void unlink_wake(const dbt_share *sh, int32_t pid, uint64_t nonce)
+{
+    char name[64];
+    snprintf(name, sizeof name, DBT_SEG_WAKE_FMT, (int)pid, nonce);
+    (void)unlinkat(sh->dfd, name, 0);
+}
+
+/* This process' wake socket goes: its file too, unless it is a fork()ed child's copy (the
+ * parent's socket, still bound). */
+static void close_wake(dbt_share *sh)
+{
+    if (sh->sock < 0)
+        return;
+    if (sh->proc_bound && sh->pid == getpid())
+        unlink_wake(sh, sh->pid, sh->nonce);
+    close(sh->sock);
+    sh->sock = -1;
+    sh->proc_bound = false;
 }
 
 /* 0: sent; 1: nobody there (the process is gone); 2: not sent, no room (its queue is full, or
@@ -499,8 +532,9 @@ static int probe_gone(const dbt_share *sh, int probe, int32_t pid, uint64_t nonc
 static void forget_process(dbt_share *sh)
 {
     if (sh->sock >= 0)
-        close(sh->sock);
+        close(sh->sock); /* a child's copy: the name stays the parent's */
     sh->sock = -1;
+    sh->proc_bound = false;
     sh->proc = -1;
     sh->pid = getpid();
     sh->epoch = next_epoch(sh->epoch);
@@ -517,6 +551,13 @@ static bool ensure_process(dbt_share *sh)
         forget_process(sh); /* a child that did not say so: the parent's record is not its own */
     if (sh->proc >= 0)
         return true;
+    /* The wake names go through this process' descriptor of the directory: one the host
+     * program closed (and whose number now names something else) would bind elsewhere. */
+    struct stat dst;
+    if (fstat(sh->dfd, &dst) != 0 || dst.st_dev != sh->ddev || dst.st_ino != sh->dino) {
+        give_up(sh, "%s: its directory's descriptor was closed under it", sh->path);
+        return false;
+    }
     uint64_t nonce = random64();
     int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s < 0) {
@@ -531,8 +572,12 @@ static bool ensure_process(dbt_share *sh)
         give_up(sh, "%s: cannot bind its wake socket: %s", sh->path, strerror(e));
         return false;
     }
+    sh->sock = s;
+    sh->nonce = nonce;
+    sh->pid = me;
+    sh->proc_bound = true; /* its file goes with it (close_wake) */
     if (dbt_share_lock(sh) != 0) {
-        close(s);
+        close_wake(sh);
         return false;
     }
     dbt_seg *g = sh->seg;
@@ -540,7 +585,7 @@ static bool ensure_process(dbt_share *sh)
     for (uint32_t i = 0; i < used; i++) {
         if (!proc_ok(&g->procs[i])) {
             dbt_share_unlock(sh);
-            close(s);
+            close_wake(sh);
             damaged(sh, "a process record is damaged");
             return false;
         }
@@ -549,7 +594,7 @@ static bool ensure_process(dbt_share *sh)
     }
     if (idx == DBT_SEG_PROCS) {
         dbt_share_unlock(sh);
-        close(s);
+        close_wake(sh);
         give_up(sh, "%s: its table of %d processes is full", sh->path, DBT_SEG_PROCS);
         return false;
     }
@@ -561,44 +606,167 @@ static bool ensure_process(dbt_share *sh)
     g->procs[idx].pid = me; /* last: the record is live */
     dbt_share_unlock(sh);
     sh->proc = (int)idx;
-    sh->nonce = nonce;
-    sh->pid = me;
-    sh->sock = s;
     return !sh->broken;
 }
 
 /* ---- attach ---- */
 
-/* The directory <dir>/dbthrottle-<uid>, made if missing: an fd of it, or -1 with why. */
-static int open_dir(const char *sub, uid_t uid, char *why, size_t cap)
+/* Whether the directory open at dfd is the user's own: a directory owned by uid, with no group or
+ * other permission bit (so that nobody else may make, remove or bind anything in it). NULL when
+ * it is, else what is wrong with it (in buf). */
+static const char *not_own_dir(int dfd, uid_t uid, char *buf, size_t cap)
 {
-    bool made = mkdir(sub, 0700) == 0;
-    if (!made && errno != EEXIST) {
-        say(why, cap, "cannot make %s: %s", sub, strerror(errno));
-        return -1;
-    }
-    int dfd = open(sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fstat(dfd, &st) != 0)
+        snprintf(buf, cap, "cannot be looked at: %s", strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        snprintf(buf, cap, "is not a directory");
+    else if (st.st_uid != uid)
+        snprintf(buf, cap, "is owned by uid %u, not by this process' uid %u", (unsigned)st.st_uid,
+                 (unsigned)uid);
+    else if (st.st_mode & 077)
+        snprintf(buf, cap, "has mode %04o: group or others may use it (0700 wanted)",
+                 (unsigned)(st.st_mode & 07777));
+    else
+        return NULL;
+    return buf;
+}
+
+/* Opens <parent>/<name> as the user's directory: its fd, or -1 with what is wrong (in buf).
+ * made: this process just made it (its mode is then set whatever the umask). */
+static int open_own_dir(int pfd, const char *name, uid_t uid, bool made, char *buf, size_t cap)
+{
+    int dfd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0) {
-        say(why, cap, "%s: %s", sub,
-            errno == ELOOP || errno == ENOTDIR ? "not a directory (a symlink?)" : strerror(errno));
+        snprintf(buf, cap, "%s",
+                 errno == ELOOP || errno == ENOTDIR ? "is not a directory (a symlink?)"
+                 : errno == EACCES                  ? "cannot be opened (another user's?)"
+                                                    : strerror(errno));
         return -1;
     }
     if (made)
-        (void)fchmod(dfd, 0700); /* whatever the umask */
-    struct stat st;
-    if (fstat(dfd, &st) != 0) {
-        say(why, cap, "%s: %s", sub, strerror(errno));
-    } else if (st.st_uid != uid) {
-        say(why, cap, "%s is owned by uid %u, not by this process' uid %u", sub,
-            (unsigned)st.st_uid, (unsigned)uid);
-    } else if (st.st_mode & 077) {
-        say(why, cap, "%s has mode %04o: group or others may use it (0700 wanted)", sub,
-            (unsigned)(st.st_mode & 07777));
-    } else {
+        (void)fchmod(dfd, 0700);
+    if (not_own_dir(dfd, uid, buf, cap)) {
+        close(dfd);
+        return -1;
+    }
+    return dfd;
+}
+
+/* The fall-back directories' names: "dbthrottle-<uid>." and 24 hex digits (the time it was made,
+ * in ns, then random bits: the oldest sorts first). */
+#define FALLBACK_HEX 24
+
+static bool fallback_name(const char *name, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(name, prefix, n) != 0 || strlen(name + n) != FALLBACK_HEX)
+        return false;
+    for (const char *c = name + n; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
+            return false;
+    return true;
+}
+
+/* The first (by name) of the fall-back directories in the parent that is the user's own (made by
+ * a process of the user: nobody else can make a directory owned by this uid, root aside): its fd
+ * and name in out, or -1. Entries of other owners (another user's, made to look like ours) are
+ * passed over. */
+static int find_fallback(int pfd, const char *prefix, uid_t uid, char *out, size_t cap)
+{
+    /* A descriptor of its own (not dup: that shares the offset, and a second scan would start
+     * at the end of the first). */
+    int dup_fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dup_fd < 0)
+        return -1;
+    DIR *d = fdopendir(dup_fd);
+    if (!d) {
+        close(dup_fd);
+        return -1;
+    }
+    char best[NAME_MAX + 1] = "";
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!fallback_name(e->d_name, prefix) || (best[0] && strcmp(e->d_name, best) >= 0))
+            continue;
+        char buf[128];
+        int fd = open_own_dir(pfd, e->d_name, uid, false, buf, sizeof buf);
+        if (fd >= 0) {
+            close(fd);
+            snprintf(best, sizeof best, "%s", e->d_name);
+        }
+    }
+    closedir(d);
+    if (!best[0])
+        return -1;
+    char buf[128];
+    int fd = open_own_dir(pfd, best, uid, false, buf, sizeof buf);
+    if (fd >= 0)
+        snprintf(out, cap, "%s", best);
+    return fd;
+}
+
+/* The user's directory in `parent`, as an fd (-1: none, why said), its name in sub_name.
+ * <parent>/dbthrottle-<uid>, made 0700 if missing, when it is the user's own. When it is not
+ * (another user made it first, or it is a symlink, or its mode lets others in), a directory
+ * nobody else can take from the user: the first of the user's own "dbthrottle-<uid>.<hex>" there,
+ * made if there is none; note then says so (the caller warns). Two processes that make one at the
+ * same moment each keep the first by name they see; a later process picks the first by name:
+ * a rare split of the host into two groups, each its own owner in Redis (safe: each judges
+ * "sole" for itself), never a shared segment of another user. */
+static int open_user_dir(int pfd, const char *parent, uid_t uid, char *sub_name, size_t subcap,
+                         char *note, size_t notecap, char *why, size_t cap)
+{
+    char name[32], prefix[40], wrong[160];
+    snprintf(name, sizeof name, "dbthrottle-%u", (unsigned)uid);
+    bool made = mkdirat(pfd, name, 0700) == 0;
+    if (!made && errno != EEXIST) {
+        say(why, cap, "cannot make %s/%s: %s", parent, name, strerror(errno));
+        return -1;
+    }
+    int dfd = open_own_dir(pfd, name, uid, made, wrong, sizeof wrong);
+    if (dfd >= 0) {
+        snprintf(sub_name, subcap, "%s", name);
         return dfd;
     }
-    close(dfd);
-    return -1;
+    snprintf(prefix, sizeof prefix, "%s.", name);
+    for (int round = 0; round < 3 && dfd < 0; round++) {
+        dfd = find_fallback(pfd, prefix, uid, sub_name, subcap);
+        if (dfd >= 0)
+            break;
+        char mine[96];
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(mine, sizeof mine, "%s%016" PRIx64 "%08" PRIx32, prefix,
+                 (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec,
+                 (uint32_t)random64());
+        if (mkdirat(pfd, mine, 0700) != 0) {
+            if (errno == EEXIST)
+                continue; /* someone else's, made to look like ours: another name */
+            say(why, cap, "%s/%s %s, and cannot make %s/%s: %s", parent, name, wrong, parent, mine,
+                strerror(errno));
+            return -1;
+        }
+        char unused[8];
+        int fd = open_own_dir(pfd, mine, uid, true, unused, sizeof unused); /* its mode set */
+        if (fd >= 0)
+            close(fd);
+        /* Another process of the user may have made one meanwhile: the first by name wins, and
+         * an unused one of ours goes (rmdir: only while empty). */
+        dfd = find_fallback(pfd, prefix, uid, sub_name, subcap);
+        if (dfd >= 0 && strcmp(sub_name, mine) != 0)
+            (void)unlinkat(pfd, mine, AT_REMOVEDIR);
+    }
+    if (dfd < 0) {
+        say(why, cap, "%s/%s %s, and no directory of this user's could be made beside it", parent,
+            name, wrong);
+        return -1;
+    }
+    say(note, notecap,
+        "%s/%s %s (another user may have made it first): using %s/%s, which only this user can "
+        "make",
+        parent, name, wrong, parent, sub_name);
+    return dfd;
 }
 
 /* Removes the segment's name, only if it still names the file judged (another process may have
@@ -678,10 +846,13 @@ static int open_segment(dbt_share *sh, int dfd, const char *name, const char *ke
     return -1;
 }
 
-/* Temp files of creators that died before linking theirs (".tmp.<pid>.<random>"). */
-static void remove_dead_temps(int dfd)
+/* Temp files of creators that died before linking theirs (".tmp.<pid>.<random>"), and the wake
+ * sockets of processes that died with no other process left to purge their records (any pool's:
+ * the directory is the user's; one that refuses a connect is closed, its process gone). */
+static void remove_dead_files(dbt_share *sh, int dfd)
 {
-    int dup_fd = dup(dfd);
+    /* A descriptor of its own: a dup would share dfd's offset (a second scan would see nothing) */
+    int dup_fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dup_fd < 0)
         return;
     DIR *d = fdopendir(dup_fd);
@@ -689,13 +860,21 @@ static void remove_dead_temps(int dfd)
         close(dup_fd);
         return;
     }
+    int probe = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         int pid;
+        uint64_t nonce;
+        char end;
         if (sscanf(e->d_name, ".tmp.%d.", &pid) == 1 && pid > 0 && kill(pid, 0) != 0 &&
             errno == ESRCH)
             (void)unlinkat(dfd, e->d_name, 0);
+        else if (probe >= 0 && sscanf(e->d_name, "w.%d.%16" SCNx64 "%c", &pid, &nonce, &end) == 2 &&
+                 probe_gone(sh, probe, pid, nonce))
+            unlink_wake(sh, pid, nonce);
     }
+    if (probe >= 0)
+        close(probe);
     closedir(d);
 }
 
@@ -704,7 +883,7 @@ static void remove_dead_temps(int dfd)
 static int create_segment(dbt_share *sh, int dfd, const char *name, const char *key, char *why,
                           size_t cap)
 {
-    remove_dead_temps(dfd);
+    remove_dead_files(sh, dfd);
     char tmp[64];
     snprintf(tmp, sizeof tmp, ".tmp.%d.%016" PRIx64, (int)getpid(), random64());
     int fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -781,7 +960,7 @@ dbt_share *dbt_share_attach(const char *dir, const char *key, char *why, size_t 
         say(why, cap, "out of memory");
         return NULL;
     }
-    sh->fd = sh->sock = sh->proc = -1;
+    sh->fd = sh->dfd = sh->sock = sh->proc = -1;
     sh->pid = getpid();
     sh->uid = geteuid();
     sh->key_hash = fnv1a64(key);
@@ -789,19 +968,64 @@ dbt_share *dbt_share_attach(const char *dir, const char *key, char *why, size_t 
     size_t dlen = strlen(dir);
     while (dlen > 1 && dir[dlen - 1] == '/')
         dlen--;
-    char sub[PATH_MAX], name[64];
-    snprintf(name, sizeof name, "%016" PRIx64 ".%d", sh->key_hash, DBT_SEG_VERSION);
-    int n = snprintf(sub, sizeof sub, "%.*s/dbthrottle-%u", (int)dlen, dir, (unsigned)sh->uid);
-    if (n < 0 || (size_t)n >= sizeof sub ||
-        (size_t)snprintf(sh->path, sizeof sh->path, "%s/%s", sub, name) >= sizeof sh->path) {
+    char parent[PATH_MAX], sub[NAME_MAX + 1];
+    const char *name = sh->name;
+    snprintf(sh->name, sizeof sh->name, "%016" PRIx64 ".%d", sh->key_hash, DBT_SEG_VERSION);
+    if ((size_t)snprintf(parent, sizeof parent, "%.*s", (int)dlen, dir) >= sizeof parent) {
         say(why, cap, "share directory %s: path too long", dir);
         free(sh);
         return NULL;
     }
-    int dfd = open_dir(sub, sh->uid, why, cap);
+    int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0) {
+        say(why, cap, "share directory %s: %s", parent, strerror(errno));
+        free(sh);
+        return NULL;
+    }
+    int dfd =
+        open_user_dir(pfd, parent, sh->uid, sub, sizeof sub, sh->note, sizeof sh->note, why, cap);
+    close(pfd);
+    struct stat dst;
+    if (dfd >= 0 && fstat(dfd, &dst) != 0) {
+        say(why, cap, "%s/%s: %s", parent, sub, strerror(errno));
+        close(dfd);
+        dfd = -1;
+    }
     if (dfd < 0) {
         free(sh);
         return NULL;
+    }
+    sh->dfd = dfd;
+    sh->ddev = dst.st_dev;
+    sh->dino = dst.st_ino;
+    if ((size_t)snprintf(sh->path, sizeof sh->path, "%s/%s/%s", parent, sub, name) >=
+        sizeof sh->path) {
+        say(why, cap, "share directory %s: path too long", dir);
+        close(dfd);
+        free(sh);
+        return NULL;
+    }
+    /* Wake sockets are named through /proc/self/fd/<dfd>: short whatever the directory's path,
+     * and this directory whatever is renamed above it. Where /proc is not this process' (not
+     * mounted, another pid namespace's), the path, if a socket's name fits. */
+    char longest[64];
+    int wn = snprintf(longest, sizeof longest, DBT_SEG_WAKE_FMT, INT_MAX, UINT64_MAX);
+    struct stat via;
+    snprintf(sh->wake_dir, sizeof sh->wake_dir, "/proc/self/fd/%d", dfd);
+    if (stat(sh->wake_dir, &via) != 0 || via.st_dev != dst.st_dev || via.st_ino != dst.st_ino) {
+        if (strlen(parent) + strlen(sub) + 2 + (size_t)wn >= sizeof sh->wake_dir) {
+            say(why, cap,
+                "%s/%s: its path is too long to name a socket in it, and /proc/self/fd is not "
+                "this process'",
+                parent, sub);
+            close(dfd);
+            free(sh);
+            return NULL;
+        }
+        size_t pl = strlen(parent), sl = strlen(sub); /* they fit: checked above */
+        memcpy(sh->wake_dir, parent, pl);
+        sh->wake_dir[pl] = '/';
+        memcpy(sh->wake_dir + pl + 1, sub, sl + 1);
     }
     /* A few rounds: a segment found damaged is unlinked and made anew, and another process may
      * win the race to make it. */
@@ -814,7 +1038,6 @@ dbt_share *dbt_share_attach(const char *dir, const char *key, char *why, size_t 
         if (got == 0)
             continue;
         if (ensure_process(sh)) {
-            close(dfd);
             say(why, cap, "%s", "");
             return sh;
         }
@@ -828,9 +1051,8 @@ dbt_share *dbt_share_attach(const char *dir, const char *key, char *why, size_t 
     }
     if (why && cap && !why[0])
         say(why, cap, "%s: could not attach (rebuilt, and rebuilt again)", sh->path);
+    close_wake(sh);
     close(dfd);
-    if (sh->sock >= 0)
-        close(sh->sock);
     free(sh);
     return NULL;
 }
@@ -845,16 +1067,17 @@ dbt_share *dbt_share_attach(const char *dir, const char *key, char *why, size_t 
 static void retire(dbt_share *sh)
 {
     struct stat now;
-    if (lstat(sh->path, &now) == 0 && now.st_ino == sh->ino && now.st_dev == sh->dev)
-        (void)unlink(sh->path);
+    if (fstatat(sh->dfd, sh->name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == sh->ino &&
+        now.st_dev == sh->dev)
+        (void)unlinkat(sh->dfd, sh->name, 0);
     atomic_store(&sh->seg->poisoned, SEG_RETIRED);
 }
 
 void dbt_share_leave(dbt_share *sh)
 {
-    if (!sh || sh->broken)
+    if (!sh)
         return;
-    if (sh->proc >= 0 && sh->pid == getpid()) {
+    if (!sh->broken && sh->proc >= 0 && sh->pid == getpid()) {
         /* Records of processes that died without detaching would keep the file for nobody. */
         dbt_share_purge_dead(sh);
         if (!sh->broken && dbt_share_lock(sh) == 0) {
@@ -866,6 +1089,11 @@ void dbt_share_leave(dbt_share *sh)
             dbt_share_unlock(sh);
         }
     }
+    /* Its socket's name goes, broken or not (the socket itself stays open until detach: another
+     * thread may still poll it); a fork()ed child's is its parent's. */
+    if (sh->proc_bound && sh->pid == getpid())
+        unlink_wake(sh, sh->pid, sh->nonce);
+    sh->proc_bound = false;
     give_up(sh, "%s: this process left it", sh->path);
 }
 
@@ -874,9 +1102,10 @@ void dbt_share_detach(dbt_share *sh)
     if (!sh)
         return;
     dbt_share_leave(sh);
-    if (sh->sock >= 0)
-        close(sh->sock);
+    close_wake(sh);
     unmap(sh);
+    if (sh->dfd >= 0)
+        close(sh->dfd);
     free(sh);
 }
 
@@ -904,6 +1133,11 @@ bool dbt_share_broken(const dbt_share *sh)
 const char *dbt_share_why(const dbt_share *sh)
 {
     return sh ? sh->why : "";
+}
+
+const char *dbt_share_note(const dbt_share *sh)
+{
+    return sh ? sh->note : "";
 }
 
 int dbt_share_fd(const dbt_share *sh)
@@ -1065,7 +1299,8 @@ static int other_processes(dbt_share *sh, proc_ref *out, bool waiting_only)
     return n;
 }
 
-/* Purges those of `gone` whose records are still theirs. */
+/* Purges those of `gone` whose records are still theirs, and removes their socket files (after
+ * the lock: no system call is made under it). */
 static void purge_gone(dbt_share *sh, const proc_ref *gone, int n)
 {
     if (n == 0 || dbt_share_lock(sh) != 0)
@@ -1077,6 +1312,8 @@ static void purge_gone(dbt_share *sh, const proc_ref *gone, int n)
             g->procs[gone[i].idx].nonce == gone[i].nonce)
             purge_proc(g, gone[i].idx);
     dbt_share_unlock(sh);
+    for (int i = 0; i < n; i++)
+        unlink_wake(sh, gone[i].pid, gone[i].nonce);
 }
 
 void dbt_share_wake_all(dbt_share *sh)
@@ -1369,14 +1606,19 @@ dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *sha
             return DBT_SHARE_OFFERED;
         bool back =
             r->state == REG_OFFERED && r->serial == serial && r->proc == pidx && r->nonce == nonce;
+        bool purged = false;
         if (back) {
             begin_update(sh);
-            if (sent == 1 && pidx < procs_used(g) && g->procs[pidx].nonce == nonce)
+            if (sent == 1 && pidx < procs_used(g) && g->procs[pidx].nonce == nonce) {
                 purge_proc(g, pidx);
-            else
+                purged = true;
+            } else {
                 r->state = REG_WAITING;
+            }
         }
         dbt_share_unlock(sh);
+        if (purged)
+            unlink_wake(sh, pid, nonce);
         if (!back)
             return DBT_SHARE_OFFERED;
         /* The unlock found the lock word not ours: another was let in meanwhile and may have

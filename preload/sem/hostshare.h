@@ -1,12 +1,16 @@
 /* hostshare.h - the host's segment (hostshare.c): permits passed between the processes of one
  * host that share a pool, without Redis (docs/design.md, "Host-level sharing: the segment").
  *
- * One segment per pool and user: a file in <dir>/dbthrottle-<uid>/ (the directory mode 0700, the
- * file 0600, both owned by the user: anything else, and this process does not share), mapped
+ * One segment per pool and user: a file in the user's directory <dir>/dbthrottle-<uid>/ (mode
+ * 0700, owned by the user; when that name is taken by another user, or is not such a directory,
+ * the first of the user's own <dir>/dbthrottle-<uid>.<hex>, made if needed: dbt_share_note says
+ * so), the file 0600 and the user's (anything else, and this process does not share), mapped
  * shared. It holds a lock (a futex word naming its holder's thread; a holder found dead is
  * taken over from), the host group's id (G: the Redis owner of the host's waiters, see the cid
  * "<G>~<cid>"), per kind the host's sole state, the processes attached (each with a wake socket:
- * an abstract AF_UNIX datagram socket whose name carries a random nonce kept in the segment), and
+ * an AF_UNIX datagram socket file in the user's directory, named by its pid and a random nonce
+ * kept in the segment: nobody but the user can bind or reach it, so its refusal is the
+ * process' death, which no other user can hide), and
  * the registrations: each waiting thread of each attached process, with its shape and since when
  * it waits, and the permit offered to it once a releasing process chose it.
  *
@@ -94,6 +98,10 @@ const char *dbt_share_group(const dbt_share *sh);
  * segment). dbt_share_why says why (one line naming the file). */
 bool dbt_share_broken(const dbt_share *sh);
 const char *dbt_share_why(const dbt_share *sh);
+/* What was surprising when attaching, for the caller to warn about ("" when nothing): the user's
+ * directory of the usual name was not the user's own (another user made it first, a symlink, a
+ * mode that lets others in), and the attachment uses another, named there. */
+const char *dbt_share_note(const dbt_share *sh);
 /* The wake socket, to poll for POLLIN beside the caller's other descriptors (-1 when broken, and
  * in a fork()ed child until its first call makes its new one: read it again before each poll):
  * readable when a permit was offered to one of this process' registrations, or the host's sole
@@ -172,9 +180,9 @@ typedef struct {
 int dbt_share_take(dbt_share *sh, dbt_share_taken *out, int cap);
 
 /* Removes the records of attached processes that are gone (their wake socket refuses a connect,
- * which sends nothing), with their registrations; and breaks this attachment when the segment's
- * file was removed or replaced under it (attach again to join the others). Cheap enough for a
- * renewer's period: one connect() per attached process. */
+ * which sends nothing), with their registrations and socket files; and breaks this attachment when
+ * the segment's file was removed or replaced under it (attach again to join the others). Cheap
+ * enough for a renewer's period: one connect() per attached process. */
 void dbt_share_purge_dead(dbt_share *sh);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "hostshare.h"
 
+#include <inttypes.h>
 #include <stdatomic.h>
 
 /* Layout version: in the file's name (<hash>.<version>) and in the header. A library whose
@@ -88,6 +89,10 @@ typedef struct {
 } dbt_seg;
 
 #define DBT_SEG_DIRTY_NOPROC UINT32_MAX
+
+/* A process' wake socket: a socket file of this name (its pid, its record's nonce) in the user's
+ * directory, beside the segments. */
+#define DBT_SEG_WAKE_FMT "w.%d.%016" PRIx64
 
 /* A second hash of the pool's key, kept beside it in the header. */
 uint64_t dbt_share_key_sum(const char *key);

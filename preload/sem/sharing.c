@@ -17,6 +17,7 @@
 #include "renewer.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,9 @@
  * attach per period, not one per command). */
 #define ATTACH_RETRY_US INT64_C(10000000)
 #define REATTACH_US     INT64_C(1000000)
+
+/* The share directory's usual name was not the user's own: said once per process. */
+static _Atomic bool dir_warned;
 
 bool dbt_sharing_attach_due(const dbt_pool *p, int64_t now)
 {
@@ -55,8 +59,9 @@ static bool namespace_of(const char *which, char *out, size_t cap, char *why, si
 
 char *dbt_sharing_key(const dbt_pool *p, char *why, size_t whycap)
 {
-    /* The segment judges a process dead by kill(tid, 0) and wakes it through an abstract unix
-     * socket: both mean something only within one pid namespace and one network namespace.
+    /* The segment judges a process dead by kill(tid, 0) and names its wake socket by its pid:
+     * both mean something only within one pid namespace (and the network namespace is kept in
+     * the key as before: segments of other namespaces stay apart whatever the socket's kind).
      * Processes of other namespaces (containers on one /dev/shm) get segments of their own. */
     char pid_ns[64], net_ns[64];
     if (!namespace_of("pid", pid_ns, sizeof pid_ns, why, whycap) ||
@@ -134,6 +139,14 @@ void dbt_sharing_attach(dbt_pool *p)
     char *key = dbt_sharing_key(p, why, sizeof why);
     dbt_share *sh = key ? dbt_share_attach(p->client->cfg->share_dir, key, why, sizeof why) : NULL;
     free(key);
+    /* The usual directory was not the user's own (another user made it first?): said once per
+     * process, at warn, though sharing goes on in the user's own. */
+    if (sh && dbt_share_note(sh)[0] && !atomic_exchange(&dir_warned, true)) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("reason", dbt_share_note(sh)),
+                         DBT_S("effect", "shares through the directory named, with this user's "
+                                         "processes that find it")};
+        dbt_log(DBT_LOG_WARN, "host_share_dir_taken", f, 3);
+    }
 
     pthread_mutex_lock(&p->mu);
     p->share_attaching = false;

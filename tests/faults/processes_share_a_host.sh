@@ -122,9 +122,10 @@ for mode in on off; do
 done
 nothing_left
 
-# (e) a share directory that cannot be used (mode 0777): one warning per process, and the
-# processes throttle unshared.
-mkdir -p "$work/hostbad/dbthrottle-$(id -u)" && chmod 777 "$work/hostbad" "$work/hostbad/dbthrottle-$(id -u)"
+# (e) a share directory that cannot be used (missing): one line per process, and the processes
+# throttle unshared. (A per-user directory that is not the user's own is used by none:
+# other_users_cannot_stall_sharing.)
+rm -rf "$work/hostbad"
 mark
 i=0
 while [ $i -lt 4 ]; do

@@ -21,7 +21,8 @@ cases="holders_killed_or_stopped redis_restarts_and_stalls query_longer_than_lea
     sentinel_failover failover_admits_no_one_extra redis_over_tls redis_cluster
     logs_operators_expect kept_permits_yield_to_operator hosts_share_permits share_segment_damaged
     processes_share_a_host namespaces_share_no_segment cleanup_kills_only_its_own
-    share_dir_unusable paused_workers_cost_only_themselves releases_outlive_a_stall"
+    share_dir_unusable paused_workers_cost_only_themselves releases_outlive_a_stall
+    other_users_cannot_stall_sharing"
 # A case file missing from the order would silently never run.
 for f in "$here"/*.sh; do
     n=$(basename "$f" .sh)

@@ -11,18 +11,22 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <linux/sockios.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -327,12 +331,18 @@ Test(hostshare, attach_makes_a_private_directory_and_segment)
     const dbt_seg *seg = dbt_share_segment(sh);
     cr_expect_str_eq(seg->key, KEY);
     cr_expect_eq(live_procs(seg), 1);
-    /* no temp file left behind */
+    cr_expect_str_eq(dbt_share_note(sh), "", "nothing surprising");
+    /* no temp file left behind: the segment, and this process' wake socket (a socket file:
+     * only the user can bind or reach one in its directory) */
     cr_expect_eq(access(sub, F_OK), 0);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "test $(ls -A %s | wc -l) -eq 1", sub);
-    cr_expect_eq(system(cmd), 0, "only the segment in %s", sub);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "test $(ls -A %s | wc -l) -eq 2 && test -S %s/w.%d.%016" PRIx64, sub,
+             sub, (int)getpid(), seg->procs[0].nonce);
+    cr_expect_eq(system(cmd), 0, "only the segment and the wake socket in %s", sub);
     dbt_share_detach(sh);
+    /* the last to leave: both go */
+    snprintf(cmd, sizeof cmd, "test $(ls -A %s | wc -l) -eq 0", sub);
+    cr_expect_eq(system(cmd), 0, "nothing left in %s", sub);
 }
 
 static int report_group(void *arg, int out, int in)
@@ -387,19 +397,62 @@ static void expect_refused(const char *d, const char *names, const char *cause)
     cr_expect(strstr(why, cause) != NULL, "why says %s: %s", cause, why);
 }
 
-Test(hostshare, a_directory_or_segment_others_may_use_is_refused)
+/* The user's directory of the usual name is not the user's own: attached in another that is, and
+ * the note (the caller's warning) names both and what was wrong. Returns the directory used. */
+static void expect_elsewhere(const char *d, const char *names, const char *cause, char *used,
+                             size_t cap)
 {
-    char sub[128];
+    dbt_share *sh = attach_or_die(d);
+    const char *note = dbt_share_note(sh);
+    cr_expect(strstr(note, names) != NULL, "the note names %s: %s", names, note);
+    cr_expect(strstr(note, cause) != NULL, "the note says %s: %s", cause, note);
+    char path[PATH_MAX], in[PATH_MAX];
+    snprintf(path, sizeof path, "%s", dbt_share_path(sh));
+    snprintf(in, sizeof in, "%s/", names);
+    cr_expect_neq(strncmp(path, in, strlen(in)), 0, "in %s: %s", names, path);
+    *strrchr(path, '/') = '\0';
+    struct stat st;
+    cr_assert_eq(lstat(path, &st), 0);
+    cr_expect(S_ISDIR(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 07777) == 0700,
+              "%s: mode %o, uid %u", path, st.st_mode & 07777, (unsigned)st.st_uid);
+    cr_expect(strstr(note, path) != NULL, "the note names %s: %s", path, note);
+    snprintf(used, cap, "%s", path);
+    dbt_share_detach(sh);
+}
+
+Test(hostshare, a_directory_others_may_use_is_not_used)
+{
+    char sub[128], used[PATH_MAX], first[PATH_MAX];
     snprintf(sub, sizeof sub, "%s/dbthrottle-%u", dir, (unsigned)geteuid());
     cr_assert_eq(mkdir(sub, 0755), 0);
     cr_assert_eq(chmod(sub, 0755), 0);
-    expect_refused(dir, sub, "mode 0755");
-    cr_assert_eq(chmod(sub, 0700), 0);
+    expect_elsewhere(dir, sub, "mode 0755", first, sizeof first);
     if (geteuid() == 0) {
+        /* another user's (made first), and its decoys of the fall-back's names, first by name */
+        cr_assert_eq(chmod(sub, 0700), 0);
         cr_assert_eq(chown(sub, 65534, 65534), 0);
-        expect_refused(dir, sub, "owned by uid 65534");
+        char decoy[PATH_MAX];
+        snprintf(decoy, sizeof decoy, "%s.000000000000000000000000", sub);
+        cr_assert_eq(mkdir(decoy, 0700), 0);
+        cr_assert_eq(chown(decoy, 65534, 65534), 0);
+        expect_elsewhere(dir, sub, "owned by uid 65534", used, sizeof used);
+        cr_expect_str_eq(used, first, "every process of the user finds the same one");
         cr_assert_eq(chown(sub, 0, 0), 0);
     }
+    /* a symlink (to a directory of the user's own) */
+    cr_assert_eq(rmdir(sub), 0);
+    char real[128];
+    snprintf(real, sizeof real, "%s/real", dir);
+    cr_assert_eq(mkdir(real, 0700), 0);
+    cr_assert_eq(symlink(real, sub), 0);
+    expect_elsewhere(dir, sub, "symlink", used, sizeof used);
+    cr_expect_str_eq(used, first, "every process of the user finds the same one");
+    cr_assert_eq(unlink(sub), 0);
+    cr_assert_eq(rmdir(real), 0);
+}
+
+Test(hostshare, a_segment_others_may_use_is_refused)
+{
     /* the segment's file: another's mode, a symlink */
     dbt_share *sh = attach_or_die(dir);
     char path[256];
@@ -414,13 +467,6 @@ Test(hostshare, a_directory_or_segment_others_may_use_is_refused)
     cr_assert_eq(symlink(target, path), 0);
     expect_refused(dir, path, "symlink");
     cr_assert_eq(unlink(path), 0);
-    /* the directory a symlink */
-    cr_assert_eq(rmdir(sub), 0);
-    char real[128];
-    snprintf(real, sizeof real, "%s/real", dir);
-    cr_assert_eq(mkdir(real, 0700), 0);
-    cr_assert_eq(symlink(real, sub), 0);
-    expect_refused(dir, sub, "symlink");
     /* a relative directory */
     char why[256];
     cr_expect_null(dbt_share_attach("relative/dir", KEY, why, sizeof why));
@@ -722,6 +768,96 @@ Test(hostshare, a_receiver_killed_before_taking_is_purged_by_the_next_offer, .ti
     dbt_share_detach(sh);
 }
 
+/* Another user (uid 65534) binds every name the dead process' wake socket may have had: the
+ * socket file in the user's directory, and the abstract name the segment used before (any user
+ * can read those in /proc/net/unix and bind one once its process died). Says what it bound
+ * ("B <n>"), then waits to be killed. */
+typedef struct {
+    pid_t pid;
+    uint64_t nonce, key_hash;
+} victim;
+
+static int other_user_binds(void *arg, int out, int in)
+{
+    (void)in;
+    const victim *v = arg;
+    if (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+        setresuid(65534, 65534, 65534) != 0)
+        return 1;
+    int bound = 0;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s/dbthrottle-0/" DBT_SEG_WAKE_FMT, dir, (int)v->pid,
+             v->nonce);
+    int s = socket(AF_UNIX, SOCK_DGRAM, 0);
+    (void)unlink(a.sun_path);
+    bound += bind(s, (struct sockaddr *)&a, sizeof a) == 0;
+    memset(a.sun_path, 0, sizeof a.sun_path);
+    int n =
+        snprintf(a.sun_path + 1, sizeof a.sun_path - 1,
+                 "dbthrottle/0/%016" PRIx64 "/%d/%016" PRIx64, v->key_hash, (int)v->pid, v->nonce);
+    int s2 = socket(AF_UNIX, SOCK_DGRAM, 0);
+    bound += bind(s2, (struct sockaddr *)&a,
+                  (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) == 0;
+    say_line(out, "B %d", bound);
+    for (;;)
+        pause();
+}
+
+Test(hostshare, a_dead_receiver_stays_dead_whatever_another_user_binds, .timeout = 60)
+{
+    if (geteuid() != 0)
+        cr_skip_test("needs root to act as another user");
+    cr_assert_eq(chmod(dir, 0755), 0); /* others may look in, as in /dev/shm */
+    dbt_share *sh = attach_or_die(dir);
+    make_sole(sh, 0);
+    const dbt_seg *g = dbt_share_segment(sh);
+    waiter_args old = {.t_request_us = 100, .shape = shape_of(0, 4, "")};
+    waiter_args young = {.t_request_us = 200, .shape = shape_of(0, 4, "")};
+    child dead = spawn(waiter, &old), live = spawn(waiter, &young);
+    char line[256];
+    read_line(dead.from_child, line, sizeof line, 30000);
+    cr_assert_eq(line[0], 'R');
+    read_line(live.from_child, line, sizeof line, 30000);
+    cr_assert_eq(line[0], 'R');
+    victim v = {.pid = dead.pid, .key_hash = g->key_hash};
+    for (uint32_t i = 0; i < g->proc_hw; i++)
+        if (g->procs[i].pid == dead.pid)
+            v.nonce = g->procs[i].nonce;
+    kill_child(&dead);
+    child other = spawn(other_user_binds, &v);
+    read_line(other.from_child, line, sizeof line, 30000);
+    cr_log_info("the other user: %s", line);
+    cr_assert_eq(line[0], 'B', "the other user said %s", line);
+    /* the oldest is the dead one: found dead, purged, and the permit goes to the live one */
+    dbt_share_shape a = shape_of(0, 4, "");
+    dbt_share_permit p = permit_of("id-1", 5);
+    cr_expect_eq(dbt_share_offer(sh, &a, &p, -1, NULL), DBT_SHARE_OFFERED);
+    cr_expect_eq(regs_of_pid(g, v.pid), 0, "the dead one's registration is gone");
+    read_line(live.from_child, line, sizeof line, 5000);
+    cr_expect_eq(strncmp(line, "T id-1 5 200", 12), 0, "the live waiter got: %s", line);
+    kill_child(&other);
+    tell(&live, 'q');
+    reap(&live);
+    dbt_share_detach(sh);
+}
+
+/* At exit a process only leaves (its other threads may still call): its socket's file goes then,
+ * even when the attachment had broken (poisoned by another), or it would stay for nobody. */
+Test(hostshare, leaving_a_broken_attachment_removes_its_socket_file)
+{
+    dbt_share *sh = attach_or_die(dir);
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "test -S %s/dbthrottle-%u/w.%d.*", dir, (unsigned)geteuid(),
+             (int)getpid());
+    cr_assert_eq(system(cmd), 0, "its socket file is there");
+    atomic_store(&dbt_share_segment(sh)->poisoned, SEG_POISONED);
+    cr_expect_not(dbt_share_sole(sh, 0));
+    cr_assert(dbt_share_broken(sh));
+    dbt_share_leave(sh);
+    cr_expect_neq(system(cmd), 0, "its socket file went as it left");
+    dbt_share_detach(sh);
+}
+
 Test(hostshare, purge_dead_removes_the_records_of_killed_processes, .timeout = 60)
 {
     dbt_share *sh = attach_or_die(dir);
@@ -739,6 +875,11 @@ Test(hostshare, purge_dead_removes_the_records_of_killed_processes, .timeout = 6
     cr_expect_eq(live_procs(g), 2);
     cr_expect_eq(regs_of_pid(g, apid), 0);
     cr_expect_eq(regs_of_pid(g, b.pid), 1, "the live one stays, and was not woken for it");
+    char sock[PATH_MAX];
+    snprintf(sock, sizeof sock, "%s/dbthrottle-%u/w.%d.", dir, (unsigned)geteuid(), (int)apid);
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls %s* 2>/dev/null)\"", sock);
+    cr_expect_eq(system(cmd), 0, "the killed one's socket file went with its record");
     tell(&b, 'q');
     read_line(b.from_child, line, sizeof line, 30000);
     cr_expect_str_eq(line, "E 0 -");

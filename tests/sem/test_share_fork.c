@@ -39,7 +39,7 @@ static dbt_seg *map_segment(const char *dir)
     if (!d)
         return NULL;
     for (struct dirent *e; (e = readdir(d));)
-        if (e->d_name[0] != '.')
+        if (e->d_name[0] != '.' && strncmp(e->d_name, "w.", 2) != 0) /* not a wake socket */
             snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
     closedir(d);
     int fd = open(path, O_RDWR);
@@ -80,13 +80,10 @@ Test(share_fork, a_child_without_a_record_does_not_name_the_group, .init = fx_re
             if (g->procs[i].pid == 0) {
                 uint64_t nonce = 1000 + i;
                 struct sockaddr_un a = {.sun_family = AF_UNIX};
-                int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1,
-                                 "dbthrottle/%u/%016" PRIx64 "/%d/%016" PRIx64, (unsigned)geteuid(),
-                                 g->key_hash, (int)getppid(), nonce);
+                snprintf(a.sun_path, sizeof a.sun_path, "%s/dbthrottle-%u/" DBT_SEG_WAKE_FMT, dir,
+                         (unsigned)geteuid(), (int)getppid(), nonce);
                 int s = socket(AF_UNIX, SOCK_DGRAM, 0);
-                if (s < 0 ||
-                    bind(s, (struct sockaddr *)&a,
-                         (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) != 0)
+                if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0)
                     _exit(3);
                 g->procs[i].nonce = nonce;
                 g->procs[i].unregistered = 0;

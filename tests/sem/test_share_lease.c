@@ -21,7 +21,7 @@ static int segments_in(const char *dir)
         return 0;
     int n = 0;
     for (struct dirent *e; (e = readdir(d));)
-        if (e->d_name[0] != '.')
+        if (e->d_name[0] != '.' && strncmp(e->d_name, "w.", 2) != 0) /* not a wake socket */
             n++;
     closedir(d);
     return n;

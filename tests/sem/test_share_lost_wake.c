@@ -33,7 +33,7 @@ static dbt_seg *map_segment(const char *dir)
     DIR *d = opendir(sub);
     cr_assert(d);
     for (struct dirent *e; (e = readdir(d));)
-        if (e->d_name[0] != '.')
+        if (e->d_name[0] != '.' && strncmp(e->d_name, "w.", 2) != 0) /* not a wake socket */
             snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
     closedir(d);
     int fd = open(path, O_RDWR);
