@@ -9,6 +9,7 @@ echo "# share_dir_unusable: a read-only, full or misplaced share directory warns
 
 # sdu_run NAME DIR CAUSE [WRAP...]: 3 workers of $sdu_n commands each (limit 2), sharing in DIR,
 # at the library's default log level, started under WRAP (a command that ends with: exec "$@").
+sdu_event=host_share_unavailable # the line expected; a run may set another, for itself only
 sdu_run() {
     sdu_name=$1 sdu_dir=$2 sdu_cause=$3
     shift 3
@@ -27,12 +28,13 @@ sdu_run() {
     # One line per process, at warn, with the directory and the cause; none at info.
     sdu_lines=0
     for i in 0 1 2; do
-        n=$(grep -c "event=host_share_unavailable" "$work/sdu.$sdu_name.err.$i")
-        w=$(grep "level=warn event=host_share_unavailable" "$work/sdu.$sdu_name.err.$i" |
-            grep -F "dir=$sdu_dir " | grep -c "$sdu_cause")
+        n=$(grep -c "event=$sdu_event" "$work/sdu.$sdu_name.err.$i")
+        w=$(grep "level=warn event=$sdu_event" "$work/sdu.$sdu_name.err.$i" |
+            grep -F "$sdu_dir" | grep -c "$sdu_cause")
         [ "$n" -eq 1 ] && [ "$w" -eq 1 ] && sdu_lines=$((sdu_lines + 1))
     done
-    sdu_line=$(cat "$work"/sdu."$sdu_name".err.* | grep -m1 "host_share_unavailable" | sed 's/ host=.*//')
+    sdu_line=$(cat "$work"/sdu."$sdu_name".err.* | grep -m1 "$sdu_event" | sed 's/ host=.*//')
+    sdu_event=host_share_unavailable
     check "share_dir_unusable: $sdu_name: one warning per process naming the dir and \"$sdu_cause\" ($sdu_lines of 3): ${sdu_line:-none}" \
         '[ "$sdu_lines" -eq 3 ]'
     check "share_dir_unusable: $sdu_name: all ran ($(sum_field ok "$work"/sdu."$sdu_name".out.*) of $((3 * sdu_n)), $sdu_bad failed), at most 2 at once at the server (most seen: $(max_conc "sdu_$sdu_name"))" \
@@ -46,7 +48,7 @@ sdu_run() {
 sdu_n=20 sdu_ms=400
 sdu_run under_a_file "$work/sdu.file/shm" "Not a directory"
 # A cause that changes while a process runs is said again: one worker under a regular file; once
-# it has warned, the file becomes a directory holding a file where dbthrottle-<uid> should be.
+# it has warned, the file becomes a directory whose shm is a symlink to nowhere.
 # Its next try (10 s later) fails for another reason: a second warning, and only that one.
 : >"$work/sdu.cc"
 env -u DBTHROTTLE_LOG_LEVEL LD_PRELOAD="$preload" PGAPPNAME=sdu_cc DBTHROTTLE_POOL=sdu_cc \
@@ -54,18 +56,20 @@ env -u DBTHROTTLE_LOG_LEVEL LD_PRELOAD="$preload" PGAPPNAME=sdu_cc DBTHROTTLE_PO
     DBTHROTTLE_LOG=stderr "$worker" -n 30 -s 450 >"$work/sdu.cc.out" 2>"$work/sdu.cc.err" &
 sdu_cc=$!
 wait_until 10 'grep -qs host_share_unavailable "$work/sdu.cc.err"'
-rm "$work/sdu.cc" && mkdir -p "$work/sdu.cc/shm" && : >"$work/sdu.cc/shm/dbthrottle-$(id -u)"
+rm "$work/sdu.cc" && mkdir "$work/sdu.cc" && ln -s "$work/sdu.nowhere" "$work/sdu.cc/shm"
 wait "$sdu_cc"
 sdu_rc=$?
 sdu_causes=$(grep "level=warn event=host_share_unavailable" "$work/sdu.cc.err" | sed 's/.* reason="\([^"]*\)".*/\1/' |
     sed "s|$work/||g" | tr '\n' ';')
 check "share_dir_unusable: a cause that changes is said again, each once (rc $sdu_rc, ran $(sum_field ok "$work/sdu.cc.out") of 30): $sdu_causes" \
-    '[ "$sdu_rc" -eq 0 ] && [ "$(grep -c host_share_unavailable "$work/sdu.cc.err")" -eq 2 ] && [ "$sdu_causes" = "cannot make sdu.cc/shm/dbthrottle-$(id -u): Not a directory;sdu.cc/shm/dbthrottle-$(id -u): not a directory (a symlink?);" ]'
+    '[ "$sdu_rc" -eq 0 ] && [ "$(grep -c host_share_unavailable "$work/sdu.cc.err")" -eq 2 ] && [ "$sdu_causes" = "share directory sdu.cc/shm: Not a directory;share directory sdu.cc/shm: No such file or directory;" ]'
 
 sdu_n=8 sdu_ms=5
-# A file where the directory <dir>/dbthrottle-<uid> should be.
+# A file where the directory <dir>/dbthrottle-<uid> should be is not a reason to stop sharing:
+# each process warns that the directory is not the user's own and shares through one that is
+# (other_users_cannot_stall_sharing has the case of another user's directory).
 mkdir -p "$work/sdu.misplaced" && : >"$work/sdu.misplaced/dbthrottle-$(id -u)"
-sdu_run file_for_dir "$work/sdu.misplaced" "not a directory"
+sdu_event=host_share_dir_taken sdu_run file_for_dir "$work/sdu.misplaced" "not a directory"
 if unshare -m true 2>/dev/null; then
     mkdir -p "$work/sdu.ro" "$work/sdu.full"
     # Read-only: a bind mount of an empty directory, remounted read-only (root writes through
