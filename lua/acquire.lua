@@ -17,6 +17,14 @@ local id, limit, try_only, who = ARGV[10], tonumber(ARGV[11]), ARGV[12] == '1', 
 local shipped = ARGV[14] or ''
 local session = ARGV[15] or ''
 local now = now_ms()
+-- Every acquire sends a new id, so one that already left (cancelled or released: GONE) is an
+-- acquire that reached Redis after the cancel its caller owed for it: the caller timed out on a
+-- stalled or slow Redis and gave up, and Redis, once it ran again, served the other connection
+-- first. Served, it would hold a permit or a place nobody renews or gives back for a lease.
+if TOKEN ~= '' and redis.call('ZSCORE', S.GONE, id) then
+    return {0, redis.call('ZCARD', S.H), redis.call('ZCARD', S.Q), false, 0, 0, 0, false, false,
+        -1, -1}
+end
 -- A worker's default definitions become every worker's while the operator has none: written when
 -- they differ from what is there (and are valid), with the TTL of the pool's other keys.
 if shipped ~= '' and defs_text(S.CLASSES_SEEN) ~= shipped then

@@ -12,7 +12,6 @@ or the Sentinel topology's servers in RUN_DIR/sentinel) so that run.sh can read 
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -63,7 +62,8 @@ def redis_start():
     os.makedirs(redis_dir, exist_ok=True)
     redis = subprocess.Popen(
         NICE + ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "yes", "--appendfsync", "always", "--dir", redis_dir,
+         "--appendonly", "yes", "--appendfsync", "always", "--aof-timestamp-enabled", "yes",
+         "--dir", redis_dir,
          "--logfile", os.path.join(redis_dir, "redis.log")], cwd=run_dir)
     note_pid(redis.pid)
     deadline = time.time() + 20
@@ -301,7 +301,9 @@ def apply(f):
             redis.wait()
             rec["persist"] = f["persist"]
             if not f["persist"]:
-                shutil.rmtree(redis_dir)
+                # Kept aside, not deleted: its AOF (timestamped) is the history of what Redis
+                # did before the kill, for the diagnosis of a failed run.
+                os.rename(redis_dir, "%s.lost-%d" % (redis_dir, int(rec["start"] * 1000)))
             time.sleep(f["duration"])
             redis_start()
             rec["end"] = time.time()

@@ -37,6 +37,8 @@ else
     done
 fi
 
+# The schedule replays: a seed's faults do not depend on whether its mode was forced.
+(cd "$here" && $py schedule.py) || { echo "FAIL - the fault schedule does not replay"; exit 1; }
 pg_start
 # Every line with its time (ms, UTC) and backend pid: the checker's clock and the key that ties a
 # probe's start to its end, error or disconnection.

@@ -56,7 +56,10 @@ def draw(seed, seconds, lease, mode=None):
     run), its "duration", and what it needs (persist, delay, holder, pick). A slow Redis' delay is
     longer than the runs' DBTHROTTLE_REDIS_TIMEOUT (500 ms)."""
     rng = random.Random(seed)
-    mode = mode or rng.choice(["closed", "open"])
+    # Drawn even when forced, so that forcing a seed's own mode replays the same faults (the
+    # draws below must not shift: `make chaos SEED=N CHAOS_MODE=closed` is seed N's run).
+    drawn = rng.choice(["closed", "open"])
+    mode = mode or drawn
     # One run in three reaches Redis through Sentinel (the workers then reach the servers it names,
     # not the delay proxy).
     sentinel = rng.random() < 1 / 3
@@ -89,3 +92,20 @@ def draw(seed, seconds, lease, mode=None):
 
     faults.sort(key=lambda f: f["at"])
     return mode, "sentinel" if sentinel else "plain", faults
+
+
+def self_check():
+    """Forcing a seed's own mode must not change its faults (a replay with CHAOS_MODE is the same
+    run). Returns the seeds that break it."""
+    out = []
+    for seed in range(1, 41):
+        run = draw(seed, 20, 2.0)
+        if draw(seed, 20, 2.0, run[0]) != run:
+            out.append(seed)
+    return out
+
+
+if __name__ == "__main__":
+    bad = self_check()
+    if bad:
+        raise SystemExit("schedule.py: forcing their own mode changes the faults of seeds %s" % bad)
