@@ -20,7 +20,8 @@ cases="holders_killed_or_stopped redis_restarts_and_stalls query_longer_than_lea
     evictions_reach_holders async_clients held_commands restart_empty_admits_no_one_extra
     sentinel_failover failover_admits_no_one_extra redis_over_tls redis_cluster
     logs_operators_expect kept_permits_yield_to_operator hosts_share_permits share_segment_damaged
-    processes_share_a_host namespaces_share_no_segment cleanup_kills_only_its_own"
+    processes_share_a_host namespaces_share_no_segment cleanup_kills_only_its_own
+    orphans_end_with_their_client"
 # A case file missing from the order would silently never run.
 for f in "$here"/*.sh; do
     n=$(basename "$f" .sh)
