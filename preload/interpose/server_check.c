@@ -27,7 +27,7 @@
 
 #include <ctype.h>
 #include <inttypes.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,33 +61,39 @@ static bool names_setting(const char *text)
 /* ---- servers that refused it ---------------------------------------------------------------- */
 
 /* A handful is plenty: a process talks to few servers, and one that did not fit is only asked
- * again (and refuses again, warned about once). */
+ * again (and refuses again). Lock-free, so that a fork while another thread notes one leaves the
+ * child nothing to wait for: a slot is claimed, written, then marked ready. */
 #define NREFUSED 16
-static pthread_mutex_t refused_lock = PTHREAD_MUTEX_INITIALIZER;
 static char refused[NREFUSED][128];
-static int nrefused;
+static atomic_bool refused_ready[NREFUSED];
+static atomic_int nclaimed;
+
+static bool any_refused(void)
+{
+    return atomic_load(&nclaimed) > 0;
+}
 
 static bool refused_by(const char *server)
 {
-    pthread_mutex_lock(&refused_lock);
-    bool found = false;
-    for (int i = 0; i < nrefused && !found; i++)
-        found = strcmp(refused[i], server) == 0;
-    pthread_mutex_unlock(&refused_lock);
-    return found;
+    int n = atomic_load(&nclaimed);
+    for (int i = 0; i < n && i < NREFUSED; i++)
+        if (atomic_load(&refused_ready[i]) && strcmp(refused[i], server) == 0)
+            return true;
+    return false;
 }
 
-/* Remembers server; true the first time. */
+/* Remembers server; true if it was not known (two threads noting one at once may both say so:
+ * a second warning, no harm). */
 static bool note_refusal(const char *server)
 {
-    pthread_mutex_lock(&refused_lock);
-    bool known = false;
-    for (int i = 0; i < nrefused && !known; i++)
-        known = strcmp(refused[i], server) == 0;
-    if (!known && nrefused < NREFUSED)
-        snprintf(refused[nrefused++], sizeof refused[0], "%s", server);
-    pthread_mutex_unlock(&refused_lock);
-    return !known;
+    if (refused_by(server))
+        return false;
+    int i = atomic_fetch_add(&nclaimed, 1);
+    if (i < NREFUSED) {
+        snprintf(refused[i], sizeof refused[0], "%s", server);
+        atomic_store(&refused_ready[i], true);
+    }
+    return true;
 }
 
 /* ---- the connect ------------------------------------------------------------------------------
@@ -176,8 +182,10 @@ PGconn *dbt_check_connect(dbt_check_open open, void *ctx, bool blocking)
         for (PQconninfoOption *o = opts; o->keyword; o++)
             if (strcmp(o->keyword, "options") == 0)
                 user = o->val;
-        char server[128];
-        dbt_server_name(probe, server, sizeof server);
+        /* The server's name (a lookup, for a host name) only once one has refused. */
+        char server[128] = "";
+        if (any_refused())
+            dbt_server_name(probe, server, sizeof server);
         if (!names_setting(user) && !refused_by(server)) {
             char ours[96];
             our_option(ms, ours, sizeof ours);

@@ -35,7 +35,11 @@ o_n=$(probes orph)
 o_log=$(tail -n +"$((log_mark + 1))" "$work/pg/server.log")
 o_lost=$(echo "$o_log" | grep -n "\[${o_backend:-0}\] FATAL:  connection to client lost" | head -1 | cut -d: -f1)
 o_second=$(echo "$o_log" | grep -n "dbt_conc app=orph n=" | sed -n 2p | cut -d: -f1)
-info "the orphan's backend (pid ${o_backend:-?}) was gone from pg_stat_activity $o_gone ms after its client's SIGKILL (lease 2000 ms)"
+# And by the server's own clock (its log's timestamps, this host's clock): when it ended.
+o_end=-1
+o_stamp=$(echo "$o_log" | sed -n "${o_lost:-0}p" | cut -c1-23)
+[ -n "$o_stamp" ] && o_end=$(($(date -d "$o_stamp" +%s%3N) - o_kill))
+info "the orphan's backend (pid ${o_backend:-?}) ended $o_end ms after its client's SIGKILL (server log), was gone from pg_stat_activity at $o_gone ms (lease 2000 ms)"
 check "orphans_end_with_their_client: never 2 probes at once at the server at a limit of 1 (most seen: $o_conc; $o_n probes ran, the waiter's exit status $o_rc)" \
     '[ "$o_conc" -eq 1 ] && [ "$o_n" -eq 2 ] && [ "$o_rc" -eq 0 ]'
 check "orphans_end_with_their_client: the orphan's backend ended (server log line ${o_lost:-none}) before the waiter's probe began (line ${o_second:-none})" \
