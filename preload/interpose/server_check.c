@@ -35,10 +35,13 @@
 #define SETTING "client_connection_check_interval"
 
 static __thread int probing;   /* a probe is resolving options on this thread */
+static __thread bool resolved; /* ... and reached PQconnectPoll: libpq took its options */
 static __thread int rewriting; /* our own connect runs: the hooks it reaches pass it through */
 
 bool dbt_check_probing(void)
 {
+    if (probing > 0)
+        resolved = true;
     return probing > 0;
 }
 
@@ -96,8 +99,7 @@ static bool note_refusal(const char *server)
     return true;
 }
 
-/* ---- the connect ------------------------------------------------------------------------------
- */
+/* ---- the connect ------------------------------------------------------------------------- */
 
 /* Our option as it is appended, for the check interval ms: the exact text dbt_check_failed
  * looks for. */
@@ -166,16 +168,18 @@ PGconn *dbt_check_connect(dbt_check_open open, void *ctx, bool blocking)
     __typeof__(&PQconninfo) conninfo = DBT_REAL(PQconninfo);
     __typeof__(&PQconninfoFree) conninfo_free = DBT_REAL(PQconninfoFree);
     __typeof__(&PQfinish) finish = DBT_REAL(PQfinish);
-    __typeof__(&PQstatus) status = DBT_REAL(PQstatus);
-    if (ms <= 0 || !conninfo || !conninfo_free || !finish || !status)
+    if (ms <= 0 || !conninfo || !conninfo_free || !finish)
         return open(ctx);
 
     probing++;
+    resolved = false;
     PGconn *probe = open(ctx);
     probing--;
     if (!probe)
         return open(ctx);
-    PQconninfoOption *opts = conninfo(probe);
+    /* Options libpq refused (a bad conninfo, an unknown service) never reach PQconnectPoll: the
+     * user's own call then fails as libpq fails it, with libpq's message. */
+    PQconninfoOption *opts = resolved ? conninfo(probe) : NULL;
     PGconn *conn = NULL;
     if (opts) {
         const char *user = NULL;

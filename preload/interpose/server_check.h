@@ -18,7 +18,8 @@ typedef PGconn *(*dbt_check_open)(void *ctx);
  * a probe, open(ctx) under dbt_check_probing(), which opens no socket. */
 PGconn *dbt_check_connect(dbt_check_open open, void *ctx, bool blocking);
 
-/* True on the thread while a probe resolves options: PQconnectPoll must fail it at once. */
+/* True on the thread while a probe resolves options: PQconnectPoll must fail it at once (the
+ * call also tells the probe that libpq accepted the options). */
 bool dbt_check_probing(void);
 
 /* A connection that failed: if it carried our option and its server refused it (PostgreSQL

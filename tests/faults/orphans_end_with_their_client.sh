@@ -64,6 +64,10 @@ check "orphans_end_with_their_client: a user's own value in options is kept, wit
 check "orphans_end_with_their_client: a conninfo's own options are kept beside it ($o_theirs; PGOPTIONS: $o_env_opts; a URI's: $o_uri)" \
     '[ "$o_theirs" = "500ms|client|7MB" ] && [ "$o_env_opts" = "500ms|client|9MB" ] && [ "$o_uri" = "500ms|client|5MB" ]'
 check "orphans_end_with_their_client: DBTHROTTLE_SERVER_CHECK_INTERVAL=off asks nothing ($o_off)" '[ "$o_off" = "0ms|default|4MB" ]'
+# A conninfo libpq refuses fails as libpq fails it: not connected from what was resolved of it.
+o_bad=$(throttled DBTHROTTLE_MAX_QUERIES=1 psql -XAt "host=$PGHOST bogus=1" -c "SELECT 'connected'" 2>&1)
+check "orphans_end_with_their_client: a bad conninfo still fails with libpq's own message ($o_bad)" \
+    'echo "$o_bad" | grep -q "invalid connection option \"bogus\"" && ! echo "$o_bad" | grep -q connected'
 
 # A server that refuses the setting at startup, as PostgreSQL 13 and older do: a stand-in in
 # front of ours answers a startup packet that names it with their FATAL, and relays the others.
