@@ -130,14 +130,12 @@ typedef struct {
     char *redis_ca;           /* rediss://: CA file or directory; NULL = the system's store */
     char *redis_cert;         /* rediss://: client certificate and its key, both or neither */
     char *redis_key;
-    int max_queries;         /* 0 = unset: queries are not throttled */
-    int max_connections;     /* 0 = unset: connections are not throttled */
-    char *pool;              /* NULL = derive from the connection (host:port/dbname) */
-    int64_t wait_timeout_ms; /* DBT_FOREVER, or >= 0 (0 = never wait) */
-    int64_t lease_ms;        /* > 0 */
-    /* client_connection_check_interval asked of the server in each connection's startup
-     * options: DBT_CHECK_AUTO (min(1s, lease/4)), 0 = off (not asked), or ms */
-    int64_t server_check_ms;
+    int max_queries;          /* 0 = unset: queries are not throttled */
+    int max_connections;      /* 0 = unset: connections are not throttled */
+    char *pool;               /* NULL = derive from the connection (host:port/dbname) */
+    int64_t wait_timeout_ms;  /* DBT_FOREVER, or >= 0 (0 = never wait) */
+    int64_t lease_ms;         /* > 0 */
+    int64_t server_check_ms;  /* DBT_CHECK_AUTO, 0 = off, or ms: dbt_server_check_ms */
     int64_t redis_timeout_ms; /* > 0: connect and command timeout */
     dbt_on_error on_redis_error;
     char *log_path; /* NULL = stderr; "syslog" or "syslog:/socket/path" = syslog */
