@@ -40,6 +40,8 @@ typedef enum { DBT_SRC_DEFAULT = 0, DBT_SRC_FILE = 1, DBT_SRC_ENV = 2 } dbt_sour
 
 /* Room for the rows of the settings table (settings.c asserts that they fit). */
 #define DBT_MAX_SETTINGS 40
+/* DBTHROTTLE_SERVER_CHECK_INTERVAL=auto */
+#define DBT_CHECK_AUTO (-1)
 
 /* One server of a list ("host1:26379,host2:26379"); host owned (malloc'd). */
 typedef struct {
@@ -136,6 +138,7 @@ typedef struct {
     char *pool;               /* NULL = derive from the connection (host:port/dbname) */
     int64_t wait_timeout_ms;  /* DBT_FOREVER, or >= 0 (0 = never wait) */
     int64_t lease_ms;         /* > 0 */
+    int64_t server_check_ms;  /* DBT_CHECK_AUTO, 0 = off, or ms: dbt_server_check_ms */
     int64_t redis_timeout_ms; /* > 0: connect and command timeout */
     dbt_on_error on_redis_error;
     char *log_path; /* NULL = stderr; "syslog" or "syslog:/socket/path" = syslog */
@@ -223,6 +226,10 @@ void dbt_rules_show(const dbt_rule_list *l, bool weights, char *out, size_t cap)
 
 /* Sets every field to its default (the settings table's, through its parsers). */
 void dbt_config_defaults(dbt_config *cfg);
+/* The client_connection_check_interval (ms) to ask of the server, 0 for none: auto is
+ * min(1s, lease/4), so that the server ends a dead client's statement well before its permit's
+ * lease can lapse (docs/design.md, "A dead client's statement"). */
+int64_t dbt_server_check_ms(const dbt_config *cfg);
 
 /* Applies one KEY=VALUE. key is either the environment name (DBTHROTTLE_MAX_QUERIES) or the short
  * file form (max_queries, case-insensitive). Returns false with a one-line message on an unknown

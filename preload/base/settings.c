@@ -131,6 +131,17 @@ static bool parse_period(const dbt_setting *s, dbt_config *cfg, const char *valu
     return parse_duration_in(s, cfg, value, err);
 }
 
+/* DBTHROTTLE_SERVER_CHECK_INTERVAL: "auto", "off" (0), or a duration within the row's bounds. */
+static bool parse_check_interval(const dbt_setting *s, dbt_config *cfg, const char *value,
+                                 char *err)
+{
+    if (strcasecmp(value, "auto") == 0) {
+        *(int64_t *)field_of(s, cfg) = DBT_CHECK_AUTO;
+        return true;
+    }
+    return parse_period(s, cfg, value, err);
+}
+
 static bool parse_exempt(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
 {
     return dbt_parse_exempt(s->env, value, field_of(s, cfg), &cfg->nexempt, err);
@@ -214,6 +225,14 @@ static void show_period(const dbt_setting *s, const dbt_config *cfg, char *out, 
         show_duration(s, cfg, out, cap);
 }
 
+static void show_check_interval(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
+{
+    if (*(const int64_t *)const_field_of(s, cfg) == DBT_CHECK_AUTO)
+        snprintf(out, cap, "auto");
+    else
+        show_period(s, cfg, out, cap);
+}
+
 static void show_word(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
 {
     int i = *(const int *)const_field_of(s, cfg);
@@ -286,6 +305,7 @@ static const dbt_setting_kind as_text = {parse_text, show_text, release_text};
 static const dbt_setting_kind as_log_dest = {parse_log_dest, show_text, release_text};
 static const dbt_setting_kind as_abs_path = {parse_abs_path, show_text, release_text};
 static const dbt_setting_kind as_period = {parse_period, show_period, NULL};
+static const dbt_setting_kind as_check_interval = {parse_check_interval, show_check_interval, NULL};
 static const dbt_setting_kind as_exempt = {parse_exempt, show_exempt, release_exempt};
 static const dbt_setting_kind as_class_name = {parse_class_name, show_text, release_text};
 static const dbt_setting_kind as_class_rules = {parse_class_rules, show_rules, release_rules};
@@ -336,6 +356,15 @@ const dbt_setting dbt_settings[] = {
     {"lease", "DBTHROTTLE_LEASE", "10s", &as_bounded_duration, FIELD(lease_ms),
      .rule.duration = {.min_ms = 200, .max_ms = 3600000, .range = "must be from 200ms to 1h"},
      .worker_only = true, .doc = "a dead holder's permit returns within lease + lease/3"},
+    /* Why auto, and what it does not cover: docs/design.md, "A dead client's statement". */
+    {"server_check_interval", "DBTHROTTLE_SERVER_CHECK_INTERVAL", "auto", &as_check_interval,
+     FIELD(server_check_ms),
+     .rule.duration = {.min_ms = 10,
+                       .max_ms = 3600000,
+                       .range = "must be auto, off or from 10ms to 1h"},
+     .worker_only = true,
+     .doc = "client_connection_check_interval asked of the server (PostgreSQL 14+); auto = "
+            "min(1s, lease/4), off = not asked"},
     {"redis_timeout", "DBTHROTTLE_REDIS_TIMEOUT", "1s", &as_bounded_duration,
      FIELD(redis_timeout_ms),
      .rule.duration = {.min_ms = 10, .max_ms = 60000, .range = "must be from 10ms to 1m"},
@@ -434,6 +463,14 @@ void dbt_settings_release(dbt_config *cfg)
 dbt_source dbt_setting_source(const dbt_config *cfg, const dbt_setting *s)
 {
     return cfg->sources[s - dbt_settings];
+}
+
+int64_t dbt_server_check_ms(const dbt_config *cfg)
+{
+    if (cfg->server_check_ms != DBT_CHECK_AUTO)
+        return cfg->server_check_ms;
+    int64_t quarter = cfg->lease_ms / 4;
+    return quarter < 1000 ? quarter : 1000;
 }
 
 const char *dbt_log_level_name(dbt_log_level l)

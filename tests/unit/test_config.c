@@ -894,3 +894,35 @@ Test(exempt, rules)
     cr_expect_eq(c.idle_in_tx_warn_ms, DBT_FOREVER);
     dbt_config_free(&c);
 }
+
+/* DBTHROTTLE_SERVER_CHECK_INTERVAL: auto follows the lease (well inside the time a dead holder's
+ * permit can come back: docs/design.md, "A dead client's statement"), off asks nothing, a value
+ * is taken as set, and a bad one is refused naming the setting and the value. */
+Test(config, server_check_interval)
+{
+    dbt_config c;
+    dbt_config_defaults(&c);
+    char err[DBT_ERRLEN];
+    cr_expect_eq(c.server_check_ms, DBT_CHECK_AUTO);
+    cr_expect_eq(dbt_server_check_ms(&c), 1000, "auto at the default lease (10s): 1s");
+    cr_expect(dbt_config_set(&c, "DBTHROTTLE_LEASE", "2s", DBT_SRC_ENV, err), "%s", err);
+    cr_expect_eq(dbt_server_check_ms(&c), 500, "auto at a 2s lease: lease/4");
+    cr_expect(dbt_config_set(&c, "lease", "200ms", DBT_SRC_FILE, err), "%s", err);
+    cr_expect_eq(dbt_server_check_ms(&c), 50, "auto at the shortest lease: lease/4");
+    cr_expect(dbt_config_set(&c, "server_check_interval", "OFF", DBT_SRC_FILE, err), "%s", err);
+    cr_expect_eq(dbt_server_check_ms(&c), 0);
+    cr_expect(dbt_config_set(&c, "DBTHROTTLE_SERVER_CHECK_INTERVAL", "250ms", DBT_SRC_ENV, err),
+              "%s", err);
+    cr_expect_eq(dbt_server_check_ms(&c), 250);
+    cr_expect(dbt_config_set(&c, "server_check_interval", "Auto", DBT_SRC_FILE, err), "%s", err);
+    cr_expect_eq(c.server_check_ms, DBT_CHECK_AUTO);
+    const char *bad[] = {"5ms", "2h", "0", "soon", "-1s"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_expect(!dbt_config_set(&c, "DBTHROTTLE_SERVER_CHECK_INTERVAL", bad[i], DBT_SRC_ENV, err),
+                  "%s refused", bad[i]);
+        cr_expect(strstr(err, "DBTHROTTLE_SERVER_CHECK_INTERVAL") && strstr(err, bad[i]), "%s",
+                  err);
+        cr_expect_eq(c.server_check_ms, DBT_CHECK_AUTO, "a refused value leaves the old one");
+    }
+    dbt_config_free(&c);
+}
