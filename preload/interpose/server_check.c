@@ -91,7 +91,11 @@ static bool note_refusal(const char *server)
 {
     if (refused_by(server))
         return false;
-    int i = atomic_fetch_add(&nclaimed, 1);
+    /* A slot is claimed only while one is left: the count never passes NREFUSED (a count that
+     * grew with every refusal past the table would wrap, and index it below zero). */
+    int i = atomic_load(&nclaimed);
+    while (i < NREFUSED && !atomic_compare_exchange_weak(&nclaimed, &i, i + 1))
+        ;
     if (i < NREFUSED) {
         snprintf(refused[i], sizeof refused[0], "%s", server);
         atomic_store(&refused_ready[i], true);

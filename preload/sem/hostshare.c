@@ -492,6 +492,16 @@ static void close_wake(dbt_share *sh)
     sh->proc_bound = false;
 }
 
+/* Whether this process' descriptor of the directory still names it. Wake names go through it
+ * (/proc/self/fd/N/...): a host program that closed it (a double close(), a closefrom()) would
+ * make every peer's name "not found", and a refusal then says nothing of the peer. */
+static bool dir_still_ours(const dbt_share *sh)
+{
+    struct stat dst;
+    return fstat(sh->dfd, &dst) == 0 && S_ISDIR(dst.st_mode) && dst.st_dev == sh->ddev &&
+           dst.st_ino == sh->dino;
+}
+
 /* 0: sent; 1: nobody there (the process is gone); 2: not sent, no room (its queue is full, or
  * this socket's send buffer is: on AF_UNIX datagram sockets unread datagrams are charged to
  * their sender, so receivers that never read can fill it): the receiver is not told; -1: could
@@ -510,7 +520,7 @@ static int send_wake(const dbt_share *sh, int32_t pid, uint64_t nonce)
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
             return 2;
         if (errno == ECONNREFUSED || errno == ENOENT)
-            return 1;
+            return dir_still_ours(sh) ? 1 : -1;
         return -1;
     }
     return -1;
@@ -524,7 +534,7 @@ static int probe_gone(const dbt_share *sh, int probe, int32_t pid, uint64_t nonc
     socklen_t len = wake_addr(sh, pid, nonce, &a);
     if (connect(probe, (struct sockaddr *)&a, len) == 0)
         return 0;
-    return errno == ECONNREFUSED || errno == ENOENT;
+    return (errno == ECONNREFUSED || errno == ENOENT) && dir_still_ours(sh);
 }
 
 /* ---- this process' record ---- */
@@ -553,8 +563,7 @@ static bool ensure_process(dbt_share *sh)
         return true;
     /* The wake names go through this process' descriptor of the directory: one the host
      * program closed (and whose number now names something else) would bind elsewhere. */
-    struct stat dst;
-    if (fstat(sh->dfd, &dst) != 0 || dst.st_dev != sh->ddev || dst.st_ino != sh->dino) {
+    if (!dir_still_ours(sh)) {
         give_up(sh, "%s: its directory's descriptor was closed under it", sh->path);
         return false;
     }
@@ -572,6 +581,12 @@ static bool ensure_process(dbt_share *sh)
         give_up(sh, "%s: cannot bind its wake socket: %s", sh->path, strerror(e));
         return false;
     }
+    /* bind() made the file with the host program's umask: one without the owner's write bit
+     * (0277, say) would refuse every wake and probe from this user's other processes. The
+     * directory keeps others out; the file only has to let the user in. */
+    char name[64];
+    snprintf(name, sizeof name, DBT_SEG_WAKE_FMT, (int)me, nonce);
+    (void)fchmodat(sh->dfd, name, 0600, 0);
     sh->sock = s;
     sh->nonce = nonce;
     sh->pid = me;
@@ -1341,6 +1356,13 @@ void dbt_share_purge_dead(dbt_share *sh)
     struct stat st;
     if (fstat(sh->fd, &st) == 0 && st.st_nlink == 0) {
         give_up(sh, "%s: the segment was removed or replaced", sh->path);
+        return;
+    }
+    /* Without the directory no peer can be judged (every name would read "not found"), and
+     * none can be woken: this process leaves sharing (reviewer's finding: a host program that
+     * closed the descriptor made every live peer look dead, purged without a word). */
+    if (!dir_still_ours(sh)) {
+        give_up(sh, "%s: its directory's descriptor was closed under it", sh->path);
         return;
     }
     proc_ref others[DBT_SEG_PROCS], gone[DBT_SEG_PROCS];

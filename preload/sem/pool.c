@@ -582,6 +582,16 @@ void dbt_defer_op_held(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
         if (!p->exiting) /* a pool being freed has stopped its renewer for good */
             dbt_renewer_ensure(p);
         pthread_cond_signal(&p->bg_cv); /* it sends them as soon as Redis answers */
+    } else if (p->deferred_dropped++ == 0) {
+        /* Not silent: a dropped release pins its permit, a dropped cancel leaves a place that
+         * is granted to nobody, each until its lease ends. Said once a pool (a long outage
+         * under heavy traffic would say it for every command); it is in the log under the
+         * lock, a write to the log, never a call to Redis. */
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(kind)),
+                         DBT_S("why", "more releases and cancels owed to Redis than can be kept"),
+                         DBT_S("effect", "the permits or queue places of those not kept return "
+                                         "when their leases end")};
+        dbt_log(DBT_LOG_WARN, "owed_dropped", f, sizeof f / sizeof *f);
     }
 }
 

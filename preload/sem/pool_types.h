@@ -191,6 +191,7 @@ struct dbt_pool {
      * off only once it is written (release.c: a process that exits meanwhile sends it too) */
     dbt_owed_op deferred[DBT_MAX_DEFERRED];
     int ndeferred;
+    uint64_t deferred_dropped; /* owed operations the full list could not keep (warned once) */
     dbt_pool_stats st;
     /* summary.c (DBTHROTTLE_LOG_STATS): when the last periodic line was due (0: not started),
      * the counters it showed, and the longest wait since (acquire.c keeps it with st's). */

@@ -1774,3 +1774,64 @@ Test(hostshare, wake_all_leaves_processes_without_waiters_alone, .timeout = 60)
     cr_expect_eq(reap(&idle), 0);
     dbt_share_detach(sh);
 }
+
+/* The descriptor of the share directory this process' wake names go through: the one of its fds
+ * whose link is the segment's directory. -1 if none. */
+static int share_dir_fd(const dbt_share *sh)
+{
+    char want[PATH_MAX];
+    snprintf(want, sizeof want, "%s", dbt_share_path(sh));
+    char *slash = strrchr(want, '/');
+    if (!slash)
+        return -1;
+    *slash = '\0';
+    DIR *d = opendir("/proc/self/fd");
+    int found = -1;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char link[32 + sizeof e->d_name], to[PATH_MAX];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(link, to, sizeof to - 1);
+        if (n <= 0)
+            continue;
+        to[n] = '\0';
+        if (strcmp(to, want) == 0 && atoi(e->d_name) != dirfd(d))
+            found = atoi(e->d_name);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* A host program that closes the directory's descriptor (a double close(), a closefrom()) and
+ * reuses its number must not make every live peer look dead: their names, reached through it,
+ * would read "not found", and the purge removed their records without a word (a reviewer's
+ * finding). This process leaves sharing instead, and says why. */
+Test(hostshare, a_directory_descriptor_closed_under_it_purges_no_peer, .timeout = 60)
+{
+    dbt_share *sh = attach_or_die(dir);
+    cr_assert(dbt_share_ready(sh));
+    waiter_args wa = {.shape = shape_of(0, 4, "")};
+    child w = spawn(waiter, &wa);
+    char line[128];
+    read_line(w.from_child, line, sizeof line, 30000);
+    cr_assert_eq(line[0], 'R', "the waiter said %s", line);
+    cr_assert_eq(live_procs(dbt_share_segment(sh)), 2);
+    int dfd = share_dir_fd(sh);
+    cr_assert_geq(dfd, 0, "no descriptor of the share directory found");
+    /* The host's double close, then an open of its own that gets the number: a directory,
+     * where every wake name reads "not found" (ENOENT: "gone", to the code before). */
+    char elsewhere[PATH_MAX];
+    snprintf(elsewhere, sizeof elsewhere, "%s.elsewhere", dir);
+    cr_assert(mkdir(elsewhere, 0700) == 0 || errno == EEXIST);
+    int other = open(elsewhere, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    cr_assert_geq(other, 0);
+    cr_assert_eq(dup2(other, dfd), dfd);
+    close(other);
+    dbt_share_purge_dead(sh);
+    cr_expect_eq(live_procs(dbt_share_segment(sh)), 2, "a live peer was purged as dead");
+    cr_expect(dbt_share_broken(sh), "this process went on sharing without its directory");
+    cr_expect(strstr(dbt_share_why(sh), "closed under it"), "why: %s", dbt_share_why(sh));
+    kill_child(&w);
+    dbt_share_detach(sh); /* closes the number it had: the other directory's now */
+    rmdir(elsewhere);
+}
