@@ -369,12 +369,14 @@ FAULT_CLASSES = DBTHROTTLE_CLASSES='interactive=60%,priority=1;batch=40%;aging=2
 test-faults-classes: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 	$(FAULT_CLASSES) sh tests/faults/run.sh $(T)
 # What make test leaves out of the pass with kept permits: the cases about configuration, output
-# and secrets, which keeping permits does not change (about a minute), and the one that turns them
-# on itself (kept_permits_yield_to_operator). And of
+# and secrets, which keeping permits does not change (about a minute), the one that turns them on
+# itself (kept_permits_yield_to_operator), and two whose subject caching cannot change: the
+# warnings of an unusable share directory (share_dir_unusable) and what the server is asked at
+# connect (orphans_end_with_their_client). And of
 # failover_admits_no_one_extra's four faults (90 s a pass), the second and third passes run two:
 # the failover to a lagging replica (re-assertion of lost permits) and open mode's kill.
 FAULTS_NOT_WITH_CACHE := misconfigured_redis bad_settings secrets_stay_hidden logs_operators_expect \
-    kept_permits_yield_to_operator
+    kept_permits_yield_to_operator share_dir_unusable orphans_end_with_their_client
 FAILOVER_FAULTS_AGAIN := closed:lag open:kill
 # What make test runs with classes (the whole suite takes 7 minutes with them, too long beside the
 # rest): the cases that bound concurrency at the server through kills, handovers, disagreeing
