@@ -586,7 +586,7 @@ static bool ensure_process(dbt_share *sh)
      * directory keeps others out; the file only has to let the user in. */
     char name[64];
     snprintf(name, sizeof name, DBT_SEG_WAKE_FMT, (int)me, nonce);
-    (void)fchmodat(sh->dfd, name, 0600, 0);
+    (void)!fchmodat(sh->dfd, name, 0600, 0);
     sh->sock = s;
     sh->nonce = nonce;
     sh->pid = me;
