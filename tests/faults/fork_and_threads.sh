@@ -5,12 +5,20 @@
 # every process that holds a socket), and a process keeps a few Redis connections, not one per
 # thread.
 echo "# fork_and_threads: pre-fork server, fork while waiting, 64 threads"
-# shared_sockets PIDFILE: sockets to Redis held by more than one process, sampled until the run ends.
+# sample_sockets PID: sockets to Redis held by more than one process, sampled every 20 ms until
+# PID ends, into c6.shared. A socket counts when two samples in a row see it shared: right after
+# a fork() every socket is the child's too, until the library's fork handler in the child closes
+# it (a CI run sampled that instant once, under load), while a socket the child really uses is
+# shared for at least the command it sends on it.
 sample_sockets() {
     : >"$work/c6.shared"
+    : >"$work/c6.was"
     while kill -0 "$1" 2>/dev/null; do
         ss -Htnp state established "( dport = :$rport )" 2>/dev/null |
-            awk '{ n = gsub(/pid=/, "pid="); if (n > 1) print }' >>"$work/c6.shared"
+            awk '{ n = gsub(/pid=/, "pid="); if (n > 1) print }' >"$work/c6.now"
+        # Local address and port name the socket; the same one shared in the last sample too.
+        awk 'NR == FNR { was[$3] = 1; next } ($3 in was)' "$work/c6.was" "$work/c6.now" >>"$work/c6.shared"
+        mv "$work/c6.now" "$work/c6.was"
         sleep 0.02
     done
 }
