@@ -8,16 +8,20 @@ Usage: check.py HISTORY SERVER_LOG HOLDERS_LEFT WAITERS_LEFT (SERVER_LOG: the ru
 The rules (docs/chaos.md), with Q = lease/3 + DBTHROTTLE_REDIS_TIMEOUT + 1 s, the quarantine by
 which docs/design.md ("Failover and data loss") bounds re-assertion:
 - closed: never more statements at once than the limit, but in a restarted Redis' quarantine
-  window (from the kill to Q after it answers again);
-- open: above the limit only while Redis is unreachable (stopped, killed, slow) and for the 1 s
-  outage backoff after the last request that could fail (its return + DBTHROTTLE_REDIS_TIMEOUT;
-  design.md, "Redis errors"); what was admitted then may run on to its end;
+  window (from the kill to Q after it answers again); a SIGSTOPped client's statement that runs on
+  at the server counts until its permit could lapse (2/3 lease after the stop), not after
+  (docs/operations.md, "The bound on over-admission": the window no lease closes);
+- open: above the limit only while Redis is unreachable (stopped, killed, slow, or cut from a
+  host) and for the 1 s outage backoff after the last request that could fail (its return +
+  DBTHROTTLE_REDIS_TIMEOUT; design.md, "Redis errors"); what was admitted then may run on to its
+  end;
 - no capacity lost for longer than 1 s: the workers are closed loops, more of them than the limit,
   so the server runs `limit` statements at once but for the instants between one and the next;
   fewer than that for over 1 s is a stall, unless a fault excuses it: a fault in progress (all the
   permits), a restarted Redis' Q plus one renewal period (lease/3) after it answers again (all),
   a killed or stopped client's lease plus one renewal period from the signal (the permits it can
-  hold: 1 for psql and dbthrottle acquire, all for the others). Nothing running at all is the
+  hold: 1 for psql and dbthrottle acquire, all for the others), a host cut from Redis the same from
+  the cut (the permits its clients can hold). Nothing running at all is the
   plainest stall and is shown apart;
 - nothing held or queued in Redis at the end; every worker ended by itself.
 """
@@ -31,7 +35,7 @@ import serverlog
 
 STALL = 1.0  # the issue's bound on a stall past its excuse
 OUTAGE_BACKOFF = 1.0  # design.md, "Redis errors": an outage admits (open) or refuses for 1 s
-REDIS_DOWN = ("redis_stop", "redis_kill", "redis_slow", "failover")
+REDIS_DOWN = ("redis_stop", "redis_kill", "redis_slow", "failover", "partition")
 RESTARTS = ("redis_kill", "failover")  # another run_id: a quarantine of Q (design.md)
 
 hist_path, log_path, holders_left, waiters_left = sys.argv[1:5]
@@ -57,13 +61,23 @@ def over_window(f):
     return None
 
 
+def can_hold(kind):
+    """How many permits one client of this kind can hold: psql and dbthrottle acquire one, the
+    others (pgbench, the Python clients) up to the limit."""
+    return 1 if kind in ("psql", "dbthrottle", "acquire") else limit
+
+
 def excuse(f):
     """(from, until, permits): how many permits fault f may keep from use, and when."""
     if f["kind"] in RESTARTS:
         return (f["start"], f["end"] + Q + lease / 3, limit)
     if f["kind"] in ("client_kill", "client_stop"):
-        held = 1 if f["target"] in ("psql", "dbthrottle") else limit
-        return (f["start"], max(f["end"], f["start"] + lease + lease / 3), held)
+        return (f["start"], max(f["end"], f["start"] + lease + lease / 3), can_hold(f["target"]))
+    if f["kind"] == "partition":
+        # What the cut host's clients held, or were granted before their places lapsed, comes
+        # back within a lease and a renewal period of the cut, as a stopped client's would.
+        held = sum(can_hold(w["kind"]) for w in h["workers"] if w["host"] == f["host"])
+        return (f["start"], max(f["end"], f["start"] + lease + lease / 3), min(limit, held))
     return (f["start"], f["end"], limit)
 
 
@@ -107,7 +121,40 @@ segments = sweep(probes)
 # after it, so those statements are left out there (and counted in the window's own figure).
 outage_admitted = {p for p in probes if mode == "open" and inside(p.admitted, p.admitted)}
 ran_on = [p for p in outage_admitted if not inside(p.end, p.end)]
-judged = sweep([p for p in probes if p not in outage_admitted])
+
+
+# A client SIGSTOPped while its statement runs cannot renew its permit, which Redis may then grant
+# again, while the server runs that statement on (and one it wrote as it resumed, stopped between
+# its lease check and the write): the window docs/operations.md documents ("The bound on
+# over-admission") and no lease can close; it ends with the statement. Such a statement counts
+# toward the limit until its permit could be granted again (its last renewal was at most lease/3
+# before the stop, so 2/3 lease after it), not after. A stop shorter than that takes nothing.
+RESUME_WRITE = 0.25  # s after the resume in which a statement is the one written as it resumed
+
+
+def frozen_from(p):
+    """When statement p stops counting toward the limit as a stopped client's (None: never)."""
+    for f in faults:
+        if f["kind"] != "client_stop" or str(p.pid) not in f.get("backends", []):
+            continue
+        lapse = f["start"] + 2 * lease / 3
+        if p.start < f["start"] and p.end > lapse:
+            return lapse
+        if f["end"] >= lapse and f["end"] <= p.start < f["end"] + RESUME_WRITE:
+            return p.start
+    return None
+
+
+class Span:
+    __slots__ = ("start", "end")
+
+    def __init__(self, start, end):
+        self.start, self.end = start, end
+
+
+frozen = {p: frozen_from(p) for p in probes}
+frozen = {p: t for p, t in frozen.items() if t is not None}
+judged = sweep([Span(p.start, frozen.get(p, p.end)) for p in probes if p not in outage_admitted])
 most_in = max([c for a, b, c in segments if b > a and inside(a, b)], default=0)
 most_out = max([c for a, b, c in judged if b > a and not inside(a, b)], default=0)
 over_out = [(a, b, c) for a, b, c in judged if c > limit and b > a and not inside(a, b)]
@@ -208,7 +255,8 @@ for f in faults:
                                                    " holding" if f["holding"] else ""),
               "client_stop": lambda: "%s %d%s" % (f["target"], f["pid"],
                                                    " holding" if f["holding"] else ""),
-              "pg_terminate": lambda: "backend %s" % (f.get("backend") or "none active")}
+              "pg_terminate": lambda: "backend %s" % (f.get("backend") or "none active"),
+              "partition": lambda: "host %d cut from Redis" % f["host"]}
     ea, eb, permits = excuse(f)
     back = back_to_limit(f)
     print("  %-13s %6.2fs %6.2fs  %-26s to %6.2fs (%d)        %s" % (
@@ -222,6 +270,9 @@ print("  most at once at the server: %d outside the allowed windows, %d inside (
       "advisory locks' count at a start: %d" % (most_out, most_in, limit, locks_most))
 if ran_on:
     print("  statements admitted in an outage that ran on past it (not judged there): %d" % len(ran_on))
+if frozen:
+    print("  statements of SIGSTOPped clients that ran on after their permit could lapse (judged "
+          "until then): %d" % len(frozen))
 
 
 def orphans(a, b):

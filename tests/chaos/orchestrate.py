@@ -2,7 +2,7 @@
 hosts, and the seed's fault schedule applied to them; writes the run's history (what was done and
 when, by this process' clock) for check.py. Judges nothing.
 
-Usage: orchestrate.py SEED SECONDS RUN_DIR REDIS_PORT PROXY_PORT (environment: CHAOS_LIB, the
+Usage: orchestrate.py SEED SECONDS RUN_DIR REDIS_PORT (environment: CHAOS_LIB, the
 library to preload; CHAOS_CLI, the dbthrottle command; CHAOS_PGDIR, the PostgreSQL of run.sh;
 CHAOS_TOP, the source tree; CHAOS_MODE, to force closed or open; CHAOS_NEMESIS=off, no faults;
 PG* as libpq reads them).
@@ -24,7 +24,7 @@ LIMIT, LEASE, REDIS_TIMEOUT = 3, 2.0, 0.5
 HOSTS = 3
 here = os.path.dirname(os.path.abspath(__file__))
 seed, seconds, run_dir = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
-redis_port, proxy_port = int(sys.argv[4]), int(sys.argv[5])
+redis_port = int(sys.argv[4])
 lib, cli, pgdir, top = (os.environ[k] for k in ("CHAOS_LIB", "CHAOS_CLI", "CHAOS_PGDIR", "CHAOS_TOP"))
 mode, topology, faults = schedule.draw(seed, seconds, LEASE, os.environ.get("CHAOS_MODE") or None)
 if os.environ.get("CHAOS_NEMESIS") == "off":
@@ -122,7 +122,7 @@ def worker_env(host):
     env.update({
         "LD_PRELOAD": lib, "PGAPPNAME": "chaos", "CHAOS_STOP_NS": str(stop_ns),
         "DBTHROTTLE_REDIS_URL": ("redis-sentinel://%s/mymaster" % sentinels if topology == "sentinel"
-                                 else "redis://127.0.0.1:%d" % proxy_port),
+                                 else "redis://127.0.0.1:%d" % proxy.ports[host]),
         "DBTHROTTLE_POOL": "chaos",
         "DBTHROTTLE_MAX_QUERIES": str(LIMIT), "DBTHROTTLE_LEASE": "%dms" % (LEASE * 1000),
         "DBTHROTTLE_REDIS_TIMEOUT": "%dms" % (REDIS_TIMEOUT * 1000),
@@ -244,19 +244,24 @@ def parent_comm(pid):
 
 # ---- the faults ----------------------------------------------------------------------------------
 class Proxy:
-    """The delay proxy (delay_proxy.py), a process of its own."""
+    """The delay proxy (delay_proxy.py), a process of its own: a port for each simulated host."""
 
     def __init__(self):
         self.p = subprocess.Popen(NICE + ["/usr/bin/python3", os.path.join(here, "delay_proxy.py"),
-                                          str(proxy_port), str(redis_port)],
+                                          str(redis_port), str(HOSTS)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         note_pid(self.p.pid)
-        if self.p.stdout.readline().strip() != "ready":
-            raise SystemExit("chaos: the delay proxy did not start on port %d" % proxy_port)
+        words = self.p.stdout.readline().split()
+        if len(words) != HOSTS + 1 or words[0] != "ready":
+            raise SystemExit("chaos: the delay proxy did not start: %r" % words)
+        self.ports = [int(w) for w in words[1:]]
+
+    def command(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
 
     def set_delay(self, seconds):
-        self.p.stdin.write("%f\n" % seconds)
-        self.p.stdin.flush()
+        self.command("delay %f" % seconds)
 
     def stop(self):
         self.p.stdin.close()
@@ -313,6 +318,12 @@ def apply(f):
         rec["delay"] = f["delay"]
         time.sleep(f["duration"])
         proxy.set_delay(0.0)
+        rec["end"] = time.time()
+    elif k == "partition":
+        rec.update(start=time.time(), host=f["host"])
+        proxy.command("cut %d" % f["host"])
+        time.sleep(f["duration"])
+        proxy.command("heal %d" % f["host"])
         rec["end"] = time.time()
     elif k in ("client_kill", "client_stop"):
         target = holder(f["pick"]) if f["holder"] else None

@@ -64,10 +64,9 @@ for seed in $seeds; do
     run="$work/run.$seed"
     mkdir -p "$run"
     rport=$(free_port)
-    pport=$(free_port)
     offset=$(wc -c <"$work/pg/server.log")
     echo "# chaos seed $seed: ${seconds}s"
-    if ! (cd "$here" && $py orchestrate.py "$seed" "$seconds" "$run" "$rport" "$pport"); then
+    if ! (cd "$here" && $py orchestrate.py "$seed" "$seconds" "$run" "$rport"); then
         fail "chaos seed $seed: the run did not complete (replay: make chaos SEED=$seed)"
         stop_redis
         continue

@@ -1,11 +1,12 @@
 """schedule.py - the fault schedule of one chaos run, drawn from its seed alone (no I/O), so that
 `make chaos SEED=N` replays the same faults at the same offsets.
 
-Three nemeses act on their own timelines, so their faults overlap: Redis (stopped, killed and
-restarted with or without its data, made slow; or, behind Sentinel, a failover), the clients (one SIGKILLed, or SIGSTOPped for a
-while: a holder, or any client), PostgreSQL (a backend terminated, the server restarted). No fault starts before WARM
-seconds (the workload settles) and every fault has ended TAIL seconds before the run ends, so
-that what follows the last fault (a lease running out, a quarantine) is seen before the verdict.
+Four nemeses act on their own timelines, so their faults overlap: Redis (stopped, killed and
+restarted with or without its data, made slow; or, behind Sentinel, a failover), the clients (one
+SIGKILLed, or SIGSTOPped for a while: a holder, or any client), PostgreSQL (a backend terminated,
+the server restarted), the network (one simulated host cut from Redis for a while). No fault
+starts before WARM seconds (the workload settles) and every fault has ended TAIL seconds before
+the run ends, so that what follows the last fault (a lease running out, a quarantine) is seen before the verdict.
 """
 import random
 
@@ -89,6 +90,21 @@ def draw(seed, seconds, lease, mode=None):
         else:
             faults.append({"kind": "pg_terminate", "at": t, "duration": 0.0, "pick": rng.random()})
         t += rng.uniform(3.0, 8.0)
+
+    # A fourth nemesis, with a generator of its own so that the draws above (and the runs they
+    # replay) are the same as before it came: one simulated host cut from Redis (not from
+    # PostgreSQL) for a while, through its port of the delay proxy; none behind Sentinel, whose
+    # servers the workers reach without the proxy.
+    if not sentinel:
+        prng = random.Random("%d:partition" % seed)
+        t = WARM + prng.uniform(0, 4)
+        while True:
+            f = {"kind": "partition", "at": t, "duration": prng.uniform(0.5, 5.0),
+                 "host": prng.randrange(3)}
+            if t + f["duration"] > last:
+                break
+            faults.append(f)
+            t += f["duration"] + prng.uniform(3.0, 8.0)
 
     faults.sort(key=lambda f: f["at"])
     return mode, "sentinel" if sentinel else "plain", faults

@@ -60,7 +60,15 @@ pick_cases() {
     picked=${*:-$cases}
 }
 is_case() { case " $(echo $cases) " in *" $1 "*) return 0 ;; esac; return 1; }
-run_picked() { for rp_name in $picked; do run_case "$rp_name"; done; }
+# Each case's duration is printed after it ("info - NAME took N s"), so that the slow ones are
+# known when make test nears its time budget.
+run_picked() {
+    for rp_name in $picked; do
+        rp_t0=$(date +%s)
+        run_case "$rp_name"
+        info "$rp_name took $(($(date +%s) - rp_t0)) s"
+    done
+}
 
 # ---- the work directory and cleanup -------------------------------------------------------------
 # harness_begin NAME: makes $work (/tmp/dbt-NAME-XXXXXX, readable by the postgres user) and
