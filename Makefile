@@ -146,7 +146,8 @@ $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 .PHONY: all man check test test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes test-cli \
         test-compilers check-exports fuzz soak chaos test-chaos bench bench-async bench-cache bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
         deb test-package FORCE \
-        clean deps format format-check check-asan check-tsan check-valgrind
+        clean deps format format-check check-asan check-asan-units check-asan-faults check-tsan check-valgrind \
+        test-build $(addprefix stage-,$(LANE_STAGES))
 
 all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle $(MAN_PAGES)
 
@@ -281,10 +282,14 @@ SANITIZED_CASES := query_longer_than_lease lease_lost_while_redis_away clients_t
 # LLVM 17; seen in CI: the child stuck in SizeClassAllocator64::GetFromAllocator under malloc).
 # `make check` runs them unsanitized; the other tests fork their children before the process has
 # threads (test_child_start_paused), or from a process of their own.
-check-asan: $(BUILD)/check/stress-asan $(BUILD)/check/sem-asan $(BUILD)/check/libdbthrottle-asan.so all $(BUILD)/tests/fault_worker
+# check-asan-units: the stress program and the sem suite (they compute); check-asan-faults: the
+# fault cases under it (they wait). make test runs the two apart (see TEST_LANES).
+check-asan: check-asan-units check-asan-faults
+check-asan-units: $(BUILD)/check/stress-asan $(BUILD)/check/sem-asan
 	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/check/stress-asan
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=tests/lsan.supp $(BUILD)/check/sem-asan --jobs 2 \
 	    --filter '!(fork/*|cache/a_child_never_uses_its_parents_kept_permit|tls/a_fork_child_leaves_the_parents_sessions_alone)'
+check-asan-faults: $(BUILD)/check/libdbthrottle-asan.so all $(BUILD)/tests/fault_worker
 	$(call faults_under,asan,$(SANITIZED_CASES),$(ASAN_FAULT_ENV))
 	$(call faults_under,asan,$(SANITIZED_CASES),$(ASAN_FAULT_ENV) DBTHROTTLE_CACHE_PERMITS=on)
 
@@ -325,21 +330,54 @@ check: all $(BUILD)/tests/unit $(BUILD)/tests/sem check-exports
 	$(BUILD)/tests/sem --jobs 2
 	$(MAKE) test-integration
 
-# Each stage prints its duration (tools/timed.sh): CI's budget is 25 minutes on 2 cores.
+# Each stage prints its duration (tools/timed.sh): CI's budget is 25 minutes on 2 cores. What
+# computes runs alone: the builds first (every program a stage runs, so that no two lanes build
+# at once), the unit and sem suites, ASan's, the fuzzers. What mostly waits (servers, leases,
+# timeouts: 31 minutes one after another) runs in three lanes at once (tools/lanes.sh), balanced
+# by their times on a quiet 2-core machine (each case prints its own: "NAME took N s").
 STAGE = sh tools/timed.sh
+TEST_LANES = "faults tsan valgrind package" "faults-cache faults-classes" \
+    "integration cli asan-faults"
+LANE_STAGES = faults faults-cache faults-classes integration cli chaos package asan-faults tsan \
+    valgrind
 test: deps
-	$(STAGE) check $(MAKE) check
-	$(STAGE) build-checks $(MAKE) format-check test-compilers
-	$(STAGE) faults $(MAKE) test-faults
-	DBT_FAULTS_SKIP="$(FAULTS_NOT_WITH_CACHE)" FA_ONLY="$(FAILOVER_FAULTS_AGAIN)" \
-	    $(STAGE) faults-cache $(MAKE) test-faults-cache
-	FA_ONLY="$(FAILOVER_FAULTS_AGAIN)" $(STAGE) faults-classes $(MAKE) test-faults-classes T="$(FAULTS_WITH_CLASSES)"
-	$(STAGE) cli $(MAKE) test-cli
-	$(STAGE) package $(MAKE) test-package
-	$(STAGE) asan $(MAKE) check-asan
-	$(STAGE) tsan $(MAKE) check-tsan
-	$(STAGE) valgrind $(MAKE) check-valgrind
+	$(STAGE) build $(MAKE) test-build
+	$(STAGE) build-checks $(MAKE) format-check check-exports
+	sh tools/check-layers.sh
+	$(STAGE) unit $(MAKE) test-unit
+	$(STAGE) sem $(BUILD)/tests/sem --jobs 2
+	$(STAGE) asan-units $(MAKE) check-asan-units
+	$(STAGE) lanes sh tools/lanes.sh $(TEST_LANES)
 	$(STAGE) fuzz $(MAKE) fuzz FUZZ_SECONDS=15
+
+# Everything make test's stages run, built before any of them runs.
+test-build: all $(BUILD)/tests/unit $(BUILD)/tests/sem $(INTEGRATION_BINS) $(BUILD)/tests/fault_worker \
+    $(BUILD)/tests/held_client $(BUILD)/check/stress-asan $(BUILD)/check/sem-asan \
+    $(BUILD)/check/libdbthrottle-asan.so $(BUILD)/check/stress-tsan $(BUILD)/check/libdbthrottle-tsan.so \
+    $(BUILD)/check/fault_worker-tsan $(BUILD)/check/stress-plain
+	$(MAKE) test-compilers
+
+# make test's lanes' stages (tools/lanes.sh runs stage-NAME).
+stage-faults:
+	$(MAKE) test-faults
+stage-faults-cache:
+	DBT_FAULTS_SKIP="$(FAULTS_NOT_WITH_CACHE)" FA_ONLY="$(FAILOVER_FAULTS_AGAIN)" $(MAKE) test-faults-cache
+stage-faults-classes:
+	FA_ONLY="$(FAILOVER_FAULTS_AGAIN)" $(MAKE) test-faults-classes T="$(FAULTS_WITH_CLASSES)"
+stage-integration:
+	$(MAKE) test-integration
+stage-cli:
+	$(MAKE) test-cli
+stage-chaos:
+	$(MAKE) test-chaos
+stage-package:
+	$(MAKE) test-package
+stage-asan-faults:
+	$(MAKE) check-asan-faults
+stage-tsan:
+	$(MAKE) check-tsan
+stage-valgrind:
+	$(MAKE) check-valgrind
 
 test-unit: $(BUILD)/tests/unit
 	$(BUILD)/tests/unit
