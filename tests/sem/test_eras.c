@@ -517,8 +517,8 @@ static bool renewed_since(void *arg)
  * newcomer refused, and the holder's expired permit re-asserted for a lease. */
 Test(eras, a_stall_longer_than_the_keys_live_is_an_expiry_not_a_loss, .timeout = 60)
 {
-    dbt_client *hc = fx_client("DBTHROTTLE_LEASE=1s", "DBTHROTTLE_REDIS_TIMEOUT=300ms", NULL);
-    dbt_client *nc = fx_client("DBTHROTTLE_LEASE=1s", "DBTHROTTLE_REDIS_TIMEOUT=300ms", NULL);
+    dbt_client *hc = fx_client("DBTHROTTLE_LEASE=1s", TIMEOUT, NULL);
+    dbt_client *nc = fx_client("DBTHROTTLE_LEASE=1s", TIMEOUT, NULL);
     dbt_pool *hp = dbt_client_pool(hc, "era"), *np = dbt_client_pool(nc, "era");
     dbt_acquire_opts one = try_only(1);
     dbt_permit *a, *x = NULL;
