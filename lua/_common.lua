@@ -25,8 +25,9 @@
 --   KEYS[11] era     STRING "<token> <quarantine until ms> <why>": the server (run_id) the state
 --                           belongs to, and until when no grant is made (see era()); 7 days TTL
 --   KEYS[12] gone    ZSET   id -> when it is forgotten: ids that left the holders lawfully of
---                           late (reaped as expired, released, cancelled), so that a renewal of
---                           one that is missing and NOT among them proves data was lost
+--                           late (reaped as expired, named by a renewal that ran past its lease,
+--                           released, cancelled), so that a renewal of one that is missing and
+--                           NOT among them proves data was lost (unless it ran late: renew.lua)
 --   KEYS[13] classes STRING the operator's class definitions (dbthrottle class); no TTL
 --   KEYS[14] classes_seen STRING the definitions a worker ships (DBTHROTTLE_CLASSES), used while
 --                           the operator has none; TTL like seen

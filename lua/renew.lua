@@ -8,7 +8,8 @@
 -- granted waiters, {queue length of each kind}, {whether local handover may go on, per kind: not
 -- while drained or over the operator's limit}, {quarantine ms left per kind}, {why per kind, or
 -- false}, {ids re-asserted or re-queued per kind}, {the sole owner per kind (OWN['*']: the process
--- or host group whose waiters were the whole queue when it last queued one), or false}}: ids Redis
+-- or host group whose waiters were the whole queue when it last queued one), or false}, now (ms,
+-- Redis' clock: the caller reads Redis' clock from it, see BELIEVED_UNTIL)}: ids Redis
 -- no longer has (expired), whose
 -- owners must not believe they hold or wait any more; waiters Redis already granted, so a grant
 -- whose pushed message went astray still reaches its owner; and whether anybody waits, so that a
@@ -18,7 +19,11 @@
 -- lacks is added back with a fresh lease (it counts against the limit when grants resume), and a
 -- waiter Redis lacks is queued again at the end of the queue; outside one, a holder or waiter
 -- that is missing although it neither expired nor left lately (GONE) nor was evicted proves that
--- data was lost: the semaphore enters a quarantine, and the id is re-asserted.
+-- data was lost: the semaphore enters a quarantine, and the id is re-asserted. Unless the renewal
+-- runs after the time its process stated it may still believe in the leases it names (see
+-- BELIEVED_UNTIL): its leases ran out meanwhile, and an id missing then is an expiry (Redis
+-- stopped with the renewal in its socket for longer than the keys' TTL, which expired them all),
+-- not a loss.
 -- Where the arguments after the common ones start: the four counts, then the ids.
 local COUNTS_AT = 10 -- ARGV[10..13]: query holders, query waiters, connection holders, waiters
 load_classes() -- renew_units
@@ -46,6 +51,15 @@ local STATE_OF = {r = 'running', i = 'idle_tx', k = 'kept'}
 -- After those, per kind, the waits local handover granted without Redis since the last renewal,
 -- for the wait histogram: "<tag> <sum ms> <i>:<n> ...", ';' between tags ("." untagged).
 local LOCAL_WAITS_AT = DOING_AT + tonumber(ARGV[COUNTS_AT]) + tonumber(ARGV[COUNTS_AT + 2])
+-- After those, optionally: until when (ms, Redis' clock) the process may still believe in any lease
+-- this renewal names (its last accepted renewal's send + a lease, carried to Redis' clock by its
+-- reading of it, rounded up; then it takes them for lost). "" or absent: not said (an older
+-- client, or one that has no reading of this server's clock). A renewal that runs later than that
+-- ran late (Redis stopped, or the network held it), and whatever happened to Redis' data, its
+-- process no longer uses the leases it names: an id of it that Redis lacks ran out, as any lease
+-- Redis reaps (lost, and remembered in GONE), and starts no quarantine.
+local BELIEVED_UNTIL = tonumber(ARGV[LOCAL_WAITS_AT + 2] or '')
+local ran_late = BELIEVED_UNTIL ~= nil and now > BELIEVED_UNTIL
 local function local_waits(s, text)
     local operator, shipped = defs_text(s.CLASSES), defs_text(s.CLASSES_SEEN)
     local d = (operator or shipped) and K.effective_defs(operator, shipped)
@@ -116,6 +130,26 @@ local function left_lately(s, id)
     end
     return redis.call('ZSCORE', s.GONE, id) ~= false
 end
+-- Ids a renewal that ran late named and Redis lacks: their leases ran out (see BELIEVED_UNTIL).
+-- Remembered in GONE for two leases as reap does (so that the renewals sent after it in the stall
+-- find them there), and those no call had reaped (the keys that held them expired) are counted.
+local function ran_out(s, ids, holders)
+    if #ids == 0 or TOKEN == '' then
+        return
+    end
+    local fresh = {}
+    for _, id in ipairs(ids) do
+        if not redis.call('ZSCORE', s.GONE, id) then
+            fresh[#fresh + 1] = id
+        end
+    end
+    if #fresh > 0 then
+        note_gone(s, now, fresh, now + 2 * LEASE)
+        if holders then
+            count(s, 'expired', #fresh)
+        end
+    end
+end
 -- 'e' or 'x' when the operator evicted id within two leases (admin.lua's marker in GONE), else nil.
 local function evicted_mark(s, id)
     for _, mark in ipairs({'e', 'x'}) do
@@ -128,6 +162,7 @@ local function evicted_mark(s, id)
 end
 local function renew_holders(s, n)
     local back = 0
+    local late = {}
     for i = at, at + n - 1 do
         local id = ARGV[i]
         if redis.call('ZSCORE', s.H, id) then
@@ -145,6 +180,9 @@ local function renew_holders(s, n)
             end
             if ev then
                 lost_h[#lost_h + 1] = ev .. ':' .. id
+            elseif ran_late then
+                lost_h[#lost_h + 1] = id -- its lease ran out: not evidence of loss
+                late[#late + 1] = id
             elseif TOKEN ~= '' and not left_lately(s, id) then
                 if s.qleft == 0 then
                     quarantine(s, now, 'lost') -- neither expired nor given back: data was lost
@@ -163,12 +201,14 @@ local function renew_holders(s, n)
         expire_new(s, s.H)
         count(s, 'reasserted', back)
     end
+    ran_out(s, late, true)
     at = at + n
     held_before = held_before + n
     return back
 end
 local function renew_waiters(s, n)
     local back = 0
+    local late = {}
     for i = at, at + n - 1 do
         local id = ARGV[i]
         if redis.call('ZSCORE', s.W, id) and redis.call('ZSCORE', s.Q, id) then
@@ -177,6 +217,9 @@ local function renew_waiters(s, n)
             -- granted (the grant is on its way, or was lost): renew it as a holder, and say so
             K.renew_units(s, id, exp)
             granted_w[#granted_w + 1] = id
+        elseif ran_late then
+            lost_w[#lost_w + 1] = id -- its place's lease ran out: not evidence of loss
+            late[#late + 1] = id
         elseif TOKEN ~= '' and not left_lately(s, id) then
             -- its place was lost with the state (it neither expired nor left): queued again, at
             -- the end, and no grant until the holders have re-asserted theirs
@@ -204,6 +247,7 @@ local function renew_waiters(s, n)
     if back > 0 then
         count(s, 'requeued', back)
     end
+    ran_out(s, late, false)
     at = at + n
     return back
 end
@@ -277,4 +321,4 @@ if PROCS and PINFO and ARGV[rec_at + 3] then
         redis.call('HDEL', PINFO, unpack(gone))
     end
 end
-return {lost_h, lost_w, granted_w, queued, allowed, quarantined, why, back, sole}
+return {lost_h, lost_w, granted_w, queued, allowed, quarantined, why, back, sole, now}

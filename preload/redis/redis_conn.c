@@ -206,15 +206,18 @@ bool dbt_redis_info_field(const char *info, const char *name, char *out, size_t 
 /* What INFO says that makes the server unfit for the pool's keys: a maxmemory-policy that may
  * evict keys with a TTL (every dbthrottle key has one, so an evicted holders set over-admits),
  * or a version older than the scripts need. */
-static void check_info(dbt_redis *r, const char *info)
+static void check_info(dbt_redis *r, const char *info, int64_t sent_us)
 {
     char v[64];
     (void)dbt_redis_info_field(info, "redis_version", r->version, sizeof r->version);
     char now_us[32], uptime_s[32];
     if (dbt_redis_info_field(info, "run_id", r->run_id, sizeof r->run_id) &&
         dbt_redis_info_field(info, "server_time_usec", now_us, sizeof now_us) &&
-        dbt_redis_info_field(info, "uptime_in_seconds", uptime_s, sizeof uptime_s))
+        dbt_redis_info_field(info, "uptime_in_seconds", uptime_s, sizeof uptime_s)) {
         r->started_ms = strtoll(now_us, NULL, 10) / 1000 - strtoll(uptime_s, NULL, 10) * 1000;
+        r->clock_ahead_ms = strtoll(now_us, NULL, 10) / 1000 - sent_us / 1000;
+        r->clock_at_us = sent_us;
+    }
     if (dbt_redis_info_field(info, "maxmemory_policy", v, sizeof v) &&
         (strncmp(v, "allkeys-", 8) == 0 || strncmp(v, "volatile-", 9) == 0))
         snprintf(r->server_problem, sizeof r->server_problem,
@@ -255,9 +258,10 @@ static bool load_all_scripts(dbt_redis *r, char *err)
             return false;
         }
     }
+    int64_t sent_us = dbt_now_us(); /* before the write: Redis reads its clock after it */
     redisReply *info = read_reply(r, err);
     if (info && info->type == REDIS_REPLY_STRING) {
-        check_info(r, info->str);
+        check_info(r, info->str, sent_us);
     } else if (dbt_redis_broken(r)) {
         freeReplyObject(info);
         return false;

@@ -42,6 +42,11 @@ typedef struct {
      * INFO was refused: then no failover or restart can be told. */
     char run_id[41];
     int64_t started_ms;
+    /* Redis' clock against this process' monotonic one, read from the same INFO: how far ahead
+     * Redis' clock (ms) is, INFO's server_time_usec minus the monotonic time before INFO was sent
+     * (an upper bound: Redis read its time after the send), and when (dbt_now_us; 0: unknown). A
+     * renewal states by it, on Redis' clock, until when its leases may still be believed in. */
+    int64_t clock_ahead_ms, clock_at_us;
     /* The Sentinel generation (sentinel.h) the master was found at; 0: not through Sentinel. */
     uint64_t sentinel_gen;
     /* Redis Cluster (cluster.c): the node this connection reached, the slot it was made for (-1:

@@ -279,7 +279,10 @@ struct dbt_pool {
      * (Redis refused, or did not answer in time) and when the one in flight was sent (0: none). */
     int64_t bg_plan_us, bg_back_by_us, stall_seen_us, stall_us, renew_failed_us, renew_in_flight_us;
     int64_t last_report_us; /* the last renewal or heartbeat sent (the process record) */
-    bool reported;          /* one was accepted: the exit removes the record */
+    /* Redis' clock as the last renewal's reply read it (renew.lua's now against its send): a
+     * renewal states by it until when, on Redis' clock, its leases may still be believed in. */
+    dbt_redis_clock redis_clock;
+    bool reported; /* one was accepted: the exit removes the record */
 };
 
 struct dbt_client {

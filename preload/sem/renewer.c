@@ -387,13 +387,23 @@ static void renew(dbt_pool *p)
     p->renew_now = false;
     if (p->share)
         dbt_share_purge_dead(p->share); /* their registrations must not be offered permits */
+    /* Until when this process may still believe in any lease it names (its last accepted
+     * renewal's send + a lease: then it takes the lease for lost): Redis, which may run this
+     * renewal late (stopped, with it in its socket), takes an id it lacks after that for a lease
+     * that ran out, not for data lost (renew.lua). */
+    int64_t believed_until = 0;
     for (struct dbt_slot *s = p->slots; s && ok; s = s->next) {
+        bool named = false;
         if (s->state == SLOT_HELD && !s->lost)
-            ok = push_id(&lists[s->kind][DBT_RENEW_HELD], s->id) && push_doing(&doing[s->kind], s);
+            ok = named =
+                push_id(&lists[s->kind][DBT_RENEW_HELD], s->id) && push_doing(&doing[s->kind], s);
         else if (s->state == SLOT_QUEUED &&
                  (!s->orphan || start - s->t_renewed_us <= p->client->cfg->lease_ms * 1000))
-            ok = push_id(&lists[s->kind][DBT_RENEW_QUEUED], s->id);
+            ok = named = push_id(&lists[s->kind][DBT_RENEW_QUEUED], s->id);
+        if (named && s->t_renewed_us + p->client->cfg->lease_ms * 1000 > believed_until)
+            believed_until = s->t_renewed_us + p->client->cfg->lease_ms * 1000;
     }
+    dbt_redis_clock clock = p->redis_clock;
     /* The ids were chosen by their age at `start` (with p->mu held since): its reply renews
      * them from then, so that none it named is left unrefreshed at the edge of its lease. */
     int64_t sent = start;
@@ -423,7 +433,7 @@ static void renew(dbt_pool *p)
         nmine[k] = lists[k][DBT_RENEW_QUEUED].n;
     }
     const char **args = ok ? malloc((DBT_RENEW_NARGS((size_t)total) + DBT_RENEW_RECORD_ARGS +
-                                     (size_t)(doing[0].n + doing[1].n) + DBT_NKINDS) *
+                                     (size_t)(doing[0].n + doing[1].n) + DBT_NKINDS + 1) *
                                     sizeof *args)
                            : NULL;
     if (args) {
@@ -433,9 +443,16 @@ static void renew(dbt_pool *p)
         for (int k = 0; k < DBT_NKINDS; k++)
             dbt_renew_add_doing(&call, doing[k].ids, doing[k].n);
         dbt_renew_add_local_hist(&call, waits->args);
+        dbt_renew_add_until(&call, believed_until, &clock);
         rep = dbt_pool_run(p, "renew", &call, dbt_parse_renew, &reply, err);
         if (rep && total > 0) /* it checked the era of both kinds */
             dbt_pool_era_seen(p, call.era_token);
+        if (rep && reply.now_ms > 0 && call.era_token[0]) {
+            /* Redis read its clock after the send: an upper bound of how far it is ahead */
+            snprintf(clock.run_id, sizeof clock.run_id, "%s", call.era_token);
+            clock.ahead_ms = reply.now_ms - sent / 1000;
+            clock.at_us = sent;
+        }
     } else {
         dbt_pool_note_error(p, "renew", "out of memory");
     }
@@ -453,6 +470,8 @@ static void renew(dbt_pool *p)
     }
     pthread_mutex_lock(&p->mu);
     p->renew_in_flight_us = 0;
+    if (clock.at_us > p->redis_clock.at_us)
+        p->redis_clock = clock;
     if (!rep) /* counted at the next renewal instead */
         for (int k = 0; k < DBT_NKINDS; k++) {
             p->unreported[k].grants += local[k].grants;

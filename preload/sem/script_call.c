@@ -15,6 +15,7 @@
 static void bind_server(dbt_script_call *c, const dbt_redis *r)
 {
     dbt_script_bind_era(c, r->run_id, r->started_ms);
+    dbt_script_bind_clock(c, r->run_id, r->clock_ahead_ms, r->clock_at_us, dbt_now_us());
     /* Copied into the call: the connection may be gone by its next try (an ASK's one-off
      * connection, one given up after MOVED), and a try on another connection must not carry it. */
     if (r->adopt_token[0] || c->args[DBT_ARG_ADOPT] == c->adopt) {

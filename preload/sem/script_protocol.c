@@ -62,6 +62,37 @@ void dbt_script_bind_era(dbt_script_call *c, const char *run_id, int64_t started
     c->args[DBT_ARG_ERA_PREV] = c->era_prev;
 }
 
+/* How far a reading of Redis' clock may have drifted from this process' clock since it was made
+ * (ms): 1000 ppm of its age, twice the fastest NTP slews a clock, and the ms the readings'
+ * rounding may lose. */
+static int64_t clock_drift_ms(int64_t age_us)
+{
+    return (age_us > 0 ? age_us / 1000000 : 0) + 2;
+}
+
+void dbt_script_bind_clock(dbt_script_call *c, const char *run_id, int64_t conn_ahead_ms,
+                           int64_t conn_at_us, int64_t now_us)
+{
+    if (!c->until_arg)
+        return;
+    c->until[0] = '\0';
+    if (!c->until_us || !run_id || !run_id[0])
+        return;
+    int64_t ahead = 0, at = 0;
+    if (c->clock.at_us && strcmp(c->clock.run_id, run_id) == 0) {
+        ahead = c->clock.ahead_ms;
+        at = c->clock.at_us;
+    }
+    if (conn_at_us > at) { /* the connection's own reading, of this server, and fresher */
+        ahead = conn_ahead_ms;
+        at = conn_at_us;
+    }
+    if (!at)
+        return;
+    snprintf(c->until, sizeof c->until, "%" PRId64,
+             (c->until_us + 999) / 1000 + ahead + clock_drift_ms(now_us - at));
+}
+
 /* The keys of one semaphore, in the order the scripts take them, after those already set. */
 static void add_keys(dbt_script_call *c, const dbt_keys *k, dbt_kind kind)
 {
@@ -287,6 +318,16 @@ void dbt_renew_add_local_hist(dbt_script_call *c, const char *const text[DBT_NKI
 {
     for (int k = 0; k < DBT_NKINDS; k++)
         c->args[c->nargs++] = text[k];
+}
+
+void dbt_renew_add_until(dbt_script_call *c, int64_t until_us, const dbt_redis_clock *clock)
+{
+    c->until_us = until_us;
+    if (clock)
+        c->clock = *clock;
+    c->until[0] = '\0'; /* "" until it is bound to a server's clock */
+    c->until_arg = c->nargs;
+    c->args[c->nargs++] = c->until;
 }
 
 /* ---- the process record ------------------------------------------------------------------ */
@@ -629,10 +670,14 @@ bool dbt_parse_renew(const redisReply *r, void *out, char *err)
         WHY,
         REASSERTED,
         SOLE_OWNER,
+        NOW,
         NFIELDS
     };
     dbt_renew_reply *rr = out;
-    if (!is_array(r, NFIELDS, script, "the reply", err) ||
+    /* Without now: a reply of the scripts before it. */
+    bool before_now = r && r->type == REDIS_REPLY_ARRAY && r->elements == NOW;
+    if ((!before_now && (!is_array(r, NFIELDS, script, "the reply", err) ||
+                         !is_type(r->element[NOW], REDIS_REPLY_INTEGER, script, "now", err))) ||
         !ids_of(r->element[LOST_HOLDERS], script, "lost holders", &rr->lost_holders, err) ||
         !ids_of(r->element[LOST_WAITERS], script, "lost waiters", &rr->lost_waiters, err) ||
         !ids_of(r->element[GRANTED_WAITERS], script, "granted waiters", &rr->granted_waiters,
@@ -644,6 +689,7 @@ bool dbt_parse_renew(const redisReply *r, void *out, char *err)
         !is_array(r->element[REASSERTED], DBT_NKINDS, script, "re-asserted", err) ||
         !is_array(r->element[SOLE_OWNER], DBT_NKINDS, script, "sole owners", err))
         return false;
+    rr->now_ms = before_now ? 0 : r->element[NOW]->integer;
     for (int k = 0; k < DBT_NKINDS; k++) {
         const redisReply *q = r->element[QUEUE]->element[k];
         const redisReply *a = r->element[ALLOWED]->element[k];

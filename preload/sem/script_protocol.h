@@ -36,6 +36,14 @@ enum {
     DBT_BASE_ARGS
 };
 
+/* How far Redis' clock (ms) is ahead of this process' monotonic one, as read from server run_id
+ * at at_us (dbt_now_us; 0: never): an upper bound, a Redis time a reply carried minus this
+ * process' time before its call was sent. */
+typedef struct {
+    char run_id[41];
+    int64_t ahead_ms, at_us;
+} dbt_redis_clock;
+
 /* The most arguments of a script call with a fixed count (adapt.lua's lease, the longest). */
 #define DBT_CALL_MAX_FIXED_ARGS (DBT_BASE_ARGS + 10)
 
@@ -56,6 +64,14 @@ typedef struct {
     char era_prev[41];                    /* the pool's last run_id (the caller sets it) */
     char era_token[41];                   /* the run_id it was sent with (dbt_script_bind_era) */
     char adopt[48]; /* the adopt token it was sent with, when its connection had one */
+    /* renew.lua's last argument (dbt_renew_add_until): until when, on the clock of the server it
+     * is sent to, the leases it names may still be believed in by the process; set from until_us
+     * (this process' monotonic clock) when it is sent (dbt_script_bind_clock). until_arg: its
+     * index in args (0: none). */
+    int64_t until_us;
+    dbt_redis_clock clock; /* the renewer's latest reading, beside the connection's own */
+    int until_arg;
+    char until[24];
 } dbt_script_call;
 
 /* Keys live three leases after their last use: long enough that a live holder's renewal
@@ -76,6 +92,13 @@ void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, ch
  * its run_id (copied into c->era_token) and start (ms); the process' last run_id for the pool
  * is c->era_prev. */
 void dbt_script_bind_era(dbt_script_call *c, const char *run_id, int64_t started_ms);
+
+/* renew.lua's until (dbt_renew_add_until) on the clock of server run_id, whose connection read
+ * INFO's clock (conn_ahead_ms, conn_at_us: dbt_redis's clock_ahead_ms, clock_at_us) or c's own
+ * reading of that server, the fresher, at now_us; "" (no claim: any id missing is evidence of
+ * loss) when neither is of that server. */
+void dbt_script_bind_clock(dbt_script_call *c, const char *run_id, int64_t conn_ahead_ms,
+                           int64_t conn_at_us, int64_t now_us);
 
 /* Who holds or waits, for dbthrottle status: "<host> <pid> <conn>" (conn "-" when NULL or ""),
  * control bytes made '_' (so that it never holds a separator). DBT_WHO_LEN holds any. */
@@ -279,7 +302,8 @@ static inline const char *dbt_reply_id(const dbt_reply_ids *l, size_t i)
 /* The room of renew.lua's sole owner: "<cid or G>/<class>.<weight>" at its longest and a NUL. */
 #define DBT_SOLE_OWNER_MAX 64
 /* renew.lua's {lost holders, lost waiters, granted waiters, {queue length per kind}, {local
- * handover allowed per kind}, {quarantine ms}, {why}, {re-asserted}, {sole owner per kind}}. Points
+ * handover allowed per kind}, {quarantine ms}, {why}, {re-asserted}, {sole owner per kind}, now}
+ * (without now: a reply of the scripts before it). Points
  * into the reply: free the reply after using it. */
 typedef struct {
     dbt_reply_ids lost_holders;          /* ids Redis no longer holds */
@@ -295,6 +319,7 @@ typedef struct {
      * host group G, either with "/<class>.<weight>" for a tagged shape), "" none. Longer ones
      * (not of this library) are cut, so never equal to one of ours. */
     char sole_owner[DBT_NKINDS][DBT_SOLE_OWNER_MAX];
+    long long now_ms; /* Redis' clock when it ran (ms; 0: a script before it said) */
 } dbt_renew_reply;
 bool dbt_parse_renew(const redisReply *r, void *out /* dbt_renew_reply */, char *err);
 
@@ -381,6 +406,15 @@ bool dbt_format_local_hist(const dbt_local_hist *h, char *out, size_t cap);
 /* Adds both kinds' texts to a renewal after its doing args (dbt_renew_add_doing): its args array
  * must have room for DBT_NKINDS more. */
 void dbt_renew_add_local_hist(dbt_script_call *c, const char *const text[DBT_NKINDS]);
+
+/* Adds renew.lua's last argument to a renewal that has its local waits (dbt_renew_add_local_hist;
+ * its args array must have room for one more): until_us, the latest time (this process'
+ * monotonic clock) until which any lease it names may still be believed in, its last accepted
+ * acquire or renewal's send + the lease (0: none named); clock, the renewer's latest reading of
+ * Redis' clock (at_us 0: none). Sent as a time on the clock of the server the call reaches
+ * (dbt_script_bind_clock), by which renew.lua tells an id whose lease ran out in a stall from
+ * one Redis lost (docs/design.md, "Failover and data loss"). */
+void dbt_renew_add_until(dbt_script_call *c, int64_t until_us, const dbt_redis_clock *clock);
 
 /* One class of a semaphore's definitions, and its state. */
 typedef struct {

@@ -2,12 +2,14 @@
  * state the holders believe in (a restart without persistence, another server, keys deleted by
  * hand), no grant is made until the holders have re-asserted their permits, and those count
  * against the limit. Judged from Redis' own keys, never from the library's view of itself. */
+#include "clock.h"
 #include "redis_conn.h"
 #include "script_call.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -486,6 +488,151 @@ Test(eras, an_acquire_landing_after_its_cancel_takes_nothing, .timeout = 60)
     cr_assert_not_null(rep, "%s", err);
     freeReplyObject(rep);
     cr_expect_eq(reply.status, DBT_ACQUIRE_GRANTED);
+    dbt_keys_free(&k);
+    dbt_redis_free(r);
+    dbt_config_free(&cfg);
+}
+
+/* Whether the late renewal has run: the permit it named was counted expired (or, on the code
+ * before, started a quarantine). */
+static bool late_renewal_ran(void *arg)
+{
+    (void)arg;
+    return stat_of("expired") + stat_of("quarantines") > 0;
+}
+
+static bool renewed_since(void *arg)
+{
+    const char **km = arg;
+    return test_redis_int(&fx_redis, "ZSCORE %s %s", km[0], km[1]) > strtoll(km[2], NULL, 10);
+}
+
+/* Redis stopped (SIGSTOP) for longer than the pool's keys live, under a holder renewing: the keys
+ * (three leases, refreshed once half of that has passed, so as little as 1.5 leases left) expire
+ * on Redis' clock, and the renewal the holder wrote into Redis' socket during the stop runs when
+ * Redis resumes, naming a permit Redis lacks and does not remember as gone. The permit's lease
+ * ran out during the stop (its holder is told so, as for any expired lease): an expiry, counted
+ * as one, and no quarantine; a newcomer is granted at once. Chaos seed 10 (lease 2 s, a 4.1 s
+ * stop): no grant for anyone for 2.2 s after. On the code before: a quarantine ("lost"), the
+ * newcomer refused, and the holder's expired permit re-asserted for a lease. */
+Test(eras, a_stall_longer_than_the_keys_live_is_an_expiry_not_a_loss, .timeout = 60)
+{
+    dbt_client *hc = fx_client("DBTHROTTLE_LEASE=1s", TIMEOUT, NULL);
+    dbt_client *nc = fx_client("DBTHROTTLE_LEASE=1s", TIMEOUT, NULL);
+    dbt_pool *hp = dbt_client_pool(hc, "era"), *np = dbt_client_pool(nc, "era");
+    dbt_acquire_opts one = try_only(1);
+    dbt_permit *a, *x = NULL;
+    cr_assert_eq(dbt_acquire(hp, DBT_KIND_QUERY, &one, &a), DBT_ACQ_GRANTED);
+    /* renewed once: the renewer's connection stays open, and carries its next renewal into the
+     * stopped Redis' socket */
+    char first[32];
+    snprintf(first, sizeof first, "%lld",
+             test_redis_int(&fx_redis, "ZSCORE " P "holders %s", dbt_permit_id(a)));
+    const char *since[] = {P "holders", dbt_permit_id(a), first};
+    cr_assert(test_wait_until(renewed_since, since, 3000), "the holder was not renewed");
+    kill(fx_redis.pid, SIGSTOP);
+    usleep(3500 * 1000); /* more than the keys' TTL (three leases) since their last refresh */
+    kill(fx_redis.pid, SIGCONT);
+    cr_assert(test_wait_until(late_renewal_ran, NULL, 5000),
+              "no renewal sent during the stop ran after it (expired %lld, quarantines %lld)",
+              stat_of("expired"), stat_of("quarantines"));
+    char era[128];
+    era_of(era, sizeof era);
+    cr_expect_eq(stat_of("quarantines"), 0, "a stall was read as data lost (era: %s)", era);
+    cr_expect_eq(quarantine_left(), 0, "in quarantine after a stall (era: %s)", era);
+    cr_expect_eq(stat_of("expired"), 1, "the permit whose lease ran out was not counted expired");
+    cr_expect_eq(dbt_acquire(np, DBT_KIND_QUERY, &one, &x), DBT_ACQ_GRANTED,
+                 "a newcomer was not granted at once after the stall (era: %s)", era);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "holders"), 1,
+                 "the expired permit was re-asserted beside the newcomer's");
+    cr_expect(dbt_permit_lost(a), "the holder was not told its lease ran out");
+    dbt_release(x);
+    dbt_release(a);
+}
+
+/* One renewal of held id, as the renewer sends it (its record, what it does, its local waits),
+ * stating that its process believes in its lease until `until_us` (this process' clock; the
+ * connection's reading of Redis' clock carries it to Redis'); 0: not said, as an older client. */
+static redisReply *renew_stating(dbt_redis *r, const dbt_config *cfg, const dbt_keys *k,
+                                 const char *id, int64_t until_us, dbt_renew_reply *rr, char *err)
+{
+    char *held[] = {(char *)id};
+    dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS] = {{{0}}};
+    lists[DBT_KIND_QUERY][DBT_RENEW_HELD] = (dbt_id_list){.ids = held, .n = 1, .cap = 1};
+    dbt_local_counts local[DBT_NKINDS] = {{0}, {0}};
+    const char *args[DBT_RENEW_NARGS(1) + DBT_RENEW_RECORD_ARGS + 1 + DBT_NKINDS + 1];
+    dbt_script_call c;
+    dbt_build_renew(&c, k, cfg, lists, local, args);
+    dbt_renew_add_record(&c, k, "00000000000000ee", "v1", 60000, false);
+    char doing[DBT_DOING_LEN];
+    dbt_format_doing('r', "", "h 1 c", doing, sizeof doing);
+    char *d[] = {doing};
+    dbt_renew_add_doing(&c, d, 1);
+    const char *waits[DBT_NKINDS] = {"", ""};
+    dbt_renew_add_local_hist(&c, waits);
+    if (until_us)
+        dbt_renew_add_until(&c, until_us, NULL);
+    return dbt_script_run(r, &c, dbt_parse_renew, rr, err);
+}
+
+/* The rule itself, call by call: a permit Redis lacks, deleted by hand, named by a renewal that
+ * runs after the time its process said it may believe in its lease (a renewal delayed past it):
+ * lost, counted expired, remembered gone, no quarantine. The same named by a renewal within its
+ * lease (the control: keys deleted while holders' leases are valid), or by one that says nothing
+ * (an older client): evidence of data lost, a quarantine, and the permit re-asserted. */
+Test(eras, a_renewal_past_its_lease_proves_no_loss_one_within_it_does, .timeout = 60)
+{
+    dbt_config cfg;
+    test_config(&cfg, &fx_redis, LEASE, TIMEOUT, NULL);
+    char err[DBT_ERRLEN];
+    dbt_redis *r = dbt_redis_connect(&cfg, err);
+    cr_assert_not_null(r, "%s", err);
+    dbt_keys k;
+    cr_assert(dbt_keys_init(&k, cfg.key_prefix, "era"));
+    static const char *const ids[] = {"00000000000000ee.1.3", "00000000000000ee.2.3",
+                                      "00000000000000ee.3.3"};
+    for (int i = 0; i < 3; i++) {
+        /* each case on its own: a quarantine the one before started is over */
+        int64_t wait_q = test_now_ms() + Q_MS + 2000;
+        while (quarantine_left() > 0 && test_now_ms() < wait_q)
+            usleep(50 * 1000);
+        dbt_acquire_call ac = {.id = ids[i], .limit = 3, .try_only = true, .who = "h 1 c"};
+        dbt_script_call c;
+        dbt_build_acquire(&c, &k, DBT_KIND_QUERY, &cfg, &ac);
+        dbt_acquire_reply areply;
+        redisReply *rep = dbt_script_run(r, &c, dbt_parse_acquire, &areply, err);
+        cr_assert_not_null(rep, "%s", err);
+        freeReplyObject(rep);
+        cr_assert_eq(areply.status, DBT_ACQUIRE_GRANTED, "%s: %d", ids[i], (int)areply.status);
+        cr_assert_eq(test_redis_int(&fx_redis, "ZREM " P "holders %s", ids[i]), 1);
+        long long quarantines = stat_of("quarantines"), expired = stat_of("expired");
+        /* past its lease by 2 s; within it for 2 s more; not said */
+        int64_t until_us = i == 0 ? dbt_now_us() - 2000000 : i == 1 ? dbt_now_us() + 2000000 : 0;
+        dbt_renew_reply rr;
+        rep = renew_stating(r, &cfg, &k, ids[i], until_us, &rr, err);
+        cr_assert_not_null(rep, "%s", err);
+        if (i == 0) {
+            cr_expect_eq(rr.lost_holders.n, 1, "a lease that ran out was not reported lost");
+            cr_expect_eq(rr.quarantine_ms[DBT_KIND_QUERY], 0,
+                         "a late renewal started a quarantine");
+            cr_expect_eq(stat_of("quarantines"), quarantines);
+            cr_expect_eq(stat_of("expired"), expired + 1);
+            cr_expect_gt(test_redis_int(&fx_redis, "ZSCORE " P "gone %s", ids[i]), 0,
+                         "not remembered gone");
+            cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "holders"), 0,
+                         "a lease that ran out was re-asserted");
+        } else {
+            cr_expect_eq(rr.lost_holders.n, 0, "%s: a lost permit within its lease was dropped",
+                         i == 1 ? "stated" : "not stated");
+            cr_expect_gt(rr.quarantine_ms[DBT_KIND_QUERY], 0, "%s: data lost, no quarantine",
+                         i == 1 ? "stated" : "not stated");
+            cr_expect_eq(stat_of("quarantines"), quarantines + 1);
+            cr_expect_gt(test_redis_int(&fx_redis, "ZSCORE " P "holders %s", ids[i]), 0,
+                         "a permit lost within its lease was not re-asserted");
+        }
+        cr_expect_gt(rr.now_ms, 0, "no Redis clock in the reply");
+        freeReplyObject(rep);
+    }
     dbt_keys_free(&k);
     dbt_redis_free(r);
     dbt_config_free(&cfg);

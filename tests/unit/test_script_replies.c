@@ -212,6 +212,7 @@ Test(renew_reply, named_lists_and_counts)
     cr_expect_eq(rr.reasserted[DBT_KIND_QUERY], 3);
     cr_expect_str_eq(rr.sole_owner[DBT_KIND_QUERY], "0123456789abcdef", "a host group's G");
     cr_expect_str_eq(rr.sole_owner[DBT_KIND_CONN], "", "none");
+    cr_expect_eq(rr.now_ms, 0, "a reply of the scripts before now says no time");
     freeReplyObject(r);
 }
 
@@ -493,6 +494,53 @@ Test(script_args, renew_counts_ids_then_local_counts, .init = make_keys, .fini =
     cr_assert_eq(c.nargs, (int)DBT_RENEW_NARGS(0), "a renewal of nothing, for its counts");
     cr_expect_str_eq(c.args[DBT_BASE_ARGS], "0");
     cr_expect_str_eq(c.args[DBT_BASE_ARGS + 4], "7");
+}
+
+/* Redis' clock: renew.lua's last element, read as the time the renewal ran. */
+Test(renew_reply, says_when_it_ran)
+{
+    redisReply *r = reply_of("*10\r\n*0\r\n*0\r\n*0\r\n*2\r\n:0\r\n:0\r\n*2\r\n:1\r\n:1\r\n"
+                             "*2\r\n:0\r\n:0\r\n*2\r\n$-1\r\n$-1\r\n*2\r\n:0\r\n:0\r\n"
+                             "*2\r\n$-1\r\n$-1\r\n:1795919822663\r\n");
+    dbt_renew_reply rr;
+    char err[DBT_ERRLEN];
+    cr_assert(dbt_parse_renew(r, &rr, err), "%s", err);
+    cr_expect_eq(rr.now_ms, 1795919822663LL);
+    freeReplyObject(r);
+}
+
+/* renew.lua's last argument: the time until which the process believes in its leases (its
+ * monotonic clock), carried to the clock of the server the call is sent to by the fresher reading
+ * of that server's clock, with what it may have drifted since (1000 ppm of its age, and 2 ms);
+ * "" when no reading is of that server, or no lease is named. */
+Test(script_args, renew_states_until_when_on_the_servers_clock, .init = make_keys,
+     .fini = free_keys)
+{
+    const char *args[DBT_RENEW_NARGS(0) + 1];
+    dbt_local_counts local[DBT_NKINDS] = {{0}, {0}};
+    dbt_script_call c;
+    dbt_build_renew(&c, &keys, &cfg, NULL, local, args);
+    dbt_redis_clock mine = {.run_id = "aaaa", .ahead_ms = 5000, .at_us = 10000000};
+    dbt_renew_add_until(&c, 12000000, &mine);
+    cr_assert_eq(c.nargs, (int)DBT_RENEW_NARGS(0) + 1);
+    const char *const *until = &c.args[c.nargs - 1];
+    cr_expect_str_eq(*until, "", "not bound to a server yet");
+    /* the renewer's reading (1 s old: 1 ms of drift), the connection's older */
+    dbt_script_bind_clock(&c, "aaaa", 9000, 5000000, 11000000);
+    cr_expect_str_eq(*until, "17003");
+    /* the connection's reading is fresher (a new connection): it wins */
+    dbt_script_bind_clock(&c, "aaaa", 7000, 10500000, 11000000);
+    cr_expect_str_eq(*until, "19002");
+    /* another server: only its connection's reading counts */
+    dbt_script_bind_clock(&c, "bbbb", 100, 1000000, 11000000);
+    cr_expect_str_eq(*until, "12112");
+    dbt_script_bind_clock(&c, "bbbb", 0, 0, 11000000);
+    cr_expect_str_eq(*until, "", "no reading of that server");
+    dbt_script_bind_clock(&c, "", 0, 0, 11000000);
+    cr_expect_str_eq(*until, "", "INFO refused: no server to tell");
+    dbt_renew_add_until(&c, 0, &mine);
+    dbt_script_bind_clock(&c, "aaaa", 9000, 5000000, 11000000);
+    cr_expect_str_eq(*until, "", "no lease named");
 }
 
 Test(script_args, status_reads_without_lease, .init = make_keys, .fini = free_keys)
