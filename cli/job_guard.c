@@ -149,6 +149,8 @@ static _Noreturn void guard(const job_spec *s, int alive, int status_fd, int exe
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, NULL);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    /* Its own name (ps, top): not taken for acquire itself, the permit's holder. */
+    prctl(PR_SET_NAME, "acquire-guard");
     pid_t me = getpid();
     struct pollfd pf = {.fd = alive, .events = POLLIN};
     if (poll(&pf, 1, 0) == 1) /* acquire died before we started: do not start CMD */

@@ -248,6 +248,10 @@ echo "# the job's leftovers and a lost permit"
 "$D" acquire lo --limit 1 -- sh -c 'sleep 60 & echo $! >"$1"' sh "$work/lo.pid"; rc=$?
 lo=$(cat "$work/lo.pid" 2>/dev/null)
 check "CMD left a background sleep and exited 0: acquire exits 0 once the sleep is ended too (no process left, nothing held)" '[ $rc -eq 0 ] && [ -n "$lo" ] && exited "$lo" && nothing_left q "dbthrottle:{lo}"'
+# An orphan of CMD's (the subshell's sleep) comes to the guard, CMD's parent, when its parent
+# exits; once it exits too, the guard reaps it: no zombie among the guard's children.
+out=$("$D" acquire zb --limit 1 -- sh -c '(sleep 0.1 &); sleep 1; ps -o stat= --ppid $PPID' 2>&1); rc=$?
+check "an orphan of CMD's that exited is reaped by the guard: no zombie among its children (states: $(echo $out))" '[ $rc -eq 0 ] && [ -n "$out" ] && ! echo "$out" | grep -q Z'
 # A permit lost while CMD runs (Redis stopped past the lease): closed ends CMD, open says so at once.
 for mode in closed open; do
     rm -f "$work/ll.cmd"
