@@ -286,6 +286,15 @@ check "and nothing of them is left in Redis" 'wait_until 5 "nothing_left q \"dbt
 echo "# SIGKILL of acquire: its job and its statement end before the permit returns"
 pg_start
 counter_install
+# What CMD's libpq connections ask of the server, as the server says it.
+out=$(env -u PGOPTIONS DBTHROTTLE_LEASE=1s "$D" acquire po --limit 1 -- psql -qAtX -c 'show client_connection_check_interval' 2>&1)
+check "CMD's psql asks for client_connection_check_interval: the server's session has $out (auto, lease/4)" '[ "$out" = 250ms ]'
+out=$(PGOPTIONS='-c work_mem=7MB' DBTHROTTLE_LEASE=1s "$D" acquire po --limit 1 -- psql -qAtX -c 'show work_mem' -c 'show client_connection_check_interval' 2>&1 | tr '\n' ' ')
+check "the caller's PGOPTIONS is kept, ours appended (the server: $out)" '[ "$out" = "7MB 250ms " ]'
+out=$(PGOPTIONS='-c client_connection_check_interval=3s' "$D" acquire po --limit 1 -- psql -qAtX -c 'show client_connection_check_interval' 2>&1)
+check "a PGOPTIONS that names the setting is left as it is (the server: $out)" '[ "$out" = 3s ]'
+out=$(env -u PGOPTIONS DBTHROTTLE_SERVER_CHECK_INTERVAL=off "$D" acquire po --limit 1 -- sh -c 'echo "${PGOPTIONS-unset}"' 2>&1)
+check "DBTHROTTLE_SERVER_CHECK_INTERVAL=off: PGOPTIONS left unset ($out)" '[ "$out" = unset ]'
 # kj CASE CMD...: runs acquire -- CMD, kills it mid-probe, then a second acquirer's probe.
 kj() {
     kj_case=$1
