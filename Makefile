@@ -172,7 +172,7 @@ CRITERION_LIBS := -lcriterion
 # archive), plus cli/. It finds the library beside itself, in ../lib or ../lib/$(MULTIARCH), or in
 # LIBDIR.
 CLI_SRCS := $(sort $(wildcard cli/*.c))
-$(BUILD)/dbthrottle: $(CLI_SRCS) cli/cli.h $(VERSION_H) $(BUILD)/libdbthrottle-core.a $(BUILD)/gen/install-paths
+$(BUILD)/dbthrottle: $(CLI_SRCS) $(wildcard cli/*.h) $(VERSION_H) $(BUILD)/libdbthrottle-core.a $(BUILD)/gen/install-paths
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli $(LIBPQ_CFLAGS) -DDBT_LIBDIR='"$(LIBDIR)"' \
 	    -DDBT_MULTIARCH='"$(MULTIARCH)"' -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDFLAGS) $(LDLIBS_LIB) \
 	    $(MICROHTTPD_LIBS) -lpq -lm

@@ -11,8 +11,13 @@
  * waiter is woken through its dbt_waker and withdraws from the queue); while CMD runs, one is
  * passed on to CMD, unless the terminal sent it (si_code SI_KERNEL), since the terminal signals
  * the whole process group and CMD has it already. The mutex `mu` orders the forwarding with the
- * start and the reaping of CMD, so a signal never reaches a pid that is no longer CMD's. */
+ * start and the reaping of CMD's guard, so a signal never reaches a pid that is no longer its.
+ *
+ * CMD must not outlive the permit: it runs under a guard process (job_guard.c) that ends it, and
+ * all it started, when we die; its libpq connections ask the server to end a statement whose
+ * client is gone (PGOPTIONS), so nothing of it runs at the server when the permit comes back. */
 #include "cli.h"
+#include "job_guard.h"
 
 #include "log.h"
 #include "sem_client.h"
@@ -26,7 +31,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,8 +54,13 @@ static const char usage[] =
     "unreachable Redis runs CMD unthrottled, with a warning. Exit code 2: bad usage or settings;\n"
     "126 and 127: CMD cannot be run or is not found. SIGINT, SIGTERM, SIGHUP and SIGQUIT are\n"
     "passed on to CMD (not those the terminal sent its whole process group); while waiting, one\n"
-    "ends the wait (exit 128+N). If acquire itself is killed, CMD gets SIGTERM, and the permit\n"
-    "goes back when its lease runs out. A separate limit is a separate POOL name.\n"
+    "ends the wait (exit 128+N). CMD runs under a guard process: if acquire itself is killed,\n"
+    "CMD and everything it started get SIGTERM, then SIGKILL, before the permit can go back by\n"
+    "its lease; what CMD leaves running when it exits is ended so too. CMD's libpq connections\n"
+    "ask the server to end a dead client's statement (PGOPTIONS, "
+    "DBTHROTTLE_SERVER_CHECK_INTERVAL).\n"
+    "A permit lost while CMD runs (Redis unreachable for a lease) is said at once; with\n"
+    "DBTHROTTLE_ON_REDIS_ERROR=closed it ends CMD. A separate limit is a separate POOL name.\n"
     "\n"
     "  --kind K       query (default) or connection: which of the pool's two semaphores\n"
     "  --limit N      the semaphore's limit (default DBTHROTTLE_MAX_QUERIES, or\n"
@@ -106,6 +115,13 @@ static bool stop_requested(void *arg)
     return atomic_load(&sg.stop_sig) != 0;
 }
 
+typedef struct {
+    const char *pool;
+    dbt_kind kind;
+    int weight;
+    char **cmd;
+} acquire_args;
+
 /* ---- CMD ------------------------------------------------------------------------------------ */
 
 /* Finds name as execvp would (PATH, or the name itself when it holds a '/'), before anything is
@@ -141,43 +157,6 @@ static int resolve(const char *name, char *out, size_t cap)
     }
 }
 
-/* Forks CMD (argv, its resolved path) with this process' signal mask before ours (`mask`) and
- * SIGTERM for it should we die first (an orphan would run on without its permit). Returns its pid
- * and, in *exec_fd, a descriptor that reads as empty once CMD runs, or the exec's errno; -1 with
- * errno when it cannot fork. Called with sg.mu held. */
-static pid_t fork_cmd(const char *path, char **argv, char **sh_argv, const sigset_t *mask,
-                      int *exec_fd)
-{
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) != 0)
-        return -1;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        /* Only async-signal-safe calls here: the parent has threads. */
-        sigprocmask(SIG_SETMASK, mask, NULL);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(128 + SIGTERM); /* we died before the line above: do not run unthrottled */
-        execve(path, argv, environ);
-        int e = errno;
-        if (e == ENOEXEC) /* a script without #!: sh runs it, as execvp does */
-            execve("/bin/sh", sh_argv, environ);
-        ssize_t w = write(pfd[1], &e, sizeof e);
-        (void)w;
-        _exit(127);
-    }
-    int e = errno;
-    close(pfd[1]);
-    if (pid < 0) {
-        close(pfd[0]);
-        errno = e;
-        return -1;
-    }
-    *exec_fd = pfd[0];
-    return pid;
-}
-
 /* 0 once CMD runs (the pipe's write end closed at the exec), else the exec's errno. */
 static int exec_result(int fd)
 {
@@ -190,31 +169,107 @@ static int exec_result(int fd)
     return n == (ssize_t)sizeof e ? e : 0;
 }
 
-/* Waits for CMD to end; its exit status as a shell gives it (128+N for a signal N). */
-static int wait_cmd(pid_t pid)
+/* CMD's environment: ours, with PGOPTIONS asking the server for client_connection_check_interval
+ * (DBTHROTTLE_SERVER_CHECK_INTERVAL) unless it is off or PGOPTIONS names the setting already. CMD
+ * is not preloaded (its permit is ours), so its libpq connections do not ask for it themselves,
+ * and a statement it left running at the server when it was ended would run on past our permit
+ * (docs/design.md, "A dead client's statement"). *extra is what was allocated (to free). */
+static char **job_env(const dbt_config *cfg, char **extra)
 {
-    siginfo_t si;
+    *extra = NULL;
+    int64_t ms = cfg->disable ? 0 : dbt_server_check_ms(cfg);
+    const char *user = getenv("PGOPTIONS");
+    if (ms <= 0 || (user && strcasestr(user, "client_connection_check_interval")))
+        return environ;
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 2, sizeof *env);
+    size_t len = (user ? strlen(user) : 0) + 96;
+    char *opt = malloc(len);
+    if (!env || !opt) {
+        free(env);
+        free(opt);
+        return NULL;
+    }
+    snprintf(opt, len, "PGOPTIONS=%s%s-c client_connection_check_interval=%lld", user ? user : "",
+             user && user[0] ? " " : "", (long long)ms);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "PGOPTIONS=", 10) != 0)
+            env[k++] = environ[i];
+    env[k++] = opt;
+    env[k] = NULL;
+    *extra = opt;
+    return env;
+}
+
+/* How often the permit is looked at while CMD runs: a lost one is said (and, closed, ends CMD)
+ * within this of the loss being known. */
+static int lost_tick_ms(const dbt_config *cfg)
+{
+    int64_t t = cfg->lease_ms / 4;
+    return (int)(t < 10 ? 10 : t > 1000 ? 1000 : t);
+}
+
+/* Waits for CMD (under its guard) to end, looking at the permit meanwhile: one lost (Redis did not
+ * accept a renewal for a whole lease: unreachable, or we were stopped that long) is said at once,
+ * and with DBTHROTTLE_ON_REDIS_ERROR=closed CMD is ended, as a worker's command would be refused.
+ * Returns CMD's exit status as a shell gives it (128+N for a signal N). */
+static int wait_cmd(job_guard *job, dbt_permit *permit, const dbt_config *cfg,
+                    const acquire_args *a)
+{
+    int status = 0, got;
+    bool lost = false;
+    while ((got = job_wait(job, permit ? lost_tick_ms(cfg) : -1, &status)) == 0) {
+        if (lost || !dbt_permit_lost(permit))
+            continue;
+        lost = true;
+        if (cfg->on_redis_error == DBT_ON_ERROR_CLOSED) {
+            fprintf(stderr,
+                    "dbthrottle acquire: error: the permit of %s was lost while %s ran (Redis "
+                    "accepted no renewal for a whole lease): DBTHROTTLE_ON_REDIS_ERROR=closed, so "
+                    "%s is ended\n",
+                    a->pool, a->cmd[0], a->cmd[0]);
+            job_end(job);
+        } else {
+            fprintf(stderr,
+                    "dbthrottle acquire: warning: the permit of %s was lost while %s ran (Redis "
+                    "accepted no renewal for a whole lease): %s runs on without it, perhaps "
+                    "beside more than the limit (DBTHROTTLE_ON_REDIS_ERROR=open)\n",
+                    a->pool, a->cmd[0], a->cmd[0]);
+        }
+    }
     /* Not reaped yet (WNOWAIT): its pid cannot be reused while the signal thread may still use
      * it. */
-    while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) != 0 && errno == EINTR)
+    siginfo_t si;
+    while (waitid(P_PID, (id_t)job->guard, &si, WEXITED | WNOWAIT) != 0 && errno == EINTR)
         ;
     pthread_mutex_lock(&sg.mu);
     sg.child = 0;
     pthread_mutex_unlock(&sg.mu);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    int gst = 0;
+    while (waitpid(job->guard, &gst, 0) < 0 && errno == EINTR)
         ;
+    job_end(job);
+    close(job->status_fd);
+    if (got < 0) {
+        /* Killed (only SIGKILL can): CMD got SIGKILL as it died; what CMD had started came to
+         * us. */
+        fprintf(stderr, "dbthrottle acquire: error: the guard of %s was killed: %s ended\n",
+                a->cmd[0], a->cmd[0]);
+        job_end_orphans();
+        status = gst;
+    }
+    if (!lost && permit && dbt_permit_lost(permit))
+        fprintf(stderr,
+                "dbthrottle acquire: warning: Redis lost the permit while %s ran (its lease "
+                "could not be renewed): it may have run beside more than the limit\n",
+                a->cmd[0]);
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
 /* ---- the command ---------------------------------------------------------------------------- */
-
-typedef struct {
-    const char *pool;
-    dbt_kind kind;
-    int weight;
-    char **cmd;
-} acquire_args;
 
 /* Sets a setting from an option through the library's own parser (its message on a bad value). */
 static bool set_option(dbt_config *cfg, const char *var, const char *value)
@@ -373,16 +428,20 @@ static int no_permit(dbt_acq_result r, dbt_pool *pool, const acquire_args *a, co
     }
 }
 
-/* Runs CMD, holding `permit` (NULL: unthrottled); gives the permit back as soon as CMD ends. */
-static int run_cmd(const acquire_args *a, const char *path, const sigset_t *mask,
-                   dbt_permit *permit)
+/* Runs CMD under its guard, holding `permit` (NULL: unthrottled); gives the permit back as soon
+ * as CMD and whatever it started have ended. */
+static int run_cmd(const acquire_args *a, const dbt_config *cfg, const char *path,
+                   const sigset_t *mask, dbt_permit *permit)
 {
     int n = 0;
     while (a->cmd[n])
         n++;
     /* For a script without #! (ENOEXEC): sh PATH ARG..., made before the fork. */
     char **sh_argv = calloc((size_t)n + 2, sizeof *sh_argv);
-    if (!sh_argv) {
+    char *extra = NULL;
+    char **envp = sh_argv ? job_env(cfg, &extra) : NULL;
+    if (!envp) {
+        free(sh_argv);
         dbt_release(permit);
         return cli_fail("acquire", "out of memory"), EXIT_NO_PERMIT;
     }
@@ -390,38 +449,43 @@ static int run_cmd(const acquire_args *a, const char *path, const sigset_t *mask
     sh_argv[1] = (char *)path;
     for (int i = 1; i < n; i++)
         sh_argv[i + 1] = a->cmd[i];
+    /* CMD's grace between SIGTERM and SIGKILL when it is ended: min(1 s, lease/4), as the auto
+     * server check, so that the two together stay within half a lease, less than the 2/3 lease
+     * before a dead acquire's permit can come back. */
+    int64_t grace = cfg->lease_ms / 4 < 1000 ? cfg->lease_ms / 4 : 1000;
+    job_spec spec = {.path = path,
+                     .argv = a->cmd,
+                     .sh_argv = sh_argv,
+                     .envp = envp,
+                     .mask = mask,
+                     .passed = &sg.set,
+                     .grace_ms = grace};
+    job_guard job = {.alive_fd = -1, .status_fd = -1, .exec_fd = -1};
     pthread_mutex_lock(&sg.mu);
     int sig = atomic_load(&sg.stop_sig);
-    int exec_fd = -1, err = 0;
-    pid_t pid = sig ? 0 : fork_cmd(path, a->cmd, sh_argv, mask, &exec_fd);
-    if (pid > 0)
-        sg.child = pid; /* from now on the signal thread passes signals on to it */
-    else
-        err = errno;
+    bool started = !sig && job_start(&job, &spec);
+    int err = started || sig ? 0 : errno;
+    if (started)
+        sg.child = job.guard; /* from now on the signal thread passes signals on, through it */
     pthread_mutex_unlock(&sg.mu);
-    if (pid > 0 && (err = exec_result(exec_fd)) != 0) {
-        pthread_mutex_lock(&sg.mu);
-        sg.child = 0;
-        pthread_mutex_unlock(&sg.mu);
-        waitpid(pid, NULL, 0);
-        pid = -1;
-    }
+    if (started)
+        err = exec_result(job.exec_fd);
+    if (envp != environ)
+        free(envp);
+    free(extra);
     free(sh_argv);
     if (sig) { /* it came as the permit was granted: CMD does not start */
         dbt_release(permit);
         return 128 + sig;
     }
-    if (pid < 0) {
+    if (!started || err) {
+        if (started)
+            wait_cmd(&job, NULL, cfg, a); /* the guard reports CMD's 127 and exits */
         dbt_release(permit);
         cli_fail("acquire", "cannot run %s: %s", a->cmd[0], strerror(err));
         return err == ENOENT ? 127 : 126;
     }
-    int rc = wait_cmd(pid);
-    if (permit && dbt_permit_lost(permit))
-        fprintf(stderr,
-                "dbthrottle acquire: warning: Redis lost the permit while %s ran (its lease "
-                "could not be renewed): it may have run beside more than the limit\n",
-                a->cmd[0]);
+    int rc = wait_cmd(&job, permit, cfg, a);
     dbt_release(permit);
     return rc;
 }
@@ -492,7 +556,7 @@ int cmd_acquire(int argc, char **argv)
     if (disabled) {
         fprintf(stderr, "dbthrottle acquire: note: DBTHROTTLE_DISABLE is on: %s runs unthrottled\n",
                 a.cmd[0]);
-        rc = run_cmd(&a, path, &mask, NULL);
+        rc = run_cmd(&a, &cfg, path, &mask, NULL);
         dbt_config_free(&cfg);
         return rc;
     }
@@ -514,7 +578,7 @@ int cmd_acquire(int argc, char **argv)
     dbt_acq_result r = dbt_acquire(pool, a.kind, &o, &permit);
     rc = r == DBT_ACQ_GRANTED ? -1 : no_permit(r, pool, &a, &cfg, limit);
     if (rc < 0)
-        rc = run_cmd(&a, path, &mask, r == DBT_ACQ_GRANTED ? permit : NULL);
+        rc = run_cmd(&a, &cfg, path, &mask, r == DBT_ACQ_GRANTED ? permit : NULL);
     dbt_client_free(client);
     dbt_log_close();
     dbt_config_free(&cfg);

@@ -165,7 +165,8 @@ def start_workers():
 
 def clients():
     """The workload's client processes now (the ones that hold permits): in the workers' process
-    groups, psql, pgbench, python3 and dbthrottle, not a psql that dbthrottle acquire runs."""
+    groups, psql, pgbench, python3 and dbthrottle, not a psql that dbthrottle acquire runs (under
+    its guard, acquire-guard)."""
     pgids = {p.pid for _, _, p in groups}
     found = []
     for d in os.listdir("/proc"):
@@ -183,7 +184,7 @@ def clients():
         if pgid not in pgids or fields[0] == "T" or comm not in ("psql", "pgbench", "python3",
                                                                  "dbthrottle"):
             continue
-        if comm == "psql" and parent_comm(ppid) == "dbthrottle":
+        if comm == "psql" and parent_comm(ppid) in ("dbthrottle", "acquire-guard"):
             continue
         found.append((int(d), comm))
     return sorted(found)
@@ -207,15 +208,20 @@ def holder(pick):
     if not m:
         return None
     pid, comm = int(m.group(2)), m.group(1)
-    if comm == "psql" and parent_comm(parent(pid)) == "dbthrottle":
+    if comm == "psql" and parent_comm(parent(pid)) == "acquire-guard":
+        pid, comm = parent(parent(pid)), "dbthrottle"
+    elif comm == "psql" and parent_comm(parent(pid)) == "dbthrottle":
         pid, comm = parent(pid), "dbthrottle"
     return pid, comm
 
 
 def backends_of(pid):
-    """The PostgreSQL backends of client PID (or of its children: dbthrottle acquire's psql), by
-    the client ports of its connections to the server (ss) as pg_stat_activity lists them."""
-    pids = {str(pid)} | {d for d in os.listdir("/proc") if d.isdigit() and parent(int(d)) == pid}
+    """The PostgreSQL backends of client PID (or of its children and grandchildren: dbthrottle
+    acquire's psql, under its guard), by the client ports of its connections to the server (ss)
+    as pg_stat_activity lists them."""
+    procs = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    kids = {p for p in procs if parent(p) == pid}
+    pids = {str(p) for p in {pid} | kids | {p for p in procs if parent(p) in kids}}
     r = subprocess.run(["ss", "-Htnp", "state", "established",
                         "( dport = :%s )" % os.environ["PGPORT"]], capture_output=True, text=True)
     ports = [line.split()[2].rsplit(":", 1)[1] for line in r.stdout.splitlines()

@@ -188,8 +188,14 @@ check "DBTHROTTLE_DISABLE=on: CMD runs, said on stderr, exit 4" '[ $rc -eq 4 ] &
 # ---- what CMD inherits ---------------------------------------------------------------------------
 echo "# descriptors"
 echo passed-on >"$work/fd7"
-"$D" acquire fd --limit 1 -- sh -c 'for f in /proc/$$/fd/*; do echo "${f##*/} $(readlink "$f")"; done' 7<"$work/fd7" >"$work/fds"
-check "CMD inherits no descriptor of ours (no socket, no eventfd: $(grep -c . "$work/fds") open), and fd 7 that the caller passed" '! grep -q "socket:\|anon_inode:" "$work/fds" && grep -q "^7 $work/fd7\$" "$work/fds"'
+# The same listing without acquire is the caller's own (written to the same file, the same fd 1;
+# readlink as a command, not a substitution, whose pipe would be sh's; the glob's own descriptor,
+# closed by then, is left out).
+list_fds='for f in /proc/$$/fd/*; do [ -L "$f" ] && printf "%s " "${f##*/}" && readlink "$f"; done'
+sh -c "$list_fds" 7<"$work/fd7" >"$work/fds"
+mv "$work/fds" "$work/fds.caller"
+"$D" acquire fd --limit 1 -- sh -c "$list_fds" 7<"$work/fd7" >"$work/fds"
+check "CMD inherits no descriptor of ours (no socket, no eventfd, no pipe of its guard: the $(grep -c . "$work/fds") it has open are those the same command has without acquire), and fd 7 that the caller passed" '! grep -q "socket:\|anon_inode:" "$work/fds" && cmp -s "$work/fds" "$work/fds.caller" && grep -q "^7 $work/fd7\$" "$work/fds"'
 
 # ---- the connection kind and weights -------------------------------------------------------------
 echo "# kinds and weights"
@@ -235,5 +241,87 @@ wait "$nh_hold"
 wait "$nh"; rc=$?
 check "SIGHUP ignored by acquire's caller: still waiting 3 s after it (Redis: $nh_waiters waiter), then granted once the holder ended: CMD ran, exit $rc ($(tr '\n' ' ' <"$work/nh.out"))" '[ $nh_hold_seen -eq 0 ] && [ $nh_wait_seen -eq 0 ] && [ $nh_ended -ne 0 ] && [ "$nh_waiters" -eq 1 ] && [ $rc -eq 0 ] && grep -qx job-ran "$work/nh.out"'
 check "and nothing of it is left in Redis" 'nothing_left q "dbthrottle:{nh}"'
+
+# ---- what the job leaves behind, and a permit lost while it runs ---------------------------------
+echo "# the job's leftovers and a lost permit"
+# CMD exits and leaves a process in the background: it is ended before the permit is released.
+"$D" acquire lo --limit 1 -- sh -c 'sleep 60 & echo $! >"$1"' sh "$work/lo.pid"; rc=$?
+lo=$(cat "$work/lo.pid" 2>/dev/null)
+check "CMD left a background sleep and exited 0: acquire exits 0 once the sleep is ended too (no process left, nothing held)" '[ $rc -eq 0 ] && [ -n "$lo" ] && exited "$lo" && nothing_left q "dbthrottle:{lo}"'
+# An orphan of CMD's (the subshell's sleep) comes to the guard, CMD's parent, when its parent
+# exits; once it exits too, the guard reaps it: no zombie among the guard's children.
+out=$("$D" acquire zb --limit 1 -- sh -c '(sleep 0.1 &); sleep 1; ps -o stat= --ppid $PPID' 2>&1); rc=$?
+check "an orphan of CMD's that exited is reaped by the guard: no zombie among its children (states: $(echo $out))" '[ $rc -eq 0 ] && [ -n "$out" ] && ! echo "$out" | grep -q Z'
+# A permit lost while CMD runs (Redis stopped past the lease): closed ends CMD, open says so at once.
+for mode in closed open; do
+    rm -f "$work/ll.cmd"
+    bg "$work/ll.$mode" env DBTHROTTLE_LEASE=1s DBTHROTTLE_REDIS_TIMEOUT=200ms DBTHROTTLE_ON_REDIS_ERROR=$mode "$D" acquire ll --limit 1 -- sh -c 'echo $$ >"$1"; exec sleep 60' sh "$work/ll.cmd"
+    ll=$bg
+    wait_until 15 '[ "$(live_holders q "dbthrottle:{ll}")" -eq 1 ] && [ -s "$work/ll.cmd" ]'
+    ll_seen=$?
+    ll_cmd=$(cat "$work/ll.cmd")
+    kill -STOP "$redis_pid"
+    if [ $mode = closed ]; then
+        wait_until 10 'exited "$ll"'
+        ll_ended=$?
+        kill -CONT "$redis_pid"
+        wait "$ll"; rc=$?
+        check "closed: Redis stopped past the 1 s lease while CMD runs: CMD ended, acquire exits 143 and says why ($(grep acquire "$work/ll.$mode"))" '[ $ll_seen -eq 0 ] && [ $ll_ended -eq 0 ] && [ $rc -eq 143 ] && exited "$ll_cmd" && grep -q "permit of ll was lost.*closed, so sh is ended" "$work/ll.$mode"'
+    else
+        wait_until 10 'grep -q "permit of ll was lost" "$work/ll.$mode"'
+        ll_said=$?
+        kill -CONT "$redis_pid"
+        check "open: the lost permit is said while CMD still runs ($(grep acquire "$work/ll.$mode"))" '[ $ll_seen -eq 0 ] && [ $ll_said -eq 0 ] && ! exited "$ll_cmd" && ! exited "$ll"'
+        kill -TERM "$ll"
+        wait "$ll"
+    fi
+done
+check "and nothing of them is left in Redis" 'wait_until 5 "nothing_left q \"dbthrottle:{ll}\""'
+
+# ---- a killed acquire's job, judged at the server ------------------------------------------------
+# make chaos seed 12: acquire SIGKILLed while its psql ran a statement; its permit came back after
+# the lease while the statement ran on at the server. Limit 1, lease 1 s: CMD (psql, and psql under
+# sh -c, which a parent-death signal of sh's would not reach) is in dbt_probe(8000) when acquire is
+# SIGKILLed; a second acquire then runs a probe. The advisory-lock counter says how many ran at once.
+echo "# SIGKILL of acquire: its job and its statement end before the permit returns"
+pg_start
+counter_install
+# What CMD's libpq connections ask of the server, as the server says it.
+out=$(env -u PGOPTIONS DBTHROTTLE_LEASE=1s "$D" acquire po --limit 1 -- psql -qAtX -c 'show client_connection_check_interval' 2>&1)
+check "CMD's psql asks for client_connection_check_interval: the server's session has $out (auto, lease/4)" '[ "$out" = 250ms ]'
+out=$(PGOPTIONS='-c work_mem=7MB' DBTHROTTLE_LEASE=1s "$D" acquire po --limit 1 -- psql -qAtX -c 'show work_mem' -c 'show client_connection_check_interval' 2>&1 | tr '\n' ' ')
+check "the caller's PGOPTIONS is kept, ours appended (the server: $out)" '[ "$out" = "7MB 250ms " ]'
+out=$(PGOPTIONS='-c client_connection_check_interval=3s' "$D" acquire po --limit 1 -- psql -qAtX -c 'show client_connection_check_interval' 2>&1)
+check "a PGOPTIONS that names the setting is left as it is (the server: $out)" '[ "$out" = 3s ]'
+out=$(env -u PGOPTIONS DBTHROTTLE_SERVER_CHECK_INTERVAL=off "$D" acquire po --limit 1 -- sh -c 'echo "${PGOPTIONS-unset}"' 2>&1)
+check "DBTHROTTLE_SERVER_CHECK_INTERVAL=off: PGOPTIONS left unset ($out)" '[ "$out" = unset ]'
+# kj CASE CMD...: runs acquire -- CMD, kills it mid-probe, then a second acquirer's probe.
+kj() {
+    kj_case=$1
+    shift
+    mark
+    bg "$work/kj.$kj_case" env DBTHROTTLE_LEASE=1s PGAPPNAME=kj "$D" acquire kj --limit 1 -- "$@"
+    kj_acq=$bg
+    wait_until 20 '[ "$(psql -qAtX -c "select count(*) from pg_stat_activity where application_name = '"'kj'"' and query like '"'%dbt_probe(8000)%'"' and state = '"'active'"'")" -eq 1 ]'
+    kj_seen=$?
+    kj_backend=$(psql -qAtX -c "select pid from pg_stat_activity where application_name = 'kj' and query like '%dbt_probe(8000)%' and state = 'active'")
+    kill -KILL "$kj_acq"
+    wait "$kj_acq" 2>/dev/null
+    # The second acquirer queues at once: it is granted when the killed one's lease lapses.
+    bg "$work/kj2.$kj_case" env DBTHROTTLE_LEASE=1s PGAPPNAME=kj "$D" acquire kj --limit 1 --wait 30s -- psql -qAtX -c 'select dbt_probe(300)'
+    kj_second=$bg
+    # The backend gone within lease + check interval (250 ms: auto, lease/4), polling slack 1 s.
+    wait_until 20 '[ "$(psql -qAtX -c "select count(*) from pg_stat_activity where pid = ${kj_backend:-0}")" -eq 0 ]'
+    kj_gone=$waited_ms
+    wait "$kj_second"
+    kj_rc=$?
+    kj_max=$(max_conc kj)
+    kj_n=$(probes kj)
+    check "$kj_case: acquire SIGKILLed mid-statement (lease 1 s), a second acquire's probe ran (exit $kj_rc): at most 1 at once at the server (counted $kj_max in $kj_n probes)" '[ $kj_seen -eq 0 ] && [ $kj_rc -eq 0 ] && [ "$kj_n" -eq 2 ] && [ "$kj_max" -eq 1 ]'
+    check "$kj_case: the orphan's backend left pg_stat_activity within lease + check interval (after ${kj_gone} ms, polling slack 1 s)" '[ -n "$kj_backend" ] && [ $kj_gone -ge 0 ] && [ $kj_gone -le 2250 ]'
+    check "$kj_case: nothing of it left in Redis" 'wait_until 5 "nothing_left q \"dbthrottle:{kj}\""'
+}
+kj psql psql -qAtX -c 'select dbt_probe(8000)'
+kj "sh -c psql" sh -c 'psql -qAtX -c "select dbt_probe(8000)"; echo after'
 
 summary
