@@ -133,6 +133,17 @@ end
 -- Ids a renewal that ran late named and Redis lacks: their leases ran out (see BELIEVED_UNTIL).
 -- Remembered in GONE for two leases as reap does (so that the renewals sent after it in the stall
 -- find them there), and those no call had reaped (the keys that held them expired) are counted.
+-- Whether a lease that ends at score (ms, Redis' clock; false: none) ran out before this call
+-- ran. Its process then believes in it no more: its belief rests on the send time of a renewal
+-- Redis accepted, never later than the score that renewal set, so by its own clock it has given
+-- the lease up (the margin covers clock rates, 1000 ppm of a lease, and 2 ms). Such a lease is
+-- expired whatever the call says, never renewed back to life: a renewal that waited in a stopped
+-- Redis' socket would otherwise revive a permit nobody uses, for a lease. A lease a later
+-- renewal extended (one on another connection that overtook this one) has a later score, and is
+-- renewed as usual.
+local function lapsed(score)
+    return score and tonumber(score) + 2 + LEASE / 1000 < now
+end
 local function ran_out(s, ids, holders)
     if #ids == 0 or TOKEN == '' then
         return
@@ -165,7 +176,18 @@ local function renew_holders(s, n)
     local late = {}
     for i = at, at + n - 1 do
         local id = ARGV[i]
-        if redis.call('ZSCORE', s.H, id) then
+        if lapsed(redis.call('ZSCORE', s.H, id)) then
+            -- its lease ran out before this call ran (a renewal delayed past it, in a stopped
+            -- Redis' socket): expired, as a reap would find it, not renewed back to life (its
+            -- process gives it up by its own clock; renewed, it was a permit nobody used for a
+            -- lease)
+            if unhold(s, id) == 1 then
+                observe_hold(s, redis.call('HGET', s.INFO, id), now)
+            end
+            redis.call('HDEL', s.INFO, id)
+            lost_h[#lost_h + 1] = id
+            late[#late + 1] = id
+        elseif redis.call('ZSCORE', s.H, id) then
             K.renew_units(s, id, exp)
             note_doing(s, id, ARGV[DOING_AT + held_before + i - at])
         else
@@ -211,7 +233,24 @@ local function renew_waiters(s, n)
     local late = {}
     for i = at, at + n - 1 do
         local id = ARGV[i]
-        if redis.call('ZSCORE', s.W, id) and redis.call('ZSCORE', s.Q, id) then
+        local place = redis.call('ZSCORE', s.W, id)
+        local queued_now = place and redis.call('ZSCORE', s.Q, id)
+        if (queued_now and lapsed(place)) or (not queued_now and lapsed(redis.call('ZSCORE', s.H, id))) then
+            -- its place's lease ran out before this call ran: gone, as a reap would find it (a
+            -- place renewed back to life would be granted a permit nobody takes for a lease)
+            if queued_now then
+                load_classes()
+                redis.call('ZREM', s.W, id)
+                redis.call('ZREM', s.Q, id)
+                unqueued(s, id)
+                redis.call('ZREM', K.tag_queue(s, shape_of(id) or '-'), id)
+            elseif unhold(s, id) == 1 then
+                observe_hold(s, redis.call('HGET', s.INFO, id), now)
+            end
+            redis.call('HDEL', s.INFO, id)
+            lost_w[#lost_w + 1] = id
+            late[#late + 1] = id
+        elseif queued_now then
             redis.call('ZADD', s.W, 'XX', exp, id)
         elseif redis.call('ZSCORE', s.H, id) then
             -- granted (the grant is on its way, or was lost): renew it as a holder, and say so

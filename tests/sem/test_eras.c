@@ -550,6 +550,44 @@ Test(eras, a_stall_longer_than_the_keys_live_is_an_expiry_not_a_loss, .timeout =
     dbt_release(a);
 }
 
+/* Redis stopped for longer than a lease but not for as long as its keys live, under a holder
+ * renewing: the renewal written into the stopped Redis' socket runs when it resumes and names a
+ * permit Redis still has, whose lease ran out during the stop (by Redis' clock, and so by its
+ * process', which has given it up). It must not renew it: the permit is expired and reaped, and a
+ * newcomer is granted at once. On the code before: the late renewal renewed it for a whole lease,
+ * a permit nobody used (the newcomer refused, capacity lost for a lease after every such stop). */
+Test(eras, a_late_renewal_does_not_revive_a_lease_that_ran_out, .timeout = 60)
+{
+    dbt_client *hc = fx_client("DBTHROTTLE_LEASE=1s", TIMEOUT, NULL);
+    dbt_client *nc = fx_client("DBTHROTTLE_LEASE=1s", TIMEOUT, NULL);
+    dbt_pool *hp = dbt_client_pool(hc, "era"), *np = dbt_client_pool(nc, "era");
+    dbt_acquire_opts one = try_only(1);
+    dbt_permit *a, *x = NULL;
+    cr_assert_eq(dbt_acquire(hp, DBT_KIND_QUERY, &one, &a), DBT_ACQ_GRANTED);
+    char first[32];
+    snprintf(first, sizeof first, "%lld",
+             test_redis_int(&fx_redis, "ZSCORE " P "holders %s", dbt_permit_id(a)));
+    const char *since[] = {P "holders", dbt_permit_id(a), first};
+    cr_assert(test_wait_until(renewed_since, since, 3000), "the holder was not renewed");
+    kill(fx_redis.pid, SIGSTOP);
+    /* more than a lease (1 s), less than the 1.5 s the keys have at least (TTL 3 leases, refreshed
+     * at half); a longer stop is the test above, which passes here too */
+    usleep(1400 * 1000);
+    kill(fx_redis.pid, SIGCONT);
+    /* the renewal sent during the stop runs first: it was in Redis' socket before this call */
+    dbt_acq_result got = dbt_acquire(np, DBT_KIND_QUERY, &one, &x);
+    long long held = test_redis_int(&fx_redis, "ZSCORE " P "holders %s", dbt_permit_id(a));
+    cr_expect_eq(got, DBT_ACQ_GRANTED,
+                 "a newcomer was not granted at once: the lapsed permit was renewed (its score "
+                 "%lld, before the stop %s)",
+                 held, first);
+    cr_expect_eq(stat_of("quarantines"), 0, "a quarantine after a stop shorter than the keys live");
+    cr_expect(dbt_permit_lost(a), "the holder was not told its lease ran out");
+    if (x)
+        dbt_release(x);
+    dbt_release(a);
+}
+
 /* One renewal of held id, as the renewer sends it (its record, what it does, its local waits),
  * stating that its process believes in its lease until `until_us` (this process' clock; the
  * connection's reading of Redis' clock carries it to Redis'); 0: not said, as an older client. */
