@@ -41,6 +41,17 @@ for mode in closed open; do
     # The second probe's start: the first dbt_conc line of another backend.
     second=$(tail -n +"$((log_mark + 1))" "$work/pg/server.log" | grep -n "dbt_conc app=lc_$mode n=" | grep -v "\[$a_be\]" | head -1 | cut -d: -f1)
     if [ $mode = closed ]; then
+        # How long before the next probe began A's cancel reached its backend, by the server's
+        # own clock (the "%m" times of the two lines; -1: either is missing).
+        ahead=$(tail -n +"$((log_mark + 1))" "$work/pg/server.log" | awk -v c="${cancelled:-0}" -v n="${second:-0}" '
+            function ms(l,  t) { split(l, f, " "); split(f[2], t, "[:.]"); return ((t[1] * 60 + t[2]) * 60 + t[3]) * 1000 + t[4] }
+            NR == c { a = ms($0) } NR == n { b = ms($0) } END { print (a && b) ? b - a : -1 }')
+        info "lapse_cancels_the_command (closed): A's cancel reached the server $ahead ms before the next probe began"
+        # And by A's own log: how long after its last accepted renewal it cancelled, and how long
+        # the cancel took (lease_lost to lapse_cancel, which is logged once PQcancel returned).
+        info "lapse_cancels_the_command (closed): A: $(grep -o "not renewed for [0-9]* ms of a [0-9]* ms lease" "$work/lc.a.$mode.log" | head -1); the cancel took $(awk '
+            function us(l,  t) { match(l, /T[0-9:.]*Z/); split(substr(l, RSTART + 1, RLENGTH - 2), t, "[:.]"); return ((t[1] * 60 + t[2]) * 60 + t[3]) * 1000000 + t[4] }
+            /event=lease_lost/ && !a { a = us($0) } /event=lapse_cancel/ && !b { b = us($0) } END { print (a && b) ? int((b - a) / 1000) : -1 }' "$work/lc.a.$mode.log") ms"
         check "lapse_cancels_the_command (closed): never two probes at once at the server (most seen: $conc), and others ran after A ($n probes)" '[ "$conc" -eq 1 ] && [ "$n" -ge 2 ]'
         check "lapse_cancels_the_command (closed): A's command ended with the server's cancel (line $cancelled since the mark) before another probe started (line ${second:-none})" '[ "$cancelled" -gt 0 ] && [ -n "$second" ] && [ "$cancelled" -lt "$second" ]'
         check "lapse_cancels_the_command (closed): A's program saw the error (SQLSTATE 57014)" '[ "$a_err" -eq 1 ] && grep -q "codes=57014:1" "$work/lc.a.$mode"'
