@@ -65,11 +65,12 @@ int64_t dbt_lapse_take_due(dbt_pool *p, int64_t now, bool can_cancel, dbt_cancel
         }
         if (!s->lost) {
             char cause[160], why[300];
-            dbt_slot_unrenewed_cause(p, s, now, cause, sizeof cause);
+            bool known = dbt_slot_unrenewed_cause(p, s, now, cause, sizeof cause);
             snprintf(why, sizeof why,
-                     "not renewed for %" PRId64 " ms of a %" PRId64 " ms lease: %s; closed mode: "
+                     "not renewed for %" PRId64 " ms of a %" PRId64 " ms lease%s%s%s; closed mode: "
                      "its command is cancelled before the lease can run out in Redis",
-                     (now - s->t_renewed_us) / 1000, lease / 1000, cause);
+                     (now - s->t_renewed_us) / 1000, lease / 1000, known ? ": " : " (", cause,
+                     known ? "" : ")");
             dbt_slot_mark_lost(p, s, DBT_LOG_ERROR, why);
             s->lapsed = true;
         }

@@ -469,7 +469,7 @@ int64_t dbt_renewer_late_us(const dbt_pool *p)
     return (period > timeout ? period : timeout) + DBT_STALL_SLACK_US;
 }
 
-void dbt_slot_unrenewed_cause(const dbt_pool *p, const struct dbt_slot *s, int64_t now, char *why,
+bool dbt_slot_unrenewed_cause(const dbt_pool *p, const struct dbt_slot *s, int64_t now, char *why,
                               size_t cap)
 {
     int64_t stall = p->stall_seen_us > s->t_renewed_us ? p->stall_us : 0;
@@ -486,8 +486,11 @@ void dbt_slot_unrenewed_cause(const dbt_pool *p, const struct dbt_slot *s, int64
     else if (p->renew_in_flight_us)
         snprintf(why, cap, "Redis has not answered a renewal for %" PRId64 " ms",
                  (now - p->renew_in_flight_us) / 1000);
-    else
+    else {
         snprintf(why, cap, "this process was paused, or Redis unreachable");
+        return false;
+    }
+    return true;
 }
 
 bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now)
@@ -497,8 +500,10 @@ bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now)
     if (now - s->t_renewed_us <= p->client->cfg->lease_ms * 1000)
         return false;
     char cause[160], why[200];
-    dbt_slot_unrenewed_cause(p, s, now, cause, sizeof cause);
-    snprintf(why, sizeof why, "not renewed for a whole lease: %s", cause);
+    bool known = dbt_slot_unrenewed_cause(p, s, now, cause, sizeof cause);
+    snprintf(why, sizeof why,
+             known ? "not renewed for a whole lease: %s" : "not renewed for a whole lease (%s)",
+             cause);
     dbt_slot_mark_lost(p, s, DBT_LOG_ERROR, why);
     s->lapsed = true;
     return true;
