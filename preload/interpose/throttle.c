@@ -527,10 +527,12 @@ static void make_cancel(const void *pg, void *arg)
     *(PGcancel **)arg = get ? get((PGconn *)pg) : NULL; /* a copy of the connection's keys */
 }
 
-/* The operator evicted this connection's permit and asked that its command stop: the server
- * cancels it, as PQcancel would from the program (so the eviction does not leave the limit + 1
- * statements running). On the renewer's thread. */
-void dbt_throttle_evict_cancel(const char *conn_id)
+/* The operator evicted this connection's permit and asked that its command stop, or (closed
+ * mode) its lease is about to lapse unrenewed and Redis would then grant it to another: the server
+ * cancels it, as PQcancel would from the program (so that neither leaves the limit + 1 statements
+ * running). The program sees the server's error, SQLSTATE 57014 (query_canceled); the log says
+ * why. On the renewer's thread. */
+void dbt_throttle_evict_cancel(const char *conn_id, const char *event)
 {
     PGcancel *cancel = NULL;
     if (!dbt_conn_with_id(conn_id, make_cancel, &cancel) || !cancel)
@@ -545,7 +547,7 @@ void dbt_throttle_evict_cancel(const char *conn_id)
                      DBT_S("effect", sent ? "its command was cancelled at the server"
                                           : "the cancel could not be sent"),
                      DBT_S("error", sent ? "-" : err)};
-    dbt_log(sent ? DBT_LOG_WARN : DBT_LOG_ERROR, "evict_cancel", f, sizeof f / sizeof *f);
+    dbt_log(sent ? DBT_LOG_WARN : DBT_LOG_ERROR, event, f, sizeof f / sizeof *f);
 }
 
 /* ---- the events ------------------------------------------------------------------------------ */

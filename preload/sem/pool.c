@@ -469,12 +469,8 @@ int64_t dbt_renewer_late_us(const dbt_pool *p)
     return (period > timeout ? period : timeout) + DBT_STALL_SLACK_US;
 }
 
-/* Why s's lease ran out unrenewed, into why[cap]. The renewer renews every lease/3 and gives up a
- * renewal after DBTHROTTLE_REDIS_TIMEOUT: if it ran far later than it planned since s's last
- * renewal (renewer.c, note_ran), this process was stopped or not scheduled, and Redis, which may
- * have been up all along, is not to blame; if renewals failed in time, Redis is. p->mu held. */
-static void why_unrenewed(const dbt_pool *p, const struct dbt_slot *s, int64_t now, char *why,
-                          size_t cap)
+bool dbt_slot_unrenewed_cause(const dbt_pool *p, const struct dbt_slot *s, int64_t now, char *why,
+                              size_t cap)
 {
     int64_t stall = p->stall_seen_us > s->t_renewed_us ? p->stall_us : 0;
     /* Stalled now: the renewer is not back when it surely would be (this thread runs first). */
@@ -482,20 +478,19 @@ static void why_unrenewed(const dbt_pool *p, const struct dbt_slot *s, int64_t n
         stall = now - p->bg_plan_us;
     if (stall > 0)
         snprintf(why, cap,
-                 "not renewed for a whole lease: this process was stopped or not scheduled "
+                 "this process was stopped or not scheduled "
                  "(its renewer could not run for %" PRId64 " ms); Redis was not the cause",
                  stall / 1000);
     else if (p->renew_failed_us > s->t_renewed_us)
-        snprintf(why, cap, "not renewed for a whole lease: Redis unreachable (renewals failed)");
+        snprintf(why, cap, "Redis unreachable (renewals failed)");
     else if (p->renew_in_flight_us)
-        snprintf(why, cap,
-                 "not renewed for a whole lease: Redis has not answered a renewal "
-                 "for %" PRId64 " ms",
+        snprintf(why, cap, "Redis has not answered a renewal for %" PRId64 " ms",
                  (now - p->renew_in_flight_us) / 1000);
-    else
-        snprintf(why, cap,
-                 "not renewed for a whole lease (this process was paused, or Redis "
-                 "unreachable)");
+    else {
+        snprintf(why, cap, "this process was paused, or Redis unreachable");
+        return false;
+    }
+    return true;
 }
 
 bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now)
@@ -504,9 +499,13 @@ bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now)
         return s->lost;
     if (now - s->t_renewed_us <= p->client->cfg->lease_ms * 1000)
         return false;
-    char why[200];
-    why_unrenewed(p, s, now, why, sizeof why);
+    char cause[160], why[200];
+    bool known = dbt_slot_unrenewed_cause(p, s, now, cause, sizeof cause);
+    snprintf(why, sizeof why,
+             known ? "not renewed for a whole lease: %s" : "not renewed for a whole lease (%s)",
+             cause);
     dbt_slot_mark_lost(p, s, DBT_LOG_ERROR, why);
+    s->lapsed = true;
     return true;
 }
 

@@ -79,6 +79,13 @@ void dbt_slot_mark_lost(dbt_pool *p, struct dbt_slot *s, dbt_log_level lvl, cons
 /* Marks s lost if no renewal was accepted for a whole lease (logs it once, saying whether this
  * process was stopped or Redis failed its renewals). p->mu held. */
 bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now);
+/* Why s has not been renewed lately, into why[cap]. The renewer renews every lease/3 and gives up
+ * a renewal after DBTHROTTLE_REDIS_TIMEOUT: if it ran far later than it planned since s's last
+ * renewal (renewer.c, note_ran), this process was stopped or not scheduled, and Redis, which may
+ * have been up all along, is not to blame; if renewals failed in time, Redis is. False when
+ * neither can be told (it names both). p->mu held. */
+bool dbt_slot_unrenewed_cause(const dbt_pool *p, const struct dbt_slot *s, int64_t now, char *why,
+                              size_t cap);
 /* How late the renewer may run, beyond which it was stalled (this process stopped or not
  * scheduled): the longer of a renewal period and a Redis call's timeout, and a margin. */
 #define DBT_STALL_SLACK_US INT64_C(250000)

@@ -97,7 +97,11 @@ struct dbt_slot {
                        * the caller does not wait */
     dbt_waker *waker; /* the caller's, while efd is published in it */
     bool lost;        /* Redis no longer has it (see dbt_permit_lost) */
-    uint64_t gen;     /* pool generation: a permit from before a fork() is the parent's */
+    /* Its lease ran out under its holder (unrenewed for a lease, or Redis reaped it): in closed
+     * mode a command running under it is cancelled (lapse.c), once (lapse_cancelled). An
+     * eviction is not a lapse: `dbthrottle evict` chooses whether to cancel. */
+    bool lapsed, lapse_cancelled;
+    uint64_t gen; /* pool generation: a permit from before a fork() is the parent's */
     char id[DBT_ID_MAX];
     char conn[64];
     /* The session it is for (dbt_acquire_opts.session; "" none): sent with the acquire, and with

@@ -14,6 +14,7 @@
 #include "fork.h"
 #include "handover.h"
 #include "kept.h"
+#include "lapse.h"
 #include "listener.h"
 #include "log.h"
 #include "pool.h"
@@ -125,24 +126,28 @@ static void free_ids(dbt_id_list *l)
     free(l->ids);
 }
 
-/* dbthrottle evict --cancel: the interposer cancels the command running on the connection. */
-static void (*evict_cancel_hook)(const char *conn);
+/* dbthrottle evict --cancel, and closed mode's lapsing leases (lapse.c): the interposer cancels
+ * the command running on the connection. */
+static void (*cancel_hook)(const char *conn, const char *event);
 
-void dbt_on_evict_cancel(void (*cancel)(const char *conn))
+void dbt_on_evict_cancel(void (*cancel)(const char *conn, const char *event))
 {
-    evict_cancel_hook = cancel;
+    cancel_hook = cancel;
 }
 
-/* Connections whose command the operator asked to cancel, found by apply_lost and cancelled by
- * renew() once p->mu is let go (a cancel is network I/O). */
-#define MAX_EVICT_CANCELS 8
-typedef struct {
-    char conn[MAX_EVICT_CANCELS][64];
-    int n;
-} evict_cancels;
+/* Cancels the commands of `c`'s connections. Called with p->mu held; lets it go meanwhile. */
+static void send_cancels(dbt_pool *p, const dbt_cancels *c)
+{
+    if (c->n == 0 || !cancel_hook)
+        return;
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < c->n; i++)
+        cancel_hook(c->conn[i], c->event[i]);
+    pthread_mutex_lock(&p->mu);
+}
 
 /* A permit the operator evicted (dbthrottle evict): said so, not taken for a lost lease. */
-static void mark_evicted(dbt_pool *p, struct dbt_slot *s, bool cancel, evict_cancels *out)
+static void mark_evicted(dbt_pool *p, struct dbt_slot *s, bool cancel, dbt_cancels *out)
 {
     s->lost = true;
     p->st.leases_lost++;
@@ -152,12 +157,14 @@ static void mark_evicted(dbt_pool *p, struct dbt_slot *s, bool cancel, evict_can
                                          ? "its command is cancelled; the next one acquires again"
                                          : "the next command acquires again")};
     dbt_log(DBT_LOG_WARN, "evicted", f, sizeof f / sizeof *f);
-    if (cancel && s->conn[0] && out->n < MAX_EVICT_CANCELS)
-        snprintf(out->conn[out->n++], sizeof out->conn[0], "%s", s->conn);
+    if (cancel && s->conn[0] && out->n < DBT_MAX_CANCELS) {
+        snprintf(out->conn[out->n], sizeof out->conn[0], "%s", s->conn);
+        out->event[out->n++] = "evict_cancel";
+    }
 }
 
 /* Marks what renew.lua said Redis no longer has. Call with p->mu held. */
-static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, evict_cancels *cancels)
+static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, dbt_cancels *cancels)
 {
     for (size_t i = 0; i < reply->lost_holders.n; i++) {
         const char *id = dbt_reply_id(&reply->lost_holders, i);
@@ -168,9 +175,11 @@ static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, evict_cancels 
         if (s && s->state == SLOT_HELD && !s->lost) {
             if (evicted)
                 mark_evicted(p, s, id[0] == 'x', cancels);
-            else
+            else {
                 dbt_slot_mark_lost(p, s, DBT_LOG_ERROR,
                                    "Redis no longer has it (expired or data lost)");
+                s->lapsed = true;
+            }
         }
     }
     for (size_t i = 0; i < reply->lost_waiters.n; i++) {
@@ -269,7 +278,7 @@ static bool host_is_sole_owner(const dbt_pool *p, const char *owner)
 /* What a renewal sent at `sent` found, applied with p->mu held. nmine: this process' waiters of
  * each kind that it renewed. */
 static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sent,
-                          const int nmine[DBT_NKINDS], evict_cancels *cancels)
+                          const int nmine[DBT_NKINDS], dbt_cancels *cancels)
 {
     /* What Redis no longer has first: a lease it did not renew must not look renewed. */
     apply_lost(p, reply, cancels);
@@ -481,7 +490,7 @@ static void renew(dbt_pool *p)
                 dbt_local_hist_merge(&p->unreported_hist[k], &waits->hist[k]);
         }
     free(waits);
-    evict_cancels cancels = {.n = 0};
+    dbt_cancels cancels = {.n = 0};
     if (rep) {
         p->renew_failures = 0;
         p->reported = !goodbye;
@@ -489,13 +498,10 @@ static void renew(dbt_pool *p)
         freeReplyObject(rep);
     } else {
         renewal_failed(p, sent);
+        /* The renewal took up to a Redis timeout: a lease may now lapse before the next. */
+        (void)dbt_lapse_take_due(p, dbt_now_us(), cancel_hook != NULL, &cancels);
     }
-    if (cancels.n > 0 && evict_cancel_hook) {
-        pthread_mutex_unlock(&p->mu);
-        for (int i = 0; i < cancels.n; i++)
-            evict_cancel_hook(cancels.conn[i]);
-        pthread_mutex_lock(&p->mu);
-    }
+    send_cancels(p, &cancels);
 }
 
 static void timed_park(dbt_pool *p, int64_t until_us)
@@ -622,6 +628,14 @@ static void *thread_main(void *arg)
     int64_t share_polled_us = 0;
     while (!p->stop) {
         note_ran(p, dbt_now_us());
+        /* First, before any Redis call (each may take a whole DBTHROTTLE_REDIS_TIMEOUT): closed
+         * mode's commands whose lease may lapse before a renewal could confirm it. */
+        dbt_cancels lapsing = {.n = 0};
+        int64_t lapse_due = dbt_lapse_take_due(p, dbt_now_us(), cancel_hook != NULL, &lapsing);
+        if (lapsing.n > 0) {
+            send_cancels(p, &lapsing);
+            continue;
+        }
         if (dbt_summary_periodic(p)) /* DBTHROTTLE_LOG_STATS */
             continue;
         if (p->ndeferred > 0 && p->down_until_us <= dbt_now_us()) {
@@ -699,6 +713,8 @@ static void *thread_main(void *arg)
         }
         if (orphans >= 0 && orphans < due)
             due = orphans;
+        if (lapse_due >= 0 && lapse_due < due)
+            due = lapse_due;
         if (dbt_sharing_registered(p)) {
             /* A permit offered to a waiter of ours whose wake was lost would wait for nobody:
              * taken on this timer too. */

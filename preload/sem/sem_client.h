@@ -207,8 +207,10 @@ void dbt_pool_count_unthrottled(dbt_pool *p);
 
 /* `dbthrottle evict --cancel`: when a renewal learns that the operator evicted a permit and asked
  * for its command's cancel, `cancel` is called (on the renewer's thread, no lock held) with the
- * connection id the permit was acquired for (dbt_acquire_opts.conn). Set once, process-wide. */
-void dbt_on_evict_cancel(void (*cancel)(const char *conn));
+ * connection id the permit was acquired for (dbt_acquire_opts.conn) and the event to log,
+ * "evict_cancel". In closed mode, likewise with "lapse_cancel" when a running command's lease is
+ * about to lapse unrenewed (lapse.c). Set once, process-wide. */
+void dbt_on_evict_cancel(void (*cancel)(const char *conn, const char *event));
 const dbt_keys *dbt_pool_keys(const dbt_pool *p);
 const char *dbt_pool_name(const dbt_pool *p);
 
