@@ -22,7 +22,7 @@ cluster_node_start() { # cluster_node_start DIR -> a port in $cn_port, or return
     cn_tries=0
     while [ $cn_tries -lt 5 ]; do
         cn_port=$(free_port)
-        redis-server --port "$cn_port" --bind 127.0.0.1 --cluster-enabled yes \
+        $(redis_nice) redis-server --port "$cn_port" --bind 127.0.0.1 --cluster-enabled yes \
             --cluster-config-file "$1/nodes-$cn_port.conf" --cluster-node-timeout 2000 \
             --save "" --appendonly no --dir "$1" --logfile "$1/redis-$cn_port.log" \
             --pidfile "$1/redis-$cn_port.pid" --daemonize yes --enable-debug-command yes \

@@ -27,7 +27,7 @@ topo_spawn() {
     shift 3
     for ts_try in 1 2 3 4 5; do
         tp_port=$(free_port)
-        "$@" --port "$tp_port" >"$ts_dir/$ts_name.out" 2>&1 &
+        $(redis_nice) "$@" --port "$tp_port" >"$ts_dir/$ts_name.out" 2>&1 &
         echo $! >"$ts_dir/$ts_name.pid"
         echo "$tp_port" >"$ts_dir/$ts_name.port"
         ts_i=0
