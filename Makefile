@@ -337,7 +337,7 @@ check: all $(BUILD)/tests/unit $(BUILD)/tests/sem check-exports
 # by their times on a quiet 2-core machine (each case prints its own: "NAME took N s").
 STAGE = sh tools/timed.sh
 TEST_LANES = "faults tsan valgrind package" "faults-cache faults-classes" \
-    "integration cli asan-faults"
+    "integration cli chaos asan-faults"
 LANE_STAGES = faults faults-cache faults-classes integration cli chaos package asan-faults tsan \
     valgrind
 test: deps
