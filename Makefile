@@ -274,6 +274,7 @@ ASAN_FAULT_ENV = DBT_PRELOAD_FIRST=$(ASAN_RT) ASAN_OPTIONS=detect_leaks=0:log_pa
     UBSAN_OPTIONS=print_stacktrace=1:log_path=$(SANLOG) FAULT_EXIT_NOW=1
 TSAN_FAULT_ENV = DBT_WORKER=$(CURDIR)/$(BUILD)/check/fault_worker-tsan TSAN_OPTIONS=log_path=$(SANLOG)
 SANITIZED_CASES := query_longer_than_lease lease_lost_while_redis_away clients_that_disagree \
+    lapse_cancels_the_command \
     threads_share_a_pool
 
 # The sem suite under ASan leaves out the tests that fork on purpose while the renewer thread
