@@ -69,6 +69,20 @@ static bool lease_extended(void *arg)
     return test_redis_int(&fx_redis, "ZSCORE " P "wexp %s", waiter_id()) > *before;
 }
 
+/* The listener has let its old connection go and listens again, and no renewal is asked for: the
+ * one a reset with a BLPOP in flight asks for (listener.c: a grant that BLPOP popped would be
+ * lost) has at least been taken by the renewer. Released before it has run, the grant could come
+ * by that renewal instead of a BLPOP (seen under load: granted in time, its message left in the
+ * old list), and the test would not test the listener. */
+static bool listener_settled(void *arg)
+{
+    dbt_pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    bool settled = !p->listener_reset && !p->renew_now && p->blpop_in_flight > 0;
+    pthread_mutex_unlock(&p->mu);
+    return settled;
+}
+
 Test(cid_change, a_grant_for_a_place_of_an_older_cid_comes_within_a_round_trip, .timeout = 90)
 {
     const char *lease = "DBTHROTTLE_LEASE=30s", *off = "DBTHROTTLE_HOST_SHARE=off";
@@ -101,6 +115,14 @@ Test(cid_change, a_grant_for_a_place_of_an_older_cid_comes_within_a_round_trip, 
      * waiter's lease, within a round trip rather than at the next renewal, 10 s on. */
     cr_expect(test_wait_until(lease_extended, &lease_end, 5000),
               "no renewal at the change of cid (the waiter's lease was not extended in 5 s)");
+    cr_assert(test_wait_until(listener_settled, p, 5000), "the listener did not listen again");
+    /* A renewal asked for now runs after the catch-up one, if any (one renewer, one call at a
+     * time): once it has extended the lease (2 ms on, so that its score is a later one), no
+     * renewal is left that could bring the grant. */
+    long long extended = test_redis_int(&fx_redis, "ZSCORE " P "wexp %s", waiter_id());
+    usleep(2000);
+    dbt_pool_renew_now(p);
+    cr_assert(test_wait_until(lease_extended, &extended, 5000), "the renewal asked for never ran");
 
     int64_t released = test_now_ms();
     dbt_release(held);
