@@ -180,10 +180,11 @@ $(BUILD)/dbthrottle: $(CLI_SRCS) $(wildcard cli/*.h) $(VERSION_H) $(BUILD)/libdb
 # The paths compiled in (the command's LIBDIR, the library's default configuration file), rewritten
 # only when they change: `make` then `make install PREFIX=/usr` rebuilds what names them, so the
 # installed command looks for the library where it was installed, not where the first make said.
+# Through a file of this make's own (make test's lanes run makes side by side).
 $(BUILD)/gen/install-paths: FORCE
 	@mkdir -p $(@D)
-	@printf 'LIBDIR=%s\nMULTIARCH=%s\nSYSCONFDIR=%s\n' '$(LIBDIR)' '$(MULTIARCH)' '$(SYSCONFDIR)' > $@.tmp
-	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+	@printf 'LIBDIR=%s\nMULTIARCH=%s\nSYSCONFDIR=%s\n' '$(LIBDIR)' '$(MULTIARCH)' '$(SYSCONFDIR)' > $@.tmp.$$$$ && \
+	    if cmp -s $@.tmp.$$$$ $@; then rm -f $@.tmp.$$$$; else mv $@.tmp.$$$$ $@; fi
 $(BUILD)/obj/base/config.o: $(BUILD)/gen/install-paths
 FORCE:
 

@@ -14,6 +14,13 @@ make=${MAKE:-make}
 dir=$(mktemp -d /tmp/dbt-lanes-XXXXXX)
 n=0
 pids=
+stop() {
+    for p in $pids; do kill -TERM -- "-$p" 2>/dev/null; done
+    wait
+    rm -rf "$dir"
+    exit 1
+}
+trap stop HUP INT TERM
 for lane in "$@"; do
     n=$((n + 1))
     # The lane: its stages one after another, each timed; "NAME SECONDS RC" per stage in laneN.times.
@@ -30,13 +37,6 @@ for lane in "$@"; do
         done' lanes "$lane" "$n" "$dir" "$make" 3>&1 >"$dir/lane$n.log" 2>&1 &
     pids="$pids $!"
 done
-stop() {
-    for p in $pids; do kill -TERM -- "-$p" 2>/dev/null; done
-    wait
-    rm -rf "$dir"
-    exit 1
-}
-trap stop INT TERM
 wait
 
 ok_lanes=
@@ -44,8 +44,9 @@ bad_lanes=
 i=0
 for lane in "$@"; do
     i=$((i + 1))
-    if awk '$3 != 0 { bad = 1 } END { exit !bad }' "$dir/lane$i.times" 2>/dev/null ||
-        [ "$(wc -l <"$dir/lane$i.times" 2>/dev/null || echo 0)" -ne "$(echo $lane | wc -w)" ]; then
+    touch "$dir/lane$i.times"
+    if awk '$3 != 0 { bad = 1 } END { exit !bad }' "$dir/lane$i.times" ||
+        [ "$(wc -l <"$dir/lane$i.times")" -ne "$(echo $lane | wc -w)" ]; then
         bad_lanes="$bad_lanes $i"
     else
         ok_lanes="$ok_lanes $i"
