@@ -141,7 +141,13 @@ end
 -- Redis' socket would otherwise revive a permit nobody uses, for a lease. A lease a later
 -- renewal extended (one on another connection that overtook this one) has a later score, and is
 -- renewed as usual.
-local function lapsed(score)
+-- Not during a quarantine a change of server started: the scores are then another server's
+-- clock's (a promoted replica's may run ahead), and what the process believes is re-asserted, as
+-- left_lately says.
+local function lapsed(s, score)
+    if s.qleft > 0 and s.why ~= 'lost' then
+        return false
+    end
     return score and tonumber(score) + 2 + LEASE / 1000 < now
 end
 local function ran_out(s, ids, holders)
@@ -176,7 +182,7 @@ local function renew_holders(s, n)
     local late = {}
     for i = at, at + n - 1 do
         local id = ARGV[i]
-        if lapsed(redis.call('ZSCORE', s.H, id)) then
+        if lapsed(s, redis.call('ZSCORE', s.H, id)) then
             -- its lease ran out before this call ran (a renewal delayed past it, in a stopped
             -- Redis' socket): expired, as a reap would find it, not renewed back to life (its
             -- process gives it up by its own clock; renewed, it was a permit nobody used for a
@@ -235,7 +241,8 @@ local function renew_waiters(s, n)
         local id = ARGV[i]
         local place = redis.call('ZSCORE', s.W, id)
         local queued_now = place and redis.call('ZSCORE', s.Q, id)
-        if (queued_now and lapsed(place)) or (not queued_now and lapsed(redis.call('ZSCORE', s.H, id))) then
+        local held = not queued_now and redis.call('ZSCORE', s.H, id)
+        if (queued_now and lapsed(s, place)) or lapsed(s, held) then
             -- its place's lease ran out before this call ran: gone, as a reap would find it (a
             -- place renewed back to life would be granted a permit nobody takes for a lease)
             if queued_now then
