@@ -532,22 +532,61 @@ static void make_cancel(const void *pg, void *arg)
  * cancels it, as PQcancel would from the program (so that neither leaves the limit + 1 statements
  * running). The program sees the server's error, SQLSTATE 57014 (query_canceled); the log says
  * why. On the renewer's thread. */
+typedef struct {
+    PGcancel *cancel;
+    char conn_id[64];
+    char event[32];
+} cancel_job;
+
+/* Sends one cancel and says how it went. PQcancel connects to the server and waits for it to
+ * hang up, with no timeout of its own: against a server host cut off, a connect's SYN retries
+ * last about two minutes. */
+static void *send_cancel(void *arg)
+{
+    cancel_job *j = arg;
+    char err[256] = "";
+    __typeof__(&PQcancel) send = DBT_REAL(PQcancel);
+    bool sent = send && send(j->cancel, err, sizeof err);
+    __typeof__(&PQfreeCancel) free_cancel = DBT_REAL(PQfreeCancel);
+    if (free_cancel)
+        free_cancel(j->cancel);
+    dbt_field f[] = {DBT_S("conn", j->conn_id),
+                     DBT_S("effect", sent ? "its command was cancelled at the server"
+                                          : "the cancel could not be sent"),
+                     DBT_S("error", sent ? "-" : err)};
+    dbt_log(sent ? DBT_LOG_WARN : DBT_LOG_ERROR, j->event, f, sizeof f / sizeof *f);
+    free(j);
+    return NULL;
+}
+
 void dbt_throttle_evict_cancel(const char *conn_id, const char *event)
 {
     PGcancel *cancel = NULL;
     if (!dbt_conn_with_id(conn_id, make_cancel, &cancel) || !cancel)
         return;
-    char err[256] = "";
-    __typeof__(&PQcancel) send = DBT_REAL(PQcancel);
-    bool sent = send && send(cancel, err, sizeof err);
-    __typeof__(&PQfreeCancel) free_cancel = DBT_REAL(PQfreeCancel);
-    if (free_cancel)
-        free_cancel(cancel);
-    dbt_field f[] = {DBT_S("conn", conn_id),
-                     DBT_S("effect", sent ? "its command was cancelled at the server"
-                                          : "the cancel could not be sent"),
-                     DBT_S("error", sent ? "-" : err)};
-    dbt_log(sent ? DBT_LOG_WARN : DBT_LOG_ERROR, event, f, sizeof f / sizeof *f);
+    cancel_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        __typeof__(&PQfreeCancel) free_cancel = DBT_REAL(PQfreeCancel);
+        if (free_cancel)
+            free_cancel(cancel);
+        return;
+    }
+    j->cancel = cancel;
+    snprintf(j->conn_id, sizeof j->conn_id, "%s", conn_id);
+    snprintf(j->event, sizeof j->event, "%s", event);
+    /* On a thread of its own, detached: the renewer that asks must not wait on a server that
+     * does not answer (its renewals, and the other cancels, would wait as long: every lease
+     * lost). Where no thread can be made, sent here. */
+    pthread_attr_t attr;
+    pthread_t t;
+    bool started = pthread_attr_init(&attr) == 0;
+    if (started) {
+        started = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+                  pthread_create(&t, &attr, send_cancel, j) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (!started)
+        send_cancel(j);
 }
 
 /* ---- the events ------------------------------------------------------------------------------ */

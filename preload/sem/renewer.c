@@ -189,6 +189,7 @@ static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, dbt_cancels *c
              * grant outlived its lease (this process was stopped, or cut off), was reaped and may
              * have gone to another. Its thread must not use it: it gives it back and queues. */
             dbt_slot_mark_lost(p, s, DBT_LOG_WARN, "granted, then expired before it was renewed");
+            s->lapsed = true; /* a command it already runs is cancelled in closed mode (lapse.c) */
             dbt_slot_wake(s);
         } else if (s && s->state == SLOT_QUEUED && s->orphan) {
             dbt_unlink_slot(p, s); /* a place nobody waited on: forget it */
