@@ -141,6 +141,17 @@ static void signal_tree(long pid, int sig, int self, int depth)
         kill((pid_t)pid, sig);
 }
 
+/* Sends sig to what is left of the job: every descendant /proc lists, and CMD by its pid as well
+ * (the guard's own child, which stays a zombie until the guard reaps it, so that pid cannot be
+ * another process'): where /proc lists no children (a kernel without them, a restricted /proc),
+ * CMD still ends with acquire. */
+static void signal_job(long me, int sig)
+{
+    signal_tree(me, sig, 1, 0);
+    if (cmd_pid > 0)
+        kill((pid_t)cmd_pid, sig);
+}
+
 /* The guard: starts CMD, passes signals on, ends CMD's tree when asked (alive's end of file) or
  * what CMD left when it exited, reports CMD's wait status on status_fd and exits. */
 static _Noreturn void guard(const job_spec *s, int alive, int status_fd, int exec_fd)
@@ -216,15 +227,15 @@ static _Noreturn void guard(const job_spec *s, int alive, int status_fd, int exe
             /* Asked to end, or CMD is gone and left these: SIGCONT so that a stopped one sees the
              * SIGTERM; SIGKILL after the grace. */
             ending = 1;
-            signal_tree(me, SIGTERM, 1, 0);
-            signal_tree(me, SIGCONT, 1, 0);
+            signal_job(me, SIGTERM);
+            signal_job(me, SIGCONT);
             kill_at = mono_ms() + s->grace_ms;
         }
         int timeout = -1;
         if (ending) {
             int64_t now = mono_ms();
             if (now >= kill_at) {
-                signal_tree(me, SIGKILL, 1, 0);
+                signal_job(me, SIGKILL);
                 kill_at = now + 100; /* again for what a dying process forked meanwhile */
             }
             timeout = (int)(kill_at - now > 0 ? kill_at - now : 0);
