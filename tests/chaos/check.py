@@ -9,7 +9,8 @@ The rules (docs/chaos.md), with Q = lease/3 + DBTHROTTLE_REDIS_TIMEOUT + 1 s, th
 which docs/design.md ("Failover and data loss") bounds re-assertion:
 - closed: never more statements at once than the limit, but in a restarted Redis' quarantine
   window (from the kill to Q after it answers again); a SIGSTOPped client's statement that runs on
-  at the server counts until its permit could lapse (2/3 lease after the stop), not after
+  at the server counts until its permit could lapse (2/3 lease less the Redis timeout after the
+  stop), not after
   (docs/operations.md, "The bound on over-admission": the window no lease closes);
 - open: above the limit only while Redis is unreachable (stopped, killed, slow, or cut from a
   host) and for the 1 s outage backoff after the last request that could fail (its return +
@@ -127,8 +128,9 @@ ran_on = [p for p in outage_admitted if not inside(p.end, p.end)]
 # again, while the server runs that statement on (and one it wrote as it resumed, stopped between
 # its lease check and the write): the window docs/operations.md documents ("The bound on
 # over-admission") and no lease can close; it ends with the statement. Such a statement counts
-# toward the limit until its permit could be granted again (its last renewal was at most lease/3
-# before the stop, so 2/3 lease after it), not after. A stop shorter than that takes nothing.
+# toward the limit until its permit could be granted again (its last renewal Redis accepted ran at
+# most lease/3 + the Redis timeout before the stop: 2/3 lease less that timeout after the stop),
+# not after. A stop shorter than that takes nothing.
 RESUME_WRITE = 0.25  # s after the resume in which a statement is the one written as it resumed
 
 
@@ -137,7 +139,9 @@ def frozen_from(p):
     for f in faults:
         if f["kind"] != "client_stop" or str(p.pid) not in f.get("backends", []):
             continue
-        lapse = f["start"] + 2 * lease / 3
+        # its last renewal Redis accepted ran at most lease/3 + the Redis timeout before the stop
+        # (renewals follow each other lease/3 after the last one's reply)
+        lapse = f["start"] + 2 * lease / 3 - h["redis_timeout"]
         if p.start < f["start"] and p.end > lapse:
             return lapse
         if f["end"] >= lapse and f["end"] <= p.start < f["end"] + RESUME_WRITE:
