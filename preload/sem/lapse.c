@@ -11,9 +11,11 @@
  * connection permit is not cancelled either: it bounds sessions, and a cancel ends a statement,
  * not a session. Open mode runs on: it may exceed the limit while Redis is unreachable. */
 #include "lapse.h"
+#include "clock.h"
 #include "pool.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 
 /* Room for the renewer to wake late (a loaded machine) and for the cancel to reach the server (a
@@ -81,4 +83,33 @@ int64_t dbt_lapse_take_due(dbt_pool *p, int64_t now, bool can_cancel, dbt_cancel
         out->event[out->n++] = "lapse_cancel";
     }
     return next;
+}
+
+/* Before a command uses a permit it holds (kept between commands, or a transaction's next
+ * statement): lost when its lease has run out, and in closed mode already once its cancel's time
+ * has passed. A command started then would run past the renewer's cancel, which it plans only for
+ * the commands running when it looks (an idle transaction's was not one): the command acquires
+ * again instead, through Redis, which answers or refuses. */
+bool dbt_permit_lost(dbt_permit *s)
+{
+    dbt_pool *p = s->pool;
+    pthread_mutex_lock(&p->mu);
+    int64_t now = dbt_now_us();
+    bool lost = s->gen != p->gen || dbt_slot_expire_unrenewed(p, s, now);
+    if (!lost && s->state == SLOT_HELD && s->kind == DBT_KIND_QUERY &&
+        p->client->cfg->on_redis_error == DBT_ON_ERROR_CLOSED &&
+        now - s->t_renewed_us > p->client->cfg->lease_ms * 1000 - dbt_lapse_margin_us(p)) {
+        char cause[160], why[300];
+        bool known = dbt_slot_unrenewed_cause(p, s, now, cause, sizeof cause);
+        snprintf(why, sizeof why,
+                 "not renewed for %" PRId64 " ms of a %" PRId64 " ms lease%s%s%s; closed mode: "
+                 "a command may no longer start under it",
+                 (now - s->t_renewed_us) / 1000, p->client->cfg->lease_ms, known ? ": " : " (",
+                 cause, known ? "" : ")");
+        dbt_slot_mark_lost(p, s, DBT_LOG_ERROR, why);
+        s->lapsed = true;
+        lost = true;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return lost;
 }

@@ -609,15 +609,6 @@ void dbt_permit_note_idle(dbt_permit *s, bool idle)
     pthread_mutex_unlock(&s->pool->mu);
 }
 
-bool dbt_permit_lost(dbt_permit *s)
-{
-    dbt_pool *p = s->pool;
-    pthread_mutex_lock(&p->mu);
-    bool lost = s->gen != p->gen || dbt_slot_expire_unrenewed(p, s, dbt_now_us());
-    pthread_mutex_unlock(&p->mu);
-    return lost;
-}
-
 void dbt_pool_count_unthrottled(dbt_pool *p)
 {
     pthread_mutex_lock(&p->mu);

@@ -164,8 +164,9 @@ const char *dbt_permit_id(const dbt_permit *permit);
 /* True when Redis may no longer have this permit: a renewal found it gone (Redis lost its data),
  * or no acquire or renewal that Redis accepted was sent for a whole lease, so Redis may have
  * reaped it and granted it to another (checked here against the clock, not only by the renewal
- * thread, which may itself be stuck). The holder must not count on it any more: give it back and
- * acquire again. The first time it is found, an error is logged. */
+ * thread, which may itself be stuck); in closed mode, already once the time its running command
+ * would be cancelled has passed (lapse.c). The holder must not count on it any more: give it back
+ * and acquire again. The first time it is found, an error is logged. */
 bool dbt_permit_lost(dbt_permit *permit);
 
 /* Marks the permit as held by a connection that sits idle in a transaction (or not any more).

@@ -1,6 +1,9 @@
 /* Redis stopped, restarted or hung: open runs unthrottled, closed refuses, nobody hangs longer
  * than DBTHROTTLE_REDIS_TIMEOUT, throttling resumes by itself when Redis is back, and writes into
  * the sockets of a Redis that restarted do not kill the program with SIGPIPE. */
+#include "clock.h"
+#include "lapse.h"
+#include "pool.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>
@@ -210,4 +213,42 @@ Test(outage, release_after_a_stall_lands_at_exit, .timeout = 60)
 Test(outage, release_after_a_stall_lands_when_the_client_is_freed, .timeout = 60)
 {
     release_after_a_stall_then_exit(true);
+}
+
+/* Closed mode, a permit held across commands (kept, or a transaction between statements) while
+ * Redis is stopped: the renewer cancels a running command at lease - margin (lapse.c), but plans
+ * only for the commands running when it looks. A command that starts under the permit after that
+ * point would run past it, and past the lease. So from that point on the permit counts as lost
+ * before a command (the command acquires again, and closed mode refuses while Redis is away). On
+ * the code before, it counted as held until the lease's very end. */
+Test(outage, closed_permit_lost_once_its_cancel_point_passed, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_ON_REDIS_ERROR=closed", "DBTHROTTLE_REDIS_TIMEOUT=300ms",
+                              "DBTHROTTLE_LEASE=2s", NULL);
+    dbt_pool *p = dbt_client_pool(c, "outage");
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 5000};
+    dbt_permit *a;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &a), DBT_ACQ_GRANTED);
+    kill(fx_redis.pid, SIGSTOP);
+    pthread_mutex_lock(&p->mu);
+    int64_t renewed = a->t_renewed_us, margin = dbt_lapse_margin_us(p);
+    pthread_mutex_unlock(&p->mu);
+    int64_t lease = 2000000, cancel_at = renewed + lease - margin;
+    /* Halfway between the cancel's time and the lease's end. */
+    int64_t target = cancel_at + margin / 2, now = dbt_now_us();
+    if (target > now)
+        usleep((useconds_t)(target - now));
+    bool lost = dbt_permit_lost(a);
+    int64_t asked = dbt_now_us();
+    kill(fx_redis.pid, SIGCONT);
+    if (asked >= renewed + lease)
+        cr_skip_test(
+            "asked %lld ms after the lease's end, not inside the window (a loaded machine)",
+            (long long)((asked - renewed - lease) / 1000));
+    cr_expect(lost,
+              "a permit %lld ms past its cancel's time (%lld ms before its lease ends) still "
+              "counted as held",
+              (long long)((asked - cancel_at) / 1000),
+              (long long)((renewed + lease - asked) / 1000));
+    dbt_release(a);
 }
