@@ -250,7 +250,14 @@ lo=$(cat "$work/lo.pid" 2>/dev/null)
 check "CMD left a background sleep and exited 0: acquire exits 0 once the sleep is ended too (no process left, nothing held)" '[ $rc -eq 0 ] && [ -n "$lo" ] && exited "$lo" && nothing_left q "dbthrottle:{lo}"'
 # An orphan of CMD's (the subshell's sleep) comes to the guard, CMD's parent, when its parent
 # exits; once it exits too, the guard reaps it: no zombie among the guard's children.
-out=$("$D" acquire zb --limit 1 -- sh -c '(sleep 0.1 &); sleep 1; ps -o stat= --ppid $PPID' 2>&1); rc=$?
+# (The guard's children's states from /proc, not ps: a fresh machine has no procps.)
+out=$("$D" acquire zb --limit 1 -- sh -c '(sleep 0.1 &); sleep 1
+    for f in /proc/[0-9]*/stat; do
+        s=$(sed "s/.*) //" "$f" 2>/dev/null) || continue
+        set -- $s
+        [ "${2:-}" = "$PPID" ] && echo "$1"
+    done
+    true' 2>&1); rc=$?
 check "an orphan of CMD's that exited is reaped by the guard: no zombie among its children (states: $(echo $out))" '[ $rc -eq 0 ] && [ -n "$out" ] && ! echo "$out" | grep -q Z'
 # A permit lost while CMD runs (Redis stopped past the lease): closed ends CMD, open says so at once.
 for mode in closed open; do
