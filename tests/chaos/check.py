@@ -15,7 +15,7 @@ which docs/design.md ("Failover and data loss") bounds re-assertion:
 - open: above the limit only while Redis is unreachable (stopped, killed, slow, or cut from a
   host) and for the 1 s outage backoff after the last request that could fail (its return +
   DBTHROTTLE_REDIS_TIMEOUT; design.md, "Redis errors"); what was admitted then may run on to its
-  end;
+  end, and so may a statement whose lease lapsed in the outage (open mode cancels nothing);
 - no capacity lost for longer than 1 s: the workers are closed loops, more of them than the limit,
   so the server runs `limit` statements at once but for the instants between one and the next;
   fewer than that for over 1 s is a stall, unless a fault excuses it: a fault in progress (all the
@@ -121,6 +121,19 @@ segments = sweep(probes)
 # permit runs to its COMMIT without one): what is judged after a window is what was admitted
 # after it, so those statements are left out there (and counted in the window's own figure).
 outage_admitted = {p for p in probes if mode == "open" and inside(p.admitted, p.admitted)}
+# Likewise, in open mode, a statement admitted with a permit that runs through an outage long
+# enough for its lease to lapse unrenewed (2/3 lease less the Redis timeout, as for a stopped
+# holder below): open mode runs it on (docs/design.md, "A lease that lapses under a running
+# command": only closed mode cancels), so it is unthrottled from then on, as one admitted in the
+# outage is.
+if mode == "open":
+    for f in faults:
+        w = over_window(f)
+        if not w:
+            continue
+        lapse = w[0] + 2 * lease / 3 - h["redis_timeout"]
+        outage_admitted |= {p for p in probes if p.admitted < w[0] and p.end > lapse
+                            and lapse < min(w[1], f["end"])}
 ran_on = [p for p in outage_admitted if not inside(p.end, p.end)]
 
 
