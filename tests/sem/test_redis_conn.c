@@ -3,6 +3,8 @@
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 Test(redis_conn, auth_with_password_and_acl_user)
 {
@@ -110,4 +112,57 @@ Test(redis_conn, compiled_sha1_matches_redis, .init = fx_redis_start, .fini = fx
         cr_expect(dbt_redis_load_script(c, all[i], err), "%s: %s", all[i]->name, err);
     dbt_redis_free(c);
     dbt_config_free(&cfg);
+}
+
+typedef struct {
+    test_redis *redis;
+    atomic_bool stop;
+    int flushes;
+} flusher;
+
+static void *flush_scripts_until_stopped(void *arg)
+{
+    flusher *f = arg;
+    redisContext *rc = test_redis_connect(f->redis);
+    while (!atomic_load(&f->stop)) {
+        freeReplyObject(redisCommand(rc, "SCRIPT FLUSH"));
+        f->flushes++;
+    }
+    redisFree(rc);
+    return NULL;
+}
+
+/* Scripts flushed again and again while commands run (a Redis behind a proxy that fails over
+ * between servers, an operator's loop): no call fails for it. A repair that loads the script and
+ * then sends EVALSHA again met a second flush between the two and failed with NOSCRIPT (seen in
+ * CI: a renewal between the two SCRIPT FLUSHes of tls/noscript_is_repaired_over_tls); a repair
+ * that sends the script's body cannot meet NOSCRIPT. */
+Test(redis_conn, no_call_fails_however_often_the_scripts_are_flushed, .init = fx_redis_start,
+     .fini = fx_stop)
+{
+    dbt_client *cl = fx_client(NULL);
+    dbt_pool *pool = dbt_client_pool(cl, "flushing");
+    flusher f = {.redis = &fx_redis};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, flush_scripts_until_stopped, &f), 0);
+    dbt_acquire_opts o = {.limit = 1000, .wait_ms = 0};
+    int granted = 0;
+    for (int i = 0; i < 400; i++) {
+        dbt_permit *p;
+        if (dbt_acquire(pool, DBT_KIND_QUERY, &o, &p) == DBT_ACQ_GRANTED) {
+            granted++;
+            dbt_release(p);
+        }
+    }
+    atomic_store(&f.stop, true);
+    pthread_join(t, NULL);
+    cr_expect_gt(f.flushes, 100, "the flushes did not overlap the calls: %d", f.flushes);
+    cr_expect_eq(granted, 400, "%d of 400 granted under %d flushes", granted, f.flushes);
+    zcard_is none = {&fx_redis, "dbthrottle:{flushing}:q:holders", 0};
+    cr_expect(test_wait_until(test_zcard_is, &none, 5000), "a release was lost: %lld holders",
+              test_redis_int(&fx_redis, "ZCARD dbthrottle:{flushing}:q:holders"));
+    dbt_pool_stats st;
+    dbt_pool_get_stats(pool, &st);
+    cr_expect_eq(st.redis_errors, 0, "%llu Redis errors under %d flushes",
+                 (unsigned long long)st.redis_errors, f.flushes);
 }
