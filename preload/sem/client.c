@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- client and pools ---------------------------------------------------------------- */
@@ -141,6 +142,26 @@ static int owed_at_exit(dbt_pool *p, dbt_owed_op *ops, int cap)
     return n;
 }
 
+/* Waits, with p->mu held (let go meanwhile), until no acquire of this process is in flight, or
+ * until `until_us`. A place is withdrawn only once its acquire's reply was read: a withdrawal
+ * that overtook the acquire (each on its own connection) would find nothing in Redis, and the
+ * acquire would then queue a place that nobody withdraws, granted to nobody for a lease. No new
+ * acquire starts once p->exiting is set (acquire.c, begin_slot). */
+static void await_acquires_in_flight(dbt_pool *p, int64_t until_us)
+{
+    for (;;) {
+        bool in_flight = false;
+        for (struct dbt_slot *s = p->slots; s && !in_flight; s = s->next)
+            in_flight = s->state == SLOT_PENDING && s->gen == p->gen;
+        if (!in_flight || dbt_now_us() >= until_us)
+            return;
+        pthread_mutex_unlock(&p->mu);
+        struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
+        nanosleep(&ms, NULL);
+        pthread_mutex_lock(&p->mu);
+    }
+}
+
 static void free_pool(dbt_pool *p)
 {
     pthread_mutex_lock(&p->mu);
@@ -196,12 +217,14 @@ void dbt_client_exit(dbt_client *c)
      * the replies are read: a Redis that was only slow still gets them all, and one that failed
      * is sent again. */
     int64_t budget = dbt_redis_budget_begin(c->cfg->redis_timeout_ms);
+    int64_t until_us = dbt_now_us() + c->cfg->redis_timeout_ms * 1000;
     for (dbt_pool *p = pools; p; p = p->next) {
         /* Copied first: the network calls happen without the lock. */
         dbt_owed_op ops[MAX_EXIT];
         pthread_mutex_lock(&p->mu);
-        /* Threads may still run: none may pass on a permit this gives back. */
+        /* Threads may still run: none may pass on a permit this gives back, nor queue again. */
         p->exiting = true;
+        await_acquires_in_flight(p, until_us);
         /* Permits other processes passed to our waiters meanwhile are given back with ours. */
         dbt_sharing_quit(p);
         /* Then no more are passed to us; the host's last process removes the segment's file. */

@@ -464,6 +464,81 @@ Test(recovery, exit_takes_one_timeout_in_all, .timeout = 90)
                   (long long)ms);
 }
 
+/* A thread waits in the queue as the process exits: exit withdraws its place, and the next
+ * renewal finds it gone from Redis ("Redis no longer had this waiter"). The thread must not queue
+ * again: nobody would withdraw the new place, which would reach the head once the holder is done
+ * and be granted to nobody for a lease (seen in CI: a held command's thread, 1 exit in 300 under
+ * load). Redis' ticket counter says whether it queued again. */
+Test(recovery, a_waiter_queues_no_more_once_its_process_exits)
+{
+    dbt_client *hc = fx_client(NULL), *xc = fx_client(NULL);
+    dbt_pool *hp = dbt_client_pool(hc, "recovery"), *xp = dbt_client_pool(xc, "recovery");
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
+    dbt_permit *held;
+    cr_assert_eq(dbt_acquire(hp, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
+    worker_arg w = {.pool = xp, .wait_ms = 5000, .release_at_once = true};
+    pthread_t t;
+    pthread_create(&t, NULL, worker, &w);
+    zcard_is queued = {&fx_redis, QUEUE, 1};
+    cr_assert(test_wait_until(test_zcard_is, &queued, 10000), "the waiter never queued");
+    long long tickets = test_redis_int(&fx_redis, "GET dbthrottle:{recovery}:q:seq");
+    dbt_client_exit(xc);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", QUEUE), 0, "exit left the place queued");
+    dbt_client_renew_all_now(xc); /* the renewal that finds the place gone */
+    pthread_join(t, NULL);
+    cr_expect_eq(test_redis_int(&fx_redis, "GET dbthrottle:{recovery}:q:seq"), tickets,
+                 "the waiter queued again after its process' exit");
+    cr_expect_eq(w.res, DBT_ACQ_INTERRUPTED, "the wait ended with %d", (int)w.res);
+    dbt_release(held);
+}
+
+/* Whether the pool has an acquire in flight (sent, its reply not read). */
+static bool acquire_in_flight(void *arg)
+{
+    dbt_pool *p = ((pool_ref *)arg)->pool;
+    pthread_mutex_lock(&p->mu);
+    bool r = false;
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        r = r || s->state == SLOT_PENDING;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+static void *sigcont_after_300ms(void *arg)
+{
+    usleep(300 * 1000);
+    kill(*(pid_t *)arg, SIGCONT);
+    return NULL;
+}
+
+/* A process exits while a thread's acquire is on its way (Redis slow: stopped for 300 ms): exit
+ * waits for its reply, within its one DBTHROTTLE_REDIS_TIMEOUT, and withdraws the place it made.
+ * Before, exit withdrew only the places it knew queued, and this one waited out its thread's
+ * whole wait in the queue, then a lease had the thread died with the process. */
+Test(recovery, exit_withdraws_a_place_whose_acquire_was_on_its_way)
+{
+    dbt_client *hc = fx_client(NULL), *xc = fx_client("DBTHROTTLE_REDIS_TIMEOUT=3s", NULL);
+    dbt_pool *hp = dbt_client_pool(hc, "recovery"), *xp = dbt_client_pool(xc, "recovery");
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
+    dbt_permit *held;
+    cr_assert_eq(dbt_acquire(hp, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
+    kill(fx_redis.pid, SIGSTOP);
+    worker_arg w = {.pool = xp, .wait_ms = 8000, .release_at_once = true};
+    pthread_t t, cont;
+    pthread_create(&t, NULL, worker, &w);
+    pool_ref xr = {xp};
+    bool sent = test_wait_until(acquire_in_flight, &xr, 10000);
+    pthread_create(&cont, NULL, sigcont_after_300ms, &fx_redis.pid);
+    dbt_client_exit(xc);
+    pthread_join(cont, NULL);
+    cr_assert(sent, "the acquire was never sent");
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", QUEUE), 0, "exit left the place queued");
+    dbt_client_renew_all_now(xc); /* the renewal that tells the thread its place is gone */
+    pthread_join(t, NULL);
+    cr_expect_eq(w.res, DBT_ACQ_INTERRUPTED, "the wait ended with %d", (int)w.res);
+    dbt_release(held);
+}
+
 /* ---- a release that failed is sent again --------------------------------------------- */
 
 /* A release sent without waiting meets NOSCRIPT (SCRIPT FLUSH), and the process then goes idle:
