@@ -575,73 +575,46 @@ bool dbt_redis_load_script(dbt_redis *r, const dbt_script *s, char *err)
     return ok;
 }
 
-/* The formatted EVALSHA `cmd` of script s as an EVAL of its body, the rest unchanged (malloc'd,
- * NULL when cmd is not s's EVALSHA or memory is short). Sent after a NOSCRIPT: an EVAL cannot meet
- * NOSCRIPT, where a SCRIPT LOAD and then the EVALSHA again met a second SCRIPT FLUSH between the
- * two, and failed. */
-static char *as_eval_of_body(const dbt_script *s, const char *cmd, size_t len, size_t *out_len)
+/* Appends what repairs a command that met NOSCRIPT: SCRIPT LOAD, then the same EVALSHA, written
+ * together. Redis runs the two back to back (both in one read of the connection), so that another
+ * client's SCRIPT FLUSH rarely falls between them; when one does, the repair is tried again. Not
+ * an EVAL of the body: the ACLs of docs/operations.md grant EVALSHA and SCRIPT LOAD only. False
+ * (nothing appended) when memory is short. */
+static bool append_repair(dbt_redis *r, const dbt_script *s, const char *cmd, size_t len)
 {
-    static const char evalsha[] = "$7\r\nEVALSHA\r\n$40\r\n";
-    const size_t nevalsha = sizeof evalsha - 1, nsha = 40;
-    const char *eol = memchr(cmd, '\n', len);
-    if (!eol)
-        return NULL;
-    size_t head = (size_t)(eol + 1 - cmd); /* "*<argc>\r\n": the count of arguments is the same */
-    size_t rest = head + nevalsha + nsha + 2;
-    if (len < rest || memcmp(cmd + head, evalsha, nevalsha) != 0 ||
-        memcmp(cmd + head + nevalsha, s->sha, nsha) != 0)
-        return NULL;
-    char eval[48];
-    int neval = snprintf(eval, sizeof eval, "$4\r\nEVAL\r\n$%zu\r\n", s->len);
-    size_t n = head + (size_t)neval + s->len + 2 + (len - rest);
-    char *out = malloc(n);
-    if (!out)
-        return NULL;
-    char *w = out;
-    memcpy(w, cmd, head), w += head;
-    memcpy(w, eval, (size_t)neval), w += neval;
-    memcpy(w, s->body, s->len), w += s->len;
-    memcpy(w, "\r\n", 2), w += 2;
-    memcpy(w, cmd + rest, len - rest);
-    *out_len = n;
-    return out;
-}
-
-/* Appends what repairs a command that met NOSCRIPT: SCRIPT LOAD (so that later EVALSHAs find the
- * script: a Redis may evict what EVAL loaded), then the command as an EVAL of the body. One round
- * trip; false (nothing appended) when memory is short. *eval_cmd: the EVAL's text, the caller's. */
-static bool append_repair(dbt_redis *r, const dbt_script *s, const char *cmd, size_t len,
-                          char **eval_cmd, size_t *eval_len)
-{
-    *eval_cmd = as_eval_of_body(s, cmd, len, eval_len);
     const char *argv[] = {"SCRIPT", "LOAD", s->body};
     size_t lens[] = {6, 4, s->len};
     size_t before = r->outlen;
-    if (*eval_cmd && append_argv(r, 3, argv, lens) && append_raw(r, *eval_cmd, *eval_len))
+    if (append_argv(r, 3, argv, lens) && append_raw(r, cmd, len))
         return true;
     r->outlen = before;
-    free(*eval_cmd);
-    *eval_cmd = NULL;
     return false;
 }
+
+/* How often a command that meets NOSCRIPT is repaired before its NOSCRIPT is its failure: each
+ * try is one round trip, and only a SCRIPT FLUSH between its two commands makes it fail. */
+enum { NOSCRIPT_TRIES = 3 };
 
 /* Sends a command that met NOSCRIPT again (append_repair), and reads its reply. */
 static redisReply *repair_noscript(dbt_redis *r, const dbt_script *s, const char *cmd, size_t len,
                                    char *err)
 {
-    char *eval_cmd;
-    size_t eval_len;
-    if (!append_repair(r, s, cmd, len, &eval_cmd, &eval_len)) {
-        set_err(err, "redis", "out of memory");
-        return NULL;
+    redisReply *rep = NULL;
+    for (int i = 0; i < NOSCRIPT_TRIES && !rep && !dbt_redis_broken(r); i++) {
+        if (i > 0 && !is_noscript(err))
+            break;
+        if (!append_repair(r, s, cmd, len)) {
+            set_err(err, "redis", "out of memory");
+            break;
+        }
+        /* SCRIPT LOAD's reply: its failure is told by the command's own NOSCRIPT. */
+        redisReply *loaded = read_reply(r, err);
+        if (loaded)
+            freeReplyObject(loaded);
+        if (!dbt_redis_broken(r))
+            rep = read_reply(r, err);
     }
-    free(eval_cmd);
-    /* SCRIPT LOAD's reply: its failure (a script too big for a proxy's limits, say) is not the
-     * command's, which ran from its body. */
-    redisReply *loaded = read_reply(r, err);
-    if (loaded)
-        freeReplyObject(loaded);
-    return dbt_redis_broken(r) ? NULL : read_reply(r, err);
+    return rep;
 }
 
 /* Which script a pending command runs: its SHA1 sits at a fixed place in the formatted text. */
@@ -734,18 +707,15 @@ static bool read_pending(dbt_redis *r, int n, char *err)
     memmove(&r->pending[0], &r->pending[n], (size_t)r->npending * sizeof r->pending[0]);
     for (int j = 0; j < nagain; j++) {
         const dbt_script *s = script_of(again[j].cmd);
-        char *eval_cmd = NULL;
-        size_t eval_len = 0;
-        bool sent = s && r->npending + 2 <= DBT_MAX_PENDING &&
-                    append_repair(r, s, again[j].cmd, again[j].len, &eval_cmd, &eval_len);
-        redisFreeCommand(again[j].cmd);
-        if (!sent) {
+        if (!s || r->npending + 2 > DBT_MAX_PENDING ||
+            !append_repair(r, s, again[j].cmd, again[j].len)) {
+            redisFreeCommand(again[j].cmd);
             note_failed(r, again[j].tag);
             ok = false;
             continue;
         }
         add_pending(r, NULL, 0, NULL);
-        add_pending(r, eval_cmd, eval_len, again[j].tag);
+        add_pending(r, again[j].cmd, again[j].len, again[j].tag);
     }
     return ok;
 }
@@ -753,8 +723,10 @@ static bool read_pending(dbt_redis *r, int n, char *err)
 static bool drain_unguarded(dbt_redis *r, char *err)
 {
     bool ok = true;
-    /* Twice at most: once for the replies, once for what a NOSCRIPT made us send again. */
-    for (int round = 0; round < 2 && r->npending > 0 && !dbt_redis_broken(r); round++)
+    /* Once for the replies, then for what a NOSCRIPT made us send again (repair_noscript's
+     * tries). */
+    for (int round = 0; round < 1 + NOSCRIPT_TRIES && r->npending > 0 && !dbt_redis_broken(r);
+         round++)
         ok = read_pending(r, r->npending, err) && ok;
     if (r->npending > 0) {
         /* Replies still owed on a live connection would be read as the answers to later

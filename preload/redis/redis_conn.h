@@ -139,8 +139,8 @@ redisReply *dbt_redis_command(dbt_redis *r, int argc, const char **argv, const s
                               char *err);
 
 /* Runs a script by EVALSHA with the SHA1 computed at build time; on NOSCRIPT (a restarted or
- * flushed Redis) runs it again as an EVAL of its body, with a SCRIPT LOAD before it for the
- * EVALSHAs to come, in one round trip. Returns like dbt_redis_command. */
+ * flushed Redis) loads it with SCRIPT LOAD and runs it again, the two written together: one round
+ * trip. Returns like dbt_redis_command. */
 redisReply *dbt_redis_eval(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
                            int nargs, const char *const *args, char *err);
 
