@@ -76,9 +76,14 @@ def excuse(f):
         return (f["start"], max(f["end"], f["start"] + lease + lease / 3), can_hold(f["target"]))
     if f["kind"] == "partition":
         # What the cut host's clients held, or were granted before their places lapsed, comes
-        # back within a lease and a renewal period of the cut, as a stopped client's would.
+        # back within a lease and a renewal period of the cut, as a stopped client's would. And
+        # the cut host's clients that live on (pgbench, the Python ones) met Redis errors: each
+        # keeps away from Redis for 1 s after its last failure, which came up to a Redis timeout
+        # after the heal (design.md, "Redis errors"), refusing in closed mode what it would have
+        # run (seen in CI: seed 1 below the limit 1.30 s after a 3 s cut healed).
         held = sum(can_hold(w["kind"]) for w in h["workers"] if w["host"] == f["host"])
-        return (f["start"], max(f["end"], f["start"] + lease + lease / 3), min(limit, held))
+        back = f["end"] + h["redis_timeout"] + OUTAGE_BACKOFF
+        return (f["start"], max(back, f["start"] + lease + lease / 3), min(limit, held))
     return (f["start"], f["end"], limit)
 
 
