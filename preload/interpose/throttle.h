@@ -75,11 +75,6 @@ void dbt_throttle_forget(PGconn *conn);
 struct dbt_conn *dbt_throttle_take(PGconn *conn);
 void dbt_throttle_give_back(struct dbt_conn *taken);
 
-/* dbthrottle evict --cancel reached this process, or (closed mode) the lease of the command
- * running on connection conn_id ("c<N>") is about to lapse unrenewed: that command is cancelled at
- * the server, and `event` logged (dbt_on_evict_cancel's callback). */
-void dbt_throttle_evict_cancel(const char *conn_id, const char *event);
-
 /* A PGRES_FATAL_ERROR result carrying conn's refusal (SQLSTATE 53300), for PQexec and friends. */
 PGresult *dbt_throttle_refused_result(PGconn *conn);
 
