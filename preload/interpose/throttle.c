@@ -775,7 +775,9 @@ void dbt_throttle_pipeline_synced(PGconn *conn)
     watch_if_idle(c, conn, f);
 }
 
-dbt_conn *dbt_throttle_take(PGconn *conn)
+/* What PQfinish and PQreset do in two halves: the entry is taken before libpq frees conn (NULL
+ * when there is none), and what it held goes back after. */
+static dbt_conn *take_entry(PGconn *conn)
 {
     const dbt_lib *lib = throttle_lib();
     if (!lib->active && !lib->broken)
@@ -787,7 +789,7 @@ dbt_conn *dbt_throttle_take(PGconn *conn)
     return c;
 }
 
-void dbt_throttle_give_back(dbt_conn *c)
+static void give_back(dbt_conn *c)
 {
     if (!c)
         return;
@@ -796,9 +798,18 @@ void dbt_throttle_give_back(dbt_conn *c)
     dbt_conn_free(c);
 }
 
+void dbt_throttle_finish(PGconn *conn)
+{
+    dbt_conn *taken = conn ? take_entry(conn) : NULL;
+    __typeof__(&PQfinish) real = DBT_REAL(PQfinish);
+    if (real)
+        real(conn);
+    give_back(taken);
+}
+
 void dbt_throttle_forget(PGconn *conn)
 {
-    dbt_throttle_give_back(dbt_throttle_take(conn));
+    give_back(take_entry(conn));
 }
 
 static const char *c_state(const PGconn *conn)

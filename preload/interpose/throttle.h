@@ -66,14 +66,14 @@ void dbt_throttle_connected(PGconn *conn);
 /* A connection attempt failed for good: its connection permit goes back. */
 void dbt_throttle_connect_failed(PGconn *conn);
 
-/* conn is being closed or reset: whatever it holds goes back, and its entry is forgotten. */
+/* conn is being reset (PQreset, PQresetStart): whatever it holds goes back, and its entry is
+ * forgotten. */
 void dbt_throttle_forget(PGconn *conn);
 
-/* The same in two halves, for PQfinish: the entry is taken before the real PQfinish frees conn
- * (NULL when there is none), and what it held goes back after the socket is closed, so that a
- * connection the freed permit admits does not open while this one still is. */
-struct dbt_conn *dbt_throttle_take(PGconn *conn);
-void dbt_throttle_give_back(struct dbt_conn *taken);
+/* PQfinish: libpq's own closes conn (NULL too), and whatever conn holds goes back after the
+ * socket is closed, so that a connection the freed permit admits does not open while this one
+ * still is; its entry is forgotten. */
+void dbt_throttle_finish(PGconn *conn);
 
 /* A PGRES_FATAL_ERROR result carrying conn's refusal (SQLSTATE 53300), for PQexec and friends. */
 PGresult *dbt_throttle_refused_result(PGconn *conn);
