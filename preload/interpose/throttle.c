@@ -7,7 +7,6 @@
 #include "cancel_map.h"
 #include "clock.h"
 #include "conn_registry.h"
-#include "held.h"
 #include "lib.h"
 #include "log.h"
 #include "prepared.h"
@@ -812,21 +811,6 @@ void dbt_throttle_forget(PGconn *conn)
     give_back(take_entry(conn));
 }
 
-static const char *c_state(const PGconn *conn)
-{
-    dbt_conn *c = dbt_conn_find(conn, false);
-    return c && c->refusal_state ? c->refusal_state : SQLSTATE_REFUSED;
-}
-
-PGresult *dbt_throttle_refused_result(PGconn *conn)
-{
-    PGresult *r = DBT_REAL(PQmakeEmptyPGresult)(conn, PGRES_FATAL_ERROR);
-    const char *msg = dbt_throttle_error(conn);
-    if (r && msg)
-        dbt_refused_add(r, msg, c_state(conn));
-    return r;
-}
-
 const char *dbt_throttle_refusal(const PGconn *conn, const char **sqlstate)
 {
     dbt_conn *c = dbt_conn_find(conn, false);
@@ -836,9 +820,6 @@ const char *dbt_throttle_refusal(const PGconn *conn, const char **sqlstate)
 
 const char *dbt_throttle_error(const PGconn *conn)
 {
-    const char *held = dbt_held_error(conn);
-    if (held)
-        return held;
     dbt_conn *c = dbt_conn_find(conn, false);
     return c && dbt_conn_state_refused(&c->state) ? c->refusal : NULL;
 }

@@ -75,14 +75,12 @@ void dbt_throttle_forget(PGconn *conn);
  * still is; its entry is forgotten. */
 void dbt_throttle_finish(PGconn *conn);
 
-/* A PGRES_FATAL_ERROR result carrying conn's refusal (SQLSTATE 53300), for PQexec and friends. */
-PGresult *dbt_throttle_refused_result(PGconn *conn);
-
 /* The message of conn's last refusal (NULL: none yet) and its SQLSTATE, whether or not it is
  * still conn's last word (held.c presents it later). */
 const char *dbt_throttle_refusal(const PGconn *conn, const char **sqlstate);
 
-/* The refusal message of conn, or NULL when the last word on conn was not a refusal. */
+/* The refusal message of conn, or NULL when the last word on conn was not a refusal (a call
+ * refused while commands are held is held.c's: dbt_held_error). */
 const char *dbt_throttle_error(const PGconn *conn);
 
 #endif
