@@ -1,7 +1,6 @@
 /* conn_registry.c - what the throttle knows about each PGconn, and the results it made. */
 #include "conn_registry.h"
 
-#include "held.h"
 #include "prepared.h"
 
 #include <pthread.h>
@@ -18,6 +17,12 @@
 static pthread_mutex_t mu = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
 static dbt_conn *buckets[BUCKETS];
 static atomic_uint_fast64_t next_id;
+static _Atomic(const dbt_conn_held_ops *) held_ops;
+
+void dbt_conn_set_held_ops(const dbt_conn_held_ops *ops)
+{
+    atomic_store_explicit(&held_ops, ops, memory_order_release);
+}
 
 static size_t bucket_of(const void *p)
 {
@@ -46,11 +51,13 @@ static void child(void)
 {
     pthread_mutex_t fresh = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
     mu = fresh;
+    const dbt_conn_held_ops *ops = atomic_load_explicit(&held_ops, memory_order_acquire);
     for (size_t b = 0; b < BUCKETS; b++)
         for (dbt_conn *c = buckets[b]; c; c = c->next) {
             /* The parent's permits: only forgotten, see dbt_release. */
             dbt_conn_state_after_fork(&c->state, dbt_release);
-            dbt_held_after_fork(c->held); /* never sent here */
+            if (c->held && ops)
+                ops->after_fork(c->held); /* never sent here */
         }
 }
 
@@ -110,7 +117,9 @@ dbt_conn *dbt_conn_take(const void *pg)
 void dbt_conn_free(dbt_conn *c)
 {
     if (c) {
-        dbt_held_free(c->held);
+        const dbt_conn_held_ops *ops = atomic_load_explicit(&held_ops, memory_order_acquire);
+        if (c->held && ops)
+            ops->free(c->held);
         dbt_prepared_free(c->prepared);
         free(c->refusal);
         free(c);

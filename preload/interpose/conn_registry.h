@@ -36,6 +36,15 @@ typedef struct dbt_conn {
     struct dbt_conn *next;
 } dbt_conn;
 
+/* held.c keeps the commands held on a connection in its entry (`held`): the registry ends them
+ * through these, set once by held.c before it makes the first: `free` with the entry, and
+ * `after_fork` in a child after fork(), for each entry. */
+typedef struct {
+    void (*free)(struct dbt_held *h);
+    void (*after_fork)(struct dbt_held *h);
+} dbt_conn_held_ops;
+void dbt_conn_set_held_ops(const dbt_conn_held_ops *ops);
+
 /* The entry of pg, made when `create` (NULL when out of memory or not found). */
 dbt_conn *dbt_conn_find(const void *pg, bool create);
 /* Calls fn with the PGconn of the connection named `id` ("c<N>"), under the map's lock (so that

@@ -107,8 +107,22 @@ static void init_sync(dbt_held *h)
     pthread_cond_init(&h->cv, NULL);
 }
 
+/* The registry frees an entry's held state with the entry (nothing runs on it any more) and, in
+ * a child after fork(), forgets its parent's (never sent here: the thread that would is the
+ * parent's): told how before the first is made. */
+static void held_free(dbt_held *h);
+static void held_after_fork(dbt_held *h);
+static const dbt_conn_held_ops held_ops = {.free = held_free, .after_fork = held_after_fork};
+static pthread_once_t held_ops_once = PTHREAD_ONCE_INIT;
+
+static void tell_registry(void)
+{
+    dbt_conn_set_held_ops(&held_ops);
+}
+
 static dbt_held *held_of(dbt_conn *c, PGconn *conn)
 {
+    pthread_once(&held_ops_once, tell_registry);
     if (!c->held && (c->held = calloc(1, sizeof *c->held)) != NULL) {
         init_sync(c->held);
         c->held->pg = conn;
@@ -672,23 +686,17 @@ PGresult *dbt_held_get_result(dbt_held *h, PGconn *conn)
     return res;
 }
 
-void dbt_held_settle(PGconn *conn)
+bool dbt_held_settle(PGconn *conn)
 {
     dbt_held *h = dbt_held_lock(conn);
     if (!h)
-        return;
+        return false;
     end_wait_if_gone(h);
     while (h->thread_alive)
         wait_cv(h);
     bool unread = (h->stand_ins > 0 || h->owed > 0) && !h->pipeline;
     unlock(h);
-    if (!unread)
-        return;
-    /* PQexec would discard them itself, but through libpq alone: read through our PQgetResult,
-     * which keeps the permit state in step. */
-    PGresult *r;
-    while ((r = PQgetResult(conn)) != NULL)
-        PQclear(r);
+    return unread;
 }
 
 void dbt_held_withdraw(PGconn *conn)
@@ -711,7 +719,7 @@ void dbt_held_withdraw(PGconn *conn)
     unlock(h);
 }
 
-void dbt_held_free(dbt_held *h)
+static void held_free(dbt_held *h)
 {
     if (!h)
         return;
@@ -726,7 +734,7 @@ void dbt_held_free(dbt_held *h)
     free(h);
 }
 
-void dbt_held_after_fork(dbt_held *h)
+static void held_after_fork(dbt_held *h)
 {
     if (!h)
         return;

@@ -59,9 +59,11 @@ int dbt_held_exit_pipeline(dbt_held *h, PGconn *conn);
  * sent, then libpq's result, a refusal's stand-in answer translated. */
 PGresult *dbt_held_get_result(dbt_held *h, PGconn *conn);
 
-/* Before a synchronous call: waits until held commands are sent or refused, and reads away a
- * refusal not yet read (as PQexec discards results the program left unread). */
-void dbt_held_settle(PGconn *conn);
+/* Before a synchronous call: waits until held commands are sent or refused. True when a
+ * refusal's results are left unread: the caller reads them away through PQgetResult and PQclear
+ * (as PQexec discards results the program left unread; the hooks keep the permit state in step
+ * and forget the refused results). */
+bool dbt_held_settle(PGconn *conn);
 
 /* PQfinish, PQreset: held commands are withdrawn, never sent, their wait ended; returns once our
  * thread has let go of conn. */
@@ -71,10 +73,5 @@ void dbt_held_withdraw(PGconn *conn);
 void dbt_held_set_error(dbt_held *h, const char *msg);
 /* The message of such a call, or NULL. */
 const char *dbt_held_error(const PGconn *conn);
-
-/* conn_registry.c: frees an entry's held state (nothing runs on it any more); in a child after
- * fork(), forgets its parent's (never sent here: the thread that would is the parent's). */
-void dbt_held_free(dbt_held *h);
-void dbt_held_after_fork(dbt_held *h);
 
 #endif

@@ -102,11 +102,7 @@ HOOK void PQfinish(PGconn *conn)
     /* Permits go back once the socket is closed: given back first, the next connection they
      * admit could reach the server while this one is still open there. */
     dbt_held_withdraw(conn); /* a held command is never sent */
-    struct dbt_conn *taken = conn ? dbt_throttle_take(conn) : NULL;
-    __typeof__(&PQfinish) real = DBT_REAL(PQfinish);
-    if (real)
-        real(conn);
-    dbt_throttle_give_back(taken);
+    dbt_throttle_finish(conn);
 }
 
 HOOK void PQreset(PGconn *conn)

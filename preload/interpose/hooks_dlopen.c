@@ -78,9 +78,7 @@ out:
 
 HOOK void *dlopen(const char *file, int mode)
 {
-    static _Atomic(void *) slot;
-    void *(*real)(const char *, int) =
-        (void *(*)(const char *, int))dbt_real_lookup_any(&slot, "dlopen");
+    dbt_dlopen_fn real = dbt_real_dlopen();
     if (!real)
         return NULL;
     if (file && (mode & RTLD_DEEPBIND) && strchr(file, '/') && needs_libpq(file))

@@ -8,7 +8,10 @@
  * the wait, as the server says of a cancelled statement; for everything else they are libpq's
  * own. A
  * refusal is forgotten at the connection's next command, and a refused result at its PQclear. */
+#include "hooks_errors.h"
+
 #include "conn_registry.h"
+#include "held.h"
 #include "hook.h"
 #include "real.h"
 #include "throttle.h"
@@ -17,9 +20,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* conn's last word when it is ours: a call refused while commands are held on it, else the
+ * throttle's refusal. NULL: libpq's own. */
+static const char *conn_error(const PGconn *conn)
+{
+    const char *held = dbt_held_error(conn);
+    return held ? held : dbt_throttle_error(conn);
+}
+
+PGresult *dbt_refused_result(PGconn *conn)
+{
+    PGresult *r = DBT_REAL(PQmakeEmptyPGresult)(conn, PGRES_FATAL_ERROR);
+    const char *msg = conn_error(conn);
+    if (r && msg) {
+        const char *state;
+        (void)dbt_throttle_refusal(conn, &state);
+        dbt_refused_add(r, msg, state);
+    }
+    return r;
+}
+
 HOOK char *PQerrorMessage(const PGconn *conn)
 {
-    const char *msg = conn ? dbt_throttle_error(conn) : NULL;
+    const char *msg = conn ? conn_error(conn) : NULL;
     if (msg)
         return (char *)msg;
     __typeof__(&PQerrorMessage) real = DBT_REAL(PQerrorMessage);

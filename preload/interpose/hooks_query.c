@@ -3,8 +3,19 @@
  * while its permit is awaited) and forwards to libpq. */
 #include "held.h"
 #include "hook.h"
+#include "hooks_errors.h"
 #include "real.h"
 #include "throttle.h"
+
+/* A refusal's results a held command left unread, read away before a synchronous call (PQexec
+ * would discard them itself, but through libpq alone): through our PQgetResult, which keeps the
+ * permit state in step, and our PQclear, which forgets the refused results. */
+static void discard_unread(PGconn *conn)
+{
+    PGresult *r;
+    while ((r = PQgetResult(conn)) != NULL)
+        PQclear(r);
+}
 
 /* The synchronous calls run a whole command: permit before, maybe give it back after. `text` is
  * the command's SQL, for the trace when DBTHROTTLE_LOG_QUERY is on; NULL for the calls that carry
@@ -16,9 +27,10 @@
             return NULL;                                                                           \
         if (dbt_nested || !conn)                                                                   \
             return real(__VA_ARGS__);                                                              \
-        dbt_held_settle(conn); /* a command held before this one is sent or refused first */       \
+        if (dbt_held_settle(conn)) /* a command held before this one is sent or refused first */   \
+            discard_unread(conn);                                                                  \
         if (!dbt_throttle_before(conn, text))                                                      \
-            return dbt_throttle_refused_result(conn);                                              \
+            return dbt_refused_result(conn);                                                       \
         dbt_nested++;                                                                              \
         PGresult *res = real(__VA_ARGS__);                                                         \
         dbt_nested--;                                                                              \

@@ -8,7 +8,6 @@
 #include "lib.h"
 
 #include "log.h"
-#include "throttle.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -82,7 +81,6 @@ static void setup(void)
         snprintf(lib.error, sizeof lib.error, "out of memory");
         return;
     }
-    dbt_on_evict_cancel(dbt_throttle_evict_cancel);
     lib.active = true;
 }
 

@@ -26,6 +26,19 @@ dbt_dlsym_fn dbt_real_dlsym(void)
     return (dbt_dlsym_fn)f;
 }
 
+dbt_dlopen_fn dbt_real_dlopen(void)
+{
+    static _Atomic(void *) real;
+    void *f = atomic_load_explicit(&real, memory_order_acquire);
+    if (!f) {
+        dbt_dlsym_fn real_dlsym = dbt_real_dlsym();
+        f = real_dlsym ? real_dlsym(RTLD_NEXT, "dlopen") : NULL;
+        if (f)
+            atomic_store_explicit(&real, f, memory_order_release);
+    }
+    return (dbt_dlopen_fn)f;
+}
+
 void *dbt_real_peek(const char *name)
 {
     dbt_dlsym_fn real_dlsym = dbt_real_dlsym();
@@ -33,7 +46,9 @@ void *dbt_real_peek(const char *name)
         return NULL;
     void *f = real_dlsym(RTLD_NEXT, name);
     if (!f) {
-        void *h = dlopen("libpq.so.5", RTLD_LAZY | RTLD_NOLOAD);
+        /* glibc's dlopen: ours (hooks_dlopen.c) would only pass these flags on. */
+        dbt_dlopen_fn real_dlopen = dbt_real_dlopen();
+        void *h = real_dlopen ? real_dlopen("libpq.so.5", RTLD_LAZY | RTLD_NOLOAD) : NULL;
         if (h) {
             f = real_dlsym(h, name);
             dlclose(h);
@@ -55,17 +70,5 @@ void *dbt_real_lookup(_Atomic(void *) *slot, const char *name)
                           DBT_S("error", "cannot find the real libpq function")};
         dbt_log(DBT_LOG_ERROR, "symbol_error", fl, 2);
     }
-    return f;
-}
-
-void *dbt_real_lookup_any(_Atomic(void *) *slot, const char *name)
-{
-    void *f = atomic_load_explicit(slot, memory_order_acquire);
-    if (f)
-        return f;
-    dbt_dlsym_fn real_dlsym = dbt_real_dlsym();
-    f = real_dlsym ? real_dlsym(RTLD_NEXT, name) : NULL;
-    if (f)
-        atomic_store_explicit(slot, f, memory_order_release);
     return f;
 }

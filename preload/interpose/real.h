@@ -5,9 +5,14 @@
 #include <stdatomic.h>
 
 typedef void *(*dbt_dlsym_fn)(void *, const char *);
+typedef void *(*dbt_dlopen_fn)(const char *, int);
 
 /* glibc's own dlsym (ours interposes it). NULL if it cannot be found. */
 dbt_dlsym_fn dbt_real_dlsym(void);
+
+/* glibc's own dlopen (ours interposes it: hooks_dlopen.c), the next definition after ours,
+ * found quietly. NULL if it cannot be found. */
+dbt_dlopen_fn dbt_real_dlopen(void);
 
 /* Finds the real `name`: the next definition after ours (RTLD_NEXT), or, when libpq is not in the
  * global scope (Python extension modules load it RTLD_LOCAL), the one in the libpq.so.5 that is
@@ -16,9 +21,6 @@ void *dbt_real_lookup(_Atomic(void *) *slot, const char *name);
 
 /* The same search, without caching or logging (for dlsym, which asks about any program's PQ*). */
 void *dbt_real_peek(const char *name);
-
-/* The next definition of a libc function we interpose (dlopen): RTLD_NEXT only, quietly. */
-void *dbt_real_lookup_any(_Atomic(void *) *slot, const char *name);
 
 /* DBT_REAL(PQexec) is the real PQexec, typed. Each use site keeps its own cache slot. */
 #define DBT_REAL(fn)                                                                               \

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "real.h"
 #include "server_name.h"
+#include "throttle.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -203,8 +204,8 @@ PGconn *dbt_check_connect(dbt_check_open open, void *ctx, bool blocking)
     }
     finish(probe);
     if (conn && blocking && dbt_check_refused(conn)) {
-        PQfinish(conn); /* ours: the throttle forgets it */
-        conn = NULL;    /* and the server is now known to refuse: asked without */
+        dbt_throttle_finish(conn); /* ours: the throttle forgets it */
+        conn = NULL;               /* and the server is now known to refuse: asked without */
     }
     return conn ? conn : open(ctx);
 }

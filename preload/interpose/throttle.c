@@ -7,7 +7,6 @@
 #include "cancel_map.h"
 #include "clock.h"
 #include "conn_registry.h"
-#include "held.h"
 #include "lib.h"
 #include "log.h"
 #include "prepared.h"
@@ -29,6 +28,25 @@ __thread int dbt_nested;
 static int64_t now_ms(void)
 {
     return dbt_now_us() / 1000;
+}
+
+static void evict_cancel(const char *conn_id, const char *event);
+
+/* The process' throttle (lib.c). An active one has dbthrottle evict --cancel (and closed mode's
+ * lapsing leases) cancel the command running on a connection of ours: wired at the throttle's
+ * first use, before any connection can hold a permit to be evicted. */
+static pthread_once_t wire_once = PTHREAD_ONCE_INIT;
+
+static void wire(void)
+{
+    if (dbt_lib_get()->active)
+        dbt_on_evict_cancel(evict_cancel);
+}
+
+static const dbt_lib *throttle_lib(void)
+{
+    pthread_once(&wire_once, wire);
+    return dbt_lib_get();
 }
 
 /* "<server>/dbname": the server as server_name.c names it (one name for every spelling of one
@@ -201,7 +219,7 @@ static bool weights_read_sql(const dbt_config *cfg)
 
 void dbt_throttle_note_prepare(PGconn *conn, const char *name, const char *query)
 {
-    const dbt_lib *lib = dbt_lib_get();
+    const dbt_lib *lib = throttle_lib();
     if (!lib->active || !conn || !weights_read_sql(&lib->cfg))
         return;
     dbt_conn *c = dbt_conn_find(conn, true);
@@ -211,7 +229,7 @@ void dbt_throttle_note_prepare(PGconn *conn, const char *name, const char *query
 
 const char *dbt_throttle_prepared_text(const PGconn *conn, const char *name)
 {
-    const dbt_lib *lib = dbt_lib_get();
+    const dbt_lib *lib = throttle_lib();
     if (!lib->active || !conn || !lib->cfg.weights.n)
         return NULL;
     dbt_conn *c = dbt_conn_find(conn, false);
@@ -484,7 +502,7 @@ static void session_gone(void *owner)
     dbt_conn *c = owner;
     if (!dbt_conn_state_holds(&c->state))
         return;
-    permit_ctx x = {.lib = dbt_lib_get(), .c = c, .conn = NULL};
+    permit_ctx x = {.lib = throttle_lib(), .c = c, .conn = NULL};
     dbt_conn_state_session_ended(&c->state, &sem_ops, &x);
     dbt_field f[] = {DBT_S("conn", c->id),
                      DBT_S("reason", "the server closed the connection (restart, "
@@ -559,7 +577,7 @@ static void *send_cancel(void *arg)
     return NULL;
 }
 
-void dbt_throttle_evict_cancel(const char *conn_id, const char *event)
+static void evict_cancel(const char *conn_id, const char *event)
 {
     PGcancel *cancel = NULL;
     if (!dbt_conn_with_id(conn_id, make_cancel, &cancel) || !cancel)
@@ -638,7 +656,7 @@ static void announce(const dbt_lib *lib, PGconn *conn)
 
 bool dbt_throttle_connect(PGconn *conn)
 {
-    const dbt_lib *lib = dbt_lib_get();
+    const dbt_lib *lib = throttle_lib();
     if (lib->announce_only) {
         announce(lib, conn);
         return true;
@@ -653,7 +671,7 @@ bool dbt_throttle_connect(PGconn *conn)
 
 void dbt_throttle_connect_failed(PGconn *conn)
 {
-    const dbt_lib *lib = dbt_lib_get();
+    const dbt_lib *lib = throttle_lib();
     dbt_conn *c = known(conn, lib);
     permit_ctx x = {.lib = lib, .c = c, .conn = NULL};
     if (c)
@@ -662,7 +680,7 @@ void dbt_throttle_connect_failed(PGconn *conn)
 
 bool dbt_throttle_before(PGconn *conn, const char *query)
 {
-    const dbt_lib *lib = dbt_lib_get();
+    const dbt_lib *lib = throttle_lib();
     bool go;
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)
@@ -676,7 +694,7 @@ bool dbt_throttle_before(PGconn *conn, const char *query)
 dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_acquire_wait **pending)
 {
     *pending = NULL;
-    const dbt_lib *lib = dbt_lib_get();
+    const dbt_lib *lib = throttle_lib();
     bool go;
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)
@@ -690,7 +708,7 @@ dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_acquir
 dbt_verdict dbt_throttle_held_wait(PGconn *conn, dbt_acquire_wait *pending, int64_t t0_ms,
                                    bool (*interrupted)(void *), void *arg, dbt_waker *waker)
 {
-    const dbt_lib *lib = dbt_lib_get();
+    const dbt_lib *lib = throttle_lib();
     dbt_conn *c = dbt_conn_find(conn, false);
     if (!c || !c->pool)
         return DBT_PROCEED; /* never: the send that queued made both */
@@ -711,7 +729,7 @@ dbt_verdict dbt_throttle_held_wait(PGconn *conn, dbt_acquire_wait *pending, int6
 
 void dbt_throttle_sent(PGconn *conn, bool sent)
 {
-    const dbt_lib *lib = dbt_lib_get();
+    const dbt_lib *lib = throttle_lib();
     dbt_conn *c = known(conn, lib);
     permit_ctx x = {.lib = lib, .c = c, .conn = conn};
     if (c)
@@ -720,7 +738,7 @@ void dbt_throttle_sent(PGconn *conn, bool sent)
 
 void dbt_throttle_after(PGconn *conn)
 {
-    const dbt_lib *lib = dbt_lib_get();
+    const dbt_lib *lib = throttle_lib();
     dbt_conn *c = known(conn, lib);
     permit_ctx x = {.lib = lib, .c = c, .conn = conn};
     if (!c)
@@ -732,21 +750,21 @@ void dbt_throttle_after(PGconn *conn)
 
 void dbt_throttle_connected(PGconn *conn)
 {
-    dbt_conn *c = known(conn, dbt_lib_get());
+    dbt_conn *c = known(conn, throttle_lib());
     if (c)
         watch_if_idle(c, conn, facts_of(conn));
 }
 
 void dbt_throttle_pipeline_sync(PGconn *conn)
 {
-    dbt_conn *c = known(conn, dbt_lib_get());
+    dbt_conn *c = known(conn, throttle_lib());
     if (c)
         dbt_conn_state_pipeline_sync(&c->state);
 }
 
 void dbt_throttle_pipeline_synced(PGconn *conn)
 {
-    const dbt_lib *lib = dbt_lib_get();
+    const dbt_lib *lib = throttle_lib();
     dbt_conn *c = known(conn, lib);
     permit_ctx x = {.lib = lib, .c = c, .conn = conn};
     if (!c)
@@ -756,9 +774,11 @@ void dbt_throttle_pipeline_synced(PGconn *conn)
     watch_if_idle(c, conn, f);
 }
 
-dbt_conn *dbt_throttle_take(PGconn *conn)
+/* What PQfinish and PQreset do in two halves: the entry is taken before libpq frees conn (NULL
+ * when there is none), and what it held goes back after. */
+static dbt_conn *take_entry(PGconn *conn)
 {
-    const dbt_lib *lib = dbt_lib_get();
+    const dbt_lib *lib = throttle_lib();
     if (!lib->active && !lib->broken)
         return NULL;
     dbt_cancel_forget_conn(conn);
@@ -768,33 +788,27 @@ dbt_conn *dbt_throttle_take(PGconn *conn)
     return c;
 }
 
-void dbt_throttle_give_back(dbt_conn *c)
+static void give_back(dbt_conn *c)
 {
     if (!c)
         return;
-    permit_ctx x = {.lib = dbt_lib_get(), .c = c, .conn = NULL};
+    permit_ctx x = {.lib = throttle_lib(), .c = c, .conn = NULL};
     dbt_conn_state_forget(&c->state, &sem_ops, &x);
     dbt_conn_free(c);
 }
 
+void dbt_throttle_finish(PGconn *conn)
+{
+    dbt_conn *taken = conn ? take_entry(conn) : NULL;
+    __typeof__(&PQfinish) real = DBT_REAL(PQfinish);
+    if (real)
+        real(conn);
+    give_back(taken);
+}
+
 void dbt_throttle_forget(PGconn *conn)
 {
-    dbt_throttle_give_back(dbt_throttle_take(conn));
-}
-
-static const char *c_state(const PGconn *conn)
-{
-    dbt_conn *c = dbt_conn_find(conn, false);
-    return c && c->refusal_state ? c->refusal_state : SQLSTATE_REFUSED;
-}
-
-PGresult *dbt_throttle_refused_result(PGconn *conn)
-{
-    PGresult *r = DBT_REAL(PQmakeEmptyPGresult)(conn, PGRES_FATAL_ERROR);
-    const char *msg = dbt_throttle_error(conn);
-    if (r && msg)
-        dbt_refused_add(r, msg, c_state(conn));
-    return r;
+    give_back(take_entry(conn));
 }
 
 const char *dbt_throttle_refusal(const PGconn *conn, const char **sqlstate)
@@ -806,9 +820,6 @@ const char *dbt_throttle_refusal(const PGconn *conn, const char **sqlstate)
 
 const char *dbt_throttle_error(const PGconn *conn)
 {
-    const char *held = dbt_held_error(conn);
-    if (held)
-        return held;
     dbt_conn *c = dbt_conn_find(conn, false);
     return c && dbt_conn_state_refused(&c->state) ? c->refusal : NULL;
 }

@@ -66,28 +66,21 @@ void dbt_throttle_connected(PGconn *conn);
 /* A connection attempt failed for good: its connection permit goes back. */
 void dbt_throttle_connect_failed(PGconn *conn);
 
-/* conn is being closed or reset: whatever it holds goes back, and its entry is forgotten. */
+/* conn is being reset (PQreset, PQresetStart): whatever it holds goes back, and its entry is
+ * forgotten. */
 void dbt_throttle_forget(PGconn *conn);
 
-/* The same in two halves, for PQfinish: the entry is taken before the real PQfinish frees conn
- * (NULL when there is none), and what it held goes back after the socket is closed, so that a
- * connection the freed permit admits does not open while this one still is. */
-struct dbt_conn *dbt_throttle_take(PGconn *conn);
-void dbt_throttle_give_back(struct dbt_conn *taken);
-
-/* dbthrottle evict --cancel reached this process, or (closed mode) the lease of the command
- * running on connection conn_id ("c<N>") is about to lapse unrenewed: that command is cancelled at
- * the server, and `event` logged (dbt_on_evict_cancel's callback). */
-void dbt_throttle_evict_cancel(const char *conn_id, const char *event);
-
-/* A PGRES_FATAL_ERROR result carrying conn's refusal (SQLSTATE 53300), for PQexec and friends. */
-PGresult *dbt_throttle_refused_result(PGconn *conn);
+/* PQfinish: libpq's own closes conn (NULL too), and whatever conn holds goes back after the
+ * socket is closed, so that a connection the freed permit admits does not open while this one
+ * still is; its entry is forgotten. */
+void dbt_throttle_finish(PGconn *conn);
 
 /* The message of conn's last refusal (NULL: none yet) and its SQLSTATE, whether or not it is
  * still conn's last word (held.c presents it later). */
 const char *dbt_throttle_refusal(const PGconn *conn, const char **sqlstate);
 
-/* The refusal message of conn, or NULL when the last word on conn was not a refusal. */
+/* The refusal message of conn, or NULL when the last word on conn was not a refusal (a call
+ * refused while commands are held is held.c's: dbt_held_error). */
 const char *dbt_throttle_error(const PGconn *conn);
 
 #endif
