@@ -80,6 +80,17 @@ harness_begin() {
     # Every process the suite starts carries it (see ours).
     DBT_HARNESS_RUN=$work
     export DBT_HARNESS_RUN
+    # Nothing of the machine's own configuration reaches the suite: DBTHROTTLE_CONFIG set empty
+    # keeps every process it starts (the library, the command) from reading an installed
+    # /etc/dbthrottle.conf (a case that wants a file names one of $work), and HOME is a directory
+    # of $work, so that psql, libpq, redis-cli and tmux read no ~/.psqlrc, ~/.pgpass,
+    # ~/.pg_service.conf or other file of the user who runs the tests. (make check runs its suites
+    # with a broken /etc/dbthrottle.conf and HOME: tools/hostile-host.sh.)
+    DBTHROTTLE_CONFIG=
+    mkdir "$work/home"
+    HOME=$work/home
+    export DBTHROTTLE_CONFIG HOME
+    unset PGSERVICEFILE PGSERVICE PGPASSFILE PSQLRC
     trap harness_cleanup EXIT
     trap 'exit 1' INT TERM
 }
