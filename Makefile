@@ -9,7 +9,7 @@
 #   make install    PREFIX=/usr/local DESTDIR= (PREFIX=/usr: the library in /usr/lib/<multiarch>)
 #   make deb        the Debian packages libdbthrottle and dbthrottle, into build/deb
 # One fault case or integration case by name: make test-faults T=holders_killed_or_stopped,
-# make test-integration T=pgbench_modes (the names: ls tests/faults; the integration's $cases).
+# make test-integration T=pgbench_modes (the names: ls tests/faults tests/integration).
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -401,7 +401,7 @@ test-sem: $(BUILD)/tests/sem
 	$(BUILD)/tests/sem
 
 test-integration: all $(INTEGRATION_BINS)
-	sh tests/integration/test_interposer.sh $(T)
+	sh tests/integration/run.sh $(T)
 
 # The fault suite (tests/faults/run.sh): crashes, Redis outages, signals, fork, netns. T="a b"
 # runs only those cases, by name (ls tests/faults; run.sh runs all in its own order).

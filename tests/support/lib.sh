@@ -1,4 +1,4 @@
-# lib.sh - what every shell suite shares (sourced by tests/integration/test_interposer.sh,
+# lib.sh - what every shell suite shares (sourced by tests/integration/run.sh,
 # tests/faults/run.sh, tests/cli/run.sh and tests/soak/run.sh): a work directory cleaned up at
 # exit, free loopback ports, a redis-server and a PostgreSQL of the suite's own, the independent
 # concurrency counter at the server, Redis' own view of the pools, waiting for a condition, cases
