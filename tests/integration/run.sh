@@ -87,7 +87,9 @@ hc_run() {
     echo "$hc_pid" >>"$work/pids"
 }
 hc_go() { touch "$work/hc.$hc_pool.go.$1"; }
-hc_line() { wait_until 60 "grep -q '^$1=' \"\$hc_out\" 2>/dev/null"; } # hc_line KEY: until held_client said KEY
+# hc_line KEY: until held_client said KEY (a field anywhere in its lines, as hc_val reads it: "conn"
+# comes after "tx" on its line, and a wait for it at a line's start ran out its whole 60 s)
+hc_line() { wait_until 60 "grep -qE '(^| )$1=' \"\$hc_out\" 2>/dev/null"; }
 hc_val() { # hc_val KEY: what held_client said of KEY (its first line with it)
     awk -v k="$1=" '{ for (i = 1; i <= NF; i++) if (index($i, k) == 1) { print substr($i, length(k) + 1); exit } }' "$hc_out"
 }
