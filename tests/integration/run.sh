@@ -35,7 +35,11 @@ for n in $cases; do
     [ -f "$here/$n.sh" ] || { echo "run.sh's case $n has no file $here/$n.sh" >&2; exit 2; }
 done
 pick_cases "$@"
+# DBT_INTEGRATION_SKIP="a b": every picked case but those (make check leaves the slowest to make
+# test, which runs them all).
+skip_cases DBT_INTEGRATION_SKIP ${DBT_INTEGRATION_SKIP:-}
 harness_begin it
+[ -z "${DBT_INTEGRATION_SKIP:-}" ] || info "left out (DBT_INTEGRATION_SKIP; make test runs them): $DBT_INTEGRATION_SKIP"
 
 # ---- shared by every case: the servers, a table, helpers -----------------------------------------
 redis_start
