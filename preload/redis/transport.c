@@ -24,34 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- SIGPIPE ------------------------------------------------------------------------------ */
-
-/* A write to a socket the peer has closed raises SIGPIPE, whose default action kills the host
- * program. Our own writes say MSG_NOSIGNAL (OpenSSL's too: sock_bio); for writes that cannot,
- * SIGPIPE is blocked in this thread and, if one was raised (and was not already pending),
- * consumed; the mask is then restored. The same technique libpq uses. */
-void dbt_sigpipe_block(dbt_sigpipe_guard *g)
-{
-    sigset_t pipe, pending;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    g->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, &g->old);
-}
-
-void dbt_sigpipe_restore(dbt_sigpipe_guard *g)
-{
-    sigset_t pipe, pending;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    if (!g->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&pipe, NULL, &zero) < 0 && errno == EINTR)
-            ;
-    }
-    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
-}
-
 /* ---- OpenSSL's exit ---------------------------------------------------------------------- */
 
 /* OpenSSL frees itself in an atexit handler registered by whoever initialises it first (libpq,

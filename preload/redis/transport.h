@@ -7,21 +7,11 @@
 #ifndef DBT_TRANSPORT_H
 #define DBT_TRANSPORT_H
 
-#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
-
-/* SIGPIPE blocked in this thread across a write to a socket, and consumed if the write raised it
- * (for writes that cannot say MSG_NOSIGNAL; the transport's own all do). */
-typedef struct {
-    sigset_t old;
-    bool was_pending;
-} dbt_sigpipe_guard;
-void dbt_sigpipe_block(dbt_sigpipe_guard *g);
-void dbt_sigpipe_restore(dbt_sigpipe_guard *g);
 
 /* The TLS files of a connection, as the settings name them; NULL = not set. */
 typedef struct {

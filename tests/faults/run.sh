@@ -32,10 +32,7 @@ done
 pick_cases "$@"
 # DBT_FAULTS_SKIP="a b": every picked case but those (make test's second and third passes leave
 # out the cases that caching or classes cannot change, to keep CI within its time).
-for sk in ${DBT_FAULTS_SKIP:-}; do
-    is_case "$sk" || { echo "DBT_FAULTS_SKIP: no case \"$sk\"" >&2; exit 2; }
-    picked=$(echo " $(echo $picked) " | sed "s/ $sk / /")
-done
+skip_cases DBT_FAULTS_SKIP ${DBT_FAULTS_SKIP:-}
 harness_begin faults
 [ -z "${DBT_FAULTS_SKIP:-}" ] || info "left out (DBT_FAULTS_SKIP): $DBT_FAULTS_SKIP"
 [ -z "${FA_ONLY:-}" ] || info "failover_admits_no_one_extra runs only FA_ONLY=$FA_ONLY"

@@ -1,6 +1,6 @@
 /* Kept permits (DBTHROTTLE_CACHE_PERMITS): reused with no Redis traffic while nobody waits, given
  * back at once (by push) when somebody queues, and by themselves after DBTHROTTLE_CACHE_IDLE. */
-#include "sem_helpers.h"
+#include "sem_fixture.h"
 
 #include <criterion/criterion.h>
 #include <sys/wait.h>
@@ -8,71 +8,56 @@
 
 #define HOLDERS "dbthrottle:{cache}:q:holders"
 
-typedef struct {
-    test_redis r;
-    dbt_config cfg;
-    dbt_client *c;
-    dbt_pool *p;
-} fixture;
+/* Every test here starts with a redis-server of its own and ends with it stopped. */
+TestSuite(cache, .init = fx_redis_start, .fini = fx_stop);
 
-static void setup(fixture *f, const char *idle)
+/* The pool "cache" of a client that keeps permits. */
+static dbt_pool *setup(const char *idle)
 {
-    cr_assert(test_redis_start(&f->r, NULL));
     /* A long lease: no renewal traffic during a test; the idle setting decides when kept
      * permits go back by themselves. */
-    test_config(&f->cfg, &f->r, "DBTHROTTLE_LEASE=10m", "DBTHROTTLE_CACHE_PERMITS=on", idle, NULL);
-    f->c = dbt_client_new(&f->cfg);
-    f->p = dbt_client_pool(f->c, "cache");
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=10m", "DBTHROTTLE_CACHE_PERMITS=on", idle, NULL);
+    return dbt_client_pool(c, "cache");
 }
 
-static void teardown(fixture *f)
-{
-    dbt_client_free(f->c);
-    dbt_config_free(&f->cfg);
-    test_redis_stop(&f->r);
-}
-
-static dbt_permit *take(fixture *f, int limit)
+static dbt_permit *take(dbt_pool *p, int limit)
 {
     dbt_acquire_opts o = {.limit = limit, .wait_ms = 5000};
     dbt_permit *pm = NULL;
-    cr_assert_eq(dbt_acquire(f->p, DBT_KIND_QUERY, &o, &pm), DBT_ACQ_GRANTED);
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &pm), DBT_ACQ_GRANTED);
     return pm;
 }
 
 Test(cache, a_kept_permit_is_reused_without_any_redis_command, .timeout = 60)
 {
-    fixture f;
-    setup(&f, "DBTHROTTLE_CACHE_IDLE=1m");
-    dbt_permit *pm = take(&f, 2);
+    dbt_pool *p = setup("DBTHROTTLE_CACHE_IDLE=1m");
+    dbt_permit *pm = take(p, 2);
     const char *id = dbt_permit_id(pm);
     char first[64];
     snprintf(first, sizeof first, "%s", id);
     cr_assert(dbt_permit_park(pm));
-    long long before = test_redis_commands(&f.r);
+    long long before = test_redis_commands(&fx_redis);
     for (int i = 0; i < 200; i++) {
         cr_assert(dbt_permit_unpark(&pm), "round %d: the kept permit was gone", i);
         cr_assert(dbt_permit_park(pm));
     }
-    long long after = test_redis_commands(&f.r);
+    long long after = test_redis_commands(&fx_redis);
     /* The renewer's BLPOP (listening for a waiter) is the only command it may have sent. */
     cr_expect_leq(after - before, 1, "%lld commands for 200 reuses", after - before);
     cr_expect_str_eq(dbt_permit_id(pm), first, "the same permit all along");
-    cr_expect_eq(test_redis_int(&f.r, "ZCARD %s", HOLDERS), 1);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", HOLDERS), 1);
     dbt_release(pm);
-    zcard_is none = {&f.r, HOLDERS, 0};
+    zcard_is none = {&fx_redis, HOLDERS, 0};
     cr_expect(test_wait_until(test_zcard_is, &none, 5000));
-    teardown(&f);
 }
 
 Test(cache, an_idle_kept_permit_goes_back_when_a_waiter_queues, .timeout = 60)
 {
-    fixture f;
     /* Kept for up to an hour unless revoked: only the push can explain a grant within 5 s. */
-    setup(&f, "DBTHROTTLE_CACHE_IDLE=1m");
+    dbt_pool *p = setup("DBTHROTTLE_CACHE_IDLE=1m");
     test_child w; /* forked before this process has threads: see test_child_start_paused */
-    cr_assert(test_child_start_paused(&w, &f.r, "cache", 1, 5000, "10s"));
-    dbt_permit *pm = take(&f, 1);
+    cr_assert(test_child_start_paused(&w, &fx_redis, "cache", 1, 5000, "10s"));
+    dbt_permit *pm = take(p, 1);
     cr_assert(dbt_permit_park(pm));
     test_child_go(&w);
     cr_expect_eq(test_child_report(&w, 10000), 'G', "the waiter was not granted the kept permit");
@@ -80,25 +65,23 @@ Test(cache, an_idle_kept_permit_goes_back_when_a_waiter_queues, .timeout = 60)
     cr_expect_not(dbt_permit_unpark(&pm));
     cr_expect_null(pm);
     test_child_finish(&w);
-    dbt_permit *again = take(&f, 1);
-    cr_expect_eq(test_redis_int(&f.r, "ZCARD %s", HOLDERS), 1);
+    dbt_permit *again = take(p, 1);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", HOLDERS), 1);
     /* Granted with nobody queued: keeping is allowed again. */
     cr_expect(dbt_permit_park(again));
     dbt_release(again);
-    teardown(&f);
 }
 
 Test(cache, a_permit_in_use_goes_back_at_the_end_of_its_command, .timeout = 60)
 {
-    fixture f;
-    setup(&f, "DBTHROTTLE_CACHE_IDLE=1m");
+    dbt_pool *p = setup("DBTHROTTLE_CACHE_IDLE=1m");
     test_child w;
-    cr_assert(test_child_start_paused(&w, &f.r, "cache", 1, 10000, "10s"));
-    dbt_permit *pm = take(&f, 1);
+    cr_assert(test_child_start_paused(&w, &fx_redis, "cache", 1, 10000, "10s"));
+    dbt_permit *pm = take(p, 1);
     cr_assert(dbt_permit_park(pm));
     cr_assert(dbt_permit_unpark(&pm)); /* a command runs on it */
     test_child_go(&w);
-    zcard_is queued = {&f.r, "dbthrottle:{cache}:q:queue", 1};
+    zcard_is queued = {&fx_redis, "dbthrottle:{cache}:q:queue", 1};
     cr_assert(test_wait_until(test_zcard_is, &queued, 5000));
     /* Busy: the waiter waits for the command... */
     cr_expect_eq(test_child_report(&w, 300), 0, "granted while the permit was in use");
@@ -111,53 +94,44 @@ Test(cache, a_permit_in_use_goes_back_at_the_end_of_its_command, .timeout = 60)
     if (kept)
         cr_expect_not(dbt_permit_unpark(&pm));
     test_child_finish(&w);
-    teardown(&f);
 }
 
 Test(cache, a_kept_permit_goes_back_by_itself_after_the_idle_time, .timeout = 60)
 {
-    fixture f;
-    setup(&f, "DBTHROTTLE_CACHE_IDLE=100ms");
-    dbt_permit *pm = take(&f, 3);
+    dbt_pool *p = setup("DBTHROTTLE_CACHE_IDLE=100ms");
+    dbt_permit *pm = take(p, 3);
     cr_assert(dbt_permit_park(pm));
-    zcard_is none = {&f.r, HOLDERS, 0};
+    zcard_is none = {&fx_redis, HOLDERS, 0};
     cr_expect(test_wait_until(test_zcard_is, &none, 5000), "the idle permit stayed in Redis");
     cr_expect_not(dbt_permit_unpark(&pm));
-    teardown(&f);
 }
 
 Test(cache, no_permit_is_kept_when_caching_is_off, .timeout = 60)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
-    dbt_config cfg;
-    test_config(&cfg, &r, NULL);
-    cr_assert_not(cfg.cache_permits, "the default");
-    dbt_client *c = dbt_client_new(&cfg);
-    dbt_pool *p = dbt_client_pool(c, "cache");
+    dbt_config def;
+    test_config(&def, &fx_redis, NULL);
+    cr_assert_not(def.cache_permits, "the default");
+    dbt_config_free(&def);
+    dbt_pool *p = dbt_client_pool(fx_client(NULL), "cache");
     dbt_acquire_opts o = {.limit = 1, .wait_ms = 1000};
     dbt_permit *pm;
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &pm), DBT_ACQ_GRANTED);
     cr_expect_not(dbt_permit_park(pm), "kept although DBTHROTTLE_CACHE_PERMITS is off");
     dbt_release(pm);
-    cr_expect_eq(test_redis_int(&r, "ZCARD %s", HOLDERS), 0);
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
-    test_redis_stop(&r);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", HOLDERS), 0);
 }
 
 Test(cache, a_child_never_uses_its_parents_kept_permit, .timeout = 60)
 {
-    fixture f;
-    setup(&f, "DBTHROTTLE_CACHE_IDLE=1m");
-    dbt_permit *pm = take(&f, 2);
+    dbt_pool *p = setup("DBTHROTTLE_CACHE_IDLE=1m");
+    dbt_permit *pm = take(p, 2);
     cr_assert(dbt_permit_park(pm));
     pid_t pid = fork();
     if (pid == 0) {
         int rc = 0;
         if (dbt_permit_unpark(&pm) || pm != NULL)
             rc |= 1; /* the parent's: never the child's */
-        if (test_redis_int(&f.r, "ZCARD %s", HOLDERS) != 1)
+        if (test_redis_int(&fx_redis, "ZCARD %s", HOLDERS) != 1)
             rc |= 2; /* and not given back by the child either */
         _exit(rc);
     }
@@ -166,7 +140,6 @@ Test(cache, a_child_never_uses_its_parents_kept_permit, .timeout = 60)
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child check failed: %d", WEXITSTATUS(st));
     cr_expect(dbt_permit_unpark(&pm), "the parent keeps its permit");
     dbt_release(pm);
-    teardown(&f);
 }
 
 /* The push that says somebody queued can go astray (a listener connection lost with the popped
@@ -174,12 +147,8 @@ Test(cache, a_child_never_uses_its_parents_kept_permit, .timeout = 60)
  * renewal sees the queue and gives its kept permit back all the same. */
 Test(cache, a_kept_permit_goes_back_at_the_next_renewal_if_the_push_is_lost, .timeout = 60)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
-    dbt_config cfg;
-    test_config(&cfg, &r, "DBTHROTTLE_LEASE=600ms", "DBTHROTTLE_CACHE_PERMITS=on",
-                "DBTHROTTLE_CACHE_IDLE=1m", NULL);
-    dbt_client *c = dbt_client_new(&cfg);
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=600ms", "DBTHROTTLE_CACHE_PERMITS=on",
+                              "DBTHROTTLE_CACHE_IDLE=1m", NULL);
     dbt_pool *p = dbt_client_pool(c, "cache");
     dbt_acquire_opts o = {.limit = 1, .wait_ms = 1000};
     dbt_permit *pm;
@@ -187,7 +156,7 @@ Test(cache, a_kept_permit_goes_back_at_the_next_renewal_if_the_push_is_lost, .ti
     cr_assert(dbt_permit_park(pm));
     /* A waiter appears in the queue without any push, as a restored snapshot would have it. */
     const char *fake = "ffffffffffffffff.1.1";
-    cr_assert_eq(test_redis_int(&r,
+    cr_assert_eq(test_redis_int(&fx_redis,
                                 "EVAL %s 2 dbthrottle:{cache}:q:queue dbthrottle:{cache}:q:wexp %s",
                                 "local t = redis.call('TIME') "
                                 "redis.call('ZADD', KEYS[1], 1, ARGV[1]) "
@@ -195,10 +164,10 @@ Test(cache, a_kept_permit_goes_back_at_the_next_renewal_if_the_push_is_lost, .ti
                                 fake),
                  1);
     /* Within a renewal or two (200 ms each) the kept permit goes back and the waiter holds it. */
-    zcard_is one = {&r, HOLDERS, 1};
+    zcard_is one = {&fx_redis, HOLDERS, 1};
     bool granted = false;
     for (int i = 0; i < 250 && !granted; i++) {
-        granted = test_redis_int(&r, "EVAL %s 1 %s %s",
+        granted = test_redis_int(&fx_redis, "EVAL %s 1 %s %s",
                                  "return redis.call('ZSCORE', KEYS[1], ARGV[1]) and 1 or 0",
                                  HOLDERS, fake) == 1 &&
                   test_zcard_is(&one);
@@ -207,27 +176,23 @@ Test(cache, a_kept_permit_goes_back_at_the_next_renewal_if_the_push_is_lost, .ti
     }
     cr_expect(granted, "the queued waiter never got the kept permit");
     cr_expect_not(dbt_permit_unpark(&pm));
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }
 
 /* FIFO holds with a keeper in the way: waiters that queued while it ran a command on its kept
  * permit are granted in their arrival order once it is done, and the keeper does not keep it. */
 Test(cache, waiters_behind_a_kept_permit_are_granted_in_arrival_order, .timeout = 90)
 {
-    fixture f;
-    setup(&f, "DBTHROTTLE_CACHE_IDLE=1m");
+    dbt_pool *p = setup("DBTHROTTLE_CACHE_IDLE=1m");
     enum { N = 4 };
     test_child w[N];
     for (int i = 0; i < N; i++)
-        cr_assert(test_child_start_paused(&w[i], &f.r, "cache", 1, 30000, "10s"));
-    dbt_permit *pm = take(&f, 1);
+        cr_assert(test_child_start_paused(&w[i], &fx_redis, "cache", 1, 30000, "10s"));
+    dbt_permit *pm = take(p, 1);
     cr_assert(dbt_permit_park(pm));
     cr_assert(dbt_permit_unpark(&pm)); /* a command runs on it while the others arrive */
     for (int i = 0; i < N; i++) {
         test_child_go(&w[i]);
-        zcard_is queued = {&f.r, "dbthrottle:{cache}:q:queue", i + 1};
+        zcard_is queued = {&fx_redis, "dbthrottle:{cache}:q:queue", i + 1};
         cr_assert(test_wait_until(test_zcard_is, &queued, 10000), "waiter %d never queued", i);
     }
     /* The command ends: kept only if the push is not read yet, and then revoked. */
@@ -242,5 +207,4 @@ Test(cache, waiters_behind_a_kept_permit_are_granted_in_arrival_order, .timeout 
     }
     if (kept)
         cr_expect_not(dbt_permit_unpark(&pm));
-    teardown(&f);
 }

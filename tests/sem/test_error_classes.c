@@ -45,16 +45,17 @@ static bool log_has(const char *path, const char *needle)
     return strstr(buf, needle) != NULL;
 }
 
-Test(error_classes, a_name_that_stops_resolving_after_a_connect_is_an_outage)
+Test(error_classes, a_name_that_stops_resolving_after_a_connect_is_an_outage,
+     .init = fx_redis_start, .fini = fx_stop)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
-    dbt_config cfg;
     char log[300], lkv[320], err[DBT_ERRLEN];
-    snprintf(log, sizeof log, "%s/client.log", r.dir);
+    snprintf(log, sizeof log, "%s/client.log", fx_redis.dir);
     snprintf(lkv, sizeof lkv, "DBTHROTTLE_LOG=%s", log);
-    test_config(&cfg, &r, "DBTHROTTLE_ON_REDIS_ERROR=open", "DBTHROTTLE_REDIS_TIMEOUT=500ms", lkv,
-                "DBTHROTTLE_LOG_LEVEL=debug", NULL);
+    /* A configuration of the test's own, not fx_client's: the test points its host at a static
+     * string for a while, which fx_stop must not free after a failed assertion. */
+    dbt_config cfg;
+    test_config(&cfg, &fx_redis, "DBTHROTTLE_ON_REDIS_ERROR=open", "DBTHROTTLE_REDIS_TIMEOUT=500ms",
+                lkv, "DBTHROTTLE_LOG_LEVEL=debug", NULL);
     cr_assert(dbt_log_open(&cfg, err), "%s", err);
     dbt_client *c = dbt_client_new(&cfg);
     dbt_pool *p = dbt_client_pool(c, "dns");
@@ -67,7 +68,7 @@ Test(error_classes, a_name_that_stops_resolving_after_a_connect_is_an_outage)
     char *host = cfg.redis.host;
     static char gone[] = "dbt-redis-restarting.invalid";
     __atomic_store_n(&cfg.redis.host, gone, __ATOMIC_SEQ_CST);
-    cr_assert_geq(test_redis_int(&r, "CLIENT KILL TYPE normal"), 1);
+    cr_assert_geq(test_redis_int(&fx_redis, "CLIENT KILL TYPE normal"), 1);
 
     /* Commands go on until the pool has met the unresolved name (after the outage backoff of
      * the dropped connections, a new one is opened): in open mode, each runs unthrottled, none
@@ -97,28 +98,22 @@ Test(error_classes, a_name_that_stops_resolving_after_a_connect_is_an_outage)
     dbt_client_free(c);
     dbt_log_close();
     dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }
 
-Test(error_classes, a_name_that_never_resolved_is_a_configuration_error)
+Test(error_classes, a_name_that_never_resolved_is_a_configuration_error, .init = fx_redis_start,
+     .fini = fx_stop)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
-    dbt_config cfg;
     char url[128];
-    snprintf(url, sizeof url, "DBTHROTTLE_REDIS_URL=redis://dbt-never-resolved.invalid:%d", r.port);
-    test_config(&cfg, &r, "DBTHROTTLE_ON_REDIS_ERROR=open", "DBTHROTTLE_REDIS_TIMEOUT=500ms", url,
-                NULL);
-    dbt_client *c = dbt_client_new(&cfg);
+    snprintf(url, sizeof url, "DBTHROTTLE_REDIS_URL=redis://dbt-never-resolved.invalid:%d",
+             fx_redis.port);
+    dbt_client *c =
+        fx_client("DBTHROTTLE_ON_REDIS_ERROR=open", "DBTHROTTLE_REDIS_TIMEOUT=500ms", url, NULL);
     dbt_pool *p = dbt_client_pool(c, "dns");
     cr_expect_eq(acquire_until(p, DBT_ACQ_MISCONFIGURED, 3000), DBT_ACQ_MISCONFIGURED);
     char why[256] = "";
     cr_expect(dbt_pool_misconfig(p, why, sizeof why) && strstr(why, "does not resolve") &&
                   strstr(why, "DBTHROTTLE_REDIS_URL"),
               "%s", why);
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }
 
 /* ---- a server that answers INFO with an error of our choosing --------------------------- */

@@ -10,6 +10,7 @@
 #include <hiredis.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define P "dbthrottle:{fleet}"
 

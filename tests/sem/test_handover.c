@@ -3,7 +3,7 @@
  * stops that at once (by push, or at the next renewal if the push went astray) and is served in
  * its turn; places nobody takes are withdrawn; off means every grant goes through Redis. */
 #include "script_protocol.h"
-#include "sem_helpers.h"
+#include "sem_fixture.h"
 
 #include <criterion/criterion.h>
 #include <poll.h>
@@ -47,19 +47,20 @@ static void *cycler(void *arg)
     return NULL;
 }
 
+/* Every test here starts with a redis-server of its own and ends with it stopped. */
+TestSuite(handover, .init = fx_redis_start, .fini = fx_stop);
+
 typedef struct {
-    test_redis r;
-    dbt_config cfg;
-    dbt_client *c;
+    dbt_client *c; /* fx_client's */
+    const dbt_config *cfg;
     load l;
     pthread_t t[THREADS];
 } fixture;
 
 static void setup(fixture *f, const char *lease, const char *handover)
 {
-    cr_assert(test_redis_start(&f->r, NULL));
-    test_config(&f->cfg, &f->r, lease, handover, NULL);
-    f->c = dbt_client_new(&f->cfg);
+    f->c = fx_client(lease, handover, NULL);
+    f->cfg = fx_config(f->c);
     memset(&f->l, 0, sizeof f->l);
     f->l.pool = dbt_client_pool(f->c, "ho");
 }
@@ -77,13 +78,6 @@ static void join(fixture *f)
     atomic_store(&f->l.stop, f->l.cycles == 0);
     for (int i = 0; i < THREADS; i++)
         pthread_join(f->t[i], NULL);
-}
-
-static void teardown(fixture *f)
-{
-    dbt_client_free(f->c);
-    dbt_config_free(&f->cfg);
-    test_redis_stop(&f->r);
 }
 
 static dbt_pool_stats stats(fixture *f)
@@ -116,13 +110,13 @@ Test(handover, threads_of_one_process_pass_permits_without_redis, .timeout = 120
 {
     fixture f;
     setup(&f, "DBTHROTTLE_LEASE=10m", NULL);
-    cr_assert(f.cfg.local_handover, "on by default");
+    cr_assert(f.cfg->local_handover, "on by default");
     enum { CYCLES = 300 };
     /* A first round to queue the threads (each acquire of the first waiters is a script). */
-    long long before = test_redis_commands(&f.r);
+    long long before = test_redis_commands(&fx_redis);
     start(&f, CYCLES, 200);
     join(&f);
-    long long commands = test_redis_commands(&f.r) - before;
+    long long commands = test_redis_commands(&fx_redis) - before;
     dbt_pool_stats st = stats(&f);
     int total = THREADS * CYCLES;
     cr_expect_eq(atomic_load(&f.l.failures), 0);
@@ -138,26 +132,25 @@ Test(handover, threads_of_one_process_pass_permits_without_redis, .timeout = 120
                 (unsigned long long)st.handovers, (unsigned long long)st.adoptions, commands);
     /* What is left in Redis once the threads are done: the places nobody takes are withdrawn
      * while the process lives, and no count is left behind for it. */
-    zcard_is none_q = {&f.r, KEY("queue"), 0}, none_h = {&f.r, KEY("holders"), 0};
+    zcard_is none_q = {&fx_redis, KEY("queue"), 0}, none_h = {&fx_redis, KEY("holders"), 0};
     cr_expect(test_wait_until(test_zcard_is, &none_q, 5000), "places left in the queue: %lld",
-              test_redis_int(&f.r, "ZCARD %s", KEY("queue")));
+              test_redis_int(&fx_redis, "ZCARD %s", KEY("queue")));
     cr_expect(test_wait_until(test_zcard_is, &none_h, 5000), "holders left: %lld",
-              test_redis_int(&f.r, "ZCARD %s", KEY("holders")));
-    cr_expect_eq(test_redis_int(&f.r, "HEXISTS %s %s", KEY("owners"), dbt_client_id(f.c)), 0,
+              test_redis_int(&fx_redis, "ZCARD %s", KEY("holders")));
+    cr_expect_eq(test_redis_int(&fx_redis, "HEXISTS %s %s", KEY("owners"), dbt_client_id(f.c)), 0,
                  "a waiter count was left for this process");
     /* dbthrottle status counts every grant, local ones too: renewals carry them, and the last
      * ones go when the client ends. Grants Redis made to places nobody took any more (given
      * back at once) may add a few. */
-    dbt_client_free(f.c);
+    fx_client_free(f.c);
     f.c = NULL;
-    long long grants = test_redis_int(&f.r, "HGET %s grants", KEY("stats"));
-    long long queued = test_redis_int(&f.r, "HGET %s queued", KEY("stats"));
+    long long grants = test_redis_int(&fx_redis, "HGET %s grants", KEY("stats"));
+    long long queued = test_redis_int(&fx_redis, "HGET %s queued", KEY("stats"));
     cr_expect(grants >= total && grants <= total + 2 * THREADS, "Redis counted %lld grants of %d",
               grants, total);
     /* Nearly every grant had to wait (a few found a permit free), and none is counted twice. */
     cr_expect(queued >= total * 9 / 10 && queued <= grants,
               "Redis counted %lld queued of %d grants", queued, total);
-    teardown(&f);
 }
 
 /* A condition: a process other than `mine` has a waiter in the pool's queue (owners: cid ->
@@ -201,12 +194,12 @@ Test(handover, a_waiter_of_another_process_is_served_in_its_turn, .timeout = 120
     setup(&f, "DBTHROTTLE_LEASE=10m", NULL);
     /* Forked before this process has threads (see test_child_start_paused). */
     test_child other;
-    cr_assert(test_child_start_paused(&other, &f.r, "ho", LIMIT, 20000, "10m"));
+    cr_assert(test_child_start_paused(&other, &fx_redis, "ho", LIMIT, 20000, "10m"));
     start_handing_over(&f);
     test_child_go(&other);
     /* Counted from its arrival in Redis' queue, not from its start (a slow start, under load or
      * ASan, let this process' threads pass 42 grants before the child had even asked). */
-    queued_elsewhere q = {&f.r, dbt_client_id(f.c), &other};
+    queued_elsewhere q = {&fx_redis, dbt_client_id(f.c), &other};
     cr_assert(test_wait_until(other_queued_or_served, &q, 20000),
               "the other process neither queued nor was granted");
     int g0 = atomic_load(&f.l.grants);
@@ -222,7 +215,6 @@ Test(handover, a_waiter_of_another_process_is_served_in_its_turn, .timeout = 120
     join(&f);
     cr_expect_eq(atomic_load(&f.l.failures), 0);
     cr_expect_leq(atomic_load(&f.l.max_seen), LIMIT);
-    teardown(&f);
 }
 
 /* A waiter of another process whose push never came (injected straight into Redis, as if the
@@ -235,7 +227,7 @@ Test(handover, a_lost_push_is_caught_by_the_next_renewal, .timeout = 120)
     setup(&f, "DBTHROTTLE_LEASE=1500ms", NULL);
     start_handing_over(&f);
     const char *ghost = "0123456789abcdef.1.2";
-    redisContext *rc = test_redis_connect(&f.r);
+    redisContext *rc = test_redis_connect(&fx_redis);
     redisReply *rep =
         redisCommand(rc, "EVAL %s 4 %s %s %s %s %s", /* a waiter, queued by hand */
                      "local t = redis.call('TIME')"
@@ -263,7 +255,6 @@ Test(handover, a_lost_push_is_caught_by_the_next_renewal, .timeout = 120)
     join(&f);
     cr_expect_eq(atomic_load(&f.l.failures), 0);
     cr_expect_leq(atomic_load(&f.l.max_seen), LIMIT);
-    teardown(&f);
 }
 
 Test(handover, off_means_every_grant_goes_through_redis, .timeout = 120)
@@ -278,7 +269,6 @@ Test(handover, off_means_every_grant_goes_through_redis, .timeout = 120)
     cr_expect_eq(st.adoptions, 0);
     cr_expect_gt(st.waits, 0, "no contention: nothing tested");
     cr_expect_leq(atomic_load(&f.l.max_seen), LIMIT);
-    teardown(&f);
 }
 
 /* A process that ends with _exit (no exit handlers: Python's multiprocessing children do) once
@@ -287,16 +277,10 @@ Test(handover, off_means_every_grant_goes_through_redis, .timeout = 120)
  * granted to nobody until their lease (ten minutes here) runs out. */
 Test(handover, a_process_that_ends_with_exit_leaves_nothing_queued, .timeout = 120)
 {
-    test_redis r;
-    cr_assert(test_redis_start(&r, NULL));
     pid_t pid = fork();
     if (pid == 0) {
         fixture f;
-        f.r = r;
-        test_config(&f.cfg, &f.r, "DBTHROTTLE_LEASE=10m", NULL);
-        f.c = dbt_client_new(&f.cfg);
-        memset(&f.l, 0, sizeof f.l);
-        f.l.pool = dbt_client_pool(f.c, "ho");
+        setup(&f, "DBTHROTTLE_LEASE=10m", NULL);
         start(&f, 100, 200);
         join(&f);
         dbt_pool_stats st = stats(&f);
@@ -306,9 +290,8 @@ Test(handover, a_process_that_ends_with_exit_leaves_nothing_queued, .timeout = 1
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
               "the child failed (no handover, or a failed acquire): status %d", status);
-    cr_expect_eq(test_redis_int(&r, "ZCARD %s", KEY("queue")), 0, "places left queued");
-    cr_expect_eq(test_redis_int(&r, "ZCARD %s", KEY("holders")), 0, "permits left held");
-    test_redis_stop(&r);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", KEY("queue")), 0, "places left queued");
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", KEY("holders")), 0, "permits left held");
 }
 
 /* The operator's controls reach a process passing permits between its threads: admin.lua tells it
@@ -326,11 +309,11 @@ static void admin(fixture *f, const char *op, const char *arg)
     const dbt_keys *k = dbt_pool_keys(f->l.pool);
     for (int i = 0; i < DBT_NKEYS; i++)
         argv[n++] = k->keys[DBT_KIND_QUERY][i];
-    dbt_script_args(k, DBT_KIND_QUERY, &f->cfg, lease, ttl, argv + n);
+    dbt_script_args(k, DBT_KIND_QUERY, f->cfg, lease, ttl, argv + n);
     n += DBT_BASE_ARGS;
     argv[n++] = op;
     argv[n++] = arg ? arg : "";
-    redisContext *rc = test_redis_connect(&f->r);
+    redisContext *rc = test_redis_connect(&fx_redis);
     redisReply *rep = redisCommandArgv(rc, n, argv, NULL);
     cr_assert(rep && rep->type == REDIS_REPLY_ARRAY, "admin.lua %s: %s", op,
               rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no reply");
@@ -364,7 +347,6 @@ Test(handover, a_drain_stops_it, .timeout = 120)
     cr_expect(test_wait_until(handovers_reached, &busy, 20000), "no handover after the resume");
     join(&f);
     cr_expect_eq(atomic_load(&f.l.failures), 0);
-    teardown(&f);
 }
 
 Test(handover, a_lower_limit_applies_to_it, .timeout = 120)
@@ -375,7 +357,7 @@ Test(handover, a_lower_limit_applies_to_it, .timeout = 120)
     admin(&f, "limit", "1");
     /* Once the permits over the new limit have come back to Redis (each holder's command ends
      * within a few ms), never more than one at once: one may still pass from thread to thread. */
-    zcard_is one = {&f.r, KEY("holders"), 1};
+    zcard_is one = {&fx_redis, KEY("holders"), 1};
     cr_expect(test_wait_until(test_zcard_is, &one, 10000), "the permits over the limit stayed out");
     atomic_store(&f.l.max_seen, atomic_load(&f.l.holders));
     int g0 = atomic_load(&f.l.grants);
@@ -386,5 +368,4 @@ Test(handover, a_lower_limit_applies_to_it, .timeout = 120)
     admin(&f, "clear", NULL);
     join(&f);
     cr_expect_eq(atomic_load(&f.l.failures), 0);
-    teardown(&f);
 }

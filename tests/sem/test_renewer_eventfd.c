@@ -4,7 +4,7 @@
  * cancelled wait whose BLPOP of the host's list is still in flight), and a descriptor appearing
  * then looked like a leak to a program that counts its own (cancel_ends_wait: 12 -> 13 across
  * ten cancels with host sharing on). */
-#include "sem_helpers.h"
+#include "sem_fixture.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -47,16 +47,13 @@ static bool renewer_listens(void *arg)
     return yes;
 }
 
-Test(renewer_eventfd, made_with_the_first_command_not_at_the_first_listen, .timeout = 60)
+Test(renewer_eventfd, made_with_the_first_command_not_at_the_first_listen, .timeout = 60,
+     .init = fx_redis_start, .fini = fx_stop)
 {
-    test_redis r;
-    dbt_config cfg;
-    cr_assert(test_redis_start(&r, NULL));
     /* A kept permit makes the renewer listen (for a waiter that would want it back); a long lease
      * and idle time: nothing else happens meanwhile. */
-    test_config(&cfg, &r, "DBTHROTTLE_LEASE=10m", "DBTHROTTLE_CACHE_PERMITS=on",
-                "DBTHROTTLE_CACHE_IDLE=1m", NULL);
-    dbt_client *c = dbt_client_new(&cfg);
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=10m", "DBTHROTTLE_CACHE_PERMITS=on",
+                              "DBTHROTTLE_CACHE_IDLE=1m", NULL);
     dbt_pool *p = dbt_client_pool(c, "rfd");
     int before = eventfds();
     dbt_acquire_opts o = {.limit = 2, .wait_ms = 5000};
@@ -64,7 +61,7 @@ Test(renewer_eventfd, made_with_the_first_command_not_at_the_first_listen, .time
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &pm), DBT_ACQ_GRANTED);
     int first = eventfds();
     cr_assert(dbt_permit_park(pm));
-    cr_assert(test_wait_until(renewer_listens, &r, 10000), "the renewer never listened");
+    cr_assert(test_wait_until(renewer_listens, &fx_redis, 10000), "the renewer never listened");
     int listening = eventfds();
     cr_expect_eq(listening, first,
                  "%d eventfds after the first command (%d before it), %d once the renewer "
@@ -72,9 +69,6 @@ Test(renewer_eventfd, made_with_the_first_command_not_at_the_first_listen, .time
                  first, before, listening);
     cr_assert(dbt_permit_unpark(&pm));
     dbt_release(pm);
-    zcard_is none = {&r, HOLDERS, 0};
+    zcard_is none = {&fx_redis, HOLDERS, 0};
     cr_expect(test_wait_until(test_zcard_is, &none, 5000));
-    dbt_client_free(c);
-    dbt_config_free(&cfg);
-    test_redis_stop(&r);
 }

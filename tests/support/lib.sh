@@ -1,4 +1,4 @@
-# lib.sh - what every shell suite shares (sourced by tests/integration/test_interposer.sh,
+# lib.sh - what every shell suite shares (sourced by tests/integration/run.sh,
 # tests/faults/run.sh, tests/cli/run.sh and tests/soak/run.sh): a work directory cleaned up at
 # exit, free loopback ports, a redis-server and a PostgreSQL of the suite's own, the independent
 # concurrency counter at the server, Redis' own view of the pools, waiting for a condition, cases
@@ -60,6 +60,20 @@ pick_cases() {
     picked=${*:-$cases}
 }
 is_case() { case " $(echo $cases) " in *" $1 "*) return 0 ;; esac; return 1; }
+# skip_cases SETTING NAME...: takes the named cases out of $picked (make check leaves the slow
+# ones to make test; make test's second and third fault passes leave out what they cannot change).
+# An unknown name ends the suite, naming SETTING, where it came from.
+skip_cases() {
+    sc_from=$1
+    shift
+    for sc_name in "$@"; do
+        is_case "$sc_name" || {
+            echo "$sc_from: no case \"$sc_name\"" >&2
+            exit 2
+        }
+        picked=$(echo " $(echo $picked) " | sed "s/ $sc_name / /")
+    done
+}
 # Each case's duration is printed after it ("info - NAME took N s"), so that the slow ones are
 # known when make test nears its time budget.
 run_picked() {
@@ -80,6 +94,17 @@ harness_begin() {
     # Every process the suite starts carries it (see ours).
     DBT_HARNESS_RUN=$work
     export DBT_HARNESS_RUN
+    # Nothing of the machine's own configuration reaches the suite: DBTHROTTLE_CONFIG set empty
+    # keeps every process it starts (the library, the command) from reading an installed
+    # /etc/dbthrottle.conf (a case that wants a file names one of $work), and HOME is a directory
+    # of $work, so that psql, libpq, redis-cli and tmux read no ~/.psqlrc, ~/.pgpass,
+    # ~/.pg_service.conf or other file of the user who runs the tests. (make check runs its suites
+    # with a broken /etc/dbthrottle.conf and HOME: tools/hostile-host.sh.)
+    DBTHROTTLE_CONFIG=
+    mkdir "$work/home"
+    HOME=$work/home
+    export DBTHROTTLE_CONFIG HOME
+    unset PGSERVICEFILE PGSERVICE PGPASSFILE PSQLRC
     trap harness_cleanup EXIT
     trap 'exit 1' INT TERM
 }

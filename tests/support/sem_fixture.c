@@ -36,6 +36,15 @@ dbt_client *fx_client(const char *first, ...)
     return NULL;
 }
 
+dbt_config *fx_config(const dbt_client *c)
+{
+    for (int i = 0; i < FX_MAX_CLIENTS; i++)
+        if (c && fx_clients[i].client == c)
+            return &fx_clients[i].cfg;
+    cr_assert_fail("not a client of fx_client");
+    return NULL;
+}
+
 static void free_slot(int i)
 {
     dbt_client_free(fx_clients[i].client);

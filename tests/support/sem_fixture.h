@@ -19,6 +19,9 @@ void fx_stop(void);
 
 /* A client of fx_redis with the defaults plus the given settings ("KEY=VALUE", NULL-terminated). */
 dbt_client *fx_client(const char *setting, ...);
+/* The configuration a client of fx_client was made with (valid until the client is freed; a
+ * test may change what the client reads in it, as a changing environment would). */
+dbt_config *fx_config(const dbt_client *c);
 /* Frees a client of fx_client (and its configuration) now, for a test that asserts what happens
  * once it is gone. */
 void fx_client_free(dbt_client *c);

@@ -1,6 +1,7 @@
 /* Classes and weights: DBTHROTTLE_CLASS, _CLASS_RULES, _CLASSES and _WEIGHTS parsed, refused
  * with one line naming the setting and the value, matched, and shown back. */
 #include "config.h"
+#include "config_load.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -131,12 +132,12 @@ Test(weights, above_max_queries_is_a_configuration_error)
     char err[DBT_ERRLEN] = "";
     dbt_config cfg;
     char *env[] = {"DBTHROTTLE_MAX_QUERIES=8", "DBTHROTTLE_WEIGHTS=4:user=a;9:sql=copy", NULL};
-    cr_expect(!dbt_config_load(&cfg, env, err));
+    cr_expect(!test_config_load(&cfg, env, err));
     check_refusal(err, "DBTHROTTLE_WEIGHTS", NULL);
     cr_expect(strstr(err, "weight 9") && strstr(err, "DBTHROTTLE_MAX_QUERIES=8"), "%s", err);
     dbt_config_free(&cfg);
     char *fine[] = {"DBTHROTTLE_MAX_QUERIES=8", "DBTHROTTLE_WEIGHTS=8:sql=copy", NULL};
-    cr_expect(dbt_config_load(&cfg, fine, err), "%s", err);
+    cr_expect(test_config_load(&cfg, fine, err), "%s", err);
     dbt_config_free(&cfg);
 }
 
@@ -195,7 +196,7 @@ Test(class_name, the_rule)
     char err[DBT_ERRLEN] = "";
     dbt_config cfg;
     char *env[] = {"DBTHROTTLE_CLASS=a.b", NULL};
-    cr_expect(!dbt_config_load(&cfg, env, err));
+    cr_expect(!test_config_load(&cfg, env, err));
     check_refusal(err, "DBTHROTTLE_CLASS", "a.b");
     dbt_config_free(&cfg);
 }

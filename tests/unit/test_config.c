@@ -1,5 +1,6 @@
 /* Configuration: value parsers, the file, the environment, sources and error messages. */
 #include "config.h"
+#include "config_load.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -747,7 +748,7 @@ Test(config_load, environment_wins_over_the_file)
         "NOT_DBTHROTTLE_X=1", "DBTHROTTLE_LOG_QUERY=on",  NULL};
     dbt_config c;
     char err[DBT_ERRLEN];
-    cr_assert(dbt_config_load(&c, envp, err), "%s", err);
+    cr_assert(test_config_load(&c, envp, err), "%s", err);
     cr_expect_eq(c.max_queries, 6);
     cr_expect_str_eq(c.pool, "from env");
     cr_expect_eq(c.lease_ms, 2000);
@@ -772,17 +773,17 @@ Test(config_load, environment_alone_and_nothing_at_all)
     dbt_config c;
     char err[DBT_ERRLEN];
     char *envp[] = {"DBTHROTTLE_REDIS_URL=redis://u:envpw@e:2/3", "DBTHROTTLE_LEASE=1s", NULL};
-    cr_assert(dbt_config_load(&c, envp, err), "%s", err);
+    cr_assert(test_config_load(&c, envp, err), "%s", err);
     cr_expect_str_eq(c.redis_url_redacted, "redis://u:***@e:2/3");
     cr_expect_eq(c.lease_ms, 1000);
     cr_expect_null(c.config_file);
     dbt_config_free(&c);
 
     char *none[] = {NULL};
-    cr_assert(dbt_config_load(&c, none, err), "%s", err);
+    cr_assert(test_config_load(&c, none, err), "%s", err);
     cr_expect_eq(c.lease_ms, 10000);
     dbt_config_free(&c);
-    cr_assert(dbt_config_load(&c, NULL, err), "%s", err);
+    cr_assert(test_config_load(&c, NULL, err), "%s", err);
     dbt_config_free(&c);
 }
 
@@ -791,31 +792,31 @@ Test(config_load, errors)
     dbt_config c;
     char err[DBT_ERRLEN];
     char *typo[] = {"DBTHROTTLE_MAX_QUERY=6", NULL};
-    cr_expect(!dbt_config_load(&c, typo, err));
+    cr_expect(!test_config_load(&c, typo, err));
     cr_expect_str_eq(err, "unknown setting DBTHROTTLE_MAX_QUERY (did you mean "
                           "DBTHROTTLE_MAX_QUERIES?)");
     dbt_config_free(&c);
 
     char *empty[] = {"DBTHROTTLE_MAX_QUERIES=", NULL};
-    cr_expect(!dbt_config_load(&c, empty, err));
+    cr_expect(!test_config_load(&c, empty, err));
     check_names_value(err, "DBTHROTTLE_MAX_QUERIES", "");
     dbt_config_free(&c);
 
     /* DBTHROTTLE_CONFIG= (empty) is no mistake: it opts out of the installed file
      * (test_default_config.c). */
     char *missing[] = {"DBTHROTTLE_CONFIG=/nonexistent/dbthrottle.conf", NULL};
-    cr_expect(!dbt_config_load(&c, missing, err));
+    cr_expect(!test_config_load(&c, missing, err));
     cr_expect_str_eq(err, "DBTHROTTLE_CONFIG: cannot read /nonexistent/dbthrottle.conf: No such "
                           "file or directory");
     dbt_config_free(&c);
 
     char *dir[] = {"DBTHROTTLE_CONFIG=/tmp", NULL};
-    cr_expect(!dbt_config_load(&c, dir, err));
+    cr_expect(!test_config_load(&c, dir, err));
     cr_expect_str_eq(err, "DBTHROTTLE_CONFIG: cannot read /tmp: Is a directory");
     dbt_config_free(&c);
 
     char *badurl[] = {"DBTHROTTLE_REDIS_URL=redis://:topsecret@h:notaport", NULL};
-    cr_expect(!dbt_config_load(&c, badurl, err));
+    cr_expect(!test_config_load(&c, badurl, err));
     cr_expect(strstr(err, "topsecret") == NULL, "%s", err);
     check_message(err, "DBTHROTTLE_REDIS_URL");
     dbt_config_free(&c);
@@ -830,7 +831,7 @@ Test(config_load, file_errors_carry_the_file_name)
     char *envp[] = {cfgvar, NULL};
     dbt_config c;
     char err[DBT_ERRLEN];
-    cr_expect(!dbt_config_load(&c, envp, err));
+    cr_expect(!test_config_load(&c, envp, err));
     char expect[128];
     snprintf(expect, sizeof expect, "%s:3: lease is set twice", path);
     cr_expect_str_eq(err, expect);
@@ -853,12 +854,12 @@ Test(config_load, files_over_1_mib_are_refused)
     char *envp[] = {cfgvar, NULL};
     dbt_config c;
     char err[DBT_ERRLEN];
-    cr_expect(!dbt_config_load(&c, envp, err));
+    cr_expect(!test_config_load(&c, envp, err));
     cr_expect(strstr(err, "larger than 1 MiB") != NULL, "%s", err);
     dbt_config_free(&c);
     /* Exactly 1 MiB of comments is fine. */
     cr_assert_eq(truncate(path, 1 << 20), 0);
-    cr_expect(dbt_config_load(&c, envp, err), "%s", err);
+    cr_expect(test_config_load(&c, envp, err), "%s", err);
     dbt_config_free(&c);
     free(text);
     unlink(path);

@@ -2,6 +2,7 @@
  * DBTHROTTLE_EXEMPT still count), the operator's commands ignore errors in settings only workers
  * read, and a Redis URL with a query string is refused without showing it. */
 #include "config.h"
+#include "config_load.h"
 #include "settings.h"
 
 #include <criterion/criterion.h>
@@ -23,7 +24,7 @@ Test(config_readers, a_bad_value_does_not_hide_disable_set_after_it)
     char *envp[] = {"DBTHROTTLE_MAX_QUERIES=abc", "DBTHROTTLE_DISABLE=on", NULL};
     dbt_config c;
     char err[DBT_ERRLEN];
-    cr_expect(!dbt_config_load(&c, envp, err));
+    cr_expect(!test_config_load(&c, envp, err));
     cr_expect(strstr(err, "DBTHROTTLE_MAX_QUERIES") != NULL, "%s", err);
     cr_expect(c.disable, "DISABLE after a bad value was not read");
     cr_expect(dbt_config_value_ok(&c, "disable"));
@@ -41,7 +42,7 @@ Test(config_readers, the_file_is_read_past_a_bad_line)
     char *envp[] = {var, NULL};
     dbt_config c;
     char err[DBT_ERRLEN];
-    cr_expect(!dbt_config_load(&c, envp, err));
+    cr_expect(!test_config_load(&c, envp, err));
     cr_expect(strstr(err, ":1:") != NULL, "the first error is line 1's: %s", err);
     cr_expect(c.disable);
     cr_expect_eq(c.nexempt, 1);
@@ -64,7 +65,7 @@ Test(config_readers, the_environment_replaces_a_refused_file_value)
     dbt_config c;
     char err[DBT_ERRLEN];
     /* The load still fails (the file is wrong), but the value in effect is the environment's. */
-    cr_expect(!dbt_config_load(&c, envp, err));
+    cr_expect(!test_config_load(&c, envp, err));
     cr_expect(c.disable);
     cr_expect(dbt_config_value_ok(&c, "DBTHROTTLE_DISABLE"));
     dbt_config_free(&c);
@@ -77,7 +78,7 @@ Test(config_readers, operators_ignore_worker_only_settings)
                     "DBTHROTTLE_LOG_LEVEL=loud", NULL};
     dbt_config c;
     char err[DBT_ERRLEN];
-    cr_expect(!dbt_config_load(&c, envp, err));
+    cr_expect(!test_config_load(&c, envp, err));
     cr_expect_null(dbt_config_error_for(&c, DBT_READER_OPERATOR));
     const char *w = dbt_config_error_for(&c, DBT_READER_WORKER);
     cr_assert_not_null(w);
@@ -90,14 +91,14 @@ Test(config_readers, operators_read_the_redis_settings)
     char *envp[] = {"DBTHROTTLE_MAX_QUERIES=abc", "DBTHROTTLE_KEY_PREFIX=", NULL};
     dbt_config c;
     char err[DBT_ERRLEN];
-    cr_expect(!dbt_config_load(&c, envp, err));
+    cr_expect(!test_config_load(&c, envp, err));
     const char *o = dbt_config_error_for(&c, DBT_READER_OPERATOR);
     cr_assert_not_null(o);
     cr_expect(strstr(o, "DBTHROTTLE_KEY_PREFIX") != NULL, "%s", o);
     dbt_config_free(&c);
     /* An unknown name may be a typo of any setting: everybody's error. */
     char *typo[] = {"DBTHROTTLE_REDIS_UR=redis://x", NULL};
-    cr_expect(!dbt_config_load(&c, typo, err));
+    cr_expect(!test_config_load(&c, typo, err));
     cr_expect_not_null(dbt_config_error_for(&c, DBT_READER_OPERATOR));
     dbt_config_free(&c);
 }
@@ -164,17 +165,17 @@ Test(config_readers, the_environment_fixing_a_file_value_leaves_no_error)
     char *fixed[] = {var, "DBTHROTTLE_MAX_QUERIES=5", NULL};
     dbt_config c;
     char err[DBT_ERRLEN];
-    (void)dbt_config_load(&c, fixed, err);
+    (void)test_config_load(&c, fixed, err);
     cr_expect_null(dbt_config_error_for(&c, DBT_READER_WORKER));
     cr_expect_eq(c.max_queries, 5);
     dbt_config_free(&c);
     char *unknown[] = {var, "DBTHROTTLE_MAX_QUERIES=5", "DBTHROTTLE_MAX_QUERIE=5", NULL};
-    (void)dbt_config_load(&c, unknown, err);
+    (void)test_config_load(&c, unknown, err);
     cr_expect_not_null(dbt_config_error_for(&c, DBT_READER_WORKER));
     dbt_config_free(&c);
     unlink(path);
     char *unreadable[] = {var, "DBTHROTTLE_MAX_QUERIES=5", NULL};
-    (void)dbt_config_load(&c, unreadable, err);
+    (void)test_config_load(&c, unreadable, err);
     const char *e = dbt_config_error_for(&c, DBT_READER_WORKER);
     cr_assert_not_null(e);
     cr_expect(strstr(e, "cannot read") != NULL, "%s", e);

@@ -1,5 +1,6 @@
 /* The Sentinel URL forms, the host list parser, and the password files (issue 16). */
 #include "config.h"
+#include "config_load.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -156,7 +157,7 @@ static const char *file_with(const char *name, const char *content, mode_t mode)
 static bool load(dbt_config *c, char *err, const char *e1, const char *e2, const char *e3)
 {
     char *envp[4] = {(char *)e1, (char *)e2, (char *)e3, NULL};
-    return dbt_config_load(c, envp, err);
+    return test_config_load(c, envp, err);
 }
 
 static char env_buf[8][512];

@@ -2,6 +2,7 @@
  * is a configuration error naming the setting that fixes it; a TLS connection that breaks is an
  * outage. The messages are transport.c's, as dbt_redis_connect prefixes them. */
 #include "config.h"
+#include "config_load.h"
 #include "redis_errors.h"
 
 #include <criterion/criterion.h>
@@ -77,7 +78,7 @@ Test(tls_errors, a_client_certificate_needs_its_key)
                    "DBTHROTTLE_REDIS_CERT=/etc/dbt/client.pem", NULL};
     dbt_config c;
     char err[DBT_ERRLEN] = "";
-    cr_expect(!dbt_config_load(&c, env, err));
+    cr_expect(!test_config_load(&c, env, err));
     cr_expect(strstr(err, "DBTHROTTLE_REDIS_CERT is set without DBTHROTTLE_REDIS_KEY") == err, "%s",
               err);
     cr_expect(!dbt_config_value_ok(&c, "DBTHROTTLE_REDIS_CERT"));
@@ -86,7 +87,7 @@ Test(tls_errors, a_client_certificate_needs_its_key)
     char *both[] = {
         "DBTHROTTLE_REDIS_URL=rediss://127.0.0.1:6380", "DBTHROTTLE_REDIS_CERT=/etc/dbt/client.pem",
         "DBTHROTTLE_REDIS_KEY=/etc/dbt/client.key", "DBTHROTTLE_REDIS_CA=/etc/dbt/ca", NULL};
-    cr_expect(dbt_config_load(&c, both, err), "%s", err);
+    cr_expect(test_config_load(&c, both, err), "%s", err);
     cr_expect_str_eq(c.redis_ca, "/etc/dbt/ca");
     cr_expect_str_eq(c.redis_key, "/etc/dbt/client.key");
     dbt_config_free(&c);
