@@ -176,7 +176,8 @@ Test(redis_conn, no_call_fails_however_often_the_scripts_are_flushed, .init = fx
     char url[128];
     snprintf(url, sizeof url,
              "DBTHROTTLE_REDIS_URL=redis://dbthrottle-worker:flush-pw@127.0.0.1:%d", fx_redis.port);
-    dbt_client *cl = fx_client(url, NULL);
+    /* A generous timeout: a late reply under load would be an error of its own, not a flush's. */
+    dbt_client *cl = fx_client(url, "DBTHROTTLE_REDIS_TIMEOUT=10s", NULL);
     dbt_pool *pool = dbt_client_pool(cl, "flushing");
     flusher f = {.redis = &fx_redis};
     pthread_t t;
