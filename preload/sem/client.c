@@ -73,6 +73,9 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
             dbt_pool_mutex_init(&p->mu);
             pthread_cond_init(&p->conn_cv, NULL);
             dbt_cond_init_mono(&p->bg_cv);
+            /* The renewer is the pool's background thread: the modules below it start it
+             * through this, without naming it (pool.h, dbt_pool_start_bg). */
+            p->bg_start = dbt_renewer_ensure;
             p->next = c->pools;
             c->pools = p;
         } else if (p) {

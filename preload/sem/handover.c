@@ -21,9 +21,8 @@
  * whichever of its places Redis granted: taking over orphans scrambles the order of the places. */
 #include "handover.h"
 #include "clock.h"
+#include "fork.h"
 #include "pool.h"
-#include "release.h"
-#include "renewer.h"
 #include "sharing.h"
 
 #include <stdio.h>
@@ -80,6 +79,26 @@ void dbt_lw_remove(dbt_pool *p, struct dbt_slot *s)
         p->lw_tail[s->kind] = s->lw_prev;
     s->lw_prev = s->lw_next = NULL;
     s->in_fifo = false;
+}
+
+void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s)
+{
+    dbt_lw_remove(p, s);
+    if (s->orphan) {
+        s->orphan = false;
+        p->norphans--;
+    }
+    if (s->prev)
+        s->prev->next = s->next;
+    else if (p->slots == s)
+        p->slots = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+    if (s->state == SLOT_QUEUED || s->state == SLOT_CANCELLING)
+        p->nqueued--;
+    else if (s->state == SLOT_HELD)
+        p->nheld--;
 }
 
 bool dbt_same_shape(const struct dbt_slot *a, const struct dbt_slot *b)
@@ -202,9 +221,9 @@ void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int6
         /* Renewed a while ago by another process: renewed now, while we hold it (passed on and
          * on, a permit is otherwise renewed only when a renewal finds it held by chance). */
         p->renew_now = true;
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
     } else if (p->bg_until_us > now + ORPHAN_IDLE_US) {
-        dbt_wake_renewer(p); /* the new orphan is withdrawn if nobody takes it */
+        dbt_pool_wake_bg(p); /* the new orphan is withdrawn if nobody takes it */
     }
 }
 
@@ -213,7 +232,7 @@ void dbt_handover_loose(dbt_pool *p, const struct dbt_slot *like, const char *id
 {
     /* Held, by this process now, for nobody: the renewer passes it on or gives it back. */
     if (new_orphan(p, like, id, renewed_us, SLOT_HELD, dbt_now_us()))
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
 }
 
 void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
@@ -239,7 +258,7 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
         return;
     }
     if (s->orphan)
-        dbt_wake_renewer(p); /* a permit nobody here waits for: the renewer gives it back */
+        dbt_pool_wake_bg(p); /* a permit nobody here waits for: the renewer gives it back */
     else
         dbt_slot_wake(s);
 }
@@ -317,7 +336,7 @@ struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s, bool *off
     /* The renewer withdraws the place if nobody takes it: woken only when it would sleep past
      * that, so at most once per ORPHAN_IDLE_US, not once per handover. */
     if (p->bg_until_us > now + ORPHAN_IDLE_US)
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
     return w;
 }
 
@@ -351,7 +370,7 @@ void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t t
         if (dbt_share_verdict(p->share, (int)kind, ticket, sole, p->client->cfg->lease_ms * 1000)) {
             dbt_share_wake_all(p->share);
             if (p->norphans > 0)
-                dbt_wake_renewer(p);
+                dbt_pool_wake_bg(p);
         }
         return;
     }
@@ -374,7 +393,7 @@ void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t t
     /* A push about a waiter that queued after this one outran this reply: not alone any more. */
     p->sole[kind] = sole && ticket > p->foreign_ticket[kind] ? ticket : 0;
     if (was && !p->sole[kind] && p->norphans > 0)
-        dbt_wake_renewer(p); /* orphans of this kind go */
+        dbt_pool_wake_bg(p); /* orphans of this kind go */
 }
 
 void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
@@ -384,7 +403,7 @@ void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
     if (p->share && dbt_share_foreign(p->share, (int)kind, ticket)) {
         dbt_share_wake_all(p->share);
         if (p->norphans > 0)
-            dbt_wake_renewer(p);
+            dbt_pool_wake_bg(p);
     }
     if (ticket > p->foreign_ticket[kind])
         p->foreign_ticket[kind] = ticket;
@@ -392,7 +411,7 @@ void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
     if (p->sole[kind] && (ticket == 0 || p->sole[kind] < ticket)) {
         p->sole[kind] = 0;
         if (p->norphans > 0)
-            dbt_wake_renewer(p);
+            dbt_pool_wake_bg(p);
     }
 }
 
@@ -479,22 +498,18 @@ static held_orphan_fate pass_held_orphan(dbt_pool *p, struct dbt_slot *s, int64_
     return SWAPPED;
 }
 
-void dbt_orphans_settle(dbt_pool *p)
+int dbt_orphans_take_due(dbt_pool *p, struct dbt_slot **out, bool *send, int cap)
 {
-    enum { BATCH = 64 };
-    struct dbt_slot *todo[BATCH];
-    bool send[BATCH];
     int n = 0;
-    pthread_mutex_lock(&p->mu);
     int64_t now = dbt_now_us();
-    for (struct dbt_slot *s = p->slots, *next; s && n < BATCH; s = next) {
+    for (struct dbt_slot *s = p->slots, *next; s && n < cap; s = next) {
         next = s->next;
         if (!s->orphan)
             continue;
         if (s->state == SLOT_HELD && pass_held_orphan(p, s, now) == OFFERED) {
             dbt_unlink_slot(p, s);
             send[n] = false;
-            todo[n++] = s;
+            out[n++] = s;
             continue;
         }
         if (orphan_due(p, s) <= now &&
@@ -505,23 +520,15 @@ void dbt_orphans_settle(dbt_pool *p)
             memcpy(p->inflight[p->ninflight].id, s->id, sizeof s->id);
             p->ninflight++;
             send[n] = true;
-            todo[n++] = s;
+            out[n++] = s;
         }
     }
-    pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < n; i++) {
-        /* cancel.lua gives a permit back too when Redis granted the place meanwhile: one call
-         * does for both. */
-        if (send[i])
-            dbt_send_cancel(p, todo[i]->kind, todo[i]->id);
-        dbt_free_slot(todo[i]);
-    }
-    pthread_mutex_lock(&p->mu);
-    p->ninflight = 0; /* only the renewer adds to it */
-    pthread_mutex_unlock(&p->mu);
+    return n;
 }
 
-void dbt_handover_after_fork(dbt_pool *p)
+/* In a fork()ed child: no waiting thread, no orphan, no verdict, nothing to report (the
+ * parent's to report). */
+static void after_fork(dbt_pool *p)
 {
     p->norphans = 0;
     memset(p->lw_head, 0, sizeof p->lw_head);
@@ -529,4 +536,9 @@ void dbt_handover_after_fork(dbt_pool *p)
     dbt_handover_reset(p);
     memset(p->unreported, 0, sizeof p->unreported); /* the parent's to report */
     memset(p->unreported_hist, 0, sizeof p->unreported_hist);
+}
+
+__attribute__((constructor)) static void register_after_fork(void)
+{
+    dbt_fork_on_child(DBT_FORK_MODULE, after_fork);
 }

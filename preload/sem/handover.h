@@ -8,6 +8,9 @@
  * with p->mu held unless said otherwise. */
 void dbt_lw_push(dbt_pool *p, struct dbt_slot *s);   /* s begins to wait (QUEUED) */
 void dbt_lw_remove(dbt_pool *p, struct dbt_slot *s); /* s waits no more; no-op if not listed */
+/* s leaves every list of the pool (the slots, the waiting threads), uncounted; an orphan is the
+ * pool's no more. */
+void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s);
 /* Redis granted s (QUEUED or PENDING): the permit goes to the process' oldest waiting thread of
  * its kind and limit, which s may be; a place nobody waits on any more is given back by the
  * renewer. */
@@ -56,14 +59,14 @@ int64_t dbt_orphans_due_us(dbt_pool *p);
  * (_exit, as Python's multiprocessing children do) would otherwise leave them queued in Redis,
  * to be granted to nobody, until their lease runs out. */
 int dbt_orphans_take_if_idle(dbt_pool *p, dbt_kind kind, struct dbt_slot **out, int cap);
-void dbt_orphans_settle(dbt_pool *p); /* without p->mu */
+/* Passes each held orphan on (to a waiting thread here, or through the host's segment), and
+ * takes out (unlinked, at most cap) those to go: out[i] to withdraw in Redis (cancel.lua; its id
+ * is in p->inflight meanwhile) when send[i], else only to free (the segment took its permit).
+ * The caller does both without p->mu, then empties p->inflight. */
+int dbt_orphans_take_due(dbt_pool *p, struct dbt_slot **out, bool *send, int cap);
 /* Adds what local handover did since the last renewal to Redis' counters, now (a renewal
  * carries it otherwise): at exit, so that nothing done goes uncounted; the same renewal removes
  * the process' record from the registry (registry.c). Without p->mu. */
 void dbt_report_local(dbt_pool *p);
-
-/* In a fork()ed child: no waiting thread, no orphan, no verdict, nothing to report (the
- * parent's to report). */
-void dbt_handover_after_fork(dbt_pool *p);
 
 #endif

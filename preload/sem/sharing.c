@@ -10,11 +10,10 @@
  * process', an orphan for its next waiter, as with local handover. */
 #include "sharing.h"
 #include "clock.h"
+#include "fork.h"
 #include "handover.h"
-#include "listener.h"
 #include "log.h"
 #include "pool.h"
-#include "renewer.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -94,7 +93,7 @@ static dbt_share *let_go(dbt_pool *p)
     /* What the host's sole state allowed is over: ask Redis again. */
     dbt_handover_reset(p);
     if (p->norphans > 0)
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
     return old;
 }
 
@@ -260,7 +259,7 @@ void dbt_sharing_receive(dbt_pool *p)
     if (p->norphans > 0)
         for (int k = 0; k < DBT_NKINDS; k++)
             if (!dbt_sole_now(p, (dbt_kind)k)) {
-                dbt_wake_renewer(p);
+                dbt_pool_wake_bg(p);
                 break;
             }
     pthread_mutex_unlock(&p->mu);
@@ -307,7 +306,9 @@ void dbt_sharing_free(dbt_pool *p)
     p->share = NULL;
 }
 
-void dbt_sharing_after_fork(dbt_pool *p)
+/* In a fork()ed child: the registrations and the wake socket are the parent's; the child's ids
+ * use its plain cid until dbt_sharing_group_ready. */
+static void after_fork(dbt_pool *p)
 {
     p->share_attaching = false;
     p->nwait_threads = 0; /* the parent's threads are not here */
@@ -318,6 +319,12 @@ void dbt_sharing_after_fork(dbt_pool *p)
      * (dbt_sharing_group_ready, before its first new id): if it cannot make one, its waiters
      * must not count under G in Redis. Until then its plain (new) cid. */
     dbt_pool_set_group(p, NULL);
+}
+
+/* Last: its change of group asks the listener and the renewer, reset by then, to start over. */
+__attribute__((constructor)) static void register_after_fork(void)
+{
+    dbt_fork_on_child(DBT_FORK_LAST, after_fork);
 }
 
 void dbt_sharing_group_ready(dbt_pool *p)

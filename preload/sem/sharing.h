@@ -23,7 +23,7 @@ char *dbt_sharing_key(const dbt_pool *p, char *why, size_t whycap);
 
 /* p->mu held: s begins to wait (QUEUED, not an orphan): registered in the segment; s waits no
  * more: its registration ends, and a permit offered to it meanwhile becomes the pool's (a held
- * orphan, which the renewer passes on or gives back: dbt_orphans_settle). */
+ * orphan, which the renewer passes on or gives back: dbt_orphans_take_due). */
 void dbt_sharing_wait_begin(dbt_pool *p, struct dbt_slot *s);
 void dbt_sharing_wait_end(dbt_pool *p, struct dbt_slot *s);
 
@@ -59,9 +59,6 @@ void dbt_sharing_quit(dbt_pool *p);
 void dbt_sharing_leave(dbt_pool *p);
 /* Without p->mu, no other thread: the pool is freed. */
 void dbt_sharing_free(dbt_pool *p);
-/* In a fork()ed child: the registrations and the wake socket are the parent's; the child's ids
- * use its plain cid until dbt_sharing_group_ready. */
-void dbt_sharing_after_fork(dbt_pool *p);
 /* p->mu held, before a new id is made: a pool attached but without its group in its cid (a
  * fork()ed child) makes its process record in the segment, and names the group from then on;
  * if it cannot, the attachment is broken (let go, attached anew later) and the ids stay plain. */
