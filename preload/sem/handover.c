@@ -64,9 +64,17 @@ void dbt_lw_push(dbt_pool *p, struct dbt_slot *s)
         p->lw_head[s->kind] = s;
 }
 
+/* s's registration in the host's segment ends; a permit offered to it meanwhile is the pool's. */
+static void end_host_wait(dbt_pool *p, struct dbt_slot *s)
+{
+    dbt_share_permit offered;
+    if (dbt_sharing_wait_end(p, s, &offered))
+        dbt_handover_loose(p, s, offered.id, offered.renewed_us);
+}
+
 void dbt_lw_remove(dbt_pool *p, struct dbt_slot *s)
 {
-    dbt_sharing_wait_end(p, s);
+    end_host_wait(p, s);
     if (!s->in_fifo)
         return;
     if (s->lw_prev)
@@ -225,6 +233,41 @@ void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int6
     } else if (p->bg_until_us > now + ORPHAN_IDLE_US) {
         dbt_pool_wake_bg(p); /* the new orphan is withdrawn if nobody takes it */
     }
+}
+
+void dbt_handover_receive(dbt_pool *p)
+{
+    enum { BATCH = 16 };
+    struct dbt_slot *to[BATCH];
+    dbt_share_permit permits[BATCH];
+    pthread_mutex_lock(&p->mu);
+    if (!p->share) {
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    dbt_share_drain(p->share);
+    int n;
+    do {
+        n = dbt_sharing_take(p, to, permits, BATCH);
+        for (int i = 0; i < n; i++)
+            if (to[i])
+                dbt_handover_received(p, to[i], permits[i].id, permits[i].renewed_us);
+    } while (n == BATCH);
+    /* The host's waiters are not the whole queue any more (an "f" another process applied):
+     * the places kept for next waiters go (orphan_due), at once. */
+    if (p->norphans > 0)
+        for (int k = 0; k < DBT_NKINDS; k++)
+            if (!dbt_sole_now(p, (dbt_kind)k)) {
+                dbt_pool_wake_bg(p);
+                break;
+            }
+    pthread_mutex_unlock(&p->mu);
+}
+
+void dbt_handover_quit(dbt_pool *p)
+{
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        end_host_wait(p, s);
 }
 
 void dbt_handover_loose(dbt_pool *p, const struct dbt_slot *like, const char *id,
@@ -415,15 +458,6 @@ void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
     }
 }
 
-void dbt_handover_reset(dbt_pool *p)
-{
-    if (p->share)
-        dbt_share_reset(p->share);
-    memset(p->sole, 0, sizeof p->sole);
-    memset(p->verdict_ticket, 0, sizeof p->verdict_ticket);
-    memset(p->foreign_ticket, 0, sizeof p->foreign_ticket);
-}
-
 /* Whether orphan s is to go now: granted (a permit nobody here waits for), or while others queue,
  * or unused for ORPHAN_IDLE_US. */
 static int64_t orphan_due(dbt_pool *p, const struct dbt_slot *s)
@@ -533,7 +567,7 @@ static void after_fork(dbt_pool *p)
     p->norphans = 0;
     memset(p->lw_head, 0, sizeof p->lw_head);
     memset(p->lw_tail, 0, sizeof p->lw_tail);
-    dbt_handover_reset(p);
+    dbt_pool_forget_verdicts(p);
     memset(p->unreported, 0, sizeof p->unreported); /* the parent's to report */
     memset(p->unreported_hist, 0, sizeof p->unreported_hist);
 }

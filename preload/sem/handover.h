@@ -33,6 +33,14 @@ bool dbt_handover_offer_host(dbt_pool *p, struct dbt_slot *s);
 /* Another process of the host passed permit `id` (renewed at renewed_us) to waiting slot s
  * (sharing.c): s holds it now, and s's place becomes an orphan of the pool. */
 void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int64_t renewed_us);
+/* Without p->mu: the segment's wake socket was readable: takes the permits other processes
+ * passed to this process' waiting threads (each such thread holds it from now on, and its place
+ * in the queue becomes an orphan of the pool) and wakes the renewer when the host's sole state
+ * ended while the pool keeps orphans. */
+void dbt_handover_receive(dbt_pool *p);
+/* p->mu held: the process exits: every registration in the host's segment ends (permits offered
+ * to them become held orphans, which the exit gives back). */
+void dbt_handover_quit(dbt_pool *p);
 /* A permit of the shape of `like` that this process now holds for nobody (offered to a thread
  * that stopped waiting meanwhile): a held orphan, which the renewer passes on or gives back. */
 void dbt_handover_loose(dbt_pool *p, const struct dbt_slot *like, const char *id,
@@ -48,8 +56,6 @@ bool dbt_same_shape(const struct dbt_slot *a, const struct dbt_slot *b);
  * a renewal found more waiters than ours). */
 void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t ticket, bool sole);
 void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket);
-/* Redis may have lost its data (or the process forked): forget what it said. */
-void dbt_handover_reset(dbt_pool *p);
 /* Orphans: when the next is due back (-1: none), and giving back (without p->mu) those that are
  * due: granted with nobody to take them, kept unused for a while, or while others queue. */
 int64_t dbt_orphans_due_us(dbt_pool *p);

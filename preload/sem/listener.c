@@ -54,7 +54,7 @@ void dbt_fail_waiters(dbt_pool *p)
             dbt_slot_wake(s);
         }
     /* Places no thread waits on: the renewer withdraws them once Redis answers again. */
-    dbt_handover_reset(p);
+    dbt_pool_forget_verdicts(p);
 }
 
 /* A grant "g<kind>:<id>" arrived, or "r<kind>": somebody queued, so permits this process keeps
@@ -109,7 +109,7 @@ static void listener_failed(dbt_pool *p, struct dbt_slot *s, const char *err)
         s->state = SLOT_DOWN;
         p->nqueued--;
     }
-    dbt_handover_reset(p);
+    dbt_pool_forget_verdicts(p);
     pthread_mutex_unlock(&p->mu);
     dbt_redis_free(l);
 }
@@ -349,7 +349,7 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
         if (share_fd >= 0 && pfd[2].revents) {
             /* The caller looks at its slot again (it may hold a passed permit now) and leads
              * on; the socket may have changed meanwhile (a segment given up, or rebuilt). */
-            dbt_sharing_receive(p);
+            dbt_handover_receive(p);
             break;
         }
         if (pfd[0].revents) {

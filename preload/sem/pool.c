@@ -86,6 +86,15 @@ void dbt_pool_set_group(dbt_pool *p, const char *group)
         dbt_pool_wake_bg(p);
 }
 
+void dbt_pool_forget_verdicts(dbt_pool *p)
+{
+    if (p->share)
+        dbt_share_reset(p->share);
+    memset(p->sole, 0, sizeof p->sole);
+    memset(p->verdict_ticket, 0, sizeof p->verdict_ticket);
+    memset(p->foreign_ticket, 0, sizeof p->foreign_ticket);
+}
+
 /* ---- command connections --------------------------------------------------------------- */
 
 dbt_redis *dbt_pool_connect(dbt_pool *p, char *err)

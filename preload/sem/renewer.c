@@ -203,7 +203,7 @@ static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, dbt_cancels *c
     }
     /* Redis forgot waiters (restarted, or a lease ran out): what it said of the queue is void. */
     if (reply->lost_waiters.n > 0)
-        dbt_handover_reset(p);
+        dbt_pool_forget_verdicts(p);
 }
 
 /* Waiters Redis has already granted: normally their pushed grant arrives first and this finds
@@ -286,7 +286,7 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
     /* Places Redis had lost were queued again, behind whoever queued meanwhile: what it said of
      * the queue before is void. */
     if (reply->reasserted[DBT_KIND_QUERY] > 0 || reply->reasserted[DBT_KIND_CONN] > 0)
-        dbt_handover_reset(p);
+        dbt_pool_forget_verdicts(p);
     /* Not a permit another process passed here after the renewal was sent: it did not name it
      * (its lease runs from its last renewal, by whichever process). Nor an id renew() left out
      * as a whole lease old (a stale orphan place, or one taken over since): Redis did not renew
@@ -733,7 +733,7 @@ static void *thread_main(void *arg)
             if (now >= share_polled_us + DBT_SHARE_POLL_US) {
                 share_polled_us = now;
                 pthread_mutex_unlock(&p->mu);
-                dbt_sharing_receive(p);
+                dbt_handover_receive(p);
                 pthread_mutex_lock(&p->mu);
                 continue;
             }
