@@ -587,7 +587,7 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
     p->contended[a->kind] = true;
     dbt_renewer_ensure(p);
     if (p->bg_leading) /* the renewer listens: it hands the role to a waiting thread */
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
     struct dbt_slot as_queued; /* its place may be swapped from now on (handover.c) */
     if (dbt_log_enabled(DBT_LOG_INFO))
         dbt_trace_copy(&as_queued, s);
@@ -609,7 +609,7 @@ static acquire_next wait_turn(acquire_run *a)
     /* The renewer listens while waits are parked with nobody listening (renewer.c): the role is
      * a waiting thread's now. */
     if (p->bg_leading)
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
     pthread_mutex_unlock(&p->mu);
     acquire_next next = wait_turn_counted(a);
     pthread_mutex_lock(&p->mu);
@@ -617,7 +617,7 @@ static acquire_next wait_turn(acquire_run *a)
     /* The last waiting thread leaves BLPOPs in flight that may pop the host's "f": the renewer
      * reads their replies (renewer.c, blpops_unread). */
     if (p->nwait_threads == 0 && p->group[0] && p->blpop_in_flight > 0)
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
     pthread_mutex_unlock(&p->mu);
     return next;
 }

@@ -73,6 +73,9 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
             dbt_pool_mutex_init(&p->mu);
             pthread_cond_init(&p->conn_cv, NULL);
             dbt_cond_init_mono(&p->bg_cv);
+            /* The renewer is the pool's background thread: the modules below it start it
+             * through this, without naming it (pool.h, dbt_pool_start_bg). */
+            p->bg_start = dbt_renewer_ensure;
             p->next = c->pools;
             c->pools = p;
         } else if (p) {
@@ -181,7 +184,7 @@ static void free_pool(dbt_pool *p)
      * close. */
     dbt_owed_op ops[MAX_EXIT];
     pthread_mutex_lock(&p->mu);
-    dbt_sharing_quit(p);
+    dbt_handover_quit(p);
     int n = owed_at_exit(p, ops, MAX_EXIT);
     pthread_mutex_unlock(&p->mu);
     int64_t budget = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
@@ -226,7 +229,7 @@ void dbt_client_exit(dbt_client *c)
         p->exiting = true;
         await_acquires_in_flight(p, until_us);
         /* Permits other processes passed to our waiters meanwhile are given back with ours. */
-        dbt_sharing_quit(p);
+        dbt_handover_quit(p);
         /* Then no more are passed to us; the host's last process removes the segment's file. */
         dbt_sharing_leave(p);
         int n = owed_at_exit(p, ops, MAX_EXIT);

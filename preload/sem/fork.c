@@ -3,15 +3,10 @@
  * pthread_atfork handlers take every client and pool lock before fork() (those locks are only
  * ever held for short, I/O-free sections) so the child inherits them in a known state. In the
  * child each pool forgets its parent's slots (the parent still holds and renews those permits),
- * closes the inherited sockets, and starts over with a new client id, hence its own wake list. */
+ * closes the inherited sockets, and starts over with a new client id, hence its own wake list:
+ * each module of the pool resets what it owns, by the reset it registered here. */
 #include "fork.h"
 #include "clock.h"
-#include "handover.h"
-#include "kept.h"
-#include "listener.h"
-#include "pool.h"
-#include "renewer.h"
-#include "sharing.h"
 
 #include <stdio.h>
 #include <sys/random.h>
@@ -61,37 +56,25 @@ static void parent(void)
     pthread_mutex_unlock(&registry_mu);
 }
 
-static void init_mono_cond(pthread_cond_t *cv)
-{
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(cv, &a);
-    pthread_condattr_destroy(&a);
-}
+/* The modules' resets, in the order they run (dbt_fork_on_child). Filled by constructors, before
+ * any client exists: read only in the child, which no other thread runs. */
+#define MAX_RESETS 16
+static struct {
+    dbt_fork_phase phase;
+    dbt_after_fork_fn reset;
+} resets[MAX_RESETS];
+static int nresets;
 
-void dbt_pool_mutex_init(pthread_mutex_t *mu)
+void dbt_fork_on_child(dbt_fork_phase phase, dbt_after_fork_fn reset)
 {
-    /* Adaptive: a thread that finds it taken spins a little before it sleeps. Every critical
-     * section under it is a few list operations, and many threads of one process pass permits
-     * through it (handover.c): sleeping on it cost a futex call and a thread switch per command. */
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
-    pthread_mutex_init(mu, &a);
-    pthread_mutexattr_destroy(&a);
-}
-
-/* Each module resets what it owns (its after-fork function); the pool's first, as it makes the
- * lock anew. */
-static void child_pool(dbt_pool *p)
-{
-    dbt_pool_after_fork(p);
-    dbt_listener_after_fork(p);
-    dbt_renewer_after_fork(p);
-    dbt_kept_after_fork(p);
-    dbt_handover_after_fork(p);
-    dbt_sharing_after_fork(p);
+    /* One a module (six): never full. Kept in phase order, each phase in the order registered. */
+    if (nresets == MAX_RESETS)
+        return;
+    int i = nresets++;
+    for (; i > 0 && resets[i - 1].phase > phase; i--)
+        resets[i] = resets[i - 1];
+    resets[i].phase = phase;
+    resets[i].reset = reset;
 }
 
 static void child(void)
@@ -100,7 +83,8 @@ static void child(void)
         pthread_mutex_init(&c->mu, NULL);
         dbt_new_client_id(c->cid);
         for (dbt_pool *p = c->pools; p; p = p->next)
-            child_pool(p);
+            for (int i = 0; i < nresets; i++)
+                resets[i].reset(p);
     }
     pthread_mutex_init(&registry_mu, NULL);
 }
@@ -128,9 +112,4 @@ void dbt_fork_unregister(dbt_client *c)
             break;
         }
     pthread_mutex_unlock(&registry_mu);
-}
-
-void dbt_cond_init_mono(pthread_cond_t *cv)
-{
-    init_mono_cond(cv);
 }

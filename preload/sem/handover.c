@@ -21,9 +21,8 @@
  * whichever of its places Redis granted: taking over orphans scrambles the order of the places. */
 #include "handover.h"
 #include "clock.h"
+#include "fork.h"
 #include "pool.h"
-#include "release.h"
-#include "renewer.h"
 #include "sharing.h"
 
 #include <stdio.h>
@@ -65,9 +64,17 @@ void dbt_lw_push(dbt_pool *p, struct dbt_slot *s)
         p->lw_head[s->kind] = s;
 }
 
+/* s's registration in the host's segment ends; a permit offered to it meanwhile is the pool's. */
+static void end_host_wait(dbt_pool *p, struct dbt_slot *s)
+{
+    dbt_share_permit offered;
+    if (dbt_sharing_wait_end(p, s, &offered))
+        dbt_handover_loose(p, s, offered.id, offered.renewed_us);
+}
+
 void dbt_lw_remove(dbt_pool *p, struct dbt_slot *s)
 {
-    dbt_sharing_wait_end(p, s);
+    end_host_wait(p, s);
     if (!s->in_fifo)
         return;
     if (s->lw_prev)
@@ -80,6 +87,26 @@ void dbt_lw_remove(dbt_pool *p, struct dbt_slot *s)
         p->lw_tail[s->kind] = s->lw_prev;
     s->lw_prev = s->lw_next = NULL;
     s->in_fifo = false;
+}
+
+void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s)
+{
+    dbt_lw_remove(p, s);
+    if (s->orphan) {
+        s->orphan = false;
+        p->norphans--;
+    }
+    if (s->prev)
+        s->prev->next = s->next;
+    else if (p->slots == s)
+        p->slots = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+    if (s->state == SLOT_QUEUED || s->state == SLOT_CANCELLING)
+        p->nqueued--;
+    else if (s->state == SLOT_HELD)
+        p->nheld--;
 }
 
 bool dbt_same_shape(const struct dbt_slot *a, const struct dbt_slot *b)
@@ -202,10 +229,45 @@ void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int6
         /* Renewed a while ago by another process: renewed now, while we hold it (passed on and
          * on, a permit is otherwise renewed only when a renewal finds it held by chance). */
         p->renew_now = true;
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
     } else if (p->bg_until_us > now + ORPHAN_IDLE_US) {
-        dbt_wake_renewer(p); /* the new orphan is withdrawn if nobody takes it */
+        dbt_pool_wake_bg(p); /* the new orphan is withdrawn if nobody takes it */
     }
+}
+
+void dbt_handover_receive(dbt_pool *p)
+{
+    enum { BATCH = 16 };
+    struct dbt_slot *to[BATCH];
+    dbt_share_permit permits[BATCH];
+    pthread_mutex_lock(&p->mu);
+    if (!p->share) {
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    dbt_share_drain(p->share);
+    int n;
+    do {
+        n = dbt_sharing_take(p, to, permits, BATCH);
+        for (int i = 0; i < n; i++)
+            if (to[i])
+                dbt_handover_received(p, to[i], permits[i].id, permits[i].renewed_us);
+    } while (n == BATCH);
+    /* The host's waiters are not the whole queue any more (an "f" another process applied):
+     * the places kept for next waiters go (orphan_due), at once. */
+    if (p->norphans > 0)
+        for (int k = 0; k < DBT_NKINDS; k++)
+            if (!dbt_sole_now(p, (dbt_kind)k)) {
+                dbt_pool_wake_bg(p);
+                break;
+            }
+    pthread_mutex_unlock(&p->mu);
+}
+
+void dbt_handover_quit(dbt_pool *p)
+{
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        end_host_wait(p, s);
 }
 
 void dbt_handover_loose(dbt_pool *p, const struct dbt_slot *like, const char *id,
@@ -213,7 +275,7 @@ void dbt_handover_loose(dbt_pool *p, const struct dbt_slot *like, const char *id
 {
     /* Held, by this process now, for nobody: the renewer passes it on or gives it back. */
     if (new_orphan(p, like, id, renewed_us, SLOT_HELD, dbt_now_us()))
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
 }
 
 void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
@@ -239,7 +301,7 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
         return;
     }
     if (s->orphan)
-        dbt_wake_renewer(p); /* a permit nobody here waits for: the renewer gives it back */
+        dbt_pool_wake_bg(p); /* a permit nobody here waits for: the renewer gives it back */
     else
         dbt_slot_wake(s);
 }
@@ -317,7 +379,7 @@ struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s, bool *off
     /* The renewer withdraws the place if nobody takes it: woken only when it would sleep past
      * that, so at most once per ORPHAN_IDLE_US, not once per handover. */
     if (p->bg_until_us > now + ORPHAN_IDLE_US)
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
     return w;
 }
 
@@ -351,7 +413,7 @@ void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t t
         if (dbt_share_verdict(p->share, (int)kind, ticket, sole, p->client->cfg->lease_ms * 1000)) {
             dbt_share_wake_all(p->share);
             if (p->norphans > 0)
-                dbt_wake_renewer(p);
+                dbt_pool_wake_bg(p);
         }
         return;
     }
@@ -374,7 +436,7 @@ void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t t
     /* A push about a waiter that queued after this one outran this reply: not alone any more. */
     p->sole[kind] = sole && ticket > p->foreign_ticket[kind] ? ticket : 0;
     if (was && !p->sole[kind] && p->norphans > 0)
-        dbt_wake_renewer(p); /* orphans of this kind go */
+        dbt_pool_wake_bg(p); /* orphans of this kind go */
 }
 
 void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
@@ -384,7 +446,7 @@ void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
     if (p->share && dbt_share_foreign(p->share, (int)kind, ticket)) {
         dbt_share_wake_all(p->share);
         if (p->norphans > 0)
-            dbt_wake_renewer(p);
+            dbt_pool_wake_bg(p);
     }
     if (ticket > p->foreign_ticket[kind])
         p->foreign_ticket[kind] = ticket;
@@ -392,17 +454,8 @@ void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
     if (p->sole[kind] && (ticket == 0 || p->sole[kind] < ticket)) {
         p->sole[kind] = 0;
         if (p->norphans > 0)
-            dbt_wake_renewer(p);
+            dbt_pool_wake_bg(p);
     }
-}
-
-void dbt_handover_reset(dbt_pool *p)
-{
-    if (p->share)
-        dbt_share_reset(p->share);
-    memset(p->sole, 0, sizeof p->sole);
-    memset(p->verdict_ticket, 0, sizeof p->verdict_ticket);
-    memset(p->foreign_ticket, 0, sizeof p->foreign_ticket);
 }
 
 /* Whether orphan s is to go now: granted (a permit nobody here waits for), or while others queue,
@@ -479,22 +532,18 @@ static held_orphan_fate pass_held_orphan(dbt_pool *p, struct dbt_slot *s, int64_
     return SWAPPED;
 }
 
-void dbt_orphans_settle(dbt_pool *p)
+int dbt_orphans_take_due(dbt_pool *p, struct dbt_slot **out, bool *send, int cap)
 {
-    enum { BATCH = 64 };
-    struct dbt_slot *todo[BATCH];
-    bool send[BATCH];
     int n = 0;
-    pthread_mutex_lock(&p->mu);
     int64_t now = dbt_now_us();
-    for (struct dbt_slot *s = p->slots, *next; s && n < BATCH; s = next) {
+    for (struct dbt_slot *s = p->slots, *next; s && n < cap; s = next) {
         next = s->next;
         if (!s->orphan)
             continue;
         if (s->state == SLOT_HELD && pass_held_orphan(p, s, now) == OFFERED) {
             dbt_unlink_slot(p, s);
             send[n] = false;
-            todo[n++] = s;
+            out[n++] = s;
             continue;
         }
         if (orphan_due(p, s) <= now &&
@@ -505,28 +554,25 @@ void dbt_orphans_settle(dbt_pool *p)
             memcpy(p->inflight[p->ninflight].id, s->id, sizeof s->id);
             p->ninflight++;
             send[n] = true;
-            todo[n++] = s;
+            out[n++] = s;
         }
     }
-    pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < n; i++) {
-        /* cancel.lua gives a permit back too when Redis granted the place meanwhile: one call
-         * does for both. */
-        if (send[i])
-            dbt_send_cancel(p, todo[i]->kind, todo[i]->id);
-        dbt_free_slot(todo[i]);
-    }
-    pthread_mutex_lock(&p->mu);
-    p->ninflight = 0; /* only the renewer adds to it */
-    pthread_mutex_unlock(&p->mu);
+    return n;
 }
 
-void dbt_handover_after_fork(dbt_pool *p)
+/* In a fork()ed child: no waiting thread, no orphan, no verdict, nothing to report (the
+ * parent's to report). */
+static void after_fork(dbt_pool *p)
 {
     p->norphans = 0;
     memset(p->lw_head, 0, sizeof p->lw_head);
     memset(p->lw_tail, 0, sizeof p->lw_tail);
-    dbt_handover_reset(p);
+    dbt_pool_forget_verdicts(p);
     memset(p->unreported, 0, sizeof p->unreported); /* the parent's to report */
     memset(p->unreported_hist, 0, sizeof p->unreported_hist);
+}
+
+__attribute__((constructor)) static void register_after_fork(void)
+{
+    dbt_fork_on_child(DBT_FORK_MODULE, after_fork);
 }

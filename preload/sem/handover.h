@@ -8,6 +8,9 @@
  * with p->mu held unless said otherwise. */
 void dbt_lw_push(dbt_pool *p, struct dbt_slot *s);   /* s begins to wait (QUEUED) */
 void dbt_lw_remove(dbt_pool *p, struct dbt_slot *s); /* s waits no more; no-op if not listed */
+/* s leaves every list of the pool (the slots, the waiting threads), uncounted; an orphan is the
+ * pool's no more. */
+void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s);
 /* Redis granted s (QUEUED or PENDING): the permit goes to the process' oldest waiting thread of
  * its kind and limit, which s may be; a place nobody waits on any more is given back by the
  * renewer. */
@@ -30,6 +33,14 @@ bool dbt_handover_offer_host(dbt_pool *p, struct dbt_slot *s);
 /* Another process of the host passed permit `id` (renewed at renewed_us) to waiting slot s
  * (sharing.c): s holds it now, and s's place becomes an orphan of the pool. */
 void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int64_t renewed_us);
+/* Without p->mu: the segment's wake socket was readable: takes the permits other processes
+ * passed to this process' waiting threads (each such thread holds it from now on, and its place
+ * in the queue becomes an orphan of the pool) and wakes the renewer when the host's sole state
+ * ended while the pool keeps orphans. */
+void dbt_handover_receive(dbt_pool *p);
+/* p->mu held: the process exits: every registration in the host's segment ends (permits offered
+ * to them become held orphans, which the exit gives back). */
+void dbt_handover_quit(dbt_pool *p);
 /* A permit of the shape of `like` that this process now holds for nobody (offered to a thread
  * that stopped waiting meanwhile): a held orphan, which the renewer passes on or gives back. */
 void dbt_handover_loose(dbt_pool *p, const struct dbt_slot *like, const char *id,
@@ -45,8 +56,6 @@ bool dbt_same_shape(const struct dbt_slot *a, const struct dbt_slot *b);
  * a renewal found more waiters than ours). */
 void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t ticket, bool sole);
 void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket);
-/* Redis may have lost its data (or the process forked): forget what it said. */
-void dbt_handover_reset(dbt_pool *p);
 /* Orphans: when the next is due back (-1: none), and giving back (without p->mu) those that are
  * due: granted with nobody to take them, kept unused for a while, or while others queue. */
 int64_t dbt_orphans_due_us(dbt_pool *p);
@@ -56,14 +65,14 @@ int64_t dbt_orphans_due_us(dbt_pool *p);
  * (_exit, as Python's multiprocessing children do) would otherwise leave them queued in Redis,
  * to be granted to nobody, until their lease runs out. */
 int dbt_orphans_take_if_idle(dbt_pool *p, dbt_kind kind, struct dbt_slot **out, int cap);
-void dbt_orphans_settle(dbt_pool *p); /* without p->mu */
+/* Passes each held orphan on (to a waiting thread here, or through the host's segment), and
+ * takes out (unlinked, at most cap) those to go: out[i] to withdraw in Redis (cancel.lua; its id
+ * is in p->inflight meanwhile) when send[i], else only to free (the segment took its permit).
+ * The caller does both without p->mu, then empties p->inflight. */
+int dbt_orphans_take_due(dbt_pool *p, struct dbt_slot **out, bool *send, int cap);
 /* Adds what local handover did since the last renewal to Redis' counters, now (a renewal
  * carries it otherwise): at exit, so that nothing done goes uncounted; the same renewal removes
  * the process' record from the registry (registry.c). Without p->mu. */
 void dbt_report_local(dbt_pool *p);
-
-/* In a fork()ed child: no waiting thread, no orphan, no verdict, nothing to report (the
- * parent's to report). */
-void dbt_handover_after_fork(dbt_pool *p);
 
 #endif

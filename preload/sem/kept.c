@@ -2,10 +2,10 @@
  * the renewer giving back those due. */
 #include "kept.h"
 #include "clock.h"
+#include "fork.h"
 #include "handover.h"
 #include "pool.h"
 #include "release.h"
-#include "renewer.h"
 #include "sharing.h"
 #include "trace.h"
 
@@ -34,9 +34,9 @@ bool dbt_permit_park(dbt_permit *s)
          * sleep past that: once per idle period at most, not once per command. */
         int64_t back = now + p->client->cfg->cache_idle_ms * 1000;
         if (!p->thread_started)
-            dbt_renewer_ensure(p);
+            dbt_pool_start_bg(p);
         else if (p->bg_until_us > back)
-            dbt_wake_renewer(p);
+            dbt_pool_wake_bg(p);
     }
     pthread_mutex_unlock(&p->mu);
     if (keep)
@@ -133,11 +133,17 @@ void dbt_return_parked(dbt_pool *p)
     pthread_mutex_unlock(&p->mu);
 }
 
-void dbt_kept_after_fork(dbt_pool *p)
+/* In a fork()ed child: no permit kept, nothing being given back (the parent's). */
+static void after_fork(dbt_pool *p)
 {
     p->ninflight = 0;
     p->nparked = 0;
     memset(p->contended, 0, sizeof p->contended);
     memset(p->revoke_ticket, 0, sizeof p->revoke_ticket);
     memset(p->revoke_us, 0, sizeof p->revoke_us);
+}
+
+__attribute__((constructor)) static void register_after_fork(void)
+{
+    dbt_fork_on_child(DBT_FORK_MODULE, after_fork);
 }

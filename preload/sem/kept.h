@@ -8,7 +8,4 @@
 int64_t dbt_parked_due_us(dbt_pool *p); /* p->mu held */
 void dbt_return_parked(dbt_pool *p);    /* without p->mu */
 
-/* In a fork()ed child: no permit kept, nothing being given back (the parent's). */
-void dbt_kept_after_fork(dbt_pool *p);
-
 #endif

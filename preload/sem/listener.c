@@ -10,9 +10,9 @@
 #include "listener.h"
 #include "clock.h"
 #include "cluster.h"
+#include "fork.h"
 #include "handover.h"
 #include "pool.h"
-#include "renewer.h"
 #include "sharing.h"
 
 #include <errno.h>
@@ -54,7 +54,7 @@ void dbt_fail_waiters(dbt_pool *p)
             dbt_slot_wake(s);
         }
     /* Places no thread waits on: the renewer withdraws them once Redis answers again. */
-    dbt_handover_reset(p);
+    dbt_pool_forget_verdicts(p);
 }
 
 /* A grant "g<kind>:<id>" arrived, or "r<kind>": somebody queued, so permits this process keeps
@@ -73,7 +73,7 @@ static void dispatch(dbt_pool *p, const char *msg)
             p->revoke_ticket[k] = ticket;
         p->revoke_us[k] = dbt_now_us();
         if (p->nparked > 0)
-            dbt_wake_renewer(p);
+            dbt_pool_wake_bg(p);
         return;
     }
     if (msg[0] == 'f' && (msg[1] == 'q' || msg[1] == 'c') && msg[2] == ':') {
@@ -109,7 +109,7 @@ static void listener_failed(dbt_pool *p, struct dbt_slot *s, const char *err)
         s->state = SLOT_DOWN;
         p->nqueued--;
     }
-    dbt_handover_reset(p);
+    dbt_pool_forget_verdicts(p);
     pthread_mutex_unlock(&p->mu);
     dbt_redis_free(l);
 }
@@ -182,25 +182,6 @@ static bool wake_keys_of(dbt_pool *p, wake_keys *w, char *err)
     return ok;
 }
 
-void dbt_pool_set_group(dbt_pool *p, const char *group)
-{
-    char cid[DBT_POOL_CID_MAX] = "";
-    if (group && group[0])
-        snprintf(cid, sizeof cid, "%.16s~%s", group, p->client->cid);
-    if (strcmp(cid, p->cid) == 0)
-        return;
-    snprintf(p->prev_cid, sizeof p->prev_cid, "%s", dbt_pool_cid(p));
-    snprintf(p->cid, sizeof p->cid, "%s", cid);
-    snprintf(p->group, sizeof p->group, "%.16s", cid[0] ? group : "");
-    /* The BLPOPs in flight name the old lists: the leader sends new ones. A grant one of them
-     * had popped is lost with the connection they go with: a renewal at once brings it (its
-     * granted waiters), and any grant of a place whose cid the new BLPOPs cannot name too. */
-    dbt_listener_moved(p);
-    p->renew_now = true;
-    if (p->thread_started)
-        dbt_wake_renewer(p);
-}
-
 /* Connects the listener if needed and makes sure a BLPOP is in flight. Leader only. */
 static dbt_redis *ready_listener(dbt_pool *p, char *err)
 {
@@ -214,7 +195,7 @@ static dbt_redis *ready_listener(dbt_pool *p, char *err)
         if (l && p->blpop_in_flight > 0) {
             p->renew_now = true;
             if (p->thread_started)
-                dbt_wake_renewer(p);
+                dbt_pool_wake_bg(p);
         }
         p->listener = NULL;
         dbt_redis_disown(l);
@@ -286,18 +267,6 @@ static bool follow_redirect(dbt_pool *p, const char *err, int64_t *until_us)
             ;
     }
     return true;
-}
-
-void dbt_listener_moved(dbt_pool *p)
-{
-    p->listener_reset = true;
-    /* The leader is one of the waiters, or the renewer (bg_slot): each woken one that is not the
-     * leader goes back to its wait. */
-    for (struct dbt_slot *w = p->slots; w; w = w->next)
-        if (w->state == SLOT_QUEUED && !w->orphan)
-            dbt_slot_wake(w);
-    if (p->bg_leading && p->bg_slot)
-        dbt_slot_wake(p->bg_slot);
 }
 
 /* Reads what the listener socket has and dispatches every complete reply. */
@@ -380,7 +349,7 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
         if (share_fd >= 0 && pfd[2].revents) {
             /* The caller looks at its slot again (it may hold a passed permit now) and leads
              * on; the socket may have changed meanwhile (a segment given up, or rebuilt). */
-            dbt_sharing_receive(p);
+            dbt_handover_receive(p);
             break;
         }
         if (pfd[0].revents) {
@@ -444,10 +413,16 @@ void dbt_listener_close(dbt_pool *p)
     p->blpop_in_flight = 0;
 }
 
-void dbt_listener_after_fork(dbt_pool *p)
+/* In a fork()ed child: the parent's listener connection closed, nobody listening. */
+static void after_fork(dbt_pool *p)
 {
     dbt_redis_free(p->listener); /* closes the socket, sends nothing (its leader is not here) */
     p->listener = NULL;
     p->leader_active = p->listener_reset = false;
     p->blpop_in_flight = 0;
+}
+
+__attribute__((constructor)) static void register_after_fork(void)
+{
+    dbt_fork_on_child(DBT_FORK_MODULE, after_fork);
 }

@@ -1,13 +1,13 @@
-/* pool.c - the primitives every module of a pool uses: command connections, the outage backoff,
- * slots (linking, waking, recycling, freeing), wakers, deferred operations, a permit's state. */
+/* pool.c - the primitives every module of a pool uses: its locks, command connections, the outage
+ * backoff, slots (waking, recycling, freeing), wakers, deferred operations, a permit's state, and
+ * the notices the modules above read (the background thread woken or started, the listener asked
+ * to listen anew): a module below calls none above it. */
 #include "pool.h"
 #include "clock.h"
 #include "cluster.h"
 #include "fork.h"
-#include "handover.h"
 #include "log.h"
 #include "redis_errors.h"
-#include "renewer.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -16,6 +16,84 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* ---- locks ------------------------------------------------------------------------------- */
+
+void dbt_pool_mutex_init(pthread_mutex_t *mu)
+{
+    /* Adaptive: a thread that finds it taken spins a little before it sleeps. Every critical
+     * section under it is a few list operations, and many threads of one process pass permits
+     * through it (handover.c): sleeping on it cost a futex call and a thread switch per command. */
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(mu, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+void dbt_cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+/* ---- notices to the modules above ---------------------------------------------------------- */
+
+void dbt_pool_wake_bg(dbt_pool *p)
+{
+    pthread_cond_signal(&p->bg_cv);
+    if (p->bg_leading)
+        dbt_slot_wake(p->bg_slot);
+}
+
+void dbt_pool_start_bg(dbt_pool *p)
+{
+    if (p->bg_start)
+        p->bg_start(p);
+}
+
+void dbt_listener_moved(dbt_pool *p)
+{
+    p->listener_reset = true;
+    /* The leader is one of the waiters, or the renewer (bg_slot): each woken one that is not the
+     * leader goes back to its wait. */
+    for (struct dbt_slot *w = p->slots; w; w = w->next)
+        if (w->state == SLOT_QUEUED && !w->orphan)
+            dbt_slot_wake(w);
+    if (p->bg_leading && p->bg_slot)
+        dbt_slot_wake(p->bg_slot);
+}
+
+void dbt_pool_set_group(dbt_pool *p, const char *group)
+{
+    char cid[DBT_POOL_CID_MAX] = "";
+    if (group && group[0])
+        snprintf(cid, sizeof cid, "%.16s~%s", group, p->client->cid);
+    if (strcmp(cid, p->cid) == 0)
+        return;
+    snprintf(p->prev_cid, sizeof p->prev_cid, "%s", dbt_pool_cid(p));
+    snprintf(p->cid, sizeof p->cid, "%s", cid);
+    snprintf(p->group, sizeof p->group, "%.16s", cid[0] ? group : "");
+    /* The BLPOPs in flight name the old lists: the leader sends new ones. A grant one of them
+     * had popped is lost with the connection they go with: a renewal at once brings it (its
+     * granted waiters), and any grant of a place whose cid the new BLPOPs cannot name too. */
+    dbt_listener_moved(p);
+    p->renew_now = true;
+    if (p->thread_started)
+        dbt_pool_wake_bg(p);
+}
+
+void dbt_pool_forget_verdicts(dbt_pool *p)
+{
+    if (p->share)
+        dbt_share_reset(p->share);
+    memset(p->sole, 0, sizeof p->sole);
+    memset(p->verdict_ticket, 0, sizeof p->verdict_ticket);
+    memset(p->foreign_ticket, 0, sizeof p->foreign_ticket);
+}
 
 /* ---- command connections --------------------------------------------------------------- */
 
@@ -87,7 +165,7 @@ dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err)
             !p->renew_now) {
             p->renew_now = true;
             if (p->thread_started)
-                dbt_wake_renewer(p);
+                dbt_pool_wake_bg(p);
         }
     } else {
         p->nconns--;
@@ -191,7 +269,7 @@ void dbt_pool_renew_now(dbt_pool *p)
     pthread_mutex_lock(&p->mu);
     p->renew_now = true;
     if (p->thread_started)
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -212,7 +290,7 @@ void dbt_pool_note_quarantine(dbt_pool *p, dbt_kind kind, long long ms, const ch
     if (!p->renew_at_us || p->renew_at_us > until)
         p->renew_at_us = until;
     if (p->thread_started)
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
     pthread_mutex_unlock(&p->mu);
     if (fresh) {
         dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(kind)),
@@ -397,26 +475,6 @@ void dbt_slot_wake(struct dbt_slot *s)
     }
 }
 
-void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s)
-{
-    dbt_lw_remove(p, s);
-    if (s->orphan) {
-        s->orphan = false;
-        p->norphans--;
-    }
-    if (s->prev)
-        s->prev->next = s->next;
-    else if (p->slots == s)
-        p->slots = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    s->prev = s->next = NULL;
-    if (s->state == SLOT_QUEUED || s->state == SLOT_CANCELLING)
-        p->nqueued--;
-    else if (s->state == SLOT_HELD)
-        p->nheld--;
-}
-
 /* ---- wakers ----------------------------------------------------------------------------- */
 
 void dbt_waker_fire(dbt_waker *w)
@@ -579,7 +637,7 @@ void dbt_defer_op_held(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
         snprintf(p->deferred[p->ndeferred].id, sizeof p->deferred[0].id, "%s", id);
         p->ndeferred++;
         if (!p->exiting) /* a pool being freed has stopped its renewer for good */
-            dbt_renewer_ensure(p);
+            dbt_pool_start_bg(p);
         pthread_cond_signal(&p->bg_cv); /* it sends them as soon as Redis answers */
     } else if (p->deferred_dropped++ == 0) {
         /* Not silent: a dropped release pins its permit, a dropped cancel leaves a place that
@@ -623,7 +681,9 @@ const char *dbt_pool_cid(const dbt_pool *p)
     return p->cid[0] ? p->cid : p->client->cid;
 }
 
-void dbt_pool_after_fork(dbt_pool *p)
+/* In a fork()ed child: a new lock; the parent's connections closed, its slots and deferred
+ * operations forgotten (they stay the parent's), a new generation, no outage. */
+static void after_fork(dbt_pool *p)
 {
     dbt_pool_mutex_init(&p->mu);
     pthread_cond_init(&p->conn_cv, NULL);
@@ -676,4 +736,9 @@ void dbt_pool_after_fork(dbt_pool *p)
     memset(p->quarantine_until_us, 0, sizeof p->quarantine_until_us);
     p->renew_now = false;
     p->renew_at_us = 0;
+}
+
+__attribute__((constructor)) static void register_after_fork(void)
+{
+    dbt_fork_on_child(DBT_FORK_FIRST, after_fork); /* a new lock, the parent's slots gone */
 }

@@ -1,9 +1,7 @@
-/* pool.h - a pool's primitives (pool.c): command connections, the outage backoff, slots, wakers,
- * deferred operations. Every other module of sem/ uses them.
- *
- * Two calls go "up" from here, both named: dbt_unlink_slot takes the slot off local handover's
- * list of waiting threads (dbt_lw_remove, handover.c), and dbt_defer_op starts the renewer
- * (dbt_renewer_ensure, renewer.c), which sends what was deferred once Redis answers. */
+/* pool.h - a pool's primitives (pool.c): locks, command connections, the outage backoff, slots,
+ * wakers, deferred operations, and the notices by which a module tells those above it that they
+ * have work (the renewer, the listener), naming none of them. Every other module of sem/ uses
+ * them; they call no module of sem/ above them. */
 #ifndef DBT_POOL_H
 #define DBT_POOL_H
 
@@ -15,8 +13,35 @@
  * err); one whose INFO was refused is used, with a warning once per pool. Without p->mu. */
 dbt_redis *dbt_pool_connect(dbt_pool *p, char *err);
 
+/* The locks' kinds: p->mu's (adaptive, see pool.c), and a condition variable timed by
+ * CLOCK_MONOTONIC. */
+void dbt_pool_mutex_init(pthread_mutex_t *mu);
+void dbt_cond_init_mono(pthread_cond_t *cv);
+
+/* Notices, each with p->mu held. Wakes the pool's background thread (the renewer) out of its
+ * park or its listening: it has work. */
+void dbt_pool_wake_bg(dbt_pool *p);
+/* Starts the background thread, or wakes it when its schedule changed: p->bg_start, which the
+ * pool's maker set (client.c: the renewer's dbt_renewer_ensure); nothing when none was set. */
+void dbt_pool_start_bg(dbt_pool *p);
+/* The pool's slot moved to another cluster node (a MOVED), or its wake lists changed: whoever
+ * leads (a waiting thread, or the renewer) connects its listener anew, to the node and lists of
+ * now. */
+void dbt_listener_moved(dbt_pool *p);
+/* The pool shares with its host as group `group` (16 hex digits; NULL or "": no more). Its new
+ * Redis ids use the cid "<G>~<client cid>" (dbt_pool_cid), and its listener pops both its own
+ * wake list and the group's ("<wake prefix><G>", where Redis pushes the host's
+ * "f<kind>:<ticket>"), plus, until the next change, the list of its previous cid (grants of the
+ * places made under it). A change makes the leader send new BLPOPs (dbt_listener_moved), and the
+ * renewer renew at once. */
+void dbt_pool_set_group(dbt_pool *p, const char *group);
+/* Redis may have lost its data, the process forked, or the host's segment is let go: what Redis
+ * said of the queue (local handover's sole verdicts, the host's while attached) is forgotten,
+ * and permits go through Redis until it says so again (handover.c). */
+void dbt_pool_forget_verdicts(dbt_pool *p);
+
 /* The cid of the pool's Redis ids ("<cid>.<serial>...") and of its wake list: the client's, or,
- * while the pool shares with its host (dbt_pool_set_group, listener.h), "<G>~<client cid>".
+ * while the pool shares with its host (dbt_pool_set_group), "<G>~<client cid>".
  * With p->mu held; the text is valid until p->mu is released. */
 const char *dbt_pool_cid(const dbt_pool *p);
 
@@ -64,10 +89,9 @@ typedef enum { DBT_WARN_UNTHROTTLED, DBT_WARN_REFUSED, DBT_WARN_TIMEOUT } dbt_wa
  * DBT_WARN_EVERY_US); when it is, *quiet is how many were not logged since the last one. */
 bool dbt_pool_warn_due(dbt_pool *p, dbt_warn_kind k, uint64_t *quiet);
 
-void dbt_slot_wake(struct dbt_slot *s);                /* call with p->mu held */
-void dbt_slot_wake_later(struct dbt_slot *s);          /* a promised wake, without p->mu */
-void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s); /* p->mu held: off every list, uncounted */
-void dbt_free_slot(struct dbt_slot *s);                /* an unlinked slot, without p->mu */
+void dbt_slot_wake(struct dbt_slot *s);       /* call with p->mu held */
+void dbt_slot_wake_later(struct dbt_slot *s); /* a promised wake, without p->mu */
+void dbt_free_slot(struct dbt_slot *s);       /* an unlinked slot, without p->mu */
 /* An unlinked slot nobody uses any more goes to p->spare when it can (p->mu held); false: the
  * caller frees it with dbt_free_slot, without the lock. */
 bool dbt_recycle_slot(dbt_pool *p, struct dbt_slot *s);
@@ -112,9 +136,5 @@ void dbt_op_tag(char *tag, bool cancel, dbt_kind kind, const char *id);
 void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
 /* The same, with p->mu held. */
 void dbt_defer_op_held(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
-
-/* In a fork()ed child (fork.c): a new lock; the parent's connections closed, its slots and
- * deferred operations forgotten (they stay the parent's), a new generation, no outage. */
-void dbt_pool_after_fork(dbt_pool *p);
 
 #endif

@@ -264,7 +264,9 @@ struct dbt_pool {
     bool listener_reset; /* Redis failed: reconnect before listening again */
 
     /* renewer.c: background thread: renews leases, gives kept permits back, and listens while
-     * permits are kept and no thread waits */
+     * permits are kept and no thread waits. bg_start: how the modules below it start it
+     * (dbt_pool_start_bg), set by the pool's maker (client.c) */
+    void (*bg_start)(dbt_pool *p);
     bool thread_started, stop;
     bool bg_idle;             /* the renewer waits with nothing to renew until signalled */
     struct dbt_slot *bg_slot; /* not linked: its eventfd wakes the renewer out of dbt_listen */

@@ -13,7 +13,6 @@
 #include "registry.h"
 #include "clock.h"
 #include "pool.h"
-#include "renewer.h"
 #include "version.h"
 
 #include <errno.h>
@@ -76,7 +75,7 @@ void dbt_pool_announce(dbt_pool *p)
 {
     pthread_mutex_lock(&p->mu);
     if (!p->thread_started)
-        dbt_renewer_ensure(p);
+        dbt_pool_start_bg(p);
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -203,7 +203,7 @@ static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, dbt_cancels *c
     }
     /* Redis forgot waiters (restarted, or a lease ran out): what it said of the queue is void. */
     if (reply->lost_waiters.n > 0)
-        dbt_handover_reset(p);
+        dbt_pool_forget_verdicts(p);
 }
 
 /* Waiters Redis has already granted: normally their pushed grant arrives first and this finds
@@ -286,7 +286,7 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
     /* Places Redis had lost were queued again, behind whoever queued meanwhile: what it said of
      * the queue before is void. */
     if (reply->reasserted[DBT_KIND_QUERY] > 0 || reply->reasserted[DBT_KIND_CONN] > 0)
-        dbt_handover_reset(p);
+        dbt_pool_forget_verdicts(p);
     /* Not a permit another process passed here after the renewal was sent: it did not name it
      * (its lease runs from its last renewal, by whichever process). Nor an id renew() left out
      * as a whole lease old (a stale orphan place, or one taken over since): Redis did not renew
@@ -335,7 +335,7 @@ static void expire_unrenewed_places(dbt_pool *p, int64_t now)
  * process was stopped (SIGSTOP, a VM freeze) or cut off meanwhile: that must cost it alone. Its
  * thread queues again under a new id, behind those who kept their places, and the old place is
  * withdrawn in case Redis still has it (a renewal it accepted whose reply was never read), so
- * that it is not granted to nobody. An orphan place is left to dbt_orphans_settle, which
+ * that it is not granted to nobody. An orphan place is left to settle_orphans, which
  * withdraws it. Call with p->mu held. */
 static void requeue_unrenewed_places(dbt_pool *p, int64_t now)
 {
@@ -587,16 +587,29 @@ void dbt_renewer_drain_soon(dbt_pool *p)
     if (!p->drain_due_us && p->thread_started) {
         p->drain_due_us = dbt_now_us() + DRAIN_DELAY_US;
         if (p->bg_idle || p->bg_until_us > p->drain_due_us)
-            dbt_wake_renewer(p);
+            dbt_pool_wake_bg(p);
     }
     pthread_mutex_unlock(&p->mu);
 }
 
-void dbt_wake_renewer(dbt_pool *p)
+/* Gives back the orphans that are due (handover.c says which: dbt_orphans_take_due): each place
+ * withdrawn by cancel.lua, which gives a permit back too when Redis granted the place meanwhile
+ * (one call does for both); a permit the host's segment took is only freed. Called with p->mu
+ * held; lets it go for the Redis calls. */
+static void settle_orphans(dbt_pool *p)
 {
-    pthread_cond_signal(&p->bg_cv);
-    if (p->bg_leading)
-        dbt_slot_wake(p->bg_slot);
+    enum { BATCH = 64 };
+    struct dbt_slot *todo[BATCH];
+    bool send[BATCH];
+    int n = dbt_orphans_take_due(p, todo, send, BATCH);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < n; i++) {
+        if (send[i])
+            dbt_send_cancel(p, todo[i]->kind, todo[i]->id);
+        dbt_free_slot(todo[i]);
+    }
+    pthread_mutex_lock(&p->mu);
+    p->ninflight = 0; /* only the renewer adds to it */
 }
 
 /* What dbt_renewer_ensure hands its new thread: the pool, and a semaphore the thread posts once it
@@ -707,9 +720,7 @@ static void *thread_main(void *arg)
             due = back; /* wake for it, and renew when the renewal is due (checked above) */
         int64_t orphans = dbt_orphans_due_us(p);
         if (orphans >= 0 && orphans <= now) {
-            pthread_mutex_unlock(&p->mu);
-            dbt_orphans_settle(p);
-            pthread_mutex_lock(&p->mu);
+            settle_orphans(p);
             continue;
         }
         if (orphans >= 0 && orphans < due)
@@ -722,7 +733,7 @@ static void *thread_main(void *arg)
             if (now >= share_polled_us + DBT_SHARE_POLL_US) {
                 share_polled_us = now;
                 pthread_mutex_unlock(&p->mu);
-                dbt_sharing_receive(p);
+                dbt_handover_receive(p);
                 pthread_mutex_lock(&p->mu);
                 continue;
             }
@@ -837,7 +848,7 @@ void dbt_renewer_stop(dbt_pool *p)
         return;
     }
     p->stop = true;
-    dbt_wake_renewer(p);
+    dbt_pool_wake_bg(p);
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->thread, NULL);
     pthread_mutex_lock(&p->mu);
@@ -845,7 +856,9 @@ void dbt_renewer_stop(dbt_pool *p)
     pthread_mutex_unlock(&p->mu);
 }
 
-void dbt_renewer_after_fork(dbt_pool *p)
+/* In a fork()ed child: no renewer thread (threads do not survive fork); it starts anew when
+ * needed. */
+static void after_fork(dbt_pool *p)
 {
     dbt_cond_init_mono(&p->bg_cv);
     p->thread_started = false;
@@ -862,4 +875,9 @@ void dbt_renewer_after_fork(dbt_pool *p)
     p->bg_leading = p->bg_reads_only = false;
     p->last_report_us = 0; /* the child reports itself, under its own id, from its first use */
     p->reported = false;
+}
+
+__attribute__((constructor)) static void register_after_fork(void)
+{
+    dbt_fork_on_child(DBT_FORK_MODULE, after_fork);
 }

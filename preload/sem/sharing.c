@@ -5,16 +5,15 @@
  * Held permits move between processes; places never do. A waiting thread is registered in the
  * segment for as long as it waits (dbt_lw_push / dbt_lw_remove call in here); a releasing thread
  * of another process may write its permit into that registration (handover.c) and wake this
- * process' socket; whoever polls it here (the leader in dbt_listen, or the renewer) takes the
- * permit: the waiting thread holds it from then on, and its place in Redis' queue stays this
- * process', an orphan for its next waiter, as with local handover. */
+ * process' socket; whoever polls it (the leader in dbt_listen, or the renewer) takes the permit
+ * through here (dbt_handover_receive): the waiting thread holds it from then on, and its place in
+ * Redis' queue stays this process', an orphan for its next waiter, as with local handover. This
+ * file says what the segment gave; handover.c decides what becomes of it, and calls in here. */
 #include "sharing.h"
 #include "clock.h"
-#include "handover.h"
-#include "listener.h"
+#include "fork.h"
 #include "log.h"
 #include "pool.h"
-#include "renewer.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -92,9 +91,9 @@ static dbt_share *let_go(dbt_pool *p)
         s->share_reg = 0;
     dbt_pool_set_group(p, NULL);
     /* What the host's sole state allowed is over: ask Redis again. */
-    dbt_handover_reset(p);
+    dbt_pool_forget_verdicts(p);
     if (p->norphans > 0)
-        dbt_wake_renewer(p);
+        dbt_pool_wake_bg(p);
     return old;
 }
 
@@ -193,15 +192,13 @@ void dbt_sharing_wait_begin(dbt_pool *p, struct dbt_slot *s)
     s->share_reg = dbt_share_wait_begin(p->share, &shape, s->t_request_us);
 }
 
-void dbt_sharing_wait_end(dbt_pool *p, struct dbt_slot *s)
+bool dbt_sharing_wait_end(dbt_pool *p, struct dbt_slot *s, dbt_share_permit *offered)
 {
     uint64_t reg = s->share_reg;
     if (!reg)
-        return;
+        return false;
     s->share_reg = 0;
-    dbt_share_permit offered;
-    if (p->share && dbt_share_wait_end(p->share, reg, &offered))
-        dbt_handover_loose(p, s, offered.id, offered.renewed_us);
+    return p->share && dbt_share_wait_end(p->share, reg, offered);
 }
 
 bool dbt_sharing_registered(const dbt_pool *p)
@@ -227,43 +224,26 @@ static struct dbt_slot *find_registered(dbt_pool *p, uint64_t reg)
     return NULL;
 }
 
-void dbt_sharing_receive(dbt_pool *p)
+int dbt_sharing_take(dbt_pool *p, struct dbt_slot **to, dbt_share_permit *permits, int cap)
 {
     enum { BATCH = 16 };
     dbt_share_taken taken[BATCH];
-    pthread_mutex_lock(&p->mu);
-    if (!p->share) {
-        pthread_mutex_unlock(&p->mu);
-        return;
-    }
-    dbt_share_drain(p->share);
-    int n;
-    do {
-        n = dbt_share_take(p->share, taken, BATCH);
-        for (int i = 0; i < n; i++) {
-            struct dbt_slot *s = find_registered(p, taken[i].reg);
-            if (s) {
-                s->share_reg = 0; /* the segment took the registration away */
-                dbt_handover_received(p, s, taken[i].permit.id, taken[i].permit.renewed_us);
-            } else {
-                /* Never: a registration ends (dbt_sharing_wait_end) before its slot leaves
-                 * waiting, and a permit offered to it comes back then. Without its slot its
-                 * kind is not known here: its lease gives it back. */
-                dbt_field f[] = {DBT_S("pool", p->name), DBT_S("permit", taken[i].permit.id),
-                                 DBT_S("effect", "its lease gives it back")};
-                dbt_log(DBT_LOG_WARN, "host_share_unclaimed", f, 3);
-            }
+    int n = dbt_share_take(p->share, taken, cap < BATCH ? cap : BATCH);
+    for (int i = 0; i < n; i++) {
+        to[i] = find_registered(p, taken[i].reg);
+        permits[i] = taken[i].permit;
+        if (to[i]) {
+            to[i]->share_reg = 0; /* the segment took the registration away */
+        } else {
+            /* Never: a registration ends (dbt_sharing_wait_end) before its slot leaves
+             * waiting, and a permit offered to it comes back then. Without its slot its
+             * kind is not known here: its lease gives it back. */
+            dbt_field f[] = {DBT_S("pool", p->name), DBT_S("permit", taken[i].permit.id),
+                             DBT_S("effect", "its lease gives it back")};
+            dbt_log(DBT_LOG_WARN, "host_share_unclaimed", f, 3);
         }
-    } while (n == BATCH);
-    /* The host's waiters are not the whole queue any more (an "f" another process applied):
-     * the places kept for next waiters go (orphan_due), at once. */
-    if (p->norphans > 0)
-        for (int k = 0; k < DBT_NKINDS; k++)
-            if (!dbt_sole_now(p, (dbt_kind)k)) {
-                dbt_wake_renewer(p);
-                break;
-            }
-    pthread_mutex_unlock(&p->mu);
+    }
+    return n;
 }
 
 /* The cid part of an id (before its first '.'): "<cid>" or "<G>~<cid>". */
@@ -290,12 +270,6 @@ bool dbt_sharing_id_grouped(const dbt_pool *p, const char *id)
     return strncmp(id, g, glen) == 0 && id[glen] == '~';
 }
 
-void dbt_sharing_quit(dbt_pool *p)
-{
-    for (struct dbt_slot *s = p->slots; s; s = s->next)
-        dbt_sharing_wait_end(p, s);
-}
-
 void dbt_sharing_leave(dbt_pool *p)
 {
     dbt_share_leave(p->share);
@@ -307,7 +281,9 @@ void dbt_sharing_free(dbt_pool *p)
     p->share = NULL;
 }
 
-void dbt_sharing_after_fork(dbt_pool *p)
+/* In a fork()ed child: the registrations and the wake socket are the parent's; the child's ids
+ * use its plain cid until dbt_sharing_group_ready. */
+static void after_fork(dbt_pool *p)
 {
     p->share_attaching = false;
     p->nwait_threads = 0; /* the parent's threads are not here */
@@ -318,6 +294,12 @@ void dbt_sharing_after_fork(dbt_pool *p)
      * (dbt_sharing_group_ready, before its first new id): if it cannot make one, its waiters
      * must not count under G in Redis. Until then its plain (new) cid. */
     dbt_pool_set_group(p, NULL);
+}
+
+/* Last: its change of group asks the listener and the renewer, reset by then, to start over. */
+__attribute__((constructor)) static void register_after_fork(void)
+{
+    dbt_fork_on_child(DBT_FORK_LAST, after_fork);
 }
 
 void dbt_sharing_group_ready(dbt_pool *p)

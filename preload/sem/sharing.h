@@ -22,16 +22,16 @@ bool dbt_sharing_attach_due(const dbt_pool *p, int64_t now);
 char *dbt_sharing_key(const dbt_pool *p, char *why, size_t whycap);
 
 /* p->mu held: s begins to wait (QUEUED, not an orphan): registered in the segment; s waits no
- * more: its registration ends, and a permit offered to it meanwhile becomes the pool's (a held
- * orphan, which the renewer passes on or gives back: dbt_orphans_settle). */
+ * more: its registration ends, and true when a permit was offered to it meanwhile (into
+ * *offered): the pool's now, which the caller makes a held orphan (dbt_handover_loose). */
 void dbt_sharing_wait_begin(dbt_pool *p, struct dbt_slot *s);
-void dbt_sharing_wait_end(dbt_pool *p, struct dbt_slot *s);
+bool dbt_sharing_wait_end(dbt_pool *p, struct dbt_slot *s, dbt_share_permit *offered);
 
-/* Without p->mu: the segment's wake socket was readable: takes the permits other processes
- * passed to this process' waiting threads (each such thread holds it from now on, and its place
- * in the queue becomes an orphan of the pool) and wakes the renewer when the host's sole state
- * ended while the pool keeps orphans. */
-void dbt_sharing_receive(dbt_pool *p);
+/* p->mu held, attached: takes (at most cap) of the permits other processes passed to this
+ * process' waiting threads: permits[i] went to to[i], whose registration is over (NULL: to a
+ * registration that has no slot any more, said in the log; its lease gives it back). Fewer than
+ * cap: none left. */
+int dbt_sharing_take(dbt_pool *p, struct dbt_slot **to, dbt_share_permit *permits, int cap);
 /* How often the renewer takes what was offered to the pool's registered waiters without being
  * told (a wake lost: the giver killed between offering and waking, or a datagram that found no
  * room): such a permit waits at most this long, as an orphan does before it goes. */
@@ -50,18 +50,12 @@ bool dbt_sharing_id_grouped(const dbt_pool *p, const char *id);
 /* p->mu held: the permit's shape, as the segment matches it. */
 void dbt_sharing_shape(const struct dbt_slot *s, dbt_share_shape *out);
 
-/* p->mu held: the process exits: every registration ends (permits offered to them become held
- * orphans, which the exit gives back). */
-void dbt_sharing_quit(dbt_pool *p);
-/* p->mu held, at exit (p->exiting, its waits ended by dbt_sharing_quit): this process' record
+/* p->mu held, at exit (p->exiting, its waits ended by dbt_handover_quit): this process' record
  * leaves the segment (the last one removes its file); the attachment stays, broken, for threads
  * that still run. */
 void dbt_sharing_leave(dbt_pool *p);
 /* Without p->mu, no other thread: the pool is freed. */
 void dbt_sharing_free(dbt_pool *p);
-/* In a fork()ed child: the registrations and the wake socket are the parent's; the child's ids
- * use its plain cid until dbt_sharing_group_ready. */
-void dbt_sharing_after_fork(dbt_pool *p);
 /* p->mu held, before a new id is made: a pool attached but without its group in its cid (a
  * fork()ed child) makes its process record in the segment, and names the group from then on;
  * if it cannot, the attachment is broken (let go, attached anew later) and the ids stay plain. */
