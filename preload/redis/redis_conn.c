@@ -510,12 +510,6 @@ bool dbt_redis_stale(dbt_redis *r)
     return true;
 }
 
-bool dbt_redis_set_timeout(dbt_redis *r, int64_t ms)
-{
-    r->timeout_ms = ms;
-    return true;
-}
-
 /* Reads one reply (writing what is appended first). Returns NULL and sets err on I/O errors
  * and on error replies. */
 static redisReply *read_reply(dbt_redis *r, char *err)

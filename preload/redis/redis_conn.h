@@ -129,9 +129,6 @@ void dbt_redis_budget_end(int64_t saved);
  * connection is marked broken. */
 bool dbt_redis_stale(dbt_redis *r);
 
-/* Sets the command timeout: what each later wait for the socket may take, within a budget. */
-bool dbt_redis_set_timeout(dbt_redis *r, int64_t ms);
-
 /* Runs a command and returns its reply (free with freeReplyObject), or NULL with a message in
  * err. An error reply is returned as NULL too, with its text in err. Replies of earlier
  * fire-and-forget commands are read first. */
