@@ -8,7 +8,7 @@
 
 #include "config.h"
 #include "keys.h"
-#include "redis_conn.h"
+#include "route.h"
 #include "script_call.h"
 
 #include <stdbool.h>

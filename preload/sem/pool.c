@@ -8,6 +8,7 @@
 #include "log.h"
 #include "redis_errors.h"
 #include "renewer.h"
+#include "route.h"
 
 #include <errno.h>
 #include <inttypes.h>
