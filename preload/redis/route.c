@@ -223,3 +223,32 @@ redisReply *dbt_route_run(const dbt_config *cfg, const dbt_route_conns *conns, d
     }
     return rep;
 }
+
+/* ---- for a caller that keeps no connection per pool ---------------------------------------- */
+
+typedef struct {
+    const dbt_config *cfg;
+    const char *route;
+} own_conns;
+
+static dbt_redis *own_get(void *ctx, char *err)
+{
+    const own_conns *o = ctx;
+    return dbt_redis_connect_for(o->cfg, o->route, err);
+}
+
+static void own_put(void *ctx, dbt_redis *r)
+{
+    (void)ctx;
+    dbt_redis_free(r);
+}
+
+redisReply *dbt_route_run_for(const dbt_config *cfg, dbt_redis *r, const char *route,
+                              dbt_route_op op, void *arg, char *err)
+{
+    if (!dbt_cluster_routing(cfg))
+        return op(r, arg, err);
+    own_conns o = {cfg, route};
+    dbt_route_conns conns = {.get = own_get, .put = own_put, .moved = NULL, .ctx = &o};
+    return dbt_route_run(cfg, &conns, op, arg, err);
+}

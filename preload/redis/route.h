@@ -61,6 +61,12 @@ typedef struct {
 redisReply *dbt_route_run(const dbt_config *cfg, const dbt_route_conns *conns, dbt_route_op op,
                           void *arg, char *err);
 
+/* dbt_route_run for a caller that keeps no connection per pool (the dbthrottle command): on r,
+ * or, when cfg routes by slot, on a connection of its own to the primary that serves `route`'s
+ * slot (dbt_redis_connect_for), made for each try. */
+redisReply *dbt_route_run_for(const dbt_config *cfg, dbt_redis *r, const char *route,
+                              dbt_route_op op, void *arg, char *err);
+
 /* What the policy does after a try failed with a redirection of kind k (dbt_cluster_redirect_of),
  * left_us before the call's DBTHROTTLE_REDIS_TIMEOUT is spent; *moves counts the MOVEDs followed.
  * Pure. */
