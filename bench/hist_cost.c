@@ -9,7 +9,7 @@
  * own per-command time (INFO commandstats) is immune to the client's scheduling. */
 #include "hist_cost.h"
 
-#include "redis_conn.h"
+#include "route.h"
 #include "script_protocol.h"
 #include "sem_client.h"
 

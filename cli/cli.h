@@ -8,7 +8,7 @@
 
 #include "config.h"
 #include "keys.h"
-#include "redis_conn.h"
+#include "route.h"
 #include "script_call.h"
 
 #include <stdbool.h>
@@ -57,8 +57,8 @@ bool cli_load_config(const char *cmd, const cli_redis_opts *o, dbt_config *cfg);
 dbt_redis *cli_connect(const char *cmd, const dbt_config *cfg);
 
 /* Runs a script call on one pool's keys `k`: on r, or with Redis Cluster (cluster.h) on a
- * connection of its own to the primary that serves the pool's slot (a MOVED is followed once).
- * Returns like dbt_script_run. */
+ * connection of its own to the primary that serves the pool's slot, its redirections followed as
+ * the library follows them (dbt_route_run_for). Returns like dbt_script_run. */
 redisReply *cli_pool_script(dbt_redis *r, const dbt_config *cfg, const dbt_keys *k,
                             dbt_script_call *c, dbt_reply_parser parse, void *out, char *err);
 

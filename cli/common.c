@@ -135,20 +135,23 @@ static bool add_name(char ***names, int *n, int *cap, char *name)
     return true;
 }
 
+typedef struct {
+    dbt_script_call *c;
+    dbt_reply_parser parse;
+    void *out;
+} script_op;
+
+static redisReply *run_script(dbt_redis *r, void *arg, char *err)
+{
+    script_op *o = arg;
+    return dbt_script_run(r, o->c, o->parse, o->out, err);
+}
+
 redisReply *cli_pool_script(dbt_redis *r, const dbt_config *cfg, const dbt_keys *k,
                             dbt_script_call *c, dbt_reply_parser parse, void *out, char *err)
 {
-    if (!dbt_cluster_routing(cfg))
-        return dbt_script_run(r, c, parse, out, err);
-    redisReply *rep = NULL;
-    for (int attempt = 0; attempt < 2 && !rep; attempt++) {
-        dbt_redis *own = dbt_redis_connect_for(cfg, k->base, err);
-        rep = own ? dbt_script_run(own, c, parse, out, err) : NULL;
-        dbt_redis_free(own);
-        if (!rep && dbt_cluster_redirect_of(err, NULL, NULL) != DBT_REDIR_MOVED)
-            break; /* only a MOVED (the map knows the new node now) is worth a second try */
-    }
-    return rep;
+    script_op o = {.c = c, .parse = parse, .out = out};
+    return dbt_route_run_for(cfg, r, k->base, run_script, &o, err);
 }
 
 /* SCANs one server for the pools' keys, adding the pools' names to names. */

@@ -2,7 +2,7 @@
  * which slot, and what a redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) says.
  *
  * Every key of a pool carries the pool's hash tag ({pool}, keys.c), so a pool lives in one slot
- * and each of its connections goes to the primary that serves that slot (redis_conn.c,
+ * and each of its connections goes to the primary that serves that slot (route.c,
  * dbt_redis_connect_for). The map comes from CLUSTER SLOTS asked of a seed (the hosts of a
  * redis-cluster:// URL, or the host of a redis:// URL whose server says cluster_enabled:1); a
  * MOVED reply patches it and asks for a new CLUSTER SLOTS at the next connect, as does a

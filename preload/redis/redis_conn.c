@@ -6,9 +6,7 @@
 #include "redis_conn.h"
 
 #include "clock.h"
-#include "cluster.h"
 #include "redis_errors.h"
-#include "sentinel.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -44,26 +42,14 @@ static int64_t step_ms(int64_t timeout_ms)
 
 static void set_err(char *err, const char *what, const char *detail);
 
-/* The one place a connection to a Sentinel-found master tells sentinel.c that the master may
- * be wrong now (an I/O error, a timeout, READONLY, closed by the server): the next connect asks
- * the sentinels again. */
-static void master_suspect(const dbt_redis *r)
-{
-    if (r->sentinel_gen)
-        dbt_sentinel_master_failed(r->sentinel_gen);
-}
-
-bool dbt_redis_outdated(const dbt_redis *r)
-{
-    return r->sentinel_gen && r->sentinel_gen != dbt_sentinel_generation();
-}
-
-/* The connection can no longer be used; why is kept for later calls. */
+/* The connection can no longer be used; why is kept for later calls. The one place a
+ * connection breaks: its watch hears it here (its server may be the wrong one now). */
 static void mark_broken(dbt_redis *r, const char *why)
 {
     if (!r->broken) {
         snprintf(r->errstr, sizeof r->errstr, "%s", why && why[0] ? why : "connection lost");
-        master_suspect(r);
+        if (r->watch && r->watch->broken)
+            r->watch->broken(r);
     }
     r->broken = true;
 }
@@ -309,7 +295,7 @@ dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const c
     r->t.fd = -1;
     r->timeout_ms = cfg->redis_timeout_ms;
     snprintf(r->who, sizeof r->who, "%s", who);
-    r->slot = -1;
+    r->route.slot = -1; /* made for no slot until the routing layer says */
     if (!ep->is_unix) {
         snprintf(r->node_host, sizeof r->node_host, "%s", ep->host);
         r->node_port = ep->port;
@@ -345,9 +331,7 @@ dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const c
     return r;
 }
 
-/* What a connection to a server of the pool's state does after dbt_redis_open: SELECT, INFO and
- * every script. Frees r and returns NULL (err set) when a step fails. */
-static dbt_redis *finish_connect(const dbt_config *cfg, dbt_redis *r, char *err)
+dbt_redis *dbt_redis_ready(const dbt_config *cfg, dbt_redis *r, char *err)
 {
     if (!r)
         return NULL;
@@ -374,70 +358,6 @@ static dbt_redis *finish_connect(const dbt_config *cfg, dbt_redis *r, char *err)
         dbt_redis_free(r);
         return NULL;
     }
-    return r;
-}
-
-static dbt_endpoint url_endpoint(const dbt_config *cfg)
-{
-    dbt_endpoint ep = {.is_unix = cfg->redis.is_unix,
-                       .host = cfg->redis.host,
-                       .port = cfg->redis.port,
-                       .path = cfg->redis.path};
-    return ep;
-}
-
-dbt_redis *dbt_redis_connect_at(const dbt_config *cfg, const dbt_endpoint *ep, char *err)
-{
-    return finish_connect(cfg, dbt_redis_open(cfg, ep, cfg->redis.user, cfg->redis.password, err),
-                          err);
-}
-
-dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err)
-{
-    return dbt_redis_connect_for(cfg, NULL, err);
-}
-
-/* Redis Cluster (cluster.c): the slot's primary, and the era token a migrated slot adopts. A
- * redis:// URL's server that says cluster_enabled:1 turns routing on; a connection it made to a
- * node that does not serve the route's slot is then made again, to the one that does. A Sentinel
- * URL names no server: its sentinels find the master, ROLE checked. */
-dbt_redis *dbt_redis_connect_for(const dbt_config *cfg, const char *route, char *err)
-{
-    if (cfg->redis.nsentinels > 0)
-        return finish_connect(cfg, dbt_sentinel_connect_master(cfg, err), err);
-    int slot = route ? dbt_cluster_slot(route, strlen(route)) : -1;
-    dbt_cluster_node node;
-    bool routed = slot >= 0 && dbt_cluster_routing(cfg);
-    if (routed && !dbt_cluster_node_for(cfg, slot, &node, err))
-        return NULL;
-    uint64_t gen = dbt_cluster_generation();
-    dbt_endpoint ep = url_endpoint(cfg);
-    if (routed)
-        ep = (dbt_endpoint){.host = node.host, .port = node.port};
-    dbt_redis *r = dbt_redis_connect_at(cfg, &ep, err);
-    if (!r) {
-        if (routed)
-            dbt_cluster_node_failed(node.host, node.port);
-        return NULL;
-    }
-    r->slot = slot;
-    r->cluster_gen = gen;
-    if (!routed && r->cluster_node && !cfg->redis.is_unix) {
-        dbt_cluster_discovered();
-        char merr[DBT_ERRLEN];
-        routed = slot >= 0 && dbt_cluster_node_for(cfg, slot, &node, merr);
-        if (routed && (node.port != r->node_port || strcmp(node.host, r->node_host) != 0)) {
-            gen = dbt_cluster_generation();
-            ep = (dbt_endpoint){.host = node.host, .port = node.port};
-            dbt_redis_free(r);
-            if (!(r = dbt_redis_connect_at(cfg, &ep, err)))
-                return NULL;
-            r->slot = slot;
-        }
-        r->cluster_gen = gen;
-    }
-    if (routed)
-        dbt_cluster_adopt_token(cfg, slot, r->adopt_token, sizeof r->adopt_token);
     return r;
 }
 
@@ -474,27 +394,17 @@ bool dbt_redis_broken(const dbt_redis *r)
 
 static void forget_pending(dbt_redis *r);
 
-bool dbt_redis_stale(dbt_redis *r)
+void dbt_redis_give_up(dbt_redis *r, const char *why, bool owe_pending)
+{
+    if (owe_pending)
+        forget_pending(r);
+    mark_broken(r, why);
+}
+
+bool dbt_redis_closed(dbt_redis *r)
 {
     if (dbt_redis_broken(r))
         return true;
-    if (dbt_redis_outdated(r)) {
-        mark_broken(r, "the Sentinel master has changed since");
-        return true;
-    }
-    /* Its node no longer serves the pool's slot: given up, and the releases whose replies are
-     * still owed on it become owed operations (dbt_redis_take_failed), sent again to the new
-     * node; dropped unread, they were neither landed nor owed, and each one's permit stayed held
-     * for a whole lease. */
-    uint64_t gen = dbt_cluster_generation();
-    if (r->slot >= 0 && r->cluster_gen != gen) {
-        if (!dbt_cluster_serves(r->slot, r->node_host, r->node_port)) {
-            forget_pending(r);
-            mark_broken(r, "the cluster node no longer serves the pool's slot");
-            return true;
-        }
-        r->cluster_gen = gen; /* checked against this map: no lock again until it changes */
-    }
     if (r->npending > 0)
         return false; /* replies are owed: data waiting is normal, and read later */
     if (r->early || dbt_transport_buffered(&r->t) || r->reader->pos < r->reader->len) {
@@ -507,12 +417,6 @@ bool dbt_redis_stale(dbt_redis *r)
         return false;
     /* closed (0), unasked-for data (> 0), or a socket error */
     mark_broken(r, "Server closed the connection");
-    return true;
-}
-
-bool dbt_redis_set_timeout(dbt_redis *r, int64_t ms)
-{
-    r->timeout_ms = ms;
     return true;
 }
 
@@ -543,12 +447,12 @@ static redisReply *read_reply(dbt_redis *r, char *err)
         set_err(err, "redis", rep->str);
         if (strncmp(rep->str, "READONLY", 8) == 0) {
             /* Writing to a replica: the master moved. The connection is given up (READONLY stays
-             * an outage: redis_errors.c), and a Sentinel URL's master found again. */
+             * an outage: redis_errors.c), and its watch told (a master to find again). */
             mark_broken(r, rep->str);
         }
-        /* A cluster node that no longer serves the slot: the map learns where it went, and the
-         * connection is never used again (the pool's next one goes to the new node). */
-        if (dbt_cluster_note_moved(rep->str, r->node_host, r->node_port))
+        /* A reply that its watch says is for another server (MOVED): the connection is never
+         * used again. */
+        if (r->watch && r->watch->misrouted && r->watch->misrouted(r, rep->str))
             mark_broken(r, rep->str);
         freeReplyObject(rep);
         return NULL;

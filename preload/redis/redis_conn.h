@@ -1,5 +1,9 @@
 /* redis_conn.h - one Redis connection: connect, AUTH, SELECT, timeouts, scripts by EVALSHA.
- * hiredis' reply reader and command formatter over transport.c's socket (plain or TLS). */
+ * hiredis' reply reader and command formatter over transport.c's socket (plain or TLS).
+ *
+ * A connection goes to the server it is given and knows nothing of why: which server a
+ * configuration's keys live on (a Sentinel's master, a Cluster node) is route.h's to decide, and
+ * it hears what it must of the connection through its watch. */
 #ifndef DBT_REDIS_CONN_H
 #define DBT_REDIS_CONN_H
 
@@ -20,7 +24,19 @@ bool dbt_redis_info_field(const char *info, const char *name, char *out, size_t 
 /* What the caller of a fire-and-forget command names it by, to learn that it failed. */
 #define DBT_REDIS_TAG_LEN 80
 
+typedef struct dbt_redis dbt_redis;
+
+/* What the layer that chose a connection's server (route.c) hears of it. Either may be NULL. */
 typedef struct {
+    /* The connection has just been given up (an I/O error, a timeout, READONLY, closed by the
+     * server): its server may no longer be the one it should be. */
+    void (*broken)(dbt_redis *r);
+    /* An error reply came (Redis' text): true when it says the connection went to the wrong
+     * server, which then gives the connection up. */
+    bool (*misrouted)(dbt_redis *r, const char *reply);
+} dbt_redis_watch;
+
+struct dbt_redis {
     dbt_transport t;
     redisReader *reader; /* hiredis' reply parser, fed with what the transport reads */
     redisReply *early;   /* a reply dbt_redis_readable_now parsed, for dbt_redis_next_reply */
@@ -47,17 +63,20 @@ typedef struct {
      * (an upper bound: Redis read its time after the send), and when (dbt_now_us; 0: unknown). A
      * renewal states by it, on Redis' clock, until when its leases may still be believed in. */
     int64_t clock_ahead_ms, clock_at_us;
-    /* The Sentinel generation (sentinel.h) the master was found at; 0: not through Sentinel. */
-    uint64_t sentinel_gen;
-    /* Redis Cluster (cluster.c): the node this connection reached, the slot it was made for (-1:
-     * none), the slot map's generation then, whether INFO said cluster_enabled:1, and the era
-     * token a slot migrated whole lets its calls adopt (dbt_cluster_adopt_token; "" if none). */
+    /* The host and port this connection reached ("" and 0 for a unix socket), and whether INFO
+     * said cluster_enabled:1. */
     char node_host[256];
     int node_port;
-    int slot;
-    uint64_t cluster_gen;
     bool cluster_node;
-    char adopt_token[48];
+    /* The routing layer's (route.h): who hears of this connection (NULL: nobody), and its notes
+     * on where it sent it. Written by route.c only; redis_conn.c reads none of the notes. */
+    const dbt_redis_watch *watch;
+    struct {
+        uint64_t sentinel_gen; /* the Sentinel generation the master was found at; 0: none */
+        int slot;              /* the hash slot it was made for; -1: none */
+        uint64_t cluster_gen;  /* the Cluster slot map's generation then */
+        char adopt_token[48];  /* the era token its calls adopt (cluster.h); "" if none */
+    } route;
     struct {
         char *cmd; /* the formatted command, kept to re-send it after a NOSCRIPT */
         size_t len;
@@ -67,7 +86,7 @@ typedef struct {
      * before their reply was read: they may not have run), until dbt_redis_take_failed. */
     char failed[DBT_MAX_PENDING][DBT_REDIS_TAG_LEN];
     int nfailed;
-} dbt_redis;
+};
 
 /* Where to connect: a TCP host and port, or a unix socket path. */
 typedef struct {
@@ -79,16 +98,16 @@ typedef struct {
 
 /* Connects to ep with cfg's timeout, TLS when cfg's URL is rediss:// (the certificate verified
  * against ep->host), and AUTH with user/password when password is given; no SELECT, no INFO, no
- * scripts. For sentinels and cluster probes; dbt_redis_connect builds on it. Returns NULL with a
- * one-line message like dbt_redis_connect's. */
+ * scripts: enough for sentinels and cluster probes. Returns NULL with a one-line message (without
+ * the password) in err; dbt_redis_error_permanent (redis_errors.h) tells a configuration error
+ * from an outage by it. */
 dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const char *user,
                           const char *password, char *err);
 
-/* Connects with cfg's URL and timeout (dbt_redis_open), selects the db, loads the scripts and
- * reads INFO (see server_problem). Returns NULL with a
- * one-line message (without the password) in err; dbt_redis_error_permanent (redis_errors.h)
- * tells a configuration error from an outage by it. */
-dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err);
+/* What makes a connection dbt_redis_open made one for the pool's keys: SELECT cfg's db, INFO
+ * (see server_problem) and every script loaded, in one round trip. Returns r, or frees it and
+ * returns NULL with a message like dbt_redis_open's (NULL r: NULL, err untouched). */
+dbt_redis *dbt_redis_ready(const dbt_config *cfg, dbt_redis *r, char *err);
 /* Closes the connection. Sends nothing (not even TLS' close_notify): safe in a fork child for
  * its parent's connections. */
 void dbt_redis_free(dbt_redis *r);
@@ -98,19 +117,6 @@ void dbt_redis_free(dbt_redis *r);
  * under the lock that a fork waits for and that guards the owner's list. */
 void dbt_redis_adopt(dbt_redis *r);
 void dbt_redis_disown(dbt_redis *r);
-
-/* True when the connection was made to a Sentinel master that has since changed or been found
- * wrong (a newer generation): pools drop it rather than use it. */
-bool dbt_redis_outdated(const dbt_redis *r);
-
-/* The same for the keys of one pool: `route` is the pool's key base (dbt_keys.base, which
- * carries its {pool} hash tag). With Redis Cluster (cluster.h) the connection goes to the
- * primary that serves the route's slot; else, as dbt_redis_connect (route NULL: always). */
-dbt_redis *dbt_redis_connect_for(const dbt_config *cfg, const char *route, char *err);
-
-/* A full connect (as dbt_redis_connect) to ep instead of the URL's host: a cluster node an ASK
- * redirection names. */
-dbt_redis *dbt_redis_connect_at(const dbt_config *cfg, const dbt_endpoint *ep, char *err);
 
 /* True once an I/O or protocol error has made the connection unusable. */
 bool dbt_redis_broken(const dbt_redis *r);
@@ -123,14 +129,16 @@ bool dbt_redis_broken(const dbt_redis *r);
 int64_t dbt_redis_budget_begin(int64_t ms);
 void dbt_redis_budget_end(int64_t saved);
 
-/* True when the connection cannot be used: broken, made to a Sentinel master that has changed
- * since (dbt_redis_outdated), or (with no reply owed) closed by the server while it sat idle, as
- * every pooled connection is after Redis restarts. Costs one recv(2) that does not block. A stale
- * connection is marked broken. */
-bool dbt_redis_stale(dbt_redis *r);
+/* True when the connection cannot be used: broken, or (with no reply owed) closed by the server
+ * while it sat idle, as every pooled connection is after Redis restarts. Costs one recv(2) that
+ * does not block. A closed connection is marked broken. (dbt_redis_stale, route.h, also asks
+ * whether it still goes where it should.) */
+bool dbt_redis_closed(dbt_redis *r);
 
-/* Sets the command timeout: what each later wait for the socket may take, within a budget. */
-bool dbt_redis_set_timeout(dbt_redis *r, int64_t ms);
+/* Gives the connection up (broken from now on, `why` its message). With owe_pending, the
+ * fire-and-forget commands whose replies are still owed become failed (dbt_redis_take_failed):
+ * their callers send them again elsewhere. */
+void dbt_redis_give_up(dbt_redis *r, const char *why, bool owe_pending);
 
 /* Runs a command and returns its reply (free with freeReplyObject), or NULL with a message in
  * err. An error reply is returned as NULL too, with its text in err. Replies of earlier

@@ -285,7 +285,7 @@ static bool says_master(dbt_redis *r, char *err)
 
 static void start_subscriber(const dbt_config *cfg);
 
-dbt_redis *dbt_sentinel_connect_master(const dbt_config *cfg, char *err)
+dbt_redis *dbt_sentinel_connect_master(const dbt_config *cfg, uint64_t *found_gen, char *err)
 {
     /* Within the caller's budget; without one, two timeouts: sentinels, then the master. */
     int64_t saved = dbt_redis_budget_begin(2 * cfg->redis_timeout_ms);
@@ -320,7 +320,7 @@ dbt_redis *dbt_sentinel_connect_master(const dbt_config *cfg, char *err)
             r = NULL;
         }
         if (r) {
-            r->sentinel_gen = gen;
+            *found_gen = gen;
         } else {
             /* A configuration error on the master (its AUTH refused, ROLE denied by the ACL, a
              * TLS certificate that does not verify) stays one whatever address the sentinels

@@ -11,11 +11,11 @@
 
 /* A connection to the master of cfg's Sentinel URL: found through the sentinels (or the address
  * found last), authenticated with the URL's credentials, ROLE said master. No SELECT, no scripts
- * (dbt_redis_connect goes on with those). Its sentinel_gen is the generation it was found at.
- * NULL with a one-line message in err: "redis-sentinel: ..." is an outage (no sentinel answered,
- * no master reachable), "Redis Sentinel ..." a configuration error (the master name unknown to
- * every sentinel that answered, the sentinels' password refused). Starts the subscriber. */
-dbt_redis *dbt_sentinel_connect_master(const dbt_config *cfg, char *err);
+ * (dbt_redis_ready goes on with those). *gen: the generation it was found at. NULL with a
+ * one-line message in err: "redis-sentinel: ..." is an outage (no sentinel answered, no master
+ * reachable), "Redis Sentinel ..." a configuration error (the master name unknown to every
+ * sentinel that answered, the sentinels' password refused). Starts the subscriber. */
+dbt_redis *dbt_sentinel_connect_master(const dbt_config *cfg, uint64_t *gen, char *err);
 
 /* Goes up each time the master changes or is found wrong (never 0): a connection made at an
  * older one is to a server that may no longer be the master. Lock-free. */

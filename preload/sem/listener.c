@@ -13,6 +13,7 @@
 #include "fork.h"
 #include "handover.h"
 #include "pool.h"
+#include "route.h"
 #include "sharing.h"
 
 #include <errno.h>
@@ -232,8 +233,9 @@ static dbt_redis *ready_listener(dbt_pool *p, char *err)
         int argc = 1;
         for (int i = 0; i < w.n; i++)
             argv[argc++] = w.key[i];
-        argv[argc++] = l->slot >= 0 && dbt_cluster_routing(p->client->cfg) ? BLPOP_SECONDS_CLUSTER
-                                                                           : BLPOP_SECONDS;
+        argv[argc++] = l->route.slot >= 0 && dbt_cluster_routing(p->client->cfg)
+                           ? BLPOP_SECONDS_CLUSTER
+                           : BLPOP_SECONDS;
         bool sent = true;
         for (int i = 0; i < more && sent; i++)
             sent = dbt_redis_append(l, argc, argv, NULL, err);

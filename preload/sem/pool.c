@@ -8,6 +8,7 @@
 #include "fork.h"
 #include "log.h"
 #include "redis_errors.h"
+#include "route.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -4,7 +4,7 @@
 #ifndef DBT_SCRIPT_CALL_H
 #define DBT_SCRIPT_CALL_H
 
-#include "redis_conn.h"
+#include "route.h"
 #include "script_protocol.h"
 #include "sem_client.h"
 
@@ -15,9 +15,10 @@
 redisReply *dbt_script_run(dbt_redis *r, dbt_script_call *c, dbt_reply_parser parse, void *out,
                            char *err);
 
-/* The same on one of p's command connections, taken and given back around it; a failure is
- * noted (dbt_pool_note_error, `what` naming the operation in the log) for the outage backoff.
- * Call without p->mu. */
+/* The same on one of p's command connections, taken and given back around it, Redis Cluster's
+ * redirections followed (dbt_route_run: a MOVED also sends the listener after the slot); a
+ * failure is noted (dbt_pool_note_error, `what` naming the operation in the log) for the outage
+ * backoff. Call without p->mu. */
 redisReply *dbt_pool_run(dbt_pool *p, const char *what, dbt_script_call *c, dbt_reply_parser parse,
                          void *out, char *err);
 

@@ -5,6 +5,8 @@
 #   1. 8 pools (2 processes x 3 threads each, MAX_QUERIES=2, 20 ms probes) through a
 #      redis-cluster:// URL: each pool's keys are on the node CLUSTER SLOTS names for its slot
 #      and nowhere else, the pools span all three nodes, and each holds its limit at the server.
+#      The operator's command reaches every node, and follows a migration's ASK and TRYAGAIN
+#      until the slot's new owner takes its call.
 #   2. The busiest pool's slot is moved to another node with `redis-cli --cluster reshard`
 #      while its 6 workers run: the limit holds at the server, the longest gap between two of
 #      its probes starting at the server stays under 1 s, nothing is refused, and its keys now
@@ -105,6 +107,31 @@ else
     check "redis_cluster: dbthrottle status lists the 8 pools of the 3 nodes ($listed)" '[ "$listed" -eq 8 ]'
     check "redis_cluster: dbthrottle limit $far 1 (a pool on another node than the URL's first) held it to 1 at the server (most at once: $lim_max in $lim_n probes; exit $lim_rc)" '[ "$lim_rc" -eq 0 ] && [ "$lim_max" -eq 1 ] && [ "$lim_n" -ge 10 ]'
     check "redis_cluster: dbthrottle drain $far stopped its grants ($drained_n probes in 1.5 s of drain; exit $drain_rc)" '[ "$drain_rc" -eq 0 ] && [ "$drained_n" -eq 0 ]'
+    # the command follows a migration's redirections as the library does (one policy): a new
+    # pool's slot (4081, no other pool's) MIGRATING, every try meets ASK at the owner and TRYAGAIN
+    # at the importing node (the script names keys that exist on neither); once the slot is
+    # handed over (the new owner first, as Redis Cluster's manual says), the call lands there
+    # within its DBTHROTTLE_REDIS_TIMEOUT. The hand-over waits until the owner has answered ASK.
+    # The slot goes to the node that does not serve mig2940: the reshard below moves the lowest
+    # slot of that one.
+    ask_pool=clicross
+    ask_slot=$(ccli "$first" cluster keyslot "dbthrottle:{$ask_pool}")
+    ask_src=$(cluster_owner "$ask_slot")
+    mig_owner=$(cluster_owner "$mig_slot")
+    for p in $cluster_ports; do [ "$p" != "$ask_src" ] && [ "$p" != "$mig_owner" ] && ask_dst=$p; done
+    asks() { ccli "$ask_src" info errorstats | tr -d '\r' | sed -n 's/^errorstat_ASK:count=//p'; }
+    asks0=$(asks)
+    ccli "$ask_dst" cluster setslot "$ask_slot" importing "$(node_id "$ask_src")" >/dev/null
+    ccli "$ask_src" cluster setslot "$ask_slot" migrating "$(node_id "$ask_dst")" >/dev/null
+    env DBTHROTTLE_REDIS_URL="$cl_url" DBTHROTTLE_REDIS_TIMEOUT=20s "$top/build/dbthrottle" limit "$ask_pool" 1 >"$work/ask.out" 2>&1 &
+    ask_pid=$!
+    wait_until 20 '[ "$(asks)" -gt "${asks0:-0}" ]' >/dev/null
+    ask_n=$(($(asks) - ${asks0:-0}))
+    for p in $ask_dst $ask_src $cluster_ports; do ccli "$p" cluster setslot "$ask_slot" node "$(node_id "$ask_dst")" >/dev/null; done
+    wait "$ask_pid"
+    ask_rc=$?
+    ask_where=$(nodes_with_keys "$ask_pool")
+    check "redis_cluster: dbthrottle limit on a pool whose slot was migrating ($ask_n ASK by its owner $ask_src before the hand-over) waited for the slot's new owner and set the limit there (exit $ask_rc: $(tr '\n' ' ' <"$work/ask.out" | head -c 300); its keys on [$ask_where], the new owner $ask_dst)" '[ "$ask_n" -ge 1 ] && [ "$ask_rc" -eq 0 ] && [ "$ask_where" = "$ask_dst " ]'
     sleep 1
 
     # 2. the migrated pool's slot moves to another node under load

@@ -3,8 +3,8 @@
  * or Kubernetes' DNS) is an outage, one that never resolved is a configuration error; a transient
  * error to INFO fails the connect like any outage instead of skipping the policy check. */
 #include "log.h"
-#include "redis_conn.h"
 #include "redis_errors.h"
+#include "route.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>

@@ -1,5 +1,5 @@
 /* The Redis connection: AUTH (password, ACL user), SELECT, script loading and NOSCRIPT repair. */
-#include "redis_conn.h"
+#include "route.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>

@@ -1,8 +1,8 @@
 /* rediss://: the semaphore over TLS against a real redis-server --tls-port, with certificates
  * made by tests/support/tls.sh. The server also listens on a plain port, which only the test
  * uses to look at Redis' state; the library is given the TLS port alone. */
-#include "redis_conn.h"
 #include "redis_errors.h"
+#include "route.h"
 #include "sem_helpers.h"
 
 #include <arpa/inet.h>

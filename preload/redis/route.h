@@ -1,0 +1,81 @@
+/* route.h - where a connection to the configured Redis goes, and the one policy that follows
+ * Redis Cluster's redirections, for the library and the dbthrottle command alike.
+ *
+ * The server is the URL's, the master its sentinels name (sentinel.h), or the primary that
+ * serves a pool's hash slot (cluster.h). redis_conn.h below knows none of this: this file sets
+ * each connection's watch and route notes, and checks them before a connection is used again.
+ * The names callers knew before (dbt_redis_connect, _connect_for, _stale, _outdated) are kept. */
+#ifndef DBT_ROUTE_H
+#define DBT_ROUTE_H
+
+#include "cluster.h"
+#include "redis_conn.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Connects to cfg's Redis (the URL's server, or its Sentinel's master), selects the db, loads the
+ * scripts and reads INFO (see server_problem). Returns NULL with a one-line message (without the
+ * password) in err; dbt_redis_error_permanent (redis_errors.h) tells a configuration error from
+ * an outage by it. */
+dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err);
+
+/* The same for the keys of one pool: `route` is the pool's key base (dbt_keys.base, which
+ * carries its {pool} hash tag). With Redis Cluster the connection goes to the primary that serves
+ * the route's slot; else, as dbt_redis_connect (route NULL: always). */
+dbt_redis *dbt_redis_connect_for(const dbt_config *cfg, const char *route, char *err);
+
+/* True when the connection was made to a Sentinel master that has since changed or been found
+ * wrong (a newer generation): pools drop it rather than use it. */
+bool dbt_redis_outdated(const dbt_redis *r);
+
+/* True when the connection cannot be used: broken, made to a Sentinel master that has changed
+ * since (dbt_redis_outdated), to a Cluster node that no longer serves its slot (the replies it
+ * still owes become failed: dbt_redis_take_failed), or (with no reply owed) closed by the server
+ * while it sat idle (dbt_redis_closed). A stale connection is marked broken. */
+bool dbt_redis_stale(dbt_redis *r);
+
+/* ---- running a call where its keys are ----------------------------------------------------- */
+
+/* One call (a script's, say) on a connection: its reply, or NULL with a message in err. */
+typedef redisReply *(*dbt_route_op)(dbt_redis *r, void *arg, char *err);
+
+/* Where a routed call takes its connections, and whom it tells that a slot moved. */
+typedef struct {
+    /* A connection to the server of the call's keys (a pool's, or one of its own): NULL with a
+     * message in err. */
+    dbt_redis *(*get)(void *ctx, char *err);
+    /* Given back after each try, broken or not (NULL when get failed: nothing to do). */
+    void (*put)(void *ctx, dbt_redis *r);
+    /* A MOVED is followed: the slot is served by another node now. NULL: no one to tell. */
+    void (*moved)(void *ctx);
+    void *ctx;
+} dbt_route_conns;
+
+/* Runs op on a connection of conns and follows Redis Cluster's redirections, all within one
+ * DBTHROTTLE_REDIS_TIMEOUT from now: once after MOVED (the map names the new node now, and
+ * connections to the old one are dropped as they come: dbt_redis_stale); at once to the node an
+ * ASK names, after ASKING, on a connection of its own (the call adopts the era of the node that
+ * said ASK: the slot is migrating from it whole); after a 10 ms pause on TRYAGAIN and CLUSTERDOWN
+ * (a migration's last keys, a failover). Returns op's reply, or NULL with the last error. */
+redisReply *dbt_route_run(const dbt_config *cfg, const dbt_route_conns *conns, dbt_route_op op,
+                          void *arg, char *err);
+
+/* dbt_route_run for a caller that keeps no connection per pool (the dbthrottle command): on r,
+ * or, when cfg routes by slot, on a connection of its own to the primary that serves `route`'s
+ * slot (dbt_redis_connect_for), made for each try. */
+redisReply *dbt_route_run_for(const dbt_config *cfg, dbt_redis *r, const char *route,
+                              dbt_route_op op, void *arg, char *err);
+
+/* What the policy does after a try failed with a redirection of kind k (dbt_cluster_redirect_of),
+ * left_us before the call's DBTHROTTLE_REDIS_TIMEOUT is spent; *moves counts the MOVEDs followed.
+ * Pure. */
+typedef enum {
+    DBT_ROUTE_STOP,  /* the error stands: not a redirection, the time spent, a second MOVED */
+    DBT_ROUTE_MOVED, /* try again at once: the map names the slot's new node */
+    DBT_ROUTE_ASK,   /* send this call to the node ASK names, after ASKING */
+    DBT_ROUTE_PAUSE, /* try again after a short pause (TRYAGAIN, CLUSTERDOWN) */
+} dbt_route_step;
+dbt_route_step dbt_route_next(dbt_redirect k, int *moves, int64_t left_us);
+
+#endif
