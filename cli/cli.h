@@ -168,15 +168,15 @@ void cli_json_str(FILE *out, const char *s);
  * be read (dbthrottle_up 0, and only the series that need no Redis). scrape_seconds: how long
  * reading took. */
 void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n, double scrape_seconds);
-/* A sample value without float noise: the shortest text that reads back as v ("1.061"),
- * integers without an exponent, "+Inf", "NaN". */
-void cli_prom_number(double v, char *out, size_t cap);
 /* A process record's state: as it says, or, when it has been silent longer than it promised,
  * what its on_redis_error mode makes it do cut off (reason says why). */
 const char *cli_record_state(const dbt_proc_record *r, int64_t now_ms, char *reason, size_t cap);
 
-/* ---- names (text.c) ----------------------------------------------------------------------- */
+/* ---- names and numbers (text.c) ------------------------------------------------------------ */
 
+/* A sample value without float noise (status --prometheus, the exporter, the histogram bounds):
+ * the shortest text that reads back as v ("1.061"), integers without an exponent, "+Inf", "NaN". */
+void cli_prom_number(double v, char *out, size_t cap);
 /* Length of the valid UTF-8 sequence at s (1-4), or 0 when the bytes there are not one. */
 int cli_utf8_len(const unsigned char *s);
 bool cli_utf8_valid(const char *s);

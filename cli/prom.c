@@ -6,30 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void cli_prom_number(double v, char *out, size_t cap)
-{
-    if (v != v) {
-        snprintf(out, cap, "NaN");
-        return;
-    }
-    if (v > 1e308 || v < -1e308) {
-        snprintf(out, cap, "%sInf", v > 0 ? "+" : "-");
-        return;
-    }
-    /* Counters are integers: no exponent up to 2^53, where doubles stop being exact. */
-    if (v > -9007199254740992.0 && v < 9007199254740992.0 && (double)(long long)v == v) {
-        snprintf(out, cap, "%lld", (long long)v);
-        return;
-    }
-    /* Else the shortest text that reads back as the same double: 1.061, not
-     * 1.0609999999999999 (what %.17g prints for 1061 / 1000.0). */
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(out, cap, "%.*g", prec, v);
-        if (strtod(out, NULL) == v)
-            return;
-    }
-}
-
 static void put_number(FILE *out, double v)
 {
     char text[40];

@@ -1,7 +1,10 @@
-/* text.c - names as an operator sees them: a pool name is any bytes (the library takes whatever
- * DBTHROTTLE_POOL holds), but a terminal, a JSON document and a Prometheus label want UTF-8. */
+/* text.c - names and numbers as an operator sees them: a pool name is any bytes (the library takes
+ * whatever DBTHROTTLE_POOL holds), but a terminal, a JSON document and a Prometheus label want
+ * UTF-8; a sample value is printed without float noise. */
 #include "cli.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* RFC 3629 section 4 exactly: no lead byte C0, C1 or F5-FF, no overlong form (E0 80-9F, F0
@@ -89,4 +92,28 @@ void cli_hex(const char *text, char *out, size_t cap)
     }
     if (cap)
         out[o < cap ? o : cap - 1] = '\0';
+}
+
+void cli_prom_number(double v, char *out, size_t cap)
+{
+    if (v != v) {
+        snprintf(out, cap, "NaN");
+        return;
+    }
+    if (v > 1e308 || v < -1e308) {
+        snprintf(out, cap, "%sInf", v > 0 ? "+" : "-");
+        return;
+    }
+    /* Counters are integers: no exponent up to 2^53, where doubles stop being exact. */
+    if (v > -9007199254740992.0 && v < 9007199254740992.0 && (double)(long long)v == v) {
+        snprintf(out, cap, "%lld", (long long)v);
+        return;
+    }
+    /* Else the shortest text that reads back as the same double: 1.061, not
+     * 1.0609999999999999 (what %.17g prints for 1061 / 1000.0). */
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(out, cap, "%.*g", prec, v);
+        if (strtod(out, NULL) == v)
+            return;
+    }
 }

@@ -495,9 +495,13 @@ static bool append_repair(dbt_redis *r, const dbt_script *s, const char *cmd, si
     return false;
 }
 
-/* How often a command that meets NOSCRIPT is repaired before its NOSCRIPT is its failure: each
- * try is one round trip, and only a SCRIPT FLUSH between its two commands makes it fail. */
-enum { NOSCRIPT_TRIES = 3 };
+/* How often a command that meets NOSCRIPT is repaired before its NOSCRIPT is its failure. Only
+ * a SCRIPT FLUSH between the two commands of a try fails it, and that window is not closed:
+ * Redis reads a ~50 KB SCRIPT LOAD to its end and may serve other clients before it reads the
+ * EVALSHA behind it (MULTI would close it, but the documented ACLs do not grant it). Under a
+ * flush every millisecond on a loaded machine 3 tries failed about 1 call in 800; each try is
+ * one round trip, within the call's one DBTHROTTLE_REDIS_TIMEOUT. */
+enum { NOSCRIPT_TRIES = 16 };
 
 /* Sends a command that met NOSCRIPT again (append_repair), and reads its reply. */
 static redisReply *repair_noscript(dbt_redis *r, const dbt_script *s, const char *cmd, size_t len,

@@ -56,6 +56,24 @@ void dbt_pool_start_bg(dbt_pool *p)
         p->bg_start(p);
 }
 
+/* How soon after a release sent without waiting the background thread reads its reply, if
+ * nothing else has: a batch of releases costs one wake-up, and a failed one is sent again well
+ * within a second. */
+#define DRAIN_DELAY_US INT64_C(200000)
+
+void dbt_pool_drain_soon(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    /* No background thread (stopped, as the pool is freed): the next command on the connection
+     * reads it. */
+    if (!p->drain_due_us && p->thread_started) {
+        p->drain_due_us = dbt_now_us() + DRAIN_DELAY_US;
+        if (p->bg_idle || p->bg_until_us > p->drain_due_us)
+            dbt_pool_wake_bg(p);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
 void dbt_listener_moved(dbt_pool *p)
 {
     p->listener_reset = true;

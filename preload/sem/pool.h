@@ -24,6 +24,10 @@ void dbt_pool_wake_bg(dbt_pool *p);
 /* Starts the background thread, or wakes it when its schedule changed: p->bg_start, which the
  * pool's maker set (client.c: the renewer's dbt_renewer_ensure); nothing when none was set. */
 void dbt_pool_start_bg(dbt_pool *p);
+/* A release was sent without waiting for its reply: the background thread reads it soon (at most
+ * once per DRAIN_DELAY_US), so that one that failed is owed and sent again even if the process
+ * goes idle and never uses that connection again. Without p->mu, unlike the other notices. */
+void dbt_pool_drain_soon(dbt_pool *p);
 /* The pool's slot moved to another cluster node (a MOVED), or its wake lists changed: whoever
  * leads (a waiting thread, or the renewer) connects its listener anew, to the node and lists of
  * now. */

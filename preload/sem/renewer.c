@@ -35,11 +35,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* How soon after a release sent without waiting the renewer reads its reply, if nothing else
- * has: a batch of releases costs one wake-up, and a failed one is sent again well within a
- * second. */
-#define DRAIN_DELAY_US INT64_C(200000)
-
 /* The renewal at a quarantine's end comes this long after it, so that Redis (whose clock the
  * reply's "ms left" was counted by) has surely ended it. */
 #define QUARANTINE_MARGIN_US INT64_C(30000)
@@ -578,18 +573,6 @@ static void read_blpops(dbt_pool *p, int64_t until)
     p->bg_reads_only = true;
     listen_for_revokes(p, until);
     p->bg_reads_only = false;
-}
-
-void dbt_renewer_drain_soon(dbt_pool *p)
-{
-    pthread_mutex_lock(&p->mu);
-    /* No renewer (stopped, as the pool is freed): the next command on the connection reads it. */
-    if (!p->drain_due_us && p->thread_started) {
-        p->drain_due_us = dbt_now_us() + DRAIN_DELAY_US;
-        if (p->bg_idle || p->bg_until_us > p->drain_due_us)
-            dbt_pool_wake_bg(p);
-    }
-    pthread_mutex_unlock(&p->mu);
 }
 
 /* Gives back the orphans that are due (handover.c says which: dbt_orphans_take_due): each place

@@ -9,9 +9,4 @@
 void dbt_renewer_ensure(dbt_pool *p);
 void dbt_renewer_stop(dbt_pool *p); /* call without p->mu: stops and joins it */
 
-/* A release was sent without waiting for its reply: the renewer reads it soon (at most once per
- * DRAIN_DELAY_US), so that one that failed is owed and sent again even if the process goes idle
- * and never uses that connection again. Without p->mu. */
-void dbt_renewer_drain_soon(dbt_pool *p);
-
 #endif

@@ -1,9 +1,7 @@
 /* script_call.c - one way to run a script call, for every caller (see script_call.h). */
 #include "script_call.h"
 #include "clock.h"
-#include "listener.h"
 #include "pool.h"
-#include "renewer.h"
 
 #include <stdio.h>
 
@@ -95,6 +93,6 @@ bool dbt_pool_send(dbt_pool *p, const char *what, dbt_script_call *c, const char
     if (!ok)
         dbt_pool_note_error(p, what, err);
     else if (tag)
-        dbt_renewer_drain_soon(p); /* its reply is read soon, even if the process goes idle */
+        dbt_pool_drain_soon(p); /* its reply is read soon, even if the process goes idle */
     return ok;
 }
