@@ -6,9 +6,41 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- the protocol's tables (lua/protocol/NAME.def) ---- */
+
+/* What a field of a reply is, and what its reader stores (at offset, in the script's
+ * <script>_fields struct of protocol_fields.inc). */
+typedef enum {
+    DBT_FT_INT,       /* an integer: long long */
+    DBT_FT_STR,       /* a string: const char * (or, naming a constant, its index: long long) */
+    DBT_FT_STR_NIL,   /* a string, or false (nil): const char *, NULL for nil */
+    DBT_FT_INT_NIL,   /* an integer, or false (nil): long long, 0 for nil */
+    DBT_FT_NUM,       /* an integer, a number's text, or nil: long long (0 for nil) */
+    DBT_FT_IDS,       /* an array of strings: dbt_reply_ids */
+    DBT_FT_INT_K,     /* an array of one integer per kind: long long[DBT_NKINDS] */
+    DBT_FT_STR_NIL_K, /* an array of one string or nil per kind: const char *[DBT_NKINDS] */
+    DBT_FT_ARRAY,     /* an array, read by hand: const redisReply * */
+    DBT_FT_ANY        /* anything, read by hand: const redisReply * */
+} dbt_field_type;
+
+typedef struct {
+    const char *name; /* as messages name it */
+    dbt_field_type type;
+    size_t offset;
+    bool older;               /* a reply of an older script may end before this field */
+    const long long *values;  /* an integer naming a constant: the values it may have */
+    const char *const *names; /* a string naming a constant: the names it may have */
+    int nvalues;
+} dbt_field_spec;
+
+/* Each reply's field table, the constants' names (protocol_fields.inc is made from the .def files,
+ * for this file alone). */
+#include "protocol_fields.inc"
 
 /* ---- arguments ------------------------------------------------------------------------------ */
 
@@ -163,14 +195,16 @@ void dbt_build_release(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, con
                        const char *id)
 {
     begin_call(c, &dbt_script_release, k, kind, cfg);
-    c->args[c->nargs++] = id;
+    c->args[DBT_RELEASE_ARG_ID] = id;
+    c->nargs = DBT_RELEASE_NARGS;
 }
 
 void dbt_build_cancel(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                       const char *id)
 {
     begin_call(c, &dbt_script_cancel, k, kind, cfg);
-    c->args[c->nargs++] = id;
+    c->args[DBT_CANCEL_ARG_ID] = id;
+    c->nargs = DBT_CANCEL_NARGS;
 }
 
 void dbt_build_renew(dbt_script_call *c, const dbt_keys *k, const dbt_config *cfg,
@@ -447,15 +481,10 @@ void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows)
 void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                      dbt_admin_op op, const char *arg)
 {
-    static const char *const names[] = {
-        [DBT_ADMIN_LIMIT] = "limit",         [DBT_ADMIN_CLEAR] = "clear",
-        [DBT_ADMIN_DRAIN] = "drain",         [DBT_ADMIN_RESUME] = "resume",
-        [DBT_ADMIN_EVICT] = "evict",         [DBT_ADMIN_EVICT_CANCEL] = "evict_cancel",
-        [DBT_ADMIN_CLASS_SET] = "class_set", [DBT_ADMIN_CLASS_CLEAR] = "class_clear",
-        [DBT_ADMIN_AGING] = "aging"};
     begin_call(c, &dbt_script_admin, k, kind, cfg);
-    c->args[c->nargs++] = names[op];
-    c->args[c->nargs++] = arg ? arg : "";
+    c->args[DBT_ADMIN_ARG_OP] = dbt_admin_op_names[op];
+    c->args[DBT_ADMIN_ARG_ARG] = arg ? arg : "";
+    c->nargs = DBT_ADMIN_NARGS;
 }
 
 void dbt_build_adapt(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
@@ -567,6 +596,109 @@ static bool ids_of(const redisReply *r, const char *script, const char *what, db
     return true;
 }
 
+/* ---- the one reader of the replies' field tables (lua/protocol/NAME.def) ---- */
+
+static bool number_of(const redisReply *r, const char *what, long long *out, char *err);
+
+/* One field of a reply, e, into at. */
+static bool read_field(const redisReply *e, const char *script, const dbt_field_spec *f, void *at,
+                       char *err)
+{
+    long long *num = at;
+    const char **str = at;
+    const redisReply **raw = at;
+    switch (f->type) {
+    case DBT_FT_INT:
+        if (!is_type(e, REDIS_REPLY_INTEGER, script, f->name, err))
+            return false;
+        for (int i = 0; i < f->nvalues && f->values[i] != e->integer; i++)
+            if (i + 1 == f->nvalues)
+                return unexpected(err, script, "%s %lld", f->name, e->integer);
+        *num = e->integer;
+        return true;
+    case DBT_FT_STR:
+        if (!is_type(e, REDIS_REPLY_STRING, script, f->name, err))
+            return false;
+        if (!f->nvalues) {
+            *str = e->str;
+            return true;
+        }
+        for (int i = 0; i < f->nvalues; i++)
+            if (strcmp(e->str, f->names[i]) == 0)
+                return *num = i, true;
+        return unexpected(err, script, "%s \"%.32s\"", f->name, e->str);
+    case DBT_FT_STR_NIL:
+        *str = e->type == REDIS_REPLY_STRING ? e->str : NULL;
+        if (e->type != REDIS_REPLY_STRING && e->type != REDIS_REPLY_NIL)
+            return unexpected(err, script, "%s is %s, not a string or nil", f->name,
+                              type_name(e->type));
+        return true;
+    case DBT_FT_INT_NIL:
+        *num = e->type == REDIS_REPLY_INTEGER ? e->integer : 0;
+        if (e->type != REDIS_REPLY_INTEGER && e->type != REDIS_REPLY_NIL)
+            return unexpected(err, script, "%s is %s", f->name, type_name(e->type));
+        return true;
+    case DBT_FT_NUM:
+        return number_of(e, f->name, num, err);
+    case DBT_FT_IDS:
+        return ids_of(e, script, f->name, at, err);
+    case DBT_FT_INT_K:
+    case DBT_FT_STR_NIL_K:
+        if (!is_array(e, DBT_NKINDS, script, f->name, err))
+            return false;
+        for (int k = 0; k < DBT_NKINDS; k++) {
+            dbt_field_spec one = *f;
+            one.type = f->type == DBT_FT_INT_K ? DBT_FT_INT : DBT_FT_STR_NIL;
+            if (!read_field(e->element[k], script, &one,
+                            f->type == DBT_FT_INT_K ? (void *)&num[k] : (void *)&str[k], err))
+                return false;
+        }
+        return true;
+    case DBT_FT_ARRAY:
+        if (!is_array(e, -1, script, f->name, err))
+            return false;
+        *raw = e;
+        return true;
+    case DBT_FT_ANY:
+        *raw = e;
+        return true;
+    }
+    return unexpected(err, script, "%s: no reader", f->name);
+}
+
+/* An array reply r (what: "the reply", or the part of one it is) into out, a <script>_fields
+ * struct, by its field table: as many elements as fields, or as an older script's reply had
+ * (ending before a field marked older); each of the type its table says. */
+static bool read_fields(const redisReply *r, const char *script, const char *what,
+                        const dbt_field_spec *spec, size_t n, void *out, char *err)
+{
+    if (!is_array(r, -1, script, what, err))
+        return false;
+    bool count_ok = r->elements == n;
+    for (size_t i = 0; i < n && !count_ok; i++)
+        count_ok = spec[i].older && r->elements == i;
+    if (!count_ok)
+        return unexpected(err, script, "%s has %zu elements, not %zu", what, r->elements, n);
+    *(size_t *)out = r->elements;
+    for (size_t i = 0; i < r->elements; i++)
+        if (!read_field(r->element[i], script, &spec[i], (char *)out + spec[i].offset, err))
+            return false;
+    return true;
+}
+
+/* A reply that is one integer (release.lua, cancel.lua), by its table's one field. */
+static bool read_integer(const redisReply *r, const char *script, const dbt_field_spec *spec,
+                         void *out, char *err)
+{
+    if (!is_integer(r, script, err))
+        return false;
+    *(size_t *)out = 1;
+    return read_field(r, script, spec, (char *)out + spec->offset, err);
+}
+
+#define READ_FIELDS(r, script, what, name, out, err)                                               \
+    read_fields(r, script, what, name##_spec, sizeof name##_spec / sizeof name##_spec[0], out, err)
+
 /* The why of a quarantine: a string, or false (nil) when there is none. */
 static bool why_of(const redisReply *r, const char *script, char *out, char *err)
 {
@@ -641,19 +773,19 @@ bool dbt_parse_acquire(const redisReply *r, void *out, char *err)
 
 bool dbt_parse_release(const redisReply *r, void *out, char *err)
 {
-    if (!is_integer(r, "release.lua", err))
+    release_fields f;
+    if (!read_integer(r, "release.lua", release_spec, &f, err))
         return false;
-    *(bool *)out = r->integer == 1;
+    *(bool *)out = f.value == 1;
     return true;
 }
 
 bool dbt_parse_cancel(const redisReply *r, void *out, char *err)
 {
-    if (!is_integer(r, "cancel.lua", err))
+    cancel_fields f;
+    if (!read_integer(r, "cancel.lua", cancel_spec, &f, err))
         return false;
-    if (r->integer < DBT_CANCEL_UNKNOWN || r->integer > DBT_CANCEL_RETURNED)
-        return unexpected(err, "cancel.lua", "outcome %lld", r->integer);
-    *(dbt_cancel_outcome *)out = (dbt_cancel_outcome)r->integer;
+    *(dbt_cancel_outcome *)out = (dbt_cancel_outcome)f.value;
     return true;
 }
 
@@ -1254,29 +1386,18 @@ void dbt_status_free(dbt_status_reply *s)
 
 bool dbt_parse_admin(const redisReply *r, void *out, char *err)
 {
-    static const char script[] = "admin.lua";
-    enum { GRANTED, HOLDERS, EVICTED, INFO, NOW, NFIELDS };
-    static const char *const names[NFIELDS] = {"granted", "holders", "evicted", "info", "now"};
+    admin_fields f;
     dbt_admin_reply *a = out;
     memset(a, 0, sizeof *a);
-    if (!is_array(r, -1, script, "the reply", err))
-        return false;
     /* Three elements are taken too, as they always were: the info and the clock stay unknown. */
-    if (r->elements != NFIELDS && r->elements != INFO)
-        return unexpected(err, script, "%zu elements, not %d", r->elements, NFIELDS);
-    for (size_t i = 0; i < r->elements; i++)
-        if (i != INFO && !is_type(r->element[i], REDIS_REPLY_INTEGER, script, names[i], err))
-            return false;
-    a->granted = r->element[GRANTED]->integer;
-    a->holders = r->element[HOLDERS]->integer;
-    a->evicted = r->element[EVICTED]->integer != 0;
-    if (r->elements == NFIELDS) {
-        const redisReply *info = r->element[INFO]; /* or false (nil) when nothing was evicted */
-        if (info->type == REDIS_REPLY_STRING)
-            snprintf(a->info, sizeof a->info, "%s", info->str);
-        else if (info->type != REDIS_REPLY_NIL)
-            return unexpected(err, script, "info is %s", type_name(info->type));
-        a->now_ms = r->element[NOW]->integer;
+    if (!READ_FIELDS(r, "admin.lua", "the reply", admin, &f, err))
+        return false;
+    a->granted = f.granted;
+    a->holders = f.holders;
+    a->evicted = f.evicted != 0;
+    if (f.n > DBT_ADMIN_R_INFO) {
+        snprintf(a->info, sizeof a->info, "%s", f.info ? f.info : "");
+        a->now_ms = f.now;
     }
     return true;
 }

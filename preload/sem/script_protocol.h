@@ -1,6 +1,8 @@
 /* script_protocol.h - the C side of the Lua scripts' protocol (the scripts in lua/), in one place:
  * what each script takes (argument builders) and what it answers (reply parsers), by name rather
- * than by position.
+ * than by position. The positions are those of lua/protocol/NAME.def, each script's one table: the
+ * build makes from it both the scripts' Lua names and the C names here (protocol.h), so that the
+ * two sides cannot drift apart.
  *
  * Pure: no I/O, no locks. A builder fills a dbt_script_call that dbt_script_run (script_call.h)
  * sends; a parser reads a redisReply into a struct, and on a reply of the wrong shape (element
@@ -12,6 +14,7 @@
 
 #include "config.h"
 #include "keys.h"
+#include "protocol.h" /* made from lua/protocol/NAME.def: DBT_ARG_*, DBT_<SCRIPT>_ARG_*, the constants */
 #include "scripts.h"
 
 #include <hiredis.h>
@@ -20,21 +23,9 @@
 
 /* ---- arguments ------------------------------------------------------------------------------ */
 
-/* ARGV[1..9], the same for every script (see lua/_common.lua); a script's own come after. The
- * era's five (docs/design.md, "Failover and data loss") are set when the call is sent on a
- * connection (dbt_script_bind_era): until then they say "no era check". */
-enum {
-    DBT_ARG_WAKE_PREFIX,
-    DBT_ARG_KIND,
-    DBT_ARG_LEASE,
-    DBT_ARG_TTL,
-    DBT_ARG_ERA_TOKEN,   /* the run_id of the server the connection reached; "" unknown */
-    DBT_ARG_ERA_STARTED, /* when that server started (ms, its clock) */
-    DBT_ARG_QUARANTINE,  /* Q (ms): dbt_quarantine_ms */
-    DBT_ARG_ADOPT,       /* a server whose state this one took over whole (cluster); "" */
-    DBT_ARG_ERA_PREV,    /* the run_id the process last saw for the pool; "" */
-    DBT_BASE_ARGS
-};
+/* ARGV[1..DBT_BASE_ARGS] (DBT_ARG_*, lua/protocol/_common.def) are the same for every script; a
+ * script's own come after. The era's five (docs/design.md, "Failover and data loss") are set when
+ * the call is sent on a connection (dbt_script_bind_era): until then they say "no era check". */
 
 /* How far Redis' clock (ms) is ahead of this process' monotonic one, as read from server run_id
  * at at_us (dbt_now_us; 0: never): an upper bound, a Redis time a reply carried minus this
@@ -210,19 +201,8 @@ void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n);
 /* status.lua: both kinds' state, at most max_rows holders and waiters each (0: all). */
 void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows);
 
-/* admin.lua: the operator's controls; arg NULL for those that take none. */
-typedef enum {
-    DBT_ADMIN_LIMIT,        /* arg: the new limit for every caller */
-    DBT_ADMIN_CLEAR,        /* the override goes */
-    DBT_ADMIN_DRAIN,        /* no grants until resume */
-    DBT_ADMIN_RESUME,       /* grants again */
-    DBT_ADMIN_EVICT,        /* arg: the permit to free */
-    DBT_ADMIN_EVICT_CANCEL, /* the same, and its process cancels the command running on it */
-    DBT_ADMIN_CLASS_SET,    /* arg: "name:share:priority:wait_ms:cap" ("-": none for the last two),
-                             * ":default" after it makes it the default class */
-    DBT_ADMIN_CLASS_CLEAR,  /* arg: a class name, or "*" for every class and the aging bound */
-    DBT_ADMIN_AGING         /* arg: the aging bound in ms (0: none) */
-} dbt_admin_op;
+/* admin.lua: the operator's controls (dbt_admin_op: lua/protocol/admin.def); arg NULL for those
+ * that take none. */
 void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                      dbt_admin_op op, const char *arg);
 
@@ -281,12 +261,7 @@ bool dbt_parse_acquire(const redisReply *r, void *out /* dbt_acquire_reply */, c
 /* release.lua: whether the permit was still held (else it had expired, or was released). */
 bool dbt_parse_release(const redisReply *r, void *out /* bool */, char *err);
 
-/* cancel.lua's outcome. */
-typedef enum {
-    DBT_CANCEL_UNKNOWN = -1,  /* Redis had neither (expired, or done) */
-    DBT_CANCEL_WITHDRAWN = 0, /* taken out of the queue */
-    DBT_CANCEL_RETURNED = 1   /* it had been granted meanwhile: given back and passed on */
-} dbt_cancel_outcome;
+/* cancel.lua's outcome (dbt_cancel_outcome: lua/protocol/cancel.def). */
 bool dbt_parse_cancel(const redisReply *r, void *out /* dbt_cancel_outcome */, char *err);
 
 /* A list of ids inside a reply (valid while the reply is): every element is a string. */
@@ -510,7 +485,7 @@ typedef struct {
 bool dbt_parse_status(const redisReply *r, void *out /* dbt_status_reply */, char *err);
 void dbt_status_free(dbt_status_reply *s);
 
-/* admin.lua's {granted waiters, holders, evicted 1/0, the evicted permit's info or false, now}. */
+/* admin.lua's reply (its fields: lua/protocol/admin.def). */
 typedef struct {
     long long granted, holders;
     bool evicted;
