@@ -150,12 +150,13 @@ void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, con
 {
     begin_call(c, &dbt_script_acquire, k, kind, cfg);
     snprintf(c->number[0], sizeof c->number[0], "%d", a->limit);
-    c->args[c->nargs++] = a->id;                   /* ARGV[10] */
-    c->args[c->nargs++] = c->number[0];            /* ARGV[11] the caller's limit */
-    c->args[c->nargs++] = a->try_only ? "1" : "0"; /* ARGV[12] */
-    c->args[c->nargs++] = a->who;                  /* ARGV[13] */
-    c->args[c->nargs++] = a->shipped_classes ? a->shipped_classes : ""; /* ARGV[14] */
-    c->args[c->nargs++] = a->session ? a->session : "";                 /* ARGV[15] */
+    c->args[DBT_ACQUIRE_ARG_ID] = a->id;
+    c->args[DBT_ACQUIRE_ARG_LIMIT] = c->number[0];
+    c->args[DBT_ACQUIRE_ARG_TRY_ONLY] = a->try_only ? "1" : "0";
+    c->args[DBT_ACQUIRE_ARG_WHO] = a->who;
+    c->args[DBT_ACQUIRE_ARG_SHIPPED] = a->shipped_classes ? a->shipped_classes : "";
+    c->args[DBT_ACQUIRE_ARG_SESSION] = a->session ? a->session : "";
+    c->nargs = DBT_ACQUIRE_NARGS;
 }
 
 /* A name of the session, cut to 63 bytes, control bytes (the separator among them) made '_'. */
@@ -712,61 +713,25 @@ static bool why_of(const redisReply *r, const char *script, char *out, char *err
 
 bool dbt_parse_acquire(const redisReply *r, void *out, char *err)
 {
-    static const char script[] = "acquire.lua";
-    enum {
-        STATUS,
-        HOLDERS,
-        QUEUE,
-        SEEN,
-        TICKET,
-        SOLE,
-        QUARANTINE,
-        WHY,
-        CLASS,
-        CLASS_WAIT,
-        CLASS_CAP,
-        NFIELDS
-    };
-    static const char *const names[NFIELDS] = {"status", "holders",    "queue",      "seen",
-                                               "ticket", "sole",       "quarantine", "why",
-                                               "class",  "class wait", "class cap"};
+    acquire_fields f;
     dbt_acquire_reply *a = out;
     /* Eight elements are taken too: a reply of the scripts before classes (no class). */
-    if (!is_array(r, -1, script, "the reply", err))
+    if (!READ_FIELDS(r, "acquire.lua", "the reply", acquire, &f, err))
         return false;
-    if (r->elements != NFIELDS && r->elements != CLASS)
-        return unexpected(err, script, "the reply has %zu elements, not %d", r->elements, NFIELDS);
-    for (int i = 0; i < (int)r->elements; i++)
-        if (i != SEEN && i != WHY && i != CLASS &&
-            !is_type(r->element[i], REDIS_REPLY_INTEGER, script, names[i], err))
-            return false;
-    const redisReply *seen = r->element[SEEN]; /* the previous limit, or false (nil) */
-    if (seen->type != REDIS_REPLY_STRING && seen->type != REDIS_REPLY_NIL)
-        return unexpected(err, script, "seen is %s, not a string or nil", type_name(seen->type));
-    long long status = r->element[STATUS]->integer;
-    if (status != DBT_ACQUIRE_NOT_GRANTED && status != DBT_ACQUIRE_GRANTED &&
-        status != DBT_ACQUIRE_QUEUED && status != DBT_ACQUIRE_QUEUE_FULL)
-        return unexpected(err, script, "status %lld", status);
-    a->status = (dbt_acquire_status)status;
-    a->holders = r->element[HOLDERS]->integer;
-    a->queue = r->element[QUEUE]->integer;
-    a->limit_seen = seen->type == REDIS_REPLY_STRING ? strtoll(seen->str, NULL, 10) : 0;
-    a->ticket = r->element[TICKET]->integer;
-    a->sole = r->element[SOLE]->integer == 1;
-    a->quarantine_ms = r->element[QUARANTINE]->integer;
-    if (!why_of(r->element[WHY], script, a->why, err))
-        return false;
+    a->status = (dbt_acquire_status)f.status;
+    a->holders = f.holders;
+    a->queue = f.queue;
+    a->limit_seen = f.limit_seen ? strtoll(f.limit_seen, NULL, 10) : 0;
+    a->ticket = f.ticket;
+    a->sole = f.sole == 1;
+    a->quarantine_ms = f.quarantine;
+    snprintf(a->why, sizeof a->why, "%s", f.why ? f.why : "");
     a->class_name[0] = '\0';
     a->class_wait_ms = a->class_cap = -1;
-    if (r->elements == NFIELDS) {
-        const redisReply *klass = r->element[CLASS]; /* the class name, or false (nil) */
-        if (klass->type == REDIS_REPLY_STRING)
-            snprintf(a->class_name, sizeof a->class_name, "%s", klass->str);
-        else if (klass->type != REDIS_REPLY_NIL)
-            return unexpected(err, script, "class is %s, not a string or nil",
-                              type_name(klass->type));
-        a->class_wait_ms = r->element[CLASS_WAIT]->integer;
-        a->class_cap = r->element[CLASS_CAP]->integer;
+    if (f.n > DBT_ACQUIRE_R_CLASS_NAME) {
+        snprintf(a->class_name, sizeof a->class_name, "%s", f.class_name ? f.class_name : "");
+        a->class_wait_ms = f.class_wait;
+        a->class_cap = f.class_cap;
     }
     return true;
 }

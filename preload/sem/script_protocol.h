@@ -236,14 +236,7 @@ void dbt_build_adapt(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const
  * answers. */
 typedef bool (*dbt_reply_parser)(const redisReply *r, void *out, char *err);
 
-/* acquire.lua's {status, holders, queue length, limit seen or false, ticket, sole, quarantine,
- * why, class or false, class wait_ms or -1, class queue cap or -1}. */
-typedef enum {
-    DBT_ACQUIRE_NOT_GRANTED = 0, /* none free, and the caller does not queue */
-    DBT_ACQUIRE_GRANTED = 1,     /* granted at once */
-    DBT_ACQUIRE_QUEUED = 2,      /* in the queue: the grant will be pushed to the wake list */
-    DBT_ACQUIRE_QUEUE_FULL = 3   /* refused: its class has as many waiters as its queue cap */
-} dbt_acquire_status;
+/* acquire.lua's reply (its fields and dbt_acquire_status: lua/protocol/acquire.def). */
 typedef struct {
     dbt_acquire_status status;
     long long holders, queue;
