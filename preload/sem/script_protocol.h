@@ -135,8 +135,7 @@ typedef struct {
 enum { DBT_RENEW_HELD, DBT_RENEW_QUEUED, DBT_RENEW_LISTS };
 
 /* How many arguments renew.lua takes for `nids` ids in all: the array dbt_build_renew fills. */
-#define DBT_RENEW_NARGS(nids)                                                                      \
-    (DBT_BASE_ARGS + DBT_NKINDS * DBT_RENEW_LISTS + (nids) + DBT_NKINDS * 3)
+#define DBT_RENEW_NARGS(nids) (DBT_RENEW_ARG_REST + (nids) + DBT_NKINDS * 3)
 
 /* renew.lua: renews the ids of both kinds (lists NULL: none, a renewal of nothing for its counts)
  * and adds local[] to the counters. args: DBT_RENEW_NARGS(total ids) entries, kept by c. */
@@ -207,12 +206,7 @@ void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const
                      dbt_admin_op op, const char *arg);
 
 /* adapt.lua: the adaptive controller's (dbthrottle adapt) lease on one semaphore, and the limit it
- * sets while it holds it (lua/adapt.lua). */
-typedef enum {
-    DBT_ADAPT_LEASE, /* take or renew the lease; refresh the TTL of the controller's limit */
-    DBT_ADAPT_SET,   /* set the limit (with the TTL), while leading and no operator's is set */
-    DBT_ADAPT_RESIGN /* end the lease now (a standby takes over at once) */
-} dbt_adapt_op;
+ * sets while it holds it (lua/adapt.lua; dbt_adapt_op: lua/protocol/adapt.def). */
 typedef struct {
     dbt_adapt_op op;
     const char *token; /* "<host>:<pid>:<16 hex>", one per controller process */
@@ -269,10 +263,8 @@ static inline const char *dbt_reply_id(const dbt_reply_ids *l, size_t i)
 
 /* The room of renew.lua's sole owner: "<cid or G>/<class>.<weight>" at its longest and a NUL. */
 #define DBT_SOLE_OWNER_MAX 64
-/* renew.lua's {lost holders, lost waiters, granted waiters, {queue length per kind}, {local
- * handover allowed per kind}, {quarantine ms}, {why}, {re-asserted}, {sole owner per kind}, now}
- * (without now: a reply of the scripts before it). Points
- * into the reply: free the reply after using it. */
+/* renew.lua's reply (its fields: lua/protocol/renew.def; without now: a reply of the scripts
+ * before it). Points into the reply: free the reply after using it. */
 typedef struct {
     dbt_reply_ids lost_holders;          /* ids Redis no longer holds */
     dbt_reply_ids lost_waiters;          /* ids Redis no longer has queued nor granted */
@@ -467,8 +459,8 @@ typedef struct {
     bool classes_over; /* the operator's hold more than DBT_MAX_CLASSES classes */
 } dbt_status_kind;
 
-/* status.lua's {now, query semaphore, connection semaphore, processes}. Owns its entries (copied
- * out of the reply): free with dbt_status_free, also after a failed parse. */
+/* status.lua's reply (its fields: lua/protocol/status.def). Owns its entries (copied out of the
+ * reply): free with dbt_status_free, also after a failed parse. */
 typedef struct {
     int64_t now_ms; /* Redis' clock when read */
     dbt_status_kind kind[DBT_NKINDS];
@@ -487,14 +479,7 @@ typedef struct {
 } dbt_admin_reply;
 bool dbt_parse_admin(const redisReply *r, void *out /* dbt_admin_reply */, char *err);
 
-/* adapt.lua's {status, owner, owner's host, owner's pid, lease left ms, override or false, its
- * PTTL, granted, now}. */
-typedef enum {
-    DBT_ADAPT_OK,         /* done */
-    DBT_ADAPT_NOT_LEADER, /* another controller holds a live lease (or ours ran out): nothing done
-                           */
-    DBT_ADAPT_OPERATOR    /* ours, but the limit is an operator's (no TTL): nothing set */
-} dbt_adapt_status;
+/* adapt.lua's reply (its fields and dbt_adapt_status: lua/protocol/adapt.def). */
 typedef struct {
     dbt_adapt_status status;
     char owner[128];     /* the live lease's token; "" none */
