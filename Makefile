@@ -90,6 +90,10 @@ HOOK_SRCS := $(call layer_srcs,interpose)
 LIB_SRCS  := $(CORE_SRCS) $(HOOK_SRCS)
 LUA_SRCS  := $(sort $(wildcard lua/*.lua))
 SCRIPTS_H := $(BUILD)/gen/scripts.h
+# The scripts' protocol, one table per script (lua/protocol/*.def): tools/gen-protocol.py makes
+# the C side's names and field tables and the Lua side's locals and reply builders from it.
+PROTO_DEFS := $(sort $(wildcard lua/protocol/*.def))
+PROTO_GEN := $(BUILD)/gen/protocol.h $(BUILD)/gen/protocol_fields.inc
 # The one list of hooked libpq functions, and what is made from it at build time: the names one a
 # line (for the export check and the integration test) and the version script of the library.
 HOOKS_DEF := preload/interpose/hooks.def
@@ -106,7 +110,7 @@ core_objs = $(call objs,$(1),$(CORE_SRCS)) $(1)/redis/scripts.o
 # and each sanitizer's. -MMD -MP: each object depends on exactly the headers it includes; and all
 # on the version's header, so that a new version (rare) rebuilds all, whatever included it before.
 define compile_rules
-$(1)/%.o: preload/%.c $(VERSION_H) | $(SCRIPTS_H)
+$(1)/%.o: preload/%.c $(VERSION_H) | $(SCRIPTS_H) $(PROTO_GEN)
 	@mkdir -p $$(@D)
 	$(2) $(3) $$(or $$(INC_$$*),$$(INC_$$(firstword $$(subst /, ,$$*)))) -MMD -MP -c $$< -o $$@
 $(1)/redis/scripts.o: $(BUILD)/gen/scripts.c
@@ -114,14 +118,17 @@ $(1)/redis/scripts.o: $(BUILD)/gen/scripts.c
 	$(2) $(3) $$(INC_redis) -MMD -MP -c $$< -o $$@
 endef
 
-# embed-lua.sh rewrites scripts.c and scripts.h only when they change (so that a comment in a
-# script does not rebuild every object): a stamp records that they are up to date.
-$(BUILD)/gen/scripts.stamp: $(LUA_SRCS) tools/embed-lua.sh preload/base/config.h
+# gen-protocol.py and embed-lua.sh rewrite what they make only when it changes (so that a comment
+# in a script does not rebuild every object): a stamp records that it is up to date.
+GEN_SCRIPTS = python3 tools/gen-protocol.py $(BUILD)/gen $(PROTO_DEFS) && \
+    sh tools/embed-lua.sh $(BUILD)/gen preload/base/config.h $(LUA_SRCS)
+$(BUILD)/gen/scripts.stamp: $(LUA_SRCS) $(PROTO_DEFS) tools/embed-lua.sh tools/gen-protocol.py \
+        preload/base/config.h
 	@mkdir -p $(BUILD)/gen
-	sh tools/embed-lua.sh $(BUILD)/gen preload/base/config.h $(LUA_SRCS)
+	$(GEN_SCRIPTS)
 	@touch $@
-$(SCRIPTS_H) $(BUILD)/gen/scripts.c: $(BUILD)/gen/scripts.stamp
-	@test -f $@ || sh tools/embed-lua.sh $(BUILD)/gen preload/base/config.h $(LUA_SRCS)
+$(SCRIPTS_H) $(BUILD)/gen/scripts.c $(BUILD)/gen/dry_scripts.c $(PROTO_GEN): $(BUILD)/gen/scripts.stamp
+	@test -f $@ || { $(GEN_SCRIPTS); }
 
 $(VERSION_H): debian/changelog
 	@mkdir -p $(@D)
@@ -173,9 +180,12 @@ CRITERION_LIBS := -lcriterion
 # archive), plus cli/. It finds the library beside itself, in ../lib or ../lib/$(MULTIARCH), or in
 # LIBDIR.
 CLI_SRCS := $(sort $(wildcard cli/*.c))
-$(BUILD)/dbthrottle: $(CLI_SRCS) $(wildcard cli/*.h) $(VERSION_H) $(BUILD)/libdbthrottle-core.a $(BUILD)/gen/install-paths
+# The scripts' dry runs (dry_scripts.c) are the command's alone: the library has no use for them.
+$(BUILD)/dbthrottle: $(CLI_SRCS) $(wildcard cli/*.h) $(VERSION_H) $(BUILD)/libdbthrottle-core.a $(BUILD)/gen/install-paths \
+        $(BUILD)/gen/dry_scripts.c
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli $(LIBPQ_CFLAGS) -DDBT_LIBDIR='"$(LIBDIR)"' \
-	    -DDBT_MULTIARCH='"$(MULTIARCH)"' -o $@ $(CLI_SRCS) $(BUILD)/libdbthrottle-core.a $(LDFLAGS) $(LDLIBS_LIB) \
+	    -DDBT_MULTIARCH='"$(MULTIARCH)"' -o $@ $(CLI_SRCS) $(BUILD)/gen/dry_scripts.c \
+	    $(BUILD)/libdbthrottle-core.a $(LDFLAGS) $(LDLIBS_LIB) \
 	    $(MICROHTTPD_LIBS) -lpq -lm
 
 # The paths compiled in (the command's LIBDIR, the library's default configuration file), rewritten

@@ -34,7 +34,7 @@ static const edit common_edits[] = {
      "local function observe_hold(s, info, now)\n    do return end\n"},
 };
 static const edit release_edits[] = {
-    {"observe_hold(S, redis.call('HGET', S.INFO, ARGV[10]), now)", "observe_hold(S, nil, now)"},
+    {"observe_hold(S, redis.call('HGET', S.INFO, ARG.id), now)", "observe_hold(S, nil, now)"},
 };
 
 /* text with its first `from` replaced by `to` (malloc'd), or NULL when from is absent. */

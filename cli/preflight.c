@@ -4,8 +4,8 @@
  * run that changes nothing: see lua/_common.lua). Each failure is one line naming what to fix. */
 #include "cli.h"
 
+#include "dry_scripts.h"
 #include "redis_errors.h"
-#include "scripts.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -99,41 +99,22 @@ static bool info_field(dbt_redis *r, const char *section, const char *field, cha
     return true;
 }
 
-/* The dry-run form of a script: its body with `local DRY_RUN = false` made true, loaded by
- * SCRIPT LOAD (as a worker loads the real ones), its SHA1 from Redis. */
-typedef struct {
-    dbt_script s;
-    char *body;
-    char sha[48];
-} dry_script;
-
-static bool dry_load(dbt_redis *r, const dbt_script *real, dry_script *d, char *err)
+/* The dry-run form of a script (made at build time beside it: tools/embed-lua.sh), loaded by
+ * SCRIPT LOAD as a worker loads the real ones. */
+static bool dry_load(dbt_redis *r, const dbt_script *real, const dbt_script **dry, char *err)
 {
-    static const char flag[] = "local DRY_RUN = false";
-    memset(d, 0, sizeof *d);
-    d->body = malloc(real->len + 1);
-    if (!d->body)
-        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
-    memcpy(d->body, real->body, real->len);
-    d->body[real->len] = '\0';
-    char *at = strstr(d->body, flag);
-    if (!at) {
-        snprintf(err, DBT_ERRLEN, "script %s has no dry-run switch", real->name);
-        return false;
-    }
-    memcpy(at + strlen("local DRY_RUN = "), "true ", 5); /* same length */
-    const char *argv[] = {"SCRIPT", "LOAD", d->body};
-    size_t lens[] = {6, 4, real->len};
+    *dry = dbt_dry_script_of(real);
+    if (!*dry)
+        return snprintf(err, DBT_ERRLEN, "script %s has no dry run", real->name), false;
+    const char *argv[] = {"SCRIPT", "LOAD", (*dry)->body};
+    size_t lens[] = {6, 4, (*dry)->len};
     redisReply *rep = dbt_redis_command(r, 3, argv, lens, err);
     if (!rep)
         return false;
-    bool ok = rep->type == REDIS_REPLY_STRING && rep->len < sizeof d->sha;
-    if (ok)
-        snprintf(d->sha, sizeof d->sha, "%s", rep->str);
-    else
+    bool ok = rep->type == REDIS_REPLY_STRING && strcmp(rep->str, (*dry)->sha) == 0;
+    if (!ok)
         snprintf(err, DBT_ERRLEN, "SCRIPT LOAD: unexpected reply");
     freeReplyObject(rep);
-    d->s = (dbt_script){real->name, d->body, real->len, d->sha};
     return ok;
 }
 
@@ -147,18 +128,17 @@ static bool any_reply(const redisReply *r, void *out, char *err)
 static bool dry_call(dbt_redis *r, dbt_script_call *c, char *err)
 {
     const char *name = c->script->name;
-    dry_script d;
+    const dbt_script *dry;
     char e[DBT_ERRLEN];
-    bool ok = dry_load(r, c->script, &d, e);
+    bool ok = dry_load(r, c->script, &dry, e);
     if (ok) {
-        c->script = &d.s;
+        c->script = dry;
         redisReply *rep = dbt_script_run(r, c, any_reply, NULL, e);
         ok = rep != NULL;
         freeReplyObject(rep);
     }
     if (!ok)
         redis_advice(name, e, err);
-    free(d.body);
     return ok;
 }
 
@@ -287,7 +267,7 @@ bool cli_check_redis(const dbt_config *cfg, const char *pool, char *version, siz
         const char *raw = strstr(err, ": redis");
         raw = raw && raw - err <= 40 ? raw + 2 : err;
         char why[DBT_MISCONFIG_LEN];
-        *permanent = found_here || strstr(err, "dry-run switch") ||
+        *permanent = found_here || strstr(err, "has no dry run") ||
                      dbt_redis_error_permanent(raw, false, why, sizeof why);
     }
     return ok;

@@ -63,18 +63,18 @@
 --         takes to re-assert), the adopt token (a cluster slot migrated whole from that server:
 --         its state is the same, no quarantine; "" none), and the run_id the caller's process
 --         last saw for the pool ("" none: a process new to the pool)
--- A script's own arguments start at ARGV[10].
+-- Their order and names: lua/protocol/_common.def; a script's own follow them (lua/protocol/).
 -- Ids are made by the client: "<cid>.<serial>.<limit>", cid = 16 hex digits per process, or
 -- "<G>~<cid>" (G: 16 hex digits, the host group) for a process that shares permits with the other
 -- processes of its host (host-level sharing, docs/design.md): grants still go to that cid's list.
 -- A dry run (dbthrottle check and run, before a worker starts; cli/preflight.c): the command loads
--- each script with the next line changed to `local DRY_RUN = true`, and calls it on the pool's
+-- each script's dry-run form, made at build time with `local DRY_RUN = true` in front of this file
+-- (tools/embed-lua.sh; the library's has false), and calls it on the pool's
 -- keys as a worker would. Every command is first checked against the caller's ACL
 -- (redis.acl_check_cmd, Redis 7) with the keys and arguments it would have; then reads run, and
 -- every other command answers as if it had done its work (so the script goes on to the commands
 -- after it): nothing changes, and a command the user may not run fails with NOPERM, naming the
 -- command and its key.
-local DRY_RUN = false
 local redis = redis
 if DRY_RUN then
     local real = redis
@@ -111,10 +111,8 @@ if DRY_RUN then
     redis = setmetatable({call = dry_call}, {__index = real})
 end
 local NK = 16 -- keys per semaphore
-local WAKE = ARGV[1]
-local LEASE, TTL = tonumber(ARGV[3]), tonumber(ARGV[4])
-local TOKEN, STARTED, QMS = ARGV[5] or '', tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
-local ADOPT, PREV = ARGV[8] or '', ARGV[9] or ''
+-- The common arguments (WAKE, KIND, LEASE, TTL, TOKEN, STARTED, QMS, ADOPT, PREV) are locals made
+-- from lua/protocol/_common.def, in front of this file.
 local ERA_TTL = 7 * 24 * 3600 * 1000 -- outlives idleness, not forever
 -- The counters and histograms outlive the pool's transient keys (three leases), so that what
 -- Prometheus reads of them stays monotonic across idle periods of up to a week.
@@ -142,7 +140,7 @@ local function semaphore(base, kind)
 end
 
 -- The semaphore of a script that works on one: KEYS[1..NK], of kind ARGV[2].
-local S = semaphore(0, ARGV[2])
+local S = semaphore(0, KIND)
 
 -- The TTL a new key gets: ours, or SEEN's remaining one if longer. So SEEN always expires first
 -- and touch() may judge every key by SEEN alone, whatever leases the clients of a pool use.

@@ -1,29 +1,24 @@
 -- acquire.lua: take a permit now, or join the queue.
--- ARGV[10] id, ARGV[11] the caller's limit, ARGV[12] "1" = do not queue (try only),
--- ARGV[13] who asks: "<host> <pid> <conn>" (for dbthrottle status), ARGV[14] the class
--- definitions the caller ships (DBTHROTTLE_CLASSES, the definition text; "" none): kept in
--- classes_seen, in force while the operator has defined none, ARGV[15] the session the command
--- runs on: "<backend pid>\31<application_name>\31<user>\31<database>" ("" none), kept in info
--- Returns {status, holders (units in use), queue length, limit seen from the previous acquirer or
--- false, ticket, sole, quarantine (ms left, 0 = none), why (see era()) or false, the class the
--- caller is served as or false (no classes defined), its wait_ms or -1, its queue cap or -1}
+-- Its arguments (ARG) and its reply's fields: lua/protocol/acquire.def. The class definitions the
+-- caller ships (ARG.shipped, DBTHROTTLE_CLASSES as definition text) are kept in classes_seen, in
+-- force while the operator has defined none; its session (ARG.session) is kept in info.
+-- The reply's status (GRANT): GRANTED; QUEUED (a grant will be pushed); NOT_GRANTED (try only);
+-- QUEUE_FULL (refused: its class has as many waiters as its queue cap).
 --   In quarantine nothing is granted: the caller queues (try only: is refused).
---   status 1 = granted, 2 = queued (a grant will be pushed), 0 = not granted (try only),
---   3 = refused: its class has as many waiters as its queue cap
 --   ticket: the waiter's place (queued); granted: the ticket counter now, which orders the grant
 --   against the revokes ("r<kind>:<ticket>") pushed to its process (see below); else 0
 --   sole: 1 when the queue holds this process' waiters only (queued only, else 0): see below
-local id, limit, try_only, who = ARGV[10], tonumber(ARGV[11]), ARGV[12] == '1', ARGV[13] or '? ? ?'
-local shipped = ARGV[14] or ''
-local session = ARGV[15] or ''
+local id, limit, try_only, who = ARG.id, tonumber(ARG.limit), ARG.try_only, ARG.who
+local shipped = ARG.shipped
+local session = ARG.session
 local now = now_ms()
 -- Every acquire sends a new id, so one that already left (cancelled or released: GONE) is an
 -- acquire that reached Redis after the cancel its caller owed for it: the caller timed out on a
 -- stalled or slow Redis and gave up, and Redis, once it ran again, served the other connection
 -- first. Served, it would hold a permit or a place nobody renews or gives back for a lease.
 if TOKEN ~= '' and redis.call('ZSCORE', S.GONE, id) then
-    return {0, redis.call('ZCARD', S.H), redis.call('ZCARD', S.Q), false, 0, 0, 0, false, false,
-        -1, -1}
+    return reply{status = GRANT.NOT_GRANTED, holders = redis.call('ZCARD', S.H),
+        queue = redis.call('ZCARD', S.Q)}
 end
 -- A worker's default definitions become every worker's while the operator has none: written when
 -- they differ from what is there (and are valid), with the TTL of the pool's other keys.
@@ -41,14 +36,14 @@ pump(S, now)
 -- its TTL, and when it is new, every key is refreshed at once.
 local seen = redis.call('GET', S.SEEN)
 local fresh = not seen
-if seen ~= ARGV[11] then
+if seen ~= ARG.limit then
     if seen then
-        redis.call('SET', S.SEEN, ARGV[11], 'KEEPTTL')
+        redis.call('SET', S.SEEN, ARG.limit, 'KEEPTTL')
     else
-        redis.call('SET', S.SEEN, ARGV[11], 'PX', floor_ttl(S))
+        redis.call('SET', S.SEEN, ARG.limit, 'PX', floor_ttl(S))
     end
 end
-if seen == ARGV[11] then
+if seen == ARG.limit then
     seen = false
 end
 
@@ -60,6 +55,11 @@ local override, drained, q = controls(S, now)
 local d = S.defs
 local cls = d and K.class_of(d, (shape_of(id)))
 local klass, cwait, ccap = cls and cls.name or false, cls and cls.wait or -1, cls and cls.cap or -1
+-- Every reply from here tells the caller the class it is served as and the limit seen.
+local function answer(r)
+    r.limit_seen, r.class_name, r.class_wait, r.class_cap = seen, klass, cwait, ccap
+    return reply(r)
+end
 local L = override or limit
 local w, clamped = units_at(id, L)
 local holders = redis.call('ZCARD', S.H)
@@ -85,13 +85,14 @@ if grant then
     touch(S, fresh)
     -- the queue length: 0, or the waiters a class under its guarantee was granted past (its
     -- process must not keep the permit idle while they wait)
-    return {1, holders + w, waiting, seen, tonumber(redis.call('GET', S.SEQ) or '0'), 0, 0, false,
-        klass, cwait, ccap}
+    return answer{status = GRANT.GRANTED, holders = holders + w, queue = waiting,
+        ticket = tonumber(redis.call('GET', S.SEQ) or '0')}
 end
 if try_only then
     count(S, 'refused')
     touch(S, fresh)
-    return {0, holders, waiting, seen, 0, 0, q, S.why, klass, cwait, ccap}
+    return answer{status = GRANT.NOT_GRANTED, holders = holders, queue = waiting, quarantine = q,
+        why = S.why}
 end
 -- A class's queue cap: a command that would queue past it is refused at once.
 if cls and cls.cap >= 0 then
@@ -99,7 +100,8 @@ if cls and cls.cap >= 0 then
     if mine >= cls.cap then
         count(S, 'capped')
         touch(S, fresh)
-        return {3, holders, waiting, seen, 0, 0, q, S.why, klass, cwait, ccap}
+        return answer{status = GRANT.QUEUE_FULL, holders = holders, queue = waiting,
+            quarantine = q, why = S.why}
     end
 end
 -- The first waiter of a contention asks every process that holds a permit to give back the ones it
@@ -174,4 +176,5 @@ elseif not alone and sole == owner then
     redis.call('HDEL', S.OWN, '*')
 end
 touch(S, fresh)
-return {2, holders, qlen, seen, ticket, alone and 1 or 0, q, S.why, klass, cwait, ccap}
+return answer{status = GRANT.QUEUED, holders = holders, queue = qlen, ticket = ticket,
+    sole = alone and 1 or 0, quarantine = q, why = S.why}

@@ -4,7 +4,7 @@
 -- when it dies the limit lapses and each worker's own applies again. The same key WITHOUT a TTL is
 -- an operator's (dbthrottle limit): the controller then changes nothing until it is cleared.
 -- Its record is the hash S.LIM .. ':adapt' (fields in _common.lua's key list).
--- ARGV[10] the operation, then its arguments:
+-- ARG.op the operation (OP), then its arguments (lua/protocol/adapt.def):
 --   lease TOKEN LEASE_MS HOST PID MIN MAX TTL_MS INTERVAL_MS WINDOW_MS
 --            takes the lease when nobody holds a live one (owner "" or lease_until <= now) or
 --            TOKEN holds it, until now + LEASE_MS; while TOKEN leads and the limit key is the
@@ -15,10 +15,10 @@
 --            are granted at once, and kept permits are called back (as admin.lua's limit)
 --   resign TOKEN
 --            TOKEN's lease ends now (a standby takes over at once); the limit stays until its TTL
--- Returns {status, owner, owner's host, owner's pid, lease left ms, override or false, its PTTL,
--- granted waiters, now}. status: "ok"; "not_leader" (another token holds a live lease: nothing
--- changed); "operator" (TOKEN leads, but the limit key is an operator's: nothing set).
-local op, token = ARGV[10], ARGV[11] or ''
+-- Its reply: status, owner, owner's host, owner's pid, lease left ms, override or false, its PTTL,
+-- granted waiters, now. status (STATUS): OK; NOT_LEADER (another token holds a live lease:
+-- nothing changed); OPERATOR (TOKEN leads, but the limit key is an operator's: nothing set).
+local op, token = ARG.op, ARG.token
 local R = S.LIM .. ':adapt'
 local now = now_ms()
 local function refuse(why)
@@ -40,17 +40,17 @@ local function field(name)
 end
 local owner, until_ms = field('owner') or '', tonumber(field('lease_until')) or 0
 local live = owner ~= '' and until_ms > now
-local status, granted = 'ok', 0
+local status, granted = STATUS.OK, 0
 -- The limit key's TTL: -2 absent, -1 an operator's (no TTL), > 0 the controller's.
 local function lim_pttl()
     return redis.call('PTTL', S.LIM)
 end
 if live and owner ~= token then
-    status = 'not_leader'
-elseif op == 'lease' then
-    local lease_ms, ttl_ms = whole(ARGV[12], 1), whole(ARGV[17], 1)
-    local mn, mx = whole(ARGV[15], 1), whole(ARGV[16], 1)
-    local interval_ms, window_ms = whole(ARGV[18], 1), whole(ARGV[19], 0)
+    status = STATUS.NOT_LEADER
+elseif op == OP.LEASE then
+    local lease_ms, ttl_ms = whole(ARG.lease_ms, 1), whole(ARG.ttl_ms, 1)
+    local mn, mx = whole(ARG.min, 1), whole(ARG.max, 1)
+    local interval_ms, window_ms = whole(ARG.interval_ms, 1), whole(ARG.window_ms, 0)
     if not (lease_ms and ttl_ms and mn and mx and interval_ms and window_ms) or mn > mx then
         return refuse('lease: bad arguments')
     end
@@ -58,27 +58,27 @@ elseif op == 'lease' then
         redis.call('HSET', R, 'owner', token, 'since', now)
     end
     owner, until_ms = token, now + lease_ms
-    redis.call('HSET', R, 'lease_until', until_ms, 'host', ARGV[13] or '', 'pid', ARGV[14] or '',
+    redis.call('HSET', R, 'lease_until', until_ms, 'host', ARG.host, 'pid', ARG.pid,
         'min', mn, 'max', mx, 'ttl_ms', ttl_ms, 'interval_ms', interval_ms, 'window_ms', window_ms)
     redis.call('PEXPIRE', R, COUNTER_TTL)
     local t = lim_pttl()
     if t > 0 then
         redis.call('PEXPIRE', S.LIM, ttl_ms)
     elseif t == -1 then
-        status = 'operator'
+        status = STATUS.OPERATOR
     end
-elseif op == 'set' then
-    local limit, reason = whole(ARGV[12], 1), ARGV[13] or ''
+elseif op == OP.SET then
+    local limit, reason = whole(ARG.limit, 1), ARG.reason
     local ttl_ms = whole(field('ttl_ms'), 1)
     if not limit then
-        return refuse('set: limit "' .. tostring(ARGV[12]) .. '" is not a whole number >= 1')
+        return refuse('set: limit "' .. tostring(ARG.limit) .. '" is not a whole number >= 1')
     end
     if not live then
-        status = 'not_leader' -- its lease ran out (or it never took one): it may not act
+        status = STATUS.NOT_LEADER -- its lease ran out (or it never took one): it may not act
     elseif not ttl_ms then
         return refuse('set: the record has no ttl_ms (lease first)')
     elseif lim_pttl() == -1 then
-        status = 'operator'
+        status = STATUS.OPERATOR
     else
         redis.call('SET', S.LIM, limit, 'PX', ttl_ms)
         redis.call('HSET', R, 'limit', limit, 'reason', reason, 'changed_at', now)
@@ -91,7 +91,7 @@ elseif op == 'set' then
         reap(S, now)
         granted = pump(S, now)
     end
-elseif op == 'resign' then
+elseif op == OP.RESIGN then
     if owner == token then
         redis.call('HSET', R, 'owner', '', 'lease_until', 0)
         redis.call('PEXPIRE', R, COUNTER_TTL)
@@ -105,5 +105,6 @@ if owner ~= '' and until_ms > now then
     who = {field('host'), field('pid')}
 end
 local override = tonumber(redis.call('GET', S.LIM) or '') or false
-return {status, (until_ms > now) and owner or '', who[1] or '', tonumber(who[2]) or 0,
-    math.max(0, until_ms - now), override, lim_pttl(), granted, now}
+return reply{status = status, owner = (until_ms > now) and owner or '', owner_host = who[1] or '',
+    owner_pid = tonumber(who[2]) or 0, lease_left = math.max(0, until_ms - now), override = override,
+    override_pttl = lim_pttl(), granted = granted, now = now}

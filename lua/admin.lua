@@ -1,5 +1,5 @@
 -- admin.lua: the operator's controls of one semaphore (dbthrottle limit, drain, resume, evict).
--- ARGV[10] operation, ARGV[11] its argument:
+-- ARG.op the operation (OP), ARG.arg its argument (lua/protocol/admin.def):
 --   limit N  the override becomes every caller's limit; waiters that now fit are granted at once
 --   clear    the override goes; each caller's own limit applies again
 --   drain    no grant is made (waiters wait) until resume
@@ -17,19 +17,19 @@
 --            "*": every class and the aging bound (the workers' shipped definitions apply again)
 --   aging MS the aging bound: a waiter queued MS ago is served next whatever its class; 0 = none
 -- A bad value is refused with an error reply "ERR dbthrottle: ..." naming it; nothing changes.
--- Returns {granted waiters, holders, evicted (1/0), the evicted permit's info or false, now}.
-local op, arg = ARGV[10], ARGV[11]
+-- Its reply: the granted waiters, holders, evicted (1/0), the evicted permit's info or false, now.
+local op, arg = ARG.op, ARG.arg
 local now = now_ms()
 local evicted, info = 0, false
-if op == 'limit' then
+if op == OP.LIMIT then
     redis.call('SET', S.LIM, arg)
-elseif op == 'clear' then
+elseif op == OP.CLEAR then
     redis.call('DEL', S.LIM)
-elseif op == 'drain' then
+elseif op == OP.DRAIN then
     redis.call('SET', S.DRAIN, '1')
-elseif op == 'resume' then
+elseif op == OP.RESUME then
     redis.call('DEL', S.DRAIN)
-elseif op == 'evict' or op == 'evict_cancel' then
+elseif op == OP.EVICT or op == OP.EVICT_CANCEL then
     -- a weighted permit's unit member ("id#k", as the holders list it) names its permit: the
     -- permit goes, all its units (a unit alone would leave it running, under-counted)
     arg = string.match(arg, '^[^#]*')
@@ -40,7 +40,7 @@ elseif op == 'evict' or op == 'evict_cancel' then
         -- the reply names whose it was: "<since> <host> <pid> <conn>", as it always did
         info = info and string.match(info, '^[^\31]*')
         redis.call('HDEL', S.INFO, arg)
-        local mark = (op == 'evict') and 'e' or 'x'
+        local mark = (op == OP.EVICT) and 'e' or 'x'
         redis.call('HSET', S.INFO, 'evicted:' .. arg, mark) -- read once (by older clients' renew.lua)
         expire_new(S, S.INFO)
         -- The permit may be passing between processes of a host: the giver's renewal and the
@@ -54,7 +54,7 @@ elseif op == 'evict' or op == 'evict_cancel' then
     else
         info = false
     end
-elseif op == 'class_set' or op == 'class_clear' or op == 'aging' then
+elseif op == OP.CLASS_SET or op == OP.CLASS_CLEAR or op == OP.AGING then
     local function refuse(why)
         return redis.error_reply('ERR dbthrottle: ' .. why)
     end
@@ -63,12 +63,12 @@ elseif op == 'class_set' or op == 'class_clear' or op == 'aging' then
     local d = K.parse_defs(defs_text(S.CLASSES) or '') or K.parse_defs('')
     -- Over the cap (written by hand or by an older version), a change would write back only the
     -- classes in force and drop the others unsaid: only clearing them all is taken.
-    if d.over and not (op == 'class_clear' and arg == '*') then
+    if d.over and not (op == OP.CLASS_CLEAR and arg == '*') then
         return refuse('the definitions hold more than ' .. MAX_CLASSES .. ' classes, the most a ' ..
             'pool may have (only the first ' .. MAX_CLASSES .. ' are in force): clear them all ' ..
             'first (dbthrottle class POOL --clear)')
     end
-    if op == 'class_set' then
+    if op == OP.CLASS_SET then
         local text, is_default = string.match(arg, '^(.*):default$')
         is_default = text ~= nil
         local c, err = K.parse_class(text or arg)
@@ -95,9 +95,9 @@ elseif op == 'class_set' or op == 'class_clear' or op == 'aging' then
         if is_default then
             d.default = c.name
         end
-    elseif op == 'class_clear' and arg == '*' then
+    elseif op == OP.CLASS_CLEAR and arg == '*' then
         d = K.parse_defs('')
-    elseif op == 'class_clear' then
+    elseif op == OP.CLASS_CLEAR then
         if not d.by[arg] then
             return refuse('no class "' .. tostring(arg) .. '" is defined by the operator')
         end
@@ -138,14 +138,15 @@ else
     return redis.error_reply('admin.lua: unknown operation ' .. tostring(op))
 end
 -- Permits kept between commands would not see a new limit or a drain (see recall_kept).
-if op == 'drain' or op == 'limit' then
+if op == OP.DRAIN or op == OP.LIMIT then
     recall_kept(S)
 end
 -- A process passing permits between its own threads (local handover) would not see a new
 -- limit, a drain, an eviction or new classes: it is told to stop and give its permits back to Redis.
-if op ~= 'clear' and op ~= 'resume' then
+if op ~= OP.CLEAR and op ~= OP.RESUME then
     end_sole(S, nil)
 end
 reap(S, now)
 local granted = pump(S, now)
-return {granted, redis.call('ZCARD', S.H), evicted, info, now}
+return reply{granted = granted, holders = redis.call('ZCARD', S.H), evicted = evicted, info = info,
+    now = now}

@@ -1,25 +1,26 @@
 -- cancel.lua: withdraw a waiter (timeout, interrupt, lost reply).
--- ARGV[10] id. Returns 0 = withdrawn from the queue, 1 = it had been granted in the meantime: the
--- permit is given back and passed on to the next waiter, -1 = unknown (expired or done).
-local id = ARGV[10]
+-- ARG.id (lua/protocol/cancel.def). Returns its OUTCOME: WITHDRAWN from the queue, RETURNED (it
+-- had been granted in the meantime: the permit is given back and passed on to the next waiter),
+-- UNKNOWN (expired or done).
+local id = ARG.id
 local now = now_ms()
 load_classes() -- tag_queue, owner_of
 note_gone(S, now, {id}, now + QMS) -- as release.lua
-local result = -1
+local result = OUTCOME.UNKNOWN
 if redis.call('ZREM', S.Q, id) == 1 then
     unqueued(S, id)
-    result = 0
+    result = OUTCOME.WITHDRAWN
 elseif unhold(S, id) == 1 then
-    result = 1
+    result = OUTCOME.RETURNED
     observe_hold(S, redis.call('HGET', S.INFO, id), now)
 end
-if result ~= 1 then
+if result ~= OUTCOME.RETURNED then
     -- and its tag's queue ("-" for an untagged one: it queued there if classes were defined)
     redis.call('ZREM', K.tag_queue(S, shape_of(id) or '-'), id)
 end
 redis.call('ZREM', S.W, id)
 redis.call('HDEL', S.INFO, id)
-if result == 0 then
+if result == OUTCOME.WITHDRAWN then
     count(S, 'cancelled')
 end
 reap(S, now)

@@ -1,16 +1,17 @@
 -- renew.lua: extend the leases of one process' holders and waiters of both kinds of a pool in
 -- one call, and keep the queues live (an expired holder is reaped and its permit granted even
 -- when nobody releases). KEYS[1..NK] the query semaphore, KEYS[NK+1..2NK] the connection one.
--- ARGV[10..13] counts: query holders, query waiters, connection holders, connection waiters;
--- then the ids in that order; then, optionally, for each kind what the process did without Redis
--- since its last renewal (local handover): grants, queued, wait_ms, added to the counters.
--- Returns {lost holders ("e:ID" or "x:ID" for one evicted by hand, see admin.lua), lost waiters,
--- granted waiters, {queue length of each kind}, {whether local handover may go on, per kind: not
--- while drained or over the operator's limit}, {quarantine ms left per kind}, {why per kind, or
--- false}, {ids re-asserted or re-queued per kind}, {the sole owner per kind (OWN['*']: the process
--- or host group whose waiters were the whole queue when it last queued one), or false}, now (ms,
--- Redis' clock: the caller reads Redis' clock from it, see BELIEVED_UNTIL)}: ids Redis
--- no longer has (expired), whose
+-- ARG: the four counts (lua/protocol/renew.def): query holders, query waiters, connection
+-- holders, connection waiters; then the ids in that order; then, optionally, for each kind what
+-- the process did without Redis since its last renewal (local handover): grants, queued, wait_ms,
+-- added to the counters.
+-- Its reply (lua/protocol/renew.def): the lost holders ("e:ID" or "x:ID" for one evicted by hand,
+-- see admin.lua), lost waiters, granted waiters, the queue length of each kind, whether local
+-- handover may go on, per kind (not while drained or over the operator's limit), the quarantine
+-- ms left and why per kind, the ids re-asserted or re-queued per kind, the sole owner per kind
+-- (OWN['*']: the process or host group whose waiters were the whole queue when it last queued
+-- one), or false, and now (ms, Redis' clock: the caller reads Redis' clock from it, see
+-- BELIEVED_UNTIL): ids Redis no longer has (expired), whose
 -- owners must not believe they hold or wait any more; waiters Redis already granted, so a grant
 -- whose pushed message went astray still reaches its owner; and whether anybody waits, so that a
 -- process keeping permits between commands gives them back even if the push that says so went
@@ -25,9 +26,9 @@
 -- stopped with the renewal in its socket for longer than the keys' TTL, which expired them all),
 -- not a loss.
 -- Where the arguments after the common ones start: the four counts, then the ids.
-local COUNTS_AT = 10 -- ARGV[10..13]: query holders, query waiters, connection holders, waiters
+local COUNTS_AT = ARGN.held_q -- query holders, query waiters, connection holders, waiters
 load_classes() -- renew_units
-local IDS_AT = COUNTS_AT + 4
+local IDS_AT = ARGN.rest
 local now = now_ms()
 local exp = now + LEASE
 local lost_h, lost_w, granted_w = {}, {}, {}
@@ -367,4 +368,6 @@ if PROCS and PINFO and ARGV[rec_at + 3] then
         redis.call('HDEL', PINFO, unpack(gone))
     end
 end
-return {lost_h, lost_w, granted_w, queued, allowed, quarantined, why, back, sole, now}
+return reply{lost_holders = lost_h, lost_waiters = lost_w, granted_waiters = granted_w,
+    queue = queued, handover_allowed = allowed, quarantine = quarantined, why = why,
+    reasserted = back, sole_owner = sole, now = now}

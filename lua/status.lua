@@ -1,7 +1,7 @@
 -- status.lua: one consistent snapshot of a pool's two semaphores for dbthrottle status and top,
 -- by Redis' clock. Reads only: no reaping, no granting, no TTL refresh. KEYS[1..NK] the query
--- semaphore, KEYS[NK+1..2NK] the connection one. ARGV[10] the most holders and waiters listed
--- per semaphore (0 = all); the counts are always whole.
+-- semaphore, KEYS[NK+1..2NK] the connection one. ARG.max_rows the most holders and waiters listed
+-- per semaphore (0 = all); the counts are always whole. Its reply's fields: lua/protocol/status.def.
 -- Returns {now, query, connection[, processes]}, each of the first two {limit seen or false, override or false, drained 0/1,
 -- live holders, live waiters, {id, lease expiry, info, ...} of holders, {id, info, ...} of
 -- waiters in queue order, {counter, value, ...}, quarantine ms left (0 = none), why or false,
@@ -28,7 +28,7 @@
 -- operator's hold more than MAX_CLASSES classes (only the first are in force: admin.lua takes
 -- only a clear) else 0}, the operator's first (not valid: not in force; over the cap); false
 -- when nothing is.
-local max = tonumber(ARGV[10]) or 0
+local max = ARG.max_rows
 load_classes()
 local now = now_ms()
 local function info_of(s, id)
@@ -182,11 +182,15 @@ local function snapshot(s)
     for i, b in ipairs(HIST_BOUNDS()) do
         bounds[i] = tostring(b) -- as text: a Lua number becomes an integer in the reply
     end
-    return {c[1] or false, c[2] or false, c[3] and 1 or 0, redis.call('ZCOUNT', s.H, now, '+inf'),
-        redis.call('ZCOUNT', s.W, now, '+inf'), holders, waiters, redis.call('HGETALL', s.STATS),
-        qleft, why, classes(s, K.effective_defs(c[5], c[6]), tonumber(c[2]) or tonumber(c[1]) or 0),
-        oldest, bounds, redis.call('HGETALL', s.HIST), nlapsed, lapsed,
-        redis.call('HGET', s.OWN, '*'), redis.call('PTTL', s.LIM), adapt_record(s), problem}
+    return reply_semaphore{seen = c[1] or false, override = c[2] or false, drained = c[3] and 1 or 0,
+        nholders = redis.call('ZCOUNT', s.H, now, '+inf'),
+        nwaiters = redis.call('ZCOUNT', s.W, now, '+inf'), holders = holders, waiters = waiters,
+        stats = redis.call('HGETALL', s.STATS), quarantine = qleft, why = why,
+        classes = classes(s, K.effective_defs(c[5], c[6]), tonumber(c[2]) or tonumber(c[1]) or 0),
+        oldest = oldest, bounds = bounds, hist = redis.call('HGETALL', s.HIST), nlapsed = nlapsed,
+        lapsed = lapsed, sole = redis.call('HGET', s.OWN, '*'),
+        override_pttl = redis.call('PTTL', s.LIM), adapt = adapt_record(s),
+        classes_problem = problem}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).
@@ -202,7 +206,6 @@ local function processes(procs, pinfo)
 end
 local q = snapshot(semaphore(0, 'q'))
 local c = snapshot(semaphore(NK, 'c'))
-if KEYS[2 * NK + 2] then
-    return {now, q, c, processes(KEYS[2 * NK + 1], KEYS[2 * NK + 2])}
-end
-return {now, q, c}
+-- without the registry's keys the reply ends before the processes
+return reply{now = now, query = q, connection = c,
+    processes = KEYS[2 * NK + 2] and processes(KEYS[2 * NK + 1], KEYS[2 * NK + 2]) or nil}

@@ -8,7 +8,7 @@
 # pgbouncer). Everything `make test` needs is in `test`, so it is installed at the start, never
 # in the middle of a run.
 set -eu
-build="gcc make pkg-config binutils libhiredis-dev libpq-dev libssl-dev libmicrohttpd-dev"
+build="gcc make pkg-config binutils python3 libhiredis-dev libpq-dev libssl-dev libmicrohttpd-dev"
 test="$build clang libcriterion-dev redis-server postgresql postgresql-client clang-format valgrind \
 python3 python3-psycopg2 python3-psycopg ruby-pg libdbd-pg-perl php-cli php-pgsql tmux iproute2 \
 libclang-rt-14-dev groff-base man-db ca-certificates strace redis-sentinel openssl curl prometheus \

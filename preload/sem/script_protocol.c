@@ -6,9 +6,41 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- the protocol's tables (lua/protocol/NAME.def) ---- */
+
+/* What a field of a reply is, and what its reader stores (at offset, in the script's
+ * <script>_fields struct of protocol_fields.inc). */
+typedef enum {
+    DBT_FT_INT,       /* an integer: long long */
+    DBT_FT_STR,       /* a string: const char * (or, naming a constant, its index: long long) */
+    DBT_FT_STR_NIL,   /* a string, or false (nil): const char *, NULL for nil */
+    DBT_FT_INT_NIL,   /* an integer, or false (nil): long long, 0 for nil */
+    DBT_FT_NUM,       /* an integer, a number's text, or nil: long long (0 for nil) */
+    DBT_FT_IDS,       /* an array of strings: dbt_reply_ids */
+    DBT_FT_INT_K,     /* an array of one integer per kind: long long[DBT_NKINDS] */
+    DBT_FT_STR_NIL_K, /* an array of one string or nil per kind: const char *[DBT_NKINDS] */
+    DBT_FT_ARRAY,     /* an array, read by hand: const redisReply * */
+    DBT_FT_ANY        /* anything, read by hand: const redisReply * */
+} dbt_field_type;
+
+typedef struct {
+    const char *name; /* as messages name it */
+    dbt_field_type type;
+    size_t offset;
+    bool older;               /* a reply of an older script may end before this field */
+    const long long *values;  /* an integer naming a constant: the values it may have */
+    const char *const *names; /* a string naming a constant: the names it may have */
+    int nvalues;
+} dbt_field_spec;
+
+/* Each reply's field table, the constants' names (protocol_fields.inc is made from the .def files,
+ * for this file alone). */
+#include "protocol_fields.inc"
 
 /* ---- arguments ------------------------------------------------------------------------------ */
 
@@ -118,12 +150,13 @@ void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, con
 {
     begin_call(c, &dbt_script_acquire, k, kind, cfg);
     snprintf(c->number[0], sizeof c->number[0], "%d", a->limit);
-    c->args[c->nargs++] = a->id;                   /* ARGV[10] */
-    c->args[c->nargs++] = c->number[0];            /* ARGV[11] the caller's limit */
-    c->args[c->nargs++] = a->try_only ? "1" : "0"; /* ARGV[12] */
-    c->args[c->nargs++] = a->who;                  /* ARGV[13] */
-    c->args[c->nargs++] = a->shipped_classes ? a->shipped_classes : ""; /* ARGV[14] */
-    c->args[c->nargs++] = a->session ? a->session : "";                 /* ARGV[15] */
+    c->args[DBT_ACQUIRE_ARG_ID] = a->id;
+    c->args[DBT_ACQUIRE_ARG_LIMIT] = c->number[0];
+    c->args[DBT_ACQUIRE_ARG_TRY_ONLY] = a->try_only ? "1" : "0";
+    c->args[DBT_ACQUIRE_ARG_WHO] = a->who;
+    c->args[DBT_ACQUIRE_ARG_SHIPPED] = a->shipped_classes ? a->shipped_classes : "";
+    c->args[DBT_ACQUIRE_ARG_SESSION] = a->session ? a->session : "";
+    c->nargs = DBT_ACQUIRE_NARGS;
 }
 
 /* A name of the session, cut to 63 bytes, control bytes (the separator among them) made '_'. */
@@ -163,14 +196,16 @@ void dbt_build_release(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, con
                        const char *id)
 {
     begin_call(c, &dbt_script_release, k, kind, cfg);
-    c->args[c->nargs++] = id;
+    c->args[DBT_RELEASE_ARG_ID] = id;
+    c->nargs = DBT_RELEASE_NARGS;
 }
 
 void dbt_build_cancel(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                       const char *id)
 {
     begin_call(c, &dbt_script_cancel, k, kind, cfg);
-    c->args[c->nargs++] = id;
+    c->args[DBT_CANCEL_ARG_ID] = id;
+    c->nargs = DBT_CANCEL_NARGS;
 }
 
 void dbt_build_renew(dbt_script_call *c, const dbt_keys *k, const dbt_config *cfg,
@@ -186,13 +221,18 @@ void dbt_build_renew(dbt_script_call *c, const dbt_keys *k, const dbt_config *cf
     dbt_script_args(k, DBT_KIND_QUERY, cfg, c->lease, c->ttl, args);
     c->nargs = DBT_BASE_ARGS;
     set_quarantine(c, cfg);
-    /* ARGV[10..13]: how many ids of each list, then the ids in that order. */
+    /* How many ids of each list (DBT_RENEW_ARG_HELD_Q .. QUEUED_C), then the ids in that order. */
+    _Static_assert(DBT_RENEW_ARG_QUEUED_Q == DBT_RENEW_ARG_HELD_Q + DBT_RENEW_QUEUED &&
+                       DBT_RENEW_ARG_HELD_C == DBT_RENEW_ARG_HELD_Q + DBT_RENEW_LISTS &&
+                       DBT_RENEW_ARG_REST == DBT_RENEW_ARG_HELD_Q + DBT_NKINDS * DBT_RENEW_LISTS,
+                   "renew.def's counts: per kind, held then queued");
     for (int kind = 0; kind < DBT_NKINDS; kind++)
         for (int l = 0; l < DBT_RENEW_LISTS; l++) {
             char *count = c->id_count[kind * DBT_RENEW_LISTS + l];
             snprintf(count, sizeof c->id_count[0], "%d", lists ? lists[kind][l].n : 0);
-            args[c->nargs++] = count;
+            args[DBT_RENEW_ARG_HELD_Q + kind * DBT_RENEW_LISTS + l] = count;
         }
+    c->nargs = DBT_RENEW_ARG_REST;
     for (int kind = 0; kind < DBT_NKINDS && lists; kind++)
         for (int l = 0; l < DBT_RENEW_LISTS; l++)
             for (int i = 0; i < lists[kind][l].n; i++)
@@ -441,45 +481,45 @@ void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows)
     c->args[c->nargs++] = "0";
     no_era(c->args); /* it reads the era, never starts one */
     c->nargs = DBT_BASE_ARGS;
-    c->args[c->nargs++] = c->number[0]; /* ARGV[10] */
+    c->args[DBT_STATUS_ARG_MAX_ROWS] = c->number[0];
+    c->nargs = DBT_STATUS_NARGS;
 }
 
 void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                      dbt_admin_op op, const char *arg)
 {
-    static const char *const names[] = {
-        [DBT_ADMIN_LIMIT] = "limit",         [DBT_ADMIN_CLEAR] = "clear",
-        [DBT_ADMIN_DRAIN] = "drain",         [DBT_ADMIN_RESUME] = "resume",
-        [DBT_ADMIN_EVICT] = "evict",         [DBT_ADMIN_EVICT_CANCEL] = "evict_cancel",
-        [DBT_ADMIN_CLASS_SET] = "class_set", [DBT_ADMIN_CLASS_CLEAR] = "class_clear",
-        [DBT_ADMIN_AGING] = "aging"};
     begin_call(c, &dbt_script_admin, k, kind, cfg);
-    c->args[c->nargs++] = names[op];
-    c->args[c->nargs++] = arg ? arg : "";
+    c->args[DBT_ADMIN_ARG_OP] = dbt_admin_op_names[op];
+    c->args[DBT_ADMIN_ARG_ARG] = arg ? arg : "";
+    c->nargs = DBT_ADMIN_NARGS;
 }
 
 void dbt_build_adapt(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                      const dbt_adapt_args *a)
 {
-    static const char *const names[] = {
-        [DBT_ADAPT_LEASE] = "lease", [DBT_ADAPT_SET] = "set", [DBT_ADAPT_RESIGN] = "resign"};
+    _Static_assert(DBT_ADAPT_NARGS <= DBT_CALL_MAX_FIXED_ARGS, "adapt.lua's arguments fit");
     begin_call(c, &dbt_script_adapt, k, kind, cfg);
-    c->args[c->nargs++] = names[a->op]; /* ARGV[10] */
-    c->args[c->nargs++] = a->token;     /* ARGV[11] */
+    c->args[DBT_ADAPT_ARG_OP] = dbt_adapt_op_names[a->op];
+    c->args[DBT_ADAPT_ARG_TOKEN] = a->token;
+    c->nargs = DBT_ADAPT_ARG_TOKEN + 1;
     if (a->op == DBT_ADAPT_LEASE) {
+        static const int at[] = {DBT_ADAPT_ARG_LEASE_MS, DBT_ADAPT_ARG_PID,
+                                 DBT_ADAPT_ARG_MIN,      DBT_ADAPT_ARG_MAX,
+                                 DBT_ADAPT_ARG_TTL_MS,   DBT_ADAPT_ARG_INTERVAL_MS,
+                                 DBT_ADAPT_ARG_WINDOW_MS};
         const int64_t nums[] = {a->lease_ms, a->pid,         a->min,      a->max,
                                 a->ttl_ms,   a->interval_ms, a->window_ms};
-        snprintf(c->number[0], sizeof c->number[0], "%" PRId64, nums[0]);
-        c->args[c->nargs++] = c->number[0];           /* ARGV[12] LEASE_MS */
-        c->args[c->nargs++] = a->host ? a->host : ""; /* ARGV[13] HOST */
-        for (int i = 1; i < 7; i++) {                 /* ARGV[14..19] PID .. WINDOW_MS */
+        for (int i = 0; i < 7; i++) {
             snprintf(c->number[i], sizeof c->number[i], "%" PRId64, nums[i]);
-            c->args[c->nargs++] = c->number[i];
+            c->args[at[i]] = c->number[i];
         }
+        c->args[DBT_ADAPT_ARG_HOST] = a->host ? a->host : "";
+        c->nargs = DBT_ADAPT_NARGS;
     } else if (a->op == DBT_ADAPT_SET) {
         snprintf(c->number[0], sizeof c->number[0], "%d", a->limit);
-        c->args[c->nargs++] = c->number[0];               /* ARGV[12] LIMIT */
-        c->args[c->nargs++] = a->reason ? a->reason : ""; /* ARGV[13] REASON */
+        c->args[DBT_ADAPT_ARG_LIMIT] = c->number[0];
+        c->args[DBT_ADAPT_ARG_REASON] = a->reason ? a->reason : "";
+        c->nargs = DBT_ADAPT_ARG_REASON + 1;
     }
 }
 
@@ -567,152 +607,171 @@ static bool ids_of(const redisReply *r, const char *script, const char *what, db
     return true;
 }
 
-/* The why of a quarantine: a string, or false (nil) when there is none. */
-static bool why_of(const redisReply *r, const char *script, char *out, char *err)
+/* ---- the one reader of the replies' field tables (lua/protocol/NAME.def) ---- */
+
+static bool number_of(const redisReply *r, const char *what, long long *out, char *err);
+
+/* One field of a reply, e, into at. */
+static bool read_field(const redisReply *e, const char *script, const dbt_field_spec *f, void *at,
+                       char *err)
 {
-    out[0] = '\0';
-    if (r->type == REDIS_REPLY_STRING)
-        snprintf(out, 16, "%s", r->str);
-    else if (r->type != REDIS_REPLY_NIL)
-        return unexpected(err, script, "why is %s, not a string or nil", type_name(r->type));
+    long long *num = at;
+    const char **str = at;
+    const redisReply **raw = at;
+    switch (f->type) {
+    case DBT_FT_INT:
+        if (!is_type(e, REDIS_REPLY_INTEGER, script, f->name, err))
+            return false;
+        for (int i = 0; i < f->nvalues && f->values[i] != e->integer; i++)
+            if (i + 1 == f->nvalues)
+                return unexpected(err, script, "%s %lld", f->name, e->integer);
+        *num = e->integer;
+        return true;
+    case DBT_FT_STR:
+        if (!is_type(e, REDIS_REPLY_STRING, script, f->name, err))
+            return false;
+        if (!f->nvalues) {
+            *str = e->str;
+            return true;
+        }
+        for (int i = 0; i < f->nvalues; i++)
+            if (strcmp(e->str, f->names[i]) == 0)
+                return *num = i, true;
+        return unexpected(err, script, "%s \"%.32s\"", f->name, e->str);
+    case DBT_FT_STR_NIL:
+        *str = e->type == REDIS_REPLY_STRING ? e->str : NULL;
+        if (e->type != REDIS_REPLY_STRING && e->type != REDIS_REPLY_NIL)
+            return unexpected(err, script, "%s is %s, not a string or nil", f->name,
+                              type_name(e->type));
+        return true;
+    case DBT_FT_INT_NIL:
+        *num = e->type == REDIS_REPLY_INTEGER ? e->integer : 0;
+        if (e->type != REDIS_REPLY_INTEGER && e->type != REDIS_REPLY_NIL)
+            return unexpected(err, script, "%s is %s", f->name, type_name(e->type));
+        return true;
+    case DBT_FT_NUM:
+        return number_of(e, f->name, num, err);
+    case DBT_FT_IDS:
+        return ids_of(e, script, f->name, at, err);
+    case DBT_FT_INT_K:
+    case DBT_FT_STR_NIL_K:
+        if (!is_array(e, DBT_NKINDS, script, f->name, err))
+            return false;
+        for (int k = 0; k < DBT_NKINDS; k++) {
+            dbt_field_spec one = *f;
+            one.type = f->type == DBT_FT_INT_K ? DBT_FT_INT : DBT_FT_STR_NIL;
+            if (!read_field(e->element[k], script, &one,
+                            f->type == DBT_FT_INT_K ? (void *)&num[k] : (void *)&str[k], err))
+                return false;
+        }
+        return true;
+    case DBT_FT_ARRAY:
+        if (!is_array(e, -1, script, f->name, err))
+            return false;
+        *raw = e;
+        return true;
+    case DBT_FT_ANY:
+        *raw = e;
+        return true;
+    }
+    return unexpected(err, script, "%s: no reader", f->name);
+}
+
+/* An array reply r (what: "the reply", or the part of one it is) into out, a <script>_fields
+ * struct, by its field table: as many elements as fields, or as an older script's reply had
+ * (ending before a field marked older); each of the type its table says. */
+static bool read_fields(const redisReply *r, const char *script, const char *what,
+                        const dbt_field_spec *spec, size_t n, void *out, char *err)
+{
+    if (!is_array(r, -1, script, what, err))
+        return false;
+    bool count_ok = r->elements == n;
+    for (size_t i = 0; i < n && !count_ok; i++)
+        count_ok = spec[i].older && r->elements == i;
+    if (!count_ok)
+        return unexpected(err, script, "%s has %zu elements, not %zu", what, r->elements, n);
+    *(size_t *)out = r->elements;
+    for (size_t i = 0; i < r->elements; i++)
+        if (!read_field(r->element[i], script, &spec[i], (char *)out + spec[i].offset, err))
+            return false;
     return true;
 }
 
+/* A reply that is one integer (release.lua, cancel.lua), by its table's one field. */
+static bool read_integer(const redisReply *r, const char *script, const dbt_field_spec *spec,
+                         void *out, char *err)
+{
+    if (!is_integer(r, script, err))
+        return false;
+    *(size_t *)out = 1;
+    return read_field(r, script, spec, (char *)out + spec->offset, err);
+}
+
+#define READ_FIELDS(r, script, what, name, out, err)                                               \
+    read_fields(r, script, what, name##_spec, sizeof name##_spec / sizeof name##_spec[0], out, err)
+
 bool dbt_parse_acquire(const redisReply *r, void *out, char *err)
 {
-    static const char script[] = "acquire.lua";
-    enum {
-        STATUS,
-        HOLDERS,
-        QUEUE,
-        SEEN,
-        TICKET,
-        SOLE,
-        QUARANTINE,
-        WHY,
-        CLASS,
-        CLASS_WAIT,
-        CLASS_CAP,
-        NFIELDS
-    };
-    static const char *const names[NFIELDS] = {"status", "holders",    "queue",      "seen",
-                                               "ticket", "sole",       "quarantine", "why",
-                                               "class",  "class wait", "class cap"};
+    acquire_fields f;
     dbt_acquire_reply *a = out;
     /* Eight elements are taken too: a reply of the scripts before classes (no class). */
-    if (!is_array(r, -1, script, "the reply", err))
+    if (!READ_FIELDS(r, "acquire.lua", "the reply", acquire, &f, err))
         return false;
-    if (r->elements != NFIELDS && r->elements != CLASS)
-        return unexpected(err, script, "the reply has %zu elements, not %d", r->elements, NFIELDS);
-    for (int i = 0; i < (int)r->elements; i++)
-        if (i != SEEN && i != WHY && i != CLASS &&
-            !is_type(r->element[i], REDIS_REPLY_INTEGER, script, names[i], err))
-            return false;
-    const redisReply *seen = r->element[SEEN]; /* the previous limit, or false (nil) */
-    if (seen->type != REDIS_REPLY_STRING && seen->type != REDIS_REPLY_NIL)
-        return unexpected(err, script, "seen is %s, not a string or nil", type_name(seen->type));
-    long long status = r->element[STATUS]->integer;
-    if (status != DBT_ACQUIRE_NOT_GRANTED && status != DBT_ACQUIRE_GRANTED &&
-        status != DBT_ACQUIRE_QUEUED && status != DBT_ACQUIRE_QUEUE_FULL)
-        return unexpected(err, script, "status %lld", status);
-    a->status = (dbt_acquire_status)status;
-    a->holders = r->element[HOLDERS]->integer;
-    a->queue = r->element[QUEUE]->integer;
-    a->limit_seen = seen->type == REDIS_REPLY_STRING ? strtoll(seen->str, NULL, 10) : 0;
-    a->ticket = r->element[TICKET]->integer;
-    a->sole = r->element[SOLE]->integer == 1;
-    a->quarantine_ms = r->element[QUARANTINE]->integer;
-    if (!why_of(r->element[WHY], script, a->why, err))
-        return false;
+    a->status = (dbt_acquire_status)f.status;
+    a->holders = f.holders;
+    a->queue = f.queue;
+    a->limit_seen = f.limit_seen ? strtoll(f.limit_seen, NULL, 10) : 0;
+    a->ticket = f.ticket;
+    a->sole = f.sole == 1;
+    a->quarantine_ms = f.quarantine;
+    snprintf(a->why, sizeof a->why, "%s", f.why ? f.why : "");
     a->class_name[0] = '\0';
     a->class_wait_ms = a->class_cap = -1;
-    if (r->elements == NFIELDS) {
-        const redisReply *klass = r->element[CLASS]; /* the class name, or false (nil) */
-        if (klass->type == REDIS_REPLY_STRING)
-            snprintf(a->class_name, sizeof a->class_name, "%s", klass->str);
-        else if (klass->type != REDIS_REPLY_NIL)
-            return unexpected(err, script, "class is %s, not a string or nil",
-                              type_name(klass->type));
-        a->class_wait_ms = r->element[CLASS_WAIT]->integer;
-        a->class_cap = r->element[CLASS_CAP]->integer;
+    if (f.n > DBT_ACQUIRE_R_CLASS_NAME) {
+        snprintf(a->class_name, sizeof a->class_name, "%s", f.class_name ? f.class_name : "");
+        a->class_wait_ms = f.class_wait;
+        a->class_cap = f.class_cap;
     }
     return true;
 }
 
 bool dbt_parse_release(const redisReply *r, void *out, char *err)
 {
-    if (!is_integer(r, "release.lua", err))
+    release_fields f;
+    if (!read_integer(r, "release.lua", release_spec, &f, err))
         return false;
-    *(bool *)out = r->integer == 1;
+    *(bool *)out = f.value == 1;
     return true;
 }
 
 bool dbt_parse_cancel(const redisReply *r, void *out, char *err)
 {
-    if (!is_integer(r, "cancel.lua", err))
+    cancel_fields f;
+    if (!read_integer(r, "cancel.lua", cancel_spec, &f, err))
         return false;
-    if (r->integer < DBT_CANCEL_UNKNOWN || r->integer > DBT_CANCEL_RETURNED)
-        return unexpected(err, "cancel.lua", "outcome %lld", r->integer);
-    *(dbt_cancel_outcome *)out = (dbt_cancel_outcome)r->integer;
+    *(dbt_cancel_outcome *)out = (dbt_cancel_outcome)f.value;
     return true;
 }
 
 bool dbt_parse_renew(const redisReply *r, void *out, char *err)
 {
-    static const char script[] = "renew.lua";
-    enum {
-        LOST_HOLDERS,
-        LOST_WAITERS,
-        GRANTED_WAITERS,
-        QUEUE,
-        ALLOWED,
-        QUARANTINE,
-        WHY,
-        REASSERTED,
-        SOLE_OWNER,
-        NOW,
-        NFIELDS
-    };
+    renew_fields f;
     dbt_renew_reply *rr = out;
     /* Without now: a reply of the scripts before it. */
-    bool before_now = r && r->type == REDIS_REPLY_ARRAY && r->elements == NOW;
-    if ((!before_now && (!is_array(r, NFIELDS, script, "the reply", err) ||
-                         !is_type(r->element[NOW], REDIS_REPLY_INTEGER, script, "now", err))) ||
-        !ids_of(r->element[LOST_HOLDERS], script, "lost holders", &rr->lost_holders, err) ||
-        !ids_of(r->element[LOST_WAITERS], script, "lost waiters", &rr->lost_waiters, err) ||
-        !ids_of(r->element[GRANTED_WAITERS], script, "granted waiters", &rr->granted_waiters,
-                err) ||
-        !is_array(r->element[QUEUE], DBT_NKINDS, script, "queue lengths", err) ||
-        !is_array(r->element[ALLOWED], DBT_NKINDS, script, "handover allowed", err) ||
-        !is_array(r->element[QUARANTINE], DBT_NKINDS, script, "quarantines", err) ||
-        !is_array(r->element[WHY], DBT_NKINDS, script, "why", err) ||
-        !is_array(r->element[REASSERTED], DBT_NKINDS, script, "re-asserted", err) ||
-        !is_array(r->element[SOLE_OWNER], DBT_NKINDS, script, "sole owners", err))
+    if (!READ_FIELDS(r, "renew.lua", "the reply", renew, &f, err))
         return false;
-    rr->now_ms = before_now ? 0 : r->element[NOW]->integer;
+    rr->lost_holders = f.lost_holders;
+    rr->lost_waiters = f.lost_waiters;
+    rr->granted_waiters = f.granted_waiters;
+    rr->now_ms = f.n > DBT_RENEW_R_NOW ? f.now : 0;
     for (int k = 0; k < DBT_NKINDS; k++) {
-        const redisReply *q = r->element[QUEUE]->element[k];
-        const redisReply *a = r->element[ALLOWED]->element[k];
-        if (!is_type(q, REDIS_REPLY_INTEGER, script, "a queue length", err) ||
-            !is_type(a, REDIS_REPLY_INTEGER, script, "handover allowed", err))
-            return false;
-        rr->queue[k] = q->integer;
-        rr->handover_allowed[k] = a->integer != 0;
-        const redisReply *qt = r->element[QUARANTINE]->element[k];
-        const redisReply *back = r->element[REASSERTED]->element[k];
-        if (!is_type(qt, REDIS_REPLY_INTEGER, script, "a quarantine", err) ||
-            !is_type(back, REDIS_REPLY_INTEGER, script, "re-asserted", err) ||
-            !why_of(r->element[WHY]->element[k], script, rr->why[k], err))
-            return false;
-        rr->quarantine_ms[k] = qt->integer;
-        rr->reasserted[k] = back->integer;
-        const redisReply *sole = r->element[SOLE_OWNER]->element[k];
-        rr->sole_owner[k][0] = '\0';
-        if (sole->type == REDIS_REPLY_STRING)
-            snprintf(rr->sole_owner[k], sizeof rr->sole_owner[k], "%s", sole->str);
-        else if (sole->type != REDIS_REPLY_NIL)
-            return unexpected(err, script, "a sole owner is %s, not a string or nil",
-                              type_name(sole->type));
+        rr->queue[k] = f.queue[k];
+        rr->handover_allowed[k] = f.handover_allowed[k] != 0;
+        rr->quarantine_ms[k] = f.quarantine[k];
+        rr->reasserted[k] = f.reasserted[k];
+        snprintf(rr->why[k], sizeof rr->why[k], "%s", f.why[k] ? f.why[k] : "");
+        snprintf(rr->sole_owner[k], sizeof rr->sole_owner[k], "%s",
+                 f.sole_owner[k] ? f.sole_owner[k] : "");
     }
     return true;
 }
@@ -1073,59 +1132,33 @@ bool dbt_status_adapt_leads(const dbt_status_adapt *a, int64_t now_ms)
 static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err)
 {
     static const char script[] = "status.lua";
-    enum {
-        SEEN,
-        OVERRIDE,
-        DRAINED,
-        NHOLDERS,
-        NWAITERS,
-        HOLDERS,
-        WAITERS,
-        STATS,
-        QUARANTINE,
-        WHY,
-        CLASSES,
-        OLDEST,
-        BOUNDS,
-        HIST,
-        NLAPSED,
-        LAPSED,
-        SOLE,
-        OVERRIDE_PTTL,
-        ADAPT,
-        CLASSES_PROBLEM,
-        NFIELDS
-    };
     enum { WAITER_ID, WAITER_INFO, PER_WAITER };
+    status_semaphore_fields f;
     /* Without the override's PTTL and the adaptive record, the sole owner, the lapsed holders,
      * the histograms, or the classes too: a reply of the scripts before them. */
-    if (!is_array(r, -1, script, "a semaphore", err))
+    if (!READ_FIELDS(r, script, "a semaphore", status_semaphore, &f, err))
         return false;
-    if (r->elements != NFIELDS && r->elements != CLASSES_PROBLEM && r->elements != OVERRIDE_PTTL &&
-        r->elements != SOLE && r->elements != NLAPSED && r->elements != OLDEST &&
-        r->elements != CLASSES)
-        return unexpected(err, script, "a semaphore has %zu elements, not %d", r->elements,
-                          NFIELDS);
-    if (r->elements > CLASSES && !parse_classes(r->element[CLASSES], k, err))
+    if (f.n > DBT_STATUS_SEMAPHORE_R_CLASSES && !parse_classes(f.classes, k, err))
         return false;
-    if (r->elements > OLDEST &&
-        (!number_of(r->element[OLDEST], "the oldest wait", &k->oldest_wait_ms, err) ||
-         !parse_bounds(r->element[BOUNDS], k, err) || !parse_hists(r->element[HIST], k, err)))
-        return false;
-    if (r->elements > NLAPSED &&
-        (!number_of(r->element[NLAPSED], "the lapsed holders", &k->nlapsed, err) ||
-         !parse_holders(r->element[LAPSED], &k->lapsed, &k->nl, err)))
-        return false;
+    if (f.n > DBT_STATUS_SEMAPHORE_R_OLDEST) {
+        k->oldest_wait_ms = f.oldest;
+        if (!parse_bounds(f.bounds, k, err) || !parse_hists(f.hist, k, err))
+            return false;
+    }
+    if (f.n > DBT_STATUS_SEMAPHORE_R_NLAPSED) {
+        k->nlapsed = f.nlapsed;
+        if (!parse_holders(f.lapsed, &k->lapsed, &k->nl, err))
+            return false;
+    }
     /* false (nil) when no owner is sole */
-    if (r->elements > SOLE && r->element[SOLE]->type == REDIS_REPLY_STRING)
-        snprintf(k->sole, sizeof k->sole, "%s", r->element[SOLE]->str);
-    if (r->elements > OVERRIDE_PTTL && (!is_type(r->element[OVERRIDE_PTTL], REDIS_REPLY_INTEGER,
-                                                 script, "the override's PTTL", err) ||
-                                        !parse_adapt(r->element[ADAPT], &k->adapt, err)))
+    if (f.n > DBT_STATUS_SEMAPHORE_R_SOLE && f.sole->type == REDIS_REPLY_STRING)
+        snprintf(k->sole, sizeof k->sole, "%s", f.sole->str);
+    if (f.n > DBT_STATUS_SEMAPHORE_R_OVERRIDE_PTTL && !parse_adapt(f.adapt, &k->adapt, err))
         return false;
     /* {line, over}; false (nil) when the definitions are sound */
-    if (r->elements > CLASSES_PROBLEM && r->element[CLASSES_PROBLEM]->type != REDIS_REPLY_NIL) {
-        const redisReply *p = r->element[CLASSES_PROBLEM];
+    if (f.n > DBT_STATUS_SEMAPHORE_R_CLASSES_PROBLEM &&
+        f.classes_problem->type != REDIS_REPLY_NIL) {
+        const redisReply *p = f.classes_problem;
         long long over = 0;
         if (!is_array(p, 2, script, "the class definitions' problem", err) ||
             !is_type(p->element[0], REDIS_REPLY_STRING, script, "its line", err) ||
@@ -1134,25 +1167,20 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         dbt_escape(p->element[0]->str, 300, false, k->classes_problem, sizeof k->classes_problem);
         k->classes_over = over != 0;
     }
-    const redisReply *const *e = (const redisReply *const *)r->element;
-    long long drained = 0;
-    if (!number_of(e[SEEN], "the limit seen", &k->limit_seen, err) ||
-        !number_of(e[OVERRIDE], "the override", &k->override, err) ||
-        !number_of(e[DRAINED], "drained", &drained, err) ||
-        !number_of(e[NHOLDERS], "the holders", &k->nholders, err) ||
-        !number_of(e[NWAITERS], "the waiters", &k->nwaiters, err) ||
-        !number_of(e[QUARANTINE], "the quarantine", &k->quarantine_ms, err) ||
-        !why_of(e[WHY], script, k->why, err))
-        return false;
-    k->drained = drained != 0;
+    k->limit_seen = f.seen;
+    k->override = f.override;
+    k->drained = f.drained != 0;
+    k->nholders = f.nholders;
+    k->nwaiters = f.nwaiters;
+    k->quarantine_ms = f.quarantine;
+    snprintf(k->why, sizeof k->why, "%s", f.why ? f.why : "");
     /* An older script does not say: every override was an operator's then. */
-    k->override_pttl_ms = r->elements > OVERRIDE_PTTL ? r->element[OVERRIDE_PTTL]->integer
-                          : k->override               ? -1
-                                                      : -2;
-    const redisReply *w = e[WAITERS], *st = e[STATS];
-    if (!parse_holders(e[HOLDERS], &k->holders, &k->nh, err) ||
-        !is_array(w, -1, script, "waiters", err) || !is_array(st, -1, script, "counters", err))
+    k->override_pttl_ms = f.n > DBT_STATUS_SEMAPHORE_R_OVERRIDE_PTTL ? f.override_pttl
+                          : k->override                              ? -1
+                                                                     : -2;
+    if (!parse_holders(f.holders, &k->holders, &k->nh, err))
         return false;
+    const redisReply *w = f.waiters, *st = f.stats;
     if (w->elements % PER_WAITER || st->elements % 2)
         return unexpected(err, script, "%zu, %zu elements in waiters, counters", w->elements,
                           st->elements);
@@ -1213,21 +1241,18 @@ static bool parse_procs(const redisReply *r, dbt_status_reply *s, char *err)
 
 bool dbt_parse_status(const redisReply *r, void *out, char *err)
 {
-    enum { NOW, QUERY, CONNECTION, PROCS, NFIELDS };
+    status_fields f;
     dbt_status_reply *s = out;
     memset(s, 0, sizeof *s);
-    long long now = 0;
     /* Without the processes: a reply of the scripts before the registry. */
-    bool ok = (r && r->type == REDIS_REPLY_ARRAY && r->elements == PROCS
-                   ? true
-                   : is_array(r, NFIELDS, "status.lua", "the reply", err)) &&
-              number_of(r->element[NOW], "now", &now, err) &&
-              parse_status_kind(r->element[QUERY], &s->kind[DBT_KIND_QUERY], err) &&
-              parse_status_kind(r->element[CONNECTION], &s->kind[DBT_KIND_CONN], err) &&
-              (r->elements == PROCS || parse_procs(r->element[PROCS], s, err));
-    s->now_ms = now;
+    bool ok = READ_FIELDS(r, "status.lua", "the reply", status, &f, err) &&
+              parse_status_kind(f.query, &s->kind[DBT_KIND_QUERY], err) &&
+              parse_status_kind(f.connection, &s->kind[DBT_KIND_CONN], err) &&
+              (f.n <= DBT_STATUS_R_PROCESSES || parse_procs(f.processes, s, err));
     if (!ok)
         dbt_status_free(s);
+    else
+        s->now_ms = f.now;
     return ok;
 }
 
@@ -1254,71 +1279,38 @@ void dbt_status_free(dbt_status_reply *s)
 
 bool dbt_parse_admin(const redisReply *r, void *out, char *err)
 {
-    static const char script[] = "admin.lua";
-    enum { GRANTED, HOLDERS, EVICTED, INFO, NOW, NFIELDS };
-    static const char *const names[NFIELDS] = {"granted", "holders", "evicted", "info", "now"};
+    admin_fields f;
     dbt_admin_reply *a = out;
     memset(a, 0, sizeof *a);
-    if (!is_array(r, -1, script, "the reply", err))
-        return false;
     /* Three elements are taken too, as they always were: the info and the clock stay unknown. */
-    if (r->elements != NFIELDS && r->elements != INFO)
-        return unexpected(err, script, "%zu elements, not %d", r->elements, NFIELDS);
-    for (size_t i = 0; i < r->elements; i++)
-        if (i != INFO && !is_type(r->element[i], REDIS_REPLY_INTEGER, script, names[i], err))
-            return false;
-    a->granted = r->element[GRANTED]->integer;
-    a->holders = r->element[HOLDERS]->integer;
-    a->evicted = r->element[EVICTED]->integer != 0;
-    if (r->elements == NFIELDS) {
-        const redisReply *info = r->element[INFO]; /* or false (nil) when nothing was evicted */
-        if (info->type == REDIS_REPLY_STRING)
-            snprintf(a->info, sizeof a->info, "%s", info->str);
-        else if (info->type != REDIS_REPLY_NIL)
-            return unexpected(err, script, "info is %s", type_name(info->type));
-        a->now_ms = r->element[NOW]->integer;
+    if (!READ_FIELDS(r, "admin.lua", "the reply", admin, &f, err))
+        return false;
+    a->granted = f.granted;
+    a->holders = f.holders;
+    a->evicted = f.evicted != 0;
+    if (f.n > DBT_ADMIN_R_INFO) {
+        snprintf(a->info, sizeof a->info, "%s", f.info ? f.info : "");
+        a->now_ms = f.now;
     }
     return true;
 }
 
 bool dbt_parse_adapt(const redisReply *r, void *out, char *err)
 {
-    static const char script[] = "adapt.lua";
-    enum { STATUS, OWNER, HOST, PID, LEFT, OVERRIDE, PTTL, GRANTED, NOW, NFIELDS };
-    static const char *const names[NFIELDS] = {"status",        "owner",      "owner_host",
-                                               "owner_pid",     "lease_left", "override",
-                                               "override_pttl", "granted",    "now"};
+    adapt_fields f;
     dbt_adapt_reply *a = out;
     memset(a, 0, sizeof *a);
-    if (!is_array(r, NFIELDS, script, "the reply", err))
+    if (!READ_FIELDS(r, "adapt.lua", "the reply", adapt, &f, err))
         return false;
-    for (int i = STATUS; i <= HOST; i++)
-        if (!is_type(r->element[i], REDIS_REPLY_STRING, script, names[i], err))
-            return false;
-    for (int i = PID; i < NFIELDS; i++)
-        if (i != OVERRIDE && !is_type(r->element[i], REDIS_REPLY_INTEGER, script, names[i], err))
-            return false;
-    const char *st = r->element[STATUS]->str;
-    if (strcmp(st, "ok") == 0)
-        a->status = DBT_ADAPT_OK;
-    else if (strcmp(st, "not_leader") == 0)
-        a->status = DBT_ADAPT_NOT_LEADER;
-    else if (strcmp(st, "operator") == 0)
-        a->status = DBT_ADAPT_OPERATOR;
-    else
-        return unexpected(err, script, "status \"%.32s\"", st);
-    const redisReply *ov = r->element[OVERRIDE]; /* or false (nil) when absent */
-    if (ov->type == REDIS_REPLY_INTEGER)
-        a->override = ov->integer;
-    else if (ov->type != REDIS_REPLY_NIL)
-        return unexpected(err, script, "override is %s", type_name(ov->type));
-    snprintf(a->owner, sizeof a->owner, "%s", r->element[OWNER]->str);
-    snprintf(a->owner_host, sizeof a->owner_host, "%s", r->element[HOST]->str);
-    a->owner_pid = (long)r->element[PID]->integer;
-    a->lease_left_ms = r->element[LEFT]->integer;
-    a->override_pttl = r->element[PTTL]->integer;
-    a->granted = r->element[GRANTED]->integer;
-    a->now_ms = r->element[NOW]->integer;
+    a->status = (dbt_adapt_status)f.status;
+    snprintf(a->owner, sizeof a->owner, "%s", f.owner);
+    snprintf(a->owner_host, sizeof a->owner_host, "%s", f.owner_host);
+    a->owner_pid = (long)f.owner_pid;
+    a->lease_left_ms = f.lease_left;
+    a->override = f.override;
+    a->override_pttl = f.override_pttl;
+    a->granted = f.granted;
+    a->now_ms = f.now;
     return true;
 }
 

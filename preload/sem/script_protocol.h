@@ -1,6 +1,8 @@
 /* script_protocol.h - the C side of the Lua scripts' protocol (the scripts in lua/), in one place:
  * what each script takes (argument builders) and what it answers (reply parsers), by name rather
- * than by position.
+ * than by position. The positions are those of lua/protocol/NAME.def, each script's one table: the
+ * build makes from it both the scripts' Lua names and the C names here (protocol.h), so that the
+ * two sides cannot drift apart.
  *
  * Pure: no I/O, no locks. A builder fills a dbt_script_call that dbt_script_run (script_call.h)
  * sends; a parser reads a redisReply into a struct, and on a reply of the wrong shape (element
@@ -12,6 +14,7 @@
 
 #include "config.h"
 #include "keys.h"
+#include "protocol.h" /* made from lua/protocol/NAME.def: DBT_ARG_*, DBT_<SCRIPT>_ARG_*, the constants */
 #include "scripts.h"
 
 #include <hiredis.h>
@@ -20,21 +23,9 @@
 
 /* ---- arguments ------------------------------------------------------------------------------ */
 
-/* ARGV[1..9], the same for every script (see lua/_common.lua); a script's own come after. The
- * era's five (docs/design.md, "Failover and data loss") are set when the call is sent on a
- * connection (dbt_script_bind_era): until then they say "no era check". */
-enum {
-    DBT_ARG_WAKE_PREFIX,
-    DBT_ARG_KIND,
-    DBT_ARG_LEASE,
-    DBT_ARG_TTL,
-    DBT_ARG_ERA_TOKEN,   /* the run_id of the server the connection reached; "" unknown */
-    DBT_ARG_ERA_STARTED, /* when that server started (ms, its clock) */
-    DBT_ARG_QUARANTINE,  /* Q (ms): dbt_quarantine_ms */
-    DBT_ARG_ADOPT,       /* a server whose state this one took over whole (cluster); "" */
-    DBT_ARG_ERA_PREV,    /* the run_id the process last saw for the pool; "" */
-    DBT_BASE_ARGS
-};
+/* ARGV[1..DBT_BASE_ARGS] (DBT_ARG_*, lua/protocol/_common.def) are the same for every script; a
+ * script's own come after. The era's five (docs/design.md, "Failover and data loss") are set when
+ * the call is sent on a connection (dbt_script_bind_era): until then they say "no era check". */
 
 /* How far Redis' clock (ms) is ahead of this process' monotonic one, as read from server run_id
  * at at_us (dbt_now_us; 0: never): an upper bound, a Redis time a reply carried minus this
@@ -144,8 +135,7 @@ typedef struct {
 enum { DBT_RENEW_HELD, DBT_RENEW_QUEUED, DBT_RENEW_LISTS };
 
 /* How many arguments renew.lua takes for `nids` ids in all: the array dbt_build_renew fills. */
-#define DBT_RENEW_NARGS(nids)                                                                      \
-    (DBT_BASE_ARGS + DBT_NKINDS * DBT_RENEW_LISTS + (nids) + DBT_NKINDS * 3)
+#define DBT_RENEW_NARGS(nids) (DBT_RENEW_ARG_REST + (nids) + DBT_NKINDS * 3)
 
 /* renew.lua: renews the ids of both kinds (lists NULL: none, a renewal of nothing for its counts)
  * and adds local[] to the counters. args: DBT_RENEW_NARGS(total ids) entries, kept by c. */
@@ -210,29 +200,13 @@ void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n);
 /* status.lua: both kinds' state, at most max_rows holders and waiters each (0: all). */
 void dbt_build_status(dbt_script_call *c, const dbt_keys *k, int max_rows);
 
-/* admin.lua: the operator's controls; arg NULL for those that take none. */
-typedef enum {
-    DBT_ADMIN_LIMIT,        /* arg: the new limit for every caller */
-    DBT_ADMIN_CLEAR,        /* the override goes */
-    DBT_ADMIN_DRAIN,        /* no grants until resume */
-    DBT_ADMIN_RESUME,       /* grants again */
-    DBT_ADMIN_EVICT,        /* arg: the permit to free */
-    DBT_ADMIN_EVICT_CANCEL, /* the same, and its process cancels the command running on it */
-    DBT_ADMIN_CLASS_SET,    /* arg: "name:share:priority:wait_ms:cap" ("-": none for the last two),
-                             * ":default" after it makes it the default class */
-    DBT_ADMIN_CLASS_CLEAR,  /* arg: a class name, or "*" for every class and the aging bound */
-    DBT_ADMIN_AGING         /* arg: the aging bound in ms (0: none) */
-} dbt_admin_op;
+/* admin.lua: the operator's controls (dbt_admin_op: lua/protocol/admin.def); arg NULL for those
+ * that take none. */
 void dbt_build_admin(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                      dbt_admin_op op, const char *arg);
 
 /* adapt.lua: the adaptive controller's (dbthrottle adapt) lease on one semaphore, and the limit it
- * sets while it holds it (lua/adapt.lua). */
-typedef enum {
-    DBT_ADAPT_LEASE, /* take or renew the lease; refresh the TTL of the controller's limit */
-    DBT_ADAPT_SET,   /* set the limit (with the TTL), while leading and no operator's is set */
-    DBT_ADAPT_RESIGN /* end the lease now (a standby takes over at once) */
-} dbt_adapt_op;
+ * sets while it holds it (lua/adapt.lua; dbt_adapt_op: lua/protocol/adapt.def). */
 typedef struct {
     dbt_adapt_op op;
     const char *token; /* "<host>:<pid>:<16 hex>", one per controller process */
@@ -256,14 +230,7 @@ void dbt_build_adapt(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const
  * answers. */
 typedef bool (*dbt_reply_parser)(const redisReply *r, void *out, char *err);
 
-/* acquire.lua's {status, holders, queue length, limit seen or false, ticket, sole, quarantine,
- * why, class or false, class wait_ms or -1, class queue cap or -1}. */
-typedef enum {
-    DBT_ACQUIRE_NOT_GRANTED = 0, /* none free, and the caller does not queue */
-    DBT_ACQUIRE_GRANTED = 1,     /* granted at once */
-    DBT_ACQUIRE_QUEUED = 2,      /* in the queue: the grant will be pushed to the wake list */
-    DBT_ACQUIRE_QUEUE_FULL = 3   /* refused: its class has as many waiters as its queue cap */
-} dbt_acquire_status;
+/* acquire.lua's reply (its fields and dbt_acquire_status: lua/protocol/acquire.def). */
 typedef struct {
     dbt_acquire_status status;
     long long holders, queue;
@@ -281,12 +248,7 @@ bool dbt_parse_acquire(const redisReply *r, void *out /* dbt_acquire_reply */, c
 /* release.lua: whether the permit was still held (else it had expired, or was released). */
 bool dbt_parse_release(const redisReply *r, void *out /* bool */, char *err);
 
-/* cancel.lua's outcome. */
-typedef enum {
-    DBT_CANCEL_UNKNOWN = -1,  /* Redis had neither (expired, or done) */
-    DBT_CANCEL_WITHDRAWN = 0, /* taken out of the queue */
-    DBT_CANCEL_RETURNED = 1   /* it had been granted meanwhile: given back and passed on */
-} dbt_cancel_outcome;
+/* cancel.lua's outcome (dbt_cancel_outcome: lua/protocol/cancel.def). */
 bool dbt_parse_cancel(const redisReply *r, void *out /* dbt_cancel_outcome */, char *err);
 
 /* A list of ids inside a reply (valid while the reply is): every element is a string. */
@@ -301,10 +263,8 @@ static inline const char *dbt_reply_id(const dbt_reply_ids *l, size_t i)
 
 /* The room of renew.lua's sole owner: "<cid or G>/<class>.<weight>" at its longest and a NUL. */
 #define DBT_SOLE_OWNER_MAX 64
-/* renew.lua's {lost holders, lost waiters, granted waiters, {queue length per kind}, {local
- * handover allowed per kind}, {quarantine ms}, {why}, {re-asserted}, {sole owner per kind}, now}
- * (without now: a reply of the scripts before it). Points
- * into the reply: free the reply after using it. */
+/* renew.lua's reply (its fields: lua/protocol/renew.def; without now: a reply of the scripts
+ * before it). Points into the reply: free the reply after using it. */
 typedef struct {
     dbt_reply_ids lost_holders;          /* ids Redis no longer holds */
     dbt_reply_ids lost_waiters;          /* ids Redis no longer has queued nor granted */
@@ -499,8 +459,8 @@ typedef struct {
     bool classes_over; /* the operator's hold more than DBT_MAX_CLASSES classes */
 } dbt_status_kind;
 
-/* status.lua's {now, query semaphore, connection semaphore, processes}. Owns its entries (copied
- * out of the reply): free with dbt_status_free, also after a failed parse. */
+/* status.lua's reply (its fields: lua/protocol/status.def). Owns its entries (copied out of the
+ * reply): free with dbt_status_free, also after a failed parse. */
 typedef struct {
     int64_t now_ms; /* Redis' clock when read */
     dbt_status_kind kind[DBT_NKINDS];
@@ -510,7 +470,7 @@ typedef struct {
 bool dbt_parse_status(const redisReply *r, void *out /* dbt_status_reply */, char *err);
 void dbt_status_free(dbt_status_reply *s);
 
-/* admin.lua's {granted waiters, holders, evicted 1/0, the evicted permit's info or false, now}. */
+/* admin.lua's reply (its fields: lua/protocol/admin.def). */
 typedef struct {
     long long granted, holders;
     bool evicted;
@@ -519,14 +479,7 @@ typedef struct {
 } dbt_admin_reply;
 bool dbt_parse_admin(const redisReply *r, void *out /* dbt_admin_reply */, char *err);
 
-/* adapt.lua's {status, owner, owner's host, owner's pid, lease left ms, override or false, its
- * PTTL, granted, now}. */
-typedef enum {
-    DBT_ADAPT_OK,         /* done */
-    DBT_ADAPT_NOT_LEADER, /* another controller holds a live lease (or ours ran out): nothing done
-                           */
-    DBT_ADAPT_OPERATOR    /* ours, but the limit is an operator's (no TTL): nothing set */
-} dbt_adapt_status;
+/* adapt.lua's reply (its fields and dbt_adapt_status: lua/protocol/adapt.def). */
 typedef struct {
     dbt_adapt_status status;
     char owner[128];     /* the live lease's token; "" none */

@@ -48,11 +48,11 @@ c = p["connections"]
 cl = {x["name"]: x for x in q["classes"]}
 print(eval(sys.argv[1]))' "$3"
 }
-# script NAME: the text the library embeds for lua/NAME.lua (tools/embed-lua.sh: the limits of
-# preload/base/config.h as Lua locals, then _common.lua and the script).
+# script NAME: the text the library embeds for lua/NAME.lua, as tools/embed-lua.sh leaves it in
+# build/gen/scripts (the limits of preload/base/config.h as Lua locals, the protocol's locals of
+# lua/protocol/, _common.lua and the script).
 script() {
-    sed -n 's/^#define DBT_\(MAX_CLASSES\)  *\([0-9]*\)$/local \1 = \2/p' "$top/preload/base/config.h"
-    cat "$top/lua/_common.lua" "$top/lua/$1.lua"
+    cat "$top/build/gen/scripts/$1.lua"
 }
 # sem POOL: the keys of the pool's query semaphore, the wake prefix and the common arguments.
 sem() {

@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""gen-protocol.py OUTDIR DEF... - makes both sides of the scripts' protocol from lua/protocol/NAME.def.
+
+Each .def file is one script's table (lua/protocol/README.md has the format): the arguments it
+takes after the common ones, the constants both sides name, and the fields of its reply. From
+them, into OUTDIR:
+  protocol.h             the C names: argument indices, the constants' enums, each reply's fields
+  protocol_fields.inc    each reply's field table, read by script_protocol.c's one reader
+  lua/<script>.lua       the Lua locals: the arguments by name (ARG), the constants, and reply(),
+                         which builds the reply from its fields by name (the one positional list)
+Files are rewritten only when they change, so that make does not rebuild what did not.
+"""
+import os
+import re
+import sys
+
+# A reply field's type: how the C reader checks it and what it stores (protocol_fields.inc).
+FIELD_TYPES = {
+    'int': ('DBT_FT_INT', 'long long'),  # an integer
+    'str': ('DBT_FT_STR', 'const char *'),  # a string
+    'str?': ('DBT_FT_STR_NIL', 'const char *'),  # a string, or false (nil): NULL
+    'int?': ('DBT_FT_INT_NIL', 'long long'),  # an integer, or false (nil): 0
+    'num': ('DBT_FT_NUM', 'long long'),  # an integer, a number's text, or nil (0)
+    'ids': ('DBT_FT_IDS', 'dbt_reply_ids'),  # an array of strings
+    'int[kinds]': ('DBT_FT_INT_K', 'long long'),  # one integer per kind
+    'str?[kinds]': ('DBT_FT_STR_NIL_K', 'const char *'),  # one string or nil per kind
+    'array': ('DBT_FT_ARRAY', 'const redisReply *'),  # an array, read by hand
+    'any': ('DBT_FT_ANY', 'const redisReply *'),  # anything, read by hand
+}
+ARG_TYPES = ('str', 'int', 'bool', 'text')
+
+
+class DefError(Exception):
+    pass
+
+
+def parse(path):
+    """One .def file: {name, args, enums, reply} (see lua/protocol/README.md)."""
+    d = {'name': None, 'args': [], 'enums': [], 'replies': [], 'path': path}
+    enum = None
+    older = False
+    with open(path, encoding='utf-8') as f:
+        for no, raw in enumerate(f, 1):
+            # words (a quoted Lua string is one, spaces and all), then a comment
+            words, comment = [], ''
+            for tok in re.findall(r"(?:[^\s'#]+|'[^']*')+|#.*", raw.rstrip('\n')):
+                if tok.startswith('#'):
+                    comment = tok[1:].strip()
+                    break
+                words.append(tok)
+            if not words:
+                continue
+
+            def opts(ws):
+                o = {}
+                for w in ws:
+                    if '=' not in w:
+                        raise DefError('%s:%d: "%s" is not KEY=VALUE' % (path, no, w))
+                    k, v = w.split('=', 1)
+                    o[k] = v
+                return o
+
+            kw = words[0]
+            if kw != 'value':
+                enum = None
+            if kw == 'script':
+                d['name'] = words[1]
+            elif kw == 'arg':
+                if len(words) < 3 or words[2] not in ARG_TYPES:
+                    raise DefError('%s:%d: arg NAME TYPE (%s)' % (path, no, ', '.join(ARG_TYPES)))
+                d['args'].append({'name': words[1], 'type': words[2], 'comment': comment,
+                                  **opts(words[3:])})
+            elif kw == 'enum':
+                enum = {'name': words[1], 'values': [], 'comment': comment, **opts(words[2:])}
+                for k in ('c', 'prefix'):
+                    if k not in enum:
+                        raise DefError('%s:%d: enum %s needs %s=' % (path, no, words[1], k))
+                d['enums'].append(enum)
+            elif kw == 'value':
+                if enum is None or len(words) != 4 or words[2] != '=':
+                    raise DefError('%s:%d: value NAME = VALUE, after an enum' % (path, no))
+                enum['values'].append({'name': words[1], 'value': words[3], 'comment': comment})
+            elif kw == 'reply':
+                if len(words) < 2 or words[1] not in ('array', 'integer'):
+                    raise DefError('%s:%d: reply array|integer' % (path, no))
+                reply = {'shape': words[1], 'comment': comment, 'fields': [], **opts(words[2:])}
+                reply.setdefault('part', '')
+                if reply['shape'] == 'integer':
+                    reply['fields'].append({'name': 'value', 'type': 'int', 'comment': comment,
+                                            'older': False, **opts(words[2:])})
+                d['replies'].append(reply)
+                older = False
+            elif kw == 'rest':
+                d['rest'] = ' '.join(words[1:]) or comment or 'the rest'
+            elif kw == 'older':
+                older = True
+            elif kw == 'field':
+                if len(words) < 3 or words[2] not in FIELD_TYPES:
+                    raise DefError('%s:%d: field NAME TYPE (%s)' % (path, no, ', '.join(FIELD_TYPES)))
+                if not d['replies'] or d['replies'][-1]['shape'] != 'array':
+                    raise DefError('%s:%d: a field outside a reply array' % (path, no))
+                d['replies'][-1]['fields'].append({'name': words[1], 'type': words[2],
+                                                   'comment': comment, 'older': older,
+                                                   **opts(words[3:])})
+                older = False
+            else:
+                raise DefError('%s:%d: unknown "%s"' % (path, no, kw))
+    if not d['name']:
+        raise DefError('%s: no script line' % path)
+    for e in d['enums']:
+        strings = [v['value'].startswith("'") for v in e['values']]
+        if any(strings) and not all(strings):
+            raise DefError('%s: enum %s mixes strings and numbers' % (path, e['name']))
+        e['strings'] = bool(strings) and all(strings)
+    return d
+
+
+def upper(s):
+    return re.sub(r'[^A-Za-z0-9]', '_', s).upper()
+
+
+def c_comment(text):
+    return ' /* %s */' % text.replace('*/', '* /') if text else ''
+
+
+def field_ctype(f):
+    # a string that names a constant is read as its index
+    if f['type'] == 'str' and 'enum' in f:
+        return 'long long'
+    return FIELD_TYPES[f['type']][1]
+
+
+def enum_of(d, name):
+    for e in d['enums']:
+        if e['name'] == name:
+            return e
+    raise DefError('%s: no enum %s' % (d['path'], name))
+
+
+# ---- Lua ------------------------------------------------------------------------------------
+
+def lua_arg(a, pos):
+    v = 'ARGV[%d]' % pos
+    t, default = a['type'], a.get('default')
+    if t == 'int':
+        v = 'tonumber(%s)' % v
+    elif t == 'bool':
+        return "%s == '1'" % v
+    if default is not None:
+        v = '%s or %s' % (v, default)
+    return v
+
+
+def positions(d, base_args):
+    """Each argument's ARGV index (1-based): the next one, or that of the argument at= names (an
+    operation's own arguments share the places after the common ones)."""
+    pos, nxt = {}, base_args + 1
+    for a in d['args']:
+        if 'at' in a:
+            if a['at'] not in pos:
+                raise DefError('%s: arg %s at=%s: no such argument before it' % (
+                    d['path'], a['name'], a['at']))
+            pos[a['name']] = pos[a['at']]
+        else:
+            pos[a['name']] = nxt
+            nxt += 1
+    return pos
+
+
+def lua_prelude(d, base_args):
+    """The Lua a script's own text is preceded by (after _common.lua)."""
+    name = d['name']
+    out = ['-- Generated by tools/gen-protocol.py from lua/protocol/%s.def: do not edit.' % name]
+    if name == '_common':
+        # The common arguments, one local each (the names _common.lua's helpers use).
+        for i, a in enumerate(d['args']):
+            out.append('local %s = %s%s' % (a['lua'], lua_arg(a, i + 1),
+                                            ' -- ' + a['comment'] if a['comment'] else ''))
+        out.append('-- A reply from its fields by name, in the order of its table (fields: {name, default,')
+        out.append('-- older}): a field the script leaves out takes its default; one without a default')
+        out.append('-- ends the reply there if an older script\'s reply ended before it (older), else is an')
+        out.append('-- error (a nil would cut the reply short).')
+        out.append('local function build_reply(script, r, fields)')
+        out.append('    local t = {}')
+        out.append('    for i, f in ipairs(fields) do')
+        out.append('        local v = r[f[1]]')
+        out.append('        if v == nil then')
+        out.append('            v = f[2]')
+        out.append('        end')
+        out.append('        if v == nil then')
+        out.append('            if f[3] then')
+        out.append('                return t')
+        out.append('            end')
+        out.append("            error(script .. ': the reply has no ' .. f[1])")
+        out.append('        end')
+        out.append('        t[i] = v')
+        out.append('    end')
+        out.append('    return t')
+        out.append('end')
+        return '\n'.join(out) + '\n'
+    if d['args']:
+        out.append('-- The arguments after the common ones, by name.')
+        pos = positions(d, base_args)
+        out.append('local ARG = {')
+        for a in d['args']:
+            out.append('    %s = %s,%s' % (a['name'], lua_arg(a, pos[a['name']]),
+                                           ' -- ' + a['comment'] if a['comment'] else ''))
+        out.append('}')
+        out.append('-- Their positions in ARGV (for what follows them, or their text as sent).')
+        out.append('local ARGN = {%s}' % ', '.join(
+            '%s = %d' % (a['name'], pos[a['name']]) for a in d['args']))
+        if d.get('rest'):
+            out.append('ARGN.rest = %d -- %s' % (max(pos.values()) + 1, d['rest']))
+    for e in d['enums']:
+        if e.get('lua') == 'none':
+            continue
+        out.append('-- %s' % (e['comment'] or e['name']))
+        out.append('local %s = {%s}' % (e.get('lua', upper(e['name'])), ', '.join(
+            '%s = %s' % (v['name'], v['value']) for v in e['values'])))
+    for r in d['replies']:
+        if r['shape'] != 'array':
+            continue
+        fn = 'reply' + ('_' + r['part'] if r['part'] else '')
+        out.append('-- %s, from its fields by name (lua/protocol/%s.def).' % (
+            'The reply' if not r['part'] else 'The reply\'s ' + r['part'], name))
+        out.append('local function %s(r)' % fn)
+        out.append("    return build_reply('%s.lua', r, {" % name)
+        for f in r['fields']:
+            default = f.get('default')
+            out.append("        {'%s', %s, %s}," % (f['name'], default if default is not None else 'nil',
+                                                  'true' if f['older'] else 'false'))
+        out.append('    })')
+        out.append('end')
+    return '\n'.join(out) + '\n'
+
+
+# ---- C --------------------------------------------------------------------------------------
+
+def c_header(defs, base_args):
+    out = ['/* Generated by tools/gen-protocol.py from lua/protocol/NAME.def: do not edit. */',
+           '#ifndef DBT_PROTOCOL_H', '#define DBT_PROTOCOL_H', '']
+    for d in defs:
+        name = d['name']
+        N = upper(name)
+        if name == '_common':
+            out.append('/* ARGV[1..%d], the same for every script (lua/protocol/_common.def). */'
+                       % len(d['args']))
+            out.append('enum {')
+            for a in d['args']:
+                out.append('    DBT_ARG_%s,%s' % (upper(a['name']), c_comment(a['comment'])))
+            out.append('    DBT_BASE_ARGS')
+            out.append('};')
+            out.append('')
+            continue
+        out.append('/* ---- %s.lua (lua/protocol/%s.def) ---- */' % (name, name))
+        if d['args']:
+            out.append('enum {')
+            pos0 = positions(d, 0)
+            for a in d['args']:
+                out.append('    DBT_%s_ARG_%s = DBT_BASE_ARGS + %d,%s' % (
+                    N, upper(a['name']), pos0[a['name']] - 1, c_comment(a['comment'])))
+            # after an at= argument the next would follow it: the count is given its place
+            last = max(positions(d, 0).values())
+            if d.get('rest'):
+                out.append('    DBT_%s_ARG_REST = DBT_BASE_ARGS + %d, /* %s */' % (N, last, d['rest']))
+            else:
+                out.append('    DBT_%s_NARGS = DBT_BASE_ARGS + %d' % (N, last))
+            out.append('};')
+        for e in d['enums']:
+            if e['comment']:
+                out.append('/* %s */' % e['comment'])
+            out.append('typedef enum {')
+            for i, v in enumerate(e['values']):
+                val = '' if e['strings'] else ' = %s' % v['value']
+                out.append('    %s%s%s,%s' % (e['prefix'], v['name'], val, c_comment(v['comment'])))
+            out.append('} %s;' % e['c'])
+        for r in d['replies']:
+            if r['shape'] != 'array':
+                continue
+            P = N + ('_' + upper(r['part']) if r['part'] else '')
+            out.append('enum {')
+            for f in r['fields']:
+                out.append('    DBT_%s_R_%s,' % (P, upper(f['name'])))
+            out.append('    DBT_%s_NREPLY' % P)
+            out.append('};')
+        out.append('')
+    out.append('#endif')
+    return '\n'.join(out) + '\n'
+
+
+def c_fields(defs):
+    out = ['/* Generated by tools/gen-protocol.py from lua/protocol/NAME.def: do not edit.',
+           ' * Included by script_protocol.c alone: each reply\'s fields, as its reader reads them. */']
+    for d in defs:
+        name = d['name']
+        used = {f['enum'] for r in d['replies'] for f in r['fields'] if 'enum' in f}
+        for e in d['enums']:
+            if e['strings']:
+                out.append('static const char *const %s_names[] = {%s};' % (
+                    e['c'], ', '.join('"%s"' % v['value'].strip("'") for v in e['values'])))
+            elif e['name'] not in used:
+                continue
+            else:
+                out.append('static const long long %s_values[] = {%s};' % (
+                    e['c'], ', '.join(v['value'] for v in e['values'])))
+        for r in d['replies']:
+            ident = name + ('_' + r['part'] if r['part'] else '')
+            out.append('/* %s.lua\'s reply%s: %s. */' % (
+                name, '\'s ' + r['part'] if r['part'] else '', r['comment'] or r['shape']))
+            out.append('typedef struct {')
+            out.append('    size_t n; /* the fields the reply has (a script before the last ones) */')
+            for f in r['fields']:
+                ctype = field_ctype(f)
+                star = ctype.endswith('*')
+                suffix = '[DBT_NKINDS]' if f['type'].endswith('[kinds]') else ''
+                out.append('    %s%s%s%s;%s' % (ctype, '' if star else ' ', f['name'], suffix,
+                                               c_comment(f['comment'])))
+            out.append('} %s_fields;' % ident)
+            out.append('static const dbt_field_spec %s_spec[] = {' % ident)
+            for f in r['fields']:
+                ft, _ = FIELD_TYPES[f['type']]
+                allowed = 'NULL, NULL, 0'
+                if 'enum' in f:
+                    e = enum_of(d, f['enum'])
+                    if e['strings']:
+                        allowed = 'NULL, %s_names, %d' % (e['c'], len(e['values']))
+                    else:
+                        allowed = '%s_values, NULL, %d' % (e['c'], len(e['values']))
+                out.append('    {"%s", %s, offsetof(%s_fields, %s), %s, %s},' % (
+                    f['name'].replace('_', ' '), ft, ident, f['name'],
+                    'true' if f['older'] else 'false', allowed))
+            out.append('};')
+    return '\n'.join(out) + '\n'
+
+
+def write_if_changed(path, text):
+    try:
+        with open(path, encoding='utf-8') as f:
+            if f.read() == text:
+                return
+    except FileNotFoundError:
+        pass
+    tmp = path + '.tmp'
+    with open(tmp, 'w', encoding='utf-8') as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv):
+    if len(argv) < 3:
+        sys.stderr.write('usage: gen-protocol.py OUTDIR DEF...\n')
+        return 2
+    out = argv[1]
+    try:
+        defs = [parse(p) for p in argv[2:]]
+        common = [d for d in defs if d['name'] == '_common']
+        if len(common) != 1:
+            raise DefError('no lua/protocol/_common.def')
+        base_args = len(common[0]['args'])
+        defs.sort(key=lambda d: (d['name'] != '_common', d['name']))
+        os.makedirs(os.path.join(out, 'lua'), exist_ok=True)
+        write_if_changed(os.path.join(out, 'protocol.h'), c_header(defs, base_args))
+        write_if_changed(os.path.join(out, 'protocol_fields.inc'), c_fields(defs))
+        for d in defs:
+            write_if_changed(os.path.join(out, 'lua', d['name'] + '.lua'),
+                             lua_prelude(d, base_args))
+    except DefError as e:
+        sys.stderr.write('gen-protocol.py: %s\n' % e)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
