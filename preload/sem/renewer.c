@@ -293,18 +293,18 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
             s->t_renewed_us = sent;
     apply_granted(p, &reply->granted_waiters);
     for (int k = 0; k < DBT_NKINDS; k++) {
-        /* Kept permits go back (the loop sees them due): somebody waits, or the operator drains
-         * the pool or holds it below what is held (in case admin.lua's revoke push was lost). */
-        if (reply->queue[k] > 0 || !reply->handover_allowed[k])
-            p->contended[k] = true;
-        /* More waiters than ours: another process queued, even if its push went astray;
-         * or the operator drains the pool or holds it below what is held: the permits
-         * must go back through Redis. */
-        /* Attached to the host's segment, the queue holds the host's other processes' waiters
-         * too: the host is alone when Redis' sole owner is its group. */
-        bool others = p->share ? reply->queue[k] > 0 && !host_is_sole_owner(p, reply->sole_owner[k])
-                               : reply->queue[k] > nmine[k];
-        if (others || !reply->handover_allowed[k])
+        /* Kept permits go back (the loop sees them due) when somebody waits, or the operator
+         * drains the pool or holds it below what is held; and with more waiters than ours
+         * (another process queued, even if its push went astray), permits go back through
+         * Redis (pool_core.c). */
+        dbt_queue_event ev = {.type = DBT_QEV_RENEWED,
+                              .queue = reply->queue[k],
+                              .mine = nmine[k],
+                              .attached = p->share != NULL,
+                              .host_sole_owner =
+                                  p->share && host_is_sole_owner(p, reply->sole_owner[k]),
+                              .handover_allowed = reply->handover_allowed[k]};
+        if (dbt_queue_step(&p->queue[k], &ev) & DBT_QACT_NOT_ALONE)
             dbt_handover_foreign(p, (dbt_kind)k, 0);
     }
 }
