@@ -30,8 +30,11 @@ static dbt_acq_result outage_result(dbt_pool *p, dbt_kind kind, const dbt_acquir
 {
     uint64_t quiet = 0, total;
     pthread_mutex_lock(&p->mu);
-    bool misconfigured = p->misconfig[0] != '\0' || dbt_pool_thread_failed_permanently();
-    bool open = !misconfigured && p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN;
+    dbt_outage_fate fate =
+        dbt_core_outage(p->misconfig[0] != '\0' || dbt_pool_thread_failed_permanently(),
+                        p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN);
+    bool misconfigured = fate == DBT_OUTAGE_MISCONFIGURED;
+    bool open = fate == DBT_OUTAGE_UNTHROTTLED;
     if (open) {
         p->st.unthrottled++;
         p->outage_unthrottled++;

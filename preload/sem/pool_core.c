@@ -250,3 +250,43 @@ bool dbt_core_orphan_adoptable(int64_t unrenewed_us, int64_t lease_us)
 {
     return unrenewed_us <= lease_us;
 }
+
+/* ---- what a renewal, an outage or a stall means for one slot -------------------------------- */
+
+dbt_gone_fate dbt_core_holder_gone(const dbt_slot_facts *f, dbt_gone_cause cause)
+{
+    if (!f->found || !f->held || f->lost)
+        return DBT_GONE_NOTHING;
+    switch (cause) {
+    case DBT_GONE_BY_EVICTION:
+        return DBT_GONE_EVICTED;
+    case DBT_GONE_BY_EVICTION_CANCEL:
+        return DBT_GONE_EVICTED_CANCEL;
+    case DBT_GONE_BY_LOSS:
+        break;
+    }
+    return DBT_GONE_LOST;
+}
+
+dbt_gone_fate dbt_core_waiter_gone(const dbt_slot_facts *f)
+{
+    if (!f->found)
+        return DBT_GONE_NOTHING;
+    if (f->held)
+        return f->lost ? DBT_GONE_NOTHING : DBT_GONE_GRANT_LAPSED;
+    if (!f->queued)
+        return DBT_GONE_NOTHING;
+    return f->orphan ? DBT_GONE_FORGET : DBT_GONE_REQUEUE;
+}
+
+bool dbt_core_place_expired(const dbt_slot_facts *f, int64_t unrenewed_us, int64_t lease_us)
+{
+    return f->queued && !f->orphan && unrenewed_us > lease_us;
+}
+
+dbt_outage_fate dbt_core_outage(bool misconfigured, bool open_mode)
+{
+    if (misconfigured)
+        return DBT_OUTAGE_MISCONFIGURED;
+    return open_mode ? DBT_OUTAGE_UNTHROTTLED : DBT_OUTAGE_REFUSED;
+}

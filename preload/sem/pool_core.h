@@ -235,4 +235,48 @@ bool dbt_core_may_adopt(bool handover_on, int norphans, bool exiting, bool sole_
  * have reaped it: the renewer withdraws it). */
 bool dbt_core_orphan_adoptable(int64_t unrenewed_us, int64_t lease_us);
 
+/* ---- what a renewal, an outage or a stall means for one slot -------------------------------- */
+
+/* A slot a renewal named, as its driver found it (not found: no slot of that id any more). */
+typedef struct {
+    bool found;
+    bool held, queued, orphan, lost;
+} dbt_slot_facts;
+
+/* A holder renew.lua says Redis no longer has: evicted by the operator ("e:ID", or "x:ID" with
+ * its command's cancel), or lost (expired, or Redis lost data). */
+typedef enum {
+    DBT_GONE_NOTHING,        /* nothing of ours, or marked already */
+    DBT_GONE_EVICTED,        /* marked lost, said "evicted"; the next command acquires again */
+    DBT_GONE_EVICTED_CANCEL, /* ... and its command is cancelled */
+    DBT_GONE_LOST,           /* marked lost (and lapsed: closed mode cancels its command) */
+    /* a waiter Redis forgot: */
+    DBT_GONE_GRANT_LAPSED, /* granted since the renewal was sent, reaped before it was renewed:
+                              marked lost, its thread gives it back and queues */
+    DBT_GONE_FORGET,       /* an orphan place: forgotten */
+    DBT_GONE_REQUEUE       /* its thread queues again */
+} dbt_gone_fate;
+
+typedef enum { DBT_GONE_BY_LOSS, DBT_GONE_BY_EVICTION, DBT_GONE_BY_EVICTION_CANCEL } dbt_gone_cause;
+
+/* A holder Redis no longer has. Whichever fate, a slot found makes the process ask Redis again
+ * (DBT_QEV_FOREIGN, ticket 0): permits go back through Redis. */
+dbt_gone_fate dbt_core_holder_gone(const dbt_slot_facts *f, dbt_gone_cause cause);
+/* A waiter Redis no longer has. */
+dbt_gone_fate dbt_core_waiter_gone(const dbt_slot_facts *f);
+
+/* Whether a waiting thread's place was renewed within a lease; else Redis may have reaped it, and
+ * the thread gives up (Redis failing: its wait ends in the outage mode) or queues again (this
+ * process was stopped: it alone pays). Orphan places are withdrawn instead. */
+bool dbt_core_place_expired(const dbt_slot_facts *f, int64_t unrenewed_us, int64_t lease_us);
+
+/* What an acquire that cannot reach Redis ends in. */
+typedef enum {
+    DBT_OUTAGE_UNTHROTTLED,  /* DBTHROTTLE_ON_REDIS_ERROR=open: runs without a permit, counted */
+    DBT_OUTAGE_REFUSED,      /* closed: refused */
+    DBT_OUTAGE_MISCONFIGURED /* a permanent error (wrong password, ACL, ...): refused whatever
+                                the mode, as a fix is needed, not patience */
+} dbt_outage_fate;
+dbt_outage_fate dbt_core_outage(bool misconfigured, bool open_mode);
+
 #endif

@@ -645,3 +645,68 @@ Test(pool_core, a_lease_is_gone_when_lost_or_unrenewed_past_a_lease)
     l.lost = true;
     cr_assert(dbt_lease_gone(&l));
 }
+
+/* ---- what a renewal, an outage or a stall means for one slot ---- */
+
+static dbt_slot_facts slot(bool held, bool queued, bool orphan, bool lost)
+{
+    return (dbt_slot_facts){
+        .found = true, .held = held, .queued = queued, .orphan = orphan, .lost = lost};
+}
+
+/* tests/sem: evict_passing/both_renewals_of_an_evicted_permit_are_told_and_nothing_is_quarantined,
+ * eras/lost_holders_are_reasserted_expired_ones_are_not */
+Test(pool_core, twin_a_holder_redis_no_longer_has_is_evicted_or_lost_once)
+{
+    dbt_slot_facts f = slot(true, false, false, false);
+    cr_assert_eq(dbt_core_holder_gone(&f, DBT_GONE_BY_LOSS), DBT_GONE_LOST);
+    cr_assert_eq(dbt_core_holder_gone(&f, DBT_GONE_BY_EVICTION), DBT_GONE_EVICTED);
+    cr_assert_eq(dbt_core_holder_gone(&f, DBT_GONE_BY_EVICTION_CANCEL), DBT_GONE_EVICTED_CANCEL);
+    f.lost = true;
+    cr_assert_eq(dbt_core_holder_gone(&f, DBT_GONE_BY_EVICTION), DBT_GONE_NOTHING,
+                 "the second renewal that names it says nothing new");
+    f = slot(false, true, false, false);
+    cr_assert_eq(dbt_core_holder_gone(&f, DBT_GONE_BY_LOSS), DBT_GONE_NOTHING,
+                 "passed on since: a place now");
+    f = (dbt_slot_facts){.found = false};
+    cr_assert_eq(dbt_core_holder_gone(&f, DBT_GONE_BY_LOSS), DBT_GONE_NOTHING);
+}
+
+/* tests/sem: eras/lagging_state_waiter_requeued_and_granted_after_quarantine */
+Test(pool_core, twin_a_waiter_redis_forgot_queues_again_or_is_forgotten)
+{
+    dbt_slot_facts f = slot(false, true, false, false);
+    cr_assert_eq(dbt_core_waiter_gone(&f), DBT_GONE_REQUEUE);
+    f.orphan = true;
+    cr_assert_eq(dbt_core_waiter_gone(&f), DBT_GONE_FORGET, "nobody waited on it");
+    f = slot(true, false, false, false);
+    cr_assert_eq(dbt_core_waiter_gone(&f), DBT_GONE_GRANT_LAPSED,
+                 "granted after the renewal left, reaped before it ran");
+    f.lost = true;
+    cr_assert_eq(dbt_core_waiter_gone(&f), DBT_GONE_NOTHING);
+    f = slot(false, false, false, false); /* cancelling, down, ... */
+    cr_assert_eq(dbt_core_waiter_gone(&f), DBT_GONE_NOTHING);
+    f = (dbt_slot_facts){.found = false};
+    cr_assert_eq(dbt_core_waiter_gone(&f), DBT_GONE_NOTHING);
+}
+
+Test(pool_core, a_place_unrenewed_for_a_lease_has_expired_unless_an_orphan)
+{
+    dbt_slot_facts f = slot(false, true, false, false);
+    cr_assert_not(dbt_core_place_expired(&f, LEASE_US, LEASE_US));
+    cr_assert(dbt_core_place_expired(&f, LEASE_US + 1, LEASE_US));
+    f.orphan = true;
+    cr_assert_not(dbt_core_place_expired(&f, LEASE_US + 1, LEASE_US), "withdrawn instead");
+    f = slot(true, false, false, false);
+    cr_assert_not(dbt_core_place_expired(&f, LEASE_US + 1, LEASE_US), "a permit, not a place");
+}
+
+/* tests/sem: outage/open_runs_unthrottled_and_recovers, outage/closed_refuses_and_recovers,
+ * error_classes/a_name_that_never_resolved_is_a_configuration_error: the first rule */
+Test(pool_core, an_outage_runs_unthrottled_only_in_open_mode_and_never_when_misconfigured)
+{
+    cr_assert_eq(dbt_core_outage(false, true), DBT_OUTAGE_UNTHROTTLED);
+    cr_assert_eq(dbt_core_outage(false, false), DBT_OUTAGE_REFUSED);
+    cr_assert_eq(dbt_core_outage(true, true), DBT_OUTAGE_MISCONFIGURED);
+    cr_assert_eq(dbt_core_outage(true, false), DBT_OUTAGE_MISCONFIGURED);
+}
