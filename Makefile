@@ -369,6 +369,7 @@ CHECK_INTEGRATION_SKIP := held_finish held_prepared held_blocking_get_result \
 HOSTILE_HOST = sh tests/support/hostile_host.sh
 check: all $(BUILD)/tests/unit $(BUILD)/tests/sem check-exports
 	sh tools/check-layers.sh
+	sh tools/check-design-map.sh
 	$(HOSTILE_HOST) $(BUILD)/tests/unit --jobs 2
 	$(HOSTILE_HOST) $(BUILD)/tests/sem --jobs 2 $(if $(CHECK_SEM_SKIP),--filter '!($(subst $(eval) ,|,$(strip $(CHECK_SEM_SKIP))))')
 	DBT_INTEGRATION_SKIP="$(CHECK_INTEGRATION_SKIP)" $(HOSTILE_HOST) $(MAKE) test-integration
@@ -387,6 +388,7 @@ test: deps
 	$(STAGE) build $(MAKE) -j$(BUILD_JOBS) test-build
 	$(STAGE) build-checks $(MAKE) format-check check-exports
 	sh tools/check-layers.sh
+	sh tools/check-design-map.sh
 	$(STAGE) unit $(MAKE) test-unit
 	$(STAGE) sem $(BUILD)/tests/sem --jobs 2
 	$(STAGE) asan-units $(MAKE) check-asan-units
