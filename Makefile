@@ -21,7 +21,7 @@ LIBDIR  ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/$(MULTIARCH),$(PREFIX)/li
 BINDIR  ?= $(PREFIX)/bin
 MANDIR  ?= $(PREFIX)/share/man
 DOCDIR  ?= $(PREFIX)/share/doc/dbthrottle
-# /etc/dbthrottle.conf: read by every process when DBTHROTTLE_CONFIG is unset (config.c).
+# /etc/dbthrottle.conf: read by every process when DBTHROTTLE_CONFIG is unset (config_load.c).
 SYSCONFDIR ?= /etc
 BUILD   ?= build
 
@@ -77,7 +77,7 @@ INC_redis      = $(INC_base) -Ipreload/redis -I$(BUILD)/gen $(filter -I%,$(HIRED
 INC_sem        = $(INC_redis) -Ipreload/sem
 INC_interpose  = $(INC_sem) -Ipreload/interpose $(LIBPQ_CFLAGS)
 # The default configuration file, as installed (SYSCONFDIR).
-INC_base/config = $(INC_base) -DDBT_DEFAULT_CONFIG='"$(SYSCONFDIR)/dbthrottle.conf"'
+INC_base/config_load = $(INC_base) -DDBT_DEFAULT_CONFIG='"$(SYSCONFDIR)/dbthrottle.conf"'
 # The connection state machine is pure: it is compiled without libpq's include path (so that it
 # cannot use libpq), and linked into the unit tests with a fake semaphore.
 INC_interpose/conn_state = $(INC_sem) -Ipreload/interpose
@@ -196,7 +196,7 @@ $(BUILD)/gen/install-paths: FORCE
 	@mkdir -p $(@D)
 	@printf 'LIBDIR=%s\nMULTIARCH=%s\nSYSCONFDIR=%s\n' '$(LIBDIR)' '$(MULTIARCH)' '$(SYSCONFDIR)' > $@.tmp.$$$$ && \
 	    if cmp -s $@.tmp.$$$$ $@; then rm -f $@.tmp.$$$$; else mv $@.tmp.$$$$ $@; fi
-$(BUILD)/obj/base/config.o: $(BUILD)/gen/install-paths
+$(BUILD)/obj/base/config_load.o: $(BUILD)/gen/install-paths
 FORCE:
 
 # test_binary NAME, SOURCES, EXTRA LIBS: a program linked with the core archive.

@@ -1,4 +1,6 @@
-/* config.h - dbthrottle settings: their values, defaults and where each came from. */
+/* config.h - dbthrottle settings: their values (dbt_config), and the functions that parse
+ * (config_values.c, class_rules.c), load (config_load.c) and name them. The ground of base/:
+ * a header of types, so that every file may include it and none has to call up. */
 #ifndef DBT_CONFIG_H
 #define DBT_CONFIG_H
 
@@ -185,9 +187,9 @@ typedef struct {
     char *other_error;
 } dbt_config;
 
-/* Value parsers: pure functions, no I/O. Each returns true on success; on failure it writes a
- * one-line message naming `setting` and the bad value into err (DBT_ERRLEN bytes) and leaves
- * *out untouched. */
+/* Value parsers (config_values.c): pure functions, no I/O. Each returns true on success; on failure
+ * it writes a one-line message naming `setting` and the bad value into err (DBT_ERRLEN bytes) and
+ * leaves *out untouched. */
 bool dbt_parse_duration(const char *setting, const char *text, bool allow_zero, bool allow_forever,
                         int64_t *out_ms, char *err);
 bool dbt_parse_limit(const char *setting, const char *text, int *out, char *err);
@@ -224,9 +226,10 @@ const dbt_rule *dbt_rules_match(const dbt_rule_list *l, const dbt_rule_values *v
 /* The rules back as text (as `dbthrottle check` shows them). */
 void dbt_rules_show(const dbt_rule_list *l, bool weights, char *out, size_t cap);
 
-/* Sets every field to its default (the settings table's, through its parsers). */
+/* The load (config_load.c). Sets every field to its default (the settings table's, through its
+ * parsers). */
 void dbt_config_defaults(dbt_config *cfg);
-/* The client_connection_check_interval (ms) to ask of the server, 0 for none: auto is
+/* (settings.c) The client_connection_check_interval (ms) to ask of the server, 0 for none: auto is
  * min(1s, lease/4), so that the server ends a dead client's statement well before its permit's
  * lease can lapse (docs/design.md, "A dead client's statement"). */
 int64_t dbt_server_check_ms(const dbt_config *cfg);
@@ -272,10 +275,11 @@ void dbt_config_free(dbt_config *cfg);
 /* A source in words, for `dbthrottle check`: "default", "file", "environment". */
 const char *dbt_source_name(dbt_source s);
 
+/* A level in words (log.c, which writes it in every line); "?" for a value out of range. */
 const char *dbt_log_level_name(dbt_log_level l);
 
-/* Copies text for a one-line message: control bytes escaped (\n, \t, \r, \xNN), cut after `max`
- * bytes with "...". When `quoted`, wraps it in double quotes and escapes '"' and '\\' too. */
+/* Copies text for a one-line message (log.c): control bytes escaped (\n, \t, \r, \xNN), cut after
+ * `max` bytes with "...". When `quoted`, wraps it in double quotes and escapes '"' and '\\' too. */
 void dbt_escape(const char *text, size_t max, bool quoted, char *out, size_t cap);
 
 /* Writes `SETTING: bad value "TEXT": EXPECTED` into err (the value escaped and cut at 64 bytes);

@@ -12,43 +12,6 @@
 /* Values are shown cut at this many bytes, so a message stays short whatever it quotes. */
 #define SHOWN_MAX 64
 
-void dbt_escape(const char *text, size_t max, bool quoted, char *out, size_t cap)
-{
-    if (cap == 0)
-        return;
-    size_t o = 0;
-    /* Each input byte takes at most 4 output bytes; keep room for "...", the quote and NUL. */
-    if (cap < 16) {
-        out[0] = '\0';
-        return;
-    }
-    size_t room = cap - 9;
-    if (quoted)
-        out[o++] = '"';
-    for (size_t i = 0; text[i]; i++) {
-        unsigned char c = (unsigned char)text[i];
-        if (i >= max || o + 4 > room) {
-            memcpy(out + o, "...", 3);
-            o += 3;
-            break;
-        }
-        if (c == '\n' || c == '\t' || c == '\r') {
-            out[o++] = '\\';
-            out[o++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
-        } else if (c < 0x20 || c == 0x7f) {
-            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
-        } else if (quoted && (c == '"' || c == '\\')) {
-            out[o++] = '\\';
-            out[o++] = (char)c;
-        } else {
-            out[o++] = (char)c;
-        }
-    }
-    if (quoted)
-        out[o++] = '"';
-    out[o] = '\0';
-}
-
 bool dbt_bad_value(const char *setting, const char *text, const char *expected, char *err)
 {
     char shown[SHOWN_MAX * 4 + 16];

@@ -506,6 +506,53 @@ static void field(out_t *o, dbt_log_format fmt, const char *key, const dbt_field
         o->first = false;
 }
 
+void dbt_escape(const char *text, size_t max, bool quoted, char *out, size_t cap)
+{
+    if (cap == 0)
+        return;
+    size_t o = 0;
+    /* Each input byte takes at most 4 output bytes; keep room for "...", the quote and NUL. */
+    if (cap < 16) {
+        out[0] = '\0';
+        return;
+    }
+    size_t room = cap - 9;
+    if (quoted)
+        out[o++] = '"';
+    for (size_t i = 0; text[i]; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (i >= max || o + 4 > room) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (c == '\n' || c == '\t' || c == '\r') {
+            out[o++] = '\\';
+            out[o++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+        } else if (c < 0x20 || c == 0x7f) {
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+        } else if (quoted && (c == '"' || c == '\\')) {
+            out[o++] = '\\';
+            out[o++] = (char)c;
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    if (quoted)
+        out[o++] = '"';
+    out[o] = '\0';
+}
+
+const char *const dbt_log_level_words[DBT_LOG_DEBUG + 1] = {"off", "error", "warn", "info",
+                                                            "debug"};
+
+const char *dbt_log_level_name(dbt_log_level l)
+{
+    return (unsigned)l < sizeof dbt_log_level_words / sizeof *dbt_log_level_words
+               ? dbt_log_level_words[l]
+               : "?";
+}
+
 size_t dbt_log_format_line(char *buf, size_t cap, dbt_log_format fmt, const char *ts,
                            dbt_log_level level, const char *event, const dbt_field *fields,
                            size_t nfields)

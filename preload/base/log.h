@@ -38,6 +38,9 @@ bool dbt_log_reopen(char *err);
 
 void dbt_log_close(void);
 
+/* The levels' names, by dbt_log_level: the words each line says and DBTHROTTLE_LOG_LEVEL takes. */
+extern const char *const dbt_log_level_words[DBT_LOG_DEBUG + 1];
+
 /* True when a line at `level` would be written: call before building costly fields. */
 bool dbt_log_enabled(dbt_log_level level);
 

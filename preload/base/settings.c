@@ -315,8 +315,7 @@ static const dbt_setting_kind as_classes = {parse_classes, show_text, release_te
 /* ---- the table ------------------------------------------------------------------------------ */
 
 static const char *const on_redis_error_words[] = {"open", "closed"}; /* dbt_on_error order */
-static const char *const log_level_words[] = {"off", "error", "warn", "info", "debug"};
-static const char *const log_format_words[] = {"logfmt", "json"}; /* dbt_log_format order */
+static const char *const log_format_words[] = {"logfmt", "json"};     /* dbt_log_format order */
 static const char *const log_facility_words[] = {"user",   "daemon", "local0", "local1", "local2",
                                                  "local3", "local4", "local5", "local6", "local7"};
 _Static_assert(sizeof log_facility_words / sizeof *log_facility_words == DBT_NFACILITIES,
@@ -376,7 +375,7 @@ const dbt_setting dbt_settings[] = {
      .rule.text = {.null_word = "stderr", .unset_shown = "stderr"}, .worker_only = true,
      .doc = "stderr, a file to append the log to, or syslog (syslog:/path: another socket)"},
     {"log_level", "DBTHROTTLE_LOG_LEVEL", "warn", &as_word, FIELD(log_level),
-     WORDS(log_level_words, "off, error, warn, info or debug"), .worker_only = true,
+     WORDS(dbt_log_level_words, "off, error, warn, info or debug"), .worker_only = true,
      .doc = "off, error, warn, info (every acquisition) or debug"},
     {"log_format", "DBTHROTTLE_LOG_FORMAT", "logfmt", &as_word, FIELD(log_format),
      WORDS(log_format_words, "logfmt or json"), .worker_only = true, .doc = "logfmt or json"},
@@ -471,10 +470,4 @@ int64_t dbt_server_check_ms(const dbt_config *cfg)
         return cfg->server_check_ms;
     int64_t quarter = cfg->lease_ms / 4;
     return quarter < 1000 ? quarter : 1000;
-}
-
-const char *dbt_log_level_name(dbt_log_level l)
-{
-    return (unsigned)l < sizeof log_level_words / sizeof *log_level_words ? log_level_words[l]
-                                                                          : "?";
 }

@@ -23,11 +23,6 @@ void dbt_cancel_forget(const void *cancel);
 /* PQfinish(conn): its PGcancels may outlive it, but they cancel nothing of ours any more. */
 void dbt_cancel_forget_conn(const void *conn);
 
-/* Resolves libpq's PQcancel and PQrequestCancel for their hooks, which may run in a signal
- * handler and must not look anything up there (hooks_cancel.c). Not async-signal-safe; cheap once
- * both are found. */
-void dbt_cancel_resolve_real(void);
-
 /* PQcancel(cancel) / PQrequestCancel(conn): ends the connection's wait for a permit, if one
  * runs. Async-signal-safe. */
 void dbt_cancel_fire(const void *cancel);

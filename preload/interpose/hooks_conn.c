@@ -9,7 +9,6 @@
  * The functions that make a connection are hooked too, to add client_connection_check_interval
  * to its startup options (server_check.c): PQconnectStart(Params) (PQconnectdb(Params) reach them
  * through libpq's PLT, and retry here when a server refuses the option) and PQsetdbLogin. */
-#include "cancel_map.h"
 #include "held.h"
 #include "hook.h"
 #include "real.h"
@@ -129,7 +128,7 @@ HOOK PostgresPollingStatusType PQconnectPoll(PGconn *conn)
     __typeof__(&PQconnectPoll) real = DBT_REAL(PQconnectPoll);
     if (!real)
         return PGRES_POLLING_FAILED;
-    dbt_cancel_resolve_real(); /* before any cancel, which may come from a signal handler */
+    dbt_real_resolve_ahead(); /* before any cancel, which may come from a signal handler */
     bool needed = conn && DBT_REAL(PQstatus)(conn) == CONNECTION_NEEDED;
     if (needed && dbt_check_probing())
         return PGRES_POLLING_FAILED; /* a probe for its options only: no socket, no permit */

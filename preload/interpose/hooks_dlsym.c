@@ -5,7 +5,6 @@
  * interposed: when the answer is exactly the libpq function our hook forwards to, the hook is
  * returned instead. A different libpq (a private copy bundled with a wheel or gem) is left alone,
  * since our hooks forward to the global one and a PGconn must go back to the libpq that made it. */
-#include "cancel_map.h"
 #include "hook.h"
 #include "real.h"
 
@@ -47,7 +46,7 @@ HOOK void *dlsym(void *handle, const char *symbol)
                 return f;
             /* A program that resolves libpq through a handle (ctypes) may cancel from a signal
              * handler later, where nothing may be looked up: resolved now. */
-            dbt_cancel_resolve_real();
+            dbt_real_resolve_ahead();
             return table[i].hook;
         }
     return f;

@@ -3,7 +3,8 @@
  * dlsym(RTLD_NEXT) is not always enough: a libpq loaded with RTLD_LOCAL (psycopg2's extension
  * module pulls it in that way) is not "next" in the global scope, so RTLD_NEXT finds nothing and a
  * naive preload crashes Python on its first connection. Then the libpq.so.5 already in the process
- * is asked directly (RTLD_NOLOAD: never load one ourselves). */
+ * is asked directly (RTLD_NOLOAD: never load one ourselves). The functions a signal handler may
+ * reach (the cancels) are resolved ahead, at load and before a program can cancel (real.h). */
 #include "real.h"
 
 #include "log.h"
@@ -71,4 +72,40 @@ void *dbt_real_lookup(_Atomic(void *) *slot, const char *name)
         dbt_log(DBT_LOG_ERROR, "symbol_error", fl, 2);
     }
     return f;
+}
+
+/* ---- resolved ahead ------------------------------------------------------------------------- */
+
+static _Atomic(void *) ahead[DBT_AHEAD_N];
+static const char *const ahead_names[DBT_AHEAD_N] = {
+    [DBT_AHEAD_GET_CANCEL] = "PQgetCancel",
+    [DBT_AHEAD_FREE_CANCEL] = "PQfreeCancel",
+    [DBT_AHEAD_CANCEL] = "PQcancel",
+    [DBT_AHEAD_REQUEST_CANCEL] = "PQrequestCancel",
+};
+
+void dbt_real_resolve_ahead(void)
+{
+    for (int i = 0; i < DBT_AHEAD_N; i++) {
+        if (atomic_load_explicit(&ahead[i], memory_order_acquire))
+            continue;
+        void *f = dbt_real_peek(ahead_names[i]);
+        if (f)
+            atomic_store_explicit(&ahead[i], f, memory_order_release);
+    }
+}
+
+__attribute__((constructor)) static void resolve_ahead_at_load(void)
+{
+    dbt_real_resolve_ahead();
+}
+
+void *dbt_real_ahead(dbt_ahead_fn fn)
+{
+    return atomic_load_explicit(&ahead[fn], memory_order_acquire);
+}
+
+void *dbt_real_ahead_lookup(dbt_ahead_fn fn)
+{
+    return dbt_real_lookup(&ahead[fn], ahead_names[fn]);
 }

@@ -22,6 +22,31 @@ void *dbt_real_lookup(_Atomic(void *) *slot, const char *name);
 /* The same search, without caching or logging (for dlsym, which asks about any program's PQ*). */
 void *dbt_real_peek(const char *name);
 
+/* ---- resolved ahead ----------------------------------------------------------------------------
+ * PQcancel and PQrequestCancel may run in a signal handler (psql's Ctrl-C), where nothing may be
+ * looked up: dlsym takes locks and allocates its error message. libpq 15's PQrequestCancel calls
+ * PQgetCancel, PQcancel and PQfreeCancel through its PLT, i.e. our hooks. So these four are
+ * resolved together, beforehand, at every point that comes before a program can cancel: when the
+ * library is loaded (if libpq already is), when a program resolves a libpq function through dlsym
+ * (ctypes: libpq is then not in the global scope), at each connect and at PQgetCancel. */
+typedef enum {
+    DBT_AHEAD_GET_CANCEL,
+    DBT_AHEAD_FREE_CANCEL,
+    DBT_AHEAD_CANCEL,
+    DBT_AHEAD_REQUEST_CANCEL,
+    DBT_AHEAD_N
+} dbt_ahead_fn;
+
+/* Resolves those not found yet, quietly (libpq may not be loaded yet). Not async-signal-safe;
+ * cheap once all are found. */
+void dbt_real_resolve_ahead(void);
+
+/* The real function, or NULL while it is not resolved: an atomic load, async-signal-safe. */
+void *dbt_real_ahead(dbt_ahead_fn fn);
+
+/* dbt_real_lookup of it: outside a signal handler only (it looks up, and logs when not found). */
+void *dbt_real_ahead_lookup(dbt_ahead_fn fn);
+
 /* DBT_REAL(PQexec) is the real PQexec, typed. Each use site keeps its own cache slot. */
 #define DBT_REAL(fn)                                                                               \
     ({                                                                                             \

@@ -248,21 +248,24 @@ static dbt_redis *ready_listener(dbt_pool *p, char *err)
     return l;
 }
 
-/* Whether the listener's error is a cluster redirection to follow now: MOVED at once (the map
- * names the new node), ASK, TRYAGAIN and CLUSTERDOWN after a short pause (a migration or a
- * failover in progress: BLPOP on a wake list that is not there yet is redirected until it ends);
- * all within one DBTHROTTLE_REDIS_TIMEOUT from the first (*until_us, 0 until then). */
+/* Whether the listener's error is a cluster redirection to follow now, as the routing policy
+ * (dbt_route_next) decides, all within one DBTHROTTLE_REDIS_TIMEOUT from the first (*until_us,
+ * 0 until then): MOVED at once (the map names the new node); TRYAGAIN and CLUSTERDOWN after a
+ * short pause (a migration or a failover in progress: BLPOP on a wake list that is not there yet
+ * is redirected until it ends). ASK too: the BLPOP stays with the slot's owner rather than block
+ * on the importing node, so a wake list in migration is waited out as TRYAGAIN. Each BLPOP sent
+ * again is a call of its own, so its MOVED is the first of that call: every one is followed. */
 static bool follow_redirect(dbt_pool *p, const char *err, int64_t *until_us)
 {
-    dbt_redirect k = dbt_cluster_redirect_of(err, NULL, NULL);
-    if (k == DBT_REDIR_NONE)
-        return false;
     int64_t now = dbt_now_us();
-    if (!*until_us)
-        *until_us = now + p->client->cfg->redis_timeout_ms * 1000;
-    if (now >= *until_us)
+    int64_t until = *until_us ? *until_us : now + p->client->cfg->redis_timeout_ms * 1000;
+    int moves = 0;
+    dbt_route_step step =
+        dbt_route_next(dbt_cluster_redirect_of(err, NULL, NULL), &moves, until - now);
+    if (step == DBT_ROUTE_STOP)
         return false;
-    if (k != DBT_REDIR_MOVED) {
+    *until_us = until; /* the window opens at the first redirection followed */
+    if (step != DBT_ROUTE_MOVED) {
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 10 * 1000 * 1000};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;

@@ -9,7 +9,7 @@ out=${1:-$top/build/fuzz}
 secs=${FUZZ_SECONDS:-20}
 mkdir -p "$out"
 cd "$top"
-srcs="preload/base/config.c preload/base/config_values.c preload/base/settings.c preload/base/class_rules.c preload/base/log.c preload/base/log_syslog.c preload/base/redact.c preload/redis/keys.c"
+srcs="preload/base/config_load.c preload/base/config_values.c preload/base/settings.c preload/base/class_rules.c preload/base/log.c preload/base/log_syslog.c preload/base/redact.c preload/redis/keys.c"
 # fuzz_redact checks the redaction against libpq's own conninfo parser, so it links libpq.
 targets="fuzz_config fuzz_values fuzz_redact fuzz_keys"
 for t in $targets; do

@@ -42,6 +42,8 @@ check() { # check "what" "condition" (one string, eval'ed) | check "what" comman
 }
 # summary: the last line of every suite; its status is the suite's.
 summary() {
+    sm_left=$(shm_left)
+    check "the suite left no host segment in /dev/shm${sm_left:+: $sm_left}" '[ -z "$sm_left" ]'
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]
 }
@@ -105,8 +107,34 @@ harness_begin() {
     HOME=$work/home
     export DBTHROTTLE_CONFIG HOME
     unset PGSERVICEFILE PGSERVICE PGPASSFILE PSQLRC
+    # Host sharing's segments too (DBTHROTTLE_SHARE_DIR, /dev/shm by default, where they outlive
+    # the suite: a file per pool and Redis). Mode 1777 as /dev/shm, so that a process of another
+    # user makes its own directory in it as there. Not for a library older than the setting (an
+    # unknown DBTHROTTLE_* name is a configuration error).
+    ls -d /dev/shm/dbthrottle-"$(id -u)"*/* >"$work/shm.before" 2>/dev/null
+    mkdir "$work/shm"
+    chmod 1777 "$work/shm"
+    if ! [ -f "$lib" ] || grep -q DBTHROTTLE_SHARE_DIR "$lib"; then
+        DBTHROTTLE_SHARE_DIR=$work/shm
+        export DBTHROTTLE_SHARE_DIR
+    fi
     trap harness_cleanup EXIT
     trap 'exit 1' INT TERM
+}
+# shm_left: the host segments this run left in /dev/shm, one a line: those made since
+# harness_begin whose key names a Redis port of the run (each port free_port gave; a segment holds
+# its Redis URL in its key), so that what other runs on the machine make there is not counted.
+shm_left() {
+    for sl_f in /dev/shm/dbthrottle-"$(id -u)"*/*; do
+        [ -f "$sl_f" ] || continue
+        grep -qxF "$sl_f" "$work/shm.before" 2>/dev/null && continue
+        for sl_p in $(cat "$work/ports" 2>/dev/null); do
+            if grep -aq "127\.0\.0\.1:$sl_p[^0-9]" "$sl_f"; then
+                echo "$sl_f"
+                break
+            fi
+        done
+    done
 }
 harness_cleanup() {
     for p in $(sort -u "$work"/pids 2>/dev/null); do
@@ -154,6 +182,7 @@ free_port() {
         fp=$(($(od -An -N2 -tu2 /dev/urandom) % 30000 + 20000))
         ss -Htan "( sport = :$fp )" 2>/dev/null | grep -q . || break
     done
+    [ -n "${work:-}" ] && echo "$fp" >>"$work/ports" # for shm_left
     echo "$fp"
 }
 

@@ -1,6 +1,6 @@
-/* config.c - the settings: defaults, the configuration file, the environment, and where each
- * value came from. Reads the file named by DBTHROTTLE_CONFIG (or the installed default file);
- * prints nothing (callers log). */
+/* config_load.c - the settings loaded: defaults, the configuration file, the environment, and
+ * where each value came from. Reads the file named by DBTHROTTLE_CONFIG (or the installed default
+ * file); prints nothing (callers log). */
 #include "config.h"
 #include "log.h"
 #include "settings.h"
