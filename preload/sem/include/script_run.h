@@ -14,4 +14,10 @@
 redisReply *dbt_script_run(dbt_redis *r, dbt_script_call *c, dbt_reply_parser parse, void *out,
                            char *err);
 
+/* What dbt_script_run does before it sends c on r, for a caller that sends c otherwise (without
+ * waiting for its reply): c's era arguments become those of r's server (dbt_script_bind_era),
+ * and a slot r's node took over whole names the server it came from (the adopt token route.c
+ * noted: no quarantine). */
+void dbt_script_bind_server(dbt_script_call *c, const dbt_redis *r);
+
 #endif
