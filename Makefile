@@ -216,6 +216,8 @@ WHITEBOX_tests/unit/test_route.c = preload/redis
 WHITEBOX_tests/unit/test_misconfig_log.c = preload/sem
 # log.c's syslog framing: the priority and the datagram (log_syslog.h).
 WHITEBOX_tests/unit/test_log_ops.c = preload/base
+# sem's pure core, the pool's decisions (pool_core.h), driven row by row.
+WHITEBOX_tests/unit/test_pool_core.c = preload/sem
 # interpose/'s connection state machine (conn_state.h): interpose/ has no public face.
 WHITEBOX_tests/unit/test_conn_state.c = preload/interpose
 # The command's adaptive-limit rule (adapt_rule.h), a pure module of cli/.
@@ -428,6 +430,7 @@ CHECK_INTEGRATION_SKIP := held_finish held_prepared held_blocking_get_result \
 HOSTILE_HOST = sh tests/support/hostile_host.sh
 check: all $(BUILD)/tests/unit $(BUILD)/tests/sem check-exports
 	sh tools/check-layers.sh
+	sh tools/check-design-map.sh
 	$(HOSTILE_HOST) $(BUILD)/tests/unit --jobs 2
 	$(HOSTILE_HOST) $(BUILD)/tests/sem --jobs 2 $(if $(CHECK_SEM_SKIP),--filter '!($(subst $(eval) ,|,$(strip $(CHECK_SEM_SKIP))))')
 	DBT_INTEGRATION_SKIP="$(CHECK_INTEGRATION_SKIP)" $(HOSTILE_HOST) $(MAKE) test-integration
@@ -446,6 +449,7 @@ test: deps
 	$(STAGE) build $(MAKE) -j$(BUILD_JOBS) test-build
 	$(STAGE) build-checks $(MAKE) format-check check-exports
 	sh tools/check-layers.sh
+	sh tools/check-design-map.sh
 	$(STAGE) unit $(MAKE) test-unit
 	$(STAGE) sem $(BUILD)/tests/sem --jobs 2
 	$(STAGE) asan-units $(MAKE) check-asan-units

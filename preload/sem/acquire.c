@@ -30,8 +30,11 @@ static dbt_acq_result outage_result(dbt_pool *p, dbt_kind kind, const dbt_acquir
 {
     uint64_t quiet = 0, total;
     pthread_mutex_lock(&p->mu);
-    bool misconfigured = p->misconfig[0] != '\0' || dbt_pool_thread_failed_permanently();
-    bool open = !misconfigured && p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN;
+    dbt_outage_fate fate =
+        dbt_core_outage(p->misconfig[0] != '\0' || dbt_pool_thread_failed_permanently(),
+                        p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN);
+    bool misconfigured = fate == DBT_OUTAGE_MISCONFIGURED;
+    bool open = fate == DBT_OUTAGE_UNTHROTTLED;
     if (open) {
         p->st.unthrottled++;
         p->outage_unthrottled++;
@@ -351,16 +354,8 @@ static acquire_next give_up(acquire_run *a, bool linked, const char *outage,
  * renewal found gone from Redis (it expired before it was read). p->mu held. */
 static bool stale_grant(const dbt_pool *p, const struct dbt_slot *s)
 {
-    return s->lost || dbt_now_us() - s->t_renewed_us > p->client->cfg->lease_ms * 1000;
-}
-
-/* A revoke ("r<kind>:<ticket>") came that Redis pushed after it granted at ticket counter
- * `granted_at`: its reply was read after the push. A revoke older than a lease cannot race a
- * reply (and Redis may have restarted its counter since). p->mu held. */
-static bool revoked_since(const dbt_pool *p, dbt_kind kind, long long granted_at)
-{
-    return p->revoke_ticket[kind] > (uint64_t)(granted_at > 0 ? granted_at : 0) &&
-           dbt_now_us() - p->revoke_us[kind] <= p->client->cfg->lease_ms * 1000;
+    dbt_lease_facts l = dbt_slot_lease(p, s, dbt_now_us());
+    return dbt_lease_gone(&l);
 }
 
 /* Granted while this process could not renew (stopped, or cut off from Redis) for a whole lease:
@@ -571,11 +566,14 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
         p->seen_any_grant = true;
         if (st == ACQ_SENT_QUEUED)
             p->st.waits++;
-        /* Granted with nobody queued: permits may be kept again, unless a revoke given after
-         * this grant was read first (never undone). From the queue: not; nor granted at once past
-         * waiters (a class under its guarantee: acquire.lua's queue length is theirs). */
-        p->contended[a->kind] =
-            st == ACQ_SENT_QUEUED || a->queue > 0 || revoked_since(p, a->kind, a->ticket);
+        /* Whether permits may be kept again (pool_core.c). */
+        dbt_queue_event ev = {.type = DBT_QEV_GRANTED,
+                              .from_queue = st == ACQ_SENT_QUEUED,
+                              .queue = a->queue,
+                              .ticket = a->ticket > 0 ? (uint64_t)a->ticket : 0,
+                              .now_us = dbt_now_us(),
+                              .lease_us = p->client->cfg->lease_ms * 1000};
+        (void)dbt_queue_step(&p->queue[a->kind], &ev);
         dbt_renewer_ensure(p);
         pthread_mutex_unlock(&p->mu);
         return NEXT_GRANTED;
@@ -584,7 +582,7 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
     p->nqueued++;
     dbt_lw_push(p, s);
     p->st.waits++;
-    p->contended[a->kind] = true;
+    (void)dbt_queue_step(&p->queue[a->kind], &(dbt_queue_event){.type = DBT_QEV_QUEUED});
     dbt_renewer_ensure(p);
     if (p->bg_leading) /* the renewer listens: it hands the role to a waiting thread */
         dbt_pool_wake_bg(p);

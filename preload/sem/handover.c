@@ -39,7 +39,24 @@ bool dbt_sole_now(dbt_pool *p, dbt_kind kind)
     /* Attached: the host's state (a broken segment says no), whatever the process' own. */
     if (p->share)
         return dbt_share_sole(p->share, (int)kind);
-    return p->sole[kind] != 0;
+    return p->queue[kind].sole.sole != 0;
+}
+
+/* What the core decides a permit's move by (pool_core.h): s's facts, w this process' oldest
+ * waiter of its shape (NULL: none). p->mu held. */
+static dbt_permit_facts permit_facts(dbt_pool *p, const struct dbt_slot *s,
+                                     const struct dbt_slot *w, int64_t now)
+{
+    return (dbt_permit_facts){.handover_on = p->client->cfg->local_handover,
+                              .exiting = p->exiting,
+                              .current_gen = s->gen == p->gen,
+                              .held = s->state == SLOT_HELD,
+                              .orphan = s->orphan,
+                              .attached = p->share != NULL,
+                              .sole_here = p->queue[s->kind].sole.sole != 0,
+                              .have_waiter = w != NULL,
+                              .made_here = dbt_sharing_id_ours(p, s->id),
+                              .lease = dbt_slot_lease(p, s, now)};
 }
 
 void dbt_lw_push(dbt_pool *p, struct dbt_slot *s)
@@ -288,10 +305,15 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
     p->nheld++;
     s->state = SLOT_HELD;
     s->t_grant_us = now;
-    /* A thread that read its acquire reply may be served out of turn by the place it took over;
-     * one still reading it (PENDING) keeps the grant: it is not on the list yet. */
     struct dbt_slot *w = oldest_waiter(p, s);
-    if (w && (s->orphan || (was_queued && w->t_request_us < s->t_request_us))) {
+    dbt_grant_facts f = {.waiting = true,
+                         .orphan = s->orphan,
+                         .was_queued = was_queued,
+                         .have_waiter = w != NULL,
+                         .waiter_since_us = w ? w->t_request_us : 0,
+                         .since_us = s->t_request_us};
+    switch (dbt_core_grant(&f)) {
+    case DBT_GRANT_TO_OLDEST:
         swap_permit(p, s, w, now);
         dbt_slot_wake(w);
         if (s->orphan)
@@ -299,77 +321,72 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
         else
             dbt_lw_push(p, s); /* its thread waits on, in its turn */
         return;
-    }
-    if (s->orphan)
+    case DBT_GRANT_GIVE_BACK:
         dbt_pool_wake_bg(p); /* a permit nobody here waits for: the renewer gives it back */
-    else
+        return;
+    case DBT_GRANT_TO_OWN:
+    case DBT_GRANT_IGNORE: /* never: its callers pass waiting slots */
         dbt_slot_wake(s);
+        return;
+    }
 }
 
-/* With the pool attached to its host's segment: offers held permit s to the host's
- * longest-waiting thread of its shape in another process, unless w (this process' own, or NULL)
- * waited longer. True when the segment holds it now (the caller forgets it); else *local says
- * whether w may have it (the host is sole). p->mu held. */
-static bool offer_to_host(dbt_pool *p, const struct dbt_slot *s, const struct dbt_slot *w,
-                          bool *local)
+/* Offers held permit s in the host's segment to the longest-waiting thread of its shape of
+ * another process, unless w (this process' own, or NULL) waited longer. p->mu held. */
+static dbt_offer_answer offer_in_segment(dbt_pool *p, const struct dbt_slot *s,
+                                         const struct dbt_slot *w, const dbt_lease_facts *lease)
 {
-    /* Only with half a lease left at least: the receivers' renewals name it only while they hold
-     * it, and a permit that passes on every few milliseconds may miss them (then it goes back
-     * through Redis, which its waiter is granted by). */
-    int64_t lease_us = p->client->cfg->lease_ms * 1000;
-    if (dbt_now_us() - s->t_renewed_us > lease_us / 2) {
-        *local = dbt_share_sole(p->share, (int)s->kind);
-        return false;
-    }
+    if (!dbt_core_offerable(lease))
+        return DBT_OFFER_TOO_OLD;
     dbt_share_shape shape;
     dbt_sharing_shape(s, &shape);
     dbt_share_permit permit;
     snprintf(permit.id, sizeof permit.id, "%s", s->id);
     permit.renewed_us = s->t_renewed_us;
-    dbt_share_offer_result r =
-        dbt_share_offer(p->share, &shape, &permit, w ? w->t_request_us : -1, NULL);
-    if (r == DBT_SHARE_OFFERED) {
+    switch (dbt_share_offer(p->share, &shape, &permit, w ? w->t_request_us : -1, NULL)) {
+    case DBT_SHARE_OFFERED:
         p->st.handovers++; /* the receiver reports the grant (count_local_grant) */
-        *local = false;
-        return true;
+        return DBT_OFFER_TAKEN;
+    case DBT_SHARE_LOCAL_FIRST:
+        return DBT_OFFER_LOCAL_FIRST;
+    case DBT_SHARE_NOBODY:
+        return DBT_OFFER_NOBODY;
+    case DBT_SHARE_NOT_SOLE:
+        break;
     }
-    *local = r == DBT_SHARE_LOCAL_FIRST ||
-             (r == DBT_SHARE_NOBODY && dbt_share_sole(p->share, (int)s->kind));
-    return false;
+    return DBT_OFFER_NOT_SOLE;
+}
+
+/* Where held permit s goes (move m), as the core decides, offering it in the host's segment when
+ * the core says so: `taken` when the segment holds it now (the caller forgets it), else
+ * DBT_ROUTE_WAITER (to w) or DBT_ROUTE_REDIS. p->mu held. */
+static dbt_offer_outcome move_permit(dbt_pool *p, dbt_move m, struct dbt_slot *s,
+                                     const struct dbt_slot *w, int64_t now)
+{
+    dbt_permit_facts f = permit_facts(p, s, w, now);
+    dbt_permit_route r = dbt_core_route(m, &f);
+    if (r.mark_unrenewed)
+        (void)dbt_slot_expire_unrenewed(p, s, now); /* marks it lost, says why */
+    if (r.to != DBT_ROUTE_OFFER_HOST)
+        return (dbt_offer_outcome){.to = r.to, .taken = false};
+    dbt_offer_answer a = offer_in_segment(p, s, w, &f.lease);
+    bool host_sole =
+        (a == DBT_OFFER_NOBODY || a == DBT_OFFER_TOO_OLD) && dbt_share_sole(p->share, (int)s->kind);
+    return dbt_core_after_offer(m, &f, a, host_sole);
 }
 
 bool dbt_handover_offer_host(dbt_pool *p, struct dbt_slot *s)
 {
-    bool local;
-    return p->share && p->client->cfg->local_handover && !p->exiting && !s->lost &&
-           !dbt_slot_expire_unrenewed(p, s, dbt_now_us()) &&
-           offer_to_host(p, s, oldest_waiter(p, s), &local);
+    return move_permit(p, DBT_MOVE_KEPT, s, oldest_waiter(p, s), dbt_now_us()).taken;
 }
 
 struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s, bool *offered)
 {
-    *offered = false;
-    if (!p->client->cfg->local_handover || s->state != SLOT_HELD || s->orphan || s->gen != p->gen ||
-        p->exiting || (!p->share && !p->sole[s->kind]))
-        return NULL;
     int64_t now = dbt_now_us();
-    if (dbt_slot_expire_unrenewed(p, s, now))
-        return NULL;
     struct dbt_slot *w = oldest_waiter(p, s);
-    if (p->share) {
-        /* A permit a renewal found gone from Redis goes nowhere but back: passed on, it would
-         * run in another process until its lease ran out, beside the one Redis granted since. */
-        if (s->lost)
-            return NULL;
-        bool local = false;
-        if (offer_to_host(p, s, w, &local)) {
-            *offered = true;
-            return NULL;
-        }
-        if (!local)
-            return NULL;
-    }
-    if (!w)
+    dbt_offer_outcome o = move_permit(p, DBT_MOVE_RELEASE, s, w, now);
+    *offered = o.taken;
+    if (o.taken || o.to != DBT_ROUTE_WAITER)
         return NULL;
     swap_permit(p, s, w, now);
     atomic_fetch_add(&w->pending_wakes, 1); /* woken by dbt_slot_wake_later, after the unlock */
@@ -386,7 +403,8 @@ struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s, bool *off
 struct dbt_slot *dbt_handover_adopt(dbt_pool *p, const struct dbt_slot *like)
 {
     dbt_kind kind = like->kind;
-    if (!p->client->cfg->local_handover || p->norphans == 0 || p->exiting || !dbt_sole_now(p, kind))
+    if (!dbt_core_may_adopt(p->client->cfg->local_handover, p->norphans, p->exiting,
+                            p->norphans > 0 && dbt_sole_now(p, kind)))
         return NULL;
     /* The newest orphan: the older ones are the first to be withdrawn when demand drops. Not one
      * no renewal was accepted for during a whole lease (this process was stopped): Redis may have
@@ -395,7 +413,7 @@ struct dbt_slot *dbt_handover_adopt(dbt_pool *p, const struct dbt_slot *like)
     int64_t now = dbt_now_us();
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (s->orphan && s->state == SLOT_QUEUED && dbt_same_shape(s, like) &&
-            now - s->t_renewed_us <= p->client->cfg->lease_ms * 1000 &&
+            dbt_core_orphan_adoptable(now - s->t_renewed_us, p->client->cfg->lease_ms * 1000) &&
             (!best || s->orphan_us > best->orphan_us))
             best = s;
     if (best) {
@@ -404,6 +422,15 @@ struct dbt_slot *dbt_handover_adopt(dbt_pool *p, const struct dbt_slot *like)
         p->unreported[kind].queued++;
     }
     return best;
+}
+
+/* Whether a thread of this process waits in Redis' queue for a permit of `kind`. */
+static bool any_queued(const dbt_pool *p, dbt_kind kind)
+{
+    for (const struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->state == SLOT_QUEUED && s->kind == kind)
+            return true;
+    return false;
 }
 
 void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t ticket, bool sole)
@@ -417,25 +444,15 @@ void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t t
         }
         return;
     }
-    /* Tickets restart from 1 when the pool's keys expire (idle for three leases) or Redis loses
-     * them: what was said more than a lease ago, with no place of ours queued since, is history.
-     * (Not sooner: a push about a later waiter may have overtaken this reply.) */
-    int64_t now = dbt_now_us();
-    if (now - p->verdict_us[kind] > p->client->cfg->lease_ms * 1000) {
-        bool others = false;
-        for (struct dbt_slot *s = p->slots; s && !others; s = s->next)
-            others = s->state == SLOT_QUEUED && s->kind == kind;
-        if (!others)
-            p->sole[kind] = p->verdict_ticket[kind] = p->foreign_ticket[kind] = 0;
-    }
-    if (ticket == 0 || ticket <= p->verdict_ticket[kind])
-        return; /* a later verdict was applied already */
-    p->verdict_ticket[kind] = ticket;
-    p->verdict_us[kind] = now;
-    bool was = p->sole[kind] != 0;
-    /* A push about a waiter that queued after this one outran this reply: not alone any more. */
-    p->sole[kind] = sole && ticket > p->foreign_ticket[kind] ? ticket : 0;
-    if (was && !p->sole[kind] && p->norphans > 0)
+    dbt_queue_event ev = {.type = DBT_QEV_VERDICT,
+                          .ticket = ticket,
+                          .sole = sole,
+                          .waiters_here = true,
+                          .now_us = dbt_now_us(),
+                          .lease_us = p->client->cfg->lease_ms * 1000};
+    if (dbt_sole_verdict_stale(&p->queue[kind].sole, ev.now_us, ev.lease_us))
+        ev.waiters_here = any_queued(p, kind);
+    if ((dbt_queue_step(&p->queue[kind], &ev) & DBT_QACT_SOLE_ENDED) && p->norphans > 0)
         dbt_pool_wake_bg(p); /* orphans of this kind go */
 }
 
@@ -448,23 +465,18 @@ void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
         if (p->norphans > 0)
             dbt_pool_wake_bg(p);
     }
-    if (ticket > p->foreign_ticket[kind])
-        p->foreign_ticket[kind] = ticket;
-    /* ticket 0: a renewal saw more waiters than ours, with no ticket to order it by */
-    if (p->sole[kind] && (ticket == 0 || p->sole[kind] < ticket)) {
-        p->sole[kind] = 0;
-        if (p->norphans > 0)
-            dbt_pool_wake_bg(p);
-    }
+    dbt_queue_event ev = {.type = DBT_QEV_FOREIGN, .ticket = ticket};
+    if ((dbt_queue_step(&p->queue[kind], &ev) & DBT_QACT_SOLE_ENDED) && p->norphans > 0)
+        dbt_pool_wake_bg(p);
 }
 
 /* Whether orphan s is to go now: granted (a permit nobody here waits for), or while others queue,
  * or unused for ORPHAN_IDLE_US. */
 static int64_t orphan_due(dbt_pool *p, const struct dbt_slot *s)
 {
-    if (s->state == SLOT_HELD || !dbt_sole_now(p, s->kind))
-        return 0;
-    return s->orphan_us + ORPHAN_IDLE_US;
+    bool held = s->state == SLOT_HELD;
+    return dbt_core_orphan_due_us(held, !held && dbt_sole_now(p, s->kind), s->orphan_us,
+                                  ORPHAN_IDLE_US);
 }
 
 int64_t dbt_orphans_due_us(dbt_pool *p)
@@ -508,23 +520,12 @@ typedef enum { KEPT, SWAPPED, OFFERED } held_orphan_fate;
  * a granted place's permit back). p->mu held. */
 static held_orphan_fate pass_held_orphan(dbt_pool *p, struct dbt_slot *s, int64_t now)
 {
-    if (!p->client->cfg->local_handover || p->exiting || s->lost ||
-        dbt_slot_expire_unrenewed(p, s, now))
-        return KEPT;
     struct dbt_slot *w = oldest_waiter(p, s);
-    /* Unknown without a segment: Redis decides. */
-    bool local = p->share != NULL;
-    if (p->share && offer_to_host(p, s, w, &local))
+    dbt_offer_outcome o = move_permit(p, DBT_MOVE_HELD_ORPHAN, s, w, now);
+    if (o.taken)
         return OFFERED;
-    if (!w)
+    if (o.to != DBT_ROUTE_WAITER)
         return KEPT;
-    /* A permit another process passed here (offered to a wait that ended meanwhile) did not come
-     * by one of our places reaching the head: swapped to our waiter only while the host is sole
-     * (or ours waited longest of the host's), else back to Redis, or it jumps Redis' queue while
-     * another host waits. */
-    if (!local && !dbt_sharing_id_ours(p, s->id))
-        return KEPT;
-    /* As a grant to an orphan place: its permit goes to our waiter whatever the verdict. */
     swap_permit(p, s, w, now);
     dbt_slot_wake(w);
     count_local_grant(p, w, now);

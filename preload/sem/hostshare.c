@@ -1227,27 +1227,21 @@ bool dbt_share_verdict(dbt_share *sh, int kind, uint64_t ticket, bool sole, int6
     if (!sh || bad_kind(kind) || dbt_share_lock(sh) != 0)
         return false;
     dbt_seg_sole *s = &sh->seg->sole[kind];
-    int64_t now = dbt_now_us();
+    dbt_queue_event ev = {.type = DBT_QEV_VERDICT,
+                          .ticket = ticket,
+                          .sole = sole,
+                          .waiters_here = true,
+                          .now_us = dbt_now_us(),
+                          .lease_us = lease_us};
     begin_update(sh);
-    /* Tickets restart from 1 when the pool's keys expire or Redis loses them: what was said more
-     * than a lease ago, with no waiter of the host registered since, is history. (Not sooner: a
-     * push about a later waiter may have overtaken this reply.) */
-    if (now - s->verdict_us > lease_us) {
+    /* A stale verdict is history unless a waiter of the host is registered. */
+    if (dbt_sole_verdict_stale(s, ev.now_us, lease_us)) {
         int others = any_registration(sh, kind);
         if (others < 0)
             return false;
-        if (!others)
-            s->sole = s->verdict_ticket = s->foreign_ticket = 0;
+        ev.waiters_here = others != 0;
     }
-    bool ended = false;
-    if (ticket != 0 && ticket > s->verdict_ticket) {
-        s->verdict_ticket = ticket;
-        s->verdict_us = now;
-        bool was = s->sole != 0;
-        /* A push about a waiter that queued after this one outran this reply: not alone. */
-        s->sole = sole && ticket > s->foreign_ticket ? ticket : 0;
-        ended = was && s->sole == 0;
-    }
+    bool ended = dbt_sole_step(s, &ev) & DBT_QACT_SOLE_ENDED;
     dbt_share_unlock(sh);
     return ended;
 }
@@ -1256,16 +1250,9 @@ bool dbt_share_foreign(dbt_share *sh, int kind, uint64_t ticket)
 {
     if (!sh || bad_kind(kind) || dbt_share_lock(sh) != 0)
         return false;
-    dbt_seg_sole *s = &sh->seg->sole[kind];
     begin_update(sh);
-    if (ticket > s->foreign_ticket)
-        s->foreign_ticket = ticket;
-    bool ended = false;
-    /* ticket 0: a renewal found the host not the sole owner, with no ticket to order it by */
-    if (s->sole != 0 && (ticket == 0 || s->sole < ticket)) {
-        s->sole = 0;
-        ended = true;
-    }
+    dbt_queue_event ev = {.type = DBT_QEV_FOREIGN, .ticket = ticket};
+    bool ended = dbt_sole_step(&sh->seg->sole[kind], &ev) & DBT_QACT_SOLE_ENDED;
     dbt_share_unlock(sh);
     return ended;
 }

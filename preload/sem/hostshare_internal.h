@@ -5,6 +5,7 @@
 #define DBT_HOSTSHARE_INTERNAL_H
 
 #include "hostshare.h"
+#include "pool_core.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -49,12 +50,10 @@ typedef struct {
     int64_t renewed_us;
 } dbt_seg_reg;
 
-typedef struct {
-    uint64_t sole; /* the ticket of the verdict that made the host sole, 0: not sole */
-    uint64_t verdict_ticket;
-    uint64_t foreign_ticket;
-    int64_t verdict_us;
-} dbt_seg_sole;
+/* Whether the host's waiters are the whole queue of a kind: the pool's own view (pool_core.h),
+ * shared, moved by dbt_sole_step under the segment's lock. Its layout is the segment's. */
+typedef dbt_sole_view dbt_seg_sole;
+_Static_assert(sizeof(dbt_seg_sole) == 32, "the segment's layout (DBT_SEG_VERSION)");
 
 typedef struct {
     uint64_t magic;

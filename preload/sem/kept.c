@@ -22,9 +22,18 @@ bool dbt_permit_park(dbt_permit *s)
     int64_t now = dbt_now_us();
     /* A permit another process of the host made and passed here (sharing.c) is not kept: Redis
      * pushes the revoke that would give it back to its maker, not to us. */
-    bool keep = s->state == SLOT_HELD && !s->parked && s->gen == p->gen && !s->lost &&
-                !p->contended[s->kind] && p->down_until_us <= now &&
-                dbt_sharing_id_ours(p, s->id) && !dbt_slot_expire_unrenewed(p, s, now);
+    dbt_keep_facts f = {.cache_on = true,
+                        .held = s->state == SLOT_HELD,
+                        .already_kept = s->parked,
+                        .current_gen = s->gen == p->gen,
+                        .contended = p->queue[s->kind].keep.contended,
+                        .redis_down = p->down_until_us > now,
+                        .made_here = dbt_sharing_id_ours(p, s->id),
+                        .lease = dbt_slot_lease(p, s, now)};
+    dbt_permit_route r = dbt_core_keep(&f);
+    if (r.mark_unrenewed)
+        (void)dbt_slot_expire_unrenewed(p, s, now); /* marks it lost, says why */
+    bool keep = r.to == DBT_ROUTE_WAITER;
     if (keep) {
         s->parked = true;
         s->parked_us = now;
@@ -75,7 +84,7 @@ int64_t dbt_parked_due_us(dbt_pool *p)
     int64_t idle = p->client->cfg->cache_idle_ms * 1000, due = -1;
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (s->parked) {
-            int64_t at = p->contended[s->kind] ? 0 : s->parked_us + idle;
+            int64_t at = dbt_core_kept_due_us(p->queue[s->kind].keep.contended, s->parked_us, idle);
             if (due < 0 || at < due)
                 due = at;
         }
@@ -92,7 +101,8 @@ void dbt_return_parked(dbt_pool *p)
     int64_t now = dbt_now_us(), idle = p->client->cfg->cache_idle_ms * 1000;
     for (struct dbt_slot *s = p->slots, *next; s && n < BATCH; s = next) {
         next = s->next;
-        if (!s->parked || (!p->contended[s->kind] && now < s->parked_us + idle))
+        if (!s->parked ||
+            dbt_core_kept_due_us(p->queue[s->kind].keep.contended, s->parked_us, idle) > now)
             continue;
         if (p->ninflight >= (int)(sizeof p->inflight / sizeof p->inflight[0]))
             break;
@@ -108,7 +118,8 @@ void dbt_return_parked(dbt_pool *p)
         p->inflight[p->ninflight].kind = s->kind;
         memcpy(p->inflight[p->ninflight].id, s->id, sizeof s->id);
         p->ninflight++;
-        why[n] = p->contended[s->kind] ? "a waiter queued" : "kept idle for DBTHROTTLE_CACHE_IDLE";
+        why[n] = p->queue[s->kind].keep.contended ? "a waiter queued"
+                                                  : "kept idle for DBTHROTTLE_CACHE_IDLE";
         /* What the trace and the release need, copied: once RETURNED, the owner may free s. */
         dbt_trace_copy(&copies[n], s);
         copies[n].query = NULL;
@@ -138,9 +149,9 @@ static void after_fork(dbt_pool *p)
 {
     p->ninflight = 0;
     p->nparked = 0;
-    memset(p->contended, 0, sizeof p->contended);
-    memset(p->revoke_ticket, 0, sizeof p->revoke_ticket);
-    memset(p->revoke_us, 0, sizeof p->revoke_us);
+    dbt_queue_event fork = {.type = DBT_QEV_FORK};
+    for (int k = 0; k < DBT_NKINDS; k++)
+        (void)dbt_queue_step(&p->queue[k], &fork); /* what it knew of the queues too */
 }
 
 __attribute__((constructor)) static void register_after_fork(void)

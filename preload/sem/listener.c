@@ -67,13 +67,11 @@ static void dispatch(dbt_pool *p, const char *msg)
 {
     if (msg[0] == 'r' && (msg[1] == 'q' || msg[1] == 'c')) {
         dbt_kind k = msg[1] == 'q' ? DBT_KIND_QUERY : DBT_KIND_CONN;
-        p->contended[k] = true;
-        uint64_t ticket = msg[2] == ':' ? strtoull(msg + 3, NULL, 10) : 0;
-        if (ticket > p->revoke_ticket[k] ||
-            dbt_now_us() - p->revoke_us[k] > p->client->cfg->lease_ms * 1000)
-            p->revoke_ticket[k] = ticket;
-        p->revoke_us[k] = dbt_now_us();
-        if (p->nparked > 0)
+        dbt_queue_event ev = {.type = DBT_QEV_REVOKE,
+                              .ticket = msg[2] == ':' ? strtoull(msg + 3, NULL, 10) : 0,
+                              .now_us = dbt_now_us(),
+                              .lease_us = p->client->cfg->lease_ms * 1000};
+        if ((dbt_queue_step(&p->queue[k], &ev) & DBT_QACT_RETURN_KEPT) && p->nparked > 0)
             dbt_pool_wake_bg(p);
         return;
     }
@@ -86,7 +84,8 @@ static void dispatch(dbt_pool *p, const char *msg)
     if (msg[0] != 'g' || (msg[1] != 'q' && msg[1] != 'c') || msg[2] != ':')
         return;
     struct dbt_slot *s = dbt_find_slot(p, msg + 3);
-    if (!s || (s->state != SLOT_QUEUED && s->state != SLOT_PENDING))
+    dbt_grant_facts f = {.waiting = s && (s->state == SLOT_QUEUED || s->state == SLOT_PENDING)};
+    if (dbt_core_grant(&f) == DBT_GRANT_IGNORE)
         return;
     /* Counted as held from here, whether the acquirer has read its reply (QUEUED) or not. */
     dbt_handover_granted(p, s);

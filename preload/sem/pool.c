@@ -109,9 +109,9 @@ void dbt_pool_forget_verdicts(dbt_pool *p)
 {
     if (p->share)
         dbt_share_reset(p->share);
-    memset(p->sole, 0, sizeof p->sole);
-    memset(p->verdict_ticket, 0, sizeof p->verdict_ticket);
-    memset(p->foreign_ticket, 0, sizeof p->foreign_ticket);
+    dbt_queue_event forget = {.type = DBT_QEV_FORGET};
+    for (int k = 0; k < DBT_NKINDS; k++)
+        (void)dbt_queue_step(&p->queue[k], &forget);
 }
 
 /* ---- command connections --------------------------------------------------------------- */
@@ -568,6 +568,13 @@ bool dbt_slot_unrenewed_cause(const dbt_pool *p, const struct dbt_slot *s, int64
         return false;
     }
     return true;
+}
+
+dbt_lease_facts dbt_slot_lease(const dbt_pool *p, const struct dbt_slot *s, int64_t now)
+{
+    return (dbt_lease_facts){.lost = s->lost,
+                             .unrenewed_us = now - s->t_renewed_us,
+                             .lease_us = p->client->cfg->lease_ms * 1000};
 }
 
 bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now)

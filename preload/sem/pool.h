@@ -104,6 +104,8 @@ void dbt_free_spares(dbt_pool *p); /* p->mu held, or no other thread (fork, free
 /* Marks held slot s lost (Redis may have given its permit to another): counted and logged once,
  * with why. p->mu held. */
 void dbt_slot_mark_lost(dbt_pool *p, struct dbt_slot *s, dbt_log_level lvl, const char *reason);
+/* s's lease clock at `now`, as the pool's decisions read it (pool_core.h). p->mu held. */
+dbt_lease_facts dbt_slot_lease(const dbt_pool *p, const struct dbt_slot *s, int64_t now);
 /* Marks s lost if no renewal was accepted for a whole lease (logs it once, saying whether this
  * process was stopped or Redis failed its renewals). p->mu held. */
 bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now);

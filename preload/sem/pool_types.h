@@ -27,6 +27,7 @@
 #define DBT_POOL_TYPES_H
 
 #include "hostshare.h"
+#include "pool_core.h"
 #include "redis_conn.h"
 #include "script_protocol.h"
 #include "sem_client.h"
@@ -116,7 +117,7 @@ struct dbt_slot {
     bool idle_warned;
     /* Kept between commands (DBTHROTTLE_CACHE_PERMITS): held, linked and renewed as any held
      * permit, but its owner runs nothing on it; the renewer gives it back when someone queues
-     * (p->contended) or after DBTHROTTLE_CACHE_IDLE. */
+     * (p->queue[kind].keep.contended) or after DBTHROTTLE_CACHE_IDLE. */
     bool parked;
     int64_t parked_us; /* when it was kept */
     /* Local handover (handover.c). A place in Redis' queue that no thread waits on any more: its
@@ -218,25 +219,16 @@ struct dbt_pool {
 
     /* kept.c: kept permits (see struct dbt_slot) */
     int nparked; /* held slots kept between commands */
-    /* Per kind: Redis asked this process not to keep permits (someone queued: "r<kind>" on the
-     * wake list), until an acquire is granted with nobody queued. */
-    bool contended[DBT_NKINDS];
-    /* Per kind: the highest ticket a revoke ("r<kind>:<ticket>") carried, and when it came. A
-     * grant whose reply is read after it but that Redis gave before it (a lower ticket counter)
-     * must not clear contended: the revoke would be undone, and the waiter wait for a renewal. */
-    uint64_t revoke_ticket[DBT_NKINDS];
-    int64_t revoke_us[DBT_NKINDS];
     /* Releases and cancels the renewer is sending right now (kept permits, orphan places), off
      * every list meanwhile: a process that exits under it sends them too (twice is harmless). */
     dbt_owed_op inflight[64];
     int ninflight;
 
-    /* handover.c: local handover, per kind: the ticket of our latest acquire whose verdict was
-     * "this process' waiters are the whole queue" (0: not alone, or not known), the latest
-     * ticket whose verdict was applied, and the highest ticket of another process' waiter Redis
-     * pushed to us ("f<kind>:<ticket>"). */
-    uint64_t sole[DBT_NKINDS], verdict_ticket[DBT_NKINDS], foreign_ticket[DBT_NKINDS];
-    int64_t verdict_us[DBT_NKINDS]; /* when the last verdict was applied */
+    /* What the pool knows of each kind's queue (pool_core.h), moved only by dbt_queue_step:
+     * whether this process' waiters are the whole queue (local handover, handover.c), and
+     * whether someone queued, so that no permit is kept (kept.c). */
+    dbt_queue_state queue[DBT_NKINDS];
+    /* handover.c: local handover */
     struct dbt_slot *lw_head[DBT_NKINDS], *lw_tail[DBT_NKINDS]; /* waiting threads, oldest first */
     int norphans; /* slots with orphan set, queued or held */
     bool exiting; /* dbt_client_exit ran: no more local handover */

@@ -158,6 +158,16 @@ static void mark_evicted(dbt_pool *p, struct dbt_slot *s, bool cancel, dbt_cance
     }
 }
 
+/* What the core decides of one slot it names, from how it is now. */
+static dbt_slot_facts slot_facts(const struct dbt_slot *s)
+{
+    return (dbt_slot_facts){.found = s != NULL,
+                            .held = s && s->state == SLOT_HELD,
+                            .queued = s && s->state == SLOT_QUEUED,
+                            .orphan = s && s->orphan,
+                            .lost = s && s->lost};
+}
+
 /* Marks what renew.lua said Redis no longer has. Call with p->mu held. */
 static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, dbt_cancels *cancels)
 {
@@ -167,33 +177,48 @@ static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, dbt_cancels *c
         struct dbt_slot *s = dbt_find_slot(p, evicted ? id + 2 : id);
         if (s)
             dbt_handover_foreign(p, s->kind, 0); /* evicted, or Redis lost it: ask Redis again */
-        if (s && s->state == SLOT_HELD && !s->lost) {
-            if (evicted)
-                mark_evicted(p, s, id[0] == 'x', cancels);
-            else {
-                dbt_slot_mark_lost(p, s, DBT_LOG_ERROR,
-                                   "Redis no longer has it (expired or data lost)");
-                s->lapsed = true;
-            }
+        dbt_slot_facts f = slot_facts(s);
+        dbt_gone_cause cause = !evicted       ? DBT_GONE_BY_LOSS
+                               : id[0] == 'x' ? DBT_GONE_BY_EVICTION_CANCEL
+                                              : DBT_GONE_BY_EVICTION;
+        switch (dbt_core_holder_gone(&f, cause)) {
+        case DBT_GONE_EVICTED:
+        case DBT_GONE_EVICTED_CANCEL:
+            mark_evicted(p, s, cause == DBT_GONE_BY_EVICTION_CANCEL, cancels);
+            break;
+        case DBT_GONE_LOST:
+            dbt_slot_mark_lost(p, s, DBT_LOG_ERROR,
+                               "Redis no longer has it (expired or data lost)");
+            s->lapsed = true;
+            break;
+        default:
+            break;
         }
     }
     for (size_t i = 0; i < reply->lost_waiters.n; i++) {
         struct dbt_slot *s = dbt_find_slot(p, dbt_reply_id(&reply->lost_waiters, i));
-        if (s && s->state == SLOT_HELD && !s->lost) {
+        dbt_slot_facts f = slot_facts(s);
+        switch (dbt_core_waiter_gone(&f)) {
+        case DBT_GONE_GRANT_LAPSED:
             /* Granted since the renewal was sent, and gone from Redis by the time it ran: the
              * grant outlived its lease (this process was stopped, or cut off), was reaped and may
              * have gone to another. Its thread must not use it: it gives it back and queues. */
             dbt_slot_mark_lost(p, s, DBT_LOG_WARN, "granted, then expired before it was renewed");
             s->lapsed = true; /* a command it already runs is cancelled in closed mode (lapse.c) */
             dbt_slot_wake(s);
-        } else if (s && s->state == SLOT_QUEUED && s->orphan) {
+            break;
+        case DBT_GONE_FORGET:
             dbt_unlink_slot(p, s); /* a place nobody waited on: forget it */
             dbt_free_slot(s);
-        } else if (s && s->state == SLOT_QUEUED) {
+            break;
+        case DBT_GONE_REQUEUE:
             dbt_lw_remove(p, s);
             s->state = SLOT_REQUEUE;
             p->nqueued--;
             dbt_slot_wake(s);
+            break;
+        default:
+            break;
         }
     }
     /* Redis forgot waiters (restarted, or a lease ran out): what it said of the queue is void. */
@@ -293,18 +318,18 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
             s->t_renewed_us = sent;
     apply_granted(p, &reply->granted_waiters);
     for (int k = 0; k < DBT_NKINDS; k++) {
-        /* Kept permits go back (the loop sees them due): somebody waits, or the operator drains
-         * the pool or holds it below what is held (in case admin.lua's revoke push was lost). */
-        if (reply->queue[k] > 0 || !reply->handover_allowed[k])
-            p->contended[k] = true;
-        /* More waiters than ours: another process queued, even if its push went astray;
-         * or the operator drains the pool or holds it below what is held: the permits
-         * must go back through Redis. */
-        /* Attached to the host's segment, the queue holds the host's other processes' waiters
-         * too: the host is alone when Redis' sole owner is its group. */
-        bool others = p->share ? reply->queue[k] > 0 && !host_is_sole_owner(p, reply->sole_owner[k])
-                               : reply->queue[k] > nmine[k];
-        if (others || !reply->handover_allowed[k])
+        /* Kept permits go back (the loop sees them due) when somebody waits, or the operator
+         * drains the pool or holds it below what is held; and with more waiters than ours
+         * (another process queued, even if its push went astray), permits go back through
+         * Redis (pool_core.c). */
+        dbt_queue_event ev = {.type = DBT_QEV_RENEWED,
+                              .queue = reply->queue[k],
+                              .mine = nmine[k],
+                              .attached = p->share != NULL,
+                              .host_sole_owner =
+                                  p->share && host_is_sole_owner(p, reply->sole_owner[k]),
+                              .handover_allowed = reply->handover_allowed[k]};
+        if (dbt_queue_step(&p->queue[k], &ev) & DBT_QACT_NOT_ALONE)
             dbt_handover_foreign(p, (dbt_kind)k, 0);
     }
 }
@@ -314,8 +339,10 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
 static void expire_unrenewed_places(dbt_pool *p, int64_t now)
 {
     for (struct dbt_slot *s = p->slots; s; s = s->next)
-        if (s->state == SLOT_QUEUED && !s->orphan &&
-            now - s->t_renewed_us > p->client->cfg->lease_ms * 1000) {
+        if (dbt_core_place_expired(&(dbt_slot_facts){.found = true,
+                                                     .queued = s->state == SLOT_QUEUED,
+                                                     .orphan = s->orphan},
+                                   now - s->t_renewed_us, p->client->cfg->lease_ms * 1000)) {
             dbt_lw_remove(p, s);
             s->state = SLOT_DOWN;
             p->nqueued--;
@@ -335,8 +362,10 @@ static void expire_unrenewed_places(dbt_pool *p, int64_t now)
 static void requeue_unrenewed_places(dbt_pool *p, int64_t now)
 {
     for (struct dbt_slot *s = p->slots; s; s = s->next)
-        if (s->state == SLOT_QUEUED && !s->orphan &&
-            now - s->t_renewed_us > p->client->cfg->lease_ms * 1000) {
+        if (dbt_core_place_expired(&(dbt_slot_facts){.found = true,
+                                                     .queued = s->state == SLOT_QUEUED,
+                                                     .orphan = s->orphan},
+                                   now - s->t_renewed_us, p->client->cfg->lease_ms * 1000)) {
             dbt_defer_op_held(p, true, s->kind, s->id);
             dbt_lw_remove(p, s);
             s->state = SLOT_REQUEUE;

@@ -304,7 +304,7 @@ static bool revoked(void *arg)
 {
     dbt_pool *p = ((pool_ref *)arg)->pool;
     pthread_mutex_lock(&p->mu);
-    bool r = p->contended[DBT_KIND_QUERY];
+    bool r = p->queue[DBT_KIND_QUERY].keep.contended;
     pthread_mutex_unlock(&p->mu);
     return r;
 }
@@ -397,7 +397,7 @@ static bool all_waiting(void *arg)
 {
     dbt_pool *p = ((pool_ref *)arg)->pool;
     pthread_mutex_lock(&p->mu);
-    bool r = p->nqueued == 5 && p->sole[DBT_KIND_QUERY] != 0;
+    bool r = p->nqueued == 5 && p->queue[DBT_KIND_QUERY].sole.sole != 0;
     pthread_mutex_unlock(&p->mu);
     return r;
 }

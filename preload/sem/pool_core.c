@@ -1,0 +1,292 @@
+/* pool_core.c - the pool's decisions (pool_core.h): no I/O, no lock, no clock. */
+#include "pool_core.h"
+
+#include <string.h>
+
+/* ---- what the pool knows of a kind's queue -------------------------------------------------- */
+
+bool dbt_sole_verdict_stale(const dbt_sole_view *v, int64_t now_us, int64_t lease_us)
+{
+    return now_us - v->verdict_us > lease_us;
+}
+
+static unsigned sole_verdict(dbt_sole_view *v, const dbt_queue_event *ev)
+{
+    /* Tickets restart from 1 when the pool's keys expire (idle for three leases) or Redis loses
+     * them: what was said more than a lease ago, with no waiter of ours queued since, is
+     * history. */
+    if (dbt_sole_verdict_stale(v, ev->now_us, ev->lease_us) && !ev->waiters_here)
+        v->sole = v->verdict_ticket = v->foreign_ticket = 0;
+    if (ev->ticket == 0 || ev->ticket <= v->verdict_ticket)
+        return DBT_QACT_NONE; /* a later verdict was applied already */
+    v->verdict_ticket = ev->ticket;
+    v->verdict_us = ev->now_us;
+    bool was = v->sole != 0;
+    /* A push about a waiter that queued after this one outran this reply: not alone. */
+    v->sole = ev->sole && ev->ticket > v->foreign_ticket ? ev->ticket : 0;
+    return was && v->sole == 0 ? DBT_QACT_SOLE_ENDED : DBT_QACT_NONE;
+}
+
+static unsigned sole_foreign(dbt_sole_view *v, uint64_t ticket)
+{
+    if (ticket > v->foreign_ticket)
+        v->foreign_ticket = ticket;
+    /* A verdict given after this waiter queued (a higher ticket) already counted it. Ticket 0
+     * has nothing to order it by: it ends any verdict. */
+    if (v->sole != 0 && (ticket == 0 || v->sole < ticket)) {
+        v->sole = 0;
+        return DBT_QACT_SOLE_ENDED;
+    }
+    return DBT_QACT_NONE;
+}
+
+unsigned dbt_sole_step(dbt_sole_view *v, const dbt_queue_event *ev)
+{
+    switch (ev->type) {
+    case DBT_QEV_VERDICT:
+        return sole_verdict(v, ev);
+    case DBT_QEV_FOREIGN:
+        return sole_foreign(v, ev->ticket);
+    case DBT_QEV_FORGET:
+    case DBT_QEV_FORK:
+        memset(v, 0, sizeof *v);
+        return DBT_QACT_NONE;
+    default:
+        return DBT_QACT_NONE;
+    }
+}
+
+bool dbt_keep_revoked_since(const dbt_keep_view *k, long long granted_at, int64_t now_us,
+                            int64_t lease_us)
+{
+    return k->revoke_ticket > (uint64_t)(granted_at > 0 ? granted_at : 0) &&
+           now_us - k->revoke_us <= lease_us;
+}
+
+static unsigned keep_step(dbt_keep_view *k, const dbt_queue_event *ev)
+{
+    switch (ev->type) {
+    case DBT_QEV_REVOKE:
+        k->contended = true;
+        /* The highest ticket, unless the last was heard over a lease ago (Redis may have
+         * restarted its counter since). */
+        if (ev->ticket > k->revoke_ticket || ev->now_us - k->revoke_us > ev->lease_us)
+            k->revoke_ticket = ev->ticket;
+        k->revoke_us = ev->now_us;
+        return DBT_QACT_RETURN_KEPT;
+    case DBT_QEV_GRANTED:
+        /* Granted with nobody queued: permits may be kept again, unless a revoke given after
+         * this grant was read first (never undone). From the queue: not; nor granted at once
+         * past waiters (a class under its guarantee: acquire.lua's queue length is theirs). */
+        k->contended = ev->from_queue || ev->queue > 0 ||
+                       dbt_keep_revoked_since(k, (long long)ev->ticket, ev->now_us, ev->lease_us);
+        return DBT_QACT_NONE;
+    case DBT_QEV_QUEUED:
+        k->contended = true;
+        return DBT_QACT_NONE;
+    case DBT_QEV_RENEWED:
+        /* Somebody waits, or the operator drains the pool or holds it below what is held (in
+         * case admin.lua's revoke push was lost). */
+        if (ev->queue > 0 || !ev->handover_allowed) {
+            k->contended = true;
+            return DBT_QACT_RETURN_KEPT;
+        }
+        return DBT_QACT_NONE;
+    case DBT_QEV_FORK:
+        memset(k, 0, sizeof *k);
+        return DBT_QACT_NONE;
+    default:
+        return DBT_QACT_NONE;
+    }
+}
+
+/* A renewal's reply: whether the queue holds more than ours. Attached to the host's segment,
+ * the queue holds the host's other processes' waiters too: the host is alone when Redis' sole
+ * owner is its group. A drain or a hold below what is held sends permits through Redis too. */
+static unsigned renewed_not_alone(const dbt_queue_event *ev)
+{
+    bool others = ev->attached ? ev->queue > 0 && !ev->host_sole_owner : ev->queue > ev->mine;
+    return others || !ev->handover_allowed ? DBT_QACT_NOT_ALONE : DBT_QACT_NONE;
+}
+
+unsigned dbt_queue_step(dbt_queue_state *q, const dbt_queue_event *ev)
+{
+    unsigned act = dbt_sole_step(&q->sole, ev) | keep_step(&q->keep, ev);
+    if (ev->type == DBT_QEV_RENEWED)
+        act |= renewed_not_alone(ev);
+    return act;
+}
+
+/* ---- where one permit goes ------------------------------------------------------------------ */
+
+bool dbt_lease_gone(const dbt_lease_facts *l)
+{
+    return l->lost || l->unrenewed_us > l->lease_us;
+}
+
+bool dbt_core_offerable(const dbt_lease_facts *l)
+{
+    return l->unrenewed_us <= l->lease_us / 2;
+}
+
+dbt_grant_fate dbt_core_grant(const dbt_grant_facts *f)
+{
+    if (!f->waiting)
+        return DBT_GRANT_IGNORE;
+    /* Within the process a permit goes to the thread that waited longest, whichever of its places
+     * Redis granted: taking over orphans scrambles the order of the places. A thread still
+     * reading its acquire reply keeps the grant (it is not on the waiting list yet). */
+    if (f->have_waiter && (f->orphan || (f->was_queued && f->waiter_since_us < f->since_us)))
+        return DBT_GRANT_TO_OLDEST;
+    return f->orphan ? DBT_GRANT_GIVE_BACK : DBT_GRANT_TO_OWN;
+}
+
+static dbt_permit_route route(dbt_route_to to)
+{
+    return (dbt_permit_route){.to = to, .mark_unrenewed = false};
+}
+
+/* Gone from Redis, or may be: back to Redis, marked lost if only its lease clock says so. */
+static bool gone(const dbt_permit_facts *f, dbt_permit_route *r)
+{
+    if (!dbt_lease_gone(&f->lease))
+        return false;
+    *r = route(DBT_ROUTE_REDIS);
+    r->mark_unrenewed = !f->lease.lost;
+    return true;
+}
+
+dbt_permit_route dbt_core_route(dbt_move m, const dbt_permit_facts *f)
+{
+    dbt_permit_route r;
+    switch (m) {
+    case DBT_MOVE_RELEASE:
+        /* Without Redis only while our waiters (or the host's) are the whole queue: else the
+         * permit goes back, and another's waiter gets it in its turn. */
+        if (!f->handover_on || !f->held || f->orphan || !f->current_gen || f->exiting ||
+            (!f->attached && !f->sole_here))
+            return route(DBT_ROUTE_REDIS);
+        if (gone(f, &r))
+            return r;
+        if (f->attached)
+            return route(DBT_ROUTE_OFFER_HOST);
+        return route(f->have_waiter ? DBT_ROUTE_WAITER : DBT_ROUTE_REDIS);
+    case DBT_MOVE_KEPT:
+        /* A thread of ours would have taken it already: only another process of the host. */
+        if (!f->attached || !f->handover_on || f->exiting || f->lease.lost)
+            return route(DBT_ROUTE_REDIS);
+        if (gone(f, &r))
+            return r;
+        return route(DBT_ROUTE_OFFER_HOST);
+    case DBT_MOVE_HELD_ORPHAN:
+        /* As a grant to an orphan place: its permit goes to our waiter whatever the verdict. */
+        if (!f->handover_on || f->exiting || f->lease.lost)
+            return route(DBT_ROUTE_REDIS);
+        if (gone(f, &r))
+            return r;
+        if (f->attached)
+            return route(DBT_ROUTE_OFFER_HOST);
+        /* Unattached, every permit here was made here: Redis granted it to one of our places. */
+        return route(f->have_waiter && f->made_here ? DBT_ROUTE_WAITER : DBT_ROUTE_REDIS);
+    }
+    return route(DBT_ROUTE_REDIS);
+}
+
+dbt_offer_outcome dbt_core_after_offer(dbt_move m, const dbt_permit_facts *f, dbt_offer_answer a,
+                                       bool host_sole)
+{
+    if (a == DBT_OFFER_TAKEN)
+        return (dbt_offer_outcome){.to = DBT_ROUTE_REDIS, .taken = true};
+    /* May our own waiter have it: ours waited longest of the host's, or nobody of the host waits
+     * and the host is the whole queue (or, not offered, the host is sole). */
+    bool local = a == DBT_OFFER_LOCAL_FIRST ||
+                 ((a == DBT_OFFER_NOBODY || a == DBT_OFFER_TOO_OLD) && host_sole);
+    dbt_offer_outcome out = {.to = DBT_ROUTE_REDIS, .taken = false};
+    switch (m) {
+    case DBT_MOVE_RELEASE:
+        if (local && f->have_waiter)
+            out.to = DBT_ROUTE_WAITER;
+        break;
+    case DBT_MOVE_KEPT:
+        break; /* offered or back to Redis */
+    case DBT_MOVE_HELD_ORPHAN:
+        /* One another process made (offered to a wait that ended meanwhile) did not come by one
+         * of our places reaching the head: to our waiter only while the host is sole. */
+        if (f->have_waiter && (local || f->made_here))
+            out.to = DBT_ROUTE_WAITER;
+        break;
+    }
+    return out;
+}
+
+dbt_permit_route dbt_core_keep(const dbt_keep_facts *f)
+{
+    if (!f->cache_on || !f->held || f->already_kept || !f->current_gen || f->lease.lost ||
+        f->contended || f->redis_down || !f->made_here)
+        return route(DBT_ROUTE_REDIS);
+    dbt_permit_route r;
+    if (gone(&(dbt_permit_facts){.lease = f->lease}, &r))
+        return r;
+    return route(DBT_ROUTE_WAITER);
+}
+
+int64_t dbt_core_kept_due_us(bool contended, int64_t parked_us, int64_t idle_us)
+{
+    return contended ? 0 : parked_us + idle_us;
+}
+
+int64_t dbt_core_orphan_due_us(bool held, bool sole_now, int64_t orphan_since_us,
+                               int64_t orphan_idle_us)
+{
+    return held || !sole_now ? 0 : orphan_since_us + orphan_idle_us;
+}
+
+bool dbt_core_may_adopt(bool handover_on, int norphans, bool exiting, bool sole_now)
+{
+    return handover_on && norphans > 0 && !exiting && sole_now;
+}
+
+bool dbt_core_orphan_adoptable(int64_t unrenewed_us, int64_t lease_us)
+{
+    return unrenewed_us <= lease_us;
+}
+
+/* ---- what a renewal, an outage or a stall means for one slot -------------------------------- */
+
+dbt_gone_fate dbt_core_holder_gone(const dbt_slot_facts *f, dbt_gone_cause cause)
+{
+    if (!f->found || !f->held || f->lost)
+        return DBT_GONE_NOTHING;
+    switch (cause) {
+    case DBT_GONE_BY_EVICTION:
+        return DBT_GONE_EVICTED;
+    case DBT_GONE_BY_EVICTION_CANCEL:
+        return DBT_GONE_EVICTED_CANCEL;
+    case DBT_GONE_BY_LOSS:
+        break;
+    }
+    return DBT_GONE_LOST;
+}
+
+dbt_gone_fate dbt_core_waiter_gone(const dbt_slot_facts *f)
+{
+    if (!f->found)
+        return DBT_GONE_NOTHING;
+    if (f->held)
+        return f->lost ? DBT_GONE_NOTHING : DBT_GONE_GRANT_LAPSED;
+    if (!f->queued)
+        return DBT_GONE_NOTHING;
+    return f->orphan ? DBT_GONE_FORGET : DBT_GONE_REQUEUE;
+}
+
+bool dbt_core_place_expired(const dbt_slot_facts *f, int64_t unrenewed_us, int64_t lease_us)
+{
+    return f->queued && !f->orphan && unrenewed_us > lease_us;
+}
+
+dbt_outage_fate dbt_core_outage(bool misconfigured, bool open_mode)
+{
+    if (misconfigured)
+        return DBT_OUTAGE_MISCONFIGURED;
+    return open_mode ? DBT_OUTAGE_UNTHROTTLED : DBT_OUTAGE_REFUSED;
+}

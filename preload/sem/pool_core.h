@@ -1,0 +1,282 @@
+/* pool_core.h - the pool's decisions, with no I/O, no lock and no clock of their own.
+ *
+ * The drivers (acquire.c, listener.c, renewer.c, handover.c, kept.c, sharing.c and the host's
+ * segment, hostshare.c) turn what happens into the events and facts below, and carry out the
+ * answers: run a script, wake a thread, pass a permit to a waiter, offer it to the host, give it
+ * back to Redis, keep it. Nothing here reads the time, takes a lock or calls Redis, so that a test
+ * can drive every rule row by row (tests/unit/test_pool_core.c); docs/design.md ("The pool's
+ * decisions") has the tables.
+ *
+ * Two parts:
+ *   - What the pool knows of a kind's queue in Redis: a state machine per kind
+ *     (dbt_queue_state), moved by events (dbt_queue_event) and answering with actions
+ *     (DBT_QACT_*). Its "sole" half is also the host's, kept in the host's shared segment.
+ *   - Where one permit goes (a grant, a release, a permit nobody here waits for, a permit to
+ *     keep): pure functions of the facts their driver gathered under the pool's lock.
+ *
+ * Glossary as in pool_types.h (slot, place, kept, orphan, sole, verdict and foreign tickets). */
+#ifndef DBT_POOL_CORE_H
+#define DBT_POOL_CORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- what the pool knows of a kind's queue -------------------------------------------------- */
+
+/* Whether this process' waiters (or the host's, in the host's segment) are the whole queue of a
+ * kind, as acquire.lua said when it queued one of them (a "verdict"), and the pushes about
+ * another's waiter ("f<kind>:<ticket>") that end it. While `sole` is set, permits pass between
+ * the waiters here without Redis (local handover, handover.c). The layout is the host segment's
+ * too (hostshare_internal.h): change it only with DBT_SEG_VERSION. Zeroed: nothing known. */
+typedef struct {
+    uint64_t sole;           /* the ticket of the verdict that made us sole; 0: not sole */
+    uint64_t verdict_ticket; /* the latest ticket whose verdict was applied */
+    uint64_t foreign_ticket; /* the highest ticket of another's waiter pushed to us */
+    int64_t verdict_us;      /* when that verdict was applied (monotonic) */
+} dbt_sole_view;
+
+/* Whether permits of a kind may be kept between commands (DBTHROTTLE_CACHE_PERMITS): not while
+ * someone queues. Zeroed: uncontended, no revoke heard. */
+typedef struct {
+    bool contended;         /* someone queued ("r<kind>"): kept permits go back, none is kept */
+    uint64_t revoke_ticket; /* the highest ticket a revoke ("r<kind>:<ticket>") carried ... */
+    int64_t revoke_us;      /* ... and when the last revoke came */
+} dbt_keep_view;
+
+typedef struct {
+    dbt_sole_view sole;
+    dbt_keep_view keep;
+} dbt_queue_state;
+
+typedef enum {
+    /* acquire.lua queued one of ours: `ticket` its ticket, `sole` whether our waiters were the
+     * whole queue. `waiters_here`: a waiter of ours of the kind is queued (read only when the
+     * last verdict is over a lease old: dbt_sole_verdict_stale). */
+    DBT_QEV_VERDICT,
+    /* "f<kind>:<ticket>": another's waiter queued; ticket 0: a renewal, the operator or a lost
+     * permit says the queue holds more than ours, with no ticket to order it by. */
+    DBT_QEV_FOREIGN,
+    /* What Redis said is void: it may have lost data, a listener's pushes were lost with its
+     * connection, a place was queued again, the process forked, the segment is let go. */
+    DBT_QEV_FORGET,
+    /* "r<kind>:<ticket>" (ticket 0 when the push had none): someone queued. */
+    DBT_QEV_REVOKE,
+    /* An acquire of ours was granted: `from_queue` after waiting in the queue, else at once,
+     * with `queue` waiters it passed (a class under its guarantee) and Redis' ticket counter
+     * `ticket` when it granted. */
+    DBT_QEV_GRANTED,
+    /* An acquire of ours queued. */
+    DBT_QEV_QUEUED,
+    /* A renewal's reply: `queue` waiters of the kind in Redis, `mine` of them ours (or, attached
+     * to the host's segment, `host_sole_owner`: Redis' sole owner is the host's group), and
+     * whether the operator lets permits pass without Redis (`handover_allowed`: no drain, not
+     * held below what is held). */
+    DBT_QEV_RENEWED,
+    /* In a fork()ed child: nothing is known, nothing kept (the parent's). */
+    DBT_QEV_FORK
+} dbt_queue_event_type;
+
+typedef struct {
+    dbt_queue_event_type type;
+    uint64_t ticket;
+    bool sole;
+    bool waiters_here;
+    bool from_queue;
+    long long queue, mine;
+    bool attached, host_sole_owner;
+    bool handover_allowed;
+    int64_t now_us, lease_us;
+} dbt_queue_event;
+
+/* Actions, or'ed. */
+enum {
+    DBT_QACT_NONE = 0,
+    /* We are sole no more: orphan places go (the renewer), and in the host's segment every
+     * process is woken to see it. */
+    DBT_QACT_SOLE_ENDED = 1,
+    /* Kept permits of the kind go back now (the renewer). */
+    DBT_QACT_RETURN_KEPT = 2,
+    /* A renewal found more waiters than ours: DBT_QEV_FOREIGN with ticket 0 follows, for the
+     * process and for the host's segment (the driver sends it to both). */
+    DBT_QACT_NOT_ALONE = 4
+};
+
+/* Applies one event; returns the actions it calls for. */
+unsigned dbt_queue_step(dbt_queue_state *q, const dbt_queue_event *ev);
+
+/* The sole half alone, as the host's segment keeps it (VERDICT, FOREIGN, FORGET; others are
+ * ignored): DBT_QACT_SOLE_ENDED or NONE. */
+unsigned dbt_sole_step(dbt_sole_view *v, const dbt_queue_event *ev);
+
+/* Whether the last verdict is history (over a lease old): tickets restart from 1 when the pool's
+ * keys expire or Redis loses them, so a new verdict then needs to know whether a waiter of ours
+ * is queued (DBT_QEV_VERDICT's waiters_here). Not sooner: a push about a later waiter may have
+ * overtaken the reply. */
+bool dbt_sole_verdict_stale(const dbt_sole_view *v, int64_t now_us, int64_t lease_us);
+
+/* Whether a grant Redis gave at ticket counter `granted_at` was followed by a revoke read before
+ * its reply: a revoke newer than a lease cannot race a reply (Redis may have restarted its
+ * counter since). */
+bool dbt_keep_revoked_since(const dbt_keep_view *k, long long granted_at, int64_t now_us,
+                            int64_t lease_us);
+
+/* ---- where one permit goes ------------------------------------------------------------------ */
+
+/* A held permit's health, as its lease clock says. */
+typedef struct {
+    bool lost;            /* a renewal found it gone from Redis, or it was marked so */
+    int64_t unrenewed_us; /* since the last renewal Redis accepted */
+    int64_t lease_us;
+} dbt_lease_facts;
+
+/* Whether Redis may have reaped the permit: lost, or unrenewed for a whole lease (the driver
+ * marks the latter lost, once: dbt_slot_expire_unrenewed). */
+bool dbt_lease_gone(const dbt_lease_facts *l);
+
+/* A grant Redis pushed (or an acquire reply said granted) for one of our slots. */
+typedef struct {
+    bool waiting;     /* the slot is queued, or its acquire's reply unread; else it timed out and
+                         is being cancelled, or is gone */
+    bool orphan;      /* a place no thread waits on */
+    bool was_queued;  /* its thread read its acquire reply (it is on the waiting list) */
+    bool have_waiter; /* a thread of ours waits for a permit of the slot's shape ... */
+    int64_t waiter_since_us, since_us; /* ... since then; the slot's thread since then */
+} dbt_grant_facts;
+
+typedef enum {
+    DBT_GRANT_IGNORE,    /* not waiting: cancel.lua gives the permit back */
+    DBT_GRANT_TO_OWN,    /* the slot's own thread runs on it */
+    DBT_GRANT_TO_OLDEST, /* the oldest waiter takes it; the slot keeps waiting (or, an orphan,
+                            stays a fresh place) */
+    DBT_GRANT_GIVE_BACK  /* an orphan's, nobody here waits: the renewer gives it back */
+} dbt_grant_fate;
+
+dbt_grant_fate dbt_core_grant(const dbt_grant_facts *f);
+
+/* Which move: a thread gives back the permit it held (dbt_handover_release); the renewer gives
+ * back a kept permit (never to a thread of ours: it would have taken it); the renewer passes on a
+ * held orphan (a permit that came with nobody here waiting for it). */
+typedef enum { DBT_MOVE_RELEASE, DBT_MOVE_KEPT, DBT_MOVE_HELD_ORPHAN } dbt_move;
+
+typedef struct {
+    bool handover_on; /* DBTHROTTLE_LOCAL_HANDOVER */
+    bool exiting;     /* the process exits */
+    bool current_gen; /* not the parent's (from before a fork) */
+    bool held;        /* a permit, not a place */
+    bool orphan;      /* the pool's, nobody's thread */
+    bool attached;    /* the pool shares with its host's segment */
+    bool sole_here;   /* this process' waiters are the whole queue (not attached) */
+    bool have_waiter; /* a thread of ours waits for a permit of its shape */
+    bool made_here;   /* its id is this process' (not passed here by another of the host) */
+    dbt_lease_facts lease;
+} dbt_permit_facts;
+
+typedef enum {
+    DBT_ROUTE_REDIS,      /* back through Redis (release.lua; a held orphan: cancel.lua) */
+    DBT_ROUTE_OFFER_HOST, /* offer it in the host's segment, then ask dbt_core_after_offer */
+    DBT_ROUTE_WAITER      /* to this process' oldest waiter of its shape */
+} dbt_route_to;
+
+typedef struct {
+    dbt_route_to to;
+    /* The lease ran out unrenewed (dbt_lease_gone, not lost before): the driver marks it lost. */
+    bool mark_unrenewed;
+} dbt_permit_route;
+
+dbt_permit_route dbt_core_route(dbt_move m, const dbt_permit_facts *f);
+
+/* Whether a permit may be offered in the host's segment: with half a lease left at least. The
+ * receivers' renewals name it only while they hold it, and a permit that passes on every few
+ * milliseconds may miss them (then it goes back through Redis, which its waiter is granted by).
+ * Not offered: answer DBT_OFFER_TOO_OLD. */
+bool dbt_core_offerable(const dbt_lease_facts *l);
+
+/* What the host's segment answered an offer. */
+typedef enum {
+    DBT_OFFER_TAKEN,       /* a waiter of another process has it */
+    DBT_OFFER_LOCAL_FIRST, /* our own waiter waited longest of the host's */
+    DBT_OFFER_NOBODY,      /* no waiter of its shape on the host */
+    DBT_OFFER_NOT_SOLE,    /* the host is not the whole queue */
+    DBT_OFFER_TOO_OLD      /* not offered (dbt_core_offerable) */
+} dbt_offer_answer;
+
+/* After an offer: `taken` when the segment holds the permit (the caller forgets it); else where
+ * it goes. host_sole (the host's waiters are the whole queue) is read only for NOBODY and
+ * TOO_OLD. A permit another process made goes to our held orphan's waiter only while the host is
+ * sole, or it would jump Redis' queue while another host waits. */
+typedef struct {
+    dbt_route_to to;
+    bool taken;
+} dbt_offer_outcome;
+dbt_offer_outcome dbt_core_after_offer(dbt_move m, const dbt_permit_facts *f, dbt_offer_answer a,
+                                       bool host_sole);
+
+/* Whether a held permit may be kept for the next command (DBTHROTTLE_CACHE_PERMITS). */
+typedef struct {
+    bool cache_on, held, already_kept, current_gen, contended, redis_down;
+    bool made_here; /* one another process of the host passed here is not kept: Redis pushes the
+                       revoke that would give it back to its maker, not to us */
+    dbt_lease_facts lease;
+} dbt_keep_facts;
+dbt_permit_route dbt_core_keep(const dbt_keep_facts *f); /* to: WAITER = keep it, REDIS = not */
+
+/* When a kept permit, kept since parked_us, is due back: at once while contended, else after the
+ * idle time. */
+int64_t dbt_core_kept_due_us(bool contended, int64_t parked_us, int64_t idle_us);
+
+/* When an orphan is due to go: a held one (a permit nobody here waits for) and any while we are
+ * not sole, at once (0); a place nobody took, orphan_idle_us after it became one. */
+int64_t dbt_core_orphan_due_us(bool held, bool sole_now, int64_t orphan_since_us,
+                               int64_t orphan_idle_us);
+
+/* Whether a thread that begins to wait may take over orphan places instead of queuing anew. */
+bool dbt_core_may_adopt(bool handover_on, int norphans, bool exiting, bool sole_now);
+/* ... and whether this orphan place is one it may take: renewed within a lease (else Redis may
+ * have reaped it: the renewer withdraws it). */
+bool dbt_core_orphan_adoptable(int64_t unrenewed_us, int64_t lease_us);
+
+/* ---- what a renewal, an outage or a stall means for one slot -------------------------------- */
+
+/* A slot a renewal named, as its driver found it (not found: no slot of that id any more). */
+typedef struct {
+    bool found;
+    bool held, queued, orphan, lost;
+} dbt_slot_facts;
+
+/* A holder renew.lua says Redis no longer has: evicted by the operator ("e:ID", or "x:ID" with
+ * its command's cancel), or lost (expired, or Redis lost data). */
+typedef enum {
+    DBT_GONE_NOTHING,        /* nothing of ours, or marked already */
+    DBT_GONE_EVICTED,        /* marked lost, said "evicted"; the next command acquires again */
+    DBT_GONE_EVICTED_CANCEL, /* ... and its command is cancelled */
+    DBT_GONE_LOST,           /* marked lost (and lapsed: closed mode cancels its command) */
+    /* a waiter Redis forgot: */
+    DBT_GONE_GRANT_LAPSED, /* granted since the renewal was sent, reaped before it was renewed:
+                              marked lost, its thread gives it back and queues */
+    DBT_GONE_FORGET,       /* an orphan place: forgotten */
+    DBT_GONE_REQUEUE       /* its thread queues again */
+} dbt_gone_fate;
+
+typedef enum { DBT_GONE_BY_LOSS, DBT_GONE_BY_EVICTION, DBT_GONE_BY_EVICTION_CANCEL } dbt_gone_cause;
+
+/* A holder Redis no longer has. Whichever fate, a slot found makes the process ask Redis again
+ * (DBT_QEV_FOREIGN, ticket 0): permits go back through Redis. */
+dbt_gone_fate dbt_core_holder_gone(const dbt_slot_facts *f, dbt_gone_cause cause);
+/* A waiter Redis no longer has. */
+dbt_gone_fate dbt_core_waiter_gone(const dbt_slot_facts *f);
+
+/* Whether a waiting thread's place was renewed within a lease; else Redis may have reaped it, and
+ * the thread gives up (Redis failing: its wait ends in the outage mode) or queues again (this
+ * process was stopped: it alone pays). Orphan places are withdrawn instead. */
+bool dbt_core_place_expired(const dbt_slot_facts *f, int64_t unrenewed_us, int64_t lease_us);
+
+/* What an acquire that cannot reach Redis ends in. */
+typedef enum {
+    DBT_OUTAGE_UNTHROTTLED,  /* DBTHROTTLE_ON_REDIS_ERROR=open: runs without a permit, counted */
+    DBT_OUTAGE_REFUSED,      /* closed: refused */
+    DBT_OUTAGE_MISCONFIGURED /* a permanent error (wrong password, ACL, ...): refused whatever
+                                the mode, as a fix is needed, not patience */
+} dbt_outage_fate;
+dbt_outage_fate dbt_core_outage(bool misconfigured, bool open_mode);
+
+#endif
