@@ -71,18 +71,25 @@ LDLIBS_LIB = $(HIREDIS_A) $(SSL_LIBS) -ldl -pthread
 # The layers, each seeing only itself and the layers below it: a file of sem/ that includes
 # libpq-fe.h, or one of base/ that includes a sem/ header, does not compile.
 #   interpose -> sem -> redis -> base
+# Of a layer below it sees only the public face, the headers in its include/ folder (PUB_*): the
+# rest of the layer's headers are its own. interpose/, the top, has no public face: its callers
+# are libpq's (the hooks). The generated headers (build/gen) are the scripts' and their protocol's.
 LAYERS        := base redis sem interpose
-INC_base       = -Ipreload/base -I$(BUILD)/gen/base
-INC_redis      = $(INC_base) -Ipreload/redis -I$(BUILD)/gen $(filter -I%,$(HIREDIS_CFLAGS))
-INC_sem        = $(INC_redis) -Ipreload/sem
-INC_interpose  = $(INC_sem) -Ipreload/interpose $(LIBPQ_CFLAGS)
+PUB_base       = -Ipreload/base/include -I$(BUILD)/gen/base
+PUB_redis      = $(PUB_base) -Ipreload/redis/include -I$(BUILD)/gen $(filter -I%,$(HIREDIS_CFLAGS))
+PUB_sem        = $(PUB_redis) -Ipreload/sem/include
+INC_base       = -Ipreload/base $(PUB_base)
+INC_redis      = -Ipreload/redis $(PUB_redis)
+INC_sem        = -Ipreload/sem $(PUB_sem)
+INC_interpose  = -Ipreload/interpose $(PUB_sem) $(LIBPQ_CFLAGS)
 # The default configuration file, as installed (SYSCONFDIR).
 INC_base/config_load = $(INC_base) -DDBT_DEFAULT_CONFIG='"$(SYSCONFDIR)/dbthrottle.conf"'
 # The connection state machine is pure: it is compiled without libpq's include path (so that it
 # cannot use libpq), and linked into the unit tests with a fake semaphore.
-INC_interpose/conn_state = $(INC_sem) -Ipreload/interpose
-# The library's clients below the interposer (the command, tests, benches): sem and below.
-INC_CLIENT     = $(INC_sem)
+INC_interpose/conn_state = -Ipreload/interpose $(PUB_sem)
+# The library's clients below the interposer (the command, tests, benches): the public faces of
+# sem and below.
+INC_CLIENT     = $(PUB_sem)
 
 layer_srcs = $(sort $(wildcard preload/$(1)/*.c))
 CORE_SRCS := $(foreach l,base redis sem,$(call layer_srcs,$(l)))
@@ -121,9 +128,9 @@ endef
 # gen-protocol.py and embed-lua.sh rewrite what they make only when it changes (so that a comment
 # in a script does not rebuild every object): a stamp records that it is up to date.
 GEN_SCRIPTS = python3 tools/gen-protocol.py $(BUILD)/gen $(PROTO_DEFS) && \
-    sh tools/embed-lua.sh $(BUILD)/gen preload/base/config.h $(LUA_SRCS)
+    sh tools/embed-lua.sh $(BUILD)/gen preload/base/include/config.h $(LUA_SRCS)
 $(BUILD)/gen/scripts.stamp: $(LUA_SRCS) $(PROTO_DEFS) tools/embed-lua.sh tools/gen-protocol.py \
-        preload/base/config.h
+        preload/base/include/config.h
 	@mkdir -p $(BUILD)/gen
 	$(GEN_SCRIPTS)
 	@touch $@
@@ -199,18 +206,70 @@ $(BUILD)/gen/install-paths: FORCE
 $(BUILD)/obj/base/config_load.o: $(BUILD)/gen/install-paths
 FORCE:
 
+# The tests and benches see the layers' public faces only (INC_CLIENT), as the command does, but
+# for the white-box tests listed here: each drives a module behind a face, and is compiled with
+# that module's folder too (WHITEBOX_<file> = the folders). tools/check-layers.sh reads the list:
+# any other file that includes a header of a layer's own, from outside the layer, fails it.
+# route.c's pure step of the redirection policy, dbt_route_next (route_step.h).
+WHITEBOX_tests/unit/test_route.c = preload/redis
+# pool.c's rate limit of the misconfiguration's log line, by the pool's clock (pool.h).
+WHITEBOX_tests/unit/test_misconfig_log.c = preload/sem
+# log.c's syslog framing: the priority and the datagram (log_syslog.h).
+WHITEBOX_tests/unit/test_log_ops.c = preload/base
+# sem's pure core, the pool's decisions (pool_core.h), driven row by row.
+WHITEBOX_tests/unit/test_pool_core.c = preload/sem
+# interpose/'s connection state machine (conn_state.h): interpose/ has no public face.
+WHITEBOX_tests/unit/test_conn_state.c = preload/interpose
+# The command's adaptive-limit rule (adapt_rule.h), a pure module of cli/.
+WHITEBOX_tests/unit/test_adapt_rule.c = cli
+# Sets the client's permit serial (struct dbt_client) to make ids after 123 million commands, and
+# reads a permit's pool (struct dbt_slot): pool_types.h.
+WHITEBOX_tests/sem/test_class_client.c = preload/sem
+# Waits for the pool's own state under its lock (contended, the background leader, its queued
+# places, its slots) to put each fault at the instant it once broke (pool_types.h).
+WHITEBOX_tests/sem/test_recovery.c = preload/sem
+# Sets the pool's misconfiguration (p->misconfig) to stand for a permanent error (pool_types.h).
+WHITEBOX_tests/sem/test_fleet.c = preload/sem
+# Reads a permit's last renewal and the lapse margin (lapse.h) to stop Redis between the two.
+WHITEBOX_tests/sem/test_outage.c = preload/sem
+# Changes the pool's cid while it waits (dbt_pool_set_group, pool.h) and waits for the listener
+# to settle (listener.h) before it does.
+WHITEBOX_tests/sem/test_cid_change.c = preload/sem
+# Groups a pool without a host segment (dbt_pool_set_group, dbt_pool_cid: pool.h).
+WHITEBOX_tests/sem/test_host_group.c = preload/sem
+# The host segment's name from the pool's key (dbt_sharing_key, sharing.h).
+WHITEBOX_tests/sem/test_share_key.c = preload/sem
+# The host segment itself (hostshare.h), its layout looked at and damaged (hostshare_internal.h).
+WHITEBOX_tests/sem/test_hostshare.c = preload/sem
+# The segment's windows between two stores, opened through the gettid() it calls (hostshare.h).
+WHITEBOX_tests/sem/test_share_windows.c = preload/sem
+# Fills the segment's process table (hostshare_internal.h) before a child forks.
+WHITEBOX_tests/sem/test_share_fork.c = preload/sem
+# Reads the host's sole flag in the segment (hostshare_internal.h).
+WHITEBOX_tests/sem/test_host_sole_after_waits.c = preload/sem
+# Writes an offer into the segment without its wake (hostshare_internal.h).
+WHITEBOX_tests/sem/test_share_lost_wake.c = preload/sem
+
+# test_compile_rules DIR, COMPILER, FLAGS: each file of a test program compiled on its own into
+# the object tree DIR, with its include path (the faces, and its folders if white-box).
+define test_compile_rules
+$(1)/%.o: %.c $(VERSION_H) | $(SCRIPTS_H) $(PROTO_GEN)
+	@mkdir -p $$(@D)
+	$(2) $(3) $$(addprefix -I,$$(WHITEBOX_$$<)) -MMD -MP -c $$< -o $$@
+endef
+$(eval $(call test_compile_rules,$(BUILD)/test-obj,$(CC),$$(TEST_CFLAGS)))
+test_objs = $(patsubst %.c,$(1)/%.o,$(2))
+
 # test_binary NAME, SOURCES, EXTRA LIBS: a program linked with the core archive.
 define test_binary
-$(BUILD)/$(1): $(2) $(wildcard tests/support/*.h) $(BUILD)/libdbthrottle-core.a
+$(BUILD)/$(1): $(call test_objs,$(BUILD)/test-obj,$(2)) $(BUILD)/libdbthrottle-core.a
 	@mkdir -p $$(@D)
-	$$(CC) $$(TEST_CFLAGS) -o $$@ $(2) $(BUILD)/libdbthrottle-core.a $(3) $$(LDLIBS_LIB)
+	$$(CC) $$(TEST_CFLAGS) -o $$@ $$(filter %.o,$$^) $(BUILD)/libdbthrottle-core.a $(3) $$(LDLIBS_LIB)
 endef
 # The unit tests also drive the connection state machine and the adaptive limit's rule (both
 # pure: no libpq, no Redis, no I/O).
 $(eval $(call test_binary,tests/unit,$(sort $(wildcard tests/unit/*.c)) $(SUPPORT_SRCS) \
     $(BUILD)/obj/interpose/conn_state.o cli/adapt_rule.c,$(CRITERION_LIBS)))
-$(BUILD)/tests/unit: TEST_CFLAGS += -Ipreload/interpose -Icli
-$(BUILD)/tests/unit: cli/adapt_rule.h
 $(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS),$(CRITERION_LIBS)))
 $(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c bench/hist_cost.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))
@@ -264,9 +323,10 @@ $(BUILD)/check/stress-%: tests/stress/sem_stress.c $(SUPPORT_SRCS) $$(call core_
 	$(SAN_CC_$*) $(call san_cflags,$*) $(INC_CLIENT) -Itests/support -o $@ $(filter %.c %.o,$^) $(HIREDIS_A) $(SSL_LIBS) -ldl
 # The semaphore suite under ASan+UBSan. (Criterion itself does not run under TSan: the stress
 # program and the preloaded library cover threads there.)
-$(BUILD)/check/sem-asan: $(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS) $(call core_objs,$(BUILD)/check/asan)
-	clang $(call san_cflags,asan) $(INC_CLIENT) -Itests/support -o $@ $(filter %.c %.o,$^) \
-	    $(CRITERION_LIBS) $(HIREDIS_A) $(SSL_LIBS) -ldl
+$(eval $(call test_compile_rules,$(BUILD)/check/asan-test-obj,clang,$$(call san_cflags,asan) $$(INC_CLIENT) -Itests/support))
+$(BUILD)/check/sem-asan: $(call test_objs,$(BUILD)/check/asan-test-obj,$(sort $(wildcard tests/sem/*.c)) \
+        $(SUPPORT_SRCS) $(FIXTURE_SRCS)) $(call core_objs,$(BUILD)/check/asan)
+	clang $(call san_cflags,asan) -o $@ $(filter %.o,$^) $(CRITERION_LIBS) $(HIREDIS_A) $(SSL_LIBS) -ldl
 $(BUILD)/check/libdbthrottle-%.so: $$(call core_objs,$(BUILD)/check/$$*) \
         $$(call objs,$(BUILD)/check/$$*,$$(filter-out $$(RAW_SRCS),$$(HOOK_SRCS))) \
         $$(call objs,$(BUILD)/check/raw,$$(RAW_SRCS)) $(EXPORTS)
@@ -332,6 +392,7 @@ deps:
 check test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes \
     test-cli soak: deps
 $(BUILD)/tests/unit $(BUILD)/tests/sem: | deps
+$(call test_objs,$(BUILD)/test-obj,$(wildcard tests/unit/*.c tests/sem/*.c) $(FIXTURE_SRCS)): | deps
 
 # The exported symbols are exactly the hook list's and dlsym/dlopen, and dlsym/dlopen tail-call
 # glibc.
@@ -604,7 +665,7 @@ test-package: all
 	sh tools/install-deps.sh test
 	sh tests/package/deb.sh
 
-FORMAT_FILES = $(wildcard preload/*/*.[ch] cli/*.[ch] tests/*/*.[ch] bench/*.c bench/*/*.c)
+FORMAT_FILES = $(wildcard preload/*/*.[ch] preload/*/include/*.h cli/*.[ch] tests/*/*.[ch] bench/*.c bench/*/*.c)
 format:
 	clang-format -i $(FORMAT_FILES)
 

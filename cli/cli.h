@@ -9,7 +9,7 @@
 #include "config.h"
 #include "keys.h"
 #include "route.h"
-#include "script_call.h"
+#include "script_run.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,5 +1,6 @@
 /* route.c - where a connection goes, and Redis Cluster's redirections followed (see route.h). */
 #include "route.h"
+#include "route_step.h"
 
 #include "clock.h"
 #include "sentinel.h"

@@ -6,6 +6,7 @@
 #define DBT_SENTINEL_H
 
 #include "redis_conn.h"
+#include "sentinel_switch.h"
 
 #include <stdint.h>
 
@@ -24,11 +25,5 @@ uint64_t dbt_sentinel_generation(void);
 /* The master found at `generation` failed (a connection error, a timeout, READONLY): the next
  * connect asks the sentinels again. A no-op when a newer generation already replaced it. */
 void dbt_sentinel_master_failed(uint64_t generation);
-
-/* fn(arg) is called (from the subscriber's thread, under no lock but the callbacks' own) each time
- * Sentinel announces that our master switched. At most 16 callbacks at once. */
-void dbt_sentinel_on_switch(void (*fn)(void *), void *arg);
-/* Removes it: once this returns, fn(arg) is not running and never runs again. */
-void dbt_sentinel_off_switch(void (*fn)(void *), void *arg);
 
 #endif

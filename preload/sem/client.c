@@ -8,7 +8,7 @@
 #include "pool.h"
 #include "release.h"
 #include "renewer.h"
-#include "sentinel.h"
+#include "sentinel_switch.h"
 #include "sharing.h"
 #include "summary.h"
 

@@ -1,35 +1,7 @@
-/* script_call.c - one way to run a script call, for every caller (see script_call.h). */
+/* script_call.c - a script call on a pool's connections (see script_call.h), each try run by
+ * script_run.c. */
 #include "script_call.h"
-#include "clock.h"
 #include "pool.h"
-
-#include <stdio.h>
-
-/* c's era arguments become those of r's server (dbt_script_bind_era), and a slot r's node took
- * over whole names the server it came from (the adopt token route.c noted: no quarantine). */
-static void bind_server(dbt_script_call *c, const dbt_redis *r)
-{
-    dbt_script_bind_era(c, r->run_id, r->started_ms);
-    dbt_script_bind_clock(c, r->run_id, r->clock_ahead_ms, r->clock_at_us, dbt_now_us());
-    /* Copied into the call: the connection may be gone by its next try (an ASK's one-off
-     * connection, one given up after MOVED), and a try on another connection must not carry it. */
-    if (r->route.adopt_token[0] || c->args[DBT_ARG_ADOPT] == c->adopt) {
-        snprintf(c->adopt, sizeof c->adopt, "%s", r->route.adopt_token);
-        c->args[DBT_ARG_ADOPT] = c->adopt;
-    }
-}
-
-redisReply *dbt_script_run(dbt_redis *r, dbt_script_call *c, dbt_reply_parser parse, void *out,
-                           char *err)
-{
-    bind_server(c, r);
-    redisReply *rep = dbt_redis_eval(r, c->script, c->nkeys, c->keys, c->nargs, c->args, err);
-    if (rep && !parse(rep, out, err)) {
-        freeReplyObject(rep);
-        rep = NULL;
-    }
-    return rep;
-}
 
 /* ---- a script call on the pool's connections, routed (route.h) ---------------------------- */
 
@@ -85,7 +57,7 @@ bool dbt_pool_send(dbt_pool *p, const char *what, dbt_script_call *c, const char
     dbt_redis *r = dbt_pool_get_conn(p, err);
     if (r) {
         dbt_pool_era_prev(p, c->era_prev);
-        bind_server(c, r);
+        dbt_script_bind_server(c, r);
     }
     bool ok =
         r && dbt_redis_eval_nowait(r, c->script, c->nkeys, c->keys, c->nargs, c->args, tag, err);

@@ -1,21 +1,15 @@
 /* script_call.h - running a built script call (script_protocol.h): on a connection the caller
- * holds (the dbthrottle command), or on one of a pool's command connections, which is where the
- * library's every script call goes through. */
+ * holds (the dbthrottle command: script_run.h, the public part), or on one of a pool's command
+ * connections, which is where the library's every script call goes through. */
 #ifndef DBT_SCRIPT_CALL_H
 #define DBT_SCRIPT_CALL_H
 
 #include "route.h"
 #include "script_protocol.h"
+#include "script_run.h"
 #include "sem_client.h"
 
-/* Runs c on r by EVALSHA and reads the reply into out with parse. Returns the reply (free it with
- * freeReplyObject once done with out, which may point into it), or NULL with a message in err
- * when Redis failed or the reply is not what the script answers. c's era arguments become r's
- * server's (dbt_script_bind_era). */
-redisReply *dbt_script_run(dbt_redis *r, dbt_script_call *c, dbt_reply_parser parse, void *out,
-                           char *err);
-
-/* The same on one of p's command connections, taken and given back around it, Redis Cluster's
+/* Runs c on one of p's command connections, taken and given back around it, Redis Cluster's
  * redirections followed (dbt_route_run: a MOVED also sends the listener after the slot); a
  * failure is noted (dbt_pool_note_error, `what` naming the operation in the log) for the outage
  * backoff. Call without p->mu. */

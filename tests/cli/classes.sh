@@ -49,8 +49,8 @@ cl = {x["name"]: x for x in q["classes"]}
 print(eval(sys.argv[1]))' "$3"
 }
 # script NAME: the text the library embeds for lua/NAME.lua, as tools/embed-lua.sh leaves it in
-# build/gen/scripts (the limits of preload/base/config.h as Lua locals, the protocol's locals of
-# lua/protocol/, _common.lua and the script).
+# build/gen/scripts (the limits of preload/base/include/config.h as Lua locals, the protocol's
+# locals of lua/protocol/, _common.lua and the script).
 script() {
     cat "$top/build/gen/scripts/$1.lua"
 }
@@ -149,14 +149,14 @@ check "class cp after --clear: one FIFO queue again" '[ "$(echo "$out" | grep -c
 
 # ---- the cap: at most DBT_MAX_CLASSES classes, and bounded scripts whatever Redis holds -------
 echo "# the cap"
-cap=$(sed -n 's/^#define DBT_MAX_CLASSES  *\([0-9]*\)$/\1/p' "$top/preload/base/config.h")
+cap=$(sed -n 's/^#define DBT_MAX_CLASSES  *\([0-9]*\)$/\1/p' "$top/preload/base/include/config.h")
 ndefs() { defs "$1" q | python3 -c 'import ast, sys; t = ast.literal_eval(sys.stdin.read()); print(len(t[2]) if t else 0)'; }
 i=1
 while [ $i -le "$cap" ]; do
     "$D" class cap c$i --share 1 --queries >/dev/null || echo "class cap c$i: exit $?"
     i=$((i + 1))
 done
-check "$cap classes defined, the cap (DBT_MAX_CLASSES of preload/base/config.h): $(ndefs cap) in Redis" '[ "$cap" -eq 16 ] && [ "$(ndefs cap)" -eq "$cap" ]'
+check "$cap classes defined, the cap (DBT_MAX_CLASSES of preload/base/include/config.h): $(ndefs cap) in Redis" '[ "$cap" -eq 16 ] && [ "$(ndefs cap)" -eq "$cap" ]'
 "$D" class cap extra --share 1 --queries >"$work/out" 2>"$work/err"; rc=$?
 check "class $((cap + 1)): exit 2, one line naming the pool, the cap and the classes defined ($(cat "$work/err"))" '[ $rc -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && [ ! -s "$work/out" ] && grep -q "pool \"cap\" query: class extra not added: a pool has at most $cap classes, and these $cap are defined: c1, c2, .*, c$cap " "$work/err"'
 check "the refused class was not written: Redis holds $(ndefs cap) classes, extra not among them" '[ "$(ndefs cap)" -eq "$cap" ] && ! defs cap q | grep -q extra'

@@ -12,10 +12,22 @@ cd "$top"
 srcs="preload/base/config_load.c preload/base/config_values.c preload/base/settings.c preload/base/class_rules.c preload/base/log.c preload/base/log_syslog.c preload/base/redact.c preload/redis/keys.c"
 # fuzz_redact checks the redaction against libpq's own conninfo parser, so it links libpq.
 targets="fuzz_config fuzz_values fuzz_redact fuzz_keys"
+# The library's files are compiled with their layer's own headers, the targets (black-box) with
+# the layers' public faces only (include/), as the Makefile compiles the tests.
+cflags="-std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined
+    -fno-sanitize-recover=all"
+pub="-Ipreload/base/include -Ipreload/redis/include"
+objs=
+for src in $srcs; do
+    o=$out/obj/$(echo "${src%.c}" | tr / _).o
+    mkdir -p "$out/obj"
+    # shellcheck disable=SC2086
+    clang $cflags "-I$(dirname "$src")" $pub -c "$src" -o "$o"
+    objs="$objs $o"
+done
 for t in $targets; do
-    clang -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
-        -fno-sanitize-recover=all -Ipreload/base -Ipreload/redis -I/usr/include/postgresql \
-        -o "$out/$t" "tests/fuzz/$t.c" $srcs -pthread -lpq
+    # shellcheck disable=SC2086
+    clang $cflags $pub -I/usr/include/postgresql -o "$out/$t" "tests/fuzz/$t.c" $objs -pthread -lpq
 done
 fail=0
 for t in $targets; do

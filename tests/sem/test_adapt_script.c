@@ -3,7 +3,8 @@
  * by Redis' clock; only its holder sets the limit, with a TTL that each lease refreshes; a set
  * grants the waiters that now fit; an operator's limit (no TTL) stops the controller; a
  * resignation frees the lease at once. */
-#include "script_call.h"
+#include "route.h"
+#include "script_run.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>

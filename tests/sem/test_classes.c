@@ -3,7 +3,8 @@
  * Redis' own keys: who holds (the holders ZSET, its unit members), and the order of the grants
  * pushed to the waiters' wake list. */
 #include "redis_conn.h"
-#include "script_call.h"
+#include "route.h"
+#include "script_run.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>

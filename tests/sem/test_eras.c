@@ -4,7 +4,8 @@
  * against the limit. Judged from Redis' own keys, never from the library's view of itself. */
 #include "clock.h"
 #include "redis_conn.h"
-#include "script_call.h"
+#include "route.h"
+#include "script_run.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>

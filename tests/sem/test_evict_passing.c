@@ -2,7 +2,8 @@
  * giver's renewal and the receiver's may both name the evicted id. Each is told it was evicted,
  * and neither takes the id's absence for data lost: no re-assertion, no quarantine. Driven through
  * the real scripts (admin.lua's evict, renew.lua from two processes), judged from Redis' keys. */
-#include "script_call.h"
+#include "route.h"
+#include "script_run.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>

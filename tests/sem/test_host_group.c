@@ -7,7 +7,8 @@
  * Redis' own keys (owners, the wake lists, info, holders). */
 #include "listener.h"
 #include "pool.h"
-#include "script_call.h"
+#include "route.h"
+#include "script_run.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>

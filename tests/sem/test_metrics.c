@@ -2,7 +2,8 @@
  * the test's own clock and read back with HGET from the hist hash), the counters and histograms
  * outliving the pool's transient keys, and what status.lua reports of them. */
 #include "redis_conn.h"
-#include "script_call.h"
+#include "route.h"
+#include "script_run.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>

@@ -14,7 +14,8 @@
 #include "hostshare.h"
 #include "hostshare_internal.h"
 #include "keys.h"
-#include "script_call.h"
+#include "route.h"
+#include "script_run.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>

@@ -1,6 +1,6 @@
-/* The routing policy's decision after a failed try (route.h, dbt_route_next), row by row: which
- * redirection is followed, how, and when the error stands. Pure: no Redis, no clock. */
-#include "route.h"
+/* The routing policy's decision after a failed try (route_step.h, dbt_route_next), row by row:
+ * which redirection is followed, how, and when the error stands. Pure: no Redis, no clock. */
+#include "route_step.h"
 
 #include <criterion/criterion.h>
 

@@ -4,7 +4,7 @@
  * build makes from it both the scripts' Lua names and the C names here (protocol.h), so that the
  * two sides cannot drift apart.
  *
- * Pure: no I/O, no locks. A builder fills a dbt_script_call that dbt_script_run (script_call.h)
+ * Pure: no I/O, no locks. A builder fills a dbt_script_call that dbt_script_run (script_run.h)
  * sends; a parser reads a redisReply into a struct, and on a reply of the wrong shape (element
  * count, element type, nil, an error reply) returns false with a one-line message in err (at
  * least DBT_ERRLEN bytes) rather than reading past what is there. The library and the dbthrottle
