@@ -210,8 +210,6 @@ FORCE:
 # for the white-box tests listed here: each drives a module behind a face, and is compiled with
 # that module's folder too (WHITEBOX_<file> = the folders). tools/check-layers.sh reads the list:
 # any other file that includes a header of a layer's own, from outside the layer, fails it.
-# route.c's pure step of the redirection policy, dbt_route_next (route_step.h).
-WHITEBOX_tests/unit/test_route.c = preload/redis
 # pool.c's rate limit of the misconfiguration's log line, by the pool's clock (pool.h).
 WHITEBOX_tests/unit/test_misconfig_log.c = preload/sem
 # log.c's syslog framing: the priority and the datagram (log_syslog.h).

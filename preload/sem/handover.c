@@ -42,21 +42,19 @@ bool dbt_sole_now(dbt_pool *p, dbt_kind kind)
     return p->queue[kind].sole.sole != 0;
 }
 
-/* What the core decides a permit's move by (pool_core.h): s's facts, w this process' oldest
- * waiter of its shape (NULL: none). p->mu held. */
-static dbt_permit_facts permit_facts(dbt_pool *p, const struct dbt_slot *s,
-                                     const struct dbt_slot *w, int64_t now)
+/* The facts of s that the core decides a permit's move by and that cost nothing to gather
+ * (dbt_core_may_pass); move_permit adds the others when the move may pass it on. p->mu held. */
+static dbt_permit_facts cheap_facts(const dbt_pool *p, const struct dbt_slot *s)
 {
-    return (dbt_permit_facts){.handover_on = p->client->cfg->local_handover,
-                              .exiting = p->exiting,
-                              .current_gen = s->gen == p->gen,
-                              .held = s->state == SLOT_HELD,
-                              .orphan = s->orphan,
-                              .attached = p->share != NULL,
-                              .sole_here = p->queue[s->kind].sole.sole != 0,
-                              .have_waiter = w != NULL,
-                              .made_here = dbt_sharing_id_ours(p, s->id),
-                              .lease = dbt_slot_lease(p, s, now)};
+    return (dbt_permit_facts){
+        .handover_on = p->client->cfg->local_handover,
+        .exiting = p->exiting,
+        .current_gen = s->gen == p->gen,
+        .held = s->state == SLOT_HELD,
+        .orphan = s->orphan,
+        .attached = p->share != NULL,
+        .sole_here = p->queue[s->kind].sole.sole != 0,
+        .lease = {.lost = s->lost, .lease_us = p->client->cfg->lease_ms * 1000}};
 }
 
 void dbt_lw_push(dbt_pool *p, struct dbt_slot *s)
@@ -334,9 +332,11 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
 /* Offers held permit s in the host's segment to the longest-waiting thread of its shape of
  * another process, unless w (this process' own, or NULL) waited longer. p->mu held. */
 static dbt_offer_answer offer_in_segment(dbt_pool *p, const struct dbt_slot *s,
-                                         const struct dbt_slot *w, const dbt_lease_facts *lease)
+                                         const struct dbt_slot *w)
 {
-    if (!dbt_core_offerable(lease))
+    /* Its age now: the renewer may have offered others first. */
+    dbt_lease_facts lease = dbt_slot_lease(p, s, dbt_now_us());
+    if (!dbt_core_offerable(&lease))
         return DBT_OFFER_TOO_OLD;
     dbt_share_shape shape;
     dbt_sharing_shape(s, &shape);
@@ -359,17 +359,27 @@ static dbt_offer_answer offer_in_segment(dbt_pool *p, const struct dbt_slot *s,
 
 /* Where held permit s goes (move m), as the core decides, offering it in the host's segment when
  * the core says so: `taken` when the segment holds it now (the caller forgets it), else
- * DBT_ROUTE_WAITER (to w) or DBT_ROUTE_REDIS. p->mu held. */
+ * DBT_ROUTE_WAITER (to *w, this process' oldest waiter of its shape) or DBT_ROUTE_REDIS. *now:
+ * when it was decided (0 when the cheap facts sufficed). p->mu held. */
 static dbt_offer_outcome move_permit(dbt_pool *p, dbt_move m, struct dbt_slot *s,
-                                     const struct dbt_slot *w, int64_t now)
+                                     struct dbt_slot **w, int64_t *now)
 {
-    dbt_permit_facts f = permit_facts(p, s, w, now);
+    *w = NULL;
+    *now = 0;
+    dbt_permit_facts f = cheap_facts(p, s);
+    if (!dbt_core_may_pass(m, &f))
+        return (dbt_offer_outcome){.to = DBT_ROUTE_REDIS, .taken = false};
+    *now = dbt_now_us();
+    *w = oldest_waiter(p, s);
+    f.have_waiter = *w != NULL;
+    f.made_here = dbt_sharing_id_ours(p, s->id);
+    f.lease = dbt_slot_lease(p, s, *now);
     dbt_permit_route r = dbt_core_route(m, &f);
     if (r.mark_unrenewed)
-        (void)dbt_slot_expire_unrenewed(p, s, now); /* marks it lost, says why */
+        (void)dbt_slot_expire_unrenewed(p, s, *now); /* marks it lost, says why */
     if (r.to != DBT_ROUTE_OFFER_HOST)
         return (dbt_offer_outcome){.to = r.to, .taken = false};
-    dbt_offer_answer a = offer_in_segment(p, s, w, &f.lease);
+    dbt_offer_answer a = offer_in_segment(p, s, *w);
     bool host_sole =
         (a == DBT_OFFER_NOBODY || a == DBT_OFFER_TOO_OLD) && dbt_share_sole(p->share, (int)s->kind);
     return dbt_core_after_offer(m, &f, a, host_sole);
@@ -377,14 +387,16 @@ static dbt_offer_outcome move_permit(dbt_pool *p, dbt_move m, struct dbt_slot *s
 
 bool dbt_handover_offer_host(dbt_pool *p, struct dbt_slot *s)
 {
-    return move_permit(p, DBT_MOVE_KEPT, s, oldest_waiter(p, s), dbt_now_us()).taken;
+    struct dbt_slot *w;
+    int64_t now;
+    return move_permit(p, DBT_MOVE_KEPT, s, &w, &now).taken;
 }
 
 struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s, bool *offered)
 {
-    int64_t now = dbt_now_us();
-    struct dbt_slot *w = oldest_waiter(p, s);
-    dbt_offer_outcome o = move_permit(p, DBT_MOVE_RELEASE, s, w, now);
+    struct dbt_slot *w;
+    int64_t now;
+    dbt_offer_outcome o = move_permit(p, DBT_MOVE_RELEASE, s, &w, &now);
     *offered = o.taken;
     if (o.taken || o.to != DBT_ROUTE_WAITER)
         return NULL;
@@ -403,8 +415,9 @@ struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s, bool *off
 struct dbt_slot *dbt_handover_adopt(dbt_pool *p, const struct dbt_slot *like)
 {
     dbt_kind kind = like->kind;
-    if (!dbt_core_may_adopt(p->client->cfg->local_handover, p->norphans, p->exiting,
-                            p->norphans > 0 && dbt_sole_now(p, kind)))
+    bool on = p->client->cfg->local_handover;
+    if (!dbt_core_adopt_worth_asking(on, p->norphans, p->exiting) ||
+        !dbt_core_may_adopt(on, p->norphans, p->exiting, dbt_sole_now(p, kind)))
         return NULL;
     /* The newest orphan: the older ones are the first to be withdrawn when demand drops. Not one
      * no renewal was accepted for during a whole lease (this process was stopped): Redis may have
@@ -518,10 +531,11 @@ typedef enum { KEPT, SWAPPED, OFFERED } held_orphan_fate;
  * segment to another process' that waited longer. SWAPPED: s is a place now; OFFERED: the
  * segment holds the permit, the caller unlinks and frees s; KEPT: for Redis (cancel.lua gives
  * a granted place's permit back). p->mu held. */
-static held_orphan_fate pass_held_orphan(dbt_pool *p, struct dbt_slot *s, int64_t now)
+static held_orphan_fate pass_held_orphan(dbt_pool *p, struct dbt_slot *s)
 {
-    struct dbt_slot *w = oldest_waiter(p, s);
-    dbt_offer_outcome o = move_permit(p, DBT_MOVE_HELD_ORPHAN, s, w, now);
+    struct dbt_slot *w;
+    int64_t now;
+    dbt_offer_outcome o = move_permit(p, DBT_MOVE_HELD_ORPHAN, s, &w, &now);
     if (o.taken)
         return OFFERED;
     if (o.to != DBT_ROUTE_WAITER)
@@ -541,7 +555,7 @@ int dbt_orphans_take_due(dbt_pool *p, struct dbt_slot **out, bool *send, int cap
         next = s->next;
         if (!s->orphan)
             continue;
-        if (s->state == SLOT_HELD && pass_held_orphan(p, s, now) == OFFERED) {
+        if (s->state == SLOT_HELD && pass_held_orphan(p, s) == OFFERED) {
             dbt_unlink_slot(p, s);
             send[n] = false;
             out[n++] = s;

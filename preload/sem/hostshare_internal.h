@@ -9,6 +9,7 @@
 
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stddef.h>
 
 /* Layout version: in the file's name (<hash>.<version>) and in the header. A library whose
  * layout differs uses another file, so versions never read each other's segments; a header of
@@ -53,7 +54,11 @@ typedef struct {
 /* Whether the host's waiters are the whole queue of a kind: the pool's own view (pool_core.h),
  * shared, moved by dbt_sole_step under the segment's lock. Its layout is the segment's. */
 typedef dbt_sole_view dbt_seg_sole;
-_Static_assert(sizeof(dbt_seg_sole) == 32, "the segment's layout (DBT_SEG_VERSION)");
+_Static_assert(sizeof(dbt_seg_sole) == 32 && offsetof(dbt_seg_sole, sole) == 0 &&
+                   offsetof(dbt_seg_sole, verdict_ticket) == 8 &&
+                   offsetof(dbt_seg_sole, foreign_ticket) == 16 &&
+                   offsetof(dbt_seg_sole, verdict_us) == 24,
+               "the segment's layout (DBT_SEG_VERSION)");
 
 typedef struct {
     uint64_t magic;

@@ -14,6 +14,7 @@
 #include "handover.h"
 #include "pool.h"
 #include "route.h"
+#include "route_step.h"
 #include "sharing.h"
 
 #include <errno.h>

@@ -49,7 +49,10 @@ unsigned dbt_sole_step(dbt_sole_view *v, const dbt_queue_event *ev)
         return sole_foreign(v, ev->ticket);
     case DBT_QEV_FORGET:
     case DBT_QEV_FORK:
-        memset(v, 0, sizeof *v);
+        /* All but when the last verdict came: until a lease has passed since, a push about a
+         * waiter that queued after ours may still overtake our next reply, and its foreign
+         * ticket must then be kept (dbt_sole_verdict_stale). */
+        *v = (dbt_sole_view){.verdict_us = v->verdict_us};
         return DBT_QACT_NONE;
     default:
         return DBT_QACT_NONE;
@@ -156,37 +159,47 @@ static bool gone(const dbt_permit_facts *f, dbt_permit_route *r)
     return true;
 }
 
-dbt_permit_route dbt_core_route(dbt_move m, const dbt_permit_facts *f)
+bool dbt_core_may_pass(dbt_move m, const dbt_permit_facts *f)
 {
-    dbt_permit_route r;
     switch (m) {
     case DBT_MOVE_RELEASE:
         /* Without Redis only while our waiters (or the host's) are the whole queue: else the
          * permit goes back, and another's waiter gets it in its turn. */
-        if (!f->handover_on || !f->held || f->orphan || !f->current_gen || f->exiting ||
-            (!f->attached && !f->sole_here))
-            return route(DBT_ROUTE_REDIS);
+        return f->handover_on && f->held && !f->orphan && f->current_gen && !f->exiting &&
+               (f->attached || f->sole_here);
+    case DBT_MOVE_KEPT:
+        /* A thread of ours would have taken it already: only another process of the host. */
+        return f->attached && f->handover_on && !f->exiting && !f->lease.lost;
+    case DBT_MOVE_HELD_ORPHAN:
+        /* As a grant to an orphan place: its permit goes to our waiter whatever the verdict. */
+        return f->handover_on && !f->exiting && !f->lease.lost;
+    }
+    return false;
+}
+
+dbt_permit_route dbt_core_route(dbt_move m, const dbt_permit_facts *f)
+{
+    dbt_permit_route r;
+    if (!dbt_core_may_pass(m, f))
+        return route(DBT_ROUTE_REDIS);
+    switch (m) {
+    case DBT_MOVE_RELEASE:
         if (gone(f, &r))
             return r;
         if (f->attached)
             return route(DBT_ROUTE_OFFER_HOST);
         return route(f->have_waiter ? DBT_ROUTE_WAITER : DBT_ROUTE_REDIS);
     case DBT_MOVE_KEPT:
-        /* A thread of ours would have taken it already: only another process of the host. */
-        if (!f->attached || !f->handover_on || f->exiting || f->lease.lost)
-            return route(DBT_ROUTE_REDIS);
         if (gone(f, &r))
             return r;
         return route(DBT_ROUTE_OFFER_HOST);
     case DBT_MOVE_HELD_ORPHAN:
-        /* As a grant to an orphan place: its permit goes to our waiter whatever the verdict. */
-        if (!f->handover_on || f->exiting || f->lease.lost)
-            return route(DBT_ROUTE_REDIS);
         if (gone(f, &r))
             return r;
         if (f->attached)
             return route(DBT_ROUTE_OFFER_HOST);
-        /* Unattached, every permit here was made here: Redis granted it to one of our places. */
+        /* One another process of the host passed here (before the pool let its segment go) did
+         * not come by one of our places reaching the head: to Redis, whatever waits here. */
         return route(f->have_waiter && f->made_here ? DBT_ROUTE_WAITER : DBT_ROUTE_REDIS);
     }
     return route(DBT_ROUTE_REDIS);
@@ -241,9 +254,14 @@ int64_t dbt_core_orphan_due_us(bool held, bool sole_now, int64_t orphan_since_us
     return held || !sole_now ? 0 : orphan_since_us + orphan_idle_us;
 }
 
+bool dbt_core_adopt_worth_asking(bool handover_on, int norphans, bool exiting)
+{
+    return handover_on && norphans > 0 && !exiting;
+}
+
 bool dbt_core_may_adopt(bool handover_on, int norphans, bool exiting, bool sole_now)
 {
-    return handover_on && norphans > 0 && !exiting && sole_now;
+    return dbt_core_adopt_worth_asking(handover_on, norphans, exiting) && sole_now;
 }
 
 bool dbt_core_orphan_adoptable(int64_t unrenewed_us, int64_t lease_us)

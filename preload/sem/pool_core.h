@@ -1,6 +1,6 @@
 /* pool_core.h - the pool's decisions, with no I/O, no lock and no clock of their own.
  *
- * The drivers (acquire.c, listener.c, renewer.c, handover.c, kept.c, sharing.c and the host's
+ * The drivers (acquire.c, listener.c, renewer.c, handover.c, kept.c, pool.c and the host's
  * segment, hostshare.c) turn what happens into the events and facts below, and carry out the
  * answers: run a script, wake a thread, pass a permit to a waiter, offer it to the host, give it
  * back to Redis, keep it. Nothing here reads the time, takes a lock or calls Redis, so that a test
@@ -104,8 +104,9 @@ enum {
 /* Applies one event; returns the actions it calls for. */
 unsigned dbt_queue_step(dbt_queue_state *q, const dbt_queue_event *ev);
 
-/* The sole half alone, as the host's segment keeps it (VERDICT, FOREIGN, FORGET; others are
- * ignored): DBT_QACT_SOLE_ENDED or NONE. */
+/* The sole half alone, as the host's segment keeps it (VERDICT, FOREIGN, FORGET, FORK; the
+ * others are ignored): DBT_QACT_SOLE_ENDED or NONE. FORGET and FORK keep verdict_us (see
+ * dbt_sole_verdict_stale). */
 unsigned dbt_sole_step(dbt_sole_view *v, const dbt_queue_event *ev);
 
 /* Whether the last verdict is history (over a lease old): tickets restart from 1 when the pool's
@@ -184,6 +185,11 @@ typedef struct {
 } dbt_permit_route;
 
 dbt_permit_route dbt_core_route(dbt_move m, const dbt_permit_facts *f);
+/* Whether a move may pass the permit anywhere but Redis, from the facts that cost nothing to
+ * gather (all but have_waiter, made_here and the lease's unrenewed_us): false is dbt_core_route's
+ * REDIS, so that the hot path (a release with handover off, or others queued) gathers no
+ * more. */
+bool dbt_core_may_pass(dbt_move m, const dbt_permit_facts *f);
 
 /* Whether a permit may be offered in the host's segment: with half a lease left at least. The
  * receivers' renewals name it only while they hold it, and a permit that passes on every few
@@ -202,8 +208,9 @@ typedef enum {
 
 /* After an offer: `taken` when the segment holds the permit (the caller forgets it); else where
  * it goes. host_sole (the host's waiters are the whole queue) is read only for NOBODY and
- * TOO_OLD. A permit another process made goes to our held orphan's waiter only while the host is
- * sole, or it would jump Redis' queue while another host waits. */
+ * TOO_OLD. A permit another process made goes to our held orphan's waiter only when the host is
+ * sole or ours waited longest of the host's (which the segment answers only while it is sole),
+ * or it would jump Redis' queue while another host waits. */
 typedef struct {
     dbt_route_to to;
     bool taken;
@@ -229,7 +236,10 @@ int64_t dbt_core_kept_due_us(bool contended, int64_t parked_us, int64_t idle_us)
 int64_t dbt_core_orphan_due_us(bool held, bool sole_now, int64_t orphan_since_us,
                                int64_t orphan_idle_us);
 
-/* Whether a thread that begins to wait may take over orphan places instead of queuing anew. */
+/* Whether a thread that begins to wait may take over orphan places instead of queuing anew; the
+ * first, without whether we are sole (which, attached, takes the segment's lock): whether it is
+ * worth asking. */
+bool dbt_core_adopt_worth_asking(bool handover_on, int norphans, bool exiting);
 bool dbt_core_may_adopt(bool handover_on, int norphans, bool exiting, bool sole_now);
 /* ... and whether this orphan place is one it may take: renewed within a lease (else Redis may
  * have reaped it: the renewer withdraws it). */

@@ -326,8 +326,8 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
                               .queue = reply->queue[k],
                               .mine = nmine[k],
                               .attached = p->share != NULL,
-                              .host_sole_owner =
-                                  p->share && host_is_sole_owner(p, reply->sole_owner[k]),
+                              .host_sole_owner = p->share && reply->queue[k] > 0 &&
+                                                 host_is_sole_owner(p, reply->sole_owner[k]),
                               .handover_allowed = reply->handover_allowed[k]};
         if (dbt_queue_step(&p->queue[k], &ev) & DBT_QACT_NOT_ALONE)
             dbt_handover_foreign(p, (dbt_kind)k, 0);

@@ -232,6 +232,20 @@ Test(pool_core, forget_and_fork_make_us_know_nothing)
     cr_assert_eq(q.keep.revoke_ticket, 0);
 }
 
+/* A forget (a listener broke, a waiter was queued again) voids what was said, not when: a push
+ * about a waiter that queued after our place may still outrun our next reply within a lease. */
+Test(pool_core, a_push_that_outran_a_reply_after_a_forget_still_wins)
+{
+    verdict_at(3, true, true, T0);
+    simple(DBT_QEV_FORGET);
+    cr_assert_eq(q.sole.verdict_us, T0, "forgotten, but not when it was said");
+    foreign(7);
+    verdict_at(5, true, false, T0 + 1000); /* our reply, read after the push; none queued yet */
+    cr_assert_not(sole(), "the foreigner queued after ticket 5");
+    simple(DBT_QEV_FORK);
+    cr_assert_eq(q.sole.verdict_us, T0 + 1000, "a child too");
+}
+
 Test(pool_core, forget_leaves_the_keep_half_alone)
 {
     revoke_at(4, T0);
@@ -338,6 +352,16 @@ Test(pool_core, twin_a_lost_push_is_caught_by_the_next_renewal)
     act = renewed(4, 3, false, false, true);
     cr_assert(act & DBT_QACT_NOT_ALONE, "one more than ours: another queued");
     cr_assert(foreign(0) & DBT_QACT_SOLE_ENDED, "which the driver feeds back as FOREIGN 0");
+}
+
+Test(pool_core, a_renewal_that_finds_only_ours_queued_still_returns_kept_permits)
+{
+    unsigned act = renewed(2, 2, false, false, true);
+    cr_assert_eq(act, DBT_QACT_RETURN_KEPT, "our own waiters want them");
+    cr_assert(q.keep.contended);
+    reset();
+    act = renewed(2, 0, true, true, true);
+    cr_assert_eq(act, DBT_QACT_RETURN_KEPT, "attached, the host's own waiters");
 }
 
 /* tests/sem: handover/a_drain_stops_it */
@@ -499,6 +523,71 @@ Test(pool_core, twin_after_an_offer_a_release_goes_where_the_host_says)
     cr_assert_eq(o.to, DBT_ROUTE_REDIS, "no waiter of ours after all");
 }
 
+Test(pool_core, after_an_offer_every_answer_for_every_move)
+{
+    dbt_permit_facts f = facts();
+    const dbt_offer_answer answers[] = {DBT_OFFER_LOCAL_FIRST, DBT_OFFER_NOBODY, DBT_OFFER_NOT_SOLE,
+                                        DBT_OFFER_TOO_OLD};
+    for (size_t i = 0; i < sizeof answers / sizeof answers[0]; i++)
+        for (int host_sole = 0; host_sole < 2; host_sole++) {
+            dbt_offer_answer a = answers[i];
+            bool local = a == DBT_OFFER_LOCAL_FIRST ||
+                         ((a == DBT_OFFER_NOBODY || a == DBT_OFFER_TOO_OLD) && host_sole);
+            dbt_offer_outcome o = after(DBT_MOVE_KEPT, f, a, host_sole);
+            cr_assert(!o.taken && o.to == DBT_ROUTE_REDIS, "kept, answer %zu: never ours", i);
+            dbt_permit_facts g = f;
+            g.orphan = true;
+            g.made_here = true;
+            o = after(DBT_MOVE_HELD_ORPHAN, g, a, host_sole);
+            cr_assert_eq(o.to, DBT_ROUTE_WAITER, "held orphan made here, answer %zu", i);
+            g.made_here = false;
+            o = after(DBT_MOVE_HELD_ORPHAN, g, a, host_sole);
+            cr_assert_eq(o.to, local ? DBT_ROUTE_WAITER : DBT_ROUTE_REDIS,
+                         "held orphan from another process, answer %zu, host sole %d", i,
+                         host_sole);
+            g.have_waiter = false;
+            g.made_here = true;
+            o = after(DBT_MOVE_HELD_ORPHAN, g, a, host_sole);
+            cr_assert_eq(o.to, DBT_ROUTE_REDIS, "nobody of ours waits, answer %zu", i);
+            o = after(DBT_MOVE_RELEASE, f, a, host_sole);
+            cr_assert_eq(o.to, local ? DBT_ROUTE_WAITER : DBT_ROUTE_REDIS,
+                         "release, answer %zu, host sole %d", i, host_sole);
+        }
+}
+
+Test(pool_core, the_cheap_gate_says_redis_exactly_when_the_route_does_on_those_facts)
+{
+    /* Every combination of the cheap facts, each move: may_pass false => route REDIS, and
+     * may_pass true => a route that looked at the rest (here: a waiter, made here, fresh), but
+     * for a permit lost already, which goes back whatever the rest says. */
+    for (unsigned bits = 0; bits < 256; bits++) {
+        dbt_permit_facts f = facts();
+        f.handover_on = bits & 1;
+        f.exiting = bits & 2;
+        f.current_gen = bits & 4;
+        f.held = bits & 8;
+        f.orphan = bits & 16;
+        f.attached = bits & 32;
+        f.sole_here = bits & 64;
+        f.lease.lost = bits & 128;
+        for (int m = DBT_MOVE_RELEASE; m <= DBT_MOVE_HELD_ORPHAN; m++) {
+            dbt_permit_route r = dbt_core_route((dbt_move)m, &f);
+            if (!dbt_core_may_pass((dbt_move)m, &f) || f.lease.lost)
+                cr_assert(r.to == DBT_ROUTE_REDIS && !r.mark_unrenewed, "bits %u move %d", bits, m);
+            else
+                cr_assert_neq(r.to, DBT_ROUTE_REDIS, "bits %u move %d", bits, m);
+        }
+    }
+}
+
+Test(pool_core, unattached_a_held_orphan_another_process_made_goes_back)
+{
+    dbt_permit_facts f = facts();
+    f.orphan = true;
+    f.made_here = false; /* passed here before the pool let its segment go */
+    cr_assert_eq(to(DBT_MOVE_HELD_ORPHAN, f), DBT_ROUTE_REDIS);
+}
+
 Test(pool_core, a_permit_is_offered_with_half_a_lease_left_at_least)
 {
     dbt_lease_facts l = {.lease_us = LEASE_US, .unrenewed_us = LEASE_US / 2};
@@ -631,6 +720,10 @@ Test(pool_core, a_waiter_adopts_an_orphan_place_only_while_sole)
     cr_assert_not(dbt_core_may_adopt(true, 0, false, true), "no orphan");
     cr_assert_not(dbt_core_may_adopt(true, 1, true, true), "exiting");
     cr_assert_not(dbt_core_may_adopt(true, 1, false, false), "not sole");
+    cr_assert(dbt_core_adopt_worth_asking(true, 1, false));
+    cr_assert_not(dbt_core_adopt_worth_asking(false, 1, false));
+    cr_assert_not(dbt_core_adopt_worth_asking(true, 0, false));
+    cr_assert_not(dbt_core_adopt_worth_asking(true, 1, true));
     cr_assert(dbt_core_orphan_adoptable(LEASE_US, LEASE_US));
     cr_assert_not(dbt_core_orphan_adoptable(LEASE_US + 1, LEASE_US), "Redis may have reaped it");
 }

@@ -1,6 +1,7 @@
 /* route_step.h - the pure step of route.c's policy for Redis Cluster's redirections, apart from
- * route.h (what callers use) so that only route.c and its unit test (tests/unit/test_route.c)
- * see it. */
+ * route.h (a call routed and run): for a caller that runs its own commands on a connection it
+ * keeps, as the listener's BLPOP does (sem/listener.c), and for route.c's unit test
+ * (tests/unit/test_route.c). */
 #ifndef DBT_ROUTE_STEP_H
 #define DBT_ROUTE_STEP_H
 
