@@ -36,7 +36,7 @@ class DefError(Exception):
 
 def parse(path):
     """One .def file: {name, args, enums, reply} (see lua/protocol/README.md)."""
-    d = {'name': None, 'args': [], 'enums': [], 'replies': [], 'path': path}
+    d = {'name': None, 'args': [], 'enums': [], 'replies': [], 'groups': [], 'path': path}
     enum = None
     older = False
     with open(path, encoding='utf-8') as f:
@@ -68,8 +68,23 @@ def parse(path):
             elif kw == 'arg':
                 if len(words) < 3 or words[2] not in ARG_TYPES:
                     raise DefError('%s:%d: arg NAME TYPE (%s)' % (path, no, ', '.join(ARG_TYPES)))
-                d['args'].append({'name': words[1], 'type': words[2], 'comment': comment,
-                                  **opts(words[3:])})
+                a = {'name': words[1], 'type': words[2], 'comment': comment, **opts(words[3:])}
+                # after a group line, the arguments are its members
+                (d['groups'][-1]['members'] if d['groups'] else d['args']).append(a)
+            elif kw == 'group':
+                g = {'name': words[1] if len(words) > 1 else '', 'members': [], 'comment': comment,
+                     **opts(words[2:])}
+                if 'count' not in g:
+                    raise DefError('%s:%d: group NAME count=COUNT' % (path, no))
+                g['terms'] = g['count'].split('+')
+                for t in g['terms']:
+                    if not (t == 'kinds' or t.isdigit() or
+                            any(a['name'] == t and a['type'] == 'int' for a in d['args'])):
+                        raise DefError('%s:%d: group %s: count term "%s" is not kinds, a number '
+                                       'or an int arg before it' % (path, no, g['name'], t))
+                if g['name'] in ('at', 'size', 'n', 'm') or not re.match(r'^[a-z_][a-z0-9_]*$', g['name']):
+                    raise DefError('%s:%d: group name "%s"' % (path, no, g['name']))
+                d['groups'].append(g)
             elif kw == 'enum':
                 enum = {'name': words[1], 'values': [], 'comment': comment, **opts(words[2:])}
                 for k in ('c', 'prefix'):
@@ -107,6 +122,11 @@ def parse(path):
                 raise DefError('%s:%d: unknown "%s"' % (path, no, kw))
     if not d['name']:
         raise DefError('%s: no script line' % path)
+    for g in d['groups']:
+        if not g['members']:
+            raise DefError('%s: group %s has no arg' % (path, g['name']))
+    if d['groups'] and d.get('rest'):
+        raise DefError('%s: rest and group lines both' % path)
     for e in d['enums']:
         strings = [v['value'].startswith("'") for v in e['values']]
         if any(strings) and not all(strings):
@@ -167,6 +187,34 @@ def positions(d, base_args):
     return pos
 
 
+def lua_count(g):
+    return ' + '.join('NKINDS' if t == 'kinds' else t if t.isdigit() else 'ARG.' + t
+                      for t in g['terms'])
+
+
+def lua_groups(d, first):
+    """GROUP: where each group of arguments starts in ARGV (at), its members per repetition
+    (size), how many repetitions the call's counts say (n), and each member's place in one (m);
+    group_arg reads one."""
+    out = ['-- The groups of arguments after those (lua/protocol/%s.def), in order: each one is n' % d['name'],
+           '-- repetitions of its members; group_arg(g, i, name): member name of repetition i (from 0),',
+           '-- as sent (nil: the call did not send it).',
+           'local NKINDS = 2 -- the query semaphore and the connection one (C: DBT_NKINDS, asserted)',
+           'local GROUP = {}']
+    prev = None
+    for g in d['groups']:
+        at = str(first) if prev is None else 'GROUP.%s.at + GROUP.%s.size * GROUP.%s.n' % (prev, prev, prev)
+        out.append('GROUP.%s = {at = %s, size = %d, n = %s, m = {%s}}%s' % (
+            g['name'], at, len(g['members']), lua_count(g),
+            ', '.join("['%s'] = %d" % (a['name'], i) for i, a in enumerate(g['members'])),
+            ' -- ' + g['comment'] if g['comment'] else ''))
+        prev = g['name']
+    out.append('local function group_arg(g, i, name)')
+    out.append('    return ARGV[g.at + i * g.size + g.m[name]]')
+    out.append('end')
+    return out
+
+
 def lua_prelude(d, base_args):
     """The Lua a script's own text is preceded by (after _common.lua)."""
     name = d['name']
@@ -211,6 +259,8 @@ def lua_prelude(d, base_args):
             '%s = %d' % (a['name'], pos[a['name']]) for a in d['args']))
         if d.get('rest'):
             out.append('ARGN.rest = %d -- %s' % (max(pos.values()) + 1, d['rest']))
+        if d['groups']:
+            out.extend(lua_groups(d, max(pos.values()) + 1))
     for e in d['enums']:
         if e.get('lua') == 'none':
             continue
@@ -236,9 +286,65 @@ def lua_prelude(d, base_args):
 
 # ---- C --------------------------------------------------------------------------------------
 
+def c_groups(d, N):
+    """The groups of arguments after DBT_<S>_ARG_REST: their order (DBT_<S>_G_*), each one's
+    members (DBT_<S>_<G>_<MEMBER>, DBT_<S>_<G>_SIZE), the arguments without the groups whose count
+    an argument gives (DBT_<S>_NARGS_FIXED), and dbt_<s>_layout, where each group starts."""
+    name = d['name']
+    out = ['/* The groups of arguments after DBT_%s_ARG_REST, in order: each one is its count\'s' % N,
+           ' * repetitions of its members (dbt_%s_layout says where each starts). */' % name,
+           'enum {']
+    for g in d['groups']:
+        out.append('    DBT_%s_G_%s,%s' % (N, upper(g['name']), c_comment(g['comment'] + (
+            ' (count: %s)' % g['count']))))
+    out.append('    DBT_%s_NGROUPS' % N)
+    out.append('};')
+    for g in d['groups']:
+        G = upper(g['name'])
+        out.append('enum {')
+        for a in g['members']:
+            out.append('    DBT_%s_%s_%s,%s' % (N, G, upper(a['name']), c_comment(a['comment'])))
+        out.append('    DBT_%s_%s_SIZE' % (N, G))
+        out.append('};')
+
+    def count(g, fixed_only):
+        terms = []
+        for t in g['terms']:
+            if t == 'kinds':
+                terms.append('DBT_NKINDS')
+            elif t.isdigit():
+                terms.append(t)
+            elif fixed_only:
+                return None
+            else:
+                terms.append('(int)n[DBT_%s_ARG_%s]' % (N, upper(t)))
+        return ' + '.join(terms)
+    fixed = ['DBT_%s_ARG_REST' % N]
+    for g in d['groups']:
+        c = count(g, True)
+        if c is not None:
+            fixed.append('DBT_%s_%s_SIZE * (%s)' % (N, upper(g['name']), c))
+    out.append('_Static_assert(DBT_NKINDS == 2, "count=kinds is 2 in the scripts (NKINDS)");')
+    out.append('/* The arguments of a call whose counts are all 0. */')
+    out.append('#define DBT_%s_NARGS_FIXED (%s)' % (N, ' + '.join(fixed)))
+    out.append('/* Where each group starts in args (at[DBT_%s_NGROUPS]: where the arguments end), for the' % N)
+    out.append(' * counts a call sends (n: its arguments\' values, by their DBT_%s_ARG_* index). */' % N)
+    out.append('static inline int dbt_%s_layout(const long long *n, int at[DBT_%s_NGROUPS + 1])' % (name, N))
+    out.append('{')
+    out.append('    (void)n;')
+    out.append('    at[0] = DBT_%s_ARG_REST;' % N)
+    for i, g in enumerate(d['groups']):
+        out.append('    at[%d] = at[%d] + DBT_%s_%s_SIZE * (%s);' % (
+            i + 1, i, N, upper(g['name']), count(g, False)))
+    out.append('    return at[DBT_%s_NGROUPS];' % N)
+    out.append('}')
+    return out
+
+
 def c_header(defs, base_args):
     out = ['/* Generated by tools/gen-protocol.py from lua/protocol/NAME.def: do not edit. */',
-           '#ifndef DBT_PROTOCOL_H', '#define DBT_PROTOCOL_H', '']
+           '#ifndef DBT_PROTOCOL_H', '#define DBT_PROTOCOL_H', '',
+           '#include "keys.h" /* DBT_NKINDS: a group of count=kinds */', '']
     for d in defs:
         name = d['name']
         N = upper(name)
@@ -263,9 +369,13 @@ def c_header(defs, base_args):
             last = max(positions(d, 0).values())
             if d.get('rest'):
                 out.append('    DBT_%s_ARG_REST = DBT_BASE_ARGS + %d, /* %s */' % (N, last, d['rest']))
+            elif d['groups']:
+                out.append('    DBT_%s_ARG_REST = DBT_BASE_ARGS + %d, /* the groups (below) */' % (N, last))
             else:
                 out.append('    DBT_%s_NARGS = DBT_BASE_ARGS + %d' % (N, last))
             out.append('};')
+            if d['groups']:
+                out.extend(c_groups(d, N))
         for e in d['enums']:
             if e['comment']:
                 out.append('/* %s */' % e['comment'])

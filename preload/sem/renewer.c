@@ -252,7 +252,7 @@ void dbt_report_local(dbt_pool *p)
     if (!any || down)
         return;
     char err[DBT_ERRLEN];
-    const char *args[DBT_RENEW_NARGS(0) + DBT_RENEW_RECORD_ARGS + DBT_NKINDS];
+    const char *args[DBT_RENEW_NARGS_FIXED];
     dbt_script_call call; /* a renewal of no ids, for its counts, that takes the record away */
     dbt_build_renew(&call, &p->keys, p->client->cfg, NULL, local, args);
     dbt_renew_add_record(&call, &p->keys, p->client->cid, record, ttl, true);
@@ -437,10 +437,7 @@ static void renew(dbt_pool *p)
         total += lists[k][DBT_RENEW_HELD].n + lists[k][DBT_RENEW_QUEUED].n;
         nmine[k] = lists[k][DBT_RENEW_QUEUED].n;
     }
-    const char **args = ok ? malloc((DBT_RENEW_NARGS((size_t)total) + DBT_RENEW_RECORD_ARGS +
-                                     (size_t)(doing[0].n + doing[1].n) + DBT_NKINDS + 1) *
-                                    sizeof *args)
-                           : NULL;
+    const char **args = ok ? malloc((size_t)dbt_renew_nargs(lists) * sizeof *args) : NULL;
     if (args) {
         dbt_script_call call;
         dbt_build_renew(&call, &p->keys, p->client->cfg, lists, local, args);
