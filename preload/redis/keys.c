@@ -47,9 +47,8 @@ static char *join(const char *a, const char *b)
 
 bool dbt_keys_init(dbt_keys *k, const char *prefix, const char *pool)
 {
-    static const char *const suffix[DBT_NKEYS] = {
-        ":holders", ":queue",  ":wexp", ":seq",  ":limit_seen", ":info",         ":stats", ":limit",
-        ":drain",   ":owners", ":era",  ":gone", ":classes",    ":classes_seen", ":tags",  ":hist"};
+    static const char *const suffix[] = DBT_KEY_SUFFIXES; /* lua/protocol/keys.def */
+    _Static_assert(sizeof suffix / sizeof *suffix == DBT_NKEYS, "a name for each key");
     memset(k, 0, sizeof *k);
     char *ep = dbt_key_escape(prefix), *en = dbt_key_escape(pool);
     if (ep && en) {

@@ -14,7 +14,8 @@ srcs="preload/base/config.c preload/base/config_values.c preload/base/settings.c
 targets="fuzz_config fuzz_values fuzz_redact fuzz_keys"
 for t in $targets; do
     clang -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
-        -fno-sanitize-recover=all -Ipreload/base -Ipreload/redis -I/usr/include/postgresql \
+        -fno-sanitize-recover=all -Ipreload/base -Ipreload/redis -I"$out/../gen" \
+        -I/usr/include/postgresql \
         -o "$out/$t" "tests/fuzz/$t.c" $srcs -pthread -lpq
 done
 fail=0

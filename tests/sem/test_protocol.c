@@ -159,3 +159,84 @@ Test(protocol, renew_lua_reads_each_group_where_c_put_it, .timeout = 30)
     free(args);
     dbt_keys_free(&keys);
 }
+
+/* The keys of a semaphore: renew.lua (as every script) names them from KEYS[base + 1] by the
+ * table keys.def makes (semaphore_keys in _common.lua's prelude), the C side sends them in the
+ * order of DBT_K_* (dbt_keys_init). Both kinds' keys are sent, as renew.lua and status.lua take
+ * them; each name the scripts use must be the C key of that meaning. */
+Test(protocol, the_scripts_name_each_key_as_c_sends_it, .timeout = 30)
+{
+    dbt_keys keys;
+    cr_assert(dbt_keys_init(&keys, "dbt:", "proto"));
+    char *prelude = prelude_of(&dbt_script_renew, "_common.def", "local function semaphore_keys");
+    /* the names the scripts use, and the C keys they must be (by hand: the meaning of each) */
+    static const struct {
+        const char *lua;
+        int c;
+    } named[] = {{"H", DBT_K_HOLDERS},       {"Q", DBT_K_QUEUE},
+                 {"W", DBT_K_WEXP},          {"SEQ", DBT_K_SEQ},
+                 {"SEEN", DBT_K_SEEN},       {"INFO", DBT_K_INFO},
+                 {"STATS", DBT_K_STATS},     {"LIM", DBT_K_LIMIT},
+                 {"DRAIN", DBT_K_DRAIN},     {"OWN", DBT_K_OWNERS},
+                 {"ERA", DBT_K_ERA},         {"GONE", DBT_K_GONE},
+                 {"CLASSES", DBT_K_CLASSES}, {"CLASSES_SEEN", DBT_K_CLASSES_SEEN},
+                 {"TAGS", DBT_K_TAGS},       {"HIST", DBT_K_HIST}};
+    cr_assert_eq(sizeof named / sizeof *named, DBT_NKEYS, "a key the test does not know");
+    size_t cap = strlen(prelude) + 4096, len;
+    char *lua = malloc(cap);
+    cr_assert_not_null(lua);
+    len = (size_t)snprintf(lua, cap,
+                           "%s\nlocal out = {tostring(NK), tostring(#KEY_NAMES)}\n"
+                           "for _, base in ipairs({0, NK}) do\n"
+                           "    local s = semaphore_keys(base)\n",
+                           prelude);
+    for (size_t i = 0; i < DBT_NKEYS; i++)
+        len += (size_t)snprintf(lua + len, cap - len, "    out[#out + 1] = s['%s'] or '<nil>'\n",
+                                named[i].lua);
+    len += (size_t)snprintf(lua + len, cap - len,
+                            "    for i, name in ipairs(KEY_NAMES) do\n"
+                            "        out[#out + 1] = (s[name] == KEYS[base + i]) and 'ok' or name\n"
+                            "    end\n"
+                            "end\n"
+                            "return out\n");
+    cr_assert_lt(len, cap);
+    const char *argv[3 + 2 * DBT_NKEYS];
+    char nkeys[8];
+    snprintf(nkeys, sizeof nkeys, "%d", 2 * DBT_NKEYS);
+    argv[0] = "EVAL";
+    argv[1] = lua;
+    argv[2] = nkeys;
+    for (int kind = 0; kind < DBT_NKINDS; kind++)
+        for (int i = 0; i < DBT_NKEYS; i++)
+            argv[3 + kind * DBT_NKEYS + i] = keys.keys[kind][i];
+    redisContext *rc = test_redis_connect(&fx_redis);
+    cr_assert_not_null(rc);
+    redisReply *r = redisCommandArgv(rc, 3 + 2 * DBT_NKEYS, argv, NULL);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->type, REDIS_REPLY_ARRAY, "EVAL: %s",
+                 r->type == REDIS_REPLY_ERROR ? r->str : "");
+    cr_assert_eq(r->elements, 2 + 2 * 2 * (size_t)DBT_NKEYS);
+    char nk[8];
+    snprintf(nk, sizeof nk, "%d", DBT_NKEYS);
+    cr_expect_str_eq(r->element[0]->str, nk, "NK");
+    cr_expect_str_eq(r->element[1]->str, nk, "KEY_NAMES");
+    for (int kind = 0; kind < DBT_NKINDS; kind++) {
+        redisReply **e = &r->element[2 + kind * 2 * DBT_NKEYS];
+        for (int i = 0; i < DBT_NKEYS; i++) {
+            cr_expect_str_eq(e[i]->str, keys.keys[kind][named[i].c], "%s's s.%s is \"%s\"",
+                             dbt_kind_name((dbt_kind)kind), named[i].lua, e[i]->str);
+            cr_expect_str_eq(e[DBT_NKEYS + i]->str, "ok", "KEY_NAMES[%d]", i + 1);
+        }
+    }
+    /* and the names Redis sees: the kind's letter, then the key's (keys.def) */
+    char want[128];
+    snprintf(want, sizeof want, "%s:c:owners", keys.base);
+    cr_expect_str_eq(keys.keys[DBT_KIND_CONN][DBT_K_OWNERS], want);
+    snprintf(want, sizeof want, "%s:q:limit_seen", keys.base);
+    cr_expect_str_eq(keys.keys[DBT_KIND_QUERY][DBT_K_SEEN], want);
+    freeReplyObject(r);
+    redisFree(rc);
+    free(lua);
+    free(prelude);
+    dbt_keys_free(&keys);
+}
