@@ -451,7 +451,7 @@ local function end_sole(s, except)
     if not sole or sole == except then
         return sole
     end
-    wake(cid_of(sole), 'f' .. s.kind .. ':' .. redis.call('INCR', s.SEQ))
+    wake(cid_of(sole), WAKE_MSG.FOREIGN .. s.kind .. ':' .. redis.call('INCR', s.SEQ))
     redis.call('HDEL', s.OWN, '*')
     expire_new(s, s.SEQ)
     return false
@@ -470,7 +470,7 @@ local function recall_kept(s)
         local cid = string.match(h, '^[^.]+')
         if cid and not told[cid] then
             told[cid] = true
-            wake(cid, 'r' .. s.kind .. ':' .. ticket)
+            wake(cid, WAKE_MSG.RECALL .. s.kind .. ':' .. ticket)
         end
     end
 end
@@ -909,7 +909,7 @@ local function pump(s, now)
         if pick.aged then
             count(s, 'aged')
         end
-        wake(cid_of(head), 'g' .. s.kind .. ':' .. head)
+        wake(cid_of(head), WAKE_MSG.GRANT .. s.kind .. ':' .. head)
         granted = granted + 1
     end
     return granted

@@ -42,7 +42,7 @@ local nids = GROUP.ids.n
 -- passed from another process of the host), written over the info's who when it differs (its
 -- since kept). So 2 or 5 fields without who (older clients), 3 or 6 with it. Absent: nothing to
 -- update.
-local STATE_OF = {r = 'running', i = 'idle_tx', k = 'kept'}
+local STATE_OF = {[DOING.RUNNING] = 'running', [DOING.IDLE_TX] = 'idle_tx', [DOING.KEPT] = 'kept'}
 -- After those (GROUP.waits), per kind, the waits local handover granted without Redis since the
 -- last renewal, for the wait histogram: "<tag> <sum ms> <i>:<n> ...", ';' between tags ("."
 -- untagged).
@@ -111,7 +111,8 @@ end
 -- Who re-asserts, for dbthrottle status: the host and pid of the process' record, if it came.
 local function reasserter()
     local rec = group_arg(GROUP.record, 0, 'record')
-    local host, pid = string.match(rec or '', '^v1\t([^\t]*)\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t(%d+)')
+    local host, pid = string.match(rec or '', '^' .. RECORD.VERSION ..
+        '\t([^\t]*)\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t(%d+)')
     return (host or '?') .. ' ' .. (pid or '?') .. ' -'
 end
 -- Whether id left lawfully of late, so that its renewal must not bring it back. Not asked during a
@@ -162,9 +163,10 @@ local function ran_out(s, ids, holders)
         end
     end
 end
--- 'e' or 'x' when the operator evicted id within two leases (admin.lua's marker in GONE), else nil.
+-- EVICTED.PLAIN or .CANCEL when the operator evicted id within two leases (admin.lua's marker in
+-- GONE), else nil.
 local function evicted_mark(s, id)
-    for _, mark in ipairs({'e', 'x'}) do
+    for _, mark in ipairs({EVICTED.PLAIN, EVICTED.CANCEL}) do
         local till = redis.call('ZSCORE', s.GONE, mark .. ':' .. id)
         if till and tonumber(till) > now then
             return mark
@@ -293,8 +295,8 @@ local function renew_waiters(s, n)
     return back
 end
 local queued, allowed, quarantined, why, back, sole = {}, {}, {}, {}, {}, {}
-for k = 0, 1 do
-    local s = semaphore(NK * k, (k == 0) and 'q' or 'c')
+for k = 0, NKINDS - 1 do
+    local s = semaphore(NK * k, KIND_LETTER[k])
     local nh, nw = ARG.held_q, ARG.queued_q
     if k == 1 then
         nh, nw = ARG.held_c, ARG.queued_c

@@ -5,12 +5,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum { DBT_KIND_QUERY = 0, DBT_KIND_CONN = 1 } dbt_kind;
-#define DBT_NKINDS 2
-
-/* The keys of one semaphore, in the order the scripts take them: DBT_K_* and DBT_NKEYS, made
- * from lua/protocol/keys.def (their comments there). The operator's three (limit override,
- * drain, classes) have no TTL: they last until the operator clears them. */
+/* The kinds of semaphore (dbt_kind, DBT_NKINDS, their letters and words), and the keys of one,
+ * in the order the scripts take them (DBT_K_* and DBT_NKEYS): made from lua/protocol/keys.def
+ * (their comments there). The operator's three keys (limit override, drain, classes) have no
+ * TTL: they last until the operator clears them. */
 #include "keys_table.h"
 
 typedef struct {
@@ -35,5 +33,7 @@ void dbt_keys_free(dbt_keys *k);
 /* "query" or "connection", and the one-letter form the scripts use ("q", "c"). */
 const char *dbt_kind_name(dbt_kind kind);
 const char *dbt_kind_letter(dbt_kind kind);
+/* The kind whose letter is `letter`; false when none is. */
+bool dbt_kind_of_letter(char letter, dbt_kind *out);
 
 #endif

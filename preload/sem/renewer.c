@@ -106,7 +106,10 @@ static bool push_id(dbt_id_list *l, const char *id)
 static bool push_doing(dbt_id_list *l, const struct dbt_slot *s)
 {
     char doing[DBT_DOING_LEN], who[DBT_WHO_LEN];
-    char state = s->kind != DBT_KIND_QUERY ? '-' : s->parked ? 'k' : s->idle_since_us ? 'i' : 'r';
+    char state = s->kind != DBT_KIND_QUERY ? DBT_DOING_UNCHANGED
+                 : s->parked               ? DBT_DOING_KEPT
+                 : s->idle_since_us        ? DBT_DOING_IDLE_TX
+                                           : DBT_DOING_RUNNING;
     /* Always who holds it now: Redis rewrites its entry only when it differs, after the permit
      * moved to another connection (local handover) or process (host-level sharing). */
     dbt_format_who(s->pool->client->host, (long)getpid(), s->conn, who, sizeof who);
@@ -162,14 +165,15 @@ static void mark_evicted(dbt_pool *p, struct dbt_slot *s, bool cancel, dbt_cance
 static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, dbt_cancels *cancels)
 {
     for (size_t i = 0; i < reply->lost_holders.n; i++) {
-        const char *id = dbt_reply_id(&reply->lost_holders, i);
-        bool evicted = (id[0] == 'e' || id[0] == 'x') && id[1] == ':';
-        struct dbt_slot *s = dbt_find_slot(p, evicted ? id + 2 : id);
+        char mark;
+        const char *id = dbt_renew_lost_holder(&reply->lost_holders, i, &mark);
+        bool evicted = mark != 0;
+        struct dbt_slot *s = dbt_find_slot(p, id);
         if (s)
             dbt_handover_foreign(p, s->kind, 0); /* evicted, or Redis lost it: ask Redis again */
         if (s && s->state == SLOT_HELD && !s->lost) {
             if (evicted)
-                mark_evicted(p, s, id[0] == 'x', cancels);
+                mark_evicted(p, s, mark == DBT_EVICTED_CANCEL, cancels);
             else {
                 dbt_slot_mark_lost(p, s, DBT_LOG_ERROR,
                                    "Redis no longer has it (expired or data lost)");

@@ -431,7 +431,8 @@ bool dbt_format_record(const dbt_proc_record *r, char *out, size_t cap)
                  r->every_ms, r->silent_after_ms, r->held, r->waiting, r->idle_in_tx);
     if (n < 0 || (size_t)n >= sizeof nums)
         return false;
-    const char *text[] = {"v1", r->host, r->program, r->version, r->state, r->mode, r->reason};
+    const char *text[] = {DBT_RECORD_VERSION, r->host, r->program, r->version,
+                          r->state,           r->mode, r->reason};
     size_t len = 0;
     for (size_t i = 0; i < sizeof text / sizeof *text; i++) {
         put_text(out, cap, &len, text[i]);
@@ -471,7 +472,7 @@ bool dbt_parse_record(const char *text, dbt_proc_record *r)
     const char *p = text;
     char seen[32], ver[8], nums[15][32];
     if (!next_field(&p, seen, sizeof seen) || !next_field(&p, ver, sizeof ver) ||
-        strcmp(ver, "v1") != 0 || !next_field(&p, r->host, sizeof r->host) ||
+        strcmp(ver, DBT_RECORD_VERSION) != 0 || !next_field(&p, r->host, sizeof r->host) ||
         !next_field(&p, r->program, sizeof r->program) ||
         !next_field(&p, r->version, sizeof r->version) ||
         !next_field(&p, r->state, sizeof r->state) || !next_field(&p, r->mode, sizeof r->mode) ||
@@ -791,6 +792,17 @@ bool dbt_parse_cancel(const redisReply *r, void *out, char *err)
         return false;
     *(dbt_cancel_outcome *)out = (dbt_cancel_outcome)f.value;
     return true;
+}
+
+const char *dbt_renew_lost_holder(const dbt_reply_ids *lost, size_t i, char *mark)
+{
+    const char *id = dbt_reply_id(lost, i);
+    *mark = 0;
+    if ((id[0] == DBT_EVICTED_PLAIN || id[0] == DBT_EVICTED_CANCEL) && id[1] == ':') {
+        *mark = id[0];
+        id += 2;
+    }
+    return id;
 }
 
 bool dbt_parse_renew(const redisReply *r, void *out, char *err)

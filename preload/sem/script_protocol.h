@@ -276,6 +276,10 @@ static inline const char *dbt_reply_id(const dbt_reply_ids *l, size_t i)
 
 /* The room of renew.lua's sole owner: "<cid or G>/<class>.<weight>" at its longest and a NUL. */
 #define DBT_SOLE_OWNER_MAX 64
+/* Lost holder i of renew.lua's reply: its id, and in *mark how the operator evicted it
+ * (DBT_EVICTED_PLAIN or DBT_EVICTED_CANCEL: renew.lua's "<mark>:<id>"), or 0 (lost). */
+const char *dbt_renew_lost_holder(const dbt_reply_ids *lost, size_t i, char *mark);
+
 /* renew.lua's reply (its fields: lua/protocol/renew.def; without now: a reply of the scripts
  * before it). Points into the reply: free the reply after using it. */
 typedef struct {

@@ -107,13 +107,14 @@ Test(protocol, renew_lua_reads_each_group_where_c_put_it, .timeout = 30)
          "1795919822663");
 #undef WANT
 
-    /* The Lua: renew.lua's prelude, then one line per argument asked for (nil: "<nil>"), then
-     * the four counts as ARG reads them. */
+    /* The Lua: the common prelude (NKINDS) and renew.lua's, then one line per argument asked for
+     * (nil: "<nil>"), then the four counts as ARG reads them. */
+    char *common = prelude_of(&dbt_script_renew, "_common.def", "local function build_reply");
     char *prelude = prelude_of(&dbt_script_renew, "renew.def", "local function group_arg");
-    size_t cap = strlen(prelude) + 4096;
+    size_t cap = strlen(common) + strlen(prelude) + 4096;
     char *lua = malloc(cap);
     cr_assert_not_null(lua);
-    size_t len = (size_t)snprintf(lua, cap, "%s\nlocal out = {}\n", prelude);
+    size_t len = (size_t)snprintf(lua, cap, "%s\n%s\nlocal out = {}\n", common, prelude);
     for (int i = 0; i < nw; i++)
         len += (size_t)snprintf(lua + len, cap - len,
                                 "out[#out + 1] = group_arg(GROUP['%s'], %d, '%s') or '<nil>'\n",
@@ -156,6 +157,7 @@ Test(protocol, renew_lua_reads_each_group_where_c_put_it, .timeout = 30)
     free(argv);
     free(lua);
     free(prelude);
+    free(common);
     free(args);
     dbt_keys_free(&keys);
 }
@@ -238,5 +240,97 @@ Test(protocol, the_scripts_name_each_key_as_c_sends_it, .timeout = 30)
     redisFree(rc);
     free(lua);
     free(prelude);
+    dbt_keys_free(&keys);
+}
+
+/* Runs lua (no keys) with args; the reply, an array of strings. */
+static redisReply *eval_strings(const char *lua, const char *const *args, int nargs, size_t n)
+{
+    const char **argv = calloc((size_t)nargs + 3, sizeof *argv);
+    cr_assert_not_null(argv);
+    argv[0] = "EVAL";
+    argv[1] = lua;
+    argv[2] = "0";
+    for (int i = 0; i < nargs; i++)
+        argv[3 + i] = args[i];
+    redisContext *rc = test_redis_connect(&fx_redis);
+    cr_assert_not_null(rc);
+    redisReply *r = redisCommandArgv(rc, nargs + 3, argv, NULL);
+    redisFree(rc);
+    free(argv);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->type, REDIS_REPLY_ARRAY, "EVAL: %s",
+                 r->type == REDIS_REPLY_ERROR ? r->str : "");
+    cr_assert_eq(r->elements, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(r->element[i]->type, REDIS_REPLY_STRING, "element %zu", i + 1);
+    return r;
+}
+
+/* The letters and marks both sides use, each from one table (lua/protocol/_common.def, renew.def,
+ * keys.def): the wake-list messages' letters, the evicted holders' marks, the kinds' letters, the
+ * doings' letters and the process record's format, as the preludes Redis runs name them and as
+ * the C constants are. */
+Test(protocol, the_letters_and_marks_are_the_same_on_both_sides, .timeout = 30)
+{
+    char *common = prelude_of(&dbt_script_renew, "_common.def", "local function build_reply");
+    char lua[16384];
+    int len = snprintf(lua, sizeof lua,
+                       "%s\nreturn {WAKE_MSG.GRANT, WAKE_MSG.RECALL, WAKE_MSG.FOREIGN, "
+                       "EVICTED.PLAIN, EVICTED.CANCEL, tostring(NKINDS), KIND_LETTER[0], "
+                       "KIND_LETTER[1]}\n",
+                       common);
+    cr_assert_lt((size_t)len, sizeof lua);
+    redisReply *r = eval_strings(lua, NULL, 0, 8);
+    const char want_c[] = {DBT_WAKE_GRANT, DBT_WAKE_RECALL, DBT_WAKE_FOREIGN, DBT_EVICTED_PLAIN,
+                           DBT_EVICTED_CANCEL};
+    static const char *const names[] = {"WAKE_MSG.GRANT", "WAKE_MSG.RECALL", "WAKE_MSG.FOREIGN",
+                                        "EVICTED.PLAIN", "EVICTED.CANCEL"};
+    for (int i = 0; i < 5; i++) {
+        char c[2] = {want_c[i], 0};
+        cr_expect_str_eq(r->element[i]->str, c, "%s", names[i]);
+    }
+    char nkinds[8];
+    snprintf(nkinds, sizeof nkinds, "%d", DBT_NKINDS);
+    cr_expect_str_eq(r->element[5]->str, nkinds, "NKINDS");
+    cr_expect_str_eq(r->element[6]->str, dbt_kind_letter(DBT_KIND_QUERY), "KIND_LETTER[0]");
+    cr_expect_str_eq(r->element[7]->str, dbt_kind_letter(DBT_KIND_CONN), "KIND_LETTER[1]");
+    dbt_kind k;
+    cr_expect(dbt_kind_of_letter(r->element[7]->str[0], &k) && k == DBT_KIND_CONN);
+    freeReplyObject(r);
+    free(common);
+
+    /* renew.lua's own: its prelude needs a renewal's arguments (its counts) */
+    dbt_config cfg = {.lease_ms = 3000, .redis_timeout_ms = 1000};
+    dbt_keys keys;
+    cr_assert(dbt_keys_init(&keys, "dbt:", "proto"));
+    dbt_local_counts local[DBT_NKINDS] = {{0}, {0}};
+    const char *args[DBT_RENEW_NARGS(0)];
+    dbt_script_call c;
+    dbt_build_renew(&c, &keys, &cfg, NULL, local, args);
+    common = prelude_of(&dbt_script_renew, "_common.def", "local function build_reply");
+    char *renew = prelude_of(&dbt_script_renew, "renew.def", "local function reply(");
+    len = snprintf(lua, sizeof lua,
+                   "%s\n%s\nreturn {DOING.RUNNING, DOING.IDLE_TX, DOING.KEPT, DOING.UNCHANGED, "
+                   "RECORD.VERSION}\n",
+                   common, renew);
+    cr_assert_lt((size_t)len, sizeof lua);
+    r = eval_strings(lua, c.args, c.nargs, 5);
+    const char doing[] = {DBT_DOING_RUNNING, DBT_DOING_IDLE_TX, DBT_DOING_KEPT,
+                          DBT_DOING_UNCHANGED};
+    for (int i = 0; i < 4; i++) {
+        char d[2] = {doing[i], 0};
+        cr_expect_str_eq(r->element[i]->str, d, "DOING %d", i);
+    }
+    cr_expect_str_eq(r->element[4]->str, DBT_RECORD_VERSION);
+    /* and the record C writes starts with it */
+    dbt_proc_record rec = {.host = "h", .pid = 1};
+    char text[1024];
+    cr_assert(dbt_format_record(&rec, text, sizeof text));
+    cr_expect_eq(strncmp(text, r->element[4]->str, strlen(r->element[4]->str)), 0, "%s", text);
+    cr_expect_eq(text[strlen(r->element[4]->str)], '\t');
+    freeReplyObject(r);
+    free(renew);
+    free(common);
     dbt_keys_free(&keys);
 }

@@ -574,6 +574,25 @@ Test(script_args, renew_groups_where_the_layout_puts_them, .init = make_keys, .f
     cr_expect_null(args[total], "written past the layout's end");
 }
 
+/* renew.lua names a lost holder the operator evicted "<mark>:<id>" (DBT_EVICTED_*, _common.def):
+ * its id and its mark; any other id is lost, unmarked (a mark is one of those letters only). */
+Test(renew_reply, evicted_holders_by_their_marks)
+{
+    redisReply *r = reply_of("*4\r\n$7\r\ne:a.1.1\r\n$7\r\nx:b.2.1\r\n$5\r\nc.3.1\r\n"
+                             "$7\r\nq:d.4.1\r\n");
+    dbt_reply_ids ids = {.items = r->element, .n = r->elements};
+    char mark = 1;
+    cr_expect_str_eq(dbt_renew_lost_holder(&ids, 0, &mark), "a.1.1");
+    cr_expect_eq(mark, DBT_EVICTED_PLAIN);
+    cr_expect_str_eq(dbt_renew_lost_holder(&ids, 1, &mark), "b.2.1");
+    cr_expect_eq(mark, DBT_EVICTED_CANCEL);
+    cr_expect_str_eq(dbt_renew_lost_holder(&ids, 2, &mark), "c.3.1");
+    cr_expect_eq(mark, 0);
+    cr_expect_str_eq(dbt_renew_lost_holder(&ids, 3, &mark), "q:d.4.1");
+    cr_expect_eq(mark, 0);
+    freeReplyObject(r);
+}
+
 /* Redis' clock: renew.lua's last element, read as the time the renewal ran. */
 Test(renew_reply, says_when_it_ran)
 {
