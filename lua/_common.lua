@@ -306,7 +306,7 @@ local function era(s, raw, now)
             return s.qleft
         end
         s.qleft = till > now and till - now or 0
-        quarantine(s, now, 'changed')
+        quarantine(s, now, WHY.CHANGED)
         return s.qleft
     end
     -- Missing: a new pool, a pool idle for 7 days, or the state lost. Beliefs from before can
@@ -316,7 +316,7 @@ local function era(s, raw, now)
     -- which is no loss. So a deletion on the same server (FLUSHALL) is left to the evidence rule:
     -- the survivors' next renewal, see renew.lua.)
     if PREV ~= '' and PREV ~= TOKEN then
-        quarantine(s, now, (now < STARTED + LEASE + QMS) and 'restarted' or 'changed')
+        quarantine(s, now, (now < STARTED + LEASE + QMS) and WHY.RESTARTED or WHY.CHANGED)
         return s.qleft
     end
     redis.call('SET', s.ERA, TOKEN .. ' 0 -', 'PX', ERA_TTL)

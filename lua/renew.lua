@@ -121,7 +121,7 @@ end
 -- the process' belief, and the process names only permits renewed within a lease. (A release
 -- racing its renewal there leaves a phantom holder for one lease at most: under-admission.)
 local function left_lately(s, id)
-    if s.qleft > 0 and s.why ~= 'lost' then
+    if s.qleft > 0 and s.why ~= WHY.LOST then
         return false
     end
     return redis.call('ZSCORE', s.GONE, id) ~= false
@@ -141,7 +141,7 @@ end
 -- clock's (a promoted replica's may run ahead), and what the process believes is re-asserted, as
 -- left_lately says.
 local function lapsed(s, score)
-    if s.qleft > 0 and s.why ~= 'lost' then
+    if s.qleft > 0 and s.why ~= WHY.LOST then
         return false
     end
     return score and tonumber(score) + 2 + LEASE / 1000 < now
@@ -210,7 +210,7 @@ local function renew_holders(s, n)
                 late[#late + 1] = id
             elseif TOKEN ~= '' and not left_lately(s, id) then
                 if s.qleft == 0 then
-                    quarantine(s, now, 'lost') -- neither expired nor given back: data was lost
+                    quarantine(s, now, WHY.LOST) -- neither expired nor given back: data was lost
                 end
                 -- all its units, as many as a grant at its limit gives
                 hold(s, id, (units_at(id, s.override or limit_of(id))), exp)
@@ -267,7 +267,7 @@ local function renew_waiters(s, n)
             -- its place was lost with the state (it neither expired nor left): queued again, at
             -- the end, and no grant until the holders have re-asserted theirs
             if s.qleft == 0 then
-                quarantine(s, now, 'lost')
+                quarantine(s, now, WHY.LOST)
             end
             local ticket = redis.call('INCR', s.SEQ)
             redis.call('ZADD', s.Q, ticket, id)

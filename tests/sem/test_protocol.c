@@ -269,8 +269,8 @@ static redisReply *eval_strings(const char *lua, const char *const *args, int na
 
 /* The letters and marks both sides use, each from one table (lua/protocol/_common.def, renew.def,
  * keys.def): the wake-list messages' letters, the evicted holders' marks, the kinds' letters, the
- * doings' letters and the process record's format, as the preludes Redis runs name them and as
- * the C constants are. */
+ * quarantines' reasons, the doings' letters and the process record's format, as the preludes Redis
+ * runs name them and as the C constants are. */
 Test(protocol, the_letters_and_marks_are_the_same_on_both_sides, .timeout = 30)
 {
     char *common = prelude_of(&dbt_script_renew, "_common.def", "local function build_reply");
@@ -278,10 +278,10 @@ Test(protocol, the_letters_and_marks_are_the_same_on_both_sides, .timeout = 30)
     int len = snprintf(lua, sizeof lua,
                        "%s\nreturn {WAKE_MSG.GRANT, WAKE_MSG.RECALL, WAKE_MSG.FOREIGN, "
                        "EVICTED.PLAIN, EVICTED.CANCEL, tostring(NKINDS), KIND_LETTER[0], "
-                       "KIND_LETTER[1]}\n",
+                       "KIND_LETTER[1], WHY.CHANGED, WHY.RESTARTED, WHY.LOST}\n",
                        common);
     cr_assert_lt((size_t)len, sizeof lua);
-    redisReply *r = eval_strings(lua, NULL, 0, 8);
+    redisReply *r = eval_strings(lua, NULL, 0, 11);
     const char want_c[] = {DBT_WAKE_GRANT, DBT_WAKE_RECALL, DBT_WAKE_FOREIGN, DBT_EVICTED_PLAIN,
                            DBT_EVICTED_CANCEL};
     static const char *const names[] = {"WAKE_MSG.GRANT", "WAKE_MSG.RECALL", "WAKE_MSG.FOREIGN",
@@ -297,6 +297,9 @@ Test(protocol, the_letters_and_marks_are_the_same_on_both_sides, .timeout = 30)
     cr_expect_str_eq(r->element[7]->str, dbt_kind_letter(DBT_KIND_CONN), "KIND_LETTER[1]");
     dbt_kind k;
     cr_expect(dbt_kind_of_letter(r->element[7]->str[0], &k) && k == DBT_KIND_CONN);
+    cr_expect_str_eq(r->element[8]->str, DBT_WHY_CHANGED, "WHY.CHANGED");
+    cr_expect_str_eq(r->element[9]->str, DBT_WHY_RESTARTED, "WHY.RESTARTED");
+    cr_expect_str_eq(r->element[10]->str, DBT_WHY_LOST, "WHY.LOST");
     freeReplyObject(r);
     free(common);
 
