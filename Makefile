@@ -100,7 +100,7 @@ SCRIPTS_H := $(BUILD)/gen/scripts.h
 # The scripts' protocol, one table per script (lua/protocol/*.def): tools/gen-protocol.py makes
 # the C side's names and field tables and the Lua side's locals and reply builders from it.
 PROTO_DEFS := $(sort $(wildcard lua/protocol/*.def))
-PROTO_GEN := $(BUILD)/gen/protocol.h $(BUILD)/gen/protocol_fields.inc
+PROTO_GEN := $(BUILD)/gen/protocol.h $(BUILD)/gen/protocol_fields.inc $(BUILD)/gen/keys_table.h
 # The one list of hooked libpq functions, and what is made from it at build time: the names one a
 # line (for the export check and the integration test) and the version script of the library.
 HOOKS_DEF := preload/interpose/hooks.def

@@ -28,9 +28,9 @@ void cli_duration(int64_t ms, char *out, size_t cap)
 /* Why a semaphore is in quarantine (docs/design.md, "Failover and data loss"), in words. */
 static const char *quarantine_why(const char *why)
 {
-    if (strcmp(why, "lost") == 0)
+    if (strcmp(why, DBT_WHY_LOST) == 0)
         return "data lost";
-    if (strcmp(why, "restarted") == 0)
+    if (strcmp(why, DBT_WHY_RESTARTED) == 0)
         return "server restarted without the pool's state";
     return "server changed";
 }

@@ -2,40 +2,8 @@
 --
 -- One semaphore = one pool and one kind (q = queries, c = connections). Its keys share the hash
 -- tag {pool}, so a Redis Cluster keeps them in one slot:
---   KEYS[1] holders  ZSET  permit id -> lease expiry (ms, Redis clock)
---   KEYS[2] queue    ZSET  waiter id -> ticket (FIFO order)
---   KEYS[3] wexp     ZSET  waiter id -> lease expiry (ms, Redis clock)
---   KEYS[4] seq      STRING ticket counter
---   KEYS[5] seen     STRING the limit the last acquirer configured (to report disagreement)
---   KEYS[6] info     HASH   holder or waiter id -> "<since ms> <host> <pid> <conn>" then, each
---                           after a \31 (unit separator: names may hold spaces), its state
---                           ("running", "idle_tx", "kept"; "" for a waiter), the class it was
---                           granted as ("" none), and the session its process gave (backend pid,
---                           application_name, user, database; absent when none): since = when it
---                           was granted (holder) or queued (waiter), for dbthrottle status
---   KEYS[7] stats    HASH   counters: grants, queued, refused, cancelled, expired, evicted, wait_ms;
---                           7 days TTL (COUNTER_TTL), so that they stay monotonic across idle hours
---   KEYS[8] limit    STRING the operator's override of the limit (dbthrottle limit); no TTL
---   KEYS[9] drain    STRING present while the operator drains the pool: no grants; no TTL
---   KEYS[10] owners  HASH   owner -> how many of its waiters are queued; field '*' -> the owner
---                           whose waiters were the whole queue when it last queued one (it may
---                           then pass permits between its own threads: see acquire.lua). The
---                           owner is the process (its cid), or the host group G for the cid
---                           "<G>~<cid>" of a process that shares with its host (see K.owner_of)
---   KEYS[11] era     STRING "<token> <quarantine until ms> <why>": the server (run_id) the state
---                           belongs to, and until when no grant is made (see era()); 7 days TTL
---   KEYS[12] gone    ZSET   id -> when it is forgotten: ids that left the holders lawfully of
---                           late (reaped as expired, named by a renewal that ran past its lease,
---                           released, cancelled), so that a renewal of one that is missing and
---                           NOT among them proves data was lost (unless it ran late: renew.lua)
---   KEYS[13] classes STRING the operator's class definitions (dbthrottle class); no TTL
---   KEYS[14] classes_seen STRING the definitions a worker ships (DBTHROTTLE_CLASSES), used while
---                           the operator has none; TTL like seen
---   KEYS[15] tags    ZSET   tag -> 0: the tags whose per-tag keys are in use (below)
---   KEYS[16] hist    HASH   the wait ('w') and hold ('h') histograms: field "<series>:<i>:<class>"
---                           counts the values in bucket i (0-based, not cumulative; bounds in
---                           HIST_BOUNDS), "<series>:s:<class>" their sum (ms); class "" when none
---                           is defined. 7 days TTL, as stats
+--   the NK keys every script takes, KEYS[base + 1 ..], are those of lua/protocol/keys.def: their
+--   order, their names here (s.H, s.Q, ...: semaphore() below) and what each holds
 -- Per-tag keys (not declared: the same hash tag, so the same slot, like the wake lists):
 --   <queue>:<tag>    ZSET   that tag's waiters, id -> ticket (a tagged id's, or any waiter's while
 --                           classes are defined: untagged ones under the tag "-")
@@ -110,7 +78,8 @@ if DRY_RUN then
     end
     redis = setmetatable({call = dry_call}, {__index = real})
 end
-local NK = 16 -- keys per semaphore
+-- NK (keys per semaphore) and semaphore_keys() are made from lua/protocol/keys.def, in front of
+-- this file.
 -- The common arguments (WAKE, KIND, LEASE, TTL, TOKEN, STARTED, QMS, ADOPT, PREV) are locals made
 -- from lua/protocol/_common.def, in front of this file.
 local ERA_TTL = 7 * 24 * 3600 * 1000 -- outlives idleness, not forever
@@ -126,17 +95,13 @@ local function HIST_BOUNDS()
 end
 local US = '\31' -- separates the info fields that may hold spaces
 
--- One semaphore: its keys, the NK from KEYS[base + 1] in the order above, and its kind letter.
--- Every helper below takes the semaphore it works on, so that a script over both kinds
--- (renew.lua, status.lua) says which one each call is about.
+-- One semaphore: its keys by name, the NK from KEYS[base + 1] (lua/protocol/keys.def), and its
+-- kind letter. Every helper below takes the semaphore it works on, so that a script over both
+-- kinds (renew.lua, status.lua) says which one each call is about.
 local function semaphore(base, kind)
-    return {
-        H = KEYS[base + 1], Q = KEYS[base + 2], W = KEYS[base + 3], SEQ = KEYS[base + 4],
-        SEEN = KEYS[base + 5], INFO = KEYS[base + 6], STATS = KEYS[base + 7], LIM = KEYS[base + 8],
-        DRAIN = KEYS[base + 9], OWN = KEYS[base + 10], ERA = KEYS[base + 11],
-        GONE = KEYS[base + 12], CLASSES = KEYS[base + 13], CLASSES_SEEN = KEYS[base + 14],
-        TAGS = KEYS[base + 15], HIST = KEYS[base + 16], kind = kind,
-    }
+    local s = semaphore_keys(base)
+    s.kind = kind
+    return s
 end
 
 -- The semaphore of a script that works on one: KEYS[1..NK], of kind ARGV[2].
@@ -341,7 +306,7 @@ local function era(s, raw, now)
             return s.qleft
         end
         s.qleft = till > now and till - now or 0
-        quarantine(s, now, 'changed')
+        quarantine(s, now, WHY.CHANGED)
         return s.qleft
     end
     -- Missing: a new pool, a pool idle for 7 days, or the state lost. Beliefs from before can
@@ -351,7 +316,7 @@ local function era(s, raw, now)
     -- which is no loss. So a deletion on the same server (FLUSHALL) is left to the evidence rule:
     -- the survivors' next renewal, see renew.lua.)
     if PREV ~= '' and PREV ~= TOKEN then
-        quarantine(s, now, (now < STARTED + LEASE + QMS) and 'restarted' or 'changed')
+        quarantine(s, now, (now < STARTED + LEASE + QMS) and WHY.RESTARTED or WHY.CHANGED)
         return s.qleft
     end
     redis.call('SET', s.ERA, TOKEN .. ' 0 -', 'PX', ERA_TTL)
@@ -486,7 +451,7 @@ local function end_sole(s, except)
     if not sole or sole == except then
         return sole
     end
-    wake(cid_of(sole), 'f' .. s.kind .. ':' .. redis.call('INCR', s.SEQ))
+    wake(cid_of(sole), WAKE_MSG.FOREIGN .. s.kind .. ':' .. redis.call('INCR', s.SEQ))
     redis.call('HDEL', s.OWN, '*')
     expire_new(s, s.SEQ)
     return false
@@ -505,7 +470,7 @@ local function recall_kept(s)
         local cid = string.match(h, '^[^.]+')
         if cid and not told[cid] then
             told[cid] = true
-            wake(cid, 'r' .. s.kind .. ':' .. ticket)
+            wake(cid, WAKE_MSG.RECALL .. s.kind .. ':' .. ticket)
         end
     end
 end
@@ -944,7 +909,7 @@ local function pump(s, now)
         if pick.aged then
             count(s, 'aged')
         end
-        wake(cid_of(head), 'g' .. s.kind .. ':' .. head)
+        wake(cid_of(head), WAKE_MSG.GRANT .. s.kind .. ':' .. head)
         granted = granted + 1
     end
     return granted

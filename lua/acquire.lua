@@ -118,7 +118,7 @@ if redis.call('ZCARD', S.Q) == 0 and holders > 0 then
         local cid = string.match(h, '^[^.]+')
         if cid and not told[cid] then
             told[cid] = true
-            wake(cid, 'r' .. S.kind .. ':' .. next_ticket)
+            wake(cid, WAKE_MSG.RECALL .. S.kind .. ':' .. next_ticket)
         end
     end
 end

@@ -40,7 +40,7 @@ elseif op == OP.EVICT or op == OP.EVICT_CANCEL then
         -- the reply names whose it was: "<since> <host> <pid> <conn>", as it always did
         info = info and string.match(info, '^[^\31]*')
         redis.call('HDEL', S.INFO, arg)
-        local mark = (op == OP.EVICT) and 'e' or 'x'
+        local mark = (op == OP.EVICT) and EVICTED.PLAIN or EVICTED.CANCEL
         redis.call('HSET', S.INFO, 'evicted:' .. arg, mark) -- read once (by older clients' renew.lua)
         expire_new(S, S.INFO)
         -- The permit may be passing between processes of a host: the giver's renewal and the

@@ -25,21 +25,16 @@
 -- BELIEVED_UNTIL): its leases ran out meanwhile, and an id missing then is an expiry (Redis
 -- stopped with the renewal in its socket for longer than the keys' TTL, which expired them all),
 -- not a loss.
--- Where the arguments after the common ones start: the four counts, then the ids.
-local COUNTS_AT = ARGN.held_q -- query holders, query waiters, connection holders, waiters
+-- The arguments after the common ones (lua/protocol/renew.def): the four counts (ARG), then the
+-- groups (GROUP, read with group_arg): the ids, the local counts, the record, the doings, the
+-- local waits, until.
 load_classes() -- renew_units
-local IDS_AT = ARGN.rest
 local now = now_ms()
 local exp = now + LEASE
 local lost_h, lost_w, granted_w = {}, {}, {}
-local at = IDS_AT
-local nids = 0
-for i = COUNTS_AT, COUNTS_AT + 3 do
-    nids = nids + tonumber(ARGV[i])
-end
-local local_at = IDS_AT + nids -- the local counts, after the ids
-local rec_at = local_at + 6 -- the process record's four (see the end)
--- After the record, what each held id does now, one argument per held id in the order of the
+local at = 0 -- the ids read so far
+local nids = GROUP.ids.n
+-- After the record (GROUP.doing), what each held id does now, one argument per held id in the order of the
 -- held ids (the query kind's, then the connection kind's): "<letter>\31<session>", the letter
 -- r(unning a command), i(dle in a transaction), k(ept between commands) or '-' (unchanged), the
 -- session "" when the process has none to give (else its four fields, "<backend pid>\31<app>\31
@@ -47,19 +42,18 @@ local rec_at = local_at + 6 -- the process record's four (see the end)
 -- passed from another process of the host), written over the info's who when it differs (its
 -- since kept). So 2 or 5 fields without who (older clients), 3 or 6 with it. Absent: nothing to
 -- update.
-local DOING_AT = rec_at + 4
-local STATE_OF = {r = 'running', i = 'idle_tx', k = 'kept'}
--- After those, per kind, the waits local handover granted without Redis since the last renewal,
--- for the wait histogram: "<tag> <sum ms> <i>:<n> ...", ';' between tags ("." untagged).
-local LOCAL_WAITS_AT = DOING_AT + tonumber(ARGV[COUNTS_AT]) + tonumber(ARGV[COUNTS_AT + 2])
--- After those, optionally: until when (ms, Redis' clock) the process may still believe in any lease
+local STATE_OF = {[DOING.RUNNING] = 'running', [DOING.IDLE_TX] = 'idle_tx', [DOING.KEPT] = 'kept'}
+-- After those (GROUP.waits), per kind, the waits local handover granted without Redis since the
+-- last renewal, for the wait histogram: "<tag> <sum ms> <i>:<n> ...", ';' between tags ("."
+-- untagged).
+-- After those (GROUP.believed), optionally: until when (ms, Redis' clock) the process may still believe in any lease
 -- this renewal names (its last accepted renewal's send + a lease, carried to Redis' clock by its
 -- reading of it, rounded up; then it takes them for lost). "" or absent: not said (an older
 -- client, or one that has no reading of this server's clock). A renewal that runs later than that
 -- ran late (Redis stopped, or the network held it), and whatever happened to Redis' data, its
 -- process no longer uses the leases it names: an id of it that Redis lacks ran out, as any lease
 -- Redis reaps (lost, and remembered in GONE), and starts no quarantine.
-local BELIEVED_UNTIL = tonumber(ARGV[LOCAL_WAITS_AT + 2] or '')
+local BELIEVED_UNTIL = tonumber(group_arg(GROUP.believed, 0, 'until') or '')
 local ran_late = BELIEVED_UNTIL ~= nil and now > BELIEVED_UNTIL
 local function local_waits(s, text)
     local operator, shipped = defs_text(s.CLASSES), defs_text(s.CLASSES_SEEN)
@@ -116,8 +110,9 @@ local function note_doing(s, id, doing)
 end
 -- Who re-asserts, for dbthrottle status: the host and pid of the process' record, if it came.
 local function reasserter()
-    local rec = ARGV[rec_at + 1]
-    local host, pid = string.match(rec or '', '^v1\t([^\t]*)\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t(%d+)')
+    local rec = group_arg(GROUP.record, 0, 'record')
+    local host, pid = string.match(rec or '', '^' .. RECORD.VERSION ..
+        '\t([^\t]*)\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t(%d+)')
     return (host or '?') .. ' ' .. (pid or '?') .. ' -'
 end
 -- Whether id left lawfully of late, so that its renewal must not bring it back. Not asked during a
@@ -126,7 +121,7 @@ end
 -- the process' belief, and the process names only permits renewed within a lease. (A release
 -- racing its renewal there leaves a phantom holder for one lease at most: under-admission.)
 local function left_lately(s, id)
-    if s.qleft > 0 and s.why ~= 'lost' then
+    if s.qleft > 0 and s.why ~= WHY.LOST then
         return false
     end
     return redis.call('ZSCORE', s.GONE, id) ~= false
@@ -146,7 +141,7 @@ end
 -- clock's (a promoted replica's may run ahead), and what the process believes is re-asserted, as
 -- left_lately says.
 local function lapsed(s, score)
-    if s.qleft > 0 and s.why ~= 'lost' then
+    if s.qleft > 0 and s.why ~= WHY.LOST then
         return false
     end
     return score and tonumber(score) + 2 + LEASE / 1000 < now
@@ -168,9 +163,10 @@ local function ran_out(s, ids, holders)
         end
     end
 end
--- 'e' or 'x' when the operator evicted id within two leases (admin.lua's marker in GONE), else nil.
+-- EVICTED.PLAIN or .CANCEL when the operator evicted id within two leases (admin.lua's marker in
+-- GONE), else nil.
 local function evicted_mark(s, id)
-    for _, mark in ipairs({'e', 'x'}) do
+    for _, mark in ipairs({EVICTED.PLAIN, EVICTED.CANCEL}) do
         local till = redis.call('ZSCORE', s.GONE, mark .. ':' .. id)
         if till and tonumber(till) > now then
             return mark
@@ -182,7 +178,7 @@ local function renew_holders(s, n)
     local back = 0
     local late = {}
     for i = at, at + n - 1 do
-        local id = ARGV[i]
+        local id = group_arg(GROUP.ids, i, 'id')
         if lapsed(s, redis.call('ZSCORE', s.H, id)) then
             -- its lease ran out before this call ran (a renewal delayed past it, in a stopped
             -- Redis' socket): expired, as a reap would find it, not renewed back to life (its
@@ -196,7 +192,7 @@ local function renew_holders(s, n)
             late[#late + 1] = id
         elseif redis.call('ZSCORE', s.H, id) then
             K.renew_units(s, id, exp)
-            note_doing(s, id, ARGV[DOING_AT + held_before + i - at])
+            note_doing(s, id, group_arg(GROUP.doing, held_before + i - at, 'doing'))
         else
             -- "e:ID" / "x:ID" when the operator evicted it (and asked for its command's cancel)
             local ev = redis.call('HGET', s.INFO, 'evicted:' .. id)
@@ -214,12 +210,12 @@ local function renew_holders(s, n)
                 late[#late + 1] = id
             elseif TOKEN ~= '' and not left_lately(s, id) then
                 if s.qleft == 0 then
-                    quarantine(s, now, 'lost') -- neither expired nor given back: data was lost
+                    quarantine(s, now, WHY.LOST) -- neither expired nor given back: data was lost
                 end
                 -- all its units, as many as a grant at its limit gives
                 hold(s, id, (units_at(id, s.override or limit_of(id))), exp)
                 note_who(s, id, now, reasserter())
-                note_doing(s, id, ARGV[DOING_AT + held_before + i - at])
+                note_doing(s, id, group_arg(GROUP.doing, held_before + i - at, 'doing'))
                 back = back + 1
             else
                 lost_h[#lost_h + 1] = id
@@ -239,7 +235,7 @@ local function renew_waiters(s, n)
     local back = 0
     local late = {}
     for i = at, at + n - 1 do
-        local id = ARGV[i]
+        local id = group_arg(GROUP.ids, i, 'id')
         local place = redis.call('ZSCORE', s.W, id)
         local queued_now = place and redis.call('ZSCORE', s.Q, id)
         local held = not queued_now and redis.call('ZSCORE', s.H, id)
@@ -271,7 +267,7 @@ local function renew_waiters(s, n)
             -- its place was lost with the state (it neither expired nor left): queued again, at
             -- the end, and no grant until the holders have re-asserted theirs
             if s.qleft == 0 then
-                quarantine(s, now, 'lost')
+                quarantine(s, now, WHY.LOST)
             end
             local ticket = redis.call('INCR', s.SEQ)
             redis.call('ZADD', s.Q, ticket, id)
@@ -299,21 +295,24 @@ local function renew_waiters(s, n)
     return back
 end
 local queued, allowed, quarantined, why, back, sole = {}, {}, {}, {}, {}, {}
-for k = 0, 1 do
-    local s = semaphore(NK * k, (k == 0) and 'q' or 'c')
-    local nh, nw = tonumber(ARGV[COUNTS_AT + 2 * k]), tonumber(ARGV[COUNTS_AT + 1 + 2 * k])
+for k = 0, NKINDS - 1 do
+    local s = semaphore(NK * k, KIND_LETTER[k])
+    local nh, nw = ARG.held_q, ARG.queued_q
+    if k == 1 then
+        nh, nw = ARG.held_c, ARG.queued_c
+    end
     s.qleft = 0
     if nh + nw > 0 then
         controls(s, now) -- the era first: it decides what a missing id means
     end
     back[k + 1] = renew_holders(s, nh) + renew_waiters(s, nw)
     for j, field in ipairs({'grants', 'queued', 'wait_ms'}) do
-        local n = tonumber(ARGV[local_at + 3 * k + j - 1]) or 0
+        local n = tonumber(group_arg(GROUP.counts, k, field)) or 0
         if n > 0 then
             count(s, field, n)
         end
     end
-    local waits = ARGV[LOCAL_WAITS_AT + k]
+    local waits = group_arg(GROUP.waits, k, 'waits')
     if waits and waits ~= '' then
         local_waits(s, waits)
     end
@@ -344,18 +343,18 @@ for k = 0, 1 do
 end
 -- The process record (dbthrottle status lists the processes of a pool): KEYS[2NK+1] a ZSET of
 -- client id -> when its record expires, KEYS[2NK+2] a HASH of client id -> "<seen ms>\t<record>"
--- (the record's fields: script_protocol.h). ARGV after the local counts: the client id, the
--- record, how long it lives (ms), and "1" when the process leaves (the record goes). Expired
+-- (the record's fields: script_protocol.h). GROUP.record: the client id, the record, how long it
+-- lives (ms), and "1" when the process leaves (the record goes). Expired
 -- records are removed a batch at a time; the two keys live as long as their longest record.
 local PROCS, PINFO = KEYS[2 * NK + 1], KEYS[2 * NK + 2]
-if PROCS and PINFO and ARGV[rec_at + 3] then
-    local cid, rttl = ARGV[rec_at], tonumber(ARGV[rec_at + 2])
-    if ARGV[rec_at + 3] == '1' then
+if PROCS and PINFO and group_arg(GROUP.record, 0, 'goodbye') then
+    local cid, rttl = group_arg(GROUP.record, 0, 'cid'), tonumber(group_arg(GROUP.record, 0, 'ttl'))
+    if group_arg(GROUP.record, 0, 'goodbye') == '1' then
         redis.call('ZREM', PROCS, cid)
         redis.call('HDEL', PINFO, cid)
     else
         redis.call('ZADD', PROCS, now + rttl, cid)
-        redis.call('HSET', PINFO, cid, now .. '\t' .. ARGV[rec_at + 1])
+        redis.call('HSET', PINFO, cid, now .. '\t' .. group_arg(GROUP.record, 0, 'record'))
         for _, k in ipairs({PROCS, PINFO}) do
             if redis.call('PTTL', k) < rttl then
                 redis.call('PEXPIRE', k, rttl)

@@ -204,8 +204,8 @@ local function processes(procs, pinfo)
     end
     return out
 end
-local q = snapshot(semaphore(0, 'q'))
-local c = snapshot(semaphore(NK, 'c'))
+local q = snapshot(semaphore(0, KIND_LETTER[0]))
+local c = snapshot(semaphore(NK, KIND_LETTER[1]))
 -- without the registry's keys the reply ends before the processes
 return reply{now = now, query = q, connection = c,
     processes = KEYS[2 * NK + 2] and processes(KEYS[2 * NK + 1], KEYS[2 * NK + 2]) or nil}

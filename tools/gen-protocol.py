@@ -6,6 +6,7 @@ takes after the common ones, the constants both sides name, and the fields of it
 them, into OUTDIR:
   protocol.h             the C names: argument indices, the constants' enums, each reply's fields
   protocol_fields.inc    each reply's field table, read by script_protocol.c's one reader
+  keys_table.h           the keys of a semaphore (keys.def): DBT_K_*, their names' suffixes
   lua/<script>.lua       the Lua locals: the arguments by name (ARG), the constants, and reply(),
                          which builds the reply from its fields by name (the one positional list)
 Files are rewritten only when they change, so that make does not rebuild what did not.
@@ -36,7 +37,8 @@ class DefError(Exception):
 
 def parse(path):
     """One .def file: {name, args, enums, reply} (see lua/protocol/README.md)."""
-    d = {'name': None, 'args': [], 'enums': [], 'replies': [], 'path': path}
+    d = {'name': None, 'args': [], 'enums': [], 'replies': [], 'groups': [], 'keys': [],
+         'kinds': [], 'path': path}
     enum = None
     older = False
     with open(path, encoding='utf-8') as f:
@@ -68,8 +70,35 @@ def parse(path):
             elif kw == 'arg':
                 if len(words) < 3 or words[2] not in ARG_TYPES:
                     raise DefError('%s:%d: arg NAME TYPE (%s)' % (path, no, ', '.join(ARG_TYPES)))
-                d['args'].append({'name': words[1], 'type': words[2], 'comment': comment,
-                                  **opts(words[3:])})
+                a = {'name': words[1], 'type': words[2], 'comment': comment, **opts(words[3:])}
+                # after a group line, the arguments are its members
+                (d['groups'][-1]['members'] if d['groups'] else d['args']).append(a)
+            elif kw == 'key':
+                if len(words) < 3:
+                    raise DefError('%s:%d: key C_NAME SUFFIX lua=NAME' % (path, no))
+                k = {'c': words[1], 'suffix': words[2], 'comment': comment, **opts(words[3:])}
+                if 'lua' not in k:
+                    raise DefError('%s:%d: key %s needs lua=' % (path, no, words[1]))
+                d['keys'].append(k)
+            elif kw == 'kind':
+                if len(words) != 4 or len(words[2]) != 1:
+                    raise DefError('%s:%d: kind C_NAME LETTER WORD' % (path, no))
+                d['kinds'].append({'c': words[1], 'letter': words[2], 'word': words[3],
+                                   'comment': comment})
+            elif kw == 'group':
+                g = {'name': words[1] if len(words) > 1 else '', 'members': [], 'comment': comment,
+                     **opts(words[2:])}
+                if 'count' not in g:
+                    raise DefError('%s:%d: group NAME count=COUNT' % (path, no))
+                g['terms'] = g['count'].split('+')
+                for t in g['terms']:
+                    if not (t == 'kinds' or t.isdigit() or
+                            any(a['name'] == t and a['type'] == 'int' for a in d['args'])):
+                        raise DefError('%s:%d: group %s: count term "%s" is not kinds, a number '
+                                       'or an int arg before it' % (path, no, g['name'], t))
+                if g['name'] in ('at', 'size', 'n', 'm') or not re.match(r'^[a-z_][a-z0-9_]*$', g['name']):
+                    raise DefError('%s:%d: group name "%s"' % (path, no, g['name']))
+                d['groups'].append(g)
             elif kw == 'enum':
                 enum = {'name': words[1], 'values': [], 'comment': comment, **opts(words[2:])}
                 for k in ('c', 'prefix'):
@@ -105,13 +134,30 @@ def parse(path):
                 older = False
             else:
                 raise DefError('%s:%d: unknown "%s"' % (path, no, kw))
+    if not d['name'] and (d['keys'] or d['kinds']):
+        d['name'] = '_keys'  # the keys' table (keys.def): no script of its own
     if not d['name']:
         raise DefError('%s: no script line' % path)
+    if (d['keys'] or d['kinds']) and d['name'] != '_keys':
+        raise DefError('%s: key lines in a script\'s table' % path)
+    for g in d['groups']:
+        if not g['members']:
+            raise DefError('%s: group %s has no arg' % (path, g['name']))
+    if d['groups'] and d.get('rest'):
+        raise DefError('%s: rest and group lines both' % path)
     for e in d['enums']:
         strings = [v['value'].startswith("'") for v in e['values']]
         if any(strings) and not all(strings):
             raise DefError('%s: enum %s mixes strings and numbers' % (path, e['name']))
         e['strings'] = bool(strings) and all(strings)
+        # c=char: one-letter strings, C character constants; c=string: C string literals
+        if e['c'] in ('char', 'string') and not e['strings']:
+            raise DefError('%s: enum %s c=%s: its values are strings' % (path, e['name'], e['c']))
+        if e['c'] == 'char' and any(len(v['value']) != 3 for v in e['values']):
+            raise DefError('%s: enum %s c=char: one letter each' % (path, e['name']))
+        if e['c'] in ('char', 'string') and any('"' in v['value'] or '\\' in v['value']
+                                                  for v in e['values']):
+            raise DefError('%s: enum %s: no quote or backslash' % (path, e['name']))
     return d
 
 
@@ -167,11 +213,75 @@ def positions(d, base_args):
     return pos
 
 
-def lua_prelude(d, base_args):
+def lua_count(g):
+    return ' + '.join('NKINDS' if t == 'kinds' else t if t.isdigit() else 'ARG.' + t
+                      for t in g['terms'])
+
+
+def lua_groups(d, first):
+    """GROUP: where each group of arguments starts in ARGV (at), its members per repetition
+    (size), how many repetitions the call's counts say (n), and each member's place in one (m);
+    group_arg reads one."""
+    out = ['-- The groups of arguments after those (lua/protocol/%s.def), in order: each one is n' % d['name'],
+           '-- repetitions of its members; group_arg(g, i, name): member name of repetition i (from 0),',
+           '-- as sent (nil: the call did not send it).',
+           'local GROUP = {}']
+    prev = None
+    for g in d['groups']:
+        at = str(first) if prev is None else 'GROUP.%s.at + GROUP.%s.size * GROUP.%s.n' % (prev, prev, prev)
+        out.append('GROUP.%s = {at = %s, size = %d, n = %s, m = {%s}}%s' % (
+            g['name'], at, len(g['members']), lua_count(g),
+            ', '.join("['%s'] = %d" % (a['name'], i) for i, a in enumerate(g['members'])),
+            ' -- ' + g['comment'] if g['comment'] else ''))
+        prev = g['name']
+    out.append('local function group_arg(g, i, name)')
+    out.append('    return ARGV[g.at + i * g.size + g.m[name]]')
+    out.append('end')
+    return out
+
+
+def lua_table(d):
+    """The tables of the constants of d (its enums)."""
+    out = []
+    for e in d['enums']:
+        if e.get('lua') == 'none':
+            continue
+        out.append('-- %s' % (e['comment'] or e['name']))
+        out.append('local %s = {%s}' % (e.get('lua', upper(e['name'])), ', '.join(
+            '%s = %s' % (v['name'], v['value']) for v in e['values'])))
+    return out
+
+
+def lua_keys_table(keys, kinds):
+    """NK, KEY_NAMES, semaphore_keys(base), NKINDS and KIND_LETTER, from keys.def."""
+    out = ['-- The kinds of semaphore (lua/protocol/keys.def): KIND_LETTER[k], k from 0, in the order',
+           '-- of the scripts that take both (their keys: the first kind\'s NK, then the next\'s).',
+           'local NKINDS = %d' % len(kinds),
+           'local KIND_LETTER = {%s}' % ', '.join("[%d] = '%s'" % (i, k['letter'])
+                                                  for i, k in enumerate(kinds)),
+           '-- The keys of one semaphore (lua/protocol/keys.def), in the order every script takes them.',
+           'local NK = %d -- keys per semaphore' % len(keys),
+           '-- Their names in a semaphore (s.NAME), in that order.',
+           'local KEY_NAMES = {%s}' % ', '.join("'%s'" % k['lua'] for k in keys),
+           '-- One semaphore\'s keys by name: KEYS[base + 1 .. base + NK].',
+           'local function semaphore_keys(base)',
+           '    return {']
+    for i, k in enumerate(keys):
+        out.append('        %s = KEYS[base + %d],%s' % (k['lua'], i + 1,
+                                                      ' -- ' + k['comment'] if k['comment'] else ''))
+    out.append('    }')
+    out.append('end')
+    return out
+
+
+def lua_prelude(d, base_args, keys=None):
     """The Lua a script's own text is preceded by (after _common.lua)."""
     name = d['name']
     out = ['-- Generated by tools/gen-protocol.py from lua/protocol/%s.def: do not edit.' % name]
     if name == '_common':
+        if keys:
+            out.extend(lua_keys_table(keys['keys'], keys['kinds']))
+        out.extend(lua_table(d))
         # The common arguments, one local each (the names _common.lua's helpers use).
         for i, a in enumerate(d['args']):
             out.append('local %s = %s%s' % (a['lua'], lua_arg(a, i + 1),
@@ -211,12 +321,9 @@ def lua_prelude(d, base_args):
             '%s = %d' % (a['name'], pos[a['name']]) for a in d['args']))
         if d.get('rest'):
             out.append('ARGN.rest = %d -- %s' % (max(pos.values()) + 1, d['rest']))
-    for e in d['enums']:
-        if e.get('lua') == 'none':
-            continue
-        out.append('-- %s' % (e['comment'] or e['name']))
-        out.append('local %s = {%s}' % (e.get('lua', upper(e['name'])), ', '.join(
-            '%s = %s' % (v['name'], v['value']) for v in e['values'])))
+        if d['groups']:
+            out.extend(lua_groups(d, max(pos.values()) + 1))
+    out.extend(lua_table(d))
     for r in d['replies']:
         if r['shape'] != 'array':
             continue
@@ -236,12 +343,96 @@ def lua_prelude(d, base_args):
 
 # ---- C --------------------------------------------------------------------------------------
 
+def c_groups(d, N):
+    """The groups of arguments after DBT_<S>_ARG_REST: their order (DBT_<S>_G_*), each one's
+    members (DBT_<S>_<G>_<MEMBER>, DBT_<S>_<G>_SIZE), the arguments without the groups whose count
+    an argument gives (DBT_<S>_NARGS_FIXED), and dbt_<s>_layout, where each group starts."""
+    name = d['name']
+    out = ['/* The groups of arguments after DBT_%s_ARG_REST, in order: each one is its count\'s' % N,
+           ' * repetitions of its members (dbt_%s_layout says where each starts). */' % name,
+           'enum {']
+    for g in d['groups']:
+        out.append('    DBT_%s_G_%s,%s' % (N, upper(g['name']), c_comment(g['comment'] + (
+            ' (count: %s)' % g['count']))))
+    out.append('    DBT_%s_NGROUPS' % N)
+    out.append('};')
+    for g in d['groups']:
+        G = upper(g['name'])
+        out.append('enum {')
+        for a in g['members']:
+            out.append('    DBT_%s_%s_%s,%s' % (N, G, upper(a['name']), c_comment(a['comment'])))
+        out.append('    DBT_%s_%s_SIZE' % (N, G))
+        out.append('};')
+
+    def count(g, fixed_only):
+        terms = []
+        for t in g['terms']:
+            if t == 'kinds':
+                terms.append('DBT_NKINDS')
+            elif t.isdigit():
+                terms.append(t)
+            elif fixed_only:
+                return None
+            else:
+                terms.append('(int)n[DBT_%s_ARG_%s]' % (N, upper(t)))
+        return ' + '.join(terms)
+    fixed = ['DBT_%s_ARG_REST' % N]
+    for g in d['groups']:
+        c = count(g, True)
+        if c is not None:
+            fixed.append('DBT_%s_%s_SIZE * (%s)' % (N, upper(g['name']), c))
+    out.append('/* The arguments of a call whose counts are all 0. */')
+    out.append('#define DBT_%s_NARGS_FIXED (%s)' % (N, ' + '.join(fixed)))
+    out.append('/* Where each group starts in args (at[DBT_%s_NGROUPS]: where the arguments end), for the' % N)
+    out.append(' * counts a call sends (n: its arguments\' values, by their DBT_%s_ARG_* index). */' % N)
+    out.append('static inline int dbt_%s_layout(const long long *n, int at[DBT_%s_NGROUPS + 1])' % (name, N))
+    out.append('{')
+    out.append('    (void)n;')
+    out.append('    at[0] = DBT_%s_ARG_REST;' % N)
+    for i, g in enumerate(d['groups']):
+        out.append('    at[%d] = at[%d] + DBT_%s_%s_SIZE * (%s);' % (
+            i + 1, i, N, upper(g['name']), count(g, False)))
+    out.append('    return at[DBT_%s_NGROUPS];' % N)
+    out.append('}')
+    return out
+
+
+def c_keys(table):
+    keys, kinds = table['keys'], table['kinds']
+    out = ['/* Generated by tools/gen-protocol.py from lua/protocol/keys.def: do not edit. */',
+           '#ifndef DBT_KEYS_TABLE_H', '#define DBT_KEYS_TABLE_H', '',
+           '/* The kinds of semaphore, in the order of the scripts that take both. */',
+           'typedef enum {']
+    for i, k in enumerate(kinds):
+        out.append('    DBT_KIND_%s = %d,%s' % (k['c'], i, c_comment(k['comment'])))
+    out.append('} dbt_kind;')
+    out.append('#define DBT_NKINDS %d' % len(kinds))
+    out.append('/* Their letters (in key names, and ARGV[2]: see lua/_common.lua) and words, in order. */')
+    out.append('#define DBT_KIND_LETTERS {%s}' % ', '.join('"%s"' % k['letter'] for k in kinds))
+    out.append('#define DBT_KIND_WORDS {%s}' % ', '.join('"%s"' % k['word'] for k in kinds))
+    out.extend(['',
+           '/* The keys of one semaphore, in the order the scripts take them (KEYS[base + 1 ..]). */',
+           'enum {'])
+    for k in keys:
+        out.append('    DBT_K_%s,%s' % (k['c'], c_comment(k['comment'])))
+    out.append('    DBT_NKEYS')
+    out.append('};')
+    out.append('/* Each one\'s name after the semaphore\'s "<prefix>{<pool>}:<kind letter>", in that order. */')
+    out.append('#define DBT_KEY_SUFFIXES {%s}' % ', '.join('":%s"' % k['suffix'] for k in keys))
+    out.append('')
+    out.append('#endif')
+    return '\n'.join(out) + '\n'
+
+
 def c_header(defs, base_args):
     out = ['/* Generated by tools/gen-protocol.py from lua/protocol/NAME.def: do not edit. */',
-           '#ifndef DBT_PROTOCOL_H', '#define DBT_PROTOCOL_H', '']
+           '#ifndef DBT_PROTOCOL_H', '#define DBT_PROTOCOL_H', '',
+           '#include "keys.h" /* DBT_NKINDS: a group of count=kinds */', '']
     for d in defs:
         name = d['name']
         N = upper(name)
+        if name == '_keys':
+            continue
         if name == '_common':
             out.append('/* ARGV[1..%d], the same for every script (lua/protocol/_common.def). */'
                        % len(d['args']))
@@ -250,6 +441,16 @@ def c_header(defs, base_args):
                 out.append('    DBT_ARG_%s,%s' % (upper(a['name']), c_comment(a['comment'])))
             out.append('    DBT_BASE_ARGS')
             out.append('};')
+            for e in d['enums']:
+                if e['c'] not in ('char', 'string'):
+                    raise DefError('%s: enum %s: c=char or c=string here' % (d['path'], e['name']))
+                if e['comment']:
+                    out.append('/* %s */' % e['comment'])
+                q = "'" if e['c'] == 'char' else '"'
+                for v in e['values']:
+                    out.append('#define %s%s %s%s%s%s' % (e['prefix'], v['name'], q,
+                                                         v['value'].strip("'"), q,
+                                                         c_comment(v['comment'])))
             out.append('')
             continue
         out.append('/* ---- %s.lua (lua/protocol/%s.def) ---- */' % (name, name))
@@ -263,12 +464,23 @@ def c_header(defs, base_args):
             last = max(positions(d, 0).values())
             if d.get('rest'):
                 out.append('    DBT_%s_ARG_REST = DBT_BASE_ARGS + %d, /* %s */' % (N, last, d['rest']))
+            elif d['groups']:
+                out.append('    DBT_%s_ARG_REST = DBT_BASE_ARGS + %d, /* the groups (below) */' % (N, last))
             else:
                 out.append('    DBT_%s_NARGS = DBT_BASE_ARGS + %d' % (N, last))
             out.append('};')
+            if d['groups']:
+                out.extend(c_groups(d, N))
         for e in d['enums']:
             if e['comment']:
                 out.append('/* %s */' % e['comment'])
+            if e['c'] in ('char', 'string'):
+                q = "'" if e['c'] == 'char' else '"'
+                for v in e['values']:
+                    out.append('#define %s%s %s%s%s%s' % (e['prefix'], v['name'], q,
+                                                         v['value'].strip("'"), q,
+                                                         c_comment(v['comment'])))
+                continue
             out.append('typedef enum {')
             for i, v in enumerate(e['values']):
                 val = '' if e['strings'] else ' = %s' % v['value']
@@ -295,6 +507,8 @@ def c_fields(defs):
         name = d['name']
         used = {f['enum'] for r in d['replies'] for f in r['fields'] if 'enum' in f}
         for e in d['enums']:
+            if e['c'] in ('char', 'string'):
+                continue
             if e['strings']:
                 out.append('static const char *const %s_names[] = {%s};' % (
                     e['c'], ', '.join('"%s"' % v['value'].strip("'") for v in e['values'])))
@@ -357,13 +571,19 @@ def main(argv):
         if len(common) != 1:
             raise DefError('no lua/protocol/_common.def')
         base_args = len(common[0]['args'])
+        keys = [d for d in defs if d['name'] == '_keys']
+        if len(keys) != 1 or not keys[0]['kinds'] or not keys[0]['keys']:
+            raise DefError('no lua/protocol/keys.def (with its kinds and keys)')
+        keys = keys[0]
+        defs = [d for d in defs if d['name'] != '_keys']
         defs.sort(key=lambda d: (d['name'] != '_common', d['name']))
         os.makedirs(os.path.join(out, 'lua'), exist_ok=True)
         write_if_changed(os.path.join(out, 'protocol.h'), c_header(defs, base_args))
         write_if_changed(os.path.join(out, 'protocol_fields.inc'), c_fields(defs))
+        write_if_changed(os.path.join(out, 'keys_table.h'), c_keys(keys))
         for d in defs:
             write_if_changed(os.path.join(out, 'lua', d['name'] + '.lua'),
-                             lua_prelude(d, base_args))
+                             lua_prelude(d, base_args, keys))
     except DefError as e:
         sys.stderr.write('gen-protocol.py: %s\n' % e)
         return 1

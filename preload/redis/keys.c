@@ -47,9 +47,8 @@ static char *join(const char *a, const char *b)
 
 bool dbt_keys_init(dbt_keys *k, const char *prefix, const char *pool)
 {
-    static const char *const suffix[DBT_NKEYS] = {
-        ":holders", ":queue",  ":wexp", ":seq",  ":limit_seen", ":info",         ":stats", ":limit",
-        ":drain",   ":owners", ":era",  ":gone", ":classes",    ":classes_seen", ":tags",  ":hist"};
+    static const char *const suffix[] = DBT_KEY_SUFFIXES; /* lua/protocol/keys.def */
+    _Static_assert(sizeof suffix / sizeof *suffix == DBT_NKEYS, "a name for each key");
     memset(k, 0, sizeof *k);
     char *ep = dbt_key_escape(prefix), *en = dbt_key_escape(pool);
     if (ep && en) {
@@ -68,7 +67,9 @@ bool dbt_keys_init(dbt_keys *k, const char *prefix, const char *pool)
     if (!k->wake_prefix || !k->procs || !k->procinfo)
         goto fail;
     for (int kind = 0; kind < DBT_NKINDS; kind++) {
-        char *kb = join(k->base, kind == DBT_KIND_QUERY ? ":q" : ":c");
+        char letter[4];
+        snprintf(letter, sizeof letter, ":%s", dbt_kind_letter((dbt_kind)kind));
+        char *kb = join(k->base, letter);
         if (!kb)
             goto fail;
         for (int i = 0; i < DBT_NKEYS; i++) {
@@ -98,12 +99,29 @@ void dbt_keys_free(dbt_keys *k)
     memset(k, 0, sizeof *k);
 }
 
+/* lua/protocol/keys.def's kinds, in order */
+static const char *const kind_letters[] = DBT_KIND_LETTERS;
+static const char *const kind_words[] = DBT_KIND_WORDS;
+_Static_assert(sizeof kind_letters / sizeof *kind_letters == DBT_NKINDS &&
+                   sizeof kind_words / sizeof *kind_words == DBT_NKINDS,
+               "a letter and a word per kind");
+
 const char *dbt_kind_name(dbt_kind kind)
 {
-    return kind == DBT_KIND_QUERY ? "query" : "connection";
+    return (unsigned)kind < DBT_NKINDS ? kind_words[kind] : "?";
 }
 
 const char *dbt_kind_letter(dbt_kind kind)
 {
-    return kind == DBT_KIND_QUERY ? "q" : "c";
+    return (unsigned)kind < DBT_NKINDS ? kind_letters[kind] : "?";
+}
+
+bool dbt_kind_of_letter(char letter, dbt_kind *out)
+{
+    for (int k = 0; k < DBT_NKINDS; k++)
+        if (letter && kind_letters[k][0] == letter) {
+            *out = (dbt_kind)k;
+            return true;
+        }
+    return false;
 }

@@ -66,8 +66,11 @@ void dbt_fail_waiters(dbt_pool *p)
  * ignored: cancel.lua gives it back. */
 static void dispatch(dbt_pool *p, const char *msg)
 {
-    if (msg[0] == 'r' && (msg[1] == 'q' || msg[1] == 'c')) {
-        dbt_kind k = msg[1] == 'q' ? DBT_KIND_QUERY : DBT_KIND_CONN;
+    /* "<letter><kind letter>..." (lua/protocol/_common.def's wake letters) */
+    dbt_kind k;
+    if (!msg[0] || !dbt_kind_of_letter(msg[1], &k))
+        return;
+    if (msg[0] == DBT_WAKE_RECALL) {
         dbt_queue_event ev = {.type = DBT_QEV_REVOKE,
                               .ticket = msg[2] == ':' ? strtoull(msg + 3, NULL, 10) : 0,
                               .now_us = dbt_now_us(),
@@ -76,13 +79,12 @@ static void dispatch(dbt_pool *p, const char *msg)
             dbt_pool_wake_bg(p);
         return;
     }
-    if (msg[0] == 'f' && (msg[1] == 'q' || msg[1] == 'c') && msg[2] == ':') {
+    if (msg[0] == DBT_WAKE_FOREIGN && msg[2] == ':') {
         /* Another process queued: no more local handover (handover.c). */
-        dbt_handover_foreign(p, msg[1] == 'q' ? DBT_KIND_QUERY : DBT_KIND_CONN,
-                             strtoull(msg + 3, NULL, 10));
+        dbt_handover_foreign(p, k, strtoull(msg + 3, NULL, 10));
         return;
     }
-    if (msg[0] != 'g' || (msg[1] != 'q' && msg[1] != 'c') || msg[2] != ':')
+    if (msg[0] != DBT_WAKE_GRANT || msg[2] != ':')
         return;
     struct dbt_slot *s = dbt_find_slot(p, msg + 3);
     dbt_grant_facts f = {.waiting = s && (s->state == SLOT_QUEUED || s->state == SLOT_PENDING)};

@@ -313,8 +313,8 @@ void dbt_pool_note_quarantine(dbt_pool *p, dbt_kind kind, long long ms, const ch
     pthread_mutex_unlock(&p->mu);
     if (fresh) {
         dbt_field f[] = {DBT_S("pool", p->name), DBT_S("kind", dbt_kind_name(kind)),
-                         DBT_S("why", strcmp(why, "lost") == 0 ? "data lost"
-                                      : strcmp(why, "restarted") == 0
+                         DBT_S("why", strcmp(why, DBT_WHY_LOST) == 0 ? "data lost"
+                                      : strcmp(why, DBT_WHY_RESTARTED) == 0
                                           ? "server restarted without the pool's state"
                                           : "server changed"),
                          DBT_MS("ms", (double)ms),

@@ -106,7 +106,10 @@ static bool push_id(dbt_id_list *l, const char *id)
 static bool push_doing(dbt_id_list *l, const struct dbt_slot *s)
 {
     char doing[DBT_DOING_LEN], who[DBT_WHO_LEN];
-    char state = s->kind != DBT_KIND_QUERY ? '-' : s->parked ? 'k' : s->idle_since_us ? 'i' : 'r';
+    char state = s->kind != DBT_KIND_QUERY ? DBT_DOING_UNCHANGED
+                 : s->parked               ? DBT_DOING_KEPT
+                 : s->idle_since_us        ? DBT_DOING_IDLE_TX
+                                           : DBT_DOING_RUNNING;
     /* Always who holds it now: Redis rewrites its entry only when it differs, after the permit
      * moved to another connection (local handover) or process (host-level sharing). */
     dbt_format_who(s->pool->client->host, (long)getpid(), s->conn, who, sizeof who);
@@ -172,15 +175,16 @@ static dbt_slot_facts slot_facts(const struct dbt_slot *s)
 static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, dbt_cancels *cancels)
 {
     for (size_t i = 0; i < reply->lost_holders.n; i++) {
-        const char *id = dbt_reply_id(&reply->lost_holders, i);
-        bool evicted = (id[0] == 'e' || id[0] == 'x') && id[1] == ':';
-        struct dbt_slot *s = dbt_find_slot(p, evicted ? id + 2 : id);
+        char mark;
+        const char *id = dbt_renew_lost_holder(&reply->lost_holders, i, &mark);
+        bool evicted = mark != 0;
+        struct dbt_slot *s = dbt_find_slot(p, id);
         if (s)
             dbt_handover_foreign(p, s->kind, 0); /* evicted, or Redis lost it: ask Redis again */
         dbt_slot_facts f = slot_facts(s);
-        dbt_gone_cause cause = !evicted       ? DBT_GONE_BY_LOSS
-                               : id[0] == 'x' ? DBT_GONE_BY_EVICTION_CANCEL
-                                              : DBT_GONE_BY_EVICTION;
+        dbt_gone_cause cause = !evicted                     ? DBT_GONE_BY_LOSS
+                               : mark == DBT_EVICTED_CANCEL ? DBT_GONE_BY_EVICTION_CANCEL
+                                                            : DBT_GONE_BY_EVICTION;
         switch (dbt_core_holder_gone(&f, cause)) {
         case DBT_GONE_EVICTED:
         case DBT_GONE_EVICTED_CANCEL:
@@ -277,7 +281,7 @@ void dbt_report_local(dbt_pool *p)
     if (!any || down)
         return;
     char err[DBT_ERRLEN];
-    const char *args[DBT_RENEW_NARGS(0) + DBT_RENEW_RECORD_ARGS + DBT_NKINDS];
+    const char *args[DBT_RENEW_NARGS_FIXED];
     dbt_script_call call; /* a renewal of no ids, for its counts, that takes the record away */
     dbt_build_renew(&call, &p->keys, p->client->cfg, NULL, local, args);
     dbt_renew_add_record(&call, &p->keys, p->client->cid, record, ttl, true);
@@ -466,10 +470,7 @@ static void renew(dbt_pool *p)
         total += lists[k][DBT_RENEW_HELD].n + lists[k][DBT_RENEW_QUEUED].n;
         nmine[k] = lists[k][DBT_RENEW_QUEUED].n;
     }
-    const char **args = ok ? malloc((DBT_RENEW_NARGS((size_t)total) + DBT_RENEW_RECORD_ARGS +
-                                     (size_t)(doing[0].n + doing[1].n) + DBT_NKINDS + 1) *
-                                    sizeof *args)
-                           : NULL;
+    const char **args = ok ? malloc((size_t)dbt_renew_nargs(lists) * sizeof *args) : NULL;
     if (args) {
         dbt_script_call call;
         dbt_build_renew(&call, &p->keys, p->client->cfg, lists, local, args);

@@ -208,6 +208,16 @@ void dbt_build_cancel(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, cons
     c->nargs = DBT_CANCEL_NARGS;
 }
 
+/* Group g of a renewal starts at its place (dbt_renew_layout); a group the caller did not add
+ * before it is sent as "" (never with current callers: the order is build, record, doing, local
+ * waits, until). */
+static int renew_group(dbt_script_call *c, int g)
+{
+    while (c->nargs < c->group_at[g])
+        c->args[c->nargs++] = "";
+    return c->group_at[g];
+}
+
 void dbt_build_renew(dbt_script_call *c, const dbt_keys *k, const dbt_config *cfg,
                      dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS],
                      const dbt_local_counts local[DBT_NKINDS], const char **args)
@@ -221,30 +231,50 @@ void dbt_build_renew(dbt_script_call *c, const dbt_keys *k, const dbt_config *cf
     dbt_script_args(k, DBT_KIND_QUERY, cfg, c->lease, c->ttl, args);
     c->nargs = DBT_BASE_ARGS;
     set_quarantine(c, cfg);
-    /* How many ids of each list (DBT_RENEW_ARG_HELD_Q .. QUEUED_C), then the ids in that order. */
+    /* How many ids of each list (DBT_RENEW_ARG_HELD_Q .. QUEUED_C), then the groups. */
     _Static_assert(DBT_RENEW_ARG_QUEUED_Q == DBT_RENEW_ARG_HELD_Q + DBT_RENEW_QUEUED &&
                        DBT_RENEW_ARG_HELD_C == DBT_RENEW_ARG_HELD_Q + DBT_RENEW_LISTS &&
                        DBT_RENEW_ARG_REST == DBT_RENEW_ARG_HELD_Q + DBT_NKINDS * DBT_RENEW_LISTS,
                    "renew.def's counts: per kind, held then queued");
+    long long counts[DBT_RENEW_ARG_REST] = {0};
     for (int kind = 0; kind < DBT_NKINDS; kind++)
         for (int l = 0; l < DBT_RENEW_LISTS; l++) {
+            int at = DBT_RENEW_ARG_HELD_Q + kind * DBT_RENEW_LISTS + l;
             char *count = c->id_count[kind * DBT_RENEW_LISTS + l];
-            snprintf(count, sizeof c->id_count[0], "%d", lists ? lists[kind][l].n : 0);
-            args[DBT_RENEW_ARG_HELD_Q + kind * DBT_RENEW_LISTS + l] = count;
+            counts[at] = lists ? lists[kind][l].n : 0;
+            snprintf(count, sizeof c->id_count[0], "%lld", counts[at]);
+            args[at] = count;
         }
+    dbt_renew_layout(counts, c->group_at);
     c->nargs = DBT_RENEW_ARG_REST;
+    int at = renew_group(c, DBT_RENEW_G_IDS);
     for (int kind = 0; kind < DBT_NKINDS && lists; kind++)
         for (int l = 0; l < DBT_RENEW_LISTS; l++)
-            for (int i = 0; i < lists[kind][l].n; i++)
-                args[c->nargs++] = lists[kind][l].ids[i];
+            for (int i = 0; i < lists[kind][l].n; i++, at += DBT_RENEW_IDS_SIZE)
+                args[at + DBT_RENEW_IDS_ID] = lists[kind][l].ids[i];
+    c->nargs = c->group_at[DBT_RENEW_G_IDS + 1];
     /* Per kind: the grants, queued waits and wait (ms) of local handover since the last report. */
-    for (int kind = 0; kind < DBT_NKINDS; kind++) {
-        snprintf(c->number[3 * kind], 24, "%" PRIu64, local[kind].grants);
-        snprintf(c->number[3 * kind + 1], 24, "%" PRIu64, local[kind].queued);
-        snprintf(c->number[3 * kind + 2], 24, "%" PRId64, local[kind].wait_us / 1000);
+    at = renew_group(c, DBT_RENEW_G_COUNTS);
+    for (int kind = 0; kind < DBT_NKINDS; kind++, at += DBT_RENEW_COUNTS_SIZE) {
+        char(*n)[24] = &c->number[DBT_RENEW_COUNTS_SIZE * kind];
+        _Static_assert(DBT_RENEW_COUNTS_SIZE * DBT_NKINDS <= 8, "the counts fit c->number");
+        snprintf(n[DBT_RENEW_COUNTS_GRANTS], 24, "%" PRIu64, local[kind].grants);
+        snprintf(n[DBT_RENEW_COUNTS_QUEUED], 24, "%" PRIu64, local[kind].queued);
+        snprintf(n[DBT_RENEW_COUNTS_WAIT_MS], 24, "%" PRId64, local[kind].wait_us / 1000);
+        for (int m = 0; m < DBT_RENEW_COUNTS_SIZE; m++)
+            args[at + m] = n[m];
     }
-    for (int i = 0; i < DBT_NKINDS * 3; i++)
-        args[c->nargs++] = c->number[i];
+    c->nargs = c->group_at[DBT_RENEW_G_COUNTS + 1];
+}
+
+int dbt_renew_nargs(dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS])
+{
+    long long counts[DBT_RENEW_ARG_REST] = {0};
+    int at[DBT_RENEW_NGROUPS + 1];
+    for (int kind = 0; kind < DBT_NKINDS && lists; kind++)
+        for (int l = 0; l < DBT_RENEW_LISTS; l++)
+            counts[DBT_RENEW_ARG_HELD_Q + kind * DBT_RENEW_LISTS + l] = lists[kind][l].n;
+    return dbt_renew_layout(counts, at);
 }
 
 void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid,
@@ -253,10 +283,12 @@ void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid
     c->keys[c->nkeys++] = k->procs;
     c->keys[c->nkeys++] = k->procinfo;
     snprintf(c->record_ttl, sizeof c->record_ttl, "%" PRId64, ttl_ms);
-    c->args[c->nargs++] = cid;
-    c->args[c->nargs++] = record;
-    c->args[c->nargs++] = c->record_ttl;
-    c->args[c->nargs++] = goodbye ? "1" : "0";
+    int at = renew_group(c, DBT_RENEW_G_RECORD);
+    c->args[at + DBT_RENEW_RECORD_CID] = cid;
+    c->args[at + DBT_RENEW_RECORD_RECORD] = record;
+    c->args[at + DBT_RENEW_RECORD_TTL] = c->record_ttl;
+    c->args[at + DBT_RENEW_RECORD_GOODBYE] = goodbye ? "1" : "0";
+    c->nargs = c->group_at[DBT_RENEW_G_RECORD + 1];
 }
 
 void dbt_format_doing(char state, const char *session, const char *who, char *out, size_t cap)
@@ -267,8 +299,13 @@ void dbt_format_doing(char state, const char *session, const char *who, char *ou
 
 void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n)
 {
-    for (int i = 0; i < n; i++)
-        c->args[c->nargs++] = doing[i];
+    /* after the doings added before (the query kind's, then the connection kind's) */
+    int at =
+        c->nargs > c->group_at[DBT_RENEW_G_DOING] ? c->nargs : renew_group(c, DBT_RENEW_G_DOING);
+    for (int i = 0; i < n && at < c->group_at[DBT_RENEW_G_DOING + 1];
+         i++, at += DBT_RENEW_DOING_SIZE)
+        c->args[at + DBT_RENEW_DOING_DOING] = doing[i];
+    c->nargs = at;
 }
 
 int dbt_hist_bounds(double *out, int cap)
@@ -356,8 +393,10 @@ bool dbt_format_local_hist(const dbt_local_hist *h, char *out, size_t cap)
 
 void dbt_renew_add_local_hist(dbt_script_call *c, const char *const text[DBT_NKINDS])
 {
+    int at = renew_group(c, DBT_RENEW_G_WAITS);
     for (int k = 0; k < DBT_NKINDS; k++)
-        c->args[c->nargs++] = text[k];
+        c->args[at + k * DBT_RENEW_WAITS_SIZE + DBT_RENEW_WAITS_WAITS] = text[k];
+    c->nargs = c->group_at[DBT_RENEW_G_WAITS + 1];
 }
 
 void dbt_renew_add_until(dbt_script_call *c, int64_t until_us, const dbt_redis_clock *clock)
@@ -366,8 +405,9 @@ void dbt_renew_add_until(dbt_script_call *c, int64_t until_us, const dbt_redis_c
     if (clock)
         c->clock = *clock;
     c->until[0] = '\0'; /* "" until it is bound to a server's clock */
-    c->until_arg = c->nargs;
-    c->args[c->nargs++] = c->until;
+    c->until_arg = renew_group(c, DBT_RENEW_G_BELIEVED) + DBT_RENEW_BELIEVED_UNTIL;
+    c->args[c->until_arg] = c->until;
+    c->nargs = c->group_at[DBT_RENEW_G_BELIEVED + 1];
 }
 
 /* ---- the process record ------------------------------------------------------------------ */
@@ -391,7 +431,8 @@ bool dbt_format_record(const dbt_proc_record *r, char *out, size_t cap)
                  r->every_ms, r->silent_after_ms, r->held, r->waiting, r->idle_in_tx);
     if (n < 0 || (size_t)n >= sizeof nums)
         return false;
-    const char *text[] = {"v1", r->host, r->program, r->version, r->state, r->mode, r->reason};
+    const char *text[] = {DBT_RECORD_VERSION, r->host, r->program, r->version,
+                          r->state,           r->mode, r->reason};
     size_t len = 0;
     for (size_t i = 0; i < sizeof text / sizeof *text; i++) {
         put_text(out, cap, &len, text[i]);
@@ -431,7 +472,7 @@ bool dbt_parse_record(const char *text, dbt_proc_record *r)
     const char *p = text;
     char seen[32], ver[8], nums[15][32];
     if (!next_field(&p, seen, sizeof seen) || !next_field(&p, ver, sizeof ver) ||
-        strcmp(ver, "v1") != 0 || !next_field(&p, r->host, sizeof r->host) ||
+        strcmp(ver, DBT_RECORD_VERSION) != 0 || !next_field(&p, r->host, sizeof r->host) ||
         !next_field(&p, r->program, sizeof r->program) ||
         !next_field(&p, r->version, sizeof r->version) ||
         !next_field(&p, r->state, sizeof r->state) || !next_field(&p, r->mode, sizeof r->mode) ||
@@ -751,6 +792,17 @@ bool dbt_parse_cancel(const redisReply *r, void *out, char *err)
         return false;
     *(dbt_cancel_outcome *)out = (dbt_cancel_outcome)f.value;
     return true;
+}
+
+const char *dbt_renew_lost_holder(const dbt_reply_ids *lost, size_t i, char *mark)
+{
+    const char *id = dbt_reply_id(lost, i);
+    *mark = 0;
+    if ((id[0] == DBT_EVICTED_PLAIN || id[0] == DBT_EVICTED_CANCEL) && id[1] == ':') {
+        *mark = id[0];
+        id += 2;
+    }
+    return id;
 }
 
 bool dbt_parse_renew(const redisReply *r, void *out, char *err)

@@ -16,7 +16,7 @@ targets="fuzz_config fuzz_values fuzz_redact fuzz_keys"
 # the layers' public faces only (include/), as the Makefile compiles the tests.
 cflags="-std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined
     -fno-sanitize-recover=all"
-pub="-Ipreload/base/include -Ipreload/redis/include"
+pub="-Ipreload/base/include -Ipreload/redis/include -I$out/../gen"
 objs=
 for src in $srcs; do
     o=$out/obj/$(echo "${src%.c}" | tr / _).o

@@ -496,6 +496,103 @@ Test(script_args, renew_counts_ids_then_local_counts, .init = make_keys, .fini =
     cr_expect_str_eq(c.args[DBT_BASE_ARGS + 4], "7");
 }
 
+/* A whole renewal, as the renewer builds it (the ids, the record, the doings per kind, the local
+ * waits, until): each group starts where renew.def's layout puts it (dbt_renew_layout, the
+ * computation renew.lua's GROUP makes too: tests/sem/test_protocol.c runs that one), each argument
+ * in its member's place, and nothing is left unset. */
+Test(script_args, renew_groups_where_the_layout_puts_them, .init = make_keys, .fini = free_keys)
+{
+    char *held_q[] = {"q.1.1", "q.2.1"}, *queued_q[] = {"q.3.1"}, *held_c[] = {"c.4.1"},
+         *queued_c[] = {"c.5.1", "c.6.1"};
+    dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS] = {
+        [DBT_KIND_QUERY] = {[DBT_RENEW_HELD] = {.ids = held_q, .n = 2},
+                            [DBT_RENEW_QUEUED] = {.ids = queued_q, .n = 1}},
+        [DBT_KIND_CONN] = {[DBT_RENEW_HELD] = {.ids = held_c, .n = 1},
+                           [DBT_RENEW_QUEUED] = {.ids = queued_c, .n = 2}}};
+    dbt_local_counts local[DBT_NKINDS] = {{.grants = 7, .queued = 2, .wait_us = 45678},
+                                          {.grants = 1, .queued = 0, .wait_us = 9000}};
+    int total = dbt_renew_nargs(lists);
+    cr_assert_eq(total, DBT_RENEW_NARGS_FIXED + 6 * DBT_RENEW_IDS_SIZE + 3 * DBT_RENEW_DOING_SIZE,
+                 "six ids, three of them held");
+    const char *args[DBT_RENEW_NARGS_FIXED + 9 + 1];
+    for (size_t i = 0; i < N(args); i++)
+        args[i] = NULL;
+    long long n[DBT_RENEW_ARG_REST] = {0};
+    n[DBT_RENEW_ARG_HELD_Q] = 2, n[DBT_RENEW_ARG_QUEUED_Q] = 1;
+    n[DBT_RENEW_ARG_HELD_C] = 1, n[DBT_RENEW_ARG_QUEUED_C] = 2;
+    int at[DBT_RENEW_NGROUPS + 1];
+    cr_assert_eq(dbt_renew_layout(n, at), total);
+
+    dbt_script_call c;
+    dbt_build_renew(&c, &keys, &cfg, lists, local, args);
+    cr_expect_str_eq(c.args[DBT_RENEW_ARG_HELD_Q], "2");
+    cr_expect_str_eq(c.args[DBT_RENEW_ARG_QUEUED_C], "2");
+    cr_assert_eq(c.nargs, at[DBT_RENEW_G_RECORD]);
+    const char *ids[] = {"q.1.1", "q.2.1", "q.3.1", "c.4.1", "c.5.1", "c.6.1"};
+    for (int i = 0; i < 6; i++)
+        cr_expect_str_eq(args[at[DBT_RENEW_G_IDS] + i * DBT_RENEW_IDS_SIZE + DBT_RENEW_IDS_ID],
+                         ids[i]);
+    const char *counts[DBT_NKINDS][3] = {{"7", "2", "45"}, {"1", "0", "9"}};
+    for (int k = 0; k < DBT_NKINDS; k++) {
+        int g = at[DBT_RENEW_G_COUNTS] + k * DBT_RENEW_COUNTS_SIZE;
+        cr_expect_str_eq(args[g + DBT_RENEW_COUNTS_GRANTS], counts[k][0]);
+        cr_expect_str_eq(args[g + DBT_RENEW_COUNTS_QUEUED], counts[k][1]);
+        cr_expect_str_eq(args[g + DBT_RENEW_COUNTS_WAIT_MS], counts[k][2]);
+    }
+
+    dbt_renew_add_record(&c, &keys, "00000000000000aa", "v1\th", 60000, true);
+    cr_assert_eq(c.nargs, at[DBT_RENEW_G_DOING]);
+    cr_expect_eq(c.nkeys, 2 * DBT_NKEYS + 2, "the registry's two keys follow");
+    cr_expect_str_eq(args[at[DBT_RENEW_G_RECORD] + DBT_RENEW_RECORD_CID], "00000000000000aa");
+    cr_expect_str_eq(args[at[DBT_RENEW_G_RECORD] + DBT_RENEW_RECORD_RECORD], "v1\th");
+    cr_expect_str_eq(args[at[DBT_RENEW_G_RECORD] + DBT_RENEW_RECORD_TTL], "60000");
+    cr_expect_str_eq(args[at[DBT_RENEW_G_RECORD] + DBT_RENEW_RECORD_GOODBYE], "1");
+
+    char *doing_q[] = {"r\x1f", "i\x1f"}, *doing_c[] = {"k\x1f"};
+    dbt_renew_add_doing(&c, doing_q, 2);
+    dbt_renew_add_doing(&c, doing_c, 1);
+    cr_assert_eq(c.nargs, at[DBT_RENEW_G_WAITS]);
+    const char *doings[] = {"r\x1f", "i\x1f", "k\x1f"};
+    for (int i = 0; i < 3; i++)
+        cr_expect_str_eq(
+            args[at[DBT_RENEW_G_DOING] + i * DBT_RENEW_DOING_SIZE + DBT_RENEW_DOING_DOING],
+            doings[i]);
+
+    const char *waits[DBT_NKINDS] = {". 3 0:1", ""};
+    dbt_renew_add_local_hist(&c, waits);
+    cr_assert_eq(c.nargs, at[DBT_RENEW_G_BELIEVED]);
+    for (int k = 0; k < DBT_NKINDS; k++)
+        cr_expect_str_eq(
+            args[at[DBT_RENEW_G_WAITS] + k * DBT_RENEW_WAITS_SIZE + DBT_RENEW_WAITS_WAITS],
+            waits[k]);
+
+    dbt_renew_add_until(&c, 12000000, NULL);
+    cr_assert_eq(c.nargs, total);
+    cr_expect_eq(c.until_arg, at[DBT_RENEW_G_BELIEVED] + DBT_RENEW_BELIEVED_UNTIL);
+    for (int i = 0; i < total; i++)
+        cr_expect_not_null(args[i], "ARGV[%d] left unset", i + 1);
+    cr_expect_null(args[total], "written past the layout's end");
+}
+
+/* renew.lua names a lost holder the operator evicted "<mark>:<id>" (DBT_EVICTED_*, _common.def):
+ * its id and its mark; any other id is lost, unmarked (a mark is one of those letters only). */
+Test(renew_reply, evicted_holders_by_their_marks)
+{
+    redisReply *r = reply_of("*4\r\n$7\r\ne:a.1.1\r\n$7\r\nx:b.2.1\r\n$5\r\nc.3.1\r\n"
+                             "$7\r\nq:d.4.1\r\n");
+    dbt_reply_ids ids = {.items = r->element, .n = r->elements};
+    char mark = 1;
+    cr_expect_str_eq(dbt_renew_lost_holder(&ids, 0, &mark), "a.1.1");
+    cr_expect_eq(mark, DBT_EVICTED_PLAIN);
+    cr_expect_str_eq(dbt_renew_lost_holder(&ids, 1, &mark), "b.2.1");
+    cr_expect_eq(mark, DBT_EVICTED_CANCEL);
+    cr_expect_str_eq(dbt_renew_lost_holder(&ids, 2, &mark), "c.3.1");
+    cr_expect_eq(mark, 0);
+    cr_expect_str_eq(dbt_renew_lost_holder(&ids, 3, &mark), "q:d.4.1");
+    cr_expect_eq(mark, 0);
+    freeReplyObject(r);
+}
+
 /* Redis' clock: renew.lua's last element, read as the time the renewal ran. */
 Test(renew_reply, says_when_it_ran)
 {
@@ -516,13 +613,14 @@ Test(renew_reply, says_when_it_ran)
 Test(script_args, renew_states_until_when_on_the_servers_clock, .init = make_keys,
      .fini = free_keys)
 {
-    const char *args[DBT_RENEW_NARGS(0) + 1];
+    const char *args[DBT_RENEW_NARGS_FIXED];
     dbt_local_counts local[DBT_NKINDS] = {{0}, {0}};
     dbt_script_call c;
     dbt_build_renew(&c, &keys, &cfg, NULL, local, args);
     dbt_redis_clock mine = {.run_id = "aaaa", .ahead_ms = 5000, .at_us = 10000000};
     dbt_renew_add_until(&c, 12000000, &mine);
-    cr_assert_eq(c.nargs, (int)DBT_RENEW_NARGS(0) + 1);
+    /* its place: after the groups left out (the record, the local waits), last */
+    cr_assert_eq(c.nargs, (int)DBT_RENEW_NARGS_FIXED);
     const char *const *until = &c.args[c.nargs - 1];
     cr_expect_str_eq(*until, "", "not bound to a server yet");
     /* the renewer's reading (1 s old: 1 ms of drift), the connection's older */

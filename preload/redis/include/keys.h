@@ -5,32 +5,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum { DBT_KIND_QUERY = 0, DBT_KIND_CONN = 1 } dbt_kind;
-#define DBT_NKINDS 2
-
-/* The keys of one semaphore, in the order the scripts take them (see lua/_common.lua). The
- * operator's three (limit override, drain, classes) have no TTL: they last until the operator
- * clears them. */
-enum {
-    DBT_K_HOLDERS,
-    DBT_K_QUEUE,
-    DBT_K_WEXP,
-    DBT_K_SEQ,
-    DBT_K_SEEN,
-    DBT_K_INFO,    /* who holds or waits, and since when */
-    DBT_K_STATS,   /* counters kept by the scripts (7 days TTL: they outlive idle periods) */
-    DBT_K_LIMIT,   /* operator override of the limit (dbthrottle limit) */
-    DBT_K_DRAIN,   /* set while the operator drains the pool (dbthrottle drain) */
-    DBT_K_OWNERS,  /* waiters queued per process, and whose alone (local handover) */
-    DBT_K_ERA,     /* the server the pool's state belongs to, and its quarantine (design.md) */
-    DBT_K_GONE,    /* ids that left the holders lawfully lately (expired, released, cancelled) */
-    DBT_K_CLASSES, /* the operator's class definitions (dbthrottle class); no TTL */
-    DBT_K_CLASSES_SEEN, /* the definitions a worker ships (DBTHROTTLE_CLASSES), while the operator
-                         * has none */
-    DBT_K_TAGS,         /* the tags whose per-tag keys (queue:TAG, holders:TAG) are in use */
-    DBT_K_HIST,         /* the wait and hold histograms (7 days TTL, as stats) */
-    DBT_NKEYS
-};
+/* The kinds of semaphore (dbt_kind, DBT_NKINDS, their letters and words), and the keys of one,
+ * in the order the scripts take them (DBT_K_* and DBT_NKEYS): made from lua/protocol/keys.def
+ * (their comments there). The operator's three keys (limit override, drain, classes) have no
+ * TTL: they last until the operator clears them. */
+#include "keys_table.h"
 
 typedef struct {
     char *base;                        /* escaped prefix + "{" + escaped pool + "}" */
@@ -54,5 +33,7 @@ void dbt_keys_free(dbt_keys *k);
 /* "query" or "connection", and the one-letter form the scripts use ("q", "c"). */
 const char *dbt_kind_name(dbt_kind kind);
 const char *dbt_kind_letter(dbt_kind kind);
+/* The kind whose letter is `letter`; false when none is. */
+bool dbt_kind_of_letter(char letter, dbt_kind *out);
 
 #endif

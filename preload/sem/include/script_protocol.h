@@ -63,6 +63,7 @@ typedef struct {
     dbt_redis_clock clock; /* the renewer's latest reading, beside the connection's own */
     int until_arg;
     char until[24];
+    int group_at[DBT_RENEW_NGROUPS + 1]; /* renew.lua: where each group starts (dbt_renew_layout) */
 } dbt_script_call;
 
 /* Keys live three leases after their last use: long enough that a live holder's renewal
@@ -134,11 +135,23 @@ typedef struct {
 } dbt_id_list;
 enum { DBT_RENEW_HELD, DBT_RENEW_QUEUED, DBT_RENEW_LISTS };
 
-/* How many arguments renew.lua takes for `nids` ids in all: the array dbt_build_renew fills. */
-#define DBT_RENEW_NARGS(nids) (DBT_RENEW_ARG_REST + (nids) + DBT_NKINDS * 3)
+/* renew.lua's arguments (lua/protocol/renew.def): the four counts, then its groups in order, each
+ * at the place dbt_renew_layout gives (the ids, the local counts: dbt_build_renew; the record:
+ * dbt_renew_add_record; the doings: dbt_renew_add_doing; the local waits:
+ * dbt_renew_add_local_hist; until: dbt_renew_add_until, to be called in that order). */
+
+/* The arguments dbt_build_renew fills for `nids` ids in all (the counts, the ids, the local
+ * counts). */
+#define DBT_RENEW_NARGS(nids)                                                                      \
+    (DBT_RENEW_ARG_REST + (nids)*DBT_RENEW_IDS_SIZE + DBT_NKINDS * DBT_RENEW_COUNTS_SIZE)
+/* How many arguments renew.lua takes for these lists (NULL: none) with every group added
+ * (DBT_RENEW_NARGS_FIXED for none). */
+int dbt_renew_nargs(dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS]);
 
 /* renew.lua: renews the ids of both kinds (lists NULL: none, a renewal of nothing for its counts)
- * and adds local[] to the counters. args: DBT_RENEW_NARGS(total ids) entries, kept by c. */
+ * and adds local[] to the counters. args: DBT_RENEW_NARGS(total ids) entries, or
+ * dbt_renew_nargs(lists) for a call the dbt_renew_add_* complete; kept by c. A group added after
+ * one left out puts "" in the places of those left out. */
 void dbt_build_renew(dbt_script_call *c, const dbt_keys *k, const dbt_config *cfg,
                      dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS],
                      const dbt_local_counts local[DBT_NKINDS], const char **args);
@@ -176,11 +189,11 @@ bool dbt_format_record(const dbt_proc_record *r, char *out, size_t cap);
 /* Reads "<seen ms>\t<record>" back; false when it is not one (an older or newer format). */
 bool dbt_parse_record(const char *text, dbt_proc_record *r);
 
-/* How many arguments renew.lua takes with a record: DBT_RENEW_NARGS(nids) + these. */
-#define DBT_RENEW_RECORD_ARGS 4
-/* Adds the process record to a built renewal (its args array must have room for
- * DBT_RENEW_RECORD_ARGS more): the registry's keys, the client id, the record's text, how long
- * it lives (ms), and whether the process leaves (goodbye: the record is removed). */
+/* The record's arguments. */
+#define DBT_RENEW_RECORD_ARGS DBT_RENEW_RECORD_SIZE
+/* Adds the process record to a built renewal (GROUP record): the registry's keys, the client id,
+ * the record's text, how long it lives (ms), and whether the process leaves (goodbye: the record is
+ * removed). */
 void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid,
                           const char *record, int64_t ttl_ms, bool goodbye);
 
@@ -193,8 +206,8 @@ void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid
  * info only when they differ from it (the who keeps its since). */
 #define DBT_DOING_LEN (2 + DBT_SESSION_LEN + 1 + DBT_WHO_LEN)
 void dbt_format_doing(char state, const char *session, const char *who, char *out, size_t cap);
-/* Adds them to a renewal that has its record (dbt_renew_add_record): its args array must have
- * room for n more. */
+/* Adds them to a renewal that has its record (dbt_renew_add_record), after those added before
+ * (GROUP doing: one per held id it names; more are not sent). */
 void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n);
 
 /* status.lua: both kinds' state, at most max_rows holders and waiters each (0: all). */
@@ -263,6 +276,10 @@ static inline const char *dbt_reply_id(const dbt_reply_ids *l, size_t i)
 
 /* The room of renew.lua's sole owner: "<cid or G>/<class>.<weight>" at its longest and a NUL. */
 #define DBT_SOLE_OWNER_MAX 64
+/* Lost holder i of renew.lua's reply: its id, and in *mark how the operator evicted it
+ * (DBT_EVICTED_PLAIN or DBT_EVICTED_CANCEL: renew.lua's "<mark>:<id>"), or 0 (lost). */
+const char *dbt_renew_lost_holder(const dbt_reply_ids *lost, size_t i, char *mark);
+
 /* renew.lua's reply (its fields: lua/protocol/renew.def; without now: a reply of the scripts
  * before it). Points into the reply: free the reply after using it. */
 typedef struct {
@@ -363,12 +380,11 @@ void dbt_local_hist_merge(dbt_local_hist *a, const dbt_local_hist *b);
  * False when out is too small (DBT_LOCAL_HIST_TEXT is enough). */
 #define DBT_LOCAL_HIST_TEXT (DBT_LOCAL_HIST_TAGS * (40 + 24 + DBT_HIST_MAX * 16))
 bool dbt_format_local_hist(const dbt_local_hist *h, char *out, size_t cap);
-/* Adds both kinds' texts to a renewal after its doing args (dbt_renew_add_doing): its args array
- * must have room for DBT_NKINDS more. */
+/* Adds both kinds' texts to a renewal after its doing args (dbt_renew_add_doing; GROUP waits). */
 void dbt_renew_add_local_hist(dbt_script_call *c, const char *const text[DBT_NKINDS]);
 
 /* Adds renew.lua's last argument to a renewal that has its local waits (dbt_renew_add_local_hist;
- * its args array must have room for one more): until_us, the latest time (this process'
+ * GROUP believed): until_us, the latest time (this process'
  * monotonic clock) until which any lease it names may still be believed in, its last accepted
  * acquire or renewal's send + the lease (0: none named); clock, the renewer's latest reading of
  * Redis' clock (at_us 0: none). Sent as a time on the clock of the server the call reaches
