@@ -99,9 +99,7 @@ local US = '\31' -- separates the info fields that may hold spaces
 -- kind letter. Every helper below takes the semaphore it works on, so that a script over both
 -- kinds (renew.lua, status.lua) says which one each call is about.
 local function semaphore(base, kind)
-    local s = semaphore_keys(base)
-    s.kind = kind
-    return s
+    return semaphore_keys(base, kind)
 end
 
 -- The semaphore of a script that works on one: KEYS[1..NK], of kind ARGV[2].

@@ -263,9 +263,11 @@ def lua_keys_table(keys, kinds):
            'local NK = %d -- keys per semaphore' % len(keys),
            '-- Their names in a semaphore (s.NAME), in that order.',
            'local KEY_NAMES = {%s}' % ', '.join("'%s'" % k['lua'] for k in keys),
-           '-- One semaphore\'s keys by name: KEYS[base + 1 .. base + NK].',
-           'local function semaphore_keys(base)',
-           '    return {']
+           '-- One semaphore\'s keys by name: KEYS[base + 1 .. base + NK], and its kind letter (one',
+           '-- constructor: a field added after it would make Lua rehash the table at every call).',
+           'local function semaphore_keys(base, kind)',
+           '    return {',
+           '        kind = kind,']
     for i, k in enumerate(keys):
         out.append('        %s = KEYS[base + %d],%s' % (k['lua'], i + 1,
                                                       ' -- ' + k['comment'] if k['comment'] else ''))
@@ -286,26 +288,12 @@ def lua_prelude(d, base_args, keys=None):
         for i, a in enumerate(d['args']):
             out.append('local %s = %s%s' % (a['lua'], lua_arg(a, i + 1),
                                             ' -- ' + a['comment'] if a['comment'] else ''))
-        out.append('-- A reply from its fields by name, in the order of its table (fields: {name, default,')
-        out.append('-- older}): a field the script leaves out takes its default; one without a default')
-        out.append('-- ends the reply there if an older script\'s reply ended before it (older), else is an')
-        out.append('-- error (a nil would cut the reply short).')
-        out.append('local function build_reply(script, r, fields)')
-        out.append('    local t = {}')
-        out.append('    for i, f in ipairs(fields) do')
-        out.append('        local v = r[f[1]]')
-        out.append('        if v == nil then')
-        out.append('            v = f[2]')
-        out.append('        end')
-        out.append('        if v == nil then')
-        out.append('            if f[3] then')
-        out.append('                return t')
-        out.append('            end')
-        out.append("            error(script .. ': the reply has no ' .. f[1])")
-        out.append('        end')
-        out.append('        t[i] = v')
-        out.append('    end')
-        out.append('    return t')
+        # Each script's reply() is unrolled (lua_reply): Redis runs a script's whole text at
+        # every call, so a table of field specs built per reply cost an allocation per field.
+        out.append('-- A reply field the script left out that has no default and that older scripts\'')
+        out.append('-- replies had too: an error (a nil would cut the reply short).')
+        out.append('local function reply_missing(script, name)')
+        out.append("    error(script .. ': the reply has no ' .. name)")
         out.append('end')
         return '\n'.join(out) + '\n'
     if d['args']:
@@ -330,13 +318,21 @@ def lua_prelude(d, base_args, keys=None):
         fn = 'reply' + ('_' + r['part'] if r['part'] else '')
         out.append('-- %s, from its fields by name (lua/protocol/%s.def).' % (
             'The reply' if not r['part'] else 'The reply\'s ' + r['part'], name))
+        out.append('-- A field left out takes its default; one without a default ends the reply there')
+        out.append('-- if an older script\'s reply ended before it, else is an error.')
         out.append('local function %s(r)' % fn)
-        out.append("    return build_reply('%s.lua', r, {" % name)
-        for f in r['fields']:
+        out.append('    local t, v = {}, nil')
+        for i, f in enumerate(r['fields']):
             default = f.get('default')
-            out.append("        {'%s', %s, %s}," % (f['name'], default if default is not None else 'nil',
-                                                  'true' if f['older'] else 'false'))
-        out.append('    })')
+            out.append('    v = r.%s' % f['name'])
+            if default is not None:
+                out.append('    if v == nil then v = %s end' % default)
+            elif f['older']:
+                out.append('    if v == nil then return t end')
+            else:
+                out.append("    if v == nil then reply_missing('%s.lua', '%s') end" % (name, f['name']))
+            out.append('    t[%d] = v' % (i + 1))
+        out.append('    return t')
         out.append('end')
     return '\n'.join(out) + '\n'
 

@@ -109,7 +109,7 @@ Test(protocol, renew_lua_reads_each_group_where_c_put_it, .timeout = 30)
 
     /* The Lua: the common prelude (NKINDS) and renew.lua's, then one line per argument asked for
      * (nil: "<nil>"), then the four counts as ARG reads them. */
-    char *common = prelude_of(&dbt_script_renew, "_common.def", "local function build_reply");
+    char *common = prelude_of(&dbt_script_renew, "_common.def", "local function reply_missing");
     char *prelude = prelude_of(&dbt_script_renew, "renew.def", "local function group_arg");
     size_t cap = strlen(common) + strlen(prelude) + 4096;
     char *lua = malloc(cap);
@@ -273,7 +273,7 @@ static redisReply *eval_strings(const char *lua, const char *const *args, int na
  * runs name them and as the C constants are. */
 Test(protocol, the_letters_and_marks_are_the_same_on_both_sides, .timeout = 30)
 {
-    char *common = prelude_of(&dbt_script_renew, "_common.def", "local function build_reply");
+    char *common = prelude_of(&dbt_script_renew, "_common.def", "local function reply_missing");
     char lua[16384];
     int len = snprintf(lua, sizeof lua,
                        "%s\nreturn {WAKE_MSG.GRANT, WAKE_MSG.RECALL, WAKE_MSG.FOREIGN, "
@@ -311,7 +311,7 @@ Test(protocol, the_letters_and_marks_are_the_same_on_both_sides, .timeout = 30)
     const char *args[DBT_RENEW_NARGS(0)];
     dbt_script_call c;
     dbt_build_renew(&c, &keys, &cfg, NULL, local, args);
-    common = prelude_of(&dbt_script_renew, "_common.def", "local function build_reply");
+    common = prelude_of(&dbt_script_renew, "_common.def", "local function reply_missing");
     char *renew = prelude_of(&dbt_script_renew, "renew.def", "local function reply(");
     len = snprintf(lua, sizeof lua,
                    "%s\n%s\nreturn {DOING.RUNNING, DOING.IDLE_TX, DOING.KEPT, DOING.UNCHANGED, "
