@@ -197,7 +197,7 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
     if (!rep)
         return ACQ_SENT_FAILED;
     freeReplyObject(rep);
-    dbt_pool_note_ok(p);
+    dbt_pool_note_ok(p, sent);
     dbt_pool_era_seen(p, call.era_token);
     if (reply.quarantine_ms > 0)
         dbt_pool_note_quarantine(p, s->kind, reply.quarantine_ms, reply.why);

@@ -334,6 +334,7 @@ static void note_misconfig(dbt_pool *p, const char *what, const char *msg, const
     pthread_mutex_lock(&p->mu);
     p->st.redis_errors++;
     snprintf(p->misconfig, sizeof p->misconfig, "%s", why);
+    p->misconfig_at_us = now;
     if (p->misconfig_probe_us <= now)
         p->misconfig_probe_us = now + DBT_MISCONFIG_PROBE_US;
     /* The renewer holds its deferred operations back as in an outage, until the next probe:
@@ -435,15 +436,21 @@ void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
     }
 }
 
-void dbt_pool_note_ok(dbt_pool *p)
+void dbt_pool_note_ok(dbt_pool *p, int64_t sent_us)
 {
     pthread_mutex_lock(&p->mu);
     bool was = p->in_outage;
     p->in_outage = false;
-    p->down_until_us = 0;
-    char fixed[sizeof p->misconfig];
-    snprintf(fixed, sizeof fixed, "%s", p->misconfig);
-    p->misconfig[0] = '\0';
+    /* A permanent error noted after this call was sent stands, and with it its probe schedule
+     * (down_until_us): the call's success tells nothing of the configuration since. */
+    bool stands = p->misconfig[0] && sent_us < p->misconfig_at_us;
+    if (!stands)
+        p->down_until_us = 0;
+    char fixed[sizeof p->misconfig] = "";
+    if (!stands) {
+        snprintf(fixed, sizeof fixed, "%s", p->misconfig);
+        p->misconfig[0] = '\0';
+    }
     /* One redis_fixed line per redis_misconfigured line: a cause that comes back within the
      * minute is not logged again (note_misconfig), so neither is its next fix. */
     bool log_fixed = fixed[0] && p->misconfig_fix_owed;

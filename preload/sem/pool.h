@@ -56,16 +56,19 @@ void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r);
 /* The outage backoff: a failed Redis call makes acquires skip Redis for DBT_OUTAGE_BACKOFF_US
  * (logged once per outage); a call that succeeds ends the outage. A permanent error
  * (redis_errors.h) sets p->misconfig instead: logged at error level, again every minute while
- * it lasts; acquires are refused meanwhile (dbt_pool_misconfigured). A call that succeeds ends
- * it too, but the last line logged is remembered: a cause that only some calls meet comes and
- * goes with them and is still logged once a minute, its redis_fixed once per line. Without
- * p->mu. */
+ * it lasts; acquires are refused meanwhile (dbt_pool_misconfigured). A call sent after it was
+ * noted that succeeds ends it too (dbt_pool_note_ok), but the last line logged is remembered: a
+ * cause that only some calls meet comes and goes with them and is still logged once a minute,
+ * its redis_fixed once per line. Without p->mu. */
 void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg);
 /* Whether this thread's last dbt_pool_note_error was for a permanent cause (cleared by
  * dbt_pool_thread_clear_failure, at the start of each acquire). */
 bool dbt_pool_thread_failed_permanently(void);
 void dbt_pool_thread_clear_failure(void);
-void dbt_pool_note_ok(dbt_pool *p);
+/* A call sent at sent_us (dbt_now_us) succeeded: it ends an outage, and a permanent error noted
+ * before it was sent. One sent before says nothing of the configuration since (a heartbeat in
+ * flight while another thread's call met NOPERM): the error stands until the next call. */
+void dbt_pool_note_ok(dbt_pool *p, int64_t sent_us);
 
 /* Eras (docs/design.md, "Failover and data loss"), without p->mu. The run_id the process last
  * met the pool's state on, into out (41 bytes; "" none), for a script call's era arguments; and

@@ -179,6 +179,7 @@ struct dbt_pool {
     char misconfig[256]; /* a permanent Redis error: why, and the setting to fix; "" when none (p->mu) */
     // clang-format on
     int64_t misconfig_probe_us;  /* when the next acquire may try Redis */
+    int64_t misconfig_at_us;     /* when it was last noted: only a call sent since ends it */
     char misconfig_logged[256];  /* the cause last logged ... */
     int64_t misconfig_logged_us; /* ... and when: again after DBT_MISCONFIG_RELOG_US */
     bool misconfig_fix_owed;     /* that line's redis_fixed is yet to be logged */

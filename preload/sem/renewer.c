@@ -499,7 +499,7 @@ static void renew(dbt_pool *p)
     }
 
     if (rep) {
-        dbt_pool_note_ok(p);
+        dbt_pool_note_ok(p, sent);
         for (int k = 0; k < DBT_NKINDS; k++)
             dbt_pool_note_quarantine(p, (dbt_kind)k, reply.quarantine_ms[k], reply.why[k]);
     }

@@ -4,10 +4,13 @@
  * when the client does; a wait that timed out counts in the wait totals. */
 #include "sem_fixture.h"
 
+#include "clock.h"
+#include "pool.h"
 #include "pool_types.h"
 
 #include <criterion/criterion.h>
 #include <hiredis.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -62,11 +65,48 @@ Test(fleet, a_permanent_error_is_listed_as_refusing_with_its_reason, .timeout = 
     /* As the permanent-error detection stores it. */
     pthread_mutex_lock(&p->mu);
     snprintf(p->misconfig, sizeof p->misconfig, "NOPERM: the ACL user may not run EVALSHA");
+    p->misconfig_at_us = dbt_now_us();
     pthread_mutex_unlock(&p->mu);
     record_has refusing = {cid, "\trefusing\topen\tNOPERM: the ACL user may not run EVALSHA\t"};
     cr_expect(test_wait_until(has, &refusing, 5000), "the heartbeat did not report it");
     fx_client_free(c);
     cr_expect(test_wait_until(record_gone, cid, 2000), "the record outlived the client");
+}
+
+static bool renewal_in_flight(void *arg)
+{
+    dbt_pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    bool yes = p->renew_in_flight_us != 0;
+    pthread_mutex_unlock(&p->mu);
+    return yes;
+}
+
+/* A permanent error met while a heartbeat was in flight, which Redis answered after it: that
+ * answer says nothing of the configuration since, and the process is still listed as refusing.
+ * (The success used to end the error: listed as throttling for good, which made the test above
+ * miss its 5 s under load, its setting racing a heartbeat.) Redis stopped holds the heartbeat. */
+Test(fleet, a_call_sent_before_a_permanent_error_does_not_end_it, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=600ms", "DBTHROTTLE_REDIS_TIMEOUT=10s", NULL);
+    dbt_pool *p = dbt_client_pool(c, "fleet");
+    dbt_acquire_opts now = {.limit = 2, .wait_ms = 0};
+    dbt_permit *a;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &a), DBT_ACQ_GRANTED);
+    dbt_release(a);
+    char cid[17];
+    snprintf(cid, sizeof cid, "%s", dbt_client_id(c));
+    record_has thr = {cid, "\tthrottling\t"};
+    cr_assert(test_wait_until(has, &thr, 5000), "not listed as throttling");
+    kill(fx_redis.pid, SIGSTOP);
+    bool held = test_wait_until(renewal_in_flight, p, 5000);
+    if (held) /* as a call of another thread that met NOPERM reports it */
+        dbt_pool_note_error(p, "acquire",
+                            "redis: NOPERM User w has no permissions to run the 'evalsha' command");
+    kill(fx_redis.pid, SIGCONT);
+    cr_assert(held, "no heartbeat in flight");
+    record_has refusing = {cid, "\trefusing\topen\tthe Redis user of DBTHROTTLE_REDIS_URL lacks"};
+    cr_expect(test_wait_until(has, &refusing, 5000), "an answer sent before the error ended it");
 }
 
 Test(fleet, an_idle_process_stays_listed_while_the_pool_keys_expire, .timeout = 60)
