@@ -174,7 +174,8 @@ typedef enum {
     ACQ_SENT_QUEUED,      /* in the queue (or took an orphan's place there: no call) */
     ACQ_SENT_NOT_GRANTED, /* none free, and the caller does not wait */
     ACQ_SENT_QUEUE_FULL,  /* refused: its class's queue cap is reached */
-    ACQ_SENT_EXITING      /* not sent: the process is exiting (dbt_client_exit) */
+    ACQ_SENT_EXITING,     /* not sent: the process is exiting (dbt_client_exit) */
+    ACQ_SENT_SHELF        /* not sent: a permit kept on the host's shelf was taken */
 } acq_sent;
 
 /* Sends acquire.lua for s. */
@@ -299,6 +300,7 @@ typedef struct {
     long long holders, queue; /* what acquire.lua said, for the grant's trace; -1: not known */
     long long ticket;         /* acquire.lua's ticket (granted: the ticket counter then) */
     long long class_wait_ms;  /* the caller's class's wait, from acquire.lua; -1: none */
+    bool from_shelf;          /* its permit came off the host's shelf (no acquire.lua) */
     dbt_acq_result result;    /* how it ended, once a step returns NEXT_DONE */
 } acquire_run;
 
@@ -463,6 +465,26 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
         pthread_mutex_unlock(&p->mu);
         return NULL;
     }
+    /* A permit the host keeps idle on its shelf (kept by this process or another): held at
+     * once, no Redis call. */
+    if (dbt_sharing_take_shelved(p, s)) {
+        s->state = SLOT_HELD;
+        s->lost = false;
+        s->unrenewed = false;
+        s->gen = p->gen;
+        s->t_grant_us = dbt_now_us();
+        link_slot(p, s);
+        p->nheld++;
+        s->adopted = false;
+        a->from_shelf = true;
+        if (s->t_grant_us - s->t_renewed_us > p->client->cfg->lease_ms * 1000 / 3) {
+            p->renew_now = true; /* renewed a while ago by its shelver: renewed now */
+            dbt_pool_wake_bg(p);
+        }
+        dbt_renewer_ensure(p);
+        pthread_mutex_unlock(&p->mu);
+        return NULL;
+    }
     /* While only this process' threads wait, take the place of one that was served by a
      * permit passed on here (handover.c) rather than queue anew: no Redis call. */
     struct dbt_slot *orphan = a->may_wait ? dbt_handover_adopt(p, s) : NULL;
@@ -496,6 +518,8 @@ static acq_sent send_or_adopt(acquire_run *a)
     struct dbt_slot *orphan = begin_slot(a, &exiting);
     if (exiting)
         return ACQ_SENT_EXITING;
+    if (a->from_shelf)
+        return ACQ_SENT_SHELF;
     if (a->s->adopted) {
         a->s->adopted = false;
         dbt_free_slot(orphan); /* NULL when recycled */
@@ -544,6 +568,8 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
     if (st == ACQ_SENT_NOT_GRANTED) {
         return give_up(a, true, NULL, "none free and the caller does not wait");
     }
+    if (st == ACQ_SENT_SHELF)
+        return NEXT_GRANTED;
     if (st == ACQ_SENT_QUEUE_FULL) {
         /* Redis queued nothing: the slot just goes. Traced, and counted with the timeouts'
          * warn-level line's rate limit (a full queue is a burst of these). */
@@ -574,6 +600,7 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
                               .now_us = dbt_now_us(),
                               .lease_us = p->client->cfg->lease_ms * 1000};
         (void)dbt_queue_step(&p->queue[a->kind], &ev);
+        dbt_sharing_keep_event(p, a->kind, &ev);
         dbt_renewer_ensure(p);
         pthread_mutex_unlock(&p->mu);
         return NEXT_GRANTED;
@@ -582,7 +609,9 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
     p->nqueued++;
     dbt_lw_push(p, s);
     p->st.waits++;
-    (void)dbt_queue_step(&p->queue[a->kind], &(dbt_queue_event){.type = DBT_QEV_QUEUED});
+    dbt_queue_event queued = {.type = DBT_QEV_QUEUED};
+    (void)dbt_queue_step(&p->queue[a->kind], &queued);
+    dbt_sharing_keep_event(p, a->kind, &queued);
     dbt_renewer_ensure(p);
     if (p->bg_leading) /* the renewer listens: it hands the role to a waiting thread */
         dbt_pool_wake_bg(p);

@@ -3,6 +3,7 @@
 #include "clock.h"
 #include "fork.h"
 #include "handover.h"
+#include "kept.h"
 #include "listener.h"
 #include "log.h"
 #include "pool.h"
@@ -185,6 +186,7 @@ static void free_pool(dbt_pool *p)
     dbt_owed_op ops[MAX_EXIT];
     pthread_mutex_lock(&p->mu);
     dbt_handover_quit(p);
+    dbt_shelf_settle_at_exit(p);
     int n = owed_at_exit(p, ops, MAX_EXIT);
     pthread_mutex_unlock(&p->mu);
     int64_t budget = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
@@ -230,6 +232,8 @@ void dbt_client_exit(dbt_client *c)
         await_acquires_in_flight(p, until_us);
         /* Permits other processes passed to our waiters meanwhile are given back with ours. */
         dbt_handover_quit(p);
+        /* Our kept permits off the host's shelf first: those another process took are its own. */
+        dbt_shelf_settle_at_exit(p);
         /* Then no more are passed to us; the host's last process removes the segment's file. */
         dbt_sharing_leave(p);
         int n = owed_at_exit(p, ops, MAX_EXIT);

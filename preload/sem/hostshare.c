@@ -208,7 +208,7 @@ static bool proc_ok(const dbt_seg_proc *p)
  * its kind in range, its strings terminated. */
 static bool reg_ok(const dbt_seg *g, const dbt_seg_reg *r)
 {
-    if (r->state != REG_WAITING && r->state != REG_OFFERED)
+    if (r->state != REG_WAITING && r->state != REG_OFFERED && r->state != REG_SHELVED)
         return false;
     uint32_t owner = once32(&r->proc);
     if (owner >= procs_used(g))
@@ -218,9 +218,16 @@ static bool reg_ok(const dbt_seg *g, const dbt_seg_reg *r)
         return false;
     if (bad_kind(r->kind) || !memchr(r->klass, '\0', sizeof r->klass))
         return false;
-    if (r->state == REG_OFFERED && (!memchr(r->id, '\0', sizeof r->id) || r->id[0] == '\0'))
+    if ((r->state == REG_OFFERED || r->state == REG_SHELVED) &&
+        (!memchr(r->id, '\0', sizeof r->id) || r->id[0] == '\0'))
         return false;
     return true;
+}
+
+/* A waiting thread's registration (a shelf entry is not one). */
+static bool is_waiter(uint32_t state)
+{
+    return state == REG_WAITING || state == REG_OFFERED;
 }
 
 static void shrink_reg_hw(dbt_seg *g)
@@ -273,6 +280,9 @@ static void repair(dbt_share *sh)
     uint32_t dirty = g->dirty;
     if (dirty != 0) {
         memset(g->sole, 0, sizeof g->sole);
+        /* nothing shelved until a grant with nobody queued says so again */
+        for (int k = 0; k < DBT_SHARE_KINDS; k++)
+            g->keep[k].contended = 1;
         if (dirty != DBT_SEG_DIRTY_NOPROC && dirty - 1 < procs_used(g))
             purge_proc(g, dirty - 1);
     }
@@ -1216,7 +1226,7 @@ static int any_registration(dbt_share *sh, int kind)
             dbt_share_unlock(sh);
             return damaged(sh, "a registration is damaged");
         }
-        if (r->kind == kind)
+        if (r->kind == kind && is_waiter(r->state))
             return 1;
     }
     return 0;
@@ -1284,7 +1294,7 @@ static int other_processes(dbt_share *sh, proc_ref *out, bool waiting_only)
     bool waits[DBT_SEG_PROCS] = {false};
     for (uint32_t i = 0, used = regs_used(g); waiting_only && i < used; i++) {
         uint32_t owner = once32(&g->regs[i].proc);
-        if (once32(&g->regs[i].state) != REG_FREE && owner < DBT_SEG_PROCS)
+        if (is_waiter(once32(&g->regs[i].state)) && owner < DBT_SEG_PROCS)
             waits[owner] = true;
     }
     int n = 0;
@@ -1449,7 +1459,7 @@ bool dbt_share_wait_end(dbt_share *sh, uint64_t reg, dbt_share_permit *offered)
         uint32_t idx = (uint32_t)(reg & H_INDEX_MASK) - 1;
         uint32_t serial = (uint32_t)(reg >> H_SERIAL_SHIFT);
         dbt_seg_reg *r = idx < regs_used(g) ? &g->regs[idx] : NULL;
-        if (r && r->state != REG_FREE && r->serial == serial && r->proc == (uint32_t)sh->proc &&
+        if (r && is_waiter(r->state) && r->serial == serial && r->proc == (uint32_t)sh->proc &&
             r->nonce == sh->nonce) {
             if (!reg_ok(g, r)) {
                 dbt_share_unlock(sh);
@@ -1641,6 +1651,190 @@ dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *sha
             return DBT_SHARE_NOBODY;
     }
     return DBT_SHARE_NOBODY;
+}
+
+/* ---- the shelf: the host's permits kept idle between commands ---- */
+
+unsigned dbt_share_keep_event(dbt_share *sh, int kind, const dbt_queue_event *ev)
+{
+    if (!sh || !ev || bad_kind(kind) || dbt_share_lock(sh) != 0)
+        return DBT_QACT_NONE;
+    dbt_seg_keep *sk = &sh->seg->keep[kind];
+    dbt_keep_view k = {.contended = sk->contended != 0,
+                       .revoke_ticket = sk->revoke_ticket,
+                       .revoke_us = sk->revoke_us};
+    unsigned act = dbt_keep_step(&k, ev);
+    begin_update(sh);
+    sk->contended = k.contended ? 1 : 0;
+    sk->revoke_ticket = k.revoke_ticket;
+    sk->revoke_us = k.revoke_us;
+    dbt_share_unlock(sh);
+    return sh->broken ? DBT_QACT_NONE : act;
+}
+
+/* Under the lock: the index of this process' entry `handle` if it is on the shelf (-1: not; -2:
+ * damage, poisoned and unlocked). */
+static int own_entry(dbt_share *sh, uint64_t handle)
+{
+    dbt_seg *g = sh->seg;
+    if (handle == 0 || (handle & H_UNREG) ||
+        ((handle >> H_EPOCH_SHIFT) & H_EPOCH_MASK) != sh->epoch)
+        return -1;
+    uint32_t idx = (uint32_t)(handle & H_INDEX_MASK) - 1;
+    uint32_t serial = (uint32_t)(handle >> H_SERIAL_SHIFT);
+    if (idx >= regs_used(g))
+        return -1;
+    dbt_seg_reg *r = &g->regs[idx];
+    if (r->state != REG_SHELVED || r->serial != serial || r->proc != (uint32_t)sh->proc ||
+        r->nonce != sh->nonce)
+        return -1;
+    if (!reg_ok(g, r)) {
+        dbt_share_unlock(sh);
+        damaged(sh, "a shelf entry is damaged");
+        return -2;
+    }
+    return (int)idx;
+}
+
+uint64_t dbt_share_shelve(dbt_share *sh, const dbt_share_shape *shape,
+                          const dbt_share_permit *permit, int64_t now_us)
+{
+    if (!sh || !shape || !permit || bad_kind(shape->kind))
+        return 0;
+    size_t idlen = strnlen(permit->id, sizeof permit->id);
+    if (idlen == 0 || idlen == sizeof permit->id || !ensure_process(sh) || dbt_share_lock(sh) != 0)
+        return 0;
+    dbt_seg *g = sh->seg;
+    if (g->keep[shape->kind].contended) {
+        dbt_share_unlock(sh);
+        return 0;
+    }
+    uint32_t used = regs_used(g), idx = used;
+    for (uint32_t i = 0; i < used; i++) {
+        const dbt_seg_reg *r = &g->regs[i];
+        if (r->state == REG_FREE) {
+            if (idx == used)
+                idx = i;
+        } else if (!reg_ok(g, r)) {
+            dbt_share_unlock(sh);
+            damaged(sh, "a registration is damaged");
+            return 0;
+        } else if (r->state == REG_WAITING && same_shape(r, shape)) {
+            /* a waiter of the shape: it is offered the permit (dbt_share_offer), not shelved */
+            dbt_share_unlock(sh);
+            return 0;
+        }
+    }
+    if (idx == DBT_SEG_REGS) {
+        dbt_share_unlock(sh);
+        return 0; /* no room: the permit goes back to Redis */
+    }
+    begin_update(sh);
+    if (idx == used)
+        g->reg_hw = used + 1;
+    dbt_seg_reg *r = &g->regs[idx];
+    r->proc = (uint32_t)sh->proc;
+    r->nonce = sh->nonce;
+    r->serial++;
+    r->seq = g->next_seq++;
+    r->kind = shape->kind;
+    r->limit = shape->limit;
+    r->weight = shape->weight;
+    snprintf(r->klass, sizeof r->klass, "%.*s", (int)sizeof r->klass - 1, shape->klass);
+    r->t_request_us = now_us;
+    memcpy(r->id, permit->id, idlen + 1);
+    r->renewed_us = permit->renewed_us;
+    r->state = REG_SHELVED; /* last */
+    uint64_t h = handle_of(sh, idx, r->serial);
+    dbt_share_unlock(sh);
+    return sh->broken ? 0 : h;
+}
+
+bool dbt_share_unshelve(dbt_share *sh, const dbt_share_shape *shape, uint64_t prefer,
+                        int64_t fresh_since_us, dbt_share_permit *out, uint64_t *was)
+{
+    if (!sh || !shape || !out || bad_kind(shape->kind) || sh->proc < 0 || sh->pid != getpid() ||
+        dbt_share_lock(sh) != 0)
+        return false;
+    dbt_seg *g = sh->seg;
+    int best = own_entry(sh, prefer);
+    if (best == -2)
+        return false;
+    if (best >= 0 && !same_shape(&g->regs[best], shape))
+        best = -1;
+    for (uint32_t i = 0, n = regs_used(g); best < 0 && i < n; i++) {
+        const dbt_seg_reg *r = &g->regs[i];
+        if (r->state != REG_SHELVED)
+            continue;
+        if (!reg_ok(g, r)) {
+            dbt_share_unlock(sh);
+            damaged(sh, "a shelf entry is damaged");
+            return false;
+        }
+        if (!same_shape(r, shape) || r->renewed_us < fresh_since_us)
+            continue;
+        /* the most recently renewed: the longest lease left */
+        if (best < 0 || r->renewed_us > g->regs[best].renewed_us)
+            best = (int)i;
+    }
+    if (best >= 0) {
+        dbt_seg_reg *r = &g->regs[best];
+        if (was)
+            *was = r->proc == (uint32_t)sh->proc && r->nonce == sh->nonce
+                       ? handle_of(sh, (uint32_t)best, r->serial)
+                       : 0;
+        begin_update(sh);
+        copy_permit(out, r);
+        free_reg(g, (uint32_t)best);
+    }
+    dbt_share_unlock(sh);
+    return best >= 0;
+}
+
+bool dbt_share_shelf_renewed(dbt_share *sh, uint64_t handle, int64_t renewed_us)
+{
+    if (!sh || sh->proc < 0 || sh->pid != getpid() || dbt_share_lock(sh) != 0)
+        return false;
+    int i = own_entry(sh, handle);
+    if (i == -2)
+        return false;
+    if (i >= 0 && renewed_us > sh->seg->regs[i].renewed_us) {
+        begin_update(sh);
+        sh->seg->regs[i].renewed_us = renewed_us;
+    }
+    dbt_share_unlock(sh);
+    return i >= 0 && !sh->broken;
+}
+
+int dbt_share_shelf_take_kind(dbt_share *sh, int kind, dbt_share_permit *out, uint64_t *was,
+                              int cap)
+{
+    if (!sh || !out || cap <= 0 || bad_kind(kind) || sh->proc < 0 || sh->pid != getpid() ||
+        dbt_share_lock(sh) != 0)
+        return 0;
+    dbt_seg *g = sh->seg;
+    int n = 0;
+    for (uint32_t i = 0, used = regs_used(g); i < used && n < cap; i++) {
+        dbt_seg_reg *r = &g->regs[i];
+        if (r->state != REG_SHELVED)
+            continue;
+        if (!reg_ok(g, r)) {
+            dbt_share_unlock(sh);
+            damaged(sh, "a shelf entry is damaged");
+            return n; /* those taken are the caller's: the segment had them whole */
+        }
+        if (r->kind != kind)
+            continue;
+        begin_update(sh);
+        if (was)
+            was[n] = r->proc == (uint32_t)sh->proc && r->nonce == sh->nonce
+                         ? handle_of(sh, i, r->serial)
+                         : 0;
+        copy_permit(&out[n++], r);
+        free_reg(g, i);
+    }
+    dbt_share_unlock(sh);
+    return n;
 }
 
 dbt_seg *dbt_share_segment(dbt_share *sh)

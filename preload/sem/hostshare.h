@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool_core.h"
+
 /* A permit id's room in the segment (the library's DBT_ID_MAX is at most this). */
 #define DBT_SHARE_ID_MAX 128
 /* The longest the segment's lock is waited for. Its holders keep it for microseconds; a holder
@@ -178,6 +180,34 @@ typedef struct {
 /* Takes the permits offered to this process' registrations, at most cap: each registration so
  * served is removed, and its permit is the caller's. Returns how many. */
 int dbt_share_take(dbt_share *sh, dbt_share_taken *out, int cap);
+
+/* ---- the shelf: the host's permits kept idle between commands ---- */
+
+/* The host's keep state of a kind (pool_core.h's dbt_keep_view, shared): REVOKE (an "r" popped
+ * by any process of the host), QUEUED (a waiter of the host queued), RENEWED (a renewal saw a
+ * queue), GRANTED (a grant; with nobody queued, shelving may resume). Returns dbt_keep_step's
+ * actions: DBT_QACT_RETURN_KEPT means the shelf's entries of the kind go back to Redis now. */
+unsigned dbt_share_keep_event(dbt_share *sh, int kind, const dbt_queue_event *ev);
+
+/* Puts a held permit of this process on the host's shelf: any process of the host may take it
+ * (dbt_share_unshelve) with no Redis command; this process renews it while it is there. Returns
+ * the entry's handle, or 0 when it was not shelved (the host's kind is contended, a registration
+ * of the shape waits, no room, broken): the permit is still the caller's. */
+uint64_t dbt_share_shelve(dbt_share *sh, const dbt_share_shape *shape,
+                          const dbt_share_permit *permit, int64_t now_us);
+/* Takes a permit of `shape` off the shelf: this process' entry `prefer` if it is still there
+ * (0: none), else the most recently renewed entry of the shape renewed at or after
+ * fresh_since_us (older ones are their shelver's to give back). True: *out is the caller's, and
+ * *was (when not NULL) the handle of the entry if it was this process' own, else 0. */
+bool dbt_share_unshelve(dbt_share *sh, const dbt_share_shape *shape, uint64_t prefer,
+                        int64_t fresh_since_us, dbt_share_permit *out, uint64_t *was);
+/* Whether this process' entry is still on the shelf (not taken by another process); records a
+ * renewal of it sent at renewed_us (-1: only asks). */
+bool dbt_share_shelf_renewed(dbt_share *sh, uint64_t handle, int64_t renewed_us);
+/* Takes every entry of `kind` off the shelf, whichever process shelved it (a recall: another
+ * host waits), at most cap; was[i] as for dbt_share_unshelve. Returns how many. */
+int dbt_share_shelf_take_kind(dbt_share *sh, int kind, dbt_share_permit *out, uint64_t *was,
+                              int cap);
 
 /* Removes the records of attached processes that are gone (their wake socket refuses a connect,
  * which sends nothing), with their registrations and socket files; and breaks this attachment when

@@ -14,7 +14,7 @@
 /* Layout version: in the file's name (<hash>.<version>) and in the header. A library whose
  * layout differs uses another file, so versions never read each other's segments; a header of
  * another version in our file is damage. */
-#define DBT_SEG_VERSION 1
+#define DBT_SEG_VERSION 2
 #define DBT_SEG_MAGIC   UINT64_C(0x314d485354424444) /* "DDBTSHM1" read little-endian */
 #define DBT_SEG_KEY_MAX 1024                         /* the pool's key, with its NUL */
 #define DBT_SEG_PROCS   256
@@ -27,7 +27,7 @@
 
 /* Every field is a fixed-width integer or a char array: no bool or enum, whose garbage values
  * would be undefined to load. */
-enum { REG_FREE = 0, REG_WAITING = 1, REG_OFFERED = 2 };
+enum { REG_FREE = 0, REG_WAITING = 1, REG_OFFERED = 2, REG_SHELVED = 3 };
 
 typedef struct {
     int32_t pid;           /* 0: a free record; set last when a record is made */
@@ -35,6 +35,9 @@ typedef struct {
     uint64_t nonce;        /* names its wake socket (with the pid) */
 } dbt_seg_proc;
 
+/* A registration (a waiting thread: REG_WAITING, or REG_OFFERED once a permit was passed to it),
+ * or an entry of the host's shelf (REG_SHELVED: a permit kept idle between commands, its process
+ * the one that shelved it and renews it, t_request_us when it was shelved). */
 typedef struct {
     uint32_t state;  /* REG_*; set last when a registration is made or offered */
     uint32_t proc;   /* its process' index in procs[] ... */
@@ -47,7 +50,7 @@ typedef struct {
     char klass[33];
     char pad[3];
     int64_t t_request_us;
-    char id[DBT_SHARE_ID_MAX]; /* REG_OFFERED: the permit offered to it */
+    char id[DBT_SHARE_ID_MAX]; /* REG_OFFERED: the permit offered to it; REG_SHELVED: the permit */
     int64_t renewed_us;
 } dbt_seg_reg;
 
@@ -59,6 +62,14 @@ _Static_assert(sizeof(dbt_seg_sole) == 32 && offsetof(dbt_seg_sole, sole) == 0 &
                    offsetof(dbt_seg_sole, foreign_ticket) == 16 &&
                    offsetof(dbt_seg_sole, verdict_us) == 24,
                "the segment's layout (DBT_SEG_VERSION)");
+
+/* Whether permits of a kind may be kept on the host's shelf: the pool's dbt_keep_view, moved by
+ * dbt_keep_step under the segment's lock, in fixed-width fields (no bool in the segment). */
+typedef struct {
+    uint64_t contended; /* nonzero: someone queued; nothing is shelved, the shelf goes back */
+    uint64_t revoke_ticket;
+    int64_t revoke_us;
+} dbt_seg_keep;
 
 typedef struct {
     uint64_t magic;
@@ -88,6 +99,7 @@ typedef struct {
     uint32_t proc_hw; /* procs[proc_hw..] are all free */
     uint32_t reg_hw;  /* regs[reg_hw..] are all free */
     dbt_seg_sole sole[DBT_SHARE_KINDS];
+    dbt_seg_keep keep[DBT_SHARE_KINDS];
     dbt_seg_proc procs[DBT_SEG_PROCS];
     dbt_seg_reg regs[DBT_SEG_REGS];
 } dbt_seg;

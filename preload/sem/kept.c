@@ -4,6 +4,7 @@
 #include "clock.h"
 #include "fork.h"
 #include "handover.h"
+#include "log.h"
 #include "pool.h"
 #include "release.h"
 #include "sharing.h"
@@ -20,20 +21,25 @@ bool dbt_permit_park(dbt_permit *s)
     dbt_pool *p = s->pool;
     pthread_mutex_lock(&p->mu);
     int64_t now = dbt_now_us();
-    /* A permit another process of the host made and passed here (sharing.c) is not kept: Redis
-     * pushes the revoke that would give it back to its maker, not to us. */
+    /* Attached to the host's segment, a permit of the host's group is kept on the host's shelf,
+     * where any process of the host takes it (sharing.c), and Redis pushes its recall to the
+     * group's list, which the host's listeners pop. Otherwise a permit another process of the
+     * host made and passed here is not kept: Redis pushes the revoke that would give it back to
+     * its maker, not to us. */
+    bool shelf = p->share && dbt_sharing_id_grouped(p, s->id);
     dbt_keep_facts f = {.cache_on = true,
                         .held = s->state == SLOT_HELD,
                         .already_kept = s->parked,
                         .current_gen = s->gen == p->gen,
                         .contended = p->queue[s->kind].keep.contended,
                         .redis_down = p->down_until_us > now,
-                        .made_here = dbt_sharing_id_ours(p, s->id),
+                        .made_here = shelf || dbt_sharing_id_ours(p, s->id),
                         .lease = dbt_slot_lease(p, s, now)};
     dbt_permit_route r = dbt_core_keep(&f);
     if (r.mark_unrenewed)
         (void)dbt_slot_expire_unrenewed(p, s, now); /* marks it lost, says why */
-    bool keep = r.to == DBT_ROUTE_WAITER;
+    /* (The shelf refuses while the host's kind is contended: one lock for both.) */
+    bool keep = r.to == DBT_ROUTE_WAITER && (!shelf || dbt_sharing_shelve(p, s));
     if (keep) {
         s->parked = true;
         s->parked_us = now;
@@ -61,10 +67,19 @@ bool dbt_permit_unpark(dbt_permit **slot)
     dbt_pool *p = s->pool;
     pthread_mutex_lock(&p->mu);
     bool ours = s->state == SLOT_HELD && s->parked && s->gen == p->gen;
+    bool taken = false; /* from the shelf by another process of the host: its permit now */
+    if (ours && s->shelf && !dbt_sharing_unshelve_own(p, s)) {
+        ours = false;
+        taken = true;
+    }
     if (s->parked) {
         s->parked = false;
         if (s->gen == p->gen)
             p->nparked--;
+    }
+    if (taken) {
+        dbt_unlink_slot(p, s);
+        s->state = SLOT_RETURNED; /* freed below, never released: not ours */
     }
     pthread_mutex_unlock(&p->mu);
     if (ours) {
@@ -106,6 +121,14 @@ void dbt_return_parked(dbt_pool *p)
             continue;
         if (p->ninflight >= (int)(sizeof p->inflight / sizeof p->inflight[0]))
             break;
+        if (s->shelf && !dbt_sharing_unshelve_own(p, s)) {
+            /* Another process of the host took it off the shelf: its permit now. */
+            s->parked = false;
+            p->nparked--;
+            dbt_unlink_slot(p, s);
+            s->state = SLOT_RETURNED; /* its owner frees it */
+            continue;
+        }
         /* To another process of the host, if one of its threads waited longest: no Redis. */
         if (dbt_handover_offer_host(p, s)) {
             s->parked = false;
@@ -144,11 +167,79 @@ void dbt_return_parked(dbt_pool *p)
     pthread_mutex_unlock(&p->mu);
 }
 
+void dbt_shelf_settle_at_exit(dbt_pool *p)
+{
+    for (struct dbt_slot *s = p->slots, *next; s; s = next) {
+        next = s->next;
+        if (!s->shelf || s->gen != p->gen || dbt_sharing_unshelve_own(p, s))
+            continue;
+        if (s->parked) {
+            s->parked = false;
+            p->nparked--;
+        }
+        dbt_unlink_slot(p, s);
+        s->state = SLOT_RETURNED; /* its owner frees it */
+    }
+}
+
+bool dbt_shelf_recall_due(const dbt_pool *p)
+{
+    for (int k = 0; k < DBT_NKINDS; k++)
+        if (p->shelf_recall[k])
+            return true;
+    return false;
+}
+
+void dbt_return_shelf(dbt_pool *p)
+{
+    enum { BATCH = 64 };
+    dbt_share_permit ids[BATCH];
+    struct dbt_slot *own[BATCH];
+    dbt_kind kinds[BATCH];
+    int n = 0;
+    pthread_mutex_lock(&p->mu);
+    for (int k = 0; k < DBT_NKINDS && n < BATCH; k++) {
+        if (!p->shelf_recall[k])
+            continue;
+        p->shelf_recall[k] = false;
+        int got = dbt_sharing_shelf_take_kind(p, (dbt_kind)k, ids + n, own + n, BATCH - n);
+        for (int i = n; i < n + got; i++) {
+            kinds[i] = (dbt_kind)k;
+            struct dbt_slot *s = own[i];
+            if (s) { /* this process' own: off its lists as dbt_return_parked does */
+                s->shelf = 0;
+                if (s->parked) {
+                    s->parked = false;
+                    p->nparked--;
+                }
+                dbt_unlink_slot(p, s);
+                s->state = SLOT_RETURNED; /* its owner frees it */
+            }
+        }
+        n += got;
+    }
+    bool down = p->down_until_us > dbt_now_us();
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < n; i++) {
+        /* Releasing an id twice changes nothing: a shelver that exits meanwhile may too. */
+        if (!down)
+            dbt_send_release(p, kinds[i], ids[i].id);
+        else
+            dbt_defer_op(p, false, kinds[i], ids[i].id);
+    }
+    if (n > 0 && dbt_log_enabled(DBT_LOG_INFO)) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_I("permits", n),
+                         DBT_S("reason", "a waiter queued: the host's kept permits go back")};
+        dbt_log(DBT_LOG_INFO, "shelf_returned", f, 3);
+    }
+}
+
 /* In a fork()ed child: no permit kept, nothing being given back (the parent's). */
 static void after_fork(dbt_pool *p)
 {
     p->ninflight = 0;
     p->nparked = 0;
+    memset(p->shelf_recall, 0, sizeof p->shelf_recall);
     dbt_queue_event fork = {.type = DBT_QEV_FORK};
     for (int k = 0; k < DBT_NKINDS; k++)
         (void)dbt_queue_step(&p->queue[k], &fork); /* what it knew of the queues too */

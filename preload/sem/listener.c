@@ -77,6 +77,7 @@ static void dispatch(dbt_pool *p, const char *msg)
                               .lease_us = p->client->cfg->lease_ms * 1000};
         if ((dbt_queue_step(&p->queue[k], &ev) & DBT_QACT_RETURN_KEPT) && p->nparked > 0)
             dbt_pool_wake_bg(p);
+        dbt_sharing_keep_event(p, k, &ev); /* the host's shelf, whoever kept what is on it */
         return;
     }
     if (msg[0] == DBT_WAKE_FOREIGN && msg[2] == ':') {

@@ -66,7 +66,7 @@ bool dbt_keep_revoked_since(const dbt_keep_view *k, long long granted_at, int64_
            now_us - k->revoke_us <= lease_us;
 }
 
-static unsigned keep_step(dbt_keep_view *k, const dbt_queue_event *ev)
+unsigned dbt_keep_step(dbt_keep_view *k, const dbt_queue_event *ev)
 {
     switch (ev->type) {
     case DBT_QEV_REVOKE:
@@ -114,7 +114,7 @@ static unsigned renewed_not_alone(const dbt_queue_event *ev)
 
 unsigned dbt_queue_step(dbt_queue_state *q, const dbt_queue_event *ev)
 {
-    unsigned act = dbt_sole_step(&q->sole, ev) | keep_step(&q->keep, ev);
+    unsigned act = dbt_sole_step(&q->sole, ev) | dbt_keep_step(&q->keep, ev);
     if (ev->type == DBT_QEV_RENEWED)
         act |= renewed_not_alone(ev);
     return act;

@@ -109,6 +109,10 @@ unsigned dbt_queue_step(dbt_queue_state *q, const dbt_queue_event *ev);
  * dbt_sole_verdict_stale). */
 unsigned dbt_sole_step(dbt_sole_view *v, const dbt_queue_event *ev);
 
+/* The keep half alone, as the host's segment keeps it for the host's shelf (REVOKE, GRANTED,
+ * QUEUED, RENEWED, FORK; the others are ignored): DBT_QACT_RETURN_KEPT or NONE. */
+unsigned dbt_keep_step(dbt_keep_view *k, const dbt_queue_event *ev);
+
 /* Whether the last verdict is history (over a lease old): tickets restart from 1 when the pool's
  * keys expire or Redis loses them, so a new verdict then needs to know whether a waiter of ours
  * is queued (DBT_QEV_VERDICT's waiters_here). Not sooner: a push about a later waiter may have

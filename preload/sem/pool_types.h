@@ -139,6 +139,9 @@ struct dbt_slot {
      * did not name it, so its reply does not renew it. */
     uint64_t share_reg;
     int64_t share_got_us;
+    /* Kept on the host's shelf (sharing.c) rather than in this slot: the entry's handle (0:
+     * not). Any process of the host may take it from there; until then this process renews it. */
+    uint64_t shelf;
     struct dbt_slot *lw_prev, *lw_next;
     struct dbt_slot *prev, *next;
 };
@@ -220,6 +223,9 @@ struct dbt_pool {
 
     /* kept.c: kept permits (see struct dbt_slot) */
     int nparked; /* held slots kept between commands */
+    /* The host's shelf of the kind goes back to Redis (a recall this process heard, for the
+     * host): the renewer takes every entry of the kind off it and releases them. */
+    bool shelf_recall[DBT_NKINDS];
     /* Releases and cancels the renewer is sending right now (kept permits, orphan places), off
      * every list meanwhile: a process that exits under it sends them too (twice is harmless). */
     dbt_owed_op inflight[64];

@@ -6,6 +6,7 @@
 #include "log.h"
 #include "pool.h"
 #include "script_call.h"
+#include "sharing.h"
 #include "trace.h"
 
 #include <stdlib.h>
@@ -125,10 +126,19 @@ void dbt_release(dbt_permit *s)
         dbt_free_slot(s);
         return;
     }
+    /* Kept on the host's shelf: another process of the host may have taken it, and then it is
+     * that process' to give back, not ours (released here, it would run there unthrottled). */
+    bool taken = s->gen == p->gen && s->shelf && !dbt_sharing_unshelve_own(p, s);
     if (s->parked) {
         s->parked = false;
         if (s->gen == p->gen)
             p->nparked--;
+    }
+    if (taken) {
+        dbt_unlink_slot(p, s);
+        pthread_mutex_unlock(&p->mu);
+        dbt_free_slot(s);
+        return;
     }
     if (s->gen != p->gen) {
         /* A permit of the parent process: the child must neither use nor release it. */

@@ -318,8 +318,12 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
     int64_t lease_us = p->client->cfg->lease_ms * 1000;
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
-            s->t_renewed_us < sent && sent - s->t_renewed_us <= lease_us && s->share_got_us <= sent)
+            s->t_renewed_us < sent && sent - s->t_renewed_us <= lease_us &&
+            s->share_got_us <= sent) {
             s->t_renewed_us = sent;
+            if (s->shelf) /* whoever takes it off the shelf goes on from this renewal */
+                (void)dbt_sharing_shelf_check(p, s, sent);
+        }
     apply_granted(p, &reply->granted_waiters);
     for (int k = 0; k < DBT_NKINDS; k++) {
         /* Kept permits go back (the loop sees them due) when somebody waits, or the operator
@@ -335,6 +339,7 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
                               .handover_allowed = reply->handover_allowed[k]};
         if (dbt_queue_step(&p->queue[k], &ev) & DBT_QACT_NOT_ALONE)
             dbt_handover_foreign(p, (dbt_kind)k, 0);
+        dbt_sharing_keep_event(p, (dbt_kind)k, &ev); /* the host's shelf too */
     }
 }
 
@@ -425,6 +430,17 @@ static void renew(dbt_pool *p)
     p->renew_now = false;
     if (p->share)
         dbt_share_purge_dead(p->share); /* their registrations must not be offered permits */
+    /* Permits of ours on the host's shelf that another process took: its to renew now. */
+    for (struct dbt_slot *s = p->slots, *next; s; s = next) {
+        next = s->next;
+        if (s->shelf && s->parked && !dbt_sharing_shelf_check(p, s, -1)) {
+            s->shelf = 0;
+            s->parked = false;
+            p->nparked--;
+            dbt_unlink_slot(p, s);
+            s->state = SLOT_RETURNED; /* its owner frees it */
+        }
+    }
     /* Until when this process may still believe in any lease it names (its last accepted
      * renewal's send + a lease: then it takes the lease for lost): Redis, which may run this
      * renewal late (stopped, with it in its socket), takes an id it lacks after that for a lease
@@ -669,6 +685,13 @@ static void *thread_main(void *arg)
             /* Redis answers again (or never failed): tell it what was given back meanwhile. */
             pthread_mutex_unlock(&p->mu);
             dbt_flush_deferred(p);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
+        if (dbt_shelf_recall_due(p)) {
+            /* Another host waits: the host's kept permits go back, whoever kept them. */
+            pthread_mutex_unlock(&p->mu);
+            dbt_return_shelf(p);
             pthread_mutex_lock(&p->mu);
             continue;
         }

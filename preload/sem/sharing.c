@@ -270,6 +270,88 @@ bool dbt_sharing_id_grouped(const dbt_pool *p, const char *id)
     return strncmp(id, g, glen) == 0 && id[glen] == '~';
 }
 
+/* ---- the host's shelf ---- */
+
+void dbt_sharing_keep_event(dbt_pool *p, dbt_kind kind, const dbt_queue_event *ev)
+{
+    if (!p->share || p->exiting)
+        return;
+    if ((dbt_share_keep_event(p->share, (int)kind, ev) & DBT_QACT_RETURN_KEPT) &&
+        !p->shelf_recall[kind]) {
+        p->shelf_recall[kind] = true;
+        dbt_pool_wake_bg(p);
+    }
+}
+
+bool dbt_sharing_shelve(dbt_pool *p, struct dbt_slot *s)
+{
+    if (!p->share || p->exiting || s->gen != p->gen || !dbt_sharing_id_grouped(p, s->id))
+        return false;
+    dbt_share_shape shape;
+    dbt_sharing_shape(s, &shape);
+    dbt_share_permit permit = {.renewed_us = s->t_renewed_us};
+    snprintf(permit.id, sizeof permit.id, "%s", s->id);
+    s->shelf = dbt_share_shelve(p->share, &shape, &permit, dbt_now_us());
+    return s->shelf != 0;
+}
+
+bool dbt_sharing_unshelve_own(dbt_pool *p, struct dbt_slot *s)
+{
+    if (!s->shelf)
+        return true;
+    dbt_share_shape shape;
+    dbt_sharing_shape(s, &shape);
+    dbt_share_permit permit;
+    uint64_t was = 0;
+    /* no fresh entry is old enough for INT64_MAX: only its own */
+    bool got = p->share &&
+               dbt_share_unshelve(p->share, &shape, s->shelf, INT64_MAX, &permit, &was) &&
+               was == s->shelf;
+    s->shelf = 0;
+    return got;
+}
+
+bool dbt_sharing_take_shelved(dbt_pool *p, struct dbt_slot *s)
+{
+    if (!p->share || p->exiting || !p->client->cfg->cache_permits)
+        return false;
+    dbt_share_shape shape;
+    dbt_sharing_shape(s, &shape);
+    dbt_share_permit permit;
+    int64_t now = dbt_now_us(), lease = p->client->cfg->lease_ms * 1000;
+    /* A permit is used only with half a lease left since its last accepted renewal (as a passed
+     * one): an older entry is its shelver's to give back. */
+    if (!dbt_share_unshelve(p->share, &shape, 0, now - lease / 2, &permit, NULL))
+        return false;
+    snprintf(s->id, sizeof s->id, "%s", permit.id);
+    s->t_renewed_us = permit.renewed_us;
+    s->share_got_us = now;
+    return true;
+}
+
+bool dbt_sharing_shelf_check(dbt_pool *p, struct dbt_slot *s, int64_t sent)
+{
+    return s->shelf && p->share && dbt_share_shelf_renewed(p->share, s->shelf, sent);
+}
+
+int dbt_sharing_shelf_take_kind(dbt_pool *p, dbt_kind kind, dbt_share_permit *ids,
+                                struct dbt_slot **own, int cap)
+{
+    if (!p->share || cap <= 0)
+        return 0;
+    uint64_t was[64];
+    if (cap > 64)
+        cap = 64;
+    int n = dbt_share_shelf_take_kind(p->share, (int)kind, ids, was, cap);
+    for (int i = 0; i < n; i++) {
+        own[i] = NULL;
+        for (struct dbt_slot *s = p->slots; was[i] && s && !own[i]; s = s->next)
+            if (s->shelf == was[i])
+                own[i] = s;
+    }
+    return n;
+}
+
 void dbt_sharing_leave(dbt_pool *p)
 {
     dbt_share_leave(p->share);

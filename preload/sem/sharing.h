@@ -50,6 +50,28 @@ bool dbt_sharing_id_grouped(const dbt_pool *p, const char *id);
 /* p->mu held: the permit's shape, as the segment matches it. */
 void dbt_sharing_shape(const struct dbt_slot *s, dbt_share_shape *out);
 
+/* ---- the host's shelf (docs/design.md, "Permits kept where they are used") ---- */
+
+/* p->mu held: the host's share of a queue event (REVOKE, GRANTED, QUEUED, RENEWED: the host's
+ * keep state, dbt_share_keep_event). When it says the shelf goes back, the renewer is told
+ * (p->shelf_recall). No-op when not attached. */
+void dbt_sharing_keep_event(dbt_pool *p, dbt_kind kind, const dbt_queue_event *ev);
+/* p->mu held: puts held slot s, kept between commands, on the host's shelf (s->shelf its
+ * handle). False: not shelved (contended, no room, not attached, an id not of the group). */
+bool dbt_sharing_shelve(dbt_pool *p, struct dbt_slot *s);
+/* p->mu held: takes s's own entry off the shelf (true; s->shelf cleared). False: another
+ * process took it (s's permit is not this process' any more). */
+bool dbt_sharing_unshelve_own(dbt_pool *p, struct dbt_slot *s);
+/* p->mu held: a permit of s's shape from the shelf into s, which is not linked yet: its id and
+ * lease clock become the entry's. True when there was one renewed within half a lease. */
+bool dbt_sharing_take_shelved(dbt_pool *p, struct dbt_slot *s);
+/* p->mu held: whether s's entry is still on the shelf; sent >= 0 records a renewal of it. */
+bool dbt_sharing_shelf_check(dbt_pool *p, struct dbt_slot *s, int64_t sent);
+/* p->mu held: takes every entry of the kind off the shelf (a recall), at most cap: ids[i] to
+ * release; own[i] this process' slot of it, or NULL (another process'). */
+int dbt_sharing_shelf_take_kind(dbt_pool *p, dbt_kind kind, dbt_share_permit *ids,
+                                struct dbt_slot **own, int cap);
+
 /* p->mu held, at exit (p->exiting, its waits ended by dbt_handover_quit): this process' record
  * leaves the segment (the last one removes its file); the attachment stays, broken, for threads
  * that still run. */

@@ -318,7 +318,10 @@ Test(hostshare, attach_makes_a_private_directory_and_segment)
     cr_expect_eq(st.st_uid, geteuid());
     const char *path = dbt_share_path(sh);
     cr_expect_eq(strncmp(path, sub, strlen(sub)), 0, "%s", path);
-    cr_expect(strstr(path, ".1") != NULL, "the layout version in the name: %s", path);
+    char want[16];
+    snprintf(want, sizeof want, ".%d", DBT_SEG_VERSION);
+    const char *dot = strrchr(path, '.');
+    cr_expect(dot && strcmp(dot, want) == 0, "the layout version in the name: %s", path);
     cr_assert_eq(lstat(path, &st), 0);
     cr_expect(S_ISREG(st.st_mode));
     cr_expect_eq(st.st_mode & 07777, 0600, "file mode %o", st.st_mode & 07777);
@@ -1834,4 +1837,69 @@ Test(hostshare, a_directory_descriptor_closed_under_it_purges_no_peer, .timeout 
     kill_child(&w);
     dbt_share_detach(sh); /* closes the number it had: the other directory's now */
     rmdir(elsewhere);
+}
+
+/* ---- the shelf ---- */
+
+/* A permit kept on the shelf: its shelver takes it back; nobody takes it stale or of another
+ * shape; a renewal moves its clock; a recall (the host's kind contended) refuses new entries and
+ * takes every entry whole; a grant with nobody queued after that recall lets the host keep again;
+ * a waiter of the shape is offered the permit rather than see it shelved. */
+Test(hostshare, the_shelf_keeps_gives_back_and_recalls)
+{
+    dbt_share *sh = attach_or_die(dir);
+    dbt_share_shape a = shape_of(0, 2, ""), b = shape_of(0, 3, "");
+    dbt_share_permit p1 = permit_of("G~x.1", 1000), got;
+    uint64_t h = dbt_share_shelve(sh, &a, &p1, 5), was = 0;
+    cr_assert_neq(h, 0);
+    cr_expect_not(dbt_share_unshelve(sh, &a, 0, 2000, &got, &was), "a stale entry was taken");
+    cr_expect(dbt_share_unshelve(sh, &a, h, INT64_MAX, &got, &was), "its shelver lost it");
+    cr_expect_eq(was, h);
+    cr_expect_str_eq(got.id, "G~x.1");
+    cr_expect_not(dbt_share_shelf_renewed(sh, h, -1), "still on the shelf once taken");
+    h = dbt_share_shelve(sh, &a, &p1, 5);
+    cr_assert_neq(h, 0);
+    cr_expect_not(dbt_share_unshelve(sh, &b, 0, 0, &got, NULL), "taken for another shape");
+    cr_expect(dbt_share_shelf_renewed(sh, h, 9000));
+    cr_expect(dbt_share_unshelve(sh, &a, 0, 8000, &got, &was), "a renewed entry was not taken");
+    cr_expect_eq(got.renewed_us, 9000);
+    h = dbt_share_shelve(sh, &a, &p1, 5);
+    cr_assert_neq(h, 0);
+    dbt_queue_event recall = {
+        .type = DBT_QEV_REVOKE, .ticket = 7, .now_us = 100, .lease_us = LEASE};
+    cr_expect(dbt_share_keep_event(sh, 0, &recall) & DBT_QACT_RETURN_KEPT);
+    cr_expect_eq(dbt_share_shelve(sh, &a, &p1, 5), 0, "shelved while another host waits");
+    dbt_share_permit out[4];
+    uint64_t whose[4];
+    cr_expect_eq(dbt_share_shelf_take_kind(sh, 0, out, whose, 4), 1);
+    cr_expect_eq(whose[0], h);
+    cr_expect_str_eq(out[0].id, "G~x.1");
+    dbt_queue_event granted = {
+        .type = DBT_QEV_GRANTED, .ticket = 8, .now_us = 200, .lease_us = LEASE};
+    (void)dbt_share_keep_event(sh, 0, &granted);
+    uint64_t again = dbt_share_shelve(sh, &a, &p1, 5);
+    cr_expect_neq(again, 0, "not shelved after a grant with nobody queued");
+    cr_expect(dbt_share_unshelve(sh, &a, again, INT64_MAX, &got, NULL));
+    uint64_t reg = dbt_share_wait_begin(sh, &a, 5);
+    cr_expect_eq(dbt_share_shelve(sh, &a, &p1, 5), 0, "shelved while a waiter of its shape waits");
+    dbt_share_wait_end(sh, reg, NULL);
+    cr_expect_not(dbt_share_broken(sh));
+    dbt_share_detach(sh);
+}
+
+/* A shelf entry whose id does not end within its room is damage: nothing is taken from it, the
+ * segment is poisoned. */
+Test(hostshare, an_unterminated_shelf_entry_is_damage)
+{
+    dbt_share *sh = attach_or_die(dir);
+    dbt_share_shape a = shape_of(0, 2, "");
+    dbt_share_permit p1 = permit_of("G~x.1", 1000), got;
+    cr_assert_neq(dbt_share_shelve(sh, &a, &p1, 5), 0);
+    dbt_seg *g = dbt_share_segment(sh);
+    for (uint32_t i = 0; i < g->reg_hw; i++)
+        if (g->regs[i].state == REG_SHELVED)
+            memset(g->regs[i].id, 'x', sizeof g->regs[i].id);
+    cr_expect_not(dbt_share_unshelve(sh, &a, 0, 0, &got, NULL));
+    cr_expect(dbt_share_broken(sh));
+    dbt_share_detach(sh);
 }
