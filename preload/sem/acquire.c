@@ -498,6 +498,12 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
     } else {
         dbt_sharing_group_ready(p);
         new_id(p, s);
+        /* Its lease clock from before the send (Redis' lease starts after it): a grant pushed
+         * before the reply is read makes the slot HELD at once, and a lease clock still 0 (a new
+         * or recycled slot) then read as unrenewed since boot: lapse.c cancelled its command
+         * ("not renewed for <uptime> ms"), renewals left it out as over a lease old, and a local
+         * handover passed the 0 on. The reply's send time replaces it (send_acquire_io). */
+        s->t_renewed_us = dbt_now_us();
     }
     s->state = SLOT_PENDING;
     s->lost = false; /* a grant given back as stale is behind us */
