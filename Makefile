@@ -285,6 +285,10 @@ $(BUILD)/tests/fault_worker: tests/faults/fault_worker.c
 $(BUILD)/bench/cache-burst: bench/cache_burst.c
 	@mkdir -p $(@D)
 	$(LIBPQ_PROG)
+# The delay proxy of make bench-rtt (and of its integration case): no library, no libpq.
+$(BUILD)/bench/delay-proxy: bench/delay_proxy.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -o $@ $<
 $(BUILD)/tests/libnext_preload.so: tests/integration/next_preload.c
 	@mkdir -p $(@D)
 	$(CC) -shared -fPIC $(WARN) $(CFLAGS) -o $@ $< -ldl
@@ -295,7 +299,8 @@ $(BUILD)/tests/dlsym_check: tests/integration/dlsym_check.c
 
 INTEGRATION_BINS := $(BUILD)/tests/libnext_preload.so $(BUILD)/tests/fork_client \
                     $(BUILD)/tests/held_client \
-                    $(BUILD)/tests/pipeline_client $(BUILD)/tests/dlsym_check $(HOOK_LIST)
+                    $(BUILD)/tests/pipeline_client $(BUILD)/tests/dlsym_check $(HOOK_LIST) \
+                    $(BUILD)/bench/delay-proxy
 
 # ---- checkers ---------------------------------------------------------------------------------
 # Each sanitizer gets an object tree of its own, built by the same rules as the library (plain:
@@ -400,7 +405,8 @@ check-exports: $(BUILD)/libdbthrottle.so $(HOOK_LIST)
 # Both compilers must build it warning-free (the other one in a build tree of its own), the
 # unit and semaphore suites included (a warning only clang gives had gone unnoticed in them).
 test-compilers:
-	$(MAKE) BUILD=$(BUILD)/clang CC=clang all $(BUILD)/clang/tests/unit $(BUILD)/clang/tests/sem
+	$(MAKE) BUILD=$(BUILD)/clang CC=clang all $(BUILD)/clang/tests/unit $(BUILD)/clang/tests/sem \
+	    $(BUILD)/clang/bench/delay-proxy
 
 # make check: the minute-scale loop. It leaves to make test (which runs them all) the slowest
 # semaphore tests and integration cases: those that took 3.5 s or more (the semaphore's, but the
