@@ -159,7 +159,7 @@ $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 .PHONY: all man check test test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes test-cli \
-        test-compilers check-exports fuzz soak chaos test-chaos bench bench-async bench-cache bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
+        test-compilers check-exports fuzz soak chaos test-chaos bench bench-async bench-cache bench-rtt bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
         deb test-package FORCE \
         clean deps format format-check check-asan check-asan-units check-asan-faults check-tsan check-valgrind \
         test-build $(addprefix stage-,$(LANE_STAGES))
@@ -613,6 +613,14 @@ bench-cache: deps all $(BUILD)/bench/cache-burst
 bench-adaptive: deps all
 	sh tools/install-deps.sh gnuplot-nox
 	sh bench/adaptive/run.sh
+
+# The library at real network distances (bench/rtt_bench.sh): a delay-proxy in front of Redis,
+# PostgreSQL and PgBouncer at 0, 0.2, 0.5 and 1 ms round trips (RTT_LIST), pgbench -S -c1 and 16
+# processes at a limit of 4 against direct and PgBouncer, the first waiter behind a kept permit in
+# round trips, bench/rtt_fleet.sh's fleets. BENCH_SECONDS per figure (4): about 6 minutes.
+bench-rtt: deps all $(BUILD)/bench/delay-proxy $(BUILD)/bench/cache-burst
+	sh tools/install-deps.sh pgbouncer
+	sh bench/rtt_bench.sh
 
 # How the costs grow with a pool's size (10 to 10 000 waiters), memory, connections per process.
 bench-scale: deps $(BUILD)/bench/scale-bench
