@@ -617,7 +617,8 @@ bench-adaptive: deps all
 # The library at real network distances (bench/rtt_bench.sh): a delay-proxy in front of Redis,
 # PostgreSQL and PgBouncer at 0, 0.2, 0.5 and 1 ms round trips (RTT_LIST), pgbench -S -c1 and 16
 # processes at a limit of 4 against direct and PgBouncer, the first waiter behind a kept permit in
-# round trips, bench/rtt_fleet.sh's fleets. BENCH_SECONDS per figure (4): about 6 minutes.
+# round trips, bench/rtt_fleet.sh's fleets. BENCH_SECONDS per figure (4): about 6 minutes (8 at a
+# load of 12 on 2 cores).
 bench-rtt: deps all $(BUILD)/bench/delay-proxy $(BUILD)/bench/cache-burst
 	sh tools/install-deps.sh pgbouncer
 	sh bench/rtt_bench.sh
