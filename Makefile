@@ -159,7 +159,7 @@ $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 .PHONY: all man check test test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes test-cli \
-        test-compilers check-exports fuzz soak chaos test-chaos bench bench-async bench-cache bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
+        test-compilers check-exports fuzz soak chaos test-chaos bench bench-async bench-cache bench-rtt bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
         deb test-package FORCE \
         clean deps format format-check check-asan check-asan-units check-asan-faults check-tsan check-valgrind \
         test-build $(addprefix stage-,$(LANE_STAGES))
@@ -285,6 +285,10 @@ $(BUILD)/tests/fault_worker: tests/faults/fault_worker.c
 $(BUILD)/bench/cache-burst: bench/cache_burst.c
 	@mkdir -p $(@D)
 	$(LIBPQ_PROG)
+# The delay proxy of make bench-rtt (and of its integration case): no library, no libpq.
+$(BUILD)/bench/delay-proxy: bench/delay_proxy.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -o $@ $<
 $(BUILD)/tests/libnext_preload.so: tests/integration/next_preload.c
 	@mkdir -p $(@D)
 	$(CC) -shared -fPIC $(WARN) $(CFLAGS) -o $@ $< -ldl
@@ -295,7 +299,8 @@ $(BUILD)/tests/dlsym_check: tests/integration/dlsym_check.c
 
 INTEGRATION_BINS := $(BUILD)/tests/libnext_preload.so $(BUILD)/tests/fork_client \
                     $(BUILD)/tests/held_client \
-                    $(BUILD)/tests/pipeline_client $(BUILD)/tests/dlsym_check $(HOOK_LIST)
+                    $(BUILD)/tests/pipeline_client $(BUILD)/tests/dlsym_check $(HOOK_LIST) \
+                    $(BUILD)/bench/delay-proxy
 
 # ---- checkers ---------------------------------------------------------------------------------
 # Each sanitizer gets an object tree of its own, built by the same rules as the library (plain:
@@ -400,7 +405,8 @@ check-exports: $(BUILD)/libdbthrottle.so $(HOOK_LIST)
 # Both compilers must build it warning-free (the other one in a build tree of its own), the
 # unit and semaphore suites included (a warning only clang gives had gone unnoticed in them).
 test-compilers:
-	$(MAKE) BUILD=$(BUILD)/clang CC=clang all $(BUILD)/clang/tests/unit $(BUILD)/clang/tests/sem
+	$(MAKE) BUILD=$(BUILD)/clang CC=clang all $(BUILD)/clang/tests/unit $(BUILD)/clang/tests/sem \
+	    $(BUILD)/clang/bench/delay-proxy
 
 # make check: the minute-scale loop. It leaves to make test (which runs them all) the slowest
 # semaphore tests and integration cases: those that took 3.5 s or more (the semaphore's, but the
@@ -607,6 +613,15 @@ bench-cache: deps all $(BUILD)/bench/cache-burst
 bench-adaptive: deps all
 	sh tools/install-deps.sh gnuplot-nox
 	sh bench/adaptive/run.sh
+
+# The library at real network distances (bench/rtt_bench.sh): a delay-proxy in front of Redis,
+# PostgreSQL and PgBouncer at 0, 0.2, 0.5 and 1 ms round trips (RTT_LIST), pgbench -S -c1 and 16
+# processes at a limit of 4 against direct and PgBouncer, the first waiter behind a kept permit in
+# round trips, bench/rtt_fleet.sh's fleets. BENCH_SECONDS per figure (4): about 6 minutes (8 at a
+# load of 12 on 2 cores).
+bench-rtt: deps all $(BUILD)/bench/delay-proxy $(BUILD)/bench/cache-burst
+	sh tools/install-deps.sh pgbouncer
+	sh bench/rtt_bench.sh
 
 # How the costs grow with a pool's size (10 to 10 000 waiters), memory, connections per process.
 bench-scale: deps $(BUILD)/bench/scale-bench
