@@ -19,8 +19,8 @@
 #   3. Redis connections of one host running 1, 4 and 16 processes.
 # Prints markdown table rows "| what | value |" on stdout and nothing else (diagnostics go to
 # stderr). Exits 1, with a FAILED row, when anything it relied on failed: a run with errors, more
-# than the limit at the server, processes that never ran side by side. About 40 s with
-# BENCH_SECONDS=4.
+# than the limit at the server, processes that never ran side by side. About 50 s with
+# BENCH_SECONDS=4 (more on a loaded machine); RTT_FLEET_PARTS picks parts ("1 3").
 set -u
 for v in BENCH_LIB BENCH_REDIS_URL BENCH_REDIS_DIRECT_PORT BENCH_PGHOST BENCH_PGPORT \
     BENCH_PG_DIRECT_PORT BENCH_BOUNCER_PORT BENCH_WORK; do
@@ -28,6 +28,9 @@ for v in BENCH_LIB BENCH_REDIS_URL BENCH_REDIS_DIRECT_PORT BENCH_PGHOST BENCH_PG
 done
 [ -f "$BENCH_LIB" ] || { echo "rtt_fleet.sh: BENCH_LIB: no file $BENCH_LIB" >&2; exit 2; }
 S=${BENCH_SECONDS:-4}
+# "Today's defaults" means the library's: no DBTHROTTLE_* of the caller's environment reaches a
+# run (each run sets what it needs; DBTHROTTLE_CONFIG set empty keeps /etc/dbthrottle.conf out).
+for v in $(env | sed -n 's/^\(DBTHROTTLE_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 W=$BENCH_WORK/fleet
 mkdir -p "$W" && cd "$W" || exit 2
 LIMIT=4
