@@ -206,8 +206,15 @@ static dbt_redis *ready_listener(dbt_pool *p, char *err)
         p->blpop_in_flight = 0;
         p->listener_reset = false;
     }
-    /* One BLPOP per waiting thread (at least one, at most MAX_BLPOPS). */
-    int want = p->nqueued < 1 ? 1 : p->nqueued > MAX_BLPOPS ? MAX_BLPOPS : p->nqueued;
+    /* One BLPOP per waiting thread (at least one), and one more, MAX_BLPOPS at most. The spare
+     * is for a message that waits in the list from before: a recall pushed while this process
+     * held a permit it did not keep (Redis pushes one to every holder), which nobody read. The
+     * first BLPOP pops it at once; without a second one already there, the grant that follows
+     * within a round trip (a kept permit given back) waited for the BLPOP sent after it: a round
+     * trip more on the path of every first waiter behind a kept permit. */
+    int want = (p->nqueued < 1 ? 1 : p->nqueued) + 1;
+    if (want > MAX_BLPOPS)
+        want = MAX_BLPOPS;
     if (p->bg_leading && p->bg_reads_only)
         want = 0;
     int more = want - p->blpop_in_flight;

@@ -839,6 +839,14 @@ static void *thread_main(void *arg)
 void dbt_renewer_ensure(dbt_pool *p)
 {
     if (p->thread_started) {
+        /* Reading the replies of BLPOPs its waits left in flight, with nothing held
+         * (blpops_unread): it renews nothing until one comes or its heartbeat, a lease away. A
+         * permit is held now: out of that listen, to renew it (the listener keeps a BLPOP more than
+         * its waiting threads in flight, so every wait leaves one). */
+        if (p->bg_leading && p->bg_reads_only) {
+            dbt_pool_wake_bg(p);
+            return;
+        }
         /* Woken only when its schedule changes: out of its idle wait (leases to renew now), or
          * when it would sleep past the next check of kept permits. Not once per acquire: that
          * was a futex wake and two thread switches per command. */
