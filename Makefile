@@ -502,12 +502,12 @@ test-integration: all $(INTEGRATION_BINS)
 
 # The fault suite (tests/faults/run.sh): crashes, Redis outages, signals, fork, netns. T="a b"
 # runs only those cases, by name (ls tests/faults; run.sh runs all in its own order).
-test-faults: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
+test-faults: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client $(BUILD)/bench/delay-proxy
 	sh tests/faults/run.sh $(T)
 
 # The same fault suite with permits kept between commands (DBTHROTTLE_CACHE_PERMITS=on): every
 # bound on concurrency, recovery and call duration must hold with caching as without.
-test-faults-cache: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
+test-faults-cache: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client $(BUILD)/bench/delay-proxy
 	DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh $(T)
 
 # The same fault suite with classes defined: every process ships interactive 60 % (priority 1) /

@@ -16,7 +16,7 @@ fw_d=250 # one way, ms: a round trip (500 ms) far above a loaded machine's sched
 # proxy and psql were seen late by 80-100 ms at a load of 12 on 2 cores)
 fw_pool=fw
 fw_proxy_port_file=$work/fw.proxy
-$(redis_nice) python3 "$top/tests/support/delay_proxy.py" "$rport" "$fw_d" >"$fw_proxy_port_file" &
+$(redis_nice) "$top/build/bench/delay-proxy" 0 127.0.0.1 "$rport" $((fw_d * 1000)) >"$fw_proxy_port_file" &
 fw_proxy=$!
 wait_until 5 '[ -s "$fw_proxy_port_file" ]'
 fw_url=redis://127.0.0.1:$(cat "$fw_proxy_port_file")
