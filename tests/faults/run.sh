@@ -111,9 +111,5 @@ done
 [ -z "${DBTHROTTLE_CLASSES:-}" ] || [ -z "$own" ] ||
     check "classes were in force: $shipped semaphores carried the workers' shipped definitions after the cases (summed over them)" '[ "$shipped" -gt 0 ]'
 
-if [ -n "${DBT_SANITIZER_LOGS:-}" ]; then
-    reports=$(find "$(dirname "$DBT_SANITIZER_LOGS")" -name "$(basename "$DBT_SANITIZER_LOGS")*" -size +0 2>/dev/null)
-    check "no sanitizer report from any preloaded process${reports:+: $reports}" '[ -z "$reports" ]'
-    for f in $reports; do head -40 "$f"; done
-fi
+no_sanitizer_report
 summary

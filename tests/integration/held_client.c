@@ -22,6 +22,7 @@
  *   two           two connections in one loop: the first holds the permit, the second is held
  *   race          $HELD_ROUNDS rounds of PQfinish/PQreset/PQcancel ($HELD_RACE) racing the grant
  *   many          $HELD_CONNS connections in one loop, $HELD_ROUNDS commands each
+ *   threads       $HELD_THREADS threads, a connection and a loop each, $HELD_ROUNDS commands each
  *   prepared      PQsendPrepare, then (after step "query_prepared") PQsendQueryPrepared, then
  *                 (after "describe_prepared") PQsendDescribePrepared, each while held
  *   pipeline      three commands and a sync in pipeline mode; then (after "next") one more batch
@@ -382,6 +383,67 @@ static void many_connections(void)
         PQfinish(c[i]);
 }
 
+/* threads: $HELD_THREADS (16) threads, each with a connection and an event loop of its own, each
+ * running $HELD_ROUNDS (8) commands one after another (pgbench -j's shape, in a program that can
+ * be built with ThreadSanitizer): at a limit below the threads' number nearly every command is
+ * held, and its permit is given back by another thread of the process, in its PQgetResult.
+ * Prints how many results were right. */
+struct thread_run {
+    int rounds, ok, bad;
+};
+
+static void *thread_rounds(void *arg)
+{
+    struct thread_run *t = arg;
+    PGconn *c = PQconnectdb("");
+    for (int i = 0; i < t->rounds; i++) {
+        if (PQstatus(c) != CONNECTION_OK || !PQsendQuery(c, held_sql)) {
+            t->bad += t->rounds - i;
+            break;
+        }
+        long long t0 = now_ms();
+        while (now_ms() - t0 < 60000) {
+            struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+            if (poll(&pfd, 1, 10) > 0 && (!PQconsumeInput(c) || !PQisBusy(c)))
+                break;
+        }
+        for (PGresult *r; (r = PQgetResult(c)) != NULL; PQclear(r)) {
+            if (PQresultStatus(r) == PGRES_TUPLES_OK)
+                t->ok++;
+            else
+                t->bad++;
+        }
+    }
+    PQfinish(c);
+    return NULL;
+}
+
+static void threads(void)
+{
+    enum { MAX_THREADS = 64 };
+    int n = getenv("HELD_THREADS") ? atoi(getenv("HELD_THREADS")) : 16;
+    int rounds = getenv("HELD_ROUNDS") ? atoi(getenv("HELD_ROUNDS")) : 8;
+    if (n < 1 || n > MAX_THREADS)
+        n = 16;
+    pthread_t tid[MAX_THREADS];
+    struct thread_run run[MAX_THREADS];
+    int started = 0, ok = 0, bad = 0;
+    long long t0 = now_ms();
+    for (int i = 0; i < n; i++) {
+        run[i] = (struct thread_run){.rounds = rounds};
+        if (pthread_create(&tid[i], NULL, thread_rounds, &run[i]) != 0)
+            break;
+        started++;
+    }
+    bad += (n - started) * rounds;
+    for (int i = 0; i < started; i++) {
+        pthread_join(tid[i], NULL);
+        ok += run[i].ok;
+        bad += run[i].bad;
+    }
+    say("threads_ok=%d threads_bad=%d total_ms=%lld", ok, bad, now_ms() - t0);
+}
+
 static void *drain_results(void *arg)
 {
     PGconn *c = arg;
@@ -598,6 +660,8 @@ int main(int argc, char **argv)
         race();
     } else if (!strcmp(mode, "many")) {
         many_connections();
+    } else if (!strcmp(mode, "threads")) {
+        threads();
     } else if (!strcmp(mode, "two")) {
         two_connections();
     } else if (!strcmp(mode, "refuse_in_tx")) {

@@ -1,7 +1,7 @@
 # held_finish.sh - e. PQfinish with a held command: withdrawn, never sent, no permit left behind
 it_held_finish() {
     for hc_wrap in "" valgrind; do
-        [ "$hc_wrap" = valgrind ] && ! command -v valgrind >/dev/null && continue
+        [ "$hc_wrap" = valgrind ] && ! hc_valgrind && continue
         pool=held_f${hc_wrap:+_vg}
         mark
         # valgrind takes seconds to start the program: the holder holds for longer there

@@ -6,7 +6,7 @@ it_held_races_with_the_grant() {
     for how in finish reset cancel valgrind; do
         pool=held_race_$how
         rounds=60
-        [ $how = valgrind ] && ! command -v valgrind >/dev/null && continue
+        [ $how = valgrind ] && ! hc_valgrind && continue
         [ $how = valgrind ] && rounds=15
         HC_WRAP=
         [ $how = valgrind ] && HC_WRAP="valgrind -q --error-exitcode=9 --log-file=$work/hc.race.valgrind.%p"

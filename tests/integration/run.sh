@@ -25,6 +25,7 @@ cases="$cases class_ids_name_the_class weights_take_units_at_the_server prepared
     class_queue_cap_refuses_at_once class_wait_replaces_wait_timeout kept_permit_serves_its_weight_only
     class_wait_refusal_names_the_class_wait"
 cases="$cases holders_show_their_session kept_on_the_host delay_proxy_adds_its_delay"
+cases="$cases held_threads_pass_permits"
 # A case file missing from the order would silently never run; a case without its file would
 # fail only when reached.
 for f in "$here"/*.sh; do
@@ -77,7 +78,12 @@ hc_hold() {
 hc_card() { rcli zcard "dbthrottle:{$1}:q:$2"; } # hc_card POOL holders|queue
 # hc_run POOL MODE [ENV=VALUE...]: held_client MODE in the background ($hc_pid) on POOL (its
 # application_name is the pool's name too) at a limit of 1; its lines in $hc_out; hc_go STEP lets
-# it pass step STEP. $HC_WRAP runs it under a tool (valgrind).
+# it pass step STEP. $HC_WRAP runs it under a tool (valgrind; see hc_valgrind).
+# DBT_HELD_CLIENT and DBT_HELD_LIB: another build of held_client and the library preloaded into it
+# alone (make check-tsan: both built with ThreadSanitizer, whose runtime only a program built with
+# it has: timeout, and every other throttled program of the cases, keep $DBT_LIB).
+hc_client=$top/build/tests/held_client
+[ -z "${DBT_HELD_CLIENT:-}" ] || hc_client="env LD_PRELOAD=$DBT_HELD_LIB $DBT_HELD_CLIENT"
 hc_run() {
     hc_pool=$1
     hc_mode=$2
@@ -85,12 +91,15 @@ hc_run() {
     hc_out=$work/hc.$hc_pool.out
     rm -f "$hc_out" "$work/hc.$hc_pool.go".*
     throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=$hc_pool PGAPPNAME=$hc_pool \
-        HELD_GO=$work/hc.$hc_pool.go "$@" timeout 120 ${HC_WRAP:-} "$top/build/tests/held_client" \
+        HELD_GO=$work/hc.$hc_pool.go "$@" timeout 120 ${HC_WRAP:-} $hc_client \
         "$hc_mode" >"$hc_out" 2>"$work/hc.$hc_pool.err" &
     hc_pid=$!
     echo "$hc_pid" >>"$work/pids"
 }
 hc_go() { touch "$work/hc.$hc_pool.go.$1"; }
+# hc_valgrind: whether the cases' runs of held_client under valgrind can be made (valgrind
+# installed, and held_client not a sanitizer's build, which valgrind cannot run).
+hc_valgrind() { [ -z "${DBT_HELD_CLIENT:-}" ] && command -v valgrind >/dev/null; }
 # hc_line KEY: until held_client said KEY (a field anywhere in its lines, as hc_val reads it: "conn"
 # comes after "tx" on its line, and a wait for it at a line's start ran out its whole 60 s)
 hc_line() { wait_until 60 "grep -qE '(^| )$1=' \"\$hc_out\" 2>/dev/null"; }
@@ -134,4 +143,5 @@ run_case() {
     "it_$1"
 }
 run_picked
+no_sanitizer_report
 summary

@@ -40,6 +40,14 @@ check() { # check "what" "condition" (one string, eval'ed) | check "what" comman
         if eval "$1"; then ok "$what"; else fail "$what"; fi
     elif "$@"; then ok "$what"; else fail "$what"; fi
 }
+# no_sanitizer_report: with DBT_SANITIZER_LOGS set (make check-asan, check-tsan, check-valgrind),
+# a check that no process wrote a report there (the reports' first 40 lines follow); else nothing.
+no_sanitizer_report() {
+    [ -n "${DBT_SANITIZER_LOGS:-}" ] || return 0
+    nsr=$(find "$(dirname "$DBT_SANITIZER_LOGS")" -name "$(basename "$DBT_SANITIZER_LOGS")*" -size +0 2>/dev/null)
+    check "no sanitizer report from any preloaded process${nsr:+: $nsr}" '[ -z "$nsr" ]'
+    for f in $nsr; do head -40 "$f"; done
+}
 # summary: the last line of every suite; its status is the suite's.
 summary() {
     sm_left=$(shm_left)
