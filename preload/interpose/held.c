@@ -723,6 +723,11 @@ static void held_free(dbt_held *h)
 {
     if (!h)
         return;
+    /* The thread that served h's last command may still be letting go of h (serve's end: its
+     * count in `live` is given back before it wakes waiters and unlocks, and PQfinish, seeing
+     * nothing live, takes no lock before freeing): it is done with h once the lock is ours. */
+    pthread_mutex_lock(&h->mu);
+    pthread_mutex_unlock(&h->mu);
     atomic_fetch_add(&frees, 1);
     if (h->counted)
         atomic_fetch_sub(&live, 1);
