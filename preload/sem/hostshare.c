@@ -1387,6 +1387,32 @@ static uint64_t handle_of(const dbt_share *sh, uint32_t idx, uint32_t serial)
 /* A handle that names nothing: what wait_begin returns when it cannot register. */
 #define H_NOTHING H_UNREG
 
+/* Under the lock, begin_update made: entry idx (free, below the table's size) becomes this
+ * process' of `shape` since t_us, holding `id` ("" none) renewed at renewed_us, in `state`,
+ * stored last. Returns its handle. */
+static uint64_t make_reg(dbt_share *sh, uint32_t idx, const dbt_share_shape *shape, int64_t t_us,
+                         const char *id, size_t idlen, int64_t renewed_us, uint32_t state)
+{
+    dbt_seg *g = sh->seg;
+    if (idx >= regs_used(g))
+        g->reg_hw = idx + 1;
+    dbt_seg_reg *r = &g->regs[idx];
+    r->proc = (uint32_t)sh->proc;
+    r->nonce = sh->nonce;
+    r->serial++;
+    r->seq = g->next_seq++;
+    r->kind = shape->kind;
+    r->limit = shape->limit;
+    r->weight = shape->weight;
+    snprintf(r->klass, sizeof r->klass, "%.*s", (int)sizeof r->klass - 1, shape->klass);
+    r->t_request_us = t_us;
+    memcpy(r->id, id, idlen);
+    r->id[idlen] = '\0';
+    r->renewed_us = renewed_us;
+    r->state = state; /* last */
+    return handle_of(sh, idx, r->serial);
+}
+
 uint64_t dbt_share_wait_begin(dbt_share *sh, const dbt_share_shape *shape, int64_t t_request_us)
 {
     if (!sh || !shape || bad_kind(shape->kind) || !ensure_process(sh) || dbt_share_lock(sh) != 0)
@@ -1413,22 +1439,7 @@ uint64_t dbt_share_wait_begin(dbt_share *sh, const dbt_share_shape *shape, int64
             p->unregistered++;
         h = H_UNREG | (uint64_t)(sh->epoch & H_EPOCH_MASK) << H_EPOCH_SHIFT;
     } else {
-        if (idx == used)
-            g->reg_hw = used + 1;
-        dbt_seg_reg *r = &g->regs[idx];
-        r->proc = (uint32_t)sh->proc;
-        r->nonce = sh->nonce;
-        r->serial++;
-        r->seq = g->next_seq++;
-        r->kind = shape->kind;
-        r->limit = shape->limit;
-        r->weight = shape->weight;
-        snprintf(r->klass, sizeof r->klass, "%.*s", (int)sizeof r->klass - 1, shape->klass);
-        r->t_request_us = t_request_us;
-        r->id[0] = '\0';
-        r->renewed_us = 0;
-        r->state = REG_WAITING; /* last */
-        h = handle_of(sh, idx, r->serial);
+        h = make_reg(sh, idx, shape, t_request_us, "", 0, 0, REG_WAITING);
     }
     dbt_share_unlock(sh);
     return sh->broken ? H_NOTHING : h;
@@ -1730,22 +1741,8 @@ uint64_t dbt_share_shelve(dbt_share *sh, const dbt_share_shape *shape,
         return 0; /* no room: the permit goes back to Redis */
     }
     begin_update(sh);
-    if (idx == used)
-        g->reg_hw = used + 1;
-    dbt_seg_reg *r = &g->regs[idx];
-    r->proc = (uint32_t)sh->proc;
-    r->nonce = sh->nonce;
-    r->serial++;
-    r->seq = g->next_seq++;
-    r->kind = shape->kind;
-    r->limit = shape->limit;
-    r->weight = shape->weight;
-    snprintf(r->klass, sizeof r->klass, "%.*s", (int)sizeof r->klass - 1, shape->klass);
-    r->t_request_us = now_us;
-    memcpy(r->id, permit->id, idlen + 1);
-    r->renewed_us = permit->renewed_us;
-    r->state = REG_SHELVED; /* last */
-    uint64_t h = handle_of(sh, idx, r->serial);
+    uint64_t h =
+        make_reg(sh, idx, shape, now_us, permit->id, idlen, permit->renewed_us, REG_SHELVED);
     dbt_share_unlock(sh);
     return sh->broken ? 0 : h;
 }
