@@ -16,6 +16,7 @@
 #include "cancel_map.h"
 #include "clock.h"
 #include "conn_registry.h"
+#include "held_park.h"
 #include "log.h"
 #include "real.h"
 #include "throttle.h"
@@ -54,6 +55,9 @@ struct dbt_held {
     const char *refusal_state;
     char *error;  /* a call refused while held (PQerrorMessage) */
     bool counted; /* counted in `live` */
+    /* Parked (held_park.h): waiting, with no thread of ours, for the thread that frees its
+     * permit to send it. */
+    dbt_park_cell park;
 };
 
 /* Connections whose held state is in use: while 0, the hooks go straight to libpq. */
@@ -352,6 +356,86 @@ static job *jobs, **jobs_tail = &jobs;
 static int idle_workers;
 static pthread_once_t workers_once = PTHREAD_ONCE_INIT;
 
+/* ---- parked: sent by the thread that frees the permit -------------------------------------- */
+
+/* A command the releasing thread may send for it: one command (not a pipeline, whose later
+ * calls join it while held) small enough that its send leaves nothing to flush on a socket
+ * that had nothing in flight (libpq's own output buffer is 8 kB; the kernel's takes more). */
+#define DELIVER_MAX_BYTES 4096
+
+static size_t op_bytes(const dbt_send_op *op)
+{
+    size_t n = (op->text ? strlen(op->text) : 0) + (op->name ? strlen(op->name) : 0) + 64;
+    for (int i = 0; op->values && i < op->nparams; i++)
+        if (op->values[i])
+            n += op->formats && op->formats[i] && op->lengths ? (size_t)op->lengths[i]
+                                                              : strlen(op->values[i]);
+    return n;
+}
+
+/* Set (dbt_held_deliver_here) while the program's thread gives a command's permit back in
+ * PQgetResult: only there is a parked command sent in the releasing thread. Elsewhere (our
+ * threads, the session watcher, a failed send under a held state's lock) its wake goes to the
+ * watch and a thread of ours sends it, as before. */
+static __thread bool may_deliver;
+
+void dbt_held_deliver_here(bool on)
+{
+    may_deliver = on;
+}
+
+static bool deliver_claim(void *arg)
+{
+    dbt_held *h = arg;
+    if (!may_deliver || owned || dbt_nested)
+        return false;
+    return dbt_park_claim(&h->park);
+}
+
+static void deliver_serve(void *arg)
+{
+    serve(arg);
+}
+
+static bool spawn(dbt_held *h);
+
+/* From the watch: the command's fd woke or its deadline came: a thread of ours finishes it. */
+static void unpark(void *arg)
+{
+    dbt_held *h = arg;
+    if (!spawn(h))
+        serve(h);
+}
+
+static const dbt_deliver_ops deliver_ops = {.claim = deliver_claim, .serve = deliver_serve};
+static pthread_once_t deliver_once = PTHREAD_ONCE_INIT;
+
+static void deliver_init(void)
+{
+    dbt_park_set_fire(unpark);
+    dbt_acquire_set_deliver(&deliver_ops);
+}
+
+/* Parks h's command (see held_park.h) when it may be sent by the releasing thread and someone
+ * listens for the pool's grants; false: a thread of ours waits for it. */
+static bool park(dbt_held *h, const dbt_send_op *op, dbt_acquire_wait *pending, dbt_waker *waker,
+                 bool pipeline)
+{
+    if (pipeline || op_bytes(op) > DELIVER_MAX_BYTES)
+        return false;
+    pthread_once(&deliver_once, deliver_init);
+    if (!dbt_acquire_wait_park(pending, waker, h))
+        return false;
+    /* A cancel (or a session found gone) that came before the waker was published wrote to no
+     * eventfd: looked at now, while h is still this thread's alone. A later one makes the
+     * eventfd readable, and the watch sees it whenever it is added. */
+    if (stop_waiting(h))
+        return false;
+    /* No watch: a thread waits; a releasing thread's claim finds nothing parked. */
+    return dbt_park(&h->park, dbt_acquire_wait_fd(pending), dbt_acquire_wait_deadline_us(pending),
+                    h);
+}
+
 /* In a child after fork(): the parent's threads are not here, nor are its jobs. */
 static void workers_after_fork(void)
 {
@@ -498,7 +582,11 @@ int dbt_held_start(PGconn *conn, const dbt_send_op *op, dbt_acquire_wait *pendin
     free(h->error);
     h->error = NULL;
     recount(h);
+    dbt_waker *waker = h->waker;
+    bool pipeline = h->pipeline;
     unlock(h);
+    if (park(h, op, pending, waker, pipeline))
+        return 1; /* the thread that frees its permit sends it, or the watch hands it on */
     if (!spawn(h))
         serve(h); /* no thread to be had: wait here, as before */
     return 1;
@@ -754,6 +842,7 @@ static void held_after_fork(dbt_held *h)
     h->cell = NULL;
     h->stand_ins = h->owed = h->sent_before = 0;
     h->in_stand_in = false;
+    memset(&h->park, 0, sizeof h->park); /* the watch forgot it too (held_park.c) */
     if (h->counted)
         atomic_fetch_sub(&live, 1);
     h->counted = false;

@@ -69,6 +69,11 @@ bool dbt_held_settle(PGconn *conn);
  * thread has let go of conn. */
 void dbt_held_withdraw(PGconn *conn);
 
+/* Around the permit's return in PQgetResult (on): a command of another connection parked for a
+ * permit this thread gives back is sent here, now, rather than by a thread of ours woken for it
+ * (held_park.h). */
+void dbt_held_deliver_here(bool on);
+
 /* Sets conn's error message for a call refused while commands are held (as libpq words it). */
 void dbt_held_set_error(dbt_held *h, const char *msg);
 /* The message of such a call, or NULL. */

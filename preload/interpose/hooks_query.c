@@ -207,7 +207,9 @@ HOOK PGresult *PQgetResult(PGconn *conn)
     PGresult *res = h ? dbt_held_get_result(h, conn) : real(conn);
     if (conn && !dbt_nested) {
         if (!res) {
+            dbt_held_deliver_here(true);
             dbt_throttle_after(conn); /* the command has ended */
+            dbt_held_deliver_here(false);
         } else if (DBT_REAL(PQresultStatus)(res) == PGRES_PIPELINE_SYNC) {
             dbt_throttle_pipeline_synced(conn); /* with nothing more in flight, it is idle */
         }

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,6 +272,11 @@ static dbt_wait_result wait_wake(struct dbt_slot *s, int64_t deadline_us, const 
 static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit **out,
                                      long long holders, long long queue)
 {
+    /* A thread that passed s its permit may still be offering it to s's parked side (claim,
+     * dbt_slot_wake_later), which must find that side as it was: a few instructions away. */
+    while (atomic_load(&s->pending_wakes) > 0)
+        sched_yield();
+    atomic_store(&s->deliver_arg, NULL); /* a permit now, parked for nobody */
     pthread_mutex_lock(&p->mu);
     int64_t waited = s->t_grant_us - s->t_request_us;
     p->st.grants++;
@@ -797,6 +803,31 @@ dbt_acq_result dbt_acquire_start(dbt_pool *p, dbt_kind kind, const dbt_acquire_o
 {
     *pending = NULL;
     return start(p, kind, o, out, pending);
+}
+
+bool dbt_acquire_wait_park(dbt_acquire_wait *w, dbt_waker *waker, void *arg)
+{
+    dbt_pool *p = w->a.p;
+    pthread_mutex_lock(&p->mu);
+    /* A waiting thread listens (not the renewer, which may only be reading old BLPOPs' replies
+     * and listens only while no thread waits). */
+    bool heard = p->leader_active && !p->bg_leading;
+    if (heard) {
+        dbt_waker_publish(w->a.s, waker);
+        atomic_store(&w->a.s->deliver_arg, arg);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return heard;
+}
+
+int dbt_acquire_wait_fd(const dbt_acquire_wait *w)
+{
+    return w->a.s->efd;
+}
+
+int64_t dbt_acquire_wait_deadline_us(const dbt_acquire_wait *w)
+{
+    return w->a.deadline;
 }
 
 dbt_acq_result dbt_acquire_wait_for(dbt_acquire_wait *w, const dbt_acquire_opts *o,

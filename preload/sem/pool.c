@@ -629,8 +629,24 @@ void dbt_free_spares(dbt_pool *p)
     p->nspare = 0;
 }
 
-void dbt_slot_wake_later(struct dbt_slot *s)
+static const dbt_deliver_ops *_Atomic deliver_ops;
+
+void dbt_acquire_set_deliver(const dbt_deliver_ops *ops)
 {
+    atomic_store(&deliver_ops, ops);
+}
+
+void dbt_slot_wake_later(struct dbt_slot *s, bool deliverable)
+{
+    /* A parked acquire's own side says whether it takes the permit here (claim): then it is
+     * served in this thread, and the promised wake is kept for nobody (the slot is its now). */
+    const dbt_deliver_ops *ops = atomic_load(&deliver_ops);
+    void *arg = deliverable && ops ? atomic_load(&s->deliver_arg) : NULL;
+    if (arg && ops->claim(arg)) {
+        atomic_fetch_sub(&s->pending_wakes, 1);
+        ops->serve(arg);
+        return;
+    }
     dbt_slot_wake(s);
     atomic_fetch_sub(&s->pending_wakes, 1);
 }

@@ -96,9 +96,11 @@ typedef enum { DBT_WARN_UNTHROTTLED, DBT_WARN_REFUSED, DBT_WARN_TIMEOUT } dbt_wa
  * DBT_WARN_EVERY_US); when it is, *quiet is how many were not logged since the last one. */
 bool dbt_pool_warn_due(dbt_pool *p, dbt_warn_kind k, uint64_t *quiet);
 
-void dbt_slot_wake(struct dbt_slot *s);       /* call with p->mu held */
-void dbt_slot_wake_later(struct dbt_slot *s); /* a promised wake, without p->mu */
-void dbt_free_slot(struct dbt_slot *s);       /* an unlinked slot, without p->mu */
+void dbt_slot_wake(struct dbt_slot *s); /* call with p->mu held */
+/* A promised wake, without p->mu; `deliverable`: a fresh permit passed to s, which a parked
+ * acquire may take in this thread (dbt_acquire_wait_park) instead. */
+void dbt_slot_wake_later(struct dbt_slot *s, bool deliverable);
+void dbt_free_slot(struct dbt_slot *s); /* an unlinked slot, without p->mu */
 /* An unlinked slot nobody uses any more goes to p->spare when it can (p->mu held); false: the
  * caller frees it with dbt_free_slot, without the lock. */
 bool dbt_recycle_slot(dbt_pool *p, struct dbt_slot *s);

@@ -128,8 +128,11 @@ struct dbt_slot {
     int64_t orphan_us;        /* since when */
     atomic_int pending_wakes; /* wakes promised under p->mu, done after it: the eventfd
                                * is not closed until they are */
-    bool in_fifo;             /* on the pool's list of waiting threads (lw_*) */
-    bool adopted;             /* took an orphan's place: queued without a Redis call */
+    /* A queued acquire that no thread waits on (dbt_acquire_wait_park): what a permit passed
+     * straight to it is offered to (dbt_deliver_ops), NULL otherwise. */
+    void *_Atomic deliver_arg;
+    bool in_fifo; /* on the pool's list of waiting threads (lw_*) */
+    bool adopted; /* took an orphan's place: queued without a Redis call */
     /* Sent back to queue (SLOT_REQUEUE) as no renewal of its place was accepted for a lease
      * (this process was stopped, or Redis unreachable), not as Redis said it lacked it. */
     bool unrenewed;

@@ -171,8 +171,12 @@ void dbt_release(dbt_permit *s)
         return;
     }
     if (to) {
+        /* A grant as fresh as the one given back (see stale_grant in acquire.c): the thread it
+         * may be served in then makes no Redis call for it. */
+        dbt_lease_facts lease = dbt_slot_lease(p, to, dbt_now_us());
+        bool fresh = !dbt_lease_gone(&lease);
         pthread_mutex_unlock(&p->mu);
-        dbt_slot_wake_later(to);
+        dbt_slot_wake_later(to, fresh);
         if (tracing) {
             dbt_trace(DBT_LOG_INFO, "release", &before, -1, dbt_now_us() - before.t_grant_us, -1,
                       -1, "to", "a waiting thread of this process");

@@ -20,7 +20,8 @@ cases="$cases held_send_returns_at_once held_refused_at_timeout held_refused_in_
     held_exec_after held_two_connections_one_loop held_prepared held_pipeline held_pipeline_refused
     held_finish held_reset held_fork held_nonblocking held_notifications_while_held
     held_pipeline_finish held_backend_terminated held_many_connections_one_loop held_races_with_the_grant
-    held_single_row_mode held_notice_processor_asks_libpq held_pipeline_abort_then_more"
+    held_single_row_mode held_notice_processor_asks_libpq held_pipeline_abort_then_more
+    held_sent_by_the_releasing_thread"
 cases="$cases class_ids_name_the_class weights_take_units_at_the_server prepared_weighed_by_its_text prepared_behind_a_held_command_weighed_by_its_text
     class_queue_cap_refuses_at_once class_wait_replaces_wait_timeout kept_permit_serves_its_weight_only
     class_wait_refusal_names_the_class_wait"

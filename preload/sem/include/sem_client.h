@@ -142,6 +142,32 @@ dbt_acq_result dbt_acquire_start(dbt_pool *p, dbt_kind kind, const dbt_acquire_o
 dbt_acq_result dbt_acquire_wait_for(dbt_acquire_wait *pending, const dbt_acquire_opts *opts,
                                     dbt_permit **out);
 
+/* Direct delivery (interpose/held.c): a queued acquire that no thread waits on yet may be
+ * parked. Its wakes (a grant from Redis, the listener's role passed to it, its waker fired) then
+ * only make its eventfd readable (dbt_acquire_wait_fd), for one thread of the caller's to watch
+ * for all parked acquires; a permit that a thread of this process gives back straight to it is
+ * first offered to claim(arg), in the releasing thread, after the pool's lock is let go: true,
+ * and serve(arg) runs there at once (it finishes the acquire with dbt_acquire_wait_for, which
+ * finds it granted) and no wake is written. So a command held while only this process' threads
+ * wait is sent by the thread that freed its permit, with no thread woken in between. The pair is
+ * set once per process, before the first park. */
+typedef struct {
+    bool (*claim)(void *arg);
+    void (*serve)(void *arg);
+} dbt_deliver_ops;
+void dbt_acquire_set_deliver(const dbt_deliver_ops *ops);
+
+/* Parks `pending` for `arg` (see above), `waker` published to its eventfd (as the wait would
+ * publish it). False, and nothing done, when no waiting thread holds the pool's listener role
+ * now: a grant from Redis might then be heard by nobody, and a thread must wait for it
+ * (dbt_acquire_wait_for) as before. A listener that leaves passes the role to a waiter, which
+ * may be a parked one: its eventfd wakes. */
+bool dbt_acquire_wait_park(dbt_acquire_wait *pending, dbt_waker *waker, void *arg);
+/* The eventfd a parked acquire's wakes make readable (never read here: its wait reads it). */
+int dbt_acquire_wait_fd(const dbt_acquire_wait *pending);
+/* When its wait ends without a permit (dbt_now_us's clock), -1: never. */
+int64_t dbt_acquire_wait_deadline_us(const dbt_acquire_wait *pending);
+
 /* After DBT_ACQ_QUEUE_FULL, on the same thread: the class that refused and its queue cap (true);
  * false when this thread's last acquire was not refused so. */
 bool dbt_last_queue_full(char *klass, size_t cap, long long *queue_cap);
