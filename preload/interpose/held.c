@@ -407,12 +407,20 @@ static void unpark(void *arg)
         serve(h);
 }
 
+/* Asked by the watch, under its lock, of a parked command: whether it needs a thread now (a wake
+ * came for its acquire; a cancel, PQfinish or the session gone). */
+static bool parked_due(void *arg)
+{
+    dbt_held *h = arg;
+    return stop_waiting(h) || dbt_acquire_wait_notified(h->pending);
+}
+
 static const dbt_deliver_ops deliver_ops = {.claim = deliver_claim, .serve = deliver_serve};
 static pthread_once_t deliver_once = PTHREAD_ONCE_INIT;
 
 static void deliver_init(void)
 {
-    dbt_park_set_fire(unpark);
+    dbt_park_set_fire(unpark, parked_due);
     dbt_acquire_set_deliver(&deliver_ops);
 }
 
@@ -424,16 +432,17 @@ static bool park(dbt_held *h, const dbt_send_op *op, dbt_acquire_wait *pending, 
     if (pipeline || op_bytes(op) > DELIVER_MAX_BYTES)
         return false;
     pthread_once(&deliver_once, deliver_init);
-    if (!dbt_acquire_wait_park(pending, waker, h))
+    int notify = dbt_park_notify_fd();
+    if (notify < 0 || !dbt_acquire_wait_park(pending, waker, h, notify))
         return false;
-    /* A cancel (or a session found gone) that came before the waker was published wrote to no
-     * eventfd: looked at now, while h is still this thread's alone. A later one makes the
-     * eventfd readable, and the watch sees it whenever it is added. */
+    /* A cancel (or a session found gone) that came before the waker was published told nobody:
+     * looked at now, while h is still this thread's alone (a wait_for after this republishes
+     * the waker to its own eventfd). Later ones, and wakes of the acquire, wake the watch, which
+     * looks at h once it is linked (dbt_park asks again then). */
     if (stop_waiting(h))
         return false;
     /* No watch: a thread waits; a releasing thread's claim finds nothing parked. */
-    return dbt_park(&h->park, dbt_acquire_wait_fd(pending), dbt_acquire_wait_deadline_us(pending),
-                    h);
+    return dbt_park(&h->park, dbt_acquire_wait_deadline_us(pending), h);
 }
 
 /* In a child after fork(): the parent's threads are not here, nor are its jobs. */

@@ -1,45 +1,43 @@
-/* held_park.c - the watch over parked held commands (see held_park.h): one thread, one epoll set
- * of the commands' eventfds, the nearest deadline as its timeout.
+/* held_park.c - the watch over parked held commands (see held_park.h): one thread, asleep on one
+ * eventfd until the nearest deadline.
  *
- * A parked command costs no thread and no wake-up: the program's thread adds its fd (epoll_ctl
- * wakes nobody), and the thread that frees its permit takes it out again. The watch's thread
- * wakes only when a command needs a thread of its own (its fd is readable: Redis granted it, it
- * was handed the listener's role, it was cancelled or withdrawn) or its deadline passed, and for
- * a park whose deadline comes before the one it sleeps until. */
+ * A parked command costs no thread, no wake-up and no system call: the program's thread links it
+ * under the watch's lock, and the thread that frees its permit unlinks it. The watch's thread
+ * wakes only when something came for a parked command (sem's wakes of a parked acquire and its
+ * waker write to the watch's eventfd), or a deadline passed, or a park's deadline comes before the
+ * one it sleeps until; then `due` says which need a thread. */
 #include "held_park.h"
 
 #include "clock.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <sys/epoll.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static dbt_park_cell *cells; /* the parked, newest first */
-static int ep = -1;          /* the epoll set; -1: not made yet */
-static int kick = -1;        /* eventfd: a nearer deadline, the set changed under the sleeper */
+static int ncells;
+static int kick = -1; /* eventfd: look again */
 static bool started;
-static uint64_t serials;
-static int64_t sleeping_until = -1; /* the deadline the thread sleeps until; -1: none (or awake) */
+static int64_t sleeping_until = -1; /* the deadline the thread sleeps until; -1: none */
 static bool asleep;
 static void (*_Atomic fire_fn)(void *arg);
+static bool (*_Atomic due_fn)(void *arg);
 
-#define KICK_SERIAL 0 /* cells' serials start at 1 */
-#define BATCH       64
-
-void dbt_park_set_fire(void (*fire)(void *arg))
+void dbt_park_set_fire(void (*fire)(void *arg), bool (*due)(void *arg))
 {
+    atomic_store(&due_fn, due);
     atomic_store(&fire_fn, fire);
 }
 
-/* mu held: c leaves the set and the list. */
+/* mu held: c leaves the list. */
 static void take(dbt_park_cell *c)
 {
-    (void)epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -48,15 +46,7 @@ static void take(dbt_park_cell *c)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
     c->parked = false;
-}
-
-/* mu held: the cell with this serial, if still parked. */
-static dbt_park_cell *find(uint64_t serial)
-{
-    for (dbt_park_cell *c = cells; c; c = c->next)
-        if (c->serial == serial)
-            return c;
-    return NULL;
+    ncells--;
 }
 
 /* mu held: the nearest deadline, -1: none. */
@@ -69,11 +59,33 @@ static int64_t nearest(void)
     return d;
 }
 
+/* Takes out (mu held) the parked commands that need a thread now: something came for them
+ * (`due`), or their deadline passed; their args in *due (malloc'ed), their count returned. */
+static int collect(void ***out)
+{
+    *out = NULL;
+    if (ncells == 0)
+        return 0;
+    void **due_args = calloc((size_t)ncells, sizeof *due_args);
+    if (!due_args)
+        return 0; /* looked at again on the next wake or deadline */
+    bool (*due)(void *) = atomic_load(&due_fn);
+    int64_t now = dbt_now_us();
+    int n = 0;
+    for (dbt_park_cell *c = cells, *next; c; c = next) {
+        next = c->next;
+        if ((due && due(c->arg)) || (c->deadline_us >= 0 && c->deadline_us <= now)) {
+            take(c);
+            due_args[n++] = c->arg;
+        }
+    }
+    *out = due_args;
+    return n;
+}
+
 static void *watch(void *arg)
 {
     (void)arg;
-    struct epoll_event ev[BATCH];
-    void *due[BATCH];
     pthread_mutex_lock(&mu);
     for (;;) {
         int64_t until = nearest();
@@ -84,57 +96,39 @@ static void *watch(void *arg)
         }
         sleeping_until = until;
         asleep = true;
-        int epfd = ep;
+        struct pollfd k = {.fd = kick, .events = POLLIN};
         pthread_mutex_unlock(&mu);
-        int n = epoll_wait(epfd, ev, BATCH, ms);
+        int n = poll(&k, 1, ms);
+        if (n > 0) {
+            uint64_t v;
+            ssize_t r = read(k.fd, &v, sizeof v);
+            (void)r;
+        }
         pthread_mutex_lock(&mu);
         asleep = false;
-        if (n < 0 && errno != EINTR)
-            n = 0;
-        int ndue = 0;
-        for (int i = 0; i < n; i++) {
-            if (ev[i].data.u64 == KICK_SERIAL) {
-                uint64_t v;
-                ssize_t r = read(kick, &v, sizeof v);
-                (void)r;
-                continue;
-            }
-            dbt_park_cell *c = find(ev[i].data.u64);
-            if (c) { /* else claimed meanwhile */
-                take(c);
-                due[ndue++] = c->arg;
-            }
-        }
-        int64_t now = dbt_now_us();
-        for (dbt_park_cell *c = cells, *next; c && ndue < BATCH; c = next) {
-            next = c->next;
-            if (c->deadline_us >= 0 && c->deadline_us <= now) {
-                take(c);
-                due[ndue++] = c->arg;
-            }
-        }
+        void **due;
+        int ndue = collect(&due);
         pthread_mutex_unlock(&mu);
         void (*fire)(void *) = atomic_load(&fire_fn);
         for (int i = 0; i < ndue; i++)
             fire(due[i]);
+        free(due);
         pthread_mutex_lock(&mu);
     }
     return NULL;
 }
 
-/* In a child after fork(): the parent's thread is not here, and its epoll set is the parent's
- * (a set is shared across fork(): the child's changes would be the parent's). The parked
- * commands are forgotten with the rest of the parent's held state (held.c). */
+/* In a child after fork(): the parent's thread is not here. Its parked commands are forgotten
+ * with the rest of the parent's held state (held.c); the child makes its own watch if it parks. */
 static void after_fork(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     mu = fresh;
-    if (ep >= 0)
-        close(ep);
     if (kick >= 0)
         close(kick);
-    ep = kick = -1;
+    kick = -1;
     cells = NULL;
+    ncells = 0;
     started = asleep = false;
     sleeping_until = -1;
 }
@@ -146,23 +140,13 @@ static void fork_init(void)
     pthread_atfork(NULL, NULL, after_fork);
 }
 
-/* mu held: the set, its kick and its thread (detached, every signal blocked). */
+/* mu held: the eventfd and the thread (detached, every signal blocked). */
 static bool ready(void)
 {
     if (started)
         return true;
-    if (ep < 0 && (ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
+    if (kick < 0 && (kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
         return false;
-    if (kick < 0) {
-        if ((kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
-            return false;
-        struct epoll_event e = {.events = EPOLLIN, .data.u64 = KICK_SERIAL};
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, kick, &e) != 0) {
-            close(kick);
-            kick = -1;
-            return false;
-        }
-    }
     pthread_attr_t a;
     if (pthread_attr_init(&a) != 0)
         return false;
@@ -178,34 +162,43 @@ static bool ready(void)
     return started;
 }
 
-bool dbt_park(dbt_park_cell *c, int fd, int64_t deadline_us, void *arg)
+int dbt_park_notify_fd(void)
 {
-    if (fd < 0 || !atomic_load(&fire_fn))
-        return false;
+    if (!atomic_load(&fire_fn))
+        return -1;
     pthread_once(&fork_once, fork_init);
+    pthread_mutex_lock(&mu);
+    int fd = ready() ? kick : -1;
+    pthread_mutex_unlock(&mu);
+    return fd;
+}
+
+bool dbt_park(dbt_park_cell *c, int64_t deadline_us, void *arg)
+{
     pthread_mutex_lock(&mu);
     bool ok = ready();
     if (ok) {
-        c->serial = ++serials;
-        c->fd = fd;
         c->deadline_us = deadline_us;
         c->arg = arg;
-        struct epoll_event e = {.events = EPOLLIN, .data.u64 = c->serial};
-        ok = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e) == 0;
-    }
-    if (ok) {
         c->parked = true;
         c->prev = NULL;
         c->next = cells;
         if (cells)
             cells->prev = c;
         cells = c;
-        /* The thread sleeps past this deadline (or without one): it must look again. */
-        if (asleep && deadline_us >= 0 && (sleeping_until < 0 || deadline_us < sleeping_until)) {
+        ncells++;
+        /* Something that came for it before it was linked here found nothing to look at, and a
+         * thread asleep past this deadline (or without one) would miss it: the watch looks once
+         * more. Asked under mu: nothing can claim it meanwhile. */
+        bool (*due)(void *) = atomic_load(&due_fn);
+        bool sooner =
+            asleep && deadline_us >= 0 && (sleeping_until < 0 || deadline_us < sleeping_until);
+        if (sooner || (due && due(arg))) {
             uint64_t one = 1;
             ssize_t w = write(kick, &one, sizeof one);
             (void)w;
-            sleeping_until = deadline_us;
+            if (sooner)
+                sleeping_until = deadline_us;
         }
     }
     pthread_mutex_unlock(&mu);

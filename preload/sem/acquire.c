@@ -277,6 +277,7 @@ static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit
     while (atomic_load(&s->pending_wakes) > 0)
         sched_yield();
     atomic_store(&s->deliver_arg, NULL); /* a permit now, parked for nobody */
+    atomic_store(&s->notify_plus1, 0);
     pthread_mutex_lock(&p->mu);
     int64_t waited = s->t_grant_us - s->t_request_us;
     p->st.grants++;
@@ -618,6 +619,7 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
         return NEXT_GRANTED;
     }
     s->state = SLOT_QUEUED;
+    s->wakes_queued = atomic_load(&s->wakes); /* a park sees whether one came since */
     p->nqueued++;
     dbt_lw_push(p, s);
     p->st.waits++;
@@ -805,24 +807,29 @@ dbt_acq_result dbt_acquire_start(dbt_pool *p, dbt_kind kind, const dbt_acquire_o
     return start(p, kind, o, out, pending);
 }
 
-bool dbt_acquire_wait_park(dbt_acquire_wait *w, dbt_waker *waker, void *arg)
+bool dbt_acquire_wait_park(dbt_acquire_wait *w, dbt_waker *waker, void *arg, int notify_fd)
 {
     dbt_pool *p = w->a.p;
+    struct dbt_slot *s = w->a.s;
     pthread_mutex_lock(&p->mu);
     /* A waiting thread listens (not the renewer, which may only be reading old BLPOPs' replies
-     * and listens only while no thread waits). */
-    bool heard = p->leader_active && !p->bg_leading;
-    if (heard) {
-        dbt_waker_publish(w->a.s, waker);
-        atomic_store(&w->a.s->deliver_arg, arg);
+     * and listens only while no thread waits); and nothing came for s yet: a wake from before
+     * this was told to nobody but its eventfd. */
+    bool ok = p->leader_active && !p->bg_leading && s->state == SLOT_QUEUED &&
+              atomic_load(&s->wakes) == s->wakes_queued;
+    if (ok) {
+        dbt_waker_publish_fd(s, waker, notify_fd);
+        atomic_store(&s->deliver_arg, arg);
+        atomic_store(&s->notified, 0);
+        atomic_store(&s->notify_plus1, notify_fd + 1);
     }
     pthread_mutex_unlock(&p->mu);
-    return heard;
+    return ok;
 }
 
-int dbt_acquire_wait_fd(const dbt_acquire_wait *w)
+bool dbt_acquire_wait_notified(const dbt_acquire_wait *w)
 {
-    return w->a.s->efd;
+    return atomic_load(&w->a.s->notified) > 0;
 }
 
 int64_t dbt_acquire_wait_deadline_us(const dbt_acquire_wait *w)
@@ -838,6 +845,7 @@ dbt_acq_result dbt_acquire_wait_for(dbt_acquire_wait *w, const dbt_acquire_opts 
     free(w);
     a.o = o; /* the waiter's own: its signal test and waker; the limit and ids are the same */
     last_class_wait_ms = -1;
+    atomic_store(&a.s->notify_plus1, 0); /* waited for by this thread now, not the watch */
     dbt_waker_publish(a.s, o->waker);
     dbt_pool_thread_clear_failure();
     return run(&a, NEXT_WAIT, out, NULL);

@@ -490,14 +490,24 @@ bool dbt_pool_warn_due(dbt_pool *p, dbt_warn_kind k, uint64_t *quiet)
 
 /* ---- slots ------------------------------------------------------------------------------- */
 
+static void write_one(int fd)
+{
+    uint64_t one = 1;
+    ssize_t n;
+    do
+        n = write(fd, &one, sizeof one);
+    while (n < 0 && errno == EINTR);
+}
+
 void dbt_slot_wake(struct dbt_slot *s)
 {
-    if (s->efd >= 0) {
-        uint64_t one = 1;
-        ssize_t n;
-        do
-            n = write(s->efd, &one, sizeof one);
-        while (n < 0 && errno == EINTR);
+    atomic_fetch_add(&s->wakes, 1);
+    if (s->efd >= 0)
+        write_one(s->efd);
+    int notify = atomic_load(&s->notify_plus1) - 1;
+    if (notify >= 0) { /* parked: the watch looks at it (dbt_acquire_wait_park) */
+        atomic_fetch_add(&s->notified, 1);
+        write_one(notify);
     }
 }
 
@@ -519,9 +529,15 @@ void dbt_waker_fire(dbt_waker *w)
 
 void dbt_waker_publish(struct dbt_slot *s, dbt_waker *w)
 {
-    if (w && s->efd >= 0) {
+    if (w && s->efd >= 0)
+        dbt_waker_publish_fd(s, w, s->efd);
+}
+
+void dbt_waker_publish_fd(struct dbt_slot *s, dbt_waker *w, int fd)
+{
+    if (w && fd >= 0) {
         s->waker = w;
-        atomic_store(&w->efd_plus1, s->efd + 1);
+        atomic_store(&w->efd_plus1, fd + 1);
     }
 }
 

@@ -129,6 +129,8 @@ int64_t dbt_renewer_late_us(const dbt_pool *p);
 /* Publishes s's eventfd in the caller's waker while it waits; after dbt_waker_retract no firer
  * can write to it any more (it may be closed). */
 void dbt_waker_publish(struct dbt_slot *s, dbt_waker *w);
+/* The same, the firer writing to fd (a parked acquire's watch) rather than s's eventfd. */
+void dbt_waker_publish_fd(struct dbt_slot *s, dbt_waker *w, int fd);
 void dbt_waker_retract(struct dbt_slot *s);
 
 /* Reads the replies of releases sent on idle connections, so a failed one is repaired (a

@@ -131,6 +131,12 @@ struct dbt_slot {
     /* A queued acquire that no thread waits on (dbt_acquire_wait_park): what a permit passed
      * straight to it is offered to (dbt_deliver_ops), NULL otherwise. */
     void *_Atomic deliver_arg;
+    /* Its watch's eventfd + 1 while parked (0: none): each wake of the slot is told there too,
+     * as its own eventfd is watched by nobody. */
+    atomic_int notify_plus1;
+    atomic_uint notified; /* wakes told there since it was parked */
+    atomic_uint wakes;    /* every wake (dbt_slot_wake), and their number when it queued */
+    unsigned wakes_queued;
     bool in_fifo; /* on the pool's list of waiting threads (lw_*) */
     bool adopted; /* took an orphan's place: queued without a Redis call */
     /* Sent back to queue (SLOT_REQUEUE) as no renewal of its place was accepted for a lease

@@ -143,28 +143,29 @@ dbt_acq_result dbt_acquire_wait_for(dbt_acquire_wait *pending, const dbt_acquire
                                     dbt_permit **out);
 
 /* Direct delivery (interpose/held.c): a queued acquire that no thread waits on yet may be
- * parked. Its wakes (a grant from Redis, the listener's role passed to it, its waker fired) then
- * only make its eventfd readable (dbt_acquire_wait_fd), for one thread of the caller's to watch
- * for all parked acquires; a permit that a thread of this process gives back straight to it is
- * first offered to claim(arg), in the releasing thread, after the pool's lock is let go: true,
- * and serve(arg) runs there at once (it finishes the acquire with dbt_acquire_wait_for, which
- * finds it granted) and no wake is written. So a command held while only this process' threads
- * wait is sent by the thread that freed its permit, with no thread woken in between. The pair is
- * set once per process, before the first park. */
+ * parked. Its wakes (a grant from Redis, the listener's role passed to it) are then told to a
+ * watch's eventfd too (dbt_acquire_wait_notified says whether one came), which its waker writes
+ * to instead, for one thread of the caller's to watch for all parked acquires; a permit that a
+ * thread of this process gives back straight to it is first offered to claim(arg), in the releasing
+ * thread, after the pool's lock is let go: true, and serve(arg) runs there at once (it finishes the
+ * acquire with dbt_acquire_wait_for, which finds it granted) and no wake is written. So a command
+ * held while only this process' threads wait is sent by the thread that freed its permit, with no
+ * thread woken in between. The pair is set once per process, before the first park. */
 typedef struct {
     bool (*claim)(void *arg);
     void (*serve)(void *arg);
 } dbt_deliver_ops;
 void dbt_acquire_set_deliver(const dbt_deliver_ops *ops);
 
-/* Parks `pending` for `arg` (see above), `waker` published to its eventfd (as the wait would
- * publish it). False, and nothing done, when no waiting thread holds the pool's listener role
- * now: a grant from Redis might then be heard by nobody, and a thread must wait for it
+/* Parks `pending` for `arg` (see above), its wakes told to notify_fd and `waker` published to
+ * it. False, and nothing done, when no waiting thread holds the pool's listener role now (a grant
+ * from Redis might then be heard by nobody), or a wake already came: a thread must wait for it
  * (dbt_acquire_wait_for) as before. A listener that leaves passes the role to a waiter, which
- * may be a parked one: its eventfd wakes. */
-bool dbt_acquire_wait_park(dbt_acquire_wait *pending, dbt_waker *waker, void *arg);
-/* The eventfd a parked acquire's wakes make readable (never read here: its wait reads it). */
-int dbt_acquire_wait_fd(const dbt_acquire_wait *pending);
+ * may be a parked one: it is woken so. */
+bool dbt_acquire_wait_park(dbt_acquire_wait *pending, dbt_waker *waker, void *arg, int notify_fd);
+/* Whether a wake came for a parked acquire since it was parked (its wait is a thread's to run
+ * now). */
+bool dbt_acquire_wait_notified(const dbt_acquire_wait *pending);
 /* When its wait ends without a permit (dbt_now_us's clock), -1: never. */
 int64_t dbt_acquire_wait_deadline_us(const dbt_acquire_wait *pending);
 
