@@ -4,6 +4,7 @@
 #include "clock.h"
 #include "fork.h"
 #include "handover.h"
+#include "listener.h"
 #include "log.h"
 #include "pool.h"
 #include "release.h"
@@ -72,6 +73,10 @@ bool dbt_permit_unpark(dbt_permit **slot)
         ours = false;
         taken = true;
     }
+    dbt_reuse_facts f = {.ours = ours,
+                         .contended = p->queue[s->kind].keep.contended,
+                         .message_waiting = ours && dbt_listener_unread(p)};
+    bool reuse = dbt_core_reuse(&f);
     if (s->parked) {
         s->parked = false;
         if (s->gen == p->gen)
@@ -82,11 +87,12 @@ bool dbt_permit_unpark(dbt_permit **slot)
         s->state = SLOT_RETURNED; /* freed below, never released: not ours */
     }
     pthread_mutex_unlock(&p->mu);
-    if (ours) {
+    if (reuse) {
         dbt_trace(DBT_LOG_DEBUG, "reuse", s, -1, -1, -1, -1, NULL, NULL);
         return true;
     }
-    /* Given back meanwhile (a waiter came, or it sat idle too long), or the parent's. */
+    /* Given back meanwhile (a waiter came, or it sat idle too long), or the parent's; or ours,
+     * and due back now (a waiter queued): given back here, and the command asks anew. */
     dbt_release(s);
     *slot = NULL;
     return false;

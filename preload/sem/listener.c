@@ -421,6 +421,14 @@ void dbt_listener_pass(dbt_pool *p)
         }
 }
 
+bool dbt_listener_unread(dbt_pool *p)
+{
+    if (!p->listener || p->blpop_in_flight == 0 || p->nqueued > 0)
+        return false;
+    struct pollfd pfd = {.fd = dbt_redis_fd(p->listener), .events = POLLIN};
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN);
+}
+
 void dbt_listener_close(dbt_pool *p)
 {
     dbt_redis_free(p->listener);

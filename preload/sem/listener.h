@@ -18,6 +18,10 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
                            const dbt_acquire_opts *o);
 void dbt_listener_pass(dbt_pool *p);  /* p->mu held: wake a waiter to take over the role */
 void dbt_listener_close(dbt_pool *p); /* frees the listener connection (no thread uses it) */
+/* p->mu held. Whether a message waits unread on the listener while no thread of ours waits for a
+ * grant, so that it is a recall, the end of sole, or a stale grant: one poll() that does not wait.
+ * A kept permit is not taken again then (dbt_core_reuse). */
+bool dbt_listener_unread(dbt_pool *p);
 /* The listener's notices come through pool.h: dbt_listener_moved (connect anew) and
  * dbt_pool_set_group (pop other wake lists). */
 struct dbt_slot *dbt_find_slot(dbt_pool *p, const char *id); /* p->mu held */

@@ -243,6 +243,11 @@ dbt_permit_route dbt_core_keep(const dbt_keep_facts *f)
     return route(DBT_ROUTE_WAITER);
 }
 
+bool dbt_core_reuse(const dbt_reuse_facts *f)
+{
+    return f->ours && !f->contended && !f->message_waiting;
+}
+
 int64_t dbt_core_kept_due_us(bool contended, int64_t parked_us, int64_t idle_us)
 {
     return contended ? 0 : parked_us + idle_us;

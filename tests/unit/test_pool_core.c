@@ -704,6 +704,17 @@ Test(pool_core, twin_a_kept_permit_is_due_back_after_the_idle_time_or_at_once_wh
     cr_assert_eq(dbt_core_kept_due_us(true, T0, 5000), 0);
 }
 
+Test(pool_core, a_kept_permit_is_taken_again_only_while_nobody_queued_for_it)
+{
+    cr_assert(dbt_core_reuse(&(dbt_reuse_facts){.ours = true}));
+    cr_assert_not(dbt_core_reuse(&(dbt_reuse_facts){.ours = false}),
+                  "given back meanwhile, taken from the shelf, or the parent's");
+    cr_assert_not(dbt_core_reuse(&(dbt_reuse_facts){.ours = true, .contended = true}),
+                  "a recall was heard: one more command of ours would go before the waiter");
+    cr_assert_not(dbt_core_reuse(&(dbt_reuse_facts){.ours = true, .message_waiting = true}),
+                  "a recall may be on the wire, unread");
+}
+
 /* ---- orphans ---- */
 
 Test(pool_core, an_orphan_is_due_at_once_when_held_or_not_sole_else_after_its_idle_time)
