@@ -13,10 +13,14 @@
 #     the defaults and kept permits over PgBouncer;
 #   - 16 processes x pgbench -S -c1 of one host (one DBTHROTTLE_SHARE_DIR) at a limit of 4, and
 #     the same 16 through PgBouncer's pool of 4, over direct -c4; ours over PgBouncer's;
-#   - the first waiter behind a kept permit: limit 1, kept permits on, a keeper running 300
+#   - the first waiter behind a kept permit: limit 1, a keeper with kept permits running 300
 #     commands/s (pgbench -S -c1 -R 300) on one simulated host and a prober running 20/s on
-#     another; (prober's latency beside the keeper - alone) in Redis round trips, and the prober's
-#     latency alone - direct latency in round trips (an uncontended acquire's cost);
+#     another; (prober's latency beside the keeper - the prober's alone without kept permits, where
+#     every command pays one uncontended acquire) in Redis round trips: the issue's "round trips
+#     more than an uncontended acquire"; and that acquire's cost (prober alone without kept
+#     permits - direct at the same 20/s) in round trips. (Alone with kept permits would keep its
+#     permit between most of its commands, 50 ms apart on average, under DBTHROTTLE_CACHE_IDLE:
+#     a baseline of mostly no acquire, which read as a round trip more for the first waiter.)
 #   - bench/rtt_fleet.sh's rows, if that file exists (4 hosts x 4 processes, the scale of one
 #     Redis, connections per host), once per proxied distance, under the distance's heading.
 # Every throttled run has DBTHROTTLE_ON_REDIS_ERROR=closed and a pool of its own; a pgbench that
@@ -235,10 +239,12 @@ distance() {
     bench "d4.$n" -- -c 4 -j 4 -T $T
     s16=$(sixteen "s16.$n" $(throttled "s16.$n" s16.$n) DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_WAIT_TIMEOUT=60s -- $t)
     b16=$(sixteen "b16.$n" PGPORT=$bouncer_at -- $t)
-    # The first waiter: the prober alone, then beside the keeper (which takes the one permit first
-    # and keeps it: its 300/s leave it idle most of the time, never free long).
+    # The first waiter: the prober alone (without kept permits: each of its commands pays one
+    # uncontended acquire) and direct at its schedule, then beside the keeper (which takes the one
+    # permit first and keeps it: its 300/s leave it idle most of the time, never free long).
     kp="DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_CACHE_PERMITS=on DBTHROTTLE_WAIT_TIMEOUT=60s"
-    bench "alone.$n" $(throttled "fa.$n" prober.$n) $kp -- -c 1 -j 1 -R 20 -T $T
+    bench "dR.$n" -- -c 1 -j 1 -R 20 -T $T
+    bench "alone.$n" $(throttled "fa.$n" prober.$n) $kp DBTHROTTLE_CACHE_PERMITS=off -- -c 1 -j 1 -R 20 -T $T
     bench "keeper.$n" $(throttled "fb.$n" keeper.$n) $kp -- -c 1 -j 1 -R 300 -T $((T + 1)) &
     k_pid=$!
     sleep 0.5
@@ -252,7 +258,7 @@ distance() {
     d4=$(tps "d4.$n")
     rtt_ms=$(awk -v u="$rtt_us" 'BEGIN { printf "%.3f", u / 1000 }')
     fw=$(awk -v b="$(lat "beside.$n")" -v a="$(lat "alone.$n")" -v r="$rtt_ms" 'BEGIN { printf "%.1f", (b - a) / r }')
-    ua=$(awk -v a="$(lat "alone.$n")" -v d="$dlat" -v r="$rtt_ms" 'BEGIN { printf "%.1f", (a - d) / r }')
+    ua=$(awk -v a="$(lat "alone.$n")" -v d="$(lat "dR.$n")" -v r="$rtt_ms" 'BEGIN { printf "%.1f", (a - d) / r }')
     printf '| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s (%s → %s ms) | %s |\n' \
         "$d_label" "$rtt_ms" "$dlat" "$d1" "$(div "$t1" "$d1")" "$(div "$k1" "$d1")" \
         "$(div "$p1" "$d1")" "$(div "$t1" "$p1")" "$(div "$k1" "$p1")" \
@@ -296,7 +302,7 @@ echo "Load (uptime) at the start: ${load0#*load average: }; at the end:" \
 echo "Each distance: a delay-proxy holds every chunk half the round trip each way in front of Redis,"
 echo "PostgreSQL and PgBouncer (itself reaching PostgreSQL through the delay). Ratios are of tps."
 echo
-echo "| distance (configured round trip) | Redis PING p50, ms | PG -c1 latency direct, ms | direct -c1 tps | throttled / direct | kept / direct | PgBouncer / direct | throttled / PgBouncer | kept / PgBouncer | 16 proc at 4 / direct -c4 | 16 via PgBouncer / direct -c4 | ours / PgBouncer (16) | first waiter behind a kept permit, RTT (prober alone → beside the keeper) | uncontended acquire (prober alone − direct), RTT |"
+echo "| distance (configured round trip) | Redis PING p50, ms | PG -c1 latency direct, ms | direct -c1 tps | throttled / direct | kept / direct | PgBouncer / direct | throttled / PgBouncer | kept / PgBouncer | 16 proc at 4 / direct -c4 | 16 via PgBouncer / direct -c4 | ours / PgBouncer (16) | first waiter behind a kept permit: RTT more than an uncontended acquire (prober alone, uncached → beside the keeper) | uncontended acquire (prober alone uncached − direct, both at 20/s), RTT |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 cat "$work/rows"
 for f in "$work"/fleet.*.label; do
