@@ -21,6 +21,8 @@
 #     permits - direct at the same 20/s) in round trips. (Alone with kept permits would keep its
 #     permit between most of its commands, 50 ms apart on average, under DBTHROTTLE_CACHE_IDLE:
 #     a baseline of mostly no acquire, which read as a round trip more for the first waiter.)
+#     And the same keeper and prober with neither keeping: the prober waits for the keeper's
+#     statements in flight there too, so (beside keeping - beside uncached) is what keeping costs;
 #   - bench/rtt_fleet.sh's rows, if that file exists (4 hosts x 4 processes, the scale of one
 #     Redis, connections per host), once per proxied distance, under the distance's heading.
 # Every throttled run has DBTHROTTLE_ON_REDIS_ERROR=closed and a pool of its own; a pgbench that
@@ -250,6 +252,14 @@ distance() {
     sleep 0.5
     bench "beside.$n" $(throttled "fb.$n" prober2.$n) $kp -- -c 1 -j 1 -R 20 -T $T
     wait "$k_pid" || die "$d_label: the keeper failed"
+    # The same two without kept permits: the prober waits for the keeper's statements in flight
+    # there too (an unavoidable wait, the longer the farther: at 1 ms the keeper is busy about
+    # half the time), so the difference is what keeping itself costs the first waiter.
+    bench "keeper0.$n" $(throttled "fc.$n" keeper0.$n) $kp DBTHROTTLE_CACHE_PERMITS=off -- -c 1 -j 1 -R 300 -T $((T + 1)) &
+    k_pid=$!
+    sleep 0.5
+    bench "beside0.$n" $(throttled "fc.$n" prober3.$n) $kp DBTHROTTLE_CACHE_PERMITS=off -- -c 1 -j 1 -R 20 -T $T
+    wait "$k_pid" || die "$d_label: the uncached keeper failed"
     d1=$(tps "d1.$n")
     dlat=$(awk '/^latency average = / { print $4 }' "$work/d1.$n.out")
     t1=$(tps "t1.$n")
@@ -258,12 +268,14 @@ distance() {
     d4=$(tps "d4.$n")
     rtt_ms=$(awk -v u="$rtt_us" 'BEGIN { printf "%.3f", u / 1000 }')
     fw=$(awk -v b="$(lat "beside.$n")" -v a="$(lat "alone.$n")" -v r="$rtt_ms" 'BEGIN { printf "%.1f", (b - a) / r }')
+    kc=$(awk -v b="$(lat "beside.$n")" -v a="$(lat "beside0.$n")" -v r="$rtt_ms" 'BEGIN { printf "%.1f", (b - a) / r }')
     ua=$(awk -v a="$(lat "alone.$n")" -v d="$(lat "dR.$n")" -v r="$rtt_ms" 'BEGIN { printf "%.1f", (a - d) / r }')
-    printf '| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s (%s → %s ms) | %s |\n' \
+    printf '| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s (%s → %s ms) | %s (%s → %s ms) | %s |\n' \
         "$d_label" "$rtt_ms" "$dlat" "$d1" "$(div "$t1" "$d1")" "$(div "$k1" "$d1")" \
         "$(div "$p1" "$d1")" "$(div "$t1" "$p1")" "$(div "$k1" "$p1")" \
         "$(div "$s16" "$d4")" "$(div "$b16" "$d4")" "$(div "$s16" "$b16")" \
-        "$fw" "$(lat "alone.$n")" "$(lat "beside.$n")" "$ua" >>"$work/rows"
+        "$fw" "$(lat "alone.$n")" "$(lat "beside.$n")" \
+        "$kc" "$(lat "beside0.$n")" "$(lat "beside.$n")" "$ua" >>"$work/rows"
     # The fleet's workloads (another script's), at this distance, through the same proxies.
     if [ -f "$fleet" ] && [ "$2" != none ]; then
         if ! BENCH_LIB=$lib BENCH_REDIS_URL=redis://127.0.0.1:$redis_at BENCH_REDIS_DIRECT_PORT=$rport \
@@ -302,8 +314,8 @@ echo "Load (uptime) at the start: ${load0#*load average: }; at the end:" \
 echo "Each distance: a delay-proxy holds every chunk half the round trip each way in front of Redis,"
 echo "PostgreSQL and PgBouncer (itself reaching PostgreSQL through the delay). Ratios are of tps."
 echo
-echo "| distance (configured round trip) | Redis PING p50, ms | PG -c1 latency direct, ms | direct -c1 tps | throttled / direct | kept / direct | PgBouncer / direct | throttled / PgBouncer | kept / PgBouncer | 16 proc at 4 / direct -c4 | 16 via PgBouncer / direct -c4 | ours / PgBouncer (16) | first waiter behind a kept permit: RTT more than an uncontended acquire (prober alone, uncached → beside the keeper) | uncontended acquire (prober alone uncached − direct, both at 20/s), RTT |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| distance (configured round trip) | Redis PING p50, ms | PG -c1 latency direct, ms | direct -c1 tps | throttled / direct | kept / direct | PgBouncer / direct | throttled / PgBouncer | kept / PgBouncer | 16 proc at 4 / direct -c4 | 16 via PgBouncer / direct -c4 | ours / PgBouncer (16) | first waiter behind a kept permit: RTT more than an uncontended acquire (prober alone, uncached → beside the keeper) | what keeping costs the first waiter, RTT (beside the same keeper, both uncached → both keeping) | uncontended acquire (prober alone uncached − direct, both at 20/s), RTT |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 cat "$work/rows"
 for f in "$work"/fleet.*.label; do
     [ -f "$f" ] || continue
