@@ -1,11 +1,12 @@
 # client_libraries.sh - client libraries, unmodified: one grant per transaction, refusals with
 # SQLSTATE 53300
 it_client_libraries() {
+    # (Kept permits off: each command is judged by its grant, and a kept permit's reuse is none.)
     lang_grants() { # lang_grants NAME command...: runs it throttled, prints its grant count
         name=$1
         shift
         rm -f "$work/lang.log"
-        throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/lang.log DBTHROTTLE_LOG_LEVEL=info \
+        throttled DBTHROTTLE_CACHE_PERMITS=off DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/lang.log DBTHROTTLE_LOG_LEVEL=info \
             "$@" >"$work/lang.out" 2>&1 || { info "$name failed: $(cat "$work/lang.out")"; echo -1; return; }
         grep -c 'event=grant' "$work/lang.log"
     }

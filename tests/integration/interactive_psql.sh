@@ -3,8 +3,9 @@ it_interactive_psql() {
     if command -v tmux >/dev/null; then
         rm -f "$work/trace17.log"
         sock=$work/tmux.sock
+        # (Kept permits off: each command is judged by its grant, and a kept permit's reuse is none.)
         tmux -S "$sock" new-session -d -x 120 -y 30 \
-            "env LD_PRELOAD=$preload DBTHROTTLE_REDIS_URL=$DBTHROTTLE_REDIS_URL DBTHROTTLE_MAX_QUERIES=2 \
+            "env LD_PRELOAD=$preload DBTHROTTLE_REDIS_URL=$DBTHROTTLE_REDIS_URL DBTHROTTLE_CACHE_PERMITS=off DBTHROTTLE_MAX_QUERIES=2 \
              DBTHROTTLE_LOG=$work/trace17.log DBTHROTTLE_LOG_LEVEL=info PGHOST=$PGHOST PGPORT=$PGPORT \
              PGUSER=postgres PGDATABASE=postgres psql -X; sleep 30"
         i=0

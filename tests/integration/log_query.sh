@@ -2,10 +2,11 @@
 it_log_query() {
     # DBTHROTTLE_LOG_QUERY: the command's text in its grant and release lines (quoted, escaped, cut
     # at 1 KiB with "..."), and never when off.
+    # (Kept permits off: each command is judged by its grant, and a kept permit's reuse is none.)
     long=$(python3 -c 'print("select 1 /*" + "x" * 2000 + "*/")')
-    throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info DBTHROTTLE_LOG_QUERY=on \
+    throttled DBTHROTTLE_CACHE_PERMITS=off DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info DBTHROTTLE_LOG_QUERY=on \
         DBTHROTTLE_LOG=$work/query_on.log psql -qAt -c 'select '"'"'a "quoted"'"'"' as q' -c "$long" >/dev/null
-    throttled DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info DBTHROTTLE_LOG=$work/query_off.log \
+    throttled DBTHROTTLE_CACHE_PERMITS=off DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LOG_LEVEL=info DBTHROTTLE_LOG=$work/query_off.log \
         psql -qAt -c "select 42" >/dev/null
     check "LOG_QUERY=on: grant and release carry the query, escaped; a 2 KB one is cut at 1 KiB with ..." \
         python3 - "$work/query_on.log" <<'PY'

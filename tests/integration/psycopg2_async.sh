@@ -1,7 +1,8 @@
 # psycopg2_async.sh - psycopg2 asynchronous mode, driven by a select() loop
 it_psycopg2_async() {
     rm -f "$work/trace16.log"
-    out=$(throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace16.log DBTHROTTLE_LOG_LEVEL=info \
+    # (Kept permits off: each command is judged by its grant, and a kept permit's reuse is none.)
+    out=$(throttled DBTHROTTLE_CACHE_PERMITS=off DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG=$work/trace16.log DBTHROTTLE_LOG_LEVEL=info \
         $py -c "
 import select, psycopg2, psycopg2.extensions as ext
 def wait(conn):

@@ -108,11 +108,7 @@ Test(cache, a_kept_permit_goes_back_by_itself_after_the_idle_time, .timeout = 60
 
 Test(cache, no_permit_is_kept_when_caching_is_off, .timeout = 60)
 {
-    dbt_config def;
-    test_config(&def, &fx_redis, NULL);
-    cr_assert_not(def.cache_permits, "the default");
-    dbt_config_free(&def);
-    dbt_pool *p = dbt_client_pool(fx_client(NULL), "cache");
+    dbt_pool *p = dbt_client_pool(fx_client("DBTHROTTLE_CACHE_PERMITS=off", NULL), "cache");
     dbt_acquire_opts o = {.limit = 1, .wait_ms = 1000};
     dbt_permit *pm;
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &pm), DBT_ACQ_GRANTED);

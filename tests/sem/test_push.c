@@ -42,8 +42,10 @@ static bool blpop_blocked(void *arg)
 Test(push, idle_waiters_send_nothing_and_a_release_wakes_them, .timeout = 60)
 {
     /* A 30 s lease renews every 10 s: no renewal falls inside the observed second. */
-    dbt_client *hc = fx_client("DBTHROTTLE_LEASE=30s", NULL),
-               *wc = fx_client("DBTHROTTLE_LEASE=30s", NULL);
+    /* Kept permits off: a holder that keeps permits listens for a waiter's arrival (one BLPOP
+     * more), which is not what this counts. */
+    dbt_client *hc = fx_client("DBTHROTTLE_LEASE=30s", "DBTHROTTLE_CACHE_PERMITS=off", NULL),
+               *wc = fx_client("DBTHROTTLE_LEASE=30s", "DBTHROTTLE_CACHE_PERMITS=off", NULL);
     dbt_pool *hp = dbt_client_pool(hc, "push"), *wp = dbt_client_pool(wc, "push");
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
     dbt_permit *held;
@@ -124,8 +126,10 @@ static void *acquire_thread(void *v)
  * still get its grant. */
 Test(push, listener_role_survives_a_waiter_that_leaves, .timeout = 60)
 {
-    dbt_client *hc = fx_client("DBTHROTTLE_LEASE=30s", NULL),
-               *wc = fx_client("DBTHROTTLE_LEASE=30s", NULL);
+    /* Kept permits off: a holder that keeps permits listens for a waiter's arrival (one BLPOP
+     * more), which is not what this counts. */
+    dbt_client *hc = fx_client("DBTHROTTLE_LEASE=30s", "DBTHROTTLE_CACHE_PERMITS=off", NULL),
+               *wc = fx_client("DBTHROTTLE_LEASE=30s", "DBTHROTTLE_CACHE_PERMITS=off", NULL);
     dbt_pool *hp = dbt_client_pool(hc, "lead"), *wp = dbt_client_pool(wc, "lead");
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
     dbt_permit *held;

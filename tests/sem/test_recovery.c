@@ -91,9 +91,13 @@ static int64_t granted_after(const char *cid, int64_t since)
  * and left their places queued, granted to nobody for a lease. */
 Test(recovery, redis_blip_stalls_nobody, .timeout = 90)
 {
-    const char *lease = "DBTHROTTLE_LEASE=6s", *timeout = "DBTHROTTLE_REDIS_TIMEOUT=1s";
-    dbt_client *hc = fx_client(lease, timeout, NULL), *wc = fx_client(lease, timeout, NULL),
-               *nc = fx_client(lease, timeout, NULL);
+    /* Kept permits off: a holder that keeps permits listens too, and someone_blocked must see
+     * the waiters' listener. */
+    const char *lease = "DBTHROTTLE_LEASE=6s", *timeout = "DBTHROTTLE_REDIS_TIMEOUT=1s",
+               *uncached = "DBTHROTTLE_CACHE_PERMITS=off";
+    dbt_client *hc = fx_client(lease, timeout, uncached, NULL),
+               *wc = fx_client(lease, timeout, uncached, NULL),
+               *nc = fx_client(lease, timeout, uncached, NULL);
     dbt_pool *hp = dbt_client_pool(hc, "recovery"), *wp = dbt_client_pool(wc, "recovery"),
              *np = dbt_client_pool(nc, "recovery");
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
@@ -592,7 +596,10 @@ static bool busy(void *arg)
 Test(recovery, release_refused_as_busy_is_sent_again, .timeout = 90)
 {
     const char *lease = "DBTHROTTLE_LEASE=60s"; /* no renewal pumps the queue meanwhile */
-    dbt_client *xc = fx_client(lease, NULL), *nc = fx_client(lease, NULL);
+    /* Kept permits off: a holder that keeps permits listens too, and someone_blocked must see
+     * the waiter's listener. */
+    const char *uncached = "DBTHROTTLE_CACHE_PERMITS=off";
+    dbt_client *xc = fx_client(lease, uncached, NULL), *nc = fx_client(lease, uncached, NULL);
     dbt_pool *xp = dbt_client_pool(xc, "recovery"), *np = dbt_client_pool(nc, "recovery");
     dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
     dbt_permit *held;
