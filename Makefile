@@ -166,9 +166,14 @@ $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 
 all: $(BUILD)/libdbthrottle.so $(BUILD)/dbthrottle $(MAN_PAGES)
 
+# Linked under a name of its own, then renamed over the library: a program that starts while it is
+# relinked (a worker preloading build/, or another of make test's lanes) finds the old library or
+# the new one, never none or half of one (ld.so ignores a preload it cannot map: that program
+# would run unthrottled, with one line on its stderr).
 $(BUILD)/libdbthrottle.so: $(call objs,$(BUILD)/obj,$(LIB_SRCS)) $(BUILD)/obj/redis/scripts.o $(EXPORTS)
-	$(CC) -shared -Wl,-soname,libdbthrottle.so -o $@ $(filter %.o,$^) -Wl,--version-script=$(EXPORTS) \
-	    -Wl,--exclude-libs,ALL -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,now $(LDFLAGS) $(LDLIBS_LIB)
+	$(CC) -shared -Wl,-soname,libdbthrottle.so -o $@.tmp.$$$$ $(filter %.o,$^) \
+	    -Wl,--version-script=$(EXPORTS) -Wl,--exclude-libs,ALL -Wl,-Bsymbolic-functions -Wl,-z,defs \
+	    -Wl,-z,now $(LDFLAGS) $(LDLIBS_LIB) && mv -f $@.tmp.$$$$ $@
 
 # Everything but the interposer: for the command, the tests and the benches (a test linked with
 # our dlsym or PQexec would test the hooks by accident).
@@ -191,19 +196,26 @@ CLI_SRCS := $(sort $(wildcard cli/*.c))
 $(BUILD)/dbthrottle: $(CLI_SRCS) $(wildcard cli/*.h) $(VERSION_H) $(BUILD)/libdbthrottle-core.a $(BUILD)/gen/install-paths \
         $(BUILD)/gen/dry_scripts.c
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(INC_CLIENT) -Icli $(LIBPQ_CFLAGS) -DDBT_LIBDIR='"$(LIBDIR)"' \
-	    -DDBT_MULTIARCH='"$(MULTIARCH)"' -o $@ $(CLI_SRCS) $(BUILD)/gen/dry_scripts.c \
+	    -DDBT_MULTIARCH='"$(MULTIARCH)"' -o $@.tmp.$$$$ $(CLI_SRCS) $(BUILD)/gen/dry_scripts.c \
 	    $(BUILD)/libdbthrottle-core.a $(LDFLAGS) $(LDLIBS_LIB) \
-	    $(MICROHTTPD_LIBS) -lpq -lm
+	    $(MICROHTTPD_LIBS) -lpq -lm && mv -f $@.tmp.$$$$ $@
 
-# The paths compiled in (the command's LIBDIR, the library's default configuration file), rewritten
-# only when they change: `make` then `make install PREFIX=/usr` rebuilds what names them, so the
-# installed command looks for the library where it was installed, not where the first make said.
-# Through a file of this make's own (make test's lanes run makes side by side).
+# The paths compiled in, each file rewritten only when its paths change: `make` then `make install
+# PREFIX=/usr` rebuilds what names them, so the installed command looks for the library where it
+# was installed, not where the first make said. The command names LIBDIR (install-paths); the
+# library only its default configuration file (sysconfdir), which PREFIX does not move: so
+# installing under another PREFIX relinks the command, never the library that programs preload
+# from the build tree meanwhile. Through files of this make's own (make test's lanes run makes
+# side by side).
 $(BUILD)/gen/install-paths: FORCE
 	@mkdir -p $(@D)
 	@printf 'LIBDIR=%s\nMULTIARCH=%s\nSYSCONFDIR=%s\n' '$(LIBDIR)' '$(MULTIARCH)' '$(SYSCONFDIR)' > $@.tmp.$$$$ && \
 	    if cmp -s $@.tmp.$$$$ $@; then rm -f $@.tmp.$$$$; else mv $@.tmp.$$$$ $@; fi
-$(BUILD)/obj/base/config_load.o: $(BUILD)/gen/install-paths
+$(BUILD)/gen/sysconfdir: FORCE
+	@mkdir -p $(@D)
+	@printf 'SYSCONFDIR=%s\n' '$(SYSCONFDIR)' > $@.tmp.$$$$ && \
+	    if cmp -s $@.tmp.$$$$ $@; then rm -f $@.tmp.$$$$; else mv $@.tmp.$$$$ $@; fi
+$(BUILD)/obj/base/config_load.o: $(BUILD)/gen/sysconfdir
 FORCE:
 
 # The tests and benches see the layers' public faces only (INC_CLIENT), as the command does, but
@@ -659,8 +671,14 @@ install: all $(BUILD)/dbthrottle.conf
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(DOCDIR) \
 	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(SYSCONFDIR) \
 	    $(addprefix $(DESTDIR)$(DOCDIR)/,$(EXAMPLE_DIRS))
-	install -m 0644 $(BUILD)/libdbthrottle.so $(DESTDIR)$(LIBDIR)/libdbthrottle.so
-	install -m 0755 $(BUILD)/dbthrottle $(DESTDIR)$(BINDIR)/dbthrottle
+	@# The library and the command under a name of their own, then renamed over the old ones
+	@# (install(1) removes the old file and writes the new one in place): a program that starts
+	@# during the install finds the old library or the new one, never none (it would run
+	@# unthrottled: ld.so ignores a preload it cannot open) or a half-written one.
+	install -m 0644 $(BUILD)/libdbthrottle.so $(DESTDIR)$(LIBDIR)/.libdbthrottle.so.$$$$ && \
+	    mv -f $(DESTDIR)$(LIBDIR)/.libdbthrottle.so.$$$$ $(DESTDIR)$(LIBDIR)/libdbthrottle.so
+	install -m 0755 $(BUILD)/dbthrottle $(DESTDIR)$(BINDIR)/.dbthrottle.$$$$ && \
+	    mv -f $(DESTDIR)$(BINDIR)/.dbthrottle.$$$$ $(DESTDIR)$(BINDIR)/dbthrottle
 	install -m 0644 $(filter %.1,$(MAN_PAGES)) $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 $(filter %.7,$(MAN_PAGES)) $(DESTDIR)$(MANDIR)/man7/
 	install -m 0644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
@@ -675,7 +693,7 @@ install: all $(BUILD)/dbthrottle.conf
 	if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then ldconfig; fi
 
 # The installed configuration file: the example's text, every setting commented out.
-$(BUILD)/dbthrottle.conf: config/dbthrottle.conf.example tools/etc-conf.sh $(BUILD)/gen/install-paths
+$(BUILD)/dbthrottle.conf: config/dbthrottle.conf.example tools/etc-conf.sh $(BUILD)/gen/sysconfdir
 	@mkdir -p $(@D)
 	sh tools/etc-conf.sh $(SYSCONFDIR)/dbthrottle.conf < $< > $@.tmp && mv $@.tmp $@
 

@@ -131,8 +131,17 @@ inst=$work/inst
 # In a build tree of its own: the install rebuilds what names its paths, which must not happen
 # under the other suites make test runs beside this one from build/.
 ib=$work/build
+# file_id FILE: its inode and modification time, which a relink or a rewrite changes
+file_id() { stat -c '%i %Y' "$1" 2>/dev/null; }
 if make -s -C "$top" BUILD="$ib" all >"$work/make.out" 2>&1 &&
+    built=$(file_id "$ib/libdbthrottle.so") &&
     make -s -C "$top" BUILD="$ib" install DESTDIR="$inst" PREFIX=/usr >"$work/install.out" 2>&1; then
+    # Workers preload the build tree's library while make test's other lanes (and a developer's
+    # workers) run: an install under another PREFIX relinked it (its paths file named LIBDIR too),
+    # and a program that started meanwhile found no library, ran unthrottled, and said so only
+    # in one ld.so line (a CI run saw 8 statements at once at a limit of 4).
+    check "make install PREFIX=/usr after a plain make leaves the build tree's library as it was (before $built, after $(file_id "$ib/libdbthrottle.so"))" \
+        '[ "$(file_id "$ib/libdbthrottle.so")" = "$built" ]'
     check "make install PREFIX=/usr: the library in /usr/lib/$ma" '[ -f "$inst/usr/lib/$ma/libdbthrottle.so" ]'
     check "the installed command looks in /usr/lib/$ma, not the first make's /usr/local/lib" \
         '"$inst/usr/bin/dbthrottle" run --help | grep -q "or in /usr/lib/$ma)"'
@@ -143,9 +152,31 @@ if make -s -C "$top" BUILD="$ib" all >"$work/make.out" 2>&1 &&
          [ -f "$inst/usr/share/doc/dbthrottle/examples/systemd/dbthrottle.conf" ] &&
          [ -f "$inst/usr/share/man/man1/dbthrottle.1" ] && [ -f "$inst/usr/share/man/man7/libdbthrottle.7" ]'
     echo "max_queries = 2" >>"$inst/etc/dbthrottle.conf"
-    make -s -C "$top" BUILD="$ib" install DESTDIR="$inst" PREFIX=/usr >"$work/install2.out" 2>&1
+    # A reinstall over a running system, as strace sees its file system calls: the library and
+    # the command must arrive by a rename over the old ones (install(1) alone removes the old file
+    # and then writes the new one, a window in which a starting program finds none, or half of
+    # one, and runs unthrottled).
+    strace -f -qq -o "$work/install2.trace" -e trace=unlink,unlinkat,rename,renameat,renameat2,openat \
+        make -s -C "$top" BUILD="$ib" install DESTDIR="$inst" PREFIX=/usr >"$work/install2.out" 2>&1
     check "a second make install keeps the operator's /etc/dbthrottle.conf" \
         '[ "$(tail -1 "$inst/etc/dbthrottle.conf")" = "max_queries = 2" ]'
+    # replaced_by_rename TRACE PATH: PATH was never removed nor opened for writing, and a rename
+    # onto it succeeded
+    replaced_by_rename() {
+        ! grep -E "unlink(at)?\(.*\"$2\"" "$1" | grep -q "= 0" &&
+            ! grep -E "openat\(.*\"$2\".*O_(WRONLY|RDWR)" "$1" | grep -q . &&
+            grep -E "rename(at2?)?\(.*\"$2\"" "$1" | grep -q "= 0$"
+    }
+    check "a second make install replaces the library by a rename, never removing it first" \
+        'replaced_by_rename "$work/install2.trace" "$inst/usr/lib/$ma/libdbthrottle.so"'
+    check "a second make install replaces the command by a rename, never removing it first" \
+        'replaced_by_rename "$work/install2.trace" "$inst/usr/bin/dbthrottle"'
+    # A relink of the build tree's library (make's -W: as if an object had changed, without
+    # touching the sources the other lanes build from) writes a file of its own and renames it.
+    strace -f -qq -o "$work/relink.trace" -e trace=unlink,unlinkat,rename,renameat,renameat2,openat \
+        make -s -C "$top" BUILD="$ib" -W "$ib/obj/base/log.o" "$ib/libdbthrottle.so" >"$work/relink.out" 2>&1
+    check "a relink of the library renames it into place, never writing it where programs preload it ($(file_id "$ib/libdbthrottle.so"), was $built)" \
+        '[ "$(file_id "$ib/libdbthrottle.so")" != "$built" ] && replaced_by_rename "$work/relink.trace" "$ib/libdbthrottle.so"'
     make -s -C "$top" BUILD="$ib" uninstall DESTDIR="$inst" PREFIX=/usr >/dev/null 2>&1
     check "make uninstall removes the library and the command, keeps /etc/dbthrottle.conf" \
         '[ ! -e "$inst/usr/lib/$ma/libdbthrottle.so" ] && [ ! -e "$inst/usr/bin/dbthrottle" ] && [ -f "$inst/etc/dbthrottle.conf" ]'
