@@ -158,7 +158,7 @@ $(HOOK_LIST) $(EXPORTS) &: $(HOOKS_DEF) tools/gen-exports.sh
 $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-.PHONY: all man check test test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes test-cli \
+.PHONY: all man check test test-unit test-sem test-integration test-faults test-faults-uncached test-faults-classes test-cli \
         test-compilers check-exports fuzz soak chaos test-chaos bench bench-async bench-cache bench-rtt bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
         deb test-package FORCE \
         clean deps format format-check check-asan check-asan-units check-asan-faults check-tsan check-valgrind \
@@ -423,7 +423,7 @@ deps:
 # Every test target installs what the tests need first, so that each works as the first command
 # on a fresh machine (the README promises it for make check); the test programs wait for it even
 # under make -j. On a machine that has it all, deps costs a dpkg query (0.3 s).
-check test-unit test-sem test-integration test-faults test-faults-cache test-faults-classes \
+check test-unit test-sem test-integration test-faults test-faults-uncached test-faults-classes \
     test-cli soak: deps
 $(BUILD)/tests/unit $(BUILD)/tests/sem: | deps
 $(call test_objs,$(BUILD)/test-obj,$(wildcard tests/unit/*.c tests/sem/*.c) $(FIXTURE_SRCS)): | deps
@@ -476,9 +476,9 @@ check: all $(BUILD)/tests/unit $(BUILD)/tests/sem check-exports
 # timeouts: 31 minutes one after another) runs in three lanes at once (tools/lanes.sh), balanced
 # by their times on a quiet 2-core machine (each case prints its own: "NAME took N s").
 STAGE = sh tools/timed.sh
-TEST_LANES = "faults tsan valgrind package" "faults-cache faults-classes" \
+TEST_LANES = "faults tsan valgrind package" "faults-uncached faults-classes" \
     "integration cli chaos asan-faults"
-LANE_STAGES = faults faults-cache faults-classes integration cli chaos package asan-faults tsan \
+LANE_STAGES = faults faults-uncached faults-classes integration cli chaos package asan-faults tsan \
     valgrind
 test: deps
 	$(STAGE) build $(MAKE) -j$(BUILD_JOBS) test-build
@@ -503,8 +503,8 @@ test-build: all $(BUILD)/tests/unit $(BUILD)/tests/sem $(INTEGRATION_BINS) $(BUI
 # make test's lanes' stages (tools/lanes.sh runs stage-NAME).
 stage-faults:
 	$(MAKE) test-faults
-stage-faults-cache:
-	DBT_FAULTS_SKIP="$(FAULTS_NOT_WITH_CACHE)" FA_ONLY="$(FAILOVER_FAULTS_AGAIN)" $(MAKE) test-faults-cache
+stage-faults-uncached:
+	DBT_FAULTS_SKIP="$(FAULTS_NOT_UNCACHED)" FA_ONLY="$(FAILOVER_FAULTS_AGAIN)" $(MAKE) test-faults-uncached
 stage-faults-classes:
 	FA_ONLY="$(FAILOVER_FAULTS_AGAIN)" $(MAKE) test-faults-classes T="$(FAULTS_WITH_CLASSES)"
 stage-integration:
@@ -536,10 +536,10 @@ test-integration: all $(INTEGRATION_BINS)
 test-faults: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client $(BUILD)/bench/delay-proxy
 	sh tests/faults/run.sh $(T)
 
-# The same fault suite with permits kept between commands (DBTHROTTLE_CACHE_PERMITS=on): every
-# bound on concurrency, recovery and call duration must hold with caching as without.
-test-faults-cache: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client $(BUILD)/bench/delay-proxy
-	DBTHROTTLE_CACHE_PERMITS=on sh tests/faults/run.sh $(T)
+# The same fault suite without permits kept between commands (DBTHROTTLE_CACHE_PERMITS=off; on is
+# the default): every bound on concurrency, recovery and call duration must hold either way.
+test-faults-uncached: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client $(BUILD)/bench/delay-proxy
+	DBTHROTTLE_CACHE_PERMITS=off sh tests/faults/run.sh $(T)
 
 # The same fault suite with classes defined: every process ships interactive 60 % (priority 1) /
 # batch 40 % with an aging bound of 2 s (DBTHROTTLE_CLASSES), the workers take the two classes in
@@ -549,14 +549,14 @@ FAULT_CLASSES = DBTHROTTLE_CLASSES='interactive=60%,priority=1;batch=40%;aging=2
     DBT_FAULTS_CLASSES='interactive batch'
 test-faults-classes: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 	$(FAULT_CLASSES) sh tests/faults/run.sh $(T)
-# What make test leaves out of the pass with kept permits: the cases about configuration, output
-# and secrets, which keeping permits does not change (about a minute), the one that turns them on
-# itself (kept_permits_yield_to_operator), and two whose subject caching cannot change: the
+# What make test leaves out of the pass without kept permits: the cases about configuration, output
+# and secrets, which keeping permits does not change (about a minute), the one that sets them itself
+# (kept_permits_yield_to_operator), and two whose subject caching cannot change: the
 # warnings of an unusable share directory (share_dir_unusable) and what the server is asked at
 # connect (orphans_end_with_their_client). And of
 # failover_admits_no_one_extra's four faults (90 s a pass), the second and third passes run two:
 # the failover to a lagging replica (re-assertion of lost permits) and open mode's kill.
-FAULTS_NOT_WITH_CACHE := misconfigured_redis bad_settings secrets_stay_hidden logs_operators_expect \
+FAULTS_NOT_UNCACHED := misconfigured_redis bad_settings secrets_stay_hidden logs_operators_expect \
     kept_permits_yield_to_operator share_dir_unusable orphans_end_with_their_client
 FAILOVER_FAULTS_AGAIN := closed:lag open:kill
 # What make test runs with classes (the whole suite takes 7 minutes with them, too long beside the

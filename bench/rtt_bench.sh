@@ -9,8 +9,8 @@
 #     µs: this is the figure the rest is read against, not the configured delay), and PostgreSQL's
 #     as pgbench -S -c1's latency direct;
 #   - pgbench -S -c1: direct tps (the better of a run before the others and one after them); the
-#     library's defaults, kept permits (DBTHROTTLE_CACHE_PERMITS=on) and PgBouncer over direct;
-#     the defaults and kept permits over PgBouncer;
+#     the library without kept permits (DBTHROTTLE_CACHE_PERMITS=off), with them (the default)
+#     and PgBouncer over direct; without and with kept permits over PgBouncer;
 #   - 16 processes x pgbench -S -c1 of one host (one DBTHROTTLE_SHARE_DIR) at a limit of 4, and
 #     the same 16 through PgBouncer's pool of 4, over direct -c4; ours over PgBouncer's;
 #   - the first waiter behind a kept permit: limit 1, a keeper with kept permits running 300
@@ -228,7 +228,7 @@ distance() {
     [ -n "$rtt_us" ] || die "$d_label: the Redis round trip could not be measured"
     t="-c 1 -j 1 -T $T"
     bench "d1.$n" -- $t
-    bench "t1.$n" $(throttled "t1.$n" t1.$n) DBTHROTTLE_MAX_QUERIES=64 -- $t
+    bench "t1.$n" $(throttled "t1.$n" t1.$n) DBTHROTTLE_MAX_QUERIES=64 DBTHROTTLE_CACHE_PERMITS=off -- $t
     bench "k1.$n" $(throttled "k1.$n" k1.$n) DBTHROTTLE_MAX_QUERIES=64 DBTHROTTLE_CACHE_PERMITS=on -- $t
     bench "p1.$n" PGPORT=$bouncer_at -- $t
     # Direct again after the others: a stall of the machine during one direct run (a load of 16
@@ -314,7 +314,7 @@ echo "Load (uptime) at the start: ${load0#*load average: }; at the end:" \
 echo "Each distance: a delay-proxy holds every chunk half the round trip each way in front of Redis,"
 echo "PostgreSQL and PgBouncer (itself reaching PostgreSQL through the delay). Ratios are of tps."
 echo
-echo "| distance (configured round trip) | Redis PING p50, ms | PG -c1 latency direct, ms | direct -c1 tps | throttled / direct | kept / direct | PgBouncer / direct | throttled / PgBouncer | kept / PgBouncer | 16 proc at 4 / direct -c4 | 16 via PgBouncer / direct -c4 | ours / PgBouncer (16) | first waiter behind a kept permit: RTT more than an uncontended acquire (prober alone, uncached → beside the keeper) | what keeping costs the first waiter, RTT (beside the same keeper, both uncached → both keeping) | uncontended acquire (prober alone uncached − direct, both at 20/s), RTT |"
+echo "| distance (configured round trip) | Redis PING p50, ms | PG -c1 latency direct, ms | direct -c1 tps | uncached / direct | kept / direct | PgBouncer / direct | uncached / PgBouncer | kept / PgBouncer | 16 proc at 4 / direct -c4 | 16 via PgBouncer / direct -c4 | ours / PgBouncer (16) | first waiter behind a kept permit: RTT more than an uncontended acquire (prober alone, uncached → beside the keeper) | what keeping costs the first waiter, RTT (beside the same keeper, both uncached → both keeping) | uncontended acquire (prober alone uncached − direct, both at 20/s), RTT |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 cat "$work/rows"
 for f in "$work"/fleet.*.label; do

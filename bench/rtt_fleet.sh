@@ -11,7 +11,7 @@
 # and PGUSER, PGDATABASE. It measures three things, every one from outside the library (pgbench's
 # own per-transaction log, the server's advisory locks, Redis' INFO and CLIENT LIST):
 #   1. 4 simulated hosts (a DBTHROTTLE_SHARE_DIR each) x 4 processes (pgbench -c1) at a limit of
-#      4, 5 ms statements: the defaults, kept permits, and the same 16 through PgBouncer's pool of
+#      4, 5 ms statements: uncached, kept permits (the default), and the same 16 through PgBouncer's pool of
 #      4 with no library. Utilization, latency p99 over the FIFO ideal, Jain's index across hosts,
 #      the most statements at once at the server.
 #   2. One Redis at saturation: 8 processes on 4 hosts at 4, short statements: statements (grants)
@@ -28,7 +28,7 @@ for v in BENCH_LIB BENCH_REDIS_URL BENCH_REDIS_DIRECT_PORT BENCH_PGHOST BENCH_PG
 done
 [ -f "$BENCH_LIB" ] || { echo "rtt_fleet.sh: BENCH_LIB: no file $BENCH_LIB" >&2; exit 2; }
 S=${BENCH_SECONDS:-4}
-# "Today's defaults" means the library's: no DBTHROTTLE_* of the caller's environment reaches a
+# The library's defaults but for what each run sets: no DBTHROTTLE_* of the caller's environment reaches a
 # run (each run sets what it needs; DBTHROTTLE_CONFIG set empty keeps /etc/dbthrottle.conf out).
 for v in $(env | sed -n 's/^\(DBTHROTTLE_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 W=$BENCH_WORK/fleet
@@ -224,12 +224,12 @@ fleet_rows() { # fleet_rows LABEL THROTTLED(yes|no)
         fail "$lbl: $most statements at once at the server, above the limit of $LIMIT"
     fi
 }
-fleet_start defaults 4 4 5 lib
+fleet_start defaults 4 4 5 lib DBTHROTTLE_CACHE_PERMITS=off
 fleet_wait
-fleet_rows "today's defaults" yes
+fleet_rows "uncached (DBTHROTTLE_CACHE_PERMITS=off)" yes
 fleet_start kept 4 4 5 lib DBTHROTTLE_CACHE_PERMITS=on
 fleet_wait
-fleet_rows "kept permits (DBTHROTTLE_CACHE_PERMITS=on)" yes
+fleet_rows "kept permits (the default)" yes
 fleet_start bouncer 4 4 5 bouncer
 fleet_wait
 fleet_rows "PgBouncer pool 4, no library" no
@@ -273,12 +273,12 @@ EOF
     [ "${most:-99}" -le $LIMIT ] || fail "$lbl: $most statements at once at the server, above the limit of $LIMIT"
 }
 want 2 && for mode in defaults kept; do
-    if [ $mode = kept ]; then set -- DBTHROTTLE_CACHE_PERMITS=on; else set --; fi
+    if [ $mode = kept ]; then set -- DBTHROTTLE_CACHE_PERMITS=on; else set -- DBTHROTTLE_CACHE_PERMITS=off; fi
     before=$(redis_stats)
     fleet_start "scale-$mode" 4 2 0 lib "$@"
     fleet_wait
     after=$(redis_stats)
-    if [ $mode = kept ]; then scale_rows "kept permits"; else scale_rows "today's defaults"; fi
+    if [ $mode = kept ]; then scale_rows "kept permits (the default)"; else scale_rows "uncached"; fi
 done
 
 # ---- 3. Redis connections per host ---------------------------------------------------------

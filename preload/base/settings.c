@@ -412,7 +412,7 @@ const dbt_setting dbt_settings[] = {
      FIELD(idle_in_tx_warn_ms), .rule.duration = {.allow_forever = true}, .worker_only = true,
      .doc = "warn when a permit is held idle in a transaction this long"},
     /* Off by default: see docs/configuration.md for why. */
-    {"cache_permits", "DBTHROTTLE_CACHE_PERMITS", "off", &as_bool, FIELD(cache_permits),
+    {"cache_permits", "DBTHROTTLE_CACHE_PERMITS", "on", &as_bool, FIELD(cache_permits),
      .worker_only = true, .doc = "keep a query permit between commands while nobody waits"},
     {"cache_idle", "DBTHROTTLE_CACHE_IDLE", "50ms", &as_bounded_duration, FIELD(cache_idle_ms),
      .rule.duration = {.min_ms = 1, .max_ms = 60000, .range = "must be from 1ms to 1m"},
