@@ -159,7 +159,7 @@ $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 .PHONY: all man check test test-unit test-sem test-integration test-faults test-faults-uncached test-faults-classes test-cli \
-        test-compilers check-exports fuzz soak chaos test-chaos bench bench-async bench-cache bench-rtt bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
+        test-compilers check-exports fuzz soak chaos test-chaos bench bench-scripts bench-async bench-cache bench-rtt bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
         deb test-package FORCE \
         clean deps format format-check check-asan check-asan-units check-asan-faults check-tsan check-valgrind \
         test-build $(addprefix stage-,$(LANE_STAGES))
@@ -284,6 +284,7 @@ $(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_
 $(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c bench/hist_cost.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/rules-bench,bench/rules_bench.c,))
+$(eval $(call test_binary,bench/script-cost,bench/script_cost.c $(SUPPORT_SRCS),))
 $(eval $(call test_binary,bench/dbt-peer-worker,bench/peers/dbt_worker.c,))
 
 # Programs that use libpq only (the library is preloaded into them).
@@ -623,6 +624,12 @@ bench-peers: deps all $(BUILD)/bench/dbt-peer-worker
 	sh tools/install-deps.sh pgbouncer
 	sh bench/peers/run.sh
 	sh bench/pg_bench.sh
+
+# What each script costs Redis per call (bench/script_cost.c): the library's semaphore client
+# through uncontended, kept, contended and renewing sequences, Redis' own usec per call of each
+# script (INFO commandstats, split by SLOWLOG). About 15 seconds.
+bench-scripts: deps all $(BUILD)/bench/script-cost
+	$(BUILD)/bench/script-cost
 
 # Classes and weights, measured from outside the library (bench/classes_bench.sh): 200 batch and
 # 20 interactive clients at a limit of 20, one FIFO class against interactive 75 % / batch 25 %;
