@@ -107,8 +107,18 @@ local S = semaphore(0, KIND)
 
 -- The TTL a new key gets: ours, or SEEN's remaining one if longer. So SEEN always expires first
 -- and touch() may judge every key by SEEN alone, whatever leases the clients of a pool use.
+-- SEEN's TTL is read once per call (s.seen_pttl), and kept up to date where a script sets it: a
+-- call creates several keys, and a PTTL each cost as much as the command that made the key. Read
+-- earlier in the call, it is at least what it would be now: SEEN still expires first.
+local function seen_pttl(s)
+    if not s.seen_pttl then
+        s.seen_pttl = redis.call('PTTL', s.SEEN)
+    end
+    return s.seen_pttl
+end
+
 local function floor_ttl(s)
-    local st = redis.call('PTTL', s.SEEN)
+    local st = seen_pttl(s)
     if st > TTL then
         return st
     end
@@ -118,12 +128,6 @@ end
 -- A key that may have just been created: give it a TTL unless it has one (Redis 7: NX).
 local function expire_new(s, k)
     redis.call('PEXPIRE', k, floor_ttl(s), 'NX')
-end
-
--- The limit a waiter configured travels in its id, so whoever releases grants by the waiter's own
--- limit: a caller is never admitted beyond what it configured.
-local function limit_of(id)
-    return tonumber(string.match(id, '^[^#]*%.(%d+)')) or 1
 end
 
 -- A weight beyond any sane limit is cut here, so that a forged id cannot make a script loop on
@@ -152,29 +156,8 @@ local function shape_of(id)
     return tag, w
 end
 
--- Runs `cmd key [flag] score member ...` (ZADD) or `cmd key member ...` (ZREM) over the members
--- of a permit of weight w: id, id#2 .. id#w, a batch at a time (unpack's stack is bounded).
--- Returns how many the command counted (added, removed).
+-- The members of a weighted permit that one command takes (K.on_units): unpack's stack is bounded.
 local UNIT_BATCH = 512
-local function on_units(cmd, key, id, w, score, flag)
-    local n, k = 0, 1
-    while k <= w do
-        local args = {key}
-        if flag then
-            args[#args + 1] = flag
-        end
-        for j = k, math.min(w, k + UNIT_BATCH - 1) do
-            if score then
-                args[#args + 1] = score
-            end
-            args[#args + 1] = (j == 1) and id or (id .. '#' .. j)
-        end
-        n = n + redis.call(cmd, unpack(args))
-        k = k + UNIT_BATCH
-    end
-    return n
-end
-
 
 -- Counters for dbthrottle status, in STATS (7 days TTL, refreshed by touch).
 local function count(s, field, n)
@@ -242,6 +225,23 @@ local function observe_hold(s, info, now)
     observe(s, 'h', klass, math.max(0, now - since))
 end
 
+-- The functions the uncontended path (nobody queued, no classes defined, untagged ids, no
+-- quarantine) does not call: defined on first use, by load_classes (below). A script defines
+-- every function of its text on each call (a closure each, and garbage to collect), and linking
+-- a closure's upvalues walks the list of every local captured so far (Lua 5.1's findupval): each
+-- top-level function costs its own creation and lengthens every later one's walk (the classes'
+-- 24 functions cost about 4 us of script CPU per call; the 9 others here, 7 % of an uncontended
+-- acquire's Lua instructions). The paths that queue, grant from the queue, or meet classes, tags
+-- or a quarantine load them: K.name of a function not defined yet loads them all (the
+-- metatable), so that no caller can call one before it is defined.
+-- One table, not a local each: every local a function uses is an upvalue its closure links at
+-- each call, and many cost as much as the functions themselves.
+local load_classes
+local K = setmetatable({}, {__index = function(k, name)
+    load_classes()
+    return rawget(k, name)
+end})
+
 -- ---- Eras and quarantine (docs/design.md, "Failover and data loss") ----
 -- Redis' holders may lack permits that processes still hold and use: after a failover (the new
 -- primary lacks the last writes), a restart (without persistence: everything), keys deleted by
@@ -249,17 +249,6 @@ end
 -- to (ERA); when a call finds another server, or the state missing on a server that started
 -- while beliefs from before may live, the semaphore enters a quarantine: no grant until every
 -- live holder has had the time (Q) to re-assert its permits by renewing (renew.lua).
-
--- Starts (or lengthens) a quarantine of Q from now: until then no grant is made.
-local function quarantine(s, now, why)
-    local till = now + QMS
-    if s.qleft and s.qleft > 0 and now + s.qleft > till then
-        till = now + s.qleft
-    end
-    redis.call('SET', s.ERA, TOKEN .. ' ' .. till .. ' ' .. why, 'PX', ERA_TTL)
-    count(s, 'quarantines')
-    s.qleft, s.why = till - now, why
-end
 
 -- What ERA (its value raw, or false) says of semaphore s now: how long its quarantine still lasts
 -- (ms; 0 = none), after starting one if the state is not the caller's server's. Sets s.qleft and
@@ -279,6 +268,9 @@ local function era(s, raw, now)
             end
         end
         return s.qleft
+    end
+    if raw == TOKEN .. ' 0 -' then
+        return 0 -- the common case, this server's era and no quarantine ever: no pattern to match
     end
     if raw then
         tok, till, why = string.match(raw, '^(%S+) (%d+) (%S+)$')
@@ -304,7 +296,7 @@ local function era(s, raw, now)
             return s.qleft
         end
         s.qleft = till > now and till - now or 0
-        quarantine(s, now, WHY.CHANGED)
+        K.quarantine(s, now, WHY.CHANGED)
         return s.qleft
     end
     -- Missing: a new pool, a pool idle for 7 days, or the state lost. Beliefs from before can
@@ -314,7 +306,7 @@ local function era(s, raw, now)
     -- which is no loss. So a deletion on the same server (FLUSHALL) is left to the evidence rule:
     -- the survivors' next renewal, see renew.lua.)
     if PREV ~= '' and PREV ~= TOKEN then
-        quarantine(s, now, (now < STARTED + LEASE + QMS) and WHY.RESTARTED or WHY.CHANGED)
+        K.quarantine(s, now, (now < STARTED + LEASE + QMS) and WHY.RESTARTED or WHY.CHANGED)
         return s.qleft
     end
     redis.call('SET', s.ERA, TOKEN .. ' 0 -', 'PX', ERA_TTL)
@@ -324,15 +316,6 @@ end
 -- ---- Classes (docs/design.md, "Classes and weights") ----
 -- The definition text: "aging=<ms>;default=<name>;<name>:<share>:<priority>:<wait_ms>:<cap>;...",
 -- share in percent of the limit, larger priority first, wait_ms and cap "-" for none.
-
--- Defined on first use, by load_classes (below): a script defines every function of its text on
--- each call (a closure each, and garbage to collect), which the uncontended path (nobody queued,
--- no classes defined, untagged ids) need not pay: 24 functions more cost about 4 us of script
--- CPU per call. The paths that queue, grant from the queue, or meet classes or tags load them.
--- One table, not a local each: every local a function uses is an upvalue its closure links at
--- each call, and many cost as much as the functions themselves.
-local K = {}
-local load_classes
 
 -- A pool has at most MAX_CLASSES classes (the C side's DBT_MAX_CLASSES, stated before this file
 -- by tools/embed-lua.sh): admin.lua refuses one more, and the workers ship no more. A definition
@@ -365,28 +348,23 @@ end
 -- The operator's controls of s (the limit override, nil when none; whether grants are stopped),
 -- its quarantine (ms left, 0 = none) and its class definitions (s.defs, nil when none), read once
 -- per call: one MGET.
-local function controls(s, now)
+-- A caller that read them already in an MGET of its own passes its reply, pre, where they are
+-- pre[at], pre[at + 1] and pre[at + 2] (a command fewer).
+local function controls(s, now, pre, at)
     if s.drained == nil then
-        local c = redis.call('MGET', s.LIM, s.DRAIN, s.ERA)
-        s.override, s.drained = tonumber(c[1]) or false, c[2] ~= false
+        local c, i = pre, at
+        if not c then
+            c, i = redis.call('MGET', s.LIM, s.DRAIN, s.ERA), 1
+        end
+        s.override, s.drained = tonumber(c[i]) or false, c[i + 1] ~= false
         local operator, shipped = defs_text(s.CLASSES), defs_text(s.CLASSES_SEEN)
         if operator or shipped then
             load_classes()
             s.defs = K.effective_defs(operator, shipped)
         end
-        era(s, c[3], now)
+        era(s, c[i + 2], now)
     end
     return s.override or nil, s.drained, s.qleft
-end
-
--- The operator's controls alone, without the era (a call that grants nothing need not start
--- the era of a pool it only looks at).
-local function operator_controls(s)
-    if s.drained == nil then
-        local c = redis.call('MGET', s.LIM, s.DRAIN)
-        return tonumber(c[1]), c[2] ~= false
-    end
-    return s.override or nil, s.drained
 end
 
 -- Id left the holders (or the queue) lawfully: remembered until `forget` (ms), so that a renewal
@@ -411,68 +389,6 @@ local function note_gone(s, now, ids, forget)
     redis.call('PEXPIRE', s.GONE, 2 * LEASE + QMS)
 end
 
--- The process ("cid") an id belongs to, "<G>~<cid>" whole for a process that shares with its
--- host (grants go to the process that queued); of an owner (below): the process, or the group G.
-local function cid_of(id)
-    return string.match(id, '^[^./#]+')
-end
-
--- Pushes msg to the wake list of process cid, on which its listener blocks (BLPOP); the list
--- lives TTL ms after its last push.
-local function wake(cid, msg)
-    local wk = WAKE .. cid
-    redis.call('RPUSH', wk, msg)
-    redis.call('PEXPIRE', wk, TTL)
-end
-
--- One waiter of id's process left the queue (granted, withdrawn, expired). Once the queue is
--- empty the counts start over: a client of an older version, which removes waiters without
--- counting, can only make them drift until then.
-local function unqueued(s, id)
-    load_classes()
-    local c = K.owner_of(id)
-    if c and redis.call('HINCRBY', s.OWN, c, -1) <= 0 then
-        redis.call('HDEL', s.OWN, c)
-    end
-    if redis.call('ZCARD', s.Q) == 0 then
-        redis.call('DEL', s.OWN)
-    end
-end
-
--- Tells the process whose waiters were the whole queue (OWN['*']), if any, to stop passing
--- permits between its threads (local handover, see acquire.lua): "f<kind>:<ticket>" on its wake
--- list, the ticket ordering the message against the replies to its own acquires. Unless `except`
--- is that process. An owner that is a host group G: on wake:<G>, which each process of the host
--- listens on beside its own list.
-local function end_sole(s, except)
-    local sole = redis.call('HGET', s.OWN, '*')
-    if not sole or sole == except then
-        return sole
-    end
-    wake(cid_of(sole), WAKE_MSG.FOREIGN .. s.kind .. ':' .. redis.call('INCR', s.SEQ))
-    redis.call('HDEL', s.OWN, '*')
-    expire_new(s, s.SEQ)
-    return false
-end
-
--- A permit kept between commands (DBTHROTTLE_CACHE_PERMITS) serves its connection's next command
--- without asking Redis: a drain or a new limit would not reach it, and a connection whose commands
--- come back to back would run on in a drained pool (drain --wait would never end) or above a lower
--- limit. Every holding process is told to give back what it keeps, as when a waiter queues:
--- "r<kind>:<ticket>", with a ticket of its own, so that a grant made before it cannot undo it.
--- (admin.lua's limit and drain, adapt.lua's set.)
-local function recall_kept(s)
-    local ticket, told = redis.call('INCR', s.SEQ), {}
-    expire_new(s, s.SEQ)
-    for _, h in ipairs(redis.call('ZRANGE', s.H, 0, -1)) do
-        local cid = string.match(h, '^[^.]+')
-        if cid and not told[cid] then
-            told[cid] = true
-            wake(cid, WAKE_MSG.RECALL .. s.kind .. ':' .. ticket)
-        end
-    end
-end
-
 -- Expired entries are removed a bounded batch per call; each is removed once. Until then they
 -- count as holders, which can only under-admit.
 local REAP_BATCH = 64
@@ -488,7 +404,7 @@ local function hold(s, id, w, exp, units_before)
     if w == 1 then
         redis.call('ZADD', s.H, exp, id) -- the common case, without on_units' tables
     else
-        on_units('ZADD', s.H, id, w, exp)
+        K.on_units('ZADD', s.H, id, w, exp)
     end
     if units_before == 0 then
         expire_new(s, s.H) -- the key is new
@@ -497,7 +413,7 @@ local function hold(s, id, w, exp, units_before)
     if tag then
         load_classes()
         local hk = K.tag_holders(s, tag)
-        K.expire_if_new(s, hk, on_units('ZADD', hk, id, w, exp))
+        K.expire_if_new(s, hk, K.on_units('ZADD', hk, id, w, exp))
         K.note_tag(s, tag)
     end
 end
@@ -505,19 +421,132 @@ end
 -- Id's permit leaves the holders, all its units. Returns 1 if it was held, else 0.
 local function unhold(s, id)
     local tag, w = shape_of(id)
-    local n = (w == 1) and redis.call('ZREM', s.H, id) or on_units('ZREM', s.H, id, w)
+    local n = (w == 1) and redis.call('ZREM', s.H, id) or K.on_units('ZREM', s.H, id, w)
     if tag then
         load_classes()
-        on_units('ZREM', K.tag_holders(s, tag), id, w)
+        K.on_units('ZREM', K.tag_holders(s, tag), id, w)
     end
     return n > 0 and 1 or 0
 end
 
--- The class machinery (see the declarations above controls()).
+-- The class machinery and the other functions of paths beyond the uncontended one (see the
+-- declaration of K above era()).
 load_classes = function()
-    if K.parse_defs then
+    if rawget(K, 'parse_defs') then
         return
     end
+    -- The limit a waiter configured travels in its id, so whoever releases grants by the waiter's
+    -- own limit: a caller is never admitted beyond what it configured.
+    K.limit_of = function(id)
+        return tonumber(string.match(id, '^[^#]*%.(%d+)')) or 1
+    end
+
+    -- Runs `cmd key [flag] score member ...` (ZADD) or `cmd key member ...` (ZREM) over the
+    -- members of a permit of weight w: id, id#2 .. id#w, a batch at a time (UNIT_BATCH).
+    -- Returns how many the command counted (added, removed).
+    K.on_units = function(cmd, key, id, w, score, flag)
+        local n, k = 0, 1
+        while k <= w do
+            local args = {key}
+            if flag then
+                args[#args + 1] = flag
+            end
+            for j = k, math.min(w, k + UNIT_BATCH - 1) do
+                if score then
+                    args[#args + 1] = score
+                end
+                args[#args + 1] = (j == 1) and id or (id .. '#' .. j)
+            end
+            n = n + redis.call(cmd, unpack(args))
+            k = k + UNIT_BATCH
+        end
+        return n
+    end
+
+    -- Starts (or lengthens) a quarantine of Q from now: until then no grant is made.
+    K.quarantine = function(s, now, why)
+        local till = now + QMS
+        if s.qleft and s.qleft > 0 and now + s.qleft > till then
+            till = now + s.qleft
+        end
+        redis.call('SET', s.ERA, TOKEN .. ' ' .. till .. ' ' .. why, 'PX', ERA_TTL)
+        count(s, 'quarantines')
+        s.qleft, s.why = till - now, why
+    end
+
+    -- The operator's controls alone, without the era (a call that grants nothing need not start
+    -- the era of a pool it only looks at).
+    K.operator_controls = function(s)
+        if s.drained == nil then
+            local c = redis.call('MGET', s.LIM, s.DRAIN)
+            return tonumber(c[1]), c[2] ~= false
+        end
+        return s.override or nil, s.drained
+    end
+
+    -- The process ("cid") an id belongs to, "<G>~<cid>" whole for a process that shares with its
+    -- host (grants go to the process that queued); of an owner (below): the process, or the group
+    -- G.
+    K.cid_of = function(id)
+        return string.match(id, '^[^./#]+')
+    end
+
+    -- Pushes msg to the wake list of process cid, on which its listener blocks (BLPOP); the list
+    -- lives TTL ms after its last push.
+    K.wake = function(cid, msg)
+        local wk = WAKE .. cid
+        redis.call('RPUSH', wk, msg)
+        redis.call('PEXPIRE', wk, TTL)
+    end
+
+    -- One waiter of id's process left the queue (granted, withdrawn, expired). Once the queue is
+    -- empty the counts start over: a client of an older version, which removes waiters without
+    -- counting, can only make them drift until then.
+    K.unqueued = function(s, id)
+        load_classes()
+        local c = K.owner_of(id)
+        if c and redis.call('HINCRBY', s.OWN, c, -1) <= 0 then
+            redis.call('HDEL', s.OWN, c)
+        end
+        if redis.call('ZCARD', s.Q) == 0 then
+            redis.call('DEL', s.OWN)
+        end
+    end
+
+    -- Tells the process whose waiters were the whole queue (OWN['*']), if any, to stop passing
+    -- permits between its threads (local handover, see acquire.lua): "f<kind>:<ticket>" on its wake
+    -- list, the ticket ordering the message against the replies to its own acquires. Unless
+    -- `except` is that process. An owner that is a host group G: on wake:<G>, which each process of
+    -- the host listens on beside its own list.
+    K.end_sole = function(s, except)
+        local sole = redis.call('HGET', s.OWN, '*')
+        if not sole or sole == except then
+            return sole
+        end
+        K.wake(K.cid_of(sole), WAKE_MSG.FOREIGN .. s.kind .. ':' .. redis.call('INCR', s.SEQ))
+        redis.call('HDEL', s.OWN, '*')
+        expire_new(s, s.SEQ)
+        return false
+    end
+
+    -- A permit kept between commands (DBTHROTTLE_CACHE_PERMITS) serves its connection's next
+    -- command without asking Redis: a drain or a new limit would not reach it, and a connection
+    -- whose commands come back to back would run on in a drained pool (drain --wait would never
+    -- end) or above a lower limit. Every holding process is told to give back what it keeps, as
+    -- when a waiter queues: "r<kind>:<ticket>", with a ticket of its own, so that a grant made
+    -- before it cannot undo it. (admin.lua's limit and drain, adapt.lua's set.)
+    K.recall_kept = function(s)
+        local ticket, told = redis.call('INCR', s.SEQ), {}
+        expire_new(s, s.SEQ)
+        for _, h in ipairs(redis.call('ZRANGE', s.H, 0, -1)) do
+            local cid = string.match(h, '^[^.]+')
+            if cid and not told[cid] then
+                told[cid] = true
+                K.wake(cid, WAKE_MSG.RECALL .. s.kind .. ':' .. ticket)
+            end
+        end
+    end
+
     K.class_name_ok = function(n)
         return n ~= nil and #n >= 1 and #n <= 32 and n ~= '-' and string.match(n, '^[a-z0-9_%-]+$') ~= nil
     end
@@ -570,8 +599,8 @@ load_classes = function()
         return {name = 'default', share = 0, priority = 0, wait = -1, cap = -1, implicit = true}
     end
 
-    -- A definition text: {aging, default (its name or ""), list (in order), by (name -> class), dflt
-    -- (the default class), over}, or nil and what is wrong with it. Over the cap (more than
+    -- A definition text: {aging, default (its name or ""), list (in order), by (name -> class),
+    -- dflt (the default class), over}, or nil and what is wrong with it. Over the cap (more than
     -- MAX_CLASSES classes, or longer than DEFS_MAX_BYTES: see defs_text), only the first
     -- MAX_CLASSES classes of the whole parts within DEFS_MAX_BYTES are read, and `over` is true.
     K.parse_defs = function(text)
@@ -664,9 +693,9 @@ load_classes = function()
     -- Id's permit is renewed until exp (only the units still held: XX).
     K.renew_units = function(s, id, exp)
         local tag, w = shape_of(id)
-        on_units('ZADD', s.H, id, w, exp, 'XX')
+        K.on_units('ZADD', s.H, id, w, exp, 'XX')
         if tag then
-            on_units('ZADD', K.tag_holders(s, tag), id, w, exp, 'XX')
+            K.on_units('ZADD', K.tag_holders(s, tag), id, w, exp, 'XX')
         end
     end
 
@@ -716,7 +745,7 @@ load_classes = function()
     -- list every process of the host listens on.
     K.owner_of = function(id)
         local tag, w = shape_of(id)
-        local cid = cid_of(id)
+        local cid = K.cid_of(id)
         if cid then
             cid = string.match(cid, '^([^~]+)~') or cid
         end
@@ -769,7 +798,7 @@ load_classes = function()
         local best, bt, bp, bk
         local function consider(id, ticket)
             local c = K.class_of(d, (shape_of(id)))
-            local tier = ((st.held[c.name] or 0) < K.guarantee(c, s.override or limit_of(id))) and 0 or 1
+            local tier = ((st.held[c.name] or 0) < K.guarantee(c, s.override or K.limit_of(id))) and 0 or 1
             if not best or tier < bt or (tier == bt and (c.priority > bp or (c.priority == bp and ticket < bk))) then
                 best, bt, bp, bk = {id = id, cls = c}, tier, c.priority, ticket
             end
@@ -835,7 +864,7 @@ local function reap(s, now)
         note_gone(s, now, gone, now + 2 * LEASE)
         for _, id in ipairs(gone) do
             if redis.call('ZREM', s.Q, id) == 1 then
-                unqueued(s, id)
+                K.unqueued(s, id)
             end
             redis.call('ZREM', K.tag_queue(s, shape_of(id) or '-'), id)
         end
@@ -861,6 +890,7 @@ end
 local function pump(s, now)
     local granted = 0
     if not redis.call('ZRANGE', s.Q, 0, 0)[1] then
+        s.idle = true -- (the caller need not count the queue again)
         return 0 -- the common case: nobody waits, and the controls need not be read
     end
     local override, drained, q = controls(s, now)
@@ -876,15 +906,15 @@ local function pump(s, now)
             break
         end
         local head = pick.id
-        local w, clamped = units_at(head, override or limit_of(head))
-        if st.units + w > (override or limit_of(head)) then
+        local w, clamped = units_at(head, override or K.limit_of(head))
+        if st.units + w > (override or K.limit_of(head)) then
             break
         end
         local exp = tonumber(redis.call('ZSCORE', s.W, head)) or (now + LEASE)
         redis.call('ZREM', s.Q, head)
         redis.call('ZREM', s.W, head)
         K.unqueue_tag(s, head)
-        unqueued(s, head)
+        K.unqueued(s, head)
         hold(s, head, w, exp, st.units)
         st.units = st.units + w
         if d then
@@ -907,7 +937,7 @@ local function pump(s, now)
         if pick.aged then
             count(s, 'aged')
         end
-        wake(cid_of(head), WAKE_MSG.GRANT .. s.kind .. ':' .. head)
+        K.wake(K.cid_of(head), WAKE_MSG.GRANT .. s.kind .. ':' .. head)
         granted = granted + 1
     end
     return granted
@@ -918,10 +948,11 @@ end
 -- refreshed together once half of SEEN's TTL has passed, so most calls pay one PTTL; a key
 -- created in between gets its TTL where it is created (expire_new), never shorter than SEEN's.
 local function touch(s, force)
-    local t = redis.call('PTTL', s.SEEN)
+    local t = seen_pttl(s)
     if not force and t ~= -2 and t >= TTL / 2 then
         return
     end
+    s.seen_pttl = false -- refreshed below (or, -2, still missing): read again if asked
     load_classes()
     local keys = {s.H, s.Q, s.W, s.SEQ, s.SEEN, s.INFO, s.OWN, s.CLASSES_SEEN, s.TAGS}
     local per_tag_at = #keys + 1

@@ -40,7 +40,8 @@ if seen ~= ARG.limit then
     if seen then
         redis.call('SET', S.SEEN, ARG.limit, 'KEEPTTL')
     else
-        redis.call('SET', S.SEEN, ARG.limit, 'PX', floor_ttl(S))
+        S.seen_pttl = floor_ttl(S)
+        redis.call('SET', S.SEEN, ARG.limit, 'PX', S.seen_pttl)
     end
 end
 if seen == ARG.limit then
@@ -51,7 +52,11 @@ end
 -- would pick it before every waiter). The operator's override, when set, is every caller's limit;
 -- while the pool is drained, everyone queues. Its permit takes its weight in units, cut to the
 -- limit (it then runs alone).
-local override, drained, q = controls(S, now)
+-- One MGET reads the ticket counter (no command below changes it before the reply's ticket or the
+-- recall's) and the operator's controls (controls() takes them, unless pump read them already).
+local pre = redis.call('MGET', S.SEQ, S.LIM, S.DRAIN, S.ERA)
+local seq = tonumber(pre[1] or '0')
+local override, drained, q = controls(S, now, pre, 2)
 local d = S.defs
 local cls = d and K.class_of(d, (shape_of(id)))
 local klass, cwait, ccap = cls and cls.name or false, cls and cls.wait or -1, cls and cls.cap or -1
@@ -63,7 +68,7 @@ end
 local L = override or limit
 local w, clamped = units_at(id, L)
 local holders = redis.call('ZCARD', S.H)
-local waiting = redis.call('ZCARD', S.Q)
+local waiting = S.idle and 0 or redis.call('ZCARD', S.Q) -- (pump found it empty: unchanged since)
 local fits = not drained and q == 0 and holders + w <= L
 local grant = fits and waiting == 0
 local st
@@ -86,7 +91,7 @@ if grant then
     -- the queue length: 0, or the waiters a class under its guarantee was granted past (its
     -- process must not keep the permit idle while they wait)
     return answer{status = GRANT.GRANTED, holders = holders + w, queue = waiting,
-        ticket = tonumber(redis.call('GET', S.SEQ) or '0')}
+        ticket = seq}
 end
 if try_only then
     count(S, 'refused')
@@ -111,14 +116,14 @@ end
 -- not undo it. Once per transition from an empty queue, one push per holding process
 -- (O(holders), at most the limit); while the queue stays non-empty no permit is granted to anyone
 -- who would keep it (grants from the queue are never kept).
-if redis.call('ZCARD', S.Q) == 0 and holders > 0 then
-    local next_ticket = tonumber(redis.call('GET', S.SEQ) or '0') + 1
+if waiting == 0 and holders > 0 then -- (the queue is as counted above: nothing since changed it)
+    local next_ticket = seq + 1
     local told = {}
     for _, h in ipairs(redis.call('ZRANGE', S.H, 0, -1)) do
         local cid = string.match(h, '^[^.]+')
         if cid and not told[cid] then
             told[cid] = true
-            wake(cid, WAKE_MSG.RECALL .. S.kind .. ':' .. next_ticket)
+            K.wake(cid, WAKE_MSG.RECALL .. S.kind .. ':' .. next_ticket)
         end
     end
 end
@@ -147,7 +152,7 @@ local mine = redis.call('HINCRBY', S.OWN, owner, 1)
 if mine == 1 then
     expire_new(S, S.OWN)
 end
-local sole = end_sole(S, owner)
+local sole = K.end_sole(S, owner)
 local qlen = redis.call('ZCARD', S.Q)
 -- Not while the operator drains the pool or holds it below what is held now: the permits must
 -- come back to Redis for that (admin.lua ends it for those already alone).

@@ -86,8 +86,8 @@ elseif op == OP.SET then
         -- what a new limit means for the pool, as admin.lua's limit: kept permits are called
         -- back, a process passing permits between its threads gives them back, and the waiters
         -- that now fit are granted
-        recall_kept(S)
-        end_sole(S, nil)
+        K.recall_kept(S)
+        K.end_sole(S, nil)
         reap(S, now)
         granted = pump(S, now)
     end

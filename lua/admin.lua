@@ -139,12 +139,12 @@ else
 end
 -- Permits kept between commands would not see a new limit or a drain (see recall_kept).
 if op == OP.DRAIN or op == OP.LIMIT then
-    recall_kept(S)
+    K.recall_kept(S)
 end
 -- A process passing permits between its own threads (local handover) would not see a new
 -- limit, a drain, an eviction or new classes: it is told to stop and give its permits back to Redis.
 if op ~= OP.CLEAR and op ~= OP.RESUME then
-    end_sole(S, nil)
+    K.end_sole(S, nil)
 end
 reap(S, now)
 local granted = pump(S, now)

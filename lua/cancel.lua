@@ -8,7 +8,7 @@ load_classes() -- tag_queue, owner_of
 note_gone(S, now, {id}, now + QMS) -- as release.lua
 local result = OUTCOME.UNKNOWN
 if redis.call('ZREM', S.Q, id) == 1 then
-    unqueued(S, id)
+    K.unqueued(S, id)
     result = OUTCOME.WITHDRAWN
 elseif unhold(S, id) == 1 then
     result = OUTCOME.RETURNED

@@ -210,10 +210,10 @@ local function renew_holders(s, n)
                 late[#late + 1] = id
             elseif TOKEN ~= '' and not left_lately(s, id) then
                 if s.qleft == 0 then
-                    quarantine(s, now, WHY.LOST) -- neither expired nor given back: data was lost
+                    K.quarantine(s, now, WHY.LOST) -- neither expired nor given back: data was lost
                 end
                 -- all its units, as many as a grant at its limit gives
-                hold(s, id, (units_at(id, s.override or limit_of(id))), exp)
+                hold(s, id, (units_at(id, s.override or K.limit_of(id))), exp)
                 note_who(s, id, now, reasserter())
                 note_doing(s, id, group_arg(GROUP.doing, held_before + i - at, 'doing'))
                 back = back + 1
@@ -246,7 +246,7 @@ local function renew_waiters(s, n)
                 load_classes()
                 redis.call('ZREM', s.W, id)
                 redis.call('ZREM', s.Q, id)
-                unqueued(s, id)
+                K.unqueued(s, id)
                 redis.call('ZREM', K.tag_queue(s, shape_of(id) or '-'), id)
             elseif unhold(s, id) == 1 then
                 observe_hold(s, redis.call('HGET', s.INFO, id), now)
@@ -267,7 +267,7 @@ local function renew_waiters(s, n)
             -- its place was lost with the state (it neither expired nor left): queued again, at
             -- the end, and no grant until the holders have re-asserted theirs
             if s.qleft == 0 then
-                quarantine(s, now, WHY.LOST)
+                K.quarantine(s, now, WHY.LOST)
             end
             local ticket = redis.call('INCR', s.SEQ)
             redis.call('ZADD', s.Q, ticket, id)
@@ -277,7 +277,7 @@ local function renew_waiters(s, n)
             if owner and redis.call('HINCRBY', s.OWN, owner, 1) == 1 then
                 expire_new(s, s.OWN)
             end
-            end_sole(s, owner)
+            K.end_sole(s, owner)
             note_who(s, id, now, reasserter())
             for _, k in ipairs({s.SEQ, s.Q, s.W}) do
                 expire_new(s, k)
@@ -332,7 +332,7 @@ for k = 0, NKINDS - 1 do
     end
     queued[k + 1] = redis.call('ZCARD', s.Q)
     -- whether local handover may go on: not while drained or held above the operator's limit
-    local override, drained = operator_controls(s)
+    local override, drained = K.operator_controls(s)
     local ok = not drained and (not override or redis.call('ZCARD', s.H) <= override)
     allowed[k + 1] = ok and 1 or 0
     quarantined[k + 1] = s.qleft or 0

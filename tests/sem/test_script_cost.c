@@ -1,0 +1,97 @@
+/* What an uncontended grant costs Redis in commands run inside the scripts, counted by Redis
+ * itself (INFO commandstats): each command a script runs costs Redis about a microsecond of its
+ * one core, whatever the command, and every grant of every pool shares that core
+ * (docs/performance.md, "What each script costs Redis"). The scripts are called as the library
+ * calls them (dbt_build_acquire, dbt_build_release, bound to the server's era), on one process'
+ * pool where nobody waits. */
+#include "script_protocol.h"
+#include "sem_fixture.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+TestSuite(script_cost, .init = fx_redis_start, .fini = fx_stop);
+
+/* Calls one script by EVAL (its text as the library sends it), asserting it did not fail. */
+static void run(redisContext *rc, dbt_script_call *c)
+{
+    const char *argv[3 + 2 * DBT_NKEYS + 2 + DBT_CALL_MAX_FIXED_ARGS];
+    char nkeys[8];
+    snprintf(nkeys, sizeof nkeys, "%d", c->nkeys);
+    int argc = 0;
+    argv[argc++] = "EVAL";
+    argv[argc++] = c->script->body;
+    argv[argc++] = nkeys;
+    for (int i = 0; i < c->nkeys; i++)
+        argv[argc++] = c->keys[i];
+    for (int i = 0; i < c->nargs; i++)
+        argv[argc++] = c->args[i];
+    redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
+    cr_assert_not_null(r);
+    cr_assert_neq(r->type, REDIS_REPLY_ERROR, "%s: %s", c->script->name, r->str);
+    freeReplyObject(r);
+}
+
+/* The calls of one command in INFO commandstats (0 when it never ran). */
+static long long calls_of(redisContext *rc, const char *cmd)
+{
+    redisReply *r = redisCommand(rc, "INFO commandstats");
+    cr_assert(r && r->type == REDIS_REPLY_STRING);
+    char line[64];
+    snprintf(line, sizeof line, "cmdstat_%s:calls=", cmd);
+    const char *at = strstr(r->str, line);
+    long long n = at ? atoll(at + strlen(line)) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* A grant and its release where nobody waits: the limit seen's TTL, which paces the keys' TTLs, is
+ * read once per script (a key the call creates gets its TTL from that one reading, not from a
+ * PTTL each), and the ticket counter with the operator's controls in one MGET (the limit seen
+ * stays a GET: the workers' documented ACL needs it, tests/cli/acl.sh). */
+Test(script_cost, an_uncontended_grant_reads_each_thing_once, .timeout = 30)
+{
+    enum { CYCLES = 20 };
+    dbt_config cfg = {.lease_ms = 10000, .redis_timeout_ms = 1000};
+    dbt_keys keys;
+    cr_assert(dbt_keys_init(&keys, "dbthrottle:", "cost"));
+    redisContext *rc = test_redis_connect(&fx_redis);
+    cr_assert_not_null(rc);
+    redisReply *info = redisCommand(rc, "INFO server");
+    cr_assert(info && info->type == REDIS_REPLY_STRING);
+    char run_id[41] = "";
+    const char *at = strstr(info->str, "run_id:");
+    cr_assert_not_null(at);
+    snprintf(run_id, sizeof run_id, "%.40s", at + 7);
+    freeReplyObject(info);
+    char id[64];
+    for (int i = 0; i <= CYCLES; i++) {
+        if (i == 1) /* the first call made the pool's keys: count from the second */
+            freeReplyObject(redisCommand(rc, "CONFIG RESETSTAT"));
+        snprintf(id, sizeof id, "00000000000000ab.%d.64", i + 1);
+        dbt_acquire_call a = {.id = id, .limit = 64, .who = "host 1 c1"};
+        dbt_script_call c;
+        dbt_build_acquire(&c, &keys, DBT_KIND_QUERY, &cfg, &a);
+        dbt_script_bind_era(&c, run_id, 0);
+        run(rc, &c);
+        dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id);
+        dbt_script_bind_era(&c, run_id, 0);
+        run(rc, &c);
+    }
+    long long scripts = calls_of(rc, "eval"), pttl = calls_of(rc, "pttl");
+    long long reads = calls_of(rc, "get") + calls_of(rc, "mget"), zcard = calls_of(rc, "zcard");
+    /* (after the counts, which this ZCARD would change) every call was a grant and its release:
+     * the holders are empty again */
+    cr_assert_eq(test_redis_int(&fx_redis, "ZCARD %s", keys.keys[DBT_KIND_QUERY][DBT_K_HOLDERS]),
+                 0);
+    cr_assert_eq(scripts, 2 * CYCLES);
+    cr_expect_leq(pttl, scripts, "%lld PTTL in %lld script calls: more than one a call", pttl,
+                  scripts);
+    cr_expect_leq(reads, 2 * CYCLES, "%lld GET and MGET in %d grants: more than two a grant", reads,
+                  CYCLES);
+    cr_expect_leq(zcard, CYCLES, "%lld ZCARD in %d grants: the queue counted again", zcard, CYCLES);
+    redisFree(rc);
+    dbt_keys_free(&keys);
+}
