@@ -5,7 +5,8 @@
 --   drain    no grant is made (waiters wait) until resume
 --   resume   grants again, at once for the waiters that fit
 --   evict ID frees one held permit by hand (all its units; ID may name one, "id#k") and passes
---            it on; its process, at its next renewal,
+--            it on; its process is told at once to give back the permits it keeps between
+--            commands ("r<kind>:<ticket>", as a waiter's arrival), and at its next renewal
 --            learns that it was evicted ('e': renew.lua reports "e:ID"; so does every renewal that
 --            names ID within two leases, the permit may be passing between processes of a host)
 --   evict_cancel ID  the same, marked 'x': the process also cancels the command running on it
@@ -51,6 +52,15 @@ elseif op == OP.EVICT or op == OP.EVICT_CANCEL then
         redis.call('ZADD', S.GONE, forget, arg, forget, mark .. ':' .. arg)
         redis.call('PEXPIRE', S.GONE, 2 * LEASE + QMS)
         count(S, 'evicted')
+        -- Its unit is free now, and goes to the next caller at once: a process that keeps the
+        -- permit between commands (DBTHROTTLE_CACHE_PERMITS) would run its next ones on it until
+        -- a renewal told it (lease/3 later), beside the new holder. It is told now, as a waiter's
+        -- arrival tells it: "r<kind>:<ticket>" on its wake list, so it gives back what it keeps
+        -- (the host's shelf too) and asks Redis for its next command. A command running on the
+        -- permit runs to its end, as before (evict_cancel cancels it at the renewal).
+        local ticket = redis.call('INCR', S.SEQ)
+        expire_new(S, S.SEQ)
+        K.wake(string.match(arg, '^[^.]+'), WAKE_MSG.RECALL .. S.kind .. ':' .. ticket)
     else
         info = false
     end

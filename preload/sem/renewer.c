@@ -198,6 +198,16 @@ static void apply_lost(dbt_pool *p, const dbt_renew_reply *reply, dbt_cancels *c
         default:
             break;
         }
+        /* Kept idle on the host's shelf, a permit Redis no longer counts would be taken there by
+         * another process of the host, with no Redis call, and run beside its next holder until
+         * that process' own renewal: off the shelf now (this process gives it back, lost). One
+         * that another process took meanwhile is that one's, as in renew()'s loop. */
+        if (s && s->lost && s->shelf && s->parked && !dbt_sharing_unshelve_own(p, s)) {
+            s->parked = false;
+            p->nparked--;
+            dbt_unlink_slot(p, s);
+            s->state = SLOT_RETURNED; /* its owner frees it */
+        }
     }
     for (size_t i = 0; i < reply->lost_waiters.n; i++) {
         struct dbt_slot *s = dbt_find_slot(p, dbt_reply_id(&reply->lost_waiters, i));

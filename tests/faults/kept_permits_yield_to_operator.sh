@@ -58,5 +58,29 @@ check "kept_permits_yield_to_operator: limit lowered to 1 under two kept permits
 wait_until 10 '[ "$(probes ky_limit)" -ge 20 ]'
 for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
 wait_workers
+
+# ---- an eviction --------------------------------------------------------------------------------
+# A permit evicted while its keeper runs statements back to back on it. Nobody waits, so no
+# waiter's recall takes it back; Redis gives its unit to the next caller at once. The keeper must
+# not go on using it until its next renewal (lease/3: 10 s here, so that the renewal cannot be
+# what stops it): at most 1 statement at once at the server once the evicted statement ended.
+ke_env="DBTHROTTLE_CACHE_PERMITS=on DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=ke DBTHROTTLE_WAIT_TIMEOUT=60s DBTHROTTLE_LEASE=30s"
+wargs="-n 0 -s 2" spawn "$work/ke.1" PGAPPNAME=ky_evict $ke_env
+mark
+wait_until 10 '[ "$(probes ky_evict)" -ge 20 ] && [ "$(live_holders q "dbthrottle:{ke}")" -eq 1 ]'
+ke_id=$(rcli zrange "dbthrottle:{ke}:q:holders" 0 0)
+"$D" evict ke "$ke_id" >"$work/ke.evict.out" 2>&1
+ke_rc=$?
+wargs="-n 0 -s 2" spawn "$work/ke.2" PGAPPNAME=ky_evict $ke_env
+# The evicted permit's statement then running ends within its 2 ms: counted from a moment later.
+sleep 0.2
+mark
+sleep 2
+ke_max=$(max_conc ky_evict)
+ke_n=$(probes ky_evict)
+check "kept_permits_yield_to_operator: a kept permit evicted (rc $ke_rc) under a worker that runs statements back to back, a second worker started: at most 1 statement at once at the server since (saw $ke_max over $ke_n statements)" \
+    '[ "$ke_rc" -eq 0 ] && [ "$ke_max" -le 1 ] && [ "$ke_n" -ge 20 ]'
+for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
+wait_workers
 wargs=
 check "kept_permits_yield_to_operator: nothing held or queued in the end" 'nothing_left'
