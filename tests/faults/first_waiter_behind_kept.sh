@@ -20,7 +20,9 @@ $(redis_nice) "$top/build/bench/delay-proxy" 0 127.0.0.1 "$rport" $((fw_d * 1000
 fw_proxy=$!
 wait_until 5 '[ -s "$fw_proxy_port_file" ]'
 fw_url=redis://127.0.0.1:$(cat "$fw_proxy_port_file")
-rcli monitor >"$work/fw.monitor" &
+# redis-cli itself, not the rcli function: killing the subshell a function runs in would leave
+# redis-cli reading until the suite stops Redis ("Error: Server closed the connection").
+redis-cli -p "$rport" monitor >"$work/fw.monitor" &
 fw_mon=$!
 fw_common="DBTHROTTLE_POOL=$fw_pool DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=30s DBTHROTTLE_ON_REDIS_ERROR=closed DBTHROTTLE_REDIS_TIMEOUT=5s"
 mkdir -p "$work/fw.hostA" "$work/fw.hostB"
