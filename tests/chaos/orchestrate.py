@@ -5,6 +5,7 @@ when, by this process' clock) for check.py. Judges nothing.
 Usage: orchestrate.py SEED SECONDS RUN_DIR REDIS_PORT (environment: CHAOS_LIB, the
 library to preload; CHAOS_CLI, the dbthrottle command; CHAOS_PGDIR, the PostgreSQL of run.sh;
 CHAOS_TOP, the source tree; CHAOS_MODE, to force closed or open; CHAOS_NEMESIS=off, no faults;
+CHAOS_LOG_LEVEL, the workers' DBTHROTTLE_LOG_LEVEL (info);
 PG* as libpq reads them).
 Redis is left running at the end (its port in RUN_DIR/redis.port, its pid in RUN_DIR/redis.pid,
 or the Sentinel topology's servers in RUN_DIR/sentinel) so that run.sh can read what is left in it; every worker has exited, or been killed and said so in the history.
@@ -130,7 +131,8 @@ def worker_env(host):
         "DBTHROTTLE_SHARE_DIR": os.path.join(run_dir, "host%d" % host),
         # The library's own account (events counted as information, never judged): one file for
         # all, one write() per line.
-        "DBTHROTTLE_LOG": os.path.join(run_dir, "library.log"), "DBTHROTTLE_LOG_LEVEL": "info"})
+        "DBTHROTTLE_LOG": os.path.join(run_dir, "library.log"),
+        "DBTHROTTLE_LOG_LEVEL": os.environ.get("CHAOS_LOG_LEVEL", "info")})
     return env
 
 

@@ -11,6 +11,7 @@
 #   CHAOS_SECONDS=N   each run's length (default 30)
 #   CHAOS_MODE=closed|open  forces the mode the seed would draw
 #   CHAOS_NEMESIS=off       the same workload without faults (the control: it must pass)
+#   CHAOS_LOG_LEVEL=debug   the library's log level in the workers (info by default)
 #
 # One PostgreSQL serves every run (the probe logs its own start and end); each run has its own
 # Redis, delay proxy and workers (tests/chaos/orchestrate.py), then tests/chaos/check.py prints its
