@@ -173,6 +173,8 @@ static const dbt_script *const all_scripts[] = {&dbt_script_acquire, &dbt_script
 enum { NSCRIPTS = sizeof all_scripts / sizeof *all_scripts };
 
 static redisReply *read_reply(dbt_redis *r, char *err);
+static long format_eval(const dbt_script *s, int nkeys, const char *const *keys, int nargs,
+                        const char *const *args, char **out);
 
 /* The minimum Redis the scripts run on: PEXPIRE ... NX came with 7.0. */
 #define MIN_REDIS_MAJOR 7
@@ -329,6 +331,46 @@ dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const c
         freeReplyObject(rep);
     }
     return r;
+}
+
+dbt_redis *dbt_redis_open_blind(const dbt_config *cfg, const dbt_endpoint *ep, const char *user,
+                                const char *password, char *err)
+{
+    if (cfg->redis.tls) {
+        /* A TLS handshake is answered by the server itself: nothing is written before it. */
+        set_err(err, "redis", "not over TLS");
+        return NULL;
+    }
+    dbt_redis *r = dbt_redis_open(cfg, ep, NULL, NULL, err);
+    if (!r)
+        return NULL;
+    char db[16];
+    snprintf(db, sizeof db, "%d", cfg->redis.db);
+    const char *auth[] = {"AUTH", user ? user : password, password};
+    const char *select[] = {"SELECT", db};
+    if ((password && !append_argv(r, user ? 3 : 2, auth, NULL)) ||
+        (cfg->redis.db != 0 && !append_argv(r, 2, select, NULL))) {
+        set_err(err, "redis", "out of memory");
+        dbt_redis_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+bool dbt_redis_append_eval(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
+                           int nargs, const char *const *args, char *err)
+{
+    char *cmd = NULL;
+    long len = format_eval(s, nkeys, keys, nargs, args, &cmd);
+    if (len < 0) {
+        set_err(err, "redis", "cannot format the command");
+        return false;
+    }
+    bool ok = append_raw(r, cmd, (size_t)len);
+    if (!ok)
+        set_err(err, "redis", "out of memory");
+    redisFreeCommand(cmd);
+    return ok;
 }
 
 dbt_redis *dbt_redis_ready(const dbt_config *cfg, dbt_redis *r, char *err)

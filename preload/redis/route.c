@@ -105,6 +105,18 @@ dbt_redis *dbt_redis_connect_for(const dbt_config *cfg, const char *route, char 
     return r;
 }
 
+dbt_redis *dbt_redis_connect_blind(const dbt_config *cfg, char *err)
+{
+    /* Behind Sentinel the master is known only from the sentinels' answers, and a Cluster's node
+     * only from its slot map: nothing for a blind write to go to. */
+    if (cfg->redis.nsentinels > 0 || dbt_cluster_routing(cfg)) {
+        snprintf(err, DBT_ERRLEN, "redis: not behind Sentinel or Cluster");
+        return NULL;
+    }
+    dbt_endpoint ep = url_endpoint(cfg);
+    return dbt_redis_open_blind(cfg, &ep, cfg->redis.user, cfg->redis.password, err);
+}
+
 bool dbt_redis_outdated(const dbt_redis *r)
 {
     return r->route.sentinel_gen && r->route.sentinel_gen != dbt_sentinel_generation();

@@ -84,8 +84,45 @@ static void send_release_io(dbt_pool *p, dbt_kind kind, const char *id)
         dbt_defer_op(p, false, kind, id);
 }
 
+/* ops written blind on a connection of their own (dbt_redis_connect_blind), no reply awaited. A
+ * Redis that answers nothing in time (stalled, or slower than DBTHROTTLE_REDIS_TIMEOUT) runs them
+ * whenever it reads them, where a new connection of the pool's writes nothing before Redis has
+ * answered its INFO and script loads: a process that exits in such an outage left its permits
+ * and places to their leases (make chaos: the limit unused for 1.4 s after a slow Redis ended).
+ * Sent without an era (as when INFO is refused): they may reach another server (a restart), where
+ * a release or withdrawal of an id it lacks does nothing. Without p->mu. */
+static void send_blind(dbt_pool *p, const dbt_owed_op *ops, int n)
+{
+    char err[DBT_ERRLEN];
+    dbt_redis *r = n > 0 ? dbt_redis_connect_blind(p->client->cfg, err) : NULL;
+    if (!r)
+        return;
+    int i = 0;
+    for (; i < n; i++) {
+        dbt_script_call call;
+        if (ops[i].cancel)
+            dbt_build_cancel(&call, &p->keys, ops[i].kind, p->client->cfg, ops[i].id);
+        else
+            dbt_build_release(&call, &p->keys, ops[i].kind, p->client->cfg, ops[i].id);
+        if (!dbt_redis_append_eval(r, call.script, call.nkeys, call.keys, call.nargs, call.args,
+                                   err))
+            break;
+    }
+    if (i > 0)
+        (void)dbt_redis_flush(r, err);
+    dbt_redis_free(r);
+}
+
 void dbt_settle_at_exit(dbt_pool *p, dbt_owed_op *ops, int n, int cap)
 {
+    /* Redis failed this process' last call: first what is owed, written blind, so that it lands
+     * even if no connection of the pool's can be made in time (the rounds below then confirm it,
+     * or find nothing left to give back). */
+    pthread_mutex_lock(&p->mu);
+    bool outage = p->in_outage;
+    pthread_mutex_unlock(&p->mu);
+    if (outage)
+        send_blind(p, ops, n);
     /* Twice at most: what the first round's replies said failed (a reset, OOM, a NOSCRIPT that
      * could not be repaired) is sent once more, with what other threads owed meanwhile. */
     for (int round = 0; round < 2; round++) {

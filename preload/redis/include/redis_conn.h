@@ -108,6 +108,19 @@ dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const c
  * (see server_problem) and every script loaded, in one round trip. Returns r, or frees it and
  * returns NULL with a message like dbt_redis_open's (NULL r: NULL, err untouched). */
 dbt_redis *dbt_redis_ready(const dbt_config *cfg, dbt_redis *r, char *err);
+/* A connection for commands written blind: connected to ep (plain TCP or a unix socket, not TLS,
+ * whose handshake the server must answer), with AUTH and SELECT appended, not sent, and no INFO,
+ * no scripts loaded. The caller appends its commands (dbt_redis_append_eval), writes them all at
+ * once (dbt_redis_flush) and closes it without waiting for a reply: Redis runs them whenever it
+ * reads them, a stalled or slow one after the caller has given up on it. For commands that may
+ * run late or twice (giving a permit back); such a connection was never checked (INFO), so it
+ * is never used for anything else. NULL with a message in err. */
+dbt_redis *dbt_redis_open_blind(const dbt_config *cfg, const dbt_endpoint *ep, const char *user,
+                                const char *password, char *err);
+/* Appends EVALSHA of s, whose reply nobody reads (a connection of dbt_redis_open_blind's). The
+ * script must already be loaded in Redis: one that is not fails there, unseen. */
+bool dbt_redis_append_eval(dbt_redis *r, const dbt_script *s, int nkeys, const char *const *keys,
+                           int nargs, const char *const *args, char *err);
 /* Closes the connection. Sends nothing (not even TLS' close_notify): safe in a fork child for
  * its parent's connections. */
 void dbt_redis_free(dbt_redis *r);

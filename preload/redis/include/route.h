@@ -25,6 +25,11 @@ dbt_redis *dbt_redis_connect(const dbt_config *cfg, char *err);
  * the route's slot; else, as dbt_redis_connect (route NULL: always). */
 dbt_redis *dbt_redis_connect_for(const dbt_config *cfg, const char *route, char *err);
 
+/* A connection to the URL's server for commands written blind (dbt_redis_open_blind); NULL (err
+ * set) behind Sentinel or with Redis Cluster, whose server only their answers name, and over TLS.
+ */
+dbt_redis *dbt_redis_connect_blind(const dbt_config *cfg, char *err);
+
 /* True when the connection was made to a Sentinel master that has since changed or been found
  * wrong (a newer generation): pools drop it rather than use it. */
 bool dbt_redis_outdated(const dbt_redis *r);
