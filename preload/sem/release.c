@@ -108,9 +108,12 @@ static void send_blind(dbt_pool *p, const dbt_owed_op *ops, int n)
                                    err))
             break;
     }
-    if (i > 0)
-        (void)dbt_redis_flush(r, err);
+    bool written = i > 0 && dbt_redis_flush(r, err);
     dbt_redis_free(r);
+    if (written && dbt_log_enabled(DBT_LOG_DEBUG)) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_I("ops", i)};
+        dbt_log(DBT_LOG_DEBUG, "owed_written_blind", f, 2);
+    }
 }
 
 void dbt_settle_at_exit(dbt_pool *p, dbt_owed_op *ops, int n, int cap)

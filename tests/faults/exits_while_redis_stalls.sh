@@ -18,7 +18,7 @@ ew_held() {
         return (s and tonumber(s) >= t[1] * 1000 + math.floor(t[2] / 1000)) and 1 or 0" 1 "$ew_key:holders" "$1")" = 1 ]
 }
 mark
-wargs="-n 1 -s 4000" spawn "$work/ew.h" $ew DBTHROTTLE_LOG="$work/ew.h.log" DBTHROTTLE_LOG_LEVEL=info
+wargs="-n 1 -s 4000" spawn "$work/ew.h" $ew DBTHROTTLE_LOG="$work/ew.h.log" DBTHROTTLE_LOG_LEVEL=debug
 ew_h=$spawned
 wait_until 10 '[ "$(rcli zcard "$ew_key:holders")" -ge 1 ]'
 ew_id=$(rcli --raw zrange "$ew_key:holders" 0 0)
@@ -38,6 +38,7 @@ wait "$ew_n"
 ew_n_ms=$(max_field max_call_ms "$work/ew.n" | awk '{ printf "%d", $1 }')
 info "exits_while_redis_stalls: H exited $((t_back - t_exit)) ms before Redis was back; its permit left Redis $ew_gone ms after that; N's probe call took $ew_n_ms ms"
 grep -q "event=redis_error" "$work/ew.h.log" || info "exits_while_redis_stalls: H met no Redis error (its renewal came late): its release was not owed"
+info "exits_while_redis_stalls: H's exit wrote blind: $(grep -o "event=owed_written_blind.* ops=[0-9]*" "$work/ew.h.log" || echo nothing)"
 check "exits_while_redis_stalls: H's permit left Redis' holders within 1 s of Redis' return ($ew_gone ms)" \
     '[ "$ew_gone" -ge 0 ] && [ "$ew_gone" -le 1000 ]'
 check "exits_while_redis_stalls: N, started 0.1 s after it, ran its probe within 1.4 s ($ew_n_ms ms)" \
