@@ -16,8 +16,8 @@ lo_count() { cat "$2" 2>/dev/null | grep -c "$1"; } # lo_count PATTERN FILE: 0 w
 # ---- rotation ------------------------------------------------------------------------------------
 mark
 # One grant line per probe is what lets the server's count prove no line was lost: so permits are
-# not kept between commands here, whatever the suite's mode (make test-faults-cache turns keeping
-# on, and one kept permit serves many probes with a single grant line).
+# not kept between commands here, whatever the suite's mode (keeping is on by default, and one
+# kept permit serves many probes with a single grant line).
 PGAPPNAME=lo_rot wargs="-n 0 -s 20" spawn "$work/lo.rot.out" DBTHROTTLE_MAX_QUERIES=2 \
     DBTHROTTLE_CACHE_PERMITS=off DBTHROTTLE_LOG_LEVEL=info DBTHROTTLE_LOG="$work/lo.rot.log"
 lo_rot_pid=$spawned
