@@ -534,11 +534,19 @@ load_classes = function()
     -- whose commands come back to back would run on in a drained pool (drain --wait would never
     -- end) or above a lower limit. Every holding process is told to give back what it keeps, as
     -- when a waiter queues: "r<kind>:<ticket>", with a ticket of its own, so that a grant made
-    -- before it cannot undo it. (admin.lua's limit and drain, adapt.lua's set.)
-    K.recall_kept = function(s)
-        local ticket, told = redis.call('INCR', s.SEQ), {}
+    -- before it cannot undo it. (admin.lua's limit and drain, adapt.lua's set; its evict tells
+    -- the evicted permit's process alone: ids {ID}.)
+    K.recall_kept = function(s, ids)
+        local ticket = redis.call('INCR', s.SEQ)
         expire_new(s, s.SEQ)
-        for _, h in ipairs(redis.call('ZRANGE', s.H, 0, -1)) do
+        K.recall(s, ticket, ids)
+    end
+
+    -- "r<kind>:<ticket>" once to the process of each of ids (every holder's when nil), on its
+    -- wake list: it gives back the permits it keeps (acquire.lua's first waiter, recall_kept).
+    K.recall = function(s, ticket, ids)
+        local told = {}
+        for _, h in ipairs(ids or redis.call('ZRANGE', s.H, 0, -1)) do
             local cid = string.match(h, '^[^.]+')
             if cid and not told[cid] then
                 told[cid] = true

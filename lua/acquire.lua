@@ -117,15 +117,7 @@ end
 -- (O(holders), at most the limit); while the queue stays non-empty no permit is granted to anyone
 -- who would keep it (grants from the queue are never kept).
 if waiting == 0 and holders > 0 then -- (the queue is as counted above: nothing since changed it)
-    local next_ticket = seq + 1
-    local told = {}
-    for _, h in ipairs(redis.call('ZRANGE', S.H, 0, -1)) do
-        local cid = string.match(h, '^[^.]+')
-        if cid and not told[cid] then
-            told[cid] = true
-            K.wake(cid, WAKE_MSG.RECALL .. S.kind .. ':' .. next_ticket)
-        end
-    end
+    K.recall(S, seq + 1)
 end
 load_classes() -- the queueing path's functions
 local ticket = redis.call('INCR', S.SEQ)

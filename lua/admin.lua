@@ -58,9 +58,7 @@ elseif op == OP.EVICT or op == OP.EVICT_CANCEL then
         -- arrival tells it: "r<kind>:<ticket>" on its wake list, so it gives back what it keeps
         -- (the host's shelf too) and asks Redis for its next command. A command running on the
         -- permit runs to its end, as before (evict_cancel cancels it at the renewal).
-        local ticket = redis.call('INCR', S.SEQ)
-        expire_new(S, S.SEQ)
-        K.wake(string.match(arg, '^[^.]+'), WAKE_MSG.RECALL .. S.kind .. ':' .. ticket)
+        K.recall_kept(S, {arg})
     else
         info = false
     end
