@@ -186,8 +186,23 @@ static bool wake_keys_of(dbt_pool *p, wake_keys *w, char *err)
     return ok;
 }
 
-/* Connects the listener if needed and makes sure a BLPOP is in flight. Leader only. */
+static dbt_redis *ready_listener_steps(dbt_pool *p, char *err);
+
+/* Connects the listener if needed and makes sure a BLPOP is in flight. Leader only. All of it
+ * within one DBTHROTTLE_REDIS_TIMEOUT counted from here, not from the start of the listen: a wait
+ * for pushes lasts seconds, and a connection the server or a proxy closed in the middle of it
+ * (CLIENT KILL, an idle timeout), or one that broke while this process was stopped, was replaced
+ * with no time left ("timed out") and Redis taken for unreachable when it answered at once:
+ * commands refused (closed) or run unthrottled (open) for the outage's backoff. */
 static dbt_redis *ready_listener(dbt_pool *p, char *err)
+{
+    int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+    dbt_redis *l = ready_listener_steps(p, err);
+    dbt_redis_budget_end(b);
+    return l;
+}
+
+static dbt_redis *ready_listener_steps(dbt_pool *p, char *err)
 {
     pthread_mutex_lock(&p->mu);
     dbt_redis *l = p->listener;

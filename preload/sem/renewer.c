@@ -601,12 +601,11 @@ static void listen_for_revokes(dbt_pool *p, int64_t until)
     p->leader_active = p->bg_leading = true;
     pthread_mutex_unlock(&p->mu);
     dbt_acquire_opts none = {.limit = 1};
-    /* (Re)connecting the listener shares one DBTHROTTLE_REDIS_TIMEOUT, all steps together: the
-     * renewals and the kept permits' return wait on this thread (a Redis that accepts connections
-     * but does not answer, as under CLIENT PAUSE, held it up for the whole pause). */
-    int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+    /* Each (re)connection of the listener takes one DBTHROTTLE_REDIS_TIMEOUT at most, all its
+     * steps together (listener.c, ready_listener): the renewals and the kept permits' return
+     * wait on this thread (a Redis that accepts connections but does not answer, as under
+     * CLIENT PAUSE, held it up for the whole pause when each step had the whole timeout). */
     (void)dbt_listen(p, p->bg_slot, until, &none);
-    dbt_redis_budget_end(b);
     pthread_mutex_lock(&p->mu);
     p->leader_active = p->bg_leading = false;
     if (p->nqueued > 0)

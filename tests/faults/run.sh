@@ -23,7 +23,8 @@ cases="holders_killed_or_stopped redis_restarts_and_stalls query_longer_than_lea
     processes_share_a_host namespaces_share_no_segment cleanup_kills_only_its_own
     share_dir_unusable paused_workers_cost_only_themselves releases_outlive_a_stall
     other_users_cannot_stall_sharing orphans_end_with_their_client stall_outlives_the_keys
-    lapse_cancels_the_command first_waiter_behind_kept exits_while_redis_stalls"
+    lapse_cancels_the_command first_waiter_behind_kept exits_while_redis_stalls
+    listener_dropped_is_no_outage"
 # A case file missing from the order would silently never run.
 for f in "$here"/*.sh; do
     n=$(basename "$f" .sh)
