@@ -359,12 +359,13 @@ static acquire_next give_up(acquire_run *a, bool linked, const char *outage,
     return NEXT_DONE;
 }
 
-/* A grant that reached a waiter whose last accepted renewal is a whole lease old, or that a
- * renewal found gone from Redis (it expired before it was read). p->mu held. */
+/* A grant that reached a waiter whose last accepted renewal is older than Q (a whole lease, or
+ * while Redis may have restarted, waited for re-assertions and granted it again), or that a
+ * renewal found gone from Redis (it expired before it was read): dbt_lease_stale. p->mu held. */
 static bool stale_grant(const dbt_pool *p, const struct dbt_slot *s)
 {
     dbt_lease_facts l = dbt_slot_lease(p, s, dbt_now_us());
-    return dbt_lease_gone(&l);
+    return dbt_lease_stale(&l);
 }
 
 /* Granted while this process could not renew (stopped, or cut off from Redis) for a whole lease:
@@ -377,12 +378,16 @@ static acquire_next give_back_stale(acquire_run *a)
     struct dbt_slot *s = a->s;
     dbt_unlink_slot(p, s);
     bool renewal_said = s->lost; /* counted when the renewal found it gone */
-    if (!renewal_said)
+    dbt_lease_facts l = dbt_slot_lease(p, s, dbt_now_us());
+    bool gone = dbt_lease_gone(&l);
+    if (!renewal_said && gone)
         p->st.leases_lost++;
     pthread_mutex_unlock(&p->mu);
     dbt_trace(DBT_LOG_WARN, "stale_grant", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
               renewal_said ? "expired in Redis before it was read: queue again"
-                           : "no renewal accepted for a whole lease: queue again");
+              : gone       ? "no renewal accepted for a whole lease: queue again"
+                           : "no renewal accepted for longer than the quarantine (this process was "
+                             "stopped or cut off): Redis may have granted it again; queue again");
     dbt_send_release(p, s->kind, s->id);
     if (deadline_passed(a))
         return give_up(a, false, NULL, NULL);

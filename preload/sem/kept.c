@@ -75,7 +75,8 @@ bool dbt_permit_unpark(dbt_permit **slot)
     }
     dbt_reuse_facts f = {.ours = ours,
                          .contended = p->queue[s->kind].keep.contended,
-                         .message_waiting = ours && dbt_listener_unread(p)};
+                         .message_waiting = ours && dbt_listener_unread(p),
+                         .lease = dbt_slot_lease(p, s, dbt_now_us())};
     bool reuse = dbt_core_reuse(&f);
     if (s->parked) {
         s->parked = false;

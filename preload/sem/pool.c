@@ -597,7 +597,8 @@ dbt_lease_facts dbt_slot_lease(const dbt_pool *p, const struct dbt_slot *s, int6
 {
     return (dbt_lease_facts){.lost = s->lost,
                              .unrenewed_us = now - s->t_renewed_us,
-                             .lease_us = p->client->cfg->lease_ms * 1000};
+                             .lease_us = p->client->cfg->lease_ms * 1000,
+                             .quarantine_us = dbt_quarantine_ms(p->client->cfg) * 1000};
 }
 
 bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now)

@@ -89,8 +89,10 @@ unsigned dbt_keep_step(dbt_keep_view *k, const dbt_queue_event *ev)
         return DBT_QACT_NONE;
     case DBT_QEV_RENEWED:
         /* Somebody waits, or the operator drains the pool or holds it below what is held (in
-         * case admin.lua's revoke push was lost). */
-        if (ev->queue > 0 || !ev->handover_allowed) {
+         * case admin.lua's revoke push was lost), or Redis had lost ids of ours: a kept permit
+         * it took back by re-assertion may have been granted to another meanwhile (this
+         * process stopped for longer than Q), and goes back rather than serve again. */
+        if (ev->queue > 0 || !ev->handover_allowed || ev->reasserted) {
             k->contended = true;
             return DBT_QACT_RETURN_KEPT;
         }
@@ -109,7 +111,9 @@ unsigned dbt_keep_step(dbt_keep_view *k, const dbt_queue_event *ev)
 static unsigned renewed_not_alone(const dbt_queue_event *ev)
 {
     bool others = ev->attached ? ev->queue > 0 && !ev->host_sole_owner : ev->queue > ev->mine;
-    return others || !ev->handover_allowed ? DBT_QACT_NOT_ALONE : DBT_QACT_NONE;
+    /* Re-asserted ids may be over the limit until the others' grants end: releases go back to
+     * Redis, which grants again only below it, rather than on to our next waiter. */
+    return others || !ev->handover_allowed || ev->reasserted ? DBT_QACT_NOT_ALONE : DBT_QACT_NONE;
 }
 
 unsigned dbt_queue_step(dbt_queue_state *q, const dbt_queue_event *ev)
@@ -127,9 +131,19 @@ bool dbt_lease_gone(const dbt_lease_facts *l)
     return l->lost || l->unrenewed_us > l->lease_us;
 }
 
+bool dbt_lease_stale(const dbt_lease_facts *l)
+{
+    return dbt_lease_gone(l) || l->unrenewed_us > l->quarantine_us;
+}
+
+int64_t dbt_core_offerable_age_us(int64_t lease_us, int64_t quarantine_us)
+{
+    return lease_us / 2 < quarantine_us ? lease_us / 2 : quarantine_us;
+}
+
 bool dbt_core_offerable(const dbt_lease_facts *l)
 {
-    return l->unrenewed_us <= l->lease_us / 2;
+    return !l->lost && l->unrenewed_us <= dbt_core_offerable_age_us(l->lease_us, l->quarantine_us);
 }
 
 dbt_grant_fate dbt_core_grant(const dbt_grant_facts *f)
@@ -240,12 +254,13 @@ dbt_permit_route dbt_core_keep(const dbt_keep_facts *f)
     dbt_permit_route r;
     if (gone(&(dbt_permit_facts){.lease = f->lease}, &r))
         return r;
-    return route(DBT_ROUTE_WAITER);
+    /* Kept, it would serve a later command with no word from Redis: only while offerable. */
+    return route(dbt_core_offerable(&f->lease) ? DBT_ROUTE_WAITER : DBT_ROUTE_REDIS);
 }
 
 bool dbt_core_reuse(const dbt_reuse_facts *f)
 {
-    return f->ours && !f->contended && !f->message_waiting;
+    return f->ours && !f->contended && !f->message_waiting && dbt_core_offerable(&f->lease);
 }
 
 int64_t dbt_core_kept_due_us(bool contended, int64_t parked_us, int64_t idle_us)

@@ -70,7 +70,8 @@ typedef enum {
     /* A renewal's reply: `queue` waiters of the kind in Redis, `mine` of them ours (or, attached
      * to the host's segment, `host_sole_owner`: Redis' sole owner is the host's group), and
      * whether the operator lets permits pass without Redis (`handover_allowed`: no drain, not
-     * held below what is held). */
+     * held below what is held), and whether it re-asserted or re-queued ids of ours (`reasserted`:
+     * Redis had lost them). */
     DBT_QEV_RENEWED,
     /* In a fork()ed child: nothing is known, nothing kept (the parent's). */
     DBT_QEV_FORK
@@ -85,6 +86,7 @@ typedef struct {
     long long queue, mine;
     bool attached, host_sole_owner;
     bool handover_allowed;
+    bool reasserted;
     int64_t now_us, lease_us;
 } dbt_queue_event;
 
@@ -132,11 +134,21 @@ typedef struct {
     bool lost;            /* a renewal found it gone from Redis, or it was marked so */
     int64_t unrenewed_us; /* since the last renewal Redis accepted */
     int64_t lease_us;
+    /* Q (dbt_quarantine_ms): after Redis lost its data, how long it waits for the holders to
+     * re-assert their permits before it grants again. */
+    int64_t quarantine_us;
 } dbt_lease_facts;
 
 /* Whether Redis may have reaped the permit: lost, or unrenewed for a whole lease (the driver
  * marks the latter lost, once: dbt_slot_expire_unrenewed). */
 bool dbt_lease_gone(const dbt_lease_facts *l);
+/* Whether the permit may no longer serve a command without asking Redis: gone, or unrenewed for
+ * longer than Q. Redis may have restarted empty meanwhile, waited Q for re-assertions that this
+ * process, stopped or cut off, never sent, and granted the permit's unit to another: a grant read
+ * only now (its push waited in the socket), or a permit passed on within the process, is then
+ * given back and asked for anew. A live process renews within Q (lease/3, and a failed renewal
+ * is retried within DBTHROTTLE_REDIS_TIMEOUT + 1 s): never stale while it can reach Redis. */
+bool dbt_lease_stale(const dbt_lease_facts *l);
 
 /* A grant Redis pushed (or an acquire reply said granted) for one of our slots. */
 typedef struct {
@@ -195,11 +207,15 @@ dbt_permit_route dbt_core_route(dbt_move m, const dbt_permit_facts *f);
  * more. */
 bool dbt_core_may_pass(dbt_move m, const dbt_permit_facts *f);
 
-/* Whether a permit may be offered in the host's segment: with half a lease left at least. The
- * receivers' renewals name it only while they hold it, and a permit that passes on every few
- * milliseconds may miss them (then it goes back through Redis, which its waiter is granted by).
- * Not offered: answer DBT_OFFER_TOO_OLD. */
+/* Whether a permit may be offered in the host's segment, kept for a later command or taken from
+ * the host's shelf: with half a lease left at least (the receivers' renewals name it only while
+ * they hold it, and a permit that passes on every few milliseconds may miss them: then it goes
+ * back through Redis, which its waiter is granted by), and renewed within Q (dbt_lease_stale:
+ * kept idle by a process that was stopped across a restart of Redis, it may have been granted
+ * again). Not offered: answer DBT_OFFER_TOO_OLD. */
 bool dbt_core_offerable(const dbt_lease_facts *l);
+/* The oldest an offerable permit's last accepted renewal may be (dbt_core_offerable). */
+int64_t dbt_core_offerable_age_us(int64_t lease_us, int64_t quarantine_us);
 
 /* What the host's segment answered an offer. */
 typedef enum {
@@ -239,7 +255,8 @@ dbt_permit_route dbt_core_keep(const dbt_keep_facts *f); /* to: WAITER = keep it
 typedef struct {
     bool ours;      /* held, kept, of the current generation, and (on the shelf) still there */
     bool contended; /* a recall was heard for its kind */
-    bool message_waiting; /* the listener has bytes nobody read yet */
+    bool message_waiting;  /* the listener has bytes nobody read yet */
+    dbt_lease_facts lease; /* offerable (as from the shelf), else it goes back to Redis */
 } dbt_reuse_facts;
 bool dbt_core_reuse(const dbt_reuse_facts *f);
 

@@ -214,7 +214,7 @@ void dbt_release(dbt_permit *s)
         /* A grant as fresh as the one given back (see stale_grant in acquire.c): the thread it
          * may be served in then makes no Redis call for it. */
         dbt_lease_facts lease = dbt_slot_lease(p, to, dbt_now_us());
-        bool fresh = !dbt_lease_gone(&lease);
+        bool fresh = !dbt_lease_stale(&lease);
         pthread_mutex_unlock(&p->mu);
         dbt_slot_wake_later(to, fresh);
         if (tracing) {

@@ -331,7 +331,10 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
             s->t_renewed_us < sent && sent - s->t_renewed_us <= lease_us &&
             s->share_got_us <= sent) {
             s->t_renewed_us = sent;
-            if (s->shelf) /* whoever takes it off the shelf goes on from this renewal */
+            /* Whoever takes it off the shelf goes on from this renewal; unless it re-asserted
+             * ids of the kind (Redis had lost them): a kept permit then goes back (below), and
+             * left as old as it was, nobody takes it meanwhile if that was longer than Q. */
+            if (s->shelf && reply->reasserted[s->kind] == 0)
                 (void)dbt_sharing_shelf_check(p, s, sent);
         }
     apply_granted(p, &reply->granted_waiters);
@@ -346,7 +349,8 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
                               .attached = p->share != NULL,
                               .host_sole_owner = p->share && reply->queue[k] > 0 &&
                                                  host_is_sole_owner(p, reply->sole_owner[k]),
-                              .handover_allowed = reply->handover_allowed[k]};
+                              .handover_allowed = reply->handover_allowed[k],
+                              .reasserted = reply->reasserted[k] > 0};
         if (dbt_queue_step(&p->queue[k], &ev) & DBT_QACT_NOT_ALONE)
             dbt_handover_foreign(p, (dbt_kind)k, 0);
         dbt_sharing_keep_event(p, (dbt_kind)k, &ev); /* the host's shelf too */

@@ -318,10 +318,12 @@ bool dbt_sharing_take_shelved(dbt_pool *p, struct dbt_slot *s)
     dbt_share_shape shape;
     dbt_sharing_shape(s, &shape);
     dbt_share_permit permit;
-    int64_t now = dbt_now_us(), lease = p->client->cfg->lease_ms * 1000;
-    /* A permit is used only with half a lease left since its last accepted renewal (as a passed
-     * one): an older entry is its shelver's to give back. */
-    if (!dbt_share_unshelve(p->share, &shape, 0, now - lease / 2, &permit, NULL))
+    const dbt_config *cfg = p->client->cfg;
+    int64_t now = dbt_now_us(),
+            oldest = dbt_core_offerable_age_us(cfg->lease_ms * 1000, dbt_quarantine_ms(cfg) * 1000);
+    /* A permit is used only while offerable since its last accepted renewal (as a passed one:
+     * half a lease left, renewed within Q): an older entry is its shelver's to give back. */
+    if (!dbt_share_unshelve(p->share, &shape, 0, now - oldest, &permit, NULL))
         return false;
     snprintf(s->id, sizeof s->id, "%s", permit.id);
     s->t_renewed_us = permit.renewed_us;

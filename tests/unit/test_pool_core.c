@@ -10,7 +10,10 @@
 #include <string.h>
 
 #define LEASE_US INT64_C(30000000)
-#define T0       INT64_C(1000000000) /* a monotonic "now" far from 0 */
+/* Q as dbt_quarantine_ms makes it for this lease, a 1 s DBTHROTTLE_REDIS_TIMEOUT: below half a
+ * lease (lease / 3 + 2 s < lease / 2 for leases over 12 s). */
+#define QUARANTINE_US (LEASE_US / 3 + INT64_C(2000000))
+#define T0            INT64_C(1000000000) /* a monotonic "now" far from 0 */
 
 static dbt_queue_state q;
 
@@ -72,6 +75,12 @@ static unsigned renewed(long long queue, long long mine, bool attached, bool hos
                           .attached = attached,
                           .host_sole_owner = host_sole_owner,
                           .handover_allowed = handover_allowed};
+    return dbt_queue_step(&q, &ev);
+}
+
+static unsigned renewed_reasserting(void)
+{
+    dbt_queue_event ev = {.type = DBT_QEV_RENEWED, .handover_allowed = true, .reasserted = true};
     return dbt_queue_step(&q, &ev);
 }
 
@@ -343,6 +352,17 @@ Test(pool_core, twin_a_kept_permit_goes_back_at_the_next_renewal_if_the_push_is_
     cr_assert(q.keep.contended);
 }
 
+/* tests/faults: stopped_keeper_admits_no_one_extra (the keeper's renewer re-asserts first) */
+Test(pool_core, a_renewal_that_reasserted_ids_of_ours_returns_kept_permits_and_passes_none)
+{
+    cr_assert_eq(renewed(0, 0, false, false, true), DBT_QACT_NONE);
+    cr_assert_eq(renewed_reasserting(), DBT_QACT_RETURN_KEPT | DBT_QACT_NOT_ALONE,
+                 "Redis had lost them: taken back after Q, they may have been granted again");
+    cr_assert(q.keep.contended, "none kept until a grant with nobody queued");
+    cr_assert_eq(granted_at(false, 0, 9, T0), DBT_QACT_NONE);
+    cr_assert_not(q.keep.contended);
+}
+
 /* tests/sem: handover/a_lost_push_is_caught_by_the_next_renewal */
 Test(pool_core, twin_a_lost_push_is_caught_by_the_next_renewal)
 {
@@ -429,7 +449,10 @@ static dbt_permit_facts facts(void)
                               .sole_here = true,
                               .have_waiter = true,
                               .made_here = true,
-                              .lease = {.lost = false, .unrenewed_us = 0, .lease_us = LEASE_US}};
+                              .lease = {.lost = false,
+                                        .unrenewed_us = 0,
+                                        .lease_us = LEASE_US,
+                                        .quarantine_us = QUARANTINE_US}};
 }
 
 static dbt_route_to to(dbt_move m, dbt_permit_facts f)
@@ -588,12 +611,43 @@ Test(pool_core, unattached_a_held_orphan_another_process_made_goes_back)
     cr_assert_eq(to(DBT_MOVE_HELD_ORPHAN, f), DBT_ROUTE_REDIS);
 }
 
-Test(pool_core, a_permit_is_offered_with_half_a_lease_left_at_least)
+Test(pool_core, a_permit_is_offered_with_half_a_lease_left_and_renewed_within_q)
 {
-    dbt_lease_facts l = {.lease_us = LEASE_US, .unrenewed_us = LEASE_US / 2};
+    /* Q above half a lease (a short lease): half a lease bounds it. */
+    dbt_lease_facts l = {
+        .lease_us = LEASE_US, .unrenewed_us = LEASE_US / 2, .quarantine_us = LEASE_US};
     cr_assert(dbt_core_offerable(&l));
     l.unrenewed_us++;
     cr_assert_not(dbt_core_offerable(&l));
+    /* Q below it: Q bounds it (tests/faults: stopped_keeper_admits_no_one_extra, the neighbour
+     * that would take the stopped keeper's permit from the shelf). */
+    l = (dbt_lease_facts){
+        .lease_us = LEASE_US, .unrenewed_us = QUARANTINE_US, .quarantine_us = QUARANTINE_US};
+    cr_assert(dbt_core_offerable(&l));
+    l.unrenewed_us++;
+    cr_assert_not(dbt_core_offerable(&l), "Redis may have restarted and granted it again");
+    cr_assert_eq(dbt_core_offerable_age_us(LEASE_US, QUARANTINE_US), QUARANTINE_US);
+    cr_assert_eq(dbt_core_offerable_age_us(LEASE_US, LEASE_US), LEASE_US / 2);
+    l.unrenewed_us = 0;
+    l.lost = true;
+    cr_assert_not(dbt_core_offerable(&l));
+}
+
+Test(pool_core, a_permit_unrenewed_for_longer_than_q_serves_no_command_unasked)
+{
+    dbt_lease_facts l = {
+        .lease_us = LEASE_US, .unrenewed_us = QUARANTINE_US, .quarantine_us = QUARANTINE_US};
+    cr_assert_not(dbt_lease_stale(&l));
+    l.unrenewed_us++;
+    cr_assert(dbt_lease_stale(&l), "stopped across a restart: its unit may be another's");
+    cr_assert_not(dbt_lease_gone(&l), "but Redis has not reaped it");
+    l.unrenewed_us = 0;
+    l.lost = true;
+    cr_assert(dbt_lease_stale(&l));
+    /* A short lease: Q above it, the lease bounds it. */
+    l = (dbt_lease_facts){
+        .lease_us = LEASE_US, .unrenewed_us = LEASE_US + 1, .quarantine_us = 2 * LEASE_US};
+    cr_assert(dbt_lease_stale(&l));
 }
 
 /* tests/sem: cache/an_idle_kept_permit_goes_back_when_a_waiter_queues (with host sharing) */
@@ -660,7 +714,7 @@ static dbt_keep_facts keepable(void)
                             .held = true,
                             .current_gen = true,
                             .made_here = true,
-                            .lease = {.lease_us = LEASE_US}};
+                            .lease = {.lease_us = LEASE_US, .quarantine_us = QUARANTINE_US}};
 }
 
 static bool keeps(dbt_keep_facts f)
@@ -695,6 +749,9 @@ Test(pool_core, twin_a_permit_is_kept_only_when_nothing_speaks_against_it)
     f = keepable(), f.lease.unrenewed_us = LEASE_US + 1;
     cr_assert_not(keeps(f));
     cr_assert(dbt_core_keep(&f).mark_unrenewed);
+    f = keepable(), f.lease.unrenewed_us = QUARANTINE_US + 1;
+    cr_assert_not(keeps(f), "not offerable: it would serve a later command unasked");
+    cr_assert_not(dbt_core_keep(&f).mark_unrenewed, "not lost: given back");
 }
 
 /* tests/sem: cache/a_kept_permit_goes_back_by_itself_after_the_idle_time */
@@ -706,13 +763,21 @@ Test(pool_core, twin_a_kept_permit_is_due_back_after_the_idle_time_or_at_once_wh
 
 Test(pool_core, a_kept_permit_is_taken_again_only_while_nobody_queued_for_it)
 {
-    cr_assert(dbt_core_reuse(&(dbt_reuse_facts){.ours = true}));
-    cr_assert_not(dbt_core_reuse(&(dbt_reuse_facts){.ours = false}),
+    dbt_lease_facts fresh = {.lease_us = LEASE_US, .quarantine_us = QUARANTINE_US};
+    cr_assert(dbt_core_reuse(&(dbt_reuse_facts){.ours = true, .lease = fresh}));
+    cr_assert_not(dbt_core_reuse(&(dbt_reuse_facts){.ours = false, .lease = fresh}),
                   "given back meanwhile, taken from the shelf, or the parent's");
-    cr_assert_not(dbt_core_reuse(&(dbt_reuse_facts){.ours = true, .contended = true}),
-                  "a recall was heard: one more command of ours would go before the waiter");
-    cr_assert_not(dbt_core_reuse(&(dbt_reuse_facts){.ours = true, .message_waiting = true}),
-                  "a recall may be on the wire, unread");
+    cr_assert_not(
+        dbt_core_reuse(&(dbt_reuse_facts){.ours = true, .contended = true, .lease = fresh}),
+        "a recall was heard: one more command of ours would go before the waiter");
+    cr_assert_not(
+        dbt_core_reuse(&(dbt_reuse_facts){.ours = true, .message_waiting = true, .lease = fresh}),
+        "a recall may be on the wire, unread");
+    /* tests/faults: stopped_keeper_admits_no_one_extra (the keeper's next command comes first) */
+    dbt_lease_facts stale = fresh;
+    stale.unrenewed_us = QUARANTINE_US + 1;
+    cr_assert_not(dbt_core_reuse(&(dbt_reuse_facts){.ours = true, .lease = stale}),
+                  "stopped for longer than Q: Redis may have granted it again");
 }
 
 /* ---- orphans ---- */
