@@ -559,7 +559,7 @@ test-faults-classes: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 # the failover to a lagging replica (re-assertion of lost permits) and open mode's kill.
 FAULTS_NOT_UNCACHED := misconfigured_redis bad_settings secrets_stay_hidden logs_operators_expect \
     kept_permits_yield_to_operator share_dir_unusable orphans_end_with_their_client \
-    stopped_keeper_admits_no_one_extra
+    stopped_keeper_admits_no_one_extra listener_dropped_is_no_outage
 FAILOVER_FAULTS_AGAIN := closed:lag open:kill
 # What make test runs with classes (the whole suite takes 7 minutes with them, too long beside the
 # rest): the cases that bound concurrency at the server through kills, handovers, disagreeing
