@@ -389,6 +389,40 @@ local function note_gone(s, now, ids, forget)
     redis.call('PEXPIRE', s.GONE, 2 * LEASE + QMS)
 end
 
+-- Undeclared keys (the same hash tag, so the same Cluster slot, as the per-tag keys):
+--   <owners>:h  ZSET  owner -> the units its holders hold (hold, unhold, reap)
+--   <owners>:w  ZSET  owner -> how many of its waiters are queued: OWN's counts, in a set the
+--                     worker's ACL lets a script list (ZRANGE; HGETALL it may not run)
+--   <owners>:s  ZSET  owner -> the share last computed for it while it waited (so that "s" is
+--                     pushed once per fall, not at every acquire)
+local function own_key(s, suffix)
+    return s.OWN .. ':' .. suffix
+end
+
+-- Adds n (may be negative) to owner o's score in the set <owners>:<suffix>; a score that reaches 0
+-- leaves the set, and the set goes when the semaphore has nobody holding nor waiting (a count an
+-- older client's script left behind starts over then).
+local function own_add(s, suffix, o, n)
+    if not o or n == 0 then
+        return
+    end
+    local k = own_key(s, suffix)
+    local v = tonumber(redis.call('ZADD', k, 'INCR', n, o))
+    if v <= 0 then
+        redis.call('ZREM', k, o)
+        if suffix == 'h' and redis.call('ZCARD', s.H) == 0 then
+            redis.call('DEL', k)
+        end
+    elseif v == n then
+        redis.call('PEXPIRE', k, TTL, 'NX')
+    end
+end
+
+-- The units id's owner holds change by n (hold, unhold).
+local function held_add(s, id, n)
+    own_add(s, 'h', K.share_member(id), n)
+end
+
 -- Expired entries are removed a bounded batch per call; each is removed once. Until then they
 -- count as holders, which can only under-admit.
 local REAP_BATCH = 64
@@ -409,6 +443,7 @@ local function hold(s, id, w, exp, units_before)
     if units_before == 0 then
         expire_new(s, s.H) -- the key is new
     end
+    held_add(s, id, w)
     local tag = shape_of(id)
     if tag then
         load_classes()
@@ -422,6 +457,9 @@ end
 local function unhold(s, id)
     local tag, w = shape_of(id)
     local n = (w == 1) and redis.call('ZREM', s.H, id) or K.on_units('ZREM', s.H, id, w)
+    if n > 0 then
+        held_add(s, id, -n)
+    end
     if tag then
         load_classes()
         K.on_units('ZREM', K.tag_holders(s, tag), id, w)
@@ -508,8 +546,9 @@ load_classes = function()
         if c and redis.call('HINCRBY', s.OWN, c, -1) <= 0 then
             redis.call('HDEL', s.OWN, c)
         end
+        own_add(s, 'w', K.share_member(id), -1)
         if redis.call('ZCARD', s.Q) == 0 then
-            redis.call('DEL', s.OWN)
+            redis.call('DEL', s.OWN, own_key(s, 'w'), own_key(s, 's'))
         end
     end
 
@@ -763,6 +802,147 @@ load_classes = function()
         return cid
     end
 
+    -- ---- Shares of the limit between host groups (docs/design.md, "Shares") ----
+    -- An owner's member in the sets below: owner_of(id), with '~' in front for a host group (an id
+    -- "<G>~<cid>..."). Shares are in force only while every waiting owner is a host group without a
+    -- shape: a plain process' waiter or a tagged one keeps arrival order (FIFO between processes;
+    -- classes and weights decide as before).
+    K.share_member = function(id)
+        local o, c = K.owner_of(id), K.cid_of(id)
+        if o and c and string.find(c, '~', 1, true) then
+            return '~' .. o
+        end
+        return o
+    end
+    -- The units owner o holds.
+    K.held_by = function(s, o)
+        return tonumber(redis.call('ZSCORE', own_key(s, 'h'), o) or '0') or 0
+    end
+
+    -- Every waiting owner's share of limit L: {rows, by}, rows = {o, d (demand), h (held), share}
+    -- in a fixed order, by[o] = the row; nil when nobody waits, or shares are not in force. Demand = holders + waiters; the
+    -- share L x demand / the sum of demands, rounded by largest remainder (ties: the owner holding
+    -- less, then by name), then at least 1 for every waiting owner while L is at least their number
+    -- (taken from the largest shares). One owner: its share is L. O(waiting owners).
+    K.shares = function(s, L)
+        local ws = redis.call('ZRANGE', own_key(s, 'w'), 0, -1, 'WITHSCORES')
+        if #ws == 0 then
+            return nil
+        end
+        local rows, by, total = {}, {}, 0
+        for i = 1, #ws, 2 do
+            if string.sub(ws[i], 1, 1) ~= '~' or string.find(ws[i], '/', 1, true) then
+                return nil -- a plain process or a shape waits: arrival order
+            end
+        end
+        for i = 1, #ws, 2 do
+            local h = K.held_by(s, ws[i])
+            local r = {o = ws[i], h = h, d = h + tonumber(ws[i + 1])}
+            rows[#rows + 1] = r
+            by[r.o] = r
+            total = total + r.d
+        end
+        if #rows == 1 then
+            rows[1].share = L
+            return {rows = rows, by = by}
+        end
+        local given = 0
+        for _, r in ipairs(rows) do
+            r.share = math.floor(L * r.d / total)
+            r.rem = L * r.d - r.share * total
+            given = given + r.share
+        end
+        local order = {}
+        for i, r in ipairs(rows) do
+            order[i] = r
+        end
+        table.sort(order, function(a, b)
+            if a.rem ~= b.rem then
+                return a.rem > b.rem
+            end
+            if a.h ~= b.h then
+                return a.h < b.h
+            end
+            return a.o < b.o
+        end)
+        for i = 1, math.min(#order, L - given) do
+            order[i].share = order[i].share + 1
+        end
+        if L >= #rows then
+            for _, r in ipairs(order) do
+                if r.share == 0 then
+                    local big = r
+                    for _, q in ipairs(order) do
+                        if q.share > big.share then
+                            big = q
+                        end
+                    end
+                    big.share = big.share - 1
+                    r.share = 1
+                end
+            end
+        end
+        return {rows = rows, by = by}
+    end
+
+    local SHARE_SCAN = 64
+    -- Without classes, while more than one owner waits (sh: shares()): the oldest place of an owner
+    -- holding less than its share, else the head. The queue's first SHARE_SCAN places are looked at
+    -- (a host's many waiters ahead of another's first are passed over that far).
+    K.share_pick = function(s, sh)
+        local ids = redis.call('ZRANGE', s.Q, 0, SHARE_SCAN - 1)
+        if not ids[1] then
+            return nil
+        end
+        for _, id in ipairs(ids) do
+            local r = sh.by[K.share_member(id)]
+            if r and r.h < r.share then
+                return {id = id}
+            end
+        end
+        return {id = ids[1]}
+    end
+
+    -- After a waiter queued (acquire.lua; no classes): every waiting host group whose share changed
+    -- since it was last told is told "s<kind>:<share>:<ticket>" on wake:G (which every process of the
+    -- host listens on): one that holds more than its new share sends its releases back to Redis until
+    -- it holds its share; one at or below it passes them to its own waiters. Not only falls: a host
+    -- learns the share it may keep passing within at once, not at its next renewal (lease/3). A
+    -- host holding nothing has nothing to pass: it is told once it holds (at the next waiter's
+    -- queueing, or its renewal). One push per change and owner; O(waiting owners).
+    K.tell_shares = function(s, L)
+        local sh = K.shares(s, L)
+        if not sh or #sh.rows < 2 then
+            return
+        end
+        local tk = own_key(s, 's')
+        for _, r in ipairs(sh.rows) do
+            local told = tonumber(redis.call('ZSCORE', tk, r.o) or '')
+            if told ~= r.share and r.h > 0 then
+                if redis.call('ZADD', tk, r.share, r.o) == 1 then
+                    redis.call('PEXPIRE', tk, floor_ttl(s), 'NX')
+                end
+                local ticket = redis.call('INCR', s.SEQ)
+                K.wake(string.sub(r.o, 2), WAKE_MSG.SHARE .. s.kind .. ':' .. r.share .. ':' .. ticket)
+            end
+        end
+    end
+
+    -- The operator drains the pool, sets its limit or evicts (admin.lua, adapt.lua): every host
+    -- group that holds is told its share is 0, so that its releases go back to Redis (as end_sole
+    -- ends a sole host's passing); its next renewal, sent after this, says what is in force then.
+    -- The shares told are forgotten, so the next waiter's queueing tells them anew.
+    K.end_shares = function(s)
+        local ticket
+        for _, o in ipairs(redis.call('ZRANGE', own_key(s, 'h'), 0, -1)) do
+            if string.sub(o, 1, 1) == '~' and not string.find(o, '/', 1, true) then
+                ticket = ticket or redis.call('INCR', s.SEQ)
+                K.wake(string.sub(o, 2), WAKE_MSG.SHARE .. s.kind .. ':0:' .. ticket)
+            end
+        end
+        redis.call('DEL', own_key(s, 's'))
+    end
+
     -- Waiter id joins its tag's queue (a tagged id always; an untagged one, under "-", while classes
     -- are defined), so that selection finds the head of each class in O(tags).
     K.queue_tag = function(s, id, ticket)
@@ -841,8 +1021,12 @@ local function reap(s, now)
         load_classes()
         redis.call('ZREM', s.H, unpack(dead))
         -- the permits themselves (not their other units) are counted and remembered
-        local permits, by_tag = {}, {}
+        local permits, by_tag, by_owner = {}, {}, {}
         for _, m in ipairs(dead) do
+            local o = K.share_member(m)
+            if o then
+                by_owner[o] = (by_owner[o] or 0) + 1
+            end
             if not string.find(m, '#', 1, true) then
                 permits[#permits + 1] = m
             end
@@ -851,6 +1035,9 @@ local function reap(s, now)
                 by_tag[tag] = by_tag[tag] or {}
                 table.insert(by_tag[tag], m)
             end
+        end
+        for o, n in pairs(by_owner) do
+            own_add(s, 'h', o, -n)
         end
         for tag, members in pairs(by_tag) do
             redis.call('ZREM', K.tag_holders(s, tag), unpack(members))
@@ -908,8 +1095,21 @@ local function pump(s, now)
     load_classes()
     local d = s.defs
     local st = d and K.class_state(s, d) or {units = redis.call('ZCARD', s.H)}
+    local sh
+    if not d then
+        local h = redis.call('ZRANGE', s.Q, 0, 0)[1]
+        sh = K.shares(s, override or K.limit_of(h))
+        if sh and #sh.rows < 2 then
+            sh = nil -- one owner waits: the head, whoever it is
+        end
+    end
     while true do
-        local pick = K.choose(s, d, st, now, nil)
+        local pick
+        if sh then
+            pick = K.share_pick(s, sh)
+        else
+            pick = K.choose(s, d, st, now, nil)
+        end
         if not pick then
             break
         end
@@ -925,6 +1125,12 @@ local function pump(s, now)
         K.unqueued(s, head)
         hold(s, head, w, exp, st.units)
         st.units = st.units + w
+        if sh then
+            local r = sh.by[K.share_member(head)]
+            if r then
+                r.h = r.h + w
+            end
+        end
         if d then
             st.held[pick.cls.name] = (st.held[pick.cls.name] or 0) + w
             st.waiting[pick.cls.name] = (st.waiting[pick.cls.name] or 1) - 1
@@ -962,7 +1168,8 @@ local function touch(s, force)
     end
     s.seen_pttl = false -- refreshed below (or, -2, still missing): read again if asked
     load_classes()
-    local keys = {s.H, s.Q, s.W, s.SEQ, s.SEEN, s.INFO, s.OWN, s.CLASSES_SEEN, s.TAGS}
+    local keys = {s.H, s.Q, s.W, s.SEQ, s.SEEN, s.INFO, s.OWN, s.CLASSES_SEEN, s.TAGS,
+        own_key(s, 'h'), own_key(s, 'w'), own_key(s, 's')}
     local per_tag_at = #keys + 1
     for _, t in ipairs(redis.call('ZRANGE', s.TAGS, 0, -1)) do
         keys[#keys + 1] = K.tag_queue(s, t)

@@ -144,6 +144,7 @@ local mine = redis.call('HINCRBY', S.OWN, owner, 1)
 if mine == 1 then
     expire_new(S, S.OWN)
 end
+own_add(S, 'w', K.share_member(id), 1)
 local sole = K.end_sole(S, owner)
 local qlen = redis.call('ZCARD', S.Q)
 -- Not while the operator drains the pool or holds it below what is held now: the permits must
@@ -157,11 +158,12 @@ local alone = mine == qlen and not drained and (not override or holders <= overr
 -- drift). (HLEN, not HGETALL: the workers' documented ACL has the one, not the other.)
 if alone and redis.call('HLEN', S.OWN) ~= (sole and 2 or 1) then
     alone = false
-    redis.call('DEL', S.OWN)
+    redis.call('DEL', S.OWN, own_key(S, 'w'))
     for _, queued_id in ipairs(redis.call('ZRANGE', S.Q, 0, -1)) do
         local o = K.owner_of(queued_id)
         if o then
             redis.call('HINCRBY', S.OWN, o, 1)
+            own_add(S, 'w', K.share_member(queued_id), 1)
         end
     end
     expire_new(S, S.OWN)
@@ -171,6 +173,10 @@ if alone and sole ~= owner then
     redis.call('HSET', S.OWN, '*', owner)
 elseif not alone and sole == owner then
     redis.call('HDEL', S.OWN, '*')
+end
+-- Shares (docs/design.md, "Shares"): an owner whose share fell below what it holds is told.
+if not d then
+    K.tell_shares(S, L)
 end
 touch(S, fresh)
 return answer{status = GRANT.QUEUED, holders = holders, queue = qlen, ticket = ticket,

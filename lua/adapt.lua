@@ -88,6 +88,7 @@ elseif op == OP.SET then
         -- that now fit are granted
         K.recall_kept(S)
         K.end_sole(S, nil)
+        K.end_shares(S)
         reap(S, now)
         granted = pump(S, now)
     end

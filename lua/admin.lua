@@ -153,6 +153,7 @@ end
 -- limit, a drain, an eviction or new classes: it is told to stop and give its permits back to Redis.
 if op ~= OP.CLEAR and op ~= OP.RESUME then
     K.end_sole(S, nil)
+    K.end_shares(S) -- and a host passing within its share (docs/design.md, "Shares")
 end
 reap(S, now)
 local granted = pump(S, now)

@@ -277,6 +277,7 @@ local function renew_waiters(s, n)
             if owner and redis.call('HINCRBY', s.OWN, owner, 1) == 1 then
                 expire_new(s, s.OWN)
             end
+            own_add(s, 'w', K.share_member(id), 1)
             K.end_sole(s, owner)
             note_who(s, id, now, reasserter())
             for _, k in ipairs({s.SEQ, s.Q, s.W}) do
@@ -295,6 +296,7 @@ local function renew_waiters(s, n)
     return back
 end
 local queued, allowed, quarantined, why, back, sole = {}, {}, {}, {}, {}, {}
+local share, holding = {}, {}
 for k = 0, NKINDS - 1 do
     local s = semaphore(NK * k, KIND_LETTER[k])
     local nh, nw = ARG.held_q, ARG.queued_q
@@ -340,6 +342,24 @@ for k = 0, NKINDS - 1 do
     -- whose waiters are the whole queue (a process sharing with its host learns whether it is its
     -- host: the queue's length alone cannot say, other processes' waiters being its host's)
     sole[k + 1] = redis.call('HGET', s.OWN, '*')
+    -- the renewing owner's share and holding (docs/design.md, "Shares"): the owner of the first
+    -- id it names of the kind; share -1 while no share is in force for it (no classes, it waits,
+    -- and another owner waits too)
+    share[k + 1], holding[k + 1] = -1, 0
+    local first = (nh + nw > 0) and group_arg(GROUP.ids, at - nh - nw, 'id')
+    local o = first and K.share_member(first)
+    if o then
+        holding[k + 1] = K.held_by(s, o)
+        local override = K.operator_controls(s)
+        local head = redis.call('ZRANGE', s.Q, 0, 0)[1]
+        if head and not s.defs then
+            local sh = K.shares(s, override or K.limit_of(head))
+            local r = sh and #sh.rows > 1 and sh.by[o]
+            if r then
+                share[k + 1] = r.share
+            end
+        end
+    end
 end
 -- The process record (dbthrottle status lists the processes of a pool): KEYS[2NK+1] a ZSET of
 -- client id -> when its record expires, KEYS[2NK+2] a HASH of client id -> "<seen ms>\t<record>"
@@ -369,4 +389,4 @@ if PROCS and PINFO and group_arg(GROUP.record, 0, 'goodbye') then
 end
 return reply{lost_holders = lost_h, lost_waiters = lost_w, granted_waiters = granted_w,
     queue = queued, handover_allowed = allowed, quarantine = quarantined, why = why,
-    reasserted = back, sole_owner = sole, now = now}
+    reasserted = back, sole_owner = sole, now = now, share = share, held = holding}

@@ -824,6 +824,9 @@ bool dbt_parse_renew(const redisReply *r, void *out, char *err)
         snprintf(rr->why[k], sizeof rr->why[k], "%s", f.why[k] ? f.why[k] : "");
         snprintf(rr->sole_owner[k], sizeof rr->sole_owner[k], "%s",
                  f.sole_owner[k] ? f.sole_owner[k] : "");
+        bool shares = f.n > DBT_RENEW_R_SHARE;
+        rr->share[k] = shares ? f.share[k] : -1;
+        rr->held[k] = shares ? f.held[k] : 0;
     }
     return true;
 }

@@ -297,6 +297,10 @@ typedef struct {
      * (not of this library) are cut, so never equal to one of ours. */
     char sole_owner[DBT_NKINDS][DBT_SOLE_OWNER_MAX];
     long long now_ms; /* Redis' clock when it ran (ms; 0: a script before it said) */
+    /* The renewing owner's share of the limit (-1: none in force, or a script before shares
+     * said nothing) and the units it holds (docs/design.md, "Shares"). */
+    long long share[DBT_NKINDS];
+    long long held[DBT_NKINDS];
 } dbt_renew_reply;
 bool dbt_parse_renew(const redisReply *r, void *out /* dbt_renew_reply */, char *err);
 
