@@ -259,6 +259,9 @@ WHITEBOX_tests/sem/test_share_fork.c = preload/sem
 WHITEBOX_tests/sem/test_host_sole_after_waits.c = preload/sem
 # Writes an offer into the segment without its wake (hostshare_internal.h).
 WHITEBOX_tests/sem/test_share_lost_wake.c = preload/sem
+# Reads a permit's id (pool_types.h) and waits for the host's share in the segment
+# (hostshare_internal.h) before the release it judges.
+WHITEBOX_tests/sem/test_shares.c = preload/sem
 
 # test_compile_rules DIR, COMPILER, FLAGS: each file of a test program compiled on its own into
 # the object tree DIR, with its include path (the faces, and its folders if white-box).

@@ -604,6 +604,7 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
             s->state = SLOT_HELD;
             s->t_grant_us = dbt_now_us();
             p->nheld++;
+            dbt_sharing_share_event(p, a->kind, s->id, &(dbt_shev){.type = DBT_SHEV_GRANTED});
         }
         if (stale_grant(p, s)) /* the reply took a whole lease to read (stopped?) */
             return give_back_stale(a);

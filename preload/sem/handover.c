@@ -303,6 +303,7 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
     p->nheld++;
     s->state = SLOT_HELD;
     s->t_grant_us = now;
+    dbt_sharing_share_event(p, s->kind, s->id, &(dbt_shev){.type = DBT_SHEV_GRANTED});
     struct dbt_slot *w = oldest_waiter(p, s);
     dbt_grant_facts f = {.waiting = true,
                          .orphan = s->orphan,
@@ -380,8 +381,9 @@ static dbt_offer_outcome move_permit(dbt_pool *p, dbt_move m, struct dbt_slot *s
     if (r.to != DBT_ROUTE_OFFER_HOST)
         return (dbt_offer_outcome){.to = r.to, .taken = false};
     dbt_offer_answer a = offer_in_segment(p, s, *w);
-    bool host_sole =
-        (a == DBT_OFFER_NOBODY || a == DBT_OFFER_TOO_OLD) && dbt_share_sole(p->share, (int)s->kind);
+    /* sole, or within the group's share while other hosts wait (docs/design.md, "Shares") */
+    bool host_sole = (a == DBT_OFFER_NOBODY || a == DBT_OFFER_TOO_OLD) &&
+                     dbt_share_may_pass(p->share, (int)s->kind);
     return dbt_core_after_offer(m, &f, a, host_sole);
 }
 

@@ -280,6 +280,7 @@ static void repair(dbt_share *sh)
     uint32_t dirty = g->dirty;
     if (dirty != 0) {
         memset(g->sole, 0, sizeof g->sole);
+        memset(g->share, 0, sizeof g->share);
         /* nothing shelved until a grant with nobody queued says so again */
         for (int k = 0; k < DBT_SHARE_KINDS; k++)
             g->keep[k].contended = 1;
@@ -1273,6 +1274,40 @@ void dbt_share_reset(dbt_share *sh)
         return;
     begin_update(sh);
     memset(sh->seg->sole, 0, sizeof sh->seg->sole);
+    memset(sh->seg->share, 0, sizeof sh->seg->share);
+    dbt_share_unlock(sh);
+}
+
+bool dbt_share_may_pass(dbt_share *sh, int kind)
+{
+    if (!sh || bad_kind(kind) || dbt_share_lock(sh) != 0)
+        return false;
+    bool may = sh->seg->sole[kind].sole != 0 || dbt_core_within_share(&sh->seg->share[kind]);
+    if (may) {
+        int u = any_unregistered(sh);
+        if (u < 0)
+            return false;
+        may = u == 0;
+    }
+    dbt_share_unlock(sh);
+    return may && !sh->broken;
+}
+
+void dbt_share_share_view(dbt_share *sh, int kind, dbt_share_view *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!sh || bad_kind(kind) || dbt_share_lock(sh) != 0)
+        return;
+    *out = sh->seg->share[kind];
+    dbt_share_unlock(sh);
+}
+
+void dbt_share_share_event(dbt_share *sh, int kind, const dbt_shev *ev)
+{
+    if (!sh || bad_kind(kind) || !ev || dbt_share_lock(sh) != 0)
+        return;
+    begin_update(sh);
+    dbt_core_share_step(&sh->seg->share[kind], ev);
     dbt_share_unlock(sh);
 }
 
@@ -1582,7 +1617,9 @@ dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *sha
         if (dbt_share_lock(sh) != 0)
             return DBT_SHARE_NOT_SOLE;
         dbt_seg *g = sh->seg;
-        if (g->sole[shape->kind].sole == 0) {
+        /* Sole, or holding no more than its share while other hosts wait (docs/design.md,
+         * "Shares"): above its share, its releases go back to Redis. */
+        if (g->sole[shape->kind].sole == 0 && !dbt_core_within_share(&g->share[shape->kind])) {
             dbt_share_unlock(sh);
             return DBT_SHARE_NOT_SOLE;
         }

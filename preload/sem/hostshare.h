@@ -116,6 +116,14 @@ void dbt_share_drain(dbt_share *sh);
 /* Whether the host's waiters were the whole queue when Redis last said so, and no other host's
  * waiter queued since; false too while any live process has an unregistered waiter. */
 bool dbt_share_sole(dbt_share *sh, int kind);
+/* Whether a released permit may go to a waiter of the host: sole, or holding no more than the
+ * group's share while other hosts wait (docs/design.md, "Shares"); false too while any live
+ * process has an unregistered waiter. */
+bool dbt_share_may_pass(dbt_share *sh, int kind);
+/* The group's share of the kind moves by one event (pool_core's dbt_core_share_step). */
+void dbt_share_share_event(dbt_share *sh, int kind, const dbt_shev *ev);
+/* The group's share view of the kind now (zeroed when it cannot be read). */
+void dbt_share_share_view(dbt_share *sh, int kind, dbt_share_view *out);
 /* acquire.lua queued one of this host's waiters with `ticket` and said whether the host's waiters
  * were the whole queue (sole); as dbt_handover_verdict: a verdict older than the latest applied,
  * or than a foreign ticket, does not count; a verdict more than lease_us old with no registration

@@ -14,7 +14,7 @@
 /* Layout version: in the file's name (<hash>.<version>) and in the header. A library whose
  * layout differs uses another file, so versions never read each other's segments; a header of
  * another version in our file is damage. */
-#define DBT_SEG_VERSION 2
+#define DBT_SEG_VERSION 3
 #define DBT_SEG_MAGIC   UINT64_C(0x314d485354424444) /* "DDBTSHM1" read little-endian */
 #define DBT_SEG_KEY_MAX 1024                         /* the pool's key, with its NUL */
 #define DBT_SEG_PROCS   256
@@ -100,6 +100,9 @@ typedef struct {
     uint32_t reg_hw;  /* regs[reg_hw..] are all free */
     dbt_seg_sole sole[DBT_SHARE_KINDS];
     dbt_seg_keep keep[DBT_SHARE_KINDS];
+    /* The group's share of the limit per kind (pool_core's dbt_share_view, moved by
+     * dbt_core_share_step under the lock; zeroed: none in force). Layout version 3. */
+    dbt_share_view share[DBT_SHARE_KINDS];
     dbt_seg_proc procs[DBT_SEG_PROCS];
     dbt_seg_reg regs[DBT_SEG_REGS];
 } dbt_seg;

@@ -85,6 +85,18 @@ static void dispatch(dbt_pool *p, const char *msg)
         dbt_handover_foreign(p, k, strtoull(msg + 3, NULL, 10));
         return;
     }
+    if (msg[0] == DBT_WAKE_SHARE && msg[2] == ':') {
+        /* "s<kind>:<share>:<ticket>": the host group's share fell below what it holds, so its
+         * releases go back to Redis until it holds its share (docs/design.md, "Shares"). */
+        char *end;
+        long long share = strtoll(msg + 3, &end, 10);
+        if (*end != ':' || share < 0)
+            return;
+        dbt_shev ev = {
+            .type = DBT_SHEV_PUSH, .share = share, .ticket = strtoull(end + 1, NULL, 10)};
+        dbt_sharing_share_event(p, k, NULL, &ev);
+        return;
+    }
     if (msg[0] != DBT_WAKE_GRANT || msg[2] != ':')
         return;
     struct dbt_slot *s = dbt_find_slot(p, msg + 3);

@@ -328,3 +328,39 @@ dbt_outage_fate dbt_core_outage(bool misconfigured, bool open_mode)
         return DBT_OUTAGE_MISCONFIGURED;
     return open_mode ? DBT_OUTAGE_UNTHROTTLED : DBT_OUTAGE_REFUSED;
 }
+
+bool dbt_core_within_share(const dbt_share_view *v)
+{
+    return v->share1 > 0 && v->held >= 0 && (uint64_t)v->held < v->share1;
+}
+
+void dbt_core_share_step(dbt_share_view *v, const dbt_shev *ev)
+{
+    switch (ev->type) {
+    case DBT_SHEV_PUSH:
+        if (ev->ticket <= v->ticket || ev->share < 0)
+            return;
+        v->ticket = ev->ticket;
+        v->share1 = (uint64_t)ev->share + 1;
+        return;
+    case DBT_SHEV_RENEWED: {
+        if (!ev->handover_allowed)
+            v->share1 = 0;
+        else if (v->ticket == ev->ticket_sent)
+            v->share1 = ev->share >= 0 ? (uint64_t)ev->share + 1 : 0;
+        int64_t held = ev->held > 0 ? ev->held : 0;
+        if (v->nev == ev->nev_sent || held > v->held)
+            v->held = held;
+        return;
+    }
+    case DBT_SHEV_GRANTED:
+        v->held++;
+        v->nev++;
+        return;
+    case DBT_SHEV_RETURNED:
+        if (v->held > 0)
+            v->held--;
+        v->nev++;
+        return;
+    }
+}

@@ -322,4 +322,49 @@ typedef enum {
 } dbt_outage_fate;
 dbt_outage_fate dbt_core_outage(bool misconfigured, bool open_mode);
 
+/* ---- the host's share of the limit (docs/design.md, "Shares") ----
+ * What the host's segment knows of its group's share of a kind: the share Redis last said (by
+ * "s<kind>:<share>:<ticket>" or a renewal), the units it counts the group holding, and the ticket
+ * of the last "s" applied. share1 is the share + 1, 0 when none is in force (no other owner
+ * waits, a renewal said none, the operator drains or limits, the state was reset): zeroed memory
+ * is "none", never "a share of 0". Fixed-width fields: it lives in the segment. */
+typedef struct {
+    uint64_t share1;
+    int64_t held;
+    uint64_t ticket;
+    uint64_t nev; /* grants and returns counted so far: a renewal's count is as of its send */
+} dbt_share_view;
+
+/* A host that is not sole passes a released permit to its own waiters only while a share is in
+ * force and it holds no more than its share; above it, its releases go back to Redis. */
+bool dbt_core_within_share(const dbt_share_view *v);
+
+typedef enum {
+    DBT_SHEV_PUSH,    /* "s<kind>:<share>:<ticket>": the group's share changed */
+    DBT_SHEV_RENEWED, /* a renewal: share (-1 none) and held as Redis counts them, and whether
+                             local handover may go on (not drained, not above the override) */
+    DBT_SHEV_GRANTED, /* Redis granted a permit to a place of the group (+1) */
+    DBT_SHEV_RETURNED /* a permit of the group went back to Redis (-1) */
+} dbt_shev_type;
+
+typedef struct {
+    dbt_shev_type type;
+    int64_t share; /* PUSH, RENEWED */
+    int64_t held;  /* RENEWED */
+    uint64_t ticket;
+    bool handover_allowed; /* RENEWED */
+    /* RENEWED: the view's nev and ticket when the renewal was sent */
+    uint64_t nev_sent, ticket_sent;
+} dbt_shev;
+
+/* Moves the view by one event. A push older than the last one applied is history (the newest
+ * ticket wins, as for verdicts); it sets the share, the count stays the group's own (its grants
+ * and returns). A renewal sets both from Redis' counts as they were when it ran, which may be
+ * before grants and returns counted here since it was sent: its share counts only if no push came
+ * since (else the push's is newer), and its count replaces ours only if nothing was counted since,
+ * else the larger of the two stands (a count too high sends releases to Redis: the safe side). No
+ * share is in force when handover is not allowed (drained, above the override). The count never
+ * goes below 0. */
+void dbt_core_share_step(dbt_share_view *v, const dbt_shev *ev);
+
 #endif

@@ -313,7 +313,8 @@ static bool host_is_sole_owner(const dbt_pool *p, const char *owner)
 /* What a renewal sent at `sent` found, applied with p->mu held. nmine: this process' waiters of
  * each kind that it renewed. */
 static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sent,
-                          const int nmine[DBT_NKINDS], dbt_cancels *cancels)
+                          const int nmine[DBT_NKINDS], const dbt_share_view shares[DBT_NKINDS],
+                          dbt_cancels *cancels)
 {
     /* What Redis no longer has first: a lease it did not renew must not look renewed. */
     apply_lost(p, reply, cancels);
@@ -354,6 +355,14 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
         if (dbt_queue_step(&p->queue[k], &ev) & DBT_QACT_NOT_ALONE)
             dbt_handover_foreign(p, (dbt_kind)k, 0);
         dbt_sharing_keep_event(p, (dbt_kind)k, &ev); /* the host's shelf too */
+        /* the group's share and holding as Redis counts them (docs/design.md, "Shares") */
+        dbt_shev sev = {.type = DBT_SHEV_RENEWED,
+                        .share = reply->share[k],
+                        .held = reply->held[k],
+                        .handover_allowed = reply->handover_allowed[k],
+                        .nev_sent = shares[k].nev,
+                        .ticket_sent = shares[k].ticket};
+        dbt_sharing_share_event(p, (dbt_kind)k, NULL, &sev);
     }
 }
 
@@ -490,6 +499,10 @@ static void renew(dbt_pool *p)
     if (waits)
         take_local_waits(p, waits);
     ok = ok && waits;
+    /* what the host's share view was as this renewal leaves (docs/design.md, "Shares") */
+    dbt_share_view shares[DBT_NKINDS];
+    for (int k = 0; k < DBT_NKINDS; k++)
+        dbt_sharing_share_view(p, (dbt_kind)k, &shares[k]);
     pthread_mutex_unlock(&p->mu);
 
     char err[DBT_ERRLEN];
@@ -550,7 +563,7 @@ static void renew(dbt_pool *p)
     if (rep) {
         p->renew_failures = 0;
         p->reported = !goodbye;
-        apply_renewal(p, &reply, sent, nmine, &cancels);
+        apply_renewal(p, &reply, sent, nmine, shares, &cancels);
         freeReplyObject(rep);
     } else {
         renewal_failed(p, sent);

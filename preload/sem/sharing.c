@@ -272,6 +272,22 @@ bool dbt_sharing_id_grouped(const dbt_pool *p, const char *id)
 
 /* ---- the host's shelf ---- */
 
+void dbt_sharing_share_event(dbt_pool *p, dbt_kind kind, const char *id, const dbt_shev *ev)
+{
+    if (!p->share || p->exiting)
+        return;
+    if (id && !dbt_sharing_id_grouped(p, id))
+        return;
+    dbt_share_share_event(p->share, (int)kind, ev);
+}
+
+void dbt_sharing_share_view(dbt_pool *p, dbt_kind kind, dbt_share_view *out)
+{
+    memset(out, 0, sizeof *out);
+    if (p->share)
+        dbt_share_share_view(p->share, (int)kind, out);
+}
+
 void dbt_sharing_keep_event(dbt_pool *p, dbt_kind kind, const dbt_queue_event *ev)
 {
     if (!p->share || p->exiting)

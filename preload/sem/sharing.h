@@ -50,6 +50,13 @@ bool dbt_sharing_id_grouped(const dbt_pool *p, const char *id);
 /* p->mu held: the permit's shape, as the segment matches it. */
 void dbt_sharing_shape(const struct dbt_slot *s, dbt_share_shape *out);
 
+/* p->mu held: the host group's share of the kind moves by one event (docs/design.md, "Shares");
+ * a grant or a return counts only for an id made under the current group (id; NULL for the
+ * others). No-op when not attached. */
+void dbt_sharing_share_event(dbt_pool *p, dbt_kind kind, const char *id, const dbt_shev *ev);
+/* p->mu held: the group's share view of the kind (zeroed when not attached). */
+void dbt_sharing_share_view(dbt_pool *p, dbt_kind kind, dbt_share_view *out);
+
 /* ---- the host's shelf (docs/design.md, "Permits kept where they are used") ---- */
 
 /* p->mu held: the host's share of a queue event (REVOKE, GRANTED, QUEUED, RENEWED: the host's

@@ -1,14 +1,18 @@
-/* Shares of the limit between hosts (docs/design.md, "Shares"), in the scripts: a permit that goes
- * back to Redis is granted to the oldest place of a host group below its share before the head; a
- * host group whose share changed is told "s<kind>:<share>:<ticket>" on wake:G; the renewal says
- * the renewing host's share and holding; a drain tells every holding host a share of 0; a plain
- * process among the waiters keeps arrival order. Driven through the real scripts as the library
- * builds them, judged from Redis' own keys (holders, queue, the wake lists). */
+/* Shares of the limit between hosts (docs/design.md, "Shares"): with another host waiting, a host
+ * at or below its share passes permits among its own waiters through its segment, and a host
+ * above its share gives its releases back to Redis, which grants them to the oldest place of a
+ * host below its share before the head. Driven through the real scripts (script_shares: the
+ * pump's choice, the "s" push, the renewal's share) and through two clients of two "hosts" (two
+ * share directories: two segments, two groups), judged from Redis' own keys: which ids hold,
+ * which wait, what is on the wake lists. */
+#include "hostshare_internal.h"
+#include "pool.h"
 #include "route.h"
 #include "script_run.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +178,174 @@ Test(script_shares, a_plain_process_waiting_keeps_arrival_order)
     cr_assert_eq(acq("00000000000000c1.3.1", 1).status, DBT_ACQUIRE_QUEUED);
     rel(GA ".1.1");
     cr_expect(zscore_exists(P "holders", GA ".2.1"), "the head, whatever the shares");
+}
+
+/* ---- two hosts' clients ---- */
+
+enum { LIMIT = 2 };
+
+typedef struct {
+    dbt_pool *pool;
+    dbt_permit *permit;
+    int rc;
+} waiter;
+
+static void *wait_for_permit(void *arg)
+{
+    waiter *w = arg;
+    dbt_acquire_opts o = {.limit = LIMIT, .wait_ms = 20000, .conn = "sh"};
+    w->rc = dbt_acquire(w->pool, DBT_KIND_QUERY, &o, &w->permit);
+    return NULL;
+}
+
+static char dirs[2][32];
+
+static void hosts_start(void)
+{
+    fx_redis_start();
+    for (int i = 0; i < 2; i++) {
+        snprintf(dirs[i], sizeof dirs[i], "/tmp/dbt-shares-XXXXXX");
+        cr_assert(mkdtemp(dirs[i]));
+    }
+}
+
+static void hosts_stop(void)
+{
+    fx_stop();
+    for (int i = 0; i < 2; i++) {
+        char rm[128];
+        snprintf(rm, sizeof rm, "rm -rf %s", dirs[i]);
+        if (system(rm) != 0)
+            cr_log_warn("could not remove %s", dirs[i]);
+    }
+}
+
+TestSuite(shares, .init = hosts_start, .fini = hosts_stop);
+
+static dbt_pool *pool_on_host(int host)
+{
+    char dir_kv[160];
+    snprintf(dir_kv, sizeof dir_kv, "DBTHROTTLE_SHARE_DIR=%s", dirs[host]);
+    dbt_client *c = fx_client("DBTHROTTLE_HOST_SHARE=on", dir_kv, "DBTHROTTLE_LEASE=60s",
+                              "DBTHROTTLE_CACHE_PERMITS=off", NULL);
+    cr_assert(c);
+    return dbt_client_pool(c, "sh");
+}
+
+static dbt_permit *take(dbt_pool *p)
+{
+    dbt_acquire_opts o = {.limit = LIMIT, .wait_ms = 0, .conn = "sh"};
+    dbt_permit *pm = NULL;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &pm), DBT_ACQ_GRANTED);
+    return pm;
+}
+
+static void start_waiter(waiter *w, dbt_pool *p, pthread_t *t, int queued_after)
+{
+    w->pool = p;
+    w->permit = NULL;
+    w->rc = -1;
+    cr_assert_eq(pthread_create(t, NULL, wait_for_permit, w), 0);
+    zcard_is q = {&fx_redis, P "queue", queued_after};
+    cr_assert(test_wait_until(test_zcard_is, &q, 10000), "never queued");
+}
+
+/* The host's segment learned its share from the "s" its listener popped (synchronisation only:
+ * what the test judges is Redis' state after the release). */
+typedef struct {
+    dbt_pool *pool;
+    uint64_t share1;
+} share_known;
+
+static bool share_is_known(void *arg)
+{
+    share_known *k = arg;
+    pthread_mutex_lock(&k->pool->mu);
+    dbt_share *sh = k->pool->share;
+    bool known = false;
+    if (sh && dbt_share_lock(sh) == 0) {
+        known = dbt_share_segment(sh)->share[DBT_KIND_QUERY].share1 == k->share1;
+        dbt_share_unlock(sh);
+    }
+    pthread_mutex_unlock(&k->pool->mu);
+    return known;
+}
+
+static void wait_share_known(dbt_pool *p, int64_t share)
+{
+    share_known k = {p, (uint64_t)share + 1};
+    cr_assert(test_wait_until(share_is_known, &k, 10000), "the host never learned its share");
+}
+
+/* Hosts A and B hold one permit each of 2 and each has a waiter: shares 1 and 1. A's release
+ * goes to A's waiter through A's segment: its id stays held in Redis (no release.lua, no grant),
+ * while B's waiter waits on. Before shares, with another host waiting every release went to
+ * Redis: A's id left the holders and A's place was granted by Redis. */
+Test(shares, a_host_at_its_share_passes_locally_while_another_host_waits, .timeout = 60)
+{
+    dbt_pool *a = pool_on_host(0), *b = pool_on_host(1);
+    dbt_permit *a1 = take(a), *b1 = take(b);
+    waiter wa, wb;
+    pthread_t ta, tb;
+    start_waiter(&wa, a, &ta, 1);
+    start_waiter(&wb, b, &tb, 2);
+    wait_share_known(a, 1);
+    char a1_id[DBT_ID_MAX];
+    snprintf(a1_id, sizeof a1_id, "%s", a1->id);
+
+    dbt_release(a1);
+    pthread_join(ta, NULL);
+    cr_assert_eq(wa.rc, DBT_ACQ_GRANTED);
+    cr_expect(zscore_exists(P "holders", a1_id),
+              "A's permit went back to Redis: A at its share did not pass it locally");
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", P "holders"), LIMIT);
+    char q[512];
+    range("ZRANGE", P "queue", q, sizeof q);
+    cr_expect(strchr(q, '~') && !strstr(q, a1_id), "B's waiter still waits (queue: %s)", q);
+
+    dbt_release(wa.permit);
+    dbt_release(b1);
+    pthread_join(tb, NULL);
+    cr_assert_eq(wb.rc, DBT_ACQ_GRANTED);
+    dbt_release(wb.permit);
+}
+
+/* Host A holds both permits and has a waiter (sole); then B's waiter queues: shares 1 and 1, A
+ * holds 2. A's first release goes back to Redis, which grants B's place (below its share)
+ * although A's place is the head; A's second release, at its share, goes to A's waiter locally.
+ * Before shares: A's release went to the head, A's own place, and B waited on. */
+Test(shares, a_host_above_its_share_gives_back_and_the_other_host_gets_its_share, .timeout = 60)
+{
+    dbt_pool *a = pool_on_host(0), *b = pool_on_host(1);
+    dbt_permit *a1 = take(a), *a2 = take(a);
+    waiter wa, wb;
+    pthread_t ta, tb;
+    start_waiter(&wa, a, &ta, 1);
+    start_waiter(&wb, b, &tb, 2);
+    wait_share_known(a, 1);
+    char queue[512];
+    range("ZRANGE", P "queue", queue, sizeof queue);
+    char a_place[DBT_ID_MAX], b_place[DBT_ID_MAX];
+    cr_assert_eq(sscanf(queue, "%127s %127s", a_place, b_place), 2, "queue: %s", queue);
+
+    dbt_release(a1);
+    pthread_join(tb, NULL);
+    char held[512];
+    range("ZRANGE", P "holders", held, sizeof held);
+    range("ZRANGE", P "queue", queue, sizeof queue);
+    cr_assert_eq(wb.rc, DBT_ACQ_GRANTED, "holders: %s; queue: %s; B's place %s", held, queue,
+                 b_place);
+    cr_expect(zscore_exists(P "holders", b_place), "B's place was not granted by Redis");
+    cr_expect(zscore_exists(P "queue", a_place), "A's place, the head, waits on");
+
+    char a2_id[DBT_ID_MAX];
+    snprintf(a2_id, sizeof a2_id, "%s", a2->id);
+    dbt_release(a2);
+    pthread_join(ta, NULL);
+    cr_assert_eq(wa.rc, DBT_ACQ_GRANTED);
+    cr_expect(zscore_exists(P "holders", a2_id), "A at its share did not pass its permit locally");
+    dbt_release(wa.permit);
+    dbt_release(wb.permit);
 }
 
 /* The operator's drain ends passing within a share (invariant 5): every host group holding is

@@ -879,3 +879,96 @@ Test(pool_core, an_outage_runs_unthrottled_only_in_open_mode_and_never_when_misc
     cr_assert_eq(dbt_core_outage(true, true), DBT_OUTAGE_MISCONFIGURED);
     cr_assert_eq(dbt_core_outage(true, false), DBT_OUTAGE_MISCONFIGURED);
 }
+
+/* ---- the host's share of the limit (docs/design.md, "Shares") ---- */
+
+static void share_ev(dbt_share_view *v, dbt_shev_type type, int64_t share, int64_t held,
+                     uint64_t ticket, bool allowed)
+{
+    dbt_shev ev = {
+        .type = type, .share = share, .held = held, .ticket = ticket, .handover_allowed = allowed};
+    dbt_core_share_step(v, &ev);
+}
+
+Test(pool_core, zeroed_share_state_is_none_in_force_never_a_share_of_zero)
+{
+    dbt_share_view v;
+    memset(&v, 0, sizeof v);
+    cr_assert_not(dbt_core_within_share(&v), "a fresh or reset segment passes nothing");
+}
+
+Test(pool_core, a_host_at_or_below_its_share_passes_locally_above_it_gives_back)
+{
+    dbt_share_view v = {0};
+    share_ev(&v, DBT_SHEV_RENEWED, 1, 1, 0, true);
+    cr_assert(dbt_core_within_share(&v), "holds 1 of a share of 1");
+    share_ev(&v, DBT_SHEV_GRANTED, 0, 0, 0, false);
+    cr_assert_not(dbt_core_within_share(&v), "holds 2 of 1: releases go to Redis");
+    share_ev(&v, DBT_SHEV_RETURNED, 0, 0, 0, false);
+    cr_assert(dbt_core_within_share(&v), "back at its share");
+    share_ev(&v, DBT_SHEV_RETURNED, 0, 0, 0, false);
+    share_ev(&v, DBT_SHEV_RETURNED, 0, 0, 0, false);
+    cr_assert_eq(v.held, 0, "never below 0");
+}
+
+Test(pool_core, a_renewal_without_a_share_or_with_handover_stopped_ends_local_passing)
+{
+    dbt_share_view v = {0};
+    share_ev(&v, DBT_SHEV_RENEWED, 2, 1, 0, true);
+    cr_assert(dbt_core_within_share(&v));
+    share_ev(&v, DBT_SHEV_RENEWED, -1, 1, 0, true);
+    cr_assert_not(dbt_core_within_share(&v), "nobody else waits: the sole rule decides");
+    share_ev(&v, DBT_SHEV_RENEWED, 2, 1, 0, false);
+    cr_assert_not(dbt_core_within_share(&v), "drained or above the override");
+}
+
+Test(pool_core, a_share_push_sets_the_share_and_the_newest_ticket_wins)
+{
+    dbt_share_view v = {0};
+    share_ev(&v, DBT_SHEV_RENEWED, 3, 3, 0, true);
+    cr_assert(dbt_core_within_share(&v));
+    share_ev(&v, DBT_SHEV_PUSH, 1, 0, 10, false);
+    cr_assert_not(dbt_core_within_share(&v), "holds 3 of 1");
+    share_ev(&v, DBT_SHEV_PUSH, 3, 0, 9, false);
+    cr_assert_eq(v.share1, 2, "an older push is history");
+    share_ev(&v, DBT_SHEV_RETURNED, 0, 0, 0, false);
+    share_ev(&v, DBT_SHEV_RETURNED, 0, 0, 0, false);
+    cr_assert(dbt_core_within_share(&v), "back at its share of 1");
+    /* a push of a share that rose lets a host that was above it pass again */
+    share_ev(&v, DBT_SHEV_GRANTED, 0, 0, 0, false);
+    cr_assert_not(dbt_core_within_share(&v), "holds 2 of 1");
+    share_ev(&v, DBT_SHEV_PUSH, 2, 0, 11, false);
+    cr_assert(dbt_core_within_share(&v), "holds 2 of 2");
+    cr_assert_eq(v.held, 2, "a push leaves the count alone");
+}
+
+/* tests/sem: shares/a_host_above_its_share_gives_back_and_the_other_host_gets_its_share, which
+ * once passed a permit locally above the share: a renewal computed between the host's two grants
+ * and read after the second said it held 1. */
+Test(pool_core, twin_a_renewal_older_than_a_grant_or_a_push_does_not_undo_them)
+{
+    dbt_share_view v = {0};
+    share_ev(&v, DBT_SHEV_GRANTED, 0, 0, 0, false);
+    dbt_share_view at_send = v; /* the renewal leaves */
+    share_ev(&v, DBT_SHEV_GRANTED, 0, 0, 0, false);
+    share_ev(&v, DBT_SHEV_PUSH, 1, 0, 4, false);
+    dbt_shev ev = {.type = DBT_SHEV_RENEWED,
+                   .share = -1,
+                   .held = 1,
+                   .handover_allowed = true,
+                   .nev_sent = at_send.nev,
+                   .ticket_sent = at_send.ticket};
+    dbt_core_share_step(&v, &ev);
+    cr_assert_eq(v.held, 2, "Redis' count of before the second grant does not lower ours");
+    cr_assert_eq(v.share1, 2, "the push's share is newer than the renewal's");
+    cr_assert_not(dbt_core_within_share(&v), "holds 2 of 1: releases go to Redis");
+    /* a renewal sent after both counts as Redis says, down too */
+    at_send = v;
+    ev.nev_sent = at_send.nev;
+    ev.ticket_sent = at_send.ticket;
+    ev.share = 1;
+    ev.held = 1;
+    dbt_core_share_step(&v, &ev);
+    cr_assert_eq(v.held, 1);
+    cr_assert(dbt_core_within_share(&v));
+}
