@@ -348,19 +348,18 @@ void dbt_core_share_step(dbt_share_view *v, const dbt_shev *ev)
             v->share1 = 0;
         else if (v->ticket == ev->ticket_sent)
             v->share1 = ev->share >= 0 ? (uint64_t)ev->share + 1 : 0;
-        int64_t held = ev->held > 0 ? ev->held : 0;
-        if (v->nev == ev->nev_sent || held > v->held)
-            v->held = held;
+        int64_t held = (ev->held > 0 ? ev->held : 0) + (v->net - ev->net_sent);
+        v->held = held > 0 ? held : 0;
         return;
     }
     case DBT_SHEV_GRANTED:
         v->held++;
-        v->nev++;
+        v->net++;
         return;
     case DBT_SHEV_RETURNED:
         if (v->held > 0)
             v->held--;
-        v->nev++;
+        v->net--;
         return;
     }
 }

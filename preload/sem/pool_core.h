@@ -332,7 +332,7 @@ typedef struct {
     uint64_t share1;
     int64_t held;
     uint64_t ticket;
-    uint64_t nev; /* grants and returns counted so far: a renewal's count is as of its send */
+    int64_t net; /* grants minus returns counted so far: a renewal's count is as of its send */
 } dbt_share_view;
 
 /* A host that is not sole passes a released permit to its own waiters only while a share is in
@@ -353,18 +353,19 @@ typedef struct {
     int64_t held;  /* RENEWED */
     uint64_t ticket;
     bool handover_allowed; /* RENEWED */
-    /* RENEWED: the view's nev and ticket when the renewal was sent */
-    uint64_t nev_sent, ticket_sent;
+    /* RENEWED: the view's net and ticket when the renewal was sent */
+    int64_t net_sent;
+    uint64_t ticket_sent;
 } dbt_shev;
 
 /* Moves the view by one event. A push older than the last one applied is history (the newest
  * ticket wins, as for verdicts); it sets the share, the count stays the group's own (its grants
- * and returns). A renewal sets both from Redis' counts as they were when it ran, which may be
- * before grants and returns counted here since it was sent: its share counts only if no push came
- * since (else the push's is newer), and its count replaces ours only if nothing was counted since,
- * else the larger of the two stands (a count too high sends releases to Redis: the safe side). No
- * share is in force when handover is not allowed (drained, above the override). The count never
- * goes below 0. */
+ * and returns). A renewal sets both from Redis' counts as they were when it ran: its share counts
+ * only if no push came since it was sent (else the push's is newer), and its count is Redis' plus
+ * what was counted here since it was sent (a grant or a return in flight at that time is off by
+ * one until the next renewal; a count kept apart from Redis' would keep whatever drift a path that
+ * does not count leaves). No share is in force when handover is not allowed (drained, above the
+ * override). The count never goes below 0. */
 void dbt_core_share_step(dbt_share_view *v, const dbt_shev *ev);
 
 #endif

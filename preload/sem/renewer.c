@@ -360,7 +360,7 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
                         .share = reply->share[k],
                         .held = reply->held[k],
                         .handover_allowed = reply->handover_allowed[k],
-                        .nev_sent = shares[k].nev,
+                        .net_sent = shares[k].net,
                         .ticket_sent = shares[k].ticket};
         dbt_sharing_share_event(p, (dbt_kind)k, NULL, &sev);
     }
