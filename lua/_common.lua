@@ -390,7 +390,7 @@ local function note_gone(s, now, ids, forget)
 end
 
 -- Undeclared keys (the same hash tag, so the same Cluster slot, as the per-tag keys):
---   <owners>:h  ZSET  owner -> the units its holders hold (hold, unhold, reap)
+--   <owners>:h  ZSET  host group -> the units its holders hold (hold, unhold, reap)
 --   <owners>:w  ZSET  owner -> how many of its waiters are queued: OWN's counts, in a set the
 --                     worker's ACL lets a script list (ZRANGE; HGETALL it may not run)
 --   <owners>:s  ZSET  owner -> the share last computed for it while it waited (so that "s" is
@@ -418,9 +418,16 @@ local function own_add(s, suffix, o, n)
     end
 end
 
--- The units id's owner holds change by n (hold, unhold).
+-- The units id's owner holds change by n: counted for host groups only (no share is in force
+-- while a plain process waits, so a plain process' holding is never asked for; and a process that
+-- does not share pays nothing for shares on its uncontended path). An untagged id's owner is
+-- "~<G>" (K.share_member's), found here without loading K: hold and unhold are every grant and
+-- release.
 local function held_add(s, id, n)
-    own_add(s, 'h', K.share_member(id), n)
+    local g = string.match(id, '^([^./#~]+)~')
+    if g then
+        own_add(s, 'h', shape_of(id) and K.share_member(id) or ('~' .. g), n)
+    end
 end
 
 -- Expired entries are removed a bounded batch per call; each is removed once. Until then they
@@ -1024,7 +1031,7 @@ local function reap(s, now)
         local permits, by_tag, by_owner = {}, {}, {}
         for _, m in ipairs(dead) do
             local o = K.share_member(m)
-            if o then
+            if o and string.sub(o, 1, 1) == '~' then
                 by_owner[o] = (by_owner[o] or 0) + 1
             end
             if not string.find(m, '#', 1, true) then
