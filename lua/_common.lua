@@ -829,14 +829,19 @@ load_classes = function()
     -- Every waiting owner's share of limit L: {rows, by}, rows = {o, d (demand), h (held), share}
     -- in a fixed order, by[o] = the row; nil when nobody waits, or shares are not in force. Demand = holders + waiters; the
     -- share L x demand / the sum of demands, rounded by largest remainder (ties: the owner holding
-    -- less, then by name), then at least 1 for every waiting owner while L is at least their number
-    -- (taken from the largest shares). One owner: its share is L. O(waiting owners).
+    -- less, then by name), then at least 1 for every waiting owner (taken from the largest shares).
+    -- One owner: its share is L. None in force while more owners wait than L. O(waiting owners).
     K.shares = function(s, L)
         local ws = redis.call('ZRANGE', own_key(s, 'w'), 0, -1, 'WITHSCORES')
         if #ws == 0 then
             return nil
         end
         local rows, by, total = {}, {}, 0
+        if #ws / 2 > L then
+            -- More waiting hosts than permits: some share would be 0, and a host with none would
+            -- starve while the others pass theirs locally for good. Arrival order.
+            return nil
+        end
         for i = 1, #ws, 2 do
             if string.sub(ws[i], 1, 1) ~= '~' or string.find(ws[i], '/', 1, true) then
                 return nil -- a plain process or a shape waits: arrival order

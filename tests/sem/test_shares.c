@@ -381,3 +381,23 @@ Test(script_shares, a_drain_tells_every_holding_host_a_share_of_0)
     range("LRANGE", WAKE H, list, sizeof list);
     cr_expect(strncmp(list, "sq:0:", 5) == 0, "wake:H: %s", list);
 }
+
+/* More waiting hosts than permits: a share of 0 would starve its host while the others pass
+ * theirs locally for good, so no share is in force: the head is granted, and nobody is told. */
+Test(script_shares, more_hosts_waiting_than_permits_keep_arrival_order)
+{
+#define HC "00112233445566ff~00000000000000c1"
+    cr_assert_eq(acq(GA ".1.2", 2).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(GA ".2.2", 2).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(HC ".3.2", 2).status, DBT_ACQUIRE_QUEUED);
+    cr_assert_eq(acq(HB ".4.2", 2).status, DBT_ACQUIRE_QUEUED);
+    cr_assert_eq(acq(GA ".5.2", 2).status, DBT_ACQUIRE_QUEUED);
+    char list[512];
+    range("LRANGE", WAKE G, list, sizeof list);
+    cr_expect(strstr(list, "sq:") == NULL, "wake:G: %s", list);
+    char *held[] = {GA ".2.2"};
+    cr_expect_eq(renew(held, 1).share[DBT_KIND_QUERY], -1);
+    rel(GA ".1.2");
+    cr_expect(zscore_exists(P "holders", HC ".3.2"), "the head");
+#undef HC
+}
