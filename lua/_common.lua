@@ -831,7 +831,14 @@ load_classes = function()
     -- share L x demand / the sum of demands, rounded by largest remainder (ties: the owner holding
     -- less, then by name), then at least 1 for every waiting owner (taken from the largest shares).
     -- One owner: its share is L. None in force while more owners wait than L. O(waiting owners).
+    -- None while the pool is drained (as no process is alone then, acquire.lua): every permit must
+    -- come back to Redis, and a share told would let a host pass its permits locally (admin.lua's
+    -- drain told each holding host 0; a waiter queueing after it would tell them a share again).
     K.shares = function(s, L)
+        local _, drained = K.operator_controls(s) -- (read already by acquire and pump: no command)
+        if drained then
+            return nil
+        end
         local ws = redis.call('ZRANGE', own_key(s, 'w'), 0, -1, 'WITHSCORES')
         if #ws == 0 then
             return nil

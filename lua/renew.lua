@@ -350,7 +350,6 @@ for k = 0, NKINDS - 1 do
     local o = first and K.share_member(first)
     if o then
         holding[k + 1] = K.held_by(s, o)
-        local override = K.operator_controls(s)
         local head = redis.call('ZRANGE', s.Q, 0, 0)[1]
         if head and not s.defs then
             local sh = K.shares(s, override or K.limit_of(head))

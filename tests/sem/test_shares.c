@@ -382,6 +382,34 @@ Test(script_shares, a_drain_tells_every_holding_host_a_share_of_0)
     cr_expect(strncmp(list, "sq:0:", 5) == 0, "wake:H: %s", list);
 }
 
+/* A drain tells every holding host a share of 0, and must stay in force: a waiter that queues
+ * while the pool is drained must not tell a holding host a share again (a host at or below it
+ * would pass its permits among its own processes in a drained pool), nor may a renewal say one. */
+Test(script_shares, a_drain_is_not_undone_by_the_next_waiters_share)
+{
+    cr_assert_eq(acq(GA ".1.2", 2).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(GA ".2.2", 2).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(GA ".3.2", 2).status, DBT_ACQUIRE_QUEUED);
+    dbt_script_call c;
+    dbt_build_admin(&c, &keys, DBT_KIND_QUERY, &cfg, DBT_ADMIN_DRAIN, NULL);
+    dbt_admin_reply reply;
+    char err[DBT_ERRLEN];
+    redisReply *rep = dbt_script_run(conn, &c, dbt_parse_admin, &reply, err);
+    cr_assert_not_null(rep, "admin: %s", err);
+    freeReplyObject(rep);
+    redisContext *rc = test_redis_connect(&fx_redis);
+    cr_assert_not_null(rc);
+    freeReplyObject(redisCommand(rc, "DEL " WAKE G " " WAKE H));
+    redisFree(rc);
+
+    cr_assert_eq(acq(HB ".4.2", 2).status, DBT_ACQUIRE_QUEUED);
+    char list[512];
+    range("LRANGE", WAKE G, list, sizeof list);
+    cr_expect(strstr(list, "sq:") == NULL, "no share told while drained; wake:G: %s", list);
+    char *held[] = {GA ".1.2", GA ".2.2"};
+    cr_expect_eq(renew(held, 2).share[DBT_KIND_QUERY], -1, "no share in force while drained");
+}
+
 /* More waiting hosts than permits: a share of 0 would starve its host while the others pass
  * theirs locally for good, so no share is in force: the head is granted, and nobody is told. */
 Test(script_shares, more_hosts_waiting_than_permits_keep_arrival_order)
