@@ -414,7 +414,7 @@ local function own_add(s, suffix, o, n)
             redis.call('DEL', k)
         end
     elseif v == n then
-        redis.call('PEXPIRE', k, TTL, 'NX')
+        expire_new(s, k) -- new (or a member new in a key that has its TTL): as the pool's others
     end
 end
 

@@ -80,17 +80,23 @@ static void script_stop(void)
 
 TestSuite(script_shares, .init = script_start, .fini = script_stop);
 
-static dbt_acquire_reply acq(const char *id, int limit)
+/* An acquire by a caller of configuration with (its lease, so its key TTL). */
+static dbt_acquire_reply acq_as(const dbt_config *with, const char *id, int limit)
 {
     dbt_acquire_call a = {.id = id, .limit = limit, .who = "host 1 c1"};
     dbt_script_call c;
-    dbt_build_acquire(&c, &keys, DBT_KIND_QUERY, &cfg, &a);
+    dbt_build_acquire(&c, &keys, DBT_KIND_QUERY, with, &a);
     dbt_acquire_reply reply;
     char err[DBT_ERRLEN];
     redisReply *rep = dbt_script_run(conn, &c, dbt_parse_acquire, &reply, err);
     cr_assert_not_null(rep, "acquire %s: %s", id, err);
     freeReplyObject(rep);
     return reply;
+}
+
+static dbt_acquire_reply acq(const char *id, int limit)
+{
+    return acq_as(&cfg, id, limit);
 }
 
 static void rel(const char *id)
@@ -428,4 +434,26 @@ Test(script_shares, more_hosts_waiting_than_permits_keep_arrival_order)
     rel(GA ".1.2");
     cr_expect(zscore_exists(P "holders", HC ".3.2"), "the head");
 #undef HC
+}
+
+/* The counts' keys are new keys like the pool's others: they get the pool's floor TTL (SEEN's
+ * remaining one when longer than the caller's), not the caller's alone, or a caller of a short
+ * lease would make them expire under the holders and waiters of one of a long lease (the count
+ * then starts over from nothing while they still hold and wait). */
+Test(script_shares, the_counts_keys_live_as_long_as_the_pools_others)
+{
+    dbt_config longer;
+    test_config(&longer, &fx_redis, "DBTHROTTLE_LEASE=10m", NULL);
+    cr_assert_eq(acq_as(&longer, "00000000000000c1.1.1", 1).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(GA ".2.1", 1).status, DBT_ACQUIRE_QUEUED);
+    rel("00000000000000c1.1.1"); /* G's place is granted: G's count of holders is new */
+    cr_assert(zscore_exists(P "holders", GA ".2.1"));
+    long long seen = test_redis_int(&fx_redis, "PTTL " P "limit_seen");
+    cr_assert_gt(seen, dbt_key_ttl_ms(&cfg), "SEEN's TTL is the longer caller's");
+    long long h = test_redis_int(&fx_redis, "PTTL " P "owners:h");
+    cr_expect_geq(h, seen - 1000, "owners:h lives %lld ms, SEEN %lld ms", h, seen);
+    cr_assert_eq(acq(HB ".3.1", 1).status, DBT_ACQUIRE_QUEUED); /* the count of waiters is new */
+    long long w = test_redis_int(&fx_redis, "PTTL " P "owners:w");
+    cr_expect_geq(w, seen - 1000, "owners:w lives %lld ms, SEEN %lld ms", w, seen);
+    dbt_config_free(&longer);
 }
