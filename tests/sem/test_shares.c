@@ -303,18 +303,27 @@ Test(shares, a_host_at_its_share_passes_locally_while_another_host_waits, .timeo
     start_waiter(&wa, a, &ta, 1);
     start_waiter(&wb, b, &tb, 2);
     wait_share_known(a, 1, 1);
-    char a1_id[DBT_ID_MAX];
+    char a1_id[DBT_ID_MAX], b1_id[DBT_ID_MAX], a_place[DBT_ID_MAX], b_place[DBT_ID_MAX];
     snprintf(a1_id, sizeof a1_id, "%s", a1->id);
+    snprintf(b1_id, sizeof b1_id, "%s", b1->id);
+    char q[512];
+    range("ZRANGE", P "queue", q, sizeof q);
+    cr_assert_eq(sscanf(q, "%127s %127s", a_place, b_place), 2, "queue: %s", q);
 
     dbt_release(a1);
     pthread_join(ta, NULL);
     cr_assert_eq(wa.rc, DBT_ACQ_GRANTED);
     cr_expect(zscore_exists(P "holders", a1_id),
               "A's permit went back to Redis: A at its share did not pass it locally");
-    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", P "holders"), LIMIT);
-    char q[512];
+    /* B's waiter still waits: its place is queued, not granted (the holders are A's passed
+     * permit and B's own, nothing else). */
+    char held[512];
+    range("ZRANGE", P "holders", held, sizeof held);
     range("ZRANGE", P "queue", q, sizeof q);
-    cr_expect(strchr(q, '~') && !strstr(q, a1_id), "B's waiter still waits (queue: %s)", q);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", P "holders"), LIMIT, "holders: %s", held);
+    cr_expect(zscore_exists(P "holders", b1_id) && !zscore_exists(P "holders", b_place) &&
+                  zscore_exists(P "queue", b_place),
+              "B's waiter still waits (its place %s; holders: %s; queue: %s)", b_place, held, q);
 
     dbt_release(wa.permit);
     dbt_release(b1);
