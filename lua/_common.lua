@@ -555,7 +555,8 @@ load_classes = function()
         end
         own_add(s, 'w', K.share_member(id), -1)
         if redis.call('ZCARD', s.Q) == 0 then
-            redis.call('DEL', s.OWN, own_key(s, 'w'), own_key(s, 's'))
+            K.end_told(s) -- nobody waits: no share is in force
+            redis.call('DEL', s.OWN, own_key(s, 'w'))
         end
     end
 
@@ -931,7 +932,11 @@ load_classes = function()
     -- queueing, or its renewal). One push per change and owner; O(waiting owners).
     K.tell_shares = function(s, L)
         local sh = K.shares(s, L)
-        if not sh or #sh.rows < 2 then
+        if not sh then
+            K.end_told(s) -- a plain process or a shape waits, or more owners than L: none in force
+            return
+        end
+        if #sh.rows < 2 then
             return
         end
         local tk = own_key(s, 's')
@@ -945,6 +950,24 @@ load_classes = function()
                 K.wake(string.sub(r.o, 2), WAKE_MSG.SHARE .. s.kind .. ':' .. r.share .. ':' .. ticket)
             end
         end
+    end
+
+    -- Shares stopped being in force (the queue emptied; a plain process or a shaped waiter waits;
+    -- more owners wait than the limit): every host group told a share (<owners>:s) is told "none",
+    -- "s<kind>:-1:<ticket>", so that it stops passing locally within the share told now, not at its
+    -- next renewal; and the shares told are forgotten (the next in force are told anew). One
+    -- ZRANGE when nobody was told; one ticket and a push per group told.
+    K.end_told = function(s)
+        local tk = own_key(s, 's')
+        local told = redis.call('ZRANGE', tk, 0, -1)
+        if not told[1] then
+            return
+        end
+        local ticket = redis.call('INCR', s.SEQ)
+        for _, o in ipairs(told) do
+            K.wake(string.sub(o, 2), WAKE_MSG.SHARE .. s.kind .. ':-1:' .. ticket)
+        end
+        redis.call('DEL', tk)
     end
 
     -- The operator drains the pool, sets its limit or evicts (admin.lua, adapt.lua): every host

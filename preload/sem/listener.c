@@ -86,11 +86,12 @@ static void dispatch(dbt_pool *p, const char *msg)
         return;
     }
     if (msg[0] == DBT_WAKE_SHARE && msg[2] == ':') {
-        /* "s<kind>:<share>:<ticket>": the host group's share fell below what it holds, so its
-         * releases go back to Redis until it holds its share (docs/design.md, "Shares"). */
+        /* "s<kind>:<share>:<ticket>": the host group's share changed: above it, its releases
+         * go back to Redis until it holds its share; -1: no share is in force any more
+         * (docs/design.md, "Shares"). */
         char *end;
         long long share = strtoll(msg + 3, &end, 10);
-        if (*end != ':' || share < 0)
+        if (*end != ':' || share < -1)
             return;
         dbt_shev ev = {
             .type = DBT_SHEV_PUSH, .share = share, .ticket = strtoull(end + 1, NULL, 10)};

@@ -338,10 +338,10 @@ void dbt_core_share_step(dbt_share_view *v, const dbt_shev *ev)
 {
     switch (ev->type) {
     case DBT_SHEV_PUSH:
-        if (ev->ticket <= v->ticket || ev->share < 0)
+        if (ev->ticket <= v->ticket)
             return;
         v->ticket = ev->ticket;
-        v->share1 = (uint64_t)ev->share + 1;
+        v->share1 = ev->share >= 0 ? (uint64_t)ev->share + 1 : 0; /* -1: none in force */
         return;
     case DBT_SHEV_RENEWED: {
         if (!ev->handover_allowed)

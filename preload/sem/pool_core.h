@@ -340,7 +340,7 @@ typedef struct {
 bool dbt_core_within_share(const dbt_share_view *v);
 
 typedef enum {
-    DBT_SHEV_PUSH,    /* "s<kind>:<share>:<ticket>": the group's share changed */
+    DBT_SHEV_PUSH,    /* "s<kind>:<share>:<ticket>": the group's share changed (-1: none) */
     DBT_SHEV_RENEWED, /* a renewal: share (-1 none) and held as Redis counts them, and whether
                              local handover may go on (not drained, not above the override) */
     DBT_SHEV_GRANTED, /* Redis granted a permit to a place of the group (+1) */

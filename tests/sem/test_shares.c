@@ -466,3 +466,64 @@ Test(script_shares, the_counts_keys_live_as_long_as_the_pools_others)
     cr_expect_geq(w, seen - 1000, "owners:w lives %lld ms, SEEN %lld ms", w, seen);
     dbt_config_free(&longer);
 }
+
+/* G and H hold one permit each of 2 and each has a waiter: both are told a share of 1. */
+static void two_hosts_told_a_share(void)
+{
+    cr_assert_eq(acq(GA ".1.2", 2).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(HB ".2.2", 2).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(GA ".3.2", 2).status, DBT_ACQUIRE_QUEUED);
+    cr_assert_eq(acq(HB ".4.2", 2).status, DBT_ACQUIRE_QUEUED);
+    char list[512];
+    range("LRANGE", WAKE H, list, sizeof list);
+    cr_assert(strstr(list, "sq:1:"), "H was told its share; wake:H: %s", list);
+    range("LRANGE", WAKE G, list, sizeof list);
+    cr_assert(strstr(list, "sq:1:"), "G was told its share; wake:G: %s", list);
+    redisContext *rc = test_redis_connect(&fx_redis);
+    cr_assert_not_null(rc);
+    freeReplyObject(redisCommand(rc, "DEL " WAKE G " " WAKE H));
+    redisFree(rc);
+}
+
+/* Every host told a share is told "none" (-1) on its list, with a ticket, and the shares told are
+ * forgotten: without it, each would go on passing within the share told until its next renewal
+ * (lease/3) while shares are not in force. */
+static void every_host_told_none(const char *why)
+{
+    char list[512];
+    range("LRANGE", WAKE G, list, sizeof list);
+    cr_expect(strncmp(list, "sq:-1:", 6) == 0, "%s: wake:G: \"%s\"", why, list);
+    range("LRANGE", WAKE H, list, sizeof list);
+    cr_expect(strncmp(list, "sq:-1:", 6) == 0, "%s: wake:H: \"%s\"", why, list);
+    cr_expect_eq(test_redis_int(&fx_redis, "EXISTS " P "owners:s"), 0, "%s: owners:s", why);
+}
+
+Test(script_shares, a_plain_process_waiting_ends_the_shares_told)
+{
+    two_hosts_told_a_share();
+    cr_assert_eq(acq("00000000000000c1.5.2", 2).status, DBT_ACQUIRE_QUEUED);
+    every_host_told_none("a plain process waits");
+}
+
+Test(script_shares, more_hosts_waiting_than_permits_ends_the_shares_told)
+{
+    two_hosts_told_a_share();
+    cr_assert_eq(acq("00112233445566ff~00000000000000c1.5.2", 2).status, DBT_ACQUIRE_QUEUED);
+    every_host_told_none("three hosts wait for 2 permits");
+}
+
+Test(script_shares, the_queue_emptied_ends_the_shares_told)
+{
+    two_hosts_told_a_share();
+    dbt_script_call c;
+    char err[DBT_ERRLEN];
+    dbt_cancel_outcome outcome;
+    for (int i = 0; i < 2; i++) {
+        dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, i ? HB ".4.2" : GA ".3.2");
+        redisReply *rep = dbt_script_run(conn, &c, dbt_parse_cancel, &outcome, err);
+        cr_assert_not_null(rep, "cancel: %s", err);
+        freeReplyObject(rep);
+    }
+    cr_assert_eq(test_redis_int(&fx_redis, "ZCARD " P "queue"), 0);
+    every_host_told_none("the queue emptied");
+}

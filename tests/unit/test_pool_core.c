@@ -981,3 +981,28 @@ Test(pool_core, twin_a_renewal_older_than_a_grant_or_a_push_does_not_undo_them)
     dbt_core_share_step(&v, &ev);
     cr_assert_eq(v.held, 0, "Redis' 1, less the return counted since");
 }
+
+/* "s<kind>:-1:<ticket>": shares stopped being in force (the queue emptied, a plain process or a
+ * shaped waiter waits, more hosts wait than the limit): the host passes by no share from then
+ * on, and the renewal in flight across it does not bring the old one back. */
+Test(pool_core, a_push_of_none_ends_the_share_told)
+{
+    dbt_share_view v = {0};
+    share_ev(&v, DBT_SHEV_PUSH, 2, 0, 5, false);
+    share_ev(&v, DBT_SHEV_GRANTED, 0, 0, 0, false);
+    cr_assert(dbt_core_within_share(&v), "holds 1 of 2");
+    dbt_share_view at_send = v;
+    share_ev(&v, DBT_SHEV_PUSH, -1, 0, 6, false);
+    cr_assert_eq(v.share1, 0, "none in force");
+    cr_assert_not(dbt_core_within_share(&v));
+    dbt_shev ev = {.type = DBT_SHEV_RENEWED,
+                   .share = 2,
+                   .held = 1,
+                   .handover_allowed = true,
+                   .net_sent = at_send.net,
+                   .ticket_sent = at_send.ticket};
+    dbt_core_share_step(&v, &ev);
+    cr_assert_not(dbt_core_within_share(&v), "the push of none is newer than the renewal");
+    share_ev(&v, DBT_SHEV_PUSH, 2, 0, 6, false);
+    cr_assert_eq(v.share1, 0, "a push of the same ticket is history");
+}
