@@ -342,12 +342,20 @@ for k = 0, NKINDS - 1 do
     -- whose waiters are the whole queue (a process sharing with its host learns whether it is its
     -- host: the queue's length alone cannot say, other processes' waiters being its host's)
     sole[k + 1] = redis.call('HGET', s.OWN, '*')
-    -- the renewing owner's share and holding (docs/design.md, "Shares"): the owner of the first
-    -- id it names of the kind; share -1 while no share is in force for it (no classes, it waits,
-    -- and another owner waits too)
+    -- the renewing owner's share and holding (docs/design.md, "Shares"): the host group of the
+    -- first id it names of the kind with one in its cid (held, then queued; the client applies
+    -- them only when that id is of its group now); share -1 while no share is in force for it (no
+    -- classes, it waits, and another owner waits too), and -1 and 0 when it names no such id
     share[k + 1], holding[k + 1] = -1, 0
-    local first = (nh + nw > 0) and group_arg(GROUP.ids, at - nh - nw, 'id')
-    local o = first and K.share_member(first)
+    local o
+    for i = at - nh - nw, at - 1 do
+        local id = group_arg(GROUP.ids, i, 'id')
+        local c = id and K.cid_of(id)
+        if c and string.find(c, '~', 1, true) then
+            o = K.share_member(id)
+            break
+        end
+    end
     if o then
         holding[k + 1] = K.held_by(s, o)
         local head = redis.call('ZRANGE', s.Q, 0, 0)[1]

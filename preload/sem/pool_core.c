@@ -346,7 +346,9 @@ void dbt_core_share_step(dbt_share_view *v, const dbt_shev *ev)
     case DBT_SHEV_RENEWED: {
         if (!ev->handover_allowed)
             v->share1 = 0;
-        else if (v->ticket == ev->ticket_sent)
+        if (ev->named_none)
+            return; /* its share (-1) and count (0) are not the group's */
+        if (ev->handover_allowed && v->ticket == ev->ticket_sent)
             v->share1 = ev->share >= 0 ? (uint64_t)ev->share + 1 : 0;
         int64_t held = (ev->held > 0 ? ev->held : 0) + (v->net - ev->net_sent);
         v->held = held > 0 ? held : 0;

@@ -356,6 +356,10 @@ typedef struct {
     /* RENEWED: the view's net and ticket when the renewal was sent */
     int64_t net_sent;
     uint64_t ticket_sent;
+    /* RENEWED: the renewal named no id of the group of this kind (its process holds and waits
+     * nothing of the kind, or only under its plain cid or another group): its share and count
+     * are not the group's */
+    bool named_none;
 } dbt_shev;
 
 /* Moves the view by one event. A push older than the last one applied is history (the newest
@@ -365,7 +369,9 @@ typedef struct {
  * what was counted here since it was sent (a grant or a return in flight at that time is off by
  * one until the next renewal; a count kept apart from Redis' would keep whatever drift a path that
  * does not count leaves). No share is in force when handover is not allowed (drained, above the
- * override). The count never goes below 0. */
+ * override). A renewal that named no id of the group (named_none) says nothing else of it: a
+ * process of the host that holds nothing of the kind would otherwise wipe the group's share and
+ * count. The count never goes below 0. */
 void dbt_core_share_step(dbt_share_view *v, const dbt_shev *ev);
 
 #endif

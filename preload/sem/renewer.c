@@ -310,11 +310,29 @@ static bool host_is_sole_owner(const dbt_pool *p, const char *owner)
     return owner && strncmp(owner, g, n) == 0 && (owner[n] == '\0' || owner[n] == '/');
 }
 
+/* Whether the id of a kind whose owner renew.lua says the share and holding of (the first, held
+ * then queued, with a host group in its cid) is of the pool's group now. Else the reply's share
+ * and count of the kind are none's (-1, 0: a process holding and waiting nothing of the kind, or
+ * only under its plain cid) or another group's, and must not touch the group's view. p->mu
+ * held. */
+static bool names_group(const dbt_pool *p, const dbt_id_list lists[DBT_RENEW_LISTS])
+{
+    for (int l = 0; l < DBT_RENEW_LISTS; l++)
+        for (int i = 0; i < lists[l].n; i++) {
+            const char *id = lists[l].ids[i];
+            const char *dot = strchr(id, '.'), *tilde = strchr(id, '~');
+            if (tilde && (!dot || tilde < dot))
+                return dbt_sharing_id_grouped(p, id);
+        }
+    return false;
+}
+
 /* What a renewal sent at `sent` found, applied with p->mu held. nmine: this process' waiters of
- * each kind that it renewed. */
+ * each kind that it renewed; named: whether it named an id of the group of the kind
+ * (names_group). */
 static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sent,
                           const int nmine[DBT_NKINDS], const dbt_share_view shares[DBT_NKINDS],
-                          dbt_cancels *cancels)
+                          const bool named[DBT_NKINDS], dbt_cancels *cancels)
 {
     /* What Redis no longer has first: a lease it did not renew must not look renewed. */
     apply_lost(p, reply, cancels);
@@ -361,7 +379,8 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
                         .held = reply->held[k],
                         .handover_allowed = reply->handover_allowed[k],
                         .net_sent = shares[k].net,
-                        .ticket_sent = shares[k].ticket};
+                        .ticket_sent = shares[k].ticket,
+                        .named_none = !named[k]};
         dbt_sharing_share_event(p, (dbt_kind)k, NULL, &sev);
     }
 }
@@ -501,8 +520,11 @@ static void renew(dbt_pool *p)
     ok = ok && waits;
     /* what the host's share view was as this renewal leaves (docs/design.md, "Shares") */
     dbt_share_view shares[DBT_NKINDS];
-    for (int k = 0; k < DBT_NKINDS; k++)
+    bool named[DBT_NKINDS];
+    for (int k = 0; k < DBT_NKINDS; k++) {
         dbt_sharing_share_view(p, (dbt_kind)k, &shares[k]);
+        named[k] = ok && names_group(p, lists[k]);
+    }
     pthread_mutex_unlock(&p->mu);
 
     char err[DBT_ERRLEN];
@@ -563,7 +585,7 @@ static void renew(dbt_pool *p)
     if (rep) {
         p->renew_failures = 0;
         p->reported = !goodbye;
-        apply_renewal(p, &reply, sent, nmine, shares, &cancels);
+        apply_renewal(p, &reply, sent, nmine, shares, named, &cancels);
         freeReplyObject(rep);
     } else {
         renewal_failed(p, sent);

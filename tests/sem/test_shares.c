@@ -194,12 +194,13 @@ typedef struct {
     dbt_pool *pool;
     dbt_permit *permit;
     int rc;
+    int limit; /* 0: LIMIT */
 } waiter;
 
 static void *wait_for_permit(void *arg)
 {
     waiter *w = arg;
-    dbt_acquire_opts o = {.limit = LIMIT, .wait_ms = 20000, .conn = "sh"};
+    dbt_acquire_opts o = {.limit = w->limit ? w->limit : LIMIT, .wait_ms = 20000, .conn = "sh"};
     w->rc = dbt_acquire(w->pool, DBT_KIND_QUERY, &o, &w->permit);
     return NULL;
 }
@@ -239,22 +240,33 @@ static dbt_pool *pool_on_host(int host)
     return dbt_client_pool(c, "sh");
 }
 
-static dbt_permit *take(dbt_pool *p)
+static dbt_permit *take_at(dbt_pool *p, dbt_kind kind, int limit)
 {
-    dbt_acquire_opts o = {.limit = LIMIT, .wait_ms = 0, .conn = "sh"};
+    dbt_acquire_opts o = {.limit = limit, .wait_ms = 0, .conn = "sh"};
     dbt_permit *pm = NULL;
-    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &pm), DBT_ACQ_GRANTED);
+    cr_assert_eq(dbt_acquire(p, kind, &o, &pm), DBT_ACQ_GRANTED);
     return pm;
 }
 
-static void start_waiter(waiter *w, dbt_pool *p, pthread_t *t, int queued_after)
+static dbt_permit *take(dbt_pool *p)
+{
+    return take_at(p, DBT_KIND_QUERY, LIMIT);
+}
+
+static void start_waiter_at(waiter *w, dbt_pool *p, pthread_t *t, int queued_after, int limit)
 {
     w->pool = p;
     w->permit = NULL;
     w->rc = -1;
+    w->limit = limit;
     cr_assert_eq(pthread_create(t, NULL, wait_for_permit, w), 0);
     zcard_is q = {&fx_redis, P "queue", queued_after};
     cr_assert(test_wait_until(test_zcard_is, &q, 10000), "never queued");
+}
+
+static void start_waiter(waiter *w, dbt_pool *p, pthread_t *t, int queued_after)
+{
+    start_waiter_at(w, p, t, queued_after, LIMIT);
 }
 
 /* The host's segment learned its share from the "s" its listener popped, and counts what the
@@ -288,6 +300,39 @@ static void wait_share_known(dbt_pool *p, int64_t share, int64_t held)
     cr_assert(test_wait_until(share_is_known, &k, 10000),
               "the host never learned its share of %lld holding %lld", (long long)share,
               (long long)held);
+}
+
+/* The same, whatever the host counts itself holding (held -1). */
+static bool share_alone_is_known(void *arg)
+{
+    share_known *k = arg;
+    pthread_mutex_lock(&k->pool->mu);
+    dbt_share *sh = k->pool->share;
+    bool known = false;
+    if (sh && dbt_share_lock(sh) == 0) {
+        known = dbt_share_segment(sh)->share[DBT_KIND_QUERY].share1 == k->share1;
+        dbt_share_unlock(sh);
+    }
+    pthread_mutex_unlock(&k->pool->mu);
+    return known;
+}
+
+/* A process' record in Redis was written again (a renewal of it ran) since `since` (its score:
+ * when the record expires, by Redis' clock). */
+typedef struct {
+    const char *cid;
+    long long since;
+} record_renewed;
+
+static long long record_score(const char *cid)
+{
+    return test_redis_int(&fx_redis, "ZSCORE " BASE "procs %s", cid);
+}
+
+static bool record_is_renewed(void *arg)
+{
+    record_renewed *r = arg;
+    return record_score(r->cid) > r->since;
 }
 
 /* Hosts A and B hold one permit each of 2 and each has a waiter: shares 1 and 1. A's release
@@ -526,4 +571,87 @@ Test(script_shares, the_queue_emptied_ends_the_shares_told)
     }
     cr_assert_eq(test_redis_int(&fx_redis, "ZCARD " P "queue"), 0);
     every_host_told_none("the queue emptied");
+}
+
+/* Host A holds all 4 permits and has a waiter; host B's waiter queues: shares A 3, B 1, A told
+ * its 3 (it holds 4, above it). Then another process of host A, which holds and waits nothing of
+ * the query kind (a connection permit only), renews: its reply says no share and no holding of
+ * queries, which are not A's. Applied to the host's view, it wiped the share and the count A's
+ * own grants set (held 0); B's next waiters brought A's share down to 2 by a push, which sets the
+ * share and leaves the count: A, holding 4, passed its release to its own waiter while B, below
+ * its share, waited. Now the renewal of a process that names no id of the group of a kind leaves
+ * the kind's view alone: A's release goes to Redis, which grants B. */
+Test(shares, a_renewal_naming_no_id_of_the_group_leaves_its_share_alone, .timeout = 60)
+{
+    enum { L = 4 };
+    dbt_pool *a = pool_on_host(0), *b = pool_on_host(1), *a_other = pool_on_host(0);
+    dbt_permit *held[L];
+    for (int i = 0; i < L; i++)
+        held[i] = take_at(a, DBT_KIND_QUERY, L);
+    waiter wa, wb[3];
+    pthread_t ta, tb[3];
+    start_waiter_at(&wa, a, &ta, 1, L);
+    start_waiter_at(&wb[0], b, &tb[0], 2, L);
+    wait_share_known(a, 3, L);
+
+    /* the other process of A: a connection permit, then two renewals of it after the one its
+     * start made (each sent after the one before was applied) */
+    dbt_permit *conn_permit = take_at(a_other, DBT_KIND_CONN, 10);
+    record_renewed rr = {a_other->client->cid, record_score(a_other->client->cid)};
+    for (int i = 0; i < 3; i++) {
+        dbt_pool_renew_now(a_other);
+        cr_assert(test_wait_until(record_is_renewed, &rr, 10000),
+                  "no renewal of the other process");
+        rr.since = record_score(rr.cid);
+    }
+
+    start_waiter_at(&wb[1], b, &tb[1], 3, L);
+    start_waiter_at(&wb[2], b, &tb[2], 4, L);
+    share_known k = {a, 3, -1}; /* A's share is 2 now */
+    cr_assert(test_wait_until(share_alone_is_known, &k, 10000), "A never learned its share of 2");
+    char a1_id[DBT_ID_MAX], places[512];
+    snprintf(a1_id, sizeof a1_id, "%s", held[0]->id);
+    range("ZRANGE", P "queue", places, sizeof places);
+
+    dbt_release(held[0]);
+    zcard_is granted = {&fx_redis, P "queue", 3};
+    bool to_redis = test_wait_until(test_zcard_is, &granted, 10000);
+    char h[1024];
+    range("ZRANGE", P "holders", h, sizeof h);
+    cr_expect(to_redis && !zscore_exists(P "holders", a1_id),
+              "A, holding 4 of a share of 2, passed its release locally (holders: %s; the places "
+              "were: %s)",
+              h, places);
+    cr_expect(strstr(h, b->group) != NULL, "B's place was not granted (holders: %s)", h);
+
+    for (int i = 1; i < L; i++)
+        dbt_release(held[i]);
+    pthread_join(ta, NULL);
+    for (int i = 0; i < 3; i++)
+        pthread_join(tb[i], NULL);
+    cr_expect_eq(wa.rc, DBT_ACQ_GRANTED);
+    if (wa.permit)
+        dbt_release(wa.permit);
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(wb[i].rc, DBT_ACQ_GRANTED);
+        if (wb[i].permit)
+            dbt_release(wb[i].permit);
+    }
+    dbt_release(conn_permit);
+}
+
+/* A process that held a permit under its plain cid before it attached to its host's segment
+ * names that id first: the renewal's share and holding are still its group's (the first id it
+ * names with a host group), not none's. */
+Test(script_shares, a_renewal_says_the_share_of_the_first_grouped_id_it_names)
+{
+    cr_assert_eq(acq("00000000000000a1.1.3", 3).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(GA ".2.3", 3).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(GA ".3.3", 3).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(GA ".4.3", 3).status, DBT_ACQUIRE_QUEUED);
+    cr_assert_eq(acq(HB ".5.3", 3).status, DBT_ACQUIRE_QUEUED);
+    char *held[] = {"00000000000000a1.1.3", GA ".2.3", GA ".3.3"};
+    dbt_renew_reply rr = renew(held, 3);
+    cr_expect_eq(rr.share[DBT_KIND_QUERY], 2, "G's share of 3 beside H's (demands 3 and 1)");
+    cr_expect_eq(rr.held[DBT_KIND_QUERY], 2);
 }

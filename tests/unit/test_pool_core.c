@@ -1006,3 +1006,31 @@ Test(pool_core, a_push_of_none_ends_the_share_told)
     share_ev(&v, DBT_SHEV_PUSH, 2, 0, 6, false);
     cr_assert_eq(v.share1, 0, "a push of the same ticket is history");
 }
+
+/* tests/sem: shares/a_renewal_naming_no_id_of_the_group_leaves_its_share_alone: a renewal of a
+ * process of the host that holds and waits nothing of the kind (or only under its plain cid)
+ * says share -1 and held 0, which are not the group's. */
+Test(pool_core, a_renewal_naming_no_id_of_the_group_leaves_its_view_alone)
+{
+    dbt_share_view v = {0};
+    share_ev(&v, DBT_SHEV_PUSH, 2, 0, 5, false);
+    for (int i = 0; i < 3; i++)
+        share_ev(&v, DBT_SHEV_GRANTED, 0, 0, 0, false);
+    dbt_shev ev = {.type = DBT_SHEV_RENEWED,
+                   .share = -1,
+                   .held = 0,
+                   .handover_allowed = true,
+                   .net_sent = v.net,
+                   .ticket_sent = v.ticket,
+                   .named_none = true};
+    dbt_core_share_step(&v, &ev);
+    cr_assert_eq(v.share1, 3, "the share told stays");
+    cr_assert_eq(v.held, 3, "the count stays");
+    cr_assert_not(dbt_core_within_share(&v), "holds 3 of 2");
+    share_ev(&v, DBT_SHEV_PUSH, 1, 0, 6, false);
+    cr_assert_not(dbt_core_within_share(&v), "a later push does not meet a wiped count");
+    /* but whatever it names, a renewal that says handover stopped (drained) ends passing */
+    ev.handover_allowed = false;
+    dbt_core_share_step(&v, &ev);
+    cr_assert_eq(v.share1, 0);
+}
