@@ -828,10 +828,12 @@ load_classes = function()
     end
 
     -- Every waiting owner's share of limit L: {rows, by}, rows = {o, d (demand), h (held), share}
-    -- in a fixed order, by[o] = the row; nil when nobody waits, or shares are not in force. Demand = holders + waiters; the
-    -- share L x demand / the sum of demands, rounded by largest remainder (ties: the owner holding
-    -- less, then by name), then at least 1 for every waiting owner (taken from the largest shares).
-    -- One owner: its share is L. None in force while more owners wait than L. O(waiting owners).
+    -- in a fixed order, by[o] = the row; nil when nobody waits, or shares are not in force. Demand =
+    -- holders + waiters; what is shared, L' = L less the units held by owners that do not wait;
+    -- the share L' x demand / the sum of demands, rounded by largest remainder (ties: the owner
+    -- holding less, then by name), then at least 1 for every waiting owner (taken from the largest
+    -- shares). One owner: its share is L. None in force while more owners wait than L'.
+    -- O(waiting owners).
     -- None while the pool is drained (as no process is alone then, acquire.lua): every permit must
     -- come back to Redis, and a share told would let a host pass its permits locally (admin.lua's
     -- drain told each holding host 0; a waiter queueing after it would tell them a share again).
@@ -855,16 +857,26 @@ load_classes = function()
                 return nil -- a plain process or a shape waits: arrival order
             end
         end
+        local theirs = 0
         for i = 1, #ws, 2 do
             local h = K.held_by(s, ws[i])
             local r = {o = ws[i], h = h, d = h + tonumber(ws[i + 1])}
             rows[#rows + 1] = r
             by[r.o] = r
             total = total + r.d
+            theirs = theirs + h
         end
         if #rows == 1 then
             rows[1].share = L
             return {rows = rows, by = by}
+        end
+        -- What owners that do not wait hold (plain processes, groups with nobody waiting) is not
+        -- the waiting owners' to share: shared too, the shares summed above what they can hold,
+        -- and a host below a share it could never reach passed its permits locally for good while
+        -- another waited for the non-waiting owners' releases.
+        L = L - math.max(0, redis.call('ZCARD', s.H) - theirs)
+        if #rows > L then
+            return nil -- as above: a share of 0 would starve its host
         end
         local given = 0
         for _, r in ipairs(rows) do

@@ -652,6 +652,34 @@ Test(script_shares, a_renewal_says_the_share_of_the_first_grouped_id_it_names)
     cr_assert_eq(acq(HB ".5.3", 3).status, DBT_ACQUIRE_QUEUED);
     char *held[] = {"00000000000000a1.1.3", GA ".2.3", GA ".3.3"};
     dbt_renew_reply rr = renew(held, 3);
-    cr_expect_eq(rr.share[DBT_KIND_QUERY], 2, "G's share of 3 beside H's (demands 3 and 1)");
+    /* of the 2 the plain permit leaves (it does not wait): 1 each, the tie to H holding less */
+    cr_expect_eq(rr.share[DBT_KIND_QUERY], 1, "G's share of 2 beside H's (demands 3 and 1)");
     cr_expect_eq(rr.held[DBT_KIND_QUERY], 2);
+}
+
+/* Units held by an owner that does not wait are not the waiting owners' to share. Host C holds 2
+ * of 4 and waits for nothing; G holds 2 and waits for 1 more, H waits for 1. Shared as if all 4
+ * were theirs, G's share was 3 and H's 1 (4 of the 2 C leaves them): G, below its 3, passed its
+ * permits among its processes, and a permit G gave back went to G's place, the head, below its
+ * share too; H got one only when C gave one back, which a host holding long never does. Shares
+ * are of what the non-waiting owners leave (2): G 1, H 1, and G's permit back goes to H. */
+Test(script_shares, units_held_by_owners_that_do_not_wait_are_not_shared)
+{
+#define HC "00112233445566ff~00000000000000c1"
+    cr_assert_eq(acq(HC ".1.4", 4).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(HC ".2.4", 4).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(GA ".3.4", 4).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(GA ".4.4", 4).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(GA ".5.4", 4).status, DBT_ACQUIRE_QUEUED);
+    cr_assert_eq(acq(HB ".6.4", 4).status, DBT_ACQUIRE_QUEUED);
+    char list[512];
+    range("LRANGE", WAKE G, list, sizeof list);
+    cr_expect(strstr(list, "sq:1:") != NULL, "G's share is 1 of the 2 C leaves; wake:G: %s", list);
+    char *held[] = {GA ".3.4", GA ".4.4"};
+    cr_expect_eq(renew(held, 2).share[DBT_KIND_QUERY], 1,
+                 "G's share, with H's 1, is what C leaves");
+    rel(GA ".3.4");
+    cr_expect(zscore_exists(P "holders", HB ".6.4"), "H, below its share, is granted G's permit");
+    cr_expect(zscore_exists(P "queue", GA ".5.4"), "G, at its share, waits on");
+#undef HC
 }
