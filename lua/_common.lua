@@ -400,8 +400,9 @@ local function own_key(s, suffix)
 end
 
 -- Adds n (may be negative) to owner o's score in the set <owners>:<suffix>; a score that reaches 0
--- leaves the set, and the set goes when the semaphore has nobody holding nor waiting (a count an
--- older client's script left behind starts over then).
+-- leaves the set (its last member gone, Redis deletes it). A count an older client's script left
+-- behind starts over when nobody waits (K.unqueued, for :w) or holds (touch, for :h): not here,
+-- where a ZCARD and a DEL more cost every uncontended release of a process that shares.
 local function own_add(s, suffix, o, n)
     if not o or n == 0 then
         return
@@ -410,9 +411,6 @@ local function own_add(s, suffix, o, n)
     local v = tonumber(redis.call('ZADD', k, 'INCR', n, o))
     if v <= 0 then
         redis.call('ZREM', k, o)
-        if suffix == 'h' and redis.call('ZCARD', s.H) == 0 then
-            redis.call('DEL', k)
-        end
     elseif v == n then
         expire_new(s, k) -- new (or a member new in a key that has its TTL): as the pool's others
     end
@@ -842,16 +840,18 @@ load_classes = function()
         if drained then
             return nil
         end
-        local ws = redis.call('ZRANGE', own_key(s, 'w'), 0, -1, 'WITHSCORES')
-        if #ws == 0 then
+        -- counted first: with more owners waiting than L (many processes, say) none is listed
+        local nw = redis.call('ZCARD', own_key(s, 'w'))
+        if nw == 0 then
             return nil
         end
-        local rows, by, total = {}, {}, 0
-        if #ws / 2 > L then
+        if nw > L then
             -- More waiting hosts than permits: some share would be 0, and a host with none would
             -- starve while the others pass theirs locally for good. Arrival order.
             return nil
         end
+        local ws = redis.call('ZRANGE', own_key(s, 'w'), 0, -1, 'WITHSCORES')
+        local rows, by, total = {}, {}, 0
         for i = 1, #ws, 2 do
             if string.sub(ws[i], 1, 1) ~= '~' or string.find(ws[i], '/', 1, true) then
                 return nil -- a plain process or a shape waits: arrival order
@@ -1222,6 +1222,11 @@ local function touch(s, force)
     end
     s.seen_pttl = false -- refreshed below (or, -2, still missing): read again if asked
     load_classes()
+    -- counts of holders left while nobody holds (an older client's, a path that did not count)
+    -- start over: once per refresh, not at every release (own_add)
+    if redis.call('ZCARD', s.H) == 0 then
+        redis.call('DEL', own_key(s, 'h'))
+    end
     local keys = {s.H, s.Q, s.W, s.SEQ, s.SEEN, s.INFO, s.OWN, s.CLASSES_SEEN, s.TAGS,
         own_key(s, 'h'), own_key(s, 'w'), own_key(s, 's')}
     local per_tag_at = #keys + 1

@@ -95,3 +95,64 @@ Test(script_cost, an_uncontended_grant_reads_each_thing_once, .timeout = 30)
     redisFree(rc);
     dbt_keys_free(&keys);
 }
+
+/* Every command the scripts ran (INFO commandstats: the calls of all commands but EVAL and the
+ * INFO and CONFIG the test sends). */
+static long long commands_run(redisContext *rc)
+{
+    redisReply *r = redisCommand(rc, "INFO commandstats");
+    cr_assert(r && r->type == REDIS_REPLY_STRING);
+    long long n = 0;
+    for (const char *at = strstr(r->str, "cmdstat_"); at; at = strstr(at + 1, "cmdstat_")) {
+        if (!strncmp(at, "cmdstat_eval:", 13) || !strncmp(at, "cmdstat_info:", 13) ||
+            !strncmp(at, "cmdstat_config|", 15))
+            continue;
+        const char *calls = strstr(at, ":calls=");
+        if (calls)
+            n += atoll(calls + 7);
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* The commands CYCLES uncontended grants and releases of ids "<cid>.<i>.64" ran. */
+static long long cycle_commands(const char *pool, const char *cid)
+{
+    enum { CYCLES = 20 };
+    dbt_config cfg = {.lease_ms = 10000, .redis_timeout_ms = 1000};
+    dbt_keys keys;
+    cr_assert(dbt_keys_init(&keys, "dbthrottle:", pool));
+    redisContext *rc = test_redis_connect(&fx_redis);
+    cr_assert_not_null(rc);
+    long long n = 0;
+    char id[64];
+    for (int i = 0; i <= CYCLES; i++) {
+        if (i == 1) /* the first call made the pool's keys: count from the second */
+            n = -commands_run(rc);
+        snprintf(id, sizeof id, "%s.%d.64", cid, i + 1);
+        dbt_acquire_call a = {.id = id, .limit = 64, .who = "host 1 c1"};
+        dbt_script_call c;
+        dbt_build_acquire(&c, &keys, DBT_KIND_QUERY, &cfg, &a);
+        run(rc, &c);
+        dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id);
+        run(rc, &c);
+    }
+    n += commands_run(rc);
+    redisFree(rc);
+    dbt_keys_free(&keys);
+    return n / CYCLES;
+}
+
+/* A process that shares with its host (an id "<G>~<cid>...") pays for the count of its group's
+ * holders (docs/design.md, "Shares") on its uncontended path: its ZADD INCR at the grant and at
+ * the release, and the ZREM of a count back at 0 (the set then empty, Redis deletes it), and
+ * nothing else (a ZCARD of the holders and a DEL of the set went with each release). */
+Test(script_cost, a_grouped_grant_pays_for_its_count_only, .timeout = 30)
+{
+    long long plain = cycle_commands("plain", "00000000000000ab");
+    long long grouped = cycle_commands("grouped", "0123456789abcdef~00000000000000ab");
+    cr_log_info("commands per uncontended grant and release: plain %lld, grouped %lld", plain,
+                grouped);
+    cr_expect_leq(grouped - plain, 4, "plain %lld, grouped %lld commands a grant and release",
+                  plain, grouped);
+}

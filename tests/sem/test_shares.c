@@ -683,3 +683,20 @@ Test(script_shares, units_held_by_owners_that_do_not_wait_are_not_shared)
     cr_expect(zscore_exists(P "queue", GA ".5.4"), "G, at its share, waits on");
 #undef HC
 }
+
+/* A count of holders left behind while nobody holds (an older client's script, a path that did not
+ * count) starts over at the next refresh of the pool's keys (touch), not at each release. */
+Test(script_shares, a_count_of_holders_left_while_nobody_holds_starts_over)
+{
+    cr_assert_eq(acq(GA ".1.2", 2).status, DBT_ACQUIRE_GRANTED);
+    rel(GA ".1.2");
+    redisContext *rc = test_redis_connect(&fx_redis);
+    cr_assert_not_null(rc);
+    freeReplyObject(redisCommand(rc, "ZADD " P "owners:h 3 ~" H));
+    /* the keys are due for their refresh (SEEN's TTL below half of theirs) */
+    freeReplyObject(redisCommand(rc, "PEXPIRE " P "limit_seen 1000"));
+    redisFree(rc);
+    rel(GA ".1.2"); /* a release of nothing held: its call refreshes the keys */
+    cr_expect_eq(test_redis_int(&fx_redis, "EXISTS " P "owners:h"), 0,
+                 "H's count of 3 stayed while nobody holds");
+}
