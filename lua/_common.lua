@@ -401,8 +401,9 @@ end
 
 -- Adds n (may be negative) to owner o's score in the set <owners>:<suffix>; a score that reaches 0
 -- leaves the set (its last member gone, Redis deletes it). A count an older client's script left
--- behind starts over when nobody waits (K.unqueued, for :w) or holds (touch, for :h): not here,
--- where a ZCARD and a DEL more cost every uncontended release of a process that shares.
+-- behind starts over when nobody waits (K.unqueued, for :w), and :h is rebuilt from the holders at
+-- each refresh of the keys (K.recount_held, from touch): not here, where a ZCARD and a DEL more
+-- cost every uncontended release of a process that shares.
 local function own_add(s, suffix, o, n)
     if not o or n == 0 then
         return
@@ -820,6 +821,38 @@ load_classes = function()
         end
         return o
     end
+    -- The counts of <owners>:h rebuilt from the holders, once per refresh of the pool's keys
+    -- (touch): whatever drifted is right again then (a client of an older version that gives
+    -- back a grouped permit without counting, a path that does not count), and a count left while
+    -- nobody holds goes. O(units held: at most the limit), a ZADD per UNIT_BATCH groups.
+    K.recount_held = function(s)
+        local by, owners = {}, {}
+        for _, m in ipairs(redis.call('ZRANGE', s.H, 0, -1)) do
+            local g = string.match(m, '^([^./#~]+)~') -- as held_add counts them
+            if g then
+                local o = shape_of(m) and K.share_member(m) or ('~' .. g)
+                if not by[o] then
+                    by[o] = 0
+                    owners[#owners + 1] = o
+                end
+                by[o] = by[o] + 1
+            end
+        end
+        local k = own_key(s, 'h')
+        redis.call('DEL', k)
+        for i = 1, #owners, UNIT_BATCH do
+            local args = {k}
+            for j = i, math.min(#owners, i + UNIT_BATCH - 1) do
+                args[#args + 1] = by[owners[j]]
+                args[#args + 1] = owners[j]
+            end
+            redis.call('ZADD', unpack(args))
+        end
+        if owners[1] then
+            expire_new(s, k)
+        end
+    end
+
     -- The units owner o holds.
     K.held_by = function(s, o)
         return tonumber(redis.call('ZSCORE', own_key(s, 'h'), o) or '0') or 0
@@ -1222,11 +1255,7 @@ local function touch(s, force)
     end
     s.seen_pttl = false -- refreshed below (or, -2, still missing): read again if asked
     load_classes()
-    -- counts of holders left while nobody holds (an older client's, a path that did not count)
-    -- start over: once per refresh, not at every release (own_add)
-    if redis.call('ZCARD', s.H) == 0 then
-        redis.call('DEL', own_key(s, 'h'))
-    end
+    K.recount_held(s)
     local keys = {s.H, s.Q, s.W, s.SEQ, s.SEEN, s.INFO, s.OWN, s.CLASSES_SEEN, s.TAGS,
         own_key(s, 'h'), own_key(s, 'w'), own_key(s, 's')}
     local per_tag_at = #keys + 1

@@ -700,3 +700,27 @@ Test(script_shares, a_count_of_holders_left_while_nobody_holds_starts_over)
     cr_expect_eq(test_redis_int(&fx_redis, "EXISTS " P "owners:h"), 0,
                  "H's count of 3 stayed while nobody holds");
 }
+
+/* Counts of holders that drifted while permits are held (a client of an older version gives back
+ * a grouped permit without counting it; a path that does not count) are recounted from the
+ * holders at the next refresh of the pool's keys: a host counted above what it holds would be
+ * told to give back what it may keep, and a phantom holder would take a share of what is left. */
+Test(script_shares, counts_of_holders_that_drifted_are_recounted_from_the_holders)
+{
+    cr_assert_eq(acq(GA ".1.4", 4).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(GA ".2.4", 4).status, DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq("00000000000000c1.3.4", 4).status, DBT_ACQUIRE_GRANTED);
+    redisContext *rc = test_redis_connect(&fx_redis);
+    cr_assert_not_null(rc);
+    freeReplyObject(redisCommand(rc, "ZINCRBY " P "owners:h 3 ~" G));
+    freeReplyObject(redisCommand(rc, "ZADD " P "owners:h 5 ~" H));
+    freeReplyObject(redisCommand(rc, "PEXPIRE " P "limit_seen 1000"));
+    redisFree(rc);
+    rel("00000000000000c1.3.4"); /* its call refreshes the keys */
+    char counts[256];
+    range("ZRANGE", P "owners:h", counts, sizeof counts);
+    cr_expect_str_eq(counts, "~" G, "the groups counted");
+    cr_expect_eq(test_redis_int(&fx_redis, "ZSCORE " P "owners:h ~" G), 2, "G holds 2");
+    long long ttl = test_redis_int(&fx_redis, "PTTL " P "owners:h");
+    cr_expect(ttl > 0, "owners:h has no TTL (%lld)", ttl);
+}
