@@ -373,11 +373,13 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
         if (dbt_queue_step(&p->queue[k], &ev) & DBT_QACT_NOT_ALONE)
             dbt_handover_foreign(p, (dbt_kind)k, 0);
         dbt_sharing_keep_event(p, (dbt_kind)k, &ev); /* the host's shelf too */
-        /* the group's share and holding as Redis counts them (docs/design.md, "Shares") */
+        /* the group's share and holding as Redis counts them (docs/design.md, "Shares"); none
+         * in force after a re-assertion, as for kept permits above: re-asserted late, the host's
+         * permits may be above the limit, and passing them on locally would keep them there */
         dbt_shev sev = {.type = DBT_SHEV_RENEWED,
                         .share = reply->share[k],
                         .held = reply->held[k],
-                        .handover_allowed = reply->handover_allowed[k],
+                        .handover_allowed = reply->handover_allowed[k] && reply->reasserted[k] == 0,
                         .net_sent = shares[k].net,
                         .ticket_sent = shares[k].ticket,
                         .named_none = !named[k]};
