@@ -1199,19 +1199,27 @@ static int any_unregistered(dbt_share *sh)
     return 0;
 }
 
-bool dbt_share_sole(dbt_share *sh, int kind)
+/* Whether the host passes permits of `kind` locally: sole, or (within_share) at or below its
+ * share; and no process of it is unregistered (it could not be woken for a pass). */
+static bool passes_locally(dbt_share *sh, int kind, bool within_share)
 {
     if (!sh || bad_kind(kind) || dbt_share_lock(sh) != 0)
         return false;
-    bool sole = sh->seg->sole[kind].sole != 0;
-    if (sole) {
+    bool may = sh->seg->sole[kind].sole != 0 ||
+               (within_share && dbt_core_within_share(&sh->seg->share[kind]));
+    if (may) {
         int u = any_unregistered(sh);
         if (u < 0)
             return false;
-        sole = u == 0;
+        may = u == 0;
     }
     dbt_share_unlock(sh);
-    return sole && !sh->broken;
+    return may && !sh->broken;
+}
+
+bool dbt_share_sole(dbt_share *sh, int kind)
+{
+    return passes_locally(sh, kind, false);
 }
 
 /* Under the lock: -1 damage (poisoned, unlocked), else whether a registration of the kind is
@@ -1280,17 +1288,7 @@ void dbt_share_reset(dbt_share *sh)
 
 bool dbt_share_may_pass(dbt_share *sh, int kind)
 {
-    if (!sh || bad_kind(kind) || dbt_share_lock(sh) != 0)
-        return false;
-    bool may = sh->seg->sole[kind].sole != 0 || dbt_core_within_share(&sh->seg->share[kind]);
-    if (may) {
-        int u = any_unregistered(sh);
-        if (u < 0)
-            return false;
-        may = u == 0;
-    }
-    dbt_share_unlock(sh);
-    return may && !sh->broken;
+    return passes_locally(sh, kind, true);
 }
 
 void dbt_share_share_view(dbt_share *sh, int kind, dbt_share_view *out)
