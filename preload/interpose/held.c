@@ -596,8 +596,11 @@ int dbt_held_start(PGconn *conn, const dbt_send_op *op, dbt_acquire_wait *pendin
     unlock(h);
     if (park(h, op, pending, waker, pipeline))
         return 1; /* the thread that frees its permit sends it, or the watch hands it on */
-    if (!spawn(h))
-        serve(h); /* no thread to be had: wait here, as before */
+    /* Passed a permit between its queueing and now (by a thread that found it not yet parked):
+     * sent here, as that thread would have, not by a thread of ours woken for it. Else a thread
+     * waits for it; none to be had, this call waits, as before. */
+    if (dbt_acquire_wait_granted(pending) || !spawn(h))
+        serve(h);
     return 1;
 }
 

@@ -632,9 +632,9 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
     dbt_queue_event queued = {.type = DBT_QEV_QUEUED};
     (void)dbt_queue_step(&p->queue[a->kind], &queued);
     dbt_sharing_keep_event(p, a->kind, &queued);
+    /* Not woken if it listens: the thread hands it the role if it waits (wait_turn), and a
+     * parked wait leaves it to the renewer (dbt_acquire_wait_park). */
     dbt_renewer_ensure(p);
-    if (p->bg_leading) /* the renewer listens: it hands the role to a waiting thread */
-        dbt_pool_wake_bg(p);
     struct dbt_slot as_queued; /* its place may be swapped from now on (handover.c) */
     if (dbt_log_enabled(DBT_LOG_INFO))
         dbt_trace_copy(&as_queued, s);
@@ -653,17 +653,20 @@ static acquire_next wait_turn(acquire_run *a)
     dbt_pool *p = a->p;
     pthread_mutex_lock(&p->mu);
     p->nwait_threads++;
+    a->s->thread_waits = true; /* until the slot leaves the queue: only this thread runs it */
     /* The renewer listens while waits are parked with nobody listening (renewer.c): the role is
-     * a waiting thread's now. */
-    if (p->bg_leading)
+     * a waiting thread's now. Not a wait that is over already (a parked command served by the
+     * thread that passed it a permit, held.c): the renewer would stop listening for the others'
+     * grants, once per command. */
+    if (p->bg_leading && a->s->state == SLOT_QUEUED)
         dbt_pool_wake_bg(p);
     pthread_mutex_unlock(&p->mu);
     acquire_next next = wait_turn_counted(a);
     pthread_mutex_lock(&p->mu);
-    p->nwait_threads--;
+    p->nwait_threads--; /* (a->s may be freed: its thread_waits stays, it leaves the queue) */
     /* The last waiting thread leaves BLPOPs in flight that may pop the host's "f": the renewer
-     * reads their replies (renewer.c, blpops_unread). */
-    if (p->nwait_threads == 0 && p->group[0] && p->blpop_in_flight > 0)
+     * reads their replies (renewer.c, blpops_unread), unless it listens already. */
+    if (p->nwait_threads == 0 && p->group[0] && p->blpop_in_flight > 0 && !p->leader_active)
         dbt_pool_wake_bg(p);
     pthread_mutex_unlock(&p->mu);
     return next;
@@ -818,11 +821,15 @@ bool dbt_acquire_wait_park(dbt_acquire_wait *w, dbt_waker *waker, void *arg, int
     dbt_pool *p = w->a.p;
     struct dbt_slot *s = w->a.s;
     pthread_mutex_lock(&p->mu);
-    /* A waiting thread listens (not the renewer, which may only be reading old BLPOPs' replies
-     * and listens only while no thread waits); and nothing came for s yet: a wake from before
-     * this was told to nobody but its eventfd. */
-    bool ok = p->leader_active && !p->bg_leading && s->state == SLOT_QUEUED &&
+    /* Somebody listens for s's grant: a waiting thread, or the renewer, which listens while
+     * waits are parked and no thread waits (renewer.c, waits_unheard); and nothing came for s
+     * yet: a wake from before this was told to nobody but its eventfd. */
+    bool thread_leads = p->leader_active && !p->bg_leading;
+    bool ok = (thread_leads || dbt_pool_bg_may_lead(p)) && s->state == SLOT_QUEUED &&
               atomic_load(&s->wakes) == s->wakes_queued;
+    /* The renewer is not listening yet, or only reads the replies of old BLPOPs: it leads now. */
+    if (ok && !thread_leads && !(p->bg_leading && !p->bg_reads_only))
+        dbt_pool_wake_bg(p);
     if (ok) {
         dbt_waker_publish_fd(s, waker, notify_fd);
         atomic_store(&s->deliver_arg, arg);
@@ -831,6 +838,15 @@ bool dbt_acquire_wait_park(dbt_acquire_wait *w, dbt_waker *waker, void *arg, int
     }
     pthread_mutex_unlock(&p->mu);
     return ok;
+}
+
+bool dbt_acquire_wait_granted(const dbt_acquire_wait *w)
+{
+    dbt_pool *p = w->a.p;
+    pthread_mutex_lock(&p->mu);
+    bool granted = w->a.s->state == SLOT_HELD && !stale_grant(p, w->a.s);
+    pthread_mutex_unlock(&p->mu);
+    return granted;
 }
 
 bool dbt_acquire_wait_notified(const dbt_acquire_wait *w)

@@ -441,12 +441,27 @@ out:
 
 void dbt_listener_pass(dbt_pool *p)
 {
-    /* Any waiter will do: it finds no leader and takes the role. */
+    /* A waiter whose thread waits takes the role (it finds no leader). The others have no
+     * thread (parked, held.c; or about to be): the renewer listens for them (renewer.c,
+     * waits_unheard), rather than a thread of ours woken to lead and passing the role on again at
+     * its own grant (pgbench -S -c16 -j16 at a limit of 4 handed the role on every fifth command:
+     * five thread switches each). */
+    struct dbt_slot *any = NULL;
     for (struct dbt_slot *w = p->slots; w; w = w->next)
         if (w->state == SLOT_QUEUED && !w->orphan) {
-            dbt_slot_wake(w);
-            return;
+            if (w->thread_waits) {
+                dbt_slot_wake(w);
+                return;
+            }
+            if (!any)
+                any = w;
         }
+    if (!any)
+        return;
+    if (dbt_pool_bg_may_lead(p))
+        dbt_pool_wake_bg(p);
+    else
+        dbt_slot_wake(any); /* a thread of ours leads for it (Redis down: it finds that out) */
 }
 
 bool dbt_listener_unread(dbt_pool *p)

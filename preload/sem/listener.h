@@ -16,7 +16,9 @@ typedef enum {
  * set p->leader_active calls it, without p->mu. */
 dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
                            const dbt_acquire_opts *o);
-void dbt_listener_pass(dbt_pool *p);  /* p->mu held: wake a waiter to take over the role */
+/* p->mu held: the role goes to a waiter whose thread waits, or else, while waits are parked, to
+ * the renewer (dbt_pool_bg_may_lead) or, Redis being down, to a parked waiter given a thread. */
+void dbt_listener_pass(dbt_pool *p);
 void dbt_listener_close(dbt_pool *p); /* frees the listener connection (no thread uses it) */
 /* p->mu held. Whether a message waits unread on the listener while no thread of ours waits for a
  * grant, so that it is a recall, the end of sole, or a stale grant: one poll() that does not wait.

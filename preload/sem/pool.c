@@ -50,6 +50,11 @@ void dbt_pool_wake_bg(dbt_pool *p)
         dbt_slot_wake(p->bg_slot);
 }
 
+bool dbt_pool_bg_may_lead(const dbt_pool *p)
+{
+    return p->thread_started && !p->stop && p->bg_slot && p->down_until_us <= dbt_now_us();
+}
+
 void dbt_pool_start_bg(dbt_pool *p)
 {
     if (p->bg_start)

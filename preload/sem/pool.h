@@ -21,6 +21,10 @@ void dbt_cond_init_mono(pthread_cond_t *cv);
 /* Notices, each with p->mu held. Wakes the pool's background thread (the renewer) out of its
  * park or its listening: it has work. */
 void dbt_pool_wake_bg(dbt_pool *p);
+/* p->mu held. Whether the renewer can listen for parked waits (held.c's event-loop commands,
+ * which no thread of ours waits on): it runs, and Redis is not known to be down (then a waiting
+ * thread finds that out, and tells its command). */
+bool dbt_pool_bg_may_lead(const dbt_pool *p);
 /* Starts the background thread, or wakes it when its schedule changed: p->bg_start, which the
  * pool's maker set (client.c: the renewer's dbt_renewer_ensure); nothing when none was set. */
 void dbt_pool_start_bg(dbt_pool *p);

@@ -137,8 +137,9 @@ struct dbt_slot {
     atomic_uint notified; /* wakes told there since it was parked */
     atomic_uint wakes;    /* every wake (dbt_slot_wake), and their number when it queued */
     unsigned wakes_queued;
-    bool in_fifo; /* on the pool's list of waiting threads (lw_*) */
-    bool adopted; /* took an orphan's place: queued without a Redis call */
+    bool thread_waits; /* a thread of ours waits on it (acquire.c's wait_turn): it may lead */
+    bool in_fifo;      /* on the pool's list of waiting threads (lw_*) */
+    bool adopted;      /* took an orphan's place: queued without a Redis call */
     /* Sent back to queue (SLOT_REQUEUE) as no renewal of its place was accepted for a lease
      * (this process was stopped, or Redis unreachable), not as Redis said it lacked it. */
     bool unrenewed;

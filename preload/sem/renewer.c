@@ -840,9 +840,10 @@ static void *thread_main(void *arg)
          * their grants (which must go back at once). */
         bool waiters = p->lw_head[DBT_KIND_QUERY] || p->lw_head[DBT_KIND_CONN];
         bool orphans_unheard = p->norphans > 0 && !waiters;
-        /* Registered waiters and no thread listening (an event loop's parked wait): permits
-         * other processes pass to them would sit in the segment, renewed by nobody. */
-        bool passes_unheard = p->share && waiters && p->nwait_threads == 0;
+        /* Waiters and no thread of ours waiting (held.c parks an event loop's command): nobody
+         * else listens for their grants, nor for permits other processes pass to them (which
+         * would sit in the segment, renewed by nobody). */
+        bool waits_unheard = waiters && p->nwait_threads == 0;
         int64_t tick = now + p->client->cfg->cache_idle_ms * 1000;
         if (p->client->cfg->cache_permits && p->nheld > 0 && tick < due)
             due = tick; /* a permit in use now may be kept soon: a park then needs no wake-up */
@@ -858,7 +859,7 @@ static void *thread_main(void *arg)
             dbt_redis_budget_end(b);
             warn_idle_in_tx(p, dbt_now_us());
         } else if (((p->client->cfg->cache_permits && p->nheld > 0 && p->nqueued == 0) ||
-                    orphans_unheard || passes_unheard) &&
+                    orphans_unheard || waits_unheard) &&
                    !p->leader_active && p->down_until_us <= now && listen_ready(p)) {
             /* Listening while permits are held, not only while kept: a connection that reuses
              * its permit back to back is kept only microseconds at a time, and must still learn

@@ -158,11 +158,15 @@ typedef struct {
 void dbt_acquire_set_deliver(const dbt_deliver_ops *ops);
 
 /* Parks `pending` for `arg` (see above), its wakes told to notify_fd and `waker` published to
- * it. False, and nothing done, when no waiting thread holds the pool's listener role now (a grant
- * from Redis might then be heard by nobody), or a wake already came: a thread must wait for it
- * (dbt_acquire_wait_for) as before. A listener that leaves passes the role to a waiter, which
- * may be a parked one: it is woken so. */
+ * it. False, and nothing done, when nobody can listen for its grant from Redis (no waiting thread
+ * holds the pool's listener role, and the renewer cannot take it: Redis is down), or a wake
+ * already came: a thread must wait for it (dbt_acquire_wait_for) as before. While waits are
+ * parked and no thread waits, the renewer listens for them; Redis down, the role goes to a
+ * parked waiter, which is woken so. */
 bool dbt_acquire_wait_park(dbt_acquire_wait *pending, dbt_waker *waker, void *arg, int notify_fd);
+/* Whether `pending` holds its permit already, fit to serve (a thread of the process passed it one
+ * since it queued): dbt_acquire_wait_for then returns at once, with no Redis call. */
+bool dbt_acquire_wait_granted(const dbt_acquire_wait *pending);
 /* Whether a wake came for a parked acquire since it was parked (its wait is a thread's to run
  * now). */
 bool dbt_acquire_wait_notified(const dbt_acquire_wait *pending);
