@@ -251,7 +251,7 @@ WHITEBOX_tests/sem/test_host_group.c = preload/sem
 WHITEBOX_tests/sem/test_share_key.c = preload/sem
 # The host segment itself (hostshare.h), its layout looked at and damaged (hostshare_internal.h).
 WHITEBOX_tests/sem/test_hostshare.c = preload/sem
-# The segment's windows between two stores, opened through the gettid() it calls (hostshare.h).
+# The segment's windows between two stores, opened through its lock's seam (hostshare_internal.h).
 WHITEBOX_tests/sem/test_share_windows.c = preload/sem
 # Fills the segment's process table (hostshare_internal.h) before a child forks.
 WHITEBOX_tests/sem/test_share_fork.c = preload/sem

@@ -123,5 +123,9 @@ const char *dbt_share_path(const dbt_share *sh);
  * and die or stop. The same thread unlocks. */
 int dbt_share_lock(dbt_share *sh);
 void dbt_share_unlock(dbt_share *sh);
+/* Called by dbt_share_lock before it takes the lock word and by dbt_share_unlock before it lets
+ * it go, with the id the word names the thread by: a test's window between two stores
+ * (tests/sem/test_share_windows.c defines it). Weak and empty in the library. */
+void dbt_share_lock_seam(uint32_t tid);
 
 #endif

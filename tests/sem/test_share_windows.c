@@ -1,6 +1,6 @@
 /* Two windows of host-level sharing that last between two stores, opened on purpose: this file
- * defines gettid(), which hostshare.c calls as it locks and unlocks the segment, and which a test
- * here arms to act at that instant (any other caller gets the thread id, unchanged).
+ * defines dbt_share_lock_seam(), which hostshare.c calls as it locks and unlocks the segment, and
+ * which a test here arms to act at that instant.
  *
  * - An offer whose wake is refused takes its permit back under the lock; when that unlock finds
  *   the lock word not its own (written into while held: another may have been let in and taken
@@ -32,16 +32,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* What the armed gettid does, in the calling thread, before it returns the thread id. */
-static void (*_Atomic at_gettid)(pid_t tid);
+/* What the armed seam does, in the calling thread, as it locks or unlocks the segment. */
+static void (*_Atomic at_lock_seam)(pid_t tid);
 
-pid_t gettid(void)
+void dbt_share_lock_seam(uint32_t tid)
 {
-    pid_t tid = (pid_t)syscall(SYS_gettid);
-    void (*hook)(pid_t) = atomic_load(&at_gettid);
+    void (*hook)(pid_t) = atomic_load(&at_lock_seam);
     if (hook)
-        hook(tid);
-    return tid;
+        hook((pid_t)tid);
 }
 
 static void remove_tree(const char *dir)
@@ -128,12 +126,12 @@ Test(share_windows, a_take_back_whose_unlock_finds_the_lock_not_ours_is_offered,
         if (tb_seg->regs[i].state == REG_WAITING)
             atomic_store(&tb_reg, &tb_seg->regs[i]);
     cr_assert_not_null(atomic_load(&tb_reg), "no registration of the receiver in the segment");
-    atomic_store(&at_gettid, tamper_at_take_back);
+    atomic_store(&at_lock_seam, tamper_at_take_back);
     dbt_share_shape shape = {.kind = 0, .limit = 4, .weight = 1};
     dbt_share_permit p = {.renewed_us = dbt_now_us()};
     snprintf(p.id, sizeof p.id, "0123456789abcdef~00000000000000aa.1.4");
     dbt_share_offer_result r = dbt_share_offer(sh, &shape, &p, -1, NULL);
-    atomic_store(&at_gettid, NULL);
+    atomic_store(&at_lock_seam, NULL);
     cr_assert(atomic_load(&tb_tampered),
               "the take-back's unlock was not reached (offered seen: %d)",
               (int)atomic_load(&tb_seen_offered));
@@ -343,7 +341,7 @@ Test(share_windows, a_held_orphan_from_another_process_goes_back_to_redis_when_n
     cr_assert_not(sole_in_redis(group), "Redis calls the host sole with F queued first");
 
     /* t1's wait ends (interrupted) just as the permit is written into its registration. */
-    atomic_store(&at_gettid, offer_at_wait_end);
+    atomic_store(&at_lock_seam, offer_at_wait_end);
     atomic_store(&w1.interrupt, true);
     dbt_waker_fire(&w1.waker);
     pthread_join(t1, NULL);
@@ -367,7 +365,7 @@ Test(share_windows, a_held_orphan_from_another_process_goes_back_to_redis_when_n
     cr_expect_eq(w2.result, DBT_ACQ_GRANTED);
     if (w2.result == DBT_ACQ_GRANTED)
         dbt_release(w2.pm);
-    atomic_store(&at_gettid, NULL);
+    atomic_store(&at_lock_seam, NULL);
     munmap(ow_seg, sizeof(dbt_seg));
     dbt_redis_free(conn);
     dbt_keys_free(&keys);
