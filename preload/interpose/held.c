@@ -384,10 +384,10 @@ void dbt_held_deliver_here(bool on)
     may_deliver = on;
 }
 
-static bool deliver_claim(void *arg)
+static bool deliver_claim(void *arg, bool ours)
 {
     dbt_held *h = arg;
-    if (!may_deliver || owned || dbt_nested)
+    if ((!may_deliver && !ours) || owned || dbt_nested)
         return false;
     return dbt_park_claim(&h->park);
 }
@@ -437,8 +437,8 @@ static bool park(dbt_held *h, const dbt_send_op *op, dbt_acquire_wait *pending, 
         return false;
     /* A cancel (or a session found gone) that came before the waker was published told nobody:
      * looked at now, while h is still this thread's alone (a wait_for after this republishes
-     * the waker to its own eventfd). Later ones, and wakes of the acquire, wake the watch, which
-     * looks at h once it is linked (dbt_park asks again then). */
+     * the waker to its own eventfd). Later ones, and wakes of the acquire, wake the watch once h
+     * is linked; dbt_park refuses to link one that something came for already. */
     if (stop_waiting(h))
         return false;
     /* No watch: a thread waits; a releasing thread's claim finds nothing parked. */

@@ -176,7 +176,12 @@ int dbt_park_notify_fd(void)
 bool dbt_park(dbt_park_cell *c, int64_t deadline_us, void *arg)
 {
     pthread_mutex_lock(&mu);
-    bool ok = ready();
+    bool (*due)(void *) = atomic_load(&due_fn);
+    /* Something came for it before it could be linked (a thread that passed it a permit found
+     * nothing to claim): the caller finishes it, in its own call when it holds a permit, rather
+     * than the watch handing it to a thread of ours at once. Asked under mu: nothing can claim
+     * it meanwhile. */
+    bool ok = !(due && due(arg)) && ready();
     if (ok) {
         c->deadline_us = deadline_us;
         c->arg = arg;
@@ -187,18 +192,15 @@ bool dbt_park(dbt_park_cell *c, int64_t deadline_us, void *arg)
             cells->prev = c;
         cells = c;
         ncells++;
-        /* Something that came for it before it was linked here found nothing to look at, and a
-         * thread asleep past this deadline (or without one) would miss it: the watch looks once
-         * more. Asked under mu: nothing can claim it meanwhile. */
-        bool (*due)(void *) = atomic_load(&due_fn);
+        /* A thread asleep past this deadline (or without one) would miss it: the watch looks
+         * once more. */
         bool sooner =
             asleep && deadline_us >= 0 && (sleeping_until < 0 || deadline_us < sleeping_until);
-        if (sooner || (due && due(arg))) {
+        if (sooner) {
             uint64_t one = 1;
             ssize_t w = write(kick, &one, sizeof one);
             (void)w;
-            if (sooner)
-                sleeping_until = deadline_us;
+            sleeping_until = deadline_us;
         }
     }
     pthread_mutex_unlock(&mu);

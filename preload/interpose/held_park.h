@@ -31,8 +31,9 @@ void dbt_park_set_fire(void (*fire)(void *arg), bool (*due)(void *arg));
  * had. */
 int dbt_park_notify_fd(void);
 
-/* Parks c for arg until the deadline (-1: none). False: no watch to be had: the caller waits for
- * the command its own way. */
+/* Parks c for arg until the deadline (-1: none). False: no watch to be had, or `due` says
+ * something came for it already (its permit, passed before it could be linked here): the caller
+ * finishes the command its own way. */
 bool dbt_park(dbt_park_cell *c, int64_t deadline_us, void *arg);
 
 /* Takes c out of the watch: true when it was parked (the caller serves it now, and nothing

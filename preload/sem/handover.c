@@ -261,6 +261,7 @@ void dbt_handover_receive(dbt_pool *p)
         return;
     }
     dbt_share_drain(p->share);
+    dbt_deliver_collect(p); /* a parked command passed a permit here is sent here */
     int n;
     do {
         n = dbt_sharing_take(p, to, permits, BATCH);
@@ -277,6 +278,7 @@ void dbt_handover_receive(dbt_pool *p)
                 break;
             }
     pthread_mutex_unlock(&p->mu);
+    dbt_deliver_flush();
 }
 
 void dbt_handover_quit(dbt_pool *p)

@@ -327,10 +327,12 @@ static bool read_grants(dbt_pool *p, dbt_redis *l, char *err)
         pthread_mutex_lock(&p->mu);
         if (p->blpop_in_flight > 0)
             p->blpop_in_flight--;
+        dbt_deliver_collect(p); /* a parked command granted here is sent here */
         if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
             rep->element[1]->type == REDIS_REPLY_STRING)
             dispatch(p, rep->element[1]->str);
         pthread_mutex_unlock(&p->mu);
+        dbt_deliver_flush();
         bool bad = rep->type == REDIS_REPLY_ERROR;
         if (bad) {
             snprintf(err, DBT_ERRLEN, "redis: %s", rep->str);

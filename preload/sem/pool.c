@@ -504,8 +504,55 @@ static void write_one(int fd)
     while (n < 0 && errno == EINTR);
 }
 
+/* The wakes a listening thread keeps back (dbt_deliver_collect). */
+enum { DELIVER_MAX = 16 };
+static __thread struct {
+    dbt_pool *pool; /* collecting for it (p->mu held), or NULL */
+    int n;
+    struct dbt_slot *slot[DELIVER_MAX];
+    bool fresh[DELIVER_MAX];
+} kept_back;
+static __thread bool thread_is_ours;
+
+void dbt_deliver_thread_is_ours(void)
+{
+    thread_is_ours = true;
+}
+
+void dbt_deliver_collect(dbt_pool *p)
+{
+    kept_back.pool = thread_is_ours ? p : NULL; /* a program's thread: no delivery here */
+    kept_back.n = 0;
+}
+
+/* Keeps s's wake back: a parked acquire that holds a permit now. p->mu held. */
+static bool keep_back(struct dbt_slot *s)
+{
+    dbt_pool *p = kept_back.pool;
+    if (!p || s->pool != p || kept_back.n >= DELIVER_MAX || s->state != SLOT_HELD ||
+        !atomic_load(&s->deliver_arg) || atomic_load(&s->notify_plus1) == 0)
+        return false;
+    dbt_lease_facts lease = dbt_slot_lease(p, s, dbt_now_us());
+    atomic_fetch_add(&s->pending_wakes, 1); /* s is not freed before the flush */
+    kept_back.slot[kept_back.n] = s;
+    kept_back.fresh[kept_back.n] = !dbt_lease_stale(&lease);
+    kept_back.n++;
+    return true;
+}
+
+void dbt_deliver_flush(void)
+{
+    int n = kept_back.n;
+    kept_back.pool = NULL;
+    kept_back.n = 0;
+    for (int i = 0; i < n; i++)
+        dbt_slot_wake_later(kept_back.slot[i], kept_back.fresh[i]);
+}
+
 void dbt_slot_wake(struct dbt_slot *s)
 {
+    if (kept_back.pool && keep_back(s))
+        return;
     atomic_fetch_add(&s->wakes, 1);
     if (s->efd >= 0)
         write_one(s->efd);
@@ -664,7 +711,7 @@ void dbt_slot_wake_later(struct dbt_slot *s, bool deliverable)
      * served in this thread, and the promised wake is kept for nobody (the slot is its now). */
     const dbt_deliver_ops *ops = atomic_load(&deliver_ops);
     void *arg = deliverable && ops ? atomic_load(&s->deliver_arg) : NULL;
-    if (arg && ops->claim(arg)) {
+    if (arg && ops->claim(arg, thread_is_ours)) {
         atomic_fetch_sub(&s->pending_wakes, 1);
         ops->serve(arg);
         return;

@@ -104,6 +104,16 @@ void dbt_slot_wake(struct dbt_slot *s); /* call with p->mu held */
 /* A promised wake, without p->mu; `deliverable`: a fresh permit passed to s, which a parked
  * acquire may take in this thread (dbt_acquire_wait_park) instead. */
 void dbt_slot_wake_later(struct dbt_slot *s, bool deliverable);
+
+/* A listening thread's dispatch (the grants Redis pushed, the permits the host's segment passed):
+ * from dbt_deliver_collect (p->mu held) to dbt_deliver_flush (without it), the wakes of parked
+ * acquires that now hold a fresh permit are kept back, and the flush offers each to its parked
+ * side in this thread (dbt_slot_wake_later) when the thread is the library's own (the renewer,
+ * dbt_deliver_thread_is_ours): the command is sent here, with no thread woken for it. Otherwise,
+ * and past the few it keeps, the wakes go as usual. */
+void dbt_deliver_collect(dbt_pool *p);
+void dbt_deliver_flush(void);
+void dbt_deliver_thread_is_ours(void);  /* the calling thread runs no program code */
 void dbt_free_slot(struct dbt_slot *s); /* an unlinked slot, without p->mu */
 /* An unlinked slot nobody uses any more goes to p->spare when it can (p->mu held); false: the
  * caller frees it with dbt_free_slot, without the lock. */

@@ -716,6 +716,8 @@ static void *thread_main(void *arg)
     thread_start *start = arg;
     dbt_pool *p = start->pool;
     sem_post(&start->running); /* before taking p->mu, which our creator holds */
+    /* The parked commands whose grants this thread hears are sent from it (pool.h). */
+    dbt_deliver_thread_is_ours();
     pthread_mutex_lock(&p->mu);
     bool idle = true;
     int64_t share_polled_us = 0;

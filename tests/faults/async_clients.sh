@@ -82,6 +82,42 @@ check "async_clients: pgbench -c 16 -j 16 at a limit of 4: no thread of ours per
 check "async_clients: pgbench -c 16 -j 16: nothing held or queued in Redis afterwards" \
     'wait_until 5 ac_pool_empty'
 
+# One connection per process, 8 processes at a limit of 2: a held command's permit comes from
+# another process (the host's segment) or from Redis, and the thread that hears it (the renewer,
+# listening for the parked commands) sends the command: each process keeps the program's one
+# thread and 2 of ours (the renewer, the watch), from 2.5 s on. Kept permits off: a connection
+# idle with a kept permit is watched for its session's end by a third thread of ours, which a
+# process starts when it first keeps one (under load, now and then). Before, the watch gave each
+# such command a thread of ours to send it, one more per process, and 7.4-8.2 thread switches per
+# transaction (pgbench -S, 16 processes at 4, loopback) against 2.7 now.
+ac_pool=ac_procs
+ac_pids=
+for ac_i in 1 2 3 4 5 6 7 8; do
+    env LD_PRELOAD="$preload" $ac_env DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_POOL=ac_procs \
+        DBTHROTTLE_CACHE_PERMITS=off PGAPPNAME=ac_procs \
+        pgbench -n -c 1 -j 1 -T 5 -f "$work/ac_sleep.sql" >"$work/ac_procs.$ac_i.out" 2>&1 &
+    ac_pids="$ac_pids $!"
+done
+ac_most=0
+ac_t0=$(now_ms)
+while [ $(($(now_ms) - ac_t0)) -lt 4500 ]; do
+    if [ $(($(now_ms) - ac_t0)) -ge 2500 ]; then
+        for ac_p in $ac_pids; do
+            ac_n=$(ls "/proc/$ac_p/task" 2>/dev/null | wc -l)
+            [ "$ac_n" -gt "$ac_most" ] && ac_most=$ac_n
+        done
+    fi
+    sleep 0.05
+done
+ac_rc=0
+for ac_p in $ac_pids; do wait "$ac_p" || ac_rc=$?; done
+check "async_clients: 8 processes of pgbench -c 1 at a limit of 2: all ran, at most 2 at once at the server (rc $ac_rc, most $(max_conc ac_procs) in $(probes ac_procs) probes)" \
+    '[ "$ac_rc" -eq 0 ] && [ "$(probes ac_procs)" -gt 0 ] && [ "$(max_conc ac_procs)" -le 2 ]'
+check "async_clients: 8 processes of pgbench -c 1 at a limit of 2: no thread of ours per waiting command (at most $ac_most threads in a process from 2.5 s on: the program's 1 and at most 2 of ours)" \
+    '[ "$ac_most" -ge 1 ] && [ "$ac_most" -le 3 ]'
+check "async_clients: 8 processes of pgbench -c 1: nothing held or queued in Redis afterwards" \
+    'wait_until 5 ac_pool_empty'
+
 # The asyncio application: unthrottled first (this machine's own stalls), then at a limit of 2.
 PGAPPNAME=ac_py_plain timeout 120 /usr/bin/python3 "$here/async_psycopg.py" plain "$rport" ac_py \
     >"$work/ac_py_plain.out" 2>"$work/ac_py_plain.err"

@@ -152,7 +152,9 @@ dbt_acq_result dbt_acquire_wait_for(dbt_acquire_wait *pending, const dbt_acquire
  * held while only this process' threads wait is sent by the thread that freed its permit, with no
  * thread woken in between. The pair is set once per process, before the first park. */
 typedef struct {
-    bool (*claim)(void *arg);
+    /* ours: the calling thread is the library's own (the renewer, dispatching grants it heard),
+     * not one of the program's. */
+    bool (*claim)(void *arg, bool ours);
     void (*serve)(void *arg);
 } dbt_deliver_ops;
 void dbt_acquire_set_deliver(const dbt_deliver_ops *ops);
