@@ -936,43 +936,35 @@ Test(hostshare, a_process_killed_holding_the_lock_leaves_the_segment_usable, .ti
  * fork()ed by a thread that used the lock is another thread, and its lock word names it (a child
  * that kept its parent's thread's id took the lock under that id: the parent's thread, finding
  * its own id there, judged the segment damaged and poisoned it for the host). */
+/* The child: locks, says its thread id, holds the lock until told, unlocks. */
+static int locker_saying_its_tid(void *arg, int out, int in)
+{
+    dbt_share *sh = arg;
+    if (dbt_share_lock(sh) != 0)
+        return 1;
+    say_line(out, "%ld", (long)gettid());
+    (void)wait_word(in); /* held until the parent has looked */
+    dbt_share_unlock(sh);
+    return dbt_share_broken(sh) ? 2 : 0;
+}
+
 Test(hostshare, a_child_forked_by_a_locker_locks_under_its_own_id, .timeout = 60)
 {
     dbt_share *sh = attach_or_die(dir);
     cr_assert_eq(dbt_share_lock(sh), 0); /* this thread's id is asked now */
     dbt_share_unlock(sh);
     const dbt_seg *g = dbt_share_segment(sh);
-    int up[2], down[2];
-    cr_assert_eq(pipe(up), 0);
-    cr_assert_eq(pipe(down), 0);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        close(up[0]);
-        close(down[1]);
-        if (dbt_share_lock(sh) != 0)
-            _exit(1);
-        say_line(up[1], "%ld", (long)gettid());
-        char c;
-        (void)!read(down[0], &c, 1); /* held until the parent has looked */
-        dbt_share_unlock(sh);
-        _exit(dbt_share_broken(sh) ? 2 : 0);
-    }
-    close(up[1]);
-    close(down[0]);
+    child c = spawn(locker_saying_its_tid, sh);
     char line[32];
-    read_line(up[0], line, sizeof line, 30000);
+    read_line(c.from_child, line, sizeof line, 30000);
     cr_assert_neq(line[0], '\0', "the child did not take the lock");
     uint32_t holder = atomic_load(&((dbt_seg *)g)->lock) & UINT32_C(0x3fffffff);
     cr_expect_eq(holder, (uint32_t)strtol(line, NULL, 10) & UINT32_C(0x3fffffff),
                  "the lock word names %u, the child's thread is %s (this one %ld)", holder, line,
                  (long)gettid());
-    cr_assert_eq(write(down[1], "x", 1), 1);
-    int status = 0;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    close(up[0]);
-    close(down[1]);
-    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    tell(&c, 'x');
+    int status = reap(&c);
+    cr_expect_eq(status, 0, "child status %d", status);
     cr_expect(dbt_share_lock(sh) == 0 && !dbt_share_broken(sh), "%s", dbt_share_why(sh));
     dbt_share_unlock(sh);
     dbt_share_detach(sh);
