@@ -228,6 +228,8 @@ WHITEBOX_tests/unit/test_misconfig_log.c = preload/sem
 WHITEBOX_tests/unit/test_log_ops.c = preload/base
 # sem's pure core, the pool's decisions (pool_core.h), driven row by row.
 WHITEBOX_tests/unit/test_pool_core.c = preload/sem
+# The host relay's pure core (relay_core.h): redis/ keeps it behind its face.
+WHITEBOX_tests/unit/test_relay_core.c = preload/redis
 # interpose/'s connection state machine (conn_state.h): interpose/ has no public face.
 WHITEBOX_tests/unit/test_conn_state.c = preload/interpose
 # The command's adaptive-limit rule (adapt_rule.h), a pure module of cli/.

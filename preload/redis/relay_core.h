@@ -1,0 +1,108 @@
+/* relay_core.h - the host relay's decisions (docs/design.md, "One relay per host"), with no I/O:
+ * the commands of many local clients over two connections to Redis, one for commands and one
+ * for listening. The driver (the relay's thread) feeds it what the clients' sockets and the two
+ * Redis connections read, and writes out what it says: bytes for each client, bytes for each
+ * connection to Redis, clients to close. Nothing here reads a clock: times are passed in.
+ *
+ * What it keeps of Redis' behaviour, for a client that cannot tell the relay from Redis:
+ *   - a client's replies come in the order of its commands, and a BLPOP holds up that client's
+ *     later commands until it is answered;
+ *   - a value pushed to a list goes to the client blocked longest on that list;
+ *   - a value popped for no client (it left, or timed out, after the BLPOP was sent) is put back
+ *     at the head of its list, as if Redis had never served it.
+ * AUTH and SELECT are answered here, against the relay's own user, password and database; the
+ * commands the library never sends are refused (relay_core.c's table says which are relayed). */
+#ifndef DBT_RELAY_CORE_H
+#define DBT_RELAY_CORE_H
+
+#include <hiredis.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes waiting to be written; the driver writes from p + off and advances off
+ * (dbt_relay_buf_consumed). */
+typedef struct {
+    char *p;
+    size_t off, len, cap;
+} dbt_relay_buf;
+void dbt_relay_buf_consumed(dbt_relay_buf *b, size_t n);
+
+/* The two connections to Redis. */
+typedef enum { DBT_RELAY_CMD, DBT_RELAY_LISTEN } dbt_relay_link;
+
+/* What the relay speaks for: AUTH and SELECT of a client are checked against these. user NULL:
+ * AUTH with a password alone (Redis' default user); password NULL: no AUTH needed; the list
+ * `wake_key`, which only the relay pops, ends its listening BLPOPs when their keys must change
+ * (a list of the pool's namespace, so that an ACL that lets the library use its keys lets the
+ * relay push it). */
+typedef struct {
+    const char *user;
+    const char *password;
+    int db;
+    const char *wake_key;
+} dbt_relay_conf;
+
+/* BLPOPs kept in flight on the listening connection: Redis serves the next one as soon as it
+ * answered one, so this many grants can come per round trip (as sem/listener.c's MAX_BLPOPS). */
+#define DBT_RELAY_MAX_BLPOPS 8
+/* The listening BLPOP's own timeout (s): it only bounds how long one outlives its clients. */
+#define DBT_RELAY_BLPOP_SECONDS 30
+/* A list given back (LPUSH) that had no TTL gets this one (ms): a wake list lives a TTL after its
+ * last push anyway; one that was gone must not stay for ever. */
+#define DBT_RELAY_GIVEBACK_TTL_MS 60000
+/* Commands of one client queued and not answered yet, at most: the library pipelines a few
+ * (sem/listener.c's BLPOPs, releases not waited for); a client past this is closed. */
+#define DBT_RELAY_MAX_QUEUED 256
+/* Clients at once, at most: one more is refused (the driver closes it, and it connects directly).
+ */
+#define DBT_RELAY_MAX_CLIENTS 4096
+
+typedef struct dbt_relay dbt_relay;
+
+/* NULL when out of memory. The strings of conf are copied. */
+dbt_relay *dbt_relay_new(const dbt_relay_conf *conf);
+void dbt_relay_free(dbt_relay *r);
+
+/* A client connected: its handle (>= 0), or -1 when the relay has DBT_RELAY_MAX_CLIENTS. */
+int dbt_relay_open(dbt_relay *r);
+/* What client c sent, at now_us. False: it broke the protocol, or queued too much; it is doomed
+ * (dbt_relay_doomed) and its input is not read any more. */
+bool dbt_relay_input(dbt_relay *r, int c, const char *buf, size_t len, int64_t now_us);
+/* Client c left (or the driver closed it): forgotten; replies still to come for it are dropped,
+ * and values popped for it are given back. */
+void dbt_relay_close(dbt_relay *r, int c);
+/* Whether client c is to be closed once its output is written (it broke the protocol, or a
+ * connection to Redis broke with a command of its in flight: like a connection to Redis that
+ * broke, which is what it sees). */
+bool dbt_relay_doomed(const dbt_relay *r, int c);
+/* The bytes for client c (its replies, in order). */
+dbt_relay_buf *dbt_relay_client_out(dbt_relay *r, int c);
+
+/* The bytes to send on a connection to Redis. */
+dbt_relay_buf *dbt_relay_link_out(dbt_relay *r, dbt_relay_link l);
+/* The next reply read on connection l, at now_us; taken over (freed here). */
+void dbt_relay_reply(dbt_relay *r, dbt_relay_link l, redisReply *reply, int64_t now_us);
+/* Connection l broke: what was sent on it is in doubt. The clients with a command in flight on
+ * it (on the listening one: the clients blocked) are doomed, as a client of a broken
+ * connection; what was still to send is dropped. The driver connects it again (AUTH and SELECT
+ * are its own), and calls dbt_relay_link_ready. */
+void dbt_relay_link_lost(dbt_relay *r, dbt_relay_link l);
+/* Connection l is up again (after dbt_relay_link_lost): listening may start again. */
+void dbt_relay_link_ready(dbt_relay *r, dbt_relay_link l, int64_t now_us);
+
+/* Answers the BLPOPs whose timeout passed at now_us (a nil reply). */
+void dbt_relay_tick(dbt_relay *r, int64_t now_us);
+/* When dbt_relay_tick next has something to do (INT64_MAX: never). */
+int64_t dbt_relay_next_deadline(const dbt_relay *r);
+
+/* Counts, for the driver's status and the tests. */
+typedef struct {
+    int clients;          /* connected */
+    int blocked;          /* with a BLPOP waiting */
+    int blpops;           /* in flight on the listening connection */
+    long long given_back; /* values popped for no client and put back */
+} dbt_relay_counts;
+dbt_relay_counts dbt_relay_count(const dbt_relay *r);
+
+#endif

@@ -1,0 +1,314 @@
+/* The host relay's decisions (relay_core.h), driven by hand: what each client is answered, what
+ * goes to Redis on each connection, and in which order. Pure: no socket, no Redis, no clock. The
+ * replies Redis would send are parsed from RESP text, as the driver's reader would. */
+#include "relay_core.h"
+
+#include <criterion/criterion.h>
+#include <stdarg.h>
+#include <string.h>
+
+#define WAKE "dbt:{p}:wake:relay-1"
+
+static dbt_relay *relay(const char *user, const char *password)
+{
+    dbt_relay_conf conf = {.user = user, .password = password, .db = 0, .wake_key = WAKE};
+    dbt_relay *r = dbt_relay_new(&conf);
+    cr_assert_not_null(r);
+    return r;
+}
+
+/* A command as a client sends it (RESP). */
+static void send_cmd(dbt_relay *r, int c, int64_t now, int argc, ...)
+{
+    char buf[4096];
+    size_t n = (size_t)snprintf(buf, sizeof buf, "*%d\r\n", argc);
+    va_list ap;
+    va_start(ap, argc);
+    for (int i = 0; i < argc; i++) {
+        const char *a = va_arg(ap, const char *);
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "$%zu\r\n%s\r\n", strlen(a), a);
+    }
+    va_end(ap);
+    cr_assert(dbt_relay_input(r, c, buf, n, now), "the relay took the command");
+}
+
+/* Takes (and clears) what the relay has for a buffer, as a string. */
+static char *take(dbt_relay_buf *b)
+{
+    static char out[8][8192];
+    static int k;
+    char *s = out[k++ % 8];
+    size_t n = b->len - b->off;
+    cr_assert_lt(n, sizeof out[0]);
+    memcpy(s, b->p + b->off, n);
+    s[n] = '\0';
+    dbt_relay_buf_consumed(b, n);
+    return s;
+}
+
+static char *client_out(dbt_relay *r, int c)
+{
+    return take(dbt_relay_client_out(r, c));
+}
+
+static char *link_out(dbt_relay *r, dbt_relay_link l)
+{
+    return take(dbt_relay_link_out(r, l));
+}
+
+/* Feeds Redis' reply (RESP text) on connection l. */
+static void redis_says(dbt_relay *r, dbt_relay_link l, const char *resp, int64_t now)
+{
+    redisReader *rd = redisReaderCreate();
+    cr_assert_eq(redisReaderFeed(rd, resp, strlen(resp)), REDIS_OK);
+    void *got = NULL;
+    cr_assert_eq(redisReaderGetReply(rd, &got), REDIS_OK);
+    cr_assert_not_null(got, "a whole reply: %s", resp);
+    redisReaderFree(rd);
+    dbt_relay_reply(r, l, got, now);
+}
+
+static const char *pop_reply(const char *key, const char *value)
+{
+    static char buf[4][256];
+    static int k;
+    char *s = buf[k++ % 4];
+    snprintf(s, sizeof buf[0], "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(key), key,
+             strlen(value), value);
+    return s;
+}
+
+Test(relay_core, commands_of_two_clients_share_one_connection_and_get_their_own_replies)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int a = dbt_relay_open(r), b = dbt_relay_open(r);
+    send_cmd(r, a, 0, 2, "PING", "a");
+    send_cmd(r, b, 0, 3, "EVALSHA", "abc", "0");
+    send_cmd(r, a, 0, 1, "PING");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD),
+                     "*2\r\n$4\r\nPING\r\n$1\r\na\r\n"
+                     "*3\r\n$7\r\nEVALSHA\r\n$3\r\nabc\r\n$1\r\n0\r\n"
+                     "*1\r\n$4\r\nPING\r\n",
+                     "each sent once, in the order they came");
+    cr_expect_str_eq(client_out(r, a), "", "nothing before Redis answers");
+    redis_says(r, DBT_RELAY_CMD, "$1\r\na\r\n", 0);
+    redis_says(r, DBT_RELAY_CMD, "-NOSCRIPT No matching script.\r\n", 0);
+    redis_says(r, DBT_RELAY_CMD, "+PONG\r\n", 0);
+    cr_expect_str_eq(client_out(r, a), "$1\r\na\r\n+PONG\r\n");
+    cr_expect_str_eq(client_out(r, b), "-NOSCRIPT No matching script.\r\n",
+                     "an error reply is the client's, as Redis said it");
+    dbt_relay_free(r);
+}
+
+Test(relay_core, auth_is_checked_by_the_relay_and_commands_before_it_are_refused)
+{
+    dbt_relay *r = relay("app", "s3cret");
+    int c = dbt_relay_open(r);
+    send_cmd(r, c, 0, 1, "PING");
+    cr_expect_str_eq(client_out(r, c), "-NOAUTH Authentication required.\r\n");
+    send_cmd(r, c, 0, 3, "AUTH", "app", "wrong");
+    send_cmd(r, c, 0, 2, "AUTH", "s3cret");
+    send_cmd(r, c, 0, 3, "AUTH", "other", "s3cret");
+    send_cmd(r, c, 0, 3, "AUTH", "app", "s3cre");
+    cr_expect_str_eq(client_out(r, c),
+                     "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+                     "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+                     "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+                     "-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+                     "a wrong password, a missing user, another user, a prefix of the password");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "", "nothing reached Redis");
+    send_cmd(r, c, 0, 3, "AUTH", "app", "s3cret");
+    send_cmd(r, c, 0, 1, "PING");
+    cr_expect_str_eq(client_out(r, c), "+OK\r\n");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "*1\r\n$4\r\nPING\r\n");
+    dbt_relay_free(r);
+}
+
+Test(relay_core, auth_with_a_password_alone_is_for_the_default_user)
+{
+    dbt_relay *r = relay(NULL, "pw");
+    int c = dbt_relay_open(r);
+    send_cmd(r, c, 0, 3, "AUTH", "default", "pw");
+    send_cmd(r, c, 0, 2, "AUTH", "pw");
+    cr_expect_str_eq(client_out(r, c), "+OK\r\n+OK\r\n");
+    dbt_relay_free(r);
+}
+
+Test(relay_core, select_of_another_database_and_unrelayed_commands_are_refused)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int c = dbt_relay_open(r);
+    send_cmd(r, c, 0, 2, "SELECT", "0");
+    send_cmd(r, c, 0, 2, "select", "3");
+    send_cmd(r, c, 0, 1, "MULTI");
+    send_cmd(r, c, 0, 3, "BRPOP", "k", "1");
+    cr_expect_str_eq(client_out(r, c),
+                     "+OK\r\n"
+                     "-ERR dbthrottle relay: SELECT 3: it speaks for database 0\r\n"
+                     "-ERR dbthrottle relay: MULTI is not relayed\r\n"
+                     "-ERR dbthrottle relay: BRPOP is not relayed\r\n");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "");
+    dbt_relay_free(r);
+}
+
+Test(relay_core, a_reply_answered_here_waits_for_the_replies_before_it)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int c = dbt_relay_open(r);
+    send_cmd(r, c, 0, 1, "PING");
+    send_cmd(r, c, 0, 2, "SELECT", "0");
+    cr_expect_str_eq(client_out(r, c), "", "SELECT's OK may not pass PING's reply");
+    redis_says(r, DBT_RELAY_CMD, "+PONG\r\n", 0);
+    cr_expect_str_eq(client_out(r, c), "+PONG\r\n+OK\r\n");
+    dbt_relay_free(r);
+}
+
+Test(relay_core, blpops_of_many_clients_are_one_listening_blpop_on_the_union_of_their_keys)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int a = dbt_relay_open(r), b = dbt_relay_open(r);
+    send_cmd(r, a, 0, 4, "BLPOP", "w:a", "w:G", "30");
+    char *first = link_out(r, DBT_RELAY_LISTEN);
+    cr_expect(
+        strstr(first, "*5\r\n$5\r\nBLPOP\r\n$20\r\n" WAKE "\r\n$3\r\nw:G\r\n$3\r\nw:a\r\n$2\r\n30"),
+        "the client's keys and the wake list: %s", first);
+    cr_expect_eq(dbt_relay_count(r).blpops, DBT_RELAY_MAX_BLPOPS, "pipelined, as many as allowed");
+    send_cmd(r, b, 0, 4, "BLPOP", "w:b", "w:G", "30");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD),
+                     "*10\r\n$5\r\nRPUSH\r\n$20\r\n" WAKE "\r\n"
+                     "$1\r\nx\r\n$1\r\nx\r\n$1\r\nx\r\n$1\r\nx\r\n$1\r\nx\r\n$1\r\nx\r\n$1\r\nx\r\n"
+                     "$1\r\nx\r\n"
+                     "*3\r\n$7\r\nPEXPIRE\r\n$20\r\n" WAKE "\r\n$5\r\n60000\r\n",
+                     "w:b is in none of the BLPOPs in flight: each is ended by a wake");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_LISTEN), "", "none sent beyond the most in flight");
+    redis_says(r, DBT_RELAY_LISTEN, pop_reply(WAKE, "x"), 0);
+    char *again = link_out(r, DBT_RELAY_LISTEN);
+    cr_expect(strstr(again, "$3\r\nw:G\r\n$3\r\nw:a\r\n$3\r\nw:b\r\n"),
+              "the next one names both clients' keys, each once: %s", again);
+    cr_expect_str_eq(client_out(r, a), "", "a wake is for nobody");
+    cr_expect_str_eq(client_out(r, b), "");
+    dbt_relay_free(r);
+}
+
+Test(relay_core, a_value_of_a_shared_key_goes_to_the_client_blocked_longest)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int a = dbt_relay_open(r), b = dbt_relay_open(r);
+    send_cmd(r, a, 0, 3, "BLPOP", "w:G", "30");
+    send_cmd(r, b, 0, 3, "BLPOP", "w:G", "30");
+    redis_says(r, DBT_RELAY_LISTEN, pop_reply("w:G", "f0:7"), 0);
+    cr_expect_str_eq(client_out(r, a), "*2\r\n$3\r\nw:G\r\n$4\r\nf0:7\r\n");
+    cr_expect_str_eq(client_out(r, b), "");
+    redis_says(r, DBT_RELAY_LISTEN, pop_reply("w:G", "f0:8"), 0);
+    cr_expect_str_eq(client_out(r, b), "*2\r\n$3\r\nw:G\r\n$4\r\nf0:8\r\n");
+    cr_expect_eq(dbt_relay_count(r).blocked, 0);
+    dbt_relay_free(r);
+}
+
+Test(relay_core, a_value_popped_for_a_client_that_left_goes_back_to_the_head_of_its_list)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int a = dbt_relay_open(r);
+    send_cmd(r, a, 0, 3, "BLPOP", "w:a", "30");
+    link_out(r, DBT_RELAY_LISTEN);
+    dbt_relay_close(r, a);
+    redis_says(r, DBT_RELAY_LISTEN, pop_reply("w:a", "g0:1"), 0);
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD),
+                     "*3\r\n$5\r\nLPUSH\r\n$3\r\nw:a\r\n$4\r\ng0:1\r\n"
+                     "*4\r\n$7\r\nPEXPIRE\r\n$3\r\nw:a\r\n$5\r\n60000\r\n$2\r\nNX\r\n");
+    cr_expect_eq(dbt_relay_count(r).given_back, 1);
+    cr_expect_eq(dbt_relay_count(r).clients, 0);
+    dbt_relay_free(r);
+}
+
+Test(relay_core, a_blpop_waits_for_the_commands_before_it_and_holds_up_those_after_it)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int c = dbt_relay_open(r);
+    send_cmd(r, c, 0, 3, "EVALSHA", "abc", "0");
+    send_cmd(r, c, 0, 3, "BLPOP", "w:c", "30");
+    send_cmd(r, c, 0, 1, "PING");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "*3\r\n$7\r\nEVALSHA\r\n$3\r\nabc\r\n$1\r\n0\r\n",
+                     "PING waits behind the BLPOP");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_LISTEN), "", "the BLPOP waits for EVALSHA's reply");
+    redis_says(r, DBT_RELAY_CMD, ":1\r\n", 0);
+    cr_expect_str_eq(client_out(r, c), ":1\r\n");
+    cr_expect_neq(strlen(link_out(r, DBT_RELAY_LISTEN)), 0, "now it blocks");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "");
+    redis_says(r, DBT_RELAY_LISTEN, pop_reply("w:c", "g0:2"), 0);
+    cr_expect_str_eq(client_out(r, c), "*2\r\n$3\r\nw:c\r\n$4\r\ng0:2\r\n");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "*1\r\n$4\r\nPING\r\n", "then PING goes");
+    dbt_relay_free(r);
+}
+
+Test(relay_core, a_blpop_times_out_at_its_own_deadline_with_a_nil_reply)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int c = dbt_relay_open(r);
+    send_cmd(r, c, 1000000, 3, "BLPOP", "w:c", "0.5");
+    cr_expect_eq(dbt_relay_next_deadline(r), 1500000);
+    dbt_relay_tick(r, 1499999);
+    cr_expect_str_eq(client_out(r, c), "");
+    dbt_relay_tick(r, 1500000);
+    cr_expect_str_eq(client_out(r, c), "*-1\r\n");
+    cr_expect_eq(dbt_relay_next_deadline(r), INT64_MAX);
+    redis_says(r, DBT_RELAY_LISTEN, pop_reply("w:c", "g0:3"), 1600000);
+    cr_expect_str_eq(client_out(r, c), "", "a value that came after its timeout is not its");
+    cr_expect_eq(dbt_relay_count(r).given_back, 1);
+    dbt_relay_free(r);
+}
+
+Test(relay_core, a_broken_command_connection_closes_the_clients_with_a_command_in_flight)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int a = dbt_relay_open(r), b = dbt_relay_open(r), idle = dbt_relay_open(r);
+    send_cmd(r, a, 0, 1, "PING");
+    send_cmd(r, b, 0, 1, "PING");
+    redis_says(r, DBT_RELAY_CMD, "+PONG\r\n", 0); /* a's */
+    dbt_relay_link_lost(r, DBT_RELAY_CMD);
+    cr_expect_not(dbt_relay_doomed(r, a), "a's reply came before the break");
+    cr_expect(dbt_relay_doomed(r, b), "b's command is in doubt: b sees its connection break");
+    cr_expect_not(dbt_relay_doomed(r, idle));
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "");
+    dbt_relay_link_ready(r, DBT_RELAY_CMD, 0);
+    send_cmd(r, a, 0, 1, "PING");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "*1\r\n$4\r\nPING\r\n");
+    redis_says(r, DBT_RELAY_CMD, "+PONG\r\n", 0);
+    cr_expect_str_eq(client_out(r, a), "+PONG\r\n+PONG\r\n");
+    dbt_relay_free(r);
+}
+
+Test(relay_core, a_broken_listening_connection_closes_the_blocked_clients)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int a = dbt_relay_open(r), idle = dbt_relay_open(r);
+    send_cmd(r, a, 0, 3, "BLPOP", "w:a", "30");
+    dbt_relay_link_lost(r, DBT_RELAY_LISTEN);
+    cr_expect(dbt_relay_doomed(r, a));
+    cr_expect_not(dbt_relay_doomed(r, idle));
+    cr_expect_eq(dbt_relay_count(r).blpops, 0);
+    dbt_relay_close(r, a);
+    dbt_relay_link_ready(r, DBT_RELAY_LISTEN, 0);
+    cr_expect_eq(dbt_relay_count(r).blpops, 0, "nobody blocked: nothing sent");
+    dbt_relay_free(r);
+}
+
+Test(relay_core, an_error_to_a_listening_blpop_goes_to_the_clients_blocked_on_its_keys)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int a = dbt_relay_open(r);
+    send_cmd(r, a, 0, 3, "BLPOP", "w:a", "30");
+    redis_says(r, DBT_RELAY_LISTEN, "-NOPERM this user has no permissions\r\n", 0);
+    cr_expect_str_eq(client_out(r, a), "-NOPERM this user has no permissions\r\n");
+    cr_expect_eq(dbt_relay_count(r).blocked, 0);
+    dbt_relay_free(r);
+}
+
+Test(relay_core, a_client_that_breaks_the_protocol_is_closed)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int c = dbt_relay_open(r);
+    cr_expect_not(dbt_relay_input(r, c, "+OK\r\n", 5, 0), "a reply is no command");
+    cr_expect(dbt_relay_doomed(r, c));
+    dbt_relay_free(r);
+}
