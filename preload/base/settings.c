@@ -426,6 +426,8 @@ const dbt_setting dbt_settings[] = {
     {"share_dir", "DBTHROTTLE_SHARE_DIR", "/dev/shm", &as_abs_path, FIELD(share_dir),
      .rule.text = {.max_len = 4000}, .worker_only = true,
      .doc = "where the host's shared segments live; processes share when they name the same"},
+    {"host_relay", "DBTHROTTLE_HOST_RELAY", "off", &as_bool, FIELD(host_relay), .worker_only = true,
+     .doc = "one process of this host speaks to Redis for the others (fewer connections)"},
     {"redis_password_file", "DBTHROTTLE_REDIS_PASSWORD_FILE", NULL, &as_text,
      FIELD(redis_password_file), .rule.text = {.unset_shown = "none"},
      .doc = "a file whose first line is the Redis password (instead of in the URL)"},

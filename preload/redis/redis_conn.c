@@ -26,6 +26,13 @@ int64_t dbt_redis_budget_begin(int64_t ms)
     return saved;
 }
 
+int64_t dbt_redis_budget_anew(int64_t ms)
+{
+    int64_t saved = budget_deadline_us;
+    budget_deadline_us = dbt_now_us() + ms * 1000;
+    return saved;
+}
+
 void dbt_redis_budget_end(int64_t saved)
 {
     budget_deadline_us = saved;
@@ -76,6 +83,7 @@ static bool flush_out(dbt_redis *r, char *err)
         return false;
     char e[160];
     if (!dbt_transport_write(&r->t, r->out, r->outlen, ms, e, sizeof e)) {
+        r->reset = errno == EPIPE || errno == ECONNRESET;
         mark_broken(r, e);
         set_err(err, "redis", e);
         return false;
@@ -133,8 +141,12 @@ static bool fill(dbt_redis *r, int64_t ms, char *err)
 {
     char buf[16 * 1024], e[160];
     ssize_t n = dbt_transport_read(&r->t, buf, sizeof buf, ms, e, sizeof e);
-    if (n == 0 && ms > 0)
+    if (n < 0)
+        r->reset = errno == ECONNRESET || errno == EPIPE;
+    if (n == 0 && ms > 0) {
         snprintf(e, sizeof e, "timed out waiting for a reply");
+        r->stalled = r->relayed;
+    }
     if (n <= 0) {
         if (ms > 0 || n < 0) {
             mark_broken(r, e); /* a reply that never came leaves it out of step */
@@ -427,6 +439,11 @@ void dbt_redis_disown(dbt_redis *r)
 {
     if (r)
         dbt_transport_track(&r->t);
+}
+
+bool dbt_redis_undelivered(const dbt_redis *r)
+{
+    return r->relayed && r->broken && r->reset;
 }
 
 bool dbt_redis_broken(const dbt_redis *r)

@@ -901,5 +901,5 @@ int64_t dbt_relay_next_deadline(const dbt_relay *r)
 
 dbt_relay_counts dbt_relay_count(const dbt_relay *r)
 {
-    return (dbt_relay_counts){r->nused, r->nblocked, r->nblpops, r->given_back};
+    return (dbt_relay_counts){r->nused, r->nblocked, r->nblpops, (int)r->fifo_len, r->given_back};
 }

@@ -101,6 +101,7 @@ typedef struct {
     int clients;          /* connected */
     int blocked;          /* with a BLPOP waiting */
     int blpops;           /* in flight on the listening connection */
+    int pending;          /* sent on the command connection, not answered yet */
     long long given_back; /* values popped for no client and put back */
 } dbt_relay_counts;
 dbt_relay_counts dbt_relay_count(const dbt_relay *r);

@@ -3,6 +3,7 @@
 #include "route_step.h"
 
 #include "clock.h"
+#include "relay.h"
 #include "sentinel.h"
 
 #include <errno.h>
@@ -14,10 +15,22 @@
 
 /* A connection to a Sentinel-found master broke (an I/O error, a timeout, READONLY, closed by the
  * server): the master may be wrong now, and the next connect asks the sentinels again. */
+static __thread bool relay_stalled; /* dbt_route_take_relay_stall */
+
 static void on_broken(dbt_redis *r)
 {
     if (r->route.sentinel_gen)
         dbt_sentinel_master_failed(r->route.sentinel_gen);
+    if (r->stalled)
+        relay_stalled = true;
+    dbt_relay_broken(r);
+}
+
+bool dbt_route_take_relay_stall(void)
+{
+    bool s = relay_stalled;
+    relay_stalled = false;
+    return s;
 }
 
 /* A MOVED: the map learns where the slot went, and the connection is given up (the pool's next
@@ -78,7 +91,28 @@ dbt_redis *dbt_redis_connect_for(const dbt_config *cfg, const char *route, char 
     dbt_endpoint ep = url_endpoint(cfg);
     if (routed)
         ep = (dbt_endpoint){.host = node.host, .port = node.port};
-    dbt_redis *r = connect_to(cfg, &ep, err);
+    int64_t relay_retry_us = 0;
+    uint64_t relay_gen = dbt_relay_generation();
+    dbt_redis *r = routed ? NULL : dbt_relay_connect(cfg, &relay_retry_us, err);
+    if (r) {
+        r->watch = &watch;
+        r->route.slot = slot;
+        r->route.cluster_gen = gen;
+        return r;
+    }
+    /* A relay that stalled while this connected (dbt_relay_suspect: the generation moved) spent
+     * the caller's time, not Redis': the direct connection gets a budget of its own. */
+    bool stalled = relay_gen != dbt_relay_generation() && !dbt_relay_usable_now();
+    int64_t b = stalled ? dbt_redis_budget_anew(cfg->redis_timeout_ms) : 0;
+    r = connect_to(cfg, &ep, err);
+    if (stalled)
+        dbt_redis_budget_end(b);
+    if (r) {
+        r->route.relay_retry_us = relay_retry_us;
+        /* From before the connect: a change meanwhile (the share directory came) replaces it;
+         * but for the stall just met, which would replace it at once. */
+        r->route.relay_gen = stalled ? dbt_relay_generation() : relay_gen;
+    }
     if (!r) {
         if (routed)
             dbt_cluster_node_failed(node.host, node.port);
@@ -119,7 +153,10 @@ dbt_redis *dbt_redis_connect_blind(const dbt_config *cfg, char *err)
 
 bool dbt_redis_outdated(const dbt_redis *r)
 {
-    return r->route.sentinel_gen && r->route.sentinel_gen != dbt_sentinel_generation();
+    return (r->route.sentinel_gen && r->route.sentinel_gen != dbt_sentinel_generation()) ||
+           (r->relayed && r->route.relay_gen != dbt_relay_generation()) ||
+           (r->route.relay_retry_us && (r->route.relay_gen != dbt_relay_generation() ||
+                                        dbt_now_us() >= r->route.relay_retry_us));
 }
 
 bool dbt_redis_stale(dbt_redis *r)
@@ -127,7 +164,12 @@ bool dbt_redis_stale(dbt_redis *r)
     if (dbt_redis_broken(r))
         return true;
     if (dbt_redis_outdated(r)) {
-        dbt_redis_give_up(r, "the Sentinel master has changed since", false);
+        dbt_redis_give_up(r,
+                          r->relayed                ? "the host's relay stalled or ended since"
+                          : r->route.relay_retry_us ? "the host's relay may be used now"
+                                                    : "the Sentinel master has changed since",
+                          /* releases owed on it are sent again: twice is harmless */
+                          r->relayed || r->route.relay_retry_us);
         return true;
     }
     /* Its node no longer serves the pool's slot: given up, and the releases whose replies are
@@ -216,14 +258,22 @@ redisReply *dbt_route_run(const dbt_config *cfg, const dbt_route_conns *conns, d
 {
     int64_t until_us = dbt_now_us() + cfg->redis_timeout_ms * 1000;
     int moves = 0;
+    bool resent = false;
     redisReply *rep = NULL;
     for (;;) {
         dbt_redis *r = conns->get(conns->ctx, err);
         rep = r ? op(r, arg, err) : NULL;
+        /* The host's relay ended before it read the call: once more, on a new connection (to
+         * the next speaker, or to Redis). */
+        bool again = !rep && r && !resent && dbt_redis_undelivered(r);
         char from_run_id[sizeof r->run_id] = "";
         if (r)
             snprintf(from_run_id, sizeof from_run_id, "%s", r->run_id);
         conns->put(conns->ctx, r);
+        if (again) {
+            resent = true;
+            continue;
+        }
         dbt_cluster_node ask;
         bool asking;
         if (rep || !redirected(conns, err, &moves, until_us, &ask, &asking))

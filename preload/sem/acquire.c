@@ -581,6 +581,13 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
         /* The reply was lost, not necessarily the command: Redis may hold a permit or a
          * place under this id that nobody would renew or give back before its lease ends. */
         dbt_defer_op(p, true, a->kind, s->id);
+        if (dbt_pool_take_relay_stall() && !deadline_passed(a)) {
+            /* The host's relay stalled, not Redis: queue anew, under a new id, directly. */
+            pthread_mutex_lock(&p->mu);
+            dbt_unlink_slot(p, s);
+            pthread_mutex_unlock(&p->mu);
+            return NEXT_SEND;
+        }
         return give_up(a, true, "redis error", NULL);
     }
     if (st == ACQ_SENT_NOT_GRANTED) {

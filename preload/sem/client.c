@@ -7,6 +7,7 @@
 #include "listener.h"
 #include "log.h"
 #include "pool.h"
+#include "relay.h"
 #include "release.h"
 #include "renewer.h"
 #include "sentinel_switch.h"
@@ -244,6 +245,8 @@ void dbt_client_exit(dbt_client *c)
         dbt_summary_at_exit(p->name, &st);
     }
     dbt_redis_budget_end(budget);
+    /* Last: the exit's own calls above went through this process' relay, if it speaks. */
+    dbt_relay_stop();
 }
 
 void dbt_client_free(dbt_client *c)

@@ -1186,6 +1186,11 @@ void dbt_share_after_fork(dbt_share *sh)
         forget_process(sh);
 }
 
+int dbt_share_dir_fd(const dbt_share *sh)
+{
+    return sh->dfd;
+}
+
 bool dbt_share_ready(dbt_share *sh)
 {
     return sh && ensure_process(sh);

@@ -109,6 +109,8 @@ const char *dbt_share_note(const dbt_share *sh);
  * readable when a permit was offered to one of this process' registrations, or the host's sole
  * state ended. dbt_share_drain reads what is there (non-blocking). */
 int dbt_share_fd(const dbt_share *sh);
+/* The user's share directory the segment is in (an fd, valid while attached). */
+int dbt_share_dir_fd(const dbt_share *sh);
 void dbt_share_drain(dbt_share *sh);
 
 /* ---- the host's sole state, per kind (what handover.c keeps per process without sharing) ---- */

@@ -201,6 +201,18 @@ static bool wake_keys_of(dbt_pool *p, wake_keys *w, char *err)
 
 static dbt_redis *ready_listener_steps(dbt_pool *p, char *err);
 
+/* Listener connections to the host's relay that may break in a row, each replaced at once. */
+#define RELAY_TRIES 3
+
+/* Whether the listener's connection is one to the host's relay, and broke. */
+static bool relay_broke(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    bool broke = p->listener && p->listener->relayed && dbt_redis_broken(p->listener);
+    pthread_mutex_unlock(&p->mu);
+    return broke;
+}
+
 /* Connects the listener if needed and makes sure a BLPOP is in flight. Leader only. All of it
  * within one DBTHROTTLE_REDIS_TIMEOUT counted from here, not from the start of the listen: a wait
  * for pushes lasts seconds, and a connection the server or a proxy closed in the middle of it
@@ -212,6 +224,15 @@ static dbt_redis *ready_listener(dbt_pool *p, char *err)
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
     dbt_redis *l = ready_listener_steps(p, err);
     dbt_redis_budget_end(b);
+    /* A connection to the host's relay that broke as the BLPOPs went (the relay ended, or
+     * stalled): not Redis' doing. Again, with a budget of its own, on a new connection (to the
+     * next speaker, or to Redis): a few times, as speakers may end one after another when the
+     * host's processes all do. */
+    for (int tries = 0; !l && tries < RELAY_TRIES && relay_broke(p); tries++) {
+        b = dbt_redis_budget_anew(p->client->cfg->redis_timeout_ms);
+        l = ready_listener_steps(p, err);
+        dbt_redis_budget_end(b);
+    }
     return l;
 }
 
@@ -350,6 +371,7 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
     char err[DBT_ERRLEN];
     dbt_wait_result result = DBT_WAIT_WOKEN;
     bool reconnected = false;
+    int relay_breaks = 0; /* the relay's connections that broke in this call */
     int64_t redirect_until_us = 0;
     dbt_redis *l = ready_listener(p, err);
     if (!l) {
@@ -411,7 +433,7 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
                 /* Once per call, a listener that failed (it may have sat on a Redis that has
                  * restarted since) is replaced before the waiters are told Redis is gone:
                  * grants pushed meanwhile wait in the wake list for the new BLPOPs. */
-                else if (!reconnected) {
+                else if (!reconnected || (relay_broke(p) && ++relay_breaks < RELAY_TRIES)) {
                     reconnected = true;
                     pthread_mutex_lock(&p->mu);
                     p->listener_reset = true;

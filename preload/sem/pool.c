@@ -242,6 +242,25 @@ void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r)
         dbt_redis_free(r);
 }
 
+void dbt_pool_close_outdated(dbt_pool *p)
+{
+    dbt_redis *old[DBT_MAX_CONNS];
+    int n = 0;
+    for (int i = p->nfree - 1; i >= 0; i--)
+        if (dbt_redis_outdated(p->free_conns[i])) {
+            old[n++] = p->free_conns[i];
+            p->free_conns[i] = p->free_conns[--p->nfree];
+        }
+    if (n == 0)
+        return;
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < n; i++) {
+        (void)dbt_redis_stale(old[i]); /* given up: its owed releases become owed operations */
+        dbt_pool_put_conn(p, old[i]);  /* broken now: freed */
+    }
+    pthread_mutex_lock(&p->mu);
+}
+
 void dbt_pool_drain_idle(dbt_pool *p)
 {
     dbt_redis *mine[DBT_MAX_CONNS];
@@ -257,8 +276,10 @@ void dbt_pool_drain_idle(dbt_pool *p)
     char err[DBT_ERRLEN] = "";
     for (int i = 0; i < n; i++) {
         if (!dbt_redis_drain(mine[i], err) && dbt_redis_broken(mine[i])) {
-            /* A cluster's MOVED is no outage: the releases are owed, sent to the new node. */
-            if (dbt_cluster_redirect_of(err, NULL, NULL) != DBT_REDIR_MOVED)
+            /* A cluster's MOVED is no outage: the releases are owed, sent to the new node; nor
+             * is a connection to the host's relay that broke (it ended, or stalled): they are
+             * sent again through the next connection, which meets an outage if there is one. */
+            if (dbt_cluster_redirect_of(err, NULL, NULL) != DBT_REDIR_MOVED && !mine[i]->relayed)
                 dbt_pool_note_error(p, "release", err);
         } else if (mine[i]->nfailed > 0 && dbt_log_enabled(DBT_LOG_DEBUG)) {
             dbt_field f[] = {DBT_S("pool", p->name), DBT_S("error", err),

@@ -468,6 +468,7 @@ static void renew(dbt_pool *p)
      * renewal may re-assert what Redis lacks (docs/design.md, "Failover and data loss"), and
      * only a belief younger than a lease may be re-asserted (an older one's permit may have
      * expired and gone to another long since, beyond what Redis remembers of it). */
+    dbt_pool_close_outdated(p);
     int64_t start = dbt_now_us();
     expire_unrenewed(p, start);
     requeue_unrenewed_places(p, start);

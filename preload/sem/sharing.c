@@ -14,6 +14,7 @@
 #include "fork.h"
 #include "log.h"
 #include "pool.h"
+#include "relay.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -152,6 +153,7 @@ void dbt_sharing_attach(dbt_pool *p)
     bool keep = sh && p->gen == gen && !p->exiting && !p->share;
     if (keep) {
         p->share = sh;
+        dbt_relay_set_dir(dbt_share_dir_fd(sh));
         dbt_pool_set_group(p, dbt_share_group(sh));
         sh = NULL;
     }

@@ -163,6 +163,8 @@ typedef struct {
     /* pass a permit between the processes of this host that share a pool (host-level sharing) */
     bool host_share;
     char *share_dir; /* an absolute path: where the host's segments live (default /dev/shm) */
+    /* one process of the host speaks to Redis for the others (preload/redis/relay.c) */
+    bool host_relay;
     /* Secrets outside the URL: the files' paths as set, and what dbt_config_load read from them
      * (the Redis one into redis.password; the sentinels' own into sentinel_password). */
     char *redis_password_file;

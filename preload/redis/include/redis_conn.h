@@ -68,6 +68,11 @@ struct dbt_redis {
     char node_host[256];
     int node_port;
     bool cluster_node;
+    /* A connection to the host's relay (relay.h), not to Redis itself; and whether it broke by
+     * a reset (EPIPE, ECONNRESET): the relay closed it without reading what was last written. */
+    bool relayed, reset;
+    /* A relayed call's reply did not come in time: the relay is stopped or starved (relay.h). */
+    bool stalled;
     /* The routing layer's (route.h): who hears of this connection (NULL: nobody), and its notes
      * on where it sent it. Written by route.c only; redis_conn.c reads none of the notes. */
     const dbt_redis_watch *watch;
@@ -76,6 +81,11 @@ struct dbt_redis {
         int slot;              /* the hash slot it was made for; -1: none */
         uint64_t cluster_gen;  /* the Cluster slot map's generation then */
         char adopt_token[48];  /* the era token its calls adopt (cluster.h); "" if none */
+        uint64_t relay_gen;    /* relayed: dbt_relay_generation() when it was made */
+        /* Direct while the host's relay could not be used: replaced (dbt_redis_outdated) from
+         * then, or once relay_gen changes (the share directory came, a relay stalled or ended);
+         * 0: never. */
+        int64_t relay_retry_us;
     } route;
     struct {
         char *cmd; /* the formatted command, kept to re-send it after a NOSCRIPT */
@@ -133,6 +143,10 @@ void dbt_redis_disown(dbt_redis *r);
 
 /* True once an I/O or protocol error has made the connection unusable. */
 bool dbt_redis_broken(const dbt_redis *r);
+/* A call on r failed without reaching Redis, so it may be made again on another connection: r
+ * goes to the host's relay, and the relay reset it (it ended, or was killed) before reading the
+ * call. A relay that read a call and ended closes with no reset: that call is in doubt. */
+bool dbt_redis_undelivered(const dbt_redis *r);
 
 /* A time budget for this thread's Redis calls until dbt_redis_budget_end: connects, writes and
  * reads made meanwhile share `ms` in all, so an operation of several steps (a connect, its AUTH
@@ -141,6 +155,9 @@ bool dbt_redis_broken(const dbt_redis *r);
  * dbt_redis_budget_end must restore. */
 int64_t dbt_redis_budget_begin(int64_t ms);
 void dbt_redis_budget_end(int64_t saved);
+/* A budget of ms from now whatever the caller's: for a step made again after the host's relay
+ * stalled, whose time was the relay's, not Redis'. Restored by dbt_redis_budget_end. */
+int64_t dbt_redis_budget_anew(int64_t ms);
 
 /* True when the connection cannot be used: broken, or (with no reply owed) closed by the server
  * while it sat idle, as every pooled connection is after Redis restarts. Costs one recv(2) that

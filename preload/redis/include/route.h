@@ -31,8 +31,14 @@ dbt_redis *dbt_redis_connect_for(const dbt_config *cfg, const char *route, char 
 dbt_redis *dbt_redis_connect_blind(const dbt_config *cfg, char *err);
 
 /* True when the connection was made to a Sentinel master that has since changed or been found
- * wrong (a newer generation): pools drop it rather than use it. */
+ * wrong (a newer generation), or to the host's relay before it stalled (relay.h): pools drop it
+ * rather than use it. */
 bool dbt_redis_outdated(const dbt_redis *r);
+
+/* Whether a connection to the host's relay broke in this thread since the last call because its
+ * reply did not come in time (the speaker stopped or starved): the call may or may not have
+ * reached Redis, and this process now connects directly for a while. Clears it. */
+bool dbt_route_take_relay_stall(void);
 
 /* True when the connection cannot be used: broken, made to a Sentinel master that has changed
  * since (dbt_redis_outdated), to a Cluster node that no longer serves its slot (the replies it

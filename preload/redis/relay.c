@@ -1,0 +1,671 @@
+/* relay.c - the host relay's driver (relay.h): who speaks (a lock beside the socket), the
+ * speaker's thread (an epoll loop over the clients' sockets and its two connections to Redis,
+ * around relay_core.c's decisions), and a client's way to it.
+ *
+ * Files, in the user's own share directory (0700, the segment's): relay-<T>.lock, whose write
+ * lock (fcntl: not inherited by a fork()ed child, let go by the kernel when the process ends) the
+ * speaker holds, and relay-<T>.sock, the socket it listens on. T names the target (target_name). */
+#include "relay.h"
+#include "relay_core.h"
+
+#include "clock.h"
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* A client that does not read its replies (stopped) is closed past this much output. */
+#define MAX_CLIENT_OUT (1u << 20)
+/* A connection to Redis that failed is tried again this long after. */
+#define RECONNECT_US INT64_C(200000)
+/* A process that found no relay it could use tries again this long after. */
+#define RELAY_RETRY_US INT64_C(1000000)
+
+/* epoll tags: a client's is its handle plus TAG_CLIENT. */
+enum { TAG_LISTEN = 0, TAG_STOP = 1, TAG_LINK = 2 /* + dbt_relay_link */, TAG_CLIENT = 16 };
+
+/* ---- the process' side ------------------------------------------------------------------- */
+
+static struct {
+    pthread_mutex_t mu;
+    int dir;     /* the user's share directory, or -1 */
+    int lock_fd; /* relay-<T>.lock, while this process looks at it or speaks (one fd: closing
+                  * any fd of the file would let the process' lock go) */
+    char target[17];
+    bool speaking, refused; /* refused: the target is not relayed (a Cluster) */
+    bool exiting;           /* dbt_relay_stop: no relay starts any more */
+    pthread_t thread;
+    int stop_fd;           /* the speaker's eventfd: ends it */
+    int64_t suspect_until; /* dbt_relay_suspect: connect directly until then */
+    int64_t drain_ms;      /* at exit, the relay answers what it read within this */
+} proc = {.mu = PTHREAD_MUTEX_INITIALIZER, .dir = -1, .lock_fd = -1, .stop_fd = -1};
+
+/* Raised by each dbt_relay_suspect: relayed connections of an older one are given up. */
+static _Atomic uint64_t relay_gen = 1;
+
+void dbt_relay_suspect(void)
+{
+    pthread_mutex_lock(&proc.mu);
+    proc.suspect_until = dbt_now_us() + DBT_RELAY_SUSPECT_US;
+    pthread_mutex_unlock(&proc.mu);
+    atomic_fetch_add(&relay_gen, 1);
+    dbt_field f[] = {DBT_S("target", proc.target),
+                     DBT_S("effect", "connecting directly to Redis for 10 s")};
+    dbt_log(DBT_LOG_WARN, "host_relay_stalled", f, 2);
+}
+
+bool dbt_relay_usable_now(void)
+{
+    pthread_mutex_lock(&proc.mu);
+    bool usable = dbt_now_us() >= proc.suspect_until;
+    pthread_mutex_unlock(&proc.mu);
+    return usable;
+}
+
+uint64_t dbt_relay_generation(void)
+{
+    return atomic_load(&relay_gen);
+}
+
+void dbt_relay_gone(uint64_t gen)
+{
+    atomic_compare_exchange_strong(&relay_gen, &gen, gen + 1);
+}
+
+/* The speaker's descriptors, for a fork()ed child to close: it has neither the thread nor the
+ * lock, and must not keep the socket (lock-free: the child reads it whatever the thread did). */
+static _Atomic int speaker_fds[DBT_RELAY_MAX_CLIENTS + 4];
+
+static void track_fd(int slot, int fd)
+{
+    atomic_store(&speaker_fds[slot], fd + 1); /* 0: none */
+}
+
+static void child_after_fork(void)
+{
+    for (size_t i = 0; i < sizeof speaker_fds / sizeof speaker_fds[0]; i++) {
+        int v = atomic_exchange(&speaker_fds[i], 0);
+        if (v > 0)
+            close(v - 1);
+    }
+    if (proc.lock_fd >= 0)
+        close(proc.lock_fd); /* the child holds no lock of it: nothing is let go */
+    pthread_mutex_init(&proc.mu, NULL);
+    proc.lock_fd = -1;
+    proc.speaking = false;
+    proc.stop_fd = -1;
+}
+
+__attribute__((constructor)) static void relay_init(void)
+{
+    pthread_atfork(NULL, NULL, child_after_fork);
+}
+
+void dbt_relay_set_dir(int dirfd)
+{
+    pthread_mutex_lock(&proc.mu);
+    bool first = proc.dir < 0;
+    if (first)
+        proc.dir = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+    pthread_mutex_unlock(&proc.mu);
+    if (first)
+        atomic_fetch_add(&relay_gen, 1); /* the direct connections made until now may go */
+}
+
+bool dbt_relay_speaking(void)
+{
+    pthread_mutex_lock(&proc.mu);
+    bool s = proc.speaking;
+    pthread_mutex_unlock(&proc.mu);
+    return s;
+}
+
+/* 16 hex digits of SHA-256 over what makes a target: two processes share a relay only when each
+ * would connect to the same server, database and user with the same password and TLS files. The
+ * password is hashed, never written. */
+static bool target_name(const dbt_config *cfg, char out[17])
+{
+    const dbt_redis_url *u = &cfg->redis;
+    char port[16], db[16];
+    snprintf(port, sizeof port, "%d", u->port);
+    snprintf(db, sizeof db, "%d", u->db);
+    const char *parts[] = {"dbthrottle relay 1",
+                           u->is_unix ? "unix"
+                           : u->tls   ? "tls"
+                                      : "tcp",
+                           u->is_unix ? u->path : u->host,
+                           port,
+                           db,
+                           u->user,
+                           u->password,
+                           cfg->redis_ca,
+                           cfg->redis_cert,
+                           cfg->redis_key};
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdlen = 0;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    bool ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL);
+    for (size_t i = 0; ok && i < sizeof parts / sizeof parts[0]; i++) {
+        const char *p = parts[i] ? parts[i] : "";
+        unsigned char present = parts[i] != NULL;
+        /* each part with its length: no two lists of parts hash the same text */
+        uint64_t n = strlen(p);
+        ok = EVP_DigestUpdate(c, &present, 1) && EVP_DigestUpdate(c, &n, sizeof n) &&
+             EVP_DigestUpdate(c, p, n);
+    }
+    ok = ok && EVP_DigestFinal_ex(c, md, &mdlen) && mdlen >= 8;
+    EVP_MD_CTX_free(c);
+    for (int i = 0; ok && i < 8; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    return ok;
+}
+
+/* The socket's address, through /proc/self/fd/<dir>: short whatever the directory's path. */
+static bool sock_addr(int dir, const char *target, struct sockaddr_un *a)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    int n =
+        snprintf(a->sun_path, sizeof a->sun_path, "/proc/self/fd/%d/relay-%s.sock", dir, target);
+    return n > 0 && (size_t)n < sizeof a->sun_path;
+}
+
+/* Opens relay-<T>.lock once (proc.mu held): the user's own regular file, or -1. */
+static int lock_file(void)
+{
+    if (proc.lock_fd >= 0)
+        return proc.lock_fd;
+    char name[64];
+    snprintf(name, sizeof name, "relay-%s.lock", proc.target);
+    int fd = openat(proc.dir, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+                    (st.st_mode & 077))) {
+        close(fd);
+        fd = -1;
+    }
+    return proc.lock_fd = fd;
+}
+
+/* ---- the speaker's thread ------------------------------------------------------------------ */
+
+typedef struct {
+    const dbt_config *cfg;
+    int ep, listen_fd, stop_fd;
+    dbt_relay *core;
+    dbt_redis *link[2];
+    int64_t retry_at[2];
+    int64_t waiting_since; /* the command connection's oldest reply is due since (0: none) */
+    int cfd[DBT_RELAY_MAX_CLIENTS];
+    bool want_out[DBT_RELAY_MAX_CLIENTS];
+    int nc; /* handles below this may be in use */
+    bool stopping;
+} speaker;
+
+static void close_client(speaker *s, int c)
+{
+    epoll_ctl(s->ep, EPOLL_CTL_DEL, s->cfd[c], NULL);
+    track_fd(4 + c, -1);
+    close(s->cfd[c]);
+    s->cfd[c] = -1;
+    dbt_relay_close(s->core, c);
+}
+
+static void lose_link(speaker *s, dbt_relay_link l, const char *why)
+{
+    if (s->link[l]) {
+        epoll_ctl(s->ep, EPOLL_CTL_DEL, s->link[l]->t.fd, NULL);
+        track_fd(2 + (int)l, -1);
+        dbt_redis_free(s->link[l]);
+        s->link[l] = NULL;
+        dbt_field f[] = {DBT_S("link", l == DBT_RELAY_CMD ? "commands" : "listening"),
+                         DBT_S("reason", why)};
+        dbt_log(DBT_LOG_WARN, "host_relay_link_lost", f, 2);
+    }
+    dbt_relay_link_lost(s->core, l);
+    s->retry_at[l] = dbt_now_us() + RECONNECT_US;
+    if (l == DBT_RELAY_CMD)
+        s->waiting_since = 0;
+}
+
+/* Connects link l (AUTH, SELECT, the server checked: dbt_redis_ready). A Cluster's node is not
+ * relayed: the relay stops, and every process connects directly. */
+static void connect_link(speaker *s, dbt_relay_link l, int64_t now)
+{
+    char err[DBT_ERRLEN];
+    dbt_endpoint ep = {.is_unix = s->cfg->redis.is_unix,
+                       .host = s->cfg->redis.host,
+                       .port = s->cfg->redis.port,
+                       .path = s->cfg->redis.path};
+    dbt_redis *r = dbt_redis_ready(
+        s->cfg, dbt_redis_open(s->cfg, &ep, s->cfg->redis.user, s->cfg->redis.password, err), err);
+    if (r && r->cluster_node) {
+        dbt_redis_free(r);
+        dbt_log(DBT_LOG_INFO, "host_relay_not_for_cluster", NULL, 0);
+        pthread_mutex_lock(&proc.mu);
+        proc.refused = true;
+        pthread_mutex_unlock(&proc.mu);
+        s->stopping = true;
+        return;
+    }
+    if (!r) {
+        dbt_relay_link_lost(s->core, l); /* what waited for it is refused: clients see it fail */
+        s->retry_at[l] = now + RECONNECT_US;
+        return;
+    }
+    s->link[l] = r;
+    track_fd(2 + (int)l, r->t.fd);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LINK + (uint64_t)l};
+    epoll_ctl(s->ep, EPOLL_CTL_ADD, r->t.fd, &ev);
+    dbt_relay_link_ready(s->core, l, now);
+}
+
+static void flush_link(speaker *s, dbt_relay_link l)
+{
+    dbt_relay_buf *b = dbt_relay_link_out(s->core, l);
+    if (b->len == b->off || !s->link[l])
+        return;
+    char err[DBT_ERRLEN];
+    if (!dbt_transport_write(&s->link[l]->t, b->p + b->off, b->len - b->off,
+                             s->cfg->redis_timeout_ms, err, sizeof err)) {
+        lose_link(s, l, err);
+        return;
+    }
+    dbt_relay_buf_consumed(b, b->len - b->off);
+    if (l == DBT_RELAY_CMD && s->waiting_since == 0)
+        s->waiting_since = dbt_now_us();
+}
+
+static void read_link(speaker *s, dbt_relay_link l)
+{
+    char buf[16384], err[DBT_ERRLEN];
+    for (;;) {
+        dbt_redis *r = s->link[l];
+        if (!r)
+            return;
+        ssize_t n = dbt_transport_read(&r->t, buf, sizeof buf, 0, err, sizeof err);
+        if (n < 0) {
+            lose_link(s, l, err);
+            return;
+        }
+        if (n == 0)
+            return;
+        if (redisReaderFeed(r->reader, buf, (size_t)n) != REDIS_OK) {
+            lose_link(s, l, "a reply that is not RESP");
+            return;
+        }
+        void *rep = NULL;
+        while (s->link[l] && redisReaderGetReply(r->reader, &rep) == REDIS_OK && rep) {
+            dbt_relay_reply(s->core, l, rep, dbt_now_us());
+            rep = NULL;
+            if (l == DBT_RELAY_CMD)
+                s->waiting_since = dbt_relay_count(s->core).pending ? dbt_now_us() : 0;
+        }
+    }
+}
+
+static void flush_client(speaker *s, int c)
+{
+    dbt_relay_buf *b = dbt_relay_client_out(s->core, c);
+    while (b->len > b->off) {
+        ssize_t n = send(s->cfd[c], b->p + b->off, b->len - b->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n <= 0) {
+            close_client(s, c);
+            return;
+        }
+        dbt_relay_buf_consumed(b, (size_t)n);
+    }
+    bool pending = b->len > b->off;
+    if (pending && b->len - b->off > MAX_CLIENT_OUT) {
+        close_client(s, c);
+        return;
+    }
+    if (!pending && dbt_relay_doomed(s->core, c)) {
+        close_client(s, c);
+        return;
+    }
+    if (pending != s->want_out[c]) {
+        s->want_out[c] = pending;
+        struct epoll_event ev = {.events = EPOLLIN | (pending ? EPOLLOUT : 0u),
+                                 .data.u64 = TAG_CLIENT + (uint64_t)c};
+        epoll_ctl(s->ep, EPOLL_CTL_MOD, s->cfd[c], &ev);
+    }
+}
+
+static void accept_clients(speaker *s)
+{
+    for (;;) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        struct ucred cr;
+        socklen_t len = sizeof cr;
+        /* The directory is the user's own already; a peer of another uid (root aside, who may
+         * do anything) is refused all the same. */
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.uid != geteuid()) {
+            close(fd);
+            continue;
+        }
+        int c = dbt_relay_open(s->core);
+        if (c < 0) {
+            close(fd); /* full: it connects directly */
+            continue;
+        }
+        s->cfd[c] = fd;
+        s->want_out[c] = false;
+        if (c >= s->nc)
+            s->nc = c + 1;
+        track_fd(4 + c, fd);
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_CLIENT + (uint64_t)c};
+        epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev);
+    }
+}
+
+static void read_client(speaker *s, int c)
+{
+    char buf[16384];
+    for (;;) {
+        ssize_t n = recv(s->cfd[c], buf, sizeof buf, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            close_client(s, c);
+            return;
+        }
+        if (!dbt_relay_input(s->core, c, buf, (size_t)n, dbt_now_us()))
+            return; /* doomed: its last words are written, then it is closed */
+    }
+}
+
+/* Writes what is due everywhere, and closes the doomed clients once written. */
+static void flush_all(speaker *s)
+{
+    flush_link(s, DBT_RELAY_CMD);
+    flush_link(s, DBT_RELAY_LISTEN);
+    for (int c = 0; c < s->nc; c++)
+        if (s->cfd[c] >= 0)
+            flush_client(s, c);
+}
+
+static void stop_listening(speaker *s)
+{
+    if (s->listen_fd < 0)
+        return;
+    epoll_ctl(s->ep, EPOLL_CTL_DEL, s->listen_fd, NULL);
+    track_fd(0, -1);
+    close(s->listen_fd);
+    s->listen_fd = -1;
+    pthread_mutex_lock(&proc.mu);
+    char name[64];
+    snprintf(name, sizeof name, "relay-%s.sock", proc.target);
+    (void)unlinkat(proc.dir, name, 0); /* newcomers find nobody, and elect the next speaker */
+    if (proc.lock_fd >= 0) {
+        close(proc.lock_fd); /* lets the lock go */
+        proc.lock_fd = -1;
+    }
+    pthread_mutex_unlock(&proc.mu);
+}
+
+static void *speak(void *arg)
+{
+    speaker *s = arg;
+    int64_t drain_until = 0;
+    for (;;) {
+        int64_t now = dbt_now_us();
+        for (int l = 0; l < 2 && !s->stopping; l++)
+            if (!s->link[l] && now >= s->retry_at[l])
+                connect_link(s, (dbt_relay_link)l, now);
+        if (s->stopping && drain_until == 0) {
+            stop_listening(s);
+            drain_until = now + s->cfg->redis_timeout_ms * 1000;
+        }
+        if (s->waiting_since && now - s->waiting_since > s->cfg->redis_timeout_ms * 1000)
+            lose_link(s, DBT_RELAY_CMD, "no reply within DBTHROTTLE_REDIS_TIMEOUT");
+        dbt_relay_tick(s->core, now);
+        flush_all(s);
+        if (drain_until && (dbt_relay_count(s->core).pending == 0 || now >= drain_until))
+            break;
+        int64_t next = dbt_relay_next_deadline(s->core);
+        for (int l = 0; l < 2; l++)
+            if (!s->link[l] && s->retry_at[l] < next)
+                next = s->retry_at[l];
+        if (drain_until && drain_until < next)
+            next = drain_until;
+        int wait_ms = next == INT64_MAX ? 1000 : next <= now ? 0 : (int)((next - now) / 1000 + 1);
+        if (wait_ms > 1000)
+            wait_ms = 1000;
+        struct epoll_event evs[64];
+        int n = epoll_wait(s->ep, evs, 64, wait_ms);
+        for (int i = 0; i < n; i++) {
+            uint64_t tag = evs[i].data.u64;
+            if (tag == TAG_LISTEN)
+                accept_clients(s);
+            else if (tag == TAG_STOP)
+                s->stopping = true;
+            else if (tag < TAG_CLIENT)
+                read_link(s, (dbt_relay_link)(tag - TAG_LINK));
+            else if (s->cfd[tag - TAG_CLIENT] >= 0) {
+                int c = (int)(tag - TAG_CLIENT);
+                if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+                    read_client(s, c);
+            }
+        }
+    }
+    stop_listening(s);
+    for (int c = 0; c < s->nc; c++)
+        if (s->cfd[c] >= 0)
+            close_client(s, c);
+    for (int l = 0; l < 2; l++)
+        if (s->link[l]) {
+            track_fd(2 + l, -1);
+            dbt_redis_free(s->link[l]);
+        }
+    dbt_relay_free(s->core);
+    track_fd(1, -1);
+    close(s->ep);
+    pthread_mutex_lock(&proc.mu);
+    proc.speaking = false;
+    proc.stop_fd = -1;
+    close(s->stop_fd);
+    pthread_mutex_unlock(&proc.mu);
+    free(s);
+    return NULL;
+}
+
+/* This process takes the lock and starts its relay (proc.mu held). False: another speaks, or the
+ * relay could not be set up. */
+static bool become_speaker(const dbt_config *cfg)
+{
+    int lfd = lock_file();
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (lfd < 0 || fcntl(lfd, F_SETLK, &fl) != 0)
+        return false;
+    speaker *s = calloc(1, sizeof *s);
+    char wake[128];
+    snprintf(wake, sizeof wake, "%s{dbthrottle-relay}:wake:%s.%d", cfg->key_prefix, proc.target,
+             (int)getpid());
+    dbt_relay_conf conf = {.user = cfg->redis.user,
+                           .password = cfg->redis.password,
+                           .db = cfg->redis.db,
+                           .wake_key = wake};
+    struct sockaddr_un a;
+    char name[64];
+    snprintf(name, sizeof name, "relay-%s.sock", proc.target);
+    bool ok = s && (s->core = dbt_relay_new(&conf)) && sock_addr(proc.dir, proc.target, &a);
+    if (ok) {
+        s->cfg = cfg;
+        s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        s->ep = epoll_create1(EPOLL_CLOEXEC);
+        s->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        for (int c = 0; c < DBT_RELAY_MAX_CLIENTS; c++)
+            s->cfd[c] = -1;
+        (void)unlinkat(proc.dir, name, 0); /* a dead speaker's */
+        ok = s->listen_fd >= 0 && s->ep >= 0 && s->stop_fd >= 0 &&
+             bind(s->listen_fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+             listen(s->listen_fd, 128) == 0;
+    }
+    if (ok) {
+        struct epoll_event l = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
+        struct epoll_event st = {.events = EPOLLIN, .data.u64 = TAG_STOP};
+        ok = epoll_ctl(s->ep, EPOLL_CTL_ADD, s->listen_fd, &l) == 0 &&
+             epoll_ctl(s->ep, EPOLL_CTL_ADD, s->stop_fd, &st) == 0;
+    }
+    if (ok) {
+        track_fd(0, s->listen_fd);
+        track_fd(1, s->ep);
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        ok = pthread_create(&proc.thread, NULL, speak, s) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    if (!ok) {
+        if (s) {
+            if (s->listen_fd > 0)
+                close(s->listen_fd);
+            if (s->ep > 0)
+                close(s->ep);
+            if (s->stop_fd > 0)
+                close(s->stop_fd);
+            dbt_relay_free(s->core);
+            free(s);
+        }
+        track_fd(0, -1);
+        track_fd(1, -1);
+        close(proc.lock_fd); /* lets the lock go */
+        proc.lock_fd = -1;
+        return false;
+    }
+    proc.speaking = true;
+    proc.stop_fd = s->stop_fd;
+    proc.drain_ms = cfg->redis_timeout_ms;
+    dbt_field f[] = {DBT_S("target", proc.target)};
+    dbt_log(DBT_LOG_INFO, "host_relay_speaking", f, 1);
+    return true;
+}
+
+void dbt_relay_stop(void)
+{
+    pthread_mutex_lock(&proc.mu);
+    proc.exiting = true;
+    bool speaking = proc.speaking;
+    pthread_t th = proc.thread;
+    int64_t drain_ms = proc.drain_ms;
+    uint64_t one = 1;
+    /* Under the lock: the thread closes its eventfd only after clearing proc.stop_fd. */
+    bool told = speaking && write(proc.stop_fd, &one, sizeof one) == sizeof one;
+    pthread_mutex_unlock(&proc.mu);
+    if (!told)
+        return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += drain_ms * 1000000 + 10000000; /* and 10 ms to close */
+    until.tv_sec += until.tv_nsec / 1000000000;
+    until.tv_nsec %= 1000000000;
+    (void)pthread_timedjoin_np(th, NULL, &until);
+}
+
+/* ---- a client's side ----------------------------------------------------------------------- */
+
+void dbt_relay_broken(dbt_redis *r)
+{
+    if (!r->relayed)
+        return;
+    if (r->stalled) {
+        if (r->route.relay_gen == dbt_relay_generation())
+            dbt_relay_suspect(); /* once per generation, not once per stalled connection */
+    } else if (r->reset) {
+        dbt_relay_gone(r->route.relay_gen);
+    }
+}
+
+static const dbt_redis_watch relay_watch = {.broken = dbt_relay_broken};
+
+dbt_redis *dbt_relay_connect(const dbt_config *cfg, int64_t *retry_us, char *err)
+{
+    *retry_us = 0;
+    if (!cfg->host_relay || !cfg->host_share || cfg->redis.nsentinels > 0)
+        return NULL;
+    int64_t now = dbt_now_us();
+    pthread_mutex_lock(&proc.mu);
+    if (proc.refused || proc.exiting ||
+        (proc.dir >= 0 && !proc.target[0] && !target_name(cfg, proc.target))) {
+        pthread_mutex_unlock(&proc.mu);
+        return NULL;
+    }
+    if (proc.dir < 0 || now < proc.suspect_until) {
+        /* Not yet: the host's segment names the directory soon; a stalled relay is tried again
+         * once its suspicion ends. */
+        *retry_us = proc.dir < 0 ? INT64_MAX : proc.suspect_until;
+        pthread_mutex_unlock(&proc.mu);
+        return NULL;
+    }
+    bool speaks = proc.speaking;
+    if (!speaks) {
+        /* Somebody holds the lock (F_GETLK does not see this process' own): it speaks. */
+        int lfd = lock_file();
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        if (lfd < 0 || fcntl(lfd, F_GETLK, &fl) != 0) {
+            pthread_mutex_unlock(&proc.mu);
+            return NULL;
+        }
+        speaks = fl.l_type != F_UNLCK || become_speaker(cfg);
+    }
+    struct sockaddr_un a;
+    bool have = speaks && sock_addr(proc.dir, proc.target, &a);
+    pthread_mutex_unlock(&proc.mu);
+    /* Lost the lock to another that has not bound its socket yet, say: direct this time, and
+     * through the relay a little later (dbt_redis_outdated). */
+    *retry_us = now + RELAY_RETRY_US;
+    if (!have)
+        return NULL;
+    /* The relay speaks plain RESP over its socket, whatever it speaks to Redis. Each wait gets
+     * half of the timeout: a stalled relay leaves the rest to the same step made directly. */
+    int64_t half = cfg->redis_timeout_ms / 2 > 0 ? cfg->redis_timeout_ms / 2 : 1;
+    dbt_config plain = *cfg;
+    plain.redis.tls = false;
+    plain.redis_timeout_ms = half;
+    dbt_endpoint ep = {.is_unix = true, .path = a.sun_path};
+    uint64_t gen = dbt_relay_generation();
+    dbt_redis *r = dbt_redis_open(&plain, &ep, NULL, NULL, err);
+    if (!r)
+        return NULL;
+    r->relayed = true;
+    r->route.relay_gen = gen;
+    r->timeout_ms = half;
+    r->watch = &relay_watch;
+    if (cfg->redis.password) {
+        char msg[DBT_ERRLEN];
+        const char *user = cfg->redis.user, *pw = cfg->redis.password;
+        const char *argv[] = {"AUTH", user ? user : pw, pw};
+        redisReply *rep = dbt_redis_command(r, user ? 3 : 2, argv, NULL, msg);
+        if (!rep) {
+            snprintf(err, DBT_ERRLEN, "%.150s: AUTH failed: %.300s", r->who, msg);
+            dbt_redis_free(r);
+            return NULL;
+        }
+        freeReplyObject(rep);
+    }
+    if ((r = dbt_redis_ready(cfg, r, err)) != NULL)
+        *retry_us = 0;
+    return r;
+}

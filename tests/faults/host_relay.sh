@@ -1,0 +1,139 @@
+# host_relay.sh - one relay per host (DBTHROTTLE_HOST_RELAY=on; docs/design.md, "One relay per
+# host"): a process of the host speaks to Redis for the others, over a Unix socket in the user's
+# share directory. Judged from outside: Redis' CLIENT LIST (the host's connections), the server's
+# count of probes at once, the probes run, the workers' log lines, Redis' holders at the end.
+echo "# host_relay: 12 processes through one relay; the speaker killed, stopped; another user"
+
+# The library's log lines (the workers' stderr) since hr_mark.
+hr_mark() { hr_err0=$(cat "$work/workers.err" 2>/dev/null | wc -l); }
+hr_log() { tail -n +$((hr_err0 + 1)) "$work/workers.err"; }
+# Redis' clients now, but the one asking.
+hr_clients() { rcli client list | grep -vc 'cmd=client'; }
+# The pid of the process listening on the host's relay socket (its speaker), or nothing.
+hr_speaker() { ss -xlpn 2>/dev/null | awk '/relay-[0-9a-f]*\.sock/' | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2; }
+# hr_run APP N ENV...: N single-threaded workers of pool APP at 4, one host ($work/hr), relay on,
+# 5 ms probes until stopped; their pids in hr_pids.
+mkdir -p "$work/hr" && chmod 700 "$work/hr"
+hr_env="DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_HOST_SHARE=on DBTHROTTLE_HOST_RELAY=on DBTHROTTLE_ON_REDIS_ERROR=closed DBTHROTTLE_WAIT_TIMEOUT=30s"
+hr_run() {
+    hr_app=$1 hr_n=$2
+    shift 2
+    hr_pids=
+    i=0
+    while [ $i -lt "$hr_n" ]; do
+        wargs="-s 5" spawn "$work/$hr_app.out.$i" PGAPPNAME="$hr_app" DBTHROTTLE_POOL="$hr_app" \
+            $hr_env DBTHROTTLE_SHARE_DIR="$work/hr" "$@"
+        hr_pids="$hr_pids $spawned"
+        i=$((i + 1))
+    done
+}
+# hr_end: stops the workers (SIGTERM: each prints its summary) and waits for them; hr_bad counts
+# those that did not exit cleanly.
+hr_end() {
+    for p in $hr_pids; do kill -TERM "$p" 2>/dev/null; done
+    hr_bad=0
+    for p in $spawned_list; do wait "$p" || hr_bad=$((hr_bad + 1)); done
+    spawned_list=
+}
+
+# (a) 12 processes: the host's connections to Redis come down to a handful (the relay's two),
+# where each process keeps about three without it; the limit holds at the server. A process'
+# connections made before it could use the relay (before its segment was attached, or while the
+# election ran) are replaced by relayed ones within a second and closed at its next renewal (lease
+# 3 s: every second), so the count is read from 2.5 s after the start on.
+mark
+hr_mark
+hr_base=$(hr_clients)
+hr_run hra 12 DBTHROTTLE_LEASE=3s
+wait_until 10 '[ -n "$(hr_speaker)" ] && [ "$(probes hra)" -ge 200 ]'
+sleep 2.5
+hr_most=0
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+    c=$(($(hr_clients) - hr_base))
+    [ "$c" -gt "$hr_most" ] && hr_most=$c
+    sleep 0.2
+done
+# Another local user (uid 65534), even with the directory opened to it (0711) and the socket to
+# everyone (0777), is refused by the relay itself (SO_PEERCRED): it gets no reply to PING.
+hr_other=
+if [ "$(id -u)" -eq 0 ]; then
+    hr_dir=$(dirname "$(ls "$work"/hr/*/relay-*.lock | head -1)")
+    hr_sock=$(ls "$hr_dir"/relay-*.sock | head -1)
+    chmod 711 "$work/hr" "$hr_dir"
+    chmod 777 "$hr_sock"
+    hr_other=$(setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(sys.argv[1])
+except OSError as e:
+    print("connect:", e.strerror); sys.exit()
+s.settimeout(2)
+try:
+    s.sendall(b"*1\r\n$4\r\nPING\r\n")
+    got = s.recv(100)
+    print("reply: %r" % got if got else "no reply: closed")
+except OSError as e:
+    print("no reply:", e.strerror)
+' "$hr_sock" 2>&1)
+    chmod 700 "$work/hr" "$hr_dir"
+fi
+hr_end
+check "host_relay: a process of the host speaks (its socket: $(ls "$work"/hr/*/ 2>/dev/null | tr '\n' ' '))" '[ -n "$(ls "$work"/hr/*/relay-*.lock 2>/dev/null)" ]'
+check "host_relay: 12 processes kept at most $hr_most connections to Redis (without the relay: about 36)" '[ "$hr_most" -le 4 ]'
+check "host_relay: $(probes hra) probes ran, at most 4 at once at the server (most seen: $(max_conc hra)), every worker exited cleanly ($hr_bad not)" \
+    '[ "$(probes hra)" -ge 200 ] && [ "$(max_conc hra)" -le 4 ] && [ "$hr_bad" -eq 0 ]'
+check "host_relay: no worker took Redis for unreachable or refused a command ($(hr_log | grep -m1 'event=redis_error\|event=refused'))" \
+    '! hr_log | grep -q "event=redis_error\|event=refused"'
+info "host_relay: a relay answer slower than half of DBTHROTTLE_REDIS_TIMEOUT (a loaded machine) was taken for a stall $(hr_log | grep -c 'event=host_relay_stalled') times"
+
+[ "$(id -u)" -ne 0 ] || check "host_relay: another user connected to the opened socket got no reply ($hr_other)" \
+    'case "$hr_other" in "no reply:"*) true ;; *) false ;; esac'
+check "host_relay: nothing held or queued in the end" 'nothing_left q "dbthrottle:{hra}" 5'
+
+# (b) The speaker is killed (SIGKILL) while 8 processes run: another takes its place; no command
+# is refused, the limit holds, and nothing is left held in Redis once the killed one's lease (2 s)
+# has run out.
+mark
+hr_mark
+hr_run hrk 8 DBTHROTTLE_LEASE=2s
+wait_until 10 '[ -n "$(hr_speaker)" ] && [ "$(probes hrk)" -ge 100 ]'
+hr_first=$(hr_speaker)
+kill -KILL "$hr_first"
+wait "$hr_first" 2>/dev/null
+hr_pids=$(echo "$hr_pids" | tr ' ' '\n' | grep -vx "$hr_first" | tr '\n' ' ')
+spawned_list=$hr_pids
+hr_k0=$(probes hrk)
+wait_until 10 '[ -n "$(hr_speaker)" ] && [ "$(hr_speaker)" != "$hr_first" ] && [ "$(probes hrk)" -ge $((hr_k0 + 100)) ]'
+hr_second=$(hr_speaker)
+hr_end
+check "host_relay: speaker $hr_first killed, $hr_second speaks now; $(($(probes hrk) - hr_k0)) probes ran after the kill" \
+    '[ -n "$hr_second" ] && [ "$hr_second" != "$hr_first" ] && [ "$(probes hrk)" -ge $((hr_k0 + 100)) ]'
+check "host_relay: after the kill, no command was refused ($(hr_log | grep -m1 'event=refused')) and every other worker exited cleanly ($hr_bad not)" \
+    '! hr_log | grep -q "event=refused" && [ "$hr_bad" -eq 0 ]'
+check "host_relay: kill: at most 4 at once at the server (most seen: $(max_conc hrk))" '[ "$(max_conc hrk)" -le 4 ]'
+check "host_relay: kill: nothing held or queued once its lease ran out" 'nothing_left q "dbthrottle:{hrk}" 6'
+
+# (c) The speaker is stopped (SIGSTOP) for 3 s, three times DBTHROTTLE_REDIS_TIMEOUT (1 s) and
+# several renewal periods (lease 1.5 s: a renewal every 0.5 s, through the relay): its clients give
+# it half a timeout, then go to Redis directly. None takes Redis for unreachable (no redis_error:
+# in closed mode, commands refused) and the others' probes go on meanwhile.
+mark
+hr_mark
+hr_run hrs 8 DBTHROTTLE_LEASE=1500ms
+wait_until 10 '[ -n "$(hr_speaker)" ] && [ "$(probes hrs)" -ge 100 ]'
+hr_stopped=$(hr_speaker)
+kill -STOP "$hr_stopped"
+hr_s0=$(probes hrs)
+sleep 3
+hr_s1=$(probes hrs)
+kill -CONT "$hr_stopped"
+hr_end
+# The others' lines (the stopped speaker's own may say what a stopped process meets).
+hr_others_log() { hr_log | grep -v "pid=$hr_stopped "; }
+hr_errs=$(hr_others_log | grep -c 'event=redis_error\|event=refused')
+check "host_relay: while the speaker ($hr_stopped) was stopped 3 s, the others ran $((hr_s1 - hr_s0)) probes, and said host_relay_stalled $(hr_others_log | grep -c 'event=host_relay_stalled') times" \
+    '[ $((hr_s1 - hr_s0)) -ge 100 ] && hr_others_log | grep -q "event=host_relay_stalled"'
+check "host_relay: stopped: the others took Redis for unreachable or refused a command $hr_errs times ($(hr_others_log | grep -m3 'event=redis_error\|event=refused\|event=host_relay'))" '[ "$hr_errs" -eq 0 ]'
+check "host_relay: stopped: at most 4 at once at the server (most seen: $(max_conc hrs))" '[ "$(max_conc hrs)" -le 4 ]'
+check "host_relay: stopped: nothing held or queued in the end" 'nothing_left q "dbthrottle:{hrs}" 5'
