@@ -16,7 +16,8 @@
 #      the most statements at once at the server.
 #   2. One Redis at saturation: 8 processes on 4 hosts at 4, short statements: statements (grants)
 #      per second, the Redis commands and Redis CPU each costs, grants per Redis core.
-#   3. Redis connections of one host running 1, 4 and 16 processes.
+#   3. Redis connections of one host running 1, 4 and 16 processes, without and with one relay per
+#      host (DBTHROTTLE_HOST_RELAY).
 # Prints markdown table rows "| what | value |" on stdout and nothing else (diagnostics go to
 # stderr). Exits 1, with a FAILED row, when anything it relied on failed: a run with errors, more
 # than the limit at the server, processes that never ran side by side. About 50 s with
@@ -286,12 +287,13 @@ done
 # LIST counts its clients every 200 ms while they run (this script's own connection left out); the
 # most, less those before, is the host's connections (a process' connections close when it ends,
 # so none of an earlier run is counted). The kernel's socket table, by process, says the same
-# from the clients' side (stderr).
+# from the clients' side (stderr). Then the same with one relay per host (DBTHROTTLE_HOST_RELAY=on:
+# one process speaks to Redis for the others).
 redis_clients() { rdc client list | grep -vc 'cmd=client'; }
 alive() { for al_p in $fleet_pids; do kill -0 "$al_p" 2>/dev/null && return 0; done; return 1; }
-want 3 && for nproc in 1 4 16; do
+want 3 && for relay in off on; do for nproc in 1 4 16; do
     base=$(redis_clients)
-    F_SECONDS=3 fleet_start "conns$nproc" 1 "$nproc" 5 lib
+    F_SECONDS=3 fleet_start "conns$nproc$relay" 1 "$nproc" 5 lib DBTHROTTLE_HOST_RELAY=$relay
     peak=0 by_ss=0
     while alive; do
         c=$(redis_clients)
@@ -304,10 +306,11 @@ want 3 && for nproc in 1 4 16; do
         sleep 0.2
     done
     fleet_wait
-    row "Redis connections of one host running $nproc process(es) at 4 (CLIENT LIST)" "$((peak - base))"
-    echo "rtt_fleet.sh: $nproc processes: $((peak - base)) Redis connections by CLIENT LIST ($base before), $by_ss by the processes' sockets" >&2
-    [ "${most:-99}" -le $LIMIT ] || fail "conns$nproc: $most statements at once at the server, above the limit of $LIMIT"
-done
+    with=$([ "$relay" = on ] && echo ", one relay" || echo "")
+    row "Redis connections of one host running $nproc process(es) at 4$with (CLIENT LIST)" "$((peak - base))"
+    echo "rtt_fleet.sh: $nproc processes$with: $((peak - base)) Redis connections by CLIENT LIST ($base before), $by_ss by the processes' sockets" >&2
+    [ "${most:-99}" -le $LIMIT ] || fail "conns$nproc$relay: $most statements at once at the server, above the limit of $LIMIT"
+done; done
 
 if [ -n "$failures" ]; then
     row "**rtt_fleet FAILED**" "$failures"

@@ -9,10 +9,12 @@
 #include "redis_errors.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 /* ---- time budgets ---------------------------------------------------------------------- */
 
@@ -61,6 +63,32 @@ static void mark_broken(dbt_redis *r, const char *why)
     r->broken = true;
 }
 
+/* Whether process pid is stopped (SIGSTOP, a debugger): its state in /proc is T or t. False
+ * when that cannot be read (no /proc: a stall is then taken for a slow Redis). */
+static bool process_stopped(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* after the command's name, which may hold spaces */
+    return paren && paren[1] == ' ' && (paren[2] == 'T' || paren[2] == 't');
+}
+
+/* A wait on a connection to the host's relay that got nothing in time: the relay's speaker is
+ * stopped (its calls are then given up at once and made directly: relay.h), or Redis is slow,
+ * which a direct connection would wait for as well. */
+static bool relay_stalled(const dbt_redis *r)
+{
+    return r->relayed && r->relay_pid > 0 && process_stopped(r->relay_pid);
+}
+
 /* What the next wait for the socket may take; 0 (err set, connection given up: replies may be
  * owed) when the budget is spent. */
 static int64_t step(dbt_redis *r, char *err)
@@ -68,6 +96,7 @@ static int64_t step(dbt_redis *r, char *err)
     int64_t ms = step_ms(r->timeout_ms);
     if (ms == 0) {
         set_err(err, "redis", "timed out (DBTHROTTLE_REDIS_TIMEOUT spent)");
+        r->stalled = relay_stalled(r); /* spent on a stopped relay: not Redis' doing */
         mark_broken(r, "timed out (DBTHROTTLE_REDIS_TIMEOUT spent)");
     }
     return ms;
@@ -136,17 +165,24 @@ static int parsed_reply(dbt_redis *r, redisReply **out)
 }
 
 /* Reads from the socket into the reader, waiting at most ms: false when the connection broke
- * or nothing came (err set either way). */
+ * or nothing came (err set either way). On a connection to the host's relay, the wait looks at
+ * the speaker once, half-way: a stopped one is not waited for any longer. */
 static bool fill(dbt_redis *r, int64_t ms, char *err)
 {
     char buf[16 * 1024], e[160];
-    ssize_t n = dbt_transport_read(&r->t, buf, sizeof buf, ms, e, sizeof e);
+    int64_t first = r->relayed && ms > 1 ? ms / 2 : ms;
+    ssize_t n = dbt_transport_read(&r->t, buf, sizeof buf, first, e, sizeof e);
+    if (n == 0 && first < ms) {
+        if (relay_stalled(r))
+            r->stalled = true;
+        else if ((n = dbt_transport_read(&r->t, buf, sizeof buf, ms - first, e, sizeof e)) == 0)
+            r->stalled = relay_stalled(r); /* stopped since the look half-way */
+    }
     if (n < 0)
         r->reset = errno == ECONNRESET || errno == EPIPE;
-    if (n == 0 && ms > 0) {
-        snprintf(e, sizeof e, "timed out waiting for a reply");
-        r->stalled = r->relayed;
-    }
+    if (n == 0 && ms > 0)
+        snprintf(e, sizeof e,
+                 r->stalled ? "the host's relay is stopped" : "timed out waiting for a reply");
     if (n <= 0) {
         if (ms > 0 || n < 0) {
             mark_broken(r, e); /* a reply that never came leaves it out of step */

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -31,11 +32,24 @@
 #define MAX_CLIENT_OUT (1u << 20)
 /* A connection to Redis that failed is tried again this long after. */
 #define RECONNECT_US INT64_C(200000)
-/* A process that found no relay it could use tries again this long after. */
-#define RELAY_RETRY_US INT64_C(1000000)
+/* A process that found no relay it could use tries again this long after, doubled at each
+ * failure in a row up to RELAY_RETRY_MAX_US: a relay that keeps failing must not make the
+ * process replace its connections every second. */
+#define RELAY_RETRY_US     INT64_C(1000000)
+#define RELAY_RETRY_MAX_US INT64_C(60000000)
+/* A stalled relay is left alone for DBT_RELAY_SUSPECT_US, doubled at each stall in a row up to
+ * this: a speaker stopped for long costs each client one half-timeout per period, not more. */
+#define SUSPECT_MAX_US INT64_C(300000000)
+/* Accepting stops this long when the process is out of file descriptors. */
+#define ACCEPT_PAUSE_US INT64_C(1000000)
+/* The relay's own error replies are said at most this often. */
+#define OWN_ERROR_EVERY_US INT64_C(60000000)
 
 /* epoll tags: a client's is its handle plus TAG_CLIENT. */
 enum { TAG_LISTEN = 0, TAG_STOP = 1, TAG_LINK = 2 /* + dbt_relay_link */, TAG_CLIENT = 16 };
+/* speaker_fds' slots: the listening socket, the epoll fd, the stop eventfd, then the clients'
+ * (the connections to Redis are transport.c's to close in a child). */
+enum { SLOT_LISTEN = 0, SLOT_EPOLL = 1, SLOT_STOP = 2, SLOT_CLIENT = 3 };
 
 /* ---- the process' side ------------------------------------------------------------------- */
 
@@ -50,29 +64,37 @@ static struct {
     pthread_t thread;
     int stop_fd;           /* the speaker's eventfd: ends it */
     int64_t suspect_until; /* dbt_relay_suspect: connect directly until then */
+    int suspects;          /* stalls in a row (dbt_relay_suspect), for the period's doubling */
+    int retries;           /* connects in a row that found no relay it could use */
     int64_t drain_ms;      /* at exit, the relay answers what it read within this */
 } proc = {.mu = PTHREAD_MUTEX_INITIALIZER, .dir = -1, .lock_fd = -1, .stop_fd = -1};
 
 /* Raised by each dbt_relay_suspect: relayed connections of an older one are given up. */
 static _Atomic uint64_t relay_gen = 1;
 
+/* base << n, at most max. */
+static int64_t doubled(int64_t base, int n, int64_t max)
+{
+    int64_t v = base;
+    for (int i = 0; i < n && v < max; i++)
+        v *= 2;
+    return v < max ? v : max;
+}
+
 void dbt_relay_suspect(void)
 {
     pthread_mutex_lock(&proc.mu);
-    proc.suspect_until = dbt_now_us() + DBT_RELAY_SUSPECT_US;
+    int64_t period = doubled(DBT_RELAY_SUSPECT_US, proc.suspects++, SUSPECT_MAX_US);
+    proc.suspect_until = dbt_now_us() + period;
+    char target[17];
+    snprintf(target, sizeof target, "%s", proc.target);
     pthread_mutex_unlock(&proc.mu);
     atomic_fetch_add(&relay_gen, 1);
-    dbt_field f[] = {DBT_S("target", proc.target),
-                     DBT_S("effect", "connecting directly to Redis for 10 s")};
+    char effect[80];
+    snprintf(effect, sizeof effect, "connecting directly to Redis for %lld s",
+             (long long)(period / 1000000));
+    dbt_field f[] = {DBT_S("target", target), DBT_S("effect", effect)};
     dbt_log(DBT_LOG_WARN, "host_relay_stalled", f, 2);
-}
-
-bool dbt_relay_usable_now(void)
-{
-    pthread_mutex_lock(&proc.mu);
-    bool usable = dbt_now_us() >= proc.suspect_until;
-    pthread_mutex_unlock(&proc.mu);
-    return usable;
 }
 
 uint64_t dbt_relay_generation(void)
@@ -87,7 +109,7 @@ void dbt_relay_gone(uint64_t gen)
 
 /* The speaker's descriptors, for a fork()ed child to close: it has neither the thread nor the
  * lock, and must not keep the socket (lock-free: the child reads it whatever the thread did). */
-static _Atomic int speaker_fds[DBT_RELAY_MAX_CLIENTS + 4];
+static _Atomic int speaker_fds[SLOT_CLIENT + DBT_RELAY_MAX_CLIENTS];
 
 static void track_fd(int slot, int fd)
 {
@@ -208,7 +230,12 @@ typedef struct {
     dbt_relay *core;
     dbt_redis *link[2];
     int64_t retry_at[2];
-    int64_t waiting_since; /* the command connection's oldest reply is due since (0: none) */
+    int64_t waiting_since;  /* the command connection's oldest reply is due since (0: none) */
+    char run_id[41];        /* the server the relay last spoke to (INFO's run_id) */
+    int64_t accept_paused;  /* out of descriptors: accepting again from then (0: accepting) */
+    int max_clients;        /* what the process' descriptor limit leaves room for */
+    long long own_errors;   /* the core's count when last said */
+    int64_t own_error_said; /* when */
     int cfd[DBT_RELAY_MAX_CLIENTS];
     bool want_out[DBT_RELAY_MAX_CLIENTS];
     int nc; /* handles below this may be in use */
@@ -218,22 +245,24 @@ typedef struct {
 static void close_client(speaker *s, int c)
 {
     epoll_ctl(s->ep, EPOLL_CTL_DEL, s->cfd[c], NULL);
-    track_fd(4 + c, -1);
-    close(s->cfd[c]);
+    track_fd(SLOT_CLIENT + c, -1);
+    close(s->cfd[c]); /* input it did not read resets the client's connection: never sent */
     s->cfd[c] = -1;
     dbt_relay_close(s->core, c);
 }
 
+/* Connection l broke: its clients with a call in flight are closed (dbt_relay_link_lost), and l
+ * is connected again soon. */
 static void lose_link(speaker *s, dbt_relay_link l, const char *why)
 {
     if (s->link[l]) {
         epoll_ctl(s->ep, EPOLL_CTL_DEL, s->link[l]->t.fd, NULL);
-        track_fd(2 + (int)l, -1);
         dbt_redis_free(s->link[l]);
         s->link[l] = NULL;
         dbt_field f[] = {DBT_S("link", l == DBT_RELAY_CMD ? "commands" : "listening"),
-                         DBT_S("reason", why)};
-        dbt_log(DBT_LOG_WARN, "host_relay_link_lost", f, 2);
+                         DBT_S("reason", why),
+                         DBT_S("effect", "its clients connect again (or directly)")};
+        dbt_log(DBT_LOG_WARN, "host_relay_link_lost", f, 3);
     }
     dbt_relay_link_lost(s->core, l);
     s->retry_at[l] = dbt_now_us() + RECONNECT_US;
@@ -242,7 +271,8 @@ static void lose_link(speaker *s, dbt_relay_link l, const char *why)
 }
 
 /* Connects link l (AUTH, SELECT, the server checked: dbt_redis_ready). A Cluster's node is not
- * relayed: the relay stops, and every process connects directly. */
+ * relayed: the relay stops, and every process connects directly. The connect blocks the loop
+ * (within DBTHROTTLE_REDIS_TIMEOUT): its clients wait meanwhile, and may take it for a stall. */
 static void connect_link(speaker *s, dbt_relay_link l, int64_t now)
 {
     char err[DBT_ERRLEN];
@@ -262,12 +292,23 @@ static void connect_link(speaker *s, dbt_relay_link l, int64_t now)
         return;
     }
     if (!r) {
-        dbt_relay_link_lost(s->core, l); /* what waited for it is refused: clients see it fail */
+        dbt_relay_link_lost(s->core, l); /* what waited for it fails: its clients are closed */
         s->retry_at[l] = now + RECONNECT_US;
         return;
     }
+    /* Another server than the one the relay last spoke to (or one whose INFO was refused: it
+     * cannot be told): its clients read the era again (dbt_relay_server_changed), and the other
+     * connection, if still on the old one, goes too. */
+    if (!r->run_id[0] || strcmp(r->run_id, s->run_id) != 0) {
+        bool first = !s->run_id[0] && !s->link[!l];
+        snprintf(s->run_id, sizeof s->run_id, "%s", r->run_id);
+        if (!first) {
+            if (s->link[!l])
+                lose_link(s, (dbt_relay_link)!l, "Redis is another server now");
+            dbt_relay_server_changed(s->core);
+        }
+    }
     s->link[l] = r;
-    track_fd(2 + (int)l, r->t.fd);
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LINK + (uint64_t)l};
     epoll_ctl(s->ep, EPOLL_CTL_ADD, r->t.fd, &ev);
     dbt_relay_link_ready(s->core, l, now);
@@ -309,12 +350,34 @@ static void read_link(speaker *s, dbt_relay_link l)
         }
         void *rep = NULL;
         while (s->link[l] && redisReaderGetReply(r->reader, &rep) == REDIS_OK && rep) {
-            dbt_relay_reply(s->core, l, rep, dbt_now_us());
+            bool ok = dbt_relay_reply(s->core, l, rep, dbt_now_us());
             rep = NULL;
+            if (!ok) {
+                lose_link(s, l, "a reply nothing was asked for");
+                return;
+            }
             if (l == DBT_RELAY_CMD)
                 s->waiting_since = dbt_relay_count(s->core).pending ? dbt_now_us() : 0;
         }
     }
+}
+
+/* The relay's own commands (its wake list's RPUSH and PEXPIRE) refused: said at warn, once a
+ * minute at most (an ACL without them, say: a client then waits for a BLPOP's own timeout). */
+static void say_own_errors(speaker *s, int64_t now)
+{
+    dbt_relay_counts n = dbt_relay_count(s->core);
+    if (n.own_errors == s->own_errors ||
+        (s->own_error_said && now - s->own_error_said < OWN_ERROR_EVERY_US))
+        return;
+    char count[24];
+    snprintf(count, sizeof count, "%lld", n.own_errors - s->own_errors);
+    dbt_field f[] = {DBT_S("error", n.own_error), DBT_S("count", count),
+                     DBT_S("effect", "a waiter whose list the relay could not add may wait for "
+                                     "its BLPOP's timeout")};
+    dbt_log(DBT_LOG_WARN, "host_relay_command_refused", f, 3);
+    s->own_errors = n.own_errors;
+    s->own_error_said = now;
 }
 
 static void flush_client(speaker *s, int c)
@@ -333,15 +396,12 @@ static void flush_client(speaker *s, int c)
         dbt_relay_buf_consumed(b, (size_t)n);
     }
     bool pending = b->len > b->off;
-    if (pending && b->len - b->off > MAX_CLIENT_OUT) {
+    if ((pending && b->len - b->off > MAX_CLIENT_OUT) ||
+        (!pending && dbt_relay_doomed(s->core, c))) {
         close_client(s, c);
         return;
     }
-    if (!pending && dbt_relay_doomed(s->core, c)) {
-        close_client(s, c);
-        return;
-    }
-    if (pending != s->want_out[c]) {
+    if (pending != s->want_out[c] && !s->stopping) {
         s->want_out[c] = pending;
         struct epoll_event ev = {.events = EPOLLIN | (pending ? EPOLLOUT : 0u),
                                  .data.u64 = TAG_CLIENT + (uint64_t)c};
@@ -349,30 +409,38 @@ static void flush_client(speaker *s, int c)
     }
 }
 
-static void accept_clients(speaker *s)
+static void accept_clients(speaker *s, int64_t now)
 {
     for (;;) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE) {
+                /* The connection stays queued and the socket readable: stop watching it a
+                 * while rather than spin (its client meets a stall, and connects directly). */
+                epoll_ctl(s->ep, EPOLL_CTL_DEL, s->listen_fd, NULL);
+                s->accept_paused = now + ACCEPT_PAUSE_US;
+            }
             return;
+        }
         struct ucred cr;
         socklen_t len = sizeof cr;
         /* The directory is the user's own already; a peer of another uid (root aside, who may
          * do anything) is refused all the same. */
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.uid != geteuid()) {
-            close(fd);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.uid != geteuid() ||
+            dbt_relay_count(s->core).clients >= s->max_clients) {
+            close(fd); /* refused, or full: it connects directly */
             continue;
         }
         int c = dbt_relay_open(s->core);
         if (c < 0) {
-            close(fd); /* full: it connects directly */
+            close(fd);
             continue;
         }
         s->cfd[c] = fd;
         s->want_out[c] = false;
         if (c >= s->nc)
             s->nc = c + 1;
-        track_fd(4 + c, fd);
+        track_fd(SLOT_CLIENT + c, fd);
         struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_CLIENT + (uint64_t)c};
         epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev);
     }
@@ -406,18 +474,25 @@ static void flush_all(speaker *s)
             flush_client(s, c);
 }
 
+/* The relay stops taking clients: its socket goes (newcomers elect the next speaker at once) and
+ * the lock with it (the lock file's fd closed), and its clients' input is not read any more:
+ * what it read is answered, what it did not read resets their connections when it closes them
+ * (a call never sent, made again at once: dbt_redis_undelivered). */
 static void stop_listening(speaker *s)
 {
     if (s->listen_fd < 0)
         return;
     epoll_ctl(s->ep, EPOLL_CTL_DEL, s->listen_fd, NULL);
-    track_fd(0, -1);
+    track_fd(SLOT_LISTEN, -1);
     close(s->listen_fd);
     s->listen_fd = -1;
+    for (int c = 0; c < s->nc; c++)
+        if (s->cfd[c] >= 0)
+            epoll_ctl(s->ep, EPOLL_CTL_DEL, s->cfd[c], NULL);
     pthread_mutex_lock(&proc.mu);
     char name[64];
     snprintf(name, sizeof name, "relay-%s.sock", proc.target);
-    (void)unlinkat(proc.dir, name, 0); /* newcomers find nobody, and elect the next speaker */
+    (void)unlinkat(proc.dir, name, 0);
     if (proc.lock_fd >= 0) {
         close(proc.lock_fd); /* lets the lock go */
         proc.lock_fd = -1;
@@ -429,11 +504,17 @@ static void *speak(void *arg)
 {
     speaker *s = arg;
     int64_t drain_until = 0;
+    int64_t half_timeout = s->cfg->redis_timeout_ms * 500;
     for (;;) {
         int64_t now = dbt_now_us();
         for (int l = 0; l < 2 && !s->stopping; l++)
             if (!s->link[l] && now >= s->retry_at[l])
                 connect_link(s, (dbt_relay_link)l, now);
+        if (s->accept_paused && now >= s->accept_paused && !s->stopping) {
+            struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
+            epoll_ctl(s->ep, EPOLL_CTL_ADD, s->listen_fd, &ev);
+            s->accept_paused = 0;
+        }
         if (s->stopping && drain_until == 0) {
             stop_listening(s);
             drain_until = now + s->cfg->redis_timeout_ms * 1000;
@@ -442,31 +523,50 @@ static void *speak(void *arg)
             lose_link(s, DBT_RELAY_CMD, "no reply within DBTHROTTLE_REDIS_TIMEOUT");
         dbt_relay_tick(s->core, now);
         flush_all(s);
+        say_own_errors(s, now);
         if (drain_until && (dbt_relay_count(s->core).pending == 0 || now >= drain_until))
             break;
         int64_t next = dbt_relay_next_deadline(s->core);
         for (int l = 0; l < 2; l++)
             if (!s->link[l] && s->retry_at[l] < next)
                 next = s->retry_at[l];
+        if (s->accept_paused && s->accept_paused < next)
+            next = s->accept_paused;
         if (drain_until && drain_until < next)
             next = drain_until;
         int wait_ms = next == INT64_MAX ? 1000 : next <= now ? 0 : (int)((next - now) / 1000 + 1);
         if (wait_ms > 1000)
             wait_ms = 1000;
         struct epoll_event evs[64];
+        int64_t before = dbt_now_us();
         int n = epoll_wait(s->ep, evs, 64, wait_ms);
+        /* Back after far longer than it slept (this process was stopped, or starved): its
+         * clients have given their calls up (half of DBTHROTTLE_REDIS_TIMEOUT) and made them
+         * directly. Nothing they sent is acted on now, late: the connections to Redis are
+         * dropped with what they still had to send, and every client is closed, what it sent
+         * unread (a reset: never sent). */
+        if (dbt_now_us() - before > (int64_t)wait_ms * 1000 + half_timeout) {
+            lose_link(s, DBT_RELAY_CMD, "this process was stopped or not scheduled");
+            lose_link(s, DBT_RELAY_LISTEN, "this process was stopped or not scheduled");
+            for (int c = 0; c < s->nc; c++)
+                if (s->cfd[c] >= 0)
+                    close_client(s, c);
+            continue;
+        }
         for (int i = 0; i < n; i++) {
             uint64_t tag = evs[i].data.u64;
-            if (tag == TAG_LISTEN)
-                accept_clients(s);
-            else if (tag == TAG_STOP)
+            if (tag == TAG_LISTEN) {
+                accept_clients(s, dbt_now_us());
+            } else if (tag == TAG_STOP) {
+                uint64_t v;
+                if (read(s->stop_fd, &v, sizeof v) < 0 && errno != EAGAIN)
+                    v = 0;
                 s->stopping = true;
-            else if (tag < TAG_CLIENT)
+            } else if (tag < TAG_CLIENT) {
                 read_link(s, (dbt_relay_link)(tag - TAG_LINK));
-            else if (s->cfd[tag - TAG_CLIENT] >= 0) {
-                int c = (int)(tag - TAG_CLIENT);
-                if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
-                    read_client(s, c);
+            } else if (s->cfd[tag - TAG_CLIENT] >= 0 && !s->stopping &&
+                       (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+                read_client(s, (int)(tag - TAG_CLIENT));
             }
         }
     }
@@ -475,31 +575,46 @@ static void *speak(void *arg)
         if (s->cfd[c] >= 0)
             close_client(s, c);
     for (int l = 0; l < 2; l++)
-        if (s->link[l]) {
-            track_fd(2 + l, -1);
+        if (s->link[l])
             dbt_redis_free(s->link[l]);
-        }
     dbt_relay_free(s->core);
-    track_fd(1, -1);
+    track_fd(SLOT_EPOLL, -1);
     close(s->ep);
     pthread_mutex_lock(&proc.mu);
     proc.speaking = false;
     proc.stop_fd = -1;
+    track_fd(SLOT_STOP, -1);
     close(s->stop_fd);
     pthread_mutex_unlock(&proc.mu);
     free(s);
     return NULL;
 }
 
+/* How many clients the process' descriptor limit leaves room for: half of its soft limit, less
+ * a margin, so the host program keeps the rest (its own files and sockets come first). */
+static int client_room(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur / 2 > (rlim_t)DBT_RELAY_MAX_CLIENTS + 32)
+        return DBT_RELAY_MAX_CLIENTS;
+    long room = (long)(rl.rlim_cur / 2) - 32;
+    return room > 0 ? (int)room : 0;
+}
+
 /* This process takes the lock and starts its relay (proc.mu held). False: another speaks, or the
  * relay could not be set up. */
 static bool become_speaker(const dbt_config *cfg)
 {
+    int room = client_room();
     int lfd = lock_file();
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    if (lfd < 0 || fcntl(lfd, F_SETLK, &fl) != 0)
+    if (room < 8 || lfd < 0 || fcntl(lfd, F_SETLK, &fl) != 0)
         return false;
     speaker *s = calloc(1, sizeof *s);
+    if (s)
+        s->listen_fd = s->ep = s->stop_fd = -1;
     char wake[128];
     snprintf(wake, sizeof wake, "%s{dbthrottle-relay}:wake:%s.%d", cfg->key_prefix, proc.target,
              (int)getpid());
@@ -513,6 +628,7 @@ static bool become_speaker(const dbt_config *cfg)
     bool ok = s && (s->core = dbt_relay_new(&conf)) && sock_addr(proc.dir, proc.target, &a);
     if (ok) {
         s->cfg = cfg;
+        s->max_clients = room;
         s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         s->ep = epoll_create1(EPOLL_CLOEXEC);
         s->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -530,8 +646,9 @@ static bool become_speaker(const dbt_config *cfg)
              epoll_ctl(s->ep, EPOLL_CTL_ADD, s->stop_fd, &st) == 0;
     }
     if (ok) {
-        track_fd(0, s->listen_fd);
-        track_fd(1, s->ep);
+        track_fd(SLOT_LISTEN, s->listen_fd);
+        track_fd(SLOT_EPOLL, s->ep);
+        track_fd(SLOT_STOP, s->stop_fd);
         sigset_t all, old;
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -539,18 +656,21 @@ static bool become_speaker(const dbt_config *cfg)
         pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
     if (!ok) {
+        track_fd(SLOT_LISTEN, -1);
+        track_fd(SLOT_EPOLL, -1);
+        track_fd(SLOT_STOP, -1);
         if (s) {
-            if (s->listen_fd > 0)
+            if (s->listen_fd >= 0) {
                 close(s->listen_fd);
-            if (s->ep > 0)
+                (void)unlinkat(proc.dir, name, 0);
+            }
+            if (s->ep >= 0)
                 close(s->ep);
-            if (s->stop_fd > 0)
+            if (s->stop_fd >= 0)
                 close(s->stop_fd);
             dbt_relay_free(s->core);
             free(s);
         }
-        track_fd(0, -1);
-        track_fd(1, -1);
         close(proc.lock_fd); /* lets the lock go */
         proc.lock_fd = -1;
         return false;
@@ -586,11 +706,14 @@ void dbt_relay_stop(void)
 
 /* ---- a client's side ----------------------------------------------------------------------- */
 
+static __thread bool connect_stalled; /* a stall met by this thread's dbt_relay_connect */
+
 void dbt_relay_broken(dbt_redis *r)
 {
     if (!r->relayed)
         return;
     if (r->stalled) {
+        connect_stalled = true;
         if (r->route.relay_gen == dbt_relay_generation())
             dbt_relay_suspect(); /* once per generation, not once per stalled connection */
     } else if (r->reset) {
@@ -600,9 +723,19 @@ void dbt_relay_broken(dbt_redis *r)
 
 static const dbt_redis_watch relay_watch = {.broken = dbt_relay_broken};
 
-dbt_redis *dbt_relay_connect(const dbt_config *cfg, int64_t *retry_us, char *err)
+/* A connect that found no relay it could use: the next waits longer (RELAY_RETRY_US doubled). */
+static void relay_failed(void)
+{
+    pthread_mutex_lock(&proc.mu);
+    if (proc.retries < 16)
+        proc.retries++;
+    pthread_mutex_unlock(&proc.mu);
+}
+
+dbt_redis *dbt_relay_connect(const dbt_config *cfg, int64_t *retry_us, bool *stalled, char *err)
 {
     *retry_us = 0;
+    *stalled = connect_stalled = false;
     if (!cfg->host_relay || !cfg->host_share || cfg->redis.nsentinels > 0)
         return NULL;
     int64_t now = dbt_now_us();
@@ -632,27 +765,34 @@ dbt_redis *dbt_relay_connect(const dbt_config *cfg, int64_t *retry_us, char *err
     }
     struct sockaddr_un a;
     bool have = speaks && sock_addr(proc.dir, proc.target, &a);
+    /* If no relay can be used now (the lock lost to another that has not bound its socket yet,
+     * or the relay full or failing): direct this time, and through the relay later
+     * (dbt_redis_outdated): a second later, doubled at each failure in a row. */
+    *retry_us = now + doubled(RELAY_RETRY_US, proc.retries, RELAY_RETRY_MAX_US);
     pthread_mutex_unlock(&proc.mu);
-    /* Lost the lock to another that has not bound its socket yet, say: direct this time, and
-     * through the relay a little later (dbt_redis_outdated). */
-    *retry_us = now + RELAY_RETRY_US;
-    if (!have)
+    if (!have) {
+        relay_failed();
         return NULL;
-    /* The relay speaks plain RESP over its socket, whatever it speaks to Redis. Each wait gets
-     * half of the timeout: a stalled relay leaves the rest to the same step made directly. */
-    int64_t half = cfg->redis_timeout_ms / 2 > 0 ? cfg->redis_timeout_ms / 2 : 1;
+    }
+    /* The relay speaks plain RESP over its socket, whatever it speaks to Redis. Each wait looks
+     * at the speaker half-way (redis_conn.c): a stopped one leaves the rest of the time to the
+     * same step made directly. */
     dbt_config plain = *cfg;
     plain.redis.tls = false;
-    plain.redis_timeout_ms = half;
     dbt_endpoint ep = {.is_unix = true, .path = a.sun_path};
     uint64_t gen = dbt_relay_generation();
     dbt_redis *r = dbt_redis_open(&plain, &ep, NULL, NULL, err);
-    if (!r)
+    if (!r) {
+        relay_failed();
         return NULL;
+    }
     r->relayed = true;
     r->route.relay_gen = gen;
-    r->timeout_ms = half;
     r->watch = &relay_watch;
+    struct ucred cr;
+    socklen_t crlen = sizeof cr;
+    if (getsockopt(r->t.fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) == 0)
+        r->relay_pid = cr.pid;
     if (cfg->redis.password) {
         char msg[DBT_ERRLEN];
         const char *user = cfg->redis.user, *pw = cfg->redis.password;
@@ -661,11 +801,20 @@ dbt_redis *dbt_relay_connect(const dbt_config *cfg, int64_t *retry_us, char *err
         if (!rep) {
             snprintf(err, DBT_ERRLEN, "%.150s: AUTH failed: %.300s", r->who, msg);
             dbt_redis_free(r);
+            *stalled = connect_stalled;
+            relay_failed();
             return NULL;
         }
         freeReplyObject(rep);
     }
-    if ((r = dbt_redis_ready(cfg, r, err)) != NULL)
-        *retry_us = 0;
+    if ((r = dbt_redis_ready(cfg, r, err)) == NULL) {
+        *stalled = connect_stalled;
+        relay_failed();
+        return NULL;
+    }
+    *retry_us = 0;
+    pthread_mutex_lock(&proc.mu);
+    proc.retries = proc.suspects = 0; /* it answered: the next failure waits the least again */
+    pthread_mutex_unlock(&proc.mu);
     return r;
 }

@@ -163,6 +163,15 @@ typedef struct {
     entry *e;
 } cmd_place;
 
+/* A value popped for no client (its client left, or timed out, after the BLPOP was sent): kept
+ * for the next BLPOP of its list, in the order popped, as Redis would have kept it in the list. */
+typedef struct held_value {
+    struct held_value *next;
+    char *key, *value;
+    size_t klen, vlen;
+    int64_t until; /* dropped then (a grant lost so is found by the process' next renewal) */
+} held_value;
+
 /* A BLPOP in flight on the listening connection, with the keys it named. */
 typedef struct {
     char **keys;
@@ -184,7 +193,12 @@ struct dbt_relay {
     size_t fifo_head, fifo_len, fifo_cap;
     blpop_place blpops[DBT_RELAY_MAX_BLPOPS];
     int blpop_head, nblpops;
-    long long given_back;
+    int wakes_out; /* pushed to the wake list and not popped yet (at most: see cover) */
+    held_value *held, *held_tail;
+    int nheld;
+    long long dropped;
+    long long own_errors; /* error replies to the relay's own commands */
+    char own_error[120];  /* the last one */
 };
 
 static char *dup_or_null(const char *s)
@@ -236,6 +250,13 @@ void dbt_relay_free(dbt_relay *r)
     free(r->clients);
     for (int i = 0; i < r->nblpops; i++)
         free_blpop(&r->blpops[(r->blpop_head + i) % DBT_RELAY_MAX_BLPOPS]);
+    while (r->held) {
+        held_value *h = r->held;
+        r->held = h->next;
+        free(h->key);
+        free(h->value);
+        free(h);
+    }
     free(r->link_out[0].p);
     free(r->link_out[1].p);
     free(r->fifo);
@@ -378,12 +399,12 @@ static bool send_command(dbt_relay *r, int c, entry *e, int argc, const char *co
                          const size_t *lens)
 {
     dbt_relay_buf *b = &r->link_out[DBT_RELAY_CMD];
-    size_t before = b->len;
+    size_t unwritten = b->len - b->off; /* buf_add may move it to the front (off 0) */
     if (!fifo_push(r, c, e))
         return false;
     if (buf_command(b, argc, argv, lens))
         return true;
-    b->len = before; /* a partial command must not be written */
+    b->len = b->off + unwritten; /* a partial command must not be written */
     r->fifo_len--;
     return false;
 }
@@ -421,6 +442,7 @@ static void own_command(dbt_relay *r, int argc, const char *const *argv, const s
 
 static void ensure_listening(dbt_relay *r);
 static void block(dbt_relay *r, entry *e, int64_t now_us);
+static bool take_held(dbt_relay *r, entry *e);
 
 /* Writes the answered commands at the head of c's queue to its output, in order. */
 static void emit_done(client *cl)
@@ -560,35 +582,41 @@ static void ensure_listening(dbt_relay *r)
         ;
 }
 
-/* e's keys must be in every BLPOP in flight that is not already being ended: if one lacks a
- * key, a value pushed there would not end it, and e would wait for the BLPOP's own timeout.
- * Each of those is ended by a push to the wake list (one element each), and sent again. */
+/* e's keys must be in every BLPOP in flight: one that lacks a key would not end when a value is
+ * pushed there, and e would wait for its timeout. Redis serves a connection's pipelined BLPOPs in
+ * order, and each names the wake list: with j elements in the wake list, the first j return at
+ * once (each pops one element, a wake or a value). So if the last BLPOP that lacks a key is the
+ * j-th in flight, the wake list gets as many pushes as it lacks of j, and the first j are marked
+ * stale: each is sent again, with the keys of now, when it returns. */
 static void cover(dbt_relay *r, entry *e)
 {
-    int lacking = 0;
+    int last = -1;
     for (int i = 0; i < r->nblpops; i++) {
         blpop_place *b = &r->blpops[(r->blpop_head + i) % DBT_RELAY_MAX_BLPOPS];
-        if (b->stale)
-            continue;
         for (size_t k = 1; k + 1 < e->req->elements; k++)
             if (!blpop_names(b, e->req->element[k]->str, e->req->element[k]->len)) {
-                b->stale = true;
-                lacking++;
+                last = i;
                 break;
             }
     }
-    if (lacking == 0)
+    if (last < 0)
         return;
-    /* RPUSH wake x... (one each), then PEXPIRE wake TTL: the list is the relay's, and it must
-     * not outlive a relay that ended before popping it. */
+    for (int i = 0; i <= last; i++)
+        r->blpops[(r->blpop_head + i) % DBT_RELAY_MAX_BLPOPS].stale = true;
+    int need = last + 1 - r->wakes_out;
+    if (need <= 0)
+        return;
+    /* RPUSH wake x... then PEXPIRE wake TTL: the list is the relay's, and it must not outlive a
+     * relay that ended before popping it. */
     const char *argv[2 + DBT_RELAY_MAX_BLPOPS];
     argv[0] = "RPUSH";
     argv[1] = r->wake_key;
-    for (int i = 0; i < lacking; i++)
+    for (int i = 0; i < need; i++)
         argv[2 + i] = "x";
-    own_command(r, 2 + lacking, argv, NULL);
+    own_command(r, 2 + need, argv, NULL);
+    r->wakes_out += need;
     char ttl[24];
-    snprintf(ttl, sizeof ttl, "%d", DBT_RELAY_GIVEBACK_TTL_MS);
+    snprintf(ttl, sizeof ttl, "%d", DBT_RELAY_WAKE_TTL_MS);
     const char *exp[] = {"PEXPIRE", r->wake_key, ttl};
     own_command(r, 3, exp, NULL);
 }
@@ -612,6 +640,8 @@ static void block(dbt_relay *r, entry *e, int64_t now_us)
             done_error(r, e, "ERR dbthrottle relay: a key with a NUL byte is not relayed");
             return;
         }
+    if (take_held(r, e))
+        return;
     e->deadline = s > 0 ? now_us + (int64_t)(s * 1e6) : 0;
     e->st = E_BLOCKED;
     e->bprev = r->btail;
@@ -626,18 +656,71 @@ static void block(dbt_relay *r, entry *e, int64_t now_us)
     ensure_listening(r);
 }
 
-/* Gives a value popped for no client back to the head of its list. */
-static void give_back(dbt_relay *r, const redisReply *key, const redisReply *value)
+/* Keeps a value popped for no client for the next BLPOP of its list (DBT_RELAY_MAX_HELD at most:
+ * past that the oldest is dropped). */
+static void hold(dbt_relay *r, const redisReply *key, const redisReply *value, int64_t now_us)
 {
-    const char *push[] = {"LPUSH", key->str, value->str};
-    size_t plens[] = {5, key->len, value->len};
-    own_command(r, 3, push, plens);
-    char ttl[24];
-    snprintf(ttl, sizeof ttl, "%d", DBT_RELAY_GIVEBACK_TTL_MS);
-    const char *exp[] = {"PEXPIRE", key->str, ttl, "NX"};
-    size_t elens[] = {7, key->len, strlen(ttl), 2};
-    own_command(r, 4, exp, elens);
-    r->given_back++;
+    held_value *h = calloc(1, sizeof *h);
+    if (h && (h->key = malloc(key->len + 1)) && (h->value = malloc(value->len + 1))) {
+        memcpy(h->key, key->str, key->len);
+        memcpy(h->value, value->str, value->len);
+        h->klen = key->len;
+        h->vlen = value->len;
+        h->until = now_us + DBT_RELAY_HOLD_US;
+        if (r->held_tail)
+            r->held_tail->next = h;
+        else
+            r->held = h;
+        r->held_tail = h;
+        r->nheld++;
+    } else {
+        if (h)
+            free(h->key);
+        free(h);
+        r->dropped++;
+    }
+    while (r->nheld > DBT_RELAY_MAX_HELD) {
+        held_value *old = r->held;
+        r->held = old->next;
+        if (!r->held)
+            r->held_tail = NULL;
+        free(old->key);
+        free(old->value);
+        free(old);
+        r->nheld--;
+        r->dropped++;
+    }
+}
+
+/* A BLPOP about to block takes a held value of its keys instead, the first key first (as Redis
+ * pops the first of its keys that holds an element), the oldest value of that key. */
+static bool take_held(dbt_relay *r, entry *e)
+{
+    for (size_t i = 1; i + 1 < e->req->elements; i++) {
+        const redisReply *k = e->req->element[i];
+        held_value *prev = NULL;
+        for (held_value *h = r->held; h; prev = h, h = h->next) {
+            if (h->klen != k->len || memcmp(h->key, k->str, k->len) != 0)
+                continue;
+            bool ok = buf_head(&e->reply, '*', 2) && buf_bulk(&e->reply, h->key, h->klen) &&
+                      buf_bulk(&e->reply, h->value, h->vlen);
+            if (!ok)
+                doom(r, e->client);
+            e->st = E_DONE;
+            if (prev)
+                prev->next = h->next;
+            else
+                r->held = h->next;
+            if (r->held_tail == h)
+                r->held_tail = prev;
+            free(h->key);
+            free(h->value);
+            free(h);
+            r->nheld--;
+            return true;
+        }
+    }
+    return false;
 }
 
 /* Answers the blocked entries of the list `hit` (linked by e->hit; each of another client, as a
@@ -657,19 +740,22 @@ static void answer_blocked(dbt_relay *r, entry *hit, const redisReply *reply, in
     }
 }
 
-/* A value popped from key: to the client blocked longest on it, or back to its list. */
+/* A value popped from key: to the client blocked longest on it, or held for the next. */
 static void route_pop(dbt_relay *r, const redisReply *pop, int64_t now_us)
 {
     const redisReply *key = pop->element[0], *value = pop->element[1];
-    if (key->len == strlen(r->wake_key) && memcmp(key->str, r->wake_key, key->len) == 0)
+    if (key->len == strlen(r->wake_key) && memcmp(key->str, r->wake_key, key->len) == 0) {
+        if (r->wakes_out > 0)
+            r->wakes_out--;
         return;
+    }
     for (entry *e = r->bhead; e; e = e->bnext) {
         if (!names_key(e, key->str, key->len))
             continue;
         answer_blocked(r, e, pop, now_us);
         return;
     }
-    give_back(r, key, value);
+    hold(r, key, value, now_us);
 }
 
 /* An error in answer to a listening BLPOP: each client blocked on one of its keys gets it, as
@@ -808,25 +894,32 @@ dbt_relay_buf *dbt_relay_link_out(dbt_relay *r, dbt_relay_link l)
     return &r->link_out[l];
 }
 
-static void cmd_reply(dbt_relay *r, redisReply *reply, int64_t now_us)
+static bool cmd_reply(dbt_relay *r, redisReply *reply, int64_t now_us)
 {
     if (r->fifo_len == 0)
-        return; /* a reply nobody asked for: the driver breaks such a connection */
+        return false; /* a reply nobody asked for: out of step */
     cmd_place p = r->fifo[r->fifo_head];
     r->fifo_head = (r->fifo_head + 1) % r->fifo_cap;
     r->fifo_len--;
+    if (p.client < 0 && reply->type == REDIS_REPLY_ERROR) {
+        r->own_errors++; /* the driver says it: an ACL without RPUSH, say */
+        snprintf(r->own_error, sizeof r->own_error, "%.*s",
+                 (int)(reply->len < sizeof r->own_error ? reply->len : sizeof r->own_error - 1),
+                 reply->str);
+    }
     if (p.client < 0 || !r->clients[p.client].used || r->clients[p.client].gen != p.gen)
-        return; /* the relay's own, or its client left */
+        return true; /* the relay's own, or its client left */
     if (!buf_reply(&p.e->reply, reply))
         doom(r, p.client);
     p.e->st = E_DONE;
     advance(r, p.client, now_us);
+    return true;
 }
 
-static void listen_reply(dbt_relay *r, redisReply *reply, int64_t now_us)
+static bool listen_reply(dbt_relay *r, redisReply *reply, int64_t now_us)
 {
     if (r->nblpops == 0)
-        return;
+        return false;
     blpop_place b = r->blpops[r->blpop_head];
     r->blpop_head = (r->blpop_head + 1) % DBT_RELAY_MAX_BLPOPS;
     r->nblpops--;
@@ -837,16 +930,17 @@ static void listen_reply(dbt_relay *r, redisReply *reply, int64_t now_us)
     else if (reply->type == REDIS_REPLY_ERROR)
         route_error(r, &b, reply, now_us);
     free_blpop(&b);
+    if (r->nblpops == 0 && r->nblocked == 0)
+        r->wakes_out = 0; /* any left are popped as extra returns later: fewer is never wrong */
     ensure_listening(r);
+    return true;
 }
 
-void dbt_relay_reply(dbt_relay *r, dbt_relay_link l, redisReply *reply, int64_t now_us)
+bool dbt_relay_reply(dbt_relay *r, dbt_relay_link l, redisReply *reply, int64_t now_us)
 {
-    if (l == DBT_RELAY_CMD)
-        cmd_reply(r, reply, now_us);
-    else
-        listen_reply(r, reply, now_us);
+    bool ok = l == DBT_RELAY_CMD ? cmd_reply(r, reply, now_us) : listen_reply(r, reply, now_us);
     freeReplyObject(reply);
+    return ok;
 }
 
 void dbt_relay_link_lost(dbt_relay *r, dbt_relay_link l)
@@ -860,13 +954,23 @@ void dbt_relay_link_lost(dbt_relay *r, dbt_relay_link l)
                 doom(r, p.client);
         }
         r->fifo_head = r->fifo_len = 0;
-        return;
+    } else {
+        for (int i = 0; i < r->nblpops; i++)
+            free_blpop(&r->blpops[(r->blpop_head + i) % DBT_RELAY_MAX_BLPOPS]);
+        r->blpop_head = r->nblpops = 0;
+        r->wakes_out = 0;
+        for (entry *e = r->bhead; e; e = e->bnext)
+            doom(r, e->client);
     }
-    for (int i = 0; i < r->nblpops; i++)
-        free_blpop(&r->blpops[(r->blpop_head + i) % DBT_RELAY_MAX_BLPOPS]);
-    r->blpop_head = r->nblpops = 0;
-    for (entry *e = r->bhead; e; e = e->bnext)
-        doom(r, e->client);
+}
+
+void dbt_relay_server_changed(dbt_relay *r)
+{
+    for (int l = 0; l < 2; l++)
+        dbt_relay_link_lost(r, (dbt_relay_link)l);
+    for (int c = 0; c < r->nclients; c++)
+        if (r->clients[c].used)
+            doom(r, c);
 }
 
 void dbt_relay_link_ready(dbt_relay *r, dbt_relay_link l, int64_t now_us)
@@ -881,6 +985,17 @@ void dbt_relay_link_ready(dbt_relay *r, dbt_relay_link l, int64_t now_us)
 
 void dbt_relay_tick(dbt_relay *r, int64_t now_us)
 {
+    while (r->held && r->held->until <= now_us) {
+        held_value *h = r->held;
+        r->held = h->next;
+        if (!r->held)
+            r->held_tail = NULL;
+        free(h->key);
+        free(h->value);
+        free(h);
+        r->nheld--;
+        r->dropped++;
+    }
     entry *hit = NULL;
     for (entry *e = r->bhead; e; e = e->bnext)
         if (e->deadline != 0 && e->deadline <= now_us) {
@@ -892,7 +1007,7 @@ void dbt_relay_tick(dbt_relay *r, int64_t now_us)
 
 int64_t dbt_relay_next_deadline(const dbt_relay *r)
 {
-    int64_t next = INT64_MAX;
+    int64_t next = r->held ? r->held->until : INT64_MAX;
     for (const entry *e = r->bhead; e; e = e->bnext)
         if (e->deadline != 0 && e->deadline < next)
             next = e->deadline;
@@ -901,5 +1016,12 @@ int64_t dbt_relay_next_deadline(const dbt_relay *r)
 
 dbt_relay_counts dbt_relay_count(const dbt_relay *r)
 {
-    return (dbt_relay_counts){r->nused, r->nblocked, r->nblpops, (int)r->fifo_len, r->given_back};
+    return (dbt_relay_counts){.clients = r->nused,
+                              .blocked = r->nblocked,
+                              .blpops = r->nblpops,
+                              .pending = (int)r->fifo_len,
+                              .held = r->nheld,
+                              .dropped = r->dropped,
+                              .own_errors = r->own_errors,
+                              .own_error = r->own_error};
 }

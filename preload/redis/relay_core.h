@@ -8,8 +8,8 @@
  *   - a client's replies come in the order of its commands, and a BLPOP holds up that client's
  *     later commands until it is answered;
  *   - a value pushed to a list goes to the client blocked longest on that list;
- *   - a value popped for no client (it left, or timed out, after the BLPOP was sent) is put back
- *     at the head of its list, as if Redis had never served it.
+ *   - a value popped for no client (it left, or timed out, after the BLPOP was sent) is kept for
+ *     the next BLPOP of its list, as Redis would have kept it in the list.
  * AUTH and SELECT are answered here, against the relay's own user, password and database; the
  * commands the library never sends are refused (relay_core.c's table says which are relayed). */
 #ifndef DBT_RELAY_CORE_H
@@ -48,9 +48,13 @@ typedef struct {
 #define DBT_RELAY_MAX_BLPOPS 8
 /* The listening BLPOP's own timeout (s): it only bounds how long one outlives its clients. */
 #define DBT_RELAY_BLPOP_SECONDS 30
-/* A list given back (LPUSH) that had no TTL gets this one (ms): a wake list lives a TTL after its
- * last push anyway; one that was gone must not stay for ever. */
-#define DBT_RELAY_GIVEBACK_TTL_MS 60000
+/* The relay's wake list lives this long (ms) after its last push. */
+#define DBT_RELAY_WAKE_TTL_MS 60000
+/* Values popped for no client are kept for the next BLPOP of their list this long, and this many
+ * at most: a grant dropped so is found by its process' next renewal, as one lost with a broken
+ * listener connection is. */
+#define DBT_RELAY_HOLD_US  INT64_C(30000000)
+#define DBT_RELAY_MAX_HELD 256
 /* Commands of one client queued and not answered yet, at most: the library pipelines a few
  * (sem/listener.c's BLPOPs, releases not waited for); a client past this is closed. */
 #define DBT_RELAY_MAX_QUEUED 256
@@ -81,13 +85,20 @@ dbt_relay_buf *dbt_relay_client_out(dbt_relay *r, int c);
 
 /* The bytes to send on a connection to Redis. */
 dbt_relay_buf *dbt_relay_link_out(dbt_relay *r, dbt_relay_link l);
-/* The next reply read on connection l, at now_us; taken over (freed here). */
-void dbt_relay_reply(dbt_relay *r, dbt_relay_link l, redisReply *reply, int64_t now_us);
-/* Connection l broke: what was sent on it is in doubt. The clients with a command in flight on
- * it (on the listening one: the clients blocked) are doomed, as a client of a broken
- * connection; what was still to send is dropped. The driver connects it again (AUTH and SELECT
- * are its own), and calls dbt_relay_link_ready. */
+/* The next reply read on connection l, at now_us; taken over (freed here). False: nothing was
+ * asked on l that it could answer (out of step: the driver breaks the connection). */
+bool dbt_relay_reply(dbt_relay *r, dbt_relay_link l, redisReply *reply, int64_t now_us);
+/* Connection l broke: what was sent on it is in doubt, and what was still to send is dropped.
+ * The clients with a command in flight on it (on the listening one: the clients blocked) are
+ * doomed, as a client of a broken connection. Commands that come meanwhile wait for it. The
+ * driver connects l again (AUTH and SELECT are its own), and calls dbt_relay_link_ready. */
 void dbt_relay_link_lost(dbt_relay *r, dbt_relay_link l);
+/* The server the relay reached again is another (INFO's run_id: a restart, a failover): both
+ * connections' state goes, and every client is doomed, as a restart closes every connection to
+ * Redis: each connects anew and reads the server's era again. One kept open would call the
+ * scripts with the era of a server that is gone, and a restart from nothing would not be
+ * quarantined (docs/design.md, "Failover and data loss"). */
+void dbt_relay_server_changed(dbt_relay *r);
 /* Connection l is up again (after dbt_relay_link_lost): listening may start again. */
 void dbt_relay_link_ready(dbt_relay *r, dbt_relay_link l, int64_t now_us);
 
@@ -98,11 +109,14 @@ int64_t dbt_relay_next_deadline(const dbt_relay *r);
 
 /* Counts, for the driver's status and the tests. */
 typedef struct {
-    int clients;          /* connected */
-    int blocked;          /* with a BLPOP waiting */
-    int blpops;           /* in flight on the listening connection */
-    int pending;          /* sent on the command connection, not answered yet */
-    long long given_back; /* values popped for no client and put back */
+    int clients;           /* connected */
+    int blocked;           /* with a BLPOP waiting */
+    int blpops;            /* in flight on the listening connection */
+    int pending;           /* sent on the command connection, not answered yet */
+    int held;              /* values popped for no client, kept for the next BLPOP of their list */
+    long long dropped;     /* held values dropped (too many, or kept DBT_RELAY_HOLD_US) */
+    long long own_errors;  /* error replies to the relay's own commands (its wake list's) */
+    const char *own_error; /* the last one ("" none) */
 } dbt_relay_counts;
 dbt_relay_counts dbt_relay_count(const dbt_relay *r);
 

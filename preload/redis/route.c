@@ -92,17 +92,17 @@ dbt_redis *dbt_redis_connect_for(const dbt_config *cfg, const char *route, char 
     if (routed)
         ep = (dbt_endpoint){.host = node.host, .port = node.port};
     int64_t relay_retry_us = 0;
+    bool stalled = false;
     uint64_t relay_gen = dbt_relay_generation();
-    dbt_redis *r = routed ? NULL : dbt_relay_connect(cfg, &relay_retry_us, err);
+    dbt_redis *r = routed ? NULL : dbt_relay_connect(cfg, &relay_retry_us, &stalled, err);
     if (r) {
         r->watch = &watch;
         r->route.slot = slot;
         r->route.cluster_gen = gen;
         return r;
     }
-    /* A relay that stalled while this connected (dbt_relay_suspect: the generation moved) spent
-     * the caller's time, not Redis': the direct connection gets a budget of its own. */
-    bool stalled = relay_gen != dbt_relay_generation() && !dbt_relay_usable_now();
+    /* A relay found stopped while this connected spent the caller's time, not Redis': the direct
+     * connection gets a budget of its own. */
     int64_t b = stalled ? dbt_redis_budget_anew(cfg->redis_timeout_ms) : 0;
     r = connect_to(cfg, &ep, err);
     if (stalled)

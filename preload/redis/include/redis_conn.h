@@ -71,8 +71,9 @@ struct dbt_redis {
     /* A connection to the host's relay (relay.h), not to Redis itself; and whether it broke by
      * a reset (EPIPE, ECONNRESET): the relay closed it without reading what was last written. */
     bool relayed, reset;
-    /* A relayed call's reply did not come in time: the relay is stopped or starved (relay.h). */
+    /* A relayed call's reply did not come in time, and the relay's speaker is stopped (relay.h). */
     bool stalled;
+    pid_t relay_pid; /* relayed: the speaker (SO_PEERCRED); 0 unknown */
     /* The routing layer's (route.h): who hears of this connection (NULL: nobody), and its notes
      * on where it sent it. Written by route.c only; redis_conn.c reads none of the notes. */
     const dbt_redis_watch *watch;

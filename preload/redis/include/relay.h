@@ -16,9 +16,10 @@ void dbt_relay_set_dir(int dirfd);
 /* A connection to cfg's Redis through the host's relay, made ready (dbt_redis_ready), or NULL:
  * relaying is off or does not apply (Sentinel, Cluster), or no relay could be used now (then
  * *retry_us says when one may be: the caller connects directly, and replaces that connection
- * with a relayed one then; 0: never). When nobody speaks for the host, this process takes the
- * lock and starts its relay. */
-dbt_redis *dbt_relay_connect(const dbt_config *cfg, int64_t *retry_us, char *err);
+ * with a relayed one then; 0: never; *stalled: the relay's speaker was found stopped, and the
+ * time spent on it was not Redis'). When nobody speaks for the host, this process takes the lock
+ * and starts its relay. */
+dbt_redis *dbt_relay_connect(const dbt_config *cfg, int64_t *retry_us, bool *stalled, char *err);
 
 /* A relayed connection broke (route.c's watch, and the relay's own while connecting): by a
  * stall (the speaker stopped: dbt_relay_suspect), or by a reset (the relay ended:
@@ -38,8 +39,6 @@ void dbt_relay_stop(void);
  * connections made before (an older dbt_relay_generation) are given up. */
 #define DBT_RELAY_SUSPECT_US INT64_C(10000000)
 void dbt_relay_suspect(void);
-/* False while a stalled relay is suspected (this process connects directly meanwhile). */
-bool dbt_relay_usable_now(void);
 uint64_t dbt_relay_generation(void);
 /* A connection made at relay generation `gen` was reset by its relay: that relay ended, and the
  * process' other connections to it are given up too (a newer generation), rather than each
