@@ -246,16 +246,20 @@ void dbt_pool_close_outdated(dbt_pool *p)
 {
     dbt_redis *old[DBT_MAX_CONNS];
     int n = 0;
-    for (int i = p->nfree - 1; i >= 0; i--)
-        if (dbt_redis_outdated(p->free_conns[i])) {
+    for (int i = p->nfree - 1; i >= 0; i--) {
+        dbt_redis *r = p->free_conns[i];
+        /* Only those the host's relay made outdated, with no reply owed (those are read first,
+         * by dbt_pool_drain_idle): the others are left to their next use, as before. */
+        if ((r->relayed || r->route.relay_retry_us) && r->npending == 0 && dbt_redis_outdated(r)) {
             old[n++] = p->free_conns[i];
             p->free_conns[i] = p->free_conns[--p->nfree];
         }
+    }
     if (n == 0)
         return;
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < n; i++) {
-        (void)dbt_redis_stale(old[i]); /* given up: its owed releases become owed operations */
+        (void)dbt_redis_stale(old[i]); /* given up (no reply was owed on it) */
         dbt_pool_put_conn(p, old[i]);  /* broken now: freed */
     }
     pthread_mutex_lock(&p->mu);

@@ -154,10 +154,11 @@ void dbt_waker_retract(struct dbt_slot *s);
  * wait within the caller's budget. Called with p->mu held; releases it meanwhile. */
 void dbt_pool_drain_idle(dbt_pool *p);
 
-/* Closes the free connections that are outdated (dbt_redis_outdated: made before the host's
- * relay came, stalled or ended, or before a Sentinel failover) now rather than at their next
- * use, which may be far off: each holds one of Redis' connections. Called with p->mu held (the
- * renewer's each renewal); releases it meanwhile. */
+/* Closes the free connections the host's relay made outdated (dbt_redis_outdated: made before
+ * it came, or before it stalled or ended) now rather than at their next use, which may be far
+ * off: each holds one of Redis' connections. Those with replies owed are left to
+ * dbt_pool_drain_idle. Called with p->mu held (the renewer's each renewal); releases it
+ * meanwhile. */
 void dbt_pool_close_outdated(dbt_pool *p);
 
 /* The tag a release (or cancel) sent without waiting carries (dbt_pool_send): if its reply says

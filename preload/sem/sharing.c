@@ -153,7 +153,8 @@ void dbt_sharing_attach(dbt_pool *p)
     bool keep = sh && p->gen == gen && !p->exiting && !p->share;
     if (keep) {
         p->share = sh;
-        dbt_relay_set_dir(dbt_share_dir_fd(sh));
+        if (p->client->cfg->host_relay)
+            dbt_relay_set_dir(dbt_share_dir_fd(sh)); /* the relay's socket lives there */
         dbt_pool_set_group(p, dbt_share_group(sh));
         sh = NULL;
     }

@@ -200,10 +200,10 @@ else
     ccli "$src" cluster setslot "$mig_slot" importing "$dst_id" >/dev/null
     win0=$(now_ms)
     ccli "$dst" cluster setslot "$mig_slot" migrating "$src_id" >/dev/null
-    sleep 0.3
+    sleep 0.1
     for key in $(ccli "$dst" --raw cluster getkeysinslot "$mig_slot" 100); do
         ccli "$dst" migrate 127.0.0.1 "$src" "$key" 0 5000 >/dev/null
-        sleep 0.02
+        sleep 0.01
     done
     # keys created meanwhile (on the old node, by scripts that found every key they named)
     rounds=0
