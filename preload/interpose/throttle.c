@@ -18,6 +18,7 @@
 #include <fnmatch.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ static int64_t now_ms(void)
 }
 
 static void evict_cancel(const char *conn_id, const char *event);
+static void no_cancels_in_child(void);
 
 /* The process' throttle (lib.c). An active one has dbthrottle evict --cancel (and closed mode's
  * lapsing leases) cancel the command running on a connection of ours: wired at the throttle's
@@ -39,8 +41,10 @@ static pthread_once_t wire_once = PTHREAD_ONCE_INIT;
 
 static void wire(void)
 {
-    if (dbt_lib_get()->active)
+    if (dbt_lib_get()->active) {
+        pthread_atfork(NULL, NULL, no_cancels_in_child);
         dbt_on_evict_cancel(evict_cancel);
+    }
 }
 
 static const dbt_lib *throttle_lib(void)
@@ -556,6 +560,25 @@ typedef struct {
     char event[32];
 } cancel_job;
 
+/* Cancels being sent on their threads. The program often exits right after its command got the
+ * cancel's error, while the thread that sent it has yet to see the server hang up and log how it
+ * went: the process' exit then waits a little for it (CI lost the lapse_cancel line that way,
+ * under load). A fork()ed child has none of those threads. */
+static atomic_int cancels_in_flight;
+enum { EXIT_WAITS_FOR_CANCELS_MS = 1000 };
+
+static void no_cancels_in_child(void)
+{
+    atomic_store(&cancels_in_flight, 0);
+}
+
+__attribute__((destructor)) static void wait_for_cancels(void)
+{
+    for (int waited = 0; atomic_load(&cancels_in_flight) > 0 && waited < EXIT_WAITS_FOR_CANCELS_MS;
+         waited += 5)
+        nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+}
+
 /* Sends one cancel and says how it went. PQcancel connects to the server and waits for it to
  * hang up, with no timeout of its own: against a server host cut off, a connect's SYN retries
  * last about two minutes. */
@@ -574,6 +597,7 @@ static void *send_cancel(void *arg)
                      DBT_S("error", sent ? "-" : err)};
     dbt_log(sent ? DBT_LOG_WARN : DBT_LOG_ERROR, j->event, f, sizeof f / sizeof *f);
     free(j);
+    atomic_fetch_sub(&cancels_in_flight, 1);
     return NULL;
 }
 
@@ -597,6 +621,7 @@ static void evict_cancel(const char *conn_id, const char *event)
      * lost). Where no thread can be made, sent here. */
     pthread_attr_t attr;
     pthread_t t;
+    atomic_fetch_add(&cancels_in_flight, 1);
     bool started = pthread_attr_init(&attr) == 0;
     if (started) {
         started = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&

@@ -5,8 +5,13 @@
  * counted: libpq 15's PQrequestCancel makes and frees a PGcancel itself.
  *
  * First a PQrequestCancel from the handler on the idle connection (the first cancel call the
- * library sees), then `rounds` commands at a full pool, each waiting for a permit while the timer
- * fires PQcancel from the handler every 20 ms. Prints one line:
+ * library sees), then `rounds` commands at a full pool, each waiting for a permit while a timer
+ * fires PQcancel from the handler 20 ms after the handler last returned. The handler re-arms the
+ * one-shot timer itself (timer_settime is async-signal-safe) rather than a periodic timer firing
+ * every 20 ms: each PQcancel makes the server fork a backend, which on a loaded machine takes
+ * longer than 20 ms, and a periodic timer would then keep the handler running back to back and
+ * starve the program it interrupts. Only allocations by the handler's own thread count: the
+ * library's other threads may allocate meanwhile. Prints one line:
  *   rounds=N canceled=C fired=F allocs_in_handler=A max_ms=M
  * The connection comes from the PG* variables; exit status 2 when libpq or the server fails. */
 #include <dlfcn.h>
@@ -14,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 
 extern void *__libc_malloc(size_t n);
@@ -22,9 +26,10 @@ extern void *__libc_calloc(size_t n, size_t size);
 extern void *__libc_realloc(void *p, size_t n);
 extern void __libc_free(void *p);
 
-static volatile sig_atomic_t in_handler, allocs_in_handler, fired;
+static _Thread_local volatile sig_atomic_t in_handler;
+static volatile sig_atomic_t allocs_in_handler, fired;
 
-/* An allocation inside the handler made by anything but libpq itself. */
+/* An allocation inside the handler (on the thread it interrupted) made by anything but libpq. */
 static void count(const void *caller)
 {
     Dl_info info;
@@ -68,7 +73,9 @@ static int (*pq_request_cancel)(void *);
 static void (*pq_finish)(void *);
 
 static void *conn, *cancel;
-static volatile sig_atomic_t use_request_cancel;
+static volatile sig_atomic_t use_request_cancel, rearm;
+static timer_t timer;
+static const struct itimerspec after_20ms = {{0, 0}, {0, 20000000}}, disarmed = {{0, 0}, {0, 0}};
 
 static void on_alarm(int sig)
 {
@@ -81,6 +88,8 @@ static void on_alarm(int sig)
         pq_cancel(cancel, buf, (int)sizeof buf);
     fired++;
     in_handler = 0;
+    if (rearm)
+        timer_settime(timer, 0, &after_20ms, NULL);
 }
 
 static double now_ms(void)
@@ -133,15 +142,24 @@ int main(int argc, char **argv)
     raise(SIGALRM);
     use_request_cancel = 0;
 
-    struct itimerval every = {{0, 20000}, {0, 20000}}, off = {{0, 0}, {0, 0}};
+    struct sigevent on_expiry;
+    memset(&on_expiry, 0, sizeof on_expiry);
+    on_expiry.sigev_notify = SIGEV_SIGNAL;
+    on_expiry.sigev_signo = SIGALRM;
+    if (timer_create(CLOCK_MONOTONIC, &on_expiry, &timer) != 0) {
+        perror("timer_create");
+        return 2;
+    }
     int canceled = 0;
     double max_ms = 0;
     for (int i = 0; i < rounds; i++) {
-        setitimer(ITIMER_REAL, &every, NULL);
+        rearm = 1;
+        timer_settime(timer, 0, &after_20ms, NULL);
         double t0 = now_ms();
         void *res = pq_exec(conn, "SELECT 1");
         double took = now_ms() - t0;
-        setitimer(ITIMER_REAL, &off, NULL);
+        rearm = 0;
+        timer_settime(timer, 0, &disarmed, NULL);
         const char *code = res ? pq_error_field(res, 'C') : NULL;
         if (code && strcmp(code, "57014") == 0)
             canceled++;

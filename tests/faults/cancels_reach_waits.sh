@@ -2,8 +2,8 @@
 # the cancel path is safe in a signal handler. A Python ctypes client (libpq dlopen()ed, PQcancel
 # and PQgetCancel found by dlsym, as psycopg 3 does) cancels from another thread; a C client that
 # finds libpq the same way cancels from a SIGALRM handler (PQrequestCancel first, then PQcancel
-# every 20 ms while its commands wait), counting allocations made inside the handler (nothing may
-# be looked up, logged or allocated there).
+# 20 ms after each cancel while its commands wait), counting allocations made inside the handler
+# (nothing may be looked up, logged or allocated there).
 echo "# cancels_reach_waits: ctypes cancel from a thread, PQcancel from a signal handler"
 cr_env="DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=20s"
 throttled $cr_env PGAPPNAME=cr_holder psql -X -c "SELECT pg_sleep(30)" >/dev/null 2>&1 &
