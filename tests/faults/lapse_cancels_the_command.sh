@@ -24,8 +24,17 @@ for mode in closed open; do
     # it outlasts the stall.
     lc_ms=12000
     [ $mode = open ] && lc_ms=8000
-    wargs="-n 1 -s $lc_ms" spawn "$work/lc.a.$mode" $lc DBTHROTTLE_LOG="$work/lc.a.$mode.log"
+    # Under FAULT_EXIT_NOW (the ASan run) A ends with _exit: the library's exit, which waits for
+    # a cancel's thread to log how it went, is skipped. A then stays until its log has the
+    # lapse_cancel line (at most 5 s after its probe's end) before it exits.
+    lc_end= lc_toucher=
+    [ -z "${FAULT_EXIT_NOW:-}" ] || lc_end="-E $work/lc.a.$mode.end"
+    wargs="-n 1 -s $lc_ms $lc_end" spawn "$work/lc.a.$mode" $lc DBTHROTTLE_LOG="$work/lc.a.$mode.log"
     a=$spawned
+    [ -z "$lc_end" ] || (wait_until 30 '[ -s "$work/lc.a.$mode" ]' &&
+        wait_until 5 'grep -q "event=lapse_cancel" "$work/lc.a.$mode.log"'
+        touch "$work/lc.a.$mode.end") &
+    lc_toucher=$!
     wait_until 10 '[ "$(probes lc_$mode)" -ge 1 ]'
     # A's backend, by the pid in the default log_line_prefix ("%m [%p] ") of its probe's line.
     a_be=$(tail -n +"$((log_mark + 1))" "$work/pg/server.log" | grep -m1 "dbt_conc app=lc_$mode n=" | sed 's/^[^[]*\[\([0-9]*\)\].*/\1/')
@@ -40,7 +49,7 @@ for mode in closed open; do
     kill -CONT "$redis_pid"
     wargs="-n 1 -s 500" spawn "$work/lc.c.$mode" $lc
     c=$spawned
-    wait "$a" "$b" "$c"
+    wait "$a" "$b" "$c" $lc_toucher
     conc=$(max_conc lc_$mode)
     n=$(probes lc_$mode)
     a_err=$(sum_field err "$work/lc.a.$mode")

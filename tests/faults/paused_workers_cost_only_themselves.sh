@@ -32,8 +32,10 @@ while :; do
     while [ $i -lt $pw_n ]; do # resume the stopped whose time is up
         eval "u=\$pw_until$i p=\$pw_pid$i"
         if [ "$u" -ne 0 ] && [ "$now" -ge "$u" ]; then
-            kill -CONT "$p" 2>/dev/null
+            # The time before the signal: read after it, on a loaded machine the clock was read
+            # after the resumed worker's statement had begun, and its excess was not explained.
             now_ms >>"$work/pw.conts"
+            kill -CONT "$p" 2>/dev/null
             eval "pw_until$i=0"
         fi
         i=$((i + 1))
@@ -51,8 +53,8 @@ while :; do
     sleep 0.05
 done
 i=0
-while [ $i -lt $pw_n ]; do eval "kill -CONT \$pw_pid$i" 2>/dev/null; i=$((i + 1)); done
 now_ms >>"$work/pw.conts"
+while [ $i -lt $pw_n ]; do eval "kill -CONT \$pw_pid$i" 2>/dev/null; i=$((i + 1)); done
 sleep 1
 pw_probes=$(probes pw)
 pw_q=$(pw_stat quarantines)

@@ -8,7 +8,8 @@
 #             connections break (no W: in open mode a waiter that loses Redis runs unthrottled,
 #             as documented);
 #   (cancel)  the stall, and W gives up (SIGTERM, which cancels its wait: PQcancel) just after
-#             Redis is back, then exits: its withdrawal is owed.
+#             Redis is back, then exits: its withdrawal is owed. H's probe lasts 5 s here, so that
+#             W gives up before H's probe ends even on a loaded machine.
 # From outside: H's permit leaves Redis' holders set within 1.5 s of H's exit (W's place its
 # queue within 1.5 s of W's exit), and the next probes start at the server within 1.5 s of H's
 # exit (of the quarantine's end, after the restart: "Failover and data loss"); never more than
@@ -49,7 +50,11 @@ sr_gone_ok() { [ "$1" -ge 0 ] && [ "$1" -le 1500 ]; }
 sr_start_ok() { [ "$1" -ne -99999 ] && [ "$1" -le 1500 ]; }
 for how in stall restart cancel; do
     mark
-    wargs="-n 1 -s 4000" spawn "$work/sr.h.$how" $sr DBTHROTTLE_LOG="$work/sr.h.$how.log" DBTHROTTLE_LOG_LEVEL=info
+    # (cancel) W must give up before H's probe ends and lets it in: with 0.3 s between Redis'
+    # return and that end, a loaded machine ran W's probe first (three probes, not two).
+    h_ms=4000
+    [ $how = cancel ] && h_ms=5000
+    wargs="-n 1 -s $h_ms" spawn "$work/sr.h.$how" $sr DBTHROTTLE_LOG="$work/sr.h.$how.log" DBTHROTTLE_LOG_LEVEL=info
     h=$spawned
     wait_until 10 '[ "$(rcli zcard "$sr_key:holders")" -ge 1 ]'
     t_hold=$(now_ms)
