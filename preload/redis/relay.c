@@ -64,6 +64,7 @@ static struct {
     pthread_t thread;
     int stop_fd;           /* the speaker's eventfd: ends it */
     int64_t suspect_until; /* dbt_relay_suspect: connect directly until then */
+    int64_t avoid_until;   /* dbt_relay_avoid: likewise */
     int suspects;          /* stalls in a row (dbt_relay_suspect), for the period's doubling */
     int retries;           /* connects in a row that found no relay it could use */
     int64_t drain_ms;      /* at exit, the relay answers what it read within this */
@@ -95,6 +96,15 @@ void dbt_relay_suspect(void)
              (long long)(period / 1000000));
     dbt_field f[] = {DBT_S("target", target), DBT_S("effect", effect)};
     dbt_log(DBT_LOG_WARN, "host_relay_stalled", f, 2);
+}
+
+void dbt_relay_avoid(void)
+{
+    pthread_mutex_lock(&proc.mu);
+    proc.avoid_until = dbt_now_us() + doubled(RELAY_RETRY_US, proc.retries, RELAY_RETRY_MAX_US);
+    if (proc.retries < 16)
+        proc.retries++;
+    pthread_mutex_unlock(&proc.mu);
 }
 
 uint64_t dbt_relay_generation(void)
@@ -745,10 +755,12 @@ dbt_redis *dbt_relay_connect(const dbt_config *cfg, int64_t *retry_us, bool *sta
         pthread_mutex_unlock(&proc.mu);
         return NULL;
     }
-    if (proc.dir < 0 || now < proc.suspect_until) {
+    if (proc.dir < 0 || now < proc.suspect_until || now < proc.avoid_until) {
         /* Not yet: the host's segment names the directory soon; a stalled relay is tried again
-         * once its suspicion ends. */
-        *retry_us = proc.dir < 0 ? INT64_MAX : proc.suspect_until;
+         * once its suspicion ends, one that kept breaking once its avoidance does. */
+        *retry_us = proc.dir < 0                            ? INT64_MAX
+                    : proc.suspect_until > proc.avoid_until ? proc.suspect_until
+                                                            : proc.avoid_until;
         pthread_mutex_unlock(&proc.mu);
         return NULL;
     }

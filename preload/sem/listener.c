@@ -12,6 +12,7 @@
 #include "cluster.h"
 #include "fork.h"
 #include "handover.h"
+#include "relay.h"
 #include "pool.h"
 #include "route.h"
 #include "route_step.h"
@@ -229,6 +230,15 @@ static dbt_redis *ready_listener(dbt_pool *p, char *err)
      * next speaker, or to Redis): a few times, as speakers may end one after another when the
      * host's processes all do. */
     for (int tries = 0; !l && tries < RELAY_TRIES && relay_broke(p); tries++) {
+        b = dbt_redis_budget_anew(p->client->cfg->redis_timeout_ms);
+        l = ready_listener_steps(p, err);
+        dbt_redis_budget_end(b);
+    }
+    /* Still the relay's doing: directly to Redis, which alone can say it is unreachable (make
+     * test once saw a waiter refused, "redis lost while waiting", just after its speaker was
+     * killed, Redis answering throughout). */
+    if (!l && relay_broke(p)) {
+        dbt_relay_avoid();
         b = dbt_redis_budget_anew(p->client->cfg->redis_timeout_ms);
         l = ready_listener_steps(p, err);
         dbt_redis_budget_end(b);
