@@ -50,6 +50,9 @@ wait_workers
 ca=$(max_conc c7a)
 cb=$(max_conc c7b)
 check "clients_that_disagree: prefixes a: and b: are two semaphores: at most 2 each at once (most seen: $ca and $cb)" '[ "$ca" -le 2 ] && [ "$cb" -le 2 ] && [ "$ca" -ge 1 ] && [ "$cb" -ge 1 ]'
-check "clients_that_disagree: each prefix has its own keys" '[ "$(rcli --raw exists "a:{c7p}:q:seq" "b:{c7p}:q:seq")" -eq 2 ]'
+# Any of the pool's keys (which ones exist depends on the run: with kept permits and under ASan
+# nobody may have queued in Redis, and the queue's counter was never made).
+c7keys() { rcli --scan --pattern "$1{c7p}:*" | wc -l; }
+check "clients_that_disagree: each prefix has its own keys (a: $(c7keys a:), b: $(c7keys b:))" '[ "$(c7keys a:)" -ge 1 ] && [ "$(c7keys b:)" -ge 1 ]'
 check "clients_that_disagree: nothing held or queued in the end" 'nothing_left q ""'
 wargs=
