@@ -148,12 +148,13 @@ def worker_env(host):
 
 def start_workers():
     py = "/usr/bin/python3"
+    respawn = ["sh", os.path.join(here, "workers/respawn.sh"), py]
     plan = [("psql", 0, ["sh", os.path.join(here, "workers/psql_loop.sh")]),
             ("psql", 1, ["sh", os.path.join(here, "workers/psql_loop.sh")]),
             ("acquire", 2, ["sh", os.path.join(here, "workers/psql_loop.sh")]),
             ("pgbench", 0, ["sh", os.path.join(here, "workers/pgbench_loop.sh")]),
-            ("psycopg2", 1, [py, os.path.join(here, "workers/py_threads.py")]),
-            ("psycopg3", 2, [py, os.path.join(here, "workers/py_async.py")])]
+            ("psycopg2", 1, respawn + [os.path.join(here, "workers/py_threads.py")]),
+            ("psycopg3", 2, respawn + [os.path.join(here, "workers/py_async.py")])]
     for h in range(HOSTS):
         os.makedirs(os.path.join(run_dir, "host%d" % h), mode=0o700, exist_ok=True)
     for i, (kind, host, argv) in enumerate(plan):
