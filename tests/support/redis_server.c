@@ -268,6 +268,11 @@ long long test_redis_commands(const test_redis *r)
     return commandstats_sum(r, top, sizeof top / sizeof *top, "calls");
 }
 
+long long test_redis_calls(const test_redis *r, const char *cmd)
+{
+    return commandstats_sum(r, &cmd, 1, "calls");
+}
+
 long long test_redis_script_usec(const test_redis *r)
 {
     static const char *const scripts[] = {"evalsha", "eval"};

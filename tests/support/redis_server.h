@@ -32,6 +32,8 @@ redisContext *test_redis_connect(const test_redis *r);
 long long test_redis_int(const test_redis *r, const char *fmt, ...);
 /* Commands clients sent (INFO commandstats, without the ones scripts ran, without INFO). */
 long long test_redis_commands(const test_redis *r);
+/* How many times Redis ran one command (lower case, "evalsha") at top level. */
+long long test_redis_calls(const test_redis *r, const char *cmd);
 /* Microseconds Redis spent in scripts so far (INFO commandstats: EVALSHA and EVAL usec). */
 long long test_redis_script_usec(const test_redis *r);
 /* Number of keys in the db. */
