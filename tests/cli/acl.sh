@@ -90,7 +90,10 @@ done
 wrc=0
 for p in $pids; do wait "$p" || wrc=1; done
 grants=$(rcli HGET "dbthrottle:{aclpool}:q:stats" grants)
-check "6 workers as dbthrottle-worker at a limit of 1: all succeeded, 12 probes, at most 1 at once at the server (most: $(max_conc t_aclw), probes: $(probes t_aclw)), $grants grants in Redis" '[ $wrc -eq 0 ] && [ "$(probes t_aclw)" -eq 12 ] && [ "$(max_conc t_aclw)" -eq 1 ] && [ "${grants:-0}" -ge 12 ]'
+# Redis grants some of the 12, not each: a psql's second statement may run on the permit it kept
+# from its first while nobody waited, and the host's processes pass permits to each other (a
+# loaded make test saw 11).
+check "6 workers as dbthrottle-worker at a limit of 1: all succeeded, 12 probes, at most 1 at once at the server (most: $(max_conc t_aclw), probes: $(probes t_aclw)), $grants of them granted by Redis" '[ $wrc -eq 0 ] && [ "$(probes t_aclw)" -eq 12 ] && [ "$(max_conc t_aclw)" -eq 1 ] && [ "${grants:-0}" -ge 1 ]'
 check "workers: Redis denied dbthrottle-worker nothing ($(acl_denials dbthrottle-worker) in its ACL LOG)" '[ "$(acl_denials dbthrottle-worker)" -eq 0 ] && ! grep -q NOPERM "$work"/w.*'
 check "workers: their keys are under the documented pattern (none outside dbthrottle:*)" '[ -z "$(rcli --scan | grep -v "^dbthrottle:")" ]'
 
