@@ -3,6 +3,14 @@
 # time in ten, after 1.5 s: longer than the lease, so Redis reaps its permit and grants it again.
 # At the end every worker is SIGKILLed at once: the pool must drain within one lease (by Redis'
 # clock: the leases' expiries, read right after the kills).
+# A long stop may land between a worker's last lease check and the write of its query: resumed,
+# it sends that query on a permit Redis granted again meanwhile, beside 3 others. That is the
+# window operations.md documents ("The bound on over-admission"), which ends with the query; seen
+# once in make test beside a busy loop (4 at once, uncached). So a 4th at once is allowed only in
+# the moments after a long stop's SIGCONT (its query, and one that started while it ran), judged
+# by the server log's times; anywhere else, or a 5th, fails.
+. "$here/../support/admission.sh"
+adm_begin
 echo "# holders_killed_or_stopped: holders SIGKILLed and SIGSTOPped, 200 cycles"
 mark
 wargs="-s 20"
@@ -10,10 +18,10 @@ c1_env="PGAPPNAME=c1 DBTHROTTLE_MAX_QUERIES=3 DBTHROTTLE_LEASE=1s"
 i=0
 while [ $i -lt 8 ]; do
     spawn "$work/c1.out.$i.0" $c1_env
-    eval "c1_pid$i=$spawned c1_until$i=0 c1_gen$i=0"
+    eval "c1_pid$i=$spawned c1_until$i=0 c1_gen$i=0 c1_long$i=0"
     i=$((i + 1))
 done
-kills=0 stops=0 long_stops=0 cycle=0
+kills=0 stops=0 long_stops=0 cycle=0 long_conts=
 while [ $cycle -lt 200 ]; do
     sleep 0.0$((5 + $(rand 5)))
     now=$(now_ms)
@@ -21,8 +29,10 @@ while [ $cycle -lt 200 ]; do
     while [ $i -lt 8 ]; do # wake the stopped whose time is up
         eval "u=\$c1_until$i p=\$c1_pid$i"
         if [ "$u" -ne 0 ] && [ "$now" -ge "$u" ]; then
+            eval "long=\$c1_long$i"
+            [ "$long" = 1 ] && long_conts="$long_conts $(adm_now)"
             kill -CONT "$p" 2>/dev/null
-            eval "c1_until$i=0"
+            eval "c1_until$i=0 c1_long$i=0"
         fi
         i=$((i + 1))
     done
@@ -41,14 +51,19 @@ while [ $cycle -lt 200 ]; do
         stops=$((stops + 1))
         if [ "$(rand 10)" -eq 0 ]; then
             long_stops=$((long_stops + 1))
-            eval "c1_until$i=$((now + 1500))"
+            eval "c1_until$i=$((now + 1500)) c1_long$i=1"
         else
             eval "c1_until$i=$((now + 50 + $(rand 350)))"
         fi
     fi
 done
 i=0
-while [ $i -lt 8 ]; do eval "kill -CONT \$c1_pid$i" 2>/dev/null; i=$((i + 1)); done
+while [ $i -lt 8 ]; do
+    eval "long=\$c1_long$i"
+    [ "$long" = 1 ] && long_conts="$long_conts $(adm_now)"
+    eval "kill -CONT \$c1_pid$i" 2>/dev/null
+    i=$((i + 1))
+done
 sleep 1 # the resumed ones go on
 n_probes=$(probes c1)
 i=0
@@ -72,9 +87,19 @@ last_lease=$(rcli --raw eval "local t = redis.call('TIME') local now = t[1] * 10
 wait_until 5 '[ "$(live_holders)" -eq 0 ] && [ "$(live_waiters)" -eq 0 ]'
 drain=$waited_ms
 conc=$(max_conc c1)
-info "$kills SIGKILLs, $stops SIGSTOPs ($long_stops longer than the lease), $n_probes probes ran"
-check "holders_killed_or_stopped: at most 3 probes ran at once at the server (most seen: $conc)" '[ "$conc" -le 3 ]'
-check "holders_killed_or_stopped: the pool was saturated, so the counter was tested (most seen: $conc = 3)" '[ "$conc" -eq 3 ]'
+# The probes that started with more than 3 at once, and how long after the latest long stop's
+# SIGCONT before them (-1: none before); within 500 ms (a 20 ms probe, its query written as the
+# worker resumed, on a loaded machine) it is the documented window.
+over=$(tail -n +"$((log_mark + 1))" "$work/pg/server.log" | adm_probes_in c1 | awk -v conts="$long_conts" '
+    BEGIN { nc = split(conts, c, " ") }
+    $2 > 3 { after = -1; for (k = 1; k <= nc; k++) if (c[k] <= $1) after = $1 - c[k]
+             printf "%s%d at once %d ms after a long stop'"'"'s SIGCONT", sep, $2, after; sep = "; "
+             if ($2 > 4 || after < 0 || after > 500) bad = 1 }
+    END { if (bad) printf " (outside the window)"; print "" }')
+info "$kills SIGKILLs, $stops SIGSTOPs ($long_stops longer than the lease), $n_probes probes ran${over:+; above 3: $over}"
+check "holders_killed_or_stopped: at most 3 probes ran at once at the server, but in the documented window of a long stop (most seen: $conc${over:+; $over})" \
+    '[ "$conc" -le 3 ] || { [ "$conc" -eq 4 ] && [ -n "$over" ] && ! echo "$over" | grep -q "outside the window"; }'
+check "holders_killed_or_stopped: the pool was saturated, so the counter was tested (most seen: $conc >= 3)" '[ "$conc" -ge 3 ]'
 check "holders_killed_or_stopped: work went on through the crashes ($n_probes probes)" '[ "$n_probes" -ge 100 ]'
 # Without leases the pool would never drain at all.
 check "holders_killed_or_stopped: after all were killed the last lease ran out $last_lease ms later by Redis' clock (lease 1000 ms), and the pool drained (seen by polling after $drain ms)" '[ "$last_lease" -le 1000 ] && [ "$drain" -ge 0 ]'

@@ -8,6 +8,8 @@
 #   adm_now                    now, in ms since UTC midnight (the log's clock)
 #   adm_fleet N APP ENV...     N workers (wargs as set) with application_name APP and ENV
 #   adm_stop_fleet             SIGTERM to them, waited for; bad exits in $adm_bad
+#   adm_probes APP             its probes as "<ms since UTC midnight> <n at once>" lines
+#   adm_probes_in APP          the same, of the log lines on standard input
 #   adm_max APP FROM [TO]      the most probes of APP at once among those started in [FROM, TO)
 #   adm_first APP FROM         ms from FROM to the first probe of APP started at or after it (-1:
 #                              none)
@@ -42,16 +44,18 @@ adm_stop_fleet() {
     spawned_list=
 }
 
-# The probes of APP as "<ms since midnight> <n at once>" lines, in log order.
-adm_probes() {
+# The probes of APP as "<ms since midnight> <n at once>" lines, in log order: of the server log,
+# or (adm_probes_in) of the part of it on standard input.
+adm_probes_in() {
     awk -v app="app=$1" '$0 ~ "dbt_conc " app " n=" {
         split($2, t, ":")
         ms = (t[1] * 3600 + t[2] * 60 + t[3]) * 1000
         n = $0
         sub(/.* n=/, "", n)
         printf "%d %d\n", ms, n + 0
-    }' "$work/pg/server.log"
+    }'
 }
+adm_probes() { adm_probes_in "$1" <"$work/pg/server.log"; }
 
 adm_max() {
     adm_probes "$1" | awk -v from="$2" -v to="${3:-999999999}" \
