@@ -14,7 +14,12 @@ c4="PGAPPNAME=c4 DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_LEASE=1s DBTHROTTLE_REDIS_T
 for how in stall restart; do
     mark
     rm -f "$work/c4.ready"
-    wargs="-n 1 -x 2500 -W $work/c4.ready" spawn "$work/c4.a.$how" $c4 DBTHROTTLE_LOG="$work/c4.a.$how.log"
+    # (stall) B must start and queue before A's pause ends: 2.5 s left 1 s after the stall, which
+    # B took longer to use under TSan beside a busy loop (A's next statement waited 100 ms: B was
+    # not queued yet). A pauses 4 s there, and B holds as long, past the end of A's pause.
+    pause_ms=2500
+    [ $how = stall ] && pause_ms=4000
+    wargs="-n 1 -x $pause_ms -W $work/c4.ready" spawn "$work/c4.a.$how" $c4 DBTHROTTLE_LOG="$work/c4.a.$how.log"
     a=$spawned
     wait_until 10 '[ -e "$work/c4.ready" ]'
     if [ $how = stall ]; then
@@ -27,7 +32,7 @@ for how in stall restart; do
         redis_start
         sleep 0.4 # one renewal period (lease/3) and a little
     fi
-    wargs="-n 1 -s 2500" spawn "$work/c4.b.$how" $c4 # holds past the end of A's pause
+    wargs="-n 1 -s $pause_ms" spawn "$work/c4.b.$how" $c4 # holds past the end of A's pause
     b=$spawned
     wait "$a" "$b"
     conc=$(max_conc c4)
