@@ -4,8 +4,10 @@ it_held_finish() {
         [ "$hc_wrap" = valgrind ] && ! hc_valgrind && continue
         pool=held_f${hc_wrap:+_vg}
         mark
-        # valgrind takes seconds to start the program: the holder holds for longer there
-        hc_hold $pool $pool $([ -n "$hc_wrap" ] && echo 10000 || echo 3000)
+        # valgrind takes seconds to start the program: the holder holds for longer there (10 s
+        # was too short beside a busy loop: the program's PQsendQuery alone took 2.7 s, the
+        # holder was done before the PQfinish, and the command ran: probes 2)
+        hc_hold $pool $pool $([ -n "$hc_wrap" ] && echo 20000 || echo 3000)
         HC_WRAP=${hc_wrap:+valgrind -q --error-exitcode=9 --log-file=$work/hc.valgrind.%p}
         hc_run $pool finish DBTHROTTLE_WAIT_TIMEOUT=30s
         HC_WRAP=
