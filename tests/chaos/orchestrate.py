@@ -209,7 +209,7 @@ def holder(pick):
     newest statement (the one with most of its run left: a long one killed early outlives the
     permit's return). For dbthrottle acquire, the holder is the dbthrottle that runs the psql.
     None when none runs."""
-    ports = psql("SELECT client_port FROM pg_stat_activity WHERE application_name = 'chaos'"
+    ports = psql("SELECT client_port FROM pg_stat_activity WHERE application_name LIKE 'chaos%'"
                  " AND state = 'active' AND query LIKE '%chaos_probe%' ORDER BY query_start DESC")
     ports = ports.split()
     if not ports:
@@ -375,7 +375,7 @@ def apply(f):
         rec["backend"] = ""
         while not rec["backend"] and time.time() < rec["start"] + 1.0:
             rec["backend"] = psql(
-                "WITH p AS (SELECT pid FROM pg_stat_activity WHERE application_name = 'chaos'"
+                "WITH p AS (SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'chaos%%'"
                 " AND state = 'active' AND query LIKE '%%chaos_probe%%')"
                 " SELECT pid FROM p ORDER BY pid OFFSET floor(%f * (SELECT count(*) FROM p))::int"
                 " LIMIT 1" % f["pick"])

@@ -5,7 +5,8 @@
 -- server's lock table (itself included): the most at once, taken at each start, counts a statement
 -- that runs on after its client is gone (the lock is the backend's, not the client's), and
 -- xact=T, its transaction's start (epoch seconds): the instant its permit was taken, for a
--- statement inside BEGIN .. COMMIT (a transaction holds one permit from its start). It logs
+-- statement inside BEGIN .. COMMIT (a transaction holds one permit from its start), and app=A, its
+-- session's application_name (chaos-acquire: a psql that dbthrottle acquire runs). It logs
 -- "chaos_end" when it ends or fails in the function; a backend terminated by FATAL logs that line
 -- (with its pid) instead, and a session's end its disconnection line (log_disconnections): the
 -- checker ends an interval at the first of them.
@@ -16,7 +17,8 @@ BEGIN
     BEGIN
         SELECT count(*) INTO n FROM pg_locks
          WHERE locktype = 'advisory' AND classid = 29 AND objsubid = 2 AND granted;
-        RAISE LOG 'chaos_start n=% xact=%', n, extract(epoch FROM transaction_timestamp());
+        RAISE LOG 'chaos_start n=% xact=% app=%', n, extract(epoch FROM transaction_timestamp()),
+            current_setting('application_name');
         PERFORM pg_sleep(ms / 1000.0);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         RAISE LOG 'chaos_end failed';

@@ -15,10 +15,10 @@ def epoch(date, millis):
 
 
 class Probe:
-    __slots__ = ("pid", "start", "end", "n", "admitted", "how")
+    __slots__ = ("pid", "start", "end", "n", "admitted", "how", "app")
 
-    def __init__(self, pid, start, n, admitted):
-        self.pid, self.start, self.n, self.end, self.how = pid, start, n, None, None
+    def __init__(self, pid, start, n, admitted, app):
+        self.pid, self.start, self.n, self.end, self.how, self.app = pid, start, n, None, None, app
         # When its permit was taken: its transaction's start (at most its own).
         self.admitted = min(start, admitted)
 
@@ -37,7 +37,7 @@ def read(path, run_end):
         pid, level, msg = int(m.group(3)), m.group(4), m.group(5)
         if level == "LOG" and msg.startswith("chaos_start n="):
             fields = dict(kv.split("=", 1) for kv in msg.split()[1:])
-            p = Probe(pid, t, int(fields["n"]), float(fields.get("xact", t)))
+            p = Probe(pid, t, int(fields["n"]), float(fields.get("xact", t)), fields.get("app", ""))
             running[pid] = p
             probes.append(p)
         elif pid in running and (msg.startswith("chaos_end") or level in ("ERROR", "FATAL")

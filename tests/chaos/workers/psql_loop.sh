@@ -4,7 +4,10 @@
 # "ok", "refused" (the library's refusal) or "err" per try to OUT, psql's stderr to OUT.err. A
 # failed try is retried after 50 ms: a stall at the server is then the throttle's, not the loop's.
 # With CHAOS_ACQUIRE set, each psql runs under `dbthrottle acquire` instead of the preload (the
-# permit is then the command's, taken by the CLI).
+# permit is then the command's, taken by the CLI), as application chaos-acquire; the command
+# appends the instant it starts (the permit granted) to OUT.starts before it becomes psql: the
+# permit is in use from there, while psql starts and connects (over a second beside a busy loop),
+# which the server's log cannot show.
 out=$1
 # Mostly a few ms to 300 ms; one in 40 is 5 s, longer than the lease and its renewal period: a
 # holder killed in the middle of one leaves its statement running at the server past its permit's
@@ -21,8 +24,10 @@ while [ "$(date +%s%N)" -lt "$CHAOS_STOP_NS" ]; do
         set -- -c "SELECT chaos_probe($a)"
     fi
     if [ -n "${CHAOS_ACQUIRE:-}" ]; then
-        set -- env -u LD_PRELOAD "$CHAOS_ACQUIRE" acquire "$DBTHROTTLE_POOL" --limit "$DBTHROTTLE_MAX_QUERIES" \
-            -- psql -qAtX -v ON_ERROR_STOP=1 "$@"
+        set -- env -u LD_PRELOAD PGAPPNAME=chaos-acquire \
+            "$CHAOS_ACQUIRE" acquire "$DBTHROTTLE_POOL" --limit "$DBTHROTTLE_MAX_QUERIES" \
+            -- bash -c 'printf "%s\n" "$EPOCHREALTIME" >>"$0" && exec psql "$@"' "$out.starts" \
+            -qAtX -v ON_ERROR_STOP=1 "$@"
     else
         set -- psql -qAtX -v ON_ERROR_STOP=1 "$@"
     fi
