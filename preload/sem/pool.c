@@ -425,6 +425,13 @@ void dbt_pool_thread_clear_failure(void)
     thread_failed_permanently = false;
 }
 
+static dbt_outage_view outage_view(const dbt_pool *p)
+{
+    return (dbt_outage_view){.in_outage = p->in_outage,
+                             .last_error_us = p->outage_error_us,
+                             .ended_us = p->outage_ended_us};
+}
+
 void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
 {
     char why[DBT_MISCONFIG_LEN];
@@ -439,18 +446,26 @@ void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
     const dbt_config *cfg = p->client->cfg;
     pthread_mutex_lock(&p->mu);
     p->st.redis_errors++;
-    p->down_until_us = dbt_now_us() + DBT_OUTAGE_BACKOFF_US;
-    bool first = !p->in_outage;
+    int64_t now = dbt_now_us();
+    p->down_until_us = now + DBT_OUTAGE_BACKOFF_US;
+    dbt_outage_view ov = outage_view(p);
+    bool first = dbt_core_outage_begins(&ov, now, DBT_OUTAGE_BACKOFF_US);
+    bool resumed = !p->in_outage && !first;
+    int64_t gap_us = now - p->outage_ended_us;
     p->in_outage = true;
+    p->outage_error_us = now;
     if (first) { /* a new outage: what it costs is counted from here (registry.c reports it) */
         p->outage_since_ms = dbt_wall_ms();
         p->outage_until_ms = 0;
         p->outage_unthrottled = p->outage_refused = 0;
+    } else if (resumed) {
+        p->outage_until_ms = 0; /* the last one again: its cost goes on counting */
     }
     pthread_mutex_unlock(&p->mu);
     /* Once per outage: a dead Redis must not flood the host program's stderr. A disabled
-     * process only reports itself (registry.c): its commands never depend on Redis. */
-    if (first && !cfg->disable) {
+     * process only reports itself (registry.c): its commands never depend on Redis. An outage
+     * that resumes says so once more, after its redis_back. */
+    if ((first || resumed) && !cfg->disable) {
         bool open = cfg->on_redis_error == DBT_ON_ERROR_OPEN;
         dbt_field f[] = {DBT_S("pool", p->name),
                          DBT_S("during", what),
@@ -458,8 +473,10 @@ void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
                          DBT_S("redis", cfg->redis_url_redacted),
                          DBT_S("mode", open ? "open" : "closed"),
                          DBT_S("effect", open ? "running unthrottled until Redis is back"
-                                              : "refusing commands until Redis is back")};
-        dbt_log(open ? DBT_LOG_WARN : DBT_LOG_ERROR, "redis_error", f, sizeof f / sizeof *f);
+                                              : "refusing commands until Redis is back"),
+                         DBT_MS("resumes_after_ms", (double)gap_us / 1000)};
+        size_t n = sizeof f / sizeof *f - (resumed ? 0 : 1);
+        dbt_log(open ? DBT_LOG_WARN : DBT_LOG_ERROR, "redis_error", f, n);
     } else if (dbt_log_enabled(DBT_LOG_DEBUG)) {
         dbt_field f[] = {DBT_S("pool", p->name), DBT_S("during", what), DBT_S("error", msg)};
         dbt_log(DBT_LOG_DEBUG, "redis_error", f, 3);
@@ -469,12 +486,18 @@ void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
 void dbt_pool_note_ok(dbt_pool *p, int64_t sent_us)
 {
     pthread_mutex_lock(&p->mu);
-    bool was = p->in_outage;
-    p->in_outage = false;
+    dbt_outage_view ov = outage_view(p);
+    bool was = dbt_core_outage_ends(&ov, sent_us);
+    /* Sent before the outage's last failure: it lasts, and so does its backoff. */
+    bool outage_stands = p->in_outage && !was;
+    if (was) {
+        p->in_outage = false;
+        p->outage_ended_us = dbt_now_us();
+    }
     /* A permanent error noted after this call was sent stands, and with it its probe schedule
      * (down_until_us): the call's success tells nothing of the configuration since. */
     bool stands = p->misconfig[0] && sent_us < p->misconfig_at_us;
-    if (!stands)
+    if (!stands && !outage_stands)
         p->down_until_us = 0;
     char fixed[sizeof p->misconfig] = "";
     if (!stands) {
@@ -874,6 +897,7 @@ static void after_fork(dbt_pool *p)
     p->stats_line_us = 0;
     p->outage_since_ms = p->outage_until_ms = 0;
     p->outage_unthrottled = p->outage_refused = 0;
+    p->outage_error_us = p->outage_ended_us = 0;
     memset(p->warn_next_us, 0, sizeof p->warn_next_us);
     memset(p->warn_quiet, 0, sizeof p->warn_quiet);
     memset(p->quarantine_until_us, 0, sizeof p->quarantine_until_us);

@@ -329,6 +329,18 @@ dbt_outage_fate dbt_core_outage(bool misconfigured, bool open_mode)
     return open_mode ? DBT_OUTAGE_UNTHROTTLED : DBT_OUTAGE_REFUSED;
 }
 
+bool dbt_core_outage_begins(const dbt_outage_view *v, int64_t now_us, int64_t backoff_us)
+{
+    if (v->in_outage)
+        return false;
+    return v->ended_us == 0 || now_us - v->ended_us >= backoff_us;
+}
+
+bool dbt_core_outage_ends(const dbt_outage_view *v, int64_t sent_us)
+{
+    return v->in_outage && sent_us >= v->last_error_us;
+}
+
 bool dbt_core_within_share(const dbt_share_view *v)
 {
     return v->share1 > 0 && v->held >= 0 && (uint64_t)v->held < v->share1;

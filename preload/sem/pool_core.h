@@ -322,6 +322,24 @@ typedef enum {
 } dbt_outage_fate;
 dbt_outage_fate dbt_core_outage(bool misconfigured, bool open_mode);
 
+/* Where an outage begins and ends, as the process reports it (dbthrottle status' last_outage,
+ * the redis_error and redis_back lines): one outage however many calls fail in it. */
+typedef struct {
+    bool in_outage;
+    int64_t last_error_us; /* the last failed call noted (dbt_now_us) */
+    int64_t ended_us;      /* when the last outage ended (0: none has) */
+} dbt_outage_view;
+/* A call failed at now_us: whether a new outage begins. Not while one lasts, and not when the
+ * last one ended less than the outage backoff ago: Redis that answered a call or two between
+ * failures flapped, one outage whose cost is counted from its first failure (a cut whose
+ * connections die one by one ended and began again within a millisecond). */
+bool dbt_core_outage_begins(const dbt_outage_view *v, int64_t now_us, int64_t backoff_us);
+/* A call sent at sent_us succeeded: whether it ends the outage. Not one sent before the last
+ * failure was noted: its reply, read late or on a connection the failure had not reached yet,
+ * says nothing of Redis since (the outage's first line was followed by a redis_back 1 ms later,
+ * and status showed the cost of what came after only). */
+bool dbt_core_outage_ends(const dbt_outage_view *v, int64_t sent_us);
+
 /* ---- the host's share of the limit (docs/design.md, "Shares") ----
  * What the host's segment knows of its group's share of a kind: the share Redis last said (by
  * "s<kind>:<share>:<ticket>" or a renewal), the units it counts the group holding, and the ticket

@@ -202,6 +202,8 @@ struct dbt_pool {
      * (wall clock, ms), until when (0 while it lasts), and what it cost. */
     int64_t outage_since_ms, outage_until_ms;
     uint64_t outage_unthrottled, outage_refused;
+    int64_t outage_error_us,
+        outage_ended_us; /* its last failure, the last one's end (pool_core.h) */
     /* Warn-level lines about commands that ran unthrottled, were refused or timed out: the first
      * of a stretch, then one summary per DBT_WARN_EVERY_US with how many were not logged. */
     int64_t warn_next_us[3];

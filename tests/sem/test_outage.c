@@ -4,12 +4,15 @@
 #include "clock.h"
 #include "lapse.h"
 #include "pool.h"
+#include "script_protocol.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>
+#include <hiredis.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HOLDERS "dbthrottle:{outage}:q:holders"
@@ -251,4 +254,81 @@ Test(outage, closed_permit_lost_once_its_cancel_point_passed, .timeout = 60)
               (long long)((asked - cancel_at) / 1000),
               (long long)((renewed + lease - asked) / 1000));
     dbt_release(a);
+}
+
+/* ---- what the process reports of an outage (dbthrottle status' last_outage) ---- */
+
+typedef struct {
+    const char *cid;
+    unsigned long long unthrottled;
+    dbt_proc_record rec;
+} outage_reported;
+
+/* Redis' record of the client shows an outage over, with that many commands unthrottled. */
+static bool outage_over(void *arg)
+{
+    outage_reported *o = arg;
+    redisContext *ctx = test_redis_connect(&fx_redis);
+    if (!ctx)
+        return false;
+    redisReply *r = redisCommand(ctx, "HGET dbthrottle:{outage}:procinfo %s", o->cid);
+    bool ok = r && r->type == REDIS_REPLY_STRING && dbt_parse_record(r->str, &o->rec) &&
+              o->rec.outage_until_ms != 0 && o->rec.outage_unthrottled == o->unthrottled;
+    if (r)
+        freeReplyObject(r);
+    redisFree(ctx);
+    return ok;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Redis killed, back until a command reaches it, killed again at once, back: it answered for
+ * less than the outage backoff between two failures, a flap. The process reports one outage,
+ * counted from the first failure with every command it ran unthrottled in either piece (the
+ * report showed the second piece only: a cut whose connections died one by one looked to the
+ * operator like a few milliseconds at the end). */
+Test(outage, a_flap_is_one_outage_in_the_report, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_ON_REDIS_ERROR=open", "DBTHROTTLE_REDIS_TIMEOUT=300ms",
+                              "DBTHROTTLE_LEASE=1500ms", NULL);
+    dbt_pool *p = dbt_client_pool(c, "outage");
+    dbt_acquire_opts o = {.limit = 2, .wait_ms = 5000}, now = {.limit = 2, .wait_ms = 0};
+    dbt_permit *a = NULL;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &a), DBT_ACQ_GRANTED);
+    dbt_release(a);
+    outage_reported rep = {.cid = dbt_client_id(c)};
+    int64_t first_fail = 0;
+    for (int piece = 0; piece < 2; piece++) {
+        test_redis_kill(&fx_redis);
+        if (!first_fail)
+            first_fail = wall_ms();
+        dbt_acq_result res = dbt_acquire(p, DBT_KIND_QUERY, &o, &a);
+        cr_assert_eq(res, DBT_ACQ_UNTHROTTLED);
+        rep.unthrottled++;
+        cr_assert(test_redis_restart(&fx_redis, NULL));
+        /* Until a command reaches Redis again (granted, or not in the restarted Redis'
+         * quarantine): the outage is over, and the next piece begins at once. */
+        int64_t deadline = test_now_ms() + 5000;
+        while ((res = dbt_acquire(p, DBT_KIND_QUERY, &now, &a)) == DBT_ACQ_UNTHROTTLED &&
+               test_now_ms() < deadline) {
+            rep.unthrottled++;
+            usleep(20000);
+        }
+        cr_assert(res == DBT_ACQ_GRANTED || res == DBT_ACQ_TIMEOUT, "Redis was not reached again");
+        if (res == DBT_ACQ_GRANTED)
+            dbt_release(a);
+    }
+    cr_assert(test_wait_until(outage_over, &rep, 5000),
+              "the record does not show one outage over with %llu commands unthrottled "
+              "(it shows %llu, since %lld ms after the first failure)",
+              rep.unthrottled, rep.rec.outage_unthrottled,
+              (long long)(rep.rec.outage_since_ms - first_fail));
+    cr_expect_leq(rep.rec.outage_since_ms - first_fail, 500,
+                  "the outage reported began %lld ms after the first failure",
+                  (long long)(rep.rec.outage_since_ms - first_fail));
 }

@@ -880,6 +880,30 @@ Test(pool_core, an_outage_runs_unthrottled_only_in_open_mode_and_never_when_misc
     cr_assert_eq(dbt_core_outage(true, false), DBT_OUTAGE_MISCONFIGURED);
 }
 
+/* tests/faults/fleet_state_visible.sh: a cut is one outage in the log and in status */
+Test(pool_core, a_reply_to_a_call_sent_before_the_failure_does_not_end_the_outage)
+{
+    dbt_outage_view v = {.in_outage = true, .last_error_us = 5000, .ended_us = 0};
+    cr_assert_not(dbt_core_outage_ends(&v, 4999), "sent before the failure: says nothing since");
+    cr_assert(dbt_core_outage_ends(&v, 5000), "sent as it was noted");
+    cr_assert(dbt_core_outage_ends(&v, 7000), "sent after");
+    v.in_outage = false;
+    cr_assert_not(dbt_core_outage_ends(&v, 7000), "no outage to end");
+}
+
+Test(pool_core, a_failure_within_the_backoff_of_the_last_outage_resumes_it)
+{
+    const int64_t backoff = 1000000;
+    dbt_outage_view v = {.in_outage = false, .last_error_us = 0, .ended_us = 0};
+    cr_assert(dbt_core_outage_begins(&v, 10, backoff), "the first failure begins one");
+    v.in_outage = true;
+    cr_assert_not(dbt_core_outage_begins(&v, 20, backoff), "one lasts");
+    v = (dbt_outage_view){.in_outage = false, .last_error_us = 20, .ended_us = 3000000};
+    cr_assert_not(dbt_core_outage_begins(&v, 3000000 + backoff - 1, backoff),
+                  "Redis answered for less than the backoff: the same outage");
+    cr_assert(dbt_core_outage_begins(&v, 3000000 + backoff, backoff), "a new one after");
+}
+
 /* ---- the host's share of the limit (docs/design.md, "Shares") ---- */
 
 static void share_ev(dbt_share_view *v, dbt_shev_type type, int64_t share, int64_t held,
