@@ -52,17 +52,21 @@ probes = serverlog.read(log_path, h["end"])
 faults = h["faults"]
 
 
+def backoff_end(back):
+    """When the outage backoff that Redis' return at BACK may leave ends: a request sent just before
+    the return fails up to the Redis timeout after it, and the backoff runs 1 s from that last
+    failure (design.md, "Redis errors")."""
+    return back + h["redis_timeout"] + OUTAGE_BACKOFF
+
+
 def over_window(f):
     """Where more than the limit at once may be admitted because of fault f (None: nowhere)."""
     if mode == "closed" and f["kind"] in RESTARTS:
         return (f["start"], f["end"] + Q)
     if mode == "open" and f["kind"] in REDIS_DOWN:
         # Redis is back at the fault's end (a slow one once the requests queued in the proxy have
-        # passed, its delay later); a request sent just before fails up to the Redis timeout
-        # after, and an outage admits unthrottled for 1 s after its last failure (design.md,
-        # "Redis errors").
-        back = f["end"] + f.get("delay", 0.0)
-        return (f["start"], back + h["redis_timeout"] + OUTAGE_BACKOFF)
+        # passed, its delay later); an outage admits unthrottled until its backoff ends.
+        return (f["start"], backoff_end(f["end"] + f.get("delay", 0.0)))
     return None
 
 
@@ -86,8 +90,7 @@ def excuse(f):
         # came up to a Redis timeout after its return (design.md, "Redis errors"): closed mode
         # refuses meanwhile what it would have run (seen: seed 2, psycopg 3 refused 10 tries
         # 0.8 s after a 0.8 s stop, 1.39 s below the limit), as after a partition below.
-        back = f["end"] + f.get("delay", 0.0)
-        return (f["start"], back + h["redis_timeout"] + OUTAGE_BACKOFF, limit)
+        return (f["start"], backoff_end(f["end"] + f.get("delay", 0.0)), limit)
     if f["kind"] in ("client_kill", "client_stop"):
         return (f["start"], max(f["end"], f["start"] + lease + lease / 3), can_hold(f["target"]))
     if f["kind"] == "partition":
@@ -98,8 +101,8 @@ def excuse(f):
         # after the heal (design.md, "Redis errors"), refusing in closed mode what it would have
         # run (seen in CI: seed 1 below the limit 1.30 s after a 3 s cut healed).
         held = sum(can_hold(w["kind"]) for w in h["workers"] if w["host"] == f["host"])
-        back = f["end"] + h["redis_timeout"] + OUTAGE_BACKOFF
-        return (f["start"], max(back, f["start"] + lease + lease / 3), min(limit, held))
+        return (f["start"], max(backoff_end(f["end"]), f["start"] + lease + lease / 3),
+                min(limit, held))
     if f["kind"] == "pg_restart":
         # Every session was dropped: each client connects again (a psql a process, pgbench a run
         # of 8 connections) once the server accepts them, none of it the throttle's. Beside a busy

@@ -131,7 +131,10 @@ check "the standby took over ${took} ms after the SIGTERM by Redis' clock: at on
 
 # ---- the standby's try comes when the dead leader's lease runs out, not at its next tick ----------
 # An interval of 1 s against a lease of 2 s: a standby that tried only at its ticks would take
-# over up to 1 s after the lapse (uniformly: 0-1000 ms).
+# over up to 1 s after the lapse; this one's ticks fall half an interval after it (below), so
+# about 500 ms. One that tries at the lapse takes it within scheduling delays: 153 ms once in
+# CI's load (make test's three lanes beside a busy loop), hence a bound of 350 ms, which still
+# tells the two apart.
 echo "# the standby tries at the lapse"
 SLOW="--interval 1s --window 2s --lease 2s --ttl 4s"
 ctl "$work/la.log" lapse --min 1 --max 10 --start 3 $SLOW
@@ -150,8 +153,8 @@ wait "$la" 2>/dev/null
 dead_until=$(field lapse lease_until)
 wait_until 10 '[ "$(field lapse pid)" = "$lb" ]'
 lag=$(($(field lapse since) - dead_until))
-check "the standby took the lease ${lag} ms after the dead leader's ran out by Redis' clock (not before it; within 150 ms, not at its next tick of 1 s)" \
-    '[ "$lag" -ge 0 ] && [ "$lag" -le 150 ]'
+check "the standby took the lease ${lag} ms after the dead leader's ran out by Redis' clock (not before it; within 350 ms, not at its next tick, about 500 ms after)" \
+    '[ "$lag" -ge 0 ] && [ "$lag" -le 350 ]'
 kill -TERM "$lb"
 wait "$lb" 2>/dev/null
 

@@ -40,7 +40,6 @@ fa_lease_ms=6000
 fa_timeout_ms=500
 fa_stmt_ms=6000
 fa_renew_ms=$((fa_lease_ms / 3))
-fa_q_ms=$((fa_lease_ms / 3 + fa_timeout_ms + 1000))
 fa_slack_ms=2500
 
 # On the data server on PORT: a stats counter summed over the pools; live holders; live waiters.
@@ -73,6 +72,20 @@ fa_above() {
         awk -v from="$2" '{ if (c > 8 && $1 > from) t += $1 - (p > from ? p : from); c += $2; p = $1 } END { print t + 0 }'
 }
 
+# fa_errors_after FROM TO: the redis_error lines the workers logged in [FROM, TO) (adm_now's ms),
+# counted by what failed, and the last one's time after FROM ("none").
+fa_errors_after() {
+    grep -h 'event=redis_error' "$work/workers.err" 2>/dev/null | awk -v from="$1" -v to="$2" '
+        { split(substr($1, 15, 12), t, ":"); ms = int(((t[1] * 60 + t[2]) * 60 + t[3]) * 1000)
+          if (ms < from || ms >= to) next
+          d = $0; sub(/.* during=/, "", d); sub(/ .*/, "", d)
+          e = $0; sub(/.* error="/, "", e); sub(/".*/, "", e); e = substr(e, 1, 60)
+          n[d ": " e]++; last = ms - from; all++ }
+        END { if (!all) { print "none"; exit }
+              for (k in n) s = s (s ? "; " : "") n[k] " " k
+              print all " (" s "), the last " last " ms after it" }'
+}
+
 # fa_fault MODE KIND: a topology of its own, the fleet, the fault, the figures and the checks.
 fa_fault() {
     fa_mode=$1 fa_kind=$2
@@ -91,9 +104,18 @@ fa_fault() {
     # Host sharing off: `lag` needs permits that change hands IN REDIS (new holder ids the
     # replica lacks); passed between the processes of one host they keep their ids, and the
     # lagging replica lacks no holder (it printed "lacked 0 live holders" with sharing on).
+    # Open mode runs a command unthrottled whenever a call to Redis fails, a timeout too: its
+    # check (throttled again after the new master is named) needs Redis to answer within the
+    # timeout from then on, which 64 workers on 2 cores beside make test's other lanes did not
+    # always get within 500 ms (unthrottled statements started until 8.7 s after the naming, the
+    # typical run's last 3.1 s after). 2 s there; the closed runs keep the short timeout their
+    # bounds are about.
+    fa_t_ms=$fa_timeout_ms
+    [ "$fa_mode" = open ] && fa_t_ms=2000
+    fa_q_ms=$((fa_lease_ms / 3 + fa_t_ms + 1000))
     adm_fleet 64 "$fa_app" DBTHROTTLE_REDIS_URL="redis-sentinel://$topo_sentinels/$topo_master_name" \
         DBTHROTTLE_HOST_SHARE=off DBTHROTTLE_MAX_QUERIES=8 DBTHROTTLE_LEASE=$((fa_lease_ms / 1000))s \
-        DBTHROTTLE_REDIS_TIMEOUT=${fa_timeout_ms}ms DBTHROTTLE_ON_REDIS_ERROR="$fa_mode" \
+        DBTHROTTLE_REDIS_TIMEOUT=${fa_t_ms}ms DBTHROTTLE_ON_REDIS_ERROR="$fa_mode" \
         DBTHROTTLE_WAIT_TIMEOUT=2m
     wargs=
     # The limit reached and every worker queued on the primary.
@@ -181,8 +203,11 @@ fa_fault() {
         wait_until $((fa_lease_ms / 1000 + 5)) '[ "$(fa_holders $fa_new)" -eq 0 ] && [ "$(fa_waiters $fa_new)" -eq 0 ]' &&
             fa_drained=$(($(adm_now) - fa_stopped))
     fi
+    # What the workers met after the naming (their own account, information only): the Redis
+    # errors they logged, by kind, and the last one's time after the naming.
+    fa_errs=$(fa_errors_after "$fa_named" "$fa_stopped")
     fa_bound=$((fa_detect + fa_q_ms + fa_renew_ms + fa_slack_ms))
-    info "$fa_kind, $fa_mode: the sentinels named the new master ${fa_new:-(none)} ${fa_detect} ms after the kill (detection); first statement ${fa_resume} ms after the kill (bound: detection + Q $fa_q_ms + renewal $fa_renew_ms + $fa_slack_ms = $fa_bound); 8 at once again $fa_full_ms ms after the kill; most at once $fa_most across the fault and after ($fa_after once the new master was named); above 8 for $fa_over ms (statements started while more than 8 ran: $fa_span); $fa_blind statements started between the kill and the naming of the new master; on the new master ${fa_reasserted:-0} permits re-asserted in ${fa_quarantines:-0} quarantine(s); nothing held or queued there $fa_drained ms after the workers stopped$fa_lagnote"
+    info "$fa_kind, $fa_mode: the sentinels named the new master ${fa_new:-(none)} ${fa_detect} ms after the kill (detection); first statement ${fa_resume} ms after the kill (bound: detection + Q $fa_q_ms + renewal $fa_renew_ms + $fa_slack_ms = $fa_bound); 8 at once again $fa_full_ms ms after the kill; most at once $fa_most across the fault and after ($fa_after once the new master was named); above 8 for $fa_over ms (statements started while more than 8 ran: $fa_span); $fa_blind statements started between the kill and the naming of the new master; on the new master ${fa_reasserted:-0} permits re-asserted in ${fa_quarantines:-0} quarantine(s); nothing held or queued there $fa_drained ms after the workers stopped; the workers' Redis errors after the naming: $fa_errs$fa_lagnote"
     check "$fa_name: the 64 workers exited cleanly ($adm_bad bad exits)" '[ "$adm_bad" -eq 0 ]'
     check "$fa_name: the only candidate replica $fa_cand became master (${fa_new:-none})" '[ "$fa_new" = "$fa_cand" ]'
     if [ "$fa_kind" != kill ]; then
