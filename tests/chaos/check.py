@@ -29,10 +29,12 @@ which docs/design.md ("Failover and data loss") bounds re-assertion:
   plainest stall and is shown apart;
 - nothing held or queued in Redis at the end; every worker ended by itself.
 """
+import calendar
 import json
 import os
 import re
 import sys
+import time
 from collections import Counter
 
 import serverlog
@@ -316,6 +318,27 @@ def back_to_limit(f):
     return None
 
 
+# ---- primaries the sentinels named that no injected fault asked for (a sentinel that took a busy
+# primary for down): a fault of the environment, which the rules do not excuse; shown, so that a
+# failure it causes says so -------------------------------------------------------------------------
+def uninjected_switches():
+    switches = set()
+    d = os.path.join(os.path.dirname(hist_path), "sentinel")
+    for name in (os.listdir(d) if os.path.isdir(d) else []):
+        if not (name.startswith("sentinel") and name.endswith(".out")):
+            continue
+        for line in open(os.path.join(d, name), errors="replace"):
+            m = re.search(r"(\d+ \w+ \d{4} [\d:]+\.\d+) # \+switch-master \S+ \S+ \d+ \S+ (\d+)", line)
+            if m:
+                at = calendar.timegm(time.strptime(m.group(1).split(".")[0], "%d %b %Y %H:%M:%S"))
+                switches.add((m.group(2), at + int(m.group(1).split(".")[1]) / 1000.0))
+    firsts = {}
+    for port, at in switches:  # each new primary once, when the first sentinel named it
+        firsts[port] = min(at, firsts.get(port, at))
+    injected = {f.get("promoted") for f in faults if f["kind"] == "failover"}
+    return sorted((at, port) for port, at in firsts.items() if port not in injected)
+
+
 # ---- what the clients saw, and the library's own account (information) -------------------------
 outcomes = Counter()
 for w in h["workers"]:
@@ -363,6 +386,9 @@ print("  statements at the server: %d (%d failed, %d ended with their backend, %
          sum(p.how == "open" for p in probes)))
 print("  most at once at the server: %d outside the allowed windows, %d inside (limit %d); the "
       "advisory locks' count at a start: %d" % (most_out, most_in, limit, locks_most))
+for at, port in uninjected_switches():
+    print("  a primary no fault asked for: the sentinels named %s at %.2fs (the environment's fault, "
+          "not excused)" % (port, rel(at)))
 if ran_on:
     print("  statements admitted in an outage that ran on past it (not judged there): %d" % len(ran_on))
 if frozen:
