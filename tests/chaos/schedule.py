@@ -40,8 +40,8 @@ def redis_faults(rng, last):
 
 def sentinel_faults(rng, last):
     """Behind Sentinel: one failover (the primary killed with kill -9, not restarted), early enough
-    that the new primary is named (about 2.5 s) and its quarantine over before the tail; half the
-    time after a short stop of the primary (under the sentinels' down-after of 1 s: no failover)."""
+    that the new primary is named (about 3.5 s) and its quarantine over before the tail; half the
+    time after a short stop of the primary (under the sentinels' down-after of 2 s: no failover)."""
     faults = []
     t = WARM + rng.uniform(0, 1)
     if rng.random() < 0.5:

@@ -12,7 +12,9 @@
 # and the sentinels' auth-pass), TOPO_SENTINEL_PASS (the sentinels' own requirepass, and their
 # sentinel-pass to each other), TOPO_REPLICA_PRIORITIES (the two replicas' replica-priority, in
 # order, from their start: "100 0" makes the first replica the only one Sentinel may promote, for a
-# case that needs to know which; default 100 each). Returns non-zero (with a line saying what)
+# case that needs to know which; default 100 each), TOPO_DOWN_AFTER_MS (the sentinels'
+# down-after-milliseconds, default 1000: the failover cases' leases are sized to outlast the
+# detection it gives). Returns non-zero (with a line saying what)
 # when it did not come up.
 # topo_cli PORT ARGS...: redis-cli to a data server (with TOPO_DATA_PASS); topo_scli PORT ARGS...:
 # to a sentinel (with TOPO_SENTINEL_PASS).
@@ -75,11 +77,7 @@ topology_sentinel_start() {
             echo "bind 127.0.0.1"
             echo "dir $td/sentinel$s"
             echo "sentinel monitor $topo_master_name 127.0.0.1 $topo_primary_port 2"
-            # 2 s, not 1: beside make test's other lanes a just-promoted primary (serving every
-            # client's reconnection and its replica's full sync) went unanswered for 1 s once, and
-            # the sentinels failed over again from it, a fault no test had asked for (chaos seed
-            # 12: a second primary 2.2 s after the first).
-            echo "sentinel down-after-milliseconds $topo_master_name 2000"
+            echo "sentinel down-after-milliseconds $topo_master_name ${TOPO_DOWN_AFTER_MS:-1000}"
             echo "sentinel failover-timeout $topo_master_name 5000"
             echo "sentinel parallel-syncs $topo_master_name 1"
             [ -n "${TOPO_DATA_PASS:-}" ] && echo "sentinel auth-pass $topo_master_name $TOPO_DATA_PASS"
