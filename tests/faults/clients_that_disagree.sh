@@ -27,17 +27,21 @@ okl=$(sum_field ok "$work"/c7.lim*)
 check "clients_that_disagree: limits 2 and 4 in one pool: never more than 4 at once (most seen: $c), all $okl of 360 ran" '[ "$c" -le 4 ] && [ "$c" -ge 3 ] && [ "$okl" -eq 360 ]'
 check "clients_that_disagree: the disagreement was logged" 'grep -q "limit_disagreement" "$work/workers.err"'
 
+# Leases of 2 s and 9 s: a 1 s lease was shorter than what a TSan worker beside make test's other
+# lanes could go without renewing (5 at once, once), which the limit cannot survive in open mode
+# by design; the check says what the workers counted, so that another failure explains itself.
 mark
 i=0
 while [ $i -lt 4 ]; do
-    spawn "$work/c7.lease1.$i" PGAPPNAME=c7l DBTHROTTLE_POOL=c7l DBTHROTTLE_MAX_QUERIES=3 DBTHROTTLE_LEASE=1s
+    spawn "$work/c7.lease1.$i" PGAPPNAME=c7l DBTHROTTLE_POOL=c7l DBTHROTTLE_MAX_QUERIES=3 DBTHROTTLE_LEASE=2s
     spawn "$work/c7.lease9.$i" PGAPPNAME=c7l DBTHROTTLE_POOL=c7l DBTHROTTLE_MAX_QUERIES=3 DBTHROTTLE_LEASE=9s
     i=$((i + 1))
 done
 wait_workers
 c=$(max_conc c7l)
 okl=$(sum_field ok "$work"/c7.lease*)
-check "clients_that_disagree: leases of 1 s and 9 s in one pool: at most 3 at once (most seen: $c), all $okl of 240 ran" '[ "$c" -le 3 ] && [ "$c" -ge 2 ] && [ "$okl" -eq 240 ]'
+c7_counted=$(grep -h 'event=summary pool=c7l ' "$work/workers.err" 2>/dev/null | grep -oE '(unthrottled|redis_errors|leases_lost)=[1-9][0-9]*' | sort | uniq -c | tr -s ' \n' ' ')
+check "clients_that_disagree: leases of 2 s and 9 s in one pool: at most 3 at once (most seen: $c; the workers' summaries' nonzero unthrottled, redis_errors, leases_lost:${c7_counted:- none}), all $okl of 240 ran" '[ "$c" -le 3 ] && [ "$c" -ge 2 ] && [ "$okl" -eq 240 ]'
 
 mark
 i=0
