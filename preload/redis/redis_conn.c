@@ -178,8 +178,10 @@ static bool fill(dbt_redis *r, int64_t ms, char *err)
         else if ((n = dbt_transport_read(&r->t, buf, sizeof buf, ms - first, e, sizeof e)) == 0)
             r->stalled = relay_stalled(r); /* stopped since the look half-way */
     }
-    if (n < 0)
+    if (n < 0) {
         r->reset = errno == ECONNRESET || errno == EPIPE;
+        r->ended = r->relayed && !r->reset;
+    }
     if (n == 0 && ms > 0)
         snprintf(e, sizeof e,
                  r->stalled ? "the host's relay is stopped" : "timed out waiting for a reply");

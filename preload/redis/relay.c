@@ -726,7 +726,7 @@ void dbt_relay_broken(dbt_redis *r)
         connect_stalled = true;
         if (r->route.relay_gen == dbt_relay_generation())
             dbt_relay_suspect(); /* once per generation, not once per stalled connection */
-    } else if (r->reset) {
+    } else if (r->reset || r->ended) {
         dbt_relay_gone(r->route.relay_gen);
     }
 }

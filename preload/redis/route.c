@@ -15,21 +15,21 @@
 
 /* A connection to a Sentinel-found master broke (an I/O error, a timeout, READONLY, closed by the
  * server): the master may be wrong now, and the next connect asks the sentinels again. */
-static __thread bool relay_stalled; /* dbt_route_take_relay_stall */
+static __thread bool relay_failed; /* dbt_route_take_relay_failure */
 
 static void on_broken(dbt_redis *r)
 {
     if (r->route.sentinel_gen)
         dbt_sentinel_master_failed(r->route.sentinel_gen);
-    if (r->stalled)
-        relay_stalled = true;
+    if (r->stalled || r->ended)
+        relay_failed = true;
     dbt_relay_broken(r);
 }
 
-bool dbt_route_take_relay_stall(void)
+bool dbt_route_take_relay_failure(void)
 {
-    bool s = relay_stalled;
-    relay_stalled = false;
+    bool s = relay_failed;
+    relay_failed = false;
     return s;
 }
 

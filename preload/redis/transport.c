@@ -818,6 +818,7 @@ ssize_t dbt_transport_read(dbt_transport *t, char *buf, size_t len, int64_t time
         if (n == 0) {
             say(err, cap, "Server closed the connection");
             plain_refused(t, timeout_ms, err, cap);
+            errno = 0; /* an end, not a reset: what was written was read (redis_conn.c) */
             return -1;
         }
         if (errno == EINTR)

@@ -308,7 +308,10 @@ typedef struct {
     long long ticket;         /* acquire.lua's ticket (granted: the ticket counter then) */
     long long class_wait_ms;  /* the caller's class's wait, from acquire.lua; -1: none */
     bool from_shelf;          /* its permit came off the host's shelf (no acquire.lua) */
-    dbt_acq_result result;    /* how it ended, once a step returns NEXT_DONE */
+    /* Queued anew once already because the host's relay failed its call: a second failure is
+     * Redis' (a relay whose link to Redis broke closes its clients: each call meets it twice). */
+    bool relay_retried;
+    dbt_acq_result result; /* how it ended, once a step returns NEXT_DONE */
 } acquire_run;
 
 /* What a step says comes next. */
@@ -581,8 +584,10 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
         /* The reply was lost, not necessarily the command: Redis may hold a permit or a
          * place under this id that nobody would renew or give back before its lease ends. */
         dbt_defer_op(p, true, a->kind, s->id);
-        if (dbt_pool_take_relay_stall() && !deadline_passed(a)) {
-            /* The host's relay stalled, not Redis: queue anew, under a new id, directly. */
+        if (dbt_pool_take_relay_failure() && !a->relay_retried && !deadline_passed(a)) {
+            /* The host's relay failed, not Redis (its speaker stopped, or ended): queue anew,
+             * under a new id, directly or through the next speaker. */
+            a->relay_retried = true;
             pthread_mutex_lock(&p->mu);
             dbt_unlink_slot(p, s);
             pthread_mutex_unlock(&p->mu);

@@ -41,12 +41,12 @@ static void slot_moved(void *ctx)
     pthread_mutex_unlock(&p->mu);
 }
 
-static __thread bool acquire_stalled; /* dbt_pool_take_relay_stall */
+static __thread bool acquire_relay_failed; /* dbt_pool_take_relay_failure */
 
-bool dbt_pool_take_relay_stall(void)
+bool dbt_pool_take_relay_failure(void)
 {
-    bool s = acquire_stalled;
-    acquire_stalled = false;
+    bool s = acquire_relay_failed;
+    acquire_relay_failed = false;
     return s;
 }
 
@@ -55,47 +55,60 @@ redisReply *dbt_pool_run(dbt_pool *p, const char *what, dbt_script_call *c, dbt_
 {
     pool_call x = {.p = p, .c = c, .parse = parse, .out = out};
     dbt_route_conns conns = {.get = get_conn, .put = put_conn, .moved = slot_moved, .ctx = &x};
-    acquire_stalled = false;
-    (void)dbt_route_take_relay_stall();
+    acquire_relay_failed = false;
+    (void)dbt_route_take_relay_failure();
     redisReply *rep = dbt_route_run(p->client->cfg, &conns, run_call, &x, err);
-    if (!rep && dbt_route_take_relay_stall()) {
-        /* The host's relay stalled (its speaker stopped?): not an outage of Redis. Connections
-         * now go to Redis directly. An acquire sent twice would queue its id twice: the caller
-         * queues anew under another id; any other script is harmless twice, and sent again. */
+    if (!rep && dbt_route_take_relay_failure()) {
+        /* The host's relay failed (its speaker stopped, or ended after reading the call): not an
+         * outage of Redis. Connections now go to Redis directly, or to the next speaker. An
+         * acquire sent twice would queue its id twice: the caller queues anew under another id;
+         * any other script is harmless twice, and sent again, with a budget of its own. */
         if (c->script == &dbt_script_acquire) {
-            acquire_stalled = true;
+            acquire_relay_failed = true;
             return NULL;
         }
         int64_t b = dbt_redis_budget_anew(p->client->cfg->redis_timeout_ms);
         rep = dbt_route_run(p->client->cfg, &conns, run_call, &x, err);
         dbt_redis_budget_end(b);
-        (void)dbt_route_take_relay_stall();
+        (void)dbt_route_take_relay_failure();
     }
     if (!rep)
         dbt_pool_note_error(p, what, err);
     return rep;
 }
 
+/* c written on one of the pool's connections, its reply left unread: false (err set) if not. */
+static bool send_once(dbt_pool *p, dbt_script_call *c, const char *tag, dbt_redis **r, char *err)
+{
+    if ((*r = dbt_pool_get_conn(p, err)) == NULL)
+        return false;
+    dbt_pool_era_prev(p, c->era_prev);
+    dbt_script_bind_server(c, *r);
+    return dbt_redis_eval_nowait(*r, c->script, c->nkeys, c->keys, c->nargs, c->args, tag, err);
+}
+
 bool dbt_pool_send(dbt_pool *p, const char *what, dbt_script_call *c, const char *tag, char *err)
 {
-    dbt_redis *r = dbt_pool_get_conn(p, err);
-    if (r) {
-        dbt_pool_era_prev(p, c->era_prev);
-        dbt_script_bind_server(c, r);
-    }
-    bool ok =
-        r && dbt_redis_eval_nowait(r, c->script, c->nkeys, c->keys, c->nargs, c->args, tag, err);
-    if (!ok && r && dbt_redis_undelivered(r)) {
-        /* The host's relay ended before it read it: once more, on a new connection. */
-        dbt_pool_put_conn(p, r);
-        if ((r = dbt_pool_get_conn(p, err)) != NULL) {
-            dbt_pool_era_prev(p, c->era_prev);
-            dbt_script_bind_server(c, r);
-            ok =
-                dbt_redis_eval_nowait(r, c->script, c->nkeys, c->keys, c->nargs, c->args, tag, err);
-        }
-    }
+    dbt_redis *r = NULL;
+    (void)dbt_route_take_relay_failure();
+    bool ok = send_once(p, c, tag, &r, err);
+    bool undelivered = !ok && r && dbt_redis_undelivered(r);
     dbt_pool_put_conn(p, r);
+    if (!ok && dbt_route_take_relay_failure()) {
+        /* The host's relay failed on the way (a pending reply of the connection, or the connect,
+         * met its stopped speaker, or its end): not an outage of Redis. Once more, with a budget
+         * of its own, directly or through the next speaker: a release or a cancel twice is
+         * harmless. */
+        int64_t b = dbt_redis_budget_anew(p->client->cfg->redis_timeout_ms);
+        ok = send_once(p, c, tag, &r, err);
+        dbt_pool_put_conn(p, r);
+        dbt_redis_budget_end(b);
+        (void)dbt_route_take_relay_failure();
+    } else if (undelivered) {
+        /* The host's relay ended before it read it: once more, on a new connection. */
+        ok = send_once(p, c, tag, &r, err);
+        dbt_pool_put_conn(p, r);
+    }
     if (!ok)
         dbt_pool_note_error(p, what, err);
     else if (tag)

@@ -147,3 +147,31 @@ check "host_relay: while the speaker ($hr_stopped) was stopped 6 s, the others r
 check "host_relay: stopped: the others took Redis for unreachable or refused a command $hr_errs times ($(hr_others_log | grep -m3 'event=redis_error\|event=refused'))" '[ "$hr_errs" -eq 0 ]'
 check "host_relay: stopped: at most 4 at once at the server (most seen: $(max_conc hrs))" '[ "$(max_conc hrs)" -le 4 ]'
 check "host_relay: stopped: nothing held or queued in the end" 'nothing_left q "dbthrottle:{hrs}" 8'
+
+# (d) The speaker dies with its clients' calls read and forwarded (Redis blocked: DEBUG SLEEP):
+# they meet the socket's end, not a reset, and cannot know whether Redis will run their calls.
+# That is the relay's fault, not Redis': no command is refused (closed mode), each call is made
+# again (an acquire under a new id, the old one withdrawn), and nothing is left held or queued
+# once the killed one's lease (2 s) has run out, the limit kept throughout.
+mark
+hr_mark
+hr_run hrd 8 DBTHROTTLE_LEASE=2s
+wait_until 10 '[ -n "$(hr_speaker)" ] && [ "$(probes hrd)" -ge 100 ]'
+hr_dead=$(hr_speaker)
+rcli debug sleep 0.6 >/dev/null &
+hr_sleeper=$!
+sleep 0.3
+kill -KILL "$hr_dead"
+wait "$hr_dead" 2>/dev/null
+wait "$hr_sleeper"
+hr_pids=$(echo "$hr_pids" | tr ' ' '\n' | grep -vx "$hr_dead" | tr '\n' ' ')
+spawned_list=$hr_pids
+hr_d0=$(probes hrd)
+wait_until 10 '[ "$(probes hrd)" -ge $((hr_d0 + 100)) ]'
+hr_end
+check "host_relay: speaker $hr_dead killed while Redis was blocked; $(($(probes hrd) - hr_d0)) probes ran after it" \
+    '[ "$(probes hrd)" -ge $((hr_d0 + 100)) ]'
+check "host_relay: killed mid-call: no command was refused ($(hr_log | grep -v "pid=$hr_dead " | grep -m1 'event=refused\|event=redis_error')), every other worker exited cleanly ($hr_bad not)" \
+    '! hr_log | grep -v "pid=$hr_dead " | grep -q "event=refused\|event=redis_error" && [ "$hr_bad" -eq 0 ]'
+check "host_relay: killed mid-call: at most 4 at once at the server (most seen: $(max_conc hrd))" '[ "$(max_conc hrd)" -le 4 ]'
+check "host_relay: killed mid-call: nothing held or queued once its lease ran out" 'nothing_left q "dbthrottle:{hrd}" 6'

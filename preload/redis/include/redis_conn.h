@@ -73,6 +73,9 @@ struct dbt_redis {
     bool relayed, reset;
     /* A relayed call's reply did not come in time, and the relay's speaker is stopped (relay.h). */
     bool stalled;
+    /* Relayed: the relay closed it after reading what was written (its speaker was killed, or
+     * ended): what it read may have reached Redis or not. */
+    bool ended;
     pid_t relay_pid; /* relayed: the speaker (SO_PEERCRED); 0 unknown */
     /* The routing layer's (route.h): who hears of this connection (NULL: nobody), and its notes
      * on where it sent it. Written by route.c only; redis_conn.c reads none of the notes. */

@@ -35,10 +35,12 @@ dbt_redis *dbt_redis_connect_blind(const dbt_config *cfg, char *err);
  * rather than use it. */
 bool dbt_redis_outdated(const dbt_redis *r);
 
-/* Whether a connection to the host's relay broke in this thread since the last call because its
- * reply did not come in time (the speaker stopped or starved): the call may or may not have
- * reached Redis, and this process now connects directly for a while. Clears it. */
-bool dbt_route_take_relay_stall(void);
+/* Whether a connection to the host's relay broke in this thread since the last call by the
+ * relay's fault, not Redis': its reply did not come in time and the speaker is stopped (this
+ * process now connects directly for a while), or the relay closed it after reading the call
+ * (its speaker ended: the next connection goes to the next speaker, or directly). Either way the
+ * call may or may not have reached Redis. Clears it. */
+bool dbt_route_take_relay_failure(void);
 
 /* True when the connection cannot be used: broken, made to a Sentinel master that has changed
  * since (dbt_redis_outdated), to a Cluster node that no longer serves its slot (the replies it
