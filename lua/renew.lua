@@ -333,9 +333,18 @@ for k = 0, NKINDS - 1 do
         end
     end
     queued[k + 1] = redis.call('ZCARD', s.Q)
-    -- whether local handover may go on: not while drained or held above the operator's limit
+    -- whether local handover may go on: not while drained, nor while more is held than the limit
+    -- (the operator's, else the one the process' first id carries). A re-assertion after a
+    -- failover can leave more held than the limit (grants an old primary made after the new one
+    -- took over, re-asserted on it), and every process passing its permits on locally would keep
+    -- it there; given back through Redis, they are granted again only below it.
     local override, drained = K.operator_controls(s)
-    local ok = not drained and (not override or redis.call('ZCARD', s.H) <= override)
+    local limit = override
+    if not limit and nh + nw > 0 then
+        load_classes()
+        limit = K.limit_of(group_arg(GROUP.ids, at - nh - nw, 'id'))
+    end
+    local ok = not drained and (not limit or redis.call('ZCARD', s.H) <= limit)
     allowed[k + 1] = ok and 1 or 0
     quarantined[k + 1] = s.qleft or 0
     why[k + 1] = s.why or false

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -366,6 +367,48 @@ Test(handover, a_lower_limit_applies_to_it, .timeout = 120)
     cr_expect_leq(atomic_load(&f.l.max_seen), 1, "%d held at once under a limit of 1",
                   atomic_load(&f.l.max_seen));
     admin(&f, "clear", NULL);
+    join(&f);
+    cr_expect_eq(atomic_load(&f.l.failures), 0);
+}
+
+/* More units held than the limit, as a late re-assertion after a failover leaves them (ids an old
+ * primary granted after the new one took over, put back on the new one beside its own grants): a
+ * process that re-asserted nothing hears of it at its next renewal and gives its permits back
+ * through Redis, which grants again only below the limit. Before, its threads passed their 2
+ * permits on among themselves for as long as they ran: 4 held at a limit of 2. Judged by Redis'
+ * holders. */
+Test(handover, a_pool_held_over_its_limit_stops_it, .timeout = 120)
+{
+    fixture f;
+    setup(&f, "DBTHROTTLE_LEASE=3s", NULL); /* a renewal every second */
+    start_handing_over(&f);
+    redisContext *rc = test_redis_connect(&fx_redis);
+    redisReply *t = redisCommand(rc, "TIME");
+    cr_assert(t && t->type == REDIS_REPLY_ARRAY && t->elements == 2);
+    long long until = atoll(t->element[0]->str) * 1000 + 600000; /* 10 minutes on Redis' clock */
+    freeReplyObject(t);
+    const char *theirs[] = {"feedfacefeedface.1.2", "feedfacefeedface.2.2"};
+    for (int i = 0; i < 2; i++) {
+        redisReply *z = redisCommand(rc, "ZADD %s %lld %s", KEY("holders"), until, theirs[i]);
+        cr_assert(z && z->type == REDIS_REPLY_INTEGER && z->integer == 1);
+        freeReplyObject(z);
+    }
+    zcard_is two = {&fx_redis, KEY("holders"), 2};
+    cr_expect(test_wait_until(test_zcard_is, &two, 10000),
+              "the process kept its permits beside 2 others at a limit of 2");
+    /* Then nothing is granted while the other two hold (a command in flight may still have
+     * passed its permit on once). */
+    usleep(300 * 1000);
+    int g0 = atomic_load(&f.l.grants);
+    usleep(1500 * 1000);
+    int during = atomic_load(&f.l.grants) - g0;
+    cr_expect_eq(during, 0, "%d grants in 1.5 s while 2 others held the limit", during);
+    redisReply *z = redisCommand(rc, "ZREM %s %s %s", KEY("holders"), theirs[0], theirs[1]);
+    cr_assert(z && z->type == REDIS_REPLY_INTEGER && z->integer == 2);
+    freeReplyObject(z);
+    redisFree(rc);
+    handovers_reach busy = {&f, stats(&f).handovers + 50};
+    cr_expect(test_wait_until(handovers_reached, &busy, 20000), "no handover once they left");
     join(&f);
     cr_expect_eq(atomic_load(&f.l.failures), 0);
 }

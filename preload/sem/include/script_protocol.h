@@ -287,7 +287,7 @@ typedef struct {
     dbt_reply_ids lost_waiters;          /* ids Redis no longer has queued nor granted */
     dbt_reply_ids granted_waiters;       /* waiters Redis already granted */
     long long queue[DBT_NKINDS];         /* queue length */
-    bool handover_allowed[DBT_NKINDS];   /* not while drained or held above the override */
+    bool handover_allowed[DBT_NKINDS];   /* not while drained or held above the limit */
     long long quarantine_ms[DBT_NKINDS]; /* quarantine: ms left (0: none) */
     char why[DBT_NKINDS][16];            /* and why (see dbt_acquire_reply) */
     long long reasserted[DBT_NKINDS];    /* ids Redis lacked, added back (holders) or queued
