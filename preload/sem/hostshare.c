@@ -395,17 +395,56 @@ __attribute__((weak)) void dbt_share_lock_seam(uint32_t tid)
     (void)tid;
 }
 
+static __thread struct {
+    bool set;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    nlink_t nlink;
+} prechecked;
+
+void dbt_share_precheck(int seg_fd)
+{
+    struct stat st;
+    prechecked.set = seg_fd >= 0 && fstat(seg_fd, &st) == 0;
+    if (prechecked.set) {
+        prechecked.dev = st.st_dev;
+        prechecked.ino = st.st_ino;
+        prechecked.size = st.st_size;
+        prechecked.nlink = st.st_nlink;
+    }
+}
+
+void dbt_share_precheck_end(void)
+{
+    prechecked.set = false;
+}
+
+/* The segment's file now: this thread's look ahead (dbt_share_precheck) if it was of this file,
+ * else fstat(2). False when it cannot be read. */
+static bool seg_stat(const dbt_share *sh, struct stat *st)
+{
+    if (prechecked.set && prechecked.dev == sh->dev && prechecked.ino == sh->ino) {
+        prechecked.set = false; /* one call's */
+        st->st_size = prechecked.size;
+        st->st_nlink = prechecked.nlink;
+        return true;
+    }
+    return fstat(sh->fd, st) == 0;
+}
+
 int dbt_share_lock(dbt_share *sh)
 {
     if (sh->broken)
         return -1;
     /* A file cut short under its mapping (truncate(1) by hand or by a hostile process: this
      * library never shrinks one) makes every access past its new end a SIGBUS in the host
-     * program: its size is checked before the first access. Only a cut made during the
-     * microseconds of one call escapes this. The segment is not written to (no poison): the
-     * others see the size as this process did. */
+     * program: its size is checked before the first access, here or ahead of the caller's own
+     * lock (dbt_share_precheck). Only a cut made during the microseconds of one call escapes
+     * this. The segment is not written to (no poison): the others see the size as this process
+     * did. */
     struct stat st;
-    if (fstat(sh->fd, &st) != 0 || st.st_size < (off_t)sizeof(dbt_seg))
+    if (!seg_stat(sh, &st) || st.st_size < (off_t)sizeof(dbt_seg))
         return give_up(sh, "%s: the segment was cut short (%lld of %zu bytes)", sh->path,
                        (long long)st.st_size, sizeof(dbt_seg));
     dbt_seg *g = sh->seg;
@@ -1189,6 +1228,11 @@ void dbt_share_after_fork(dbt_share *sh)
 int dbt_share_dir_fd(const dbt_share *sh)
 {
     return sh->dfd;
+}
+
+int dbt_share_seg_fd(const dbt_share *sh)
+{
+    return sh->fd;
 }
 
 bool dbt_share_ready(dbt_share *sh)

@@ -264,6 +264,9 @@ struct dbt_pool {
      * cause is said once per pool, a new one again). */
     struct dbt_share *share;
     bool share_attaching;
+    /* The segment's fd plus one while p->share is set (0: none), read without p->mu: a thread
+     * looks at the file before it takes p->mu (dbt_sharing_precheck). */
+    _Atomic int share_fd1;
     uint64_t share_why_said;
     int64_t share_retry_us;
     int nwait_threads; /* threads in acquire's wait (the others' waits are parked) */

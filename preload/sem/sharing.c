@@ -88,6 +88,7 @@ static dbt_share *let_go(dbt_pool *p)
 {
     dbt_share *old = p->share;
     p->share = NULL;
+    atomic_store(&p->share_fd1, 0);
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         s->share_reg = 0;
     dbt_pool_set_group(p, NULL);
@@ -153,6 +154,7 @@ void dbt_sharing_attach(dbt_pool *p)
     bool keep = sh && p->gen == gen && !p->exiting && !p->share;
     if (keep) {
         p->share = sh;
+        atomic_store(&p->share_fd1, dbt_share_seg_fd(sh) + 1);
         if (p->client->cfg->host_relay)
             dbt_relay_set_dir(dbt_share_dir_fd(sh)); /* the relay's socket lives there */
         dbt_pool_set_group(p, dbt_share_group(sh));
@@ -380,8 +382,21 @@ void dbt_sharing_leave(dbt_pool *p)
 
 void dbt_sharing_free(dbt_pool *p)
 {
+    atomic_store(&p->share_fd1, 0);
     dbt_share_detach(p->share);
     p->share = NULL;
+}
+
+void dbt_sharing_precheck(dbt_pool *p)
+{
+    int fd1 = atomic_load_explicit(&p->share_fd1, memory_order_relaxed);
+    if (fd1 > 0)
+        dbt_share_precheck(fd1 - 1);
+}
+
+void dbt_sharing_precheck_end(void)
+{
+    dbt_share_precheck_end();
 }
 
 /* In a fork()ed child: the registrations and the wake socket are the parent's; the child's ids

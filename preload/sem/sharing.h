@@ -85,6 +85,11 @@ int dbt_sharing_shelf_take_kind(dbt_pool *p, dbt_kind kind, dbt_share_permit *id
 void dbt_sharing_leave(dbt_pool *p);
 /* Without p->mu, no other thread: the pool is freed. */
 void dbt_sharing_free(dbt_pool *p);
+
+/* Without p->mu, before taking it for a call that locks the host's segment: its file looked at
+ * now (dbt_share_precheck), not under p->mu. dbt_sharing_precheck_end after the call. */
+void dbt_sharing_precheck(dbt_pool *p);
+void dbt_sharing_precheck_end(void);
 /* p->mu held, before a new id is made: a pool attached but without its group in its cid (a
  * fork()ed child) makes its process record in the segment, and names the group from then on;
  * if it cannot, the attachment is broken (let go, attached anew later) and the ids stay plain. */
