@@ -807,13 +807,16 @@ static dbt_acq_result start(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *
     *out = NULL;
     last_full.set = false;
     last_class_wait_ms = -1;
+    /* Attached: the host's segment, which the steps below lock under p->mu up to 4 times
+     * (waiters, shelf, sole state), looked at now, before p->mu (hostshare.h). */
+    dbt_sharing_precheck(p);
     acquire_run a = {.p = p, .kind = kind, .o = o, .may_wait = o->wait_ms != 0};
     a.start = dbt_now_us();
     dbt_pool_thread_clear_failure();
     a.deadline = o->wait_ms < 0 ? -1 : a.start + o->wait_ms * 1000;
-    if (!(a.s = new_slot(&a)))
-        return a.result;
-    return run(&a, NEXT_SEND, out, park);
+    dbt_acq_result r = (a.s = new_slot(&a)) ? run(&a, NEXT_SEND, out, park) : a.result;
+    dbt_sharing_precheck_end();
+    return r;
 }
 
 dbt_acq_result dbt_acquire(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o, dbt_permit **out)

@@ -395,42 +395,62 @@ __attribute__((weak)) void dbt_share_lock_seam(uint32_t tid)
     (void)tid;
 }
 
+/* How long this thread's look at a segment's file (fstat: its size, its name), made at the start
+ * of one of the library's calls (dbt_share_precheck), serves that call's locks of the segment:
+ * they follow each other within microseconds (7 for a command that waits and passes permits
+ * within the host), and a cut made in between was never caught anyway (see dbt_share_lock). A
+ * call that waited longer (for Redis, for a permit) looks again. */
+#define SEG_LOOK_FRESH_US 50
+
 static __thread struct {
     bool set;
     dev_t dev;
     ino_t ino;
     off_t size;
     nlink_t nlink;
-} prechecked;
+    int64_t at_us;
+} looked;
+
+static void remember_look(const struct stat *st, int64_t now)
+{
+    looked.set = true;
+    looked.dev = st->st_dev;
+    looked.ino = st->st_ino;
+    looked.size = st->st_size;
+    looked.nlink = st->st_nlink;
+    looked.at_us = now;
+}
 
 void dbt_share_precheck(int seg_fd)
 {
     struct stat st;
-    prechecked.set = seg_fd >= 0 && fstat(seg_fd, &st) == 0;
-    if (prechecked.set) {
-        prechecked.dev = st.st_dev;
-        prechecked.ino = st.st_ino;
-        prechecked.size = st.st_size;
-        prechecked.nlink = st.st_nlink;
-    }
+    if (seg_fd >= 0 && fstat(seg_fd, &st) == 0)
+        remember_look(&st, dbt_now_us());
 }
 
 void dbt_share_precheck_end(void)
 {
-    prechecked.set = false;
+    looked.set = false;
 }
 
-/* The segment's file now: this thread's look ahead (dbt_share_precheck) if it was of this file,
- * else fstat(2). False when it cannot be read. */
+/* The segment's file now: the look of this thread's current call if it was at this file (device
+ * and inode: a look made through a stale fd vouches for no other) and is fresh, else fstat(2),
+ * which the rest of the call uses in turn. False when it cannot be read. */
 static bool seg_stat(const dbt_share *sh, struct stat *st)
 {
-    if (prechecked.set && prechecked.dev == sh->dev && prechecked.ino == sh->ino) {
-        prechecked.set = false; /* one call's */
-        st->st_size = prechecked.size;
-        st->st_nlink = prechecked.nlink;
+    int64_t now = dbt_now_us();
+    bool in_call = looked.set;
+    if (in_call && looked.dev == sh->dev && looked.ino == sh->ino &&
+        now - looked.at_us <= SEG_LOOK_FRESH_US) {
+        st->st_size = looked.size;
+        st->st_nlink = looked.nlink;
         return true;
     }
-    return fstat(sh->fd, st) == 0;
+    if (fstat(sh->fd, st) != 0)
+        return false;
+    if (in_call)
+        remember_look(st, now);
+    return true;
 }
 
 int dbt_share_lock(dbt_share *sh)

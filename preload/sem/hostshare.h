@@ -115,13 +115,14 @@ int dbt_share_dir_fd(const dbt_share *sh);
 int dbt_share_seg_fd(const dbt_share *sh);
 
 /* dbt_share_lock's look at the segment's file (its size, against SIGBUS; its name, still there),
- * made by this thread ahead of a lock of the caller's that other threads wait for: the system
- * call made under the pool's lock sent 4 threads of one process into futex waits at every
- * command (pgbench -S -c4 -j4 at a limit of 4, kept permits, loopback: 20-30% fewer transactions
- * per second than with the look made before the lock). seg_fd may be stale (closed, reused): the
- * look counts only for the file whose device and inode it names. The next dbt_share_lock of this
- * thread on that file takes it instead of its own; dbt_share_precheck_end forgets it, so that it
- * serves no later call. */
+ * made by this thread at the start of one of the library's calls, ahead of a lock of the caller's
+ * that other threads wait for: the system call made under the pool's lock sent the process'
+ * other threads into futex waits at every command (pgbench -S -c4 -j4 at a limit of 4, kept
+ * permits, loopback: 20-30% fewer transactions per second than with the look made before the
+ * lock). seg_fd may be stale (closed, reused): the look counts only for the file whose device and
+ * inode it names. Until dbt_share_precheck_end, the call's locks of that segment take it (within
+ * 50 us of it; later, they look again) instead of each making its own; without a call begun,
+ * each lock looks for itself. */
 void dbt_share_precheck(int seg_fd);
 void dbt_share_precheck_end(void);
 void dbt_share_drain(dbt_share *sh);

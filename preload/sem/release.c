@@ -154,10 +154,8 @@ void dbt_send_release(dbt_pool *p, dbt_kind kind, const char *id)
     dbt_redis_budget_end(b);
 }
 
-void dbt_release(dbt_permit *s)
+static void release_permit(dbt_permit *s)
 {
-    if (!s)
-        return;
     dbt_pool *p = s->pool;
     pthread_mutex_lock(&p->mu);
     if (s->state == SLOT_RETURNED) {
@@ -244,6 +242,17 @@ void dbt_release(dbt_permit *s)
         dbt_send_cancel(p, idle_places[i]->kind, idle_places[i]->id);
         dbt_free_slot(idle_places[i]);
     }
+}
+
+void dbt_release(dbt_permit *s)
+{
+    if (!s)
+        return;
+    /* Attached: the host's segment, which passing the permit on locks under p->mu up to 3 times
+     * (shelf, offer, waiters), looked at now, before p->mu (hostshare.h). */
+    dbt_sharing_precheck(s->pool);
+    release_permit(s);
+    dbt_sharing_precheck_end();
 }
 
 /* Takes one entry equal to op off p->deferred, if there is one. p->mu held. */

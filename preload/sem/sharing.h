@@ -86,8 +86,9 @@ void dbt_sharing_leave(dbt_pool *p);
 /* Without p->mu, no other thread: the pool is freed. */
 void dbt_sharing_free(dbt_pool *p);
 
-/* Without p->mu, before taking it for a call that locks the host's segment: its file looked at
- * now (dbt_share_precheck), not under p->mu. dbt_sharing_precheck_end after the call. */
+/* Without p->mu, at the start of a call that locks the host's segment: its file looked at now
+ * (dbt_share_precheck), not under p->mu, for the call's locks (nothing when the pool is not
+ * attached). dbt_sharing_precheck_end at the call's end: the next call looks anew. */
 void dbt_sharing_precheck(dbt_pool *p);
 void dbt_sharing_precheck_end(void);
 /* p->mu held, before a new id is made: a pool attached but without its group in its cid (a
