@@ -584,14 +584,20 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
         /* The reply was lost, not necessarily the command: Redis may hold a permit or a
          * place under this id that nobody would renew or give back before its lease ends. */
         dbt_defer_op(p, true, a->kind, s->id);
-        if (dbt_pool_take_relay_failure() && !a->relay_retried && !deadline_passed(a)) {
-            /* The host's relay failed, not Redis (its speaker stopped, or ended): queue anew,
-             * under a new id, directly or through the next speaker. */
-            a->relay_retried = true;
-            pthread_mutex_lock(&p->mu);
-            dbt_unlink_slot(p, s);
-            pthread_mutex_unlock(&p->mu);
-            return NEXT_SEND;
+        char err[DBT_ERRLEN];
+        if (dbt_pool_take_relay_failure(err)) {
+            if (!a->relay_retried && !deadline_passed(a)) {
+                /* The host's relay failed, not Redis (its speaker stopped, or ended): queue
+                 * anew, under a new id, directly or through the next speaker. */
+                a->relay_retried = true;
+                pthread_mutex_lock(&p->mu);
+                dbt_unlink_slot(p, s);
+                pthread_mutex_unlock(&p->mu);
+                return NEXT_SEND;
+            }
+            /* Twice, or no time left: an outage, as a direct call's failure is (the backoff
+             * refuses the next commands at once, the log and the counters say it). */
+            dbt_pool_note_error(p, "acquire", err);
         }
         return give_up(a, true, "redis error", NULL);
     }

@@ -42,11 +42,14 @@ static void slot_moved(void *ctx)
 }
 
 static __thread bool acquire_relay_failed; /* dbt_pool_take_relay_failure */
+static __thread char acquire_relay_err[DBT_ERRLEN];
 
-bool dbt_pool_take_relay_failure(void)
+bool dbt_pool_take_relay_failure(char *err)
 {
     bool s = acquire_relay_failed;
     acquire_relay_failed = false;
+    if (s)
+        snprintf(err, DBT_ERRLEN, "%s", acquire_relay_err);
     return s;
 }
 
@@ -65,6 +68,7 @@ redisReply *dbt_pool_run(dbt_pool *p, const char *what, dbt_script_call *c, dbt_
          * any other script is harmless twice, and sent again, with a budget of its own. */
         if (c->script == &dbt_script_acquire) {
             acquire_relay_failed = true;
+            snprintf(acquire_relay_err, sizeof acquire_relay_err, "%s", err);
             return NULL;
         }
         int64_t b = dbt_redis_budget_anew(p->client->cfg->redis_timeout_ms);

@@ -23,9 +23,10 @@ redisReply *dbt_pool_run(dbt_pool *p, const char *what, dbt_script_call *c, dbt_
 bool dbt_pool_send(dbt_pool *p, const char *what, dbt_script_call *c, const char *tag, char *err);
 
 /* Whether this thread's last dbt_pool_run of acquire.lua failed because the host's relay failed
- * it (dbt_route_take_relay_failure): no outage was noted, the call may have queued its
+ * it (dbt_route_take_relay_failure), its error then in err (DBT_ERRLEN): no outage was noted (the
+ * caller notes one if it gives up: dbt_pool_note_error), the call may have queued its
  * id or not, and the caller queues anew under another id (the process now connects directly).
  * A call that is harmless twice (a renewal, a cancel) was made again by dbt_pool_run. Clears it. */
-bool dbt_pool_take_relay_failure(void);
+bool dbt_pool_take_relay_failure(char *err);
 
 #endif
