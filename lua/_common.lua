@@ -590,13 +590,23 @@ load_classes = function()
 
     -- "r<kind>:<ticket>" once to the process of each of ids (every holder's when nil), on its
     -- wake list: it gives back the permits it keeps (acquire.lua's first waiter, recall_kept).
+    -- An id of a host group ("<G>~<cid>...") may sit on its host's shelf, kept there by another
+    -- process than its maker (which may be gone): whose BLPOPs, sent before it kept it, cannot name
+    -- the maker's list (CI saw a waiter of another host wait 20 s for nothing). Once to wake:<G>
+    -- too, which every BLPOP of the host's processes names; whoever pops it recalls the shelf.
     K.recall = function(s, ticket, ids)
         local told = {}
+        local msg = WAKE_MSG.RECALL .. s.kind .. ':' .. ticket
         for _, h in ipairs(ids or redis.call('ZRANGE', s.H, 0, -1)) do
             local cid = string.match(h, '^[^.]+')
             if cid and not told[cid] then
                 told[cid] = true
-                K.wake(cid, WAKE_MSG.RECALL .. s.kind .. ':' .. ticket)
+                K.wake(cid, msg)
+                local g = string.match(cid, '^([^./#~]+)~')
+                if g and not told[g] then
+                    told[g] = true
+                    K.wake(g, msg)
+                end
             end
         end
     end

@@ -143,7 +143,10 @@ Test(script_shares, a_permit_back_goes_to_a_host_below_its_share_before_the_head
 
     char list[512], want[128];
     range("LRANGE", WAKE G, list, sizeof list);
-    snprintf(want, sizeof want, "fq:%lld sq:1:%lld", h1.ticket + 1, h1.ticket + 2);
+    /* g3, the first waiter, recalls what G's processes keep (on the host's list too: lua's
+     * K.recall); H's waiter ends G's sole state and G is told its share. */
+    snprintf(want, sizeof want, "rq:%lld fq:%lld sq:1:%lld", g3.ticket, h1.ticket + 1,
+             h1.ticket + 2);
     cr_expect_str_eq(list, want, "G's sole state ends, and G is told its share (1 of 2)");
     range("LRANGE", WAKE H, list, sizeof list);
     cr_expect_str_eq(list, "", "H holds nothing: nothing to tell");
@@ -435,11 +438,16 @@ Test(script_shares, a_drain_tells_every_holding_host_a_share_of_0)
     redisReply *rep = dbt_script_run(conn, &c, dbt_parse_admin, &reply, err);
     cr_assert_not_null(rep, "admin: %s", err);
     freeReplyObject(rep);
+    /* The drain's recall of kept permits (K.recall_kept, to each host's list too), then the
+     * share of 0, each with its own ticket. */
     char list[512];
+    long long recall, share;
     range("LRANGE", WAKE G, list, sizeof list);
-    cr_expect(strncmp(list, "sq:0:", 5) == 0, "wake:G: %s", list);
+    cr_expect(sscanf(list, "rq:%lld sq:0:%lld", &recall, &share) == 2 && share == recall + 1,
+              "wake:G: %s", list);
     range("LRANGE", WAKE H, list, sizeof list);
-    cr_expect(strncmp(list, "sq:0:", 5) == 0, "wake:H: %s", list);
+    cr_expect(sscanf(list, "rq:%lld sq:0:%lld", &recall, &share) == 2 && share == recall + 1,
+              "wake:H: %s", list);
 }
 
 /* A drain tells every holding host a share of 0, and must stay in force: a waiter that queues

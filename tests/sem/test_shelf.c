@@ -113,6 +113,24 @@ static long long grants_in_redis(void)
     return test_redis_int(&fx_redis, "HGET %s grants", KEY("stats"));
 }
 
+/* Whether Redis has at least *arg clients blocked (INFO clients). */
+static bool blocked_at_least(void *arg)
+{
+    char line[64];
+    redisContext *rc = test_redis_connect(&fx_redis);
+    redisReply *rep = rc ? redisCommand(rc, "INFO clients") : NULL;
+    long n = -1;
+    const char *at =
+        rep && rep->type == REDIS_REPLY_STRING ? strstr(rep->str, "blocked_clients:") : NULL;
+    if (at && sscanf(at, "blocked_clients:%63[0-9]", line) == 1)
+        n = strtol(line, NULL, 10);
+    if (rep)
+        freeReplyObject(rep);
+    if (rc)
+        redisFree(rc);
+    return n >= *(int *)arg;
+}
+
 static void make_dir(char *dir)
 {
     strcpy(dir, "/tmp/dbt-shelf-XXXXXX");
@@ -168,6 +186,11 @@ Test(shelf, a_waiter_of_another_host_recalls_what_the_host_kept, .timeout = 90)
     cr_assert_eq(ask(&a, 'k', 20000), 'K');
     cr_assert_eq(ask(&b, 'a', 20000), 'G');
     cr_assert_str_eq(b.id, a.id);
+    /* B listens for a waiter's arrival from before it keeps the permit (A's listener and B's
+     * block): its BLPOPs in flight cannot name the list of the permit's maker A. Seen in CI when
+     * B's renewer won the race against the 'k' below. */
+    int two = 2;
+    cr_assert(test_wait_until(blocked_at_least, &two, 20000), "B's listener did not block");
     cr_assert_eq(ask(&b, 'k', 20000), 'K', "B did not keep it");
     cr_assert_eq(ask(&a, 'u', 20000), 'N', "A took back a permit B holds");
     finish(&a);
