@@ -94,7 +94,10 @@ check "async_clients: pgbench -c 16 -j 16: nothing held or queued in Redis after
 # idle with a kept permit is watched for its session's end by a third thread of ours, which a
 # process starts when it first keeps one (under load, now and then). Before, the watch gave each
 # such command a thread of ours to send it, one more per process, and 7.4-8.2 thread switches per
-# transaction (pgbench -S, 16 processes at 4, loopback) against 2.7 now.
+# transaction (pgbench -S, 16 processes at 4, loopback) against 2.7 now. Judged on the median of
+# the counts, as above: a loaded machine once saw a fourth thread in one process at 2.5 s, as a
+# thread of ours that finishes a parked command now and then (held.c: a wake the renewer did not
+# deliver itself) lives 2 s after its last job; a thread per waiting command is in every count.
 ac_pool=ac_procs
 ac_pids=
 for ac_i in 1 2 3 4 5 6 7 8; do
@@ -103,23 +106,25 @@ for ac_i in 1 2 3 4 5 6 7 8; do
         pgbench -n -c 1 -j 1 -T 5 -f "$work/ac_sleep.sql" >"$work/ac_procs.$ac_i.out" 2>&1 &
     ac_pids="$ac_pids $!"
 done
-ac_most=0
+: >"$work/ac_procs.counts"
 ac_t0=$(now_ms)
 while [ $(($(now_ms) - ac_t0)) -lt 4500 ]; do
     if [ $(($(now_ms) - ac_t0)) -ge 2500 ]; then
         for ac_p in $ac_pids; do
             ac_n=$(ls "/proc/$ac_p/task" 2>/dev/null | wc -l)
-            [ "$ac_n" -gt "$ac_most" ] && ac_most=$ac_n
+            [ "$ac_n" -gt 0 ] && echo "$ac_n" >>"$work/ac_procs.counts"
         done
     fi
     sleep 0.05
 done
+ac_most=$(sort -n "$work/ac_procs.counts" | tail -1)
+ac_median=$(sort -n "$work/ac_procs.counts" | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : 0 }')
 ac_rc=0
 for ac_p in $ac_pids; do wait "$ac_p" || ac_rc=$?; done
 check "async_clients: 8 processes of pgbench -c 1 at a limit of 2: all ran, at most 2 at once at the server (rc $ac_rc, most $(max_conc ac_procs) in $(probes ac_procs) probes)" \
     '[ "$ac_rc" -eq 0 ] && [ "$(probes ac_procs)" -gt 0 ] && [ "$(max_conc ac_procs)" -le 2 ]'
-check "async_clients: 8 processes of pgbench -c 1 at a limit of 2: no thread of ours per waiting command (at most $ac_most threads in a process from 2.5 s on: the program's 1 and at most 2 of ours)" \
-    '[ "$ac_most" -ge 1 ] && [ "$ac_most" -le 3 ]'
+check "async_clients: 8 processes of pgbench -c 1 at a limit of 2: no thread of ours per waiting command (from 2.5 s on, $ac_median threads in the median of $(wc -l <"$work/ac_procs.counts") counts of a process, at most ${ac_most:-0}: the program's 1 and at most 2 of ours)" \
+    '[ "$ac_median" -ge 1 ] && [ "$ac_median" -le 3 ]'
 check "async_clients: 8 processes of pgbench -c 1: nothing held or queued in Redis afterwards" \
     'wait_until 5 ac_pool_empty'
 
