@@ -94,10 +94,15 @@ static bool send_once(dbt_pool *p, dbt_script_call *c, const char *tag, dbt_redi
 bool dbt_pool_send(dbt_pool *p, const char *what, dbt_script_call *c, const char *tag, char *err)
 {
     dbt_redis *r = NULL;
+    int resends = 0;
+    bool ok, again;
     (void)dbt_route_take_relay_failure();
-    bool ok = send_once(p, c, tag, &r, err);
-    bool undelivered = !ok && r && dbt_redis_undelivered(r);
-    dbt_pool_put_conn(p, r);
+    do {
+        /* The host's relay ended before it read it: again, on a new connection. */
+        ok = send_once(p, c, tag, &r, err);
+        again = !ok && dbt_route_resend_undelivered(r, &resends);
+        dbt_pool_put_conn(p, r);
+    } while (again);
     if (!ok && dbt_route_take_relay_failure()) {
         /* The host's relay failed on the way (a pending reply of the connection, or the connect,
          * met its stopped speaker, or its end): not an outage of Redis. Once more, with a budget
@@ -108,10 +113,6 @@ bool dbt_pool_send(dbt_pool *p, const char *what, dbt_script_call *c, const char
         dbt_pool_put_conn(p, r);
         dbt_redis_budget_end(b);
         (void)dbt_route_take_relay_failure();
-    } else if (undelivered) {
-        /* The host's relay ended before it read it: once more, on a new connection. */
-        ok = send_once(p, c, tag, &r, err);
-        dbt_pool_put_conn(p, r);
     }
     if (!ok)
         dbt_pool_note_error(p, what, err);

@@ -42,6 +42,12 @@ bool dbt_redis_outdated(const dbt_redis *r);
  * call may or may not have reached Redis. Clears it. */
 bool dbt_route_take_relay_failure(void);
 
+/* After a call that failed on r: whether to make it again, on a new connection, because the host's
+ * relay reset r before reading it (dbt_redis_undelivered: Redis never saw it, so any call may go
+ * again). At most 3 times per call (*resends counts them, 0 at its start); before the third,
+ * the relay is avoided for a while (dbt_relay_avoid), so that one goes to Redis directly. */
+bool dbt_route_resend_undelivered(const dbt_redis *r, int *resends);
+
 /* True when the connection cannot be used: broken, made to a Sentinel master that has changed
  * since (dbt_redis_outdated), to a Cluster node that no longer serves its slot (the replies it
  * still owes become failed: dbt_redis_take_failed), or (with no reply owed) closed by the server
