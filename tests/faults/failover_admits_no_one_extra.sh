@@ -217,8 +217,15 @@ fa_fault() {
     if [ "$fa_mode" = closed ]; then
         check "$fa_name: never more than 8 statements at once across the fault and after (most: $fa_most)" '[ "$fa_most" -le 8 ]'
         check "$fa_name: the new master started a quarantine (${fa_quarantines:-0})" '[ "${fa_quarantines:-0}" -ge 1 ]'
-        [ "$fa_kind" != kill ] &&
+        # The holders the replica lacks were granted after the cut: their statements end about a
+        # statement after it. Named later than that (the cut came early, after 3 tries, and the
+        # detection was slow: 3267 + 5265 ms beside a busy loop), they have given their permits
+        # back (or let them lapse) before it answers, and nothing is left to re-assert.
+        if [ "$fa_kind" = lag ] && [ $((fa_lag_ms + fa_detect)) -ge "$fa_stmt_ms" ]; then
+            info "$fa_name: re-assertion not judged: the new master was named $((fa_lag_ms + fa_detect)) ms after the cut, after the lacking holders' statements ($fa_stmt_ms ms) had ended (${fa_reasserted:-0} re-asserted)"
+        elif [ "$fa_kind" != kill ]; then
             check "$fa_name: holders the new master lacked re-asserted their permits (${fa_reasserted:-0})" '[ "${fa_reasserted:-0}" -ge 1 ]'
+        fi
         check "$fa_name: grants resumed within detection + Q + one renewal period + $fa_slack_ms ms ($fa_resume ms <= $fa_bound)" '[ "$fa_resume" -ge 0 ] && [ "$fa_resume" -le "$fa_bound" ]'
         check "$fa_name: no permit stayed lost: 8 at once again within one lease of grants resuming ($fa_full_ms ms after the kill; resumed at $fa_resume)" \
             '[ "$fa_full_ms" -ge 0 ] && [ $((fa_full_ms - fa_resume)) -le "$fa_lease_ms" ]'
