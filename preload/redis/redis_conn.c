@@ -49,17 +49,6 @@ static int64_t step_ms(int64_t timeout_ms)
     return left <= 0 ? 0 : left < timeout_ms ? left : timeout_ms;
 }
 
-/* A wait the host's relay wasted (its speaker found stopped) is given back to the budget: the
- * relay's time, not Redis'. Else the calls made after it in the same budget (a renewal's round:
- * the releases' replies, a direct connection) met a budget the stall had spent, and Redis,
- * answering all along, was taken for unreachable (make test: host_relay (c), "redis
- * 127.0.0.1:...: timed out (DBTHROTTLE_REDIS_TIMEOUT spent)", during=release). */
-static void credit_relay_wait(int64_t waited_us)
-{
-    if (budget_deadline_us && waited_us > 0)
-        budget_deadline_us += waited_us;
-}
-
 static void set_err(char *err, const char *what, const char *detail);
 
 /* The connection can no longer be used; why is kept for later calls. The one place a
@@ -181,15 +170,13 @@ static int parsed_reply(dbt_redis *r, redisReply **out)
 static bool fill(dbt_redis *r, int64_t ms, char *err)
 {
     char buf[16 * 1024], e[160];
-    int64_t first = r->relayed && ms > 1 ? ms / 2 : ms, t0 = dbt_now_us();
+    int64_t first = r->relayed && ms > 1 ? ms / 2 : ms;
     ssize_t n = dbt_transport_read(&r->t, buf, sizeof buf, first, e, sizeof e);
     if (n == 0 && first < ms) {
         if (relay_stalled(r))
             r->stalled = true;
         else if ((n = dbt_transport_read(&r->t, buf, sizeof buf, ms - first, e, sizeof e)) == 0)
             r->stalled = relay_stalled(r); /* stopped since the look half-way */
-        if (r->stalled)
-            credit_relay_wait(dbt_now_us() - t0);
     }
     if (n < 0) {
         r->reset = errno == ECONNRESET || errno == EPIPE;
