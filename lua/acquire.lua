@@ -113,8 +113,8 @@ end
 -- keeps idle between commands (DBTHROTTLE_CACHE_PERMITS), and not to keep any until it is granted
 -- again with nobody queued: "r<kind>:<ticket>" on its wake list, with the ticket this waiter
 -- takes, so that a grant's reply read after it (whose ticket is lower: it was granted before) does
--- not undo it. Once per transition from an empty queue, one push per holding process
--- (O(holders), at most the limit); while the queue stays non-empty no permit is granted to anyone
+-- not undo it. Once per transition from an empty queue, one push per holding process and one per
+-- holding host group (O(holders), at most twice the limit); while the queue stays non-empty no permit is granted to anyone
 -- who would keep it (grants from the queue are never kept).
 if waiting == 0 and holders > 0 then -- (the queue is as counted above: nothing since changed it)
     K.recall(S, seq + 1)

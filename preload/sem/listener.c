@@ -270,8 +270,10 @@ static dbt_redis *ready_listener_steps(dbt_pool *p, char *err)
      * held a permit it did not keep (Redis pushes one to every holder), which nobody read. The
      * first BLPOP pops it at once; without a second one already there, the grant that follows
      * within a round trip (a kept permit given back) waited for the BLPOP sent after it: a round
-     * trip more on the path of every first waiter behind a kept permit. */
-    int want = (p->nqueued < 1 ? 1 : p->nqueued) + 1;
+     * trip more on the path of every first waiter behind a kept permit. A process that shares
+     * with its host may find two: Redis pushes the recall to the host's list too (lua's
+     * K.recall), which nobody read if nobody of the host listened: one spare more. */
+    int want = (p->nqueued < 1 ? 1 : p->nqueued) + (p->group[0] ? 2 : 1);
     if (want > MAX_BLPOPS)
         want = MAX_BLPOPS;
     if (p->bg_leading && p->bg_reads_only)
