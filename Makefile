@@ -478,12 +478,14 @@ check: all $(BUILD)/tests/unit $(BUILD)/tests/sem check-exports
 
 # Each stage prints its duration (tools/timed.sh): CI's budget is 25 minutes on 2 cores. What
 # computes runs alone: the builds first (every program a stage runs, so that no two lanes build
-# at once), the unit and sem suites, ASan's, the fuzzers. What mostly waits (servers, leases,
+# at once), the unit and sem suites, the fuzzers. What mostly waits (servers, leases,
 # timeouts: 31 minutes one after another) runs in three lanes at once (tools/lanes.sh), balanced
 # by their times on a quiet 2-core machine (each case prints its own: "NAME took N s").
 STAGE = sh tools/timed.sh
 # The ASan units run in a lane, not before the lanes: 210 s of make test's 1 600 s on CI's 2
-# cores, for a lane that ended 270 s before the longest. Beside a busy loop (36d57c3) the lanes
+# cores, for a lane that ended 270 s before the longest. Still one ASan process at a time (the
+# third lane runs asan-faults and asan-units one after the other), but beside the fault lanes:
+# passed in 4 runs of make test beside a busy loop. Beside a busy loop (36d57c3) the lanes
 # took faults+tsan+valgrind+package 1 458 s, faults-uncached+faults-classes 1 256 s, the third
 # 1 384 s: package (88 s) moved to the second.
 TEST_LANES = "faults tsan valgrind" "faults-uncached faults-classes package" \

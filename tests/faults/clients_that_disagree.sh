@@ -41,7 +41,15 @@ wait_workers
 c=$(max_conc c7l)
 okl=$(sum_field ok "$work"/c7.lease*)
 c7_counted=$(grep -h 'event=summary pool=c7l ' "$work/workers.err" 2>/dev/null | grep -oE '(unthrottled|redis_errors|leases_lost)=[1-9][0-9]*' | sort | uniq -c | tr -s ' \n' ' ')
-check "clients_that_disagree: leases of 2 s and 9 s in one pool: at most 3 at once (most seen: $c; the workers' summaries' nonzero unthrottled, redis_errors, leases_lost:${c7_counted:- none}), all $okl of 240 ran" '[ "$c" -le 3 ] && [ "$c" -ge 2 ] && [ "$okl" -eq 240 ]'
+# A worker that ran commands unthrottled (open mode: its calls to Redis failed, a TSan worker
+# starved beside the other lanes, 2 errors and 29 commands once) is over the limit by design:
+# the bound is then not judged, only printed; every other run judges it.
+if echo "$c7_counted" | grep -q unthrottled; then
+    info "clients_that_disagree: leases of 2 s and 9 s: at most 3 at once not judged: a worker ran unthrottled in open mode (most seen: $c; the workers' summaries: $c7_counted)"
+    check "clients_that_disagree: leases of 2 s and 9 s in one pool: all $okl of 240 ran" '[ "$okl" -eq 240 ]'
+else
+    check "clients_that_disagree: leases of 2 s and 9 s in one pool: at most 3 at once (most seen: $c; the workers' summaries' nonzero unthrottled, redis_errors, leases_lost:${c7_counted:- none}), all $okl of 240 ran" '[ "$c" -le 3 ] && [ "$c" -ge 2 ] && [ "$okl" -eq 240 ]'
+fi
 
 mark
 i=0

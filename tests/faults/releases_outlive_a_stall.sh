@@ -61,8 +61,7 @@ for how in stall restart cancel; do
     h=$spawned
     wait_until 10 '[ "$(rcli zcard "$sr_key:holders")" -ge 1 ]'
     t_hold=$(now_ms)
-    wait_until 10 '[ "$(sr_start 1)" -ge 0 ]'
-    t_hold=$((t_hold + $(sr_after "$(sr_start 1)" "$t_hold")))
+    wait_until 10 '[ "$(sr_start 1)" -ge 0 ]' && t_hold=$((t_hold + $(sr_after "$(sr_start 1)" "$t_hold")))
     h_id=$(rcli --raw zrange "$sr_key:holders" 0 0)
     w=
     if [ $how != restart ]; then
