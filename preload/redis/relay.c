@@ -100,9 +100,6 @@ void dbt_relay_suspect(void)
 
 void dbt_relay_avoid(void)
 {
-    /* Connections to it that the process holds are given up too (dbt_redis_outdated): the next
-     * call goes to Redis, not to an idle one of them (route.c's last resend). */
-    atomic_fetch_add(&relay_gen, 1);
     pthread_mutex_lock(&proc.mu);
     proc.avoid_until = dbt_now_us() + doubled(RELAY_RETRY_US, proc.retries, RELAY_RETRY_MAX_US);
     if (proc.retries < 16)

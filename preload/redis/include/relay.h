@@ -41,9 +41,8 @@ void dbt_relay_stop(void);
 void dbt_relay_suspect(void);
 /* Relayed connections broke under a call several times in a row (speakers that ended one after
  * another, or whose own connections to Redis failed): this process connects directly for a
- * while (a second, doubled at each failure in a row, as when no relay can be used), gives up the
- * relayed connections it holds, and the connections made meanwhile go back through the relay
- * later (dbt_redis_outdated). */
+ * while (a second, doubled at each failure in a row, as when no relay can be used), and the
+ * connections made meanwhile go back through the relay later (dbt_redis_outdated). */
 void dbt_relay_avoid(void);
 uint64_t dbt_relay_generation(void);
 /* A connection made at relay generation `gen` was reset by its relay: that relay ended, and the
