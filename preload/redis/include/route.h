@@ -45,7 +45,8 @@ bool dbt_route_take_relay_failure(void);
 /* After a call that failed on r: whether to make it again, on a new connection, because the host's
  * relay reset r before reading it (dbt_redis_undelivered: Redis never saw it, so any call may go
  * again). At most 3 times per call (*resends counts them, 0 at its start); before the third,
- * the relay is avoided for a while (dbt_relay_avoid), so that one goes to Redis directly. */
+ * the relay is avoided for a while (dbt_relay_avoid): a new connection for it goes to Redis
+ * directly (an idle one of the pool, to the next speaker, may still serve it). */
 bool dbt_route_resend_undelivered(const dbt_redis *r, int *resends);
 
 /* True when the connection cannot be used: broken, made to a Sentinel master that has changed
