@@ -5,9 +5,12 @@
 
 /* ---- what the pool knows of a kind's queue -------------------------------------------------- */
 
+/* The times compared below may come from the host's segment, which any process of the host can
+ * write garbage into: compared with now - lease, never subtracted from now (an overflow, UB:
+ * make test's ASan units, hostshare/garbage_written_while_processes_work_crashes_none). */
 bool dbt_sole_verdict_stale(const dbt_sole_view *v, int64_t now_us, int64_t lease_us)
 {
-    return now_us - v->verdict_us > lease_us;
+    return v->verdict_us < now_us - lease_us;
 }
 
 static unsigned sole_verdict(dbt_sole_view *v, const dbt_queue_event *ev)
@@ -63,7 +66,7 @@ bool dbt_keep_revoked_since(const dbt_keep_view *k, long long granted_at, int64_
                             int64_t lease_us)
 {
     return k->revoke_ticket > (uint64_t)(granted_at > 0 ? granted_at : 0) &&
-           now_us - k->revoke_us <= lease_us;
+           k->revoke_us >= now_us - lease_us;
 }
 
 unsigned dbt_keep_step(dbt_keep_view *k, const dbt_queue_event *ev)
@@ -73,7 +76,7 @@ unsigned dbt_keep_step(dbt_keep_view *k, const dbt_queue_event *ev)
         k->contended = true;
         /* The highest ticket, unless the last was heard over a lease ago (Redis may have
          * restarted its counter since). */
-        if (ev->ticket > k->revoke_ticket || ev->now_us - k->revoke_us > ev->lease_us)
+        if (ev->ticket > k->revoke_ticket || k->revoke_us < ev->now_us - ev->lease_us)
             k->revoke_ticket = ev->ticket;
         k->revoke_us = ev->now_us;
         return DBT_QACT_RETURN_KEPT;
