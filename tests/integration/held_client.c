@@ -336,6 +336,7 @@ static void many_connections(void)
         c[i] = i == 0 ? conn : PQconnectdb("");
         left[i] = rounds;
     }
+    long long connect_ms = now_ms() - t0, first_sends = now_ms();
     for (int i = 0; i < nconns; i++) {
         long long t = now_ms();
         if (PQstatus(c[i]) == CONNECTION_OK && PQsendQuery(c[i], held_sql))
@@ -345,7 +346,12 @@ static void many_connections(void)
         if (now_ms() - t > longest_send)
             longest_send = now_ms() - t;
     }
-    long long last = t0, maxgap = 0;
+    /* The loop's gaps count from its start: the connects and the first sends before it are not
+     * the loop stalling (each send is judged alone, longest_send). Counted as its first gap, they
+     * failed the check under TSan in make test (557 and 647 ms: 7 connects of about 200 ms and 8
+     * sends of 40-90 ms together, beside two busy loops, the loop's own gaps about 20 ms). */
+    first_sends = now_ms() - first_sends;
+    long long last = now_ms(), maxgap = 0;
     while (active > 0 && now_ms() - t0 < 120000) {
         struct pollfd pfd[MAX_CONNS];
         for (int i = 0; i < nconns; i++)
@@ -377,8 +383,9 @@ static void many_connections(void)
                 longest_send = now_ms() - ts;
         }
     }
-    say("many_ok=%d many_bad=%d longest_send_ms=%lld maxgap_ms=%lld total_ms=%lld", ok, bad,
-        longest_send, maxgap, now_ms() - t0);
+    say("many_ok=%d many_bad=%d longest_send_ms=%lld maxgap_ms=%lld connect_ms=%lld "
+        "first_sends_ms=%lld total_ms=%lld",
+        ok, bad, longest_send, maxgap, connect_ms, first_sends, now_ms() - t0);
     for (int i = 1; i < nconns; i++)
         PQfinish(c[i]);
 }
