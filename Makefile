@@ -490,8 +490,8 @@ STAGE = sh tools/timed.sh
 # 1 384 s: package (88 s) moved to the second. CI took 1 530 s at f9f220d, over its budget: the
 # empty restart's fleet now cancels its waits when stopped (-C: 200 s less lane time), and the
 # controller's CLI tests (adapt, adapt_status: about 60 s) moved from the third lane to the second.
-# Quiet 2-core machine at c7f5ff9, before: 1 242 / 1 230 / 1 215 s; the estimate after: about
-# 1 180 / 1 170 / 1 150 s.
+# Quiet 2-core machine, fresh clone: 1 242 / 1 230 / 1 215 s at c7f5ff9, 1 139 / 1 130 / 1 131 s
+# at e42a477 (1 339 s for the whole run before fuzz, which takes 40 s).
 TEST_LANES = "faults tsan valgrind" "faults-uncached faults-classes cli-adapt package" \
     "integration cli chaos asan-faults asan-units"
 LANE_STAGES = faults faults-uncached faults-classes integration cli cli-adapt chaos package \
