@@ -25,15 +25,19 @@
  * refused in closed), and a warn-level line, the first of a stretch and then one summary per
  * DBT_WARN_EVERY_US, so that an outage is visible at the default level without flooding stderr.
  * Refused whatever the mode while the pool's Redis is misconfigured (a permanent error: it will
- * not pass; logged at error level by pool.c, once a minute). */
+ * not pass; logged at error level by pool.c, once a minute). `seen_misconfigured`: the caller
+ * found the pool misconfigured under an earlier hold of p->mu. It stands: the probing call of
+ * another thread may have succeeded since and cleared p->misconfig (an ACL without BLPOP fails
+ * only the waiters), and an acquire refused for the cause must not run unthrottled instead,
+ * beside the prober's permit. */
 static dbt_acq_result outage_result(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *o,
-                                    const char *why)
+                                    const char *why, bool seen_misconfigured)
 {
     uint64_t quiet = 0, total;
     pthread_mutex_lock(&p->mu);
-    dbt_outage_fate fate =
-        dbt_core_outage(p->misconfig[0] != '\0' || dbt_pool_thread_failed_permanently(),
-                        p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN);
+    dbt_outage_fate fate = dbt_core_outage(seen_misconfigured || p->misconfig[0] != '\0' ||
+                                               dbt_pool_thread_failed_permanently(),
+                                           p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN);
     bool misconfigured = fate == DBT_OUTAGE_MISCONFIGURED;
     bool open = fate == DBT_OUTAGE_UNTHROTTLED;
     if (open) {
@@ -358,7 +362,7 @@ static acquire_next give_up(acquire_run *a, bool linked, const char *outage,
         drop_slot(p, a->s);
     else
         dbt_free_slot(a->s);
-    a->result = outage ? outage_result(p, a->kind, a->o, outage) : DBT_ACQ_TIMEOUT;
+    a->result = outage ? outage_result(p, a->kind, a->o, outage, false) : DBT_ACQ_TIMEOUT;
     return NEXT_DONE;
 }
 
@@ -409,7 +413,8 @@ static struct dbt_slot *new_slot(acquire_run *a)
     /* Misconfigured: refused without a round trip, but for the one acquire that probes (which
      * tries Redis even within an outage's backoff). */
     bool probing = p->misconfig[0] != '\0';
-    bool down = dbt_pool_misconfigured(p, a->start) || (!probing && p->down_until_us > a->start);
+    bool misconfigured = dbt_pool_misconfigured(p, a->start);
+    bool down = misconfigured || (!probing && p->down_until_us > a->start);
     /* The renewer also reports the process (registry.c): from its first command on, even one
      * that Redis never answered. */
     if (!p->thread_started)
@@ -423,7 +428,8 @@ static struct dbt_slot *new_slot(acquire_run *a)
     }
     pthread_mutex_unlock(&p->mu);
     if (down) {
-        a->result = outage_result(p, a->kind, o, "redis unreachable (retrying within 1s)");
+        a->result =
+            outage_result(p, a->kind, o, "redis unreachable (retrying within 1s)", misconfigured);
         return NULL;
     }
     if (attach) /* host sharing (sharing.c): before the pool's first id is made */
@@ -432,7 +438,7 @@ static struct dbt_slot *new_slot(acquire_run *a)
     if (!s && (s = calloc(1, sizeof *s)) != NULL)
         s->efd = -1;
     if (!s) {
-        a->result = outage_result(p, a->kind, o, "out of memory");
+        a->result = outage_result(p, a->kind, o, "out of memory", false);
         return NULL;
     }
     s->pool = p;
@@ -456,7 +462,7 @@ static struct dbt_slot *new_slot(acquire_run *a)
     if (a->may_wait && s->efd < 0 && (s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
         free(s->query);
         free(s);
-        a->result = outage_result(p, a->kind, o, "cannot create an eventfd");
+        a->result = outage_result(p, a->kind, o, "cannot create an eventfd", false);
         return NULL;
     }
     dbt_waker_publish(s, o->waker);

@@ -121,6 +121,10 @@ check "misconfigured_redis noblpop: a cause that comes and goes is logged once, 
     '[ "$mr_errs" -eq 1 ] && [ "$mr_fixes" -le 1 ]'
 check "misconfigured_redis noblpop: the limit of 1 held ($(probes mr_noblpop) probes ran, at most $(max_conc mr_noblpop) at once)" \
     '[ "$(probes mr_noblpop)" -ge 1 ] && [ "$(max_conc mr_noblpop)" -le 1 ]'
+# The log's word too: a refusal that raced the fix and ran unthrottled is said there even when
+# its statement overlapped nobody's.
+check "misconfigured_redis noblpop: no command ran unthrottled ($(grep -c "event=unthrottled" "$work/mr.noblpop.err") lines say so)" \
+    '! grep -q "event=unthrottled" "$work/mr.noblpop.err"'
 check "misconfigured_redis noblpop: no secret in any output" \
     '! grep -q -- "Secret" "$work/mr.noblpop.err" "$work/mr.noblpop.w"'
 # A transient error keeps its mode: Redis gone, open mode, the command runs unthrottled.
