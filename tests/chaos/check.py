@@ -218,17 +218,20 @@ locks_most = max([p.n for p in probes], default=0)
 # from its start (BEGIN) to its last statement's end, its client's own time between statements
 # included (seen beside a busy loop: psycopg2 170 ms from BEGIN to its statement); and a permit
 # dbthrottle acquire took, from its command's start (the acquire worker's OUT.starts, appended
-# before the command becomes psql) to that psql's last statement, its start-up and connection
-# included (seen in CI's load: 1.2 s from the grant to the connection, seed 1, the only client
-# running below the limit for 1.17 s). Neither can hide a permit nobody holds.
-def acquire_starts():
+# before the command becomes psql) to the command's end (OUT.ends, appended when dbthrottle
+# acquire returned, its permit given back), its start-up and connection included (seen in CI's
+# load: 1.2 s from the grant to the connection, seed 1, the only client running below the limit
+# for 1.17 s; and a psql that had run no statement 2 s after its start when Redis' failover took
+# the permit, seed 2: 1.10 s below the limit counted before the end was). Neither can hide a
+# permit nobody holds.
+def acquire_times(suffix):
     out = []
     for w in h["workers"]:
         if w["kind"] != "acquire":
             continue
         try:
             with open(os.path.join(os.path.dirname(hist_path),
-                                   os.path.basename(w["out"]) + ".starts")) as f:
+                                   os.path.basename(w["out"]) + suffix)) as f:
                 out += [float(x.replace(",", ".")) for x in f.read().split()]
         except (OSError, ValueError):
             pass
@@ -246,12 +249,15 @@ def in_use():
         spans[(p.pid, p.admitted)] = (min(a, p.admitted), max(b, p.end))
     out = [Span(a, b) for a, b in spans.values()]
     # The acquire worker runs one command at a time: a command's statements are those that start
-    # after its start and before the next one's.
-    starts = acquire_starts() + [float("inf")]
+    # after its start and before the next one's; its end, the first end after its start (none: a
+    # run cut short, its statements' end).
+    starts = acquire_times(".starts") + [float("inf")]
+    ends = acquire_times(".ends")
     for i, s in enumerate(starts[:-1]):
         mine = [p for p in acquired if s <= p.start < starts[i + 1]]
-        if mine:
-            out.append(Span(s, max(p.end for p in mine)))
+        end = min([e for e in ends if s <= e < starts[i + 1]], default=None)
+        if mine or end is not None:
+            out.append(Span(s, max([p.end for p in mine] + ([end] if end is not None else []))))
     out += [Span(p.start, p.end) for p in acquired if p.start < starts[0]]
     return out
 

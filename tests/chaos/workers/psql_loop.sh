@@ -5,9 +5,10 @@
 # failed try is retried after 50 ms: a stall at the server is then the throttle's, not the loop's.
 # With CHAOS_ACQUIRE set, each psql runs under `dbthrottle acquire` instead of the preload (the
 # permit is then the command's, taken by the CLI), as application chaos-acquire; the command
-# appends the instant it starts (the permit granted) to OUT.starts before it becomes psql: the
-# permit is in use from there, while psql starts and connects (over a second beside a busy loop),
-# which the server's log cannot show.
+# appends the instant it starts (the permit granted) to OUT.starts before it becomes psql, and the
+# loop the instant dbthrottle acquire returned (the permit given back) to OUT.ends after a try that
+# started its command: the permit is in use from the one to the other, while psql starts and
+# connects (over a second beside a busy loop), which the server's log cannot show.
 out=$1
 # Mostly a few ms to 300 ms; one in 40 is 5 s, longer than the lease and its renewal period: a
 # holder killed in the middle of one leaves its statement running at the server past its permit's
@@ -31,8 +32,12 @@ while [ "$(date +%s%N)" -lt "$CHAOS_STOP_NS" ]; do
     else
         set -- psql -qAtX -v ON_ERROR_STOP=1 "$@"
     fi
+    starts=$(cat "$out.starts" 2>/dev/null | wc -l)
     "$@" >/dev/null 2>"$out.last"
     rc=$?
+    if [ -n "${CHAOS_ACQUIRE:-}" ] && [ "$(cat "$out.starts" 2>/dev/null | wc -l)" -gt "$starts" ]; then
+        date +%s.%N >>"$out.ends"
+    fi
     if [ $rc -eq 0 ]; then
         echo ok >>"$out"
     else
