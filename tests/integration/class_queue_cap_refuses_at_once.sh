@@ -2,9 +2,8 @@
 # refused at once, with 53300 and a message naming the class and its cap, and never reaches the
 # server
 it_class_queue_cap_refuses_at_once() {
-    cls_pids=
     classes='interactive=50%;batch=50%,queue_cap=0'
-    cls_bg "select pg_sleep(2)" DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=cls_cap DBTHROTTLE_CLASSES="$classes" DBTHROTTLE_CLASS=batch
+    hold_begin cls_cap_holder DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=cls_cap DBTHROTTLE_CLASSES="$classes" DBTHROTTLE_CLASS=batch
     wait_until 20 '[ "$(rcli zcard "dbthrottle:{cls_cap}:q:holders")" -ge 1 ]'
     t0=$(date +%s%N)
     throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=cls_cap DBTHROTTLE_CLASSES="$classes" \
@@ -26,5 +25,5 @@ except psycopg2.OperationalError as e:
     check "the message names the class and its cap, SQLSTATE 53300: $(head -c 300 "$work/cap.err")" \
         'grep -q "^53300 dbthrottle: no query permit" "$work/cap.err" && grep -q "class \"batch\" has its queue cap of 0 waiters" "$work/cap.err"'
     check "nothing reached the server" [ ! -s "$work/cap.out" ]
-    wait $cls_pids
+    hold_end cls_cap_holder
 }

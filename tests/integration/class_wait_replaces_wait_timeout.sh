@@ -1,9 +1,8 @@
 # class_wait_replaces_wait_timeout.sh - a class's wait (from the definitions) replaces
 # DBTHROTTLE_WAIT_TIMEOUT for its commands
 it_class_wait_replaces_wait_timeout() {
-    cls_pids=
     classes='interactive=50%;batch=50%,wait=300ms'
-    cls_bg "select pg_sleep(3)" DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=cls_wait DBTHROTTLE_CLASSES="$classes" DBTHROTTLE_CLASS=interactive
+    hold_begin cls_wait_holder DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=cls_wait DBTHROTTLE_CLASSES="$classes" DBTHROTTLE_CLASS=interactive
     wait_until 20 '[ "$(rcli zcard "dbthrottle:{cls_wait}:q:holders")" -ge 1 ]'
     t0=$(date +%s%N)
     throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_POOL=cls_wait DBTHROTTLE_CLASSES="$classes" \
@@ -15,5 +14,5 @@ it_class_wait_replaces_wait_timeout() {
     check "batch's wait=300ms, not WAIT_TIMEOUT=1m: refused (rc $rc) after $ms ms (250 .. 2500)" \
         '[ $rc -ne 0 ] && [ $ms -ge 250 ] && [ $ms -lt 2500 ] && grep -q "no query permit" "$work/cwait.err"'
     check "nothing reached the server" [ ! -s "$work/cwait.out" ]
-    wait $cls_pids
+    hold_end cls_wait_holder
 }

@@ -46,8 +46,7 @@ with psycopg.connect('') as c:
     pg_query($c, "select 3");')
     check "PHP pgsql: 2 grants (saw $g)" [ "$g" = 2 ]
 
-    throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(3)" >/dev/null 2>&1 &
-    holder=$!
+    hold_begin lib_holder DBTHROTTLE_MAX_QUERIES=1
     wait_holders q 1
     out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=100ms DBTHROTTLE_LOG_LEVEL=error $py -c "
 import psycopg2
@@ -65,5 +64,5 @@ except psycopg2.OperationalError as e:
     $c = pg_connect("host=" . getenv("PGHOST") . " port=" . getenv("PGPORT") . " user=postgres");
     if (@pg_query($c, "select 1") === false) echo substr(pg_last_error($c), 0, 11);' 2>&1)
     check "PHP refused: pg_query fails with the dbthrottle message ($out)" [ "$out" = "dbthrottle:" ]
-    wait $holder
+    hold_end lib_holder
 }

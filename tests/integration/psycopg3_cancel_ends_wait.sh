@@ -1,8 +1,7 @@
 # psycopg3_cancel_ends_wait.sh - psycopg 3 calls libpq through ctypes: its cancel() must reach our
 # PQcancel and end the wait
 it_psycopg3_cancel_ends_wait() {
-    throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(4)" >/dev/null 2>&1 &
-    holder=$!
+    hold_begin cancel_holder DBTHROTTLE_MAX_QUERIES=1
     wait_holders q 1
     out=$(throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=20s $py -c "
 import threading, time, psycopg
@@ -19,5 +18,5 @@ except psycopg.Error as e:
 print('%s %.1f' % (res, time.monotonic() - t0))" 2>&1)
     check "psycopg 3 through ctypes: cancel() ends a wait for a permit at once, with the cancel's error ($out)" \
         'echo "$out" | grep -q "^cancelled [01]\."'
-    wait $holder
+    hold_end cancel_holder
 }

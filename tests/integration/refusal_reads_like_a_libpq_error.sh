@@ -1,7 +1,6 @@
 # refusal_reads_like_a_libpq_error.sh - a refusal reads like a libpq error
 it_refusal_reads_like_a_libpq_error() {
-    throttled DBTHROTTLE_MAX_QUERIES=1 psql -qAt -c "select pg_sleep(3)" >/dev/null 2>&1 &
-    holder=$!
+    hold_begin refusal_holder DBTHROTTLE_MAX_QUERIES=1
     wait_holders q 1
     throttled DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_WAIT_TIMEOUT=200ms psql -qAt -c "select 1" \
         >"$work/refused.out" 2>"$work/refused.err"
@@ -10,5 +9,5 @@ it_refusal_reads_like_a_libpq_error() {
     check "psql refused: says dbthrottle, the pool and the limit" \
         grep -q 'dbthrottle: no query permit for pool "localhost:[0-9]*/postgres" (limit 1) after waiting' "$work/refused.err"
     check "psql refused: nothing reached the server (no output)" [ ! -s "$work/refused.out" ]
-    wait $holder
+    hold_end refusal_holder
 }

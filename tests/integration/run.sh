@@ -125,6 +125,24 @@ hc_loop_ran() { # the event loop never stopped for 500 ms (10 ms ticks), the sen
 
 # ---- classes and weights (issue 17): ids, units and refusals, read from Redis and the server ----
 cls_ids() { rcli zrange "dbthrottle:{$1}:q:holders" 0 -1 | tr '\n' ' '; } # cls_ids POOL: held members
+# hold_begin NAME ENV=VALUE...: a throttled psql (application_name NAME) that takes a permit and
+# keeps it until hold_end NAME cancels its statement: a check whose premise is "the permit is
+# still held" does not depend on how long the machine takes to get there (a 4 s pg_sleep ran out
+# under make test's load: exempt_connections). Its pid in $hold_pid.
+hold_begin() {
+    hold_name=$1
+    shift
+    throttled "$@" PGAPPNAME="$hold_name" psql -qAt -c "select pg_sleep(120)" >/dev/null 2>&1 &
+    hold_pid=$!
+    echo "$hold_pid" >>"$work/pids"
+}
+hold_end() { # hold_end NAME: cancels NAME's statement (its permit goes back) and waits for it
+    # (again until it has ended: a cancel that came before the statement started does nothing)
+    wait_until 20 'psql -qAtX -c "select pg_cancel_backend(pid) from pg_stat_activity where application_name = '"'$1'"'" >/dev/null
+        ! kill -0 "$hold_pid" 2>/dev/null'
+    wait "$hold_pid" 2>/dev/null
+}
+
 cls_bg() { # cls_bg SQL ENV=VALUE...: a throttled psql in the background, its pid in $cls_pids
     cls_sql=$1
     shift
