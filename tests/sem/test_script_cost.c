@@ -115,32 +115,41 @@ static long long commands_run(redisContext *rc)
     return n;
 }
 
-/* The commands CYCLES uncontended grants and releases of ids "<cid>.<i>.64" ran. */
+/* The commands an uncontended grant and release of ids "<cid>.<i>.64" ran, per cycle: the fewest
+ * of TRIALS runs of CYCLES. A release records its hold in the histogram, and a hold of 1 ms or more
+ * (a slow machine: ASan beside make test's other lanes) costs an HINCRBY more, and a PEXPIRE when
+ * its bucket is new: one trial counted 31 commands a cycle where the same code counts 30. The
+ * fewest counts the scripts' own path, which is what the comparison is about. */
 static long long cycle_commands(const char *pool, const char *cid)
 {
-    enum { CYCLES = 20 };
+    enum { CYCLES = 20, TRIALS = 3 };
     dbt_config cfg = {.lease_ms = 10000, .redis_timeout_ms = 1000};
     dbt_keys keys;
     cr_assert(dbt_keys_init(&keys, "dbthrottle:", pool));
     redisContext *rc = test_redis_connect(&fx_redis);
     cr_assert_not_null(rc);
-    long long n = 0;
+    long long fewest = -1;
     char id[64];
-    for (int i = 0; i <= CYCLES; i++) {
-        if (i == 1) /* the first call made the pool's keys: count from the second */
-            n = -commands_run(rc);
-        snprintf(id, sizeof id, "%s.%d.64", cid, i + 1);
-        dbt_acquire_call a = {.id = id, .limit = 64, .who = "host 1 c1"};
-        dbt_script_call c;
-        dbt_build_acquire(&c, &keys, DBT_KIND_QUERY, &cfg, &a);
-        run(rc, &c);
-        dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id);
-        run(rc, &c);
+    for (int t = 0; t < TRIALS; t++) {
+        long long n = 0;
+        for (int i = 0; i <= CYCLES; i++) {
+            if (i == 1) /* the first call made the pool's keys: count from the second */
+                n = -commands_run(rc);
+            snprintf(id, sizeof id, "%s.%d.64", cid, t * (CYCLES + 1) + i + 1);
+            dbt_acquire_call a = {.id = id, .limit = 64, .who = "host 1 c1"};
+            dbt_script_call c;
+            dbt_build_acquire(&c, &keys, DBT_KIND_QUERY, &cfg, &a);
+            run(rc, &c);
+            dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id);
+            run(rc, &c);
+        }
+        n += commands_run(rc);
+        if (fewest < 0 || n / CYCLES < fewest)
+            fewest = n / CYCLES;
     }
-    n += commands_run(rc);
     redisFree(rc);
     dbt_keys_free(&keys);
-    return n / CYCLES;
+    return fewest;
 }
 
 /* A process that shares with its host (an id "<G>~<cid>...") pays for the count of its group's
