@@ -315,6 +315,10 @@ typedef struct {
     /* Queued anew once already because the host's relay failed its call: a second failure is
      * Redis' (a relay whose link to Redis broke closes its clients: each call meets it twice). */
     bool relay_retried;
+    /* The pool was found misconfigured under p->mu on this acquire's way (new_slot; a wait the
+     * renewer ended as Redis refused its renewal for a permanent cause): the refusal stands in
+     * outage_result, whatever another thread's success has cleared since. */
+    bool seen_misconfigured;
     dbt_acq_result result; /* how it ended, once a step returns NEXT_DONE */
 } acquire_run;
 
@@ -362,7 +366,8 @@ static acquire_next give_up(acquire_run *a, bool linked, const char *outage,
         drop_slot(p, a->s);
     else
         dbt_free_slot(a->s);
-    a->result = outage ? outage_result(p, a->kind, a->o, outage, false) : DBT_ACQ_TIMEOUT;
+    a->result =
+        outage ? outage_result(p, a->kind, a->o, outage, a->seen_misconfigured) : DBT_ACQ_TIMEOUT;
     return NEXT_DONE;
 }
 
@@ -413,8 +418,8 @@ static struct dbt_slot *new_slot(acquire_run *a)
     /* Misconfigured: refused without a round trip, but for the one acquire that probes (which
      * tries Redis even within an outage's backoff). */
     bool probing = p->misconfig[0] != '\0';
-    bool misconfigured = dbt_pool_misconfigured(p, a->start);
-    bool down = misconfigured || (!probing && p->down_until_us > a->start);
+    a->seen_misconfigured = dbt_pool_misconfigured(p, a->start);
+    bool down = a->seen_misconfigured || (!probing && p->down_until_us > a->start);
     /* The renewer also reports the process (registry.c): from its first command on, even one
      * that Redis never answered. */
     if (!p->thread_started)
@@ -428,8 +433,8 @@ static struct dbt_slot *new_slot(acquire_run *a)
     }
     pthread_mutex_unlock(&p->mu);
     if (down) {
-        a->result =
-            outage_result(p, a->kind, o, "redis unreachable (retrying within 1s)", misconfigured);
+        a->result = outage_result(p, a->kind, o, "redis unreachable (retrying within 1s)",
+                                  a->seen_misconfigured);
         return NULL;
     }
     if (attach) /* host sharing (sharing.c): before the pool's first id is made */
@@ -727,6 +732,7 @@ static acquire_next wait_turn_counted(acquire_run *a)
         if (now == SLOT_HELD)
             return give_back_stale(a);
         if (now == SLOT_REQUEUE || now == SLOT_DOWN) {
+            a->seen_misconfigured |= s->down_misconfigured;
             if (!p->leader_active)
                 dbt_listener_pass(p);
             dbt_unlink_slot(p, s);

@@ -103,7 +103,9 @@ const char *dbt_pool_name(const dbt_pool *p)
 bool dbt_pool_misconfig(dbt_pool *p, char *out, size_t cap)
 {
     pthread_mutex_lock(&p->mu);
-    snprintf(out, cap, "%s", p->misconfig);
+    /* Cleared by another thread's success since this caller was refused (a cause only some
+     * calls meet): the cause last logged, which is what refused it. */
+    snprintf(out, cap, "%s", p->misconfig[0] ? p->misconfig : p->misconfig_logged);
     pthread_mutex_unlock(&p->mu);
     return out[0] != '\0';
 }

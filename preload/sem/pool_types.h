@@ -143,6 +143,10 @@ struct dbt_slot {
     /* Sent back to queue (SLOT_REQUEUE) as no renewal of its place was accepted for a lease
      * (this process was stopped, or Redis unreachable), not as Redis said it lacked it. */
     bool unrenewed;
+    /* Sent down (SLOT_DOWN) by the renewer as Redis refused its renewal for a permanent cause
+     * (p->misconfig then): its waiter is refused, not run unthrottled in open mode, even if
+     * another thread's call clears p->misconfig before the waiter looks. */
+    bool down_misconfigured;
     /* Host sharing (sharing.c): its registration in the host's segment while its thread waits
      * (0: none); a permit another process offers to it comes through it. share_got_us: when it
      * got the permit it holds from another process (0: it did not): a renewal sent before that

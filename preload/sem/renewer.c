@@ -398,6 +398,7 @@ static void expire_unrenewed_places(dbt_pool *p, int64_t now)
                                    now - s->t_renewed_us, p->client->cfg->lease_ms * 1000)) {
             dbt_lw_remove(p, s);
             s->state = SLOT_DOWN;
+            s->down_misconfigured = p->misconfig[0] != '\0';
             p->nqueued--;
             dbt_slot_wake(s);
         }
