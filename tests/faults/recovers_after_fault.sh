@@ -1,5 +1,5 @@
 # recovers_after_fault.sh - no stall after a Redis blip. At a limit of 1 (lease 6 s, REDIS_TIMEOUT 1 s,
-# open) a worker holds the permit for a 5 s statement while two wait; Redis is stopped for 3.5 s,
+# open) a worker holds the permit for a 7 s statement while two wait; Redis is stopped for 3.5 s,
 # so a renewal is sure to time out meanwhile, but the waiters' places stay valid in Redis. They
 # must keep waiting (not run unthrottled beside the holder), and once the holder's statement
 # ends the permit must move on at once: a newcomer that queued after the blip is granted within
@@ -9,7 +9,9 @@ echo "# recovers_after_fault: a Redis blip longer than the timeout, shorter than
 c9="PGAPPNAME=c9 DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_LEASE=6s DBTHROTTLE_REDIS_TIMEOUT=1s DBTHROTTLE_ON_REDIS_ERROR=open"
 mark
 rm -f "$work"/c9.*.ready
-wargs="-n 1 -s 5000 -W $work/c9.h.ready" spawn "$work/c9.h" $c9
+# 7 s: the two waiters' start, the 3.5 s stop and the newcomer's start and queueing all come
+# within it (with 5 s, under load, they came to 4.2-5.8 s).
+wargs="-n 1 -s 7000 -W $work/c9.h.ready" spawn "$work/c9.h" $c9
 wait_until 10 '[ "$(live_holders)" -eq 1 ]'
 for w in 1 2; do wargs="-n 1 -s 0 -W $work/c9.w$w.ready" spawn "$work/c9.w$w" $c9; done
 wait_until 10 '[ "$(live_waiters)" -eq 2 ]'
@@ -17,13 +19,15 @@ kill -STOP "$redis_pid"
 sleep 3.5
 kill -CONT "$redis_pid"
 wargs="-n 1 -s 0 -W $work/c9.n.ready" spawn "$work/c9.n" $c9
+wait_until 10 '[ "$(live_waiters)" -eq 3 ]'
+n_queued=$([ "$(live_waiters)" -eq 3 ] && [ ! -e "$work/c9.h.ready" ] && echo yes || echo no)
 wait_until 15 '[ -e "$work/c9.h.ready" ]'
 t_held=$(now_ms)
 wait_until 20 '[ -e "$work/c9.n.ready" ]'
 n_ms=$(( $(now_ms) - t_held ))
 wait_workers
 conc=$(max_conc c9)
-check "recovers_after_fault: the newcomer ran $n_ms ms after the holder's statement ended (bound 1000)" '[ "$n_ms" -le 1000 ]'
+check "recovers_after_fault: the newcomer, queued before the holder's statement ended ($n_queued), ran $n_ms ms after it ended (bound 1000)" '[ "$n_queued" = yes ] && [ "$n_ms" -le 1000 ]'
 check "recovers_after_fault: the waiters kept their places: never more than 1 at the server (most seen: $conc), all 4 probes ran" '[ "$conc" -eq 1 ] && [ "$(probes c9)" -eq 4 ]'
 check "recovers_after_fault: once done nothing was held or queued" 'wait_until 2 "[ \"\$(live_holders)\" -eq 0 ] && [ \"\$(live_waiters)\" -eq 0 ]"'
 wargs=

@@ -23,11 +23,14 @@ check "waits_on_own_sessions: nothing is held or queued once pg_dump has gone" \
     'wait_until 10 "[ \"\$(live_holders q)\" -eq 0 ] && [ \"\$(live_waiters q)\" -eq 0 ]"'
 
 # The pipeline: the writer opens a transaction and writes into the pipe; the reader starts its own
-# query once it has read that, and the writer commits only after a while (as a writer blocked on a
-# full pipe would, until its reader reads on: here it never would).
+# query once it has read that, and the writer commits only once the reader's query has ended (as a
+# writer blocked on a full pipe would, until its reader reads on: here it never would). Not after a
+# fixed 6 s: the reader's start and its 4 s wait came close to that under load. 30 s at most.
 cat >"$work/pipe.sh" <<EOF
-psql -qAtX -c 'BEGIN' -c 'SELECT 1' -c '\\! echo ready; sleep 6' -c 'COMMIT' |
-    { read -r line; psql -qAtX -c 'SELECT 2' >/dev/null 2>"$work/pipe.err"; cat >/dev/null; }
+psql -qAtX -c 'BEGIN' -c 'SELECT 1' \\
+    -c '\\! echo ready; i=0; while [ ! -e "$work/pipe.done" ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i + 1)); done' \\
+    -c 'COMMIT' |
+    { read -r line; psql -qAtX -c 'SELECT 2' >/dev/null 2>"$work/pipe.err"; touch "$work/pipe.done"; cat >/dev/null; }
 EOF
 t0=$(now_ms)
 # shellcheck disable=SC2086

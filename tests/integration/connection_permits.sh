@@ -48,13 +48,12 @@ it_connection_permits() {
               else print "released at line " release ", closed at line " closed }' "$work/finish.strace")
     check "a connection permit goes back after its socket is closed ($order)" \
         '[ "$order" = "closed, then released" ]'
-    throttled DBTHROTTLE_MAX_CONNECTIONS=1 psql -qAt -c "select pg_sleep(2)" >/dev/null 2>&1 &
-    holder=$!
+    hold_begin conn_holder DBTHROTTLE_MAX_CONNECTIONS=1
     wait_holders c 1
     throttled DBTHROTTLE_MAX_CONNECTIONS=1 DBTHROTTLE_WAIT_TIMEOUT=200ms psql -qAt -c "select 1" \
         >/dev/null 2>"$work/connrefused.err"
     rc=$?
     check "a refused connection: psql fails with the dbthrottle message (rc $rc)" \
         '[ $rc -ne 0 ] && grep -q "dbthrottle: no connection permit for pool" "$work/connrefused.err"'
-    wait $holder
+    hold_end conn_holder
 }

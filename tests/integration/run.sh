@@ -134,6 +134,7 @@ hold_begin() {
     shift
     throttled "$@" PGAPPNAME="$hold_name" psql -qAt -c "select pg_sleep(120)" >/dev/null 2>&1 &
     hold_pid=$!
+    hold_pids="${hold_pids:-} $hold_pid"
     echo "$hold_pid" >>"$work/pids"
 }
 hold_end() { # hold_end NAME: cancels NAME's statement (its permit goes back) and waits for it
@@ -141,6 +142,13 @@ hold_end() { # hold_end NAME: cancels NAME's statement (its permit goes back) an
     wait_until 20 'psql -qAtX -c "select pg_cancel_backend(pid) from pg_stat_activity where application_name = '"'$1'"'" >/dev/null
         ! kill -0 "$hold_pid" 2>/dev/null'
     wait "$hold_pid" 2>/dev/null
+}
+holds_ended() { for hp in $hold_pids; do ! kill -0 "$hp" 2>/dev/null || return 1; done; }
+hold_end_all() { # hold_end_all: hold_end for every hold begun (and not ended) since the last call
+    wait_until 20 'psql -qAtX -c "select pg_cancel_backend(pid) from pg_stat_activity where query = '"'select pg_sleep(120)'"'" >/dev/null
+        holds_ended'
+    for hp in $hold_pids; do wait "$hp" 2>/dev/null; done
+    hold_pids=
 }
 
 cls_bg() { # cls_bg SQL ENV=VALUE...: a throttled psql in the background, its pid in $cls_pids
