@@ -2,8 +2,10 @@
 # user and database of its session (so it joins with pg_stat_activity), and its state follows it
 # into a transaction.
 it_holders_show_their_session() {
-    rm -f "$work/sess.pid"
-    ( echo "select pg_backend_pid();"; echo "begin;"; echo "select 1;"; sleep 4; echo "commit;" ) |
+    rm -f "$work/sess.pid" "$work/sess.done"
+    # The transaction stays open until the checks are done (sess.done), 30 s at most.
+    ( echo "select pg_backend_pid();"; echo "begin;"; echo "select 1;"
+      wait_until 30 '[ -e "$work/sess.done" ]'; echo "commit;" ) |
         PGAPPNAME='app with spaces' throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_POOL=sess \
             DBTHROTTLE_LEASE=900ms psql -qAt >"$work/sess.out" 2>&1 &
     sess_bg=$!
@@ -20,5 +22,6 @@ it_holders_show_their_session() {
     wait_until 10 '[ "$(sess_field sess 2)" = idle_tx ]'
     check "the state of a permit idle in a transaction is idle_tx ($(sess_field sess 2))" \
         '[ "$(sess_field sess 2)" = idle_tx ]'
+    touch "$work/sess.done"
     wait $sess_bg
 }
