@@ -21,14 +21,6 @@ static void on_broken(dbt_redis *r)
 {
     if (r->route.sentinel_gen)
         dbt_sentinel_master_failed(r->route.sentinel_gen);
-    /* A relayed call that timed out with the speaker running again, after another call of this
-     * process found it stopped since this connection was made (the generation moved on): the
-     * time went on the stop, and on the backlog a speaker just continued works through, not on
-     * Redis. Made again directly, as a stall is (host_relay (c) in make test: a release's reply
-     * waited past its budget just after the speaker's SIGCONT, and closed mode refused). */
-    if (r->relayed && !r->stalled && !r->reset && !r->ended &&
-        strncmp(r->errstr, "timed out", 9) == 0 && r->route.relay_gen != dbt_relay_generation())
-        r->stalled = true;
     if (r->stalled || r->ended)
         relay_failed = true;
     dbt_relay_broken(r);
