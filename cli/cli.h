@@ -82,6 +82,16 @@ bool cli_find_library(char *out, size_t cap);
 /* True when the library at path loads (dlopen in a child: nothing it does reaches this process);
  * else a one-line reason in err. */
 bool cli_check_library(const char *path, char *err);
+/* Loads path as cli_check_library does, with ld.so's search for a bare name (as for an
+ * LD_PRELOAD entry): true and the file it was found at in resolved (when not NULL), or false and
+ * dlerror()'s words in err. */
+bool cli_load_library(const char *path, char *resolved, size_t cap, char *err);
+/* True when an entry of LD_PRELOAD names a copy of this library (its file name begins with
+ * libdbthrottle). */
+bool cli_is_our_library(const char *entry);
+/* True when the log the settings name (DBTHROTTLE_LOG) opens as the worker will open it, or none
+ * is named; else a one-line reason naming the setting in err. Closes it again. */
+bool cli_check_log(const dbt_config *cfg, char *err);
 /* True when Redis answers with cfg's credentials, is 7.0 or newer (its version in version), will
  * not evict the pools' keys, and lets this user run every command a worker sends, the scripts'
  * own included: a dry run on pool's keys that changes nothing. Else a one-line reason naming what

@@ -26,7 +26,8 @@ static const char usage[] =
     "keys of DBTHROTTLE_POOL, or of the pool \"" CLI_CHECK_POOL "\" when none is set: nothing\n"
     "changes). It warns when Redis persists nothing (a restart would lose drains and overrides).\n"
     "It prints this command's version and the library's, and warns when the library, or one\n"
-    "that LD_PRELOAD names, is of another version.\n"
+    "that LD_PRELOAD names, is of another version; one that LD_PRELOAD names but that does not\n"
+    "load fails the check (ld.so skips it: the program would run unthrottled).\n"
     "Exit code 0 only when all is well.\n"
     "\n"
     "  --redis URL       the coordinating Redis (as DBTHROTTLE_REDIS_URL)\n"
@@ -50,29 +51,41 @@ static void compare_version(const char *what, const char *path, char *version, s
 }
 
 /* The libdbthrottle libraries LD_PRELOAD names (a drop-in that preloads the library also runs
- * check with it): each must exist (ld.so skips a missing one, and the program runs unthrottled)
- * and be of this command's version. */
-static void check_preloaded(void)
+ * check with it): each must load, or ld.so prints one line, goes on without it, and the program
+ * runs unthrottled with exit code 0; a failure here. One of another version only warns: it
+ * loads and throttles. Returns how many would not load. */
+static int check_preloaded(void)
 {
     const char *pre = getenv("LD_PRELOAD");
     char *copy = pre ? strdup(pre) : NULL, *save = NULL;
+    int failed = 0;
     for (char *t = copy ? strtok_r(copy, ": ", &save) : NULL; t; t = strtok_r(NULL, ": ", &save)) {
-        const char *base = strrchr(t, '/');
-        if (strncmp(base ? base + 1 : t, "libdbthrottle", 13) != 0)
+        if (!cli_is_our_library(t))
             continue;
-        char version[40];
-        if (access(t, R_OK) != 0) {
-            fprintf(stderr,
-                    "dbthrottle check: warning: LD_PRELOAD names %s: %s (ld.so skips it: the "
-                    "program runs unthrottled)\n",
-                    t, strerror(errno));
+        char version[40], err[DBT_ERRLEN], found[PATH_MAX];
+        if (strchr(t, '/') && access(t, R_OK) != 0) {
+            failed += cli_fail("check",
+                               "LD_PRELOAD names %s: %s: ld.so skips it and the program runs "
+                               "unthrottled",
+                               t, strerror(errno));
             continue;
         }
-        compare_version("LD_PRELOAD's", t, version, sizeof version);
-        if (version[0])
-            printf("preloaded: %s, version %s\n", t, version);
+        /* A bare name is found as ld.so finds it (LD_LIBRARY_PATH, its cache, /lib, /usr/lib). */
+        if (!cli_load_library(t, found, sizeof found, err)) {
+            failed += cli_fail("check",
+                               "LD_PRELOAD names %s, which does not load (%s): ld.so skips it and "
+                               "the program runs unthrottled",
+                               t, err);
+            continue;
+        }
+        compare_version("LD_PRELOAD's", found, version, sizeof version);
+        if (strcmp(found, t) != 0)
+            printf("preloaded: %s (%s), version %s\n", t, found, version[0] ? version : "unknown");
+        else
+            printf("preloaded: %s, version %s\n", t, version[0] ? version : "unknown");
     }
     free(copy);
+    return failed;
 }
 
 static double now_ms(void)
@@ -135,11 +148,8 @@ int cmd_check(int argc, char **argv)
     if (cfg.password_file_warning)
         fprintf(stderr, "dbthrottle check: warning: %s\n", cfg.password_file_warning);
     int rc = 0;
-    if (cfg.log_path && !dbt_log_open(&cfg, err)) {
-        cli_fail("check", "DBTHROTTLE_LOG: %s", err);
-        rc = 1;
-    }
-    dbt_log_close();
+    if (!cli_check_log(&cfg, err))
+        rc = cli_fail("check", "%s", err);
 
     char lib[PATH_MAX];
     if (library ? !realpath(library, lib) : !cli_find_library(lib, sizeof lib)) {
@@ -152,7 +162,8 @@ int cmd_check(int argc, char **argv)
         compare_version("the library", lib, version, sizeof version);
         printf("library: %s loads, version %s\n", lib, version[0] ? version : "unknown");
     }
-    check_preloaded();
+    if (check_preloaded())
+        rc = 1;
 
     double t0 = now_ms();
     char version[32] = "";

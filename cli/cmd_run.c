@@ -72,7 +72,9 @@ bool cli_find_library(char *out, size_t cap)
     return false;
 }
 
-/* Puts lib first in LD_PRELOAD, keeping what was there (without a second copy of lib). */
+/* Puts lib first in LD_PRELOAD, keeping what was there but other copies of this library (a
+ * second copy's constructor would start a second client in the worker; one that is not there
+ * would make ld.so print a line). */
 static bool set_preload(const char *lib)
 {
     const char *old = getenv("LD_PRELOAD");
@@ -85,7 +87,13 @@ static bool set_preload(const char *lib)
         char *copy = strdup(old), *save = NULL;
         for (char *t = copy ? strtok_r(copy, ": ", &save) : NULL; t;
              t = strtok_r(NULL, ": ", &save))
-            if (strcmp(t, lib) != 0) {
+            if (cli_is_our_library(t)) {
+                if (strcmp(t, lib) != 0)
+                    fprintf(stderr,
+                            "dbthrottle run: note: LD_PRELOAD's %s left out: the worker preloads "
+                            "%s\n",
+                            t, lib);
+            } else {
                 strcat(v, ":");
                 strcat(v, t);
             }
@@ -204,6 +212,9 @@ int cmd_run(int argc, char **argv)
         ok = cli_check_library(lib, err);
         if (!ok) {
             cli_fail("run", "%s: %s", lib, err);
+        } else if (!cli_check_log(&cfg, err)) {
+            /* As check says: the worker's lines would go to the program's stderr instead. */
+            ok = !cli_fail("run", "%s (or --no-check to start anyway)", err);
         } else if (!cli_check_redis(&cfg, cfg.pool ? cfg.pool : CLI_CHECK_POOL, version,
                                     sizeof version, err, &permanent)) {
             /* An outage is not a mistake in the configuration: the worker meets it as it meets

@@ -5,21 +5,39 @@
 #include "cli.h"
 
 #include "dry_scripts.h"
+#include "log.h"
 #include "redis_errors.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-bool cli_check_library(const char *path, char *err)
+bool cli_is_our_library(const char *entry)
+{
+    const char *base = strrchr(entry, '/');
+    return strncmp(base ? base + 1 : entry, "libdbthrottle", 13) == 0;
+}
+
+bool cli_check_log(const dbt_config *cfg, char *err)
+{
+    if (!cfg->log_path)
+        return true;
+    bool ok = dbt_log_open(cfg, err); /* its message names DBTHROTTLE_LOG */
+    dbt_log_close();
+    return ok;
+}
+
+bool cli_load_library(const char *path, char *resolved, size_t cap, char *err)
 {
     /* In a child, so that nothing the library does when loaded (constructors, threads, the
      * symbols it interposes) can reach this process; with DBTHROTTLE_DISABLE on, so that it does
-     * nothing there but load. dlerror() comes back through a pipe. */
+     * nothing there but load. The path it was found at, or dlerror(), comes back through a pipe
+     * (the exit status says which). */
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0)
         return snprintf(err, DBT_ERRLEN, "pipe: %s", strerror(errno)), false;
@@ -38,12 +56,15 @@ bool cli_check_library(const char *path, char *err)
             dup2(null, STDERR_FILENO);
         }
         setenv("DBTHROTTLE_DISABLE", "on", 1);
-        if (dlopen(path, RTLD_NOW | RTLD_LOCAL))
-            _exit(0);
-        const char *e = dlerror();
-        ssize_t w = write(fds[1], e ? e : "dlopen failed", strlen(e ? e : "dlopen failed"));
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        struct link_map *lm = NULL;
+        const char *say =
+            h ? (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm ? lm->l_name : "") : dlerror();
+        if (!say)
+            say = "dlopen failed";
+        ssize_t w = write(fds[1], say, strlen(say));
         (void)w;
-        _exit(1);
+        _exit(h ? 0 : 1);
     }
     close(fds[1]);
     char msg[DBT_ERRLEN - 64];
@@ -61,10 +82,22 @@ bool cli_check_library(const char *path, char *err)
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        if (resolved)
+            snprintf(resolved, cap, "%s", n > 0 ? msg : path);
         return true;
-    snprintf(err, DBT_ERRLEN, "the library does not load (%s): give --library PATH",
-             n > 0 ? msg : "the loader died");
+    }
+    snprintf(err, DBT_ERRLEN, "%s", WIFEXITED(status) && n > 0 ? msg : "the loader died");
+    return false;
+}
+
+bool cli_check_library(const char *path, char *err)
+{
+    char why[DBT_ERRLEN];
+    if (cli_load_library(path, NULL, 0, why))
+        return true;
+    snprintf(err, DBT_ERRLEN, "the library does not load (%.*s): give --library PATH",
+             DBT_ERRLEN - 64, why);
     return false;
 }
 

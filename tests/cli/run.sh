@@ -87,6 +87,16 @@ out=$("$D" run --max-queries 3 -- sh -c 'echo "$LD_PRELOAD|$DBTHROTTLE_MAX_QUERI
 check "run: LD_PRELOAD is the built library, the setting exported ($out)" '[ "$out" = "$(cd "$top/build" && pwd -P)/libdbthrottle.so|3" ]'
 out=$(LD_PRELOAD=/lib/x86_64-linux-gnu/libc.so.6 "$D" run --max-queries 3 -- sh -c 'echo "$LD_PRELOAD"')
 check "run: an existing LD_PRELOAD is kept after ours ($out)" '[ "$out" = "$(cd "$top/build" && pwd -P)/libdbthrottle.so:/lib/x86_64-linux-gnu/libc.so.6" ]'
+out=$(LD_PRELOAD="$work/gone/libdbthrottle.so:/lib/x86_64-linux-gnu/libc.so.6" "$D" run --max-queries 3 -- sh -c 'echo "$LD_PRELOAD"' 2>"$work/run.other.err")
+expect_preload_failure "$work/run.other.err" # ld.so's line for dbthrottle run itself
+check "run: another copy of the library in LD_PRELOAD is left out, with a note ($out; $(grep note "$work/run.other.err"))" '[ "$out" = "$(cd "$top/build" && pwd -P)/libdbthrottle.so:/lib/x86_64-linux-gnu/libc.so.6" ] && grep -q "^dbthrottle run: note: LD_PRELOAD.s $work/gone/libdbthrottle.so left out" "$work/run.other.err"'
+# A log the worker cannot open: check fails on it, and run refuses to start the worker as check
+# says (its lines would land in the program's stderr), unless --no-check.
+DBTHROTTLE_LOG="$work/no-such-dir/worker.log" DBTHROTTLE_MAX_QUERIES=1 "$D" check >"$work/check.log.out" 2>"$work/check.log.err"; check_rc=$?
+DBTHROTTLE_LOG="$work/no-such-dir/worker.log" "$D" run --max-queries 1 -- touch "$work/run.log.ran" 2>"$work/run.log.err"; rc=$?
+check "a log the worker cannot open: check fails (rc $check_rc), run refuses (rc $rc) and never starts the program, both naming DBTHROTTLE_LOG ($(cat "$work/run.log.err"))" '[ $check_rc -eq 1 ] && grep -q "DBTHROTTLE_LOG: cannot open $work/no-such-dir/worker.log" "$work/check.log.err" && [ $rc -eq 2 ] && [ ! -e "$work/run.log.ran" ] && grep -q "^dbthrottle run: DBTHROTTLE_LOG: cannot open $work/no-such-dir/worker.log: .*--no-check" "$work/run.log.err"'
+DBTHROTTLE_LOG="$work/no-such-dir/worker.log" "$D" run --no-check --max-queries 1 -- touch "$work/run.log.ran" 2>/dev/null; rc=$?
+check "the same with --no-check: the program runs (rc $rc)" '[ $rc -eq 0 ] && [ -e "$work/run.log.ran" ]'
 "$D" run --max-queries 1 --pool tracepool --trace -- env DBTHROTTLE_LOG="$work/trace.log" psql -qAtX -c "SELECT 1" >/dev/null
 check "run --trace: the acquisition and release are in the log" 'grep -q "event=grant" "$work/trace.log" && grep -q "event=release" "$work/trace.log"'
 "$D" run --max-queries 1 -- /no/such/program 2>"$work/err"; rc=$?

@@ -37,9 +37,16 @@ DBTHROTTLE_MAX_QUERIES=1 "$D" check --library "$work/libdbthrottle.so" >"$work/c
 check "check --library of another version: warns, naming both ($(grep -m1 "version" "$work/check.err"))" 'grep -q "warning: the library $work/libdbthrottle.so is version 0.0.1, this command $V" "$work/check.err" && grep -q "loads, version 0.0.1" "$work/check.out"'
 DBTHROTTLE_MAX_QUERIES=1 LD_PRELOAD="$work/libdbthrottle.so" "$D" check >"$work/check.out" 2>"$work/check.err"
 check "check with LD_PRELOAD naming a library of another version: warns ($(grep -m1 "LD_PRELOAD" "$work/check.err"))" 'grep -q "warning: LD_PRELOAD.s $work/libdbthrottle.so is version 0.0.1, this command $V" "$work/check.err"'
-DBTHROTTLE_MAX_QUERIES=1 LD_PRELOAD="$work/gone/libdbthrottle.so" "$D" check >"$work/check.out" 2>"$work/check.gone.err"
+DBTHROTTLE_MAX_QUERIES=1 LD_PRELOAD="$work/gone/libdbthrottle.so" "$D" check >"$work/check.out" 2>"$work/check.gone.err"; rc=$?
 expect_preload_failure "$work/check.gone.err"
-check "check with LD_PRELOAD naming a library that is not there: warns that ld.so skips it ($(grep -m1 "LD_PRELOAD" "$work/check.gone.err"))" 'grep -q "LD_PRELOAD names $work/gone/libdbthrottle.so: .*runs unthrottled" "$work/check.gone.err"'
+check "check with LD_PRELOAD naming a library that is not there fails (rc $rc), saying ld.so skips it ($(grep -m1 "LD_PRELOAD" "$work/check.gone.err"))" '[ $rc -eq 1 ] && grep -q "^dbthrottle check: LD_PRELOAD names $work/gone/libdbthrottle.so: .*runs unthrottled" "$work/check.gone.err" && ! grep -qx ok "$work/check.out"'
+# A file there that is not a library (a broken copy, another architecture's): ld.so skips it too.
+echo "not a library" >"$work/libdbthrottle-broken.so"
+DBTHROTTLE_MAX_QUERIES=1 LD_PRELOAD="$work/libdbthrottle-broken.so" "$D" check >"$work/check.out" 2>"$work/check.broken.err"; rc=$?
+expect_preload_failure "$work/check.broken.err"
+check "check with LD_PRELOAD naming a file that does not load fails (rc $rc), naming it ($(grep -m1 "^dbthrottle check: LD_PRELOAD" "$work/check.broken.err"))" '[ $rc -eq 1 ] && grep -q "^dbthrottle check: LD_PRELOAD names $work/libdbthrottle-broken.so, which does not load (.*runs unthrottled" "$work/check.broken.err" && ! grep -qx ok "$work/check.out"'
+DBTHROTTLE_MAX_QUERIES=1 LD_PRELOAD="$lib" "$D" check >"$work/check.out" 2>"$work/check.err"; rc=$?
+check "check with LD_PRELOAD naming the library passes (rc $rc: $(grep -m1 "^preloaded" "$work/check.out"))" '[ $rc -eq 0 ] && grep -q "^preloaded: $lib, version $V\$" "$work/check.out"'
 
 # A process' record in Redis, written by the library's client (here acquire's).
 DBTHROTTLE_LEASE=3s "$D" acquire vp --limit 1 -- sleep 60 >/dev/null 2>&1 &
