@@ -125,6 +125,96 @@ else
 fi
 [ -e /etc/dbthrottle.conf ] && info "this machine has an /etc/dbthrottle.conf of its own"
 
+# ---- the documented preload lines, as copied, after the packages are installed ---------------------
+# In a mount namespace of its own, /usr, /etc and /var are overlays whose upper layers are a tmpfs:
+# dpkg -i installs both packages there (their ldconfig trigger included); this machine's own are
+# untouched. Every command of the installed README, man pages and systemd drop-in that preloads
+# the library (an LD_PRELOAD= line, dbthrottle run) then runs as written but for the program (a
+# psql probe) and the Redis host (this test's): each must be throttled, judged by Redis' count of
+# its pool's grants, with no line from ld.so.
+echo "# the documented preload lines"
+cat >"$work/doc-examples.py" <<'PY'
+# doc-examples.py REDIS_URL FILE...: "POOL<TAB>COMMAND<TAB>FILE" for every documented command that
+# preloads the library, its program replaced by a psql probe and redis://coord:6379 by REDIS_URL.
+import gzip, re, sys
+probe = 'psql -qAtX -c "SELECT dbt_probe(100)"'
+def read(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    return (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode()
+def commands(path):
+    text = read(path)
+    if re.search(r"\.[17](\.gz)?$", path):  # troff: the lines of .EX/.EE blocks
+        blocks = "".join(re.findall(r"^\.EX\n(.*?)^\.EE", text, re.S | re.M))
+        lines = re.sub(r"\\f[IBRP]", "", blocks.replace("\\e", "\\").replace("\\-", "-")).splitlines()
+    elif re.search(r"\.md(\.gz)?$", path):  # markdown: indented code, without a shell's prompts
+        lines = [re.sub(r"^[$>] ", "", l[4:]) for l in text.splitlines() if l.startswith("    ")]
+    else:
+        lines = text.splitlines()
+    # A systemd drop-in's LD_PRELOAD (a unit, or one shown in a document), with a program.
+    lines = [re.sub(r"^Environment=(LD_PRELOAD=\S+)$", r"\1 ./worker", l.strip()) for l in lines]
+    out, cur = [], ""
+    for l in lines:
+        cur += l.strip()
+        if cur.endswith("\\"):
+            cur = cur[:-1].rstrip() + " "
+            continue
+        out.append(cur)
+        cur = ""
+    return [c for c in out if "LD_PRELOAD=" in c or re.search(r"(^|\s)dbthrottle run\s", c)]
+n = 0
+for path in sys.argv[2:]:
+    for c in commands(path):
+        n += 1
+        c = re.sub(r"\s+#.*$", "", c).rstrip(" &").replace("redis://coord:6379", sys.argv[1])
+        m = re.search(r"--pool (\S+)", c)
+        pool = m.group(1) if m else "docex%d" % n
+        for prog in ("./worker", "python3 report_worker.py", "program"):
+            if c.endswith(" " + prog):
+                c = c[: -len(prog)] + probe
+        print("%s\t%s\t%s" % (pool, c, path.rsplit("/", 1)[-1]))
+PY
+cat >"$work/in-ns-docs.sh" <<'NS'
+set -u
+for d in usr etc var; do
+    mkdir -p "$work/dovl/$d" && mount -t tmpfs tmpfs "$work/dovl/$d" && mkdir "$work/dovl/$d/up" "$work/dovl/$d/wk" &&
+        mount -t overlay overlay -o "lowerdir=/$d,upperdir=$work/dovl/$d/up,workdir=$work/dovl/$d/wk" "/$d" || exit 77
+done
+dpkg -i "$libdeb" "$cmddeb" >"$work/dpkg-i.out" 2>&1 || exit 3
+printf 'redis_url = redis://127.0.0.1:%s\nmax_queries = 2\n' "$rport" >/etc/dbthrottle.conf
+doc=/usr/share/doc/dbthrottle
+python3 "$work/doc-examples.py" "redis://127.0.0.1:$rport" "$doc"/README.md* /usr/share/man/man7/libdbthrottle.7.gz \
+    /usr/share/man/man1/dbthrottle.1.gz "$doc"/operations.md* "$doc/examples/systemd/dbthrottle.conf" >"$work/doc-examples" || exit 4
+i=0
+while IFS="$(printf '\t')" read -r pool cmd where; do
+    i=$((i + 1))
+    printf '%s\t%s\t%s\n' "$pool" "$cmd" "$where" >"$work/docex.$i.what"
+    (unset DBTHROTTLE_CONFIG DBTHROTTLE_REDIS_URL; DBTHROTTLE_POOL=$pool PGAPPNAME=t_docex sh -c "$cmd" >"$work/docex.$i.out" 2>"$work/docex.$i.err"; echo $? >"$work/docex.$i.rc")
+done <"$work/doc-examples"
+NS
+if [ "$(id -u)" -eq 0 ]; then
+    work=$work root=$root libdeb=$libdeb cmddeb=$cmddeb rport=$rport $ns sh "$work/in-ns-docs.sh"
+    rc=$?
+else
+    rc=77 # dpkg -i needs root, in a namespace too
+fi
+if [ $rc -eq 77 ]; then
+    info "not root, or no mount namespace with overlays here: the documented preload lines are not run after an install"
+elif [ $rc -ne 0 ]; then
+    fail "dpkg -i of both packages in a private namespace, and the documented commands found (rc $rc): $(tail -3 "$work/dpkg-i.out" 2>/dev/null)"
+else
+    nex=$(wc -l <"$work/doc-examples")
+    check "the installed README, man pages and drop-in hold documented preload lines ($nex)" '[ "$nex" -ge 4 ]'
+    i=0
+    while [ $i -lt "$nex" ]; do
+        i=$((i + 1))
+        IFS="$(printf '\t')" read -r pool cmd where <"$work/docex.$i.what"
+        grants=$(rcli --raw hget "dbthrottle:{$pool}:q:stats" grants 2>/dev/null)
+        check "$where, as installed: '$cmd' ran throttled (rc $(cat "$work/docex.$i.rc"), $grants grants of pool $pool in Redis)$(grep -m1 . "$work/docex.$i.err" | sed 's/^/: /')" \
+            '[ "$(cat "$work/docex.$i.rc")" = 0 ] && [ "${grants:-0}" -ge 1 ] && ! grep -q "ld.so" "$work/docex.$i.err"'
+    done
+fi
+
 # ---- make install after a plain make ---------------------------------------------------------------
 echo "# make install"
 inst=$work/inst
