@@ -102,7 +102,9 @@ static int64_t step(dbt_redis *r, char *err)
     return ms;
 }
 
-/* Writes what is appended. */
+/* Writes what is appended. On a connection to the host's relay, a write that cannot finish looks
+ * at the speaker once, half-way, as a wait for a reply does (fill): a stopped speaker reads
+ * nothing, and the scripts a new connection loads (over 100 kB) fill the socket's buffer. */
 static bool flush_out(dbt_redis *r, char *err)
 {
     if (r->outlen == 0)
@@ -111,9 +113,22 @@ static bool flush_out(dbt_redis *r, char *err)
     if (ms == 0)
         return false;
     char e[160];
-    if (!dbt_transport_write(&r->t, r->out, r->outlen, ms, e, sizeof e)) {
-        r->reset = errno == EPIPE || errno == ECONNRESET;
-        mark_broken(r, e);
+    int64_t first = r->relayed && ms > 1 ? ms / 2 : ms;
+    size_t done = 0, more = 0;
+    int w = dbt_transport_write_part(&r->t, r->out, r->outlen, first, &done, e, sizeof e);
+    if (w == 0 && first < ms) {
+        if (relay_stalled(r))
+            r->stalled = true;
+        else if ((w = dbt_transport_write_part(&r->t, r->out + done, r->outlen - done, ms - first,
+                                               &more, e, sizeof e)) == 0)
+            r->stalled = relay_stalled(r); /* stopped since the look half-way */
+    }
+    if (w != 1) {
+        if (w < 0)
+            r->reset = errno == EPIPE || errno == ECONNRESET;
+        else if (r->stalled)
+            snprintf(e, sizeof e, "the host's relay is stopped");
+        mark_broken(r, e); /* a command half written leaves it out of step */
         set_err(err, "redis", e);
         return false;
     }

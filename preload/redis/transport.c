@@ -713,10 +713,12 @@ static void plain_refused(dbt_transport *t, int64_t timeout_ms, char *err, size_
 #define WRITE_TIMED_OUT "timed out sending a command"
 #define READ_TIMED_OUT  "timed out waiting for a reply"
 
-bool dbt_transport_write(dbt_transport *t, const char *buf, size_t len, int64_t timeout_ms,
-                         char *err, size_t cap)
+int dbt_transport_write_part(dbt_transport *t, const char *buf, size_t len, int64_t timeout_ms,
+                             size_t *written, char *err, size_t cap)
 {
+    *written = 0;
     if (t->ssl) {
+        /* All or nothing: SSL_write must be called again with the same bytes after a wait. */
         bool ok = true;
         int64_t deadline_us = dbt_now_us() + timeout_ms * 1000;
         size_t off = 0;
@@ -733,13 +735,15 @@ bool dbt_transport_write(dbt_transport *t, const char *buf, size_t len, int64_t 
         }
         if (!ok)
             cert_refused(t, err, cap);
-        return ok;
+        *written = ok ? len : 0;
+        return ok ? 1 : -1;
     }
     size_t off = 0;
     while (off < len) {
         ssize_t n = send(t->fd, buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             off += (size_t)n;
+            *written = off;
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -748,14 +752,27 @@ bool dbt_transport_write(dbt_transport *t, const char *buf, size_t len, int64_t 
             int w = wait_fd(t->fd, POLLOUT, dbt_now_us() + timeout_ms * 1000);
             if (w > 0)
                 continue;
-            say(err, cap, w == 0 ? WRITE_TIMED_OUT : strerror(errno));
-            return false;
+            if (w == 0) {
+                say(err, cap, WRITE_TIMED_OUT);
+                return 0;
+            }
+            say(err, cap, strerror(errno));
+            return -1;
         }
+        int e = n == 0 ? EPIPE : errno;
         say(err, cap, n == 0 ? "Server closed the connection" : strerror(errno));
         plain_refused(t, timeout_ms, err, cap);
-        return false;
+        errno = e;
+        return -1;
     }
-    return true;
+    return 1;
+}
+
+bool dbt_transport_write(dbt_transport *t, const char *buf, size_t len, int64_t timeout_ms,
+                         char *err, size_t cap)
+{
+    size_t written;
+    return dbt_transport_write_part(t, buf, len, timeout_ms, &written, err, cap) == 1;
 }
 
 ssize_t dbt_transport_read(dbt_transport *t, char *buf, size_t len, int64_t timeout_ms, char *err,

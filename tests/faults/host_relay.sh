@@ -40,7 +40,8 @@ hr_end() {
 # where each process keeps about three without it; the limit holds at the server. A process'
 # connections made before it could use the relay (before its segment was attached, or while the
 # election ran) are replaced by relayed ones within a second and closed at its next renewal (lease
-# 3 s: every second), so the count is read from 2.5 s after the start on.
+# 3 s: every second), so the count is read once it has come down (within 10 s), for 2 s. (It was
+# read from 2.5 s after the start: beside a busy loop, a late worker's were still open, "5".)
 mark
 hr_mark
 hr_base=$(hr_clients)
@@ -50,7 +51,9 @@ hr_base=$(hr_clients)
 # host": why the relay is off by default).
 hr_run hra 12 DBTHROTTLE_LEASE=3s DBTHROTTLE_REDIS_TIMEOUT=3s
 wait_until 10 '[ -n "$(hr_speaker)" ] && [ "$(probes hra)" -ge 200 ]'
-sleep 2.5
+hr_t0=$(now_ms)
+wait_until 10 '[ $(($(hr_clients) - hr_base)) -le 4 ]'
+info "host_relay: the host's connections to Redis came down to 4 or fewer $(($(now_ms) - hr_t0)) ms after 200 probes had run"
 hr_most=0
 for _ in 1 2 3 4 5 6 7 8 9 10; do
     c=$(($(hr_clients) - hr_base))
@@ -122,18 +125,17 @@ check "host_relay: after the kill, no command was refused ($(hr_log | grep -m1 '
 check "host_relay: kill: at most 4 at once at the server (most seen: $(max_conc hrk))" '[ "$(max_conc hrk)" -le 4 ]'
 check "host_relay: kill: nothing held or queued once its lease ran out" 'nothing_left q "dbthrottle:{hrk}" 6'
 
-# (c) The speaker is stopped (SIGSTOP) for 6 s, 1.5 times DBTHROTTLE_REDIS_TIMEOUT (4 s) and
-# three renewal periods (lease 6 s: a renewal every 2 s, through the relay): its clients give it
-# half a timeout, then go to Redis directly with the other half. None takes Redis for unreachable
-# (no redis_error: in closed mode, commands refused) and the others' probes go on meanwhile. (With
-# a 1 s timeout, the 500 ms left for a direct connection and its call ran out once in make test
-# beside a busy loop: a release's redis_error. With 2 s, twice in four fresh-clone runs, a
-# renewal's and a release's "DBTHROTTLE_REDIS_TIMEOUT spent": which step spent it is not known
-# (see the last session's note); a starved speaker, or a starved client, looks like a slow Redis,
-# one of the relay's known limits, why it stays off by default.)
+# (c) The speaker is stopped (SIGSTOP) for 6 s, 3 times DBTHROTTLE_REDIS_TIMEOUT (2 s) and three
+# renewal periods (lease 6 s: a renewal every 2 s, through the relay): its clients give it half a
+# timeout, then go to Redis directly with the other half. None takes Redis for unreachable (no
+# redis_error: in closed mode, commands refused) and the others' probes go on meanwhile. (Until
+# 2026-12-01 a new connection to the stopped relay wrote its scripts, over 100 kB, into a socket
+# nobody read: the write waited out the whole timeout without looking at the speaker, and the
+# call's direct try had no time left. 3 of 8 runs beside a busy loop failed, at 4 s as at 2 s: "a
+# renewal's DBTHROTTLE_REDIS_TIMEOUT spent".)
 mark
 hr_mark
-hr_run hrs 8 DBTHROTTLE_LEASE=6s DBTHROTTLE_REDIS_TIMEOUT=4s
+hr_run hrs 8 DBTHROTTLE_LEASE=6s DBTHROTTLE_REDIS_TIMEOUT=2s
 wait_until 10 '[ -n "$(hr_speaker)" ] && [ "$(probes hrs)" -ge 100 ]'
 hr_stopped=$(hr_speaker)
 kill -STOP "$hr_stopped"

@@ -49,6 +49,11 @@ bool dbt_transport_connect(dbt_transport *t, bool is_unix, const char *host, int
 /* Writes all of buf, each wait for the socket at most timeout_ms. False with a message. */
 bool dbt_transport_write(dbt_transport *t, const char *buf, size_t len, int64_t timeout_ms,
                          char *err, size_t cap);
+/* The same, telling a wait that timed out (0: *written bytes went, the rest may be written
+ * later) from a failure (-1, errno and a message set); 1 when all of buf went. Over TLS, all or
+ * nothing: a timeout there is a failure. */
+int dbt_transport_write_part(dbt_transport *t, const char *buf, size_t len, int64_t timeout_ms,
+                             size_t *written, char *err, size_t cap);
 
 /* Reads what is there, waiting at most timeout_ms for something (0: no wait). Returns the bytes
  * read (> 0), 0 when nothing came in time, -1 when the connection is closed or failed (err). */
