@@ -72,6 +72,14 @@ bool cli_admin(dbt_redis *r, const dbt_config *cfg, const char *pool, dbt_kind k
  * with a message in err. */
 int cli_list_pools(dbt_redis *r, const dbt_config *cfg, char ***out, char *err);
 void cli_free_names(char **names, int n);
+/* 1 when Redis holds any key of the pool (either kind's semaphore, its processes' records): a
+ * worker used it or an operator set it and it has not expired; 0 when none; -1 with a message in
+ * err. */
+int cli_pool_seen(dbt_redis *r, const dbt_config *cfg, const char *pool, char *err);
+/* Refuses (one line, exit 2) an operator's change to a pool Redis has never seen, a typo's
+ * likeliest sign, naming the pools that exist; returns -1 to go on (the pool exists, or create). */
+int cli_refuse_unknown_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg, const char *pool,
+                            bool create);
 
 /* ---- before a worker starts (preflight.c) ---------------------------------------------------- */
 

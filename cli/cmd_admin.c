@@ -32,6 +32,7 @@ typedef struct {
     cli_redis_opts ro;
     bool kinds[DBT_NKINDS]; /* which semaphores to act on */
     bool clear;
+    bool create;        /* limit, drain, resume --create: a pool Redis has never seen */
     bool cancel;        /* evict --cancel */
     bool wait;          /* drain --wait */
     int64_t timeout_ms; /* drain --timeout; DBT_FOREVER: none */
@@ -50,6 +51,7 @@ static int parse(admin_ctx *c, int argc, char **argv, const char *usage, bool bo
         {"queries", no_argument, NULL, 'q'},
         {"connections", no_argument, NULL, 'c'},
         {"clear", no_argument, NULL, 'x'},
+        {"create", no_argument, NULL, 'N'},
         {"cancel", no_argument, NULL, 'C'},
         {"wait", no_argument, NULL, 'w'},
         {"timeout", required_argument, NULL, 't'},
@@ -74,6 +76,11 @@ static int parse(admin_ctx *c, int argc, char **argv, const char *usage, bool bo
             if (!allow_clear)
                 return cli_usage_error(c->cmd, "unknown option '%s'", argv[optind - 1]);
             c->clear = true;
+            break;
+        case 'N':
+            if (strcmp(c->cmd, "evict") == 0)
+                return cli_usage_error(c->cmd, "unknown option '%s'", argv[optind - 1]);
+            c->create = true;
             break;
         case 'C':
             if (strcmp(c->cmd, "evict") != 0)
@@ -139,7 +146,7 @@ static void pool_label(const char *pool, char *out, size_t cap)
 }
 
 static const char limit_usage[] =
-    "usage: dbthrottle limit POOL N [--connections] [--redis URL] [--key-prefix P]\n"
+    "usage: dbthrottle limit POOL N [--connections] [--create] [--redis URL] [--key-prefix P]\n"
     "       dbthrottle limit POOL --clear [--connections]\n"
     "\n"
     "Sets the pool's limit for every worker at once: an operator's override, kept in Redis,\n"
@@ -149,7 +156,9 @@ static const char limit_usage[] =
     "\n"
     "  --connections   the connection limit (DBTHROTTLE_MAX_CONNECTIONS) instead of queries\n"
     "  --queries       the query limit (the default)\n"
-    "  --clear         remove the override: each worker's own limit applies again\n";
+    "  --clear         remove the override: each worker's own limit applies again\n"
+    "  --create        act on a pool Redis has never seen (else refused as a likely typo, with\n"
+    "                  the pools that exist)\n";
 
 int cmd_limit(int argc, char **argv)
 {
@@ -162,6 +171,11 @@ int cmd_limit(int argc, char **argv)
     if (!c.clear && !dbt_parse_limit("N", c.pos[1], &n, err)) {
         done(&c);
         return cli_usage_error("limit", "%s", err);
+    }
+    /* A change to a pool nobody has used is most likely a typo, and it stays in Redis. */
+    if ((rc = cli_refuse_unknown_pool("limit", c.r, &c.cfg, c.pos[0], c.create)) >= 0) {
+        done(&c);
+        return rc;
     }
     pool_label(c.pos[0], name, sizeof name);
     rc = 0;
@@ -286,6 +300,11 @@ static int drain_or_resume(int argc, char **argv, bool drain, const char *usage)
     if (rc >= 0)
         return rc;
     char err[DBT_ERRLEN], name[256];
+    /* A change to a pool nobody has used is most likely a typo, and it stays in Redis. */
+    if ((rc = cli_refuse_unknown_pool(c.cmd, c.r, &c.cfg, c.pos[0], c.create)) >= 0) {
+        done(&c);
+        return rc;
+    }
     pool_label(c.pos[0], name, sizeof name);
     rc = 0;
     for (int kind = 0; kind < DBT_NKINDS && rc == 0; kind++) {
@@ -316,7 +335,7 @@ static int drain_or_resume(int argc, char **argv, bool drain, const char *usage)
 
 static const char drain_usage[] =
     "usage: dbthrottle drain POOL [--queries | --connections] [--wait [--timeout T]]\n"
-    "                        [--redis URL] [--key-prefix P]\n"
+    "                        [--create] [--redis URL] [--key-prefix P]\n"
     "\n"
     "Stops new grants in the pool (both kinds unless one is named), for a maintenance window:\n"
     "holders finish normally, newcomers and waiters wait (up to their DBTHROTTLE_WAIT_TIMEOUT)\n"
@@ -327,12 +346,16 @@ static const char drain_usage[] =
     "               a release (its holder stopped or cut off: it may still run) ends the wait\n"
     "               with exit 1, naming it\n"
     "  --timeout T  give up waiting after T (30s, 5m): exit 1 naming the holders (host, pid,\n"
-    "               backend pid, application_name, state); the drain stays in force\n";
+    "               backend pid, application_name, state); the drain stays in force\n"
+    "  --create     drain a pool Redis has never seen (before its workers start; else\n"
+    "               refused as a likely typo, with the pools that exist)\n";
 
 static const char resume_usage[] =
-    "usage: dbthrottle resume POOL [--queries | --connections] [--redis URL] [--key-prefix P]\n"
+    "usage: dbthrottle resume POOL [--queries | --connections] [--create] [--redis URL]\n"
+    "                         [--key-prefix P]\n"
     "\n"
-    "Ends a drain: the waiters that fit under the limit are granted at once.\n";
+    "Ends a drain: the waiters that fit under the limit are granted at once. A pool Redis has\n"
+    "never seen is refused as a likely typo (naming the pools that exist) unless --create.\n";
 
 int cmd_drain(int argc, char **argv)
 {

@@ -154,6 +154,81 @@ redisReply *cli_pool_script(dbt_redis *r, const dbt_config *cfg, const dbt_keys 
     return dbt_route_run_for(cfg, r, k->base, run_script, &o, err);
 }
 
+typedef struct {
+    const dbt_keys *k;
+} exists_op;
+
+/* EXISTS on every key of the pool, both kinds and its processes' records: one command, as they
+ * share the pool's hash tag (one slot in Redis Cluster). */
+static redisReply *run_exists(dbt_redis *r, void *arg, char *err)
+{
+    const dbt_keys *k = ((exists_op *)arg)->k;
+    const char *argv[1 + DBT_NKINDS * DBT_NKEYS + 2];
+    int argc = 0;
+    argv[argc++] = "EXISTS";
+    for (int kind = 0; kind < DBT_NKINDS; kind++)
+        for (int i = 0; i < DBT_NKEYS; i++)
+            argv[argc++] = k->keys[kind][i];
+    argv[argc++] = k->procs;
+    argv[argc++] = k->procinfo;
+    return dbt_redis_command(r, argc, argv, NULL, err);
+}
+
+int cli_pool_seen(dbt_redis *r, const dbt_config *cfg, const char *pool, char *err)
+{
+    dbt_keys k;
+    if (!dbt_keys_init(&k, cfg->key_prefix, pool))
+        return snprintf(err, DBT_ERRLEN, "out of memory"), -1;
+    exists_op o = {.k = &k};
+    redisReply *rep = dbt_route_run_for(cfg, r, k.base, run_exists, &o, err);
+    dbt_keys_free(&k);
+    if (!rep)
+        return -1;
+    int seen = rep->type == REDIS_REPLY_INTEGER ? rep->integer > 0 : -1;
+    if (seen < 0)
+        snprintf(err, DBT_ERRLEN, "unexpected reply to EXISTS");
+    freeReplyObject(rep);
+    return seen;
+}
+
+int cli_refuse_unknown_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg, const char *pool,
+                            bool create)
+{
+    if (create)
+        return -1;
+    char err[DBT_ERRLEN], name[256];
+    cli_escape_name(pool, 200, true, name, sizeof name);
+    int seen = cli_pool_seen(r, cfg, pool, err);
+    if (seen < 0)
+        return cli_fail(cmd, "pool %s: %s", name, err);
+    if (seen)
+        return -1;
+    char **names = NULL;
+    int n = cli_list_pools(r, cfg, &names, err);
+    char known[600] = "";
+    size_t len = 0;
+    for (int i = 0; i < n && i < 12; i++) {
+        char one[256];
+        cli_escape_name(names[i], 60, true, one, sizeof one);
+        int w = snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", one);
+        if (w < 0 || (size_t)w >= sizeof known - len)
+            break;
+        len += (size_t)w;
+    }
+    char more[40] = "";
+    if (n > 12)
+        snprintf(more, sizeof more, " and %d more", n - 12);
+    const char *lead = n < 0    ? "the pools could not be listed: "
+                       : n == 0 ? "no pool is there under this key prefix"
+                                : "the pools there: ";
+    fprintf(stderr,
+            "dbthrottle %s: pool %s: no worker has used it and nothing is set for it in Redis "
+            "(a typo?); %s%s%s; give --create to act on a new pool\n",
+            cmd, name, lead, n < 0 ? err : known, more);
+    cli_free_names(names, n > 0 ? n : 0);
+    return EXIT_USAGE;
+}
+
 /* SCANs one server for the pools' keys, adding the pools' names to names. */
 static bool scan_pools(dbt_redis *r, const char *eprefix, const char *match, char ***names, int *n,
                        int *cap, char *err)

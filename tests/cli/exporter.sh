@@ -246,7 +246,7 @@ bad_names="b\365\200\200\200 c\355\240\200 d\340\200\200 e\360\200\200\200 f\364
 set --
 for spec in $bad_names; do
     nm=$(printf "$spec")
-    "$D" limit "$nm" 3 >/dev/null
+    "$D" limit "$nm" 3 --create >/dev/null
     set -- "$@" "$nm"
 done
 "$D" status --prometheus "$@" >"$work/u8.prom"; rc=$?
@@ -263,8 +263,8 @@ assert \"c\\\\xed\\\\xa0\\\\x80\" in names and \"ok\\U0001f600\" in names, names
 check "invalid UTF-8 names: the table (exit $rc) is UTF-8 and shows \"c\\xed\\xa0\\x80\"" '[ $rc -eq 0 ] && python3 -c "import sys; open(sys.argv[1], \"rb\").read().decode(\"utf-8\")" "$work/u8.txt" && grep -q "^pool \"c\\\\xed\\\\xa0\\\\x80\" query" "$work/u8.txt"'
 # A pool named with the four characters a\xff and one named with the byte a<ff>.
 lit='a\xff' byte=$(printf 'a\377')
-"$D" limit "$lit" 1 >/dev/null
-"$D" limit "$byte" 2 >/dev/null
+"$D" limit "$lit" 1 --create >/dev/null
+"$D" limit "$byte" 2 --create >/dev/null
 "$D" status --prometheus "$lit" "$byte" >"$work/al.prom"; rc=$?
 dups=$(grep -v '^#' "$work/al.prom" | awk '{print $1}' | sort | uniq -d)
 check "names a\\xff (text) and a<ff> (byte): exit $rc, no duplicate series (dups: '$dups')" '[ $rc -eq 0 ] && [ -z "$dups" ] && promtool check metrics <"$work/al.prom" >/dev/null 2>&1'

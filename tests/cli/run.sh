@@ -225,6 +225,25 @@ check "resume: the workers run again, 2 at a time (most seen: $(max_conc t_lim))
 kill -TERM $lim_pids 2>/dev/null
 for p in $lim_pids; do wait "$p"; done
 
+# ---- a pool nobody used: a typo ----------------------------------------------------------------
+echo "# unknown pools"
+# keys_of POOL: how many keys Redis holds for the pool (its hash tag).
+keys_of() { rcli --raw --scan --pattern "dbthrottle:{$1}*" | wc -l; }
+for op in "drain" "resume" "limit 4" "limit --clear"; do
+    cmd=${op%% *} rest=
+    [ "$cmd" = "$op" ] || rest=${op#* }
+    # shellcheck disable=SC2086
+    "$D" "$cmd" reprots-db $rest >/dev/null 2>"$work/typo.err"; rc=$?
+    check "$op on a pool Redis has never seen (reprots-db): exit $rc, nothing written ($(keys_of reprots-db) keys), the pools that exist named ($(cat "$work/typo.err"))" \
+        '[ $rc -eq 2 ] && [ "$(keys_of reprots-db)" -eq 0 ] && grep -q "^dbthrottle $cmd: pool \"reprots-db\": no worker has used it.*the pools there: .*\"lim\".*--create" "$work/typo.err"'
+done
+out=$("$D" drain newpool --create 2>&1); rc=$?
+check "drain --create on a new pool: exit 0, drained in Redis ($out)" '[ $rc -eq 0 ] && [ "$(rcli EXISTS "dbthrottle:{newpool}:q:drain")" = 1 ]'
+out=$("$D" resume newpool 2>&1); rc=$?
+check "resume of that pool, known now: exit 0 ($out)" '[ $rc -eq 0 ] && [ "$(rcli EXISTS "dbthrottle:{newpool}:q:drain")" = 0 ]'
+"$D" limit newpool2 3 --create >/dev/null 2>&1; rc=$?
+check "limit --create on a new pool: exit 0, the override in Redis" '[ $rc -eq 0 ] && [ "$(rcli GET "dbthrottle:{newpool2}:q:limit")" = 3 ]'
+
 # ---- evict ----------------------------------------------------------------------------------------
 echo "# evict"
 bg "$work/ev.long" env PGAPPNAME=t_ev "$D" run --max-queries 1 --pool ev -- psql -qAtX -c "SELECT pg_sleep(60)"

@@ -132,8 +132,8 @@ else
     # at the importing node (the script names keys that exist on neither); once the slot is
     # handed over (the new owner first, as Redis Cluster's manual says), the call lands there
     # within its DBTHROTTLE_REDIS_TIMEOUT. The hand-over waits until the owner has answered ASK.
-    # The slot goes to the node that does not serve mig2940: the reshard below moves the lowest
-    # slot of that one.
+    # (--create: the pool is new, no worker has used it.) The slot goes to the node that does not
+    # serve mig2940: the reshard below moves the lowest slot of that one.
     ask_pool=clicross
     ask_slot=$(ccli "$first" cluster keyslot "dbthrottle:{$ask_pool}")
     ask_src=$(cluster_owner "$ask_slot")
@@ -144,7 +144,7 @@ else
     asks0=$(asks)
     ccli "$ask_dst" cluster setslot "$ask_slot" importing "$(node_id "$ask_src")" >/dev/null
     ccli "$ask_src" cluster setslot "$ask_slot" migrating "$(node_id "$ask_dst")" >/dev/null
-    env DBTHROTTLE_REDIS_URL="$cl_url" DBTHROTTLE_REDIS_TIMEOUT=20s "$top/build/dbthrottle" limit "$ask_pool" 1 >"$work/ask.out" 2>&1 &
+    env DBTHROTTLE_REDIS_URL="$cl_url" DBTHROTTLE_REDIS_TIMEOUT=20s "$top/build/dbthrottle" limit "$ask_pool" 1 --create >"$work/ask.out" 2>&1 &
     ask_pid=$!
     wait_until 20 '[ "$(asks)" -gt "${asks0:-0}" ]' >/dev/null
     ask_n=$(($(asks) - ${asks0:-0}))
