@@ -147,6 +147,8 @@ int cmd_check(int argc, char **argv)
     }
     if (cfg.password_file_warning)
         fprintf(stderr, "dbthrottle check: warning: %s\n", cfg.password_file_warning);
+    if (cfg.config_password_warning)
+        fprintf(stderr, "dbthrottle check: warning: %s\n", cfg.config_password_warning);
     int rc = 0;
     if (!cli_check_log(&cfg, err))
         rc = cli_fail("check", "%s", err);

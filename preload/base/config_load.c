@@ -79,6 +79,7 @@ void dbt_config_free(dbt_config *cfg)
     forget_errors(cfg);
     free(cfg->sentinel_password);
     free(cfg->password_file_warning);
+    free(cfg->config_password_warning);
     dbt_settings_release(cfg);
     memset(cfg, 0, sizeof *cfg);
 }
@@ -451,6 +452,27 @@ static bool load_password_files(dbt_config *cfg, char *err, bool first)
     return ok;
 }
 
+/* A Redis password in the settings file's redis_url while group or others may read the file (the
+ * installed /etc/dbthrottle.conf is 0644): warned about as a password file would be, with the
+ * way out (redis_password_file). Called before the password files are read, so that a password
+ * set is the URL's. */
+static void note_password_in_open_file(dbt_config *cfg, const char *file)
+{
+    struct stat st;
+    if (!file || !cfg->redis.password || dbt_config_source(cfg, "redis_url") != DBT_SRC_FILE ||
+        stat(file, &st) != 0 || !(st.st_mode & 077))
+        return;
+    char shown[256], msg[DBT_ERRLEN];
+    dbt_escape(file, 160, false, shown, sizeof shown);
+    snprintf(msg, sizeof msg,
+             "DBTHROTTLE_CONFIG: %s holds the Redis password (in redis_url) and is readable by "
+             "group or others (mode %04o): put the password in redis_password_file (chmod 600, "
+             "as for .pgpass) and take it out of the URL",
+             shown, (unsigned)(st.st_mode & 07777));
+    free(cfg->config_password_warning);
+    cfg->config_password_warning = strdup(msg);
+}
+
 bool dbt_config_load(dbt_config *cfg, char *const *envp, char *err)
 {
     return dbt_config_load_with_default(cfg, envp, DBT_DEFAULT_CONFIG, err);
@@ -538,6 +560,7 @@ bool dbt_config_load_with_default(dbt_config *cfg, char *const *envp, const char
             ok = false;
             break;
         }
+    note_password_in_open_file(cfg, file);
     if (!load_password_files(cfg, err, ok))
         ok = false;
     return ok;

@@ -66,6 +66,10 @@ static void setup(void)
         dbt_field f[] = {DBT_S("warning", lib.cfg.password_file_warning)};
         dbt_log(DBT_LOG_WARN, "password_file_open", f, 1);
     }
+    if (lib.cfg.config_password_warning) {
+        dbt_field f[] = {DBT_S("warning", lib.cfg.config_password_warning)};
+        dbt_log(DBT_LOG_WARN, "password_in_config_file", f, 1);
+    }
     if (lib.cfg.max_queries == 0 && lib.cfg.max_connections == 0) {
         /* A warning, once per process: loaded into a libpq program to throttle it, and doing
          * nothing, is a mistake the operator must see at the default level. */

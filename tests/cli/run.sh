@@ -291,6 +291,15 @@ tmux -L "$tmux_sock" kill-server 2>/dev/null
 
 # ---- check ------------------------------------------------------------------------------------
 echo "# check"
+# A Redis password in the URL of a settings file others may read: check and the library warn,
+# naming the file and its mode, never the password.
+printf 'redis_url = redis://:s3cret-in-url@127.0.0.1:%s\nmax_queries = 2\n' "$rport" >"$work/pw.conf"
+chmod 644 "$work/pw.conf"
+env -u DBTHROTTLE_REDIS_URL DBTHROTTLE_CONFIG="$work/pw.conf" "$D" check >/dev/null 2>"$work/pw.check"
+env -u DBTHROTTLE_REDIS_URL DBTHROTTLE_CONFIG="$work/pw.conf" DBTHROTTLE_LOG_LEVEL=warn LD_PRELOAD="$lib" psql -qAtX -c "SELECT 1" >/dev/null 2>"$work/pw.lib"
+check "a password in a 0644 settings file's redis_url: check and the library warn, naming the file and mode, not the password ($(grep -m1 "password" "$work/pw.check"))" \
+    'grep -q "^dbthrottle check: warning: DBTHROTTLE_CONFIG: $work/pw.conf holds the Redis password (in redis_url) and is readable by group or others (mode 0644)" "$work/pw.check" &&
+     grep -q "event=password_in_config_file" "$work/pw.lib" && ! grep -q "s3cret-in-url" "$work/pw.check" "$work/pw.lib"'
 # Each bad setting: check exits 1 with the very message the library logs when it refuses to work.
 cat >"$work/bad.conf" <<CONF
 max_queries = many

@@ -199,6 +199,47 @@ Test(password_file, readable_by_others_is_used_with_a_warning, .init = make_dir,
     dbt_config_free(&c);
 }
 
+/* The README's example once put redis://:s3cret@... in /etc/dbthrottle.conf, installed 0644: every
+ * local user could read the password, and nothing said so. The warning never shows the password. */
+Test(password_file, a_password_in_a_readable_config_files_url_is_warned_about, .init = make_dir,
+     .fini = remove_dir)
+{
+    dbt_config c;
+    char err[DBT_ERRLEN] = "";
+    const char *conf = file_with("open.conf", "redis_url = redis://:s3cret@coord:6379/2\n", 0644);
+    cr_assert(load(&c, err, env(0, "DBTHROTTLE_CONFIG", conf), NULL, NULL), "%s", err);
+    cr_expect_str_eq(c.redis.password, "s3cret");
+    cr_assert_not_null(c.config_password_warning);
+    cr_expect(strstr(c.config_password_warning, conf) != NULL, "%s", c.config_password_warning);
+    cr_expect(strstr(c.config_password_warning, "0644") != NULL, "%s", c.config_password_warning);
+    cr_expect(strstr(c.config_password_warning, "redis_password_file") != NULL, "%s",
+              c.config_password_warning);
+    cr_expect(strstr(c.config_password_warning, "s3cret") == NULL, "%s", c.config_password_warning);
+    dbt_config_free(&c);
+}
+
+/* No warning for a file only its owner reads, for a URL without a password, or for a password
+ * that came from the environment and not from the file. */
+Test(password_file, no_warning_when_the_file_does_not_expose_a_password, .init = make_dir,
+     .fini = remove_dir)
+{
+    dbt_config c;
+    char err[DBT_ERRLEN] = "";
+    const char *closed = file_with("closed.conf", "redis_url = redis://:s3cret@coord\n", 0600);
+    cr_assert(load(&c, err, env(0, "DBTHROTTLE_CONFIG", closed), NULL, NULL), "%s", err);
+    cr_expect_null(c.config_password_warning, "%s", c.config_password_warning);
+    dbt_config_free(&c);
+    const char *plain = file_with("plain.conf", "redis_url = redis://coord\n", 0644);
+    cr_assert(load(&c, err, env(0, "DBTHROTTLE_CONFIG", plain), NULL, NULL), "%s", err);
+    cr_expect_null(c.config_password_warning, "%s", c.config_password_warning);
+    dbt_config_free(&c);
+    cr_assert(load(&c, err, env(0, "DBTHROTTLE_CONFIG", plain),
+                   "DBTHROTTLE_REDIS_URL=redis://:s3cret@coord", NULL),
+              "%s", err);
+    cr_expect_null(c.config_password_warning, "%s", c.config_password_warning);
+    dbt_config_free(&c);
+}
+
 Test(password_file, refusals_name_setting_and_path_never_the_content, .init = make_dir,
      .fini = remove_dir)
 {

@@ -180,6 +180,8 @@ typedef struct {
     dbt_rule_list weights; /* DBTHROTTLE_WEIGHTS: first match gives the weight */
     /* A password file readable by group or others: what to warn about (owned; NULL: none). */
     char *password_file_warning;
+    /* The Redis password in the URL of a settings file group or others may read (owned). */
+    char *config_password_warning;
     /* What dbt_config_load refused, kept so that each reader can ignore what it does not read:
      * by row of dbt_settings[], the message of a refused value whose setting has no good value
      * in effect since (the default, or an earlier source's, stands in the field); and the first
