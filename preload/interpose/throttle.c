@@ -66,24 +66,49 @@ static void default_pool(PGconn *conn, char *out, size_t cap)
 
 /* DBTHROTTLE_EXEMPT: monitoring, health checks and operators must get through a saturated pool
  * (a watchdog that waits for a permit held by sessions blocked on a lock deadlocks them all). */
-/* application_name as the server reports it, or before the connection exists, as the
- * connection string, PGAPPNAME or the defaults set it. */
+/* Whether the server's report of application_name is `sent` as PostgreSQL stores it: each byte
+ * outside printable ASCII turned into '?' (15 and older) or "\xNN" (16 and newer). */
+static bool server_cleaned(const char *sent, const char *reported)
+{
+    const unsigned char *a = (const unsigned char *)sent;
+    const char *b = reported;
+    for (; *a; a++) {
+        if (*a >= 32 && *a <= 126) {
+            if (*b++ != (char)*a)
+                return false;
+        } else if (*b == '?') {
+            b++;
+        } else {
+            char hex[5];
+            snprintf(hex, sizeof hex, "\\x%02x", *a);
+            if (strncmp(b, hex, 4) != 0)
+                return false;
+            b += 4;
+        }
+    }
+    return *b == '\0';
+}
+
+/* application_name as the client sent it (the connection string, PGAPPNAME or the defaults), or
+ * as the server reports it when a SET changed it since. The server's own report cannot be
+ * matched against a rule with non-ASCII characters: PostgreSQL replaces them. */
 static bool app_name(PGconn *conn, char *out, size_t cap)
 {
-    const char *v = DBT_REAL(PQparameterStatus)(conn, "application_name");
-    if (v) {
-        snprintf(out, cap, "%s", v);
-        return true;
-    }
+    const char *reported = DBT_REAL(PQparameterStatus)(conn, "application_name");
     PQconninfoOption *opts = DBT_REAL(PQconninfo)(conn);
     bool found = false;
     for (PQconninfoOption *o = opts; o && o->keyword; o++)
-        if (strcmp(o->keyword, "application_name") == 0 && o->val) {
+        if (strcmp(o->keyword, "application_name") == 0 && o->val && o->val[0] &&
+            (!reported || server_cleaned(o->val, reported))) {
             snprintf(out, cap, "%s", o->val);
             found = true;
         }
     if (opts)
         DBT_REAL(PQconninfoFree)(opts);
+    if (!found && reported) {
+        snprintf(out, cap, "%s", reported);
+        found = true;
+    }
     return found;
 }
 
