@@ -75,6 +75,18 @@ void cli_render_classes(FILE *out, const dbt_status_kind *k)
 }
 
 /* Whether any listed entry carries a class tag or a weight (then the table shows both). */
+/* Widens the permit and host columns (*pw, *hw) to the longest of the n entries'. */
+static void widen(const dbt_status_entry *e, int n, int *pw, int *hw)
+{
+    for (int i = 0; i < n; i++) {
+        int p = (int)strlen(e[i].permit), h = (int)strlen(e[i].host);
+        if (p > *pw)
+            *pw = p;
+        if (h > *hw)
+            *hw = h;
+    }
+}
+
 static bool any_tagged(const dbt_status_entry *e, int n)
 {
     for (int i = 0; i < n; i++)
@@ -303,10 +315,15 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
     cli_render_classes_problem(out, k);
     cli_render_classes(out, k);
     bool tagged = any_tagged(k->holders, k->nh) || any_tagged(k->waiters, k->nw);
+    /* The permit and host columns as wide as their longest value (a permit passed between the
+     * processes of a host is 38 characters): a long one must not push its row's columns out. */
+    int pw = 28, hw = 20;
+    widen(k->holders, k->nh, &pw, &hw);
+    widen(k->waiters, k->nw, &pw, &hw);
     if (k->nh) {
         bool sessions = any_session(k->holders, k->nh);
-        fprintf(out, "  %-6s %-4s %-28s %-20s %8s %-8s %9s %10s %-7s %8s", "HOLDER", "", "PERMIT",
-                "HOST", "PID", "CONN", "HELD", "LEASE LEFT", "STATE", "BACKEND");
+        fprintf(out, "  %-6s %-4s %-*s %-*s %8s %-8s %9s %10s %-7s %8s", "HOLDER", "", pw, "PERMIT",
+                hw, "HOST", "PID", "CONN", "HELD", "LEASE LEFT", "STATE", "BACKEND");
         if (tagged)
             fprintf(out, " %-12s %6s", "CLASS", "WEIGHT");
         fputs(sessions ? "  APPLICATION USER@DATABASE\n" : "\n", out);
@@ -317,8 +334,8 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
                 snprintf(backend, sizeof backend, "%ld", e->backend_pid);
             cli_duration(v->now_ms - e->since_ms, d1, sizeof d1);
             cli_duration(e->expiry_ms - v->now_ms, d2, sizeof d2);
-            fprintf(out, "  %-6s %-4s %-28s %-20s %8ld %-8s %9s %10s %-7s %8s", "", "", e->permit,
-                    e->host[0] ? e->host : "?", e->pid, e->conn[0] ? e->conn : "?",
+            fprintf(out, "  %-6s %-4s %-*s %-*s %8ld %-8s %9s %10s %-7s %8s", "", "", pw, e->permit,
+                    hw, e->host[0] ? e->host : "?", e->pid, e->conn[0] ? e->conn : "?",
                     e->since_ms ? d1 : "?", d2, e->state[0] ? e->state : "-", backend);
             if (tagged)
                 fprintf(out, " %-12s %6d", e->klass[0] ? e->klass : "-",
@@ -336,15 +353,15 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
                     tagged ? "units held" : "holders");
     }
     if (k->nw) {
-        fprintf(out, "  %-6s %-4s %-28s %-20s %8s %-8s %9s", "WAITER", "POS", "PERMIT", "HOST",
-                "PID", "CONN", "WAITED");
+        fprintf(out, "  %-6s %-4s %-*s %-*s %8s %-8s %9s", "WAITER", "POS", pw, "PERMIT", hw,
+                "HOST", "PID", "CONN", "WAITED");
         if (tagged)
             fprintf(out, " %10s %-12s %6s", "", "CLASS", "WEIGHT");
         fputc('\n', out);
         for (int i = 0; i < k->nw; i++) {
             const dbt_status_entry *e = &k->waiters[i];
             cli_duration(v->now_ms - e->since_ms, d1, sizeof d1);
-            fprintf(out, "  %-6s %-4d %-28s %-20s %8ld %-8s %9s", "", i + 1, e->permit,
+            fprintf(out, "  %-6s %-4d %-*s %-*s %8ld %-8s %9s", "", i + 1, pw, e->permit, hw,
                     e->host[0] ? e->host : "?", e->pid, e->conn[0] ? e->conn : "?",
                     e->since_ms ? d1 : "?");
             if (tagged)

@@ -73,6 +73,20 @@ check "status --json: queries are sole for host group G, connections for nobody 
 
 "$D" status hs >"$work/status.txt" 2>&1
 sed 's/^/# /' "$work/status.txt"
+# A permit made under the host group is 38 characters ("G~" and another 16 hex digits, ".N.N"):
+# the columns after it stay under their headers.
+check "status: the holder and waiter rows' HOST under their header, a 38-character permit included ($(grep -m1 "^ *[0-9]* *$G~" "$work/status.txt"))" \
+    'python3 - "$work/status.txt" "$(hostname)" <<PY
+import re, sys
+host, col, rows = sys.argv[2], None, 0
+for line in open(sys.argv[1]):
+    if re.match(r"  (HOLDER|WAITER) ", line):
+        col = line.index(" HOST ") + 1
+    elif col is not None and re.match(r"^ +([0-9]+ +)?[0-9a-f]{16}[~.]", line):
+        assert line.find(" " + host + " ") + 1 == col, (col, line)
+        rows += 1
+assert rows == 3, rows
+PY'
 check "status: 'shared on host group G (host ...): 2 processes'" \
     'grep -q "^  shared on host group $G (host .*): 2 processes$" "$work/status.txt"'
 check "status: 'sole host: G'" 'grep -q "^  sole host: $G (host .*): its waiters are the whole queue" "$work/status.txt"'
