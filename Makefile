@@ -23,6 +23,8 @@ MANDIR  ?= $(PREFIX)/share/man
 DOCDIR  ?= $(PREFIX)/share/doc/dbthrottle
 # /etc/dbthrottle.conf: read by every process when DBTHROTTLE_CONFIG is unset (config_load.c).
 SYSCONFDIR ?= /etc
+# The systemd units (installed disabled): where systemd looks for a package's, or a local install's.
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 BUILD   ?= build
 
 .DEFAULT_GOAL := all
@@ -694,10 +696,22 @@ demo: deps all
 # with every setting commented out (installing it changes nothing; an existing one is kept).
 DOC_FILES := README.md $(wildcard docs/*.md) config/dbthrottle.conf.example
 EXAMPLE_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard examples/*/*))))
-install: all $(BUILD)/dbthrottle.conf
+EXAMPLE_FILES := $(wildcard examples/*/*)
+# The examples as installed: the command's and the settings' paths of this install, not the
+# package's (/usr/bin, /etc), so that each line works as copied after make install PREFIX=....
+INSTALLED_EXAMPLES := $(addprefix $(BUILD)/,$(EXAMPLE_FILES))
+$(BUILD)/gen/example-paths: FORCE
+	@mkdir -p $(@D)
+	@printf 'BINDIR=%s\nSYSCONFDIR=%s\n' '$(BINDIR)' '$(SYSCONFDIR)' > $@.tmp.$$$$ && \
+	    if cmp -s $@.tmp.$$$$ $@; then rm -f $@.tmp.$$$$; else mv $@.tmp.$$$$ $@; fi
+$(INSTALLED_EXAMPLES): $(BUILD)/examples/%: examples/% $(BUILD)/gen/example-paths
+	@mkdir -p $(@D)
+	sed -e 's|/usr/bin/dbthrottle|$(BINDIR)/dbthrottle|g' -e 's|/etc/dbthrottle|$(SYSCONFDIR)/dbthrottle|g' $< > $@.tmp && mv $@.tmp $@
+UNITS := $(notdir $(wildcard examples/systemd/*.service))
+install: all $(BUILD)/dbthrottle.conf $(INSTALLED_EXAMPLES)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(DOCDIR) \
 	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(SYSCONFDIR) \
-	    $(addprefix $(DESTDIR)$(DOCDIR)/,$(EXAMPLE_DIRS))
+	    $(DESTDIR)$(SYSTEMDUNITDIR) $(addprefix $(DESTDIR)$(DOCDIR)/,$(EXAMPLE_DIRS))
 	@# The library and the command under a name of their own, then renamed over the old ones
 	@# (install(1) removes the old file and writes the new one in place): a program that starts
 	@# during the install finds the old library or the new one, never none (it would run
@@ -709,14 +723,16 @@ install: all $(BUILD)/dbthrottle.conf
 	install -m 0644 $(filter %.1,$(MAN_PAGES)) $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 $(filter %.7,$(MAN_PAGES)) $(DESTDIR)$(MANDIR)/man7/
 	install -m 0644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
-	$(foreach d,$(EXAMPLE_DIRS),install -m 0644 $(wildcard $(d)/*) $(DESTDIR)$(DOCDIR)/$(d)/ &&) true
+	$(foreach d,$(EXAMPLE_DIRS),install -m 0644 $(addprefix $(BUILD)/,$(wildcard $(d)/*)) $(DESTDIR)$(DOCDIR)/$(d)/ &&) true
+	@# The services, installed but not enabled: the operator enables the ones they want.
+	install -m 0644 $(addprefix $(BUILD)/examples/systemd/,$(UNITS)) $(DESTDIR)$(SYSTEMDUNITDIR)/
 	@# The operator's own settings stay as they are on a reinstall.
 	if [ -e $(DESTDIR)$(SYSCONFDIR)/dbthrottle.conf ]; then \
 	    echo "install: kept $(DESTDIR)$(SYSCONFDIR)/dbthrottle.conf"; \
 	else install -m 0644 $(BUILD)/dbthrottle.conf $(DESTDIR)$(SYSCONFDIR)/dbthrottle.conf; fi
-	@# Into the system itself (not a DESTDIR staging tree): refresh ld.so's cache, so the library
-	@# is found where LIBDIR is in its search path. Preload it by its absolute path all the same:
-	@# ld.so ignores a bare LD_PRELOAD name it cannot find, and the program runs unthrottled.
+	@# Into the system itself (not a DESTDIR staging tree): refresh ld.so's cache, so that the
+	@# documented LD_PRELOAD=libdbthrottle.so finds the library where LIBDIR is in ld.so's search
+	@# path (/usr/local/lib on Debian). Elsewhere, preload it by its absolute path.
 	if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then ldconfig; fi
 
 # The installed configuration file: the example's text, every setting commented out.
@@ -727,7 +743,8 @@ $(BUILD)/dbthrottle.conf: config/dbthrottle.conf.example tools/etc-conf.sh $(BUI
 # The configuration file is left in place (as dpkg does on remove, not purge).
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libdbthrottle.so $(DESTDIR)$(BINDIR)/dbthrottle \
-	    $(DESTDIR)$(MANDIR)/man1/dbthrottle.1 $(DESTDIR)$(MANDIR)/man7/libdbthrottle.7
+	    $(DESTDIR)$(MANDIR)/man1/dbthrottle.1 $(DESTDIR)$(MANDIR)/man7/libdbthrottle.7 \
+	    $(addprefix $(DESTDIR)$(SYSTEMDUNITDIR)/,$(UNITS))
 	rm -rf $(DESTDIR)$(DOCDIR)
 
 # The Debian packages libdbthrottle and dbthrottle (debian/), built from a copy of the tree by

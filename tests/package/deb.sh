@@ -35,6 +35,14 @@ check "dbthrottle: the command, dbthrottle(1), /etc/dbthrottle.conf, docs and ex
     'grep -q " ./usr/bin/dbthrottle$" "$work/cmd.list" && grep -q "man1/dbthrottle.1" "$work/cmd.list" &&
      grep -q " ./etc/dbthrottle.conf$" "$work/cmd.list" && grep -q "doc/dbthrottle/README.md" "$work/cmd.list" &&
      grep -q "doc/dbthrottle/examples/prometheus/dbthrottle.rules.yml" "$work/cmd.list"'
+unit_line() { dpkg-deb --fsys-tarfile "$cmddeb" | tar -xO "./lib/systemd/system/$1" 2>/dev/null | grep -m1 "^ExecStart="; }
+check "dbthrottle: the exporter's unit and the adaptive controller's template in /lib/systemd/system, running /usr/bin/dbthrottle ($(unit_line dbthrottle-exporter.service); $(unit_line dbthrottle-adapt@.service))" \
+    'unit_line dbthrottle-exporter.service | grep -q "^ExecStart=/usr/bin/dbthrottle exporter " &&
+     unit_line dbthrottle-adapt@.service | grep -q "^ExecStart=/usr/bin/dbthrottle adapt %I "'
+# (Enabled only again on an upgrade where the operator had enabled it: dpkg -i below, in a
+# namespace, checks that a first install enables nothing.)
+check "dbthrottle: its maintainer scripts start no unit" \
+    '! dpkg-deb -I "$cmddeb" postinst 2>/dev/null | grep -Eq "deb-systemd-invoke.* (start|restart)|systemctl.* start"'
 check "dbthrottle: /etc/dbthrottle.conf is a conffile" \
     '[ "$(dpkg-deb -I "$cmddeb" conffiles 2>/dev/null)" = /etc/dbthrottle.conf ]'
 check "the packaged man pages' headers and dbthrottle --version name $version" \
@@ -181,6 +189,7 @@ for d in usr etc var; do
         mount -t overlay overlay -o "lowerdir=/$d,upperdir=$work/dovl/$d/up,workdir=$work/dovl/$d/wk" "/$d" || exit 77
 done
 dpkg -i "$libdeb" "$cmddeb" >"$work/dpkg-i.out" 2>&1 || exit 3
+ls /etc/systemd/system/*.wants/ 2>/dev/null | grep dbthrottle >"$work/enabled-units"
 printf 'redis_url = redis://127.0.0.1:%s\nmax_queries = 2\n' "$rport" >/etc/dbthrottle.conf
 doc=/usr/share/doc/dbthrottle
 python3 "$work/doc-examples.py" "redis://127.0.0.1:$rport" "$doc"/README.md* /usr/share/man/man7/libdbthrottle.7.gz \
@@ -203,6 +212,7 @@ if [ $rc -eq 77 ]; then
 elif [ $rc -ne 0 ]; then
     fail "dpkg -i of both packages in a private namespace, and the documented commands found (rc $rc): $(tail -3 "$work/dpkg-i.out" 2>/dev/null)"
 else
+    check "dpkg -i enabled no dbthrottle unit ($(cat "$work/enabled-units" | tr '\n' ' '))" '[ ! -s "$work/enabled-units" ]'
     nex=$(wc -l <"$work/doc-examples")
     check "the installed README, man pages and drop-in hold documented preload lines ($nex)" '[ "$nex" -ge 4 ]'
     i=0
@@ -241,6 +251,15 @@ if make -s -C "$top" BUILD="$ib" all >"$work/make.out" 2>&1 &&
         '! grep -q "^[a-z_]" "$inst/etc/dbthrottle.conf" && [ -f "$inst/usr/share/doc/dbthrottle/README.md" ] &&
          [ -f "$inst/usr/share/doc/dbthrottle/examples/systemd/dbthrottle.conf" ] &&
          [ -f "$inst/usr/share/man/man1/dbthrottle.1" ] && [ -f "$inst/usr/share/man/man7/libdbthrottle.7" ]'
+    check "make install PREFIX=/usr: the units in /usr/lib/systemd/system, running /usr/bin/dbthrottle" \
+        'grep -q "^ExecStart=/usr/bin/dbthrottle exporter " "$inst/usr/lib/systemd/system/dbthrottle-exporter.service" &&
+         grep -q "^ExecStart=/usr/bin/dbthrottle adapt %I " "$inst/usr/lib/systemd/system/dbthrottle-adapt@.service"'
+    # Another prefix: the units and every installed example run that prefix' command.
+    make -s -C "$top" BUILD="$ib" install DESTDIR="$work/inst-local" PREFIX=/usr/local >"$work/install-local.out" 2>&1
+    wrong=$(grep -rl "/usr/bin/dbthrottle" "$work/inst-local/usr/local/lib/systemd/system" "$work/inst-local/usr/local/share/doc/dbthrottle/examples" 2>/dev/null | sed "s|$work/inst-local||")
+    check "make install PREFIX=/usr/local: the units in /usr/local/lib/systemd/system and the installed examples run /usr/local/bin/dbthrottle${wrong:+ (not:$wrong)}" \
+        '[ -z "$wrong" ] && grep -q "^ExecStart=/usr/local/bin/dbthrottle exporter " "$work/inst-local/usr/local/lib/systemd/system/dbthrottle-exporter.service" &&
+         grep -q "^ExecStartPre=/usr/local/bin/dbthrottle check" "$work/inst-local/usr/local/share/doc/dbthrottle/examples/systemd/dbthrottle.conf"'
     echo "max_queries = 2" >>"$inst/etc/dbthrottle.conf"
     # A reinstall over a running system, as strace sees its file system calls: the library and
     # the command must arrive by a rename over the old ones (install(1) alone removes the old file
@@ -268,8 +287,9 @@ if make -s -C "$top" BUILD="$ib" all >"$work/make.out" 2>&1 &&
     check "a relink of the library renames it into place, never writing it where programs preload it ($(file_id "$ib/libdbthrottle.so"), was $built)" \
         '[ "$(file_id "$ib/libdbthrottle.so")" != "$built" ] && replaced_by_rename "$work/relink.trace" "$ib/libdbthrottle.so"'
     make -s -C "$top" BUILD="$ib" uninstall DESTDIR="$inst" PREFIX=/usr >/dev/null 2>&1
-    check "make uninstall removes the library and the command, keeps /etc/dbthrottle.conf" \
-        '[ ! -e "$inst/usr/lib/$ma/libdbthrottle.so" ] && [ ! -e "$inst/usr/bin/dbthrottle" ] && [ -f "$inst/etc/dbthrottle.conf" ]'
+    check "make uninstall removes the library, the command and the units, keeps /etc/dbthrottle.conf" \
+        '[ ! -e "$inst/usr/lib/$ma/libdbthrottle.so" ] && [ ! -e "$inst/usr/bin/dbthrottle" ] && [ -f "$inst/etc/dbthrottle.conf" ] &&
+         [ -z "$(ls "$inst/usr/lib/systemd/system" 2>/dev/null)" ]'
 else
     fail "make install: $(tail -3 "$work/make.out" "$work/install.out")"
 fi
