@@ -63,7 +63,8 @@ static int check_preloaded(void)
         if (!cli_is_our_library(t))
             continue;
         char version[40], err[DBT_ERRLEN], found[PATH_MAX];
-        if (strchr(t, '/') && access(t, R_OK) != 0) {
+        /* A path as written (ld.so expands $LIB, $PLATFORM and $ORIGIN: dlopen below does). */
+        if (strchr(t, '/') && !strchr(t, '$') && access(t, R_OK) != 0) {
             failed += cli_fail("check",
                                "LD_PRELOAD names %s: %s: ld.so skips it and the program runs "
                                "unthrottled",

@@ -213,10 +213,16 @@ int cmd_run(int argc, char **argv)
         if (!ok) {
             cli_fail("run", "%s: %s", lib, err);
         } else if (!cli_check_log(&cfg, err)) {
-            /* As check says: the worker's lines would go to the program's stderr instead. */
-            ok = !cli_fail("run", "%s (or --no-check to start anyway)", err);
-        } else if (!cli_check_redis(&cfg, cfg.pool ? cfg.pool : CLI_CHECK_POOL, version,
-                                    sizeof version, err, &permanent)) {
+            /* As check says: the worker's lines would go to the program's stderr instead. A
+             * syslog daemon that does not answer now is an outage the library rides out (its
+             * lines go to stderr until it answers), as a Redis that is down: a warning. */
+            if (strncmp(cfg.log_path, "syslog", 6) == 0)
+                fprintf(stderr, "dbthrottle run: warning: %s\n", err);
+            else
+                ok = !cli_fail("run", "%s (or --no-check to start anyway)", err);
+        }
+        if (ok && !cli_check_redis(&cfg, cfg.pool ? cfg.pool : CLI_CHECK_POOL, version,
+                                   sizeof version, err, &permanent)) {
             /* An outage is not a mistake in the configuration: the worker meets it as it meets
              * any outage (DBTHROTTLE_ON_REDIS_ERROR), and starts throttled once Redis is back. */
             if (permanent)

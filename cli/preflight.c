@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <link.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +37,9 @@ bool cli_load_library(const char *path, char *resolved, size_t cap, char *err)
 {
     /* In a child, so that nothing the library does when loaded (constructors, threads, the
      * symbols it interposes) can reach this process; with DBTHROTTLE_DISABLE on, so that it does
-     * nothing there but load. The path it was found at, or dlerror(), comes back through a pipe
-     * (the exit status says which). */
+     * nothing there but load. Its answer comes back through a pipe: '+' and the path it was
+     * found at, or '-' and dlerror() (nothing: the child died loading it). Its exit status is not
+     * needed, so a parent that ignores SIGCHLD (the child reaped by the kernel) reads it too. */
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0)
         return snprintf(err, DBT_ERRLEN, "pipe: %s", strerror(errno)), false;
@@ -60,14 +62,14 @@ bool cli_load_library(const char *path, char *resolved, size_t cap, char *err)
         struct link_map *lm = NULL;
         const char *say =
             h ? (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm ? lm->l_name : "") : dlerror();
-        if (!say)
-            say = "dlopen failed";
-        ssize_t w = write(fds[1], say, strlen(say));
+        char buf[PATH_MAX + DBT_ERRLEN];
+        int n = snprintf(buf, sizeof buf, "%c%s", h ? '+' : '-', say ? say : "dlopen failed");
+        ssize_t w = write(fds[1], buf, n < (int)sizeof buf ? (size_t)n : sizeof buf - 1);
         (void)w;
-        _exit(h ? 0 : 1);
+        _exit(0);
     }
     close(fds[1]);
-    char msg[DBT_ERRLEN - 64];
+    char msg[PATH_MAX + DBT_ERRLEN];
     ssize_t n = 0, got;
     while (n < (ssize_t)sizeof msg - 1 &&
            (got = read(fds[0], msg + n, sizeof msg - 1 - (size_t)n)) != 0) {
@@ -79,15 +81,14 @@ bool cli_load_library(const char *path, char *resolved, size_t cap, char *err)
     }
     msg[n] = '\0';
     close(fds[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
         ;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    if (n > 0 && msg[0] == '+') {
         if (resolved)
-            snprintf(resolved, cap, "%s", n > 0 ? msg : path);
+            snprintf(resolved, cap, "%s", msg[1] ? msg + 1 : path);
         return true;
     }
-    snprintf(err, DBT_ERRLEN, "%s", WIFEXITED(status) && n > 0 ? msg : "the loader died");
+    snprintf(err, DBT_ERRLEN, "%.*s", DBT_ERRLEN - 1, n > 1 ? msg + 1 : "the loader died");
     return false;
 }
 

@@ -89,26 +89,33 @@ static bool server_cleaned(const char *sent, const char *reported)
     return *b == '\0';
 }
 
-/* application_name as the client sent it (the connection string, PGAPPNAME or the defaults), or
- * as the server reports it when a SET changed it since. The server's own report cannot be
- * matched against a rule with non-ASCII characters: PostgreSQL replaces them. */
+/* application_name as the client sent it: the connection string's or PGAPPNAME, else the
+ * program's default (fallback_application_name: psql's "psql"), as the server uses them; or as the
+ * server reports it when a SET changed it since. The server's own report cannot be matched
+ * against a rule with non-ASCII characters: PostgreSQL replaces them. */
 static bool app_name(PGconn *conn, char *out, size_t cap)
 {
     const char *reported = DBT_REAL(PQparameterStatus)(conn, "application_name");
     PQconninfoOption *opts = DBT_REAL(PQconninfo)(conn);
-    bool found = false;
-    for (PQconninfoOption *o = opts; o && o->keyword; o++)
-        if (strcmp(o->keyword, "application_name") == 0 && o->val && o->val[0] &&
-            (!reported || server_cleaned(o->val, reported))) {
-            snprintf(out, cap, "%s", o->val);
-            found = true;
-        }
+    const char *given = NULL, *fallback = NULL;
+    for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+        if (!o->val || !o->val[0])
+            continue;
+        if (strcmp(o->keyword, "application_name") == 0)
+            given = o->val;
+        else if (strcmp(o->keyword, "fallback_application_name") == 0)
+            fallback = o->val;
+    }
+    const char *sent = given ? given : fallback;
+    bool found = true;
+    if (sent && (!reported || server_cleaned(sent, reported)))
+        snprintf(out, cap, "%s", sent);
+    else if (reported)
+        snprintf(out, cap, "%s", reported);
+    else
+        found = false;
     if (opts)
         DBT_REAL(PQconninfoFree)(opts);
-    if (!found && reported) {
-        snprintf(out, cap, "%s", reported);
-        found = true;
-    }
     return found;
 }
 

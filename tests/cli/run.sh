@@ -97,6 +97,11 @@ DBTHROTTLE_LOG="$work/no-such-dir/worker.log" "$D" run --max-queries 1 -- touch 
 check "a log the worker cannot open: check fails (rc $check_rc), run refuses (rc $rc) and never starts the program, both naming DBTHROTTLE_LOG ($(cat "$work/run.log.err"))" '[ $check_rc -eq 1 ] && grep -q "DBTHROTTLE_LOG: cannot open $work/no-such-dir/worker.log" "$work/check.log.err" && [ $rc -eq 2 ] && [ ! -e "$work/run.log.ran" ] && grep -q "^dbthrottle run: DBTHROTTLE_LOG: cannot open $work/no-such-dir/worker.log: .*--no-check" "$work/run.log.err"'
 DBTHROTTLE_LOG="$work/no-such-dir/worker.log" "$D" run --no-check --max-queries 1 -- touch "$work/run.log.ran" 2>/dev/null; rc=$?
 check "the same with --no-check: the program runs (rc $rc)" '[ $rc -eq 0 ] && [ -e "$work/run.log.ran" ]'
+# A syslog socket nobody answers on is an outage the library rides out (its lines go to stderr
+# until the daemon answers): run warns and starts the worker, as for a Redis that is down.
+DBTHROTTLE_LOG="syslog:$work/no-such-dir/log" "$D" run --max-queries 1 -- touch "$work/run.syslog.ran" 2>"$work/run.syslog.err"; rc=$?
+check "a syslog socket nobody answers on: run warns and starts the program (rc $rc: $(cat "$work/run.syslog.err"))" \
+    '[ $rc -eq 0 ] && [ -e "$work/run.syslog.ran" ] && grep -q "^dbthrottle run: warning: DBTHROTTLE_LOG: cannot reach syslog" "$work/run.syslog.err"'
 "$D" run --max-queries 1 --pool tracepool --trace -- env DBTHROTTLE_LOG="$work/trace.log" psql -qAtX -c "SELECT 1" >/dev/null
 check "run --trace: the acquisition and release are in the log" 'grep -q "event=grant" "$work/trace.log" && grep -q "event=release" "$work/trace.log"'
 "$D" run --max-queries 1 -- /no/such/program 2>"$work/err"; rc=$?

@@ -45,6 +45,13 @@ echo "not a library" >"$work/libdbthrottle-broken.so"
 DBTHROTTLE_MAX_QUERIES=1 LD_PRELOAD="$work/libdbthrottle-broken.so" "$D" check >"$work/check.out" 2>"$work/check.broken.err"; rc=$?
 expect_preload_failure "$work/check.broken.err"
 check "check with LD_PRELOAD naming a file that does not load fails (rc $rc), naming it ($(grep -m1 "^dbthrottle check: LD_PRELOAD" "$work/check.broken.err"))" '[ $rc -eq 1 ] && grep -q "^dbthrottle check: LD_PRELOAD names $work/libdbthrottle-broken.so, which does not load (.*runs unthrottled" "$work/check.broken.err" && ! grep -qx ok "$work/check.out"'
+# ld.so expands $LIB in LD_PRELOAD (lib/<multiarch> on Debian, lib64 or lib elsewhere): check
+# loads the entry as ld.so would, not the text as written.
+for d in "lib/$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)" lib64 lib; do
+    mkdir -p "$work/lib-token/$d" && ln -sf "$lib" "$work/lib-token/$d/libdbthrottle.so"
+done
+DBTHROTTLE_MAX_QUERIES=1 LD_PRELOAD="$work/lib-token/\$LIB/libdbthrottle.so" "$D" check >"$work/check.out" 2>"$work/check.tok.err"; rc=$?
+check "check with LD_PRELOAD naming the library through \$LIB passes, as ld.so loads it (rc $rc: $(grep -m1 "^preloaded" "$work/check.out"))" '[ $rc -eq 0 ] && grep -q "^preloaded: .*, version $V\$" "$work/check.out"'
 DBTHROTTLE_MAX_QUERIES=1 LD_PRELOAD="$lib" "$D" check >"$work/check.out" 2>"$work/check.err"; rc=$?
 check "check with LD_PRELOAD naming the library passes (rc $rc: $(grep -m1 "^preloaded" "$work/check.out"))" '[ $rc -eq 0 ] && grep -q "^preloaded: $lib, version $V\$" "$work/check.out"'
 
