@@ -22,12 +22,15 @@ static __thread int64_t budget_deadline_us; /* 0: no budget, each step has the f
 /* The budget was given one more timeout because it went before a request was written (flush_out):
  * once per budget, so that nothing retried in a loop can outlive it. */
 static __thread bool budget_extended;
+/* A wait for Redis timed out within the budget: then the budget went to Redis, and is not
+ * extended. */
+static __thread bool budget_redis_late;
 
 int64_t dbt_redis_budget_begin(int64_t ms)
 {
     int64_t saved = budget_deadline_us, d = dbt_now_us() + ms * 1000;
     if (!saved)
-        budget_extended = false;
+        budget_extended = budget_redis_late = false;
     if (!saved || d < saved)
         budget_deadline_us = d;
     return saved;
@@ -37,7 +40,7 @@ int64_t dbt_redis_budget_anew(int64_t ms)
 {
     int64_t saved = budget_deadline_us;
     budget_deadline_us = dbt_now_us() + ms * 1000;
-    budget_extended = false;
+    budget_extended = budget_redis_late = false;
     return saved;
 }
 
@@ -45,7 +48,7 @@ void dbt_redis_budget_end(int64_t saved)
 {
     budget_deadline_us = saved;
     if (!saved)
-        budget_extended = false;
+        budget_extended = budget_redis_late = false;
 }
 
 /* What the next blocking step may take: the timeout, or what is left of the budget (0: spent). */
@@ -123,7 +126,8 @@ static bool flush_out(dbt_redis *r, char *err)
      * more timeout, once per budget. (Before, a process stopped for 2 s while its renewal
      * connected took Redis for unreachable as it resumed, and in open mode ran its commands
      * unthrottled for the second that followed: make test's chaos seed 5.) */
-    if (budget_deadline_us && !budget_extended && r->npending == 0 && step_ms(r->timeout_ms) == 0) {
+    if (budget_deadline_us && !budget_extended && !budget_redis_late && r->npending == 0 &&
+        step_ms(r->timeout_ms) == 0) {
         budget_extended = true;
         budget_deadline_us = dbt_now_us() + r->timeout_ms * 1000;
     }
@@ -142,6 +146,8 @@ static bool flush_out(dbt_redis *r, char *err)
             r->stalled = relay_stalled(r); /* stopped since the look half-way */
     }
     if (w != 1) {
+        if (w == 0)
+            budget_redis_late = true;
         if (w < 0)
             r->reset = errno == EPIPE || errno == ECONNRESET;
         else if (r->stalled)
@@ -215,9 +221,11 @@ static bool fill(dbt_redis *r, int64_t ms, char *err)
         r->reset = errno == ECONNRESET || errno == EPIPE;
         r->ended = r->relayed && !r->reset;
     }
-    if (n == 0 && ms > 0)
+    if (n == 0 && ms > 0) {
+        budget_redis_late = true;
         snprintf(e, sizeof e,
                  r->stalled ? "the host's relay is stopped" : "timed out waiting for a reply");
+    }
     if (n <= 0) {
         if (ms > 0 || n < 0) {
             mark_broken(r, e); /* a reply that never came leaves it out of step */
@@ -389,6 +397,7 @@ dbt_redis *dbt_redis_open(const dbt_config *cfg, const dbt_endpoint *ep, const c
     char e[DBT_ERRLEN];
     if (!dbt_transport_connect(&r->t, ep->is_unix, ep->host, ep->port, ep->path,
                                cfg->redis.tls ? &tls : NULL, ms, e, sizeof e)) {
+        budget_redis_late = true; /* the time went to a server that did not take the connection */
         set_err(err, who, e);
         dbt_redis_free(r);
         return NULL;

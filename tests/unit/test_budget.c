@@ -121,3 +121,27 @@ Test(budget, the_extra_timeout_comes_once_per_budget)
     dbt_redis_free(r2);
     server_stop(&s);
 }
+
+/* Not when the budget went to Redis: a wait for its reply timed out in it, so a hung Redis costs
+ * one timeout, not two (recovery/exit_takes_one_timeout_in_all: exit took 2 s with a 1 s
+ * timeout when this was missing). */
+Test(budget, not_extended_once_redis_was_late_in_it)
+{
+    server s;
+    server_start(&s, false);
+    char err[DBT_ERRLEN] = "";
+    dbt_redis *r = open_to(&s, err);
+    dbt_redis *r2 = open_to(&s, err);
+    int64_t saved = dbt_redis_budget_begin(300);
+    redisReply *rep = ping(r, err); /* waits its 200 ms timeout: Redis late */
+    cr_expect_null(rep);
+    usleep(150 * 1000); /* the budget is spent now */
+    err[0] = '\0';
+    rep = ping(r2, err);
+    cr_expect_null(rep);
+    cr_expect_not_null(strstr(err, "DBTHROTTLE_REDIS_TIMEOUT spent"), "%s", err);
+    dbt_redis_budget_end(saved);
+    dbt_redis_free(r);
+    dbt_redis_free(r2);
+    server_stop(&s);
+}
