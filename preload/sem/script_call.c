@@ -60,8 +60,16 @@ redisReply *dbt_pool_run(dbt_pool *p, const char *what, dbt_script_call *c, dbt_
     dbt_route_conns conns = {.get = get_conn, .put = put_conn, .moved = slot_moved, .ctx = &x};
     acquire_relay_failed = false;
     (void)dbt_route_take_relay_failure();
+    (void)dbt_redis_take_unsent();
     redisReply *rep = dbt_route_run(p->client->cfg, &conns, run_call, &x, err);
-    if (!rep && dbt_route_take_relay_failure()) {
+    /* Its time ran out before it was sent, while this process was stopped or not scheduled:
+     * not Redis' outage either (dbt_redis_take_unsent). A renewal is not sent late (it was built
+     * before: the renewer's next round, within 100 ms, names what holds now); the rest as after a
+     * relay's failure. */
+    bool unsent = !rep && dbt_redis_take_unsent();
+    if (unsent && c->script == &dbt_script_renew)
+        return NULL;
+    if (!rep && (unsent || dbt_route_take_relay_failure())) {
         /* The host's relay failed (its speaker stopped, or ended after reading the call): not an
          * outage of Redis. Connections now go to Redis directly, or to the next speaker. An
          * acquire sent twice would queue its id twice: the caller queues anew under another id;
@@ -97,13 +105,16 @@ bool dbt_pool_send(dbt_pool *p, const char *what, dbt_script_call *c, const char
     int resends = 0;
     bool ok, again;
     (void)dbt_route_take_relay_failure();
+    (void)dbt_redis_take_unsent();
     do {
         /* The host's relay ended before it read it: again, on a new connection. */
         ok = send_once(p, c, tag, &r, err);
         again = !ok && dbt_route_resend_undelivered(r, &resends);
         dbt_pool_put_conn(p, r);
     } while (again);
-    if (!ok && dbt_route_take_relay_failure()) {
+    /* (Its time ran out before it was sent, this process stopped or not scheduled: once more
+     * too, and no outage noted.) */
+    if (!ok && (dbt_redis_take_unsent() || dbt_route_take_relay_failure())) {
         /* The host's relay failed on the way (a pending reply of the connection, or the connect,
          * met its stopped speaker, or its end): not an outage of Redis. Once more, with a budget
          * of its own, directly or through the next speaker: a release or a cancel twice is

@@ -162,6 +162,10 @@ void dbt_redis_budget_end(int64_t saved);
 /* A budget of ms from now whatever the caller's: for a step made again after the host's relay
  * stalled, whose time was the relay's, not Redis'. Restored by dbt_redis_budget_end. */
 int64_t dbt_redis_budget_anew(int64_t ms);
+/* True (once) when this thread's last failed call failed because its budget ran out before its
+ * request was written, no wait for Redis having timed out in the budget: the time went to this
+ * process (stopped, not scheduled), not to Redis, and no outage is to be noted for it. */
+bool dbt_redis_take_unsent(void);
 
 /* True when the connection cannot be used: broken, or (with no reply owed) closed by the server
  * while it sat idle, as every pooled connection is after Redis restarts. Costs one recv(2) that
