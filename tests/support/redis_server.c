@@ -2,6 +2,7 @@
 #include "redis_server.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -282,6 +283,80 @@ long long test_redis_script_usec(const test_redis *r)
 long long test_redis_dbsize(const test_redis *r)
 {
     return test_redis_int(r, "DBSIZE");
+}
+
+/* The local ports of pid's TCP sockets to r's port, up to cap (from /proc: its descriptors'
+ * socket inodes, found in the kernel's table of IPv4 TCP sockets). */
+static int ports_of(pid_t pid, int server_port, int *ports, int cap)
+{
+    char path[64];
+    unsigned long inodes[256];
+    int ninodes = 0, n = 0;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    for (struct dirent *e; (e = readdir(d)) && ninodes < 256;) {
+        char target[64];
+        ssize_t len = readlinkat(dirfd(d), e->d_name, target, sizeof target - 1);
+        if (len <= 0)
+            continue;
+        target[len] = '\0';
+        if (sscanf(target, "socket:[%lu]", &inodes[ninodes]) == 1)
+            ninodes++;
+    }
+    closedir(d);
+    snprintf(path, sizeof path, "/proc/%d/net/tcp", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[512];
+    while (n < cap && fgets(line, sizeof line, f)) {
+        unsigned local, remote;
+        unsigned long inode;
+        /* "sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode" */
+        if (sscanf(line, " %*d: %*x:%x %*x:%x %*x %*x:%*x %*x:%*x %*x %*u %*u %lu", &local, &remote,
+                   &inode) != 3 ||
+            (int)remote != server_port)
+            continue;
+        for (int i = 0; i < ninodes; i++)
+            if (inodes[i] == inode)
+                ports[n++] = (int)local;
+    }
+    fclose(f);
+    return n;
+}
+
+long long test_redis_blocked_of(const test_redis *r, pid_t pid)
+{
+    int ports[64];
+    int nports = ports_of(pid, r->port, ports, 64);
+    redisContext *c = test_redis_connect(r);
+    redisReply *rep = c ? redisCommand(c, "CLIENT LIST") : NULL;
+    long long n = rep && rep->type == REDIS_REPLY_STRING ? 0 : -1000;
+    for (const char *line = n == 0 ? rep->str : NULL; line && *line;) {
+        const char *end = strchr(line, '\n');
+        const char *addr = strstr(line, " addr=");
+        const char *flags = strstr(line, " flags=");
+        int port;
+        if (addr && flags && (!end || (addr < end && flags < end)) &&
+            sscanf(addr, " addr=%*[^:]:%d", &port) == 1) {
+            bool blocked = false;
+            for (const char *fl = flags + strlen(" flags="); *fl && *fl != ' '; fl++)
+                blocked = blocked || *fl == 'b';
+            for (int i = 0; blocked && i < nports; i++)
+                if (ports[i] == port) {
+                    n++;
+                    break;
+                }
+        }
+        line = end ? end + 1 : NULL;
+    }
+    if (rep)
+        freeReplyObject(rep);
+    if (c)
+        redisFree(c);
+    return n;
 }
 
 void test_config(dbt_config *cfg, const test_redis *r, ...)

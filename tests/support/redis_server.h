@@ -36,6 +36,9 @@ long long test_redis_commands(const test_redis *r);
 long long test_redis_calls(const test_redis *r, const char *cmd);
 /* Microseconds Redis spent in scripts so far (INFO commandstats: EVALSHA and EVAL usec). */
 long long test_redis_script_usec(const test_redis *r);
+/* How many of pid's connections to r are blocked in Redis (a BLPOP waiting), matched by their
+ * local ports (/proc: pid's sockets); -1000 when Redis did not answer. */
+long long test_redis_blocked_of(const test_redis *r, pid_t pid);
 /* Number of keys in the db. */
 long long test_redis_dbsize(const test_redis *r);
 
