@@ -204,11 +204,11 @@ static bool dry_run_scripts(dbt_redis *r, const dbt_config *cfg, const char *poo
             ok = dry_call(r, &c, err);
         }
         for (int i = 0; ok && i < 2; i++) {
-            dbt_build_release(&c, &k, (dbt_kind)kind, cfg, i ? tagged : id);
+            dbt_build_release(&c, &k, (dbt_kind)kind, cfg, i ? tagged : id, -1);
             ok = dry_call(r, &c, err);
         }
         if (ok) {
-            dbt_build_cancel(&c, &k, (dbt_kind)kind, cfg, id);
+            dbt_build_cancel(&c, &k, (dbt_kind)kind, cfg, id, true);
             ok = dry_call(r, &c, err);
         }
     }

@@ -205,13 +205,17 @@ end
 
 -- A permit left the holders (released, cancelled after its grant, evicted, expired): how long it
 -- was held, from its info (read before it goes: "<since> ...", the class it was granted as after
--- the second \31), into the hold histogram. Plain finds, and no copy of an empty class: this is
--- every release's cost.
-local function observe_hold(s, info, now)
+-- the second \31), into the hold histogram; or `held` (ms), when its holder says how long it held
+-- it (release.lua: a permit passed without Redis was held by several in turn, since its grant).
+-- Plain finds, and no copy of an empty class: this is every release's cost.
+local function observe_hold(s, info, now, held)
     local sp = info and string.find(info, ' ', 1, true)
     local since = sp and tonumber(string.sub(info, 1, sp - 1))
     if not since then
         return
+    end
+    if held and held >= 0 then
+        since = now - held
     end
     local klass = ''
     local state_at = string.find(info, US, sp, true)

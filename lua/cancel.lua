@@ -1,5 +1,5 @@
 -- cancel.lua: withdraw a waiter (timeout, interrupt, lost reply).
--- ARG.id (lua/protocol/cancel.def). Returns its OUTCOME: WITHDRAWN from the queue, RETURNED (it
+-- ARG.id, ARG.gave_up (lua/protocol/cancel.def). Returns its OUTCOME: WITHDRAWN from the queue, RETURNED (it
 -- had been granted in the meantime: the permit is given back and passed on to the next waiter),
 -- UNKNOWN (expired or done).
 local id = ARG.id
@@ -20,7 +20,7 @@ if result ~= OUTCOME.RETURNED then
 end
 redis.call('ZREM', S.W, id)
 redis.call('HDEL', S.INFO, id)
-if result == OUTCOME.WITHDRAWN then
+if result == OUTCOME.WITHDRAWN and ARG.gave_up then
     count(S, 'cancelled')
 end
 reap(S, now)

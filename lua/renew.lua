@@ -39,13 +39,16 @@ local nids = GROUP.ids.n
 -- r(unning a command), i(dle in a transaction), k(ept between commands) or '-' (unchanged), the
 -- session "" when the process has none to give (else its four fields, "<backend pid>\31<app>\31
 -- <user>\31<database>"); then, optionally, "\31<host> <pid> <conn>": who holds it now (a permit
--- passed from another process of the host), written over the info's who when it differs (its
--- since kept). So 2 or 5 fields without who (older clients), 3 or 6 with it. Absent: nothing to
--- update.
+-- passed from another process of the host or connection of the process), written over the info's
+-- who when it differs; then, optionally, "\31<ms>": how long that holder has held it, which makes
+-- the info's since when it differs (HELD is the named holder's, not the permit's age since its
+-- first grant). So 2 or 5 fields without who, 3 or 6 with it, 4 or 7 with the age. Absent: nothing
+-- to update.
 local STATE_OF = {[DOING.RUNNING] = 'running', [DOING.IDLE_TX] = 'idle_tx', [DOING.KEPT] = 'kept'}
 -- After those (GROUP.waits), per kind, the waits local handover granted without Redis since the
 -- last renewal, for the wait histogram: "<tag> <sum ms> <i>:<n> ...", ';' between tags ("."
--- untagged).
+-- untagged). And last (GROUP.holds), in the same form, the holds that ended in a pass without
+-- Redis, for the hold histogram (a release says its own hold: release.lua).
 -- After those (GROUP.believed), optionally: until when (ms, Redis' clock) the process may still believe in any lease
 -- this renewal names (its last accepted renewal's send + a lease, carried to Redis' clock by its
 -- reading of it, rounded up; then it takes them for lost). "" or absent: not said (an older
@@ -55,19 +58,20 @@ local STATE_OF = {[DOING.RUNNING] = 'running', [DOING.IDLE_TX] = 'idle_tx', [DOI
 -- Redis reaps (lost, and remembered in GONE), and starts no quarantine.
 local BELIEVED_UNTIL = tonumber(group_arg(GROUP.believed, 0, 'until') or '')
 local ran_late = BELIEVED_UNTIL ~= nil and now > BELIEVED_UNTIL
-local function local_waits(s, text)
+-- Adds a process' local histogram (the text of GROUP.waits or GROUP.holds) to series ('w' or 'h').
+local function local_hist(s, text, series)
     local operator, shipped = defs_text(s.CLASSES), defs_text(s.CLASSES_SEEN)
     local d = (operator or shipped) and K.effective_defs(operator, shipped)
     for tag, sum, buckets in string.gmatch(text, '([^ ;]+) (%d+)([^;]*)') do
         local klass = d and K.class_of(d, (tag ~= '.') and tag or nil).name or ''
         for i, n in string.gmatch(buckets, ' (%d+):(%d+)') do
             n = tonumber(n)
-            if redis.call('HINCRBY', s.HIST, 'w:' .. i .. ':' .. klass, n) == n then
+            if redis.call('HINCRBY', s.HIST, series .. ':' .. i .. ':' .. klass, n) == n then
                 redis.call('PEXPIRE', s.HIST, COUNTER_TTL, 'NX')
             end
         end
         if tonumber(sum) > 0 then
-            redis.call('HINCRBY', s.HIST, 'w:s:' .. klass, sum)
+            redis.call('HINCRBY', s.HIST, series .. ':s:' .. klass, sum)
         end
     end
 end
@@ -83,12 +87,12 @@ local function note_doing(s, id, doing)
     for field in string.gmatch(doing .. US, '([^\31]*)\31') do
         f[#f + 1] = field
     end
-    local letter, session, who = f[1], f[2] or '', nil
+    local letter, session, who, age = f[1], f[2] or '', nil, nil
     if #f >= 5 then
         session = table.concat(f, US, 2, 5)
-        who = f[6]
+        who, age = f[6], f[7]
     else
-        who = f[3]
+        who, age = f[3], f[4]
     end
     if #f < 2 or #letter ~= 1 then
         return
@@ -100,7 +104,12 @@ local function note_doing(s, id, doing)
     end
     local new_head = head
     if who and who ~= '' then
-        new_head = string.match(head, '^%S*') .. ' ' .. who
+        local since = string.match(head, '^%S*')
+        age = tonumber(age or '')
+        if age and string.sub(head, #since + 2) ~= who then
+            since = tostring(math.max(0, now - age)) -- another holder: its own time
+        end
+        new_head = since .. ' ' .. who
     end
     local new_state = STATE_OF[letter] or state
     local new_rest = (session ~= '') and (US .. session) or rest
@@ -316,7 +325,11 @@ for k = 0, NKINDS - 1 do
     end
     local waits = group_arg(GROUP.waits, k, 'waits')
     if waits and waits ~= '' then
-        local_waits(s, waits)
+        local_hist(s, waits, 'w')
+    end
+    local holds = group_arg(GROUP.holds, k, 'holds')
+    if holds and holds ~= '' then
+        local_hist(s, holds, 'h')
     end
     reap(s, now)
     pump(s, now)

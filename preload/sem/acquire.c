@@ -400,7 +400,7 @@ static acquire_next give_back_stale(acquire_run *a)
               : gone       ? "no renewal accepted for a whole lease: queue again"
                            : "no renewal accepted for longer than the quarantine (this process was "
                              "stopped or cut off): Redis may have granted it again; queue again");
-    dbt_send_release(p, s->kind, s->id);
+    dbt_send_release(p, s->kind, s->id, -1); /* held by nobody: from its grant */
     if (deadline_passed(a))
         return give_up(a, false, NULL, NULL);
     return NEXT_SEND;
@@ -594,7 +594,7 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
             return NEXT_GRANTED;
         /* The reply was lost, not necessarily the command: Redis may hold a permit or a
          * place under this id that nobody would renew or give back before its lease ends. */
-        dbt_defer_op(p, true, a->kind, s->id);
+        dbt_defer_op(p, DBT_OWED_WITHDRAW, a->kind, s->id, -1);
         char err[DBT_ERRLEN];
         if (dbt_pool_take_relay_failure(err)) {
             if (!a->relay_retried && !deadline_passed(a)) {
@@ -774,7 +774,7 @@ static acquire_next wait_turn_counted(acquire_run *a)
     if (s->state == SLOT_DOWN) {
         /* Its place may still be queued in Redis: left there, it would reach the head and be
          * granted to nobody for a whole lease. Withdrawn as soon as Redis answers. */
-        dbt_defer_op(p, true, s->kind, s->id);
+        dbt_defer_op(p, DBT_OWED_CANCEL, s->kind, s->id, -1);
         return give_up(a, false, "redis lost while waiting", NULL);
     }
     /* SLOT_REQUEUE: Redis forgot the waiter (restarted, or its lease ran out while Redis

@@ -133,8 +133,14 @@ static int owed_at_exit(dbt_pool *p, dbt_owed_op *ops, int cap)
      * would reach the head and be granted to nobody for a whole lease. */
     for (struct dbt_slot *s = p->slots; s && n < cap; s = s->next)
         if ((s->state == SLOT_HELD || s->state == SLOT_QUEUED || s->orphan) && s->gen == p->gen) {
-            ops[n].cancel = s->state != SLOT_HELD; /* withdrawn, or given back if granted */
+            /* given back; or withdrawn (given back if granted): a waiter's gives up, an orphan
+             * place was not needed any more */
+            ops[n].what = s->state == SLOT_HELD ? DBT_OWED_RELEASE
+                          : s->orphan           ? DBT_OWED_WITHDRAW
+                                                : DBT_OWED_CANCEL;
             ops[n].kind = s->kind;
+            ops[n].held_ms =
+                s->state == SLOT_HELD && !s->orphan ? (dbt_now_us() - s->t_grant_us) / 1000 : -1;
             memcpy(ops[n++].id, s->id, sizeof ops[0].id);
         }
     /* What the renewer was giving back as the process exits: it may not get to send it. */

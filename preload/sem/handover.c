@@ -568,7 +568,7 @@ int dbt_orphans_take_due(dbt_pool *p, struct dbt_slot **out, bool *send, int cap
         if (orphan_due(p, s) <= now &&
             p->ninflight < (int)(sizeof p->inflight / sizeof p->inflight[0])) {
             dbt_unlink_slot(p, s);
-            p->inflight[p->ninflight].cancel = true;
+            p->inflight[p->ninflight].what = DBT_OWED_WITHDRAW;
             p->inflight[p->ninflight].kind = s->kind;
             memcpy(p->inflight[p->ninflight].id, s->id, sizeof s->id);
             p->ninflight++;
@@ -589,6 +589,7 @@ static void after_fork(dbt_pool *p)
     dbt_pool_forget_verdicts(p);
     memset(p->unreported, 0, sizeof p->unreported); /* the parent's to report */
     memset(p->unreported_hist, 0, sizeof p->unreported_hist);
+    memset(p->unreported_holds, 0, sizeof p->unreported_holds);
 }
 
 __attribute__((constructor)) static void register_after_fork(void)

@@ -71,6 +71,12 @@ bool dbt_permit_park(dbt_permit *s)
     return keep;
 }
 
+void dbt_kept_note_taken(dbt_pool *p, const struct dbt_slot *s)
+{
+    dbt_local_hist_add(&p->unreported_holds[s->kind], p->hist_bounds, p->nbounds, s->klass,
+                       (s->parked_us - s->t_grant_us) / 1000);
+}
+
 bool dbt_permit_unpark(dbt_permit **slot)
 {
     dbt_permit *s = *slot;
@@ -86,6 +92,7 @@ bool dbt_permit_unpark(dbt_permit **slot)
     if (ours && s->shelf && !dbt_sharing_unshelve_own(p, s)) {
         ours = false;
         taken = true;
+        dbt_kept_note_taken(p, s);
     }
     dbt_reuse_facts f = {.ours = ours,
                          .contended = p->queue[s->kind].keep.contended,
@@ -145,6 +152,7 @@ void dbt_return_parked(dbt_pool *p)
             break;
         if (s->shelf && !dbt_sharing_unshelve_own(p, s)) {
             /* Another process of the host took it off the shelf: its permit now. */
+            dbt_kept_note_taken(p, s);
             s->parked = false;
             p->nparked--;
             dbt_unlink_slot(p, s);
@@ -153,14 +161,17 @@ void dbt_return_parked(dbt_pool *p)
         }
         /* To another process of the host, if one of its threads waited longest: no Redis. */
         if (dbt_handover_offer_host(p, s)) {
+            dbt_local_hist_add(&p->unreported_holds[s->kind], p->hist_bounds, p->nbounds, s->klass,
+                               (now - s->t_grant_us) / 1000);
             s->parked = false;
             p->nparked--;
             dbt_unlink_slot(p, s);
             s->state = SLOT_RETURNED; /* its owner frees it */
             continue;
         }
-        p->inflight[p->ninflight].cancel = false;
+        p->inflight[p->ninflight].what = DBT_OWED_RELEASE;
         p->inflight[p->ninflight].kind = s->kind;
+        p->inflight[p->ninflight].held_ms = (now - s->t_grant_us) / 1000;
         memcpy(p->inflight[p->ninflight].id, s->id, sizeof s->id);
         p->ninflight++;
         why[n] = p->queue[s->kind].keep.contended ? "a waiter queued"
@@ -177,10 +188,11 @@ void dbt_return_parked(dbt_pool *p)
     bool down = p->down_until_us > now;
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < n; i++) {
+        int64_t held_ms = (now - copies[i].t_grant_us) / 1000;
         if (!down)
-            dbt_send_release(p, copies[i].kind, copies[i].id);
+            dbt_send_release(p, copies[i].kind, copies[i].id, held_ms);
         else
-            dbt_defer_op(p, false, copies[i].kind, copies[i].id);
+            dbt_defer_op(p, DBT_OWED_RELEASE, copies[i].kind, copies[i].id, held_ms);
         dbt_trace(DBT_LOG_INFO, "release", &copies[i], -1, dbt_now_us() - copies[i].t_grant_us, -1,
                   -1, "reason", why[i]);
     }
@@ -195,6 +207,7 @@ void dbt_shelf_settle_at_exit(dbt_pool *p)
         next = s->next;
         if (!s->shelf || s->gen != p->gen || dbt_sharing_unshelve_own(p, s))
             continue;
+        dbt_kept_note_taken(p, s);
         if (s->parked) {
             s->parked = false;
             p->nparked--;
@@ -243,11 +256,12 @@ void dbt_return_shelf(dbt_pool *p)
     bool down = p->down_until_us > dbt_now_us();
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < n; i++) {
-        /* Releasing an id twice changes nothing: a shelver that exits meanwhile may too. */
+        /* Releasing an id twice changes nothing: a shelver that exits meanwhile may too. (Its
+         * hold: from the grant Redis last heard of, as no process holds it now.) */
         if (!down)
-            dbt_send_release(p, kinds[i], ids[i].id);
+            dbt_send_release(p, kinds[i], ids[i].id, -1);
         else
-            dbt_defer_op(p, false, kinds[i], ids[i].id);
+            dbt_defer_op(p, DBT_OWED_RELEASE, kinds[i], ids[i].id, -1);
     }
     if (n > 0 && dbt_log_enabled(DBT_LOG_INFO)) {
         dbt_field f[] = {DBT_S("pool", p->name), DBT_I("permits", n),

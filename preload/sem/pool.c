@@ -199,10 +199,9 @@ dbt_redis *dbt_pool_get_conn(dbt_pool *p, char *err)
     return r;
 }
 
-void dbt_op_tag(char *tag, bool cancel, dbt_kind kind, const char *id)
+void dbt_op_tag(char *tag, dbt_owed_what what, dbt_kind kind, const char *id)
 {
-    snprintf(tag, DBT_REDIS_TAG_LEN, "%c%c%s", cancel ? 'C' : 'R',
-             kind == DBT_KIND_QUERY ? 'q' : 'c', id);
+    snprintf(tag, DBT_REDIS_TAG_LEN, "%c%c%s", (char)what, kind == DBT_KIND_QUERY ? 'q' : 'c', id);
 }
 
 /* Releases and cancels sent without waiting whose reply said they failed (NOSCRIPT that could
@@ -213,10 +212,13 @@ static void owe_failed(dbt_pool *p, dbt_redis *r)
 {
     char tags[DBT_MAX_PENDING][DBT_REDIS_TAG_LEN];
     int n = dbt_redis_take_failed(r, tags, DBT_MAX_PENDING);
+    /* (A release owed again counts its hold from the grant: the tag does not carry it.) */
     for (int i = 0; i < n; i++)
-        if ((tags[i][0] == 'C' || tags[i][0] == 'R') && (tags[i][1] == 'q' || tags[i][1] == 'c'))
-            dbt_defer_op(p, tags[i][0] == 'C', tags[i][1] == 'q' ? DBT_KIND_QUERY : DBT_KIND_CONN,
-                         tags[i] + 2);
+        if ((tags[i][0] == DBT_OWED_CANCEL || tags[i][0] == DBT_OWED_WITHDRAW ||
+             tags[i][0] == DBT_OWED_RELEASE) &&
+            (tags[i][1] == 'q' || tags[i][1] == 'c'))
+            dbt_defer_op(p, (dbt_owed_what)tags[i][0],
+                         tags[i][1] == 'q' ? DBT_KIND_QUERY : DBT_KIND_CONN, tags[i] + 2, -1);
 }
 
 void dbt_pool_put_conn(dbt_pool *p, dbt_redis *r)
@@ -788,18 +790,20 @@ void dbt_free_slot(struct dbt_slot *s)
 /* A release (or a cancel) Redis could not be told of: kept and sent when Redis answers again,
  * so the permit is not lost to the pool for a whole lease after a short outage (a phantom holder
  * that nobody renews still counts until its lease ends). */
-void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
+void dbt_defer_op(dbt_pool *p, dbt_owed_what what, dbt_kind kind, const char *id, int64_t held_ms)
 {
     pthread_mutex_lock(&p->mu);
-    dbt_defer_op_held(p, cancel, kind, id);
+    dbt_defer_op_held(p, what, kind, id, held_ms);
     pthread_mutex_unlock(&p->mu);
 }
 
-void dbt_defer_op_held(dbt_pool *p, bool cancel, dbt_kind kind, const char *id)
+void dbt_defer_op_held(dbt_pool *p, dbt_owed_what what, dbt_kind kind, const char *id,
+                       int64_t held_ms)
 {
     if (p->ndeferred < DBT_MAX_DEFERRED) {
-        p->deferred[p->ndeferred].cancel = cancel;
+        p->deferred[p->ndeferred].what = what;
         p->deferred[p->ndeferred].kind = kind;
+        p->deferred[p->ndeferred].held_ms = held_ms;
         snprintf(p->deferred[p->ndeferred].id, sizeof p->deferred[0].id, "%s", id);
         p->ndeferred++;
         if (!p->exiting) /* a pool being freed has stopped its renewer for good */

@@ -163,12 +163,13 @@ void dbt_pool_close_outdated(dbt_pool *p);
 
 /* The tag a release (or cancel) sent without waiting carries (dbt_pool_send): if its reply says
  * it failed, dbt_pool_put_conn makes it owed (dbt_defer_op). tag: DBT_REDIS_TAG_LEN bytes. */
-void dbt_op_tag(char *tag, bool cancel, dbt_kind kind, const char *id);
+void dbt_op_tag(char *tag, dbt_owed_what what, dbt_kind kind, const char *id);
 
 /* A release (or a cancel) Redis could not be told of, kept (DBT_MAX_DEFERRED at most) for the
  * renewer to send once Redis answers. Without p->mu. */
-void dbt_defer_op(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
+void dbt_defer_op(dbt_pool *p, dbt_owed_what what, dbt_kind kind, const char *id, int64_t held_ms);
 /* The same, with p->mu held. */
-void dbt_defer_op_held(dbt_pool *p, bool cancel, dbt_kind kind, const char *id);
+void dbt_defer_op_held(dbt_pool *p, dbt_owed_what what, dbt_kind kind, const char *id,
+                       int64_t held_ms);
 
 #endif

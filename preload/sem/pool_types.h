@@ -59,10 +59,20 @@
 #define DBT_ID_MAX 128
 _Static_assert(DBT_ID_MAX <= DBT_SHARE_ID_MAX, "a permit id fits in the host's segment");
 
+/* What is owed to Redis for an id; its letter starts the op's tag (dbt_op_tag). */
+typedef enum {
+    DBT_OWED_RELEASE = 'R', /* release.lua: a permit given back */
+    DBT_OWED_CANCEL = 'C',  /* cancel.lua: a waiter that gave up (counted as cancelled) */
+    DBT_OWED_WITHDRAW = 'W' /* cancel.lua: a place nobody waits in any more (an orphan, served
+                             * by a permit passed without Redis; an acquire whose reply was
+                             * lost): not counted, nobody gave up */
+} dbt_owed_what;
+
 /* A release (release.lua) or a withdrawal (cancel.lua) owed to Redis for id. */
 typedef struct {
-    bool cancel; /* cancel.lua (a place in the queue, or an acquire whose reply was lost) */
+    dbt_owed_what what;
     dbt_kind kind;
+    int64_t held_ms; /* a release: how long this process held it (-1: not known) */
     char id[DBT_ID_MAX];
 } dbt_owed_op;
 /* A pool's cid (dbt_pool_cid): the client's 16 hex digits, or "<G>~<cid>" (G 16 hex digits). */
@@ -259,7 +269,10 @@ struct dbt_pool {
      * dbthrottle status counts every grant). */
     dbt_local_counts unreported[DBT_NKINDS];
     dbt_local_hist unreported_hist[DBT_NKINDS]; /* their waits, for the wait histogram */
-    double hist_bounds[DBT_HIST_MAX];           /* the scripts' bucket bounds (set once) */
+    /* The holds of ours that ended in a pass without Redis (to another thread, or process of the
+     * host), for the hold histogram: Redis sees only the release that ends a run of them. */
+    dbt_local_hist unreported_holds[DBT_NKINDS];
+    double hist_bounds[DBT_HIST_MAX]; /* the scripts' bucket bounds (set once) */
     int nbounds;
 
     /* share.c: host sharing (DBTHROTTLE_HOST_SHARE): the host's segment once attached (NULL:

@@ -12,13 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Withdraws a waiter that gave up. Runs cancel.lua synchronously: if a grant raced with the
- * withdrawal, the script gives that permit back and passes it on, so nothing is lost. */
-bool dbt_cancel_id(dbt_pool *p, dbt_kind kind, const char *id, bool *returned)
+/* Withdraws a waiter that gave up, or a place not needed. Runs cancel.lua synchronously: if a
+ * grant raced with the withdrawal, the script gives that permit back and passes it on, so
+ * nothing is lost. */
+bool dbt_cancel_id(dbt_pool *p, dbt_kind kind, const char *id, bool gave_up, bool *returned)
 {
     char err[DBT_ERRLEN];
     dbt_script_call call;
-    dbt_build_cancel(&call, &p->keys, kind, p->client->cfg, id);
+    dbt_build_cancel(&call, &p->keys, kind, p->client->cfg, id, gave_up);
     dbt_cancel_outcome outcome;
     redisReply *rep = dbt_pool_run(p, "cancel", &call, dbt_parse_cancel, &outcome, err);
     if (!rep)
@@ -30,35 +31,45 @@ bool dbt_cancel_id(dbt_pool *p, dbt_kind kind, const char *id, bool *returned)
 
 /* cancel.lua for id within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together, or kept and sent
  * when Redis answers again. True when Redis had granted it meanwhile (and passed it on). */
-static bool cancel_or_defer(dbt_pool *p, dbt_kind kind, const char *id)
+static bool cancel_or_defer(dbt_pool *p, dbt_owed_what what, dbt_kind kind, const char *id)
 {
     bool returned = false;
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    if (!dbt_cancel_id(p, kind, id, &returned))
-        dbt_defer_op(p, true, kind, id);
+    if (!dbt_cancel_id(p, kind, id, what == DBT_OWED_CANCEL, &returned))
+        dbt_defer_op(p, what, kind, id, -1);
     dbt_redis_budget_end(b);
     return returned;
 }
 
-void dbt_send_cancel(dbt_pool *p, dbt_kind kind, const char *id)
+void dbt_send_cancel(dbt_pool *p, dbt_owed_what what, dbt_kind kind, const char *id)
 {
     pthread_mutex_lock(&p->mu);
     bool down = p->down_until_us > dbt_now_us();
     pthread_mutex_unlock(&p->mu);
     if (down)
-        dbt_defer_op(p, true, kind, id);
+        dbt_defer_op(p, what, kind, id, -1);
     else
-        (void)cancel_or_defer(p, kind, id);
+        (void)cancel_or_defer(p, what, kind, id);
 }
 
 void dbt_cancel_in_redis(dbt_pool *p, struct dbt_slot *s)
 {
-    if (cancel_or_defer(p, s->kind, s->id))
+    if (cancel_or_defer(p, DBT_OWED_CANCEL, s->kind, s->id))
         dbt_trace(DBT_LOG_INFO, "grant_returned", s, -1, -1, -1, -1, "reason",
                   "granted as the waiter gave up; passed on");
 }
 
 /* ---- release ----------------------------------------------------------------------------- */
+
+/* The script call op makes: release.lua, or cancel.lua (counted or not as its waiter gave up). */
+static void build_op(dbt_pool *p, const dbt_owed_op *op, dbt_script_call *call)
+{
+    if (op->what == DBT_OWED_RELEASE)
+        dbt_build_release(call, &p->keys, op->kind, p->client->cfg, op->id, op->held_ms);
+    else
+        dbt_build_cancel(call, &p->keys, op->kind, p->client->cfg, op->id,
+                         op->what == DBT_OWED_CANCEL);
+}
 
 /* op (release.lua, or cancel.lua) written without waiting for its reply; its tag makes a reply
  * that failed, or a connection that broke before it was read, owe it again (dbt_pool_put_conn).
@@ -67,21 +78,18 @@ static bool send_nowait(dbt_pool *p, const dbt_owed_op *op)
 {
     char err[DBT_ERRLEN];
     dbt_script_call call;
-    if (op->cancel)
-        dbt_build_cancel(&call, &p->keys, op->kind, p->client->cfg, op->id);
-    else
-        dbt_build_release(&call, &p->keys, op->kind, p->client->cfg, op->id);
+    build_op(p, op, &call);
     char tag[DBT_REDIS_TAG_LEN];
-    dbt_op_tag(tag, op->cancel, op->kind, op->id);
-    return dbt_pool_send(p, op->cancel ? "cancel" : "release", &call, tag, err);
+    dbt_op_tag(tag, op->what, op->kind, op->id);
+    return dbt_pool_send(p, op->what == DBT_OWED_RELEASE ? "release" : "cancel", &call, tag, err);
 }
 
-static void send_release_io(dbt_pool *p, dbt_kind kind, const char *id)
+static void send_release_io(dbt_pool *p, dbt_kind kind, const char *id, int64_t held_ms)
 {
-    dbt_owed_op op = {.cancel = false, .kind = kind};
+    dbt_owed_op op = {.what = DBT_OWED_RELEASE, .kind = kind, .held_ms = held_ms};
     snprintf(op.id, sizeof op.id, "%s", id);
     if (!send_nowait(p, &op))
-        dbt_defer_op(p, false, kind, id);
+        dbt_defer_op(p, DBT_OWED_RELEASE, kind, id, held_ms);
 }
 
 /* ops written blind on a connection of their own (dbt_redis_connect_blind), no reply awaited. A
@@ -100,10 +108,7 @@ static void send_blind(dbt_pool *p, const dbt_owed_op *ops, int n)
     int i = 0;
     for (; i < n; i++) {
         dbt_script_call call;
-        if (ops[i].cancel)
-            dbt_build_cancel(&call, &p->keys, ops[i].kind, p->client->cfg, ops[i].id);
-        else
-            dbt_build_release(&call, &p->keys, ops[i].kind, p->client->cfg, ops[i].id);
+        build_op(p, &ops[i], &call);
         if (!dbt_redis_append_eval(r, call.script, call.nkeys, call.keys, call.nargs, call.args,
                                    err))
             break;
@@ -147,10 +152,10 @@ void dbt_settle_at_exit(dbt_pool *p, dbt_owed_op *ops, int n, int cap)
 }
 
 /* send_release_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
-void dbt_send_release(dbt_pool *p, dbt_kind kind, const char *id)
+void dbt_send_release(dbt_pool *p, dbt_kind kind, const char *id, int64_t held_ms)
 {
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    send_release_io(p, kind, id);
+    send_release_io(p, kind, id, held_ms);
     dbt_redis_budget_end(b);
 }
 
@@ -193,8 +198,16 @@ static void release_permit(dbt_permit *s)
         dbt_trace_copy(&before, s);
         s->query = NULL;
     }
+    /* This hold, for the hold histogram: Redis sees it in the release (release.lua's held_ms), or,
+     * when the permit passes on without Redis, in the next renewal (pool.unreported_holds). */
+    int64_t held_ms = (dbt_now_us() - s->t_grant_us) / 1000;
+    dbt_kind kind = s->kind;
+    char klass[sizeof s->klass];
+    memcpy(klass, s->klass, sizeof klass);
     bool offered = false;
     struct dbt_slot *to = dbt_handover_release(p, s, &offered);
+    if (offered || to)
+        dbt_local_hist_add(&p->unreported_holds[kind], p->hist_bounds, p->nbounds, klass, held_ms);
     if (offered) {
         /* Another process of the host has it now (its waiting thread takes it from the
          * segment): nothing goes to Redis, and s is ours to forget. */
@@ -232,14 +245,14 @@ static void release_permit(dbt_permit *s)
     bool down = p->down_until_us > dbt_now_us();
     pthread_mutex_unlock(&p->mu);
     if (!down)
-        dbt_send_release(p, s->kind, s->id);
+        dbt_send_release(p, s->kind, s->id, held_ms);
     else
-        dbt_defer_op(p, false, s->kind, s->id);
+        dbt_defer_op(p, DBT_OWED_RELEASE, s->kind, s->id, held_ms);
     dbt_trace(DBT_LOG_INFO, "release", s, -1, dbt_now_us() - s->t_grant_us, -1, -1,
               s->lost ? "lease" : NULL, "lost");
     dbt_free_slot(s);
     for (int i = 0; i < nplaces; i++) { /* the process went idle: see dbt_orphans_take_if_idle */
-        dbt_send_cancel(p, idle_places[i]->kind, idle_places[i]->id);
+        dbt_send_cancel(p, DBT_OWED_WITHDRAW, idle_places[i]->kind, idle_places[i]->id);
         dbt_free_slot(idle_places[i]);
     }
 }
@@ -260,7 +273,7 @@ static void forget_owed(dbt_pool *p, const dbt_owed_op *op)
 {
     for (int i = 0; i < p->ndeferred; i++) {
         const dbt_owed_op *d = &p->deferred[i];
-        if (d->cancel == op->cancel && d->kind == op->kind && strcmp(d->id, op->id) == 0) {
+        if (d->what == op->what && d->kind == op->kind && strcmp(d->id, op->id) == 0) {
             p->ndeferred--;
             memmove(&p->deferred[i], &p->deferred[i + 1],
                     (size_t)(p->ndeferred - i) * sizeof p->deferred[0]);
@@ -289,8 +302,10 @@ void dbt_flush_deferred(dbt_pool *p)
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
     for (int i = 0; i < n; i++) { /* one that fails stays owed */
         bool returned;
-        sent[i] = todo[i].cancel ? dbt_cancel_id(p, todo[i].kind, todo[i].id, &returned)
-                                 : send_nowait(p, &todo[i]);
+        sent[i] = todo[i].what == DBT_OWED_RELEASE
+                      ? send_nowait(p, &todo[i])
+                      : dbt_cancel_id(p, todo[i].kind, todo[i].id, todo[i].what == DBT_OWED_CANCEL,
+                                      &returned);
     }
     dbt_redis_budget_end(b);
     int nsent = 0;

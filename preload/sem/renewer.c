@@ -113,7 +113,8 @@ static bool push_doing(dbt_id_list *l, const struct dbt_slot *s)
     /* Always who holds it now: Redis rewrites its entry only when it differs, after the permit
      * moved to another connection (local handover) or process (host-level sharing). */
     dbt_format_who(s->pool->client->host, (long)getpid(), s->conn, who, sizeof who);
-    dbt_format_doing(state, s->session, who, doing, sizeof doing);
+    dbt_format_doing(state, s->session, who, (dbt_now_us() - s->t_grant_us) / 1000, doing,
+                     sizeof doing);
     return push_id(l, doing);
 }
 
@@ -252,22 +253,37 @@ static void apply_granted(dbt_pool *p, const dbt_reply_ids *ids)
     }
 }
 
-/* The waits local handover granted since the last renewal, for the wait histogram, as renew.lua
- * reads them (taken out of the pool: with p->mu held). */
+/* The waits local handover granted since the last renewal, for the wait histogram, and the holds
+ * that ended in a pass without Redis, for the hold histogram, as renew.lua reads them (taken out
+ * of the pool: with p->mu held). */
 typedef struct {
-    dbt_local_hist hist[DBT_NKINDS];
-    char text[DBT_NKINDS][DBT_LOCAL_HIST_TEXT];
-    const char *args[DBT_NKINDS];
+    dbt_local_hist hist[DBT_NKINDS], holds[DBT_NKINDS];
+    char text[DBT_NKINDS][DBT_LOCAL_HIST_TEXT], holds_text[DBT_NKINDS][DBT_LOCAL_HIST_TEXT];
+    const char *args[DBT_NKINDS], *holds_args[DBT_NKINDS];
 } local_waits;
 
 static void take_local_waits(dbt_pool *p, local_waits *w)
 {
     memcpy(w->hist, p->unreported_hist, sizeof w->hist);
     memset(p->unreported_hist, 0, sizeof p->unreported_hist);
+    memcpy(w->holds, p->unreported_holds, sizeof w->holds);
+    memset(p->unreported_holds, 0, sizeof p->unreported_holds);
     for (int k = 0; k < DBT_NKINDS; k++) {
         if (!dbt_format_local_hist(&w->hist[k], w->text[k], sizeof w->text[k]))
             w->text[k][0] = '\0'; /* never at that size */
+        if (!dbt_format_local_hist(&w->holds[k], w->holds_text[k], sizeof w->holds_text[k]))
+            w->holds_text[k][0] = '\0';
         w->args[k] = w->text[k];
+        w->holds_args[k] = w->holds_text[k];
+    }
+}
+
+/* A renewal that failed: what it would have reported goes with the next. p->mu held. */
+static void give_back_local_waits(dbt_pool *p, const local_waits *w)
+{
+    for (int k = 0; k < DBT_NKINDS; k++) {
+        dbt_local_hist_merge(&p->unreported_hist[k], &w->hist[k]);
+        dbt_local_hist_merge(&p->unreported_holds[k], &w->holds[k]);
     }
 }
 
@@ -287,7 +303,7 @@ void dbt_report_local(dbt_pool *p)
     pthread_mutex_unlock(&p->mu);
     bool any = listed;
     for (int k = 0; k < DBT_NKINDS; k++)
-        any = any || local[k].grants || local[k].queued;
+        any = any || local[k].grants || local[k].queued || waits.holds[k].ntags;
     if (!any || down)
         return;
     char err[DBT_ERRLEN];
@@ -296,6 +312,7 @@ void dbt_report_local(dbt_pool *p)
     dbt_build_renew(&call, &p->keys, p->client->cfg, NULL, local, args);
     dbt_renew_add_record(&call, &p->keys, p->client->cid, record, ttl, true);
     dbt_renew_add_local_hist(&call, waits.args); /* after the doing args, of which it has none */
+    dbt_renew_add_local_holds(&call, waits.holds_args);
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
     (void)dbt_pool_send(p, "renew", &call, NULL, err);
     dbt_redis_budget_end(b);
@@ -420,7 +437,7 @@ static void requeue_unrenewed_places(dbt_pool *p, int64_t now)
                                                      .queued = s->state == SLOT_QUEUED,
                                                      .orphan = s->orphan},
                                    now - s->t_renewed_us, p->client->cfg->lease_ms * 1000)) {
-            dbt_defer_op_held(p, true, s->kind, s->id);
+            dbt_defer_op_held(p, DBT_OWED_WITHDRAW, s->kind, s->id, -1);
             dbt_lw_remove(p, s);
             s->state = SLOT_REQUEUE;
             s->unrenewed = true;
@@ -480,6 +497,7 @@ static void renew(dbt_pool *p)
     for (struct dbt_slot *s = p->slots, *next; s; s = next) {
         next = s->next;
         if (s->shelf && s->parked && !dbt_sharing_shelf_check(p, s, -1)) {
+            dbt_kept_note_taken(p, s);
             s->shelf = 0;
             s->parked = false;
             p->nparked--;
@@ -548,6 +566,7 @@ static void renew(dbt_pool *p)
             dbt_renew_add_doing(&call, doing[k].ids, doing[k].n);
         dbt_renew_add_local_hist(&call, waits->args);
         dbt_renew_add_until(&call, believed_until, &clock);
+        dbt_renew_add_local_holds(&call, waits->holds_args);
         rep = dbt_pool_run(p, "renew", &call, dbt_parse_renew, &reply, err);
         if (rep && total > 0) /* it checked the era of both kinds */
             dbt_pool_era_seen(p, call.era_token);
@@ -581,9 +600,9 @@ static void renew(dbt_pool *p)
             p->unreported[k].grants += local[k].grants;
             p->unreported[k].queued += local[k].queued;
             p->unreported[k].wait_us += local[k].wait_us;
-            if (waits)
-                dbt_local_hist_merge(&p->unreported_hist[k], &waits->hist[k]);
         }
+    if (!rep && waits)
+        give_back_local_waits(p, waits);
     free(waits);
     dbt_cancels cancels = {.n = 0};
     if (rep) {
@@ -686,7 +705,7 @@ static void settle_orphans(dbt_pool *p)
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < n; i++) {
         if (send[i])
-            dbt_send_cancel(p, todo[i]->kind, todo[i]->id);
+            dbt_send_cancel(p, DBT_OWED_WITHDRAW, todo[i]->kind, todo[i]->id);
         dbt_free_slot(todo[i]);
     }
     pthread_mutex_lock(&p->mu);

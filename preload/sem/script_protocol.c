@@ -193,18 +193,23 @@ void dbt_format_who(const char *host, long pid, const char *conn, char *out, siz
 }
 
 void dbt_build_release(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
-                       const char *id)
+                       const char *id, int64_t held_ms)
 {
     begin_call(c, &dbt_script_release, k, kind, cfg);
     c->args[DBT_RELEASE_ARG_ID] = id;
+    c->number[0][0] = '\0';
+    if (held_ms >= 0)
+        snprintf(c->number[0], sizeof c->number[0], "%" PRId64, held_ms);
+    c->args[DBT_RELEASE_ARG_HELD_MS] = c->number[0];
     c->nargs = DBT_RELEASE_NARGS;
 }
 
 void dbt_build_cancel(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
-                      const char *id)
+                      const char *id, bool gave_up)
 {
     begin_call(c, &dbt_script_cancel, k, kind, cfg);
     c->args[DBT_CANCEL_ARG_ID] = id;
+    c->args[DBT_CANCEL_ARG_GAVE_UP] = gave_up ? "1" : "0";
     c->nargs = DBT_CANCEL_NARGS;
 }
 
@@ -291,10 +296,13 @@ void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid
     c->nargs = c->group_at[DBT_RENEW_G_RECORD + 1];
 }
 
-void dbt_format_doing(char state, const char *session, const char *who, char *out, size_t cap)
+void dbt_format_doing(char state, const char *session, const char *who, int64_t held_ms, char *out,
+                      size_t cap)
 {
-    snprintf(out, cap, "%c\x1f%s%s%s", state, session ? session : "", who && who[0] ? "\x1f" : "",
-             who ? who : "");
+    int n = snprintf(out, cap, "%c\x1f%s%s%s", state, session ? session : "",
+                     who && who[0] ? "\x1f" : "", who ? who : "");
+    if (who && who[0] && held_ms >= 0 && n >= 0 && (size_t)n < cap)
+        snprintf(out + n, cap - (size_t)n, "\x1f%" PRId64, held_ms);
 }
 
 void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n)
@@ -397,6 +405,14 @@ void dbt_renew_add_local_hist(dbt_script_call *c, const char *const text[DBT_NKI
     for (int k = 0; k < DBT_NKINDS; k++)
         c->args[at + k * DBT_RENEW_WAITS_SIZE + DBT_RENEW_WAITS_WAITS] = text[k];
     c->nargs = c->group_at[DBT_RENEW_G_WAITS + 1];
+}
+
+void dbt_renew_add_local_holds(dbt_script_call *c, const char *const text[DBT_NKINDS])
+{
+    int at = renew_group(c, DBT_RENEW_G_HOLDS);
+    for (int k = 0; k < DBT_NKINDS; k++)
+        c->args[at + k * DBT_RENEW_HOLDS_SIZE + DBT_RENEW_HOLDS_HOLDS] = text[k];
+    c->nargs = c->group_at[DBT_RENEW_G_HOLDS + 1];
 }
 
 void dbt_renew_add_until(dbt_script_call *c, int64_t until_us, const dbt_redis_clock *clock)

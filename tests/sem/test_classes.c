@@ -80,7 +80,7 @@ static int acq(const char *id, int limit)
 static bool rel(const char *id)
 {
     dbt_script_call c;
-    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id);
+    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id, -1);
     bool held = false;
     char err[DBT_ERRLEN];
     redisReply *rep = dbt_script_run(conn, &c, dbt_parse_release, &held, err);
@@ -92,7 +92,7 @@ static bool rel(const char *id)
 static dbt_cancel_outcome cancel(const char *id)
 {
     dbt_script_call c;
-    dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, id);
+    dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, id, true);
     dbt_cancel_outcome out;
     char err[DBT_ERRLEN];
     redisReply *rep = dbt_script_run(conn, &c, dbt_parse_cancel, &out, err);

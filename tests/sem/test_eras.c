@@ -362,7 +362,7 @@ static void release_burst(dbt_redis *r, const dbt_config *cfg, const dbt_keys *k
     for (int i = from; i < from + n; i++) {
         snprintf(id, sizeof id, "00000000000000bb.%d.1", i);
         dbt_script_call c;
-        dbt_build_release(&c, k, DBT_KIND_QUERY, cfg, id);
+        dbt_build_release(&c, k, DBT_KIND_QUERY, cfg, id, -1);
         bool held;
         redisReply *rep = dbt_script_run(r, &c, dbt_parse_release, &held, err);
         cr_assert_not_null(rep, "%s", err);
@@ -461,7 +461,7 @@ Test(eras, an_acquire_landing_after_its_cancel_takes_nothing, .timeout = 60)
     cr_assert(dbt_keys_init(&k, cfg.key_prefix, "era"));
     static const char late[] = "00000000000000dd.1.1", next[] = "00000000000000dd.2.1";
     dbt_script_call c;
-    dbt_build_cancel(&c, &k, DBT_KIND_QUERY, &cfg, late);
+    dbt_build_cancel(&c, &k, DBT_KIND_QUERY, &cfg, late, true);
     dbt_cancel_outcome co;
     redisReply *rep = dbt_script_run(r, &c, dbt_parse_cancel, &co, err);
     cr_assert_not_null(rep, "%s", err);
@@ -604,7 +604,7 @@ static redisReply *renew_stating(dbt_redis *r, const dbt_config *cfg, const dbt_
     dbt_build_renew(&c, k, cfg, lists, local, args);
     dbt_renew_add_record(&c, k, "00000000000000ee", "v1", 60000, false);
     char doing[DBT_DOING_LEN];
-    dbt_format_doing('r', "", "h 1 c", doing, sizeof doing);
+    dbt_format_doing('r', "", "h 1 c", -1, doing, sizeof doing);
     char *d[] = {doing};
     dbt_renew_add_doing(&c, d, 1);
     const char *waits[DBT_NKINDS] = {"", ""};

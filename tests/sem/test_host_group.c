@@ -66,7 +66,7 @@ static dbt_acquire_reply acq(const char *id, int limit)
 static void rel(const char *id)
 {
     dbt_script_call c;
-    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id);
+    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id, -1);
     bool held = false;
     char err[DBT_ERRLEN];
     redisReply *rep = dbt_script_run(conn, &c, dbt_parse_release, &held, err);
@@ -109,6 +109,19 @@ static void wake_list(const char *cid, char *out, size_t cap)
                                 r->element[i]->str);
     freeReplyObject(r);
     redisFree(rc);
+}
+
+/* Redis' clock (ms), as the scripts read it (TIME). */
+static long long redis_now_ms(void)
+{
+    redisContext *rc = test_redis_connect(&fx_redis);
+    cr_assert_not_null(rc);
+    redisReply *r = redisCommand(rc, "TIME");
+    cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+    long long ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    redisFree(rc);
+    return ms;
 }
 
 static char *hget(const char *key, const char *field)
@@ -215,7 +228,7 @@ Test(host_group, a_doing_with_who_rewrites_the_holder_and_one_without_does_not)
 
     char who[DBT_WHO_LEN], doing[DBT_DOING_LEN];
     dbt_format_who("hostB", 42, "c9", who, sizeof who);
-    dbt_format_doing('r', "", who, doing, sizeof doing);
+    dbt_format_doing('r', "", who, -1, doing, sizeof doing);
     char *held[] = {(char *)id}, *d[] = {doing};
     renew(held, 1, NULL, 0, d);
     info_of(id, head, sizeof head, state, sizeof state);
@@ -225,7 +238,7 @@ Test(host_group, a_doing_with_who_rewrites_the_holder_and_one_without_does_not)
     cr_expect_str_eq(state, "running");
 
     /* A 2-field doing (an older client): who stays. */
-    dbt_format_doing('i', "", NULL, doing, sizeof doing);
+    dbt_format_doing('i', "", NULL, -1, doing, sizeof doing);
     cr_assert_str_eq(doing, "i\x1f");
     renew(held, 1, NULL, 0, d);
     info_of(id, head, sizeof head, state, sizeof state);
@@ -236,7 +249,7 @@ Test(host_group, a_doing_with_who_rewrites_the_holder_and_one_without_does_not)
     char session[DBT_SESSION_LEN];
     cr_assert(dbt_format_session(777, "app", "usr", "db", session, sizeof session));
     dbt_format_who("hostC", 43, "c3", who, sizeof who);
-    dbt_format_doing('r', session, who, doing, sizeof doing);
+    dbt_format_doing('r', session, who, -1, doing, sizeof doing);
     renew(held, 1, NULL, 0, d);
     info_of(id, head, sizeof head, state, sizeof state);
     snprintf(want, sizeof want, "%s hostC 43 c3", since);
@@ -251,11 +264,54 @@ Test(host_group, a_doing_with_who_rewrites_the_holder_and_one_without_does_not)
     free(v);
 
     /* And a 5-field doing (a session, no who): who stays. */
-    dbt_format_doing('k', session, NULL, doing, sizeof doing);
+    dbt_format_doing('k', session, NULL, -1, doing, sizeof doing);
     renew(held, 1, NULL, 0, d);
     info_of(id, head, sizeof head, state, sizeof state);
     cr_expect_str_eq(head, want);
     cr_expect_str_eq(state, "kept");
+}
+
+/* A doing that names another holder with its own hold (the 7- and 4-field forms) sets since to
+ * Redis' now minus that hold: HELD is the holder's own time. The same holder again keeps since. */
+Test(host_group, a_new_holder_brings_its_own_since)
+{
+    const char *id = G "~00000000000000a2.1.1";
+    cr_assert_eq(acq(id, 2).status, DBT_ACQUIRE_GRANTED);
+    char head[128], state[32];
+    char session[DBT_SESSION_LEN], who[DBT_WHO_LEN], doing[DBT_DOING_LEN];
+    cr_assert(dbt_format_session(778, "app", "usr", "db", session, sizeof session));
+    dbt_format_who("hostB", 44, "c1", who, sizeof who);
+    /* Granted at Redis' now; hostB says it has held it 50 s (longer than anything here took). */
+    dbt_format_doing('r', session, who, 50000, doing, sizeof doing);
+    char *held[] = {(char *)id}, *d[] = {doing};
+    long long before = redis_now_ms();
+    renew(held, 1, NULL, 0, d);
+    long long after = redis_now_ms();
+    info_of(id, head, sizeof head, state, sizeof state);
+    long long since = atoll(head);
+    cr_expect(since >= before - 50000 && since <= after - 50000,
+              "since %lld, not Redis' now minus 50 s (%lld..%lld)", since, before - 50000,
+              after - 50000);
+    cr_expect_str_eq(strchr(head, ' ') + 1, "hostB 44 c1");
+
+    /* The same holder again, with a hold that disagrees: since stays (it changes with a holder). */
+    dbt_format_doing('i', session, who, 1, doing, sizeof doing);
+    renew(held, 1, NULL, 0, d);
+    info_of(id, head, sizeof head, state, sizeof state);
+    cr_expect_eq(atoll(head), since);
+    cr_expect_str_eq(state, "idle_tx");
+
+    /* Without a session (4 fields): another holder, its own since. */
+    dbt_format_who("hostC", 45, "c2", who, sizeof who);
+    dbt_format_doing('r', "", who, 20000, doing, sizeof doing);
+    before = redis_now_ms();
+    renew(held, 1, NULL, 0, d);
+    after = redis_now_ms();
+    info_of(id, head, sizeof head, state, sizeof state);
+    since = atoll(head);
+    cr_expect(since >= before - 20000 && since <= after - 20000, "since %lld (%lld..%lld)", since,
+              before - 20000, after - 20000);
+    cr_expect_str_eq(strchr(head, ' ') + 1, "hostC 45 c2");
 }
 
 /* ---- through a client whose pool is grouped -------------------------------------------------- */

@@ -214,7 +214,7 @@ static int acq(const char *id)
 static void rel(const char *id)
 {
     dbt_script_call c;
-    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id);
+    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id, -1);
     bool held;
     char err[DBT_ERRLEN];
     redisReply *rep = dbt_script_run(conn, &c, dbt_parse_release, &held, err);
@@ -225,7 +225,7 @@ static void rel(const char *id)
 static int cancel(const char *id)
 {
     dbt_script_call c;
-    dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, id);
+    dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, id, true);
     dbt_cancel_outcome out;
     char err[DBT_ERRLEN];
     redisReply *rep = dbt_script_run(conn, &c, dbt_parse_cancel, &out, err);

@@ -70,6 +70,8 @@ Test(protocol, renew_lua_reads_each_group_where_c_put_it, .timeout = 30)
     dbt_renew_add_local_hist(&c, waits);
     dbt_renew_add_until(&c, 12000000, NULL);
     snprintf(c.until, sizeof c.until, "%s", "1795919822663"); /* as bound to a server */
+    const char *holds[DBT_NKINDS] = {"web 2500 11:1", ". 9 0:2"};
+    dbt_renew_add_local_holds(&c, holds);
     cr_assert_eq(c.nargs, total);
 
     /* What the test asks renew.lua for, and where C put it (its own layout). */
@@ -94,6 +96,8 @@ Test(protocol, renew_lua_reads_each_group_where_c_put_it, .timeout = 30)
         WANT("counts", "wait_ms", k, g + DBT_RENEW_COUNTS_WAIT_MS, counts[k][2]);
         WANT("waits", "waits", k,
              at[DBT_RENEW_G_WAITS] + k * DBT_RENEW_WAITS_SIZE + DBT_RENEW_WAITS_WAITS, waits[k]);
+        WANT("holds", "holds", k,
+             at[DBT_RENEW_G_HOLDS] + k * DBT_RENEW_HOLDS_SIZE + DBT_RENEW_HOLDS_HOLDS, holds[k]);
     }
     WANT("record", "cid", 0, at[DBT_RENEW_G_RECORD] + DBT_RENEW_RECORD_CID, "00000000000000aa");
     WANT("record", "record", 0, at[DBT_RENEW_G_RECORD] + DBT_RENEW_RECORD_RECORD, "v1\thost");
@@ -122,7 +126,7 @@ Test(protocol, renew_lua_reads_each_group_where_c_put_it, .timeout = 30)
     len += (size_t)snprintf(lua + len, cap - len,
                             "for _, c in ipairs({ARG.held_q, ARG.queued_q, ARG.held_c, "
                             "ARG.queued_c}) do out[#out + 1] = tostring(c) end\n"
-                            "out[#out + 1] = tostring(ARGV[GROUP.believed.at + 1])\n"
+                            "out[#out + 1] = tostring(ARGV[GROUP.holds.at + NKINDS])\n"
                             "return out\n");
     cr_assert_lt(len, cap);
 

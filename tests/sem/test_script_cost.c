@@ -76,7 +76,7 @@ Test(script_cost, an_uncontended_grant_reads_each_thing_once, .timeout = 30)
         dbt_build_acquire(&c, &keys, DBT_KIND_QUERY, &cfg, &a);
         dbt_script_bind_era(&c, run_id, 0);
         run(rc, &c);
-        dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id);
+        dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id, -1);
         dbt_script_bind_era(&c, run_id, 0);
         run(rc, &c);
     }
@@ -142,7 +142,7 @@ static long long cycle_commands(const char *pool, const char *cid)
             dbt_script_call c;
             dbt_build_acquire(&c, &keys, DBT_KIND_QUERY, &cfg, &a);
             run(rc, &c);
-            dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id);
+            dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id, -1);
             run(rc, &c);
         }
         n += commands_run(rc);

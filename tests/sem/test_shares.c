@@ -102,7 +102,7 @@ static dbt_acquire_reply acq(const char *id, int limit)
 static void rel(const char *id)
 {
     dbt_script_call c;
-    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id);
+    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, id, -1);
     bool held = false;
     char err[DBT_ERRLEN];
     redisReply *rep = dbt_script_run(conn, &c, dbt_parse_release, &held, err);
@@ -572,7 +572,7 @@ Test(script_shares, the_queue_emptied_ends_the_shares_told)
     char err[DBT_ERRLEN];
     dbt_cancel_outcome outcome;
     for (int i = 0; i < 2; i++) {
-        dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, i ? HB ".4.2" : GA ".3.2");
+        dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, i ? HB ".4.2" : GA ".3.2", true);
         redisReply *rep = dbt_script_run(conn, &c, dbt_parse_cancel, &outcome, err);
         cr_assert_not_null(rep, "cancel: %s", err);
         freeReplyObject(rep);

@@ -452,15 +452,21 @@ Test(script_args, acquire_in_the_order_acquire_lua_reads, .init = make_keys, .fi
 Test(script_args, release_cancel_admin, .init = make_keys, .fini = free_keys)
 {
     dbt_script_call c;
-    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, "x.1.1");
+    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, "x.1.1", -1);
     cr_expect_eq(c.script, &dbt_script_release);
-    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 1);
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 2);
     expect_base(&c, "q");
     cr_expect_str_eq(c.args[9], "x.1.1");
-    dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, "x.2.1");
+    cr_expect_str_eq(c.args[10], "", "a hold not known: Redis counts from the grant");
+    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, "x.1.1", 2500);
+    cr_expect_str_eq(c.args[10], "2500");
+    dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, "x.2.1", true);
     cr_expect_eq(c.script, &dbt_script_cancel);
-    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 1);
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 2);
     cr_expect_str_eq(c.args[9], "x.2.1");
+    cr_expect_str_eq(c.args[10], "1");
+    dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, "x.2.1", false);
+    cr_expect_str_eq(c.args[10], "0");
     dbt_build_admin(&c, &keys, DBT_KIND_QUERY, &cfg, DBT_ADMIN_EVICT, "x.3.1");
     cr_expect_eq(c.script, &dbt_script_admin);
     cr_assert_eq(c.nargs, DBT_BASE_ARGS + 2);
@@ -567,8 +573,15 @@ Test(script_args, renew_groups_where_the_layout_puts_them, .init = make_keys, .f
             waits[k]);
 
     dbt_renew_add_until(&c, 12000000, NULL);
-    cr_assert_eq(c.nargs, total);
+    cr_assert_eq(c.nargs, at[DBT_RENEW_G_HOLDS]);
     cr_expect_eq(c.until_arg, at[DBT_RENEW_G_BELIEVED] + DBT_RENEW_BELIEVED_UNTIL);
+    const char *holds[DBT_NKINDS] = {"", ". 3000 12:1"};
+    dbt_renew_add_local_holds(&c, holds);
+    cr_assert_eq(c.nargs, total);
+    for (int k = 0; k < DBT_NKINDS; k++)
+        cr_expect_str_eq(
+            args[at[DBT_RENEW_G_HOLDS] + k * DBT_RENEW_HOLDS_SIZE + DBT_RENEW_HOLDS_HOLDS],
+            holds[k]);
     for (int i = 0; i < total; i++)
         cr_expect_not_null(args[i], "ARGV[%d] left unset", i + 1);
     cr_expect_null(args[total], "written past the layout's end");
@@ -619,8 +632,8 @@ Test(script_args, renew_states_until_when_on_the_servers_clock, .init = make_key
     dbt_build_renew(&c, &keys, &cfg, NULL, local, args);
     dbt_redis_clock mine = {.run_id = "aaaa", .ahead_ms = 5000, .at_us = 10000000};
     dbt_renew_add_until(&c, 12000000, &mine);
-    /* its place: after the groups left out (the record, the local waits), last */
-    cr_assert_eq(c.nargs, (int)DBT_RENEW_NARGS_FIXED);
+    /* its place: after the groups left out (the record, the local waits), before the holds */
+    cr_assert_eq(c.nargs, (int)(DBT_RENEW_NARGS_FIXED - DBT_RENEW_HOLDS_SIZE * DBT_NKINDS));
     const char *const *until = &c.args[c.nargs - 1];
     cr_expect_str_eq(*until, "", "not bound to a server yet");
     /* the renewer's reading (1 s old: 1 ms of drift), the connection's older */

@@ -55,7 +55,7 @@ typedef struct {
     char era_prev[41];                    /* the pool's last run_id (the caller sets it) */
     char era_token[41];                   /* the run_id it was sent with (dbt_script_bind_era) */
     char adopt[48]; /* the adopt token it was sent with, when its connection had one */
-    /* renew.lua's last argument (dbt_renew_add_until): until when, on the clock of the server it
+    /* renew.lua's until argument (dbt_renew_add_until): until when, on the clock of the server it
      * is sent to, the leases it names may still be believed in by the process; set from until_us
      * (this process' monotonic clock) when it is sent (dbt_script_bind_clock). until_arg: its
      * index in args (0: none). */
@@ -115,11 +115,14 @@ typedef struct {
 void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                        const dbt_acquire_call *a);
 
-/* release.lua and cancel.lua take the permit's (or the waiter's) id. */
+/* release.lua and cancel.lua take the permit's (or the waiter's) id. A release says how long its
+ * holder held the permit (held_ms; -1 not known: Redis counts from the permit's grant), for the
+ * hold histogram; a cancel whether its waiter gave up (counted as cancelled) or the place is only
+ * not needed any more (cancel.def). */
 void dbt_build_release(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
-                       const char *id);
+                       const char *id, int64_t held_ms);
 void dbt_build_cancel(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
-                      const char *id);
+                      const char *id, bool gave_up);
 
 /* What local handover did without Redis, per kind, until a renewal adds it to the counters
  * (renew.lua's last arguments). */
@@ -199,13 +202,15 @@ void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid
 
 /* What the holders named by a renewal do now, one argument per held id, in the order of the
  * renewal's held ids (the query kind's, then the connection kind's), made by dbt_format_doing:
- * "<state letter>\x1f<session>[\x1f<who>]", the letter 'r' running a command, 'i' idle in a
- * transaction, 'k' kept between commands, '-' unchanged; session "" leaves the one Redis has; who
- * (dbt_format_who; NULL or "": not sent) is the holder now, which differs from the acquirer's
- * when the permit was passed to another connection or process. renew.lua rewrites a holder's
- * info only when they differ from it (the who keeps its since). */
-#define DBT_DOING_LEN (2 + DBT_SESSION_LEN + 1 + DBT_WHO_LEN)
-void dbt_format_doing(char state, const char *session, const char *who, char *out, size_t cap);
+ * "<state letter>\x1f<session>[\x1f<who>[\x1f<held ms>]]", the letter 'r' running a command, 'i'
+ * idle in a transaction, 'k' kept between commands, '-' unchanged; session "" leaves the one Redis
+ * has; who (dbt_format_who; NULL or "": not sent) is the holder now, which differs from the
+ * acquirer's when the permit was passed to another connection or process, and held_ms (-1: not
+ * sent) how long that holder has held it. renew.lua rewrites a holder's info only when they
+ * differ from it; a new who takes its since from held_ms (HELD is that holder's own time). */
+#define DBT_DOING_LEN (2 + DBT_SESSION_LEN + 1 + DBT_WHO_LEN + 21)
+void dbt_format_doing(char state, const char *session, const char *who, int64_t held_ms, char *out,
+                      size_t cap);
 /* Adds them to a renewal that has its record (dbt_renew_add_record), after those added before
  * (GROUP doing: one per held id it names; more are not sent). */
 void dbt_renew_add_doing(dbt_script_call *c, char *const *doing, int n);
@@ -387,7 +392,11 @@ bool dbt_format_local_hist(const dbt_local_hist *h, char *out, size_t cap);
 /* Adds both kinds' texts to a renewal after its doing args (dbt_renew_add_doing; GROUP waits). */
 void dbt_renew_add_local_hist(dbt_script_call *c, const char *const text[DBT_NKINDS]);
 
-/* Adds renew.lua's last argument to a renewal that has its local waits (dbt_renew_add_local_hist;
+/* Adds both kinds' holds that ended in a pass without Redis (dbt_format_local_hist of
+ * pool.unreported_holds) to a renewal, after its until (dbt_renew_add_until; GROUP holds). */
+void dbt_renew_add_local_holds(dbt_script_call *c, const char *const text[DBT_NKINDS]);
+
+/* Adds renew.lua's until argument to a renewal that has its local waits (dbt_renew_add_local_hist;
  * GROUP believed): until_us, the latest time (this process'
  * monotonic clock) until which any lease it names may still be believed in, its last accepted
  * acquire or renewal's send + the lease (0: none named); clock, the renewer's latest reading of
