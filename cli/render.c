@@ -413,6 +413,31 @@ static int by_host_pid(const void *a, const void *b)
     return c ? c : (x->rec->pid > y->rec->pid) - (x->rec->pid < y->rec->pid);
 }
 
+/* What process p holds and waits for in pool v, added to it: what Redis holds for it now
+ * (status.lua's by_process), not what its record said at its last renewal (a process that just
+ * began to hold showed 0 held for a renewal period); the record's figures from an older script. */
+static void proc_counts(const cli_pool_view *v, const dbt_proc_record *r, cli_process *p)
+{
+    bool told = false;
+    for (int k = 0; k < DBT_NKINDS; k++) {
+        const dbt_status_kind *kd = &v->kind[k];
+        told = told || kd->has_by_proc;
+        for (int j = 0; j < kd->nby_proc; j++) {
+            const dbt_status_proc_count *c = &kd->by_proc[j];
+            if (c->pid == r->pid && strcmp(c->host, r->host) == 0) {
+                p->held += c->held;
+                p->waiting += c->waiting;
+                p->idle_in_tx += c->idle_in_tx;
+            }
+        }
+    }
+    if (!told) {
+        p->held += r->held;
+        p->waiting += r->waiting;
+        p->idle_in_tx += r->idle_in_tx;
+    }
+}
+
 int cli_processes(const cli_pool_view *v, int n, cli_process **out)
 {
     int total = 0, np = 0;
@@ -451,9 +476,7 @@ int cli_processes(const cli_pool_view *v, int n, cli_process **out)
             p->unthrottled += r->unthrottled;
             p->refused += r->refused;
             p->timeouts += r->timeouts;
-            p->held += r->held;
-            p->waiting += r->waiting;
-            p->idle_in_tx += r->idle_in_tx;
+            proc_counts(&v[i], r, p);
             if (r->outage_since_ms > p->outage_since_ms) {
                 p->outage_since_ms = r->outage_since_ms;
                 p->outage_until_ms = r->outage_until_ms;

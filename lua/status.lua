@@ -27,12 +27,46 @@
 -- before. Then, last, what is wrong with the stored class definitions, {one line, 1 when the
 -- operator's hold more than MAX_CLASSES classes (only the first are in force: admin.lua takes
 -- only a clear) else 0}, the operator's first (not valid: not in force; over the cap); false
--- when nothing is.
+-- when nothing is. Then, last, every live holder (a permit, not its units) and waiter counted for
+-- the process its info names, {host, pid, held, queued, idle in a transaction, ...}: the process
+-- table's figures as Redis has them now (a process' record says them only as of its last renewal,
+-- and a process that just began to hold would show nothing held for a renewal period).
 local max = ARG.max_rows
 load_classes()
 local now = now_ms()
 local function info_of(s, id)
     return redis.call('HGET', s.INFO, id) or ''
+end
+-- The by_process table of s (see the top).
+local function by_process(s)
+    local out, at = {}, {}
+    local function add(id, field)
+        local info = info_of(s, id)
+        local host, pid = string.match(info, '^%d+ (%S*) (%d+)')
+        if not host then
+            return
+        end
+        local key = host .. ' ' .. pid
+        local i = at[key]
+        if not i then
+            i = #out + 1
+            at[key] = i
+            out[i], out[i + 1], out[i + 2], out[i + 3], out[i + 4] = host, tonumber(pid), 0, 0, 0
+        end
+        out[i + field] = out[i + field] + 1
+        if field == 2 and string.match(info, '^[^\31]*\31([^\31]*)') == 'idle_tx' then
+            out[i + 4] = out[i + 4] + 1
+        end
+    end
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', s.H, now, '+inf')) do
+        if not string.find(id, '#', 1, true) then -- a weighted permit's other units
+            add(id, 2)
+        end
+    end
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', s.W, now, '+inf')) do
+        add(id, 3)
+    end
+    return out
 end
 -- How long the head of queue key k has waited (ms), 0 when it is empty.
 local function head_wait(s, k)
@@ -190,7 +224,7 @@ local function snapshot(s)
         oldest = oldest, bounds = bounds, hist = redis.call('HGETALL', s.HIST), nlapsed = nlapsed,
         lapsed = lapsed, sole = redis.call('HGET', s.OWN, '*'),
         override_pttl = redis.call('PTTL', s.LIM), adapt = adapt_record(s),
-        classes_problem = problem}
+        classes_problem = problem, by_process = by_process(s)}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).

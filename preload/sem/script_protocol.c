@@ -1200,6 +1200,39 @@ bool dbt_status_adapt_leads(const dbt_status_adapt *a, int64_t now_ms)
     return a && a->owner[0] && a->lease_until_ms > now_ms;
 }
 
+/* status.lua's by_process: {host, pid, held, queued, idle_tx, ...}. */
+static bool parse_by_proc(const redisReply *r, dbt_status_kind *k, char *err)
+{
+    static const char script[] = "status.lua";
+    enum { HOST, PID, HELD, WAITING, IDLE_TX, PER_PROC };
+    if (!is_array(r, -1, script, "by_process", err))
+        return false;
+    if (r->elements % PER_PROC)
+        return unexpected(err, script, "%zu elements in by_process", r->elements);
+    k->has_by_proc = true;
+    if (!r->elements)
+        return true;
+    k->by_proc = calloc(r->elements / PER_PROC, sizeof *k->by_proc);
+    if (!k->by_proc)
+        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    for (size_t i = 0; i < r->elements; i += PER_PROC) {
+        dbt_status_proc_count *c = &k->by_proc[k->nby_proc++];
+        long long pid, held, waiting, idle;
+        if (!is_type(r->element[i + HOST], REDIS_REPLY_STRING, script, "a process' host", err) ||
+            !number_of(r->element[i + PID], "a process' pid", &pid, err) ||
+            !number_of(r->element[i + HELD], "a process' permits", &held, err) ||
+            !number_of(r->element[i + WAITING], "a process' places", &waiting, err) ||
+            !number_of(r->element[i + IDLE_TX], "a process' idle permits", &idle, err))
+            return false;
+        snprintf(c->host, sizeof c->host, "%s", r->element[i + HOST]->str);
+        c->pid = (long)pid;
+        c->held = (long)held;
+        c->waiting = (long)waiting;
+        c->idle_in_tx = (long)idle;
+    }
+    return true;
+}
+
 static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err)
 {
     static const char script[] = "status.lua";
@@ -1238,6 +1271,8 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
         dbt_escape(p->element[0]->str, 300, false, k->classes_problem, sizeof k->classes_problem);
         k->classes_over = over != 0;
     }
+    if (f.n > DBT_STATUS_SEMAPHORE_R_BY_PROCESS && !parse_by_proc(f.by_process, k, err))
+        return false;
     k->limit_seen = f.seen;
     k->override = f.override;
     k->drained = f.drained != 0;
@@ -1343,6 +1378,7 @@ void dbt_status_free(dbt_status_reply *s)
         free(s->kind[k].classes);
         free(s->kind[k].hists);
         free(s->kind[k].adapt);
+        free(s->kind[k].by_proc);
     }
     free(s->procs);
     memset(s, 0, sizeof *s);

@@ -445,6 +445,16 @@ typedef struct {
 /* Whether the controller of record a leads at now_ms: an owner and a lease not yet run out. */
 bool dbt_status_adapt_leads(const dbt_status_adapt *a, int64_t now_ms);
 
+/* What Redis holds for one process of a semaphore now (status.lua's by_process): the permits and
+ * places its holders' and waiters' infos name it for (as of the grant, or the process' last
+ * renewal, which names the holder of a permit passed without Redis), and how many of those
+ * permits are idle in a transaction (as of its last renewal). */
+typedef struct {
+    char host[64];
+    long pid;
+    long held, waiting, idle_in_tx;
+} dbt_status_proc_count;
+
 typedef struct {
     long long limit_seen; /* the limit the last acquirer configured; 0 = none */
     long long override;   /* the operator's; 0 = none */
@@ -486,6 +496,11 @@ typedef struct {
      * first are in force). */
     char classes_problem[400];
     bool classes_over; /* the operator's hold more than DBT_MAX_CLASSES classes */
+    /* Per process, what Redis holds for it (NULL, 0 with nothing live); has_by_proc false from
+     * an older status.lua, which did not say. */
+    dbt_status_proc_count *by_proc;
+    int nby_proc;
+    bool has_by_proc;
 } dbt_status_kind;
 
 /* status.lua's reply (its fields: lua/protocol/status.def). Owns its entries (copied out of the
