@@ -221,6 +221,23 @@ typedef struct {
  * of memory. */
 int cli_processes(const cli_pool_view *v, int n, cli_process **out);
 
+/* ---- the limits the workers configured (limits_in_use.c) ------------------------------------ */
+
+/* One limit the live holders' and waiters' ids of a semaphore carry, and the processes they name
+ * (the first 16; nprocs counts all). */
+typedef struct {
+    long limit;
+    const dbt_status_proc_count *procs[16];
+    int nprocs;
+} cli_limit_use;
+/* The limits in use in k, ascending (at most cap); more than one: the workers disagree. */
+int cli_limits_in_use(const dbt_status_kind *k, cli_limit_use *out, int cap);
+/* The status table's line when they disagree (nothing when they agree). */
+void cli_render_limits_in_use(FILE *out, const dbt_status_kind *k);
+/* The kind's "limits_in_use" member of --json: [{limit, processes: [{host, pid}], process_count}].
+ */
+void cli_json_limits_in_use(FILE *out, const dbt_status_kind *k);
+
 /* ---- host-level sharing as status shows it (host_groups.c) ---------------------------------- */
 
 /* A host group of a pool: processes of one host that pass permits among themselves. */

@@ -291,6 +291,7 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
             dbt_kind_name(kind), lim, k->nholders, k->nwaiters, oldest,
             k->drained ? ", DRAINING (no new grants)" : "");
     text_adapt(out, v, kind, prefix, st);
+    cli_render_limits_in_use(out, k);
     cli_duration(k->counters[DBT_CTR_WAIT_MS], d1, sizeof d1);
     fprintf(out,
             "  grants %lld  queued %lld  refused %lld  cancelled %lld  expired %lld  "
@@ -847,6 +848,7 @@ static void json_kind(FILE *out, const cli_pool_view *v, const dbt_status_kind *
     }
     fputc(']', out);
     json_histograms(out, k);
+    cli_json_limits_in_use(out, k);
     cli_sole s;
     cli_sole_of(v, k, &s);
     fputs(",\"sole_owner\":", out);

@@ -28,9 +28,11 @@
 -- operator's hold more than MAX_CLASSES classes (only the first are in force: admin.lua takes
 -- only a clear) else 0}, the operator's first (not valid: not in force; over the cap); false
 -- when nothing is. Then, last, every live holder (a permit, not its units) and waiter counted for
--- the process its info names, {host, pid, held, queued, idle in a transaction, ...}: the process
--- table's figures as Redis has them now (a process' record says them only as of its last renewal,
--- and a process that just began to hold would show nothing held for a renewal period).
+-- the process its info names, {host, pid, held, queued, idle in a transaction, limits, ...}: the
+-- process table's figures as Redis has them now (a process' record says them only as of its last
+-- renewal, and a process that just began to hold would show nothing held for a renewal period),
+-- and the limits its ids carry ("2" or "1,3": workers configured for different limits each wait
+-- by their own, which status must say).
 local max = ARG.max_rows
 load_classes()
 local now = now_ms()
@@ -39,7 +41,7 @@ local function info_of(s, id)
 end
 -- The by_process table of s (see the top).
 local function by_process(s)
-    local out, at = {}, {}
+    local out, at, limits = {}, {}, {}
     local function add(id, field)
         local info = info_of(s, id)
         local host, pid = string.match(info, '^%d+ (%S*) (%d+)')
@@ -52,8 +54,10 @@ local function by_process(s)
             i = #out + 1
             at[key] = i
             out[i], out[i + 1], out[i + 2], out[i + 3], out[i + 4] = host, tonumber(pid), 0, 0, 0
+            limits[i] = {}
         end
         out[i + field] = out[i + field] + 1
+        limits[i][K.limit_of(id)] = true
         if field == 2 and string.match(info, '^[^\31]*\31([^\31]*)') == 'idle_tx' then
             out[i + 4] = out[i + 4] + 1
         end
@@ -66,7 +70,20 @@ local function by_process(s)
     for _, id in ipairs(redis.call('ZRANGEBYSCORE', s.W, now, '+inf')) do
         add(id, 3)
     end
-    return out
+    -- each process' limits after its counts, in ascending order
+    local with = {}
+    for i = 1, #out, 5 do
+        local l = {}
+        for limit in pairs(limits[i]) do
+            l[#l + 1] = limit
+        end
+        table.sort(l)
+        for j = 0, 4 do
+            with[#with + 1] = out[i + j]
+        end
+        with[#with + 1] = table.concat(l, ',')
+    end
+    return with
 end
 -- How long the head of queue key k has waited (ms), 0 when it is empty.
 local function head_wait(s, k)

@@ -1204,7 +1204,7 @@ bool dbt_status_adapt_leads(const dbt_status_adapt *a, int64_t now_ms)
 static bool parse_by_proc(const redisReply *r, dbt_status_kind *k, char *err)
 {
     static const char script[] = "status.lua";
-    enum { HOST, PID, HELD, WAITING, IDLE_TX, PER_PROC };
+    enum { HOST, PID, HELD, WAITING, IDLE_TX, LIMITS, PER_PROC };
     if (!is_array(r, -1, script, "by_process", err))
         return false;
     if (r->elements % PER_PROC)
@@ -1219,6 +1219,8 @@ static bool parse_by_proc(const redisReply *r, dbt_status_kind *k, char *err)
         dbt_status_proc_count *c = &k->by_proc[k->nby_proc++];
         long long pid, held, waiting, idle;
         if (!is_type(r->element[i + HOST], REDIS_REPLY_STRING, script, "a process' host", err) ||
+            !is_type(r->element[i + LIMITS], REDIS_REPLY_STRING, script, "a process' limits",
+                     err) ||
             !number_of(r->element[i + PID], "a process' pid", &pid, err) ||
             !number_of(r->element[i + HELD], "a process' permits", &held, err) ||
             !number_of(r->element[i + WAITING], "a process' places", &waiting, err) ||
@@ -1229,6 +1231,15 @@ static bool parse_by_proc(const redisReply *r, dbt_status_kind *k, char *err)
         c->held = (long)held;
         c->waiting = (long)waiting;
         c->idle_in_tx = (long)idle;
+        for (const char *at = r->element[i + LIMITS]->str; *at;) {
+            char *end;
+            long limit = strtol(at, &end, 10);
+            if (end == at || limit <= 0 || (*end && *end != ','))
+                return unexpected(err, script, "limits \"%s\"", r->element[i + LIMITS]->str);
+            if (c->nlimits < (int)(sizeof c->limits / sizeof *c->limits))
+                c->limits[c->nlimits++] = limit;
+            at = *end ? end + 1 : end;
+        }
     }
     return true;
 }

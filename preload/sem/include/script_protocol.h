@@ -453,6 +453,10 @@ typedef struct {
     char host[64];
     long pid;
     long held, waiting, idle_in_tx;
+    /* The limits its holders' and waiters' ids carry, ascending (a process configured for one
+     * limit has one; more after a change of its configuration), the first 4. */
+    long limits[4];
+    int nlimits;
 } dbt_status_proc_count;
 
 typedef struct {
