@@ -593,10 +593,11 @@ FAULTS_WITH_CLASSES := holders_killed_or_stopped threads_share_a_pool clients_th
 # worker starts (tests/cli/acl.sh), dbthrottle acquire (tests/cli/acquire.sh), the version
 # everywhere it is shown (tests/cli/version.sh), host sharing as status shows it
 # (tests/cli/host_sharing.sh), the exporter scraped over HTTP with status' other forms, top -b
-# and drain --wait (tests/cli/exporter.sh), and dbthrottle adapt's lease, TTL, operator override
-# and dry run (tests/cli/adapt.sh, adapt_status.sh). CLI_ONLY="a b" runs only those scripts
+# and drain --wait (tests/cli/exporter.sh), idle pools left out of listings and dbthrottle forget
+# (tests/cli/forget.sh), and dbthrottle adapt's lease, TTL, operator override and dry run
+# (tests/cli/adapt.sh, adapt_status.sh). CLI_ONLY="a b" runs only those scripts
 # (make test runs the controller's two in a lane of their own: CLI_ADAPT_TESTS).
-CLI_TESTS = run classes acl acquire exporter host_sharing version
+CLI_TESTS = run classes acl acquire exporter host_sharing version forget
 CLI_ADAPT_TESTS = adapt adapt_status
 test-cli: all $(BUILD)/tests/fault_worker
 	rc=0; for t in $(or $(CLI_ONLY),$(CLI_TESTS) $(CLI_ADAPT_TESTS)); do \

@@ -27,6 +27,7 @@ int cmd_limit(int argc, char **argv);
 int cmd_drain(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_evict(int argc, char **argv);
+int cmd_forget(int argc, char **argv);
 int cmd_class(int argc, char **argv);
 int cmd_acquire(int argc, char **argv);
 int cmd_exporter(int argc, char **argv);
@@ -129,6 +130,18 @@ typedef struct {
     bool missing; /* named, but no key of it in Redis (status --prometheus leaves it out) */
 } cli_pool_view;
 
+/* How long the pool has been idle (ms: its least idle kind, by status.lua's idle_ms); 0 in use,
+ * -1 not known (no counters). */
+int64_t cli_pool_idle_ms(const cli_pool_view *v);
+/* The listing commands' idle filter (status, top, exporter; not for pools named): drops from v
+ * (freed, the rest moved up) every pool idle for longer than after_ms that no live process record
+ * names, counting them in *hidden; the new count. after_ms 0: none dropped. */
+int cli_hide_idle(cli_pool_view *v, int n, int64_t after_ms, int *hidden);
+/* --idle-after's value: a duration ("1h"), or "off" (0). */
+bool cli_parse_idle_after(const char *text, int64_t *ms, char *err);
+/* Its default: a pool nobody used for an hour is left out of listings. */
+#define CLI_IDLE_AFTER_DEFAULT "1h"
+
 /* Reads a pool's state in one round trip. max_rows: holders and waiters listed per semaphore
  * (0 = all). False with a message in err. */
 bool cli_view_pool(dbt_redis *r, const dbt_config *cfg, const char *pool, int max_rows,
@@ -169,9 +182,17 @@ bool cli_read_pools(const dbt_config *cfg, dbt_redis **r, char **names, int n, i
 
 /* ---- output (render.c) ---------------------------------------------------------------------- */
 
+/* What the idle filter left out of a listing (cli_hide_idle): how many pools, idle for longer
+ * than after_ms. */
+typedef struct {
+    int pools;
+    int64_t after_ms;
+} cli_hidden_idle;
+
 /* The table that status prints and top refreshes. max_rows limits the listed holders and
- * waiters per semaphore (0 = all). */
-void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefix);
+ * waiters per semaphore (0 = all). hidden: what the idle filter left out (NULL: nothing). */
+void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefix,
+                     const cli_hidden_idle *hidden);
 /* One semaphore's classes (definitions and use), as status, top and dbthrottle class print
  * them; nothing when it has no definitions. */
 void cli_render_classes(FILE *out, const dbt_status_kind *k);
@@ -179,7 +200,8 @@ void cli_render_classes(FILE *out, const dbt_status_kind *k);
  * DBT_MAX_CLASSES classes); nothing otherwise. */
 void cli_render_classes_problem(FILE *out, const dbt_status_kind *k);
 /* status --json: documented in dbthrottle(1), stable (version 1). */
-void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefix);
+void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefix,
+                     const cli_hidden_idle *hidden);
 /* A JSON string, always valid (control bytes as \u00XX, bytes that are not UTF-8 as U+FFFD). */
 void cli_json_str(FILE *out, const char *s);
 /* status --prometheus and exporter (prom.c): the text exposition format. n < 0: Redis could not

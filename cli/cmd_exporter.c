@@ -18,7 +18,7 @@
 
 static const char usage[] =
     "usage: dbthrottle exporter [--listen ADDRESS] [--timeout T] [--pool NAME]...\n"
-    "                           [--redis URL] [--key-prefix P]\n"
+    "                           [--idle-after T] [--redis URL] [--key-prefix P]\n"
     "\n"
     "Serves http://ADDRESS/metrics in Prometheus' text format: what dbthrottle status\n"
     "--prometheus prints, read from Redis afresh for each scrape (every pool under the key\n"
@@ -34,6 +34,8 @@ static const char usage[] =
     "  --timeout T       the most a scrape spends reading Redis (default:\n"
     "                    DBTHROTTLE_REDIS_TIMEOUT, 1s)\n"
     "  --pool NAME       export this pool only (repeatable; default: every pool)\n"
+    "  --idle-after T    leave out the pools nobody used for longer than T (default 1h; off:\n"
+    "                    none) that no live process names (not a --pool one): their series end\n"
     "  --redis URL       Redis to read (default: DBTHROTTLE_REDIS_URL, as the library)\n"
     "  --key-prefix P    key prefix (default: DBTHROTTLE_KEY_PREFIX, as the library)\n";
 
@@ -44,6 +46,7 @@ typedef struct {
     dbt_redis *r;
     char **pools;
     int npools;
+    int64_t idle_after_ms; /* --idle-after (0: off) */
 } exporter;
 
 /* HEAD gets GET's whole response: libmicrohttpd sends its headers (Content-Length the body's
@@ -106,6 +109,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!cli_read_pools(&e->cfg, &e->r, e->pools, e->npools, 0, &v, &n, &seconds, err))
         dbt_log(DBT_LOG_WARN, "scrape_failed",
                 (dbt_field[]){DBT_S("error", err), DBT_MS("took_ms", seconds * 1000)}, 2);
+    int hidden = 0;
+    if (n > 0 && e->npools == 0)
+        n = cli_hide_idle(v, n, e->idle_after_ms, &hidden);
     cli_render_prometheus(mem, v, n, seconds);
     if (n >= 0)
         cli_views_free(v, n);
@@ -195,12 +201,13 @@ int cmd_exporter(int argc, char **argv)
         {"listen", required_argument, NULL, 'l'},
         {"timeout", required_argument, NULL, 't'},
         {"pool", required_argument, NULL, 'P'},
+        {"idle-after", required_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},
         {"redis", required_argument, NULL, CLI_OPT_REDIS},
         {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
         {NULL, 0, NULL, 0}};
     cli_redis_opts ro = {0};
-    const char *address = "127.0.0.1:9187", *timeout = NULL;
+    const char *address = "127.0.0.1:9187", *timeout = NULL, *idle_after = CLI_IDLE_AFTER_DEFAULT;
     exporter e = {0};
     char err[DBT_ERRLEN];
     int opt, rc = 1;
@@ -219,6 +226,9 @@ int cmd_exporter(int argc, char **argv)
         case 'P':
             e.pools[e.npools++] = optarg;
             break;
+        case 'I':
+            idle_after = optarg;
+            break;
         case 'h':
             fputs(usage, stdout);
             free(e.pools);
@@ -233,6 +243,10 @@ int cmd_exporter(int argc, char **argv)
     if (optind < argc) {
         free(e.pools);
         return cli_usage_error("exporter", "unexpected argument '%s'", argv[optind]);
+    }
+    if (!cli_parse_idle_after(idle_after, &e.idle_after_ms, err)) {
+        free(e.pools);
+        return cli_usage_error("exporter", "%s", err);
     }
     if (!cli_load_config("exporter", &ro, &e.cfg)) {
         free(e.pools);

@@ -8,7 +8,7 @@
 
 static const char usage[] =
     "usage: dbthrottle status [POOL...] [--json | --prometheus] [--max-rows N]\n"
-    "                         [--redis URL] [--key-prefix P]\n"
+    "                         [--idle-after T] [--redis URL] [--key-prefix P]\n"
     "\n"
     "Shows each pool (all pools under the key prefix when none is named): its limit and who\n"
     "set it (by hand, or an adaptive controller: its host, pid, lease, bounds, last change), the\n"
@@ -26,6 +26,8 @@ static const char usage[] =
     "  --prometheus    the counters and gauges in Prometheus' text format\n"
     "  --max-rows N    list at most N holders and N waiters per pool and kind (default 50\n"
     "                  for the table, all for --json; the counts are always whole)\n"
+    "  --idle-after T  leave out the pools nobody used for longer than T (default 1h; off:\n"
+    "                  none) that no live process names; a POOL named is always shown\n"
     "  --redis URL     Redis to read (default: DBTHROTTLE_REDIS_URL, as the library)\n"
     "  --key-prefix P  key prefix (default: DBTHROTTLE_KEY_PREFIX, as the library)\n";
 
@@ -60,6 +62,7 @@ int cmd_status(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {"prometheus", no_argument, NULL, 'p'},
         {"max-rows", required_argument, NULL, 'm'},
+        {"idle-after", required_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},
         {"redis", required_argument, NULL, CLI_OPT_REDIS},
         {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
@@ -68,6 +71,9 @@ int cmd_status(int argc, char **argv)
     bool json = false, prom = false;
     int max_rows = -1, opt;
     char err[DBT_ERRLEN];
+    cli_hidden_idle hidden = {0};
+    if (!cli_parse_idle_after(CLI_IDLE_AFTER_DEFAULT, &hidden.after_ms, err))
+        return cli_fail("status", "%s", err);
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
@@ -79,6 +85,10 @@ int cmd_status(int argc, char **argv)
             break;
         case 'm':
             if (!dbt_parse_limit("--max-rows", optarg, &max_rows, err))
+                return cli_usage_error("status", "%s", err);
+            break;
+        case 'I':
+            if (!cli_parse_idle_after(optarg, &hidden.after_ms, err))
                 return cli_usage_error("status", "%s", err);
             break;
         case 'h':
@@ -127,14 +137,16 @@ int cmd_status(int argc, char **argv)
         }
         read = found == 1;
     }
+    if (read && nnames == 0)
+        n = cli_hide_idle(v, n, hidden.after_ms, &hidden.pools);
     int rc = 1;
     if (read) {
         if (json)
-            cli_render_json(stdout, v, n, cfg.key_prefix);
+            cli_render_json(stdout, v, n, cfg.key_prefix, &hidden);
         else if (prom)
             render_found(v, n, seconds);
         else
-            cli_render_text(stdout, v, n, cfg.key_prefix);
+            cli_render_text(stdout, v, n, cfg.key_prefix, &hidden);
         rc =
             fflush(stdout) == 0 ? (missing ? 1 : 0) : cli_fail("status", "cannot write the output");
     } else {

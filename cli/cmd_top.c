@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "usage: dbthrottle top [POOL...] [-b] [-n N] [-d SECONDS | --interval T] [--redis URL]\n"
-    "                      [--key-prefix P]\n"
+    "usage: dbthrottle top [POOL...] [-b] [-n N] [-d SECONDS | --interval T] [--idle-after T]\n"
+    "                      [--redis URL] [--key-prefix P]\n"
     "\n"
     "Shows what dbthrottle status shows, refreshed every --interval (default 1s), in the\n"
     "terminal's alternate screen, until q or Ctrl-C. Reads Redis only.\n"
@@ -23,7 +23,9 @@ static const char usage[] =
     "                    whenever the output is not a terminal: never an escape code then)\n"
     "  -n, --iterations N  stop after N refreshes\n"
     "  -d, --delay SECONDS  the time between refreshes in seconds (0.5), as --interval\n"
-    "  --interval T      the same as a duration (500ms, 2s)\n";
+    "  --interval T      the same as a duration (500ms, 2s)\n"
+    "  --idle-after T    leave out the pools nobody used for longer than T (default 1h; off:\n"
+    "                    none) that no live process names; a POOL named is always shown\n";
 
 static volatile sig_atomic_t stop;
 static void on_signal(int sig)
@@ -67,8 +69,9 @@ static int screen_rows(void)
 
 /* One frame: the header, then the table cut to the screen's height; in batch mode, all of it as
  * plain lines after the previous frame. */
-static void draw(const dbt_config *cfg, const cli_pool_view *v, int n, const char *failure,
-                 int64_t interval_ms, bool batch)
+static void draw(const dbt_config *cfg, const cli_pool_view *v, int n,
+                 const cli_hidden_idle *hidden, const char *failure, int64_t interval_ms,
+                 bool batch)
 {
     char *text = NULL;
     size_t len = 0;
@@ -86,7 +89,7 @@ static void draw(const dbt_config *cfg, const cli_pool_view *v, int n, const cha
     if (failure)
         fprintf(mem, "cannot read Redis: %s (retrying)\n", failure);
     else
-        cli_render_text(mem, v, n, cfg->key_prefix);
+        cli_render_text(mem, v, n, cfg->key_prefix, hidden);
     fclose(mem);
     if (batch) {
         fputs(text, stdout);
@@ -133,6 +136,7 @@ int cmd_top(int argc, char **argv)
         {"batch", no_argument, NULL, 'b'},
         {"iterations", required_argument, NULL, 'n'},
         {"delay", required_argument, NULL, 'd'},
+        {"idle-after", required_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},
         {"redis", required_argument, NULL, CLI_OPT_REDIS},
         {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
@@ -142,6 +146,9 @@ int cmd_top(int argc, char **argv)
     char err[DBT_ERRLEN];
     int opt, iterations = 0;
     bool batch = false;
+    cli_hidden_idle hidden = {0};
+    if (!cli_parse_idle_after(CLI_IDLE_AFTER_DEFAULT, &hidden.after_ms, err))
+        return cli_fail("top", "%s", err);
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "hbn:d:", longopts, NULL)) != -1) {
         switch (opt) {
@@ -160,6 +167,10 @@ int cmd_top(int argc, char **argv)
             interval_ms = (int64_t)(secs * 1000 + 0.5);
             break;
         }
+        case 'I':
+            if (!cli_parse_idle_after(optarg, &hidden.after_ms, err))
+                return cli_usage_error("top", "%s", err);
+            break;
         case 'i': /* the library's duration parser: "500ms", "1s" (a bare number is refused) */
             if (!dbt_parse_duration("--interval", optarg, false, false, &interval_ms, err))
                 return cli_usage_error("top", "%s", err);
@@ -206,7 +217,10 @@ int cmd_top(int argc, char **argv)
             n = -1;
         else
             n = cli_view_pools(r, &cfg, argv + optind, argc - optind, rows, &v, err);
-        draw(&cfg, v, n < 0 ? 0 : n, n < 0 ? err : NULL, interval_ms, batch);
+        hidden.pools = 0;
+        if (n > 0 && optind == argc)
+            n = cli_hide_idle(v, n, hidden.after_ms, &hidden.pools);
+        draw(&cfg, v, n < 0 ? 0 : n, &hidden, n < 0 ? err : NULL, interval_ms, batch);
         failed = n < 0;
         if (n >= 0)
             cli_views_free(v, n);

@@ -18,6 +18,7 @@ static const struct {
     {"drain", cmd_drain, "stop new grants in a pool (maintenance)"},
     {"resume", cmd_resume, "grant again after a drain"},
     {"evict", cmd_evict, "free one stuck permit by hand"},
+    {"forget", cmd_forget, "remove a pool nobody uses from Redis (status lists it no more)"},
     {"class", cmd_class, "define a pool's classes: guaranteed shares, priority, waits"},
     {"acquire", cmd_acquire, "run any command while it holds a permit of a pool"},
     {"exporter", cmd_exporter, "serve /metrics for Prometheus (each scrape reads Redis)"},

@@ -566,12 +566,27 @@ static void text_processes(FILE *out, const cli_pool_view *v, int n)
     free(ps);
 }
 
-void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefix)
+/* The line that says what the idle filter left out. */
+static void text_hidden(FILE *out, const cli_hidden_idle *hidden)
+{
+    char after[24];
+    cli_duration(hidden->after_ms, after, sizeof after);
+    fprintf(out,
+            "%d pool%s idle for more than %s, used by no live process, not shown (--idle-after "
+            "off lists them; `dbthrottle forget POOL` removes one)\n",
+            hidden->pools, hidden->pools == 1 ? "" : "s", after);
+}
+
+void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefix,
+                     const cli_hidden_idle *hidden)
 {
     char ep[300];
     dbt_escape(prefix, 256, true, ep, sizeof ep);
     if (n == 0) {
-        fprintf(out, "no pools under the key prefix %s\n", ep);
+        fprintf(out, "no pools %sunder the key prefix %s\n",
+                hidden && hidden->pools ? "in use " : "", ep);
+        if (hidden && hidden->pools)
+            text_hidden(out, hidden);
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -596,6 +611,10 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
                     i ? "\n" : "", name);
     }
     text_processes(out, v, n);
+    if (hidden && hidden->pools) {
+        fputc('\n', out);
+        text_hidden(out, hidden);
+    }
 }
 
 /* ---- JSON ----------------------------------------------------------------------------------- */
@@ -938,7 +957,8 @@ static void json_processes(FILE *out, const cli_pool_view *v, int n)
         free(ps);
 }
 
-void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefix)
+void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefix,
+                     const cli_hidden_idle *hidden)
 {
     int64_t now = n ? v[0].now_ms : 0;
     fputs("{\"version\":1,\"prefix\":", out);
@@ -952,9 +972,14 @@ void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefi
             json_kind(out, &v[i], &v[i].kind[kind]);
         }
         json_host_groups(out, &v[i]);
+        int64_t idle = cli_pool_idle_ms(&v[i]);
+        if (idle >= 0)
+            fprintf(out, ",\"idle_ms\":%" PRId64, idle);
+        else
+            fputs(",\"idle_ms\":null", out);
         fputc('}', out);
     }
     fputc(']', out);
     json_processes(out, v, n);
-    fputs("}\n", out);
+    fprintf(out, ",\"idle_pools_hidden\":%d}\n", hidden ? hidden->pools : 0);
 }

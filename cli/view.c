@@ -46,6 +46,47 @@ void cli_view_free(cli_pool_view *v)
     memset(v, 0, sizeof *v);
 }
 
+int64_t cli_pool_idle_ms(const cli_pool_view *v)
+{
+    int64_t idle = -1;
+    for (int k = 0; k < DBT_NKINDS; k++) {
+        if (v->kind[k].idle_ms == 0)
+            return 0;
+        if (v->kind[k].idle_ms > 0 && (idle < 0 || v->kind[k].idle_ms < idle))
+            idle = v->kind[k].idle_ms;
+    }
+    return idle;
+}
+
+int cli_hide_idle(cli_pool_view *v, int n, int64_t after_ms, int *hidden)
+{
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t idle = cli_pool_idle_ms(&v[i]);
+        /* Never a pool a live process names (a process that refuses or runs unthrottled must
+         * stay in view, whatever its pool's traffic), nor a drained one (an operator's act). */
+        bool drained = false;
+        for (int k = 0; k < DBT_NKINDS; k++)
+            drained = drained || v[i].kind[k].drained;
+        if (after_ms > 0 && idle > after_ms && v[i].nprocs == 0 && !drained && !v[i].missing) {
+            cli_view_free(&v[i]);
+            (*hidden)++;
+            continue;
+        }
+        v[kept++] = v[i];
+    }
+    return kept;
+}
+
+bool cli_parse_idle_after(const char *text, int64_t *ms, char *err)
+{
+    if (strcmp(text, "off") == 0) {
+        *ms = 0;
+        return true;
+    }
+    return dbt_parse_duration("--idle-after", text, false, false, ms, err);
+}
+
 bool cli_view_pool(dbt_redis *r, const dbt_config *cfg, const char *pool, int max_rows,
                    cli_pool_view *v, char *err)
 {

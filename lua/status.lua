@@ -32,12 +32,23 @@
 -- process table's figures as Redis has them now (a process' record says them only as of its last
 -- renewal, and a process that just began to hold would show nothing held for a renewal period),
 -- and the limits its ids carry ("2" or "1,3": workers configured for different limits each wait
--- by their own, which status must say).
+-- by their own, which status must say). Then how long the semaphore has been idle (ms, by its
+-- counters' TTL, which every use that touches the keys sets to COUNTER_TTL again, at most TTL/2
+-- late; 0 while anyone holds or waits; -1 without counters), for status' and the exporter's idle
+-- filter.
 local max = ARG.max_rows
 load_classes()
 local now = now_ms()
 local function info_of(s, id)
     return redis.call('HGET', s.INFO, id) or ''
+end
+-- How long s has been idle (see the top).
+local function idle_of(s)
+    if redis.call('ZCOUNT', s.H, now, '+inf') > 0 or redis.call('ZCOUNT', s.W, now, '+inf') > 0 then
+        return 0
+    end
+    local left = redis.call('PTTL', s.STATS)
+    return left >= 0 and math.max(0, COUNTER_TTL - left) or -1
 end
 -- The by_process table of s (see the top).
 local function by_process(s)
@@ -241,7 +252,7 @@ local function snapshot(s)
         oldest = oldest, bounds = bounds, hist = redis.call('HGETALL', s.HIST), nlapsed = nlapsed,
         lapsed = lapsed, sole = redis.call('HGET', s.OWN, '*'),
         override_pttl = redis.call('PTTL', s.LIM), adapt = adapt_record(s),
-        classes_problem = problem, by_process = by_process(s)}
+        classes_problem = problem, by_process = by_process(s), idle_ms = idle_of(s)}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).

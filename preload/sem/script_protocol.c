@@ -1284,6 +1284,7 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
     }
     if (f.n > DBT_STATUS_SEMAPHORE_R_BY_PROCESS && !parse_by_proc(f.by_process, k, err))
         return false;
+    k->idle_ms = f.n > DBT_STATUS_SEMAPHORE_R_IDLE_MS ? f.idle_ms : -1;
     k->limit_seen = f.seen;
     k->override = f.override;
     k->drained = f.drained != 0;

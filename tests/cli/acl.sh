@@ -147,6 +147,8 @@ check "class --clear as dbthrottle-operator: the definitions are gone" '[ $rc -e
 permit=$(rcli ZRANGE "dbthrottle:{aclop}:q:holders" 0 0)
 "$D" evict aclop "$permit" >"$work/o.evict" 2>&1; rc=$?
 check "evict as dbthrottle-operator: exit 0, the permit ($permit) gone from Redis" '[ $rc -eq 0 ] && [ -n "$permit" ] && [ -z "$(rcli ZSCORE "dbthrottle:{aclop}:q:holders" "$permit")" ]'
+"$D" limit aclgone 2 --create >/dev/null 2>&1 && "$D" forget aclgone >"$work/o.forget" 2>&1 && [ "$(rcli --scan --pattern "dbthrottle:{aclgone}:*" | grep -c .)" = 0 ]; rc=$?
+check "forget as dbthrottle-operator: the pool's keys are gone ($(cat "$work/o.forget"))" '[ $rc -eq 0 ]'
 # The adaptive controller (lua/adapt.lua): its lease, its limit, its resignation.
 "$D" adapt acladapt --min 1 --max 4 --start 2 --interval 200ms --window 1s --lease 3s --ttl 6s \
     >/dev/null 2>"$work/o.adapt" &

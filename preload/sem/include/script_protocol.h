@@ -505,6 +505,9 @@ typedef struct {
     dbt_status_proc_count *by_proc;
     int nby_proc;
     bool has_by_proc;
+    /* How long the semaphore has been idle (ms, by its counters' TTL: within TTL/2 of the truth); 0
+     * while anyone holds or waits, -1 without counters or from an older status.lua. */
+    long long idle_ms;
 } dbt_status_kind;
 
 /* status.lua's reply (its fields: lua/protocol/status.def). Owns its entries (copied out of the
