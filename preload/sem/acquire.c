@@ -499,6 +499,7 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
         s->unrenewed = false;
         s->gen = p->gen;
         s->t_grant_us = dbt_now_us();
+        dbt_slot_doing_begin(s, false, s->t_grant_us); /* its entry names the shelver */
         link_slot(p, s);
         p->nheld++;
         s->adopted = false;
@@ -632,6 +633,7 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
         if (s->state != SLOT_HELD) { /* else the listener set and counted it */
             s->state = SLOT_HELD;
             s->t_grant_us = dbt_now_us();
+            dbt_slot_doing_begin(s, true, s->t_grant_us);
             p->nheld++;
             dbt_sharing_share_event(p, a->kind, s->id, &(dbt_shev){.type = DBT_SHEV_GRANTED});
         }

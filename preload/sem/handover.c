@@ -160,6 +160,7 @@ static void swap_permit(dbt_pool *p, struct dbt_slot *from, struct dbt_slot *to,
     dbt_lw_remove(p, to);
     to->state = SLOT_HELD;
     to->t_grant_us = now;
+    dbt_slot_doing_begin(to, false, now);
     from->state = SLOT_QUEUED;
 }
 
@@ -237,6 +238,7 @@ void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int6
     s->lost = false;
     s->state = SLOT_HELD;
     s->t_grant_us = now;
+    dbt_slot_doing_begin(s, false, now);
     p->nheld++;
     count_local_grant(p, s, now);
     dbt_slot_wake(s);
@@ -305,6 +307,9 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
     p->nheld++;
     s->state = SLOT_HELD;
     s->t_grant_us = now;
+    /* Redis' grant: its entry names this process, running; or, for an orphan place, the
+     * process only (the thread it goes to is known later): counted as not known. */
+    dbt_slot_doing_begin(s, !s->orphan, now);
     dbt_sharing_share_event(p, s->kind, s->id, &(dbt_shev){.type = DBT_SHEV_GRANTED});
     struct dbt_slot *w = oldest_waiter(p, s);
     dbt_grant_facts f = {.waiting = true,

@@ -54,6 +54,7 @@ bool dbt_permit_park(dbt_permit *s)
     if (keep) {
         s->parked = true;
         s->parked_us = now;
+        s->doing_since_us = now;
         p->nparked++;
         /* The renewer gives it back after DBTHROTTLE_CACHE_IDLE (it listens for a waiter's
          * arrival already: it does while the process holds permits). Woken only when it would
@@ -101,6 +102,7 @@ bool dbt_permit_unpark(dbt_permit **slot)
     bool reuse = dbt_core_reuse(&f);
     if (s->parked) {
         s->parked = false;
+        s->doing_since_us = dbt_now_us();
         if (s->gen == p->gen)
             p->nparked--;
     }

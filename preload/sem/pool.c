@@ -832,9 +832,25 @@ const char *dbt_permit_id(const dbt_permit *s)
 void dbt_permit_note_idle(dbt_permit *s, bool idle)
 {
     pthread_mutex_lock(&s->pool->mu);
-    s->idle_since_us = idle ? dbt_now_us() : 0;
+    int64_t now = dbt_now_us();
+    s->idle_since_us = idle ? now : 0;
     s->idle_warned = false;
+    s->doing_since_us = now;
     pthread_mutex_unlock(&s->pool->mu);
+}
+
+char dbt_slot_doing(const struct dbt_slot *s)
+{
+    return s->kind != DBT_KIND_QUERY ? DBT_DOING_UNCHANGED
+           : s->parked               ? DBT_DOING_KEPT
+           : s->idle_since_us        ? DBT_DOING_IDLE_TX
+                                     : DBT_DOING_RUNNING;
+}
+
+void dbt_slot_doing_begin(struct dbt_slot *s, bool granted_by_redis, int64_t now)
+{
+    s->doing_sent = granted_by_redis ? dbt_slot_doing(s) : '\0';
+    s->doing_since_us = now;
 }
 
 void dbt_pool_count_unthrottled(dbt_pool *p)

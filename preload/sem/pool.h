@@ -161,6 +161,17 @@ void dbt_pool_drain_idle(dbt_pool *p);
  * meanwhile. */
 void dbt_pool_close_outdated(dbt_pool *p);
 
+/* What holder s does now, as a renewal tells Redis (dbt_format_doing's letter): kept, idle in a
+ * transaction or running a command; a connection permit's is DBT_DOING_UNCHANGED. p->mu held. */
+char dbt_slot_doing(const struct dbt_slot *s);
+/* s became held at now: by a grant of Redis (which wrote its entry as running, by this holder),
+ * or passed without Redis (its entry names the holder before: not known). p->mu held. */
+void dbt_slot_doing_begin(struct dbt_slot *s, bool granted_by_redis, int64_t now);
+/* How long a holder's doing must last, differing from what Redis shows, to be sent before the
+ * next renewal: a state that lasts is shown within about this (status' STATE, its idle-in-
+ * transaction count, a permit's holder after a pass), a blip costs nothing. */
+#define DBT_DOING_REPORT_US INT64_C(1000000)
+
 /* The tag a release (or cancel) sent without waiting carries (dbt_pool_send): if its reply says
  * it failed, dbt_pool_put_conn makes it owed (dbt_defer_op). tag: DBT_REDIS_TAG_LEN bytes. */
 void dbt_op_tag(char *tag, dbt_owed_what what, dbt_kind kind, const char *id);

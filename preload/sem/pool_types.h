@@ -125,6 +125,12 @@ struct dbt_slot {
     int64_t t_renewed_us;  /* when the last acquire or renewal that Redis accepted was sent */
     int64_t idle_since_us; /* held with nothing running, inside a transaction; 0 otherwise */
     bool idle_warned;
+    /* What Redis shows of this holder (dbt_slot_doing): the doing the last renewal sent or its
+     * grant wrote ('\0': not known, a permit passed without Redis, whose entry names the holder
+     * before), and since when the holder does what it does now. A doing that differs for
+     * DBT_DOING_REPORT_US is sent at once, not a renewal period later (renewer.c). */
+    char doing_sent;
+    int64_t doing_since_us;
     /* Kept between commands (DBTHROTTLE_CACHE_PERMITS): held, linked and renewed as any held
      * permit, but its owner runs nothing on it; the renewer gives it back when someone queues
      * (p->queue[kind].keep.contended) or after DBTHROTTLE_CACHE_IDLE. */

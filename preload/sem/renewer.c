@@ -83,6 +83,29 @@ static void warn_idle_in_tx(dbt_pool *p, int64_t now)
         }
 }
 
+/* When a holder's doing that Redis does not show yet (a change of state, or the holder after a
+ * pass) will have lasted DBT_DOING_REPORT_US: the renewal that shows it is made then, not a
+ * renewal period later (status showed a holder idle in a transaction as running for up to
+ * lease/3). -1: Redis shows every holder as it is; whether any held query permit may change
+ * state meanwhile in *changing. The holders a renewal names (renew's test), no other. p->mu
+ * held. */
+static int64_t doing_report_due(const dbt_pool *p, bool *changing)
+{
+    int64_t due = -1;
+    *changing = false;
+    for (const struct dbt_slot *s = p->slots; s; s = s->next) {
+        if (s->state != SLOT_HELD || s->lost)
+            continue;
+        char now_doing = dbt_slot_doing(s);
+        *changing = *changing || s->kind == DBT_KIND_QUERY;
+        bool unseen = s->doing_sent == '\0' ||
+                      (now_doing != DBT_DOING_UNCHANGED && now_doing != s->doing_sent);
+        if (unseen && (due < 0 || s->doing_since_us + DBT_DOING_REPORT_US < due))
+            due = s->doing_since_us + DBT_DOING_REPORT_US;
+    }
+    return due;
+}
+
 static bool push_id(dbt_id_list *l, const char *id)
 {
     if (l->n == l->cap) {
@@ -103,18 +126,16 @@ static bool push_id(dbt_id_list *l, const char *id)
 /* What a held permit does now, for its holder's entry in Redis (dbt_format_doing): kept between
  * commands, idle in a transaction, or running one; a connection permit's state is left as it was
  * granted. With p->mu held. */
-static bool push_doing(dbt_id_list *l, const struct dbt_slot *s)
+static bool push_doing(dbt_id_list *l, struct dbt_slot *s)
 {
     char doing[DBT_DOING_LEN], who[DBT_WHO_LEN];
-    char state = s->kind != DBT_KIND_QUERY ? DBT_DOING_UNCHANGED
-                 : s->parked               ? DBT_DOING_KEPT
-                 : s->idle_since_us        ? DBT_DOING_IDLE_TX
-                                           : DBT_DOING_RUNNING;
+    char state = dbt_slot_doing(s);
     /* Always who holds it now: Redis rewrites its entry only when it differs, after the permit
      * moved to another connection (local handover) or process (host-level sharing). */
     dbt_format_who(s->pool->client->host, (long)getpid(), s->conn, who, sizeof who);
     dbt_format_doing(state, s->session, who, (dbt_now_us() - s->t_grant_us) / 1000, doing,
                      sizeof doing);
+    s->doing_sent = state; /* a renewal that fails: sent again with the next, a period later */
     return push_id(l, doing);
 }
 
@@ -875,6 +896,19 @@ static void *thread_main(void *arg)
         int64_t tick = now + p->client->cfg->cache_idle_ms * 1000;
         if (p->client->cfg->cache_permits && p->nheld > 0 && tick < due)
             due = tick; /* a permit in use now may be kept soon: a park then needs no wake-up */
+        /* What Redis shows of the holders, sent once it has lasted (doing_report_due); one such
+         * renewal a DBT_DOING_REPORT_US at most. A state that changes while this thread sleeps
+         * is looked at within one too: no wake-up per statement. */
+        bool changing;
+        int64_t doing_due = doing_report_due(p, &changing);
+        if (doing_due >= 0 && doing_due < p->last_renew_us + DBT_DOING_REPORT_US)
+            doing_due = p->last_renew_us + DBT_DOING_REPORT_US;
+        if (doing_due >= 0 && doing_due <= now)
+            p->renew_now = true;
+        else if (doing_due >= 0 && doing_due < due)
+            due = doing_due;
+        if (changing && now + DBT_DOING_REPORT_US < due)
+            due = now + DBT_DOING_REPORT_US;
         due = dbt_summary_sooner(p, due);
         if (now >= p->last_renew_us + period || p->renew_now || quarantine_over) {
             if (quarantine_over)
