@@ -40,8 +40,10 @@ static const char adapt_usage[] =
     "  --min N, --max N  the limit's bounds (required)\n"
     "  --connections     the connection limit instead of the query limit (--queries)\n"
     "  --class NAME      the hold and wait signals of that class only\n"
-    "  --start N|min|max the first limit (default: the limit in force, within [min, max]); a\n"
-    "                    controller that takes over from another continues from its limit\n"
+    "  --start N|min|max the first limit (default: the limit in force, within [min, max], or,\n"
+    "                    when the live workers' ids carry none of it, theirs, said as\n"
+    "                    adapt_start_stale); a controller that takes over from another\n"
+    "                    continues from its limit\n"
     "  --interval T      how often it samples and renews its lease (1s)\n"
     "  --window T        the least time between two changes of the limit (5s)\n"
     "  --ttl T           the TTL of the limit it sets (30s; longer than --lease)\n"
@@ -571,6 +573,28 @@ static int run(controller *c)
             } else {
                 first = start_limit(o, k);
                 why_start = o->start ? "start (--start)" : "start (the limit in force)";
+                /* The limit in force is the last acquirer's: a week-old one outlives the workers
+                 * that asked for it (the pool idle since, or their limit changed). The live
+                 * workers' ids say what they use now: the controller starts from that (the
+                 * lowest, when they disagree), and says so. */
+                cli_limit_use u[8];
+                int nu = o->start ? 0 : cli_limits_in_use(k, u, 8);
+                long long in_force_now = cli_effective_limit(k);
+                bool used = false;
+                for (int i = 0; i < nu; i++)
+                    used = used || u[i].limit == in_force_now;
+                if (nu > 0 && !used) {
+                    first = clamp(u[0].limit < 100000 ? (int)u[0].limit : o->max, o->min, o->max);
+                    char limits[80] = "";
+                    for (int i = 0, len = 0; i < nu && len < (int)sizeof limits - 24; i++)
+                        len += snprintf(limits + len, sizeof limits - (size_t)len, "%s%ld",
+                                        i ? "," : "", u[i].limit);
+                    SAY(DBT_LOG_WARN, "adapt_start_stale", DBT_I("limit_in_force", in_force_now),
+                        DBT_S("workers_limits", limits), DBT_I("start", first),
+                        DBT_S("reason", "the limit in force is not what the live workers ask "
+                                        "for: starting from theirs"));
+                    why_start = "start (the live workers' limit)";
+                }
             }
             dbt_adapt_init(&state, &params, first);
             if (o->dry_run)

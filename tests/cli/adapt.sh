@@ -204,6 +204,24 @@ kill -INT "$pd"
 wait "$pd"; rc=$?
 check "SIGINT: exit 0 ($rc), resigned" '[ $rc -eq 0 ] && grep -q "event=adapt_stop resigned=yes" "$work/d.log" && [ -z "$(field op owner)" ]'
 
+# ---- a stale limit in force: the live workers' is the start ---------------------------------------
+echo "# a stale limit in force"
+# A worker at 2 holds; the limit the last acquirer asked for says 8 (a week-old worker's, say).
+"$D" acquire --limit 2 stale -- sleep 60 &
+sw=$!
+echo "$sw" >>"$work/pids"
+wait_until 20 '[ "$(rcli ZCARD "dbthrottle:{stale}:q:holders")" = 1 ]'
+rcli SET "dbthrottle:{stale}:q:limit_seen" 8 KEEPTTL >/dev/null
+ctl "$work/s.log" stale --min 1 --max 10 $T
+ps_=$ctl
+wait_until 20 '[ -n "$(rcli GET "$(lim stale)")" ]'
+first=$(grep -m1 -o 'event=adapt_change from=[0-9]* to=[0-9]*' "$work/s.log")
+check "adapt without --start beside a stale limit in force (8) and workers at 2: says so ($(grep -m1 -o 'event=adapt_start_stale.*start=[0-9]*' "$work/s.log")) and starts from 2 ($first)" \
+    'grep -q "event=adapt_start_stale limit_in_force=8 workers_limits=2 start=2" "$work/s.log" && echo "$first" | grep -q "to=2\$"'
+kill -TERM "$ps_" "$sw" 2>/dev/null
+wait "$ps_" 2>/dev/null
+wait "$sw" 2>/dev/null
+
 # ---- the dry run changes nothing in Redis --------------------------------------------------------
 echo "# dry run"
 # Nothing of the sections above: their keys with a TTL (the resigned controller's limit of op,
