@@ -78,6 +78,36 @@ PGAPPNAME=lo_syslog_gone throttled DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG_LEVEL
 check "logs: syslog unreachable: the library says so and writes its lines to stderr: $(grep -m1 log_error "$work/lo.syslog_gone.err")" \
     'grep -q "event=log_error.*cannot reach syslog" "$work/lo.syslog_gone.err" && grep -q "event=grant" "$work/lo.syslog_gone.err"'
 
+# ---- the README's log, for workers of two users ------------------------------------------------------
+# The README's /etc/dbthrottle.conf is every worker's of the host, whatever user runs it, so its
+# `log` must take the lines of a second user's worker too (a file the first writer made 0600 did
+# not: the second's lines went to its program's stderr). Its value here: syslog's /dev/log becomes
+# this test's socket (writable by all, as /dev/log is), a file path a file of $work.
+lo_readme_log=$(sed -n 's/^ *log *= *//p' "$top/README.md" | head -n 1)
+case $lo_readme_log in
+syslog | syslog:*) lo_log="syslog:$work/lo.syslog.sock" ;;
+stderr) lo_log=stderr ;;
+*) lo_log="$work/lo.readme.log" ;;
+esac
+chmod 666 "$work/lo.syslog.sock"
+lo_users_ok=0
+for lo_uid in 0 65534; do
+    : >"$work/lo.user.$lo_uid.pid"
+    chmod 666 "$work/lo.user.$lo_uid.pid" # the other user writes its pid there
+    PGAPPNAME=lo_users PGUSER=postgres setpriv --reuid=$lo_uid --regid=$lo_uid --clear-groups \
+        env LD_PRELOAD="$preload" DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LOG_LEVEL=info \
+        DBTHROTTLE_LOG="$lo_log" sh -c 'echo $$ >"$1"; exec psql -X -c "SELECT dbt_probe(0)"' \
+        sh "$work/lo.user.$lo_uid.pid" >/dev/null 2>"$work/lo.user.$lo_uid.err"
+    lo_pid=$(cat "$work/lo.user.$lo_uid.pid")
+    case $lo_log in
+    syslog:*) wait_until 10 'grep -q "psql\[$lo_pid\]: level=info event=grant " "$work/lo.syslog.msgs"' ;;
+    stderr) grep -q "event=grant .* pid=$lo_pid " "$work/lo.user.$lo_uid.err" ;;
+    *) grep -q "event=grant .* pid=$lo_pid " "$lo_log" 2>/dev/null ;;
+    esac && ! grep -q "event=log_error" "$work/lo.user.$lo_uid.err" && lo_users_ok=$((lo_users_ok + 1))
+done
+check "logs: the README's log ($lo_readme_log) takes the lines of workers of two users (uid 0 and 65534): $lo_users_ok of 2 ($(cat "$work"/lo.user.*.err | grep -m1 log_error))" \
+    '[ "$lo_users_ok" -eq 2 ]'
+
 # ---- configuration errors in the chosen format -----------------------------------------------------
 # lo_json_event FILE EVENT WORD: FILE has a JSON line (every line of ours is one) of EVENT whose
 # error names WORD, with host and prog.
