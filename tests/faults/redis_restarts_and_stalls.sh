@@ -6,25 +6,43 @@
 # documented; after recovery the limit holds again with no cleanup by hand; and once the workers
 # stop, nothing is held or queued.
 echo "# redis_restarts_and_stalls: Redis killed, restarted (empty, RDB, AOF), paused and blocked, under 16 workers"
+# c2_phase NAME: when each fault began, on the workers' clock (CLOCK_MONOTONIC; /proc/uptime),
+# so that a call held too long names the fault it began in (the workers print each call longer
+# than FAULT_SLOW_MS with its end: c2_slow, the five longest). Once seen in CI (4423 ms, closed),
+# never in 12 runs beside three busy loops (at most 2859 ms), whose longest calls all began
+# 0.2 s into the AOF restart's quarantine.
+c2_phase() { echo "$1 $(awk '{ printf "%d", $1 * 1000 }' /proc/uptime)" >>"$work/phases.c2.$mode"; }
+c2_slow() {
+    tail -n +"$((c2_err_mark + 1))" "$work/workers.err" | grep -h "slow call" | awk -v phases="$work/phases.c2.$mode" '
+        BEGIN { while ((getline l < phases) > 0) { split(l, f, " "); n++; name[n] = f[1]; at[n] = f[2] } }
+        { took = $5; end = $9; start = end - took; p = "before the faults"
+          for (i = 1; i <= n; i++) if (at[i] <= start) p = name[i] " +" int(start - at[i]) "ms"
+          sub(/:$/, "", $2); printf "%d pid %s from %s\n", took, $2, p }' |
+        sort -rn | head -n 5 | awk '{ printf "%s ms, %s; ", $1, substr($0, index($0, "pid")) }'
+}
 for mode in open closed; do
     app=c2$mode
-    c2="PGAPPNAME=$app DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LEASE=1s DBTHROTTLE_REDIS_TIMEOUT=300ms DBTHROTTLE_ON_REDIS_ERROR=$mode"
+    c2_err_mark=$(wc -l <"$work/workers.err" 2>/dev/null || echo 0)
+    c2="FAULT_SLOW_MS=3566 PGAPPNAME=$app DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_LEASE=1s DBTHROTTLE_REDIS_TIMEOUT=300ms DBTHROTTLE_ON_REDIS_ERROR=$mode"
     wargs="-n 0 -s 5"
     i=0
     while [ $i -lt 16 ]; do spawn "$work/c2.$mode.$i" $c2; i=$((i + 1)); done
     sleep 1
     # restarted empty
+    c2_phase restart_empty
     redis_kill
     rm -f "$work/redis/dump.rdb"
     redis_start
     sleep 1.5
     # restarted from an RDB snapshot taken under load (it holds permits of that moment)
+    c2_phase restart_rdb
     rcli save >/dev/null
     redis_kill
     redis_start
     rdb_keys=$(rcli --raw dbsize)
     sleep 1.5
     # restarted from an append-only file
+    c2_phase restart_aof
     rcli config set appendonly yes >/dev/null
     wait_until 10 '[ "$(rcli --raw info persistence | tr -d "\r" | awk -F: "/^aof_rewrite_in_progress/ { print \$2 }")" = 0 ]' >/dev/null
     redis_kill
@@ -34,11 +52,14 @@ for mode in open closed; do
     sleep 1.5
     echo "$(now_ms) stall" >>"$work/workers.err"
     # stalled: every client paused, then the server itself blocked
+    c2_phase client_pause
     rcli client pause 1500 all >/dev/null
     sleep 2.5
+    c2_phase debug_sleep
     rcli debug sleep 1.5 >/dev/null &
     sleep 2.5
     # recovered: from here on the limit must hold
+    c2_phase restart_last
     redis_stop
     rm -rf "$work/redis/dump.rdb" "$work/redis/appendonlydir"
     redis_start
@@ -72,7 +93,7 @@ for mode in open closed; do
     # Bound: lease + lease/3 + REDIS_TIMEOUT, plus 300 ms of slack. A restart (another run_id)
     # starts a quarantine in which a waiter is granted nothing (docs/design.md, "Failover and
     # data loss"): Q = lease/3 + REDIS_TIMEOUT + 1 s = 1633 ms more.
-    check "redis_restarts_and_stalls ($mode): no libpq call was held longer than 1000 + 333 + 300 + 300 + Q 1633 ms (longest: $worst ms)" '[ "$worst" -le 3566 ]'
+    check "redis_restarts_and_stalls ($mode): no libpq call was held longer than 1000 + 333 + 300 + 300 + Q 1633 ms (longest: $worst ms$([ "${worst%.*}" -gt 3566 ] && echo "; $(c2_slow)"))" '[ "$worst" -le 3566 ]'
     check "redis_restarts_and_stalls ($mode): after recovery at most 4 ran at once (most seen: $recovered in $recovered_n probes)" '[ "$recovered" -le 4 ] && [ "$recovered" -ge 2 ] && [ "$recovered_n" -ge 100 ]'
     if [ $mode = open ]; then
         check "redis_restarts_and_stalls (open): nothing was refused: commands ran on unthrottled" '[ "$errn" -eq 0 ]'
