@@ -454,8 +454,8 @@ static bool load_password_files(dbt_config *cfg, char *err, bool first)
 
 /* A Redis password in the settings file's redis_url while group or others may read the file (the
  * installed /etc/dbthrottle.conf is 0644): warned about as a password file would be, with the
- * way out (redis_password_file). Called before the password files are read, so that a password
- * set is the URL's. */
+ * way out (redis_password_file). Called after the file and before the environment and the
+ * password files, so that a password set is the file's URL's. */
 static void note_password_in_open_file(dbt_config *cfg, const char *file)
 {
     struct stat st;
@@ -512,6 +512,9 @@ bool dbt_config_load_with_default(dbt_config *cfg, char *const *envp, const char
             free(text);
         }
     }
+    /* Here, before the environment: a DBTHROTTLE_REDIS_URL that overrides the file's leaves its
+     * password in the file all the same, readable by whoever may read the file. */
+    note_password_in_open_file(cfg, file);
     for (char *const *e = envp; e && *e; e++) {
         if (strncmp(*e, "DBTHROTTLE_", PREFIX_LEN) != 0)
             continue;
@@ -560,7 +563,6 @@ bool dbt_config_load_with_default(dbt_config *cfg, char *const *envp, const char
             ok = false;
             break;
         }
-    note_password_in_open_file(cfg, file);
     if (!load_password_files(cfg, err, ok))
         ok = false;
     return ok;

@@ -29,7 +29,7 @@ static void assert_rejects(dbt_reply_parser parse, const char *script, const cha
     for (size_t i = 0; i < n; i++) {
         redisReply *r = reply_of(bad[i]);
         char err[DBT_ERRLEN] = "";
-        unsigned char out[2048]; /* the largest reply struct (status: both kinds) fits */
+        unsigned char out[4096]; /* the largest reply struct (status: both kinds) fits */
         cr_assert(out_size <= sizeof out);
         memset(out, 0xa5, sizeof out);
         cr_expect_not(parse(r, out, err), "%s accepted %s", script, bad[i]);

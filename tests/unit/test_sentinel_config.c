@@ -218,6 +218,25 @@ Test(password_file, a_password_in_a_readable_config_files_url_is_warned_about, .
     dbt_config_free(&c);
 }
 
+/* The environment's URL wins over the file's, but the file still holds its password, readable by
+ * whoever may read the file: warned about all the same (it was not, as the URL in force came from
+ * the environment). */
+Test(password_file, a_password_in_a_readable_file_is_warned_about_when_the_environment_wins,
+     .init = make_dir, .fini = remove_dir)
+{
+    dbt_config c;
+    char err[DBT_ERRLEN] = "";
+    const char *conf = file_with("open.conf", "redis_url = redis://:s3cret@coord:6379/2\n", 0644);
+    cr_assert(load(&c, err, env(0, "DBTHROTTLE_CONFIG", conf), "DBTHROTTLE_REDIS_URL=redis://other",
+                   NULL),
+              "%s", err);
+    cr_expect_null(c.redis.password, "the environment's URL, without a password, is in force");
+    cr_assert_not_null(c.config_password_warning);
+    cr_expect(strstr(c.config_password_warning, conf) != NULL, "%s", c.config_password_warning);
+    cr_expect(strstr(c.config_password_warning, "s3cret") == NULL, "%s", c.config_password_warning);
+    dbt_config_free(&c);
+}
+
 /* No warning for a file only its owner reads, for a URL without a password, or for a password
  * that came from the environment and not from the file. */
 Test(password_file, no_warning_when_the_file_does_not_expose_a_password, .init = make_dir,
