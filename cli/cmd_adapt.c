@@ -578,7 +578,8 @@ static int run(controller *c)
                  * workers' ids say what they use now: the controller starts from that (the
                  * lowest, when they disagree), and says so. */
                 cli_limit_use u[8];
-                int nu = o->start ? 0 : cli_limits_in_use(k, u, 8);
+                /* (Not under an override: it is every worker's limit, whatever its ids say.) */
+                int nu = o->start || k->override ? 0 : cli_limits_in_use(k, u, 8);
                 long long in_force_now = cli_effective_limit(k);
                 bool used = false;
                 for (int i = 0; i < nu; i++)

@@ -419,10 +419,13 @@ static int by_host_pid(const void *a, const void *b)
  * began to hold showed 0 held for a renewal period); the record's figures from an older script. */
 static void proc_counts(const cli_pool_view *v, const dbt_proc_record *r, cli_process *p)
 {
-    bool told = false;
-    for (int k = 0; k < DBT_NKINDS; k++) {
+    /* Both kinds counted whole, or the records' figures for both (a count of a sample of a long
+     * queue would say less than there is). */
+    bool told = true;
+    for (int k = 0; k < DBT_NKINDS; k++)
+        told = told && v->kind[k].has_by_proc && v->kind[k].by_proc_whole;
+    for (int k = 0; told && k < DBT_NKINDS; k++) {
         const dbt_status_kind *kd = &v->kind[k];
-        told = told || kd->has_by_proc;
         for (int j = 0; j < kd->nby_proc; j++) {
             const dbt_status_proc_count *c = &kd->by_proc[j];
             if (c->pid == r->pid && strcmp(c->host, r->host) == 0) {

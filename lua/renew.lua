@@ -27,7 +27,7 @@
 -- not a loss.
 -- The arguments after the common ones (lua/protocol/renew.def): the four counts (ARG), then the
 -- groups (GROUP, read with group_arg): the ids, the local counts, the record, the doings, the
--- local waits, until.
+-- local waits, until, the local holds.
 load_classes() -- renew_units
 local now = now_ms()
 local exp = now + LEASE

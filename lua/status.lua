@@ -35,7 +35,8 @@
 -- by their own, which status must say). Then how long the semaphore has been idle (ms, by its
 -- counters' TTL, which every use that touches the keys sets to COUNTER_TTL again, at most TTL/2
 -- late; 0 while anyone holds or waits; -1 without counters), for status' and the exporter's idle
--- filter.
+-- filter. Then 1 when by_process counted every live id, 0 when it read only the first
+-- BY_PROCESS_MAX (the process table then takes the processes' own records).
 local max = ARG.max_rows
 load_classes()
 local now = now_ms()
@@ -49,6 +50,12 @@ local function idle_of(s)
     end
     local left = redis.call('PTTL', s.STATS)
     return left >= 0 and math.max(0, COUNTER_TTL - left) or -1
+end
+-- The most live ids by_process reads (see below), and whether it read them all.
+local BY_PROCESS_MAX = 1000
+local function by_process_whole(s)
+    local n = redis.call('ZCOUNT', s.H, now, '+inf') + redis.call('ZCOUNT', s.W, now, '+inf')
+    return n <= BY_PROCESS_MAX and 1 or 0
 end
 -- The by_process table of s (see the top).
 local function by_process(s)
@@ -68,18 +75,26 @@ local function by_process(s)
             limits[i] = {}
         end
         out[i + field] = out[i + field] + 1
-        limits[i][K.limit_of(id)] = true
+        -- as the id writes it (a number beyond 2^53 stays the digits it was)
+        limits[i][string.match(id, '^[^#]*%.(%d+)') or '1'] = true
         if field == 2 and string.match(info, '^[^\31]*\31([^\31]*)') == 'idle_tx' then
             out[i + 4] = out[i + 4] + 1
         end
     end
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', s.H, now, '+inf')) do
+    -- The first BY_PROCESS_MAX live ids (holders' units included), not all: status, top, the
+    -- exporter and the adaptive controller call this every second or so, and a read of a whole
+    -- long queue would hold Redis (and every worker's call) that long each time.
+    local held = redis.call('ZRANGEBYSCORE', s.H, now, '+inf', 'LIMIT', 0, BY_PROCESS_MAX)
+    for _, id in ipairs(held) do
         if not string.find(id, '#', 1, true) then -- a weighted permit's other units
             add(id, 2)
         end
     end
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', s.W, now, '+inf')) do
-        add(id, 3)
+    local room = BY_PROCESS_MAX - #held
+    if room > 0 then
+        for _, id in ipairs(redis.call('ZRANGEBYSCORE', s.W, now, '+inf', 'LIMIT', 0, room)) do
+            add(id, 3)
+        end
     end
     -- each process' limits after its counts, in ascending order
     local with = {}
@@ -88,7 +103,9 @@ local function by_process(s)
         for limit in pairs(limits[i]) do
             l[#l + 1] = limit
         end
-        table.sort(l)
+        table.sort(l, function(a, b)
+            return #a < #b or (#a == #b and a < b) -- as numbers, without converting them
+        end)
         for j = 0, 4 do
             with[#with + 1] = out[i + j]
         end
@@ -252,7 +269,8 @@ local function snapshot(s)
         oldest = oldest, bounds = bounds, hist = redis.call('HGETALL', s.HIST), nlapsed = nlapsed,
         lapsed = lapsed, sole = redis.call('HGET', s.OWN, '*'),
         override_pttl = redis.call('PTTL', s.LIM), adapt = adapt_record(s),
-        classes_problem = problem, by_process = by_process(s), idle_ms = idle_of(s)}
+        classes_problem = problem, by_process = by_process(s), idle_ms = idle_of(s),
+        by_process_whole = by_process_whole(s)}
 end
 -- The processes that use the pool (renew.lua keeps their records): {cid, expiry, record, ...} of
 -- those not expired, when the caller passes the registry's keys (KEYS[2NK+1], KEYS[2NK+2]).

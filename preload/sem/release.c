@@ -3,6 +3,7 @@
 #include "release.h"
 #include "clock.h"
 #include "handover.h"
+#include "kept.h"
 #include "log.h"
 #include "pool.h"
 #include "script_call.h"
@@ -178,6 +179,7 @@ static void release_permit(dbt_permit *s)
             p->nparked--;
     }
     if (taken) {
+        dbt_kept_note_taken(p, s); /* its hold ended when it was kept there */
         dbt_unlink_slot(p, s);
         pthread_mutex_unlock(&p->mu);
         dbt_free_slot(s);

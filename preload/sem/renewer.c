@@ -98,10 +98,14 @@ static int64_t doing_report_due(const dbt_pool *p, bool *changing)
             continue;
         char now_doing = dbt_slot_doing(s);
         *changing = *changing || s->kind == DBT_KIND_QUERY;
-        bool unseen = s->doing_sent == '\0' ||
-                      (now_doing != DBT_DOING_UNCHANGED && now_doing != s->doing_sent);
-        if (unseen && (due < 0 || s->doing_since_us + DBT_DOING_REPORT_US < due))
-            due = s->doing_since_us + DBT_DOING_REPORT_US;
+        /* A holder Redis does not name (a pass) from when it got the permit, whatever it did
+         * since; a state Redis does not show from when it began. */
+        int64_t since = s->doing_sent == '\0' ? s->t_grant_us
+                        : now_doing != DBT_DOING_UNCHANGED && now_doing != s->doing_sent
+                            ? s->doing_since_us
+                            : -1;
+        if (since >= 0 && (due < 0 || since + DBT_DOING_REPORT_US < due))
+            due = since + DBT_DOING_REPORT_US;
     }
     return due;
 }

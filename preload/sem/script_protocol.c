@@ -1231,14 +1231,17 @@ static bool parse_by_proc(const redisReply *r, dbt_status_kind *k, char *err)
         c->held = (long)held;
         c->waiting = (long)waiting;
         c->idle_in_tx = (long)idle;
+        /* An id any worker could make says what it likes ("x.0", a limit too large for a
+         * long): such a value is left out, not the pool's whole status. */
         for (const char *at = r->element[i + LIMITS]->str; *at;) {
             char *end;
+            errno = 0;
             long limit = strtol(at, &end, 10);
-            if (end == at || limit <= 0 || (*end && *end != ','))
-                return unexpected(err, script, "limits \"%s\"", r->element[i + LIMITS]->str);
-            if (c->nlimits < (int)(sizeof c->limits / sizeof *c->limits))
+            const char *next = strchr(at, ',');
+            bool good = end != at && errno == 0 && limit > 0 && (*end == ',' || !*end);
+            if (good && c->nlimits < (int)(sizeof c->limits / sizeof *c->limits))
                 c->limits[c->nlimits++] = limit;
-            at = *end ? end + 1 : end;
+            at = next ? next + 1 : at + strlen(at);
         }
     }
     return true;
@@ -1285,6 +1288,7 @@ static bool parse_status_kind(const redisReply *r, dbt_status_kind *k, char *err
     if (f.n > DBT_STATUS_SEMAPHORE_R_BY_PROCESS && !parse_by_proc(f.by_process, k, err))
         return false;
     k->idle_ms = f.n > DBT_STATUS_SEMAPHORE_R_IDLE_MS ? f.idle_ms : -1;
+    k->by_proc_whole = f.n > DBT_STATUS_SEMAPHORE_R_BY_PROCESS_WHOLE && f.by_process_whole == 1;
     k->limit_seen = f.seen;
     k->override = f.override;
     k->drained = f.drained != 0;

@@ -30,25 +30,26 @@ print(" ".join(sorted(p["name"] for p in d["pools"])), d["idle_pools_hidden"])'
 }
 
 echo "# idle pools"
-for p in old new drained; do "$D" acquire --limit 2 "$p" -- true; done
+for p in old new drained a-old; do "$D" acquire --limit 2 "$p" -- true; done
 "$D" drain drained >/dev/null
 aged old 7200000
 aged drained 7200000
+aged a-old 7200000
 out=$(pools)
-check "status --json leaves out a pool idle for 2 h, not one just used nor a drained one ($out)" '[ "$out" = "drained new 1" ]'
+check "status --json leaves out pools idle for 2 h (listed first and last), not one just used nor a drained one ($out)" '[ "$out" = "drained new 2" ]'
 "$D" status >"$work/table" 2>&1
 check "the table says what it left out ($(tail -n 1 "$work/table"))" \
-    'grep -q "^1 pool idle for more than 1h[0m]*, used by no live process, not shown (--idle-after off lists them" "$work/table" && ! grep -q "\"old\"" "$work/table"'
+    'grep -q "^2 pools idle for more than 1h[0m]*, used by no live process, not shown (--idle-after off lists them" "$work/table" && ! grep -q "\"old\"" "$work/table"'
 out=$(pools --idle-after off)
-check "--idle-after off lists them all ($out)" '[ "$out" = "drained new old 0" ]'
+check "--idle-after off lists them all ($out)" '[ "$out" = "a-old drained new old 0" ]'
 out=$(pools --idle-after 3h)
-check "--idle-after 3h lists a pool idle for 2 h ($out)" '[ "$out" = "drained new old 0" ]'
+check "--idle-after 3h lists a pool idle for 2 h ($out)" '[ "$out" = "a-old drained new old 0" ]'
 out=$(pools old)
 check "a pool named is listed however idle ($out)" '[ "$out" = "old 0" ]'
 "$D" status --prometheus >"$work/prom"
 check "--prometheus leaves it out too" 'grep -q "pool=\"new\"" "$work/prom" && ! grep -q "pool=\"old\"" "$work/prom"'
 "$D" top -b -n 1 >"$work/top" 2>&1
-check "top leaves it out too" 'grep -q "\"new\"" "$work/top" && ! grep -q "\"old\"" "$work/top" && grep -q "^1 pool idle" "$work/top"'
+check "top leaves it out too" 'grep -q "\"new\"" "$work/top" && ! grep -q "\"old\"" "$work/top" && grep -q "^2 pools idle" "$work/top"'
 "$D" status --idle-after soon >/dev/null 2>"$work/err"; rc=$?
 check "--idle-after soon: exit 2 naming it ($(cat "$work/err"))" '[ $rc -eq 2 ] && grep -q "idle-after" "$work/err"'
 "$D" resume drained >/dev/null
@@ -62,6 +63,13 @@ check "forget old: exit 0 ($out), none of its keys left ($(keys old)), the other
 check "forget of a pool Redis has no key of: exit 1 ($(cat "$work/err"))" '[ $rc -eq 1 ] && grep -q "no pool \"old\"" "$work/err"'
 "$D" forget >/dev/null 2>&1; rc=$?
 check "forget without POOL: exit 2" '[ $rc -eq 2 ]'
+# A name with the glob's bytes forgets that pool only, not those it would match as a pattern.
+for p in 'a*' 'a?' 'ab' 'a[b]'; do "$D" acquire --limit 2 "$p" -- true; done
+kab=$(rcli --scan --pattern 'dbthrottle:{ab}:*' | grep -c .)
+out=$("$D" forget 'a*' 'a?' 2>&1); rc=$?
+check "forget 'a*' 'a?': exit 0 ($out), pool ab's $kab keys and a[b]'s untouched" \
+    '[ $rc -eq 0 ] && [ "$(rcli --scan --pattern "dbthrottle:{ab}:*" | grep -c .)" -eq "$kab" ] && [ "$kab" -gt 0 ] && "$D" status "a[b]" >/dev/null 2>&1 && ! "$D" status "a*" >/dev/null 2>&1'
+"$D" forget ab 'a[b]' a-old >/dev/null
 # in use: a holder (and its process' record)
 "$D" acquire --limit 1 busy -- sleep 60 &
 busy=$!

@@ -505,6 +505,7 @@ typedef struct {
     dbt_status_proc_count *by_proc;
     int nby_proc;
     bool has_by_proc;
+    bool by_proc_whole; /* it counted every live id (else only the first 1000: a sample) */
     /* How long the semaphore has been idle (ms, by its counters' TTL: within TTL/2 of the truth); 0
      * while anyone holds or waits, -1 without counters or from an older status.lua. */
     long long idle_ms;
