@@ -271,6 +271,45 @@ static bool reaped_is(void *arg)
     return hist_count('h', "") >= r->want;
 }
 
+/* A release that says its holder's hold (a permit passed without Redis was held by several in
+ * turn since its grant): that hold goes to the histogram, not the time since the grant. */
+Test(metrics_scripts, a_release_counts_the_hold_its_holder_says, .timeout = 30)
+{
+    cr_assert_eq(acq(CID ".1.1"), DBT_ACQUIRE_GRANTED);
+    dbt_script_call c;
+    dbt_build_release(&c, &keys, DBT_KIND_QUERY, &cfg, CID ".1.1", 2400);
+    bool held;
+    char err[DBT_ERRLEN];
+    redisReply *rep = dbt_script_run(conn, &c, dbt_parse_release, &held, err);
+    cr_assert_not_null(rep, "%s", err);
+    freeReplyObject(rep);
+    cr_expect(held);
+    cr_expect_eq(hist_count('h', ""), 1);
+    cr_expect_eq(hist_sum('h', ""), 2400, "the hold said, not the ~0 ms since the grant");
+    cr_expect_eq(bucket_count('h', bucket_of(2400), ""), 1);
+}
+
+/* Only a waiter that gave up is counted as cancelled; a place withdrawn because its waiter was
+ * served otherwise (a permit passed without Redis) is not. */
+Test(metrics_scripts, only_a_waiter_that_gave_up_is_cancelled, .timeout = 30)
+{
+    cr_assert_eq(acq(CID ".1.1"), DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(CID ".2.1"), DBT_ACQUIRE_QUEUED);
+    cr_assert_eq(acq(CID ".3.1"), DBT_ACQUIRE_QUEUED);
+    dbt_script_call c;
+    dbt_build_cancel(&c, &keys, DBT_KIND_QUERY, &cfg, CID ".2.1", false);
+    dbt_cancel_outcome out;
+    char err[DBT_ERRLEN];
+    redisReply *rep = dbt_script_run(conn, &c, dbt_parse_cancel, &out, err);
+    cr_assert_not_null(rep, "%s", err);
+    freeReplyObject(rep);
+    cr_expect_eq(out, DBT_CANCEL_WITHDRAWN);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "queue"), 1, "withdrawn all the same");
+    cr_expect_eq(test_redis_int(&fx_redis, "HGET " P "stats cancelled"), -1000, "not counted");
+    cr_expect_eq(cancel(CID ".3.1"), DBT_CANCEL_WITHDRAWN);
+    cr_expect_eq(test_redis_int(&fx_redis, "HGET " P "stats cancelled"), 1);
+}
+
 /* Every way out of the holders is one hold: a release, the cancel of a waiter granted meanwhile,
  * an eviction, an expiry; a weighted permit counts once. */
 Test(metrics_scripts, every_way_out_of_the_holders_is_one_hold, .timeout = 60)
