@@ -79,6 +79,10 @@ def parse(path):
                 k = {'c': words[1], 'suffix': words[2], 'comment': comment, **opts(words[3:])}
                 if 'lua' not in k:
                     raise DefError('%s:%d: key %s needs lua=' % (path, no, words[1]))
+                if k.get('sent', 'yes') not in ('yes', 'no'):
+                    raise DefError('%s:%d: key %s: sent=yes or sent=no' % (path, no, words[1]))
+                if k.get('sent', 'yes') == 'yes' and any(x.get('sent') == 'no' for x in d['keys']):
+                    raise DefError('%s:%d: key %s: the sent=no keys come last' % (path, no, words[1]))
                 d['keys'].append(k)
             elif kw == 'kind':
                 if len(words) != 4 or len(words[2]) != 1:
@@ -254,23 +258,31 @@ def lua_table(d):
 
 def lua_keys_table(keys, kinds):
     """NK, KEY_NAMES, semaphore_keys(base), NKINDS and KIND_LETTER, from keys.def."""
+    sent = [k for k in keys if k.get('sent', 'yes') == 'yes']
+    derived = [k for k in keys if k.get('sent', 'yes') == 'no']
     out = ['-- The kinds of semaphore (lua/protocol/keys.def): KIND_LETTER[k], k from 0, in the order',
            '-- of the scripts that take both (their keys: the first kind\'s NK, then the next\'s).',
            'local NKINDS = %d' % len(kinds),
            'local KIND_LETTER = {%s}' % ', '.join("[%d] = '%s'" % (i, k['letter'])
                                                   for i, k in enumerate(kinds)),
-           '-- The keys of one semaphore (lua/protocol/keys.def), in the order every script takes them.',
-           'local NK = %d -- keys per semaphore' % len(keys),
-           '-- Their names in a semaphore (s.NAME), in that order.',
-           'local KEY_NAMES = {%s}' % ', '.join("'%s'" % k['lua'] for k in keys),
-           '-- One semaphore\'s keys by name: KEYS[base + 1 .. base + NK], and its kind letter (one',
-           '-- constructor: a field added after it would make Lua rehash the table at every call).',
-           'local function semaphore_keys(base, kind)',
-           '    return {',
-           '        kind = kind,']
-    for i, k in enumerate(keys):
+           '-- The keys of one semaphore (lua/protocol/keys.def) a call sends, in the order every script',
+           '-- takes them; the operator\'s (sent=no) are named from the first key\'s name instead.',
+           'local NK = %d -- keys per semaphore in KEYS' % len(sent),
+           '-- The names in a semaphore (s.NAME) of the keys in KEYS, in that order.',
+           'local KEY_NAMES = {%s}' % ', '.join("'%s'" % k['lua'] for k in sent),
+           '-- One semaphore\'s keys by name: KEYS[base + 1 .. base + NK], the others with the same',
+           '-- "<prefix>{<pool>}:<kind letter>:", and its kind letter (one constructor: a field added',
+           '-- after it would make Lua rehash the table at every call).',
+           'local function semaphore_keys(base, kind)']
+    if derived:
+        out.append("    local at = string.sub(KEYS[base + 1], 1, -%d)" % (len(sent[0]['suffix']) + 1))
+    out.extend(['    return {', '        kind = kind,'])
+    for i, k in enumerate(sent):
         out.append('        %s = KEYS[base + %d],%s' % (k['lua'], i + 1,
                                                       ' -- ' + k['comment'] if k['comment'] else ''))
+    for k in derived:
+        out.append("        %s = at .. '%s',%s" % (k['lua'], k['suffix'],
+                                                  ' -- ' + k['comment'] if k['comment'] else ''))
     out.append('    }')
     out.append('end')
     return out
@@ -413,6 +425,9 @@ def c_keys(table):
         out.append('    DBT_K_%s,%s' % (k['c'], c_comment(k['comment'])))
     out.append('    DBT_NKEYS')
     out.append('};')
+    out.append('/* How many of them a script call sends (KEYS), the first ones: the operator\'s come last and')
+    out.append(' * are named by the scripts (keys.def, sent=no). */')
+    out.append('#define DBT_NKEYS_SENT %d' % sum(1 for k in keys if k.get('sent', 'yes') == 'yes'))
     out.append('/* Each one\'s name after the semaphore\'s "<prefix>{<pool>}:<kind letter>", in that order. */')
     out.append('#define DBT_KEY_SUFFIXES {%s}' % ', '.join('":%s"' % k['suffix'] for k in keys))
     out.append('')

@@ -125,10 +125,11 @@ void dbt_script_bind_clock(dbt_script_call *c, const char *run_id, int64_t conn_
              (c->until_us + 999) / 1000 + ahead + clock_drift_ms(now_us - at));
 }
 
-/* The keys of one semaphore, in the order the scripts take them, after those already set. */
+/* The keys of one semaphore a call sends (not the operator's: keys.def, sent=no), in the order
+ * the scripts take them, after those already set. */
 static void add_keys(dbt_script_call *c, const dbt_keys *k, dbt_kind kind)
 {
-    for (int i = 0; i < DBT_NKEYS; i++)
+    for (int i = 0; i < DBT_NKEYS_SENT; i++)
         c->keys[c->nkeys++] = k->keys[kind][i];
 }
 

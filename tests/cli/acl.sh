@@ -70,6 +70,39 @@ for c in $(calls "$top"/lua/*.lua); do
 done
 check "every command the scripts call is granted to the users that run them${missing:+ (missing:$missing)}" '[ -z "$missing" ]'
 
+# ---- what each user may write ------------------------------------------------------------------
+# Every key of a pool, of each kind (lua/protocol/keys.def, the one list), as ACL DRYRUN judges a
+# write of it: the worker writes the pool's state but never the operator's keys (the override,
+# the drain, the class definitions, the controller's record); the operator writes them all.
+echo "# what the worker and the operator may write"
+op_keys="limit drain classes limit:adapt"
+denied_bad= allowed_bad=
+for kind in q c; do
+    for suffix in $(sed -n 's/^key [A-Z_]* *\([a-z_]*\).*/\1/p' "$top/lua/protocol/keys.def") limit:adapt holders:tagged queue:tagged owners:h owners:w owners:s; do
+        key="dbthrottle:{p:q:x}:$kind:$suffix"
+        w=$(rcli ACL DRYRUN dbthrottle-worker SET "$key" 1 2>&1)
+        o=$(rcli ACL DRYRUN dbthrottle-operator SET "$key" 1 2>&1)
+        case " $op_keys " in
+        *" $suffix "*) [ "$w" != OK ] || denied_bad="$denied_bad $kind:$suffix" ;;
+        *) [ "$w" = OK ] || allowed_bad="$allowed_bad $kind:$suffix" ;;
+        esac
+        [ "$o" = OK ] || allowed_bad="$allowed_bad operator:$kind:$suffix"
+    done
+done
+for key in "dbthrottle:{p}:wake:00000000000000aa" "dbthrottle:{p}:procs" "dbthrottle:{p}:procinfo"; do
+    [ "$(rcli ACL DRYRUN dbthrottle-worker RPUSH "$key" 1 2>&1)" = OK ] || allowed_bad="$allowed_bad $key"
+done
+check "the worker may write every key of a pool's state (keys.def, both kinds, tags, owners, wake lists, records)${allowed_bad:+ (refused:$allowed_bad)}" '[ -z "$allowed_bad" ]'
+check "the worker may not write the operator's keys ($op_keys, both kinds)${denied_bad:+ (allowed:$denied_bad)}" '[ -z "$denied_bad" ]'
+w_get=$(rcli ACL DRYRUN dbthrottle-worker GET "dbthrottle:{p}:q:limit" 2>&1)
+check "the worker may read them ($w_get)" '[ "$w_get" = OK ]'
+rcli SET "dbthrottle:{wop}:q:limit_seen" 2 >/dev/null
+DBTHROTTLE_REDIS_URL="$wurl" "$D" limit wop 50 --create >/dev/null 2>"$work/wu.limit.err"; w_rc=$?
+DBTHROTTLE_REDIS_URL="$wurl" "$D" drain wop --create >/dev/null 2>"$work/wu.drain.err"; w_drc=$?
+check "dbthrottle limit and drain with the worker's credentials: refused (rc $w_rc, $w_drc: $(head -c 200 "$work/wu.limit.err")), nothing set" \
+    '[ $w_rc -ne 0 ] && [ $w_drc -ne 0 ] && [ "$(rcli EXISTS "dbthrottle:{wop}:q:limit" "dbthrottle:{wop}:q:drain")" = 0 ] && grep -q "access at least one of the keys\\|NOPERM" "$work/wu.limit.err" && grep -q "access at least one of the keys\\|NOPERM" "$work/wu.drain.err"'
+rcli ACL LOG RESET >/dev/null
+
 # ---- workers with the worker user -------------------------------------------------------------
 echo "# workers as dbthrottle-worker"
 rcli ACL LOG RESET >/dev/null

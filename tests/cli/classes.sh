@@ -54,19 +54,21 @@ print(eval(sys.argv[1]))' "$3"
 script() {
     cat "$top/build/gen/scripts/$1.lua"
 }
-# sem POOL: the keys of the pool's query semaphore, the wake prefix and the common arguments.
+# sem POOL: the keys a call sends of the pool's query semaphore (keys.def, but the sent=no ones,
+# which the scripts name themselves), the wake prefix and the common arguments; nkeys: how many.
 sem() {
-    b="dbthrottle:{$1}:q"
-    echo "$b:holders $b:queue $b:wexp $b:seq $b:limit_seen $b:info $b:stats $b:limit $b:drain" \
-        "$b:owners $b:era $b:gone $b:classes $b:classes_seen $b:tags $b:hist" \
-        "dbthrottle:{$1}:wake: q 60000 180000 \"\" 0 0 \"\" \"\""
+    for k in $(sed -n '/sent=no/d; s/^key [A-Z_]* *\([a-z_]*\).*/\1/p' "$top/lua/protocol/keys.def"); do
+        printf '%s ' "dbthrottle:{$1}:q:$k"
+    done
+    echo "dbthrottle:{$1}:wake: q 60000 180000 \"\" 0 0 \"\" \"\""
 }
+nkeys=$(sed -n '/sent=no/d; /^key /p' "$top/lua/protocol/keys.def" | grep -c .)
 # acq POOL ID LIMIT: calls acquire.lua itself (the text the library embeds) on the pool's query
 # semaphore, as a worker would; prints its status (1 granted, 2 queued).
 acq() {
     a_id=$2 a_lim=$3 a_n=$4
     eval "set -- $(sem "$1")"
-    rcli --raw eval "$(script acquire)" 16 "$@" "$a_id" "$a_lim" 0 "classhost 4242 c$a_n" | head -1
+    rcli --raw eval "$(script acquire)" "$nkeys" "$@" "$a_id" "$a_lim" 0 "classhost 4242 c$a_n" | head -1
 }
 
 # ---- bad values: one line each, exit 2, nothing written ---------------------------------------
@@ -164,7 +166,7 @@ check "the refused class was not written: Redis holds $(ndefs cap) classes, extr
 check "at the cap, a defined class can still be changed" '[ $rc -eq 0 ] && defs cap q | grep -qF "('"'"'c3'"'"', '"'"'1'"'"', '"'"'5'"'"'"'
 # Another client (or two operators at once) past the CLI's check: admin.lua refuses it itself.
 eval "set -- $(sem cap)"
-rcli --raw eval "$(script admin)" 16 "$@" class_set "extra:1:0:-:-" >"$work/out" 2>&1
+rcli --raw eval "$(script admin)" "$nkeys" "$@" class_set "extra:1:0:-:-" >"$work/out" 2>&1
 check "admin.lua itself refuses a class past the cap ($(cat "$work/out"))" 'grep -q "ERR dbthrottle: at most $cap classes per pool, and $cap are defined (c1, c2, .*): class extra is not added" "$work/out" && [ "$(ndefs cap)" -eq "$cap" ]'
 
 # Definitions far over the cap, written by hand (or by a version without the cap): 10 000
