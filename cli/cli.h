@@ -68,6 +68,12 @@ redisReply *cli_pool_script(dbt_redis *r, const dbt_config *cfg, const dbt_keys 
 bool cli_admin(dbt_redis *r, const dbt_config *cfg, const char *pool, dbt_kind kind,
                dbt_admin_op op, const char *arg, dbt_admin_reply *out, char *err);
 
+/* Every key that matches the glob `match`, found by SCAN (never KEYS) on r, or with Redis Cluster
+ * on every primary: each batch SCAN returns to `each`, with the server it came from (false stops,
+ * a message in err). False on failure, a message in err. */
+typedef bool (*cli_scan_fn)(dbt_redis *server, const redisReply *keys, void *arg, char *err);
+bool cli_scan_keys(const dbt_config *cfg, dbt_redis *r, const char *match, cli_scan_fn each,
+                   void *arg, char *err);
 /* Every pool with keys under the prefix, found by SCAN (never KEYS), sorted by name; with Redis
  * Cluster, on every primary. Returns the count (names in *out, free with cli_free_names), or -1
  * with a message in err. */
@@ -202,8 +208,6 @@ void cli_render_classes_problem(FILE *out, const dbt_status_kind *k);
 /* status --json: documented in dbthrottle(1), stable (version 1). */
 void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefix,
                      const cli_hidden_idle *hidden);
-/* A JSON string, always valid (control bytes as \u00XX, bytes that are not UTF-8 as U+FFFD). */
-void cli_json_str(FILE *out, const char *s);
 /* status --prometheus and exporter (prom.c): the text exposition format. n < 0: Redis could not
  * be read (dbthrottle_up 0, and only the series that need no Redis). scrape_seconds: how long
  * reading took. */
@@ -213,6 +217,9 @@ void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n, double scra
 const char *cli_record_state(const dbt_proc_record *r, int64_t now_ms, char *reason, size_t cap);
 
 /* ---- names and numbers (text.c) ------------------------------------------------------------ */
+
+/* A JSON string, always valid (control bytes as \u00XX, bytes that are not UTF-8 as U+FFFD). */
+void cli_json_str(FILE *out, const char *s);
 
 /* A sample value without float noise (status --prometheus, the exporter, the histogram bounds):
  * the shortest text that reads back as v ("1.061"), integers without an exponent, "+Inf", "NaN". */

@@ -1,8 +1,6 @@
 /* cmd_forget.c - dbthrottle forget: removes a pool nobody uses from Redis, every key of it. */
 #include "cli.h"
 
-#include "cluster.h"
-
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,49 +57,27 @@ static void in_use(const cli_pool_view *v, char *why, size_t cap)
 #undef SAY
 }
 
-/* UNLINKs every key that matches `match` on one server; their count in *n. */
-static bool unlink_matching(dbt_redis *r, const char *match, long long *n, char *err)
+/* A batch of SCAN's keys of the pool: UNLINKed on the server they came from, counted in *arg. */
+static bool unlink_batch(dbt_redis *server, const redisReply *keys, void *arg, char *err)
 {
-    char cursor[32] = "0";
-    do {
-        const char *argv[] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000"};
-        redisReply *rep = dbt_redis_command(r, 6, argv, NULL, err);
-        if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
-            rep->element[0]->type != REDIS_REPLY_STRING ||
-            rep->element[1]->type != REDIS_REPLY_ARRAY) {
-            if (rep)
-                snprintf(err, DBT_ERRLEN, "unexpected reply to SCAN");
-            freeReplyObject(rep);
-            return false;
-        }
-        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
-        const redisReply *keys = rep->element[1];
-        if (keys->elements) {
-            const char **argv2 = calloc(keys->elements + 1, sizeof *argv2);
-            if (!argv2) {
-                freeReplyObject(rep);
-                return snprintf(err, DBT_ERRLEN, "out of memory"), false;
-            }
-            argv2[0] = "UNLINK";
-            for (size_t i = 0; i < keys->elements; i++)
-                argv2[i + 1] = keys->element[i]->str;
-            redisReply *del = dbt_redis_command(r, (int)keys->elements + 1, argv2, NULL, err);
-            free(argv2);
-            bool ok = del && del->type == REDIS_REPLY_INTEGER;
-            if (ok)
-                *n += del->integer;
-            else if (del)
-                snprintf(err, DBT_ERRLEN, "UNLINK: %s",
-                         del->type == REDIS_REPLY_ERROR ? del->str : "unexpected reply");
-            freeReplyObject(del);
-            if (!ok) {
-                freeReplyObject(rep);
-                return false;
-            }
-        }
-        freeReplyObject(rep);
-    } while (strcmp(cursor, "0") != 0);
-    return true;
+    if (!keys->elements)
+        return true;
+    const char **argv = calloc(keys->elements + 1, sizeof *argv);
+    if (!argv)
+        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    argv[0] = "UNLINK";
+    for (size_t i = 0; i < keys->elements; i++)
+        argv[i + 1] = keys->element[i]->str;
+    redisReply *del = dbt_redis_command(server, (int)keys->elements + 1, argv, NULL, err);
+    free(argv);
+    bool ok = del && del->type == REDIS_REPLY_INTEGER;
+    if (ok)
+        *(long long *)arg += del->integer;
+    else if (del)
+        snprintf(err, DBT_ERRLEN, "UNLINK: %s",
+                 del->type == REDIS_REPLY_ERROR ? del->str : "unexpected reply");
+    freeReplyObject(del);
+    return ok;
 }
 
 /* Every key of the pool: "<prefix>{<pool>}:..." (both escaped: no glob byte in them), on the
@@ -115,24 +91,11 @@ static bool forget_keys(dbt_redis *r, const dbt_config *cfg, const char *pool, l
     size_t lm = strlen(k.base) + 3;
     char *match = malloc(lm);
     bool ok = match != NULL;
-    if (match)
+    if (match) {
         snprintf(match, lm, "%s:*", k.base);
-    else
+        ok = cli_scan_keys(cfg, r, match, unlink_batch, n, err);
+    } else {
         snprintf(err, DBT_ERRLEN, "out of memory");
-    if (ok && dbt_cluster_routing(cfg)) {
-        enum { MAX_PRIMARIES = 64 };
-        dbt_cluster_node *nodes = malloc(MAX_PRIMARIES * sizeof *nodes);
-        int np = nodes ? dbt_cluster_primaries(cfg, nodes, MAX_PRIMARIES, err) : -1;
-        ok = np >= 0;
-        for (int i = 0; ok && i < np; i++) {
-            dbt_endpoint ep = {.host = nodes[i].host, .port = nodes[i].port};
-            dbt_redis *node = dbt_redis_open(cfg, &ep, cfg->redis.user, cfg->redis.password, err);
-            ok = node && unlink_matching(node, match, n, err);
-            dbt_redis_free(node);
-        }
-        free(nodes);
-    } else if (ok) {
-        ok = unlink_matching(r, match, n, err);
     }
     free(match);
     dbt_keys_free(&k);

@@ -229,9 +229,8 @@ int cli_refuse_unknown_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg
     return EXIT_USAGE;
 }
 
-/* SCANs one server for the pools' keys, adding the pools' names to names. */
-static bool scan_pools(dbt_redis *r, const char *eprefix, const char *match, char ***names, int *n,
-                       int *cap, char *err)
+/* SCANs one server for the keys that match `match`, a batch at a time to `each`. */
+static bool scan_one(dbt_redis *r, const char *match, cli_scan_fn each, void *arg, char *err)
 {
     char cursor[32] = "0";
     bool ok = true;
@@ -244,27 +243,21 @@ static bool scan_pools(dbt_redis *r, const char *eprefix, const char *match, cha
             if (rep)
                 snprintf(err, DBT_ERRLEN, "unexpected reply to SCAN");
             freeReplyObject(rep);
-            ok = false;
-            break;
+            return false;
         }
         snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
-        for (size_t i = 0; ok && i < rep->element[1]->elements; i++) {
-            const redisReply *k = rep->element[1]->element[i];
-            char *name = k->type == REDIS_REPLY_STRING ? pool_of_key(k->str, eprefix) : NULL;
-            if (name && !add_name(names, n, cap, name)) {
-                snprintf(err, DBT_ERRLEN, "out of memory");
-                ok = false;
-            }
-        }
+        ok = each(r, rep->element[1], arg, err);
         freeReplyObject(rep);
     } while (ok && strcmp(cursor, "0") != 0);
     return ok;
 }
 
-/* With Redis Cluster each primary holds the pools of its slots: every one is scanned. */
-static bool scan_cluster(const dbt_config *cfg, const char *eprefix, const char *match,
-                         char ***names, int *n, int *cap, char *err)
+bool cli_scan_keys(const dbt_config *cfg, dbt_redis *r, const char *match, cli_scan_fn each,
+                   void *arg, char *err)
 {
+    if (!dbt_cluster_routing(cfg))
+        return scan_one(r, match, each, arg, err);
+    /* With Redis Cluster each primary holds the keys of its slots: every one is scanned. */
     enum { MAX_PRIMARIES = 64 };
     dbt_cluster_node *nodes = malloc(MAX_PRIMARIES * sizeof *nodes);
     if (!nodes)
@@ -273,12 +266,33 @@ static bool scan_cluster(const dbt_config *cfg, const char *eprefix, const char 
     bool ok = np >= 0;
     for (int i = 0; ok && i < np; i++) {
         dbt_endpoint ep = {.host = nodes[i].host, .port = nodes[i].port};
-        dbt_redis *r = dbt_redis_open(cfg, &ep, cfg->redis.user, cfg->redis.password, err);
-        ok = r && scan_pools(r, eprefix, match, names, n, cap, err);
-        dbt_redis_free(r);
+        dbt_redis *node = dbt_redis_open(cfg, &ep, cfg->redis.user, cfg->redis.password, err);
+        ok = node && scan_one(node, match, each, arg, err);
+        dbt_redis_free(node);
     }
     free(nodes);
     return ok;
+}
+
+/* What cli_list_pools gathers: the escaped prefix, and the pools' names so far. */
+typedef struct {
+    const char *eprefix;
+    char **names;
+    int n, cap;
+} pool_names;
+
+/* A batch of SCAN's keys: the pools they belong to, added to the names. */
+static bool add_pools(dbt_redis *r, const redisReply *keys, void *arg, char *err)
+{
+    (void)r;
+    pool_names *pn = arg;
+    for (size_t i = 0; i < keys->elements; i++) {
+        const redisReply *k = keys->element[i];
+        char *name = k->type == REDIS_REPLY_STRING ? pool_of_key(k->str, pn->eprefix) : NULL;
+        if (name && !add_name(&pn->names, &pn->n, &pn->cap, name))
+            return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    }
+    return true;
 }
 
 int cli_list_pools(dbt_redis *r, const dbt_config *cfg, char ***out, char *err)
@@ -294,12 +308,12 @@ int cli_list_pools(dbt_redis *r, const dbt_config *cfg, char ***out, char *err)
         return snprintf(err, DBT_ERRLEN, "out of memory"), -1;
     }
     snprintf(match, lm, "%s{*", eprefix);
-    char **names = NULL;
-    int n = 0, cap = 0;
-    bool ok = dbt_cluster_routing(cfg) ? scan_cluster(cfg, eprefix, match, &names, &n, &cap, err)
-                                       : scan_pools(r, eprefix, match, &names, &n, &cap, err);
+    pool_names pn = {.eprefix = eprefix};
+    bool ok = cli_scan_keys(cfg, r, match, add_pools, &pn, err);
     free(match);
     free(eprefix);
+    char **names = pn.names;
+    int n = pn.n;
     if (!ok) {
         cli_free_names(names, n);
         return -1;

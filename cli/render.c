@@ -623,24 +623,6 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
 /* ---- JSON ----------------------------------------------------------------------------------- */
 
 /* A JSON string: always valid (control bytes as \u00XX, bytes that are not UTF-8 as U+FFFD). */
-void cli_json_str(FILE *out, const char *s)
-{
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        int n = cli_utf8_len(p);
-        if (*p == '"' || *p == '\\')
-            fprintf(out, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(out, "\\u%04x", *p);
-        else if (n > 0)
-            fwrite(p, 1, (size_t)n, out);
-        else
-            fputs("\\ufffd", out);
-        p += n > 0 ? n : 1;
-    }
-    fputc('"', out);
-}
-
 /* A pool's name as a JSON string: shown as text shows it when it is not UTF-8 or holds a
  * backslash (doubled there), so that two names never show alike. */
 static void json_pool(FILE *out, const char *name)

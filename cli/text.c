@@ -117,3 +117,21 @@ void cli_prom_number(double v, char *out, size_t cap)
             return;
     }
 }
+
+void cli_json_str(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int n = cli_utf8_len(p);
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(out, "\\u%04x", *p);
+        else if (n > 0)
+            fwrite(p, 1, (size_t)n, out);
+        else
+            fputs("\\ufffd", out);
+        p += n > 0 ? n : 1;
+    }
+    fputc('"', out);
+}

@@ -72,12 +72,6 @@ bool dbt_permit_park(dbt_permit *s)
     return keep;
 }
 
-void dbt_kept_note_taken(dbt_pool *p, const struct dbt_slot *s)
-{
-    dbt_local_hist_add(&p->unreported_holds[s->kind], p->hist_bounds, p->nbounds, s->klass,
-                       (s->parked_us - s->t_grant_us) / 1000);
-}
-
 bool dbt_permit_unpark(dbt_permit **slot)
 {
     dbt_permit *s = *slot;
@@ -93,7 +87,7 @@ bool dbt_permit_unpark(dbt_permit **slot)
     if (ours && s->shelf && !dbt_sharing_unshelve_own(p, s)) {
         ours = false;
         taken = true;
-        dbt_kept_note_taken(p, s);
+        dbt_pool_note_kept_hold(p, s);
     }
     dbt_reuse_facts f = {.ours = ours,
                          .contended = p->queue[s->kind].keep.contended,
@@ -154,7 +148,7 @@ void dbt_return_parked(dbt_pool *p)
             break;
         if (s->shelf && !dbt_sharing_unshelve_own(p, s)) {
             /* Another process of the host took it off the shelf: its permit now. */
-            dbt_kept_note_taken(p, s);
+            dbt_pool_note_kept_hold(p, s);
             s->parked = false;
             p->nparked--;
             dbt_unlink_slot(p, s);
@@ -163,8 +157,7 @@ void dbt_return_parked(dbt_pool *p)
         }
         /* To another process of the host, if one of its threads waited longest: no Redis. */
         if (dbt_handover_offer_host(p, s)) {
-            dbt_local_hist_add(&p->unreported_holds[s->kind], p->hist_bounds, p->nbounds, s->klass,
-                               (now - s->t_grant_us) / 1000);
+            dbt_pool_note_hold(p, s->kind, s->klass, (now - s->t_grant_us) / 1000);
             s->parked = false;
             p->nparked--;
             dbt_unlink_slot(p, s);
@@ -209,7 +202,7 @@ void dbt_shelf_settle_at_exit(dbt_pool *p)
         next = s->next;
         if (!s->shelf || s->gen != p->gen || dbt_sharing_unshelve_own(p, s))
             continue;
-        dbt_kept_note_taken(p, s);
+        dbt_pool_note_kept_hold(p, s);
         if (s->parked) {
             s->parked = false;
             p->nparked--;

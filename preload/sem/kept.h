@@ -6,10 +6,7 @@
 #include "pool_types.h"
 
 int64_t dbt_parked_due_us(dbt_pool *p); /* p->mu held */
-/* p->mu held: s, kept on the host's shelf, was taken by another process of the host; its hold,
- * which ended when it was kept there, goes to the hold histogram with the next renewal. */
-void dbt_kept_note_taken(dbt_pool *p, const struct dbt_slot *s);
-void dbt_return_parked(dbt_pool *p); /* without p->mu */
+void dbt_return_parked(dbt_pool *p);    /* without p->mu */
 /* p->mu held, at exit or when the pool is freed: this process' permits on the host's shelf come
  * off it, to be given back with the rest of what it holds; those another process took are not
  * this process' to give back any more (unlinked). */

@@ -839,6 +839,16 @@ void dbt_permit_note_idle(dbt_permit *s, bool idle)
     pthread_mutex_unlock(&s->pool->mu);
 }
 
+void dbt_pool_note_hold(dbt_pool *p, dbt_kind kind, const char *klass, int64_t held_ms)
+{
+    dbt_local_hist_add(&p->unreported_holds[kind], p->hist_bounds, p->nbounds, klass, held_ms);
+}
+
+void dbt_pool_note_kept_hold(dbt_pool *p, const struct dbt_slot *s)
+{
+    dbt_pool_note_hold(p, s->kind, s->klass, (s->parked_us - s->t_grant_us) / 1000);
+}
+
 char dbt_slot_doing(const struct dbt_slot *s)
 {
     return s->kind != DBT_KIND_QUERY ? DBT_DOING_UNCHANGED

@@ -167,6 +167,14 @@ char dbt_slot_doing(const struct dbt_slot *s);
 /* s became held at now: by a grant of Redis (which wrote its entry as running, by this holder),
  * or passed without Redis (its entry names the holder before: not known). p->mu held. */
 void dbt_slot_doing_begin(struct dbt_slot *s, bool granted_by_redis, int64_t now);
+/* A hold of ours of kind `kind` (class tag klass) that ended without Redis (the permit passed to
+ * another thread or process, or taken off the host's shelf), for the hold histogram: the next
+ * renewal reports it (pool.unreported_holds). p->mu held. */
+void dbt_pool_note_hold(dbt_pool *p, dbt_kind kind, const char *klass, int64_t held_ms);
+/* The same for s, kept on the host's shelf and taken by another process of the host: its hold
+ * ended when it was kept there. p->mu held. */
+void dbt_pool_note_kept_hold(dbt_pool *p, const struct dbt_slot *s);
+
 /* How long a holder's doing must last, differing from what Redis shows, to be sent before the
  * next renewal: a state that lasts is shown within about this (status' STATE, its idle-in-
  * transaction count, a permit's holder after a pass), a blip costs nothing. */

@@ -3,7 +3,6 @@
 #include "release.h"
 #include "clock.h"
 #include "handover.h"
-#include "kept.h"
 #include "log.h"
 #include "pool.h"
 #include "script_call.h"
@@ -179,7 +178,7 @@ static void release_permit(dbt_permit *s)
             p->nparked--;
     }
     if (taken) {
-        dbt_kept_note_taken(p, s); /* its hold ended when it was kept there */
+        dbt_pool_note_kept_hold(p, s);
         dbt_unlink_slot(p, s);
         pthread_mutex_unlock(&p->mu);
         dbt_free_slot(s);
@@ -209,7 +208,7 @@ static void release_permit(dbt_permit *s)
     bool offered = false;
     struct dbt_slot *to = dbt_handover_release(p, s, &offered);
     if (offered || to)
-        dbt_local_hist_add(&p->unreported_holds[kind], p->hist_bounds, p->nbounds, klass, held_ms);
+        dbt_pool_note_hold(p, kind, klass, held_ms);
     if (offered) {
         /* Another process of the host has it now (its waiting thread takes it from the
          * segment): nothing goes to Redis, and s is ours to forget. */

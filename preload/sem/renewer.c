@@ -522,7 +522,7 @@ static void renew(dbt_pool *p)
     for (struct dbt_slot *s = p->slots, *next; s; s = next) {
         next = s->next;
         if (s->shelf && s->parked && !dbt_sharing_shelf_check(p, s, -1)) {
-            dbt_kept_note_taken(p, s);
+            dbt_pool_note_kept_hold(p, s);
             s->shelf = 0;
             s->parked = false;
             p->nparked--;
