@@ -249,8 +249,12 @@ static acq_sent send_acquire(dbt_pool *p, struct dbt_slot *s, bool try_only, lon
 }
 
 /* Waits on the slot's eventfd until the deadline (-1: none), or a signal interrupts the wait
- * and opts say to stop. */
-static dbt_wait_result wait_wake(struct dbt_slot *s, int64_t deadline_us, const dbt_acquire_opts *o)
+ * and opts say to stop. A slot registered in the host's segment also watches the process' wake
+ * socket (share_fd >= 0), and takes what another process passed it itself: a pass wakes the
+ * waiting thread, not the thread that listens for the process and then the waiter in turn (two
+ * wake-ups in a row on every permit passed between processes). */
+static dbt_wait_result wait_wake(dbt_pool *p, struct dbt_slot *s, int share_fd, int64_t deadline_us,
+                                 const dbt_acquire_opts *o)
 {
     for (;;) {
         int ms = -1;
@@ -260,8 +264,15 @@ static dbt_wait_result wait_wake(struct dbt_slot *s, int64_t deadline_us, const 
                 return DBT_WAIT_TIMED_OUT;
             ms = (int)((left + 999) / 1000);
         }
-        struct pollfd pfd = {.fd = s->efd, .events = POLLIN};
-        int n = poll(&pfd, 1, ms);
+        struct pollfd pfd[2] = {{.fd = s->efd, .events = POLLIN},
+                                {.fd = share_fd, .events = POLLIN}};
+        int n = poll(pfd, share_fd >= 0 ? 2 : 1, ms);
+        if (n > 0 && share_fd >= 0 && pfd[1].revents) {
+            dbt_slot_wake_self(s);
+            dbt_handover_receive(p); /* the caller looks at its slot again */
+            dbt_slot_wake_self(NULL);
+            return DBT_WAIT_WOKEN;
+        }
         if (n > 0) {
             uint64_t v;
             ssize_t rd = read(s->efd, &v, sizeof v);
@@ -689,7 +700,7 @@ static acquire_next wait_turn(acquire_run *a)
      * a waiting thread's now. Not a wait that is over already (a parked command served by the
      * thread that passed it a permit, held.c): the renewer would stop listening for the others'
      * grants, once per command. */
-    if (p->bg_leading && a->s->state == SLOT_QUEUED)
+    if (p->bg_leading && a->s->state == SLOT_QUEUED && !a->s->share_reg)
         dbt_pool_wake_bg(p);
     pthread_mutex_unlock(&p->mu);
     acquire_next next = wait_turn_counted(a);
@@ -766,12 +777,16 @@ static acquire_next wait_turn_counted(acquire_run *a)
         }
         if (!leader && !p->leader_active)
             p->leader_active = leader = true;
+        int share_fd = !leader && s->share_reg ? dbt_sharing_fd(p) : -1;
+        if (share_fd >= 0)
+            p->share_threads_watch = true;
         pthread_mutex_unlock(&p->mu);
         /* A signal that came before we sleep is honoured too, not only one that wakes us. */
         if (o->interrupted && o->interrupted(o->arg))
             w = DBT_WAIT_INTERRUPTED;
         else
-            w = leader ? dbt_listen(p, s, a->deadline, o) : wait_wake(s, a->deadline, o);
+            w = leader ? dbt_listen(p, s, a->deadline, o)
+                       : wait_wake(p, s, share_fd, a->deadline, o);
     }
     if (s->state == SLOT_DOWN) {
         /* Its place may still be queued in Redis: left there, it would reach the head and be
@@ -787,6 +802,20 @@ static acquire_next wait_turn_counted(acquire_run *a)
     if (deadline_passed(a))
         return give_up(a, false, NULL, NULL);
     return NEXT_SEND;
+}
+
+/* A wait registered in the host's segment that no thread of the program runs (parked): the
+ * renewer must watch the wake socket for it again, if it left that to the waiting threads. */
+static void watch_share_for_parked(acquire_run *a)
+{
+    dbt_pool *p = a->p;
+    pthread_mutex_lock(&p->mu);
+    if (p->share_threads_watch && a->s->share_reg) {
+        p->share_threads_watch = false;
+        if (p->bg_leading)
+            dbt_pool_wake_bg(p);
+    }
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* A queued acquire whose wait another thread runs (dbt_acquire_start). */
@@ -808,6 +837,7 @@ static dbt_acq_result run(acquire_run *a, acquire_next next, dbt_permit **out,
         case NEXT_WAIT:
             if (park && (*park = malloc(sizeof **park))) {
                 (*park)->a = *a;
+                watch_share_for_parked(a);
                 return DBT_ACQ_QUEUED;
             }
             park = NULL;

@@ -29,10 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* An orphan place not taken over within this time is withdrawn (cancel.lua): the process' demand
- * has dropped. Long enough to bridge the gap between a thread's two commands, short enough that a
- * place nobody wants does not delay a permit's grant to another process much. */
-#define ORPHAN_IDLE_US INT64_C(50000)
+#define ORPHAN_IDLE_US DBT_ORPHAN_IDLE_US
 
 bool dbt_sole_now(dbt_pool *p, dbt_kind kind)
 {
@@ -175,6 +172,7 @@ static void make_orphan(dbt_pool *p, struct dbt_slot *s, int64_t now)
     free(s->query);
     s->query = NULL;
     p->norphans++;
+    p->orphan_made_us = now;
 }
 
 /* Counts a permit passed to waiter w without Redis, for Redis' counters (the next renewal adds
@@ -252,6 +250,23 @@ void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int6
     }
 }
 
+/* Whether an orphan place is of a kind whose host is not sole now (it is to go at once). Only the
+ * kinds of the orphans there are: a kind nobody here uses (connections, for a pool that throttles
+ * queries only) is never sole, and asking of every kind woke the renewer at each permit passed. */
+static bool orphans_unsole(dbt_pool *p)
+{
+    if (p->norphans == 0)
+        return false;
+    bool seen[DBT_NKINDS] = {false};
+    for (const struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->orphan && s->kind < DBT_NKINDS && !seen[s->kind]) {
+            seen[s->kind] = true;
+            if (!dbt_sole_now(p, s->kind))
+                return true;
+        }
+    return false;
+}
+
 void dbt_handover_receive(dbt_pool *p)
 {
     enum { BATCH = 16 };
@@ -273,12 +288,8 @@ void dbt_handover_receive(dbt_pool *p)
     } while (n == BATCH);
     /* The host's waiters are not the whole queue any more (an "f" another process applied):
      * the places kept for next waiters go (orphan_due), at once. */
-    if (p->norphans > 0)
-        for (int k = 0; k < DBT_NKINDS; k++)
-            if (!dbt_sole_now(p, (dbt_kind)k)) {
-                dbt_pool_wake_bg(p);
-                break;
-            }
+    if (orphans_unsole(p))
+        dbt_pool_wake_bg(p);
     pthread_mutex_unlock(&p->mu);
     dbt_deliver_flush();
 }

@@ -4,6 +4,11 @@
 
 #include "pool_types.h"
 
+/* An orphan place not taken over within this time is withdrawn (cancel.lua): the process' demand
+ * has dropped. Long enough to bridge the gap between a thread's two commands, short enough that a
+ * place nobody wants does not delay a permit's grant to another process much. */
+#define DBT_ORPHAN_IDLE_US INT64_C(50000)
+
 /* handover.c: passing permits between the threads of this process (see lua/acquire.lua). All
  * with p->mu held unless said otherwise. */
 void dbt_lw_push(dbt_pool *p, struct dbt_slot *s);   /* s begins to wait (QUEUED) */

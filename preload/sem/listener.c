@@ -392,7 +392,8 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
     }
     /* Permits other processes of the host pass to ours come by the segment's wake socket. */
     pthread_mutex_lock(&p->mu);
-    int share_fd = dbt_sharing_fd(p);
+    /* Not the renewer's while waiting threads watch the socket themselves (acquire.c). */
+    int share_fd = s == p->bg_slot && p->share_threads_watch ? -1 : dbt_sharing_fd(p);
     pthread_mutex_unlock(&p->mu);
     for (;;) {
         int ms = -1;

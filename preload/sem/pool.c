@@ -599,11 +599,22 @@ void dbt_deliver_flush(void)
         dbt_slot_wake_later(kept_back.slot[i], kept_back.fresh[i]);
 }
 
+/* The slot whose wait the calling thread is running itself, while it takes what the host passed
+ * (dbt_slot_wake_self): a wake for it needs no write, the thread is awake and looks at it next. */
+static __thread struct dbt_slot *waking_self;
+
+void dbt_slot_wake_self(struct dbt_slot *s)
+{
+    waking_self = s;
+}
+
 void dbt_slot_wake(struct dbt_slot *s)
 {
     if (kept_back.pool && keep_back(s))
         return;
     atomic_fetch_add(&s->wakes, 1);
+    if (s == waking_self && atomic_load(&s->notify_plus1) == 0)
+        return;
     if (s->efd >= 0)
         write_one(s->efd);
     int notify = atomic_load(&s->notify_plus1) - 1;
@@ -727,6 +738,10 @@ bool dbt_recycle_slot(dbt_pool *p, struct dbt_slot *s)
      * new one can be promised: only waiting slots get them, and nothing refers to s any more. */
     if (s->efd < 0 || s->waker || p->nspare >= MAX_SPARE || atomic_load(&s->pending_wakes) > 0)
         return false;
+    /* Not a slot of the parent in a fork()ed child (its eventfd is the parent's object too), nor
+     * one released while the pool is freed (its spares are gone already). */
+    if (s->gen != p->gen || p->exiting)
+        return false;
     int efd = s->efd;
     free(s->query);
     memset(s, 0, sizeof *s);
@@ -768,6 +783,15 @@ void dbt_slot_wake_later(struct dbt_slot *s, bool deliverable)
     }
     dbt_slot_wake(s);
     atomic_fetch_sub(&s->pending_wakes, 1);
+}
+
+void dbt_retire_slot(dbt_pool *p, struct dbt_slot *s)
+{
+    pthread_mutex_lock(&p->mu);
+    bool kept = dbt_recycle_slot(p, s);
+    pthread_mutex_unlock(&p->mu);
+    if (!kept)
+        dbt_free_slot(s);
 }
 
 void dbt_free_slot(struct dbt_slot *s)

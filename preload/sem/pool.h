@@ -101,6 +101,9 @@ typedef enum { DBT_WARN_UNTHROTTLED, DBT_WARN_REFUSED, DBT_WARN_TIMEOUT } dbt_wa
 bool dbt_pool_warn_due(dbt_pool *p, dbt_warn_kind k, uint64_t *quiet);
 
 void dbt_slot_wake(struct dbt_slot *s); /* call with p->mu held */
+/* Until called again (NULL), a wake of s from this thread writes nothing: the thread runs s's
+ * wait itself and looks at s once it is done. */
+void dbt_slot_wake_self(struct dbt_slot *s);
 /* A promised wake, without p->mu; `deliverable`: a fresh permit passed to s, which a parked
  * acquire may take in this thread (dbt_acquire_wait_park) instead. */
 void dbt_slot_wake_later(struct dbt_slot *s, bool deliverable);
@@ -118,6 +121,9 @@ void dbt_free_slot(struct dbt_slot *s); /* an unlinked slot, without p->mu */
 /* An unlinked slot nobody uses any more goes to p->spare when it can (p->mu held); false: the
  * caller frees it with dbt_free_slot, without the lock. */
 bool dbt_recycle_slot(dbt_pool *p, struct dbt_slot *s);
+/* An unlinked slot kept for a later acquire (with its eventfd: making and closing one per command
+ * costs two system calls on every command's path), else freed. Without p->mu. */
+void dbt_retire_slot(dbt_pool *p, struct dbt_slot *s);
 void dbt_free_spares(dbt_pool *p); /* p->mu held, or no other thread (fork, free) */
 
 /* Marks held slot s lost (Redis may have given its permit to another): counted and logged once,

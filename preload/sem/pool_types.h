@@ -270,7 +270,9 @@ struct dbt_pool {
     /* handover.c: local handover */
     struct dbt_slot *lw_head[DBT_NKINDS], *lw_tail[DBT_NKINDS]; /* waiting threads, oldest first */
     int norphans; /* slots with orphan set, queued or held */
-    bool exiting; /* dbt_client_exit ran: no more local handover */
+    int64_t
+        orphan_made_us; /* when the last orphan was made (renewer.c: its sleeps while they come) */
+    bool exiting;       /* dbt_client_exit ran: no more local handover */
     /* What local handover did since the last renewal, which adds it to Redis' counters (so
      * dbthrottle status counts every grant). */
     dbt_local_counts unreported[DBT_NKINDS];
@@ -293,6 +295,11 @@ struct dbt_pool {
     uint64_t share_why_said;
     int64_t share_retry_us;
     int nwait_threads; /* threads in acquire's wait (the others' waits are parked) */
+    /* The waits registered in the host's segment are run by their threads, which watch the
+     * process' wake socket themselves (acquire.c, wait_wake): the renewer leaves it out of its
+     * listen, so that a permit another process passes wakes one thread, not two. Until a wait that
+     * no thread runs (parked) registers. */
+    bool share_threads_watch;
 
     /* listener.c: grants: the waiting threads take turns listening */
     dbt_redis *listener; /* the connection that BLPOPs this process' wake list */

@@ -213,13 +213,15 @@ static void release_permit(dbt_permit *s)
         /* Another process of the host has it now (its waiting thread takes it from the
          * segment): nothing goes to Redis, and s is ours to forget. */
         dbt_unlink_slot(p, s);
+        bool kept = dbt_recycle_slot(p, s);
         pthread_mutex_unlock(&p->mu);
         if (tracing) {
             dbt_trace(DBT_LOG_INFO, "release", &before, -1, dbt_now_us() - before.t_grant_us, -1,
                       -1, "to", "a waiting process of this host");
             free(before.query);
         }
-        dbt_free_slot(s);
+        if (!kept)
+            dbt_free_slot(s);
         return;
     }
     if (to) {
@@ -251,7 +253,7 @@ static void release_permit(dbt_permit *s)
         dbt_defer_op(p, DBT_OWED_RELEASE, s->kind, s->id, held_ms);
     dbt_trace(DBT_LOG_INFO, "release", s, -1, dbt_now_us() - s->t_grant_us, -1, -1,
               s->lost ? "lease" : NULL, "lost");
-    dbt_free_slot(s);
+    dbt_retire_slot(p, s);
     for (int i = 0; i < nplaces; i++) { /* the process went idle: see dbt_orphans_take_if_idle */
         dbt_send_cancel(p, DBT_OWED_WITHDRAW, idle_places[i]->kind, idle_places[i]->id);
         dbt_free_slot(idle_places[i]);

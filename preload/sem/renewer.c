@@ -35,6 +35,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* How long after the last orphan was made the renewer sleeps no longer than DBT_ORPHAN_IDLE_US. */
+#define ORPHANS_RECENT_US INT64_C(1000000)
+
 /* The renewal at a quarantine's end comes this long after it, so that Redis (whose clock the
  * reply's "ms left" was counted by) has surely ended it. */
 #define QUARANTINE_MARGIN_US INT64_C(30000)
@@ -861,6 +864,13 @@ static void *thread_main(void *arg)
         }
         if (orphans >= 0 && orphans < due)
             due = orphans;
+        /* While orphans keep coming (each permit another process passes here leaves one, until
+         * the next command adopts it), no sleep past the check of a new one: a thread that makes
+         * one wakes this one only when it sleeps longer (handover.c), and that was every time, a
+         * wake-up per permit passed. */
+        if (p->orphan_made_us && now - p->orphan_made_us < ORPHANS_RECENT_US &&
+            now + DBT_ORPHAN_IDLE_US < due)
+            due = now + DBT_ORPHAN_IDLE_US;
         if (lapse_due >= 0 && lapse_due < due)
             due = lapse_due;
         if (dbt_sharing_registered(p)) {

@@ -5,8 +5,9 @@
  * Held permits move between processes; places never do. A waiting thread is registered in the
  * segment for as long as it waits (dbt_lw_push / dbt_lw_remove call in here); a releasing thread
  * of another process may write its permit into that registration (handover.c) and wake this
- * process' socket; whoever polls it (the leader in dbt_listen, or the renewer) takes the permit
- * through here (dbt_handover_receive): the waiting thread holds it from then on, and its place in
+ * process' socket; whoever polls it (a waiting thread, acquire.c's wait_wake; the leader in
+ * dbt_listen; or the renewer, for waits no thread runs) takes the permit through here
+ * (dbt_handover_receive): the waiting thread holds it from then on, and its place in
  * Redis' queue stays this process', an orphan for its next waiter, as with local handover. This
  * file says what the segment gave; handover.c decides what becomes of it, and calls in here. */
 #include "sharing.h"
@@ -405,6 +406,7 @@ static void after_fork(dbt_pool *p)
 {
     p->share_attaching = false;
     p->nwait_threads = 0; /* the parent's threads are not here */
+    p->share_threads_watch = false;
     if (!p->share)
         return;
     dbt_share_after_fork(p->share);
