@@ -690,6 +690,20 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
  * goes away, or the caller gives up (deadline, signal). Without p->mu on entry and exit. */
 static acquire_next wait_turn_counted(acquire_run *a);
 
+/* The waiting thread that watched the host's wake socket has left: another registered thread
+ * that waits takes the role (woken to), or none is left to (the renewer watches for parked ones:
+ * dbt_sharing_parked_registered). p->mu held. */
+static void pass_share_watch(dbt_pool *p)
+{
+    if (p->share_watcher)
+        return;
+    for (struct dbt_slot *w = p->slots; w; w = w->next)
+        if (w->share_reg && w->thread_waits && !w->orphan && w->state == SLOT_QUEUED) {
+            dbt_slot_wake(w);
+            return;
+        }
+}
+
 static acquire_next wait_turn(acquire_run *a)
 {
     dbt_pool *p = a->p;
@@ -706,6 +720,7 @@ static acquire_next wait_turn(acquire_run *a)
     acquire_next next = wait_turn_counted(a);
     pthread_mutex_lock(&p->mu);
     p->nwait_threads--; /* (a->s may be freed: its thread_waits stays, it leaves the queue) */
+    pass_share_watch(p);
     /* The last waiting thread leaves BLPOPs in flight that may pop the host's "f": the renewer
      * reads their replies (renewer.c, blpops_unread), unless it listens already. */
     if (p->nwait_threads == 0 && p->group[0] && p->blpop_in_flight > 0 && !p->leader_active)
@@ -777,9 +792,12 @@ static acquire_next wait_turn_counted(acquire_run *a)
         }
         if (!leader && !p->leader_active)
             p->leader_active = leader = true;
-        int share_fd = !leader && s->share_reg ? dbt_sharing_fd(p) : -1;
+        /* One waiting thread watches the host's wake socket (see share_watcher). */
+        int share_fd = !leader && s->share_reg && (!p->share_watcher || p->share_watcher == s)
+                           ? dbt_sharing_fd(p)
+                           : -1;
         if (share_fd >= 0)
-            p->share_threads_watch = true;
+            p->share_watcher = s;
         pthread_mutex_unlock(&p->mu);
         /* A signal that came before we sleep is honoured too, not only one that wakes us. */
         if (o->interrupted && o->interrupted(o->arg))
@@ -787,6 +805,12 @@ static acquire_next wait_turn_counted(acquire_run *a)
         else
             w = leader ? dbt_listen(p, s, a->deadline, o)
                        : wait_wake(p, s, share_fd, a->deadline, o);
+        if (share_fd >= 0) {
+            pthread_mutex_lock(&p->mu);
+            if (p->share_watcher == s)
+                p->share_watcher = NULL; /* taken again at the loop's top while s waits */
+            pthread_mutex_unlock(&p->mu);
+        }
     }
     if (s->state == SLOT_DOWN) {
         /* Its place may still be queued in Redis: left there, it would reach the head and be
@@ -810,11 +834,7 @@ static void watch_share_for_parked(acquire_run *a)
 {
     dbt_pool *p = a->p;
     pthread_mutex_lock(&p->mu);
-    if (p->share_threads_watch && a->s->share_reg) {
-        p->share_threads_watch = false;
-        if (p->bg_leading)
-            dbt_pool_wake_bg(p);
-    }
+    dbt_sharing_parked_wait(p, a->s);
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -335,8 +335,10 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
         dbt_slot_wake(w);
         if (s->orphan)
             s->orphan_us = now; /* a fresh place */
-        else
+        else {
             dbt_lw_push(p, s); /* its thread waits on, in its turn */
+            dbt_sharing_parked_wait(p, s);
+        }
         return;
     case DBT_GRANT_GIVE_BACK:
         dbt_pool_wake_bg(p); /* a permit nobody here waits for: the renewer gives it back */
@@ -600,6 +602,7 @@ int dbt_orphans_take_due(dbt_pool *p, struct dbt_slot **out, bool *send, int cap
 static void after_fork(dbt_pool *p)
 {
     p->norphans = 0;
+    p->orphan_made_us = 0;
     memset(p->lw_head, 0, sizeof p->lw_head);
     memset(p->lw_tail, 0, sizeof p->lw_tail);
     dbt_pool_forget_verdicts(p);

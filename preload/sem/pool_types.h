@@ -295,11 +295,13 @@ struct dbt_pool {
     uint64_t share_why_said;
     int64_t share_retry_us;
     int nwait_threads; /* threads in acquire's wait (the others' waits are parked) */
-    /* The waits registered in the host's segment are run by their threads, which watch the
-     * process' wake socket themselves (acquire.c, wait_wake): the renewer leaves it out of its
-     * listen, so that a permit another process passes wakes one thread, not two. Until a wait that
-     * no thread runs (parked) registers. */
-    bool share_threads_watch;
+    /* Who polls the host's wake socket for this process (docs/design.md, "Who watches the
+     * socket"): one waiting thread whose wait is registered in the segment (share_watcher, its
+     * slot; acquire.c, wait_wake), so that a permit another process passes wakes one thread; the
+     * renewer, in its listen, only while a registered wait has no thread (parked: bg_watches_share
+     * says its listen polls the socket). */
+    struct dbt_slot *share_watcher;
+    bool bg_watches_share;
 
     /* listener.c: grants: the waiting threads take turns listening */
     dbt_redis *listener; /* the connection that BLPOPs this process' wake list */

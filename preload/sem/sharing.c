@@ -217,6 +217,22 @@ bool dbt_sharing_registered(const dbt_pool *p)
     return false;
 }
 
+bool dbt_sharing_parked_registered(const dbt_pool *p)
+{
+    if (!p->share)
+        return false;
+    for (const struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->share_reg && !s->thread_waits)
+            return true;
+    return false;
+}
+
+void dbt_sharing_parked_wait(dbt_pool *p, const struct dbt_slot *s)
+{
+    if (s->share_reg && !s->thread_waits && p->bg_leading && !p->bg_watches_share)
+        dbt_pool_wake_bg(p); /* its listen starts again, with the socket */
+}
+
 int dbt_sharing_fd(const dbt_pool *p)
 {
     return p->share ? dbt_share_fd(p->share) : -1;
@@ -406,7 +422,8 @@ static void after_fork(dbt_pool *p)
 {
     p->share_attaching = false;
     p->nwait_threads = 0; /* the parent's threads are not here */
-    p->share_threads_watch = false;
+    p->share_watcher = NULL;
+    p->bg_watches_share = false;
     if (!p->share)
         return;
     dbt_share_after_fork(p->share);

@@ -40,6 +40,12 @@ int dbt_sharing_take(dbt_pool *p, struct dbt_slot **to, dbt_share_permit *permit
  * to it). */
 bool dbt_sharing_registered(const dbt_pool *p);
 /* p->mu held: the wake socket to poll beside the listener (-1: none). */
+/* Whether a wait registered in the segment has no thread of its own (parked): the renewer then
+ * watches the wake socket for it. p->mu held. */
+bool dbt_sharing_parked_registered(const dbt_pool *p);
+/* s, registered, waits with no thread of its own from now on: the renewer, if it listens without
+ * the socket, starts its listen again with it. p->mu held. */
+void dbt_sharing_parked_wait(dbt_pool *p, const struct dbt_slot *s);
 int dbt_sharing_fd(const dbt_pool *p);
 /* p->mu held: whether id was made by this process (its cid part is ours): a permit another
  * process made is never kept between commands (its revoke is pushed to its maker). */
