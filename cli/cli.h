@@ -27,6 +27,7 @@ int cmd_limit(int argc, char **argv);
 int cmd_drain(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_evict(int argc, char **argv);
+int cmd_clients(int argc, char **argv);
 int cmd_forget(int argc, char **argv);
 int cmd_class(int argc, char **argv);
 int cmd_acquire(int argc, char **argv);

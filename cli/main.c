@@ -13,6 +13,7 @@ static const struct {
     {"status", cmd_status,
      "show each pool: limit, holders, waiters, counters (--json, --prometheus)"},
     {"top", cmd_top, "the status, refreshed live in the terminal"},
+    {"clients", cmd_clients, "every connection of the workers, idle too (as SHOW CLIENTS)"},
     {"check", cmd_check, "validate the settings as the library would, and reach Redis"},
     {"limit", cmd_limit, "change a pool's limit live for every worker (or --clear)"},
     {"drain", cmd_drain, "stop new grants in a pool (maintenance)"},

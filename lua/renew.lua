@@ -400,10 +400,18 @@ if PROCS and PINFO and group_arg(GROUP.record, 0, 'goodbye') then
     local cid, rttl = group_arg(GROUP.record, 0, 'cid'), tonumber(group_arg(GROUP.record, 0, 'ttl'))
     if group_arg(GROUP.record, 0, 'goodbye') == '1' then
         redis.call('ZREM', PROCS, cid)
-        redis.call('HDEL', PINFO, cid)
+        redis.call('HDEL', PINFO, cid, cid .. RECORD.CLIENTS_FIELD)
     else
         redis.call('ZADD', PROCS, now + rttl, cid)
         redis.call('HSET', PINFO, cid, now .. '\t' .. group_arg(GROUP.record, 0, 'record'))
+        -- Its connections (dbthrottle clients), beside the record: status.lua reads the records
+        -- only, so that the process table does not carry every process' connections.
+        local clients = group_arg(GROUP.record, 0, 'clients') or ''
+        if clients ~= '' then
+            redis.call('HSET', PINFO, cid .. RECORD.CLIENTS_FIELD, clients)
+        else
+            redis.call('HDEL', PINFO, cid .. RECORD.CLIENTS_FIELD)
+        end
         for _, k in ipairs({PROCS, PINFO}) do
             if redis.call('PTTL', k) < rttl then
                 redis.call('PEXPIRE', k, rttl)
@@ -413,6 +421,10 @@ if PROCS and PINFO and group_arg(GROUP.record, 0, 'goodbye') then
     local gone = redis.call('ZRANGEBYSCORE', PROCS, '-inf', now, 'LIMIT', 0, REAP_BATCH)
     if #gone > 0 then
         redis.call('ZREM', PROCS, unpack(gone))
+        redis.call('HDEL', PINFO, unpack(gone))
+        for i = 1, #gone do
+            gone[i] = gone[i] .. RECORD.CLIENTS_FIELD
+        end
         redis.call('HDEL', PINFO, unpack(gone))
     end
 end

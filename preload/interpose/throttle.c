@@ -167,6 +167,16 @@ static dbt_pool *pool_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
         else
             default_pool(conn, name, sizeof name);
         c->pool = dbt_client_pool(lib->client, lib->cfg.pool ? lib->cfg.pool : name);
+        if (c->pool) {
+            /* dbthrottle clients lists it from now on, idle too (sem's conns.c) */
+            char app[256] = "", server[600];
+            if (c->ident_known)
+                snprintf(app, sizeof app, "%s", c->app);
+            else
+                (void)app_name(conn, app, sizeof app);
+            default_pool(conn, server, sizeof server);
+            dbt_pool_conn_opened(c->pool, c->id, app, server);
+        }
     }
     return c->pool;
 }
@@ -851,6 +861,8 @@ static void give_back(dbt_conn *c)
         return;
     permit_ctx x = {.lib = throttle_lib(), .c = c, .conn = NULL};
     dbt_conn_state_forget(&c->state, &sem_ops, &x);
+    if (c->pool)
+        dbt_pool_conn_closed(c->pool, c->id); /* dbthrottle clients no longer lists it */
     dbt_conn_free(c);
 }
 

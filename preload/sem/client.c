@@ -1,6 +1,7 @@
 /* client.c - a client's life: the client and its pools, created on first use; giving back what
  * the process holds at exit; freeing it all. */
 #include "clock.h"
+#include "conns.h"
 #include "fork.h"
 #include "handover.h"
 #include "kept.h"
@@ -187,6 +188,7 @@ static void free_pool(dbt_pool *p)
         free(p->bg_slot);
     }
     dbt_free_spares(p);
+    dbt_conns_free(p);
     dbt_report_local(p);
     /* Give back what is still held or queued, and what is owed: a process that exits cleanly
      * should not make others wait out its leases. Written without waiting, then every reply is

@@ -5,6 +5,7 @@
 #include "pool.h"
 #include "clock.h"
 #include "cluster.h"
+#include "conns.h"
 #include "fork.h"
 #include "log.h"
 #include "redis_errors.h"
@@ -48,6 +49,12 @@ void dbt_pool_wake_bg(dbt_pool *p)
     pthread_cond_signal(&p->bg_cv);
     if (p->bg_leading)
         dbt_slot_wake(p->bg_slot);
+}
+
+void dbt_pool_report_soon(dbt_pool *p)
+{
+    if (p->thread_started && (p->bg_idle || p->bg_until_us > dbt_now_us() + DBT_DOING_REPORT_US))
+        dbt_pool_wake_bg(p);
 }
 
 bool dbt_pool_bg_may_lead(const dbt_pool *p)
@@ -938,6 +945,7 @@ static void after_fork(dbt_pool *p)
     p->slots = NULL;
     /* Spare slots' eventfds are the parent's objects too (a fork shares them): closed. */
     dbt_free_spares(p);
+    dbt_conns_free(p);
     p->nqueued = p->nheld = 0;
     p->gen++;
     p->in_outage = false;

@@ -185,6 +185,9 @@ void dbt_pool_note_kept_hold(dbt_pool *p, const struct dbt_slot *s);
  * next renewal: a state that lasts is shown within about this (status' STATE, its idle-in-
  * transaction count, a permit's holder after a pass), a blip costs nothing. */
 #define DBT_DOING_REPORT_US INT64_C(1000000)
+/* Something the process reports changed (its connections): the renewer, if it sleeps past
+ * DBT_DOING_REPORT_US, looks again. p->mu held. */
+void dbt_pool_report_soon(dbt_pool *p);
 
 /* The tag a release (or cancel) sent without waiting carries (dbt_pool_send): if its reply says
  * it failed, dbt_pool_put_conn makes it owed (dbt_defer_op). tag: DBT_REDIS_TAG_LEN bytes. */

@@ -270,6 +270,15 @@ struct dbt_pool {
     /* handover.c: local handover */
     struct dbt_slot *lw_head[DBT_NKINDS], *lw_tail[DBT_NKINDS]; /* waiting threads, oldest first */
     int norphans; /* slots with orphan set, queued or held */
+    /* The program's connections on the pool (conns.c), for dbthrottle clients: by name, those
+     * beyond its cap counted only; changed since the last report, since when. */
+    struct dbt_known_conn *known;
+    int nknown;
+    long known_untracked;
+    bool known_changed;
+    int64_t known_changed_us;
+    uint64_t known_sent_digest; /* their states as the last report said them (conns.c) */
+    bool known_sent_busy;
     int64_t
         orphan_made_us; /* when the last orphan was made (renewer.c: its sleeps while they come) */
     bool exiting;       /* dbt_client_exit ran: no more local handover */

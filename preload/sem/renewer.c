@@ -11,6 +11,7 @@
  * thread of it waits, it is the one that listens for that push. */
 #include "renewer.h"
 #include "clock.h"
+#include "conns.h"
 #include "fork.h"
 #include "handover.h"
 #include "kept.h"
@@ -92,7 +93,7 @@ static void warn_idle_in_tx(dbt_pool *p, int64_t now)
  * lease/3). -1: Redis shows every holder as it is; whether any held query permit may change
  * state meanwhile in *changing. The holders a renewal names (renew's test), no other. p->mu
  * held. */
-static int64_t doing_report_due(const dbt_pool *p, bool *changing)
+static int64_t doing_report_due(dbt_pool *p, bool *changing)
 {
     int64_t due = -1;
     *changing = false;
@@ -110,6 +111,13 @@ static int64_t doing_report_due(const dbt_pool *p, bool *changing)
         if (since >= 0 && (due < 0 || since + DBT_DOING_REPORT_US < due))
             due = since + DBT_DOING_REPORT_US;
     }
+    /* a connection opened, closed or changed state (conns.c): dbthrottle clients shows it as
+     * soon, and a busy one is looked at again within DBT_DOING_REPORT_US */
+    bool conns_busy;
+    dbt_conns_look(p, dbt_now_us(), &conns_busy);
+    *changing = *changing || conns_busy;
+    if (p->known_changed && (due < 0 || p->known_changed_us + DBT_DOING_REPORT_US < due))
+        due = p->known_changed_us + DBT_DOING_REPORT_US;
     return due;
 }
 
@@ -561,6 +569,12 @@ static void renew(dbt_pool *p)
     int64_t record_ttl;
     dbt_registry_record(p, record, &record_ttl);
     bool goodbye = p->exiting;
+    /* its connections beside the record (conns.c); none said when they cannot be put in words */
+    char *clients = malloc(DBT_CLIENTS_MAX);
+    if (clients && !dbt_conns_format(p, clients, DBT_CLIENTS_MAX)) {
+        free(clients);
+        clients = NULL;
+    }
     dbt_local_counts local[DBT_NKINDS];
     memcpy(local, p->unreported, sizeof local);
     memset(p->unreported, 0, sizeof p->unreported);
@@ -590,6 +604,8 @@ static void renew(dbt_pool *p)
         dbt_script_call call;
         dbt_build_renew(&call, &p->keys, p->client->cfg, lists, local, args);
         dbt_renew_add_record(&call, &p->keys, p->client->cid, record, record_ttl, goodbye);
+        if (clients)
+            dbt_renew_add_clients(&call, clients);
         for (int k = 0; k < DBT_NKINDS; k++)
             dbt_renew_add_doing(&call, doing[k].ids, doing[k].n);
         dbt_renew_add_local_hist(&call, waits->args);
@@ -632,6 +648,7 @@ static void renew(dbt_pool *p)
     if (!rep && waits)
         give_back_local_waits(p, waits);
     free(waits);
+    free(clients);
     dbt_cancels cancels = {.n = 0};
     if (rep) {
         p->renew_failures = 0;
@@ -813,6 +830,14 @@ static void *thread_main(void *arg)
              * this thread, before its slot counts as queued; the pump at the quarantine's end is
              * then still due once it does.) */
             int64_t beat = p->last_report_us + dbt_registry_heartbeat_us(p);
+            /* a connection opened, closed or changed state meanwhile (conns.c) is reported
+             * within a second; one the last report showed busy is looked at again as soon */
+            bool conns_busy;
+            dbt_conns_look(p, dbt_now_us(), &conns_busy);
+            if (p->known_changed && p->known_changed_us + DBT_DOING_REPORT_US < beat)
+                beat = p->known_changed_us + DBT_DOING_REPORT_US;
+            if (conns_busy && dbt_now_us() + DBT_DOING_REPORT_US < beat)
+                beat = dbt_now_us() + DBT_DOING_REPORT_US;
             if (p->down_until_us > 0 && p->down_until_us < beat)
                 beat = p->down_until_us;
             if (!p->last_report_us || dbt_now_us() >= beat) {

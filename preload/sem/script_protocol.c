@@ -294,7 +294,13 @@ void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid
     c->args[at + DBT_RENEW_RECORD_RECORD] = record;
     c->args[at + DBT_RENEW_RECORD_TTL] = c->record_ttl;
     c->args[at + DBT_RENEW_RECORD_GOODBYE] = goodbye ? "1" : "0";
+    c->args[at + DBT_RENEW_RECORD_CLIENTS] = "";
     c->nargs = c->group_at[DBT_RENEW_G_RECORD + 1];
+}
+
+void dbt_renew_add_clients(dbt_script_call *c, const char *clients)
+{
+    c->args[c->group_at[DBT_RENEW_G_RECORD] + DBT_RENEW_RECORD_CLIENTS] = clients;
 }
 
 void dbt_format_doing(char state, const char *session, const char *who, int64_t held_ms, char *out,
@@ -469,6 +475,72 @@ bool dbt_format_record(const dbt_proc_record *r, char *out, size_t cap)
         out[len] = '\0';
     }
     return true;
+}
+
+static bool next_field(const char **p, char *out, size_t cap);
+
+bool dbt_format_clients(const dbt_client_row *rows, int n, long known, char *out, size_t cap)
+{
+    int w = snprintf(out, cap, "%s\t%ld", DBT_RECORD_CLIENTS_VERSION, known);
+    if (w < 0 || (size_t)w >= cap)
+        return false;
+    size_t len = (size_t)w;
+    for (int i = 0; i < n; i++) {
+        const dbt_client_row *r = &rows[i];
+        char nums[64];
+        snprintf(nums, sizeof nums, "%lld\t%lld", r->for_ms, r->age_ms);
+        const char *field[] = {r->conn, r->state, nums, r->app, r->server};
+        for (size_t f = 0; f < sizeof field / sizeof *field; f++) {
+            if (len + 2 >= cap)
+                return false;
+            out[len++] = f == 0 ? '\n' : '\t';
+            if (f == 2) { /* the numbers' own tab stays */
+                size_t m = strlen(nums);
+                if (len + m + 1 >= cap)
+                    return false;
+                memcpy(out + len, nums, m);
+                len += m;
+            } else {
+                put_text(out, cap, &len, field[f]);
+            }
+        }
+    }
+    if (len + 1 >= cap)
+        return false;
+    out[len] = '\0';
+    return true;
+}
+
+int dbt_parse_clients(const char *text, dbt_client_row *rows, int cap, long *known)
+{
+    char ver[8], count[24];
+    const char *nl = strchr(text, '\n');
+    char head[48];
+    snprintf(head, sizeof head, "%.*s", (int)(nl ? (size_t)(nl - text) : strlen(text)), text);
+    const char *h = head;
+    if (!next_field(&h, ver, sizeof ver) || strcmp(ver, DBT_RECORD_CLIENTS_VERSION) != 0 ||
+        !next_field(&h, count, sizeof count))
+        return -1;
+    *known = atol(count);
+    int n = 0;
+    while (nl && n < cap) {
+        const char *line = nl + 1;
+        nl = strchr(line, '\n');
+        char buf[512], f_for[24], f_age[24];
+        snprintf(buf, sizeof buf, "%.*s", (int)(nl ? (size_t)(nl - line) : strlen(line)), line);
+        const char *q = buf;
+        dbt_client_row *r = &rows[n];
+        memset(r, 0, sizeof *r);
+        if (!next_field(&q, r->conn, sizeof r->conn) ||
+            !next_field(&q, r->state, sizeof r->state) || !next_field(&q, f_for, sizeof f_for) ||
+            !next_field(&q, f_age, sizeof f_age) || !next_field(&q, r->app, sizeof r->app) ||
+            !next_field(&q, r->server, sizeof r->server))
+            return -1;
+        r->for_ms = atoll(f_for);
+        r->age_ms = atoll(f_age);
+        n++;
+    }
+    return n;
 }
 
 /* The next tab-separated field of *p into out (cut to cap); false when there is none. */

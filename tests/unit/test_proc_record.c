@@ -123,3 +123,43 @@ Test(proc_record, host_group_after_the_numbers)
     cr_assert(dbt_parse_record(stored, &back));
     cr_expect_str_eq(back.group, "", "what is not 16 hex digits is no group");
 }
+
+/* A process' connections (dbthrottle clients): read back as written, a tab or a newline in a
+ * client-given name made safe (it would split a row or a field), the count of those not shown
+ * kept, and a buffer too small refused rather than cut mid-row. */
+Test(proc_record, clients_round_trip)
+{
+    dbt_client_row rows[2] = {{.conn = "c1",
+                               .state = DBT_CLIENT_RUNNING,
+                               .for_ms = 1500,
+                               .age_ms = 60000,
+                               .app = "rapport\tété\nx",
+                               .server = "db1:5432/app"},
+                              {.conn = "c7",
+                               .state = DBT_CLIENT_IDLE,
+                               .for_ms = -1,
+                               .age_ms = 5,
+                               .app = "",
+                               .server = "localhost:5432/postgres"}};
+    char text[1024];
+    cr_assert(dbt_format_clients(rows, 2, 9, text, sizeof text));
+    dbt_client_row back[4];
+    long known = 0;
+    int n = dbt_parse_clients(text, back, 4, &known);
+    cr_assert_eq(n, 2);
+    cr_expect_eq(known, 9);
+    cr_expect_str_eq(back[0].conn, "c1");
+    cr_expect_str_eq(back[0].state, "running");
+    cr_expect_eq(back[0].for_ms, 1500);
+    cr_expect_eq(back[0].age_ms, 60000);
+    cr_expect_str_eq(back[0].app, "rapport_été_x");
+    cr_expect_str_eq(back[0].server, "db1:5432/app");
+    cr_expect_str_eq(back[1].state, "idle");
+    cr_expect_eq(back[1].for_ms, -1);
+    cr_expect_str_eq(back[1].app, "");
+    cr_expect_eq(dbt_parse_clients(text, back, 1, &known), 1, "no more rows than room");
+    char small[40];
+    cr_expect_not(dbt_format_clients(rows, 2, 9, small, sizeof small), "too small a buffer");
+    cr_expect_eq(dbt_parse_clients("v1\thost", back, 4, &known), -1, "a record is not clients");
+    cr_expect_eq(dbt_parse_clients("c1\t3\nc1\trunning", back, 4, &known), -1, "a short row");
+}

@@ -192,6 +192,31 @@ bool dbt_format_record(const dbt_proc_record *r, char *out, size_t cap);
 /* Reads "<seen ms>\t<record>" back; false when it is not one (an older or newer format). */
 bool dbt_parse_record(const char *text, dbt_proc_record *r);
 
+/* One connection of a process, as dbthrottle clients shows it (registry.c makes them). */
+typedef struct {
+    char conn[24];    /* "c<N>", as the trace and the holders name it */
+    char state[16];   /* DBT_CLIENT_* */
+    long long for_ms; /* how long it has been in that state (-1: not known, as for idle) */
+    long long age_ms; /* since the library first saw it (its first command) */
+    char app[64];     /* application_name, cut short */
+    char server[128]; /* "<server>/<database>", as the default pool name spells it */
+} dbt_client_row;
+
+#define DBT_CLIENT_RUNNING "running" /* holds a permit for a command */
+#define DBT_CLIENT_IDLE_TX "idle_tx" /* holds one idle inside a transaction */
+#define DBT_CLIENT_KEPT    "kept"    /* keeps one between commands (kept permits) */
+#define DBT_CLIENT_WAITING "waiting" /* waits for a permit */
+#define DBT_CLIENT_IDLE    "idle"    /* none of those */
+#define DBT_CLIENTS_SHOWN  50        /* the most rows a process reports (the busy first) */
+#define DBT_CLIENTS_MAX    (64 + DBT_CLIENTS_SHOWN * 300)
+
+/* The connections' text: "c1\t<known>" then one line per row, fields tab-separated and made safe
+ * (a tab or a control byte becomes '_'); `known` counts those not shown too. False when out is
+ * too small. */
+bool dbt_format_clients(const dbt_client_row *rows, int n, long known, char *out, size_t cap);
+/* Reads it back into up to cap rows: how many, or -1 when it is not that format. */
+int dbt_parse_clients(const char *text, dbt_client_row *rows, int cap, long *known);
+
 /* The record's arguments. */
 #define DBT_RENEW_RECORD_ARGS DBT_RENEW_RECORD_SIZE
 /* Adds the process record to a built renewal (GROUP record): the registry's keys, the client id,
@@ -199,6 +224,8 @@ bool dbt_parse_record(const char *text, dbt_proc_record *r);
  * removed). */
 void dbt_renew_add_record(dbt_script_call *c, const dbt_keys *k, const char *cid,
                           const char *record, int64_t ttl_ms, bool goodbye);
+/* Its connections' text beside it (dbt_format_clients; "" by default: none kept). */
+void dbt_renew_add_clients(dbt_script_call *c, const char *clients);
 
 /* What the holders named by a renewal do now, one argument per held id, in the order of the
  * renewal's held ids (the query kind's, then the connection kind's), made by dbt_format_doing:

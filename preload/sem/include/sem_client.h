@@ -235,6 +235,12 @@ void dbt_pool_announce(dbt_pool *p);
  * after a wait timed out, never on the way of a command that may proceed. */
 bool dbt_pool_explain_wait(dbt_pool *p, char *out, size_t cap);
 
+/* The program's connection `conn` ("c<N>") uses pool p from now on, with its application_name
+ * and its server ("<server>/<database>"), until dbt_pool_conn_closed: dbthrottle clients lists
+ * it, idle too, with what it does (docs/operations.md, "Clients"). */
+void dbt_pool_conn_opened(dbt_pool *p, const char *conn, const char *app, const char *server);
+void dbt_pool_conn_closed(dbt_pool *p, const char *conn);
+
 /* Counts a command that ran without a permit, not through dbt_acquire: one inside a transaction
  * that began unthrottled (Redis unreachable, open mode), which must not queue mid-way. */
 void dbt_pool_count_unthrottled(dbt_pool *p);
