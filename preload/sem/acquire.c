@@ -796,8 +796,10 @@ static acquire_next wait_turn_counted(acquire_run *a)
         int share_fd = !leader && s->share_reg && (!p->share_watcher || p->share_watcher == s)
                            ? dbt_sharing_fd(p)
                            : -1;
-        if (share_fd >= 0)
+        if (share_fd >= 0) {
             p->share_watcher = s;
+            p->share_threads_watch = true;
+        }
         pthread_mutex_unlock(&p->mu);
         /* A signal that came before we sleep is honoured too, not only one that wakes us. */
         if (o->interrupted && o->interrupted(o->arg))

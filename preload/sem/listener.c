@@ -392,9 +392,11 @@ dbt_wait_result dbt_listen(dbt_pool *p, struct dbt_slot *s, int64_t deadline_us,
     }
     /* Permits other processes of the host pass to ours come by the segment's wake socket. */
     pthread_mutex_lock(&p->mu);
-    /* The renewer's only while a registered wait has no thread of its own (parked): the others'
-     * threads watch the socket themselves (acquire.c). */
-    int share_fd = s != p->bg_slot || dbt_sharing_parked_registered(p) ? dbt_sharing_fd(p) : -1;
+    /* The renewer's unless waiting threads watch the socket themselves (acquire.c) and no
+     * registered wait is parked (no thread of its own). */
+    int share_fd = s != p->bg_slot || !p->share_threads_watch || dbt_sharing_parked_registered(p)
+                       ? dbt_sharing_fd(p)
+                       : -1;
     if (s == p->bg_slot)
         p->bg_watches_share = share_fd >= 0;
     pthread_mutex_unlock(&p->mu);

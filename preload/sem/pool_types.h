@@ -307,9 +307,11 @@ struct dbt_pool {
     /* Who polls the host's wake socket for this process (docs/design.md, "Who watches the
      * socket"): one waiting thread whose wait is registered in the segment (share_watcher, its
      * slot; acquire.c, wait_wake), so that a permit another process passes wakes one thread; the
-     * renewer, in its listen, only while a registered wait has no thread (parked: bg_watches_share
+     * renewer, in its listen, unless such threads do (share_threads_watch: set when one takes
+     * the role, cleared when a wait parks) and no registered wait is parked (bg_watches_share
      * says its listen polls the socket). */
     struct dbt_slot *share_watcher;
+    bool share_threads_watch;
     bool bg_watches_share;
 
     /* listener.c: grants: the waiting threads take turns listening */

@@ -229,7 +229,10 @@ bool dbt_sharing_parked_registered(const dbt_pool *p)
 
 void dbt_sharing_parked_wait(dbt_pool *p, const struct dbt_slot *s)
 {
-    if (s->share_reg && !s->thread_waits && p->bg_leading && !p->bg_watches_share)
+    if (!s->share_reg || s->thread_waits)
+        return;
+    p->share_threads_watch = false;
+    if (p->bg_leading && !p->bg_watches_share)
         dbt_pool_wake_bg(p); /* its listen starts again, with the socket */
 }
 
@@ -423,6 +426,7 @@ static void after_fork(dbt_pool *p)
     p->share_attaching = false;
     p->nwait_threads = 0; /* the parent's threads are not here */
     p->share_watcher = NULL;
+    p->share_threads_watch = false;
     p->bg_watches_share = false;
     if (!p->share)
         return;

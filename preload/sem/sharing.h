@@ -43,8 +43,9 @@ bool dbt_sharing_registered(const dbt_pool *p);
 /* Whether a wait registered in the segment has no thread of its own (parked): the renewer then
  * watches the wake socket for it. p->mu held. */
 bool dbt_sharing_parked_registered(const dbt_pool *p);
-/* s, registered, waits with no thread of its own from now on: the renewer, if it listens without
- * the socket, starts its listen again with it. p->mu held. */
+/* s, registered, waits with no thread of its own from now on: the renewer watches the socket
+ * again (share_threads_watch cleared), and if it listens without it, starts its listen again with
+ * it. p->mu held. */
 void dbt_sharing_parked_wait(dbt_pool *p, const struct dbt_slot *s);
 int dbt_sharing_fd(const dbt_pool *p);
 /* p->mu held: whether id was made by this process (its cid part is ours): a permit another
