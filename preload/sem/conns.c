@@ -119,6 +119,9 @@ static void state_of(const dbt_pool *p, const struct dbt_known_conn *k, int64_t 
 /* How many connections a look at their states (dbt_conns_look) covers: a program with thousands
  * costs the renewer no more than this per look. */
 #define LOOK_MAX 256
+/* How many a report looks at for the busy ones to show first (the newest: the list is newest
+ * first); the others count in its total. */
+#define FORMAT_LOOK_MAX 1024
 
 /* A digest of the connections' states now, and whether any is busy (not idle). p->mu held. */
 static uint64_t digest(const dbt_pool *p, int64_t now, bool *busy)
@@ -157,8 +160,10 @@ bool dbt_conns_format(dbt_pool *p, char *out, size_t cap)
     /* The busy ones first, then the idle, up to DBT_CLIENTS_SHOWN: a process with hundreds of
      * idle connections still shows the one that waits. */
     int n = 0;
-    for (int pass = 0; pass < 2 && n < DBT_CLIENTS_SHOWN; pass++)
-        for (const struct dbt_known_conn *k = p->known; k && n < DBT_CLIENTS_SHOWN; k = k->next) {
+    for (int pass = 0; pass < 2 && n < DBT_CLIENTS_SHOWN; pass++) {
+        int looked = 0; /* the lock is held: a program with thousands costs no more than this */
+        for (const struct dbt_known_conn *k = p->known;
+             k && n < DBT_CLIENTS_SHOWN && looked < FORMAT_LOOK_MAX; k = k->next, looked++) {
             dbt_client_row r = {0};
             state_of(p, k, now, &r);
             bool idle = strcmp(r.state, DBT_CLIENT_IDLE) == 0;
@@ -170,6 +175,7 @@ bool dbt_conns_format(dbt_pool *p, char *out, size_t cap)
             r.age_ms = (now - k->opened_us) / 1000;
             rows[n++] = r;
         }
+    }
     bool ok = n == 0 && p->known_untracked == 0
                   ? (out[0] = '\0', true)
                   : dbt_format_clients(rows, n, p->nknown + p->known_untracked, out, cap);
