@@ -28,6 +28,8 @@ int cmd_drain(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_evict(int argc, char **argv);
 int cmd_clients(int argc, char **argv);
+int cmd_set(int argc, char **argv);
+int cmd_settings(int argc, char **argv);
 int cmd_forget(int argc, char **argv);
 int cmd_class(int argc, char **argv);
 int cmd_acquire(int argc, char **argv);

@@ -19,6 +19,8 @@ static const struct {
     {"drain", cmd_drain, "stop new grants in a pool (maintenance)"},
     {"resume", cmd_resume, "grant again after a drain"},
     {"evict", cmd_evict, "free one stuck permit by hand"},
+    {"set", cmd_set, "set a pool's live setting for every worker (wait_timeout, ...)"},
+    {"settings", cmd_settings, "list a pool's live settings"},
     {"forget", cmd_forget, "remove a pool nobody uses from Redis (status lists it no more)"},
     {"class", cmd_class, "define a pool's classes: guaranteed shares, priority, waits"},
     {"acquire", cmd_acquire, "run any command while it holds a permit of a pool"},

@@ -142,6 +142,44 @@ elseif op == OP.CLASS_SET or op == OP.CLASS_CLEAR or op == OP.AGING then
     else
         redis.call('SET', S.CLASSES, text)
     end
+elseif op == OP.SETTING_SET or op == OP.SETTING_CLEAR then
+    -- The pool's live settings (docs/design.md, "Live settings per pool"): one STRING per pool,
+    -- "v<version>\n" then "key=value\n" lines, rewritten whole with the version one up, so that a
+    -- renewal sees any change by its version alone. The values were checked by the command with
+    -- the library's own parser; the workers check them again.
+    local key = string.sub(S.LIM, 1, -#'q:limit' - 1) .. 'settings'
+    local text = redis.call('GET', key) or ''
+    local version = tonumber(string.match(text, '^v(%d+)')) or 0
+    local vals, order = {}, {}
+    for k, v in string.gmatch(text, '\n([^=\n]+)=([^\n]*)') do
+        if vals[k] == nil then
+            order[#order + 1] = k
+        end
+        vals[k] = v
+    end
+    if op == OP.SETTING_SET then
+        local k, v = string.match(arg, '^([^=\n]+)=([^\n]*)$')
+        if not k then
+            return redis.error_reply('admin.lua: not key=value: ' .. arg)
+        end
+        if vals[k] == nil then
+            order[#order + 1] = k
+        end
+        vals[k] = v
+    elseif arg == '*' then
+        vals = {}
+    else
+        vals[arg] = nil
+    end
+    local lines = {'v' .. (version + 1)}
+    table.sort(order)
+    for _, k in ipairs(order) do
+        if vals[k] ~= nil then
+            lines[#lines + 1] = k .. '=' .. vals[k]
+        end
+    end
+    -- Never deleted: a worker that applied version N must see N + 1, even with nothing left.
+    redis.call('SET', key, table.concat(lines, '\n') .. '\n')
 else
     return redis.error_reply('admin.lua: unknown operation ' .. tostring(op))
 end
@@ -151,7 +189,7 @@ if op == OP.DRAIN or op == OP.LIMIT then
 end
 -- A process passing permits between its own threads (local handover) would not see a new
 -- limit, a drain, an eviction or new classes: it is told to stop and give its permits back to Redis.
-if op ~= OP.CLEAR and op ~= OP.RESUME then
+if op ~= OP.CLEAR and op ~= OP.RESUME and op ~= OP.SETTING_SET and op ~= OP.SETTING_CLEAR then
     K.end_sole(S, nil)
     K.end_shares(S) -- and a host passing within its share (docs/design.md, "Shares")
 end

@@ -428,6 +428,17 @@ if PROCS and PINFO and group_arg(GROUP.record, 0, 'goodbye') then
         redis.call('HDEL', PINFO, unpack(gone))
     end
 end
+-- The pool's live settings (docs/design.md, "Live settings per pool"), beside the registry's keys
+-- (the operator's, read undeclared as the limit is): their text when their version is not the
+-- one the process applied ("" when there are none), else false: no bytes while nothing changes.
+local live = false
+local applied = tonumber(group_arg(GROUP.live, 0, 'version') or '')
+if applied and PINFO then
+    local text = redis.call('GET', string.sub(PINFO, 1, -#'procinfo' - 1) .. 'settings') or ''
+    if (tonumber(string.match(text, '^v(%d+)')) or 0) ~= applied then
+        live = text
+    end
+end
 return reply{lost_holders = lost_h, lost_waiters = lost_w, granted_waiters = granted_w,
     queue = queued, handover_allowed = allowed, quarantine = quarantined, why = why,
-    reasserted = back, sole_owner = sole, now = now, share = share, held = holding}
+    reasserted = back, sole_owner = sole, now = now, share = share, held = holding, live = live}

@@ -351,7 +351,7 @@ const dbt_setting dbt_settings[] = {
      .doc = "the name of the shared limit; unset = each connection's host:port/dbname"},
     {"wait_timeout", "DBTHROTTLE_WAIT_TIMEOUT", "2m", &as_duration, FIELD(wait_timeout_ms),
      .rule.duration = {.allow_zero = true, .allow_forever = true}, .worker_only = true,
-     .doc = "longest wait for a permit; 0 = never wait"},
+     .live = true, .doc = "longest wait for a permit; 0 = never wait"},
     {"lease", "DBTHROTTLE_LEASE", "10s", &as_bounded_duration, FIELD(lease_ms),
      .rule.duration = {.min_ms = 200, .max_ms = 3600000, .range = "must be from 200ms to 1h"},
      .worker_only = true, .doc = "a dead holder's permit returns within lease + lease/3"},
@@ -452,6 +452,59 @@ const dbt_setting *dbt_setting_find(const char *key)
         if (strcmp(key, s->env) == 0 || strcasecmp(key, s->key) == 0)
             return s;
     return NULL;
+}
+
+const dbt_setting *dbt_live_find(const char *key)
+{
+    const dbt_setting *s = dbt_setting_find(key);
+    return s && s->live ? s : NULL;
+}
+
+bool dbt_live_parse(const char *text, dbt_live *out, char *refused, size_t cap)
+{
+    memset(out, 0, sizeof *out);
+    refused[0] = '\0';
+    if (text[0] != 'v')
+        return false;
+    char *end;
+    long long v = strtoll(text + 1, &end, 10);
+    if (end == text + 1 || v <= 0 || (*end != '\n' && *end != '\0'))
+        return false;
+    out->version = v;
+    size_t used = 0;
+    for (const char *line = *end ? end + 1 : end; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%.*s", (int)len, line);
+        line = nl ? nl + 1 : line + len;
+        if (!buf[0])
+            continue;
+        char *eq = strchr(buf, '=');
+        char err[DBT_ERRLEN] = "";
+        const dbt_setting *s = NULL;
+        if (!eq) {
+            snprintf(err, sizeof err, "not key=value");
+        } else {
+            *eq = '\0';
+            s = dbt_live_find(buf);
+            if (!s)
+                snprintf(err, sizeof err, "not a live setting");
+            else if (s->kind->parse(s, &out->cfg, eq + 1, err))
+                out->set[s - dbt_settings] = true;
+        }
+        if (err[0] && used + 1 < cap) {
+            int w = snprintf(refused + used, cap - used, "%s%s: %s", used ? "; " : "", buf, err);
+            if (w > 0)
+                used = used + (size_t)w < cap ? used + (size_t)w : cap - 1;
+        }
+    }
+    return true;
+}
+
+void dbt_live_free(dbt_live *l)
+{
+    dbt_settings_release(&l->cfg);
 }
 
 void dbt_settings_release(dbt_config *cfg)

@@ -297,6 +297,13 @@ static bool outcome(dbt_conn *c, dbt_pool *pool, dbt_kind kind, int limit, bool 
          * transaction idle on its workers or on a full pipe holds the permit): say so. */
         int64_t waited_ms = now_ms() - t0;
         char why[1200] = "DBTHROTTLE_WAIT_TIMEOUT reached", deadlock[1000];
+        bool live = false;
+        (void)dbt_pool_wait_timeout_ms(pool, 0, &live);
+        if (live)
+            snprintf(why, sizeof why,
+                     "the pool's live wait_timeout reached (set by the operator: dbthrottle "
+                     "settings %.100s)",
+                     name);
         long long class_wait;
         if (dbt_last_class_wait(&class_wait))
             snprintf(why, sizeof why,
@@ -371,8 +378,12 @@ static dbt_verdict take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind 
     dbt_pool *pool = pool_of(lib, c, conn);
     if (!pool)
         return DBT_PROCEED; /* out of memory: better unthrottled than a crash */
+    /* the operator's live value for the pool, if set (dbthrottle set), else the process' own */
+    bool live = false;
     dbt_acquire_opts o = {.limit = limit,
-                          .wait_ms = lib->cfg.wait_timeout_ms,
+                          .wait_ms =
+                              dbt_pool_wait_timeout_ms(pool, lib->cfg.wait_timeout_ms, &live),
+                          .wait_live = live,
                           .conn = c->id,
                           .query = lib->cfg.log_query ? query : NULL,
                           .klass = class_of(lib, c, conn),
@@ -780,8 +791,11 @@ dbt_verdict dbt_throttle_held_wait(PGconn *conn, dbt_acquire_wait *pending, int6
     if (!c || !c->pool)
         return DBT_PROCEED; /* never: the send that queued made both */
     int limit = limit_of(lib, DBT_KIND_QUERY);
+    bool live = false;
     dbt_acquire_opts o = {.limit = limit,
-                          .wait_ms = lib->cfg.wait_timeout_ms,
+                          .wait_ms =
+                              dbt_pool_wait_timeout_ms(c->pool, lib->cfg.wait_timeout_ms, &live),
+                          .wait_live = live,
                           .conn = c->id,
                           .interrupted = interrupted,
                           .arg = arg,

@@ -358,7 +358,9 @@ static void drop_slot(dbt_pool *p, struct dbt_slot *s)
 /* Why a wait of s timed out when its class's wait ended it (NULL: DBTHROTTLE_WAIT_TIMEOUT). */
 static const char *class_wait_reason(const struct dbt_slot *s)
 {
-    return s->class_wait_ms >= 0 ? "the class's wait reached" : NULL;
+    return s->class_wait_ms >= 0 ? "the class's wait reached"
+           : s->wait_live        ? "the pool's live wait_timeout reached (dbthrottle set)"
+                                 : NULL;
 }
 
 /* The end without a permit: s is unlinked (if `linked`) and freed, and the outcome counted: a
@@ -462,6 +464,7 @@ static struct dbt_slot *new_slot(acquire_run *a)
     s->limit = o->limit > 0 ? o->limit : 1;
     s->weight = o->weight > 1 ? o->weight : 1;
     s->class_wait_ms = -1;
+    s->wait_live = o->wait_live;
     snprintf(s->klass, sizeof s->klass, "%s",
              o->klass && o->klass[0] ? o->klass
              : s->weight > 1         ? "-"

@@ -6,6 +6,7 @@
 #include "handover.h"
 #include "kept.h"
 #include "listener.h"
+#include "live.h"
 #include "log.h"
 #include "pool.h"
 #include "relay.h"
@@ -189,6 +190,7 @@ static void free_pool(dbt_pool *p)
     }
     dbt_free_spares(p);
     dbt_conns_free(p);
+    dbt_live_drop(p);
     dbt_report_local(p);
     /* Give back what is still held or queued, and what is owed: a process that exits cleanly
      * should not make others wait out its leases. Written without waiting, then every reply is

@@ -104,6 +104,7 @@ struct dbt_slot {
     /* Its class's wait (ms; -1 none), from acquire.lua's reply: a thread that adopts this place
      * (no reply of its own) waits by it too (same shape, same class). */
     long long class_wait_ms;
+    bool wait_live;   /* its wait is the pool's live wait_timeout (dbt_acquire_opts.wait_live) */
     int efd;          /* eventfd written when the state changes or the listener role passes; -1 if
                        * the caller does not wait */
     dbt_waker *waker; /* the caller's, while efd is published in it */
@@ -278,6 +279,8 @@ struct dbt_pool {
     bool known_changed;
     int64_t known_changed_us;
     uint64_t known_sent_digest; /* their states as the last report said them (conns.c) */
+    /* The pool's live settings as last applied (live.c), NULL none: read under p->mu. */
+    struct dbt_live *live;
     bool known_sent_busy;
     int64_t
         orphan_made_us; /* when the last orphan was made (renewer.c: its sleeps while they come) */

@@ -17,6 +17,7 @@
 #include "kept.h"
 #include "lapse.h"
 #include "listener.h"
+#include "live.h"
 #include "log.h"
 #include "pool.h"
 #include "registry.h"
@@ -570,6 +571,7 @@ static void renew(dbt_pool *p)
     dbt_registry_record(p, record, &record_ttl);
     bool goodbye = p->exiting;
     /* its connections beside the record (conns.c); none said when they cannot be put in words */
+    long long live_version = dbt_live_version(p);
     char *clients = malloc(DBT_CLIENTS_MAX);
     if (clients && !dbt_conns_format(p, clients, DBT_CLIENTS_MAX)) {
         free(clients);
@@ -611,6 +613,7 @@ static void renew(dbt_pool *p)
         dbt_renew_add_local_hist(&call, waits->args);
         dbt_renew_add_until(&call, believed_until, &clock);
         dbt_renew_add_local_holds(&call, waits->holds_args);
+        dbt_renew_add_live(&call, live_version);
         rep = dbt_pool_run(p, "renew", &call, dbt_parse_renew, &reply, err);
         if (rep && total > 0) /* it checked the era of both kinds */
             dbt_pool_era_seen(p, call.era_token);
@@ -650,10 +653,13 @@ static void renew(dbt_pool *p)
     free(waits);
     free(clients);
     dbt_cancels cancels = {.n = 0};
+    char *live = NULL;
     if (rep) {
         p->renew_failures = 0;
         p->reported = !goodbye;
         apply_renewal(p, &reply, sent, nmine, shares, named, &cancels);
+        if (reply.live)
+            live = strdup(reply.live); /* applied below, without the lock */
         freeReplyObject(rep);
     } else {
         renewal_failed(p, sent);
@@ -661,6 +667,12 @@ static void renew(dbt_pool *p)
         (void)dbt_lapse_take_due(p, dbt_now_us(), cancel_hook != NULL, &cancels);
     }
     send_cancels(p, &cancels);
+    if (live) { /* the pool's live settings changed (live.c) */
+        pthread_mutex_unlock(&p->mu);
+        dbt_live_apply(p, live);
+        pthread_mutex_lock(&p->mu);
+        free(live);
+    }
 }
 
 static void timed_park(dbt_pool *p, int64_t until_us)

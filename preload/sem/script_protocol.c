@@ -422,6 +422,14 @@ void dbt_renew_add_local_holds(dbt_script_call *c, const char *const text[DBT_NK
     c->nargs = c->group_at[DBT_RENEW_G_HOLDS + 1];
 }
 
+void dbt_renew_add_live(dbt_script_call *c, long long version)
+{
+    int at = renew_group(c, DBT_RENEW_G_LIVE);
+    snprintf(c->live_version, sizeof c->live_version, "%lld", version);
+    c->args[at + DBT_RENEW_LIVE_VERSION] = c->live_version;
+    c->nargs = c->group_at[DBT_RENEW_G_LIVE + 1];
+}
+
 void dbt_renew_add_until(dbt_script_call *c, int64_t until_us, const dbt_redis_clock *clock)
 {
     c->until_us = until_us;
@@ -917,6 +925,7 @@ bool dbt_parse_renew(const redisReply *r, void *out, char *err)
         rr->share[k] = shares ? f.share[k] : -1;
         rr->held[k] = shares ? f.held[k] : 0;
     }
+    rr->live = f.n > DBT_RENEW_R_LIVE ? f.live : NULL;
     return true;
 }
 

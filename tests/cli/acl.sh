@@ -96,6 +96,15 @@ check "the worker may write every key of a pool's state (keys.def, both kinds, t
 check "the worker may not write the operator's keys ($op_keys, both kinds)${denied_bad:+ (allowed:$denied_bad)}" '[ -z "$denied_bad" ]'
 w_get=$(rcli ACL DRYRUN dbthrottle-worker GET "dbthrottle:{p}:q:limit" 2>&1)
 check "the worker may read them ($w_get)" '[ "$w_get" = OK ]'
+# The pool's live settings (dbthrottle set): the operator's, read by every worker.
+w_set=$(rcli ACL DRYRUN dbthrottle-worker SET "dbthrottle:{p}:settings" 1 2>&1)
+w_sget=$(rcli ACL DRYRUN dbthrottle-worker GET "dbthrottle:{p}:settings" 2>&1)
+o_set=$(rcli ACL DRYRUN dbthrottle-operator SET "dbthrottle:{p}:settings" 1 2>&1)
+check "a pool's live settings: the worker reads them and may not write them, the operator may ($w_sget; $w_set; $o_set)" \
+    '[ "$w_sget" = OK ] && [ "$w_set" != OK ] && [ "$o_set" = OK ]'
+DBTHROTTLE_REDIS_URL="$wurl" "$D" set wop wait_timeout 1s --create >/dev/null 2>"$work/wu.set.err"; w_src=$?
+check "dbthrottle set with the worker's credentials: refused (rc $w_src), nothing set" \
+    '[ $w_src -ne 0 ] && [ "$(rcli EXISTS "dbthrottle:{wop}:settings")" = 0 ]'
 rcli SET "dbthrottle:{wop}:q:limit_seen" 2 >/dev/null
 DBTHROTTLE_REDIS_URL="$wurl" "$D" limit wop 50 --create >/dev/null 2>"$work/wu.limit.err"; w_rc=$?
 DBTHROTTLE_REDIS_URL="$wurl" "$D" drain wop --create >/dev/null 2>"$work/wu.drain.err"; w_drc=$?

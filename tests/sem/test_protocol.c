@@ -72,6 +72,8 @@ Test(protocol, renew_lua_reads_each_group_where_c_put_it, .timeout = 30)
     snprintf(c.until, sizeof c.until, "%s", "1795919822663"); /* as bound to a server */
     const char *holds[DBT_NKINDS] = {"web 2500 11:1", ". 9 0:2"};
     dbt_renew_add_local_holds(&c, holds);
+    dbt_renew_add_clients(&c, "c1\t1\nc1\tidle\t-1\t5\tweb\tdb:5432/app");
+    dbt_renew_add_live(&c, 9);
     cr_assert_eq(c.nargs, total);
 
     /* What the test asks renew.lua for, and where C put it (its own layout). */
@@ -103,6 +105,9 @@ Test(protocol, renew_lua_reads_each_group_where_c_put_it, .timeout = 30)
     WANT("record", "record", 0, at[DBT_RENEW_G_RECORD] + DBT_RENEW_RECORD_RECORD, "v1\thost");
     WANT("record", "ttl", 0, at[DBT_RENEW_G_RECORD] + DBT_RENEW_RECORD_TTL, "60000");
     WANT("record", "goodbye", 0, at[DBT_RENEW_G_RECORD] + DBT_RENEW_RECORD_GOODBYE, "0");
+    WANT("record", "clients", 0, at[DBT_RENEW_G_RECORD] + DBT_RENEW_RECORD_CLIENTS,
+         "c1\t1\nc1\tidle\t-1\t5\tweb\tdb:5432/app");
+    WANT("live", "version", 0, at[DBT_RENEW_G_LIVE] + DBT_RENEW_LIVE_VERSION, "9");
     const char *doings[] = {"r\x1f-q1", "i\x1f-q2", "k\x1f-c1", "r\x1f-c2", "-\x1f-c3"};
     for (int i = 0; i < 5; i++)
         WANT("doing", "doing", i,
@@ -126,7 +131,7 @@ Test(protocol, renew_lua_reads_each_group_where_c_put_it, .timeout = 30)
     len += (size_t)snprintf(lua + len, cap - len,
                             "for _, c in ipairs({ARG.held_q, ARG.queued_q, ARG.held_c, "
                             "ARG.queued_c}) do out[#out + 1] = tostring(c) end\n"
-                            "out[#out + 1] = tostring(ARGV[GROUP.holds.at + NKINDS])\n"
+                            "out[#out + 1] = tostring(ARGV[GROUP.live.at + 1])\n"
                             "return out\n");
     cr_assert_lt(len, cap);
 

@@ -577,11 +577,14 @@ Test(script_args, renew_groups_where_the_layout_puts_them, .init = make_keys, .f
     cr_expect_eq(c.until_arg, at[DBT_RENEW_G_BELIEVED] + DBT_RENEW_BELIEVED_UNTIL);
     const char *holds[DBT_NKINDS] = {"", ". 3000 12:1"};
     dbt_renew_add_local_holds(&c, holds);
-    cr_assert_eq(c.nargs, total);
+    cr_assert_eq(c.nargs, at[DBT_RENEW_G_LIVE]);
     for (int k = 0; k < DBT_NKINDS; k++)
         cr_expect_str_eq(
             args[at[DBT_RENEW_G_HOLDS] + k * DBT_RENEW_HOLDS_SIZE + DBT_RENEW_HOLDS_HOLDS],
             holds[k]);
+    dbt_renew_add_live(&c, 7);
+    cr_assert_eq(c.nargs, total);
+    cr_expect_str_eq(args[at[DBT_RENEW_G_LIVE] + DBT_RENEW_LIVE_VERSION], "7");
     for (int i = 0; i < total; i++)
         cr_expect_not_null(args[i], "ARGV[%d] left unset", i + 1);
     cr_expect_null(args[total], "written past the layout's end");
@@ -632,8 +635,10 @@ Test(script_args, renew_states_until_when_on_the_servers_clock, .init = make_key
     dbt_build_renew(&c, &keys, &cfg, NULL, local, args);
     dbt_redis_clock mine = {.run_id = "aaaa", .ahead_ms = 5000, .at_us = 10000000};
     dbt_renew_add_until(&c, 12000000, &mine);
-    /* its place: after the groups left out (the record, the local waits), before the holds */
-    cr_assert_eq(c.nargs, (int)(DBT_RENEW_NARGS_FIXED - DBT_RENEW_HOLDS_SIZE * DBT_NKINDS));
+    /* its place: after the groups left out (the record, the local waits), before the holds and
+     * the live settings' version */
+    cr_assert_eq(c.nargs, (int)(DBT_RENEW_NARGS_FIXED - DBT_RENEW_HOLDS_SIZE * DBT_NKINDS -
+                                DBT_RENEW_LIVE_SIZE));
     const char *const *until = &c.args[c.nargs - 1];
     cr_expect_str_eq(*until, "", "not bound to a server yet");
     /* the renewer's reading (1 s old: 1 ms of drift), the connection's older */

@@ -298,3 +298,37 @@ Test(settings_docs, man_page_names_exactly_the_settings)
     scan(&d, "docs/libdbthrottle.7", man_line);
     expect_exactly_the_table(&d, false);
 }
+
+/* A pool's live settings as Redis keeps them (dbthrottle set): each value by its row's own
+ * parser; a key that is not live, a line that is not key=value and a value the parser refuses
+ * are left out and said; a text without its version is not live settings at all. */
+Test(settings, live_settings_text)
+{
+    dbt_live l;
+    char refused[512];
+    cr_assert(dbt_live_parse("v3\nwait_timeout=1s\n", &l, refused, sizeof refused));
+    cr_expect_eq(l.version, 3);
+    const dbt_setting *w = dbt_live_find("DBTHROTTLE_WAIT_TIMEOUT");
+    cr_assert(w && w == dbt_live_find("Wait_Timeout"));
+    cr_expect(l.set[w - dbt_settings]);
+    cr_expect_eq(l.cfg.wait_timeout_ms, 1000);
+    cr_expect_str_eq(refused, "");
+    dbt_live_free(&l);
+
+    cr_assert(dbt_live_parse("v4\nwait_timeout=soon\nmax_queries=3\nnonsense\n", &l, refused,
+                             sizeof refused));
+    cr_expect_not(l.set[w - dbt_settings], "a refused value is not applied");
+    cr_expect(strstr(refused, "wait_timeout: DBTHROTTLE_WAIT_TIMEOUT") != NULL, "%s", refused);
+    cr_expect(strstr(refused, "max_queries: not a live setting") != NULL, "%s", refused);
+    cr_expect(strstr(refused, "nonsense: not key=value") != NULL, "%s", refused);
+    dbt_live_free(&l);
+
+    cr_assert(dbt_live_parse("v5\n", &l, refused, sizeof refused), "a version with nothing set");
+    cr_expect_eq(l.version, 5);
+    cr_expect_not(l.set[w - dbt_settings]);
+    dbt_live_free(&l);
+    cr_expect_not(dbt_live_parse("wait_timeout=1s\n", &l, refused, sizeof refused));
+    cr_expect_not(dbt_live_parse("v0\n", &l, refused, sizeof refused));
+    cr_expect_not(dbt_live_parse("vx\n", &l, refused, sizeof refused));
+    cr_expect_null(dbt_live_find("max_queries"), "only the rows marked live");
+}

@@ -61,6 +61,9 @@ struct dbt_setting {
     dbt_setting_rule rule;
     bool env_only;    /* refused in a configuration file */
     bool worker_only; /* read by the library only: the operator's commands ignore its errors */
+    /* settable per pool in Redis by the operator (dbthrottle set), picked up by every worker
+     * within a renewal: docs/design.md, "Live settings per pool" */
+    bool live;
     const char *doc;
 };
 
@@ -69,6 +72,21 @@ extern const dbt_setting dbt_settings[];
 
 /* The setting a key names: the environment form, or the file key in any case; NULL if none. */
 const dbt_setting *dbt_setting_find(const char *key);
+
+/* The pool's live settings as Redis keeps them (docs/design.md, "Live settings per pool"): the
+ * text "v<version>\n" then one "key=value\n" per setting, each value as a user writes it in the
+ * file. Parsed by each row's own parser into cfg (zeroed first; dbt_live_free frees it): set[] says
+ * which rows it sets. A key that is not a live row, or a value its parser refuses, is left out and
+ * said in refused ("" none: "key: message; ..."). False when text is not of the format. */
+typedef struct dbt_live {
+    long long version; /* 0: none */
+    dbt_config cfg;
+    bool set[DBT_MAX_SETTINGS];
+} dbt_live;
+bool dbt_live_parse(const char *text, dbt_live *out, char *refused, size_t cap);
+void dbt_live_free(dbt_live *l);
+/* The row of a live setting its file key (any case) or variable names; NULL if none is live. */
+const dbt_setting *dbt_live_find(const char *key);
 
 /* Frees what the fields of cfg own. */
 void dbt_settings_release(dbt_config *cfg);

@@ -51,6 +51,7 @@ typedef struct {
     char lease[24], ttl[24], number[8][24]; /* adapt.lua's lease formats 7 */
     char id_count[DBT_NKINDS * 2][16];      /* renew.lua: how many ids of each list */
     char record_ttl[24];
+    char live_version[24];                /* renew.lua's live group (dbt_renew_add_live) */
     char quarantine[24], era_started[24]; /* the era's numbers, as text */
     char era_prev[41];                    /* the pool's last run_id (the caller sets it) */
     char era_token[41];                   /* the run_id it was sent with (dbt_script_bind_era) */
@@ -333,6 +334,9 @@ typedef struct {
      * said nothing) and the units it holds (docs/design.md, "Shares"). */
     long long share[DBT_NKINDS];
     long long held[DBT_NKINDS];
+    /* The pool's live settings' text ("" none) when their version is not the one the renewal
+     * said the process applied; NULL: unchanged (or a script before live settings). */
+    const char *live;
 } dbt_renew_reply;
 bool dbt_parse_renew(const redisReply *r, void *out /* dbt_renew_reply */, char *err);
 
@@ -422,6 +426,9 @@ void dbt_renew_add_local_hist(dbt_script_call *c, const char *const text[DBT_NKI
 /* Adds both kinds' holds that ended in a pass without Redis (dbt_format_local_hist of
  * pool.unreported_holds) to a renewal, after its until (dbt_renew_add_until; GROUP holds). */
 void dbt_renew_add_local_holds(dbt_script_call *c, const char *const text[DBT_NKINDS]);
+/* The version of the pool's live settings the process applied (0: none): the reply carries their
+ * text when Redis' differs (dbt_renew_reply.live). */
+void dbt_renew_add_live(dbt_script_call *c, long long version);
 
 /* Adds renew.lua's until argument to a renewal that has its local waits (dbt_renew_add_local_hist;
  * GROUP believed): until_us, the latest time (this process'

@@ -59,6 +59,8 @@ bool dbt_format_session(long backend_pid, const char *app, const char *user, con
 typedef struct {
     int limit;         /* this caller's limit (>= 1) */
     int64_t wait_ms;   /* DBT_FOREVER, or how long to wait; 0 = only if one is free now */
+    bool wait_live;    /* wait_ms is the pool's live wait_timeout (dbthrottle set): a timeout
+                        * says so, not DBTHROTTLE_WAIT_TIMEOUT */
     const char *conn;  /* connection id for the trace (may be NULL) */
     const char *query; /* the command's text for the trace (DBTHROTTLE_LOG_QUERY; may be NULL) */
     /* Asked when a signal interrupts the wait; returning true withdraws and gives
@@ -240,6 +242,10 @@ bool dbt_pool_explain_wait(dbt_pool *p, char *out, size_t cap);
  * it, idle too, with what it does (docs/operations.md, "Clients"). */
 void dbt_pool_conn_opened(dbt_pool *p, const char *conn, const char *app, const char *server);
 void dbt_pool_conn_closed(dbt_pool *p, const char *conn);
+
+/* The pool's wait timeout: its live value (dbthrottle set, docs/design.md, "Live settings per
+ * pool") when the operator set one, else `own`, the process' own. */
+int64_t dbt_pool_wait_timeout_ms(dbt_pool *p, int64_t own, bool *live);
 
 /* Counts a command that ran without a permit, not through dbt_acquire: one inside a transaction
  * that began unthrottled (Redis unreachable, open mode), which must not queue mid-way. */

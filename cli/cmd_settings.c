@@ -1,0 +1,261 @@
+/* cmd_settings.c - dbthrottle set and dbthrottle settings: a pool's live settings, kept in Redis
+ * by the operator and taken by every worker of the pool within a renewal, in place of its own
+ * (docs/design.md, "Live settings per pool"). Each value is checked by the library's own parser
+ * before it is written. */
+#include "cli.h"
+#include "settings.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char set_usage[] =
+    "usage: dbthrottle set POOL KEY VALUE [--create]\n"
+    "       dbthrottle set POOL KEY --clear\n"
+    "       dbthrottle set POOL --clear-all\n"
+    "\n"
+    "Sets a live setting of POOL in Redis: every worker of the pool takes it within a renewal\n"
+    "(a third of its lease) in place of its own value (environment or file), until it is\n"
+    "cleared. KEY is a setting's file key or variable; live ones: %s. VALUE is checked as the\n"
+    "library checks it (a bad one: one line, exit 2). A POOL Redis has never seen is refused\n"
+    "unless --create. dbthrottle settings POOL lists them.\n"
+    "\n"
+    "  --clear         remove KEY's live value: the workers go back to their own\n"
+    "  --clear-all     remove every live value of POOL\n"
+    "  --create        a pool Redis has never seen\n"
+    "  --redis URL     Redis to change (default: DBTHROTTLE_REDIS_URL, as the library)\n"
+    "  --key-prefix P  key prefix (default: DBTHROTTLE_KEY_PREFIX, as the library)\n";
+
+static const char settings_usage[] =
+    "usage: dbthrottle settings POOL... [--redis URL] [--key-prefix P]\n"
+    "\n"
+    "Lists each POOL's live settings (dbthrottle set) and their version: the values every\n"
+    "worker of the pool uses in place of its own. A value the workers' parser refuses (set by\n"
+    "hand in Redis) is listed as refused: the workers keep their own and log\n"
+    "live_setting_refused. A pool with none says so.\n"
+    "\n"
+    "  --redis URL     Redis to read (default: DBTHROTTLE_REDIS_URL, as the library)\n"
+    "  --key-prefix P  key prefix (default: DBTHROTTLE_KEY_PREFIX, as the library)\n";
+
+/* The live settings' keys, for the usage and the messages: "wait_timeout, ...". */
+static void live_keys(char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (const dbt_setting *s = dbt_settings; s->key; s++)
+        if (s->live) {
+            int w = snprintf(out + len, cap - len, "%s%s", len ? ", " : "", s->key);
+            if (w > 0 && (size_t)w < cap - len)
+                len += (size_t)w;
+        }
+}
+
+int cmd_set(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"clear", no_argument, NULL, 'x'},
+        {"clear-all", no_argument, NULL, 'X'},
+        {"create", no_argument, NULL, 'N'},
+        {"help", no_argument, NULL, 'h'},
+        {"redis", required_argument, NULL, CLI_OPT_REDIS},
+        {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
+        {NULL, 0, NULL, 0}};
+    cli_redis_opts ro = {0};
+    bool clear = false, clear_all = false, create = false;
+    char keys[256];
+    live_keys(keys, sizeof keys);
+    int opt;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'x':
+            clear = true;
+            break;
+        case 'X':
+            clear_all = true;
+            break;
+        case 'N':
+            create = true;
+            break;
+        case 'h':
+            printf(set_usage, keys);
+            return 0;
+        default:
+            if (!cli_redis_opt(&ro, opt, optarg))
+                return cli_usage_error("set", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    int npos = argc - optind;
+    char **pos = argv + optind;
+    int want = clear_all ? 1 : clear ? 2 : 3;
+    if (clear && clear_all)
+        return cli_usage_error("set", "--clear and --clear-all exclude each other");
+    if (npos != want)
+        return cli_usage_error("set", npos < want ? "which %s?" : "too many arguments (%s)",
+                               clear_all ? "POOL"
+                               : clear   ? "POOL and KEY"
+                                         : "POOL, KEY and VALUE");
+    const char *pool = pos[0];
+    const dbt_setting *row = NULL;
+    char arg[1200];
+    if (clear_all) {
+        snprintf(arg, sizeof arg, "*");
+    } else {
+        row = dbt_live_find(pos[1]);
+        if (!row) {
+            char name[120];
+            cli_escape_name(pos[1], 80, true, name, sizeof name);
+            return cli_usage_error("set", "%s is not a live setting (live: %s)", name, keys);
+        }
+        if (clear) {
+            snprintf(arg, sizeof arg, "%s", row->key);
+        } else {
+            const char *value = pos[2];
+            char err[DBT_ERRLEN];
+            dbt_config scratch;
+            memset(&scratch, 0, sizeof scratch);
+            bool ok = strchr(value, '\n') == NULL && strlen(value) < 1000 &&
+                      row->kind->parse(row, &scratch, value, err);
+            dbt_settings_release(&scratch);
+            if (!ok) {
+                if (strchr(value, '\n') || strlen(value) >= 1000)
+                    snprintf(err, sizeof err, "%s: a value of one line under 1000 bytes", row->env);
+                return cli_usage_error("set", "%s", err);
+            }
+            snprintf(arg, sizeof arg, "%s=%s", row->key, value);
+        }
+    }
+    dbt_config cfg;
+    if (!cli_load_config("set", &ro, &cfg))
+        return 1;
+    dbt_redis *r = cli_connect("set", &cfg);
+    int rc = 0;
+    char err[DBT_ERRLEN];
+    if (!r) {
+        rc = 1;
+    } else if ((rc = cli_refuse_unknown_pool("set", r, &cfg, pool, create)) >= 0) {
+        /* refused, said */
+    } else {
+        rc = 0;
+        dbt_admin_reply res;
+        dbt_admin_op op = clear || clear_all ? DBT_ADMIN_SETTING_CLEAR : DBT_ADMIN_SETTING_SET;
+        char name[220];
+        cli_escape_name(pool, 200, true, name, sizeof name);
+        if (!cli_admin(r, &cfg, pool, DBT_KIND_QUERY, op, arg, &res, err))
+            rc = cli_fail("set", "pool %s: %s", name, err);
+        else if (clear_all)
+            printf("pool %s: every live setting cleared: its workers use their own within a "
+                   "renewal\n",
+                   name);
+        else if (clear)
+            printf("pool %s: %s cleared: its workers use their own within a renewal\n", name,
+                   row->key);
+        else
+            printf("pool %s: %s = %s, live: its workers use it within a renewal\n", name, row->key,
+                   pos[2]);
+    }
+    if (fflush(stdout) != 0)
+        rc = cli_fail("set", "cannot write the output");
+    dbt_redis_free(r);
+    dbt_config_free(&cfg);
+    return rc;
+}
+
+/* GET of the pool's settings key. */
+typedef struct {
+    const char *key;
+} get_op;
+
+static redisReply *run_get(dbt_redis *r, void *arg, char *err)
+{
+    const char *argv[] = {"GET", ((get_op *)arg)->key};
+    return dbt_redis_command(r, 2, argv, NULL, err);
+}
+
+int cmd_settings(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"redis", required_argument, NULL, CLI_OPT_REDIS},
+        {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
+        {NULL, 0, NULL, 0}};
+    cli_redis_opts ro = {0};
+    int opt;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (opt == 'h') {
+            fputs(settings_usage, stdout);
+            return 0;
+        }
+        if (!cli_redis_opt(&ro, opt, optarg))
+            return cli_usage_error("settings", "unknown option '%s'", argv[optind - 1]);
+    }
+    if (optind == argc)
+        return cli_usage_error("settings", "which POOL?");
+    dbt_config cfg;
+    if (!cli_load_config("settings", &ro, &cfg))
+        return 1;
+    dbt_redis *r = cli_connect("settings", &cfg);
+    if (!r) {
+        dbt_config_free(&cfg);
+        return 1;
+    }
+    int rc = 0;
+    char err[DBT_ERRLEN];
+    for (int i = optind; i < argc; i++) {
+        char name[220];
+        cli_escape_name(argv[i], 200, true, name, sizeof name);
+        dbt_keys k;
+        if (!dbt_keys_init(&k, cfg.key_prefix, argv[i])) {
+            rc = cli_fail("settings", "out of memory");
+            break;
+        }
+        size_t len = strlen(k.base) + sizeof ":settings";
+        char *key = malloc(len);
+        redisReply *rep = NULL;
+        if (key) {
+            snprintf(key, len, "%s:settings", k.base);
+            get_op o = {.key = key};
+            rep = dbt_route_run_for(&cfg, r, k.base, run_get, &o, err);
+        } else {
+            snprintf(err, sizeof err, "out of memory");
+        }
+        free(key);
+        dbt_keys_free(&k);
+        if (!rep) {
+            rc = cli_fail("settings", "pool %s: %s", name, err);
+            continue;
+        }
+        dbt_live live;
+        char refused[512];
+        bool any = rep->type == REDIS_REPLY_STRING &&
+                   dbt_live_parse(rep->str, &live, refused, sizeof refused);
+        if (!any) {
+            printf("pool %s: no live setting: its workers use their own values\n", name);
+        } else {
+            printf("pool %s: live settings, version %lld\n", name, live.version);
+            int n = 0;
+            for (const dbt_setting *s = dbt_settings; s->key; s++)
+                if (live.set[s - dbt_settings]) {
+                    char shown[256];
+                    s->kind->show(s, &live.cfg, shown, sizeof shown);
+                    printf("  %-20s %s\n", s->key, shown);
+                    n++;
+                }
+            if (!n && !refused[0])
+                printf("  (none: its workers use their own values)\n");
+            if (refused[0]) {
+                char text[600];
+                cli_escape_name(refused, 500, false, text, sizeof text);
+                printf("  refused by the workers' parser (they keep their own): %s\n", text);
+            }
+            dbt_live_free(&live);
+        }
+        freeReplyObject(rep);
+    }
+    if (fflush(stdout) != 0)
+        rc = cli_fail("settings", "cannot write the output");
+    dbt_redis_free(r);
+    dbt_config_free(&cfg);
+    return rc;
+}

@@ -1,0 +1,78 @@
+/* live.c - a pool's live settings (docs/design.md, "Live settings per pool"): the text a renewal
+ * brings when their version in Redis is not the one the process applied, parsed by the settings'
+ * own parsers and applied to the pool; what the pool's commands read in place of the process' own
+ * values. A value the parser refuses is not applied and is logged once per version. */
+#include "live.h"
+#include "log.h"
+#include "pool.h"
+#include "settings.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dbt_live_apply(dbt_pool *p, const char *text)
+{
+    dbt_live *l = calloc(1, sizeof *l);
+    if (!l)
+        return; /* asked again at the next renewal: the version is still the old one */
+    char refused[512] = "";
+    bool ok = !text[0] || dbt_live_parse(text, l, refused, sizeof refused);
+    if (!ok) {
+        dbt_live_free(l);
+        memset(l, 0, sizeof *l); /* none applied, version 0: asked again only once it changes */
+        snprintf(refused, sizeof refused, "the text is not \"v<version>\" then key=value lines");
+    }
+    pthread_mutex_lock(&p->mu);
+    dbt_live *old = p->live;
+    p->live = l;
+    pthread_mutex_unlock(&p->mu);
+    if (old) {
+        dbt_live_free(old);
+        free(old);
+    }
+    if (refused[0]) {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_I("version", l->version),
+                         DBT_S("refused", refused),
+                         DBT_S("effect", "the process keeps its own value of each one refused")};
+        dbt_log(DBT_LOG_WARN, "live_setting_refused", f, 4);
+    } else {
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_I("version", l->version)};
+        dbt_log(DBT_LOG_INFO, "live_settings", f, 2);
+    }
+}
+
+long long dbt_live_version(const dbt_pool *p)
+{
+    return p->live ? p->live->version : 0;
+}
+
+void dbt_live_drop(dbt_pool *p)
+{
+    if (p->live) {
+        dbt_live_free(p->live);
+        free(p->live);
+        p->live = NULL;
+    }
+}
+
+/* The row of the settings table whose field is at `field` of dbt_config. */
+static ptrdiff_t row_of(size_t field)
+{
+    for (const dbt_setting *s = dbt_settings; s->key; s++)
+        if (s->field == field)
+            return s - dbt_settings;
+    return -1;
+}
+
+int64_t dbt_pool_wait_timeout_ms(dbt_pool *p, int64_t own, bool *live)
+{
+    static ptrdiff_t row = -2;
+    if (row == -2)
+        row = row_of(offsetof(dbt_config, wait_timeout_ms));
+    pthread_mutex_lock(&p->mu);
+    *live = p->live && row >= 0 && p->live->set[row];
+    int64_t v = *live ? p->live->cfg.wait_timeout_ms : own;
+    pthread_mutex_unlock(&p->mu);
+    return v;
+}

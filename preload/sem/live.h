@@ -1,0 +1,15 @@
+/* live.h - a pool's live settings (live.c). */
+#ifndef DBT_LIVE_H
+#define DBT_LIVE_H
+
+#include "pool_types.h"
+
+/* Applies the text a renewal brought ("" none), replacing the pool's live settings. Without
+ * p->mu. */
+void dbt_live_apply(dbt_pool *p, const char *text);
+/* The version applied (0: none), for the next renewal. p->mu held. */
+long long dbt_live_version(const dbt_pool *p);
+/* Frees them (the pool is freed). */
+void dbt_live_drop(dbt_pool *p);
+
+#endif

@@ -1,0 +1,62 @@
+# live_wait_timeout.sh - a pool's live settings (dbthrottle set, docs/design.md, "Live settings per
+# pool"): the operator sets wait_timeout in Redis and a running worker whose own is 60 s takes it
+# within a renewal: its next wait behind a holder is refused after about 1 s, judged at the server
+# (the holder's statement still runs) and by the worker's own error; cleared, the worker waits by
+# its own again. Bad values are refused by the command (exit 2) and, written by hand into Redis,
+# by the worker (logged, its own kept); a pool Redis never saw needs --create.
+it_live_wait_timeout() {
+    lv_cli() { "$top/build/dbthrottle" "$@" --redis "redis://127.0.0.1:$rport"; }
+    rm -f "$work"/lv.*
+    check "set refuses a setting that is not live (exit 2)" \
+        'lv_cli set lv max_queries 3 --create 2>"$work/lv.e1"; [ $? = 2 ] && grep -q "not a live setting (live: wait_timeout" "$work/lv.e1"'
+    check "set refuses a bad value with the library's message (exit 2)" \
+        'lv_cli set lv wait_timeout 3 --create 2>"$work/lv.e2"; [ $? = 2 ] && grep -q "DBTHROTTLE_WAIT_TIMEOUT" "$work/lv.e2"'
+    check "set refuses a pool Redis never saw without --create" \
+        '! lv_cli set lv wait_timeout 1s >/dev/null 2>&1'
+    check "set writes a live value (--create)" 'lv_cli set lv wait_timeout 1s --create >/dev/null'
+    check "settings lists it ($(lv_cli settings lv | tr '\n' ';'))" \
+        'lv_cli settings lv | grep -q "^  wait_timeout  *1s$"'
+    # The worker: its own wait is 60 s; a statement on a free pool first (its first report
+    # brings the live settings), then one behind a holder, then (cleared) another.
+    ( echo "select 1;"
+      wait_until 60 '[ -e "$work/lv.go1" ]'; echo "select 2;"
+      wait_until 60 '[ -e "$work/lv.go2" ]'; echo "select 3;"
+      wait_until 60 '[ -e "$work/lv.end" ]' ) |
+        throttled DBTHROTTLE_POOL=lv DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_LEASE=3s \
+            DBTHROTTLE_WAIT_TIMEOUT=60s DBTHROTTLE_LOG_LEVEL=info PGAPPNAME=lv_worker \
+            psql -qAtX >"$work/lv.out" 2>"$work/lv.err" &
+    lv_w=$!
+    echo $lv_w >>"$work/pids"
+    wait_until 20 '[ -n "$(psql -qAtX -c "select 1 from pg_stat_activity where application_name = '"'lv_worker'"' and query = '"'select 1;'"'")" ]'
+    wait_until 20 'grep -q "event=live_settings .*version=1" "$work/lv.err"'
+    check "the worker applied the live settings ($(grep -o "event=live_settings[^ ]* pool=lv version=[0-9]*" "$work/lv.err" | tail -1))" \
+        'grep -q "event=live_settings .*version=1" "$work/lv.err"'
+    hold_begin lv_holder DBTHROTTLE_POOL=lv DBTHROTTLE_MAX_QUERIES=1
+    wait_until 20 '[ "$(rcli zcard "dbthrottle:{lv}:q:holders")" = 1 ] && [ -n "$(psql -qAtX -c "select 1 from pg_stat_activity where application_name = '"'lv_holder'"' and state = '"'active'"'")" ]'
+    lv_t0=$(date +%s%N)
+    touch "$work/lv.go1"
+    wait_until 30 'grep -q "no query permit" "$work/lv.err"'
+    lv_ms=$((($(date +%s%N) - lv_t0) / 1000000))
+    lv_holder_runs=$(psql -qAtX -c "select count(*) from pg_stat_activity where application_name = 'lv_holder' and state = 'active'")
+    check "behind a holder, the worker was refused by the live 1 s, not its own 60 s ($lv_ms ms; holder still running: $lv_holder_runs; $(grep -o "no query permit.*" "$work/lv.err" | head -1 | cut -c1-120))" \
+        '[ "$lv_holder_runs" = 1 ] && [ $lv_ms -ge 800 ] && [ $lv_ms -lt 20000 ] && grep -q "after waiting 1[0-9][0-9][0-9] ms: the pool.s live wait_timeout reached" "$work/lv.err"'
+    # Cleared: within a renewal (a lease of 3 s at most for an idle worker) its own 60 s again.
+    lv_cli set lv wait_timeout --clear >/dev/null
+    wait_until 20 'grep -q "event=live_settings .*version=2" "$work/lv.err"'
+    touch "$work/lv.go2"
+    wait_until 20 '[ "$(rcli zcard "dbthrottle:{lv}:q:queue")" = 1 ]'
+    sleep 3 # longer than the live 1 s: a wait still there waits by its own 60 s
+    check "cleared, the worker waits by its own again (queued after 3 s: $(rcli zcard "dbthrottle:{lv}:q:queue"))" \
+        '[ "$(rcli zcard "dbthrottle:{lv}:q:queue")" = 1 ] && [ "$(grep -c "no query permit" "$work/lv.err")" = 1 ]'
+    hold_end_all
+    wait_until 20 'grep -qx 3 "$work/lv.out"'
+    # A value written by hand that the worker's parser refuses: its own is kept, and it says so.
+    rcli set "dbthrottle:{lv}:settings" "$(printf 'v7\nwait_timeout=soon\n')" >/dev/null
+    wait_until 20 'grep -q "event=live_setting_refused .*version=7" "$work/lv.err"'
+    check "a live value the worker's parser refuses is logged and not applied ($(grep -o "event=live_setting_refused.*" "$work/lv.err" | head -1 | cut -c1-160))" \
+        'grep -q "event=live_setting_refused .*version=7 .*wait_timeout" "$work/lv.err"'
+    check "settings says the workers refuse it ($(lv_cli settings lv | tail -1))" \
+        'lv_cli settings lv | grep -q "refused by the workers.*wait_timeout"'
+    touch "$work/lv.end"
+    wait "$lv_w"
+}
