@@ -210,17 +210,8 @@ int cmd_settings(int argc, char **argv)
             rc = cli_fail("settings", "out of memory");
             break;
         }
-        size_t len = strlen(k.base) + sizeof ":settings";
-        char *key = malloc(len);
-        redisReply *rep = NULL;
-        if (key) {
-            snprintf(key, len, "%s:settings", k.base);
-            get_op o = {.key = key};
-            rep = dbt_route_run_for(&cfg, r, k.base, run_get, &o, err);
-        } else {
-            snprintf(err, sizeof err, "out of memory");
-        }
-        free(key);
+        get_op o = {.key = k.settings};
+        redisReply *rep = dbt_route_run_for(&cfg, r, k.base, run_get, &o, err);
         dbt_keys_free(&k);
         if (!rep) {
             rc = cli_fail("settings", "pool %s: %s", name, err);

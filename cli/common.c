@@ -163,7 +163,7 @@ typedef struct {
 static redisReply *run_exists(dbt_redis *r, void *arg, char *err)
 {
     const dbt_keys *k = ((exists_op *)arg)->k;
-    const char *argv[1 + DBT_NKINDS * DBT_NKEYS + 2];
+    const char *argv[1 + DBT_NKINDS * DBT_NKEYS + 3];
     int argc = 0;
     argv[argc++] = "EXISTS";
     for (int kind = 0; kind < DBT_NKINDS; kind++)
@@ -171,6 +171,7 @@ static redisReply *run_exists(dbt_redis *r, void *arg, char *err)
             argv[argc++] = k->keys[kind][i];
     argv[argc++] = k->procs;
     argv[argc++] = k->procinfo;
+    argv[argc++] = k->settings;
     return dbt_redis_command(r, argc, argv, NULL, err);
 }
 

@@ -167,7 +167,7 @@ int cli_pool_exists(dbt_redis *r, const dbt_config *cfg, const cli_pool_view *v,
         return snprintf(err, DBT_ERRLEN, "out of memory"), -1;
     /* EXISTS on every key the pool has: they share its hash tag, so one node (with Redis
      * Cluster, the primary that serves the pool's slot) answers for all of them. */
-    const char *argv[1 + DBT_NKINDS * DBT_NKEYS + 2];
+    const char *argv[1 + DBT_NKINDS * DBT_NKEYS + 3];
     int argc = 0;
     argv[argc++] = "EXISTS";
     for (int kind = 0; kind < DBT_NKINDS; kind++)
@@ -175,6 +175,7 @@ int cli_pool_exists(dbt_redis *r, const dbt_config *cfg, const cli_pool_view *v,
             argv[argc++] = k.keys[kind][i];
     argv[argc++] = k.procs;
     argv[argc++] = k.procinfo;
+    argv[argc++] = k.settings;
     dbt_redis *own = NULL;
     if (dbt_cluster_routing(cfg))
         r = own = dbt_redis_connect_for(cfg, k.base, err);

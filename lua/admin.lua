@@ -149,7 +149,8 @@ elseif op == OP.SETTING_SET or op == OP.SETTING_CLEAR then
     -- the library's own parser; the workers check them again.
     local key = string.sub(S.LIM, 1, -#'q:limit' - 1) .. 'settings'
     local text = redis.call('GET', key) or ''
-    local version = tonumber(string.match(text, '^v(%d+)')) or 0
+    local d = string.match(text, '^v(%d+)\n') or string.match(text, '^v(%d+)$')
+    local version = (d and #d <= 15) and tonumber(d) or 0
     local vals, order = {}, {}
     for k, v in string.gmatch(text, '\n([^=\n]+)=([^\n]*)') do
         if vals[k] == nil then
@@ -171,7 +172,10 @@ elseif op == OP.SETTING_SET or op == OP.SETTING_CLEAR then
     else
         vals[arg] = nil
     end
-    local lines = {'v' .. (version + 1)}
+    -- Never a version some worker may have applied already: after Redis lost the key (restarted
+    -- empty, a failover), counting from 0 again would repeat one, and a worker that applied it
+    -- would keep its old value without a word. Redis' clock (ms) is past any earlier version.
+    local lines = {'v' .. math.max(version + 1, now)}
     table.sort(order)
     for _, k in ipairs(order) do
         if vals[k] ~= nil then

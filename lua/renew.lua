@@ -431,12 +431,20 @@ end
 -- The pool's live settings (docs/design.md, "Live settings per pool"), beside the registry's keys
 -- (the operator's, read undeclared as the limit is): their text when their version is not the
 -- one the process applied ("" when there are none), else false: no bytes while nothing changes.
+-- Read with pcall: a key of the wrong type, or a user that may not read it, must not fail the
+-- renewal (the leases): the settings are then "unchanged". The version as C reads it (settings.c,
+-- dbt_live_parse): "v" and 1 to 15 digits, then a newline or the end; any other text is version 0.
 local live = false
 local applied = tonumber(group_arg(GROUP.live, 0, 'version') or '')
 if applied and PINFO then
-    local text = redis.call('GET', string.sub(PINFO, 1, -#'procinfo' - 1) .. 'settings') or ''
-    if (tonumber(string.match(text, '^v(%d+)')) or 0) ~= applied then
-        live = text
+    local text = redis.pcall('GET', string.sub(PINFO, 1, -#'procinfo' - 1) .. 'settings')
+    if type(text) ~= 'table' then
+        text = text or ''
+        local d = string.match(text, '^v(%d+)\n') or string.match(text, '^v(%d+)$')
+        local have = (d and #d <= 15) and tonumber(d) or 0
+        if have ~= applied then
+            live = text
+        end
     end
 end
 return reply{lost_holders = lost_h, lost_waiters = lost_w, granted_waiters = granted_w,

@@ -464,12 +464,15 @@ bool dbt_live_parse(const char *text, dbt_live *out, char *refused, size_t cap)
 {
     memset(out, 0, sizeof *out);
     refused[0] = '\0';
-    if (text[0] != 'v')
+    /* "v" and 1 to 15 digits, then a newline or the end: as renew.lua and admin.lua read it
+     * (LIVE_VERSION_DIGITS there), so that both sides agree on every text, even one by hand. */
+    size_t nd = strspn(text + 1, "0123456789");
+    if (text[0] != 'v' || nd == 0 || nd > 15 || (text[1 + nd] != '\n' && text[1 + nd] != '\0'))
         return false;
-    char *end;
-    long long v = strtoll(text + 1, &end, 10);
-    if (end == text + 1 || v <= 0 || (*end != '\n' && *end != '\0'))
+    long long v = strtoll(text + 1, NULL, 10);
+    if (v <= 0)
         return false;
+    const char *end = text + 1 + nd;
     out->version = v;
     size_t used = 0;
     for (const char *line = *end ? end + 1 : end; *line;) {
@@ -483,13 +486,17 @@ bool dbt_live_parse(const char *text, dbt_live *out, char *refused, size_t cap)
         char *eq = strchr(buf, '=');
         char err[DBT_ERRLEN] = "";
         const dbt_setting *s = NULL;
-        if (!eq) {
+        if (len >= sizeof buf) {
+            snprintf(err, sizeof err, "a line longer than %zu bytes", sizeof buf - 1);
+        } else if (!eq) {
             snprintf(err, sizeof err, "not key=value");
         } else {
             *eq = '\0';
             s = dbt_live_find(buf);
-            if (!s)
-                snprintf(err, sizeof err, "not a live setting");
+            /* the file key as dbthrottle set writes it, only: another spelling would stay when
+             * its key is cleared */
+            if (!s || strcmp(buf, s->key) != 0)
+                snprintf(err, sizeof err, "not a live setting's key");
             else if (s->kind->parse(s, &out->cfg, eq + 1, err))
                 out->set[s - dbt_settings] = true;
         }

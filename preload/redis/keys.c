@@ -64,7 +64,8 @@ bool dbt_keys_init(dbt_keys *k, const char *prefix, const char *pool)
     k->wake_prefix = join(k->base, ":wake:");
     k->procs = join(k->base, ":procs");
     k->procinfo = join(k->base, ":procinfo");
-    if (!k->wake_prefix || !k->procs || !k->procinfo)
+    k->settings = join(k->base, ":settings");
+    if (!k->wake_prefix || !k->procs || !k->procinfo || !k->settings)
         goto fail;
     for (int kind = 0; kind < DBT_NKINDS; kind++) {
         char letter[4];
@@ -93,6 +94,7 @@ void dbt_keys_free(dbt_keys *k)
     free(k->wake_prefix);
     free(k->procs);
     free(k->procinfo);
+    free(k->settings);
     for (int kind = 0; kind < DBT_NKINDS; kind++)
         for (int i = 0; i < DBT_NKEYS; i++)
             free(k->keys[kind][i]);

@@ -21,7 +21,8 @@ void dbt_live_apply(dbt_pool *p, const char *text)
     if (!ok) {
         dbt_live_free(l);
         memset(l, 0, sizeof *l); /* none applied, version 0: asked again only once it changes */
-        snprintf(refused, sizeof refused, "the text is not \"v<version>\" then key=value lines");
+        snprintf(refused, sizeof refused,
+                 "the text is not \"v<version>\" then key=value lines: none applied");
     }
     pthread_mutex_lock(&p->mu);
     dbt_live *old = p->live;
@@ -67,9 +68,7 @@ static ptrdiff_t row_of(size_t field)
 
 int64_t dbt_pool_wait_timeout_ms(dbt_pool *p, int64_t own, bool *live)
 {
-    static ptrdiff_t row = -2;
-    if (row == -2)
-        row = row_of(offsetof(dbt_config, wait_timeout_ms));
+    ptrdiff_t row = row_of(offsetof(dbt_config, wait_timeout_ms)); /* a few compares */
     pthread_mutex_lock(&p->mu);
     *live = p->live && row >= 0 && p->live->set[row];
     int64_t v = *live ? p->live->cfg.wait_timeout_ms : own;

@@ -13,7 +13,9 @@ it_live_wait_timeout() {
         'lv_cli set lv wait_timeout 3 --create 2>"$work/lv.e2"; [ $? = 2 ] && grep -q "DBTHROTTLE_WAIT_TIMEOUT" "$work/lv.e2"'
     check "set refuses a pool Redis never saw without --create" \
         '! lv_cli set lv wait_timeout 1s >/dev/null 2>&1'
-    check "set writes a live value (--create)" 'lv_cli set lv wait_timeout 1s --create >/dev/null'
+    check "set writes a live value (--create)" 'lv_cli set lv wait_timeout 2s --create >/dev/null'
+    check "a pool whose only key is its live settings is known: no --create the second time" \
+        'lv_cli set lv wait_timeout 1s >/dev/null'
     check "settings lists it ($(lv_cli settings lv | tr '\n' ';'))" \
         'lv_cli settings lv | grep -q "^  wait_timeout  *1s$"'
     # The worker: its own wait is 60 s; a statement on a free pool first (its first report
@@ -28,9 +30,10 @@ it_live_wait_timeout() {
     lv_w=$!
     echo $lv_w >>"$work/pids"
     wait_until 20 '[ -n "$(psql -qAtX -c "select 1 from pg_stat_activity where application_name = '"'lv_worker'"' and query = '"'select 1;'"'")" ]'
-    wait_until 20 'grep -q "event=live_settings .*version=1" "$work/lv.err"'
-    check "the worker applied the live settings ($(grep -o "event=live_settings[^ ]* pool=lv version=[0-9]*" "$work/lv.err" | tail -1))" \
-        'grep -q "event=live_settings .*version=1" "$work/lv.err"'
+    lv_v1=$(lv_cli settings lv | sed -n 's/.*live settings, version \([0-9]*\)$/\1/p')
+    wait_until 20 'grep -q "event=live_settings .*version=$lv_v1" "$work/lv.err"'
+    check "the worker applied the live settings, version $lv_v1 ($(grep -o "event=live_settings[^ ]* pool=lv version=[0-9]*" "$work/lv.err" | tail -1))" \
+        '[ -n "$lv_v1" ] && grep -q "event=live_settings .*version=$lv_v1" "$work/lv.err"'
     hold_begin lv_holder DBTHROTTLE_POOL=lv DBTHROTTLE_MAX_QUERIES=1
     wait_until 20 '[ "$(rcli zcard "dbthrottle:{lv}:q:holders")" = 1 ] && [ -n "$(psql -qAtX -c "select 1 from pg_stat_activity where application_name = '"'lv_holder'"' and state = '"'active'"'")" ]'
     lv_t0=$(date +%s%N)
@@ -42,7 +45,9 @@ it_live_wait_timeout() {
         '[ "$lv_holder_runs" = 1 ] && [ $lv_ms -ge 800 ] && [ $lv_ms -lt 20000 ] && grep -q "after waiting 1[0-9][0-9][0-9] ms: the pool.s live wait_timeout reached" "$work/lv.err"'
     # Cleared: within a renewal (a lease of 3 s at most for an idle worker) its own 60 s again.
     lv_cli set lv wait_timeout --clear >/dev/null
-    wait_until 20 'grep -q "event=live_settings .*version=2" "$work/lv.err"'
+    lv_v2=$(lv_cli settings lv | sed -n 's/.*live settings, version \([0-9]*\)$/\1/p')
+    check "a new version ($lv_v2 after $lv_v1)" '[ -n "$lv_v2" ] && [ "$lv_v2" -gt "$lv_v1" ]'
+    wait_until 20 'grep -q "event=live_settings .*version=$lv_v2" "$work/lv.err"'
     touch "$work/lv.go2"
     wait_until 20 '[ "$(rcli zcard "dbthrottle:{lv}:q:queue")" = 1 ]'
     sleep 3 # longer than the live 1 s: a wait still there waits by its own 60 s

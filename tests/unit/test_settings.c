@@ -319,9 +319,21 @@ Test(settings, live_settings_text)
                              sizeof refused));
     cr_expect_not(l.set[w - dbt_settings], "a refused value is not applied");
     cr_expect(strstr(refused, "wait_timeout: DBTHROTTLE_WAIT_TIMEOUT") != NULL, "%s", refused);
-    cr_expect(strstr(refused, "max_queries: not a live setting") != NULL, "%s", refused);
+    cr_expect(strstr(refused, "max_queries: not a live setting's key") != NULL, "%s", refused);
     cr_expect(strstr(refused, "nonsense: not key=value") != NULL, "%s", refused);
     dbt_live_free(&l);
+
+    cr_assert(dbt_live_parse("v6\nDBTHROTTLE_WAIT_TIMEOUT=1s\nWait_Timeout=2s\n", &l, refused,
+                             sizeof refused));
+    cr_expect_not(l.set[w - dbt_settings], "only the file key as dbthrottle set writes it");
+    cr_expect(strstr(refused, "DBTHROTTLE_WAIT_TIMEOUT: not a live setting's key") != NULL, "%s",
+              refused);
+    dbt_live_free(&l);
+    cr_expect_not(dbt_live_parse("v5\r\nwait_timeout=1s\n", &l, refused, sizeof refused),
+                  "the version line as renew.lua reads it");
+    cr_expect_not(dbt_live_parse("v+5\n", &l, refused, sizeof refused));
+    cr_expect_not(dbt_live_parse("v1234567890123456\n", &l, refused, sizeof refused),
+                  "16 digits: renew.lua reads version 0");
 
     cr_assert(dbt_live_parse("v5\n", &l, refused, sizeof refused), "a version with nothing set");
     cr_expect_eq(l.version, 5);

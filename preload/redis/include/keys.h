@@ -18,6 +18,9 @@ typedef struct {
     /* The processes that use the pool (dbthrottle status): base + ":procs", a ZSET of client id
      * -> when its record expires, and base + ":procinfo", a HASH of client id -> its record. */
     char *procs, *procinfo;
+    /* base + ":settings": the pool's live settings (dbthrottle set), a STRING the scripts name
+     * from the registry's key (renew.lua) or the limit's (admin.lua), as the operator's keys. */
+    char *settings;
 } dbt_keys;
 
 /* Escapes text so it can stand inside a Redis Cluster hash tag and be told apart from any other
