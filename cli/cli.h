@@ -136,7 +136,8 @@ typedef struct {
     dbt_status_kind kind[DBT_NKINDS]; /* see script_protocol.h */
     dbt_proc_record *procs;           /* the processes that use it (their live records) */
     int nprocs;
-    bool missing; /* named, but no key of it in Redis (status --prometheus leaves it out) */
+    bool missing;   /* named, but no key of it in Redis (status --prometheus leaves it out) */
+    char *settings; /* its live settings' text (dbthrottle set), NULL none */
 } cli_pool_view;
 
 /* How long the pool has been idle (ms: its least idle kind, by status.lua's idle_ms); 0 in use,

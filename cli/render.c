@@ -1,6 +1,7 @@
 /* render.c - the pool views as a table (status, top), JSON (status --json) and Prometheus text
  * (status --prometheus). */
 #include "cli.h"
+#include "settings.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -374,6 +375,67 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
     }
 }
 
+/* ---- live settings (dbthrottle set) ------------------------------------------------------------
+ */
+
+/* The pool's live settings: each value the workers use in place of their own, and those their
+ * parser refuses (written by hand). Nothing when none is set. */
+static void text_live(FILE *out, const cli_pool_view *v)
+{
+    dbt_live l;
+    char refused[512];
+    if (!v->settings || !dbt_live_parse(v->settings, &l, refused, sizeof refused))
+        return;
+    int n = 0;
+    for (const dbt_setting *s = dbt_settings; s->key; s++)
+        if (l.set[s - dbt_settings]) {
+            char shown[256];
+            s->kind->show(s, &l.cfg, shown, sizeof shown);
+            fprintf(out, "%s%s=%s",
+                    n++ ? ", "
+                        : "  live settings (dbthrottle set, in place of the "
+                          "workers' own): ",
+                    s->key, shown);
+        }
+    if (n)
+        fputc('\n', out);
+    if (refused[0]) {
+        char text[600];
+        cli_escape_name(refused, 500, false, text, sizeof text);
+        fprintf(out, "  live settings the workers refuse (they keep their own): %s\n", text);
+    }
+    dbt_live_free(&l);
+}
+
+/* ,"live_settings": null, or {"version", "values": {key: value}, "refused": text or null}. */
+static void json_live(FILE *out, const cli_pool_view *v)
+{
+    dbt_live l;
+    char refused[512];
+    if (!v->settings || !dbt_live_parse(v->settings, &l, refused, sizeof refused)) {
+        fputs(",\"live_settings\":null", out);
+        return;
+    }
+    fprintf(out, ",\"live_settings\":{\"version\":%lld,\"values\":{", l.version);
+    int n = 0;
+    for (const dbt_setting *s = dbt_settings; s->key; s++)
+        if (l.set[s - dbt_settings]) {
+            char shown[256];
+            s->kind->show(s, &l.cfg, shown, sizeof shown);
+            fprintf(out, "%s", n++ ? "," : "");
+            cli_json_str(out, s->key);
+            fputc(':', out);
+            cli_json_str(out, shown);
+        }
+    fputs("},\"refused\":", out);
+    if (refused[0])
+        cli_json_str(out, refused);
+    else
+        fputs("null", out);
+    fputc('}', out);
+    dbt_live_free(&l);
+}
+
 /* ---- the processes -------------------------------------------------------------------------- */
 
 /* How bad a state is: a process listed in several pools shows its worst. */
@@ -612,6 +674,7 @@ void cli_render_text(FILE *out, const cli_pool_view *v, int n, const char *prefi
         } else if (!any)
             fprintf(out, "%spool %s: no holders, waiters or counters (its keys are expiring)\n",
                     i ? "\n" : "", name);
+        text_live(out, &v[i]);
     }
     text_processes(out, v, n);
     if (hidden && hidden->pools) {
@@ -957,6 +1020,7 @@ void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefi
             json_kind(out, &v[i], &v[i].kind[kind]);
         }
         json_host_groups(out, &v[i]);
+        json_live(out, &v[i]);
         int64_t idle = cli_pool_idle_ms(&v[i]);
         if (idle >= 0)
             fprintf(out, ",\"idle_ms\":%" PRId64, idle);

@@ -40,7 +40,8 @@ const char *cli_adapt_name(cli_adapt_state s)
 void cli_view_free(cli_pool_view *v)
 {
     free(v->name);
-    dbt_status_reply state = {.now_ms = v->now_ms, .procs = v->procs, .nprocs = v->nprocs};
+    dbt_status_reply state = {
+        .now_ms = v->now_ms, .procs = v->procs, .nprocs = v->nprocs, .settings = v->settings};
     memcpy(state.kind, v->kind, sizeof state.kind);
     dbt_status_free(&state);
     memset(v, 0, sizeof *v);
@@ -111,6 +112,7 @@ bool cli_view_pool(dbt_redis *r, const dbt_config *cfg, const char *pool, int ma
     memcpy(v->kind, state.kind, sizeof v->kind);
     v->procs = state.procs;
     v->nprocs = state.nprocs;
+    v->settings = state.settings;
     return true;
 }
 

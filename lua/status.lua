@@ -286,6 +286,13 @@ local function processes(procs, pinfo)
 end
 local q = snapshot(semaphore(0, KIND_LETTER[0]))
 local c = snapshot(semaphore(NK, KIND_LETTER[1]))
+-- The pool's live settings (docs/design.md, "Live settings per pool"): the operator's key beside
+-- the limit's, read undeclared as it is (pcall: a key of another type reads as none).
+local settings = redis.pcall('GET', string.sub(KEYS[1], 1, -#'q:holders' - 1) .. 'settings')
+if type(settings) ~= 'string' then
+    settings = false
+end
 -- without the registry's keys the reply ends before the processes
 return reply{now = now, query = q, connection = c,
-    processes = KEYS[2 * NK + 2] and processes(KEYS[2 * NK + 1], KEYS[2 * NK + 2]) or nil}
+    processes = KEYS[2 * NK + 2] and processes(KEYS[2 * NK + 1], KEYS[2 * NK + 2]) or nil,
+    settings = settings}

@@ -1453,6 +1453,8 @@ bool dbt_parse_status(const redisReply *r, void *out, char *err)
               parse_status_kind(f.query, &s->kind[DBT_KIND_QUERY], err) &&
               parse_status_kind(f.connection, &s->kind[DBT_KIND_CONN], err) &&
               (f.n <= DBT_STATUS_R_PROCESSES || parse_procs(f.processes, s, err));
+    if (ok && f.n > DBT_STATUS_R_SETTINGS && f.settings && !(s->settings = strdup(f.settings)))
+        ok = unexpected(err, "status.lua", "out of memory");
     if (!ok)
         dbt_status_free(s);
     else
@@ -1479,6 +1481,7 @@ void dbt_status_free(dbt_status_reply *s)
         free(s->kind[k].by_proc);
     }
     free(s->procs);
+    free(s->settings);
     memset(s, 0, sizeof *s);
 }
 

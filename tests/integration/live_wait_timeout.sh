@@ -18,6 +18,11 @@ it_live_wait_timeout() {
         'lv_cli set lv wait_timeout 1s >/dev/null'
     check "settings lists it ($(lv_cli settings lv | tr '\n' ';'))" \
         'lv_cli settings lv | grep -q "^  wait_timeout  *1s$"'
+    lv_json=$(lv_cli status lv --json | $py -c 'import json,sys
+l = json.load(sys.stdin)["pools"][0]["live_settings"]
+print(l["values"].get("wait_timeout"), l["refused"])')
+    check "status shows it, in its table and --json ($(lv_cli status lv | grep "live settings"); $lv_json)" \
+        'lv_cli status lv | grep -q "^  live settings (dbthrottle set, in place of the workers. own): wait_timeout=1s$" && [ "$lv_json" = "1s None" ]'
     # The worker: its own wait is 60 s; a statement on a free pool first (its first report
     # brings the live settings), then one behind a holder, then (cleared) another.
     ( echo "select 1;"
@@ -62,6 +67,8 @@ it_live_wait_timeout() {
         'grep -q "event=live_setting_refused .*version=7 .*wait_timeout" "$work/lv.err"'
     check "settings says the workers refuse it ($(lv_cli settings lv | tail -1))" \
         'lv_cli settings lv | grep -q "refused by the workers.*wait_timeout"'
+    check "and status ($(lv_cli status lv | grep "live settings"))" \
+        'lv_cli status lv | grep -q "^  live settings the workers refuse (they keep their own): wait_timeout: DBTHROTTLE_WAIT_TIMEOUT"'
     touch "$work/lv.end"
     wait "$lv_w"
 }

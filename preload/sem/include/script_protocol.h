@@ -552,6 +552,7 @@ typedef struct {
     dbt_status_kind kind[DBT_NKINDS];
     dbt_proc_record *procs; /* the processes whose record has not expired */
     int nprocs;
+    char *settings; /* the pool's live settings' text (dbthrottle set); NULL none */
 } dbt_status_reply;
 bool dbt_parse_status(const redisReply *r, void *out /* dbt_status_reply */, char *err);
 void dbt_status_free(dbt_status_reply *s);
