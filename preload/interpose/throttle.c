@@ -285,7 +285,7 @@ const char *dbt_throttle_prepared_text(const PGconn *conn, const char *name)
 /* How an acquire for c ended, in libpq's words: true when the command goes ahead; else the
  * refusal is set on c. `t0` is when the command asked (ms), `waited` whether it could wait. */
 static bool outcome(dbt_conn *c, dbt_pool *pool, dbt_kind kind, int limit, bool waited, int64_t t0,
-                    bool wait_live, dbt_acq_result r)
+                    dbt_acq_result r)
 {
     const char *name = dbt_pool_name(pool);
     switch (r) {
@@ -297,7 +297,7 @@ static bool outcome(dbt_conn *c, dbt_pool *pool, dbt_kind kind, int limit, bool 
          * transaction idle on its workers or on a full pipe holds the permit): say so. */
         int64_t waited_ms = now_ms() - t0;
         char why[1200] = "DBTHROTTLE_WAIT_TIMEOUT reached", deadlock[1000];
-        if (wait_live)
+        if (dbt_last_wait_live())
             snprintf(why, sizeof why,
                      "the pool's live wait_timeout reached (set by the operator: dbthrottle "
                      "settings %.100s)",
@@ -377,10 +377,11 @@ static dbt_verdict take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind 
     if (!pool)
         return DBT_PROCEED; /* out of memory: better unthrottled than a crash */
     /* the operator's live value for the pool, if set (dbthrottle set), else the process' own */
+    /* (computed before the initializer: its expressions are not sequenced among themselves) */
     bool live = false;
+    int64_t wait_ms = dbt_pool_wait_timeout_ms(pool, lib->cfg.wait_timeout_ms, &live);
     dbt_acquire_opts o = {.limit = limit,
-                          .wait_ms =
-                              dbt_pool_wait_timeout_ms(pool, lib->cfg.wait_timeout_ms, &live),
+                          .wait_ms = wait_ms,
                           .wait_live = live,
                           .conn = c->id,
                           .query = lib->cfg.log_query ? query : NULL,
@@ -402,8 +403,7 @@ static dbt_verdict take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind 
         r = dbt_acquire(pool, kind, &o, slot);
         dbt_cancel_wait_end(cw);
     }
-    return outcome(c, pool, kind, limit, o.wait_ms != 0, t0, o.wait_live, r) ? DBT_PROCEED
-                                                                             : DBT_REFUSE;
+    return outcome(c, pool, kind, limit, o.wait_ms != 0, t0, r) ? DBT_PROCEED : DBT_REFUSE;
 }
 
 /* ---- the permit operations the state machine uses: the semaphore client, for one connection */
@@ -790,20 +790,17 @@ dbt_verdict dbt_throttle_held_wait(PGconn *conn, dbt_acquire_wait *pending, int6
     if (!c || !c->pool)
         return DBT_PROCEED; /* never: the send that queued made both */
     int limit = limit_of(lib, DBT_KIND_QUERY);
-    bool live = false;
+    /* the wait's deadline and its source were set as it began (dbt_acquire_start) */
     dbt_acquire_opts o = {.limit = limit,
-                          .wait_ms =
-                              dbt_pool_wait_timeout_ms(c->pool, lib->cfg.wait_timeout_ms, &live),
-                          .wait_live = live,
+                          .wait_ms = lib->cfg.wait_timeout_ms,
                           .conn = c->id,
                           .interrupted = interrupted,
                           .arg = arg,
                           .waker = waker};
     dbt_permit *permit = NULL;
     dbt_acq_result r = dbt_acquire_wait_for(pending, &o, &permit);
-    dbt_verdict v = outcome(c, c->pool, DBT_KIND_QUERY, limit, true, t0_ms, o.wait_live, r)
-                        ? DBT_PROCEED
-                        : DBT_REFUSE;
+    dbt_verdict v =
+        outcome(c, c->pool, DBT_KIND_QUERY, limit, true, t0_ms, r) ? DBT_PROCEED : DBT_REFUSE;
     dbt_conn_state_deferred_end(&c->state, v, permit);
     return v;
 }

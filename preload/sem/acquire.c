@@ -129,6 +129,15 @@ static __thread struct {
  * DBTHROTTLE_WAIT_TIMEOUT's (dbt_last_class_wait). */
 static __thread long long last_class_wait_ms = -1;
 
+/* Whether the last timeout of this thread's acquires ended a wait by the pool's live wait_timeout
+ * (the slot's, as its wait began), for the caller's message. */
+static __thread bool last_wait_live;
+
+bool dbt_last_wait_live(void)
+{
+    return last_wait_live;
+}
+
 bool dbt_last_class_wait(long long *wait_ms)
 {
     *wait_ms = last_class_wait_ms;
@@ -372,6 +381,7 @@ static acquire_next give_up(acquire_run *a, bool linked, const char *outage,
     dbt_pool *p = a->p;
     if (!outage) {
         last_class_wait_ms = why_timeout ? -1 : a->s->class_wait_ms;
+        last_wait_live = !why_timeout && a->s->wait_live;
         note_timeout(p, a->s, dbt_now_us() - a->start, a->holders, a->queue,
                      why_timeout ? why_timeout : class_wait_reason(a->s));
     }
@@ -784,6 +794,7 @@ static acquire_next wait_turn_counted(acquire_run *a)
             pthread_mutex_unlock(&p->mu);
             if (w == DBT_WAIT_TIMED_OUT) {
                 last_class_wait_ms = s->class_wait_ms;
+                last_wait_live = s->wait_live;
                 note_timeout(p, s, dbt_now_us() - s->t_request_us, -1, -1, class_wait_reason(s));
             } else
                 dbt_trace(DBT_LOG_INFO, "interrupted", s, dbt_now_us() - s->t_request_us, -1, -1,
@@ -882,6 +893,7 @@ static dbt_acq_result start(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *
     *out = NULL;
     last_full.set = false;
     last_class_wait_ms = -1;
+    last_wait_live = false;
     /* Attached: the host's segment, which the steps below lock under p->mu up to 4 times
      * (waiters, shelf, sole state), looked at now, before p->mu (hostshare.h). */
     dbt_sharing_precheck(p);
@@ -957,6 +969,7 @@ dbt_acq_result dbt_acquire_wait_for(dbt_acquire_wait *w, const dbt_acquire_opts 
     free(w);
     a.o = o; /* the waiter's own: its signal test and waker; the limit and ids are the same */
     last_class_wait_ms = -1;
+    last_wait_live = false;
     atomic_store(&a.s->notify_plus1, 0); /* waited for by this thread now, not the watch */
     dbt_waker_publish(a.s, o->waker);
     dbt_pool_thread_clear_failure();

@@ -184,6 +184,9 @@ bool dbt_last_queue_full(char *klass, size_t cap, long long *queue_cap);
 /* After DBT_ACQ_TIMEOUT, on the same thread: whether the wait its class set (acquire.lua's
  * reply: it replaces DBTHROTTLE_WAIT_TIMEOUT) ended it, and that wait (ms). */
 bool dbt_last_class_wait(long long *wait_ms);
+/* After a DBT_ACQ_TIMEOUT: whether the wait it ended was by the pool's live wait_timeout (as the
+ * wait began, whatever the pool's value is now), else by the process' own. */
+bool dbt_last_wait_live(void);
 
 /* The units the permit takes (its weight, 1 for an untagged one). */
 int dbt_permit_weight(const dbt_permit *permit);
