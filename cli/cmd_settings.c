@@ -90,6 +90,10 @@ int cmd_set(int argc, char **argv)
     int want = clear_all ? 1 : clear ? 2 : 3;
     if (clear && clear_all)
         return cli_usage_error("set", "--clear and --clear-all exclude each other");
+    if (clear && npos == 3)
+        return cli_usage_error("set", "--clear takes no VALUE (set POOL KEY --clear)");
+    if (clear && npos == 1)
+        return cli_usage_error("set", "which KEY to clear? (or --clear-all for every one)");
     if (npos != want)
         return cli_usage_error("set", npos < want ? "which %s?" : "too many arguments (%s)",
                                clear_all ? "POOL"
@@ -97,6 +101,7 @@ int cmd_set(int argc, char **argv)
                                          : "POOL, KEY and VALUE");
     const char *pool = pos[0];
     const dbt_setting *row = NULL;
+    char stored[256] = "";
     char arg[1200];
     if (clear_all) {
         snprintf(arg, sizeof arg, "*");
@@ -116,6 +121,8 @@ int cmd_set(int argc, char **argv)
             memset(&scratch, 0, sizeof scratch);
             bool ok = strchr(value, '\n') == NULL && strlen(value) < 1000 &&
                       row->kind->parse(row, &scratch, value, err);
+            if (ok) /* what the workers will read, as check shows it ("0ms", not "0") */
+                row->kind->show(row, &scratch, stored, sizeof stored);
             dbt_settings_release(&scratch);
             if (!ok) {
                 if (strchr(value, '\n') || strlen(value) >= 1000)
@@ -152,7 +159,7 @@ int cmd_set(int argc, char **argv)
                    row->key);
         else
             printf("pool %s: %s = %s, live: its workers use it within a renewal\n", name, row->key,
-                   pos[2]);
+                   stored);
     }
     if (fflush(stdout) != 0)
         rc = cli_fail("set", "cannot write the output");
@@ -215,6 +222,12 @@ int cmd_settings(int argc, char **argv)
         dbt_keys_free(&k);
         if (!rep) {
             rc = cli_fail("settings", "pool %s: %s", name, err);
+            continue;
+        }
+        /* No settings and no key at all: a typo, not a pool without live settings. */
+        if (rep->type == REDIS_REPLY_NIL && cli_pool_seen(r, &cfg, argv[i], err) == 0) {
+            freeReplyObject(rep);
+            rc = cli_fail("settings", "no pool %s under this key prefix", name);
             continue;
         }
         dbt_live live;

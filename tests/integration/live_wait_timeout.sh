@@ -13,6 +13,13 @@ it_live_wait_timeout() {
         'lv_cli set lv wait_timeout 3 --create 2>"$work/lv.e2"; [ $? = 2 ] && grep -q "DBTHROTTLE_WAIT_TIMEOUT" "$work/lv.e2"'
     check "set refuses a pool Redis never saw without --create" \
         '! lv_cli set lv wait_timeout 1s >/dev/null 2>&1'
+    check "settings of a pool Redis never saw fails (exit 1)" \
+        'lv_cli settings lv >/dev/null 2>&1; [ $? = 1 ]'
+    check "--clear with a VALUE, or with no KEY, says what is wrong (exit 2)" \
+        'lv_cli set lv wait_timeout 5s --clear 2>"$work/lv.e3"; [ $? = 2 ] && grep -q "clear takes no VALUE" "$work/lv.e3" &&
+         lv_cli set lv --clear 2>"$work/lv.e4"; [ $? = 2 ] && grep -q "which KEY to clear" "$work/lv.e4"'
+    check "set says the value as stored ($(lv_cli set lv wait_timeout 0 --create))" \
+        'lv_cli set lv wait_timeout 0 --create | grep -q "wait_timeout = 0ms, live"'
     check "set writes a live value (--create)" 'lv_cli set lv wait_timeout 2s --create >/dev/null'
     check "a pool whose only key is its live settings is known: no --create the second time" \
         'lv_cli set lv wait_timeout 1s >/dev/null'
