@@ -6,6 +6,7 @@
  * connections is reported within DBT_DOING_REPORT_US (renewer.c), not a heartbeat later. */
 #include "conns.h"
 #include "clock.h"
+#include "fork.h"
 #include "pool.h"
 
 #include <stdint.h>
@@ -82,6 +83,19 @@ void dbt_conns_free(dbt_pool *p)
     }
     p->nknown = 0;
     p->known_untracked = 0;
+}
+
+/* In a fork()ed child the parent's connections are the parent's: the child reports its own. */
+static void after_fork(dbt_pool *p)
+{
+    dbt_conns_free(p);
+    p->known_changed = false;
+    p->known_sent_digest = 0;
+}
+
+__attribute__((constructor)) static void register_after_fork(void)
+{
+    dbt_fork_on_child(DBT_FORK_MODULE, after_fork);
 }
 
 /* What conn k does now, from the slots of the pool that name it. p->mu held. */

@@ -5,7 +5,6 @@
 #include "pool.h"
 #include "clock.h"
 #include "cluster.h"
-#include "conns.h"
 #include "fork.h"
 #include "log.h"
 #include "redis_errors.h"
@@ -945,7 +944,6 @@ static void after_fork(dbt_pool *p)
     p->slots = NULL;
     /* Spare slots' eventfds are the parent's objects too (a fork shares them): closed. */
     dbt_free_spares(p);
-    dbt_conns_free(p);
     p->nqueued = p->nheld = 0;
     p->gen++;
     p->in_outage = false;
