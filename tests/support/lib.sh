@@ -272,6 +272,21 @@ live_count() { # live_count ZSET_SUFFIX [KIND [PREFIX]]
         return n" 0 "${2:-q}" "${3-dbthrottle:}" "$1"
 }
 live_holders() { live_count holders "$@"; }
+# quarantine_left [PREFIX]: the ms until the last quarantine of any pool ends, by Redis' own clock
+# (each era key's UNTIL: docs/design.md, "Failover and data loss"); 0 when none runs.
+quarantine_left() {
+    rcli --raw eval "local now = redis.call('TIME') now = now[1] * 1000 + math.floor(now[2] / 1000)
+        local left, cur = 0, '0'
+        repeat
+            local r = redis.call('SCAN', cur, 'MATCH', ARGV[1] .. '*:era', 'COUNT', 1000)
+            cur = r[1]
+            for _, k in ipairs(r[2]) do
+                local u = tonumber(string.match(redis.call('GET', k) or '', '^%S+ (%d+)') or 0)
+                if u - now > left then left = u - now end
+            end
+        until cur == '0'
+        return left" 0 "${1-dbthrottle:}"
+}
 live_waiters() { live_count wexp "$@"; }
 # nothing_left [KIND [PREFIX [SECONDS]]]: true once no live holder or waiter is left, within
 # SECONDS (1 by default): the workers' last releases are sent as they exit and not waited for, so
