@@ -369,7 +369,7 @@ const dbt_setting dbt_settings[] = {
      .rule.duration = {.min_ms = 10, .max_ms = 60000, .range = "must be from 10ms to 1m"},
      .doc = "connect and command timeout for Redis"},
     {"on_redis_error", "DBTHROTTLE_ON_REDIS_ERROR", "open", &as_word, FIELD(on_redis_error),
-     WORDS(on_redis_error_words, "open or closed"), .worker_only = true,
+     WORDS(on_redis_error_words, "open or closed"), .worker_only = true, .live = true,
      .doc = "while Redis is unreachable: open = run unthrottled, closed = fail"},
     {"log", "DBTHROTTLE_LOG", "stderr", &as_log_dest, FIELD(log_path),
      .rule.text = {.null_word = "stderr", .unset_shown = "stderr"}, .worker_only = true,

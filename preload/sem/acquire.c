@@ -37,7 +37,7 @@ static dbt_acq_result outage_result(dbt_pool *p, dbt_kind kind, const dbt_acquir
     pthread_mutex_lock(&p->mu);
     dbt_outage_fate fate = dbt_core_outage(seen_misconfigured || p->misconfig[0] != '\0' ||
                                                dbt_pool_thread_failed_permanently(),
-                                           p->client->cfg->on_redis_error == DBT_ON_ERROR_OPEN);
+                                           atomic_load(&p->on_redis_error) == DBT_ON_ERROR_OPEN);
     bool misconfigured = fate == DBT_OUTAGE_MISCONFIGURED;
     bool open = fate == DBT_OUTAGE_UNTHROTTLED;
     if (open) {

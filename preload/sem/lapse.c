@@ -49,7 +49,7 @@ int64_t dbt_lapse_take_due(dbt_pool *p, int64_t now, bool can_cancel, dbt_cancel
 {
     /* Without the interposer (dbthrottle acquire -- CMD, a test of this layer) nothing can be
      * cancelled: the lease is lost when it runs out, as before. */
-    if (!can_cancel || p->client->cfg->on_redis_error != DBT_ON_ERROR_CLOSED)
+    if (!can_cancel || atomic_load(&p->on_redis_error) != DBT_ON_ERROR_CLOSED)
         return -1;
     int64_t lease = p->client->cfg->lease_ms * 1000, margin = dbt_lapse_margin_us(p), next = -1;
     for (struct dbt_slot *s = p->slots; s; s = s->next) {
@@ -97,7 +97,7 @@ bool dbt_permit_lost(dbt_permit *s)
     int64_t now = dbt_now_us();
     bool lost = s->gen != p->gen || dbt_slot_expire_unrenewed(p, s, now);
     if (!lost && s->state == SLOT_HELD && s->kind == DBT_KIND_QUERY &&
-        p->client->cfg->on_redis_error == DBT_ON_ERROR_CLOSED &&
+        atomic_load(&p->on_redis_error) == DBT_ON_ERROR_CLOSED &&
         now - s->t_renewed_us > p->client->cfg->lease_ms * 1000 - dbt_lapse_margin_us(p)) {
         char cause[160], why[300];
         bool known = dbt_slot_unrenewed_cause(p, s, now, cause, sizeof cause);

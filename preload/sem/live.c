@@ -3,6 +3,7 @@
  * own parsers and applied to the pool; what the pool's commands read in place of the process' own
  * values. A value the parser refuses is not applied and is logged once per version. */
 #include "live.h"
+#include "clock.h"
 #include "log.h"
 #include "pool.h"
 #include "settings.h"
@@ -10,6 +11,15 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The row of the settings table whose field is at `field` of dbt_config. */
+static ptrdiff_t row_of(size_t field)
+{
+    for (const dbt_setting *s = dbt_settings; s->key; s++)
+        if (s->field == field)
+            return s - dbt_settings;
+    return -1;
+}
 
 void dbt_live_apply(dbt_pool *p, const char *text)
 {
@@ -24,9 +34,16 @@ void dbt_live_apply(dbt_pool *p, const char *text)
         snprintf(refused, sizeof refused,
                  "the text is not \"v<version>\" then key=value lines: none applied");
     }
+    ptrdiff_t mode_row = row_of(offsetof(dbt_config, on_redis_error));
     pthread_mutex_lock(&p->mu);
     dbt_live *old = p->live;
     p->live = l;
+    /* read without the lock on an outage's paths: the mode in force, the process' own when the
+     * live settings have none */
+    bool mode_live = mode_row >= 0 && l->set[mode_row];
+    atomic_store(&p->on_redis_error,
+                 (int)(mode_live ? l->cfg.on_redis_error : p->client->cfg->on_redis_error));
+    p->record_changed_us = dbt_now_us(); /* the record says what it applied: status at once */
     pthread_mutex_unlock(&p->mu);
     if (old) {
         dbt_live_free(old);
@@ -55,15 +72,6 @@ void dbt_live_drop(dbt_pool *p)
         free(p->live);
         p->live = NULL;
     }
-}
-
-/* The row of the settings table whose field is at `field` of dbt_config. */
-static ptrdiff_t row_of(size_t field)
-{
-    for (const dbt_setting *s = dbt_settings; s->key; s++)
-        if (s->field == field)
-            return s - dbt_settings;
-    return -1;
 }
 
 int64_t dbt_pool_wait_timeout_ms(dbt_pool *p, int64_t own, bool *live)

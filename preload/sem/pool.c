@@ -474,7 +474,7 @@ void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
      * process only reports itself (registry.c): its commands never depend on Redis. An outage
      * that resumes says so once more, after its redis_back. */
     if ((first || resumed) && !cfg->disable) {
-        bool open = cfg->on_redis_error == DBT_ON_ERROR_OPEN;
+        bool open = atomic_load(&p->on_redis_error) == DBT_ON_ERROR_OPEN;
         dbt_field f[] = {DBT_S("pool", p->name),
                          DBT_S("during", what),
                          DBT_S("error", msg),

@@ -281,6 +281,13 @@ struct dbt_pool {
     uint64_t known_sent_digest; /* their states as the last report said them (conns.c) */
     /* The pool's live settings as last applied (live.c), NULL none: read under p->mu. */
     struct dbt_live *live;
+    /* The outage mode in force (dbt_on_error): the live value, else the process' own. Set by
+     * live.c, read on any path, with or without p->mu (an outage's paths take it, lapse.c's
+     * hold it). */
+    atomic_int on_redis_error;
+    /* When the process' record changed in a way status must show at once (live.c: the live
+     * settings applied, the mode in force): the renewer reports then. 0: none. p->mu. */
+    int64_t record_changed_us;
     bool known_sent_busy;
     int64_t
         orphan_made_us; /* when the last orphan was made (renewer.c: its sleeps while they come) */

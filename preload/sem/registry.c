@@ -45,7 +45,7 @@ void dbt_registry_record(dbt_pool *p, char *out, int64_t *ttl_ms)
         snprintf(r.state, sizeof r.state, "throttling");
     }
     snprintf(r.mode, sizeof r.mode, "%s",
-             cfg->on_redis_error == DBT_ON_ERROR_OPEN ? "open" : "closed");
+             atomic_load(&p->on_redis_error) == DBT_ON_ERROR_OPEN ? "open" : "closed");
     r.unthrottled = p->st.unthrottled;
     r.refused = p->st.refusals;
     r.timeouts = p->st.timeouts;

@@ -119,6 +119,8 @@ static int64_t doing_report_due(dbt_pool *p, bool *changing)
     *changing = *changing || conns_busy;
     if (p->known_changed && (due < 0 || p->known_changed_us + DBT_DOING_REPORT_US < due))
         due = p->known_changed_us + DBT_DOING_REPORT_US;
+    if (p->record_changed_us && (due < 0 || p->record_changed_us < due))
+        due = p->record_changed_us;
     return due;
 }
 
@@ -569,6 +571,7 @@ static void renew(dbt_pool *p)
     char record[DBT_RECORD_MAX];
     int64_t record_ttl;
     dbt_registry_record(p, record, &record_ttl);
+    p->record_changed_us = 0;
     bool goodbye = p->exiting;
     /* its connections beside the record (conns.c); none said when they cannot be put in words */
     long long live_version = dbt_live_version(p);
@@ -850,6 +853,8 @@ static void *thread_main(void *arg)
                 beat = p->known_changed_us + DBT_DOING_REPORT_US;
             if (conns_busy && dbt_now_us() + DBT_DOING_REPORT_US < beat)
                 beat = dbt_now_us() + DBT_DOING_REPORT_US;
+            if (p->record_changed_us && p->record_changed_us < beat)
+                beat = p->record_changed_us;
             if (p->down_until_us > 0 && p->down_until_us < beat)
                 beat = p->down_until_us;
             if (!p->last_report_us || dbt_now_us() >= beat) {
