@@ -378,14 +378,74 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
 /* ---- live settings (dbthrottle set) ------------------------------------------------------------
  */
 
-/* The pool's live settings: each value the workers use in place of their own, and those their
- * parser refuses (written by hand). Nothing when none is set. */
+/* Where a process stands with the pool's live settings of `version` (0: Redis has none), by its
+ * record: the live settings an operator sets must be seen taken, not assumed. */
+typedef enum { LIVE_APPLIED, LIVE_BEHIND, LIVE_REFUSING, LIVE_OLDER } live_stand;
+static live_stand live_stand_of(const dbt_proc_record *r, long long version)
+{
+    if (r->live_version < 0)
+        return LIVE_OLDER; /* a version that does not apply them */
+    if (r->live_version != version)
+        return LIVE_BEHIND; /* a renewal late, or cut off from Redis */
+    return r->live_refused[0] ? LIVE_REFUSING : LIVE_APPLIED;
+}
+
+static const char *const live_stand_words[] = {
+    [LIVE_BEHIND] = "not applied yet (a renewal late, or cut off) by",
+    [LIVE_REFUSING] = "partly refused by",
+    [LIVE_OLDER] = "not applied (a version of the library without live settings) by",
+};
+
+/* One line per kind of process that does not apply the live settings as Redis holds them: "  live
+ * settings v5 not applied yet ... by 2 processes: vm:1234 (psql, applied v4), ..." (at most 5
+ * named). Nothing when every process applies them. */
+static void text_live_procs(FILE *out, const cli_pool_view *v, long long version)
+{
+    for (live_stand st = LIVE_BEHIND; st <= LIVE_OLDER; st++) {
+        int n = 0;
+        for (int i = 0; i < v->nprocs; i++)
+            n += live_stand_of(&v->procs[i], version) == st;
+        if (!n)
+            continue;
+        if (version)
+            fprintf(out, "  live settings v%lld %s %d process%s:", version, live_stand_words[st], n,
+                    n == 1 ? "" : "es");
+        else
+            fprintf(out, "  live settings cleared, %s %d process%s:", live_stand_words[st], n,
+                    n == 1 ? "" : "es");
+        int shown = 0;
+        for (int i = 0; i < v->nprocs && shown < 5; i++) {
+            const dbt_proc_record *r = &v->procs[i];
+            if (live_stand_of(r, version) != st)
+                continue;
+            char host[80], prog[80];
+            cli_escape_name(r->host, 40, false, host, sizeof host);
+            cli_escape_name(r->program, 40, false, prog, sizeof prog);
+            fprintf(out, "%s %s:%ld (%s", shown++ ? "," : "", host, r->pid, prog);
+            if (st == LIVE_BEHIND && r->live_version)
+                fprintf(out, ", applied v%lld)", r->live_version);
+            else if (st == LIVE_BEHIND)
+                fputs(", applied none)", out);
+            else if (st == LIVE_REFUSING)
+                fprintf(out, ", refused %s)", r->live_refused);
+            else
+                fprintf(out, " %s)", r->version);
+        }
+        fprintf(out, "%s\n", n > shown ? ", ..." : "");
+    }
+}
+
+/* The pool's live settings: each value the workers use in place of their own, those their
+ * parser refuses (written by hand), and the processes that do not apply them (yet). Nothing
+ * when none is set and every process agrees. */
 static void text_live(FILE *out, const cli_pool_view *v)
 {
     dbt_live l;
     char refused[512];
-    if (!v->settings || !dbt_live_parse(v->settings, &l, refused, sizeof refused))
+    if (!v->settings || !dbt_live_parse(v->settings, &l, refused, sizeof refused)) {
+        text_live_procs(out, v, 0);
         return;
+    }
     int n = 0;
     for (const dbt_setting *s = dbt_settings; s->key; s++)
         if (l.set[s - dbt_settings]) {
@@ -404,7 +464,41 @@ static void text_live(FILE *out, const cli_pool_view *v)
         cli_escape_name(refused, 500, false, text, sizeof text);
         fprintf(out, "  live settings the workers refuse (they keep their own): %s\n", text);
     }
+    text_live_procs(out, v, l.version);
     dbt_live_free(&l);
+}
+
+/* ,"processes": {"applied": N, "behind": [...], "refusing": [...], "older": [...]}, each a list
+ * of {"host", "pid", "applied" (the version), "refused" (keys)}. */
+static void json_live_procs(FILE *out, const cli_pool_view *v, long long version)
+{
+    int applied = 0;
+    for (int i = 0; i < v->nprocs; i++)
+        applied += live_stand_of(&v->procs[i], version) == LIVE_APPLIED;
+    fprintf(out, ",\"processes\":{\"applied\":%d", applied);
+    static const char *const names[] = {
+        [LIVE_BEHIND] = "behind", [LIVE_REFUSING] = "refusing", [LIVE_OLDER] = "older"};
+    for (live_stand st = LIVE_BEHIND; st <= LIVE_OLDER; st++) {
+        fprintf(out, ",\"%s\":[", names[st]);
+        int n = 0;
+        for (int i = 0; i < v->nprocs; i++) {
+            const dbt_proc_record *r = &v->procs[i];
+            if (live_stand_of(r, version) != st)
+                continue;
+            fputs(n++ ? ",{\"host\":" : "{\"host\":", out);
+            cli_json_str(out, r->host);
+            fprintf(out, ",\"pid\":%ld,\"applied\":", r->pid);
+            if (r->live_version >= 0)
+                fprintf(out, "%lld", r->live_version);
+            else
+                fputs("null", out);
+            fputs(",\"refused\":", out);
+            cli_json_str(out, r->live_refused);
+            fputc('}', out);
+        }
+        fputc(']', out);
+    }
+    fputc('}', out);
 }
 
 /* ,"live_settings": null, or {"version", "values": {key: value}, "refused": text or null}. */
@@ -413,7 +507,17 @@ static void json_live(FILE *out, const cli_pool_view *v)
     dbt_live l;
     char refused[512];
     if (!v->settings || !dbt_live_parse(v->settings, &l, refused, sizeof refused)) {
-        fputs(",\"live_settings\":null", out);
+        /* none in Redis: null, unless a process still applies some (a renewal late) */
+        bool behind = false;
+        for (int i = 0; i < v->nprocs; i++)
+            behind = behind || live_stand_of(&v->procs[i], 0) == LIVE_BEHIND;
+        if (!behind) {
+            fputs(",\"live_settings\":null", out);
+            return;
+        }
+        fputs(",\"live_settings\":{\"version\":0,\"values\":{},\"refused\":null", out);
+        json_live_procs(out, v, 0);
+        fputc('}', out);
         return;
     }
     fprintf(out, ",\"live_settings\":{\"version\":%lld,\"values\":{", l.version);
@@ -432,6 +536,7 @@ static void json_live(FILE *out, const cli_pool_view *v)
         cli_json_str(out, refused);
     else
         fputs("null", out);
+    json_live_procs(out, v, l.version);
     fputc('}', out);
     dbt_live_free(&l);
 }

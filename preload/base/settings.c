@@ -500,6 +500,11 @@ bool dbt_live_parse(const char *text, dbt_live *out, char *refused, size_t cap)
             else if (s->kind->parse(s, &out->cfg, eq + 1, err))
                 out->set[s - dbt_settings] = true;
         }
+        if (err[0]) {
+            size_t kl = strlen(out->refused_keys);
+            snprintf(out->refused_keys + kl, sizeof out->refused_keys - kl, "%s%.40s",
+                     kl ? "," : "", buf);
+        }
         if (err[0] && used + 1 < cap) {
             int w = snprintf(refused + used, cap - used, "%s%s: %s", used ? "; " : "", buf, err);
             if (w > 0)

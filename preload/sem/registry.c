@@ -13,6 +13,7 @@
 #include "registry.h"
 #include "clock.h"
 #include "pool.h"
+#include "settings.h"
 #include "version.h"
 
 #include <errno.h>
@@ -65,6 +66,9 @@ void dbt_registry_record(dbt_pool *p, char *out, int64_t *ttl_ms)
             r.idle_in_tx++;
     /* Which host group it passes permits with, so that status shows who shares with whom. */
     snprintf(r.group, sizeof r.group, "%s", p->group);
+    /* Which live settings it applied (live.c), so that status shows who lags or refuses. */
+    r.live_version = p->live ? p->live->version : 0;
+    snprintf(r.live_refused, sizeof r.live_refused, "%s", p->live ? p->live->refused_keys : "");
     if (!dbt_format_record(&r, out, DBT_RECORD_MAX))
         out[0] = '\0';
     /* Listed as silent (cut off, stopped) for a lease before it goes. */

@@ -475,13 +475,16 @@ bool dbt_format_record(const dbt_proc_record *r, char *out, size_t cap)
         return false;
     memcpy(out + len, nums, (size_t)n + 1);
     len += (size_t)n;
-    if (r->group[0]) {
-        if (len + 1 + strlen(r->group) + 1 > cap)
+    char live[24];
+    snprintf(live, sizeof live, "%lld", r->live_version);
+    const char *tail[] = {r->group, live, r->live_refused};
+    for (size_t i = 0; i < sizeof tail / sizeof *tail; i++) {
+        if (len + 1 + strlen(tail[i]) + 1 > cap)
             return false;
         out[len++] = '\t';
-        put_text(out, cap, &len, r->group);
-        out[len] = '\0';
+        put_text(out, cap, &len, tail[i]);
     }
+    out[len] = '\0';
     return true;
 }
 
@@ -599,6 +602,14 @@ bool dbt_parse_record(const char *text, dbt_proc_record *r)
     if (next_field(&p, group, sizeof group) && strlen(group) == 16 &&
         strspn(group, "0123456789abcdef") == 16)
         memcpy(r->group, group, sizeof r->group);
+    /* The live settings it applied: not said by an older version's record. */
+    char live[24];
+    r->live_version = -1;
+    if (p && next_field(&p, live, sizeof live) && live[0] &&
+        strspn(live, "0123456789") == strlen(live))
+        r->live_version = strtoll(live, NULL, 10);
+    if (p)
+        next_field(&p, r->live_refused, sizeof r->live_refused);
     return true;
 }
 

@@ -6,6 +6,15 @@
 # by the worker (logged, its own kept); a pool Redis never saw needs --create.
 it_live_wait_timeout() {
     lv_cli() { "$top/build/dbthrottle" "$@" --redis "redis://127.0.0.1:$rport"; }
+    # Where the pool's processes stand with its live settings, by their records in Redis (status
+    # --json): "applied N behind PID... refusing PID:KEYS..."
+    lv_stand() {
+        lv_cli status lv --json | $py -c 'import json, sys
+l = json.load(sys.stdin)["pools"][0]["live_settings"] or {}
+p = l.get("processes", {})
+print("applied", p.get("applied", 0), "behind", *[q["pid"] for q in p.get("behind", [])],
+      "refusing", *["%d:%s" % (q["pid"], q["refused"]) for q in p.get("refusing", [])])'
+    }
     rm -f "$work"/lv.*
     check "set refuses a setting that is not live (exit 2)" \
         'lv_cli set lv max_queries 3 --create 2>"$work/lv.e1"; [ $? = 2 ] && grep -q "not a live setting (live: wait_timeout" "$work/lv.e1"'
@@ -46,6 +55,10 @@ print(l["values"].get("wait_timeout"), l["refused"])')
     wait_until 20 'grep -q "event=live_settings .*version=$lv_v1" "$work/lv.err"'
     check "the worker applied the live settings, version $lv_v1 ($(grep -o "event=live_settings[^ ]* pool=lv version=[0-9]*" "$work/lv.err" | tail -1))" \
         '[ -n "$lv_v1" ] && grep -q "event=live_settings .*version=$lv_v1" "$work/lv.err"'
+    # Its record says so at once (it reports as it applies a version), not a heartbeat later.
+    wait_until 5 '[ "$(lv_stand)" = "applied 1 behind refusing" ]'
+    check "the worker's record in Redis says it applied them, within $waited_ms ms ($(lv_stand))" \
+        '[ "$(lv_stand)" = "applied 1 behind refusing" ]'
     hold_begin lv_holder DBTHROTTLE_POOL=lv DBTHROTTLE_MAX_QUERIES=1
     wait_until 20 '[ "$(rcli zcard "dbthrottle:{lv}:q:holders")" = 1 ] && [ -n "$(psql -qAtX -c "select 1 from pg_stat_activity where application_name = '"'lv_holder'"' and state = '"'active'"'")" ]'
     lv_t0=$(date +%s%N)
@@ -86,6 +99,20 @@ print(l["values"].get("wait_timeout"), l["refused"])')
         'lv_cli settings lv | grep -q "refused by the workers.*wait_timeout"'
     check "and status ($(lv_cli status lv | grep "live settings"))" \
         'lv_cli status lv | grep -q "^  live settings the workers refuse (they keep their own): wait_timeout: DBTHROTTLE_WAIT_TIMEOUT"'
+    # The worker's record names the key it refused; stopped, it cannot take the next version,
+    # and status names it as behind until it runs again.
+    wait_until 5 '[ -n "$(lv_stand | sed -n "s/^applied 0 behind refusing \([0-9]*\):wait_timeout$/\1/p")" ]'
+    lv_pid=$(lv_stand | sed -n 's/^applied 0 behind refusing \([0-9]*\):wait_timeout$/\1/p')
+    check "the worker's record says which key it refused ($(lv_stand); pid $lv_pid)" \
+        '[ -n "$lv_pid" ] && [ "$(ps -o comm= -p "$lv_pid")" = psql ]'
+    kill -STOP "$lv_pid"
+    lv_cli set lv wait_timeout 5s >/dev/null
+    lv_behind=$(lv_cli status lv | grep "not applied yet")
+    check "a stopped worker is named as not having applied the new version ($lv_behind)" \
+        'echo "$lv_behind" | grep -q "live settings v[0-9]* not applied yet (a renewal late, or cut off) by 1 process: [^ ]*:$lv_pid (psql, applied v7)$"'
+    kill -CONT "$lv_pid"
+    wait_until 10 '[ "$(lv_stand)" = "applied 1 behind refusing" ]'
+    check "running again, it applied it within $waited_ms ms ($(lv_stand))" '[ "$(lv_stand)" = "applied 1 behind refusing" ]'
     touch "$work/lv.end"
     wait "$lv_w"
 }

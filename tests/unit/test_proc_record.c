@@ -115,13 +115,47 @@ Test(proc_record, host_group_after_the_numbers)
     cr_expect_eq(back.idle_in_tx, 3, "the last number is not taken with the group");
     r.group[0] = '\0';
     cr_assert(dbt_format_record(&r, text, sizeof text));
-    cr_expect_eq(text[strlen(text) - 1], '3', "no group: the record ends with its numbers");
     snprintf(stored, sizeof stored, "5000\t%s", text);
     cr_assert(dbt_parse_record(stored, &back));
     cr_expect_str_eq(back.group, "");
-    snprintf(stored, sizeof stored, "5000\t%s\tnot-a-group!", text);
+    cr_expect_eq(back.idle_in_tx, 3);
+    /* an older writer's record ends with its numbers */
+    char *tail = strstr(stored, "\t3\t");
+    cr_assert_not_null(tail);
+    tail[2] = '\0';
+    cr_assert(dbt_parse_record(stored, &back));
+    cr_expect_str_eq(back.group, "");
+    cr_expect_eq(back.live_version, -1, "an older writer says nothing of live settings");
+    snprintf(stored + strlen(stored), sizeof stored - strlen(stored), "\tnot-a-group!");
     cr_assert(dbt_parse_record(stored, &back));
     cr_expect_str_eq(back.group, "", "what is not 16 hex digits is no group");
+}
+
+/* The live settings a process applied (docs/design.md, "Live settings per pool") ride after the
+ * group, written whether it shares or not: the version, and the keys its parser refused; a tab
+ * in a key written by hand into Redis stays within its field. */
+Test(proc_record, live_settings_applied_after_the_group)
+{
+    dbt_proc_record r = {.pid = 42, .idle_in_tx = 3, .live_version = 1764590000123LL};
+    snprintf(r.host, sizeof r.host, "web1");
+    snprintf(r.live_refused, sizeof r.live_refused, "wait_timeout,odd\tkey");
+    char text[1024], stored[1100];
+    cr_assert(dbt_format_record(&r, text, sizeof text));
+    snprintf(stored, sizeof stored, "5000\t%s", text);
+    dbt_proc_record back;
+    cr_assert(dbt_parse_record(stored, &back));
+    cr_expect_str_eq(back.group, "");
+    cr_expect_eq(back.live_version, 1764590000123LL);
+    cr_expect_str_eq(back.live_refused, "wait_timeout,odd_key");
+    snprintf(r.group, sizeof r.group, "0123456789abcdef");
+    r.live_version = 0;
+    r.live_refused[0] = '\0';
+    cr_assert(dbt_format_record(&r, text, sizeof text));
+    snprintf(stored, sizeof stored, "5000\t%s", text);
+    cr_assert(dbt_parse_record(stored, &back));
+    cr_expect_str_eq(back.group, "0123456789abcdef");
+    cr_expect_eq(back.live_version, 0, "none applied is 0, not unknown");
+    cr_expect_str_eq(back.live_refused, "");
 }
 
 /* A process' connections (dbthrottle clients): read back as written, a tab or a newline in a

@@ -82,6 +82,9 @@ typedef struct dbt_live {
     long long version; /* 0: none */
     dbt_config cfg;
     bool set[DBT_MAX_SETTINGS];
+    /* the keys of the lines refused, as written ("wait_timeout,nonsense"; cut to fit), for the
+     * process' record */
+    char refused_keys[128];
 } dbt_live;
 bool dbt_live_parse(const char *text, dbt_live *out, char *refused, size_t cap);
 void dbt_live_free(dbt_live *l);

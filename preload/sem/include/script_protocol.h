@@ -185,6 +185,11 @@ typedef struct {
      * themselves (host-level sharing), "" when the process does not share. After the numbers, so
      * that a reader of an older version, which stops at them, still reads the record. */
     char group[17];
+    /* The version of the pool's live settings the process applied (0: none; -1: not said, a
+     * record of an older version, which does not apply them), and the keys of it its parser
+     * refused ("wait_timeout,lease"; "" none). After the group (written then, "" or not). */
+    long long live_version;
+    char live_refused[128];
 } dbt_proc_record;
 
 /* The record's text (without seen_ms), fields made safe (a tab or a control byte becomes '_').
