@@ -242,6 +242,7 @@ typedef struct {
     const dbt_proc_record *rec; /* the most recently seen of its records */
     const char *pools[64];      /* the pools it uses (views' names) */
     const char *groups[64];     /* the host group it shares each of them with (NULL: none) */
+    long long live[64];         /* the live settings' version it applied in each (-1: not said) */
     int npools;
     const char *state; /* throttling, unthrottled, refusing, disabled */
     char reason[320];

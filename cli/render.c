@@ -633,6 +633,7 @@ int cli_processes(const cli_pool_view *v, int n, cli_process **out)
             }
             if (p->npools < (int)(sizeof p->pools / sizeof *p->pools)) {
                 p->groups[p->npools] = r->group[0] ? r->group : NULL;
+                p->live[p->npools] = r->live_version;
                 p->pools[p->npools++] = v[i].name;
             }
             char reason[320];
@@ -1086,6 +1087,15 @@ static void json_processes(FILE *out, const cli_pool_view *v, int n)
                 fputc(',', out);
             if (p->groups[k])
                 cli_json_str(out, p->groups[k]);
+            else
+                fputs("null", out);
+        }
+        fputs("],\"live_settings_applied\":[", out);
+        for (int k = 0; k < p->npools; k++) {
+            if (k)
+                fputc(',', out);
+            if (p->live[k] >= 0)
+                fprintf(out, "%lld", p->live[k]);
             else
                 fputs("null", out);
         }

@@ -704,6 +704,13 @@ void dbt_log(dbt_log_level level, const char *event, const dbt_field *fields, si
         emit(level, event, fields, nfields);
 }
 
+void dbt_log_at_own_level(dbt_log_level level, const char *event, const dbt_field *fields,
+                          size_t nfields)
+{
+    if (level != DBT_LOG_OFF)
+        emit(level, event, fields, nfields);
+}
+
 void dbt_log_requested(dbt_log_level level, const char *event, const dbt_field *fields,
                        size_t nfields)
 {

@@ -376,7 +376,7 @@ const dbt_setting dbt_settings[] = {
      .doc = "stderr, a file to append the log to, or syslog (syslog:/path: another socket)"},
     {"log_level", "DBTHROTTLE_LOG_LEVEL", "warn", &as_word, FIELD(log_level),
      WORDS(dbt_log_level_words, "off, error, warn, info or debug"), .worker_only = true,
-     .doc = "off, error, warn, info (every acquisition) or debug"},
+     .live = true, .doc = "off, error, warn, info (every acquisition) or debug"},
     {"log_format", "DBTHROTTLE_LOG_FORMAT", "logfmt", &as_word, FIELD(log_format),
      WORDS(log_format_words, "logfmt or json"), .worker_only = true, .doc = "logfmt or json"},
     {"log_query", "DBTHROTTLE_LOG_QUERY", "off", &as_bool, FIELD(log_query), .worker_only = true,

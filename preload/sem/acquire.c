@@ -691,10 +691,11 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
      * parked wait leaves it to the renewer (dbt_acquire_wait_park). */
     dbt_renewer_ensure(p);
     struct dbt_slot as_queued; /* its place may be swapped from now on (handover.c) */
-    if (dbt_log_enabled(DBT_LOG_INFO))
+    bool tracing = dbt_trace_enabled(p, DBT_LOG_INFO);
+    if (tracing)
         dbt_trace_copy(&as_queued, s);
     pthread_mutex_unlock(&p->mu);
-    if (dbt_log_enabled(DBT_LOG_INFO))
+    if (tracing)
         dbt_trace(DBT_LOG_INFO, "wait", &as_queued, -1, -1, a->holders, a->queue, NULL, NULL);
     return NEXT_WAIT;
 }

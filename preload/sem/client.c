@@ -74,6 +74,7 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
             dbt_keys_init(&p->keys, c->cfg->key_prefix, name)) {
             p->client = c;
             atomic_init(&p->on_redis_error, (int)c->cfg->on_redis_error);
+            atomic_init(&p->log_level, -1);
             p->nbounds = dbt_hist_bounds(p->hist_bounds, DBT_HIST_MAX);
             dbt_pool_mutex_init(&p->mu);
             pthread_cond_init(&p->conn_cv, NULL);

@@ -43,6 +43,8 @@ void dbt_live_apply(dbt_pool *p, const char *text)
     bool mode_live = mode_row >= 0 && l->set[mode_row];
     atomic_store(&p->on_redis_error,
                  (int)(mode_live ? l->cfg.on_redis_error : p->client->cfg->on_redis_error));
+    ptrdiff_t level_row = row_of(offsetof(dbt_config, log_level));
+    atomic_store(&p->log_level, level_row >= 0 && l->set[level_row] ? (int)l->cfg.log_level : -1);
     p->record_changed_us = dbt_now_us(); /* the record says what it applied: status at once */
     pthread_mutex_unlock(&p->mu);
     if (old) {

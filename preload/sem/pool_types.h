@@ -285,6 +285,8 @@ struct dbt_pool {
      * live.c, read on any path, with or without p->mu (an outage's paths take it, lapse.c's
      * hold it). */
     atomic_int on_redis_error;
+    /* The pool's live log_level for its trace (trace.c), -1: the process' own. Set by live.c. */
+    atomic_int log_level;
     /* When the process' record changed in a way status must show at once (live.c: the live
      * settings applied, the mode in force): the renewer reports then. 0: none. p->mu. */
     int64_t record_changed_us;

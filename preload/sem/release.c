@@ -193,7 +193,7 @@ static void release_permit(dbt_permit *s)
     /* What the trace says of the permit, before it may move to another thread (handover.c):
      * then s becomes a place in the queue that the pool keeps, and is not ours to free (nor its
      * query text, which the trace then owns). */
-    bool tracing = dbt_log_enabled(DBT_LOG_INFO);
+    bool tracing = dbt_trace_enabled(p, DBT_LOG_INFO);
     struct dbt_slot before;
     if (tracing) {
         dbt_trace_copy(&before, s);

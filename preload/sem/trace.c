@@ -20,11 +20,17 @@ void dbt_trace_copy(struct dbt_slot *to, const struct dbt_slot *s)
     to->t_grant_us = s->t_grant_us;
 }
 
+bool dbt_trace_enabled(const dbt_pool *p, dbt_log_level lvl)
+{
+    int live = atomic_load(&p->log_level);
+    return live >= 0 ? lvl != DBT_LOG_OFF && (int)lvl <= live : dbt_log_enabled(lvl);
+}
+
 void dbt_trace(dbt_log_level lvl, const char *event, const struct dbt_slot *s, int64_t waited_us,
                int64_t held_us, long long holders, long long queue, const char *extra_key,
                const char *extra)
 {
-    if (!dbt_log_enabled(lvl))
+    if (!dbt_trace_enabled(s->pool, lvl))
         return;
     dbt_field f[12];
     size_t n = 0;
@@ -45,5 +51,5 @@ void dbt_trace(dbt_log_level lvl, const char *event, const struct dbt_slot *s, i
         f[n++] = DBT_S("query", s->query);
     if (extra_key)
         f[n++] = DBT_S(extra_key, extra);
-    dbt_log(lvl, event, f, n);
+    dbt_log_at_own_level(lvl, event, f, n); /* decided above */
 }

@@ -47,6 +47,10 @@ bool dbt_log_enabled(dbt_log_level level);
 /* Writes one line: ts, level, event, then the fields in order, then host, prog, pid and tid
  * (to syslog: level, event, the fields and tid, after syslog's own header). */
 void dbt_log(dbt_log_level level, const char *event, const dbt_field *fields, size_t nfields);
+/* The same, whatever the process' level: for a line whose caller decided by a level of its own
+ * (a pool's live log_level: sem/trace.c). */
+void dbt_log_at_own_level(dbt_log_level level, const char *event, const dbt_field *fields,
+                          size_t nfields);
 
 /* The same, for a line the operator asked for by a setting of its own (DBTHROTTLE_LOG_STATS):
  * written at any log level but off. */

@@ -1,0 +1,50 @@
+# live_log_level.sh - log_level set live per pool (dbthrottle set POOL log_level info): a running
+# worker whose own level is warn writes its trace of that pool's permits (grant, release) once it
+# applied the live value, as its record in Redis says; the process' other lines keep its own level
+# (its info line of applying live settings is not written); cleared, its trace stops again.
+it_live_log_level() {
+    ll_cli() { "$top/build/dbthrottle" "$@" --redis "redis://127.0.0.1:$rport"; }
+    # the version the worker's record says it applied ("" no record yet)
+    ll_applied() {
+        ll_cli status ll --json | $py -c 'import json, sys
+for p in json.load(sys.stdin)["processes"]:
+    if p["program"] == "psql": print(p["live_settings_applied"][0])' 2>/dev/null
+    }
+    # the version Redis holds (0: no key), as the worker compares it
+    ll_version() { v=$(rcli --raw get "dbthrottle:{ll}:settings" | sed -n '1s/^v\([0-9]*\)$/\1/p'); echo "${v:-0}"; }
+    rm -f "$work"/ll.*
+    check "set log_level info (--create)" 'll_cli set ll log_level info --create >/dev/null'
+    ll_v1=$(ll_version)
+    ( echo "select 1;"
+      wait_until 60 '[ -e "$work/ll.go1" ]'; echo "select 2;"
+      wait_until 60 '[ -e "$work/ll.go2" ]'; echo "select 3;"
+      wait_until 60 '[ -e "$work/ll.end" ]' ) |
+        throttled DBTHROTTLE_POOL=ll DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LEASE=3s \
+            DBTHROTTLE_LOG_LEVEL=warn DBTHROTTLE_LOG="$work/ll.log" PGAPPNAME=ll_worker \
+            psql -qAtX >"$work/ll.out" 2>"$work/ll.err" &
+    ll_w=$!
+    echo $ll_w >>"$work/pids"
+    wait_until 20 '[ "$(ll_applied)" = "$ll_v1" ]'
+    check "the worker's record says it applied the live settings, version $ll_v1 ($(ll_applied))" \
+        '[ -n "$ll_v1" ] && [ "$(ll_applied)" = "$ll_v1" ]'
+    ll_before=$(grep -c "event=grant " "$work/ll.log" 2>/dev/null)
+    touch "$work/ll.go1"
+    wait_until 20 'grep -qx 2 "$work/ll.out"'
+    wait_until 5 'grep -q "event=release .*pool=ll" "$work/ll.log"'
+    check "its own level is warn, yet it traced the pool's permit at the live info ($(grep -o "event=grant pool=ll kind=[a-z]*" "$work/ll.log" | head -1); grants before: ${ll_before:-0})" \
+        '[ "$(grep -c "event=grant pool=ll kind=query" "$work/ll.log")" -gt "${ll_before:-0}" ] && grep -q "event=release pool=ll" "$work/ll.log"'
+    check "the process' other lines keep its own level (no info line of applying them)" \
+        '! grep -q "event=live_settings" "$work/ll.log"'
+    ll_cli set ll log_level --clear >/dev/null
+    ll_v2=$(ll_version)
+    wait_until 20 '[ "$(ll_applied)" = "$ll_v2" ]'
+    check "cleared: the worker's record says it applied version $ll_v2, the one without log_level ($(ll_applied); $(ll_cli settings ll | head -1))" \
+        '[ "$ll_v2" != "$ll_v1" ] && [ "$(ll_applied)" = "$ll_v2" ]'
+    ll_n=$(grep -c "event=grant " "$work/ll.log")
+    touch "$work/ll.go2"
+    wait_until 20 'grep -qx 3 "$work/ll.out"'
+    touch "$work/ll.end"
+    wait "$ll_w"
+    check "cleared, its trace stopped: grants traced $ll_n before the last statement, $(grep -c "event=grant " "$work/ll.log") after" \
+        '[ "$(grep -c "event=grant " "$work/ll.log")" = "$ll_n" ] && grep -qx 3 "$work/ll.out"'
+}
