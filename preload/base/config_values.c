@@ -4,6 +4,7 @@
 #include "log.h"
 
 #include <ctype.h>
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -494,9 +495,24 @@ void dbt_exempt_free(dbt_exempt_rule *rules, int n)
     }
 }
 
+const char *dbt_exempt_match(const dbt_exempt_rule *rules, int n, const char *const values[3])
+{
+    for (int i = 0; i < n; i++) {
+        const char *v = values[rules[i].field];
+        if (v && fnmatch(rules[i].pattern, v, 0) == 0)
+            return rules[i].pattern;
+    }
+    return NULL;
+}
+
 bool dbt_parse_exempt(const char *setting, const char *text, dbt_exempt_rule *rules, int *n,
                       char *err)
 {
+    if (strcmp(text, "none") == 0) {
+        dbt_exempt_free(rules, *n);
+        *n = 0;
+        return true;
+    }
     static const char *const fields[] = {"application_name", "user", "database"};
     dbt_exempt_rule got[DBT_MAX_EXEMPT] = {{0}};
     int count = 0;

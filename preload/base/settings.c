@@ -394,6 +394,7 @@ const dbt_setting dbt_settings[] = {
     {"disable", "DBTHROTTLE_DISABLE", "off", &as_bool, FIELD(disable), .worker_only = true,
      .doc = "on: load but do nothing"},
     {"exempt", "DBTHROTTLE_EXEMPT", NULL, &as_exempt, FIELD(exempt), .worker_only = true,
+     .live = true,
      .doc = "connections that never take a permit (application_name=, user=, database= globs)"},
     /* Classes and weights (docs/configuration.md, "Classes and weights"). */
     {"class", "DBTHROTTLE_CLASS", NULL, &as_class_name, FIELD(klass),

@@ -18,7 +18,8 @@ typedef struct dbt_conn {
     dbt_conn_state state;      /* its permits (conn_state.c) */
     bool checked_exempt;       /* DBTHROTTLE_EXEMPT was evaluated for this connection */
     bool exempt;               /* it matched: this connection never takes a permit */
-    const char *exempt_rule;   /* the pattern that matched (owned by the configuration) */
+    long long exempt_live;     /* the pool's live settings' version it was decided by (0: none) */
+    char exempt_rule[96];      /* the pattern that matched, for the trace */
     char id[24];               /* "c<N>": names the connection in the trace */
     int watch_cell;            /* session_watch.c's cell while it has one (0: none) */
     char *refusal;             /* the last refusal's message (PQerrorMessage while state.refused) */

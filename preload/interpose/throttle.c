@@ -15,7 +15,6 @@
 #include "server_name.h"
 #include "session_watch.h"
 
-#include <fnmatch.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -119,26 +118,16 @@ static bool app_name(PGconn *conn, char *out, size_t cap)
     return found;
 }
 
+/* The process' own DBTHROTTLE_EXEMPT rule the connection matches, NULL none. */
 static const char *exempt_rule(const dbt_config *cfg, PGconn *conn)
 {
     char app[256];
-    for (int i = 0; i < cfg->nexempt; i++) {
-        const char *v = NULL;
-        switch (cfg->exempt[i].field) {
-        case DBT_EXEMPT_APP:
-            v = app_name(conn, app, sizeof app) ? app : NULL;
-            break;
-        case DBT_EXEMPT_USER:
-            v = DBT_REAL(PQuser)(conn);
-            break;
-        case DBT_EXEMPT_DATABASE:
-            v = DBT_REAL(PQdb)(conn);
-            break;
-        }
-        if (v && fnmatch(cfg->exempt[i].pattern, v, 0) == 0)
-            return cfg->exempt[i].pattern;
-    }
-    return NULL;
+    const char *values[3] = {
+        [DBT_EXEMPT_USER] = DBT_REAL(PQuser)(conn), [DBT_EXEMPT_DATABASE] = DBT_REAL(PQdb)(conn)};
+    for (int i = 0; i < cfg->nexempt && !values[DBT_EXEMPT_APP]; i++)
+        if (cfg->exempt[i].field == DBT_EXEMPT_APP) /* read only when a rule asks */
+            values[DBT_EXEMPT_APP] = app_name(conn, app, sizeof app) ? app : NULL;
+    return dbt_exempt_match(cfg->exempt, cfg->nexempt, values);
 }
 
 #define SQLSTATE_REFUSED  "53300" /* too_many_connections: "insufficient resources" */
@@ -181,16 +170,38 @@ static dbt_pool *pool_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
     return c->pool;
 }
 
-/* Whether the connection is exempt, decided once per connection. */
+static dbt_rule_values ident_of(dbt_conn *c, PGconn *conn);
+
+/* Whether the connection is exempt: decided once per connection by the process' own rules, and
+ * again when its pool's live settings changed, by the pool's live exempt when the operator set one
+ * (dbthrottle set POOL exempt ...). Asked only while the connection holds no permit of the kind
+ * (conn_state.c): a permit held stays until its release. */
 static bool is_exempt(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
 {
-    if (!c->checked_exempt) {
+    /* Its pool hears the live settings (the process reports, as a disabled one does, though no
+     * connection of it takes a permit): an exemption of its own can be lifted live, and
+     * dbthrottle status and clients list it. */
+    dbt_pool *pool = c->pool;
+    if (!c->checked_exempt && (pool = pool_of(lib, c, conn)) != NULL)
+        dbt_pool_announce(pool);
+    long long live = pool ? dbt_pool_live_applied(pool) : 0;
+    if (!c->checked_exempt || live != c->exempt_live) {
         c->checked_exempt = true;
-        const char *rule = exempt_rule(&lib->cfg, conn);
-        if (rule) {
-            c->exempt = true;
-            c->exempt_rule = rule;
+        c->exempt_live = live;
+        int by_live = -1;
+        if (live) {
+            dbt_rule_values id = ident_of(c, conn);
+            const char *values[3] = {[DBT_EXEMPT_APP] = id.value[DBT_RULE_APP],
+                                     [DBT_EXEMPT_USER] = id.value[DBT_RULE_USER],
+                                     [DBT_EXEMPT_DATABASE] = id.value[DBT_RULE_DATABASE]};
+            by_live = dbt_pool_live_exempt(pool, values, c->exempt_rule, sizeof c->exempt_rule);
         }
+        if (by_live < 0) {
+            const char *rule = exempt_rule(&lib->cfg, conn);
+            snprintf(c->exempt_rule, sizeof c->exempt_rule, "%s", rule ? rule : "");
+            by_live = rule != NULL;
+        }
+        c->exempt = by_live == 1;
     }
     if (c->exempt && dbt_log_enabled(DBT_LOG_INFO)) {
         dbt_field f[] = {DBT_S("conn", c->id), DBT_S("rule", c->exempt_rule)};

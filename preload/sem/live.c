@@ -9,6 +9,7 @@
 #include "settings.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,7 @@ void dbt_live_apply(dbt_pool *p, const char *text)
                  (int)(mode_live ? l->cfg.on_redis_error : p->client->cfg->on_redis_error));
     ptrdiff_t level_row = row_of(offsetof(dbt_config, log_level));
     atomic_store(&p->log_level, level_row >= 0 && l->set[level_row] ? (int)l->cfg.log_level : -1);
+    atomic_store(&p->live_applied, l->version);
     p->record_changed_us = dbt_now_us(); /* the record says what it applied: status at once */
     pthread_mutex_unlock(&p->mu);
     if (old) {
@@ -84,4 +86,23 @@ int64_t dbt_pool_wait_timeout_ms(dbt_pool *p, int64_t own, bool *live)
     int64_t v = *live ? p->live->cfg.wait_timeout_ms : own;
     pthread_mutex_unlock(&p->mu);
     return v;
+}
+
+long long dbt_pool_live_applied(dbt_pool *p)
+{
+    return atomic_load(&p->live_applied);
+}
+
+int dbt_pool_live_exempt(dbt_pool *p, const char *const values[3], char *rule, size_t cap)
+{
+    ptrdiff_t row = row_of(offsetof(dbt_config, exempt));
+    pthread_mutex_lock(&p->mu);
+    int r = -1;
+    if (p->live && row >= 0 && p->live->set[row]) { /* matched under the lock: a swap frees them */
+        const char *m = dbt_exempt_match(p->live->cfg.exempt, p->live->cfg.nexempt, values);
+        r = m != NULL;
+        snprintf(rule, cap, "%s", m ? m : "");
+    }
+    pthread_mutex_unlock(&p->mu);
+    return r;
 }

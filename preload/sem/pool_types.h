@@ -287,6 +287,8 @@ struct dbt_pool {
     atomic_int on_redis_error;
     /* The pool's live log_level for its trace (trace.c), -1: the process' own. Set by live.c. */
     atomic_int log_level;
+    /* p->live's version, for readers without p->mu (dbt_pool_live_applied). Set by live.c. */
+    atomic_llong live_applied;
     /* When the process' record changed in a way status must show at once (live.c: the live
      * settings applied, the mode in force): the renewer reports then. 0: none. p->mu. */
     int64_t record_changed_us;

@@ -888,6 +888,17 @@ Test(exempt, rules)
         check_message(err, "DBTHROTTLE_EXEMPT");
     }
     cr_expect_eq(c.nexempt, 3, "a bad value changed the rules");
+    /* The first match names its pattern; a field not known matches nothing. */
+    const char *values[3] = {[DBT_EXEMPT_APP] = "pg_monitor-7", [DBT_EXEMPT_USER] = NULL,
+                             [DBT_EXEMPT_DATABASE] = "ops"};
+    cr_expect_str_eq(dbt_exempt_match(c.exempt, c.nexempt, values), "pg_monitor*");
+    values[DBT_EXEMPT_APP] = "report";
+    cr_expect_str_eq(dbt_exempt_match(c.exempt, c.nexempt, values), "ops");
+    values[DBT_EXEMPT_DATABASE] = NULL;
+    cr_expect_null(dbt_exempt_match(c.exempt, c.nexempt, values));
+    /* "none": no rule, as a live value that lifts the workers' own says it */
+    cr_expect(dbt_config_set(&c, "DBTHROTTLE_EXEMPT", "none", DBT_SRC_ENV, err), "%s", err);
+    cr_expect_eq(c.nexempt, 0);
     cr_expect(dbt_config_set(&c, "idle_in_tx_warn", "2s", DBT_SRC_FILE, err), "%s", err);
     cr_expect_eq(c.idle_in_tx_warn_ms, 2000);
     cr_expect(dbt_config_set(&c, "idle_in_tx_warn", "off", DBT_SRC_FILE, err) == false);

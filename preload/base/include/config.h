@@ -206,10 +206,14 @@ const char *dbt_parse_host_list(const char *text, const char *end, int default_p
 void dbt_host_list_free(dbt_host_port *hosts, int *n);
 /* *out must be zeroed or hold an earlier result: on success that one is freed and replaced. */
 bool dbt_parse_redis_url(const char *setting, const char *text, dbt_redis_url *out, char *err);
-/* "application_name=pg_monitor*,user=admin,database=ops": comma-separated field=glob rules. */
+/* "application_name=pg_monitor*,user=admin,database=ops": comma-separated field=glob rules;
+ * "none": no rule (a live value that lifts the workers' own exemptions). */
 bool dbt_parse_exempt(const char *setting, const char *text, dbt_exempt_rule *rules, int *n,
                       char *err);
 void dbt_exempt_free(dbt_exempt_rule *rules, int n);
+/* The pattern of the first rule a connection matches, NULL none: values[] are its
+ * application_name, user and database (by dbt_exempt_field; NULL: not known, matches nothing). */
+const char *dbt_exempt_match(const dbt_exempt_rule *rules, int n, const char *const values[3]);
 void dbt_redis_url_free(dbt_redis_url *u);
 
 /* Classes and weights (class_rules.c). A class name: [a-z0-9_-]{1,32}, but not "-" alone (the

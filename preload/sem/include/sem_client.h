@@ -249,6 +249,13 @@ void dbt_pool_conn_closed(dbt_pool *p, const char *conn);
 /* The pool's wait timeout: its live value (dbthrottle set, docs/design.md, "Live settings per
  * pool") when the operator set one, else `own`, the process' own. */
 int64_t dbt_pool_wait_timeout_ms(dbt_pool *p, int64_t own, bool *live);
+/* The version of the pool's live settings the process applied (0: none): a connection decides
+ * again what it decided by them (its exemption) when it changed. Without a lock. */
+long long dbt_pool_live_applied(dbt_pool *p);
+/* Whether a connection with these values (application_name, user, database, as
+ * dbt_exempt_match takes them) is exempt by the pool's live exempt: 1 (the pattern that matched
+ * in rule), 0 not, -1 the live settings do not set exempt (the process' own rules decide). */
+int dbt_pool_live_exempt(dbt_pool *p, const char *const values[3], char *rule, size_t cap);
 
 /* Counts a command that ran without a permit, not through dbt_acquire: one inside a transaction
  * that began unthrottled (Redis unreachable, open mode), which must not queue mid-way. */
