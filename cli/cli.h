@@ -10,6 +10,7 @@
 #include "keys.h"
 #include "route.h"
 #include "script_run.h"
+#include "settings.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -139,6 +140,19 @@ typedef struct {
     bool missing;   /* named, but no key of it in Redis (status --prometheus leaves it out) */
     char *settings; /* its live settings' text (dbthrottle set), NULL none */
 } cli_pool_view;
+
+/* One value of a live-able setting in force in a pool's processes (in_force.c): the value as
+ * its row shows it, where it came from ("live", "environment", "file", "default"), and in how
+ * many processes. */
+typedef struct {
+    char value[256];
+    char from[24];
+    int processes;
+} cli_in_force;
+/* The values of row in force in v's processes, most processes first, at most cap: live is the
+ * pool's live settings as Redis holds them (NULL: none). Returns how many. */
+int cli_in_force_of(const cli_pool_view *v, const dbt_live *live, const dbt_setting *row,
+                    cli_in_force *groups, int cap);
 
 /* How long the pool has been idle (ms: its least idle kind, by status.lua's idle_ms); 0 in use,
  * -1 not known (no counters). */

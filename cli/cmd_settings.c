@@ -37,6 +37,31 @@ static const char settings_usage[] =
     "  --redis URL     Redis to read (default: DBTHROTTLE_REDIS_URL, as the library)\n"
     "  --key-prefix P  key prefix (default: DBTHROTTLE_KEY_PREFIX, as the library)\n";
 
+/* Each live-able setting's values in force in the pool's processes, and where each came from
+ * (in_force.c): "    on_redis_error       open (environment, 2 processes); closed (file, 1)". */
+static void print_in_force(const cli_pool_view *v, const dbt_live *live)
+{
+    if (!v->nprocs) {
+        printf("  in force: no process reports using the pool now\n");
+        return;
+    }
+    printf("  in force in its %d process%s (value: where from, processes):\n", v->nprocs,
+           v->nprocs == 1 ? "" : "es");
+    for (const dbt_setting *s = dbt_settings; s->key; s++) {
+        if (!s->live)
+            continue;
+        cli_in_force g[8];
+        int n = cli_in_force_of(v, live, s, g, 8);
+        printf("    %-20s", s->key);
+        for (int i = 0; i < n; i++) {
+            char shown[300];
+            cli_escape_name(g[i].value, 120, false, shown, sizeof shown);
+            printf("%s%s: %s, %d", i ? "; " : " ", shown, g[i].from, g[i].processes);
+        }
+        putchar('\n');
+    }
+}
+
 /* The live settings' keys, for the usage and the messages: "wait_timeout, ...". */
 static void live_keys(char *out, size_t cap)
 {
@@ -234,6 +259,8 @@ int cmd_settings(int argc, char **argv)
         char refused[512];
         bool any = rep->type == REDIS_REPLY_STRING &&
                    dbt_live_parse(rep->str, &live, refused, sizeof refused);
+        cli_pool_view view;
+        bool viewed = cli_view_pool(r, &cfg, argv[i], 1, &view, err);
         if (!any) {
             printf("pool %s: no live setting: its workers use their own values\n", name);
         } else {
@@ -253,8 +280,15 @@ int cmd_settings(int argc, char **argv)
                 cli_escape_name(refused, 500, false, text, sizeof text);
                 printf("  refused by the workers' parser (they keep their own): %s\n", text);
             }
-            dbt_live_free(&live);
         }
+        if (viewed)
+            print_in_force(&view, any ? &live : NULL);
+        else
+            printf("  in force in its processes: not known (%s)\n", err);
+        if (viewed)
+            cli_view_free(&view);
+        if (any)
+            dbt_live_free(&live);
         freeReplyObject(rep);
     }
     if (fflush(stdout) != 0)

@@ -435,15 +435,49 @@ static void text_live_procs(FILE *out, const cli_pool_view *v, long long version
     }
 }
 
+/* The live-able settings whose values in force differ between the pool's processes (as mixed
+ * limits do, a fleet that disagrees on its wait timeout or outage mode is one an operator must
+ * see): "  settings that differ between its processes (value: where from, processes):
+ * on_redis_error open: environment, 3; closed: file, 1". dbthrottle settings shows them all. */
+static void text_differ(FILE *out, const cli_pool_view *v, const dbt_live *live)
+{
+    bool head = false;
+    for (const dbt_setting *s = dbt_settings; s->key; s++) {
+        if (!s->live)
+            continue;
+        cli_in_force g[8];
+        int n = cli_in_force_of(v, live, s, g, 8);
+        bool differ = false;
+        for (int i = 1; i < n; i++)
+            differ = differ || strcmp(g[i].value, g[0].value) != 0;
+        if (!differ)
+            continue;
+        fprintf(out, "%s %s",
+                head ? ";"
+                     : "  settings that differ between its processes (value: "
+                       "where from, processes):",
+                s->key);
+        head = true;
+        for (int i = 0; i < n; i++) {
+            char shown[300];
+            cli_escape_name(g[i].value, 120, false, shown, sizeof shown);
+            fprintf(out, "%s %s: %s, %d", i ? "," : "", shown, g[i].from, g[i].processes);
+        }
+    }
+    if (head)
+        fputc('\n', out);
+}
+
 /* The pool's live settings: each value the workers use in place of their own, those their
- * parser refuses (written by hand), and the processes that do not apply them (yet). Nothing
- * when none is set and every process agrees. */
+ * parser refuses (written by hand), the processes that do not apply them (yet), and the
+ * settings its processes disagree on. Nothing when none is set and every process agrees. */
 static void text_live(FILE *out, const cli_pool_view *v)
 {
     dbt_live l;
     char refused[512];
     if (!v->settings || !dbt_live_parse(v->settings, &l, refused, sizeof refused)) {
         text_live_procs(out, v, 0);
+        text_differ(out, v, NULL);
         return;
     }
     int n = 0;
@@ -465,7 +499,39 @@ static void text_live(FILE *out, const cli_pool_view *v)
         fprintf(out, "  live settings the workers refuse (they keep their own): %s\n", text);
     }
     text_live_procs(out, v, l.version);
+    text_differ(out, v, &l);
     dbt_live_free(&l);
+}
+
+/* ,"settings_in_force": {key: [{"value", "from", "processes"}, ...], ...}: each live-able
+ * setting's values in force in the pool's processes (in_force.c). */
+static void json_in_force(FILE *out, const cli_pool_view *v)
+{
+    dbt_live l;
+    char refused[512];
+    bool any = v->settings && dbt_live_parse(v->settings, &l, refused, sizeof refused);
+    fputs(",\"settings_in_force\":{", out);
+    int k = 0;
+    for (const dbt_setting *s = dbt_settings; s->key; s++) {
+        if (!s->live)
+            continue;
+        cli_in_force g[8];
+        int n = cli_in_force_of(v, any ? &l : NULL, s, g, 8);
+        fputs(k++ ? "," : "", out);
+        cli_json_str(out, s->key);
+        fputs(":[", out);
+        for (int i = 0; i < n; i++) {
+            fputs(i ? ",{\"value\":" : "{\"value\":", out);
+            cli_json_str(out, g[i].value);
+            fputs(",\"from\":", out);
+            cli_json_str(out, g[i].from);
+            fprintf(out, ",\"processes\":%d}", g[i].processes);
+        }
+        fputc(']', out);
+    }
+    fputc('}', out);
+    if (any)
+        dbt_live_free(&l);
 }
 
 /* ,"processes": {"applied": N, "behind": [...], "refusing": [...], "older": [...]}, each a list
@@ -1136,6 +1202,7 @@ void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefi
         }
         json_host_groups(out, &v[i]);
         json_live(out, &v[i]);
+        json_in_force(out, &v[i]);
         int64_t idle = cli_pool_idle_ms(&v[i]);
         if (idle >= 0)
             fprintf(out, ",\"idle_ms\":%" PRId64, idle);

@@ -4,6 +4,7 @@
 #include "settings.h"
 #include "log.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -511,6 +512,61 @@ bool dbt_live_parse(const char *text, dbt_live *out, char *refused, size_t cap)
             if (w > 0)
                 used = used + (size_t)w < cap ? used + (size_t)w : cap - 1;
         }
+    }
+    return true;
+}
+
+void dbt_live_own_format(const dbt_config *cfg, char *out, size_t cap)
+{
+    static const char src_letter[] = {
+        [DBT_SRC_DEFAULT] = 'd', [DBT_SRC_FILE] = 'f', [DBT_SRC_ENV] = 'e'};
+    size_t len = 0;
+    out[0] = '\0';
+    for (const dbt_setting *s = dbt_settings; s->key; s++) {
+        if (!s->live)
+            continue;
+        char shown[256], item[512];
+        s->kind->show(s, cfg, shown, sizeof shown);
+        int n = snprintf(item, sizeof item, "%s%s=%c:", len ? " " : "", s->key,
+                         src_letter[dbt_setting_source(cfg, s)]);
+        for (const unsigned char *q = (const unsigned char *)shown;
+             *q && q - (const unsigned char *)shown < 64; q++)
+            n += *q <= 0x20 || *q == '%' || *q == 0x7f
+                     ? snprintf(item + n, sizeof item - (size_t)n, "%%%02X", *q)
+                     : snprintf(item + n, sizeof item - (size_t)n, "%c", *q);
+        if (len + (size_t)n + 1 > cap)
+            break; /* whole items only */
+        memcpy(out + len, item, (size_t)n + 1);
+        len += (size_t)n;
+    }
+}
+
+bool dbt_live_own_each(const char *text, dbt_live_own_fn each, void *arg)
+{
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, " ");
+        char item[512];
+        snprintf(item, sizeof item, "%.*s", (int)n, p);
+        p += n + (p[n] == ' ');
+        char *eq = strchr(item, '=');
+        if (!eq || !eq[1] || eq[2] != ':' || !strchr("dfe", eq[1]))
+            return false;
+        *eq = '\0';
+        dbt_source src = eq[1] == 'e' ? DBT_SRC_ENV : eq[1] == 'f' ? DBT_SRC_FILE : DBT_SRC_DEFAULT;
+        char value[256];
+        size_t v = 0;
+        for (const char *q = eq + 3; *q && v + 1 < sizeof value; q++) {
+            unsigned x;
+            if (*q == '%' && sscanf(q + 1, "%2X", &x) == 1 && isxdigit((unsigned char)q[1]) &&
+                isxdigit((unsigned char)q[2])) {
+                value[v++] = (char)x;
+                q += 2;
+            } else {
+                value[v++] = *q;
+            }
+        }
+        value[v] = '\0';
+        each(item, src, value, arg);
     }
     return true;
 }

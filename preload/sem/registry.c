@@ -69,6 +69,7 @@ void dbt_registry_record(dbt_pool *p, char *out, int64_t *ttl_ms)
     /* Which live settings it applied (live.c), so that status shows who lags or refuses. */
     r.live_version = p->live ? p->live->version : 0;
     snprintf(r.live_refused, sizeof r.live_refused, "%s", p->live ? p->live->refused_keys : "");
+    dbt_live_own_format(cfg, r.own, sizeof r.own);
     if (!dbt_format_record(&r, out, DBT_RECORD_MAX))
         out[0] = '\0';
     /* Listed as silent (cut off, stopped) for a lease before it goes. */

@@ -6,7 +6,7 @@
 #include "pool_types.h"
 
 /* The most bytes of a record's text (see dbt_proc_record). */
-#define DBT_RECORD_MAX 1024
+#define DBT_RECORD_MAX 1536
 
 /* This process' record for pool p, as of now, into out (DBT_RECORD_MAX bytes), and how long Redis
  * keeps it (*ttl_ms). Call with p->mu held. */

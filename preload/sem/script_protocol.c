@@ -477,7 +477,7 @@ bool dbt_format_record(const dbt_proc_record *r, char *out, size_t cap)
     len += (size_t)n;
     char live[24];
     snprintf(live, sizeof live, "%lld", r->live_version);
-    const char *tail[] = {r->group, live, r->live_refused};
+    const char *tail[] = {r->group, live, r->live_refused, r->own};
     for (size_t i = 0; i < sizeof tail / sizeof *tail; i++) {
         if (len + 1 + strlen(tail[i]) + 1 > cap)
             return false;
@@ -610,6 +610,8 @@ bool dbt_parse_record(const char *text, dbt_proc_record *r)
         r->live_version = strtoll(live, NULL, 10);
     if (p)
         next_field(&p, r->live_refused, sizeof r->live_refused);
+    if (p)
+        next_field(&p, r->own, sizeof r->own);
     return true;
 }
 

@@ -27,6 +27,27 @@ for p in json.load(sys.stdin)["processes"]:
     wait_until 20 '[ "$(ll_applied)" = "$ll_v1" ]'
     check "the worker's record says it applied the live settings, version $ll_v1 ($(ll_applied))" \
         '[ -n "$ll_v1" ] && [ "$(ll_applied)" = "$ll_v1" ]'
+    # the values in force, from the worker's record: the live level, its own others
+    ll_cli settings ll >"$work/ll.settings1"
+    check "settings shows the values in force and where from ($(grep -A5 "in force" "$work/ll.settings1" | tr -s ' ' | tr '\n' ';'))" \
+        'grep -q "in force in its 1 process" "$work/ll.settings1" && grep -qE "^    log_level +info: live, 1$" "$work/ll.settings1" &&
+         grep -qE "^    wait_timeout +2m: default, 1$" "$work/ll.settings1" && grep -qE "^    exempt +none: default, 1$" "$work/ll.settings1"'
+    # A second process of the pool whose own wait_timeout differs: status says so, with where
+    # each value came from; --json gives every value in force.
+    hold_begin ll_other DBTHROTTLE_POOL=ll DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=30s
+    ll_in_force() {
+        ll_cli status ll --json | $py -c 'import json, sys
+f = json.load(sys.stdin)["pools"][0]["settings_in_force"]
+print(sorted((g["value"], g["from"], g["processes"]) for g in f["wait_timeout"]), f["log_level"])'
+    }
+    # (the second process applies the live level at its second report, just after its first)
+    wait_until 20 '[ "$(ll_in_force)" = "[('"'2m'"', '"'default'"', 1), ('"'30s'"', '"'environment'"', 1)] [{'"'value'"': '"'info'"', '"'from'"': '"'live'"', '"'processes'"': 2}]" ]'
+    ll_differ=$(ll_cli status ll | grep "settings that differ")
+    ll_json=$(ll_in_force)
+    check "status names the setting the processes disagree on ($ll_differ; --json: $ll_json)" \
+        'echo "$ll_differ" | grep -q "wait_timeout 2m: default, 1, 30s: environment, 1$" &&
+         [ "$ll_json" = "[('"'2m'"', '"'default'"', 1), ('"'30s'"', '"'environment'"', 1)] [{'"'value'"': '"'info'"', '"'from'"': '"'live'"', '"'processes'"': 2}]" ]'
+    hold_end_all
     ll_before=$(grep -c "event=grant " "$work/ll.log" 2>/dev/null)
     touch "$work/ll.go1"
     wait_until 20 'grep -qx 2 "$work/ll.out"'
@@ -41,6 +62,8 @@ for p in json.load(sys.stdin)["processes"]:
     check "cleared: the worker's record says it applied version $ll_v2, the one without log_level ($(ll_applied); $(ll_cli settings ll | head -1))" \
         '[ "$ll_v2" != "$ll_v1" ] && [ "$(ll_applied)" = "$ll_v2" ]'
     ll_n=$(grep -c "event=grant " "$work/ll.log")
+    check "cleared, settings shows the worker's own level and where from ($(ll_cli settings ll | grep "log_level" | tr -s ' '))" \
+        'll_cli settings ll | grep -qE "^    log_level +warn: environment, 1$"'
     touch "$work/ll.go2"
     wait_until 20 'grep -qx 3 "$work/ll.out"'
     touch "$work/ll.end"

@@ -889,8 +889,8 @@ Test(exempt, rules)
     }
     cr_expect_eq(c.nexempt, 3, "a bad value changed the rules");
     /* The first match names its pattern; a field not known matches nothing. */
-    const char *values[3] = {[DBT_EXEMPT_APP] = "pg_monitor-7", [DBT_EXEMPT_USER] = NULL,
-                             [DBT_EXEMPT_DATABASE] = "ops"};
+    const char *values[3] = {
+        [DBT_EXEMPT_APP] = "pg_monitor-7", [DBT_EXEMPT_USER] = NULL, [DBT_EXEMPT_DATABASE] = "ops"};
     cr_expect_str_eq(dbt_exempt_match(c.exempt, c.nexempt, values), "pg_monitor*");
     values[DBT_EXEMPT_APP] = "report";
     cr_expect_str_eq(dbt_exempt_match(c.exempt, c.nexempt, values), "ops");

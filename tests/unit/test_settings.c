@@ -344,3 +344,46 @@ Test(settings, live_settings_text)
     cr_expect_not(dbt_live_parse("vx\n", &l, refused, sizeof refused));
     cr_expect_null(dbt_live_find("max_queries"), "only the rows marked live");
 }
+
+/* A process' own values of the live rows, for its record: each with where it came from, a value
+ * with a space or a '%' (an exemption's glob) read back as it was, whole items only when cut. */
+typedef struct {
+    char keys[256], values[512];
+    dbt_source src_of_exempt, src_of_wait;
+} own_seen;
+
+static void on_own(const char *key, dbt_source src, const char *value, void *arg)
+{
+    own_seen *o = arg;
+    snprintf(o->keys + strlen(o->keys), sizeof o->keys - strlen(o->keys), "%s,", key);
+    snprintf(o->values + strlen(o->values), sizeof o->values - strlen(o->values), "%s|", value);
+    if (strcmp(key, "exempt") == 0)
+        o->src_of_exempt = src;
+    if (strcmp(key, "wait_timeout") == 0)
+        o->src_of_wait = src;
+}
+
+Test(settings, live_own_values_for_the_record)
+{
+    dbt_config c;
+    dbt_config_defaults(&c);
+    char err[DBT_ERRLEN], text[512];
+    cr_assert(dbt_config_set(&c, "DBTHROTTLE_EXEMPT", "application_name=a b%41*", DBT_SRC_ENV, err),
+              "%s", err);
+    cr_assert(dbt_config_set(&c, "wait_timeout", "30s", DBT_SRC_FILE, err), "%s", err);
+    dbt_live_own_format(&c, text, sizeof text);
+    cr_expect_null(strchr(text, '\t'));
+    own_seen o = {.keys = ""};
+    cr_assert(dbt_live_own_each(text, on_own, &o), "%s", text);
+    cr_expect_str_eq(o.keys, "wait_timeout,on_redis_error,log_level,exempt,", "%s", text);
+    cr_expect_str_eq(o.values, "30s|open|warn|application_name=a b%41*|", "%s", text);
+    cr_expect_eq(o.src_of_exempt, DBT_SRC_ENV);
+    cr_expect_eq(o.src_of_wait, DBT_SRC_FILE);
+    char small[48];
+    dbt_live_own_format(&c, small, sizeof small);
+    own_seen cut = {.keys = ""};
+    cr_assert(dbt_live_own_each(small, on_own, &cut), "%s", small);
+    cr_expect_str_eq(cut.keys, "wait_timeout,on_redis_error,", "whole items: %s", small);
+    cr_expect_not(dbt_live_own_each("wait_timeout=x:1s", on_own, &o), "not a source letter");
+    dbt_config_free(&c);
+}

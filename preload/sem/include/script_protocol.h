@@ -190,6 +190,9 @@ typedef struct {
      * refused ("wait_timeout,lease"; "" none). After the group (written then, "" or not). */
     long long live_version;
     char live_refused[128];
+    /* Its own values of the live-able settings and where each came from (dbt_live_own_format),
+     * "" not said: dbthrottle settings shows the values in force. */
+    char own[384];
 } dbt_proc_record;
 
 /* The record's text (without seen_ms), fields made safe (a tab or a control byte becomes '_').

@@ -1,0 +1,85 @@
+/* in_force.c - the values of a pool's live-able settings in force in its processes, and where
+ * each came from (dbthrottle settings, status --json): the pool's live value for a process that
+ * applied the version Redis holds and did not refuse that key; else the process' own, from its
+ * record (environment, file or default). PgBouncer's SHOW CONFIG for a fleet without one file. */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const dbt_setting *row;
+    cli_in_force *groups;
+    int n, cap;
+    bool found;
+} own_scan;
+
+static void add(cli_in_force *g, int *n, int cap, const char *value, const char *from)
+{
+    for (int i = 0; i < *n; i++)
+        if (strcmp(g[i].value, value) == 0 && strcmp(g[i].from, from) == 0) {
+            g[i].processes++;
+            return;
+        }
+    if (*n == cap)
+        return; /* more distinct values than shown: the counts of those shown stay right */
+    snprintf(g[*n].value, sizeof g[*n].value, "%s", value);
+    snprintf(g[*n].from, sizeof g[*n].from, "%s", from);
+    g[*n].processes = 1;
+    (*n)++;
+}
+
+static void on_own(const char *key, dbt_source src, const char *value, void *arg)
+{
+    own_scan *o = arg;
+    if (o->found || strcmp(key, o->row->key) != 0)
+        return;
+    o->found = true;
+    add(o->groups, &o->n, o->cap, value,
+        src == DBT_SRC_ENV    ? "environment"
+        : src == DBT_SRC_FILE ? "file"
+                              : "default");
+}
+
+/* Whether record r refused key (its comma-separated list). */
+static bool refused(const dbt_proc_record *r, const char *key)
+{
+    size_t k = strlen(key);
+    for (const char *p = r->live_refused; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == k && strncmp(p, key, k) == 0)
+            return true;
+        p += n + (p[n] == ',');
+    }
+    return false;
+}
+
+static int by_processes(const void *a, const void *b)
+{
+    const cli_in_force *x = a, *y = b;
+    return (y->processes > x->processes) - (y->processes < x->processes);
+}
+
+int cli_in_force_of(const cli_pool_view *v, const dbt_live *live, const dbt_setting *row,
+                    cli_in_force *groups, int cap)
+{
+    own_scan o = {.row = row, .groups = groups, .cap = cap};
+    char live_value[256] = "";
+    bool is_live = live && live->set[row - dbt_settings];
+    if (is_live)
+        row->kind->show(row, &live->cfg, live_value, sizeof live_value);
+    for (int i = 0; i < v->nprocs; i++) {
+        const dbt_proc_record *r = &v->procs[i];
+        if (is_live && r->live_version == live->version && !refused(r, row->key)) {
+            add(groups, &o.n, cap, live_value, "live");
+            continue;
+        }
+        o.found = false;
+        if (r->own[0])
+            (void)dbt_live_own_each(r->own, on_own, &o);
+        if (!o.found) /* an older version's record, or the item cut to fit */
+            add(groups, &o.n, cap, "?", r->live_version < 0 ? "an older version" : "not said");
+    }
+    qsort(groups, (size_t)o.n, sizeof *groups, by_processes);
+    return o.n;
+}
