@@ -39,6 +39,10 @@ int cmd_adapt(int argc, char **argv);
 
 /* Prints "dbthrottle CMD: MESSAGE (see dbthrottle CMD --help)" and returns EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The usage error for what getopt_long refused ('?'), from its optopt: an unknown option, an
+ * option without its value, or a value that begins with '-' (it goes after --). Exit 2. */
+struct option;
+int cli_option_error(const char *cmd, const struct option *longopts, char **argv);
 /* Prints "dbthrottle CMD: MESSAGE" to stderr and returns 1. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -225,10 +225,7 @@ static int parse(adapt_opts *o, int argc, char **argv)
         default:
             if (cli_redis_opt(&o->ro, opt, optarg))
                 break;
-            /* getopt names in optopt the option whose value is missing (0: an unknown one) */
-            if (optopt >= OPT_MIN || optopt == CLI_OPT_REDIS || optopt == CLI_OPT_KEY_PREFIX)
-                return cli_usage_error("adapt", "option '%s' needs a value", argv[optind - 1]);
-            return cli_usage_error("adapt", "unknown option '%s'", argv[optind - 1]);
+            return cli_option_error("adapt", longopts, argv);
         }
         if (!ok)
             return cli_usage_error("adapt", "%s", err);

@@ -105,7 +105,7 @@ static int parse(admin_ctx *c, int argc, char **argv, const char *usage, bool bo
         default:
             if (cli_redis_opt(&c->ro, opt, optarg))
                 break;
-            return cli_usage_error(c->cmd, "unknown option '%s'", argv[optind - 1]);
+            return cli_option_error(c->cmd, longopts, argv);
         }
     }
     if (timeout && !c->wait)

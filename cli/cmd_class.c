@@ -159,7 +159,7 @@ static int parse_args(class_args *a, int argc, char **argv)
         default:
             if (cli_redis_opt(&a->ro, opt, optarg))
                 break;
-            return cli_usage_error("class", "unknown option '%s'", argv[optind - 1]);
+            return cli_option_error("class", longopts, argv);
         }
     }
     a->kinds[DBT_KIND_QUERY] = q || !cn;

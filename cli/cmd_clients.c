@@ -183,7 +183,7 @@ int cmd_clients(int argc, char **argv)
             continue;
         }
         if (!cli_redis_opt(&ro, opt, optarg))
-            return cli_usage_error("clients", "unknown option '%s'", argv[optind - 1]);
+            return cli_option_error("clients", longopts, argv);
     }
     dbt_config cfg;
     if (!cli_load_config("clients", &ro, &cfg))

@@ -237,7 +237,7 @@ int cmd_exporter(int argc, char **argv)
             if (cli_redis_opt(&ro, opt, optarg))
                 break;
             free(e.pools);
-            return cli_usage_error("exporter", "unknown option '%s'", argv[optind - 1]);
+            return cli_option_error("exporter", longopts, argv);
         }
     }
     if (optind < argc) {

@@ -118,7 +118,7 @@ int cmd_forget(int argc, char **argv)
             return 0;
         }
         if (!cli_redis_opt(&ro, opt, optarg))
-            return cli_usage_error("forget", "unknown option '%s'", argv[optind - 1]);
+            return cli_option_error("forget", longopts, argv);
     }
     if (optind == argc)
         return cli_usage_error("forget", "which POOL?");

@@ -75,6 +75,49 @@ static void live_keys(char *out, size_t cap)
         }
 }
 
+/* GET of the pool's settings key. */
+typedef struct {
+    const char *key;
+} get_op;
+
+static redisReply *run_get(dbt_redis *r, void *arg, char *err)
+{
+    const char *argv[] = {"GET", ((get_op *)arg)->key};
+    return dbt_redis_command(r, 2, argv, NULL, err);
+}
+
+/* Whether the pool's live settings set row (any when row is NULL), as Redis holds them now: a
+ * --clear of what is not set writes nothing and says so (it said "cleared"). -1: not read. */
+static int live_is_set(const dbt_config *cfg, dbt_redis *r, const char *pool,
+                       const dbt_setting *row, char *err)
+{
+    dbt_keys k;
+    if (!dbt_keys_init(&k, cfg->key_prefix, pool)) {
+        snprintf(err, DBT_ERRLEN, "out of memory");
+        return -1;
+    }
+    get_op o = {.key = k.settings};
+    redisReply *rep = dbt_route_run_for(cfg, r, k.base, run_get, &o, err);
+    dbt_keys_free(&k);
+    if (!rep)
+        return -1;
+    dbt_live live;
+    char refused[512];
+    int set = 0;
+    if (rep->type == REDIS_REPLY_STRING &&
+        dbt_live_parse(rep->str, &live, refused, sizeof refused)) {
+        for (const dbt_setting *s = dbt_settings; s->key; s++)
+            if ((!row || s == row) && live.set[s - dbt_settings])
+                set = 1;
+        /* a line the parser refuses is set too: clearing it is what the operator wants */
+        if (refused[0] && (!row || strstr(refused, row->key)))
+            set = 1;
+        dbt_live_free(&live);
+    }
+    freeReplyObject(rep);
+    return set;
+}
+
 int cmd_set(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -107,7 +150,7 @@ int cmd_set(int argc, char **argv)
             return 0;
         default:
             if (!cli_redis_opt(&ro, opt, optarg))
-                return cli_usage_error("set", "unknown option '%s'", argv[optind - 1]);
+                return cli_option_error("set", longopts, argv);
         }
     }
     int npos = argc - optind;
@@ -140,7 +183,13 @@ int cmd_set(int argc, char **argv)
         if (clear) {
             snprintf(arg, sizeof arg, "%s", row->key);
         } else {
-            const char *value = pos[2];
+            /* as the file's grammar reads a value: without the blanks around it */
+            char value[1024];
+            const char *v0 = pos[2] + strspn(pos[2], " \t");
+            size_t vlen = strlen(v0);
+            while (vlen && (v0[vlen - 1] == ' ' || v0[vlen - 1] == '\t'))
+                vlen--;
+            snprintf(value, sizeof value, "%.*s", (int)vlen, v0);
             char err[DBT_ERRLEN];
             dbt_config scratch;
             memset(&scratch, 0, sizeof scratch);
@@ -173,7 +222,15 @@ int cmd_set(int argc, char **argv)
         dbt_admin_op op = clear || clear_all ? DBT_ADMIN_SETTING_CLEAR : DBT_ADMIN_SETTING_SET;
         char name[220];
         cli_escape_name(pool, 200, true, name, sizeof name);
-        if (!cli_admin(r, &cfg, pool, DBT_KIND_QUERY, op, arg, &res, err))
+        int was_set = clear || clear_all ? live_is_set(&cfg, r, pool, clear ? row : NULL, err) : 1;
+        if (was_set < 0)
+            rc = cli_fail("set", "pool %s: %s", name, err);
+        else if (was_set == 0 && clear)
+            printf("pool %s: %s is not set live: nothing cleared (its workers use their own)\n",
+                   name, row->key);
+        else if (was_set == 0)
+            printf("pool %s: no live setting: nothing cleared (its workers use their own)\n", name);
+        else if (!cli_admin(r, &cfg, pool, DBT_KIND_QUERY, op, arg, &res, err))
             rc = cli_fail("set", "pool %s: %s", name, err);
         else if (clear_all)
             printf("pool %s: every live setting cleared: its workers use their own within a "
@@ -193,17 +250,6 @@ int cmd_set(int argc, char **argv)
     return rc;
 }
 
-/* GET of the pool's settings key. */
-typedef struct {
-    const char *key;
-} get_op;
-
-static redisReply *run_get(dbt_redis *r, void *arg, char *err)
-{
-    const char *argv[] = {"GET", ((get_op *)arg)->key};
-    return dbt_redis_command(r, 2, argv, NULL, err);
-}
-
 int cmd_settings(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -220,7 +266,7 @@ int cmd_settings(int argc, char **argv)
             return 0;
         }
         if (!cli_redis_opt(&ro, opt, optarg))
-            return cli_usage_error("settings", "unknown option '%s'", argv[optind - 1]);
+            return cli_option_error("settings", longopts, argv);
     }
     if (optind == argc)
         return cli_usage_error("settings", "which POOL?");

@@ -97,7 +97,7 @@ int cmd_status(int argc, char **argv)
         default:
             if (cli_redis_opt(&ro, opt, optarg))
                 break;
-            return cli_usage_error("status", "unknown option '%s'", argv[optind - 1]);
+            return cli_option_error("status", longopts, argv);
         }
     }
     if (json && prom)

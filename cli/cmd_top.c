@@ -183,7 +183,7 @@ int cmd_top(int argc, char **argv)
         default:
             if (cli_redis_opt(&ro, opt, optarg))
                 break;
-            return cli_usage_error("top", "unknown option '%s'", argv[optind - 1]);
+            return cli_option_error("top", longopts, argv);
         }
     }
     dbt_config cfg;

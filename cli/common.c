@@ -4,6 +4,8 @@
 #include "cluster.h"
 #include "sem_client.h"
 
+#include <ctype.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,23 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     fprintf(stderr, " (see dbthrottle %s --help)\n", cmd);
     va_end(ap);
     return EXIT_USAGE;
+}
+
+int cli_option_error(const char *cmd, const struct option *longopts, char **argv)
+{
+    if (optopt == 0) /* a long option that is none of the command's */
+        return cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+    for (const struct option *o = longopts; o->name; o++)
+        if (o->val == optopt && o->has_arg == required_argument)
+            return cli_usage_error(cmd, "option '--%s' needs a value", o->name);
+    /* getopt reads "-5s" as the options 5 and s: a value meant, not an option */
+    if (isdigit(optopt))
+        return cli_usage_error(cmd,
+                               "'-%c' is read as an option: a value that begins with '-' goes "
+                               "after --, every option before it (dbthrottle %s [OPTION...] ... "
+                               "-- VALUE)",
+                               optopt, cmd);
+    return cli_usage_error(cmd, "unknown option '-%c'", isprint(optopt) ? optopt : '?');
 }
 
 int cli_fail(const char *cmd, const char *fmt, ...)

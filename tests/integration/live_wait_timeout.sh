@@ -32,6 +32,20 @@ print("applied", p.get("applied", 0), "behind", *[q["pid"] for q in p.get("behin
     check "set writes a live value (--create)" 'lv_cli set lv wait_timeout 2s --create >/dev/null'
     check "a pool whose only key is its live settings is known: no --create the second time" \
         'lv_cli set lv wait_timeout 1s >/dev/null'
+    # The usual mistakes, each said for what it is (a stranger saw "unknown option 'wait_timeout'"
+    # for a value of -5s, "cleared" for a key never set, and a leading blank stored).
+    check "a value that begins with '-' is said to go after -- (exit 2), and after -- the parser judges it" \
+        'lv_cli set lv wait_timeout -5s 2>"$work/lv.e5"; [ $? = 2 ] && grep -q "a value that begins with .-. goes after --" "$work/lv.e5" &&
+         "$top/build/dbthrottle" set --redis "redis://127.0.0.1:$rport" lv wait_timeout -- -5s 2>"$work/lv.e6"; [ $? = 2 ] && grep -q "DBTHROTTLE_WAIT_TIMEOUT: bad value \"-5s\"" "$work/lv.e6"'
+    check "an option without its value says so (exit 2)" \
+        '"$top/build/dbthrottle" set lv wait_timeout 1s --redis 2>"$work/lv.e7"; [ $? = 2 ] && grep -q "option .--redis. needs a value" "$work/lv.e7"'
+    lv_v0=$(rcli --raw get "dbthrottle:{lv}:settings" | head -1)
+    check "--clear of a key not set live writes nothing and says so ($(lv_cli set lv on_redis_error --clear))" \
+        'lv_cli set lv on_redis_error --clear | grep -q "on_redis_error is not set live: nothing cleared" &&
+         [ "$(rcli --raw get "dbthrottle:{lv}:settings" | head -1)" = "$lv_v0" ]'
+    lv_cli set lv wait_timeout " 1s " >/dev/null
+    check "a value is stored without the blanks around it ($(rcli --raw get "dbthrottle:{lv}:settings" | tail -n +2 | tr '\n' ' '))" \
+        'rcli --raw get "dbthrottle:{lv}:settings" | grep -qx "wait_timeout=1s"'
     check "settings lists it ($(lv_cli settings lv | tr '\n' ';'))" \
         'lv_cli settings lv | grep -q "^  wait_timeout  *1s$"'
     lv_json=$(lv_cli status lv --json | $py -c 'import json,sys
