@@ -25,11 +25,14 @@ typedef struct dbt_conn {
     char *refusal;             /* the last refusal's message (PQerrorMessage while state.refused) */
     const char *refusal_state; /* its SQLSTATE: 53300, or 57014 when a cancel ended the wait */
     struct dbt_held *held;     /* commands held while their permit is awaited (held.c), or NULL */
-    /* Classes and weights (throttle.c): the connection's class, decided once as the exemption
-     * is (a name owned by the configuration, "-" the default class; NULL: the process has no
-     * class setting), and what DBTHROTTLE_WEIGHTS matches a command's connection on. */
+    /* Classes and weights (throttle.c): the connection's class, decided as the exemption is
+     * (once, and again when its pool's live settings changed: "-" the default class; NULL: the
+     * process has no class setting, nor the pool live rules), and what DBTHROTTLE_WEIGHTS
+     * matches a command's connection on. */
     bool checked_class;
-    const char *klass;
+    long long class_live; /* the live settings' version it was decided by (0: none) */
+    const char *klass;    /* klass_buf, or NULL */
+    char klass_buf[DBT_CLASS_NAME_MAX + 1];
     bool ident_known;
     char app[256]; /* application_name when first needed ("" none) */
     bool has_app;

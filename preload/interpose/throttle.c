@@ -233,17 +233,34 @@ static dbt_rule_values ident_of(dbt_conn *c, PGconn *conn)
 static const char *class_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
 {
     const dbt_config *cfg = &lib->cfg;
-    if (!cfg->klass && !cfg->class_rules.n)
+    /* The pool's live class_rules (dbthrottle set POOL class_rules ...) in place of the
+     * process' own; DBTHROTTLE_CLASS, this process' own class for all, still wins. Asked only
+     * while the connection holds no query permit (conn_state.c). */
+    long long live = c->pool ? dbt_pool_live_applied(c->pool) : 0;
+    if (!cfg->klass && !cfg->class_rules.n && !live)
         return NULL;
-    if (!c->checked_class) {
+    if (!c->checked_class || live != c->class_live) {
         c->checked_class = true;
+        c->class_live = live;
+        c->klass = c->klass_buf;
+        int by_live = -1;
         if (cfg->klass) {
-            c->klass = cfg->klass;
+            snprintf(c->klass_buf, sizeof c->klass_buf, "%s", cfg->klass);
         } else {
             dbt_rule_values v = ident_of(c, conn);
-            const dbt_rule *r = dbt_rules_match(&cfg->class_rules, &v);
-            c->klass = r ? r->klass : "-";
+            if (live)
+                by_live = dbt_pool_live_rule(c->pool, false, &v, c->klass_buf, NULL);
+            if (by_live == 0) {
+                snprintf(c->klass_buf, sizeof c->klass_buf, "-");
+            } else if (by_live < 0 && !cfg->class_rules.n) {
+                c->klass = NULL; /* neither the process nor the pool classes it */
+            } else if (by_live < 0) {
+                const dbt_rule *r = dbt_rules_match(&cfg->class_rules, &v);
+                snprintf(c->klass_buf, sizeof c->klass_buf, "%s", r ? r->klass : "-");
+            }
         }
+        if (!c->klass)
+            return NULL;
         if (dbt_log_enabled(DBT_LOG_DEBUG)) {
             dbt_field f[] = {DBT_S("conn", c->id), DBT_S("class", c->klass)};
             dbt_log(DBT_LOG_DEBUG, "class", f, 2);
@@ -256,28 +273,26 @@ static const char *class_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
  * when none does (or the process has no rules). */
 static int weight_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn, const char *query)
 {
-    if (!lib->cfg.weights.n || !conn)
+    /* the pool's live weights, when set, in place of the process' own */
+    bool live = c->pool && dbt_pool_live_applied(c->pool);
+    if ((!lib->cfg.weights.n && !live) || !conn)
         return 1;
     dbt_rule_values v = ident_of(c, conn);
     v.value[DBT_RULE_SQL] = query;
+    int w = 1, by_live = live ? dbt_pool_live_rule(c->pool, true, &v, NULL, &w) : -1;
+    if (by_live >= 0)
+        return w;
     const dbt_rule *r = dbt_rules_match(&lib->cfg.weights, &v);
     return r ? r->weight : 1;
 }
 
-/* Whether a weight rule reads the SQL text (then prepared statements' texts are kept). */
-static bool weights_read_sql(const dbt_config *cfg)
-{
-    for (int i = 0; i < cfg->weights.n; i++)
-        for (int k = 0; k < cfg->weights.rules[i].ncond; k++)
-            if (cfg->weights.rules[i].cond[k].field == DBT_RULE_SQL)
-                return true;
-    return false;
-}
-
+/* Prepared statements' texts are kept while the library throttles, whatever the process' own
+ * weights read: the pool's live weights (dbthrottle set POOL weights 'N:sql=...') may read the
+ * SQL text of a statement prepared before they were set. A copy per PQprepare. */
 void dbt_throttle_note_prepare(PGconn *conn, const char *name, const char *query)
 {
     const dbt_lib *lib = throttle_lib();
-    if (!lib->active || !conn || !weights_read_sql(&lib->cfg))
+    if (!lib->active || !conn)
         return;
     dbt_conn *c = dbt_conn_find(conn, true);
     if (c)
@@ -287,7 +302,7 @@ void dbt_throttle_note_prepare(PGconn *conn, const char *name, const char *query
 const char *dbt_throttle_prepared_text(const PGconn *conn, const char *name)
 {
     const dbt_lib *lib = throttle_lib();
-    if (!lib->active || !conn || !lib->cfg.weights.n)
+    if (!lib->active || !conn)
         return NULL;
     dbt_conn *c = dbt_conn_find(conn, false);
     return c ? dbt_prepared_text(c->prepared, name) : NULL;

@@ -106,3 +106,24 @@ int dbt_pool_live_exempt(dbt_pool *p, const char *const values[3], char *rule, s
     pthread_mutex_unlock(&p->mu);
     return r;
 }
+
+int dbt_pool_live_rule(dbt_pool *p, bool weights, const dbt_rule_values *v, char *klass,
+                       int *weight)
+{
+    ptrdiff_t row =
+        weights ? row_of(offsetof(dbt_config, weights)) : row_of(offsetof(dbt_config, class_rules));
+    pthread_mutex_lock(&p->mu);
+    int r = -1;
+    if (p->live && row >= 0 && p->live->set[row]) { /* matched under the lock: a swap frees them */
+        const dbt_rule_list *l = weights ? &p->live->cfg.weights : &p->live->cfg.class_rules;
+        const dbt_rule *m =
+            dbt_rules_match(l, v); /* an expression reads at most DBT_RULE_SQL_MAX */
+        r = m != NULL;
+        if (m && weights)
+            *weight = m->weight;
+        else if (m)
+            snprintf(klass, DBT_CLASS_NAME_MAX + 1, "%s", m->klass);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}

@@ -375,8 +375,9 @@ Test(settings, live_own_values_for_the_record)
     cr_expect_null(strchr(text, '\t'));
     own_seen o = {.keys = ""};
     cr_assert(dbt_live_own_each(text, on_own, &o), "%s", text);
-    cr_expect_str_eq(o.keys, "wait_timeout,on_redis_error,log_level,exempt,", "%s", text);
-    cr_expect_str_eq(o.values, "30s|open|warn|application_name=a b%41*|", "%s", text);
+    cr_expect_str_eq(o.keys, "wait_timeout,on_redis_error,log_level,exempt,class_rules,weights,",
+                     "%s", text);
+    cr_expect_str_eq(o.values, "30s|open|warn|application_name=a b%41*|none|none|", "%s", text);
     cr_expect_eq(o.src_of_exempt, DBT_SRC_ENV);
     cr_expect_eq(o.src_of_wait, DBT_SRC_FILE);
     char small[48];

@@ -256,6 +256,11 @@ long long dbt_pool_live_applied(dbt_pool *p);
  * dbt_exempt_match takes them) is exempt by the pool's live exempt: 1 (the pattern that matched
  * in rule), 0 not, -1 the live settings do not set exempt (the process' own rules decide). */
 int dbt_pool_live_exempt(dbt_pool *p, const char *const values[3], char *rule, size_t cap);
+/* The pool's live class_rules (weights false) or weights (true), matched against v: 1 when a
+ * rule matched (its class into klass, DBT_CLASS_NAME_MAX + 1 bytes, or its weight into *weight),
+ * 0 when none did, -1 when the live settings do not set them (the process' own decide). */
+int dbt_pool_live_rule(dbt_pool *p, bool weights, const dbt_rule_values *v, char *klass,
+                       int *weight);
 
 /* Counts a command that ran without a permit, not through dbt_acquire: one inside a transaction
  * that began unthrottled (Redis unreachable, open mode), which must not queue mid-way. */
