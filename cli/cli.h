@@ -248,6 +248,9 @@ void cli_json_str(FILE *out, const char *s);
 void cli_prom_number(double v, char *out, size_t cap);
 /* Length of the valid UTF-8 sequence at s (1-4), or 0 when the bytes there are not one. */
 int cli_utf8_len(const unsigned char *s);
+/* s, then blanks up to `width` columns, counting a UTF-8 character as one column (printf's
+ * "%-20s" counts bytes: a name with "é" pushed the columns after it). */
+void cli_put_padded(FILE *out, const char *s, int width);
 bool cli_utf8_valid(const char *s);
 /* A name for a line of text: as dbt_escape (control bytes escaped, cut after max bytes with
  * "...", quoted on request), and bytes that are not UTF-8 shown as \xNN too. */

@@ -78,8 +78,16 @@ static void text_row(const char *pool, const dbt_proc_record *p, const char *rep
     else
         snprintf(for_text, sizeof for_text, "-");
     cli_duration(c->age_ms, age, sizeof age);
-    printf("%-16s %-14s %7ld %-12s %-6s %-8s %8s %8s %-18s %-26s %s\n", epool, host, p->pid, prog,
-           conn, c->state, for_text, age, app[0] ? app : "-", server, reported);
+    cli_put_padded(stdout, epool, 16);
+    putchar(' ');
+    cli_put_padded(stdout, host, 14);
+    printf(" %7ld ", p->pid);
+    cli_put_padded(stdout, prog, 12);
+    printf(" %-6s %-8s %8s %8s ", conn, c->state, for_text, age);
+    cli_put_padded(stdout, app[0] ? app : "-", 18);
+    putchar(' ');
+    cli_put_padded(stdout, server, 26);
+    printf(" %s\n", reported);
 }
 
 static void json_process(const dbt_proc_record *p, int64_t now_ms, const dbt_client_row *rows,

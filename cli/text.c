@@ -135,3 +135,13 @@ void cli_json_str(FILE *out, const char *s)
     }
     fputc('"', out);
 }
+
+void cli_put_padded(FILE *out, const char *s, int width)
+{
+    int cols = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        cols += (*p & 0xC0) != 0x80; /* not a continuation byte */
+    fputs(s, out);
+    for (; cols < width; cols++)
+        fputc(' ', out);
+}

@@ -63,6 +63,16 @@ for p in d["pools"][0]["processes"]:
     touch "$work/cl.end.cl_run"
     wait_until 30 '[ -z "$(cl_list)" ]'
     check "no connection is listed once every worker ended" '[ -z "$(cl_list)" ]'
+    # A name with a non-ASCII letter keeps the columns after it in line (printf counted bytes).
+    cl_s "cl_été" "select 1;"
+    wait_until 20 '"$top/build/dbthrottle" clients cl --redis "redis://127.0.0.1:$rport" | grep -q "cl_été"'
+    "$top/build/dbthrottle" clients cl --redis "redis://127.0.0.1:$rport" >"$work/cl.table2"
+    cl_cols=$($py -c 'import sys
+lines = open(sys.argv[1], encoding="utf-8").read().splitlines()
+print(" ".join(str(l.index("SERVER") if l.startswith("POOL") else l.index(" " + l.split()[9] + " ") + 1) for l in lines if l.startswith(("POOL", "cl "))))' "$work/cl.table2")
+    check "a non-ASCII application name keeps the SERVER column in line (columns: $cl_cols; $(grep -c "cl_" "$work/cl.table2") rows: $(tail -1 "$work/cl.table2"))" \
+        '[ "$(echo $cl_cols | wc -w)" = 2 ] && [ "$(echo $cl_cols | tr " " "\n" | sort -u | wc -l)" = 1 ]'
+    touch "$work/cl.end.cl_été"
     # a pool nobody ever used is an error, not an empty list
     check "clients of a pool Redis has no key of fails" \
         '! "$top/build/dbthrottle" clients no_such_pool_cl --redis "redis://127.0.0.1:$rport" >/dev/null 2>&1'
