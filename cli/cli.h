@@ -158,6 +158,11 @@ typedef struct {
 int cli_in_force_of(const cli_pool_view *v, const dbt_live *live, const dbt_setting *row,
                     cli_in_force *groups, int cap);
 
+/* ,"live_settings": ..., "settings_in_force": ...: a pool's live settings as Redis holds them,
+ * where its processes stand with them, and the values in force (status --json, settings --json).
+ */
+void cli_json_settings(FILE *out, const cli_pool_view *v);
+
 /* How long the pool has been idle (ms: its least idle kind, by status.lua's idle_ms); 0 in use,
  * -1 not known (no counters). */
 int64_t cli_pool_idle_ms(const cli_pool_view *v);

@@ -27,13 +27,16 @@ static const char set_usage[] =
     "  --key-prefix P  key prefix (default: DBTHROTTLE_KEY_PREFIX, as the library)\n";
 
 static const char settings_usage[] =
-    "usage: dbthrottle settings POOL... [--redis URL] [--key-prefix P]\n"
+    "usage: dbthrottle settings POOL... [--json] [--redis URL] [--key-prefix P]\n"
     "\n"
     "Lists each POOL's live settings (dbthrottle set) and their version: the values every\n"
     "worker of the pool uses in place of its own. A value the workers' parser refuses (set by\n"
     "hand in Redis) is listed as refused: the workers keep their own and log\n"
-    "live_setting_refused. A pool with none says so.\n"
+    "live_setting_refused. A pool with none says so. Then, for each live-able setting, the\n"
+    "values in force in the pool's processes, where each came from and in how many.\n"
     "\n"
+    "  --json          one JSON document: {\"pools\": [{\"pool\", \"live_settings\",\n"
+    "                  \"settings_in_force\"}]}, as dbthrottle status --json has them\n"
     "  --redis URL     Redis to read (default: DBTHROTTLE_REDIS_URL, as the library)\n"
     "  --key-prefix P  key prefix (default: DBTHROTTLE_KEY_PREFIX, as the library)\n";
 
@@ -254,16 +257,22 @@ int cmd_settings(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
+        {"json", no_argument, NULL, 'j'},
         {"redis", required_argument, NULL, CLI_OPT_REDIS},
         {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
         {NULL, 0, NULL, 0}};
     cli_redis_opts ro = {0};
+    bool json = false;
     int opt;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (opt == 'h') {
             fputs(settings_usage, stdout);
             return 0;
+        }
+        if (opt == 'j') {
+            json = true;
+            continue;
         }
         if (!cli_redis_opt(&ro, opt, optarg))
             return cli_option_error("settings", longopts, argv);
@@ -278,8 +287,10 @@ int cmd_settings(int argc, char **argv)
         dbt_config_free(&cfg);
         return 1;
     }
-    int rc = 0;
+    int rc = 0, listed = 0;
     char err[DBT_ERRLEN];
+    if (json)
+        fputs("{\"pools\":[", stdout);
     for (int i = optind; i < argc; i++) {
         char name[220];
         cli_escape_name(argv[i], 200, true, name, sizeof name);
@@ -307,6 +318,21 @@ int cmd_settings(int argc, char **argv)
                    dbt_live_parse(rep->str, &live, refused, sizeof refused);
         cli_pool_view view;
         bool viewed = cli_view_pool(r, &cfg, argv[i], 1, &view, err);
+        if (json) { /* what status --json says of the pool's settings */
+            if (viewed) {
+                fputs(listed++ ? ",{\"pool\":" : "{\"pool\":", stdout);
+                cli_json_str(stdout, argv[i]);
+                cli_json_settings(stdout, &view);
+                fputc('}', stdout);
+                cli_view_free(&view);
+            } else {
+                rc = cli_fail("settings", "pool %s: %s", name, err);
+            }
+            if (any)
+                dbt_live_free(&live);
+            freeReplyObject(rep);
+            continue;
+        }
         if (!any) {
             printf("pool %s: no live setting: its workers use their own values\n", name);
         } else {
@@ -337,6 +363,8 @@ int cmd_settings(int argc, char **argv)
             dbt_live_free(&live);
         freeReplyObject(rep);
     }
+    if (json)
+        fputs("]}\n", stdout);
     if (fflush(stdout) != 0)
         rc = cli_fail("settings", "cannot write the output");
     dbt_redis_free(r);

@@ -607,6 +607,12 @@ static void json_live(FILE *out, const cli_pool_view *v)
     dbt_live_free(&l);
 }
 
+void cli_json_settings(FILE *out, const cli_pool_view *v)
+{
+    json_live(out, v);
+    json_in_force(out, v);
+}
+
 /* ---- the processes -------------------------------------------------------------------------- */
 
 /* How bad a state is: a process listed in several pools shows its worst. */
@@ -1201,8 +1207,7 @@ void cli_render_json(FILE *out, const cli_pool_view *v, int n, const char *prefi
             json_kind(out, &v[i], &v[i].kind[kind]);
         }
         json_host_groups(out, &v[i]);
-        json_live(out, &v[i]);
-        json_in_force(out, &v[i]);
+        cli_json_settings(out, &v[i]);
         int64_t idle = cli_pool_idle_ms(&v[i]);
         if (idle >= 0)
             fprintf(out, ",\"idle_ms\":%" PRId64, idle);

@@ -29,6 +29,11 @@ for p in json.load(sys.stdin)["processes"]:
         '[ -n "$ll_v1" ] && [ "$(ll_applied)" = "$ll_v1" ]'
     # the values in force, from the worker's record: the live level, its own others
     ll_cli settings ll >"$work/ll.settings1"
+    ll_sjson=$(ll_cli settings ll --json | $py -c 'import json, sys
+p = json.load(sys.stdin)["pools"][0]
+print(p["pool"], p["live_settings"]["values"], p["settings_in_force"]["log_level"])')
+    check "settings --json says the same ($ll_sjson)" \
+        '[ "$ll_sjson" = "ll {'"'log_level'"': '"'info'"'} [{'"'value'"': '"'info'"', '"'from'"': '"'live'"', '"'processes'"': 1}]" ]'
     check "settings shows the values in force and where from ($(grep -A5 "in force" "$work/ll.settings1" | tr -s ' ' | tr '\n' ';'))" \
         'grep -q "in force in its 1 process" "$work/ll.settings1" && grep -qE "^    log_level +info: live, 1$" "$work/ll.settings1" &&
          grep -qE "^    wait_timeout +2m: default, 1$" "$work/ll.settings1" && grep -qE "^    exempt +none: default, 1$" "$work/ll.settings1"'
