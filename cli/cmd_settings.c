@@ -116,6 +116,8 @@ static int live_is_set(const dbt_config *cfg, dbt_redis *r, const char *pool,
         if (refused[0] && (!row || strstr(refused, row->key)))
             set = 1;
         dbt_live_free(&live);
+    } else if (rep->type == REDIS_REPLY_STRING) {
+        set = 1; /* a text that is not live settings (written by hand): cleared whole or by key */
     }
     freeReplyObject(rep);
     return set;

@@ -27,9 +27,15 @@ int cli_option_error(const char *cmd, const struct option *longopts, char **argv
 {
     if (optopt == 0) /* a long option that is none of the command's */
         return cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
-    for (const struct option *o = longopts; o->name; o++)
-        if (o->val == optopt && o->has_arg == required_argument)
+    for (const struct option *o = longopts; o->name; o++) {
+        if (o->val != optopt)
+            continue;
+        if (o->has_arg == required_argument)
             return cli_usage_error(cmd, "option '--%s' needs a value", o->name);
+        const char *arg = argv[optind - 1]; /* --clear=x, not the short -x */
+        if (strncmp(arg, "--", 2) == 0 && strchr(arg, '='))
+            return cli_usage_error(cmd, "option '--%s' takes no value ('%s')", o->name, arg);
+    }
     /* getopt reads "-5s" as the options 5 and s: a value meant, not an option */
     if (isdigit(optopt))
         return cli_usage_error(cmd,

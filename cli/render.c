@@ -426,10 +426,12 @@ static void text_live_procs(FILE *out, const cli_pool_view *v, long long version
                 fprintf(out, ", applied v%lld)", r->live_version);
             else if (st == LIVE_BEHIND)
                 fputs(", applied none)", out);
-            else if (st == LIVE_REFUSING)
-                fprintf(out, ", refused %s)", r->live_refused);
-            else
-                fprintf(out, " %s)", r->version);
+            else if (st == LIVE_REFUSING || st == LIVE_OLDER) {
+                char text[300]; /* a record's text, as a process wrote it */
+                cli_escape_name(st == LIVE_REFUSING ? r->live_refused : r->version, 120, false,
+                                text, sizeof text);
+                fprintf(out, st == LIVE_REFUSING ? ", refused %s)" : " %s)", text);
+            }
         }
         fprintf(out, "%s\n", n > shown ? ", ..." : "");
     }

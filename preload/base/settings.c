@@ -504,8 +504,9 @@ bool dbt_live_parse(const char *text, dbt_live *out, char *refused, size_t cap)
         }
         if (err[0]) {
             size_t kl = strlen(out->refused_keys);
-            snprintf(out->refused_keys + kl, sizeof out->refused_keys - kl, "%s%.40s",
-                     kl ? "," : "", buf);
+            /* the key as written: what is before '=' (the whole line when it has none) */
+            snprintf(out->refused_keys + kl, sizeof out->refused_keys - kl, "%s%.*s", kl ? "," : "",
+                     (int)(strcspn(buf, "=") < 40 ? strcspn(buf, "=") : 40), buf);
         }
         if (err[0] && used + 1 < cap) {
             int w = snprintf(refused + used, cap - used, "%s%s: %s", used ? "; " : "", buf, err);
@@ -534,6 +535,8 @@ void dbt_live_own_format(const dbt_config *cfg, char *out, size_t cap)
             n += *q <= 0x20 || *q == '%' || *q == 0x7f
                      ? snprintf(item + n, sizeof item - (size_t)n, "%%%02X", *q)
                      : snprintf(item + n, sizeof item - (size_t)n, "%c", *q);
+        if (strlen(shown) > 64) /* cut: said, never shown as the whole value */
+            n += snprintf(item + n, sizeof item - (size_t)n, "...");
         if (len + (size_t)n + 1 > cap)
             break; /* whole items only */
         memcpy(out + len, item, (size_t)n + 1);

@@ -1,7 +1,8 @@
 /* prepared.h - the text of each statement a connection prepared (PQprepare, PQsendPrepare), so
  * that a command that runs one by name (PQexecPrepared, PQsendQueryPrepared) is weighed by its
- * SQL (DBTHROTTLE_WEIGHTS' sql= rules). Kept only while such rules exist; one thread uses a
- * connection at a time (libpq's rule), so a list needs no lock. */
+ * SQL (sql= weight rules, the process' own or its pool's live ones). Kept whenever the library
+ * throttles, as a live rule may come after the PQprepare; one thread uses a connection at a time
+ * (libpq's rule), so a list needs no lock. */
 #ifndef DBT_PREPARED_H
 #define DBT_PREPARED_H
 

@@ -172,6 +172,15 @@ static dbt_pool *pool_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
 
 static dbt_rule_values ident_of(dbt_conn *c, PGconn *conn);
 
+/* Between transactions and out of pipeline mode: where a connection may take up a new live
+ * exemption or class. An exempt connection's transaction holds no permit; were the exemption
+ * lifted inside it, its next statement would queue while the transaction holds its locks. */
+static bool between_transactions(PGconn *conn)
+{
+    return DBT_REAL(PQtransactionStatus)(conn) == PQTRANS_IDLE &&
+           DBT_REAL(PQpipelineStatus)(conn) == PQ_PIPELINE_OFF;
+}
+
 /* Whether the connection is exempt: decided once per connection by the process' own rules, and
  * again when its pool's live settings changed, by the pool's live exempt when the operator set one
  * (dbthrottle set POOL exempt ...). Asked only while the connection holds no permit of the kind
@@ -185,7 +194,7 @@ static bool is_exempt(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
     if (!c->checked_exempt && (pool = pool_of(lib, c, conn)) != NULL)
         dbt_pool_announce(pool);
     long long live = pool ? dbt_pool_live_applied(pool) : 0;
-    if (!c->checked_exempt || live != c->exempt_live) {
+    if (!c->checked_exempt || (live != c->exempt_live && between_transactions(conn))) {
         c->checked_exempt = true;
         c->exempt_live = live;
         int by_live = -1;
@@ -227,9 +236,11 @@ static dbt_rule_values ident_of(dbt_conn *c, PGconn *conn)
     return v;
 }
 
-/* The connection's class, decided once: DBTHROTTLE_CLASS, else the first DBTHROTTLE_CLASS_RULES
- * rule that matches, else "-" (the pool's default class). NULL when the process sets neither:
- * its ids stay untagged, as before classes. */
+/* The connection's class: DBTHROTTLE_CLASS, else the first class rule that matches (the pool's
+ * live class_rules when set, else DBTHROTTLE_CLASS_RULES), else "-" (the pool's default class).
+ * Decided at its first permit, and again between transactions once the pool's live settings
+ * changed. NULL when neither the process nor the pool sets classes: its ids stay untagged, as
+ * before classes. */
 static const char *class_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
 {
     const dbt_config *cfg = &lib->cfg;
@@ -239,7 +250,7 @@ static const char *class_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
     long long live = c->pool ? dbt_pool_live_applied(c->pool) : 0;
     if (!cfg->klass && !cfg->class_rules.n && !live)
         return NULL;
-    if (!c->checked_class || live != c->class_live) {
+    if (!c->checked_class || (live != c->class_live && between_transactions(conn))) {
         c->checked_class = true;
         c->class_live = live;
         c->klass = c->klass_buf;
@@ -273,8 +284,9 @@ static const char *class_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
  * when none does (or the process has no rules). */
 static int weight_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn, const char *query)
 {
-    /* the pool's live weights, when set, in place of the process' own */
-    bool live = c->pool && dbt_pool_live_applied(c->pool);
+    /* the pool's live weights, when set, in place of the process' own (the pool is locked for
+     * them only then) */
+    bool live = c->pool && dbt_pool_live_sets(c->pool, offsetof(dbt_config, weights));
     if ((!lib->cfg.weights.n && !live) || !conn)
         return 1;
     dbt_rule_values v = ident_of(c, conn);
@@ -371,7 +383,11 @@ static bool outcome(dbt_conn *c, dbt_pool *pool, dbt_kind kind, int limit, bool 
     case DBT_ACQ_QUEUED: /* never here: dbt_acquire_start's callers handle it */
     default:
         set_refusal(c, kind, name, limit, now_ms() - t0,
-                    "Redis is unreachable and DBTHROTTLE_ON_REDIS_ERROR=closed", SQLSTATE_REFUSED);
+                    dbt_pool_live_sets(pool, offsetof(dbt_config, on_redis_error))
+                        ? "Redis is unreachable and the pool's live on_redis_error is closed (set "
+                          "by the operator: dbthrottle settings)"
+                        : "Redis is unreachable and DBTHROTTLE_ON_REDIS_ERROR=closed",
+                    SQLSTATE_REFUSED);
         return false;
     }
 }

@@ -515,6 +515,7 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
         pthread_mutex_unlock(&p->mu);
         return NULL;
     }
+    p->takes_permits = true;
     /* A permit the host keeps idle on its shelf (kept by this process or another): held at
      * once, no Redis call. */
     if (dbt_sharing_take_shelved(p, s)) {

@@ -67,7 +67,7 @@ static int nresets;
 
 void dbt_fork_on_child(dbt_fork_phase phase, dbt_after_fork_fn reset)
 {
-    /* One a module (six): never full. Kept in phase order, each phase in the order registered. */
+    /* One a module (seven): never full. Kept in phase order, each phase in the order registered. */
     if (nresets == MAX_RESETS)
         return;
     int i = nresets++;

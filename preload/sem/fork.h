@@ -10,7 +10,7 @@ void dbt_fork_unregister(dbt_client *c);
 void dbt_new_client_id(char cid[17]);
 
 /* When a module's reset runs in a fork()ed child, for each pool: the pool's own first (it makes
- * the lock anew and forgets the parent's slots and connections); then each module's, which
+ * the lock anew and forgets the parent's slots and Redis connections); then each module's, which
  * touch only what that module owns; host sharing's last (it changes the pool's group, which asks
  * the listener and the renewer, reset by then, to start over). */
 typedef enum { DBT_FORK_FIRST, DBT_FORK_MODULE, DBT_FORK_LAST } dbt_fork_phase;

@@ -47,6 +47,11 @@ void dbt_live_apply(dbt_pool *p, const char *text)
     ptrdiff_t level_row = row_of(offsetof(dbt_config, log_level));
     atomic_store(&p->log_level, level_row >= 0 && l->set[level_row] ? (int)l->cfg.log_level : -1);
     atomic_store(&p->live_applied, l->version);
+    unsigned long long mask = 0;
+    for (const dbt_setting *s = dbt_settings; s->key; s++)
+        if (l->set[s - dbt_settings] && s - dbt_settings < 64)
+            mask |= 1ULL << (s - dbt_settings);
+    atomic_store(&p->live_set_mask, mask);
     p->record_changed_us = dbt_now_us(); /* the record says what it applied: status at once */
     pthread_mutex_unlock(&p->mu);
     if (old) {
@@ -126,4 +131,10 @@ int dbt_pool_live_rule(dbt_pool *p, bool weights, const dbt_rule_values *v, char
     }
     pthread_mutex_unlock(&p->mu);
     return r;
+}
+
+bool dbt_pool_live_sets(dbt_pool *p, size_t field)
+{
+    ptrdiff_t row = row_of(field);
+    return row >= 0 && row < 64 && (atomic_load(&p->live_set_mask) >> row & 1);
 }

@@ -469,11 +469,21 @@ void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
     } else if (resumed) {
         p->outage_until_ms = 0; /* the last one again: its cost goes on counting */
     }
+    /* Said once per outage, by a process some of whose commands depend on Redis: the first
+     * error it meets once it does (an exempt connection's heartbeat may have met the outage
+     * first). */
+    if (first || resumed)
+        p->outage_said = false;
+    bool say = !p->outage_said && p->takes_permits && !cfg->disable;
+    if (say)
+        p->outage_said = true;
     pthread_mutex_unlock(&p->mu);
     /* Once per outage: a dead Redis must not flood the host program's stderr. A disabled
-     * process only reports itself (registry.c): its commands never depend on Redis. An outage
-     * that resumes says so once more, after its redis_back. */
-    if ((first || resumed) && !cfg->disable) {
+     * process only reports itself (registry.c): its commands never depend on Redis; nor do those
+     * of a process whose connections are all exempt (it reports, to hear the live settings):
+     * nothing of it is refused or runs unthrottled. An outage that resumes says so once more,
+     * after its redis_back. */
+    if (say) {
         bool open = atomic_load(&p->on_redis_error) == DBT_ON_ERROR_OPEN;
         dbt_field f[] = {DBT_S("pool", p->name),
                          DBT_S("during", what),
@@ -521,8 +531,13 @@ void dbt_pool_note_ok(dbt_pool *p, int64_t sent_us)
     int64_t since = p->outage_since_ms;
     if (was)
         p->outage_until_ms = dbt_wall_ms();
+    /* said when its redis_error was (note_error): not by a process none of whose commands
+     * depended on Redis */
+    bool said = p->outage_said;
+    if (was)
+        p->outage_said = false;
     pthread_mutex_unlock(&p->mu);
-    if (was) {
+    if (was && said) {
         /* What the outage cost, in the line that ends it: also in dbthrottle status. */
         dbt_field f[] = {DBT_S("pool", p->name),
                          DBT_MS("outage_ms", (double)(dbt_wall_ms() - since)),
@@ -947,6 +962,7 @@ static void after_fork(dbt_pool *p)
     p->nqueued = p->nheld = 0;
     p->gen++;
     p->in_outage = false;
+    p->outage_said = false;
     p->down_until_us = 0;
     p->misconfig_probe_us = 0; /* the child checks for itself at its first acquire */
     memset(&p->st, 0, sizeof p->st);

@@ -289,6 +289,14 @@ struct dbt_pool {
     atomic_int log_level;
     /* p->live's version, for readers without p->mu (dbt_pool_live_applied). Set by live.c. */
     atomic_llong live_applied;
+    /* Which rows of the settings table p->live sets (bit = row), for readers that lock p->mu only
+     * when the live settings set what they read (dbt_pool_live_sets). Set by live.c. */
+    atomic_ullong live_set_mask;
+    /* An acquire ran on the pool (a connection of it takes permits): a process whose connections
+     * are all exempt does not say its commands are refused while Redis is away. p->mu. */
+    bool takes_permits;
+    /* The outage going on was said (redis_error at warn or error), so its end is (redis_back). */
+    bool outage_said;
     /* When the process' record changed in a way status must show at once (live.c: the live
      * settings applied, the mode in force): the renewer reports then. 0: none. p->mu. */
     int64_t record_changed_us;

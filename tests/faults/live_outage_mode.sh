@@ -22,6 +22,17 @@ env LD_PRELOAD="$preload" DBTHROTTLE_POOL=lom DBTHROTTLE_MAX_QUERIES=2 DBTHROTTL
     DBTHROTTLE_LOG_LEVEL=info DBTHROTTLE_SHARE_DIR="$work" PGAPPNAME=lom \
     psql -qAtX -f "$lom_fifo" >"$work/lom.out" 2>"$work/lom.err" &
 lom_psql=$!
+# E: a process whose only connection is exempt, closed by its own setting. It reports (to hear
+# the live settings), so it meets the outage; nothing of it is refused, so it must not say
+# "refusing commands until Redis is back" (at debug it logs what it met).
+mkfifo "$work/lom.efifo"
+env LD_PRELOAD="$preload" DBTHROTTLE_POOL=lom DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LEASE=3s \
+    DBTHROTTLE_REDIS_TIMEOUT=300ms DBTHROTTLE_ON_REDIS_ERROR=closed DBTHROTTLE_EXEMPT=application_name=lom_e \
+    DBTHROTTLE_LOG_LEVEL=debug DBTHROTTLE_SHARE_DIR="$work" PGAPPNAME=lom_e \
+    psql -qAtX -f "$work/lom.efifo" >"$work/lom.eout" 2>"$work/lom.eerr" &
+lom_e=$!
+exec 8>"$work/lom.efifo"
+echo "select dbt_probe(1);" >&8
 exec 7>"$lom_fifo"
 mark
 echo "select dbt_probe(1);" >&7
@@ -34,10 +45,17 @@ mark
 echo "select dbt_probe(1);" >&7
 wait_until 10 'grep -q "53300\|refus" "$work/lom.err"'
 check "live_outage_mode: with Redis down, W's command was refused by the live closed ($(probes lom) probes at the server; $(grep -v "^ts=" "$work/lom.err" | head -1 | cut -c1-120))" \
-    '[ "$(probes lom)" -eq 0 ] && grep -v "^ts=" "$work/lom.err" | grep -q "dbthrottle"'
+    '[ "$(probes lom)" -eq 0 ] && grep -v "^ts=" "$work/lom.err" | grep -q "the pool.s live on_redis_error is closed"'
+# E met the outage (its heartbeat, within a lease), ran its exempt probe, and did not say it
+# refuses commands.
+echo "select dbt_probe(1);" >&8
+wait_until 10 '[ "$(probes lom_e)" -ge 1 ] && grep -q "level=debug event=redis_error" "$work/lom.eerr"'
+check "live_outage_mode: an exempt-only process met the outage ($(grep -c "event=redis_error" "$work/lom.eerr") lines, at debug) and its probe ran ($(probes lom_e)); it said no redis_error at warn or error" \
+    '[ "$(probes lom_e)" -eq 1 ] && grep -q "level=debug event=redis_error" "$work/lom.eerr" &&
+     ! grep -qE "level=(warn|error) event=(redis_error|redis_back)" "$work/lom.eerr"'
 # Restarted empty: the setting is gone; W's next renewal brings none, and it goes back to its own.
 rm -f "$work/redis/dump.rdb"
-redis_start 7>&- # (the server must not keep psql's script open)
+redis_start 7>&- 8>&- # (the server must not keep psql's scripts open)
 wait_until 20 '[ "$(lom_mode)" = open ]'
 check "live_outage_mode: Redis restarted empty, W's record says its own open again ($(lom_mode); $(grep -o "event=live_settings [^ ]* version=[0-9]*" "$work/lom.err" | tail -1))" \
     '[ "$(lom_mode)" = open ]'
@@ -47,7 +65,7 @@ echo "select dbt_probe(1);" >&7
 wait_until 10 '[ "$(probes lom)" -ge 1 ]'
 check "live_outage_mode: in the next outage W's command ran on unthrottled, by its own mode ($(probes lom) probes)" \
     '[ "$(probes lom)" -eq 1 ]'
-redis_start 7>&-
-exec 7>&-
-wait "$lom_psql"
+redis_start 7>&- 8>&-
+exec 7>&- 8>&-
+wait "$lom_psql" "$lom_e"
 check "live_outage_mode: nothing held or queued in the end" 'nothing_left q "dbthrottle:{lom}" 5'

@@ -6,10 +6,11 @@
 # version.
 it_live_exempt() {
     lx_cli() { "$top/build/dbthrottle" "$@" --redis "redis://127.0.0.1:$rport"; }
+    # the version the pool's psql processes applied (one line once they all did)
     lx_applied() {
         lx_cli status lx --json | $py -c 'import json, sys
 for p in json.load(sys.stdin)["processes"]:
-    if p["program"] == "psql" and p["pid"] != int(sys.argv[1]): print(p["live_settings_applied"][0])' "${hold_pid:-0}" 2>/dev/null
+    if p["program"] == "psql": print(p["live_settings_applied"][0])' 2>/dev/null | sort -u
     }
     lx_version() { v=$(rcli --raw get "dbthrottle:{lx}:settings" | sed -n '1s/^v\([0-9]*\)$/\1/p'); echo "${v:-0}"; }
     lx_active() { psql -qAtX -c "select count(*) from pg_stat_activity where application_name = '$1' and state = 'active' and query like 'select%lx%'"; }
@@ -19,6 +20,9 @@ for p in json.load(sys.stdin)["processes"]:
     ( echo "select 1;"
       wait_until 60 '[ -e "$work/lx.go1" ]'; echo "select 2, 'lx';"
       wait_until 60 '[ -e "$work/lx.go2" ]'; echo "select 3, 'lx';"
+      wait_until 60 '[ -e "$work/lx.go3" ]'; echo "begin;"; echo "select 4, 'lx';"
+      wait_until 60 '[ -e "$work/lx.go4" ]'; echo "select 5, 'lx';"; echo "commit;"
+      echo "select 6, 'lx';"
       wait_until 60 '[ -e "$work/lx.end" ]' ) |
         throttled DBTHROTTLE_POOL=lx DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_LEASE=3s \
             DBTHROTTLE_EXEMPT=application_name=lx_w PGAPPNAME=lx_w \
@@ -47,7 +51,22 @@ for p in json.load(sys.stdin)["processes"]:
     lx_holding=$(psql -qAtX -c "select count(*) from pg_stat_activity where application_name = 'lx_holder' and state = 'active'")
     check "its own rule exempts it again: it ran beside the holder (ran: $(grep -c "^3|lx$" "$work/lx.out"); holder still running: $lx_holding; Redis' queue: $(rcli zcard "dbthrottle:{lx}:q:queue"))" \
         'grep -q "^3|lx$" "$work/lx.out" && [ "$lx_holding" = 1 ]'
+    # Exempt, it opens a transaction (beside the holder: it takes no permit); the exemption is
+    # lifted live meanwhile. Its next statement in the transaction still runs at once (queued, it
+    # would wait while its transaction holds its locks); after the commit, it queues.
+    touch "$work/lx.go3"
+    wait_until 20 'grep -q "^4|lx$" "$work/lx.out"'
+    lx_cli set lx exempt none >/dev/null
+    lx_v3=$(lx_version)
+    wait_until 20 '[ "$(lx_applied)" = "$lx_v3" ]'
+    touch "$work/lx.go4"
+    wait_until 20 'grep -q "^5|lx$" "$work/lx.out"'
+    wait_until 20 '[ "$(rcli zcard "dbthrottle:{lx}:q:queue")" = 1 ]'
+    lx_holding=$(psql -qAtX -c "select count(*) from pg_stat_activity where application_name = 'lx_holder' and state = 'active'")
+    check "lifted live inside its transaction (applied: $(lx_applied) of $lx_v3), its statement there ran beside the holder, and the one after the commit queues (ran: $(grep -c "^[45]|lx$" "$work/lx.out") of 2; queue: $(rcli zcard "dbthrottle:{lx}:q:queue"); holder running: $lx_holding)" \
+        'grep -q "^5|lx$" "$work/lx.out" && ! grep -q "^6|lx$" "$work/lx.out" && [ "$(rcli zcard "dbthrottle:{lx}:q:queue")" = 1 ] && [ "$lx_holding" = 1 ]'
     hold_end_all
+    wait_until 20 'grep -q "^6|lx$" "$work/lx.out"'
     touch "$work/lx.end"
     wait "$lx_w"
 }

@@ -321,6 +321,8 @@ Test(settings, live_settings_text)
     cr_expect(strstr(refused, "wait_timeout: DBTHROTTLE_WAIT_TIMEOUT") != NULL, "%s", refused);
     cr_expect(strstr(refused, "max_queries: not a live setting's key") != NULL, "%s", refused);
     cr_expect(strstr(refused, "nonsense: not key=value") != NULL, "%s", refused);
+    cr_expect_str_eq(l.refused_keys, "wait_timeout,max_queries,nonsense",
+                     "each refused line's key, for the process' record");
     dbt_live_free(&l);
 
     cr_assert(dbt_live_parse("v6\nDBTHROTTLE_WAIT_TIMEOUT=1s\nWait_Timeout=2s\n", &l, refused,
@@ -386,5 +388,16 @@ Test(settings, live_own_values_for_the_record)
     cr_assert(dbt_live_own_each(small, on_own, &cut), "%s", small);
     cr_expect_str_eq(cut.keys, "wait_timeout,on_redis_error,", "whole items: %s", small);
     cr_expect_not(dbt_live_own_each("wait_timeout=x:1s", on_own, &o), "not a source letter");
+    /* a value longer than 64 bytes is cut and says so */
+    cr_assert(
+        dbt_config_set(&c, "exempt",
+                       "application_name=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                       "aaaaaaaaaaa,user=b",
+                       DBT_SRC_FILE, err),
+        "%s", err);
+    own_seen longer = {.keys = ""};
+    dbt_live_own_format(&c, text, sizeof text);
+    cr_assert(dbt_live_own_each(text, on_own, &longer), "%s", text);
+    cr_expect(strstr(longer.values, "aaaa...|") != NULL, "%s", longer.values);
     dbt_config_free(&c);
 }

@@ -90,8 +90,8 @@ bool dbt_live_parse(const char *text, dbt_live *out, char *refused, size_t cap);
 void dbt_live_free(dbt_live *l);
 /* A process' own value of each live row and where it came from, for its record (dbthrottle
  * settings and status show the values in force): "key=S:value key=S:value", S being d (default),
- * f (file) or e (environment), each value as its row shows it, cut to 64 bytes, with '%', ' ' and
- * bytes below 0x21 as %XX. Cut whole items to fit cap. */
+ * f (file) or e (environment), each value as its row shows it, cut to 64 bytes and "..." after,
+ * with '%', ' ' and bytes below 0x21 as %XX. Cut whole items to fit cap. */
 void dbt_live_own_format(const dbt_config *cfg, char *out, size_t cap);
 /* Calls each(key, source, value, arg) for each item of such a text (value decoded); false when it
  * is not one (the items before were given). */

@@ -252,6 +252,9 @@ int64_t dbt_pool_wait_timeout_ms(dbt_pool *p, int64_t own, bool *live);
 /* The version of the pool's live settings the process applied (0: none): a connection decides
  * again what it decided by them (its exemption) when it changed. Without a lock. */
 long long dbt_pool_live_applied(dbt_pool *p);
+/* Whether the pool's live settings set the dbt_config field at offset `field` (offsetof), without
+ * a lock: a command's path locks the pool for a live value only when there is one. */
+bool dbt_pool_live_sets(dbt_pool *p, size_t field);
 /* Whether a connection with these values (application_name, user, database, as
  * dbt_exempt_match takes them) is exempt by the pool's live exempt: 1 (the pattern that matched
  * in rule), 0 not, -1 the live settings do not set exempt (the process' own rules decide). */
