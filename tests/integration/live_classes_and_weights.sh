@@ -5,12 +5,6 @@
 # classes (<cid>.<serial>.8), weight 1.
 it_live_classes_and_weights() {
     lc_cli() { "$top/build/dbthrottle" "$@" --redis "redis://127.0.0.1:$rport"; }
-    lc_applied() {
-        lc_cli status lc --json | $py -c 'import json, sys
-for p in json.load(sys.stdin)["processes"]:
-    if p["program"] == "psql": print(p["live_settings_applied"][0])' 2>/dev/null
-    }
-    lc_version() { v=$(rcli --raw get "dbthrottle:{lc}:settings" | sed -n '1s/^v\([0-9]*\)$/\1/p'); echo "${v:-0}"; }
     # the statement of lc_w that sleeps, cancelled until it no longer runs: psql goes on to the
     # next line (the permit may stay in Redis a while, kept for the host's next command)
     lc_cancel() {
@@ -21,7 +15,7 @@ for p in json.load(sys.stdin)["processes"]:
     check "set class_rules and weights live (--create)" \
         'lc_cli set lc class_rules "batch:application_name=lc_w" --create >/dev/null &&
          lc_cli set lc weights "3:application_name=lc_w" | grep -q "weights = 3:application_name=lc_w, live"'
-    lc_v1=$(lc_version)
+    lc_v1=$(live_version lc)
     ( echo "select 1;"
       wait_until 60 '[ -e "$work/lc.go1" ]'; echo "select pg_sleep(60);"
       wait_until 60 '[ -e "$work/lc.go2" ]'; echo "select pg_sleep(60);"
@@ -30,8 +24,8 @@ for p in json.load(sys.stdin)["processes"]:
             psql -qAtX >"$work/lc.out" 2>"$work/lc.err" &
     lc_w=$!
     echo $lc_w >>"$work/pids"
-    wait_until 20 '[ "$(lc_applied)" = "$lc_v1" ]'
-    check "the worker applied them, version $lc_v1 ($(lc_applied))" '[ "$(lc_applied)" = "$lc_v1" ]'
+    wait_until 20 '[ "$(live_applied lc)" = "$lc_v1" ]'
+    check "the worker applied them, version $lc_v1 ($(live_applied lc))" '[ "$(live_applied lc)" = "$lc_v1" ]'
     touch "$work/lc.go1"
     # (the permit of "select 1", taken before, may still be kept on the host's shelf: the ids are
     # waited for by their class, not for any)
@@ -43,9 +37,9 @@ for p in json.load(sys.stdin)["processes"]:
     wait_until 20 lc_cancel
     lc_cli set lc class_rules --clear >/dev/null
     lc_cli set lc weights --clear >/dev/null
-    lc_v2=$(lc_version)
-    wait_until 20 '[ "$(lc_applied)" = "$lc_v2" ]'
-    check "cleared: the worker applied version $lc_v2 ($(lc_applied))" '[ "$lc_v2" != "$lc_v1" ] && [ "$(lc_applied)" = "$lc_v2" ]'
+    lc_v2=$(live_version lc)
+    wait_until 20 '[ "$(live_applied lc)" = "$lc_v2" ]'
+    check "cleared: the worker applied version $lc_v2 ($(live_applied lc))" '[ "$lc_v2" != "$lc_v1" ] && [ "$(live_applied lc)" = "$lc_v2" ]'
     touch "$work/lc.go2"
     lc_plain='(^| )([0-9a-f]{16}~)?[0-9a-f]{16}\.[0-9]+\.8( |$)'
     wait_until 20 'cls_ids lc | grep -Eq "$lc_plain"'

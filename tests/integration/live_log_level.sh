@@ -4,17 +4,9 @@
 # (its info line of applying live settings is not written); cleared, its trace stops again.
 it_live_log_level() {
     ll_cli() { "$top/build/dbthrottle" "$@" --redis "redis://127.0.0.1:$rport"; }
-    # the version the worker's record says it applied ("" no record yet)
-    ll_applied() {
-        ll_cli status ll --json | $py -c 'import json, sys
-for p in json.load(sys.stdin)["processes"]:
-    if p["program"] == "psql": print(p["live_settings_applied"][0])' 2>/dev/null
-    }
-    # the version Redis holds (0: no key), as the worker compares it
-    ll_version() { v=$(rcli --raw get "dbthrottle:{ll}:settings" | sed -n '1s/^v\([0-9]*\)$/\1/p'); echo "${v:-0}"; }
     rm -f "$work"/ll.*
     check "set log_level info (--create)" 'll_cli set ll log_level info --create >/dev/null'
-    ll_v1=$(ll_version)
+    ll_v1=$(live_version ll)
     ( echo "select 1;"
       wait_until 60 '[ -e "$work/ll.go1" ]'; echo "select 2;"
       wait_until 60 '[ -e "$work/ll.go2" ]'; echo "select 3;"
@@ -24,9 +16,9 @@ for p in json.load(sys.stdin)["processes"]:
             psql -qAtX >"$work/ll.out" 2>"$work/ll.err" &
     ll_w=$!
     echo $ll_w >>"$work/pids"
-    wait_until 20 '[ "$(ll_applied)" = "$ll_v1" ]'
-    check "the worker's record says it applied the live settings, version $ll_v1 ($(ll_applied))" \
-        '[ -n "$ll_v1" ] && [ "$(ll_applied)" = "$ll_v1" ]'
+    wait_until 20 '[ "$(live_applied ll)" = "$ll_v1" ]'
+    check "the worker's record says it applied the live settings, version $ll_v1 ($(live_applied ll))" \
+        '[ -n "$ll_v1" ] && [ "$(live_applied ll)" = "$ll_v1" ]'
     # the values in force, from the worker's record: the live level, its own others
     ll_cli settings ll >"$work/ll.settings1"
     ll_sjson=$(ll_cli settings ll --json | $py -c 'import json, sys
@@ -62,10 +54,10 @@ print(sorted((g["value"], g["from"], g["processes"]) for g in f["wait_timeout"])
     check "the process' other lines keep its own level (no info line of applying them)" \
         '! grep -q "event=live_settings" "$work/ll.log"'
     ll_cli set ll log_level --clear >/dev/null
-    ll_v2=$(ll_version)
-    wait_until 20 '[ "$(ll_applied)" = "$ll_v2" ]'
-    check "cleared: the worker's record says it applied version $ll_v2, the one without log_level ($(ll_applied); $(ll_cli settings ll | head -1))" \
-        '[ "$ll_v2" != "$ll_v1" ] && [ "$(ll_applied)" = "$ll_v2" ]'
+    ll_v2=$(live_version ll)
+    wait_until 20 '[ "$(live_applied ll)" = "$ll_v2" ]'
+    check "cleared: the worker's record says it applied version $ll_v2, the one without log_level ($(live_applied ll); $(ll_cli settings ll | head -1))" \
+        '[ "$ll_v2" != "$ll_v1" ] && [ "$(live_applied ll)" = "$ll_v2" ]'
     ll_n=$(grep -c "event=grant " "$work/ll.log")
     check "cleared, settings shows the worker's own level and where from ($(ll_cli settings ll | grep "log_level" | tr -s ' '))" \
         'll_cli settings ll | grep -qE "^    log_level +warn: environment, 1$"'

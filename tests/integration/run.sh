@@ -127,6 +127,15 @@ hc_loop_ran() { # the event loop never stopped for 500 ms (10 ms ticks), the sen
 
 # ---- classes and weights (issue 17): ids, units and refusals, read from Redis and the server ----
 cls_ids() { rcli zrange "dbthrottle:{$1}:q:holders" 0 -1 | tr '\n' ' '; } # cls_ids POOL: held members
+# live_version POOL: the version of the pool's live settings Redis holds (0: no key), as the
+# workers compare it; live_applied POOL: the versions the pool's psql processes applied, by their
+# records in Redis (status --json; one line once they all did).
+live_version() { lv_=$(rcli --raw get "dbthrottle:{$1}:settings" | sed -n '1s/^v\([0-9]*\)$/\1/p'); echo "${lv_:-0}"; }
+live_applied() {
+    "$top/build/dbthrottle" status "$1" --json --redis "redis://127.0.0.1:$rport" | $py -c 'import json, sys
+for p in json.load(sys.stdin)["processes"]:
+    if p["program"] == "psql": print(p["live_settings_applied"][0])' 2>/dev/null | sort -u
+}
 # hold_begin NAME ENV=VALUE...: a throttled psql (application_name NAME) that takes a permit and
 # keeps it until hold_end NAME cancels its statement: a check whose premise is "the permit is
 # still held" does not depend on how long the machine takes to get there (a 4 s pg_sleep ran out
