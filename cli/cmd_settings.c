@@ -89,10 +89,12 @@ static redisReply *run_get(dbt_redis *r, void *arg, char *err)
     return dbt_redis_command(r, 2, argv, NULL, err);
 }
 
-/* Whether the pool's live settings set row (any when row is NULL), as Redis holds them now: a
- * --clear of what is not set writes nothing and says so (it said "cleared"). -1: not read. */
-static int live_is_set(const dbt_config *cfg, dbt_redis *r, const char *pool,
-                       const dbt_setting *row, char *err)
+/* Whether the pool's settings text in Redis has a line for key (any line when key is NULL, or
+ * any text that is not live settings at all), as Redis holds it now: a --clear of what is not
+ * there writes nothing and says so (it said "cleared"), and one written by hand, even of a key
+ * that is not live (the workers refuse it), can be cleared. -1: not read. */
+static int live_is_set(const dbt_config *cfg, dbt_redis *r, const char *pool, const char *key,
+                       char *err)
 {
     dbt_keys k;
     if (!dbt_keys_init(&k, cfg->key_prefix, pool)) {
@@ -104,20 +106,22 @@ static int live_is_set(const dbt_config *cfg, dbt_redis *r, const char *pool,
     dbt_keys_free(&k);
     if (!rep)
         return -1;
-    dbt_live live;
-    char refused[512];
     int set = 0;
-    if (rep->type == REDIS_REPLY_STRING &&
-        dbt_live_parse(rep->str, &live, refused, sizeof refused)) {
-        for (const dbt_setting *s = dbt_settings; s->key; s++)
-            if ((!row || s == row) && live.set[s - dbt_settings])
-                set = 1;
-        /* a line the parser refuses is set too: clearing it is what the operator wants */
-        if (refused[0] && (!row || strstr(refused, row->key)))
-            set = 1;
-        dbt_live_free(&live);
+    if (rep->type == REDIS_REPLY_ERROR) {
+        snprintf(err, DBT_ERRLEN, "%s", rep->str);
+        set = -1;
     } else if (rep->type == REDIS_REPLY_STRING) {
-        set = 1; /* a text that is not live settings (written by hand): cleared whole or by key */
+        const char *text = rep->str, *nl = strchr(text, '\n');
+        bool versioned = text[0] == 'v' && strspn(text + 1, "0123456789") > 0;
+        if (!key)
+            set = !versioned || (nl && nl[1]); /* a line after the version, or not live text */
+        for (const char *line = nl ? nl + 1 : NULL; key && line && *line;) {
+            size_t n = strlen(key);
+            if (strncmp(line, key, n) == 0 && line[n] == '=')
+                set = 1;
+            line = strchr(line, '\n');
+            line = line ? line + 1 : NULL;
+        }
     }
     freeReplyObject(rep);
     return set;
@@ -180,13 +184,18 @@ int cmd_set(int argc, char **argv)
         snprintf(arg, sizeof arg, "*");
     } else {
         row = dbt_live_find(pos[1]);
-        if (!row) {
+        /* --clear takes a key that is not live too, written into Redis by hand (refused by
+         * the workers): a word, as admin.lua reads a key; refused below when it is not there */
+        bool word = strlen(pos[1]) <= 64 &&
+                    strspn(pos[1], "abcdefghijklmnopqrstuvwxyz"
+                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") == strlen(pos[1]);
+        if (!row && !(clear && word && pos[1][0])) {
             char name[120];
             cli_escape_name(pos[1], 80, true, name, sizeof name);
             return cli_usage_error("set", "%s is not a live setting (live: %s)", name, keys);
         }
         if (clear) {
-            snprintf(arg, sizeof arg, "%s", row->key);
+            snprintf(arg, sizeof arg, "%s", row ? row->key : pos[1]);
         } else {
             /* as the file's grammar reads a value: without the blanks around it */
             char value[1024];
@@ -227,10 +236,14 @@ int cmd_set(int argc, char **argv)
         dbt_admin_op op = clear || clear_all ? DBT_ADMIN_SETTING_CLEAR : DBT_ADMIN_SETTING_SET;
         char name[220];
         cli_escape_name(pool, 200, true, name, sizeof name);
-        int was_set = clear || clear_all ? live_is_set(&cfg, r, pool, clear ? row : NULL, err) : 1;
+        int was_set = clear || clear_all ? live_is_set(&cfg, r, pool, clear ? arg : NULL, err) : 1;
         if (was_set < 0)
             rc = cli_fail("set", "pool %s: %s", name, err);
-        else if (was_set == 0 && clear)
+        else if (was_set == 0 && clear && !row) {
+            char key[120];
+            cli_escape_name(pos[1], 80, true, key, sizeof key);
+            rc = cli_usage_error("set", "%s is not a live setting (live: %s)", key, keys);
+        } else if (was_set == 0 && clear)
             printf("pool %s: %s is not set live: nothing cleared (its workers use their own)\n",
                    name, row->key);
         else if (was_set == 0)
@@ -241,12 +254,16 @@ int cmd_set(int argc, char **argv)
             printf("pool %s: every live setting cleared: its workers use their own within a "
                    "renewal\n",
                    name);
+        else if (clear && !row)
+            printf("pool %s: %s cleared (not a live setting: its workers refused it)\n", name, arg);
         else if (clear)
-            printf("pool %s: %s cleared: its workers use their own within a renewal\n", name,
-                   row->key);
+            printf("pool %s: %s cleared: its workers use their own within a renewal (a lease while "
+                   "idle)\n",
+                   name, row->key);
         else
-            printf("pool %s: %s = %s, live: its workers use it within a renewal\n", name, row->key,
-                   stored);
+            printf("pool %s: %s = %s, live: its workers use it within a renewal (a lease while "
+                   "idle)\n",
+                   name, row->key, stored);
     }
     if (fflush(stdout) != 0)
         rc = cli_fail("set", "cannot write the output");
@@ -335,7 +352,16 @@ int cmd_settings(int argc, char **argv)
             freeReplyObject(rep);
             continue;
         }
-        if (!any) {
+        if (!any && rep->type == REDIS_REPLY_ERROR) {
+            rc = cli_fail("settings", "pool %s: %s", name, rep->str); /* WRONGTYPE, NOPERM */
+        } else if (!any && rep->type == REDIS_REPLY_STRING) {
+            /* written by hand, or a version this one cannot read: the workers apply none of it */
+            char text[200];
+            cli_escape_name(rep->str, 80, true, text, sizeof text);
+            printf("pool %s: the settings key holds what is not live settings, which its workers "
+                   "apply none of: %s (dbthrottle set %s --clear-all removes it)\n",
+                   name, text, name);
+        } else if (!any) {
             printf("pool %s: no live setting: its workers use their own values\n", name);
         } else {
             printf("pool %s: live settings, version %lld\n", name, live.version);

@@ -1,7 +1,8 @@
 /* in_force.c - the values of a pool's live-able settings in force in its processes, and where
  * each came from (dbthrottle settings, status --json): the pool's live value for a process that
- * applied the version Redis holds and did not refuse that key; else the process' own, from its
- * record (environment, file or default). PgBouncer's SHOW CONFIG for a fleet without one file. */
+ * applied the version Redis holds and did not refuse that key; "?" for one that applied another
+ * version (it may keep a value of that one); else the process' own, from its record (environment,
+ * file or default). PgBouncer's SHOW CONFIG for a fleet without one file. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -72,6 +73,14 @@ int cli_in_force_of(const cli_pool_view *v, const dbt_live *live, const dbt_sett
         const dbt_proc_record *r = &v->procs[i];
         if (is_live && r->live_version == live->version && !refused(r, row->key)) {
             add(groups, &o.n, cap, live_value, "live");
+            continue;
+        }
+        /* behind the version Redis holds, after applying another: it may still use a value of
+         * that one, which no record says (a stopped or cut-off worker keeps what it applied) */
+        if (r->live_version > 0 && (!live || r->live_version != live->version)) {
+            char from[24];
+            snprintf(from, sizeof from, "behind, v%lld", r->live_version);
+            add(groups, &o.n, cap, "?", from);
             continue;
         }
         o.found = false;

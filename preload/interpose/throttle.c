@@ -157,6 +157,7 @@ static dbt_pool *pool_of(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
             default_pool(conn, name, sizeof name);
         c->pool = dbt_client_pool(lib->client, lib->cfg.pool ? lib->cfg.pool : name);
         if (c->pool) {
+            dbt_pool_await_live(c->pool); /* its live settings, before its first decision */
             /* dbthrottle clients lists it from now on, idle too (sem's conns.c) */
             char app[256] = "", server[600];
             if (c->ident_known)
@@ -381,14 +382,16 @@ static bool outcome(dbt_conn *c, dbt_pool *pool, dbt_kind kind, int limit, bool 
     }
     case DBT_ACQ_REFUSED:
     case DBT_ACQ_QUEUED: /* never here: dbt_acquire_start's callers handle it */
-    default:
-        set_refusal(c, kind, name, limit, now_ms() - t0,
-                    dbt_pool_live_sets(pool, offsetof(dbt_config, on_redis_error))
-                        ? "Redis is unreachable and the pool's live on_redis_error is closed (set "
-                          "by the operator: dbthrottle settings)"
-                        : "Redis is unreachable and DBTHROTTLE_ON_REDIS_ERROR=closed",
-                    SQLSTATE_REFUSED);
+    default: {
+        char why[300] = "Redis is unreachable and DBTHROTTLE_ON_REDIS_ERROR=closed";
+        if (dbt_pool_live_sets(pool, offsetof(dbt_config, on_redis_error)))
+            snprintf(why, sizeof why,
+                     "Redis is unreachable and the pool's live on_redis_error is closed (set by "
+                     "the operator: dbthrottle settings %.100s)",
+                     name);
+        set_refusal(c, kind, name, limit, now_ms() - t0, why, SQLSTATE_REFUSED);
         return false;
+    }
     }
 }
 

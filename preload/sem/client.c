@@ -78,6 +78,7 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
             p->nbounds = dbt_hist_bounds(p->hist_bounds, DBT_HIST_MAX);
             dbt_pool_mutex_init(&p->mu);
             pthread_cond_init(&p->conn_cv, NULL);
+            dbt_cond_init_mono(&p->live_cv);
             dbt_cond_init_mono(&p->bg_cv);
             /* The renewer is the pool's background thread: the modules below it start it
              * through this, without naming it (pool.h, dbt_pool_start_bg). */
@@ -221,6 +222,7 @@ static void free_pool(dbt_pool *p)
     dbt_keys_free(&p->keys);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->conn_cv);
+    pthread_cond_destroy(&p->live_cv);
     pthread_cond_destroy(&p->bg_cv);
     free(p->name);
     free(p);

@@ -4,6 +4,7 @@
  * values. A value the parser refuses is not applied and is logged once per version. */
 #include "live.h"
 #include "clock.h"
+#include "fork.h"
 #include "log.h"
 #include "pool.h"
 #include "settings.h"
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The row of the settings table whose field is at `field` of dbt_config. */
 static ptrdiff_t row_of(size_t field)
@@ -35,6 +37,22 @@ void dbt_live_apply(dbt_pool *p, const char *text)
         snprintf(refused, sizeof refused,
                  "the text is not \"v<version>\" then key=value lines: none applied");
     }
+    /* A weight above this process' limit could never be granted whole (the scripts would clamp
+     * it): refused, as the process' own DBTHROTTLE_WEIGHTS would be (config_load.c). */
+    ptrdiff_t weights_row = row_of(offsetof(dbt_config, weights));
+    int limit = p->client->cfg->max_queries;
+    for (int i = 0; weights_row >= 0 && l->set[weights_row] && limit && i < l->cfg.weights.n; i++)
+        if (l->cfg.weights.rules[i].weight > limit) {
+            size_t n = strlen(refused);
+            snprintf(refused + n, sizeof refused - n,
+                     "%sweights: weight %d is above this process' DBTHROTTLE_MAX_QUERIES=%d (a "
+                     "command of that weight could never run)",
+                     n ? "; " : "", l->cfg.weights.rules[i].weight, limit);
+            n = strlen(l->refused_keys);
+            snprintf(l->refused_keys + n, sizeof l->refused_keys - n, "%sweights", n ? "," : "");
+            l->set[weights_row] = false;
+            break;
+        }
     ptrdiff_t mode_row = row_of(offsetof(dbt_config, on_redis_error));
     pthread_mutex_lock(&p->mu);
     dbt_live *old = p->live;
@@ -137,4 +155,49 @@ bool dbt_pool_live_sets(dbt_pool *p, size_t field)
 {
     ptrdiff_t row = row_of(field);
     return row >= 0 && row < 64 && (atomic_load(&p->live_set_mask) >> row & 1);
+}
+
+void dbt_live_heard(dbt_pool *p)
+{
+    if (!p->live_heard) {
+        p->live_heard = true;
+        pthread_cond_broadcast(&p->live_cv);
+    }
+}
+
+void dbt_pool_await_live(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    if (!p->live_heard) {
+        /* The renewer's first round reports the process and brings the pool's live settings:
+         * at most a Redis timeout (an outage, which the command meets then without waiting
+         * again: the renewer's failure started the backoff). Waited once per pool. */
+        dbt_pool_start_bg(p);
+        int64_t until = dbt_now_us() + (p->client->cfg->redis_timeout_ms + 100) * 1000;
+        while (!p->live_heard && p->thread_started && dbt_now_us() < until) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            int64_t left = until - dbt_now_us();
+            ts.tv_sec += (time_t)(left / 1000000);
+            ts.tv_nsec += (long)(left % 1000000) * 1000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&p->live_cv, &p->mu, &ts);
+        }
+        p->live_heard = true; /* heard or not, the next connection does not wait */
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* In a fork()ed child: the condition variable anew (a waiter of the parent is not here). */
+static void after_fork(dbt_pool *p)
+{
+    dbt_cond_init_mono(&p->live_cv);
+}
+
+__attribute__((constructor)) static void register_after_fork(void)
+{
+    dbt_fork_on_child(DBT_FORK_MODULE, after_fork);
 }

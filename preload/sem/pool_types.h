@@ -295,6 +295,10 @@ struct dbt_pool {
     /* An acquire ran on the pool (a connection of it takes permits): a process whose connections
      * are all exempt does not say its commands are refused while Redis is away. p->mu. */
     bool takes_permits;
+    /* The process' first report of the pool came back (its live settings known, or Redis not
+     * answering): a connection's first command waits for it (dbt_pool_await_live). p->mu. */
+    bool live_heard;
+    pthread_cond_t live_cv; /* CLOCK_MONOTONIC */
     /* The outage going on was said (redis_error at warn or error), so its end is (redis_back). */
     bool outage_said;
     /* When the process' record changed in a way status must show at once (live.c: the live

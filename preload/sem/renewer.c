@@ -676,6 +676,7 @@ static void renew(dbt_pool *p)
         pthread_mutex_lock(&p->mu);
         free(live);
     }
+    dbt_live_heard(p); /* a first command waits for this (dbt_pool_await_live) */
 }
 
 static void timed_park(dbt_pool *p, int64_t until_us)

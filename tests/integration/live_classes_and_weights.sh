@@ -47,6 +47,17 @@ it_live_classes_and_weights() {
     check "its next permit is a process' without classes, weight 1: $lc_ids" \
         'echo "$lc_ids" | grep -Eq "$lc_plain"'
     wait_until 20 lc_cancel
+    # A live weight above the worker's limit (8) could never be granted whole: the worker
+    # refuses it, as it refuses its own, and its record says so (a stranger's find: the scripts
+    # clamped it without a word).
+    lc_cli set lc weights "99:application_name=lc_w" >/dev/null
+    lc_refusing() {
+        lc_cli status lc --json | $py -c 'import json, sys
+print(*[q["refused"] for q in json.load(sys.stdin)["pools"][0]["live_settings"]["processes"]["refusing"]])'
+    }
+    wait_until 20 '[ "$(lc_refusing)" = weights ]'
+    check "a live weight above the worker's limit is refused by it, as its record says ($(lc_refusing); $(grep -o "event=live_setting_refused.*weight 99[^;]*" "$work/lc.err" | cut -c1-140))" \
+        '[ "$(lc_refusing)" = weights ]'
     touch "$work/lc.end"
     wait "$lc_w"
 }

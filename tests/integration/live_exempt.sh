@@ -29,9 +29,20 @@ it_live_exempt() {
     wait_until 20 '[ "$(rcli zcard "dbthrottle:{lx}:q:queue")" = 1 ]'
     check "its own rule lifted, the worker queues behind the holder (Redis' queue: $(rcli zcard "dbthrottle:{lx}:q:queue"); output so far: $(tr '\n' ' ' <"$work/lx.out"))" \
         '[ "$(rcli zcard "dbthrottle:{lx}:q:queue")" = 1 ] && ! grep -q "^2|lx$" "$work/lx.out"'
+    # A one-shot process (psql -c) its own rule exempts: its only command hears the live none
+    # before it decides, and queues too (a stranger's find: it ran beside the holder).
+    throttled DBTHROTTLE_POOL=lx DBTHROTTLE_MAX_QUERIES=1 DBTHROTTLE_LEASE=3s \
+        DBTHROTTLE_EXEMPT=application_name=lx_once PGAPPNAME=lx_once \
+        psql -qAtX -c "select 7, 'lx'" >"$work/lx.once" 2>&1 &
+    lx_once=$!
+    echo $lx_once >>"$work/pids"
+    wait_until 20 '[ "$(rcli zcard "dbthrottle:{lx}:q:queue")" = 2 ]'
+    check "a one-shot process its own rule exempts queues too (queue: $(rcli zcard "dbthrottle:{lx}:q:queue"); its output: $(cat "$work/lx.once"))" \
+        '[ "$(rcli zcard "dbthrottle:{lx}:q:queue")" = 2 ] && ! grep -q "^7|lx$" "$work/lx.once"'
     hold_end_all
+    wait "$lx_once"
     wait_until 20 'grep -q "^2|lx$" "$work/lx.out"'
-    check "the holder gone, it ran" 'grep -q "^2|lx$" "$work/lx.out"'
+    check "the holder gone, they ran" 'grep -q "^2|lx$" "$work/lx.out" && grep -q "^7|lx$" "$work/lx.once"'
     lx_cli set lx exempt --clear >/dev/null
     lx_v2=$(live_version lx)
     wait_until 20 '[ "$(live_applied lx)" = "$lx_v2" ]'

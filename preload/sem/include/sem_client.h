@@ -252,6 +252,11 @@ int64_t dbt_pool_wait_timeout_ms(dbt_pool *p, int64_t own, bool *live);
 /* The version of the pool's live settings the process applied (0: none): a connection decides
  * again what it decided by them (its exemption) when it changed. Without a lock. */
 long long dbt_pool_live_applied(dbt_pool *p);
+/* Waits (once per pool, at most a Redis timeout) for the process' first report of the pool, which
+ * brings its live settings: a connection's first command decides its exemption, class, wait and
+ * outage mode by them, not by the process' own alone (a one-shot psql -c never had a second
+ * command). Starts the pool's background thread. Without a lock held. */
+void dbt_pool_await_live(dbt_pool *p);
 /* Whether the pool's live settings set the dbt_config field at offset `field` (offsetof), without
  * a lock: a command's path locks the pool for a live value only when there is one. */
 bool dbt_pool_live_sets(dbt_pool *p, size_t field);
