@@ -212,6 +212,8 @@ static bool is_exempt(const dbt_lib *lib, dbt_conn *c, PGconn *conn)
             by_live = rule != NULL;
         }
         c->exempt = by_live == 1;
+        if (pool)
+            dbt_pool_conn_exempt(pool, c->id, c->exempt);
     }
     if (c->exempt && dbt_log_enabled(DBT_LOG_INFO)) {
         dbt_field f[] = {DBT_S("conn", c->id), DBT_S("rule", c->exempt_rule)};

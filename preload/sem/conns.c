@@ -21,6 +21,7 @@ struct dbt_known_conn {
     char id[24];
     char app[64];
     char server[128];
+    bool exempt; /* the interposer said so (dbt_pool_conn_exempt) */
     int64_t opened_us;
     struct dbt_known_conn *next;
 };
@@ -55,6 +56,19 @@ void dbt_pool_conn_opened(dbt_pool *p, const char *conn, const char *app, const 
         }
     }
     dbt_pool_report_soon(p);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void dbt_pool_conn_exempt(dbt_pool *p, const char *conn, bool exempt)
+{
+    pthread_mutex_lock(&p->mu);
+    for (struct dbt_known_conn *k = p->known; k; k = k->next)
+        if (strcmp(k->id, conn) == 0 && k->exempt != exempt) {
+            k->exempt = exempt;
+            note_change(p);
+            dbt_pool_report_soon(p);
+            break;
+        }
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -102,7 +116,7 @@ __attribute__((constructor)) static void register_after_fork(void)
 static void state_of(const dbt_pool *p, const struct dbt_known_conn *k, int64_t now,
                      dbt_client_row *r)
 {
-    snprintf(r->state, sizeof r->state, "%s", DBT_CLIENT_IDLE);
+    snprintf(r->state, sizeof r->state, "%s", k->exempt ? DBT_CLIENT_EXEMPT : DBT_CLIENT_IDLE);
     r->for_ms = -1;
     for (const struct dbt_slot *s = p->slots; s; s = s->next) {
         if (s->orphan || s->gen != p->gen || s->kind != DBT_KIND_QUERY || strcmp(s->conn, k->id))
@@ -146,7 +160,10 @@ static uint64_t digest(const dbt_pool *p, int64_t now, bool *busy)
     for (const struct dbt_known_conn *k = p->known; k && n < LOOK_MAX; k = k->next, n++) {
         dbt_client_row r;
         state_of(p, k, now, &r);
-        *busy = *busy || strcmp(r.state, DBT_CLIENT_IDLE) != 0;
+        /* an exempt one changes state by the interposer's word only (note_change): not looked at
+         * again each second */
+        *busy = *busy ||
+                (strcmp(r.state, DBT_CLIENT_IDLE) != 0 && strcmp(r.state, DBT_CLIENT_EXEMPT) != 0);
         for (const char *c = k->id; *c; c++)
             h = (h ^ (unsigned char)*c) * 1099511628211ULL;
         for (const char *c = r.state; *c; c++)

@@ -54,6 +54,16 @@ it_live_exempt() {
     lx_holding=$(psql -qAtX -c "select count(*) from pg_stat_activity where application_name = 'lx_holder' and state = 'active'")
     check "its own rule exempts it again: it ran beside the holder (ran: $(grep -c "^3|lx$" "$work/lx.out"); holder still running: $lx_holding; Redis' queue: $(rcli zcard "dbthrottle:{lx}:q:queue"))" \
         'grep -q "^3|lx$" "$work/lx.out" && [ "$lx_holding" = 1 ]'
+    # dbthrottle clients says what it is: exempt (it listed an exempt connection as idle, even
+    # while it ran)
+    lx_state() {
+        lx_cli clients lx --json | $py -c 'import json, sys
+for p in json.load(sys.stdin)["pools"][0]["processes"]:
+    for c in p["connections"]:
+        if c["application"] == "lx_w": print(c["state"])'
+    }
+    wait_until 5 '[ "$(lx_state)" = exempt ]'
+    check "clients lists the exempt connection as exempt ($(lx_state))" '[ "$(lx_state)" = exempt ]'
     # Exempt, it opens a transaction (beside the holder: it takes no permit); the exemption is
     # lifted live meanwhile. Its next statement in the transaction still runs at once (queued, it
     # would wait while its transaction holds its locks); after the commit, it queues.

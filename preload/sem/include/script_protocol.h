@@ -215,6 +215,7 @@ typedef struct {
 #define DBT_CLIENT_IDLE_TX "idle_tx" /* holds one idle inside a transaction */
 #define DBT_CLIENT_KEPT    "kept"    /* keeps one between commands (kept permits) */
 #define DBT_CLIENT_WAITING "waiting" /* waits for a permit */
+#define DBT_CLIENT_EXEMPT  "exempt"  /* an exempt connection: takes no permit, idle or not */
 #define DBT_CLIENT_IDLE    "idle"    /* none of those */
 #define DBT_CLIENTS_SHOWN  50        /* the most rows a process reports (the busy first) */
 #define DBT_CLIENTS_MAX    (64 + DBT_CLIENTS_SHOWN * 300)

@@ -245,6 +245,9 @@ bool dbt_pool_explain_wait(dbt_pool *p, char *out, size_t cap);
  * it, idle too, with what it does (docs/operations.md, "Clients"). */
 void dbt_pool_conn_opened(dbt_pool *p, const char *conn, const char *app, const char *server);
 void dbt_pool_conn_closed(dbt_pool *p, const char *conn);
+/* Whether the connection is exempt (it takes no permit): dbthrottle clients says so, rather than
+ * idle while it runs. */
+void dbt_pool_conn_exempt(dbt_pool *p, const char *conn, bool exempt);
 
 /* The pool's wait timeout: its live value (dbthrottle set, docs/design.md, "Live settings per
  * pool") when the operator set one, else `own`, the process' own. */
