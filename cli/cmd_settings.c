@@ -299,15 +299,24 @@ int cmd_settings(int argc, char **argv)
     if (optind == argc)
         return cli_usage_error("settings", "which POOL?");
     dbt_config cfg;
-    if (!cli_load_config("settings", &ro, &cfg))
-        return 1;
-    dbt_redis *r = cli_connect("settings", &cfg);
-    if (!r) {
-        dbt_config_free(&cfg);
+    /* --json: a document that says what went wrong, never an empty output (as status --json) */
+    if (!cli_load_config("settings", &ro, &cfg)) {
+        if (json)
+            puts("{\"error\":\"a bad setting (see the message on stderr)\"}");
         return 1;
     }
-    int rc = 0, listed = 0;
     char err[DBT_ERRLEN];
+    dbt_redis *r = dbt_redis_connect(&cfg, err);
+    if (!r) {
+        if (json) {
+            fputs("{\"error\":", stdout);
+            cli_json_str(stdout, err);
+            puts("}");
+        }
+        dbt_config_free(&cfg);
+        return cli_fail("settings", "%s", err);
+    }
+    int rc = 0, listed = 0;
     if (json)
         fputs("{\"pools\":[", stdout);
     for (int i = optind; i < argc; i++) {
@@ -321,14 +330,20 @@ int cmd_settings(int argc, char **argv)
         get_op o = {.key = k.settings};
         redisReply *rep = dbt_route_run_for(&cfg, r, k.base, run_get, &o, err);
         dbt_keys_free(&k);
-        if (!rep) {
+        if (!rep || (rep->type == REDIS_REPLY_NIL && cli_pool_seen(r, &cfg, argv[i], err) == 0)) {
+            /* No settings and no key at all: a typo, not a pool without live settings. */
+            if (rep)
+                snprintf(err, sizeof err, "no pool under this key prefix (%.100s)", cfg.key_prefix);
             rc = cli_fail("settings", "pool %s: %s", name, err);
-            continue;
-        }
-        /* No settings and no key at all: a typo, not a pool without live settings. */
-        if (rep->type == REDIS_REPLY_NIL && cli_pool_seen(r, &cfg, argv[i], err) == 0) {
-            freeReplyObject(rep);
-            rc = cli_fail("settings", "no pool %s under this key prefix", name);
+            if (json) {
+                fputs(listed++ ? ",{\"pool\":" : "{\"pool\":", stdout);
+                cli_json_str(stdout, argv[i]);
+                fputs(",\"error\":", stdout);
+                cli_json_str(stdout, err);
+                fputc('}', stdout);
+            }
+            if (rep)
+                freeReplyObject(rep);
             continue;
         }
         dbt_live live;
@@ -346,6 +361,11 @@ int cmd_settings(int argc, char **argv)
                 cli_view_free(&view);
             } else {
                 rc = cli_fail("settings", "pool %s: %s", name, err);
+                fputs(listed++ ? ",{\"pool\":" : "{\"pool\":", stdout);
+                cli_json_str(stdout, argv[i]);
+                fputs(",\"error\":", stdout);
+                cli_json_str(stdout, err);
+                fputc('}', stdout);
             }
             if (any)
                 dbt_live_free(&live);

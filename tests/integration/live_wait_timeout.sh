@@ -24,6 +24,12 @@ print("applied", p.get("applied", 0), "behind", *[q["pid"] for q in p.get("behin
         '! lv_cli set lv wait_timeout 1s >/dev/null 2>&1'
     check "settings of a pool Redis never saw fails (exit 1)" \
         'lv_cli settings lv >/dev/null 2>&1; [ $? = 1 ]'
+    # --json always prints a document that says what went wrong (a stranger's find: nothing on
+    # stdout with Redis unreachable, and the pool left out)
+    lv_jerr=$(lv_cli settings lv --json 2>/dev/null | $py -c 'import json, sys; print(json.load(sys.stdin)["pools"][0]["error"])')
+    lv_jdown=$("$top/build/dbthrottle" settings lv --json --redis redis://127.0.0.1:1 2>/dev/null | $py -c 'import json, sys; print(json.load(sys.stdin)["error"])')
+    check "settings --json says what went wrong: an unknown pool ($lv_jerr), Redis unreachable ($lv_jdown)" \
+        'echo "$lv_jerr" | grep -q "no pool under this key prefix (dbthrottle:)" && echo "$lv_jdown" | grep -q "127.0.0.1:1"'
     check "--clear with a VALUE, or with no KEY, says what is wrong (exit 2)" \
         'lv_cli set lv wait_timeout 5s --clear 2>"$work/lv.e3"; [ $? = 2 ] && grep -q "clear takes no VALUE" "$work/lv.e3" &&
          lv_cli set lv --clear 2>"$work/lv.e4"; [ $? = 2 ] && grep -q "which KEY to clear" "$work/lv.e4"'
