@@ -272,6 +272,16 @@ int cmd_set(int argc, char **argv)
     return rc;
 }
 
+/* --json: a pool that could not be read, {"pool", "error"} (the n-th entry of the list). */
+static void json_pool_error(int n, const char *pool, const char *err)
+{
+    fputs(n ? ",{\"pool\":" : "{\"pool\":", stdout);
+    cli_json_str(stdout, pool);
+    fputs(",\"error\":", stdout);
+    cli_json_str(stdout, err);
+    fputc('}', stdout);
+}
+
 int cmd_settings(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -335,21 +345,12 @@ int cmd_settings(int argc, char **argv)
             if (rep)
                 snprintf(err, sizeof err, "no pool under this key prefix (%.100s)", cfg.key_prefix);
             rc = cli_fail("settings", "pool %s: %s", name, err);
-            if (json) {
-                fputs(listed++ ? ",{\"pool\":" : "{\"pool\":", stdout);
-                cli_json_str(stdout, argv[i]);
-                fputs(",\"error\":", stdout);
-                cli_json_str(stdout, err);
-                fputc('}', stdout);
-            }
+            if (json)
+                json_pool_error(listed++, argv[i], err);
             if (rep)
                 freeReplyObject(rep);
             continue;
         }
-        dbt_live live;
-        char refused[512];
-        bool any = rep->type == REDIS_REPLY_STRING &&
-                   dbt_live_parse(rep->str, &live, refused, sizeof refused);
         cli_pool_view view;
         bool viewed = cli_view_pool(r, &cfg, argv[i], 1, &view, err);
         if (json) { /* what status --json says of the pool's settings */
@@ -361,17 +362,15 @@ int cmd_settings(int argc, char **argv)
                 cli_view_free(&view);
             } else {
                 rc = cli_fail("settings", "pool %s: %s", name, err);
-                fputs(listed++ ? ",{\"pool\":" : "{\"pool\":", stdout);
-                cli_json_str(stdout, argv[i]);
-                fputs(",\"error\":", stdout);
-                cli_json_str(stdout, err);
-                fputc('}', stdout);
+                json_pool_error(listed++, argv[i], err);
             }
-            if (any)
-                dbt_live_free(&live);
             freeReplyObject(rep);
             continue;
         }
+        dbt_live live;
+        char refused[512];
+        bool any = rep->type == REDIS_REPLY_STRING &&
+                   dbt_live_parse(rep->str, &live, refused, sizeof refused);
         if (!any && rep->type == REDIS_REPLY_ERROR) {
             rc = cli_fail("settings", "pool %s: %s", name, rep->str); /* WRONGTYPE, NOPERM */
         } else if (!any && rep->type == REDIS_REPLY_STRING) {

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* The row of the settings table whose field is at `field` of dbt_config. */
 static ptrdiff_t row_of(size_t field)
@@ -174,18 +173,8 @@ void dbt_pool_await_live(dbt_pool *p)
          * again: the renewer's failure started the backoff). Waited once per pool. */
         dbt_pool_start_bg(p);
         int64_t until = dbt_now_us() + (p->client->cfg->redis_timeout_ms + 100) * 1000;
-        while (!p->live_heard && p->thread_started && dbt_now_us() < until) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            int64_t left = until - dbt_now_us();
-            ts.tv_sec += (time_t)(left / 1000000);
-            ts.tv_nsec += (long)(left % 1000000) * 1000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&p->live_cv, &p->mu, &ts);
-        }
+        while (!p->live_heard && p->thread_started && dbt_now_us() < until)
+            dbt_cond_wait_until(&p->live_cv, &p->mu, until);
         p->live_heard = true; /* heard or not, the next connection does not wait */
     }
     pthread_mutex_unlock(&p->mu);

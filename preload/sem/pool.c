@@ -41,6 +41,22 @@ void dbt_cond_init_mono(pthread_cond_t *cv)
     pthread_condattr_destroy(&a);
 }
 
+void dbt_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t left = until_us - dbt_now_us();
+    if (left <= 0)
+        return;
+    ts.tv_sec += (time_t)(left / 1000000);
+    ts.tv_nsec += (long)(left % 1000000) * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 /* ---- notices to the modules above ---------------------------------------------------------- */
 
 void dbt_pool_wake_bg(dbt_pool *p)

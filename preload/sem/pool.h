@@ -17,6 +17,8 @@ dbt_redis *dbt_pool_connect(dbt_pool *p, char *err);
  * CLOCK_MONOTONIC. */
 void dbt_pool_mutex_init(pthread_mutex_t *mu);
 void dbt_cond_init_mono(pthread_cond_t *cv);
+/* Waits on such a condition variable until dbt_now_us() reaches until_us (at once when it has). */
+void dbt_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us);
 
 /* Notices, each with p->mu held. Wakes the pool's background thread (the renewer) out of its
  * park or its listening: it has work. */

@@ -682,18 +682,7 @@ static void renew(dbt_pool *p)
 static void timed_park(dbt_pool *p, int64_t until_us)
 {
     plan_back(p, until_us, dbt_now_us());
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t left = until_us - dbt_now_us();
-    if (left <= 0)
-        return;
-    ts.tv_sec += (time_t)(left / 1000000);
-    ts.tv_nsec += (long)(left % 1000000) * 1000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&p->bg_cv, &p->mu, &ts);
+    dbt_cond_wait_until(&p->bg_cv, &p->mu, until_us);
 }
 
 /* The renewer's own eventfd, for dbt_listen. p->mu held. False when it cannot have one (then it
