@@ -259,6 +259,24 @@ redis_kill() { kill -9 "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; 
 redis_stop() { [ -n "${redis_pid:-}" ] && { kill -TERM "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; }; redis_pid=; }
 rcli() { redis-cli -p "$rport" "$@"; }
 
+# listening PID...: whether each process named has a connection to the suite's Redis whose last
+# command was BLPOP, its listener's (Redis' CLIENT LIST, its addr matched to the process' local
+# port by ss). A waiter counted in Redis' queue may not listen yet: its listener connects (INFO,
+# a reply) and sends its BLPOP after the acquire's reply; a Redis stopped in between fails that
+# call, and the waiter gives up as in any outage (docs/design.md, "Failover and data loss").
+listening() {
+    _blpop_ports=$(rcli client list | awk '/ cmd=blpop / { for (i = 1; i <= NF; i++)
+        if ($i ~ /^addr=/) { n = split($i, a, ":"); print a[n] } }')
+    for _pid in "$@"; do
+        _found=
+        for _port in $_blpop_ports; do
+            ss -tnpH state established "( sport = :$_port and dport = :$rport )" |
+                grep -q "pid=$_pid," && _found=yes && break
+        done
+        [ -n "$_found" ] || return 1
+    done
+}
+
 # live_holders / live_waiters [KIND [PREFIX]]: permits (waiters) whose lease has not run out, over
 # every pool, by Redis' own clock (expired entries that no script has reaped yet do not count).
 live_count() { # live_count ZSET_SUFFIX [KIND [PREFIX]]
