@@ -355,7 +355,8 @@ const dbt_setting dbt_settings[] = {
      .live = true, .doc = "longest wait for a permit; 0 = never wait"},
     {"lease", "DBTHROTTLE_LEASE", "10s", &as_bounded_duration, FIELD(lease_ms),
      .rule.duration = {.min_ms = 200, .max_ms = 3600000, .range = "must be from 200ms to 1h"},
-     .worker_only = true, .doc = "a dead holder's permit returns within lease + lease/3"},
+     .worker_only = true, .live = true,
+     .doc = "a dead holder's permit returns within lease + lease/3"},
     /* Why auto, and what it does not cover: docs/design.md, "A dead client's statement". */
     {"server_check_interval", "DBTHROTTLE_SERVER_CHECK_INTERVAL", "auto", &as_check_interval,
      FIELD(server_check_ms),

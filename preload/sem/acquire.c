@@ -2,6 +2,7 @@
  * or as the listener), or give up (deadline, signal, Redis gone). */
 #include "clock.h"
 #include "handover.h"
+#include "lease.h"
 #include "listener.h"
 #include "log.h"
 #include "pool.h"
@@ -206,6 +207,7 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
                           .session = s->session};
     dbt_script_call call;
     dbt_build_acquire(&call, &p->keys, s->kind, p->client->cfg, &a);
+    dbt_lease_bind(p, &call);
     int64_t sent = dbt_now_us();
     dbt_acquire_reply reply;
     redisReply *rep = dbt_pool_run(p, "acquire", &call, dbt_parse_acquire, &reply, err);
@@ -229,7 +231,7 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
         last_full.cap = reply.class_cap;
     }
     pthread_mutex_lock(&p->mu);
-    s->t_renewed_us = sent;
+    dbt_lease_renewed(s, sent, call.lease_ms);
     s->class_wait_ms = reply.class_wait_ms;
     if (reply.status == DBT_ACQUIRE_QUEUED)
         dbt_handover_verdict(p, s->kind, s->id, (uint64_t)reply.ticket, reply.sole);
@@ -529,7 +531,7 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
         p->nheld++;
         s->adopted = false;
         a->from_shelf = true;
-        if (s->t_grant_us - s->t_renewed_us > p->client->cfg->lease_ms * 1000 / 3) {
+        if (s->t_grant_us - s->t_renewed_us > s->lease_us / 3) {
             p->renew_now = true; /* renewed a while ago by its shelver: renewed now */
             dbt_pool_wake_bg(p);
         }
@@ -542,7 +544,7 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
     struct dbt_slot *orphan = a->may_wait ? dbt_handover_adopt(p, s) : NULL;
     if (orphan) {
         memcpy(s->id, orphan->id, sizeof s->id);
-        s->t_renewed_us = orphan->t_renewed_us;
+        dbt_lease_renewed(s, orphan->t_renewed_us, orphan->lease_us / 1000);
         s->class_wait_ms = orphan->class_wait_ms;
         if (dbt_recycle_slot(p, orphan))
             orphan = NULL; /* kept for a later acquire; else freed by the caller, unlocked */
@@ -555,7 +557,7 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
          * or recycled slot) then read as unrenewed since boot: lapse.c cancelled its command
          * ("not renewed for <uptime> ms"), renewals left it out as over a lease old, and a local
          * handover passed the 0 on. The reply's send time replaces it (send_acquire_io). */
-        s->t_renewed_us = dbt_now_us();
+        dbt_lease_renewed(s, dbt_now_us(), dbt_lease_us(p) / 1000);
     }
     s->state = SLOT_PENDING;
     s->lost = false; /* a grant given back as stale is behind us */
@@ -673,7 +675,7 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
                               .queue = a->queue,
                               .ticket = a->ticket > 0 ? (uint64_t)a->ticket : 0,
                               .now_us = dbt_now_us(),
-                              .lease_us = p->client->cfg->lease_ms * 1000};
+                              .lease_us = dbt_lease_shortest_us(p, dbt_now_us())};
         (void)dbt_queue_step(&p->queue[a->kind], &ev);
         dbt_sharing_keep_event(p, a->kind, &ev);
         dbt_renewer_ensure(p);

@@ -5,6 +5,7 @@
 #include "fork.h"
 #include "handover.h"
 #include "kept.h"
+#include "lease.h"
 #include "listener.h"
 #include "live.h"
 #include "log.h"
@@ -75,6 +76,7 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
             p->client = c;
             atomic_init(&p->on_redis_error, (int)c->cfg->on_redis_error);
             atomic_init(&p->log_level, -1);
+            dbt_lease_init(p);
             p->nbounds = dbt_hist_bounds(p->hist_bounds, DBT_HIST_MAX);
             dbt_pool_mutex_init(&p->mu);
             pthread_cond_init(&p->conn_cv, NULL);

@@ -22,6 +22,7 @@
 #include "handover.h"
 #include "clock.h"
 #include "fork.h"
+#include "lease.h"
 #include "pool.h"
 #include "sharing.h"
 
@@ -43,15 +44,14 @@ bool dbt_sole_now(dbt_pool *p, dbt_kind kind)
  * (dbt_core_may_pass); move_permit adds the others when the move may pass it on. p->mu held. */
 static dbt_permit_facts cheap_facts(const dbt_pool *p, const struct dbt_slot *s)
 {
-    return (dbt_permit_facts){
-        .handover_on = p->client->cfg->local_handover,
-        .exiting = p->exiting,
-        .current_gen = s->gen == p->gen,
-        .held = s->state == SLOT_HELD,
-        .orphan = s->orphan,
-        .attached = p->share != NULL,
-        .sole_here = p->queue[s->kind].sole.sole != 0,
-        .lease = {.lost = s->lost, .lease_us = p->client->cfg->lease_ms * 1000}};
+    return (dbt_permit_facts){.handover_on = p->client->cfg->local_handover,
+                              .exiting = p->exiting,
+                              .current_gen = s->gen == p->gen,
+                              .held = s->state == SLOT_HELD,
+                              .orphan = s->orphan,
+                              .attached = p->share != NULL,
+                              .sole_here = p->queue[s->kind].sole.sole != 0,
+                              .lease = {.lost = s->lost, .lease_us = s->lease_us}};
 }
 
 void dbt_lw_push(dbt_pool *p, struct dbt_slot *s)
@@ -147,9 +147,9 @@ static void swap_permit(dbt_pool *p, struct dbt_slot *from, struct dbt_slot *to,
     memcpy(id, to->id, sizeof id);
     memcpy(to->id, from->id, sizeof id);
     memcpy(from->id, id, sizeof id);
-    int64_t held_renewed = from->t_renewed_us;
-    from->t_renewed_us = to->t_renewed_us;
-    to->t_renewed_us = held_renewed;
+    int64_t held_renewed = from->t_renewed_us, held_lease = from->lease_us;
+    dbt_lease_renewed(from, to->t_renewed_us, to->lease_us / 1000);
+    dbt_lease_renewed(to, held_renewed, held_lease / 1000);
     to->share_got_us = from->share_got_us; /* the permit's, as its lease clock */
     from->share_got_us = 0;
     to->lost = from->lost;
@@ -188,7 +188,8 @@ static void count_local_grant(dbt_pool *p, const struct dbt_slot *w, int64_t now
 /* A new orphan of the shape of `like`: place (QUEUED) or permit (HELD) `id`, owned by the pool,
  * linked and counted. NULL without memory (then Redis' lease gives the id back). */
 static struct dbt_slot *new_orphan(dbt_pool *p, const struct dbt_slot *like, const char *id,
-                                   int64_t renewed_us, dbt_slot_state state, int64_t now)
+                                   int64_t renewed_us, int64_t lease_us, dbt_slot_state state,
+                                   int64_t now)
 {
     struct dbt_slot *o = calloc(1, sizeof *o);
     if (!o)
@@ -202,7 +203,7 @@ static struct dbt_slot *new_orphan(dbt_pool *p, const struct dbt_slot *like, con
     o->class_wait_ms = like->class_wait_ms;
     o->gen = p->gen;
     snprintf(o->id, sizeof o->id, "%s", id);
-    o->t_renewed_us = renewed_us;
+    dbt_lease_renewed(o, renewed_us, lease_us / 1000);
     o->t_request_us = o->t_grant_us = now;
     o->state = state;
     if (state == SLOT_HELD) /* a permit another process passed: see share_got_us */
@@ -227,11 +228,12 @@ void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int6
         return;
     }
     /* Its place stays this process': an orphan for the next waiter. */
-    (void)new_orphan(p, s, s->id, s->t_renewed_us, SLOT_QUEUED, now);
+    (void)new_orphan(p, s, s->id, s->t_renewed_us, s->lease_us, SLOT_QUEUED, now);
     p->nqueued--; /* counted again as the orphan's */
     dbt_lw_remove(p, s);
     snprintf(s->id, sizeof s->id, "%s", id);
-    s->t_renewed_us = renewed_us; /* the stale check goes on from the giver's last renewal */
+    /* the stale check goes on from the giver's last renewal, said for the segment's lease */
+    dbt_lease_renewed(s, renewed_us, p->share_lease_us / 1000);
     s->share_got_us = now;
     s->lost = false;
     s->state = SLOT_HELD;
@@ -240,7 +242,7 @@ void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int6
     p->nheld++;
     count_local_grant(p, s, now);
     dbt_slot_wake(s);
-    if (now - renewed_us > p->client->cfg->lease_ms * 1000 / 3) {
+    if (now - renewed_us > s->lease_us / 3) {
         /* Renewed a while ago by another process: renewed now, while we hold it (passed on and
          * on, a permit is otherwise renewed only when a renewal finds it held by chance). */
         p->renew_now = true;
@@ -304,7 +306,7 @@ void dbt_handover_loose(dbt_pool *p, const struct dbt_slot *like, const char *id
                         int64_t renewed_us)
 {
     /* Held, by this process now, for nobody: the renewer passes it on or gives it back. */
-    if (new_orphan(p, like, id, renewed_us, SLOT_HELD, dbt_now_us()))
+    if (new_orphan(p, like, id, renewed_us, p->share_lease_us, SLOT_HELD, dbt_now_us()))
         dbt_pool_wake_bg(p);
 }
 
@@ -363,7 +365,7 @@ static dbt_offer_answer offer_in_segment(dbt_pool *p, const struct dbt_slot *s,
     dbt_sharing_shape(s, &shape);
     dbt_share_permit permit;
     snprintf(permit.id, sizeof permit.id, "%s", s->id);
-    permit.renewed_us = s->t_renewed_us;
+    permit.renewed_us = dbt_lease_renewed_for(s, p->share_lease_us);
     switch (dbt_share_offer(p->share, &shape, &permit, w ? w->t_request_us : -1, NULL)) {
     case DBT_SHARE_OFFERED:
         p->st.handovers++; /* the receiver reports the grant (count_local_grant) */
@@ -448,7 +450,7 @@ struct dbt_slot *dbt_handover_adopt(dbt_pool *p, const struct dbt_slot *like)
     int64_t now = dbt_now_us();
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (s->orphan && s->state == SLOT_QUEUED && dbt_same_shape(s, like) &&
-            dbt_core_orphan_adoptable(now - s->t_renewed_us, p->client->cfg->lease_ms * 1000) &&
+            dbt_core_orphan_adoptable(now - s->t_renewed_us, s->lease_us) &&
             (!best || s->orphan_us > best->orphan_us))
             best = s;
     if (best) {
@@ -472,7 +474,8 @@ void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t t
 {
     if (p->share && dbt_sharing_id_grouped(p, id)) {
         /* The verdict is the host's (Redis counted the place under the group). */
-        if (dbt_share_verdict(p->share, (int)kind, ticket, sole, p->client->cfg->lease_ms * 1000)) {
+        if (dbt_share_verdict(p->share, (int)kind, ticket, sole,
+                              dbt_lease_shortest_us(p, dbt_now_us()))) {
             dbt_share_wake_all(p->share);
             if (p->norphans > 0)
                 dbt_pool_wake_bg(p);
@@ -483,8 +486,8 @@ void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t t
                           .ticket = ticket,
                           .sole = sole,
                           .waiters_here = true,
-                          .now_us = dbt_now_us(),
-                          .lease_us = p->client->cfg->lease_ms * 1000};
+                          .now_us = dbt_now_us()};
+    ev.lease_us = dbt_lease_shortest_us(p, ev.now_us);
     if (dbt_sole_verdict_stale(&p->queue[kind].sole, ev.now_us, ev.lease_us))
         ev.waiters_here = any_queued(p, kind);
     if ((dbt_queue_step(&p->queue[kind], &ev) & DBT_QACT_SOLE_ENDED) && p->norphans > 0)

@@ -22,9 +22,8 @@
  * connect and one packet; loopback or a LAN). */
 #define LAPSE_SLACK_US INT64_C(250000)
 
-int64_t dbt_lapse_margin_us(const dbt_pool *p)
+int64_t dbt_lapse_margin_us(const dbt_pool *p, int64_t lease)
 {
-    int64_t lease = p->client->cfg->lease_ms * 1000;
     /* The renewer checks between its Redis calls, each of which may take a whole
      * DBTHROTTLE_REDIS_TIMEOUT; Redis' clock may run up to 0.5% fast against ours. */
     int64_t margin = p->client->cfg->redis_timeout_ms * 1000 + LAPSE_SLACK_US + lease / 200;
@@ -51,11 +50,12 @@ int64_t dbt_lapse_take_due(dbt_pool *p, int64_t now, bool can_cancel, dbt_cancel
      * cancelled: the lease is lost when it runs out, as before. */
     if (!can_cancel || atomic_load(&p->on_redis_error) != DBT_ON_ERROR_CLOSED)
         return -1;
-    int64_t lease = p->client->cfg->lease_ms * 1000, margin = dbt_lapse_margin_us(p), next = -1;
+    int64_t next = -1;
     for (struct dbt_slot *s = p->slots; s; s = s->next) {
         if (!running(p, s))
             continue;
-        int64_t at = s->t_renewed_us + lease - margin;
+        /* the lease Redis expires it by: the one its last accepted renewal carried */
+        int64_t lease = s->lease_us, at = s->t_renewed_us + lease - dbt_lapse_margin_us(p, lease);
         if (!s->lost && at > now) {
             if (next < 0 || at < next)
                 next = at;
@@ -66,7 +66,7 @@ int64_t dbt_lapse_take_due(dbt_pool *p, int64_t now, bool can_cancel, dbt_cancel
             continue;
         }
         if (!s->lost) {
-            char cause[160], why[300];
+            char cause[160], why[340];
             bool known = dbt_slot_unrenewed_cause(p, s, now, cause, sizeof cause);
             snprintf(why, sizeof why,
                      "not renewed for %" PRId64 " ms of a %" PRId64 " ms lease%s%s%s; closed mode: "
@@ -98,14 +98,14 @@ bool dbt_permit_lost(dbt_permit *s)
     bool lost = s->gen != p->gen || dbt_slot_expire_unrenewed(p, s, now);
     if (!lost && s->state == SLOT_HELD && s->kind == DBT_KIND_QUERY &&
         atomic_load(&p->on_redis_error) == DBT_ON_ERROR_CLOSED &&
-        now - s->t_renewed_us > p->client->cfg->lease_ms * 1000 - dbt_lapse_margin_us(p)) {
-        char cause[160], why[300];
+        now - s->t_renewed_us > s->lease_us - dbt_lapse_margin_us(p, s->lease_us)) {
+        char cause[160], why[340];
         bool known = dbt_slot_unrenewed_cause(p, s, now, cause, sizeof cause);
         snprintf(why, sizeof why,
                  "not renewed for %" PRId64 " ms of a %" PRId64 " ms lease%s%s%s; closed mode: "
                  "a command may no longer start under it",
-                 (now - s->t_renewed_us) / 1000, p->client->cfg->lease_ms, known ? ": " : " (",
-                 cause, known ? "" : ")");
+                 (now - s->t_renewed_us) / 1000, s->lease_us / 1000, known ? ": " : " (", cause,
+                 known ? "" : ")");
         dbt_slot_mark_lost(p, s, DBT_LOG_ERROR, why);
         s->lapsed = true;
         lost = true;

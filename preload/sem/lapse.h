@@ -14,8 +14,9 @@ typedef struct {
     int n;
 } dbt_cancels;
 
-/* How long before its lease ends in Redis a held permit's command is cancelled. */
-int64_t dbt_lapse_margin_us(const dbt_pool *p);
+/* How long before its lease (µs: the one its last accepted renewal carried) ends in Redis a held
+ * permit's command is cancelled. */
+int64_t dbt_lapse_margin_us(const dbt_pool *p, int64_t lease);
 
 /* Closed mode, when commands can be cancelled (can_cancel: the interposer's hook is set): marks
  * lost each held query permit whose command runs and whose lease may lapse before the renewer

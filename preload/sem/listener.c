@@ -12,6 +12,7 @@
 #include "cluster.h"
 #include "fork.h"
 #include "handover.h"
+#include "lease.h"
 #include "pool.h"
 #include "relay.h"
 #include "route.h"
@@ -74,8 +75,8 @@ static void dispatch(dbt_pool *p, const char *msg)
     if (msg[0] == DBT_WAKE_RECALL) {
         dbt_queue_event ev = {.type = DBT_QEV_REVOKE,
                               .ticket = msg[2] == ':' ? strtoull(msg + 3, NULL, 10) : 0,
-                              .now_us = dbt_now_us(),
-                              .lease_us = p->client->cfg->lease_ms * 1000};
+                              .now_us = dbt_now_us()};
+        ev.lease_us = dbt_lease_shortest_us(p, ev.now_us);
         if ((dbt_queue_step(&p->queue[k], &ev) & DBT_QACT_RETURN_KEPT) && p->nparked > 0)
             dbt_pool_wake_bg(p);
         dbt_sharing_keep_event(p, k, &ev); /* the host's shelf, whoever kept what is on it */

@@ -5,6 +5,7 @@
 #include "live.h"
 #include "clock.h"
 #include "fork.h"
+#include "lease.h"
 #include "log.h"
 #include "pool.h"
 #include "settings.h"
@@ -61,6 +62,9 @@ void dbt_live_apply(dbt_pool *p, const char *text)
     bool mode_live = mode_row >= 0 && l->set[mode_row];
     atomic_store(&p->on_redis_error,
                  (int)(mode_live ? l->cfg.on_redis_error : p->client->cfg->on_redis_error));
+    ptrdiff_t lease_row = row_of(offsetof(dbt_config, lease_ms));
+    dbt_lease_set(p,
+                  lease_row >= 0 && l->set[lease_row] ? l->cfg.lease_ms : p->client->cfg->lease_ms);
     ptrdiff_t level_row = row_of(offsetof(dbt_config, log_level));
     atomic_store(&p->log_level, level_row >= 0 && l->set[level_row] ? (int)l->cfg.log_level : -1);
     atomic_store(&p->live_applied, l->version);

@@ -6,6 +6,7 @@
 #include "clock.h"
 #include "cluster.h"
 #include "fork.h"
+#include "lease.h"
 #include "log.h"
 #include "redis_errors.h"
 #include "route.h"
@@ -714,7 +715,7 @@ void dbt_slot_mark_lost(dbt_pool *p, struct dbt_slot *s, dbt_log_level lvl, cons
 
 int64_t dbt_renewer_late_us(const dbt_pool *p)
 {
-    int64_t period = p->client->cfg->lease_ms * 1000 / 3;
+    int64_t period = dbt_lease_shortest_us(p, dbt_now_us()) / 3;
     int64_t timeout = p->client->cfg->redis_timeout_ms * 1000;
     return (period > timeout ? period : timeout) + DBT_STALL_SLACK_US;
 }
@@ -747,15 +748,16 @@ dbt_lease_facts dbt_slot_lease(const dbt_pool *p, const struct dbt_slot *s, int6
 {
     return (dbt_lease_facts){.lost = s->lost,
                              .unrenewed_us = now - s->t_renewed_us,
-                             .lease_us = p->client->cfg->lease_ms * 1000,
-                             .quarantine_us = dbt_quarantine_ms(p->client->cfg) * 1000};
+                             .lease_us = s->lease_us,
+                             .quarantine_us =
+                                 dbt_quarantine_for_ms(s->lease_us / 1000, p->client->cfg) * 1000};
 }
 
 bool dbt_slot_expire_unrenewed(dbt_pool *p, struct dbt_slot *s, int64_t now)
 {
     if (s->state != SLOT_HELD || s->lost)
         return s->lost;
-    if (now - s->t_renewed_us <= p->client->cfg->lease_ms * 1000)
+    if (now - s->t_renewed_us <= s->lease_us)
         return false;
     char cause[160], why[200];
     bool known = dbt_slot_unrenewed_cause(p, s, now, cause, sizeof cause);

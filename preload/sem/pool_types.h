@@ -123,7 +123,11 @@ struct dbt_slot {
     char *query;          /* the start of the command's text, traced with it; NULL if not asked */
     int64_t t_request_us; /* when acquire was first called */
     int64_t t_grant_us;
-    int64_t t_renewed_us;  /* when the last acquire or renewal that Redis accepted was sent */
+    int64_t t_renewed_us; /* when the last acquire or renewal that Redis accepted was sent */
+    /* The lease that acquire or renewal carried (Redis expires the permit or the place at
+     * t_renewed_us + lease_us by its clock): every belief in it is measured by it, not by the
+     * pool's lease now, which a live setting may change meanwhile (lease.c). */
+    int64_t lease_us;
     int64_t idle_since_us; /* held with nothing running, inside a transaction; 0 otherwise */
     bool idle_warned;
     /* What Redis shows of this holder (dbt_slot_doing): the doing the last renewal sent or its
@@ -285,6 +289,9 @@ struct dbt_pool {
      * live.c, read on any path, with or without p->mu (an outage's paths take it, lapse.c's
      * hold it). */
     atomic_int on_redis_error;
+    /* The lease in force (ms): the live value, else the process' own; and the one before it
+     * with the time until which a permit or place may still carry it (lease.c). */
+    _Atomic int64_t lease_ms, lease_prev_ms, lease_prev_until_us;
     /* The pool's live log_level for its trace (trace.c), -1: the process' own. Set by live.c. */
     atomic_int log_level;
     /* p->live's version, for readers without p->mu (dbt_pool_live_applied). Set by live.c. */
@@ -323,6 +330,9 @@ struct dbt_pool {
      * hash of the last reason it could not that was logged (0: none since the last attach; a
      * cause is said once per pool, a new one again). */
     struct dbt_share *share;
+    /* The lease the segment's key names (µs; lease.c): the processes that share it pass permits
+     * with their renewal times said for it, whatever lease each carries. */
+    int64_t share_lease_us;
     bool share_attaching;
     /* The segment's fd plus one while p->share is set (0: none), read without p->mu: a thread
      * looks at the file before it takes p->mu (dbt_sharing_precheck). */

@@ -12,6 +12,7 @@
  * its mode makes it do meanwhile. No command pays a round trip for any of this. */
 #include "registry.h"
 #include "clock.h"
+#include "lease.h"
 #include "pool.h"
 #include "settings.h"
 #include "version.h"
@@ -23,7 +24,7 @@
 
 int64_t dbt_registry_heartbeat_us(const dbt_pool *p)
 {
-    return p->client->cfg->lease_ms * 1000;
+    return dbt_lease_us(p);
 }
 
 void dbt_registry_record(dbt_pool *p, char *out, int64_t *ttl_ms)
@@ -73,7 +74,7 @@ void dbt_registry_record(dbt_pool *p, char *out, int64_t *ttl_ms)
     if (!dbt_format_record(&r, out, DBT_RECORD_MAX))
         out[0] = '\0';
     /* Listed as silent (cut off, stopped) for a lease before it goes. */
-    *ttl_ms = r.silent_after_ms + cfg->lease_ms;
+    *ttl_ms = r.silent_after_ms + dbt_lease_us(p) / 1000;
 }
 
 void dbt_pool_announce(dbt_pool *p)

@@ -3,6 +3,7 @@
 #include "release.h"
 #include "clock.h"
 #include "handover.h"
+#include "lease.h"
 #include "log.h"
 #include "pool.h"
 #include "script_call.h"
@@ -20,6 +21,7 @@ bool dbt_cancel_id(dbt_pool *p, dbt_kind kind, const char *id, bool gave_up, boo
     char err[DBT_ERRLEN];
     dbt_script_call call;
     dbt_build_cancel(&call, &p->keys, kind, p->client->cfg, id, gave_up);
+    dbt_lease_bind(p, &call);
     dbt_cancel_outcome outcome;
     redisReply *rep = dbt_pool_run(p, "cancel", &call, dbt_parse_cancel, &outcome, err);
     if (!rep)
@@ -69,6 +71,7 @@ static void build_op(dbt_pool *p, const dbt_owed_op *op, dbt_script_call *call)
     else
         dbt_build_cancel(call, &p->keys, op->kind, p->client->cfg, op->id,
                          op->what == DBT_OWED_CANCEL);
+    dbt_lease_bind(p, call);
 }
 
 /* op (release.lua, or cancel.lua) written without waiting for its reply; its tag makes a reply

@@ -16,6 +16,7 @@
 #include "handover.h"
 #include "kept.h"
 #include "lapse.h"
+#include "lease.h"
 #include "listener.h"
 #include "live.h"
 #include "log.h"
@@ -44,9 +45,10 @@
  * reply's "ms left" was counted by) has surely ended it. */
 #define QUARANTINE_MARGIN_US INT64_C(30000)
 
+/* A third of the shortest lease a permit or place of the pool may carry (lease.c). */
 static int64_t renew_period_us(const dbt_pool *p)
 {
-    return p->client->cfg->lease_ms * 1000 / 3;
+    return dbt_lease_shortest_us(p, dbt_now_us()) / 3;
 }
 
 /* The renewer means to be back in its loop at `plan` (at the latest a renewal period or a Redis
@@ -349,6 +351,7 @@ void dbt_report_local(dbt_pool *p)
     const char *args[DBT_RENEW_NARGS_FIXED];
     dbt_script_call call; /* a renewal of no ids, for its counts, that takes the record away */
     dbt_build_renew(&call, &p->keys, p->client->cfg, NULL, local, args);
+    dbt_lease_bind(p, &call);
     dbt_renew_add_record(&call, &p->keys, p->client->cid, record, ttl, true);
     dbt_renew_add_local_hist(&call, waits.args); /* after the doing args, of which it has none */
     dbt_renew_add_local_holds(&call, waits.holds_args);
@@ -386,7 +389,7 @@ static bool names_group(const dbt_pool *p, const dbt_id_list lists[DBT_RENEW_LIS
 /* What a renewal sent at `sent` found, applied with p->mu held. nmine: this process' waiters of
  * each kind that it renewed; named: whether it named an id of the group of the kind
  * (names_group). */
-static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sent,
+static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sent, int64_t lease_ms,
                           const int nmine[DBT_NKINDS], const dbt_share_view shares[DBT_NKINDS],
                           const bool named[DBT_NKINDS], dbt_cancels *cancels)
 {
@@ -400,12 +403,11 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
      * (its lease runs from its last renewal, by whichever process). Nor an id renew() left out
      * as a whole lease old (a stale orphan place, or one taken over since): Redis did not renew
      * it, and may have forgotten it. */
-    int64_t lease_us = p->client->cfg->lease_ms * 1000;
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
-            s->t_renewed_us < sent && sent - s->t_renewed_us <= lease_us &&
+            s->t_renewed_us < sent && sent - s->t_renewed_us <= s->lease_us &&
             s->share_got_us <= sent) {
-            s->t_renewed_us = sent;
+            dbt_lease_renewed(s, sent, lease_ms); /* what Redis renewed it with */
             /* Whoever takes it off the shelf goes on from this renewal; unless it re-asserted
              * ids of the kind (Redis had lost them): a kept permit then goes back (below), and
              * left as old as it was, nobody takes it meanwhile if that was longer than Q. */
@@ -451,7 +453,7 @@ static void expire_unrenewed_places(dbt_pool *p, int64_t now)
         if (dbt_core_place_expired(&(dbt_slot_facts){.found = true,
                                                      .queued = s->state == SLOT_QUEUED,
                                                      .orphan = s->orphan},
-                                   now - s->t_renewed_us, p->client->cfg->lease_ms * 1000)) {
+                                   now - s->t_renewed_us, s->lease_us)) {
             dbt_lw_remove(p, s);
             s->state = SLOT_DOWN;
             s->down_misconfigured = p->misconfig[0] != '\0';
@@ -475,7 +477,7 @@ static void requeue_unrenewed_places(dbt_pool *p, int64_t now)
         if (dbt_core_place_expired(&(dbt_slot_facts){.found = true,
                                                      .queued = s->state == SLOT_QUEUED,
                                                      .orphan = s->orphan},
-                                   now - s->t_renewed_us, p->client->cfg->lease_ms * 1000)) {
+                                   now - s->t_renewed_us, s->lease_us)) {
             dbt_defer_op_held(p, DBT_OWED_WITHDRAW, s->kind, s->id, -1);
             dbt_lw_remove(p, s);
             s->state = SLOT_REQUEUE;
@@ -554,11 +556,10 @@ static void renew(dbt_pool *p)
         if (s->state == SLOT_HELD && !s->lost)
             ok = named =
                 push_id(&lists[s->kind][DBT_RENEW_HELD], s->id) && push_doing(&doing[s->kind], s);
-        else if (s->state == SLOT_QUEUED &&
-                 (!s->orphan || start - s->t_renewed_us <= p->client->cfg->lease_ms * 1000))
+        else if (s->state == SLOT_QUEUED && (!s->orphan || start - s->t_renewed_us <= s->lease_us))
             ok = named = push_id(&lists[s->kind][DBT_RENEW_QUEUED], s->id);
-        if (named && s->t_renewed_us + p->client->cfg->lease_ms * 1000 > believed_until)
-            believed_until = s->t_renewed_us + p->client->cfg->lease_ms * 1000;
+        if (named && s->t_renewed_us + s->lease_us > believed_until)
+            believed_until = s->t_renewed_us + s->lease_us;
     }
     dbt_redis_clock clock = p->redis_clock;
     /* The ids were chosen by their age at `start` (with p->mu held since): its reply renews
@@ -605,9 +606,12 @@ static void renew(dbt_pool *p)
         nmine[k] = lists[k][DBT_RENEW_QUEUED].n;
     }
     const char **args = ok ? malloc((size_t)dbt_renew_nargs(lists) * sizeof *args) : NULL;
+    int64_t lease_ms = 0; /* the lease the renewal carried */
     if (args) {
         dbt_script_call call;
         dbt_build_renew(&call, &p->keys, p->client->cfg, lists, local, args);
+        dbt_lease_bind(p, &call);
+        lease_ms = call.lease_ms;
         dbt_renew_add_record(&call, &p->keys, p->client->cid, record, record_ttl, goodbye);
         if (clients)
             dbt_renew_add_clients(&call, clients);
@@ -660,7 +664,7 @@ static void renew(dbt_pool *p)
     if (rep) {
         p->renew_failures = 0;
         p->reported = !goodbye;
-        apply_renewal(p, &reply, sent, nmine, shares, named, &cancels);
+        apply_renewal(p, &reply, sent, lease_ms, nmine, shares, named, &cancels);
         if (reply.live)
             live = strdup(reply.live); /* applied below, without the lock */
         freeReplyObject(rep);

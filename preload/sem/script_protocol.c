@@ -44,14 +44,24 @@ typedef struct {
 
 /* ---- arguments ------------------------------------------------------------------------------ */
 
+static int64_t key_ttl_for_ms(int64_t lease_ms)
+{
+    return 3 * lease_ms;
+}
+
 int64_t dbt_key_ttl_ms(const dbt_config *cfg)
 {
-    return 3 * cfg->lease_ms;
+    return key_ttl_for_ms(cfg->lease_ms);
 }
 
 int64_t dbt_quarantine_ms(const dbt_config *cfg)
 {
-    return cfg->lease_ms / 3 + cfg->redis_timeout_ms + 1000;
+    return dbt_quarantine_for_ms(cfg->lease_ms, cfg);
+}
+
+int64_t dbt_quarantine_for_ms(int64_t lease_ms, const dbt_config *cfg)
+{
+    return lease_ms / 3 + cfg->redis_timeout_ms + 1000;
 }
 
 /* The era's arguments before a connection is known: no era check. */
@@ -64,11 +74,17 @@ static void no_era(const char **args)
     args[DBT_ARG_ERA_PREV] = "";
 }
 
+/* The lease and the keys' TTL, as text in caller buffers of 24 bytes. */
+static void format_lease(int64_t lease_ms, char *lease, char *ttl)
+{
+    snprintf(lease, 24, "%" PRId64, lease_ms);
+    snprintf(ttl, 24, "%" PRId64, key_ttl_for_ms(lease_ms));
+}
+
 void dbt_script_args(const dbt_keys *k, dbt_kind kind, const dbt_config *cfg, char *lease,
                      char *ttl, const char **args)
 {
-    snprintf(lease, 24, "%" PRId64, cfg->lease_ms);
-    snprintf(ttl, 24, "%" PRId64, dbt_key_ttl_ms(cfg));
+    format_lease(cfg->lease_ms, lease, ttl);
     args[DBT_ARG_WAKE_PREFIX] = k->wake_prefix;
     args[DBT_ARG_KIND] = dbt_kind_letter(kind);
     args[DBT_ARG_LEASE] = lease;
@@ -81,6 +97,16 @@ static void set_quarantine(dbt_script_call *c, const dbt_config *cfg)
 {
     snprintf(c->quarantine, sizeof c->quarantine, "%" PRId64, dbt_quarantine_ms(cfg));
     c->args[DBT_ARG_QUARANTINE] = c->quarantine;
+}
+
+void dbt_script_set_lease(dbt_script_call *c, int64_t lease_ms, int64_t longest_ms,
+                          const dbt_config *cfg)
+{
+    /* args[DBT_ARG_LEASE], [DBT_ARG_TTL] and [DBT_ARG_QUARANTINE] point at these buffers */
+    c->lease_ms = lease_ms;
+    format_lease(lease_ms, c->lease, c->ttl);
+    snprintf(c->quarantine, sizeof c->quarantine, "%" PRId64,
+             dbt_quarantine_for_ms(longest_ms > lease_ms ? longest_ms : lease_ms, cfg));
 }
 
 void dbt_script_bind_era(dbt_script_call *c, const char *run_id, int64_t started_ms)
@@ -142,6 +168,7 @@ static void begin_call(dbt_script_call *c, const dbt_script *s, const dbt_keys *
     add_keys(c, k, kind);
     c->args = c->fixed_args;
     dbt_script_args(k, kind, cfg, c->lease, c->ttl, c->args);
+    c->lease_ms = cfg->lease_ms;
     c->nargs = DBT_BASE_ARGS;
     set_quarantine(c, cfg);
 }
@@ -235,6 +262,7 @@ void dbt_build_renew(dbt_script_call *c, const dbt_keys *k, const dbt_config *cf
     c->args = args;
     /* The base arguments of the query semaphore: renew.lua sets the kind per semaphore itself. */
     dbt_script_args(k, DBT_KIND_QUERY, cfg, c->lease, c->ttl, args);
+    c->lease_ms = cfg->lease_ms;
     c->nargs = DBT_BASE_ARGS;
     set_quarantine(c, cfg);
     /* How many ids of each list (DBT_RENEW_ARG_HELD_Q .. QUEUED_C), then the groups. */

@@ -13,6 +13,7 @@
 #include "sharing.h"
 #include "clock.h"
 #include "fork.h"
+#include "lease.h"
 #include "log.h"
 #include "pool.h"
 #include "relay.h"
@@ -37,8 +38,8 @@ bool dbt_sharing_attach_due(const dbt_pool *p, int64_t now)
 {
     if (!p->client->cfg->host_share || p->share_attaching || p->exiting)
         return false;
-    if (p->share)
-        return dbt_share_broken(p->share);
+    if (p->share) /* broken, or keyed by a lease no longer in force (lease.c) */
+        return dbt_share_broken(p->share) || p->share_lease_us != dbt_lease_us(p);
     return now >= p->share_retry_us;
 }
 
@@ -58,7 +59,8 @@ static bool namespace_of(const char *which, char *out, size_t cap, char *why, si
     return true;
 }
 
-char *dbt_sharing_key(const dbt_pool *p, char *why, size_t whycap)
+/* dbt_sharing_key for a lease of lease_ms. */
+static char *sharing_key(const dbt_pool *p, int64_t lease_ms, char *why, size_t whycap)
 {
     /* The segment judges a process dead by kill(tid, 0) and names its wake socket by its pid:
      * both mean something only within one pid namespace (and the network namespace is kept in
@@ -68,19 +70,25 @@ char *dbt_sharing_key(const dbt_pool *p, char *why, size_t whycap)
     if (!namespace_of("pid", pid_ns, sizeof pid_ns, why, whycap) ||
         !namespace_of("net", net_ns, sizeof net_ns, why, whycap))
         return NULL;
-    /* And the lease: processes of different DBTHROTTLE_LEASE must not pass permits to each
-     * other. A permit's expiry in Redis follows its renewer's lease, the giver offers one only
-     * with half of its own lease left, and the receiver judges staleness by its own: with two
-     * leases, a permit could outlive its expiry in Redis and run beside its next grant. */
+    /* And the lease in force (the process' own or the pool's live one): processes of
+     * different leases keep apart. A permit's expiry in Redis follows the lease of its last
+     * accepted renewal: a giver says its renewal time for the segment's lease, never later than
+     * the truth (dbt_lease_renewed_for), and a receiver counts from there by that lease; a
+     * process whose lease changed lets the segment go and attaches to its new lease's. */
     const char *url = p->client->cfg->redis_url_redacted ? p->client->cfg->redis_url_redacted : "";
     size_t n = strlen(url) + strlen(p->keys.base) + strlen(pid_ns) + strlen(net_ns) + 40;
     char *key = malloc(n);
     if (key)
         snprintf(key, n, "%s %s %s %s lease=%lld", url, p->keys.base, pid_ns, net_ns,
-                 (long long)p->client->cfg->lease_ms);
+                 (long long)lease_ms);
     else
         snprintf(why, whycap, "out of memory");
     return key;
+}
+
+char *dbt_sharing_key(const dbt_pool *p, char *why, size_t whycap)
+{
+    return sharing_key(p, dbt_lease_us(p) / 1000, why, whycap);
 }
 
 /* p->mu held: the registrations of the segment being let go are forgotten (they go with it),
@@ -117,6 +125,8 @@ void dbt_sharing_attach(dbt_pool *p)
         pthread_mutex_unlock(&p->mu);
         return;
     }
+    /* a segment of another lease is let go as a broken one is, for the new lease's */
+    bool lease_changed = p->share && !dbt_share_broken(p->share);
     dbt_share *broken = p->share ? let_go(p) : NULL;
     p->share_attaching = true;
     p->share_retry_us = now + (broken ? REATTACH_US : ATTACH_RETRY_US);
@@ -124,7 +134,8 @@ void dbt_sharing_attach(dbt_pool *p)
     pthread_mutex_unlock(&p->mu);
 
     if (broken) {
-        const char *why_broken = dbt_share_why(broken);
+        const char *why_broken =
+            lease_changed ? "the pool's lease changed (a live setting)" : dbt_share_why(broken);
         dbt_field f[] = {DBT_S("pool", p->name),
                          DBT_S("reason", why_broken && why_broken[0] ? why_broken : "-"),
                          DBT_S("effect", "permits go through Redis until the segment is rebuilt")};
@@ -138,7 +149,8 @@ void dbt_sharing_attach(dbt_pool *p)
         return;
     }
     char why[256] = "";
-    char *key = dbt_sharing_key(p, why, sizeof why);
+    int64_t lease_us = dbt_lease_us(p);
+    char *key = sharing_key(p, lease_us / 1000, why, sizeof why);
     dbt_share *sh = key ? dbt_share_attach(p->client->cfg->share_dir, key, why, sizeof why) : NULL;
     free(key);
     /* The usual directory was not the user's own (another user made it first?): said once per
@@ -155,6 +167,7 @@ void dbt_sharing_attach(dbt_pool *p)
     bool keep = sh && p->gen == gen && !p->exiting && !p->share;
     if (keep) {
         p->share = sh;
+        p->share_lease_us = lease_us;
         atomic_store(&p->share_fd1, dbt_share_seg_fd(sh) + 1);
         if (p->client->cfg->host_relay)
             dbt_relay_set_dir(dbt_share_dir_fd(sh)); /* the relay's socket lives there */
@@ -330,7 +343,7 @@ bool dbt_sharing_shelve(dbt_pool *p, struct dbt_slot *s)
         return false;
     dbt_share_shape shape;
     dbt_sharing_shape(s, &shape);
-    dbt_share_permit permit = {.renewed_us = s->t_renewed_us};
+    dbt_share_permit permit = {.renewed_us = dbt_lease_renewed_for(s, p->share_lease_us)};
     snprintf(permit.id, sizeof permit.id, "%s", s->id);
     s->shelf = dbt_share_shelve(p->share, &shape, &permit, dbt_now_us());
     return s->shelf != 0;
@@ -359,15 +372,16 @@ bool dbt_sharing_take_shelved(dbt_pool *p, struct dbt_slot *s)
     dbt_share_shape shape;
     dbt_sharing_shape(s, &shape);
     dbt_share_permit permit;
-    const dbt_config *cfg = p->client->cfg;
-    int64_t now = dbt_now_us(),
-            oldest = dbt_core_offerable_age_us(cfg->lease_ms * 1000, dbt_quarantine_ms(cfg) * 1000);
+    /* Its entry's renewal time is said for the segment's lease (dbt_lease_renewed_for). */
+    int64_t now = dbt_now_us(), lease = p->share_lease_us,
+            oldest = dbt_core_offerable_age_us(
+                lease, dbt_quarantine_for_ms(lease / 1000, p->client->cfg) * 1000);
     /* A permit is used only while offerable since its last accepted renewal (as a passed one:
      * half a lease left, renewed within Q): an older entry is its shelver's to give back. */
     if (!dbt_share_unshelve(p->share, &shape, 0, now - oldest, &permit, NULL))
         return false;
     snprintf(s->id, sizeof s->id, "%s", permit.id);
-    s->t_renewed_us = permit.renewed_us;
+    dbt_lease_renewed(s, permit.renewed_us, lease / 1000);
     s->share_got_us = now;
     return true;
 }

@@ -234,7 +234,7 @@ Test(outage, closed_permit_lost_once_its_cancel_point_passed, .timeout = 60)
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &a), DBT_ACQ_GRANTED);
     kill(fx_redis.pid, SIGSTOP);
     pthread_mutex_lock(&p->mu);
-    int64_t renewed = a->t_renewed_us, margin = dbt_lapse_margin_us(p);
+    int64_t renewed = a->t_renewed_us, margin = dbt_lapse_margin_us(p, a->lease_us);
     pthread_mutex_unlock(&p->mu);
     int64_t lease = 2000000, cancel_at = renewed + lease - margin;
     /* Halfway between the cancel's time and the lease's end. */

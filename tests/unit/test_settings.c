@@ -377,16 +377,17 @@ Test(settings, live_own_values_for_the_record)
     cr_expect_null(strchr(text, '\t'));
     own_seen o = {.keys = ""};
     cr_assert(dbt_live_own_each(text, on_own, &o), "%s", text);
-    cr_expect_str_eq(o.keys, "wait_timeout,on_redis_error,log_level,exempt,class_rules,weights,",
+    cr_expect_str_eq(o.keys,
+                     "wait_timeout,lease,on_redis_error,log_level,exempt,class_rules,weights,",
                      "%s", text);
-    cr_expect_str_eq(o.values, "30s|open|warn|application_name=a b%41*|none|none|", "%s", text);
+    cr_expect_str_eq(o.values, "30s|10s|open|warn|application_name=a b%41*|none|none|", "%s", text);
     cr_expect_eq(o.src_of_exempt, DBT_SRC_ENV);
     cr_expect_eq(o.src_of_wait, DBT_SRC_FILE);
     char small[48];
     dbt_live_own_format(&c, small, sizeof small);
     own_seen cut = {.keys = ""};
     cr_assert(dbt_live_own_each(small, on_own, &cut), "%s", small);
-    cr_expect_str_eq(cut.keys, "wait_timeout,on_redis_error,", "whole items: %s", small);
+    cr_expect_str_eq(cut.keys, "wait_timeout,lease,", "whole items: %s", small);
     cr_expect_not(dbt_live_own_each("wait_timeout=x:1s", on_own, &o), "not a source letter");
     /* a value longer than 64 bytes is cut and says so */
     cr_assert(

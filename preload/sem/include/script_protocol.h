@@ -48,6 +48,7 @@ typedef struct {
     const char **args; /* fixed_args, or the caller's array (renew.lua: one per id) */
     int nargs;
     const char *fixed_args[DBT_CALL_MAX_FIXED_ARGS];
+    int64_t lease_ms; /* the lease it carries (the config's, or dbt_script_set_lease's) */
     char lease[24], ttl[24], number[8][24]; /* adapt.lua's lease formats 7 */
     char id_count[DBT_NKINDS * 2][16];      /* renew.lua: how many ids of each list */
     char record_ttl[24];
@@ -75,6 +76,14 @@ int64_t dbt_key_ttl_ms(const dbt_config *cfg);
  * take to re-assert its permits once a new server answers, one renewal period plus one failed
  * attempt: lease/3 + DBTHROTTLE_REDIS_TIMEOUT + 1 s (the renewer's retry). */
 int64_t dbt_quarantine_ms(const dbt_config *cfg);
+/* The same for a lease other than the config's (a pool's live lease). */
+int64_t dbt_quarantine_for_ms(int64_t lease_ms, const dbt_config *cfg);
+
+/* A built call (acquire, release, cancel, renew) made to carry lease_ms and the keys' TTL that
+ * goes with it, and the Q of longest_ms, the longest lease a permit of the process may still
+ * carry (a pool's live lease changed lately: lease.c). */
+void dbt_script_set_lease(dbt_script_call *c, int64_t lease_ms, int64_t longest_ms,
+                          const dbt_config *cfg);
 
 /* The DBT_BASE_ARGS arguments every script takes first, into args[0..DBT_BASE_ARGS-1]; lease and
  * ttl are caller buffers of 24 bytes. The era's are "no era check" (see dbt_script_bind_era). */
