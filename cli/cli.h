@@ -95,6 +95,10 @@ int cli_pool_seen(dbt_redis *r, const dbt_config *cfg, const char *pool, char *e
  * likeliest sign, naming the pools that exist; returns -1 to go on (the pool exists, or create). */
 int cli_refuse_unknown_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg, const char *pool,
                             bool create);
+/* "the pools there: a, b and 3 more" (the first 12), "no pool is there under this key prefix",
+ * or why they could not be listed: what a command that was given an unknown pool says. */
+#define CLI_KNOWN_POOLS_LEN 1024
+void cli_known_pools(dbt_redis *r, const dbt_config *cfg, char *out, size_t cap);
 
 /* ---- before a worker starts (preflight.c) ---------------------------------------------------- */
 

@@ -342,11 +342,20 @@ int cmd_settings(int argc, char **argv)
         dbt_keys_free(&k);
         if (!rep || (rep->type == REDIS_REPLY_NIL && cli_pool_seen(r, &cfg, argv[i], err) == 0)) {
             /* No settings and no key at all: a typo, not a pool without live settings. */
-            if (rep)
-                snprintf(err, sizeof err, "no pool under this key prefix (%.100s)", cfg.key_prefix);
-            rc = cli_fail("settings", "pool %s: %s", name, err);
+            char why[DBT_ERRLEN + CLI_KNOWN_POOLS_LEN];
+            if (rep) {
+                char known[CLI_KNOWN_POOLS_LEN];
+                cli_known_pools(r, &cfg, known, sizeof known);
+                snprintf(why, sizeof why,
+                         "no worker has used it and nothing is set for it under this key prefix "
+                         "(%.100s; a typo?); %s",
+                         cfg.key_prefix, known);
+            } else {
+                snprintf(why, sizeof why, "%s", err);
+            }
+            rc = cli_fail("settings", "pool %s: %s", name, why);
             if (json)
-                json_pool_error(listed++, argv[i], err);
+                json_pool_error(listed++, argv[i], why);
             if (rep)
                 freeReplyObject(rep);
             continue;
@@ -402,8 +411,10 @@ int cmd_settings(int argc, char **argv)
         }
         if (viewed)
             print_in_force(&view, any ? &live : NULL);
-        else
+        else { /* an answer without them is not a whole one (json_pool_error's, in --json) */
             printf("  in force in its processes: not known (%s)\n", err);
+            rc = cli_fail("settings", "pool %s: the values in force are not known: %s", name, err);
+        }
         if (viewed)
             cli_view_free(&view);
         if (any)

@@ -229,6 +229,18 @@ int cli_refuse_unknown_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg
         return cli_fail(cmd, "pool %s: %s", name, err);
     if (seen)
         return -1;
+    char known[CLI_KNOWN_POOLS_LEN];
+    cli_known_pools(r, cfg, known, sizeof known);
+    fprintf(stderr,
+            "dbthrottle %s: pool %s: no worker has used it and nothing is set for it in Redis "
+            "(a typo?); %s; give --create to act on a new pool\n",
+            cmd, name, known);
+    return EXIT_USAGE;
+}
+
+void cli_known_pools(dbt_redis *r, const dbt_config *cfg, char *out, size_t cap)
+{
+    char err[DBT_ERRLEN];
     char **names = NULL;
     int n = cli_list_pools(r, cfg, &names, err);
     char known[600] = "";
@@ -247,12 +259,8 @@ int cli_refuse_unknown_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg
     const char *lead = n < 0    ? "the pools could not be listed: "
                        : n == 0 ? "no pool is there under this key prefix"
                                 : "the pools there: ";
-    fprintf(stderr,
-            "dbthrottle %s: pool %s: no worker has used it and nothing is set for it in Redis "
-            "(a typo?); %s%s%s; give --create to act on a new pool\n",
-            cmd, name, lead, n < 0 ? err : known, more);
+    snprintf(out, cap, "%s%s%s", lead, n < 0 ? err : known, more);
     cli_free_names(names, n > 0 ? n : 0);
-    return EXIT_USAGE;
 }
 
 /* SCANs one server for the keys that match `match`, a batch at a time to `each`. */

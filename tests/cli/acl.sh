@@ -110,6 +110,13 @@ DBTHROTTLE_REDIS_URL="$wurl" "$D" limit wop 50 --create >/dev/null 2>"$work/wu.l
 DBTHROTTLE_REDIS_URL="$wurl" "$D" drain wop --create >/dev/null 2>"$work/wu.drain.err"; w_drc=$?
 check "dbthrottle limit and drain with the worker's credentials: refused (rc $w_rc, $w_drc: $(head -c 200 "$work/wu.limit.err")), nothing set" \
     '[ $w_rc -ne 0 ] && [ $w_drc -ne 0 ] && [ "$(rcli EXISTS "dbthrottle:{wop}:q:limit" "dbthrottle:{wop}:q:drain")" = 0 ] && grep -q "access at least one of the keys\\|NOPERM" "$work/wu.limit.err" && grep -q "access at least one of the keys\\|NOPERM" "$work/wu.drain.err"'
+# A user who may read a pool's keys but not run the scripts: settings prints what it read and
+# fails, saying the values in force are not known (a stranger's find: it exited 0).
+rcli ACL SETUSER dbt-peek on '>peekpw' '~*' '+@read' '+@connection' '+info' '+script|load' >/dev/null
+DBTHROTTLE_REDIS_URL="redis://dbt-peek:peekpw@127.0.0.1:$rport" "$D" settings wop >"$work/peek.out" 2>"$work/peek.err"; p_rc=$?
+check "settings as a user who may not run the scripts: exit $p_rc (1), says the values in force are not known ($(head -c 200 "$work/peek.err"))" \
+    '[ $p_rc = 1 ] && grep -q "values in force are not known" "$work/peek.err" && grep -q "no live setting" "$work/peek.out"'
+rcli ACL DELUSER dbt-peek >/dev/null
 rcli ACL LOG RESET >/dev/null
 
 # ---- workers with the worker user -------------------------------------------------------------

@@ -29,13 +29,16 @@ print("applied", p.get("applied", 0), "behind", *[q["pid"] for q in p.get("behin
     lv_jerr=$(lv_cli settings lv --json 2>/dev/null | $py -c 'import json, sys; print(json.load(sys.stdin)["pools"][0]["error"])')
     lv_jdown=$("$top/build/dbthrottle" settings lv --json --redis redis://127.0.0.1:1 2>/dev/null | $py -c 'import json, sys; print(json.load(sys.stdin)["error"])')
     check "settings --json says what went wrong: an unknown pool ($lv_jerr), Redis unreachable ($lv_jdown)" \
-        'echo "$lv_jerr" | grep -q "no pool under this key prefix (dbthrottle:)" && echo "$lv_jdown" | grep -q "127.0.0.1:1"'
+        'echo "$lv_jerr" | grep -q "nothing is set for it under this key prefix (dbthrottle:; a typo?); " && echo "$lv_jdown" | grep -q "127.0.0.1:1"'
     check "--clear with a VALUE, or with no KEY, says what is wrong (exit 2)" \
         'lv_cli set lv wait_timeout 5s --clear 2>"$work/lv.e3"; [ $? = 2 ] && grep -q "clear takes no VALUE" "$work/lv.e3" &&
          lv_cli set lv --clear 2>"$work/lv.e4"; [ $? = 2 ] && grep -q "which KEY to clear" "$work/lv.e4"'
     check "set says the value as stored ($(lv_cli set lv wait_timeout 0 --create))" \
         'lv_cli set lv wait_timeout 0 --create | grep -q "wait_timeout = 0ms, live"'
     check "set writes a live value (--create)" 'lv_cli set lv wait_timeout 2s --create >/dev/null'
+    # A typo names the pools there, as set, limit and drain do (a stranger had to run status).
+    check "settings of a pool Redis never saw names the pools there ($(lv_cli settings lvv 2>&1 >/dev/null | cut -c1-200))" \
+        'lv_cli settings lvv 2>&1 >/dev/null | grep -q "a typo?); the pools there: .*\\blv\\b"'
     check "a pool whose only key is its live settings is known: no --create the second time" \
         'lv_cli set lv wait_timeout 1s >/dev/null'
     # The usual mistakes, each said for what it is (a stranger saw "unknown option 'wait_timeout'"
