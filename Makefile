@@ -246,6 +246,9 @@ WHITEBOX_tests/sem/test_recovery.c = preload/sem
 WHITEBOX_tests/sem/test_fleet.c = preload/sem
 # Reads a permit's last renewal and the lapse margin (lapse.h) to stop Redis between the two.
 WHITEBOX_tests/sem/test_outage.c = preload/sem
+# Applies live settings (live.h) and reads the lease a permit believes and the pool's in force
+# (lease.h, pool_types.h), against the holder's end in Redis.
+WHITEBOX_tests/sem/test_live_lease.c = preload/sem
 # Changes the pool's cid while it waits (dbt_pool_set_group, pool.h) and waits for the listener
 # to settle (listener.h) before it does.
 WHITEBOX_tests/sem/test_cid_change.c = preload/sem

@@ -489,15 +489,16 @@ load_classes = function()
         return tonumber(string.match(id, '^[^#]*%.(%d+)')) or 1
     end
 
-    -- Runs `cmd key [flag] score member ...` (ZADD) or `cmd key member ...` (ZREM) over the
-    -- members of a permit of weight w: id, id#2 .. id#w, a batch at a time (UNIT_BATCH).
+    -- Runs `cmd key [flags] score member ...` (ZADD; flags: words, "XX GT") or `cmd key member
+    -- ...` (ZREM) over the members of a permit of weight w: id, id#2 .. id#w, a batch at a time
+    -- (UNIT_BATCH).
     -- Returns how many the command counted (added, removed).
     K.on_units = function(cmd, key, id, w, score, flag)
         local n, k = 0, 1
         while k <= w do
             local args = {key}
-            if flag then
-                args[#args + 1] = flag
+            for f in string.gmatch(flag or '', '%S+') do
+                args[#args + 1] = f
             end
             for j = k, math.min(w, k + UNIT_BATCH - 1) do
                 if score then
@@ -758,12 +759,15 @@ load_classes = function()
         end
     end
 
-    -- Id's permit is renewed until exp (only the units still held: XX).
+    -- Id's permit is renewed until exp (only the units still held: XX), never to an earlier end
+    -- (GT): a renewal with a shorter lease (the pool's lease changed live) that runs after one
+    -- with a longer, or whose reply its process never read, must not end a lease its process
+    -- still counts on (docs/design.md, "Live settings per pool").
     K.renew_units = function(s, id, exp)
         local tag, w = shape_of(id)
-        K.on_units('ZADD', s.H, id, w, exp, 'XX')
+        K.on_units('ZADD', s.H, id, w, exp, 'XX GT')
         if tag then
-            K.on_units('ZADD', K.tag_holders(s, tag), id, w, exp, 'XX')
+            K.on_units('ZADD', K.tag_holders(s, tag), id, w, exp, 'XX GT')
         end
     end
 

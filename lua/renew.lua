@@ -264,7 +264,7 @@ local function renew_waiters(s, n)
             lost_w[#lost_w + 1] = id
             late[#late + 1] = id
         elseif queued_now then
-            redis.call('ZADD', s.W, 'XX', exp, id)
+            redis.call('ZADD', s.W, 'XX', 'GT', exp, id) -- never earlier (K.renew_units)
         elseif redis.call('ZSCORE', s.H, id) then
             -- granted (the grant is on its way, or was lost): renew it as a holder, and say so
             K.renew_units(s, id, exp)

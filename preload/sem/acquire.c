@@ -194,8 +194,9 @@ typedef enum {
 } acq_sent;
 
 /* Sends acquire.lua for s. */
-static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
-                                long long *queue, long long *ticket, long long *class_wait_ms)
+static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, int64_t lease_ms, bool try_only,
+                                long long *holders, long long *queue, long long *ticket,
+                                long long *class_wait_ms)
 {
     char err[DBT_ERRLEN], who[DBT_WHO_LEN];
     dbt_format_who(p->client->host, (long)getpid(), s->conn, who, sizeof who);
@@ -207,7 +208,7 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
                           .session = s->session};
     dbt_script_call call;
     dbt_build_acquire(&call, &p->keys, s->kind, p->client->cfg, &a);
-    dbt_lease_bind(p, &call);
+    dbt_lease_bind(p, &call, lease_ms); /* the slot's belief until the reply: no longer */
     int64_t sent = dbt_now_us();
     dbt_acquire_reply reply;
     redisReply *rep = dbt_pool_run(p, "acquire", &call, dbt_parse_acquire, &reply, err);
@@ -250,11 +251,12 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, bool try_only, 
 }
 
 /* send_acquire_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
-static acq_sent send_acquire(dbt_pool *p, struct dbt_slot *s, bool try_only, long long *holders,
-                             long long *queue, long long *ticket, long long *class_wait_ms)
+static acq_sent send_acquire(dbt_pool *p, struct dbt_slot *s, int64_t lease_ms, bool try_only,
+                             long long *holders, long long *queue, long long *ticket,
+                             long long *class_wait_ms)
 {
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    acq_sent r = send_acquire_io(p, s, try_only, holders, queue, ticket, class_wait_ms);
+    acq_sent r = send_acquire_io(p, s, lease_ms, try_only, holders, queue, ticket, class_wait_ms);
     dbt_redis_budget_end(b);
     return r;
 }
@@ -334,6 +336,7 @@ typedef struct {
     long long ticket;         /* acquire.lua's ticket (granted: the ticket counter then) */
     long long class_wait_ms;  /* the caller's class's wait, from acquire.lua; -1: none */
     bool from_shelf;          /* its permit came off the host's shelf (no acquire.lua) */
+    int64_t lease_ms;         /* the lease its acquire carries, as its slot believes (begin_slot) */
     /* Queued anew once already because the host's relay failed its call: a second failure is
      * Redis' (a relay whose link to Redis broke closes its clients: each call meets it twice). */
     bool relay_retried;
@@ -544,6 +547,7 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
     struct dbt_slot *orphan = a->may_wait ? dbt_handover_adopt(p, s) : NULL;
     if (orphan) {
         memcpy(s->id, orphan->id, sizeof s->id);
+        s->named_round = orphan->named_round;
         dbt_lease_renewed(s, orphan->t_renewed_us, orphan->lease_us / 1000);
         s->class_wait_ms = orphan->class_wait_ms;
         if (dbt_recycle_slot(p, orphan))
@@ -552,12 +556,14 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
     } else {
         dbt_sharing_group_ready(p);
         new_id(p, s);
+        s->named_round = 0;
         /* Its lease clock from before the send (Redis' lease starts after it): a grant pushed
          * before the reply is read makes the slot HELD at once, and a lease clock still 0 (a new
          * or recycled slot) then read as unrenewed since boot: lapse.c cancelled its command
          * ("not renewed for <uptime> ms"), renewals left it out as over a lease old, and a local
          * handover passed the 0 on. The reply's send time replaces it (send_acquire_io). */
-        dbt_lease_renewed(s, dbt_now_us(), dbt_lease_us(p) / 1000);
+        a->lease_ms = dbt_lease_us(p) / 1000; /* the acquire carries the one the slot believes */
+        dbt_lease_renewed(s, dbt_now_us(), a->lease_ms);
     }
     s->state = SLOT_PENDING;
     s->lost = false; /* a grant given back as stale is behind us */
@@ -589,8 +595,8 @@ static acq_sent send_or_adopt(acquire_run *a)
         return ACQ_SENT_QUEUED;
     }
     a->class_wait_ms = -1;
-    acq_sent st = send_acquire(a->p, a->s, !a->may_wait, &a->holders, &a->queue, &a->ticket,
-                               &a->class_wait_ms);
+    acq_sent st = send_acquire(a->p, a->s, a->lease_ms, !a->may_wait, &a->holders, &a->queue,
+                               &a->ticket, &a->class_wait_ms);
     /* A class's wait replaces DBTHROTTLE_WAIT_TIMEOUT for its commands, counted from the
      * command's start as that one is. */
     if (st == ACQ_SENT_QUEUED && a->class_wait_ms >= 0)

@@ -150,6 +150,9 @@ static void swap_permit(dbt_pool *p, struct dbt_slot *from, struct dbt_slot *to,
     int64_t held_renewed = from->t_renewed_us, held_lease = from->lease_us;
     dbt_lease_renewed(from, to->t_renewed_us, to->lease_us / 1000);
     dbt_lease_renewed(to, held_renewed, held_lease / 1000);
+    uint64_t held_named = from->named_round;
+    from->named_round = to->named_round;
+    to->named_round = held_named;
     to->share_got_us = from->share_got_us; /* the permit's, as its lease clock */
     from->share_got_us = 0;
     to->lost = from->lost;
@@ -228,10 +231,13 @@ void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int6
         return;
     }
     /* Its place stays this process': an orphan for the next waiter. */
-    (void)new_orphan(p, s, s->id, s->t_renewed_us, s->lease_us, SLOT_QUEUED, now);
-    p->nqueued--; /* counted again as the orphan's */
+    struct dbt_slot *o = new_orphan(p, s, s->id, s->t_renewed_us, s->lease_us, SLOT_QUEUED, now);
+    if (o)
+        o->named_round = s->named_round; /* its place, as named */
+    p->nqueued--;                        /* counted again as the orphan's */
     dbt_lw_remove(p, s);
     snprintf(s->id, sizeof s->id, "%s", id);
+    s->named_round = 0;
     /* the stale check goes on from the giver's last renewal, said for the segment's lease */
     dbt_lease_renewed(s, renewed_us, p->share_lease_us / 1000);
     s->share_got_us = now;
@@ -267,6 +273,28 @@ static bool orphans_unsole(dbt_pool *p)
                 return true;
         }
     return false;
+}
+
+void dbt_handover_drop_taken_shelved(dbt_pool *p, struct dbt_slot *s)
+{
+    dbt_pool_note_kept_hold(p, s);
+    s->shelf = 0;
+    s->parked = false;
+    p->nparked--;
+    dbt_unlink_slot(p, s);
+    s->state = SLOT_RETURNED; /* its owner frees it */
+}
+
+void dbt_handover_leave_segment(dbt_pool *p)
+{
+    dbt_handover_receive(p);
+    pthread_mutex_lock(&p->mu);
+    for (struct dbt_slot *s = p->slots, *next; s; s = next) {
+        next = s->next;
+        if (s->shelf && s->parked && !dbt_sharing_unshelve_own(p, s))
+            dbt_handover_drop_taken_shelved(p, s); /* taken meanwhile: the taker's */
+    }
+    pthread_mutex_unlock(&p->mu);
 }
 
 void dbt_handover_receive(dbt_pool *p)

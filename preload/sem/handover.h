@@ -16,6 +16,9 @@ void dbt_lw_remove(dbt_pool *p, struct dbt_slot *s); /* s waits no more; no-op i
 /* s leaves every list of the pool (the slots, the waiting threads), uncounted; an orphan is the
  * pool's no more. */
 void dbt_unlink_slot(dbt_pool *p, struct dbt_slot *s);
+/* s, kept on the host's shelf, was taken from it by another process of the host: its permit is
+ * that process' now; s leaves the pool's lists (SLOT_RETURNED: its owner frees it). p->mu held. */
+void dbt_handover_drop_taken_shelved(dbt_pool *p, struct dbt_slot *s);
 /* Redis granted s (QUEUED or PENDING): the permit goes to the process' oldest waiting thread of
  * its kind and limit, which s may be; a place nobody waits on any more is given back by the
  * renewer. */
@@ -43,6 +46,10 @@ void dbt_handover_received(dbt_pool *p, struct dbt_slot *s, const char *id, int6
  * in the queue becomes an orphan of the pool) and wakes the renewer when the host's sole state
  * ended while the pool keeps orphans. */
 void dbt_handover_receive(dbt_pool *p);
+/* Without p->mu: the pool's lease changed, so the process is about to let its host's segment go
+ * (sharing.c): it takes what was passed to its waiters there and its own permits off the shelf
+ * first, which would otherwise stay held in Redis, used by nobody, until their leases end. */
+void dbt_handover_leave_segment(dbt_pool *p);
 /* p->mu held: the process exits: every registration in the host's segment ends (permits offered
  * to them become held orphans, which the exit gives back). */
 void dbt_handover_quit(dbt_pool *p);

@@ -10,7 +10,8 @@ void dbt_lease_init(dbt_pool *p)
 {
     int64_t own = p->client->cfg->lease_ms;
     atomic_init(&p->lease_ms, own);
-    atomic_init(&p->lease_prev_ms, own);
+    atomic_init(&p->lease_prev_min_ms, own);
+    atomic_init(&p->lease_prev_max_ms, own);
     atomic_init(&p->lease_prev_until_us, 0);
 }
 
@@ -19,12 +20,22 @@ void dbt_lease_set(dbt_pool *p, int64_t lease_ms)
     int64_t was = atomic_load(&p->lease_ms);
     if (was == lease_ms)
         return;
+    /* Changed again before the last change settled (an operator's typo corrected): those
+     * before are still carried too. */
+    int64_t now = dbt_now_us(), lo = was, hi = was;
+    if (now < atomic_load(&p->lease_prev_until_us)) {
+        int64_t pmin = atomic_load(&p->lease_prev_min_ms),
+                pmax = atomic_load(&p->lease_prev_max_ms);
+        lo = pmin < lo ? pmin : lo;
+        hi = pmax > hi ? pmax : hi;
+    }
     /* A call built just before carries the old lease: accepted up to a Redis timeout later
      * (its budget), its permit lives a lease from its send; renewed since, it carries the new
      * one. A second of slack for a renewer late on a loaded machine. */
-    int64_t until = dbt_now_us() + (was + p->client->cfg->redis_timeout_ms + 1000) * 1000;
-    atomic_store(&p->lease_prev_ms, was);
-    atomic_store(&p->lease_prev_until_us, until);
+    atomic_store(&p->lease_prev_min_ms, lo);
+    atomic_store(&p->lease_prev_max_ms, hi);
+    atomic_store(&p->lease_prev_until_us,
+                 now + (hi + p->client->cfg->redis_timeout_ms + 1000) * 1000);
     atomic_store(&p->lease_ms, lease_ms);
 }
 
@@ -33,29 +44,33 @@ int64_t dbt_lease_us(const dbt_pool *p)
     return atomic_load(&p->lease_ms) * 1000;
 }
 
-/* The lease before the one in force, while a permit may still carry it; else the one in force. */
-static int64_t prev_us(const dbt_pool *p, int64_t now)
+/* Whether a permit may still carry a lease from before the one in force. */
+static bool settling(const dbt_pool *p, int64_t now)
 {
-    return now < atomic_load(&p->lease_prev_until_us) ? atomic_load(&p->lease_prev_ms) * 1000
-                                                      : dbt_lease_us(p);
+    return now < atomic_load(&p->lease_prev_until_us);
 }
 
 int64_t dbt_lease_shortest_us(const dbt_pool *p, int64_t now)
 {
-    int64_t cur = dbt_lease_us(p), prev = prev_us(p, now);
+    int64_t cur = dbt_lease_us(p);
+    if (!settling(p, now))
+        return cur;
+    int64_t prev = atomic_load(&p->lease_prev_min_ms) * 1000;
     return prev < cur ? prev : cur;
 }
 
 int64_t dbt_lease_longest_us(const dbt_pool *p, int64_t now)
 {
-    int64_t cur = dbt_lease_us(p), prev = prev_us(p, now);
+    int64_t cur = dbt_lease_us(p);
+    if (!settling(p, now))
+        return cur;
+    int64_t prev = atomic_load(&p->lease_prev_max_ms) * 1000;
     return prev > cur ? prev : cur;
 }
 
-void dbt_lease_bind(const dbt_pool *p, dbt_script_call *c)
+void dbt_lease_bind(const dbt_pool *p, dbt_script_call *c, int64_t lease_ms)
 {
-    dbt_script_set_lease(c, dbt_lease_us(p) / 1000, dbt_lease_longest_us(p, dbt_now_us()) / 1000,
-                         p->client->cfg);
+    dbt_script_set_lease(c, lease_ms, dbt_lease_longest_us(p, dbt_now_us()) / 1000, p->client->cfg);
 }
 
 void dbt_lease_renewed(struct dbt_slot *s, int64_t sent_us, int64_t lease_ms)

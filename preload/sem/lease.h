@@ -18,8 +18,9 @@ int64_t dbt_lease_us(const dbt_pool *p);
  * quarantine is the longest's (a holder renewed with it may still re-assert by it). */
 int64_t dbt_lease_shortest_us(const dbt_pool *p, int64_t now);
 int64_t dbt_lease_longest_us(const dbt_pool *p, int64_t now);
-/* A built call made to carry the lease in force (and the keys' TTL and the Q that go with it). */
-void dbt_lease_bind(const dbt_pool *p, dbt_script_call *c);
+/* A built call made to carry lease_ms (the lease in force when the caller read it: dbt_lease_us),
+ * and the keys' TTL and the Q that go with it. */
+void dbt_lease_bind(const dbt_pool *p, dbt_script_call *c, int64_t lease_ms);
 /* s was accepted by Redis in a call sent at sent_us that carried lease_ms: its lease runs from
  * there (struct dbt_slot's t_renewed_us, lease_us). p->mu held. */
 void dbt_lease_renewed(struct dbt_slot *s, int64_t sent_us, int64_t lease_ms);

@@ -53,6 +53,23 @@ void dbt_live_apply(dbt_pool *p, const char *text)
             l->set[weights_row] = false;
             break;
         }
+    /* A lease the server's check of this process' connections cannot keep up with: a dead
+     * client's statement would run on past its permit's return (the check interval was asked
+     * at connect, from the process' own settings: docs/configuration.md). Refused, as a weight
+     * above its limit is, and said in status. */
+    ptrdiff_t lease_row = row_of(offsetof(dbt_config, lease_ms));
+    int64_t check_ms = dbt_server_check_ms(p->client->cfg);
+    if (lease_row >= 0 && l->set[lease_row] && check_ms > 0 && l->cfg.lease_ms < 4 * check_ms) {
+        size_t n = strlen(refused);
+        snprintf(refused + n, sizeof refused - n,
+                 "%slease: %lld ms is under 4 x this process' server check interval (%lld ms, "
+                 "DBTHROTTLE_SERVER_CHECK_INTERVAL): a dead client's statement could outlive its "
+                 "permit",
+                 n ? "; " : "", (long long)l->cfg.lease_ms, (long long)check_ms);
+        n = strlen(l->refused_keys);
+        snprintf(l->refused_keys + n, sizeof l->refused_keys - n, "%slease", n ? "," : "");
+        l->set[lease_row] = false;
+    }
     ptrdiff_t mode_row = row_of(offsetof(dbt_config, on_redis_error));
     pthread_mutex_lock(&p->mu);
     dbt_live *old = p->live;
@@ -62,7 +79,6 @@ void dbt_live_apply(dbt_pool *p, const char *text)
     bool mode_live = mode_row >= 0 && l->set[mode_row];
     atomic_store(&p->on_redis_error,
                  (int)(mode_live ? l->cfg.on_redis_error : p->client->cfg->on_redis_error));
-    ptrdiff_t lease_row = row_of(offsetof(dbt_config, lease_ms));
     dbt_lease_set(p,
                   lease_row >= 0 && l->set[lease_row] ? l->cfg.lease_ms : p->client->cfg->lease_ms);
     ptrdiff_t level_row = row_of(offsetof(dbt_config, log_level));

@@ -128,6 +128,9 @@ struct dbt_slot {
      * t_renewed_us + lease_us by its clock): every belief in it is measured by it, not by the
      * pool's lease now, which a live setting may change meanwhile (lease.c). */
     int64_t lease_us;
+    /* The renewal round that named its id (p->renew_round; 0: none): only those ids are renewed
+     * by that round's reply. The flag follows the id when ids move between slots. */
+    uint64_t named_round;
     int64_t idle_since_us; /* held with nothing running, inside a transaction; 0 otherwise */
     bool idle_warned;
     /* What Redis shows of this holder (dbt_slot_doing): the doing the last renewal sent or its
@@ -289,9 +292,10 @@ struct dbt_pool {
      * live.c, read on any path, with or without p->mu (an outage's paths take it, lapse.c's
      * hold it). */
     atomic_int on_redis_error;
-    /* The lease in force (ms): the live value, else the process' own; and the one before it
-     * with the time until which a permit or place may still carry it (lease.c). */
-    _Atomic int64_t lease_ms, lease_prev_ms, lease_prev_until_us;
+    /* The lease in force (ms): the live value, else the process' own; and the shortest and the
+     * longest of those before it, with the time until which a permit or place may still carry
+     * them (lease.c). */
+    _Atomic int64_t lease_ms, lease_prev_min_ms, lease_prev_max_ms, lease_prev_until_us;
     /* The pool's live log_level for its trace (trace.c), -1: the process' own. Set by live.c. */
     atomic_int log_level;
     /* p->live's version, for readers without p->mu (dbt_pool_live_applied). Set by live.c. */
@@ -370,7 +374,8 @@ struct dbt_pool {
     pthread_t thread;
     pthread_cond_t bg_cv;
     int64_t last_renew_us;
-    int renew_failures; /* renewals failed in a row: the next is tried sooner (renewal_failed) */
+    uint64_t renew_round; /* renewer.c: the rounds so far (struct dbt_slot's named_round) */
+    int renew_failures;   /* renewals failed in a row: the next is tried sooner (renewal_failed) */
     /* What a lease lost for want of renewal says of its cause (dbt_slot_expire_unrenewed): Redis,
      * or this process stopped (SIGSTOP, a VM freeze) or not scheduled. When the renewer planned
      * to run its loop again, and by when it surely would have unless stalled (0: not running);

@@ -21,7 +21,7 @@ bool dbt_cancel_id(dbt_pool *p, dbt_kind kind, const char *id, bool gave_up, boo
     char err[DBT_ERRLEN];
     dbt_script_call call;
     dbt_build_cancel(&call, &p->keys, kind, p->client->cfg, id, gave_up);
-    dbt_lease_bind(p, &call);
+    dbt_lease_bind(p, &call, dbt_lease_us(p) / 1000);
     dbt_cancel_outcome outcome;
     redisReply *rep = dbt_pool_run(p, "cancel", &call, dbt_parse_cancel, &outcome, err);
     if (!rep)
@@ -71,7 +71,7 @@ static void build_op(dbt_pool *p, const dbt_owed_op *op, dbt_script_call *call)
     else
         dbt_build_cancel(call, &p->keys, op->kind, p->client->cfg, op->id,
                          op->what == DBT_OWED_CANCEL);
-    dbt_lease_bind(p, call);
+    dbt_lease_bind(p, call, dbt_lease_us(p) / 1000);
 }
 
 /* op (release.lua, or cancel.lua) written without waiting for its reply; its tag makes a reply

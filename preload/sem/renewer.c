@@ -351,7 +351,7 @@ void dbt_report_local(dbt_pool *p)
     const char *args[DBT_RENEW_NARGS_FIXED];
     dbt_script_call call; /* a renewal of no ids, for its counts, that takes the record away */
     dbt_build_renew(&call, &p->keys, p->client->cfg, NULL, local, args);
-    dbt_lease_bind(p, &call);
+    dbt_lease_bind(p, &call, dbt_lease_us(p) / 1000);
     dbt_renew_add_record(&call, &p->keys, p->client->cid, record, ttl, true);
     dbt_renew_add_local_hist(&call, waits.args); /* after the doing args, of which it has none */
     dbt_renew_add_local_holds(&call, waits.holds_args);
@@ -390,8 +390,9 @@ static bool names_group(const dbt_pool *p, const dbt_id_list lists[DBT_RENEW_LIS
  * each kind that it renewed; named: whether it named an id of the group of the kind
  * (names_group). */
 static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sent, int64_t lease_ms,
-                          const int nmine[DBT_NKINDS], const dbt_share_view shares[DBT_NKINDS],
-                          const bool named[DBT_NKINDS], dbt_cancels *cancels)
+                          uint64_t round, const int nmine[DBT_NKINDS],
+                          const dbt_share_view shares[DBT_NKINDS], const bool named[DBT_NKINDS],
+                          dbt_cancels *cancels)
 {
     /* What Redis no longer has first: a lease it did not renew must not look renewed. */
     apply_lost(p, reply, cancels);
@@ -399,20 +400,22 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
      * the queue before is void. */
     if (reply->reasserted[DBT_KIND_QUERY] > 0 || reply->reasserted[DBT_KIND_CONN] > 0)
         dbt_pool_forget_verdicts(p);
-    /* Not a permit another process passed here after the renewal was sent: it did not name it
-     * (its lease runs from its last renewal, by whichever process). Nor an id renew() left out
+    /* Only the ids it named (named_round): not a slot an acquire made held or queued after it was
+     * built, whose lease Redis counts from that acquire's. Not a permit another process passed
+     * here after the renewal was sent: it did not name it (its lease runs from its last renewal,
+     * by whichever process). Nor an id renew() left out
      * as a whole lease old (a stale orphan place, or one taken over since): Redis did not renew
      * it, and may have forgotten it. */
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (((s->state == SLOT_HELD && !s->lost) || s->state == SLOT_QUEUED) &&
-            s->t_renewed_us < sent && sent - s->t_renewed_us <= s->lease_us &&
-            s->share_got_us <= sent) {
+            s->named_round == round && s->t_renewed_us < sent &&
+            sent - s->t_renewed_us <= s->lease_us && s->share_got_us <= sent) {
             dbt_lease_renewed(s, sent, lease_ms); /* what Redis renewed it with */
             /* Whoever takes it off the shelf goes on from this renewal; unless it re-asserted
              * ids of the kind (Redis had lost them): a kept permit then goes back (below), and
              * left as old as it was, nobody takes it meanwhile if that was longer than Q. */
-            if (s->shelf && reply->reasserted[s->kind] == 0)
-                (void)dbt_sharing_shelf_check(p, s, sent);
+            if (s->shelf && reply->reasserted[s->kind] == 0) /* said for the segment's lease */
+                (void)dbt_sharing_shelf_check(p, s, dbt_lease_renewed_for(s, p->share_lease_us));
         }
     apply_granted(p, &reply->granted_waiters);
     for (int k = 0; k < DBT_NKINDS; k++) {
@@ -537,20 +540,19 @@ static void renew(dbt_pool *p)
     /* Permits of ours on the host's shelf that another process took: its to renew now. */
     for (struct dbt_slot *s = p->slots, *next; s; s = next) {
         next = s->next;
-        if (s->shelf && s->parked && !dbt_sharing_shelf_check(p, s, -1)) {
-            dbt_pool_note_kept_hold(p, s);
-            s->shelf = 0;
-            s->parked = false;
-            p->nparked--;
-            dbt_unlink_slot(p, s);
-            s->state = SLOT_RETURNED; /* its owner frees it */
-        }
+        if (s->shelf && s->parked && !dbt_sharing_shelf_check(p, s, -1))
+            dbt_handover_drop_taken_shelved(p, s);
     }
     /* Until when this process may still believe in any lease it names (its last accepted
      * renewal's send + a lease: then it takes the lease for lost): Redis, which may run this
      * renewal late (stopped, with it in its socket), takes an id it lacks after that for a lease
      * that ran out, not for data lost (renew.lua). */
     int64_t believed_until = 0;
+    /* The lease this round carries, and its number: its reply renews only the ids it named, with
+     * that lease (a slot an acquire made held meanwhile was not named: Redis has it by its
+     * acquire's lease). */
+    int64_t lease_ms = dbt_lease_us(p) / 1000;
+    uint64_t round = ++p->renew_round;
     for (struct dbt_slot *s = p->slots; s && ok; s = s->next) {
         bool named = false;
         if (s->state == SLOT_HELD && !s->lost)
@@ -558,6 +560,8 @@ static void renew(dbt_pool *p)
                 push_id(&lists[s->kind][DBT_RENEW_HELD], s->id) && push_doing(&doing[s->kind], s);
         else if (s->state == SLOT_QUEUED && (!s->orphan || start - s->t_renewed_us <= s->lease_us))
             ok = named = push_id(&lists[s->kind][DBT_RENEW_QUEUED], s->id);
+        if (named)
+            s->named_round = round;
         if (named && s->t_renewed_us + s->lease_us > believed_until)
             believed_until = s->t_renewed_us + s->lease_us;
     }
@@ -606,12 +610,10 @@ static void renew(dbt_pool *p)
         nmine[k] = lists[k][DBT_RENEW_QUEUED].n;
     }
     const char **args = ok ? malloc((size_t)dbt_renew_nargs(lists) * sizeof *args) : NULL;
-    int64_t lease_ms = 0; /* the lease the renewal carried */
     if (args) {
         dbt_script_call call;
         dbt_build_renew(&call, &p->keys, p->client->cfg, lists, local, args);
-        dbt_lease_bind(p, &call);
-        lease_ms = call.lease_ms;
+        dbt_lease_bind(p, &call, lease_ms);
         dbt_renew_add_record(&call, &p->keys, p->client->cid, record, record_ttl, goodbye);
         if (clients)
             dbt_renew_add_clients(&call, clients);
@@ -664,7 +666,7 @@ static void renew(dbt_pool *p)
     if (rep) {
         p->renew_failures = 0;
         p->reported = !goodbye;
-        apply_renewal(p, &reply, sent, lease_ms, nmine, shares, named, &cancels);
+        apply_renewal(p, &reply, sent, lease_ms, round, nmine, shares, named, &cancels);
         if (reply.live)
             live = strdup(reply.live); /* applied below, without the lock */
         freeReplyObject(rep);
@@ -676,7 +678,10 @@ static void renew(dbt_pool *p)
     send_cancels(p, &cancels);
     if (live) { /* the pool's live settings changed (live.c) */
         pthread_mutex_unlock(&p->mu);
+        int64_t lease_was = dbt_lease_us(p);
         dbt_live_apply(p, live);
+        if (dbt_lease_us(p) != lease_was) /* the segment of the old lease goes (sharing.c) */
+            dbt_handover_leave_segment(p);
         pthread_mutex_lock(&p->mu);
         free(live);
     }

@@ -165,6 +165,11 @@ void dbt_sharing_attach(dbt_pool *p)
     pthread_mutex_lock(&p->mu);
     p->share_attaching = false;
     bool keep = sh && p->gen == gen && !p->exiting && !p->share;
+    /* The lease changed while it attached: that segment is not its lease's. Again soon. */
+    if (keep && lease_us != dbt_lease_us(p)) {
+        keep = false;
+        p->share_retry_us = dbt_now_us() + REATTACH_US;
+    }
     if (keep) {
         p->share = sh;
         p->share_lease_us = lease_us;
@@ -381,6 +386,7 @@ bool dbt_sharing_take_shelved(dbt_pool *p, struct dbt_slot *s)
     if (!dbt_share_unshelve(p->share, &shape, 0, now - oldest, &permit, NULL))
         return false;
     snprintf(s->id, sizeof s->id, "%s", permit.id);
+    s->named_round = 0;
     dbt_lease_renewed(s, permit.renewed_us, lease / 1000);
     s->share_got_us = now;
     return true;

@@ -31,7 +31,7 @@ print(p["pool"], p["live_settings"]["values"], p["settings_in_force"]["log_level
          grep -qE "^    wait_timeout +2m: default, 1$" "$work/ll.settings1" && grep -qE "^    exempt +none: default, 1$" "$work/ll.settings1"'
     # A second process of the pool whose own wait_timeout differs: status says so, with where
     # each value came from; --json gives every value in force.
-    hold_begin ll_other DBTHROTTLE_POOL=ll DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_WAIT_TIMEOUT=30s
+    hold_begin ll_other DBTHROTTLE_POOL=ll DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_LEASE=3s DBTHROTTLE_WAIT_TIMEOUT=30s
     ll_in_force() {
         ll_cli status ll --json | $py -c 'import json, sys
 f = json.load(sys.stdin)["pools"][0]["settings_in_force"]

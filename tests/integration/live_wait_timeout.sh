@@ -36,9 +36,10 @@ print("applied", p.get("applied", 0), "behind", *[q["pid"] for q in p.get("behin
     check "set says the value as stored ($(lv_cli set lv wait_timeout 0 --create))" \
         'lv_cli set lv wait_timeout 0 --create | grep -q "wait_timeout = 0ms, live"'
     check "set writes a live value (--create)" 'lv_cli set lv wait_timeout 2s --create >/dev/null'
-    # A typo names the pools there, as set, limit and drain do (a stranger had to run status).
+    # A typo names the pools there (the first 12), as set, limit and drain do (a stranger had to
+    # run status).
     check "settings of a pool Redis never saw names the pools there ($(lv_cli settings lvv 2>&1 >/dev/null | cut -c1-200))" \
-        'lv_cli settings lvv 2>&1 >/dev/null | grep -q "a typo?); the pools there: .*\\blv\\b"'
+        'lv_cli settings lvv 2>&1 >/dev/null | grep -q "a typo?); the pools there: [^ ]"'
     check "a pool whose only key is its live settings is known: no --create the second time" \
         'lv_cli set lv wait_timeout 1s >/dev/null'
     # The usual mistakes, each said for what it is (a stranger saw "unknown option 'wait_timeout'"
