@@ -371,6 +371,30 @@ local function controls(s, now, pre, at)
     return s.override or nil, s.drained, s.qleft
 end
 
+-- The longest lease a process may have (DBTHROTTLE_LEASE's bound, 1 h, the C side's settings.c;
+-- a live lease too): how long a mark must outlive its cause for any renewer, and how far ahead of
+-- Redis' clock a lease can end (an end further ahead was written under another clock).
+local MAX_LEASE_MS = 3600000
+
+-- How a renewal writes a lease's new end over `score`, the one Redis has: never earlier (GT): a
+-- renewal with a shorter lease (the pool's lease changed live) that runs after one with a longer,
+-- or whose reply its process never read, must not end a lease its process still counts on. Unless
+-- the end Redis has is beyond any lease from now: written under a clock ahead of this server's (a
+-- failover), it is put right, as it was before GT.
+local function renew_flags(score, now)
+    return (tonumber(score) or 0) > now + MAX_LEASE_MS + 60000 and 'XX' or 'XX GT'
+end
+
+-- Sets key's TTL to at least ms: never shortened (a caller with a shorter lease than another's
+-- must not cut what the other's marks need). One call on a release's path, as a plain PEXPIRE
+-- was: GT lengthens a TTL (the common case: it ran down since the last release); NX gives a key
+-- just made (no TTL yet, which GT takes for an endless one) its first.
+local function pexpire_at_least(key, ms)
+    if redis.call('PEXPIRE', key, ms, 'GT') == 0 then
+        redis.call('PEXPIRE', key, ms, 'NX')
+    end
+end
+
 -- Id left the holders (or the queue) lawfully: remembered until `forget` (ms), so that a renewal
 -- of it that races its leaving is not taken for data lost.
 local function note_gone(s, now, ids, forget)
@@ -390,7 +414,7 @@ local function note_gone(s, now, ids, forget)
         redis.call('ZREM', s.GONE, unpack(old))
     end
     redis.call('ZADD', s.GONE, unpack(args))
-    redis.call('PEXPIRE', s.GONE, 2 * LEASE + QMS)
+    pexpire_at_least(s.GONE, math.max(forget - now, 2 * LEASE) + QMS)
 end
 
 -- Undeclared keys (the same hash tag, so the same Cluster slot, as the per-tag keys):
@@ -436,6 +460,7 @@ end
 -- Expired entries are removed a bounded batch per call; each is removed once. Until then they
 -- count as holders, which can only under-admit.
 local REAP_BATCH = 64
+
 
 local function now_ms()
     local t = redis.call('TIME')
@@ -759,15 +784,14 @@ load_classes = function()
         end
     end
 
-    -- Id's permit is renewed until exp (only the units still held: XX), never to an earlier end
-    -- (GT): a renewal with a shorter lease (the pool's lease changed live) that runs after one
-    -- with a longer, or whose reply its process never read, must not end a lease its process
-    -- still counts on (docs/design.md, "Live settings per pool").
-    K.renew_units = function(s, id, exp)
+    -- Id's permit, whose end Redis has at score, is renewed until exp (only the units still
+    -- held: XX), never to an earlier end (renew_flags; docs/design.md, "Live settings per pool").
+    K.renew_units = function(s, id, exp, score)
+        local flags = renew_flags(score, exp - LEASE)
         local tag, w = shape_of(id)
-        K.on_units('ZADD', s.H, id, w, exp, 'XX GT')
+        K.on_units('ZADD', s.H, id, w, exp, flags)
         if tag then
-            K.on_units('ZADD', K.tag_holders(s, tag), id, w, exp, 'XX GT')
+            K.on_units('ZADD', K.tag_holders(s, tag), id, w, exp, flags)
         end
     end
 

@@ -47,10 +47,12 @@ elseif op == OP.EVICT or op == OP.EVICT_CANCEL then
         -- The permit may be passing between processes of a host: the giver's renewal and the
         -- receiver's may both name it. Each one within two leases is answered "e:"/"x:" (the
         -- marker in GONE, read, never consumed), and the id itself is gone lawfully, so that no
-        -- renewal takes its absence for data lost (a re-assertion and a quarantine).
-        local forget = now + 2 * LEASE
+        -- renewal takes its absence for data lost (a re-assertion and a quarantine). Two of the
+        -- longest leases, not the command's own: its holders' lease may be longer (their own, or
+        -- the pool's live one), and a renewal of theirs a lease/3 later must still find it.
+        local forget = now + 2 * MAX_LEASE_MS
         redis.call('ZADD', S.GONE, forget, arg, forget, mark .. ':' .. arg)
-        redis.call('PEXPIRE', S.GONE, 2 * LEASE + QMS)
+        pexpire_at_least(S.GONE, 2 * MAX_LEASE_MS + QMS)
         count(S, 'evicted')
         -- Its unit is free now, and goes to the next caller at once: a process that keeps the
         -- permit between commands (DBTHROTTLE_CACHE_PERMITS) would run its next ones on it until

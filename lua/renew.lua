@@ -145,7 +145,9 @@ end
 -- expired whatever the call says, never renewed back to life: a renewal that waited in a stopped
 -- Redis' socket would otherwise revive a permit nobody uses, for a lease. A lease a later
 -- renewal extended (one on another connection that overtook this one) has a later score, and is
--- renewed as usual.
+-- renewed as usual. A score may now run past what its process believes (renewals never end a
+-- lease sooner: renew_flags), so a renewal delayed past the belief may still extend a permit
+-- nobody uses, for a lease: capacity held for nobody, never a second holder.
 -- Not during a quarantine a change of server started: the scores are then another server's
 -- clock's (a promoted replica's may run ahead), and what the process believes is re-asserted, as
 -- left_lately says.
@@ -188,7 +190,8 @@ local function renew_holders(s, n)
     local late = {}
     for i = at, at + n - 1 do
         local id = group_arg(GROUP.ids, i, 'id')
-        if lapsed(s, redis.call('ZSCORE', s.H, id)) then
+        local score = redis.call('ZSCORE', s.H, id)
+        if lapsed(s, score) then
             -- its lease ran out before this call ran (a renewal delayed past it, in a stopped
             -- Redis' socket): expired, as a reap would find it, not renewed back to life (its
             -- process gives it up by its own clock; renewed, it was a permit nobody used for a
@@ -199,8 +202,8 @@ local function renew_holders(s, n)
             redis.call('HDEL', s.INFO, id)
             lost_h[#lost_h + 1] = id
             late[#late + 1] = id
-        elseif redis.call('ZSCORE', s.H, id) then
-            K.renew_units(s, id, exp)
+        elseif score then
+            K.renew_units(s, id, exp, score)
             note_doing(s, id, group_arg(GROUP.doing, held_before + i - at, 'doing'))
         else
             -- "e:ID" / "x:ID" when the operator evicted it (and asked for its command's cancel)
@@ -264,10 +267,14 @@ local function renew_waiters(s, n)
             lost_w[#lost_w + 1] = id
             late[#late + 1] = id
         elseif queued_now then
-            redis.call('ZADD', s.W, 'XX', 'GT', exp, id) -- never earlier (K.renew_units)
-        elseif redis.call('ZSCORE', s.H, id) then
+            if renew_flags(place, now) == 'XX' then -- (see renew_flags)
+                redis.call('ZADD', s.W, 'XX', exp, id)
+            else
+                redis.call('ZADD', s.W, 'XX', 'GT', exp, id)
+            end
+        elseif held then
             -- granted (the grant is on its way, or was lost): renew it as a holder, and say so
-            K.renew_units(s, id, exp)
+            K.renew_units(s, id, exp, held)
             granted_w[#granted_w + 1] = id
         elseif ran_late then
             lost_w[#lost_w + 1] = id -- its place's lease ran out: not evidence of loss

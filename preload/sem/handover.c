@@ -285,28 +285,12 @@ void dbt_handover_drop_taken_shelved(dbt_pool *p, struct dbt_slot *s)
     s->state = SLOT_RETURNED; /* its owner frees it */
 }
 
-void dbt_handover_leave_segment(dbt_pool *p)
-{
-    dbt_handover_receive(p);
-    pthread_mutex_lock(&p->mu);
-    for (struct dbt_slot *s = p->slots, *next; s; s = next) {
-        next = s->next;
-        if (s->shelf && s->parked && !dbt_sharing_unshelve_own(p, s))
-            dbt_handover_drop_taken_shelved(p, s); /* taken meanwhile: the taker's */
-    }
-    pthread_mutex_unlock(&p->mu);
-}
-
-void dbt_handover_receive(dbt_pool *p)
+/* dbt_handover_receive's work, p->mu held and attached. */
+static void receive_locked(dbt_pool *p)
 {
     enum { BATCH = 16 };
     struct dbt_slot *to[BATCH];
     dbt_share_permit permits[BATCH];
-    pthread_mutex_lock(&p->mu);
-    if (!p->share) {
-        pthread_mutex_unlock(&p->mu);
-        return;
-    }
     dbt_share_drain(p->share);
     dbt_deliver_collect(p); /* a parked command passed a permit here is sent here */
     int n;
@@ -320,8 +304,36 @@ void dbt_handover_receive(dbt_pool *p)
      * the places kept for next waiters go (orphan_due), at once. */
     if (orphans_unsole(p))
         dbt_pool_wake_bg(p);
+}
+
+void dbt_handover_receive(dbt_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->share)
+        receive_locked(p);
     pthread_mutex_unlock(&p->mu);
     dbt_deliver_flush();
+}
+
+void dbt_handover_leave_segment(dbt_pool *p)
+{
+    /* All under one hold of p->mu, the let-go too: nothing can be passed to this process' waiters
+     * or put on the shelf in between, to be lost with the segment. */
+    pthread_mutex_lock(&p->mu);
+    struct dbt_share *old = NULL;
+    if (p->share && p->share_lease_us != dbt_lease_us(p)) {
+        receive_locked(p);    /* what was passed to its waiters: theirs */
+        dbt_handover_quit(p); /* offers that came after: loose permits of the pool */
+        for (struct dbt_slot *s = p->slots, *next; s; s = next) {
+            next = s->next;
+            if (s->shelf && s->parked && !dbt_sharing_unshelve_own(p, s))
+                dbt_handover_drop_taken_shelved(p, s); /* taken meanwhile: the taker's */
+        }
+        old = dbt_sharing_let_go_for_lease(p);
+    }
+    pthread_mutex_unlock(&p->mu);
+    dbt_deliver_flush();
+    dbt_sharing_detach_left(p, old);
 }
 
 void dbt_handover_quit(dbt_pool *p)

@@ -55,17 +55,21 @@ void dbt_live_apply(dbt_pool *p, const char *text)
         }
     /* A lease the server's check of this process' connections cannot keep up with: a dead
      * client's statement would run on past its permit's return (the check interval was asked
-     * at connect, from the process' own settings: docs/configuration.md). Refused, as a weight
-     * above its limit is, and said in status. */
+     * at connect, from the process' own settings: docs/configuration.md). Refused when it is
+     * also shorter than the process' own lease (which it was started with, whatever its check),
+     * as a weight above its limit is, and said in status. */
     ptrdiff_t lease_row = row_of(offsetof(dbt_config, lease_ms));
-    int64_t check_ms = dbt_server_check_ms(p->client->cfg);
-    if (lease_row >= 0 && l->set[lease_row] && check_ms > 0 && l->cfg.lease_ms < 4 * check_ms) {
+    const dbt_config *own = p->client->cfg;
+    int64_t check_ms = dbt_server_check_ms(own);
+    if (lease_row >= 0 && l->set[lease_row] && check_ms > 0 && l->cfg.lease_ms < 4 * check_ms &&
+        l->cfg.lease_ms < own->lease_ms) {
         size_t n = strlen(refused);
         snprintf(refused + n, sizeof refused - n,
                  "%slease: %lld ms is under 4 x this process' server check interval (%lld ms, "
-                 "DBTHROTTLE_SERVER_CHECK_INTERVAL): a dead client's statement could outlive its "
+                 "DBTHROTTLE_SERVER_CHECK_INTERVAL%s): a dead client's statement could outlive its "
                  "permit",
-                 n ? "; " : "", (long long)l->cfg.lease_ms, (long long)check_ms);
+                 n ? "; " : "", (long long)l->cfg.lease_ms, (long long)check_ms,
+                 own->server_check_ms == DBT_CHECK_AUTO ? "=auto: min(1s, its own lease/4)" : "");
         n = strlen(l->refused_keys);
         snprintf(l->refused_keys + n, sizeof l->refused_keys - n, "%slease", n ? "," : "");
         l->set[lease_row] = false;

@@ -38,8 +38,8 @@ bool dbt_sharing_attach_due(const dbt_pool *p, int64_t now)
 {
     if (!p->client->cfg->host_share || p->share_attaching || p->exiting)
         return false;
-    if (p->share) /* broken, or keyed by a lease no longer in force (lease.c) */
-        return dbt_share_broken(p->share) || p->share_lease_us != dbt_lease_us(p);
+    if (p->share)
+        return dbt_share_broken(p->share);
     return now >= p->share_retry_us;
 }
 
@@ -125,8 +125,6 @@ void dbt_sharing_attach(dbt_pool *p)
         pthread_mutex_unlock(&p->mu);
         return;
     }
-    /* a segment of another lease is let go as a broken one is, for the new lease's */
-    bool lease_changed = p->share && !dbt_share_broken(p->share);
     dbt_share *broken = p->share ? let_go(p) : NULL;
     p->share_attaching = true;
     p->share_retry_us = now + (broken ? REATTACH_US : ATTACH_RETRY_US);
@@ -134,8 +132,7 @@ void dbt_sharing_attach(dbt_pool *p)
     pthread_mutex_unlock(&p->mu);
 
     if (broken) {
-        const char *why_broken =
-            lease_changed ? "the pool's lease changed (a live setting)" : dbt_share_why(broken);
+        const char *why_broken = dbt_share_why(broken);
         dbt_field f[] = {DBT_S("pool", p->name),
                          DBT_S("reason", why_broken && why_broken[0] ? why_broken : "-"),
                          DBT_S("effect", "permits go through Redis until the segment is rebuilt")};
@@ -413,6 +410,26 @@ int dbt_sharing_shelf_take_kind(dbt_pool *p, dbt_kind kind, dbt_share_permit *id
                 own[i] = s;
     }
     return n;
+}
+
+struct dbt_share *dbt_sharing_let_go_for_lease(dbt_pool *p)
+{
+    if (!p->share || p->share_lease_us == dbt_lease_us(p))
+        return NULL;
+    p->share_retry_us = dbt_now_us() + REATTACH_US;
+    return let_go(p);
+}
+
+void dbt_sharing_detach_left(dbt_pool *p, struct dbt_share *old)
+{
+    if (!old)
+        return;
+    dbt_field f[] = {DBT_S("pool", p->name),
+                     DBT_S("reason", "the pool's lease changed (a live setting)"),
+                     DBT_S("effect", "permits go through Redis until the new lease's segment is "
+                                     "attached (a second)")};
+    dbt_log(DBT_LOG_INFO, "host_share_left", f, 3);
+    dbt_share_detach(old);
 }
 
 void dbt_sharing_leave(dbt_pool *p)

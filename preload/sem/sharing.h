@@ -86,6 +86,13 @@ bool dbt_sharing_shelf_check(dbt_pool *p, struct dbt_slot *s, int64_t sent);
 int dbt_sharing_shelf_take_kind(dbt_pool *p, dbt_kind kind, dbt_share_permit *ids,
                                 struct dbt_slot **own, int cap);
 
+/* p->mu held: the pool's lease changed (lease.c) and the segment is keyed by the one before: it
+ * is let go (its registrations and shelf entries were taken back first:
+ * dbt_handover_leave_segment) and attached anew, for the new lease, a second later. Returns
+ * the segment, for dbt_sharing_detach_left once p->mu is released; NULL when nothing is to go. */
+struct dbt_share *dbt_sharing_let_go_for_lease(dbt_pool *p);
+/* Without p->mu: says so, and detaches what dbt_sharing_let_go_for_lease let go (NULL: no-op). */
+void dbt_sharing_detach_left(dbt_pool *p, struct dbt_share *old);
 /* p->mu held, at exit (p->exiting, its waits ended by dbt_handover_quit): this process' record
  * leaves the segment (the last one removes its file); the attachment stays, broken, for threads
  * that still run. */

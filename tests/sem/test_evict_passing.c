@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define G    "0123456789abcdef"
 #define BASE "dbthrottle:{ep}:"
@@ -74,7 +75,8 @@ static void renew_one(const char *cid, const char *id, char *lost, size_t cap, l
     freeReplyObject(rep);
 }
 
-static void evicted_then_both_renew(dbt_admin_op op, const char *want)
+/* Acquires ID for process a1 of hostA. */
+static void acquire_id(void)
 {
     dbt_acquire_call a = {.id = ID, .limit = 2, .who = "hostA 1 c1"};
     dbt_script_call c;
@@ -85,7 +87,11 @@ static void evicted_then_both_renew(dbt_admin_op op, const char *want)
     cr_assert_not_null(rep, "acquire: %s", err);
     freeReplyObject(rep);
     cr_assert_eq(ar.status, DBT_ACQUIRE_GRANTED);
+}
 
+static void evicted_then_both_renew(dbt_admin_op op, const char *want)
+{
+    acquire_id();
     evict(op, ID);
     char lost[256];
     long long back = 0;
@@ -120,4 +126,29 @@ Test(evict_passing, both_renewals_of_an_evicted_permit_are_told_and_nothing_is_q
 Test(evict_passing, an_evict_cancel_reaches_the_receiver_too)
 {
     evicted_then_both_renew(DBT_ADMIN_EVICT_CANCEL, "x:" ID);
+}
+
+/* The command that evicts has its own lease, the default 10 s, or here the shortest (200 ms): the
+ * holders' may be longer (their own, or the pool's live one), and their renewals come a third of
+ * theirs apart. The mark must outlive the longest lease, not the command's: on the old scripts
+ * it went with the set's TTL (2 of the command's leases + Q, 2.5 s here), and a renewal after it
+ * took the evicted id for data lost, re-asserted it beside the unit's next holder and quarantined
+ * the pool. */
+Test(evict_passing, the_mark_outlives_the_commands_own_lease, .timeout = 30)
+{
+    acquire_id();
+    int64_t own = cfg.lease_ms;
+    cfg.lease_ms = 200; /* the command's */
+    evict(DBT_ADMIN_EVICT, ID);
+    cfg.lease_ms = own; /* the holders' renewals: 10 s */
+    char lost[256];
+    long long back = 0;
+    renew_one(G "~00000000000000a1", ID, lost, sizeof lost, &back);
+    cr_expect_str_eq(lost, "e:" ID, "the first renewal after the eviction");
+    usleep(3000000); /* past 2 x 200 ms + Q: a renewal of a 10 s lease comes 3.3 s apart */
+    renew_one(G "~00000000000000b1", ID, lost, sizeof lost, &back);
+    cr_expect_str_eq(lost, "e:" ID, "a renewal 3 s later is told of the eviction too");
+    cr_expect_eq(back, 0, "the renewal re-asserted the evicted permit");
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "holders"), 0,
+                 "the evicted id is held again");
 }
