@@ -155,13 +155,19 @@ static void *fake_serve(void *arg)
     if (fd < 0)
         return NULL;
     FILE *in = fdopen(dup(fd), "r");
-    char *argv[4];
-    size_t lens[4];
+    char *argv[8];
+    size_t lens[8];
     int argc;
-    while (in && read_command(in, argv, lens, 4, &argc)) {
+    while (in && read_command(in, argv, lens, 8, &argc)) {
         char out[128];
         if (strcasecmp(argv[0], "INFO") == 0) {
             snprintf(out, sizeof out, "%s\r\n", f->info_reply);
+        } else if (argc >= 2 && strcasecmp(argv[0], "SCRIPT") == 0 &&
+                   strcasecmp(argv[1], "EXISTS") == 0) {
+            /* none there: the client loads them all */
+            int n = snprintf(out, sizeof out, "*%d\r\n", argc - 2);
+            for (int i = 2; i < argc && n > 0 && (size_t)n < sizeof out; i++)
+                n += snprintf(out + n, sizeof out - (size_t)n, ":0\r\n");
         } else if (argc == 3 && strcasecmp(argv[0], "SCRIPT") == 0) {
             snprintf(out, sizeof out, "-ERR no such script\r\n");
             for (int i = 0; i < dbt_nscripts; i++)
