@@ -216,7 +216,10 @@ export DBTHROTTLE_REDIS_URL="$admin_url"
 echo "# dbthrottle run refuses a user that lacks a permission"
 lacking=
 for c in $(echo "$worker_line" | tr ' ' '\n' | sed -n 's/^+//p'); do
-    case $c in select) continue ;; esac # sent only for a database index other than 0: below
+    # select: sent only for a database index other than 0 (below); script|exists: asked at
+    # connect, and without it every connect loads all the scripts, as before it was asked
+    # (integration connect_loads_only_missing_scripts): not a refusal
+    case $c in select | 'script|exists') continue ;; esac
     setuser "$worker_line" "$c" >/dev/null
     DBTHROTTLE_REDIS_URL="$wurl" "$D" run --max-queries 1 -- true 2>"$work/err"
     rc=$?
@@ -224,6 +227,9 @@ for c in $(echo "$worker_line" | tr ' ' '\n' | sed -n 's/^+//p'); do
     [ $rc -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -qi "$name" "$work/err" &&
         grep -q DBTHROTTLE_REDIS_URL "$work/err" || lacking="$lacking $c(rc=$rc: $(head -c 200 "$work/err"))"
 done
+setuser "$worker_line" 'script|exists' >/dev/null
+DBTHROTTLE_REDIS_URL="$wurl" "$D" run --max-queries 1 -- true 2>"$work/err"; rc=$?
+check "run: a worker user of the older lines (no script|exists) is not refused ($rc: $(head -c 200 "$work/err"))" '[ $rc -eq 0 ]'
 setuser "$worker_line" >/dev/null
 check "run: a worker user without any one of its permissions is refused with exit 2, one line naming the command and DBTHROTTLE_REDIS_URL${lacking:+ (not so:$lacking)}" '[ -z "$lacking" ]'
 setuser "$worker_line" select >/dev/null
