@@ -6,6 +6,7 @@
 #include "settings.h"
 
 #include <getopt.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,6 +180,7 @@ int cmd_set(int argc, char **argv)
     const char *pool = pos[0];
     const dbt_setting *row = NULL;
     char stored[256] = "";
+    bool short_lease = false; /* under 4 s: workers with the default server check refuse it */
     char arg[1200];
     if (clear_all) {
         snprintf(arg, sizeof arg, "*");
@@ -211,6 +213,8 @@ int cmd_set(int argc, char **argv)
                       row->kind->parse(row, &scratch, value, err);
             if (ok) /* what the workers will read, as check shows it ("0ms", not "0") */
                 row->kind->show(row, &scratch, stored, sizeof stored);
+            short_lease =
+                ok && row->field == offsetof(dbt_config, lease_ms) && scratch.lease_ms < 4000;
             dbt_settings_release(&scratch);
             if (!ok) {
                 if (strchr(value, '\n') || strlen(value) >= 1000)
@@ -262,8 +266,14 @@ int cmd_set(int argc, char **argv)
                    name, row->key);
         else
             printf("pool %s: %s = %s, live: its workers use it within a renewal (a lease while "
-                   "idle)\n",
-                   name, row->key, stored);
+                   "idle)\n%s",
+                   name, row->key, stored,
+                   short_lease ? "  note: a worker refuses a live lease shorter than its own and "
+                                 "under 4 x its connections' server check interval (auto: min(1s, "
+                                 "its own lease/4), so 4s at the default): dbthrottle status names "
+                                 "those that refuse it; set DBTHROTTLE_SERVER_CHECK_INTERVAL in "
+                                 "them first\n"
+                               : "");
     }
     if (fflush(stdout) != 0)
         rc = cli_fail("set", "cannot write the output");

@@ -49,8 +49,8 @@ done
 wait_until 10 '[ "$(ll_left ll)" -gt 0 ]'
 before=$(ll_most ll 5)
 ll_cli set ll lease 1s >"$work/ll.set" 2>&1
-check "live_lease: dbthrottle set wrote the live lease ($(head -1 "$work/ll.set"))" \
-    'grep -q "lease = 1s, live" "$work/ll.set"'
+check "live_lease: dbthrottle set wrote the live lease ($(head -1 "$work/ll.set")), and says who refuses one under 4 s ($(grep -c "note: a worker refuses a live lease" "$work/ll.set") note)" \
+    'grep -q "lease = 1s, live" "$work/ll.set" && grep -q "note: a worker refuses a live lease" "$work/ll.set"'
 # Taken by every looper within a renewal (3.3 s at their own 10 s lease), as their records in
 # Redis say; a looper that has not taken it yet still acquires with 10 s (CI once sampled one).
 # The leases given before run out within 10 s of it (a permit passed on and on between the
