@@ -11,7 +11,7 @@ set -eu
 build="gcc make pkg-config binutils python3 libhiredis-dev libpq-dev libssl-dev libmicrohttpd-dev"
 test="$build clang libcriterion-dev redis-server postgresql postgresql-client clang-format valgrind \
 python3 python3-psycopg2 python3-psycopg ruby-pg libdbd-pg-perl php-cli php-pgsql tmux iproute2 \
-libclang-rt-14-dev groff-base man-db ca-certificates strace redis-sentinel openssl curl prometheus \
+libclang-rt-14-dev groff-base man-db ca-certificates strace procps redis-sentinel openssl curl prometheus \
 build-essential debhelper dpkg-dev fakeroot"
 case "${1:-test}" in
 build) pkgs=$build; [ $# -gt 0 ] && shift ;;
