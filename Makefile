@@ -571,7 +571,7 @@ test-faults-uncached: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
 # hold with classes as without.
 FAULT_CLASSES = DBTHROTTLE_CLASSES='interactive=60%,priority=1;batch=40%;aging=2s;default=batch' \
     DBT_FAULTS_CLASSES='interactive batch'
-test-faults-classes: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client
+test-faults-classes: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client $(BUILD)/bench/delay-proxy
 	$(FAULT_CLASSES) sh tests/faults/run.sh $(T)
 # What make test leaves out of the pass without kept permits: the cases about configuration, output
 # and secrets, which keeping permits does not change (about a minute), the one that sets them itself

@@ -548,15 +548,19 @@ static bool spawn(dbt_held *h)
     return !mine;
 }
 
-int dbt_held_start(PGconn *conn, const dbt_send_op *op, dbt_acquire_wait *pending)
+int dbt_held_start(PGconn *conn, const dbt_send_op *op, dbt_acquire_wait *pending,
+                   dbt_cancel_wait *cell)
 {
     dbt_conn *c = dbt_conn_find(conn, false);
     dbt_held *h = c ? held_of(c, conn) : NULL;
     dbt_send_op *copy = h ? dbt_send_op_copy(op) : NULL;
     if (!copy) {
         /* Out of memory: wait in this call, as the synchronous calls do. */
-        if (dbt_throttle_held_wait(conn, pending, dbt_now_us() / 1000, NULL, NULL, NULL) ==
-            DBT_REFUSE)
+        dbt_verdict v = dbt_throttle_held_wait(conn, pending, dbt_now_us() / 1000,
+                                               cell ? dbt_cancel_requested : NULL, cell,
+                                               dbt_cancel_waker(cell));
+        dbt_cancel_wait_end(cell);
+        if (v == DBT_REFUSE)
             return 0;
         dbt_nested++;
         int ok = dbt_send_op_real(conn, op);
@@ -585,8 +589,9 @@ int dbt_held_start(PGconn *conn, const dbt_send_op *op, dbt_acquire_wait *pendin
     h->thread_alive = true;
     atomic_store(&h->withdrawn, false);
     atomic_store(&h->conn_lost, false);
-    /* Here, not in the thread: a cancel that comes as soon as this call returns ends the wait. */
-    h->cell = dbt_cancel_wait_begin(conn);
+    /* Claimed by the caller before the acquire, not in the thread: a cancel that came while the
+     * acquire was on its way, or comes as soon as this call returns, ends the wait. */
+    h->cell = cell;
     h->waker = h->cell ? dbt_cancel_waker(h->cell) : &h->own_waker;
     free(h->error);
     h->error = NULL;

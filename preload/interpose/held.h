@@ -15,6 +15,7 @@
 #ifndef DBT_HELD_H
 #define DBT_HELD_H
 
+#include "cancel_map.h"
 #include "sem_client.h"
 #include "send_op.h"
 
@@ -25,8 +26,11 @@ typedef struct dbt_held dbt_held;
 
 /* A PQsend* command was deferred (dbt_throttle_before_send said DBT_DEFER, `pending` is its
  * queued acquire): a copy is held, and a thread waits and sends it. Returns what the PQsend*
- * call returns: 1 (without memory or a thread, it waits and sends in this call, as before). */
-int dbt_held_start(PGconn *conn, const dbt_send_op *op, dbt_acquire_wait *pending);
+ * call returns: 1 (without memory or a thread, it waits and sends in this call, as before).
+ * `cell`, claimed before the acquire began (NULL: none to be had), is the held wait's from here:
+ * a cancel that came while the acquire was on its way to Redis ends the wait as one after. */
+int dbt_held_start(PGconn *conn, const dbt_send_op *op, dbt_acquire_wait *pending,
+                   dbt_cancel_wait *cell);
 
 /* Before a PQsend* call, PQpipelineSync or PQsendFlushRequest: true when conn holds commands and
  * the call was dealt with, *rc being its return (in pipeline mode it is held behind them, in

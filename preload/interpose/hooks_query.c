@@ -1,6 +1,7 @@
 /* hooks_query.c - every way a command reaches the server: the synchronous calls, the PQsend*
  * calls and PQgetResult. Each hook is thin: it tells throttle.c (and held.c, for a command held
  * while its permit is awaited) and forwards to libpq. */
+#include "cancel_map.h"
 #include "held.h"
 #include "hook.h"
 #include "hooks_errors.h"
@@ -78,12 +79,17 @@ static int send_command(PGconn *conn, const dbt_send_op *op)
     const char *text = op->type == DBT_OP_QUERY_PREPARED
                            ? dbt_throttle_prepared_text(conn, op->name)
                            : op->text; /* a statement run by name is weighed by its text */
-    switch (dbt_throttle_before_send(conn, text, &pending)) {
+    /* Claimed before the acquire: a cancel while it is on its way to Redis (a connection made
+     * first, a round trip) is not lost when the command then waits. Unused unless it waits. */
+    dbt_cancel_wait *cell = dbt_cancel_wait_begin(conn);
+    switch (dbt_throttle_before_send(conn, text, cell, &pending)) {
     case DBT_REFUSE:
+        dbt_cancel_wait_end(cell);
         return 0;
     case DBT_DEFER:
-        return dbt_held_start(conn, op, pending);
+        return dbt_held_start(conn, op, pending, cell);
     case DBT_PROCEED:
+        dbt_cancel_wait_end(cell);
         break;
     }
     dbt_nested++;

@@ -418,7 +418,7 @@ static const char *session_of(PGconn *conn, char *out, size_t cap)
  * and *pending set: the wait is held.c's (dbt_throttle_held_wait). */
 static dbt_verdict take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind kind, int limit,
                         int weight, const char *query, dbt_permit **slot,
-                        dbt_acquire_wait **pending)
+                        dbt_acquire_wait **pending, dbt_cancel_wait *cell)
 {
     dbt_pool *pool = pool_of(lib, c, conn);
     if (!pool)
@@ -443,12 +443,13 @@ static dbt_verdict take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind 
         if (r == DBT_ACQ_QUEUED)
             return DBT_DEFER;
     } else {
-        dbt_cancel_wait *cw = dbt_cancel_wait_begin(conn);
+        dbt_cancel_wait *cw = cell ? cell : dbt_cancel_wait_begin(conn);
         o.interrupted = cw ? dbt_cancel_requested : NULL;
         o.arg = cw;
         o.waker = dbt_cancel_waker(cw);
         r = dbt_acquire(pool, kind, &o, slot);
-        dbt_cancel_wait_end(cw);
+        if (!cell)
+            dbt_cancel_wait_end(cw);
     }
     return outcome(c, pool, kind, limit, o.wait_ms != 0, t0, r) ? DBT_PROCEED : DBT_REFUSE;
 }
@@ -463,7 +464,11 @@ typedef struct {
      * caller here (NULL: the acquire waits in the call). */
     dbt_acquire_wait **pending;
     const char *query; /* the command's text (NULL: none, or not a command) */
-    int weight;        /* its weight, once weight_for has worked it out (0: not yet) */
+    /* The command's cancel cell, claimed as its call began: what comes before the acquire (the
+     * pool's first live settings, a connection to Redis) may take round trips, and a cancel in
+     * them must still end the wait. NULL: take claims one (a connection permit), or none. */
+    dbt_cancel_wait *cell;
+    int weight; /* its weight, once weight_for has worked it out (0: not yet) */
 } permit_ctx;
 
 /* The command's weight, worked out once per command and only when a permit is at stake. */
@@ -490,7 +495,7 @@ static dbt_verdict op_acquire(void *ctx, dbt_kind kind, const char *query, dbt_p
     permit_ctx *x = ctx;
     int weight = kind == DBT_KIND_QUERY ? weight_for(x) : 1;
     return take(x->lib, x->c, x->conn, kind, limit_of(x->lib, kind), weight, query, slot,
-                x->pending);
+                x->pending, x->cell);
 }
 
 static void op_release(void *ctx, dbt_permit *permit)
@@ -809,13 +814,18 @@ bool dbt_throttle_before(PGconn *conn, const char *query)
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)
         return go;
-    permit_ctx x = {.lib = lib, .c = c, .conn = conn, .query = query};
+    /* Claimed before anything that may take a round trip (permit_ctx's cell). */
+    dbt_cancel_wait *cell = dbt_cancel_wait_begin(conn);
+    permit_ctx x = {.lib = lib, .c = c, .conn = conn, .query = query, .cell = cell};
     if (DBT_REAL(PQstatus)(conn) == CONNECTION_BAD)
         dbt_conn_state_session_ended(&c->state, &sem_ops, &x); /* libpq fails the command */
-    return dbt_conn_state_command(&c->state, &sem_ops, &x, query) == DBT_PROCEED;
+    bool ok = dbt_conn_state_command(&c->state, &sem_ops, &x, query) == DBT_PROCEED;
+    dbt_cancel_wait_end(cell);
+    return ok;
 }
 
-dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_acquire_wait **pending)
+dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_cancel_wait *cell,
+                                     dbt_acquire_wait **pending)
 {
     *pending = NULL;
     const dbt_lib *lib = throttle_lib();
@@ -823,7 +833,8 @@ dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_acquir
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)
         return go ? DBT_PROCEED : DBT_REFUSE;
-    permit_ctx x = {.lib = lib, .c = c, .conn = conn, .pending = pending, .query = query};
+    permit_ctx x = {
+        .lib = lib, .c = c, .conn = conn, .pending = pending, .query = query, .cell = cell};
     if (DBT_REAL(PQstatus)(conn) == CONNECTION_BAD)
         dbt_conn_state_session_ended(&c->state, &sem_ops, &x); /* libpq fails the command */
     return dbt_conn_state_command(&c->state, &sem_ops, &x, query);

@@ -4,6 +4,7 @@
 #ifndef DBT_THROTTLE_H
 #define DBT_THROTTLE_H
 
+#include "cancel_map.h"
 #include "conn_state.h"
 #include "sem_client.h"
 
@@ -23,8 +24,10 @@ bool dbt_throttle_before(PGconn *conn, const char *query);
 /* The same for a PQsend* call, which must not wait in the program's thread: DBT_PROCEED (send
  * it), DBT_REFUSE (as dbt_throttle_before's false), or DBT_DEFER: no permit was free at once,
  * the connection is queued for one and *pending set; the command is to be held and the wait
- * run by dbt_throttle_held_wait (held.c). */
-dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_acquire_wait **pending);
+ * run by dbt_throttle_held_wait (held.c). `cell`: the caller's, claimed as the call began (see
+ * dbt_throttle_before), which the held wait then takes over (NULL: none to be had). */
+dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_cancel_wait *cell,
+                                     dbt_acquire_wait **pending);
 
 /* The wait of a deferred command, in held.c's thread: ends `pending` (granted, timed out,
  * interrupted when `interrupted(arg)` says so after `waker` fired, Redis gone) and records the

@@ -9,7 +9,9 @@
  *   refuse        the same, refused; then (after step "next") one more command
  *   refuse_in_tx  BEGIN and a command first; then (after "evicted") a held command, refused;
  *                 then (after "next") one more command and COMMIT
- *   cancel        send one command; another thread cancels it 300 ms later; then one more command
+ *   cancel        send one command; another thread cancels it $HELD_CANCEL_MS (300) ms after the
+ *                 send began (it may still be on its way: a first acquire's round trips); then
+ *                 one more command
  *   nonblocking   as wait, in nonblocking mode (PQsetnonblocking)
  *   notify        LISTEN; then (after "send") a held command: notifications arrive while held
  *   exit_held     send one command; return from main without PQfinish
@@ -241,12 +243,13 @@ static void exec_value(const char *label, const char *sql)
     PQclear(r);
 }
 
+/* arg: a PGcancel made before the send (PQgetCancel reads the connection the send changes). */
 static void *cancel_later(void *arg)
 {
-    (void)arg;
-    usleep(300000);
+    PGcancel *cancel = arg;
+    const char *ms = getenv("HELD_CANCEL_MS");
+    usleep((useconds_t)(ms ? atoi(ms) : 300) * 1000);
     char err[256];
-    PGcancel *cancel = PQgetCancel(conn);
     int done = cancel && PQcancel(cancel, err, sizeof err);
     PQfreeCancel(cancel);
     say("cancel_sent=%d", done);
@@ -689,12 +692,13 @@ int main(int argc, char **argv)
         }
     } else if (!strcmp(mode, "cancel")) {
         pthread_t t;
-        if (send_held(held_sql)) {
-            pthread_create(&t, NULL, cancel_later, NULL);
+        long long t0 = now_ms();
+        pthread_create(&t, NULL, cancel_later, PQgetCancel(conn));
+        if (send_held(held_sql))
             event_loop();
-            pthread_join(t, NULL);
-        }
+        pthread_join(t, NULL);
         results("result");
+        say("cancel_took_ms=%lld", now_ms() - t0);
         say("tx=%s", tx_name());
         exec_value("next", "select 'next'");
     } else if (!strcmp(mode, "pipeline")) {
