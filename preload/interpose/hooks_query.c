@@ -79,10 +79,8 @@ static int send_command(PGconn *conn, const dbt_send_op *op)
     const char *text = op->type == DBT_OP_QUERY_PREPARED
                            ? dbt_throttle_prepared_text(conn, op->name)
                            : op->text; /* a statement run by name is weighed by its text */
-    /* Claimed before the acquire: a cancel while it is on its way to Redis (a connection made
-     * first, a round trip) is not lost when the command then waits. Unused unless it waits. */
-    dbt_cancel_wait *cell = dbt_cancel_wait_begin(conn);
-    switch (dbt_throttle_before_send(conn, text, cell, &pending)) {
+    dbt_cancel_wait *cell; /* the command's, claimed by the throttle: ended here unless held */
+    switch (dbt_throttle_before_send(conn, text, &cell, &pending)) {
     case DBT_REFUSE:
         dbt_cancel_wait_end(cell);
         return 0;

@@ -439,6 +439,10 @@ static dbt_verdict take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind 
     int64_t t0 = now_ms();
     dbt_acq_result r;
     if (pending && kind == DBT_KIND_QUERY) {
+        /* Where it cannot queue (no memory) it waits in place: a cancel ends that wait too. */
+        o.interrupted = cell ? dbt_cancel_requested : NULL;
+        o.arg = cell;
+        o.waker = dbt_cancel_waker(cell);
         r = dbt_acquire_start(pool, kind, &o, slot, pending);
         if (r == DBT_ACQ_QUEUED)
             return DBT_DEFER;
@@ -824,17 +828,20 @@ bool dbt_throttle_before(PGconn *conn, const char *query)
     return ok;
 }
 
-dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_cancel_wait *cell,
+dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_cancel_wait **cell,
                                      dbt_acquire_wait **pending)
 {
     *pending = NULL;
+    *cell = NULL;
     const dbt_lib *lib = throttle_lib();
     bool go;
     dbt_conn *c = begin(conn, lib, &go);
     if (!c)
         return go ? DBT_PROCEED : DBT_REFUSE;
+    /* Claimed before anything that may take a round trip (permit_ctx's cell). */
+    *cell = dbt_cancel_wait_begin(conn);
     permit_ctx x = {
-        .lib = lib, .c = c, .conn = conn, .pending = pending, .query = query, .cell = cell};
+        .lib = lib, .c = c, .conn = conn, .pending = pending, .query = query, .cell = *cell};
     if (DBT_REAL(PQstatus)(conn) == CONNECTION_BAD)
         dbt_conn_state_session_ended(&c->state, &sem_ops, &x); /* libpq fails the command */
     return dbt_conn_state_command(&c->state, &sem_ops, &x, query);

@@ -24,9 +24,11 @@ bool dbt_throttle_before(PGconn *conn, const char *query);
 /* The same for a PQsend* call, which must not wait in the program's thread: DBT_PROCEED (send
  * it), DBT_REFUSE (as dbt_throttle_before's false), or DBT_DEFER: no permit was free at once,
  * the connection is queued for one and *pending set; the command is to be held and the wait
- * run by dbt_throttle_held_wait (held.c). `cell`: the caller's, claimed as the call began (see
- * dbt_throttle_before), which the held wait then takes over (NULL: none to be had). */
-dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_cancel_wait *cell,
+ * run by dbt_throttle_held_wait (held.c). *cell: the command's cancel cell, claimed as the
+ * throttle began to handle it (see permit_ctx's cell), NULL when the throttle is not in use or
+ * none could be had: the caller ends it (dbt_cancel_wait_end) unless DBT_DEFER hands it to the
+ * held wait (dbt_held_start). */
+dbt_verdict dbt_throttle_before_send(PGconn *conn, const char *query, dbt_cancel_wait **cell,
                                      dbt_acquire_wait **pending);
 
 /* The wait of a deferred command, in held.c's thread: ends `pending` (granted, timed out,

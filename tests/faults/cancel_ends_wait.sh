@@ -22,13 +22,13 @@ check "cancel_ends_wait: Ctrl-C ended psql's wait in $took ms with its error (rc
 check "cancel_ends_wait: its place in the queue was withdrawn" 'wait_until 2 "[ \"\$(live_waiters)\" -eq 0 ]"'
 # The descriptors are counted after 10 cancels and again after 20 more: a descriptor made or kept
 # per cancel shows as 20 more. Not from the first cancel on: what the process makes once, when its
-# first waits need it, is not a leak. Connections to Redis are counted apart: the pool makes one
-# more whenever more of the process' threads use Redis at once than it has (the caller's next
-# acquire, the withdrawal of the wait just cancelled, the renewer), which a loaded machine makes
-# likelier late rather than early (seen: 2 command connections after 10 cancels, 3 after 30). It
-# keeps at most DBT_MAX_CONNS (8) and one listener: 20 leaked would be over that. Every other
-# descriptor must be the same in number. new= lists those open after 30 that were not (or were
-# something else) after 10, to go on when it fails.
+# first waits need it, is not a leak. Every descriptor but Redis connections must be the same in
+# number. Connections to Redis are counted apart: the pool makes one more when more of the
+# process' threads use Redis at once than it has, which a loaded machine makes likelier late than
+# early (seen in CI: 1 command connection after 10 cancels, 2 after 30). Two threads use it here
+# (this one, acquiring and withdrawing in turn, and the library's renewer), so it may grow by one,
+# to at most 3 command connections and the listener: two or more leaked in 20 cancels are over.
+# new= lists the descriptors open after 30 that were not (or were something else) after 10.
 cat >"$work/c5.py" <<'PY'
 import os, sys, threading, time, psycopg2, psycopg2.errors
 REDIS_PORT = int(os.environ['DBTHROTTLE_REDIS_URL'].rsplit(':', 1)[1])
@@ -78,14 +78,16 @@ PY
 throttled $c5 PGAPPNAME=c5py /usr/bin/python3 "$work/c5.py" >"$work/c5.pyout" 2>&1
 res=$(cat "$work/c5.pyout")
 check "cancel_ends_wait: 30 x cancel() from another thread: each wait ended with 57014 in well under a second, the holder still holding ($res)" 'echo "$res" | grep -q "codes=57014 max_s=0\.[0-9]"'
-check "cancel_ends_wait: no descriptor leaked across those cancels (other than Redis': as many after 10 as after 30; Redis': within the pool's 8 and a listener)" \
-    'echo "$res" | awk "{ for (i = 3; i <= 6; i++) { split(\$i, f, \"=\"); n[i] = f[2] + 0 } exit !(n[3] == n[4] && n[6] <= 9) }"'
+check "cancel_ends_wait: no descriptor leaked across those cancels (other than Redis': as many after 10 as after 30; Redis': one more at most, 4 at most)" \
+    'echo "$res" | awk "{ for (i = 3; i <= 6; i++) { split(\$i, f, \"=\"); n[i] = f[2] + 0 } exit !(n[3] == n[4] && n[6] <= n[5] + 1 && n[6] <= 4) }"'
 
 # A cancel that comes before the command's acquire has reached Redis: a process' first command
 # makes its connection to Redis and reads the pool's live settings first, round trips at a
 # distance. The cancel found no wait to end then (it was claimed only as the acquire began), the
 # server had nothing running, and the command then waited its whole wait timeout for a permit.
-# Redis 150 ms away one way (a delay proxy), the cancel 50 ms in: before the first reply.
+# Redis 150 ms away one way (a delay proxy): the wait begins 3 round trips (900 ms) after the
+# command at the least (Redis' INFO, the first report, the acquire); the cancel 300 ms after the
+# program called it, a margin for a loaded machine to reach the call first.
 "$top/build/bench/delay-proxy" 0 127.0.0.1 "$rport" 150000 >"$work/c5.proxy" &
 c5_proxy=$!
 wait_until 5 '[ -s "$work/c5.proxy" ]'
@@ -93,7 +95,7 @@ cat >"$work/c5first.py" <<'PY'
 import threading, time, psycopg2
 conn = psycopg2.connect('')
 conn.autocommit = True
-threading.Timer(0.05, conn.cancel).start()
+threading.Timer(0.3, conn.cancel).start()
 t0 = time.monotonic()
 try:
     conn.cursor().execute('SELECT dbt_probe(0)')
@@ -109,15 +111,11 @@ res=$(cat "$work/c5first.out")
 check "cancel_ends_wait: a cancel before the first acquire reached Redis (150 ms away) ended its wait with 57014, not its 20 s timeout ($res)" \
     'echo "$res" | awk "/^code=57014 took_s=/ { split(\$2, t, \"=\"); ok = t[2] + 0 < 10 } END { exit !ok }"'
 # The same through the asynchronous API: PQsendQuery returns at once and the library holds the
-# command while it waits (held.c); the cancel comes from another thread 50 ms after the send began.
-# Stopped once it has the result: its next command would wait behind the holder.
+# command while it waits (held.c); the cancel comes from another thread 300 ms after the send
+# began. No next command (HELD_NO_NEXT): it would queue behind the holder.
 throttled $c5 DBTHROTTLE_WAIT_TIMEOUT=20s DBTHROTTLE_REDIS_URL="redis://127.0.0.1:$(cat "$work/c5.proxy")" \
-    PGAPPNAME=c5held HELD_CANCEL_MS=50 HELD_SQL="select dbt_probe(0)" "$top/build/tests/held_client" cancel \
-    >"$work/c5held.out" 2>&1 &
-c5_held=$!
-wait_until 30 'grep -q "^cancel_took_ms=" "$work/c5held.out"'
-kill "$c5_held" 2>/dev/null
-wait "$c5_held" 2>/dev/null
+    PGAPPNAME=c5held HELD_CANCEL_MS=300 HELD_NO_NEXT=1 HELD_SQL="select dbt_probe(0)" \
+    timeout 60 "$top/build/tests/held_client" cancel >"$work/c5held.out" 2>&1
 kill "$c5_proxy" 2>/dev/null
 wait "$c5_proxy" 2>/dev/null
 res=$(grep -E "^(result|cancel_took_ms)=" "$work/c5held.out" | tr '\n' ' ')

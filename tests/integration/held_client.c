@@ -11,7 +11,7 @@
  *                 then (after "next") one more command and COMMIT
  *   cancel        send one command; another thread cancels it $HELD_CANCEL_MS (300) ms after the
  *                 send began (it may still be on its way: a first acquire's round trips); then
- *                 one more command
+ *                 one more command, unless $HELD_NO_NEXT is set
  *   nonblocking   as wait, in nonblocking mode (PQsetnonblocking)
  *   notify        LISTEN; then (after "send") a held command: notifications arrive while held
  *   exit_held     send one command; return from main without PQfinish
@@ -700,7 +700,8 @@ int main(int argc, char **argv)
         results("result");
         say("cancel_took_ms=%lld", now_ms() - t0);
         say("tx=%s", tx_name());
-        exec_value("next", "select 'next'");
+        if (!getenv("HELD_NO_NEXT"))
+            exec_value("next", "select 'next'");
     } else if (!strcmp(mode, "pipeline")) {
         if (!PQenterPipelineMode(conn))
             return 1;
