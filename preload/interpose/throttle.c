@@ -438,23 +438,23 @@ static dbt_verdict take(const dbt_lib *lib, dbt_conn *c, PGconn *conn, dbt_kind 
     o.session = session_of(conn, session, sizeof session);
     int64_t t0 = now_ms();
     dbt_acq_result r;
-    if (pending && kind == DBT_KIND_QUERY) {
-        /* Where it cannot queue (no memory) it waits in place: a cancel ends that wait too. */
-        o.interrupted = cell ? dbt_cancel_requested : NULL;
-        o.arg = cell;
-        o.waker = dbt_cancel_waker(cell);
+    /* The caller's cell, else (a connection permit) one of our own for the wait. A PQsend* that
+     * cannot queue (no memory) waits in place in dbt_acquire_start: the cell ends that wait too. */
+    bool queue_only = pending && kind == DBT_KIND_QUERY;
+    bool own = !cell && !queue_only;
+    dbt_cancel_wait *cw = own ? dbt_cancel_wait_begin(conn) : cell;
+    o.interrupted = cw ? dbt_cancel_requested : NULL;
+    o.arg = cw;
+    o.waker = dbt_cancel_waker(cw);
+    if (queue_only) {
         r = dbt_acquire_start(pool, kind, &o, slot, pending);
         if (r == DBT_ACQ_QUEUED)
             return DBT_DEFER;
     } else {
-        dbt_cancel_wait *cw = cell ? cell : dbt_cancel_wait_begin(conn);
-        o.interrupted = cw ? dbt_cancel_requested : NULL;
-        o.arg = cw;
-        o.waker = dbt_cancel_waker(cw);
         r = dbt_acquire(pool, kind, &o, slot);
-        if (!cell)
-            dbt_cancel_wait_end(cw);
     }
+    if (own)
+        dbt_cancel_wait_end(cw);
     return outcome(c, pool, kind, limit, o.wait_ms != 0, t0, r) ? DBT_PROCEED : DBT_REFUSE;
 }
 
