@@ -246,24 +246,26 @@ fi
 redis_stats() {
     rdc info all | tr -d '\r' | awk -F'[:=,]' '
         $1 ~ /^cmdstat_(evalsha|evalsha_ro|eval|eval_ro|fcall|fcall_ro|blpop|ping|subscribe|script|auth|select|role|readonly|hello)$/ { calls += $3; usec += $5 }
+        $1 ~ /^cmdstat_(evalsha|evalsha_ro|eval|eval_ro|fcall|fcall_ro)$/ { scripts += $3 }
         $1 ~ /^cmdstat_/ && $1 !~ /^cmdstat_(info|client|command)/ { all += $3 }
         $1 == "used_cpu_sys" || $1 == "used_cpu_user" { cpu += $2 }
-        END { printf "%d %d %d %.6f\n", calls, usec, all, cpu }'
+        END { printf "%d %d %d %.6f %d\n", calls, usec, all, cpu, scripts }'
 }
 scale_rows() { # scale_rows LABEL: the figures of the last fleet, between $before and $after
     judge 4 2 0
     lbl="one Redis, 8 processes on 4 hosts at 4, short statements, $1"
-    read -r b_calls b_usec b_all b_cpu <<EOF
+    read -r b_calls b_usec b_all b_cpu b_scripts <<EOF
 $before
 EOF
-    read -r a_calls a_usec a_all a_cpu <<EOF
+    read -r a_calls a_usec a_all a_cpu a_scripts <<EOF
 $after
 EOF
     row "$lbl: statements (grants)/s" "$rate"
-    # The grants Redis itself made in the pool (its scripts' counter, dbthrottle status'
-    # "grants"): the rest passed on the host or in the process without Redis.
-    g=$(rdc --raw hget "dbthrottle:{$run}:q:stats" grants)
-    row "$lbl: share of statements whose grant Redis made" "$(awk -v g="${g:-0}" -v t="$total" 'BEGIN { printf "%.3f", (t ? g / t : 0) }')"
+    # Every grant Redis makes is a script call (an acquire granted at once, or a release or
+    # cancel that grants the head), and so is every release that reaches it: 2 per statement when
+    # every permit goes through Redis; the rest passed on the host or in the process without
+    # Redis. (Not the pool's "grants" counter: renewals add the grants made without Redis to it.)
+    row "$lbl: Redis script calls per statement (EVALSHA: 2 when every permit goes through Redis)" "$(awk -v c=$((a_scripts - b_scripts)) -v t="$total" 'BEGIN { printf "%.3f", (t ? c / t : 0) }')"
     row "$lbl: Redis commands per statement" "$(awk -v c=$((a_calls - b_calls)) -v t="$total" 'BEGIN { printf "%.3f", (t ? c / t : 0) }')"
     cpu_us=$(awk -v c="$(awk -v a="$a_cpu" -v b="$b_cpu" 'BEGIN { print (a - b) * 1e6 }')" -v t="$total" 'BEGIN { printf "%.1f", (t ? c / t : 0) }')
     row "$lbl: Redis CPU µs per statement (INFO cpu)" "$cpu_us"

@@ -32,11 +32,14 @@
 
 #define ORPHAN_IDLE_US DBT_ORPHAN_IDLE_US
 
-bool dbt_sole_now(dbt_pool *p, dbt_kind kind)
+bool dbt_passes_locally_now(dbt_pool *p, dbt_kind kind)
 {
-    /* Attached: the host's state (a broken segment says no), whatever the process' own. */
+    /* Attached: the host's state (a broken segment says no), whatever the process' own. Within
+     * its share as when sole: a place kept stays in Redis' queue, where it counts in the host's
+     * demand (its share) and may be granted as any other, and the next waiter of the host takes
+     * it over rather than queue anew (a cancel.lua and an acquire.lua per permit passed). */
     if (p->share)
-        return dbt_share_sole(p->share, (int)kind);
+        return dbt_share_may_pass(p->share, (int)kind);
     return p->queue[kind].sole.sole != 0;
 }
 
@@ -269,7 +272,7 @@ static bool orphans_unsole(dbt_pool *p)
     for (const struct dbt_slot *s = p->slots; s; s = s->next)
         if (s->orphan && s->kind < DBT_NKINDS && !seen[s->kind]) {
             seen[s->kind] = true;
-            if (!dbt_sole_now(p, s->kind))
+            if (!dbt_passes_locally_now(p, s->kind))
                 return true;
         }
     return false;
@@ -481,7 +484,7 @@ struct dbt_slot *dbt_handover_adopt(dbt_pool *p, const struct dbt_slot *like)
     dbt_kind kind = like->kind;
     bool on = p->client->cfg->local_handover;
     if (!dbt_core_adopt_worth_asking(on, p->norphans, p->exiting) ||
-        !dbt_core_may_adopt(on, p->norphans, p->exiting, dbt_sole_now(p, kind)))
+        !dbt_core_may_adopt(on, p->norphans, p->exiting, dbt_passes_locally_now(p, kind)))
         return NULL;
     /* The newest orphan: the older ones are the first to be withdrawn when demand drops. Not one
      * no renewal was accepted for during a whole lease (this process was stopped): Redis may have
@@ -553,7 +556,7 @@ void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
 static int64_t orphan_due(dbt_pool *p, const struct dbt_slot *s)
 {
     bool held = s->state == SLOT_HELD;
-    return dbt_core_orphan_due_us(held, !held && dbt_sole_now(p, s->kind), s->orphan_us,
+    return dbt_core_orphan_due_us(held, !held && dbt_passes_locally_now(p, s->kind), s->orphan_us,
                                   ORPHAN_IDLE_US);
 }
 
@@ -629,6 +632,8 @@ int dbt_orphans_take_due(dbt_pool *p, struct dbt_slot **out, bool *send, int cap
         if (orphan_due(p, s) <= now &&
             p->ninflight < (int)(sizeof p->inflight / sizeof p->inflight[0])) {
             dbt_unlink_slot(p, s);
+            if (s->state == SLOT_HELD) /* granted: cancel.lua gives the permit back */
+                dbt_sharing_gave_back(p, s->kind, s->id);
             p->inflight[p->ninflight].what = DBT_OWED_WITHDRAW;
             p->inflight[p->ninflight].kind = s->kind;
             memcpy(p->inflight[p->ninflight].id, s->id, sizeof s->id);

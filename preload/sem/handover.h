@@ -31,9 +31,10 @@ struct dbt_slot *dbt_handover_release(dbt_pool *p, struct dbt_slot *s, bool *off
 /* (*offered: with host sharing, the permit went to a waiting thread of another process of the
  * host, through the segment: the caller unlinks and frees s, and gives nothing back to Redis.)
  *
- * Whether permits pass without Redis now for `kind`: the host's sole state while the pool is
- * attached to its segment, else this process'. */
-bool dbt_sole_now(dbt_pool *p, dbt_kind kind);
+ * Whether permits pass without Redis now for `kind`, so that the places of waiters served here
+ * (orphans) are kept for the next waiters: while the pool is attached to its segment, the host
+ * is sole or holds no more than its share (dbt_share_may_pass), else this process is sole. */
+bool dbt_passes_locally_now(dbt_pool *p, dbt_kind kind);
 /* Held permit s, which its holder gives back (a kept one the renewer returns), goes to a waiting
  * thread of another process of the host if one waited longest: true when the segment holds it
  * (the caller forgets s; nothing goes to Redis). */

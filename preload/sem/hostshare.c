@@ -1414,13 +1414,17 @@ void dbt_share_share_view(dbt_share *sh, int kind, dbt_share_view *out)
     dbt_share_unlock(sh);
 }
 
-void dbt_share_share_event(dbt_share *sh, int kind, const dbt_shev *ev)
+bool dbt_share_share_event(dbt_share *sh, int kind, const dbt_shev *ev)
 {
     if (!sh || bad_kind(kind) || !ev || dbt_share_lock(sh) != 0)
-        return;
+        return false;
     begin_update(sh);
+    bool within = dbt_core_within_share(&sh->seg->share[kind]);
     dbt_core_share_step(&sh->seg->share[kind], ev);
+    bool left =
+        within && !dbt_core_within_share(&sh->seg->share[kind]) && sh->seg->sole[kind].sole == 0;
     dbt_share_unlock(sh);
+    return left;
 }
 
 /* ---- other processes ---- */

@@ -136,8 +136,11 @@ bool dbt_share_sole(dbt_share *sh, int kind);
  * group's share while other hosts wait (docs/design.md, "Shares"); false too while any live
  * process has an unregistered waiter. */
 bool dbt_share_may_pass(dbt_share *sh, int kind);
-/* The group's share of the kind moves by one event (pool_core's dbt_core_share_step). */
-void dbt_share_share_event(dbt_share *sh, int kind, const dbt_shev *ev);
+/* The group's share of the kind moves by one event (pool_core's dbt_core_share_step). Returns
+ * true when the host, not sole, was within its share and is not any more: as for
+ * dbt_share_foreign, the caller then calls dbt_share_wake_all, so that the processes withdraw
+ * the places they kept for their next waiters. */
+bool dbt_share_share_event(dbt_share *sh, int kind, const dbt_shev *ev);
 /* The group's share view of the kind now (zeroed when it cannot be read). */
 void dbt_share_share_view(dbt_share *sh, int kind, dbt_share_view *out);
 /* acquire.lua queued one of this host's waiters with `ticket` and said whether the host's waiters

@@ -14,7 +14,7 @@
 /* Layout version: in the file's name (<hash>.<version>) and in the header. A library whose
  * layout differs uses another file, so versions never read each other's segments; a header of
  * another version in our file is damage. */
-#define DBT_SEG_VERSION 3
+#define DBT_SEG_VERSION 4
 #define DBT_SEG_MAGIC   UINT64_C(0x314d485354424444) /* "DDBTSHM1" read little-endian */
 #define DBT_SEG_KEY_MAX 1024                         /* the pool's key, with its NUL */
 #define DBT_SEG_PROCS   256

@@ -365,18 +365,31 @@ void dbt_core_share_step(dbt_share_view *v, const dbt_shev *ev)
             return; /* its share (-1) and count (0) are not the group's */
         if (ev->handover_allowed && v->ticket == ev->ticket_sent)
             v->share1 = ev->share >= 0 ? (uint64_t)ev->share + 1 : 0;
-        int64_t held = (ev->held > 0 ? ev->held : 0) + (v->net - ev->net_sent);
-        v->held = held > 0 ? held : 0;
+        /* Redis' count is compared with the one kept here only when nothing was counted here
+         * while the renewal was in flight. Even then a grant Redis made before the renewal may
+         * be read only after its reply (another connection): Redis' count above the one here
+         * is such a grant as often as not, and taking it counted that grant twice (a saturated
+         * host counted one permit more than it held from its first renewal on, so it saw
+         * itself above its share and gave back every permit). So a count below the one here is
+         * taken at once (permits that went back unseen here: a lapsed lease, a process killed
+         * holding), and one above it only when the last renewal that crossed nothing said so
+         * too: a grant in flight is read within a round trip, renewals are lease/3 apart. */
+        if (v->events == ev->events_sent) {
+            int64_t redis = ev->held > 0 ? ev->held : 0;
+            if (redis < v->held || (redis > v->held && v->ahead))
+                v->held = redis;
+            v->ahead = redis > v->held;
+        }
         return;
     }
     case DBT_SHEV_GRANTED:
         v->held++;
-        v->net++;
+        v->events++;
         return;
     case DBT_SHEV_RETURNED:
         if (v->held > 0)
             v->held--;
-        v->net--;
+        v->events++;
         return;
     }
 }

@@ -350,7 +350,8 @@ typedef struct {
     uint64_t share1;
     int64_t held;
     uint64_t ticket;
-    int64_t net; /* grants minus returns counted so far: a renewal's count is as of its send */
+    int64_t events; /* grants and returns counted so far: a renewal crossed by none compares */
+    uint64_t ahead; /* nonzero: the last renewal that crossed none counted more than here */
 } dbt_share_view;
 
 /* A host that is not sole passes a released permit to its own waiters only while a share is in
@@ -371,8 +372,8 @@ typedef struct {
     int64_t held;  /* RENEWED */
     uint64_t ticket;
     bool handover_allowed; /* RENEWED */
-    /* RENEWED: the view's net and ticket when the renewal was sent */
-    int64_t net_sent;
+    /* RENEWED: the view's events and ticket when the renewal was sent */
+    int64_t events_sent;
     uint64_t ticket_sent;
     /* RENEWED: the renewal named no id of the group of this kind (its process holds and waits
      * nothing of the kind, or only under its plain cid or another group): its share and count

@@ -441,7 +441,7 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
                         .share = reply->share[k],
                         .held = reply->held[k],
                         .handover_allowed = reply->handover_allowed[k] && reply->reasserted[k] == 0,
-                        .net_sent = shares[k].net,
+                        .events_sent = shares[k].events,
                         .ticket_sent = shares[k].ticket,
                         .named_none = !named[k]};
         dbt_sharing_share_event(p, (dbt_kind)k, NULL, &sev);

@@ -318,7 +318,17 @@ void dbt_sharing_share_event(dbt_pool *p, dbt_kind kind, const char *id, const d
         return;
     if (id && !dbt_sharing_id_grouped(p, id))
         return;
-    dbt_share_share_event(p->share, (int)kind, ev);
+    if (dbt_share_share_event(p->share, (int)kind, ev)) {
+        /* above its share now, or none in force: the places kept here and elsewhere go */
+        dbt_share_wake_all(p->share);
+        if (p->norphans > 0)
+            dbt_pool_wake_bg(p);
+    }
+}
+
+void dbt_sharing_gave_back(dbt_pool *p, dbt_kind kind, const char *id)
+{
+    dbt_sharing_share_event(p, kind, id, &(dbt_shev){.type = DBT_SHEV_RETURNED});
 }
 
 void dbt_sharing_share_view(dbt_pool *p, dbt_kind kind, dbt_share_view *out)

@@ -61,6 +61,12 @@ void dbt_sharing_shape(const struct dbt_slot *s, dbt_share_shape *out);
  * a grant or a return counts only for an id made under the current group (id; NULL for the
  * others). No-op when not attached. */
 void dbt_sharing_share_event(dbt_pool *p, dbt_kind kind, const char *id, const dbt_shev *ev);
+/* p->mu held: permit `id` goes back to Redis (released; a kept one or the shelf's returned; given
+ * back as stale; a place withdrawn after Redis granted it): the group holds one fewer, as Redis
+ * counts it. Every way back counts: one left out drifted the count up between renewals (a kept
+ * permit returned when a waiter queued, at each statement of a saturated host), and a host that
+ * believed itself above its share passed nothing locally. */
+void dbt_sharing_gave_back(dbt_pool *p, dbt_kind kind, const char *id);
 /* p->mu held: the group's share view of the kind (zeroed when not attached). */
 void dbt_sharing_share_view(dbt_pool *p, dbt_kind kind, dbt_share_view *out);
 
