@@ -417,7 +417,7 @@ static acquire_next give_back_stale(acquire_run *a)
     dbt_pool *p = a->p;
     struct dbt_slot *s = a->s;
     dbt_unlink_slot(p, s);
-    dbt_sharing_gave_back(p, s->kind, s->id);
+    dbt_sharing_gave_back(p, s->kind, s->id, s->lost);
     bool renewal_said = s->lost; /* counted when the renewal found it gone */
     dbt_lease_facts l = dbt_slot_lease(p, s, dbt_now_us());
     bool gone = dbt_lease_gone(&l);

@@ -253,7 +253,10 @@ void dbt_client_exit(dbt_client *c)
         dbt_handover_quit(p);
         /* Our kept permits off the host's shelf first: those another process took are its own. */
         dbt_shelf_settle_at_exit(p);
-        /* Then no more are passed to us; the host's last process removes the segment's file. */
+        /* What the exit gives back of the group's permits, counted before it leaves the segment
+         * (docs/design.md, "Shares"); then no more are passed to us; the host's last process
+         * removes the segment's file. */
+        dbt_sharing_gave_back_at_exit(p);
         dbt_sharing_leave(p);
         int n = owed_at_exit(p, ops, MAX_EXIT);
         dbt_pool_stats st = p->st;

@@ -633,7 +633,7 @@ int dbt_orphans_take_due(dbt_pool *p, struct dbt_slot **out, bool *send, int cap
             p->ninflight < (int)(sizeof p->inflight / sizeof p->inflight[0])) {
             dbt_unlink_slot(p, s);
             if (s->state == SLOT_HELD) /* granted: cancel.lua gives the permit back */
-                dbt_sharing_gave_back(p, s->kind, s->id);
+                dbt_sharing_gave_back(p, s->kind, s->id, s->lost);
             p->inflight[p->ninflight].what = DBT_OWED_WITHDRAW;
             p->inflight[p->ninflight].kind = s->kind;
             memcpy(p->inflight[p->ninflight].id, s->id, sizeof s->id);

@@ -1396,7 +1396,13 @@ void dbt_share_reset(dbt_share *sh)
         return;
     begin_update(sh);
     memset(sh->seg->sole, 0, sizeof sh->seg->sole);
-    memset(sh->seg->share, 0, sizeof sh->seg->share);
+    /* No share in force until Redis tells one again; the count of what the group holds stays
+     * (zeroed, a renewal could only raise it again after DBT_SHARE_AHEAD_US: the host passed
+     * above its share meanwhile, and a process that forks resets this at each fork) */
+    for (int k = 0; k < DBT_SHARE_KINDS; k++) {
+        sh->seg->share[k].share1 = 0;
+        sh->seg->share[k].ticket = 0;
+    }
     dbt_share_unlock(sh);
 }
 

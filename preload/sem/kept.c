@@ -164,7 +164,7 @@ void dbt_return_parked(dbt_pool *p)
             s->state = SLOT_RETURNED; /* its owner frees it */
             continue;
         }
-        dbt_sharing_gave_back(p, s->kind, s->id);
+        dbt_sharing_gave_back(p, s->kind, s->id, s->lost);
         p->inflight[p->ninflight].what = DBT_OWED_RELEASE;
         p->inflight[p->ninflight].kind = s->kind;
         p->inflight[p->ninflight].held_ms = (now - s->t_grant_us) / 1000;
@@ -236,7 +236,7 @@ void dbt_return_shelf(dbt_pool *p)
         int got = dbt_sharing_shelf_take_kind(p, (dbt_kind)k, ids + n, own + n, BATCH - n);
         for (int i = n; i < n + got; i++) {
             kinds[i] = (dbt_kind)k;
-            dbt_sharing_gave_back(p, (dbt_kind)k, ids[i].id);
+            dbt_sharing_gave_back(p, (dbt_kind)k, ids[i].id, false);
             struct dbt_slot *s = own[i];
             if (s) { /* this process' own: off its lists as dbt_return_parked does */
                 s->shelf = 0;

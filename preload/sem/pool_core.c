@@ -365,26 +365,40 @@ void dbt_core_share_step(dbt_share_view *v, const dbt_shev *ev)
             return; /* its share (-1) and count (0) are not the group's */
         if (ev->handover_allowed && v->ticket == ev->ticket_sent)
             v->share1 = ev->share >= 0 ? (uint64_t)ev->share + 1 : 0;
-        /* Redis' count is compared with the one kept here only when nothing was counted here
-         * while the renewal was in flight. Even then a grant Redis made before the renewal may
-         * be read only after its reply (another connection): Redis' count above the one here
-         * is such a grant as often as not, and taking it counted that grant twice (a saturated
-         * host counted one permit more than it held from its first renewal on, so it saw
-         * itself above its share and gave back every permit). So a count below the one here is
-         * taken at once (permits that went back unseen here: a lapsed lease, a process killed
-         * holding), and one above it only when the last renewal that crossed nothing said so
-         * too: a grant in flight is read within a round trip, renewals are lease/3 apart. */
-        if (v->events == ev->events_sent) {
-            int64_t redis = ev->held > 0 ? ev->held : 0;
-            if (redis < v->held || (redis > v->held && v->ahead))
+        /* Redis' count plus the grants counted here since the renewal was sent is never below
+         * what the host holds (a grant or a return in flight only raises Redis' count): a count
+         * above that bound is taken down to it at once (permits that went back unseen here: a
+         * lapsed lease, a process killed while holding). Redis' count itself is compared only
+         * when nothing was counted here while the renewal was in flight, and even then a grant
+         * Redis made before the renewal may be read only after its reply (another connection):
+         * Redis' count above the one here is such a grant as often as not, and taking it counted
+         * that grant twice (a saturated host counted one permit more than it held from its first
+         * renewal on, so it saw itself above its share and gave back every permit; two
+         * processes' renewals a few ms apart both saw the same grant in flight). So a count above
+         * the one here is taken only once renewals have said so for DBT_SHARE_AHEAD_US with
+         * nothing counted here meanwhile: a grant in flight is read long before. */
+        int64_t redis = ev->held > 0 ? ev->held : 0;
+        int64_t bound = redis + (v->grants - ev->grants_sent);
+        if (bound < v->held) {
+            v->held = bound;
+            v->ahead_us = 0;
+        } else if (v->events == ev->events_sent) {
+            if (redis <= v->held) {
+                v->ahead_us = 0;
+            } else if (v->ahead_us == 0 || v->ahead_events != v->events) {
+                v->ahead_us = ev->now_us > 0 ? ev->now_us : 1;
+                v->ahead_events = v->events;
+            } else if (ev->now_us - v->ahead_us >= DBT_SHARE_AHEAD_US) {
                 v->held = redis;
-            v->ahead = redis > v->held;
+                v->ahead_us = 0;
+            }
         }
         return;
     }
     case DBT_SHEV_GRANTED:
         v->held++;
         v->events++;
+        v->grants++;
         return;
     case DBT_SHEV_RETURNED:
         if (v->held > 0)

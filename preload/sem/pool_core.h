@@ -351,8 +351,17 @@ typedef struct {
     int64_t held;
     uint64_t ticket;
     int64_t events; /* grants and returns counted so far: a renewal crossed by none compares */
-    uint64_t ahead; /* nonzero: the last renewal that crossed none counted more than here */
+    int64_t grants; /* grants counted so far */
+    /* when a renewal that crossed none first counted more than here, with `events` then (0:
+     * none since the counts last agreed) */
+    int64_t ahead_us;
+    int64_t ahead_events;
 } dbt_share_view;
+
+/* How long Redis' count of a host group's permits must stay above the host's own, with nothing
+ * counted meanwhile, before the host takes it: longer than any grant in flight takes to be read
+ * (Redis' reply or push is read within DBTHROTTLE_REDIS_TIMEOUT, 1 s by default). */
+#define DBT_SHARE_AHEAD_US INT64_C(1000000)
 
 /* A host that is not sole passes a released permit to its own waiters only while a share is in
  * force and it holds no more than its share; above it, its releases go back to Redis. */
@@ -374,23 +383,25 @@ typedef struct {
     bool handover_allowed; /* RENEWED */
     /* RENEWED: the view's events and ticket when the renewal was sent */
     int64_t events_sent;
+    int64_t grants_sent;
     uint64_t ticket_sent;
     /* RENEWED: the renewal named no id of the group of this kind (its process holds and waits
      * nothing of the kind, or only under its plain cid or another group): its share and count
      * are not the group's */
     bool named_none;
+    int64_t now_us; /* RENEWED: when its reply was read */
 } dbt_shev;
 
 /* Moves the view by one event. A push older than the last one applied is history (the newest
  * ticket wins, as for verdicts); it sets the share, the count stays the group's own (its grants
- * and returns). A renewal sets both from Redis' counts as they were when it ran: its share counts
- * only if no push came since it was sent (else the push's is newer), and its count is Redis' plus
- * what was counted here since it was sent (a grant or a return in flight at that time is off by
- * one until the next renewal; a count kept apart from Redis' would keep whatever drift a path that
- * does not count leaves). No share is in force when handover is not allowed (drained, above the
- * override). A renewal that named no id of the group (named_none) says nothing else of it: a
- * process of the host that holds nothing of the kind would otherwise wipe the group's share and
- * count. The count never goes below 0. */
+ * and returns). A renewal's share counts only if no push came since it was sent (else the push's
+ * is newer). Its count of what the group holds corrects the one kept here: down at once to
+ * Redis' count plus the grants counted since it was sent (a bound never below the truth), up to
+ * Redis' count only once renewals that crossed no grant or return have said so for
+ * DBT_SHARE_AHEAD_US (a grant in flight is in Redis' count before it is read here). No share is in
+ * force when handover is not allowed (drained, above the override). A renewal that named no id of
+ * the group (named_none) says nothing else of it: a process of the host that holds nothing of the
+ * kind would otherwise wipe the group's share and count. The count never goes below 0. */
 void dbt_core_share_step(dbt_share_view *v, const dbt_shev *ev);
 
 #endif

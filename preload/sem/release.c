@@ -244,7 +244,7 @@ static void release_permit(dbt_permit *s)
     if (tracing)
         s->query = before.query;
     dbt_unlink_slot(p, s);
-    dbt_sharing_gave_back(p, s->kind, s->id); /* docs/design.md, "Shares" */
+    dbt_sharing_gave_back(p, s->kind, s->id, s->lost); /* docs/design.md, "Shares" */
     struct dbt_slot *idle_places[16];
     int nplaces = dbt_orphans_take_if_idle(p, s->kind, idle_places, 16);
     bool down = p->down_until_us > dbt_now_us();

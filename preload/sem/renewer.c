@@ -442,8 +442,10 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
                         .held = reply->held[k],
                         .handover_allowed = reply->handover_allowed[k] && reply->reasserted[k] == 0,
                         .events_sent = shares[k].events,
+                        .grants_sent = shares[k].grants,
                         .ticket_sent = shares[k].ticket,
-                        .named_none = !named[k]};
+                        .named_none = !named[k],
+                        .now_us = dbt_now_us()};
         dbt_sharing_share_event(p, (dbt_kind)k, NULL, &sev);
     }
 }

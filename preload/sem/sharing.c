@@ -326,9 +326,21 @@ void dbt_sharing_share_event(dbt_pool *p, dbt_kind kind, const char *id, const d
     }
 }
 
-void dbt_sharing_gave_back(dbt_pool *p, dbt_kind kind, const char *id)
+void dbt_sharing_gave_back(dbt_pool *p, dbt_kind kind, const char *id, bool lost)
 {
-    dbt_sharing_share_event(p, kind, id, &(dbt_shev){.type = DBT_SHEV_RETURNED});
+    if (!lost)
+        dbt_sharing_share_event(p, kind, id, &(dbt_shev){.type = DBT_SHEV_RETURNED});
+}
+
+void dbt_sharing_gave_back_at_exit(dbt_pool *p)
+{
+    if (!p->share)
+        return; /* (p->exiting is set: dbt_sharing_share_event would not count) */
+    for (const struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->state == SLOT_HELD && s->gen == p->gen && !s->lost && s->kind < DBT_NKINDS &&
+            dbt_sharing_id_grouped(p, s->id))
+            (void)dbt_share_share_event(p->share, (int)s->kind,
+                                        &(dbt_shev){.type = DBT_SHEV_RETURNED});
 }
 
 void dbt_sharing_share_view(dbt_pool *p, dbt_kind kind, dbt_share_view *out)

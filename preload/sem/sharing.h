@@ -65,8 +65,12 @@ void dbt_sharing_share_event(dbt_pool *p, dbt_kind kind, const char *id, const d
  * back as stale; a place withdrawn after Redis granted it): the group holds one fewer, as Redis
  * counts it. Every way back counts: one left out drifted the count up between renewals (a kept
  * permit returned when a waiter queued, at each statement of a saturated host), and a host that
- * believed itself above its share passed nothing locally. */
-void dbt_sharing_gave_back(dbt_pool *p, dbt_kind kind, const char *id);
+ * believed itself above its share passed nothing locally. `lost`: a renewal found it gone from
+ * Redis, whose count the host took then (not counted twice). */
+void dbt_sharing_gave_back(dbt_pool *p, dbt_kind kind, const char *id, bool lost);
+/* p->mu held, as the process exits (before it leaves the segment): its held permits of the group
+ * go back to Redis with the exit's calls; the group holds that many fewer. */
+void dbt_sharing_gave_back_at_exit(dbt_pool *p);
 /* p->mu held: the group's share view of the kind (zeroed when not attached). */
 void dbt_sharing_share_view(dbt_pool *p, dbt_kind kind, dbt_share_view *out);
 

@@ -19,7 +19,7 @@ hp_ready=
 for h in 0 1; do
     for i in 0 1 2 3; do
         wargs="-s 1 -W $work/hp.ready.$h.$i" spawn "$work/hp.out.$h.$i" PGAPPNAME=hp \
-            DBTHROTTLE_POOL=hp DBTHROTTLE_MAX_QUERIES=$hp_limit DBTHROTTLE_WAIT_TIMEOUT=60s \
+            DBTHROTTLE_POOL=hp DBTHROTTLE_MAX_QUERIES=$hp_limit DBTHROTTLE_WAIT_TIMEOUT=60s DBTHROTTLE_LEASE=1s \
             DBTHROTTLE_SHARE_DIR="$work/hp.host$h"
         hp_pids="$hp_pids $spawned"
         hp_ready="$hp_ready $work/hp.ready.$h.$i"
@@ -28,11 +28,14 @@ done
 wargs=
 hp_all_ready() { for f in $hp_ready; do [ -e "$f" ] || return 1; done; }
 wait_until 30 hp_all_ready || info "hosts_pass_within_their_shares: the workers were slow to start"
-# The window: from all 6 running until the server ran 600 more probes.
+# The window: from all 8 running until the server ran 1200 more probes (about 2 s). The lease of
+# 1 s renews every 333 ms: a host whose count of what it holds went wrong for a moment (seen once
+# in about 170 runs: every permit through Redis for the 1 s window) is corrected by its next
+# renewal, and a window of several renewals judges the steady state.
 hp_evalsha() { rcli info commandstats | tr -d '\r' | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/p'; }
 hp_s0=$(hp_evalsha)
 hp_p0=$(probes hp)
-wait_until 60 "[ \$(probes hp) -ge $((hp_p0 + 600)) ]" || info "hosts_pass_within_their_shares: fewer than 600 probes in 60 s ($(probes hp) - $hp_p0)"
+wait_until 60 "[ \$(probes hp) -ge $((hp_p0 + 1200)) ]" || info "hosts_pass_within_their_shares: fewer than 1200 probes in 60 s ($(probes hp) - $hp_p0)"
 hp_s1=$(hp_evalsha)
 hp_p1=$(probes hp)
 kill -TERM $hp_pids 2>/dev/null
@@ -47,7 +50,7 @@ check "hosts_pass_within_their_shares: at most $hp_limit probes ran at once at t
     '[ "$hp_conc" -eq $hp_limit ]'
 if [ -z "${DBT_FAULTS_CLASSES:-}" ]; then
     check "hosts_pass_within_their_shares: $hp_scripts Redis script calls for $hp_n probes in the window ($hp_ratio a probe; 2 when every permit goes through Redis; at most 0.5)" \
-        '[ "$hp_n" -ge 600 ] && awk -v r="$hp_ratio" "BEGIN { exit !(r <= 0.5) }"'
+        '[ "$hp_n" -ge 1200 ] && awk -v r="$hp_ratio" "BEGIN { exit !(r <= 0.5) }"'
 else # the workers take classes in turn: no share is in force between waiters of several classes
     info "hosts_pass_within_their_shares: with classes, $hp_scripts Redis script calls for $hp_n probes ($hp_ratio a probe; not judged: no share is in force between classes)"
 fi

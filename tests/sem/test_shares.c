@@ -732,3 +732,66 @@ Test(script_shares, counts_of_holders_that_drifted_are_recounted_from_the_holder
     long long ttl = test_redis_int(&fx_redis, "PTTL " P "owners:h");
     cr_expect(ttl > 0, "owners:h has no TTL (%lld)", ttl);
 }
+
+/* What host A counts itself holding (its segment's view), or -1 when it cannot be read. */
+static int64_t host_held(dbt_pool *p)
+{
+    int64_t held = -1;
+    pthread_mutex_lock(&p->mu);
+    dbt_share *sh = p->share;
+    if (sh && dbt_share_lock(sh) == 0) {
+        held = dbt_share_segment(sh)->share[DBT_KIND_QUERY].held;
+        dbt_share_unlock(sh);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return held;
+}
+
+typedef struct {
+    dbt_pool *pool;
+    int64_t held;
+} held_is;
+
+static bool host_held_is(void *arg)
+{
+    held_is *h = arg;
+    return host_held(h->pool) == h->held;
+}
+
+/* Host A keeps a permit idle (kept permits on: it waits on the host's shelf); host B's waiter
+ * queues, Redis recalls the kept permit, A gives it back from the shelf, and B is granted. A holds
+ * nothing now, and counts so at once: before, the return of a kept permit was not counted, and A
+ * counted itself holding it until its next renewal (here 10 s away): a saturated host that
+ * believed itself above its share gave every permit back to Redis
+ * (tests/faults/hosts_pass_within_their_shares). */
+Test(shares, a_kept_permit_given_back_is_counted_at_once, .timeout = 60)
+{
+    char dir_kv[160];
+    snprintf(dir_kv, sizeof dir_kv, "DBTHROTTLE_SHARE_DIR=%s", dirs[0]);
+    dbt_client *ca = fx_client("DBTHROTTLE_HOST_SHARE=on", dir_kv, "DBTHROTTLE_LEASE=30s",
+                               "DBTHROTTLE_CACHE_PERMITS=on", "DBTHROTTLE_CACHE_IDLE=1m", NULL);
+    cr_assert(ca);
+    dbt_pool *a = dbt_client_pool(ca, "sh"), *b = pool_on_host(1);
+    dbt_permit *pa = take(a);
+    char pa_id[DBT_ID_MAX];
+    snprintf(pa_id, sizeof pa_id, "%s", pa->id);
+    cr_assert(dbt_permit_park(pa), "A's permit was not kept"); /* still held in Redis */
+    cr_assert(zscore_exists(P "holders", pa_id));
+    held_is one = {a, 1};
+    cr_assert(test_wait_until(host_held_is, &one, 5000), "A counts %lld held, not 1",
+              (long long)host_held(a));
+    dbt_permit *b1 = take(b); /* the limit (2) is reached: A's kept one and B's */
+    /* (it queues, and is granted within a few round trips: not waited for as queued) */
+    waiter wb = {.pool = b, .rc = -1};
+    pthread_t tb;
+    cr_assert_eq(pthread_create(&tb, NULL, wait_for_permit, &wb), 0);
+    pthread_join(tb, NULL);
+    cr_assert_eq(wb.rc, DBT_ACQ_GRANTED);
+    cr_expect_not(zscore_exists(P "holders", pa_id), "A's kept permit is still held in Redis");
+    held_is none = {a, 0};
+    cr_expect(test_wait_until(host_held_is, &none, 1000),
+              "A gave its kept permit back but counts %lld held", (long long)host_held(a));
+    cr_expect_not(dbt_permit_unpark(&pa), "A still believes it keeps the recalled permit");
+    dbt_release(wb.permit);
+    dbt_release(b1);
+}

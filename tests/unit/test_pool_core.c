@@ -950,8 +950,9 @@ Test(pool_core, a_renewal_without_a_share_or_with_handover_stopped_ends_local_pa
 Test(pool_core, a_share_push_sets_the_share_and_the_newest_ticket_wins)
 {
     dbt_share_view v = {0};
-    share_ev(&v, DBT_SHEV_RENEWED, 3, 3, 0, true);
-    share_ev(&v, DBT_SHEV_RENEWED, 3, 3, 0, true); /* twice: Redis' count is taken */
+    share_ev(&v, DBT_SHEV_RENEWED, 3, 0, 0, true);
+    for (int i = 0; i < 3; i++)
+        share_ev(&v, DBT_SHEV_GRANTED, 0, 0, 0, false);
     cr_assert_eq(v.held, 3);
     cr_assert(dbt_core_within_share(&v));
     share_ev(&v, DBT_SHEV_PUSH, 1, 0, 10, false);
@@ -984,6 +985,7 @@ Test(pool_core, twin_a_renewal_older_than_a_grant_or_a_push_does_not_undo_them)
                    .held = 1,
                    .handover_allowed = true,
                    .events_sent = at_send.events,
+                   .grants_sent = at_send.grants,
                    .ticket_sent = at_send.ticket};
     dbt_core_share_step(&v, &ev);
     cr_assert_eq(v.held, 2, "Redis' 1 of before the second grant, plus the grant since");
@@ -992,6 +994,7 @@ Test(pool_core, twin_a_renewal_older_than_a_grant_or_a_push_does_not_undo_them)
     /* a renewal sent after both counts as Redis says, down too */
     at_send = v;
     ev.events_sent = at_send.events;
+    ev.grants_sent = at_send.grants;
     ev.ticket_sent = at_send.ticket;
     ev.share = 1;
     ev.held = 1;
@@ -1005,6 +1008,7 @@ Test(pool_core, twin_a_renewal_older_than_a_grant_or_a_push_does_not_undo_them)
     cr_assert_eq(v.held, 3);
     at_send = v;
     ev.events_sent = at_send.events;
+    ev.grants_sent = at_send.grants;
     ev.held = 1; /* two of those permits went back unseen here (their leases lapsed) */
     dbt_core_share_step(&v, &ev);
     cr_assert_eq(v.held, 1, "Redis' count: nothing crossed the renewal");
@@ -1030,6 +1034,7 @@ Test(pool_core, a_renewal_crossed_by_grants_or_returns_leaves_the_count_kept_her
                    .held = 3, /* the return not applied yet, the grant already */
                    .handover_allowed = true,
                    .events_sent = at_send.events,
+                   .grants_sent = at_send.grants,
                    .ticket_sent = at_send.ticket};
     dbt_core_share_step(&v, &ev);
     cr_assert_eq(v.held, 3, "the count kept here, not 3 + 0 nor any sum of the two");
@@ -1038,6 +1043,7 @@ Test(pool_core, a_renewal_crossed_by_grants_or_returns_leaves_the_count_kept_her
     share_ev(&v, DBT_SHEV_RETURNED, 0, 0, 0, false);
     share_ev(&v, DBT_SHEV_GRANTED, 0, 0, 0, false);
     ev.events_sent = at_send.events;
+    ev.grants_sent = at_send.grants;
     ev.held = 2;
     dbt_core_share_step(&v, &ev);
     cr_assert_eq(v.held, 3, "still the count kept here");
@@ -1045,20 +1051,26 @@ Test(pool_core, a_renewal_crossed_by_grants_or_returns_leaves_the_count_kept_her
 }
 
 /* The same host's first renewal (the case above): Redis made two grants, then applied the
- * renewal, whose reply was read before the two grants (they come on other connections). Nothing
- * was counted while it was in flight, yet Redis' count already had them: taken, then counted
- * again as they were read, they made 4 of the 2 the host held. A count above the one here is
- * taken only when the next renewal that crosses nothing says so too. */
+ * renewals of two of its processes, whose replies were read before the two grants (those come on
+ * other connections). Nothing was counted while they were in flight, yet Redis' count already had
+ * the grants: taken, then counted again as they were read, they made 4 of the 2 the host held. A
+ * count above the one here is taken only once renewals have said so for DBT_SHARE_AHEAD_US with
+ * nothing counted meanwhile. */
 Test(pool_core, a_renewal_ahead_of_grants_in_flight_does_not_count_them_twice)
 {
     dbt_share_view v = {0};
     share_ev(&v, DBT_SHEV_PUSH, 2, 0, 5, false);
+    int64_t t = 1000000;
     dbt_shev ev = {.type = DBT_SHEV_RENEWED,
                    .share = 2,
                    .held = 2,
                    .handover_allowed = true,
                    .events_sent = v.events,
-                   .ticket_sent = v.ticket};
+                   .grants_sent = v.grants,
+                   .ticket_sent = v.ticket,
+                   .now_us = t};
+    dbt_core_share_step(&v, &ev);
+    ev.now_us = t + 2000; /* another process' renewal, 2 ms later */
     dbt_core_share_step(&v, &ev);
     cr_assert_eq(v.held, 0, "not yet: the two grants may be on their way");
     share_ev(&v, DBT_SHEV_GRANTED, 0, 0, 0, false);
@@ -1066,20 +1078,42 @@ Test(pool_core, a_renewal_ahead_of_grants_in_flight_does_not_count_them_twice)
     cr_assert_eq(v.held, 2, "each counted once");
     cr_assert(dbt_core_within_share(&v), "holds 2 of 2: passes locally");
     ev.events_sent = v.events;
+    ev.grants_sent = v.grants;
+    ev.now_us = t + 2 * DBT_SHARE_AHEAD_US;
     dbt_core_share_step(&v, &ev);
     cr_assert_eq(v.held, 2, "the next renewal agrees");
-    /* a count really below Redis' (a return counted here for a permit Redis still holds):
-     * said by two renewals that crossed nothing, it is taken */
+    /* a count really below Redis' (a return counted here for a permit Redis still holds): said
+     * by renewals over DBT_SHARE_AHEAD_US with nothing counted meanwhile, it is taken */
     share_ev(&v, DBT_SHEV_RETURNED, 0, 0, 0, false);
     ev.events_sent = v.events;
+    ev.grants_sent = v.grants;
+    t = ev.now_us;
     dbt_core_share_step(&v, &ev);
     cr_assert_eq(v.held, 1, "once: perhaps a grant in flight");
+    ev.now_us = t + DBT_SHARE_AHEAD_US - 1;
     dbt_core_share_step(&v, &ev);
-    cr_assert_eq(v.held, 2, "twice: Redis' count");
+    cr_assert_eq(v.held, 1, "not long enough");
+    ev.now_us = t + DBT_SHARE_AHEAD_US;
+    dbt_core_share_step(&v, &ev);
+    cr_assert_eq(v.held, 2, "Redis' count, said for DBT_SHARE_AHEAD_US");
+    /* a grant counted in between starts the wait over */
+    share_ev(&v, DBT_SHEV_RETURNED, 0, 0, 0, false);
+    ev.events_sent = v.events;
+    ev.grants_sent = v.grants;
+    t = ev.now_us + 10;
+    ev.now_us = t;
+    dbt_core_share_step(&v, &ev);
+    share_ev(&v, DBT_SHEV_GRANTED, 0, 0, 0, false);
+    share_ev(&v, DBT_SHEV_RETURNED, 0, 0, 0, false);
+    ev.events_sent = v.events;
+    ev.grants_sent = v.grants;
+    ev.now_us = t + DBT_SHARE_AHEAD_US;
+    dbt_core_share_step(&v, &ev);
+    cr_assert_eq(v.held, 1, "events since the first: perhaps another grant in flight");
     /* below: at once */
-    ev.held = 1;
+    ev.held = 0;
     dbt_core_share_step(&v, &ev);
-    cr_assert_eq(v.held, 1, "a permit that went back unseen here");
+    cr_assert_eq(v.held, 0, "a permit that went back unseen here");
 }
 
 /* "s<kind>:-1:<ticket>": shares stopped being in force (the queue emptied, a plain process or a
@@ -1100,6 +1134,7 @@ Test(pool_core, a_push_of_none_ends_the_share_told)
                    .held = 1,
                    .handover_allowed = true,
                    .events_sent = at_send.events,
+                   .grants_sent = at_send.grants,
                    .ticket_sent = at_send.ticket};
     dbt_core_share_step(&v, &ev);
     cr_assert_not(dbt_core_within_share(&v), "the push of none is newer than the renewal");
@@ -1121,6 +1156,7 @@ Test(pool_core, a_renewal_naming_no_id_of_the_group_leaves_its_view_alone)
                    .held = 0,
                    .handover_allowed = true,
                    .events_sent = v.events,
+                   .grants_sent = v.grants,
                    .ticket_sent = v.ticket,
                    .named_none = true};
     dbt_core_share_step(&v, &ev);
@@ -1133,4 +1169,29 @@ Test(pool_core, a_renewal_naming_no_id_of_the_group_leaves_its_view_alone)
     ev.handover_allowed = false;
     dbt_core_share_step(&v, &ev);
     cr_assert_eq(v.share1, 0);
+}
+
+/* A count too high (a permit that went back unseen: a process killed while holding) while grants
+ * and returns keep crossing every renewal: Redis' count plus the grants counted since the renewal
+ * was sent is never below what the host holds, so the count comes down to it at once. */
+Test(pool_core, a_count_above_redis_plus_the_grants_since_comes_down_however_busy)
+{
+    dbt_share_view v = {0};
+    share_ev(&v, DBT_SHEV_PUSH, 1, 0, 5, false);
+    for (int i = 0; i < 3; i++)
+        share_ev(&v, DBT_SHEV_GRANTED, 0, 0, 0, false); /* 3 counted; 1 held in truth */
+    dbt_share_view at_send = v;
+    share_ev(&v, DBT_SHEV_RETURNED, 0, 0, 0, false);
+    share_ev(&v, DBT_SHEV_GRANTED, 0, 0, 0, false); /* crossing the renewal */
+    dbt_shev ev = {.type = DBT_SHEV_RENEWED,
+                   .share = 1,
+                   .held = 1,
+                   .handover_allowed = true,
+                   .events_sent = at_send.events,
+                   .grants_sent = at_send.grants,
+                   .ticket_sent = at_send.ticket,
+                   .now_us = 1000000};
+    dbt_core_share_step(&v, &ev);
+    cr_assert_eq(v.held, 2, "Redis' 1 + the grant since: the most the host can hold");
+    cr_assert_not(dbt_core_within_share(&v), "holds (at most) 2 of 1");
 }
