@@ -553,11 +553,33 @@ void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
 
 /* Whether orphan s is to go now: granted (a permit nobody here waits for), or while others queue,
  * or unused for ORPHAN_IDLE_US. */
+/* Whether a thread of this process holds a permit of `kind` (a kept one too). */
+static bool holds_kind(const dbt_pool *p, dbt_kind kind)
+{
+    for (const struct dbt_slot *s = p->slots; s; s = s->next)
+        if (!s->orphan && s->kind == kind && s->state == SLOT_HELD)
+            return true;
+    return false;
+}
+
 static int64_t orphan_due(dbt_pool *p, const struct dbt_slot *s)
 {
     bool held = s->state == SLOT_HELD;
-    return dbt_core_orphan_due_us(held, !held && dbt_passes_locally_now(p, s->kind), s->orphan_us,
-                                  ORPHAN_IDLE_US);
+    return dbt_core_orphan_due_us(held, !held && dbt_passes_locally_now(p, s->kind),
+                                  !held && holds_kind(p, s->kind), s->orphan_us, ORPHAN_IDLE_US);
+}
+
+void dbt_orphans_idle_from(dbt_pool *p, dbt_kind kind, int64_t now)
+{
+    if (p->norphans == 0 || holds_kind(p, kind))
+        return;
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->orphan && s->kind == kind && s->state == SLOT_QUEUED)
+            s->orphan_us = now;
+    /* the renewer withdraws them if nobody takes them: woken only when it would sleep past that,
+     * so at most once per ORPHAN_IDLE_US */
+    if (p->bg_until_us > now + ORPHAN_IDLE_US)
+        dbt_pool_wake_bg(p);
 }
 
 int64_t dbt_orphans_due_us(dbt_pool *p)
@@ -586,6 +608,8 @@ int dbt_orphans_take_if_idle(dbt_pool *p, dbt_kind kind, struct dbt_slot **out, 
         next = s->next;
         if (s->kind == kind) {
             dbt_unlink_slot(p, s);
+            if (s->state == SLOT_HELD) /* granted: cancel.lua gives the permit back */
+                dbt_sharing_gave_back(p, s->kind, s->id, s->lost);
             out[n++] = s;
         }
     }

@@ -271,10 +271,12 @@ int64_t dbt_core_kept_due_us(bool contended, int64_t parked_us, int64_t idle_us)
     return contended ? 0 : parked_us + idle_us;
 }
 
-int64_t dbt_core_orphan_due_us(bool held, bool sole_now, int64_t orphan_since_us,
+int64_t dbt_core_orphan_due_us(bool held, bool sole_now, bool in_use, int64_t orphan_since_us,
                                int64_t orphan_idle_us)
 {
-    return held || !sole_now ? 0 : orphan_since_us + orphan_idle_us;
+    if (held || !sole_now)
+        return 0;
+    return in_use ? INT64_MAX : orphan_since_us + orphan_idle_us;
 }
 
 bool dbt_core_adopt_worth_asking(bool handover_on, int norphans, bool exiting)

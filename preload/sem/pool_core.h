@@ -265,8 +265,13 @@ bool dbt_core_reuse(const dbt_reuse_facts *f);
 int64_t dbt_core_kept_due_us(bool contended, int64_t parked_us, int64_t idle_us);
 
 /* When an orphan is due to go: a held one (a permit nobody here waits for) and any while we are
- * not sole, at once (0); a place nobody took, orphan_idle_us after it became one. */
-int64_t dbt_core_orphan_due_us(bool held, bool sole_now, int64_t orphan_since_us,
+ * not sole, at once (0); a place nobody took, orphan_idle_us after it became one (or after the
+ * process last stopped holding the kind), but never while a thread of the process holds a permit
+ * of its kind (in_use: INT64_MAX): the place is for that thread's next wait. Withdrawn after 50 ms
+ * of a statement, a place counted only for processes whose statements are shorter, and a host
+ * of short statements was given a larger share of the limit than one of long statements as busy
+ * (a host's demand is its holders and its queued places). */
+int64_t dbt_core_orphan_due_us(bool held, bool sole_now, bool in_use, int64_t orphan_since_us,
                                int64_t orphan_idle_us);
 
 /* Whether a thread that begins to wait may take over orphan places instead of queuing anew; the

@@ -216,6 +216,7 @@ static void release_permit(dbt_permit *s)
         /* Another process of the host has it now (its waiting thread takes it from the
          * segment): nothing goes to Redis, and s is ours to forget. */
         dbt_unlink_slot(p, s);
+        dbt_orphans_idle_from(p, kind, dbt_now_us());
         bool kept = dbt_recycle_slot(p, s);
         pthread_mutex_unlock(&p->mu);
         if (tracing) {
@@ -249,6 +250,13 @@ static void release_permit(dbt_permit *s)
     int nplaces = dbt_orphans_take_if_idle(p, s->kind, idle_places, 16);
     bool down = p->down_until_us > dbt_now_us();
     pthread_mutex_unlock(&p->mu);
+    /* The process went idle (see dbt_orphans_take_if_idle): its places kept for a next wait are
+     * withdrawn before the release, which would otherwise grant the oldest of them, to nobody (a
+     * grant, its give-back, and the next waiter served a round trip later). */
+    for (int i = 0; i < nplaces; i++) {
+        dbt_send_cancel(p, DBT_OWED_WITHDRAW, idle_places[i]->kind, idle_places[i]->id);
+        dbt_free_slot(idle_places[i]);
+    }
     if (!down)
         dbt_send_release(p, s->kind, s->id, held_ms);
     else
@@ -256,10 +264,6 @@ static void release_permit(dbt_permit *s)
     dbt_trace(DBT_LOG_INFO, "release", s, -1, dbt_now_us() - s->t_grant_us, -1, -1,
               s->lost ? "lease" : NULL, "lost");
     dbt_retire_slot(p, s);
-    for (int i = 0; i < nplaces; i++) { /* the process went idle: see dbt_orphans_take_if_idle */
-        dbt_send_cancel(p, DBT_OWED_WITHDRAW, idle_places[i]->kind, idle_places[i]->id);
-        dbt_free_slot(idle_places[i]);
-    }
 }
 
 void dbt_release(dbt_permit *s)

@@ -601,6 +601,14 @@ static void renew(dbt_pool *p)
         dbt_sharing_share_view(p, (dbt_kind)k, &shares[k]);
         named[k] = ok && names_group(p, lists[k]);
     }
+    /* Acquires of ours in flight may be queued in Redis by the time it runs this renewal: they
+     * count as ours in the queue, or the renewal ends a sole state their own replies just set
+     * (seen under load: 5 threads queueing as the first renewal left, and the process then sent
+     * every permit back to Redis). */
+    int pending[DBT_NKINDS] = {0};
+    for (const struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->state == SLOT_PENDING && s->kind < DBT_NKINDS && s->gen == p->gen)
+            pending[s->kind]++;
     pthread_mutex_unlock(&p->mu);
 
     char err[DBT_ERRLEN];
@@ -609,7 +617,7 @@ static void renew(dbt_pool *p)
     int total = 0, nmine[DBT_NKINDS];
     for (int k = 0; k < DBT_NKINDS; k++) {
         total += lists[k][DBT_RENEW_HELD].n + lists[k][DBT_RENEW_QUEUED].n;
-        nmine[k] = lists[k][DBT_RENEW_QUEUED].n;
+        nmine[k] = lists[k][DBT_RENEW_QUEUED].n + pending[k];
     }
     const char **args = ok ? malloc((size_t)dbt_renew_nargs(lists) * sizeof *args) : NULL;
     if (args) {

@@ -646,16 +646,14 @@ Test(metrics, waits_granted_by_local_handover_reach_the_histogram, .timeout = 12
         cr_assert_eq(w.res, DBT_ACQ_GRANTED);
         waited_ms += w.returned_ms - w.started_ms;
         /* After a local handover the served thread's place stays queued in Redis, an orphan,
-         * until the renewer withdraws it (unused for 50 ms). A permit given back to Redis before
-         * that is granted to the orphan, and Redis counts that grant and its wait too, beside the
-         * handover the renewal reports: a wait that ends when the release reaches Redis, after
-         * this thread's join (304 ms where the waiter measured 301, under load), and which came
-         * before or after the renewal's report as the load had it. Kept until the place has left
-         * the queue, the permit goes back to an empty queue: the histogram holds the rounds'
-         * waits alone. */
+         * while a thread of the process holds (for its next wait), and goes once the process is
+         * idle: withdrawn before the release that makes it idle, which would otherwise grant the
+         * orphan, and Redis would count that grant and its wait too, beside the handover the
+         * renewal reports. The permit goes back to an empty queue: the histogram holds the
+         * rounds' waits alone. */
+        dbt_release(w.permit);
         zcard_is left = {&fx_redis, P "queue", 0};
         cr_assert(test_wait_until(test_zcard_is, &left, 10000), "the waiter's place stayed queued");
-        dbt_release(w.permit);
     }
     cr_assert(handed_over(p), "no local handover in %d rounds: nothing to judge", rounds);
     grants_counted g = {.want = 2LL * rounds};

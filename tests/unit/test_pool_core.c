@@ -784,9 +784,16 @@ Test(pool_core, a_kept_permit_is_taken_again_only_while_nobody_queued_for_it)
 
 Test(pool_core, an_orphan_is_due_at_once_when_held_or_not_sole_else_after_its_idle_time)
 {
-    cr_assert_eq(dbt_core_orphan_due_us(false, true, T0, 50000), T0 + 50000);
-    cr_assert_eq(dbt_core_orphan_due_us(true, true, T0, 50000), 0, "a permit nobody waits for");
-    cr_assert_eq(dbt_core_orphan_due_us(false, false, T0, 50000), 0, "others queue");
+    cr_assert_eq(dbt_core_orphan_due_us(false, true, false, T0, 50000), T0 + 50000);
+    cr_assert_eq(dbt_core_orphan_due_us(true, true, false, T0, 50000), 0,
+                 "a permit nobody waits for");
+    cr_assert_eq(dbt_core_orphan_due_us(false, false, false, T0, 50000), 0, "others queue");
+    cr_assert_eq(dbt_core_orphan_due_us(false, true, true, T0, 50000), INT64_MAX,
+                 "a statement of the process runs: the place is for its next wait");
+    cr_assert_eq(dbt_core_orphan_due_us(false, false, true, T0, 50000), 0,
+                 "others queue, in use or not");
+    cr_assert_eq(dbt_core_orphan_due_us(true, true, true, T0, 50000), 0,
+                 "granted: passed on or given back");
 }
 
 Test(pool_core, a_waiter_adopts_an_orphan_place_only_while_sole)
