@@ -242,6 +242,9 @@ WHITEBOX_tests/sem/test_class_client.c = preload/sem
 # Waits for the pool's own state under its lock (contended, the background leader, its queued
 # places, its slots) to put each fault at the instant it once broke (pool_types.h).
 WHITEBOX_tests/sem/test_recovery.c = preload/sem
+# Waits until the pool's threads read that they wait and are alone in the queue (pool_types.h),
+# before a handover whose kept places it judges.
+WHITEBOX_tests/sem/test_handover.c = preload/sem
 # Sets the pool's misconfiguration (p->misconfig) to stand for a permanent error (pool_types.h).
 WHITEBOX_tests/sem/test_fleet.c = preload/sem
 # Reads a permit's last renewal and the lapse margin (lapse.h) to stop Redis between the two.

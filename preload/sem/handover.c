@@ -553,28 +553,45 @@ void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
 
 /* Whether orphan s is to go now: granted (a permit nobody here waits for), or while others queue,
  * or unused for ORPHAN_IDLE_US. */
-/* Whether a thread of this process holds a permit of `kind` (a kept one too). */
-static bool holds_kind(const dbt_pool *p, dbt_kind kind)
+/* Whether queued orphan s is one of the places kept for the next waits of this process' holders
+ * of its shape (a kept permit too): the newest as many as they are, since a wait takes over the
+ * newest first. The others are not for anyone's next wait (a burst left them): they go after
+ * their idle time, as before. */
+static bool kept_for_a_holder(const dbt_pool *p, const struct dbt_slot *s)
 {
-    for (const struct dbt_slot *s = p->slots; s; s = s->next)
-        if (!s->orphan && s->kind == kind && s->state == SLOT_HELD)
-            return true;
-    return false;
+    int holders = 0, newer = 0;
+    for (const struct dbt_slot *o = p->slots; o; o = o->next) {
+        if (o == s || !dbt_same_shape(o, s))
+            continue;
+        if (!o->orphan && o->state == SLOT_HELD)
+            holders++;
+        else if (o->orphan && o->state == SLOT_QUEUED && o->orphan_us > s->orphan_us)
+            newer++;
+    }
+    return newer < holders;
 }
 
+/* When orphan s is due, as the core says; while it is kept for a holder (never due there), looked
+ * at again after ORPHAN_IDLE_US: the host may stop passing locally meanwhile (above its share, a
+ * drain), and a process that holds but has no waiting thread is not woken for that. */
 static int64_t orphan_due(dbt_pool *p, const struct dbt_slot *s)
 {
     bool held = s->state == SLOT_HELD;
-    return dbt_core_orphan_due_us(held, !held && dbt_passes_locally_now(p, s->kind),
-                                  !held && holds_kind(p, s->kind), s->orphan_us, ORPHAN_IDLE_US);
+    int64_t at =
+        dbt_core_orphan_due_us(held, !held && dbt_passes_locally_now(p, s->kind),
+                               !held && kept_for_a_holder(p, s), s->orphan_us, ORPHAN_IDLE_US);
+    return at == INT64_MAX ? dbt_now_us() + ORPHAN_IDLE_US : at;
 }
 
-void dbt_orphans_idle_from(dbt_pool *p, dbt_kind kind, int64_t now)
+void dbt_orphans_idle_from(dbt_pool *p, const struct dbt_slot *like, int64_t now)
 {
-    if (p->norphans == 0 || holds_kind(p, kind))
+    if (p->norphans == 0)
         return;
+    for (const struct dbt_slot *o = p->slots; o; o = o->next)
+        if (!o->orphan && o->state == SLOT_HELD && dbt_same_shape(o, like))
+            return; /* its places stay kept for that holder */
     for (struct dbt_slot *s = p->slots; s; s = s->next)
-        if (s->orphan && s->kind == kind && s->state == SLOT_QUEUED)
+        if (s->orphan && s->state == SLOT_QUEUED && dbt_same_shape(s, like))
             s->orphan_us = now;
     /* the renewer withdraws them if nobody takes them: woken only when it would sleep past that,
      * so at most once per ORPHAN_IDLE_US */

@@ -78,10 +78,10 @@ int64_t dbt_orphans_due_us(dbt_pool *p);
  * (_exit, as Python's multiprocessing children do) would otherwise leave them queued in Redis,
  * to be granted to nobody, until their lease runs out. */
 int dbt_orphans_take_if_idle(dbt_pool *p, dbt_kind kind, struct dbt_slot **out, int cap);
-/* p->mu held: a permit of `kind` this process held went to another process of the host; if none
- * of its threads holds one of the kind now, its places kept for a next wait are idle from `now`
- * (withdrawn ORPHAN_IDLE_US later unless a wait takes one over). */
-void dbt_orphans_idle_from(dbt_pool *p, dbt_kind kind, int64_t now);
+/* p->mu held: a permit this process held (of the shape of `like`, already unlinked) went to another
+ * process of the host; if none of its threads holds one of that shape now, its places kept for a
+ * next wait are idle from `now` (withdrawn ORPHAN_IDLE_US later unless a wait takes one over). */
+void dbt_orphans_idle_from(dbt_pool *p, const struct dbt_slot *like, int64_t now);
 /* Passes each held orphan on (to a waiting thread here, or through the host's segment), and
  * takes out (unlinked, at most cap) those to go: out[i] to withdraw in Redis (cancel.lua; its id
  * is in p->inflight meanwhile) when send[i], else only to free (the segment took its permit).

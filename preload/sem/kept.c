@@ -162,6 +162,7 @@ void dbt_return_parked(dbt_pool *p)
             p->nparked--;
             dbt_unlink_slot(p, s);
             s->state = SLOT_RETURNED; /* its owner frees it */
+            dbt_orphans_idle_from(p, s, now);
             continue;
         }
         dbt_sharing_gave_back(p, s->kind, s->id, s->lost);
@@ -181,8 +182,19 @@ void dbt_return_parked(dbt_pool *p)
         dbt_unlink_slot(p, s); /* no longer renewed, nor counted as held */
         s->state = SLOT_RETURNED;
     }
+    /* The process went idle of a kind whose permits these were: its places kept for a next wait
+     * are withdrawn before the releases, which would grant the oldest of them, to nobody
+     * (release.c does the same). */
+    struct dbt_slot *idle_places[16];
+    int nplaces = 0;
+    for (int i = 0; i < n && nplaces < 16; i++)
+        nplaces += dbt_orphans_take_if_idle(p, copies[i].kind, idle_places + nplaces, 16 - nplaces);
     bool down = p->down_until_us > now;
     pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < nplaces; i++) {
+        dbt_send_cancel(p, DBT_OWED_WITHDRAW, idle_places[i]->kind, idle_places[i]->id);
+        dbt_free_slot(idle_places[i]);
+    }
     for (int i = 0; i < n; i++) {
         int64_t held_ms = (now - copies[i].t_grant_us) / 1000;
         if (!down)

@@ -370,42 +370,52 @@ void dbt_core_share_step(dbt_share_view *v, const dbt_shev *ev)
         /* Redis' count plus the grants counted here since the renewal was sent is never below
          * what the host holds (a grant or a return in flight only raises Redis' count): a count
          * above that bound is taken down to it at once (permits that went back unseen here: a
-         * lapsed lease, a process killed while holding). Redis' count itself is compared only
-         * when nothing was counted here while the renewal was in flight, and even then a grant
-         * Redis made before the renewal may be read only after its reply (another connection):
-         * Redis' count above the one here is such a grant as often as not, and taking it counted
-         * that grant twice (a saturated host counted one permit more than it held from its first
-         * renewal on, so it saw itself above its share and gave back every permit; two
-         * processes' renewals a few ms apart both saw the same grant in flight). So a count above
-         * the one here is taken only once renewals have said so for DBT_SHARE_AHEAD_US with
-         * nothing counted here meanwhile: a grant in flight is read long before. */
+         * lapsed lease, a process killed while holding), however busy the host. Redis' count
+         * above the one here is compared only when nothing was counted here while the renewal
+         * was in flight, and even then a grant Redis made before the renewal may be read only
+         * after its reply (another connection): taking it counted that grant twice (a saturated
+         * host counted one permit more than it held from its first renewal on, so it saw itself
+         * above its share and gave back every permit; two processes' renewals a few ms apart
+         * both saw the same grant in flight). So the count rises by the least excess renewals
+         * that crossed nothing have shown over DBT_SHARE_AHEAD_US: a grant in flight is read
+         * long before. A renewal that re-asserted permits (Redis lost its data) counts only what
+         * was re-asserted yet: it says nothing of the count. Segment values are garbage-proof
+         * here: differences in unsigned, the count never below 0. */
+        if (ev->reasserted)
+            return;
         int64_t redis = ev->held > 0 ? ev->held : 0;
-        int64_t bound = redis + (v->grants - ev->grants_sent);
+        int64_t since = (int64_t)((uint64_t)v->grants - (uint64_t)ev->grants_sent);
+        int64_t bound = since >= 0 && since <= INT32_MAX ? redis + since : redis;
         if (bound < v->held) {
             v->held = bound;
             v->ahead_us = 0;
         } else if (v->events == ev->events_sent) {
-            if (redis <= v->held) {
+            int64_t excess = redis - v->held;
+            if (excess <= 0) {
                 v->ahead_us = 0;
-            } else if (v->ahead_us == 0 || v->ahead_events != v->events) {
+            } else if (v->ahead_us == 0) {
                 v->ahead_us = ev->now_us > 0 ? ev->now_us : 1;
-                v->ahead_events = v->events;
-            } else if (ev->now_us - v->ahead_us >= DBT_SHARE_AHEAD_US) {
-                v->held = redis;
-                v->ahead_us = 0;
+                v->ahead_least = excess;
+            } else {
+                if (excess < v->ahead_least)
+                    v->ahead_least = excess;
+                if ((uint64_t)ev->now_us - (uint64_t)v->ahead_us >= (uint64_t)DBT_SHARE_AHEAD_US &&
+                    ev->now_us > v->ahead_us) {
+                    v->held += v->ahead_least;
+                    v->ahead_us = 0;
+                }
             }
         }
         return;
     }
     case DBT_SHEV_GRANTED:
-        v->held++;
-        v->events++;
-        v->grants++;
+        v->held = v->held >= 0 && v->held < INT32_MAX ? v->held + 1 : 1;
+        v->events = (int64_t)((uint64_t)v->events + 1);
+        v->grants = (int64_t)((uint64_t)v->grants + 1);
         return;
     case DBT_SHEV_RETURNED:
-        if (v->held > 0)
-            v->held--;
-        v->events++;
+        v->held = v->held > 0 && v->held <= INT32_MAX ? v->held - 1 : 0;
+        v->events = (int64_t)((uint64_t)v->events + 1);
         return;
     }
 }

@@ -357,10 +357,10 @@ typedef struct {
     uint64_t ticket;
     int64_t events; /* grants and returns counted so far: a renewal crossed by none compares */
     int64_t grants; /* grants counted so far */
-    /* when a renewal that crossed none first counted more than here, with `events` then (0:
-     * none since the counts last agreed) */
+    /* since when renewals that crossed none have counted more than here (0: none since the
+     * counts last agreed), and the least they counted more by */
     int64_t ahead_us;
-    int64_t ahead_events;
+    int64_t ahead_least;
 } dbt_share_view;
 
 /* How long Redis' count of a host group's permits must stay above the host's own, with nothing
@@ -394,6 +394,9 @@ typedef struct {
      * nothing of the kind, or only under its plain cid or another group): its share and count
      * are not the group's */
     bool named_none;
+    /* RENEWED: Redis re-asserted permits of this renewal (it had lost its data): its count is
+     * of what was re-asserted so far, not of what the group holds */
+    bool reasserted;
     int64_t now_us; /* RENEWED: when its reply was read */
 } dbt_shev;
 

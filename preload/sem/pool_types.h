@@ -338,6 +338,9 @@ struct dbt_pool {
      * with their renewal times said for it, whatever lease each carries. */
     int64_t share_lease_us;
     bool share_attaching;
+    /* The process left the segment (its exit): its grants and returns are no longer the host's
+     * to count (docs/design.md, "Shares"). */
+    bool share_left;
     /* The segment's fd plus one while p->share is set (0: none), read without p->mu: a thread
      * looks at the file before it takes p->mu (dbt_sharing_precheck). */
     _Atomic int share_fd1;

@@ -216,7 +216,7 @@ static void release_permit(dbt_permit *s)
         /* Another process of the host has it now (its waiting thread takes it from the
          * segment): nothing goes to Redis, and s is ours to forget. */
         dbt_unlink_slot(p, s);
-        dbt_orphans_idle_from(p, kind, dbt_now_us());
+        dbt_orphans_idle_from(p, s, dbt_now_us());
         bool kept = dbt_recycle_slot(p, s);
         pthread_mutex_unlock(&p->mu);
         if (tracing) {

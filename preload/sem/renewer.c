@@ -445,6 +445,7 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
                         .grants_sent = shares[k].grants,
                         .ticket_sent = shares[k].ticket,
                         .named_none = !named[k],
+                        .reasserted = reply->reasserted[k] > 0,
                         .now_us = dbt_now_us()};
         dbt_sharing_share_event(p, (dbt_kind)k, NULL, &sev);
     }

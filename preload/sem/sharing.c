@@ -314,11 +314,14 @@ bool dbt_sharing_id_grouped(const dbt_pool *p, const char *id)
 
 void dbt_sharing_share_event(dbt_pool *p, dbt_kind kind, const char *id, const dbt_shev *ev)
 {
-    if (!p->share || p->exiting)
+    /* Counted until the process leaves the segment, its exit's wait for acquires in flight too:
+     * a grant read then is given back by the exit, which counts it (dbt_sharing_gave_back_at_exit)
+     */
+    if (!p->share || p->share_left)
         return;
     if (id && !dbt_sharing_id_grouped(p, id))
         return;
-    if (dbt_share_share_event(p->share, (int)kind, ev)) {
+    if (dbt_share_share_event(p->share, (int)kind, ev) && !p->exiting) {
         /* above its share now, or none in force: the places kept here and elsewhere go */
         dbt_share_wake_all(p->share);
         if (p->norphans > 0)
@@ -334,13 +337,9 @@ void dbt_sharing_gave_back(dbt_pool *p, dbt_kind kind, const char *id, bool lost
 
 void dbt_sharing_gave_back_at_exit(dbt_pool *p)
 {
-    if (!p->share)
-        return; /* (p->exiting is set: dbt_sharing_share_event would not count) */
     for (const struct dbt_slot *s = p->slots; s; s = s->next)
-        if (s->state == SLOT_HELD && s->gen == p->gen && !s->lost && s->kind < DBT_NKINDS &&
-            dbt_sharing_id_grouped(p, s->id))
-            (void)dbt_share_share_event(p->share, (int)s->kind,
-                                        &(dbt_shev){.type = DBT_SHEV_RETURNED});
+        if (s->state == SLOT_HELD && s->gen == p->gen && s->kind < DBT_NKINDS)
+            dbt_sharing_gave_back(p, s->kind, s->id, s->lost);
 }
 
 void dbt_sharing_share_view(dbt_pool *p, dbt_kind kind, dbt_share_view *out)
@@ -457,6 +456,7 @@ void dbt_sharing_detach_left(dbt_pool *p, struct dbt_share *old)
 void dbt_sharing_leave(dbt_pool *p)
 {
     dbt_share_leave(p->share);
+    p->share_left = true;
 }
 
 void dbt_sharing_free(dbt_pool *p)

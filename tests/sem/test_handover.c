@@ -2,6 +2,7 @@
  * of them gives back goes straight to another with no Redis command; a waiter of another process
  * stops that at once (by push, or at the next renewal if the push went astray) and is served in
  * its turn; places nobody takes are withdrawn; off means every grant goes through Redis. */
+#include "pool.h"
 #include "script_protocol.h"
 #include "sem_fixture.h"
 
@@ -411,4 +412,97 @@ Test(handover, a_pool_held_over_its_limit_stops_it, .timeout = 120)
     cr_expect(test_wait_until(handovers_reached, &busy, 20000), "no handover once they left");
     join(&f);
     cr_expect_eq(atomic_load(&f.l.failures), 0);
+}
+
+/* ---- places kept for next waits ---- */
+
+typedef struct {
+    dbt_pool *pool;
+    atomic_int granted;
+    atomic_bool go;
+} burst;
+
+/* Waits for a permit; the fourth thread served keeps it until `go`, the others give it back. */
+static void *burst_waiter(void *arg)
+{
+    burst *b = arg;
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 20000};
+    dbt_permit *permit = NULL;
+    if (dbt_acquire(b->pool, DBT_KIND_QUERY, &o, &permit) != DBT_ACQ_GRANTED)
+        return NULL;
+    if (atomic_fetch_add(&b->granted, 1) + 1 == 4)
+        while (!atomic_load(&b->go))
+            usleep(5000);
+    dbt_release(permit);
+    return NULL;
+}
+
+static bool first_renewal_done(void *arg)
+{
+    dbt_pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    bool r = p->last_renew_us > 0 && p->renew_in_flight_us == 0;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+static bool four_waiting_alone(void *arg)
+{
+    dbt_pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    bool r = p->nqueued == 4 && p->queue[DBT_KIND_QUERY].sole.sole != 0;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+/* Four threads of one process queue behind a permit it holds and are served one after the other
+ * by local handover: each served thread's place stays queued, kept for a next wait. While the
+ * last one served holds, one place stays (for its next wait) and the three beyond it go after
+ * their idle time; when it gives the permit back, the last place goes before the release (which
+ * would grant it, to nobody). Before: every place went 50 ms after it was kept, the holder's
+ * too (its next wait queued anew); then, for a while, all stayed while any thread held. */
+Test(handover, places_beyond_the_holders_go_while_one_holds, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=30s", NULL);
+    burst b = {.pool = dbt_client_pool(c, "ho")};
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0};
+    dbt_permit *held;
+    cr_assert_eq(dbt_acquire(b.pool, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
+    /* The first renewal, which the first command starts, is over before the threads queue: one
+     * that reaches Redis after an acquire begun after it left finds more in the queue than the
+     * process counted its own, and ends the sole state (the next is 10 s away). */
+    cr_assert(test_wait_until(first_renewal_done, b.pool, 10000), "no renewal");
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, burst_waiter, &b), 0);
+    zcard_is four = {&fx_redis, KEY("queue"), 4};
+    cr_assert(test_wait_until(test_zcard_is, &four, 10000), "the four never queued");
+    /* and each thread has read that it waits, and that the process' waiters are the queue */
+    cr_assert(test_wait_until(four_waiting_alone, b.pool, 10000), "not alone in the queue");
+    dbt_release(held);
+    int64_t deadline = test_now_ms() + 10000;
+    while (atomic_load(&b.granted) < 4 && test_now_ms() < deadline)
+        usleep(2000);
+    cr_assert_eq(atomic_load(&b.granted), 4, "not served");
+    dbt_pool_stats st;
+    dbt_pool_get_stats(b.pool, &st);
+    cr_assert_geq(st.handovers, 3, "not served by local handover (%llu)",
+                  (unsigned long long)st.handovers);
+    zcard_is one = {&fx_redis, KEY("queue"), 1};
+    cr_expect(test_wait_until(test_zcard_is, &one, 5000), "%lld places queued, not 1",
+              test_redis_int(&fx_redis, "ZCARD %s", KEY("queue")));
+    usleep(300000); /* six idle times */
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", KEY("queue")), 1,
+                 "the holder's place did not stay kept");
+    long long grants = test_redis_int(&fx_redis, "HGET %s grants", KEY("stats"));
+    atomic_store(&b.go, true);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    zcard_is none_q = {&fx_redis, KEY("queue"), 0}, none_h = {&fx_redis, KEY("holders"), 0};
+    cr_expect(test_wait_until(test_zcard_is, &none_q, 5000), "places left: %lld",
+              test_redis_int(&fx_redis, "ZCARD %s", KEY("queue")));
+    cr_expect(test_wait_until(test_zcard_is, &none_h, 5000), "holders left: %lld",
+              test_redis_int(&fx_redis, "ZCARD %s", KEY("holders")));
+    cr_expect_eq(test_redis_int(&fx_redis, "HGET %s grants", KEY("stats")), grants,
+                 "Redis granted the last place: the release went before its withdrawal");
 }
