@@ -551,8 +551,6 @@ void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
         dbt_pool_wake_bg(p);
 }
 
-/* Whether orphan s is to go now: granted (a permit nobody here waits for), or while others queue,
- * or unused for ORPHAN_IDLE_US. */
 /* Whether queued orphan s is one of the places kept for the next waits of this process' holders
  * of its shape (a kept permit too): the newest as many as they are, since a wait takes over the
  * newest first. The others are not for anyone's next wait (a burst left them): they go after
@@ -571,7 +569,9 @@ static bool kept_for_a_holder(const dbt_pool *p, const struct dbt_slot *s)
     return newer < holders;
 }
 
-/* When orphan s is due, as the core says; while it is kept for a holder (never due there), looked
+/* When orphan s is to go: granted (a permit nobody here waits for), or while the host does not
+ * pass locally, at once; else unused for ORPHAN_IDLE_US. While it is kept for a holder (never due
+ * there), looked
  * at again after ORPHAN_IDLE_US: the host may stop passing locally meanwhile (above its share, a
  * drain), and a process that holds but has no waiting thread is not woken for that. */
 static int64_t orphan_due(dbt_pool *p, const struct dbt_slot *s)

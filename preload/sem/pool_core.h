@@ -266,8 +266,9 @@ int64_t dbt_core_kept_due_us(bool contended, int64_t parked_us, int64_t idle_us)
 
 /* When an orphan is due to go: a held one (a permit nobody here waits for) and any while we are
  * not sole, at once (0); a place nobody took, orphan_idle_us after it became one (or after the
- * process last stopped holding the kind), but never while a thread of the process holds a permit
- * of its kind (in_use: INT64_MAX): the place is for that thread's next wait. Withdrawn after 50 ms
+ * process last passed on its permits of that shape), but never while it is kept for a holder of
+ * the process (in_use: INT64_MAX, the newest as many as its holders of the shape): the place is
+ * for that holder's next wait. Withdrawn after 50 ms
  * of a statement, a place counted only for processes whose statements are shorter, and a host
  * of short statements was given a larger share of the limit than one of long statements as busy
  * (a host's demand is its holders and its queued places). */
@@ -363,9 +364,10 @@ typedef struct {
     int64_t ahead_least;
 } dbt_share_view;
 
-/* How long Redis' count of a host group's permits must stay above the host's own, with nothing
- * counted meanwhile, before the host takes it: longer than any grant in flight takes to be read
- * (Redis' reply or push is read within DBTHROTTLE_REDIS_TIMEOUT, 1 s by default). */
+/* How long renewals that crossed no grant or return counted here must show Redis' count of a host
+ * group's permits above the host's own before the host rises by the least excess they showed:
+ * longer than any grant in flight takes to be read (Redis' reply or push is read within
+ * DBTHROTTLE_REDIS_TIMEOUT, 1 s by default). */
 #define DBT_SHARE_AHEAD_US INT64_C(1000000)
 
 /* A host that is not sole passes a released permit to its own waiters only while a share is in
