@@ -581,13 +581,14 @@ test-faults-classes: all $(BUILD)/tests/fault_worker $(BUILD)/tests/held_client 
 # (kept_permits_yield_to_operator), and two whose subject caching cannot change: the
 # warnings of an unusable share directory (share_dir_unusable) and what the server is asked at
 # connect (orphans_end_with_their_client); nor the host relay (host_relay: connections, which the
-# relay carries whatever the permits are kept for), nor live_outage_mode (it sets its own). And of
+# relay carries whatever the permits are kept for), nor live_outage_mode nor one_over_the_limit
+# (they set their own). And of
 # failover_admits_no_one_extra's four faults (90 s a pass), the second and third passes run two:
 # the failover to a lagging replica (re-assertion of lost permits) and open mode's kill.
 FAULTS_NOT_UNCACHED := misconfigured_redis bad_settings secrets_stay_hidden logs_operators_expect \
     kept_permits_yield_to_operator share_dir_unusable orphans_end_with_their_client \
     stopped_keeper_admits_no_one_extra listener_dropped_is_no_outage host_relay \
-    live_outage_mode
+    live_outage_mode one_over_the_limit
 FAILOVER_FAULTS_AGAIN := closed:lag open:kill
 # What make test runs with classes (the whole suite takes 7 minutes with them, too long beside the
 # rest): the cases that bound concurrency at the server through kills, handovers, disagreeing

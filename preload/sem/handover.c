@@ -513,16 +513,28 @@ static bool any_queued(const dbt_pool *p, dbt_kind kind)
     return false;
 }
 
+/* The host's waiters are no longer the whole queue: every process of it withdraws its orphans,
+ * and the permits kept on the host's shelf while it was sole go back to Redis now (this process
+ * recalls the whole shelf, whoever shelved them: docs/design.md, "Keeping while the host is
+ * sole"). p->mu held. */
+static void host_sole_ended(dbt_pool *p, dbt_kind kind)
+{
+    dbt_share_wake_all(p->share);
+    if (!p->shelf_recall[kind] && !p->exiting) {
+        p->shelf_recall[kind] = true;
+        dbt_pool_wake_bg(p);
+    } else if (p->norphans > 0) {
+        dbt_pool_wake_bg(p);
+    }
+}
+
 void dbt_handover_verdict(dbt_pool *p, dbt_kind kind, const char *id, uint64_t ticket, bool sole)
 {
     if (p->share && dbt_sharing_id_grouped(p, id)) {
         /* The verdict is the host's (Redis counted the place under the group). */
         if (dbt_share_verdict(p->share, (int)kind, ticket, sole,
-                              dbt_lease_shortest_us(p, dbt_now_us()))) {
-            dbt_share_wake_all(p->share);
-            if (p->norphans > 0)
-                dbt_pool_wake_bg(p);
-        }
+                              dbt_lease_shortest_us(p, dbt_now_us())))
+            host_sole_ended(p, kind);
         return;
     }
     dbt_queue_event ev = {.type = DBT_QEV_VERDICT,
@@ -541,11 +553,8 @@ void dbt_handover_foreign(dbt_pool *p, dbt_kind kind, uint64_t ticket)
 {
     /* Another host's waiter queued (or a renewal, the operator or a lost permit says to ask
      * Redis again): the host's sole state ends, and every process of it withdraws its orphans. */
-    if (p->share && dbt_share_foreign(p->share, (int)kind, ticket)) {
-        dbt_share_wake_all(p->share);
-        if (p->norphans > 0)
-            dbt_pool_wake_bg(p);
-    }
+    if (p->share && dbt_share_foreign(p->share, (int)kind, ticket))
+        host_sole_ended(p, kind);
     dbt_queue_event ev = {.type = DBT_QEV_FOREIGN, .ticket = ticket};
     if ((dbt_queue_step(&p->queue[kind], &ev) & DBT_QACT_SOLE_ENDED) && p->norphans > 0)
         dbt_pool_wake_bg(p);
@@ -694,7 +703,12 @@ static void after_fork(dbt_pool *p)
     p->orphan_made_us = 0;
     memset(p->lw_head, 0, sizeof p->lw_head);
     memset(p->lw_tail, 0, sizeof p->lw_tail);
-    dbt_pool_forget_verdicts(p);
+    /* Its own view of the queue only: the host's (the segment's) is the parent's as much as
+     * its, and Redis' queue did not change with the fork. Nothing woken: the renewer's state is
+     * made anew after this (renewer.c). */
+    dbt_queue_event forget = {.type = DBT_QEV_FORGET};
+    for (int k = 0; k < DBT_NKINDS; k++)
+        (void)dbt_queue_step(&p->queue[k], &forget);
     memset(p->unreported, 0, sizeof p->unreported); /* the parent's to report */
     memset(p->unreported_hist, 0, sizeof p->unreported_hist);
     memset(p->unreported_holds, 0, sizeof p->unreported_holds);

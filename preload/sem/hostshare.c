@@ -1390,20 +1390,25 @@ bool dbt_share_foreign(dbt_share *sh, int kind, uint64_t ticket)
     return ended;
 }
 
-void dbt_share_reset(dbt_share *sh)
+unsigned dbt_share_reset(dbt_share *sh)
 {
     if (!sh || dbt_share_lock(sh) != 0)
-        return;
+        return 0;
     begin_update(sh);
+    unsigned ended = 0;
+    for (int k = 0; k < DBT_SHARE_KINDS; k++)
+        if (sh->seg->sole[k].sole != 0)
+            ended |= 1u << k;
     memset(sh->seg->sole, 0, sizeof sh->seg->sole);
     /* No share in force until Redis tells one again; the count of what the group holds stays
      * (zeroed, a renewal could only raise it again after DBT_SHARE_AHEAD_US: the host passed
-     * above its share meanwhile, and a process that forks resets this at each fork) */
+     * above its share meanwhile) */
     for (int k = 0; k < DBT_SHARE_KINDS; k++) {
         sh->seg->share[k].share1 = 0;
         sh->seg->share[k].ticket = 0;
     }
     dbt_share_unlock(sh);
+    return sh->broken ? 0 : ended;
 }
 
 bool dbt_share_may_pass(dbt_share *sh, int kind)
@@ -1825,6 +1830,50 @@ dbt_share_offer_result dbt_share_offer(dbt_share *sh, const dbt_share_shape *sha
 
 /* ---- the shelf: the host's permits kept idle between commands ---- */
 
+/* Under the lock: -1 damage (poisoned, unlocked), else whether a permit of `kind` may be kept on
+ * the shelf: nobody queued (the keep half), or everybody queued is the host's (sole, and no
+ * process of it unregistered): then nobody else waits for it, and a waiter of another host ends
+ * the sole state with "f", which recalls the shelf (docs/design.md, "Keeping while the host is
+ * sole"). Given back to Redis instead, it would be granted straight back to one of the host's
+ * places: a release.lua and an acquire.lua for nothing. */
+static int shelf_keepable(dbt_share *sh, const dbt_share_shape *shape)
+{
+    const dbt_seg *g = sh->seg;
+    int kind = shape->kind;
+    if (!g->keep[kind].contended)
+        return 1;
+    /* Sole for an untagged shape only: Redis' owner of a tagged place is the group with its class
+     * and weight, so "sole" then says nothing of the host's other shapes, whose waiters Redis
+     * would serve in its class order. And not while a waiter of another shape of the host waits
+     * (another limit): the shelf would keep from it what Redis would grant it. */
+    if (g->sole[kind].sole == 0 || shape->klass[0] != '\0' || shape->weight > 1)
+        return 0;
+    for (uint32_t i = 0, n = regs_used(g); i < n; i++) {
+        const dbt_seg_reg *r = &g->regs[i];
+        if (r->state == REG_FREE)
+            continue;
+        if (!reg_ok(g, r)) {
+            dbt_share_unlock(sh);
+            return damaged(sh, "a registration is damaged");
+        }
+        if (r->kind == kind && is_waiter(r->state) && !same_shape(r, shape))
+            return 0;
+    }
+    int u = any_unregistered(sh);
+    return u < 0 ? -1 : u == 0;
+}
+
+bool dbt_share_shelf_keepable(dbt_share *sh, const dbt_share_shape *shape)
+{
+    if (!sh || !shape || bad_kind(shape->kind) || dbt_share_lock(sh) != 0)
+        return false;
+    int k = shelf_keepable(sh, shape);
+    if (k < 0)
+        return false;
+    dbt_share_unlock(sh);
+    return k == 1 && !sh->broken;
+}
+
 unsigned dbt_share_keep_event(dbt_share *sh, int kind, const dbt_queue_event *ev)
 {
     if (!sh || !ev || bad_kind(kind) || dbt_share_lock(sh) != 0)
@@ -1835,6 +1884,10 @@ unsigned dbt_share_keep_event(dbt_share *sh, int kind, const dbt_queue_event *ev
                        .revoke_us = sk->revoke_us};
     unsigned act = dbt_keep_step(&k, ev);
     begin_update(sh);
+    /* A recall also says the host's sole verdict is history (pool_core.c, sole_recalled): the
+     * shelf must not go on keeping under it while another host waits. */
+    if (ev->type == DBT_QEV_REVOKE)
+        act |= dbt_sole_step(&sh->seg->sole[kind], ev);
     sk->contended = k.contended ? 1 : 0;
     sk->revoke_ticket = k.revoke_ticket;
     sk->revoke_us = k.revoke_us;
@@ -1875,8 +1928,10 @@ uint64_t dbt_share_shelve(dbt_share *sh, const dbt_share_shape *shape,
     if (idlen == 0 || idlen == sizeof permit->id || !ensure_process(sh) || dbt_share_lock(sh) != 0)
         return 0;
     dbt_seg *g = sh->seg;
-    if (g->keep[shape->kind].contended) {
-        dbt_share_unlock(sh);
+    int keepable = shelf_keepable(sh, shape);
+    if (keepable <= 0) {
+        if (keepable == 0)
+            dbt_share_unlock(sh);
         return 0;
     }
     uint32_t used = regs_used(g), idx = used;
@@ -1945,6 +2000,63 @@ bool dbt_share_unshelve(dbt_share *sh, const dbt_share_shape *shape, uint64_t pr
     }
     dbt_share_unlock(sh);
     return best >= 0;
+}
+
+bool dbt_share_shelf_to_waiter(dbt_share *sh, const dbt_share_shape *shape, uint64_t reg,
+                               int64_t fresh_since_us)
+{
+    if (!sh || !shape || bad_kind(shape->kind) || reg == 0 || (reg & H_UNREG) || sh->proc < 0 ||
+        sh->pid != self_pid() || ((reg >> H_EPOCH_SHIFT) & H_EPOCH_MASK) != sh->epoch ||
+        dbt_share_lock(sh) != 0)
+        return false;
+    dbt_seg *g = sh->seg;
+    uint32_t idx = (uint32_t)(reg & H_INDEX_MASK) - 1;
+    uint32_t serial = (uint32_t)(reg >> H_SERIAL_SHIFT);
+    dbt_seg_reg *w = idx < regs_used(g) ? &g->regs[idx] : NULL;
+    if (!w || w->state != REG_WAITING || w->serial != serial || w->proc != (uint32_t)sh->proc ||
+        w->nonce != sh->nonce || !same_shape(w, shape)) {
+        dbt_share_unlock(sh);
+        return false;
+    }
+    /* Only while the shelf may keep permits at all (sole, or nobody queued): otherwise a recall
+     * is on its way, and another host's waiter is owed them first. */
+    int keepable = shelf_keepable(sh, shape);
+    if (keepable <= 0) {
+        if (keepable == 0)
+            dbt_share_unlock(sh);
+        return false;
+    }
+    int best = -1;
+    for (uint32_t i = 0, n = regs_used(g); i < n; i++) {
+        const dbt_seg_reg *r = &g->regs[i];
+        if (r->state != REG_SHELVED)
+            continue;
+        if (!reg_ok(g, r)) {
+            dbt_share_unlock(sh);
+            damaged(sh, "a shelf entry is damaged");
+            return false;
+        }
+        if (!same_shape(r, shape) || r->renewed_us < fresh_since_us)
+            continue;
+        if (best < 0 || r->renewed_us > g->regs[best].renewed_us)
+            best = (int)i;
+    }
+    if (best < 0) {
+        dbt_share_unlock(sh);
+        return false;
+    }
+    begin_update(sh);
+    dbt_seg_reg *r = &g->regs[best];
+    memcpy(w->id, r->id, sizeof w->id);
+    w->renewed_us = r->renewed_us;
+    free_reg(g, (uint32_t)best);
+    w->state = REG_OFFERED; /* last */
+    dbt_share_unlock(sh);
+    if (sh->broken)
+        return false;
+    /* Taken as any offer is: by whoever watches this process' wake socket (dbt_share_take). */
+    (void)send_wake(sh, sh->pid, sh->nonce);
+    return true;
 }
 
 bool dbt_share_shelf_renewed(dbt_share *sh, uint64_t handle, int64_t renewed_us)

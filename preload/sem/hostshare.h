@@ -152,8 +152,9 @@ bool dbt_share_verdict(dbt_share *sh, int kind, uint64_t ticket, bool sole, int6
  * host not the sole owner, or the operator drains/limits the pool). Returns true when it ended a
  * sole state: the caller then calls dbt_share_wake_all, so every process withdraws its orphans. */
 bool dbt_share_foreign(dbt_share *sh, int kind, uint64_t ticket);
-/* Redis may have lost its data: no kind is sole. */
-void dbt_share_reset(dbt_share *sh);
+/* Redis may have lost its data: no kind is sole. Returns the kinds (bit 1 << kind) that were:
+ * what their shelf kept under it goes back (dbt_pool_forget_verdicts). */
+unsigned dbt_share_reset(dbt_share *sh);
 /* One datagram to every other attached process that has a registration (the others read no
  * wakes); those that refuse are purged. */
 void dbt_share_wake_all(dbt_share *sh);
@@ -216,9 +217,13 @@ int dbt_share_take(dbt_share *sh, dbt_share_taken *out, int cap);
  * actions: DBT_QACT_RETURN_KEPT means the shelf's entries of the kind go back to Redis now. */
 unsigned dbt_share_keep_event(dbt_share *sh, int kind, const dbt_queue_event *ev);
 
+/* Whether a permit of `shape` may stay on the shelf now: nobody queued; or, for an untagged shape
+ * (no class, weight 1), everybody queued is the host's (the host is sole, no process of it
+ * unregistered, no waiter of another shape of the kind registered). False when broken. */
+bool dbt_share_shelf_keepable(dbt_share *sh, const dbt_share_shape *shape);
 /* Puts a held permit of this process on the host's shelf: any process of the host may take it
  * (dbt_share_unshelve) with no Redis command; this process renews it while it is there. Returns
- * the entry's handle, or 0 when it was not shelved (the host's kind is contended, a registration
+ * the entry's handle, or 0 when it was not shelved (not dbt_share_shelf_keepable, a registration
  * of the shape waits, no room, broken): the permit is still the caller's. */
 uint64_t dbt_share_shelve(dbt_share *sh, const dbt_share_shape *shape,
                           const dbt_share_permit *permit, int64_t now_us);
@@ -228,6 +233,13 @@ uint64_t dbt_share_shelve(dbt_share *sh, const dbt_share_shape *shape,
  * *was (when not NULL) the handle of the entry if it was this process' own, else 0. */
 bool dbt_share_unshelve(dbt_share *sh, const dbt_share_shape *shape, uint64_t prefer,
                         int64_t fresh_since_us, dbt_share_permit *out, uint64_t *was);
+/* A waiter of `shape` this process registered (reg, just made by dbt_share_wait_begin) takes a
+ * permit of its shape off the shelf, renewed at or after fresh_since_us, while the shelf may keep
+ * permits (dbt_share_shelf_keepable): the registration is offered it, and this process' wake socket
+ * is told, as for any offer. It closes the window where a process queued in Redis while another put
+ * a permit on the shelf: the permit would sit there idle while the waiter waited. True: offered. */
+bool dbt_share_shelf_to_waiter(dbt_share *sh, const dbt_share_shape *shape, uint64_t reg,
+                               int64_t fresh_since_us);
 /* Whether this process' entry is still on the shelf (not taken by another process); records a
  * renewal of it sent at renewed_us (-1: only asks). */
 bool dbt_share_shelf_renewed(dbt_share *sh, uint64_t handle, int64_t renewed_us);

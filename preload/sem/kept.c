@@ -22,6 +22,32 @@
  * p->mu, as before. */
 static __thread bool park_shelved, unpark_shelved;
 
+/* p->mu held: whether a kept permit is due back at once because somebody queued. One on the
+ * host's shelf stays while the host is sole (everybody queued is the host's: its places kept
+ * for its next waits); see dbt_sharing_shelf_keepable. `memo` (may be NULL) keeps the shelf's
+ * answer for the shape last asked, so that a pass over the parked slots locks the segment once
+ * per shape, not once per slot. */
+typedef struct {
+    bool set;
+    dbt_share_shape shape; /* the shape answered for (a copy: the pass may let slots go) */
+    bool contended;
+} shelf_memo;
+
+static bool kept_contended(dbt_pool *p, const struct dbt_slot *s, bool shelf, shelf_memo *memo)
+{
+    if (!shelf)
+        return p->queue[s->kind].keep.contended;
+    dbt_share_shape shape;
+    dbt_sharing_shape(s, &shape);
+    if (memo && memo->set && memo->shape.kind == shape.kind && memo->shape.limit == shape.limit &&
+        memo->shape.weight == shape.weight && strcmp(memo->shape.klass, shape.klass) == 0)
+        return memo->contended;
+    bool contended = !dbt_sharing_shelf_keepable(p, s);
+    if (memo)
+        *memo = (shelf_memo){.set = true, .shape = shape, .contended = contended};
+    return contended;
+}
+
 bool dbt_permit_park(dbt_permit *s)
 {
     if (!s || !s->pool->client->cfg->cache_permits)
@@ -41,7 +67,8 @@ bool dbt_permit_park(dbt_permit *s)
                         .held = s->state == SLOT_HELD,
                         .already_kept = s->parked,
                         .current_gen = s->gen == p->gen,
-                        .contended = p->queue[s->kind].keep.contended,
+                        /* the shelf's own rule, under its lock: dbt_share_shelve */
+                        .contended = !shelf && p->queue[s->kind].keep.contended,
                         .redis_down = p->down_until_us > now,
                         .made_here = shelf || dbt_sharing_id_ours(p, s->id),
                         .lease = dbt_slot_lease(p, s, now)};
@@ -83,6 +110,7 @@ bool dbt_permit_unpark(dbt_permit **slot)
     pthread_mutex_lock(&p->mu);
     bool ours = s->state == SLOT_HELD && s->parked && s->gen == p->gen;
     bool taken = false; /* from the shelf by another process of the host: its permit now */
+    bool shelf = s->shelf != 0;
     unpark_shelved = ours && s->shelf;
     if (ours && s->shelf && !dbt_sharing_unshelve_own(p, s)) {
         ours = false;
@@ -90,7 +118,7 @@ bool dbt_permit_unpark(dbt_permit **slot)
         dbt_pool_note_kept_hold(p, s);
     }
     dbt_reuse_facts f = {.ours = ours,
-                         .contended = p->queue[s->kind].keep.contended,
+                         .contended = ours && kept_contended(p, s, shelf, NULL),
                          .message_waiting = ours && dbt_listener_unread(p),
                          .lease = dbt_slot_lease(p, s, dbt_now_us())};
     bool reuse = dbt_core_reuse(&f);
@@ -122,9 +150,11 @@ int64_t dbt_parked_due_us(dbt_pool *p)
     if (p->nparked == 0)
         return -1;
     int64_t idle = p->client->cfg->cache_idle_ms * 1000, due = -1;
+    shelf_memo memo = {.set = false};
     for (struct dbt_slot *s = p->slots; s; s = s->next)
         if (s->parked) {
-            int64_t at = dbt_core_kept_due_us(p->queue[s->kind].keep.contended, s->parked_us, idle);
+            int64_t at = dbt_core_kept_due_us(kept_contended(p, s, s->shelf != 0, &memo),
+                                              s->parked_us, idle);
             if (due < 0 || at < due)
                 due = at;
         }
@@ -139,10 +169,11 @@ void dbt_return_parked(dbt_pool *p)
     int n = 0;
     pthread_mutex_lock(&p->mu);
     int64_t now = dbt_now_us(), idle = p->client->cfg->cache_idle_ms * 1000;
+    shelf_memo memo = {.set = false};
     for (struct dbt_slot *s = p->slots, *next; s && n < BATCH; s = next) {
         next = s->next;
-        if (!s->parked ||
-            dbt_core_kept_due_us(p->queue[s->kind].keep.contended, s->parked_us, idle) > now)
+        bool contended = s->parked && kept_contended(p, s, s->shelf != 0, &memo);
+        if (!s->parked || dbt_core_kept_due_us(contended, s->parked_us, idle) > now)
             continue;
         if (p->ninflight >= (int)(sizeof p->inflight / sizeof p->inflight[0]))
             break;
@@ -171,8 +202,7 @@ void dbt_return_parked(dbt_pool *p)
         p->inflight[p->ninflight].held_ms = (now - s->t_grant_us) / 1000;
         memcpy(p->inflight[p->ninflight].id, s->id, sizeof s->id);
         p->ninflight++;
-        why[n] = p->queue[s->kind].keep.contended ? "a waiter queued"
-                                                  : "kept idle for DBTHROTTLE_CACHE_IDLE";
+        why[n] = contended ? "a waiter queued" : "kept idle for DBTHROTTLE_CACHE_IDLE";
         /* What the trace and the release need, copied: once RETURNED, the owner may free s. */
         dbt_trace_copy(&copies[n], s);
         copies[n].query = NULL;

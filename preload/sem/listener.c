@@ -77,7 +77,10 @@ static void dispatch(dbt_pool *p, const char *msg)
                               .ticket = msg[2] == ':' ? strtoull(msg + 3, NULL, 10) : 0,
                               .now_us = dbt_now_us()};
         ev.lease_us = dbt_lease_shortest_us(p, ev.now_us);
-        if ((dbt_queue_step(&p->queue[k], &ev) & DBT_QACT_RETURN_KEPT) && p->nparked > 0)
+        /* It ends an older sole verdict too (pool_core.c): the queue was empty meanwhile. */
+        unsigned act = dbt_queue_step(&p->queue[k], &ev);
+        if (((act & DBT_QACT_RETURN_KEPT) && p->nparked > 0) ||
+            ((act & DBT_QACT_SOLE_ENDED) && p->norphans > 0))
             dbt_pool_wake_bg(p);
         dbt_sharing_keep_event(p, k, &ev); /* the host's shelf, whoever kept what is on it */
         return;

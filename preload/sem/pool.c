@@ -135,8 +135,15 @@ void dbt_pool_set_group(dbt_pool *p, const char *group)
 
 void dbt_pool_forget_verdicts(dbt_pool *p)
 {
-    if (p->share)
-        dbt_share_reset(p->share);
+    /* A kind the host was sole for may have permits on its shelf kept only for that (while
+     * its places were the queue: docs/design.md, "Keeping while the host is sole"): they go
+     * back now rather than at their keepers' idle time. */
+    unsigned was_sole = p->share ? dbt_share_reset(p->share) : 0;
+    for (int k = 0; k < DBT_NKINDS && !p->exiting; k++)
+        if (was_sole & (1u << k)) {
+            p->shelf_recall[k] = true;
+            dbt_pool_wake_bg(p);
+        }
     dbt_queue_event forget = {.type = DBT_QEV_FORGET};
     for (int k = 0; k < DBT_NKINDS; k++)
         (void)dbt_queue_step(&p->queue[k], &forget);

@@ -45,9 +45,10 @@ void dbt_listener_moved(dbt_pool *p);
  * places made under it). A change makes the leader send new BLPOPs (dbt_listener_moved), and the
  * renewer renew at once. */
 void dbt_pool_set_group(dbt_pool *p, const char *group);
-/* Redis may have lost its data, the process forked, or the host's segment is let go: what Redis
- * said of the queue (local handover's sole verdicts, the host's while attached) is forgotten,
- * and permits go through Redis until it says so again (handover.c). */
+/* Redis may have lost its data, or the host's segment is let go: what Redis said of the queue
+ * (local handover's sole verdicts, the host's while attached) is forgotten, and permits go
+ * through Redis until it says so again (handover.c); what the host's shelf kept only because
+ * the host was sole goes back. A fork()ed child forgets its own view only (handover.c). */
 void dbt_pool_forget_verdicts(dbt_pool *p);
 
 /* The cid of the pool's Redis ids ("<cid>.<serial>...") and of its wake list: the client's, or,

@@ -18,13 +18,13 @@ static unsigned sole_verdict(dbt_sole_view *v, const dbt_queue_event *ev)
     /* Tickets restart from 1 when the pool's keys expire (idle for three leases) or Redis loses
      * them: what was said more than a lease ago, with no waiter of ours queued since, is
      * history. */
+    bool was = v->sole != 0; /* before history is forgotten: its end is an end too */
     if (dbt_sole_verdict_stale(v, ev->now_us, ev->lease_us) && !ev->waiters_here)
         v->sole = v->verdict_ticket = v->foreign_ticket = 0;
     if (ev->ticket == 0 || ev->ticket <= v->verdict_ticket)
-        return DBT_QACT_NONE; /* a later verdict was applied already */
+        return was && v->sole == 0 ? DBT_QACT_SOLE_ENDED : DBT_QACT_NONE;
     v->verdict_ticket = ev->ticket;
     v->verdict_us = ev->now_us;
-    bool was = v->sole != 0;
     /* A push about a waiter that queued after this one outran this reply: not alone. */
     v->sole = ev->sole && ev->ticket > v->foreign_ticket ? ev->ticket : 0;
     return was && v->sole == 0 ? DBT_QACT_SOLE_ENDED : DBT_QACT_NONE;
@@ -43,6 +43,27 @@ static unsigned sole_foreign(dbt_sole_view *v, uint64_t ticket)
     return DBT_QACT_NONE;
 }
 
+/* A recall ("r<kind>:t") is pushed when a waiter queued, with ticket t, behind an empty queue
+ * (or by the operator): every verdict before t is history, for the queue emptied since (Redis
+ * deleted its sole owner with it, and no "f" will come), one applied now and one read later
+ * alike (t - 1 becomes the foreign ticket a later verdict must pass). A verdict of ticket t is
+ * that waiter's own (ours): it stands, and so does a later one. A verdict over a lease old is
+ * history whatever its ticket: the counter restarts when the pool's keys expire (idle for three
+ * leases), and a recall of a smaller ticket would leave it standing for good. Ticket 0 has
+ * nothing to order it by: it ends any verdict. */
+static unsigned sole_recalled(dbt_sole_view *v, const dbt_queue_event *ev)
+{
+    bool was = v->sole != 0;
+    if (dbt_sole_verdict_stale(v, ev->now_us, ev->lease_us))
+        *v = (dbt_sole_view){.verdict_us = v->verdict_us};
+    uint64_t t = ev->ticket;
+    if (t == 0 || v->sole < t)
+        v->sole = 0;
+    if (t > 1 && t - 1 > v->foreign_ticket)
+        v->foreign_ticket = t - 1;
+    return was && v->sole == 0 ? DBT_QACT_SOLE_ENDED : DBT_QACT_NONE;
+}
+
 unsigned dbt_sole_step(dbt_sole_view *v, const dbt_queue_event *ev)
 {
     switch (ev->type) {
@@ -50,6 +71,8 @@ unsigned dbt_sole_step(dbt_sole_view *v, const dbt_queue_event *ev)
         return sole_verdict(v, ev);
     case DBT_QEV_FOREIGN:
         return sole_foreign(v, ev->ticket);
+    case DBT_QEV_REVOKE:
+        return sole_recalled(v, ev);
     case DBT_QEV_FORGET:
     case DBT_QEV_FORK:
         /* All but when the last verdict came: until a lease has passed since, a push about a

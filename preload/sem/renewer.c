@@ -433,7 +433,13 @@ static void apply_renewal(dbt_pool *p, const dbt_renew_reply *reply, int64_t sen
                               .reasserted = reply->reasserted[k] > 0};
         if (dbt_queue_step(&p->queue[k], &ev) & DBT_QACT_NOT_ALONE)
             dbt_handover_foreign(p, (dbt_kind)k, 0);
-        dbt_sharing_keep_event(p, (dbt_kind)k, &ev); /* the host's shelf too */
+        /* The host's shelf too; a queue that is all the host's (Redis' sole owner is its group:
+         * its places kept for its next waits) recalls nothing from it (docs/design.md, "Keeping
+         * while the host is sole"). */
+        dbt_queue_event shelf_ev = ev;
+        if (ev.host_sole_owner)
+            shelf_ev.queue = 0;
+        dbt_sharing_keep_event(p, (dbt_kind)k, &shelf_ev);
         /* the group's share and holding as Redis counts them (docs/design.md, "Shares"); none
          * in force after a re-assertion, as for kept permits above: re-asserted late, the host's
          * permits may be above the limit, and passing them on locally would keep them there */

@@ -204,6 +204,17 @@ void dbt_sharing_shape(const struct dbt_slot *s, dbt_share_shape *out)
     snprintf(out->klass, sizeof out->klass, "%s", s->klass);
 }
 
+/* How long ago a shelf entry may have been renewed and still be taken: a permit is used only
+ * while offerable since its last accepted renewal (as a passed one: half a lease left, renewed
+ * within Q); an older entry is its shelver's to give back. Its renewal time is said for the
+ * segment's lease (dbt_lease_renewed_for). */
+static int64_t shelf_fresh_us(const dbt_pool *p)
+{
+    int64_t lease = p->share_lease_us;
+    return dbt_core_offerable_age_us(lease,
+                                     dbt_quarantine_for_ms(lease / 1000, p->client->cfg) * 1000);
+}
+
 void dbt_sharing_wait_begin(dbt_pool *p, struct dbt_slot *s)
 {
     if (!p->share || s->share_reg || s->orphan || s->gen != p->gen || p->exiting)
@@ -211,6 +222,11 @@ void dbt_sharing_wait_begin(dbt_pool *p, struct dbt_slot *s)
     dbt_share_shape shape;
     dbt_sharing_shape(s, &shape);
     s->share_reg = dbt_share_wait_begin(p->share, &shape, s->t_request_us);
+    /* A permit kept on the shelf meanwhile (while this one's acquire was on its way): its, now,
+     * rather than idle there until its keeper's DBTHROTTLE_CACHE_IDLE ends. */
+    if (s->share_reg && p->client->cfg->cache_permits)
+        (void)dbt_share_shelf_to_waiter(p->share, &shape, s->share_reg,
+                                        dbt_now_us() - shelf_fresh_us(p));
 }
 
 bool dbt_sharing_wait_end(dbt_pool *p, struct dbt_slot *s, dbt_share_permit *offered)
@@ -360,6 +376,15 @@ void dbt_sharing_keep_event(dbt_pool *p, dbt_kind kind, const dbt_queue_event *e
     }
 }
 
+bool dbt_sharing_shelf_keepable(dbt_pool *p, const struct dbt_slot *s)
+{
+    if (!p->share || p->exiting)
+        return false;
+    dbt_share_shape shape;
+    dbt_sharing_shape(s, &shape);
+    return dbt_share_shelf_keepable(p->share, &shape);
+}
+
 bool dbt_sharing_shelve(dbt_pool *p, struct dbt_slot *s)
 {
     if (!p->share || p->exiting || s->gen != p->gen || !dbt_sharing_id_grouped(p, s->id))
@@ -395,13 +420,8 @@ bool dbt_sharing_take_shelved(dbt_pool *p, struct dbt_slot *s)
     dbt_share_shape shape;
     dbt_sharing_shape(s, &shape);
     dbt_share_permit permit;
-    /* Its entry's renewal time is said for the segment's lease (dbt_lease_renewed_for). */
-    int64_t now = dbt_now_us(), lease = p->share_lease_us,
-            oldest = dbt_core_offerable_age_us(
-                lease, dbt_quarantine_for_ms(lease / 1000, p->client->cfg) * 1000);
-    /* A permit is used only while offerable since its last accepted renewal (as a passed one:
-     * half a lease left, renewed within Q): an older entry is its shelver's to give back. */
-    if (!dbt_share_unshelve(p->share, &shape, 0, now - oldest, &permit, NULL))
+    int64_t now = dbt_now_us(), lease = p->share_lease_us;
+    if (!dbt_share_unshelve(p->share, &shape, 0, now - shelf_fresh_us(p), &permit, NULL))
         return false;
     snprintf(s->id, sizeof s->id, "%s", permit.id);
     s->named_round = 0;

@@ -80,6 +80,10 @@ void dbt_sharing_share_view(dbt_pool *p, dbt_kind kind, dbt_share_view *out);
  * keep state, dbt_share_keep_event). When it says the shelf goes back, the renewer is told
  * (p->shelf_recall). No-op when not attached. */
 void dbt_sharing_keep_event(dbt_pool *p, dbt_kind kind, const dbt_queue_event *ev);
+/* p->mu held: whether a permit of s's shape may stay on the host's shelf now: nobody queued, or
+ * (untagged) the host is sole (everybody queued is the host's: docs/design.md, "Keeping while
+ * the host is sole"). False when not attached. */
+bool dbt_sharing_shelf_keepable(dbt_pool *p, const struct dbt_slot *s);
 /* p->mu held: puts held slot s, kept between commands, on the host's shelf (s->shelf its
  * handle). False: not shelved (contended, no room, not attached, an id not of the group). */
 bool dbt_sharing_shelve(dbt_pool *p, struct dbt_slot *s);

@@ -1925,6 +1925,79 @@ Test(hostshare, the_shelf_keeps_gives_back_and_recalls)
     dbt_share_detach(sh);
 }
 
+/* While the host is the whole queue (sole), a contended kind is kept on the shelf: its places in
+ * Redis' queue are its own. Not for a tagged shape (a class: Redis' owner is the shape, not the
+ * host), not while a waiter of another shape of the host waits, and not once a recall says the
+ * queue was empty after the verdict (another host queued there); a recall of the verdict's own
+ * ticket (ours, queued behind an empty queue) leaves it. docs/design.md, "Keeping while the host
+ * is sole". */
+Test(hostshare, a_sole_host_keeps_its_shelf_while_its_places_are_queued)
+{
+    dbt_share *sh = attach_or_die(dir);
+    dbt_share_shape a = shape_of(0, 2, ""), tagged = shape_of(0, 2, "web"),
+                    other_limit = shape_of(0, 3, "");
+    dbt_share_permit p1 = permit_of("G~x.1", 1000), got;
+    dbt_queue_event queued = {.type = DBT_QEV_QUEUED};
+    (void)dbt_share_keep_event(sh, 0, &queued);
+    cr_expect_not(dbt_share_shelf_keepable(sh, &a), "kept while others may wait");
+    cr_expect_eq(dbt_share_shelve(sh, &a, &p1, 5), 0);
+    (void)dbt_share_verdict(sh, 0, 10, true, LEASE);
+    cr_expect(dbt_share_shelf_keepable(sh, &a), "not kept though the host is the whole queue");
+    cr_expect_not(dbt_share_shelf_keepable(sh, &tagged), "a class' permit kept under sole");
+    uint64_t reg = dbt_share_wait_begin(sh, &other_limit, 5);
+    cr_expect_not(dbt_share_shelf_keepable(sh, &a), "kept while a waiter of another limit waits");
+    dbt_share_wait_end(sh, reg, NULL);
+    uint64_t h = dbt_share_shelve(sh, &a, &p1, 5);
+    cr_expect_neq(h, 0, "not shelved while sole");
+    cr_expect(dbt_share_unshelve(sh, &a, h, INT64_MAX, &got, NULL));
+    dbt_queue_event ours = {.type = DBT_QEV_REVOKE, .ticket = 10, .now_us = 100, .lease_us = LEASE};
+    cr_expect_not(dbt_share_keep_event(sh, 0, &ours) & DBT_QACT_SOLE_ENDED,
+                  "the recall of our own waiter's ticket ended our verdict");
+    cr_expect(dbt_share_shelf_keepable(sh, &a));
+    dbt_queue_event later = {
+        .type = DBT_QEV_REVOKE, .ticket = 11, .now_us = 100, .lease_us = LEASE};
+    cr_expect(dbt_share_keep_event(sh, 0, &later) & DBT_QACT_SOLE_ENDED,
+              "a recall after our verdict left it standing");
+    cr_expect_not(dbt_share_sole(sh, 0));
+    cr_expect_not(dbt_share_shelf_keepable(sh, &a), "kept after the queue was empty");
+    cr_expect_eq(dbt_share_shelve(sh, &a, &p1, 5), 0);
+    cr_expect_not(dbt_share_broken(sh));
+    dbt_share_detach(sh);
+}
+
+/* A waiter that registers while a fresh permit of its shape is on the shelf is offered it at once
+ * (the window where it queued in Redis as another process shelved), and its process' wake socket
+ * is told; not a stale entry, nor while the shelf may not keep. */
+Test(hostshare, a_waiter_that_registers_is_offered_the_shelf, .timeout = 60)
+{
+    dbt_share *sh = attach_or_die(dir);
+    dbt_share_shape a = shape_of(0, 2, "");
+    dbt_share_permit p1 = permit_of("G~x.1", 1000), got;
+    uint64_t h = dbt_share_shelve(sh, &a, &p1, 5);
+    cr_assert_neq(h, 0);
+    uint64_t reg = dbt_share_wait_begin(sh, &a, 5);
+    cr_expect_not(dbt_share_shelf_to_waiter(sh, &a, reg, 2000), "a stale entry was offered");
+    cr_expect(dbt_share_shelf_to_waiter(sh, &a, reg, 500), "the shelf's permit was not offered");
+    cr_expect_not(dbt_share_unshelve(sh, &a, h, INT64_MAX, &got, NULL), "still on the shelf");
+    struct pollfd pfd = {.fd = dbt_share_fd(sh), .events = POLLIN};
+    cr_expect_eq(poll(&pfd, 1, 1000), 1, "this process' wake socket was not told");
+    dbt_share_drain(sh);
+    dbt_share_taken taken[2];
+    cr_expect_eq(dbt_share_take(sh, taken, 2), 1);
+    cr_expect_eq(taken[0].reg, reg);
+    cr_expect_str_eq(taken[0].permit.id, "G~x.1");
+    /* Once the host's kind is contended and it is not sole: nothing offered from the shelf. */
+    h = dbt_share_shelve(sh, &a, &p1, 5);
+    cr_assert_neq(h, 0);
+    dbt_queue_event queued = {.type = DBT_QEV_QUEUED};
+    (void)dbt_share_keep_event(sh, 0, &queued);
+    reg = dbt_share_wait_begin(sh, &a, 5);
+    cr_expect_not(dbt_share_shelf_to_waiter(sh, &a, reg, 0), "offered while another may wait");
+    cr_expect_not(dbt_share_wait_end(sh, reg, &got));
+    cr_expect_not(dbt_share_broken(sh));
+    dbt_share_detach(sh);
+}
+
 /* A shelf entry whose id does not end within its room is damage: nothing is taken from it, the
  * segment is poisoned. */
 Test(hostshare, an_unterminated_shelf_entry_is_damage)

@@ -162,6 +162,49 @@ Test(pool_core, ticket_zero_ends_any_sole_verdict)
     cr_assert_eq(q.sole.foreign_ticket, 0, "no ticket to order by: none recorded");
 }
 
+Test(pool_core, a_recall_after_our_verdict_ends_it)
+{
+    /* "r" with ticket 7: a waiter queued behind an empty queue after our verdict 5 (no "f" comes:
+     * Redis forgot its sole owner when the queue emptied). */
+    verdict(5, true);
+    cr_assert(revoke_at(7, T0) & DBT_QACT_SOLE_ENDED);
+    cr_assert_not(sole());
+    cr_assert_eq(q.sole.foreign_ticket, 6, "our own waiter's verdict (7) may still come");
+    verdict(6, true);
+    cr_assert_not(sole(), "a verdict before the recall, read after it, made us sole again");
+    verdict(7, true);
+    cr_assert(sole(), "our own waiter's verdict, the recall's ticket, did not count");
+}
+
+Test(pool_core, a_recall_after_the_counter_restarted_ends_an_old_verdict)
+{
+    /* The pool's keys expired (idle for three leases): tickets start again from 1. */
+    verdict_at(5000, true, true, T0);
+    cr_assert(revoke_at(2, T0 + 4 * LEASE_US) & DBT_QACT_SOLE_ENDED);
+    cr_assert_not(sole());
+    cr_assert_eq(verdict_at(3, true, true, T0 + 4 * LEASE_US), DBT_QACT_NONE);
+    cr_assert(sole(), "a verdict of the new counter did not count");
+}
+
+Test(pool_core, a_recall_of_our_own_waiters_ticket_leaves_its_verdict)
+{
+    verdict(7, true);
+    cr_assert_not(revoke_at(7, T0) & DBT_QACT_SOLE_ENDED);
+    cr_assert(sole());
+    reset();
+    cr_assert_not(revoke_at(7, T0) & DBT_QACT_SOLE_ENDED, "nothing to end");
+    verdict(7, true);
+    cr_assert(sole(), "our verdict read after our own recall");
+    cr_assert(revoke_at(0, T0) & DBT_QACT_SOLE_ENDED, "no ticket: it ends any verdict");
+}
+
+Test(pool_core, a_verdict_that_forgets_a_stale_sole_says_it_ended)
+{
+    verdict_at(5, true, true, T0);
+    cr_assert_eq(verdict_at(2, false, false, T0 + 2 * LEASE_US), DBT_QACT_SOLE_ENDED);
+    cr_assert_not(sole());
+}
+
 Test(pool_core, a_push_that_outran_the_verdict_wins)
 {
     cr_assert_eq(foreign(7), DBT_QACT_NONE);
@@ -265,8 +308,10 @@ Test(pool_core, forget_leaves_the_keep_half_alone)
 Test(pool_core, the_segment_half_alone_ignores_the_keep_events)
 {
     dbt_sole_view v = {0};
-    dbt_queue_event ev = {.type = DBT_QEV_REVOKE, .ticket = 4};
+    dbt_queue_event ev = {.type = DBT_QEV_GRANTED, .ticket = 4};
     cr_assert_eq(dbt_sole_step(&v, &ev), DBT_QACT_NONE);
+    ev = (dbt_queue_event){.type = DBT_QEV_REVOKE, .ticket = 4};
+    cr_assert_eq(dbt_sole_step(&v, &ev), DBT_QACT_NONE, "no verdict to end");
     ev = (dbt_queue_event){.type = DBT_QEV_VERDICT,
                            .ticket = 4,
                            .sole = true,
