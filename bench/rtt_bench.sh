@@ -12,7 +12,8 @@
 #     the library without kept permits (DBTHROTTLE_CACHE_PERMITS=off), with them (the default)
 #     and PgBouncer over direct; without and with kept permits over PgBouncer;
 #   - 16 processes x pgbench -S -c1 of one host (one DBTHROTTLE_SHARE_DIR) at a limit of 4, and
-#     the same 16 through PgBouncer's pool of 4, over direct -c4; ours over PgBouncer's;
+#     the same 16 through PgBouncer's pool of 4, over direct -c4; ours over PgBouncer's; and 5
+#     processes of one host at 4 (demand one above the limit) over direct -c4;
 #   - the first waiter behind a kept permit: limit 1, a keeper with kept permits running 300
 #     commands/s (pgbench -S -c1 -R 300) on one simulated host and a prober running 20/s on
 #     another; (prober's latency beside the keeper - the prober's alone without kept permits, where
@@ -183,19 +184,20 @@ throttled() {
     echo "LD_PRELOAD=$lib DBTHROTTLE_REDIS_URL=redis://127.0.0.1:$redis_at DBTHROTTLE_POOL=$1" \
         "DBTHROTTLE_ON_REDIS_ERROR=closed DBTHROTTLE_SHARE_DIR=$work/share/$2"
 }
-# sixteen NAME ENV... -- ARGS: 16 pgbench -c1 processes at once; the sum of their tps.
+# sixteen NAME ENV... -- ARGS: 16 pgbench -c1 processes at once (S_PROCS of them when set); the
+# sum of their tps.
 sixteen() {
     s_name=$1
     shift
     s_pids=
-    for s_i in $(seq 1 16); do
+    for s_i in $(seq 1 "${S_PROCS:-16}"); do
         bench "$s_name.$s_i" "$@" &
         s_pids="$s_pids $!"
     done
     s_rc=0
     for s_p in $s_pids; do wait "$s_p" || s_rc=1; done
     [ $s_rc -eq 0 ] || die "$s_name: a process failed"
-    for s_i in $(seq 1 16); do tps "$s_name.$s_i"; done | awk '{ s += $1 } END { printf "%.0f", s }'
+    for s_i in $(seq 1 "${S_PROCS:-16}"); do tps "$s_name.$s_i"; done | awk '{ s += $1 } END { printf "%.0f", s }'
 }
 
 
@@ -241,6 +243,7 @@ distance() {
     bench "d4.$n" -- -c 4 -j 4 -T $T
     s16=$(sixteen "s16.$n" $(throttled "s16.$n" s16.$n) DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_WAIT_TIMEOUT=60s -- $t)
     b16=$(sixteen "b16.$n" PGPORT=$bouncer_at -- $t)
+    s5=$(S_PROCS=5 sixteen "s5.$n" $(throttled "s5.$n" s5.$n) DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_WAIT_TIMEOUT=60s -- $t)
     # The first waiter: the prober alone (without kept permits: each of its commands pays one
     # uncontended acquire) and direct at its schedule, then beside the keeper (which takes the one
     # permit first and keeps it: its 300/s leave it idle most of the time, never free long).
@@ -270,10 +273,10 @@ distance() {
     fw=$(awk -v b="$(lat "beside.$n")" -v a="$(lat "alone.$n")" -v r="$rtt_ms" 'BEGIN { printf "%.1f", (b - a) / r }')
     kc=$(awk -v b="$(lat "beside.$n")" -v a="$(lat "beside0.$n")" -v r="$rtt_ms" 'BEGIN { printf "%.1f", (b - a) / r }')
     ua=$(awk -v a="$(lat "alone.$n")" -v d="$(lat "dR.$n")" -v r="$rtt_ms" 'BEGIN { printf "%.1f", (a - d) / r }')
-    printf '| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s (%s → %s ms) | %s (%s → %s ms) | %s |\n' \
+    printf '| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s (%s → %s ms) | %s (%s → %s ms) | %s |\n' \
         "$d_label" "$rtt_ms" "$dlat" "$d1" "$(div "$t1" "$d1")" "$(div "$k1" "$d1")" \
         "$(div "$p1" "$d1")" "$(div "$t1" "$p1")" "$(div "$k1" "$p1")" \
-        "$(div "$s16" "$d4")" "$(div "$b16" "$d4")" "$(div "$s16" "$b16")" \
+        "$(div "$s16" "$d4")" "$(div "$b16" "$d4")" "$(div "$s16" "$b16")" "$(div "$s5" "$d4")" \
         "$fw" "$(lat "alone.$n")" "$(lat "beside.$n")" \
         "$kc" "$(lat "beside0.$n")" "$(lat "beside.$n")" "$ua" >>"$work/rows"
     # The fleet's workloads (another script's), at this distance, through the same proxies.
@@ -314,8 +317,8 @@ echo "Load (uptime) at the start: ${load0#*load average: }; at the end:" \
 echo "Each distance: a delay-proxy holds every chunk half the round trip each way in front of Redis,"
 echo "PostgreSQL and PgBouncer (itself reaching PostgreSQL through the delay). Ratios are of tps."
 echo
-echo "| distance (configured round trip) | Redis PING p50, ms | PG -c1 latency direct, ms | direct -c1 tps | uncached / direct | kept / direct | PgBouncer / direct | uncached / PgBouncer | kept / PgBouncer | 16 proc at 4 / direct -c4 | 16 via PgBouncer / direct -c4 | ours / PgBouncer (16) | first waiter behind a kept permit: RTT more than an uncontended acquire (prober alone, uncached → beside the keeper) | what keeping costs the first waiter, RTT (beside the same keeper, both uncached → both keeping) | uncontended acquire (prober alone uncached − direct, both at 20/s), RTT |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| distance (configured round trip) | Redis PING p50, ms | PG -c1 latency direct, ms | direct -c1 tps | uncached / direct | kept / direct | PgBouncer / direct | uncached / PgBouncer | kept / PgBouncer | 16 proc at 4 / direct -c4 | 16 via PgBouncer / direct -c4 | ours / PgBouncer (16) | 5 proc at 4 / direct -c4 | first waiter behind a kept permit: RTT more than an uncontended acquire (prober alone, uncached → beside the keeper) | what keeping costs the first waiter, RTT (beside the same keeper, both uncached → both keeping) | uncontended acquire (prober alone uncached − direct, both at 20/s), RTT |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 cat "$work/rows"
 for f in "$work"/fleet.*.label; do
     [ -f "$f" ] || continue
