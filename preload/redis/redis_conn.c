@@ -81,9 +81,7 @@ static void mark_broken(dbt_redis *r, const char *why)
     r->broken = true;
 }
 
-/* Whether process pid is stopped (SIGSTOP, a debugger): its state in /proc is T or t. False
- * when that cannot be read (no /proc: a stall is then taken for a slow Redis). */
-static bool process_stopped(pid_t pid)
+bool dbt_process_stopped(pid_t pid)
 {
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -104,7 +102,7 @@ static bool process_stopped(pid_t pid)
  * which a direct connection would wait for as well. */
 static bool relay_stalled(const dbt_redis *r)
 {
-    return r->relayed && r->relay_pid > 0 && process_stopped(r->relay_pid);
+    return r->relayed && r->relay_pid > 0 && dbt_process_stopped(r->relay_pid);
 }
 
 /* What the next wait for the socket may take; 0 (err set, connection given up: replies may be

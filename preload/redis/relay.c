@@ -773,6 +773,16 @@ dbt_redis *dbt_relay_connect(const dbt_config *cfg, int64_t *retry_us, bool *sta
             pthread_mutex_unlock(&proc.mu);
             return NULL;
         }
+        /* A speaker stopped (^Z on a psql of the workers' user, a debugger) would accept the
+         * connection into its socket's backlog and answer nothing: the first call would wait
+         * half of DBTHROTTLE_REDIS_TIMEOUT before going direct, again at each suspect period's
+         * end. Seen stopped, it is not tried: direct now, looked at again later. */
+        if (fl.l_type != F_UNLCK && fl.l_pid > 0 && dbt_process_stopped(fl.l_pid)) {
+            *retry_us = now + doubled(RELAY_RETRY_US, proc.retries, RELAY_RETRY_MAX_US);
+            pthread_mutex_unlock(&proc.mu);
+            relay_failed();
+            return NULL;
+        }
         speaks = fl.l_type != F_UNLCK || become_speaker(cfg);
     }
     struct sockaddr_un a;

@@ -180,3 +180,27 @@ check "host_relay: killed mid-call: no command was refused ($(hr_log | grep -v "
     '! hr_log | grep -v "pid=$hr_dead " | grep -q "event=refused\|event=redis_error" && [ "$hr_bad" -eq 0 ]'
 check "host_relay: killed mid-call: at most 4 at once at the server (most seen: $(max_conc hrd))" '[ "$(max_conc hrd)" -le 4 ]'
 check "host_relay: killed mid-call: nothing held or queued once its lease ran out" 'nothing_left q "dbthrottle:{hrd}" 6'
+
+# (e) A speaker stopped for long (^Z on a process of the workers' user, left so): each client
+# meets the stall once (half a timeout, host_relay_stalled), goes direct for the suspect period
+# (10 s), and then, seeing the relay lock's holder stopped (/proc), stays direct without trying
+# the relay again. Stopped 14 s: no other worker says host_relay_stalled twice, and their probes go
+# on. (Until 2026-12-02 each tried the stopped relay again at the period's end and lost half a
+# timeout more to it: a second line each.)
+mark
+hr_mark
+hr_run hre 6 DBTHROTTLE_LEASE=6s DBTHROTTLE_REDIS_TIMEOUT=2s
+wait_until 10 '[ -n "$(hr_speaker)" ] && [ "$(probes hre)" -ge 100 ]'
+hr_stopped=$(hr_speaker)
+kill -STOP "$hr_stopped"
+hr_e0=$(probes hre)
+sleep 14
+hr_e1=$(probes hre)
+hr_e_most=$(hr_log | grep -v "pid=$hr_stopped " | grep 'event=host_relay_stalled' |
+    grep -o ' pid=[0-9]*' | sort | uniq -c | sort -nr | awk 'NR == 1 { print $1 }')
+kill -CONT "$hr_stopped"
+hr_end
+check "host_relay: speaker stopped 14 s: the others ran $((hr_e1 - hr_e0)) probes, and none said host_relay_stalled more than once (most: ${hr_e_most:-0})" \
+    '[ $((hr_e1 - hr_e0)) -ge 100 ] && [ "${hr_e_most:-0}" -le 1 ]'
+check "host_relay: stopped long: at most 4 at once at the server (most seen: $(max_conc hre))" '[ "$(max_conc hre)" -le 4 ]'
+check "host_relay: stopped long: nothing held or queued in the end" 'nothing_left q "dbthrottle:{hre}" 8'

@@ -167,6 +167,11 @@ int64_t dbt_redis_budget_anew(int64_t ms);
  * process (stopped, not scheduled), not to Redis, and no outage is to be noted for it. */
 bool dbt_redis_take_unsent(void);
 
+/* Whether process pid is stopped (SIGSTOP, ^Z, a debugger): its state in /proc is T or t. False
+ * when that cannot be read (no /proc: a stall is then taken for a slow Redis). The host relay's
+ * speaker is looked at so (relay.c, and each wait on a relayed connection). */
+bool dbt_process_stopped(pid_t pid);
+
 /* True when the connection cannot be used: broken, or (with no reply owed) closed by the server
  * while it sat idle, as every pooled connection is after Redis restarts. Costs one recv(2) that
  * does not block. A closed connection is marked broken. (dbt_redis_stale, route.h, also asks
