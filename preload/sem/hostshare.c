@@ -1961,6 +1961,29 @@ uint64_t dbt_share_shelve(dbt_share *sh, const dbt_share_shape *shape,
     return sh->broken ? 0 : h;
 }
 
+/* Under the lock: the shelf entry of `shape` renewed at or after fresh_since_us that was renewed
+ * last (the longest lease left); -1: none; -2: damage (poisoned, unlocked). */
+static int freshest_shelved(dbt_share *sh, const dbt_share_shape *shape, int64_t fresh_since_us)
+{
+    dbt_seg *g = sh->seg;
+    int best = -1;
+    for (uint32_t i = 0, n = regs_used(g); i < n; i++) {
+        const dbt_seg_reg *r = &g->regs[i];
+        if (r->state != REG_SHELVED)
+            continue;
+        if (!reg_ok(g, r)) {
+            dbt_share_unlock(sh);
+            damaged(sh, "a shelf entry is damaged");
+            return -2;
+        }
+        if (!same_shape(r, shape) || r->renewed_us < fresh_since_us)
+            continue;
+        if (best < 0 || r->renewed_us > g->regs[best].renewed_us)
+            best = (int)i;
+    }
+    return best;
+}
+
 bool dbt_share_unshelve(dbt_share *sh, const dbt_share_shape *shape, uint64_t prefer,
                         int64_t fresh_since_us, dbt_share_permit *out, uint64_t *was)
 {
@@ -1973,21 +1996,10 @@ bool dbt_share_unshelve(dbt_share *sh, const dbt_share_shape *shape, uint64_t pr
         return false;
     if (best >= 0 && !same_shape(&g->regs[best], shape))
         best = -1;
-    for (uint32_t i = 0, n = regs_used(g); best < 0 && i < n; i++) {
-        const dbt_seg_reg *r = &g->regs[i];
-        if (r->state != REG_SHELVED)
-            continue;
-        if (!reg_ok(g, r)) {
-            dbt_share_unlock(sh);
-            damaged(sh, "a shelf entry is damaged");
-            return false;
-        }
-        if (!same_shape(r, shape) || r->renewed_us < fresh_since_us)
-            continue;
-        /* the most recently renewed: the longest lease left */
-        if (best < 0 || r->renewed_us > g->regs[best].renewed_us)
-            best = (int)i;
-    }
+    if (best < 0)
+        best = freshest_shelved(sh, shape, fresh_since_us);
+    if (best == -2)
+        return false;
     if (best >= 0) {
         dbt_seg_reg *r = &g->regs[best];
         if (was)
@@ -2026,23 +2038,10 @@ bool dbt_share_shelf_to_waiter(dbt_share *sh, const dbt_share_shape *shape, uint
             dbt_share_unlock(sh);
         return false;
     }
-    int best = -1;
-    for (uint32_t i = 0, n = regs_used(g); i < n; i++) {
-        const dbt_seg_reg *r = &g->regs[i];
-        if (r->state != REG_SHELVED)
-            continue;
-        if (!reg_ok(g, r)) {
-            dbt_share_unlock(sh);
-            damaged(sh, "a shelf entry is damaged");
-            return false;
-        }
-        if (!same_shape(r, shape) || r->renewed_us < fresh_since_us)
-            continue;
-        if (best < 0 || r->renewed_us > g->regs[best].renewed_us)
-            best = (int)i;
-    }
+    int best = freshest_shelved(sh, shape, fresh_since_us);
     if (best < 0) {
-        dbt_share_unlock(sh);
+        if (best == -1)
+            dbt_share_unlock(sh);
         return false;
     }
     begin_update(sh);
