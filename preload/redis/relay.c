@@ -215,11 +215,27 @@ static bool sock_addr(int dir, const char *target, struct sockaddr_un *a)
     return n > 0 && (size_t)n < sizeof a->sun_path;
 }
 
-/* Opens relay-<T>.lock once (proc.mu held): the user's own regular file, or -1. */
+/* Whether relay-<T>.lock names the file fd is open on (proc.mu held). */
+static bool lock_named(int fd)
+{
+    char name[64];
+    snprintf(name, sizeof name, "relay-%s.lock", proc.target);
+    struct stat named, open_file;
+    return fstatat(proc.dir, name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+           fstat(fd, &open_file) == 0 && named.st_dev == open_file.st_dev &&
+           named.st_ino == open_file.st_ino;
+}
+
+/* Opens relay-<T>.lock (proc.mu held): the user's own regular file, or -1. Kept open between
+ * calls, and looked at again each time: a speaker that stops unlinks it (stop_listening), so that
+ * the directory is left empty, and a file the name no longer leads to locks nothing. */
 static int lock_file(void)
 {
-    if (proc.lock_fd >= 0)
+    if (proc.lock_fd >= 0 && lock_named(proc.lock_fd))
         return proc.lock_fd;
+    if (proc.lock_fd >= 0)
+        close(proc.lock_fd); /* not speaking (a speaker does not look): no lock of ours goes */
+    proc.lock_fd = -1;
     char name[64];
     snprintf(name, sizeof name, "relay-%s.lock", proc.target);
     int fd = openat(proc.dir, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -262,9 +278,13 @@ static void close_client(speaker *s, int c)
 }
 
 /* Connection l broke: its clients with a call in flight are closed (dbt_relay_link_lost), and l
- * is connected again soon. */
+ * is connected again: at once if it stood (as a direct client connects again at its next call:
+ * with DBTHROTTLE_REDIS_TIMEOUT=200ms, the calls that came after a restart, or after this
+ * process was stopped, waited out their whole time for the pause), after RECONNECT_US if it was
+ * not up. */
 static void lose_link(speaker *s, dbt_relay_link l, const char *why)
 {
+    bool stood = s->link[l] != NULL;
     if (s->link[l]) {
         epoll_ctl(s->ep, EPOLL_CTL_DEL, s->link[l]->t.fd, NULL);
         dbt_redis_free(s->link[l]);
@@ -275,7 +295,7 @@ static void lose_link(speaker *s, dbt_relay_link l, const char *why)
         dbt_log(DBT_LOG_WARN, "host_relay_link_lost", f, 3);
     }
     dbt_relay_link_lost(s->core, l);
-    s->retry_at[l] = dbt_now_us() + RECONNECT_US;
+    s->retry_at[l] = dbt_now_us() + (stood ? 0 : RECONNECT_US);
     if (l == DBT_RELAY_CMD)
         s->waiting_since = 0;
 }
@@ -504,6 +524,10 @@ static void stop_listening(speaker *s)
     snprintf(name, sizeof name, "relay-%s.sock", proc.target);
     (void)unlinkat(proc.dir, name, 0);
     if (proc.lock_fd >= 0) {
+        /* Unlinked while still held, so that the last speaker leaves nothing behind: a process
+         * that opened it before takes a lock on it that it finds unnamed (become_speaker). */
+        snprintf(name, sizeof name, "relay-%s.lock", proc.target);
+        (void)unlinkat(proc.dir, name, 0);
         close(proc.lock_fd); /* lets the lock go */
         proc.lock_fd = -1;
     }
@@ -622,6 +646,13 @@ static bool become_speaker(const dbt_config *cfg)
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     if (room < 8 || lfd < 0 || fcntl(lfd, F_SETLK, &fl) != 0)
         return false;
+    if (!lock_named(lfd)) {
+        /* Unlinked by the speaker that stopped between our open and our lock: a lock on that file
+         * is nobody's. Direct this time; the next look opens the file of the name. */
+        close(lfd);
+        proc.lock_fd = -1;
+        return false;
+    }
     speaker *s = calloc(1, sizeof *s);
     if (s)
         s->listen_fd = s->ep = s->stop_fd = -1;
@@ -681,7 +712,10 @@ static bool become_speaker(const dbt_config *cfg)
             dbt_relay_free(s->core);
             free(s);
         }
-        close(proc.lock_fd); /* lets the lock go */
+        char lock_name[64];
+        snprintf(lock_name, sizeof lock_name, "relay-%s.lock", proc.target);
+        (void)unlinkat(proc.dir, lock_name, 0); /* held: as a stopping speaker does */
+        close(proc.lock_fd);                    /* lets the lock go */
         proc.lock_fd = -1;
         return false;
     }

@@ -85,8 +85,14 @@ except OSError as e:
 ' "$hr_sock" 2>&1)
     chmod 700 "$work/hr" "$hr_dir"
 fi
+hr_files=$(ls "$work"/hr/*/ 2>/dev/null | tr '\n' ' ')
 hr_end
-check "host_relay: a process of the host speaks (its socket: $(ls "$work"/hr/*/ 2>/dev/null | tr '\n' ' '))" '[ -n "$(ls "$work"/hr/*/relay-*.lock 2>/dev/null)" ]'
+check "host_relay: a process of the host speaks (its files: $hr_files)" \
+    'echo "$hr_files" | grep -q "relay-[0-9a-f]*\.lock relay-[0-9a-f]*\.sock"'
+# The last speaker leaves nothing of the relay's in the user's directory (its lock file is
+# unlinked while held: docs/design.md, "Who speaks").
+check "host_relay: once every process ended, no relay file is left ($(ls "$work"/hr/*/ 2>/dev/null | grep relay- | tr '\n' ' '))" \
+    '[ -z "$(ls "$work"/hr/*/ 2>/dev/null | grep relay-)" ]'
 # A process that took the relay for stalled (its speaker stopped: not here) connects directly for
 # a while, with its 3 connections.
 hr_stalled=$(hr_log | grep 'event=host_relay_stalled' | grep -o ' pid=[0-9]*' | sort -u | wc -l)
@@ -136,7 +142,12 @@ check "host_relay: kill: nothing held or queued once its lease ran out" 'nothing
 mark
 hr_mark
 hr_run hrs 8 DBTHROTTLE_LEASE=6s DBTHROTTLE_REDIS_TIMEOUT=2s
-wait_until 10 '[ -n "$(hr_speaker)" ] && [ "$(probes hrs)" -ge 100 ]'
+# Stopped once the others' connections to Redis are the relay's: a process' first connections are
+# made before it joins its host, direct, and replaced at its next renewal (2 s); stopped before,
+# the speaker met no relayed call of theirs (no host_relay_stalled: 1 run in 24 beside two busy
+# loops, before and after the connector).
+wait_until 15 '[ -n "$(hr_speaker)" ] && [ "$(probes hrs)" -ge 100 ] && [ "$(hr_clients)" -le 2 ]' ||
+    info "host_relay: stopped with $(hr_clients) connections to Redis (the relay's 2 expected)"
 hr_stopped=$(hr_speaker)
 kill -STOP "$hr_stopped"
 hr_s0=$(probes hrs)

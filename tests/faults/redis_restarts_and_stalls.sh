@@ -9,15 +9,21 @@ echo "# redis_restarts_and_stalls: Redis killed, restarted (empty, RDB, AOF), pa
 # c2_phase NAME: when each fault began, on the workers' clock (CLOCK_MONOTONIC; /proc/uptime),
 # so that a call held too long names the fault it began in (the workers print each call longer
 # than FAULT_SLOW_MS with its end: c2_slow, the five longest).
-# Each fault begins once the quarantine the last restart started is over (Redis' era keys): the
-# bound below is one fault's. A call can wait out two quarantines when a restart comes before the
-# last one ended, which the phases 1.5 s apart made happen (left over: 73-209 ms in quiet runs; in
-# CI a call of 4028 ms began in restart_rdb's and waited out restart_aof's as well).
+# Each fault begins once the quarantine the last restart started is over (Redis' era keys) and
+# Redis granted since (its grants counter): the bound below is one fault's. A call can wait out
+# two quarantines when a restart comes before the last one ended, which the phases 1.5 s apart
+# made happen (left over: 73-209 ms in quiet runs; in CI a call of 4028 ms began in restart_rdb's
+# and waited out restart_aof's as well), or before its waiters were granted at its end: the
+# renewal that grants them comes 30 ms after it (QUARANTINE_MARGIN_US), and a restart 20-40 ms
+# after the end, as the first check alone allowed, held 16 calls of the host relay's for both
+# quarantines (3 570-3 625 ms, 6 runs in 6).
 c2_phase() {
     c2_left=$(quarantine_left)
     [ "$c2_left" -eq 0 ] || wait_until 5 '[ "$(quarantine_left)" -eq 0 ]' || echo "# $1: a quarantine still ran 5 s on"
+    c2_granted=$(grants_made)
+    wait_until 5 '[ "$(grants_made)" -gt "$c2_granted" ]' || echo "# $1: Redis granted nothing in the 5 s after the last quarantine"
     echo "$1 $(awk '{ printf "%d", $1 * 1000 }' /proc/uptime)" >>"$work/phases.c2.$mode"
-    info "$mode: $1 begins after the last quarantine's end ($c2_left ms left when due)"
+    info "$mode: $1 begins after the last quarantine's end ($c2_left ms left when due) and a grant ($waited_ms ms after)"
 }
 c2_slow() {
     tail -n +"$((c2_err_mark + 1))" "$work/workers.err" | grep -h "slow call" | awk -v phases="$work/phases.c2.$mode" '

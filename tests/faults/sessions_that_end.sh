@@ -31,7 +31,6 @@ except psycopg2.Error as e:
     print('error %s' % (e.pgcode or type(e).__name__), flush=True)
 PY
 se_env="DBTHROTTLE_LEASE=2s DBTHROTTLE_WAIT_TIMEOUT=3s"
-grants() { rcli --raw eval "local n = 0 for _, k in ipairs(redis.call('KEYS', 'dbthrottle:*:q:stats')) do n = n + (tonumber(redis.call('HGET', k, 'grants')) or 0) end return n" 0; }
 # se_case NAME KIND ENV MODE HOW: the client with ENV, holding a permit of KIND; HOW ends its session.
 se_case() {
     se_name=$1 se_kind=$2 se_env3=$3 se_mode=$4 se_how=$5
@@ -54,11 +53,11 @@ se_case() {
         '[ "$held" -eq 1 ] && [ "$(live_holders "$se_kind")" -eq 0 ] && kill -0 "$se_pid" 2>/dev/null'
     throttled $se_env $se_env3 PGAPPNAME=se_new psql -X -At -c "SELECT 'granted'" >"$work/se.$se_name.new" 2>&1
     check "sessions_that_end: $se_name: a newcomer was granted meanwhile ($(tr '\n' ' ' <"$work/se.$se_name.new"))" 'grep -qx granted "$work/se.$se_name.new"'
-    g0=$(grants)
+    g0=$(grants_made)
     touch "$work/se.$se_name.go"
     wait "$se_pid"
-    check "sessions_that_end: $se_name: a command on the dead connection failed ($(tail -1 "$work/se.$se_name.out")), took no permit (grants $g0 -> $(grants)), holds none" \
-        '[ "$(tail -1 "$work/se.$se_name.out")" != ok ] && [ "$(grants)" -eq "$g0" ] && [ "$(live_holders "$se_kind")" -eq 0 ]'
+    check "sessions_that_end: $se_name: a command on the dead connection failed ($(tail -1 "$work/se.$se_name.out")), took no permit (grants $g0 -> $(grants_made)), holds none" \
+        '[ "$(tail -1 "$work/se.$se_name.out")" != ok ] && [ "$(grants_made)" -eq "$g0" ] && [ "$(live_holders "$se_kind")" -eq 0 ]'
 }
 terminate() { psql -X -At -c "SELECT pg_terminate_backend($backend)" >/dev/null; }
 se_case idle_in_tx q "DBTHROTTLE_MAX_QUERIES=1" tx terminate

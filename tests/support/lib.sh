@@ -264,17 +264,33 @@ rcli() { redis-cli -p "$rport" "$@"; }
 # port by ss). A waiter counted in Redis' queue may not listen yet: its listener connects (INFO,
 # a reply) and sends its BLPOP after the acquire's reply; a Redis stopped in between fails that
 # call, and the waiter gives up as in any outage (docs/design.md, "Failover and data loss").
+# A process of a host relay's (DBTHROTTLE_HOST_RELAY) has no connection of its own: it counts
+# when one of its unix connections leads to a relay socket (relay-*.sock) whose speaker listens
+# so (each relayed BLPOP's keys are in the speaker's within a round trip: docs/design.md).
 listening() {
     _blpop_ports=$(rcli client list | awk '/ cmd=blpop / { for (i = 1; i <= NF; i++)
         if ($i ~ /^addr=/) { n = split($i, a, ":"); print a[n] } }')
     for _pid in "$@"; do
         _found=
-        for _port in $_blpop_ports; do
-            ss -tnpH state established "( sport = :$_port and dport = :$rport )" |
-                grep -q "pid=$_pid," && _found=yes && break
-        done
+        _blpop_of "$_pid" && _found=yes
+        if [ -z "$_found" ]; then
+            _unix=$(ss -xpH state established 2>/dev/null)
+            # ss -x with a state: type, queues, local path and inode, peer path and inode, users.
+            for _peer in $(echo "$_unix" | awk -v p="pid=$_pid," 'index($0, p) { print $7 }'); do
+                _speaker=$(echo "$_unix" | awk -v i="$_peer" '$5 == i && $4 ~ /relay-[0-9a-f]*\.sock$/' |
+                    grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
+                [ -n "$_speaker" ] && _blpop_of "$_speaker" && _found=yes && break
+            done
+        fi
         [ -n "$_found" ] || return 1
     done
+}
+_blpop_of() { # _blpop_of PID: one of _blpop_ports is a connection of PID's
+    for _port in $_blpop_ports; do
+        ss -tnpH state established "( sport = :$_port and dport = :$rport )" |
+            grep -q "pid=$1," && return 0
+    done
+    return 1
 }
 
 # live_holders / live_waiters [KIND [PREFIX]]: permits (waiters) whose lease has not run out, over
@@ -306,6 +322,8 @@ quarantine_left() {
         return left" 0 "${1-dbthrottle:}"
 }
 live_waiters() { live_count wexp "$@"; }
+# grants_made: the grants Redis made in every pool, by its own counters (q:stats grants).
+grants_made() { rcli --raw eval "local n = 0 for _, k in ipairs(redis.call('KEYS', 'dbthrottle:*:q:stats')) do n = n + (tonumber(redis.call('HGET', k, 'grants')) or 0) end return n" 0; }
 # nothing_left [KIND [PREFIX [SECONDS]]]: true once no live holder or waiter is left, within
 # SECONDS (1 by default): the workers' last releases are sent as they exit and not waited for, so
 # Redis may apply them just after (a permit left behind lives a lease, 10 s by default: still
