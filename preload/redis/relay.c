@@ -205,23 +205,33 @@ static bool target_name(const dbt_config *cfg, char out[17])
     return ok;
 }
 
+/* The name of the target's file of this kind ("sock" or "lock") in the share directory. */
+typedef struct {
+    char s[64];
+} relay_name;
+
+static relay_name file_name(const char *kind)
+{
+    relay_name n;
+    snprintf(n.s, sizeof n.s, "relay-%s.%s", proc.target, kind);
+    return n;
+}
+
 /* The socket's address, through /proc/self/fd/<dir>: short whatever the directory's path. */
-static bool sock_addr(int dir, const char *target, struct sockaddr_un *a)
+static bool sock_addr(int dir, struct sockaddr_un *a)
 {
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
     int n =
-        snprintf(a->sun_path, sizeof a->sun_path, "/proc/self/fd/%d/relay-%s.sock", dir, target);
+        snprintf(a->sun_path, sizeof a->sun_path, "/proc/self/fd/%d/%s", dir, file_name("sock").s);
     return n > 0 && (size_t)n < sizeof a->sun_path;
 }
 
 /* Whether relay-<T>.lock names the file fd is open on (proc.mu held). */
 static bool lock_named(int fd)
 {
-    char name[64];
-    snprintf(name, sizeof name, "relay-%s.lock", proc.target);
     struct stat named, open_file;
-    return fstatat(proc.dir, name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+    return fstatat(proc.dir, file_name("lock").s, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
            fstat(fd, &open_file) == 0 && named.st_dev == open_file.st_dev &&
            named.st_ino == open_file.st_ino;
 }
@@ -236,9 +246,7 @@ static int lock_file(void)
     if (proc.lock_fd >= 0)
         close(proc.lock_fd); /* not speaking (a speaker does not look): no lock of ours goes */
     proc.lock_fd = -1;
-    char name[64];
-    snprintf(name, sizeof name, "relay-%s.lock", proc.target);
-    int fd = openat(proc.dir, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = openat(proc.dir, file_name("lock").s, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     struct stat st;
     if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
                     (st.st_mode & 077))) {
@@ -264,7 +272,8 @@ typedef struct {
     int64_t own_error_said; /* when */
     int cfd[DBT_RELAY_MAX_CLIENTS];
     bool want_out[DBT_RELAY_MAX_CLIENTS];
-    int nc; /* handles below this may be in use */
+    int nc;         /* handles below this may be in use */
+    bool listening; /* both links stood once: clients are taken (start_listening) */
     bool stopping;
 } speaker;
 
@@ -520,18 +529,33 @@ static void stop_listening(speaker *s)
         if (s->cfd[c] >= 0)
             epoll_ctl(s->ep, EPOLL_CTL_DEL, s->cfd[c], NULL);
     pthread_mutex_lock(&proc.mu);
-    char name[64];
-    snprintf(name, sizeof name, "relay-%s.sock", proc.target);
-    (void)unlinkat(proc.dir, name, 0);
+    (void)unlinkat(proc.dir, file_name("sock").s, 0);
     if (proc.lock_fd >= 0) {
         /* Unlinked while still held, so that the last speaker leaves nothing behind: a process
          * that opened it before takes a lock on it that it finds unnamed (become_speaker). */
-        snprintf(name, sizeof name, "relay-%s.lock", proc.target);
-        (void)unlinkat(proc.dir, name, 0);
+        (void)unlinkat(proc.dir, file_name("lock").s, 0);
         close(proc.lock_fd); /* lets the lock go */
         proc.lock_fd = -1;
     }
     pthread_mutex_unlock(&proc.mu);
+}
+
+/* The relay takes clients once both its connections to Redis stand. Made one after the other,
+ * they cost their round trips each (connect, INFO and SCRIPT EXISTS): at 150 ms one way, 1.2 s
+ * before a first call could be sent on. A client that came before then would have waited out
+ * its DBTHROTTLE_REDIS_TIMEOUT for it; refused, it makes its call directly at once, and comes to
+ * the relay at its next connect (RELAY_RETRY_US later). */
+static void start_listening(speaker *s)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
+    if (listen(s->listen_fd, 128) == 0 && epoll_ctl(s->ep, EPOLL_CTL_ADD, s->listen_fd, &ev) == 0) {
+        s->listening = true;
+        return;
+    }
+    dbt_field f[] = {DBT_S("reason", strerror(errno)),
+                     DBT_S("effect", "the host's processes connect directly")};
+    dbt_log(DBT_LOG_WARN, "host_relay_not_listening", f, 2);
+    s->stopping = true;
 }
 
 static void *speak(void *arg)
@@ -544,6 +568,8 @@ static void *speak(void *arg)
         for (int l = 0; l < 2 && !s->stopping; l++)
             if (!s->link[l] && now >= s->retry_at[l])
                 connect_link(s, (dbt_relay_link)l, now);
+        if (!s->listening && !s->stopping && s->link[DBT_RELAY_CMD] && s->link[DBT_RELAY_LISTEN])
+            start_listening(s);
         if (s->accept_paused && now >= s->accept_paused && !s->stopping) {
             struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
             epoll_ctl(s->ep, EPOLL_CTL_ADD, s->listen_fd, &ev);
@@ -664,9 +690,7 @@ static bool become_speaker(const dbt_config *cfg)
                            .db = cfg->redis.db,
                            .wake_key = wake};
     struct sockaddr_un a;
-    char name[64];
-    snprintf(name, sizeof name, "relay-%s.sock", proc.target);
-    bool ok = s && (s->core = dbt_relay_new(&conf)) && sock_addr(proc.dir, proc.target, &a);
+    bool ok = s && (s->core = dbt_relay_new(&conf)) && sock_addr(proc.dir, &a);
     if (ok) {
         s->cfg = cfg;
         s->max_clients = room;
@@ -675,16 +699,15 @@ static bool become_speaker(const dbt_config *cfg)
         s->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         for (int c = 0; c < DBT_RELAY_MAX_CLIENTS; c++)
             s->cfd[c] = -1;
-        (void)unlinkat(proc.dir, name, 0); /* a dead speaker's */
+        (void)unlinkat(proc.dir, file_name("sock").s, 0); /* a dead speaker's */
+        /* Bound now (the name is this speaker's), listening once its links stand
+         * (start_listening): until then a newcomer's connect is refused and goes direct. */
         ok = s->listen_fd >= 0 && s->ep >= 0 && s->stop_fd >= 0 &&
-             bind(s->listen_fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-             listen(s->listen_fd, 128) == 0;
+             bind(s->listen_fd, (struct sockaddr *)&a, sizeof a) == 0;
     }
     if (ok) {
-        struct epoll_event l = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
         struct epoll_event st = {.events = EPOLLIN, .data.u64 = TAG_STOP};
-        ok = epoll_ctl(s->ep, EPOLL_CTL_ADD, s->listen_fd, &l) == 0 &&
-             epoll_ctl(s->ep, EPOLL_CTL_ADD, s->stop_fd, &st) == 0;
+        ok = epoll_ctl(s->ep, EPOLL_CTL_ADD, s->stop_fd, &st) == 0;
     }
     if (ok) {
         track_fd(SLOT_LISTEN, s->listen_fd);
@@ -703,7 +726,7 @@ static bool become_speaker(const dbt_config *cfg)
         if (s) {
             if (s->listen_fd >= 0) {
                 close(s->listen_fd);
-                (void)unlinkat(proc.dir, name, 0);
+                (void)unlinkat(proc.dir, file_name("sock").s, 0);
             }
             if (s->ep >= 0)
                 close(s->ep);
@@ -712,10 +735,8 @@ static bool become_speaker(const dbt_config *cfg)
             dbt_relay_free(s->core);
             free(s);
         }
-        char lock_name[64];
-        snprintf(lock_name, sizeof lock_name, "relay-%s.lock", proc.target);
-        (void)unlinkat(proc.dir, lock_name, 0); /* held: as a stopping speaker does */
-        close(proc.lock_fd);                    /* lets the lock go */
+        (void)unlinkat(proc.dir, file_name("lock").s, 0); /* held: as a stopping speaker does */
+        close(proc.lock_fd);                              /* lets the lock go */
         proc.lock_fd = -1;
         return false;
     }
@@ -820,7 +841,7 @@ dbt_redis *dbt_relay_connect(const dbt_config *cfg, int64_t *retry_us, bool *sta
         speaks = fl.l_type != F_UNLCK || become_speaker(cfg);
     }
     struct sockaddr_un a;
-    bool have = speaks && sock_addr(proc.dir, proc.target, &a);
+    bool have = speaks && sock_addr(proc.dir, &a);
     /* If no relay can be used now (the lock lost to another that has not bound its socket yet,
      * or the relay full or failing): direct this time, and through the relay later
      * (dbt_redis_outdated): a second later, doubled at each failure in a row. */
