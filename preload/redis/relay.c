@@ -62,6 +62,7 @@ static struct {
     bool speaking, refused; /* refused: the target is not relayed (a Cluster) */
     bool exiting;           /* dbt_relay_stop: no relay starts any more */
     pthread_t thread;
+    bool joinable;         /* thread was started and is neither joined nor detached yet */
     int stop_fd;           /* the speaker's eventfd: ends it */
     int64_t suspect_until; /* dbt_relay_suspect: connect directly until then */
     int64_t avoid_until;   /* dbt_relay_avoid: likewise */
@@ -137,8 +138,19 @@ static void child_after_fork(void)
         close(proc.lock_fd); /* the child holds no lock of it: nothing is let go */
     pthread_mutex_init(&proc.mu, NULL);
     proc.lock_fd = -1;
-    proc.speaking = false;
+    proc.speaking = proc.joinable = false; /* the parent's thread is not the child's */
     proc.stop_fd = -1;
+}
+
+/* A speaker that ended by itself (a Cluster's node, a socket that would not listen) has no one
+ * waiting for it: joined here before another starts or the process ends (proc.mu held; it no
+ * longer needs the lock once proc.speaking is false, so the join is short). */
+static void reap_ended_speaker(void)
+{
+    if (proc.joinable && !proc.speaking) {
+        pthread_join(proc.thread, NULL);
+        proc.joinable = false;
+    }
 }
 
 __attribute__((constructor)) static void relay_init(void)
@@ -667,6 +679,7 @@ static int client_room(void)
  * relay could not be set up. */
 static bool become_speaker(const dbt_config *cfg)
 {
+    reap_ended_speaker();
     int room = client_room();
     int lfd = lock_file();
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
@@ -740,7 +753,7 @@ static bool become_speaker(const dbt_config *cfg)
         proc.lock_fd = -1;
         return false;
     }
-    proc.speaking = true;
+    proc.speaking = proc.joinable = true;
     proc.stop_fd = s->stop_fd;
     proc.drain_ms = cfg->redis_timeout_ms;
     dbt_field f[] = {DBT_S("target", proc.target)};
@@ -758,15 +771,23 @@ void dbt_relay_stop(void)
     uint64_t one = 1;
     /* Under the lock: the thread closes its eventfd only after clearing proc.stop_fd. */
     bool told = speaking && write(proc.stop_fd, &one, sizeof one) == sizeof one;
+    reap_ended_speaker();
+    bool join = told && proc.joinable;
+    if (proc.joinable && !join)
+        pthread_detach(th); /* not told (no eventfd to write): it ends with the process */
+    proc.joinable = false;  /* joined or detached below: once, whoever calls again */
     pthread_mutex_unlock(&proc.mu);
-    if (!told)
+    if (!join)
         return;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_nsec += drain_ms * 1000000 + 10000000; /* and 10 ms to close */
     until.tv_sec += until.tv_nsec / 1000000000;
     until.tv_nsec %= 1000000000;
-    (void)pthread_timedjoin_np(th, NULL, &until);
+    /* Still draining (blocked in a connect to a Redis that does not answer, or starved): the
+     * process ends without it, and a detached thread is not a leaked one. */
+    if (pthread_timedjoin_np(th, NULL, &until) != 0)
+        pthread_detach(th);
 }
 
 /* ---- a client's side ----------------------------------------------------------------------- */
