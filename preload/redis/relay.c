@@ -142,7 +142,7 @@ static void child_after_fork(void)
     proc.stop_fd = -1;
 }
 
-/* A speaker that ended by itself (a Cluster's node, a socket that would not listen) has no one
+/* A speaker that ended by itself (it met a Cluster's node) has no one
  * waiting for it: joined here before another starts or the process ends (proc.mu held; it no
  * longer needs the lock once proc.speaking is false, so the join is short). */
 static void reap_ended_speaker(void)
@@ -284,8 +284,7 @@ typedef struct {
     int64_t own_error_said; /* when */
     int cfd[DBT_RELAY_MAX_CLIENTS];
     bool want_out[DBT_RELAY_MAX_CLIENTS];
-    int nc;         /* handles below this may be in use */
-    bool listening; /* both links stood once: clients are taken (start_listening) */
+    int nc; /* handles below this may be in use */
     bool stopping;
 } speaker;
 
@@ -552,24 +551,6 @@ static void stop_listening(speaker *s)
     pthread_mutex_unlock(&proc.mu);
 }
 
-/* The relay takes clients once both its connections to Redis stand. Made one after the other,
- * they cost their round trips each (connect, INFO and SCRIPT EXISTS): at 150 ms one way, 1.2 s
- * before a first call could be sent on. A client that came before then would have waited out
- * its DBTHROTTLE_REDIS_TIMEOUT for it; refused, it makes its call directly at once, and comes to
- * the relay at its next connect (RELAY_RETRY_US later). */
-static void start_listening(speaker *s)
-{
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
-    if (listen(s->listen_fd, 128) == 0 && epoll_ctl(s->ep, EPOLL_CTL_ADD, s->listen_fd, &ev) == 0) {
-        s->listening = true;
-        return;
-    }
-    dbt_field f[] = {DBT_S("reason", strerror(errno)),
-                     DBT_S("effect", "the host's processes connect directly")};
-    dbt_log(DBT_LOG_WARN, "host_relay_not_listening", f, 2);
-    s->stopping = true;
-}
-
 static void *speak(void *arg)
 {
     speaker *s = arg;
@@ -580,8 +561,6 @@ static void *speak(void *arg)
         for (int l = 0; l < 2 && !s->stopping; l++)
             if (!s->link[l] && now >= s->retry_at[l])
                 connect_link(s, (dbt_relay_link)l, now);
-        if (!s->listening && !s->stopping && s->link[DBT_RELAY_CMD] && s->link[DBT_RELAY_LISTEN])
-            start_listening(s);
         if (s->accept_paused && now >= s->accept_paused && !s->stopping) {
             struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
             epoll_ctl(s->ep, EPOLL_CTL_ADD, s->listen_fd, &ev);
@@ -713,14 +692,15 @@ static bool become_speaker(const dbt_config *cfg)
         for (int c = 0; c < DBT_RELAY_MAX_CLIENTS; c++)
             s->cfd[c] = -1;
         (void)unlinkat(proc.dir, file_name("sock").s, 0); /* a dead speaker's */
-        /* Bound now (the name is this speaker's), listening once its links stand
-         * (start_listening): until then a newcomer's connect is refused and goes direct. */
         ok = s->listen_fd >= 0 && s->ep >= 0 && s->stop_fd >= 0 &&
-             bind(s->listen_fd, (struct sockaddr *)&a, sizeof a) == 0;
+             bind(s->listen_fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+             listen(s->listen_fd, 128) == 0;
     }
     if (ok) {
+        struct epoll_event l = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
         struct epoll_event st = {.events = EPOLLIN, .data.u64 = TAG_STOP};
-        ok = epoll_ctl(s->ep, EPOLL_CTL_ADD, s->stop_fd, &st) == 0;
+        ok = epoll_ctl(s->ep, EPOLL_CTL_ADD, s->listen_fd, &l) == 0 &&
+             epoll_ctl(s->ep, EPOLL_CTL_ADD, s->stop_fd, &st) == 0;
     }
     if (ok) {
         track_fd(SLOT_LISTEN, s->listen_fd);
@@ -859,7 +839,19 @@ dbt_redis *dbt_relay_connect(const dbt_config *cfg, int64_t *retry_us, bool *sta
             relay_failed();
             return NULL;
         }
-        speaks = fl.l_type != F_UNLCK || become_speaker(cfg);
+        if (fl.l_type == F_UNLCK && become_speaker(cfg)) {
+            /* Its own first call does not wait for the relay it just started: the relay makes
+             * its two connections to Redis one after the other, round trips each, before it
+             * sends a call on (1.2 s with Redis 150 ms away, past a 1 s DBTHROTTLE_REDIS_TIMEOUT:
+             * cancel_ends_wait). It connects directly this time, as with the relay off, and
+             * through the relay from a second later (dbt_redis_outdated). Other processes queue
+             * on the socket meanwhile: a host's processes that start together still make the
+             * relay's two connections and this one's, not one each. */
+            *retry_us = now + RELAY_RETRY_US;
+            pthread_mutex_unlock(&proc.mu);
+            return NULL;
+        }
+        speaks = fl.l_type != F_UNLCK;
     }
     struct sockaddr_un a;
     bool have = speaks && sock_addr(proc.dir, &a);
