@@ -62,6 +62,8 @@ static struct {
     bool speaking, refused; /* refused: the target is not relayed (a Cluster) */
     bool exiting;           /* dbt_relay_stop: no relay starts any more */
     pthread_t thread;
+    const dbt_config *cfg; /* the speaker's: it reads it until proc.speaking turns false */
+    pthread_cond_t ended;  /* broadcast when proc.speaking turns false */
     bool joinable;         /* thread was started and is neither joined nor detached yet */
     int stop_fd;           /* the speaker's eventfd: ends it */
     int64_t suspect_until; /* dbt_relay_suspect: connect directly until then */
@@ -69,7 +71,11 @@ static struct {
     int suspects;          /* stalls in a row (dbt_relay_suspect), for the period's doubling */
     int retries;           /* connects in a row that found no relay it could use */
     int64_t drain_ms;      /* at exit, the relay answers what it read within this */
-} proc = {.mu = PTHREAD_MUTEX_INITIALIZER, .dir = -1, .lock_fd = -1, .stop_fd = -1};
+} proc = {.mu = PTHREAD_MUTEX_INITIALIZER,
+          .ended = PTHREAD_COND_INITIALIZER,
+          .dir = -1,
+          .lock_fd = -1,
+          .stop_fd = -1};
 
 /* Raised by each dbt_relay_suspect: relayed connections of an older one are given up. */
 static _Atomic uint64_t relay_gen = 1;
@@ -137,6 +143,7 @@ static void child_after_fork(void)
     if (proc.lock_fd >= 0)
         close(proc.lock_fd); /* the child holds no lock of it: nothing is let go */
     pthread_mutex_init(&proc.mu, NULL);
+    pthread_cond_init(&proc.ended, NULL);
     proc.lock_fd = -1;
     proc.speaking = proc.joinable = false; /* the parent's thread is not the child's */
     proc.stop_fd = -1;
@@ -632,7 +639,8 @@ static void *speak(void *arg)
     track_fd(SLOT_EPOLL, -1);
     close(s->ep);
     pthread_mutex_lock(&proc.mu);
-    proc.speaking = false;
+    proc.speaking = false; /* s->cfg is not read after this: dbt_relay_forget_config */
+    pthread_cond_broadcast(&proc.ended);
     proc.stop_fd = -1;
     track_fd(SLOT_STOP, -1);
     close(s->stop_fd);
@@ -734,6 +742,7 @@ static bool become_speaker(const dbt_config *cfg)
         return false;
     }
     proc.speaking = proc.joinable = true;
+    proc.cfg = cfg;
     proc.stop_fd = s->stop_fd;
     proc.drain_ms = cfg->redis_timeout_ms;
     dbt_field f[] = {DBT_S("target", proc.target)};
@@ -768,6 +777,20 @@ void dbt_relay_stop(void)
      * process ends without it, and a detached thread is not a leaked one. */
     if (pthread_timedjoin_np(th, NULL, &until) != 0)
         pthread_detach(th);
+}
+
+void dbt_relay_forget_config(const dbt_config *cfg)
+{
+    pthread_mutex_lock(&proc.mu);
+    if (proc.speaking && proc.cfg == cfg) {
+        uint64_t one = 1;
+        /* Under the lock: the thread closes its eventfd only after clearing proc.stop_fd. */
+        if (write(proc.stop_fd, &one, sizeof one) == sizeof one)
+            while (proc.speaking)
+                pthread_cond_wait(&proc.ended, &proc.mu);
+    }
+    reap_ended_speaker();
+    pthread_mutex_unlock(&proc.mu);
 }
 
 /* ---- a client's side ----------------------------------------------------------------------- */

@@ -282,6 +282,9 @@ void dbt_client_free(dbt_client *c)
         free_pool(p);
         p = next;
     }
+    /* Last, after the pools' own last calls (which may go through it): a relay this process
+     * started with the client's configuration reads it, and the caller frees it next. */
+    dbt_relay_forget_config(c->cfg);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

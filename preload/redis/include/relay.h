@@ -18,7 +18,9 @@ void dbt_relay_set_dir(int dirfd);
  * *retry_us says when one may be: the caller connects directly, and replaces that connection
  * with a relayed one then; 0: never; *stalled: the relay's speaker was found stopped, and the
  * time spent on it was not Redis'). When nobody speaks for the host, this process takes the lock
- * and starts its relay. */
+ * and starts its relay, and gets NULL with *retry_us a second ahead: its own first connection
+ * is direct (the relay's connections to Redis are made meanwhile). The relay reads cfg until it
+ * stops: see dbt_relay_forget_config. */
 dbt_redis *dbt_relay_connect(const dbt_config *cfg, int64_t *retry_us, bool *stalled, char *err);
 
 /* A relayed connection broke (route.c's watch, and the relay's own while connecting): by a
@@ -33,6 +35,13 @@ bool dbt_relay_speaking(void);
  * lets the lock go at once (newcomers elect the next speaker), answers within 100 ms what it was
  * asked, then closes its clients, who connect to the next speaker. No relay starts after this. */
 void dbt_relay_stop(void);
+
+/* cfg is about to be freed (dbt_client_free: the dbthrottle command and the benches free theirs;
+ * the library's lives until the process ends): a relay started with it stops first, answering
+ * what it had read (within DBTHROTTLE_REDIS_TIMEOUT), and this waits until it no longer reads
+ * cfg. Its clients go to the next speaker, or direct. Nothing if this process does not speak
+ * with cfg. */
+void dbt_relay_forget_config(const dbt_config *cfg);
 
 /* A relayed call got no reply within its time (half of DBTHROTTLE_REDIS_TIMEOUT): the speaker is
  * stopped or starved. For DBT_RELAY_SUSPECT_US this process connects directly, and the relayed
