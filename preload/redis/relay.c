@@ -30,8 +30,6 @@
 
 /* A client that does not read its replies (stopped) is closed past this much output. */
 #define MAX_CLIENT_OUT (1u << 20)
-/* A connection to Redis that failed is tried again this long after. */
-#define RECONNECT_US INT64_C(200000)
 /* A process that found no relay it could use tries again this long after, doubled at each
  * failure in a row up to RELAY_RETRY_MAX_US: a relay that keeps failing must not make the
  * process replace its connections every second. */
@@ -283,6 +281,8 @@ typedef struct {
     dbt_relay *core;
     dbt_redis *link[2];
     int64_t retry_at[2];
+    int64_t up_since[2];    /* when each link was made */
+    int brief[2];           /* breaks in a row that came at once (dbt_relay_reconnect_after) */
     int64_t waiting_since;  /* the command connection's oldest reply is due since (0: none) */
     char run_id[41];        /* the server the relay last spoke to (INFO's run_id) */
     int64_t accept_paused;  /* out of descriptors: accepting again from then (0: accepting) */
@@ -307,11 +307,12 @@ static void close_client(speaker *s, int c)
 /* Connection l broke: its clients with a call in flight are closed (dbt_relay_link_lost), and l
  * is connected again: at once if it stood (as a direct client connects again at its next call:
  * with DBTHROTTLE_REDIS_TIMEOUT=200ms, the calls that came after a restart, or after this
- * process was stopped, waited out their whole time for the pause), after RECONNECT_US if it was
- * not up. */
+ * process was stopped, waited out their whole time for the pause) unless it keeps breaking as
+ * soon as made (dbt_relay_reconnect_after), after DBT_RELAY_RECONNECT_US if it was not up. */
 static void lose_link(speaker *s, dbt_relay_link l, const char *why)
 {
     bool stood = s->link[l] != NULL;
+    int64_t now = dbt_now_us();
     if (s->link[l]) {
         epoll_ctl(s->ep, EPOLL_CTL_DEL, s->link[l]->t.fd, NULL);
         dbt_redis_free(s->link[l]);
@@ -322,7 +323,8 @@ static void lose_link(speaker *s, dbt_relay_link l, const char *why)
         dbt_log(DBT_LOG_WARN, "host_relay_link_lost", f, 3);
     }
     dbt_relay_link_lost(s->core, l);
-    s->retry_at[l] = dbt_now_us() + (stood ? 0 : RECONNECT_US);
+    s->retry_at[l] = now + (stood ? dbt_relay_reconnect_after(now - s->up_since[l], &s->brief[l])
+                                  : DBT_RELAY_RECONNECT_US);
     if (l == DBT_RELAY_CMD)
         s->waiting_since = 0;
 }
@@ -350,7 +352,7 @@ static void connect_link(speaker *s, dbt_relay_link l, int64_t now)
     }
     if (!r) {
         dbt_relay_link_lost(s->core, l); /* what waited for it fails: its clients are closed */
-        s->retry_at[l] = now + RECONNECT_US;
+        s->retry_at[l] = now + DBT_RELAY_RECONNECT_US;
         return;
     }
     /* Another server than the one the relay last spoke to (or one whose INFO was refused: it
@@ -366,6 +368,7 @@ static void connect_link(speaker *s, dbt_relay_link l, int64_t now)
         }
     }
     s->link[l] = r;
+    s->up_since[l] = now;
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LINK + (uint64_t)l};
     epoll_ctl(s->ep, EPOLL_CTL_ADD, r->t.fd, &ev);
     dbt_relay_link_ready(s->core, l, now);

@@ -1025,3 +1025,17 @@ dbt_relay_counts dbt_relay_count(const dbt_relay *r)
                               .own_errors = r->own_errors,
                               .own_error = r->own_error};
 }
+
+int64_t dbt_relay_reconnect_after(int64_t stood_us, int *brief)
+{
+    if (stood_us >= DBT_RELAY_BRIEF_LINK_US) {
+        *brief = 0;
+        return 0;
+    }
+    if (*brief < 16)
+        (*brief)++;
+    if (*brief == 1)
+        return 0;
+    int64_t after = DBT_RELAY_RECONNECT_US << (*brief - 2);
+    return after < DBT_RELAY_RECONNECT_MAX_US ? after : DBT_RELAY_RECONNECT_MAX_US;
+}

@@ -102,6 +102,21 @@ void dbt_relay_server_changed(dbt_relay *r);
 /* Connection l is up again (after dbt_relay_link_lost): listening may start again. */
 void dbt_relay_link_ready(dbt_relay *r, dbt_relay_link l, int64_t now_us);
 
+/* A connection that failed to connect is tried again this long after. */
+#define DBT_RELAY_RECONNECT_US INT64_C(200000)
+/* A connection that broke within this long of being made broke "at once". */
+#define DBT_RELAY_BRIEF_LINK_US INT64_C(1000000)
+/* The longest pause before connecting again a connection that keeps breaking at once. */
+#define DBT_RELAY_RECONNECT_MAX_US INT64_C(5000000)
+/* How long after connection l broke, having stood stood_us, the driver connects it again;
+ * *brief counts the breaks in a row that came at once (the driver keeps one per connection,
+ * from 0). One that stood (a restart, a speaker resumed) or the first that did not: at once, as a
+ * direct client connects again at its next call (a short DBTHROTTLE_REDIS_TIMEOUT must not be
+ * spent on a pause). Breaking at once again and again (a proxy, or a server at maxclients, that
+ * closes each connection once made): DBT_RELAY_RECONNECT_US, doubled at each up to
+ * DBT_RELAY_RECONNECT_MAX_US, not a new connection to Redis per round trip. */
+int64_t dbt_relay_reconnect_after(int64_t stood_us, int *brief);
+
 /* Answers the BLPOPs whose timeout passed at now_us (a nil reply). */
 void dbt_relay_tick(dbt_relay *r, int64_t now_us);
 /* When dbt_relay_tick next has something to do (INT64_MAX: never). */

@@ -388,3 +388,35 @@ Test(relay_core, a_client_that_breaks_the_protocol_is_closed)
     cr_expect(dbt_relay_doomed(r, c));
     dbt_relay_free(r);
 }
+
+/* A connection that stood long, or the first that broke at once, is made again at once: a
+ * restart, a speaker resumed (stopped_keeper_admits_no_one_extra: a 200 ms pause outlived its
+ * DBTHROTTLE_REDIS_TIMEOUT=200ms). */
+Test(relay_core, a_link_that_stood_is_made_again_at_once)
+{
+    int brief = 0;
+    cr_expect_eq(dbt_relay_reconnect_after(5000000, &brief), 0);
+    cr_expect_eq(dbt_relay_reconnect_after(DBT_RELAY_BRIEF_LINK_US, &brief), 0);
+    cr_expect_eq(dbt_relay_reconnect_after(1000, &brief), 0, "the first break at once waited");
+    cr_expect_eq(brief, 1);
+}
+
+/* One that breaks as soon as made, again and again (a proxy that closes each connection once
+ * it is ready, a server at maxclients): 0, then 200 ms doubled up to 5 s, not a new connection to
+ * Redis per round trip; once one stands again, at once. */
+Test(relay_core, a_link_that_keeps_breaking_at_once_backs_off)
+{
+    int brief = 0;
+    int64_t want[] = {0, 200000, 400000, 800000, 1600000, 3200000, 5000000, 5000000};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int64_t after = dbt_relay_reconnect_after(2000, &brief);
+        cr_expect_eq(after, want[i], "break %zu in a row: %lld us, want %lld", i + 1,
+                     (long long)after, (long long)want[i]);
+    }
+    for (int i = 0; i < 40; i++)
+        cr_expect_leq(dbt_relay_reconnect_after(0, &brief), DBT_RELAY_RECONNECT_MAX_US);
+    cr_expect_eq(dbt_relay_reconnect_after(DBT_RELAY_BRIEF_LINK_US + 1, &brief), 0,
+                 "a link that stood again was not made again at once");
+    cr_expect_eq(brief, 0);
+    cr_expect_eq(dbt_relay_reconnect_after(0, &brief), 0);
+}
