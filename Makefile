@@ -305,9 +305,10 @@ LIBPQ_PROG = $(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(LIBPQ_CFLAGS) -pth
 $(BUILD)/tests/%_client: tests/integration/%_client.c
 	@mkdir -p $(@D)
 	$(LIBPQ_PROG)
-$(BUILD)/tests/fault_worker: tests/faults/fault_worker.c
+$(BUILD)/tests/fault_worker: tests/faults/fault_worker.c tests/support/crash_report.c tests/support/crash_report.h
 	@mkdir -p $(@D)
-	$(LIBPQ_PROG)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(LIBPQ_CFLAGS) -Itests/support -pthread -o $@ \
+	    $(filter %.c,$^) -lpq
 $(BUILD)/bench/cache-burst: bench/cache_burst.c
 	@mkdir -p $(@D)
 	$(LIBPQ_PROG)
@@ -362,9 +363,10 @@ $(BUILD)/check/libdbthrottle-%.so: $$(call core_objs,$(BUILD)/check/$$*) \
 	clang -shared $(SAN_OPT) $(SAN_$*) $(if $(filter asan,$*),-shared-libsan) -o $@ $(filter %.o,$^) \
 	    -Wl,--version-script=$(EXPORTS) -Wl,--exclude-libs,ALL -Wl,-Bsymbolic-functions \
 	    $(HIREDIS_A) $(SSL_LIBS) -ldl -pthread
-$(BUILD)/check/fault_worker-tsan: tests/faults/fault_worker.c
+$(BUILD)/check/fault_worker-tsan: tests/faults/fault_worker.c tests/support/crash_report.c tests/support/crash_report.h
 	@mkdir -p $(@D)
-	clang -std=c11 -D_GNU_SOURCE $(WARN) $(SAN_OPT) $(SAN_tsan) $(LIBPQ_CFLAGS) -o $@ $< -lpq -pthread
+	clang -std=c11 -D_GNU_SOURCE $(WARN) $(SAN_OPT) $(SAN_tsan) $(LIBPQ_CFLAGS) -Itests/support -o $@ \
+	    $(filter %.c,$^) -lpq -pthread
 $(BUILD)/check/held_client-tsan: tests/integration/held_client.c
 	@mkdir -p $(@D)
 	clang -std=c11 -D_GNU_SOURCE $(WARN) $(SAN_OPT) $(SAN_tsan) $(LIBPQ_CFLAGS) -o $@ $< -lpq -pthread

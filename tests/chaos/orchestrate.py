@@ -12,7 +12,6 @@ or the Sentinel topology's servers in RUN_DIR/sentinel) so that run.sh can read 
 """
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import threading
 import time
 
 import schedule
+import targets
 
 LIMIT, LEASE, REDIS_TIMEOUT = 3, 2.0, 0.5
 HOSTS = 3
@@ -205,22 +205,25 @@ def clients():
 
 def holder(pick):
     """A client whose probe runs at the server now, found from the server's side: its backend's
-    client port, and the local process that owns that socket (ss). Drawn with a bias to the
-    newest statement (the one with most of its run left: a long one killed early outlives the
-    permit's return). For dbthrottle acquire, the holder is the dbthrottle that runs the psql.
-    None when none runs."""
-    ports = psql("SELECT client_port FROM pg_stat_activity WHERE application_name LIKE 'chaos%'"
-                 " AND state = 'active' AND query LIKE '%chaos_probe%' ORDER BY query_start DESC")
-    ports = ports.split()
-    if not ports:
+    connection, by both ends, and the process of the workload that owns it (ss). Drawn with a
+    bias to the newest statement (the one with most of its run left: a long one killed early
+    outlives the permit's return). For dbthrottle acquire, the holder is the dbthrottle that runs
+    the psql. None when none runs."""
+    rows = psql("SELECT host(client_addr), client_port, host(inet_server_addr()),"
+                " inet_server_port() FROM pg_stat_activity WHERE application_name LIKE 'chaos%'"
+                " AND state = 'active' AND query LIKE '%chaos_probe%' ORDER BY query_start DESC")
+    rows = [r.split("|") for r in rows.splitlines() if r.count("|") == 3 and not r.startswith("|")]
+    if not rows:
         return None
-    port = ports[int(pick * pick * len(ports))]
-    r = subprocess.run(["ss", "-Htnp", "state", "established", "( sport = :%s )" % port],
-                       capture_output=True, text=True)
-    m = re.search(r'\("([^"]+)",pid=(\d+)', r.stdout)
-    if not m:
+    # Its owner by both ends of the connection, in one of the workload's process groups: the
+    # nemesis never signals another lane's process (targets.py).
+    pgids = {p.pid for _, _, p in groups}
+    row = rows[int(pick * pick * len(rows))]
+    owners = [(pid, comm) for pid, comm, _, _ in targets.socket_owners(*row)
+              if targets.process_group(pid) in pgids]
+    if not owners:
         return None
-    pid, comm = int(m.group(2)), m.group(1)
+    pid, comm = owners[0]
     if comm == "psql" and parent_comm(parent(pid)) == "acquire-guard":
         pid, comm = parent(parent(pid)), "dbthrottle"
     elif comm == "psql" and parent_comm(parent(pid)) == "dbthrottle":

@@ -40,6 +40,9 @@ fi
 
 # The schedule replays: a seed's faults do not depend on whether its mode was forced.
 (cd "$here" && $py schedule.py) || { echo "FAIL - the fault schedule does not replay"; exit 1; }
+# The nemesis signals only the workload's own processes, found by both ends of a connection.
+(cd "$here" && $py targets.py) ||
+    { echo "FAIL - the nemesis could signal a process not its own"; exit 1; }
 pg_start
 # Every line with its time (ms, UTC) and backend pid: the checker's clock and the key that ties a
 # probe's start to its end, error or disconnection.

@@ -18,6 +18,8 @@
  *   -C       SIGTERM/SIGINT also cancel what the connection is doing (PQcancel from the handler, as
  *            psql's Ctrl-C): a fleet queued for permits stops at once (one connection: no -T/-F)
  * The connection comes from the PG* variables. Exit status 0 unless a connection failed. */
+#include "crash_report.h"
+
 #include <libpq-fe.h>
 
 #include <errno.h>
@@ -200,6 +202,7 @@ static void on_stop(int sig)
 
 int main(int argc, char **argv)
 {
+    crash_report_install("fault_worker");
     int threads = 1, children = 0, opt;
     bool fork_while_waiting = false;
     while ((opt = getopt(argc, argv, "n:s:x:T:F:KW:E:C")) != -1) {

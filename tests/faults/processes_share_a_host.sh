@@ -24,8 +24,14 @@ ps_run() {
             DBTHROTTLE_POOL="$pr_app" DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_HOST_SHARE=on DBTHROTTLE_SHARE_DIR="$pr_dir" "$@"
         i=$((i + 1))
     done
-    pr_bad=0
-    for p in $spawned_list; do wait "$p" || pr_bad=$((pr_bad + 1)); done
+    pr_bad=0 pr_how=
+    for p in $spawned_list; do
+        wait "$p" && continue
+        pr_st=$?
+        pr_bad=$((pr_bad + 1))
+        # a status over 128 is a signal's (a fault's report is in workers.err: summary lists it)
+        pr_how="$pr_how; pid $p exit $pr_st$([ $pr_st -gt 128 ] && echo " (signal $((pr_st - 128)))")"
+    done
     spawned_list=
     pr_calls=$(($(redis_calls) - pr_c0))
     pr_probes_run=$(probes "$pr_app")
@@ -36,7 +42,7 @@ ps_run() {
 # command per grant under steady contention (the same without sharing: about 3).
 mkdir -p "$work/hostA" "$work/hostB" && chmod 700 "$work/hostA" "$work/hostB"
 ps_run psa "$work/hostA" 16 40
-check "processes_share_a_host: 16 processes exited cleanly, $pr_probes_run of 640 probes ran ($pr_bad bad exits)" \
+check "processes_share_a_host: 16 processes exited cleanly, $pr_probes_run of 640 probes ran ($pr_bad bad exits$pr_how)" \
     '[ "$pr_bad" -eq 0 ] && [ "$pr_probes_run" -eq 640 ]'
 check "processes_share_a_host: shared: at most 4 at once at the server (most seen: $(max_conc psa))" '[ "$(max_conc psa)" -le 4 ]'
 check "processes_share_a_host: shared: $per_grant Redis commands per grant ($pr_calls for $pr_probes_run), below 1" \

@@ -48,6 +48,23 @@ no_sanitizer_report() {
     check "no sanitizer report from any preloaded process${nsr:+: $nsr}" '[ -z "$nsr" ]'
     for f in $nsr; do head -40 "$f"; done
 }
+# crash_frames FILE: each crash report in FILE, its frames resolved to function and line where
+# the object has them (addr2line).
+crash_frames() {
+    grep -A48 "^[a-z_]* [0-9]*: fatal signal [0-9]* at " "$1" | while IFS= read -r cf_line; do
+        case $cf_line in
+        "  #"*+0x*)
+            cf_obj=${cf_line#*\#* }
+            cf_off=${cf_obj##*+}
+            cf_obj=${cf_obj%+*}
+            echo "# $cf_line  $(addr2line -f -i -p -C -e "$cf_obj" "$cf_off" 2>/dev/null | tr '\n' ' ')"
+            ;;
+        "  #"*) echo "# $cf_line" ;;
+        *fatal\ signal*) echo "# $cf_line" ;;
+        *) ;;
+        esac
+    done
+}
 # expect_preload_failure FILE: FILE holds ld.so's line on purpose (a test of what we say about a
 # preload ld.so skips): summary's check leaves it out.
 expect_preload_failure() {
@@ -65,6 +82,11 @@ summary() {
     check "no program failed to preload the library${sm_preload:+: $sm_preload}" '[ -z "$sm_preload" ]'
     sm_left=$(shm_left)
     check "the suite left no host segment in /dev/shm${sm_left:+: $sm_left}" '[ -z "$sm_left" ]'
+    # A test program that dies of a fault says where on its stderr (tests/support/crash_report.c),
+    # whether or not the case that ran it looks at its exit status.
+    sm_crashed=$(grep -rIl "^[a-z_]* [0-9]*: fatal signal [0-9]* at " "$work" 2>/dev/null | head -5 | tr '\n' ' ')
+    check "no test program died of a fault${sm_crashed:+: $sm_crashed}" '[ -z "$sm_crashed" ]'
+    for f in $sm_crashed; do crash_frames "$f"; done
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]
 }
