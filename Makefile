@@ -236,6 +236,8 @@ WHITEBOX_tests/unit/test_relay_core.c = preload/redis
 WHITEBOX_tests/unit/test_conn_state.c = preload/interpose
 # The command's adaptive-limit rule (adapt_rule.h), a pure module of cli/.
 WHITEBOX_tests/unit/test_adapt_rule.c = cli
+# Groups the settings in force as status does (cli/in_force.c, through cli.h).
+WHITEBOX_tests/unit/test_in_force.c = cli
 # Sets the client's permit serial (struct dbt_client) to make ids after 123 million commands, and
 # reads a permit's pool (struct dbt_slot): pool_types.h.
 WHITEBOX_tests/sem/test_class_client.c = preload/sem
@@ -290,9 +292,9 @@ $(BUILD)/$(1): $(call test_objs,$(BUILD)/test-obj,$(2)) $(BUILD)/libdbthrottle-c
 	$$(CC) $$(TEST_CFLAGS) -o $$@ $$(filter %.o,$$^) $(BUILD)/libdbthrottle-core.a $(3) $$(LDLIBS_LIB)
 endef
 # The unit tests also drive the connection state machine and the adaptive limit's rule (both
-# pure: no libpq, no Redis, no I/O).
+# pure: no libpq, no Redis, no I/O), and how status groups the settings in force (in_force.c).
 $(eval $(call test_binary,tests/unit,$(sort $(wildcard tests/unit/*.c)) $(SUPPORT_SRCS) \
-    $(BUILD)/obj/interpose/conn_state.o cli/adapt_rule.c,$(CRITERION_LIBS)))
+    $(BUILD)/obj/interpose/conn_state.o cli/adapt_rule.c cli/in_force.c,$(CRITERION_LIBS)))
 $(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS),$(CRITERION_LIBS)))
 $(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c bench/hist_cost.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))

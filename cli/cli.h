@@ -157,8 +157,9 @@ typedef struct {
     char from[24];
     int processes;
 } cli_in_force;
-/* The values of row in force in v's processes, most processes first, at most cap: live is the
- * pool's live settings as Redis holds them (NULL: none). Returns how many. */
+/* The values of row in force in v's processes, most processes first (a tie: by value, then by
+ * where from), at most cap: live is the pool's live settings as Redis holds them (NULL: none).
+ * Returns how many. */
 int cli_in_force_of(const cli_pool_view *v, const dbt_live *live, const dbt_setting *row,
                     cli_in_force *groups, int cap);
 

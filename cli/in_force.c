@@ -55,10 +55,15 @@ static bool refused(const dbt_proc_record *r, const char *key)
     return false;
 }
 
+/* Most processes first; a tie by value, then by where from: the same order whatever order Redis
+ * listed the records in (qsort keeps none of its own). */
 static int by_processes(const void *a, const void *b)
 {
     const cli_in_force *x = a, *y = b;
-    return (y->processes > x->processes) - (y->processes < x->processes);
+    int c = (y->processes > x->processes) - (y->processes < x->processes);
+    if (c == 0)
+        c = strcmp(x->value, y->value);
+    return c != 0 ? c : strcmp(x->from, y->from);
 }
 
 int cli_in_force_of(const cli_pool_view *v, const dbt_live *live, const dbt_setting *row,
