@@ -195,10 +195,10 @@ static bool dry_run_scripts(dbt_redis *r, const dbt_config *cfg, const char *poo
     dbt_script_call c;
     for (int kind = 0; ok && kind < DBT_NKINDS; kind++) {
         const dbt_acquire_call paths[] = {
-            {id, 1000000, false, "dbthrottle-check 0 c0", NULL, session},
-            {id, 0, false, "dbthrottle-check 0 c0", NULL, NULL},
-            {id, 0, true, "dbthrottle-check 0 c0", NULL, NULL},
-            {tagged, 0, false, "dbthrottle-check 0 c0", shipped, session}};
+            {id, 1000000, false, "dbthrottle-check 0 c0", NULL, session, false},
+            {id, 0, false, "dbthrottle-check 0 c0", NULL, NULL, false},
+            {id, 0, true, "dbthrottle-check 0 c0", NULL, NULL, false},
+            {tagged, 0, false, "dbthrottle-check 0 c0", shipped, session, false}};
         for (size_t i = 0; ok && i < sizeof paths / sizeof *paths; i++) {
             dbt_build_acquire(&c, &k, (dbt_kind)kind, cfg, &paths[i]);
             ok = dry_call(r, &c, err);

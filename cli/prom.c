@@ -236,7 +236,8 @@ static void prom_classes(FILE *out, const cli_pool_view *v, int n)
  * a gauge, as processes come and go). */
 static void prom_processes(FILE *out, const cli_pool_view *v, int n)
 {
-    static const char *const states[] = {"throttling", "unthrottled", "refusing", "disabled"};
+    static const char *const states[] = {"throttling", "unthrottled", "refusing", "disabled",
+                                         "shadow"};
     help_type(out, "dbthrottle_processes", "gauge",
               "Processes that use the pool, by state (unthrottled and refusing include those not "
               "heard from).");
@@ -346,6 +347,10 @@ void cli_render_prometheus(FILE *out, const cli_pool_view *v, int n, double scra
         {"dbthrottle_aged_total",
          "Grants made by the aging bound (a waiter served ahead of its class' turn).",
          DBT_CTR_AGED},
+        {"dbthrottle_would_wait_total",
+         "Shadow mode: grants that enforcing the limit would have queued.", DBT_CTR_WOULD_WAIT},
+        {"dbthrottle_would_refuse_total",
+         "Shadow mode: grants that enforcing the limit would have refused.", DBT_CTR_WOULD_REFUSE},
     };
     for (size_t c = 0; c < sizeof counters / sizeof *counters; c++)
         prom_metric(out, v, n, counters[c].name, "counter", counters[c].help, M_COUNTER,

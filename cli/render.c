@@ -313,6 +313,9 @@ static void text_kind(FILE *out, const cli_pool_view *v, dbt_kind kind, const ch
     if (k->counters[DBT_CTR_CLAMPED] || k->counters[DBT_CTR_CAPPED] || k->counters[DBT_CTR_AGED])
         fprintf(out, "  clamped %lld  capped %lld  aged %lld\n", k->counters[DBT_CTR_CLAMPED],
                 k->counters[DBT_CTR_CAPPED], k->counters[DBT_CTR_AGED]);
+    if (k->counters[DBT_CTR_WOULD_WAIT] || k->counters[DBT_CTR_WOULD_REFUSE])
+        fprintf(out, "  shadow: would have waited %lld  would have been refused %lld\n",
+                k->counters[DBT_CTR_WOULD_WAIT], k->counters[DBT_CTR_WOULD_REFUSE]);
     text_sharing(out, v, k);
     cli_render_classes_problem(out, k);
     cli_render_classes(out, k);
@@ -622,6 +625,7 @@ static int severity(const char *state)
 {
     return strcmp(state, "refusing") == 0      ? 3
            : strcmp(state, "unthrottled") == 0 ? 2
+           : strcmp(state, "shadow") == 0      ? 2
            : strcmp(state, "disabled") == 0    ? 1
                                                : 0;
 }
@@ -645,6 +649,7 @@ const char *cli_record_state(const dbt_proc_record *r, int64_t now_ms, char *rea
     snprintf(reason, cap, "%s", r->reason);
     return strcmp(r->state, "refusing") == 0   ? "refusing"
            : strcmp(r->state, "disabled") == 0 ? "disabled"
+           : strcmp(r->state, "shadow") == 0   ? "shadow"
                                                : "throttling";
 }
 

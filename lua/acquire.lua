@@ -11,6 +11,10 @@
 local id, limit, try_only, who = ARG.id, tonumber(ARG.limit), ARG.try_only, ARG.who
 local shipped = ARG.shipped
 local session = ARG.session
+-- Shadow mode (DBTHROTTLE_MODE=shadow; docs/design.md, "Shadow mode"): the caller never queues
+-- and is never refused. It is granted as anyone is, above the limit too, so that the holders count
+-- the fleet's true concurrency, and the reply says what enforcing would have done (would).
+local shadow = ARG.shadow
 local now = now_ms()
 -- Every acquire sends a new id, so one that already left (cancelled or released: GONE) is an
 -- acquire that reached Redis after the cancel its caller owed for it: the caller timed out on a
@@ -79,6 +83,23 @@ if d and waiting > 0 then
         grant = pick ~= nil and pick.id == id
     end
 end
+-- What enforcing would have done, for a shadow caller that would not have been granted: refused
+-- (it does not wait, or its class's queue is at its cap), else queued. It is granted all the same:
+-- no ticket, no place in the queue, no recall of kept permits.
+local would = WOULD.RUN
+if not grant and shadow then
+    would = WOULD.WAIT
+    if try_only then
+        would = WOULD.REFUSE
+    elseif cls and cls.cap >= 0 then
+        st = st or K.class_state(S, d)
+        if (st.waiting[cls.name] or 0) >= cls.cap then
+            would = WOULD.REFUSE
+        end
+    end
+    count(S, would == WOULD.WAIT and 'would_wait' or 'would_refuse')
+    grant = true
+end
 if grant then
     hold(S, id, w, now + LEASE, holders)
     note_who(S, id, now, who, 'running', klass or '', session)
@@ -91,7 +112,7 @@ if grant then
     -- the queue length: 0, or the waiters a class under its guarantee was granted past (its
     -- process must not keep the permit idle while they wait)
     return answer{status = GRANT.GRANTED, holders = holders + w, queue = waiting,
-        ticket = seq}
+        ticket = seq, would = would}
 end
 if try_only then
     count(S, 'refused')

@@ -14,6 +14,7 @@
 /* The word parser stores the index of the word matched through an int: the enums it fills must
  * be stored as one. */
 _Static_assert(sizeof(dbt_on_error) == sizeof(int), "dbt_on_error is stored as an int");
+_Static_assert(sizeof(dbt_mode) == sizeof(int), "dbt_mode is stored as an int");
 _Static_assert(sizeof(dbt_log_level) == sizeof(int), "dbt_log_level is stored as an int");
 _Static_assert(sizeof(dbt_log_format) == sizeof(int), "dbt_log_format is stored as an int");
 _Static_assert(sizeof(dbt_log_facility) == sizeof(int), "dbt_log_facility is stored as an int");
@@ -316,6 +317,7 @@ static const dbt_setting_kind as_classes = {parse_classes, show_text, release_te
 /* ---- the table ------------------------------------------------------------------------------ */
 
 static const char *const on_redis_error_words[] = {"open", "closed"}; /* dbt_on_error order */
+static const char *const mode_words[] = {"enforce", "shadow"};        /* dbt_mode order */
 static const char *const log_format_words[] = {"logfmt", "json"};     /* dbt_log_format order */
 static const char *const log_facility_words[] = {"user",   "daemon", "local0", "local1", "local2",
                                                  "local3", "local4", "local5", "local6", "local7"};
@@ -373,6 +375,10 @@ const dbt_setting dbt_settings[] = {
     {"on_redis_error", "DBTHROTTLE_ON_REDIS_ERROR", "open", &as_word, FIELD(on_redis_error),
      WORDS(on_redis_error_words, "open or closed"), .worker_only = true, .live = true,
      .doc = "while Redis is unreachable: open = run unthrottled, closed = fail"},
+    /* Shadow mode: docs/design.md, "Shadow mode"; docs/operations.md, "Rolling out". */
+    {"mode", "DBTHROTTLE_MODE", "enforce", &as_word, FIELD(mode),
+     WORDS(mode_words, "enforce or shadow"), .worker_only = true, .live = true,
+     .doc = "enforce the limit, or shadow: never wait nor refuse, count what would have waited"},
     {"log", "DBTHROTTLE_LOG", "stderr", &as_log_dest, FIELD(log_path),
      .rule.text = {.null_word = "stderr", .unset_shown = "stderr"}, .worker_only = true,
      .doc = "stderr, a file to append the log to, or syslog (syslog:/path: another socket)"},
@@ -445,6 +451,12 @@ const dbt_setting dbt_settings[] = {
      .doc = "a configuration file with these settings"},
     {.key = NULL},
 };
+
+const char *dbt_mode_name(int mode)
+{
+    return mode >= 0 && mode < (int)(sizeof mode_words / sizeof *mode_words) ? mode_words[mode]
+                                                                             : "?";
+}
 
 #define NSETTINGS (sizeof dbt_settings / sizeof *dbt_settings - 1)
 _Static_assert(NSETTINGS <= DBT_MAX_SETTINGS, "dbt_config.sources has room for every setting");

@@ -35,10 +35,12 @@ static dbt_acq_result outage_result(dbt_pool *p, dbt_kind kind, const dbt_acquir
                                     const char *why, bool seen_misconfigured)
 {
     uint64_t quiet = 0, total;
+    /* Shadow mode refuses nothing: an outage runs the command as open mode does. */
+    bool shadow = atomic_load(&p->mode) == DBT_MODE_SHADOW;
     pthread_mutex_lock(&p->mu);
-    dbt_outage_fate fate = dbt_core_outage(seen_misconfigured || p->misconfig[0] != '\0' ||
-                                               dbt_pool_thread_failed_permanently(),
-                                           atomic_load(&p->on_redis_error) == DBT_ON_ERROR_OPEN);
+    dbt_outage_fate fate = dbt_core_outage(
+        seen_misconfigured || p->misconfig[0] != '\0' || dbt_pool_thread_failed_permanently(),
+        shadow || atomic_load(&p->on_redis_error) == DBT_ON_ERROR_OPEN);
     bool misconfigured = fate == DBT_OUTAGE_MISCONFIGURED;
     bool open = fate == DBT_OUTAGE_UNTHROTTLED;
     if (open) {
@@ -54,10 +56,11 @@ static dbt_acq_result outage_result(dbt_pool *p, dbt_kind kind, const dbt_acquir
                dbt_pool_warn_due(p, open ? DBT_WARN_UNTHROTTLED : DBT_WARN_REFUSED, &quiet);
     pthread_mutex_unlock(&p->mu);
     if (due) {
-        dbt_field f[] = {DBT_S("pool", p->name),     DBT_S("kind", dbt_kind_name(kind)),
-                         DBT_I("limit", o->limit),   DBT_S("conn", o->conn ? o->conn : "-"),
-                         DBT_S("reason", why),       DBT_S("mode", open ? "open" : "closed"),
-                         DBT_I("not_logged", quiet), DBT_I("total", total)};
+        dbt_field f[] = {
+            DBT_S("pool", p->name),     DBT_S("kind", dbt_kind_name(kind)),
+            DBT_I("limit", o->limit),   DBT_S("conn", o->conn ? o->conn : "-"),
+            DBT_S("reason", why),       DBT_S("mode", shadow ? "shadow" : open ? "open" : "closed"),
+            DBT_I("not_logged", quiet), DBT_I("total", total)};
         dbt_log(DBT_LOG_WARN, open ? "unthrottled" : "refused", f, sizeof f / sizeof *f);
     } else if (misconfigured && dbt_log_enabled(DBT_LOG_INFO)) {
         dbt_field f[] = {DBT_S("pool", p->name),
@@ -195,8 +198,9 @@ typedef enum {
 
 /* Sends acquire.lua for s. */
 static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, int64_t lease_ms, bool try_only,
-                                long long *holders, long long *queue, long long *ticket,
-                                long long *class_wait_ms)
+                                bool shadow, long long *holders, long long *queue,
+                                long long *ticket, long long *class_wait_ms,
+                                dbt_acquire_would *would)
 {
     char err[DBT_ERRLEN], who[DBT_WHO_LEN];
     dbt_format_who(p->client->host, (long)getpid(), s->conn, who, sizeof who);
@@ -205,7 +209,8 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, int64_t lease_m
                           .try_only = try_only,
                           .who = who,
                           .shipped_classes = p->client->cfg->classes,
-                          .session = s->session};
+                          .session = s->session,
+                          .shadow = shadow};
     dbt_script_call call;
     dbt_build_acquire(&call, &p->keys, s->kind, p->client->cfg, &a);
     dbt_lease_bind(p, &call, lease_ms); /* the slot's belief until the reply: no longer */
@@ -225,6 +230,7 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, int64_t lease_m
     *queue = reply.queue;
     *ticket = reply.ticket;
     *class_wait_ms = reply.class_wait_ms;
+    *would = reply.would;
     if (reply.status == DBT_ACQUIRE_QUEUE_FULL) {
         last_full.set = true;
         snprintf(last_full.klass, sizeof last_full.klass, "%s",
@@ -252,11 +258,12 @@ static acq_sent send_acquire_io(dbt_pool *p, struct dbt_slot *s, int64_t lease_m
 
 /* send_acquire_io within one DBTHROTTLE_REDIS_TIMEOUT, all its steps together. */
 static acq_sent send_acquire(dbt_pool *p, struct dbt_slot *s, int64_t lease_ms, bool try_only,
-                             long long *holders, long long *queue, long long *ticket,
-                             long long *class_wait_ms)
+                             bool shadow, long long *holders, long long *queue, long long *ticket,
+                             long long *class_wait_ms, dbt_acquire_would *would)
 {
     int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-    acq_sent r = send_acquire_io(p, s, lease_ms, try_only, holders, queue, ticket, class_wait_ms);
+    acq_sent r = send_acquire_io(p, s, lease_ms, try_only, shadow, holders, queue, ticket,
+                                 class_wait_ms, would);
     dbt_redis_budget_end(b);
     return r;
 }
@@ -297,8 +304,22 @@ static dbt_wait_result wait_wake(dbt_pool *p, struct dbt_slot *s, int share_fd, 
     }
 }
 
+/* The grant's trace line: "grant", or in shadow mode what enforcing would have done instead. */
+static const char *grant_event(dbt_acquire_would would)
+{
+    switch (would) {
+    case DBT_WOULD_WAIT:
+        return "would_wait";
+    case DBT_WOULD_REFUSE:
+        return "would_refuse";
+    case DBT_WOULD_RUN:
+        break;
+    }
+    return "grant";
+}
+
 static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit **out,
-                                     long long holders, long long queue)
+                                     long long holders, long long queue, dbt_acquire_would would)
 {
     /* A thread that passed s its permit may still be offering it to s's parked side (claim,
      * dbt_slot_wake_later), which must find that side as it was: a few instructions away. */
@@ -318,7 +339,7 @@ static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit
     }
     pthread_mutex_unlock(&p->mu);
     dbt_waker_retract(s);
-    dbt_trace(DBT_LOG_INFO, "grant", s, waited, -1, holders, queue, NULL, NULL);
+    dbt_trace(DBT_LOG_INFO, grant_event(would), s, waited, -1, holders, queue, NULL, NULL);
     *out = s;
     return DBT_ACQ_GRANTED;
 }
@@ -335,6 +356,8 @@ typedef struct {
     long long holders, queue; /* what acquire.lua said, for the grant's trace; -1: not known */
     long long ticket;         /* acquire.lua's ticket (granted: the ticket counter then) */
     long long class_wait_ms;  /* the caller's class's wait, from acquire.lua; -1: none */
+    bool shadow;              /* DBTHROTTLE_MODE=shadow in force when it began: never waits */
+    dbt_acquire_would would;  /* shadow: what enforcing would have done, from acquire.lua */
     bool from_shelf;          /* its permit came off the host's shelf (no acquire.lua) */
     int64_t lease_ms;         /* the lease its acquire carries, as its slot believes (begin_slot) */
     /* Queued anew once already because the host's relay failed its call: a second failure is
@@ -545,7 +568,7 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
     }
     /* While only this process' threads wait, take the place of one that was served by a
      * permit passed on here (handover.c) rather than queue anew: no Redis call. */
-    struct dbt_slot *orphan = a->may_wait ? dbt_handover_adopt(p, s) : NULL;
+    struct dbt_slot *orphan = a->may_wait && !a->shadow ? dbt_handover_adopt(p, s) : NULL;
     if (orphan) {
         memcpy(s->id, orphan->id, sizeof s->id);
         s->named_round = orphan->named_round;
@@ -596,8 +619,8 @@ static acq_sent send_or_adopt(acquire_run *a)
         return ACQ_SENT_QUEUED;
     }
     a->class_wait_ms = -1;
-    acq_sent st = send_acquire(a->p, a->s, a->lease_ms, !a->may_wait, &a->holders, &a->queue,
-                               &a->ticket, &a->class_wait_ms);
+    acq_sent st = send_acquire(a->p, a->s, a->lease_ms, !a->may_wait, a->shadow, &a->holders,
+                               &a->queue, &a->ticket, &a->class_wait_ms, &a->would);
     /* A class's wait replaces DBTHROTTLE_WAIT_TIMEOUT for its commands, counted from the
      * command's start as that one is. */
     if (st == ACQ_SENT_QUEUED && a->class_wait_ms >= 0)
@@ -678,7 +701,8 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
             p->st.waits++;
         /* Whether permits may be kept again (pool_core.c). */
         dbt_queue_event ev = {.type = DBT_QEV_GRANTED,
-                              .from_queue = st == ACQ_SENT_QUEUED,
+                              /* a shadow grant enforcing would not have made is not kept */
+                              .from_queue = st == ACQ_SENT_QUEUED || a->would != DBT_WOULD_RUN,
                               .queue = a->queue,
                               .ticket = a->ticket > 0 ? (uint64_t)a->ticket : 0,
                               .now_us = dbt_now_us(),
@@ -891,7 +915,7 @@ static dbt_acq_result run(acquire_run *a, acquire_next next, dbt_permit **out,
             next = wait_turn(a);
             break;
         case NEXT_GRANTED:
-            return finish_granted(a->p, a->s, out, a->holders, a->queue);
+            return finish_granted(a->p, a->s, out, a->holders, a->queue, a->would);
         case NEXT_DONE:
             return a->result;
         }
@@ -908,7 +932,11 @@ static dbt_acq_result start(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *
     /* Attached: the host's segment, which the steps below lock under p->mu up to 4 times
      * (waiters, shelf, sole state), looked at now, before p->mu (hostshare.h). */
     dbt_sharing_precheck(p);
-    acquire_run a = {.p = p, .kind = kind, .o = o, .may_wait = o->wait_ms != 0};
+    acquire_run a = {.p = p,
+                     .kind = kind,
+                     .o = o,
+                     .may_wait = o->wait_ms != 0,
+                     .shadow = atomic_load(&p->mode) == DBT_MODE_SHADOW};
     a.start = dbt_now_us();
     dbt_pool_thread_clear_failure();
     a.deadline = o->wait_ms < 0 ? -1 : a.start + o->wait_ms * 1000;

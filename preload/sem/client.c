@@ -65,6 +65,7 @@ const char *dbt_client_id(const dbt_client *c)
 dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
 {
     pthread_mutex_lock(&c->mu);
+    bool made = false;
     dbt_pool *p;
     for (p = c->pools; p; p = p->next)
         if (strcmp(p->name, name) == 0)
@@ -75,6 +76,7 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
             dbt_keys_init(&p->keys, c->cfg->key_prefix, name)) {
             p->client = c;
             atomic_init(&p->on_redis_error, (int)c->cfg->on_redis_error);
+            atomic_init(&p->mode, (int)c->cfg->mode);
             atomic_init(&p->log_level, -1);
             dbt_lease_init(p);
             p->nbounds = dbt_hist_bounds(p->hist_bounds, DBT_HIST_MAX);
@@ -87,6 +89,7 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
             p->bg_start = dbt_renewer_ensure;
             p->next = c->pools;
             c->pools = p;
+            made = true;
         } else if (p) {
             free(p->name);
             free(p);
@@ -94,6 +97,14 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
         }
     }
     pthread_mutex_unlock(&c->mu);
+    if (made && c->cfg->mode == DBT_MODE_SHADOW) {
+        /* Once per pool, loudly: a pool that does not enforce its limit is never a quiet
+         * setting (live changes say so too: live.c). */
+        dbt_field f[] = {DBT_S("pool", name), DBT_S("mode", "shadow"), DBT_S("was", "-"),
+                         DBT_S("by", "own"),
+                         DBT_S("effect", "nothing waits or is refused: counted only")};
+        dbt_log(DBT_LOG_WARN, "mode", f, 5);
+    }
     return p;
 }
 

@@ -48,7 +48,8 @@ int64_t dbt_lapse_take_due(dbt_pool *p, int64_t now, bool can_cancel, dbt_cancel
 {
     /* Without the interposer (dbthrottle acquire -- CMD, a test of this layer) nothing can be
      * cancelled: the lease is lost when it runs out, as before. */
-    if (!can_cancel || atomic_load(&p->on_redis_error) != DBT_ON_ERROR_CLOSED)
+    if (!can_cancel || atomic_load(&p->on_redis_error) != DBT_ON_ERROR_CLOSED ||
+        atomic_load(&p->mode) == DBT_MODE_SHADOW) /* shadow mode ends no command */
         return -1;
     int64_t next = -1;
     for (struct dbt_slot *s = p->slots; s; s = s->next) {
@@ -98,6 +99,7 @@ bool dbt_permit_lost(dbt_permit *s)
     bool lost = s->gen != p->gen || dbt_slot_expire_unrenewed(p, s, now);
     if (!lost && s->state == SLOT_HELD && s->kind == DBT_KIND_QUERY &&
         atomic_load(&p->on_redis_error) == DBT_ON_ERROR_CLOSED &&
+        atomic_load(&p->mode) != DBT_MODE_SHADOW &&
         now - s->t_renewed_us > s->lease_us - dbt_lapse_margin_us(p, s->lease_us)) {
         char cause[160], why[340];
         bool known = dbt_slot_unrenewed_cause(p, s, now, cause, sizeof cause);

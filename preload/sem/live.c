@@ -83,6 +83,10 @@ void dbt_live_apply(dbt_pool *p, const char *text)
     bool mode_live = mode_row >= 0 && l->set[mode_row];
     atomic_store(&p->on_redis_error,
                  (int)(mode_live ? l->cfg.on_redis_error : p->client->cfg->on_redis_error));
+    ptrdiff_t shadow_row = row_of(offsetof(dbt_config, mode));
+    int mode_now =
+        (int)(shadow_row >= 0 && l->set[shadow_row] ? l->cfg.mode : p->client->cfg->mode);
+    int mode_before = atomic_exchange(&p->mode, mode_now);
     dbt_lease_set(p,
                   lease_row >= 0 && l->set[lease_row] ? l->cfg.lease_ms : p->client->cfg->lease_ms);
     ptrdiff_t level_row = row_of(offsetof(dbt_config, log_level));
@@ -98,6 +102,13 @@ void dbt_live_apply(dbt_pool *p, const char *text)
     if (old) {
         dbt_live_free(old);
         free(old);
+    }
+    if (mode_now != mode_before) {
+        /* Loud both ways: a pool that stops enforcing its limit is never a quiet change. */
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("mode", dbt_mode_name(mode_now)),
+                         DBT_S("was", dbt_mode_name(mode_before)),
+                         DBT_S("by", shadow_row >= 0 && l->set[shadow_row] ? "live" : "own")};
+        dbt_log(DBT_LOG_WARN, "mode", f, 4);
     }
     if (refused[0]) {
         dbt_field f[] = {DBT_S("pool", p->name), DBT_I("version", l->version),

@@ -508,12 +508,16 @@ void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
      * nothing of it is refused or runs unthrottled. An outage that resumes says so once more,
      * after its redis_back. */
     if (say) {
-        bool open = atomic_load(&p->on_redis_error) == DBT_ON_ERROR_OPEN;
+        /* shadow mode refuses nothing: its commands run on as open mode's do */
+        bool shadow = atomic_load(&p->mode) == DBT_MODE_SHADOW;
+        bool open = shadow || atomic_load(&p->on_redis_error) == DBT_ON_ERROR_OPEN;
         dbt_field f[] = {DBT_S("pool", p->name),
                          DBT_S("during", what),
                          DBT_S("error", msg),
                          DBT_S("redis", cfg->redis_url_redacted),
-                         DBT_S("mode", open ? "open" : "closed"),
+                         DBT_S("mode", shadow ? "shadow"
+                                       : open ? "open"
+                                              : "closed"),
                          DBT_S("effect", open ? "running unthrottled until Redis is back"
                                               : "refusing commands until Redis is back"),
                          DBT_MS("resumes_after_ms", (double)gap_us / 1000)};

@@ -43,6 +43,10 @@ void dbt_registry_record(dbt_pool *p, char *out, int64_t *ttl_ms)
     } else if (p->misconfig[0]) {
         snprintf(r.state, sizeof r.state, "refusing");
         snprintf(r.reason, sizeof r.reason, "%s", p->misconfig);
+    } else if (atomic_load(&p->mode) == DBT_MODE_SHADOW) {
+        /* Counted, never held back: status says so, as loudly as a refusing process. */
+        snprintf(r.state, sizeof r.state, "shadow");
+        snprintf(r.reason, sizeof r.reason, "DBTHROTTLE_MODE=shadow: nothing waits or is refused");
     } else {
         snprintf(r.state, sizeof r.state, "throttling");
     }

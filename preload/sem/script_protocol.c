@@ -184,6 +184,7 @@ void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, con
     c->args[DBT_ACQUIRE_ARG_WHO] = a->who;
     c->args[DBT_ACQUIRE_ARG_SHIPPED] = a->shipped_classes ? a->shipped_classes : "";
     c->args[DBT_ACQUIRE_ARG_SESSION] = a->session ? a->session : "";
+    c->args[DBT_ACQUIRE_ARG_SHADOW] = a->shadow ? "1" : "0";
     c->nargs = DBT_ACQUIRE_NARGS;
 }
 
@@ -705,8 +706,9 @@ void dbt_build_adapt(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const
 /* ---- replies -------------------------------------------------------------------------------- */
 
 const char *const dbt_counter_names[DBT_NCOUNTERS] = {
-    "grants",      "queued",     "refused",  "cancelled", "expired", "evicted", "wait_ms",
-    "quarantines", "reasserted", "requeued", "clamped",   "capped",  "aged"};
+    "grants",  "queued",  "refused",     "cancelled",  "expired",
+    "evicted", "wait_ms", "quarantines", "reasserted", "requeued",
+    "clamped", "capped",  "aged",        "would_wait", "would_refuse"};
 
 static const char *type_name(int type)
 {
@@ -911,6 +913,7 @@ bool dbt_parse_acquire(const redisReply *r, void *out, char *err)
         a->class_wait_ms = f.class_wait;
         a->class_cap = f.class_cap;
     }
+    a->would = f.n > DBT_ACQUIRE_R_WOULD ? (dbt_acquire_would)f.would : DBT_WOULD_RUN;
     return true;
 }
 

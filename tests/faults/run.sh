@@ -25,7 +25,7 @@ cases="holders_killed_or_stopped redis_restarts_and_stalls query_longer_than_lea
     other_users_cannot_stall_sharing orphans_end_with_their_client stall_outlives_the_keys
     lapse_cancels_the_command first_waiter_behind_kept exits_while_redis_stalls
     stopped_keeper_admits_no_one_extra listener_dropped_is_no_outage host_relay live_outage_mode live_lease
-    hosts_pass_within_their_shares one_over_the_limit"
+    hosts_pass_within_their_shares one_over_the_limit shadow_mode"
 # A case file missing from the order would silently never run.
 for f in "$here"/*.sh; do
     n=$(basename "$f" .sh)

@@ -382,6 +382,35 @@ Test(classes, a_waiter_past_the_aging_bound_goes_first, .timeout = 30)
     expect_grants("5 6");
 }
 
+/* Shadow mode with classes: granted whatever the class pick or the cap says, and the reply says
+ * what enforcing would have done: wait behind the class's waiter, or be refused at its cap. */
+Test(classes, shadow_grants_past_the_pick_and_the_cap_and_says_so)
+{
+    define("aging=0;default=;batch:50:0:5000:1;bulk:0:0:-:0");
+    cr_assert_eq(acq(tid(1, "batch", 1, 1), 1), DBT_ACQUIRE_GRANTED);
+    cr_assert_eq(acq(tid(2, "batch", 1, 1), 1), DBT_ACQUIRE_QUEUED);
+    dbt_acquire_call a = {.limit = 1, .who = "h 1 c", .shadow = true};
+    const char *ids[] = {tid(3, "batch", 1, 1), tid(4, "bulk", 1, 1), tid(5, "interactive", 1, 1)};
+    const dbt_acquire_would want[] = {DBT_WOULD_REFUSE, DBT_WOULD_REFUSE, DBT_WOULD_WAIT};
+    for (int i = 0; i < 3; i++) {
+        a.id = ids[i];
+        dbt_script_call c;
+        dbt_build_acquire(&c, &keys, DBT_KIND_QUERY, &cfg, &a);
+        dbt_acquire_reply r;
+        char err[DBT_ERRLEN];
+        redisReply *rep = dbt_script_run(conn, &c, dbt_parse_acquire, &r, err);
+        cr_assert_not_null(rep, "%s", err);
+        freeReplyObject(rep);
+        cr_expect_eq(r.status, DBT_ACQUIRE_GRANTED, "%s", ids[i]);
+        cr_expect_eq(r.would, want[i], "%s: would %d", ids[i], (int)r.would);
+    }
+    cr_expect_eq(units(), 4, "the batch holder and the three shadow ones");
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD " P "queue"), 1, "only the enforced waiter");
+    cr_expect_eq(stat("would_refuse"), 2);
+    cr_expect_eq(stat("would_wait"), 1);
+    cr_expect_eq(stat("capped"), 0, "nothing refused");
+}
+
 /* A newcomer of a class under its guarantee is granted at once when it fits, although a heavy
  * waiter (of a class over its guarantee) waits for more units than are free. */
 Test(classes, a_newcomer_under_its_guarantee_passes_a_heavy_waiter_that_does_not_fit)

@@ -104,6 +104,24 @@ Test(acquire_reply, refused_by_a_class_queue_cap)
     freeReplyObject(r);
 }
 
+/* Shadow mode: a grant that says what enforcing would have done; a reply of the scripts before
+ * shadow mode (11 fields) reads as "would have run". */
+Test(acquire_reply, shadow_says_what_enforcing_would_have_done)
+{
+    redisReply *r = reply_of("*12\r\n:1\r\n:3\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n"
+                             "$-1\r\n:-1\r\n:-1\r\n:1\r\n");
+    dbt_acquire_reply a;
+    char err[DBT_ERRLEN];
+    cr_assert(dbt_parse_acquire(r, &a, err), "%s", err);
+    cr_expect_eq(a.status, DBT_ACQUIRE_GRANTED);
+    cr_expect_eq(a.would, DBT_WOULD_WAIT);
+    freeReplyObject(r);
+    r = reply_of("*11\r\n:1\r\n:1\r\n:0\r\n$-1\r\n:0\r\n:0\r\n:0\r\n$-1\r\n$-1\r\n:-1\r\n:-1\r\n");
+    cr_assert(dbt_parse_acquire(r, &a, err), "%s", err);
+    cr_expect_eq(a.would, DBT_WOULD_RUN);
+    freeReplyObject(r);
+}
+
 Test(acquire_reply, malformed)
 {
     static const char *const bad[] = {
@@ -429,7 +447,7 @@ Test(script_args, acquire_in_the_order_acquire_lua_reads, .init = make_keys, .fi
     cr_expect_str_eq(c.keys[DBT_K_HOLDERS], keys.keys[DBT_KIND_CONN][DBT_K_HOLDERS]);
     cr_expect_str_eq(c.keys[DBT_K_OWNERS], keys.keys[DBT_KIND_CONN][DBT_K_OWNERS]);
     cr_expect_str_eq(c.keys[DBT_K_TAGS], keys.keys[DBT_KIND_CONN][DBT_K_TAGS]);
-    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 6);
+    cr_assert_eq(c.nargs, DBT_BASE_ARGS + 7);
     expect_base(&c, "c");
     cr_expect_str_eq(c.args[9], "cid.1.5");
     cr_expect_str_eq(c.args[10], "5");
@@ -447,6 +465,10 @@ Test(script_args, acquire_in_the_order_acquire_lua_reads, .init = make_keys, .fi
     cr_expect_str_eq(c.args[14], "42\x1f"
                                  "app\x1fuser\x1f"
                                  "db");
+    cr_expect_str_eq(c.args[15], "0", "enforcing");
+    a.shadow = true;
+    dbt_build_acquire(&c, &keys, DBT_KIND_CONN, &cfg, &a);
+    cr_expect_str_eq(c.args[15], "1", "shadow mode");
 }
 
 Test(script_args, release_cancel_admin, .init = make_keys, .fini = free_keys)

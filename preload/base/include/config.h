@@ -16,6 +16,9 @@
 
 typedef enum { DBT_ON_ERROR_OPEN = 0, DBT_ON_ERROR_CLOSED = 1 } dbt_on_error;
 
+/* DBTHROTTLE_MODE: enforce the limit, or only count what enforcing it would have done. */
+typedef enum { DBT_MODE_ENFORCE = 0, DBT_MODE_SHADOW = 1 } dbt_mode;
+
 typedef enum {
     DBT_LOG_OFF = 0,
     DBT_LOG_ERROR = 1,
@@ -143,6 +146,7 @@ typedef struct {
     int64_t server_check_ms;  /* DBT_CHECK_AUTO, 0 = off, or ms: dbt_server_check_ms */
     int64_t redis_timeout_ms; /* > 0: connect and command timeout */
     dbt_on_error on_redis_error;
+    dbt_mode mode;  /* shadow: never wait nor refuse, count what would have */
     char *log_path; /* NULL = stderr; "syslog" or "syslog:/socket/path" = syslog */
     dbt_log_level log_level;
     dbt_log_format log_format;
@@ -285,6 +289,9 @@ const char *dbt_source_name(dbt_source s);
 
 /* A level in words (log.c, which writes it in every line); "?" for a value out of range. */
 const char *dbt_log_level_name(dbt_log_level l);
+
+/* A mode in words (DBTHROTTLE_MODE's): "enforce", "shadow"; "?" for a value out of range. */
+const char *dbt_mode_name(int mode);
 
 /* Copies text for a one-line message (log.c): control bytes escaped (\n, \t, \r, \xNN), cut after
  * `max` bytes with "...". When `quoted`, wraps it in double quotes and escapes '"' and '\\' too. */

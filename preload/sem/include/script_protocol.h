@@ -120,6 +120,7 @@ typedef struct {
     const char *who;
     const char *shipped_classes;
     const char *session;
+    bool shadow; /* DBTHROTTLE_MODE=shadow: granted whatever the limit; the reply says "would" */
 } dbt_acquire_call;
 
 void dbt_build_acquire(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
@@ -177,7 +178,7 @@ typedef struct {
     long pid, ppid, pgid;
     char program[64];
     char version[32];
-    char state[16];   /* "throttling", "refusing" (a permanent error) or "disabled" */
+    char state[16];   /* "throttling", "refusing" (a permanent error), "disabled", "shadow" */
     char mode[8];     /* on_redis_error: "open" or "closed" */
     char reason[256]; /* why it refuses; "" */
     unsigned long long unthrottled, refused, timeouts; /* since the process began */
@@ -306,6 +307,7 @@ typedef struct {
     char class_name[33];     /* the class the caller was served as; "" when none is defined */
     long long class_wait_ms; /* its wait timeout (replaces DBTHROTTLE_WAIT_TIMEOUT); -1 none */
     long long class_cap;     /* its queue cap; -1 none */
+    dbt_acquire_would would; /* shadow: what enforcing would have done (RUN from older scripts) */
 } dbt_acquire_reply;
 bool dbt_parse_acquire(const redisReply *r, void *out /* dbt_acquire_reply */, char *err);
 
@@ -367,12 +369,14 @@ enum {
     DBT_CTR_EXPIRED,
     DBT_CTR_EVICTED,
     DBT_CTR_WAIT_MS,
-    DBT_CTR_QUARANTINES, /* quarantines entered (docs/design.md, "Failover and data loss") */
-    DBT_CTR_REASSERTED,  /* holders Redis lacked that their process re-asserted */
-    DBT_CTR_REQUEUED,    /* waiters Redis lacked that were queued again */
-    DBT_CTR_CLAMPED,     /* grants of a weight above the limit, cut to the limit (ran alone) */
-    DBT_CTR_CAPPED,      /* refused by their class' queue cap */
-    DBT_CTR_AGED,        /* grants made by the aging rule, whatever the waiter's class */
+    DBT_CTR_QUARANTINES,  /* quarantines entered (docs/design.md, "Failover and data loss") */
+    DBT_CTR_REASSERTED,   /* holders Redis lacked that their process re-asserted */
+    DBT_CTR_REQUEUED,     /* waiters Redis lacked that were queued again */
+    DBT_CTR_CLAMPED,      /* grants of a weight above the limit, cut to the limit (ran alone) */
+    DBT_CTR_CAPPED,       /* refused by their class' queue cap */
+    DBT_CTR_AGED,         /* grants made by the aging rule, whatever the waiter's class */
+    DBT_CTR_WOULD_WAIT,   /* shadow grants that enforcing would have queued */
+    DBT_CTR_WOULD_REFUSE, /* shadow grants that enforcing would have refused */
     DBT_NCOUNTERS
 };
 extern const char *const dbt_counter_names[DBT_NCOUNTERS]; /* the fields of the stats hash */

@@ -1,0 +1,46 @@
+# shadow_mode.sh - DBTHROTTLE_MODE=shadow (docs/design.md, "Shadow mode"). At a limit of 1, four
+# shadow workers never wait: the server ran more than one of their probes at once, Redis counted
+# what enforcing would have queued (its stats: would_wait, and nothing queued), and dbthrottle
+# status lists the processes as shadow. Set live to enforce (dbthrottle set POOL mode enforce),
+# the same workers are held to one at a time again, judged at the server.
+echo "# shadow_mode: counted, never held back; set live to enforce, held to the limit again"
+sm_cli() { "$top/build/dbthrottle" "$@" --redis "redis://127.0.0.1:$rport"; }
+# The states status gives the pool's processes, each once, sorted ("" when none is listed).
+sm_states() {
+    sm_cli status sm --json 2>/dev/null | python3 -c 'import json, sys
+print(" ".join(sorted({p["state"] for p in json.load(sys.stdin).get("processes", [])})))'
+}
+sm_stat() { rcli hget "dbthrottle:{sm}:q:stats" "$1" | tr -d '\r'; }
+mark
+i=0
+while [ $i -lt 4 ]; do
+    wargs="-s 150" spawn "$work/sm.out.$i" PGAPPNAME=sm DBTHROTTLE_POOL=sm DBTHROTTLE_MAX_QUERIES=1 \
+        DBTHROTTLE_MODE=shadow DBTHROTTLE_LEASE=3s DBTHROTTLE_REDIS_TIMEOUT=300ms
+    i=$((i + 1))
+done
+wait_until 20 '[ "$(probes sm)" -ge 24 ] && [ "$(sm_states)" = shadow ]'
+sm_shadow_conc=$(max_conc sm)
+check "shadow_mode: nothing waited: at most $sm_shadow_conc at once at the server at a limit of 1 ($(probes sm) probes)" \
+    '[ "$sm_shadow_conc" -gt 1 ]'
+check "shadow_mode: status lists the workers as shadow ($(sm_states))" '[ "$(sm_states)" = shadow ]'
+sm_ww=$(sm_stat would_wait) sm_q=$(sm_stat queued)
+check "shadow_mode: Redis counted what enforcing would have queued (would_wait ${sm_ww:-none}) and queued none (${sm_q:-none})" \
+    '[ "${sm_ww:-0}" -gt 0 ] && [ "${sm_q:-0}" -eq 0 ]'
+check "shadow_mode: each worker said it runs in shadow mode once, at warn (event=mode)" \
+    '[ "$(grep -c "event=mode pool=sm mode=shadow" "$work/workers.err")" -eq 4 ]'
+
+# Live: enforce. Once every record says so, an acquire begun before ends within the Redis timeout
+# (300 ms), and its probe 150 ms later: no shadow grant starts after that.
+sm_cli set sm mode enforce --create >"$work/sm.set" 2>&1
+wait_until 20 '[ "$(sm_states)" = throttling ]'
+check "shadow_mode: set live to enforce, status lists them as throttling ($(sm_states); $(cat "$work/sm.set"))" \
+    '[ "$(sm_states)" = throttling ]'
+sleep 0.5
+mark
+wait_until 20 '[ "$(probes sm)" -ge 12 ]'
+check "shadow_mode: enforced again: at most 1 at once at the server (most seen: $(max_conc sm); $(probes sm) probes)" \
+    '[ "$(max_conc sm)" -eq 1 ] && [ "$(probes sm)" -ge 12 ]'
+for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
+wait_workers
+sm_cli set sm mode --clear >/dev/null 2>&1
+nothing_left

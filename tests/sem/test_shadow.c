@@ -1,0 +1,77 @@
+/* Shadow mode (DBTHROTTLE_MODE=shadow; docs/design.md, "Shadow mode"): nothing waits or is
+ * refused, every command is still a holder in Redis (the fleet's true concurrency, above the
+ * limit), and Redis counts what enforcing would have done. Judged in Redis: its holders, its
+ * queue and its counters. */
+#include "sem_fixture.h"
+
+#include <criterion/criterion.h>
+
+#define HOLDERS "dbthrottle:{shadow}:q:holders"
+#define QUEUE   "dbthrottle:{shadow}:q:queue"
+#define STATS   "dbthrottle:{shadow}:q:stats"
+
+TestSuite(shadow, .init = fx_redis_start, .fini = fx_stop);
+
+Test(shadow, nothing_waits_and_redis_counts_what_would_have, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_MODE=shadow", NULL);
+    dbt_pool *p = dbt_client_pool(c, "shadow");
+    dbt_acquire_opts waits = {.limit = 1, .wait_ms = 10000}, not_waiting = {.limit = 1};
+    dbt_permit *held[4];
+    int64_t t0 = test_now_ms();
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &waits, &held[i]), DBT_ACQ_GRANTED,
+                     "acquire %d at a limit of 1", i + 1);
+    /* A caller that does not wait: enforcing would refuse it now. */
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &not_waiting, &held[3]), DBT_ACQ_GRANTED);
+    int64_t took = test_now_ms() - t0;
+    cr_expect_lt(took, 2000, "4 shadow acquires took %lld ms", (long long)took);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", HOLDERS), 4, "the true concurrency");
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", QUEUE), 0, "nobody queued");
+    cr_expect_eq(test_redis_int(&fx_redis, "HGET %s would_wait", STATS), 2);
+    cr_expect_eq(test_redis_int(&fx_redis, "HGET %s would_refuse", STATS), 1);
+    cr_expect_eq(test_redis_int(&fx_redis, "HGET %s grants", STATS), 4);
+    for (int i = 0; i < 4; i++)
+        dbt_release(held[i]);
+    zcard_is none = {&fx_redis, HOLDERS, 0};
+    cr_expect(test_wait_until(test_zcard_is, &none, 5000), "the permits went back");
+}
+
+/* Shadow permits are holders like any: an enforcing process of the pool waits behind them (its
+ * limit is the pool's), and is granted once they go. */
+Test(shadow, an_enforcing_process_counts_shadow_holders, .timeout = 60)
+{
+    dbt_client *shadow = fx_client("DBTHROTTLE_MODE=shadow", NULL);
+    dbt_client *enforce = fx_client(NULL);
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 10000}, now = {.limit = 1};
+    dbt_permit *s1, *s2, *e;
+    cr_assert_eq(dbt_acquire(dbt_client_pool(shadow, "shadow"), DBT_KIND_QUERY, &o, &s1),
+                 DBT_ACQ_GRANTED);
+    cr_assert_eq(dbt_acquire(dbt_client_pool(shadow, "shadow"), DBT_KIND_QUERY, &o, &s2),
+                 DBT_ACQ_GRANTED);
+    dbt_pool *ep = dbt_client_pool(enforce, "shadow");
+    cr_expect_eq(dbt_acquire(ep, DBT_KIND_QUERY, &now, &e), DBT_ACQ_TIMEOUT,
+                 "an enforcing caller that does not wait is refused at 2 held of 1");
+    cr_expect_eq(test_redis_int(&fx_redis, "HGET %s refused", STATS), 1);
+    dbt_release(s1);
+    dbt_release(s2);
+    cr_expect_eq(dbt_acquire(ep, DBT_KIND_QUERY, &o, &e), DBT_ACQ_GRANTED);
+    dbt_release(e);
+}
+
+/* Redis unreachable, DBTHROTTLE_ON_REDIS_ERROR=closed: shadow mode refuses nothing, so the
+ * command runs (as open mode's do), where enforcing refuses it. */
+Test(shadow, an_outage_refuses_nothing, .timeout = 60)
+{
+    dbt_client *shadow = fx_client("DBTHROTTLE_MODE=shadow", "DBTHROTTLE_ON_REDIS_ERROR=closed",
+                                   "DBTHROTTLE_REDIS_TIMEOUT=200ms", NULL);
+    dbt_client *enforce =
+        fx_client("DBTHROTTLE_ON_REDIS_ERROR=closed", "DBTHROTTLE_REDIS_TIMEOUT=200ms", NULL);
+    test_redis_kill(&fx_redis);
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 10000};
+    dbt_permit *permit = NULL;
+    cr_expect_eq(dbt_acquire(dbt_client_pool(shadow, "shadow"), DBT_KIND_QUERY, &o, &permit),
+                 DBT_ACQ_UNTHROTTLED);
+    cr_expect_eq(dbt_acquire(dbt_client_pool(enforce, "shadow"), DBT_KIND_QUERY, &o, &permit),
+                 DBT_ACQ_REFUSED);
+}
