@@ -274,6 +274,8 @@ WHITEBOX_tests/sem/test_share_lost_wake.c = preload/sem
 # Reads a permit's id (pool_types.h) and waits for the host's share in the segment
 # (hostshare_internal.h) before the release it judges.
 WHITEBOX_tests/sem/test_shares.c = preload/sem
+# Reads the pool's mode in force (pool_types.h) and asks it to renew now (pool.h).
+WHITEBOX_tests/sem/test_shadow.c = preload/sem
 
 # test_compile_rules DIR, COMPILER, FLAGS: each file of a test program compiled on its own into
 # the object tree DIR, with its include path (the faces, and its folders if white-box).

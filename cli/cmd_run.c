@@ -232,8 +232,9 @@ int cmd_run(int argc, char **argv)
                         "dbthrottle run: warning: Redis unreachable now (%s): starting %s, which "
                         "runs per DBTHROTTLE_ON_REDIS_ERROR=%s until Redis answers\n",
                         err, argv[optind],
-                        cfg.on_redis_error == DBT_ON_ERROR_CLOSED ? "closed (refusing)"
-                                                                  : "open (unthrottled)");
+                        cfg.mode == DBT_MODE_SHADOW ? "open (shadow mode refuses nothing)"
+                        : cfg.on_redis_error == DBT_ON_ERROR_CLOSED ? "closed (refusing)"
+                                                                    : "open (unthrottled)");
         }
     }
     dbt_config_free(&cfg);

@@ -550,6 +550,7 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
     if (dbt_sharing_take_shelved(p, s)) {
         s->state = SLOT_HELD;
         s->lost = false;
+        s->over_limit = false; /* (one over the limit is never shelved) */
         s->unrenewed = false;
         s->gen = p->gen;
         s->t_grant_us = dbt_now_us();
@@ -591,6 +592,7 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
     }
     s->state = SLOT_PENDING;
     s->lost = false; /* a grant given back as stale is behind us */
+    s->over_limit = false;
     s->unrenewed = false;
     s->share_got_us = 0;
     s->gen = p->gen;
@@ -694,6 +696,7 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
             p->nheld++;
             dbt_sharing_share_event(p, a->kind, s->id, &(dbt_shev){.type = DBT_SHEV_GRANTED});
         }
+        s->over_limit = a->would != DBT_WOULD_RUN;
         if (stale_grant(p, s)) /* the reply took a whole lease to read (stopped?) */
             return give_back_stale(a);
         p->seen_any_grant = true;

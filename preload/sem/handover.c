@@ -54,6 +54,7 @@ static dbt_permit_facts cheap_facts(const dbt_pool *p, const struct dbt_slot *s)
                               .orphan = s->orphan,
                               .attached = p->share != NULL,
                               .sole_here = p->queue[s->kind].sole.sole != 0,
+                              .over_limit = s->over_limit,
                               .lease = {.lost = s->lost, .lease_us = s->lease_us}};
 }
 

@@ -71,6 +71,7 @@ bool dbt_permit_park(dbt_permit *s)
                         .contended = !shelf && p->queue[s->kind].keep.contended,
                         .redis_down = p->down_until_us > now,
                         .made_here = shelf || dbt_sharing_id_ours(p, s->id),
+                        .over_limit = s->over_limit,
                         .lease = dbt_slot_lease(p, s, now)};
     dbt_permit_route r = dbt_core_keep(&f);
     if (r.mark_unrenewed)

@@ -201,6 +201,11 @@ static bool gone(const dbt_permit_facts *f, dbt_permit_route *r)
 
 bool dbt_core_may_pass(dbt_move m, const dbt_permit_facts *f)
 {
+    /* A shadow grant over the limit goes back to Redis whatever else: on a host where another
+     * process enforces (or once the pool turns to enforce), a waiter it were passed to would run
+     * past the limit. */
+    if (f->over_limit)
+        return false;
     switch (m) {
     case DBT_MOVE_RELEASE:
         /* Without Redis only while our waiters (or the host's) are the whole queue: else the
@@ -275,7 +280,7 @@ dbt_offer_outcome dbt_core_after_offer(dbt_move m, const dbt_permit_facts *f, db
 dbt_permit_route dbt_core_keep(const dbt_keep_facts *f)
 {
     if (!f->cache_on || !f->held || f->already_kept || !f->current_gen || f->lease.lost ||
-        f->contended || f->redis_down || !f->made_here)
+        f->contended || f->redis_down || !f->made_here || f->over_limit)
         return route(DBT_ROUTE_REDIS);
     dbt_permit_route r;
     if (gone(&(dbt_permit_facts){.lease = f->lease}, &r))

@@ -185,6 +185,9 @@ typedef struct {
     bool sole_here;   /* this process' waiters are the whole queue (not attached) */
     bool have_waiter; /* a thread of ours waits for a permit of its shape */
     bool made_here;   /* its id is this process' (not passed here by another of the host) */
+    /* granted in shadow mode where enforcing would not have granted it: above the limit, or
+     * ahead of waiters; passed on, it would let a waiter run past the limit */
+    bool over_limit;
     dbt_lease_facts lease;
 } dbt_permit_facts;
 
@@ -243,6 +246,7 @@ typedef struct {
     bool cache_on, held, already_kept, current_gen, contended, redis_down;
     bool made_here; /* one another process of the host passed here is not kept: Redis pushes the
                        revoke that would give it back to its maker, not to us */
+    bool over_limit; /* a shadow grant enforcing would not have made (dbt_permit_facts) */
     dbt_lease_facts lease;
 } dbt_keep_facts;
 dbt_permit_route dbt_core_keep(const dbt_keep_facts *f); /* to: WAITER = keep it, REDIS = not */

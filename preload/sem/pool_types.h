@@ -109,6 +109,9 @@ struct dbt_slot {
                        * the caller does not wait */
     dbt_waker *waker; /* the caller's, while efd is published in it */
     bool lost;        /* Redis no longer has it (see dbt_permit_lost) */
+    /* Granted in shadow mode where enforcing would not have granted it (acquire.lua's "would"):
+     * never kept, never passed on (pool_core.c), back to Redis at its release. */
+    bool over_limit;
     /* Its lease ran out under its holder (unrenewed for a lease, or Redis reaped it): in closed
      * mode a command running under it is cancelled (lapse.c), once (lapse_cancelled). An
      * eviction is not a lapse: `dbthrottle evict` chooses whether to cancel. */

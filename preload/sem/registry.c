@@ -50,8 +50,12 @@ void dbt_registry_record(dbt_pool *p, char *out, int64_t *ttl_ms)
     } else {
         snprintf(r.state, sizeof r.state, "throttling");
     }
+    /* What it does cut off from Redis: shadow mode runs its commands, as open mode does. */
     snprintf(r.mode, sizeof r.mode, "%s",
-             atomic_load(&p->on_redis_error) == DBT_ON_ERROR_OPEN ? "open" : "closed");
+             atomic_load(&p->mode) == DBT_MODE_SHADOW ||
+                     atomic_load(&p->on_redis_error) == DBT_ON_ERROR_OPEN
+                 ? "open"
+                 : "closed");
     r.unthrottled = p->st.unthrottled;
     r.refused = p->st.refusals;
     r.timeouts = p->st.timeouts;

@@ -27,7 +27,8 @@ check "shadow_mode: status lists the workers as shadow ($(sm_states))" '[ "$(sm_
 sm_ww=$(sm_stat would_wait) sm_q=$(sm_stat queued)
 check "shadow_mode: Redis counted what enforcing would have queued (would_wait ${sm_ww:-none}) and queued none (${sm_q:-none})" \
     '[ "${sm_ww:-0}" -gt 0 ] && [ "${sm_q:-0}" -eq 0 ]'
-check "shadow_mode: each worker said it runs in shadow mode once, at warn (event=mode)" \
+wait_until 10 '[ "$(grep -c "event=mode pool=sm mode=shadow" "$work/workers.err")" -ge 4 ]'
+check "shadow_mode: each worker said it runs in shadow mode once, at warn (event=mode: $(grep -c "event=mode pool=sm mode=shadow" "$work/workers.err") lines)" \
     '[ "$(grep -c "event=mode pool=sm mode=shadow" "$work/workers.err")" -eq 4 ]'
 
 # Live: enforce. The running workers apply it within a renewal: their records say throttling.

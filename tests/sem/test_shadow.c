@@ -2,19 +2,25 @@
  * refused, every command is still a holder in Redis (the fleet's true concurrency, above the
  * limit), and Redis counts what enforcing would have done. Judged in Redis: its holders, its
  * queue and its counters. */
+#include "pool.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #define HOLDERS "dbthrottle:{shadow}:q:holders"
 #define QUEUE   "dbthrottle:{shadow}:q:queue"
 #define STATS   "dbthrottle:{shadow}:q:stats"
+#define LIVE    "dbthrottle:{shadow}:settings"
 
 TestSuite(shadow, .init = fx_redis_start, .fini = fx_stop);
 
 Test(shadow, nothing_waits_and_redis_counts_what_would_have, .timeout = 60)
 {
-    dbt_client *c = fx_client("DBTHROTTLE_MODE=shadow", NULL);
+    /* Kept permits on, kept long: none is kept once the pool went over its limit (as none is
+     * while an enforced pool has waiters), so all four go back at their release. */
+    dbt_client *c = fx_client("DBTHROTTLE_MODE=shadow", "DBTHROTTLE_CACHE_IDLE=30s", NULL);
     dbt_pool *p = dbt_client_pool(c, "shadow");
     dbt_acquire_opts waits = {.limit = 1, .wait_ms = 10000}, not_waiting = {.limit = 1};
     dbt_permit *held[4];
@@ -34,7 +40,9 @@ Test(shadow, nothing_waits_and_redis_counts_what_would_have, .timeout = 60)
     for (int i = 0; i < 4; i++)
         dbt_release(held[i]);
     zcard_is none = {&fx_redis, HOLDERS, 0};
-    cr_expect(test_wait_until(test_zcard_is, &none, 5000), "the permits went back");
+    cr_expect(test_wait_until(test_zcard_is, &none, 5000),
+              "none kept over the limit (%lld holders, kept for 30 s)",
+              test_redis_int(&fx_redis, "ZCARD %s", HOLDERS));
 }
 
 /* Shadow permits are holders like any: an enforcing process of the pool waits behind them (its
@@ -74,4 +82,55 @@ Test(shadow, an_outage_refuses_nothing, .timeout = 60)
                  DBT_ACQ_UNTHROTTLED);
     cr_expect_eq(dbt_acquire(dbt_client_pool(enforce, "shadow"), DBT_KIND_QUERY, &o, &permit),
                  DBT_ACQ_REFUSED);
+}
+
+/* A permit granted in shadow mode over the limit goes back to Redis at its release, never to a
+ * waiter: once the pool enforces (live here; or an enforcing process of the host, attached), the
+ * waiter it were passed to would run past the limit beside the permit granted within it. */
+typedef struct {
+    dbt_pool *p;
+    dbt_acq_result r;
+    dbt_permit *permit;
+} waiter_run;
+
+static void *waiter(void *arg)
+{
+    waiter_run *w = arg;
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 20000};
+    w->r = dbt_acquire(w->p, DBT_KIND_QUERY, &o, &w->permit);
+    return NULL;
+}
+
+Test(shadow, an_over_limit_permit_goes_back_to_redis, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_MODE=shadow", "DBTHROTTLE_LEASE=1s", NULL);
+    dbt_pool *p = dbt_client_pool(c, "shadow");
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 10000};
+    dbt_permit *within, *over;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &within), DBT_ACQ_GRANTED);
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &over), DBT_ACQ_GRANTED);
+    cr_assert_eq(test_redis_int(&fx_redis, "HGET %s would_wait", STATS), 1);
+    /* The operator turns the pool to enforce; the process applies it at a renewal. */
+    /* (SET answers OK, a status: test_redis_int reads it as -1000) */
+    cr_assert_eq(test_redis_int(&fx_redis, "SET %s %s", LIVE, "v7\nmode=enforce\n"), -1000);
+    for (int i = 0; i < 250 && atomic_load(&p->mode) != DBT_MODE_ENFORCE; i++) {
+        dbt_pool_renew_now(p);
+        usleep(20000);
+    }
+    cr_assert_eq(atomic_load(&p->mode), DBT_MODE_ENFORCE, "the live mode was not applied");
+    waiter_run w = {.p = p};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, waiter, &w), 0);
+    zcard_is queued = {&fx_redis, QUEUE, 1};
+    cr_assert(test_wait_until(test_zcard_is, &queued, 5000), "the enforcing waiter queued");
+    dbt_release(over);
+    zcard_is one = {&fx_redis, HOLDERS, 1};
+    cr_expect(test_wait_until(test_zcard_is, &one, 5000),
+              "the over-limit permit went back to Redis (%lld holders)",
+              test_redis_int(&fx_redis, "ZCARD %s", HOLDERS));
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", QUEUE), 1, "its waiter still waits");
+    dbt_release(within);
+    pthread_join(t, NULL);
+    cr_assert_eq(w.r, DBT_ACQ_GRANTED);
+    dbt_release(w.permit);
 }

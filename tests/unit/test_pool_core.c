@@ -533,6 +533,20 @@ Test(pool_core, twin_a_release_goes_to_redis_unless_everything_allows_a_handover
     cr_assert_eq(to(DBT_MOVE_RELEASE, f), DBT_ROUTE_REDIS, "nobody's");
 }
 
+/* Shadow mode: a grant enforcing would not have made is never passed on, to a thread of ours or
+ * to another process of the host (a waiter there may enforce: it would run past the limit), nor
+ * kept. tests/sem shadow/an_over_limit_permit_goes_back_to_redis. */
+Test(pool_core, a_shadow_grant_over_the_limit_goes_back_to_redis)
+{
+    dbt_permit_facts f = facts();
+    f.over_limit = true;
+    for (int m = DBT_MOVE_RELEASE; m <= DBT_MOVE_HELD_ORPHAN; m++)
+        cr_assert_not(dbt_core_may_pass((dbt_move)m, &f), "move %d", m);
+    cr_assert_eq(to(DBT_MOVE_RELEASE, f), DBT_ROUTE_REDIS);
+    f.attached = true;
+    cr_assert_eq(to(DBT_MOVE_RELEASE, f), DBT_ROUTE_REDIS, "not offered to the host either");
+}
+
 Test(pool_core, a_permit_whose_lease_may_be_gone_goes_back_and_is_marked_once)
 {
     dbt_permit_facts f = facts();
@@ -784,6 +798,8 @@ Test(pool_core, twin_a_permit_is_kept_only_when_nothing_speaks_against_it)
     cr_assert_not(keeps(f), "the parent's");
     f = keepable(), f.contended = true;
     cr_assert_not(keeps(f), "a waiter queued");
+    f = keepable(), f.over_limit = true;
+    cr_assert_not(keeps(f), "a shadow grant enforcing would not have made");
     f = keepable(), f.redis_down = true;
     cr_assert_not(keeps(f), "Redis is out");
     f = keepable(), f.made_here = false;
