@@ -161,7 +161,7 @@ $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 .PHONY: all man check test test-unit test-sem test-integration test-faults test-faults-uncached test-faults-classes test-cli \
-        test-compilers check-exports fuzz soak chaos test-chaos bench bench-scripts bench-async bench-cache bench-rtt bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
+        test-compilers check-exports fuzz soak chaos test-chaos bench bench-scripts bench-async bench-cache bench-shadow bench-rtt bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
         deb test-package FORCE \
         clean deps format format-check check-asan check-asan-units check-asan-faults check-tsan check-valgrind \
         test-build $(addprefix stage-,$(LANE_STAGES))
@@ -680,6 +680,12 @@ bench-classes: deps all
 # pgbench -S -c1 with the defaults against direct. About 3 minutes.
 bench-cache: deps all $(BUILD)/bench/cache-burst
 	sh bench/cache_bench.sh
+
+# What shadow mode (DBTHROTTLE_MODE=shadow) costs a command against enforcing and against no
+# library (bench/shadow/run.sh): pgbench -S -c1 at 64 and -c8 at 4, on loopback and at 0.5 ms
+# (SHADOW_RTT_MS), interleaved rounds; Redis calls per statement. About 3 minutes.
+bench-shadow: deps all $(BUILD)/bench/delay-proxy $(BUILD)/bench/cache-burst
+	sh bench/shadow/run.sh
 
 # The adaptive limit's acceptance (bench/adaptive/run.sh): the best static limit of a CPU-bound
 # and a hot-row workload over 8 .. 64 clients, `dbthrottle adapt` from min and from max against it,
