@@ -356,7 +356,7 @@ typedef struct {
     long long holders, queue; /* what acquire.lua said, for the grant's trace; -1: not known */
     long long ticket;         /* acquire.lua's ticket (granted: the ticket counter then) */
     long long class_wait_ms;  /* the caller's class's wait, from acquire.lua; -1: none */
-    bool shadow;              /* DBTHROTTLE_MODE=shadow in force when it began: never waits */
+    bool shadow;              /* DBTHROTTLE_MODE=shadow in force at its last send: never waits */
     dbt_acquire_would would;  /* shadow: what enforcing would have done, from acquire.lua */
     bool from_shelf;          /* its permit came off the host's shelf (no acquire.lua) */
     int64_t lease_ms;         /* the lease its acquire carries, as its slot believes (begin_slot) */
@@ -594,6 +594,7 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
     s->lost = false; /* a grant given back as stale is behind us */
     s->over_limit = false;
     s->unrenewed = false;
+    s->to_shadow = false;
     s->share_got_us = 0;
     s->gen = p->gen;
     link_slot(p, s);
@@ -606,6 +607,8 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
 static acq_sent send_or_adopt(acquire_run *a)
 {
     a->holders = a->queue = -1;
+    /* The pool's mode now: a wait sent again as the pool turned to shadow (live.c) runs at once. */
+    a->shadow = atomic_load(&a->p->mode) == DBT_MODE_SHADOW;
     bool exiting;
     struct dbt_slot *orphan = begin_slot(a, &exiting);
     if (exiting)
@@ -874,9 +877,11 @@ static acquire_next wait_turn_counted(acquire_run *a)
     }
     /* SLOT_REQUEUE: Redis forgot the waiter (restarted, or its lease ran out while Redis
      * was unreachable). Its place is gone; join the queue again under a new id. */
-    dbt_trace(DBT_LOG_WARN, "requeue", s, dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
-              s->unrenewed ? "no renewal of its place accepted for a whole lease: queue again"
-                           : "Redis no longer had this waiter");
+    dbt_trace(s->to_shadow ? DBT_LOG_INFO : DBT_LOG_WARN, "requeue", s,
+              dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
+              s->to_shadow  ? "the pool turned to shadow mode: sent again, to run at once"
+              : s->unrenewed ? "no renewal of its place accepted for a whole lease: queue again"
+                             : "Redis no longer had this waiter");
     if (deadline_passed(a))
         return give_up(a, false, NULL, NULL);
     return NEXT_SEND;
@@ -935,11 +940,7 @@ static dbt_acq_result start(dbt_pool *p, dbt_kind kind, const dbt_acquire_opts *
     /* Attached: the host's segment, which the steps below lock under p->mu up to 4 times
      * (waiters, shelf, sole state), looked at now, before p->mu (hostshare.h). */
     dbt_sharing_precheck(p);
-    acquire_run a = {.p = p,
-                     .kind = kind,
-                     .o = o,
-                     .may_wait = o->wait_ms != 0,
-                     .shadow = atomic_load(&p->mode) == DBT_MODE_SHADOW};
+    acquire_run a = {.p = p, .kind = kind, .o = o, .may_wait = o->wait_ms != 0};
     a.start = dbt_now_us();
     dbt_pool_thread_clear_failure();
     a.deadline = o->wait_ms < 0 ? -1 : a.start + o->wait_ms * 1000;

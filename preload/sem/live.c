@@ -5,6 +5,7 @@
 #include "live.h"
 #include "clock.h"
 #include "fork.h"
+#include "handover.h"
 #include "lease.h"
 #include "log.h"
 #include "pool.h"
@@ -87,6 +88,19 @@ void dbt_live_apply(dbt_pool *p, const char *text)
     int mode_now =
         (int)(shadow_row >= 0 && l->set[shadow_row] ? l->cfg.mode : p->client->cfg->mode);
     int mode_before = atomic_exchange(&p->mode, mode_now);
+    /* Turned to shadow: the threads that wait in the queue are sent again (as a place Redis
+     * forgot is), now in shadow mode, to run at once; their places are withdrawn. A parked
+     * wait's place is left to its waker (held.c sends it as granted or waits on). */
+    if (mode_now == DBT_MODE_SHADOW && mode_before != DBT_MODE_SHADOW)
+        for (struct dbt_slot *s = p->slots; s; s = s->next)
+            if (s->state == SLOT_QUEUED && !s->orphan && s->thread_waits) {
+                dbt_defer_op_held(p, DBT_OWED_WITHDRAW, s->kind, s->id, -1);
+                dbt_lw_remove(p, s);
+                s->state = SLOT_REQUEUE;
+                s->to_shadow = true;
+                p->nqueued--;
+                dbt_slot_wake(s);
+            }
     dbt_lease_set(p,
                   lease_row >= 0 && l->set[lease_row] ? l->cfg.lease_ms : p->client->cfg->lease_ms);
     ptrdiff_t level_row = row_of(offsetof(dbt_config, log_level));

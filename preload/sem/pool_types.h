@@ -170,6 +170,9 @@ struct dbt_slot {
     /* Sent back to queue (SLOT_REQUEUE) as no renewal of its place was accepted for a lease
      * (this process was stopped, or Redis unreachable), not as Redis said it lacked it. */
     bool unrenewed;
+    /* Sent back to queue (SLOT_REQUEUE) as the pool turned to shadow mode (live.c): sent again,
+     * it runs at once. */
+    bool to_shadow;
     /* Sent down (SLOT_DOWN) by the renewer as Redis refused its renewal for a permanent cause
      * (p->misconfig then): its waiter is refused, not run unthrottled in open mode, even if
      * another thread's call clears p->misconfig before the waiter looks. */

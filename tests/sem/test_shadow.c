@@ -134,3 +134,39 @@ Test(shadow, an_over_limit_permit_goes_back_to_redis, .timeout = 60)
     cr_assert_eq(w.r, DBT_ACQ_GRANTED);
     dbt_release(w.permit);
 }
+
+/* Turned to shadow live, a thread already waiting in the queue runs at once (sent again, in shadow
+ * mode) rather than waiting for the holder, and its place leaves Redis' queue. */
+Test(shadow, a_live_switch_to_shadow_runs_the_waiters, .timeout = 60)
+{
+    dbt_client *holder = fx_client(NULL);
+    dbt_client *c = fx_client("DBTHROTTLE_LEASE=1s", NULL);
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 10000};
+    dbt_permit *held;
+    cr_assert_eq(dbt_acquire(dbt_client_pool(holder, "shadow"), DBT_KIND_QUERY, &o, &held),
+                 DBT_ACQ_GRANTED);
+    dbt_pool *p = dbt_client_pool(c, "shadow");
+    waiter_run w = {.p = p};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, waiter, &w), 0);
+    zcard_is queued = {&fx_redis, QUEUE, 1};
+    cr_assert(test_wait_until(test_zcard_is, &queued, 5000), "the waiter queued");
+    /* (SET answers OK, a status: test_redis_int reads it as -1000) */
+    cr_assert_eq(test_redis_int(&fx_redis, "SET %s %s", LIVE, "v9\nmode=shadow\n"), -1000);
+    for (int i = 0; i < 250 && atomic_load(&p->mode) != DBT_MODE_SHADOW; i++) {
+        dbt_pool_renew_now(p);
+        usleep(20000);
+    }
+    cr_assert_eq(atomic_load(&p->mode), DBT_MODE_SHADOW, "the live mode was not applied");
+    zcard_is two = {&fx_redis, HOLDERS, 2};
+    cr_expect(test_wait_until(test_zcard_is, &two, 5000),
+              "the waiter runs beside the holder (%lld holders)",
+              test_redis_int(&fx_redis, "ZCARD %s", HOLDERS));
+    pthread_join(t, NULL);
+    cr_expect_eq(w.r, DBT_ACQ_GRANTED);
+    zcard_is none = {&fx_redis, QUEUE, 0};
+    cr_expect(test_wait_until(test_zcard_is, &none, 5000), "its place left the queue");
+    cr_expect_eq(test_redis_int(&fx_redis, "HGET %s would_wait", STATS), 1);
+    dbt_release(w.permit);
+    dbt_release(held);
+}
