@@ -879,7 +879,7 @@ static acquire_next wait_turn_counted(acquire_run *a)
      * was unreachable). Its place is gone; join the queue again under a new id. */
     dbt_trace(s->to_shadow ? DBT_LOG_INFO : DBT_LOG_WARN, "requeue", s,
               dbt_now_us() - s->t_request_us, -1, -1, -1, "reason",
-              s->to_shadow  ? "the pool turned to shadow mode: sent again, to run at once"
+              s->to_shadow   ? "the pool turned to shadow mode: sent again, to run at once"
               : s->unrenewed ? "no renewal of its place accepted for a whole lease: queue again"
                              : "Redis no longer had this waiter");
     if (deadline_passed(a))

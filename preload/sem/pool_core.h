@@ -244,8 +244,8 @@ dbt_offer_outcome dbt_core_after_offer(dbt_move m, const dbt_permit_facts *f, db
 /* Whether a held permit may be kept for the next command (DBTHROTTLE_CACHE_PERMITS). */
 typedef struct {
     bool cache_on, held, already_kept, current_gen, contended, redis_down;
-    bool made_here; /* one another process of the host passed here is not kept: Redis pushes the
-                       revoke that would give it back to its maker, not to us */
+    bool made_here;  /* one another process of the host passed here is not kept: Redis pushes the
+                        revoke that would give it back to its maker, not to us */
     bool over_limit; /* a shadow grant enforcing would not have made (dbt_permit_facts) */
     dbt_lease_facts lease;
 } dbt_keep_facts;
