@@ -132,7 +132,7 @@ for h in q["holders"]:
 assert [w["position"] for w in q["waiters"]] == [1, 2]
 assert q["waiters"][0]["waited_ms"] >= q["waiters"][1]["waited_ms"] >= 0
 assert q["counters"]["grants"] >= 2 and q["counters"]["queued"] >= 2
-assert set(q["counters"]) == {"grants", "queued", "refused", "cancelled", "expired", "evicted", "wait_ms", "quarantines", "reasserted", "requeued", "clamped", "capped", "aged"}
+assert set(q["counters"]) == {"grants", "queued", "refused", "cancelled", "expired", "evicted", "wait_ms", "quarantines", "reasserted", "requeued", "clamped", "capped", "aged", "would_wait", "would_refuse"}
 assert q["quarantine_ms"] == 0 and q["quarantine_why"] is None
 assert p["connections"]["holders_count"] == 0
 PY'
