@@ -24,15 +24,8 @@ ps_run() {
             DBTHROTTLE_POOL="$pr_app" DBTHROTTLE_MAX_QUERIES=4 DBTHROTTLE_HOST_SHARE=on DBTHROTTLE_SHARE_DIR="$pr_dir" "$@"
         i=$((i + 1))
     done
-    pr_bad=0 pr_how=
-    for p in $spawned_list; do
-        wait "$p" && continue
-        pr_st=$?
-        pr_bad=$((pr_bad + 1))
-        # a status over 128 is a signal's (a fault's report is in workers.err: summary lists it)
-        pr_how="$pr_how; pid $p exit $pr_st$([ $pr_st -gt 128 ] && echo " (signal $((pr_st - 128)))")"
-    done
-    spawned_list=
+    wait_workers_counted
+    pr_bad=$bad_exits pr_how=$bad_how
     pr_calls=$(($(redis_calls) - pr_c0))
     pr_probes_run=$(probes "$pr_app")
     per_grant=$(awk -v c="$pr_calls" -v g="$pr_probes_run" 'BEGIN { printf "%.2f", g ? c / g : 99 }')

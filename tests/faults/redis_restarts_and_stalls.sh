@@ -84,16 +84,8 @@ for mode in open closed; do
     recovered=$(max_conc $app)
     recovered_n=$(probes $app)
     for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
-    crashed=0 how=
-    for p in $spawned_list; do
-        wait "$p" && continue
-        st=$?
-        crashed=$((crashed + 1))
-        # a status over 128 is a signal's: say which, and what the worker wrote last
-        how="$how pid $p exit $st$([ $st -gt 128 ] && echo " (signal $((st - 128)))");"
-        grep "pid=$p " "$work/workers.err" | tail -3 | sed 's/^/# worker: /'
-    done
-    spawned_list=
+    wait_workers_counted
+    crashed=$bad_exits how=$bad_how
     lines=$(cat "$work"/c2.$mode.* | grep -c "^pid=")
     worst=$(max_field max_call_ms "$work"/c2.$mode.*)
     okn=$(sum_field ok "$work"/c2.$mode.*)

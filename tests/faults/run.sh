@@ -69,6 +69,20 @@ wait_workers() {
     for p in ${spawned_list:-}; do wait "$p"; done
     spawned_list=
 }
+# wait_workers_counted: as wait_workers, and counts the workers that exited badly in $bad_exits,
+# each said in $bad_how ("; pid P exit S (signal N)": a status over 128 is a signal's), with the
+# last lines each wrote to workers.err (a fault's report is there too: summary lists it).
+wait_workers_counted() {
+    bad_exits=0 bad_how=
+    for p in ${spawned_list:-}; do
+        wait "$p" && continue
+        wwc_st=$?
+        bad_exits=$((bad_exits + 1))
+        bad_how="$bad_how; pid $p exit $wwc_st$([ $wwc_st -gt 128 ] && echo " (signal $((wwc_st - 128)))")"
+        grep "pid=$p " "$work/workers.err" | tail -3 | sed 's/^/# worker: /'
+    done
+    spawned_list=
+}
 # sum_field / max_field FIELD FILES...: the sum (the largest) of FIELD=N over the workers'
 # summary lines.
 sum_field() {
