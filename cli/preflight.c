@@ -177,7 +177,8 @@ static bool dry_call(dbt_redis *r, dbt_script_call *c, char *err)
 }
 
 /* Every script a worker runs, along the paths it takes (granted at once; queued; refused; a
- * release; a cancel; a renewal of a holder and a waiter of each kind), on pool's keys. */
+ * release; a cancel; shadow mode's sample; a renewal of a holder and a waiter of each kind), on
+ * pool's keys. */
 static bool dry_run_scripts(dbt_redis *r, const dbt_config *cfg, const char *pool, char *err)
 {
     dbt_keys k;
@@ -209,6 +210,12 @@ static bool dry_run_scripts(dbt_redis *r, const dbt_config *cfg, const char *poo
         }
         if (ok) {
             dbt_build_cancel(&c, &k, (dbt_kind)kind, cfg, id, true);
+            ok = dry_call(r, &c, err);
+        }
+        if (ok) {
+            /* shadow mode's sample: a hold, and holds not kept */
+            dbt_build_sample(&c, &k, (dbt_kind)kind, cfg, "0000000000000000", 0,
+                             "1000 00000000 0 1000 1 0 \n", 1);
             ok = dry_call(r, &c, err);
         }
     }

@@ -30,7 +30,7 @@ lua_consts() {
         echo "local $name = $v"
     done
 }
-lua_consts MAX_CLASSES >"$tmp/consts.lua"
+lua_consts MAX_CLASSES SAMPLE_CAP SAMPLE_AGE_MS SAMPLE_CHUNK >"$tmp/consts.lua"
 # prelude NAME: the protocol's Lua for NAME (none when it has no table yet).
 prelude() {
     if [ -f "$out/lua/$1.lua" ]; then cat "$out/lua/$1.lua"; fi

@@ -271,7 +271,8 @@ static void where(const dbt_endpoint *ep, char *buf, size_t cap)
 }
 
 static const dbt_script *const all_scripts[] = {&dbt_script_acquire, &dbt_script_release,
-                                                &dbt_script_cancel, &dbt_script_renew};
+                                                &dbt_script_cancel, &dbt_script_renew,
+                                                &dbt_script_sample};
 enum { NSCRIPTS = sizeof all_scripts / sizeof *all_scripts };
 
 static redisReply *read_reply(dbt_redis *r, char *err);

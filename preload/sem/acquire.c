@@ -8,6 +8,7 @@
 #include "pool.h"
 #include "release.h"
 #include "renewer.h"
+#include "sample.h"
 #include "script_call.h"
 #include "sharing.h"
 #include "trace.h"
@@ -338,6 +339,8 @@ static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit
             p->stats_wait_max_us = waited;
     }
     pthread_mutex_unlock(&p->mu);
+    dbt_sample_begin(p, s, s->t_request_us, s->t_grant_us > 0 ? s->t_grant_us : dbt_now_us(),
+                     would);
     dbt_waker_retract(s);
     dbt_trace(DBT_LOG_INFO, grant_event(would), s, waited, -1, holders, queue, NULL, NULL);
     *out = s;

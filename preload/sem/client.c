@@ -13,6 +13,7 @@
 #include "relay.h"
 #include "release.h"
 #include "renewer.h"
+#include "sample.h"
 #include "sentinel_switch.h"
 #include "sharing.h"
 #include "summary.h"
@@ -208,6 +209,7 @@ static void free_pool(dbt_pool *p)
     dbt_conns_free(p);
     dbt_live_drop(p);
     dbt_report_local(p);
+    dbt_sample_send(p);
     /* Give back what is still held or queued, and what is owed: a process that exits cleanly
      * should not make others wait out its leases. Written without waiting, then every reply is
      * read (all within one Redis timeout), so the commands surely landed before the sockets
@@ -232,6 +234,7 @@ static void free_pool(dbt_pool *p)
     for (int i = 0; i < p->nfree; i++)
         dbt_redis_free(p->free_conns[i]); /* their replies were read: dbt_settle_at_exit */
     dbt_sharing_free(p);
+    dbt_sample_free(p);
     dbt_keys_free(&p->keys);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->conn_cv);
@@ -273,6 +276,7 @@ void dbt_client_exit(dbt_client *c)
         dbt_pool_stats st = p->st;
         pthread_mutex_unlock(&p->mu);
         dbt_report_local(p);
+        dbt_sample_send(p); /* the holds not sent yet, for shadow mode's report */
         dbt_settle_at_exit(p, ops, n, MAX_EXIT);
         dbt_summary_at_exit(p->name, &st);
     }

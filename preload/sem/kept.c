@@ -8,6 +8,7 @@
 #include "log.h"
 #include "pool.h"
 #include "release.h"
+#include "sample.h"
 #include "sharing.h"
 #include "trace.h"
 
@@ -80,6 +81,7 @@ bool dbt_permit_park(dbt_permit *s)
     park_shelved = r.to == DBT_ROUTE_WAITER && shelf;
     bool keep = r.to == DBT_ROUTE_WAITER && (!shelf || dbt_sharing_shelve(p, s));
     if (keep) {
+        dbt_sample_end(p, s, now); /* its command ended: kept for the next */
         s->parked = true;
         s->parked_us = now;
         s->doing_since_us = now;
@@ -136,6 +138,8 @@ bool dbt_permit_unpark(dbt_permit **slot)
     pthread_mutex_unlock(&p->mu);
     dbt_sharing_precheck_end();
     if (reuse) {
+        int64_t now = dbt_now_us();
+        dbt_sample_begin(p, s, now, now, DBT_WOULD_RUN); /* a kept permit: within the limit */
         dbt_trace(DBT_LOG_DEBUG, "reuse", s, -1, -1, -1, -1, NULL, NULL);
         return true;
     }

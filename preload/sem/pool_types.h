@@ -112,6 +112,10 @@ struct dbt_slot {
     /* Granted in shadow mode where enforcing would not have granted it (acquire.lua's "would"):
      * never kept, never passed on (pool_core.c), back to Redis at its release. */
     bool over_limit;
+    /* The command sample (sample.c): when this hold asked and was granted (sample_grant_us 0:
+     * not sampled, or written already), and what enforcing would have done (dbt_acquire_would). */
+    int64_t sample_ask_us, sample_grant_us;
+    uint8_t sample_would;
     /* Its lease ran out under its holder (unrenewed for a lease, or Redis reaped it): in closed
      * mode a command running under it is cancelled (lapse.c), once (lapse_cancelled). An
      * eviction is not a lapse: `dbthrottle evict` chooses whether to cancel. */
@@ -335,6 +339,8 @@ struct dbt_pool {
     /* The holds of ours that ended in a pass without Redis (to another thread, or process of the
      * host), for the hold histogram: Redis sees only the release that ends a run of them. */
     dbt_local_hist unreported_holds[DBT_NKINDS];
+    /* Shadow mode's buffer of holds not sent yet (sample.c); NULL until the first. p->mu. */
+    struct dbt_sample *sample;
     double hist_bounds[DBT_HIST_MAX]; /* the scripts' bucket bounds (set once) */
     int nbounds;
 

@@ -6,6 +6,7 @@
 #include "lease.h"
 #include "log.h"
 #include "pool.h"
+#include "sample.h"
 #include "script_call.h"
 #include "sharing.h"
 #include "trace.h"
@@ -166,6 +167,8 @@ static void release_permit(dbt_permit *s)
 {
     dbt_pool *p = s->pool;
     pthread_mutex_lock(&p->mu);
+    if (s->gen == p->gen)
+        dbt_sample_end(p, s, dbt_now_us()); /* its command's hold, for shadow mode's sample */
     if (s->state == SLOT_RETURNED) {
         /* A kept permit the renewer already gave back (and traced). */
         pthread_mutex_unlock(&p->mu);

@@ -23,6 +23,7 @@
 #include "pool.h"
 #include "registry.h"
 #include "release.h"
+#include "sample.h"
 #include "script_call.h"
 #include "sharing.h"
 #include "summary.h"
@@ -808,6 +809,16 @@ static void note_ran(dbt_pool *p, int64_t now)
     plan_back(p, now, now);
 }
 
+/* When shadow mode's sample is to be sent (-1: nothing to send): not while Redis is away. p->mu
+ * held. */
+static int64_t sample_due_us(const dbt_pool *p)
+{
+    int64_t due = dbt_sample_due_us(p);
+    if (due >= 0 && due < p->down_until_us)
+        due = p->down_until_us;
+    return due;
+}
+
 static void *thread_main(void *arg)
 {
     thread_start *start = arg;
@@ -834,6 +845,15 @@ static void *thread_main(void *arg)
             /* Redis answers again (or never failed): tell it what was given back meanwhile. */
             pthread_mutex_unlock(&p->mu);
             dbt_flush_deferred(p);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
+        int64_t sample_due = sample_due_us(p);
+        if (sample_due >= 0 && sample_due <= dbt_now_us()) {
+            pthread_mutex_unlock(&p->mu);
+            int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+            dbt_sample_send(p);
+            dbt_redis_budget_end(b);
             pthread_mutex_lock(&p->mu);
             continue;
         }
@@ -873,6 +893,8 @@ static void *thread_main(void *arg)
                 beat = p->record_changed_us;
             if (p->down_until_us > 0 && p->down_until_us < beat)
                 beat = p->down_until_us;
+            if (sample_due >= 0 && sample_due < beat)
+                beat = sample_due;
             if (!p->last_report_us || dbt_now_us() >= beat) {
                 int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
                 renew(p);
@@ -931,6 +953,8 @@ static void *thread_main(void *arg)
             due = now + DBT_ORPHAN_IDLE_US;
         if (lapse_due >= 0 && lapse_due < due)
             due = lapse_due;
+        if (sample_due >= 0 && sample_due < due)
+            due = sample_due;
         if (dbt_sharing_registered(p)) {
             /* A permit offered to a waiter of ours whose wake was lost would wait for nobody:
              * taken on this timer too. */

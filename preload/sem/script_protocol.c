@@ -242,6 +242,19 @@ void dbt_build_cancel(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, cons
     c->nargs = DBT_CANCEL_NARGS;
 }
 
+void dbt_build_sample(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
+                      const char *cid, uint64_t first, const char *holds, uint64_t dropped)
+{
+    begin_call(c, &dbt_script_sample, k, kind, cfg);
+    snprintf(c->number[0], sizeof c->number[0], "%" PRIu64, first);
+    snprintf(c->number[1], sizeof c->number[1], "%" PRIu64, dropped);
+    c->args[DBT_SAMPLE_ARG_CID] = cid;
+    c->args[DBT_SAMPLE_ARG_FIRST] = c->number[0];
+    c->args[DBT_SAMPLE_ARG_HOLDS] = holds;
+    c->args[DBT_SAMPLE_ARG_DROPPED] = c->number[1];
+    c->nargs = DBT_SAMPLE_NARGS;
+}
+
 /* Group g of a renewal starts at its place (dbt_renew_layout); a group the caller did not add
  * before it is sent as "" (never with current callers: the order is build, record, doing, local
  * waits, until). */
@@ -923,6 +936,15 @@ bool dbt_parse_release(const redisReply *r, void *out, char *err)
     if (!read_integer(r, "release.lua", release_spec, &f, err))
         return false;
     *(bool *)out = f.value == 1;
+    return true;
+}
+
+bool dbt_parse_sample(const redisReply *r, void *out, char *err)
+{
+    sample_fields f;
+    if (!read_integer(r, "sample.lua", sample_spec, &f, err))
+        return false;
+    *(long long *)out = f.value;
     return true;
 }
 

@@ -192,7 +192,7 @@ Test(protocol, the_scripts_name_each_key_as_c_sends_it, .timeout = 30)
                  {"ERA", DBT_K_ERA},         {"GONE", DBT_K_GONE},
                  {"CLASSES", DBT_K_CLASSES}, {"CLASSES_SEEN", DBT_K_CLASSES_SEEN},
                  {"TAGS", DBT_K_TAGS},       {"HIST", DBT_K_HIST},
-                 {"GUARD", DBT_K_GUARD}};
+                 {"GUARD", DBT_K_GUARD},     {"SAMPLE", DBT_K_SAMPLE}};
     cr_assert_eq(sizeof named / sizeof *named, DBT_NKEYS, "a key the test does not know");
     size_t cap = strlen(prelude) + 4096, len;
     char *lua = malloc(cap);

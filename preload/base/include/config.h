@@ -108,6 +108,13 @@ typedef enum {
  * scripts read this very #define (tools/embed-lua.sh makes it their MAX_CLASSES), so a script's
  * cost stays bounded whatever definitions Redis holds (docs/design.md, "Classes and weights"). */
 #define DBT_MAX_CLASSES 16
+/* Shadow mode's command sample (docs/design.md, "The command sample"): the most holds Redis keeps
+ * per pool and kind, and for how long (sample.lua reads both: tools/embed-lua.sh); a process'
+ * buffer of holds not sent yet, and the most one sample.lua call carries. */
+#define DBT_SAMPLE_CAP    100000
+#define DBT_SAMPLE_AGE_MS 3600000
+#define DBT_SAMPLE_BUF    2048
+#define DBT_SAMPLE_CHUNK  256
 /* sql= is matched against the first this many bytes of a command's text (a bound on its cost). */
 #define DBT_RULE_SQL_MAX 512
 typedef struct {

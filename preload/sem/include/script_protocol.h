@@ -134,6 +134,10 @@ void dbt_build_release(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, con
                        const char *id, int64_t held_ms);
 void dbt_build_cancel(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                       const char *id, bool gave_up);
+/* sample.lua: a chunk of the process' holds for the command sample (sample.c formats holds: one
+ * line per hold, as sample.def says); dropped: the holds not kept since the last chunk. */
+void dbt_build_sample(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
+                      const char *cid, uint64_t first, const char *holds, uint64_t dropped);
 
 /* What local handover did without Redis, per kind, until a renewal adds it to the counters
  * (renew.lua's last arguments). */
@@ -316,6 +320,8 @@ bool dbt_parse_release(const redisReply *r, void *out /* bool */, char *err);
 
 /* cancel.lua's outcome (dbt_cancel_outcome: lua/protocol/cancel.def). */
 bool dbt_parse_cancel(const redisReply *r, void *out /* dbt_cancel_outcome */, char *err);
+/* sample.lua's reply: the members the sample holds now. */
+bool dbt_parse_sample(const redisReply *r, void *out /* long long */, char *err);
 
 /* A list of ids inside a reply (valid while the reply is): every element is a string. */
 typedef struct {
