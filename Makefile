@@ -161,7 +161,7 @@ $(eval $(call compile_rules,$(BUILD)/obj,$(CC),$(LIB_CFLAGS)))
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 .PHONY: all man check test test-unit test-sem test-integration test-faults test-faults-uncached test-faults-classes test-cli \
-        test-compilers check-exports fuzz soak chaos test-chaos bench bench-scripts bench-async bench-cache bench-shadow bench-rtt bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
+        test-compilers check-exports fuzz soak chaos test-chaos bench bench-scripts bench-async bench-cache bench-shadow bench-report bench-rtt bench-scale bench-classes bench-adaptive bench-peers demo install uninstall \
         deb test-package FORCE \
         clean deps format format-check check-asan check-asan-units check-asan-faults check-tsan check-valgrind \
         test-build $(addprefix stage-,$(LANE_STAGES))
@@ -238,6 +238,8 @@ WHITEBOX_tests/unit/test_conn_state.c = preload/interpose
 WHITEBOX_tests/unit/test_adapt_rule.c = cli
 # Groups the settings in force as status does (cli/in_force.c, through cli.h).
 WHITEBOX_tests/unit/test_in_force.c = cli
+# The report's replay (replay.h), a pure module of cli/.
+WHITEBOX_tests/unit/test_replay.c = cli
 # Sets the client's permit serial (struct dbt_client) to make ids after 123 million commands, and
 # reads a permit's pool (struct dbt_slot): pool_types.h.
 WHITEBOX_tests/sem/test_class_client.c = preload/sem
@@ -294,9 +296,10 @@ $(BUILD)/$(1): $(call test_objs,$(BUILD)/test-obj,$(2)) $(BUILD)/libdbthrottle-c
 	$$(CC) $$(TEST_CFLAGS) -o $$@ $$(filter %.o,$$^) $(BUILD)/libdbthrottle-core.a $(3) $$(LDLIBS_LIB)
 endef
 # The unit tests also drive the connection state machine and the adaptive limit's rule (both
-# pure: no libpq, no Redis, no I/O), and how status groups the settings in force (in_force.c).
+# pure: no libpq, no Redis, no I/O), how status groups the settings in force (in_force.c), and
+# the report's replay of a sample (replay.c).
 $(eval $(call test_binary,tests/unit,$(sort $(wildcard tests/unit/*.c)) $(SUPPORT_SRCS) \
-    $(BUILD)/obj/interpose/conn_state.o cli/adapt_rule.c cli/in_force.c,$(CRITERION_LIBS)))
+    $(BUILD)/obj/interpose/conn_state.o cli/adapt_rule.c cli/in_force.c cli/replay.c,$(CRITERION_LIBS)))
 $(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS),$(CRITERION_LIBS)))
 $(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c bench/hist_cost.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))
@@ -686,6 +689,12 @@ bench-cache: deps all $(BUILD)/bench/cache-burst
 # (SHADOW_RTT_MS), interleaved rounds; Redis calls per statement. About 3 minutes.
 bench-shadow: deps all $(BUILD)/bench/delay-proxy $(BUILD)/bench/cache-burst
 	sh bench/shadow/run.sh
+
+# The honesty check of dbthrottle report (bench/report/run.sh): a workload in shadow mode, the
+# report's prediction at a limit of 2, the same workload enforced at 2, on loopback and at 0.5 ms
+# (REPORT_RTT_MS); fails beyond 25 %. Then sample.lua's cost to Redis per hold. About 2 minutes.
+bench-report: deps all $(BUILD)/bench/delay-proxy
+	sh bench/report/run.sh
 
 # The adaptive limit's acceptance (bench/adaptive/run.sh): the best static limit of a CPU-bound
 # and a hot-row workload over 8 .. 64 clients, `dbthrottle adapt` from min and from max against it,

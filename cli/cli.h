@@ -36,6 +36,7 @@ int cmd_class(int argc, char **argv);
 int cmd_acquire(int argc, char **argv);
 int cmd_exporter(int argc, char **argv);
 int cmd_adapt(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 
 /* Prints "dbthrottle CMD: MESSAGE (see dbthrottle CMD --help)" and returns EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -26,6 +26,7 @@ static const struct {
     {"acquire", cmd_acquire, "run any command while it holds a permit of a pool"},
     {"exporter", cmd_exporter, "serve /metrics for Prometheus (each scrape reads Redis)"},
     {"adapt", cmd_adapt, "run a pool's adaptive limit controller (one leads, others stand by)"},
+    {"report", cmd_report, "what candidate limits would cost, replayed from shadow mode's sample"},
 };
 
 static void usage(FILE *out)

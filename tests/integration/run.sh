@@ -29,7 +29,7 @@ cases="$cases holders_show_their_session kept_on_the_host delay_proxy_adds_its_d
 cases="$cases held_threads_pass_permits kept_permit_gone_leaves_the_shelf exempt_matches_what_the_client_sent
     status_true_under_host_sharing status_processes_count_what_redis_holds status_names_disagreeing_limits
     holders_state_shown_once_it_lasts clients_lists_every_connection live_wait_timeout live_log_level live_exempt live_classes_and_weights
-    connect_loads_only_missing_scripts"
+    connect_loads_only_missing_scripts shadow_report_predicts"
 # A case file missing from the order would silently never run; a case without its file would
 # fail only when reached.
 for f in "$here"/*.sh; do

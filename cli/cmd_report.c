@@ -1,0 +1,469 @@
+/* cmd_report.c - dbthrottle report: what candidate limits would have cost, replayed from shadow
+ * mode's command sample (docs/design.md, "The command sample"; the replay: replay.c). */
+#include "cli.h"
+#include "replay.h"
+#include "route.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: dbthrottle report POOL [--limits N,N,...] [--since DURATION] [--wait-timeout D]\n"
+    "                         [--connections] [--json] [--redis URL] [--key-prefix P]\n"
+    "\n"
+    "Replays the commands a pool's workers ran in shadow mode (DBTHROTTLE_MODE=shadow, or\n"
+    "dbthrottle set POOL mode shadow), as Redis sampled them, through the admission rule at\n"
+    "each candidate limit: first come first served, weights as units, the wait timeout; each\n"
+    "connection asks its next command after the pause it really had. Prints per limit the\n"
+    "commands that would have waited, the wait the limit adds (p50, p99, max, over every\n"
+    "command), the refusals at the wait timeout and the concurrency the server would have\n"
+    "seen; and the concurrency the fleet really had. Classes are replayed as one queue.\n"
+    "\n"
+    "  --limits N,...      the limits to try (default: a quarter, a half, three quarters and\n"
+    "                      all of the peak the sample shows)\n"
+    "  --since D           only the commands of the last D (default: all the sample keeps,\n"
+    "                      at most 1h and 100000 commands)\n"
+    "  --wait-timeout D    the wait after which a command is refused, or forever (default:\n"
+    "                      the wait_timeout of the settings this command reads, as the library)\n"
+    "  --connections       the connection permits' sample instead of the queries'\n"
+    "  --json              one JSON object\n"
+    "  --redis URL         Redis to read (default: DBTHROTTLE_REDIS_URL, as the library)\n"
+    "  --key-prefix P      key prefix (default: DBTHROTTLE_KEY_PREFIX, as the library)\n"
+    "\n"
+    "Exit 2 on bad input: a limit not a whole number in range, a --since beyond what the\n"
+    "sample keeps, a pool with no sample yet.\n";
+
+#define MAX_LIMITS 16
+
+enum { OPT_LIMITS = 1, OPT_SINCE, OPT_WAIT_TIMEOUT, OPT_CONNECTIONS, OPT_JSON };
+
+/* The sample as read: its holds, and what it says of itself. */
+typedef struct {
+    dbt_replay_hold *holds;
+    size_t n, cap;
+    long long unrecorded;   /* holds processes could not keep (their "x" members) */
+    long long would_wait;   /* holds enforcing at the pool's limit then would have queued */
+    long long would_refuse; /* ... or refused */
+    long long members;      /* the sample's size, whatever --since */
+    int64_t oldest_us;      /* the oldest member's arrival (Redis' clock); 0 none */
+    int64_t now_us;         /* Redis' clock as it was read */
+    int connections, processes;
+    bool classes; /* some hold had a class */
+} sample;
+
+typedef struct {
+    const char *key;
+    int64_t since_us; /* -1: all */
+    int64_t now_us;
+    long long card;
+} read_op;
+
+static int64_t time_of(const redisReply *t)
+{
+    if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2)
+        return 0;
+    return strtoll(t->element[0]->str, NULL, 10) * 1000000 + strtoll(t->element[1]->str, NULL, 10);
+}
+
+/* TIME, ZCARD and the members since --since, on the pool's server. */
+static redisReply *read_sample_op(dbt_redis *r, void *arg, char *err)
+{
+    read_op *o = arg;
+    const char *time_argv[] = {"TIME"};
+    redisReply *t = dbt_redis_command(r, 1, time_argv, NULL, err);
+    if (!t)
+        return NULL;
+    o->now_us = time_of(t);
+    freeReplyObject(t);
+    const char *card_argv[] = {"ZCARD", o->key};
+    redisReply *c = dbt_redis_command(r, 2, card_argv, NULL, err);
+    if (!c)
+        return NULL;
+    o->card = c->type == REDIS_REPLY_INTEGER ? c->integer : -1;
+    freeReplyObject(c);
+    char min[32];
+    if (o->since_us < 0)
+        snprintf(min, sizeof min, "-inf");
+    else
+        snprintf(min, sizeof min, "%" PRId64, o->now_us - o->since_us);
+    const char *argv[] = {"ZRANGEBYSCORE", o->key, min, "+inf", "WITHSCORES"};
+    return dbt_redis_command(r, 5, argv, NULL, err);
+}
+
+/* A 64-bit FNV-1a, to tell connections and processes apart. */
+static uint64_t fnv(const char *s, size_t n, uint64_t h)
+{
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= UINT64_C(1099511628211);
+    }
+    return h;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The index of v among the sorted distinct values u[0..n). */
+static int index_of(const uint64_t *u, size_t n, uint64_t v)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (u[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (int)lo;
+}
+
+static size_t distinct(uint64_t *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_u64);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (m == 0 || v[m - 1] != v[i])
+            v[m++] = v[i];
+    return m;
+}
+
+/* Reads the members of rep (ZRANGEBYSCORE WITHSCORES) into s. False (err set) on a member this
+ * version cannot read. */
+static bool parse_sample(const redisReply *rep, sample *s, char *err)
+{
+    if (rep->type != REDIS_REPLY_ARRAY)
+        return snprintf(err, DBT_ERRLEN, "unexpected reply to ZRANGEBYSCORE"), false;
+    size_t n = rep->elements / 2;
+    s->holds = calloc(n ? n : 1, sizeof *s->holds);
+    uint64_t *conn_keys = calloc(n ? n : 1, sizeof *conn_keys);
+    uint64_t *proc_keys = calloc(n ? n : 1, sizeof *proc_keys);
+    uint64_t *conn_of = calloc(n ? n : 1, sizeof *conn_of);
+    if (!s->holds || !conn_keys || !proc_keys || !conn_of) {
+        free(conn_keys);
+        free(proc_keys);
+        free(conn_of);
+        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *m = rep->element[2 * i], *score = rep->element[2 * i + 1];
+        if (m->type != REDIS_REPLY_STRING || score->type != REDIS_REPLY_STRING)
+            continue;
+        int64_t arrival = strtoll(score->str, NULL, 10);
+        if (s->oldest_us == 0 || arrival < s->oldest_us)
+            s->oldest_us = arrival;
+        const char *sp = strchr(m->str, ' ');
+        const char *dot = sp ? memchr(m->str, '.', (size_t)(sp - m->str)) : NULL;
+        if (!sp || !dot) {
+            free(conn_keys);
+            free(proc_keys);
+            free(conn_of);
+            return snprintf(err, DBT_ERRLEN, "a sample member this version cannot read: \"%.60s\"",
+                            m->str),
+                   false;
+        }
+        long long dropped;
+        if (sscanf(sp + 1, "x %lld", &dropped) == 1) {
+            s->unrecorded += dropped;
+            continue;
+        }
+        char conn[32], klass[64] = "";
+        long long wait, hold;
+        int weight, would;
+        int got =
+            sscanf(sp + 1, "%31s %lld %lld %d %d %63s", conn, &wait, &hold, &weight, &would, klass);
+        if (got < 5 || wait < 0 || hold < 0 || weight < 1) {
+            free(conn_keys);
+            free(proc_keys);
+            free(conn_of);
+            return snprintf(err, DBT_ERRLEN, "a sample member this version cannot read: \"%.60s\"",
+                            m->str),
+                   false;
+        }
+        uint64_t proc = fnv(m->str, (size_t)(dot - m->str), UINT64_C(14695981039346656037));
+        uint64_t ck = fnv(conn, strlen(conn), proc);
+        dbt_replay_hold *h = &s->holds[s->n];
+        *h = (dbt_replay_hold){
+            .arrival_us = arrival, .wait_us = wait, .hold_us = hold, .weight = weight};
+        conn_of[s->n] = ck;
+        conn_keys[s->n] = ck;
+        proc_keys[s->n] = proc;
+        s->n++;
+        s->would_wait += would == DBT_WOULD_WAIT;
+        s->would_refuse += would == DBT_WOULD_REFUSE;
+        s->classes = s->classes || (got == 6 && klass[0]);
+    }
+    size_t nconn = distinct(conn_keys, s->n);
+    s->processes = (int)distinct(proc_keys, s->n);
+    s->connections = (int)nconn;
+    for (size_t i = 0; i < s->n; i++)
+        s->holds[i].conn = index_of(conn_keys, nconn, conn_of[i]);
+    free(conn_keys);
+    free(proc_keys);
+    free(conn_of);
+    return true;
+}
+
+/* "4,8,16" into limits; false (err set) on a bad one. */
+static bool parse_limits(const char *text, int *limits, int *n, char *err)
+{
+    *n = 0;
+    const char *p = text;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char one[32];
+        if (len == 0 || len >= sizeof one)
+            return snprintf(err, DBT_ERRLEN, "--limits: \"%.40s\" is not a list of whole numbers",
+                            text),
+                   false;
+        memcpy(one, p, len);
+        one[len] = '\0';
+        if (*n == MAX_LIMITS)
+            return snprintf(err, DBT_ERRLEN, "--limits: at most %d limits", MAX_LIMITS), false;
+        if (!dbt_parse_limit("--limits", one, &limits[*n], err))
+            return false;
+        (*n)++;
+        if (!comma)
+            return true;
+        p = comma + 1;
+    }
+}
+
+static void fmt_ms(int64_t us, char *out, size_t cap)
+{
+    if (us < 10000)
+        snprintf(out, cap, "%.1fms", (double)us / 1000.0);
+    else if (us < 1000000)
+        snprintf(out, cap, "%.0fms", (double)us / 1000.0);
+    else
+        cli_duration(us / 1000, out, cap);
+}
+
+static void print_text(const char *name, const char *kind, const sample *s,
+                       const dbt_replay_concurrency *seen, int64_t span_us,
+                       const dbt_replay_result *r, int nl, int64_t timeout_ms,
+                       const char *timeout_from)
+{
+    char span[32], timeout[32];
+    cli_duration(span_us / 1000, span, sizeof span);
+    printf("pool %s %s: %zu commands sampled over %s, %d connection%s of %d process%s\n", name,
+           kind, s->n, span, s->connections, s->connections == 1 ? "" : "s", s->processes,
+           s->processes == 1 ? "" : "es");
+    if (s->unrecorded)
+        printf("  not sampled: %lld commands (a process' buffer was full, or Redis did not "
+               "answer): the waits below are low bounds\n",
+               s->unrecorded);
+    printf("  concurrency it had: mean %.1f, p50 %d, p99 %d, peak %d (time-weighted)\n", seen->mean,
+           seen->p50, seen->p99, seen->peak);
+    printf("  at the pool's limit then, enforcing would have queued %lld and refused %lld\n",
+           s->would_wait, s->would_refuse);
+    if (timeout_ms == DBT_FOREVER)
+        snprintf(timeout, sizeof timeout, "none");
+    else
+        cli_duration(timeout_ms, timeout, sizeof timeout);
+    printf("  wait timeout: %s (%s)\n", timeout, timeout_from);
+    if (s->classes)
+        printf("  classes: the sample has classes; they are replayed as one queue (first come, "
+               "first served)\n");
+    printf("\n  %5s  %16s  %9s  %9s  %9s  %8s  %11s  %8s\n", "limit", "would wait", "wait p50",
+           "wait p99", "wait max", "refused", "server mean", "at limit");
+    for (int i = 0; i < nl; i++) {
+        char p50[16], p99[16], max[16], waited[32];
+        fmt_ms(r[i].wait_p50_us, p50, sizeof p50);
+        fmt_ms(r[i].wait_p99_us, p99, sizeof p99);
+        fmt_ms(r[i].wait_max_us, max, sizeof max);
+        snprintf(waited, sizeof waited, "%lld (%.1f%%)", r[i].waited,
+                 r[i].commands ? 100.0 * (double)r[i].waited / (double)r[i].commands : 0);
+        printf("  %5d  %16s  %9s  %9s  %9s  %8lld  %11.1f  %7.0f%%\n", r[i].limit, waited, p50, p99,
+               max, r[i].refused, r[i].server.mean, 100.0 * r[i].server.at_limit_share);
+    }
+}
+
+static void print_json(const char *pool, const char *kind, const sample *s,
+                       const dbt_replay_concurrency *seen, int64_t span_us,
+                       const dbt_replay_result *r, int nl, int64_t timeout_ms)
+{
+    printf("{\"pool\":");
+    cli_json_str(stdout, pool);
+    printf(",\"kind\":\"%s\",\"commands\":%zu,\"span_ms\":%.3f,\"connections\":%d,"
+           "\"processes\":%d,\"not_sampled\":%lld,\"classes_replayed_as_one_queue\":%s,"
+           "\"would_wait\":%lld,\"would_refuse\":%lld,\"wait_timeout_ms\":%" PRId64 ","
+           "\"observed\":{\"mean\":%.3f,\"p50\":%d,\"p99\":%d,\"peak\":%d},\"limits\":[",
+           kind, s->n, (double)span_us / 1000.0, s->connections, s->processes, s->unrecorded,
+           s->classes ? "true" : "false", s->would_wait, s->would_refuse, timeout_ms, seen->mean,
+           seen->p50, seen->p99, seen->peak);
+    for (int i = 0; i < nl; i++)
+        printf(
+            "%s{\"limit\":%d,\"commands\":%lld,\"waited\":%lld,\"waited_share\":%.4f,"
+            "\"wait_mean_ms\":%.3f,\"wait_p50_ms\":%.3f,\"wait_p99_ms\":%.3f,\"wait_max_ms\":%.3f,"
+            "\"refused\":%lld,"
+            "\"server\":{\"mean\":%.3f,\"p50\":%d,\"p99\":%d,\"peak\":%d,"
+            "\"at_limit_share\":%.4f}}",
+            i ? "," : "", r[i].limit, r[i].commands, r[i].waited,
+            r[i].commands ? (double)r[i].waited / (double)r[i].commands : 0,
+            r[i].wait_mean_us / 1000.0, (double)r[i].wait_p50_us / 1000.0,
+            (double)r[i].wait_p99_us / 1000.0, (double)r[i].wait_max_us / 1000.0, r[i].refused,
+            r[i].server.mean, r[i].server.p50, r[i].server.p99, r[i].server.peak,
+            r[i].server.at_limit_share);
+    printf("]}\n");
+}
+
+/* The default limits: a quarter, a half, three quarters and all of the peak (distinct, >= 1). */
+static int default_limits(int peak, int *limits)
+{
+    int n = 0;
+    for (int q = 1; q <= 4; q++) {
+        int l = (peak * q + 3) / 4;
+        if (l < 1)
+            l = 1;
+        if (n == 0 || limits[n - 1] != l)
+            limits[n++] = l;
+    }
+    return n;
+}
+
+int cmd_report(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"limits", required_argument, NULL, OPT_LIMITS},
+        {"since", required_argument, NULL, OPT_SINCE},
+        {"wait-timeout", required_argument, NULL, OPT_WAIT_TIMEOUT},
+        {"connections", no_argument, NULL, OPT_CONNECTIONS},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"redis", required_argument, NULL, CLI_OPT_REDIS},
+        {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
+        {NULL, 0, NULL, 0}};
+    cli_redis_opts ro = {0};
+    int limits[MAX_LIMITS], nlimits = 0;
+    int64_t since_ms = -1, timeout_ms = 0;
+    bool timeout_given = false, json = false;
+    dbt_kind kind = DBT_KIND_QUERY;
+    char err[DBT_ERRLEN];
+    int opt;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        case OPT_LIMITS:
+            if (!parse_limits(optarg, limits, &nlimits, err))
+                return cli_usage_error("report", "%s", err);
+            break;
+        case OPT_SINCE:
+            if (!dbt_parse_duration("--since", optarg, false, false, &since_ms, err))
+                return cli_usage_error("report", "%s", err);
+            if (since_ms > DBT_SAMPLE_AGE_MS)
+                return cli_usage_error("report",
+                                       "--since %s: the sample keeps the last %d minutes at most",
+                                       optarg, DBT_SAMPLE_AGE_MS / 60000);
+            break;
+        case OPT_WAIT_TIMEOUT:
+            if (!dbt_parse_duration("--wait-timeout", optarg, true, true, &timeout_ms, err))
+                return cli_usage_error("report", "%s", err);
+            timeout_given = true;
+            break;
+        case OPT_CONNECTIONS:
+            kind = DBT_KIND_CONN;
+            break;
+        case OPT_JSON:
+            json = true;
+            break;
+        default:
+            if (!cli_redis_opt(&ro, opt, optarg))
+                return cli_option_error("report", longopts, argv);
+        }
+    }
+    if (optind == argc)
+        return cli_usage_error("report", "which POOL?");
+    if (argc - optind > 1)
+        return cli_usage_error("report", "one POOL at a time");
+    const char *pool = argv[optind];
+    dbt_config cfg;
+    if (!cli_load_config("report", &ro, &cfg))
+        return 1;
+    if (!timeout_given)
+        timeout_ms = cfg.wait_timeout_ms;
+    dbt_redis *r = cli_connect("report", &cfg);
+    if (!r) {
+        dbt_config_free(&cfg);
+        return 1;
+    }
+    char name[220];
+    cli_escape_name(pool, 200, true, name, sizeof name);
+    int rc = cli_refuse_unknown_pool("report", r, &cfg, pool, false);
+    dbt_keys k;
+    bool keys = rc < 0 && dbt_keys_init(&k, cfg.key_prefix, pool);
+    if (rc < 0 && !keys)
+        rc = cli_fail("report", "out of memory");
+    sample s = {0};
+    redisReply *rep = NULL;
+    read_op o = {.since_us = since_ms < 0 ? -1 : since_ms * 1000};
+    if (rc < 0) {
+        o.key = k.keys[kind][DBT_K_SAMPLE];
+        rep = dbt_route_run_for(&cfg, r, k.base, read_sample_op, &o, err);
+        if (!rep)
+            rc = cli_fail("report", "pool %s: %s", name, err);
+    }
+    if (rc < 0 && !parse_sample(rep, &s, err))
+        rc = cli_fail("report", "pool %s: %s", name, err);
+    const char *kind_word = dbt_kind_name(kind);
+    if (rc < 0 && o.card <= 0) {
+        fprintf(stderr,
+                "dbthrottle report: pool %s has no sample of its %s permits: one is kept while "
+                "the pool runs in shadow mode (dbthrottle set %s mode shadow, or "
+                "DBTHROTTLE_MODE=shadow)\n",
+                name, kind_word, name);
+        rc = EXIT_USAGE;
+    }
+    if (rc < 0 && s.n == 0) {
+        fprintf(stderr,
+                "dbthrottle report: pool %s: no %s in the sample since --since (%lld kept, "
+                "older)\n",
+                name, kind_word, o.card);
+        rc = EXIT_USAGE;
+    }
+    if (rc < 0 && since_ms >= 0 && o.card >= DBT_SAMPLE_CAP &&
+        s.oldest_us > o.now_us - since_ms * 1000 + 1000000) {
+        char kept[32];
+        cli_duration((o.now_us - s.oldest_us) / 1000, kept, sizeof kept);
+        fprintf(stderr,
+                "dbthrottle report: pool %s: --since beyond what the sample keeps: it holds its "
+                "last %d commands, the last %s\n",
+                name, DBT_SAMPLE_CAP, kept);
+        rc = EXIT_USAGE;
+    }
+    dbt_replay_concurrency seen;
+    int64_t span_us = 0;
+    dbt_replay_result res[MAX_LIMITS];
+    if (rc < 0 && !dbt_replay_observed(s.holds, s.n, &seen, &span_us))
+        rc = cli_fail("report", "out of memory");
+    if (rc < 0 && nlimits == 0)
+        nlimits = default_limits(seen.peak, limits);
+    int64_t timeout_us = timeout_ms == DBT_FOREVER ? -1 : timeout_ms * 1000;
+    for (int i = 0; rc < 0 && i < nlimits; i++)
+        if (!dbt_replay(s.holds, s.n, limits[i], timeout_us, &res[i]))
+            rc = cli_fail("report", "out of memory");
+    if (rc < 0) {
+        if (json)
+            print_json(pool, kind_word, &s, &seen, span_us, res, nlimits, timeout_ms);
+        else
+            print_text(name, kind_word, &s, &seen, span_us, res, nlimits, timeout_ms,
+                       timeout_given ? "--wait-timeout" : "the settings this command reads");
+        rc = fflush(stdout) == 0 ? 0 : cli_fail("report", "cannot write the output");
+    }
+    if (rep)
+        freeReplyObject(rep);
+    free(s.holds);
+    if (keys)
+        dbt_keys_free(&k);
+    dbt_redis_free(r);
+    dbt_config_free(&cfg);
+    return rc;
+}

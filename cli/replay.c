@@ -1,0 +1,387 @@
+/* replay.c - a sample's holds run again at a candidate limit (replay.h): an event simulation of
+ * the queue acquire.lua keeps (first come first served, no barging, weights as units). */
+#include "replay.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- time-weighted concurrency ------------------------------------------------------------- */
+
+/* Time spent at each level of concurrency, grown as levels are reached. */
+typedef struct {
+    int64_t *at; /* at[level]: us spent at that level */
+    int cap, peak;
+    int64_t last_us, total_us;
+    double weighted; /* sum of level * us */
+    int level;
+    bool started;
+} level_time;
+
+static bool level_change(level_time *lt, int64_t t, int delta)
+{
+    if (lt->started && t > lt->last_us) {
+        int64_t dt = t - lt->last_us;
+        lt->at[lt->level] += dt;
+        lt->total_us += dt;
+        lt->weighted += (double)lt->level * (double)dt;
+    }
+    lt->started = true;
+    if (t > lt->last_us)
+        lt->last_us = t;
+    lt->level += delta;
+    if (lt->level >= lt->cap) {
+        int cap = lt->cap ? lt->cap * 2 : 64;
+        while (cap <= lt->level)
+            cap *= 2;
+        int64_t *at = realloc(lt->at, (size_t)cap * sizeof *at);
+        if (!at)
+            return false;
+        memset(at + lt->cap, 0, (size_t)(cap - lt->cap) * sizeof *at);
+        lt->at = at;
+        lt->cap = cap;
+    }
+    if (lt->level > lt->peak)
+        lt->peak = lt->level;
+    return true;
+}
+
+/* The least level at or below which the share q of the time was spent. */
+static int level_quantile(const level_time *lt, double q)
+{
+    if (lt->total_us <= 0)
+        return 0;
+    int64_t sum = 0;
+    for (int l = 0; l <= lt->peak && l < lt->cap; l++) {
+        sum += lt->at[l];
+        if ((double)sum >= q * (double)lt->total_us)
+            return l;
+    }
+    return lt->peak;
+}
+
+static void level_summary(const level_time *lt, dbt_replay_concurrency *out)
+{
+    out->mean = lt->total_us > 0 ? lt->weighted / (double)lt->total_us : 0;
+    out->p50 = level_quantile(lt, 0.50);
+    out->p99 = level_quantile(lt, 0.99);
+    out->peak = lt->peak;
+}
+
+/* ---- the observed concurrency -------------------------------------------------------------- */
+
+typedef struct {
+    int64_t t;
+    int delta;
+} edge;
+
+static int edge_cmp(const void *a, const void *b)
+{
+    const edge *x = a, *y = b;
+    if (x->t != y->t)
+        return x->t < y->t ? -1 : 1;
+    return x->delta - y->delta; /* an end before a start at the same instant */
+}
+
+bool dbt_replay_observed(const dbt_replay_hold *holds, size_t n, dbt_replay_concurrency *out,
+                         int64_t *span_us)
+{
+    memset(out, 0, sizeof *out);
+    *span_us = 0;
+    if (n == 0)
+        return true;
+    edge *e = malloc(2 * n * sizeof *e);
+    if (!e)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        int64_t start = holds[i].arrival_us + holds[i].wait_us;
+        e[2 * i] = (edge){start, +1};
+        e[2 * i + 1] = (edge){start + holds[i].hold_us, -1};
+    }
+    qsort(e, 2 * n, sizeof *e, edge_cmp);
+    level_time lt = {0};
+    bool ok = true;
+    for (size_t i = 0; ok && i < 2 * n; i++)
+        ok = level_change(&lt, e[i].t, e[i].delta);
+    if (ok) {
+        level_summary(&lt, out);
+        *span_us = e[2 * n - 1].t - e[0].t;
+    }
+    free(lt.at);
+    free(e);
+    return ok;
+}
+
+/* ---- the replay ---------------------------------------------------------------------------- */
+
+enum { EV_END = 0, EV_TIMEOUT = 1, EV_ARRIVE = 2 }; /* at one instant, in this order */
+
+typedef struct {
+    int64_t t;
+    uint64_t seq;
+    int type;
+    size_t hold; /* index into the run's order */
+} event;
+
+typedef struct {
+    event *v;
+    size_t n, cap;
+    uint64_t seq;
+} heap;
+
+static bool ev_before(const event *a, const event *b)
+{
+    if (a->t != b->t)
+        return a->t < b->t;
+    if (a->type != b->type)
+        return a->type < b->type;
+    return a->seq < b->seq;
+}
+
+static bool heap_push(heap *h, int64_t t, int type, size_t hold)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 256;
+        event *v = realloc(h->v, cap * sizeof *v);
+        if (!v)
+            return false;
+        h->v = v;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    h->v[i] = (event){t, h->seq++, type, hold};
+    while (i > 0 && ev_before(&h->v[i], &h->v[(i - 1) / 2])) {
+        event tmp = h->v[i];
+        h->v[i] = h->v[(i - 1) / 2];
+        h->v[(i - 1) / 2] = tmp;
+        i = (i - 1) / 2;
+    }
+    return true;
+}
+
+static event heap_pop(heap *h)
+{
+    event top = h->v[0];
+    h->v[0] = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && ev_before(&h->v[l], &h->v[m]))
+            m = l;
+        if (r < h->n && ev_before(&h->v[r], &h->v[m]))
+            m = r;
+        if (m == i)
+            break;
+        event tmp = h->v[i];
+        h->v[i] = h->v[m];
+        h->v[m] = tmp;
+        i = m;
+    }
+    return top;
+}
+
+enum { ST_NEW, ST_QUEUED, ST_RUNNING, ST_DONE, ST_REFUSED };
+
+/* A hold as the run sees it, in each connection's order. */
+typedef struct {
+    const dbt_replay_hold *h;
+    int64_t pause_us;  /* after its connection's previous one ended (or was refused) */
+    int64_t asked_us;  /* when it asks in the replay */
+    int64_t waited_us; /* the time the limit added */
+    bool last_of_conn; /* its connection has no command after it */
+    int state;
+} run_hold;
+
+/* A hold's place in the run: its connection's commands together, in the order they asked. */
+typedef struct {
+    int conn;
+    int64_t arrival_us;
+    size_t idx;
+} keyed;
+
+static int by_conn_then_arrival(const void *a, const void *b)
+{
+    const keyed *x = a, *y = b;
+    if (x->conn != y->conn)
+        return x->conn < y->conn ? -1 : 1;
+    if (x->arrival_us != y->arrival_us)
+        return x->arrival_us < y->arrival_us ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The value at or below which the share q of the sorted values v[0..n) lie. */
+static int64_t quantile(const int64_t *v, size_t n, double q)
+{
+    if (n == 0)
+        return 0;
+    size_t i = (size_t)(q * (double)n + 0.999999);
+    if (i > 0)
+        i--;
+    return v[i < n ? i : n - 1];
+}
+
+/* The run's state. */
+typedef struct {
+    run_hold *r;
+    size_t n;
+    int limit, in_use;
+    int64_t timeout_us;
+    size_t *queue, qhead, qtail;
+    heap h;
+    level_time running; /* commands at the server */
+    int64_t full_since_us, full_us;
+    long long refused;
+} run;
+
+static void note_units(run *x, int64_t t, int delta)
+{
+    bool was_full = x->in_use >= x->limit;
+    x->in_use += delta;
+    bool full = x->in_use >= x->limit;
+    if (!was_full && full)
+        x->full_since_us = t;
+    else if (was_full && !full)
+        x->full_us += t - x->full_since_us;
+}
+
+/* The connection of r[i] goes on: its next command asks after its pause. */
+static bool next_of_conn(run *x, size_t i, int64_t t)
+{
+    if (x->r[i].last_of_conn)
+        return true;
+    return heap_push(&x->h, t + x->r[i + 1].pause_us, EV_ARRIVE, i + 1);
+}
+
+/* Grants the head of the queue while its weight fits. */
+static bool grant_heads(run *x, int64_t t)
+{
+    while (x->qhead < x->qtail) {
+        size_t i = x->queue[x->qhead];
+        run_hold *rh = &x->r[i];
+        if (rh->state != ST_QUEUED) { /* refused at its timeout meanwhile */
+            x->qhead++;
+            continue;
+        }
+        if (x->in_use + rh->h->weight > x->limit)
+            return true;
+        x->qhead++;
+        rh->state = ST_RUNNING;
+        rh->waited_us = t - rh->asked_us;
+        note_units(x, t, rh->h->weight);
+        if (!level_change(&x->running, t, +1))
+            return false;
+        if (!heap_push(&x->h, t + rh->h->wait_us + rh->h->hold_us, EV_END, i))
+            return false;
+    }
+    return true;
+}
+
+static bool step(run *x, event ev)
+{
+    run_hold *rh = &x->r[ev.hold];
+    switch (ev.type) {
+    case EV_ARRIVE:
+        rh->asked_us = ev.t;
+        if (rh->h->weight > x->limit) { /* it never fits: refused at once */
+            rh->state = ST_REFUSED;
+            x->refused++;
+            return next_of_conn(x, ev.hold, ev.t);
+        }
+        rh->state = ST_QUEUED;
+        x->queue[x->qtail++] = ev.hold;
+        if (x->timeout_us >= 0 && !heap_push(&x->h, ev.t + x->timeout_us, EV_TIMEOUT, ev.hold))
+            return false;
+        return grant_heads(x, ev.t);
+    case EV_TIMEOUT:
+        if (rh->state != ST_QUEUED)
+            return true;
+        rh->state = ST_REFUSED;
+        rh->waited_us = ev.t - rh->asked_us;
+        x->refused++;
+        /* a refused head lets the next one in, if it fits */
+        return grant_heads(x, ev.t) && next_of_conn(x, ev.hold, ev.t);
+    case EV_END:
+        rh->state = ST_DONE;
+        note_units(x, ev.t, -rh->h->weight);
+        if (!level_change(&x->running, ev.t, -1))
+            return false;
+        return grant_heads(x, ev.t) && next_of_conn(x, ev.hold, ev.t);
+    }
+    return false;
+}
+
+bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_timeout_us,
+                dbt_replay_result *out)
+{
+    memset(out, 0, sizeof *out);
+    out->limit = limit;
+    if (n == 0 || limit < 1)
+        return true;
+    run x = {.n = n, .limit = limit, .timeout_us = wait_timeout_us};
+    keyed *order = malloc(n * sizeof *order);
+    x.r = calloc(n, sizeof *x.r);
+    x.queue = malloc(n * sizeof *x.queue);
+    int64_t *waits = malloc(n * sizeof *waits);
+    bool ok = order && x.r && x.queue && waits;
+    if (ok) {
+        for (size_t i = 0; i < n; i++)
+            order[i] = (keyed){holds[i].conn, holds[i].arrival_us, i};
+        qsort(order, n, sizeof *order, by_conn_then_arrival);
+        for (size_t i = 0; i < n; i++) {
+            const dbt_replay_hold *h = &holds[order[i].idx];
+            x.r[i].h = h;
+            bool first = i == 0 || order[i - 1].conn != h->conn;
+            x.r[i].last_of_conn = i + 1 == n || order[i + 1].conn != h->conn;
+            if (first) {
+                ok = ok && heap_push(&x.h, h->arrival_us, EV_ARRIVE, i);
+            } else {
+                const dbt_replay_hold *prev = &holds[order[i - 1].idx];
+                int64_t ended = prev->arrival_us + prev->wait_us + prev->hold_us;
+                x.r[i].pause_us = h->arrival_us > ended ? h->arrival_us - ended : 0;
+            }
+        }
+    }
+    int64_t first_t = 0, last_t = 0;
+    bool any = false;
+    while (ok && x.h.n > 0) {
+        event ev = heap_pop(&x.h);
+        if (!any)
+            first_t = ev.t;
+        any = true;
+        last_t = ev.t;
+        ok = step(&x, ev);
+    }
+    if (ok) {
+        if (x.in_use >= x.limit)
+            x.full_us += last_t - x.full_since_us;
+        double sum = 0;
+        for (size_t i = 0; i < n; i++) {
+            waits[i] = x.r[i].waited_us;
+            out->waited += x.r[i].waited_us > 0;
+            sum += (double)x.r[i].waited_us;
+        }
+        out->wait_mean_us = sum / (double)n;
+        qsort(waits, n, sizeof *waits, cmp_i64);
+        out->commands = (long long)n;
+        out->refused = x.refused;
+        out->wait_p50_us = quantile(waits, n, 0.50);
+        out->wait_p99_us = quantile(waits, n, 0.99);
+        out->wait_max_us = waits[n - 1];
+        out->span_us = last_t - first_t;
+        level_summary(&x.running, &out->server);
+        out->server.at_limit_share =
+            out->span_us > 0 ? (double)x.full_us / (double)out->span_us : 0;
+    }
+    free(x.running.at);
+    free(x.h.v);
+    free(waits);
+    free(x.queue);
+    free(x.r);
+    free(order);
+    return ok;
+}

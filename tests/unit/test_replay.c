@@ -1,0 +1,129 @@
+/* dbthrottle report's replay (cli/replay.c): holds made by hand, run at a limit, and what each
+ * command would have waited, worked out here by hand from the rule (first come first served, no
+ * barging, weights as units, the wait timeout, each connection's pauses kept). */
+#include "replay.h"
+
+#include <criterion/criterion.h>
+
+#define MS INT64_C(1000)
+
+static dbt_replay_result run(const dbt_replay_hold *h, size_t n, int limit, int64_t timeout_us)
+{
+    dbt_replay_result r;
+    cr_assert(dbt_replay(h, n, limit, timeout_us, &r));
+    return r;
+}
+
+Test(replay, the_second_of_two_waits_for_the_first_at_a_limit_of_1)
+{
+    dbt_replay_hold h[] = {{.arrival_us = 0, .hold_us = 100 * MS, .weight = 1, .conn = 1},
+                           {.arrival_us = 10 * MS, .hold_us = 100 * MS, .weight = 1, .conn = 2}};
+    dbt_replay_result r = run(h, 2, 1, -1);
+    cr_expect_eq(r.commands, 2);
+    cr_expect_eq(r.waited, 1);
+    cr_expect_eq(r.wait_max_us, 90 * MS);
+    cr_expect_eq(r.wait_p99_us, 90 * MS);
+    cr_expect_eq(r.wait_p50_us, 0);
+    cr_expect_eq(r.server.peak, 1);
+    cr_expect_eq(r.span_us, 200 * MS);
+    r = run(h, 2, 2, -1);
+    cr_expect_eq(r.waited, 0, "at a limit of 2 nobody waits");
+    cr_expect_eq(r.server.peak, 2);
+}
+
+/* A connection that waited asks its next command later, as a program does: B holds 100 ms from
+ * 0; A's three commands of 10 ms asked at 1, 16 and 31 ms (5 ms pauses). At a limit of 1, A's
+ * first waits 99 ms, then its next two ask 5 ms after each end and find the unit free. Replayed
+ * as arrivals at their sampled times (an open loop) they would have waited too. */
+Test(replay, each_connection_keeps_its_pauses)
+{
+    dbt_replay_hold h[] = {
+        {.arrival_us = 0, .hold_us = 100 * MS, .weight = 1, .conn = 7},
+        {.arrival_us = 1 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 3},
+        {.arrival_us = 16 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 3},
+        {.arrival_us = 31 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 3},
+    };
+    dbt_replay_result r = run(h, 4, 1, -1);
+    cr_expect_eq(r.waited, 1, "only A's first waits (%lld waited)", r.waited);
+    cr_expect_eq(r.wait_max_us, 99 * MS);
+    cr_expect_eq(r.span_us, 140 * MS, "A ends at 140 ms (%lld us)", (long long)r.span_us);
+}
+
+/* The sampled wait (the acquire's round trip) is part of the unit's time in Redis' view. */
+Test(replay, a_sampled_wait_holds_the_unit_too)
+{
+    dbt_replay_hold h[] = {
+        {.arrival_us = 0, .wait_us = 2 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 1},
+        {.arrival_us = 1 * MS, .wait_us = 2 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 2}};
+    dbt_replay_result r = run(h, 2, 1, -1);
+    cr_expect_eq(r.wait_max_us, 11 * MS);
+}
+
+/* At its timeout a waiter is refused, and its connection goes on after its pause: B holds 100 ms
+ * from 0; A asks at 1 ms (refused at 51 ms), then after a 5 ms pause asks again at 56 ms and
+ * waits until 100 ms. */
+Test(replay, a_waiter_is_refused_at_the_timeout_and_its_connection_goes_on)
+{
+    dbt_replay_hold h[] = {
+        {.arrival_us = 0, .hold_us = 100 * MS, .weight = 1, .conn = 1},
+        {.arrival_us = 1 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 2},
+        {.arrival_us = 16 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 2},
+    };
+    dbt_replay_result r = run(h, 3, 1, 50 * MS);
+    cr_expect_eq(r.refused, 1);
+    cr_expect_eq(r.waited, 2, "the refused one waited its 50 ms, the next 44 ms");
+    cr_expect_eq(r.wait_max_us, 50 * MS);
+    cr_expect_eq(r.span_us, 110 * MS, "A's second ran from 100 to 110 ms");
+    r = run(h, 3, 1, -1);
+    cr_expect_eq(r.refused, 0, "no timeout: nobody is refused");
+}
+
+/* Weights are units, and nobody barges: at a limit of 4, a weight of 3 runs; a weight of 2
+ * waits; a weight of 1 that would fit waits behind it. A weight above the limit never fits: it
+ * is refused at once. */
+Test(replay, weights_are_units_and_nobody_barges)
+{
+    dbt_replay_hold h[] = {
+        {.arrival_us = 0, .hold_us = 100 * MS, .weight = 3, .conn = 1},
+        {.arrival_us = 10 * MS, .hold_us = 10 * MS, .weight = 2, .conn = 2},
+        {.arrival_us = 20 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 3},
+        {.arrival_us = 30 * MS, .hold_us = 10 * MS, .weight = 5, .conn = 4},
+    };
+    dbt_replay_result r = run(h, 4, 4, -1);
+    cr_expect_eq(r.waited, 2);
+    cr_expect_eq(r.wait_max_us, 90 * MS, "the weight of 2 waits from 10 to 100 ms");
+    cr_expect_eq(r.refused, 1, "the weight of 5 never fits a limit of 4");
+    cr_expect_eq(r.server.peak, 2, "the 2 and the 1 run together after the 3");
+}
+
+/* What the sample shows, and what the server would see at a limit. */
+Test(replay, concurrency_time_weighted)
+{
+    /* 0-100 ms: 1 running; 100-200: 3; 200-300: 1 (grants at arrival + wait) */
+    dbt_replay_hold h[] = {
+        {.arrival_us = 0, .hold_us = 300 * MS, .weight = 1, .conn = 1},
+        {.arrival_us = 99 * MS, .wait_us = 1 * MS, .hold_us = 100 * MS, .weight = 1, .conn = 2},
+        {.arrival_us = 100 * MS, .hold_us = 100 * MS, .weight = 1, .conn = 3},
+    };
+    dbt_replay_concurrency c;
+    int64_t span;
+    cr_assert(dbt_replay_observed(h, 3, &c, &span));
+    cr_expect_eq(span, 300 * MS);
+    cr_expect_eq(c.peak, 3);
+    cr_expect_float_eq(c.mean, 5.0 / 3, 1e-9, "mean %f", c.mean);
+    cr_expect_eq(c.p50, 1);
+    cr_expect_eq(c.p99, 3);
+    dbt_replay_result r = run(h, 3, 2, -1);
+    cr_expect_eq(r.server.peak, 2, "never above the limit");
+    cr_expect_gt(r.server.at_limit_share, 0.3);
+}
+
+Test(replay, nothing_to_replay)
+{
+    dbt_replay_result r = run(NULL, 0, 4, -1);
+    cr_expect_eq(r.commands, 0);
+    dbt_replay_concurrency c;
+    int64_t span;
+    cr_assert(dbt_replay_observed(NULL, 0, &c, &span));
+    cr_expect_eq(c.peak, 0);
+}
