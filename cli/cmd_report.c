@@ -26,7 +26,8 @@ static const char usage[] =
     "  --since D           only the commands of the last D (default: all the sample keeps,\n"
     "                      at most 1h and 100000 commands)\n"
     "  --wait-timeout D    the wait after which a command is refused, or forever (default:\n"
-    "                      the wait_timeout of the settings this command reads, as the library)\n"
+    "                      the wait_timeout in force in most of the pool's processes, else its\n"
+    "                      live value, else that of the settings this command reads)\n"
     "  --connections       the connection permits' sample instead of the queries'\n"
     "  --json              one JSON object\n"
     "  --redis URL         Redis to read (default: DBTHROTTLE_REDIS_URL, as the library)\n"
@@ -53,11 +54,17 @@ typedef struct {
     bool classes; /* some hold had a class */
 } sample;
 
+/* The sample is read a page at a time (ZRANGE by rank: each page costs Redis its own size, not
+ * the sample's), so that a report never holds Redis for the whole 100000 members at once. */
+#define PAGE 4096
+
 typedef struct {
     const char *key;
     int64_t since_us; /* -1: all */
     int64_t now_us;
-    long long card;
+    long long card, first; /* the sample's size; the rank of its first member since --since */
+    long long from;        /* the page's first rank */
+    bool started;
 } read_op;
 
 static int64_t time_of(const redisReply *t)
@@ -67,28 +74,42 @@ static int64_t time_of(const redisReply *t)
     return strtoll(t->element[0]->str, NULL, 10) * 1000000 + strtoll(t->element[1]->str, NULL, 10);
 }
 
-/* TIME, ZCARD and the members since --since, on the pool's server. */
-static redisReply *read_sample_op(dbt_redis *r, void *arg, char *err)
+/* The first call: TIME, ZCARD and the rank --since starts at (ZCOUNT of the older); each call,
+ * one page of members, WITHSCORES. On the pool's server. */
+static redisReply *read_page_op(dbt_redis *r, void *arg, char *err)
 {
     read_op *o = arg;
-    const char *time_argv[] = {"TIME"};
-    redisReply *t = dbt_redis_command(r, 1, time_argv, NULL, err);
-    if (!t)
-        return NULL;
-    o->now_us = time_of(t);
-    freeReplyObject(t);
-    const char *card_argv[] = {"ZCARD", o->key};
-    redisReply *c = dbt_redis_command(r, 2, card_argv, NULL, err);
-    if (!c)
-        return NULL;
-    o->card = c->type == REDIS_REPLY_INTEGER ? c->integer : -1;
-    freeReplyObject(c);
-    char min[32];
-    if (o->since_us < 0)
-        snprintf(min, sizeof min, "-inf");
-    else
-        snprintf(min, sizeof min, "%" PRId64, o->now_us - o->since_us);
-    const char *argv[] = {"ZRANGEBYSCORE", o->key, min, "+inf", "WITHSCORES"};
+    if (!o->started) {
+        const char *time_argv[] = {"TIME"};
+        redisReply *t = dbt_redis_command(r, 1, time_argv, NULL, err);
+        if (!t)
+            return NULL;
+        o->now_us = time_of(t);
+        freeReplyObject(t);
+        const char *card_argv[] = {"ZCARD", o->key};
+        redisReply *c = dbt_redis_command(r, 2, card_argv, NULL, err);
+        if (!c)
+            return NULL;
+        o->card = c->type == REDIS_REPLY_INTEGER ? c->integer : 0;
+        freeReplyObject(c);
+        o->first = 0;
+        if (o->since_us >= 0) {
+            char max[32];
+            snprintf(max, sizeof max, "(%" PRId64, o->now_us - o->since_us);
+            const char *count_argv[] = {"ZCOUNT", o->key, "-inf", max};
+            redisReply *n = dbt_redis_command(r, 4, count_argv, NULL, err);
+            if (!n)
+                return NULL;
+            o->first = n->type == REDIS_REPLY_INTEGER ? n->integer : 0;
+            freeReplyObject(n);
+        }
+        o->from = o->first;
+        o->started = true;
+    }
+    char start[24], stop[24];
+    snprintf(start, sizeof start, "%lld", o->from);
+    snprintf(stop, sizeof stop, "%lld", o->from + PAGE - 1);
+    const char *argv[] = {"ZRANGE", o->key, start, stop, "WITHSCORES"};
     return dbt_redis_command(r, 5, argv, NULL, err);
 }
 
@@ -132,22 +153,35 @@ static size_t distinct(uint64_t *v, size_t n)
     return m;
 }
 
-/* Reads the members of rep (ZRANGEBYSCORE WITHSCORES) into s. False (err set) on a member this
- * version cannot read. */
-static bool parse_sample(const redisReply *rep, sample *s, char *err)
+/* The members read so far, and each hold's connection and process (hashed) until
+ * finish_sample numbers them. */
+typedef struct {
+    uint64_t *conn_of, *proc_of;
+} keys_of;
+
+/* Appends the members of one page (ZRANGE WITHSCORES) to s. False (err set) on a member this
+ * version cannot read, or out of memory. */
+static bool parse_page(const redisReply *rep, sample *s, keys_of *ko, char *err)
 {
     if (rep->type != REDIS_REPLY_ARRAY)
-        return snprintf(err, DBT_ERRLEN, "unexpected reply to ZRANGEBYSCORE"), false;
+        return snprintf(err, DBT_ERRLEN, "unexpected reply to ZRANGE"), false;
     size_t n = rep->elements / 2;
-    s->holds = calloc(n ? n : 1, sizeof *s->holds);
-    uint64_t *conn_keys = calloc(n ? n : 1, sizeof *conn_keys);
-    uint64_t *proc_keys = calloc(n ? n : 1, sizeof *proc_keys);
-    uint64_t *conn_of = calloc(n ? n : 1, sizeof *conn_of);
-    if (!s->holds || !conn_keys || !proc_keys || !conn_of) {
-        free(conn_keys);
-        free(proc_keys);
-        free(conn_of);
-        return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+    if (s->n + n > s->cap) {
+        size_t cap = s->cap ? s->cap : PAGE;
+        while (cap < s->n + n)
+            cap *= 2;
+        dbt_replay_hold *h = realloc(s->holds, cap * sizeof *h);
+        if (h)
+            s->holds = h;
+        uint64_t *c = realloc(ko->conn_of, cap * sizeof *c);
+        if (c)
+            ko->conn_of = c;
+        uint64_t *q = realloc(ko->proc_of, cap * sizeof *q);
+        if (q)
+            ko->proc_of = q;
+        if (!h || !c || !q)
+            return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+        s->cap = cap;
     }
     for (size_t i = 0; i < n; i++) {
         const redisReply *m = rep->element[2 * i], *score = rep->element[2 * i + 1];
@@ -158,53 +192,47 @@ static bool parse_sample(const redisReply *rep, sample *s, char *err)
             s->oldest_us = arrival;
         const char *sp = strchr(m->str, ' ');
         const char *dot = sp ? memchr(m->str, '.', (size_t)(sp - m->str)) : NULL;
-        if (!sp || !dot) {
-            free(conn_keys);
-            free(proc_keys);
-            free(conn_of);
-            return snprintf(err, DBT_ERRLEN, "a sample member this version cannot read: \"%.60s\"",
-                            m->str),
-                   false;
-        }
-        long long dropped;
-        if (sscanf(sp + 1, "x %lld", &dropped) == 1) {
+        long long dropped, wait, hold;
+        char conn[32], klass[64] = "";
+        int weight, would, got = 0;
+        if (sp && dot && sscanf(sp + 1, "x %lld", &dropped) == 1) {
             s->unrecorded += dropped;
             continue;
         }
-        char conn[32], klass[64] = "";
-        long long wait, hold;
-        int weight, would;
-        int got =
-            sscanf(sp + 1, "%31s %lld %lld %d %d %63s", conn, &wait, &hold, &weight, &would, klass);
-        if (got < 5 || wait < 0 || hold < 0 || weight < 1) {
-            free(conn_keys);
-            free(proc_keys);
-            free(conn_of);
+        if (sp && dot)
+            got = sscanf(sp + 1, "%31s %lld %lld %d %d %63s", conn, &wait, &hold, &weight, &would,
+                         klass);
+        if (got < 5 || wait < 0 || hold < 0 || weight < 1)
             return snprintf(err, DBT_ERRLEN, "a sample member this version cannot read: \"%.60s\"",
                             m->str),
                    false;
-        }
         uint64_t proc = fnv(m->str, (size_t)(dot - m->str), UINT64_C(14695981039346656037));
-        uint64_t ck = fnv(conn, strlen(conn), proc);
-        dbt_replay_hold *h = &s->holds[s->n];
-        *h = (dbt_replay_hold){
+        s->holds[s->n] = (dbt_replay_hold){
             .arrival_us = arrival, .wait_us = wait, .hold_us = hold, .weight = weight};
-        conn_of[s->n] = ck;
-        conn_keys[s->n] = ck;
-        proc_keys[s->n] = proc;
+        ko->conn_of[s->n] = fnv(conn, strlen(conn), proc);
+        ko->proc_of[s->n] = proc;
         s->n++;
         s->would_wait += would == DBT_WOULD_WAIT;
         s->would_refuse += would == DBT_WOULD_REFUSE;
         s->classes = s->classes || (got == 6 && klass[0]);
     }
-    size_t nconn = distinct(conn_keys, s->n);
-    s->processes = (int)distinct(proc_keys, s->n);
-    s->connections = (int)nconn;
+    return true;
+}
+
+/* Numbers the holds' connections (the replay's index) and counts them and the processes. False
+ * when out of memory. */
+static bool finish_sample(sample *s, keys_of *ko)
+{
+    uint64_t *conns = malloc((s->n ? s->n : 1) * sizeof *conns);
+    if (!conns)
+        return false;
+    memcpy(conns, ko->conn_of, s->n * sizeof *conns);
+    size_t nconn = distinct(conns, s->n);
     for (size_t i = 0; i < s->n; i++)
-        s->holds[i].conn = index_of(conn_keys, nconn, conn_of[i]);
-    free(conn_keys);
-    free(proc_keys);
-    free(conn_of);
+        s->holds[i].conn = index_of(conns, nconn, ko->conn_of[i]);
+    s->connections = (int)nconn;
+    s->processes = (int)distinct(ko->proc_of, s->n);
+    free(conns);
     return true;
 }
 
@@ -258,8 +286,9 @@ static void print_text(const char *name, const char *kind, const sample *s,
         printf("  not sampled: %lld commands (a process' buffer was full, or Redis did not "
                "answer): the waits below are low bounds\n",
                s->unrecorded);
-    printf("  concurrency it had: mean %.1f, p50 %d, p99 %d, peak %d (time-weighted)\n", seen->mean,
-           seen->p50, seen->p99, seen->peak);
+    printf(
+        "  concurrency it had (units in use, time-weighted): mean %.1f, p50 %d, p99 %d, peak %d\n",
+        seen->mean, seen->p50, seen->p99, seen->peak);
     printf("  at the pool's limit then, enforcing would have queued %lld and refused %lld\n",
            s->would_wait, s->would_refuse);
     if (timeout_ms == DBT_FOREVER)
@@ -311,6 +340,37 @@ static void print_json(const char *pool, const char *kind, const sample *s,
             r[i].server.mean, r[i].server.p50, r[i].server.p99, r[i].server.peak,
             r[i].server.at_limit_share);
     printf("]}\n");
+}
+
+/* The wait timeout the pool's workers have (the default of --wait-timeout): the value in force in
+ * most of its processes, else its live value, else the one of the settings this command reads
+ * (cfg's, already in *ms); and where it came from, for the output. */
+static void pool_wait_timeout(dbt_redis *r, const dbt_config *cfg, const char *pool, int64_t *ms,
+                              char *from, size_t cap)
+{
+    *ms = cfg->wait_timeout_ms;
+    snprintf(from, cap, "the settings this command reads; --wait-timeout to change");
+    const dbt_setting *row = dbt_live_find("wait_timeout");
+    cli_pool_view v;
+    char err[DBT_ERRLEN], refused[256];
+    if (!row || !cli_view_pool(r, cfg, pool, 0, &v, err))
+        return;
+    dbt_live live;
+    bool have_live = v.settings && dbt_live_parse(v.settings, &live, refused, sizeof refused);
+    cli_in_force g[4];
+    int n = cli_in_force_of(&v, have_live ? &live : NULL, row, g, 4);
+    int64_t got;
+    if (n > 0 && dbt_parse_duration("wait_timeout", g[0].value, true, true, &got, err)) {
+        *ms = got;
+        snprintf(from, cap, "%s, in force in %d of the pool's %d processes%s", g[0].from,
+                 g[0].processes, v.nprocs, n > 1 ? "; others differ" : "");
+    } else if (have_live && live.set[row - dbt_settings]) {
+        *ms = live.cfg.wait_timeout_ms;
+        snprintf(from, cap, "the pool's live value, dbthrottle set");
+    }
+    if (have_live)
+        dbt_live_free(&live);
+    cli_view_free(&v);
 }
 
 /* The default limits: a quarter, a half, three quarters and all of the peak (distinct, >= 1). */
@@ -388,8 +448,6 @@ int cmd_report(int argc, char **argv)
     dbt_config cfg;
     if (!cli_load_config("report", &ro, &cfg))
         return 1;
-    if (!timeout_given)
-        timeout_ms = cfg.wait_timeout_ms;
     dbt_redis *r = cli_connect("report", &cfg);
     if (!r) {
         dbt_config_free(&cfg);
@@ -398,21 +456,36 @@ int cmd_report(int argc, char **argv)
     char name[220];
     cli_escape_name(pool, 200, true, name, sizeof name);
     int rc = cli_refuse_unknown_pool("report", r, &cfg, pool, false);
+    char timeout_from[128] = "--wait-timeout";
+    if (rc < 0 && !timeout_given)
+        pool_wait_timeout(r, &cfg, pool, &timeout_ms, timeout_from, sizeof timeout_from);
     dbt_keys k;
-    bool keys = rc < 0 && dbt_keys_init(&k, cfg.key_prefix, pool);
-    if (rc < 0 && !keys)
+    bool keys = false;
+    if (rc < 0 && !(keys = dbt_keys_init(&k, cfg.key_prefix, pool))) {
+        dbt_keys_free(&k);
         rc = cli_fail("report", "out of memory");
-    sample s = {0};
-    redisReply *rep = NULL;
-    read_op o = {.since_us = since_ms < 0 ? -1 : since_ms * 1000};
-    if (rc < 0) {
-        o.key = k.keys[kind][DBT_K_SAMPLE];
-        rep = dbt_route_run_for(&cfg, r, k.base, read_sample_op, &o, err);
-        if (!rep)
-            rc = cli_fail("report", "pool %s: %s", name, err);
     }
-    if (rc < 0 && !parse_sample(rep, &s, err))
-        rc = cli_fail("report", "pool %s: %s", name, err);
+    sample s = {0};
+    keys_of ko = {0};
+    read_op o = {.since_us = since_ms < 0 ? -1 : since_ms * 1000};
+    if (rc < 0)
+        o.key = k.keys[kind][DBT_K_SAMPLE];
+    for (bool more = rc < 0; more;) {
+        redisReply *rep = dbt_route_run_for(&cfg, r, k.base, read_page_op, &o, err);
+        if (!rep || !parse_page(rep, &s, &ko, err)) {
+            rc = cli_fail("report", "pool %s: %s", name, err);
+            more = false;
+        } else {
+            more = rep->elements == 2 * PAGE;
+            o.from += PAGE;
+        }
+        if (rep)
+            freeReplyObject(rep);
+    }
+    if (rc < 0 && !finish_sample(&s, &ko))
+        rc = cli_fail("report", "out of memory");
+    free(ko.conn_of);
+    free(ko.proc_of);
     const char *kind_word = dbt_kind_name(kind);
     if (rc < 0 && o.card <= 0) {
         fprintf(stderr,
@@ -454,12 +527,9 @@ int cmd_report(int argc, char **argv)
         if (json)
             print_json(pool, kind_word, &s, &seen, span_us, res, nlimits, timeout_ms);
         else
-            print_text(name, kind_word, &s, &seen, span_us, res, nlimits, timeout_ms,
-                       timeout_given ? "--wait-timeout" : "the settings this command reads");
+            print_text(name, kind_word, &s, &seen, span_us, res, nlimits, timeout_ms, timeout_from);
         rc = fflush(stdout) == 0 ? 0 : cli_fail("report", "cannot write the output");
     }
-    if (rep)
-        freeReplyObject(rep);
     free(s.holds);
     if (keys)
         dbt_keys_free(&k);

@@ -93,9 +93,11 @@ bool dbt_replay_observed(const dbt_replay_hold *holds, size_t n, dbt_replay_conc
     if (!e)
         return false;
     for (size_t i = 0; i < n; i++) {
-        int64_t start = holds[i].arrival_us + holds[i].wait_us;
-        e[2 * i] = (edge){start, +1};
-        e[2 * i + 1] = (edge){start + holds[i].hold_us, -1};
+        /* as the replay holds a unit: from the arrival, for the wait (the acquire's round trip)
+         * and the hold; a weight of w is w units */
+        int64_t start = holds[i].arrival_us;
+        e[2 * i] = (edge){start, holds[i].weight};
+        e[2 * i + 1] = (edge){start + holds[i].wait_us + holds[i].hold_us, -holds[i].weight};
     }
     qsort(e, 2 * n, sizeof *e, edge_cmp);
     level_time lt = {0};
@@ -273,7 +275,7 @@ static bool grant_heads(run *x, int64_t t)
         rh->state = ST_RUNNING;
         rh->waited_us = t - rh->asked_us;
         note_units(x, t, rh->h->weight);
-        if (!level_change(&x->running, t, +1))
+        if (!level_change(&x->running, t, rh->h->weight))
             return false;
         if (!heap_push(&x->h, t + rh->h->wait_us + rh->h->hold_us, EV_END, i))
             return false;
@@ -308,7 +310,7 @@ static bool step(run *x, event ev)
     case EV_END:
         rh->state = ST_DONE;
         note_units(x, ev.t, -rh->h->weight);
-        if (!level_change(&x->running, ev.t, -1))
+        if (!level_change(&x->running, ev.t, -rh->h->weight))
             return false;
         return grant_heads(x, ev.t) && next_of_conn(x, ev.hold, ev.t);
     }
@@ -353,7 +355,9 @@ bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_
         if (!any)
             first_t = ev.t;
         any = true;
-        last_t = ev.t;
+        /* (a timeout of a waiter granted before it changes nothing: not the span's end) */
+        if (ev.type != EV_TIMEOUT || x.r[ev.hold].state == ST_QUEUED)
+            last_t = ev.t;
         ok = step(&x, ev);
     }
     if (ok) {

@@ -17,7 +17,10 @@ typedef struct {
     int conn;
 } dbt_replay_hold;
 
-/* The concurrency the server saw (or would see): commands running, time-weighted over the span. */
+/* The concurrency the server saw (or would see), in units (a command of weight w counts w; with
+ * no weights, the commands running), time-weighted over the span. A unit is taken from a
+ * command's grant (its arrival, in the sample) for its wait (the acquire's round trip) and its
+ * hold. */
 typedef struct {
     double mean;
     int p50, p99, peak;    /* time-weighted percentiles: the share of time at or below */
@@ -43,8 +46,7 @@ typedef struct {
 bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_timeout_us,
                 dbt_replay_result *out);
 
-/* The concurrency the sample itself shows: each hold running from its grant (arrival + wait) for
- * its hold. False when out of memory. */
+/* The concurrency the sample itself shows, as the replay counts it. False when out of memory. */
 bool dbt_replay_observed(const dbt_replay_hold *holds, size_t n, dbt_replay_concurrency *out,
                          int64_t *span_us);
 

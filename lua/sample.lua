@@ -7,13 +7,15 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local key = S.SAMPLE
 local serial = ARG.first
 local add = {}
+-- Scores as whole numbers of us: a Lua number given to redis.call is written with 14 digits,
+-- which would round an arrival (16 digits) to a tenth of a millisecond.
 for ago, rest in string.gmatch(ARG.holds, '(%d+) ([^\n]*)\n') do
-    add[#add + 1] = now_us - tonumber(ago)
+    add[#add + 1] = string.format('%.0f', now_us - tonumber(ago))
     add[#add + 1] = ARG.cid .. '.' .. serial .. ' ' .. rest
     serial = serial + 1
 end
 if ARG.dropped > 0 then
-    add[#add + 1] = now_us
+    add[#add + 1] = string.format('%.0f', now_us)
     add[#add + 1] = ARG.cid .. '.' .. serial .. ' x ' .. ARG.dropped
 end
 if #add > 0 then
@@ -34,7 +36,8 @@ if n > SAMPLE_CAP then
     remove(over)
     n = n - #over
 end
-local old = redis.call('ZRANGEBYSCORE', key, '-inf', '(' .. (now_us - SAMPLE_AGE_MS * 1000), 'LIMIT', 0, most)
+local old = redis.call('ZRANGEBYSCORE', key, '-inf',
+    '(' .. string.format('%.0f', now_us - SAMPLE_AGE_MS * 1000), 'LIMIT', 0, most)
 remove(old)
 n = n - #old
 redis.call('PEXPIRE', key, SAMPLE_AGE_MS)

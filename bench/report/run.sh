@@ -8,8 +8,8 @@
 # Printed per distance: the predicted and measured wait p99 and share of statements that waited
 # (measured: the latency each statement had beyond its sleep and the run's least overhead; waited:
 # more than 1 ms), their ratios, and whether both are within 25 %. Then sample.lua's cost to
-# Redis: the microseconds of Redis' one core per hold sampled (INFO commandstats, chunks of 256
-# sent as the library sends them), and the same at the pool's sample cap. Exits 1 when a ratio is
+# Redis: the microseconds of Redis' one core per call and per hold sampled (INFO commandstats,
+# chunks sent as the library sends them), on a small sample and at the cap. Exits 1 when a ratio is
 # off by more than 25 %. About 2 minutes; run it on a quiet machine: a starved one adds delays
 # to the tail that no replay of a rule can know.
 set -u
@@ -71,29 +71,33 @@ print('%-9s %12s %12s %6.2f   %10s %10s %6.2f   %s' % ('$( [ "$dist" = 0 ] && ec
     case $line in *OFF*) fail=1 ;; esac
 done
 
-# sample.lua's cost: chunks of 256 holds, as the library sends them, by EVAL of the script's text
-# as sent (build/gen/scripts/sample.lua), on a pool of its own; Redis' usec per call / 256.
+# sample.lua's cost: chunks of DBT_SAMPLE_CHUNK holds, as the library sends them (EVALSHA of the
+# script's text as sent, build/gen/scripts/sample.lua), on a pool of its own; Redis' usec per call
+# (INFO commandstats), and per hold.
+config_h=$top/preload/base/include/config.h
+chunk_n=$(sed -n 's/^#define DBT_SAMPLE_CHUNK  *\([0-9]*\)$/\1/p' "$config_h")
+cap=$(sed -n 's/^#define DBT_SAMPLE_CAP  *\([0-9]*\)$/\1/p' "$config_h")
 keys=$(awk '$1 == "key" && $0 !~ /sent=no/ { printf "dbthrottle:{rbcost}:q:%s ", $3 }' "$top/lua/protocol/keys.def")
 nkeys=$(echo $keys | wc -w)
-chunk=$($py -c 'print("".join("%d c%d 500 12000 1 0 \n" % (256 - i, i % 9) for i in range(256)), end="")')
-body=$(cat "$top/build/gen/scripts/sample.lua")
-cost() { # cost CALLS FIRST: CALLS chunks from serial FIRST; prints Redis' usec per hold
+chunk=$($py -c "print(''.join('%d c%d 500 12000 1 0 \\n' % ($chunk_n - i, i % 9) for i in range($chunk_n)), end='')")
+sha=$(rcli script load "$(cat "$top/build/gen/scripts/sample.lua")")
+cost() { # cost CALLS FIRST: CALLS chunks from serial FIRST; prints Redis' usec per call
     rcli config resetstat >/dev/null
     i=0
     while [ $i -lt "$1" ]; do
         # shellcheck disable=SC2086
-        rcli eval "$body" "$nkeys" $keys "dbthrottle:{rbcost}:wake:" q 10000 30000 "" 0 0 "" "" \
-            00000000000000bb $(($2 + i * 256)) "$chunk" 0 >/dev/null
+        rcli evalsha "$sha" "$nkeys" $keys "dbthrottle:{rbcost}:wake:" q 10000 30000 "" 0 0 "" "" \
+            00000000000000bb $(($2 + i * chunk_n)) "$chunk" 0 >/dev/null
         i=$((i + 1))
     done
-    rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '$1 == "cmdstat_eval" { printf "%.2f", $5 / 256 }'
+    rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '$1 == "cmdstat_evalsha" { printf "%.0f", $7 }'
 }
 small=$(cost 40 0)
 # fill to the cap, then measure there (each call then also trims as many as it adds)
-cap_calls=$(( $(sed -n 's/^#define DBT_SAMPLE_CAP  *\([0-9]*\)$/\1/p' "$top/preload/base/include/config.h") / 256 + 1 ))
-cost "$cap_calls" 100000 >/dev/null
+cost $((cap / chunk_n + 1)) 100000 >/dev/null
 atcap=$(cost 40 10000000)
 mem=$(rcli memory usage "dbthrottle:{rbcost}:q:sample")
 echo
-echo "sample.lua: ${small} us of Redis per hold sampled (a small sample), ${atcap} us at the cap ($(rcli zcard "dbthrottle:{rbcost}:q:sample") holds, $mem bytes)"
+echo "sample.lua, a chunk of $chunk_n holds: ${small} us of Redis per call ($(awk -v c="$small" -v n="$chunk_n" 'BEGIN { printf "%.1f", c / n }') us per hold) on a small sample;"
+echo "  ${atcap} us per call ($(awk -v c="$atcap" -v n="$chunk_n" 'BEGIN { printf "%.1f", c / n }') us per hold) at the cap ($(rcli zcard "dbthrottle:{rbcost}:q:sample") holds, $mem bytes)"
 exit $fail

@@ -320,7 +320,8 @@ static const char *grant_event(dbt_acquire_would would)
 }
 
 static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit **out,
-                                     long long holders, long long queue, dbt_acquire_would would)
+                                     long long holders, long long queue, bool shadow,
+                                     dbt_acquire_would would)
 {
     /* A thread that passed s its permit may still be offering it to s's parked side (claim,
      * dbt_slot_wake_later), which must find that side as it was: a few instructions away. */
@@ -339,7 +340,7 @@ static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit
             p->stats_wait_max_us = waited;
     }
     pthread_mutex_unlock(&p->mu);
-    dbt_sample_begin(p, s, s->t_request_us, s->t_grant_us > 0 ? s->t_grant_us : dbt_now_us(),
+    dbt_sample_begin(s, shadow, s->t_request_us, s->t_grant_us > 0 ? s->t_grant_us : dbt_now_us(),
                      would);
     dbt_waker_retract(s);
     dbt_trace(DBT_LOG_INFO, grant_event(would), s, waited, -1, holders, queue, NULL, NULL);
@@ -926,7 +927,7 @@ static dbt_acq_result run(acquire_run *a, acquire_next next, dbt_permit **out,
             next = wait_turn(a);
             break;
         case NEXT_GRANTED:
-            return finish_granted(a->p, a->s, out, a->holders, a->queue, a->would);
+            return finish_granted(a->p, a->s, out, a->holders, a->queue, a->shadow, a->would);
         case NEXT_DONE:
             return a->result;
         }

@@ -209,7 +209,6 @@ static void free_pool(dbt_pool *p)
     dbt_conns_free(p);
     dbt_live_drop(p);
     dbt_report_local(p);
-    dbt_sample_send(p);
     /* Give back what is still held or queued, and what is owed: a process that exits cleanly
      * should not make others wait out its leases. Written without waiting, then every reply is
      * read (all within one Redis timeout), so the commands surely landed before the sockets
@@ -276,8 +275,10 @@ void dbt_client_exit(dbt_client *c)
         dbt_pool_stats st = p->st;
         pthread_mutex_unlock(&p->mu);
         dbt_report_local(p);
-        dbt_sample_send(p); /* the holds not sent yet, for shadow mode's report */
         dbt_settle_at_exit(p, ops, n, MAX_EXIT);
+        /* Then, in what is left of the exit's time, the holds not sent yet (shadow mode's
+         * sample): after what others wait for. */
+        dbt_sample_send_all(p);
         dbt_summary_at_exit(p->name, &st);
     }
     dbt_redis_budget_end(budget);

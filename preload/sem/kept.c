@@ -139,7 +139,8 @@ bool dbt_permit_unpark(dbt_permit **slot)
     dbt_sharing_precheck_end();
     if (reuse) {
         int64_t now = dbt_now_us();
-        dbt_sample_begin(p, s, now, now, DBT_WOULD_RUN); /* a kept permit: within the limit */
+        /* a kept permit: within the limit */
+        dbt_sample_begin(s, atomic_load(&p->mode) == DBT_MODE_SHADOW, now, now, DBT_WOULD_RUN);
         dbt_trace(DBT_LOG_DEBUG, "reuse", s, -1, -1, -1, -1, NULL, NULL);
         return true;
     }

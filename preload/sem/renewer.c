@@ -809,6 +809,17 @@ static void note_ran(dbt_pool *p, int64_t now)
     plan_back(p, now, now);
 }
 
+/* One chunk of shadow mode's sample, within a Redis timeout of its own. p->mu held on entry and
+ * exit, not across the call. */
+static void send_sample_chunk(dbt_pool *p)
+{
+    pthread_mutex_unlock(&p->mu);
+    int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
+    (void)dbt_sample_send(p);
+    dbt_redis_budget_end(b);
+    pthread_mutex_lock(&p->mu);
+}
+
 /* When shadow mode's sample is to be sent (-1: nothing to send): not while Redis is away. p->mu
  * held. */
 static int64_t sample_due_us(const dbt_pool *p)
@@ -848,15 +859,8 @@ static void *thread_main(void *arg)
             pthread_mutex_lock(&p->mu);
             continue;
         }
+        /* Shadow mode's sample: one chunk per pass, after what leases and waiters need (below). */
         int64_t sample_due = sample_due_us(p);
-        if (sample_due >= 0 && sample_due <= dbt_now_us()) {
-            pthread_mutex_unlock(&p->mu);
-            int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
-            dbt_sample_send(p);
-            dbt_redis_budget_end(b);
-            pthread_mutex_lock(&p->mu);
-            continue;
-        }
         if (dbt_shelf_recall_due(p)) {
             /* Another host waits: the host's kept permits go back, whoever kept them. */
             pthread_mutex_unlock(&p->mu);
@@ -893,20 +897,23 @@ static void *thread_main(void *arg)
                 beat = p->record_changed_us;
             if (p->down_until_us > 0 && p->down_until_us < beat)
                 beat = p->down_until_us;
-            if (sample_due >= 0 && sample_due < beat)
-                beat = sample_due;
             if (!p->last_report_us || dbt_now_us() >= beat) {
                 int64_t b = dbt_redis_budget_begin(p->client->cfg->redis_timeout_ms);
                 renew(p);
                 dbt_redis_budget_end(b);
                 continue;
             }
+            if (sample_due >= 0 && sample_due <= dbt_now_us()) {
+                send_sample_chunk(p);
+                continue;
+            }
+            int64_t wake = sample_due >= 0 && sample_due < beat ? sample_due : beat;
             if (blpops_unread(p) && p->down_until_us <= dbt_now_us() && listen_ready(p)) {
-                read_blpops(p, dbt_summary_sooner(p, beat));
+                read_blpops(p, dbt_summary_sooner(p, wake));
                 continue;
             }
             p->bg_idle = true;
-            p->bg_until_us = dbt_summary_sooner(p, beat);
+            p->bg_until_us = dbt_summary_sooner(p, wake);
             timed_park(p, p->bg_until_us);
             p->bg_until_us = 0;
             p->bg_idle = false;
@@ -1016,6 +1023,8 @@ static void *thread_main(void *arg)
             dbt_pool_drain_idle(p);
             dbt_redis_budget_end(b);
             warn_idle_in_tx(p, dbt_now_us());
+        } else if (sample_due >= 0 && sample_due <= now) {
+            send_sample_chunk(p);
         } else if (((p->client->cfg->cache_permits && p->nheld > 0 && p->nqueued == 0) ||
                     orphans_unheard || waits_unheard) &&
                    !p->leader_active && p->down_until_us <= now && listen_ready(p)) {

@@ -22,19 +22,15 @@ typedef struct {
     char klass[DBT_CLASS_NAME_MAX + 1];
 } sample_hold;
 
-/* A pool's buffer: the holds not sent yet, and per kind those that found it full (or whose call
- * failed) since the last chunk said so. Two of them: the renewer sends one while commands fill
- * the other. */
-typedef struct {
+/* A pool's buffer: the holds not sent yet, and per kind those not sampled (the buffer full, or
+ * their call failed) since a chunk last said so. */
+struct dbt_sample {
     sample_hold holds[DBT_SAMPLE_BUF];
     int n;
     uint64_t dropped[DBT_NKINDS];
-} sample_buf;
-
-struct dbt_sample {
-    sample_buf *filling, *sending;
-    uint64_t serial;   /* the next hold's serial (a member's name: "<cid>.<serial>") */
-    bool sending_busy; /* one sender at a time (the renewer; the exit after it has stopped) */
+    int64_t dropped_since_us; /* when the first of those came (0: none) */
+    uint64_t serial;          /* the next member's serial (its name: "<cid>.<serial>") */
+    int64_t retry_us;         /* after a failed call, not before then (0: at once) */
 };
 
 /* How long a hold may wait in the buffer: the report reads holds a second old at most late. */
@@ -53,9 +49,9 @@ static uint32_t conn_hash(const char *name)
     return h;
 }
 
-void dbt_sample_begin(dbt_pool *p, struct dbt_slot *s, int64_t ask_us, int64_t grant_us, int would)
+void dbt_sample_begin(struct dbt_slot *s, bool shadow, int64_t ask_us, int64_t grant_us, int would)
 {
-    if (atomic_load(&p->mode) != DBT_MODE_SHADOW) {
+    if (!shadow) {
         s->sample_grant_us = 0;
         return;
     }
@@ -64,25 +60,23 @@ void dbt_sample_begin(dbt_pool *p, struct dbt_slot *s, int64_t ask_us, int64_t g
     s->sample_would = (uint8_t)would;
 }
 
-/* The buffer holds, allocated at the first hold (a process never in shadow mode allocates
- * nothing). NULL when out of memory. p->mu held. */
+/* The buffer, allocated at the pool's first sampled hold (a process never in shadow mode
+ * allocates nothing), once. NULL when out of memory. p->mu held. */
 static struct dbt_sample *sample_of(dbt_pool *p)
 {
-    if (p->sample)
-        return p->sample;
-    struct dbt_sample *m = calloc(1, sizeof *m);
-    if (!m)
-        return NULL;
-    m->filling = calloc(1, sizeof *m->filling);
-    m->sending = calloc(1, sizeof *m->sending);
-    if (!m->filling || !m->sending) {
-        free(m->filling);
-        free(m->sending);
-        free(m);
-        return NULL;
-    }
-    p->sample = m;
-    return m;
+    if (!p->sample)
+        p->sample = calloc(1, sizeof *p->sample);
+    return p->sample;
+}
+
+/* Holds of kind k not sampled: said with the kind's next chunk. p->mu held. */
+static void count_dropped(struct dbt_sample *m, int k, uint64_t n, int64_t now)
+{
+    if (n == 0)
+        return;
+    m->dropped[k] += n;
+    if (!m->dropped_since_us)
+        m->dropped_since_us = now;
 }
 
 void dbt_sample_end(dbt_pool *p, struct dbt_slot *s, int64_t now)
@@ -94,12 +88,11 @@ void dbt_sample_end(dbt_pool *p, struct dbt_slot *s, int64_t now)
     struct dbt_sample *m = sample_of(p);
     if (!m)
         return; /* (no memory: nothing is sent, and the report finds no sample) */
-    sample_buf *b = m->filling;
-    if (b->n == DBT_SAMPLE_BUF) {
-        b->dropped[s->kind]++;
+    if (m->n == DBT_SAMPLE_BUF) {
+        count_dropped(m, s->kind, 1, now);
         return;
     }
-    sample_hold *h = &b->holds[b->n++];
+    sample_hold *h = &m->holds[m->n++];
     h->ask_us = s->sample_ask_us;
     h->wait_us = grant > s->sample_ask_us ? grant - s->sample_ask_us : 0;
     h->hold_us = now > grant ? now - grant : 0;
@@ -111,7 +104,7 @@ void dbt_sample_end(dbt_pool *p, struct dbt_slot *s, int64_t now)
     h->klass[sizeof h->klass - 1] = '\0';
     /* The renewer sleeps until its next task: woken when this makes the buffer due sooner
      * (its first hold, or half full), not once per hold. */
-    if ((b->n == 1 || b->n == DBT_SAMPLE_BUF / 2) && p->thread_started &&
+    if ((m->n == 1 || m->n == DBT_SAMPLE_BUF / 2) && p->thread_started &&
         (p->bg_idle || p->bg_until_us > dbt_sample_due_us(p)))
         dbt_pool_wake_bg(p);
 }
@@ -119,21 +112,20 @@ void dbt_sample_end(dbt_pool *p, struct dbt_slot *s, int64_t now)
 int64_t dbt_sample_due_us(const dbt_pool *p)
 {
     const struct dbt_sample *m = p->sample;
-    if (!m || m->sending_busy)
+    if (!m || (m->n == 0 && !m->dropped_since_us))
         return -1;
-    const sample_buf *b = m->filling;
-    bool dropped = false;
-    for (int k = 0; k < DBT_NKINDS; k++)
-        dropped = dropped || b->dropped[k] > 0;
-    if (b->n == 0 && !dropped)
-        return -1;
-    if (b->n >= DBT_SAMPLE_BUF / 2)
-        return 0;
-    /* The oldest hold's end is not kept: its ask plus the flush delay is early enough, and
-     * never later than a second after it ended. */
-    int64_t oldest =
-        b->n > 0 ? b->holds[0].ask_us + b->holds[0].wait_us + b->holds[0].hold_us : dbt_now_us();
-    return oldest + SAMPLE_FLUSH_US;
+    int64_t due;
+    if (m->n >= DBT_SAMPLE_BUF / 2) {
+        due = 0;
+    } else {
+        /* A second after the oldest hold's end, or after the first hold not sampled. */
+        const sample_hold *o = &m->holds[0];
+        int64_t oldest = m->n > 0 ? o->ask_us + o->wait_us + o->hold_us : m->dropped_since_us;
+        if (m->dropped_since_us && m->dropped_since_us < oldest)
+            oldest = m->dropped_since_us;
+        due = oldest + SAMPLE_FLUSH_US;
+    }
+    return due > m->retry_us ? due : m->retry_us;
 }
 
 /* One line per hold, as sample.def says; false when it does not fit (never: the room is the
@@ -153,90 +145,91 @@ static bool format_hold(const sample_hold *h, int64_t built_us, char *out, size_
 /* The longest line: four 64-bit numbers, the hash, two small ones, a class name, and spaces. */
 #define SAMPLE_LINE_MAX (4 * 21 + 8 + 2 * 6 + DBT_CLASS_NAME_MAX + 8)
 
-/* Sends one chunk of kind k: the n holds of b at idx, and `dropped`, the holds of k not kept
- * (sent with the kind's first chunk); false when the call failed. */
-static bool send_chunk(dbt_pool *p, sample_buf *b, int k, const int *idx, int n, uint64_t dropped,
-                       uint64_t first, char *text, size_t cap)
+bool dbt_sample_send(dbt_pool *p)
 {
+    sample_hold *chunk = malloc(DBT_SAMPLE_CHUNK * sizeof *chunk);
+    char *text = malloc((size_t)DBT_SAMPLE_CHUNK * SAMPLE_LINE_MAX + 1);
+    pthread_mutex_lock(&p->mu);
+    struct dbt_sample *m = p->sample;
+    if (!m || !chunk || !text || (m->n == 0 && !m->dropped_since_us)) {
+        pthread_mutex_unlock(&p->mu);
+        free(chunk);
+        free(text);
+        return false;
+    }
+    /* The first hold's kind (or, with none, a kind with holds not sampled), and up to a chunk
+     * of that kind's holds, taken out of the buffer in their order. */
+    int k = 0;
+    if (m->n > 0)
+        k = m->holds[0].kind;
+    else
+        while (k < DBT_NKINDS - 1 && m->dropped[k] == 0)
+            k++;
+    int n = 0, kept = 0;
+    for (int i = 0; i < m->n; i++) {
+        if (n < DBT_SAMPLE_CHUNK && m->holds[i].kind == k)
+            chunk[n++] = m->holds[i];
+        else
+            m->holds[kept++] = m->holds[i];
+    }
+    m->n = kept;
+    uint64_t dropped = m->dropped[k];
+    m->dropped[k] = 0;
+    bool any_dropped = false;
+    for (int j = 0; j < DBT_NKINDS; j++)
+        any_dropped = any_dropped || m->dropped[j] > 0;
+    if (!any_dropped)
+        m->dropped_since_us = 0;
+    uint64_t first = m->serial;
+    m->serial += (uint64_t)n + (dropped > 0); /* a member per hold, and one for the dropped */
+    pthread_mutex_unlock(&p->mu);
+
     size_t len = 0;
     text[0] = '\0';
     int64_t built = dbt_now_us();
     for (int i = 0; i < n; i++)
-        if (!format_hold(&b->holds[idx[i]], built, text, cap, &len))
-            return false;
+        (void)format_hold(&chunk[i], built, text, (size_t)DBT_SAMPLE_CHUNK * SAMPLE_LINE_MAX + 1,
+                          &len);
     dbt_script_call call;
     dbt_build_sample(&call, &p->keys, (dbt_kind)k, p->client->cfg, p->client->cid, first, text,
                      dropped);
     dbt_lease_bind(p, &call, dbt_lease_us(p) / 1000);
     char err[DBT_ERRLEN];
-    long long kept = 0;
-    redisReply *rep = dbt_pool_run(p, "sample", &call, dbt_parse_sample, &kept, err);
-    if (!rep)
-        return false;
-    freeReplyObject(rep);
-    return true;
+    long long members = 0;
+    redisReply *rep = dbt_pool_run(p, "sample", &call, dbt_parse_sample, &members, err);
+    free(chunk);
+    free(text);
+    if (rep)
+        freeReplyObject(rep);
+    pthread_mutex_lock(&p->mu);
+    if (rep) {
+        m->retry_us = 0;
+    } else {
+        /* Not delivered: said with the next chunk, which waits a second (this is not the
+         * semaphore's call: no outage is noted for it, so none backs it off). */
+        int64_t now = dbt_now_us();
+        count_dropped(m, k, (uint64_t)n + dropped, now);
+        m->retry_us = now + SAMPLE_FLUSH_US;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rep != NULL;
 }
 
-void dbt_sample_send(dbt_pool *p)
+void dbt_sample_send_all(dbt_pool *p)
 {
-    pthread_mutex_lock(&p->mu);
-    struct dbt_sample *m = p->sample;
-    if (!m || m->sending_busy) {
+    /* (at most the buffer's chunks and one per kind of holds not sampled: a failure stops it) */
+    for (int i = 0; i < DBT_SAMPLE_BUF / DBT_SAMPLE_CHUNK + DBT_NKINDS; i++) {
+        pthread_mutex_lock(&p->mu);
+        bool any = p->sample && (p->sample->n > 0 || p->sample->dropped_since_us);
+        bool down = p->down_until_us > dbt_now_us();
         pthread_mutex_unlock(&p->mu);
-        return;
+        if (!any || down || !dbt_sample_send(p))
+            return;
     }
-    sample_buf *b = m->filling;
-    m->filling = m->sending;
-    m->sending = b;
-    m->sending_busy = true;
-    uint64_t serial = m->serial;
-    int total = b->n;
-    uint64_t ndropped = 0;
-    for (int k = 0; k < DBT_NKINDS; k++)
-        ndropped += b->dropped[k] > 0;
-    /* Each hold and each kind's dropped count is a member: the serials they take. */
-    m->serial += (uint64_t)total + ndropped;
-    pthread_mutex_unlock(&p->mu);
-
-    char *text = malloc((size_t)DBT_SAMPLE_CHUNK * SAMPLE_LINE_MAX + 1);
-    uint64_t lost[DBT_NKINDS] = {0};
-    int idx[DBT_SAMPLE_CHUNK];
-    for (int k = 0; k < DBT_NKINDS; k++) {
-        uint64_t dropped = b->dropped[k];
-        int n = 0;
-        for (int i = 0; i <= total; i++) {
-            if (i < total && b->holds[i].kind == k)
-                idx[n++] = i;
-            /* a chunk full, or the last of the kind (with its dropped count, even alone) */
-            if (n == DBT_SAMPLE_CHUNK || (i == total && (n > 0 || dropped > 0))) {
-                bool ok = text && send_chunk(p, b, k, idx, n, dropped, serial, text,
-                                             (size_t)DBT_SAMPLE_CHUNK * SAMPLE_LINE_MAX + 1);
-                serial += (uint64_t)n + (dropped > 0);
-                if (!ok)
-                    lost[k] += (uint64_t)n + dropped;
-                dropped = 0;
-                n = 0;
-            }
-        }
-    }
-    free(text);
-
-    pthread_mutex_lock(&p->mu);
-    b->n = 0;
-    memset(b->dropped, 0, sizeof b->dropped);
-    /* What did not reach Redis is said with the next chunk, so that the report knows. */
-    for (int k = 0; k < DBT_NKINDS; k++)
-        m->filling->dropped[k] += lost[k];
-    m->sending_busy = false;
-    pthread_mutex_unlock(&p->mu);
 }
 
 void dbt_sample_free(dbt_pool *p)
 {
-    if (!p->sample)
-        return;
-    free(p->sample->filling);
-    free(p->sample->sending);
     free(p->sample);
     p->sample = NULL;
 }
@@ -246,10 +239,10 @@ static void after_fork(dbt_pool *p)
 {
     if (!p->sample)
         return;
-    p->sample->filling->n = 0;
-    memset(p->sample->filling->dropped, 0, sizeof p->sample->filling->dropped);
-    p->sample->sending->n = 0;
-    p->sample->sending_busy = false;
+    p->sample->n = 0;
+    memset(p->sample->dropped, 0, sizeof p->sample->dropped);
+    p->sample->dropped_since_us = 0;
+    p->sample->retry_us = 0;
 }
 
 __attribute__((constructor)) static void register_after_fork(void)

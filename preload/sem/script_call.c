@@ -67,7 +67,7 @@ redisReply *dbt_pool_run(dbt_pool *p, const char *what, dbt_script_call *c, dbt_
      * before: the renewer's next round, within 100 ms, names what holds now); the rest as after a
      * relay's failure. */
     bool unsent = !rep && dbt_redis_take_unsent();
-    if (unsent && c->script == &dbt_script_renew)
+    if (unsent && (c->script == &dbt_script_renew || c->script == &dbt_script_sample))
         return NULL;
     if (!rep && (unsent || dbt_route_take_relay_failure())) {
         /* The host's relay failed (its speaker stopped, or ended after reading the call): not an
@@ -84,7 +84,10 @@ redisReply *dbt_pool_run(dbt_pool *p, const char *what, dbt_script_call *c, dbt_
         dbt_redis_budget_end(b);
         (void)dbt_route_take_relay_failure();
     }
-    if (!rep)
+    /* Shadow mode's sample is not the semaphore: its failure is counted by sample.c (holds not
+     * sampled), never taken for an outage of Redis, which would run or refuse the pool's
+     * commands for a second (the pool's own calls find a real one). */
+    if (!rep && c->script != &dbt_script_sample)
         dbt_pool_note_error(p, what, err);
     return rep;
 }

@@ -12,7 +12,7 @@
 /* Runs c on one of p's command connections, taken and given back around it, Redis Cluster's
  * redirections followed (dbt_route_run: a MOVED also sends the listener after the slot); a
  * failure is noted (dbt_pool_note_error, `what` naming the operation in the log) for the outage
- * backoff. Call without p->mu. */
+ * backoff, but for sample.lua's (shadow mode's sample: not the semaphore). Call without p->mu. */
 redisReply *dbt_pool_run(dbt_pool *p, const char *what, dbt_script_call *c, dbt_reply_parser parse,
                          void *out, char *err);
 

@@ -202,3 +202,44 @@ Test(sample, the_sample_keeps_its_cap_and_age_under_a_burst, .timeout = 120)
     dbt_redis_free(conn);
     dbt_config_free(&cfg);
 }
+
+/* How many errors of a kind Redis answered (INFO errorstats), 0 when none. */
+static long long redis_errors(const char *kind)
+{
+    redisContext *c = test_redis_connect(&fx_redis);
+    cr_assert_not_null(c);
+    redisReply *r = redisCommand(c, "INFO errorstats");
+    cr_assert(r && r->type == REDIS_REPLY_STRING);
+    char key[64];
+    snprintf(key, sizeof key, "errorstat_%s:count=", kind);
+    const char *at = strstr(r->str, key);
+    long long n = at ? strtoll(at + strlen(key), NULL, 10) : 0;
+    freeReplyObject(r);
+    redisFree(c);
+    return n;
+}
+
+static bool sample_call_failed(void *arg)
+{
+    (void)arg;
+    return redis_errors("WRONGTYPE") > 0;
+}
+
+/* A sample call that fails (here the key is of the wrong type) is not an outage of Redis: the
+ * pool's next acquire, at once after it, still reaches Redis (before, the pool took it for one
+ * and for a second ran its commands without Redis: unthrottled in open mode). */
+Test(sample, a_failed_sample_call_is_no_outage, .timeout = 60)
+{
+    cr_assert_eq(test_redis_int(&fx_redis, "SET %s not-a-zset", SAMPLE), -1000); /* +OK */
+    dbt_client *c = fx_client("DBTHROTTLE_MODE=shadow", "DBTHROTTLE_CACHE_PERMITS=off", NULL);
+    dbt_pool *p = dbt_client_pool(c, "sample");
+    dbt_acquire_opts o = {.limit = 4, .wait_ms = 10000, .conn = "f"};
+    dbt_permit *s;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &s), DBT_ACQ_GRANTED);
+    dbt_release(s);
+    cr_assert(test_wait_until(sample_call_failed, NULL, 10000), "the sample was never sent");
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &s), DBT_ACQ_GRANTED);
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD dbthrottle:{sample}:q:holders"), 1,
+                 "the acquire after the failed sample call reached Redis");
+    dbt_release(s);
+}

@@ -93,13 +93,13 @@ Test(replay, weights_are_units_and_nobody_barges)
     cr_expect_eq(r.waited, 2);
     cr_expect_eq(r.wait_max_us, 90 * MS, "the weight of 2 waits from 10 to 100 ms");
     cr_expect_eq(r.refused, 1, "the weight of 5 never fits a limit of 4");
-    cr_expect_eq(r.server.peak, 2, "the 2 and the 1 run together after the 3");
+    cr_expect_eq(r.server.peak, 3, "3 units: the 3 alone, then the 2 and the 1 together");
 }
 
 /* What the sample shows, and what the server would see at a limit. */
 Test(replay, concurrency_time_weighted)
 {
-    /* 0-100 ms: 1 running; 100-200: 3; 200-300: 1 (grants at arrival + wait) */
+    /* in units from the arrival, for wait + hold: 0-99 ms 1; 99-100 2; 100-200 3; 200-300 1 */
     dbt_replay_hold h[] = {
         {.arrival_us = 0, .hold_us = 300 * MS, .weight = 1, .conn = 1},
         {.arrival_us = 99 * MS, .wait_us = 1 * MS, .hold_us = 100 * MS, .weight = 1, .conn = 2},
@@ -110,12 +110,37 @@ Test(replay, concurrency_time_weighted)
     cr_assert(dbt_replay_observed(h, 3, &c, &span));
     cr_expect_eq(span, 300 * MS);
     cr_expect_eq(c.peak, 3);
-    cr_expect_float_eq(c.mean, 5.0 / 3, 1e-9, "mean %f", c.mean);
+    cr_expect_float_eq(c.mean, 501.0 / 300, 1e-9, "mean %f", c.mean);
     cr_expect_eq(c.p50, 1);
     cr_expect_eq(c.p99, 3);
     dbt_replay_result r = run(h, 3, 2, -1);
     cr_expect_eq(r.server.peak, 2, "never above the limit");
     cr_expect_gt(r.server.at_limit_share, 0.3);
+}
+
+/* A waiter granted before its timeout leaves its timeout behind: not the span's end. */
+Test(replay, a_timeout_after_the_grant_ends_nothing)
+{
+    dbt_replay_hold h[] = {{.arrival_us = 0, .hold_us = 100 * MS, .weight = 1, .conn = 1},
+                           {.arrival_us = 0, .hold_us = 10 * MS, .weight = 1, .conn = 2}};
+    dbt_replay_result r = run(h, 2, 1, 1000 * MS);
+    cr_expect_eq(r.span_us, 110 * MS, "span %lld us", (long long)r.span_us);
+    cr_expect_float_eq(r.server.at_limit_share, 1.0, 1e-9);
+}
+
+/* Weights count as units in the concurrency seen, and the sample at its own peak waits nothing. */
+Test(replay, concurrency_is_in_units)
+{
+    dbt_replay_hold h[] = {
+        {.arrival_us = 0, .wait_us = 1 * MS, .hold_us = 50 * MS, .weight = 4, .conn = 1},
+        {.arrival_us = 10 * MS, .wait_us = 1 * MS, .hold_us = 50 * MS, .weight = 2, .conn = 2}};
+    dbt_replay_concurrency c;
+    int64_t span;
+    cr_assert(dbt_replay_observed(h, 2, &c, &span));
+    cr_expect_eq(c.peak, 6);
+    dbt_replay_result r = run(h, 2, c.peak, -1);
+    cr_expect_eq(r.waited, 0, "at the sample's own peak, nobody waits");
+    cr_expect_eq(r.server.peak, 6);
 }
 
 Test(replay, nothing_to_replay)

@@ -114,7 +114,7 @@ typedef enum {
 #define DBT_SAMPLE_CAP    100000
 #define DBT_SAMPLE_AGE_MS 3600000
 #define DBT_SAMPLE_BUF    2048
-#define DBT_SAMPLE_CHUNK  256
+#define DBT_SAMPLE_CHUNK  128
 /* sql= is matched against the first this many bytes of a command's text (a bound on its cost). */
 #define DBT_RULE_SQL_MAX 512
 typedef struct {
