@@ -342,6 +342,24 @@ static void print_json(const char *pool, const char *kind, const sample *s,
     printf("]}\n");
 }
 
+/* -1 when Redis knows the pool; else its exit status, said in one line (a typo, most likely: the
+ * pools there are named). */
+static int refuse_unknown_pool(dbt_redis *r, const dbt_config *cfg, const char *pool,
+                               const char *name)
+{
+    char err[DBT_ERRLEN];
+    int seen = cli_pool_seen(r, cfg, pool, err);
+    if (seen < 0)
+        return cli_fail("report", "pool %s: %s", name, err);
+    if (seen)
+        return -1;
+    char known[CLI_KNOWN_POOLS_LEN];
+    cli_known_pools(r, cfg, known, sizeof known);
+    fprintf(stderr, "dbthrottle report: pool %s: no worker has used it (a typo?); %s\n", name,
+            known);
+    return EXIT_USAGE;
+}
+
 /* The wait timeout the pool's workers have (the default of --wait-timeout): the value in force in
  * most of its processes, else its live value, else the one of the settings this command reads
  * (cfg's, already in *ms); and where it came from, for the output. */
@@ -455,7 +473,7 @@ int cmd_report(int argc, char **argv)
     }
     char name[220];
     cli_escape_name(pool, 200, true, name, sizeof name);
-    int rc = cli_refuse_unknown_pool("report", r, &cfg, pool, false);
+    int rc = refuse_unknown_pool(r, &cfg, pool, name);
     char timeout_from[128] = "--wait-timeout";
     if (rc < 0 && !timeout_given)
         pool_wait_timeout(r, &cfg, pool, &timeout_ms, timeout_from, sizeof timeout_from);
@@ -491,14 +509,17 @@ int cmd_report(int argc, char **argv)
         fprintf(stderr,
                 "dbthrottle report: pool %s has no sample of its %s permits: one is kept while "
                 "the pool runs in shadow mode (dbthrottle set %s mode shadow, or "
-                "DBTHROTTLE_MODE=shadow)\n",
-                name, kind_word, name);
+                "DBTHROTTLE_MODE=shadow)%s, for an hour after its last command\n",
+                name, kind_word, name,
+                kind == DBT_KIND_CONN
+                    ? " and its workers take connection permits (DBTHROTTLE_MAX_CONNECTIONS)"
+                    : "");
         rc = EXIT_USAGE;
     }
     if (rc < 0 && s.n == 0) {
         fprintf(stderr,
-                "dbthrottle report: pool %s: no %s in the sample since --since (%lld kept, "
-                "older)\n",
+                "dbthrottle report: pool %s: no %s permit in the sample within --since (it holds "
+                "%lld, all older)\n",
                 name, kind_word, o.card);
         rc = EXIT_USAGE;
     }

@@ -67,6 +67,23 @@ static void level_summary(const level_time *lt, dbt_replay_concurrency *out)
     out->peak = lt->peak;
 }
 
+/* A hold's place in the run: its connection's commands together, in the order they asked. */
+typedef struct {
+    int conn;
+    int64_t arrival_us;
+    size_t idx;
+} keyed;
+
+static int by_conn_then_arrival(const void *a, const void *b)
+{
+    const keyed *x = a, *y = b;
+    if (x->conn != y->conn)
+        return x->conn < y->conn ? -1 : 1;
+    if (x->arrival_us != y->arrival_us)
+        return x->arrival_us < y->arrival_us ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
 /* ---- the observed concurrency -------------------------------------------------------------- */
 
 typedef struct {
@@ -90,15 +107,28 @@ bool dbt_replay_observed(const dbt_replay_hold *holds, size_t n, dbt_replay_conc
     if (n == 0)
         return true;
     edge *e = malloc(2 * n * sizeof *e);
-    if (!e)
+    keyed *order = malloc(n * sizeof *order);
+    if (!e || !order) {
+        free(e);
+        free(order);
         return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        order[i] = (keyed){holds[i].conn, holds[i].arrival_us, i};
+    qsort(order, n, sizeof *order, by_conn_then_arrival);
     for (size_t i = 0; i < n; i++) {
         /* as the replay holds a unit: from the arrival, for the wait (the acquire's round trip)
-         * and the hold; a weight of w is w units */
-        int64_t start = holds[i].arrival_us;
-        e[2 * i] = (edge){start, holds[i].weight};
-        e[2 * i + 1] = (edge){start + holds[i].wait_us + holds[i].hold_us, -holds[i].weight};
+         * and the hold, a weight of w as w units; and never past its connection's next arrival
+         * (a release a little late, measured after the next command asked: the replay starts
+         * that one after it too) */
+        const dbt_replay_hold *h = &holds[order[i].idx];
+        int64_t start = h->arrival_us, end = start + h->wait_us + h->hold_us;
+        if (i + 1 < n && order[i + 1].conn == h->conn && order[i + 1].arrival_us < end)
+            end = order[i + 1].arrival_us > start ? order[i + 1].arrival_us : start;
+        e[2 * i] = (edge){start, h->weight};
+        e[2 * i + 1] = (edge){end, -h->weight};
     }
+    free(order);
     qsort(e, 2 * n, sizeof *e, edge_cmp);
     level_time lt = {0};
     bool ok = true;
@@ -193,23 +223,6 @@ typedef struct {
     int state;
 } run_hold;
 
-/* A hold's place in the run: its connection's commands together, in the order they asked. */
-typedef struct {
-    int conn;
-    int64_t arrival_us;
-    size_t idx;
-} keyed;
-
-static int by_conn_then_arrival(const void *a, const void *b)
-{
-    const keyed *x = a, *y = b;
-    if (x->conn != y->conn)
-        return x->conn < y->conn ? -1 : 1;
-    if (x->arrival_us != y->arrival_us)
-        return x->arrival_us < y->arrival_us ? -1 : 1;
-    return x->idx < y->idx ? -1 : x->idx > y->idx;
-}
-
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -251,6 +264,13 @@ static void note_units(run *x, int64_t t, int delta)
         x->full_us += t - x->full_since_us;
 }
 
+/* A command's units at this limit: its weight, cut to the limit (as the library cuts a weight
+ * above the limit at its grant: the command then runs alone). */
+static int units_of(const run *x, const run_hold *rh)
+{
+    return rh->h->weight < x->limit ? rh->h->weight : x->limit;
+}
+
 /* The connection of r[i] goes on: its next command asks after its pause. */
 static bool next_of_conn(run *x, size_t i, int64_t t)
 {
@@ -269,13 +289,13 @@ static bool grant_heads(run *x, int64_t t)
             x->qhead++;
             continue;
         }
-        if (x->in_use + rh->h->weight > x->limit)
+        if (x->in_use + units_of(x, rh) > x->limit)
             return true;
         x->qhead++;
         rh->state = ST_RUNNING;
         rh->waited_us = t - rh->asked_us;
-        note_units(x, t, rh->h->weight);
-        if (!level_change(&x->running, t, rh->h->weight))
+        note_units(x, t, units_of(x, rh));
+        if (!level_change(&x->running, t, units_of(x, rh)))
             return false;
         if (!heap_push(&x->h, t + rh->h->wait_us + rh->h->hold_us, EV_END, i))
             return false;
@@ -289,11 +309,6 @@ static bool step(run *x, event ev)
     switch (ev.type) {
     case EV_ARRIVE:
         rh->asked_us = ev.t;
-        if (rh->h->weight > x->limit) { /* it never fits: refused at once */
-            rh->state = ST_REFUSED;
-            x->refused++;
-            return next_of_conn(x, ev.hold, ev.t);
-        }
         rh->state = ST_QUEUED;
         x->queue[x->qtail++] = ev.hold;
         if (x->timeout_us >= 0 && !heap_push(&x->h, ev.t + x->timeout_us, EV_TIMEOUT, ev.hold))
@@ -309,8 +324,8 @@ static bool step(run *x, event ev)
         return grant_heads(x, ev.t) && next_of_conn(x, ev.hold, ev.t);
     case EV_END:
         rh->state = ST_DONE;
-        note_units(x, ev.t, -rh->h->weight);
-        if (!level_change(&x->running, ev.t, -rh->h->weight))
+        note_units(x, ev.t, -units_of(x, rh));
+        if (!level_change(&x->running, ev.t, -units_of(x, rh)))
             return false;
         return grant_heads(x, ev.t) && next_of_conn(x, ev.hold, ev.t);
     }

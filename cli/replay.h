@@ -39,10 +39,10 @@ typedef struct {
 
 /* Runs holds[0..n) at limit (>= 1) with the wait timeout (us; < 0: none), first come first
  * served with no barging: a command is granted when it is at the head of the queue and its
- * weight fits; it is refused when it has waited the timeout, or at once when its weight is above
- * the limit. Each connection asks its next command after its previous one ended (or was
- * refused) plus the pause it had between them as sampled. holds need not be sorted. False when
- * out of memory. */
+ * weight fits (a weight above the limit is cut to it, as the library does: it runs alone); it is
+ * refused when it has waited the timeout. Each connection asks its next command after its previous
+ * one ended (or was refused) plus the pause it had between them as sampled. holds need not be
+ * sorted. False when out of memory. */
 bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_timeout_us,
                 dbt_replay_result *out);
 

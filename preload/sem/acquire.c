@@ -48,6 +48,8 @@ static dbt_acq_result outage_result(dbt_pool *p, dbt_kind kind, const dbt_acquir
         p->st.unthrottled++;
         p->outage_unthrottled++;
         total = p->st.unthrottled;
+        if (shadow)
+            dbt_sample_missed(p, kind, dbt_now_us()); /* ran with no permit: not in the sample */
     } else {
         p->st.refusals++;
         p->outage_refused++;

@@ -109,6 +109,13 @@ void dbt_sample_end(dbt_pool *p, struct dbt_slot *s, int64_t now)
         dbt_pool_wake_bg(p);
 }
 
+void dbt_sample_missed(dbt_pool *p, dbt_kind kind, int64_t now)
+{
+    struct dbt_sample *m = sample_of(p);
+    if (m)
+        count_dropped(m, kind, 1, now);
+}
+
 int64_t dbt_sample_due_us(const dbt_pool *p)
 {
     const struct dbt_sample *m = p->sample;

@@ -16,6 +16,10 @@ void dbt_sample_begin(struct dbt_slot *s, bool shadow, int64_t ask_us, int64_t g
  * pool's buffer, or counted as not kept when that is full. Once per hold. p->mu held. */
 void dbt_sample_end(dbt_pool *p, struct dbt_slot *s, int64_t now);
 
+/* A command of kind ran with no permit (Redis unreachable, in shadow mode): counted as not
+ * sampled, so that the report knows its sample lacks it. p->mu held. */
+void dbt_sample_missed(dbt_pool *p, dbt_kind kind, int64_t now);
+
 /* When the renewer should send the buffer (dbt_now_us; -1: nothing to send). p->mu held. */
 int64_t dbt_sample_due_us(const dbt_pool *p);
 

@@ -243,3 +243,34 @@ Test(sample, a_failed_sample_call_is_no_outage, .timeout = 60)
                  "the acquire after the failed sample call reached Redis");
     dbt_release(s);
 }
+
+static bool sample_says_missed(void *arg)
+{
+    (void)arg;
+    redisContext *c = test_redis_connect(&fx_redis);
+    if (!c)
+        return false;
+    redisReply *r = redisCommand(c, "ZRANGE %s 0 -1", SAMPLE);
+    bool found = false;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
+        found = found || strstr(r->element[i]->str, " x 1") != NULL;
+    if (r)
+        freeReplyObject(r);
+    redisFree(c);
+    return found;
+}
+
+/* A command that ran with no permit while Redis was away (shadow mode runs it) is not in the
+ * sample: once Redis is back, the sample says one is missing, so the report can say so. */
+Test(sample, a_command_run_in_an_outage_is_counted_as_missing, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_MODE=shadow", "DBTHROTTLE_REDIS_TIMEOUT=200ms", NULL);
+    dbt_pool *p = dbt_client_pool(c, "sample");
+    test_redis_kill(&fx_redis);
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 10000, .conn = "o"};
+    dbt_permit *s = NULL;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &s), DBT_ACQ_UNTHROTTLED);
+    cr_assert(test_redis_restart(&fx_redis, NULL));
+    cr_expect(test_wait_until(sample_says_missed, NULL, 20000),
+              "the sample never said a command was missing");
+}

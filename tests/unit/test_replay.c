@@ -79,8 +79,8 @@ Test(replay, a_waiter_is_refused_at_the_timeout_and_its_connection_goes_on)
 }
 
 /* Weights are units, and nobody barges: at a limit of 4, a weight of 3 runs; a weight of 2
- * waits; a weight of 1 that would fit waits behind it. A weight above the limit never fits: it
- * is refused at once. */
+ * waits; a weight of 1 that would fit waits behind it. A weight above the limit is cut to it (as
+ * the library cuts it at the grant): it waits for all the units, and runs alone. */
 Test(replay, weights_are_units_and_nobody_barges)
 {
     dbt_replay_hold h[] = {
@@ -90,10 +90,11 @@ Test(replay, weights_are_units_and_nobody_barges)
         {.arrival_us = 30 * MS, .hold_us = 10 * MS, .weight = 5, .conn = 4},
     };
     dbt_replay_result r = run(h, 4, 4, -1);
-    cr_expect_eq(r.waited, 2);
+    cr_expect_eq(r.waited, 3);
     cr_expect_eq(r.wait_max_us, 90 * MS, "the weight of 2 waits from 10 to 100 ms");
-    cr_expect_eq(r.refused, 1, "the weight of 5 never fits a limit of 4");
-    cr_expect_eq(r.server.peak, 3, "3 units: the 3 alone, then the 2 and the 1 together");
+    cr_expect_eq(r.refused, 0, "the weight of 5 is cut to 4, not refused");
+    cr_expect_eq(r.server.peak, 4, "the weight of 5 runs alone, as 4 units");
+    cr_expect_eq(r.span_us, 120 * MS, "it waits for the 2 and the 1 (100-110 ms), runs 110-120");
 }
 
 /* What the sample shows, and what the server would see at a limit. */
@@ -141,6 +142,21 @@ Test(replay, concurrency_is_in_units)
     dbt_replay_result r = run(h, 2, c.peak, -1);
     cr_expect_eq(r.waited, 0, "at the sample's own peak, nobody waits");
     cr_expect_eq(r.server.peak, 6);
+}
+
+/* A release measured a little after its connection's next command asked (seen with pgbench): the
+ * sample's concurrency does not count the connection twice. */
+Test(replay, a_connection_never_overlaps_itself)
+{
+    dbt_replay_hold h[] = {
+        {.arrival_us = 0, .hold_us = 10 * MS, .weight = 1, .conn = 1},
+        {.arrival_us = 9 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 1},
+        {.arrival_us = 0, .hold_us = 30 * MS, .weight = 1, .conn = 2},
+    };
+    dbt_replay_concurrency c;
+    int64_t span;
+    cr_assert(dbt_replay_observed(h, 3, &c, &span));
+    cr_expect_eq(c.peak, 2, "2 connections, peak %d", c.peak);
 }
 
 Test(replay, nothing_to_replay)
