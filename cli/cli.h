@@ -31,6 +31,7 @@ int cmd_evict(int argc, char **argv);
 int cmd_clients(int argc, char **argv);
 int cmd_set(int argc, char **argv);
 int cmd_settings(int argc, char **argv);
+int cmd_mode(int argc, char **argv);
 int cmd_forget(int argc, char **argv);
 int cmd_class(int argc, char **argv);
 int cmd_acquire(int argc, char **argv);
@@ -96,6 +97,8 @@ int cli_pool_seen(dbt_redis *r, const dbt_config *cfg, const char *pool, char *e
  * likeliest sign, naming the pools that exist; returns -1 to go on (the pool exists, or create). */
 int cli_refuse_unknown_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg, const char *pool,
                             bool create);
+/* The same for a command that only reads the pool (nothing to --create). */
+int cli_refuse_unused_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg, const char *pool);
 /* "the pools there: a, b and 3 more" (the first 12), "no pool is there under this key prefix",
  * or why they could not be listed: what a command that was given an unknown pool says. */
 #define CLI_KNOWN_POOLS_LEN 1024

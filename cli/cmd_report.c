@@ -2,8 +2,10 @@
  * mode's command sample (docs/design.md, "The command sample"; the replay: replay.c). */
 #include "cli.h"
 #include "replay.h"
+#include "report_svg.h"
 #include "route.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -11,10 +13,11 @@
 
 static const char usage[] =
     "usage: dbthrottle report POOL [--limits N,N,...] [--since DURATION] [--wait-timeout D]\n"
-    "                         [--connections] [--json] [--redis URL] [--key-prefix P]\n"
+    "                         [--connections] [--json] [--svg FILE] [--redis URL]\n"
+    "                         [--key-prefix P]\n"
     "\n"
     "Replays the commands a pool's workers ran in shadow mode (DBTHROTTLE_MODE=shadow, or\n"
-    "dbthrottle set POOL mode shadow), as Redis sampled them, through the admission rule at\n"
+    "dbthrottle mode POOL shadow), as Redis sampled them, through the admission rule at\n"
     "each candidate limit: first come first served, weights as units, the wait timeout; each\n"
     "connection asks its next command after the pause it really had. Prints per limit the\n"
     "commands that would have waited, the wait the limit adds (p50, p99, max, over every\n"
@@ -29,7 +32,9 @@ static const char usage[] =
     "                      the wait_timeout in force in most of the pool's processes, else its\n"
     "                      live value, else that of the settings this command reads)\n"
     "  --connections       the connection permits' sample instead of the queries'\n"
-    "  --json              one JSON object\n"
+    "  --json              one JSON object (with the concurrency per minute)\n"
+    "  --svg FILE          also draw it into FILE: each limit's wait p99 and refusals, and the\n"
+    "                      concurrency over time with the limits across it\n"
     "  --redis URL         Redis to read (default: DBTHROTTLE_REDIS_URL, as the library)\n"
     "  --key-prefix P      key prefix (default: DBTHROTTLE_KEY_PREFIX, as the library)\n"
     "\n"
@@ -38,16 +43,15 @@ static const char usage[] =
 
 #define MAX_LIMITS 16
 
-enum { OPT_LIMITS = 1, OPT_SINCE, OPT_WAIT_TIMEOUT, OPT_CONNECTIONS, OPT_JSON };
+enum { OPT_LIMITS = 1, OPT_SINCE, OPT_WAIT_TIMEOUT, OPT_CONNECTIONS, OPT_JSON, OPT_SVG };
 
 /* The sample as read: its holds, and what it says of itself. */
 typedef struct {
     dbt_replay_hold *holds;
     size_t n, cap;
-    long long unrecorded;   /* holds processes could not keep (their "x" members) */
+    long long unrecorded;   /* holds processes could not keep (their members' "dropped") */
     long long would_wait;   /* holds enforcing at the pool's limit then would have queued */
     long long would_refuse; /* ... or refused */
-    long long members;      /* the sample's size, whatever --since */
     int64_t oldest_us;      /* the oldest member's arrival (Redis' clock); 0 none */
     int64_t now_us;         /* Redis' clock as it was read */
     int connections, processes;
@@ -55,14 +59,16 @@ typedef struct {
 } sample;
 
 /* The sample is read a page at a time (ZRANGE by rank: each page costs Redis its own size, not
- * the sample's), so that a report never holds Redis for the whole 100000 members at once. */
-#define PAGE 4096
+ * the sample's), so that a report never holds Redis for the whole sample at once: a page is at
+ * most PAGE chunks of DBT_SAMPLE_CHUNK holds. */
+#define PAGE 64
 
 typedef struct {
     const char *key;
     int64_t since_us; /* -1: all */
     int64_t now_us;
-    long long card, first; /* the sample's size; the rank of its first member since --since */
+    long long card, first; /* the sample's members; the rank of its first one since --since */
+    long long carried;     /* the holds the sample carries (as sample.lua counts them) */
     long long from;        /* the page's first rank */
     bool started;
 } read_op;
@@ -74,8 +80,47 @@ static int64_t time_of(const redisReply *t)
     return strtoll(t->element[0]->str, NULL, 10) * 1000000 + strtoll(t->element[1]->str, NULL, 10);
 }
 
-/* The first call: TIME, ZCARD and the rank --since starts at (ZCOUNT of the older); each call,
- * one page of members, WITHSCORES. On the pool's server. */
+/* A member's head (lua/protocol/sample.def): what it counts toward the cap and the running total
+ * up to it, as sample.lua reads them. False when it has none. */
+static bool member_head(const redisReply *m, long long *carried, long long *total)
+{
+    long long holds, dropped;
+    if (!m || m->type != REDIS_REPLY_STRING)
+        return false;
+    const char *sp = strchr(m->str, ' ');
+    if (!sp || sscanf(sp + 1, "%lld %lld %lld", &holds, &dropped, total) != 3)
+        return false;
+    *carried = holds > 1 ? holds : 1;
+    return true;
+}
+
+/* How many holds the sample carries, from its oldest and newest members (ZRANGE 0 0 and -1 -1),
+ * as sample.lua counts them. */
+static bool read_extent(dbt_redis *r, read_op *o, char *err)
+{
+    const char *first_argv[] = {"ZRANGE", o->key, "0", "0"};
+    const char *last_argv[] = {"ZRANGE", o->key, "-1", "-1"};
+    redisReply *a = dbt_redis_command(r, 4, first_argv, NULL, err);
+    if (!a)
+        return false;
+    redisReply *b = dbt_redis_command(r, 4, last_argv, NULL, err);
+    if (!b) {
+        freeReplyObject(a);
+        return false;
+    }
+    long long c, from, unused, to;
+    if (a->type == REDIS_REPLY_ARRAY && a->elements == 1 && b->type == REDIS_REPLY_ARRAY &&
+        b->elements == 1 && member_head(a->element[0], &c, &from) &&
+        member_head(b->element[0], &unused, &to))
+        o->carried = to - from + c;
+    freeReplyObject(a);
+    freeReplyObject(b);
+    return true;
+}
+
+/* The first call: TIME, ZCARD, the sample's extent and the rank --since starts at (ZCOUNT of the
+ * members sent before it: all their holds are older); each call, one page of members,
+ * WITHSCORES. On the pool's server. */
 static redisReply *read_page_op(dbt_redis *r, void *arg, char *err)
 {
     read_op *o = arg;
@@ -92,6 +137,8 @@ static redisReply *read_page_op(dbt_redis *r, void *arg, char *err)
             return NULL;
         o->card = c->type == REDIS_REPLY_INTEGER ? c->integer : 0;
         freeReplyObject(c);
+        if (o->card > 0 && !read_extent(r, o, err))
+            return NULL;
         o->first = 0;
         if (o->since_us >= 0) {
             char max[32];
@@ -159,54 +206,72 @@ typedef struct {
     uint64_t *conn_of, *proc_of;
 } keys_of;
 
-/* Appends the members of one page (ZRANGE WITHSCORES) to s. False (err set) on a member this
- * version cannot read, or out of memory. */
-static bool parse_page(const redisReply *rep, sample *s, keys_of *ko, char *err)
+/* Room for one more hold in s and ko. False when out of memory. */
+static bool grow(sample *s, keys_of *ko)
 {
-    if (rep->type != REDIS_REPLY_ARRAY)
-        return snprintf(err, DBT_ERRLEN, "unexpected reply to ZRANGE"), false;
-    size_t n = rep->elements / 2;
-    if (s->n + n > s->cap) {
-        size_t cap = s->cap ? s->cap : PAGE;
-        while (cap < s->n + n)
-            cap *= 2;
-        dbt_replay_hold *h = realloc(s->holds, cap * sizeof *h);
-        if (h)
-            s->holds = h;
-        uint64_t *c = realloc(ko->conn_of, cap * sizeof *c);
-        if (c)
-            ko->conn_of = c;
-        uint64_t *q = realloc(ko->proc_of, cap * sizeof *q);
-        if (q)
-            ko->proc_of = q;
-        if (!h || !c || !q)
-            return snprintf(err, DBT_ERRLEN, "out of memory"), false;
-        s->cap = cap;
-    }
-    for (size_t i = 0; i < n; i++) {
-        const redisReply *m = rep->element[2 * i], *score = rep->element[2 * i + 1];
-        if (m->type != REDIS_REPLY_STRING || score->type != REDIS_REPLY_STRING)
+    if (s->n < s->cap)
+        return true;
+    size_t cap = s->cap ? 2 * s->cap : 4096;
+    dbt_replay_hold *h = realloc(s->holds, cap * sizeof *h);
+    if (h)
+        s->holds = h;
+    uint64_t *c = realloc(ko->conn_of, cap * sizeof *c);
+    if (c)
+        ko->conn_of = c;
+    uint64_t *q = realloc(ko->proc_of, cap * sizeof *q);
+    if (q)
+        ko->proc_of = q;
+    if (!h || !c || !q)
+        return false;
+    s->cap = cap;
+    return true;
+}
+
+/* Appends one member's holds to s: those that arrived at cut_us or after (-1: all). A member is
+ * a chunk of one process' holds, "<cid>.<first> <holds> <dropped> <total>\n" then a line per
+ * hold (lua/protocol/sample.def), scored by its call's time (us, Redis' clock): a hold arrived
+ * its "ago" before. False (err set) on a member this version cannot read, or out of memory. */
+static bool parse_member(const char *m, int64_t called_us, int64_t cut_us, sample *s, keys_of *ko,
+                         char *err)
+{
+    const char *sp = strchr(m, ' ');
+    const char *dot = sp ? memchr(m, '.', (size_t)(sp - m)) : NULL;
+    long long nholds, dropped, total;
+    int used = 0;
+    if (!sp || !dot || sscanf(sp + 1, "%lld %lld %lld%n", &nholds, &dropped, &total, &used) != 3 ||
+        sp[1 + used] != '\n' || nholds < 0 || dropped < 0)
+        return snprintf(err, DBT_ERRLEN, "a sample member this version cannot read: \"%.60s\"", m),
+               false;
+    s->unrecorded += dropped;
+    uint64_t proc = fnv(m, (size_t)(dot - m), UINT64_C(14695981039346656037));
+    const char *line = sp + 1 + used + 1;
+    for (long long i = 0; i < nholds; i++) {
+        /* each line on its own: a conversion must not run on into the next */
+        const char *eol = strchr(line, '\n');
+        char one[256];
+        size_t len = eol ? (size_t)(eol - line) : 0;
+        if (eol && len < sizeof one) {
+            memcpy(one, line, len);
+            one[len] = '\0';
+        }
+        long long ago, wait, hold;
+        char conn[32], klass[64] = "";
+        int weight, would;
+        int got = eol && len < sizeof one ? sscanf(one, "%lld %31s %lld %lld %d %d %63s", &ago,
+                                                   conn, &wait, &hold, &weight, &would, klass)
+                                          : 0;
+        if (got < 6 || ago < 0 || wait < 0 || hold < 0 || weight < 1)
+            return snprintf(err, DBT_ERRLEN, "a sample line this version cannot read: \"%.60s\"",
+                            line),
+                   false;
+        line = eol + 1;
+        int64_t arrival = called_us - ago;
+        if (cut_us >= 0 && arrival < cut_us)
             continue;
-        int64_t arrival = strtoll(score->str, NULL, 10);
+        if (!grow(s, ko))
+            return snprintf(err, DBT_ERRLEN, "out of memory"), false;
         if (s->oldest_us == 0 || arrival < s->oldest_us)
             s->oldest_us = arrival;
-        const char *sp = strchr(m->str, ' ');
-        const char *dot = sp ? memchr(m->str, '.', (size_t)(sp - m->str)) : NULL;
-        long long dropped, wait, hold;
-        char conn[32], klass[64] = "";
-        int weight, would, got = 0;
-        if (sp && dot && sscanf(sp + 1, "x %lld", &dropped) == 1) {
-            s->unrecorded += dropped;
-            continue;
-        }
-        if (sp && dot)
-            got = sscanf(sp + 1, "%31s %lld %lld %d %d %63s", conn, &wait, &hold, &weight, &would,
-                         klass);
-        if (got < 5 || wait < 0 || hold < 0 || weight < 1)
-            return snprintf(err, DBT_ERRLEN, "a sample member this version cannot read: \"%.60s\"",
-                            m->str),
-                   false;
-        uint64_t proc = fnv(m->str, (size_t)(dot - m->str), UINT64_C(14695981039346656037));
         s->holds[s->n] = (dbt_replay_hold){
             .arrival_us = arrival, .wait_us = wait, .hold_us = hold, .weight = weight};
         ko->conn_of[s->n] = fnv(conn, strlen(conn), proc);
@@ -214,7 +279,22 @@ static bool parse_page(const redisReply *rep, sample *s, keys_of *ko, char *err)
         s->n++;
         s->would_wait += would == DBT_WOULD_WAIT;
         s->would_refuse += would == DBT_WOULD_REFUSE;
-        s->classes = s->classes || (got == 6 && klass[0]);
+        s->classes = s->classes || (got == 7 && klass[0]);
+    }
+    return true;
+}
+
+/* Appends the members of one page (ZRANGE WITHSCORES) to s. False (err set) as parse_member. */
+static bool parse_page(const redisReply *rep, int64_t cut_us, sample *s, keys_of *ko, char *err)
+{
+    if (rep->type != REDIS_REPLY_ARRAY)
+        return snprintf(err, DBT_ERRLEN, "unexpected reply to ZRANGE"), false;
+    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        const redisReply *m = rep->element[i], *score = rep->element[i + 1];
+        if (m->type != REDIS_REPLY_STRING || score->type != REDIS_REPLY_STRING)
+            continue;
+        if (!parse_member(m->str, strtoll(score->str, NULL, 10), cut_us, s, ko, err))
+            return false;
     }
     return true;
 }
@@ -313,9 +393,21 @@ static void print_text(const char *name, const char *kind, const sample *s,
     }
 }
 
+/* The concurrency per minute, as --json gives it: each minute's start (ms, Redis' clock), its
+ * time-weighted mean and its peak, in units. */
+static void print_minutes(const dbt_replay_bucket *b, size_t nb)
+{
+    printf(",\"per_minute\":[");
+    for (size_t i = 0; i < nb; i++)
+        printf("%s{\"start_ms\":%" PRId64 ",\"mean\":%.3f,\"peak\":%d}", i ? "," : "",
+               b[i].start_us / 1000, b[i].mean, b[i].peak);
+    printf("]");
+}
+
 static void print_json(const char *pool, const char *kind, const sample *s,
                        const dbt_replay_concurrency *seen, int64_t span_us,
-                       const dbt_replay_result *r, int nl, int64_t timeout_ms)
+                       const dbt_replay_result *r, int nl, int64_t timeout_ms,
+                       const dbt_replay_bucket *minutes, size_t nminutes)
 {
     printf("{\"pool\":");
     cli_json_str(stdout, pool);
@@ -339,25 +431,9 @@ static void print_json(const char *pool, const char *kind, const sample *s,
             (double)r[i].wait_p99_us / 1000.0, (double)r[i].wait_max_us / 1000.0, r[i].refused,
             r[i].server.mean, r[i].server.p50, r[i].server.p99, r[i].server.peak,
             r[i].server.at_limit_share);
-    printf("]}\n");
-}
-
-/* -1 when Redis knows the pool; else its exit status, said in one line (a typo, most likely: the
- * pools there are named). */
-static int refuse_unknown_pool(dbt_redis *r, const dbt_config *cfg, const char *pool,
-                               const char *name)
-{
-    char err[DBT_ERRLEN];
-    int seen = cli_pool_seen(r, cfg, pool, err);
-    if (seen < 0)
-        return cli_fail("report", "pool %s: %s", name, err);
-    if (seen)
-        return -1;
-    char known[CLI_KNOWN_POOLS_LEN];
-    cli_known_pools(r, cfg, known, sizeof known);
-    fprintf(stderr, "dbthrottle report: pool %s: no worker has used it (a typo?); %s\n", name,
-            known);
-    return EXIT_USAGE;
+    printf("]");
+    print_minutes(minutes, nminutes);
+    printf("}\n");
 }
 
 /* The wait timeout the pool's workers have (the default of --wait-timeout): the value in force in
@@ -391,6 +467,42 @@ static void pool_wait_timeout(dbt_redis *r, const dbt_config *cfg, const char *p
     cli_view_free(&v);
 }
 
+/* The chart's bucket: about 120 across the span, a round duration of at least a second. */
+static int64_t chart_bucket_us(int64_t span_us)
+{
+    static const int seconds[] = {1, 2, 5, 10, 15, 30, 60, 120, 300, 600};
+    for (size_t i = 0; i < sizeof seconds / sizeof *seconds; i++)
+        if ((int64_t)seconds[i] * 1000000 * 120 >= span_us)
+            return (int64_t)seconds[i] * 1000000;
+    return INT64_C(600000000);
+}
+
+/* Draws the report into path (--svg): -1 when done, else the exit status, said. */
+static int write_svg(const char *path, const sample *s, const char *pool, const char *kind,
+                     const dbt_replay_result *r, int nl, int64_t span_us)
+{
+    dbt_report_chart c = {.pool = pool,
+                          .kind = kind,
+                          .results = r,
+                          .nresults = nl,
+                          .bucket_us = chart_bucket_us(span_us)};
+    dbt_replay_bucket *b = NULL;
+    if (!dbt_replay_timeline(s->holds, s->n, c.bucket_us, &b, &c.nbuckets))
+        return cli_fail("report", "out of memory");
+    c.timeline = b;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        int e = errno;
+        free(b);
+        return cli_fail("report", "--svg %s: %s", path, strerror(e));
+    }
+    bool ok = dbt_report_svg(f, &c);
+    int e = errno;
+    ok = fclose(f) == 0 && ok;
+    free(b);
+    return ok ? -1 : cli_fail("report", "--svg %s: cannot write it: %s", path, strerror(e));
+}
+
 /* The default limits: a quarter, a half, three quarters and all of the peak (distinct, >= 1). */
 static int default_limits(int peak, int *limits)
 {
@@ -414,6 +526,7 @@ int cmd_report(int argc, char **argv)
         {"wait-timeout", required_argument, NULL, OPT_WAIT_TIMEOUT},
         {"connections", no_argument, NULL, OPT_CONNECTIONS},
         {"json", no_argument, NULL, OPT_JSON},
+        {"svg", required_argument, NULL, OPT_SVG},
         {"redis", required_argument, NULL, CLI_OPT_REDIS},
         {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
         {NULL, 0, NULL, 0}};
@@ -421,6 +534,7 @@ int cmd_report(int argc, char **argv)
     int limits[MAX_LIMITS], nlimits = 0;
     int64_t since_ms = -1, timeout_ms = 0;
     bool timeout_given = false, json = false;
+    const char *svg_path = NULL;
     dbt_kind kind = DBT_KIND_QUERY;
     char err[DBT_ERRLEN];
     int opt;
@@ -453,6 +567,11 @@ int cmd_report(int argc, char **argv)
         case OPT_JSON:
             json = true;
             break;
+        case OPT_SVG:
+            if (!optarg[0])
+                return cli_usage_error("report", "--svg: which file?");
+            svg_path = optarg;
+            break;
         default:
             if (!cli_redis_opt(&ro, opt, optarg))
                 return cli_option_error("report", longopts, argv);
@@ -473,7 +592,7 @@ int cmd_report(int argc, char **argv)
     }
     char name[220];
     cli_escape_name(pool, 200, true, name, sizeof name);
-    int rc = refuse_unknown_pool(r, &cfg, pool, name);
+    int rc = cli_refuse_unused_pool("report", r, &cfg, pool);
     char timeout_from[128] = "--wait-timeout";
     if (rc < 0 && !timeout_given)
         pool_wait_timeout(r, &cfg, pool, &timeout_ms, timeout_from, sizeof timeout_from);
@@ -490,7 +609,8 @@ int cmd_report(int argc, char **argv)
         o.key = k.keys[kind][DBT_K_SAMPLE];
     for (bool more = rc < 0; more;) {
         redisReply *rep = dbt_route_run_for(&cfg, r, k.base, read_page_op, &o, err);
-        if (!rep || !parse_page(rep, &s, &ko, err)) {
+        int64_t cut_us = o.since_us < 0 ? -1 : o.now_us - o.since_us;
+        if (!rep || !parse_page(rep, cut_us, &s, &ko, err)) {
             rc = cli_fail("report", "pool %s: %s", name, err);
             more = false;
         } else {
@@ -508,7 +628,7 @@ int cmd_report(int argc, char **argv)
     if (rc < 0 && o.card <= 0) {
         fprintf(stderr,
                 "dbthrottle report: pool %s has no sample of its %s permits: one is kept while "
-                "the pool runs in shadow mode (dbthrottle set %s mode shadow, or "
+                "the pool runs in shadow mode (dbthrottle mode %s shadow, or "
                 "DBTHROTTLE_MODE=shadow)%s, for an hour after its last command\n",
                 name, kind_word, name,
                 kind == DBT_KIND_CONN
@@ -519,11 +639,12 @@ int cmd_report(int argc, char **argv)
     if (rc < 0 && s.n == 0) {
         fprintf(stderr,
                 "dbthrottle report: pool %s: no %s permit in the sample within --since (it holds "
-                "%lld, all older)\n",
-                name, kind_word, o.card);
+                "%lld, none since)\n",
+                name, kind_word, o.carried);
         rc = EXIT_USAGE;
     }
-    if (rc < 0 && since_ms >= 0 && o.card >= DBT_SAMPLE_CAP &&
+    /* (trimmed at its cap: within a chunk of it, as sample.lua trims a member at a time) */
+    if (rc < 0 && since_ms >= 0 && o.carried >= DBT_SAMPLE_CAP - DBT_SAMPLE_CHUNK &&
         s.oldest_us > o.now_us - since_ms * 1000 + 1000000) {
         char kept[32];
         cli_duration((o.now_us - s.oldest_us) / 1000, kept, sizeof kept);
@@ -544,13 +665,24 @@ int cmd_report(int argc, char **argv)
     for (int i = 0; rc < 0 && i < nlimits; i++)
         if (!dbt_replay(s.holds, s.n, limits[i], timeout_us, &res[i]))
             rc = cli_fail("report", "out of memory");
+    if (rc < 0 && svg_path)
+        rc = write_svg(svg_path, &s, pool, kind_word, res, nlimits, span_us);
+    dbt_replay_bucket *minutes = NULL;
+    size_t nminutes = 0;
+    if (rc < 0 && json &&
+        !dbt_replay_timeline(s.holds, s.n, INT64_C(60000000), &minutes, &nminutes))
+        rc = cli_fail("report", "out of memory");
     if (rc < 0) {
         if (json)
-            print_json(pool, kind_word, &s, &seen, span_us, res, nlimits, timeout_ms);
+            print_json(pool, kind_word, &s, &seen, span_us, res, nlimits, timeout_ms, minutes,
+                       nminutes);
         else
             print_text(name, kind_word, &s, &seen, span_us, res, nlimits, timeout_ms, timeout_from);
+        if (!json && svg_path)
+            printf("\n  drawn into %s\n", svg_path);
         rc = fflush(stdout) == 0 ? 0 : cli_fail("report", "cannot write the output");
     }
+    free(minutes);
     free(s.holds);
     if (keys)
         dbt_keys_free(&k);

@@ -238,6 +238,22 @@ int cli_refuse_unknown_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg
     return EXIT_USAGE;
 }
 
+int cli_refuse_unused_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg, const char *pool)
+{
+    char err[DBT_ERRLEN], name[256];
+    cli_escape_name(pool, 200, true, name, sizeof name);
+    int seen = cli_pool_seen(r, cfg, pool, err);
+    if (seen < 0)
+        return cli_fail(cmd, "pool %s: %s", name, err);
+    if (seen)
+        return -1;
+    char known[CLI_KNOWN_POOLS_LEN];
+    cli_known_pools(r, cfg, known, sizeof known);
+    fprintf(stderr, "dbthrottle %s: pool %s: no worker has used it (a typo?); %s\n", cmd, name,
+            known);
+    return EXIT_USAGE;
+}
+
 void cli_known_pools(dbt_redis *r, const dbt_config *cfg, char *out, size_t cap)
 {
     char err[DBT_ERRLEN];

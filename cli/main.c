@@ -21,6 +21,7 @@ static const struct {
     {"evict", cmd_evict, "free one stuck permit by hand"},
     {"set", cmd_set, "set a pool's live setting for every worker (wait_timeout, ...)"},
     {"settings", cmd_settings, "list a pool's live settings"},
+    {"mode", cmd_mode, "show or switch a pool's mode (enforce or shadow) for every worker"},
     {"forget", cmd_forget, "remove a pool nobody uses from Redis (status lists it no more)"},
     {"class", cmd_class, "define a pool's classes: guaranteed shares, priority, waits"},
     {"acquire", cmd_acquire, "run any command while it holds a permit of a pool"},

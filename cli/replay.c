@@ -99,19 +99,15 @@ static int edge_cmp(const void *a, const void *b)
     return x->delta - y->delta; /* an end before a start at the same instant */
 }
 
-bool dbt_replay_observed(const dbt_replay_hold *holds, size_t n, dbt_replay_concurrency *out,
-                         int64_t *span_us)
+/* The observed concurrency's edges, sorted (2n of them, into *out; NULL when out of memory). */
+static edge *observed_edges(const dbt_replay_hold *holds, size_t n)
 {
-    memset(out, 0, sizeof *out);
-    *span_us = 0;
-    if (n == 0)
-        return true;
     edge *e = malloc(2 * n * sizeof *e);
     keyed *order = malloc(n * sizeof *order);
     if (!e || !order) {
         free(e);
         free(order);
-        return false;
+        return NULL;
     }
     for (size_t i = 0; i < n; i++)
         order[i] = (keyed){holds[i].conn, holds[i].arrival_us, i};
@@ -130,6 +126,19 @@ bool dbt_replay_observed(const dbt_replay_hold *holds, size_t n, dbt_replay_conc
     }
     free(order);
     qsort(e, 2 * n, sizeof *e, edge_cmp);
+    return e;
+}
+
+bool dbt_replay_observed(const dbt_replay_hold *holds, size_t n, dbt_replay_concurrency *out,
+                         int64_t *span_us)
+{
+    memset(out, 0, sizeof *out);
+    *span_us = 0;
+    if (n == 0)
+        return true;
+    edge *e = observed_edges(holds, n);
+    if (!e)
+        return false;
     level_time lt = {0};
     bool ok = true;
     for (size_t i = 0; ok && i < 2 * n; i++)
@@ -141,6 +150,56 @@ bool dbt_replay_observed(const dbt_replay_hold *holds, size_t n, dbt_replay_conc
     free(lt.at);
     free(e);
     return ok;
+}
+
+bool dbt_replay_timeline(const dbt_replay_hold *holds, size_t n, int64_t bucket_us,
+                         dbt_replay_bucket **out, size_t *nbuckets)
+{
+    *out = NULL;
+    *nbuckets = 0;
+    if (n == 0 || bucket_us <= 0)
+        return true;
+    edge *e = observed_edges(holds, n);
+    if (!e)
+        return false;
+    int64_t from = e[0].t, to = e[2 * n - 1].t;
+    size_t nb = (size_t)((to - from) / bucket_us) + 1;
+    dbt_replay_bucket *b = calloc(nb, sizeof *b);
+    if (!b) {
+        free(e);
+        return false;
+    }
+    for (size_t i = 0; i < nb; i++)
+        b[i].start_us = from + (int64_t)i * bucket_us;
+    /* The level holds from each edge to the next: its time goes to the buckets it spans, and it
+     * is each one's peak candidate (a level reached and left at one instant counts too). */
+    int level = 0;
+    for (size_t i = 0; i < 2 * n; i++) {
+        level += e[i].delta;
+        int64_t t = e[i].t, next = i + 1 < 2 * n ? e[i + 1].t : t;
+        size_t k = (size_t)((t - from) / bucket_us);
+        if (level > b[k].peak)
+            b[k].peak = level;
+        while (t < next) {
+            int64_t edge_of = from + (int64_t)(k + 1) * bucket_us;
+            int64_t upto = next < edge_of ? next : edge_of;
+            b[k].units_us += (double)level * (double)(upto - t);
+            t = upto;
+            if (t == edge_of && t < next) {
+                k++;
+                if (level > b[k].peak)
+                    b[k].peak = level;
+            }
+        }
+    }
+    for (size_t i = 0; i < nb; i++) {
+        int64_t len = i + 1 < nb ? bucket_us : to - b[i].start_us;
+        b[i].mean = len > 0 ? b[i].units_us / (double)len : 0;
+    }
+    free(e);
+    *out = b;
+    *nbuckets = nb;
+    return true;
 }
 
 /* ---- the replay ---------------------------------------------------------------------------- */

@@ -50,4 +50,17 @@ bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_
 bool dbt_replay_observed(const dbt_replay_hold *holds, size_t n, dbt_replay_concurrency *out,
                          int64_t *span_us);
 
+/* The observed concurrency over time, as dbt_replay_observed counts it, in buckets of bucket_us
+ * from the sample's first arrival to its last end (the last bucket as long as what is left of
+ * it): each one's time-weighted mean and its peak. *out is malloc()ed (free it); none when n is
+ * 0. False when out of memory. */
+typedef struct {
+    int64_t start_us;
+    double units_us; /* units in use times their time within the bucket */
+    double mean;
+    int peak;
+} dbt_replay_bucket;
+bool dbt_replay_timeline(const dbt_replay_hold *holds, size_t n, int64_t bucket_us,
+                         dbt_replay_bucket **out, size_t *nbuckets);
+
 #endif

@@ -79,7 +79,8 @@ chunk_n=$(sed -n 's/^#define DBT_SAMPLE_CHUNK  *\([0-9]*\)$/\1/p' "$config_h")
 cap=$(sed -n 's/^#define DBT_SAMPLE_CAP  *\([0-9]*\)$/\1/p' "$config_h")
 keys=$(awk '$1 == "key" && $0 !~ /sent=no/ { printf "dbthrottle:{rbcost}:q:%s ", $3 }' "$top/lua/protocol/keys.def")
 nkeys=$(echo $keys | wc -w)
-chunk=$($py -c "print(''.join('%d c%d 500 12000 1 0 \\n' % ($chunk_n - i, i % 9) for i in range($chunk_n)), end='')")
+# lines as sample.c writes them: ages in us, an 8-hex connection, wait and hold in us
+chunk=$($py -c "print(''.join('%d %08x 512 12345 1 0 \\n' % (1000 * ($chunk_n - i), 0x9e3779b1 * (i % 9) & 0xffffffff) for i in range($chunk_n)), end='')")
 sha=$(rcli script load "$(cat "$top/build/gen/scripts/sample.lua")")
 cost() { # cost CALLS FIRST: CALLS chunks from serial FIRST; prints Redis' usec per call
     rcli config resetstat >/dev/null
@@ -87,7 +88,7 @@ cost() { # cost CALLS FIRST: CALLS chunks from serial FIRST; prints Redis' usec 
     while [ $i -lt "$1" ]; do
         # shellcheck disable=SC2086
         rcli evalsha "$sha" "$nkeys" $keys "dbthrottle:{rbcost}:wake:" q 10000 30000 "" 0 0 "" "" \
-            00000000000000bb $(($2 + i * chunk_n)) "$chunk" 0 >/dev/null
+            00000000000000bb $(($2 + i * chunk_n)) "$chunk_n" "$chunk" 0 >/dev/null
         i=$((i + 1))
     done
     rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '$1 == "cmdstat_evalsha" { printf "%.0f", $7 }'
@@ -99,5 +100,5 @@ atcap=$(cost 40 10000000)
 mem=$(rcli memory usage "dbthrottle:{rbcost}:q:sample")
 echo
 echo "sample.lua, a chunk of $chunk_n holds: ${small} us of Redis per call ($(awk -v c="$small" -v n="$chunk_n" 'BEGIN { printf "%.1f", c / n }') us per hold) on a small sample;"
-echo "  ${atcap} us per call ($(awk -v c="$atcap" -v n="$chunk_n" 'BEGIN { printf "%.1f", c / n }') us per hold) at the cap ($(rcli zcard "dbthrottle:{rbcost}:q:sample") holds, $mem bytes)"
+echo "  ${atcap} us per call ($(awk -v c="$atcap" -v n="$chunk_n" 'BEGIN { printf "%.1f", c / n }') us per hold) at the cap ($(rcli zcard "dbthrottle:{rbcost}:q:sample") chunks of $chunk_n holds, $mem bytes)"
 exit $fail

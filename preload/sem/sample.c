@@ -29,7 +29,7 @@ struct dbt_sample {
     int n;
     uint64_t dropped[DBT_NKINDS];
     int64_t dropped_since_us; /* when the first of those came (0: none) */
-    uint64_t serial;          /* the next member's serial (its name: "<cid>.<serial>") */
+    uint64_t serial;          /* the next chunk's first serial (its name: "<cid>.<serial>") */
     int64_t retry_us;         /* after a failed call, not before then (0: at once) */
 };
 
@@ -188,7 +188,7 @@ bool dbt_sample_send(dbt_pool *p)
     if (!any_dropped)
         m->dropped_since_us = 0;
     uint64_t first = m->serial;
-    m->serial += (uint64_t)n + (dropped > 0); /* a member per hold, and one for the dropped */
+    m->serial += (uint64_t)n + 1; /* its holds, and a name for a chunk of none */
     pthread_mutex_unlock(&p->mu);
 
     size_t len = 0;
@@ -198,7 +198,7 @@ bool dbt_sample_send(dbt_pool *p)
         (void)format_hold(&chunk[i], built, text, (size_t)DBT_SAMPLE_CHUNK * SAMPLE_LINE_MAX + 1,
                           &len);
     dbt_script_call call;
-    dbt_build_sample(&call, &p->keys, (dbt_kind)k, p->client->cfg, p->client->cid, first, text,
+    dbt_build_sample(&call, &p->keys, (dbt_kind)k, p->client->cfg, p->client->cid, first, n, text,
                      dropped);
     dbt_lease_bind(p, &call, dbt_lease_us(p) / 1000);
     char err[DBT_ERRLEN];

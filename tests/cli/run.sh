@@ -46,7 +46,7 @@ print(eval(sys.argv[1]))' "$1"
 
 # ---- usage: --help everywhere, exit code 2 on bad usage ---------------------------------------
 echo "# usage"
-for c in run status top check limit drain resume evict forget class; do
+for c in run status top check limit drain resume evict forget class mode report; do
     out=$("$D" $c --help 2>&1)
     rc=$?
     check "$c --help: exit 0 and a usage line" '[ $rc -eq 0 ] && echo "$out" | head -1 | grep -q "^usage: dbthrottle $c"'
@@ -437,7 +437,7 @@ for v in $(grep -o '"DBTHROTTLE_[A-Z_]*[A-Z]"' "$top/preload/base/settings.c" | 
 done
 check "libdbthrottle(7) documents every variable the parser knows${missing:+ (missing:$missing)}" '[ -z "$missing" ]'
 missing=
-for c in run status top check limit drain resume evict forget class; do
+for c in run status top check limit drain resume evict forget class mode report; do
     grep -q "^\.SS \"\?dbthrottle $c" "$top/docs/dbthrottle.1" || missing="$missing $c"
 done
 check "dbthrottle(1) has a section for every command${missing:+ (missing:$missing)}" '[ -z "$missing" ]'

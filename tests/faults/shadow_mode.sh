@@ -1,9 +1,9 @@
 # shadow_mode.sh - DBTHROTTLE_MODE=shadow (docs/design.md, "Shadow mode"). At a limit of 1, four
 # shadow workers never wait: the server ran more than one of their probes at once, Redis counted
 # what enforcing would have queued (its stats: would_wait, and nothing queued), and dbthrottle
-# status lists the processes as shadow. Set live to enforce (dbthrottle set POOL mode enforce),
-# they say so in status, and workers whose own mode is shadow are held to one at a time, judged at
-# the server.
+# status lists the processes as shadow, as dbthrottle mode POOL does. Switched live to enforce
+# (dbthrottle mode POOL enforce: the live setting mode), they say so in status and in dbthrottle
+# mode, and workers whose own mode is shadow are held to one at a time, judged at the server.
 echo "# shadow_mode: counted, never held back; set live to enforce, held to the limit again"
 sm_cli() { "$top/build/dbthrottle" "$@" --redis "redis://127.0.0.1:$rport"; }
 # The states status gives the pool's processes, each once, sorted ("" when none is listed).
@@ -31,11 +31,22 @@ wait_until 10 '[ "$(grep -c "event=mode pool=sm mode=shadow" "$work/workers.err"
 check "shadow_mode: each worker said it runs in shadow mode once, at warn (event=mode: $(grep -c "event=mode pool=sm mode=shadow" "$work/workers.err") lines)" \
     '[ "$(grep -c "event=mode pool=sm mode=shadow" "$work/workers.err")" -eq 4 ]'
 
+sm_cli mode sm >"$work/sm.mode" 2>&1
+check "shadow_mode: dbthrottle mode lists shadow in the 4 processes, from their environment ($(tr '\n' ' ' <"$work/sm.mode"))" \
+    'grep -q "live mode unset" "$work/sm.mode" && grep -q "shadow  *in 4 of its 4 processes (environment)" "$work/sm.mode"'
+sm_cli mode sm sideways >/dev/null 2>"$work/sm.bad"
+sm_rc=$?
+check "shadow_mode: an unknown mode is refused: exit $sm_rc, $(cat "$work/sm.bad")" \
+    '[ "$sm_rc" -eq 2 ] && [ "$(wc -l <"$work/sm.bad")" -eq 1 ] && grep -q "sideways" "$work/sm.bad"'
+
 # Live: enforce. The running workers apply it within a renewal: their records say throttling.
-sm_cli set sm mode enforce --create >"$work/sm.set" 2>&1
+sm_cli mode sm enforce >"$work/sm.set" 2>&1
 wait_until 20 '[ "$(sm_states)" = throttling ]'
-check "shadow_mode: set live to enforce, status lists them as throttling ($(sm_states); $(cat "$work/sm.set"))" \
+check "shadow_mode: switched live to enforce, status lists them as throttling ($(sm_states); $(cat "$work/sm.set"))" \
     '[ "$(sm_states)" = throttling ]'
+sm_cli mode sm >"$work/sm.mode" 2>&1
+check "shadow_mode: dbthrottle mode says so ($(tr '\n' ' ' <"$work/sm.mode"))" \
+    'grep -q "live mode enforce" "$work/sm.mode" && grep -q "enforce  *in 4 of its 4 processes (live)" "$work/sm.mode"'
 for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
 wait_workers
 # Four more whose own mode is shadow: a process' first command waits for the pool's live
@@ -50,5 +61,7 @@ done
 wait_workers
 check "shadow_mode: their own mode is shadow, the live enforce held them to 1 at once at the server (most seen: $(max_conc sm); $(probes sm) of 24 probes)" \
     '[ "$(max_conc sm)" -eq 1 ] && [ "$(probes sm)" -eq 24 ]'
-sm_cli set sm mode --clear >/dev/null 2>&1
+sm_cli mode sm --clear >"$work/sm.clear" 2>&1
+check "shadow_mode: dbthrottle mode --clear removed the live mode ($(cat "$work/sm.clear"))" \
+    '[ -z "$(rcli get "dbthrottle:{sm}:settings" | grep mode=)" ]'
 nothing_left

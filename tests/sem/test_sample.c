@@ -38,7 +38,9 @@ typedef struct {
     int weight, would;
 } member;
 
-/* The sample's members, oldest first (at most cap); returns how many. */
+/* The sample's holds, in their members' order (each member a chunk of one process' holds: a head
+ * line, then one line per hold, lua/protocol/sample.def), at most cap; returns how many. A hold
+ * arrived its "ago" before its member's score. */
 static int read_sample(member *out, int cap)
 {
     redisContext *c = test_redis_connect(&fx_redis);
@@ -46,17 +48,33 @@ static int read_sample(member *out, int cap)
     redisReply *r = redisCommand(c, "ZRANGE %s 0 -1 WITHSCORES", SAMPLE);
     cr_assert(r && r->type == REDIS_REPLY_ARRAY);
     int n = 0;
-    for (size_t i = 0; i + 1 < r->elements && n < cap; i += 2, n++) {
-        member *m = &out[n];
-        memset(m, 0, sizeof *m);
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        int64_t called = strtoll(r->element[i + 1]->str, NULL, 10);
+        char *text = strdup(r->element[i]->str), *save = NULL;
+        cr_assert_not_null(text);
         char id[64];
-        long long w, h;
-        int got = sscanf(r->element[i]->str, "%63s %15s %lld %lld %d %d %39s", id, m->conn, &w, &h,
-                         &m->weight, &m->would, m->klass);
-        cr_assert_geq(got, 6, "member \"%s\"", r->element[i]->str);
-        m->wait_us = w;
-        m->hold_us = h;
-        m->arrival_us = strtoll(r->element[i + 1]->str, NULL, 10);
+        long long holds, dropped, total;
+        char *line = strtok_r(text, "\n", &save);
+        cr_assert(line && sscanf(line, "%63s %lld %lld %lld", id, &holds, &dropped, &total) == 4,
+                  "a member's head: \"%s\"", r->element[i]->str);
+        for (long long h = 0; h < holds; h++) {
+            line = strtok_r(NULL, "\n", &save);
+            cr_assert_not_null(line, "member %s: %lld holds said, %lld there", id, holds, h);
+            if (n == cap)
+                continue;
+            member *m = &out[n++];
+            memset(m, 0, sizeof *m);
+            long long ago, w, hd;
+            int got = sscanf(line, "%lld %15s %lld %lld %d %d %39s", &ago, m->conn, &w, &hd,
+                             &m->weight, &m->would, m->klass);
+            cr_assert_geq(got, 6, "hold \"%s\"", line);
+            m->arrival_us = called - ago;
+            m->wait_us = w;
+            m->hold_us = hd;
+        }
+        cr_assert_null(strtok_r(NULL, "\n", &save), "member %s: more lines than its %lld holds", id,
+                       holds);
+        free(text);
     }
     freeReplyObject(r);
     redisFree(c);
@@ -143,9 +161,41 @@ Test(sample, enforce_mode_samples_nothing, .timeout = 60)
     cr_expect_eq(test_redis_int(&fx_redis, "EXISTS %s", SAMPLE), 0);
 }
 
-/* sample.lua itself, as the library sends it: a burst far above the cap leaves the cap, the
- * oldest gone; a hold older than the age limit goes at once; holds not kept are one member. */
-Test(sample, the_sample_keeps_its_cap_and_age_under_a_burst, .timeout = 120)
+/* The first word of each member (its "<cid>.<first>"), oldest first, joined by spaces. */
+static void member_names(char *out, size_t cap)
+{
+    redisContext *c = test_redis_connect(&fx_redis);
+    cr_assert_not_null(c);
+    redisReply *r = redisCommand(c, "ZRANGE %s 0 -1", SAMPLE);
+    cr_assert(r && r->type == REDIS_REPLY_ARRAY);
+    size_t len = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < r->elements && len < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%.*s", i ? " " : "",
+                                (int)strcspn(r->element[i]->str, " "), r->element[i]->str);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+/* Sends one chunk as the library does: holds lines, then dropped holds; returns sample.lua's
+ * reply (the holds the sample carries). */
+static long long send_chunk(dbt_redis *conn, const dbt_keys *keys, const dbt_config *cfg,
+                            const char *cid, uint64_t first, int nholds, const char *text,
+                            uint64_t dropped)
+{
+    char err[DBT_ERRLEN];
+    long long carried = -1;
+    dbt_script_call c;
+    dbt_build_sample(&c, keys, DBT_KIND_QUERY, cfg, cid, first, nholds, text, dropped);
+    redisReply *rep = dbt_script_run(conn, &c, dbt_parse_sample, &carried, err);
+    cr_assert_not_null(rep, "%s", err);
+    freeReplyObject(rep);
+    return carried;
+}
+
+/* sample.lua itself, as the library sends it: a burst far above the cap leaves the cap in holds
+ * (as Redis holds them: every line counted), the oldest chunks gone; a chunk is one member. */
+Test(sample, the_sample_keeps_its_cap_under_a_burst, .timeout = 120)
 {
     dbt_config cfg;
     test_config(&cfg, &fx_redis, NULL);
@@ -165,39 +215,75 @@ Test(sample, the_sample_keeps_its_cap_and_age_under_a_burst, .timeout = 120)
         for (int i = 0; i < DBT_SAMPLE_CHUNK; i++)
             len += (size_t)snprintf(text + len, cap - len, "%d c%d 0 1000 1 0 \n",
                                     DBT_SAMPLE_CHUNK - i, i % 7);
-        dbt_script_call c;
-        dbt_build_sample(&c, &keys, DBT_KIND_QUERY, &cfg, "00000000000000aa", serial, text, 0);
-        redisReply *rep = dbt_script_run(conn, &c, dbt_parse_sample, &kept, err);
-        cr_assert_not_null(rep, "call %d: %s", call, err);
-        freeReplyObject(rep);
+        kept = send_chunk(conn, &keys, &cfg, "00000000000000aa", serial, DBT_SAMPLE_CHUNK, text, 0);
         serial += DBT_SAMPLE_CHUNK;
     }
-    cr_expect_eq(kept, DBT_SAMPLE_CAP, "the script says %lld kept", kept);
-    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", SAMPLE), DBT_SAMPLE_CAP,
-                 "%d holds sent, the cap kept", calls * DBT_SAMPLE_CHUNK);
-    /* the oldest went: the first call's members are gone, the last call's are there */
-    cr_expect_eq(
-        test_redis_int(&fx_redis, "ZSCORE %s %s", SAMPLE, "00000000000000aa.0 c0 0 1000 1 0 "),
-        -1000);
+    long long members = test_redis_int(&fx_redis, "ZCARD %s", SAMPLE);
+    cr_expect_eq(members * DBT_SAMPLE_CHUNK, kept, "%lld chunks of %d, the script says %lld held",
+                 members, DBT_SAMPLE_CHUNK, kept);
+    cr_expect(kept <= DBT_SAMPLE_CAP && kept > DBT_SAMPLE_CAP - DBT_SAMPLE_CHUNK,
+              "%d holds sent, %lld kept: the cap (%d) within a chunk", calls * DBT_SAMPLE_CHUNK,
+              kept, DBT_SAMPLE_CAP);
+    member *all = malloc((size_t)(DBT_SAMPLE_CAP + DBT_SAMPLE_CHUNK) * sizeof *all);
+    cr_assert_not_null(all);
+    int n = read_sample(all, DBT_SAMPLE_CAP + DBT_SAMPLE_CHUNK);
+    cr_expect_eq(n, kept, "Redis holds %d holds' lines, the script counts %lld", n, kept);
+    free(all);
+    /* the oldest went: the first call's chunk is gone, the last call's is there */
+    char *names = malloc(64 * (size_t)members + 1);
+    cr_assert_not_null(names);
+    member_names(names, 64 * (size_t)members + 1);
+    cr_expect(strncmp(names, "00000000000000aa.0 ", 19) != 0, "the first chunk is kept");
+    char last[64];
+    snprintf(last, sizeof last, " 00000000000000aa.%llu",
+             (unsigned long long)(serial - DBT_SAMPLE_CHUNK));
+    size_t ln = strlen(last), nn = strlen(names);
+    cr_expect(nn >= ln && strcmp(names + nn - ln, last) == 0, "the last chunk is the newest");
+    free(names);
     long long mem = test_redis_int(&fx_redis, "MEMORY USAGE %s", SAMPLE);
     cr_log_info("the sample at its cap: %lld bytes (%.0f per hold)", mem,
-                (double)mem / DBT_SAMPLE_CAP);
-
-    /* One hold older than the age limit and 5 holds not kept: the old one goes at once. */
-    char old[96];
-    snprintf(old, sizeof old, "%lld c1 0 1000 1 0 \n",
-             (long long)DBT_SAMPLE_AGE_MS * 1000 + 60000000);
-    dbt_script_call c;
-    dbt_build_sample(&c, &keys, DBT_KIND_QUERY, &cfg, "00000000000000bb", 0, old, 5);
-    redisReply *rep = dbt_script_run(conn, &c, dbt_parse_sample, &kept, err);
-    cr_assert_not_null(rep, "%s", err);
-    freeReplyObject(rep);
-    cr_expect_eq(
-        test_redis_int(&fx_redis, "ZSCORE %s %s", SAMPLE, "00000000000000bb.0 c1 0 1000 1 0 "),
-        -1000, "the hold older than the age limit is gone");
-    cr_expect_neq(test_redis_int(&fx_redis, "ZSCORE %s %s", SAMPLE, "00000000000000bb.1 x 5"),
-                  -1000, "the 5 holds not kept are one member");
+                (double)mem / (double)kept);
     free(text);
+    dbt_keys_free(&keys);
+    dbt_redis_free(conn);
+    dbt_config_free(&cfg);
+}
+
+/* A member sent longer ago than the age limit goes at the next call; holds not kept are said in
+ * the head of the chunk that comes with them. */
+Test(sample, an_old_chunk_goes_and_dropped_holds_are_said, .timeout = 60)
+{
+    dbt_config cfg;
+    test_config(&cfg, &fx_redis, NULL);
+    char err[DBT_ERRLEN];
+    dbt_redis *conn = dbt_redis_connect(&cfg, err);
+    cr_assert_not_null(conn, "%s", err);
+    dbt_keys keys;
+    cr_assert(dbt_keys_init(&keys, cfg.key_prefix, "sample"));
+    int64_t old = redis_time_us() - (int64_t)DBT_SAMPLE_AGE_MS * 1000 - 60000000;
+    redisContext *c = test_redis_connect(&fx_redis);
+    cr_assert_not_null(c);
+    redisReply *r = redisCommand(c, "ZADD %s %lld %s", SAMPLE, (long long)old,
+                                 "00000000000000bb.0 1 0 1\n1000 c1 0 1000 1 0 \n");
+    cr_assert(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+    freeReplyObject(r);
+    redisFree(c);
+    long long kept = send_chunk(conn, &keys, &cfg, "00000000000000cc", 0, 2,
+                                "2000 c1 0 1000 1 0 \n1000 c2 0 1000 1 1 \n", 5);
+    cr_expect_eq(kept, 2, "the script says %lld held", kept);
+    char names[256];
+    member_names(names, sizeof names);
+    cr_expect_str_eq(names, "00000000000000cc.0", "the old chunk went, the new one stays");
+    c = test_redis_connect(&fx_redis);
+    cr_assert_not_null(c);
+    r = redisCommand(c, "ZRANGE %s 0 0", SAMPLE);
+    cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+    long long holds = -1, dropped = -1;
+    cr_expect_eq(sscanf(r->element[0]->str, "%*s %lld %lld", &holds, &dropped), 2);
+    cr_expect(holds == 2 && dropped == 5, "its head says %lld holds, %lld not kept", holds,
+              dropped);
+    freeReplyObject(r);
+    redisFree(c);
     dbt_keys_free(&keys);
     dbt_redis_free(conn);
     dbt_config_free(&cfg);
@@ -252,8 +338,10 @@ static bool sample_says_missed(void *arg)
         return false;
     redisReply *r = redisCommand(c, "ZRANGE %s 0 -1", SAMPLE);
     bool found = false;
+    long long holds, dropped;
     for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
-        found = found || strstr(r->element[i]->str, " x 1") != NULL;
+        found = found || (sscanf(r->element[i]->str, "%*s %lld %lld", &holds, &dropped) == 2 &&
+                          dropped == 1);
     if (r)
         freeReplyObject(r);
     redisFree(c);
@@ -273,4 +361,44 @@ Test(sample, a_command_run_in_an_outage_is_counted_as_missing, .timeout = 60)
     cr_assert(test_redis_restart(&fx_redis, NULL));
     cr_expect(test_wait_until(sample_says_missed, NULL, 20000),
               "the sample never said a command was missing");
+}
+
+/* The holds sampled and the holds said not kept, over the whole sample (its members' heads and
+ * lines). */
+static void sample_totals(long long *holds, long long *dropped)
+{
+    redisContext *c = test_redis_connect(&fx_redis);
+    cr_assert_not_null(c);
+    redisReply *r = redisCommand(c, "ZRANGE %s 0 -1", SAMPLE);
+    cr_assert(r && r->type == REDIS_REPLY_ARRAY);
+    *holds = *dropped = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        long long h, d;
+        cr_assert_eq(sscanf(r->element[i]->str, "%*s %lld %lld", &h, &d), 2);
+        *holds += h;
+        *dropped += d;
+    }
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+/* A busy process keeps up: 4 buffers' worth of commands back to back (thousands a second on
+ * loopback) are all sampled, none dropped; the buffer is sent as it fills, not a renewal later. */
+Test(sample, a_busy_process_keeps_up, .timeout = 120)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_MODE=shadow", "DBTHROTTLE_CACHE_PERMITS=off", NULL);
+    dbt_pool *p = dbt_client_pool(c, "sample");
+    dbt_acquire_opts o = {.limit = 64, .wait_ms = 10000, .conn = "busy"};
+    int n = 4 * DBT_SAMPLE_BUF;
+    for (int i = 0; i < n; i++) {
+        dbt_permit *s;
+        cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &s), DBT_ACQ_GRANTED);
+        dbt_release(s);
+    }
+    dbt_client_exit(c);
+    long long holds, dropped;
+    sample_totals(&holds, &dropped);
+    cr_expect_eq(holds + dropped, n, "%d commands: %lld sampled, %lld said not kept", n, holds,
+                 dropped);
+    cr_expect_eq(dropped, 0, "%lld of %d commands not sampled", dropped, n);
 }

@@ -168,3 +168,30 @@ Test(replay, nothing_to_replay)
     cr_assert(dbt_replay_observed(NULL, 0, &c, &span));
     cr_expect_eq(c.peak, 0);
 }
+
+/* The concurrency over time, in buckets of 100 ms: A holds 0-150 ms (weight 2), B 50-250 ms, C
+ * a moment at 260 ms. Bucket 0: 2 units for 50 ms, 3 for 50: mean 2.5, peak 3. Bucket 1: 3 for
+ * 50 ms, 1 for 50: mean 2, peak 3. Bucket 2 (200-300 ms, the last, as long as what is left:
+ * 200-270): 1 for 50 ms, 0 for 10, 1 for 10: mean 60/70, peak 1. */
+Test(replay, the_timeline_has_each_buckets_mean_and_peak)
+{
+    dbt_replay_hold h[] = {{.arrival_us = 0, .hold_us = 150 * MS, .weight = 2, .conn = 1},
+                           {.arrival_us = 50 * MS, .hold_us = 200 * MS, .weight = 1, .conn = 2},
+                           {.arrival_us = 260 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 3}};
+    dbt_replay_bucket *b;
+    size_t nb;
+    cr_assert(dbt_replay_timeline(h, 3, 100 * MS, &b, &nb));
+    cr_assert_eq(nb, 3, "%zu buckets", nb);
+    cr_expect_eq(b[0].start_us, 0);
+    cr_expect_eq(b[2].start_us, 200 * MS);
+    cr_expect_float_eq(b[0].mean, 2.5, 1e-9, "bucket 0's mean %f", b[0].mean);
+    cr_expect_eq(b[0].peak, 3);
+    cr_expect_float_eq(b[1].mean, 2.0, 1e-9, "bucket 1's mean %f", b[1].mean);
+    cr_expect_eq(b[1].peak, 3, "a level carried into a bucket is its peak too (%d)", b[1].peak);
+    cr_expect_float_eq(b[2].mean, 60.0 / 70.0, 1e-9, "bucket 2's mean %f", b[2].mean);
+    cr_expect_eq(b[2].peak, 1);
+    free(b);
+    cr_assert(dbt_replay_timeline(h, 0, 100 * MS, &b, &nb));
+    cr_expect_eq(nb, 0);
+    cr_expect_null(b);
+}

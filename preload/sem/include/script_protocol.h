@@ -135,9 +135,11 @@ void dbt_build_release(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, con
 void dbt_build_cancel(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                       const char *id, bool gave_up);
 /* sample.lua: a chunk of the process' holds for the command sample (sample.c formats holds: one
- * line per hold, as sample.def says); dropped: the holds not kept since the last chunk. */
+ * line per hold, nholds of them, as sample.def says); dropped: the holds not kept since the last
+ * chunk. */
 void dbt_build_sample(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
-                      const char *cid, uint64_t first, const char *holds, uint64_t dropped);
+                      const char *cid, uint64_t first, int nholds, const char *holds,
+                      uint64_t dropped);
 
 /* What local handover did without Redis, per kind, until a renewal adds it to the counters
  * (renew.lua's last arguments). */

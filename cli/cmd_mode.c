@@ -1,0 +1,140 @@
+/* cmd_mode.c - dbthrottle mode: a pool's mode (enforce or shadow), shown as its processes have it,
+ * or switched for every worker: the live setting `mode` (cmd_settings.c writes it, checked by the
+ * library's own parser), the command an operator rolling out looks for (docs/operations.md,
+ * "Rolling out"). */
+#include "cli.h"
+#include "settings.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: dbthrottle mode POOL                    the mode in force in its processes\n"
+    "       dbthrottle mode POOL shadow|enforce     switch every worker of POOL\n"
+    "       dbthrottle mode POOL --clear            each worker back to its own\n"
+    "                           [--create] [--redis URL] [--key-prefix P]\n"
+    "\n"
+    "shadow: no command waits or is refused; each is still counted in Redis, and the pool's\n"
+    "sample feeds dbthrottle report. enforce: the limit holds. The switch is the live setting\n"
+    "mode (as dbthrottle set POOL mode VALUE): every worker takes it within a renewal (a lease\n"
+    "while idle), in place of its own DBTHROTTLE_MODE, until --clear. Without a mode, lists the\n"
+    "modes in force in the pool's processes and where each came from.\n"
+    "\n"
+    "  --clear         remove the live mode: each worker goes back to its own\n"
+    "  --create        a pool Redis has never seen\n"
+    "  --redis URL     Redis to use (default: DBTHROTTLE_REDIS_URL, as the library)\n"
+    "  --key-prefix P  key prefix (default: DBTHROTTLE_KEY_PREFIX, as the library)\n";
+
+/* The modes in force in the pool's processes: "pool "app": shadow (live) in 3 processes, ...". */
+static int show_mode(const cli_redis_opts *ro, const char *pool)
+{
+    dbt_config cfg;
+    if (!cli_load_config("mode", ro, &cfg))
+        return 1;
+    dbt_redis *r = cli_connect("mode", &cfg);
+    if (!r) {
+        dbt_config_free(&cfg);
+        return 1;
+    }
+    char name[220], err[DBT_ERRLEN];
+    cli_escape_name(pool, 200, true, name, sizeof name);
+    int rc = cli_refuse_unused_pool("mode", r, &cfg, pool);
+    cli_pool_view v;
+    bool viewed = false;
+    if (rc < 0 && !(viewed = cli_view_pool(r, &cfg, pool, 0, &v, err)))
+        rc = cli_fail("mode", "pool %s: %s", name, err);
+    if (rc < 0) {
+        rc = 0;
+        const dbt_setting *row = dbt_live_find("mode");
+        dbt_live live;
+        char refused[256];
+        bool have_live = v.settings && dbt_live_parse(v.settings, &live, refused, sizeof refused);
+        bool live_mode = have_live && row && live.set[row - dbt_settings];
+        printf("pool %s: live mode %s\n", name,
+               live_mode ? dbt_mode_name(live.cfg.mode)
+                         : "unset (each worker has its own: DBTHROTTLE_MODE, default enforce)");
+        cli_in_force g[4];
+        int n = row ? cli_in_force_of(&v, have_live ? &live : NULL, row, g, 4) : 0;
+        if (v.nprocs == 0)
+            printf("  in force: no process reports using the pool now\n");
+        for (int i = 0; i < n; i++)
+            printf("  %-8s in %d of its %d process%s (%s)\n", g[i].value, g[i].processes, v.nprocs,
+                   v.nprocs == 1 ? "" : "es", g[i].from);
+        if (have_live)
+            dbt_live_free(&live);
+    }
+    if (viewed)
+        cli_view_free(&v);
+    if (fflush(stdout) != 0)
+        rc = cli_fail("mode", "cannot write the output");
+    dbt_redis_free(r);
+    dbt_config_free(&cfg);
+    return rc;
+}
+
+int cmd_mode(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"clear", no_argument, NULL, 'x'},
+        {"create", no_argument, NULL, 'N'},
+        {"help", no_argument, NULL, 'h'},
+        {"redis", required_argument, NULL, CLI_OPT_REDIS},
+        {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
+        {NULL, 0, NULL, 0}};
+    cli_redis_opts ro = {0};
+    bool clear = false, create = false;
+    int opt;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'x':
+            clear = true;
+            break;
+        case 'N':
+            create = true;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            if (!cli_redis_opt(&ro, opt, optarg))
+                return cli_option_error("mode", longopts, argv);
+        }
+    }
+    int npos = argc - optind;
+    char **pos = argv + optind;
+    if (npos == 0)
+        return cli_usage_error("mode", "which POOL?");
+    if (npos > 2)
+        return cli_usage_error("mode", "too many arguments (POOL, then shadow or enforce)");
+    if (clear && npos == 2)
+        return cli_usage_error("mode", "--clear takes no mode (mode POOL --clear)");
+    if (npos == 1 && !clear)
+        return show_mode(&ro, pos[0]);
+    if (npos == 2 && strcmp(pos[1], "shadow") != 0 && strcmp(pos[1], "enforce") != 0) {
+        char shown[120];
+        cli_escape_name(pos[1], 80, true, shown, sizeof shown);
+        return cli_usage_error("mode", "%s: the mode is shadow or enforce", shown);
+    }
+    /* The live setting, as dbthrottle set writes it: one path, one check, one message. */
+    char *set_argv[10];
+    int n = 0;
+    set_argv[n++] = "set";
+    set_argv[n++] = pos[0];
+    set_argv[n++] = "mode";
+    set_argv[n++] = clear ? "--clear" : pos[1];
+    if (create)
+        set_argv[n++] = "--create";
+    if (ro.redis_url) {
+        set_argv[n++] = "--redis";
+        set_argv[n++] = (char *)ro.redis_url;
+    }
+    if (ro.key_prefix) {
+        set_argv[n++] = "--key-prefix";
+        set_argv[n++] = (char *)ro.key_prefix;
+    }
+    set_argv[n] = NULL;
+    optind = 0; /* getopt_long starts afresh (glibc: 0 also re-reads its environment) */
+    return cmd_set(n, set_argv);
+}

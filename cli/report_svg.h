@@ -1,0 +1,26 @@
+/* report_svg.h - dbthrottle report --svg: the report drawn (report_svg.c). Pure but for the
+ * stream it writes to: tests/unit/test_report_svg.c reads what it draws from made-up results. */
+#ifndef DBT_REPORT_SVG_H
+#define DBT_REPORT_SVG_H
+
+#include "replay.h"
+
+#include <stdio.h>
+
+/* What the chart shows: per candidate limit, the wait p99 it adds, the share of commands that
+ * would wait and the refusals; and the concurrency the fleet had over time (each bucket's peak
+ * and time-weighted mean) with the candidate limits drawn across it. */
+typedef struct {
+    const char *pool; /* as the user named it: escaped here */
+    const char *kind; /* "query" or "connection" */
+    const dbt_replay_result *results;
+    int nresults;
+    const dbt_replay_bucket *timeline;
+    size_t nbuckets;
+    int64_t bucket_us; /* the buckets' start_us: Redis' clock (us since the epoch) */
+} dbt_report_chart;
+
+/* Writes the chart as one SVG document. False when the stream failed. */
+bool dbt_report_svg(FILE *out, const dbt_report_chart *c);
+
+#endif
