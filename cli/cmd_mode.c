@@ -110,6 +110,8 @@ int cmd_mode(int argc, char **argv)
         return cli_usage_error("mode", "too many arguments (POOL, then shadow or enforce)");
     if (clear && npos == 2)
         return cli_usage_error("mode", "--clear takes no mode (mode POOL --clear)");
+    if (npos == 1 && !clear && create)
+        return cli_usage_error("mode", "--create goes with a mode to set (mode POOL shadow)");
     if (npos == 1 && !clear)
         return show_mode(&ro, pos[0]);
     if (npos == 2 && strcmp(pos[1], "shadow") != 0 && strcmp(pos[1], "enforce") != 0) {
@@ -117,13 +119,13 @@ int cmd_mode(int argc, char **argv)
         cli_escape_name(pos[1], 80, true, shown, sizeof shown);
         return cli_usage_error("mode", "%s: the mode is shadow or enforce", shown);
     }
-    /* The live setting, as dbthrottle set writes it: one path, one check, one message. */
-    char *set_argv[10];
+    /* The live setting, as dbthrottle set writes it: one path, one check, one message. Its
+     * options first, then "--": a pool named "-p" is a pool, not an option. */
+    char *set_argv[12];
     int n = 0;
     set_argv[n++] = "set";
-    set_argv[n++] = pos[0];
-    set_argv[n++] = "mode";
-    set_argv[n++] = clear ? "--clear" : pos[1];
+    if (clear)
+        set_argv[n++] = "--clear";
     if (create)
         set_argv[n++] = "--create";
     if (ro.redis_url) {
@@ -134,6 +136,11 @@ int cmd_mode(int argc, char **argv)
         set_argv[n++] = "--key-prefix";
         set_argv[n++] = (char *)ro.key_prefix;
     }
+    set_argv[n++] = "--";
+    set_argv[n++] = pos[0];
+    set_argv[n++] = "mode";
+    if (!clear)
+        set_argv[n++] = pos[1];
     set_argv[n] = NULL;
     optind = 0; /* getopt_long starts afresh (glibc: 0 also re-reads its environment) */
     return cmd_set(n, set_argv);

@@ -58,18 +58,18 @@ typedef struct {
     bool classes; /* some hold had a class */
 } sample;
 
-/* The sample is read a page at a time (ZRANGE by rank: each page costs Redis its own size, not
- * the sample's), so that a report never holds Redis for the whole sample at once: a page is at
- * most PAGE chunks of DBT_SAMPLE_CHUNK holds. */
+/* The sample is read a page at a time, by score (each member's is its own, above the one before:
+ * sample.lua), so that a report never holds Redis for the whole sample at once and a member
+ * trimmed meanwhile shifts nothing: a page is at most PAGE chunks of DBT_SAMPLE_CHUNK holds. */
 #define PAGE 64
 
 typedef struct {
     const char *key;
     int64_t since_us; /* -1: all */
     int64_t now_us;
-    long long card, first; /* the sample's members; the rank of its first one since --since */
-    long long carried;     /* the holds the sample carries (as sample.lua counts them) */
-    long long from;        /* the page's first rank */
+    long long card;    /* the sample's members */
+    long long carried; /* the holds the sample carries (as sample.lua counts them) */
+    char after[32];    /* the last score read ("" none yet) */
     bool started;
 } read_op;
 
@@ -118,9 +118,9 @@ static bool read_extent(dbt_redis *r, read_op *o, char *err)
     return true;
 }
 
-/* The first call: TIME, ZCARD, the sample's extent and the rank --since starts at (ZCOUNT of the
- * members sent before it: all their holds are older); each call, one page of members,
- * WITHSCORES. On the pool's server. */
+/* The first call: TIME, ZCARD and the sample's extent; each call, one page of members,
+ * WITHSCORES: from --since's cut (a member scored before it holds only older holds), then after
+ * the last score read. On the pool's server. */
 static redisReply *read_page_op(dbt_redis *r, void *arg, char *err)
 {
     read_op *o = arg;
@@ -139,25 +139,19 @@ static redisReply *read_page_op(dbt_redis *r, void *arg, char *err)
         freeReplyObject(c);
         if (o->card > 0 && !read_extent(r, o, err))
             return NULL;
-        o->first = 0;
-        if (o->since_us >= 0) {
-            char max[32];
-            snprintf(max, sizeof max, "(%" PRId64, o->now_us - o->since_us);
-            const char *count_argv[] = {"ZCOUNT", o->key, "-inf", max};
-            redisReply *n = dbt_redis_command(r, 4, count_argv, NULL, err);
-            if (!n)
-                return NULL;
-            o->first = n->type == REDIS_REPLY_INTEGER ? n->integer : 0;
-            freeReplyObject(n);
-        }
-        o->from = o->first;
         o->started = true;
     }
-    char start[24], stop[24];
-    snprintf(start, sizeof start, "%lld", o->from);
-    snprintf(stop, sizeof stop, "%lld", o->from + PAGE - 1);
-    const char *argv[] = {"ZRANGE", o->key, start, stop, "WITHSCORES"};
-    return dbt_redis_command(r, 5, argv, NULL, err);
+    char min[40];
+    if (o->after[0])
+        snprintf(min, sizeof min, "(%s", o->after);
+    else if (o->since_us >= 0)
+        snprintf(min, sizeof min, "%" PRId64, o->now_us - o->since_us);
+    else
+        snprintf(min, sizeof min, "-inf");
+    char count[16];
+    snprintf(count, sizeof count, "%d", PAGE);
+    const char *argv[] = {"ZRANGEBYSCORE", o->key, min, "+inf", "WITHSCORES", "LIMIT", "0", count};
+    return dbt_redis_command(r, 8, argv, NULL, err);
 }
 
 /* A 64-bit FNV-1a, to tell connections and processes apart. */
@@ -335,6 +329,9 @@ static bool parse_limits(const char *text, int *limits, int *n, char *err)
             return snprintf(err, DBT_ERRLEN, "--limits: at most %d limits", MAX_LIMITS), false;
         if (!dbt_parse_limit("--limits", one, &limits[*n], err))
             return false;
+        for (int i = 0; i < *n; i++)
+            if (limits[i] == limits[*n])
+                return snprintf(err, DBT_ERRLEN, "--limits: %d is given twice", limits[*n]), false;
         (*n)++;
         if (!comma)
             return true;
@@ -359,13 +356,15 @@ static void print_text(const char *name, const char *kind, const sample *s,
 {
     char span[32], timeout[32];
     cli_duration(span_us / 1000, span, sizeof span);
-    printf("pool %s %s: %zu commands sampled over %s, %d connection%s of %d process%s\n", name,
-           kind, s->n, span, s->connections, s->connections == 1 ? "" : "s", s->processes,
+    /* what a hold is: a command (or transaction), or a connection's life with --connections */
+    const char *holds = strcmp(kind, "connection") == 0 ? "connections" : "commands";
+    printf("pool %s %s: %zu %s sampled over %s, %d connection%s of %d process%s\n", name, kind,
+           s->n, holds, span, s->connections, s->connections == 1 ? "" : "s", s->processes,
            s->processes == 1 ? "" : "es");
     if (s->unrecorded)
-        printf("  not sampled: %lld commands (a process' buffer was full, or Redis did not "
+        printf("  not sampled: %lld %s (a process' buffer was full, or Redis did not "
                "answer): the waits below are low bounds\n",
-               s->unrecorded);
+               s->unrecorded, holds);
     printf(
         "  concurrency it had (units in use, time-weighted): mean %.1f, p50 %d, p99 %d, peak %d\n",
         seen->mean, seen->p50, seen->p99, seen->peak);
@@ -393,21 +392,22 @@ static void print_text(const char *name, const char *kind, const sample *s,
     }
 }
 
-/* The concurrency per minute, as --json gives it: each minute's start (ms, Redis' clock), its
- * time-weighted mean and its peak, in units. */
-static void print_minutes(const dbt_replay_bucket *b, size_t nb)
+/* The concurrency over time, as --json gives it: the period (a minute, longer for a span over a
+ * day), then each period's start (ms, Redis' clock), its time-weighted mean and its peak, in
+ * units. */
+static void print_timeline(const dbt_replay_bucket *b, size_t nb, int64_t period)
 {
-    printf(",\"per_minute\":[");
+    printf(",\"timeline\":{\"period_ms\":%" PRId64 ",\"periods\":[", period / 1000);
     for (size_t i = 0; i < nb; i++)
         printf("%s{\"start_ms\":%" PRId64 ",\"mean\":%.3f,\"peak\":%d}", i ? "," : "",
                b[i].start_us / 1000, b[i].mean, b[i].peak);
-    printf("]");
+    printf("]}");
 }
 
 static void print_json(const char *pool, const char *kind, const sample *s,
                        const dbt_replay_concurrency *seen, int64_t span_us,
                        const dbt_replay_result *r, int nl, int64_t timeout_ms,
-                       const dbt_replay_bucket *minutes, size_t nminutes)
+                       const dbt_replay_bucket *minutes, size_t nminutes, int64_t period)
 {
     printf("{\"pool\":");
     cli_json_str(stdout, pool);
@@ -432,7 +432,7 @@ static void print_json(const char *pool, const char *kind, const sample *s,
             r[i].server.mean, r[i].server.p50, r[i].server.p99, r[i].server.peak,
             r[i].server.at_limit_share);
     printf("]");
-    print_minutes(minutes, nminutes);
+    print_timeline(minutes, nminutes, period);
     printf("}\n");
 }
 
@@ -467,25 +467,31 @@ static void pool_wait_timeout(dbt_redis *r, const dbt_config *cfg, const char *p
     cli_view_free(&v);
 }
 
-/* The chart's bucket: about 120 across the span, a round duration of at least a second. */
-static int64_t chart_bucket_us(int64_t span_us)
+/* A period for the timeline: the first of a round length (at least a second, then minutes and
+ * hours) that cuts the span into at most `most` periods. */
+static int64_t period_us(int64_t span_us, int most)
 {
-    static const int seconds[] = {1, 2, 5, 10, 15, 30, 60, 120, 300, 600};
+    static const int seconds[] = {1,   2,   5,    10,   15,   30,    60,    120,   300,
+                                  600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400};
     for (size_t i = 0; i < sizeof seconds / sizeof *seconds; i++)
-        if ((int64_t)seconds[i] * 1000000 * 120 >= span_us)
+        if ((int64_t)seconds[i] * 1000000 * most >= span_us)
             return (int64_t)seconds[i] * 1000000;
-    return INT64_C(600000000);
+    /* whole days beyond */
+    int64_t day = INT64_C(86400000000);
+    return (span_us / most / day + 1) * day;
 }
 
-/* Draws the report into path (--svg): -1 when done, else the exit status, said. */
-static int write_svg(const char *path, const sample *s, const char *pool, const char *kind,
+/* Draws the report into path (--svg): -1 when done, else the exit status, said (with the cause
+ * of a write that failed, the last flush at fclose included). name: the pool's name as a line
+ * of text shows it (escaped: the SVG is UTF-8, a pool's name need not be). */
+static int write_svg(const char *path, const sample *s, const char *name, const char *kind,
                      const dbt_replay_result *r, int nl, int64_t span_us)
 {
-    dbt_report_chart c = {.pool = pool,
+    dbt_report_chart c = {.pool = name,
                           .kind = kind,
                           .results = r,
                           .nresults = nl,
-                          .bucket_us = chart_bucket_us(span_us)};
+                          .bucket_us = period_us(span_us, 120)};
     dbt_replay_bucket *b = NULL;
     if (!dbt_replay_timeline(s->holds, s->n, c.bucket_us, &b, &c.nbuckets))
         return cli_fail("report", "out of memory");
@@ -496,11 +502,17 @@ static int write_svg(const char *path, const sample *s, const char *pool, const 
         free(b);
         return cli_fail("report", "--svg %s: %s", path, strerror(e));
     }
+    errno = 0;
     bool ok = dbt_report_svg(f, &c);
-    int e = errno;
-    ok = fclose(f) == 0 && ok;
+    int e = ok ? 0 : errno;
+    if (fclose(f) != 0 && ok) {
+        ok = false;
+        e = errno;
+    }
     free(b);
-    return ok ? -1 : cli_fail("report", "--svg %s: cannot write it: %s", path, strerror(e));
+    return ok ? -1
+              : cli_fail("report", "--svg %s: cannot write it: %s", path,
+                         e ? strerror(e) : "write error");
 }
 
 /* The default limits: a quarter, a half, three quarters and all of the peak (distinct, >= 1). */
@@ -615,7 +627,14 @@ int cmd_report(int argc, char **argv)
             more = false;
         } else {
             more = rep->elements == 2 * PAGE;
-            o.from += PAGE;
+            const redisReply *last = rep->elements >= 2 ? rep->element[rep->elements - 1] : NULL;
+            if (more && (!last || last->type != REDIS_REPLY_STRING ||
+                         strlen(last->str) >= sizeof o.after)) {
+                rc = cli_fail("report", "pool %s: a sample score this version cannot read", name);
+                more = false;
+            } else if (more) {
+                snprintf(o.after, sizeof o.after, "%s", last->str);
+            }
         }
         if (rep)
             freeReplyObject(rep);
@@ -638,9 +657,9 @@ int cmd_report(int argc, char **argv)
     }
     if (rc < 0 && s.n == 0) {
         fprintf(stderr,
-                "dbthrottle report: pool %s: no %s permit in the sample within --since (it holds "
-                "%lld, none since)\n",
-                name, kind_word, o.carried);
+                "dbthrottle report: pool %s: no %s permit in the sample within --since (all it "
+                "holds is older)\n",
+                name, kind_word);
         rc = EXIT_USAGE;
     }
     /* (trimmed at its cap: within a chunk of it, as sample.lua trims a member at a time) */
@@ -666,16 +685,19 @@ int cmd_report(int argc, char **argv)
         if (!dbt_replay(s.holds, s.n, limits[i], timeout_us, &res[i]))
             rc = cli_fail("report", "out of memory");
     if (rc < 0 && svg_path)
-        rc = write_svg(svg_path, &s, pool, kind_word, res, nlimits, span_us);
+        rc = write_svg(svg_path, &s, name, kind_word, res, nlimits, span_us);
+    /* --json's timeline: a minute a period, or longer ones for a span over a day (a connection
+     * held for days): at most 1440 */
     dbt_replay_bucket *minutes = NULL;
     size_t nminutes = 0;
-    if (rc < 0 && json &&
-        !dbt_replay_timeline(s.holds, s.n, INT64_C(60000000), &minutes, &nminutes))
+    int64_t json_period_us =
+        span_us > INT64_C(86400000000) ? period_us(span_us, 1440) : INT64_C(60000000);
+    if (rc < 0 && json && !dbt_replay_timeline(s.holds, s.n, json_period_us, &minutes, &nminutes))
         rc = cli_fail("report", "out of memory");
     if (rc < 0) {
         if (json)
             print_json(pool, kind_word, &s, &seen, span_us, res, nlimits, timeout_ms, minutes,
-                       nminutes);
+                       nminutes, json_period_us);
         else
             print_text(name, kind_word, &s, &seen, span_us, res, nlimits, timeout_ms, timeout_from);
         if (!json && svg_path)

@@ -162,8 +162,10 @@ bool dbt_replay_timeline(const dbt_replay_hold *holds, size_t n, int64_t bucket_
     edge *e = observed_edges(holds, n);
     if (!e)
         return false;
+    /* periods from the first arrival up to the last end: a span of whole periods has no empty
+     * one after it (at least one period, for a span of an instant) */
     int64_t from = e[0].t, to = e[2 * n - 1].t;
-    size_t nb = (size_t)((to - from) / bucket_us) + 1;
+    size_t nb = to > from ? (size_t)((to - from + bucket_us - 1) / bucket_us) : 1;
     dbt_replay_bucket *b = calloc(nb, sizeof *b);
     if (!b) {
         free(e);
@@ -178,6 +180,8 @@ bool dbt_replay_timeline(const dbt_replay_hold *holds, size_t n, int64_t bucket_
         level += e[i].delta;
         int64_t t = e[i].t, next = i + 1 < 2 * n ? e[i + 1].t : t;
         size_t k = (size_t)((t - from) / bucket_us);
+        if (k >= nb) /* the last end, on a period's bound */
+            k = nb - 1;
         if (level > b[k].peak)
             b[k].peak = level;
         while (t < next) {

@@ -11,7 +11,7 @@
  * would wait and the refusals; and the concurrency the fleet had over time (each bucket's peak
  * and time-weighted mean) with the candidate limits drawn across it. */
 typedef struct {
-    const char *pool; /* as the user named it: escaped here */
+    const char *pool; /* UTF-8 (the caller escapes other bytes); XML-escaped here */
     const char *kind; /* "query" or "connection" */
     const dbt_replay_result *results;
     int nresults;

@@ -14,7 +14,7 @@ local function int(x)
 end
 -- A member's head: "<cid>.<first> <holds> <dropped> <total>\n". What it counts toward the cap
 -- (its holds, at least one: a member of holds not kept is one), and the running total of what
--- the sample's members carried up to it (nil: a member of an older version, one hold a member).
+-- the sample's members carried up to it (nil: not a member this version wrote).
 local function head(m)
     local holds, total = string.match(m, '^%S+ (%d+) %d+ (%d+)\n')
     if not holds then
@@ -22,54 +22,62 @@ local function head(m)
     end
     return math.max(1, tonumber(holds)), tonumber(total)
 end
-local function first_of(range)
-    return redis.call('ZRANGE', key, range, range)[1]
+
+-- Each member is scored above the newest: its rank is its call's order, so the newest's total is
+-- the last written (a Redis whose clock stepped back, or a failover to a server whose clock is
+-- behind, must not have each call read the same stale newest and count its chunk as the only
+-- one), and scores are distinct, which the report pages by.
+local carried = math.max(1, ARG.nholds)
+local score, total = now_us, carried
+local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+local foreign = false
+if newest[1] then
+    local _, before = head(newest[1])
+    score = math.max(now_us, tonumber(newest[2]) + 1)
+    if before then
+        total = before + carried
+    else
+        foreign = true
+    end
 end
--- How many holds the sample carries, its newest member's total being `to` (this call's): that
--- less the oldest's, its own counted. With members of another format among them, an upper
--- bound (each member counted as one besides the newest's total), which only trims sooner.
-local function count(to)
-    local oldest = first_of(0)
+redis.call('ZADD', key, int(score), ARG.cid .. '.' .. ARG.first .. ' ' .. ARG.nholds .. ' ' ..
+    ARG.dropped .. ' ' .. int(total) .. '\n' .. ARG.holds)
+-- How many holds the sample carries: this call's total less the oldest member's, its own
+-- counted. Where that cannot be read (a member another version wrote, or totals that do not
+-- rise), an upper bound, every member a full chunk: the sample is then trimmed sooner, never
+-- later.
+local function count()
+    local oldest = redis.call('ZRANGE', key, 0, 0)[1]
     if not oldest then
         return 0
     end
     local c, from = head(oldest)
-    if from then
-        return to - from + c
+    if from and not foreign and from <= total then
+        return total - from + c
     end
-    return redis.call('ZCARD', key) + to
+    return redis.call('ZCARD', key) * SAMPLE_CHUNK
 end
-
-local carried = math.max(1, ARG.nholds)
-local newest = first_of(-1)
-local total = carried
-if newest then
-    local _, before = head(newest)
-    total = (before or redis.call('ZCARD', key)) + carried
-end
-redis.call('ZADD', key, int(now_us), ARG.cid .. '.' .. ARG.first .. ' ' .. ARG.nholds .. ' ' ..
-    ARG.dropped .. ' ' .. int(total) .. '\n' .. ARG.holds)
 -- The oldest go while the sample carries more than its cap: one call's chunk is at most
 -- SAMPLE_CHUNK holds, so as many members at most (and what a version with a larger cap left
 -- behind goes within a few calls).
 local most = 2 * SAMPLE_CHUNK
-local n = count(total)
+local n = count()
 local removed = 0
 while n > SAMPLE_CAP and removed < most do
-    local oldest = first_of(0)
+    local oldest = redis.call('ZRANGE', key, 0, 0)[1]
     if not oldest then
         break
     end
     redis.call('ZREM', key, oldest)
-    n = n - head(oldest)
     removed = removed + 1
+    n = count()
 end
 -- A member is as old as its call: all its holds are older.
 local old = redis.call('ZRANGEBYSCORE', key, '-inf', '(' .. int(now_us - SAMPLE_AGE_MS * 1000),
     'LIMIT', 0, most)
 if #old > 0 then
     redis.call('ZREM', key, unpack(old))
-    n = count(total)
+    n = count()
 end
 redis.call('PEXPIRE', key, SAMPLE_AGE_MS)
 return n

@@ -13,11 +13,13 @@
 #include "registry.h"
 #include "clock.h"
 #include "lease.h"
+#include "live.h"
 #include "pool.h"
 #include "settings.h"
 #include "version.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,7 +48,11 @@ void dbt_registry_record(dbt_pool *p, char *out, int64_t *ttl_ms)
     } else if (atomic_load(&p->mode) == DBT_MODE_SHADOW) {
         /* Counted, never held back: status says so, as loudly as a refusing process. */
         snprintf(r.state, sizeof r.state, "shadow");
-        snprintf(r.reason, sizeof r.reason, "DBTHROTTLE_MODE=shadow: nothing waits or is refused");
+        /* where the mode came from: the process' own, or the operator's live switch */
+        snprintf(r.reason, sizeof r.reason, "%s: nothing waits or is refused",
+                 dbt_pool_live_sets(p, offsetof(dbt_config, mode))
+                     ? "mode shadow, live (dbthrottle mode)"
+                     : "DBTHROTTLE_MODE=shadow");
     } else {
         snprintf(r.state, sizeof r.state, "throttling");
     }

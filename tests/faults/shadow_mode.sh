@@ -61,7 +61,26 @@ done
 wait_workers
 check "shadow_mode: their own mode is shadow, the live enforce held them to 1 at once at the server (most seen: $(max_conc sm); $(probes sm) of 24 probes)" \
     '[ "$(max_conc sm)" -eq 1 ] && [ "$(probes sm)" -eq 24 ]'
+# And the other way: workers whose own mode is enforce, switched live to shadow. Status says
+# where the mode came from (its reason), so that nobody hunts for a DBTHROTTLE_MODE to unset.
+sm_cli mode sm shadow >/dev/null 2>&1
+i=0
+while [ $i -lt 2 ]; do
+    wargs="-s 150" spawn "$work/sm3.out.$i" PGAPPNAME=sm DBTHROTTLE_POOL=sm DBTHROTTLE_MAX_QUERIES=1 \
+        DBTHROTTLE_LEASE=3s DBTHROTTLE_REDIS_TIMEOUT=300ms
+    i=$((i + 1))
+done
+sm_reasons() {
+    sm_cli status sm --json 2>/dev/null | python3 -c 'import json, sys
+print(";".join(sorted({p["state"] + ": " + p.get("reason", "") for p in json.load(sys.stdin).get("processes", [])})))'
+}
+wait_until 20 '[ "$(sm_reasons)" = "shadow: mode shadow, live (dbthrottle mode): nothing waits or is refused" ]'
+check "shadow_mode: switched live to shadow, status says the mode is live, not their own ($(sm_reasons))" \
+    '[ "$(sm_reasons)" = "shadow: mode shadow, live (dbthrottle mode): nothing waits or is refused" ]'
+for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
+wait_workers
 sm_cli mode sm --clear >"$work/sm.clear" 2>&1
-check "shadow_mode: dbthrottle mode --clear removed the live mode ($(cat "$work/sm.clear"))" \
-    '[ -z "$(rcli get "dbthrottle:{sm}:settings" | grep mode=)" ]'
+sm_rc=$?
+check "shadow_mode: dbthrottle mode --clear removed the live mode (exit $sm_rc: $(cat "$work/sm.clear"))" \
+    '[ "$sm_rc" -eq 0 ] && [ "$(rcli exists "dbthrottle:{sm}:settings")" = 1 ] && [ -z "$(rcli get "dbthrottle:{sm}:settings" | grep mode=)" ]'
 nothing_left

@@ -34,16 +34,16 @@ it_shadow_report_predicts() {
     rp_pred=$(printf '%s' "$rp_json" | $py -c 'import json, sys
 r = json.load(sys.stdin)
 l = r["limits"][0]
-m = r["per_minute"]
+m = r["timeline"]["periods"] if r["timeline"]["period_ms"] == 60000 else []
 print(r["commands"], r["observed"]["peak"], "%.3f" % l["wait_p99_ms"], "%.4f" % l["waited_share"], l["server"]["peak"], "%.3f" % l["wait_mean_ms"], max(x["peak"] for x in m) if m else -1)')
     set -- $rp_pred
     rp_cmds=${1:-0} rp_peak=${2:-0} rp_p99=${3:-0} rp_share=${4:-0} rp_speak=${5:-0} rp_mean=${6:-0} rp_mpeak=${7:-0}
     check "the report replayed the shadow run's $((rp_workers * rp_n)) statements ($rp_cmds; peak seen $rp_peak, above the limit of 2; $(head -c 200 "$work/rp.report.err"))" \
         '[ "$rp_cmds" = $((rp_workers * rp_n)) ] && [ "$rp_peak" -gt 2 ] && [ "$rp_speak" -le 2 ]'
-    check "the JSON's per-minute peaks reach the peak seen ($rp_mpeak, $rp_peak)" '[ "$rp_mpeak" = "$rp_peak" ]'
+    check "the JSON's timeline: minutes whose peaks reach the peak seen ($rp_mpeak, $rp_peak)" '[ "$rp_mpeak" = "$rp_peak" ]'
     # The chart: a valid SVG (read by Python's XML parser), a bar per limit, a wait at the lower
     # limit at least as long as at the higher, and each limit a line across the concurrency.
-    rp_cli report rp_shadow --limits 1,2,4 --wait-timeout 1m --svg "$work/rp.svg" >/dev/null 2>"$work/rp.svg.err"
+    rp_cli report rp_shadow --limits 1,2,4 --wait-timeout 1m --svg "$work/rp.svg" >"$work/rp.text" 2>"$work/rp.svg.err"
     rp_svg=$($py -c 'import sys, xml.etree.ElementTree as E
 ns = "{http://www.w3.org/2000/svg}"
 t = E.parse(sys.argv[1]).getroot()
@@ -51,7 +51,7 @@ bars = [float(r.get("height")) for r in t.iter(ns + "rect") if r.find(ns + "titl
 lines = [l for l in t.iter(ns + "line") if l.get("stroke-dasharray")]
 print(len(bars), len(lines), "ordered" if len(bars) == 3 and bars[0] >= bars[1] > 0 else bars)' "$work/rp.svg" 2>&1 | tail -1)
     check "--svg drew a valid SVG: 3 bars, 3 limit lines, the wait at 1 at least that at 2 ($rp_svg; $(head -c 200 "$work/rp.svg.err"))" \
-        '[ "$rp_svg" = "3 3 ordered" ]'
+        '[ "$rp_svg" = "3 3 ordered" ] && grep -q "drawn into $work/rp.svg" "$work/rp.text"'
     rp_run rp_enforce enforce
     check "the enforced run's workers ended well ($rp_bad did not)" '[ "$rp_bad" = 0 ]'
     # measured: each statement's latency beyond its sleep, less the run's least such overhead;
@@ -82,6 +82,7 @@ print("%.3f" % waits[i], "%.4f" % (sum(w > 1.0 for w in waits) / len(waits)), le
     rp_refuses "a limit that is not a whole number" "--limits" rp_shadow --limits 4,x
     rp_refuses "a limit of 0" "--limits" rp_shadow --limits 0
     rp_refuses "an empty limit" "--limits" rp_shadow --limits 4,,8
+    rp_refuses "a limit given twice" "2 is given twice" rp_shadow --limits 2,4,2
     rp_refuses "a --since beyond what is kept" "keeps the last 60 minutes" rp_shadow --since 2h
     rp_refuses "a pool with no sample (it enforced)" "no sample of its query permits" rp_enforce
     rp_refuses "a pool nobody used" "no worker has used it" rp_nobody

@@ -402,3 +402,49 @@ Test(sample, a_busy_process_keeps_up, .timeout = 120)
                  dropped);
     cr_expect_eq(dropped, 0, "%lld of %d commands not sampled", dropped, n);
 }
+
+/* Redis' clock stepped back (or a failover to a server whose clock is behind): the newest member
+ * is scored ahead of now. Each chunk after it is scored above the one before, so each call reads
+ * the last one's total and counts every chunk (before, each read the same stale newest and the
+ * sample counted one chunk, whatever came: its cap unkept); the report pages by those scores. */
+Test(sample, a_clock_stepped_back_keeps_the_count, .timeout = 60)
+{
+    dbt_config cfg;
+    test_config(&cfg, &fx_redis, NULL);
+    char err[DBT_ERRLEN];
+    dbt_redis *conn = dbt_redis_connect(&cfg, err);
+    cr_assert_not_null(conn, "%s", err);
+    dbt_keys keys;
+    cr_assert(dbt_keys_init(&keys, cfg.key_prefix, "sample"));
+    long long ahead = (long long)redis_time_us() + 60000000; /* a minute ahead */
+    redisContext *c = test_redis_connect(&fx_redis);
+    cr_assert_not_null(c);
+    redisReply *r =
+        redisCommand(c, "ZADD %s %lld %s", SAMPLE, ahead,
+                     "00000000000000dd.0 2 0 2\n1000 c1 0 1000 1 0 \n1000 c2 0 1000 1 0 \n");
+    cr_assert(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+    freeReplyObject(r);
+    char text[64 * 20];
+    size_t len = 0;
+    for (int i = 0; i < 10; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%d c%d 0 1000 1 0 \n", 10 - i, i);
+    long long kept = 0;
+    for (int call = 0; call < 3; call++)
+        kept = send_chunk(conn, &keys, &cfg, "00000000000000ee", (uint64_t)call * 10, 10, text, 0);
+    cr_expect_eq(kept, 32, "2 + 3 chunks of 10 holds: the script counts %lld", kept);
+    r = redisCommand(c, "ZRANGE %s 0 -1 WITHSCORES", SAMPLE);
+    cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 8, "4 members");
+    long long prev = 0;
+    for (size_t i = 0; i < r->elements; i += 2) {
+        long long score = strtoll(r->element[i + 1]->str, NULL, 10);
+        cr_expect_gt(score, prev, "member %zu scored %lld, after %lld", i / 2, score, prev);
+        prev = score;
+    }
+    cr_expect(strncmp(r->element[0]->str, "00000000000000dd.0 ", 19) == 0,
+              "the member ahead stays first");
+    freeReplyObject(r);
+    redisFree(c);
+    dbt_keys_free(&keys);
+    dbt_redis_free(conn);
+    dbt_config_free(&cfg);
+}

@@ -195,3 +195,17 @@ Test(replay, the_timeline_has_each_buckets_mean_and_peak)
     cr_expect_eq(nb, 0);
     cr_expect_null(b);
 }
+
+/* A span of whole periods has no empty period after it: 0-200 ms in periods of 100 ms is two,
+ * each at 1 unit the whole time. */
+Test(replay, a_span_of_whole_periods_has_no_empty_one_after)
+{
+    dbt_replay_hold h[] = {{.arrival_us = 0, .hold_us = 200 * MS, .weight = 1, .conn = 1}};
+    dbt_replay_bucket *b;
+    size_t nb;
+    cr_assert(dbt_replay_timeline(h, 1, 100 * MS, &b, &nb));
+    cr_assert_eq(nb, 2, "%zu periods", nb);
+    cr_expect_float_eq(b[1].mean, 1.0, 1e-9, "the last period's mean %f", b[1].mean);
+    cr_expect_eq(b[1].peak, 1);
+    free(b);
+}
