@@ -17,7 +17,7 @@
 #define RIGHT   880 /* their right edge: room for the limits' labels */
 #define TOP1    90  /* the costs panel */
 #define BOTTOM1 300
-#define TOP2    390 /* the concurrency panel */
+#define TOP2    400 /* the concurrency panel */
 #define BOTTOM2 640
 
 /* The candidate limits' colours, in turn (readable on white, told apart in grey too). */
@@ -148,8 +148,13 @@ static void concurrency_panel(FILE *out, const dbt_report_chart *c)
 {
     fprintf(out,
             "<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">The concurrency "
-            "the fleet had (units in use: peak and mean per %.0f s), and the limits</text>\n",
-            LEFT, TOP2 - 22, (double)c->bucket_us / 1e6);
+            "the fleet had (units in use per %.0f s), and the limits</text>\n"
+            /* (SVG folds blanks: the parts are set apart by dx) */
+            "<text x=\"%d\" y=\"%d\" font-size=\"11\"><tspan fill=\"#08519c\" "
+            "font-weight=\"bold\">line: each period's peak</tspan><tspan dx=\"18\" "
+            "fill=\"#3182bd\" font-weight=\"bold\">area: its time-weighted mean</tspan>"
+            "<tspan dx=\"18\">dashed: the candidate limits</tspan></text>\n",
+            LEFT, TOP2 - 30, (double)c->bucket_us / 1e6, LEFT, TOP2 - 12);
     int top = 1;
     for (size_t i = 0; i < c->nbuckets; i++)
         if (c->timeline[i].peak > top)
