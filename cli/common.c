@@ -217,11 +217,11 @@ int cli_pool_seen(dbt_redis *r, const dbt_config *cfg, const char *pool, char *e
     return seen;
 }
 
-int cli_refuse_unknown_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg, const char *pool,
-                            bool create)
+/* -1 when Redis knows the pool; else its exit status, said in one line: "no worker has used it"
+ * then `more` (what else is true of it), the pools there, and `hint`. */
+static int refuse_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg, const char *pool,
+                       const char *more, const char *hint)
 {
-    if (create)
-        return -1;
     char err[DBT_ERRLEN], name[256];
     cli_escape_name(pool, 200, true, name, sizeof name);
     int seen = cli_pool_seen(r, cfg, pool, err);
@@ -231,27 +231,22 @@ int cli_refuse_unknown_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg
         return -1;
     char known[CLI_KNOWN_POOLS_LEN];
     cli_known_pools(r, cfg, known, sizeof known);
-    fprintf(stderr,
-            "dbthrottle %s: pool %s: no worker has used it and nothing is set for it in Redis "
-            "(a typo?); %s; give --create to act on a new pool\n",
-            cmd, name, known);
+    fprintf(stderr, "dbthrottle %s: pool %s: no worker has used it%s (a typo?); %s%s\n", cmd, name,
+            more, known, hint);
     return EXIT_USAGE;
+}
+
+int cli_refuse_unknown_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg, const char *pool,
+                            bool create)
+{
+    return create ? -1
+                  : refuse_pool(cmd, r, cfg, pool, " and nothing is set for it in Redis",
+                                "; give --create to act on a new pool");
 }
 
 int cli_refuse_unused_pool(const char *cmd, dbt_redis *r, const dbt_config *cfg, const char *pool)
 {
-    char err[DBT_ERRLEN], name[256];
-    cli_escape_name(pool, 200, true, name, sizeof name);
-    int seen = cli_pool_seen(r, cfg, pool, err);
-    if (seen < 0)
-        return cli_fail(cmd, "pool %s: %s", name, err);
-    if (seen)
-        return -1;
-    char known[CLI_KNOWN_POOLS_LEN];
-    cli_known_pools(r, cfg, known, sizeof known);
-    fprintf(stderr, "dbthrottle %s: pool %s: no worker has used it (a typo?); %s\n", cmd, name,
-            known);
-    return EXIT_USAGE;
+    return refuse_pool(cmd, r, cfg, pool, "", "");
 }
 
 void cli_known_pools(dbt_redis *r, const dbt_config *cfg, char *out, size_t cap)
