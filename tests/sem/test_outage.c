@@ -127,6 +127,13 @@ Test(outage, hung_redis_costs_one_timeout, .timeout = 60)
     dbt_permit *a = NULL;
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &a), DBT_ACQ_GRANTED);
     dbt_release(a);
+    /* Nothing of the process' in flight when Redis stops (its release, the renewer's first
+     * report): one sent before and unanswered would time out first, and the acquire be refused
+     * sooner than its own timeout (as test_tls.c's stalled Redis was in CI). */
+    zcard_is reported = {&fx_redis, "dbthrottle:{outage}:procs", 1},
+             released = {&fx_redis, HOLDERS, 0};
+    cr_assert(test_wait_until(test_zcard_is, &reported, 10000), "the process never reported");
+    cr_assert(test_wait_until(test_zcard_is, &released, 10000), "the release never landed");
     kill(fx_redis.pid, SIGSTOP);
     int64_t t0 = test_now_ms();
     cr_expect_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &a), DBT_ACQ_REFUSED);

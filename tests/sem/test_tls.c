@@ -216,6 +216,15 @@ Test(tls, a_stalled_redis_times_out_per_operation)
     dbt_permit *pm;
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &pm), DBT_ACQ_GRANTED);
     dbt_release(pm);
+    /* Nothing of the process' in flight when Redis stops: its release, and the renewer's first
+     * report (sent at once after the first grant). A call sent before the stop and not answered
+     * times out first and marks the pool down, and the acquire then returns at once: CI, under
+     * load, saw the report time out 3 ms before the acquire returned, under the 250 ms below.
+     * Redis wrote their replies once their effects are seen here (the later command's reply
+     * goes after theirs). */
+    zcard_is reported = {&R, "dbthrottle:{tls}:procs", 1}, released = {&R, HOLDERS, 0};
+    cr_assert(test_wait_until(test_zcard_is, &reported, 10000), "the process never reported");
+    cr_assert(test_wait_until(test_zcard_is, &released, 10000), "the release never landed");
     kill(R.pid, SIGSTOP);
     int64_t t0 = test_now_ms();
     dbt_acq_result res = dbt_acquire(p, DBT_KIND_QUERY, &o, &pm);
