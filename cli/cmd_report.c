@@ -22,7 +22,9 @@ static const char usage[] =
     "connection asks its next command after the pause it really had. Prints per limit the\n"
     "commands that would have waited, the wait the limit adds (p50, p99, max, over every\n"
     "command), the refusals at the wait timeout and the concurrency the server would have\n"
-    "seen; and the concurrency the fleet really had. Classes are replayed as one queue.\n"
+    "seen; and the concurrency the fleet really had. With classes, by the pool's definitions\n"
+    "in force now (guarantees, priority, aging, each class's queue cap and wait), with a row\n"
+    "per class.\n"
     "\n"
     "  --limits N,...      the limits to try (default: a quarter, a half, three quarters and\n"
     "                      all of the peak the sample shows)\n"
@@ -55,7 +57,10 @@ typedef struct {
     int64_t oldest_us;      /* the oldest member's arrival (Redis' clock); 0 none */
     int64_t now_us;         /* Redis' clock as it was read */
     int connections, processes;
-    bool classes; /* some hold had a class */
+    /* The class names the holds' lines give, each once ("" untagged, "-" the default class's
+     * tag): a hold's klass is an index into it until map_classes makes it one of the run's. */
+    char (*names)[DBT_CLASS_NAME_MAX + 1];
+    int nnames;
 } sample;
 
 /* The sample is read a page at a time, by score (each member's is its own, above the one before:
@@ -221,6 +226,20 @@ static bool grow(sample *s, keys_of *ko)
     return true;
 }
 
+/* The index of class name in s->names, added if new; -1 when out of memory. */
+static int name_index(sample *s, const char *name)
+{
+    for (int i = 0; i < s->nnames; i++)
+        if (strcmp(s->names[i], name) == 0)
+            return i;
+    void *grown = realloc(s->names, (size_t)(s->nnames + 1) * sizeof *s->names);
+    if (!grown)
+        return -1;
+    s->names = grown;
+    snprintf(s->names[s->nnames], sizeof s->names[0], "%s", name);
+    return s->nnames++;
+}
+
 /* Appends one member's holds to s: those that arrived at cut_us or after (-1: all). A member is
  * a chunk of one process' holds, "<cid>.<first> <holds> <dropped> <total>\n" then a line per
  * hold (lua/protocol/sample.def), scored by its call's time (us, Redis' clock): a hold arrived
@@ -249,10 +268,10 @@ static bool parse_member(const char *m, int64_t called_us, int64_t cut_us, sampl
             one[len] = '\0';
         }
         long long ago, wait, hold;
-        char conn[32], klass[64] = "";
+        char conn[32], klass_name[DBT_CLASS_NAME_MAX + 1] = "";
         int weight, would;
-        int got = eol && len < sizeof one ? sscanf(one, "%lld %31s %lld %lld %d %d %63s", &ago,
-                                                   conn, &wait, &hold, &weight, &would, klass)
+        int got = eol && len < sizeof one ? sscanf(one, "%lld %31s %lld %lld %d %d %32s", &ago,
+                                                   conn, &wait, &hold, &weight, &would, klass_name)
                                           : 0;
         if (got < 6 || ago < 0 || wait < 0 || hold < 0 || weight < 1)
             return snprintf(err, DBT_ERRLEN, "a sample line this version cannot read: \"%.60s\"",
@@ -262,18 +281,21 @@ static bool parse_member(const char *m, int64_t called_us, int64_t cut_us, sampl
         int64_t arrival = called_us - ago;
         if (cut_us >= 0 && arrival < cut_us)
             continue;
-        if (!grow(s, ko))
+        int klass = name_index(s, got == 7 ? klass_name : "");
+        if (klass < 0 || !grow(s, ko))
             return snprintf(err, DBT_ERRLEN, "out of memory"), false;
         if (s->oldest_us == 0 || arrival < s->oldest_us)
             s->oldest_us = arrival;
-        s->holds[s->n] = (dbt_replay_hold){
-            .arrival_us = arrival, .wait_us = wait, .hold_us = hold, .weight = weight};
+        s->holds[s->n] = (dbt_replay_hold){.arrival_us = arrival,
+                                           .wait_us = wait,
+                                           .hold_us = hold,
+                                           .weight = weight,
+                                           .klass = klass};
         ko->conn_of[s->n] = fnv(conn, strlen(conn), proc);
         ko->proc_of[s->n] = proc;
         s->n++;
         s->would_wait += would == DBT_WOULD_WAIT;
         s->would_refuse += would == DBT_WOULD_REFUSE;
-        s->classes = s->classes || (got == 7 && klass[0]);
     }
     return true;
 }
@@ -339,6 +361,73 @@ static bool parse_limits(const char *text, int *limits, int *n, char *err)
     }
 }
 
+/* The classes the pool's scripts serve a kind's commands by now (status.lua's view of the
+ * definitions in force: the implicit default class among them when it is the default), as the
+ * replay takes them; n 0 without definitions. */
+typedef struct {
+    dbt_replay_class v[DBT_REPLAY_MAX_CLASSES];
+    char names[DBT_REPLAY_MAX_CLASSES][DBT_CLASS_NAME_MAX + 1];
+    int n, deflt;
+    bool shipped; /* a worker's DBTHROTTLE_CLASSES, not the operator's (dbthrottle class) */
+    dbt_replay_classes run;
+} report_classes;
+
+_Static_assert(DBT_MAX_CLASSES + 1 <= DBT_REPLAY_MAX_CLASSES, "the replay serves every class");
+
+static void classes_in_force(const dbt_status_kind *k, report_classes *rc)
+{
+    memset(rc, 0, sizeof *rc);
+    rc->deflt = -1;
+    for (int i = 0; i < k->nclasses && rc->n < DBT_REPLAY_MAX_CLASSES; i++) {
+        const dbt_status_class *c = &k->classes[i];
+        rc->v[rc->n] = (dbt_replay_class){.share = c->share,
+                                          .priority = c->priority,
+                                          .wait_us = c->wait_ms < 0 ? -1 : c->wait_ms * 1000,
+                                          .cap = c->cap};
+        snprintf(rc->names[rc->n], sizeof rc->names[0], "%s", c->name);
+        if (c->is_default)
+            rc->deflt = rc->n;
+        rc->n++;
+    }
+    if (rc->n > 0 && rc->deflt < 0 && rc->n < DBT_REPLAY_MAX_CLASSES) {
+        /* (status.lua always names the default; as _common.lua's implicit one if not) */
+        rc->v[rc->n] = (dbt_replay_class){.share = 0, .priority = 0, .wait_us = -1, .cap = -1};
+        snprintf(rc->names[rc->n], sizeof rc->names[0], "default");
+        rc->deflt = rc->n++;
+    }
+    rc->shipped = k->classes_shipped;
+    rc->run = (dbt_replay_classes){.v = rc->v, .n = rc->n, .aging_us = k->aging_ms * 1000};
+}
+
+/* Each hold's class, from an index into s->names to one into rc's classes, as _common.lua's
+ * K.class_of serves its id: the class its tag names, else the default (untagged, "-", or a name
+ * no definition has). */
+static bool map_classes(sample *s, const report_classes *rc)
+{
+    int *to = malloc((size_t)(s->nnames > 0 ? s->nnames : 1) * sizeof *to);
+    if (!to)
+        return false;
+    for (int i = 0; i < s->nnames; i++) {
+        to[i] = rc->deflt;
+        for (int c = 0; c < rc->n; c++)
+            if (strcmp(s->names[i], rc->names[c]) == 0)
+                to[i] = c;
+    }
+    for (size_t i = 0; i < s->n; i++)
+        s->holds[i].klass = to[s->holds[i].klass];
+    free(to);
+    return true;
+}
+
+/* Whether some hold's line names a class. */
+static bool sample_has_classes(const sample *s)
+{
+    for (int i = 0; i < s->nnames; i++)
+        if (s->names[i][0])
+            return true;
+    return false;
+}
+
 static void fmt_ms(int64_t us, char *out, size_t cap)
 {
     if (us < 10000)
@@ -349,17 +438,68 @@ static void fmt_ms(int64_t us, char *out, size_t cap)
         cli_duration(us / 1000, out, cap);
 }
 
-static void print_text(const char *name, const char *kind, const sample *s,
-                       const dbt_replay_concurrency *seen, int64_t span_us,
-                       const dbt_replay_result *r, int nl, int64_t timeout_ms,
-                       const char *timeout_from)
+/* What the report prints: its sample, what it replayed it with, and the results. */
+typedef struct {
+    const char *pool, *name, *kind; /* name: the pool's as text shows it (escaped) */
+    const sample *s;
+    dbt_replay_concurrency seen;
+    int64_t span_us;
+    const dbt_replay_result *r;
+    int nl;
+    int64_t timeout_ms;
+    const char *timeout_from;
+    const report_classes *classes;
+    const dbt_replay_bucket *minutes; /* --json's timeline */
+    size_t nminutes;
+    int64_t period_us;
+} report_out;
+
+static void text_waits(const char *first, long long commands, long long waited, int64_t p50_us,
+                       int64_t p99_us, int64_t max_us, long long refused)
 {
+    char p50[16], p99[16], max[16], share[32];
+    fmt_ms(p50_us, p50, sizeof p50);
+    fmt_ms(p99_us, p99, sizeof p99);
+    fmt_ms(max_us, max, sizeof max);
+    snprintf(share, sizeof share, "%lld (%.1f%%)", waited,
+             commands ? 100.0 * (double)waited / (double)commands : 0);
+    printf("  %s  %16s  %9s  %9s  %9s  %8lld", first, share, p50, p99, max, refused);
+}
+
+/* The classes line: what the replay served the holds by. */
+static void text_classes(const report_out *o)
+{
+    const report_classes *c = o->classes;
+    if (c->n == 0) {
+        if (sample_has_classes(o->s))
+            printf("  classes: the commands name classes, but the pool defines none now: "
+                   "replayed as one queue, as its scripts serve them\n");
+        return;
+    }
+    char aging[32] = "none";
+    if (c->run.aging_us > 0)
+        cli_duration(c->run.aging_us / 1000, aging, sizeof aging);
+    printf("  classes in force now (%s; aging %s):",
+           c->shipped ? "the workers' DBTHROTTLE_CLASSES" : "the operator's, dbthrottle class",
+           aging);
+    for (int i = 0; i < c->n; i++) {
+        char nm[80];
+        cli_escape_name(c->names[i], 32, false, nm, sizeof nm);
+        printf("%s %s %d%% priority %d%s", i ? "," : "", nm, c->v[i].share, c->v[i].priority,
+               i == c->deflt ? " (default)" : "");
+    }
+    printf("\n");
+}
+
+static void print_text(const report_out *o)
+{
+    const sample *s = o->s;
     char span[32], timeout[32];
-    cli_duration(span_us / 1000, span, sizeof span);
+    cli_duration(o->span_us / 1000, span, sizeof span);
     /* what a hold is: a command (or transaction), or a connection's life with --connections */
-    const char *holds = strcmp(kind, "connection") == 0 ? "connections" : "commands";
-    printf("pool %s %s: %zu %s sampled over %s, %d connection%s of %d process%s\n", name, kind,
-           s->n, holds, span, s->connections, s->connections == 1 ? "" : "s", s->processes,
+    const char *holds = strcmp(o->kind, "connection") == 0 ? "connections" : "commands";
+    printf("pool %s %s: %zu %s sampled over %s, %d connection%s of %d process%s\n", o->name,
+           o->kind, s->n, holds, span, s->connections, s->connections == 1 ? "" : "s", s->processes,
            s->processes == 1 ? "" : "es");
     if (s->unrecorded)
         printf("  not sampled: %lld %s (a process' buffer was full, or Redis did not "
@@ -367,29 +507,43 @@ static void print_text(const char *name, const char *kind, const sample *s,
                s->unrecorded, holds);
     printf(
         "  concurrency it had (units in use, time-weighted): mean %.1f, p50 %d, p99 %d, peak %d\n",
-        seen->mean, seen->p50, seen->p99, seen->peak);
+        o->seen.mean, o->seen.p50, o->seen.p99, o->seen.peak);
     printf("  at the pool's limit then, enforcing would have queued %lld and refused %lld\n",
            s->would_wait, s->would_refuse);
-    if (timeout_ms == DBT_FOREVER)
+    if (o->timeout_ms == DBT_FOREVER)
         snprintf(timeout, sizeof timeout, "none");
     else
-        cli_duration(timeout_ms, timeout, sizeof timeout);
-    printf("  wait timeout: %s (%s)\n", timeout, timeout_from);
-    if (s->classes)
-        printf("  classes: the sample has classes; they are replayed as one queue (first come, "
-               "first served)\n");
+        cli_duration(o->timeout_ms, timeout, sizeof timeout);
+    printf("  wait timeout: %s (%s)\n", timeout, o->timeout_from);
+    text_classes(o);
     printf("\n  %5s  %16s  %9s  %9s  %9s  %8s  %11s  %8s\n", "limit", "would wait", "wait p50",
            "wait p99", "wait max", "refused", "server mean", "at limit");
-    for (int i = 0; i < nl; i++) {
-        char p50[16], p99[16], max[16], waited[32];
-        fmt_ms(r[i].wait_p50_us, p50, sizeof p50);
-        fmt_ms(r[i].wait_p99_us, p99, sizeof p99);
-        fmt_ms(r[i].wait_max_us, max, sizeof max);
-        snprintf(waited, sizeof waited, "%lld (%.1f%%)", r[i].waited,
-                 r[i].commands ? 100.0 * (double)r[i].waited / (double)r[i].commands : 0);
-        printf("  %5d  %16s  %9s  %9s  %9s  %8lld  %11.1f  %7.0f%%\n", r[i].limit, waited, p50, p99,
-               max, r[i].refused, r[i].server.mean, 100.0 * r[i].server.at_limit_share);
+    for (int i = 0; i < o->nl; i++) {
+        const dbt_replay_result *r = &o->r[i];
+        char limit[16];
+        snprintf(limit, sizeof limit, "%5d", r->limit);
+        text_waits(limit, r->commands, r->waited, r->wait_p50_us, r->wait_p99_us, r->wait_max_us,
+                   r->refused);
+        printf("  %11.1f  %7.0f%%\n", r->server.mean, 100.0 * r->server.at_limit_share);
     }
+    if (o->classes->n == 0)
+        return;
+    printf("\n  %5s  %-16s  %16s  %9s  %9s  %9s  %8s\n", "limit", "class", "would wait", "wait p50",
+           "wait p99", "wait max", "refused");
+    for (int i = 0; i < o->nl; i++)
+        for (int c = 0; c < o->r[i].nclasses; c++) {
+            const dbt_replay_class_result *k = &o->r[i].klass[c];
+            if (k->commands == 0)
+                continue;
+            char first[80], nm[64];
+            cli_escape_name(o->classes->names[c], 32, false, nm, sizeof nm);
+            snprintf(first, sizeof first, "%5d  %-16s", o->r[i].limit, nm);
+            text_waits(first, k->commands, k->waited, k->wait_p50_us, k->wait_p99_us,
+                       k->wait_max_us, k->refused);
+            if (k->capped)
+                printf("  (%lld at its queue cap)", k->capped);
+            printf("\n");
+        }
 }
 
 /* The concurrency over time, as --json gives it: the period (a minute, longer for a span over a
@@ -404,67 +558,109 @@ static void print_timeline(const dbt_replay_bucket *b, size_t nb, int64_t period
     printf("]}");
 }
 
-static void print_json(const char *pool, const char *kind, const sample *s,
-                       const dbt_replay_concurrency *seen, int64_t span_us,
-                       const dbt_replay_result *r, int nl, int64_t timeout_ms,
-                       const dbt_replay_bucket *minutes, size_t nminutes, int64_t period)
+static void json_classes(const report_out *o)
 {
+    const report_classes *c = o->classes;
+    printf(",\"classes\":");
+    if (c->n == 0) {
+        printf("null");
+        return;
+    }
+    printf("{\"from\":\"%s\",\"aging_ms\":%" PRId64 ",\"defined\":[",
+           c->shipped ? "workers" : "operator", c->run.aging_us / 1000);
+    for (int i = 0; i < c->n; i++) {
+        printf("%s{\"class\":", i ? "," : "");
+        cli_json_str(stdout, c->names[i]);
+        printf(",\"share\":%d,\"priority\":%d,\"wait_ms\":%" PRId64 ",\"cap\":%lld,"
+               "\"default\":%s}",
+               c->v[i].share, c->v[i].priority, c->v[i].wait_us < 0 ? -1 : c->v[i].wait_us / 1000,
+               c->v[i].cap, i == c->deflt ? "true" : "false");
+    }
+    printf("]}");
+}
+
+static void json_limit_classes(const report_out *o, const dbt_replay_result *r)
+{
+    if (o->classes->n == 0)
+        return;
+    printf(",\"classes\":[");
+    for (int c = 0; c < r->nclasses; c++) {
+        const dbt_replay_class_result *k = &r->klass[c];
+        printf("%s{\"class\":", c ? "," : "");
+        cli_json_str(stdout, o->classes->names[c]);
+        printf(",\"commands\":%lld,\"waited\":%lld,\"waited_share\":%.4f,\"wait_mean_ms\":%.3f,"
+               "\"wait_p50_ms\":%.3f,\"wait_p99_ms\":%.3f,\"wait_max_ms\":%.3f,\"refused\":%lld,"
+               "\"capped\":%lld}",
+               k->commands, k->waited, k->commands ? (double)k->waited / (double)k->commands : 0,
+               k->wait_mean_us / 1000.0, (double)k->wait_p50_us / 1000.0,
+               (double)k->wait_p99_us / 1000.0,
+               (double)k->wait_max_us / 1000.0, k->refused, k->capped);
+    }
+    printf("]");
+}
+
+static void print_json(const report_out *o)
+{
+    const sample *s = o->s;
     printf("{\"pool\":");
-    cli_json_str(stdout, pool);
+    cli_json_str(stdout, o->pool);
     printf(",\"kind\":\"%s\",\"commands\":%zu,\"span_ms\":%.3f,\"connections\":%d,"
            "\"processes\":%d,\"not_sampled\":%lld,\"classes_replayed_as_one_queue\":%s,"
            "\"would_wait\":%lld,\"would_refuse\":%lld,\"wait_timeout_ms\":%" PRId64 ","
-           "\"observed\":{\"mean\":%.3f,\"p50\":%d,\"p99\":%d,\"peak\":%d},\"limits\":[",
-           kind, s->n, (double)span_us / 1000.0, s->connections, s->processes, s->unrecorded,
-           s->classes ? "true" : "false", s->would_wait, s->would_refuse, timeout_ms, seen->mean,
-           seen->p50, seen->p99, seen->peak);
-    for (int i = 0; i < nl; i++)
+           "\"observed\":{\"mean\":%.3f,\"p50\":%d,\"p99\":%d,\"peak\":%d}",
+           o->kind, s->n, (double)o->span_us / 1000.0, s->connections, s->processes, s->unrecorded,
+           o->classes->n == 0 && sample_has_classes(s) ? "true" : "false", s->would_wait,
+           s->would_refuse, o->timeout_ms, o->seen.mean, o->seen.p50, o->seen.p99, o->seen.peak);
+    json_classes(o);
+    printf(",\"limits\":[");
+    for (int i = 0; i < o->nl; i++) {
+        const dbt_replay_result *r = &o->r[i];
         printf(
             "%s{\"limit\":%d,\"commands\":%lld,\"waited\":%lld,\"waited_share\":%.4f,"
             "\"wait_mean_ms\":%.3f,\"wait_p50_ms\":%.3f,\"wait_p99_ms\":%.3f,\"wait_max_ms\":%.3f,"
             "\"refused\":%lld,"
             "\"server\":{\"mean\":%.3f,\"p50\":%d,\"p99\":%d,\"peak\":%d,"
-            "\"at_limit_share\":%.4f}}",
-            i ? "," : "", r[i].limit, r[i].commands, r[i].waited,
-            r[i].commands ? (double)r[i].waited / (double)r[i].commands : 0,
-            r[i].wait_mean_us / 1000.0, (double)r[i].wait_p50_us / 1000.0,
-            (double)r[i].wait_p99_us / 1000.0, (double)r[i].wait_max_us / 1000.0, r[i].refused,
-            r[i].server.mean, r[i].server.p50, r[i].server.p99, r[i].server.peak,
-            r[i].server.at_limit_share);
+            "\"at_limit_share\":%.4f}",
+            i ? "," : "", r->limit, r->commands, r->waited,
+            r->commands ? (double)r->waited / (double)r->commands : 0, r->wait_mean_us / 1000.0,
+            (double)r->wait_p50_us / 1000.0, (double)r->wait_p99_us / 1000.0,
+            (double)r->wait_max_us / 1000.0, r->refused, r->server.mean, r->server.p50,
+            r->server.p99, r->server.peak, r->server.at_limit_share);
+        json_limit_classes(o, r);
+        printf("}");
+    }
     printf("]");
-    print_timeline(minutes, nminutes, period);
+    print_timeline(o->minutes, o->nminutes, o->period_us);
     printf("}\n");
 }
 
-/* The wait timeout the pool's workers have (the default of --wait-timeout): the value in force in
- * most of its processes, else its live value, else the one of the settings this command reads
- * (cfg's, already in *ms); and where it came from, for the output. */
-static void pool_wait_timeout(dbt_redis *r, const dbt_config *cfg, const char *pool, int64_t *ms,
+/* The wait timeout the pool's workers have (the default of --wait-timeout), from v: the value in
+ * force in most of its processes, else its live value, else the one of the settings this command
+ * reads. */
+static void pool_wait_timeout(const cli_pool_view *v, const dbt_config *cfg, int64_t *ms,
                               char *from, size_t cap)
 {
     *ms = cfg->wait_timeout_ms;
     snprintf(from, cap, "the settings this command reads; --wait-timeout to change");
     const dbt_setting *row = dbt_live_find("wait_timeout");
-    cli_pool_view v;
-    char err[DBT_ERRLEN], refused[256];
-    if (!row || !cli_view_pool(r, cfg, pool, 0, &v, err))
+    if (!row)
         return;
+    char err[DBT_ERRLEN], refused[256];
     dbt_live live;
-    bool have_live = v.settings && dbt_live_parse(v.settings, &live, refused, sizeof refused);
+    bool have_live = v->settings && dbt_live_parse(v->settings, &live, refused, sizeof refused);
     cli_in_force g[4];
-    int n = cli_in_force_of(&v, have_live ? &live : NULL, row, g, 4);
+    int n = cli_in_force_of(v, have_live ? &live : NULL, row, g, 4);
     int64_t got;
     if (n > 0 && dbt_parse_duration("wait_timeout", g[0].value, true, true, &got, err)) {
         *ms = got;
         snprintf(from, cap, "%s, in force in %d of the pool's %d processes%s", g[0].from,
-                 g[0].processes, v.nprocs, n > 1 ? "; others differ" : "");
+                 g[0].processes, v->nprocs, n > 1 ? "; others differ" : "");
     } else if (have_live && live.set[row - dbt_settings]) {
         *ms = live.cfg.wait_timeout_ms;
         snprintf(from, cap, "the pool's live value, dbthrottle set");
     }
     if (have_live)
         dbt_live_free(&live);
-    cli_view_free(&v);
 }
 
 /* A period for the timeline: the first of a round length (at least a second, then minutes and
@@ -606,8 +802,17 @@ int cmd_report(int argc, char **argv)
     cli_escape_name(pool, 200, true, name, sizeof name);
     int rc = cli_refuse_unused_pool("report", r, &cfg, pool);
     char timeout_from[128] = "--wait-timeout";
+    cli_pool_view v;
+    bool viewed = false;
+    report_classes classes = {.n = 0};
+    if (rc < 0 && !(viewed = cli_view_pool(r, &cfg, pool, 0, &v, err)))
+        rc = cli_fail("report", "pool %s: %s", name, err);
     if (rc < 0 && !timeout_given)
-        pool_wait_timeout(r, &cfg, pool, &timeout_ms, timeout_from, sizeof timeout_from);
+        pool_wait_timeout(&v, &cfg, &timeout_ms, timeout_from, sizeof timeout_from);
+    if (rc < 0)
+        classes_in_force(&v.kind[kind], &classes);
+    if (viewed)
+        cli_view_free(&v);
     dbt_keys k;
     bool keys = false;
     if (rc < 0 && !(keys = dbt_keys_init(&k, cfg.key_prefix, pool))) {
@@ -639,7 +844,7 @@ int cmd_report(int argc, char **argv)
         if (rep)
             freeReplyObject(rep);
     }
-    if (rc < 0 && !finish_sample(&s, &ko))
+    if (rc < 0 && (!finish_sample(&s, &ko) || !map_classes(&s, &classes)))
         rc = cli_fail("report", "out of memory");
     free(ko.conn_of);
     free(ko.proc_of);
@@ -682,7 +887,8 @@ int cmd_report(int argc, char **argv)
         nlimits = default_limits(seen.peak, limits);
     int64_t timeout_us = timeout_ms == DBT_FOREVER ? -1 : timeout_ms * 1000;
     for (int i = 0; rc < 0 && i < nlimits; i++)
-        if (!dbt_replay(s.holds, s.n, limits[i], timeout_us, &res[i]))
+        if (!dbt_replay(s.holds, s.n, limits[i], timeout_us, classes.n ? &classes.run : NULL,
+                        &res[i]))
             rc = cli_fail("report", "out of memory");
     if (rc < 0 && svg_path)
         rc = write_svg(svg_path, &s, name, kind_word, res, nlimits, span_us);
@@ -695,17 +901,31 @@ int cmd_report(int argc, char **argv)
     if (rc < 0 && json && !dbt_replay_timeline(s.holds, s.n, json_period_us, &minutes, &nminutes))
         rc = cli_fail("report", "out of memory");
     if (rc < 0) {
+        report_out out = {.pool = pool,
+                          .name = name,
+                          .kind = kind_word,
+                          .s = &s,
+                          .seen = seen,
+                          .span_us = span_us,
+                          .r = res,
+                          .nl = nlimits,
+                          .timeout_ms = timeout_ms,
+                          .timeout_from = timeout_from,
+                          .classes = &classes,
+                          .minutes = minutes,
+                          .nminutes = nminutes,
+                          .period_us = json_period_us};
         if (json)
-            print_json(pool, kind_word, &s, &seen, span_us, res, nlimits, timeout_ms, minutes,
-                       nminutes, json_period_us);
+            print_json(&out);
         else
-            print_text(name, kind_word, &s, &seen, span_us, res, nlimits, timeout_ms, timeout_from);
+            print_text(&out);
         if (!json && svg_path)
             printf("\n  drawn into %s\n", svg_path);
         rc = fflush(stdout) == 0 ? 0 : cli_fail("report", "cannot write the output");
     }
     free(minutes);
     free(s.holds);
+    free(s.names);
     if (keys)
         dbt_keys_free(&k);
     dbt_redis_free(r);

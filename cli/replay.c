@@ -1,5 +1,6 @@
 /* replay.c - a sample's holds run again at a candidate limit (replay.h): an event simulation of
- * the queue acquire.lua keeps (first come first served, no barging, weights as units). */
+ * the queue acquire.lua keeps (first come first served, no barging, weights as units; with
+ * classes, _common.lua's choice of the waiter to serve). */
 #include "replay.h"
 
 #include <stdlib.h>
@@ -282,7 +283,9 @@ typedef struct {
     int64_t pause_us;  /* after its connection's previous one ended (or was refused) */
     int64_t asked_us;  /* when it asks in the replay */
     int64_t waited_us; /* the time the limit added */
+    uint64_t ticket;   /* its place in arrival order */
     bool last_of_conn; /* its connection has no command after it */
+    bool capped;       /* refused at once: its class's queue was full */
     int state;
 } run_hold;
 
@@ -303,18 +306,39 @@ static int64_t quantile(const int64_t *v, size_t n, double q)
     return v[i < n ? i : n - 1];
 }
 
+#define NONE SIZE_MAX
+
+/* Waiters in arrival order (indices into the run's holds): one that left (granted or refused)
+ * stays until it reaches the head, where it is skipped. */
+typedef struct {
+    size_t *v;
+    size_t head, tail;
+} fifo;
+
 /* The run's state. */
 typedef struct {
     run_hold *r;
     size_t n;
     int limit, in_use;
     int64_t timeout_us;
-    size_t *queue, qhead, qtail;
+    fifo queue;                       /* every waiter: the oldest at its head */
+    const dbt_replay_classes *cl;     /* NULL: no classes */
+    fifo cq[DBT_REPLAY_MAX_CLASSES];  /* with classes: each one's waiters */
+    int held[DBT_REPLAY_MAX_CLASSES]; /* ... and the units its permits hold */
+    long long waiting[DBT_REPLAY_MAX_CLASSES];
+    uint64_t tickets;
     heap h;
     level_time running; /* commands at the server */
     int64_t full_since_us, full_us;
     long long refused;
 } run;
+
+static size_t fifo_head(fifo *q, const run *x)
+{
+    while (q->head < q->tail && x->r[q->v[q->head]].state != ST_QUEUED)
+        q->head++;
+    return q->head < q->tail ? q->v[q->head] : NONE;
+}
 
 static void note_units(run *x, int64_t t, int delta)
 {
@@ -334,6 +358,43 @@ static int units_of(const run *x, const run_hold *rh)
     return rh->h->weight < x->limit ? rh->h->weight : x->limit;
 }
 
+/* Class c's guarantee at the run's limit (_common.lua's K.guarantee). */
+static int guarantee(const run *x, int c)
+{
+    int share = x->cl->v[c].share;
+    if (share <= 0)
+        return 0;
+    int g = (int)((long long)x->limit * share / 100);
+    return g > 1 ? g : 1;
+}
+
+/* The waiter to serve next at t (_common.lua's K.choose), NONE when nobody waits. */
+static size_t choose(run *x, int64_t t)
+{
+    size_t oldest = fifo_head(&x->queue, x);
+    if (oldest == NONE || !x->cl)
+        return oldest;
+    if (x->cl->aging_us > 0 && t - x->r[oldest].asked_us >= x->cl->aging_us)
+        return oldest;
+    size_t best = NONE;
+    int best_tier = 0, best_priority = 0;
+    for (int c = 0; c < x->cl->n; c++) {
+        size_t i = fifo_head(&x->cq[c], x);
+        if (i == NONE)
+            continue;
+        int tier = x->held[c] < guarantee(x, c) ? 0 : 1, priority = x->cl->v[c].priority;
+        if (best == NONE || tier < best_tier ||
+            (tier == best_tier &&
+             (priority > best_priority ||
+              (priority == best_priority && x->r[i].ticket < x->r[best].ticket)))) {
+            best = i;
+            best_tier = tier;
+            best_priority = priority;
+        }
+    }
+    return best;
+}
+
 /* The connection of r[i] goes on: its next command asks after its pause. */
 static bool next_of_conn(run *x, size_t i, int64_t t)
 {
@@ -342,28 +403,65 @@ static bool next_of_conn(run *x, size_t i, int64_t t)
     return heap_push(&x->h, t + x->r[i + 1].pause_us, EV_ARRIVE, i + 1);
 }
 
-/* Grants the head of the queue while its weight fits. */
-static bool grant_heads(run *x, int64_t t)
+static int class_of(const run *x, const run_hold *rh)
 {
-    while (x->qhead < x->qtail) {
-        size_t i = x->queue[x->qhead];
-        run_hold *rh = &x->r[i];
-        if (rh->state != ST_QUEUED) { /* refused at its timeout meanwhile */
-            x->qhead++;
-            continue;
-        }
-        if (x->in_use + units_of(x, rh) > x->limit)
+    return x->cl ? rh->h->klass : 0;
+}
+
+/* r[i] leaves the queue (granted or refused at t): the time it waited. */
+static void leave_queue(run *x, size_t i, int64_t t, int state)
+{
+    run_hold *rh = &x->r[i];
+    rh->state = state;
+    rh->waited_us = t - rh->asked_us;
+    x->waiting[class_of(x, rh)]--;
+}
+
+static bool grant(run *x, size_t i, int64_t t)
+{
+    run_hold *rh = &x->r[i];
+    leave_queue(x, i, t, ST_RUNNING);
+    x->held[class_of(x, rh)] += units_of(x, rh);
+    note_units(x, t, units_of(x, rh));
+    return level_change(&x->running, t, units_of(x, rh)) &&
+           heap_push(&x->h, t + rh->h->wait_us + rh->h->hold_us, EV_END, i);
+}
+
+/* Grants the one chosen while its weight fits (the pumps of release.lua and cancel.lua). */
+static bool grant_chosen(run *x, int64_t t)
+{
+    for (;;) {
+        size_t i = choose(x, t);
+        if (i == NONE || x->in_use + units_of(x, &x->r[i]) > x->limit)
             return true;
-        x->qhead++;
-        rh->state = ST_RUNNING;
-        rh->waited_us = t - rh->asked_us;
-        note_units(x, t, units_of(x, rh));
-        if (!level_change(&x->running, t, units_of(x, rh)))
-            return false;
-        if (!heap_push(&x->h, t + rh->h->wait_us + rh->h->hold_us, EV_END, i))
+        if (!grant(x, i, t))
             return false;
     }
-    return true;
+}
+
+static bool arrive(run *x, size_t i, int64_t t)
+{
+    run_hold *rh = &x->r[i];
+    int c = class_of(x, rh);
+    rh->asked_us = t;
+    rh->ticket = x->tickets++;
+    rh->state = ST_QUEUED;
+    x->queue.v[x->queue.tail++] = i;
+    if (x->cl)
+        x->cq[c].v[x->cq[c].tail++] = i;
+    x->waiting[c]++;
+    /* acquire.lua: granted at once only if chosen over every waiter and it fits */
+    if (choose(x, t) == i && x->in_use + units_of(x, rh) <= x->limit)
+        return grant(x, i, t);
+    const dbt_replay_class *k = x->cl ? &x->cl->v[c] : NULL;
+    if (k && k->cap >= 0 && x->waiting[c] - 1 >= k->cap) {
+        leave_queue(x, i, t, ST_REFUSED);
+        rh->capped = true;
+        x->refused++;
+        return next_of_conn(x, i, t);
+    }
+    int64_t timeout = k && k->wait_us >= 0 ? k->wait_us : x->timeout_us;
+    return timeout < 0 || heap_push(&x->h, t + timeout, EV_TIMEOUT, i);
 }
 
 static bool step(run *x, event ev)
@@ -371,43 +469,84 @@ static bool step(run *x, event ev)
     run_hold *rh = &x->r[ev.hold];
     switch (ev.type) {
     case EV_ARRIVE:
-        rh->asked_us = ev.t;
-        rh->state = ST_QUEUED;
-        x->queue[x->qtail++] = ev.hold;
-        if (x->timeout_us >= 0 && !heap_push(&x->h, ev.t + x->timeout_us, EV_TIMEOUT, ev.hold))
-            return false;
-        return grant_heads(x, ev.t);
+        return arrive(x, ev.hold, ev.t);
     case EV_TIMEOUT:
         if (rh->state != ST_QUEUED)
             return true;
-        rh->state = ST_REFUSED;
-        rh->waited_us = ev.t - rh->asked_us;
+        leave_queue(x, ev.hold, ev.t, ST_REFUSED);
         x->refused++;
-        /* a refused head lets the next one in, if it fits */
-        return grant_heads(x, ev.t) && next_of_conn(x, ev.hold, ev.t);
+        /* a refused waiter may have blocked the one behind it, which may fit */
+        return grant_chosen(x, ev.t) && next_of_conn(x, ev.hold, ev.t);
     case EV_END:
         rh->state = ST_DONE;
+        x->held[class_of(x, rh)] -= units_of(x, rh);
         note_units(x, ev.t, -units_of(x, rh));
         if (!level_change(&x->running, ev.t, -units_of(x, rh)))
             return false;
-        return grant_heads(x, ev.t) && next_of_conn(x, ev.hold, ev.t);
+        return grant_chosen(x, ev.t) && next_of_conn(x, ev.hold, ev.t);
     }
     return false;
 }
 
+/* Each class's share of the run's result: waits[] is scratch of n. */
+static void class_results(const run *x, int64_t *waits, dbt_replay_result *out)
+{
+    out->nclasses = x->cl->n;
+    for (int c = 0; c < x->cl->n; c++) {
+        dbt_replay_class_result *k = &out->klass[c];
+        size_t m = 0;
+        double sum = 0;
+        for (size_t i = 0; i < x->n; i++) {
+            const run_hold *rh = &x->r[i];
+            if (rh->h->klass != c)
+                continue;
+            waits[m++] = rh->waited_us;
+            sum += (double)rh->waited_us;
+            k->waited += rh->waited_us > 0;
+            k->refused += rh->state == ST_REFUSED;
+            k->capped += rh->capped;
+        }
+        k->commands = (long long)m;
+        k->wait_mean_us = m ? sum / (double)m : 0;
+        qsort(waits, m, sizeof *waits, cmp_i64);
+        k->wait_p50_us = quantile(waits, m, 0.50);
+        k->wait_p99_us = quantile(waits, m, 0.99);
+        k->wait_max_us = m ? waits[m - 1] : 0;
+    }
+}
+
+/* The class queues' room: each as many as its holds. False when out of memory. */
+static bool class_queues(run *x)
+{
+    size_t count[DBT_REPLAY_MAX_CLASSES] = {0};
+    for (size_t i = 0; i < x->n; i++)
+        count[x->r[i].h->klass]++;
+    for (int c = 0; c < x->cl->n; c++)
+        if (count[c] && !(x->cq[c].v = malloc(count[c] * sizeof *x->cq[c].v)))
+            return false;
+    return true;
+}
+
 bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_timeout_us,
-                dbt_replay_result *out)
+                const dbt_replay_classes *classes, dbt_replay_result *out)
 {
     memset(out, 0, sizeof *out);
     out->limit = limit;
+    if (classes && classes->n <= 0)
+        classes = NULL;
+    if (classes && classes->n > DBT_REPLAY_MAX_CLASSES)
+        return false;
+    for (size_t i = 0; classes && i < n; i++)
+        if (holds[i].klass < 0 || holds[i].klass >= classes->n)
+            return false;
     if (n == 0 || limit < 1)
         return true;
-    run x = {.n = n, .limit = limit, .timeout_us = wait_timeout_us};
+    run x = {.n = n, .limit = limit, .timeout_us = wait_timeout_us, .cl = classes};
     keyed *order = malloc(n * sizeof *order);
     x.r = calloc(n, sizeof *x.r);
-    x.queue = malloc(n * sizeof *x.queue);
+    x.queue.v = malloc(n * sizeof *x.queue.v);
     int64_t *waits = malloc(n * sizeof *waits);
-    bool ok = order && x.r && x.queue && waits;
+    bool ok = order && x.r && x.queue.v && waits;
     if (ok) {
         for (size_t i = 0; i < n; i++)
             order[i] = (keyed){holds[i].conn, holds[i].arrival_us, i};
@@ -425,6 +564,7 @@ bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_
                 x.r[i].pause_us = h->arrival_us > ended ? h->arrival_us - ended : 0;
             }
         }
+        ok = ok && (!classes || class_queues(&x));
     }
     int64_t first_t = 0, last_t = 0;
     bool any = false;
@@ -458,11 +598,15 @@ bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_
         level_summary(&x.running, &out->server);
         out->server.at_limit_share =
             out->span_us > 0 ? (double)x.full_us / (double)out->span_us : 0;
+        if (classes)
+            class_results(&x, waits, out);
     }
+    for (int c = 0; c < DBT_REPLAY_MAX_CLASSES; c++)
+        free(x.cq[c].v);
     free(x.running.at);
     free(x.h.v);
     free(waits);
-    free(x.queue);
+    free(x.queue.v);
     free(x.r);
     free(order);
     return ok;

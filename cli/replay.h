@@ -15,7 +15,36 @@ typedef struct {
     int64_t arrival_us, wait_us, hold_us;
     int weight;
     int conn;
+    int klass; /* its class: an index into the run's classes (ignored without classes) */
 } dbt_replay_hold;
+
+/* The most classes a run serves: a pool's DBT_MAX_CLASSES (16) and the implicit default one. */
+#define DBT_REPLAY_MAX_CLASSES 17
+
+/* One class of the pool's definitions (docs/design.md, "Classes and weights"). */
+typedef struct {
+    int share;       /* percent of the limit guaranteed: floor(limit * share / 100), at least 1
+                      * when not 0 */
+    int priority;    /* larger borrows first */
+    int64_t wait_us; /* its wait timeout, replacing the run's; < 0: the run's */
+    long long cap;   /* the most waiters it queues, a newcomer past them refused at once; < 0:
+                      * none (0: it never queues) */
+} dbt_replay_class;
+
+/* The classes a run serves its holds by (each hold's klass an index into v), and the aging bound
+ * (us; <= 0: none): the oldest waiter is served first once it has waited that long. */
+typedef struct {
+    const dbt_replay_class *v;
+    int n;
+    int64_t aging_us;
+} dbt_replay_classes;
+
+/* What a limit would have done to one class's commands. */
+typedef struct {
+    long long commands, waited, refused, capped; /* capped: refused at once, its queue full */
+    int64_t wait_p50_us, wait_p99_us, wait_max_us;
+    double wait_mean_us;
+} dbt_replay_class_result;
 
 /* The concurrency the server saw (or would see), in units (a command of weight w counts w; with
  * no weights, the commands running), time-weighted over the span. A unit is taken from a
@@ -35,16 +64,23 @@ typedef struct {
     double wait_mean_us;
     dbt_replay_concurrency server;
     int64_t span_us; /* from the first arrival to the last end, as replayed */
+    int nclasses;    /* with classes: each one's share of the above, as the run's classes */
+    dbt_replay_class_result klass[DBT_REPLAY_MAX_CLASSES];
 } dbt_replay_result;
 
-/* Runs holds[0..n) at limit (>= 1) with the wait timeout (us; < 0: none), first come first
- * served with no barging: a command is granted when it is at the head of the queue and its
- * weight fits (a weight above the limit is cut to it, as the library does: it runs alone); it is
- * refused when it has waited the timeout. Each connection asks its next command after its previous
- * one ended (or was refused) plus the pause it had between them as sampled. holds need not be
- * sorted. False when out of memory. */
+/* Runs holds[0..n) at limit (>= 1) with the wait timeout (us; < 0: none), as acquire.lua admits
+ * them. Without classes (NULL, or none), first come first served with no barging: a command is
+ * granted when it is at the head of the queue and its weight fits (a weight above the limit is
+ * cut to it, as the library does: it runs alone). With classes, the one chosen is the oldest
+ * waiter once it has waited the aging bound, else the one that minimises (tier, -priority,
+ * arrival), tier 0 when its class holds fewer units than its guarantee; it is granted when its
+ * weight fits, and while it does not, nobody is (the head blocks). A newcomer queues unless chosen
+ * and fitting, or is refused at once when its class has cap waiters. A waiter is refused when it
+ * has waited its class's timeout, else the run's. Each connection asks its next command after its
+ * previous one ended (or was refused) plus the pause it had between them as sampled. holds need
+ * not be sorted. False when out of memory, or a hold names a class classes lacks. */
 bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_timeout_us,
-                dbt_replay_result *out);
+                const dbt_replay_classes *classes, dbt_replay_result *out);
 
 /* The concurrency the sample itself shows, as the replay counts it. False when out of memory. */
 bool dbt_replay_observed(const dbt_replay_hold *holds, size_t n, dbt_replay_concurrency *out,

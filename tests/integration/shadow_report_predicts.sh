@@ -12,13 +12,16 @@ it_shadow_report_predicts() {
     rp_cli() { "$top/build/dbthrottle" "$@" --redis "redis://127.0.0.1:$rport"; }
     rp_workers=6
     rp_n=200
-    # rp_run POOL MODE: the workers (seeds 1..6) on POOL at a limit of 2 in MODE; their lines in
-    # $work/rp.POOL.<seed>
+    # rp_run POOL MODE [CLASSES]: the workers (seeds 1..6) on POOL at a limit of 2 in MODE; their
+    # lines in $work/rp.POOL.<seed>. With CLASSES (DBTHROTTLE_CLASSES), seeds 1-2 are of class
+    # interactive, the others of batch.
     rp_run() {
         rp_pids=
         for s in $(seq 1 $rp_workers); do
+            rp_class=batch
+            [ "$s" -gt 2 ] || rp_class=interactive
             throttled DBTHROTTLE_POOL=$1 DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_MODE=$2 \
-                DBTHROTTLE_LOG_LEVEL=error \
+                DBTHROTTLE_LOG_LEVEL=error ${3:+DBTHROTTLE_CLASSES=$3 DBTHROTTLE_CLASS=$rp_class} \
                 $py "$here/../support/report_worker.py" "$s" "$rp_n" "$work/rp.$1.$s" 2>"$work/rp.$1.$s.err" &
             rp_pids="$rp_pids $!"
             echo $! >>"$work/pids"
@@ -69,6 +72,55 @@ print("%.3f" % waits[i], "%.4f" % (sum(w > 1.0 for w in waits) / len(waits)), le
         "$py -c 'import sys; p, m = $rp_p99, $rp_mp99; sys.exit(0 if p > 0 and m > 0 and m / 2.5 <= p <= m * 2.5 else 1)'"
     check "the predicted share that waited ($rp_share) is within 25 % of the measured ($rp_mshare)" \
         "$py -c 'import sys; p, m = $rp_share, $rp_mshare; sys.exit(0 if m > 0 and abs(p - m) <= 0.25 * m else 1)'"
+
+    # The same with classes: interactive (seeds 1-2) and batch (3-6); interactive guaranteed the
+    # whole limit, so served first whenever it waits. Per class, the replay through the classes' rule and what the
+    # enforced run measured agree as above; and the rule shows: interactive's mean wait is well
+    # below batch's, predicted and measured (as one queue, the report gave every class about the
+    # same: a check this replaces).
+    rp_classes="interactive=100%,priority=2;batch=0%,priority=1;default=batch"
+    rm -f "$work"/rp.*
+    rp_run rp_cshadow shadow "$rp_classes"
+    check "the shadow run with classes ended well ($rp_bad did not)" '[ "$rp_bad" = 0 ]'
+    rp_cli report rp_cshadow --limits 2 --wait-timeout 1m --json >"$work/rp.cjson" 2>"$work/rp.creport.err"
+    rp_cli report rp_cshadow --limits 2 --wait-timeout 1m >"$work/rp.ctext" 2>>"$work/rp.creport.err"
+    check "the text report names the classes in force and a row per class ($(head -c 200 "$work/rp.creport.err"))" \
+        'grep -q "classes in force now (the workers. DBTHROTTLE_CLASSES; aging none): interactive 100% priority 2, batch 0% priority 1 (default)" "$work/rp.ctext" &&
+         grep -Eq "^ +2  interactive " "$work/rp.ctext" && grep -Eq "^ +2  batch " "$work/rp.ctext"'
+    rp_run rp_cenforce enforce "$rp_classes"
+    check "the enforced run with classes ended well ($rp_bad did not)" '[ "$rp_bad" = 0 ]'
+    # per class: predicted and measured wait p99 (ms) and share waited, as above
+    $py - "$work/rp.cjson" "$work" >"$work/rp.cmp" 2>&1 <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+pred = {c["class"]: c for c in r["limits"][0].get("classes") or []}
+lines = {}
+for s in range(1, 7):
+    cls = "interactive" if s <= 2 else "batch"
+    for l in open("%s/rp.rp_cenforce.%d" % (sys.argv[2], s)):
+        if l.strip():
+            lines.setdefault(cls, []).append(float(l.split()[0]) - float(l.split()[1]))
+base = sorted(sum(lines.values(), []))[len(sum(lines.values(), [])) // 20]
+for cls in ("interactive", "batch"):
+    waits = sorted(max(0.0, o - base) * 1000 for o in lines[cls])
+    i = max(0, -(-99 * len(waits) // 100) - 1)
+    p = pred.get(cls, {"wait_p99_ms": -1, "waited_share": -1, "commands": 0})
+    print(cls, p["commands"], "%.3f" % p["wait_p99_ms"], "%.4f" % p["waited_share"],
+          len(waits), "%.3f" % waits[i], "%.4f" % (sum(w > 1.0 for w in waits) / len(waits)),
+          "%.3f" % p.get("wait_mean_ms", -1), "%.3f" % (sum(waits) / len(waits)))
+PY
+    info "limit 2 by class (class, predicted: commands p99-ms share, measured: commands p99-ms share, mean-ms predicted, measured): $(tr '\n' ';' <"$work/rp.cmp")"
+    while read -r rp_c rp_pn rp_pp99 rp_pshare rp_mn rp_mp99 rp_mshare rp_pmean rp_mmean; do
+        check "class $rp_c: the report replayed its $rp_mn statements ($rp_pn)" '[ "$rp_pn" = "$rp_mn" ]'
+        check "class $rp_c: the predicted wait p99 ($rp_pp99 ms) is within a factor of 2.5 of the measured ($rp_mp99 ms)" \
+            "$py -c 'import sys; p, m = $rp_pp99, $rp_mp99; sys.exit(0 if p > 0 and m > 0 and m / 2.5 <= p <= m * 2.5 else 1)'"
+        check "class $rp_c: the predicted share that waited ($rp_pshare) is within 25 % of the measured ($rp_mshare)" \
+            "$py -c 'import sys; p, m = $rp_pshare, $rp_mshare; sys.exit(0 if m > 0 and abs(p - m) <= 0.25 * m else 1)'"
+    done <"$work/rp.cmp"
+    rp_ip=$(awk '$1 == "interactive" { print $8 }' "$work/rp.cmp") rp_im=$(awk '$1 == "interactive" { print $9 }' "$work/rp.cmp")
+    rp_bp=$(awk '$1 == "batch" { print $8 }' "$work/rp.cmp") rp_bm=$(awk '$1 == "batch" { print $9 }' "$work/rp.cmp")
+    check "interactive's mean wait is below 0.85 times batch's, predicted (${rp_ip:-?} and ${rp_bp:-?} ms) and measured (${rp_im:-?} and ${rp_bm:-?} ms)" \
+        "$py -c 'import sys; sys.exit(0 if ${rp_ip:-1} < 0.85 * ${rp_bp:-0} and ${rp_im:-1} < 0.85 * ${rp_bm:-0} else 1)'"
 
     # bad input: one line naming what is wrong, exit 2
     rp_refuses() { # rp_refuses WHAT PATTERN ARGS...: exit 2, one line matching PATTERN

@@ -10,7 +10,7 @@
 static dbt_replay_result run(const dbt_replay_hold *h, size_t n, int limit, int64_t timeout_us)
 {
     dbt_replay_result r;
-    cr_assert(dbt_replay(h, n, limit, timeout_us, &r));
+    cr_assert(dbt_replay(h, n, limit, timeout_us, NULL, &r));
     return r;
 }
 
@@ -208,4 +208,105 @@ Test(replay, a_span_of_whole_periods_has_no_empty_one_after)
     cr_expect_float_eq(b[1].mean, 1.0, 1e-9, "the last period's mean %f", b[1].mean);
     cr_expect_eq(b[1].peak, 1);
     free(b);
+}
+
+/* ---- classes (docs/design.md, "Classes and weights"; _common.lua's K.choose) ---------------- */
+
+static dbt_replay_result run_classes(const dbt_replay_hold *h, size_t n, int limit,
+                                     int64_t timeout_us, const dbt_replay_class *v, int nv,
+                                     int64_t aging_us)
+{
+    dbt_replay_classes cl = {.v = v, .n = nv, .aging_us = aging_us};
+    dbt_replay_result r;
+    cr_assert(dbt_replay(h, n, limit, timeout_us, &cl, &r));
+    return r;
+}
+
+/* A class under its guarantee goes first: at a limit of 2 (a guarantee of 1 each), class 1 holds
+ * both units (it borrowed one) until 100 and 150 ms; class 1's third asks at 10 ms, class 0's
+ * one at 20 ms, each to hold 100 ms. The unit back at 100 ms goes to class 0, under its
+ * guarantee; class 1's waiter gets the one back at 150 ms. As one queue, the other way round. */
+Test(replay, a_class_under_its_guarantee_goes_first)
+{
+    dbt_replay_class v[] = {{.share = 50, .priority = 1, .wait_us = -1, .cap = -1},
+                            {.share = 50, .priority = 1, .wait_us = -1, .cap = -1}};
+    dbt_replay_hold h[] = {
+        {.arrival_us = 0, .hold_us = 100 * MS, .weight = 1, .conn = 1, .klass = 1},
+        {.arrival_us = 0, .hold_us = 150 * MS, .weight = 1, .conn = 2, .klass = 1},
+        {.arrival_us = 10 * MS, .hold_us = 100 * MS, .weight = 1, .conn = 3, .klass = 1},
+        {.arrival_us = 20 * MS, .hold_us = 100 * MS, .weight = 1, .conn = 4, .klass = 0},
+    };
+    dbt_replay_result r = run_classes(h, 4, 2, -1, v, 2, 0);
+    cr_assert_eq(r.nclasses, 2);
+    cr_expect_eq(r.klass[0].commands, 1);
+    cr_expect_eq(r.klass[0].wait_max_us, 80 * MS, "class 0 waited %lld us",
+                 (long long)r.klass[0].wait_max_us);
+    cr_expect_eq(r.klass[1].commands, 3);
+    cr_expect_eq(r.klass[1].waited, 1);
+    cr_expect_eq(r.klass[1].wait_max_us, 140 * MS);
+    cr_expect_eq(r.wait_max_us, 140 * MS);
+    r = run(h, 4, 2, -1);
+    cr_expect_eq(r.nclasses, 0);
+    cr_expect_eq(r.wait_max_us, 130 * MS, "as one queue, class 0's waits for the second unit");
+}
+
+/* Classes at or over their guarantee (share 0) borrow by priority, then in arrival order; and
+ * once the oldest waiter has waited the aging bound, it is served first whatever its class. Two
+ * units held until 100 and 200 ms; class 0's waiter asks at 10 ms, class 1's at 20 ms. */
+Test(replay, borrowers_by_priority_until_the_aging_bound)
+{
+    dbt_replay_class v[] = {{.share = 0, .priority = 1, .wait_us = -1, .cap = -1},
+                            {.share = 0, .priority = 5, .wait_us = -1, .cap = -1}};
+    dbt_replay_hold h[] = {
+        {.arrival_us = 0, .hold_us = 100 * MS, .weight = 1, .conn = 1, .klass = 0},
+        {.arrival_us = 0, .hold_us = 200 * MS, .weight = 1, .conn = 2, .klass = 0},
+        {.arrival_us = 10 * MS, .hold_us = 100 * MS, .weight = 1, .conn = 3, .klass = 0},
+        {.arrival_us = 20 * MS, .hold_us = 100 * MS, .weight = 1, .conn = 4, .klass = 1},
+    };
+    dbt_replay_result r = run_classes(h, 4, 2, -1, v, 2, 0);
+    cr_expect_eq(r.klass[1].wait_max_us, 80 * MS, "priority 5 first: %lld us",
+                 (long long)r.klass[1].wait_max_us);
+    cr_expect_eq(r.klass[0].wait_max_us, 190 * MS);
+    r = run_classes(h, 4, 2, -1, v, 2, 50 * MS);
+    cr_expect_eq(r.klass[0].wait_max_us, 90 * MS, "aged at 60 ms: served at 100 ms (%lld us)",
+                 (long long)r.klass[0].wait_max_us);
+    cr_expect_eq(r.klass[1].wait_max_us, 180 * MS);
+}
+
+/* A class's queue cap refuses a newcomer at once (a cap of 0: it never queues); a class's wait
+ * timeout replaces the run's. One unit held 0-100 ms. */
+Test(replay, a_class_cap_refuses_at_once_and_its_timeout_is_its_own)
+{
+    dbt_replay_class v[] = {{.share = 0, .priority = 0, .wait_us = -1, .cap = 1},
+                            {.share = 0, .priority = 0, .wait_us = 30 * MS, .cap = 0},
+                            {.share = 0, .priority = 0, .wait_us = 30 * MS, .cap = -1}};
+    dbt_replay_hold h[] = {
+        {.arrival_us = 0, .hold_us = 100 * MS, .weight = 1, .conn = 1, .klass = 2},
+        {.arrival_us = 10 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 2, .klass = 0},
+        {.arrival_us = 20 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 3, .klass = 0},
+        {.arrival_us = 30 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 4, .klass = 1},
+        {.arrival_us = 40 * MS, .hold_us = 10 * MS, .weight = 1, .conn = 5, .klass = 2},
+    };
+    dbt_replay_result r = run_classes(h, 5, 1, -1, v, 3, 0);
+    cr_expect_eq(r.klass[0].refused, 1, "the second of class 0 is past its cap of 1");
+    cr_expect_eq(r.klass[0].capped, 1);
+    cr_expect_eq(r.klass[0].wait_max_us, 90 * MS, "the first queued until 100 ms");
+    cr_expect_eq(r.klass[1].capped, 1, "a cap of 0 never queues");
+    cr_expect_eq(r.klass[1].wait_max_us, 0);
+    cr_expect_eq(r.klass[2].refused, 1, "class 2's 30 ms timeout, with no run's timeout");
+    cr_expect_eq(r.klass[2].capped, 0);
+    cr_expect_eq(r.klass[2].wait_max_us, 30 * MS);
+    cr_expect_eq(r.refused, 3);
+}
+
+/* A hold naming a class the run does not have is an error, not a guess. */
+Test(replay, a_class_out_of_range_is_refused)
+{
+    dbt_replay_class v[] = {{.share = 100, .priority = 0, .wait_us = -1, .cap = -1}};
+    dbt_replay_hold h[] = {{.arrival_us = 0, .hold_us = MS, .weight = 1, .conn = 1, .klass = 1}};
+    dbt_replay_classes cl = {.v = v, .n = 1};
+    dbt_replay_result r;
+    cr_expect_not(dbt_replay(h, 1, 1, -1, &cl, &r));
+    h[0].klass = 0;
+    cr_expect(dbt_replay(h, 1, 1, -1, &cl, &r));
 }
