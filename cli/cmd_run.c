@@ -232,9 +232,12 @@ int cmd_run(int argc, char **argv)
                         "dbthrottle run: warning: Redis unreachable now (%s): starting %s, which "
                         "runs per DBTHROTTLE_ON_REDIS_ERROR=%s until Redis answers\n",
                         err, argv[optind],
-                        cfg.mode == DBT_MODE_SHADOW ? "open (shadow mode refuses nothing)"
-                        : cfg.on_redis_error == DBT_ON_ERROR_CLOSED ? "closed (refusing)"
-                                                                    : "open (unthrottled)");
+                        cfg.on_redis_error == DBT_ON_ERROR_OPEN ? "open (unthrottled)"
+                        : cfg.mode[0] == DBT_MODE_SHADOW && cfg.mode[1] == DBT_MODE_SHADOW
+                            ? "open (shadow mode refuses nothing)"
+                        : cfg.mode[0] == DBT_MODE_SHADOW || cfg.mode[1] == DBT_MODE_SHADOW
+                            ? "closed (refusing, but for the kind in shadow mode)"
+                            : "closed (refusing)");
         }
     }
     dbt_config_free(&cfg);

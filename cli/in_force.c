@@ -66,9 +66,54 @@ static int by_processes(const void *a, const void *b)
     return c != 0 ? c : strcmp(x->from, y->from);
 }
 
+typedef struct {
+    const char *key;
+    char *out;
+    size_t cap;
+    bool found;
+} own_value_scan;
+
+static void on_own_value(const char *key, dbt_source src, const char *value, void *arg)
+{
+    own_value_scan *o = arg;
+    (void)src;
+    if (!o->found && strcmp(key, o->key) == 0) {
+        o->found = true;
+        snprintf(o->out, o->cap, "%s", value);
+    }
+}
+
+/* Record r's own value of row (as its record shows it), false when it does not say. */
+static bool own_of(const dbt_proc_record *r, const dbt_setting *row, char *out, size_t cap)
+{
+    own_value_scan o = {.key = row->key, .out = out, .cap = cap};
+    if (r->own[0])
+        (void)dbt_live_own_each(r->own, on_own_value, &o);
+    return o.found;
+}
+
+/* A live mode that names some kinds only (dbthrottle mode POOL shadow --queries): a process has
+ * its own mode (own_value, as its record shows it) for the others; the two together into out. */
+static void merged_mode(const dbt_setting *row, const dbt_live *live, const char *own_value,
+                        char *out, size_t cap)
+{
+    dbt_config own = {0};
+    char err[DBT_ERRLEN];
+    if (!row->kind->parse(row, &own, own_value, err)) {
+        snprintf(out, cap, "?");
+        return;
+    }
+    for (int k = 0; k < DBT_MODE_KINDS; k++)
+        if (live->cfg.mode_named >> k & 1)
+            own.mode[k] = live->cfg.mode[k];
+    dbt_mode_show(own.mode, (1u << DBT_MODE_KINDS) - 1, out, cap);
+}
+
 int cli_in_force_of(const cli_pool_view *v, const dbt_live *live, const dbt_setting *row,
                     cli_in_force *groups, int cap)
 {
+    bool partial = live && live->set[row - dbt_settings] && row == dbt_live_find("mode") &&
+                   live->cfg.mode_named != (1u << DBT_MODE_KINDS) - 1;
     own_scan o = {.row = row, .groups = groups, .cap = cap};
     char live_value[256] = "";
     bool is_live = live && live->set[row - dbt_settings];
@@ -77,7 +122,16 @@ int cli_in_force_of(const cli_pool_view *v, const dbt_live *live, const dbt_sett
     for (int i = 0; i < v->nprocs; i++) {
         const dbt_proc_record *r = &v->procs[i];
         if (is_live && r->live_version == live->version && !refused(r, row->key)) {
-            add(groups, &o.n, cap, live_value, "live");
+            if (!partial) {
+                add(groups, &o.n, cap, live_value, "live");
+                continue;
+            }
+            char own_value[256], merged[256];
+            if (own_of(r, row, own_value, sizeof own_value))
+                merged_mode(row, live, own_value, merged, sizeof merged);
+            else
+                snprintf(merged, sizeof merged, "?");
+            add(groups, &o.n, cap, merged, "live and own");
             continue;
         }
         /* behind the version Redis holds, after applying another: it may still use a value of

@@ -14,7 +14,6 @@
 /* The word parser stores the index of the word matched through an int: the enums it fills must
  * be stored as one. */
 _Static_assert(sizeof(dbt_on_error) == sizeof(int), "dbt_on_error is stored as an int");
-_Static_assert(sizeof(dbt_mode) == sizeof(int), "dbt_mode is stored as an int");
 _Static_assert(sizeof(dbt_log_level) == sizeof(int), "dbt_log_level is stored as an int");
 _Static_assert(sizeof(dbt_log_format) == sizeof(int), "dbt_log_format is stored as an int");
 _Static_assert(sizeof(dbt_log_facility) == sizeof(int), "dbt_log_facility is stored as an int");
@@ -89,6 +88,55 @@ static bool parse_word(const dbt_setting *s, dbt_config *cfg, const char *value,
     char why[128];
     snprintf(why, sizeof why, "expected %s", s->rule.words.expected);
     return dbt_bad_value(s->env, value, why, err);
+}
+
+static const char *const mode_words[] = {"enforce", "shadow"};      /* dbt_mode order */
+static const char *const mode_kinds[] = {"queries", "connections"}; /* dbt_kind order */
+_Static_assert(sizeof mode_kinds / sizeof *mode_kinds == DBT_MODE_KINDS, "a word per kind");
+
+static int word_index(const char *const *words, int n, const char *w, size_t len)
+{
+    for (int i = 0; i < n; i++)
+        if (strlen(words[i]) == len && strncasecmp(w, words[i], len) == 0)
+            return i;
+    return -1;
+}
+
+/* DBTHROTTLE_MODE: enforce or shadow for every kind, or per kind: "queries=shadow",
+ * "queries=shadow,connections=enforce" (a kind not named: enforce here; its own, live). */
+static bool parse_mode(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
+{
+    dbt_mode mode[DBT_MODE_KINDS] = {DBT_MODE_ENFORCE, DBT_MODE_ENFORCE};
+    unsigned named = 0;
+    int both = word_index(mode_words, 2, value, strlen(value));
+    const char *why = NULL;
+    if (both >= 0) {
+        mode[0] = mode[1] = (dbt_mode)both;
+        named = (1u << DBT_MODE_KINDS) - 1;
+    }
+    for (const char *p = value; both < 0 && !why;) {
+        size_t len = strcspn(p, ",");
+        const char *eq = memchr(p, '=', len);
+        int kind = eq ? word_index(mode_kinds, DBT_MODE_KINDS, p, (size_t)(eq - p)) : -1;
+        int m = eq ? word_index(mode_words, 2, eq + 1, len - (size_t)(eq - p) - 1) : -1;
+        if (kind < 0 || m < 0)
+            why = "expected enforce, shadow, or per kind queries=MODE and/or connections=MODE "
+                  "(MODE: enforce or shadow), separated by a comma";
+        else if (named & (1u << kind))
+            why = kind == 0 ? "queries is given twice" : "connections is given twice";
+        else {
+            mode[kind] = (dbt_mode)m;
+            named |= 1u << kind;
+        }
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    if (why)
+        return dbt_bad_value(s->env, value, why, err);
+    memcpy(cfg->mode, mode, sizeof mode);
+    cfg->mode_named = named;
+    return true;
 }
 
 static bool parse_text(const dbt_setting *s, dbt_config *cfg, const char *value, char *err)
@@ -235,6 +283,12 @@ static void show_check_interval(const dbt_setting *s, const dbt_config *cfg, cha
         show_period(s, cfg, out, cap);
 }
 
+static void show_mode(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
+{
+    (void)s;
+    dbt_mode_show(cfg->mode, cfg->mode_named, out, cap);
+}
+
 static void show_word(const dbt_setting *s, const dbt_config *cfg, char *out, size_t cap)
 {
     int i = *(const int *)const_field_of(s, cfg);
@@ -303,6 +357,7 @@ static const dbt_setting_kind as_bool = {parse_bool, show_bool, NULL};
 static const dbt_setting_kind as_duration = {parse_duration, show_duration, NULL};
 static const dbt_setting_kind as_bounded_duration = {parse_duration_in, show_duration, NULL};
 static const dbt_setting_kind as_word = {parse_word, show_word, NULL};
+static const dbt_setting_kind as_mode = {parse_mode, show_mode, NULL};
 static const dbt_setting_kind as_text = {parse_text, show_text, release_text};
 static const dbt_setting_kind as_log_dest = {parse_log_dest, show_text, release_text};
 static const dbt_setting_kind as_abs_path = {parse_abs_path, show_text, release_text};
@@ -317,7 +372,6 @@ static const dbt_setting_kind as_classes = {parse_classes, show_text, release_te
 /* ---- the table ------------------------------------------------------------------------------ */
 
 static const char *const on_redis_error_words[] = {"open", "closed"}; /* dbt_on_error order */
-static const char *const mode_words[] = {"enforce", "shadow"};        /* dbt_mode order */
 static const char *const log_format_words[] = {"logfmt", "json"};     /* dbt_log_format order */
 static const char *const log_facility_words[] = {"user",   "daemon", "local0", "local1", "local2",
                                                  "local3", "local4", "local5", "local6", "local7"};
@@ -376,9 +430,9 @@ const dbt_setting dbt_settings[] = {
      WORDS(on_redis_error_words, "open or closed"), .worker_only = true, .live = true,
      .doc = "while Redis is unreachable: open = run unthrottled, closed = fail"},
     /* Shadow mode: docs/design.md, "Shadow mode"; docs/operations.md, "Rolling out". */
-    {"mode", "DBTHROTTLE_MODE", "enforce", &as_word, FIELD(mode),
-     WORDS(mode_words, "enforce or shadow"), .worker_only = true, .live = true,
-     .doc = "enforce the limit, or shadow: never wait nor refuse, count what would have waited"},
+    {"mode", "DBTHROTTLE_MODE", "enforce", &as_mode, FIELD(mode), .worker_only = true, .live = true,
+     .doc = "enforce the limit, or shadow: never wait nor refuse, count what would have waited; "
+            "per kind: queries=shadow,connections=enforce"},
     {"log", "DBTHROTTLE_LOG", "stderr", &as_log_dest, FIELD(log_path),
      .rule.text = {.null_word = "stderr", .unset_shown = "stderr"}, .worker_only = true,
      .doc = "stderr, a file to append the log to, or syslog (syslog:/path: another socket)"},
@@ -456,6 +510,26 @@ const char *dbt_mode_name(int mode)
 {
     return mode >= 0 && mode < (int)(sizeof mode_words / sizeof *mode_words) ? mode_words[mode]
                                                                              : "?";
+}
+
+const char *dbt_mode_kind_word(int kind)
+{
+    return kind >= 0 && kind < DBT_MODE_KINDS ? mode_kinds[kind] : "?";
+}
+
+void dbt_mode_show(const dbt_mode mode[DBT_MODE_KINDS], unsigned named, char *out, size_t cap)
+{
+    unsigned all = (1u << DBT_MODE_KINDS) - 1;
+    if ((named & all) == all && mode[0] == mode[1]) {
+        snprintf(out, cap, "%s", dbt_mode_name((int)mode[0]));
+        return;
+    }
+    size_t len = 0;
+    out[0] = '\0';
+    for (int k = 0; k < DBT_MODE_KINDS && len < cap; k++)
+        if (named & (1u << k))
+            len += (size_t)snprintf(out + len, cap - len, "%s%s=%s", len ? "," : "", mode_kinds[k],
+                                    dbt_mode_name((int)mode[k]));
 }
 
 #define NSETTINGS (sizeof dbt_settings / sizeof *dbt_settings - 1)

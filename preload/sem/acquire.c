@@ -37,7 +37,7 @@ static dbt_acq_result outage_result(dbt_pool *p, dbt_kind kind, const dbt_acquir
 {
     uint64_t quiet = 0, total;
     /* Shadow mode refuses nothing: an outage runs the command as open mode does. */
-    bool shadow = atomic_load(&p->mode) == DBT_MODE_SHADOW;
+    bool shadow = dbt_pool_shadow(p, kind);
     pthread_mutex_lock(&p->mu);
     dbt_outage_fate fate = dbt_core_outage(
         seen_misconfigured || p->misconfig[0] != '\0' || dbt_pool_thread_failed_permanently(),
@@ -614,7 +614,7 @@ static acq_sent send_or_adopt(acquire_run *a)
 {
     a->holders = a->queue = -1;
     /* The pool's mode now: a wait sent again as the pool turned to shadow (live.c) runs at once. */
-    a->shadow = atomic_load(&a->p->mode) == DBT_MODE_SHADOW;
+    a->shadow = dbt_pool_shadow(a->p, a->kind);
     bool exiting;
     struct dbt_slot *orphan = begin_slot(a, &exiting);
     if (exiting)

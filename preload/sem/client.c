@@ -77,7 +77,8 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
             dbt_keys_init(&p->keys, c->cfg->key_prefix, name)) {
             p->client = c;
             atomic_init(&p->on_redis_error, (int)c->cfg->on_redis_error);
-            atomic_init(&p->mode, (int)c->cfg->mode);
+            for (int k = 0; k < DBT_NKINDS; k++)
+                atomic_init(&p->mode[k], (int)c->cfg->mode[k]);
             atomic_init(&p->log_level, -1);
             dbt_lease_init(p);
             p->nbounds = dbt_hist_bounds(p->hist_bounds, DBT_HIST_MAX);
@@ -98,10 +99,13 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
         }
     }
     pthread_mutex_unlock(&c->mu);
-    if (made && c->cfg->mode == DBT_MODE_SHADOW) {
+    if (made && (c->cfg->mode[DBT_KIND_QUERY] == DBT_MODE_SHADOW ||
+                 c->cfg->mode[DBT_KIND_CONN] == DBT_MODE_SHADOW)) {
         /* Once per pool, loudly: a pool that does not enforce its limit is never a quiet
          * setting (live changes say so too: live.c). */
-        dbt_field f[] = {DBT_S("pool", name), DBT_S("mode", "shadow"), DBT_S("was", "-"),
+        char mode[64];
+        dbt_mode_show(c->cfg->mode, (1u << DBT_NKINDS) - 1, mode, sizeof mode);
+        dbt_field f[] = {DBT_S("pool", name), DBT_S("mode", mode), DBT_S("was", "-"),
                          DBT_S("by", "own"),
                          DBT_S("effect", "nothing waits or is refused: counted only")};
         dbt_log(DBT_LOG_WARN, "mode", f, 5);

@@ -140,7 +140,7 @@ bool dbt_permit_unpark(dbt_permit **slot)
     if (reuse) {
         int64_t now = dbt_now_us();
         /* a kept permit: within the limit */
-        dbt_sample_begin(s, atomic_load(&p->mode) == DBT_MODE_SHADOW, now, now, DBT_WOULD_RUN);
+        dbt_sample_begin(s, dbt_pool_shadow(p, s->kind), now, now, DBT_WOULD_RUN);
         dbt_trace(DBT_LOG_DEBUG, "reuse", s, -1, -1, -1, -1, NULL, NULL);
         return true;
     }

@@ -48,12 +48,11 @@ int64_t dbt_lapse_take_due(dbt_pool *p, int64_t now, bool can_cancel, dbt_cancel
 {
     /* Without the interposer (dbthrottle acquire -- CMD, a test of this layer) nothing can be
      * cancelled: the lease is lost when it runs out, as before. */
-    if (!can_cancel || atomic_load(&p->on_redis_error) != DBT_ON_ERROR_CLOSED ||
-        atomic_load(&p->mode) == DBT_MODE_SHADOW) /* shadow mode ends no command */
+    if (!can_cancel || atomic_load(&p->on_redis_error) != DBT_ON_ERROR_CLOSED)
         return -1;
     int64_t next = -1;
     for (struct dbt_slot *s = p->slots; s; s = s->next) {
-        if (!running(p, s))
+        if (!running(p, s) || dbt_pool_shadow(p, s->kind)) /* shadow mode ends no command */
             continue;
         /* the lease Redis expires it by: the one its last accepted renewal carried */
         int64_t lease = s->lease_us, at = s->t_renewed_us + lease - dbt_lapse_margin_us(p, lease);
@@ -98,8 +97,7 @@ bool dbt_permit_lost(dbt_permit *s)
     int64_t now = dbt_now_us();
     bool lost = s->gen != p->gen || dbt_slot_expire_unrenewed(p, s, now);
     if (!lost && s->state == SLOT_HELD && s->kind == DBT_KIND_QUERY &&
-        atomic_load(&p->on_redis_error) == DBT_ON_ERROR_CLOSED &&
-        atomic_load(&p->mode) != DBT_MODE_SHADOW &&
+        atomic_load(&p->on_redis_error) == DBT_ON_ERROR_CLOSED && !dbt_pool_shadow(p, s->kind) &&
         now - s->t_renewed_us > s->lease_us - dbt_lapse_margin_us(p, s->lease_us)) {
         char cause[160], why[340];
         bool known = dbt_slot_unrenewed_cause(p, s, now, cause, sizeof cause);

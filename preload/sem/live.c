@@ -84,15 +84,22 @@ void dbt_live_apply(dbt_pool *p, const char *text)
     bool mode_live = mode_row >= 0 && l->set[mode_row];
     atomic_store(&p->on_redis_error,
                  (int)(mode_live ? l->cfg.on_redis_error : p->client->cfg->on_redis_error));
+    /* Per kind: the live mode where it names the kind, else the process' own. */
     ptrdiff_t shadow_row = row_of(offsetof(dbt_config, mode));
-    int mode_now =
-        (int)(shadow_row >= 0 && l->set[shadow_row] ? l->cfg.mode : p->client->cfg->mode);
-    int mode_before = atomic_exchange(&p->mode, mode_now);
+    int mode_now[DBT_NKINDS], mode_before[DBT_NKINDS];
+    bool turned_shadow[DBT_NKINDS], changed = false;
+    for (int k = 0; k < DBT_NKINDS; k++) {
+        bool live_k = shadow_row >= 0 && l->set[shadow_row] && (l->cfg.mode_named >> k & 1);
+        mode_now[k] = (int)(live_k ? l->cfg.mode[k] : p->client->cfg->mode[k]);
+        mode_before[k] = atomic_exchange(&p->mode[k], mode_now[k]);
+        turned_shadow[k] = mode_now[k] == DBT_MODE_SHADOW && mode_before[k] != DBT_MODE_SHADOW;
+        changed = changed || mode_now[k] != mode_before[k];
+    }
     /* Turned to shadow: the threads that wait in the queue are sent again (as a place Redis
      * forgot is), now in shadow mode, to run at once; their places are withdrawn. A parked
      * wait's place is left to its waker (held.c sends it as granted or waits on). */
-    if (mode_now == DBT_MODE_SHADOW && mode_before != DBT_MODE_SHADOW)
-        for (struct dbt_slot *s = p->slots; s; s = s->next)
+    for (struct dbt_slot *s = p->slots; s; s = s->next)
+        if (s->kind < DBT_NKINDS && turned_shadow[s->kind])
             if (s->state == SLOT_QUEUED && !s->orphan && s->thread_waits) {
                 dbt_defer_op_held(p, DBT_OWED_WITHDRAW, s->kind, s->id, -1);
                 dbt_lw_remove(p, s);
@@ -117,10 +124,18 @@ void dbt_live_apply(dbt_pool *p, const char *text)
         dbt_live_free(old);
         free(old);
     }
-    if (mode_now != mode_before) {
+    if (changed) {
         /* Loud both ways: a pool that stops enforcing its limit is never a quiet change. */
-        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("mode", dbt_mode_name(mode_now)),
-                         DBT_S("was", dbt_mode_name(mode_before)),
+        char now_text[64], before_text[64];
+        dbt_mode mn[DBT_NKINDS], mb[DBT_NKINDS];
+        for (int k = 0; k < DBT_NKINDS; k++) {
+            mn[k] = (dbt_mode)mode_now[k];
+            mb[k] = (dbt_mode)mode_before[k];
+        }
+        unsigned all = (1u << DBT_NKINDS) - 1;
+        dbt_mode_show(mn, all, now_text, sizeof now_text);
+        dbt_mode_show(mb, all, before_text, sizeof before_text);
+        dbt_field f[] = {DBT_S("pool", p->name), DBT_S("mode", now_text), DBT_S("was", before_text),
                          DBT_S("by", shadow_row >= 0 && l->set[shadow_row] ? "live" : "own")};
         dbt_log(DBT_LOG_WARN, "mode", f, 4);
     }
@@ -203,6 +218,22 @@ bool dbt_pool_live_sets(dbt_pool *p, size_t field)
 {
     ptrdiff_t row = row_of(field);
     return row >= 0 && row < 64 && (atomic_load(&p->live_set_mask) >> row & 1);
+}
+
+_Static_assert(DBT_MODE_KINDS == DBT_NKINDS && DBT_KIND_QUERY == 0 && DBT_KIND_CONN == 1,
+               "DBTHROTTLE_MODE's kinds are dbt_kind's");
+
+bool dbt_pool_shadow(dbt_pool *p, dbt_kind kind)
+{
+    return kind < DBT_NKINDS && atomic_load(&p->mode[kind]) == DBT_MODE_SHADOW;
+}
+
+bool dbt_pool_any_shadow(dbt_pool *p)
+{
+    for (int k = 0; k < DBT_NKINDS; k++)
+        if (dbt_pool_shadow(p, (dbt_kind)k))
+            return true;
+    return false;
 }
 
 void dbt_live_heard(dbt_pool *p)

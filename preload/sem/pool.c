@@ -508,9 +508,17 @@ void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
      * nothing of it is refused or runs unthrottled. An outage that resumes says so once more,
      * after its redis_back. */
     if (say) {
-        /* shadow mode refuses nothing: its commands run on as open mode's do */
-        bool shadow = atomic_load(&p->mode) == DBT_MODE_SHADOW;
+        /* shadow mode refuses nothing: its commands run on as open mode's do (a kind in shadow
+         * beside one enforced in closed mode: that one's are refused) */
+        bool sq = dbt_pool_shadow(p, DBT_KIND_QUERY), sc = dbt_pool_shadow(p, DBT_KIND_CONN);
+        bool shadow = sq && sc;
         bool open = shadow || atomic_load(&p->on_redis_error) == DBT_ON_ERROR_OPEN;
+        const char *effect = open ? "running unthrottled until Redis is back"
+                             : sq ? "refusing connections until Redis is back (queries, in "
+                                    "shadow mode, run)"
+                             : sc ? "refusing queries until Redis is back (connections, in "
+                                    "shadow mode, open)"
+                                  : "refusing commands until Redis is back";
         dbt_field f[] = {DBT_S("pool", p->name),
                          DBT_S("during", what),
                          DBT_S("error", msg),
@@ -518,8 +526,7 @@ void dbt_pool_note_error(dbt_pool *p, const char *what, const char *msg)
                          DBT_S("mode", shadow ? "shadow"
                                        : open ? "open"
                                               : "closed"),
-                         DBT_S("effect", open ? "running unthrottled until Redis is back"
-                                              : "refusing commands until Redis is back"),
+                         DBT_S("effect", effect),
                          DBT_MS("resumes_after_ms", (double)gap_us / 1000)};
         size_t n = sizeof f / sizeof *f - (resumed ? 0 : 1);
         dbt_log(open ? DBT_LOG_WARN : DBT_LOG_ERROR, "redis_error", f, n);

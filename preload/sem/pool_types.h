@@ -302,9 +302,9 @@ struct dbt_pool {
      * live.c, read on any path, with or without p->mu (an outage's paths take it, lapse.c's
      * hold it). */
     atomic_int on_redis_error;
-    /* The mode in force (dbt_mode): the live value, else the process' own. Set by live.c, read
-     * on any path. */
-    atomic_int mode;
+    /* The mode in force per kind (dbt_mode): the live value, else the process' own. Set by
+     * live.c, read on any path (dbt_pool_shadow). */
+    atomic_int mode[DBT_NKINDS];
     /* The lease in force (ms): the live value, else the process' own; and the shortest and the
      * longest of those before it, with the time until which a permit or place may still carry
      * them (lease.c). */

@@ -45,20 +45,32 @@ void dbt_registry_record(dbt_pool *p, char *out, int64_t *ttl_ms)
     } else if (p->misconfig[0]) {
         snprintf(r.state, sizeof r.state, "refusing");
         snprintf(r.reason, sizeof r.reason, "%s", p->misconfig);
-    } else if (atomic_load(&p->mode) == DBT_MODE_SHADOW) {
-        /* Counted, never held back: status says so, as loudly as a refusing process. */
+    } else if (dbt_pool_any_shadow(p)) {
+        /* Counted, never held back: status says so, as loudly as a refusing process; and of
+         * which kinds, when not all (the others are enforced). */
         snprintf(r.state, sizeof r.state, "shadow");
+        dbt_mode m[DBT_NKINDS];
+        for (int k = 0; k < DBT_NKINDS; k++)
+            m[k] = (dbt_mode)atomic_load(&p->mode[k]);
+        char mode[64];
+        dbt_mode_show(m, (1u << DBT_NKINDS) - 1, mode, sizeof mode);
+        bool all = !strchr(mode, '=');
+        const char *what = all                                    ? "nothing waits or is refused"
+                           : m[DBT_KIND_QUERY] == DBT_MODE_SHADOW ? "no query waits or is refused"
+                                                                  : "no connection waits or is "
+                                                                    "refused";
         /* where the mode came from: the process' own, or the operator's live switch */
-        snprintf(r.reason, sizeof r.reason, "%s: nothing waits or is refused",
-                 dbt_pool_live_sets(p, offsetof(dbt_config, mode))
-                     ? "mode shadow, live (dbthrottle mode)"
-                     : "DBTHROTTLE_MODE=shadow");
+        if (dbt_pool_live_sets(p, offsetof(dbt_config, mode)))
+            snprintf(r.reason, sizeof r.reason, "mode %s, live (dbthrottle mode): %s", mode, what);
+        else
+            snprintf(r.reason, sizeof r.reason, "DBTHROTTLE_MODE=%s: %s", mode, what);
     } else {
         snprintf(r.state, sizeof r.state, "throttling");
     }
-    /* What it does cut off from Redis: shadow mode runs its commands, as open mode does. */
+    /* What it does cut off from Redis: shadow mode runs its commands, as open mode does (closed
+     * while a kind enforces closed). */
     snprintf(r.mode, sizeof r.mode, "%s",
-             atomic_load(&p->mode) == DBT_MODE_SHADOW ||
+             (dbt_pool_shadow(p, DBT_KIND_QUERY) && dbt_pool_shadow(p, DBT_KIND_CONN)) ||
                      atomic_load(&p->on_redis_error) == DBT_ON_ERROR_OPEN
                  ? "open"
                  : "closed");

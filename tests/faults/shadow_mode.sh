@@ -4,6 +4,7 @@
 # status lists the processes as shadow, as dbthrottle mode POOL does. Switched live to enforce
 # (dbthrottle mode POOL enforce: the live setting mode), they say so in status and in dbthrottle
 # mode, and workers whose own mode is shadow are held to one at a time, judged at the server.
+# Then one kind only: switched live to shadow for queries (dbthrottle mode POOL shadow --queries).
 echo "# shadow_mode: counted, never held back; set live to enforce, held to the limit again"
 sm_cli() { "$top/build/dbthrottle" "$@" --redis "redis://127.0.0.1:$rport"; }
 # The states status gives the pool's processes, each once, sorted ("" when none is listed).
@@ -83,4 +84,39 @@ sm_cli mode sm --clear >"$work/sm.clear" 2>&1
 sm_rc=$?
 check "shadow_mode: dbthrottle mode --clear removed the live mode (exit $sm_rc: $(cat "$work/sm.clear"))" \
     '[ "$sm_rc" -eq 0 ] && [ "$(rcli exists "dbthrottle:{sm}:settings")" = 1 ] && [ -z "$(rcli get "dbthrottle:{sm}:settings" | grep mode=)" ]'
+# One kind live (dbthrottle mode POOL shadow --queries): the queries of workers whose own mode is
+# enforce run beside each other, judged at the server; their connections keep their own mode,
+# and status and dbthrottle mode say both. --clear --queries takes it away again.
+sm_cli mode sm shadow --queries >"$work/sm.q" 2>&1
+sm_rc=$?
+check "shadow_mode: mode sm shadow --queries set the live mode queries=shadow (exit $sm_rc: $(cat "$work/sm.q"))" \
+    '[ "$sm_rc" -eq 0 ] && rcli get "dbthrottle:{sm}:settings" | grep -qx "mode=queries=shadow"'
+mark
+i=0
+while [ $i -lt 3 ]; do
+    wargs="-s 150" spawn "$work/sm4.out.$i" PGAPPNAME=sm DBTHROTTLE_POOL=sm DBTHROTTLE_MAX_QUERIES=1 \
+        DBTHROTTLE_LEASE=3s DBTHROTTLE_REDIS_TIMEOUT=300ms
+    i=$((i + 1))
+done
+sm_kind_reason="shadow: mode queries=shadow,connections=enforce, live (dbthrottle mode): no query waits or is refused"
+wait_until 20 '[ "$(sm_reasons)" = "$sm_kind_reason" ] && [ "$(probes sm)" -ge 18 ]'
+check "shadow_mode: status says which kind is in shadow mode, and from where ($(sm_reasons))" \
+    '[ "$(sm_reasons)" = "$sm_kind_reason" ]'
+check "shadow_mode: their queries were not held to the limit of 1 (most at once at the server: $(max_conc sm))" \
+    '[ "$(max_conc sm)" -gt 1 ]'
+sm_cli mode sm >"$work/sm.mode" 2>&1
+check "shadow_mode: dbthrottle mode shows the live kind and what is in force with each one's own ($(tr '\n' ' ' <"$work/sm.mode"))" \
+    'grep -q "live mode queries=shadow (each worker has its own for the other kind)" "$work/sm.mode" &&
+     grep -q "queries=shadow,connections=enforce  *in 3 of its 3 processes (live and own)" "$work/sm.mode"'
+sm_cli mode sm --clear --queries >"$work/sm.clear" 2>&1
+sm_rc=$?
+wait_until 20 '[ "$(sm_states)" = throttling ]'
+check "shadow_mode: --clear --queries removed it (exit $sm_rc; states: $(sm_states))" \
+    '[ "$sm_rc" -eq 0 ] && [ -z "$(rcli get "dbthrottle:{sm}:settings" | grep mode=)" ] && [ "$(sm_states)" = throttling ]'
+sm_cli mode sm --queries >/dev/null 2>"$work/sm.bad"
+sm_rc=$?
+check "shadow_mode: --queries without a mode is refused: exit $sm_rc, $(cat "$work/sm.bad")" \
+    '[ "$sm_rc" -eq 2 ] && [ "$(wc -l <"$work/sm.bad")" -eq 1 ] && grep -q -- "--queries goes with a mode" "$work/sm.bad"'
+for p in $spawned_list; do kill -TERM "$p" 2>/dev/null; done
+wait_workers
 nothing_left

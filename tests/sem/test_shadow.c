@@ -113,11 +113,12 @@ Test(shadow, an_over_limit_permit_goes_back_to_redis, .timeout = 60)
     /* The operator turns the pool to enforce; the process applies it at a renewal. */
     /* (SET answers OK, a status: test_redis_int reads it as -1000) */
     cr_assert_eq(test_redis_int(&fx_redis, "SET %s %s", LIVE, "v7\nmode=enforce\n"), -1000);
-    for (int i = 0; i < 250 && atomic_load(&p->mode) != DBT_MODE_ENFORCE; i++) {
+    for (int i = 0; i < 250 && atomic_load(&p->mode[DBT_KIND_QUERY]) != DBT_MODE_ENFORCE; i++) {
         dbt_pool_renew_now(p);
         usleep(20000);
     }
-    cr_assert_eq(atomic_load(&p->mode), DBT_MODE_ENFORCE, "the live mode was not applied");
+    cr_assert_eq(atomic_load(&p->mode[DBT_KIND_QUERY]), DBT_MODE_ENFORCE,
+                 "the live mode was not applied");
     waiter_run w = {.p = p};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, waiter, &w), 0);
@@ -153,11 +154,12 @@ Test(shadow, a_live_switch_to_shadow_runs_the_waiters, .timeout = 60)
     cr_assert(test_wait_until(test_zcard_is, &queued, 5000), "the waiter queued");
     /* (SET answers OK, a status: test_redis_int reads it as -1000) */
     cr_assert_eq(test_redis_int(&fx_redis, "SET %s %s", LIVE, "v9\nmode=shadow\n"), -1000);
-    for (int i = 0; i < 250 && atomic_load(&p->mode) != DBT_MODE_SHADOW; i++) {
+    for (int i = 0; i < 250 && atomic_load(&p->mode[DBT_KIND_QUERY]) != DBT_MODE_SHADOW; i++) {
         dbt_pool_renew_now(p);
         usleep(20000);
     }
-    cr_assert_eq(atomic_load(&p->mode), DBT_MODE_SHADOW, "the live mode was not applied");
+    cr_assert_eq(atomic_load(&p->mode[DBT_KIND_QUERY]), DBT_MODE_SHADOW,
+                 "the live mode was not applied");
     zcard_is two = {&fx_redis, HOLDERS, 2};
     cr_expect(test_wait_until(test_zcard_is, &two, 5000),
               "the waiter runs beside the holder (%lld holders)",
@@ -169,4 +171,57 @@ Test(shadow, a_live_switch_to_shadow_runs_the_waiters, .timeout = 60)
     cr_expect_eq(test_redis_int(&fx_redis, "HGET %s would_wait", STATS), 1);
     dbt_release(w.permit);
     dbt_release(held);
+}
+
+/* DBTHROTTLE_MODE per kind: the process' own value shadows its connection permits and enforces
+ * its queries; a live mode that names one kind changes that kind only, the other keeps the
+ * process' own. Judged by Redis: the holders of each kind, over a limit of 1. */
+#define CONN_HOLDERS "dbthrottle:{shadow}:c:holders"
+
+/* Applies live settings text (the operator's SET), and waits for the process to apply it. */
+static void apply_live(dbt_pool *p, const char *text, long long version)
+{
+    cr_assert_eq(test_redis_int(&fx_redis, "SET %s %s", LIVE, text), -1000);
+    for (int i = 0; i < 250 && dbt_pool_live_applied(p) != version; i++) {
+        dbt_pool_renew_now(p);
+        usleep(20000);
+    }
+    cr_assert_eq(dbt_pool_live_applied(p), version, "live settings v%lld not applied", version);
+}
+
+/* Two acquires of kind at a limit of 1 that wait for nothing: whether the second ran. */
+static bool second_runs(dbt_pool *p, dbt_kind kind, const char *holders)
+{
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 0};
+    dbt_permit *a = NULL, *b = NULL;
+    cr_assert_eq(dbt_acquire(p, kind, &o, &a), DBT_ACQ_GRANTED);
+    dbt_acq_result r = dbt_acquire(p, kind, &o, &b);
+    long long n = test_redis_int(&fx_redis, "ZCARD %s", holders);
+    cr_expect_eq(n, r == DBT_ACQ_GRANTED ? 2 : 1, "Redis holds %lld of %s", n, holders);
+    dbt_release(b);
+    dbt_release(a);
+    zcard_is none = {&fx_redis, holders, 0};
+    cr_assert(test_wait_until(test_zcard_is, &none, 5000), "%s released", holders);
+    return r == DBT_ACQ_GRANTED;
+}
+
+Test(shadow, a_mode_per_kind_own_and_live, .timeout = 60)
+{
+    dbt_client *c =
+        fx_client("DBTHROTTLE_MODE=connections=shadow", "DBTHROTTLE_CACHE_PERMITS=off", NULL);
+    dbt_pool *p = dbt_client_pool(c, "shadow");
+    cr_expect_not(second_runs(p, DBT_KIND_QUERY, HOLDERS), "queries enforced");
+    cr_expect(second_runs(p, DBT_KIND_CONN, CONN_HOLDERS), "connections in shadow mode");
+    apply_live(p, "v3\nmode=queries=shadow\n", 3);
+    cr_expect(second_runs(p, DBT_KIND_QUERY, HOLDERS), "queries in shadow mode, live");
+    cr_expect(second_runs(p, DBT_KIND_CONN, CONN_HOLDERS), "connections: still the process' own");
+    apply_live(p, "v4\nmode=connections=enforce\n", 4);
+    cr_expect_not(second_runs(p, DBT_KIND_QUERY, HOLDERS), "queries: the process' own again");
+    cr_expect_not(second_runs(p, DBT_KIND_CONN, CONN_HOLDERS), "connections enforced, live");
+    apply_live(p, "v5\nmode=shadow\n", 5);
+    cr_expect(second_runs(p, DBT_KIND_QUERY, HOLDERS), "both kinds in shadow mode");
+    cr_expect(second_runs(p, DBT_KIND_CONN, CONN_HOLDERS));
+    cr_expect_eq(test_redis_int(&fx_redis, "HGET %s would_refuse", STATS), 2,
+                 "each shadow query run over the limit counted as refused by enforcing");
+    fx_client_free(c);
 }

@@ -403,3 +403,54 @@ Test(settings, live_own_values_for_the_record)
     cr_expect(strstr(longer.values, "aaaa...|") != NULL, "%s", longer.values);
     dbt_config_free(&c);
 }
+
+/* DBTHROTTLE_MODE: both kinds, or per kind (a kind not named: enforce), shown back as written;
+ * a bad one refused naming the setting and its value. */
+Test(settings, mode_per_kind)
+{
+    static const struct {
+        const char *value, *shown;
+        dbt_mode queries, connections;
+        unsigned named;
+    } good[] = {
+        {"shadow", "shadow", DBT_MODE_SHADOW, DBT_MODE_SHADOW, 3},
+        {"ENFORCE", "enforce", DBT_MODE_ENFORCE, DBT_MODE_ENFORCE, 3},
+        {"queries=shadow", "queries=shadow", DBT_MODE_SHADOW, DBT_MODE_ENFORCE, 1},
+        {"connections=shadow", "connections=shadow", DBT_MODE_ENFORCE, DBT_MODE_SHADOW, 2},
+        {"connections=shadow,queries=enforce", "queries=enforce,connections=shadow",
+         DBT_MODE_ENFORCE, DBT_MODE_SHADOW, 3},
+        {"queries=shadow,connections=shadow", "shadow", DBT_MODE_SHADOW, DBT_MODE_SHADOW, 3},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        dbt_config c;
+        char err[DBT_ERRLEN], shown[64];
+        dbt_config_defaults(&c);
+        cr_assert(dbt_config_set(&c, "DBTHROTTLE_MODE", good[i].value, DBT_SRC_ENV, err), "%s",
+                  err);
+        cr_expect_eq(c.mode[0], good[i].queries, "%s", good[i].value);
+        cr_expect_eq(c.mode[1], good[i].connections, "%s", good[i].value);
+        cr_expect_eq(c.mode_named, good[i].named, "%s", good[i].value);
+        dbt_mode_show(c.mode, c.mode_named, shown, sizeof shown);
+        cr_expect_str_eq(shown, good[i].shown);
+        dbt_config_free(&c);
+    }
+    static const char *const bad[] = {"",
+                                      "sideways",
+                                      "queries=maybe",
+                                      "rows=shadow",
+                                      "queries=shadow,queries=enforce",
+                                      "queries=shadow,",
+                                      "queries",
+                                      "shadow,connections=enforce"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        dbt_config c;
+        char err[DBT_ERRLEN];
+        dbt_config_defaults(&c);
+        cr_expect_not(dbt_config_set(&c, "DBTHROTTLE_MODE", bad[i], DBT_SRC_ENV, err), "took %s",
+                      bad[i]);
+        cr_expect(strstr(err, "DBTHROTTLE_MODE") != NULL, "%s", err);
+        cr_expect(!strchr(err, '\n'), "one line: %s", err);
+        cr_expect_eq(c.mode[0], DBT_MODE_ENFORCE, "a refused value leaves the mode as it was");
+        dbt_config_free(&c);
+    }
+}

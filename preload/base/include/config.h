@@ -18,6 +18,8 @@ typedef enum { DBT_ON_ERROR_OPEN = 0, DBT_ON_ERROR_CLOSED = 1 } dbt_on_error;
 
 /* DBTHROTTLE_MODE: enforce the limit, or only count what enforcing it would have done. */
 typedef enum { DBT_MODE_ENFORCE = 0, DBT_MODE_SHADOW = 1 } dbt_mode;
+/* The kinds of permit a mode is given for, in dbt_kind's order (keys.h): queries, connections. */
+#define DBT_MODE_KINDS 2
 
 typedef enum {
     DBT_LOG_OFF = 0,
@@ -153,7 +155,11 @@ typedef struct {
     int64_t server_check_ms;  /* DBT_CHECK_AUTO, 0 = off, or ms: dbt_server_check_ms */
     int64_t redis_timeout_ms; /* > 0: connect and command timeout */
     dbt_on_error on_redis_error;
-    dbt_mode mode;  /* shadow: never wait nor refuse, count what would have */
+    /* DBTHROTTLE_MODE per kind of permit (queries, connections: DBT_MODE_KINDS), shadow: never
+     * wait nor refuse, count what would have. mode_named: the kinds its value named (bit k); a
+     * kind it did not name is enforce in a process' own value, and its own in a live one. */
+    dbt_mode mode[DBT_MODE_KINDS];
+    unsigned mode_named;
     char *log_path; /* NULL = stderr; "syslog" or "syslog:/socket/path" = syslog */
     dbt_log_level log_level;
     dbt_log_format log_format;
@@ -299,6 +305,11 @@ const char *dbt_log_level_name(dbt_log_level l);
 
 /* A mode in words (DBTHROTTLE_MODE's): "enforce", "shadow"; "?" for a value out of range. */
 const char *dbt_mode_name(int mode);
+/* The kinds' word for a mode (DBTHROTTLE_MODE=queries=shadow): "queries", "connections". */
+const char *dbt_mode_kind_word(int kind);
+/* A mode value as DBTHROTTLE_MODE spells it: "enforce" or "shadow" when it names both kinds
+ * alike, else "queries=shadow", "queries=shadow,connections=enforce"... */
+void dbt_mode_show(const dbt_mode mode[DBT_MODE_KINDS], unsigned named, char *out, size_t cap);
 
 /* Copies text for a one-line message (log.c): control bytes escaped (\n, \t, \r, \xNN), cut after
  * `max` bytes with "...". When `quoted`, wraps it in double quotes and escapes '"' and '\\' too. */

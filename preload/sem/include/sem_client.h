@@ -263,6 +263,10 @@ void dbt_pool_await_live(dbt_pool *p);
 /* Whether the pool's live settings set the dbt_config field at offset `field` (offsetof), without
  * a lock: a command's path locks the pool for a live value only when there is one. */
 bool dbt_pool_live_sets(dbt_pool *p, size_t field);
+/* Whether the pool's permits of `kind` run in shadow mode now (the live mode, else the process'
+ * own), and whether any kind does: without a lock, on any path. */
+bool dbt_pool_shadow(dbt_pool *p, dbt_kind kind);
+bool dbt_pool_any_shadow(dbt_pool *p);
 /* Whether a connection with these values (application_name, user, database, as
  * dbt_exempt_match takes them) is exempt by the pool's live exempt: 1 (the pattern that matched
  * in rule), 0 not, -1 the live settings do not set exempt (the process' own rules decide). */
