@@ -61,6 +61,10 @@ typedef struct {
      * tag): a hold's klass is an index into it until map_classes makes it one of the run's. */
     char (*names)[DBT_CLASS_NAME_MAX + 1];
     int nnames;
+    /* With classes defined: the holds whose line names a class no definition has (served as
+     * the default), and the first of those names, as text shows them */
+    long long undefined;
+    char undefined_names[128];
 } sample;
 
 /* The sample is read a page at a time, by score (each member's is its own, above the one before:
@@ -407,14 +411,32 @@ static bool map_classes(sample *s, const report_classes *rc)
     int *to = malloc((size_t)(s->nnames > 0 ? s->nnames : 1) * sizeof *to);
     if (!to)
         return false;
+    bool *undefined = calloc((size_t)(s->nnames > 0 ? s->nnames : 1), sizeof *undefined);
+    if (!undefined) {
+        free(to);
+        return false;
+    }
+    size_t len = 0;
     for (int i = 0; i < s->nnames; i++) {
         to[i] = rc->deflt;
         for (int c = 0; c < rc->n; c++)
             if (strcmp(s->names[i], rc->names[c]) == 0)
                 to[i] = c;
+        /* (untagged, and "-", are the default's by definition) */
+        undefined[i] = rc->n > 0 && to[i] == rc->deflt && s->names[i][0] &&
+                       strcmp(s->names[i], "-") != 0 && strcmp(s->names[i], rc->names[rc->deflt]);
+        if (undefined[i] && len + 1 < sizeof s->undefined_names) {
+            char nm[80];
+            cli_escape_name(s->names[i], 32, false, nm, sizeof nm);
+            len += (size_t)snprintf(s->undefined_names + len, sizeof s->undefined_names - len,
+                                    "%s%s", len ? ", " : "", nm);
+        }
     }
-    for (size_t i = 0; i < s->n; i++)
+    for (size_t i = 0; i < s->n; i++) {
+        s->undefined += undefined[s->holds[i].klass];
         s->holds[i].klass = to[s->holds[i].klass];
+    }
+    free(undefined);
     free(to);
     return true;
 }
@@ -489,6 +511,10 @@ static void text_classes(const report_out *o)
                i == c->deflt ? " (default)" : "");
     }
     printf("\n");
+    if (o->s->undefined)
+        printf("  %lld commands name classes the pool does not define now (%s): replayed as its "
+               "default class, as its scripts serve them\n",
+               o->s->undefined, o->s->undefined_names);
 }
 
 static void print_text(const report_out *o)
@@ -566,8 +592,9 @@ static void json_classes(const report_out *o)
         printf("null");
         return;
     }
-    printf("{\"from\":\"%s\",\"aging_ms\":%" PRId64 ",\"defined\":[",
-           c->shipped ? "workers" : "operator", c->run.aging_us / 1000);
+    printf("{\"from\":\"%s\",\"aging_ms\":%" PRId64 ",\"undefined_commands\":%lld,"
+           "\"defined\":[",
+           c->shipped ? "workers" : "operator", c->run.aging_us / 1000, o->s->undefined);
     for (int i = 0; i < c->n; i++) {
         printf("%s{\"class\":", i ? "," : "");
         cli_json_str(stdout, c->names[i]);
@@ -593,8 +620,8 @@ static void json_limit_classes(const report_out *o, const dbt_replay_result *r)
                "\"capped\":%lld}",
                k->commands, k->waited, k->commands ? (double)k->waited / (double)k->commands : 0,
                k->wait_mean_us / 1000.0, (double)k->wait_p50_us / 1000.0,
-               (double)k->wait_p99_us / 1000.0,
-               (double)k->wait_max_us / 1000.0, k->refused, k->capped);
+               (double)k->wait_p99_us / 1000.0, (double)k->wait_max_us / 1000.0, k->refused,
+               k->capped);
     }
     printf("]");
 }

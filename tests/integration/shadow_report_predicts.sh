@@ -14,12 +14,14 @@ it_shadow_report_predicts() {
     rp_n=200
     # rp_run POOL MODE [CLASSES]: the workers (seeds 1..6) on POOL at a limit of 2 in MODE; their
     # lines in $work/rp.POOL.<seed>. With CLASSES (DBTHROTTLE_CLASSES), seeds 1-2 are of class
-    # interactive, the others of batch.
+    # interactive, 3-5 of batch, and 6 of reports, which CLASSES does not define: served as its
+    # default, batch.
     rp_run() {
         rp_pids=
         for s in $(seq 1 $rp_workers); do
             rp_class=batch
             [ "$s" -gt 2 ] || rp_class=interactive
+            [ "$s" != 6 ] || rp_class=reports
             throttled DBTHROTTLE_POOL=$1 DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_MODE=$2 \
                 DBTHROTTLE_LOG_LEVEL=error ${3:+DBTHROTTLE_CLASSES=$3 DBTHROTTLE_CLASS=$rp_class} \
                 $py "$here/../support/report_worker.py" "$s" "$rp_n" "$work/rp.$1.$s" 2>"$work/rp.$1.$s.err" &
@@ -87,6 +89,8 @@ print("%.3f" % waits[i], "%.4f" % (sum(w > 1.0 for w in waits) / len(waits)), le
     check "the text report names the classes in force and a row per class ($(head -c 200 "$work/rp.creport.err"))" \
         'grep -q "classes in force now (the workers. DBTHROTTLE_CLASSES; aging none): interactive 100% priority 2, batch 0% priority 1 (default)" "$work/rp.ctext" &&
          grep -Eq "^ +2  interactive " "$work/rp.ctext" && grep -Eq "^ +2  batch " "$work/rp.ctext"'
+    check "the text report says which commands name a class not defined, served as the default ($(grep "define now" "$work/rp.ctext"))" \
+        'grep -q "^  200 commands name classes the pool does not define now (reports): replayed as its default class" "$work/rp.ctext"'
     rp_run rp_cenforce enforce "$rp_classes"
     check "the enforced run with classes ended well ($rp_bad did not)" '[ "$rp_bad" = 0 ]'
     # per class: predicted and measured wait p99 (ms) and share waited, as above
