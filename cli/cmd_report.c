@@ -4,6 +4,7 @@
 #include "replay.h"
 #include "report_svg.h"
 #include "route.h"
+#include "sample_clock.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -17,17 +18,20 @@ static const char usage[] =
     "                         [--key-prefix P]\n"
     "\n"
     "Replays the commands a pool's workers ran in shadow mode (DBTHROTTLE_MODE=shadow, or\n"
-    "dbthrottle mode POOL shadow), as Redis sampled them, through the admission rule at\n"
+    "dbthrottle mode POOL shadow), or enforced with DBTHROTTLE_SAMPLE=always (or dbthrottle\n"
+    "set POOL sample always), as Redis sampled them, through the admission rule at\n"
     "each candidate limit: first come first served, weights as units, the wait timeout; each\n"
     "connection asks its next command after the pause it really had. Prints per limit the\n"
     "commands that would have waited, the wait the limit adds (p50, p99, max, over every\n"
     "command), the refusals at the wait timeout and the concurrency the server would have\n"
     "seen; and the concurrency the fleet really had. With classes, by the pool's definitions\n"
     "in force now (guarantees, priority, aging, each class's queue cap and wait), with a row\n"
-    "per class.\n"
+    "per class. Commands sampled enforced: their measured wait, and how much of it was the\n"
+    "limit's own (queued behind it) rather than the acquires' own time.\n"
     "\n"
     "  --limits N,...      the limits to try (default: a quarter, a half, three quarters and\n"
-    "                      all of the peak the sample shows)\n"
+    "                      all of the peak the sample shows; with commands sampled enforced,\n"
+    "                      also the limit in force and twice it)\n"
     "  --since D           only the commands of the last D (default: all the sample keeps,\n"
     "                      at most 1h and 100000 commands)\n"
     "  --wait-timeout D    the wait after which a command is refused, or forever (default:\n"
@@ -64,7 +68,16 @@ typedef struct {
     /* With classes defined: the holds whose line names a class no definition has (served as
      * the default), and the first of those names, as text shows them */
     long long undefined;
-    char undefined_names[128];
+    char undefined_names[128]; /* The holds sampled enforced (DBTHROTTLE_SAMPLE=always): their waits
+                                * as measured, split into the queueing and the acquires' own round
+                                * trips (sum_enforced). */
+    struct {
+        long long commands, queued, local; /* local: granted on the host, no Redis */
+        int64_t acquire_us; /* an acquire's own time (to a grant or a place in a queue): the
+                             * median of those not granted on the host */
+        int64_t wait_total_us, queued_total_us;
+        int64_t wait_p50_us, wait_p99_us, wait_max_us;
+    } enforced;
 } sample;
 
 /* The sample is read a page at a time, by score (each member's is its own, above the one before:
@@ -207,6 +220,10 @@ static size_t distinct(uint64_t *v, size_t n)
  * finish_sample numbers them. */
 typedef struct {
     uint64_t *conn_of, *proc_of;
+    uint8_t *would_of;        /* its line's <would> (dbt_sample_would) */
+    size_t *chunk_of;         /* its member: an index into chunks */
+    dbt_sample_chunk *chunks; /* each member read, for place_chunks */
+    size_t nchunks, chunks_cap;
 } keys_of;
 
 /* Room for one more hold in s and ko. False when out of memory. */
@@ -224,7 +241,13 @@ static bool grow(sample *s, keys_of *ko)
     uint64_t *q = realloc(ko->proc_of, cap * sizeof *q);
     if (q)
         ko->proc_of = q;
-    if (!h || !c || !q)
+    uint8_t *w = realloc(ko->would_of, cap * sizeof *w);
+    if (w)
+        ko->would_of = w;
+    size_t *m = realloc(ko->chunk_of, cap * sizeof *m);
+    if (m)
+        ko->chunk_of = m;
+    if (!h || !c || !q || !w || !m)
         return false;
     s->cap = cap;
     return true;
@@ -261,6 +284,31 @@ static bool parse_member(const char *m, int64_t called_us, int64_t cut_us, sampl
                false;
     s->unrecorded += dropped;
     uint64_t proc = fnv(m, (size_t)(dot - m), UINT64_C(14695981039346656037));
+    /* "<cid>.<first>.<built>.<clock>": the process' monotonic clock as it built the chunk, and
+     * its kernel's boot id hashed, "" unknown (sample.def; before 0.16, "<cid>.<first>") */
+    const char *dot2 = memchr(dot + 1, '.', (size_t)(sp - dot - 1));
+    const char *dot3 = dot2 ? memchr(dot2 + 1, '.', (size_t)(sp - dot2 - 1)) : NULL;
+    char *end = NULL;
+    long long built = dot3 ? strtoll(dot2 + 1, &end, 10) : -1;
+    if (!dot3 || end != dot3 || built < 0)
+        built = -1;
+    uint64_t clock = 0;
+    if (built >= 0 && dot3 + 1 < sp) {
+        clock = strtoull(dot3 + 1, &end, 16);
+        if (end != sp)
+            clock = 0;
+    }
+    if (ko->nchunks == ko->chunks_cap) {
+        size_t cap = ko->chunks_cap ? 2 * ko->chunks_cap : 1024;
+        dbt_sample_chunk *grown = realloc(ko->chunks, cap * sizeof *grown);
+        if (!grown)
+            return snprintf(err, DBT_ERRLEN, "out of memory"), false;
+        ko->chunks = grown;
+        ko->chunks_cap = cap;
+    }
+    size_t chunk = ko->nchunks++;
+    ko->chunks[chunk] =
+        (dbt_sample_chunk){.proc = proc, .clock = clock, .called_us = called_us, .built_us = built};
     const char *line = sp + 1 + used + 1;
     for (long long i = 0; i < nholds; i++) {
         /* each line on its own: a conversion must not run on into the next */
@@ -271,13 +319,24 @@ static bool parse_member(const char *m, int64_t called_us, int64_t cut_us, sampl
             memcpy(one, line, len);
             one[len] = '\0';
         }
-        long long ago, wait, hold;
-        char conn[32], klass_name[DBT_CLASS_NAME_MAX + 1] = "";
+        long long ago, wait = -1, queued = 0, hold;
+        char conn[32], wait_text[48], klass_name[DBT_CLASS_NAME_MAX + 1] = "";
         int weight, would;
-        int got = eol && len < sizeof one ? sscanf(one, "%lld %31s %lld %lld %d %d %32s", &ago,
-                                                   conn, &wait, &hold, &weight, &would, klass_name)
-                                          : 0;
-        if (got < 6 || ago < 0 || wait < 0 || hold < 0 || weight < 1)
+        int got = eol && len < sizeof one
+                      ? sscanf(one, "%lld %31s %47s %lld %d %d %32s", &ago, conn, wait_text, &hold,
+                               &weight, &would, klass_name)
+                      : 0;
+        /* the wait: "<us>", or a queued hold's "<acquire us>+<queued us>" */
+        if (got >= 6) {
+            char *stop = NULL;
+            wait = strtoll(wait_text, &stop, 10);
+            if (*stop == '+' && would == DBT_SAMPLE_QUEUED)
+                queued = strtoll(stop + 1, &stop, 10);
+            if (*stop || stop == wait_text || queued < 0)
+                wait = -1;
+        }
+        if (got < 6 || ago < 0 || wait < 0 || hold < 0 || weight < 1 || would < DBT_SAMPLE_RAN ||
+            would > DBT_SAMPLE_LOCAL)
             return snprintf(err, DBT_ERRLEN, "a sample line this version cannot read: \"%.60s\"",
                             line),
                    false;
@@ -291,15 +350,18 @@ static bool parse_member(const char *m, int64_t called_us, int64_t cut_us, sampl
         if (s->oldest_us == 0 || arrival < s->oldest_us)
             s->oldest_us = arrival;
         s->holds[s->n] = (dbt_replay_hold){.arrival_us = arrival,
+                                           .queued_us = queued,
                                            .wait_us = wait,
                                            .hold_us = hold,
                                            .weight = weight,
                                            .klass = klass};
         ko->conn_of[s->n] = fnv(conn, strlen(conn), proc);
         ko->proc_of[s->n] = proc;
+        ko->would_of[s->n] = (uint8_t)would;
+        ko->chunk_of[s->n] = chunk;
         s->n++;
-        s->would_wait += would == DBT_WOULD_WAIT;
-        s->would_refuse += would == DBT_WOULD_REFUSE;
+        s->would_wait += would == DBT_SAMPLE_WOULD_WAIT;
+        s->would_refuse += would == DBT_SAMPLE_WOULD_REFUSE;
     }
     return true;
 }
@@ -319,6 +381,18 @@ static bool parse_page(const redisReply *rep, int64_t cut_us, sample *s, keys_of
     return true;
 }
 
+/* Each member's holds moved earlier by how much later it stands than the least late member on
+ * its clock (sample_clock.h): a process' holds, and its host's, then stand on Redis' clock by
+ * one delay. Without memory for it, left as they are (each a delay late, as before). */
+static void place_chunks(sample *s, const keys_of *ko)
+{
+    int64_t *late = malloc((ko->nchunks ? ko->nchunks : 1) * sizeof *late);
+    if (late && dbt_sample_clock_place(ko->chunks, ko->nchunks, late))
+        for (size_t i = 0; i < s->n; i++)
+            s->holds[i].arrival_us -= late[ko->chunk_of[i]];
+    free(late);
+}
+
 /* Numbers the holds' connections (the replay's index) and counts them and the processes. False
  * when out of memory. */
 static bool finish_sample(sample *s, keys_of *ko)
@@ -333,6 +407,61 @@ static bool finish_sample(sample *s, keys_of *ko)
     s->connections = (int)nconn;
     s->processes = (int)distinct(ko->proc_of, s->n);
     free(conns);
+    return true;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The p-th percentile (0-100) of v[0..n), sorted; 0 when empty (the replay's rule: the value at
+ * or below which p percent of them are). */
+static int64_t percentile(const int64_t *v, size_t n, int p)
+{
+    if (n == 0)
+        return 0;
+    size_t i = (n * (size_t)p + 99) / 100;
+    return v[i > 0 ? i - 1 : 0];
+}
+
+/* What the holds sampled enforced say (s->enforced): their waits as measured, the part of them
+ * that was queueing (each queued hold's line says it: parse_member put it in queued_us), and the
+ * acquires' own time (the rest: to a grant, or to a place in Redis' queue or the host's; its
+ * median over those not granted on the host). False when out of memory. */
+static bool sum_enforced(sample *s, const keys_of *ko)
+{
+    int64_t *waits = malloc((s->n ? s->n : 1) * sizeof *waits);
+    int64_t *trips = malloc((s->n ? s->n : 1) * sizeof *trips);
+    if (!waits || !trips) {
+        free(waits);
+        free(trips);
+        return false;
+    }
+    size_t n = 0, nt = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const dbt_replay_hold *h = &s->holds[i];
+        uint8_t w = ko->would_of[i];
+        if (w < DBT_SAMPLE_AT_ONCE)
+            continue;
+        waits[n++] = h->queued_us + h->wait_us;
+        if (w == DBT_SAMPLE_AT_ONCE || w == DBT_SAMPLE_QUEUED)
+            trips[nt++] = h->wait_us;
+        s->enforced.queued += w == DBT_SAMPLE_QUEUED;
+        s->enforced.local += w == DBT_SAMPLE_LOCAL;
+        s->enforced.wait_total_us += h->queued_us + h->wait_us;
+        s->enforced.queued_total_us += h->queued_us;
+    }
+    qsort(waits, n, sizeof *waits, cmp_i64);
+    qsort(trips, nt, sizeof *trips, cmp_i64);
+    s->enforced.commands = (long long)n;
+    s->enforced.acquire_us = percentile(trips, nt, 50);
+    s->enforced.wait_p50_us = percentile(waits, n, 50);
+    s->enforced.wait_p99_us = percentile(waits, n, 99);
+    s->enforced.wait_max_us = n ? waits[n - 1] : 0;
+    free(waits);
+    free(trips);
     return true;
 }
 
@@ -474,6 +603,7 @@ typedef struct {
     const dbt_replay_bucket *minutes; /* --json's timeline */
     size_t nminutes;
     int64_t period_us;
+    long long limit_now; /* the pool's limit in force now (0: not known) */
 } report_out;
 
 static void text_waits(const char *first, long long commands, long long waited, int64_t p50_us,
@@ -486,6 +616,45 @@ static void text_waits(const char *first, long long commands, long long waited, 
     snprintf(share, sizeof share, "%lld (%.1f%%)", waited,
              commands ? 100.0 * (double)waited / (double)commands : 0);
     printf("  %s  %16s  %9s  %9s  %9s  %8lld", first, share, p50, p99, max, refused);
+}
+
+/* What the holds sampled enforced (DBTHROTTLE_SAMPLE=always) say: their waits as measured, and
+ * how much of them was the limit's own (queued behind it) against the acquires' own time. */
+static void text_enforced(const report_out *o)
+{
+    const sample *s = o->s;
+    if (s->enforced.commands == 0)
+        return;
+    char now[32] = "not known";
+    if (o->limit_now > 0)
+        snprintf(now, sizeof now, "%lld", o->limit_now);
+    printf("  enforced: %lld, %lld of them queued (%.1f%%), %lld granted on their host with no "
+           "Redis; the limit in force now: %s\n",
+           s->enforced.commands, s->enforced.queued,
+           100.0 * (double)s->enforced.queued / (double)s->enforced.commands, s->enforced.local,
+           now);
+    char p50[16], p99[16], max[16], all[32], queued[32], rt[16], trips[32];
+    fmt_ms(s->enforced.wait_p50_us, p50, sizeof p50);
+    fmt_ms(s->enforced.wait_p99_us, p99, sizeof p99);
+    fmt_ms(s->enforced.wait_max_us, max, sizeof max);
+    fmt_ms(s->enforced.wait_total_us, all, sizeof all);
+    fmt_ms(s->enforced.queued_total_us, queued, sizeof queued);
+    fmt_ms(s->enforced.wait_total_us - s->enforced.queued_total_us, trips, sizeof trips);
+    if (s->enforced.acquire_us < 1000) /* (loopback: tens of microseconds) */
+        snprintf(rt, sizeof rt, "%.2fms", (double)s->enforced.acquire_us / 1000.0);
+    else
+        fmt_ms(s->enforced.acquire_us, rt, sizeof rt);
+    printf("    their wait as measured: p50 %s, p99 %s, max %s, %s in all\n", p50, p99, max, all);
+    printf(
+        "    of it the limit's own (queued behind it): %s (%.1f%%); the acquires' own (to a grant "
+        "or a place in a queue): %s, a median %s\n",
+        queued,
+        s->enforced.wait_total_us
+            ? 100.0 * (double)s->enforced.queued_total_us / (double)s->enforced.wait_total_us
+            : 0.0,
+        trips, rt);
+    printf("    their holds ran under the limit: at a higher one the server would be busier and "
+           "holds longer than replayed\n");
 }
 
 /* The classes line: what the replay served the holds by. */
@@ -534,8 +703,11 @@ static void print_text(const report_out *o)
     printf(
         "  concurrency it had (units in use, time-weighted): mean %.1f, p50 %d, p99 %d, peak %d\n",
         o->seen.mean, o->seen.p50, o->seen.p99, o->seen.peak);
-    printf("  at the pool's limit then, enforcing would have queued %lld and refused %lld\n",
-           s->would_wait, s->would_refuse);
+    if ((long long)s->n > s->enforced.commands)
+        printf("  in shadow mode: %lld; at the pool's limit then, enforcing would have queued %lld "
+               "and refused %lld\n",
+               (long long)s->n - s->enforced.commands, s->would_wait, s->would_refuse);
+    text_enforced(o);
     if (o->timeout_ms == DBT_FOREVER)
         snprintf(timeout, sizeof timeout, "none");
     else
@@ -550,7 +722,8 @@ static void print_text(const report_out *o)
         snprintf(limit, sizeof limit, "%5d", r->limit);
         text_waits(limit, r->commands, r->waited, r->wait_p50_us, r->wait_p99_us, r->wait_max_us,
                    r->refused);
-        printf("  %11.1f  %7.0f%%\n", r->server.mean, 100.0 * r->server.at_limit_share);
+        printf("  %11.1f  %7.0f%%%s\n", r->server.mean, 100.0 * r->server.at_limit_share,
+               s->enforced.commands && r->limit == o->limit_now ? "  (in force now)" : "");
     }
     if (o->classes->n == 0)
         return;
@@ -638,6 +811,19 @@ static void print_json(const report_out *o)
            o->kind, s->n, (double)o->span_us / 1000.0, s->connections, s->processes, s->unrecorded,
            o->classes->n == 0 && sample_has_classes(s) ? "true" : "false", s->would_wait,
            s->would_refuse, o->timeout_ms, o->seen.mean, o->seen.p50, o->seen.p99, o->seen.peak);
+    printf(",\"limit_now\":%lld,\"enforced\":", o->limit_now);
+    if (s->enforced.commands == 0)
+        printf("null");
+    else
+        printf("{\"commands\":%lld,\"queued\":%lld,\"local\":%lld,\"wait_p50_ms\":%.3f,"
+               "\"wait_p99_ms\":%.3f,"
+               "\"wait_max_ms\":%.3f,\"wait_total_ms\":%.3f,\"queued_total_ms\":%.3f,"
+               "\"acquire_ms\":%.3f}",
+               s->enforced.commands, s->enforced.queued, s->enforced.local,
+               (double)s->enforced.wait_p50_us / 1000.0, (double)s->enforced.wait_p99_us / 1000.0,
+               (double)s->enforced.wait_max_us / 1000.0, (double)s->enforced.wait_total_us / 1000.0,
+               (double)s->enforced.queued_total_us / 1000.0,
+               (double)s->enforced.acquire_us / 1000.0);
     json_classes(o);
     printf(",\"limits\":[");
     for (int i = 0; i < o->nl; i++) {
@@ -738,8 +924,10 @@ static int write_svg(const char *path, const sample *s, const char *name, const 
                          e ? strerror(e) : "write error");
 }
 
-/* The default limits: a quarter, a half, three quarters and all of the peak (distinct, >= 1). */
-static int default_limits(int peak, int *limits)
+/* The default limits: a quarter, a half, three quarters and all of the peak; and with a sample
+ * taken enforced, the limit in force (`now`, 0: none) and twice it, as the peak cannot show
+ * what a higher limit would do. Distinct, >= 1, ascending. */
+static int default_limits(int peak, long long now, int *limits)
 {
     int n = 0;
     for (int q = 1; q <= 4; q++) {
@@ -748,6 +936,19 @@ static int default_limits(int peak, int *limits)
             l = 1;
         if (n == 0 || limits[n - 1] != l)
             limits[n++] = l;
+    }
+    for (long long more = now; now > 0 && more <= 2 * now && more <= DBT_LIMIT_MAX; more += now) {
+        int l = (int)more, at = n;
+        for (int i = 0; i < n; i++)
+            if (limits[i] >= l) {
+                at = i;
+                break;
+            }
+        if (at < n && limits[at] == l)
+            continue;
+        memmove(&limits[at + 1], &limits[at], (size_t)(n - at) * sizeof *limits);
+        limits[at] = l;
+        n++;
     }
     return n;
 }
@@ -836,8 +1037,11 @@ int cmd_report(int argc, char **argv)
         rc = cli_fail("report", "pool %s: %s", name, err);
     if (rc < 0 && !timeout_given)
         pool_wait_timeout(&v, &cfg, &timeout_ms, timeout_from, sizeof timeout_from);
-    if (rc < 0)
+    long long limit_now = 0;
+    if (rc < 0) {
         classes_in_force(&v.kind[kind], &classes);
+        limit_now = cli_effective_limit(&v.kind[kind]);
+    }
     if (viewed)
         cli_view_free(&v);
     dbt_keys k;
@@ -871,17 +1075,23 @@ int cmd_report(int argc, char **argv)
         if (rep)
             freeReplyObject(rep);
     }
-    if (rc < 0 && (!finish_sample(&s, &ko) || !map_classes(&s, &classes)))
+    if (rc < 0)
+        place_chunks(&s, &ko);
+    if (rc < 0 && (!finish_sample(&s, &ko) || !map_classes(&s, &classes) || !sum_enforced(&s, &ko)))
         rc = cli_fail("report", "out of memory");
     free(ko.conn_of);
     free(ko.proc_of);
+    free(ko.would_of);
+    free(ko.chunk_of);
+    free(ko.chunks);
     const char *kind_word = dbt_kind_name(kind);
     if (rc < 0 && o.card <= 0) {
         fprintf(stderr,
                 "dbthrottle report: pool %s has no sample of its %s permits: one is kept while "
                 "the pool runs in shadow mode (dbthrottle mode %s shadow, or "
-                "DBTHROTTLE_MODE=shadow)%s, for an hour after its last command\n",
-                name, kind_word, name,
+                "DBTHROTTLE_MODE=shadow), or enforced too with dbthrottle set %s sample always "
+                "(DBTHROTTLE_SAMPLE=always)%s, for an hour after its last command\n",
+                name, kind_word, name, name,
                 kind == DBT_KIND_CONN
                     ? " and its workers take connection permits (DBTHROTTLE_MAX_CONNECTIONS)"
                     : "");
@@ -911,7 +1121,7 @@ int cmd_report(int argc, char **argv)
     if (rc < 0 && !dbt_replay_observed(s.holds, s.n, &seen, &span_us))
         rc = cli_fail("report", "out of memory");
     if (rc < 0 && nlimits == 0)
-        nlimits = default_limits(seen.peak, limits);
+        nlimits = default_limits(seen.peak, s.enforced.commands ? limit_now : 0, limits);
     int64_t timeout_us = timeout_ms == DBT_FOREVER ? -1 : timeout_ms * 1000;
     for (int i = 0; rc < 0 && i < nlimits; i++)
         if (!dbt_replay(s.holds, s.n, limits[i], timeout_us, classes.n ? &classes.run : NULL,
@@ -941,7 +1151,8 @@ int cmd_report(int argc, char **argv)
                           .classes = &classes,
                           .minutes = minutes,
                           .nminutes = nminutes,
-                          .period_us = json_period_us};
+                          .period_us = json_period_us,
+                          .limit_now = limit_now};
         if (json)
             print_json(&out);
         else

@@ -215,7 +215,7 @@ static bool dry_run_scripts(dbt_redis *r, const dbt_config *cfg, const char *poo
         if (ok) {
             /* shadow mode's sample: a hold, and holds not kept */
             dbt_build_sample(&c, &k, (dbt_kind)kind, cfg, "0000000000000000", 0, 1,
-                             "1000 00000000 0 1000 1 0 \n", 1);
+                             "1000 00000000 0 1000 1 0 \n", 1, 0, "");
             ok = dry_call(r, &c, err);
         }
     }

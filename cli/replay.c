@@ -115,11 +115,13 @@ static edge *observed_edges(const dbt_replay_hold *holds, size_t n)
     qsort(order, n, sizeof *order, by_conn_then_arrival);
     for (size_t i = 0; i < n; i++) {
         /* as the replay holds a unit: from the arrival, for the wait (the acquire's round trip)
-         * and the hold, a weight of w as w units; and never past its connection's next arrival
+         * and the hold, a weight of w as w units (sampled enforced and queued: from its grant,
+         * its round trips before its queueing); and never past its connection's next arrival
          * (a release a little late, measured after the next command asked: the replay starts
          * that one after it too) */
         const dbt_replay_hold *h = &holds[order[i].idx];
-        int64_t start = h->arrival_us, end = start + h->wait_us + h->hold_us;
+        int64_t end = h->arrival_us + h->queued_us + h->wait_us + h->hold_us;
+        int64_t start = h->queued_us > 0 ? end - h->hold_us : h->arrival_us;
         if (i + 1 < n && order[i + 1].conn == h->conn && order[i + 1].arrival_us < end)
             end = order[i + 1].arrival_us > start ? order[i + 1].arrival_us : start;
         e[2 * i] = (edge){start, h->weight};
@@ -560,7 +562,7 @@ bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_
                 ok = ok && heap_push(&x.h, h->arrival_us, EV_ARRIVE, i);
             } else {
                 const dbt_replay_hold *prev = &holds[order[i - 1].idx];
-                int64_t ended = prev->arrival_us + prev->wait_us + prev->hold_us;
+                int64_t ended = prev->arrival_us + prev->queued_us + prev->wait_us + prev->hold_us;
                 x.r[i].pause_us = h->arrival_us > ended ? h->arrival_us - ended : 0;
             }
         }

@@ -8,11 +8,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One sampled hold: when it asked (us, Redis' clock), how long it waited for its grant and how
- * long it held (us), its weight, and its connection (an index the caller gives each distinct
- * "<cid> <conn>": the replay runs each connection's holds in order). */
+/* One sampled hold: when it asked (us, Redis' clock), how long it waited in a queue when it was
+ * sampled enforced (queued_us: neither holding nor pausing; the replay puts its own wait in its
+ * place), how long its acquire's round trips took (wait_us: a unit is held meanwhile, as the
+ * grant is Redis' before its reply arrives) and how long it held (us), its weight, and its
+ * connection (an index the caller gives each distinct "<cid> <conn>": the replay runs each
+ * connection's holds in order). */
 typedef struct {
-    int64_t arrival_us, wait_us, hold_us;
+    int64_t arrival_us, queued_us, wait_us, hold_us;
     int weight;
     int conn;
     int klass; /* its class: an index into the run's classes (ignored without classes) */

@@ -12,7 +12,7 @@ local key = S.SAMPLE
 local function int(x)
     return string.format('%.0f', x)
 end
--- A member's head: "<cid>.<first> <holds> <dropped> <total>\n". What it counts toward the cap
+-- A member's head: "<cid>.<first>.<built>.<clock> <holds> <dropped> <total>\n". What it counts toward the cap
 -- (its holds, at least one: a member of holds not kept is one), and the running total of what
 -- the sample's members carried up to it (nil: not a member this version wrote).
 local function head(m)
@@ -40,8 +40,8 @@ if newest[1] then
         foreign = true
     end
 end
-redis.call('ZADD', key, int(score), ARG.cid .. '.' .. ARG.first .. ' ' .. ARG.nholds .. ' ' ..
-    ARG.dropped .. ' ' .. int(total) .. '\n' .. ARG.holds)
+redis.call('ZADD', key, int(score), ARG.cid .. '.' .. ARG.first .. '.' .. ARG.built .. '.' ..
+    ARG.clock .. ' ' .. ARG.nholds .. ' ' .. ARG.dropped .. ' ' .. int(total) .. '\n' .. ARG.holds)
 -- How many holds the sample carries: this call's total less the oldest member's, its own
 -- counted. Where that cannot be read (a member another version wrote, or totals that do not
 -- rise), an upper bound, every member a full chunk: the sample is then trimmed sooner, never

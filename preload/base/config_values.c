@@ -126,7 +126,8 @@ bool dbt_parse_limit(const char *setting, const char *text, int *out, char *err)
     const char *s, *end;
     trim_span(text, &s, &end);
     long long v;
-    if (!whole_number(s, end, 100000, &v) || v < 1)
+    _Static_assert(DBT_LIMIT_MAX == 100000, "the message below says it");
+    if (!whole_number(s, end, DBT_LIMIT_MAX, &v) || v < 1)
         return dbt_bad_value(setting, text, "expected a whole number from 1 to 100000", err);
     *out = (int)v;
     return true;

@@ -371,8 +371,9 @@ static const dbt_setting_kind as_classes = {parse_classes, show_text, release_te
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
-static const char *const on_redis_error_words[] = {"open", "closed"}; /* dbt_on_error order */
-static const char *const log_format_words[] = {"logfmt", "json"};     /* dbt_log_format order */
+static const char *const on_redis_error_words[] = {"open", "closed"};  /* dbt_on_error order */
+static const char *const log_format_words[] = {"logfmt", "json"};      /* dbt_log_format order */
+static const char *const sample_words[] = {"shadow", "always", "off"}; /* dbt_sample_when order */
 static const char *const log_facility_words[] = {"user",   "daemon", "local0", "local1", "local2",
                                                  "local3", "local4", "local5", "local6", "local7"};
 _Static_assert(sizeof log_facility_words / sizeof *log_facility_words == DBT_NFACILITIES,
@@ -433,6 +434,11 @@ const dbt_setting dbt_settings[] = {
     {"mode", "DBTHROTTLE_MODE", "enforce", &as_mode, FIELD(mode), .worker_only = true, .live = true,
      .doc = "enforce the limit, or shadow: never wait nor refuse, count what would have waited; "
             "per kind: queries=shadow,connections=enforce"},
+    /* The command sample dbthrottle report replays: docs/design.md, "The command sample". */
+    {"sample", "DBTHROTTLE_SAMPLE", "shadow", &as_word, FIELD(sample),
+     WORDS(sample_words, "shadow, always or off"), .worker_only = true, .live = true,
+     .doc = "the commands Redis' sample keeps for dbthrottle report: shadow (those run in shadow "
+            "mode), always (enforced ones too) or off"},
     {"log", "DBTHROTTLE_LOG", "stderr", &as_log_dest, FIELD(log_path),
      .rule.text = {.null_word = "stderr", .unset_shown = "stderr"}, .worker_only = true,
      .doc = "stderr, a file to append the log to, or syslog (syslog:/path: another socket)"},

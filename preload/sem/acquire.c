@@ -48,13 +48,13 @@ static dbt_acq_result outage_result(dbt_pool *p, dbt_kind kind, const dbt_acquir
         p->st.unthrottled++;
         p->outage_unthrottled++;
         total = p->st.unthrottled;
-        if (shadow)
-            dbt_sample_missed(p, kind, dbt_now_us()); /* ran with no permit: not in the sample */
     } else {
         p->st.refusals++;
         p->outage_refused++;
         total = p->st.refusals;
     }
+    if (!misconfigured && dbt_sample_kept(p, kind)) /* ran with no permit, or refused */
+        dbt_sample_missed(p, kind, dbt_now_us());
     bool due = !misconfigured &&
                dbt_pool_warn_due(p, open ? DBT_WARN_UNTHROTTLED : DBT_WARN_REFUSED, &quiet);
     pthread_mutex_unlock(&p->mu);
@@ -92,6 +92,8 @@ static void note_timeout(dbt_pool *p, const struct dbt_slot *s, int64_t waited_u
     if (waited_us > p->stats_wait_max_us)
         p->stats_wait_max_us = waited_us;
     uint64_t total = p->st.timeouts;
+    if (dbt_sample_kept(p, s->kind)) /* refused (enforced): a command the sample lacks */
+        dbt_sample_missed(p, s->kind, dbt_now_us());
     bool due = dbt_pool_warn_due(p, DBT_WARN_TIMEOUT, &quiet);
     pthread_mutex_unlock(&p->mu);
     if (due) {
@@ -323,7 +325,8 @@ static const char *grant_event(dbt_acquire_would would)
 
 static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit **out,
                                      long long holders, long long queue, bool shadow,
-                                     dbt_acquire_would would)
+                                     dbt_acquire_would would, dbt_sample_would line,
+                                     int64_t queued_at_us)
 {
     /* A thread that passed s its permit may still be offering it to s's parked side (claim,
      * dbt_slot_wake_later), which must find that side as it was: a few instructions away. */
@@ -342,8 +345,9 @@ static dbt_acq_result finish_granted(dbt_pool *p, struct dbt_slot *s, dbt_permit
             p->stats_wait_max_us = waited;
     }
     pthread_mutex_unlock(&p->mu);
-    dbt_sample_begin(s, shadow, s->t_request_us, s->t_grant_us > 0 ? s->t_grant_us : dbt_now_us(),
-                     would);
+    dbt_sample_begin(p, s, shadow, s->t_request_us, queued_at_us,
+                     s->t_grant_us > 0 ? s->t_grant_us : dbt_now_us(),
+                     shadow ? (dbt_sample_would)would : line);
     dbt_waker_retract(s);
     dbt_trace(DBT_LOG_INFO, grant_event(would), s, waited, -1, holders, queue, NULL, NULL);
     *out = s;
@@ -364,6 +368,8 @@ typedef struct {
     long long class_wait_ms;  /* the caller's class's wait, from acquire.lua; -1: none */
     bool shadow;              /* DBTHROTTLE_MODE=shadow in force at its last send: never waits */
     dbt_acquire_would would;  /* shadow: what enforcing would have done, from acquire.lua */
+    bool queued;              /* it waited in a queue (Redis' or the host's), for the sample */
+    int64_t queued_at_us;     /* when it first found itself queued (its acquire's reply read) */
     bool from_shelf;          /* its permit came off the host's shelf (no acquire.lua) */
     int64_t lease_ms;         /* the lease its acquire carries, as its slot believes (begin_slot) */
     /* Queued anew once already because the host's relay failed its call: a second failure is
@@ -709,8 +715,12 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
         if (stale_grant(p, s)) /* the reply took a whole lease to read (stopped?) */
             return give_back_stale(a);
         p->seen_any_grant = true;
-        if (st == ACQ_SENT_QUEUED)
+        if (st == ACQ_SENT_QUEUED) {
             p->st.waits++;
+            if (!a->queued)
+                a->queued_at_us = dbt_now_us();
+            a->queued = true;
+        }
         /* Whether permits may be kept again (pool_core.c). */
         dbt_queue_event ev = {.type = DBT_QEV_GRANTED,
                               /* a shadow grant enforcing would not have made is not kept */
@@ -730,6 +740,9 @@ static acquire_next read_reply(acquire_run *a, acq_sent st)
     p->nqueued++;
     dbt_lw_push(p, s);
     p->st.waits++;
+    if (!a->queued)
+        a->queued_at_us = dbt_now_us();
+    a->queued = true;
     dbt_queue_event queued = {.type = DBT_QEV_QUEUED};
     (void)dbt_queue_step(&p->queue[a->kind], &queued);
     dbt_sharing_keep_event(p, a->kind, &queued);
@@ -929,7 +942,11 @@ static dbt_acq_result run(acquire_run *a, acquire_next next, dbt_permit **out,
             next = wait_turn(a);
             break;
         case NEXT_GRANTED:
-            return finish_granted(a->p, a->s, out, a->holders, a->queue, a->shadow, a->would);
+            return finish_granted(a->p, a->s, out, a->holders, a->queue, a->shadow, a->would,
+                                  a->queued       ? DBT_SAMPLE_QUEUED
+                                  : a->from_shelf ? DBT_SAMPLE_LOCAL
+                                                  : DBT_SAMPLE_AT_ONCE,
+                                  a->queued ? a->queued_at_us : 0);
         case NEXT_DONE:
             return a->result;
         }

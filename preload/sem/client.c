@@ -79,6 +79,7 @@ dbt_pool *dbt_client_pool(dbt_client *c, const char *name)
             atomic_init(&p->on_redis_error, (int)c->cfg->on_redis_error);
             for (int k = 0; k < DBT_NKINDS; k++)
                 atomic_init(&p->mode[k], (int)c->cfg->mode[k]);
+            atomic_init(&p->sample_when, (int)c->cfg->sample);
             atomic_init(&p->log_level, -1);
             dbt_lease_init(p);
             p->nbounds = dbt_hist_bounds(p->hist_bounds, DBT_HIST_MAX);

@@ -140,7 +140,8 @@ bool dbt_permit_unpark(dbt_permit **slot)
     if (reuse) {
         int64_t now = dbt_now_us();
         /* a kept permit: within the limit */
-        dbt_sample_begin(s, dbt_pool_shadow(p, s->kind), now, now, DBT_WOULD_RUN);
+        bool shadow = dbt_pool_shadow(p, s->kind);
+        dbt_sample_begin(p, s, shadow, now, 0, now, shadow ? DBT_SAMPLE_RAN : DBT_SAMPLE_LOCAL);
         dbt_trace(DBT_LOG_DEBUG, "reuse", s, -1, -1, -1, -1, NULL, NULL);
         return true;
     }

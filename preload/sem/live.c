@@ -84,6 +84,10 @@ void dbt_live_apply(dbt_pool *p, const char *text)
     bool mode_live = mode_row >= 0 && l->set[mode_row];
     atomic_store(&p->on_redis_error,
                  (int)(mode_live ? l->cfg.on_redis_error : p->client->cfg->on_redis_error));
+    ptrdiff_t sample_row = row_of(offsetof(dbt_config, sample));
+    atomic_store(
+        &p->sample_when,
+        (int)(sample_row >= 0 && l->set[sample_row] ? l->cfg.sample : p->client->cfg->sample));
     /* Per kind: the live mode where it names the kind, else the process' own. */
     ptrdiff_t shadow_row = row_of(offsetof(dbt_config, mode));
     int mode_now[DBT_NKINDS], mode_before[DBT_NKINDS];

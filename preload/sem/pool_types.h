@@ -113,8 +113,9 @@ struct dbt_slot {
      * never kept, never passed on (pool_core.c), back to Redis at its release. */
     bool over_limit;
     /* The command sample (sample.c): when this hold asked and was granted (sample_grant_us 0:
-     * not sampled, or written already), and what enforcing would have done (dbt_acquire_would). */
-    int64_t sample_ask_us, sample_grant_us;
+     * not sampled, or written already), and its line's `would` (sample.def: what enforcing would
+     * have done in shadow mode, or that it was enforced and whether it queued). */
+    int64_t sample_ask_us, sample_grant_us, sample_queued_at_us;
     uint8_t sample_would;
     /* Its lease ran out under its holder (unrenewed for a lease, or Redis reaped it): in closed
      * mode a command running under it is cancelled (lapse.c), once (lapse_cancelled). An
@@ -305,6 +306,9 @@ struct dbt_pool {
     /* The mode in force per kind (dbt_mode): the live value, else the process' own. Set by
      * live.c, read on any path (dbt_pool_shadow). */
     atomic_int mode[DBT_NKINDS];
+    /* Which commands the sample keeps (dbt_sample_when): the live value, else the process' own.
+     * Set by live.c, read as a hold begins (sample.c). */
+    atomic_int sample_when;
     /* The lease in force (ms): the live value, else the process' own; and the shortest and the
      * longest of those before it, with the time until which a permit or place may still carry
      * them (lease.c). */

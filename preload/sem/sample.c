@@ -1,5 +1,6 @@
-/* sample.c - shadow mode's command sample: the holds of a pool in shadow mode, buffered here and
- * sent to Redis (sample.lua) by the renewer. docs/design.md, "The command sample". */
+/* sample.c - the command sample: the holds of a pool that DBTHROTTLE_SAMPLE keeps (those of shadow
+ * mode by default), buffered here and sent to Redis (sample.lua) by the renewer. docs/design.md,
+ * "The command sample". */
 #include "sample.h"
 #include "clock.h"
 #include "fork.h"
@@ -7,14 +8,24 @@
 #include "pool.h"
 #include "script_call.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* A shadow hold's line says acquire.lua's `would` as it came (sample.def). */
+_Static_assert(DBT_SAMPLE_RAN == (int)DBT_WOULD_RUN &&
+                   DBT_SAMPLE_WOULD_WAIT == (int)DBT_WOULD_WAIT &&
+                   DBT_SAMPLE_WOULD_REFUSE == (int)DBT_WOULD_REFUSE,
+               "sample.def's shadow values are acquire.def's");
 
 /* One hold, as the buffer keeps it until it is sent. */
 typedef struct {
     int64_t ask_us, wait_us, hold_us; /* ask_us: this process' clock (dbt_now_us) */
+    int64_t queued_us;                /* of wait_us, what it spent queued (after its acquire) */
     uint32_t conn;                    /* its connection's name, hashed (conn_hash) */
     uint16_t weight;
     uint8_t would;
@@ -49,15 +60,24 @@ static uint32_t conn_hash(const char *name)
     return h;
 }
 
-void dbt_sample_begin(struct dbt_slot *s, bool shadow, int64_t ask_us, int64_t grant_us, int would)
+bool dbt_sample_kept(dbt_pool *p, dbt_kind kind)
 {
-    if (!shadow) {
+    int when = atomic_load(&p->sample_when);
+    return when == DBT_SAMPLE_ALWAYS || (when == DBT_SAMPLE_SHADOW && dbt_pool_shadow(p, kind));
+}
+
+void dbt_sample_begin(dbt_pool *p, struct dbt_slot *s, bool shadow, int64_t ask_us,
+                      int64_t queued_at_us, int64_t grant_us, dbt_sample_would line)
+{
+    int when = atomic_load(&p->sample_when);
+    if (when == DBT_SAMPLE_OFF || (when == DBT_SAMPLE_SHADOW && !shadow)) {
         s->sample_grant_us = 0;
         return;
     }
     s->sample_ask_us = ask_us;
     s->sample_grant_us = grant_us > 0 ? grant_us : 1;
-    s->sample_would = (uint8_t)would;
+    s->sample_would = (uint8_t)line;
+    s->sample_queued_at_us = queued_at_us;
 }
 
 /* The buffer, allocated at the pool's first sampled hold (a process never in shadow mode
@@ -95,6 +115,10 @@ void dbt_sample_end(dbt_pool *p, struct dbt_slot *s, int64_t now)
     sample_hold *h = &m->holds[m->n++];
     h->ask_us = s->sample_ask_us;
     h->wait_us = grant > s->sample_ask_us ? grant - s->sample_ask_us : 0;
+    /* queued from its acquire's reply to its grant (a grant pushed before that reply was read:
+     * none) */
+    int64_t queued_at = s->sample_queued_at_us;
+    h->queued_us = queued_at > s->sample_ask_us && grant > queued_at ? grant - queued_at : 0;
     h->hold_us = now > grant ? now - grant : 0;
     h->conn = conn_hash(s->conn);
     h->weight = (uint16_t)(s->weight > 0 && s->weight <= UINT16_MAX ? s->weight : 1);
@@ -140,17 +164,55 @@ int64_t dbt_sample_due_us(const dbt_pool *p)
 static bool format_hold(const sample_hold *h, int64_t built_us, char *out, size_t cap, size_t *len)
 {
     int64_t ago = built_us > h->ask_us ? built_us - h->ask_us : 0;
-    int n = snprintf(out + *len, cap - *len,
-                     "%" PRId64 " %08" PRIx32 " %" PRId64 " %" PRId64 " %u %u %s\n", ago, h->conn,
-                     h->wait_us, h->hold_us, (unsigned)h->weight, (unsigned)h->would, h->klass);
+    /* a queued hold's wait: its acquire's round trip, "+", its queueing (sample.def) */
+    char wait[48];
+    if (h->would == DBT_SAMPLE_QUEUED)
+        snprintf(wait, sizeof wait, "%" PRId64 "+%" PRId64, h->wait_us - h->queued_us,
+                 h->queued_us);
+    else
+        snprintf(wait, sizeof wait, "%" PRId64, h->wait_us);
+    int n =
+        snprintf(out + *len, cap - *len, "%" PRId64 " %08" PRIx32 " %s %" PRId64 " %u %u %s\n", ago,
+                 h->conn, wait, h->hold_us, (unsigned)h->weight, (unsigned)h->would, h->klass);
     if (n < 0 || (size_t)n >= cap - *len)
         return false;
     *len += (size_t)n;
     return true;
 }
 
-/* The longest line: four 64-bit numbers, the hash, two small ones, a class name, and spaces. */
-#define SAMPLE_LINE_MAX (4 * 21 + 8 + 2 * 6 + DBT_CLASS_NAME_MAX + 8)
+/* Which monotonic clock dbt_now_us reads: the kernel's boot id hashed (FNV-1a, 16 hex digits),
+ * the same for every process of the kernel (of a host, its containers included), "" when it
+ * cannot be read. The report places the holds of the processes of one clock together
+ * (cli/sample_clock.h). Read once. */
+static char clock_id[17];
+static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
+
+static void read_clock_id(void)
+{
+    char boot[64];
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, boot, sizeof boot);
+    close(fd);
+    if (n < 16)
+        return;
+    uint64_t h = UINT64_C(14695981039346656037);
+    for (ssize_t i = 0; i < n && boot[i] != '\n'; i++) {
+        h ^= (unsigned char)boot[i];
+        h *= UINT64_C(1099511628211);
+    }
+    snprintf(clock_id, sizeof clock_id, "%016" PRIx64, h);
+}
+
+static const char *kernel_clock(void)
+{
+    pthread_once(&clock_once, read_clock_id);
+    return clock_id;
+}
+
+/* The longest line: five 64-bit numbers, the hash, two small ones, a class name, spaces and "+". */
+#define SAMPLE_LINE_MAX (5 * 21 + 8 + 2 * 6 + DBT_CLASS_NAME_MAX + 9)
 
 bool dbt_sample_send(dbt_pool *p)
 {
@@ -199,7 +261,7 @@ bool dbt_sample_send(dbt_pool *p)
                           &len);
     dbt_script_call call;
     dbt_build_sample(&call, &p->keys, (dbt_kind)k, p->client->cfg, p->client->cid, first, n, text,
-                     dropped);
+                     dropped, built, kernel_clock());
     dbt_lease_bind(p, &call, dbt_lease_us(p) / 1000);
     char err[DBT_ERRLEN];
     long long members = 0;

@@ -244,12 +244,15 @@ void dbt_build_cancel(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, cons
 
 void dbt_build_sample(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                       const char *cid, uint64_t first, int nholds, const char *holds,
-                      uint64_t dropped)
+                      uint64_t dropped, int64_t built_us, const char *clock)
 {
     begin_call(c, &dbt_script_sample, k, kind, cfg);
     snprintf(c->number[0], sizeof c->number[0], "%" PRIu64, first);
     snprintf(c->number[1], sizeof c->number[1], "%" PRIu64, dropped);
     snprintf(c->number[2], sizeof c->number[2], "%d", nholds);
+    snprintf(c->number[3], sizeof c->number[3], "%" PRId64, built_us);
+    c->args[DBT_SAMPLE_ARG_BUILT] = c->number[3];
+    c->args[DBT_SAMPLE_ARG_CLOCK] = clock;
     c->args[DBT_SAMPLE_ARG_CID] = cid;
     c->args[DBT_SAMPLE_ARG_FIRST] = c->number[0];
     c->args[DBT_SAMPLE_ARG_NHOLDS] = c->number[2];

@@ -1,7 +1,8 @@
-/* Shadow mode's command sample (docs/design.md, "The command sample"): each hold of a pool in
- * shadow mode reaches Redis' sample key with its arrival by Redis' clock, its wait, its hold and
- * what enforcing would have done; nothing in enforce mode; and the key stays within its cap and
- * age whatever comes. Judged in Redis: the sample's members, read with redis-cli's own commands. */
+/* The command sample (docs/design.md, "The command sample"): each hold of a pool in shadow mode
+ * (or, with DBTHROTTLE_SAMPLE=always, enforced) reaches Redis' sample key with its arrival by
+ * Redis' clock, its wait, its hold and what enforcing would have done or whether it queued;
+ * nothing enforced by default; and the key stays within its cap and age whatever comes. Judged in
+ * Redis: the sample's members, read with redis-cli's own commands. */
 #include "redis_conn.h"
 #include "route.h"
 #include "script_run.h"
@@ -9,6 +10,7 @@
 
 #include <criterion/criterion.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,7 @@ static int64_t redis_time_us(void)
 
 typedef struct {
     int64_t arrival_us, wait_us, hold_us;
+    int64_t queued_us; /* of wait_us, a queued hold's queueing ("<acquire>+<queued>") */
     char conn[16], klass[40];
     int weight, would;
 } member;
@@ -64,12 +67,15 @@ static int read_sample(member *out, int cap)
                 continue;
             member *m = &out[n++];
             memset(m, 0, sizeof *m);
-            long long ago, w, hd;
-            int got = sscanf(line, "%lld %15s %lld %lld %d %d %39s", &ago, m->conn, &w, &hd,
+            long long ago, hd;
+            char w[48];
+            int got = sscanf(line, "%lld %15s %47s %lld %d %d %39s", &ago, m->conn, w, &hd,
                              &m->weight, &m->would, m->klass);
             cr_assert_geq(got, 6, "hold \"%s\"", line);
             m->arrival_us = called - ago;
-            m->wait_us = w;
+            char *plus = strchr(w, '+');
+            m->queued_us = plus ? strtoll(plus + 1, NULL, 10) : 0;
+            m->wait_us = strtoll(w, NULL, 10) + m->queued_us;
             m->hold_us = hd;
         }
         cr_assert_null(strtok_r(NULL, "\n", &save), "member %s: more lines than its %lld holds", id,
@@ -161,7 +167,113 @@ Test(sample, enforce_mode_samples_nothing, .timeout = 60)
     cr_expect_eq(test_redis_int(&fx_redis, "EXISTS %s", SAMPLE), 0);
 }
 
-/* The first word of each member (its "<cid>.<first>"), oldest first, joined by spaces. */
+/* The holds sampled and the holds said not kept, over the whole sample (its members' heads and
+ * lines). */
+static void sample_totals(long long *holds, long long *dropped)
+{
+    redisContext *c = test_redis_connect(&fx_redis);
+    cr_assert_not_null(c);
+    redisReply *r = redisCommand(c, "ZRANGE %s 0 -1", SAMPLE);
+    cr_assert(r && r->type == REDIS_REPLY_ARRAY);
+    *holds = *dropped = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        long long h, d;
+        cr_assert_eq(sscanf(r->element[i]->str, "%*s %lld %lld", &h, &d), 2);
+        *holds += h;
+        *dropped += d;
+    }
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+typedef struct {
+    dbt_pool *p;
+    dbt_acq_result r;
+    dbt_permit *permit;
+} waiter_run;
+
+static void *waiter(void *arg)
+{
+    waiter_run *w = arg;
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 20000, .conn = "waiter"};
+    w->r = dbt_acquire(w->p, DBT_KIND_QUERY, &o, &w->permit);
+    return NULL;
+}
+
+/* DBTHROTTLE_SAMPLE=always: enforced holds are sampled too, each saying whether it queued (the
+ * report splits the limit's own queueing from the acquire's round trips by it), and a command
+ * refused at its wait timeout is said not sampled. At a limit of 1: one granted at once, held
+ * 300 ms; one queued behind it; one refused while the second holds. */
+Test(sample, always_samples_enforced_holds_and_whether_they_queued, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_SAMPLE=always", "DBTHROTTLE_CACHE_PERMITS=off", NULL);
+    dbt_pool *p = dbt_client_pool(c, "sample");
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 10000, .conn = "first"};
+    dbt_permit *first;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &first), DBT_ACQ_GRANTED);
+    waiter_run w = {.p = p};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, waiter, &w), 0);
+    zcard_is queued = {&fx_redis, "dbthrottle:{sample}:q:queue", 1};
+    cr_assert(test_wait_until(test_zcard_is, &queued, 5000), "the second queued");
+    usleep(300000);
+    dbt_release(first);
+    pthread_join(t, NULL);
+    cr_assert_eq(w.r, DBT_ACQ_GRANTED);
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0, .conn = "refused"};
+    dbt_permit *refused = NULL;
+    cr_assert_neq(dbt_acquire(p, DBT_KIND_QUERY, &now, &refused), DBT_ACQ_GRANTED);
+    dbt_release(w.permit);
+    dbt_client_exit(c);
+    member m[8];
+    int n = read_sample(m, 8);
+    cr_assert_eq(n, 2, "2 holds sampled, %d in Redis", n);
+    cr_expect_eq(m[0].would, DBT_SAMPLE_AT_ONCE, "the first: granted at once (%d)", m[0].would);
+    cr_expect_lt(m[0].wait_us, 250000, "the first waited %" PRId64 " us", m[0].wait_us);
+    cr_expect_eq(m[1].would, DBT_SAMPLE_QUEUED, "the second: queued (%d)", m[1].would);
+    cr_expect_geq(m[1].queued_us, 250000, "the second queued %" PRId64 " us behind 300 ms",
+                  m[1].queued_us);
+    cr_expect_lt(m[1].wait_us - m[1].queued_us, 250000,
+                 "its acquire, to the reply that queued it: %" PRId64 " us",
+                 m[1].wait_us - m[1].queued_us);
+    long long holds, dropped;
+    sample_totals(&holds, &dropped);
+    cr_expect_eq(dropped, 1, "the refused command is said not sampled (%lld)", dropped);
+}
+
+/* DBTHROTTLE_SAMPLE is live: an enforcing process samples nothing until the operator's `sample
+ * always` reaches it, and nothing again after `sample off`. */
+Test(sample, the_live_setting_turns_the_enforced_sample_on_and_off, .timeout = 60)
+{
+    dbt_client *c = fx_client("DBTHROTTLE_CACHE_PERMITS=off", "DBTHROTTLE_LEASE=1s", NULL);
+    dbt_pool *p = dbt_client_pool(c, "sample");
+    const char *texts[] = {NULL, "v2\nsample=always\n", "v3\nsample=off\n"};
+    for (int round = 0; round < 3; round++) {
+        if (texts[round]) {
+            cr_assert_eq(test_redis_int(&fx_redis, "SET %s %s", "dbthrottle:{sample}:settings",
+                                        texts[round]),
+                         -1000);
+            /* (applied at a renewal: a third of the lease) */
+            for (int i = 0; i < 500 && dbt_pool_live_applied(p) != round + 1; i++)
+                usleep(20000);
+            cr_assert_eq(dbt_pool_live_applied(p), round + 1, "live v%d not applied", round + 1);
+        }
+        char conn[16];
+        snprintf(conn, sizeof conn, "round-%d", round);
+        dbt_acquire_opts o = {.limit = 4, .wait_ms = 10000, .conn = conn};
+        dbt_permit *s;
+        cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &s), DBT_ACQ_GRANTED);
+        dbt_release(s);
+    }
+    dbt_client_exit(c);
+    member m[8];
+    int n = read_sample(m, 8);
+    cr_assert_eq(n, 1, "one command sampled (under sample=always), %d in Redis", n);
+    cr_expect_eq(m[0].would, DBT_SAMPLE_AT_ONCE);
+}
+
+/* The first word of each member (its "<cid>.<first>.<built>.<clock>"), oldest first, joined by
+ * spaces. */
 static void member_names(char *out, size_t cap)
 {
     redisContext *c = test_redis_connect(&fx_redis);
@@ -186,7 +298,7 @@ static long long send_chunk(dbt_redis *conn, const dbt_keys *keys, const dbt_con
     char err[DBT_ERRLEN];
     long long carried = -1;
     dbt_script_call c;
-    dbt_build_sample(&c, keys, DBT_KIND_QUERY, cfg, cid, first, nholds, text, dropped);
+    dbt_build_sample(&c, keys, DBT_KIND_QUERY, cfg, cid, first, nholds, text, dropped, 0, "");
     redisReply *rep = dbt_script_run(conn, &c, dbt_parse_sample, &carried, err);
     cr_assert_not_null(rep, "%s", err);
     freeReplyObject(rep);
@@ -233,9 +345,9 @@ Test(sample, the_sample_keeps_its_cap_under_a_burst, .timeout = 120)
     char *names = malloc(64 * (size_t)members + 1);
     cr_assert_not_null(names);
     member_names(names, 64 * (size_t)members + 1);
-    cr_expect(strncmp(names, "00000000000000aa.0 ", 19) != 0, "the first chunk is kept");
+    cr_expect(strncmp(names, "00000000000000aa.0.0. ", 22) != 0, "the first chunk is kept");
     char last[64];
-    snprintf(last, sizeof last, " 00000000000000aa.%llu",
+    snprintf(last, sizeof last, " 00000000000000aa.%llu.0.",
              (unsigned long long)(serial - DBT_SAMPLE_CHUNK));
     size_t ln = strlen(last), nn = strlen(names);
     cr_expect(nn >= ln && strcmp(names + nn - ln, last) == 0, "the last chunk is the newest");
@@ -273,7 +385,7 @@ Test(sample, an_old_chunk_goes_and_dropped_holds_are_said, .timeout = 60)
     cr_expect_eq(kept, 2, "the script says %lld held", kept);
     char names[256];
     member_names(names, sizeof names);
-    cr_expect_str_eq(names, "00000000000000cc.0", "the old chunk went, the new one stays");
+    cr_expect_str_eq(names, "00000000000000cc.0.0.", "the old chunk went, the new one stays");
     c = test_redis_connect(&fx_redis);
     cr_assert_not_null(c);
     r = redisCommand(c, "ZRANGE %s 0 0", SAMPLE);
@@ -361,25 +473,6 @@ Test(sample, a_command_run_in_an_outage_is_counted_as_missing, .timeout = 60)
     cr_assert(test_redis_restart(&fx_redis, NULL));
     cr_expect(test_wait_until(sample_says_missed, NULL, 20000),
               "the sample never said a command was missing");
-}
-
-/* The holds sampled and the holds said not kept, over the whole sample (its members' heads and
- * lines). */
-static void sample_totals(long long *holds, long long *dropped)
-{
-    redisContext *c = test_redis_connect(&fx_redis);
-    cr_assert_not_null(c);
-    redisReply *r = redisCommand(c, "ZRANGE %s 0 -1", SAMPLE);
-    cr_assert(r && r->type == REDIS_REPLY_ARRAY);
-    *holds = *dropped = 0;
-    for (size_t i = 0; i < r->elements; i++) {
-        long long h, d;
-        cr_assert_eq(sscanf(r->element[i]->str, "%*s %lld %lld", &h, &d), 2);
-        *holds += h;
-        *dropped += d;
-    }
-    freeReplyObject(r);
-    redisFree(c);
 }
 
 /* A busy process keeps up: 4 buffers' worth of commands back to back (thousands a second on

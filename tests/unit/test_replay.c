@@ -59,6 +59,34 @@ Test(replay, a_sampled_wait_holds_the_unit_too)
     cr_expect_eq(r.wait_max_us, 11 * MS);
 }
 
+/* A sample taken enforced (DBTHROTTLE_SAMPLE=always): B queued 90 ms behind A's 100 ms hold at
+ * the limit of 1 then, and then asked its next command (100 ms) 10 ms after its end. Its queueing
+ * is neither held nor paused: the sample shows one unit in use at most, and the replay at 1 puts
+ * its own wait (90 ms) where the queueing was, at 2 none, B's next command still 10 ms after
+ * B's end. Counted as held time or as a pause (before queued_us), the sample showed a peak of 2
+ * and the replay at 2 ran B's next 90 ms late. */
+Test(replay, an_enforced_holds_queueing_is_replaced_by_the_replays_own)
+{
+    dbt_replay_hold h[] = {
+        {.arrival_us = 0, .hold_us = 100 * MS, .weight = 1, .conn = 1},
+        {.arrival_us = 10 * MS, .queued_us = 90 * MS, .hold_us = 50 * MS, .weight = 1, .conn = 2},
+        {.arrival_us = 160 * MS, .hold_us = 100 * MS, .weight = 1, .conn = 2}};
+    dbt_replay_concurrency seen;
+    int64_t span = 0;
+    cr_assert(dbt_replay_observed(h, 3, &seen, &span));
+    cr_expect_eq(seen.peak, 1, "the sample's concurrency (peak %d)", seen.peak);
+    cr_expect_eq(span, 260 * MS);
+    dbt_replay_result r = run(h, 3, 1, -1);
+    cr_expect_eq(r.waited, 1);
+    cr_expect_eq(r.wait_max_us, 90 * MS, "as it queued (%lld us)", (long long)r.wait_max_us);
+    cr_expect_eq(r.span_us, 260 * MS);
+    r = run(h, 3, 2, -1);
+    cr_expect_eq(r.waited, 0);
+    cr_expect_eq(r.server.peak, 2);
+    cr_expect_eq(r.span_us, 170 * MS, "B's next 10 ms after its end at 60 ms (%lld us)",
+                 (long long)r.span_us);
+}
+
 /* At its timeout a waiter is refused, and its connection goes on after its pause: B holds 100 ms
  * from 0; A asks at 1 ms (refused at 51 ms), then after a 5 ms pause asks again at 56 ms and
  * waits until 100 ms. */

@@ -377,11 +377,13 @@ Test(settings, live_own_values_for_the_record)
     cr_expect_null(strchr(text, '\t'));
     own_seen o = {.keys = ""};
     cr_assert(dbt_live_own_each(text, on_own, &o), "%s", text);
-    cr_expect_str_eq(o.keys,
-                     "wait_timeout,lease,on_redis_error,mode,log_level,exempt,class_rules,weights,",
-                     "%s", text);
-    cr_expect_str_eq(o.values, "30s|10s|open|enforce|warn|application_name=a b%41*|none|none|",
-                     "%s", text);
+    cr_expect_str_eq(
+        o.keys,
+        "wait_timeout,lease,on_redis_error,mode,sample,log_level,exempt,class_rules,weights,", "%s",
+        text);
+    cr_expect_str_eq(o.values,
+                     "30s|10s|open|enforce|shadow|warn|application_name=a b%41*|none|none|", "%s",
+                     text);
     cr_expect_eq(o.src_of_exempt, DBT_SRC_ENV);
     cr_expect_eq(o.src_of_wait, DBT_SRC_FILE);
     char small[48];

@@ -21,6 +21,10 @@ typedef enum { DBT_MODE_ENFORCE = 0, DBT_MODE_SHADOW = 1 } dbt_mode;
 /* The kinds of permit a mode is given for, in dbt_kind's order (keys.h): queries, connections. */
 #define DBT_MODE_KINDS 2
 
+/* DBTHROTTLE_SAMPLE: which commands go into the pool's command sample (dbthrottle report's):
+ * those run in shadow mode, every one (enforced too), or none. */
+typedef enum { DBT_SAMPLE_SHADOW = 0, DBT_SAMPLE_ALWAYS = 1, DBT_SAMPLE_OFF = 2 } dbt_sample_when;
+
 typedef enum {
     DBT_LOG_OFF = 0,
     DBT_LOG_ERROR = 1,
@@ -160,7 +164,8 @@ typedef struct {
      * kind it did not name is enforce in a process' own value, and its own in a live one. */
     dbt_mode mode[DBT_MODE_KINDS];
     unsigned mode_named;
-    char *log_path; /* NULL = stderr; "syslog" or "syslog:/socket/path" = syslog */
+    dbt_sample_when sample; /* DBTHROTTLE_SAMPLE */
+    char *log_path;         /* NULL = stderr; "syslog" or "syslog:/socket/path" = syslog */
     dbt_log_level log_level;
     dbt_log_format log_format;
     bool log_query;
@@ -213,6 +218,8 @@ typedef struct {
  * leaves *out untouched. */
 bool dbt_parse_duration(const char *setting, const char *text, bool allow_zero, bool allow_forever,
                         int64_t *out_ms, char *err);
+/* The largest limit a setting or a command takes. */
+#define DBT_LIMIT_MAX 100000
 bool dbt_parse_limit(const char *setting, const char *text, int *out, char *err);
 bool dbt_parse_bool(const char *setting, const char *text, bool *out, char *err);
 /* "host1[:port1],host2[:port2],..." (IPv6 in brackets) in [text, end): fills hosts (at most

@@ -139,7 +139,7 @@ void dbt_build_cancel(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, cons
  * chunk. */
 void dbt_build_sample(dbt_script_call *c, const dbt_keys *k, dbt_kind kind, const dbt_config *cfg,
                       const char *cid, uint64_t first, int nholds, const char *holds,
-                      uint64_t dropped);
+                      uint64_t dropped, int64_t built_us, const char *clock);
 
 /* What local handover did without Redis, per kind, until a renewal adds it to the counters
  * (renew.lua's last arguments). */
