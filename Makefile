@@ -244,6 +244,8 @@ WHITEBOX_tests/unit/test_replay.c = cli
 WHITEBOX_tests/unit/test_report_svg.c = cli
 # Where the report places a sample's members on Redis' clock (sample_clock.h), a pure module of cli/.
 WHITEBOX_tests/unit/test_sample_clock.c = cli
+# dbthrottle adapt's logged limit changes read back (adapt_log.h), a pure module of cli/.
+WHITEBOX_tests/unit/test_adapt_log.c = cli
 # Sets the client's permit serial (struct dbt_client) to make ids after 123 million commands, and
 # reads a permit's pool (struct dbt_slot): pool_types.h.
 WHITEBOX_tests/sem/test_class_client.c = preload/sem
@@ -302,10 +304,11 @@ endef
 # The unit tests also drive the connection state machine and the adaptive limit's rule (both
 # pure: no libpq, no Redis, no I/O), how status groups the settings in force (in_force.c), and
 # the report's replay of a sample (replay.c), where it places the sample on Redis' clock
-# (sample_clock.c) and its chart (report_svg.c).
+# (sample_clock.c), the adaptive controller's logged changes it reads (adapt_log.c) and its chart
+# (report_svg.c).
 $(eval $(call test_binary,tests/unit,$(sort $(wildcard tests/unit/*.c)) $(SUPPORT_SRCS) \
     $(BUILD)/obj/interpose/conn_state.o cli/adapt_rule.c cli/in_force.c cli/replay.c \
-    cli/sample_clock.c cli/report_svg.c,$(CRITERION_LIBS) -lm))
+    cli/sample_clock.c cli/adapt_log.c cli/report_svg.c,$(CRITERION_LIBS) -lm))
 $(eval $(call test_binary,tests/sem,$(sort $(wildcard tests/sem/*.c)) $(SUPPORT_SRCS) $(FIXTURE_SRCS),$(CRITERION_LIBS)))
 $(eval $(call test_binary,bench/sem-bench,bench/sem_bench.c bench/hist_cost.c $(SUPPORT_SRCS),-lm))
 $(eval $(call test_binary,bench/scale-bench,bench/scale_bench.c $(SUPPORT_SRCS),-lm))

@@ -1,5 +1,6 @@
 /* cmd_report.c - dbthrottle report: what candidate limits would have cost, replayed from shadow
  * mode's command sample (docs/design.md, "The command sample"; the replay: replay.c). */
+#include "adapt_log.h"
 #include "cli.h"
 #include "replay.h"
 #include "report_svg.h"
@@ -11,11 +12,12 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char usage[] =
     "usage: dbthrottle report POOL [--limits N,N,...] [--since DURATION] [--wait-timeout D]\n"
-    "                         [--connections] [--json] [--svg FILE] [--redis URL]\n"
-    "                         [--key-prefix P]\n"
+    "                         [--connections] [--json] [--svg FILE] [--adapt-log FILE]\n"
+    "                         [--redis URL] [--key-prefix P]\n"
     "\n"
     "Replays the commands a pool's workers ran in shadow mode (DBTHROTTLE_MODE=shadow, or\n"
     "dbthrottle mode POOL shadow), or enforced with DBTHROTTLE_SAMPLE=always (or dbthrottle\n"
@@ -41,6 +43,9 @@ static const char usage[] =
     "  --json              one JSON object (with the concurrency per minute)\n"
     "  --svg FILE          also draw it into FILE: each limit's wait p99 and refusals, and the\n"
     "                      concurrency over time with the limits across it\n"
+    "  --adapt-log FILE    the adaptive controller's limit changes of this pool, as dbthrottle\n"
+    "                      adapt logged them (--dry-run's too: adapt ... 2>FILE): its limit over\n"
+    "                      time replayed as one more row (adapt), and drawn on the chart\n"
     "  --redis URL         Redis to read (default: DBTHROTTLE_REDIS_URL, as the library)\n"
     "  --key-prefix P      key prefix (default: DBTHROTTLE_KEY_PREFIX, as the library)\n"
     "\n"
@@ -49,7 +54,15 @@ static const char usage[] =
 
 #define MAX_LIMITS 16
 
-enum { OPT_LIMITS = 1, OPT_SINCE, OPT_WAIT_TIMEOUT, OPT_CONNECTIONS, OPT_JSON, OPT_SVG };
+enum {
+    OPT_LIMITS = 1,
+    OPT_SINCE,
+    OPT_WAIT_TIMEOUT,
+    OPT_CONNECTIONS,
+    OPT_JSON,
+    OPT_SVG,
+    OPT_ADAPT_LOG
+};
 
 /* The sample as read: its holds, and what it says of itself. */
 typedef struct {
@@ -295,8 +308,8 @@ static bool parse_member(const char *m, int64_t called_us, int64_t cut_us, sampl
     uint64_t clock = 0;
     if (built >= 0 && dot3 + 1 < sp) {
         clock = strtoull(dot3 + 1, &end, 16);
-        if (end != sp)
-            clock = 0;
+        if (end != sp) /* not this version's: placed as it stands */
+            built = -1, clock = 0;
     }
     if (ko->nchunks == ko->chunks_cap) {
         size_t cap = ko->chunks_cap ? 2 * ko->chunks_cap : 1024;
@@ -326,13 +339,13 @@ static bool parse_member(const char *m, int64_t called_us, int64_t cut_us, sampl
                       ? sscanf(one, "%lld %31s %47s %lld %d %d %32s", &ago, conn, wait_text, &hold,
                                &weight, &would, klass_name)
                       : 0;
-        /* the wait: "<us>", or a queued hold's "<acquire us>+<queued us>" */
-        if (got >= 6) {
+        /* the wait: "<us>", or a queued hold's "<acquire us>:<queued us>", digits only */
+        if (got >= 6 && wait_text[0] >= '0' && wait_text[0] <= '9') {
             char *stop = NULL;
             wait = strtoll(wait_text, &stop, 10);
-            if (*stop == '+' && would == DBT_SAMPLE_QUEUED)
+            if (*stop == ':' && would == DBT_SAMPLE_QUEUED && stop[1] >= '0' && stop[1] <= '9')
                 queued = strtoll(stop + 1, &stop, 10);
-            if (*stop || stop == wait_text || queued < 0)
+            if (*stop)
                 wait = -1;
         }
         if (got < 6 || ago < 0 || wait < 0 || hold < 0 || weight < 1 || would < DBT_SAMPLE_RAN ||
@@ -388,8 +401,11 @@ static void place_chunks(sample *s, const keys_of *ko)
 {
     int64_t *late = malloc((ko->nchunks ? ko->nchunks : 1) * sizeof *late);
     if (late && dbt_sample_clock_place(ko->chunks, ko->nchunks, late))
-        for (size_t i = 0; i < s->n; i++)
+        for (size_t i = 0; i < s->n; i++) {
             s->holds[i].arrival_us -= late[ko->chunk_of[i]];
+            if (s->holds[i].arrival_us < s->oldest_us) /* (the oldest as placed) */
+                s->oldest_us = s->holds[i].arrival_us;
+        }
     free(late);
 }
 
@@ -589,6 +605,18 @@ static void fmt_ms(int64_t us, char *out, size_t cap)
         cli_duration(us / 1000, out, cap);
 }
 
+/* --adapt-log: the adaptive controller's limit changes of this pool and kind, read from its log,
+ * as a limit over time, and what that would have cost. */
+typedef struct {
+    const char *path;
+    dbt_adapt_change *v;
+    size_t n;
+    dbt_replay_limit *schedule; /* n + 1: the limit before the first change, then each change */
+    long long within;           /* changes within the sample's span */
+    bool dry_run;               /* all of them a dry run's */
+    dbt_replay_result result;
+} adapt_read;
+
 /* What the report prints: its sample, what it replayed it with, and the results. */
 typedef struct {
     const char *pool, *name, *kind; /* name: the pool's as text shows it (escaped) */
@@ -603,7 +631,8 @@ typedef struct {
     const dbt_replay_bucket *minutes; /* --json's timeline */
     size_t nminutes;
     int64_t period_us;
-    long long limit_now; /* the pool's limit in force now (0: not known) */
+    long long limit_now;     /* the pool's limit in force now (0: not known) */
+    const adapt_read *adapt; /* --adapt-log's, NULL none */
 } report_out;
 
 static void text_waits(const char *first, long long commands, long long waited, int64_t p50_us,
@@ -655,6 +684,55 @@ static void text_enforced(const report_out *o)
         trips, rt);
     printf("    their holds ran under the limit: at a higher one the server would be busier and "
            "holds longer than replayed\n");
+}
+
+/* "HH:MM:SS.mmm" (UTC) of a time on Redis' clock (us since the epoch). */
+static void fmt_time_of_day(int64_t us, char *out, size_t cap)
+{
+    time_t t = (time_t)(us / 1000000);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm)) {
+        snprintf(out, cap, "?");
+        return;
+    }
+    snprintf(out, cap, "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec,
+             (int)(us % 1000000 / 1000));
+}
+
+/* --adapt-log: the controller's row (its limits over time, replayed) under the table, and its
+ * changes within the sample. */
+static void text_adapt(const report_out *o)
+{
+    const adapt_read *a = o->adapt;
+    if (!a)
+        return;
+    const dbt_replay_result *r = &a->result;
+    text_waits("adapt", r->commands, r->waited, r->wait_p50_us, r->wait_p99_us, r->wait_max_us,
+               r->refused);
+    printf("  %11.1f  %7.0f%%\n", r->server.mean, 100.0 * r->server.at_limit_share);
+    /* its limit as the sample begins: the last change before it, else the first one's from */
+    int at_start = a->schedule[0].limit;
+    for (size_t i = 0; i < a->n && a->v[i].at_us < o->s->oldest_us; i++)
+        at_start = a->v[i].to;
+    printf("\n  adapt: the adaptive controller's limits over time (%s, %s): %zu changes, %lld "
+           "within the sample, which began at %d\n",
+           a->path, a->dry_run ? "a dry run" : "set", a->n, a->within, at_start);
+    int64_t end = o->s->oldest_us + o->span_us;
+    int shown = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        const dbt_adapt_change *c = &a->v[i];
+        if (c->at_us < o->s->oldest_us || c->at_us > end)
+            continue;
+        if (shown++ == 8) {
+            printf("    ... and %lld more within the sample\n", a->within - 8);
+            break;
+        }
+        char at[32];
+        fmt_time_of_day(c->at_us, at, sizeof at);
+        printf("    %s  %d -> %d  %s\n", at, c->from, c->to, c->reason);
+    }
+    printf("    (the log's times are its host's clock, the sample's Redis': keep both in step, "
+           "NTP)\n");
 }
 
 /* The classes line: what the replay served the holds by. */
@@ -725,6 +803,7 @@ static void print_text(const report_out *o)
         printf("  %11.1f  %7.0f%%%s\n", r->server.mean, 100.0 * r->server.at_limit_share,
                s->enforced.commands && r->limit == o->limit_now ? "  (in force now)" : "");
     }
+    text_adapt(o);
     if (o->classes->n == 0)
         return;
     printf("\n  %5s  %-16s  %16s  %9s  %9s  %9s  %8s\n", "limit", "class", "would wait", "wait p50",
@@ -799,6 +878,38 @@ static void json_limit_classes(const report_out *o, const dbt_replay_result *r)
     printf("]");
 }
 
+/* --adapt-log's member: null, or the changes read, and what that limit over time would have
+ * cost (as a limit's). */
+static void json_adapt(const report_out *o)
+{
+    const adapt_read *a = o->adapt;
+    printf(",\"adapt\":");
+    if (!a) {
+        printf("null");
+        return;
+    }
+    printf("{\"file\":");
+    cli_json_str(stdout, a->path);
+    printf(",\"first_limit\":%d,\"within\":%lld,\"changes\":[", a->schedule[0].limit, a->within);
+    for (size_t i = 0; i < a->n; i++) {
+        const dbt_adapt_change *c = &a->v[i];
+        printf("%s{\"at_ms\":%" PRId64 ",\"from\":%d,\"to\":%d,\"dry_run\":%s,\"reason\":",
+               i ? "," : "", c->at_us / 1000, c->from, c->to, c->dry_run ? "true" : "false");
+        cli_json_str(stdout, c->reason);
+        printf("}");
+    }
+    const dbt_replay_result *r = &a->result;
+    printf("],\"commands\":%lld,\"waited\":%lld,\"waited_share\":%.4f,\"wait_mean_ms\":%.3f,"
+           "\"wait_p50_ms\":%.3f,\"wait_p99_ms\":%.3f,\"wait_max_ms\":%.3f,\"refused\":%lld,"
+           "\"server\":{\"mean\":%.3f,\"p50\":%d,\"p99\":%d,\"peak\":%d,\"at_limit_share\":%.4f}",
+           r->commands, r->waited, r->commands ? (double)r->waited / (double)r->commands : 0,
+           r->wait_mean_us / 1000.0, (double)r->wait_p50_us / 1000.0,
+           (double)r->wait_p99_us / 1000.0, (double)r->wait_max_us / 1000.0, r->refused,
+           r->server.mean, r->server.p50, r->server.p99, r->server.peak, r->server.at_limit_share);
+    json_limit_classes(o, r);
+    printf("}");
+}
+
 static void print_json(const report_out *o)
 {
     const sample *s = o->s;
@@ -843,8 +954,73 @@ static void print_json(const report_out *o)
         printf("}");
     }
     printf("]");
+    json_adapt(o);
     print_timeline(o->minutes, o->nminutes, o->period_us);
     printf("}\n");
+}
+
+static int by_time(const void *a, const void *b)
+{
+    const dbt_adapt_change *x = a, *y = b;
+    return (x->at_us > y->at_us) - (x->at_us < y->at_us);
+}
+
+/* Reads a->path's adapt_change lines of pool (named as dbthrottle adapt logs it) and kind into
+ * a, with its schedule: before the first change the limit that change was from (or, unknown to
+ * the controller, the limit in force now, else the first change's). -1 when read, else the exit
+ * status (said). */
+static int read_adapt_log(const char *pool, const char *kind, long long limit_now, adapt_read *a)
+{
+    FILE *f = fopen(a->path, "re");
+    if (!f) {
+        fprintf(stderr, "dbthrottle report: --adapt-log %s: %s\n", a->path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    char *line = NULL;
+    size_t cap = 0, room = 0;
+    int rc = -1;
+    a->dry_run = true;
+    while (rc < 0 && getline(&line, &cap, f) >= 0) {
+        dbt_adapt_change c;
+        if (!dbt_adapt_log_change(line, pool, kind, &c))
+            continue;
+        if (a->n == room) {
+            room = room ? 2 * room : 64;
+            dbt_adapt_change *grown = realloc(a->v, room * sizeof *grown);
+            if (!grown) {
+                rc = cli_fail("report", "out of memory");
+                break;
+            }
+            a->v = grown;
+        }
+        a->v[a->n++] = c;
+        a->dry_run = a->dry_run && c.dry_run;
+    }
+    bool failed = ferror(f);
+    fclose(f);
+    free(line);
+    if (rc >= 0)
+        return rc;
+    if (failed) {
+        fprintf(stderr, "dbthrottle report: --adapt-log %s: cannot read it\n", a->path);
+        return EXIT_USAGE;
+    }
+    if (a->n == 0) {
+        fprintf(stderr,
+                "dbthrottle report: --adapt-log %s: no limit change of pool %s's %s permits in it "
+                "(dbthrottle adapt logs them on stderr, event=adapt_change)\n",
+                a->path, pool, kind);
+        return EXIT_USAGE;
+    }
+    qsort(a->v, a->n, sizeof *a->v, by_time);
+    a->schedule = malloc((a->n + 1) * sizeof *a->schedule);
+    if (!a->schedule)
+        return cli_fail("report", "out of memory");
+    int first = a->v[0].from > 0 ? a->v[0].from : limit_now > 0 ? (int)limit_now : a->v[0].to;
+    a->schedule[0] = (dbt_replay_limit){.from_us = INT64_MIN, .limit = first};
+    for (size_t i = 0; i < a->n; i++)
+        a->schedule[i + 1] = (dbt_replay_limit){.from_us = a->v[i].at_us, .limit = a->v[i].to};
+    return -1;
 }
 
 /* The wait timeout the pool's workers have (the default of --wait-timeout), from v: the value in
@@ -894,13 +1070,16 @@ static int64_t period_us(int64_t span_us, int most)
  * of a write that failed, the last flush at fclose included). name: the pool's name as a line
  * of text shows it (escaped: the SVG is UTF-8, a pool's name need not be). */
 static int write_svg(const char *path, const sample *s, const char *name, const char *kind,
-                     const dbt_replay_result *r, int nl, int64_t span_us)
+                     const dbt_replay_result *r, int nl, int64_t span_us, const adapt_read *a)
 {
     dbt_report_chart c = {.pool = name,
                           .kind = kind,
                           .results = r,
                           .nresults = nl,
-                          .bucket_us = period_us(span_us, 120)};
+                          .bucket_us = period_us(span_us, 120),
+                          .adapt = a->schedule,
+                          .nadapt = a->schedule ? a->n + 1 : 0,
+                          .adapt_result = a->schedule ? &a->result : NULL};
     dbt_replay_bucket *b = NULL;
     if (!dbt_replay_timeline(s->holds, s->n, c.bucket_us, &b, &c.nbuckets))
         return cli_fail("report", "out of memory");
@@ -963,6 +1142,7 @@ int cmd_report(int argc, char **argv)
         {"connections", no_argument, NULL, OPT_CONNECTIONS},
         {"json", no_argument, NULL, OPT_JSON},
         {"svg", required_argument, NULL, OPT_SVG},
+        {"adapt-log", required_argument, NULL, OPT_ADAPT_LOG},
         {"redis", required_argument, NULL, CLI_OPT_REDIS},
         {"key-prefix", required_argument, NULL, CLI_OPT_KEY_PREFIX},
         {NULL, 0, NULL, 0}};
@@ -970,7 +1150,7 @@ int cmd_report(int argc, char **argv)
     int limits[MAX_LIMITS], nlimits = 0;
     int64_t since_ms = -1, timeout_ms = 0;
     bool timeout_given = false, json = false;
-    const char *svg_path = NULL;
+    const char *svg_path = NULL, *adapt_path = NULL;
     dbt_kind kind = DBT_KIND_QUERY;
     char err[DBT_ERRLEN];
     int opt;
@@ -1007,6 +1187,11 @@ int cmd_report(int argc, char **argv)
             if (!optarg[0])
                 return cli_usage_error("report", "--svg: which file?");
             svg_path = optarg;
+            break;
+        case OPT_ADAPT_LOG:
+            if (!optarg[0])
+                return cli_usage_error("report", "--adapt-log: which file?");
+            adapt_path = optarg;
             break;
         default:
             if (!cli_redis_opt(&ro, opt, optarg))
@@ -1127,8 +1312,23 @@ int cmd_report(int argc, char **argv)
         if (!dbt_replay(s.holds, s.n, limits[i], timeout_us, classes.n ? &classes.run : NULL,
                         &res[i]))
             rc = cli_fail("report", "out of memory");
+    /* --adapt-log: the controller's limit over time, replayed too */
+    adapt_read adapt = {.path = adapt_path};
+    if (rc < 0 && adapt_path) {
+        char log_name[256];
+        cli_escape_name(pool, 200, false, log_name, sizeof log_name); /* (as adapt logs it) */
+        rc = read_adapt_log(log_name, kind_word, limit_now, &adapt);
+    }
+    if (rc < 0 && adapt.schedule) {
+        if (!dbt_replay_scheduled(s.holds, s.n, adapt.schedule, adapt.n + 1, timeout_us,
+                                  classes.n ? &classes.run : NULL, &adapt.result))
+            rc = cli_fail("report", "out of memory");
+        for (size_t i = 0; i < adapt.n; i++)
+            adapt.within +=
+                adapt.v[i].at_us >= s.oldest_us && adapt.v[i].at_us <= s.oldest_us + span_us;
+    }
     if (rc < 0 && svg_path)
-        rc = write_svg(svg_path, &s, name, kind_word, res, nlimits, span_us);
+        rc = write_svg(svg_path, &s, name, kind_word, res, nlimits, span_us, &adapt);
     /* --json's timeline: a minute a period, or longer ones for a span over a day (a connection
      * held for days): at most 1440 */
     dbt_replay_bucket *minutes = NULL;
@@ -1152,7 +1352,8 @@ int cmd_report(int argc, char **argv)
                           .minutes = minutes,
                           .nminutes = nminutes,
                           .period_us = json_period_us,
-                          .limit_now = limit_now};
+                          .limit_now = limit_now,
+                          .adapt = adapt.schedule ? &adapt : NULL};
         if (json)
             print_json(&out);
         else
@@ -1161,6 +1362,8 @@ int cmd_report(int argc, char **argv)
             printf("\n  drawn into %s\n", svg_path);
         rc = fflush(stdout) == 0 ? 0 : cli_fail("report", "cannot write the output");
     }
+    free(adapt.v);
+    free(adapt.schedule);
     free(minutes);
     free(s.holds);
     free(s.names);

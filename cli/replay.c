@@ -211,7 +211,8 @@ bool dbt_replay_timeline(const dbt_replay_hold *holds, size_t n, int64_t bucket_
 
 /* ---- the replay ---------------------------------------------------------------------------- */
 
-enum { EV_END = 0, EV_TIMEOUT = 1, EV_ARRIVE = 2 }; /* at one instant, in this order */
+/* At one instant, in this order: a limit that changes then applies to who arrives then. */
+enum { EV_END = 0, EV_TIMEOUT = 1, EV_LIMIT = 2, EV_ARRIVE = 3 };
 
 typedef struct {
     int64_t t;
@@ -285,6 +286,7 @@ typedef struct {
     int64_t pause_us;  /* after its connection's previous one ended (or was refused) */
     int64_t asked_us;  /* when it asks in the replay */
     int64_t waited_us; /* the time the limit added */
+    int units;         /* the units it holds once granted (its weight cut to the limit then) */
     uint64_t ticket;   /* its place in arrival order */
     bool last_of_conn; /* its connection has no command after it */
     bool capped;       /* refused at once: its class's queue was full */
@@ -333,6 +335,7 @@ typedef struct {
     level_time running; /* commands at the server */
     int64_t full_since_us, full_us;
     long long refused;
+    const dbt_replay_limit *schedule; /* the limit over time (EV_LIMIT: an index into it) */
 } run;
 
 static size_t fifo_head(fifo *q, const run *x)
@@ -346,6 +349,18 @@ static void note_units(run *x, int64_t t, int delta)
 {
     bool was_full = x->in_use >= x->limit;
     x->in_use += delta;
+    bool full = x->in_use >= x->limit;
+    if (!was_full && full)
+        x->full_since_us = t;
+    else if (was_full && !full)
+        x->full_us += t - x->full_since_us;
+}
+
+/* The limit becomes l at t (a schedule's change): whether every unit is in use changes with it. */
+static void set_limit(run *x, int64_t t, int l)
+{
+    bool was_full = x->in_use >= x->limit;
+    x->limit = l;
     bool full = x->in_use >= x->limit;
     if (!was_full && full)
         x->full_since_us = t;
@@ -423,9 +438,10 @@ static bool grant(run *x, size_t i, int64_t t)
 {
     run_hold *rh = &x->r[i];
     leave_queue(x, i, t, ST_RUNNING);
-    x->held[class_of(x, rh)] += units_of(x, rh);
-    note_units(x, t, units_of(x, rh));
-    return level_change(&x->running, t, units_of(x, rh)) &&
+    rh->units = units_of(x, rh); /* (the limit may change while it runs) */
+    x->held[class_of(x, rh)] += rh->units;
+    note_units(x, t, rh->units);
+    return level_change(&x->running, t, rh->units) &&
            heap_push(&x->h, t + rh->h->wait_us + rh->h->hold_us, EV_END, i);
 }
 
@@ -481,11 +497,16 @@ static bool step(run *x, event ev)
         return grant_chosen(x, ev.t) && next_of_conn(x, ev.hold, ev.t);
     case EV_END:
         rh->state = ST_DONE;
-        x->held[class_of(x, rh)] -= units_of(x, rh);
-        note_units(x, ev.t, -units_of(x, rh));
-        if (!level_change(&x->running, ev.t, -units_of(x, rh)))
+        x->held[class_of(x, rh)] -= rh->units;
+        note_units(x, ev.t, -rh->units);
+        if (!level_change(&x->running, ev.t, -rh->units))
             return false;
         return grant_chosen(x, ev.t) && next_of_conn(x, ev.hold, ev.t);
+    case EV_LIMIT:
+        /* (ev.hold: the schedule's index) a higher limit grants the waiters that now fit, as
+         * adapt.lua's set does; a lower one grants nobody until enough have ended */
+        set_limit(x, ev.t, x->schedule[ev.hold].limit);
+        return grant_chosen(x, ev.t);
     }
     return false;
 }
@@ -532,7 +553,21 @@ static bool class_queues(run *x)
 bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_timeout_us,
                 const dbt_replay_classes *classes, dbt_replay_result *out)
 {
+    dbt_replay_limit one = {.from_us = INT64_MIN, .limit = limit};
+    return dbt_replay_scheduled(holds, n, &one, 1, wait_timeout_us, classes, out);
+}
+
+bool dbt_replay_scheduled(const dbt_replay_hold *holds, size_t n, const dbt_replay_limit *schedule,
+                          size_t nschedule, int64_t wait_timeout_us,
+                          const dbt_replay_classes *classes, dbt_replay_result *out)
+{
     memset(out, 0, sizeof *out);
+    if (nschedule == 0)
+        return false;
+    int limit = schedule[0].limit;
+    for (size_t i = 0; i < nschedule; i++)
+        if (schedule[i].limit < 1 || (i > 0 && schedule[i].from_us < schedule[i - 1].from_us))
+            return false;
     out->limit = limit;
     if (classes && classes->n <= 0)
         classes = NULL;
@@ -541,9 +576,15 @@ bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_
     for (size_t i = 0; classes && i < n; i++)
         if (holds[i].klass < 0 || holds[i].klass >= classes->n)
             return false;
-    if (n == 0 || limit < 1)
+    if (n == 0)
         return true;
-    run x = {.n = n, .limit = limit, .timeout_us = wait_timeout_us, .cl = classes};
+    run x = {
+        .n = n, .limit = limit, .timeout_us = wait_timeout_us, .cl = classes, .schedule = schedule};
+    for (size_t i = 1; i < nschedule; i++)
+        if (!heap_push(&x.h, schedule[i].from_us, EV_LIMIT, i)) {
+            free(x.h.v);
+            return false;
+        }
     keyed *order = malloc(n * sizeof *order);
     x.r = calloc(n, sizeof *x.r);
     x.queue.v = malloc(n * sizeof *x.queue.v);
@@ -572,11 +613,13 @@ bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_
     bool any = false;
     while (ok && x.h.n > 0) {
         event ev = heap_pop(&x.h);
-        if (!any)
+        /* (a change of the limit is no command's: not the span's start or end; nor a timeout
+         * of a waiter granted before it, which changes nothing) */
+        bool commands = ev.type != EV_LIMIT;
+        if (!any && commands)
             first_t = ev.t;
-        any = true;
-        /* (a timeout of a waiter granted before it changes nothing: not the span's end) */
-        if (ev.type != EV_TIMEOUT || x.r[ev.hold].state == ST_QUEUED)
+        any = any || commands;
+        if (commands && (ev.type != EV_TIMEOUT || x.r[ev.hold].state == ST_QUEUED))
             last_t = ev.t;
         ok = step(&x, ev);
     }

@@ -85,6 +85,22 @@ typedef struct {
 bool dbt_replay(const dbt_replay_hold *holds, size_t n, int limit, int64_t wait_timeout_us,
                 const dbt_replay_classes *classes, dbt_replay_result *out);
 
+/* A limit over time: from from_us (the replay's clock: the holds' arrivals) on, limit (>= 1). The
+ * first one's applies from the start, whatever its from_us. */
+typedef struct {
+    int64_t from_us;
+    int limit;
+} dbt_replay_limit;
+
+/* dbt_replay with the limit changing over time, as an adaptive controller changes it
+ * (schedule[0..n), from_us not decreasing): a higher limit grants the waiters that now fit at
+ * once, a lower one lets the commands running end (nobody is granted until the units in use are
+ * below it); a command holds the units it was granted. out->limit is the first limit. False when
+ * out of memory, or as dbt_replay, or the schedule is empty or out of order. */
+bool dbt_replay_scheduled(const dbt_replay_hold *holds, size_t n, const dbt_replay_limit *schedule,
+                          size_t nschedule, int64_t wait_timeout_us,
+                          const dbt_replay_classes *classes, dbt_replay_result *out);
+
 /* The concurrency the sample itself shows, as the replay counts it. False when out of memory. */
 bool dbt_replay_observed(const dbt_replay_hold *holds, size_t n, dbt_replay_concurrency *out,
                          int64_t *span_us);

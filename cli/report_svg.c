@@ -24,6 +24,8 @@
 static const char *const limit_colour[] = {"#d62728", "#ff7f0e", "#2ca02c", "#9467bd",
                                            "#8c564b", "#e377c2", "#17becf", "#bcbd22"};
 #define NCOLOURS (sizeof limit_colour / sizeof *limit_colour)
+/* The adaptive controller's limit and bar: solid, darker than any candidate's. */
+#define ADAPT_COLOUR "#006d2c"
 
 /* Text for an SVG text node or attribute: &, <, >, " and ' as entities; control characters as
  * '?' (XML 1.0 has no place for them). */
@@ -91,17 +93,27 @@ static void costs_panel(FILE *out, const dbt_report_chart *c)
             "<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">What each limit "
             "would have cost: the wait it adds (p99)</text>\n",
             LEFT, TOP1 - 22);
+    /* the candidate limits' bars, then the adaptive controller's */
+    int nbars = c->nresults + (c->adapt_result ? 1 : 0);
     int64_t most = 0;
-    for (int i = 0; i < c->nresults; i++)
-        if (c->results[i].wait_p99_us > most)
-            most = c->results[i].wait_p99_us;
+    for (int i = 0; i < nbars; i++) {
+        const dbt_replay_result *r = i < c->nresults ? &c->results[i] : c->adapt_result;
+        if (r->wait_p99_us > most)
+            most = r->wait_p99_us;
+    }
     double top_ms = most > 0 ? (double)most / 1000.0 : 1;
     top_ms = ceil(top_ms / nice_step(top_ms, 5)) * nice_step(top_ms, 5);
     y_axis(out, TOP1, BOTTOM1, top_ms, " ms");
-    double slot = (double)(RIGHT - LEFT) / (c->nresults > 0 ? c->nresults : 1);
+    double slot = (double)(RIGHT - LEFT) / (nbars > 0 ? nbars : 1);
     double bar = slot * 0.5 < 90 ? slot * 0.5 : 90;
-    for (int i = 0; i < c->nresults; i++) {
-        const dbt_replay_result *r = &c->results[i];
+    for (int i = 0; i < nbars; i++) {
+        bool adapt = i == c->nresults;
+        const dbt_replay_result *r = adapt ? c->adapt_result : &c->results[i];
+        char label[32];
+        if (adapt)
+            snprintf(label, sizeof label, "adapt");
+        else
+            snprintf(label, sizeof label, "limit %d", r->limit);
         double x = LEFT + slot * i + (slot - bar) / 2;
         double h = (BOTTOM1 - TOP1) * ((double)r->wait_p99_us / 1000.0 / top_ms);
         char p99[32];
@@ -109,9 +121,10 @@ static void costs_panel(FILE *out, const dbt_report_chart *c)
         double share = r->commands ? 100.0 * (double)r->waited / (double)r->commands : 0;
         fprintf(out,
                 "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">"
-                "<title>limit %d: wait p99 %s, p50 %.1f ms, max %.1f ms; %lld of %lld commands "
+                "<title>%s: wait p99 %s, p50 %.1f ms, max %.1f ms; %lld of %lld commands "
                 "would wait (%.1f%%), %lld refused</title></rect>\n",
-                x, BOTTOM1 - h, bar, h, limit_colour[(size_t)i % NCOLOURS], r->limit, p99,
+                x, BOTTOM1 - h, bar, h, adapt ? ADAPT_COLOUR : limit_colour[(size_t)i % NCOLOURS],
+                adapt ? "the adaptive controller's limits" : label, p99,
                 (double)r->wait_p50_us / 1000.0, (double)r->wait_max_us / 1000.0, r->waited,
                 r->commands, share, r->refused);
         fprintf(out,
@@ -119,10 +132,10 @@ static void costs_panel(FILE *out, const dbt_report_chart *c)
                 x + bar / 2, BOTTOM1 - h - 6, p99);
         fprintf(out,
                 "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\" "
-                "font-weight=\"bold\">limit %d</text>\n"
+                "font-weight=\"bold\">%s</text>\n"
                 "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\">%.1f%% wait"
                 "</text>\n",
-                x + bar / 2, BOTTOM1 + 18, r->limit, x + bar / 2, BOTTOM1 + 33, share);
+                x + bar / 2, BOTTOM1 + 18, label, x + bar / 2, BOTTOM1 + 33, share);
         fprintf(out,
                 "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\"%s>%lld refused"
                 "</text>\n",
@@ -144,6 +157,31 @@ static void fmt_clock(int64_t us, char *out, size_t cap)
         snprintf(out, cap, "?");
 }
 
+/* The adaptive controller's limit over the timeline's span, a solid step line: the limit in force
+ * at the span's start, then each change within it. ytop: the panel's top value. */
+static void adapt_line(FILE *out, const dbt_report_chart *c, double ytop)
+{
+    int64_t from = c->timeline[0].start_us, span = (int64_t)c->nbuckets * c->bucket_us;
+    size_t k = 0;
+    while (k + 1 < c->nadapt && c->adapt[k + 1].from_us <= from)
+        k++;
+#define AY(v) (BOTTOM2 - (BOTTOM2 - TOP2) * ((double)(v) / ytop))
+    int l = c->adapt[k].limit;
+    fprintf(out, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2.5\" d=\"M%d %.1f",
+            ADAPT_COLOUR, LEFT, AY(l));
+    for (k++; k < c->nadapt && c->adapt[k].from_us < from + span; k++) {
+        double x = LEFT + (RIGHT - LEFT) * ((double)(c->adapt[k].from_us - from) / (double)span);
+        l = c->adapt[k].limit;
+        fprintf(out, " H%.1f V%.1f", x, AY(l));
+    }
+    fprintf(out, " H%d\"><title>the adaptive controller's limit</title></path>\n", RIGHT);
+    fprintf(out,
+            "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" fill=\"%s\" font-weight=\"bold\">adapt %d"
+            "</text>\n",
+            RIGHT + 6, AY(l) - 8, ADAPT_COLOUR, l);
+#undef AY
+}
+
 static void concurrency_panel(FILE *out, const dbt_report_chart *c)
 {
     fprintf(out,
@@ -153,8 +191,11 @@ static void concurrency_panel(FILE *out, const dbt_report_chart *c)
             "<text x=\"%d\" y=\"%d\" font-size=\"11\"><tspan fill=\"#08519c\" "
             "font-weight=\"bold\">line: each period's peak</tspan><tspan dx=\"18\" "
             "fill=\"#3182bd\" font-weight=\"bold\">area: its time-weighted mean</tspan>"
-            "<tspan dx=\"18\">dashed: the candidate limits</tspan></text>\n",
-            LEFT, TOP2 - 30, (double)c->bucket_us / 1e6, LEFT, TOP2 - 12);
+            "<tspan dx=\"18\">dashed: the candidate limits</tspan>%s</text>\n",
+            LEFT, TOP2 - 30, (double)c->bucket_us / 1e6, LEFT, TOP2 - 12,
+            c->adapt ? "<tspan dx=\"18\" fill=\"" ADAPT_COLOUR "\" font-weight=\"bold\">solid: "
+                       "the adaptive controller's limit</tspan>"
+                     : "");
     int top = 1;
     for (size_t i = 0; i < c->nbuckets; i++)
         if (c->timeline[i].peak > top)
@@ -162,6 +203,9 @@ static void concurrency_panel(FILE *out, const dbt_report_chart *c)
     for (int i = 0; i < c->nresults; i++)
         if (c->results[i].limit > top)
             top = c->results[i].limit;
+    for (size_t i = 0; i < c->nadapt; i++)
+        if (c->adapt[i].limit > top)
+            top = c->adapt[i].limit;
     double step = nice_step(top, 5);
     double ytop = ceil(top / step) * step;
     y_axis(out, TOP2, BOTTOM2, ytop, "");
@@ -191,6 +235,8 @@ static void concurrency_panel(FILE *out, const dbt_report_chart *c)
                 "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" fill=\"%s\">limit %d</text>\n",
                 LEFT, Y(l), RIGHT, Y(l), col, RIGHT + 6, Y(l) + 4, col, l);
     }
+    if (c->adapt && c->nadapt > 0 && nb > 0)
+        adapt_line(out, c, ytop);
 #undef Y
     /* the time axis: five labels, Redis' clock */
     if (nb > 0) {

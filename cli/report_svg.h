@@ -18,6 +18,12 @@ typedef struct {
     const dbt_replay_bucket *timeline;
     size_t nbuckets;
     int64_t bucket_us; /* the buckets' start_us: Redis' clock (us since the epoch) */
+    /* An adaptive controller's limit over time (dbthrottle report --adapt-log), NULL none: drawn
+     * across the concurrency as a solid step line, and what it would have cost as one more bar
+     * ("adapt"). The schedule's from_us are on the timeline's clock. */
+    const dbt_replay_limit *adapt;
+    size_t nadapt;
+    const dbt_replay_result *adapt_result;
 } dbt_report_chart;
 
 /* Writes the chart as one SVG document. False when the stream failed. */

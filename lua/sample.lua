@@ -40,8 +40,10 @@ if newest[1] then
         foreign = true
     end
 end
-redis.call('ZADD', key, int(score), ARG.cid .. '.' .. ARG.first .. '.' .. ARG.built .. '.' ..
-    ARG.clock .. ' ' .. ARG.nholds .. ' ' .. ARG.dropped .. ' ' .. int(total) .. '\n' .. ARG.holds)
+-- (numbers through int(): a monotonic clock past 10^14 us, 3 years up, is written whole)
+redis.call('ZADD', key, int(score), ARG.cid .. '.' .. int(ARG.first) .. '.' .. int(ARG.built) ..
+    '.' .. ARG.clock .. ' ' .. ARG.nholds .. ' ' .. ARG.dropped .. ' ' .. int(total) .. '\n' ..
+    ARG.holds)
 -- How many holds the sample carries: this call's total less the oldest member's, its own
 -- counted. Where that cannot be read (a member another version wrote, or totals that do not
 -- rise), an upper bound, every member a full chunk: the sample is then trimmed sooner, never

@@ -164,10 +164,10 @@ int64_t dbt_sample_due_us(const dbt_pool *p)
 static bool format_hold(const sample_hold *h, int64_t built_us, char *out, size_t cap, size_t *len)
 {
     int64_t ago = built_us > h->ask_us ? built_us - h->ask_us : 0;
-    /* a queued hold's wait: its acquire's round trip, "+", its queueing (sample.def) */
+    /* a queued hold's wait: its acquire's own time, ":", its queueing (sample.def) */
     char wait[48];
     if (h->would == DBT_SAMPLE_QUEUED)
-        snprintf(wait, sizeof wait, "%" PRId64 "+%" PRId64, h->wait_us - h->queued_us,
+        snprintf(wait, sizeof wait, "%" PRId64 ":%" PRId64, h->wait_us - h->queued_us,
                  h->queued_us);
     else
         snprintf(wait, sizeof wait, "%" PRId64, h->wait_us);
@@ -211,7 +211,7 @@ static const char *kernel_clock(void)
     return clock_id;
 }
 
-/* The longest line: five 64-bit numbers, the hash, two small ones, a class name, spaces and "+". */
+/* The longest line: five 64-bit numbers, the hash, two small ones, a class name, spaces and ":". */
 #define SAMPLE_LINE_MAX (5 * 21 + 8 + 2 * 6 + DBT_CLASS_NAME_MAX + 9)
 
 bool dbt_sample_send(dbt_pool *p)

@@ -12,7 +12,8 @@ it_shadow_report_predicts() {
     rp_cli() { "$top/build/dbthrottle" "$@" --redis "redis://127.0.0.1:$rport"; }
     rp_workers=6
     rp_n=200
-    # rp_run POOL MODE [CLASSES]: the workers (seeds 1..6) on POOL at a limit of 2 in MODE; their
+    # rp_run POOL MODE [CLASSES]: the workers (seeds 1..6) on POOL at a limit of 2 in MODE, their
+    # DBTHROTTLE_SAMPLE $rp_sample (default shadow); their
     # lines in $work/rp.POOL.<seed>. With CLASSES (DBTHROTTLE_CLASSES), seeds 1-2 are of class
     # interactive, 3-5 of batch, and 6 of reports, which CLASSES does not define: served as its
     # default, batch.
@@ -23,7 +24,7 @@ it_shadow_report_predicts() {
             [ "$s" -gt 2 ] || rp_class=interactive
             [ "$s" != 6 ] || rp_class=reports
             throttled DBTHROTTLE_POOL=$1 DBTHROTTLE_MAX_QUERIES=2 DBTHROTTLE_MODE=$2 DBTHROTTLE_SAMPLE=${rp_sample:-shadow} \
-                DBTHROTTLE_LOG_LEVEL=error ${3:+DBTHROTTLE_CLASSES=$3 DBTHROTTLE_CLASS=$rp_class} \
+                DBTHROTTLE_LOG_LEVEL=error ${3:+DBTHROTTLE_CLASSES=$3 DBTHROTTLE_CLASS=$rp_class DBTHROTTLE_HOST_SHARE=off} \
                 $py "$here/../support/report_worker.py" "$s" "$rp_n" "$work/rp.$1.$s" 2>"$work/rp.$1.$s.err" &
             rp_pids="$rp_pids $!"
             echo $! >>"$work/pids"
@@ -59,8 +60,19 @@ print(len(bars), len(lines), "ordered" if len(bars) == 3 and bars[0] >= bars[1] 
         '[ "$rp_svg" = "3 3 ordered" ] && grep -q "drawn into $work/rp.svg" "$work/rp.text"'
     # The enforced run is sampled too (DBTHROTTLE_SAMPLE=always): its report says how much of
     # the wait was the limit's own, and replays the enforced sample as the shadow one.
-    rp_sample=always rp_run rp_enforce enforce
+    # Beside it, the adaptive controller's dry run on the same pool: its decisions, logged, are
+    # what --adapt-log reads back.
+    "$top/build/dbthrottle" adapt rp_enforce --min 1 --max 4 --dry-run --interval 200ms --window 1s \
+        --redis "redis://127.0.0.1:$rport" 2>"$work/rp.adapt.log" &
+    rp_adapt=$!
+    echo $rp_adapt >>"$work/pids"
+    # (set, then unset: dash keeps an assignment made before a function call after it)
+    rp_sample=always
+    rp_run rp_enforce enforce
+    rp_sample=
     check "the enforced run's workers ended well ($rp_bad did not)" '[ "$rp_bad" = 0 ]'
+    kill "$rp_adapt" 2>/dev/null
+    wait "$rp_adapt"
     # measured: each statement's latency beyond its sleep, less the run's least such overhead;
     # waited: more than 1 ms added
     rp_meas=$(cat "$work"/rp.rp_enforce.[0-9]* | $py -c 'import sys
@@ -106,15 +118,38 @@ print(e.get("commands", 0), e.get("queued", 0), r["limit_now"], "%.3f" % (e.get(
         "$py -c 'import sys; p, m = $rp_eshare, $rp_mshare; sys.exit(0 if m > 0 and abs(p - m) <= 0.25 * m else 1)'"
     check "replayed at 4, fewer wait ($rp_eshare4) than at 2 ($rp_eshare)" \
         "$py -c 'import sys; sys.exit(0 if $rp_eshare4 < $rp_eshare else 1)'"
+    # --adapt-log: the controller's changes (as many as its log has for the pool), its limits over
+    # time replayed (a row, a bar, a solid line on the chart); bad input refused.
+    rp_nchanges=$(grep -c "event=adapt_change .*pool=rp_enforce kind=query" "$work/rp.adapt.log")
+    rp_cli report rp_enforce --limits 2 --wait-timeout 1m --adapt-log "$work/rp.adapt.log" --json >"$work/rp.ajson" 2>"$work/rp.areport.err"
+    rp_cli report rp_enforce --limits 2 --wait-timeout 1m --adapt-log "$work/rp.adapt.log" --svg "$work/rp.asvg" >"$work/rp.atext" 2>>"$work/rp.areport.err"
+    rp_apred=$($py -c 'import json, sys
+a = json.load(open(sys.argv[1]))["adapt"] or {}
+print(len(a.get("changes", [])), a.get("commands", 0), all(c["dry_run"] for c in a.get("changes", [])))' "$work/rp.ajson" 2>&1 | tail -1)
+    check "--adapt-log: the report read the controller's $rp_nchanges changes and replayed its limits over the $((rp_workers * rp_n)) statements ($rp_apred; $(head -c 300 "$work/rp.areport.err"))" \
+        '[ "$rp_nchanges" -gt 0 ] && [ "$rp_apred" = "$rp_nchanges $((rp_workers * rp_n)) True" ]'
+    rp_asvg=$($py -c 'import sys, xml.etree.ElementTree as E
+ns = "{http://www.w3.org/2000/svg}"
+t = E.parse(sys.argv[1]).getroot()
+bars = [r for r in t.iter(ns + "rect") if r.find(ns + "title") is not None]
+solid = [p for p in t.iter(ns + "path") if p.get("stroke") == "#006d2c"]
+print(len(bars), len(solid))' "$work/rp.asvg" 2>&1 | tail -1)
+    check "--adapt-log: a row in the text, a bar and a solid line in the SVG ($rp_asvg; $(grep "^  adapt" "$work/rp.atext" | head -2 | tr '\n' ' '))" \
+        'grep -Eq "^  adapt +[0-9]+ \(" "$work/rp.atext" && grep -q "^  adapt: the adaptive controller.s limits over time" "$work/rp.atext" && [ "$rp_asvg" = "2 1" ]'
     check "the text report says what was the limit's own, and marks the limit in force ($(grep -E "enforced|in force now" "$work/rp.etext" | head -3 | tr '\n' ' '))" \
         'grep -q "^  enforced: $rp_ecmds, $rp_equeued of them queued" "$work/rp.etext" &&
          grep -q "of it the limit.s own (queued behind it): " "$work/rp.etext" && grep -Eq "^ +2 .*\(in force now\)$" "$work/rp.etext"'
 
     # The same with classes: interactive (seeds 1-2) and batch (3-6); interactive guaranteed the
-    # whole limit, so served first whenever it waits. Per class, the replay through the classes' rule and what the
-    # enforced run measured agree as above; and the rule shows: interactive's mean wait is well
-    # below batch's, predicted and measured (as one queue, the report gave every class about the
-    # same: a check this replaces).
+    # whole limit, so served first whenever it waits. Per class, the replay through the classes'
+    # rule and what the enforced run measured agree as above; and the rule shows: interactive's
+    # mean wait is well below batch's, predicted and measured (as one queue, the report gave every
+    # class about the same: a check this replaces). Host sharing is off for these two runs: with
+    # classes, a permit passed between the processes of a host does not follow the class queue's
+    # order, and a batch command then waits 0.3-1 s now and then behind later ones (found
+    # 2026-12-03: batch's longest wait 280-1000 ms in 1 run of 4 or 5, 45-60 ms in 6 runs of 6
+    # with sharing off), the library's defect, not the report's: docs/design.md, "Host sharing
+    # with classes: a known defect".
     rp_classes="interactive=100%,priority=2;batch=0%,priority=1;default=batch"
     rm -f "$work"/rp.*
     rp_run rp_cshadow shadow "$rp_classes"
@@ -178,4 +213,7 @@ PY
     rp_refuses "a pool with no sample (it enforced, sample=shadow)" "no sample of its query permits" rp_cenforce
     rp_refuses "a pool nobody used" "no worker has used it" rp_nobody
     rp_refuses "an --svg with no file" "--svg" rp_shadow --svg ""
+    rp_refuses "an --adapt-log that is not there" "--adapt-log $work/nothing: No such file" rp_shadow --adapt-log "$work/nothing"
+    printf 'ts=2026-12-03T07:01:30Z level=info event=adapt_change from=1 to=2 reason=x dry_run=true pool=other kind=query\n' >"$work/other.adapt.log"
+    rp_refuses "an --adapt-log with no change of the pool" "no limit change of pool rp_shadow" rp_shadow --adapt-log "$work/other.adapt.log"
 }

@@ -338,3 +338,46 @@ Test(replay, a_class_out_of_range_is_refused)
     h[0].klass = 0;
     cr_expect(dbt_replay(h, 1, 1, -1, &cl, &r));
 }
+
+/* A limit over time (an adaptive controller's): 1, then 2 at 40 ms, then 1 again at 70 ms. A
+ * holds 0-100 ms; B asks at 10 and C at 20, each for 50 ms. The rise grants B at once (waited
+ * 30 ms); the fall lets B run on; at B's end (90) one unit is in use, the limit's, so C waits for
+ * A's end (100): 80 ms. */
+Test(replay, a_limit_over_time_grants_on_a_rise_and_lets_a_fall_drain)
+{
+    dbt_replay_hold h[] = {{.arrival_us = 0, .hold_us = 100 * MS, .weight = 1, .conn = 1},
+                           {.arrival_us = 10 * MS, .hold_us = 50 * MS, .weight = 1, .conn = 2},
+                           {.arrival_us = 20 * MS, .hold_us = 50 * MS, .weight = 1, .conn = 3}};
+    dbt_replay_limit s[] = {{.from_us = 0, .limit = 1},
+                            {.from_us = 40 * MS, .limit = 2},
+                            {.from_us = 70 * MS, .limit = 1}};
+    dbt_replay_result r;
+    cr_assert(dbt_replay_scheduled(h, 3, s, 3, -1, NULL, &r));
+    cr_expect_eq(r.limit, 1);
+    cr_expect_eq(r.waited, 2);
+    cr_expect_eq(r.wait_max_us, 80 * MS, "C waits for A (%lld us)", (long long)r.wait_max_us);
+    cr_expect_eq(r.wait_p50_us, 30 * MS, "B granted at the rise (%lld us)",
+                 (long long)r.wait_p50_us);
+    cr_expect_eq(r.server.peak, 2);
+    cr_expect_eq(r.span_us, 150 * MS);
+    /* out of order, or empty: refused */
+    dbt_replay_limit bad[] = {{.from_us = 50, .limit = 1}, {.from_us = 40, .limit = 2}};
+    cr_expect_not(dbt_replay_scheduled(h, 3, bad, 2, -1, NULL, &r));
+    cr_expect_not(dbt_replay_scheduled(h, 3, s, 0, -1, NULL, &r));
+}
+
+/* A command holds the units it was granted, whatever the limit becomes: A of weight 3 granted at
+ * a limit of 2 holds 2; at 10 ms the limit is 4. After A's end (100) C of weight 3 runs from
+ * 110; D of weight 2 asks at 111 and must wait for C's end (160): 49 ms. Counted at its end by
+ * the limit then (3 units), A would have left the count at -1 and D would have run at once. */
+Test(replay, a_command_gives_back_the_units_it_was_granted)
+{
+    dbt_replay_hold h[] = {{.arrival_us = 0, .hold_us = 100 * MS, .weight = 3, .conn = 1},
+                           {.arrival_us = 110 * MS, .hold_us = 50 * MS, .weight = 3, .conn = 3},
+                           {.arrival_us = 111 * MS, .hold_us = 10 * MS, .weight = 2, .conn = 4}};
+    dbt_replay_limit s[] = {{.from_us = 0, .limit = 2}, {.from_us = 10 * MS, .limit = 4}};
+    dbt_replay_result r;
+    cr_assert(dbt_replay_scheduled(h, 3, s, 2, -1, NULL, &r));
+    cr_expect_eq(r.waited, 1);
+    cr_expect_eq(r.wait_max_us, 49 * MS, "D waits for C (%lld us)", (long long)r.wait_max_us);
+}

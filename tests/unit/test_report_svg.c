@@ -94,3 +94,48 @@ Test(report_svg, an_empty_timeline_still_draws)
     cr_expect_null(strstr(svg, "inf"), "no infinity in the drawing");
     free(svg);
 }
+
+/* --adapt-log: the controller's limits over time, one more bar ("adapt", in proportion as the
+ * others) and a solid step line across the concurrency: the limit in force at the timeline's
+ * start (2: set before it), then each change within it (to 5 a third of the way in), none after
+ * its end. */
+Test(report_svg, the_adaptive_controllers_limit_is_a_bar_and_a_step_line)
+{
+    dbt_replay_result r[1] = {{.limit = 2, .commands = 10, .waited = 5, .wait_p99_us = 40 * MS}};
+    dbt_replay_result adapt = {.limit = 1, .commands = 10, .waited = 2, .wait_p99_us = 20 * MS};
+    dbt_replay_bucket b[3] = {{.start_us = 1700000000000000, .mean = 1, .peak = 2},
+                              {.start_us = 1700000060000000, .mean = 1, .peak = 2},
+                              {.start_us = 1700000120000000, .mean = 1, .peak = 2}};
+    dbt_replay_limit s[] = {{.from_us = INT64_MIN, .limit = 1},
+                            {.from_us = 1699999990000000, .limit = 2},
+                            {.from_us = 1700000060000000, .limit = 5},
+                            {.from_us = 1700000500000000, .limit = 9}};
+    dbt_report_chart c = {.pool = "p",
+                          .kind = "query",
+                          .results = r,
+                          .nresults = 1,
+                          .timeline = b,
+                          .nbuckets = 3,
+                          .bucket_us = 60000000,
+                          .adapt = s,
+                          .nadapt = 4,
+                          .adapt_result = &adapt};
+    char *svg = draw(&c);
+    double h[4];
+    cr_assert_eq(bar_heights(svg, h, 4), 2, "a bar per limit and the controller's");
+    cr_expect(h[1] > 0 && h[1] * 2 > h[0] * 0.99 && h[1] * 2 < h[0] * 1.01, "%.1f is half %.1f",
+              h[1], h[0]);
+    cr_expect_eq(count(svg, ">adapt</text>"), 1);
+    /* the step line: from 2 at the start, up to 5 at a third of the width, nothing of 9 */
+    const char *line = strstr(svg, "<path fill=\"none\" stroke=\"#006d2c\"");
+    cr_assert_not_null(line, "the controller's line");
+    cr_expect_eq(count(line, " V"), 1, "one change within the timeline");
+    cr_expect_eq(count(svg, ">adapt 5</text>"), 1, "labelled with its last limit");
+    cr_expect_eq(count(svg, "adapt 9"), 0);
+    double x1 = 0;
+    const char *hx = strstr(line, " H");
+    cr_assert_not_null(hx);
+    x1 = strtod(hx + 2, NULL);
+    cr_expect(x1 > 80 + 800.0 / 3 - 1 && x1 < 80 + 800.0 / 3 + 1, "the change at %.1f", x1);
+    free(svg);
+}
