@@ -224,22 +224,6 @@ bool dbt_pool_live_sets(dbt_pool *p, size_t field)
     return row >= 0 && row < 64 && (atomic_load(&p->live_set_mask) >> row & 1);
 }
 
-_Static_assert(DBT_MODE_KINDS == DBT_NKINDS && DBT_KIND_QUERY == 0 && DBT_KIND_CONN == 1,
-               "DBTHROTTLE_MODE's kinds are dbt_kind's");
-
-bool dbt_pool_shadow(dbt_pool *p, dbt_kind kind)
-{
-    return kind < DBT_NKINDS && atomic_load(&p->mode[kind]) == DBT_MODE_SHADOW;
-}
-
-bool dbt_pool_any_shadow(dbt_pool *p)
-{
-    for (int k = 0; k < DBT_NKINDS; k++)
-        if (dbt_pool_shadow(p, (dbt_kind)k))
-            return true;
-    return false;
-}
-
 void dbt_live_heard(dbt_pool *p)
 {
     if (!p->live_heard) {

@@ -60,6 +60,24 @@ void dbt_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_
 
 /* ---- notices to the modules above ---------------------------------------------------------- */
 
+/* The mode in force per kind, as live.c sets it (a read of p->mode: here, beside the pool's
+ * other state, so that the pool's own paths need nothing of live.c). */
+_Static_assert(DBT_MODE_KINDS == DBT_NKINDS && DBT_KIND_QUERY == 0 && DBT_KIND_CONN == 1,
+               "DBTHROTTLE_MODE's kinds are dbt_kind's");
+
+bool dbt_pool_shadow(dbt_pool *p, dbt_kind kind)
+{
+    return kind < DBT_NKINDS && atomic_load(&p->mode[kind]) == DBT_MODE_SHADOW;
+}
+
+bool dbt_pool_any_shadow(dbt_pool *p)
+{
+    for (int k = 0; k < DBT_NKINDS; k++)
+        if (dbt_pool_shadow(p, (dbt_kind)k))
+            return true;
+    return false;
+}
+
 void dbt_pool_wake_bg(dbt_pool *p)
 {
     pthread_cond_signal(&p->bg_cv);

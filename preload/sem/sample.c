@@ -60,17 +60,22 @@ static uint32_t conn_hash(const char *name)
     return h;
 }
 
+/* Whether DBTHROTTLE_SAMPLE in force (`when`) keeps a hold of a command run in shadow mode or
+ * not. */
+static bool sampled(int when, bool shadow)
+{
+    return when == DBT_SAMPLE_ALWAYS || (when == DBT_SAMPLE_SHADOW && shadow);
+}
+
 bool dbt_sample_kept(dbt_pool *p, dbt_kind kind)
 {
-    int when = atomic_load(&p->sample_when);
-    return when == DBT_SAMPLE_ALWAYS || (when == DBT_SAMPLE_SHADOW && dbt_pool_shadow(p, kind));
+    return sampled(atomic_load(&p->sample_when), dbt_pool_shadow(p, kind));
 }
 
 void dbt_sample_begin(dbt_pool *p, struct dbt_slot *s, bool shadow, int64_t ask_us,
                       int64_t queued_at_us, int64_t grant_us, dbt_sample_would line)
 {
-    int when = atomic_load(&p->sample_when);
-    if (when == DBT_SAMPLE_OFF || (when == DBT_SAMPLE_SHADOW && !shadow)) {
+    if (!sampled(atomic_load(&p->sample_when), shadow)) {
         s->sample_grant_us = 0;
         return;
     }
