@@ -192,7 +192,13 @@ static bool wake_keys_of(dbt_pool *p, wake_keys *w, char *err)
     for (struct dbt_slot *s = p->slots; ok && s; s = s->next) {
         bool placed = s->state == SLOT_PENDING || s->state == SLOT_QUEUED;
         bool kept = s->state == SLOT_HELD && s->parked;
-        if ((placed || kept) && s->gen == p->gen)
+        /* Only lists of this process' own cids. A permit another process of the host made and
+         * passed here, kept on the host's shelf, keeps its maker's id: its recall comes by the
+         * group's list too (lua's K.recall). A BLPOP naming the maker's list popped the grants
+         * of the maker's places when the maker's own BLPOP was not first in line: dropped here
+         * as unknown, the maker's thread waited on until its renewal (~400 ms) while its
+         * permit was held by nobody. Places are always made here. */
+        if ((placed || kept) && s->gen == p->gen && dbt_sharing_id_ours(p, s->id))
             ok = wake_key_add(w, prefix, s->id, cid_len(s->id));
     }
     if (ok)

@@ -194,6 +194,55 @@ Test(shelf, a_waiter_of_another_host_recalls_what_the_host_kept, .timeout = 90)
     remove_dir(host2);
 }
 
+/* Whether the list *arg (a key) is empty. */
+static bool list_empty(void *arg)
+{
+    return test_redis_int(&fx_redis, "LLEN %s", (const char *)arg) == 0;
+}
+
+/* B keeps on the host's shelf a permit A made, so its id names A's cid. B's BLPOPs name its own
+ * lists and the host's, never A's: one that named A's list popped the grants of A's places
+ * whenever A's own BLPOP was not first in line, dropped them as unknown, and A's thread waited
+ * on until its next renewal (0.3-1 s with classes, 6 processes at a limit of 2) while the permit
+ * Redis granted it was held by nobody. Judged in Redis: with A gone, a grant pushed to A's list
+ * after every BLPOP of B was sent anew is still there. */
+Test(shelf, a_permit_kept_from_another_process_leaves_its_makers_grants_alone, .timeout = 90)
+{
+    char host[32];
+    make_dir(host);
+    proc a = spawn(host, true), b = spawn(host, true);
+    cr_assert_eq(ask(&a, 'a', 20000), 'G');
+    cr_assert_eq(ask(&a, 'k', 20000), 'K');
+    cr_assert_eq(ask(&b, 'a', 20000), 'G');
+    cr_assert_str_eq(b.id, a.id, "B did not take A's kept permit");
+    cr_assert(test_wait_until(listens, &b.pid, 20000), "B's listener did not block");
+    cr_assert_eq(ask(&b, 'k', 20000), 'K', "B did not keep it");
+    finish(&a);
+    /* "<G>~<A's cid>.<n>...": the host group's list and A's. */
+    char group[160], makers[160];
+    size_t cid = strcspn(a.id, "."), g = strcspn(a.id, "~");
+    cr_assert(g < cid, "A's id %s names no host group", a.id);
+    snprintf(group, sizeof group, "dbthrottle:{shelf}:wake:%.*s", (int)g, a.id);
+    snprintf(makers, sizeof makers, "dbthrottle:{shelf}:wake:%.*s", (int)cid, a.id);
+    /* B keeps up to 8 BLPOPs in flight (listener.c, MAX_BLPOPS), read in turn: each message it
+     * pops from the host's list (one it ignores) lets the next one block, and is answered by a
+     * new one, sent since it keeps the permit. */
+    for (int i = 0; i < 9; i++) {
+        cr_assert_eq(test_redis_int(&fx_redis, "RPUSH %s x", group), 1);
+        cr_assert(test_wait_until(list_empty, group, 20000), "B did not pop the host's list");
+        cr_assert(test_wait_until(listens, &b.pid, 20000), "B's listener did not block again");
+    }
+    char grant[200];
+    snprintf(grant, sizeof grant, "gq:%.*s.999.x.1.1", (int)cid, a.id); /* a place of A's */
+    cr_assert_eq(test_redis_int(&fx_redis, "RPUSH %s %s", makers, grant), 1);
+    cr_expect_eq(test_redis_int(&fx_redis, "LLEN %s", makers), 1,
+                 "a BLPOP of B popped a grant pushed to A's own list");
+    cr_expect_eq(ask(&b, 'u', 20000), 'Y', "B lost the permit it kept");
+    cr_expect_eq(ask(&b, 'r', 20000), 'R');
+    finish(&b);
+    remove_dir(host);
+}
+
 /* A process that exits gives back the permits it kept on the shelf (nobody took them). */
 Test(shelf, an_exit_gives_back_what_it_kept, .timeout = 60)
 {
