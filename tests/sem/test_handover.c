@@ -510,3 +510,105 @@ Test(handover, places_beyond_the_holders_go_while_one_holds, .timeout = 60)
     cr_expect_eq(test_redis_int(&fx_redis, "HGET %s grants", KEY("stats")), grants,
                  "Redis granted the last place: the release went before its withdrawal");
 }
+
+/* One acquire of a limit-2 pool that waits on its own thread; its result in `got`. */
+typedef struct {
+    dbt_pool *pool;
+    dbt_permit *pm;
+    atomic_int got; /* 0: waiting; 1: granted; -1: not */
+} waiter;
+
+static void *wait_one(void *arg)
+{
+    waiter *w = arg;
+    dbt_acquire_opts o = {.limit = 2, .wait_ms = 30000, .conn = "ho"};
+    atomic_store(&w->got,
+                 dbt_acquire(w->pool, DBT_KIND_QUERY, &o, &w->pm) == DBT_ACQ_GRANTED ? 1 : -1);
+    return NULL;
+}
+
+/* Redis' wait counter and wait histogram (how many waits, in all its buckets), as they stand. */
+typedef struct {
+    long long wait_ms, waits;
+} waits_seen;
+
+static waits_seen waits_in_redis(void)
+{
+    waits_seen s = {
+        test_redis_int(&fx_redis, "HGET %s wait_ms", KEY("stats")),
+        test_redis_int(&fx_redis, "EVAL %s 1 %s",
+                       "local n, t = 0, redis.call('HGETALL', KEYS[1])"
+                       " for i = 1, #t, 2 do"
+                       "  if string.match(t[i], '^w:%d+:') then n = n + tonumber(t[i + 1]) end"
+                       " end return n",
+                       KEY("hist"))};
+    return s;
+}
+
+/* A counter of Redis' stats (the pool's query kind) reaches n. */
+typedef struct {
+    const char *field;
+    long long n, seen;
+} counter_is;
+
+static bool counter_reaches(void *arg)
+{
+    counter_is *c = arg;
+    c->seen = test_redis_int(&fx_redis, "HGET %s %s", KEY("stats"), c->field);
+    return c->seen == c->n;
+}
+
+/* The three commands' waits counted once each, and nothing more: about 300 ms in all. */
+static bool waits_are_the_commands(void *arg)
+{
+    waits_seen *last = arg;
+    *last = waits_in_redis();
+    return last->waits == 3 && last->wait_ms >= 250 && last->wait_ms < 500;
+}
+
+/* At a limit of 2, one thread holds both permits and another waits 300 ms, served by one passed
+ * on within the process; its place stays in Redis' queue (an orphan, kept for its next wait
+ * while it holds) and Redis grants it 300 ms later, when the other permit goes back, to nobody.
+ * Redis counted the place's 600 ms as a command's wait; the process takes back what no command
+ * waited, so the counter and the histogram say what the three commands waited: 0, 0 and about
+ * 300 ms (before: about 900 ms, four waits). */
+Test(handover, a_place_that_outlived_its_waiter_is_no_commands_wait, .timeout = 60)
+{
+    fixture f;
+    /* Renewals every 500 ms: they carry the local grant and what is taken back. */
+    setup(&f, "DBTHROTTLE_LEASE=1500ms", NULL);
+    dbt_acquire_opts o = {.limit = 2, .wait_ms = 30000, .conn = "ho"};
+    dbt_permit *first, *second;
+    cr_assert_eq(dbt_acquire(f.l.pool, DBT_KIND_QUERY, &o, &first), DBT_ACQ_GRANTED);
+    cr_assert_eq(dbt_acquire(f.l.pool, DBT_KIND_QUERY, &o, &second), DBT_ACQ_GRANTED);
+    waiter w = {.pool = f.l.pool};
+    pthread_t t;
+    pthread_create(&t, NULL, wait_one, &w);
+    zcard_is queued = {&fx_redis, KEY("queue"), 1};
+    cr_assert(test_wait_until(test_zcard_is, &queued, 10000), "the third acquire did not queue");
+    usleep(300 * 1000);
+    uint64_t before = stats(&f).handovers;
+    dbt_release(first); /* to the waiting thread, within the process */
+    pthread_join(t, NULL);
+    cr_assert_eq(atomic_load(&w.got), 1);
+    cr_assert_eq(stats(&f).handovers, before + 1, "the permit did not pass within the process");
+    cr_assert_eq(test_redis_int(&fx_redis, "ZCARD %s", KEY("queue")), 1,
+                 "the served thread's place left Redis' queue");
+    usleep(300 * 1000);
+    dbt_release(second); /* to Redis, which grants the place left queued: to nobody */
+    zcard_is none = {&fx_redis, KEY("queue"), 0};
+    cr_assert(test_wait_until(test_zcard_is, &none, 10000), "the place was never granted");
+    /* The two at once, the place left queued, and the pass the next renewal reports. */
+    counter_is grants = {"grants", 4, 0};
+    cr_assert(test_wait_until(counter_reaches, &grants, 10000),
+              "Redis counted %lld grants, not 4: the place was withdrawn, not granted",
+              grants.seen);
+    waits_seen last = {0, 0};
+    cr_expect(test_wait_until(waits_are_the_commands, &last, 10000),
+              "Redis counted %lld waits, %lld ms in all (3, about 300 ms waited)", last.waits,
+              last.wait_ms);
+    dbt_release(w.pm);
+    zcard_is free_again = {&fx_redis, KEY("holders"), 0};
+    cr_expect(test_wait_until(test_zcard_is, &free_again, 10000),
+              "the permits were not all given back");
+}
