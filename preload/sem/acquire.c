@@ -851,8 +851,13 @@ static acquire_next wait_turn_counted(acquire_run *a)
              * or the remaining waiters would have nobody reading their grants. */
             if (!p->leader_active)
                 dbt_listener_pass(p);
-            if (w != DBT_WAIT_TIMED_OUT)
+            if (w != DBT_WAIT_TIMED_OUT) {
                 p->st.interrupts++;
+                /* Its command never ran: one the sample lacks, as a refused one (note_timeout
+                 * counts a timeout's). */
+                if (dbt_sample_kept(p, s->kind))
+                    dbt_sample_missed(p, s->kind, dbt_now_us());
+            }
             pthread_mutex_unlock(&p->mu);
             if (w == DBT_WAIT_TIMED_OUT) {
                 last_class_wait_ms = s->class_wait_ms;

@@ -11,6 +11,8 @@
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -488,6 +490,64 @@ Test(sample, a_command_run_in_an_outage_is_counted_as_missing, .timeout = 60)
     dbt_permit *s = NULL;
     cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &o, &s), DBT_ACQ_UNTHROTTLED);
     cr_assert(test_redis_restart(&fx_redis, NULL));
+    cr_expect(test_wait_until(sample_says_missed, NULL, 20000),
+              "the sample never said a command was missing");
+}
+
+static volatile sig_atomic_t got_signal;
+
+static void on_sigusr1(int sig)
+{
+    (void)sig;
+    got_signal = 1;
+}
+
+static bool signalled(void *arg)
+{
+    (void)arg;
+    return got_signal != 0;
+}
+
+typedef struct {
+    dbt_pool *pool;
+    dbt_permit *permit;
+    dbt_acq_result res;
+    atomic_bool done;
+} interruptible;
+
+static void *wait_interruptibly(void *arg)
+{
+    interruptible *w = arg;
+    dbt_acquire_opts o = {.limit = 1, .wait_ms = 30000, .conn = "w", .interrupted = signalled};
+    w->res = dbt_acquire(w->pool, DBT_KIND_QUERY, &o, &w->permit);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+/* With DBTHROTTLE_SAMPLE=always, a wait the program interrupts (psql's Ctrl-C) ends a command
+ * that never ran: the sample says one is missing, as for a refused one. */
+Test(sample, an_interrupted_wait_is_counted_as_missing, .timeout = 60)
+{
+    struct sigaction sa = {.sa_handler = on_sigusr1}; /* no SA_RESTART, like psql's SIGINT */
+    sigaction(SIGUSR1, &sa, NULL);
+    dbt_client *c = fx_client("DBTHROTTLE_SAMPLE=always", NULL);
+    dbt_pool *p = dbt_client_pool(c, "sample");
+    dbt_acquire_opts now = {.limit = 1, .wait_ms = 0, .conn = "h"};
+    dbt_permit *held;
+    cr_assert_eq(dbt_acquire(p, DBT_KIND_QUERY, &now, &held), DBT_ACQ_GRANTED);
+    interruptible w = {.pool = p};
+    pthread_t t;
+    pthread_create(&t, NULL, wait_interruptibly, &w);
+    zcard_is queued = {&fx_redis, "dbthrottle:{sample}:q:queue", 1};
+    cr_assert(test_wait_until(test_zcard_is, &queued, 10000), "the second acquire did not queue");
+    /* Sent again until the waiter returns, in case the first landed before it began to sleep. */
+    for (int i = 0; i < 250 && !atomic_load(&w.done); i++) {
+        pthread_kill(t, SIGUSR1);
+        usleep(20000);
+    }
+    pthread_join(t, NULL);
+    cr_assert_eq(w.res, DBT_ACQ_INTERRUPTED);
+    dbt_release(held);
     cr_expect(test_wait_until(sample_says_missed, NULL, 20000),
               "the sample never said a command was missing");
 }
