@@ -47,9 +47,8 @@ local nids = GROUP.ids.n
 local STATE_OF = {[DOING.RUNNING] = 'running', [DOING.IDLE_TX] = 'idle_tx', [DOING.KEPT] = 'kept'}
 -- After those (GROUP.waits), per kind, the waits local handover granted without Redis since the
 -- last renewal, for the wait histogram: "<tag> <sum ms> <i>:<n> ...", ';' between tags ("."
--- untagged); a negative sum or n takes back waits Redis counted that no command had. And last
--- (GROUP.holds), in the same form, the holds that ended in a pass without Redis, for the hold
--- histogram (a release says its own hold: release.lua).
+-- untagged). And last (GROUP.holds), in the same form, the holds that ended in a pass without
+-- Redis, for the hold histogram (a release says its own hold: release.lua).
 -- After those (GROUP.believed), optionally: until when (ms, Redis' clock) the process may still believe in any lease
 -- this renewal names (its last accepted renewal's send + a lease, carried to Redis' clock by its
 -- reading of it, rounded up; then it takes them for lost). "" or absent: not said (an older
@@ -59,32 +58,20 @@ local STATE_OF = {[DOING.RUNNING] = 'running', [DOING.IDLE_TX] = 'idle_tx', [DOI
 -- Redis reaps (lost, and remembered in GONE), and starts no quarantine.
 local BELIEVED_UNTIL = tonumber(group_arg(GROUP.believed, 0, 'until') or '')
 local ran_late = BELIEVED_UNTIL ~= nil and now > BELIEVED_UNTIL
--- Adds n (which may be negative) to field of hash key, never below 0: what a process takes back
--- (a wait Redis counted that no command had: handover.c's correct_place_wait) was counted before,
--- unless the counters were reset or expired since. A field that is new gets the counters' TTL.
-local function add_floored(key, field, n)
-    local v = redis.call('HINCRBY', key, field, n)
-    if v < 0 then
-        redis.call('HSET', key, field, 0)
-    elseif v == n then
-        redis.call('PEXPIRE', key, COUNTER_TTL, 'NX')
-    end
-end
 -- Adds a process' local histogram (the text of GROUP.waits or GROUP.holds) to series ('w' or 'h').
--- A count or sum may be negative: a wait taken back.
 local function local_hist(s, text, series)
     local operator, shipped = defs_text(s.CLASSES), defs_text(s.CLASSES_SEEN)
     local d = (operator or shipped) and K.effective_defs(operator, shipped)
-    for tag, sum, buckets in string.gmatch(text, '([^ ;]+) (%-?%d+)([^;]*)') do
+    for tag, sum, buckets in string.gmatch(text, '([^ ;]+) (%d+)([^;]*)') do
         local klass = d and K.class_of(d, (tag ~= '.') and tag or nil).name or ''
-        for i, n in string.gmatch(buckets, ' (%d+):(%-?%d+)') do
+        for i, n in string.gmatch(buckets, ' (%d+):(%d+)') do
             n = tonumber(n)
-            if n ~= 0 then
-                add_floored(s.HIST, series .. ':' .. i .. ':' .. klass, n)
+            if redis.call('HINCRBY', s.HIST, series .. ':' .. i .. ':' .. klass, n) == n then
+                redis.call('PEXPIRE', s.HIST, COUNTER_TTL, 'NX')
             end
         end
-        if tonumber(sum) ~= 0 then
-            add_floored(s.HIST, series .. ':s:' .. klass, tonumber(sum))
+        if tonumber(sum) > 0 then
+            redis.call('HINCRBY', s.HIST, series .. ':s:' .. klass, sum)
         end
     end
 end
@@ -341,8 +328,6 @@ for k = 0, NKINDS - 1 do
         local n = tonumber(group_arg(GROUP.counts, k, field)) or 0
         if n > 0 then
             count(s, field, n)
-        elseif n < 0 and field == 'wait_ms' then -- taken back (local_hist)
-            add_floored(s.STATS, field, n)
         end
     end
     local waits = group_arg(GROUP.waits, k, 'waits')

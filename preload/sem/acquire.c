@@ -585,7 +585,6 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
     if (orphan) {
         memcpy(s->id, orphan->id, sizeof s->id);
         s->named_round = orphan->named_round;
-        s->place_since_us = orphan->place_since_us;
         dbt_lease_renewed(s, orphan->t_renewed_us, orphan->lease_us / 1000);
         s->class_wait_ms = orphan->class_wait_ms;
         if (dbt_recycle_slot(p, orphan))
@@ -595,7 +594,6 @@ static struct dbt_slot *begin_slot(acquire_run *a, bool *exiting)
         dbt_sharing_group_ready(p);
         new_id(p, s);
         s->named_round = 0;
-        s->place_since_us = dbt_now_us();
         /* Its lease clock from before the send (Redis' lease starts after it): a grant pushed
          * before the reply is read makes the slot HELD at once, and a lease clock still 0 (a new
          * or recycled slot) then read as unrenewed since boot: lapse.c cancelled its command

@@ -157,9 +157,6 @@ static void swap_permit(dbt_pool *p, struct dbt_slot *from, struct dbt_slot *to,
     uint64_t held_named = from->named_round;
     from->named_round = to->named_round;
     to->named_round = held_named;
-    int64_t held_since = from->place_since_us;
-    from->place_since_us = to->place_since_us;
-    to->place_since_us = held_since;
     to->share_got_us = from->share_got_us; /* the permit's, as its lease clock */
     from->share_got_us = 0;
     to->lost = from->lost;
@@ -192,29 +189,7 @@ static void count_local_grant(dbt_pool *p, const struct dbt_slot *w, int64_t now
     p->unreported[w->kind].grants++;
     p->unreported[w->kind].wait_us += now - w->t_request_us;
     dbt_local_hist_add(&p->unreported_hist[w->kind], p->hist_bounds, p->nbounds, w->klass,
-                       (now - w->t_request_us) / 1000, 1);
-}
-
-/* Redis granted place s now, and counted as a command's wait all the time since the place was
- * made (_common.lua's grant). A place outlives the thread that queued it: served by a permit
- * passed on here, that thread's wait was counted then (count_local_grant), and the place stayed
- * queued as an orphan, for a later waiter (`to`, whose wait began when it asked) or for nobody
- * (to NULL: given back). The time Redis counted beyond `to`'s wait is taken back with the next
- * renewal, in the wait counter and the wait histogram: without it, with 6 processes of one host
- * at a limit of 2, `status` said 13.0 s waited in all where the commands waited 9.0 s. A place
- * its own thread still waits on is left as Redis counts it (from its queueing). */
-static void correct_place_wait(dbt_pool *p, const struct dbt_slot *s, const struct dbt_slot *to,
-                               int64_t now)
-{
-    if (s->place_since_us <= 0)
-        return;
-    int64_t counted = now - s->place_since_us, waited = to ? now - to->t_request_us : 0;
-    if (counted <= 0 || waited >= counted)
-        return;
-    p->unreported[s->kind].wait_us -= counted - waited;
-    dbt_local_hist *h = &p->unreported_hist[s->kind];
-    if (dbt_local_hist_add(h, p->hist_bounds, p->nbounds, s->klass, counted / 1000, -1) && to)
-        (void)dbt_local_hist_add(h, p->hist_bounds, p->nbounds, to->klass, waited / 1000, 1);
+                       (now - w->t_request_us) / 1000);
 }
 
 /* A new orphan of the shape of `like`: place (QUEUED) or permit (HELD) `id`, owned by the pool,
@@ -237,8 +212,6 @@ static struct dbt_slot *new_orphan(dbt_pool *p, const struct dbt_slot *like, con
     snprintf(o->id, sizeof o->id, "%s", id);
     dbt_lease_renewed(o, renewed_us, lease_us / 1000);
     o->t_request_us = o->t_grant_us = now;
-    if (state == SLOT_QUEUED) /* like's own place */
-        o->place_since_us = like->place_since_us;
     o->state = state;
     if (state == SLOT_HELD) /* a permit another process passed: see share_got_us */
         o->share_got_us = now;
@@ -404,7 +377,6 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
                          .since_us = s->t_request_us};
     switch (dbt_core_grant(&f)) {
     case DBT_GRANT_TO_OLDEST:
-        correct_place_wait(p, s, w, now);
         swap_permit(p, s, w, now);
         dbt_slot_wake(w);
         if (s->orphan)
@@ -415,13 +387,9 @@ void dbt_handover_granted(dbt_pool *p, struct dbt_slot *s)
         }
         return;
     case DBT_GRANT_GIVE_BACK:
-        correct_place_wait(p, s, NULL, now);
         dbt_pool_wake_bg(p); /* a permit nobody here waits for: the renewer gives it back */
         return;
     case DBT_GRANT_TO_OWN:
-        correct_place_wait(p, s, s, now); /* a place it took over began before its wait */
-        dbt_slot_wake(s);
-        return;
     case DBT_GRANT_IGNORE: /* never: its callers pass waiting slots */
         dbt_slot_wake(s);
         return;

@@ -940,7 +940,7 @@ void dbt_permit_note_idle(dbt_permit *s, bool idle)
 
 void dbt_pool_note_hold(dbt_pool *p, dbt_kind kind, const char *klass, int64_t held_ms)
 {
-    dbt_local_hist_add(&p->unreported_holds[kind], p->hist_bounds, p->nbounds, klass, held_ms, 1);
+    dbt_local_hist_add(&p->unreported_holds[kind], p->hist_bounds, p->nbounds, klass, held_ms);
 }
 
 void dbt_pool_note_kept_hold(dbt_pool *p, const struct dbt_slot *s)

@@ -130,11 +130,6 @@ struct dbt_slot {
     char session[DBT_SESSION_LEN];
     char *query;          /* the start of the command's text, traced with it; NULL if not asked */
     int64_t t_request_us; /* when acquire was first called */
-    /* When its place (id) was made, as Redis counts the place's wait from (its acquire's send;
-     * 0: none). It follows the id: a place outlives the thread that queued it (an orphan, taken
-     * over by a later waiter), and Redis' grant then counts a wait longer than any command's
-     * (handover.c, correct_place_wait). */
-    int64_t place_since_us;
     int64_t t_grant_us;
     int64_t t_renewed_us; /* when the last acquire or renewal that Redis accepted was sent */
     /* The lease that acquire or renewal carried (Redis expires the permit or the place at

@@ -393,7 +393,7 @@ int dbt_hist_bounds(double *out, int cap)
 }
 
 bool dbt_local_hist_add(dbt_local_hist *h, const double *bounds, int nbounds, const char *tag,
-                        int64_t ms, int n)
+                        int64_t ms)
 {
     int t = 0;
     while (t < h->ntags && strcmp(h->tag[t].tag, tag) != 0)
@@ -408,8 +408,8 @@ bool dbt_local_hist_add(dbt_local_hist *h, const double *bounds, int nbounds, co
     int i = 0;
     while (i < nbounds && i + 1 < DBT_HIST_MAX && (double)ms > bounds[i])
         i++;
-    h->tag[t].bucket[i] += n;
-    h->tag[t].sum_ms += n * (ms > 0 ? ms : 0);
+    h->tag[t].bucket[i]++;
+    h->tag[t].sum_ms += ms > 0 ? ms : 0;
     return true;
 }
 
@@ -445,7 +445,7 @@ bool dbt_format_local_hist(const dbt_local_hist *h, char *out, size_t cap)
         for (int i = 0; i < DBT_HIST_MAX; i++) {
             if (!h->tag[t].bucket[i])
                 continue;
-            n = snprintf(out + len, cap - len, " %d:%" PRId32, i, h->tag[t].bucket[i]);
+            n = snprintf(out + len, cap - len, " %d:%" PRIu32, i, h->tag[t].bucket[i]);
             if (n < 0 || (size_t)n >= cap - len)
                 return false;
             len += (size_t)n;

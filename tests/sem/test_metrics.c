@@ -384,61 +384,6 @@ Test(metrics_scripts, histograms_per_class)
 
 /* status.lua states the bounds, the histograms (buckets not cumulative, sum, count) and the
  * oldest current wait. */
-/* One renewal of held id with what the process granted locally since its last: counts (grants,
- * wait in us) and its wait histogram's text. */
-static void renew_with(const char *id, long long grants, long long wait_us, const char *waits)
-{
-    char *held[] = {(char *)id};
-    dbt_id_list lists[DBT_NKINDS][DBT_RENEW_LISTS] = {{{0}}};
-    lists[DBT_KIND_QUERY][DBT_RENEW_HELD] = (dbt_id_list){.ids = held, .n = 1, .cap = 1};
-    dbt_local_counts local[DBT_NKINDS] = {{.grants = grants, .wait_us = wait_us}, {0}};
-    const char *args[DBT_RENEW_NARGS(1) + DBT_RENEW_RECORD_ARGS + 1 + DBT_NKINDS + 1];
-    dbt_script_call c;
-    dbt_build_renew(&c, &keys, &cfg, lists, local, args);
-    dbt_renew_add_record(&c, &keys, CID, "v1", 60000, false);
-    char doing[DBT_DOING_LEN];
-    dbt_format_doing('r', "", "h 1 c", -1, doing, sizeof doing);
-    char *d[] = {doing};
-    dbt_renew_add_doing(&c, d, 1);
-    const char *text[DBT_NKINDS] = {waits, ""};
-    dbt_renew_add_local_hist(&c, text);
-    dbt_renew_reply rr;
-    char err[DBT_ERRLEN];
-    redisReply *rep = dbt_script_run(conn, &c, dbt_parse_renew, &rr, err);
-    cr_assert_not_null(rep, "renew %s: %s", id, err);
-    freeReplyObject(rep);
-}
-
-static long long stat_field(const char *field)
-{
-    return test_redis_int(&fx_redis, "HGET " P "stats %s", field);
-}
-
-/* A renewal takes back waits Redis counted that no command had (a place granted after the thread
- * that queued it was served by a permit passed on: handover.c's correct_place_wait): a negative
- * wait and counts in the histogram's text come off the counter, the buckets and the sum; never
- * below zero (counters reset or expired since they were counted). */
-Test(metrics_scripts, a_renewal_takes_back_waits_but_never_below_zero, .timeout = 30)
-{
-    cr_assert_eq(acq(CID ".1.1"), DBT_ACQUIRE_GRANTED);
-    renew_with(CID ".1.1", 2, 700000, ". 700 7:1 8:1");
-    cr_assert_eq(hist_count('w', ""), 3); /* the acquire's own at once, and the two */
-    cr_assert_eq(stat_field("wait_ms"), 700);
-    /* 400 ms counted in bucket 8 (250-500 ms) was nobody's; 100 ms (bucket 6) was a command's */
-    renew_with(CID ".1.1", 0, -300000, ". -300 8:-1 6:1");
-    cr_expect_eq(bucket_count('w', 8, ""), 0);
-    cr_expect_eq(bucket_count('w', 7, ""), 1);
-    cr_expect_eq(bucket_count('w', 6, ""), 1);
-    cr_expect_eq(hist_sum('w', ""), 400);
-    cr_expect_eq(stat_field("wait_ms"), 400);
-    /* more than is there: zero, not negative */
-    renew_with(CID ".1.1", 0, -9000000, ". -9000 7:-5");
-    cr_expect_eq(bucket_count('w', 7, ""), 0);
-    cr_expect_eq(hist_sum('w', ""), 0);
-    cr_expect_eq(stat_field("wait_ms"), 0);
-    rel(CID ".1.1");
-}
-
 Test(metrics_scripts, status_reports_the_oldest_wait_and_the_histograms, .timeout = 30)
 {
     cr_assert_eq(acq(CID ".1.1"), DBT_ACQUIRE_GRANTED);

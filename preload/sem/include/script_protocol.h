@@ -426,13 +426,12 @@ typedef struct {
 /* The waits local handover granted without Redis (handover.c), per kind, for the wait histogram:
  * per class tag of the permits ("" untagged, "-" the default class) the count in each bucket and
  * the sum (ms). A renewal adds them to Redis' (dbt_renew_add_local_hist); renew.lua names the
- * class each tag is served as. At most DBT_LOCAL_HIST_TAGS tags per renewal period. Counts and
- * sums may be negative: a wait Redis counted that no command had, taken back. */
+ * class each tag is served as. At most DBT_LOCAL_HIST_TAGS tags per renewal period. */
 #define DBT_LOCAL_HIST_TAGS 4
 typedef struct {
     struct {
         char tag[33];
-        int32_t bucket[DBT_HIST_MAX];
+        uint32_t bucket[DBT_HIST_MAX];
         int64_t sum_ms;
     } tag[DBT_LOCAL_HIST_TAGS];
     int ntags;
@@ -441,11 +440,10 @@ typedef struct {
 /* The histograms' bucket bounds as the scripts have them (lua/_common.lua's HIST_BOUNDS, read from
  * the compiled-in text: one list): how many, at most cap (0: not found). */
 int dbt_hist_bounds(double *out, int cap);
-/* Adds n waits (ms) of a permit of class tag `tag` to h (n -1: takes one back), bucketed by
- * bounds[0..nbounds-1]; false when h has no room for another tag (the wait is then counted in
- * grants and wait_ms only). */
+/* Adds one wait (ms) of a permit of class tag `tag` to h, bucketed by bounds[0..nbounds-1]; false
+ * when h has no room for another tag (the wait is then counted in grants and wait_ms only). */
 bool dbt_local_hist_add(dbt_local_hist *h, const double *bounds, int nbounds, const char *tag,
-                        int64_t ms, int n);
+                        int64_t ms);
 /* Adds b to a (a renewal that failed: b is reported with the next). */
 void dbt_local_hist_merge(dbt_local_hist *a, const dbt_local_hist *b);
 /* h as renew.lua reads it: "<tag, or . untagged> <sum> <i>:<n> ...", tags separated by ';'.
