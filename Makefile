@@ -271,6 +271,8 @@ WHITEBOX_tests/sem/test_host_group.c = preload/sem
 WHITEBOX_tests/sem/test_share_key.c = preload/sem
 # The host segment itself (hostshare.h), its layout looked at and damaged (hostshare_internal.h).
 WHITEBOX_tests/sem/test_hostshare.c = preload/sem
+# A live lease applied (live.h) and the segment let go as the renewer does then (handover.h).
+WHITEBOX_tests/sem/test_shelf.c = preload/sem
 # The segment's windows between two stores, opened through its lock's seam (hostshare_internal.h).
 WHITEBOX_tests/sem/test_share_windows.c = preload/sem
 # Fills the segment's process table (hostshare_internal.h) before a child forks.

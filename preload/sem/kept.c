@@ -36,6 +36,11 @@ typedef struct {
 
 static bool kept_contended(dbt_pool *p, const struct dbt_slot *s, bool shelf, shelf_memo *memo)
 {
+    /* Off the shelf, a permit another process of the host made (taken back from the shelf when
+     * the segment went: a live lease change) is due back at once: its recall comes to its maker's
+     * list and the group's, and this process listens on neither now (listener.c). */
+    if (!shelf && !dbt_sharing_id_ours(p, s->id))
+        return true;
     if (!shelf)
         return p->queue[s->kind].keep.contended;
     dbt_share_shape shape;

@@ -4,6 +4,8 @@
  * what it kept but never what another process took from it. fork()ed processes, each its own
  * client, one DBTHROTTLE_SHARE_DIR per simulated host, a real redis-server; judged from Redis'
  * own state (its holders, queue and counters). */
+#include "handover.h"
+#include "live.h"
 #include "sem_fixture.h"
 
 #include <criterion/criterion.h>
@@ -18,7 +20,9 @@
 #define KEY(k) "dbthrottle:{shelf}:q:" k
 
 /* A process of a host, driven one command at a time through a pipe: 'a' acquire (limit 1),
- * 'k' keep it (park), 'u' take it back (unpark), 'r' release it, 'q' free the client and exit.
+ * 'k' keep it (park), 'u' take it back (unpark), 'r' release it, 'L' a live lease of 20 minutes
+ * applied and the segment let go (as the renewer does at a change of lease), 'q' free the client
+ * and exit.
  * Each command is answered with one byte; the id it holds is written to `id` (shared). */
 typedef struct {
     pid_t pid;
@@ -55,6 +59,10 @@ static void proc_main(const char *dir, bool cache, int down, int up, char *id)
             dbt_release(pm);
             pm = NULL;
             rep = 'R';
+        } else if (cmd == 'L') {
+            dbt_live_apply(p, "v1\nlease=20m\n");
+            dbt_handover_leave_segment(p);
+            rep = 'L';
         } else if (cmd == 'q') {
             break;
         }
@@ -241,6 +249,37 @@ Test(shelf, a_permit_kept_from_another_process_leaves_its_makers_grants_alone, .
     cr_expect_eq(ask(&b, 'r', 20000), 'R');
     finish(&b);
     remove_dir(host);
+}
+
+/* B keeps on the shelf a permit A made; a live lease change makes B let the segment go, and the
+ * permit comes back off the shelf into B's own keeping, under A's id. B then hears neither the
+ * group's list (no group) nor A's (listener.c names only B's own lists), where Redis pushes the
+ * permit's recall: it gives such a permit back at once rather than keep it unrecallable. Judged
+ * in Redis (no holder left, long before B's idle time of a minute), and by a waiter of another
+ * host granted then. */
+Test(shelf, a_permit_of_another_process_off_the_shelf_goes_back_at_once, .timeout = 90)
+{
+    char host1[32], host2[32];
+    make_dir(host1);
+    make_dir(host2);
+    proc a = spawn(host1, true), b = spawn(host1, true), c = spawn(host2, false);
+    cr_assert_eq(ask(&a, 'a', 20000), 'G');
+    cr_assert_eq(ask(&a, 'k', 20000), 'K');
+    cr_assert_eq(ask(&b, 'a', 20000), 'G');
+    cr_assert_str_eq(b.id, a.id, "B did not take A's kept permit");
+    cr_assert_eq(ask(&b, 'k', 20000), 'K', "B did not keep it");
+    finish(&a);
+    cr_assert_eq(ask(&b, 'L', 20000), 'L');
+    zcard_is none = {&fx_redis, KEY("holders"), 0};
+    cr_expect(test_wait_until(test_zcard_is, &none, 10000),
+              "B kept A's permit off the shelf, where its recall cannot reach B");
+    cr_expect_eq(ask(&c, 'a', 20000), 'G', "the other host's waiter was not granted within 20 s");
+    cr_expect_eq(ask(&b, 'u', 20000), 'N', "B still kept A's permit off the shelf");
+    cr_expect_eq(test_redis_int(&fx_redis, "ZCARD %s", KEY("holders")), 1);
+    finish(&c);
+    finish(&b);
+    remove_dir(host1);
+    remove_dir(host2);
 }
 
 /* A process that exits gives back the permits it kept on the shelf (nobody took them). */
